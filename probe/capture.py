@@ -1,0 +1,373 @@
+"""The flash-compatible capture engine.
+
+The model keeps running on a fused attention kernel that also returns the log-sum-exp (LSE) of every query row.
+For the heads some sink asks for, α is rebuilt one query block at a time:
+
+    α(i, j) = exp(scale · q_i · k_j + mask_ij − lse_i)
+
+so no `[layer, head, query, key]` tensor is ever built for all heads, and the model's outputs are the kernel's own.
+
+The engine is registered with transformers' `AttentionInterface` (and `AttentionMaskInterface`, so the model still
+builds its causal / padding / sliding-window masks) under the name ``"probe_capture"``. Use it through
+:func:`capture`, which switches the model to the engine and restores the previous implementation afterwards.
+
+Sinks receive :class:`AttentionBlock` objects; :class:`DenseSink` keeps α of selected heads, and any object with
+``heads_for`` and ``update`` methods (the :class:`Sink` protocol) can reduce blocks as they stream past.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from probe.errors import ProbeError
+
+ENGINE_NAME = "probe_capture"
+
+# Extra memory allowed for one α block, all selected heads together (bytes). Sets the query block size.
+DEFAULT_BLOCK_BYTES = 32 * 2**20
+
+
+@dataclass(frozen=True)
+class AttentionBlock:
+    """α for a block of query rows of one layer, for the heads a sink asked for."""
+
+    step: int  # forward pass within the capture (generate(): one per new token)
+    layer: int
+    heads: tuple[int, ...]  # query-head index of each entry on the head axis of `alpha`
+    query_start: int  # row of this block's first query among this forward's queries
+    n_query: int  # query rows in this forward (all blocks together)
+    query_offset: int  # absolute position of this forward's first query (past length with a KV cache)
+    alpha: torch.Tensor  # [batch head query key] float32; query = this block's rows, key = all keys
+
+
+class Sink(Protocol):
+    """What the engine streams α into."""
+
+    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
+        """Query heads of `layer` this sink wants (empty: none)."""
+        ...
+
+    def update(self, block: AttentionBlock) -> None:
+        """Receive α for one query block; the block's tensor is only valid during the call."""
+        ...
+
+
+class DenseSink:
+    """Keeps α of the selected layers and heads on the CPU, one tensor per (step, layer).
+
+    `attention(step)` returns `[batch layer head query key]`. With `dtype=torch.float16` it halves memory.
+    """
+
+    def __init__(
+        self,
+        layers: Sequence[int] | None = None,  # None: every layer
+        heads: Sequence[int] | None = None,  # None: every head
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.layers = None if layers is None else tuple(layers)
+        self.heads = None if heads is None else tuple(heads)
+        self.dtype = dtype
+        self._store: dict[tuple[int, int], torch.Tensor] = {}
+
+    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
+        if self.layers is not None and layer not in self.layers:
+            return ()
+        return self.heads if self.heads is not None else range(n_heads)
+
+    def update(self, block: AttentionBlock) -> None:
+        buffer = self._store.get((block.step, block.layer))
+        if buffer is None:
+            batch, heads, _, keys = block.alpha.shape
+            buffer = torch.zeros(batch, heads, block.n_query, keys, dtype=self.dtype)  # [batch head query key]
+            self._store[(block.step, block.layer)] = buffer
+        rows = slice(block.query_start, block.query_start + block.alpha.shape[2])
+        buffer[:, :, rows] = block.alpha.to("cpu", self.dtype)
+
+    @property
+    def steps(self) -> int:
+        return 1 + max((step for step, _ in self._store), default=-1)
+
+    @property
+    def captured_layers(self) -> list[int]:
+        return sorted({layer for _, layer in self._store})
+
+    def attention(self, step: int = 0) -> torch.Tensor:
+        """α of one forward pass: `[batch layer head query key]`, layers in ascending order."""
+        layers = [layer for s, layer in sorted(self._store) if s == step]
+        if not layers:
+            raise ProbeError(f"nothing was captured for step {step}: run the model inside `with capture(...)`")
+        return torch.stack([self._store[(step, layer)] for layer in layers], dim=1)  # [batch layer head query key]
+
+
+@dataclass
+class _Session:
+    """State of one `capture(...)` block: which layer a module is, which sinks listen, how far we are."""
+
+    layer_of_module: dict[int, int]
+    sinks: tuple[Sink, ...]
+    block_bytes: int
+    step: int = 0
+    seen_layers: set[int] = field(default_factory=set)
+
+    def next_layer(self, module: nn.Module) -> int:
+        layer = self.layer_of_module.get(id(module))
+        if layer is None:
+            layer = getattr(module, "layer_idx", None)
+        if layer is None:
+            raise ProbeError(f"cannot tell which layer {type(module).__name__} belongs to; capture supports models "
+                             "whose layers sit in one ModuleList of config.num_hidden_layers entries")
+        if layer in self.seen_layers:  # the layer came round again: a new forward pass (generate, loops)
+            self.step += 1
+            self.seen_layers = set()
+        self.seen_layers.add(layer)
+        return layer
+
+
+_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("probe_capture_session", default=None)
+
+
+def register_engine() -> None:
+    """Register the engine's attention and mask functions with transformers (idempotent, cheap)."""
+    AttentionInterface.register(ENGINE_NAME, capture_attention_forward)
+    AttentionMaskInterface.register(ENGINE_NAME, sdpa_mask)
+
+
+def find_layer_list(model: nn.Module) -> nn.ModuleList:
+    """The ModuleList holding the model's transformer layers (config.num_hidden_layers entries)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n_layers = getattr(config, "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == n_layers and n_layers:
+            return module
+    raise ProbeError(f"cannot find the {n_layers} transformer layers of {type(model).__name__}; "
+                     "capture supports models whose layers sit in one ModuleList")
+
+
+def _layer_of_module(model: nn.Module) -> dict[int, int]:
+    return {id(sub): index for index, layer in enumerate(find_layer_list(model)) for sub in layer.modules()}
+
+
+@contextlib.contextmanager
+def capture(
+    model: nn.Module,
+    sinks: Sink | Sequence[Sink],
+    block_bytes: int = DEFAULT_BLOCK_BYTES,  # memory budget of one α block (all selected heads)
+) -> Iterator[None]:
+    """Run `model` on the capture engine inside the block, streaming α into `sinks`.
+
+    The model's previous attention implementation is restored on exit, also when the forward raises.
+    """
+    if not getattr(model, "_supports_attention_backend", False):
+        raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
+                         "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
+    register_engine()
+    sinks = (sinks,) if hasattr(sinks, "update") else tuple(sinks)
+    session = _Session(_layer_of_module(model), sinks, block_bytes)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(ENGINE_NAME)
+    token = _ACTIVE.set(session)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        model.set_attn_implementation(previous)
+
+
+def capture_attention(
+    model: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """One forward pass; returns α of the chosen layers × heads as `[batch layer head query key]` float32."""
+    sink = DenseSink(layers, heads)
+    with capture(model, sink), torch.inference_mode():
+        model(**inputs)
+    return sink.attention(0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The attention function
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def capture_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,  # [batch head query dim]
+    key: torch.Tensor,  # [batch kv_head key dim]
+    value: torch.Tensor,  # [batch kv_head key dim]
+    attention_mask: torch.Tensor | None,  # [batch 1 query key] bool (True = attend) or additive float, or None
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Registered as "probe_capture": the fused kernel's output, and α of the wanted heads handed to the sinks."""
+    session = _ACTIVE.get()
+    if session is None:  # the model was left on the engine outside `capture`: behave exactly like sdpa
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, is_causal=is_causal, **kwargs)
+    if kwargs.get("softcap") is not None:
+        raise ProbeError("attention logit soft-capping is not supported by the capture engine")
+
+    n_query, n_heads = query.shape[2], query.shape[1]
+    if key.shape[1] != n_heads:  # grouped-query attention: each kv head serves n_heads / kv_heads query heads
+        key = repeat_kv(key, n_heads // key.shape[1])  # [batch head key dim]
+        value = repeat_kv(value, n_heads // value.shape[1])  # [batch head key dim]
+
+    # The same causal rule as transformers' sdpa path: is_causal only when no mask was built and more than one query.
+    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    is_causal = bool(n_query > 1 and attention_mask is None and is_causal)
+    if is_causal and key.shape[2] > n_query:  # prefill into an empty static cache: keys past the queries are unused
+        key, value = key[:, :, :n_query], value[:, :, :n_query]
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    additive = _additive_mask(attention_mask, kwargs.get("position_bias"), is_causal, n_query, key.shape[2], query)
+    if additive is not None and kwargs.get("position_bias") is not None:
+        is_causal = False  # the causal pattern is now inside the additive mask
+
+    output, lse = _fused_attention(query, key, value, additive, is_causal, scale, dropout)  # [batch head query dim]
+
+    layer = session.next_layer(module)
+    _stream_alpha(session, layer, query, key, additive, is_causal, scale, lse)
+    return output.transpose(1, 2).contiguous(), None  # [batch query head dim]
+
+
+def _additive_mask(
+    attention_mask: torch.Tensor | None,
+    position_bias: torch.Tensor | None,
+    is_causal: bool,
+    n_query: int,
+    n_key: int,
+    query: torch.Tensor,
+) -> torch.Tensor | None:
+    """A float mask to add to the scores ([batch 1|head query key]), or None when there is nothing to add."""
+    mask = attention_mask
+    if mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(~mask, -math.inf)
+    if position_bias is not None:
+        if mask is None and is_causal:
+            causal = torch.ones(n_query, n_key, dtype=torch.bool, device=query.device).tril()
+            mask = torch.zeros(causal.shape, dtype=query.dtype, device=query.device).masked_fill(~causal, -math.inf)
+        mask = position_bias if mask is None else position_bias + mask
+    return None if mask is None else mask.to(query.dtype)
+
+
+def _fused_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    scale: float,
+    dropout: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output [batch head query dim], lse [batch head query] float32) from a fused kernel, else blockwise torch."""
+    if query.device.type == "cpu":
+        output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, dropout, is_causal, attn_mask=mask, scale=scale
+        )
+        return output, lse.float()
+    if query.device.type == "cuda":
+        with contextlib.suppress(RuntimeError):
+            return _cuda_fused_attention(query, key, value, mask, is_causal, scale, dropout)
+    return _blockwise_attention(query, key, value, mask, is_causal, scale)
+
+
+def _cuda_fused_attention(query, key, value, mask, is_causal, scale, dropout):
+    """CUDA: the flash kernel when there is no mask (fp16/bf16), else the memory-efficient kernel; both give the LSE."""
+    n_query = query.shape[2]
+    if mask is None and query.dtype in (torch.float16, torch.bfloat16):
+        output, lse, *_ = torch.ops.aten._scaled_dot_product_flash_attention(
+            query, key, value, dropout, is_causal, False, scale=scale
+        )
+        return output, lse[..., :n_query].float()
+    bias = None if mask is None else mask.expand(query.shape[0], query.shape[1], n_query, key.shape[2])
+    output, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, key, value, bias, True, dropout, is_causal, scale=scale
+    )
+    return output, lse[..., :n_query].float()  # the kernel pads the LSE's query axis
+
+
+def _blockwise_attention(query, key, value, mask, is_causal, scale, block_rows: int = 256):
+    """Reference path for devices without an LSE-returning kernel: softmax one query block at a time."""
+    outputs, lses = [], []
+    for start in range(0, query.shape[2], block_rows):
+        rows = slice(start, min(start + block_rows, query.shape[2]))
+        scores = _block_scores(query, key, rows, mask, is_causal, scale)  # [batch head block key]
+        lse = torch.logsumexp(scores, dim=-1)  # [batch head block]
+        probs = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
+        outputs.append((probs @ value.float()).to(query.dtype))  # [batch head block dim]
+        lses.append(lse)
+    return torch.cat(outputs, dim=2), torch.cat(lses, dim=2)
+
+
+def _block_scores(
+    query: torch.Tensor,  # [batch head query dim]
+    key: torch.Tensor,  # [batch head key dim]
+    rows: slice,
+    mask: torch.Tensor | None,  # [batch 1|head query key]
+    is_causal: bool,
+    scale: float,
+) -> torch.Tensor:
+    """Masked, scaled scores of a block of query rows in float32: [batch head block key]."""
+    scores = (query[:, :, rows].float() @ key.float().transpose(-1, -2)) * scale  # [batch head block key]
+    if mask is not None:
+        scores = scores + mask[:, :, rows].float()
+    if is_causal:
+        query_pos = torch.arange(rows.start, rows.stop, device=scores.device)[:, None]
+        key_pos = torch.arange(key.shape[2], device=scores.device)[None, :]
+        scores = scores.masked_fill(key_pos > query_pos, -math.inf)
+    return scores
+
+
+def _stream_alpha(
+    session: _Session,
+    layer: int,
+    query: torch.Tensor,  # [batch head query dim]
+    key: torch.Tensor,  # [batch head key dim]
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    scale: float,
+    lse: torch.Tensor,  # [batch head query]
+) -> None:
+    """Rebuild α for the heads the sinks want, one query block at a time, and hand each block to the sinks."""
+    n_heads, n_query, n_key = query.shape[1], query.shape[2], key.shape[2]
+    wanted = {sink: tuple(sink.heads_for(layer, n_heads)) for sink in session.sinks}
+    heads = sorted({head for chosen in wanted.values() for head in chosen})
+    if not heads:
+        return
+    if heads[0] < 0 or heads[-1] >= n_heads:
+        raise ProbeError(f"head index {heads[-1] if heads[-1] >= n_heads else heads[0]} is out of range: "
+                         f"layer {layer} has heads 0..{n_heads - 1}")
+    position = {head: index for index, head in enumerate(heads)}
+    all_heads = len(heads) == n_heads
+    head_index = torch.tensor(heads, device=query.device)
+    query_sel = query if all_heads else query.index_select(1, head_index)  # [batch head_sel query dim]
+    key_sel = key if all_heads else key.index_select(1, head_index)  # [batch head_sel key dim]
+    lse_sel = lse if all_heads else lse.index_select(1, head_index)  # [batch head_sel query]
+    mask_sel = mask
+    if mask is not None and mask.shape[1] > 1 and not all_heads:
+        mask_sel = mask.index_select(1, head_index)
+    row_bytes = query.shape[0] * len(heads) * n_key * 4
+    block_rows = max(1, min(n_query, session.block_bytes // max(row_bytes, 1)))
+    query_offset = n_key - n_query  # with a KV cache the queries are the last n_query positions
+    for start in range(0, n_query, block_rows):
+        rows = slice(start, min(start + block_rows, n_query))
+        scores = _block_scores(query_sel, key_sel, rows, mask_sel, is_causal, scale)  # [batch head_sel block key]
+        alpha = torch.exp(scores - lse_sel[:, :, rows, None])  # [batch head_sel block key]
+        for sink, chosen in wanted.items():
+            if not chosen:
+                continue
+            mine = alpha if tuple(chosen) == tuple(heads) else alpha[:, [position[h] for h in chosen]]
+            sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, mine))

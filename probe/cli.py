@@ -1,0 +1,64 @@
+"""The `probe` command: `probe capture | label | contacts | app`.
+
+Results go to files or stdout, progress and messages to stderr. Exit codes: 0 ok, 2 bad input (one line naming the
+fix), 1 internal error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import traceback
+
+from probe.errors import ProbeError
+
+# Each subcommand lives in probe/commands/<name>.py with `add_parser(subparsers)` and `run(args) -> int`.
+SUBCOMMANDS = ("capture", "label", "contacts", "app")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="probe", description="Capture, label and explore attention heads of Hugging Face models."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"probe.commands.{name}")
+        sub = module.add_parser(subparsers)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def _quiet_transformers() -> None:
+    """Keep stderr for our own progress and messages."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _quiet_transformers()
+    try:
+        return int(args.run(args) or 0)
+    except ProbeError as error:
+        print(f"probe {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"probe {args.command}: interrupted; finished results are kept", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - the one place internal errors are reported
+        if os.environ.get("PROBE_DEBUG"):
+            traceback.print_exc()
+        print(f"probe {args.command}: internal error: {type(error).__name__}: {error} "
+              "(set PROBE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

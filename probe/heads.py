@@ -1,0 +1,43 @@
+"""One formatter and parser for head names: (layer, head) in code, "L{layer}H{head}" in files, CLI and app."""
+
+from __future__ import annotations
+
+import re
+
+from probe.errors import ProbeError
+
+_HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
+
+
+def head_name(layer: int, head: int) -> str:
+    """(3, 7) -> "L3H7"."""
+    return f"L{layer}H{head}"
+
+
+def parse_head_name(name: str) -> tuple[int, int]:
+    """"L3H7" -> (3, 7); raises ProbeError on anything else."""
+    match = _HEAD_NAME.match(name.strip())
+    if not match:
+        raise ProbeError(f"bad head name {name!r}: write it as L<layer>H<head>, e.g. L3H7")
+    return int(match.group(1)), int(match.group(2))
+
+
+def parse_index_list(text: str | None, upper: int, what: str) -> list[int]:
+    """"0,3,5-7" -> [0, 3, 5, 6, 7], each checked against range(upper). None or "" or "all" -> all of range(upper)."""
+    if text is None or text.strip() in ("", "all"):
+        return list(range(upper))
+    indices: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                first, last = (int(x) for x in part.split("-", 1))
+                indices.extend(range(first, last + 1))
+            else:
+                indices.append(int(part))
+        except ValueError:
+            raise ProbeError(f"bad --{what} value {part!r}: give comma-separated indices such as 0,3,5-7") from None
+    for index in indices:
+        if not 0 <= index < upper:
+            raise ProbeError(f"--{what} index {index} is out of range: this model has {what} 0..{upper - 1}")
+    return sorted(dict.fromkeys(indices))

@@ -1,0 +1,127 @@
+"""Tiny models and tokenizers built locally, with seeded random weights.
+
+No model hub is needed: these are what the tests, benchmarks and offline demos run on. Each builder writes a
+directory that `probe.models.load(DIR)` (and `from_pretrained`) reads back, exactly like a downloaded checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+TinyArch = Literal["gpt2", "esm", "bert", "llama", "mistral"]
+
+# ESM-2's vocabulary, in its checkpoint order.
+ESM_VOCAB = ["<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO", ".", "-", "<null_1>", "<mask>"]
+
+# A small English vocabulary so tiny text models tokenize ordinary sentences word by word.
+DEMO_WORDS = (
+    "the a an of to and in is was it he she they his her their him them that this with for on as at by from "
+    "mary john alice bob doctor nurse teacher pilot cat dog book ball house garden city river went gave said saw "
+    "took found liked wanted because when then after before , . ! ? one two three four five six seven eight nine"
+).split()
+
+
+def word_tokenizer(words: Sequence[str], bos_token: str | None = None):
+    """A fast word-level tokenizer over `words` (split on whitespace and punctuation), with <unk> and <pad>.
+
+    With `bos_token`, every encoded text starts with it (GPT-2-style models then get an attention-sink position).
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<pad>"] + ([bos_token] if bos_token else [])
+    vocab = {token: index for index, token in enumerate(dict.fromkeys([*specials, *words]))}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    if bos_token:
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{bos_token} $A", special_tokens=[(bos_token, vocab[bos_token])]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>", bos_token=bos_token,
+    )
+
+
+def esm_tokenizer(directory: str | Path):
+    """An ESM tokenizer from a vocab file written into `directory` (ESM-2's 33 tokens)."""
+    from transformers import EsmTokenizer
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vocab.txt").write_text("\n".join(ESM_VOCAB) + "\n")
+    return EsmTokenizer(str(directory / "vocab.txt"))
+
+
+def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
+    """A small config of each supported architecture (2 layers, 4 heads, width 32 unless overridden)."""
+    import transformers
+
+    if arch == "gpt2":
+        fields = dict(vocab_size=vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=4, bos_token_id=None,
+                      eos_token_id=None)
+        fields.update(overrides)
+        return transformers.GPT2Config(**fields)
+    if arch == "esm":
+        fields = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=1026, position_embedding_type="rotary",
+                      pad_token_id=1, mask_token_id=32, token_dropout=True, emb_layer_norm_before=False,
+                      layer_norm_eps=1e-5, is_folding_model=False)
+        fields.update(overrides)
+        return transformers.EsmConfig(**fields)
+    if arch == "bert":
+        fields = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=128, pad_token_id=1)
+        fields.update(overrides)
+        return transformers.BertConfig(**fields)
+    if arch in ("llama", "mistral"):
+        fields = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128, pad_token_id=1,
+                      bos_token_id=None, eos_token_id=None)
+        if arch == "mistral":
+            fields["sliding_window"] = 8
+        fields.update(overrides)
+        config_class = transformers.LlamaConfig if arch == "llama" else transformers.MistralConfig
+        return config_class(**fields)
+    raise ValueError(f"unknown tiny architecture {arch!r}")
+
+
+def build_tiny(arch: TinyArch, seed: int = 0, **overrides):
+    """(model, tokenizer) with seeded random weights, on the sdpa kernel, in eval mode. Not saved anywhere."""
+    import tempfile
+
+    import transformers
+
+    if arch == "esm":
+        with tempfile.TemporaryDirectory() as scratch:
+            tokenizer = esm_tokenizer(scratch)
+    else:
+        tokenizer = word_tokenizer(DEMO_WORDS, bos_token="<bos>" if arch in ("gpt2", "llama", "mistral") else None)
+    config = tiny_config(arch, vocab_size=len(tokenizer), **overrides)
+    model_class = {
+        "gpt2": transformers.GPT2LMHeadModel,
+        "esm": transformers.EsmForMaskedLM,
+        "bert": transformers.BertForMaskedLM,
+        "llama": transformers.LlamaForCausalLM,
+        "mistral": transformers.MistralForCausalLM,
+    }[arch]
+    torch.manual_seed(seed)
+    config._attn_implementation = "sdpa"
+    model = model_class(config).eval()
+    if arch == "esm":  # a random (not zero) contact regression, so contact tests can fail
+        with torch.no_grad():
+            model.esm.contact_head.regression.weight.normal_(0.0, 0.5)
+            model.esm.contact_head.regression.bias.normal_(0.0, 0.5)
+    return model, tokenizer
+
+
+def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, **overrides) -> Path:
+    """Build a tiny model of `arch` and save it (weights, config, tokenizer) to `directory`; returns the path."""
+    directory = Path(directory)
+    model, tokenizer = build_tiny(arch, seed, **overrides)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
