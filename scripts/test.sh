@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: set-up, Chromium for the browser tests, pytest (notebooks included).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || {
+        echo "could not install chromium and chromium-driver (needs root and Debian's registry)" >&2; exit 1; }
+fi
+. .venv/bin/activate
+python -m pytest -q "$@"
