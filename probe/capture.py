@@ -36,6 +36,8 @@ ENGINE_NAME = "probe_capture"
 
 # Extra memory allowed for one α block, all selected heads together (bytes). Sets the query block size.
 DEFAULT_BLOCK_BYTES = 32 * 2**20
+# At most this many query rows per block: small blocks let causal attention skip the keys above the diagonal.
+MAX_BLOCK_ROWS = 128
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,11 @@ class AttentionBlock:
     query_start: int  # row of this block's first query among this forward's queries
     n_query: int  # query rows in this forward (all blocks together)
     query_offset: int  # absolute position of this forward's first query (past length with a KV cache)
-    alpha: torch.Tensor  # [batch head query key] float32; query = this block's rows, key = all keys
+    n_key: int  # keys in this forward
+    # [batch head query key] float32; query = this block's rows. key = all n_key keys, except for sinks that set
+    # `accepts_causal_crop = True`: under a causal mask they get only keys [0, alpha.shape[-1]) and every α beyond
+    # is exactly zero (the engine never computes the masked triangle).
+    alpha: torch.Tensor
 
 
 class Sink(Protocol):
@@ -61,6 +67,9 @@ class Sink(Protocol):
     def update(self, block: AttentionBlock) -> None:
         """Receive α for one query block; the block's tensor is only valid during the call."""
         ...
+
+
+# A sink may also set `accepts_causal_crop = True` to receive causal blocks without their all-zero key tail.
 
 
 class DenseSink:
@@ -78,6 +87,7 @@ class DenseSink:
         self.layers = None if layers is None else tuple(layers)
         self.heads = None if heads is None else tuple(heads)
         self.dtype = dtype
+        self.accepts_causal_crop = True
         self._store: dict[tuple[int, int], torch.Tensor] = {}
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
@@ -88,11 +98,11 @@ class DenseSink:
     def update(self, block: AttentionBlock) -> None:
         buffer = self._store.get((block.step, block.layer))
         if buffer is None:
-            batch, heads, _, keys = block.alpha.shape
-            buffer = torch.zeros(batch, heads, block.n_query, keys, dtype=self.dtype)  # [batch head query key]
+            batch, heads = block.alpha.shape[:2]
+            buffer = torch.zeros(batch, heads, block.n_query, block.n_key, dtype=self.dtype)  # [batch head query key]
             self._store[(block.step, block.layer)] = buffer
         rows = slice(block.query_start, block.query_start + block.alpha.shape[2])
-        buffer[:, :, rows] = block.alpha.to("cpu", self.dtype)
+        buffer[:, :, rows, : block.alpha.shape[-1]] = block.alpha.to("cpu", self.dtype)
 
     @property
     def steps(self) -> int:
@@ -360,14 +370,35 @@ def _stream_alpha(
     if mask is not None and mask.shape[1] > 1 and not all_heads:
         mask_sel = mask.index_select(1, head_index)
     row_bytes = query.shape[0] * len(heads) * n_key * 4
-    block_rows = max(1, min(n_query, session.block_bytes // max(row_bytes, 1)))
+    block_rows = max(1, min(n_query, MAX_BLOCK_ROWS, session.block_bytes // max(row_bytes, 1)))
     query_offset = n_key - n_query  # with a KV cache the queries are the last n_query positions
+    batch_heads = query.shape[0] * len(heads)
+    # Fold scale and −lse into one matmul: [scale·q, −lse] · [k, 1] = scale·q·k − lse, so α = exp(that + mask).
+    query_aug = torch.cat([query_sel.float() * scale, -lse_sel[..., None]], dim=-1)  # [batch head_sel query dim+1]
+    query_aug = query_aug.reshape(batch_heads, n_query, -1)  # [batch·head_sel query dim+1]
+    key_aug = torch.cat([key_sel.float(), key_sel.new_ones(*key_sel.shape[:-1], 1, dtype=torch.float32)], dim=-1)
+    key_aug = key_aug.reshape(batch_heads, n_key, -1).transpose(1, 2)  # [batch·head_sel dim+1 key]
+    mask_full = None
+    if mask_sel is not None:
+        mask_full = mask_sel.float().expand(query.shape[0], len(heads), n_query, n_key)  # [batch head_sel query key]
+    causal_bias = torch.zeros(block_rows, block_rows, device=query.device).masked_fill_(
+        torch.ones(block_rows, block_rows, dtype=torch.bool, device=query.device).triu(1), -math.inf
+    )  # [query key] within the diagonal square of a block
     for start in range(0, n_query, block_rows):
-        rows = slice(start, min(start + block_rows, n_query))
-        scores = _block_scores(query_sel, key_sel, rows, mask_sel, is_causal, scale)  # [batch head_sel block key]
-        alpha = torch.exp(scores - lse_sel[:, :, rows, None])  # [batch head_sel block key]
+        stop = min(start + block_rows, n_query)
+        # Causal: keys after this block's last query are masked for every row, so they are never computed.
+        key_stop = stop if is_causal else n_key
+        scores = torch.bmm(query_aug[:, start:stop], key_aug[..., :key_stop])  # [batch·head_sel block key_stop]
+        scores = scores.view(query.shape[0], len(heads), stop - start, key_stop)  # [batch head_sel block key_stop]
+        if mask_full is not None:
+            scores += mask_full[:, :, start:stop, :key_stop]
+        if is_causal:
+            scores[..., start:stop] += causal_bias[: stop - start, : stop - start]
+        alpha = scores.exp_()  # [batch head_sel block key_stop]
         for sink, chosen in wanted.items():
             if not chosen:
                 continue
             mine = alpha if tuple(chosen) == tuple(heads) else alpha[:, [position[h] for h in chosen]]
-            sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, mine))
+            if mine.shape[-1] < n_key and not getattr(sink, "accepts_causal_crop", False):
+                mine = torch.nn.functional.pad(mine, (0, n_key - mine.shape[-1]))  # [batch head block key]
+            sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, n_key, mine))

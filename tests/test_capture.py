@@ -1,0 +1,245 @@
+"""The capture engine equals eager `output_attentions` (max |Δα| ≤ 1e-5, float32) and leaves outputs unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from probe import models
+from probe.capture import ENGINE_NAME, AttentionBlock, DenseSink, capture, capture_attention
+from probe.errors import ProbeError
+
+TOL = 1e-5
+SENTENCE = "the cat saw the dog and the dog saw the cat because it was one two three four five six seven eight nine"
+
+
+def eager_attention(model, inputs) -> torch.Tensor:
+    """Reference α from eager attention: [batch layer head query key]."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            out = model(**inputs, output_attentions=True)
+    finally:
+        model.set_attn_implementation(previous)
+    return torch.stack(out.attentions, dim=1)  # [batch layer head query key]
+
+
+def valid_pairs(attention_mask: torch.Tensor) -> torch.Tensor:
+    """[batch 1 1 query key] True where both positions are real tokens (padding rows/columns are not compared)."""
+    mask = attention_mask.bool()
+    return mask[:, None, None, :, None] & mask[:, None, None, None, :]
+
+
+def max_diff(ours, reference, attention_mask) -> float:
+    return ((ours - reference).abs() * valid_pairs(attention_mask)).max().item()
+
+
+def text_inputs(tokenizer, texts):
+    encoded = tokenizer(texts, return_tensors="pt", padding=True)
+    return {name: value for name, value in encoded.items() if name != "token_type_ids"}
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bert", "llama"])
+def test_alpha_equals_eager(tiny_dir, arch):
+    loaded = models.load(str(tiny_dir(arch)))
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE])
+    ours = capture_attention(loaded.model, inputs)
+    reference = eager_attention(loaded.model, inputs)
+    assert ours.shape == reference.shape == (1, 2, 4, inputs["input_ids"].shape[1], inputs["input_ids"].shape[1])
+    assert max_diff(ours, reference, inputs["attention_mask"]) <= TOL
+    assert reference.abs().max() > 0  # the comparison is not between zeros
+
+
+def test_gqa_model_really_groups_heads(tiny_dir):
+    loaded = models.load(str(tiny_dir("llama")))
+    assert loaded.model.config.num_key_value_heads < loaded.model.config.num_attention_heads
+
+
+def test_bert_padded_batch_equals_eager(tiny_dir):
+    loaded = models.load(str(tiny_dir("bert")))
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
+    assert not inputs["attention_mask"].all()  # really padded
+    ours = capture_attention(loaded.model, inputs)
+    assert max_diff(ours, eager_attention(loaded.model, inputs), inputs["attention_mask"]) <= TOL
+    # padding keys get no attention from real queries
+    short = inputs["attention_mask"][1].bool()
+    assert ours[1][..., short, :][..., ~short].abs().max() == 0
+
+
+def test_esm_padded_batch_of_unequal_lengths_equals_eager(tiny_dir):
+    loaded = models.load(str(tiny_dir("esm")))
+    inputs = loaded.tokenizer(["MKTAYIAKQRQISFVKSHFSRQ", "MKTAYIAK", "GSHMSLFDFFKNKG"], return_tensors="pt",
+                              padding=True)
+    assert len(set(inputs["attention_mask"].sum(1).tolist())) == 3
+    ours = capture_attention(loaded.model, dict(inputs))
+    assert max_diff(ours, eager_attention(loaded.model, dict(inputs)), inputs["attention_mask"]) <= TOL
+
+
+def test_sliding_window_shorter_than_input_equals_eager(tiny_dir):
+    loaded = models.load(str(tiny_dir("mistral")))
+    window = loaded.model.config.sliding_window
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE])
+    n = inputs["input_ids"].shape[1]
+    assert window < n
+    ours = capture_attention(loaded.model, inputs)
+    assert max_diff(ours, eager_attention(loaded.model, inputs), inputs["attention_mask"]) <= TOL
+    # the window is really applied: the last query gives nothing to keys further back than the window
+    assert ours[0, :, :, n - 1, : n - window].abs().max() == 0
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "esm", "llama", "mistral"])
+def test_logits_equal_plain_sdpa(tiny_dir, arch):
+    loaded = models.load(str(tiny_dir(arch)))
+    if arch == "esm":
+        inputs = dict(loaded.tokenizer(["MKTAYIAKQRQISFVK", "MKTAY"], return_tensors="pt", padding=True))
+    else:
+        inputs = text_inputs(loaded.tokenizer, [SENTENCE])
+    with torch.no_grad():
+        plain = loaded.model(**inputs).logits
+        with capture(loaded.model, DenseSink()):
+            engine = loaded.model(**inputs).logits
+    keep = inputs["attention_mask"].bool()
+    assert (plain - engine)[keep].abs().max().item() <= TOL
+
+
+def test_generate_with_kv_cache_rows_equal_eager(tiny_dir):
+    loaded = models.load(str(tiny_dir("llama")))
+    model = loaded.model
+    inputs = text_inputs(loaded.tokenizer, ["the cat saw the dog and"])
+    n_prompt, n_new = inputs["input_ids"].shape[1], 4
+    sink = DenseSink()
+    with capture(model, sink), torch.no_grad():
+        generated = model.generate(**inputs, max_new_tokens=n_new, do_sample=False, pad_token_id=1)
+    assert sink.steps == n_new  # one forward for the prompt, then one per new token but the last
+    full = {"input_ids": generated, "attention_mask": torch.ones_like(generated)}
+    reference = eager_attention(model, full)  # [batch layer head query key] over the whole generated text
+    prompt_rows = sink.attention(0)
+    assert prompt_rows.shape[-2:] == (n_prompt, n_prompt)
+    assert (prompt_rows - reference[..., :n_prompt, :n_prompt]).abs().max() <= TOL
+    for step in range(1, sink.steps):
+        row = sink.attention(step)  # [batch layer head 1 key]: one new query against the cache
+        position = n_prompt + step - 1
+        assert row.shape[-2:] == (1, position + 1)
+        assert (row[..., 0, :] - reference[..., position, : position + 1]).abs().max() <= TOL
+
+
+def test_selected_layers_and_heads_only(tiny_dir):
+    loaded = models.load(str(tiny_dir("gpt2")))
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE])
+    ours = capture_attention(loaded.model, inputs, layers=[1], heads=[3, 0])
+    reference = eager_attention(loaded.model, inputs)
+    assert ours.shape[1:3] == (1, 2)
+    assert (ours[:, 0] - reference[:, 1][:, [3, 0]]).abs().max() <= TOL
+
+
+def test_blocks_are_bounded_and_cover_every_row(tiny_dir):
+    """With a tiny block budget every query row still arrives exactly once, in blocks of the budgeted size."""
+    loaded = models.load(str(tiny_dir("gpt2")))
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE])
+    n = inputs["input_ids"].shape[1]
+
+    class Recorder:
+        def __init__(self):
+            self.blocks: list[AttentionBlock] = []
+
+        def heads_for(self, layer, n_heads):
+            return range(n_heads)
+
+        def update(self, block):
+            self.blocks.append(block)
+
+    recorder = Recorder()
+    row_bytes = 4 * 4 * n  # batch 1 × 4 heads × n keys × float32
+    with capture(loaded.model, recorder, block_bytes=3 * row_bytes), torch.no_grad():
+        loaded.model(**inputs)
+    for layer in (0, 1):
+        rows = [(b.query_start, b.alpha.shape[2]) for b in recorder.blocks if b.layer == layer]
+        assert all(size <= 3 for _, size in rows)
+        assert sorted(start + i for start, size in rows for i in range(size)) == list(range(n))
+        assert all(b.alpha.shape == (1, 4, b.alpha.shape[2], n) for b in recorder.blocks)
+    full = torch.zeros(2, 4, n, n)
+    for b in recorder.blocks:
+        full[b.layer, :, b.query_start:b.query_start + b.alpha.shape[2]] = b.alpha[0]
+    assert (full - eager_attention(loaded.model, inputs)[0]).abs().max() <= TOL
+
+
+def test_previous_implementation_restored_even_when_forward_raises(tiny_dir):
+    loaded = models.load(str(tiny_dir("gpt2")))
+    model = loaded.model
+    assert model.config._attn_implementation == "sdpa"
+
+    class Exploding:
+        def heads_for(self, layer, n_heads):
+            return [0]
+
+        def update(self, block):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with capture(model, Exploding()), torch.no_grad():
+            assert model.config._attn_implementation == ENGINE_NAME
+            model(**text_inputs(loaded.tokenizer, [SENTENCE]))
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_model_left_on_engine_outside_capture_behaves_like_sdpa(tiny_dir):
+    loaded = models.load(str(tiny_dir("gpt2")))
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE])
+    with torch.no_grad():
+        plain = loaded.model(**inputs).logits
+        with capture(loaded.model, DenseSink()):
+            pass
+        loaded.model.set_attn_implementation(ENGINE_NAME)
+        try:
+            again = loaded.model(**inputs).logits
+        finally:
+            loaded.model.set_attn_implementation("sdpa")
+    assert torch.equal(plain, again)
+
+
+def test_head_out_of_range_is_a_clear_error(tiny_dir):
+    loaded = models.load(str(tiny_dir("gpt2")))
+    with pytest.raises(ProbeError, match="out of range"):
+        capture_attention(loaded.model, text_inputs(loaded.tokenizer, [SENTENCE]), heads=[7])
+
+
+def test_float16_dense_sink_keeps_half_precision(tiny_dir):
+    loaded = models.load(str(tiny_dir("gpt2")))
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE])
+    sink = DenseSink(layers=[0], dtype=torch.float16)
+    with capture(loaded.model, sink), torch.no_grad():
+        loaded.model(**inputs)
+    alpha = sink.attention(0)
+    assert alpha.dtype == torch.float16
+    assert (alpha.float() - eager_attention(loaded.model, inputs)[:, :1]).abs().max() <= 1e-3
+
+
+def test_blockwise_fallback_matches_kernel():
+    """The torch fallback used where no LSE-returning kernel exists gives the kernel's output and LSE."""
+    from probe.capture import _blockwise_attention, _fused_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 37, 8) for _ in range(3))
+    mask = torch.zeros(2, 1, 37, 37)
+    mask[1, :, :, 30:] = float("-inf")
+    for is_causal, m in ((True, None), (False, mask)):
+        out_kernel, lse_kernel = _fused_attention(q, k, v, m, is_causal, 0.3, 0.0)
+        out_block, lse_block = _blockwise_attention(q, k, v, m, is_causal, 0.3, block_rows=5)
+        assert (out_kernel - out_block).abs().max() <= TOL
+        assert (lse_kernel - lse_block).abs().max() <= TOL
+
+
+@pytest.mark.gpu
+def test_cuda_engine_equals_eager(tiny_dir):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    for arch in ("gpt2", "llama", "esm"):
+        loaded = models.load(str(tiny_dir(arch)), device="cuda")
+        if arch == "esm":
+            inputs = loaded.tokenizer(["MKTAYIAKQRQISFVK", "MKTAY"], return_tensors="pt", padding=True)
+        else:
+            inputs = text_inputs(loaded.tokenizer, [SENTENCE])
+        inputs = {name: value.cuda() for name, value in dict(inputs).items()}
+        ours = capture_attention(loaded.model, inputs)
+        assert max_diff(ours.cuda(), eager_attention(loaded.model, inputs), inputs["attention_mask"]) <= 1e-4
