@@ -1,0 +1,448 @@
+"""ESM contact prediction streamed head by head, and per-head contact analysis against a true map.
+
+The checkpoint's contact head (HF ``EsmContactPredictionHead``, Rao et al. 2020) computes, for the attention α_c of
+every channel c = (layer, head) cropped to the residues (BOS and EOS dropped, EOS/padding rows and columns zeroed)::
+
+    logit = b + Σ_c w_c · APC(sym(α_c)),   sym(A) = A + Aᵀ,   APC(S) = S − r rᵀ / Σr  (r = row sums of S)
+    contacts = sigmoid(logit)
+
+Expanding the sum needs only per-channel row and column sums and ONE accumulator per sequence::
+
+    Σ_c w_c·(A_c + A_cᵀ) = M + Mᵀ      with M = Σ_c w_c·A_c   (accumulated block of query rows by block)
+    Σ_c w_c·r_c r_cᵀ/t_c = R·diag(w/t)·Rᵀ  with R [residue channel] (r_c = row sums + column sums of A_c)
+
+so :class:`ContactSink` keeps, per sequence, M [L L] float32 plus row and column sums [layer head L]: O(L²) memory,
+independent of layers × heads, while the capture engine streams α one block of query rows at a time. Channels with a
+zero regression weight are not even requested from the engine (ESM's L1-fitted regression has many).
+
+Per-head analysis (``per_head=True``, the default when a true map is given) needs each head's full APC-corrected
+map, so the sink then also keeps the *current layer's* α of the residue block, [head L L] float32 per sequence
+(20 heads at L = 1000: 80 MB), analyses every head of that layer when its last query block arrives, and frees it:
+peak memory grows with heads per layer, never with layers × heads.
+
+Public API (what the CLI, notebook and dashboard call)::
+
+    predict_contacts(loaded, sequence, true_map=None, per_head=None) -> ContactResult
+    predict_contacts_batch(loaded, sequences, true_maps=None, per_head=None) -> list[ContactResult]   # one padded batch
+    predict_contacts_windowed(loaded, sequence, window, stride=None, true_map=None) -> ContactResult
+    head_attention_map(loaded, sequence, layer, head) -> np.ndarray [L L]   # APC(sym(α)) of one head
+    precision_by_range(scores, true_map) -> {"p_at_L_long": ..., ...}
+    contact_regression(model) -> (weight [layer head], bias)
+
+Precision@L/k in a range (short 6–11, medium 12–23, long ≥ 24 residues apart): among pairs i < j of that range
+whose true contact state is known (true map ≥ 0), the k = max(1, L // frac) highest-scoring ones (L = sequence
+length; all of them when the range holds fewer), the fraction that are contacts. Ties at the cut are broken
+arbitrarily. Column names: ``p_at_{L|L2|L5}_{short|medium|long}``.
+
+Per-head table columns (one row per layer × head): ``layer, head, name`` ("L3H7"), ``weight`` (the regression weight
+w_c), ``logit_share`` (Σ over pairs |i−j| ≥ 6 of |w_c·APC(sym(α_c))|, divided by the same sum over all heads: the
+share of the non-bias logit this head supplies), the nine precision columns of its APC(sym(α_c)) map,
+``provis_share`` (Vig et al. 2020: of the attention weights α_c(i, j) ≥ 0.3 on known residue pairs |i−j| ≥ 6, both
+directions, the fraction that fall on contacts; NaN when the head has none), ``provis_count`` (how many weights were
+≥ 0.3) and ``background`` (the contact rate among those pairs, the share a head attending at random would get).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from probe.capture import AttentionBlock, DenseSink, capture
+from probe.errors import ProbeError
+from probe.heads import head_name
+from probe.models import LoadedModel
+
+RANGES: dict[str, tuple[int, int | None]] = {"short": (6, 11), "medium": (12, 23), "long": (24, None)}
+FRACTIONS: dict[str, int] = {"L": 1, "L2": 2, "L5": 5}  # P@L, P@L/2, P@L/5
+PROVIS_THRESHOLD = 0.3  # attention weights at least this high count as "high" in the provis measure
+MIN_SEPARATION = 6  # pairs closer in sequence are ignored by logit_share and provis (as by the precision ranges)
+
+
+def precision_columns() -> list[str]:
+    """The nine precision column names, range-major: p_at_L_short, p_at_L2_short, ..., p_at_L5_long."""
+    return [f"p_at_{label}_{name}" for name in RANGES for label in FRACTIONS]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pure scoring functions
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def symmetrize(attention: torch.Tensor) -> torch.Tensor:
+    """A + Aᵀ over the last two axes."""
+    return attention + attention.transpose(-1, -2)
+
+
+def apc(matrix: torch.Tensor) -> torch.Tensor:
+    """Average product correction over the last two axes: S − (row sums ⊗ column sums) / total."""
+    rows = matrix.sum(-1, keepdim=True)  # [... query 1]
+    cols = matrix.sum(-2, keepdim=True)  # [... 1 key]
+    total = matrix.sum((-1, -2), keepdim=True)  # [... 1 1]
+    return matrix - rows * cols / total
+
+
+class _RangePairs:
+    """For one true map: the known pairs i < j of every range, as flat indices, and whether each is a contact."""
+
+    def __init__(self, true_map: torch.Tensor) -> None:  # [L L] int8
+        length = true_map.shape[0]
+        self.length = length
+        i, j = torch.triu_indices(length, length, offset=1, device=true_map.device)
+        separation = j - i
+        truth = true_map[i, j]
+        self.pairs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for name, (low, high) in RANGES.items():
+            chosen = (truth >= 0) & (separation >= low)
+            if high is not None:
+                chosen &= separation <= high
+            self.pairs[name] = ((i[chosen] * length + j[chosen]), (truth[chosen] == 1).float())
+
+    def precision(self, scores: torch.Tensor) -> dict[str, float]:  # scores [L L]
+        flat = scores.reshape(-1).float()
+        result = {}
+        for name, (index, is_contact) in self.pairs.items():
+            values = flat[index]
+            values = torch.where(torch.isfinite(values), values, torch.full_like(values, -torch.inf))
+            for label, fraction in FRACTIONS.items():
+                k = min(max(1, self.length // fraction), values.numel())
+                column = f"p_at_{label}_{name}"
+                if k == 0:
+                    result[column] = float("nan")
+                    continue
+                top = torch.topk(values, k).indices
+                result[column] = float(is_contact[top].mean())
+        return result
+
+
+def precision_by_range(scores, true_map) -> dict[str, float]:
+    """Precision at L, L/2, L/5 in the short, medium and long ranges of a [L L] score map against a [L L] true map
+    (1 contact, 0 not, -1 unknown: unknown pairs are skipped; NaN scores rank last). Keys: precision_columns()."""
+    scores = torch.as_tensor(np.asarray(scores, dtype=np.float64))
+    true_map = torch.as_tensor(np.asarray(true_map, dtype=np.int8))
+    if scores.shape != true_map.shape or scores.ndim != 2:
+        raise ProbeError(f"scores {tuple(scores.shape)} and true map {tuple(true_map.shape)} must be the same [L, L]")
+    return _RangePairs(true_map).precision(scores)
+
+
+def provis_counts(alpha: torch.Tensor, true_map: torch.Tensor, threshold: float = PROVIS_THRESHOLD):
+    """(high, on_contact): for α [... L L], how many weights ≥ threshold fall on known pairs |i−j| ≥ 6 and how many of
+    those on contacts, each [...]."""
+    pairs, contacts = _provis_masks(true_map)
+    high = alpha >= threshold
+    return (high & pairs).sum((-1, -2)), (high & contacts).sum((-1, -2))
+
+
+def _provis_masks(true_map: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    length = true_map.shape[0]
+    position = torch.arange(length, device=true_map.device)
+    far = (position[:, None] - position[None, :]).abs() >= MIN_SEPARATION  # [L L]
+    pairs = far & (true_map >= 0)
+    return pairs, pairs & (true_map == 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The streaming sink
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def contact_regression(model: torch.nn.Module) -> tuple[torch.Tensor, float]:
+    """The checkpoint's contact regression: weight [layer head] float32 and bias."""
+    base = getattr(model, "esm", model)
+    head = getattr(base, "contact_head", None)
+    if head is None:
+        raise ProbeError(f"{type(model).__name__} has no contact head: contact prediction needs an ESM model")
+    config = model.config
+    weight = head.regression.weight.detach().float().reshape(config.num_hidden_layers, config.num_attention_heads)
+    bias = float(head.regression.bias.detach()) if head.regression.bias is not None else 0.0
+    return weight, bias  # [layer head]
+
+
+@dataclass
+class _SequenceState:
+    """Accumulators of one sequence of the batch (L residues, tokens 1..L)."""
+
+    n_tokens: int  # BOS + residues + EOS (unpadded)
+    keep: torch.Tensor | None  # [L] 0 at EOS tokens inside the residue block (as the reference zeroes them), else None
+    true_map: torch.Tensor | None  # [L L] int8
+    weighted: torch.Tensor | None = None  # [L L] M = Σ_c w_c·A_c
+    row_sums: torch.Tensor | None = None  # [layer head L]
+    col_sums: torch.Tensor | None = None  # [layer head L]
+    token_weight: torch.Tensor | None = None  # [key] 1 at kept residue tokens, 0 at BOS / EOS / padding
+    layer_alpha: torch.Tensor | None = None  # [head L L] current layer (per-head analysis only)
+    range_pairs: _RangePairs | None = None  # the true map's pairs by range (built once, per-head analysis only)
+    rows: list = field(default_factory=list)  # per-head table rows
+    abs_logit: dict = field(default_factory=dict)  # (layer, head) -> Σ |w·APC(sym α)| over pairs |i−j| ≥ 6
+
+    @property
+    def length(self) -> int:
+        return self.n_tokens - 2
+
+
+class ContactSink:
+    """Capture sink accumulating ESM contact logits (and optionally per-head statistics) of a padded batch.
+
+    `input_ids` / `attention_mask` [batch token] are the model inputs (right padding); `true_maps` gives a [L L] int8
+    true map (or None) per sequence. After the forward pass: `contacts(b)` [L L], `logits(b)`, `head_table(b)`.
+    """
+
+    def __init__(
+        self,
+        weight: torch.Tensor,  # [layer head] regression weights
+        bias: float,
+        input_ids: torch.Tensor,  # [batch token]
+        attention_mask: torch.Tensor,  # [batch token]
+        eos_id: int,
+        true_maps: Sequence[np.ndarray | None] | None = None,
+        per_head: bool = False,
+    ) -> None:
+        self.weight = weight.float()
+        self.bias = bias
+        self.per_head = per_head
+        self.engaged = False  # set once the engine asks for heads (a forward pass ran inside `capture`)
+        self.n_layers, self.n_heads = weight.shape
+        lengths = attention_mask.sum(-1).tolist()
+        true_maps = list(true_maps) if true_maps is not None else [None] * len(lengths)
+        self.sequences: list[_SequenceState] = []
+        for b, n_tokens in enumerate(lengths):
+            if not bool(attention_mask[b, :n_tokens].all()):
+                raise ProbeError("contact prediction needs right-padded batches (padding after each sequence)")
+            keep = (input_ids[b, 1:n_tokens - 1] != eos_id).float()  # [L]
+            true_map = None
+            if true_maps[b] is not None:
+                true_map = torch.as_tensor(np.asarray(true_maps[b], dtype=np.int8))
+                if tuple(true_map.shape) != (n_tokens - 2, n_tokens - 2):
+                    raise ProbeError(f"the true map of sequence {b} is {tuple(true_map.shape)} but the sequence has "
+                                     f"{n_tokens - 2} residues")
+            self.sequences.append(_SequenceState(n_tokens, None if bool(keep.all()) else keep, true_map))
+
+    # -- the Sink protocol ------------------------------------------------------------------------------------
+
+    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
+        self.engaged = True
+        if self.per_head:
+            return range(n_heads)
+        return [head for head in range(n_heads) if float(self.weight[layer, head]) != 0.0]
+
+    def update(self, block: AttentionBlock) -> None:
+        device = block.alpha.device
+        heads = torch.tensor(block.heads, device=device)
+        weight = self.weight.to(device)[block.layer, heads]  # [head]
+        first, n_rows, n_keys = block.query_start, block.alpha.shape[2], block.alpha.shape[3]
+        for b, state in enumerate(self.sequences):
+            length = state.length
+            if state.weighted is None:
+                state.weighted = torch.zeros(length, length, device=device)  # [L L]
+                state.row_sums = torch.zeros(self.n_layers, self.n_heads, length, device=device)  # [layer head L]
+                state.col_sums = torch.zeros(self.n_layers, self.n_heads, length, device=device)  # [layer head L]
+                # 1 at the residue tokens the reference keeps, 0 at BOS, EOS and padding
+                state.token_weight = torch.zeros(n_keys, device=device)  # [key]
+                state.token_weight[1:state.n_tokens - 1] = 1.0 if state.keep is None else state.keep.to(device)
+            low, high = max(first, 1), min(first + n_rows, state.n_tokens - 1)  # token rows of residues in block
+            if low < high:
+                alpha = block.alpha[b, :, low - first:high - first]  # [head rows key], each head's rows contiguous
+                rows, residues = slice(low - 1, high - 1), slice(1, state.n_tokens - 1)
+                row_weight = state.token_weight[low:high]  # [rows]
+                # Three matrix-vector passes over the block: no copy of α, no per-head loop.
+                weighted = (weight @ alpha.reshape(len(block.heads), -1)).reshape(high - low, n_keys)  # [rows key]
+                if state.keep is not None:  # an EOS token inside the residues: zero its row and column
+                    weighted = weighted * row_weight[:, None] * state.token_weight[None, :]
+                state.weighted[rows] += weighted[:, residues]  # [rows L]
+                state.row_sums[block.layer, heads, rows] = (alpha @ state.token_weight) * row_weight  # [head rows]
+                column_sums = (row_weight @ alpha) * state.token_weight  # [head key]
+                state.col_sums[block.layer, heads] += column_sums[:, residues]  # [head L]
+                if self.per_head:
+                    if state.layer_alpha is None:
+                        state.layer_alpha = torch.zeros(len(block.heads), length, length, device=device)
+                    kept = alpha[:, :, residues] * row_weight[:, None] * state.token_weight[None, residues]
+                    state.layer_alpha[:, rows] = kept  # [head rows L]
+            if self.per_head and first + n_rows == block.n_query and state.layer_alpha is not None:
+                self._analyse_layer(state, block.layer, block.heads)
+                state.layer_alpha = None
+
+    # -- results ------------------------------------------------------------------------------------------------
+
+    def logits(self, b: int = 0) -> torch.Tensor:
+        """[L L] contact logits of sequence b (before the sigmoid)."""
+        state = self.sequences[b]
+        if state.weighted is None and self.engaged:  # every regression weight is zero: the bias alone
+            return torch.full((state.length, state.length), float(self.bias))
+        if state.weighted is None:
+            raise ProbeError("the contact sink received no attention: run the model inside `with capture(...)`")
+        sums = (state.row_sums + state.col_sums).reshape(-1, state.length).double()  # [channel L] rows of sym(A)
+        totals = sums.sum(-1)  # [channel]
+        weight = self.weight.to(sums.device).reshape(-1).double()  # [channel]
+        used = (weight != 0) & (totals > 0)
+        scaled = sums[used] * (weight[used] / totals[used])[:, None]  # [channel L]
+        correction = scaled.transpose(0, 1) @ sums[used]  # [L L] Σ_c w_c r_c r_cᵀ / t_c
+        return self.bias + state.weighted + state.weighted.transpose(0, 1) - correction.float()
+
+    def contacts(self, b: int = 0) -> torch.Tensor:
+        """[L L] contact probabilities of sequence b."""
+        return torch.sigmoid(self.logits(b))
+
+    def head_table(self, b: int = 0) -> pd.DataFrame:
+        """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module docstring)."""
+        state = self.sequences[b]
+        if not self.per_head:
+            raise ProbeError("per-head statistics were not collected: build the ContactSink with per_head=True")
+        total = sum(state.abs_logit.values())
+        table = pd.DataFrame(state.rows)
+        table.insert(4, "logit_share", [state.abs_logit[(row["layer"], row["head"])] / total if total > 0
+                                        else float("nan") for row in state.rows])
+        return table.sort_values(["layer", "head"], ignore_index=True)
+
+    def _analyse_layer(self, state: _SequenceState, layer: int, heads: tuple[int, ...]) -> None:
+        """Statistics of every head of one layer from its α [head L L], computed one head at a time."""
+        if state.true_map is not None and state.range_pairs is None:
+            state.range_pairs = _RangePairs(state.true_map.to(state.layer_alpha.device))
+        pairs = state.range_pairs
+        length = state.length
+        position = torch.arange(length, device=state.layer_alpha.device)
+        far = (position[:, None] - position[None, :]).abs() >= MIN_SEPARATION  # [L L]
+        if state.true_map is not None:
+            provis_pairs, provis_contacts = _provis_masks(state.true_map.to(state.layer_alpha.device))
+            background = float(provis_contacts.sum() / provis_pairs.sum()) if provis_pairs.any() else float("nan")
+        for index, head in enumerate(heads):
+            alpha = state.layer_alpha[index]  # [L L]
+            corrected = apc(symmetrize(alpha))  # [L L]
+            weight = float(self.weight[layer, head])
+            state.abs_logit[(layer, head)] = float((weight * corrected).abs()[far].sum())
+            row = {"layer": layer, "head": head, "name": head_name(layer, head), "weight": weight}
+            if pairs is not None:
+                row.update(pairs.precision(corrected))
+                strong = alpha >= PROVIS_THRESHOLD  # [L L]
+                high, on_contact = (strong & provis_pairs).sum(), (strong & provis_contacts).sum()
+                row["provis_share"] = float(on_contact / high) if int(high) else float("nan")
+                row["provis_count"] = int(high)
+                row["background"] = background
+            else:
+                row.update(dict.fromkeys(precision_columns(), float("nan")))
+                row.update(provis_share=float("nan"), provis_count=0, background=float("nan"))
+            state.rows.append(row)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The API
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ContactResult:
+    """Contacts of one sequence, and (when a true map was given) how good they are."""
+
+    sequence: str
+    contacts: np.ndarray  # [L L] float32 probabilities (NaN for pairs no window covered, windowed mode only)
+    true_contacts: np.ndarray | None = None  # [L L] int8: 1 contact, 0 not, -1 unknown
+    precision: dict[str, float] | None = None  # of `contacts`, keys precision_columns()
+    heads: pd.DataFrame | None = None  # per-head table (see the module docstring)
+
+
+def _require_esm(loaded: LoadedModel) -> None:
+    if loaded.kind != "protein_mlm":
+        raise ProbeError(f"{loaded.name} is a {loaded.kind} model: contact prediction needs an ESM protein model")
+
+
+def _encode_batch(loaded: LoadedModel, sequences: Sequence[str]) -> tuple[list[str], dict[str, torch.Tensor]]:
+    from probe.models import clean_protein
+
+    cleaned = [clean_protein(sequence) for sequence in sequences]
+    encoded = loaded.tokenizer(cleaned, return_tensors="pt", padding=True)
+    longest = int(encoded["attention_mask"].sum(-1).max())
+    loaded.check_length(longest, f"the sequence ({longest - 2} residues)")
+    return cleaned, {"input_ids": encoded["input_ids"].to(loaded.device),
+                     "attention_mask": encoded["attention_mask"].to(loaded.device)}
+
+
+def predict_contacts_batch(
+    loaded: LoadedModel,
+    sequences: Sequence[str],
+    true_maps: Sequence[np.ndarray | None] | None = None,
+    per_head: bool | None = None,  # None: when a true map is given
+) -> list[ContactResult]:
+    """Contacts of several sequences in one padded forward pass, each cropped to its own length."""
+    _require_esm(loaded)
+    if not sequences:
+        raise ProbeError("no sequences given")
+    cleaned, inputs = _encode_batch(loaded, sequences)
+    true_maps = list(true_maps) if true_maps is not None else [None] * len(cleaned)
+    if per_head is None:
+        per_head = any(true_map is not None for true_map in true_maps)
+    weight, bias = contact_regression(loaded.model)
+    eos_id = getattr(getattr(loaded.model, "esm", loaded.model).contact_head, "eos_idx", 2)
+    sink = ContactSink(weight, bias, inputs["input_ids"], inputs["attention_mask"], eos_id, true_maps, per_head)
+    with capture(loaded.model, sink), torch.inference_mode():
+        loaded.model(**inputs)
+    results = []
+    for b, sequence in enumerate(cleaned):
+        contacts = sink.contacts(b).float().cpu().numpy()  # [L L]
+        true_map = None if true_maps[b] is None else np.asarray(true_maps[b], dtype=np.int8)
+        precision = None if true_map is None else precision_by_range(contacts, true_map)
+        heads = sink.head_table(b) if per_head else None
+        results.append(ContactResult(sequence, contacts, true_map, precision, heads))
+    return results
+
+
+def predict_contacts(
+    loaded: LoadedModel,
+    sequence: str,
+    true_map: np.ndarray | None = None,  # [L L] int8 (probe.structure.contact_map(structure, sequence=...))
+    per_head: bool | None = None,  # None: when a true map is given
+) -> ContactResult:
+    """Contacts of one protein sequence with the checkpoint's own contact head; per-head table with a true map."""
+    return predict_contacts_batch(loaded, [sequence], [true_map], per_head)[0]
+
+
+def predict_contacts_windowed(
+    loaded: LoadedModel,
+    sequence: str,
+    window: int,  # residues per window (at most the model's limit)
+    stride: int | None = None,  # default window // 2
+    true_map: np.ndarray | None = None,
+) -> ContactResult:
+    """Crop-and-average for sequences longer than the model takes: predict overlapping windows of `window` residues,
+    `stride` apart (the last one ends at the sequence's end), and average the probabilities of each pair over the
+    windows that hold both residues. Pairs farther apart than any window covers are NaN. No per-head table."""
+    from probe.models import clean_protein
+
+    _require_esm(loaded)
+    sequence = clean_protein(sequence)
+    limit = loaded.max_tokens - 2
+    if not 1 <= window <= limit:
+        raise ProbeError(f"--window {window} must be between 1 and {limit} (the model's residue limit)")
+    stride = stride or max(1, window // 2)
+    length = len(sequence)
+    starts = list(range(0, max(1, length - window + 1), stride))
+    if starts[-1] + window < length:
+        starts.append(length - window)
+    total = np.zeros((length, length), dtype=np.float64)  # [L L]
+    count = np.zeros((length, length), dtype=np.int32)  # [L L]
+    for start in starts:
+        stop = min(length, start + window)
+        part = predict_contacts(loaded, sequence[start:stop], per_head=False).contacts  # [window window]
+        total[start:stop, start:stop] += part
+        count[start:stop, start:stop] += 1
+    with np.errstate(invalid="ignore"):
+        contacts = np.where(count > 0, total / np.maximum(count, 1), np.nan).astype(np.float32)
+    true_map = None if true_map is None else np.asarray(true_map, dtype=np.int8)
+    precision = None if true_map is None else precision_by_range(contacts, true_map)
+    return ContactResult(sequence, contacts, true_map, precision, None)
+
+
+def head_attention_map(loaded: LoadedModel, sequence: str, layer: int, head: int) -> np.ndarray:
+    """[L L] APC-corrected symmetrized attention of one head on the residues (BOS/EOS dropped)."""
+    from probe.models import tokenize_protein
+
+    _require_esm(loaded)
+    if not (0 <= layer < loaded.n_layers and 0 <= head < loaded.n_heads):
+        raise ProbeError(f"head L{layer}H{head} does not exist: the model has layers 0..{loaded.n_layers - 1} and "
+                         f"heads 0..{loaded.n_heads - 1}")
+    inputs = tokenize_protein(loaded, sequence)
+    sink = DenseSink([layer], [head])
+    with capture(loaded.model, sink), torch.inference_mode():
+        loaded.model(**inputs)
+    alpha = sink.attention(0)[0, 0, 0, 1:-1, 1:-1]  # [L L]
+    return apc(symmetrize(alpha)).numpy()

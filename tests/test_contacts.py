@@ -1,0 +1,300 @@
+"""Contact prediction: equality with HF `predict_contacts` (eager), the streaming sink, and hand-computed precision."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import EsmForMaskedLM
+from transformers.models.esm.modeling_esm import EsmContactPredictionHead
+
+from probe import models
+from probe.capture import AttentionBlock
+from probe.contacts import (
+    ContactSink,
+    apc,
+    contact_regression,
+    head_attention_map,
+    precision_by_range,
+    precision_columns,
+    predict_contacts,
+    predict_contacts_batch,
+    predict_contacts_windowed,
+    symmetrize,
+)
+from probe.errors import ProbeError
+
+SEQUENCES = ["MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "GAVLIMFWPSTC", "MQIFVKTLTGKTITLEVEPSDTIENVK"]
+
+
+def _scale_regression(model: torch.nn.Module, factor: float, zero_every: int = 0) -> None:
+    """Make the random contact head strong enough that probabilities spread over (0, 1) (a sensitive comparison)."""
+    regression = model.esm.contact_head.regression
+    with torch.no_grad():
+        regression.weight.mul_(factor)
+        if zero_every:
+            regression.weight[0, ::zero_every] = 0.0
+
+
+@pytest.fixture()
+def esm_pair(tiny_dir):
+    """(ours: probe-loaded sdpa model, reference: the same checkpoint on eager attention), same scaled regression."""
+    directory = tiny_dir("esm", seed=3, num_hidden_layers=3)
+    loaded = models.load(str(directory))
+    reference = EsmForMaskedLM.from_pretrained(str(directory), attn_implementation="eager").eval()
+    assert loaded.model.config._attn_implementation == "sdpa"
+    for model in (loaded.model, reference):
+        _scale_regression(model, 300.0)
+    return loaded, reference
+
+
+def _reference(reference: EsmForMaskedLM, loaded, sequences: list[str]) -> torch.Tensor:
+    encoded = loaded.tokenizer(sequences, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        return reference.predict_contacts(encoded["input_ids"], encoded["attention_mask"])  # [batch T-2 T-2]
+
+
+def test_contacts_equal_hf_predict_contacts_eager(esm_pair):
+    loaded, reference = esm_pair
+    for sequence in SEQUENCES:
+        expected = _reference(reference, loaded, [sequence])[0]  # [L L]
+        ours = predict_contacts(loaded, sequence).contacts
+        assert ours.shape == (len(sequence), len(sequence))
+        assert float(expected.std()) > 0.05  # a spread map: a wrong APC or a missed EOS would show
+        np.testing.assert_allclose(ours, expected.numpy(), atol=1e-5, rtol=0)
+
+
+def test_contacts_equal_hf_on_padded_batch_of_unequal_lengths(esm_pair):
+    loaded, reference = esm_pair
+    expected = _reference(reference, loaded, SEQUENCES)  # [batch T-2 T-2], padded to the longest
+    results = predict_contacts_batch(loaded, SEQUENCES)
+    for b, (sequence, result) in enumerate(zip(SEQUENCES, results, strict=True)):
+        length = len(sequence)
+        assert result.contacts.shape == (length, length)  # cropped to its own length
+        np.testing.assert_allclose(result.contacts, expected[b, :length, :length].numpy(), atol=1e-5, rtol=0)
+
+
+def test_zero_weight_heads_are_skipped_and_result_unchanged(esm_pair):
+    loaded, reference = esm_pair
+    for model in (loaded.model, reference):
+        _scale_regression(model, 1.0, zero_every=2)
+    weight, bias = contact_regression(loaded.model)
+    encoded = loaded.tokenizer([SEQUENCES[0]], return_tensors="pt")
+    sink = ContactSink(weight, bias, encoded["input_ids"], encoded["attention_mask"], eos_id=2)
+    wanted = list(sink.heads_for(0, loaded.n_heads))
+    assert wanted == [head for head in range(loaded.n_heads) if weight[0, head] != 0] and len(wanted) < loaded.n_heads
+    expected = _reference(reference, loaded, [SEQUENCES[0]])[0]
+    np.testing.assert_allclose(predict_contacts(loaded, SEQUENCES[0]).contacts, expected.numpy(), atol=1e-5, rtol=0)
+
+
+def test_all_zero_regression_gives_the_bias_alone(esm_pair):
+    loaded, reference = esm_pair
+    for model in (loaded.model, reference):
+        _scale_regression(model, 0.0)
+    expected = _reference(reference, loaded, [SEQUENCES[1]])[0]
+    np.testing.assert_allclose(predict_contacts(loaded, SEQUENCES[1]).contacts, expected.numpy(), atol=1e-6)
+
+
+def test_sink_memory_does_not_grow_with_layers_times_heads(tiny_dir):
+    """The sink keeps one [L L] accumulator per sequence and [layer head L] sums, never [layer head L L]."""
+    sequence = SEQUENCES[0]
+    length = len(sequence)
+    for layers, heads in ((2, 4), (6, 8)):
+        loaded = models.load(str(tiny_dir("esm", num_hidden_layers=layers, num_attention_heads=heads)))
+        weight, bias = contact_regression(loaded.model)
+        encoded = loaded.tokenizer([sequence], return_tensors="pt")
+        sink = ContactSink(weight, bias, encoded["input_ids"], encoded["attention_mask"], eos_id=2)
+        from probe.capture import capture
+
+        with capture(loaded.model, sink, block_bytes=4 * heads * (length + 2) * 5), torch.inference_mode():
+            loaded.model(**encoded)  # about 5 query rows per block: many blocks per layer
+        state = sink.sequences[0]
+        assert state.weighted.shape == (length, length)
+        assert state.layer_alpha is None
+        kept = sum(t.numel() for t in (state.weighted, state.row_sums, state.col_sums))
+        assert kept == length * length + 2 * layers * heads * length
+
+
+def _block(layer: int, heads: tuple[int, ...], start: int, alpha: torch.Tensor) -> AttentionBlock:
+    """An engine block of a non-causal forward over alpha.shape[-1] tokens (query rows start .. start + rows)."""
+    n_tokens = alpha.shape[-1]
+    return AttentionBlock(step=0, layer=layer, heads=heads, query_start=start, n_query=n_tokens, query_offset=0,
+                          n_key=n_tokens, alpha=alpha.contiguous())
+
+
+def test_eos_inside_the_block_is_zeroed_like_the_reference():
+    """A sequence containing an EOS token: the sink zeroes its row and column exactly as HF's contact head does."""
+    generator = torch.Generator().manual_seed(0)
+    layers, heads, tokens = 2, 3, 12
+    alpha = torch.rand(2, layers, heads, tokens, tokens, generator=generator)  # [batch layer head query key]
+    alpha = alpha / alpha.sum(-1, keepdim=True)
+    input_ids = torch.randint(4, 20, (2, tokens), generator=generator)
+    input_ids[:, 0], input_ids[0, -1] = 0, 2
+    input_ids[1, 5], input_ids[1, 8], input_ids[1, 9:] = 2, 2, 1  # an EOS inside, then EOS + padding
+    attention_mask = (input_ids != 1).long()
+    alpha = alpha * attention_mask[:, None, None, None, :] * attention_mask[:, None, None, :, None]
+    reference_head = EsmContactPredictionHead(layers * heads, eos_idx=2)
+    with torch.no_grad():
+        reference_head.regression.weight.normal_(0, 3.0, generator=generator)
+        expected = reference_head(input_ids, alpha)  # [batch T-2 T-2]
+    weight = reference_head.regression.weight.detach().reshape(layers, heads)
+    sink = ContactSink(weight, float(reference_head.regression.bias.detach()), input_ids, attention_mask, eos_id=2)
+    for layer in range(layers):
+        for start in range(0, tokens, 5):  # blocks of 5 query rows
+            block = alpha[:, layer, :, start:start + 5]  # [batch head rows key]
+            sink.update(_block(layer, tuple(range(heads)), start, block))
+    for b in range(2):
+        length = int(attention_mask[b].sum()) - 2
+        np.testing.assert_allclose(sink.contacts(b).numpy(), expected[b, :length, :length].numpy(), atol=1e-6)
+
+
+def test_head_attention_map_equals_apc_of_eager_attention(esm_pair):
+    loaded, reference = esm_pair
+    sequence = SEQUENCES[2]
+    encoded = loaded.tokenizer([sequence], return_tensors="pt")
+    with torch.no_grad():
+        attentions = reference(**encoded, output_attentions=True).attentions
+    alpha = attentions[1][0, 2, 1:-1, 1:-1]  # [L L] layer 1 head 2, residues only
+    expected = apc(symmetrize(alpha))
+    np.testing.assert_allclose(head_attention_map(loaded, sequence, 1, 2), expected.numpy(), atol=1e-5)
+    with pytest.raises(ProbeError, match="does not exist"):
+        head_attention_map(loaded, sequence, 9, 0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Precision by range, per-head statistics: hand-computed values
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_precision_by_range_hand_computed():
+    length = 30
+    true_map = np.zeros((length, length), dtype=np.int8)
+    scores = np.zeros((length, length))
+    # short range (6-11): pairs (0,6) .. (9,15) get descending scores; contacts at (0,6), (2,8), (5,11)
+    for rank, i in enumerate(range(10)):
+        scores[i, i + 6] = scores[i + 6, i] = 10.0 - rank
+    for i in (0, 2, 5):
+        true_map[i, i + 6] = true_map[i + 6, i] = 1
+    # long range: the best-scoring long pair is a contact, the second is unknown (skipped), the third is not
+    scores[0, 29], scores[1, 29], scores[2, 28] = 5.0, 4.0, 3.0
+    true_map[0, 29] = 1
+    true_map[1, 29] = -1
+    result = precision_by_range(scores, true_map)
+    assert list(result) == precision_columns()
+    # L/5 = 6 top short pairs: (0,6)..(5,11) hold 3 contacts; L/2 = 15: 3 of 15; L = 30: 3 of 30
+    assert result["p_at_L5_short"] == pytest.approx(3 / 6)
+    assert result["p_at_L2_short"] == pytest.approx(3 / 15)
+    assert result["p_at_L_short"] == pytest.approx(3 / 30)
+    assert result["p_at_L5_medium"] == 0.0  # no medium contacts at all
+    # long: (0,29) first, (1,29) unknown, so the 6 taken are (0,29), (2,28) and 4 zero-score pairs: 1 contact
+    assert result["p_at_L5_long"] == pytest.approx(1 / 6)
+    # 21 long pairs in total, 20 known: L/2 = 15 of them, L = 30 capped at the 20 known
+    assert result["p_at_L2_long"] == pytest.approx(1 / 15)
+    assert result["p_at_L_long"] == pytest.approx(1 / 20)
+
+
+def _planted_case():
+    """Two heads over L = 30 residues: head 0 spikes on 6 long-range pairs (4 of them contacts), head 1 is uniform
+    except one strong weight; α includes BOS (token 0) and EOS (token 31)."""
+    length, tokens = 30, 32
+    true_map = np.zeros((length, length), dtype=np.int8)
+    position = np.arange(length)
+    separation = np.abs(position[:, None] - position[None, :])
+    true_map[(separation >= 6) & (separation <= 11)] = 1  # every short-range pair is a contact
+    spikes = [(0, 24), (1, 25), (2, 27), (3, 29), (4, 28), (5, 29)]  # residue pairs, all long range
+    for i, j in spikes[:4]:
+        true_map[i, j] = true_map[j, i] = 1
+    alpha = torch.full((1, 2, tokens, tokens), 0.5 / tokens)  # [batch head query key]
+    for i, j in spikes:
+        alpha[0, 0, i + 1, j + 1] = 0.5  # token = residue + 1
+    alpha[0, 1, 20 + 1, 5 + 1] = 0.45  # head 1: one weight >= 0.3, on a medium-range pair (never a contact)
+    return true_map, alpha, spikes
+
+
+def test_per_head_statistics_hand_computed():
+    true_map, alpha, spikes = _planted_case()
+    tokens = alpha.shape[-1]
+    input_ids = torch.full((1, tokens), 5)
+    input_ids[0, 0], input_ids[0, -1] = 0, 2
+    weight = torch.tensor([[2.0, -1.0]])  # [layer head]
+    sink = ContactSink(weight, 0.1, input_ids, torch.ones(1, tokens, dtype=torch.long), eos_id=2,
+                       true_maps=[true_map], per_head=True)
+    for start in range(0, tokens, 7):  # streamed in blocks of 7 query rows
+        sink.update(_block(0, (0, 1), start, alpha[:, :, start:start + 7]))
+    table = sink.head_table(0).set_index("name")
+    spiky = table.loc["L0H0"]
+    # long range: the 6 spikes rank first (4 contacts); there are no other long contacts
+    assert spiky["p_at_L5_long"] == pytest.approx(4 / 6)
+    assert spiky["p_at_L2_long"] == pytest.approx(4 / 15)
+    long_pairs = sum(30 - s for s in range(24, 30))
+    assert spiky["p_at_L_long"] == pytest.approx(4 / min(30, long_pairs))
+    assert spiky["p_at_L_short"] == 1.0 and spiky["p_at_L_medium"] == 0.0  # all / no pairs are contacts there
+    # provis: head 0 has 6 weights >= 0.3 on pairs |i-j| >= 6, 4 on contacts; head 1 one weight, not a contact
+    assert spiky["provis_count"] == 6 and spiky["provis_share"] == pytest.approx(4 / 6)
+    assert table.loc["L0H1", "provis_count"] == 1 and table.loc["L0H1", "provis_share"] == 0.0
+    known = np.abs(np.subtract.outer(np.arange(30), np.arange(30))) >= 6
+    assert spiky["background"] == pytest.approx(true_map[known].sum() / known.sum())
+    # weights and logit shares: |w|·Σ|APC(sym α)| over pairs |i-j| >= 6, normalised over the heads
+    residues = alpha[0, :, 1:-1, 1:-1]  # [head L L]
+    mass = [abs(w) * float(apc(symmetrize(residues[h])).abs()[torch.as_tensor(known)].sum())
+            for h, w in enumerate((2.0, -1.0))]
+    assert spiky["weight"] == 2.0 and table.loc["L0H1", "weight"] == -1.0
+    assert spiky["logit_share"] == pytest.approx(mass[0] / sum(mass))
+    assert table["logit_share"].sum() == pytest.approx(1.0)
+    # the sink's logits are b + Σ w·APC(sym α) of the residue block
+    expected = 0.1 + 2.0 * apc(symmetrize(residues[0])) - 1.0 * apc(symmetrize(residues[1]))
+    torch.testing.assert_close(sink.logits(0), expected, atol=1e-6, rtol=0)
+
+
+def test_predict_contacts_with_true_map_gives_head_table_and_precision(esm_pair):
+    loaded, _ = esm_pair
+    sequence = SEQUENCES[0]
+    length = len(sequence)
+    true_map = (np.abs(np.subtract.outer(np.arange(length), np.arange(length))) % 7 == 0).astype(np.int8)
+    result = predict_contacts(loaded, sequence, true_map=true_map)
+    assert result.precision == precision_by_range(result.contacts, true_map)
+    assert len(result.heads) == loaded.n_layers * loaded.n_heads
+    assert list(result.heads["name"][:2]) == ["L0H0", "L0H1"]
+    head = result.heads.iloc[5]
+    layer, index = int(head["layer"]), int(head["head"])
+    expected = precision_by_range(head_attention_map(loaded, sequence, layer, index), true_map)
+    for column in precision_columns():
+        assert head[column] == pytest.approx(expected[column])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Input validation and the window mode
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_bad_letters_rejected_with_positions_lowercase_accepted(esm_pair):
+    loaded, _ = esm_pair
+    with pytest.raises(ProbeError, match="'J' at 3"):
+        predict_contacts(loaded, "MKJAY")
+    upper = predict_contacts(loaded, SEQUENCES[1]).contacts
+    np.testing.assert_array_equal(predict_contacts(loaded, SEQUENCES[1].lower()).contacts, upper)
+
+
+def test_too_long_sequence_errors_and_window_mode_covers_it(tiny_dir):
+    loaded = models.load(str(tiny_dir("esm", max_position_embeddings=22)))  # 20 tokens: 18 residues
+    sequence = SEQUENCES[0][:25]
+    with pytest.raises(ProbeError, match="--window"):
+        predict_contacts(loaded, sequence)
+    result = predict_contacts_windowed(loaded, sequence, window=18, stride=7)  # windows at 0 and 7
+    first = predict_contacts(loaded, sequence[:18]).contacts
+    second = predict_contacts(loaded, sequence[7:]).contacts
+    np.testing.assert_allclose(result.contacts[:7, :7], first[:7, :7], atol=1e-7)  # only in window 0
+    np.testing.assert_allclose(result.contacts[18:, 18:], second[11:, 11:], atol=1e-7)  # only in window 1
+    np.testing.assert_allclose(result.contacts[8, 12], (first[8, 12] + second[1, 5]) / 2, atol=1e-7)  # both
+    assert np.isnan(result.contacts[0, 24])  # no window holds both
+    short = SEQUENCES[1]
+    np.testing.assert_allclose(predict_contacts_windowed(loaded, short, window=18).contacts,
+                               predict_contacts(loaded, short).contacts, atol=1e-7)
+    with pytest.raises(ProbeError, match="between 1 and 18"):
+        predict_contacts_windowed(loaded, sequence, window=40)
+
+
+def test_non_esm_model_is_refused(tiny_dir):
+    loaded = models.load(str(tiny_dir("gpt2")))
+    with pytest.raises(ProbeError, match="ESM"):
+        predict_contacts(loaded, "MKT")

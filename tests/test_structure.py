@@ -1,0 +1,231 @@
+"""True contact maps from structures: synthetic coordinates with exact distances, and the real files where present."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from probe.errors import ProbeError
+from probe.structure import align_to_sequence, contact_map, read_structure
+
+THREE = {"A": "ALA", "G": "GLY", "K": "LYS", "L": "LEU", "M": "MET", "P": "PRO", "S": "SER", "V": "VAL", "E": "GLU",
+         "Q": "GLN", "I": "ILE", "F": "PHE", "T": "THR", "D": "ASP", "N": "ASN", "R": "ARG", "Y": "TYR", "W": "TRP",
+         "C": "CYS", "H": "HIS"}
+
+
+def atom_line(serial, name, res_name, chain, res_id, xyz, element, altloc=" ", record="ATOM  ", occupancy=1.0):
+    """One fixed-column PDB ATOM/HETATM record (test data writer, not a parser)."""
+    padded = f" {name:<3}" if len(name) < 4 else name
+    x, y, z = xyz
+    return (f"{record}{serial:5d} {padded}{altloc}{res_name:>3} {chain}{res_id:4d}    "
+            f"{x:8.3f}{y:8.3f}{z:8.3f}{occupancy:6.2f}{10.0:6.2f}          {element:>2}")
+
+
+def line_chain(sequence: str, chain: str = "A", first_id: int = 1, spacing: float = 4.0, skip=(), shift=(0, 0, 0)):
+    """Residues along x: representative atom (CB, or CA for Gly) of residue i at x = spacing·i; the CA sits 1.5 Å
+    off the axis in y (so Cα distances differ from Cβ ones); hydrogens on every residue. `skip`: indices left out."""
+    lines, serial = [], 1
+    for index, letter in enumerate(sequence):
+        if index in skip:
+            continue
+        res_id, res_name = first_id + index, THREE[letter]
+        x = spacing * index + shift[0]
+        atoms = [("N", (x, 3.0 + shift[1], shift[2]), "N")]
+        if letter == "G":
+            atoms.append(("CA", (x, shift[1], shift[2]), "C"))
+        else:
+            atoms += [("CA", (x, 1.5 + shift[1], shift[2]), "C"), ("CB", (x, shift[1], shift[2]), "C")]
+        atoms += [("C", (x + 1.0, 3.0 + shift[1], shift[2]), "C"), ("H", (x, 4.0 + shift[1], shift[2]), "H")]
+        for name, xyz, element in atoms:
+            lines.append(atom_line(serial, name, res_name, chain, res_id, xyz, element))
+            serial += 1
+    return lines
+
+
+def expected_line_map(length: int, spacing: float = 4.0, threshold: float = 8.0) -> np.ndarray:
+    separation = np.abs(np.subtract.outer(np.arange(length), np.arange(length)))
+    return (spacing * separation < threshold).astype(np.int8)
+
+
+def write(tmp_path, name: str, lines: list[str]) -> str:
+    path = tmp_path / name
+    path.write_text("\n".join([*lines, "END"]) + "\n")
+    return str(path)
+
+
+SEQ = "MKVLAGSEQKFT"
+
+
+def test_line_of_residues_exact_distances(tmp_path):
+    structure = read_structure(write(tmp_path, "line.pdb", line_chain(SEQ)))
+    assert structure.sequence == SEQ and structure.chain == "A"
+    true_map = contact_map(structure)
+    # spacing 4 Å: neighbours at 4 Å are contacts, residues two apart at exactly 8.0 Å are not (strictly below 8)
+    np.testing.assert_array_equal(true_map, expected_line_map(len(SEQ)))
+    assert true_map[0, 2] == 0 and true_map[0, 1] == 1
+    # a larger threshold includes the 8 Å pairs
+    np.testing.assert_array_equal(contact_map(structure, threshold=8.5), expected_line_map(len(SEQ), threshold=8.5))
+
+
+def test_cbeta_used_and_calpha_for_glycine(tmp_path):
+    # residue 0 (Met) and residue 1 (Gly) 7.0 Å apart along x at the representative atoms; Met's CA is off-axis
+    lines = line_chain("MG", spacing=7.0)
+    structure = read_structure(write(tmp_path, "cb.pdb", lines))
+    np.testing.assert_allclose(structure.coords, [[0, 0, 0], [7, 0, 0]])
+    assert contact_map(structure, threshold=7.01)[0, 1] == 1 and contact_map(structure, threshold=7.0)[0, 1] == 0
+
+
+def test_mmcif_gives_the_same_map(tmp_path):
+    import biotite.structure.io.pdbx as pdbx
+
+    pdb_path = write(tmp_path, "line.pdb", line_chain(SEQ))
+    from biotite.structure.io import pdb
+
+    atoms = pdb.PDBFile.read(pdb_path).get_structure(model=1)
+    cif = pdbx.CIFFile()
+    pdbx.set_structure(cif, atoms)
+    cif_path = tmp_path / "line.cif"
+    cif.write(str(cif_path))
+    structure = read_structure(str(cif_path))
+    assert structure.sequence == SEQ
+    np.testing.assert_array_equal(contact_map(structure), expected_line_map(len(SEQ)))
+    from_bytes = read_structure(cif_path.read_bytes())  # format sniffed from the content
+    np.testing.assert_array_equal(contact_map(from_bytes), expected_line_map(len(SEQ)))
+
+
+def test_numbering_starting_at_5_and_sequence_alignment(tmp_path):
+    structure = read_structure(write(tmp_path, "from5.pdb", line_chain(SEQ, first_id=5)))
+    assert structure.residue_ids[0] == 5 and structure.sequence == SEQ
+    np.testing.assert_array_equal(contact_map(structure, sequence=SEQ), expected_line_map(len(SEQ)))
+    # the full construct has 4 residues before the structure's first: they are unknown, the rest is not shifted
+    construct = "GSHM" + SEQ
+    aligned = contact_map(structure, sequence=construct)
+    assert aligned.shape == (len(construct), len(construct))
+    assert (aligned[:4] == -1).all() and (aligned[:, :4] == -1).all()
+    np.testing.assert_array_equal(aligned[4:, 4:], expected_line_map(len(SEQ)))
+
+
+def test_missing_residue_does_not_shift_the_map(tmp_path):
+    # residue index 5 (G) was not modelled: the file jumps from res_id 5 to 7
+    structure = read_structure(write(tmp_path, "gap.pdb", line_chain(SEQ, skip=(5,))))
+    assert structure.sequence == SEQ[:5] + SEQ[6:]
+    np.testing.assert_array_equal(align_to_sequence(structure, SEQ), [0, 1, 2, 3, 4, -1, 5, 6, 7, 8, 9, 10])
+    aligned = contact_map(structure, sequence=SEQ)
+    expected = expected_line_map(len(SEQ))  # positions keep their true coordinates (x = 4·index)
+    expected[5, :] = expected[:, 5] = -1
+    np.testing.assert_array_equal(aligned, expected)
+
+
+def test_first_model_of_an_nmr_ensemble(tmp_path):
+    model_1 = line_chain(SEQ)
+    model_2 = line_chain(SEQ, spacing=2.0)  # all residues within 8 Å of each other up to 3 apart
+    lines = ["MODEL        1", *model_1, "ENDMDL", "MODEL        2", *model_2, "ENDMDL"]
+    structure = read_structure(write(tmp_path, "nmr.pdb", lines))
+    np.testing.assert_array_equal(contact_map(structure), expected_line_map(len(SEQ)))
+
+
+def test_first_alternate_location_and_microheterogeneity(tmp_path):
+    # residue 2 has CB in altloc A on the axis and altloc B 30 Å away; residue 3 is Pro (A) / Ser (B) like 1EJG's 22
+    lines = line_chain("MKV")
+    lines = [line for line in lines if not (line[17:20] == "VAL" and line[12:16] == " CB ")]
+    lines.append(atom_line(90, "CB", "VAL", "A", 3, (8.0, 0.0, 0.0), "C", altloc="A", occupancy=0.6))
+    lines.append(atom_line(91, "CB", "VAL", "A", 3, (8.0, 30.0, 0.0), "C", altloc="B", occupancy=0.4))
+    lines.append(atom_line(92, "N", "PRO", "A", 4, (12.0, 3.0, 0.0), "N"))
+    for serial, (name, xyz) in enumerate((("CA", (12.0, 1.5, 0.0)), ("CB", (12.0, 0.0, 0.0))), start=93):
+        lines.append(atom_line(serial, name, "PRO", "A", 4, xyz, "C", altloc="A", occupancy=0.5))
+    for serial, (name, xyz) in enumerate((("CA", (12.0, 1.5, 0.0)), ("CB", (12.0, 40.0, 0.0))), start=95):
+        lines.append(atom_line(serial, name, "SER", "A", 4, xyz, "C", altloc="B", occupancy=0.5))
+    structure = read_structure(write(tmp_path, "alt.pdb", lines))
+    assert structure.sequence == "MKVP"
+    np.testing.assert_allclose(structure.coords[2:], [[8.0, 0.0, 0.0], [12.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(contact_map(structure), expected_line_map(4))
+
+
+def test_waters_ligands_and_hydrogens_ignored_chain_choice(tmp_path):
+    waters = [atom_line(500 + k, "O", "HOH", "W", k + 1, (0.0, 0.0, 3.0 * k), "O", record="HETATM") for k in range(3)]
+    ligand = [atom_line(600, "C1", "NAG", "A", 100, (1.0, 1.0, 1.0), "C", record="HETATM")]
+    lines = waters + line_chain("MKVL", chain="B") + line_chain(SEQ, chain="A", shift=(0, 0, 50)) + ligand
+    path = write(tmp_path, "multi.pdb", lines)
+    first = read_structure(path)  # the first *protein* chain: B (chain W holds only waters)
+    assert first.chain == "B" and first.chains == ("B", "A") and first.sequence == "MKVL"
+    chosen = read_structure(path, chain="A")
+    assert chosen.sequence == SEQ  # the NAG ligand of chain A is not a residue
+    np.testing.assert_array_equal(contact_map(chosen), expected_line_map(len(SEQ)))
+    with pytest.raises(ProbeError, match="no protein chain 'C'.*B, A"):
+        read_structure(path, chain="C")
+    with pytest.raises(ProbeError, match="no protein chain"):
+        read_structure(write(tmp_path, "water.pdb", waters))
+
+
+def test_mismatching_sequence_and_bad_files(tmp_path):
+    structure = read_structure(write(tmp_path, "line.pdb", line_chain(SEQ)))
+    with pytest.raises(ProbeError, match="matches only"):
+        contact_map(structure, sequence="WWWWWWWWWWWW")
+    with pytest.raises(ProbeError, match="does not exist"):
+        read_structure(str(tmp_path / "absent.pdb"))
+    with pytest.raises(ProbeError, match="format"):
+        read_structure(write(tmp_path, "line.txt", line_chain(SEQ)))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Real files (../shared/data/structures)
+# ----------------------------------------------------------------------------------------------------------------
+
+REAL = {
+    "1aki.pdb": (None, "KVFGRCELAAAMKRHGLDNYRGYSLGNWVCAAKFESNFNTQATNRNTDGSTDYGILQINSRWWCNDGRTPGSRNLCNIPCSALLSS"
+                       "DITASVNCAKKIVSDGNGMNAWVAWRNRCKGTDVQAWIRGCRL"),
+    "pdb1ubi.pdb": ("A", "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"),
+    "pdb1ejg.pdb": (None, "TTCCPSIVARSNFNVCRLPGTPEALCATYTGCIIIPGATCPGDYAN"),
+}
+
+
+def _representative_atoms_by_columns(path: str, chain: str) -> np.ndarray:
+    """Independent check: Cβ (Cα for Gly) of the first model, first altloc, read straight from the fixed columns."""
+    coords: dict[tuple[int, str], np.ndarray] = {}
+    order: list[tuple[int, str]] = []
+    with open(path) as handle:
+        for line in handle:
+            if line.startswith("ENDMDL"):
+                break
+            if not line.startswith("ATOM") or line[21] != chain or line[16] not in " A":
+                continue
+            key = (int(line[22:26]), line[26])
+            if key not in order:
+                order.append(key)
+            wanted = "CA" if line[17:20] == "GLY" else "CB"
+            if line[12:16].strip() == wanted:
+                coords[key] = np.array([float(line[30:38]), float(line[38:46]), float(line[46:54])])
+    return np.array([coords[key] for key in order])
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_structures(structures_dir, name):
+    chain, sequence = REAL[name]
+    path = os.path.join(structures_dir, name)
+    structure = read_structure(path, chain=chain)
+    assert structure.sequence == sequence and len(structure) == len(sequence)
+    expected_coords = _representative_atoms_by_columns(path, structure.chain)
+    np.testing.assert_allclose(structure.coords, expected_coords, atol=1e-3)
+    distances = np.linalg.norm(expected_coords[:, None] - expected_coords[None], axis=-1)
+    true_map = contact_map(structure, sequence=sequence)
+    np.testing.assert_array_equal(true_map, (distances < 8.0).astype(np.int8))
+    assert (true_map == true_map.T).all() and (np.diag(true_map) == 1).all()
+    separation = np.abs(np.subtract.outer(np.arange(len(sequence)), np.arange(len(sequence))))
+    assert true_map[separation >= 24].sum() > 0  # folded proteins have long-range contacts
+
+
+def test_1ejg_alternate_locations(structures_dir):
+    structure = read_structure(os.path.join(structures_dir, "pdb1ejg.pdb"))
+    assert structure.sequence[21] == "P" and structure.sequence[24] == "L"  # altloc A of the Pro22/Ser22, Leu25/Ile25
+    np.testing.assert_allclose(structure.coords[21], [5.655, 14.896, -2.744])  # Pro22 CB, altloc A
+    np.testing.assert_allclose(structure.coords[0], [18.103, 12.875, 5.202])  # Thr1 CB, altloc A (B at 17.983 ...)
+
+
+def test_real_structure_aligned_to_a_longer_construct(structures_dir):
+    structure = read_structure(os.path.join(structures_dir, "pdb1ubi.pdb"), chain="A")
+    own = contact_map(structure)
+    aligned = contact_map(structure, sequence="MGSSHHHHHH" + structure.sequence)
+    np.testing.assert_array_equal(aligned[10:, 10:], own)
+    assert (aligned[:10] == -1).all()
