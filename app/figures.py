@@ -1,0 +1,312 @@
+"""Pure figure builders: numpy arrays and tables in, plotly Figures out. No Dash, no models, no state.
+
+Large matrices are max-pooled on the server (`downsample`) so a figure never carries more than `max_bins`² cells:
+a 1024-token head becomes a 256 × 256 heatmap whose cells keep their block's strongest weight, so sharp patterns
+(a previous-token diagonal, an induction stripe) stay visible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from probe.heads import head_name
+
+HEATMAP_BINS = 256  # explorer heatmaps above this many tokens are max-pooled to this many rows and columns
+CONTACT_BINS = 400  # contact maps above this many residues likewise
+LINE_VIEW_TOKENS = 48  # the token-to-token line view is drawn up to this many tokens
+SELECTION_COLOUR = "#d62728"
+PATTERN_COLOUR = "rgba(255, 127, 14, 0.45)"
+
+
+def graph_config(image_format: str = "png", filename: str = "probe") -> dict:
+    """dcc.Graph config: the toolbar's camera button saves PNG or SVG (`image_format`)."""
+    image = {"format": image_format, "filename": filename}
+    if image_format == "png":
+        image["scale"] = 2
+    return {"displaylogo": False, "toImageButtonOptions": image}
+
+
+def empty_figure(message: str) -> go.Figure:
+    """A blank figure that says why it is blank."""
+    figure = go.Figure()
+    figure.update_layout(
+        template="plotly_white", xaxis={"visible": False}, yaxis={"visible": False}, height=320,
+        annotations=[{"text": message, "showarrow": False, "font": {"size": 14}, "x": 0.5, "y": 0.5,
+                      "xref": "paper", "yref": "paper"}],
+    )
+    return figure
+
+
+def downsample(matrix: np.ndarray, max_bins: int) -> tuple[np.ndarray, int]:
+    """Max-pool a [row col] matrix by an integer factor so neither side exceeds `max_bins`; (pooled, factor).
+
+    NaN cells are ignored; a block of only NaN stays NaN. The input is never changed.
+    """
+    rows, cols = matrix.shape
+    factor = max(1, math.ceil(max(rows, cols) / max_bins))
+    if factor == 1:
+        return matrix.copy(), 1
+    out_rows, out_cols = math.ceil(rows / factor), math.ceil(cols / factor)
+    padded = np.full((out_rows * factor, out_cols * factor), np.nan, dtype=np.float64)
+    padded[:rows, :cols] = matrix
+    blocks = padded.reshape(out_rows, factor, out_cols, factor)  # [row_bin row_in col_bin col_in]
+    with np.errstate(all="ignore"), _quiet_nan_warnings():
+        pooled = np.nanmax(blocks, axis=(1, 3))  # [row_bin col_bin]
+    return pooled.astype(matrix.dtype if matrix.dtype.kind == "f" else np.float64), factor
+
+
+class _quiet_nan_warnings:
+    """Silence numpy's 'All-NaN slice' RuntimeWarning inside the block."""
+
+    def __enter__(self):
+        import warnings
+
+        self._context = warnings.catch_warnings()
+        self._context.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc):
+        return self._context.__exit__(*exc)
+
+
+def token_labels(tokens: Sequence[str], factor: int = 1) -> list[str]:
+    """Unique axis labels: "3·the" per token, or "8–11·went" per pooled block of `factor` tokens."""
+    if factor == 1:
+        return [f"{index}·{token}" for index, token in enumerate(tokens)]
+    labels = []
+    for start in range(0, len(tokens), factor):
+        stop = min(start + factor, len(tokens)) - 1
+        labels.append(f"{start}–{stop}·{tokens[start]}")
+    return labels
+
+
+def attention_heatmap(
+    alpha: np.ndarray,  # [query key] one head's attention
+    tokens: Sequence[str],
+    title: str = "",
+    pattern: np.ndarray | None = None,  # [query key] bool: the head type's target cells, drawn on top
+    max_bins: int = HEATMAP_BINS,
+) -> go.Figure:
+    """One head's α with token labels on both axes (query down, key across), max-pooled above `max_bins` tokens."""
+    if alpha.ndim != 2 or alpha.shape[0] != len(tokens) or alpha.shape[1] != len(tokens):
+        raise ValueError(f"alpha {alpha.shape} does not match {len(tokens)} tokens")
+    z, factor = downsample(alpha.astype(np.float32), max_bins)  # [query_bin key_bin]
+    labels = token_labels(tokens, factor)
+    what = "α" if factor == 1 else f"max α over {factor}×{factor} tokens"
+    figure = go.Figure(go.Heatmap(
+        z=z, x=labels, y=labels, colorscale="Blues", zmin=0.0, zmax=float(max(np.nanmax(z), 1e-6)),
+        colorbar={"title": {"text": "α"}}, name="attention",
+        hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{what} %{{z:.4f}}<extra></extra>",
+    ))
+    if pattern is not None:
+        target, _ = downsample(pattern.astype(np.float32), max_bins)  # [query_bin key_bin] 1 where any target
+        target = np.where(target > 0, 1.0, np.nan).astype(np.float32)  # NaN: transparent
+        figure.add_trace(go.Heatmap(
+            z=target, x=labels, y=labels, colorscale=[[0, PATTERN_COLOUR], [1, PATTERN_COLOUR]], showscale=False,
+            hoverinfo="skip", name="target pattern",
+        ))
+    suffix = "" if factor == 1 else f" · {len(tokens)} tokens shown in {len(labels)} bins (max-pooled)"
+    figure.update_layout(
+        template="plotly_white", title={"text": title + suffix}, height=560, margin={"l": 110, "b": 110, "t": 50},
+        xaxis={"title": {"text": "key"}, "type": "category", "tickangle": -60},
+        yaxis={"title": {"text": "query"}, "type": "category", "autorange": "reversed"},
+        uirevision=title.split(" ")[0] if title else None,
+    )
+    return figure
+
+
+def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", threshold: float = 0.1,
+              max_tokens: int = LINE_VIEW_TOKENS) -> go.Figure:
+    """Token-to-token lines (query on the left, key on the right), opacity and width growing with α."""
+    n = len(tokens)
+    if n > max_tokens:
+        return empty_figure(f"the line view is drawn up to {max_tokens} tokens; this input has {n}")
+    figure = go.Figure()
+    levels = np.linspace(threshold, 1.0, 6)  # five opacity bands
+    queries, keys = np.nonzero(alpha >= threshold)
+    for low, high in zip(levels[:-1], levels[1:], strict=True):
+        inside = (alpha[queries, keys] >= low) & (alpha[queries, keys] < high if high < 1.0 else True)
+        xs, ys = [], []
+        for query, key in zip(queries[inside], keys[inside], strict=True):
+            xs += [0.0, 1.0, None]
+            ys += [-float(query), -float(key), None]
+        if xs:
+            strength = (low + high) / 2
+            figure.add_trace(go.Scatter(
+                x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                line={"width": 1 + 5 * strength, "color": f"rgba(31, 119, 180, {0.15 + 0.85 * strength:.2f})"},
+            ))
+    positions = [-float(i) for i in range(n)]
+    for side, anchor in ((0.0, "left"), (1.0, "right")):
+        figure.add_trace(go.Scatter(
+            x=[side] * n, y=positions, mode="text", text=list(tokens), showlegend=False,
+            textposition=f"middle {anchor}" if anchor == "right" else "middle left",
+            hovertemplate="%{text}<extra></extra>",
+        ))
+    figure.update_layout(
+        template="plotly_white", title={"text": f"{title} · lines: α ≥ {threshold}"}, height=max(300, 16 * n + 80),
+        margin={"l": 20, "r": 20},
+        xaxis={"visible": False, "range": [-0.6, 1.6]}, yaxis={"visible": False},
+    )
+    return figure
+
+
+def _is_labelled(value) -> bool:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    return str(value).strip().lower() not in ("", "none", "nan", "false", "0", "unlabelled", "-")
+
+
+def atlas_figure(
+    table: pd.DataFrame | None,  # labels rows: layer, head, head_type, score (+ ci_low, ci_high, chance, label)
+    n_layers: int,
+    n_heads: int,
+    head_type: str,
+    colour_by: str = "score",  # "score" | "label"
+    selected: tuple[int, int] | None = None,
+) -> go.Figure:
+    """The layer × head grid coloured by one head type's score (or label); hover gives the score and its CI."""
+    z = np.zeros((n_layers, n_heads))  # [layer head]
+    text = [[f"{head_name(layer, head)}<br>no labels yet" for head in range(n_heads)] for layer in range(n_layers)]
+    rows = None
+    if table is not None and not table.empty:
+        rows = table[table["head_type"].astype(str) == head_type]
+    if rows is not None and not rows.empty:
+        for row in rows.itertuples(index=False):
+            layer, head = int(row.layer), int(row.head)
+            if not (0 <= layer < n_layers and 0 <= head < n_heads):
+                continue
+            label = getattr(row, "label", None)
+            z[layer, head] = float(_is_labelled(label)) if colour_by == "label" else float(row.score)
+            text[layer][head] = _hover_text(row, head_type)
+        colourbar = {"title": {"text": "label" if colour_by == "label" else "score"}}
+        colourscale = [[0, "#f0f0f0"], [1, "#2ca02c"]] if colour_by == "label" else "Viridis"
+        zmin, zmax = (0.0, 1.0) if colour_by == "label" else (float(np.min(z)), float(max(np.max(z), 1e-6)))
+        title = f"{head_type}: {'label' if colour_by == 'label' else 'score'} of every head (click to select)"
+    else:
+        colourbar, colourscale, zmin, zmax = None, [[0, "#f7f7f7"], [1, "#f7f7f7"]], 0.0, 1.0
+        title = f"no {head_type} labels yet: press 'Label heads' (click a cell to select a head)"
+    figure = go.Figure(go.Heatmap(
+        z=z, x=list(range(n_heads)), y=list(range(n_layers)), text=text, colorscale=colourscale, zmin=zmin,
+        zmax=zmax, showscale=colourbar is not None, colorbar=colourbar, xgap=2, ygap=2, name="atlas",
+        hovertemplate="%{text}<extra></extra>",
+    ))
+    if selected is not None:
+        figure.add_trace(go.Scatter(
+            x=[selected[1]], y=[selected[0]], mode="markers", name="selected", showlegend=False, hoverinfo="skip",
+            marker={"symbol": "square-open", "size": 22, "line": {"width": 3}, "color": SELECTION_COLOUR},
+        ))
+    figure.update_layout(
+        template="plotly_white", title={"text": title, "font": {"size": 12}, "y": 0.98, "yanchor": "top"},
+        height=max(280, 40 * n_layers + 130),
+        xaxis={"title": {"text": "head"}, "dtick": 1}, yaxis={"title": {"text": "layer"}, "dtick": 1,
+                                                             "autorange": "reversed"},
+        margin={"t": 60, "l": 50, "r": 20, "b": 40},
+    )
+    return figure
+
+
+def _hover_text(row, head_type: str) -> str:
+    parts = [f"<b>{head_name(int(row.layer), int(row.head))}</b>", f"{head_type} score {float(row.score):.3f}"]
+    low, high = getattr(row, "ci_low", None), getattr(row, "ci_high", None)
+    if low is not None and high is not None and not (pd.isna(low) or pd.isna(high)):
+        parts[-1] += f" [{float(low):.3f}, {float(high):.3f}] 95% CI"
+    chance = getattr(row, "chance", None)
+    if chance is not None and not pd.isna(chance):
+        parts.append(f"chance {float(chance):.3f}")
+    if getattr(row, "label", None) is not None:
+        parts.append(f"label: {row.label}")
+    if getattr(row, "n_examples", None) is not None:
+        parts.append(f"{row.n_examples} examples")
+    return "<br>".join(parts)
+
+
+def _pair_marks(pair: tuple[int, int] | None) -> tuple[list[float], list[float]]:
+    """A residue pair (0-based) as marker coordinates (1-based residues), at (i, j) and its mirror (j, i)."""
+    if pair is None:
+        return [], []
+    i, j = int(pair[0]) + 1, int(pair[1]) + 1
+    return [j, i], [i, j]
+
+
+def selection_trace(pair: tuple[int, int] | None) -> go.Scatter:
+    xs, ys = _pair_marks(pair)
+    return go.Scatter(x=xs, y=ys, mode="markers", name="selected pair", showlegend=False, hoverinfo="skip",
+                      marker={"symbol": "circle-open", "size": 16, "line": {"width": 3}, "color": SELECTION_COLOUR})
+
+
+def _residue_heatmap(matrix: np.ndarray, name: str, colourscale, max_bins: int, **extra) -> go.Heatmap:
+    """A [residue residue] heatmap on 1-based residue axes, max-pooled above `max_bins` residues."""
+    z, factor = downsample(matrix, max_bins)
+    start = 1 + (factor - 1) / 2  # centre of the first block, in residue numbers
+    return go.Heatmap(z=z, x0=start, dx=factor, y0=start, dy=factor, name=name, colorscale=colourscale,
+                      hoverongaps=False, **extra)
+
+
+def contact_figure(
+    predicted: np.ndarray,  # [residue residue] contact probabilities
+    true: np.ndarray | None,  # [residue residue] bool, or None without a structure
+    pair: tuple[int, int] | None = None,  # residue pair (0-based) marked in both maps
+    title: str = "contacts",
+    max_bins: int = CONTACT_BINS,
+) -> go.Figure:
+    """Predicted contacts in the upper triangle, true contacts in the lower one; data = [predicted, true, pair]."""
+    n = predicted.shape[0]
+    upper = np.triu(np.ones((n, n), dtype=bool), k=1)
+    shown = np.where(upper, predicted, np.nan)  # [residue residue] i < j only
+    truth = np.full((n, n), np.nan)
+    if true is not None:
+        truth = np.where(upper.T, np.asarray(true, dtype=float), np.nan)  # [residue residue] i > j only
+    figure = go.Figure([
+        _residue_heatmap(shown, "predicted", "Blues", max_bins, zmin=0.0, zmax=1.0,
+                         colorbar={"title": {"text": "p(contact)"}, "x": 1.02},
+                         hovertemplate="residues %{y:.0f}, %{x:.0f}<br>predicted %{z:.3f}<extra></extra>"),
+        _residue_heatmap(truth, "true", [[0, "#ffffff"], [1, "#444444"]], max_bins, zmin=0.0, zmax=1.0,
+                         showscale=False,
+                         hovertemplate="residues %{y:.0f}, %{x:.0f}<br>true contact %{z:.0f}<extra></extra>"),
+        selection_trace(pair),
+    ])
+    annotations = []
+    if true is None:
+        annotations.append({"text": "upload a structure for true contacts (lower triangle)", "showarrow": False,
+                            "xref": "paper", "yref": "paper", "x": 0.02, "y": 0.02, "xanchor": "left"})
+    figure.update_layout(
+        template="plotly_white", title={"text": title}, height=520, annotations=annotations,
+        xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5], "constrain": "domain"},
+        yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5], "scaleanchor": "x"},
+        margin={"t": 50}, uirevision=title,
+    )
+    return figure
+
+
+def head_map_figure(apc: np.ndarray, pair: tuple[int, int] | None = None, title: str = "",
+                    max_bins: int = CONTACT_BINS) -> go.Figure:
+    """One head's APC-corrected symmetrised attention over residues; data = [map, pair]."""
+    n = apc.shape[0]
+    figure = go.Figure([
+        _residue_heatmap(apc.astype(np.float32), "apc attention", "Viridis", max_bins,
+                         colorbar={"title": {"text": "APC"}},
+                         hovertemplate="residues %{y:.0f}, %{x:.0f}<br>APC attention %{z:.4f}<extra></extra>"),
+        selection_trace(pair),
+    ])
+    figure.update_layout(
+        template="plotly_white", title={"text": title}, height=520,
+        xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5], "constrain": "domain"},
+        yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5], "scaleanchor": "x"}, margin={"t": 50},
+    )
+    return figure
+
+
+def pair_from_point(point: dict | None, n: int) -> tuple[int, int] | None:
+    """A clicked/hovered heatmap point (1-based residue axes) -> a 0-based residue pair, or None."""
+    if not point or point.get("x") is None or point.get("y") is None:
+        return None
+    i, j = round(float(point["y"])) - 1, round(float(point["x"])) - 1
+    if not (0 <= i < n and 0 <= j < n):
+        return None
+    return (i, j)

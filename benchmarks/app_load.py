@@ -1,0 +1,237 @@
+"""Load test of `probe app`: N simulated users against a locally started dashboard, loopback only, bounded in time.
+
+    python benchmarks/app_load.py                       # 20 users for 60 s against `probe app` on the default models
+    python benchmarks/app_load.py --users 5 --duration 10 --model zoo:induction --model zoo:esm-random
+
+Each user repeats what a person does in the page, with a 0.2–1 s pause between actions (seeded): run a prompt
+(tokenize), look at a head (one head's heatmap + line view), step to another head, redraw the atlas, and every few
+rounds run a protein and look at its contact maps. Requests are the browser's own Dash callback POSTs, built from the
+app's /_dash-dependencies. An error is any non-2xx answer, a failed connection, or a page message saying
+"internal error". Prints one table: requests, errors, throughput, latency p50 / p95 / max per request kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+PROMPTS = [
+    "the cat saw the dog . the cat saw the dog",
+    "mary gave the book to john because he wanted it",
+    "one two three four five one two three four five",
+    "alice and bob went to the city . alice liked the river",
+    "the doctor said that the nurse took the ball to the garden",
+]
+PROTEINS = ["MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG",
+            "KVFGRCELAAAMKRHGLDNYRGYSLGNWVCAAKFESNFNTQATNRNTDGSTDYGILQINSRWWCNDGRTPGSRNLCNIPCSALLSSDITASVNCAKKIVSDGNGMNAWVAWRNRCKGTDVQAWIRGCRL",
+            "TTCCPSIVARSNFNVCRLPGTPEAICATYTGCIIIPGATCPGDYAN"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_app(port: int, model_args: list[str]) -> subprocess.Popen:
+    command = [sys.executable, "-m", "probe.cli", "app", "--host", "127.0.0.1", "--port", str(port), *model_args]
+    log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would block the server's request log
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if process.poll() is not None:
+            log.seek(0)
+            raise SystemExit(f"the app exited: {log.read()[-2000:]}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).read()
+            return process
+        except OSError:
+            time.sleep(0.5)
+    process.kill()
+    raise SystemExit("the app did not start within 180 s")
+
+
+class Client:
+    """Posts Dash callbacks the way the page does; records latency and errors per request kind."""
+
+    def __init__(self, base: str, callbacks: dict[str, dict], log: list, log_lock: threading.Lock) -> None:
+        self.base, self.callbacks, self.log, self.log_lock = base, callbacks, log, log_lock
+
+    def call(self, kind: str, first_output: str, values: dict[str, object]) -> dict:
+        spec = self.callbacks[first_output]
+        body = {
+            "output": spec["output"], "outputs": _outputs(spec["output"]),
+            "inputs": [dict(item, value=values.get(f"{item['id']}.{item['property']}")) for item in spec["inputs"]],
+            "state": [dict(item, value=values.get(f"{item['id']}.{item['property']}")) for item in spec["state"]],
+            "changedPropIds": [key for key in values if key.startswith("!")] or [
+                f"{spec['inputs'][0]['id']}.{spec['inputs'][0]['property']}"],
+        }
+        body["changedPropIds"] = [key.lstrip("!") for key in body["changedPropIds"]]
+        request = urllib.request.Request(f"{self.base}/_dash-update-component", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        start = time.perf_counter()
+        error, payload = "", {}
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                raw = response.read()
+                if response.status == 200 and raw:
+                    payload = json.loads(raw)
+        except urllib.error.HTTPError as failure:
+            error = f"HTTP {failure.code}"
+        except OSError as failure:
+            error = f"{type(failure).__name__}: {failure}"
+        elapsed = time.perf_counter() - start
+        if not error and "internal error" in json.dumps(payload):
+            error = "internal error shown in the page"
+        with self.log_lock:
+            self.log.append((kind, elapsed, error))
+        return payload.get("response", {})
+
+
+def _outputs(output: str) -> list[dict] | dict:
+    parts = [part for part in output.strip(".").split("...")] if output.startswith("..") else [output]
+    items = []
+    for part in parts:
+        component, prop = part.rsplit(".", 1)
+        items.append({"id": component, "property": prop.split("@")[0]})
+    return items if output.startswith("..") else items[0]
+
+
+def user(client: Client, specs: dict[str, str], seed: int, stop_at: float) -> None:
+    rng = random.Random(seed)
+    text_model, protein_model = specs["text"], specs.get("protein")
+    rounds = 0
+    while time.time() < stop_at:
+        prompt = rng.choice(PROMPTS)
+        response = client.call("tokenize", "explorer-input", {
+            "explorer-run.n_clicks": rounds + 1, "model.value": text_model, "explorer-text.value": prompt,
+            "explorer-as-ids.value": [], "!explorer-run.n_clicks": 1})
+        store = response.get("explorer-input", {}).get("data")
+        for _ in range(2):
+            selected = {"layer": rng.randrange(specs["layers"]), "head": rng.randrange(specs["heads"])}
+            time.sleep(rng.uniform(0.2, 1.0))
+            client.call("head view", "explorer-heatmap", {
+                "explorer-input.data": store, "selected-head.data": selected, "explorer-overlay.value": ["on"],
+                "head-type.value": rng.choice(["previous_token", "induction", "duplicate_token"])})
+        time.sleep(rng.uniform(0.2, 1.0))
+        client.call("atlas", "atlas-graph", {"model.value": text_model, "head-type.value": "induction",
+                                             "colour-by.value": "score", "selected-head.data": selected,
+                                             "label-version.data": 0})
+        if protein_model and rounds % 3 == 2:
+            time.sleep(rng.uniform(0.2, 1.0))
+            response = client.call("protein run", "protein-result", {
+                "protein-run.n_clicks": 1, "model.value": protein_model, "protein-sequence.value": rng.choice(PROTEINS),
+                "protein-chain.value": "", "!protein-run.n_clicks": 1})
+            store_p = response.get("protein-result", {}).get("data")
+            if store_p:
+                client.call("protein view", "protein-contacts", {
+                    "protein-result.data": store_p, "selected-head.data": {"layer": 0, "head": rng.randrange(2)}})
+        rounds += 1
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))] if ordered else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of load (default 60)")
+    parser.add_argument("--model", action="append", default=None, help="passed to probe app (default: its own)")
+    parser.add_argument("--port", type=int, default=None,
+                        help="use an app already serving on 127.0.0.1:PORT instead of starting one")
+    args = parser.parse_args(argv)
+    if not (1 <= args.users <= 100 and 1 <= args.duration <= 600):
+        parser.error("bounded: 1..100 users, 1..600 s")
+    port = args.port or free_port()
+    model_args = [item for spec in (args.model or []) for item in ("--model", spec)]
+    process = None if args.port else start_app(port, model_args)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        dependencies = json.loads(urllib.request.urlopen(f"{base}/_dash-dependencies").read())
+        callbacks = {_first_id(dep["output"]): dep for dep in dependencies}
+        layout = json.loads(urllib.request.urlopen(f"{base}/_dash-layout").read())
+        specs = _models(layout, base, callbacks)
+        log: list = []
+        lock = threading.Lock()
+        stop_at = time.time() + args.duration
+        threads = [threading.Thread(target=user, args=(Client(base, callbacks, log, lock), specs, seed, stop_at))
+                   for seed in range(args.users)]
+        started = time.time()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.time() - started
+    finally:
+        if process is not None:
+            process.terminate()
+            process.wait(timeout=30)
+    report(log, args.users, wall, specs)
+    return 1 if any(error for _, _, error in log) else 0
+
+
+def _first_id(output: str) -> str:
+    return output.strip(".").split("...")[0].rsplit(".", 1)[0]
+
+
+def _models(layout: dict, base: str, callbacks: dict) -> dict:
+    """The text and protein models the app serves, and the text model's shape (from the model-info line)."""
+    options = _find(layout, "model")["props"]["options"]
+    specs = [option["value"] if isinstance(option, dict) else option for option in options]
+    client = Client(base, callbacks, [], threading.Lock())
+    result: dict = {}
+    for spec in specs:
+        info = client.call("info", "model-info", {"model.value": spec})["model-info"]["children"]
+        kind = info.split(" · ")[1]
+        shape = info.split(" · ")[2].split()
+        if kind == "protein_mlm":
+            result.setdefault("protein", spec)
+        elif "text" not in result:
+            result.update(text=spec, layers=int(shape[0]), heads=int(shape[3]))
+    return result
+
+
+def _find(node, component_id):
+    if isinstance(node, dict):
+        if node.get("props", {}).get("id") == component_id:
+            return node
+        for value in node.values():
+            found = _find(value, component_id)
+            if found:
+                return found
+    if isinstance(node, list):
+        for value in node:
+            found = _find(value, component_id)
+            if found:
+                return found
+    return None
+
+
+def report(log: list, users: int, wall: float, specs: dict) -> None:
+    errors = [error for _, _, error in log if error]
+    print(f"app load test: {users} users, {wall:.0f} s, text model {specs['text']}, "
+          f"protein model {specs.get('protein')}")
+    print(f"{'kind':<14}{'requests':>9}{'errors':>8}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}")
+    kinds = sorted({kind for kind, _, _ in log})
+    for kind in [*kinds, "all"]:
+        rows = [(elapsed, error) for k, elapsed, error in log if kind in ("all", k)]
+        times = [elapsed * 1000 for elapsed, _ in rows]
+        print(f"{kind:<14}{len(rows):>9}{sum(1 for _, e in rows if e):>8}{percentile(times, 50):>9.0f}"
+              f"{percentile(times, 95):>9.0f}{max(times):>9.0f}")
+    print(f"throughput {len(log) / wall:.1f} requests/s; errors {len(errors)}"
+          + (f" (first: {errors[0]})" if errors else ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
