@@ -1,0 +1,161 @@
+"""Benchmark: labelling all 144 heads vs plain sdpa forwards over the same inputs.
+
+GPT-2-small shape (transformers.GPT2Config defaults: 12 layers × 12 heads, width 768, 1024 positions) with seeded
+random weights; repeated-block probes of --seq-len tokens (default 1024); head types previous_token,
+duplicate_token, induction.
+
+  plain   — the model body's sdpa forward over every probe batch (no capture, no scoring)
+  label   — probe.classify.label_model: probe generation, target patterns, the capture engine streaming α of all
+            144 heads into the ScoreSink, chance levels, bootstrap CIs, the table
+  eager   — (--eager) eager attention with output_attentions=True and the dense reference scores, i.e. what a
+            cache-everything tool does
+
+TransformerLens (run_with_cache + detect_head) is an optional peer that is not installed here and cannot load a
+model offline without the hub's "gpt2" config, so it has no row; the eager variant measures the same
+cache-every-pattern approach with transformers' own eager attention.
+
+Time: plain and label alternate --repeats times in one subprocess after a warm-up (a shared machine's load then
+hits both alike); the table shows medians. Peak memory: each variant runs once in its own subprocess and reports
+its ru_maxrss. Both plain and label run the model body without the LM head (scores need no logits). Run:
+
+    python benchmarks/label.py                          # 4 probes of 1024 tokens, batches of 2, 3 repeats
+    python benchmarks/label.py --examples 8 --batch-size 4 --eager
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+TYPES = ("previous_token", "duplicate_token", "induction")
+
+
+def _model_and_tokenizer(seq_len: int):
+    import torch
+    import transformers
+
+    from probe.tiny import word_tokenizer
+
+    config = transformers.GPT2Config(n_positions=max(1024, seq_len), bos_token_id=None, eos_token_id=None)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    words = [f"w{index}" for index in range(config.vocab_size - 3)]  # + <unk> <pad> <bos> = the GPT-2 vocabulary
+    return model, word_tokenizer(words, bos_token="<bos>")
+
+
+def measure(variant: str, args: argparse.Namespace) -> dict:
+    """Runs inside a child process. "time": plain and label alternate --repeats times in one process (so load
+    changes on a shared machine hit both alike); "plain" / "label" / "eager": one run, for its peak memory."""
+    import torch
+
+    from probe.classify import LabelConfig, label_model
+    from probe.models import LoadedModel
+    from probe.patterns import batch_pattern
+    from probe.probesets import repeated_blocks
+    from probe.scores import tl_mul_score, valid_row_score
+
+    torch.set_num_threads(args.threads)
+    model, tokenizer = _model_and_tokenizer(args.seq_len)
+    loaded = LoadedModel(model, tokenizer, "causal_lm", "gpt2-small-random", "random")
+    config = LabelConfig(types=TYPES, examples=args.examples, seq_len=args.seq_len, seed=0,
+                         batch_size=args.batch_size)
+    probes = repeated_blocks(tokenizer, args.examples, args.seq_len, seed=0).input_ids  # [example seq]
+    batches = [probes[start:start + args.batch_size] for start in range(0, args.examples, args.batch_size)]
+    body = model.base_model
+    loaded_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def plain():
+        with torch.inference_mode():
+            for batch in batches:
+                body(input_ids=batch)
+
+    def label():
+        table = label_model(loaded, config)
+        assert len(table) == len(TYPES) * 144
+
+    def eager():
+        body.set_attn_implementation("eager")
+        with torch.inference_mode():
+            for batch in batches:
+                attentions = body(input_ids=batch, output_attentions=True).attentions  # layer × [batch head q k]
+                for head_type in TYPES:
+                    pattern = batch_pattern(head_type, batch)  # [batch query key]
+                    for layer_alpha in attentions:
+                        for row in range(len(batch)):
+                            valid_row_score(layer_alpha[row], pattern[row])
+                            tl_mul_score(layer_alpha[row], pattern[row])
+
+    def timed(run) -> float:
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+
+    if variant == "time":
+        with torch.inference_mode():
+            body(input_ids=batches[0])  # warm-up
+        label_model(loaded, LabelConfig(types=TYPES, examples=1, seq_len=args.seq_len, n_bootstrap=10))  # warm-up
+        pairs = [(timed(plain), timed(label)) for _ in range(args.repeats)]
+        return {"plain": [p for p, _ in pairs], "label": [lab for _, lab in pairs]}
+    run = {"plain": plain, "label": label, "eager": eager}[variant]
+    seconds = timed(run)
+    return {"variant": variant, "seconds": seconds, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "loaded_mib": loaded_mib}
+
+
+def _child(variant: str, args: argparse.Namespace) -> dict | None:
+    command = [sys.executable, __file__, "--child", variant, "--examples", str(args.examples), "--batch-size",
+               str(args.batch_size), "--seq-len", str(args.seq_len), "--threads", str(args.threads),
+               "--repeats", str(args.repeats)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"{variant} failed:\n{done.stderr[-3000:]}", file=sys.stderr)
+        return None
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"{variant}: {result}", file=sys.stderr)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", type=int, default=4, help="probe sequences (default 4)")
+    parser.add_argument("--batch-size", type=int, default=2, help="sequences per forward (default 2)")
+    parser.add_argument("--seq-len", type=int, default=1024, help="tokens per probe (default 1024)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating timed runs of plain and label (default 3)")
+    parser.add_argument("--eager", action="store_true", help="also run eager output_attentions + dense scores")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child, args)))
+        return
+    times = _child("time", args)
+    memory = {variant: _child(variant, args) for variant in ["plain", "label"] + (["eager"] if args.eager else [])}
+    base = memory["plain"]
+    print(f"\nGPT-2-small-shaped random model (12 layers × 12 heads), {args.examples} probes × {args.seq_len} tokens, "
+          f"batches of {args.batch_size}, {args.threads} threads; {len(TYPES)} head types × 144 heads\n")
+    print("| variant | time (s), min / median | time ratio, min / median | peak RSS (MiB) | peak ratio |")
+    print("|---|---|---|---|---|")
+    fastest, middle = min(times["plain"]), statistics.median(times["plain"])
+    for variant, result in memory.items():
+        if result is None:
+            continue
+        runs = times.get(variant, [result["seconds"]])
+        print(f"| {variant} | {min(runs):.2f} / {statistics.median(runs):.2f} | {min(runs) / fastest:.2f}× / "
+              f"{statistics.median(runs) / middle:.2f}× | {result['peak_mib']:.0f} | "
+              f"{result['peak_mib'] / base['peak_mib']:.2f}× |")
+    ratios = [lab / p for p, lab in zip(times["plain"], times["label"], strict=True)]
+    print(f"\nlabel/plain time ratio per alternating pair: {', '.join(f'{r:.2f}' for r in ratios)}; "
+          f"memory: one subprocess per variant (ru_maxrss; the model alone: {base['loaded_mib']:.0f} MiB)")
+    if importlib.util.find_spec("transformer_lens") is None:
+        print("TransformerLens is not importable here: no run_with_cache + detect_head row.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,401 @@
+"""Seeded probe inputs for head labelling.
+
+Three sources, all reproducible from a seed:
+
+* :func:`repeated_blocks` — random tokens in which one block of RANDOM length, at a RANDOM offset, is repeated once.
+  Induction and duplicate-token targets exist only in the repeat, and because the block length changes from example
+  to example, a head that attends by fixed position (i − P + 1) cannot pass as an induction head.
+* :func:`coreference_examples` — sentences written from our own templates over :class:`CorefVocabulary`: a pronoun
+  (he / she / they) whose antecedent is fixed by agreement (gender or number) with one earlier noun, next to one or
+  more distractor nouns that disagree with it; both orders, singular and plural, names and role nouns.
+* :func:`load_probe_file` — the user's own examples, one JSON object per line: text plus query and target character
+  spans (see the function's doc).
+
+Span examples (templates or file) are mapped onto tokens with the tokenizer's character offsets by
+:func:`encode_span_example`. Everything here is pure: no global random state is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from probe.errors import ProbeError
+
+Span = tuple[int, int]  # [start, stop): word indices in a CorefExample, character offsets in a SpanExample
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Repeated random-token blocks
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepeatedBlocks:
+    """A batch of repeated-block probes, all `seq_len` tokens long (special tokens included, no padding)."""
+
+    input_ids: torch.Tensor  # [example seq] long
+    block_len: torch.Tensor  # [example] length of the repeated block
+    offset: torch.Tensor  # [example] position of the block's first copy among all tokens (specials included)
+
+
+def special_frame(tokenizer) -> tuple[list[int], list[int]]:
+    """The special token ids the tokenizer puts before and after a text (e.g. [<bos>], [] or [CLS], [SEP])."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    framed = tokenizer("a")["input_ids"]
+    for start in range(len(framed) - len(plain) + 1):
+        if framed[start:start + len(plain)] == plain:
+            return list(framed[:start]), list(framed[start + len(plain):])
+    return [], []
+
+
+def content_token_ids(tokenizer) -> torch.Tensor:
+    """Every token id of the vocabulary except the special tokens (<bos>, <pad>, <unk>, [CLS], ...)."""
+    special = set(tokenizer.all_special_ids)
+    ids = [index for index in range(len(tokenizer)) if index not in special]
+    if len(ids) < 2:
+        raise ProbeError("the tokenizer has fewer than two non-special tokens; random-token probes need a vocabulary")
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def repeated_blocks(
+    tokenizer,
+    n_examples: int,
+    seq_len: int,
+    seed: int,
+    block_len: int | None = None,  # None: random per example; an int gives the fixed-period control
+) -> RepeatedBlocks:
+    """Random tokens with one block repeated once: prefix (random length) · block · block · suffix.
+
+    Block lengths are drawn uniformly from [max(2, m // 8), m // 2] with m the non-special length, the offset
+    uniformly from what is left; the tokens are drawn uniformly from the vocabulary without special tokens.
+    """
+    prefix, suffix = special_frame(tokenizer)
+    m = seq_len - len(prefix) - len(suffix)
+    if m < 4:
+        raise ProbeError(f"--seq-len {seq_len} is too short for repeated-block probes: use at least "
+                         f"{4 + len(prefix) + len(suffix)}")
+    vocab = content_token_ids(tokenizer)
+    generator = torch.Generator().manual_seed(seed)
+    low, high = max(2, m // 8), m // 2
+    if block_len is not None and not 1 <= block_len <= high:
+        raise ProbeError(f"block length {block_len} does not fit twice into {m} tokens")
+    rows, lengths, offsets = [], [], []
+    for _ in range(n_examples):
+        length = block_len or int(torch.randint(low, high + 1, (1,), generator=generator))
+        offset = int(torch.randint(0, m - 2 * length + 1, (1,), generator=generator))
+        tokens = vocab[torch.randint(0, len(vocab), (m,), generator=generator)]  # [content]
+        tokens[offset + length:offset + 2 * length] = tokens[offset:offset + length]
+        rows.append(torch.cat([torch.tensor(prefix, dtype=torch.long), tokens, torch.tensor(suffix, dtype=torch.long)]))
+        lengths.append(length)
+        offsets.append(offset + len(prefix))
+    return RepeatedBlocks(torch.stack(rows), torch.tensor(lengths), torch.tensor(offsets))  # [example seq]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Coreference sentences from templates
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorefVocabulary:
+    """Words and templates of the coreference probe sentences (all lower-case, one word per token of a word
+    tokenizer). A pronoun agrees with exactly one earlier noun: he — a male singular, she — a female singular,
+    they — a plural; the distractor nouns are of another class."""
+
+    male_names: tuple[str, ...] = ("john", "bob", "tom", "sam", "paul")
+    female_names: tuple[str, ...] = ("mary", "alice", "anna", "kate", "emma")
+    male_roles: tuple[str, ...] = ("king", "father", "boy", "man", "waiter")  # written "the king"
+    female_roles: tuple[str, ...] = ("queen", "mother", "girl", "woman", "waitress")
+    plural_nouns: tuple[str, ...] = ("doctors", "nurses", "teachers", "pilots", "children")  # written "the doctors"
+    male_pronoun: str = "he"
+    female_pronoun: str = "she"
+    plural_pronoun: str = "they"
+    verbs: tuple[str, ...] = ("saw", "liked", "met", "called", "helped", "thanked")  # between the nouns
+    actions: tuple[str, ...] = ("took", "found", "wanted", "opened", "sold")  # after the pronoun
+    objects: tuple[str, ...] = ("book", "ball", "house", "garden", "box")
+    determiner: str = "the"
+    conjunction: str = "and"  # joins several distractors: "the king and the queen"
+    # {a} {b}: the nouns in order (the antecedent is one of them); the other slots draw from the fields above.
+    # Filler words are written literally; `words()` lists them too.
+    templates: tuple[str, ...] = (
+        "{a} {verb} {b} because {pronoun} {action} the {object} .",
+        "{a} {verb} {b} and then {pronoun} {action} the {object} .",
+        "when {a} {verb} {b} , {pronoun} {action} the {object} .",
+        "after {a} {verb} {b} , {pronoun} {action} the {object} .",
+    )
+
+    def words(self) -> list[str]:
+        """Every word a sentence can contain (for building a word-level tokenizer), without duplicates."""
+        listed = [*self.male_names, *self.female_names, *self.male_roles, *self.female_roles, *self.plural_nouns,
+                  self.male_pronoun, self.female_pronoun, self.plural_pronoun, *self.verbs, *self.actions,
+                  *self.objects, self.determiner, self.conjunction]
+        for template in self.templates:
+            listed.extend(word for word in template.split() if not word.startswith("{"))
+        return list(dict.fromkeys(listed))
+
+
+@dataclass(frozen=True)
+class CorefExample:
+    """One template sentence as words, with the pronoun, its antecedent and the distractors as word spans."""
+
+    words: tuple[str, ...]
+    pronoun: int  # word index of the pronoun
+    antecedent: Span  # word span of the antecedent's noun (the determiner is not part of it)
+    distractors: tuple[Span, ...]  # word spans of the other nouns (disagreeing with the pronoun)
+    number: str  # "singular" | "plural": the antecedent's number
+    antecedent_first: bool  # the antecedent is the first noun of the sentence
+
+    @property
+    def distractor(self) -> Span:
+        """The first distractor's word span (there is always at least one)."""
+        return self.distractors[0]
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+    def char_span(self, span: Span) -> Span:
+        """Character offsets in `text` of a word span."""
+        starts = [0]
+        for word in self.words:
+            starts.append(starts[-1] + len(word) + 1)
+        return starts[span[0]], starts[span[1]] - 1
+
+    def to_span_example(self) -> SpanExample:
+        return SpanExample(self.text, self.char_span((self.pronoun, self.pronoun + 1)),
+                           (self.char_span(self.antecedent),), tuple(self.char_span(s) for s in self.distractors))
+
+
+def _noun_phrase(noun: str, bare: bool, vocab: CorefVocabulary) -> list[str]:
+    return [noun] if bare else [vocab.determiner, noun]
+
+
+def coreference_examples(
+    n_examples: int,
+    seed: int,
+    vocab: CorefVocabulary = CorefVocabulary(),  # noqa: B008 - frozen, so a shared default is safe
+    n_distractors: int = 1,
+) -> list[CorefExample]:
+    """Seeded template sentences: antecedent class (male / female / plural) uniform, names or role nouns for the
+    singulars, the antecedent's place among the nouns uniform (both orders), distractors of other classes."""
+    if n_distractors < 1:
+        raise ProbeError("coreference examples need at least one distractor noun")
+    rng = random.Random(seed)
+    classes = {
+        "male": (vocab.male_pronoun, [(w, True) for w in vocab.male_names] + [(w, False) for w in vocab.male_roles]),
+        "female": (vocab.female_pronoun,
+                   [(w, True) for w in vocab.female_names] + [(w, False) for w in vocab.female_roles]),
+        "plural": (vocab.plural_pronoun, [(w, False) for w in vocab.plural_nouns]),
+    }
+    examples = []
+    for _ in range(n_examples):
+        kind = rng.choice(list(classes))
+        pronoun, pool = classes[kind]
+        antecedent = rng.choice(pool)
+        others = [noun for other, (_, nouns) in classes.items() if other != kind for noun in nouns]
+        distractors = rng.sample(others, n_distractors)
+        nouns = [antecedent, *distractors]
+        place = rng.randrange(len(nouns))
+        nouns.insert(place, nouns.pop(0))  # the antecedent moves to `place`
+        template = rng.choice(vocab.templates)
+        words: list[str] = []
+        noun_spans: list[Span] = []
+        pronoun_index = -1
+        for token in template.split():
+            if token == "{a}" or token == "{b}":
+                group = nouns[:1] if token == "{a}" else nouns[1:]
+                for index, (noun, bare) in enumerate(group):
+                    if index:
+                        words.append(vocab.conjunction)
+                    words.extend(_noun_phrase(noun, bare, vocab))
+                    noun_spans.append((len(words) - 1, len(words)))
+            elif token == "{pronoun}":
+                pronoun_index = len(words)
+                words.append(pronoun)
+            elif token in ("{verb}", "{action}", "{object}"):
+                words.append(rng.choice({"{verb}": vocab.verbs, "{action}": vocab.actions,
+                                         "{object}": vocab.objects}[token]))
+            else:
+                words.append(token)
+        examples.append(CorefExample(
+            words=tuple(words), pronoun=pronoun_index, antecedent=noun_spans[place],
+            distractors=tuple(span for index, span in enumerate(noun_spans) if index != place),
+            number="plural" if kind == "plural" else "singular", antecedent_first=place == 0,
+        ))
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Span examples (templates or the user's file) on tokens
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpanExample:
+    """A text with a query span attending to target spans, in character offsets [start, stop)."""
+
+    text: str
+    query: Span
+    targets: tuple[Span, ...]
+    distractors: tuple[Span, ...] = ()  # other candidate mentions, for the nearest-mention baseline
+    source: str = ""  # where it came from ("FILE line N"), for messages
+
+
+@dataclass(frozen=True)
+class EncodedSpanExample:
+    """A SpanExample on tokens: what the coreference scorer needs."""
+
+    input_ids: tuple[int, ...]
+    query_tokens: tuple[int, ...]  # token positions of the attending word(s)
+    target_tokens: tuple[int, ...]  # token positions of the antecedent(s)
+    word_ids: tuple[int, ...]  # word index of each token; -1 for special tokens
+    target_words: tuple[int, ...]  # word indices overlapping a target span
+    query_words: tuple[int, ...]  # word indices overlapping the query span
+    baseline_correct: bool | None = None  # the nearest mention is a target; None without distractors
+    source: str = ""
+
+
+def _tokens_in(span: Span, offsets: Sequence[tuple[int, int]], special: Sequence[bool]) -> list[int]:
+    start, stop = span
+    return [index for index, ((a, b), is_special) in enumerate(zip(offsets, special, strict=True))
+            if not is_special and b > a and a < stop and b > start]
+
+
+def _nearest_is_target(example: SpanExample) -> bool | None:
+    """Nearest-mention baseline: of the marked mentions before the query (all mentions if none precede it), the
+    one ending closest to the query's start; True when it is a target."""
+    if not example.distractors:
+        return None
+    mentions = [(span, True) for span in example.targets] + [(span, False) for span in example.distractors]
+    before = [(span, is_target) for span, is_target in mentions if span[1] <= example.query[0]] or mentions
+    _, is_target = min(before, key=lambda item: abs(example.query[0] - item[0][1]))
+    return is_target
+
+
+def encode_span_example(example: SpanExample, tokenizer) -> EncodedSpanExample:
+    """Tokenize the text and map the character spans to tokens and words with the tokenizer's offsets."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise ProbeError("span probes need a fast tokenizer (one that reports character offsets); "
+                         "save the model with its tokenizer.json")
+    encoding = tokenizer(example.text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    offsets = encoding["offset_mapping"]
+    special = [bool(flag) for flag in encoding["special_tokens_mask"]]
+    words = encoding.word_ids()
+    word_ids = tuple(-1 if is_special or word is None else int(word) for word, is_special in zip(words, special, strict=True))
+    where = f"{example.source}: " if example.source else ""
+    query_tokens = _tokens_in(example.query, offsets, special)
+    if not query_tokens:
+        raise ProbeError(f"{where}the query span {list(example.query)} covers no token of the text")
+    target_tokens: list[int] = []
+    for span in example.targets:
+        covered = _tokens_in(span, offsets, special)
+        if not covered:
+            raise ProbeError(f"{where}the target span {list(span)} covers no token of the text")
+        target_tokens.extend(covered)
+    if set(query_tokens) & set(target_tokens):
+        raise ProbeError(f"{where}the query and a target span share a token; mark them on different words")
+    return EncodedSpanExample(
+        input_ids=tuple(int(i) for i in encoding["input_ids"]),
+        query_tokens=tuple(query_tokens),
+        target_tokens=tuple(sorted(set(target_tokens))),
+        word_ids=word_ids,
+        target_words=tuple(sorted({word_ids[i] for i in target_tokens})),
+        query_words=tuple(sorted({word_ids[i] for i in query_tokens})),
+        baseline_correct=_nearest_is_target(example),
+        source=example.source,
+    )
+
+
+def coreference_probes(n_examples: int, seed: int, tokenizer) -> list[EncodedSpanExample]:
+    """The default coreference probe set on a tokenizer: template sentences with one distractor."""
+    return [encode_span_example(example.to_span_example(), tokenizer)
+            for example in coreference_examples(n_examples, seed)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The user's probe file
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _span(value, what: str, where: str, text: str) -> Span:
+    if (not isinstance(value, (list, tuple)) or len(value) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in value)):
+        raise ProbeError(f"{where}: {what} must be [start, stop] character offsets, got {json.dumps(value)}")
+    start, stop = value
+    if not 0 <= start < stop <= len(text):
+        raise ProbeError(f"{where}: {what} [{start}, {stop}] is not a non-empty span inside the text "
+                         f"(0..{len(text)})")
+    return start, stop
+
+
+def _spans(value, what: str, where: str, text: str) -> tuple[Span, ...]:
+    """One span [s, e] or a list of spans [[s, e], ...]."""
+    if isinstance(value, (list, tuple)) and value and all(isinstance(x, (list, tuple)) for x in value):
+        return tuple(_span(item, what, where, text) for item in value)
+    return (_span(value, what, where, text),)
+
+
+def load_probe_file(path: str | Path) -> list[SpanExample]:
+    """Read a JSONL probe file: one object per line (blank lines skipped), e.g.
+
+        {"text": "mary saw john because she was late", "query": [22, 25], "target": [0, 4],
+         "distractors": [[9, 13]]}
+
+    `query`: the attending word's character span [start, stop); `target`: one span or a list of spans (the
+    antecedent mentions); `distractors` (optional): other candidate mentions, for the nearest-mention baseline.
+    Every problem is a one-line ProbeError naming the file and line.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ProbeError(f"probe file {path} does not exist")
+    examples = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path} line {number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ProbeError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
+            if not isinstance(record, dict):
+                raise ProbeError(f"{where}: expected a JSON object with text, query and target")
+            missing = [key for key in ("text", "query", "target") if key not in record]
+            if missing:
+                raise ProbeError(f"{where}: missing {', '.join(missing)} (each line needs text, query and target)")
+            text = record["text"]
+            if not isinstance(text, str) or not text.strip():
+                raise ProbeError(f"{where}: text must be a non-empty string")
+            query = _span(record["query"], "query", where, text)
+            targets = _spans(record["target"], "target", where, text)
+            distractors = _spans(record["distractors"], "distractors", where, text) if record.get("distractors") else ()
+            examples.append(SpanExample(text, query, targets, distractors, source=where))
+    if not examples:
+        raise ProbeError(f"probe file {path} is empty: write one JSON object per line with text, query and target")
+    return examples
+
+
+@dataclass(frozen=True)
+class SpanBatch:
+    """Encoded span examples padded into one batch (right padding)."""
+
+    examples: tuple[EncodedSpanExample, ...]
+    input_ids: torch.Tensor  # [batch seq] long
+    attention_mask: torch.Tensor  # [batch seq] long, 1 = real token
+
+
+def pad_span_batch(examples: Sequence[EncodedSpanExample], pad_id: int) -> SpanBatch:
+    """Right-pad encoded span examples to the longest one."""
+    longest = max(len(e.input_ids) for e in examples)
+    input_ids = torch.full((len(examples), longest), pad_id, dtype=torch.long)  # [batch seq]
+    attention_mask = torch.zeros(len(examples), longest, dtype=torch.long)  # [batch seq]
+    for row, example in enumerate(examples):
+        input_ids[row, :len(example.input_ids)] = torch.tensor(example.input_ids)
+        attention_mask[row, :len(example.input_ids)] = 1
+    return SpanBatch(tuple(examples), input_ids, attention_mask)

@@ -1,0 +1,235 @@
+"""Per-head scores streamed from the capture engine, and their dense reference definitions.
+
+:class:`ScoreSink` is a capture :class:`~probe.capture.Sink`: it receives α one block of query rows at a time and
+keeps, per example, layer and head, only the attention mass on each type's targets — gathered at the target keys
+(a few per row), so scoring costs O(query · targets) per head and never builds `[layer, head, query, key]`.
+
+Scores of one example (n real rows, V = rows that have at least one target, T(i) the targets of row i):
+
+* valid-row score  = (1/|V|) Σ_{i∈V} Σ_{j∈T(i)} α(i, j)   — the mean mass on the targets over rows that have one;
+* TL "mul" score   = Σ_ij α(i, j)·D(i, j) / Σ_ij α(i, j)  = (1/n) Σ_i Σ_{j∈T(i)} α(i, j) — TransformerLens'
+  `detect_head` default: rows without a target stay in the denominator (not defined for coreference: NaN);
+* coreference accuracy: word-level attention of the attending word (sum over the pieces of each attended word,
+  mean over the pieces of the attending word); the head's prediction is the most-attended word other than the
+  attending word itself and special tokens; correct when it is an antecedent word (Clark et al. 2019).
+
+The dense functions :func:`valid_row_score`, :func:`tl_mul_score` and :func:`word_attention` define the same
+numbers on a full α and are the references the tests compare the streamed values with. All are pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from probe.capture import DEFAULT_BLOCK_BYTES, AttentionBlock, capture
+from probe.patterns import target_slots
+from probe.probesets import SpanBatch
+
+# ---------------------------------------------------------------------------------------------------------------
+# Dense reference definitions
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def valid_row_score(alpha: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
+    """Mean over rows with a target of the mass on the targets: α `[... query key]`, pattern `[query key]` bool
+    -> `[...]` (NaN when no row has a target)."""
+    mass = (alpha * pattern.to(alpha.dtype)).sum(-1)  # [... query]
+    valid = pattern.any(-1)  # [query]
+    return mass[..., valid].mean(-1)
+
+
+def tl_mul_score(
+    alpha: torch.Tensor,  # [... query key]
+    pattern: torch.Tensor,  # [query key] bool
+    exclude_bos: bool = False,
+    exclude_current_token: bool = False,
+) -> torch.Tensor:
+    """TransformerLens' `detect_head` "mul" score: Σ α·D / Σ α over the whole pattern, `[...]`.
+
+    The options zero key 0 / the diagonal of α before both sums, as TransformerLens does — but on a copy: the input
+    is never changed (TransformerLens changes the cached pattern in place).
+    """
+    alpha = alpha.clone()
+    if exclude_bos:
+        alpha[..., :, 0] = 0
+    if exclude_current_token:
+        alpha.diagonal(dim1=-2, dim2=-1).zero_()
+    detection = pattern.to(alpha.dtype).tril()  # TransformerLens keeps the lower triangle of D
+    return (alpha * detection).sum((-2, -1)) / alpha.sum((-2, -1))
+
+
+def word_attention(
+    alpha: torch.Tensor,  # [... query key]
+    word_ids: Sequence[int],  # word of each token, -1 for special tokens
+    query_tokens: Sequence[int],
+) -> torch.Tensor:
+    """Word-level attention of the attending word: mean over its pieces (query_tokens) of α, summed over the pieces
+    of each attended word -> `[... word]` (specials dropped)."""
+    rows = alpha[..., list(query_tokens), :].mean(-2)  # [... key]
+    n_words = max(word_ids) + 1
+    index = torch.tensor(word_ids)
+    keep = index >= 0
+    out = torch.zeros(*rows.shape[:-1], n_words, dtype=rows.dtype)  # [... word]
+    return out.index_add(-1, index[keep], rows[..., keep])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Streaming
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WordTargets:
+    """What the coreference accuracy needs for one batch of span examples."""
+
+    word_ids: torch.Tensor  # [batch key] long, -1 for special tokens and padding
+    query_weight: torch.Tensor  # [batch query] float: 1/|pieces| on the attending word's pieces, else 0
+    target_word: torch.Tensor  # [batch word] bool: antecedent words
+    candidate_word: torch.Tensor  # [batch word] bool: words that may be predicted (not the attending word)
+
+
+@dataclass(frozen=True)
+class TypeScores:
+    """Per-example scores of one head type."""
+
+    head_type: str
+    score: torch.Tensor  # [example layer head] valid-row score; NaN for an example without a target
+    tl_score: torch.Tensor  # [example layer head] TransformerLens "mul" score; NaN for coreference
+    correct: torch.Tensor | None = None  # [example layer head] 1.0 / 0.0: the argmax word is an antecedent
+
+    @staticmethod
+    def concat(parts: Sequence[TypeScores]) -> TypeScores:
+        correct = None if parts[0].correct is None else torch.cat([p.correct for p in parts])
+        return TypeScores(parts[0].head_type, torch.cat([p.score for p in parts]),
+                          torch.cat([p.tl_score for p in parts]), correct)
+
+
+class ScoreSink:
+    """Streams the target mass of every head for several head types over one batch (a capture Sink).
+
+    `patterns`: head type -> `[batch query key]` bool targets (turned into a few key indices per row and dropped);
+    `lengths`: real tokens of each example (right padding); `words`: for coreference accuracy.
+    After the forward, :meth:`result` gives per-example :class:`TypeScores`.
+    """
+
+    def __init__(
+        self,
+        patterns: Mapping[str, torch.Tensor],
+        lengths: torch.Tensor,  # [batch]
+        n_layers: int,
+        n_heads: int,
+        words: WordTargets | None = None,
+        heads: Sequence[int] | None = None,  # None: every head
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.n_layers, self.n_heads = n_layers, n_heads
+        self.heads = None if heads is None else tuple(heads)
+        self.lengths = lengths.cpu()
+        self.slots: dict[str, torch.Tensor] = {}
+        self.n_valid: dict[str, torch.Tensor] = {}
+        for head_type, pattern in patterns.items():
+            n = pattern.shape[-1]
+            real = torch.arange(n)[None, :] < self.lengths[:, None]  # [batch seq]
+            pattern = pattern & real[:, :, None] & real[:, None, :]  # [batch query key], a new tensor
+            self.slots[head_type] = target_slots(pattern).to(device)  # [batch query slot]
+            self.n_valid[head_type] = pattern.any(-1).sum(-1)  # [batch]
+        batch = len(self.lengths)
+        self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}  # [batch layer head]
+        self.words = words
+        self.query_rows = None
+        if words is not None:
+            words = WordTargets(*(tensor.to(device) for tensor in (words.word_ids, words.query_weight,
+                                                                   words.target_word, words.candidate_word)))
+            self.words = words
+            n_keys = words.word_ids.shape[1]
+            self.query_rows = torch.zeros(batch, n_layers, n_heads, n_keys, device=device)  # [batch layer head key]
+
+    # Under a causal mask the engine may drop the all-zero keys after a block's last row (see probe.capture).
+    accepts_causal_crop = True
+
+    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
+        return range(n_heads) if self.heads is None else self.heads
+
+    def update(self, block: AttentionBlock) -> None:
+        if block.query_offset != 0:
+            raise ValueError("ScoreSink scores whole sequences; it does not support KV-cache decoding steps")
+        alpha = block.alpha  # [batch head block key]; key may stop early (causal crop: the rest is zero)
+        rows = slice(block.query_start, block.query_start + alpha.shape[2])
+        width = alpha.shape[-1]
+        heads = list(block.heads)
+        for head_type, slots in self.slots.items():
+            index = slots[:, rows]  # [batch block slot]
+            present = (index >= 0) & (index < width)  # [batch block slot]
+            if not bool(present.any()):
+                continue
+            safe = torch.where(present, index, 0)[:, None].expand(-1, alpha.shape[1], -1, -1)
+            gathered = alpha.gather(-1, safe) * present[:, None]  # [batch head block slot]
+            self.mass[head_type][:, block.layer, heads] += gathered.sum((-2, -1))
+        if self.query_rows is not None:
+            weight = self.words.query_weight[:, rows]  # [batch block]
+            if bool((weight > 0).any()):
+                self.query_rows[:, block.layer, heads, :width] += torch.einsum("bhqk,bq->bhk", alpha, weight)
+
+    def result(self) -> dict[str, TypeScores]:
+        """Per-example scores of each head type: `[example layer head]`."""
+        out = {}
+        for head_type, mass in self.mass.items():
+            mass = mass.cpu()
+            n_valid = self.n_valid[head_type].to(mass.dtype)[:, None, None]
+            score = torch.where(n_valid > 0, mass / n_valid.clamp(min=1), torch.nan)
+            tl = mass / self.lengths.to(mass.dtype)[:, None, None]
+            correct = None
+            if head_type == "coreference":
+                tl = torch.full_like(tl, torch.nan)
+                correct = self._accuracy() if self.words is not None else None
+            out[head_type] = TypeScores(head_type, score, tl, correct)
+        return out
+
+    def _accuracy(self) -> torch.Tensor:
+        """1.0 where the head's most-attended word (word-level, see the module doc) is an antecedent word."""
+        words = self.words
+        n_words = words.target_word.shape[1]
+        index = (words.word_ids + 1).clamp(min=0)  # [batch key]; slot 0 collects specials and padding
+        per_word = torch.zeros(*self.query_rows.shape[:3], n_words + 1, device=index.device)  # [batch layer head word+1]
+        per_word.scatter_add_(-1, index[:, None, None].expand_as(self.query_rows), self.query_rows)
+        per_word = per_word[..., 1:].masked_fill(~words.candidate_word[:, None, None], -torch.inf)  # [batch layer head word]
+        predicted = per_word.argmax(-1)  # [batch layer head]
+        hit = words.target_word[:, None, None].expand_as(per_word).gather(-1, predicted[..., None])[..., 0]
+        return hit.float().cpu()
+
+
+def span_words(batch: SpanBatch) -> WordTargets:
+    """The word-level inputs of the coreference accuracy for a padded batch of span examples."""
+    n_batch, n_keys = batch.input_ids.shape
+    n_words = max(max(e.word_ids) for e in batch.examples) + 1
+    word_ids = torch.full((n_batch, n_keys), -1, dtype=torch.long)  # [batch key]
+    query_weight = torch.zeros(n_batch, n_keys)  # [batch query]
+    target_word = torch.zeros(n_batch, n_words, dtype=torch.bool)  # [batch word]
+    candidate_word = torch.zeros(n_batch, n_words, dtype=torch.bool)  # [batch word]
+    for row, example in enumerate(batch.examples):
+        word_ids[row, :len(example.word_ids)] = torch.tensor(example.word_ids)
+        query_weight[row, list(example.query_tokens)] = 1.0 / len(example.query_tokens)
+        target_word[row, list(example.target_words)] = True
+        candidate_word[row, :max(example.word_ids) + 1] = True
+        candidate_word[row, list(example.query_words)] = False
+    return WordTargets(word_ids, query_weight, target_word, candidate_word)
+
+
+def run_sink(
+    model: torch.nn.Module,
+    sink,
+    input_ids: torch.Tensor,  # [batch seq]
+    attention_mask: torch.Tensor | None = None,  # [batch seq]
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> None:
+    """One forward of the model's body (no LM head: scores need no logits) on the capture engine."""
+    body = getattr(model, "base_model", model)
+    device = next(model.parameters()).device
+    inputs = {"input_ids": input_ids.to(device)}
+    if attention_mask is not None:
+        inputs["attention_mask"] = attention_mask.to(device)
+    with capture(body, sink, block_bytes=block_bytes), torch.inference_mode():
+        body(**inputs)

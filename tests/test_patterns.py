@@ -1,0 +1,137 @@
+"""Head-type target patterns: exact matrices on hand-made sequences, TransformerLens' definitions, the registry."""
+
+from __future__ import annotations
+
+import re
+from typing import get_args
+
+import pytest
+import torch
+
+from probe.errors import ProbeError
+from probe.patterns import (
+    HEAD_TYPES,
+    REGISTRY,
+    TOKEN_TYPES,
+    HeadType,
+    batch_pattern,
+    parse_head_types,
+    target_pattern,
+    target_slots,
+)
+from probe.probesets import SpanExample, encode_span_example
+from probe.tiny import word_tokenizer
+
+
+def as_pairs(pattern: torch.Tensor) -> set[tuple[int, int]]:
+    return {tuple(pair) for pair in pattern.nonzero().tolist()}
+
+
+def test_registry_has_one_snake_case_list_of_names():
+    assert HEAD_TYPES == get_args(HeadType) == tuple(REGISTRY)
+    assert set(HEAD_TYPES) == {"previous_token", "duplicate_token", "induction", "coreference", "first_token", "self"}
+    assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", name) for name in HEAD_TYPES)
+    assert "coreference" not in TOKEN_TYPES and len(TOKEN_TYPES) == 5
+
+
+TOKENS = torch.tensor([5, 7, 8, 7, 9, 8, 7])  # positions 0..6
+
+
+def test_previous_token_pattern_is_the_subdiagonal():
+    assert as_pairs(target_pattern("previous_token", TOKENS)) == {(i, i - 1) for i in range(1, 7)}
+
+
+def test_duplicate_token_pattern_hand_computed():
+    # 7 at 1, 3, 6; 8 at 2, 5: earlier copies only
+    assert as_pairs(target_pattern("duplicate_token", TOKENS)) == {(3, 1), (5, 2), (6, 1), (6, 3)}
+
+
+def test_induction_pattern_hand_computed():
+    # key j is a target of query i when t_{j-1} = t_i and j <= i: the token after an earlier copy
+    # t: 0:5 1:7 2:8 3:7 4:9 5:8 6:7 ; query 3 (7): after the 7 at 1 -> j = 2 ; query 5 (8): after 8 at 2 -> 3
+    # query 6 (7): after 7 at 1 -> 2, after 7 at 3 -> 4 ; query 1, 2, 4: no earlier copy
+    assert as_pairs(target_pattern("induction", TOKENS)) == {(3, 2), (5, 3), (6, 2), (6, 4)}
+
+
+def test_induction_includes_the_current_position_after_a_repeat():
+    # t_{i-1} = t_i: the current position itself is "the token after an earlier copy"
+    assert as_pairs(target_pattern("induction", torch.tensor([3, 4, 4]))) == {(2, 2)}
+
+
+def test_first_token_and_self_leave_row_zero_out():
+    assert as_pairs(target_pattern("first_token", TOKENS)) == {(i, 0) for i in range(1, 7)}
+    assert as_pairs(target_pattern("self", TOKENS)) == {(i, i) for i in range(1, 7)}
+
+
+# TransformerLens' detection patterns, written out from their definition (head_detector.py): the previous-token
+# pattern is ones below the diagonal; duplicate is token equality with the diagonal cleared, lower triangle;
+# induction is the duplicate pattern shifted one column to the right, first column zero, lower triangle.
+def tl_previous(tokens):
+    n = len(tokens)
+    pattern = torch.zeros(n, n)
+    pattern[1:, :-1] = torch.eye(n - 1)
+    return pattern.tril().bool()
+
+
+def tl_duplicate(tokens):
+    equal = (tokens[None, :] == tokens[:, None]).float()
+    equal.fill_diagonal_(0)
+    return equal.tril().bool()
+
+
+def tl_induction(tokens):
+    duplicate = tl_duplicate(tokens).float()
+    shifted = torch.roll(duplicate, shifts=1, dims=1)
+    shifted[:, 0] = 0
+    return shifted.tril().bool()
+
+
+@pytest.mark.parametrize("head_type, reference", [
+    ("previous_token", tl_previous), ("duplicate_token", tl_duplicate), ("induction", tl_induction),
+])
+def test_patterns_equal_transformer_lens_definitions(head_type, reference):
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        tokens = torch.randint(0, 6, (40,), generator=generator)  # small vocabulary: many repeats
+        assert torch.equal(target_pattern(head_type, tokens), reference(tokens))
+
+
+def test_batch_pattern_matches_per_sequence_patterns_and_does_not_touch_input():
+    ids = torch.randint(0, 5, (3, 12), generator=torch.Generator().manual_seed(0))
+    before = ids.clone()
+    for head_type in TOKEN_TYPES:
+        batch = batch_pattern(head_type, ids)
+        assert batch.shape == (3, 12, 12)
+        for row in range(3):
+            assert torch.equal(batch[row], target_pattern(head_type, ids[row]))
+    assert torch.equal(ids, before)
+
+
+def test_target_slots_round_trip():
+    ids = torch.randint(0, 4, (2, 16), generator=torch.Generator().manual_seed(3))
+    for head_type in TOKEN_TYPES:
+        pattern = batch_pattern(head_type, ids)
+        slots = target_slots(pattern)  # [batch query slot]
+        assert slots.shape[-1] == max(1, int(pattern.sum(-1).max()))
+        rebuilt = torch.zeros_like(pattern)
+        b, q, s = (slots >= 0).nonzero(as_tuple=True)
+        rebuilt[b, q, slots[b, q, s]] = True
+        assert torch.equal(rebuilt, pattern)
+
+
+def test_coreference_pattern_comes_from_the_span_example():
+    tokenizer = word_tokenizer("mary saw john because she left".split(), bos_token="<bos>")
+    example = encode_span_example(SpanExample("mary saw john because she left", (22, 25), ((0, 4),)), tokenizer)
+    pattern = target_pattern("coreference", example)
+    assert as_pairs(pattern) == {(5, 1)}  # <bos> mary saw john because she: "she" (5) -> "mary" (1)
+    with pytest.raises(ProbeError, match="spans"):
+        target_pattern("coreference", torch.tensor([1, 2, 3]))
+
+
+def test_parse_head_types():
+    assert parse_head_types(None) == HEAD_TYPES
+    assert parse_head_types("induction, previous_token,induction") == ("induction", "previous_token")
+    with pytest.raises(ProbeError, match="unknown head type 'inducton'"):
+        parse_head_types("inducton")
+    with pytest.raises(ProbeError, match="unknown head type"):
+        target_pattern("name_mover", TOKENS)
