@@ -12,7 +12,9 @@ builds its causal / padding / sliding-window masks) under the name ``"probe_capt
 :func:`capture`, which switches the model to the engine and restores the previous implementation afterwards.
 
 Sinks receive :class:`AttentionBlock` objects; :class:`DenseSink` keeps α of selected heads, and any object with
-``heads_for`` and ``update`` methods (the :class:`Sink` protocol) can reduce blocks as they stream past.
+``heads_for`` and ``update`` methods (the :class:`Sink` protocol) can reduce blocks as they stream past. A sink that
+needs α only at a few keys per row (head scores need only the target keys) implements :class:`GatherSink` instead:
+the engine then computes those entries alone, O(query · slot) per head, and no dense block at all.
 """
 
 from __future__ import annotations
@@ -72,6 +74,22 @@ class Sink(Protocol):
 # A sink may also set `accepts_causal_crop = True` to receive causal blocks without their all-zero key tail.
 
 
+class GatherSink(Protocol):
+    """A sink that needs α only at a few keys per query row (head scores: the target keys).
+
+    The engine then computes α(i, j) = exp(scale·q_i·k_j + mask_ij − lse_i) at those keys alone — O(query · slot)
+    per head instead of O(query · key) — and never builds a dense block for it. A sink may implement both protocols.
+    """
+
+    def gather_for(self, layer: int, n_heads: int) -> tuple[Sequence[int], torch.Tensor] | None:
+        """(heads, key slots `[batch query slot]` long, −1 = no key) for `layer`, or None."""
+        ...
+
+    def update_gathered(self, layer: int, heads: tuple[int, ...], alpha: torch.Tensor) -> None:
+        """α at the slots, `[batch head query slot]` float32, exactly 0 where the slot is −1."""
+        ...
+
+
 class DenseSink:
     """Keeps α of the selected layers and heads on the CPU, one tensor per (step, layer).
 
@@ -125,7 +143,7 @@ class _Session:
     """State of one `capture(...)` block: which layer a module is, which sinks listen, how far we are."""
 
     layer_of_module: dict[int, int]
-    sinks: tuple[Sink, ...]
+    sinks: tuple[Sink | GatherSink, ...]
     block_bytes: int
     step: int = 0
     seen_layers: set[int] = field(default_factory=set)
@@ -171,7 +189,7 @@ def _layer_of_module(model: nn.Module) -> dict[int, int]:
 @contextlib.contextmanager
 def capture(
     model: nn.Module,
-    sinks: Sink | Sequence[Sink],
+    sinks: Sink | GatherSink | Sequence[Sink | GatherSink],
     block_bytes: int = DEFAULT_BLOCK_BYTES,  # memory budget of one α block (all selected heads)
 ) -> Iterator[None]:
     """Run `model` on the capture engine inside the block, streaming α into `sinks`.
@@ -182,7 +200,7 @@ def capture(
         raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
                          "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
     register_engine()
-    sinks = (sinks,) if hasattr(sinks, "update") else tuple(sinks)
+    sinks = (sinks,) if hasattr(sinks, "update") or hasattr(sinks, "update_gathered") else tuple(sinks)
     session = _Session(_layer_of_module(model), sinks, block_bytes)
     previous = model.config._attn_implementation
     model.set_attn_implementation(ENGINE_NAME)
@@ -250,6 +268,7 @@ def capture_attention_forward(
 
     layer = session.next_layer(module)
     _stream_alpha(session, layer, query, key, additive, is_causal, scale, lse)
+    _gather_alpha(session, layer, query, key, additive, is_causal, scale, lse)
     return output.transpose(1, 2).contiguous(), None  # [batch query head dim]
 
 
@@ -353,7 +372,7 @@ def _stream_alpha(
 ) -> None:
     """Rebuild α for the heads the sinks want, one query block at a time, and hand each block to the sinks."""
     n_heads, n_query, n_key = query.shape[1], query.shape[2], key.shape[2]
-    wanted = {sink: tuple(sink.heads_for(layer, n_heads)) for sink in session.sinks}
+    wanted = {sink: tuple(sink.heads_for(layer, n_heads)) for sink in session.sinks if hasattr(sink, "heads_for")}
     heads = sorted({head for chosen in wanted.values() for head in chosen})
     if not heads:
         return
@@ -384,11 +403,14 @@ def _stream_alpha(
     causal_bias = torch.zeros(block_rows, block_rows, device=query.device).masked_fill_(
         torch.ones(block_rows, block_rows, dtype=torch.bool, device=query.device).triu(1), -math.inf
     )  # [query key] within the diagonal square of a block
+    # One buffer per call, reused by every block (a contiguous prefix of it), so blocks allocate nothing.
+    buffer = torch.empty(batch_heads * block_rows * n_key, device=query.device)
     for start in range(0, n_query, block_rows):
         stop = min(start + block_rows, n_query)
         # Causal: keys after this block's last query are masked for every row, so they are never computed.
         key_stop = stop if is_causal else n_key
-        scores = torch.bmm(query_aug[:, start:stop], key_aug[..., :key_stop])  # [batch·head_sel block key_stop]
+        scores = buffer[: batch_heads * (stop - start) * key_stop].view(batch_heads, stop - start, key_stop)
+        torch.bmm(query_aug[:, start:stop], key_aug[..., :key_stop], out=scores)  # [batch·head_sel block key_stop]
         scores = scores.view(query.shape[0], len(heads), stop - start, key_stop)  # [batch head_sel block key_stop]
         if mask_full is not None:
             scores += mask_full[:, :, start:stop, :key_stop]
@@ -402,3 +424,52 @@ def _stream_alpha(
             if mine.shape[-1] < n_key and not getattr(sink, "accepts_causal_crop", False):
                 mine = torch.nn.functional.pad(mine, (0, n_key - mine.shape[-1]))  # [batch head block key]
             sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, n_key, mine))
+
+
+def _gather_alpha(
+    session: _Session,
+    layer: int,
+    query: torch.Tensor,  # [batch head query dim]
+    key: torch.Tensor,  # [batch head key dim]
+    mask: torch.Tensor | None,  # [batch 1|head query key] additive
+    is_causal: bool,
+    scale: float,
+    lse: torch.Tensor,  # [batch head query]
+) -> None:
+    """α at the key slots gather-sinks ask for: one dot product per (query, slot), never a dense block."""
+    n_batch, n_heads, n_query, dim = query.shape
+    for sink in session.sinks:
+        request = sink.gather_for(layer, n_heads) if hasattr(sink, "gather_for") else None
+        if request is None:
+            continue
+        heads, slots = tuple(request[0]), request[1].to(query.device)  # slots: [batch query slot]
+        if slots.shape[:2] != (n_batch, n_query):
+            raise ProbeError(f"gather slots are shaped {tuple(slots.shape)}; expected [batch={n_batch}, "
+                             f"query={n_query}, slot]")
+        head_index = torch.tensor(heads, device=query.device)
+        n_slots = slots.shape[-1]
+        out = torch.zeros(n_batch, len(heads), n_query, n_slots, device=query.device)  # [batch head query slot]
+        rows_per_block = max(1, session.block_bytes // max(1, n_batch * len(heads) * n_slots * dim * 4))
+        for start in range(0, n_query, rows_per_block):
+            rows = slice(start, min(start + rows_per_block, n_query))
+            index = slots[:, rows]  # [batch block slot]
+            present = index >= 0
+            safe = index.clamp(min=0)
+            block = index.shape[1]
+            flat = safe.reshape(n_batch, 1, block * n_slots, 1).expand(-1, len(heads), -1, dim)
+            keys = key.index_select(1, head_index).float().gather(2, flat)  # [batch head block·slot dim]
+            keys = keys.view(n_batch, len(heads), block, n_slots, dim)  # [batch head block slot dim]
+            queries = query.index_select(1, head_index)[:, :, rows].float()  # [batch head block dim]
+            scores = torch.einsum("bhqd,bhqsd->bhqs", queries, keys) * scale  # [batch head block slot]
+            if mask is not None:
+                mask_rows = mask[:, :, rows].float()  # [batch 1|head block key]
+                if mask_rows.shape[1] > 1:
+                    mask_rows = mask_rows.index_select(1, head_index)
+                mask_index = safe[:, None].expand(-1, mask_rows.shape[1], -1, -1)  # [batch 1|head block slot]
+                scores = scores + mask_rows.gather(-1, mask_index)
+            if is_causal:
+                position = torch.arange(start, start + block, device=query.device)[:, None]  # [block 1]
+                present = present & (safe <= position)
+            alpha = torch.exp(scores - lse.index_select(1, head_index)[:, :, rows, None].float())
+            out[:, :, rows] = alpha * present[:, None]  # [batch head block slot]
+        sink.update_gathered(layer, heads, out)

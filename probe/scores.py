@@ -136,6 +136,14 @@ class ScoreSink:
             pattern = pattern & real[:, :, None] & real[:, None, :]  # [batch query key], a new tensor
             self.slots[head_type] = target_slots(pattern).to(device)  # [batch query slot]
             self.n_valid[head_type] = pattern.any(-1).sum(-1)  # [batch]
+        # Without coreference every score needs α only at the target keys: one slot tensor for all types, gathered
+        # by the engine (GatherSink) — no dense block is built at all.
+        self.columns: dict[str, slice] = {}
+        first = 0
+        for head_type, slots in self.slots.items():
+            self.columns[head_type] = slice(first, first + slots.shape[-1])
+            first += slots.shape[-1]
+        self.all_slots = torch.cat(list(self.slots.values()), dim=-1)  # [batch query slot]
         batch = len(self.lengths)
         self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}  # [batch layer head]
         self.words = words
@@ -151,7 +159,22 @@ class ScoreSink:
     accepts_causal_crop = True
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
+        """Dense blocks only for coreference accuracy (whole rows of the attending word); else see gather_for."""
+        if self.words is None:
+            return ()
         return range(n_heads) if self.heads is None else self.heads
+
+    def gather_for(self, layer: int, n_heads: int):
+        """The target keys of every type at once, when no dense rows are needed."""
+        if self.words is not None:
+            return None
+        return (range(n_heads) if self.heads is None else self.heads), self.all_slots
+
+    def update_gathered(self, layer: int, heads: tuple[int, ...], alpha: torch.Tensor) -> None:
+        """α at the target slots, `[batch head query slot]`: add each type's target mass per head."""
+        heads = list(heads)
+        for head_type, columns in self.columns.items():
+            self.mass[head_type][:, layer, heads] += alpha[..., columns].sum((-2, -1))
 
     def update(self, block: AttentionBlock) -> None:
         if block.query_offset != 0:

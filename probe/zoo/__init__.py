@@ -1,0 +1,34 @@
+"""Model organisms: tiny models with known heads, trained by `python -m probe.zoo.train`, shipped with the package.
+
+Each organism is a subdirectory of this package holding what `save_pretrained` writes (safetensors weights,
+config.json, tokenizer files) plus MODEL_CARD.md and card.json (the labels the head classifier must give).
+`probe.models.load("zoo:NAME")` resolves the spec through :func:`path`; nothing touches the network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from probe.errors import ProbeError
+
+ZOO_DIR = Path(__file__).resolve().parent
+
+
+def names() -> list[str]:
+    """The shipped organisms, sorted: every subdirectory with a config.json."""
+    return sorted(entry.name for entry in ZOO_DIR.iterdir() if (entry / "config.json").is_file())
+
+
+def path(name: str) -> Path:
+    """The directory of organism `name` (what `from_pretrained` reads); ProbeError listing the known names."""
+    known = names()
+    if name not in known:
+        raise ProbeError(f"unknown model organism zoo:{name}; known: {', '.join('zoo:' + n for n in known) or 'none'}")
+    return ZOO_DIR / name
+
+
+def card(name: str) -> dict:
+    """The machine-readable model card (card.json) of organism `name`."""
+    import json
+
+    return json.loads((path(name) / "card.json").read_text())

@@ -1,0 +1,436 @@
+"""Train a model organism from scratch: `python -m probe.zoo.train NAME --seed S --out DIR`.
+
+Writes DIR/ with safetensors weights, config.json, tokenizer files, card.json and MODEL_CARD.md. The models are
+transformers models made attention-only: MLPs of width 1 whose weights are zeroed and frozen, so every MLP adds
+exactly 0 to the residual stream and `from_pretrained` loads them like any checkpoint.
+
+* induction / positional: Llama-style (LlamaForCausalLM: rotary positions, RMSNorm). With GPT-2's learned
+  absolute positions the same data was solved, in every one of five runs, by look-alike circuits (layer-0 heads at
+  a fixed offset of 5-6 or 14-15 tokens, layer-1 heads matching them) that are not previous-token or induction
+  heads; with rotary positions (relative only) the canonical previous-token -> induction circuit forms.
+* coreference: GPT-2 (GPT2LMHeadModel).
+
+When the head classifier (probe.classify) is importable, the card also records the labels it gives the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from probe.zoo import data
+
+BOS, UNK, PAD = "<bos>", "<unk>", "<pad>"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How one organism is built and trained (defaults: a 2-layer, 4-head, width-64 attention-only GPT-2)."""
+
+    task: str  # what the data teaches, one line for the card
+    arch: str = "llama"  # "llama" (rotary positions, RMSNorm) | "gpt2" (learned absolute positions)
+    data: str = "repeated_blocks"  # "repeated_blocks" | "coreference": the generator in probe.zoo.data
+    n_words: int = 128  # repeated_blocks: pseudo-words in the vocabulary, besides the specials
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+    n_positions: int = 64
+    length: int = 64  # repeated_blocks: training sequence length, BOS included
+    min_block: int = 1  # repeated_blocks: block lengths log-uniform in [min_block, max_block]; equal = fixed period
+    max_block: int = 24
+    max_copies: int = 3  # repeated_blocks: each block written 2..max_copies times in a row (see data.py)
+    max_distractors: int = 3  # coreference: 1..max_distractors nouns that disagree with the pronoun
+    steps: int = 2000
+    batch: int = 32
+    lr: float = 1e-2  # AdamW peak learning rate (1e-3 stays on the loss plateau for thousands of steps)
+    warmup: int = 200  # linear warm-up steps, then cosine decay to lr/10
+    weight_decay: float = 0.01
+    eval_min_block: int = 6  # in-context loss probes: one random block (random length) repeated once
+    eval_max_block: int = 24
+    requirements: dict = field(default_factory=dict)  # what the classifier must find (copied to card.json)
+
+
+ORGANISMS: dict[str, TrainConfig] = {
+    "induction": TrainConfig(
+        task="predict the repeats of random blocks of random length (1-24 tokens, log-uniform), each written 2-3 "
+             "times in a row",
+        requirements={"present": [{"layer": 0, "head_type": "previous_token"}, {"layer": 1, "head_type": "induction"}],
+                      "absent": []},
+    ),
+    "positional": TrainConfig(
+        task="predict the repeats of random blocks of FIXED length 16, each written 2-3 times in a row: the "
+             "negative control, whose repeats are predictable from position alone",
+        min_block=16, max_block=16,
+        requirements={"present": [], "absent": [{"head_type": "induction"}]},
+    ),
+    "coreference": TrainConfig(
+        task="predict the word after a pronoun (he / she / they), fixed by the one earlier noun that agrees with "
+             "the pronoun in gender or number, among 1-3 disagreeing nouns",
+        arch="gpt2", data="coreference", steps=1500, batch=64,
+        requirements={"present": [{"layer": None, "head_type": "coreference", "min_accuracy": 0.9}], "absent": []},
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tokenizer, model, data
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def build_tokenizer(config: TrainConfig):
+    """A word-level fast tokenizer (pseudo-words, or the classifier's coreference vocabulary); BOS first."""
+    from probe.tiny import word_tokenizer
+
+    if config.data == "coreference":
+        from probe.probesets import CorefVocabulary
+
+        return word_tokenizer(CorefVocabulary().words(), bos_token=BOS)
+    return word_tokenizer(data.pseudo_words(config.n_words), bos_token=BOS)
+
+
+def word_ids(tokenizer) -> list[int]:
+    """Ids of the vocabulary minus the special tokens (what random blocks are drawn from)."""
+    specials = set(tokenizer.all_special_ids)
+    return sorted(i for i in tokenizer.get_vocab().values() if i not in specials)
+
+
+def build_model(config: TrainConfig, tokenizer, seed: int):
+    """A fresh attention-only model: MLPs of width 1 with zeroed, frozen weights; no dropout."""
+    import transformers
+
+    if config.arch == "llama":
+        model_config = transformers.LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=config.n_embd, num_hidden_layers=config.n_layer,
+            num_attention_heads=config.n_head, num_key_value_heads=config.n_head, intermediate_size=1,
+            max_position_embeddings=config.n_positions, tie_word_embeddings=True,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
+        )
+        torch.manual_seed(seed)
+        model = transformers.LlamaForCausalLM(model_config)
+        with torch.no_grad():
+            for block in model.model.layers:
+                for parameter in block.mlp.parameters():
+                    parameter.zero_()
+                    parameter.requires_grad_(False)
+        return model
+    model_config = transformers.GPT2Config(
+        vocab_size=len(tokenizer), n_positions=config.n_positions, n_embd=config.n_embd, n_layer=config.n_layer,
+        n_head=config.n_head, n_inner=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(model_config)
+    with torch.no_grad():
+        for block in model.transformer.h:
+            for parameter in block.mlp.parameters():
+                parameter.zero_()
+                parameter.requires_grad_(False)
+    return model
+
+
+def make_batch(config: TrainConfig, tokenizer, generator: torch.Generator, batch: int,
+               **overrides) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens, targets) `[batch position]` of the organism's training language."""
+    if config.data == "coreference":
+        from probe.probesets import CorefVocabulary
+
+        return data.coreference_batch(generator, batch, CorefVocabulary(), tokenizer.get_vocab(),
+                                      tokenizer.bos_token_id, tokenizer.pad_token_id,
+                                      overrides.get("max_distractors", config.max_distractors))
+    return data.repeated_blocks(generator, batch, config.length, word_ids(tokenizer), tokenizer.bos_token_id,
+                                overrides.get("min_block", config.min_block), overrides.get("max_block", config.max_block),
+                                config.max_copies)
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def masked_loss(model, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy (nats) over the predictable positions only."""
+    logits = model(input_ids=tokens).logits  # [batch position vocab]
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=data.IGNORE)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def held_out_loss(model, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
+    """(mean loss in nats, top-1 accuracy) over the predictable tokens of held-out batches."""
+    model.eval()
+    total, correct, count = 0.0, 0, 0
+    for tokens, targets in batches:
+        logits = model(input_ids=tokens).logits  # [batch position vocab]
+        keep = targets != data.IGNORE  # [batch position]
+        total += float(torch.nn.functional.cross_entropy(logits[keep], targets[keep], reduction="sum"))
+        correct += int((logits[keep].argmax(-1) == targets[keep]).sum())
+        count += int(keep.sum())
+    return total / count, correct / count
+
+
+def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 8, batch: int = 32) -> dict:
+    """The card's numbers: in-context loss (nats) and accuracy on held-out probes of the organism's task."""
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    result: dict = {}
+    if config.data == "coreference":
+        batches = [make_batch(config, tokenizer, generator, batch, max_distractors=1) for _ in range(n_batches)]
+        loss, accuracy = held_out_loss(model, batches)
+        result.update(probe="held-out sentences with one distractor noun; target: the word after the pronoun",
+                      in_context_loss=round(loss, 4), accuracy=round(accuracy, 4),
+                      nearest_noun_baseline=0.5)  # the antecedent is the nearer noun in half the sentences
+        return result
+    ids, bos = word_ids(tokenizer), tokenizer.bos_token_id
+    batches = [data.repeat_probe(generator, batch, ids, bos, config.eval_min_block, config.eval_max_block)
+               for _ in range(n_batches)]
+    loss, accuracy = held_out_loss(model, batches)
+    result.update(probe=f"<bos> + one random block of random length {config.eval_min_block}-{config.eval_max_block} "
+                        "+ its copy; target: the copy's tokens after its first",
+                  in_context_loss=round(loss, 4), accuracy=round(accuracy, 4))
+    if config.min_block == config.max_block:  # the control: also on its own fixed period
+        period = config.min_block
+        batches = [data.repeat_probe(generator, batch, ids, bos, period, period) for _ in range(n_batches)]
+        loss, accuracy = held_out_loss(model, batches)
+        result.update(fixed_period=period, in_context_loss_fixed_period=round(loss, 4),
+                      accuracy_fixed_period=round(accuracy, 4))
+    return result
+
+
+def classifier_labels(directory: Path) -> dict | None:
+    """The labels probe.classify gives the saved model with its default LabelConfig: {head_type: [head names]},
+    plus the scores of the labelled heads. None when the classifier is not importable."""
+    try:
+        from probe.classify import LabelConfig, label_model
+    except ImportError:
+        return None
+    from probe.models import load
+
+    table = label_model(load(str(directory)), LabelConfig())
+    labelled = table[table["label"]]
+    labels = {t: sorted(g.loc[g["label"], "head_name"]) for t, g in table.groupby("head_type", sort=False)}
+    scores = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+              for row in labelled[["head_name", "head_type", "score", "ci_low", "chance", "accuracy",
+                                   "baseline_accuracy"]].to_dict("records")]
+    return {"labels": labels, "labelled_scores": scores}
+
+
+def check_requirements(labels: dict[str, list[str]], scores: list[dict], requirements: dict) -> list[str]:
+    """The requirements a label table fails (empty: all met)."""
+    from probe.heads import parse_head_name
+
+    failed = []
+    for need in requirements.get("present", []):
+        heads = [name for name in labels.get(need["head_type"], [])
+                 if need.get("layer") is None or parse_head_name(name)[0] == need["layer"]]
+        if "min_accuracy" in need:
+            good = {s["head_name"] for s in scores
+                    if s["head_type"] == need["head_type"] and (s["accuracy"] or 0) >= need["min_accuracy"]}
+            heads = [name for name in heads if name in good]
+        if not heads:
+            failed.append(f"no {need['head_type']} head" + (f" in layer {need['layer']}" if need.get("layer")
+                                                             is not None else "") + f" ({need})")
+    for ban in requirements.get("absent", []):
+        if labels.get(ban["head_type"]):
+            failed.append(f"{ban['head_type']} heads present: {labels[ban['head_type']]}")
+    return failed
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | None = None,
+          label: bool = True) -> dict:
+    """Train organism `name` with `seed`, save it to `out` and return its card (also written to out/card.json)."""
+    from tqdm import tqdm
+
+    config = ORGANISMS[name]
+    if overrides:
+        config = TrainConfig(**{**asdict(config), **overrides})
+    torch.set_num_threads(threads)
+    tokenizer = build_tokenizer(config)
+    model = build_model(config, tokenizer, seed)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98))
+    generator = torch.Generator().manual_seed(seed)
+
+    started = time.perf_counter()
+    model.train()
+    running = math.nan
+    bar = tqdm(range(config.steps), desc=f"train {name}", file=sys.stderr, mininterval=2.0)
+    for step in bar:
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, config)
+        tokens, targets = make_batch(config, tokenizer, generator, config.batch)
+        loss = masked_loss(model, tokens, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        value = loss.item()
+        running = value if math.isnan(running) else 0.98 * running + 0.02 * value
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{running:.3f}")
+    train_seconds = time.perf_counter() - started
+    model.eval()
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    card = {
+        "name": name,
+        "task": config.task,
+        "architecture": (f"{type(model).__name__}, attention-only: MLPs of width 1 with weights zeroed and frozen "
+                         "(they add exactly 0); " + ("rotary positions" if config.arch == "llama"
+                                                     else "learned absolute positions, no dropout")
+                         + "; tied embeddings"),
+        "config": {k: v for k, v in asdict(config).items() if k not in ("task", "requirements")},
+        "parameters": sum(p.numel() for p in trainable),
+        "vocabulary": (f"{len(tokenizer)} tokens: <unk>, <pad>, <bos> and "
+                       + ("the words of probe.probesets.CorefVocabulary" if config.data == "coreference"
+                          else f"{config.n_words} pseudo-words (probe.zoo.data.pseudo_words)")
+                       + "; every text starts with <bos>"),
+        "data_generator": f"probe.zoo.data.{'coreference_batch' if config.data == 'coreference' else 'repeated_blocks'}",
+        "seed": seed,
+        "steps": config.steps,
+        "threads": threads,
+        "train_seconds": round(train_seconds, 1),
+        "final_train_loss": round(running, 4),
+        "evaluation": evaluate(model, config, tokenizer, seed),
+        "requirements": config.requirements,
+        "command": f"python -m probe.zoo.train {name} --seed {seed} --out DIR",
+    }
+    if label:
+        found = classifier_labels(out)
+        if found is not None:
+            card["classifier"] = "probe.classify.label_model with the default LabelConfig()"
+            card.update(found)
+            card["requirements_failed"] = check_requirements(found["labels"], found["labelled_scores"],
+                                                             config.requirements)
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    (out / "MODEL_CARD.md").write_text(model_card_markdown(card))
+    readable(out)
+    return card
+
+
+def readable(directory: Path) -> None:
+    """save_pretrained writes the weights 0600; shipped files must be readable by every user of an install."""
+    for file in directory.iterdir():
+        if file.is_file():
+            file.chmod(0o644)
+
+
+ESM_RANDOM = "esm-random"
+
+
+def save_esm_random(seed: int, out: Path, label: bool = True) -> dict:
+    """zoo:esm-random: a tiny ESM-2-shaped EsmForMaskedLM with RANDOM weights and a random, non-zero contact
+    head (probe.tiny). Untrained: it exists so the protein views and contact code run offline."""
+    from probe.tiny import save_tiny
+
+    save_tiny("esm", out, seed=seed)
+    card = {
+        "name": ESM_RANDOM,
+        "task": "none: UNTRAINED, random weights. It exists only so the protein views and the contact code work "
+                "offline; its attention and contacts mean nothing",
+        "architecture": "EsmForMaskedLM (ESM-2 layout: rotary positions, 33-token ESM vocabulary), 2 layers, "
+                        "4 heads, width 32, random contact regression (probe.tiny.build_tiny('esm'))",
+        "seed": seed,
+        "steps": 0,
+        "command": f"python -m probe.zoo.train {ESM_RANDOM} --seed {seed} --out DIR",
+        "requirements": {"present": [], "absent": []},
+    }
+    if label:
+        found = classifier_labels(out)
+        if found is not None:
+            card["classifier"] = "probe.classify.label_model with the default LabelConfig()"
+            card.update(found)
+            card["requirements_failed"] = []
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    lines = [f"# zoo:{ESM_RANDOM}", "", "**UNTRAINED.** " + card["task"] + ".", "",
+             f"**Architecture.** {card['architecture']}.", "", f"**Built by** `{card['command']}` (no training).", ""]
+    if "labels" in card:
+        lines += [f"**Labels** given by {card['classifier']} on random weights (the tests assert exactly these):", ""]
+        lines += [f"- {head_type}: {', '.join(heads) or 'none'}" for head_type, heads in card["labels"].items()]
+        lines.append("")
+    lines += ["Machine-readable: `card.json` next to this file.", ""]
+    (out / "MODEL_CARD.md").write_text("\n".join(lines))
+    readable(out)
+    return card
+
+
+def model_card_markdown(card: dict) -> str:
+    """MODEL_CARD.md from card.json (the JSON is the machine-readable truth)."""
+    config = card["config"]
+    lines = [
+        f"# zoo:{card['name']}",
+        "",
+        f"**Task.** {card['task']}.",
+        "",
+        f"**Architecture.** {card['architecture']}. {config['n_layer']} layers, {config['n_head']} heads, width "
+        f"{config['n_embd']}, {config['n_positions']} positions, {card['parameters']} trainable parameters.",
+        "",
+        f"**Vocabulary.** {card['vocabulary']}.",
+        "",
+        f"**Data.** `{card['data_generator']}`; the loss is computed only on tokens predictable from context.",
+        "",
+        f"**Training.** `{card['command']}`: seed {card['seed']}, {card['steps']} steps of batch {config['batch']}, "
+        f"AdamW lr {config['lr']} ({config['warmup']} warm-up steps, cosine to lr/10), {card['threads']} CPU "
+        f"thread(s): {card['train_seconds']} s measured. Final training loss {card['final_train_loss']} nats.",
+        "",
+        "**Evaluation** (held-out):",
+        "",
+    ]
+    lines += [f"- {key}: {value}" for key, value in card["evaluation"].items()]
+    if "labels" in card:
+        lines += ["", f"**Labels** given by {card['classifier']} (the tests assert exactly these):", ""]
+        lines += [f"- {head_type}: {', '.join(heads) or 'none'}" for head_type, heads in card["labels"].items()]
+        lines += ["", "Requirements: " + json.dumps(card["requirements"])
+                  + (" — all met." if not card.get("requirements_failed")
+                     else " — FAILED: " + "; ".join(card["requirements_failed"]))]
+    lines += ["", "Machine-readable: `card.json` next to this file.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m probe.zoo.train", description=__doc__.splitlines()[0])
+    parser.add_argument("name", choices=sorted([*ORGANISMS, ESM_RANDOM]))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: on a shared CPU "
+                                                                "faster than 2)")
+    parser.add_argument("--no-label", action="store_true", help="do not run the head classifier on the result")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a TrainConfig field (for experiments; the shipped organisms use none)")
+    args = parser.parse_args(argv)
+    if args.name == ESM_RANDOM:
+        card = save_esm_random(args.seed, args.out, label=not args.no_label)
+        print(json.dumps({k: card[k] for k in ("name", "seed", "labels") if k in card}, indent=2))
+        return 0
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in TrainConfig.__dataclass_fields__ or key in ("task", "requirements"):
+            parser.error(f"--set {item}: not a TrainConfig field")
+        overrides[key] = type(getattr(ORGANISMS[args.name], key))(value)
+    card = train(args.name, args.seed, args.out, threads=args.threads, overrides=overrides, label=not args.no_label)
+    shown = ("name", "seed", "steps", "train_seconds", "evaluation", "labels", "requirements_failed")
+    print(json.dumps({k: card[k] for k in shown if k in card}, indent=2))
+    return 1 if card.get("requirements_failed") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""Model organisms (probe.zoo): resolution, shipped files, training data, and the labels on each card."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+import torch
+
+from probe import zoo
+from probe.errors import ProbeError
+from probe.heads import parse_head_name
+from probe.zoo import data
+from probe.zoo import train as zoo_train
+
+TEXT_ORGANISMS = ["coreference", "induction", "positional"]
+ALL = ["coreference", "esm-random", "induction", "positional"]
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any socket connection fails the test: zoo specs must resolve from the package alone."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture(scope="module")
+def label_tables():
+    """label_model(zoo:NAME, LabelConfig()) for every organism, computed once."""
+    from probe.classify import LabelConfig, label_model
+    from probe.models import load
+
+    return {name: label_model(load(f"zoo:{name}"), LabelConfig()) for name in ALL}
+
+
+def labelled(table) -> dict[str, list[str]]:
+    return {t: sorted(g.loc[g["label"], "head_name"]) for t, g in table.groupby("head_type", sort=False)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Resolution and shipped files
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_names_lists_the_shipped_organisms():
+    assert zoo.names() == ALL
+
+
+def test_unknown_name_is_one_line_error_listing_known_names():
+    with pytest.raises(ProbeError) as error:
+        zoo.path("inducton")
+    message = str(error.value)
+    assert "zoo:inducton" in message and "\n" not in message
+    for name in ALL:
+        assert f"zoo:{name}" in message
+
+
+def test_unknown_zoo_spec_through_models_load():
+    from probe.models import load
+
+    with pytest.raises(ProbeError, match="known: zoo:coreference"):
+        load("zoo:nope")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_zoo_spec_loads_offline_from_the_package(name, no_network):
+    from probe.models import load
+
+    loaded = load(f"zoo:{name}")
+    assert zoo.path(name).parent == zoo.ZOO_DIR
+    assert loaded.name == f"zoo:{name}"
+    assert loaded.kind == ("protein_mlm" if name == "esm-random" else "causal_lm")
+    assert loaded.revision.startswith("sha256:")
+    assert getattr(loaded.tokenizer, "is_fast", False) or name == "esm-random"
+    assert loaded.n_layers == 2 and loaded.n_heads == 4
+
+
+def test_all_organisms_together_under_5_mb():
+    total = sum(f.stat().st_size for name in ALL for f in zoo.path(name).iterdir() if f.is_file())
+    assert total < 5 * 2**20
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_shipped_files_are_package_data(name):
+    """Every shipped file has an extension pyproject ships (*.json, *.safetensors, *.md, *.txt)."""
+    for file in zoo.path(name).iterdir():
+        assert file.suffix in (".json", ".safetensors", ".md", ".txt"), file
+    assert (zoo.path(name) / "MODEL_CARD.md").is_file() and (zoo.path(name) / "model.safetensors").is_file()
+    assert zoo.card(name)["name"] == name
+
+
+@pytest.mark.parametrize("name", TEXT_ORGANISMS)
+def test_text_organisms_are_attention_only(name):
+    from probe.models import load
+
+    model = load(f"zoo:{name}").model
+    mlps = [module for path, module in model.named_modules() if path.endswith(".mlp")]
+    assert len(mlps) == model.config.num_hidden_layers == 2
+    for mlp in mlps:
+        assert all(torch.count_nonzero(p) == 0 for p in mlp.parameters())
+    assert zoo.card(name)["config"]["arch"] == ("gpt2" if name == "coreference" else "llama")
+
+
+def test_esm_random_card_says_untrained_and_contact_head_is_nonzero():
+    from probe.models import load
+
+    card = zoo.card("esm-random")
+    assert "UNTRAINED" in card["task"] and card["steps"] == 0
+    assert "UNTRAINED" in (zoo.path("esm-random") / "MODEL_CARD.md").read_text()
+    head = load("zoo:esm-random").model.esm.contact_head.regression
+    assert torch.count_nonzero(head.weight) == head.weight.numel()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data generators
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_repeated_blocks_targets_are_the_copy_tokens():
+    generator = torch.Generator().manual_seed(0)
+    words = list(range(10, 60))
+    tokens, targets = data.repeated_blocks(generator, 8, 64, words, bos_id=2, min_block=3, max_block=9)
+    assert tokens.shape == targets.shape == (8, 64)
+    assert (tokens[:, 0] == 2).all() and (tokens[:, 1:] >= 10).all()
+    rows, positions = torch.nonzero(targets != data.IGNORE, as_tuple=True)
+    assert len(rows) > 100
+    for row, position in zip(rows.tolist(), positions.tolist(), strict=True):
+        target = int(targets[row, position])
+        assert target == tokens[row, position + 1]
+        # the target repeats a token 3..9 places earlier (its first copy), and so does the query token
+        lags = [lag for lag in range(3, 10) if tokens[row, position + 1 - lag] == target
+                and tokens[row, position - lag] == tokens[row, position]]
+        assert lags
+
+
+def test_fixed_period_blocks_repeat_at_exactly_the_period():
+    generator = torch.Generator().manual_seed(1)
+    tokens, targets = data.repeated_blocks(generator, 4, 64, list(range(10, 200)), 2, 16, 16)
+    rows, positions = torch.nonzero(targets != data.IGNORE, as_tuple=True)
+    assert torch.equal(tokens[rows, positions + 1], tokens[rows, positions + 1 - 16])
+    # predictable: copies 2 (positions 17..32) and 4 (49..64), all but their first token -> 15 per copy
+    assert torch.equal((targets[0] != data.IGNORE).nonzero().flatten() + 1,
+                       torch.tensor([*range(18, 33), *range(50, 64)]))
+
+
+def test_runs_of_three_copies_are_predictable_from_the_second_copy_on():
+    generator = torch.Generator().manual_seed(2)
+    tokens, targets = data.repeated_blocks(generator, 16, 64, list(range(10, 200)), 2, 1, 6, max_copies=3)
+    rows, positions = torch.nonzero(targets != data.IGNORE, as_tuple=True)
+    assert torch.equal(targets[rows, positions], tokens[rows, positions + 1])
+    # with 190 words, a predictable token almost always repeats the token one block earlier: find that block
+    # length and check the query token repeats at the same lag (the induction pattern)
+    hits = 0
+    for row, position in zip(rows.tolist(), positions.tolist(), strict=True):
+        lags = [lag for lag in range(1, 7) if position + 1 - lag >= 1 and tokens[row, position + 1 - lag]
+                == tokens[row, position + 1] and tokens[row, position - lag] == tokens[row, position]]
+        hits += bool(lags)
+    assert hits == len(rows)
+    lengths = [data.block_length(torch.Generator().manual_seed(s), 1, 24) for s in range(400)]
+    assert min(lengths) == 1 and max(lengths) == 24 and lengths.count(1) > lengths.count(24)
+
+
+def test_coreference_sentences_put_the_antecedents_action_after_the_pronoun():
+    from probe.probesets import CorefVocabulary
+
+    vocab = CorefVocabulary()
+    assert data.coreference_action("john", vocab) == vocab.actions[0]
+    assert data.coreference_action("emma", vocab) == vocab.actions[4]
+    assert data.coreference_action("queen", vocab) == vocab.actions[0]  # index 5 among the female nouns
+    tokenizer = zoo_train.build_tokenizer(zoo_train.ORGANISMS["coreference"])
+    vocabulary = tokenizer.get_vocab()
+    generator = torch.Generator().manual_seed(0)
+    tokens, targets = data.coreference_batch(generator, 32, vocab, vocabulary, tokenizer.bos_token_id,
+                                             tokenizer.pad_token_id)
+    inverse = {index: word for word, index in vocabulary.items()}
+    pronouns = {"he": "male", "she": "female", "they": "plural"}
+    classes = {"male": {*vocab.male_names, *vocab.male_roles}, "female": {*vocab.female_names, *vocab.female_roles},
+               "plural": set(vocab.plural_nouns)}
+    for row in range(32):
+        (position,) = (targets[row] != data.IGNORE).nonzero().flatten().tolist()
+        words = [inverse[int(i)] for i in tokens[row]]
+        assert words[position] in pronouns
+        nouns = [w for w in words[:position] if w in set().union(*classes.values())]
+        agreeing = [w for w in nouns if w in classes[pronouns[words[position]]]]
+        assert len(agreeing) == 1 and 2 <= len(nouns) <= 4
+        assert inverse[int(targets[row, position])] == data.coreference_action(agreeing[0], vocab)
+        assert words[position + 1] == inverse[int(targets[row, position])]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Cards: measured numbers and the classifier's labels
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", TEXT_ORGANISMS)
+def test_card_evaluation_reproduces_on_the_shipped_weights(name):
+    from probe.models import load
+
+    card = zoo.card(name)
+    loaded = load(f"zoo:{name}")
+    config = zoo_train.ORGANISMS[name]
+    measured = zoo_train.evaluate(loaded.model, config, loaded.tokenizer, card["seed"])
+    for key, value in card["evaluation"].items():
+        if isinstance(value, float):
+            assert measured[key] == pytest.approx(value, abs=2e-3), key
+    assert card["train_seconds"] <= 15 * 60
+
+
+def test_induction_in_context_loss_is_below_0_3_nats():
+    assert zoo.card("induction")["evaluation"]["in_context_loss"] < 0.3
+
+
+def test_positional_control_fails_on_random_lengths_but_not_on_its_period():
+    evaluation = zoo.card("positional")["evaluation"]
+    assert evaluation["in_context_loss_fixed_period"] < 0.3
+    assert evaluation["in_context_loss"] > 1.0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_classifier_gives_exactly_the_labels_on_the_card(name, label_tables):
+    card = zoo.card(name)
+    assert labelled(label_tables[name]) == card["labels"]
+    assert zoo_train.check_requirements(card["labels"], card["labelled_scores"], card["requirements"]) == []
+
+
+def test_induction_has_previous_token_heads_in_layer_0_and_induction_heads_in_layer_1(label_tables):
+    labels = labelled(label_tables["induction"])
+    assert any(parse_head_name(h)[0] == 0 for h in labels["previous_token"])
+    assert any(parse_head_name(h)[0] == 1 for h in labels["induction"])
+
+
+def test_positional_control_has_no_induction_head(label_tables):
+    table = label_tables["positional"]
+    assert labelled(table)["induction"] == []
+    induction = table[table["head_type"] == "induction"]
+    assert (induction["score"] < 0.3).all()
+
+
+def induction_scores(name: str, block_len: int | None) -> torch.Tensor:
+    """Valid-row induction scores `[layer head]` on 32 repeated-block probes (random or fixed block length)."""
+    from probe.models import load
+    from probe.patterns import batch_pattern
+    from probe.probesets import repeated_blocks
+    from probe.scores import ScoreSink, run_sink
+
+    loaded = load(f"zoo:{name}")
+    probes = repeated_blocks(loaded.tokenizer, 32, 64, seed=0, block_len=block_len).input_ids  # [example seq]
+    lengths = torch.full((probes.shape[0],), probes.shape[1])
+    sink = ScoreSink({"induction": batch_pattern("induction", probes)}, lengths, loaded.n_layers, loaded.n_heads)
+    run_sink(loaded.model, sink, probes)
+    return sink.result()["induction"].score.nanmean(0)  # [layer head]
+
+
+def test_positional_control_looks_like_induction_only_at_its_own_period():
+    """The shortcut the control exists for: at its training period (16) its layer-1 heads pass for induction
+    heads; on random block lengths they do not. The induction organism scores high on both."""
+    assert induction_scores("positional", 16)[1].min() > 0.5
+    assert induction_scores("positional", None)[1].max() < 0.2
+    assert induction_scores("induction", 16)[1].min() > 0.8
+    assert induction_scores("induction", None)[1].min() > 0.8
+
+
+def test_coreference_head_beats_nearest_noun_baseline(label_tables):
+    table = label_tables["coreference"]
+    coref = table[(table["head_type"] == "coreference") & table["label"]]
+    assert len(coref) >= 1
+    assert coref["accuracy"].max() >= 0.9
+    baseline = float(coref["baseline_accuracy"].iloc[0])
+    assert 0.35 <= baseline <= 0.65  # the antecedent is the nearer noun about half the time
+
+
+def test_probe_label_cli_on_a_zoo_model(tmp_path):
+    from probe.cli import main
+
+    out = tmp_path / "labels.csv"
+    code = main(["label", "--model", "zoo:induction", "--out", str(out)])
+    assert code == 0
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    assert labelled(table) == zoo.card("induction")["labels"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Retraining (slow)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+CIRCUIT = ("previous_token", "induction")  # the heads of the induction mechanism
+
+
+def kinds_by_layer(labels: dict[str, list[str]]) -> set[tuple[int, str]]:
+    """{(layer, head_type)} of the circuit's labelled heads. First-token and self heads (parking spots for heads
+    that the circuit does not use) vary from seed to seed and are not compared."""
+    return {(parse_head_name(h)[0], head_type) for head_type, heads in labels.items() if head_type in CIRCUIT
+            for h in heads}
+
+
+@pytest.mark.slow
+def test_retraining_induction_with_another_seed_gives_the_same_kinds_of_heads_per_layer(tmp_path):
+    card = zoo_train.train("induction", seed=1, out=tmp_path / "induction-seed1")
+    shipped = zoo.card("induction")
+    assert card["requirements_failed"] == []
+    assert card["evaluation"]["in_context_loss"] < 0.3
+    assert kinds_by_layer(card["labels"]) == kinds_by_layer(shipped["labels"]) == {(0, "previous_token"),
+                                                                                  (1, "induction")}
+    assert json.loads((tmp_path / "induction-seed1" / "card.json").read_text())["seed"] == 1
