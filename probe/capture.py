@@ -446,10 +446,16 @@ def _gather_alpha(
         if slots.shape[:2] != (n_batch, n_query):
             raise ProbeError(f"gather slots are shaped {tuple(slots.shape)}; expected [batch={n_batch}, "
                              f"query={n_query}, slot]")
+        all_heads = heads == tuple(range(n_heads))
         head_index = torch.tensor(heads, device=query.device)
+        query_sel = (query if all_heads else query.index_select(1, head_index)).float()  # [batch head_sel query dim]
+        key_sel = (key if all_heads else key.index_select(1, head_index)).float()  # [batch head_sel key dim]
+        lse_sel = lse if all_heads else lse.index_select(1, head_index)  # [batch head_sel query]
         n_slots = slots.shape[-1]
         out = torch.zeros(n_batch, len(heads), n_query, n_slots, device=query.device)  # [batch head query slot]
-        rows_per_block = max(1, session.block_bytes // max(1, n_batch * len(heads) * n_slots * dim * 4))
+        # The gathered keys [batch head block slot dim] are the big temporary: a quarter of the block budget.
+        row_bytes = n_batch * len(heads) * n_slots * dim * 4
+        rows_per_block = max(1, min(n_query, session.block_bytes // 4 // max(1, row_bytes)))
         for start in range(0, n_query, rows_per_block):
             rows = slice(start, min(start + rows_per_block, n_query))
             index = slots[:, rows]  # [batch block slot]
@@ -457,19 +463,18 @@ def _gather_alpha(
             safe = index.clamp(min=0)
             block = index.shape[1]
             flat = safe.reshape(n_batch, 1, block * n_slots, 1).expand(-1, len(heads), -1, dim)
-            keys = key.index_select(1, head_index).float().gather(2, flat)  # [batch head block·slot dim]
-            keys = keys.view(n_batch, len(heads), block, n_slots, dim)  # [batch head block slot dim]
-            queries = query.index_select(1, head_index)[:, :, rows].float()  # [batch head block dim]
-            scores = torch.einsum("bhqd,bhqsd->bhqs", queries, keys) * scale  # [batch head block slot]
+            keys = key_sel.gather(2, flat).view(n_batch, len(heads), block, n_slots, dim)  # [batch head block slot dim]
+            queries = query_sel[:, :, rows, None, :]  # [batch head block 1 dim]
+            scores = (queries @ keys.transpose(-1, -2))[..., 0, :] * scale  # [batch head block slot]
             if mask is not None:
                 mask_rows = mask[:, :, rows].float()  # [batch 1|head block key]
-                if mask_rows.shape[1] > 1:
+                if mask_rows.shape[1] > 1 and not all_heads:
                     mask_rows = mask_rows.index_select(1, head_index)
                 mask_index = safe[:, None].expand(-1, mask_rows.shape[1], -1, -1)  # [batch 1|head block slot]
                 scores = scores + mask_rows.gather(-1, mask_index)
             if is_causal:
                 position = torch.arange(start, start + block, device=query.device)[:, None]  # [block 1]
                 present = present & (safe <= position)
-            alpha = torch.exp(scores - lse.index_select(1, head_index)[:, :, rows, None].float())
-            out[:, :, rows] = alpha * present[:, None]  # [batch head block slot]
+            alpha = torch.exp(scores - lse_sel[:, :, rows, None].float())  # [batch head block slot]
+            out[:, :, rows] = alpha * present[:, None]
         sink.update_gathered(layer, heads, out)

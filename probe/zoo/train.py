@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from probe.capture import find_layer_list
 from probe.zoo import data
 
 BOS, UNK, PAD = "<bos>", "<unk>", "<pad>"
@@ -112,24 +113,19 @@ def build_model(config: TrainConfig, tokenizer, seed: int):
             max_position_embeddings=config.n_positions, tie_word_embeddings=True,
             bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
         )
-        torch.manual_seed(seed)
-        model = transformers.LlamaForCausalLM(model_config)
-        with torch.no_grad():
-            for block in model.model.layers:
-                for parameter in block.mlp.parameters():
-                    parameter.zero_()
-                    parameter.requires_grad_(False)
-        return model
-    model_config = transformers.GPT2Config(
-        vocab_size=len(tokenizer), n_positions=config.n_positions, n_embd=config.n_embd, n_layer=config.n_layer,
-        n_head=config.n_head, n_inner=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
-    )
+        model_class = transformers.LlamaForCausalLM
+    else:
+        model_config = transformers.GPT2Config(
+            vocab_size=len(tokenizer), n_positions=config.n_positions, n_embd=config.n_embd, n_layer=config.n_layer,
+            n_head=config.n_head, n_inner=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
+        )
+        model_class = transformers.GPT2LMHeadModel
     torch.manual_seed(seed)
-    model = transformers.GPT2LMHeadModel(model_config)
+    model = model_class(model_config)
     with torch.no_grad():
-        for block in model.transformer.h:
-            for parameter in block.mlp.parameters():
+        for layer in find_layer_list(model):
+            for parameter in layer.mlp.parameters():
                 parameter.zero_()
                 parameter.requires_grad_(False)
     return model
