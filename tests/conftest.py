@@ -38,3 +38,44 @@ def structures_dir():
     if not os.path.isdir(STRUCTURES):
         pytest.skip(f"real PDB files not available: {STRUCTURES} is absent (it lives beside the repository)")
     return STRUCTURES
+
+
+UBIQUITIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"
+THREE_LETTER = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN", "E": "GLU", "G": "GLY",
+                "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS", "M": "MET", "F": "PHE", "P": "PRO", "S": "SER",
+                "T": "THR", "W": "TRP", "Y": "TYR", "V": "VAL"}
+
+
+def compact_synthetic_pdb(sequence: str) -> str:
+    """A PDB text whose residues walk a serpentine path through a cubic lattice of 3.8 Å: a compact 'fold' with
+    short-, medium- and long-range contacts (Cβ 0.5 Å beside Cα; glycines have none)."""
+    side = 5
+    lines, serial = [], 1
+    for index, letter in enumerate(sequence):
+        layer, rest = divmod(index, side * side)
+        row, col = divmod(rest, side)
+        if row % 2:
+            col = side - 1 - col
+        if layer % 2:
+            row = side - 1 - row
+        ca = (3.8 * col, 3.8 * row, 3.8 * layer)
+        atoms = [("N", (ca[0] - 0.5, ca[1], ca[2]), "N"), ("CA", ca, "C"), ("C", (ca[0] + 0.5, ca[1], ca[2]), "C")]
+        if letter != "G":
+            atoms.append(("CB", (ca[0], ca[1] + 0.5, ca[2]), "C"))
+        for name, (x, y, z), element in atoms:
+            lines.append(f"ATOM  {serial:5d} {name:<4s} {THREE_LETTER[letter]} A{index + 1:4d}    "
+                         f"{x:8.3f}{y:8.3f}{z:8.3f}  1.00  0.00          {element:>2s}")
+            serial += 1
+    return "\n".join(lines + ["TER", "END"]) + "\n"
+
+
+@pytest.fixture(scope="session")
+def ubiquitin_structure(tmp_path_factory):
+    """pdb1ubi.pdb from ../shared where present; elsewhere a synthetic compact chain with ubiquitin's 76 residues,
+    so the structure code paths run everywhere."""
+    real = os.path.join(STRUCTURES, "pdb1ubi.pdb")
+    if os.path.exists(real):
+        return real
+    path = tmp_path_factory.mktemp("synthetic") / "pdb1ubi.pdb"
+    path.write_text(compact_synthetic_pdb(UBIQUITIN))
+    return str(path)

@@ -182,13 +182,13 @@ def test_errors_are_shown_in_the_page(driver, served):
     assert "token id 99999 is out of range" in message and "Traceback" not in driver.page_source
 
 
-def test_structure_upload_shows_both_triangles_and_linked_selection(driver, served, structures_dir):
+def test_structure_upload_shows_both_triangles_and_linked_selection(driver, served, ubiquitin_structure):
     url, service, specs = served
     open_app(driver, url)
     driver.find_element("css selector", f"#{ids.MODEL} input[value='{specs[1]}']").click()
     wait_for(lambda: "protein_mlm" in text_of(driver, ids.MODEL_INFO), what="the ESM model")
     upload = driver.find_element("css selector", f"#{ids.UPLOAD} input[type=file]")
-    upload.send_keys(os.path.join(structures_dir, "pdb1ubi.pdb"))
+    upload.send_keys(ubiquitin_structure)
     wait_for(lambda: "76 residues" in text_of(driver, ids.PROTEIN_MESSAGE), 90, "the structure's contacts")
 
     def contact_map_with_structure():  # the model switch first drew the typed sequence's map, without true contacts

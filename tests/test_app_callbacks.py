@@ -328,15 +328,15 @@ def test_protein_from_a_typed_sequence(service, specs):
     assert message == "" and precision == [] and len(rows) == 2 * 4  # leaderboard by logit share
 
 
-def test_protein_from_an_uploaded_structure_shows_both_triangles(service, specs, structures_dir):
+def test_protein_from_an_uploaded_structure_shows_both_triangles(service, specs, ubiquitin_structure):
     from probe.structure import contact_map, read_structure
 
-    data = open(f"{structures_dir}/pdb1ubi.pdb", "rb").read()
+    data = open(ubiquitin_structure, "rb").read()
     store, message = callbacks.protein_run(service, specs[1], "", _upload(data), "pdb1ubi.pdb", "")
     assert store["has_structure"] and store["length"] == 76 and "76 residues" in message
     contacts, _, rows, precision, message = callbacks.protein_view(service, store, {"layer": 0, "head": 0},
                                                                   {"i": 3, "j": 40})
-    true = contact_map(read_structure(f"{structures_dir}/pdb1ubi.pdb")).astype(float)
+    true = contact_map(read_structure(ubiquitin_structure)).astype(float)
     lower = np.asarray(contacts.data[1].z, dtype=float)
     i, j = np.tril_indices(76, -1)
     np.testing.assert_array_equal(lower[i, j], true[i, j])
