@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import logging
+import random
 from collections.abc import Sequence
 
 import numpy as np
@@ -88,17 +89,46 @@ def explorer_input(service: Service, spec: str, text: str, as_ids: bool, model_c
     try:
         loaded = service.model(spec)
         if model_changed and not as_ids:
-            text = _example_for(loaded.kind, text)
+            text = _example_for(loaded, text)
         encoded = service.encode(spec, text, as_ids)
         return {"model": spec, "ids": list(encoded.ids)}, "", text
     except Exception as error:  # noqa: BLE001
         return None, error_message(error), text
 
 
-def _example_for(kind: str, text: str) -> str:
-    if kind == "protein_mlm":
+def _example_for(loaded, text: str) -> str:
+    """The text to show after switching to `loaded`: the user's text if this model can read it, else an example."""
+    if loaded.kind == "protein_mlm":
         return text if _is_protein(text) else DEMO_PROTEIN
-    return DEMO_TEXT if _is_protein(text) else (text or DEMO_TEXT)
+    if not text or _is_protein(text) or unknown_share(loaded, text) > 0.2:
+        return example_text(loaded)
+    return text
+
+
+def unknown_share(loaded, text: str) -> float:
+    """Share of the text's tokens that the model's tokenizer maps to its unknown token."""
+    unk = loaded.tokenizer.unk_token_id
+    token_ids = loaded.tokenizer(text)["input_ids"]
+    return sum(token == unk for token in token_ids) / max(1, len(token_ids)) if unk is not None else 0.0
+
+
+def example_text(loaded) -> str:
+    """A first input the model can read: the English demo; for the zoo's synthetic languages, two coreference
+    template sentences or a repeated block of the model's own words (so induction heads have something to do)."""
+    if loaded.kind == "protein_mlm":
+        return DEMO_PROTEIN
+    if unknown_share(loaded, DEMO_TEXT) <= 0.2:
+        return DEMO_TEXT
+    from probe.probesets import coreference_examples
+
+    sentences = " ".join(" ".join(example.words) for example in coreference_examples(2, seed=0))
+    if unknown_share(loaded, sentences) <= 0.2:
+        return sentences
+    special = set(loaded.tokenizer.all_special_tokens)
+    words = sorted(word for word in loaded.tokenizer.get_vocab() if word not in special and word.isalnum())
+    rng = random.Random(0)
+    block, filler = rng.sample(words, min(10, len(words))), rng.sample(words, min(6, len(words)))
+    return " ".join(filler[:3] + block + filler[3:] + block)
 
 
 def _is_protein(text: str | None) -> bool:

@@ -55,10 +55,10 @@ def atlas_panel() -> html.Div:
     ])
 
 
-def explorer_panel(max_tokens: int) -> html.Div:
+def explorer_panel(max_tokens: int, text: str = "") -> html.Div:
     return html.Div(className="panel", style={"flex": "2 1 560px"}, children=[
         html.H2("Attention explorer"),
-        dcc.Textarea(id=ids.TEXT, value=callbacks.DEMO_TEXT, rows=3,
+        dcc.Textarea(id=ids.TEXT, value=text or callbacks.DEMO_TEXT, rows=3,
                      placeholder="a prompt, a protein sequence, or token ids (tick 'token ids')"),
         html.Div([
             html.Button("Run", id=ids.RUN),
@@ -123,6 +123,7 @@ def page(service: Service, head_types) -> html.Div:
         dcc.Store(id=ids.INPUT), dcc.Store(id=ids.LABEL_VERSION, data=0),
         dcc.Store(id=ids.PROTEIN), dcc.Store(id=ids.PAIR),
         header(service, head_types),
-        html.Div([atlas_panel(), explorer_panel(config.max_tokens)], className="row"),
+        html.Div([atlas_panel(), explorer_panel(config.max_tokens, callbacks.example_text(service.model(service.specs[0])))],
+                 className="row"),
         protein_panel(config.upload_bytes, config.max_residues),
     ])

@@ -165,7 +165,10 @@ def default_models(scratch: str | Path | None = None) -> tuple[str, ...]:
         scratch = Path(scratch or tempfile.mkdtemp(prefix="probe-app-"))
         for arch, kind in missing:
             specs[str(save_tiny(arch, scratch / f"tiny-{arch}", seed=0))] = kind
-    return tuple(sorted(specs, key=lambda spec: specs[spec] == "protein"))  # text models first: the page opens on one
+    # Text models first (the page opens on the first one), the induction organism before the others.
+    preferred = ("zoo:induction", "zoo:coreference", "zoo:positional")
+    return tuple(sorted(specs, key=lambda spec: (specs[spec] == "protein",
+                                                 preferred.index(spec) if spec in preferred else len(preferred))))
 
 
 def head_types() -> tuple[str, ...]:

@@ -42,10 +42,15 @@ def run(args: argparse.Namespace) -> int:
                        upload_bytes=int(args.upload_mb * 2**20))
     print("probe app: loading models…", file=sys.stderr)
     dash_app = create_app(config)
+    service = dash_app.probe_service
+    if not args.model and not args.labels:  # the bundled organisms are tiny: label them now, so the atlas fills at once
+        for spec in service.specs:
+            if service.model(spec).kind != "protein_mlm":
+                service.start_labelling(spec)
     if args.host not in LOOPBACK:
         print(f"probe app: warning: binding {args.host} makes the dashboard reachable from other machines; it has "
               "no authentication", file=sys.stderr)
-    print(f"probe app: serving {', '.join(dash_app.probe_service.specs)} at http://{args.host}:{args.port} "
+    print(f"probe app: serving {', '.join(service.specs)} at http://{args.host}:{args.port} "
           "(Ctrl-C stops)", file=sys.stderr)
     try:
         dash_app.run(host=args.host, port=args.port, debug=False, threaded=True)
