@@ -375,3 +375,18 @@ def test_mark_pair_patches_the_marker_of_both_maps():
     operations = contacts.to_plotly_json()["operations"]
     assert {"operation": "Assign", "location": ["data", 2, "x"], "params": {"value": [10, 3]}} in operations
     assert any(op["location"] == ["data", 1, "y"] for op in head_map.to_plotly_json()["operations"])
+
+
+def test_defaults_open_on_the_induction_organism_with_an_input_it_can_read():
+    from app.service import default_models
+    from probe import models
+
+    specs = default_models()
+    assert specs[0] == "zoo:induction" and specs[-1] == "zoo:esm-random"
+    for spec in ("zoo:induction", "zoo:coreference"):
+        loaded = models.load(spec)
+        text = callbacks.example_text(loaded)
+        assert callbacks.unknown_share(loaded, callbacks.DEMO_TEXT) > 0.2  # English is not their language
+        assert callbacks.unknown_share(loaded, text) == 0.0
+    induction = callbacks.example_text(models.load("zoo:induction")).split()
+    assert induction[3:13] == induction[-10:]  # a repeated block: something for induction heads to do
