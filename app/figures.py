@@ -202,11 +202,13 @@ def atlas_figure(
             marker={"symbol": "square-open", "size": 22, "line": {"width": 3}, "color": SELECTION_COLOUR},
         ))
     figure.update_layout(
-        template="plotly_white", title={"text": title, "font": {"size": 12}, "y": 0.98, "yanchor": "top"},
-        height=max(280, 40 * n_layers + 130),
+        # The title sits just above the grid, below the toolbar (which takes the figure's top edge).
+        template="plotly_white", title={"text": title, "font": {"size": 12}, "y": 1, "yref": "paper",
+                                        "yanchor": "bottom", "pad": {"b": 6}},
+        height=max(280, 40 * n_layers + 150),
         xaxis={"title": {"text": "head"}, "dtick": 1}, yaxis={"title": {"text": "layer"}, "dtick": 1,
                                                              "autorange": "reversed"},
-        margin={"t": 60, "l": 50, "r": 20, "b": 40},
+        margin={"t": 80, "l": 50, "r": 20, "b": 40},
     )
     return figure
 
