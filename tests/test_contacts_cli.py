@@ -108,3 +108,45 @@ def test_output_is_atomic_on_failure(esm, tmp_path):
     out.write_bytes(b"previous")
     assert main(["contacts", "--model", esm, "--sequence", "MKJ", "--out", str(out)]) == 2
     assert out.read_bytes() == b"previous" and os.listdir(tmp_path) == ["c.npz"]
+
+
+def test_interrupted_fasta_batch_keeps_finished_records_and_resumes(esm, line_pdb, tmp_path, monkeypatch):
+    """Ctrl-C after the first record: it is written; the rerun computes only the other two; the result equals an
+    uninterrupted run's."""
+    import probe.commands.contacts as command
+
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(f">a\n{SEQ * 3}\n>b\n{SEQ * 2}\n>c\n{SEQ}\n")
+    arguments = ["contacts", "--model", esm, "--fasta", str(fasta), "--structure", line_pdb]
+    full_out, full_heads = tmp_path / "full.npz", tmp_path / "full.parquet"
+    assert main([*arguments, "--out", str(full_out), "--heads-out", str(full_heads)]) == 0
+
+    calls = []
+    real = command.predict_contacts
+
+    def interrupted(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    out, heads = tmp_path / "c.npz", tmp_path / "h.parquet"
+    monkeypatch.setattr(command, "predict_contacts", interrupted)
+    assert main([*arguments, "--out", str(out), "--heads-out", str(heads)]) == 130
+    with np.load(out) as data:
+        assert list(data["ids"]) == ["a"] and "contacts_1" not in data
+    assert set(pd.read_parquet(heads)["id"]) == {"a"}
+
+    calls.clear()
+    monkeypatch.setattr(command, "predict_contacts", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    assert main([*arguments, "--out", str(out), "--heads-out", str(heads)]) == 0
+    assert calls == [SEQ * 2, SEQ]  # the first record was not recomputed
+    with np.load(out) as data, np.load(full_out) as full:
+        assert sorted(data.files) == sorted(full.files)
+        for key in full.files:
+            np.testing.assert_array_equal(data[key], full[key])
+    pd.testing.assert_frame_equal(pd.read_parquet(heads), pd.read_parquet(full_heads))
+
+    calls.clear()
+    assert main([*arguments, "--out", str(out), "--heads-out", str(heads), "--force"]) == 0
+    assert len(calls) == 3

@@ -27,7 +27,7 @@ import numpy as np
 
 from probe import models
 from probe.commands.common import add_model_options, output_path, write_atomically
-from probe.contacts import FRACTIONS, RANGES, predict_contacts, predict_contacts_windowed
+from probe.contacts import FRACTIONS, RANGES, ContactResult, predict_contacts, predict_contacts_windowed
 from probe.errors import ProbeError
 from probe.structure import CONTACT_THRESHOLD, contact_map, read_structure
 
@@ -51,6 +51,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "N/2 apart, probabilities averaged where windows overlap")
     parser.add_argument("--out", help="output .npz with the contact maps")
     parser.add_argument("--heads-out", help="output .parquet with per-head statistics")
+    parser.add_argument("--force", action="store_true",
+                        help="recompute every record even if --out already holds some of them")
     return parser
 
 
@@ -126,25 +128,78 @@ def run(args: argparse.Namespace) -> int:
     if too_long and heads_out is not None:
         raise ProbeError("--heads-out needs whole sequences: per-head statistics are not computed in --window mode")
 
-    results = []
-    for (name, sequence), true_map in tqdm(list(zip(records, true_maps, strict=True)), desc="contacts", unit="seq",
-                                           file=sys.stderr, disable=len(records) < 2):
-        if len(sequence) > limit:
-            result = predict_contacts_windowed(loaded, sequence, args.window, true_map=true_map)
-        else:
-            result = predict_contacts(loaded, sequence, true_map, per_head=heads_out is not None)
-        results.append(result)
-        _report(name, result)
+    done = {} if args.force or out is None else _finished_records(out, heads_out, args)
+    if done:
+        print(f"{len(done)} record(s) already in {out}: skipped (--force recomputes them)", file=sys.stderr)
+    results: list = []
+    pending = list(zip(records, true_maps, strict=True))
+    try:
+        for (name, sequence), true_map in tqdm(pending, desc="contacts", unit="seq", file=sys.stderr,
+                                               disable=len(records) < 2):
+            result = done.get((name, sequence))
+            if result is None:
+                if len(sequence) > limit:
+                    result = predict_contacts_windowed(loaded, sequence, args.window, true_map=true_map)
+                else:
+                    result = predict_contacts(loaded, sequence, true_map, per_head=heads_out is not None)
+            results.append(result)
+            _report(name, result)
+    finally:  # also on Ctrl-C or a crash: the finished records are written, and a rerun resumes after them
+        if results:
+            _write_outputs(out, heads_out, records[:len(results)], results, args)
+        if len(results) < len(records):
+            print(f"stopped after {len(results)} of {len(records)} record(s); rerun the same command to finish",
+                  file=sys.stderr)
+    if out is None and heads_out is None:
+        print("no --out or --heads-out given: nothing was saved", file=sys.stderr)
+    return 0
 
+
+def _write_outputs(out: Path | None, heads_out: Path | None, records, results, args) -> None:
     if out is not None:
         write_atomically(out, lambda tmp: _write_npz(tmp, records, results, args))
         print(f"wrote contacts of {len(results)} sequence(s) to {out}", file=sys.stderr)
     if heads_out is not None:
         write_atomically(heads_out, lambda tmp: _write_heads(tmp, records, results))
         print(f"wrote per-head statistics to {heads_out}", file=sys.stderr)
-    if out is None and heads_out is None:
-        print("no --out or --heads-out given: nothing was saved", file=sys.stderr)
-    return 0
+
+
+def _finished_records(out: Path, heads_out: Path | None, args: argparse.Namespace) -> dict:
+    """{(id, sequence): ContactResult} of the records an earlier run of the same command wrote to `out` (and to
+    `heads_out`, when asked for): a rerun after Ctrl-C or a crash computes only the rest."""
+    if not out.exists():
+        return {}
+    try:
+        stored = np.load(out)
+        if str(stored["model"]) != args.model or float(stored["threshold"]) != args.threshold:
+            return {}
+        heads = None
+        if heads_out is not None:
+            if not heads_out.exists():
+                return {}
+            import pandas as pd
+
+            heads = pd.read_parquet(heads_out)
+        finished = {}
+        for index, (name, sequence) in enumerate(zip(stored["ids"].tolist(), stored["sequences"].tolist(),
+                                                     strict=True)):
+            true_map = stored[f"true_contacts_{index}"] if f"true_contacts_{index}" in stored.files else None
+            precision = None
+            if f"precision_{index}" in stored.files:
+                matrix = stored[f"precision_{index}"]  # [range fraction]
+                precision = {f"p_at_{f}_{r}": float(matrix[i, j]) for i, r in enumerate(RANGES)
+                             for j, f in enumerate(FRACTIONS)}
+            table = None
+            if heads is not None:
+                table = heads[heads["record"] == index].drop(columns=["record", "id"]).reset_index(drop=True)
+                if table.empty:
+                    continue
+            finished[(name, sequence)] = ContactResult(sequence, stored[f"contacts_{index}"], true_map, precision,
+                                                       table)
+        return finished
+    except (OSError, KeyError, ValueError) as error:
+        raise ProbeError(f"{out} exists but is not a probe contacts file ({error}); pass --force to overwrite it, "
+                         "or another --out") from None
 
 
 def _report(name: str, result) -> None:
