@@ -10,9 +10,13 @@ duplicate_token, induction.
   eager   — (--eager) eager attention with output_attentions=True and the dense reference scores, i.e. what a
             cache-everything tool does
 
-TransformerLens (run_with_cache + detect_head) is an optional peer that is not installed here and cannot load a
-model offline without the hub's "gpt2" config, so it has no row; the eager variant measures the same
-cache-every-pattern approach with transformers' own eager attention.
+  tl      — (when transformer_lens ≥ 4 is importable) TransformerLens: the same random model saved to a temporary
+            directory and booted with TransformerBridge.boot_transformers(DIR) (eager attention, hooks), then per
+            probe run_with_cache + detect_head for the three types (its documented way: one prompt per call, the
+            cache reused). Its time is compared with plain forwards alternating in the same subprocess.
+
+transformer-lens is an optional peer, not a dependency: `pip install transformer-lens` into the environment to get
+its row.
 
 Time: plain and label alternate --repeats times in one subprocess after a warm-up (a shared machine's load then
 hits both alike); the table shows medians. Peak memory: each variant runs once in its own subprocess and reports
@@ -97,16 +101,52 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
         run()
         return time.perf_counter() - start
 
+    variant_run = None
+    if variant in ("tl", "tl-time"):
+        transformer_lens = _transformer_lens_run(args, batches, tokenizer)
+        if variant == "tl-time":
+            transformer_lens()  # warm-up
+            pairs = [(timed(plain), timed(transformer_lens)) for _ in range(args.repeats)]
+            return {"plain": [p for p, _ in pairs], "tl": [t for _, t in pairs]}
+        variant_run = transformer_lens
     if variant == "time":
         with torch.inference_mode():
             body(input_ids=batches[0])  # warm-up
         label_model(loaded, LabelConfig(types=TYPES, examples=1, seq_len=args.seq_len, n_bootstrap=10))  # warm-up
         pairs = [(timed(plain), timed(label)) for _ in range(args.repeats)]
         return {"plain": [p for p, _ in pairs], "label": [lab for _, lab in pairs]}
-    run = {"plain": plain, "label": label, "eager": eager}[variant]
+    run = variant_run if variant == "tl" else {"plain": plain, "label": label, "eager": eager}[variant]
     seconds = timed(run)
     return {"variant": variant, "seconds": seconds, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "loaded_mib": loaded_mib}
+
+
+def _transformer_lens_run(args: argparse.Namespace, batches, tokenizer):
+    """TransformerLens on the same random model: run_with_cache + detect_head per probe, three head types."""
+    import tempfile
+
+    import torch
+    from transformer_lens.head_detector import detect_head
+    from transformer_lens.model_bridge import TransformerBridge
+
+    # detect_head asserts tokens < n_ctx: save the same seeded model with room for the probe (unused positions
+    # change no compute).
+    model, _ = _model_and_tokenizer(2 * args.seq_len)
+    directory = tempfile.mkdtemp(prefix="probe-bench-tl-")
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    bridge = TransformerBridge.boot_transformers(directory, device="cpu")
+    prompts = [" ".join(tokenizer.convert_ids_to_tokens(row.tolist()[1:])) for batch in batches for row in batch]
+    names = ("previous_token_head", "duplicate_token_head", "induction_head")
+
+    def run():
+        with torch.inference_mode():
+            for prompt in prompts:
+                _, cache = bridge.run_with_cache(bridge.to_tokens(prompt), remove_batch_dim=True)
+                for name in names:
+                    detect_head(bridge, prompt, name, cache=cache)
+
+    return run
 
 
 def _child(variant: str, args: argparse.Namespace) -> dict | None:
@@ -135,8 +175,11 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.child, args)))
         return
+    has_tl = importlib.util.find_spec("transformer_lens") is not None
     times = _child("time", args)
-    memory = {variant: _child(variant, args) for variant in ["plain", "label"] + (["eager"] if args.eager else [])}
+    tl_times = _child("tl-time", args) if has_tl else None
+    variants = ["plain", "label"] + (["eager"] if args.eager else []) + (["tl"] if has_tl else [])
+    memory = {variant: _child(variant, args) for variant in variants}
     base = memory["plain"]
     print(f"\nGPT-2-small-shaped random model (12 layers × 12 heads), {args.examples} probes × {args.seq_len} tokens, "
           f"batches of {args.batch_size}, {args.threads} threads; {len(TYPES)} head types × 144 heads\n")
@@ -146,14 +189,20 @@ def main() -> None:
     for variant, result in memory.items():
         if result is None:
             continue
-        runs = times.get(variant, [result["seconds"]])
+        runs = (tl_times or {}).get(variant) if variant == "tl" else times.get(variant)
+        runs = runs or [result["seconds"]]
         print(f"| {variant} | {min(runs):.2f} / {statistics.median(runs):.2f} | {min(runs) / fastest:.2f}× / "
               f"{statistics.median(runs) / middle:.2f}× | {result['peak_mib']:.0f} | "
               f"{result['peak_mib'] / base['peak_mib']:.2f}× |")
     ratios = [lab / p for p, lab in zip(times["plain"], times["label"], strict=True)]
     print(f"\nlabel/plain time ratio per alternating pair: {', '.join(f'{r:.2f}' for r in ratios)}; "
           f"memory: one subprocess per variant (ru_maxrss; the model alone: {base['loaded_mib']:.0f} MiB)")
-    if importlib.util.find_spec("transformer_lens") is None:
+    if tl_times is not None:
+        tl_ratios = [t / p for p, t in zip(tl_times["plain"], tl_times["tl"], strict=True)]
+        print(f"tl: time ratio vs plain forwards alternating in its own subprocess: "
+              f"{', '.join(f'{r:.2f}' for r in tl_ratios)} (median {statistics.median(tl_ratios):.2f}×); "
+              f"the tl row's time column above is relative to the label run's plain forwards")
+    else:
         print("TransformerLens is not importable here: no run_with_cache + detect_head row.")
 
 
