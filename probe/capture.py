@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -202,14 +203,38 @@ def capture(
     register_engine()
     sinks = (sinks,) if hasattr(sinks, "update") or hasattr(sinks, "update_gathered") else tuple(sinks)
     session = _Session(_layer_of_module(model), sinks, block_bytes)
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(ENGINE_NAME)
+    _switch_to_engine(model)
     token = _ACTIVE.set(session)
     try:
         yield
     finally:
         _ACTIVE.reset(token)
-        model.set_attn_implementation(previous)
+        _switch_back(model)
+
+
+# Captures may overlap on one model (threads of a web app): the first one in switches the model to the engine, the
+# last one out restores its previous implementation. Each thread's session lives in a ContextVar, so a forward pass
+# sees only its own sinks, and a forward outside any capture behaves exactly like sdpa.
+_SWITCH_LOCK = threading.Lock()
+_USERS: dict[int, tuple[int, str]] = {}  # id(model) -> (captures open on it, implementation before the first)
+
+
+def _switch_to_engine(model: nn.Module) -> None:
+    with _SWITCH_LOCK:
+        count, previous = _USERS.get(id(model), (0, model.config._attn_implementation))
+        if count == 0:
+            model.set_attn_implementation(ENGINE_NAME)
+        _USERS[id(model)] = (count + 1, previous)
+
+
+def _switch_back(model: nn.Module) -> None:
+    with _SWITCH_LOCK:
+        count, previous = _USERS[id(model)]
+        if count == 1:
+            del _USERS[id(model)]
+            model.set_attn_implementation(previous)
+        else:
+            _USERS[id(model)] = (count - 1, previous)
 
 
 def capture_attention(

@@ -275,3 +275,39 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch):
         assert sink.alpha[layer].shape == (n_batch, 2, n, 3)
         assert ((sink.alpha[layer] - expected[:, layer]).abs() * rows[:, 0]).max() <= TOL
     assert expected.abs().max() > 0
+
+
+def test_overlapping_captures_in_threads_each_see_their_own_forward(tiny_dir):
+    """Two threads capture the same model at once: each gets exactly its own input's α, and the model is back on
+    sdpa once both are done (the first one out must not switch the model back under the other)."""
+    import threading
+
+    loaded = models.load(str(tiny_dir("gpt2")))
+    texts = [SENTENCE, "the dog saw the cat and then the cat saw the dog"]
+    inputs = [text_inputs(loaded.tokenizer, [text]) for text in texts]
+    expected = [eager_attention(loaded.model, batch) for batch in inputs]
+    results, errors = {}, []
+    barrier = threading.Barrier(2)
+
+    def work(index):
+        try:
+            for _ in range(5):
+                sink = DenseSink()
+                with capture(loaded.model, sink), torch.no_grad():
+                    barrier.wait(timeout=30)
+                    loaded.model(**inputs[index])
+                results.setdefault(index, []).append(sink.attention(0))
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors
+    for index in range(2):
+        assert len(results[index]) == 5
+        for alpha in results[index]:
+            assert (alpha - expected[index]).abs().max() <= TOL
+    assert loaded.model.config._attn_implementation == "sdpa"
