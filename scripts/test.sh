@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
-    (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || {
+    (export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || {
         echo "could not install chromium and chromium-driver (needs root and Debian's registry)" >&2; exit 1; }
 fi
 . .venv/bin/activate
