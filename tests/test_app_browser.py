@@ -1,7 +1,8 @@
 """End-to-end in headless Chromium: the real page, real clicks, real uploads and downloads (selenium + chromedriver).
 
 The app runs in this process on a loopback port (threaded werkzeug server); the browser drives it like a user.
-The last protein test saves docs/app_screenshot.png, the screenshot in the README.
+Two tests save the README's screenshots: docs/app_screenshot.png (the app as `probe app` opens, on the bundled
+model organisms) and docs/app_proteins.png (an uploaded structure next to its predicted contacts).
 """
 
 from __future__ import annotations
@@ -218,8 +219,46 @@ def test_structure_upload_shows_both_triangles_and_linked_selection(driver, serv
     assert abs(marks["y"][0] - 11) <= 1 and abs(marks["x"][0] - 51) <= 1  # the clicked cell, row 11, column 51
 
     driver.execute_script("window.scrollTo(0, 0)")
+    save_screenshot(driver, "app_proteins.png")
+
+
+def save_screenshot(driver, name: str) -> None:
     DOCS.mkdir(exist_ok=True)
-    shot = DOCS / "app_screenshot.png"
+    shot = DOCS / name
     driver.save_screenshot(str(shot) + ".tmp.png")
     shutil.move(str(shot) + ".tmp.png", shot)
     assert shot.stat().st_size > 20_000
+
+
+def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
+    """The page `probe app` opens with no arguments: zoo:induction first, its heads labelled, and the atlas
+    coloured by induction score shows the organism's layer-1 induction heads."""
+    from werkzeug.serving import make_server
+
+    service = Service(AppConfig())
+    assert service.specs[0] == "zoo:induction"
+    job = service.start_labelling("zoo:induction")
+    wait_for(lambda: job.state == "done", 120, "labelling zoo:induction")
+    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        driver.set_window_size(1500, 1150)
+        open_app(driver, f"http://127.0.0.1:{server.server_port}/")
+        driver.find_element("css selector", f"#{ids.HEAD_TYPE} input[value='induction']").click()
+        table = service.labels("zoo:induction")
+        expected = table[table.head_type == "induction"].sort_values(["layer", "head"])["score"].to_numpy()
+
+        def atlas_scores():
+            z = np.array(graph_data(driver, ids.ATLAS)[0]["z"], dtype=float)
+            return z.tolist() if z.shape == (2, 4) and np.allclose(z.ravel(), expected, atol=1e-6) else None
+
+        scores = np.array(wait_for(atlas_scores, 60, "the atlas coloured by induction score"))
+        assert scores[1].min() > 0.8 > scores[0].max()  # layer 1 holds the induction heads, layer 0 none
+        click_cell(driver, ids.ATLAS, row=1, col=0, n_rows=2, n_cols=4)
+        wait_for(lambda: text_of(driver, ids.HEAD_LABEL).startswith("L1H0"), what="L1H0 selected")
+        driver.find_element("css selector", f"#{ids.OVERLAY} input").click()
+        time.sleep(1.5)
+        save_screenshot(driver, "app_screenshot.png")
+    finally:
+        server.shutdown()
+        driver.set_window_size(1500, 2300)
