@@ -385,6 +385,28 @@ def _block_scores(
     return scores
 
 
+def _select_heads(
+    heads: Sequence[int],
+    layer: int,
+    query: torch.Tensor,  # [batch head query dim]
+    key: torch.Tensor,  # [batch head key dim]
+    lse: torch.Tensor,  # [batch head query]
+    mask: torch.Tensor | None,  # [batch 1|head query key]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """query, key, lse and mask of the chosen heads only (no copy when every head is chosen, in order)."""
+    n_heads = query.shape[1]
+    bad = [head for head in heads if not 0 <= head < n_heads]
+    if bad:
+        raise ProbeError(f"head index {bad[0]} is out of range: layer {layer} has heads 0..{n_heads - 1}")
+    if tuple(heads) == tuple(range(n_heads)):
+        return query, key, lse, mask
+    index = torch.tensor(list(heads), device=query.device)
+    if mask is not None and mask.shape[1] > 1:
+        mask = mask.index_select(1, index)  # [batch head_sel query key]
+    # [batch head_sel query dim], [batch head_sel key dim], [batch head_sel query]
+    return query.index_select(1, index), key.index_select(1, index), lse.index_select(1, index), mask
+
+
 def _stream_alpha(
     session: _Session,
     layer: int,
@@ -401,18 +423,8 @@ def _stream_alpha(
     heads = sorted({head for chosen in wanted.values() for head in chosen})
     if not heads:
         return
-    if heads[0] < 0 or heads[-1] >= n_heads:
-        raise ProbeError(f"head index {heads[-1] if heads[-1] >= n_heads else heads[0]} is out of range: "
-                         f"layer {layer} has heads 0..{n_heads - 1}")
     position = {head: index for index, head in enumerate(heads)}
-    all_heads = len(heads) == n_heads
-    head_index = torch.tensor(heads, device=query.device)
-    query_sel = query if all_heads else query.index_select(1, head_index)  # [batch head_sel query dim]
-    key_sel = key if all_heads else key.index_select(1, head_index)  # [batch head_sel key dim]
-    lse_sel = lse if all_heads else lse.index_select(1, head_index)  # [batch head_sel query]
-    mask_sel = mask
-    if mask is not None and mask.shape[1] > 1 and not all_heads:
-        mask_sel = mask.index_select(1, head_index)
+    query_sel, key_sel, lse_sel, mask_sel = _select_heads(heads, layer, query, key, lse, mask)
     row_bytes = query.shape[0] * len(heads) * n_key * 4
     block_rows = max(1, min(n_query, MAX_BLOCK_ROWS, session.block_bytes // max(row_bytes, 1)))
     query_offset = n_key - n_query  # with a KV cache the queries are the last n_query positions
@@ -471,11 +483,8 @@ def _gather_alpha(
         if slots.shape[:2] != (n_batch, n_query):
             raise ProbeError(f"gather slots are shaped {tuple(slots.shape)}; expected [batch={n_batch}, "
                              f"query={n_query}, slot]")
-        all_heads = heads == tuple(range(n_heads))
-        head_index = torch.tensor(heads, device=query.device)
-        query_sel = (query if all_heads else query.index_select(1, head_index)).float()  # [batch head_sel query dim]
-        key_sel = (key if all_heads else key.index_select(1, head_index)).float()  # [batch head_sel key dim]
-        lse_sel = lse if all_heads else lse.index_select(1, head_index)  # [batch head_sel query]
+        query_sel, key_sel, lse_sel, mask_sel = _select_heads(heads, layer, query, key, lse, mask)
+        query_sel, key_sel = query_sel.float(), key_sel.float()
         n_slots = slots.shape[-1]
         out = torch.zeros(n_batch, len(heads), n_query, n_slots, device=query.device)  # [batch head query slot]
         # The gathered keys [batch head block slot dim] are the big temporary: a quarter of the block budget.
@@ -491,10 +500,8 @@ def _gather_alpha(
             keys = key_sel.gather(2, flat).view(n_batch, len(heads), block, n_slots, dim)  # [batch head block slot dim]
             queries = query_sel[:, :, rows, None, :]  # [batch head block 1 dim]
             scores = (queries @ keys.transpose(-1, -2))[..., 0, :] * scale  # [batch head block slot]
-            if mask is not None:
-                mask_rows = mask[:, :, rows].float()  # [batch 1|head block key]
-                if mask_rows.shape[1] > 1 and not all_heads:
-                    mask_rows = mask_rows.index_select(1, head_index)
+            if mask_sel is not None:
+                mask_rows = mask_sel[:, :, rows].float()  # [batch 1|head_sel block key]
                 mask_index = safe[:, None].expand(-1, mask_rows.shape[1], -1, -1)  # [batch 1|head block slot]
                 scores = scores + mask_rows.gather(-1, mask_index)
             if is_causal:
