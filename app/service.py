@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from probe import models
+from probe.classify import TABLE_EXTENSIONS, read_table_file
 from probe.errors import ProbeError
 
 LABEL_COLUMNS = ("layer", "head", "head_type", "score")
@@ -183,16 +184,12 @@ def read_labels(path: str | Path) -> pd.DataFrame:
     path = Path(path).expanduser()
     if not path.is_file():
         raise ProbeError(f"--labels {path}: no such file; pass a table written by `probe label`")
-    readers = {".csv": lambda p: pd.read_csv(p, dtype={"model": str, "revision": str}),
-               ".parquet": pd.read_parquet, ".json": lambda p: pd.read_json(p, orient="records")}
-    reader = readers.get(path.suffix.lower())
-    if reader is None:
-        raise ProbeError(f"--labels {path}: the extension must be one of .csv, .parquet, .json")
+    if path.suffix.lower() not in TABLE_EXTENSIONS:
+        raise ProbeError(f"--labels {path}: the extension must be one of {', '.join(TABLE_EXTENSIONS)}")
     try:
-        table = reader(path)
-    except Exception as error:  # noqa: BLE001 - any parse failure is a bad file
-        raise ProbeError(f"--labels {path}: cannot read it ({type(error).__name__}); pass a table written by "
-                         "`probe label`") from None
+        table = read_table_file(path)
+    except ProbeError as error:
+        raise ProbeError(f"--labels {error}; pass a table written by `probe label`") from None
     missing = [column for column in LABEL_COLUMNS if column not in table.columns]
     if missing:
         raise ProbeError(f"--labels {path}: missing columns {', '.join(missing)}; pass a table written by `probe label`")

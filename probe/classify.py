@@ -296,22 +296,25 @@ def save_table(table: pd.DataFrame, path) -> None:
         raise ProbeError(f"{path}: the extension must be one of {', '.join(TABLE_EXTENSIONS)}")
 
 
-def load_table(path) -> pd.DataFrame:
-    """Read a label table written by :func:`save_table`; one-line ProbeError when it is not one."""
+def read_table_file(path) -> pd.DataFrame:
+    """A table file by its extension (.parquet, .csv, .json records), as written by :func:`save_table`; one-line
+    ProbeError when it cannot be read. No check of its columns (see :func:`load_table`)."""
     suffix = str(path).lower().rsplit(".", 1)[-1]
     try:
         if suffix == "parquet":
-            table = pd.read_parquet(path)
-        elif suffix == "csv":
-            table = pd.read_csv(path, dtype={"model": str, "revision": str})
-        elif suffix == "json":
-            table = pd.read_json(path, orient="records", dtype={"model": str, "revision": str})
-        else:
-            raise ProbeError(f"{path}: the extension must be one of {', '.join(TABLE_EXTENSIONS)}")
+            return pd.read_parquet(path)
+        if suffix == "csv":
+            return pd.read_csv(path, dtype={"model": str, "revision": str})
+        if suffix == "json":
+            return pd.read_json(path, orient="records", dtype={"model": str, "revision": str})
     except (OSError, ValueError) as error:
-        if isinstance(error, ProbeError):
-            raise
         raise ProbeError(f"cannot read the label table {path}: {str(error).splitlines()[0]}") from None
+    raise ProbeError(f"{path}: the extension must be one of {', '.join(TABLE_EXTENSIONS)}")
+
+
+def load_table(path) -> pd.DataFrame:
+    """Read a label table written by :func:`save_table`; one-line ProbeError when it is not one."""
+    table = read_table_file(path)
     missing = [column for column in COLUMNS if column not in table.columns]
     if missing and len(table):
         raise ProbeError(f"{path} is not a probe label table (no {', '.join(missing[:3])} column); "
