@@ -146,6 +146,7 @@ class _Session:
     layer_of_module: dict[int, int]
     sinks: tuple[Sink | GatherSink, ...]
     block_bytes: int
+    ablate: torch.Tensor | None = None  # [batch|1 layer head] bool: True = that head's output is zeroed
     step: int = 0
     seen_layers: set[int] = field(default_factory=set)
 
@@ -190,11 +191,14 @@ def _layer_of_module(model: nn.Module) -> dict[int, int]:
 @contextlib.contextmanager
 def capture(
     model: nn.Module,
-    sinks: Sink | GatherSink | Sequence[Sink | GatherSink],
+    sinks: Sink | GatherSink | Sequence[Sink | GatherSink] = (),
     block_bytes: int = DEFAULT_BLOCK_BYTES,  # memory budget of one α block (all selected heads)
+    ablate: torch.Tensor | None = None,  # [layer head] or [batch layer head] bool: heads whose output is zeroed
 ) -> Iterator[None]:
-    """Run `model` on the capture engine inside the block, streaming α into `sinks`.
+    """Run `model` on the capture engine inside the block, streaming α into `sinks` (which may be empty).
 
+    `ablate` zeroes the attention output of the marked heads (before the output projection), per batch row when it
+    has a batch axis: head ablation inside the attention function, no change to the model's code or weights.
     The model's previous attention implementation is restored on exit, also when the forward raises.
     """
     if not getattr(model, "_supports_attention_backend", False):
@@ -202,7 +206,7 @@ def capture(
                          "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
     register_engine()
     sinks = (sinks,) if hasattr(sinks, "update") or hasattr(sinks, "update_gathered") else tuple(sinks)
-    session = _Session(_layer_of_module(model), sinks, block_bytes)
+    session = _Session(_layer_of_module(model), sinks, block_bytes, _ablation_mask(ablate))
     _switch_to_engine(model)
     token = _ACTIVE.set(session)
     try:
@@ -212,29 +216,62 @@ def capture(
         _switch_back(model)
 
 
+def _ablation_mask(ablate: torch.Tensor | None) -> torch.Tensor | None:
+    """`ablate` as a bool `[batch|1 layer head]` tensor (checked), or None."""
+    if ablate is None:
+        return None
+    ablate = torch.as_tensor(ablate)
+    if ablate.dtype != torch.bool or ablate.dim() not in (2, 3):
+        raise ProbeError("ablate must be a bool tensor shaped [layer, head] or [batch, layer, head]")
+    return ablate if ablate.dim() == 3 else ablate[None]  # [batch|1 layer head]
+
+
+def _apply_ablation(
+    output: torch.Tensor,  # [batch head query dim]
+    ablate: torch.Tensor,  # [batch|1 layer head] bool
+    layer: int,
+) -> torch.Tensor:
+    """Zero the output of the ablated heads of `layer` (a new tensor; per batch row when ablate has a batch axis)."""
+    if layer >= ablate.shape[1] or ablate.shape[2] != output.shape[1]:
+        raise ProbeError(f"ablate is shaped {tuple(ablate.shape)}; layer {layer} has {output.shape[1]} heads")
+    if ablate.shape[0] not in (1, output.shape[0]):
+        raise ProbeError(f"ablate has {ablate.shape[0]} batch rows; the input has {output.shape[0]}")
+    keep = ~ablate[:, layer].to(output.device)  # [batch|1 head]
+    return output * keep[:, :, None, None].to(output.dtype)  # [batch head query dim]
+
+
 # Captures may overlap on one model (threads of a web app): the first one in switches the model to the engine, the
 # last one out restores its previous implementation. Each thread's session lives in a ContextVar, so a forward pass
 # sees only its own sinks, and a forward outside any capture behaves exactly like sdpa.
+# A model and its base_model (or any submodule sharing its config) read the implementation from the same config
+# object, so the config is the capture identity: they share one reference count.
 _SWITCH_LOCK = threading.Lock()
-_USERS: dict[int, tuple[int, str]] = {}  # id(model) -> (captures open on it, implementation before the first)
+# id(config) -> (captures open on it, implementation before the first, the module the first one switched)
+_USERS: dict[int, tuple[int, str, nn.Module]] = {}
+
+
+def _capture_identity(model: nn.Module) -> int:
+    return id(model.config)
 
 
 def _switch_to_engine(model: nn.Module) -> None:
     with _SWITCH_LOCK:
-        count, previous = _USERS.get(id(model), (0, model.config._attn_implementation))
+        key = _capture_identity(model)
+        count, previous, switched = _USERS.get(key, (0, model.config._attn_implementation, model))
         if count == 0:
             model.set_attn_implementation(ENGINE_NAME)
-        _USERS[id(model)] = (count + 1, previous)
+        _USERS[key] = (count + 1, previous, switched)
 
 
 def _switch_back(model: nn.Module) -> None:
     with _SWITCH_LOCK:
-        count, previous = _USERS[id(model)]
+        key = _capture_identity(model)
+        count, previous, switched = _USERS[key]
         if count == 1:
-            del _USERS[id(model)]
-            model.set_attn_implementation(previous)
+            del _USERS[key]
+            switched.set_attn_implementation(previous)  # undo exactly what the first capture did
         else:
-            _USERS[id(model)] = (count - 1, previous)
+            _USERS[key] = (count - 1, previous, switched)
 
 
 def capture_attention(
@@ -294,6 +331,8 @@ def capture_attention_forward(
     layer = session.next_layer(module)
     _stream_alpha(session, layer, query, key, additive, is_causal, scale, lse)
     _gather_alpha(session, layer, query, key, additive, is_causal, scale, lse)
+    if session.ablate is not None:
+        output = _apply_ablation(output, session.ablate, layer)  # [batch head query dim]
     return output.transpose(1, 2).contiguous(), None  # [batch query head dim]
 
 

@@ -311,3 +311,104 @@ def test_overlapping_captures_in_threads_each_see_their_own_forward(tiny_dir):
         for alpha in results[index]:
             assert (alpha - expected[index]).abs().max() <= TOL
     assert loaded.model.config._attn_implementation == "sdpa"
+
+
+def _overlap(first, second, inputs):
+    """Thread A captures `first`; thread B then captures `second` and runs it after A has left. Returns B's sink
+    and the implementation B saw once A was gone."""
+    import threading
+
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    sink, seen, errors = DenseSink(), [], []
+
+    def first_capture():
+        with capture(first, DenseSink()):
+            first_in.set()
+            second_in.wait(timeout=30)
+        first_out.set()
+
+    def second_capture():
+        try:
+            first_in.wait(timeout=30)
+            with capture(second, sink), torch.no_grad():
+                second_in.set()
+                first_out.wait(timeout=30)  # the first capture has left: we must still be on the engine
+                seen.append(second.config._attn_implementation)
+                second(**inputs)
+        except Exception as error:  # noqa: BLE001 - reported by the caller's assertion
+            errors.append(error)
+
+    threads = [threading.Thread(target=first_capture), threading.Thread(target=second_capture)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    return sink, seen
+
+
+def test_model_and_its_base_model_share_one_capture_identity(tiny_dir):
+    """Overlapping (not nested) captures in two threads, on the model and on model.base_model (they share the config):
+    the first one out must not switch the model back under the other, and the last one out restores sdpa."""
+    loaded = models.load(str(tiny_dir("gpt2")))
+    model, body = loaded.model, loaded.model.base_model
+    assert body is not model and body.config is model.config
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE])
+    expected = eager_attention(model, inputs)
+    for first, second in ((model, body), (body, model)):
+        sink, seen = _overlap(first, second, inputs)
+        assert seen == [ENGINE_NAME]
+        assert model.config._attn_implementation == "sdpa"
+        assert (sink.attention(0) - expected).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "esm"])
+def test_label_model_and_capture_attention_in_threads_equal_single_threaded(tiny_dir, arch):
+    """Stress: label_model (captures model.base_model) and capture_attention (captures the model) overlap in threads;
+    every result equals the single-threaded one and the model ends on its own implementation."""
+    import threading
+
+    import pandas as pd
+
+    from probe.classify import LabelConfig, label_model
+
+    loaded = models.load(str(tiny_dir(arch)))
+    before = loaded.model.config._attn_implementation
+    config = LabelConfig(examples=4, seq_len=12, batch_size=2, n_bootstrap=20, ablate="none")
+    if loaded.kind == "protein_mlm":
+        inputs = models.tokenize_protein(loaded, "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ")
+    else:
+        inputs = models.tokenize_text(loaded, SENTENCE)
+    expected_table = label_model(loaded, config)
+    expected_alpha = capture_attention(loaded.model, inputs)
+    tables, alphas, errors = [], [], []
+    start = threading.Barrier(4)
+
+    def labeller():
+        try:
+            start.wait(timeout=60)
+            for _ in range(2):
+                tables.append(label_model(loaded, config))
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    def capturer():
+        try:
+            start.wait(timeout=60)
+            for _ in range(12):
+                alphas.append(capture_attention(loaded.model, inputs))
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=target) for target in (labeller, labeller, capturer, capturer)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert len(tables) == 4 and len(alphas) == 24
+    for table in tables:
+        pd.testing.assert_frame_equal(table, expected_table)
+    for alpha in alphas:
+        assert torch.equal(alpha, expected_alpha)
+    assert loaded.model.config._attn_implementation == before

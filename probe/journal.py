@@ -1,0 +1,216 @@
+"""Crash-safe journal of finished units (a model, a record, a chain) kept beside an output file.
+
+Each unit is one file in the hidden parts directory `.{out.name}.parts/`, written atomically (temporary file,
+fsync, `os.replace`, fsync of the directory), so a SIGKILL loses at most the unit being written and never leaves
+a half unit. A unit file is an uncompressed npz (no pickle) holding the caller's arrays, the table as parquet bytes
+and a small JSON header with the unit's name and the identity of the options that produced it. A rerun reuses a
+unit only if its identity is exactly the same.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+_META = "__meta__"
+_TABLE = "__table__"
+_TMP_PREFIX = ".tmp-"
+# what reading a damaged or foreign unit file can raise: it is then treated as absent
+_UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+_SUFFIX = ".npz"
+
+
+def identity_hash(options: Mapping[str, object]) -> str:
+    """16 hex characters of sha256 over the options as canonical JSON (sorted keys; paths as text, tuples as lists,
+    sets sorted, enums by value, numpy scalars as numbers)."""
+    text = json.dumps(dict(options), sort_keys=True, separators=(",", ":"), default=_canonical)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _canonical(value: object) -> object:
+    """A JSON form of a value json cannot write, the same in every run (never an object's memory address)."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    if isinstance(value, np.generic):
+        return value.item()
+    text = str(value)
+    if " at 0x" in text:
+        raise TypeError(f"identity option of type {type(value).__name__} has no stable text form: pass its value")
+    return text
+
+
+def file_hash(path: str | os.PathLike) -> str:
+    """'sha256:' + 16 hex characters of the file's bytes (for structures, probe files, FASTA, ...)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One finished unit as it was recorded."""
+
+    unit: str
+    identity: str
+    table: pd.DataFrame | None
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _unit_file_name(unit: str) -> str:
+    """A safe, unique file name for any unit name: a readable prefix plus a hash of the full name."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", unit)[:40].lstrip(".") or "unit"
+    return f"{readable}-{hashlib.sha256(unit.encode('utf-8')).hexdigest()[:16]}{_SUFFIX}"
+
+
+def _bytes_array(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs (a temporary file's writer, say)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        handle = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+
+
+class Journal:
+    """Finished units of one output file, persisted in `.{out.name}.parts/` beside it; `force=True` empties it.
+
+    The directory is created by the first `put`, so a run that fails on bad input before finishing a unit leaves
+    nothing beside the output.
+    """
+
+    def __init__(self, out: str | os.PathLike, force: bool = False) -> None:
+        out = Path(out)
+        self.directory = out.parent / f".{out.name}.parts"
+        if force and self.directory.exists():
+            shutil.rmtree(self.directory)
+        if self.directory.is_dir():
+            self._remove_orphans()
+
+    def _remove_orphans(self) -> None:
+        """Delete temporary files left by writers that were killed mid-put (their process is gone)."""
+        for path in self.directory.glob(f"{_TMP_PREFIX}*"):
+            try:
+                pid = int(path.name[len(_TMP_PREFIX):].split("-", 1)[0])
+            except ValueError:
+                continue
+            if not pid_alive(pid):
+                path.unlink(missing_ok=True)
+
+    def _path(self, unit: str) -> Path:
+        return self.directory / _unit_file_name(unit)
+
+    @staticmethod
+    def _read_meta(archive) -> dict:
+        return json.loads(bytes(archive[_META]).decode("utf-8"))
+
+    def _recorded_identity(self, unit: str) -> str | None:
+        path = self._path(unit)
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                meta = self._read_meta(archive)
+        except _UNREADABLE:
+            return None
+        return meta["identity"] if meta.get("unit") == unit else None
+
+    def get(self, unit: str, identity: str) -> JournalEntry | None:
+        """The unit as recorded, only if it was finished with exactly this identity; otherwise None."""
+        path = self._path(unit)
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                meta = self._read_meta(archive)
+                if meta.get("unit") != unit or meta.get("identity") != identity:
+                    return None
+                table = None
+                if _TABLE in archive.files:
+                    table = pd.read_parquet(io.BytesIO(bytes(archive[_TABLE])))
+                arrays = {name: archive[name] for name in archive.files if name not in (_META, _TABLE)}
+        except _UNREADABLE:
+            return None
+        return JournalEntry(unit=unit, identity=identity, table=table, arrays=arrays)
+
+    def stale(self, unit: str, identity: str) -> bool:
+        """True when the unit was recorded with another identity (its options changed; it will be recomputed)."""
+        recorded = self._recorded_identity(unit)
+        return recorded is not None and recorded != identity
+
+    def put(self, unit: str, identity: str, table: pd.DataFrame | None = None,
+            arrays: Mapping[str, np.ndarray] | None = None) -> None:
+        """Record a finished unit atomically (replacing any earlier record of the same unit)."""
+        members: dict[str, np.ndarray] = {}
+        for name, value in (arrays or {}).items():
+            if name in (_META, _TABLE):
+                raise ValueError(f"journal array name {name!r} is reserved")
+            array = np.asarray(value)
+            if array.dtype.hasobject:
+                raise ValueError(f"journal array {name!r} holds Python objects; only numeric/string arrays are stored")
+            members[name] = array
+        if table is not None:
+            buffer = io.BytesIO()
+            table.to_parquet(buffer)
+            members[_TABLE] = _bytes_array(buffer.getvalue())
+        members[_META] = _bytes_array(json.dumps({"unit": unit, "identity": identity}).encode("utf-8"))
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(dir=self.directory, prefix=f"{_TMP_PREFIX}{os.getpid()}-", suffix=_SUFFIX)
+        try:
+            with os.fdopen(handle, "wb") as stream:
+                np.savez(stream, **members)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.replace(tmp, self._path(unit))
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        _fsync_directory(self.directory)
+
+    def units(self) -> list[tuple[str, str]]:
+        """(unit, identity) of every recorded unit, sorted by unit name."""
+        found = []
+        for path in self.directory.glob(f"*{_SUFFIX}"):
+            if path.name.startswith(_TMP_PREFIX):
+                continue
+            try:
+                with np.load(path, allow_pickle=False) as archive:
+                    meta = self._read_meta(archive)
+            except _UNREADABLE:
+                continue
+            found.append((meta["unit"], meta["identity"]))
+        return sorted(found)
