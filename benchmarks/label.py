@@ -69,7 +69,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     model, tokenizer = _model_and_tokenizer(args.seq_len)
     loaded = LoadedModel(model, tokenizer, "causal_lm", "gpt2-small-random", "random")
     config = LabelConfig(types=TYPES, examples=args.examples, seq_len=args.seq_len, seed=0,
-                         batch_size=args.batch_size)
+                         batch_size=args.batch_size, ablate="none")  # the attention scores alone
     probes = repeated_blocks(tokenizer, args.examples, args.seq_len, seed=0).input_ids  # [example seq]
     batches = [probes[start:start + args.batch_size] for start in range(0, args.examples, args.batch_size)]
     body = model.base_model
@@ -112,13 +112,48 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     if variant == "time":
         with torch.inference_mode():
             body(input_ids=batches[0])  # warm-up
-        label_model(loaded, LabelConfig(types=TYPES, examples=1, seq_len=args.seq_len, n_bootstrap=10))  # warm-up
+        label_model(loaded, LabelConfig(types=TYPES, examples=1, seq_len=args.seq_len, n_bootstrap=10,
+                                        ablate="none"))  # warm-up
         pairs = [(timed(plain), timed(label)) for _ in range(args.repeats)]
         return {"plain": [p for p, _ in pairs], "label": [lab for _, lab in pairs]}
+    if variant == "ablation-time":
+        return _ablation_times(loaded, batches, args)
     run = variant_run if variant == "tl" else {"plain": plain, "label": label, "eager": eager}[variant]
     seconds = timed(run)
     return {"variant": variant, "seconds": seconds, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "loaded_mib": loaded_mib}
+
+
+ABLATED = 4  # heads of layer 0 ablated in the ablation benchmark, each against as many random control heads
+
+
+def _ablation_times(loaded, batches, args: argparse.Namespace) -> dict:
+    """Time of probe.ablation.ablation_effects for ABLATED heads + ABLATED controls (one copy of each probe batch per
+    ablated head, stacked along the batch axis: max_rows = 8 copies per forward) against plain forwards of the
+    whole model (with its LM head: the ablation needs the loss), alternating."""
+    import torch
+
+    from probe.ablation import ablation_effects
+
+    inputs = [{"input_ids": batch, "labels": batch} for batch in batches]
+    heads = [(0, head) for head in range(ABLATED)]
+
+    def plain():
+        with torch.inference_mode():
+            for batch in batches:
+                loaded.model(input_ids=batch)
+
+    def ablate():
+        ablation_effects(loaded, inputs, heads, controls=ABLATED, max_rows=8 * len(batches[0]))
+
+    def timed(run) -> float:
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+
+    plain()
+    pairs = [(timed(plain), timed(ablate)) for _ in range(args.repeats)]
+    return {"plain": [p for p, _ in pairs], "ablation": [a for _, a in pairs]}
 
 
 def _transformer_lens_run(args: argparse.Namespace, batches, tokenizer):
@@ -170,6 +205,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating timed runs of plain and label (default 3)")
     parser.add_argument("--eager", action="store_true", help="also run eager output_attentions + dense scores")
+    parser.add_argument("--ablation", action="store_true",
+                        help=f"also time the ablation of {ABLATED} heads + {ABLATED} controls (reported separately)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -204,6 +241,14 @@ def main() -> None:
               f"the tl row's time column above is relative to the label run's plain forwards")
     else:
         print("TransformerLens is not importable here: no run_with_cache + detect_head row.")
+    if args.ablation:
+        ablation = _child("ablation-time", args)
+        if ablation is not None:
+            ratios = [a / p for p, a in zip(ablation["plain"], ablation["ablation"], strict=True)]
+            print(f"ablation of {ABLATED} heads + {ABLATED} controls (8 heads per forward, one copy of the batch "
+                  f"each): {statistics.median(ablation['ablation']):.2f} s vs {statistics.median(ablation['plain']):.2f}"
+                  f" s of plain forwards with the LM head, {statistics.median(ratios):.2f}× (expected about 1 + "
+                  f"{2 * ABLATED} = {1 + 2 * ABLATED}×: one clean forward plus one batch copy per ablated head)")
 
 
 if __name__ == "__main__":

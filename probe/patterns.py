@@ -1,91 +1,218 @@
-"""Head types: for a token sequence, the target keys of each query.
+"""Head types as data: one :class:`HeadTypeSpec` per type, one registry, one list of names.
 
-One registry (:data:`REGISTRY`), one list of names (:data:`HEAD_TYPES`, the :data:`HeadType` Literal), shared by the
-scorer, the CLI's ``--types`` and the dashboard. Definitions (query i, key j, tokens t; see REFERENCE.md):
+A spec says everything `probe label` needs to know about a type — its targets, the probe set it is scored on, which
+model kinds it applies to, the statistic its label rests on, and the positions whose loss its ablation measures —
+so the scorer, the label rule, the CLI's ``--types`` and the dashboard loop over :data:`REGISTRY` and never branch on
+a type's name. Adding a type is one new spec here (README: "Extending probe: add a head type").
 
-=================  ===================================================================================
+Targets of query i (key j, tokens t, n real tokens; see REFERENCE.md):
+
+=================  ======================================================================================
 previous_token     j = i − 1
-duplicate_token    j < i and t_j = t_i
-induction          j ≤ i and t_{j−1} = t_i  (the token after an earlier occurrence of the current token)
-first_token        j = 0, for i ≥ 1  (the attention sink; row 0 can only attend to itself in a causal model)
-self               j = i, for i ≥ 1  (row 0 left out for the same reason)
-coreference        query = the pieces of a pronoun (or any query span), targets = the antecedent's pieces;
-                   needs spans, so its pattern is built from an :class:`~probe.probesets.EncodedSpanExample`
-=================  ===================================================================================
+next_token         j = i + 1  (bidirectional models only: a causal row cannot see it)
+self               j = i, for i ≥ 1  (row 0 left out: a causal row 0 can only attend to itself)
+first_token        j = 0, for i ≥ 1  (the attention sink: <bos> / [CLS] / the first token)
+fixed_offset       j = i + d ≥ 1 for one relative offset d ∉ {−1, 0, +1}, |d| ≤ min(:data:`MAX_OFFSET`, n/2) (d < 0 in
+                   a causal model); every d is a candidate and each head's own d is chosen on held-out examples
+                   (column ``offset``)
+delimiter          keys j ≥ 1, j ≠ i, holding a delimiter: punctuation, [SEP] / EOS-type tokens (j < i when causal)
+duplicate_token    t_j = t_i, j < i (causal) or j ≠ i (bidirectional: the earlier copy attends to the later one too)
+induction          t_{j−1} = t_i, j ≤ i  (the token after an earlier occurrence of the current token)
+coreference        the attending word's pieces × the antecedent's pieces (a span type: from span examples)
+=================  ======================================================================================
 
-All targets lie at or before the query, as in TransformerLens' detection patterns; for masked LMs the same
-definitions are used (a bidirectional head only changes the chance level, see :mod:`probe.classify`).
+Small vocabularies (fewer than :data:`SMALL_VOCABULARY` content tokens, e.g. 20 amino acids): coincidental repeats
+swamp the planted one, so duplicate-token and induction targets are restricted to the planted repeat of the
+repeated-block probes (query i in the second copy: j = i − L for duplicate, j = i − L + 1 for induction; and the
+mirror pairs for bidirectional duplicate). A head that attends to every earlier token of the same residue type
+then scores at chance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 import torch
 
 from probe.errors import ProbeError
+from probe.models import ModelKind
 
-HeadType = Literal["previous_token", "duplicate_token", "induction", "coreference", "first_token", "self"]
+HeadType = Literal["previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
+                   "duplicate_token", "induction", "coreference"]
 HEAD_TYPES: tuple[HeadType, ...] = get_args(HeadType)
+ProbeKind = Literal["natural", "repeated", "spans"]  # natural text, repeated random blocks, span examples
+Statistic = Literal["mass", "accuracy"]  # the label tests mass over chance, or accuracy over the best baseline
+LossPositions = Literal["text", "repeat", "query"]  # which positions' loss an ablation of the type measures
+
+CAUSAL, MASKED, PROTEIN = ModelKind.CAUSAL_LM, ModelKind.MASKED_LM, ModelKind.PROTEIN_MLM
+ALL_KINDS = frozenset({CAUSAL, MASKED, PROTEIN})
+TEXT_KINDS = frozenset({CAUSAL, MASKED})
+BIDIRECTIONAL_KINDS = frozenset({MASKED, PROTEIN})
+
+MAX_OFFSET = 32  # fixed_offset candidates: 2 ≤ |d| ≤ MAX_OFFSET
+SMALL_VOCABULARY = 1000  # below this many content tokens, repeat targets are restricted to the planted repeat
 
 
-def _previous_token(ids: torch.Tensor) -> torch.Tensor:
-    n = ids.shape[-1]
-    return torch.ones(n, n, dtype=torch.bool).tril(-1).triu(-1).expand(ids.shape[0], n, n)  # [batch query key]
+@dataclass(frozen=True)
+class TargetContext:
+    """What a type's targets may depend on, for one batch of probes (right padding is masked by the scorer)."""
+
+    input_ids: torch.Tensor  # [batch seq] long
+    causal: bool = True
+    delimiter_ids: tuple[int, ...] = ()  # token ids that count as delimiters
+    repeat_start: torch.Tensor | None = None  # [batch] position of the planted block's first copy (repeated probes)
+    repeat_len: torch.Tensor | None = None  # [batch] the planted block's length
+    restrict_to_repeat: bool = False  # small vocabulary: repeat targets only inside the planted repeat
+    spans: tuple = ()  # one probe.probesets.EncodedSpanExample per row (span types)
 
 
-def _duplicate_token(ids: torch.Tensor) -> torch.Tensor:
-    same = ids[:, :, None] == ids[:, None, :]  # [batch query key]
-    return same.tril(-1)
+Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset's d) -> [batch query key] bool
 
 
-def _induction(ids: torch.Tensor) -> torch.Tensor:
-    n = ids.shape[-1]
-    pattern = torch.zeros(ids.shape[0], n, n, dtype=torch.bool)  # [batch query key]
-    pattern[:, :, 1:] = ids[:, :, None] == ids[:, None, :-1]  # key j holds t_{j-1}
-    return pattern.tril(0)
+def _diagonal(ctx: TargetContext, offset: int, first_row: int = 0) -> torch.Tensor:
+    batch, n = ctx.input_ids.shape
+    pattern = torch.ones(n, n, dtype=torch.bool).triu(offset).tril(offset)  # [query key]: key = query + offset
+    pattern[:first_row] = False
+    return pattern.expand(batch, n, n).clone()  # [batch query key]
 
 
-def _first_token(ids: torch.Tensor) -> torch.Tensor:
-    n = ids.shape[-1]
-    pattern = torch.zeros(ids.shape[0], n, n, dtype=torch.bool)  # [batch query key]
+def _previous_token(ctx: TargetContext) -> Targets:
+    return {None: _diagonal(ctx, -1)}
+
+
+def _next_token(ctx: TargetContext) -> Targets:
+    return {None: _diagonal(ctx, 1)}
+
+
+def _self(ctx: TargetContext) -> Targets:
+    return {None: _diagonal(ctx, 0, first_row=1)}
+
+
+def _first_token(ctx: TargetContext) -> Targets:
+    batch, n = ctx.input_ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
     pattern[:, 1:, 0] = True
+    return {None: pattern}
+
+
+def offsets_for(n: int, causal: bool) -> list[int]:
+    """fixed_offset's candidate offsets d for sequences of n tokens: −2 … −min(MAX_OFFSET, n/2) (and +2 … when
+    bidirectional). At most n/2, so every candidate has targets in at least half of the rows."""
+    reach = min(MAX_OFFSET, n // 2)
+    negative = [-d for d in range(2, reach + 1)]
+    return negative if causal else negative + [d for d in range(2, reach + 1)]
+
+
+def _fixed_offset(ctx: TargetContext) -> Targets:
+    targets = {}
+    for d in offsets_for(ctx.input_ids.shape[1], ctx.causal):
+        pattern = _diagonal(ctx, d)  # [batch query key]
+        pattern[:, :, 0] = False  # position 0 is the first-token type's: a sink is not an offset head
+        targets[d] = pattern
+    return targets
+
+
+def _delimiter(ctx: TargetContext) -> Targets:
+    ids = ctx.input_ids
+    n = ids.shape[1]
+    is_delimiter = torch.isin(ids, torch.tensor(ctx.delimiter_ids, dtype=ids.dtype))  # [batch key]
+    is_delimiter[:, 0] = False  # position 0 is the first-token type's
+    pattern = is_delimiter[:, None, :].expand(-1, n, -1).clone()  # [batch query key]
+    pattern &= ~torch.eye(n, dtype=torch.bool)
+    return {None: pattern.tril(-1) if ctx.causal else pattern}
+
+
+def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
+    """Only the planted repeat: query i in the second copy -> key i − L + shift (and, mirrored, the first copy's
+    query i -> key i + L)."""
+    if ctx.repeat_start is None or ctx.repeat_len is None:
+        raise ProbeError("restricted repeat targets need the planted block's position (repeated-block probes)")
+    batch, n = ctx.input_ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+    for row in range(batch):
+        start, length = int(ctx.repeat_start[row]), int(ctx.repeat_len[row])
+        second = torch.arange(start + length, start + 2 * length)
+        pattern[row, second, second - length + shift] = True
+        if mirror:
+            first = torch.arange(start, start + length)
+            pattern[row, first, first + length] = True
     return pattern
 
 
-def _self(ids: torch.Tensor) -> torch.Tensor:
-    n = ids.shape[-1]
-    eye = torch.eye(n, dtype=torch.bool)
-    eye[0, 0] = False
-    return eye.expand(ids.shape[0], n, n)  # [batch query key]
+def _duplicate_token(ctx: TargetContext) -> Targets:
+    if ctx.restrict_to_repeat:
+        return {None: _repeat_pairs(ctx, 0, mirror=not ctx.causal)}
+    ids = ctx.input_ids
+    same = ids[:, :, None] == ids[:, None, :]  # [batch query key]
+    if ctx.causal:
+        return {None: same.tril(-1)}
+    return {None: same & ~torch.eye(ids.shape[1], dtype=torch.bool)}
+
+
+def _induction(ctx: TargetContext) -> Targets:
+    if ctx.restrict_to_repeat:
+        return {None: _repeat_pairs(ctx, 1, mirror=False)}
+    ids = ctx.input_ids
+    batch, n = ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+    pattern[:, :, 1:] = ids[:, :, None] == ids[:, None, :-1]  # key j holds t_{j-1}
+    return {None: pattern.tril(0)}
+
+
+def _coreference(ctx: TargetContext) -> Targets:
+    batch, n = ctx.input_ids.shape
+    if len(ctx.spans) != batch:
+        raise ProbeError("coreference targets need spans: pass encoded span examples (probe.probesets)")
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+    for row, example in enumerate(ctx.spans):
+        pattern[row, torch.tensor(example.query_tokens)[:, None], torch.tensor(example.target_tokens)[None, :]] = True
+    return {None: pattern}
 
 
 @dataclass(frozen=True)
 class HeadTypeSpec:
-    """One head type: what it means and how to build its target pattern from token ids."""
+    """One head type: what it means, its targets, and how it is probed, tested and ablated."""
 
     name: HeadType
     description: str
-    # [batch seq] token ids -> [batch query key] bool; None when the type needs spans (coreference)
-    pattern: Callable[[torch.Tensor], torch.Tensor] | None
+    targets: Callable[[TargetContext], Targets]  # candidate -> [batch query key] bool
+    probe: ProbeKind  # the probe set it is scored on ("natural" falls back to "repeated" without a usable corpus)
+    kinds: frozenset[str] = field(default=ALL_KINDS)  # model kinds it applies to
+    statistic: Statistic = "mass"
+    candidate: str | None = None  # name of the column holding the chosen candidate ("offset"), if it has several
+    loss_positions: LossPositions = "text"  # ablation: the loss of these positions of its own probes
+
+    @property
+    def text_only(self) -> bool:
+        """Meaningless on protein sequences (skipped there with a note)."""
+        return PROTEIN not in self.kinds
 
 
 REGISTRY: dict[HeadType, HeadTypeSpec] = {
     spec.name: spec for spec in (
-        HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", _previous_token),
-        HeadTypeSpec("duplicate_token", "attends to earlier copies of the current token", _duplicate_token),
-        HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token", _induction),
-        HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", None),
-        HeadTypeSpec("first_token", "attends to the first token (attention sink)", _first_token),
-        HeadTypeSpec("self", "attends to the current token", _self),
+        HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", _previous_token, "natural"),
+        HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)", _next_token,
+                     "natural", kinds=BIDIRECTIONAL_KINDS),
+        HeadTypeSpec("self", "attends to the current token", _self, "natural"),
+        HeadTypeSpec("first_token", "attends to the first token (attention sink)", _first_token, "natural"),
+        HeadTypeSpec("fixed_offset", "attends at one relative offset d other than −1, 0, +1 (column offset)",
+                     _fixed_offset, "natural", candidate="offset"),
+        HeadTypeSpec("delimiter", "attends to punctuation and [SEP] / EOS-type tokens", _delimiter, "natural",
+                     kinds=TEXT_KINDS),
+        HeadTypeSpec("duplicate_token", "attends to other copies of the current token (earlier ones when causal)",
+                     _duplicate_token, "repeated", loss_positions="repeat"),
+        HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token", _induction,
+                     "repeated", loss_positions="repeat"),
+        HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", _coreference, "spans",
+                     kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
     )
 }
 assert tuple(REGISTRY) == HEAD_TYPES  # one list of names
 
-# Types defined by the token ids alone (scored on the repeated-block probes).
-TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].pattern is not None)
+# Types whose targets come from the token ids alone (not span examples).
+TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].probe != "spans")
 
 
 def parse_head_types(text: str | None) -> tuple[HeadType, ...]:
@@ -99,34 +226,59 @@ def parse_head_types(text: str | None) -> tuple[HeadType, ...]:
     return tuple(dict.fromkeys(names))  # type: ignore[return-value]
 
 
-def batch_pattern(head_type: HeadType, input_ids: torch.Tensor) -> torch.Tensor:
-    """Target pattern of a token type for a batch: [batch seq] ids -> [batch query key] bool (a new tensor)."""
+def types_for_kind(kind: str, types: tuple[HeadType, ...] | None = None) -> tuple[HeadType, ...]:
+    """The types (all, or `types`) that apply to a model kind, in registry order."""
+    chosen = HEAD_TYPES if types is None else types
+    return tuple(name for name in chosen if kind in REGISTRY[name].kinds)
+
+
+def batch_pattern(
+    head_type: HeadType,
+    input_ids: torch.Tensor,  # [batch seq]
+    causal: bool = True,
+    delimiter_ids: tuple[int, ...] = (),
+    candidate: int | None = None,  # fixed_offset: one offset d (a table's `offset`); None: every candidate
+) -> torch.Tensor:
+    """Target pattern of a token type for a batch: `[batch query key]` bool (a new tensor). For a type with
+    candidates (fixed_offset) the union of all of them, or the one `candidate`."""
+    if head_type not in REGISTRY:
+        raise ProbeError(f"unknown head type {head_type!r}: choose from {', '.join(HEAD_TYPES)}")
     spec = REGISTRY[head_type]
-    if spec.pattern is None:
+    if spec.probe == "spans":
         raise ProbeError(f"{head_type} targets need spans: pass an encoded span example, not token ids")
-    return spec.pattern(input_ids.detach().cpu().long()).clone()
+    ctx = TargetContext(input_ids.detach().cpu().long(), causal=causal, delimiter_ids=tuple(delimiter_ids))
+    targets = spec.targets(ctx)
+    if candidate is not None:
+        if candidate not in targets:
+            raise ProbeError(f"{head_type} has no candidate {candidate} here: choose from {sorted(targets)}")
+        return targets[candidate].clone()
+    patterns = list(targets.values())
+    union = patterns[0].clone()
+    for pattern in patterns[1:]:
+        union |= pattern
+    return union
 
 
-def target_pattern(head_type: HeadType, token_ids) -> torch.Tensor:
+def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimiter_ids: tuple[int, ...] = (),
+                   candidate: int | None = None) -> torch.Tensor:
     """The target keys of each query: bool `[query key]`.
 
-    `token_ids`: a 1-D sequence of token ids for the token types; for ``coreference`` an
-    :class:`~probe.probesets.EncodedSpanExample` (its query pieces × its antecedent pieces).
+    `token_ids`: a 1-D sequence of token ids for the token types; for a span type (coreference) an
+    :class:`~probe.probesets.EncodedSpanExample`. `delimiter_ids`: :func:`probe.probesets.delimiter_ids` of the
+    model's tokenizer (the delimiter type); `candidate`: fixed_offset's offset (the table's `offset` column).
     """
     if head_type not in REGISTRY:
         raise ProbeError(f"unknown head type {head_type!r}: choose from {', '.join(HEAD_TYPES)}")
-    if head_type == "coreference":
+    if REGISTRY[head_type].probe == "spans":
         example = token_ids
         if not hasattr(example, "query_tokens"):
-            raise ProbeError("coreference targets need spans: pass an EncodedSpanExample (probe.probesets)")
-        n = len(example.input_ids)
-        pattern = torch.zeros(n, n, dtype=torch.bool)  # [query key]
-        pattern[torch.tensor(example.query_tokens)[:, None], torch.tensor(example.target_tokens)[None, :]] = True
-        return pattern
+            raise ProbeError(f"{head_type} targets need spans: pass an EncodedSpanExample (probe.probesets)")
+        ids = torch.tensor(example.input_ids)[None]
+        return REGISTRY[head_type].targets(TargetContext(ids, spans=(example,)))[None][0]
     ids = torch.as_tensor(token_ids).long()
     if ids.dim() != 1:
         raise ProbeError(f"target_pattern takes one sequence of token ids, got shape {tuple(ids.shape)}")
-    return batch_pattern(head_type, ids[None])[0]  # [query key]
+    return batch_pattern(head_type, ids[None], causal, delimiter_ids, candidate)[0]  # [query key]
 
 
 def target_slots(pattern: torch.Tensor) -> torch.Tensor:

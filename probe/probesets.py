@@ -55,8 +55,11 @@ def special_frame(tokenizer) -> tuple[list[int], list[int]]:
 
 
 def content_token_ids(tokenizer) -> torch.Tensor:
-    """Every token id of the vocabulary except the special tokens (<bos>, <pad>, <unk>, [CLS], ...)."""
-    special = set(tokenizer.all_special_ids)
+    """Every token id of the vocabulary except special ones (<bos>, <pad>, <unk>, [CLS], ...), unused slots
+    ([unused17]) and byte-fallback pieces (<0x0A>)."""
+    from probe.corpus import excluded_token_ids
+
+    special = excluded_token_ids(tokenizer)
     ids = [index for index in range(len(tokenizer)) if index not in special]
     if len(ids) < 2:
         raise ProbeError("the tokenizer has fewer than two non-special tokens; random-token probes need a vocabulary")
@@ -69,18 +72,23 @@ def repeated_blocks(
     seq_len: int,
     seed: int,
     block_len: int | None = None,  # None: random per example; an int gives the fixed-period control
+    weights: torch.Tensor | None = None,  # [vocab] token probabilities (probe.corpus.token_weights); None: uniform
 ) -> RepeatedBlocks:
     """Random tokens with one block repeated once: prefix (random length) · block · block · suffix.
 
     Block lengths are drawn uniformly from [max(2, m // 8), m // 2] with m the non-special length, the offset
-    uniformly from what is left; the tokens are drawn uniformly from the vocabulary without special tokens.
+    uniformly from what is left; the tokens are drawn by `weights` (the corpus' token frequencies), or uniformly
+    from the vocabulary without special, unused and byte-fallback tokens.
     """
     prefix, suffix = special_frame(tokenizer)
     m = seq_len - len(prefix) - len(suffix)
     if m < 4:
         raise ProbeError(f"--seq-len {seq_len} is too short for repeated-block probes: use at least "
                          f"{4 + len(prefix) + len(suffix)}")
-    vocab = content_token_ids(tokenizer)
+    if weights is None:
+        vocab = content_token_ids(tokenizer)
+        weights = torch.zeros(int(vocab.max()) + 1, dtype=torch.float64)
+        weights[vocab] = 1.0
     generator = torch.Generator().manual_seed(seed)
     low, high = max(2, m // 8), m // 2
     if block_len is not None and not 1 <= block_len <= high:
@@ -89,12 +97,29 @@ def repeated_blocks(
     for _ in range(n_examples):
         length = block_len or int(torch.randint(low, high + 1, (1,), generator=generator))
         offset = int(torch.randint(0, m - 2 * length + 1, (1,), generator=generator))
-        tokens = vocab[torch.randint(0, len(vocab), (m,), generator=generator)]  # [content]
+        tokens = torch.multinomial(weights, m, replacement=True, generator=generator)  # [content]
         tokens[offset + length:offset + 2 * length] = tokens[offset:offset + length]
         rows.append(torch.cat([torch.tensor(prefix, dtype=torch.long), tokens, torch.tensor(suffix, dtype=torch.long)]))
         lengths.append(length)
         offsets.append(offset + len(prefix))
     return RepeatedBlocks(torch.stack(rows), torch.tensor(lengths), torch.tensor(offsets))  # [example seq]
+
+
+def delimiter_ids(tokenizer) -> tuple[int, ...]:
+    """Token ids the delimiter type targets: tokens made only of punctuation (".", ",", "Ġ;", "##-"), and the
+    separator / end-of-sequence tokens ([SEP], </s>, <eos>)."""
+    found = set()
+    for token, index in tokenizer.get_vocab().items():
+        text = token.replace("##", "").lstrip("Ġ▁ ")
+        if text and all(not char.isalnum() and not char.isspace() and char.isprintable() for char in text) \
+                and not (text.startswith("<") and text.endswith(">") and len(text) > 2) \
+                and not (text.startswith("[") and text.endswith("]") and len(text) > 2):
+            found.add(index)
+    for name in ("sep_token_id", "eos_token_id"):
+        index = getattr(tokenizer, name, None)
+        if index is not None:
+            found.add(int(index))
+    return tuple(sorted(found))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -150,6 +175,7 @@ class CorefExample:
     distractors: tuple[Span, ...]  # word spans of the other nouns (disagreeing with the pronoun)
     number: str  # "singular" | "plural": the antecedent's number
     antecedent_first: bool  # the antecedent is the first noun of the sentence
+    template: int = 0  # index of the template in CorefVocabulary.templates (the bootstrap cluster)
 
     @property
     def distractor(self) -> Span:
@@ -169,7 +195,10 @@ class CorefExample:
 
     def to_span_example(self) -> SpanExample:
         return SpanExample(self.text, self.char_span((self.pronoun, self.pronoun + 1)),
-                           (self.char_span(self.antecedent),), tuple(self.char_span(s) for s in self.distractors))
+                           (self.char_span(self.antecedent),), tuple(self.char_span(s) for s in self.distractors),
+                           source=f"template {self.template}", cluster=f"template {self.template}",
+                           group="antecedent first" if self.antecedent_first else "antecedent later",
+                           agreement=True)
 
 
 def _noun_phrase(noun: str, bare: bool, vocab: CorefVocabulary) -> list[str]:
@@ -203,7 +232,8 @@ def coreference_examples(
         nouns = [antecedent, *distractors]
         place = rng.randrange(len(nouns))
         nouns.insert(place, nouns.pop(0))  # the antecedent moves to `place`
-        template = rng.choice(vocab.templates)
+        template_index = rng.randrange(len(vocab.templates))
+        template = vocab.templates[template_index]
         words: list[str] = []
         noun_spans: list[Span] = []
         pronoun_index = -1
@@ -227,6 +257,7 @@ def coreference_examples(
             words=tuple(words), pronoun=pronoun_index, antecedent=noun_spans[place],
             distractors=tuple(span for index, span in enumerate(noun_spans) if index != place),
             number="plural" if kind == "plural" else "singular", antecedent_first=place == 0,
+            template=template_index,
         ))
     return examples
 
@@ -243,8 +274,11 @@ class SpanExample:
     text: str
     query: Span
     targets: tuple[Span, ...]
-    distractors: tuple[Span, ...] = ()  # other candidate mentions, for the nearest-mention baseline
+    distractors: tuple[Span, ...] = ()  # other candidate mentions, for the baselines and the accuracy
     source: str = ""  # where it came from ("FILE line N"), for messages
+    cluster: str = ""  # bootstrap cluster (GAP: the Wikipedia page; templates: the template); "" = its own
+    group: str = ""  # reported group of the per-source accuracy ("antecedent A", "template 2", ...)
+    agreement: bool | None = None  # templates: an agreement (gender/number) rule picks the antecedent
 
 
 @dataclass(frozen=True)
@@ -257,8 +291,16 @@ class EncodedSpanExample:
     word_ids: tuple[int, ...]  # word index of each token; -1 for special tokens
     target_words: tuple[int, ...]  # word indices overlapping a target span
     query_words: tuple[int, ...]  # word indices overlapping the query span
-    baseline_correct: bool | None = None  # the nearest mention is a target; None without distractors
+    baselines: tuple[tuple[str, bool], ...] = ()  # (baseline name, it picks a target): nearest, first, agreement
+    candidate_words: tuple[int, ...] = ()  # words of the marked mentions (targets + distractors); () = every word
     source: str = ""
+    cluster: str = ""
+    group: str = ""
+
+    @property
+    def baseline_correct(self) -> bool | None:
+        """The nearest-mention baseline picks a target (None without distractors)."""
+        return dict(self.baselines).get("nearest")
 
 
 def _tokens_in(span: Span, offsets: Sequence[tuple[int, int]], special: Sequence[bool]) -> list[int]:
@@ -276,6 +318,22 @@ def _nearest_is_target(example: SpanExample) -> bool | None:
     before = [(span, is_target) for span, is_target in mentions if span[1] <= example.query[0]] or mentions
     _, is_target = min(before, key=lambda item: abs(example.query[0] - item[0][1]))
     return is_target
+
+
+def _first_is_target(example: SpanExample) -> bool | None:
+    """First-mention baseline: the marked mention that starts first; True when it is a target."""
+    if not example.distractors:
+        return None
+    mentions = [(span, True) for span in example.targets] + [(span, False) for span in example.distractors]
+    return min(mentions, key=lambda item: item[0][0])[1]
+
+
+def span_baselines(example: SpanExample) -> tuple[tuple[str, bool], ...]:
+    """The baselines that apply to an example and whether each picks a target: nearest mention, first mention
+    (both need distractors) and the agreement rule (templates)."""
+    found = [("nearest", _nearest_is_target(example)), ("first", _first_is_target(example)),
+             ("agreement", example.agreement)]
+    return tuple((name, bool(value)) for name, value in found if value is not None)
 
 
 def encode_span_example(example: SpanExample, tokenizer) -> EncodedSpanExample:
@@ -300,6 +358,12 @@ def encode_span_example(example: SpanExample, tokenizer) -> EncodedSpanExample:
         target_tokens.extend(covered)
     if set(query_tokens) & set(target_tokens):
         raise ProbeError(f"{where}the query and a target span share a token; mark them on different words")
+    candidates: set[int] = set()
+    for span in example.distractors:
+        covered = _tokens_in(span, offsets, special)
+        if not covered:
+            raise ProbeError(f"{where}the distractor span {list(span)} covers no token of the text")
+        candidates.update(word_ids[i] for i in covered)
     return EncodedSpanExample(
         input_ids=tuple(int(i) for i in encoding["input_ids"]),
         query_tokens=tuple(query_tokens),
@@ -307,8 +371,11 @@ def encode_span_example(example: SpanExample, tokenizer) -> EncodedSpanExample:
         word_ids=word_ids,
         target_words=tuple(sorted({word_ids[i] for i in target_tokens})),
         query_words=tuple(sorted({word_ids[i] for i in query_tokens})),
-        baseline_correct=_nearest_is_target(example),
+        baselines=span_baselines(example),
+        candidate_words=tuple(sorted(candidates | {word_ids[i] for i in target_tokens})) if candidates else (),
         source=example.source,
+        cluster=example.cluster or example.source,
+        group=example.group,
     )
 
 
@@ -355,27 +422,31 @@ def load_probe_file(path: str | Path) -> list[SpanExample]:
     if not path.is_file():
         raise ProbeError(f"probe file {path} does not exist")
     examples = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path} line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ProbeError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
-            if not isinstance(record, dict):
-                raise ProbeError(f"{where}: expected a JSON object with text, query and target")
-            missing = [key for key in ("text", "query", "target") if key not in record]
-            if missing:
-                raise ProbeError(f"{where}: missing {', '.join(missing)} (each line needs text, query and target)")
-            text = record["text"]
-            if not isinstance(text, str) or not text.strip():
-                raise ProbeError(f"{where}: text must be a non-empty string")
-            query = _span(record["query"], "query", where, text)
-            targets = _spans(record["target"], "target", where, text)
-            distractors = _spans(record["distractors"], "distractors", where, text) if record.get("distractors") else ()
-            examples.append(SpanExample(text, query, targets, distractors, source=where))
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[:error.start].count(b"\n") + 1
+        raise ProbeError(f"probe file {path} line {line}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ProbeError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
+        if not isinstance(record, dict):
+            raise ProbeError(f"{where}: expected a JSON object with text, query and target")
+        missing = [key for key in ("text", "query", "target") if key not in record]
+        if missing:
+            raise ProbeError(f"{where}: missing {', '.join(missing)} (each line needs text, query and target)")
+        text = record["text"]
+        if not isinstance(text, str) or not text.strip():
+            raise ProbeError(f"{where}: text must be a non-empty string")
+        query = _span(record["query"], "query", where, text)
+        targets = _spans(record["target"], "target", where, text)
+        distractors = _spans(record["distractors"], "distractors", where, text) if record.get("distractors") else ()
+        examples.append(SpanExample(text, query, targets, distractors, source=where, group="file"))
     if not examples:
         raise ProbeError(f"probe file {path} is empty: write one JSON object per line with text, query and target")
     return examples

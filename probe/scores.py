@@ -8,10 +8,12 @@ Scores of one example (n real rows, V = rows that have at least one target, T(i)
 
 * valid-row score  = (1/|V|) Σ_{i∈V} Σ_{j∈T(i)} α(i, j)   — the mean mass on the targets over rows that have one;
 * TL "mul" score   = Σ_ij α(i, j)·D(i, j) / Σ_ij α(i, j)  = (1/n) Σ_i Σ_{j∈T(i)} α(i, j) — TransformerLens'
-  `detect_head` default: rows without a target stay in the denominator (not defined for coreference: NaN);
+  `detect_head` default: rows without a target stay in the denominator (not defined for span types: NaN);
 * coreference accuracy: word-level attention of the attending word (sum over the pieces of each attended word,
-  mean over the pieces of the attending word); the head's prediction is the most-attended word other than the
-  attending word itself and special tokens; correct when it is an antecedent word (Clark et al. 2019).
+  mean over the pieces of the attending word); the head's prediction is the most-attended candidate word — a word of
+  a marked mention (antecedent or distractor) when the example marks distractors, else any word other than the
+  attending word and special tokens; correct when it is an antecedent word (Clark et al. 2019 restrict the argmax
+  to candidate mentions in the same way).
 
 The dense functions :func:`valid_row_score`, :func:`tl_mul_score` and :func:`word_attention` define the same
 numbers on a full α and are the references the tests compare the streamed values with. All are pure.
@@ -97,7 +99,7 @@ class TypeScores:
 
     head_type: str
     score: torch.Tensor  # [example layer head] valid-row score; NaN for an example without a target
-    tl_score: torch.Tensor  # [example layer head] TransformerLens "mul" score; NaN for coreference
+    tl_score: torch.Tensor  # [example layer head] TransformerLens "mul" score; NaN for span types
     correct: torch.Tensor | None = None  # [example layer head] 1.0 / 0.0: the argmax word is an antecedent
 
     @staticmethod
@@ -105,6 +107,9 @@ class TypeScores:
         correct = None if parts[0].correct is None else torch.cat([p.correct for p in parts])
         return TypeScores(parts[0].head_type, torch.cat([p.score for p in parts]),
                           torch.cat([p.tl_score for p in parts]), correct)
+
+
+GATHER_MAX_SLOTS = 16  # more target slots per row than this (and than n/8): dense blocks instead of gathering
 
 
 class ScoreSink:
@@ -136,14 +141,18 @@ class ScoreSink:
             pattern = pattern & real[:, :, None] & real[:, None, :]  # [batch query key], a new tensor
             self.slots[head_type] = target_slots(pattern).to(device)  # [batch query slot]
             self.n_valid[head_type] = pattern.any(-1).sum(-1)  # [batch]
-        # Without coreference every score needs α only at the target keys: one slot tensor for all types, gathered
-        # by the engine (GatherSink) — no dense block is built at all.
+        # Without word-level accuracy every score needs α only at the target keys: one slot tensor for all types,
+        # gathered by the engine (GatherSink) — no dense block is built at all. When the types together have many
+        # targets per row (fixed_offset's candidates, delimiters) gathering that many key vectors costs more than the
+        # block's matrix product, so the engine streams dense blocks instead and the slots are gathered from them.
         self.columns: dict[str, slice] = {}
         first = 0
         for head_type, slots in self.slots.items():
             self.columns[head_type] = slice(first, first + slots.shape[-1])
             first += slots.shape[-1]
         self.all_slots = torch.cat(list(self.slots.values()), dim=-1)  # [batch query slot]
+        n_keys = self.all_slots.shape[1]
+        self.dense = words is not None or self.all_slots.shape[-1] > max(GATHER_MAX_SLOTS, n_keys // 8)
         batch = len(self.lengths)
         self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}  # [batch layer head]
         self.words = words
@@ -159,14 +168,15 @@ class ScoreSink:
     accepts_causal_crop = True
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
-        """Dense blocks only for coreference accuracy (whole rows of the attending word); else see gather_for."""
-        if self.words is None:
+        """Dense blocks for word-level accuracy (whole rows of the attending word) or many targets per row; else
+        see gather_for."""
+        if not self.dense:
             return ()
         return range(n_heads) if self.heads is None else self.heads
 
     def gather_for(self, layer: int, n_heads: int):
         """The target keys of every type at once, when no dense rows are needed."""
-        if self.words is not None:
+        if self.dense:
             return None
         return (range(n_heads) if self.heads is None else self.heads), self.all_slots
 
@@ -183,14 +193,14 @@ class ScoreSink:
         rows = slice(block.query_start, block.query_start + alpha.shape[2])
         width = alpha.shape[-1]
         heads = list(block.heads)
-        for head_type, slots in self.slots.items():
-            index = slots[:, rows]  # [batch block slot]
-            present = (index >= 0) & (index < width)  # [batch block slot]
-            if not bool(present.any()):
-                continue
+        index = self.all_slots[:, rows]  # [batch block slot]
+        present = (index >= 0) & (index < width)  # [batch block slot]
+        if bool(present.any()):
             safe = torch.where(present, index, 0)[:, None].expand(-1, alpha.shape[1], -1, -1)
             gathered = alpha.gather(-1, safe) * present[:, None]  # [batch head block slot]
-            self.mass[head_type][:, block.layer, heads] += gathered.sum((-2, -1))
+            per_slot = gathered.sum(-2)  # [batch head slot]
+            for head_type, columns in self.columns.items():
+                self.mass[head_type][:, block.layer, heads] += per_slot[..., columns].sum(-1)
         if self.query_rows is not None:
             weight = self.words.query_weight[:, rows]  # [batch block]
             if bool((weight > 0).any()):
@@ -199,15 +209,14 @@ class ScoreSink:
     def result(self) -> dict[str, TypeScores]:
         """Per-example scores of each head type: `[example layer head]`."""
         out = {}
+        correct = self._accuracy() if self.words is not None else None  # span batches: the word-level accuracy
         for head_type, mass in self.mass.items():
             mass = mass.cpu()
             n_valid = self.n_valid[head_type].to(mass.dtype)[:, None, None]
             score = torch.where(n_valid > 0, mass / n_valid.clamp(min=1), torch.nan)
             tl = mass / self.lengths.to(mass.dtype)[:, None, None]
-            correct = None
-            if head_type == "coreference":
+            if correct is not None:  # span types: TransformerLens' score is not defined for them
                 tl = torch.full_like(tl, torch.nan)
-                correct = self._accuracy() if self.words is not None else None
             out[head_type] = TypeScores(head_type, score, tl, correct)
         return out
 
@@ -236,7 +245,10 @@ def span_words(batch: SpanBatch) -> WordTargets:
         word_ids[row, :len(example.word_ids)] = torch.tensor(example.word_ids)
         query_weight[row, list(example.query_tokens)] = 1.0 / len(example.query_tokens)
         target_word[row, list(example.target_words)] = True
-        candidate_word[row, :max(example.word_ids) + 1] = True
+        if example.candidate_words:  # the marked mentions (GAP's two names, a template's nouns)
+            candidate_word[row, list(example.candidate_words)] = True
+        else:  # no distractors marked: any word of the text
+            candidate_word[row, :max(example.word_ids) + 1] = True
         candidate_word[row, list(example.query_words)] = False
     return WordTargets(word_ids, query_weight, target_word, candidate_word)
 

@@ -10,21 +10,14 @@ import torch
 
 from probe import models
 from probe.capture import AttentionBlock
-from probe.classify import (
-    COLUMNS,
-    LabelConfig,
-    apply_rule,
-    bootstrap_ci,
-    label_model,
-    load_table,
-    save_table,
-    uniform_chance,
-)
+from probe.classify import LabelConfig, Scored, label_model, summarise, summary_lines
 from probe.errors import ProbeError
-from probe.patterns import batch_pattern
+from probe.patterns import REGISTRY, TargetContext
 from probe.planted import PLANTED_HEADS, save_planted_gpt2
 from probe.probesets import repeated_blocks
 from probe.scores import ScoreSink
+from probe.stats import uniform_chance
+from probe.tables import COLUMNS, load_table, save_table
 from probe.tiny import word_tokenizer
 
 
@@ -49,89 +42,72 @@ def planted_dir(tmp_path_factory):
 # ---- chance ----------------------------------------------------------------------------------------------------
 
 
-def test_uniform_chance_hand_computed():
-    ids = torch.tensor([[1, 2, 3, 4]])
-    lengths = torch.tensor([4])
-    pattern = batch_pattern("previous_token", ids)
-    # causal rows 1..3 see 2, 3, 4 keys, one target each
-    assert uniform_chance(pattern, lengths, causal=True).item() == pytest.approx((1 / 2 + 1 / 3 + 1 / 4) / 3)
-    assert uniform_chance(pattern, lengths, causal=False).item() == pytest.approx(1 / 4)
-    duplicate = batch_pattern("duplicate_token", torch.tensor([[7, 7, 7]]))  # row 1: 1 of 2 ; row 2: 2 of 3
-    assert uniform_chance(duplicate, torch.tensor([3]), causal=True).item() == pytest.approx((1 / 2 + 2 / 3) / 2)
-    # padding: a length-3 example in a 5-wide batch counts its own 3 keys only
-    padded = batch_pattern("previous_token", torch.tensor([[1, 2, 3, 0, 0]]))
-    assert uniform_chance(padded, torch.tensor([3]), causal=False).item() == pytest.approx(1 / 3)
+def _scored(head_type: str, probes, alpha: torch.Tensor, causal: bool = True, restrict: bool = False) -> Scored:
+    """A one-head Scored of `head_type` from a given α [query key] shared by every probe example."""
+    spec = REGISTRY[head_type]
+    ids = probes.input_ids
+    n_examples, n = ids.shape
+    ctx = TargetContext(ids, causal=causal, repeat_start=probes.offset, repeat_len=probes.block_len,
+                        restrict_to_repeat=restrict)
+    targets = spec.targets(ctx)
+    lengths = torch.full((n_examples,), n)
+    sink = ScoreSink({str(c): p for c, p in targets.items()}, lengths, 1, 1)
+    stream(sink, alpha.expand(n_examples, 1, 1, n, n), rows_per_block=16)
+    result = sink.result()
+    return Scored(spec, "repeated", float(n), list(targets), {c: result[str(c)] for c in targets},
+                  {c: uniform_chance(p, lengths, causal) for c, p in targets.items()}, torch.arange(n_examples))
 
 
-# ---- bootstrap -------------------------------------------------------------------------------------------------
-
-
-def test_bootstrap_ci_is_seeded_and_sensible():
-    values = torch.rand(50, 2, 3, generator=torch.Generator().manual_seed(0))
-    low, high = bootstrap_ci(values, 500, 0.95, seed=1)
-    assert low.shape == high.shape == (2, 3)
-    mean = values.mean(0)
-    assert (low < mean).all() and (mean < high).all()
-    again = bootstrap_ci(values, 500, 0.95, seed=1)
-    assert torch.equal(low, again[0]) and torch.equal(high, again[1])
-    # ~ mean ± 1.96 σ/√n for uniform(0,1) values: half-width ≈ 0.08
-    assert ((high - low) / 2).mean().item() == pytest.approx(1.96 * (1 / 12) ** 0.5 / 50**0.5, rel=0.25)
-    constant = torch.full((10, 1), 0.25)
-    c_low, c_high = bootstrap_ci(constant, 100, 0.9, seed=0)
-    assert c_low.item() == pytest.approx(0.25) and c_high.item() == pytest.approx(0.25)
-
-
-# ---- the rule --------------------------------------------------------------------------------------------------
-
-
-def test_label_rule():
-    config = LabelConfig(margin=0.1, min_score=0.3, min_accuracy_gain=0.1)
-    nan = float("nan")
-    table = pd.DataFrame({
-        "head_type": ["induction", "induction", "induction", "coreference", "coreference", "coreference"],
-        "score": [0.9, 0.25, 0.5, 0.8, 0.8, 0.8],
-        "ci_low": [0.85, 0.24, 0.15, 0.7, 0.7, 0.7],
-        "chance": [0.05, 0.05, 0.05, 0.1, 0.1, 0.1],
-        "accuracy_ci_low": [nan, nan, nan, 0.9, 0.6, 0.2],
-        "baseline_accuracy": [nan, nan, nan, 0.5, 0.5, nan],
-    })
-    # 0: yes ; 1: score below min_score ; 2: ci_low not above chance + margin ; 3: beats the baseline ;
-    # 4: accuracy not above baseline + gain ; 5: no baseline (probe file without distractors): mass rule only
-    assert apply_rule(table, config).tolist() == [True, False, False, True, False, True]
-
-
-# ---- the positional shortcut -----------------------------------------------------------------------------------
-
-
-def _fixed_offset_scores(block_len: int | None, period: int = 9) -> pd.DataFrame:
-    """A head attending to i − period + 1 by position alone, scored as induction; labelled by the default rule."""
-    from probe.classify import _summarise
-
-    tokenizer = word_tokenizer([f"w{i}" for i in range(5000)], bos_token="<bos>")  # few accidental repeats
-    probes = repeated_blocks(tokenizer, 48, 64, seed=0, block_len=block_len)
-    n = probes.input_ids.shape[1]
-    targets = [max(i - period + 1, 0) for i in range(n)]
+def _offset_head(n: int, period: int) -> torch.Tensor:
+    """α of a head attending to i − period + 1 by position alone: [query key]."""
     alpha = torch.zeros(n, n)
-    alpha[torch.arange(n), torch.tensor(targets)] = 1.0  # [query key]
-    pattern = batch_pattern("induction", probes.input_ids)
-    lengths = torch.full((48,), n)
-    sink = ScoreSink({"induction": pattern}, lengths, 1, 1)
-    stream(sink, alpha.expand(48, 1, 1, n, n), rows_per_block=16)
-    summary = _summarise(sink.result()["induction"], uniform_chance(pattern, lengths, True), None, LabelConfig())
-    row = {key: (value.item() if isinstance(value, torch.Tensor) else value) for key, value in summary.items()}
-    table = pd.DataFrame([{**row, "head_type": "induction"}])
-    table["label"] = apply_rule(table, LabelConfig())
-    return table
+    alpha[torch.arange(n), torch.tensor([max(i - period + 1, 0) for i in range(n)])] = 1.0
+    return alpha
 
 
 def test_fixed_offset_head_is_not_induction_on_random_block_lengths():
-    random_lengths = _fixed_offset_scores(block_len=None)
-    assert random_lengths["score"].item() < 0.15
-    assert not random_lengths["label"].item()
+    tokenizer = word_tokenizer([f"w{i}" for i in range(5000)], bos_token="<bos>")  # few accidental repeats
+    config = LabelConfig(n_bootstrap=200)
+    random_lengths = summarise(_scored("induction", repeated_blocks(tokenizer, 48, 64, 0), _offset_head(64, 9)), config)
+    assert random_lengths["score"].item() < 0.15 and random_lengths["p_value"].item() > 0.5
     # the control: on a fixed period equal to its offset the same head looks like a perfect induction head,
     # which is why the probes draw block lengths at random
-    fixed = _fixed_offset_scores(block_len=9)
-    assert fixed["score"].item() > 0.95 and fixed["label"].item()
+    fixed = summarise(_scored("induction", repeated_blocks(tokenizer, 48, 64, 0, block_len=9), _offset_head(64, 9)),
+                      config)
+    assert fixed["score"].item() > 0.95 and fixed["p_value"].item() < 1e-6
+    # and the fixed-offset type finds its offset, −8, chosen on half the examples and scored on the other half
+    offset = summarise(_scored("fixed_offset", repeated_blocks(tokenizer, 48, 64, 0), _offset_head(64, 9)), config)
+    assert offset["offset"].item() == -8 and offset["score"].item() == pytest.approx(1.0)
+    assert offset["n_examples"] == 24
+
+
+def test_same_residue_head_scores_chance_for_induction_on_a_small_vocabulary():
+    """20 "residues": a head attending uniformly to every earlier token of the current token's type would pass for
+    an induction head if coincidental repeats counted; restricted to the planted repeat it scores chance."""
+    tokenizer = word_tokenizer([f"r{i}" for i in range(20)], bos_token="<bos>")
+    probes = repeated_blocks(tokenizer, 64, 64, seed=0)
+    ids = probes.input_ids
+    n = ids.shape[1]
+    same = (ids[:, :, None] == ids[:, None, :]).float().tril()  # [example query key], includes itself
+    alpha = same / same.sum(-1, keepdim=True)
+    config = LabelConfig(n_bootstrap=200)
+
+    def score(head_type: str, restrict: bool):
+        spec = REGISTRY[head_type]
+        ctx = TargetContext(ids, repeat_start=probes.offset, repeat_len=probes.block_len, restrict_to_repeat=restrict)
+        pattern = spec.targets(ctx)[None]
+        lengths = torch.full((len(ids),), n)
+        sink = ScoreSink({head_type: pattern}, lengths, 1, 1)
+        stream(sink, alpha[:, None, None], rows_per_block=16)
+        scored = Scored(spec, "repeated", float(n), [None], {None: sink.result()[head_type]},
+                        {None: uniform_chance(pattern, lengths, True)}, torch.arange(len(ids)))
+        return summarise(scored, config)
+
+    # unrestricted, the same-residue head looks like a perfect duplicate-token head: the coincidences dominate
+    assert score("duplicate_token", False)["score"].item() > 0.6  # (the rest of its mass is on itself)
+    strict = score("induction", True)  # the planted repeat only
+    assert abs(strict["effect"].item()) < 0.02 and strict["p_value"].item() > 0.5  # at chance: no label
+    assert strict["chance"].item() == pytest.approx(strict["score"].item(), abs=0.02)
 
 
 # ---- label_model -----------------------------------------------------------------------------------------------
@@ -139,38 +115,68 @@ def test_fixed_offset_head_is_not_induction_on_random_block_lengths():
 
 def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     loaded = models.load(str(planted_dir))
-    calls = []
-    table = label_model(loaded, LabelConfig(examples=24), progress=lambda done, total: calls.append((done, total)))
+    calls, notes = [], []
+    table = label_model(loaded, LabelConfig(examples=24), progress=lambda done, total: calls.append((done, total)),
+                        note=notes.append)
     assert list(table.columns) == COLUMNS
-    assert len(table) == 2 * 4 * 6  # layers × heads × types
+    types = ["previous_token", "self", "first_token", "fixed_offset", "delimiter", "duplicate_token", "induction",
+             "coreference"]  # every type but next_token (a causal model)
+    assert list(dict.fromkeys(table["head_type"])) == types and len(table) == 2 * 4 * len(types)
     labelled = {(row.layer, row.head): row.head_type for row in table[table["label"]].itertuples()}
     assert labelled == PLANTED_HEADS
     planted = table.set_index(["layer", "head", "head_type"])
     assert planted.loc[(0, 0, "previous_token"), "score"] == pytest.approx(1.0, abs=1e-3)
     assert planted.loc[(1, 2, "first_token"), "ci_low"] == pytest.approx(1.0, abs=1e-3)
+    assert planted.loc[(0, 0, "previous_token"), "q_value"] < 1e-6
     # the uniform heads score their chance
-    uniform = table[(table["layer"] == 0) & (table["head"] == 3) & (table["head_type"] != "coreference")]
+    uniform = table[(table["layer"] == 0) & (table["head"] == 3) & (table["probe_set"] == "repeated")
+                    & (table["head_type"] != "fixed_offset")]
     assert (uniform["score"] - uniform["chance"]).abs().max() < 1e-4
-    assert table["seed"].eq(0).all() and table["n_examples"].eq(24).all()
+    assert table["seed"].eq(0).all() and table["stable"].all()
     assert table["revision"].iloc[0].startswith("sha256:")
+    # its word tokenizer cannot read English: random-token probes and the templates, said once
+    assert set(table["probe_set"]) == {"repeated", "templates"}
+    assert any("natural-text corpus as unknown" in line for line in notes)
     coref = table[table["head_type"] == "coreference"]
-    assert coref["accuracy"].notna().all() and coref["baseline_accuracy"].between(0, 1).all()
+    assert coref["accuracy"].notna().all() and set(coref["baseline"]) == {"agreement"}
     assert table.loc[table["head_type"] != "coreference", "accuracy"].isna().all()
-    assert calls[-1][0] == calls[-1][1] == 3 + 3  # 24 examples / 8 per batch, token and coreference probes
+    # no natural text for it: every token type shares the repeated-block forwards (24 / 8), then the templates
+    assert calls[-1][0] == calls[-1][1] == 3 + 3
+    # the planted model's attention output is zeroed: ablating a head changes nothing
+    assert table.loc[table["label"], "ablation_effect"].abs().max() < 1e-6
+    assert table.loc[~table["label"], "ablation_effect"].isna().all()
 
 
-def test_label_model_types_and_seq_len(planted_dir, tiny_dir):
+def test_label_model_types_lengths_and_stability(planted_dir, tiny_dir):
     loaded = models.load(str(planted_dir))
-    table = label_model(loaded, LabelConfig(types=("induction",), examples=4, seq_len=20))
-    assert set(table["head_type"]) == {"induction"} and len(table) == 8
+    table = label_model(loaded, LabelConfig(types=("induction",), examples=4, seq_len=20, ablate="none"))
+    assert set(table["head_type"]) == {"induction"} and len(table) == 8 and (table["seq_len"] == 20).all()
     with pytest.raises(ProbeError, match="--seq-len 500 is beyond"):
         label_model(loaded, LabelConfig(examples=2, seq_len=500))
-    assert dataclasses.replace(LabelConfig(), seq_len=None).seq_len is None
+    both = label_model(loaded, LabelConfig(types=("previous_token", "self"), examples=8, seq_len=(24, 48),
+                                           n_bootstrap=50))
+    assert sorted(both["seq_len"].unique()) == [24, 48] and len(both) == 2 * 2 * 8
+    assert both["stable"].all()  # the planted heads hold at both lengths
+    assert any("@24" in line for line in summary_lines(both))
+
+
+def test_protein_model_skips_text_only_types_with_a_note(tiny_dir):
     esm = models.load(str(tiny_dir("esm")))
-    table = label_model(esm, LabelConfig(examples=2, seq_len=16, n_bootstrap=10))
-    assert "coreference" not in set(table["head_type"])
-    with pytest.raises(ProbeError, match="protein model"):
+    notes = []
+    table = label_model(esm, LabelConfig(examples=2, seq_len=16, n_bootstrap=10), note=notes.append)
+    assert not {"coreference", "delimiter"} & set(table["head_type"])
+    assert "next_token" in set(table["head_type"])  # bidirectional
+    assert len(notes) == 1 and "skipped delimiter, coreference" in notes[0]
+    with pytest.raises(ProbeError, match="none of the types"):
         label_model(esm, LabelConfig(types=("coreference",), examples=2))
+
+
+def test_protein_bert_with_spaced_residues_gets_no_text_only_rows(tiny_dir):
+    protbert = models.load(str(tiny_dir("protbert")))
+    notes = []
+    table = label_model(protbert, LabelConfig(examples=4, seq_len=24, n_bootstrap=10), note=notes.append)
+    assert not {"coreference", "delimiter"} & set(table["head_type"]) and "induction" in set(table["head_type"])
+    assert set(table["probe_set"]) == {"repeated"} and len(notes) >= 1 and "skipped" in notes[0]
 
 
 def test_masked_lm_chance_is_bidirectional(tiny_dir):
@@ -178,6 +184,22 @@ def test_masked_lm_chance_is_bidirectional(tiny_dir):
     table = label_model(bert, LabelConfig(types=("previous_token", "first_token"), examples=4, seq_len=30,
                                           n_bootstrap=10))
     assert table["chance"].unique().tolist() == pytest.approx([1 / 30])
+
+
+def test_ablation_columns_on_the_induction_organism():
+    loaded = models.load("zoo:induction")
+    table = label_model(loaded, LabelConfig(types=("previous_token", "induction"), examples=16, n_bootstrap=100,
+                                            ablation_examples=8))
+    induction = table[(table["head_type"] == "induction") & table["label"]]
+    assert len(induction) == 4
+    # zeroing an induction head raises the loss on the repeated half
+    assert (induction["ablation_effect"] > 0).all()
+    assert table.loc[~table["label"], ["ablation_effect", "ablation_z"]].isna().all().all()
+    everything = label_model(loaded, LabelConfig(types=("previous_token",), examples=8, n_bootstrap=50,
+                                                 ablation_examples=8, ablate="all"))
+    assert everything["ablation_effect"].notna().all()
+    none = label_model(loaded, LabelConfig(types=("previous_token",), examples=8, n_bootstrap=50, ablate="none"))
+    assert none["ablation_effect"].isna().all()
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv", ".json"])
@@ -190,3 +212,6 @@ def test_table_files_round_trip(tmp_path, planted_dir, suffix):
     (tmp_path / "junk.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ProbeError, match="not a probe label table"):
         load_table(tmp_path / "junk.csv")
+    (tmp_path / "header.csv").write_text("name,age\n")  # a foreign header without rows is not ours either
+    with pytest.raises(ProbeError, match="not a probe label table"):
+        load_table(tmp_path / "header.csv")

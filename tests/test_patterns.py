@@ -11,15 +11,18 @@ import torch
 from probe.errors import ProbeError
 from probe.patterns import (
     HEAD_TYPES,
+    MAX_OFFSET,
     REGISTRY,
     TOKEN_TYPES,
     HeadType,
+    TargetContext,
     batch_pattern,
+    offsets_for,
     parse_head_types,
     target_pattern,
     target_slots,
 )
-from probe.probesets import SpanExample, encode_span_example
+from probe.probesets import SpanExample, delimiter_ids, encode_span_example
 from probe.tiny import word_tokenizer
 
 
@@ -29,9 +32,27 @@ def as_pairs(pattern: torch.Tensor) -> set[tuple[int, int]]:
 
 def test_registry_has_one_snake_case_list_of_names():
     assert HEAD_TYPES == get_args(HeadType) == tuple(REGISTRY)
-    assert set(HEAD_TYPES) == {"previous_token", "duplicate_token", "induction", "coreference", "first_token", "self"}
+    assert set(HEAD_TYPES) == {"previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
+                               "duplicate_token", "induction", "coreference"}
     assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", name) for name in HEAD_TYPES)
-    assert "coreference" not in TOKEN_TYPES and len(TOKEN_TYPES) == 5
+    assert "coreference" not in TOKEN_TYPES and len(TOKEN_TYPES) == 8
+    for name, spec in REGISTRY.items():
+        assert spec.name == name and spec.probe in ("natural", "repeated", "spans") and spec.kinds
+    assert REGISTRY["next_token"].kinds == {"masked_lm", "protein_mlm"}  # a causal row cannot see i + 1
+    assert REGISTRY["coreference"].text_only and REGISTRY["delimiter"].text_only
+    assert not REGISTRY["induction"].text_only
+
+
+def test_no_module_branches_on_a_type_name():
+    """Head types are data: the pipeline never compares a type's name with a literal."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "probe"
+    files = [root / name for name in ("classify.py", "scores.py", "patterns.py", "stats.py", "label_ablation.py",
+                                      "commands/label.py")]
+    pattern = re.compile(r"""(head_type|name|type)\s*[!=]=\s*["']({})["']""".format("|".join(HEAD_TYPES)))
+    for file in files:
+        assert not pattern.search(file.read_text()), file
 
 
 TOKENS = torch.tensor([5, 7, 8, 7, 9, 8, 7])  # positions 0..6
@@ -94,6 +115,52 @@ def test_patterns_equal_transformer_lens_definitions(head_type, reference):
     for _ in range(5):
         tokens = torch.randint(0, 6, (40,), generator=generator)  # small vocabulary: many repeats
         assert torch.equal(target_pattern(head_type, tokens), reference(tokens))
+
+
+def test_next_token_and_bidirectional_duplicates():
+    assert as_pairs(target_pattern("next_token", TOKENS)) == {(i, i + 1) for i in range(6)}
+    # both directions in a bidirectional model: 7 at 1, 3, 6; 8 at 2, 5
+    pairs = as_pairs(target_pattern("duplicate_token", TOKENS, causal=False))
+    assert pairs == {(3, 1), (5, 2), (6, 1), (6, 3), (1, 3), (2, 5), (1, 6), (3, 6)}
+
+
+def test_fixed_offset_candidates_are_one_diagonal_each():
+    ids = torch.arange(80)[None]
+    targets = REGISTRY["fixed_offset"].targets(TargetContext(ids, causal=True))
+    assert sorted(targets) == list(range(-MAX_OFFSET, -1))  # −32 … −2: never −1, 0, +1
+    assert as_pairs(targets[-15][0]) == {(i, i - 15) for i in range(16, 80)}  # key 0 is the first-token type's
+    both = REGISTRY["fixed_offset"].targets(TargetContext(ids, causal=False))
+    assert sorted(both) == [*range(-MAX_OFFSET, -1), *range(2, MAX_OFFSET + 1)]
+    assert offsets_for(10, causal=True) == [-2, -3, -4, -5]  # at most n/2: targets in at least half of the rows
+    assert torch.equal(target_pattern("fixed_offset", torch.arange(80), candidate=-15), targets[-15][0])
+    with pytest.raises(ProbeError, match="no candidate 15"):
+        target_pattern("fixed_offset", torch.arange(80), candidate=15)  # causal: only d < 0
+
+
+def test_delimiter_targets_punctuation_and_separators_but_not_position_zero_or_self():
+    tokenizer = word_tokenizer(["a", "b", ",", ".", "[SEP]", "x1"], bos_token="<bos>")
+    ids = torch.tensor([tokenizer.convert_tokens_to_ids(t) for t in ["<bos>", "a", ",", "b", ".", "x1", "a"]])
+    delimiters = delimiter_ids(tokenizer)
+    assert {tokenizer.convert_ids_to_tokens(i) for i in delimiters} >= {",", "."}
+    assert tokenizer.convert_tokens_to_ids("a") not in delimiters and tokenizer.convert_tokens_to_ids("x1") not in delimiters
+    causal = as_pairs(target_pattern("delimiter", ids, delimiter_ids=delimiters))
+    assert causal == {(3, 2), (4, 2), (5, 2), (5, 4), (6, 2), (6, 4)}  # keys 2 (",") and 4 ("."), j < i
+    both = as_pairs(target_pattern("delimiter", ids, causal=False, delimiter_ids=delimiters))
+    assert (0, 2) in both and (2, 2) not in both and (2, 4) in both and all(j in (2, 4) for _, j in both)
+
+
+def test_small_vocabulary_restricts_repeat_targets_to_the_planted_copy():
+    ids = torch.tensor([[1, 2, 3, 2, 3, 1, 2, 3, 2, 3]])  # block [1 2 3 2 3] at 0 planted twice (L = 5)
+    ctx = TargetContext(ids, causal=True, repeat_start=torch.tensor([0]), repeat_len=torch.tensor([5]),
+                        restrict_to_repeat=True)
+    assert as_pairs(REGISTRY["duplicate_token"].targets(ctx)[None][0]) == {(i, i - 5) for i in range(5, 10)}
+    assert as_pairs(REGISTRY["induction"].targets(ctx)[None][0]) == {(i, i - 4) for i in range(5, 10)}
+    mirrored = TargetContext(ids, causal=False, repeat_start=torch.tensor([0]), repeat_len=torch.tensor([5]),
+                             restrict_to_repeat=True)
+    pairs = as_pairs(REGISTRY["duplicate_token"].targets(mirrored)[None][0])
+    assert pairs == {(i, i - 5) for i in range(5, 10)} | {(i, i + 5) for i in range(5)}
+    # unrestricted, the coincidental repeats count too
+    assert len(as_pairs(target_pattern("duplicate_token", ids[0]))) > 5
 
 
 def test_batch_pattern_matches_per_sequence_patterns_and_does_not_touch_input():

@@ -32,3 +32,29 @@ def card(name: str) -> dict:
     import json
 
     return json.loads((path(name) / "card.json").read_text())
+
+
+def check_requirements(table, requirements: dict) -> list[str]:
+    """What a label table (probe.classify.label_model's) fails of a card's requirements; empty when all are met.
+
+    `present`: a labelled head of that type (in `layer`, at `offset` when given); `absent`: no labelled head of that
+    type; `measured`: some head of that type reaches `min_accuracy` (labelled or not)."""
+    failed = []
+    labelled = table[table["label"].astype(bool)]
+    for need in requirements.get("present", []):
+        rows = labelled[labelled["head_type"] == need["head_type"]]
+        if need.get("layer") is not None:
+            rows = rows[rows["layer"] == need["layer"]]
+        if need.get("offset") is not None:
+            rows = rows[rows["offset"] == need["offset"]]
+        if rows.empty:
+            failed.append(f"no labelled head for {need}")
+    for ban in requirements.get("absent", []):
+        names = sorted(labelled.loc[labelled["head_type"] == ban["head_type"], "head_name"])
+        if names:
+            failed.append(f"{ban['head_type']} heads present: {names}")
+    for need in requirements.get("measured", []):
+        rows = table[table["head_type"] == need["head_type"]]
+        if not (rows["accuracy"] >= need["min_accuracy"]).any():
+            failed.append(f"no {need['head_type']} head reaches accuracy {need['min_accuracy']}")
+    return failed

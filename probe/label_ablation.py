@@ -1,0 +1,177 @@
+"""Causal evidence for labels: each head type's own loss, and the ablation columns of a label table.
+
+A type's spec names the positions whose loss its ablation measures (``loss_positions``):
+
+* ``repeat`` (duplicate_token, induction): the second copy of the planted block — next-token loss on its tokens after
+  the first (causal LMs), or the masked-token loss of 15 % of its tokens masked (masked / protein LMs);
+* ``text`` (previous/next token, self, first token, fixed offset, delimiter): the probe text — next-token loss on
+  every token (causal), masked-token loss on 15 % of the non-special tokens (masked);
+* ``query`` (coreference): the pronoun resolution — the loss of the token after the pronoun (causal: the zoo's
+  coreference task puts the antecedent's action there), or of the masked pronoun itself (masked LMs).
+
+The effects are computed by :func:`probe.ablation.ablation_effects` (heads zeroed inside the capture engine's
+attention function, batched several heads per forward) against random unlabelled heads of the same layer.
+Models whose checkpoint has no trained LM head (a sentence-embedding BERT loaded with a fresh MLM head) get no
+ablation columns: their loss would measure a random head.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from probe.models import ModelKind
+from probe.patterns import REGISTRY
+
+MASK_SHARE = 0.15  # masked LMs: share of the measured positions that are masked
+
+
+def lm_head_trained(loaded) -> bool:
+    """False when the model has output-head parameters (not tied to the embeddings) that its checkpoint lacks, i.e.
+    the head was freshly initialised at load time. True when it cannot be told (a hub model not cached locally)."""
+    from probe.models import resolve
+
+    directory = Path(resolve(loaded.name)).expanduser()
+    files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
+    if not files:
+        return True
+    from safetensors import safe_open
+
+    keys: set[str] = set()
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            keys.update(handle.keys())
+    prefix = getattr(loaded.model, "base_model_prefix", "") + "."
+    head = [name for name, _ in loaded.model.named_parameters() if not name.startswith(prefix)]
+    return all(name in keys for name in head)
+
+
+def _positions(spec_positions: str, input_ids: torch.Tensor, lengths: torch.Tensor, frame: tuple[int, int],
+               repeat_start, repeat_len, spans, causal: bool) -> torch.Tensor:
+    """[batch seq] bool: the positions whose loss is measured."""
+    batch, n = input_ids.shape
+    chosen = torch.zeros(batch, n, dtype=torch.bool)  # [batch seq]
+    for row in range(batch):
+        length = int(lengths[row])
+        if spec_positions == "repeat" and repeat_start is not None:
+            start, size = int(repeat_start[row]), int(repeat_len[row])
+            chosen[row, start + size + (1 if causal else 0):start + 2 * size] = True
+        elif spec_positions == "query" and spans:
+            query = list(spans[row].query_tokens)
+            if causal:
+                after = max(query) + 1
+                if after < length:
+                    chosen[row, after] = True
+            else:
+                chosen[row, query] = True
+        else:
+            chosen[row, frame[0]:length - frame[1]] = True
+    return chosen
+
+
+def loss_batch(loaded, spec_name: str, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+               repeat_start=None, repeat_len=None, spans=(), seed: int = 0) -> dict[str, torch.Tensor] | None:
+    """The ablation batch of one type: `input_ids` (masked where a masked LM is measured), `attention_mask`, and
+    `labels` (−100 outside the measured positions). None when a masked LM has no mask token."""
+    from probe.probesets import special_frame
+
+    causal = loaded.kind == ModelKind.CAUSAL_LM
+    lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full((len(input_ids),),
+                                                                                   input_ids.shape[1])
+    prefix, suffix = special_frame(loaded.tokenizer)
+    chosen = _positions(REGISTRY[spec_name].loss_positions, input_ids, lengths, (len(prefix), len(suffix)),
+                        repeat_start, repeat_len, spans, causal)
+    ids = input_ids.clone()
+    if not causal:
+        mask_id = getattr(loaded.tokenizer, "mask_token_id", None)
+        if mask_id is None:
+            return None
+        generator = torch.Generator().manual_seed(seed)
+        keep = torch.rand(chosen.shape, generator=generator) < MASK_SHARE  # [batch seq]
+        if REGISTRY[spec_name].loss_positions != "query":
+            first = chosen.float().argmax(-1)  # at least one masked position per row that has any
+            keep[torch.arange(len(ids)), first] = True
+            chosen &= keep
+        ids[chosen] = mask_id
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+    batch = {"input_ids": ids, "labels": labels}
+    if attention_mask is not None:
+        batch["attention_mask"] = attention_mask
+    return batch
+
+
+def ablation_columns(
+    loaded,
+    table: pd.DataFrame,  # the labelled table (label column set)
+    probes: Mapping[str, object],  # head type -> its probe set (TokenProbeSet, or a list of EncodedSpanExample)
+    config,
+    note: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> pd.DataFrame:
+    """`[head_type, layer, head, ablation_effect, ablation_z]` for the heads `config.ablate` selects (labelled or all):
+    each type's heads ablated on that type's own probes and loss, against same-layer heads that carry no label."""
+    from probe.ablation import ablation_effects
+    from probe.probesets import pad_span_batch
+
+    columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z"]
+    labelled = table[table["label"].astype(bool)]
+    if config.ablate == "none" or (config.ablate == "labelled" and labelled.empty):
+        return pd.DataFrame(columns=columns)
+    if not lm_head_trained(loaded):
+        if note is not None:
+            note(f"{loaded.name} has no trained LM head in its checkpoint: no ablation columns (the loss would "
+                 "measure a freshly initialised head)")
+        return pd.DataFrame(columns=columns)
+    exclude = sorted({(int(row.layer), int(row.head)) for row in labelled.itertuples()})
+    chosen_rows = labelled if config.ablate == "labelled" else table
+    out = []
+    for head_type, rows in chosen_rows.groupby("head_type", sort=False):
+        heads = sorted({(int(layer), int(head)) for layer, head in zip(rows["layer"], rows["head"], strict=True)})
+        probe = probes.get(head_type)
+        if probe is None:
+            continue
+        n = config.ablation_examples
+        batches = []
+        for start in range(0, n, config.batch_size):
+            stop = min(start + config.batch_size, n)
+            if isinstance(probe, list):  # span examples
+                if start >= len(probe):
+                    break
+                span_batch = pad_span_batch(probe[start:stop], loaded.tokenizer.pad_token_id or 0)
+                batch = loss_batch(loaded, head_type, span_batch.input_ids, span_batch.attention_mask,
+                                   spans=span_batch.examples, seed=config.seed + start)
+            else:
+                if start >= len(probe.input_ids):
+                    break
+                batch = loss_batch(loaded, head_type, probe.input_ids[start:stop], None,
+                                   None if probe.repeat_start is None else probe.repeat_start[start:stop],
+                                   None if probe.repeat_len is None else probe.repeat_len[start:stop],
+                                   seed=config.seed + start)
+            if batch is None:
+                if note is not None:
+                    note(f"{loaded.name}'s tokenizer has no mask token: no ablation columns")
+                return pd.DataFrame(columns=columns)
+            batches.append(batch)
+        if not batches:
+            continue
+        effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls, exclude=exclude,
+                                   seed=config.seed, progress=progress)
+        effects.insert(0, "head_type", head_type)
+        out.append(effects[columns])
+    if not out:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(out, ignore_index=True)
+
+
+def merge_ablation(table: pd.DataFrame, effects: pd.DataFrame) -> pd.DataFrame:
+    """The table with ablation_effect / ablation_z filled from `effects` (every length's row of a head and type)."""
+    out = table.drop(columns=["ablation_effect", "ablation_z"], errors="ignore")
+    if effects.empty:
+        out["ablation_effect"], out["ablation_z"] = math.nan, math.nan
+        return out
+    effects = effects.astype({"layer": int, "head": int})
+    return out.merge(effects, on=["head_type", "layer", "head"], how="left")

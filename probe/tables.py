@@ -1,0 +1,75 @@
+"""Label-table files: one schema and one reader/writer, shared by `probe label` and the dashboard.
+
+A label table has one row per (model, seq_len, layer, head, head_type); :data:`COLUMNS` lists its columns in order
+(README, section "Labelling heads", explains each). Files are parquet, csv or json (a list of records), chosen by
+the extension. Tables written before a column existed read back with that column empty (NaN), so older files stay
+usable; a file that lacks the identifying columns is not a label table and is refused.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from probe.errors import ProbeError
+
+COLUMNS = [
+    "model", "revision", "layer", "head", "head_name", "head_type", "probe_set", "seq_len",
+    "score", "ci_low", "ci_high", "chance", "effect", "p_value", "q_value", "tl_score", "offset",
+    "label", "stable", "n_examples", "n_clusters", "seed",
+    "accuracy", "accuracy_ci_low", "accuracy_ci_high", "baseline", "baseline_accuracy", "accuracy_by_source",
+    "ablation_effect", "ablation_z",
+]
+# Without these a file is not a label table (older tables have them all).
+REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "score", "chance", "label"]
+
+TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
+_TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str}
+
+
+def _suffix(path) -> str:
+    return str(path).lower().rsplit(".", 1)[-1]
+
+
+def save_table(table: pd.DataFrame, path) -> None:
+    """Write a label table by the path's extension: .parquet, .csv or .json (a list of records)."""
+    suffix = _suffix(path)
+    if suffix == "parquet":
+        table.to_parquet(path, index=False)
+    elif suffix == "csv":
+        table.to_csv(path, index=False)
+    elif suffix == "json":
+        table.to_json(path, orient="records", indent=1)
+    else:
+        raise ProbeError(f"{path}: the extension must be one of {', '.join(TABLE_EXTENSIONS)}")
+
+
+def read_table_file(path) -> pd.DataFrame:
+    """A table file by its extension (.parquet, .csv, .json records), as written by :func:`save_table`; one-line
+    ProbeError when it cannot be read. No check of its columns (see :func:`load_table`)."""
+    suffix = _suffix(path)
+    try:
+        if suffix == "parquet":
+            return pd.read_parquet(path)
+        if suffix == "csv":
+            return pd.read_csv(path, dtype=_TEXT_COLUMNS, encoding="utf-8")
+        if suffix == "json":
+            return pd.read_json(path, orient="records", dtype=_TEXT_COLUMNS, encoding="utf-8")
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        raise ProbeError(f"cannot read the label table {path}: {str(error).splitlines()[0]}") from None
+    raise ProbeError(f"{path}: the extension must be one of {', '.join(TABLE_EXTENSIONS)}")
+
+
+def is_label_table(table: pd.DataFrame) -> bool:
+    """True when the table has every identifying column of a label table."""
+    return all(column in table.columns for column in REQUIRED)
+
+
+def load_table(path) -> pd.DataFrame:
+    """Read a label table written by :func:`save_table` (columns in :data:`COLUMNS` order, missing newer columns
+    as NaN); one-line ProbeError when the file is not a label table — also when it has a header but no rows."""
+    table = read_table_file(path)
+    if not is_label_table(table):
+        missing = [column for column in REQUIRED if column not in table.columns]
+        raise ProbeError(f"{path} is not a probe label table (no {', '.join(missing[:3])} column); "
+                         "pass another --out or --force to overwrite it")
+    return table.reindex(columns=COLUMNS)
