@@ -2,6 +2,8 @@
 
     python benchmarks/contacts.py                 # 12 layers x 20 heads, hidden 480, random weights, L = 1000
     python benchmarks/contacts.py --length 300    # quicker
+    python benchmarks/contacts.py --structure-set tests/data   # per-head analysis of a structure set (ProtBert-
+                                                               # shaped BERT) against a plain forward, per chain
 
 Peak memory of each method is measured in its own subprocess (the process's high-water mark, ru_maxrss): "peak" is
 the whole process, "Δ peak" the rise above the process right after the model was loaded. Time is measured in a third
@@ -88,6 +90,46 @@ def _spawn(method: str, mode: str, model_dir: str, length: int, repeats: int, sa
     return json.loads(output.strip().splitlines()[-1])
 
 
+def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: int) -> None:
+    """Per chain: a plain forward of a ProtBert-style (spaced) BERT vs the whole per-head unit (capture, APC maps,
+    precision by range, Vig et al.'s counts), median of `repeats`."""
+    import torch
+
+    from probe import models
+    from probe.contact_sets import ContactOptions, analyse_unit, structure_files, structure_units
+    from probe.tiny import save_tiny
+
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = str(save_tiny("protbert", os.path.join(scratch, "model"), hidden_size=hidden,
+                                  num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=4 * hidden))
+        loaded = models.load(model_dir)
+    units, _ = structure_units(structure_files(folder))
+    print(f"ProtBert-style BERT ({layers} layers x {heads} heads, hidden {hidden}, random weights), CPU, "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}\n")
+    print("| chain | residues | plain forward | per-head unit | ratio |")
+    print("|---|---:|---:|---:|---:|")
+    for unit in units:
+        outcome = analyse_unit(loaded, unit, ContactOptions())  # warm-up
+        inputs = models.tokenize_protein(loaded, outcome.result.sequence)
+
+        def forward(inputs=inputs):
+            with torch.inference_mode():
+                loaded.model(**inputs)
+
+        def whole(unit=unit):
+            analyse_unit(loaded, unit, ContactOptions())
+
+        timings = {"forward": [], "unit": []}
+        for _ in range(repeats):
+            for name, run in (("forward", forward), ("unit", whole)):
+                start = time.perf_counter()
+                run()
+                timings[name].append(time.perf_counter() - start)
+        plain, whole = (sorted(timings[name])[len(timings[name]) // 2] for name in ("forward", "unit"))
+        print(f"| {unit.id} | {len(outcome.result.sequence)} | {plain * 1000:.0f} ms | {whole * 1000:.0f} ms | "
+              f"{whole / plain:.1f}x |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--length", type=int, default=1000, help="residues (default 1000)")
@@ -100,7 +142,16 @@ def main() -> None:
                              "steadier ratios on a machine shared with other jobs")
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "MODE", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--save", help=argparse.SUPPRESS)
+    parser.add_argument("--structure-set", metavar="DIR",
+                        help="instead: time the per-head analysis of every chain of DIR (see the docstring)")
     args = parser.parse_args()
+    if args.structure_set:
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        structure_set(args.structure_set, args.layers, args.heads, args.hidden, args.repeats)
+        return
     if args.child:
         method, mode, model_dir = args.child
         if args.threads:

@@ -20,26 +20,38 @@ map, so the sink then also keeps the *current layer's* α of the residue block, 
 (20 heads at L = 1000: 80 MB), analyses every head of that layer when its last query block arrives, and frees it:
 peak memory grows with heads per layer, never with layers × heads.
 
+Every protein language model is analysed head by head (ESM, ProtBert-style BERTs, ProtT5 encoders: the residue
+block is found from the tokenizer's special tokens); only checkpoints with a contact regression (ESM,
+``loaded.has_contact_head``) also get predicted contacts — for the others ``ContactResult.contacts`` is None.
+
 Public API (what the CLI, notebook and dashboard call)::
 
-    predict_contacts(loaded, sequence, true_map=None, per_head=None) -> ContactResult
-    predict_contacts_batch(loaded, sequences, true_maps=None, per_head=None) -> list[ContactResult]   # one padded batch
-    predict_contacts_windowed(loaded, sequence, window, stride=None, true_map=None) -> ContactResult
+    predict_contacts(loaded, sequence, true_map=None, per_head=None, features=None) -> ContactResult
+    predict_contacts_batch(loaded, sequences, true_maps=None, per_head=None, features=None) -> list[ContactResult]
+    predict_contacts_windowed(loaded, sequence, window, stride=None, true_map=None) -> ContactResult  # ESM only
     head_attention_map(loaded, sequence, layer, head) -> np.ndarray [L L]   # APC(sym(α)) of one head
     precision_by_range(scores, true_map) -> {"p_at_L_long": ..., ...}
     contact_regression(model) -> (weight [layer head], bias)
 
 Precision@L/k in a range (short 6–11, medium 12–23, long ≥ 24 residues apart): among pairs i < j of that range
-whose true contact state is known (true map ≥ 0), the k = max(1, L // frac) highest-scoring ones (L = sequence
-length; all of them when the range holds fewer), the fraction that are contacts. Ties at the cut are broken
-arbitrarily. Column names: ``p_at_{L|L2|L5}_{short|medium|long}``.
+whose true contact state is known (true map ≥ 0), the k = ⌊L/frac⌋ highest-scoring ones (L = sequence length), the
+fraction that are contacts. Where the range holds fewer than k known pairs (short proteins, unresolved stretches),
+k is the number of known pairs: the precision is taken over the pairs there are. ESM's ``compute_precisions``
+instead fills the missing top-k slots with pairs from outside the range ranked at −∞ (in arbitrary order) and pads
+with non-contacts beyond the upper triangle, so its value there is lower and not well defined; we do not follow it.
+A range without a known pair gives NaN. Ties at the cut are broken arbitrarily. Column names:
+``p_at_{L|L2|L5}_{short|medium|long}``.
 
-Per-head table columns (one row per layer × head): ``layer, head, name`` ("L3H7"), ``weight`` (the regression weight
-w_c), ``logit_share`` (Σ over pairs |i−j| ≥ 6 of |w_c·APC(sym(α_c))|, divided by the same sum over all heads: the
-share of the non-bias logit this head supplies), the nine precision columns of its APC(sym(α_c)) map,
-``provis_share`` (Vig et al. 2020: of the attention weights α_c(i, j) ≥ 0.3 on known residue pairs |i−j| ≥ 6, both
-directions, the fraction that fall on contacts; NaN when the head has none), ``provis_count`` (how many weights were
-≥ 0.3) and ``background`` (the contact rate among those pairs, the share a head attending at random would get).
+Per-head table columns (one row per layer × head): ``layer, head, name`` ("L3H7"), ``weight`` (the regression
+weight w_c; NaN without a regression), ``logit_share`` (Σ over pairs |i−j| ≥ 6 of |w_c·APC(sym(α_c))|, divided by
+the same sum over all heads: the share of the non-bias logit this head supplies; NaN without a regression), the
+nine precision columns of its APC(sym(α_c)) map; then the per-sequence measure that earlier versions called
+``provis_share``: ``far_contact_share`` (of the weights α_c(i, j) ≥ θ on *known* pairs |i−j| ≥ 6, both directions,
+the fraction on contacts; NaN when there is none — local and unknown pairs are left out, so it is not Vig et al.'s
+share), ``far_high_count`` (how many such weights) and ``far_background`` (the contact rate among those pairs);
+then Vig et al.'s counts, shares and backgrounds of :mod:`probe.features` for this one sequence (``n_high``,
+``n_contact``, ``n_binding``, ``n_helix``, ``n_strand``, ``n_coil``, ``{f}_share`` with the minimum count applied,
+``{f}_background``).
 """
 
 from __future__ import annotations
@@ -51,15 +63,16 @@ import numpy as np
 import pandas as pd
 import torch
 
+from probe import features as vig
 from probe.capture import AttentionBlock, DenseSink, capture
 from probe.errors import ProbeError
+from probe.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
 from probe.heads import head_name
 from probe.models import LoadedModel
 
 RANGES: dict[str, tuple[int, int | None]] = {"short": (6, 11), "medium": (12, 23), "long": (24, None)}
 FRACTIONS: dict[str, int] = {"L": 1, "L2": 2, "L5": 5}  # P@L, P@L/2, P@L/5
-PROVIS_THRESHOLD = 0.3  # attention weights at least this high count as "high" in the provis measure
-MIN_SEPARATION = 6  # pairs closer in sequence are ignored by logit_share and provis (as by the precision ranges)
+MIN_SEPARATION = 6  # pairs closer in sequence are ignored by logit_share and the far_* measure (and the ranges)
 
 
 def precision_columns() -> list[str]:
@@ -108,6 +121,7 @@ class _RangePairs:
             values = flat[index]
             values = torch.where(torch.isfinite(values), values, torch.full_like(values, -torch.inf))
             for label, fraction in FRACTIONS.items():
+                # k = ⌊L/frac⌋, or every known pair of the range when it holds fewer (see the module docstring)
                 k = min(max(1, self.length // fraction), values.numel())
                 column = f"p_at_{label}_{name}"
                 if k == 0:
@@ -128,15 +142,21 @@ def precision_by_range(scores, true_map) -> dict[str, float]:
     return _RangePairs(true_map).precision(scores)
 
 
-def provis_counts(alpha: torch.Tensor, true_map: torch.Tensor, threshold: float = PROVIS_THRESHOLD):
+def known_pair_counts(true_map) -> dict[str, tuple[int, int]]:
+    """{range: (known pairs i < j, contacts among them)} of a [L L] true map."""
+    pairs = _RangePairs(torch.as_tensor(np.asarray(true_map, dtype=np.int8)))
+    return {name: (int(index.numel()), int(is_contact.sum())) for name, (index, is_contact) in pairs.pairs.items()}
+
+
+def far_contact_counts(alpha: torch.Tensor, true_map: torch.Tensor, threshold: float = MIN_ATTENTION):
     """(high, on_contact): for α [... L L], how many weights ≥ threshold fall on known pairs |i−j| ≥ 6 and how many of
-    those on contacts, each [...]."""
-    pairs, contacts = _provis_masks(true_map)
+    those on contacts, each [...] (the per-sequence far_* measure)."""
+    pairs, contacts = _far_masks(true_map)
     high = alpha >= threshold
     return (high & pairs).sum((-1, -2)), (high & contacts).sum((-1, -2))
 
 
-def _provis_masks(true_map: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _far_masks(true_map: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     length = true_map.shape[0]
     position = torch.arange(length, device=true_map.device)
     far = (position[:, None] - position[None, :]).abs() >= MIN_SEPARATION  # [L L]
@@ -154,7 +174,8 @@ def contact_regression(model: torch.nn.Module) -> tuple[torch.Tensor, float]:
     base = getattr(model, "esm", model)
     head = getattr(base, "contact_head", None)
     if head is None:
-        raise ProbeError(f"{type(model).__name__} has no contact head: contact prediction needs an ESM model")
+        raise ProbeError(f"{type(model).__name__} has no contact regression: predicted contacts need an ESM checkpoint "
+                         "(per-head analysis works for every protein model)")
     config = model.config
     weight = head.regression.weight.detach().float().reshape(config.num_hidden_layers, config.num_attention_heads)
     bias = float(head.regression.bias.detach()) if head.regression.bias is not None else 0.0
@@ -163,61 +184,87 @@ def contact_regression(model: torch.nn.Module) -> tuple[torch.Tensor, float]:
 
 @dataclass
 class _SequenceState:
-    """Accumulators of one sequence of the batch (L residues, tokens 1..L)."""
+    """Accumulators of one sequence of the batch (L residues at tokens start .. start + L - 1)."""
 
-    n_tokens: int  # BOS + residues + EOS (unpadded)
+    n_tokens: int  # special tokens + residues (unpadded)
+    start: int  # token index of the first residue (1 after a BOS / [CLS], 0 without)
+    length: int  # L residues
     keep: torch.Tensor | None  # [L] 0 at EOS tokens inside the residue block (as the reference zeroes them), else None
     true_map: torch.Tensor | None  # [L L] int8
+    features: ResidueFeatures | None = None  # binding sites, secondary structure (Vig et al.'s properties)
     weighted: torch.Tensor | None = None  # [L L] M = Σ_c w_c·A_c
     row_sums: torch.Tensor | None = None  # [layer head L]
     col_sums: torch.Tensor | None = None  # [layer head L]
     token_weight: torch.Tensor | None = None  # [key] 1 at kept residue tokens, 0 at BOS / EOS / padding
     layer_alpha: torch.Tensor | None = None  # [head L L] current layer (per-head analysis only)
     range_pairs: _RangePairs | None = None  # the true map's pairs by range (built once, per-head analysis only)
+    masks: dict | None = None  # Vig et al.'s property masks (built once, per-head analysis only)
     rows: list = field(default_factory=list)  # per-head table rows
     abs_logit: dict = field(default_factory=dict)  # (layer, head) -> Σ |w·APC(sym α)| over pairs |i−j| ≥ 6
 
     @property
-    def length(self) -> int:
-        return self.n_tokens - 2
+    def stop(self) -> int:
+        """Token index after the last residue."""
+        return self.start + self.length
 
 
 class ContactSink:
-    """Capture sink accumulating ESM contact logits (and optionally per-head statistics) of a padded batch.
+    """Capture sink accumulating contact logits (and optionally per-head statistics) of a right-padded batch.
 
-    `input_ids` / `attention_mask` [batch token] are the model inputs (right padding); `true_maps` gives a [L L] int8
-    true map (or None) per sequence. After the forward pass: `contacts(b)` [L L], `logits(b)`, `head_table(b)`.
+    `input_ids` / `attention_mask` [batch token] are the model inputs; `true_maps` gives a [L L] int8 true map (or
+    None) per sequence, `features` Vig et al.'s other properties (binding sites, secondary structure) per sequence.
+    Residues sit at tokens `starts[b]` .. `starts[b] + lengths[b] - 1` (default: between one BOS and one EOS).
+    With `regression=False` (models without a contact head) only the per-head analysis runs. After the forward
+    pass: `contacts(b)` [L L], `logits(b)`, `head_table(b)`.
     """
 
     def __init__(
         self,
-        weight: torch.Tensor,  # [layer head] regression weights
+        weight: torch.Tensor,  # [layer head] regression weights (zeros without a regression)
         bias: float,
         input_ids: torch.Tensor,  # [batch token]
         attention_mask: torch.Tensor,  # [batch token]
-        eos_id: int,
+        eos_id: int | None,  # ESM's EOS id (zeroed inside the residue block, as the reference does); None: no such rule
         true_maps: Sequence[np.ndarray | None] | None = None,
         per_head: bool = False,
+        starts: Sequence[int] | None = None,  # token index of each sequence's first residue (default 1)
+        lengths: Sequence[int] | None = None,  # residues of each sequence (default: tokens − 2)
+        features: Sequence[ResidueFeatures | None] | None = None,
+        min_attention: float = MIN_ATTENTION,  # θ of Vig et al.'s counts and of the far_* measure
+        regression: bool = True,
     ) -> None:
         self.weight = weight.float()
         self.bias = bias
         self.per_head = per_head
+        self.regression = regression
+        self.min_attention = float(min_attention)
         self.engaged = False  # set once the engine asks for heads (a forward pass ran inside `capture`)
         self.n_layers, self.n_heads = weight.shape
-        lengths = attention_mask.sum(-1).tolist()
-        true_maps = list(true_maps) if true_maps is not None else [None] * len(lengths)
+        token_counts = attention_mask.sum(-1).tolist()
+        batch = len(token_counts)
+        starts = list(starts) if starts is not None else [1] * batch
+        lengths = list(lengths) if lengths is not None else [n - 2 for n in token_counts]
+        true_maps = list(true_maps) if true_maps is not None else [None] * batch
+        features = list(features) if features is not None else [None] * batch
         self.sequences: list[_SequenceState] = []
-        for b, n_tokens in enumerate(lengths):
+        for b, n_tokens in enumerate(token_counts):
             if not bool(attention_mask[b, :n_tokens].all()):
                 raise ProbeError("contact prediction needs right-padded batches (padding after each sequence)")
-            keep = (input_ids[b, 1:n_tokens - 1] != eos_id).float()  # [L]
+            start, length = int(starts[b]), int(lengths[b])
+            if start < 0 or start + length > n_tokens:
+                raise ProbeError(f"sequence {b}: residues {start}..{start + length - 1} lie outside its {n_tokens} "
+                                 "tokens")
+            keep = None
+            if eos_id is not None:
+                keep = (input_ids[b, start:start + length] != eos_id).float()  # [L]
+                keep = None if bool(keep.all()) else keep
             true_map = None
             if true_maps[b] is not None:
                 true_map = torch.as_tensor(np.asarray(true_maps[b], dtype=np.int8))
-                if tuple(true_map.shape) != (n_tokens - 2, n_tokens - 2):
+                if tuple(true_map.shape) != (length, length):
                     raise ProbeError(f"the true map of sequence {b} is {tuple(true_map.shape)} but the sequence has "
-                                     f"{n_tokens - 2} residues")
-            self.sequences.append(_SequenceState(n_tokens, None if bool(keep.all()) else keep, true_map))
+                                     f"{length} residues")
+            self.sequences.append(_SequenceState(n_tokens, start, length, keep, true_map, features[b]))
 
     # -- the Sink protocol ------------------------------------------------------------------------------------
 
@@ -240,20 +287,20 @@ class ContactSink:
                 state.col_sums = torch.zeros(self.n_layers, self.n_heads, length, device=device)  # [layer head L]
                 # 1 at the residue tokens the reference keeps, 0 at BOS, EOS and padding
                 state.token_weight = torch.zeros(n_keys, device=device)  # [key]
-                state.token_weight[1:state.n_tokens - 1] = 1.0 if state.keep is None else state.keep.to(device)
-            low, high = max(first, 1), min(first + n_rows, state.n_tokens - 1)  # token rows of residues in block
+                state.token_weight[state.start:state.stop] = 1.0 if state.keep is None else state.keep.to(device)
+            low, high = max(first, state.start), min(first + n_rows, state.stop)  # token rows of residues in block
             if low < high:
                 alpha = block.alpha[b, :, low - first:high - first]  # [head rows key], each head's rows contiguous
-                rows, residues = slice(low - 1, high - 1), slice(1, state.n_tokens - 1)
+                rows, residues = slice(low - state.start, high - state.start), slice(state.start, state.stop)
                 row_weight = state.token_weight[low:high]  # [rows]
-                # Three matrix-vector passes over the block: no copy of α, no per-head loop.
-                weighted = (weight @ alpha.reshape(len(block.heads), -1)).reshape(high - low, n_keys)  # [rows key]
-                if state.keep is not None:  # an EOS token inside the residues: zero its row and column
-                    weighted = weighted * row_weight[:, None] * state.token_weight[None, :]
-                state.weighted[rows] += weighted[:, residues]  # [rows L]
-                state.row_sums[block.layer, heads, rows] = (alpha @ state.token_weight) * row_weight  # [head rows]
-                column_sums = (row_weight @ alpha) * state.token_weight  # [head key]
-                state.col_sums[block.layer, heads] += column_sums[:, residues]  # [head L]
+                if self.regression:  # three matrix-vector passes over the block: no copy of α, no per-head loop
+                    weighted = (weight @ alpha.reshape(len(block.heads), -1)).reshape(high - low, n_keys)  # [rows key]
+                    if state.keep is not None:  # an EOS token inside the residues: zero its row and column
+                        weighted = weighted * row_weight[:, None] * state.token_weight[None, :]
+                    state.weighted[rows] += weighted[:, residues]  # [rows L]
+                    state.row_sums[block.layer, heads, rows] = (alpha @ state.token_weight) * row_weight  # [head rows]
+                    column_sums = (row_weight @ alpha) * state.token_weight  # [head key]
+                    state.col_sums[block.layer, heads] += column_sums[:, residues]  # [head L]
                 if self.per_head:
                     if state.layer_alpha is None:
                         state.layer_alpha = torch.zeros(len(block.heads), length, length, device=device)
@@ -268,6 +315,9 @@ class ContactSink:
     def logits(self, b: int = 0) -> torch.Tensor:
         """[L L] contact logits of sequence b (before the sigmoid)."""
         state = self.sequences[b]
+        if not self.regression:
+            raise ProbeError("this model has no contact regression: there are no predicted contacts, only per-head "
+                             "statistics")
         if state.weighted is None and self.engaged:  # every regression weight is zero: the bias alone
             return torch.full((state.length, state.length), float(self.bias))
         if state.weighted is None:
@@ -284,45 +334,73 @@ class ContactSink:
         """[L L] contact probabilities of sequence b."""
         return torch.sigmoid(self.logits(b))
 
-    def head_table(self, b: int = 0) -> pd.DataFrame:
-        """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module docstring)."""
+    def head_table(self, b: int = 0, min_count: int = MIN_COUNT) -> pd.DataFrame:
+        """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module docstring);
+        Vig et al.'s shares need at least `min_count` weights ≥ θ."""
         state = self.sequences[b]
         if not self.per_head:
             raise ProbeError("per-head statistics were not collected: build the ContactSink with per_head=True")
         total = sum(state.abs_logit.values())
         table = pd.DataFrame(state.rows)
-        table.insert(4, "logit_share", [state.abs_logit[(row["layer"], row["head"])] / total if total > 0
-                                        else float("nan") for row in state.rows])
+        table.insert(4, "logit_share", [state.abs_logit[(row["layer"], row["head"])] / total
+                                        if total > 0 and self.regression else float("nan") for row in state.rows])
+        table = vig.shares(table, min_count)
+        for name, value in vig.backgrounds(self.background_counts(b)).items():
+            table[name] = value
         return table.sort_values(["layer", "head"], ignore_index=True)
+
+    def background_counts(self, b: int = 0) -> dict[str, float]:
+        """Counts behind Vig et al.'s background rates for sequence b (see :func:`probe.features.background_counts`)."""
+        state = self.sequences[b]
+        return vig.background_counts(_with_contacts(state.features, state.true_map), state.length)
 
     def _analyse_layer(self, state: _SequenceState, layer: int, heads: tuple[int, ...]) -> None:
         """Statistics of every head of one layer from its α [head L L], computed one head at a time."""
+        device = state.layer_alpha.device
         if state.true_map is not None and state.range_pairs is None:
-            state.range_pairs = _RangePairs(state.true_map.to(state.layer_alpha.device))
+            state.range_pairs = _RangePairs(state.true_map.to(device))
+        if state.masks is None:
+            features = _with_contacts(state.features, state.true_map)
+            state.masks = vig.feature_masks(features, state.length, device) if features is not None else {}
         pairs = state.range_pairs
         length = state.length
-        position = torch.arange(length, device=state.layer_alpha.device)
+        position = torch.arange(length, device=device)
         far = (position[:, None] - position[None, :]).abs() >= MIN_SEPARATION  # [L L]
         if state.true_map is not None:
-            provis_pairs, provis_contacts = _provis_masks(state.true_map.to(state.layer_alpha.device))
-            background = float(provis_contacts.sum() / provis_pairs.sum()) if provis_pairs.any() else float("nan")
+            far_pairs, far_contacts = _far_masks(state.true_map.to(device))
+            background = float(far_contacts.sum() / far_pairs.sum()) if far_pairs.any() else float("nan")
+        counts = vig.feature_counts(state.layer_alpha, state.masks, self.min_attention)  # name -> [head]
         for index, head in enumerate(heads):
             alpha = state.layer_alpha[index]  # [L L]
             corrected = apc(symmetrize(alpha))  # [L L]
-            weight = float(self.weight[layer, head])
-            state.abs_logit[(layer, head)] = float((weight * corrected).abs()[far].sum())
+            weight = float(self.weight[layer, head]) if self.regression else float("nan")
+            state.abs_logit[(layer, head)] = float((weight * corrected).abs()[far].sum()) if self.regression else 0.0
             row = {"layer": layer, "head": head, "name": head_name(layer, head), "weight": weight}
             if pairs is not None:
                 row.update(pairs.precision(corrected))
-                strong = alpha >= PROVIS_THRESHOLD  # [L L]
-                high, on_contact = (strong & provis_pairs).sum(), (strong & provis_contacts).sum()
-                row["provis_share"] = float(on_contact / high) if int(high) else float("nan")
-                row["provis_count"] = int(high)
-                row["background"] = background
+                strong = alpha >= self.min_attention  # [L L]
+                high, on_contact = (strong & far_pairs).sum(), (strong & far_contacts).sum()
+                row["far_contact_share"] = float(on_contact / high) if int(high) else float("nan")
+                row["far_high_count"] = int(high)
+                row["far_background"] = background
             else:
                 row.update(dict.fromkeys(precision_columns(), float("nan")))
-                row.update(provis_share=float("nan"), provis_count=0, background=float("nan"))
+                row.update(far_contact_share=float("nan"), far_high_count=0, far_background=float("nan"))
+            row["n_high"] = float(counts["n_high"][index])
+            for name in vig.FEATURES:
+                key = f"n_{name}"
+                row[key] = float(counts[key][index]) if key in counts else float("nan")
             state.rows.append(row)
+
+
+def _with_contacts(features: ResidueFeatures | None, true_map: torch.Tensor | None) -> ResidueFeatures | None:
+    """The sequence's properties with its true map as the contact property."""
+    if true_map is None and features is None:
+        return None
+    contacts = None if true_map is None else true_map.cpu().numpy()
+    if features is None:
+        return ResidueFeatures(contacts=contacts)
+    return ResidueFeatures(contacts=contacts, binding=features.binding, secondary=features.secondary)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -335,26 +413,30 @@ class ContactResult:
     """Contacts of one sequence, and (when a true map was given) how good they are."""
 
     sequence: str
-    contacts: np.ndarray  # [L L] float32 probabilities (NaN for pairs no window covered, windowed mode only)
+    contacts: np.ndarray | None  # [L L] float32 probabilities (NaN: pairs no window covered); None: no contact head
     true_contacts: np.ndarray | None = None  # [L L] int8: 1 contact, 0 not, -1 unknown
     precision: dict[str, float] | None = None  # of `contacts`, keys precision_columns()
     heads: pd.DataFrame | None = None  # per-head table (see the module docstring)
+    background: dict[str, float] | None = None  # counts behind Vig et al.'s background rates (per-head mode)
 
 
-def _require_esm(loaded: LoadedModel) -> None:
-    if loaded.kind != "protein_mlm":
-        raise ProbeError(f"{loaded.name} is a {loaded.kind} model: contact prediction needs an ESM protein model")
+def _require_protein(loaded: LoadedModel) -> None:
+    from probe.models import require_protein
+
+    require_protein(loaded, "contact analysis")
 
 
-def _encode_batch(loaded: LoadedModel, sequences: Sequence[str]) -> tuple[list[str], dict[str, torch.Tensor]]:
-    from probe.models import clean_protein
+def _require_contact_head(loaded: LoadedModel, what: str) -> None:
+    _require_protein(loaded)
+    if not loaded.has_contact_head:
+        raise ProbeError(f"{what} needs a contact regression, which {loaded.name} does not have (ESM checkpoints do); "
+                         "per-head analysis against a structure works for every protein model")
 
-    cleaned = [clean_protein(sequence) for sequence in sequences]
-    encoded = loaded.tokenizer(cleaned, return_tensors="pt", padding=True)
-    longest = int(encoded["attention_mask"].sum(-1).max())
-    loaded.check_length(longest, f"the sequence ({longest - 2} residues)")
-    return cleaned, {"input_ids": encoded["input_ids"].to(loaded.device),
-                     "attention_mask": encoded["attention_mask"].to(loaded.device)}
+
+def _eos_id(loaded: LoadedModel) -> int | None:
+    if not loaded.has_contact_head:
+        return None
+    return getattr(getattr(loaded.model, "esm", loaded.model).contact_head, "eos_idx", 2)
 
 
 def predict_contacts_batch(
@@ -362,27 +444,40 @@ def predict_contacts_batch(
     sequences: Sequence[str],
     true_maps: Sequence[np.ndarray | None] | None = None,
     per_head: bool | None = None,  # None: when a true map is given
+    features: Sequence[ResidueFeatures | None] | None = None,  # binding sites, secondary structure per sequence
+    min_attention: float = MIN_ATTENTION,
+    min_count: int = MIN_COUNT,
 ) -> list[ContactResult]:
-    """Contacts of several sequences in one padded forward pass, each cropped to its own length."""
-    _require_esm(loaded)
+    """Contacts of several sequences in one padded forward pass, each cropped to its own length; with per_head, the
+    per-head table of each. Models without a contact regression get `contacts=None` and per-head statistics."""
+    from probe.models import encode_proteins
+
+    _require_protein(loaded)
     if not sequences:
         raise ProbeError("no sequences given")
-    cleaned, inputs = _encode_batch(loaded, sequences)
+    cleaned, inputs = encode_proteins(loaded, list(sequences))
     true_maps = list(true_maps) if true_maps is not None else [None] * len(cleaned)
+    features = list(features) if features is not None else [None] * len(cleaned)
     if per_head is None:
-        per_head = any(true_map is not None for true_map in true_maps)
-    weight, bias = contact_regression(loaded.model)
-    eos_id = getattr(getattr(loaded.model, "esm", loaded.model).contact_head, "eos_idx", 2)
-    sink = ContactSink(weight, bias, inputs["input_ids"], inputs["attention_mask"], eos_id, true_maps, per_head)
+        per_head = any(true_map is not None for true_map in true_maps) or not loaded.has_contact_head
+    if loaded.has_contact_head:
+        weight, bias = contact_regression(loaded.model)
+    else:
+        weight, bias = torch.zeros(loaded.n_layers, loaded.n_heads), 0.0  # [layer head]
+    offset = loaded.residue_offset
+    sink = ContactSink(weight, bias, inputs["input_ids"], inputs["attention_mask"], _eos_id(loaded), true_maps,
+                       per_head, starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
+                       features=features, min_attention=min_attention, regression=loaded.has_contact_head)
     with capture(loaded.model, sink), torch.inference_mode():
         loaded.model(**inputs)
     results = []
     for b, sequence in enumerate(cleaned):
-        contacts = sink.contacts(b).float().cpu().numpy()  # [L L]
+        contacts = sink.contacts(b).float().cpu().numpy() if loaded.has_contact_head else None  # [L L]
         true_map = None if true_maps[b] is None else np.asarray(true_maps[b], dtype=np.int8)
-        precision = None if true_map is None else precision_by_range(contacts, true_map)
-        heads = sink.head_table(b) if per_head else None
-        results.append(ContactResult(sequence, contacts, true_map, precision, heads))
+        precision = None if true_map is None or contacts is None else precision_by_range(contacts, true_map)
+        heads = sink.head_table(b, min_count) if per_head else None
+        background = sink.background_counts(b) if per_head else None
+        results.append(ContactResult(sequence, contacts, true_map, precision, heads, background))
     return results
 
 
@@ -390,10 +485,14 @@ def predict_contacts(
     loaded: LoadedModel,
     sequence: str,
     true_map: np.ndarray | None = None,  # [L L] int8 (probe.structure.contact_map(structure, sequence=...))
-    per_head: bool | None = None,  # None: when a true map is given
+    per_head: bool | None = None,  # None: when a true map is given (always for models without a contact head)
+    features: ResidueFeatures | None = None,  # binding sites, secondary structure (aligned to the sequence)
+    min_attention: float = MIN_ATTENTION,
+    min_count: int = MIN_COUNT,
 ) -> ContactResult:
-    """Contacts of one protein sequence with the checkpoint's own contact head; per-head table with a true map."""
-    return predict_contacts_batch(loaded, [sequence], [true_map], per_head)[0]
+    """Contacts of one protein sequence with the checkpoint's own contact head (None without one); per-head table
+    with a true map (always without a contact head)."""
+    return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention, min_count)[0]
 
 
 def predict_contacts_windowed(
@@ -406,10 +505,10 @@ def predict_contacts_windowed(
     """Crop-and-average for sequences longer than the model takes: predict overlapping windows of `window` residues,
     `stride` apart (the last one ends at the sequence's end), and average the probabilities of each pair over the
     windows that hold both residues. Pairs farther apart than any window covers are NaN. No per-head table."""
-    from probe.models import clean_protein
+    from probe.models import clean_protein, protein_alphabet
 
-    _require_esm(loaded)
-    sequence = clean_protein(sequence)
+    _require_contact_head(loaded, "--window (crop-and-average contact prediction)")
+    sequence = clean_protein(sequence, protein_alphabet(loaded))
     limit = loaded.max_tokens - 2
     if not 1 <= window <= limit:
         raise ProbeError(f"--window {window} must be between 1 and {limit} (the model's residue limit)")
@@ -434,15 +533,16 @@ def predict_contacts_windowed(
 
 def head_attention_map(loaded: LoadedModel, sequence: str, layer: int, head: int) -> np.ndarray:
     """[L L] APC-corrected symmetrized attention of one head on the residues (BOS/EOS dropped)."""
-    from probe.models import tokenize_protein
+    from probe.models import encode_proteins
 
-    _require_esm(loaded)
+    _require_protein(loaded)
     if not (0 <= layer < loaded.n_layers and 0 <= head < loaded.n_heads):
         raise ProbeError(f"head L{layer}H{head} does not exist: the model has layers 0..{loaded.n_layers - 1} and "
                          f"heads 0..{loaded.n_heads - 1}")
-    inputs = tokenize_protein(loaded, sequence)
+    cleaned, inputs = encode_proteins(loaded, [sequence])
     sink = DenseSink([layer], [head])
     with capture(loaded.model, sink), torch.inference_mode():
         loaded.model(**inputs)
-    alpha = sink.attention(0)[0, 0, 0, 1:-1, 1:-1]  # [L L]
+    start, length = loaded.residue_offset, len(cleaned[0])
+    alpha = sink.attention(0)[0, 0, 0, start:start + length, start:start + length]  # [L L]
     return apc(symmetrize(alpha)).numpy()

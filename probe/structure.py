@@ -1,26 +1,42 @@
-"""True residue contacts from a PDB or mmCIF file, read with biotite (no hand-written parser).
+"""True residue contacts, binding sites and secondary structure from a PDB or mmCIF file, read with biotite.
 
     structure = read_structure("1ubi.pdb", chain="A")     # or bytes, fmt="pdb" | "cif"
-    true_map = contact_map(structure, threshold=8.0, sequence="MQIFVK...")   # [L L] int8: 1, 0, -1 unknown
+    true_map = contact_map(structure, threshold=8.0, sequence="MQIFVK...", cb="virtual")  # [L L] int8: 1, 0, -1
+    sites = binding_sites(structure, distance=4.0)        # [residue] bool: a heavy atom within 4 Å of a ligand
+    structure.secondary                                   # [residue] "a" helix, "b" strand, "c" coil (P-SEA)
 
 Reading rules:
 
-* the first model of a multi-model (NMR) file, and the first alternate location of every atom (biotite's
-  ``altloc="first"``: for 1EJG's Pro22/Ser22 micro-heterogeneity that is Pro22, altloc A);
-* amino-acid residues only (biotite's ``filter_amino_acids``, so waters and ligands drop out), hydrogens and
-  deuteriums removed;
+* the first model of a multi-model (NMR) file;
+* alternate locations: per residue, the altloc whose atoms have the highest mean occupancy (ties: the first in the
+  file); atoms without an altloc are always kept. For 1EJG's Pro22/Ser22 micro-heterogeneity (Pro 0.33–0.57 against
+  Ser 0.21–0.33) that is Pro22, altloc A, and the residue takes that altloc's name;
+* amino-acid residues only (biotite's ``filter_amino_acids``), hydrogens and deuteriums removed;
 * ``chain=None`` takes the first chain that holds amino-acid residues; an unknown chain id or a file without a
   protein chain is a one-line :class:`~probe.errors.ProbeError`;
-* each residue is represented by its Cβ atom, Cα for glycine and for residues whose Cβ is missing (truncated side
-  chains); a residue with neither atom gets NaN coordinates and unknown (-1) contacts;
 * modified residues get their parent's one-letter code (MSE → M, from biotite's chemical component dictionary),
   anything else unknown becomes X.
 
-A contact is a Cβ–Cβ distance strictly below ``threshold`` (8 Å). With ``sequence=...`` the structure's residues are
-aligned to that sequence (Needleman–Wunsch, BLOSUM62, gap open −10 / extend −1, free end gaps), so residues missing
-from the model, extra expression tags or a residue numbering that starts at 5 do not shift the map: sequence
-positions without an aligned structure residue are -1 (unknown) in the map. Residue numbers in the file are never
-used for placement.
+Contacts: a pair is in contact when the distance between the residues' Cβ is strictly below ``threshold`` (8 Å).
+Two Cβ conventions (``cb``):
+
+* ``"virtual"`` (the default): Cβ built from the backbone of every residue, glycine included, at bond length
+  1.522 Å, angle N–Cα–Cβ 1.927 rad and dihedral C–N–Cα–Cβ −2.143 rad (ESM's own evaluation, ``contacts_from_pdb``
+  in its contact-prediction example; trRosetta's closed form −0.58273431·a + 0.56802827·b − 0.54067466·c + Cα is
+  close to it but not equal: for 1AKI's long-range contacts it gives 132 where ESM's construction gives 134 and the
+  real Cβ 128). The default because it is the convention of the published ESM precision figures users
+  compare against, and it is defined the same way for every residue (no glycine or truncated-side-chain special
+  case). A residue missing N, Cα or C gets unknown (-1) contacts.
+* ``"real"``: the deposited Cβ atom, Cα for glycine and for residues whose Cβ is missing (CASP's definition).
+
+With ``sequence=...`` the structure's residues are aligned to that sequence (Needleman–Wunsch, BLOSUM62, gap open
+−10 / extend −1, free end gaps), so residues missing from the model, expression tags or a numbering that starts at 5
+do not shift the map: sequence positions without an aligned structure residue are -1 (unknown). Residue numbers in
+the file are never used for placement.
+
+Binding sites: residues with a heavy atom within ``distance`` (4 Å) of a heavy atom of a ligand — any HETATM group
+of the first model that is neither water nor an amino acid (ions included), in any chain. Secondary structure:
+biotite's ``annotate_sse`` (the P-SEA algorithm, from Cα geometry) on the chain.
 """
 
 from __future__ import annotations
@@ -28,13 +44,20 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from probe.errors import ProbeError
 
-CONTACT_THRESHOLD = 8.0  # Å, Cβ–Cβ (Cα for glycine)
+CONTACT_THRESHOLD = 8.0  # Å, Cβ–Cβ
+BINDING_DISTANCE = 4.0  # Å, residue heavy atom to ligand heavy atom
 MIN_IDENTITY = 0.5  # least share of identical aligned residues (of the shorter sequence) before we call it a mismatch
+CbMode = Literal["virtual", "real"]
+CB_MODES: tuple[str, ...] = ("virtual", "real")
+DEFAULT_CB: CbMode = "virtual"
+WATER_NAMES = ("HOH", "WAT", "DOD", "H2O", "D2O")
+SECONDARY_CLASSES = {"a": "helix", "b": "strand", "c": "coil"}  # P-SEA codes -> feature names
 
 _PDB_SUFFIXES = (".pdb", ".ent")
 _CIF_SUFFIXES = (".cif", ".mmcif")
@@ -42,14 +65,18 @@ _CIF_SUFFIXES = (".cif", ".mmcif")
 
 @dataclass(frozen=True, eq=False)
 class Structure:
-    """One protein chain of a structure file: its observed residues and one representative atom each."""
+    """One protein chain of a structure file: its observed residues, their atoms of interest and annotations."""
 
     name: str  # file stem, or "structure" for bytes
     chain: str  # chain id used
     chains: tuple[str, ...]  # protein chains in the file, in file order
     sequence: str  # one letter per observed residue
     residue_ids: np.ndarray  # [residue] int: author residue numbers (for display only)
-    coords: np.ndarray  # [residue 3] float: Cβ (Cα for Gly or missing Cβ); NaN when neither atom is present
+    coords: np.ndarray  # [residue 3] float: real Cβ (Cα for Gly or missing Cβ); NaN when neither atom is present
+    backbone: np.ndarray | None = None  # [residue 3 3] float: N, Cα, C (NaN where an atom is missing)
+    ligand_distance: np.ndarray | None = None  # [residue] float: closest ligand heavy atom, Å (inf: no ligand)
+    secondary: np.ndarray | None = None  # [residue] str: "a" helix, "b" strand, "c" coil, "" unknown
+    ligands: tuple[str, ...] = ()  # residue names of the ligand groups in the model (water excluded)
 
     def __len__(self) -> int:
         return len(self.sequence)
@@ -75,20 +102,40 @@ def _format_of(source: str | Path | bytes, fmt: str | None) -> str:
 
 
 def _read_atoms(text: str, fmt: str, name: str):
-    """biotite AtomArray of the first model, first alternate location of every atom."""
+    """biotite AtomArray of the first model with every alternate location and the occupancies."""
+    import warnings
+
     try:
         if fmt == "pdb":
             from biotite.structure.io import pdb
 
             handle = pdb.PDBFile.read(io.StringIO(text))
-            return handle.get_structure(model=1, altloc="first")
+            return handle.get_structure(model=1, altloc="all", extra_fields=["occupancy"])
         from biotite.structure.io import pdbx
 
         handle = pdbx.CIFFile.read(io.StringIO(text))
-        return pdbx.get_structure(handle, model=1, altloc="first")
+        with warnings.catch_warnings():  # a file without occupancies: biotite assumes 1.0 and says so
+            warnings.simplefilter("ignore", UserWarning)
+            return pdbx.get_structure(handle, model=1, altloc="all", extra_fields=["occupancy"])
     except Exception as error:  # biotite raises many types on malformed input
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ProbeError(f"cannot read {name} as {fmt.upper()}: {message}") from None
+
+
+def highest_occupancy_altloc(chain_id, res_id, ins_code, altloc_id, occupancy) -> np.ndarray:
+    """[atom] bool: atoms without an altloc, and per residue (chain, number, insertion code) the atoms of the altloc
+    with the highest mean occupancy (ties: the altloc met first in the file)."""
+    altloc_id = np.asarray(altloc_id).astype(str)
+    keep = np.isin(altloc_id, [" ", "", ".", "?"])
+    groups: dict[tuple, dict[str, list[int]]] = {}
+    for index in np.flatnonzero(~keep):
+        key = (str(chain_id[index]), int(res_id[index]), str(ins_code[index]))
+        groups.setdefault(key, {}).setdefault(altloc_id[index], []).append(index)
+    for by_altloc in groups.values():
+        best = max(by_altloc, key=lambda letter: (float(np.mean(np.asarray(occupancy)[by_altloc[letter]])),
+                                                   -list(by_altloc).index(letter)))
+        keep[by_altloc[best]] = True
+    return keep
 
 
 def _one_letter(residue_name: str) -> str:
@@ -99,6 +146,11 @@ def _one_letter(residue_name: str) -> str:
     except Exception:  # not in the chemical component dictionary
         code = None
     return code if code and len(code) == 1 and code.isalpha() else "X"
+
+
+def _atom(residue, name: str) -> np.ndarray:
+    names = residue.atom_name.tolist()
+    return residue.coord[names.index(name)].astype(np.float64) if name in names else np.full(3, np.nan)
 
 
 def read_structure(source: str | Path | bytes, chain: str | None = None, fmt: str | None = None) -> Structure:
@@ -115,30 +167,64 @@ def read_structure(source: str | Path | bytes, chain: str | None = None, fmt: st
     atoms = _read_atoms(text, _format_of(source, fmt), name)
     if atoms.array_length() == 0:
         raise ProbeError(f"{name} holds no atoms")
-    atoms = atoms[struc.filter_amino_acids(atoms) & ~np.isin(atoms.element, ["H", "D"])]
-    chains = tuple(dict.fromkeys(atoms.chain_id.tolist()))
+    atoms = atoms[highest_occupancy_altloc(atoms.chain_id, atoms.res_id, atoms.ins_code, atoms.altloc_id,
+                                           atoms.occupancy)]
+    atoms = atoms[~np.isin(atoms.element, ["H", "D"])]
+    amino = struc.filter_amino_acids(atoms)
+    ligand_atoms = atoms[~amino & atoms.hetero & ~np.isin(atoms.res_name, WATER_NAMES)]
+    protein = atoms[amino]
+    chains = tuple(dict.fromkeys(protein.chain_id.tolist()))
     if not chains:
         raise ProbeError(f"{name} has no protein chain (no amino-acid residues); pass a protein structure")
     if chain is None:
         chain = chains[0]
     elif chain not in chains:
         raise ProbeError(f"{name} has no protein chain {chain!r}; its protein chains are {', '.join(chains)}")
-    atoms = atoms[atoms.chain_id == chain]
+    protein = protein[protein.chain_id == chain]
 
-    starts = struc.get_residue_starts(atoms, add_exclusive_stop=True)
-    letters, numbers, coords = [], [], []
-    for start, stop in zip(starts[:-1], starts[1:], strict=True):
-        residue = atoms[start:stop]
-        residue_name = str(residue.res_name[0])
+    letters, numbers, coords, backbone, ligand_distance = [], [], [], [], []
+    for residue in _residues(protein):
+        # the residue's name: that of its altloc atoms where it has some (micro-heterogeneity), else the first atom's
+        alternate = ~np.isin(residue.altloc_id.astype(str), [" ", "", ".", "?"])
+        residue_name = str(residue.res_name[np.flatnonzero(alternate)[0] if alternate.any() else 0])
         letters.append(_one_letter(residue_name))
         numbers.append(int(residue.res_id[0]))
-        atom_names = residue.atom_name.tolist()
         wanted = ["CA"] if residue_name == "GLY" else ["CB", "CA"]
-        found = next((atom for atom in wanted if atom in atom_names), None)
-        coords.append(residue.coord[atom_names.index(found)] if found else np.full(3, np.nan))
+        found = next((atom for atom in wanted if atom in residue.atom_name.tolist()), None)
+        coords.append(_atom(residue, found) if found else np.full(3, np.nan))
+        backbone.append([_atom(residue, "N"), _atom(residue, "CA"), _atom(residue, "C")])
+        if ligand_atoms.array_length():
+            delta = residue.coord[:, None, :] - ligand_atoms.coord[None, :, :]  # [atom ligand_atom 3]
+            ligand_distance.append(float(np.sqrt((delta**2).sum(-1)).min()))
+        else:
+            ligand_distance.append(np.inf)
+    try:
+        secondary = np.asarray(struc.annotate_sse(protein)).astype(str)  # [residue]
+    except Exception:  # P-SEA needs Cα atoms; a chain without them has no annotation
+        secondary = np.full(len(letters), "", dtype=str)
+    if len(secondary) != len(letters):
+        secondary = np.full(len(letters), "", dtype=str)
+    ligands = tuple(dict.fromkeys(ligand_atoms.res_name.tolist()))
     return Structure(name=name, chain=chain, chains=chains, sequence="".join(letters),
                      residue_ids=np.array(numbers, dtype=np.int64),
-                     coords=np.array(coords, dtype=np.float64).reshape(-1, 3))
+                     coords=np.array(coords, dtype=np.float64).reshape(-1, 3),
+                     backbone=np.array(backbone, dtype=np.float64).reshape(-1, 3, 3),
+                     ligand_distance=np.array(ligand_distance, dtype=np.float64),
+                     secondary=secondary, ligands=ligands)
+
+
+def _residues(atoms):
+    """The residues of one chain, split by (number, insertion code) only: a micro-heterogeneous position whose altloc
+    atoms carry another residue name than its shared atoms stays one residue."""
+    key = np.array([f"{number}|{code}" for number, code in zip(atoms.res_id, atoms.ins_code, strict=True)])
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    stops = np.r_[starts[1:], len(key)]
+    return [atoms[start:stop] for start, stop in zip(starts, stops, strict=True)]
+
+
+def list_chains(source: str | Path | bytes, fmt: str | None = None) -> tuple[str, ...]:
+    """The protein chains of a structure file, in file order."""
+    return read_structure(source, fmt=fmt).chains
 
 
 def align_to_sequence(structure: Structure, sequence: str) -> np.ndarray:
@@ -172,18 +258,73 @@ def align_to_sequence(structure: Structure, sequence: str) -> np.ndarray:
     return mapping
 
 
-def distance_map(structure: Structure) -> np.ndarray:
+# ESM's virtual Cβ (its contact-prediction example's `contacts_from_pdb`, after trRosetta), internal coordinates:
+VIRTUAL_CB_BOND = 1.522  # Å, Cα–Cβ
+VIRTUAL_CB_ANGLE = 1.927  # rad, N–Cα–Cβ
+VIRTUAL_CB_DIHEDRAL = -2.143  # rad, C–N–Cα–Cβ
+
+
+def virtual_cb(backbone: np.ndarray) -> np.ndarray:
+    """[residue 3] virtual Cβ from [residue 3 3] N, Cα, C; NaN where an atom is missing.
+
+    Cβ is placed from Cα at bond length 1.522 Å, bond angle N–Cα–Cβ 1.927 rad and dihedral C–N–Cα–Cβ −2.143 rad
+    (ESM's evaluation, trRosetta's convention): in the frame u = unit(N − Cα), w = unit((N − C) × u), v = w × u,
+    Cβ = Cα + r·(cos θ·u + sin θ·cos φ·v − sin θ·sin φ·w).
+    """
+    n, ca, c = backbone[:, 0], backbone[:, 1], backbone[:, 2]  # [residue 3] each
+    with np.errstate(invalid="ignore", divide="ignore"):
+        u = (n - ca) / np.linalg.norm(n - ca, axis=-1, keepdims=True)
+        w = np.cross(n - c, u)
+        w = w / np.linalg.norm(w, axis=-1, keepdims=True)
+    v = np.cross(w, u)
+    r, theta, phi = VIRTUAL_CB_BOND, VIRTUAL_CB_ANGLE, VIRTUAL_CB_DIHEDRAL
+    return ca + r * (np.cos(theta) * u + np.sin(theta) * np.cos(phi) * v - np.sin(theta) * np.sin(phi) * w)
+
+
+def cb_coordinates(structure: Structure, cb: CbMode = DEFAULT_CB) -> np.ndarray:
+    """[residue 3] the Cβ used for contacts under convention `cb` ("virtual" or "real")."""
+    if cb == "real":
+        return structure.coords
+    if cb == "virtual":
+        if structure.backbone is None:
+            raise ProbeError("this structure was built without backbone atoms: use cb='real'")
+        return virtual_cb(structure.backbone)
+    raise ProbeError(f"unknown Cβ convention {cb!r}: use one of {', '.join(CB_MODES)}")
+
+
+def distance_map(structure: Structure, cb: CbMode = DEFAULT_CB) -> np.ndarray:
     """[residue residue] float64 Cβ–Cβ distances in Å (NaN where a residue has no coordinates)."""
-    delta = structure.coords[:, None, :] - structure.coords[None, :, :]  # [residue residue 3]
+    coords = cb_coordinates(structure, cb)
+    delta = coords[:, None, :] - coords[None, :, :]  # [residue residue 3]
     return np.sqrt((delta**2).sum(-1))  # [residue residue]
 
 
-def contact_map(structure: Structure, threshold: float = CONTACT_THRESHOLD, sequence: str | None = None) -> np.ndarray:
+def check_threshold(threshold: float, what: str = "--threshold") -> float:
+    """A finite, positive distance in Å below 100 (one-line error otherwise: nan, inf, 0, negative)."""
+    try:
+        value = float(threshold)
+    except (TypeError, ValueError):
+        raise ProbeError(f"{what} {threshold!r} must be a number of Å") from None
+    if not np.isfinite(value) or not 0 < value <= 100:
+        raise ProbeError(f"{what} {threshold} must be a finite distance in Å above 0 and at most 100")
+    return value
+
+
+def _aligned(values: np.ndarray, mapping: np.ndarray, fill) -> np.ndarray:
+    """Per-residue values placed on the sequence positions of `mapping` ([L] structure index or -1)."""
+    result = np.full(len(mapping), fill, dtype=values.dtype)
+    result[mapping >= 0] = values[mapping[mapping >= 0]]
+    return result
+
+
+def contact_map(structure: Structure, threshold: float = CONTACT_THRESHOLD, sequence: str | None = None,
+                cb: CbMode = DEFAULT_CB) -> np.ndarray:
     """[L L] int8 true contacts: 1 (distance < threshold), 0, or -1 (unknown: no coordinates / not in the structure).
 
     L is the structure's residue count, or len(sequence) when a sequence is given (residues aligned to it).
     """
-    distances = distance_map(structure)  # [residue residue]
+    threshold = check_threshold(threshold, "threshold")
+    distances = distance_map(structure, cb)  # [residue residue]
     known = np.isfinite(distances)
     own = np.where(known, distances < threshold, False).astype(np.int8)
     own[~known] = -1
@@ -195,3 +336,24 @@ def contact_map(structure: Structure, threshold: float = CONTACT_THRESHOLD, sequ
     index = mapping[aligned]
     result[np.ix_(aligned, aligned)] = own[np.ix_(index, index)]
     return result
+
+
+def binding_sites(structure: Structure, distance: float = BINDING_DISTANCE, sequence: str | None = None) -> np.ndarray:
+    """[L] int8: 1 where a residue has a heavy atom within `distance` Å of a ligand heavy atom, 0 where not, -1 where
+    the sequence position has no structure residue (with `sequence`)."""
+    distance = check_threshold(distance, "binding distance")
+    if structure.ligand_distance is None:
+        raise ProbeError("this structure was built without ligand distances; read it with read_structure")
+    own = (structure.ligand_distance <= distance).astype(np.int8)
+    if sequence is None:
+        return own
+    return _aligned(own, align_to_sequence(structure, sequence), np.int8(-1))
+
+
+def secondary_structure(structure: Structure, sequence: str | None = None) -> np.ndarray:
+    """[L] str: "a" helix, "b" strand, "c" coil (P-SEA), "" where unknown."""
+    own = structure.secondary if structure.secondary is not None else np.full(len(structure), "", dtype=str)
+    own = np.asarray(own).astype("<U1")
+    if sequence is None:
+        return own
+    return _aligned(own, align_to_sequence(structure, sequence), "")

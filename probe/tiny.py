@@ -12,10 +12,14 @@ from typing import Literal
 
 import torch
 
-TinyArch = Literal["gpt2", "esm", "bert", "llama", "mistral"]
+TinyArch = Literal["gpt2", "esm", "bert", "llama", "mistral", "protbert", "prott5"]
 
 # ESM-2's vocabulary, in its checkpoint order.
 ESM_VOCAB = ["<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO", ".", "-", "<null_1>", "<mask>"]
+# ProtBert's (Rostlab/prot_bert) vocabulary, in its checkpoint order: residues are words, separated by spaces.
+PROTBERT_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"LAGVESIKRDTPNQFYMHCWXUBZO"]
+# ProtT5's residue pieces (SentencePiece, "▁" marks a word start) after its three special tokens.
+PROTT5_RESIDUES = "ALGVSREDTIPKFQNYMHWCXBOUZ"
 
 # A small English vocabulary so tiny text models tokenize ordinary sentences word by word.
 DEMO_WORDS = (
@@ -56,6 +60,30 @@ def esm_tokenizer(directory: str | Path):
     return EsmTokenizer(str(directory / "vocab.txt"))
 
 
+def protbert_tokenizer(directory: str | Path):
+    """A ProtBert-style tokenizer (`[CLS] M K T ... [SEP]`, residues separated by spaces, case kept)."""
+    from transformers import BertTokenizer
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vocab.txt").write_text("\n".join(PROTBERT_VOCAB) + "\n")
+    return BertTokenizer(str(directory / "vocab.txt"), do_lower_case=False)
+
+
+def prott5_tokenizer():
+    """A ProtT5-style tokenizer: word-level pieces "▁M" "▁K" ... for residues separated by spaces, then `</s>`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: index for index, token in enumerate(["<pad>", "</s>", "<unk>",
+                                                         *(f"▁{letter}" for letter in PROTT5_RESIDUES)])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>", eos_token="</s>")
+
+
 def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
     """A small config of each supported architecture (2 layers, 4 heads, width 32 unless overridden)."""
     import transformers
@@ -77,6 +105,18 @@ def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
                       intermediate_size=64, max_position_embeddings=128, pad_token_id=1)
         fields.update(overrides)
         return transformers.BertConfig(**fields)
+    if arch == "protbert":
+        fields = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=512, pad_token_id=0)
+        fields.update(overrides)
+        return transformers.BertConfig(**fields)
+    if arch == "prott5":
+        fields = dict(vocab_size=vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                      num_heads=4, relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                      pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, feed_forward_proj="relu",
+                      is_encoder_decoder=True)
+        fields.update(overrides)
+        return transformers.T5Config(**fields)
     if arch in ("llama", "mistral"):
         fields = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128, pad_token_id=1,
@@ -89,15 +129,21 @@ def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
     raise ValueError(f"unknown tiny architecture {arch!r}")
 
 
-def build_tiny(arch: TinyArch, seed: int = 0, **overrides):
-    """(model, tokenizer) with seeded random weights, on the sdpa kernel, in eval mode. Not saved anywhere."""
+def build_tiny(arch: TinyArch, seed: int = 0, sharpness: float = 1.0, **overrides):
+    """(model, tokenizer) with seeded random weights, on the sdpa kernel, in eval mode. Not saved anywhere.
+
+    `sharpness` s multiplies every query and key projection (BERT, ESM, T5, Llama-family; not GPT-2's fused c_attn),
+    so attention logits grow by s² and the otherwise near-uniform attention of a random model has peaks: what
+    measures with an attention threshold (Vig et al.'s θ = 0.3) need."""
     import tempfile
 
     import transformers
 
-    if arch == "esm":
+    if arch in ("esm", "protbert"):
         with tempfile.TemporaryDirectory() as scratch:
-            tokenizer = esm_tokenizer(scratch)
+            tokenizer = esm_tokenizer(scratch) if arch == "esm" else protbert_tokenizer(scratch)
+    elif arch == "prott5":
+        tokenizer = prott5_tokenizer()
     else:
         tokenizer = word_tokenizer(DEMO_WORDS, bos_token="<bos>" if arch in ("gpt2", "llama", "mistral") else None)
     config = tiny_config(arch, vocab_size=len(tokenizer), **overrides)
@@ -105,6 +151,8 @@ def build_tiny(arch: TinyArch, seed: int = 0, **overrides):
         "gpt2": transformers.GPT2LMHeadModel,
         "esm": transformers.EsmForMaskedLM,
         "bert": transformers.BertForMaskedLM,
+        "protbert": transformers.BertForMaskedLM,
+        "prott5": transformers.T5EncoderModel,
         "llama": transformers.LlamaForCausalLM,
         "mistral": transformers.MistralForCausalLM,
     }[arch]
@@ -115,13 +163,19 @@ def build_tiny(arch: TinyArch, seed: int = 0, **overrides):
         with torch.no_grad():
             model.esm.contact_head.regression.weight.normal_(0.0, 0.5)
             model.esm.contact_head.regression.bias.normal_(0.0, 0.5)
+    if sharpness != 1.0:
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if name.endswith(("query.weight", "query.bias", "key.weight", "key.bias", "q_proj.weight",
+                                  "k_proj.weight", ".q.weight", ".k.weight")):
+                    parameter.mul_(sharpness)
     return model, tokenizer
 
 
-def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, **overrides) -> Path:
+def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, sharpness: float = 1.0, **overrides) -> Path:
     """Build a tiny model of `arch` and save it (weights, config, tokenizer) to `directory`; returns the path."""
     directory = Path(directory)
-    model, tokenizer = build_tiny(arch, seed, **overrides)
+    model, tokenizer = build_tiny(arch, seed, sharpness, **overrides)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory

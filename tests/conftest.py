@@ -11,8 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared")
-STRUCTURES = os.path.abspath(os.path.join(SHARED, "data", "structures"))
+# Real PDB entries shipped with the tests (wwPDB, CC0; see tests/data/README.md).
+STRUCTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +34,7 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def structures_dir():
-    """../shared/data/structures, or a skip saying why."""
-    if not os.path.isdir(STRUCTURES):
-        pytest.skip(f"real PDB files not available: {STRUCTURES} is absent (it lives beside the repository)")
+    """tests/data: pdb1ubi.pdb, 1aki.pdb and pdb1ejg.pdb (real wwPDB files shipped with the repository)."""
     return STRUCTURES
 
 
@@ -70,12 +68,6 @@ def compact_synthetic_pdb(sequence: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def ubiquitin_structure(tmp_path_factory):
-    """pdb1ubi.pdb from ../shared where present; elsewhere a synthetic compact chain with ubiquitin's 76 residues,
-    so the structure code paths run everywhere."""
-    real = os.path.join(STRUCTURES, "pdb1ubi.pdb")
-    if os.path.exists(real):
-        return real
-    path = tmp_path_factory.mktemp("synthetic") / "pdb1ubi.pdb"
-    path.write_text(compact_synthetic_pdb(UBIQUITIN))
-    return str(path)
+def ubiquitin_structure():
+    """tests/data/pdb1ubi.pdb: ubiquitin (1UBI), chain A, 76 residues."""
+    return os.path.join(STRUCTURES, "pdb1ubi.pdb")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from transformers import EsmForMaskedLM
@@ -230,10 +231,10 @@ def test_per_head_statistics_hand_computed():
     assert spiky["p_at_L_long"] == pytest.approx(4 / min(30, long_pairs))
     assert spiky["p_at_L_short"] == 1.0 and spiky["p_at_L_medium"] == 0.0  # all / no pairs are contacts there
     # provis: head 0 has 6 weights >= 0.3 on pairs |i-j| >= 6, 4 on contacts; head 1 one weight, not a contact
-    assert spiky["provis_count"] == 6 and spiky["provis_share"] == pytest.approx(4 / 6)
-    assert table.loc["L0H1", "provis_count"] == 1 and table.loc["L0H1", "provis_share"] == 0.0
+    assert spiky["far_high_count"] == 6 and spiky["far_contact_share"] == pytest.approx(4 / 6)
+    assert table.loc["L0H1", "far_high_count"] == 1 and table.loc["L0H1", "far_contact_share"] == 0.0
     known = np.abs(np.subtract.outer(np.arange(30), np.arange(30))) >= 6
-    assert spiky["background"] == pytest.approx(true_map[known].sum() / known.sum())
+    assert spiky["far_background"] == pytest.approx(true_map[known].sum() / known.sum())
     # weights and logit shares: |w|·Σ|APC(sym α)| over pairs |i-j| >= 6, normalised over the heads
     residues = alpha[0, :, 1:-1, 1:-1]  # [head L L]
     mass = [abs(w) * float(apc(symmetrize(residues[h])).abs()[torch.as_tensor(known)].sum())
@@ -298,3 +299,49 @@ def test_non_esm_model_is_refused(tiny_dir):
     loaded = models.load(str(tiny_dir("gpt2")))
     with pytest.raises(ProbeError, match="ESM"):
         predict_contacts(loaded, "MKT")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Protein models without a contact regression (ProtBert-style BERT, ProtT5 encoder)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["protbert", "prott5"])
+def test_per_head_analysis_without_a_contact_regression(tiny_dir, arch):
+    loaded = models.load(str(tiny_dir(arch)))
+    assert not loaded.has_contact_head
+    sequence = SEQUENCES[0]
+    length = len(sequence)
+    true_map = (np.abs(np.subtract.outer(np.arange(length), np.arange(length))) % 7 == 0).astype(np.int8)
+    result = predict_contacts(loaded, sequence, true_map=true_map)
+    assert result.contacts is None and result.precision is None
+    assert len(result.heads) == loaded.n_layers * loaded.n_heads
+    assert result.heads["weight"].isna().all() and result.heads["logit_share"].isna().all()
+    # each head's precision is that of its own APC map, taken from eager attention over the residue tokens
+    eager = type(loaded.model).from_pretrained(str(tiny_dir(arch)), attn_implementation="eager").eval()
+    inputs = models.tokenize_protein(loaded, sequence)
+    with torch.no_grad():
+        attentions = eager(**inputs, output_attentions=True).attentions
+    start = loaded.residue_offset
+    for row in result.heads.itertuples():
+        alpha = attentions[row.layer][0, row.head, start:start + length, start:start + length]  # [L L]
+        expected = precision_by_range(apc(symmetrize(alpha)).numpy(), true_map)
+        assert row.p_at_L_long == pytest.approx(expected["p_at_L_long"], abs=1e-9)
+        assert row.p_at_L5_short == pytest.approx(expected["p_at_L5_short"], abs=1e-9)
+        np.testing.assert_allclose(head_attention_map(loaded, sequence, row.layer, row.head),
+                                   apc(symmetrize(alpha)).numpy(), atol=1e-5)
+    # without a true map the per-head table still comes (n_high counts), precision NaN
+    bare = predict_contacts(loaded, sequence)
+    assert bare.contacts is None and bare.heads["p_at_L_long"].isna().all()
+    with pytest.raises(ProbeError, match="contact regression"):
+        predict_contacts_windowed(loaded, sequence, window=10)
+
+
+def test_padded_batch_of_a_spaced_model_equals_one_by_one(tiny_dir):
+    loaded = models.load(str(tiny_dir("protbert", sharpness=17.0)))
+    maps = [(np.abs(np.subtract.outer(np.arange(len(s)), np.arange(len(s)))) % 5 == 0).astype(np.int8)
+            for s in SEQUENCES]
+    batch = predict_contacts_batch(loaded, SEQUENCES, maps)
+    for sequence, true_map, result in zip(SEQUENCES, maps, batch, strict=True):
+        alone = predict_contacts(loaded, sequence, true_map)
+        pd.testing.assert_frame_equal(result.heads, alone.heads, atol=1e-6)

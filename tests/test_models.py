@@ -10,14 +10,85 @@ from probe.errors import ProbeError
 
 
 @pytest.mark.parametrize(("arch", "kind"), [("gpt2", "causal_lm"), ("bert", "masked_lm"), ("esm", "protein_mlm"),
-                                            ("llama", "causal_lm")])
+                                            ("llama", "causal_lm"), ("protbert", "protein_mlm"),
+                                            ("prott5", "protein_mlm")])
 def test_load_local_directory(tiny_dir, arch, kind):
     loaded = models.load(str(tiny_dir(arch)))
     assert loaded.kind == kind
+    assert isinstance(loaded.kind, models.ModelKind) and loaded.kind is models.ModelKind(kind)
+    assert f"{loaded.kind}" == kind and str(loaded.kind) == kind
     assert not loaded.model.training
     assert loaded.model.config._attn_implementation == "sdpa"
     assert loaded.n_layers == 2 and loaded.n_heads == 4
     assert loaded.revision.startswith("sha256:")
+
+
+@pytest.mark.parametrize(("arch", "style", "contact_head", "tokens"), [
+    ("esm", "letters", True, ["<cls>", *"MKTAYIAK", "<eos>"]),
+    ("protbert", "spaced", False, ["[CLS]", *"MKTAYIAK", "[SEP]"]),
+    ("prott5", "spaced", False, [f"▁{letter}" for letter in "MKTAYIAK"] + ["</s>"]),
+])
+def test_protein_conventions(tiny_dir, arch, style, contact_head, tokens):
+    loaded = models.load(str(tiny_dir(arch)))
+    assert loaded.residue_format == style and loaded.has_contact_head is contact_head
+    ids = models.tokenize_protein(loaded, "mkta yiak")["input_ids"][0].tolist()
+    assert loaded.tokenizer.convert_ids_to_tokens(ids) == tokens
+    assert loaded.residue_offset == (0 if arch == "prott5" else 1)
+    assert models.model_card(loaded)["kind"] == "protein_mlm"
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bert", "llama"])
+def test_text_models_have_no_residue_format(tiny_dir, arch):
+    loaded = models.load(str(tiny_dir(arch)))
+    assert loaded.residue_format is None and not loaded.has_contact_head
+    assert models.residue_format(loaded.tokenizer) is None
+
+
+def test_a_character_vocabulary_of_capitals_and_digits_is_not_protein():
+    from probe.tiny import word_tokenizer
+
+    tokenizer = word_tokenizer([*"ABCDEFGHIJKLMNOPQRSTUVWXYZ", *"0123456789"])
+    assert models.residue_format(tokenizer) is None
+    assert models.residue_format(word_tokenizer(list("ACDEFGHIKLMNPQRSTVWYXBUZO"))) == "spaced"
+
+
+def test_spaced_letters_are_refused_where_the_vocabulary_lacks_them(tiny_dir):
+    loaded = models.load(str(tiny_dir("prott5")))
+    with pytest.raises(ProbeError, match=r"'J' at 2"):
+        models.tokenize_protein(loaded, "MJK")
+
+
+def test_require_protein_names_the_kind(tiny_dir):
+    with pytest.raises(ProbeError, match="is a masked_lm model: contacts needs a protein language model"):
+        models.require_protein(models.load(str(tiny_dir("bert"))), "contacts")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_corrupt_weights_are_one_line_errors(tiny_dir, tmp_path, damage):
+    import shutil
+
+    directory = tmp_path / "model"
+    shutil.copytree(tiny_dir("protbert"), directory)
+    weights = directory / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"not a safetensors file" * 4,
+                         "empty": b""}[damage])
+    with pytest.raises(ProbeError, match="cannot load the weights") as info:
+        models.load(str(directory))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("device", "message"), [("meta", "meta holds no weights"),
+                                                 ("mps", "no Apple GPU"), ("xla", "not supported"),
+                                                 ("cuda:7", "cuda")])
+def test_devices_this_machine_lacks(tiny_dir, device, message):
+    if device == "mps" and torch.backends.mps.is_available():
+        pytest.skip("this machine has an Apple GPU")
+    if device == "cuda:7" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has 8 CUDA devices")
+    with pytest.raises(ProbeError, match=message) as info:
+        models.load(str(tiny_dir("gpt2")), device=device)
+    assert "\n" not in str(info.value)
 
 
 def test_revision_is_a_content_hash(tiny_dir):

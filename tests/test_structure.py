@@ -61,12 +61,12 @@ SEQ = "MKVLAGSEQKFT"
 def test_line_of_residues_exact_distances(tmp_path):
     structure = read_structure(write(tmp_path, "line.pdb", line_chain(SEQ)))
     assert structure.sequence == SEQ and structure.chain == "A"
-    true_map = contact_map(structure)
+    true_map = contact_map(structure, cb="real")
     # spacing 4 Å: neighbours at 4 Å are contacts, residues two apart at exactly 8.0 Å are not (strictly below 8)
     np.testing.assert_array_equal(true_map, expected_line_map(len(SEQ)))
     assert true_map[0, 2] == 0 and true_map[0, 1] == 1
     # a larger threshold includes the 8 Å pairs
-    np.testing.assert_array_equal(contact_map(structure, threshold=8.5), expected_line_map(len(SEQ), threshold=8.5))
+    np.testing.assert_array_equal(contact_map(structure, cb="real", threshold=8.5), expected_line_map(len(SEQ), threshold=8.5))
 
 
 def test_cbeta_used_and_calpha_for_glycine(tmp_path):
@@ -74,7 +74,7 @@ def test_cbeta_used_and_calpha_for_glycine(tmp_path):
     lines = line_chain("MG", spacing=7.0)
     structure = read_structure(write(tmp_path, "cb.pdb", lines))
     np.testing.assert_allclose(structure.coords, [[0, 0, 0], [7, 0, 0]])
-    assert contact_map(structure, threshold=7.01)[0, 1] == 1 and contact_map(structure, threshold=7.0)[0, 1] == 0
+    assert contact_map(structure, cb="real", threshold=7.01)[0, 1] == 1 and contact_map(structure, cb="real", threshold=7.0)[0, 1] == 0
 
 
 def test_mmcif_gives_the_same_map(tmp_path):
@@ -90,18 +90,18 @@ def test_mmcif_gives_the_same_map(tmp_path):
     cif.write(str(cif_path))
     structure = read_structure(str(cif_path))
     assert structure.sequence == SEQ
-    np.testing.assert_array_equal(contact_map(structure), expected_line_map(len(SEQ)))
+    np.testing.assert_array_equal(contact_map(structure, cb="real"), expected_line_map(len(SEQ)))
     from_bytes = read_structure(cif_path.read_bytes())  # format sniffed from the content
-    np.testing.assert_array_equal(contact_map(from_bytes), expected_line_map(len(SEQ)))
+    np.testing.assert_array_equal(contact_map(from_bytes, cb="real"), expected_line_map(len(SEQ)))
 
 
 def test_numbering_starting_at_5_and_sequence_alignment(tmp_path):
     structure = read_structure(write(tmp_path, "from5.pdb", line_chain(SEQ, first_id=5)))
     assert structure.residue_ids[0] == 5 and structure.sequence == SEQ
-    np.testing.assert_array_equal(contact_map(structure, sequence=SEQ), expected_line_map(len(SEQ)))
+    np.testing.assert_array_equal(contact_map(structure, cb="real", sequence=SEQ), expected_line_map(len(SEQ)))
     # the full construct has 4 residues before the structure's first: they are unknown, the rest is not shifted
     construct = "GSHM" + SEQ
-    aligned = contact_map(structure, sequence=construct)
+    aligned = contact_map(structure, cb="real", sequence=construct)
     assert aligned.shape == (len(construct), len(construct))
     assert (aligned[:4] == -1).all() and (aligned[:, :4] == -1).all()
     np.testing.assert_array_equal(aligned[4:, 4:], expected_line_map(len(SEQ)))
@@ -112,7 +112,7 @@ def test_missing_residue_does_not_shift_the_map(tmp_path):
     structure = read_structure(write(tmp_path, "gap.pdb", line_chain(SEQ, skip=(5,))))
     assert structure.sequence == SEQ[:5] + SEQ[6:]
     np.testing.assert_array_equal(align_to_sequence(structure, SEQ), [0, 1, 2, 3, 4, -1, 5, 6, 7, 8, 9, 10])
-    aligned = contact_map(structure, sequence=SEQ)
+    aligned = contact_map(structure, cb="real", sequence=SEQ)
     expected = expected_line_map(len(SEQ))  # positions keep their true coordinates (x = 4·index)
     expected[5, :] = expected[:, 5] = -1
     np.testing.assert_array_equal(aligned, expected)
@@ -123,7 +123,7 @@ def test_first_model_of_an_nmr_ensemble(tmp_path):
     model_2 = line_chain(SEQ, spacing=2.0)  # all residues within 8 Å of each other up to 3 apart
     lines = ["MODEL        1", *model_1, "ENDMDL", "MODEL        2", *model_2, "ENDMDL"]
     structure = read_structure(write(tmp_path, "nmr.pdb", lines))
-    np.testing.assert_array_equal(contact_map(structure), expected_line_map(len(SEQ)))
+    np.testing.assert_array_equal(contact_map(structure, cb="real"), expected_line_map(len(SEQ)))
 
 
 def test_first_alternate_location_and_microheterogeneity(tmp_path):
@@ -140,7 +140,7 @@ def test_first_alternate_location_and_microheterogeneity(tmp_path):
     structure = read_structure(write(tmp_path, "alt.pdb", lines))
     assert structure.sequence == "MKVP"
     np.testing.assert_allclose(structure.coords[2:], [[8.0, 0.0, 0.0], [12.0, 0.0, 0.0]])
-    np.testing.assert_array_equal(contact_map(structure), expected_line_map(4))
+    np.testing.assert_array_equal(contact_map(structure, cb="real"), expected_line_map(4))
 
 
 def test_waters_ligands_and_hydrogens_ignored_chain_choice(tmp_path):
@@ -152,7 +152,7 @@ def test_waters_ligands_and_hydrogens_ignored_chain_choice(tmp_path):
     assert first.chain == "B" and first.chains == ("B", "A") and first.sequence == "MKVL"
     chosen = read_structure(path, chain="A")
     assert chosen.sequence == SEQ  # the NAG ligand of chain A is not a residue
-    np.testing.assert_array_equal(contact_map(chosen), expected_line_map(len(SEQ)))
+    np.testing.assert_array_equal(contact_map(chosen, cb="real"), expected_line_map(len(SEQ)))
     with pytest.raises(ProbeError, match="no protein chain 'C'.*B, A"):
         read_structure(path, chain="C")
     with pytest.raises(ProbeError, match="no protein chain"):
@@ -162,7 +162,7 @@ def test_waters_ligands_and_hydrogens_ignored_chain_choice(tmp_path):
 def test_mismatching_sequence_and_bad_files(tmp_path):
     structure = read_structure(write(tmp_path, "line.pdb", line_chain(SEQ)))
     with pytest.raises(ProbeError, match="matches only"):
-        contact_map(structure, sequence="WWWWWWWWWWWW")
+        contact_map(structure, cb="real", sequence="WWWWWWWWWWWW")
     with pytest.raises(ProbeError, match="does not exist"):
         read_structure(str(tmp_path / "absent.pdb"))
     with pytest.raises(ProbeError, match="format"):
@@ -209,7 +209,7 @@ def test_real_structures(structures_dir, name):
     expected_coords = _representative_atoms_by_columns(path, structure.chain)
     np.testing.assert_allclose(structure.coords, expected_coords, atol=1e-3)
     distances = np.linalg.norm(expected_coords[:, None] - expected_coords[None], axis=-1)
-    true_map = contact_map(structure, sequence=sequence)
+    true_map = contact_map(structure, cb="real", sequence=sequence)
     np.testing.assert_array_equal(true_map, (distances < 8.0).astype(np.int8))
     assert (true_map == true_map.T).all() and (np.diag(true_map) == 1).all()
     separation = np.abs(np.subtract.outer(np.arange(len(sequence)), np.arange(len(sequence))))
@@ -225,7 +225,147 @@ def test_1ejg_alternate_locations(structures_dir):
 
 def test_real_structure_aligned_to_a_longer_construct(structures_dir):
     structure = read_structure(os.path.join(structures_dir, "pdb1ubi.pdb"), chain="A")
-    own = contact_map(structure)
-    aligned = contact_map(structure, sequence="MGSSHHHHHH" + structure.sequence)
+    own = contact_map(structure, cb="real")
+    aligned = contact_map(structure, cb="real", sequence="MGSSHHHHHH" + structure.sequence)
     np.testing.assert_array_equal(aligned[10:, 10:], own)
     assert (aligned[:10] == -1).all()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Alternate locations by occupancy, virtual Cβ, binding sites, secondary structure, thresholds
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_alternate_location_with_the_highest_occupancy_wins(tmp_path):
+    # residue 2 (Val) has CB in altlocs A and B at 0.2 each (on the axis / 30 Å away) and C at 0.6 (20 Å away)
+    lines = [line for line in line_chain("MKV") if not (line[17:20] == "VAL" and line[12:16] == " CB ")]
+    lines.append(atom_line(90, "CB", "VAL", "A", 3, (8.0, 0.0, 0.0), "C", altloc="A", occupancy=0.2))
+    lines.append(atom_line(91, "CB", "VAL", "A", 3, (8.0, 30.0, 0.0), "C", altloc="B", occupancy=0.2))
+    lines.append(atom_line(92, "CB", "VAL", "A", 3, (8.0, 20.0, 0.0), "C", altloc="C", occupancy=0.6))
+    structure = read_structure(write(tmp_path, "alt3.pdb", lines))
+    np.testing.assert_allclose(structure.coords[2], [8.0, 20.0, 0.0])
+    assert contact_map(structure, cb="real")[1, 2] == 0  # K's CB at x=4 is 20.4 Å from the chosen CB
+
+
+def test_highest_occupancy_uses_the_mean_over_the_altlocs_atoms():
+    from probe.structure import highest_occupancy_altloc
+
+    # one residue: A covers 3 atoms at 0.4 (sum 1.2), B one atom at 0.6 (sum 0.6): B has the higher occupancy
+    altloc = np.array([" ", "A", "A", "A", "B"])
+    keep = highest_occupancy_altloc(["A"] * 5, [1] * 5, [""] * 5, altloc, np.array([1.0, 0.4, 0.4, 0.4, 0.6]))
+    assert keep.tolist() == [True, False, False, False, True]
+    tie = highest_occupancy_altloc(["A"] * 3, [1] * 3, [""] * 3, np.array(["B", "A", " "]), np.array([.5, .5, 1.]))
+    assert tie.tolist() == [True, False, True]  # a tie goes to the altloc met first in the file
+
+
+def _esm_contacts_from_pdb(path: str, chain: str, threshold: float = 8.0) -> np.ndarray:
+    """Independent reimplementation of ESM's evaluation convention (the contact-prediction example's
+    `contacts_from_pdb`): a virtual Cβ placed from C, N, Cα by bond length 1.522 Å, angle 1.927 rad and dihedral
+    -2.143 rad (the `extend` construction), backbone atoms read from the fixed PDB columns (first altloc)."""
+    backbone: dict[tuple, dict[str, np.ndarray]] = {}
+    with open(path) as handle:
+        for line in handle:
+            if line.startswith("ENDMDL"):
+                break
+            if line.startswith("ATOM") and line[21] == chain and line[16] in " A" and line[12:16].strip() in (
+                    "N", "CA", "C"):
+                backbone.setdefault((int(line[22:26]), line[26]), {})[line[12:16].strip()] = np.array(
+                    [float(line[30:38]), float(line[38:46]), float(line[46:54])])
+    n, ca, c = (np.array([atoms[name] for atoms in backbone.values()]) for name in ("N", "CA", "C"))
+
+    def extend(a, b, c, length, angle, dihedral):
+        def normalize(x):
+            return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+        bc = normalize(b - c)
+        normal = normalize(np.cross(b - a, bc))
+        frame = [bc, np.cross(normal, bc), normal]
+        step = [length * np.cos(angle), length * np.sin(angle) * np.cos(dihedral),
+                -length * np.sin(angle) * np.sin(dihedral)]
+        return c + sum(axis * size for axis, size in zip(frame, step, strict=True))
+
+    cbeta = extend(c, n, ca, 1.522, 1.927, -2.143)
+    distances = np.linalg.norm(cbeta[:, None] - cbeta[None], axis=-1)
+    return (distances < threshold).astype(np.int8)
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_virtual_cbeta_matches_esm_convention(structures_dir, name):
+    path = os.path.join(structures_dir, name)
+    structure = read_structure(path, chain=REAL[name][0])
+    expected = _esm_contacts_from_pdb(path, structure.chain)
+    ours = contact_map(structure)  # the default is the virtual Cβ
+    np.testing.assert_array_equal(ours, contact_map(structure, cb="virtual"))
+    separation = np.abs(np.subtract.outer(np.arange(len(structure)), np.arange(len(structure))))
+    for low, high in ((6, 11), (12, 23), (24, 10**6)):
+        in_range = (separation >= low) & (separation <= high)
+        assert int((ours[in_range] == 1).sum()) == int((expected[in_range] == 1).sum())
+    np.testing.assert_array_equal(ours, expected)
+
+
+def test_virtual_and_real_cbeta_differ_on_lysozyme(structures_dir):
+    structure = read_structure(os.path.join(structures_dir, "1aki.pdb"))
+    separation = np.abs(np.subtract.outer(np.arange(len(structure)), np.arange(len(structure))))
+    long_range = {cb: int(np.triu((contact_map(structure, cb=cb) == 1) & (separation >= 24)).sum())
+                  for cb in ("real", "virtual")}
+    assert long_range == {"real": 128, "virtual": 134}  # (trRosetta's closed-form virtual Cβ would give 132)
+
+
+def test_virtual_cbeta_geometry_and_missing_backbone(tmp_path):
+    from probe.structure import virtual_cb
+
+    # an ideal backbone: N, CA, C with 1.458 / 1.525 Å bonds and a 111° angle
+    angle = np.deg2rad(111.0)
+    n = np.array([1.458, 0.0, 0.0])
+    c = 1.525 * np.array([np.cos(angle), np.sin(angle), 0.0])
+    cb = virtual_cb(np.array([[n, np.zeros(3), c]]))[0]
+    assert 1.50 < np.linalg.norm(cb) < 1.56  # a Cα–Cβ bond
+    assert abs(cb[2]) > 0.8  # out of the N–Cα–C plane
+    lines = [line for line in line_chain("MKVL") if not (line[17:20] == "VAL" and line[12:16] == " N  ")]
+    structure = read_structure(write(tmp_path, "noN.pdb", lines))
+    virtual = contact_map(structure)
+    assert (virtual[2] == -1).all() and (virtual[:, 2] == -1).all() and virtual[0, 1] in (0, 1)
+    assert (contact_map(structure, cb="real")[2] >= 0).all()  # the deposited CB is there
+
+
+def test_binding_sites_within_the_stated_distance_of_a_ligand(tmp_path):
+    from probe.structure import binding_sites
+
+    lines = line_chain(SEQ)
+    # a two-atom ligand 3.5 Å above residue 3's CB (x = 12) and a water 1 Å from residue 8's CB: only 3 binds
+    lines.append(atom_line(800, "C1", "LIG", "B", 1, (12.0, 0.0, 3.5), "C", record="HETATM"))
+    lines.append(atom_line(801, "O1", "LIG", "B", 1, (12.0, 0.0, 4.9), "O", record="HETATM"))
+    lines.append(atom_line(802, "H1", "LIG", "B", 1, (16.0, 0.0, 0.5), "H", record="HETATM"))  # hydrogens ignored
+    lines.append(atom_line(803, "O", "HOH", "W", 1, (32.0, 0.0, 1.0), "O", record="HETATM"))
+    structure = read_structure(write(tmp_path, "ligand.pdb", lines))
+    assert structure.ligands == ("LIG",)
+    # distances from each residue's nearest heavy atom: residue 3's CB is 3.5 Å away; its N and CA are farther;
+    # residues 2 and 4 sit 4 Å along x, so their CB is sqrt(16 + 12.25) = 5.3 Å away, C of residue 2 at x = 9 is
+    # sqrt(9 + 9 + 12.25) = 5.5 Å away
+    assert structure.ligand_distance[3] == pytest.approx(3.5)
+    assert binding_sites(structure).tolist() == [0, 0, 0, 1] + [0] * (len(SEQ) - 4)
+    assert binding_sites(structure, distance=5.4).tolist() == [0, 0, 1, 1, 1] + [0] * (len(SEQ) - 5)
+    aligned = binding_sites(structure, sequence="GS" + SEQ)
+    assert aligned.tolist() == [-1, -1, 0, 0, 0, 1] + [0] * (len(SEQ) - 4)
+    assert binding_sites(read_structure(os.path.join(os.path.dirname(__file__), "data", "pdb1ubi.pdb"))).sum() == 0
+
+
+def test_secondary_structure_of_real_files(structures_dir):
+    from probe.structure import secondary_structure
+
+    lysozyme = read_structure(os.path.join(structures_dir, "1aki.pdb"))
+    states = "".join(secondary_structure(lysozyme))
+    assert set(states) <= {"a", "b", "c"} and len(states) == 129
+    assert states[4:15] == "a" * 11  # helix A of hen lysozyme, residues 5-15
+    ubiquitin = read_structure(os.path.join(structures_dir, "pdb1ubi.pdb"))
+    ss = "".join(secondary_structure(ubiquitin))
+    assert ss[22:33] == "a" * 11 and "bbbb" in ss[1:7]  # its α-helix 23-33 and the β-hairpin's first strand
+    aligned = secondary_structure(ubiquitin, sequence="GS" + ubiquitin.sequence)
+    assert aligned[:2].tolist() == ["", ""] and "".join(aligned[2:]) == ss
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), float("inf"), -1.0, 0.0, 1e9])
+def test_non_finite_or_out_of_range_thresholds(tmp_path, threshold):
+    structure = read_structure(write(tmp_path, "line.pdb", line_chain(SEQ)))
+    with pytest.raises(ProbeError, match="finite distance"):
+        contact_map(structure, threshold=threshold)

@@ -1,214 +1,344 @@
-"""`probe contacts`: ESM contact maps streamed head by head, scored against a structure when one is given.
+"""`probe contacts`: per-head contact analysis of any protein language model, and ESM's predicted contacts.
 
-    probe contacts --model M (--sequence S | --fasta F | --structure X) [--structure X] [--chain C]
-                   [--out F.npz] [--heads-out F.parquet] [--window N] [--threshold 8.0]
+    probe contacts --model M (--sequence S | --fasta F | --structure X | --structures DIR_OR_LIST)
+                   [--structure X] [--chain C] [--chains A,B] [--cb virtual|real] [--threshold 8.0]
+                   [--min-attention 0.3] [--min-count 100] [--binding-distance 4.0] [--window N]
+                   [--out F.npz] [--heads-out F.parquet] [--chains-out F.parquet] [--heads-summary F.parquet]
+                   [--force] [--ray [auto|HOST:PORT]] [--ray-workers N]
 
 With --structure alone the sequence is the chain's observed residues; with a sequence or FASTA as well, every record
-is aligned to the chain (so a construct with tags or missing residues still scores the right pairs). A FASTA file
-with several records is processed record by record with a progress bar. The npz layout (record i = 0, 1, ...):
+is aligned to the chain (so a construct with tags or missing residues still scores the right pairs). --structures
+runs every protein chain (or the --chains given) of every file of a folder or a list file. Every record or chain is
+a unit, persisted as it finishes in a journal beside the first output file (`.NAME.parts/`): a run that is killed
+(Ctrl-C, SIGKILL, out of memory) loses at most the unit in flight, and a rerun of the same command computes only the
+rest. A unit is reused only when everything that determines it is the same (model revision, sequence, structure
+file hash, chain, threshold, Cβ convention, window, θ, binding distance); --force recomputes all. Units run in this
+process, or with --ray on Ray workers (probe.units.run_contact_units, the same unit function
+probe.contact_sets.analyse_unit).
 
-    ids [R] str, sequences [R] str, lengths [R] int, model str, threshold float,
+The npz layout (record i = 0, 1, ...):
+
+    ids [R] str, sequences [R] str, lengths [R] int, model str, threshold float, cb str,
     ranges ["short" "medium" "long"], fractions ["L" "L/2" "L/5"],
-    contacts_{i} [L_i L_i] float32,
+    contacts_{i} [L_i L_i] float32                                    -- models with a contact regression (ESM),
     true_contacts_{i} [L_i L_i] int8 (1 contact, 0 not, -1 unknown)  -- with a structure,
-    precision_{i} [range fraction] float64                            -- with a structure.
+    precision_{i} [range fraction] float64                            -- both.
 
-The parquet (--heads-out) holds one row per record × layer × head: ``record, id`` and the columns of
-:mod:`probe.contacts`' per-head table.
+--heads-out: one row per record × layer × head (``record, id`` and :mod:`probe.contacts`' per-head columns);
+--chains-out: one row per record (:func:`probe.contact_sets.chain_table`); --heads-summary: one row per head over
+the whole set (:data:`probe.contact_sets.HEAD_SUMMARY_COLUMNS`, read it with
+:func:`probe.contact_sets.read_heads_summary`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from probe import models
+from probe import contact_sets, models
 from probe.commands.common import add_model_options, output_path, write_atomically
-from probe.contacts import FRACTIONS, RANGES, ContactResult, predict_contacts, predict_contacts_windowed
+from probe.contact_sets import ContactOptions, UnitOutcome, UnitSpec
+from probe.contacts import FRACTIONS, RANGES
+from probe.distributed import add_ray_options, ray_options
 from probe.errors import ProbeError
-from probe.structure import CONTACT_THRESHOLD, contact_map, read_structure
+from probe.features import MIN_ATTENTION, MIN_COUNT
+from probe.structure import BINDING_DISTANCE, CB_MODES, CONTACT_THRESHOLD, DEFAULT_CB, check_threshold
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "contacts", help="ESM contact prediction, per-head contact precision against a structure",
-        description="Predict residue contacts with an ESM model's own contact head, streamed head by head; with a "
-                    "structure, report precision at L, L/2, L/5 by range for the prediction and every head.",
+        "contacts", help="per-head contact analysis of protein models; ESM's predicted contacts",
+        description="Analyse every attention head of a protein language model against structures (precision at "
+                    "L, L/2, L/5 by range; Vig et al.'s feature shares for contacts, binding sites and secondary "
+                    "structure), and predict contacts with an ESM checkpoint's own contact regression.",
     )
     add_model_options(parser)
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--sequence", help="one protein sequence (lowercase accepted)")
-    source.add_argument("--fasta", help="FASTA file; several records are processed as a batch")
+    source.add_argument("--fasta", help="FASTA file; several records are processed one by one")
+    source.add_argument("--structures", metavar="DIR_OR_LIST",
+                        help="a folder of PDB/mmCIF files, or a text file listing one per line: every protein chain")
     parser.add_argument("--structure", help="PDB or mmCIF file: true contacts (and the sequence when none is given)")
     parser.add_argument("--chain", help="chain id in --structure (default: the first protein chain)")
+    parser.add_argument("--chains", help="with --structures: only these chain ids, e.g. A or A,B (default: all)")
+    parser.add_argument("--cb", choices=CB_MODES, default=DEFAULT_CB,
+                        help="Cβ for contacts: virtual (from N, Cα, C, as ESM's evaluation; default) or real "
+                             "(the deposited Cβ, Cα for glycine)")
     parser.add_argument("--threshold", type=float, default=CONTACT_THRESHOLD,
-                        help="contact distance in Å between Cβ atoms (Cα for glycine); default 8")
+                        help="contact distance in Å between Cβ atoms; default 8")
+    parser.add_argument("--min-attention", type=float, default=MIN_ATTENTION,
+                        help="θ of Vig et al.'s feature shares: attention weights ≥ θ are counted; default 0.3")
+    parser.add_argument("--min-count", type=int, default=MIN_COUNT,
+                        help="heads with fewer weights ≥ θ get no feature share (NaN); default 100")
+    parser.add_argument("--binding-distance", type=float, default=BINDING_DISTANCE,
+                        help="a binding site is a residue with a heavy atom within this many Å of a ligand; default 4")
     parser.add_argument("--window", type=int, default=None,
-                        help="crop-and-average mode for sequences longer than the model takes: windows of N residues, "
-                             "N/2 apart, probabilities averaged where windows overlap")
+                        help="crop-and-average mode for sequences longer than the model takes (ESM): windows of N "
+                             "residues, N/2 apart, probabilities averaged where windows overlap")
     parser.add_argument("--out", help="output .npz with the contact maps")
-    parser.add_argument("--heads-out", help="output .parquet with per-head statistics")
+    parser.add_argument("--heads-out", help="output .parquet with per-head statistics of every record")
+    parser.add_argument("--chains-out", help="output .parquet with one row per record or chain")
+    parser.add_argument("--heads-summary", help="output .parquet with one row per head over the whole set")
     parser.add_argument("--force", action="store_true",
-                        help="recompute every record even if --out already holds some of them")
+                        help="recompute every record even if an earlier run finished some of them")
+    add_ray_options(parser)
     return parser
 
 
-def read_fasta(path: str) -> list[tuple[str, str]]:
-    """[(id, sequence)] of a FASTA file; one-line errors for a missing, empty or malformed file."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ProbeError(f"FASTA file {path} does not exist")
-    records: list[tuple[str, list[str]]] = []
-    for number, line in enumerate(file.read_text().splitlines(), start=1):
-        line = line.strip()
-        if not line or line.startswith(";"):
-            continue
-        if line.startswith(">"):
-            records.append((line[1:].split()[0] if line[1:].split() else f"record{len(records) + 1}", []))
-        elif not records:
-            raise ProbeError(f"{path} line {number}: sequence before the first '>' header; is this a FASTA file?")
-        else:
-            records[-1][1].append(line)
-    if not records:
-        raise ProbeError(f"{path} holds no FASTA records")
-    result = []
-    for name, lines in records:
-        if not "".join(lines):
-            raise ProbeError(f"{path}: record {name} has an empty sequence")
-        result.append((name, "".join(lines)))
-    return result
-
-
 def _records(args: argparse.Namespace) -> list[tuple[str, str]]:
+    from probe.fasta import read_fasta
+
     if args.sequence is not None:
-        raw = [("sequence", args.sequence)]
-    elif args.fasta is not None:
-        raw = read_fasta(args.fasta)
-    else:
-        return []
-    cleaned = []
-    for name, sequence in raw:
+        return [("sequence", args.sequence)]
+    if args.fasta is not None:
+        return read_fasta(args.fasta)
+    return []
+
+
+def _options(args: argparse.Namespace, per_head: bool) -> ContactOptions:
+    check_threshold(args.threshold, "--threshold")
+    check_threshold(args.binding_distance, "--binding-distance")
+    if not (math.isfinite(args.min_attention) and 0.0 < args.min_attention <= 1.0):
+        raise ProbeError(f"--min-attention {args.min_attention} must be an attention weight above 0 and at most 1")
+    if args.min_count < 1:
+        raise ProbeError(f"--min-count {args.min_count} must be at least 1")
+    if args.window is not None and args.window < 1:
+        raise ProbeError(f"--window {args.window} must be a positive number of residues")
+    return ContactOptions(threshold=float(args.threshold), cb=args.cb, window=args.window,
+                          min_attention=float(args.min_attention), binding_distance=float(args.binding_distance),
+                          per_head=per_head)
+
+
+def _outputs(args: argparse.Namespace) -> dict[str, Path]:
+    outputs = {}
+    for flag, attribute, allowed in (("--out", "out", (".npz",)), ("--heads-out", "heads_out", (".parquet",)),
+                                     ("--chains-out", "chains_out", (".parquet",)),
+                                     ("--heads-summary", "heads_summary", (".parquet",))):
+        value = getattr(args, attribute)
+        if value:
+            path = output_path(value, allowed, flag)  # extension, folder, writable, npz magic
+            if path.exists() and not args.force and not _ours(path, attribute):
+                raise ProbeError(f"{flag} {value} exists but is not a probe contacts output; pass --force to "
+                                 "overwrite it, or another file name")
+            outputs[attribute] = path
+    if len(set(outputs.values())) < len(outputs):
+        raise ProbeError("give each output its own file name")
+    return outputs
+
+
+# Columns (or npz keys) every earlier output of each kind has: an existing file without them is someone else's.
+_SIGNATURES = {"out": {"ids", "sequences", "lengths", "model"}, "heads_out": {"record", "id", "layer", "head", "name"},
+               "chains_out": {"record", "id", "length", "sequence"},
+               "heads_summary": {"layer", "head", "name", "n_proteins", "n_high"}}
+
+
+def _ours(path: Path, kind: str) -> bool:
+    """Whether an existing output file was written by probe contacts (so overwriting it loses nothing foreign)."""
+    try:
+        if kind == "out":
+            with np.load(path, allow_pickle=False) as data:
+                names = set(data.files)
+        else:
+            import pyarrow.parquet as pq
+
+            names = set(pq.read_schema(path).names)
+    except Exception:  # not a zip / not parquet / unreadable: not ours
+        return False
+    return _SIGNATURES[kind] <= names
+
+
+def _units(args: argparse.Namespace) -> tuple[list[UnitSpec], list[tuple[str, str]]]:
+    if args.structures is not None:
+        if args.structure or args.chain:
+            raise ProbeError("--structures takes whole sets; use --chains to pick chains (not --structure/--chain)")
+        chains = [chain.strip() for chain in args.chains.split(",") if chain.strip()] if args.chains else None
+        return contact_sets.structure_units(contact_sets.structure_files(args.structures), chains)
+    if args.chains:
+        raise ProbeError("--chains selects chains of --structures; with --structure use --chain")
+    if args.sequence is None and args.fasta is None and args.structure is None:
+        raise ProbeError("give the input: --sequence S, --fasta F, --structure X or --structures DIR")
+    if args.chain is not None and args.structure is None:
+        raise ProbeError("--chain selects a chain of --structure; pass --structure too")
+    records = _records(args)
+    if args.structure is not None:
+        from probe.structure import read_structure
+
+        structure = read_structure(args.structure, chain=args.chain)  # checks the file and the chain now
+        if not records:
+            from probe.journal import file_hash
+
+            spec = UnitSpec(key=f"{args.structure}:{structure.chain}", id=f"{structure.name}_{structure.chain}",
+                            record=0, structure=args.structure, chain=structure.chain,
+                            structure_hash=file_hash(args.structure))
+            return [spec], []
+        return contact_sets.record_units(records, args.structure, structure.chain), []
+    return contact_sets.record_units(records), []
+
+
+def _check_records(loaded, units: list[UnitSpec], options: ContactOptions) -> None:  # before any computing
+    """Letters and lengths of the given sequences, checked before any computing (one line naming the record)."""
+    alphabet = models.protein_alphabet(loaded)
+    limit = loaded.max_tokens - 2
+    if options.window is not None and not 1 <= options.window <= limit:
+        raise ProbeError(f"--window {options.window} must be between 1 and {limit} (the model's residue limit)")
+    for spec in units:
+        if spec.sequence is None:
+            continue
         try:
-            cleaned.append((name, models.clean_protein(sequence)))
+            cleaned = models.clean_protein(spec.sequence, alphabet)
         except ProbeError as error:
-            raise ProbeError(f"{name}: {error}" if len(raw) > 1 else str(error)) from None
-    return cleaned
+            raise ProbeError(f"{spec.id}: {error}" if len(units) > 1 else str(error)) from None
+        if len(cleaned) > limit and options.window is None:
+            raise ProbeError(f"{spec.id} has {len(cleaned)} residues but {loaded.name} takes at most {limit}; "
+                             f"shorten it or use --window {limit}")
+        if len(cleaned) > limit and options.per_head:
+            raise ProbeError("--heads-out, --chains-out and --heads-summary need whole sequences: per-head statistics "
+                             "are not computed in --window mode")
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    if args.sequence is None and args.fasta is None and args.structure is None:
-        raise ProbeError("give the input: --sequence S, --fasta F or --structure X")
-    if args.chain is not None and args.structure is None:
-        raise ProbeError("--chain selects a chain of --structure; pass --structure too")
-    if args.threshold <= 0:
-        raise ProbeError(f"--threshold {args.threshold} must be a positive distance in Å")
-    out = output_path(args.out, (".npz",)) if args.out else None
-    heads_out = output_path(args.heads_out, (".parquet",), "--heads-out") if args.heads_out else None
-
-    records = _records(args)
-    structure = read_structure(args.structure, chain=args.chain) if args.structure else None
-    if structure is not None and not records:
-        records = [(f"{structure.name}_{structure.chain}", structure.sequence)]
-    true_maps = [contact_map(structure, args.threshold, sequence) if structure else None for _, sequence in records]
+    outputs = _outputs(args)
+    per_head_wanted = bool({"heads_out", "chains_out", "heads_summary"} & set(outputs))
+    options = _options(args, per_head_wanted)
+    ray = ray_options(args)
+    specs, skipped = _units(args)
+    for name, reason in skipped:
+        print(f"probe contacts: skipped {name}: {reason}", file=sys.stderr)
+    if not specs:
+        raise ProbeError("no protein chain to analyse" + (f" ({len(skipped)} file(s) skipped)" if skipped else ""))
 
     loaded = models.load(args.model, device=args.device, dtype=args.dtype)
-    if loaded.kind != "protein_mlm":
-        raise ProbeError(f"{args.model} is a {loaded.kind} model: probe contacts needs an ESM protein model")
-    limit = loaded.max_tokens - 2
-    too_long = [(name, len(sequence)) for name, sequence in records if len(sequence) > limit]
-    if too_long and args.window is None:
-        name, length = too_long[0]
-        raise ProbeError(f"{name} has {length} residues but {args.model} takes at most {limit}; shorten it or use "
-                         f"--window {limit}")
-    if too_long and heads_out is not None:
-        raise ProbeError("--heads-out needs whole sequences: per-head statistics are not computed in --window mode")
+    models.require_protein(loaded, "probe contacts")
+    per_head = per_head_wanted or not loaded.has_contact_head
+    if per_head != options.per_head:
+        options = dataclasses.replace(options, per_head=per_head)
+    if options.window is not None and not loaded.has_contact_head:
+        raise ProbeError(f"--window averages predicted contacts, which need a contact regression; {args.model} has "
+                         "none (per-head analysis needs whole sequences)")
+    _check_records(loaded, specs, options)
 
-    done = {} if args.force or out is None else _finished_records(out, heads_out, args)
-    if done:
-        print(f"{len(done)} record(s) already in {out}: skipped (--force recomputes them)", file=sys.stderr)
-    results: list = []
-    pending = list(zip(records, true_maps, strict=True))
+    journal = None
+    if outputs:
+        from probe.journal import Journal
+
+        journal = Journal(next(iter(outputs.values())), force=args.force)
+    identities = {spec.key: contact_sets.unit_identity(loaded, spec, options) for spec in specs}
+    outcomes: dict[str, UnitOutcome] = {}
+    if journal is not None:
+        stale = 0
+        for spec in specs:
+            entry = journal.get(spec.key, identities[spec.key])
+            if entry is not None:
+                outcomes[spec.key] = contact_sets.unpack(spec, entry.table, entry.arrays)
+            elif journal.stale(spec.key, identities[spec.key]):
+                stale += 1
+        if outcomes:
+            print(f"{len(outcomes)} of {len(specs)} unit(s) already done with these options: reused "
+                  "(--force recomputes them)", file=sys.stderr)
+        if stale:
+            print(f"recomputing {stale} unit(s) whose options or inputs changed", file=sys.stderr)
+
+    failed: list[tuple[str, str]] = []
     try:
-        for (name, sequence), true_map in tqdm(pending, desc="contacts", unit="seq", file=sys.stderr,
-                                               disable=len(records) < 2):
-            result = done.get((name, sequence))
-            if result is None:
-                if len(sequence) > limit:
-                    result = predict_contacts_windowed(loaded, sequence, args.window, true_map=true_map)
-                else:
-                    result = predict_contacts(loaded, sequence, true_map, per_head=heads_out is not None)
-            results.append(result)
-            _report(name, result)
-    finally:  # also on Ctrl-C or a crash: the finished records are written, and a rerun resumes after them
-        if results:
-            _write_outputs(out, heads_out, records[:len(results)], results, args)
-        if len(results) < len(records):
-            print(f"stopped after {len(results)} of {len(records)} record(s); rerun the same command to finish",
-                  file=sys.stderr)
-    if out is None and heads_out is None:
-        print("no --out or --heads-out given: nothing was saved", file=sys.stderr)
+        if ray is not None:
+            from probe.units import run_contact_units
+
+            for spec in specs:
+                if spec.key in outcomes:
+                    _report(spec.id, outcomes[spec.key])
+            failed = run_contact_units(args, loaded, specs, options, outcomes, journal, identities, _report)
+        else:
+            failed = _run_here(loaded, specs, options, outcomes, journal, identities, args.structures is not None)
+    except KeyboardInterrupt:
+        finished = [outcomes[spec.key] for spec in specs if spec.key in outcomes]
+        if finished and outputs:
+            _write_outputs(outputs, loaded, finished, options, args)
+        print(f"stopped after {len(finished)} of {len(specs)} unit(s); rerun the same command to finish",
+              file=sys.stderr)
+        raise
+    finished = [outcomes[spec.key] for spec in specs if spec.key in outcomes]
+    if finished and outputs:
+        _write_outputs(outputs, loaded, finished, options, args)
+    if not outputs:
+        print("no --out, --heads-out, --chains-out or --heads-summary given: nothing was saved", file=sys.stderr)
+    if failed or skipped:
+        print(f"{len(failed) + len(skipped)} unit(s) or file(s) could not be analysed (see above); the rest was "
+              "written", file=sys.stderr)
+        return 2
     return 0
 
 
-def _write_outputs(out: Path | None, heads_out: Path | None, records, results, args) -> None:
-    if out is not None:
-        write_atomically(out, lambda tmp: _write_npz(tmp, records, results, args))
-        print(f"wrote contacts of {len(results)} sequence(s) to {out}", file=sys.stderr)
-    if heads_out is not None:
-        write_atomically(heads_out, lambda tmp: _write_heads(tmp, records, results))
-        print(f"wrote per-head statistics to {heads_out}", file=sys.stderr)
+def _run_here(loaded, specs: list[UnitSpec], options: ContactOptions, outcomes: dict, journal, identities: dict,
+              go_on: bool) -> list[tuple[str, str]]:
+    """The units not in `outcomes`, in this process, each journalled as it finishes. A unit's bad input stops the
+    run (one-line error) unless `go_on` (structure sets): then it is printed and returned as (id, error)."""
+    from tqdm import tqdm
+
+    failed = []
+    for spec in tqdm(specs, desc="contacts", unit="unit", file=sys.stderr, disable=len(specs) < 2):
+        if spec.key not in outcomes:
+            try:
+                outcome = contact_sets.analyse_unit(loaded, spec, options)
+            except ProbeError as error:
+                if not go_on:
+                    raise
+                failed.append((spec.id, str(error)))
+                print(f"probe contacts: {spec.id}: {error}", file=sys.stderr)
+                continue
+            if journal is not None:
+                table, arrays = contact_sets.pack(outcome)
+                journal.put(spec.key, identities[spec.key], table, arrays)
+            outcomes[spec.key] = outcome
+        _report(spec.id, outcomes[spec.key])
+    return failed
 
 
-def _finished_records(out: Path, heads_out: Path | None, args: argparse.Namespace) -> dict:
-    """{(id, sequence): ContactResult} of the records an earlier run of the same command wrote to `out` (and to
-    `heads_out`, when asked for): a rerun after Ctrl-C or a crash computes only the rest."""
-    if not out.exists():
-        return {}
-    try:
-        stored = np.load(out)
-        if str(stored["model"]) != args.model or float(stored["threshold"]) != args.threshold:
-            return {}
-        heads = None
-        if heads_out is not None:
-            if not heads_out.exists():
-                return {}
-            import pandas as pd
-
-            heads = pd.read_parquet(heads_out)
-        finished = {}
-        for index, (name, sequence) in enumerate(zip(stored["ids"].tolist(), stored["sequences"].tolist(),
-                                                     strict=True)):
-            true_map = stored[f"true_contacts_{index}"] if f"true_contacts_{index}" in stored.files else None
-            precision = None
-            if f"precision_{index}" in stored.files:
-                matrix = stored[f"precision_{index}"]  # [range fraction]
-                precision = {f"p_at_{f}_{r}": float(matrix[i, j]) for i, r in enumerate(RANGES)
-                             for j, f in enumerate(FRACTIONS)}
-            table = None
-            if heads is not None:
-                table = heads[heads["record"] == index].drop(columns=["record", "id"]).reset_index(drop=True)
-                if table.empty:
-                    continue
-            finished[(name, sequence)] = ContactResult(sequence, stored[f"contacts_{index}"], true_map, precision,
-                                                       table)
-        return finished
-    except (OSError, KeyError, ValueError) as error:
-        raise ProbeError(f"{out} exists but is not a probe contacts file ({error}); pass --force to overwrite it, "
-                         "or another --out") from None
+def _write_outputs(outputs: dict[str, Path], loaded, outcomes: list[UnitOutcome], options: ContactOptions,
+                   args: argparse.Namespace) -> None:
+    if "out" in outputs:
+        write_atomically(outputs["out"], lambda tmp: _write_npz(tmp, outcomes, options, args))
+        print(f"wrote contacts of {len(outcomes)} sequence(s) to {outputs['out']}", file=sys.stderr)
+    heads = contact_sets.heads_table(outcomes, args.min_count) if options.per_head else None
+    chains = contact_sets.chain_table(outcomes)
+    if "heads_out" in outputs:
+        write_atomically(outputs["heads_out"], lambda tmp: heads.to_parquet(tmp, index=False))
+        print(f"wrote per-head statistics to {outputs['heads_out']}", file=sys.stderr)
+    if "chains_out" in outputs:
+        write_atomically(outputs["chains_out"], lambda tmp: chains.to_parquet(tmp, index=False))
+        print(f"wrote {len(chains)} row(s), one per record, to {outputs['chains_out']}", file=sys.stderr)
+    if "heads_summary" in outputs:
+        summary = contact_sets.summarize_heads(heads, chains, args.min_count)
+        meta = {"model": loaded.name, "revision": loaded.revision, "proteins": [o.spec.id for o in outcomes],
+                "min_count": args.min_count, **dataclasses.asdict(options)}
+        write_atomically(outputs["heads_summary"], lambda tmp: contact_sets.write_heads_summary(tmp, summary, meta))
+        print(f"wrote the per-head summary over {len(outcomes)} protein(s) to {outputs['heads_summary']}",
+              file=sys.stderr)
 
 
-def _report(name: str, result) -> None:
-    """One stdout line per record: P@L, P@L/2, P@L/5 per range with a structure, else the top long-range pairs."""
+def _report(name: str, outcome: UnitOutcome) -> None:
+    """One stdout line per record: P@L, P@L/2, P@L/5 per range with a structure, else the top long-range pairs;
+    for models without a contact regression, the best heads."""
+    result = outcome.result
     length = len(result.sequence)
     if result.precision is not None:
-        parts = [f"{r}: " + " ".join(f"P@{'L' if f == 'L' else 'L/' + f[1:]} {result.precision[f'p_at_{f}_{r}']:.3f}"
+        parts = [f"{r}: " + " ".join(f"P@{contact_sets.fraction_label(f)} {result.precision[f'p_at_{f}_{r}']:.3f}"
                                      for f in FRACTIONS) for r in RANGES]
         print(f"{name} ({length} residues)  " + "  |  ".join(parts))
+        return
+    if result.contacts is None:
+        heads = result.heads
+        if heads is not None and heads["p_at_L_long"].notna().any():
+            best = heads.loc[heads["p_at_L_long"].idxmax()]
+            print(f"{name} ({length} residues)  no contact regression; best head by long-range P@L: "
+                  f"{best['name']} {best['p_at_L_long']:.3f}")
+        else:
+            print(f"{name} ({length} residues)  no contact regression in this model: per-head statistics need a "
+                  "structure (--structure)")
         return
     contacts = np.nan_to_num(np.triu(result.contacts, k=24), nan=0.0)
     top = np.dstack(np.unravel_index(np.argsort(-contacts, axis=None)[:5], contacts.shape))[0]
@@ -216,33 +346,25 @@ def _report(name: str, result) -> None:
     print(f"{name} ({length} residues)  top long-range pairs: {pairs or 'none (shorter than 25 residues)'}")
 
 
-def _write_npz(tmp: Path, records, results, args) -> None:
+def _write_npz(tmp: Path, outcomes: list[UnitOutcome], options: ContactOptions, args: argparse.Namespace) -> None:
     arrays = {
-        "ids": np.array([name for name, _ in records]),
-        "sequences": np.array([sequence for _, sequence in records]),
-        "lengths": np.array([len(sequence) for _, sequence in records]),
+        "ids": np.array([outcome.spec.id for outcome in outcomes]),
+        "sequences": np.array([outcome.result.sequence for outcome in outcomes]),
+        "lengths": np.array([len(outcome.result.sequence) for outcome in outcomes]),
         "model": np.array(args.model),
-        "threshold": np.array(args.threshold),
+        "threshold": np.array(options.threshold),
+        "cb": np.array(options.cb),
         "ranges": np.array(list(RANGES)),
         "fractions": np.array(["L", "L/2", "L/5"]),
     }
-    for index, result in enumerate(results):
-        arrays[f"contacts_{index}"] = result.contacts.astype(np.float32)
+    for index, outcome in enumerate(outcomes):
+        result = outcome.result
+        if result.contacts is not None:
+            arrays[f"contacts_{index}"] = result.contacts.astype(np.float32)
         if result.true_contacts is not None:
             arrays[f"true_contacts_{index}"] = result.true_contacts
+        if result.precision is not None:
             arrays[f"precision_{index}"] = np.array(
                 [[result.precision[f"p_at_{f}_{r}"] for f in FRACTIONS] for r in RANGES])
     with open(tmp, "wb") as handle:
         np.savez_compressed(handle, **arrays)
-
-
-def _write_heads(tmp: Path, records, results) -> None:
-    import pandas as pd
-
-    tables = []
-    for index, ((name, _), result) in enumerate(zip(records, results, strict=True)):
-        table = result.heads.copy()
-        table.insert(0, "id", name)
-        table.insert(0, "record", index)
-        tables.append(table)
-    pd.concat(tables, ignore_index=True).to_parquet(tmp, index=False)

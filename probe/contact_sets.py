@@ -1,0 +1,371 @@
+"""Contact analysis unit by unit (a FASTA record or a structure chain), and what a set of units adds up to.
+
+The unit functions here are what `probe contacts` runs (and what a distributed runner can run): each unit is
+analysed on its own, persisted in a :class:`probe.journal.Journal` under an identity of everything that determines
+its result, and the outputs are built from the units:
+
+* the **per-chain table** (:func:`chain_table`, ``--chains-out``): one row per unit — ``record, id, file, chain,
+  length, sequence, structure_hash, ligands``, the nine precision columns of the checkpoint's predicted contacts
+  (NaN without a contact regression), ``n_known_{range}`` / ``n_true_{range}`` (known pairs and contacts per range)
+  and the background counts of :func:`probe.features.background_counts` (``n_pairs, n_residues, n_contact_pairs,
+  n_binding_residues, n_helix_residues, n_strand_residues, n_coil_residues``);
+* the **per-head table** (:func:`heads_table`, ``--heads-out``): one row per unit × head, ``record, id`` and the
+  columns of :mod:`probe.contacts`' per-head table;
+* the **per-head summary** over the set (:func:`summarize_heads`, ``--heads-summary``), see
+  :data:`HEAD_SUMMARY_COLUMNS` and :func:`read_heads_summary`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from probe import features as vig
+from probe.contacts import (
+    FRACTIONS,
+    RANGES,
+    ContactResult,
+    known_pair_counts,
+    precision_columns,
+    predict_contacts,
+    predict_contacts_windowed,
+)
+from probe.errors import ProbeError
+from probe.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
+from probe.heads import head_name
+from probe.models import LoadedModel
+from probe.structure import (
+    BINDING_DISTANCE,
+    CONTACT_THRESHOLD,
+    DEFAULT_CB,
+    binding_sites,
+    contact_map,
+    read_structure,
+    secondary_structure,
+)
+
+STRUCTURE_SUFFIXES = (".pdb", ".ent", ".cif", ".mmcif")
+FORMAT_VERSION = 2  # of a unit's stored form: bump to make old journals recompute
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class ContactOptions:
+    """What determines a unit's result (besides the model and the inputs); CLI flags mirror the fields."""
+
+    threshold: float = CONTACT_THRESHOLD  # Å, Cβ–Cβ contact distance
+    cb: str = DEFAULT_CB  # "virtual" (ESM's evaluation) or "real"
+    window: int | None = None  # crop-and-average window for sequences longer than the model takes (ESM only)
+    min_attention: float = MIN_ATTENTION  # θ of Vig et al.'s counts
+    binding_distance: float = BINDING_DISTANCE  # Å, residue to ligand heavy atom
+    per_head: bool = True  # compute the per-head table
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """One unit: a record (id + sequence, optionally aligned to a structure chain) or a structure chain."""
+
+    key: str  # unique name in the journal ("0:seqid", "path/1aki.pdb:A")
+    id: str  # what the tables call it ("seqid", "1aki_A")
+    record: int  # position in the run
+    sequence: str | None = None  # None: the chain's own residues
+    structure: str | None = None  # path of a PDB / mmCIF file
+    chain: str | None = None
+    structure_hash: str | None = None  # probe.journal.file_hash of the structure file
+
+
+@dataclass(frozen=True, eq=False)
+class UnitOutcome:
+    """A finished unit: its result and its per-chain row."""
+
+    spec: UnitSpec
+    result: ContactResult
+    row: dict
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Which units
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def structure_files(source: str | Path) -> list[Path]:
+    """The structure files of `source`: a directory (its *.pdb, *.ent, *.cif, *.mmcif files, sorted by name) or a
+    text file listing one path per line (relative to the list's folder; blank lines and '#' comments skipped)."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in STRUCTURE_SUFFIXES)
+        if not files:
+            raise ProbeError(f"{source} holds no structure files ({', '.join(STRUCTURE_SUFFIXES)})")
+        return files
+    if not path.is_file():
+        raise ProbeError(f"--structures {source} does not exist: pass a folder of structures or a list file")
+    if path.suffix.lower() in STRUCTURE_SUFFIXES:
+        return [path]
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProbeError(f"--structures {source} is not a UTF-8 list of structure paths") from None
+    files = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        entry = Path(line).expanduser()
+        entry = entry if entry.is_absolute() else path.parent / entry
+        if not entry.is_file():
+            raise ProbeError(f"{source} line {number}: {line} is not a file")
+        files.append(entry)
+    if not files:
+        raise ProbeError(f"{source} lists no structure files")
+    return files
+
+
+def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
+                    ) -> tuple[list[UnitSpec], list[tuple[str, str]]]:
+    """(units, skipped): one unit per protein chain of every file (only `chains` where given); files that cannot be
+    read, or hold none of the chains, are skipped as (file, reason)."""
+    from probe.journal import file_hash
+
+    units, skipped = [], []
+    wanted = set(chains) if chains else None
+    for path in files:
+        try:
+            found = read_structure(path).chains
+        except ProbeError as error:
+            skipped.append((str(path), str(error)))
+            continue
+        chosen = [chain for chain in found if wanted is None or chain in wanted]
+        if not chosen:
+            skipped.append((str(path), f"none of the chains {', '.join(sorted(wanted))} (it has {', '.join(found)})"))
+            continue
+        digest = file_hash(path)
+        for chain in chosen:
+            units.append(UnitSpec(key=f"{path}:{chain}", id=f"{path.stem}_{chain}", record=len(units),
+                                  structure=str(path), chain=chain, structure_hash=digest))
+    return units, skipped
+
+
+def record_units(records: Sequence[tuple[str, str]], structure: str | None = None,
+                 chain: str | None = None) -> list[UnitSpec]:
+    """One unit per (id, sequence) record, keyed "index:id" (ids may repeat); each aligned to `structure` if given."""
+    from probe.journal import file_hash
+
+    digest = file_hash(structure) if structure else None
+    return [UnitSpec(key=f"{index}:{name}", id=name, record=index, sequence=sequence, structure=structure,
+                     chain=chain, structure_hash=digest) for index, (name, sequence) in enumerate(records)]
+
+
+def unit_identity(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> str:
+    """The identity of everything that determines a unit's result (probe.journal.identity_hash)."""
+    from probe.journal import identity_hash
+
+    dtype = str(next(loaded.model.parameters()).dtype)
+    return identity_hash({"format": FORMAT_VERSION, "model": loaded.name, "revision": loaded.revision,
+                          "dtype": dtype, "sequence": spec.sequence, "structure": spec.structure_hash,
+                          "chain": spec.chain, **asdict(options)})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One unit
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> UnitOutcome:
+    """Read the unit's structure (if any), build its true contacts and properties, and analyse it."""
+    from probe import models
+
+    structure = read_structure(spec.structure, chain=spec.chain) if spec.structure else None
+    if spec.sequence is not None:
+        sequence = models.clean_protein(spec.sequence, models.protein_alphabet(loaded))
+    elif structure is not None:
+        sequence = structure.sequence
+    else:
+        raise ProbeError(f"{spec.id}: give a sequence or a structure")
+    features, true_map = None, None
+    if structure is not None:
+        true_map = contact_map(structure, options.threshold, sequence, cb=options.cb)  # [L L]
+        features = ResidueFeatures(contacts=true_map,
+                                   binding=binding_sites(structure, options.binding_distance, sequence),
+                                   secondary=secondary_structure(structure, sequence))
+    limit = loaded.max_tokens - 2
+    if len(sequence) > limit:
+        if options.window is None:
+            raise ProbeError(f"{spec.id} has {len(sequence)} residues but {loaded.name} takes at most {limit}; "
+                             f"shorten it or use --window {limit}")
+        if options.per_head:
+            raise ProbeError(f"{spec.id} has {len(sequence)} residues: per-head statistics need whole sequences "
+                             f"(at most {limit}), not --window mode")
+        result = predict_contacts_windowed(loaded, sequence, options.window, true_map=true_map)
+    else:
+        result = predict_contacts(loaded, sequence, true_map, per_head=options.per_head, features=features,
+                                  min_attention=options.min_attention)
+    return UnitOutcome(spec, result, _chain_row(spec, result, features, structure))
+
+
+def _chain_row(spec: UnitSpec, result: ContactResult, features: ResidueFeatures | None, structure) -> dict:
+    row = {"record": spec.record, "id": spec.id, "file": spec.structure or "", "chain": spec.chain or "",
+           "length": len(result.sequence), "sequence": result.sequence, "structure_hash": spec.structure_hash or "",
+           "ligands": ",".join(structure.ligands) if structure is not None else ""}
+    precision = result.precision or {}
+    row.update({column: float(precision.get(column, np.nan)) for column in precision_columns()})
+    known = known_pair_counts(result.true_contacts) if result.true_contacts is not None else {}
+    for name in RANGES:
+        row[f"n_known_{name}"], row[f"n_true_{name}"] = known.get(name, (0, 0))
+    row.update(vig.background_counts(features, len(result.sequence)))
+    return row
+
+
+def pack(outcome: UnitOutcome) -> tuple[pd.DataFrame | None, dict[str, np.ndarray]]:
+    """(table, arrays) to put in the journal."""
+    arrays = {"row": np.frombuffer(json.dumps(outcome.row).encode("utf-8"), dtype=np.uint8)}
+    if outcome.result.contacts is not None:
+        arrays["contacts"] = outcome.result.contacts.astype(np.float32)
+    if outcome.result.true_contacts is not None:
+        arrays["true_contacts"] = outcome.result.true_contacts
+    return outcome.result.heads, arrays
+
+
+def unpack(spec: UnitSpec, table: pd.DataFrame | None, arrays: dict[str, np.ndarray]) -> UnitOutcome:
+    """The outcome a journal entry stands for (the inverse of :func:`pack`)."""
+    row = json.loads(bytes(arrays["row"]).decode("utf-8"))
+    precision = None
+    if "contacts" in arrays and "true_contacts" in arrays:
+        precision = {column: float(row[column]) for column in precision_columns()}
+    result = ContactResult(row["sequence"], arrays.get("contacts"), arrays.get("true_contacts"), precision, table)
+    return UnitOutcome(spec, result, row)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tables of a set
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
+    """One row per unit (see the module docstring), in record order."""
+    return pd.DataFrame([outcome.row for outcome in outcomes])
+
+
+def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> pd.DataFrame:
+    """One row per unit × head: ``record, id`` and the per-head columns, Vig et al.'s shares with `min_count`."""
+    tables = []
+    for outcome in outcomes:
+        if outcome.result.heads is None:
+            continue
+        table = vig.shares(outcome.result.heads, min_count)
+        table.insert(0, "id", outcome.spec.id)
+        table.insert(0, "record", outcome.spec.record)
+        tables.append(table)
+    if not tables:
+        raise ProbeError("no per-head statistics were computed")
+    return pd.concat(tables, ignore_index=True)
+
+
+# Per-head summary columns, in file order. For each precision column c of probe.contacts (p_at_L_long, ...):
+# c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of that mean, proteins
+# resampled with replacement). Then Vig et al.'s pooled counts, shares and backgrounds (probe.features).
+HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
+    "layer", "head", "name", "n_proteins", "weight", "logit_share",
+    *(f"{column}{suffix}" for column in precision_columns() for suffix in ("", "_low", "_high")),
+    "n_high", *(f"n_{name}" for name in vig.FEATURES), *(f"{name}_share" for name in vig.FEATURES),
+    *(f"{name}_background" for name in vig.FEATURES),
+)
+
+
+def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED,
+                    confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, low, high) per column of `values` [protein column] (NaN = no value): the mean over the proteins with a
+    value and a percentile bootstrap interval of it (proteins resampled with replacement, the same resamples for
+    every column). Columns with fewer than two values get a NaN interval."""
+    import warnings
+
+    values = np.asarray(values, dtype=np.float64)
+    n_proteins, n_columns = values.shape
+    nan = np.full(n_columns, np.nan)
+    with warnings.catch_warnings():  # columns without any value: nan means, no "mean of empty slice" noise
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(values, axis=0) if n_proteins else nan.copy()
+        if n_proteins < 2:
+            return mean, nan.copy(), nan.copy()
+        rng = np.random.default_rng(seed)
+        index = rng.integers(0, n_proteins, size=(samples, n_proteins))  # [sample protein]
+        resampled = np.nanmean(values[index], axis=1)  # [sample column]
+        tail = (1.0 - confidence) / 2.0
+        low = np.nanquantile(resampled, tail, axis=0)
+        high = np.nanquantile(resampled, 1.0 - tail, axis=0)
+    few = (~np.isnan(values)).sum(0) < 2
+    low[few], high[few] = np.nan, np.nan
+    return mean, low, high
+
+
+def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = MIN_COUNT,
+                    samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> pd.DataFrame:
+    """The per-head summary over a set (columns :data:`HEAD_SUMMARY_COLUMNS`, one row per layer × head).
+
+    `heads`: :func:`heads_table` (one row per protein × head); `chains`: :func:`chain_table`. ``n_proteins`` counts
+    the proteins with a known long-range pair; precision means and intervals are over proteins; Vig et al.'s shares
+    pool the counts over all proteins (heads with fewer than `min_count` weights ≥ θ: NaN)."""
+    grouped = heads.groupby(["layer", "head"], sort=True)
+    summary = grouped[["weight", "logit_share"]].mean().reset_index()
+    keys = pd.MultiIndex.from_frame(summary[["layer", "head"]])
+    summary.insert(2, "name", [head_name(int(layer), int(head)) for layer, head in keys])
+    summary["n_proteins"] = grouped["p_at_L_long"].count().to_numpy()
+    for column in precision_columns():
+        matrix = heads.pivot(index="record", columns=["layer", "head"], values=column).reindex(columns=keys)
+        mean, low, high = bootstrap_means(matrix.to_numpy(), samples, seed)  # over proteins, per head
+        summary[column], summary[f"{column}_low"], summary[f"{column}_high"] = mean, low, high
+    pooled = vig.pooled_shares(heads, min_count)
+    summary = summary.merge(pooled, on=["layer", "head"], how="left")
+    for name, value in vig.pooled_backgrounds(chains).items():
+        summary[name] = value
+    return summary[list(HEAD_SUMMARY_COLUMNS)]
+
+
+def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
+    """Write the summary as parquet with `meta` (model, options, proteins) as JSON in the schema metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(summary, preserve_index=False)
+    metadata = dict(table.schema.metadata or {})
+    metadata[b"probe"] = json.dumps(meta, default=str).encode("utf-8")
+    pq.write_table(table.replace_schema_metadata(metadata), path)
+
+
+def read_heads_summary(path: str | Path) -> pd.DataFrame:
+    """A per-head summary written by `probe contacts --heads-summary`, checked; its metadata in ``.attrs``
+    (model, revision, proteins, min_attention, min_count, threshold, cb, ...). One-line ProbeError otherwise."""
+    import pyarrow.parquet as pq
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ProbeError(f"heads summary {path} does not exist")
+    try:
+        table = pq.read_table(file)
+    except Exception as error:  # pyarrow raises many types on a foreign or damaged file
+        raise ProbeError(f"{path} is not a parquet per-head summary ({str(error).splitlines()[0]})") from None
+    missing = [column for column in HEAD_SUMMARY_COLUMNS if column not in table.column_names]
+    if missing:
+        raise ProbeError(f"{path} is not a probe contacts --heads-summary file: it lacks {', '.join(missing[:4])}"
+                         + (" ..." if len(missing) > 4 else ""))
+    frame = table.to_pandas()
+    raw = (table.schema.metadata or {}).get(b"probe")
+    frame.attrs.update(json.loads(raw.decode("utf-8")) if raw else {})
+    return frame
+
+
+def fraction_label(fraction: str) -> str:
+    """"L" -> "L", "L2" -> "L/2"."""
+    return "L" if fraction == "L" else f"L/{fraction[1:]}"
+
+
+__all__ = ["FRACTIONS", "HEAD_SUMMARY_COLUMNS", "ContactOptions", "UnitOutcome", "UnitSpec", "analyse_unit",
+           "bootstrap_means", "chain_table", "heads_table", "pack", "read_heads_summary", "record_units",
+           "structure_files", "structure_units", "summarize_heads", "unit_identity", "unpack",
+           "write_heads_summary"]
