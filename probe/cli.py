@@ -16,18 +16,26 @@ import traceback
 from probe.errors import ProbeError
 
 # Each subcommand lives in probe/commands/<name>.py with `add_parser(subparsers)` and `run(args) -> int`.
-SUBCOMMANDS = ("capture", "label", "contacts", "app")
+SUBCOMMANDS = ("capture", "label", "contacts", "app", "card")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line naming the fix (not the usage block), with exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        message = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="probe", description="Capture, label and explore attention heads of Hugging Face models."
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"probe.commands.{name}")
         sub = module.add_parser(subparsers)
-        sub.set_defaults(run=module.run)
+        sub.set_defaults(run=module.run, subparser=sub)
     return parser
 
 
@@ -42,7 +50,12 @@ def _quiet_transformers() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # named by the subcommand's own parser, so the hint is `probe label --help`, not `probe --help`
+            args.subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    except SystemExit as done:  # --help, or a bad option already reported in one line
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
     _quiet_transformers()
     try:
         return int(args.run(args) or 0)

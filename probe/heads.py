@@ -23,21 +23,23 @@ def parse_head_name(name: str) -> tuple[int, int]:
 
 
 def parse_index_list(text: str | None, upper: int, what: str) -> list[int]:
-    """"0,3,5-7" -> [0, 3, 5, 6, 7], each checked against range(upper). None or "" or "all" -> all of range(upper)."""
+    """"0,3,5-7" -> [0, 3, 5, 6, 7], each checked against range(upper). None or "" or "all" -> all of range(upper).
+
+    A range is checked before it is expanded, so "0-999999999999" is an error, never a huge list.
+    """
     if text is None or text.strip() in ("", "all"):
         return list(range(upper))
     indices: list[int] = []
     for part in text.split(","):
         part = part.strip()
         try:
-            if "-" in part:
-                first, last = (int(x) for x in part.split("-", 1))
-                indices.extend(range(first, last + 1))
-            else:
-                indices.append(int(part))
+            first, last = (int(x) for x in part.split("-", 1)) if "-" in part else (int(part), int(part))
         except ValueError:
             raise ProbeError(f"bad --{what} value {part!r}: give comma-separated indices such as 0,3,5-7") from None
-    for index in indices:
-        if not 0 <= index < upper:
-            raise ProbeError(f"--{what} index {index} is out of range: this model has {what} 0..{upper - 1}")
+        if first > last:
+            raise ProbeError(f"--{what} range {part} is empty (it runs backwards): write it low-high, e.g. {last}-{first}")
+        for index in (first, last):
+            if not 0 <= index < upper:
+                raise ProbeError(f"--{what} index {index} is out of range: this model has {what} 0..{upper - 1}")
+        indices.extend(range(first, last + 1))
     return sorted(dict.fromkeys(indices))

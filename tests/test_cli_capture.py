@@ -53,6 +53,8 @@ def test_capture_defaults_to_every_layer_and_head(tiny_dir, tmp_path):
         (["--model", "{esm}", "--sequence", "MKXJ"], "'J' at 4"),
         (["--model", "{esm}", "--text", "hello"], "protein model"),
         (["--model", "{gpt2}", "--text", ""], "text is empty"),
+        (["--model", "{gpt2}", "--text", "x", "--layers", "1-0"], "--layers range 1-0 is empty"),
+        (["--model", "{gpt2}", "--text", "x", "--heads", "0-999999999999"], "--heads index 999999999999 is out"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tiny_dir, tmp_path, capsys, arguments, message):
@@ -67,3 +69,70 @@ def test_bad_input_exits_2_with_one_line(tiny_dir, tmp_path, capsys, arguments, 
 def test_bad_output_extension(tiny_dir, tmp_path, capsys):
     assert main(["capture", "--model", str(tiny_dir("gpt2")), "--text", "x", "--out", str(tmp_path / "a.csv")]) == 2
     assert ".npz" in capsys.readouterr().err
+
+
+def test_a_range_is_bounds_checked_before_it_is_expanded():
+    """`0-999999999999` must fail at once, never build a list of 10^12 indices (that was a MemoryError; `0-20000000`
+    cost 775 MB): the check allocates next to nothing."""
+    import tracemalloc
+
+    from probe.errors import ProbeError
+    from probe.heads import parse_index_list
+
+    tracemalloc.start()
+    try:
+        for text, index in (("0-999999999999", 999999999999), ("0-20000000", 20000000)):
+            with pytest.raises(ProbeError, match=f"index {index} is out of range"):
+                parse_index_list(text, 12, "heads")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+    assert parse_index_list("0-3,2,7", 12, "heads") == [0, 1, 2, 3, 7]
+    assert parse_index_list("5-5", 12, "heads") == [5]
+    assert parse_index_list(None, 3, "heads") == [0, 1, 2]
+    with pytest.raises(ProbeError, match=r"range 1-0 is empty \(it runs backwards\): write it low-high, e.g. 0-1"):
+        parse_index_list("1-0", 12, "layers")
+
+
+@pytest.mark.parametrize("make", ["folder", "foreign"])
+def test_out_is_checked_before_the_model_is_loaded(tmp_path, capsys, make):
+    """A bad --out fails first, even with a model that does not exist (so no computing happens before it)."""
+    out = tmp_path / "a.npz"
+    if make == "folder":
+        out.mkdir()
+    else:
+        out.write_text("not an archive")
+    assert main(["capture", "--model", str(tmp_path / "no-model"), "--text", "x", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--out {out}" in err
+    assert ("is a folder" in err) if make == "folder" else ("is not a .npz file" in err)
+    assert make == "folder" or out.read_text() == "not an archive"
+
+
+def test_out_in_a_folder_that_cannot_be_written(tmp_path, capsys):
+    """Permission bits do not stop root, so the check creates a file; /sys stands in for a read-only mount."""
+    import os
+    import tempfile
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        tempfile.NamedTemporaryFile(dir=folder).close()
+        folder = "/sys"  # root writes anywhere but on read-only file systems
+    except OSError:
+        pass
+    assert main(["capture", "--model", str(tmp_path / "no-model"), "--text", "x",
+                 "--out", os.path.join(folder, "a.npz")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot write in" in err and "choose a writable folder" in err
+    (tmp_path / "ro").chmod(0o755)
+
+
+def test_an_existing_npz_is_overwritten_atomically(tiny_dir, tmp_path):
+    out = tmp_path / "a.npz"
+    assert main(["capture", "--model", str(tiny_dir("gpt2")), "--text", TEXT, "--layers", "0", "--out", str(out)]) == 0
+    assert main(["capture", "--model", str(tiny_dir("gpt2")), "--text", TEXT, "--layers", "1", "--out", str(out)]) == 0
+    assert np.load(out)["layers"].tolist() == [1]
+    assert [p.name for p in tmp_path.iterdir()] == ["a.npz"]  # no temporary file left

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import math
+import socket
 import sys
 
 from probe.errors import ProbeError
@@ -24,29 +27,37 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=1024, help="longest explorer input in tokens (default 1024)")
     parser.add_argument("--max-residues", type=int, default=1022, help="longest protein (default 1022)")
     parser.add_argument("--upload-mb", type=float, default=5.0, help="largest upload in MiB (default 5)")
+    parser.add_argument("--heads-summary", help="per-head summary over a structure set, written by "
+                                                "`probe contacts --structures ... --heads-summary F`; shown on the "
+                                                "protein page")
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    from app import create_app
-    from app.service import AppConfig
-
+    if not args.host.strip():
+        raise ProbeError("--host is empty: give an address to bind, e.g. 127.0.0.1 (this machine only)")
     if not 0 < args.port < 65536:
         raise ProbeError(f"--port {args.port} is not a port number: use 1..65535")
     for flag, value in (("--max-tokens", args.max_tokens), ("--max-residues", args.max_residues),
                         ("--upload-mb", args.upload_mb)):
-        if value <= 0:
-            raise ProbeError(f"{flag} must be positive")
+        if not (math.isfinite(value) and value > 0):
+            raise ProbeError(f"{flag} {value} must be a positive number")
+    if args.upload_mb * 2**20 >= 2**40:
+        raise ProbeError(f"--upload-mb {args.upload_mb} is more than 1 TiB: give the largest upload in MiB, e.g. 5")
+    check_bindable(args.host, args.port)  # fail before loading any model
+    create_app, AppConfig = _dashboard()
     config = AppConfig(models=tuple(args.model or ()), labels=args.labels, device=args.device,
                        max_tokens=args.max_tokens, max_residues=args.max_residues,
-                       upload_bytes=int(args.upload_mb * 2**20))
-    print("probe app: loading models…", file=sys.stderr)
-    dash_app = create_app(config)
+                       upload_bytes=int(args.upload_mb * 2**20), heads_summary=args.heads_summary)
+    dash_app = create_app(config)  # silent: a model that fails to load is then the one line on stderr
     service = dash_app.probe_service
     if not args.model and not args.labels:  # the bundled organisms are tiny: label them now, so the atlas fills at once
+        from probe.models import ModelKind
+
         for spec in service.specs:
-            if service.model(spec).kind != "protein_mlm":
+            if service.model(spec).kind != ModelKind.PROTEIN_MLM:
                 service.start_labelling(spec)
+    check_bindable(args.host, args.port)  # again: the port may have been taken while the models loaded
     if args.host not in LOOPBACK:
         print(f"probe app: warning: binding {args.host} makes the dashboard reachable from other machines; it has "
               "no authentication", file=sys.stderr)
@@ -54,7 +65,34 @@ def run(args: argparse.Namespace) -> int:
           "(Ctrl-C stops)", file=sys.stderr)
     try:
         dash_app.run(host=args.host, port=args.port, debug=False, threaded=True)
-    except OSError as error:
-        raise ProbeError(f"cannot serve on {args.host}:{args.port} ({error.strerror or error}); "
-                         "pass another --port") from None
+    except (OSError, SystemExit) as error:  # werkzeug exits 1 when the bind fails after all (a race)
+        reason = getattr(error, "strerror", None) or "the address could not be bound"
+        raise ProbeError(f"cannot serve on {args.host}:{args.port} ({reason}); pass another --port") from None
     return 0
+
+
+def _dashboard():
+    """(create_app, AppConfig) of the dashboard: installed as `probe_app`, or the `app/` folder of a source checkout."""
+    try:
+        from probe_app import AppConfig, create_app
+    except ModuleNotFoundError as error:
+        if error.name != "probe_app":
+            raise
+        from app import AppConfig, create_app
+    return create_app, AppConfig
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Bind (and release) the address the server will use, so a port in use or an address this machine does not have
+    is one line before anything is served, not werkzeug's messages after "serving"."""
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError, ValueError) as error:
+        raise ProbeError(f"--host {host}: not an address of this machine ({error}); use 127.0.0.1") from None
+    with socket.socket(family, kind, protocol) as probe_socket:
+        probe_socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as werkzeug does
+        try:
+            probe_socket.bind(address)
+        except OSError as error:
+            hint = "pass another --port" if error.errno == errno.EADDRINUSE else "use 127.0.0.1 or an address it has"
+            raise ProbeError(f"cannot serve on {host}:{port} ({error.strerror or error}); {hint}") from None

@@ -35,11 +35,11 @@ def run(args: argparse.Namespace) -> int:
     layers = parse_index_list(args.layers, loaded.n_layers, "layers")
     heads = parse_index_list(args.heads, loaded.n_heads, "heads")
     if args.sequence is not None:
-        if loaded.kind != "protein_mlm":
+        if loaded.kind != models.ModelKind.PROTEIN_MLM:
             raise ProbeError(f"--sequence needs a protein model; {args.model} is a {loaded.kind}: use --text")
         inputs = models.tokenize_protein(loaded, args.sequence)
     else:
-        if loaded.kind == "protein_mlm":
+        if loaded.kind == models.ModelKind.PROTEIN_MLM:
             raise ProbeError(f"{args.model} is a protein model: pass --sequence instead of --text")
         inputs = models.tokenize_text(loaded, args.text)
     alpha = capture_attention(loaded.model, inputs, layers, heads)[0]  # [layer head query key]

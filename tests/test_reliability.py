@@ -1,0 +1,491 @@
+"""The reliability suite: every bad input of every subcommand is exit code 2 with one stderr line and no partial
+output; `probe label` and `probe contacts` killed with SIGKILL at random moments resume to the same result.
+
+The bad-input table runs the CLI in-process (`probe.cli.main`), which is fast; a few cases also run as a real
+process, where Python warnings and argparse's own exit path would show. `probe app` never serves here: Dash's
+`run` is replaced by one that fails the test, so a case that wrongly passes every check cannot hang the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from probe.cli import main
+from tests.conftest import compact_synthetic_pdb
+
+REPO = Path(__file__).resolve().parents[1]
+PROTEIN = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: argv with {placeholders} (see `assets`)."""
+
+    name: str
+    argv: tuple[str, ...]
+
+
+def case(name: str, *argv: str) -> Case:
+    return Case(name, argv)
+
+
+CAPTURE = ("capture", "--model", "{gpt2}", "--text", "the cat sat on the mat")
+CAPTURE_OUT = (*CAPTURE, "--out", "{tmp}/a.npz")
+ESM_CAPTURE = ("capture", "--model", "{esm}", "--sequence", PROTEIN, "--out", "{tmp}/a.npz")
+LABEL = ("label", "--model", "{gpt2}", "--examples", "4", "--bootstrap", "20", "--ablate", "none")
+LABEL_OUT = (*LABEL, "--out", "{tmp}/r.csv")
+CONTACTS = ("contacts", "--model", "{esm}", "--sequence", PROTEIN)
+CONTACTS_OUT = (*CONTACTS, "--out", "{tmp}/c.npz")
+APP = ("app", "--port", "{free_port}")
+
+CASES = [
+    # --- argparse: one line, never the usage block ------------------------------------------------------------
+    case("no-command"),
+    case("unknown-command", "bogus"),
+    case("capture-no-arguments", "capture"),
+    case("capture-no-source", "capture", "--model", "{gpt2}", "--out", "{tmp}/a.npz"),
+    case("capture-text-and-sequence", *CAPTURE_OUT, "--sequence", PROTEIN),
+    case("capture-bad-dtype", *CAPTURE_OUT, "--dtype", "float64"),
+    case("capture-unknown-flag", *CAPTURE_OUT, "--bogus"),
+    case("label-no-arguments", "label"),
+    case("label-examples-not-int", *LABEL, "--examples", "abc"),
+    case("label-bad-coref-set", *LABEL, "--coref-set", "nope"),
+    case("label-bad-ablate", *LABEL, "--ablate", "nope"),
+    case("label-batch-size-float", *LABEL, "--batch-size", "1.5"),
+    case("label-bootstrap-not-int", *LABEL, "--bootstrap", "x"),
+    case("label-fdr-not-number", *LABEL, "--fdr", "x"),
+    case("contacts-sequence-and-fasta", *CONTACTS, "--fasta", "{fasta}"),
+    case("contacts-bad-cb", *CONTACTS, "--cb", "nope"),
+    case("contacts-threshold-not-number", *CONTACTS, "--threshold", "abc"),
+    case("contacts-window-float", *CONTACTS, "--window", "1.5"),
+    case("contacts-min-count-not-int", *CONTACTS, "--min-count", "x"),
+    case("app-port-not-int", "app", "--port", "abc"),
+    case("app-max-tokens-float", *APP, "--max-tokens", "1.5"),
+    case("app-upload-not-number", *APP, "--upload-mb", "x"),
+    case("app-unknown-flag", *APP, "--bogus"),
+    # --- output paths: checked before any computing -----------------------------------------------------------
+    case("capture-out-bad-extension", *CAPTURE, "--out", "{tmp}/a.txt"),
+    case("capture-out-is-folder", *CAPTURE, "--out", "{tmp}/folder.npz"),
+    case("capture-out-missing-folder", *CAPTURE, "--out", "{tmp}/missing/a.npz"),
+    case("capture-out-folder-is-a-file", *CAPTURE, "--out", "{tmp}/plain.txt/a.npz"),
+    case("capture-out-read-only", *CAPTURE, "--out", "{readonly}/a.npz"),
+    case("capture-out-not-a-zip", *CAPTURE, "--out", "{tmp}/notzip.npz"),
+    case("label-out-bad-extension", *LABEL, "--out", "{tmp}/r.xlsx"),
+    case("label-out-is-folder", *LABEL, "--out", "{tmp}/folder.csv"),
+    case("label-out-missing-folder", *LABEL, "--out", "{tmp}/missing/r.csv"),
+    case("label-out-read-only", *LABEL, "--out", "{readonly}/r.csv"),
+    case("label-out-foreign-csv", *LABEL, "--out", "{tmp}/foreign.csv"),
+    case("label-out-foreign-parquet", *LABEL, "--out", "{tmp}/foreign.parquet"),
+    case("label-out-foreign-json", *LABEL, "--out", "{tmp}/foreign.json"),
+    case("contacts-out-bad-extension", *CONTACTS, "--out", "{tmp}/c.txt"),
+    case("contacts-out-is-folder", *CONTACTS, "--out", "{tmp}/folder.npz"),
+    case("contacts-out-read-only", *CONTACTS, "--out", "{readonly}/c.npz"),
+    case("contacts-out-not-a-zip", *CONTACTS, "--out", "{tmp}/notzip.npz"),
+    case("contacts-heads-out-bad-extension", *CONTACTS, "--heads-out", "{tmp}/h.csv"),
+    case("contacts-heads-out-read-only", *CONTACTS, "--heads-out", "{readonly}/h.parquet"),
+    case("contacts-heads-out-missing-folder", *CONTACTS, "--heads-out", "{tmp}/missing/h.parquet"),
+    case("contacts-two-outputs-one-file", *CONTACTS, "--heads-out", "{tmp}/h.parquet",
+         "--chains-out", "{tmp}/h.parquet"),
+    # --- models and devices -------------------------------------------------------------------------------------
+    case("capture-model-missing", "capture", "--model", "{tmp}/no-such-model", "--text", "a", "--out", "{tmp}/a.npz"),
+    case("capture-model-unknown-organism", "capture", "--model", "zoo:nope", "--text", "a", "--out", "{tmp}/a.npz"),
+    case("capture-model-corrupt-weights", "capture", "--model", "{corrupt_gpt2}", "--text", "a",
+         "--out", "{tmp}/a.npz"),
+    case("capture-model-truncated-weights", "capture", "--model", "{truncated_gpt2}", "--text", "a",
+         "--out", "{tmp}/a.npz"),
+    case("label-model-corrupt-weights", "label", "--model", "{corrupt_gpt2}", "--out", "{tmp}/r.csv"),
+    case("contacts-model-corrupt-weights", "contacts", "--model", "{corrupt_esm}", "--sequence", PROTEIN,
+         "--out", "{tmp}/c.npz"),
+    case("app-model-corrupt-weights", *APP, "--model", "{corrupt_gpt2}"),
+    case("capture-device-mps", *CAPTURE_OUT, "--device", "mps"),
+    case("capture-device-meta", *CAPTURE_OUT, "--device", "meta"),
+    case("capture-device-unknown", *CAPTURE_OUT, "--device", "gpu9"),
+    case("label-device-meta", *LABEL_OUT, "--device", "meta"),
+    case("contacts-device-mps", *CONTACTS_OUT, "--device", "mps"),
+    case("app-device-meta", *APP, "--model", "{gpt2}", "--device", "meta"),
+    # --- capture: inputs, layers and heads ------------------------------------------------------------------------
+    case("capture-sequence-on-text-model", "capture", "--model", "{gpt2}", "--sequence", PROTEIN,
+         "--out", "{tmp}/a.npz"),
+    case("capture-text-on-protein-model", "capture", "--model", "{esm}", "--text", "hello", "--out", "{tmp}/a.npz"),
+    case("capture-layers-backwards", *CAPTURE_OUT, "--layers", "1-0"),
+    case("capture-heads-huge-range", *CAPTURE_OUT, "--heads", "0-999999999999"),
+    case("capture-heads-large-range", *CAPTURE_OUT, "--heads", "0-20000000"),
+    case("capture-layers-out-of-range", *CAPTURE_OUT, "--layers", "99"),
+    case("capture-heads-negative", *CAPTURE_OUT, "--heads", "-1"),
+    case("capture-layers-not-a-number", *CAPTURE_OUT, "--layers", "a"),
+    case("capture-layers-open-range", *CAPTURE_OUT, "--layers", "0-"),
+    case("capture-heads-empty-item", *CAPTURE_OUT, "--heads", "0,,1"),
+    case("capture-empty-text", "capture", "--model", "{gpt2}", "--text", "", "--out", "{tmp}/a.npz"),
+    case("capture-text-too-long", "capture", "--model", "{gpt2}", "--text", "the " * 5000, "--out", "{tmp}/a.npz"),
+    case("capture-sequence-not-protein", "capture", "--model", "{esm}", "--sequence", "12345!", "--out",
+         "{tmp}/a.npz"),
+    case("capture-sequence-empty", "capture", "--model", "{esm}", "--sequence", "", "--out", "{tmp}/a.npz"),
+    # --- label ----------------------------------------------------------------------------------------------------
+    case("label-examples-zero", *LABEL_OUT, "--examples", "0"),
+    case("label-examples-negative", *LABEL_OUT, "--examples", "-5"),
+    case("label-seq-len-zero", *LABEL_OUT, "--seq-len", "0"),
+    case("label-seq-len-text", *LABEL_OUT, "--seq-len", "abc"),
+    case("label-seq-len-too-long", *LABEL_OUT, "--seq-len", "100000"),
+    case("label-unknown-type", *LABEL_OUT, "--types", "bogus"),
+    case("label-empty-types", *LABEL_OUT, "--types", ","),
+    case("label-probe-file-missing", *LABEL_OUT, "--types", "coreference", "--probe-file", "{tmp}/none.jsonl"),
+    case("label-probe-file-not-utf8", *LABEL_OUT, "--types", "coreference", "--probe-file", "{latin1_jsonl}"),
+    case("label-probe-file-bad-json", *LABEL_OUT, "--types", "coreference", "--probe-file", "{bad_jsonl}"),
+    case("label-probe-file-without-coreference", *LABEL_OUT, "--types", "induction", "--probe-file",
+         "{good_jsonl}"),
+    case("label-batch-size-zero", *LABEL_OUT, "--batch-size", "0"),
+    case("label-bootstrap-zero", *LABEL_OUT, "--bootstrap", "0"),
+    case("label-fdr-above-one", *LABEL_OUT, "--fdr", "1.5"),
+    case("label-fdr-nan", *LABEL_OUT, "--fdr", "nan"),
+    case("label-min-effect-nan", *LABEL_OUT, "--min-effect", "nan"),
+    case("label-second-model-missing", *LABEL_OUT, "--model", "{tmp}/no-such-model"),
+    # --- contacts -------------------------------------------------------------------------------------------------
+    case("contacts-threshold-nan", *CONTACTS_OUT, "--threshold", "nan"),
+    case("contacts-threshold-negative", *CONTACTS_OUT, "--threshold", "-1"),
+    case("contacts-threshold-zero", *CONTACTS_OUT, "--threshold", "0"),
+    case("contacts-binding-distance-inf", *CONTACTS_OUT, "--binding-distance", "inf"),
+    case("contacts-min-attention-zero", *CONTACTS_OUT, "--min-attention", "0"),
+    case("contacts-min-attention-above-one", *CONTACTS_OUT, "--min-attention", "2"),
+    case("contacts-min-count-zero", *CONTACTS_OUT, "--min-count", "0"),
+    case("contacts-window-zero", *CONTACTS_OUT, "--window", "0"),
+    case("contacts-window-negative", *CONTACTS_OUT, "--window", "-10"),
+    case("contacts-window-beyond-the-model", "contacts", "--model", "{esm}", "--sequence", PROTEIN * 10,
+         "--window", "5000", "--out", "{tmp}/c.npz"),
+    case("contacts-fasta-missing", "contacts", "--model", "{esm}", "--fasta", "{tmp}/none.fa", "--out", "{tmp}/c.npz"),
+    case("contacts-fasta-not-utf8", "contacts", "--model", "{esm}", "--fasta", "{latin1_fasta}",
+         "--out", "{tmp}/c.npz"),
+    case("contacts-fasta-empty", "contacts", "--model", "{esm}", "--fasta", "{empty_fasta}", "--out", "{tmp}/c.npz"),
+    case("contacts-fasta-binary", "contacts", "--model", "{esm}", "--fasta", "{binary_fasta}",
+         "--out", "{tmp}/c.npz"),
+    case("contacts-sequence-not-protein", "contacts", "--model", "{esm}", "--sequence", "12345!",
+         "--out", "{tmp}/c.npz"),
+    case("contacts-structure-missing", *CONTACTS_OUT, "--structure", "{tmp}/none.pdb"),
+    case("contacts-structure-garbage", *CONTACTS_OUT, "--structure", "{garbage_pdb}"),
+    case("contacts-structure-unknown-chain", "contacts", "--model", "{esm}", "--structure", "{pdb}",
+         "--chain", "Z", "--out", "{tmp}/c.npz"),
+    case("contacts-structures-with-structure", "contacts", "--model", "{esm}", "--structures", "{tmp}",
+         "--structure", "{pdb}", "--out", "{tmp}/c.npz"),
+    case("contacts-no-source", "contacts", "--model", "{esm}", "--out", "{tmp}/c.npz"),
+    case("contacts-text-model", "contacts", "--model", "{gpt2}", "--sequence", PROTEIN, "--out", "{tmp}/c.npz"),
+    # --- app: every check before "serving" -----------------------------------------------------------------------
+    case("app-host-empty", *APP, "--host", ""),
+    case("app-host-blank", *APP, "--host", "  "),
+    case("app-host-unresolvable", *APP, "--host", "nonexistent.invalid"),
+    case("app-host-not-ours", *APP, "--host", "10.254.254.254"),
+    case("app-port-in-use", "app", "--port", "{used_port}"),
+    case("app-port-zero", "app", "--port", "0"),
+    case("app-port-too-big", "app", "--port", "70000"),
+    case("app-upload-nan", *APP, "--upload-mb", "nan"),
+    case("app-upload-inf", *APP, "--upload-mb", "inf"),
+    case("app-upload-zero", *APP, "--upload-mb", "0"),
+    case("app-upload-negative", *APP, "--upload-mb", "-1"),
+    case("app-max-tokens-zero", *APP, "--max-tokens", "0"),
+    case("app-max-residues-negative", *APP, "--max-residues", "-1"),
+    case("app-labels-missing", *APP, "--model", "{gpt2}", "--labels", "{tmp}/none.csv"),
+    case("app-labels-foreign", *APP, "--model", "{gpt2}", "--labels", "{tmp}/foreign.csv"),
+    case("app-model-missing", *APP, "--model", "{tmp}/no-such-model"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        return probe_socket.getsockname()[1]
+
+
+def readonly_folder(base: Path) -> str:
+    """A folder no file can be created in: a chmod 555 folder, or (as root, who ignores permission bits) /sys."""
+    folder = base / "readonly"
+    folder.mkdir()
+    folder.chmod(0o555)
+    for candidate in (str(folder), "/sys"):
+        try:
+            handle, tmp = tempfile.mkstemp(dir=candidate)
+        except OSError:
+            return candidate
+        os.close(handle)
+        os.unlink(tmp)
+    pytest.skip("no read-only folder on this machine")
+
+
+def damaged_copy(source: Path, target: Path, keep_bytes: int | None) -> str:
+    """A copy of a saved model whose safetensors file is cut to `keep_bytes` (None: overwritten with noise)."""
+    shutil.copytree(source, target)
+    weights = target / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:keep_bytes] if keep_bytes is not None else bytes(random.Random(0).randbytes(len(data))))
+    return str(target)
+
+
+@pytest.fixture(scope="module")
+def assets(tiny_dir, tmp_path_factory):
+    base = tmp_path_factory.mktemp("reliability")
+    gpt2, esm = Path(tiny_dir("gpt2")), Path(tiny_dir("esm"))
+    files = {
+        "gpt2": str(gpt2), "esm": str(esm),
+        "corrupt_gpt2": damaged_copy(gpt2, base / "corrupt-gpt2", None),
+        "truncated_gpt2": damaged_copy(gpt2, base / "truncated-gpt2", 200),
+        "corrupt_esm": damaged_copy(esm, base / "corrupt-esm", None),
+        "readonly": readonly_folder(base),
+    }
+    texts = {
+        "fasta": (">a\n" + PROTEIN + "\n").encode(),
+        "latin1_fasta": ">prot\xe9ine\nMKTAYIAK\n".encode("latin-1"),
+        "empty_fasta": b"",
+        "binary_fasta": b"\x00\x01\x02PK\x03\x04",
+        "garbage_pdb": b"this is not a structure file\n",
+        "pdb": compact_synthetic_pdb(PROTEIN).encode(),
+        "latin1_jsonl": '{"text": "caf\xe9 a b", "query": [2, 3], "target": [0, 1]}\n'.encode("latin-1"),
+        "bad_jsonl": b'{"text": "a b", "query": [2, 3\n',
+        "good_jsonl": b'{"text": "a b", "query": [2, 3], "target": [0, 1]}\n',
+    }
+    suffix = {"pdb": ".pdb", "garbage_pdb": ".pdb", "latin1_jsonl": ".jsonl", "bad_jsonl": ".jsonl",
+              "good_jsonl": ".jsonl"}
+    for name, data in texts.items():
+        path = base / f"{name}{suffix.get(name, '.fa')}"
+        path.write_bytes(data)
+        files[name] = str(path)
+    yield files
+    (base / "readonly").chmod(0o755)  # so pytest can clean up
+
+
+@pytest.fixture(scope="module")
+def used_port():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+
+
+@pytest.fixture
+def never_serve(monkeypatch):
+    """`probe app` must fail before serving: a case that reaches Dash's run fails instead of hanging."""
+    import dash
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the app started serving: a bad input passed every check")
+
+    monkeypatch.setattr(dash.Dash, "run", refuse)
+
+
+def prepare_output_folder(tmp: Path) -> None:
+    """Files a careless user might point --out at (each must be left exactly as it was)."""
+    (tmp / "folder.npz").mkdir()
+    (tmp / "folder.csv").mkdir()
+    (tmp / "plain.txt").write_text("just text\n")
+    (tmp / "notzip.npz").write_bytes(b"not a zip archive at all\n")
+    (tmp / "foreign.csv").write_text("name,age\nada,36\n")
+    (tmp / "foreign.parquet").write_bytes(b"definitely not parquet\n")
+    (tmp / "foreign.json").write_text('{"name": "ada"}\n')
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every path under `folder` (hidden ones too) with its bytes (None for folders)."""
+    return {str(path.relative_to(folder)): (None if path.is_dir() else path.read_bytes())
+            for path in sorted(folder.rglob("*"))}
+
+
+def fill(argv: tuple[str, ...], values: dict[str, str]) -> list[str]:
+    return [part.format(**values) if "{" in part else part for part in argv]
+
+
+def check_bad_input(code: int, out: str, err: str, before: dict, after: dict, argv: list[str]) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2, f"exit {code} for {argv}: {err}"
+    assert len(lines) == 1, f"{len(lines)} stderr lines for {argv}:\n{err}"
+    assert lines[0].startswith("probe") and "error" in lines[0] and "internal error" not in lines[0], lines[0]
+    assert out == "", f"stdout for {argv}: {out[:200]}"
+    assert after == before, f"files changed by {argv}: {sorted(set(after) ^ set(before))}"
+
+
+@pytest.mark.parametrize(
+    "bad", [pytest.param(c, id=c.name) for c in CASES])
+def test_bad_input_is_one_line_and_exit_2(bad, assets, used_port, never_serve, tmp_path, capsys):
+    prepare_output_folder(tmp_path)
+    values = {**assets, "tmp": str(tmp_path), "used_port": str(used_port), "free_port": str(free_port())}
+    argv = fill(bad.argv, values)
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    code = main(argv)
+    captured = capsys.readouterr()
+    if os.environ.get("PROBE_SHOW_ERRORS"):  # a file to review every message by eye
+        with open(os.environ["PROBE_SHOW_ERRORS"], "a") as log:
+            log.write(f"{bad.name}: {captured.err}")
+    check_bad_input(code, captured.out, captured.err, before, snapshot(tmp_path), argv)
+
+
+def test_the_table_is_large_and_covers_every_subcommand():
+    assert len(CASES) >= 80
+    assert len({c.name for c in CASES}) == len(CASES)
+    for command in ("capture", "label", "contacts", "app"):
+        assert sum(1 for c in CASES if c.argv[:1] == (command,)) >= 10, command
+
+
+def test_app_empty_host_never_falls_back_to_the_host_variable(monkeypatch, never_serve, capsys):
+    """Dash's run() reads $HOST when host is falsy: `--host ""` with HOST=0.0.0.0 would have served on every
+    interface. It is refused before anything else, in one clean line."""
+    monkeypatch.setenv("HOST", "0.0.0.0")
+    assert main(["app", "--host", "", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err == "probe app: error: --host is empty: give an address to bind, e.g. 127.0.0.1 (this machine only)\n"
+
+
+# A real process costs ~5-15 s of imports on a busy machine: two cases, argparse's exit path and the app's bind.
+SUBPROCESS_CASES = ["label-bad-ablate", "app-port-in-use"]
+
+
+@pytest.mark.parametrize("name", SUBPROCESS_CASES)
+def test_bad_input_in_a_real_process(name, assets, used_port, tmp_path):
+    """The same contract from a real `probe` process: argparse's exit path, warnings and werkzeug are all real."""
+    bad = next(c for c in CASES if c.name == name)
+    prepare_output_folder(tmp_path)
+    values = {**assets, "tmp": str(tmp_path), "used_port": str(used_port), "free_port": str(free_port())}
+    argv = fill(bad.argv, values)
+    before = snapshot(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="default")
+    result = subprocess.run([sys.executable, "-m", "probe.cli", *argv], capture_output=True, text=True, env=env,
+                            timeout=120, cwd=tmp_path)
+    check_bad_input(result.returncode, result.stdout, result.stderr, before, snapshot(tmp_path), argv)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SIGKILL at random moments, then resume: the result equals an uninterrupted run
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def journal_units(out: Path) -> int:
+    from probe.journal import Journal
+
+    parts = out.parent / f".{out.name}.parts"
+    return len(Journal(out).units()) if parts.is_dir() else 0
+
+
+def kill_at_random(argv: list[str], out: Path, rng: random.Random, cwd: Path) -> bool:
+    """Start `probe argv`, wait until it has finished a unit (journal) or written `out`, then SIGKILL it after a
+    random delay. True if it was killed, False if it finished first."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    process = subprocess.Popen([sys.executable, "-m", "probe.cli", *argv], env=env, cwd=cwd,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while process.poll() is None and time.monotonic() < deadline:
+        if journal_units(out) > 0 or out.exists():
+            break
+        time.sleep(0.02)
+    time.sleep(rng.uniform(0.0, 0.8))
+    if process.poll() is not None:
+        return False
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    return True
+
+
+def resume_after_kills(argv: list[str], out: Path, kills: int, seed: int, cwd: Path, capsys) -> tuple[int, list]:
+    """Kill the run `kills` times (bounded tries), checking after each kill that no output is half-written and no
+    finished unit was lost; then finish it in-process. Returns (kills done, unit counts seen)."""
+    rng = random.Random(seed)
+    done, counts, tries = 0, [], 0
+    while done < kills and tries < 3 * kills:
+        tries += 1
+        if not kill_at_random(argv, out, rng, cwd):
+            shutil.rmtree(out.parent / f".{out.name}.parts", ignore_errors=True)  # finished: start over
+            out.unlink(missing_ok=True)
+            counts = []
+            continue
+        done += 1
+        assert readable(out), f"{out.name} is half-written after a SIGKILL"
+        counts.append(journal_units(out))
+        assert counts == sorted(counts), f"a finished unit was lost by a kill: {counts}"
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err
+    leftovers = [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.") and p.is_file()]
+    assert not leftovers, f"temporary files of the killed runs are still there: {leftovers}"
+    return done, counts
+
+
+def readable(path: Path) -> bool:
+    """Absent, or a whole file of its format."""
+    if not path.exists():
+        return True
+    try:
+        if path.suffix == ".npz":
+            with np.load(path) as archive:
+                return all(archive[name].size >= 0 for name in archive.files)
+        (pd.read_parquet if path.suffix == ".parquet" else pd.read_csv)(path)
+    except Exception:  # noqa: BLE001 - any failure to read is the finding
+        return False
+    return True
+
+
+def test_write_atomically_removes_what_a_killed_writer_left(tmp_path):
+    from probe.commands.common import write_atomically
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    out = tmp_path / "r.csv"
+    stale = tmp_path / f".r.csv.{int(dead.stdout)}.abc123.csv"  # what a SIGKILL mid-write leaves
+    live = tmp_path / f".r.csv.{os.getpid()}.def456.csv"  # another writer still at work
+    journal = tmp_path / ".r.csv.parts"
+    stale.write_text("half")
+    live.write_text("busy")
+    journal.mkdir()
+    write_atomically(out, lambda tmp: tmp.write_text("x,y\n1,2\n"))
+    assert out.read_text() == "x,y\n1,2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, live.name, journal.name])
+
+
+@pytest.fixture(scope="module")
+def label_models(tiny_dir):
+    return [str(tiny_dir("gpt2", seed=seed)) for seed in range(3)]
+
+
+def test_label_survives_repeated_sigkill(label_models, tmp_path, capsys):
+    common = ["--examples", "8", "--bootstrap", "50", "--types", "previous_token,induction", "--seq-len", "16",
+              "--ablate", "none"]
+    argv = ["label", *[part for model in label_models for part in ("--model", model)], *common]
+    reference = tmp_path / "reference.csv"
+    assert main([*argv, "--out", str(reference)]) == 0
+    out = tmp_path / "killed.csv"
+    kills, counts = resume_after_kills([*argv, "--out", str(out)], out, kills=3, seed=1, cwd=tmp_path, capsys=capsys)
+    assert kills == 3, "the run finished before every kill: make it longer"
+    pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(reference))
+
+
+def test_contacts_survives_repeated_sigkill(tiny_dir, tmp_path, capsys):
+    rng = random.Random(0)
+    fasta = tmp_path / "set.fa"
+    fasta.write_text("".join(f">p{i}\n{''.join(rng.choice('ACDEFGHIKLMNPQRSTVWY') for _ in range(60))}\n"
+                             for i in range(16)))
+    argv = ["contacts", "--model", str(tiny_dir("esm")), "--fasta", str(fasta)]
+    reference = [tmp_path / "reference.npz", tmp_path / "reference.parquet"]
+    assert main([*argv, "--out", str(reference[0]), "--heads-out", str(reference[1])]) == 0
+    out = [tmp_path / "killed.npz", tmp_path / "killed.parquet"]
+    kills, counts = resume_after_kills([*argv, "--out", str(out[0]), "--heads-out", str(out[1])], out[0], kills=3,
+                                       seed=2, cwd=tmp_path, capsys=capsys)
+    assert kills == 3, "the run finished before every kill: make it longer"
+    assert counts and counts[-1] > 0, "nothing was kept after a SIGKILL"
+    with np.load(out[0]) as got, np.load(reference[0]) as expected:
+        assert sorted(got.files) == sorted(expected.files)
+        for name in expected.files:
+            np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    pd.testing.assert_frame_equal(pd.read_parquet(out[1]), pd.read_parquet(reference[1]))
+
+
+@pytest.mark.soak
+def test_soak():
+    """benchmarks/soak.py with its defaults: repeated SIGKILL/resume of label and contacts, then 20 users × 60 s."""
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "soak.py")], capture_output=True, text=True,
+                            timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
