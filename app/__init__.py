@@ -1,7 +1,8 @@
-"""The `probe app` dashboard (Dash): head atlas, attention explorer, proteins next to contact maps.
+"""The `probe app` dashboard (Dash): head atlas, grid of every head, attention explorer, proteins next to contact
+maps, architecture card. Installed as `probe_app` (the source folder is `app/`); inside, imports are relative.
 
-    from app import create_app
-    from app.service import AppConfig
+    from probe_app import create_app          # `from app import create_app` in a source checkout
+    from probe_app.service import AppConfig
     dash_app = create_app(AppConfig(models=("zoo:induction",)))
     dash_app.run(host="127.0.0.1", port=8050, threaded=True)
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.service import AppConfig, Service
+from .service import AppConfig, Service
 
 __all__ = ["AppConfig", "Service", "create_app"]
 
@@ -18,18 +19,36 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 
 
 def create_app(config: AppConfig | None = None, service: Service | None = None):
-    """A new Dash app over `service` (built from `config` when not given): models loaded once, shared by sessions."""
-    from dash import Dash
+    """A new Dash app over `service` (built from `config` when not given): models loaded once, shared by sessions.
 
-    from app import callbacks, layout
-    from app.service import head_types
+    The layout is built per page visit from the URL's query string, so a reload (or a shared link) restores the
+    model, head type, selected head and a short input.
+    """
+    from dash import Dash
+    from flask import has_request_context, request
+
+    from . import layout
 
     service = service or Service(config or AppConfig())
     service.registry.load_all()
     dash_app = Dash(__name__, assets_folder=str(ASSETS), title="probe", update_title=None,
-                    suppress_callback_exceptions=False)
-    dash_app.layout = layout.page(service, head_types())
-    callbacks.register(dash_app, service)
+                    suppress_callback_exceptions=True)
+
+    def serve_layout():
+        return layout.page_layout(service, _page_query() if has_request_context() else {})
+
+    def _page_query() -> dict:
+        """The visited page's query: the renderer fetches the layout from /_dash-layout, the page's URL is the
+        referrer."""
+        from urllib.parse import parse_qs, urlparse
+
+        if request.args:
+            return request.args.to_dict()
+        query = parse_qs(urlparse(request.referrer or "").query)
+        return {key: values[0] for key, values in query.items() if values}
+
+    dash_app.layout = serve_layout
+    layout.register(dash_app, service)
     dash_app.server.config["MAX_CONTENT_LENGTH"] = service.config.upload_bytes * 2 + 2**20  # base64 + JSON overhead
     dash_app.probe_service = service
     return dash_app

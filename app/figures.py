@@ -20,15 +20,22 @@ HEATMAP_BINS = 256  # explorer heatmaps above this many tokens are max-pooled to
 CONTACT_BINS = 400  # contact maps above this many residues likewise
 LINE_VIEW_TOKENS = 48  # the token-to-token line view is drawn up to this many tokens
 SELECTION_COLOUR = "#d62728"
-PATTERN_COLOUR = "rgba(255, 127, 14, 0.45)"
+PATTERN_COLOUR = "#ff7f0e"
+NOT_SIGNIFICANT = "#d9d9d9"  # atlas cells whose score is not clearly above chance
+NO_DATA = "#f7f7f7"
+LABEL_COLOURS = {"labelled": "#2ca02c", "not labelled": "#d9d9d9", "no score": "#f7f7f7"}
+SCORE_SCALE = "Viridis"
+ALPHA_SCALE = "Blues"
+CLOUD_BUTTONS = ["sendDataToCloud", "editInChartStudio"]  # Plotly's cloud links: never on an offline tool
 
 
 def graph_config(image_format: str = "png", filename: str = "probe") -> dict:
-    """dcc.Graph config: the toolbar's camera button saves PNG or SVG (`image_format`)."""
+    """dcc.Graph config: the toolbar's camera button saves PNG or SVG (`image_format`); no cloud links."""
     image = {"format": image_format, "filename": filename}
     if image_format == "png":
         image["scale"] = 2
-    return {"displaylogo": False, "toImageButtonOptions": image}
+    return {"displaylogo": False, "toImageButtonOptions": image, "showSendToCloud": False,
+            "showEditInChartStudio": False, "modeBarButtonsToRemove": CLOUD_BUTTONS}
 
 
 def empty_figure(message: str) -> go.Figure:
@@ -74,14 +81,15 @@ class _quiet_nan_warnings:
         return self._context.__exit__(*exc)
 
 
-def token_labels(tokens: Sequence[str], factor: int = 1) -> list[str]:
-    """Unique axis labels: "3·the" per token, or "8–11·went" per pooled block of `factor` tokens."""
+def token_labels(tokens: Sequence[str], factor: int = 1, start: int = 0) -> list[str]:
+    """Unique axis labels: "3·the" per token, or "8–11·went" per pooled block of `factor` tokens; positions count
+    from `start` (the first token of a zoom window)."""
     if factor == 1:
-        return [f"{index}·{token}" for index, token in enumerate(tokens)]
+        return [f"{start + index}·{token}" for index, token in enumerate(tokens)]
     labels = []
-    for start in range(0, len(tokens), factor):
-        stop = min(start + factor, len(tokens)) - 1
-        labels.append(f"{start}–{stop}·{tokens[start]}")
+    for first in range(0, len(tokens), factor):
+        last = min(first + factor, len(tokens)) - 1
+        labels.append(f"{start + first}–{start + last}·{tokens[first]}")
     return labels
 
 
@@ -89,33 +97,52 @@ def attention_heatmap(
     alpha: np.ndarray,  # [query key] one head's attention
     tokens: Sequence[str],
     title: str = "",
-    pattern: np.ndarray | None = None,  # [query key] bool: the head type's target cells, drawn on top
+    pattern: np.ndarray | None = None,  # [query key] bool: the head type's target cells, outlined on top
     max_bins: int = HEATMAP_BINS,
+    per_head_max: bool = False,  # colour maximum = this head's largest α (default: the fixed 0–1 scale)
+    uirevision: str | None = None,  # keep the user's zoom while this stays the same (e.g. across head steps)
+    pattern_name: str = "targets",
+    window: tuple[int, int, int, int] | None = None,  # (q0, q1, k0, k1): `alpha` is this zoom window of the head
 ) -> go.Figure:
-    """One head's α with token labels on both axes (query down, key across), max-pooled above `max_bins` tokens."""
-    if alpha.ndim != 2 or alpha.shape[0] != len(tokens) or alpha.shape[1] != len(tokens):
-        raise ValueError(f"alpha {alpha.shape} does not match {len(tokens)} tokens")
+    """One head's α with token labels on both axes (query down, key across), max-pooled above `max_bins` tokens.
+
+    Colours run over the fixed scale 0–1 (so heads compare at a glance) unless `per_head_max`, and the colour bar
+    says which. Target cells are outlined (a hit is a dark cell inside an outline, a miss a pale one).
+    """
+    q0, q1, k0, k1 = window or (0, len(tokens), 0, len(tokens))
+    if alpha.ndim != 2 or alpha.shape != (q1 - q0, k1 - k0) or not (0 <= q0 < q1 <= len(tokens)
+                                                                   and 0 <= k0 < k1 <= len(tokens)):
+        raise ValueError(f"alpha {alpha.shape} does not match {len(tokens)} tokens (window {window})")
     z, factor = downsample(alpha.astype(np.float32), max_bins)  # [query_bin key_bin]
-    labels = token_labels(tokens, factor)
+    labels = token_labels(tokens[q0:q1], factor, q0)  # query axis
+    key_labels = token_labels(tokens[k0:k1], factor, k0)
     what = "α" if factor == 1 else f"max α over {factor}×{factor} tokens"
+    zmax = float(max(np.nanmax(z), 1e-6)) if per_head_max else 1.0
+    scale_text = f"α (0–{zmax:.3g}, this head's max)" if per_head_max else "α (fixed 0–1)"
     figure = go.Figure(go.Heatmap(
-        z=z, x=labels, y=labels, colorscale="Blues", zmin=0.0, zmax=float(max(np.nanmax(z), 1e-6)),
-        colorbar={"title": {"text": "α"}}, name="attention",
+        z=z, x=key_labels, y=labels, colorscale=ALPHA_SCALE, zmin=0.0, zmax=zmax,
+        colorbar={"title": {"text": scale_text, "side": "right"}}, name="attention",
         hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{what} %{{z:.4f}}<extra></extra>",
     ))
     if pattern is not None:
         target, _ = downsample(pattern.astype(np.float32), max_bins)  # [query_bin key_bin] 1 where any target
-        target = np.where(target > 0, 1.0, np.nan).astype(np.float32)  # NaN: transparent
-        figure.add_trace(go.Heatmap(
-            z=target, x=labels, y=labels, colorscale=[[0, PATTERN_COLOUR], [1, PATTERN_COLOUR]], showscale=False,
-            hoverinfo="skip", name="target pattern",
+        rows, cols = np.nonzero(target > 0)
+        size = max(4, min(24, int(420 / max(len(labels), len(key_labels), 1))))
+        figure.add_trace(go.Scatter(
+            x=[key_labels[c] for c in cols], y=[labels[r] for r in rows], mode="markers", name=pattern_name,
+            marker={"symbol": "square-open", "size": size, "color": PATTERN_COLOUR, "line": {"width": 2}},
+            hoverinfo="skip", showlegend=True,
         ))
-    suffix = "" if factor == 1 else f" · {len(tokens)} tokens shown in {len(labels)} bins (max-pooled)"
+    suffix = "" if factor == 1 else f" · {max(q1 - q0, k1 - k0)} tokens shown in {len(labels)} bins (max-pooled)"
+    if window is not None:
+        suffix += f" · zoom: queries {q0}–{q1 - 1}, keys {k0}–{k1 - 1} (double-click: all)"
     figure.update_layout(
         template="plotly_white", title={"text": title + suffix}, height=560, margin={"l": 110, "b": 110, "t": 50},
         xaxis={"title": {"text": "key"}, "type": "category", "tickangle": -60},
         yaxis={"title": {"text": "query"}, "type": "category", "autorange": "reversed"},
-        uirevision=title.split(" ")[0] if title else None,
+        legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "bottom",
+                "bgcolor": "rgba(255,255,255,0.7)"},
+        uirevision=uirevision,
     )
     return figure
 
@@ -156,6 +183,17 @@ def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", thresho
     return figure
 
 
+def is_significant(row) -> bool:
+    """Clearly above chance: the q-value below 0.05 where the table has one, else the CI's low end above chance."""
+    q_value = getattr(row, "q_value", None)
+    if q_value is not None and not pd.isna(q_value):
+        return float(q_value) < 0.05
+    low, chance = getattr(row, "ci_low", None), getattr(row, "chance", None)
+    if low is None or chance is None or pd.isna(low) or pd.isna(chance):
+        return True  # nothing to test against: show the score
+    return float(low) > float(chance)
+
+
 def _is_labelled(value) -> bool:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return False
@@ -170,32 +208,64 @@ def atlas_figure(
     colour_by: str = "score",  # "score" | "label"
     selected: tuple[int, int] | None = None,
 ) -> go.Figure:
-    """The layer × head grid coloured by one head type's score (or label); hover gives the score and its CI."""
-    z = np.zeros((n_layers, n_heads))  # [layer head]
+    """The layer × head grid coloured by one head type's score (or label); hover gives the score and its CI.
+
+    Scores use the fixed scale 0–1 (the colour of 0.3 is the same on every model and type); heads whose score is
+    not clearly above chance are grey. By label: three categories with a legend, never a continuous bar.
+    Trace 0 is always the clickable grid ("atlas", z = the score, NaN without one).
+    """
+    score = np.full((n_layers, n_heads), np.nan)  # [layer head]
+    significant = np.zeros((n_layers, n_heads), dtype=bool)
+    labelled = np.zeros((n_layers, n_heads), dtype=bool)
     text = [[f"{head_name(layer, head)}<br>no labels yet" for head in range(n_heads)] for layer in range(n_layers)]
     rows = None
     if table is not None and not table.empty:
         rows = table[table["head_type"].astype(str) == head_type]
-    if rows is not None and not rows.empty:
+    have_rows = rows is not None and not rows.empty
+    if have_rows:
         for row in rows.itertuples(index=False):
             layer, head = int(row.layer), int(row.head)
             if not (0 <= layer < n_layers and 0 <= head < n_heads):
                 continue
-            label = getattr(row, "label", None)
-            z[layer, head] = float(_is_labelled(label)) if colour_by == "label" else float(row.score)
+            score[layer, head] = float(row.score)
+            significant[layer, head] = is_significant(row)
+            labelled[layer, head] = _is_labelled(getattr(row, "label", None))
             text[layer][head] = _hover_text(row, head_type)
-        colourbar = {"title": {"text": "label" if colour_by == "label" else "score"}}
-        colourscale = [[0, "#f0f0f0"], [1, "#2ca02c"]] if colour_by == "label" else "Viridis"
-        zmin, zmax = (0.0, 1.0) if colour_by == "label" else (float(np.min(z)), float(max(np.max(z), 1e-6)))
-        title = f"{head_type}: {'label' if colour_by == 'label' else 'score'} of every head (click to select)"
+    xs, ys = list(range(n_heads)), list(range(n_layers))
+    common = {"x": xs, "y": ys, "text": text, "xgap": 2, "ygap": 2, "hovertemplate": "%{text}<extra></extra>"}
+    traces = []
+    if have_rows and colour_by == "label":
+        category = np.where(np.isnan(score), 2, np.where(labelled, 0, 1))  # 0 labelled, 1 not, 2 no score
+        colours = list(LABEL_COLOURS.values())
+        scale = [[0.0, colours[0]], [1 / 3, colours[0]], [1 / 3, colours[1]], [2 / 3, colours[1]],
+                 [2 / 3, colours[2]], [1.0, colours[2]]]
+        traces.append(go.Heatmap(z=category, zmin=-0.5, zmax=2.5, colorscale=scale, showscale=False, name="atlas",
+                                 **common))
+        for name, colour in LABEL_COLOURS.items():  # legend entries for the three categories
+            traces.append(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True,
+                                     marker={"symbol": "square", "size": 12, "color": colour}))
+        title = f"{head_type}: labelled heads (click to select)"
+    elif have_rows:
+        shown = np.where(significant, score, np.nan)
+        grey = np.where(~significant & ~np.isnan(score), 0.0, np.nan)
+        traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, NO_DATA], [1, NO_DATA]],
+                                 showscale=False, name="atlas", **common))
+        traces.append(go.Heatmap(z=shown, zmin=0.0, zmax=1.0, colorscale=SCORE_SCALE, name="score", hoverinfo="skip",
+                                 colorbar={"title": {"text": "score (fixed 0–1)", "side": "right"}},
+                                 **{k: v for k, v in common.items() if k not in ("text", "hovertemplate")}))
+        traces.append(go.Heatmap(z=grey, zmin=0.0, zmax=1.0, colorscale=[[0, NOT_SIGNIFICANT], [1, NOT_SIGNIFICANT]],
+                                 showscale=False, name="not above chance", hoverinfo="skip",
+                                 **{k: v for k, v in common.items() if k not in ("text", "hovertemplate")}))
+        traces.append(go.Scatter(x=[None], y=[None], mode="markers", name="grey: not above chance",
+                                 showlegend=True, marker={"symbol": "square", "size": 12, "color": NOT_SIGNIFICANT}))
+        title = f"{head_type}: score of every head (click to select)"
     else:
-        colourbar, colourscale, zmin, zmax = None, [[0, "#f7f7f7"], [1, "#f7f7f7"]], 0.0, 1.0
+        traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, NO_DATA], [1, NO_DATA]],
+                                 showscale=False, name="atlas", **common))
         title = f"no {head_type} labels yet: press 'Label heads' (click a cell to select a head)"
-    figure = go.Figure(go.Heatmap(
-        z=z, x=list(range(n_heads)), y=list(range(n_layers)), text=text, colorscale=colourscale, zmin=zmin,
-        zmax=zmax, showscale=colourbar is not None, colorbar=colourbar, xgap=2, ygap=2, name="atlas",
-        hovertemplate="%{text}<extra></extra>",
-    ))
+    if not have_rows:  # NaN cells are not drawn (nor clickable): give the empty grid a flat value
+        traces[0].z = np.zeros((n_layers, n_heads))
+    figure = go.Figure(traces)
     if selected is not None:
         figure.add_trace(go.Scatter(
             x=[selected[1]], y=[selected[0]], mode="markers", name="selected", showlegend=False, hoverinfo="skip",
@@ -205,10 +275,11 @@ def atlas_figure(
         # The title sits just above the grid, below the toolbar (which takes the figure's top edge).
         template="plotly_white", title={"text": title, "font": {"size": 12}, "y": 1, "yref": "paper",
                                         "yanchor": "bottom", "pad": {"b": 6}},
-        height=max(280, 40 * n_layers + 150),
-        xaxis={"title": {"text": "head"}, "dtick": 1}, yaxis={"title": {"text": "layer"}, "dtick": 1,
-                                                             "autorange": "reversed"},
-        margin={"t": 80, "l": 50, "r": 20, "b": 40},
+        height=max(320, 40 * n_layers + 190),
+        xaxis={"title": {"text": "head", "standoff": 4}, "dtick": 1, "range": [-0.5, n_heads - 0.5]},
+        yaxis={"title": {"text": "layer"}, "dtick": 1, "range": [n_layers - 0.5, -0.5]},
+        legend={"orientation": "h", "x": 0, "y": 0, "yref": "container", "yanchor": "bottom", "font": {"size": 11}},
+        margin={"t": 80, "l": 50, "r": 20, "b": 90},
     )
     return figure
 
@@ -256,6 +327,7 @@ def contact_figure(
     pair: tuple[int, int] | None = None,  # residue pair (0-based) marked in both maps
     title: str = "contacts",
     max_bins: int = CONTACT_BINS,
+    uirevision: str | None = None,
 ) -> go.Figure:
     """Predicted contacts in the upper triangle, true contacts in the lower one; data = [predicted, true, pair]."""
     n = predicted.shape[0]
@@ -281,13 +353,13 @@ def contact_figure(
         template="plotly_white", title={"text": title}, height=520, annotations=annotations,
         xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5], "constrain": "domain"},
         yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5], "scaleanchor": "x"},
-        margin={"t": 50}, uirevision=title,
+        margin={"t": 50}, uirevision=uirevision or title,
     )
     return figure
 
 
 def head_map_figure(apc: np.ndarray, pair: tuple[int, int] | None = None, title: str = "",
-                    max_bins: int = CONTACT_BINS) -> go.Figure:
+                    max_bins: int = CONTACT_BINS, uirevision: str | None = None) -> go.Figure:
     """One head's APC-corrected symmetrised attention over residues; data = [map, pair]."""
     n = apc.shape[0]
     figure = go.Figure([
@@ -300,7 +372,64 @@ def head_map_figure(apc: np.ndarray, pair: tuple[int, int] | None = None, title:
         template="plotly_white", title={"text": title}, height=520,
         xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5], "constrain": "domain"},
         yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5], "scaleanchor": "x"}, margin={"t": 50},
+        uirevision=uirevision,
     )
+    return figure
+
+
+CONTACT_PAIR_TRACE = 2  # contact_figure's traces: predicted, true, selected pair
+HEAD_MAP_PAIR_TRACE = 1  # head_map_figure's traces: map, selected pair
+
+
+def pair_patches(pair: tuple[int, int] | None):
+    """(contact figure patch, head map patch) that move the selected-pair marker of both figures to `pair`."""
+    from dash import Patch
+
+    xs, ys = _pair_marks(pair)
+    contacts, head_map = Patch(), Patch()
+    contacts["data"][CONTACT_PAIR_TRACE]["x"], contacts["data"][CONTACT_PAIR_TRACE]["y"] = xs, ys
+    head_map["data"][HEAD_MAP_PAIR_TRACE]["x"], head_map["data"][HEAD_MAP_PAIR_TRACE]["y"] = xs, ys
+    return contacts, head_map
+
+
+def zoom_ranges(relayout: dict | None):
+    """The axis ranges a zoom set ({"xaxis": [a, b], "yaxis": [c, d]}, either may be missing), "reset" after a
+    double-click / autoscale, or None when the relayout event changed no axis (a pan mode switch, a resize)."""
+    if not isinstance(relayout, dict):
+        return None
+    ranges = {}
+    for axis in ("xaxis", "yaxis"):
+        low, high = relayout.get(f"{axis}.range[0]"), relayout.get(f"{axis}.range[1]")
+        if isinstance(relayout.get(f"{axis}.range"), list) and len(relayout[f"{axis}.range"]) == 2:
+            low, high = relayout[f"{axis}.range"]
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+            ranges[axis] = [low, high]
+        elif relayout.get(f"{axis}.autorange"):
+            return "reset"
+    return ranges or None
+
+
+def zoom_patch(relayout: dict | None):
+    """A layout patch that copies a residue map's zoom (relayoutData) onto the other map; "reset" or None as
+    `zoom_ranges`."""
+    from dash import Patch
+
+    ranges = zoom_ranges(relayout)
+    if not isinstance(ranges, dict):
+        return ranges
+    patch = Patch()
+    for axis, values in ranges.items():
+        patch["layout"][axis]["range"] = values
+    return patch
+
+
+def apply_zoom(figure: go.Figure, ranges: dict | None) -> go.Figure:
+    """Set a stored residue-map zoom ({"xaxis": [...], "yaxis": [...]}) on a freshly drawn map."""
+    if isinstance(ranges, dict):
+        for axis in ("xaxis", "yaxis"):
+            values = ranges.get(axis)
+            if isinstance(values, list) and len(values) == 2 and all(isinstance(v, (int, float)) for v in values):
+                figure.layout[axis].range = values
     return figure
 
 

@@ -51,3 +51,36 @@ LEADERBOARD = "protein-leaderboard"
 PRECISION = "protein-precision"
 PROTEIN_MESSAGE = "protein-message"
 PROTEIN_VIEW_MESSAGE = "protein-view-message"
+
+# Page-wide additions (dashboard v2)
+URL = "url"  # dcc.Location: model, head type, layer, head and a short input live in the query string
+SHAPE = "model-shape"  # Store: {"layers": int, "heads": int} of the current model (keyboard stepping)
+KEYS_SINK = "keys-sink"  # Store written by the clientside mirror of the selection (keyboard script)
+PAGE_MESSAGE = "page-message"  # URL problems (an unknown model in a shared link)
+LIMITS = "explorer-limits"  # the current model's input limits, beside Run
+LABEL_WAIT = "label-wait"  # "waiting for labelling …" beside the explorer
+
+# Explorer additions
+ALPHA_SCALE = "alpha-scale"  # Checklist: colour maximum = the head's own max instead of the fixed 1
+TOKENS = "explorer-tokens"  # the token view: text coloured by attention from/to the focused token
+TOKEN_FOCUS = "token-focus"  # Store: {"index": int} set by clicking a token (assets/tokens.js)
+TOKEN_DIRECTION = "token-direction"  # RadioItems: colour by attention from | to the focused token
+OVERLAY_NOTE = "overlay-note"
+
+# Head grid
+GRID = "head-grid"
+GRID_MESSAGE = "grid-message"
+THUMB = "thumb"  # pattern-matching type: {"type": THUMB, "layer": int, "head": int}
+
+# Proteins additions
+UPLOAD_BOX = "protein-upload-box"  # wraps the Upload; carries data-max-bytes / data-accept for assets/upload.js
+PAIR_CLEAR = "protein-pair-clear"
+
+# Architecture card
+CARD = "architecture-card"
+CARD_MESSAGE = "card-message"
+IMAGE_APPLIED = "image-format-applied"  # Store written by the clientside callback that re-arms every camera button
+ZOOM = "explorer-zoom"  # Store: {"q0", "q1", "k0", "k1"} token window of the heatmap (None: the whole input)
+STRUCTURE_SET = "structure-set"  # DataTable: the per-head summary over a set of structures (--heads-summary)
+STRUCTURE_SET_TITLE = "structure-set-title"
+PROTEIN_ZOOM = "protein-zoom"  # Store: the residue maps' shared zoom {"xaxis": [a, b], "yaxis": [c, d]}

@@ -1,14 +1,17 @@
 """Server-side state of the dashboard: the models (loaded once per process), a small LRU cache of captures, one lock
 that serialises inference, labelling jobs and protein results.
 
-Big arrays live here and never go to the browser whole: callbacks ask for one head's matrix at a time.
-Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`.
+Big arrays live here and never go to the browser whole: callbacks ask for one head's matrix at a time (or for
+the pooled thumbnails of every head). Everything a user can get wrong raises a one-line
+:class:`~probe.errors.ProbeError`. Protein analysis is done by the pure functions of `protein_analysis`; this module
+holds the lock around them.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import re
 import tempfile
 import threading
@@ -21,10 +24,24 @@ import numpy as np
 import pandas as pd
 
 from probe import models
-from probe.classify import TABLE_EXTENSIONS, read_table_file
 from probe.errors import ProbeError
 
+from . import protein_analysis
+from .protein_analysis import ProteinResult
+
+try:  # label-table I/O lives in probe.tables (older trees: probe.classify)
+    from probe.tables import TABLE_EXTENSIONS, read_table_file
+except ImportError:  # pragma: no cover
+    from probe.classify import TABLE_EXTENSIONS, read_table_file
+
 LABEL_COLUMNS = ("layer", "head", "head_type", "score")
+CHARS_PER_TOKEN = 16  # explorer text is capped at max_tokens × this many characters before it is tokenized
+THUMBNAIL_BINS = 40  # each head's thumbnail in the grid is max-pooled to at most this many rows and columns
+LOCK_PATIENCE_S = 0.25  # how long a view waits for the inference lock before saying a labelling job holds it
+
+
+class Busy(ProbeError):
+    """The inference lock is held by a labelling job: the view says so and is redrawn when the job ends."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,7 @@ class AppConfig:
     cache_bytes: int = 256 * 2**20  # memory budget of the capture cache
     cache_entries: int = 32  # and its entry limit
     label_examples: int = 64  # probe examples per probe set when labelling on demand (probe label --examples)
+    heads_summary: str | None = None  # a per-head structure-set summary from `probe contacts --heads-summary`
 
 
 @dataclass(frozen=True)
@@ -59,19 +77,6 @@ class LabelJob:
     total: int = 0
     state: str = "running"  # running | done | failed
     error: str = ""
-
-
-@dataclass(frozen=True)
-class ProteinResult:
-    """Everything the protein panel shows for one sequence (and structure)."""
-
-    model: str
-    sequence: str
-    predicted: np.ndarray  # [residue residue] contact probabilities
-    true: np.ndarray | None  # [residue residue] bool, from the uploaded structure
-    heads: pd.DataFrame | None  # per-head precision leaderboard (layer, head, head_name, precision, ...)
-    precision: pd.DataFrame | None  # P@L by sequence-separation range
-    note: str = ""
 
 
 class LRUCache:
@@ -172,13 +177,6 @@ def default_models(scratch: str | Path | None = None) -> tuple[str, ...]:
                                                  preferred.index(spec) if spec in preferred else len(preferred))))
 
 
-def head_types() -> tuple[str, ...]:
-    """Head-type names from probe.patterns (the one registry shared with the CLI)."""
-    from probe.patterns import HEAD_TYPES
-
-    return tuple(HEAD_TYPES)
-
-
 def read_labels(path: str | Path) -> pd.DataFrame:
     """A labels table from `probe label` (.csv, .parquet or .json); checked for the columns the atlas needs."""
     path = Path(path).expanduser()
@@ -194,6 +192,13 @@ def read_labels(path: str | Path) -> pd.DataFrame:
     if missing:
         raise ProbeError(f"--labels {path}: missing columns {', '.join(missing)}; pass a table written by `probe label`")
     return table
+
+
+def _read_heads_summary(path: str) -> pd.DataFrame:
+    """`probe contacts --heads-summary` output, checked by probe.contact_sets (one-line ProbeError otherwise)."""
+    from probe.contact_sets import read_heads_summary
+
+    return read_heads_summary(path)
 
 
 def parse_token_ids(text: str, vocab_size: int) -> list[int]:
@@ -215,15 +220,10 @@ def parse_token_ids(text: str, vocab_size: int) -> list[int]:
 
 def parse_fasta(text: str) -> str:
     """The first record of FASTA text, or a bare sequence; validated amino-acid letters."""
-    lines = [line.strip() for line in text.strip().splitlines()]
-    if lines and lines[0].startswith(">"):
-        body = []
-        for line in lines[1:]:
-            if line.startswith(">"):
-                break
-            body.append(line)
-        lines = body
-    return models.clean_protein("".join(lines))
+    from probe.fasta import parse_fasta as read_records
+
+    _, sequence = read_records(text, "the input")[0]
+    return models.clean_protein(sequence)
 
 
 class Service:
@@ -237,6 +237,7 @@ class Service:
         self.captures = LRUCache(config.cache_entries, config.cache_bytes)
         self.proteins = LRUCache(8, config.cache_bytes)
         self._labels_file = labels if labels is not None else (read_labels(config.labels) if config.labels else None)
+        self._summary = _read_heads_summary(config.heads_summary) if config.heads_summary else None
         self._computed: dict[str, pd.DataFrame] = {}
         self._jobs: dict[str, LabelJob] = {}
         self._jobs_lock = threading.Lock()
@@ -250,9 +251,36 @@ class Service:
     def model(self, spec: str) -> models.LoadedModel:
         return self.registry.get(spec)
 
+    def token_cap(self, spec: str) -> int:
+        """Longest explorer input for this model, in tokens: --max-tokens or the model's positions."""
+        return min(self.config.max_tokens, self.model(spec).max_tokens)
+
+    def limits(self, spec: str) -> str:
+        """The input limits of one model, as shown beside Run."""
+        loaded = self.model(spec)
+        cap = self.token_cap(spec)
+        why = "the model's positions" if cap == loaded.max_tokens else "--max-tokens"
+        text = f"at most {cap} tokens ({why})"
+        if loaded.kind == models.ModelKind.PROTEIN_MLM:
+            text += f" · proteins: at most {min(self.config.max_residues, loaded.max_tokens - 2)} residues"
+        return text
+
+    def head_of(self, spec: str, selected) -> tuple[int, int]:
+        """A selected-head payload from the browser -> (layer, head) of `spec`, checked; ProbeError otherwise."""
+        loaded = self.model(spec)
+        try:
+            layer, head = int(selected["layer"]), int(selected["head"])
+        except (TypeError, KeyError, ValueError):
+            raise ProbeError(f"the selected head {selected!r} is not a layer and a head; click a head again") from None
+        if not (0 <= layer < loaded.n_layers and 0 <= head < loaded.n_heads):
+            raise ProbeError(f"L{layer}H{head} is not a head of {spec} ({loaded.n_layers} layers × "
+                             f"{loaded.n_heads} heads); click a head again")
+        return layer, head
+
     def describe(self, spec: str) -> str:
         loaded = self.model(spec)
-        return (f"{spec} · {loaded.kind} · {loaded.n_layers} layers × {loaded.n_heads} heads · "
+        kind = getattr(loaded.kind, "value", loaded.kind)  # ModelKind may be a (str, Enum)
+        return (f"{spec} · {kind} · {loaded.n_layers} layers × {loaded.n_heads} heads · "
                 f"revision {loaded.revision}")
 
     # --- explorer --------------------------------------------------------------------------------------------
@@ -261,15 +289,18 @@ class Service:
         """Tokenize the explorer's input (text, protein sequence or token ids), within the token cap."""
         loaded = self.model(spec)
         text = text or ""
+        cap = self.token_cap(spec)
+        if len(text) > cap * CHARS_PER_TOKEN:  # before tokenizing: a 10 MB paste costs nothing
+            raise ProbeError(f"the input is {len(text):,} characters; the app takes at most {cap * CHARS_PER_TOKEN:,} "
+                             f"({cap} tokens): shorten it (probe capture writes longer inputs to a file)")
         if as_ids:
             ids = parse_token_ids(text, len(loaded.tokenizer))
-        elif loaded.kind == "protein_mlm":
+        elif loaded.kind == models.ModelKind.PROTEIN_MLM:
             ids = models.tokenize_protein(loaded, parse_fasta(text))["input_ids"][0].tolist()
         else:
             if not text.strip():
                 raise ProbeError("the input is empty: type a prompt, then press Run")
             ids = loaded.tokenizer(text)["input_ids"]
-        cap = min(self.config.max_tokens, loaded.max_tokens)
         if len(ids) > cap:
             raise ProbeError(f"the input is {len(ids)} tokens; the app shows at most {cap} per request: shorten it "
                              "(probe capture writes longer inputs to a file)")
@@ -279,8 +310,8 @@ class Service:
     def check_ids(self, spec: str, ids: Sequence[int]) -> tuple[int, ...]:
         """Token ids that came back from the browser: within the vocabulary and the token cap, or ProbeError."""
         loaded = self.model(spec)
-        cap, vocab = min(self.config.max_tokens, loaded.max_tokens), len(loaded.tokenizer)
-        if not ids or len(ids) > cap:
+        cap, vocab = self.token_cap(spec), len(loaded.tokenizer)
+        if not isinstance(ids, (list, tuple)) or not ids or len(ids) > cap:
             raise ProbeError(f"the input must have 1 to {cap} tokens; press Run again")
         if not all(isinstance(i, int) and 0 <= i < vocab for i in ids):
             raise ProbeError(f"token ids must lie in 0..{vocab - 1}; press Run again")
@@ -291,7 +322,6 @@ class Service:
 
     def layer_attention(self, spec: str, ids: Sequence[int], layer: int) -> np.ndarray:
         """α of every head of one layer for one input: [head query key] float32 (cached, inference serialised)."""
-        import torch
 
         from probe.capture import capture_attention
 
@@ -303,31 +333,76 @@ class Service:
         cached = self.captures.get(key)
         if cached is not None:
             return cached
-        with self.inference_lock:
+        with self._inference():
             cached = self.captures.peek(key)  # another thread may have computed it while we waited
             if cached is not None:
                 return cached
-            input_ids = torch.tensor([list(ids)], dtype=torch.long, device=loaded.device)  # [batch query]
-            inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-            alpha = capture_attention(loaded.model, inputs, layers=[layer])[0, 0]  # [head query key]
+            alpha = capture_attention(loaded.model, _inputs(loaded, ids), layers=[layer])[0, 0]  # [head query key]
             alpha = alpha.float().cpu().numpy()
         self.captures.put(key, alpha)
         return alpha
 
+    def thumbnails(self, spec: str, ids: Sequence[int], bins: int = THUMBNAIL_BINS) -> np.ndarray:
+        """Every head's α max-pooled to at most `bins` × `bins`: [layer head query_bin key_bin] float32, from one
+        forward pass that streams each block into the pooled grid (no [layer, head, N, N] tensor is kept)."""
+        import torch
+
+        from probe.capture import capture
+
+        loaded = self.model(spec)
+        ids = self.check_ids(spec, ids)
+        key = ("thumbnails", spec, ids, bins)
+        cached = self.captures.get(key)
+        if cached is not None:
+            return cached
+        with self._inference():
+            cached = self.captures.peek(key)
+            if cached is not None:
+                return cached
+            sink = PoolSink(loaded.n_layers, len(ids), bins)
+            with capture(loaded.model, sink), torch.inference_mode():
+                loaded.model(**_inputs(loaded, ids))
+            pooled = sink.pooled.numpy()  # [layer head query_bin key_bin]
+        self.captures.put(key, pooled)
+        return pooled
+
+    def _inference(self):
+        """The inference lock; if a labelling job holds it for long, Busy (the page says so, no frozen request)."""
+        if self.inference_lock.acquire(timeout=LOCK_PATIENCE_S):
+            return _Held(self.inference_lock)
+        job = self.running_job()
+        if job is not None:
+            spec, running = job
+            raise Busy(f"waiting for labelling of {spec} to finish ({running.done}/{running.total or '?'}); "
+                       "the view updates when it is done")
+        self.inference_lock.acquire()
+        return _Held(self.inference_lock)
+
     def head_attention(self, spec: str, ids: Sequence[int], layer: int, head: int) -> np.ndarray:
         """One head's α: [query key] float32."""
+        layer, head = self.head_of(spec, {"layer": layer, "head": head})
         alpha = self.layer_attention(spec, ids, layer)  # [head query key]
         if not 0 <= head < alpha.shape[0]:
             raise ProbeError(f"head {head} is out of range: {spec} has heads 0..{alpha.shape[0] - 1}")
         return alpha[head]
 
-    def target_pattern(self, head_type: str, ids: Sequence[int]) -> np.ndarray:
-        """The head type's target keys for each query: [query key] bool (ProbeError for span types: coreference)."""
+    def target_pattern(self, spec: str, head_type: str, ids: Sequence[int], layer: int, head: int) -> np.ndarray:
+        """The head type's target keys for each query of `spec`'s input: [query key] bool (ProbeError for span types:
+        coreference). fixed_offset uses the head's offset from the labels table (all offsets when there is none)."""
         import torch
 
         from probe.patterns import target_pattern
+        from probe.probesets import delimiter_ids
 
-        pattern = target_pattern(head_type, torch.tensor(list(ids), dtype=torch.long))  # [query key]
+        loaded = self.model(spec)
+        offset = None
+        table = self.labels(spec)
+        if table is not None and "offset" in table.columns:
+            rows = table[(table["head_type"] == head_type) & (table["layer"] == layer) & (table["head"] == head)]
+            offset = next((int(value) for value in rows["offset"] if pd.notna(value)), None)
+        pattern = target_pattern(head_type, torch.tensor(list(ids), dtype=torch.long),
+                                 causal=loaded.kind == models.ModelKind.CAUSAL_LM, delimiter_ids=delimiter_ids(loaded.tokenizer),
+                                 candidate=offset)  # [query key]
         return pattern.cpu().numpy().astype(bool)
 
     # --- labels ----------------------------------------------------------------------------------------------
@@ -347,9 +422,31 @@ class Service:
             mine = table[table["revision"].astype(str) == loaded.revision]
         return mine if not mine.empty else None
 
+    def heads_summary(self, spec: str) -> pd.DataFrame | None:
+        """The structure-set summary (`probe contacts --heads-summary`) of `spec`: matched by the model name or
+        revision it records (a summary that names no model is shown for the only protein model)."""
+        summary = self._summary
+        if summary is None:
+            return None
+        named = {str(summary.attrs.get(key)) for key in ("model", "revision") if summary.attrs.get(key)}
+        if named:
+            return summary if spec in named or self.model(spec).revision in named else None
+        proteins = [s for s in self.specs if self.model(s).kind == models.ModelKind.PROTEIN_MLM]
+        return summary if proteins == [spec] else None
+
     def job(self, spec: str) -> LabelJob | None:
         with self._jobs_lock:
             return self._jobs.get(spec)
+
+    def running_job(self) -> tuple[str, LabelJob] | None:
+        """(spec, job) of a labelling job still running, if any."""
+        with self._jobs_lock:
+            return next(((spec, job) for spec, job in self._jobs.items() if job.state == "running"), None)
+
+    def finished_jobs(self) -> int:
+        """How many labelling jobs have ended (a counter the page watches to redraw what waited for them)."""
+        with self._jobs_lock:
+            return sum(job.state != "running" for job in self._jobs.values())
 
     def start_labelling(self, spec: str, run: Callable | None = None) -> LabelJob:
         """Label every head of `spec` in a background thread (inference serialised); returns the job to poll."""
@@ -384,8 +481,9 @@ class Service:
                 filename: str = "", chain: str | None = None) -> tuple[str, ProteinResult]:
         """Predicted contacts (and true ones from an uploaded structure) for one protein; (cache key, result)."""
         loaded = self.model(spec)
-        if loaded.kind != "protein_mlm":
-            raise ProbeError(f"{spec} is a {loaded.kind}; choose a protein model (ESM) for contact maps")
+        if loaded.kind != models.ModelKind.PROTEIN_MLM:
+            raise ProbeError(f"{spec} is a {getattr(loaded.kind, 'value', loaded.kind)}; choose a protein model (ESM) "
+                             "for contact maps")
         if structure is not None and len(structure) > self.config.upload_bytes:
             raise ProbeError(f"the upload is {len(structure) // 1024} KiB; the limit is "
                              f"{self.config.upload_bytes // 1024} KiB")
@@ -394,9 +492,8 @@ class Service:
         cached = self.proteins.get(digest)
         if cached is not None:
             return digest, cached
-        from app import proteins
-
-        result = proteins.analyse(self, loaded, sequence, structure, filename, chain)
+        with self._inference():
+            result = protein_analysis.analyse(loaded, sequence, structure, filename, chain, self.config.max_residues)
         self.proteins.put(digest, result)
         return digest, result
 
@@ -413,17 +510,85 @@ class Service:
         cached = self.captures.get(cache_key)
         if cached is not None:
             return cached
-        from app import proteins
-
         loaded = self.model(result.model)
-        with self.inference_lock:
-            matrix = proteins.head_map(self, loaded, result.sequence, layer, head)
+        layer, head = self.head_of(result.model, {"layer": layer, "head": head})
+        with self._inference():
+            matrix = protein_analysis.head_map(loaded, result.sequence, layer, head)
         self.captures.put(cache_key, matrix)
         return matrix
 
 
+class _Held:
+    """Context manager releasing an already-acquired lock."""
+
+    def __init__(self, lock) -> None:
+        self._lock = lock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+
+def _inputs(loaded: models.LoadedModel, ids: Sequence[int]) -> dict:
+    import torch
+
+    input_ids = torch.tensor([list(ids)], dtype=torch.long, device=loaded.device)  # [batch query]
+    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+
+class PoolSink:
+    """A capture sink that max-pools every head's α into a small grid as the blocks stream by.
+
+    `pooled` is [layer head query_bin key_bin] float32: each cell keeps the strongest weight of its
+    factor × factor block of (query, key) pairs, factor = ceil(n / bins). Causal blocks arrive without their all-zero
+    key tail (`accepts_causal_crop`), so the engine never computes the masked triangle for the grid.
+    """
+
+    accepts_causal_crop = True
+
+    def __init__(self, n_layers: int, n_tokens: int, bins: int) -> None:
+        self.factor = max(1, math.ceil(n_tokens / bins))
+        self.n_bins = math.ceil(n_tokens / self.factor)
+        self.n_layers = n_layers
+        self._pooled: dict = {}
+
+    def heads_for(self, layer: int, n_heads: int):
+        return range(n_heads)
+
+    def update(self, block) -> None:
+        import torch
+
+        alpha = block.alpha[0]  # [head query key] this block's rows; keys beyond alpha.shape[-1] are exactly 0
+        heads, rows, keys = alpha.shape
+        key_bins = math.ceil(keys / self.factor)
+        pad = key_bins * self.factor - keys
+        if pad:
+            alpha = torch.nn.functional.pad(alpha, (0, pad))  # α ≥ 0, so zero padding never wins a max
+        by_key = alpha.reshape(heads, rows, key_bins, self.factor).amax(-1).float()  # [head query key_bin]
+        grid = self._pooled.get(block.layer)
+        if grid is None:
+            grid = self._pooled[block.layer] = torch.zeros(heads, self.n_bins, self.n_bins)
+        start = block.query_start
+        for row_bin in range(start // self.factor, (start + rows - 1) // self.factor + 1):
+            low, high = max(row_bin * self.factor, start) - start, min((row_bin + 1) * self.factor, start + rows) - start
+            cell = grid[:, row_bin, :key_bins]  # [head key_bin]
+            torch.maximum(cell, by_key[:, low:high].amax(1), out=cell)
+
+    @property
+    def pooled(self):
+        import torch
+
+        layers = [self._pooled[layer] for layer in sorted(self._pooled)]
+        if len(layers) != self.n_layers:
+            raise ProbeError("the model's attention was not captured for every layer")
+        return torch.stack(layers)  # [layer head query_bin key_bin]
+
+
 def _label_model(loaded: models.LoadedModel, progress: Callable[[int, int], None], examples: int) -> pd.DataFrame:
-    """probe.classify.label_model with its default configuration (but `examples` probe examples)."""
+    """probe.classify.label_model with its default configuration, but `examples` probe examples and no ablation
+    column (it costs ~10 forwards per labelled head; `probe label` computes it)."""
     from probe.classify import LabelConfig, label_model
 
-    return label_model(loaded, LabelConfig(examples=examples), progress=progress)
+    return label_model(loaded, LabelConfig(examples=examples, ablate="none"), progress=progress)

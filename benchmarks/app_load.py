@@ -4,8 +4,9 @@
     python benchmarks/app_load.py --users 5 --duration 10 --model zoo:induction --model zoo:esm-random
 
 Each user repeats what a person does in the page, with a 0.2–1 s pause between actions (seeded): run a prompt
-(tokenize), look at a head (one head's heatmap + line view), step to another head, redraw the atlas, and every few
-rounds run a protein and look at its contact maps. Requests are the browser's own Dash callback POSTs, built from the
+(tokenize), draw the grid of every head for it (one forward pass, pooled thumbnails), look at a head (one head's
+heatmap + line view) and its token view, step to another head, redraw the atlas, and every few rounds run a protein
+and look at its contact maps. Requests are the browser's own Dash callback POSTs, built from the
 app's /_dash-dependencies. An error is any non-2xx answer, a failed connection, or a page message saying
 "internal error". Prints one table: requests, errors, throughput, latency p50 / p95 / max per request kind.
 """
@@ -92,6 +93,8 @@ class Client:
         elapsed = time.perf_counter() - start
         if not error and "internal error" in json.dumps(payload):
             error = "internal error shown in the page"
+        if not error and "waiting for labelling" in json.dumps(payload):
+            kind += " (busy)"  # answered at once with "waiting for labelling…": counted apart, not as a view
         with self.log_lock:
             self.log.append((kind, elapsed, error))
         return payload.get("response", {})
@@ -116,12 +119,17 @@ def user(client: Client, specs: dict[str, str], seed: int, stop_at: float) -> No
             "explorer-run.n_clicks": rounds + 1, "model.value": text_model, "explorer-text.value": prompt,
             "explorer-as-ids.value": [], "!explorer-run.n_clicks": 1})
         store = response.get("explorer-input", {}).get("data")
+        client.call("grid", "head-grid", {"explorer-input.data": store, "head-type.value": "induction",
+                                          "selected-head.data": {"layer": 0, "head": 0}})
         for _ in range(2):
             selected = {"layer": rng.randrange(specs["layers"]), "head": rng.randrange(specs["heads"])}
             time.sleep(rng.uniform(0.2, 1.0))
             client.call("head view", "explorer-heatmap", {
                 "explorer-input.data": store, "selected-head.data": selected, "explorer-overlay.value": ["on"],
                 "head-type.value": rng.choice(["previous_token", "induction", "duplicate_token"])})
+            client.call("token view", "explorer-tokens", {
+                "explorer-input.data": store, "selected-head.data": selected, "token-direction.value": "from",
+                "token-focus.data": {"index": 1}})
         time.sleep(rng.uniform(0.2, 1.0))
         client.call("atlas", "atlas-graph", {"model.value": text_model, "head-type.value": "induction",
                                              "colour-by.value": "score", "selected-head.data": selected,
@@ -159,9 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base = f"http://127.0.0.1:{port}"
         dependencies = json.loads(urllib.request.urlopen(f"{base}/_dash-dependencies").read())
-        callbacks = {_first_id(dep["output"]): dep for dep in dependencies}
+        callbacks = _primary_callbacks(dependencies)
         layout = json.loads(urllib.request.urlopen(f"{base}/_dash-layout").read())
         specs = _models(layout, base, callbacks)
+        _wait_for_labelling(base, callbacks, specs)
         log: list = []
         lock = threading.Lock()
         stop_at = time.time() + args.duration
@@ -185,12 +194,26 @@ def _first_id(output: str) -> str:
     return output.strip(".").split("...")[0].rsplit(".", 1)[0]
 
 
+def _primary_callbacks(dependencies: list[dict]) -> dict[str, dict]:
+    """Server callbacks by their first output's component id; for an id that several callbacks write, the one
+    that writes it first-hand (not as an allow_duplicate output, whose id carries an @hash)."""
+    callbacks: dict[str, dict] = {}
+    for dependency in dependencies:
+        if dependency.get("clientside_function") or not isinstance(dependency["inputs"][0]["id"], str):
+            continue
+        first = dependency["output"].strip(".").split("...")[0]
+        key = _first_id(dependency["output"])
+        if "@" not in first or key not in callbacks:
+            callbacks[key] = dependency
+    return callbacks
+
+
 def _models(layout: dict, base: str, callbacks: dict) -> dict:
     """The text and protein models the app serves, and the text model's shape (from the model-info line)."""
     options = _find(layout, "model")["props"]["options"]
     specs = [option["value"] if isinstance(option, dict) else option for option in options]
     client = Client(base, callbacks, [], threading.Lock())
-    result: dict = {}
+    result: dict = {"all": specs}
     for spec in specs:
         info = client.call("info", "model-info", {"model.value": spec})["model-info"]["children"]
         kind = info.split(" · ")[1]
@@ -200,6 +223,19 @@ def _models(layout: dict, base: str, callbacks: dict) -> dict:
         elif "text" not in result:
             result.update(text=spec, layers=int(shape[0]), heads=int(shape[3]))
     return result
+
+
+def _wait_for_labelling(base: str, callbacks: dict, specs: dict, timeout: float = 300.0) -> None:
+    """`probe app` on the bundled organisms labels them at start-up; the load starts when that is done."""
+    client = Client(base, callbacks, [], threading.Lock())
+    deadline = time.time() + timeout
+    for spec in specs.get("all", []):
+        while time.time() < deadline:
+            response = client.call("labels", "label-progress", {"model.value": spec, "label-poll.n_intervals": 1,
+                                                                 "!label-poll.n_intervals": 1})
+            if "labelling " not in json.dumps(response.get("label-progress", {}), ensure_ascii=False):
+                break
+            time.sleep(1.0)
 
 
 def _find(node, component_id):

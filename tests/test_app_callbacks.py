@@ -1,9 +1,11 @@
-"""app.callbacks and app.service as plain functions, on tiny seeded models (no browser, no server)."""
+"""The dashboard's panels and service as plain functions, on tiny seeded models (no browser, no server), and every
+callback through Dash's own HTTP endpoint with crafted payloads (an in-page message, never an HTTP 500)."""
 
 from __future__ import annotations
 
 import base64
 import io
+import json
 import threading
 import time
 
@@ -11,9 +13,21 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from dash import no_update
 
-from app import callbacks, figures, ids
-from app.service import AppConfig, LRUCache, ModelRegistry, Service, parse_fasta, parse_token_ids, read_labels
+from app import create_app, figures, ids
+from app.errors import guarded
+from app.panels import atlas, card, explorer, grid, page, proteins
+from app.service import (
+    AppConfig,
+    Busy,
+    LRUCache,
+    ModelRegistry,
+    Service,
+    parse_fasta,
+    parse_token_ids,
+    read_labels,
+)
 from probe import models
 from probe.errors import ProbeError
 
@@ -49,17 +63,20 @@ def _upload(data: bytes, mime: str = "application/octet-stream") -> str:
 # --- selection ---------------------------------------------------------------------------------------------
 
 
-def test_next_selection_from_clicks_buttons_rows_and_model_change():
-    start = {"layer": 1, "head": 3}
-    click = {"points": [{"x": 2, "y": 0, "z": 0.4}]}
-    assert callbacks.next_selection(ids.ATLAS, start, 2, 4, click=click) == {"layer": 0, "head": 2}
-    assert callbacks.next_selection(ids.HEAD_NEXT, start, 2, 4) == {"layer": 1, "head": 0}  # wraps round
-    assert callbacks.next_selection(ids.HEAD_PREV, start, 2, 4) == {"layer": 1, "head": 2}
-    assert callbacks.next_selection(ids.LAYER_NEXT, start, 2, 4) == {"layer": 0, "head": 3}
-    assert callbacks.next_selection(ids.LAYER_PREV, start, 2, 4) == {"layer": 0, "head": 3}
-    row = {"layer": 1, "head_index": 1, "head": "L1H1"}
-    assert callbacks.next_selection(ids.LEADERBOARD, start, 2, 4, row=row) == {"layer": 1, "head": 1}
-    assert callbacks.next_selection(ids.MODEL, None, 2, 4) == {"layer": 0, "head": 0}
+def test_selection_from_atlas_clicks_thumbnails_and_rows_is_checked(service, specs):
+    assert atlas.clicked_head(service, specs[0], {"points": [{"x": 2, "y": 1, "z": 0.4}]}) == {"layer": 1, "head": 2}
+    for bad in ({"points": [{"x": "a", "y": 0}]}, {"points": [{"x": 9, "y": 0}]}, {"points": []}, None, "x"):
+        with pytest.raises(ProbeError):
+            atlas.clicked_head(service, specs[0], bad)
+    assert grid.clicked_thumbnail(service, specs[0], {"type": ids.THUMB, "layer": 1, "head": 3}, 1) == \
+        {"layer": 1, "head": 3}
+    assert grid.clicked_thumbnail(service, specs[0], {"type": ids.THUMB, "layer": 1, "head": 3}, 0) is None
+    rows = [{"layer": 1, "head_index": 1, "head": "L1H1"}]
+    assert proteins.leaderboard_head(service, specs[1], {"row": 0}, rows) == {"layer": 1, "head": 1}
+    with pytest.raises(ProbeError, match="does not name a head"):
+        proteins.leaderboard_head(service, specs[1], {"row": 5}, rows)
+    with pytest.raises(ProbeError, match="is not a head of"):
+        service.head_of(specs[0], {"layer": 2, "head": 0})
 
 
 # --- explorer ----------------------------------------------------------------------------------------------
@@ -67,11 +84,12 @@ def test_next_selection_from_clicks_buttons_rows_and_model_change():
 
 def test_explorer_input_tokenizes_text_and_token_ids(service, specs):
     gpt2 = specs[0]
-    store, message, _ = callbacks.explorer_input(service, gpt2, "the cat saw the cat", False)
+    store, message, _ = explorer.explorer_input(service, gpt2, "the cat saw the cat", False)
     loaded = service.model(gpt2)
-    assert message == "" and store == {"model": gpt2, "ids": loaded.tokenizer("the cat saw the cat")["input_ids"]}
-    store, message, _ = callbacks.explorer_input(service, gpt2, "5, 17 17 5", True)
-    assert store["ids"] == [5, 17, 17, 5] and message == ""
+    assert message == "" and store["ids"] == loaded.tokenizer("the cat saw the cat")["input_ids"]
+    assert store["text"] == "the cat saw the cat" and store["model"] == gpt2
+    store, message, _ = explorer.explorer_input(service, gpt2, "5, 17 17 5", True)
+    assert store["ids"] == [5, 17, 17, 5] and message == "" and store["as_ids"]
 
 
 @pytest.mark.parametrize("text,as_ids,expected", [
@@ -80,49 +98,121 @@ def test_explorer_input_tokenizes_text_and_token_ids(service, specs):
     ("5 99999", True, "token id 99999 is out of range"),
     (" ".join(["the"] * 200), False, "the input is 201 tokens; the app shows at most 128"),
 ])
-def test_explorer_input_errors_are_one_line_messages(service, specs, text, as_ids, expected):
-    store, message, _ = callbacks.explorer_input(service, specs[0], text, as_ids)
-    assert store is None and expected in message and "\n" not in message and "Traceback" not in message
+def test_explorer_input_errors_are_one_line_messages_and_keep_the_previous_input(service, specs, text, as_ids,
+                                                                                   expected):
+    store, message, shown = guarded(outputs=3, message=1)(explorer.explorer_input)(service, specs[0], text, as_ids)
+    assert store is no_update and shown is no_update  # the previous input and its figure stay
+    assert expected in message and "\n" not in message and "Traceback" not in message
+
+
+def test_huge_text_is_refused_by_characters_before_tokenizing(service, specs, monkeypatch):
+    calls = []
+    loaded = service.model(specs[0])
+    monkeypatch.setattr(type(loaded.tokenizer), "__call__", lambda *a, **k: calls.append(1))
+    started = time.perf_counter()
+    with pytest.raises(ProbeError, match="10,000,000 characters; the app takes at most 2,048"):
+        service.encode(specs[0], "a" * 10_000_000)
+    assert calls == [] and time.perf_counter() - started < 0.5
 
 
 def test_model_change_puts_an_example_that_fits_in_the_box(service, specs):
-    store, message, text = callbacks.explorer_input(service, specs[1], "the cat saw the dog", False,
-                                                    model_changed=True)
-    assert text == callbacks.DEMO_PROTEIN and message == "" and len(store["ids"]) == len(text) + 2
-    store, message, text = callbacks.explorer_input(service, specs[0], UBIQUITIN, False, model_changed=True)
-    assert text == callbacks.DEMO_TEXT and message == ""
+    store, message, text = explorer.explorer_input(service, specs[1], "the cat saw the dog", False,
+                                                   model_changed=True)
+    assert text == explorer.DEMO_PROTEIN and message == "" and len(store["ids"]) == len(text) + 2
+    store, message, text = explorer.explorer_input(service, specs[0], UBIQUITIN, False, model_changed=True)
+    assert text == explorer.DEMO_TEXT and message == ""
 
 
 def test_explorer_view_shows_the_selected_heads_alpha_equal_to_eager(service, specs):
     gpt2 = specs[0]
-    store, _, _ = callbacks.explorer_input(service, gpt2, "the cat saw the dog . the cat saw the dog", False)
+    store, _, _ = explorer.explorer_input(service, gpt2, "the cat saw the dog . the cat saw the dog", False)
     reference = _eager_alpha(gpt2, store["ids"])  # [layer head query key]
+    revisions = set()
     for layer, head in ((0, 0), (1, 3)):
-        heatmap, lines, caption, message = callbacks.explorer_view(
+        heatmap, lines, caption, message, note = explorer.explorer_view(
             service, store, {"layer": layer, "head": head}, False, "induction")
-        assert message == "" and caption.startswith(f"L{layer}H{head}")
+        assert message == "" and note == "" and caption.startswith(f"L{layer}H{head}")
         np.testing.assert_allclose(np.asarray(heatmap.data[0].z), reference[layer, head].numpy(), atol=1e-5)
-        assert len(heatmap.data) == 1  # no overlay asked for
+        assert len(heatmap.data) == 1 and (heatmap.data[0].zmin, heatmap.data[0].zmax) == (0.0, 1.0)
         assert any(trace.mode == "lines" for trace in lines.data)
+        revisions.add(heatmap.layout.uirevision)
+    assert len(revisions) == 1  # the zoom is kept across head steps (same input)
 
 
-def test_explorer_overlay_is_the_head_types_target_pattern(service, specs):
+def test_explorer_overlay_outlines_the_targets_and_reports_their_share(service, specs):
     store = {"model": specs[0], "ids": [5, 9, 10, 5, 9, 10]}
-    heatmap, _, caption, _ = callbacks.explorer_view(service, store, {"layer": 0, "head": 0}, True, "induction")
-    targets = ~np.isnan(np.asarray(heatmap.data[1].z, dtype=float))
-    expected = np.zeros((6, 6), dtype=bool)
-    expected[[3, 4, 5], [1, 2, 3]] = True  # the token after the earlier copy of 5, 9, 10
-    np.testing.assert_array_equal(targets, expected)
-    assert "induction targets" in caption
-    _, _, caption, message = callbacks.explorer_view(service, store, {"layer": 0, "head": 0}, True, "coreference")
-    assert message == "" and "no overlay" in caption  # coreference needs spans: said, not crashed
+    heatmap, _, _, _, note = explorer.explorer_view(service, store, {"layer": 0, "head": 0}, True, "induction")
+    labels = list(heatmap.data[0].x)
+    outline = heatmap.data[1]
+    cells = {(labels.index(y), labels.index(x)) for x, y in zip(outline.x, outline.y, strict=True)}
+    assert cells == {(3, 1), (4, 2), (5, 3)}  # the token after the earlier copy of 5, 9, 10
+    alpha = service.head_attention(specs[0], store["ids"], 0, 0)
+    share = np.mean([alpha[3, 1], alpha[4, 2], alpha[5, 3]])
+    assert f"{share:.0%} of the attention of the 3 rows with a target" in note
+    assert "(a uniform head: 21%)" in note  # mean of 1/4, 1/5, 1/6
+    _, _, _, message, note = explorer.explorer_view(service, store, {"layer": 0, "head": 0}, True, "coreference")
+    assert message == "" and "need marked spans" in note and "EncodedSpanExample" not in note
+
+
+def test_target_share_by_hand():
+    alpha = np.array([[1.0, 0, 0], [0.25, 0.75, 0], [0.5, 0.25, 0.25]])
+    pattern = np.zeros((3, 3), dtype=bool)
+    pattern[1, 0] = pattern[2, 1] = True
+    share, chance, rows = explorer.target_share(alpha, pattern, causal=True)
+    assert (share, chance, rows) == (pytest.approx(0.25), pytest.approx((1 / 2 + 1 / 3) / 2), 2)
+    share, chance, rows = explorer.target_share(alpha, pattern, causal=False)
+    assert chance == pytest.approx(1 / 3)
+
+
+def test_token_view_colours_the_text_by_attention_from_and_to_the_focused_token(service, specs):
+    store = {"model": specs[0], "ids": [5, 9, 10, 5]}
+    alpha = service.head_attention(specs[0], store["ids"], 1, 2)
+    spans = explorer.token_view(service, store, {"layer": 1, "head": 2}, {"index": 3}, "from")
+    assert [span.className for span in spans] == ["token", "token", "token", "token focus"]
+    assert [span.style["backgroundColor"] for span in spans] == [f"rgba(8, 81, 156, {a:.3f})" for a in alpha[3]]
+    spans = explorer.token_view(service, store, {"layer": 1, "head": 2}, {"index": 0}, "to")
+    assert [span.title.split("α ")[1] for span in spans] == [f"{a:.3f}" for a in alpha[:, 0]]
+    spans = explorer.token_view(service, store, {"layer": 1, "head": 2}, {"index": "x"}, "from")
+    assert all(span.style["backgroundColor"] == "rgba(8, 81, 156, 0.000)" for span in spans)
 
 
 def test_explorer_sends_one_heads_matrix_only(service, specs):
     store = {"model": specs[0], "ids": [5 + i % 60 for i in range(100)]}
-    heatmap, _, _, _ = callbacks.explorer_view(service, store, {"layer": 1, "head": 2}, False, "induction")
+    heatmap, _, _, _, _ = explorer.explorer_view(service, store, {"layer": 1, "head": 2}, False, "induction")
     assert np.asarray(heatmap.data[0].z).shape == (100, 100)
     assert len(heatmap.to_json()) < 100 * 100 * 4 * 2  # one float32 matrix (base64), not layers × heads of them
+
+
+def test_grid_thumbnails_are_every_heads_pooled_pattern_from_one_pass(specs):
+    service = Service(AppConfig(models=specs))
+    token_ids = [5 + (i * 7) % 50 for i in range(100)]
+    pooled = service.thumbnails(specs[0], token_ids, bins=40)  # factor 3: 34 bins
+    dense = np.stack([service.layer_attention(specs[0], token_ids, layer) for layer in (0, 1)])  # [layer head q k]
+    assert pooled.shape == (2, 4, 34, 34)
+    for layer in range(2):
+        for head in range(4):
+            expected, factor = figures.downsample(dense[layer, head], 34)
+            assert factor == 3
+            np.testing.assert_allclose(pooled[layer, head], expected, atol=1e-6)
+    children = grid.grid_children(service, {"model": specs[0], "ids": token_ids}, "induction", False,
+                                  {"layer": 1, "head": 2})
+    thumbs = [c for c in children[0].children if getattr(c, "className", "").startswith("thumb")]
+    assert len(thumbs) == 8 and [t.id["layer"] * 4 + t.id["head"] for t in thumbs] == list(range(8))
+    assert [t.className for t in thumbs].index("thumb selected") == 6
+    from app.thumbnails import colourize, decode_png
+
+    image = base64.b64decode(thumbs[6].children[0].src.split(",", 1)[1])
+    np.testing.assert_array_equal(decode_png(image), colourize(pooled[1, 2]))
+    assert "max-pooled 3×3" in children[1].children
+
+
+def test_grid_badges_show_scores_labels_and_grey_near_chance():
+    table = pd.DataFrame([{"layer": 0, "head": 0, "head_type": "induction", "score": 0.91, "ci_low": 0.9,
+                           "chance": 0.1, "label": True},
+                          {"layer": 0, "head": 1, "head_type": "induction", "score": 0.11, "ci_low": 0.05,
+                           "chance": 0.1, "label": False}])
+    assert grid.badges(table, "induction") == {(0, 0): ("0.91 ✓", "badge labelled"), (0, 1): ("0.11", "badge faint")}
+    assert grid.badges(None, "induction") == {}
 
 
 def test_captures_are_cached_lru_and_bounded(specs):
@@ -188,20 +278,20 @@ def test_matrix_download_npy_and_csv_hold_the_full_resolution_matrix(service, sp
     store = {"model": specs[0], "ids": [5, 6, 7, 6]}
     selected = {"layer": 1, "head": 2}
     expected = service.head_attention(specs[0], store["ids"], 1, 2)
-    npy = callbacks.matrix_download(service, store, selected, "npy")
+    npy = explorer.matrix_download(service, store, selected, "npy")
     assert npy["filename"] == "attention_L1H2.npy" and npy["base64"]
     np.testing.assert_array_equal(np.load(io.BytesIO(base64.b64decode(npy["content"]))), expected)
-    csv = callbacks.matrix_download(service, store, selected, "csv")
+    csv = explorer.matrix_download(service, store, selected, "csv")
     table = pd.read_csv(io.StringIO(csv["content"]), index_col=0)
     assert list(table.index) == figures.token_labels(service.tokens(specs[0], store["ids"]))
     np.testing.assert_allclose(table.to_numpy(), expected, rtol=1e-5)
     with pytest.raises(ProbeError, match="run an input first"):
-        callbacks.matrix_download(service, None, selected, "csv")
+        explorer.matrix_download(service, None, selected, "csv")
 
 
 def _label_table(spec: str, n_layers: int = 2, n_heads: int = 4) -> pd.DataFrame:
     rows = [{"model": spec, "revision": "r", "layer": layer, "head": head, "head_name": f"L{layer}H{head}",
-             "head_type": "previous_token", "score": 0.1 * head + layer, "ci_low": 0.0, "ci_high": 1.0,
+             "head_type": "previous_token", "score": 0.1 * head + 0.5 * layer, "ci_low": 0.0, "ci_high": 1.0,
              "chance": 0.05, "label": head == 3} for layer in range(n_layers) for head in range(n_heads)]
     return pd.DataFrame(rows)
 
@@ -210,14 +300,22 @@ def test_labels_table_feeds_the_atlas_and_downloads_as_csv(specs, tmp_path):
     path = tmp_path / "labels.csv"
     _label_table(specs[0]).to_csv(path, index=False)
     service = Service(AppConfig(models=specs, labels=str(path)))
-    figure, message = callbacks.atlas_view(service, specs[0], "previous_token", "score", {"layer": 1, "head": 0})
-    assert message == ""
-    np.testing.assert_allclose(np.asarray(figure.data[0].z), [[0, 0.1, 0.2, 0.3], [1, 1.1, 1.2, 1.3]])
+    figure = atlas.atlas_view(service, specs[0], "previous_token", "score", {"layer": 1, "head": 0})
+    np.testing.assert_allclose(np.asarray(figure.data[0].z), [[0, 0.1, 0.2, 0.3], [0.5, 0.6, 0.7, 0.8]])
     assert service.labels(specs[1]) is None  # the table has no rows of the ESM model
-    download = callbacks.labels_download(service, specs[0])
+    download = atlas.labels_download(service, specs[0])
     pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(download["content"])), pd.read_csv(path))
     with pytest.raises(ProbeError, match="Label heads"):
-        callbacks.labels_download(service, specs[1])
+        atlas.labels_download(service, specs[1])
+
+
+def test_labels_with_new_columns_or_without_optional_ones_are_shown(specs):
+    table = _label_table(specs[0]).drop(columns=["ci_low", "ci_high", "chance", "label"])
+    table["q_value"], table["ablation_z"], table["offset"] = 0.01, 2.0, 1
+    service = Service(AppConfig(models=specs), labels=table)
+    figure = atlas.atlas_view(service, specs[0], "previous_token", "label", None)
+    assert np.asarray(figure.data[0].z).shape == (2, 4)
+    assert grid.badges(table, "previous_token")[(0, 1)] == ("0.10", "badge")
 
 
 def test_bad_labels_file_is_a_one_line_error(tmp_path):
@@ -232,41 +330,85 @@ def test_bad_labels_file_is_a_one_line_error(tmp_path):
 def _wait_for_job(service, spec, timeout=120.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        progress, disabled, finished = callbacks.label_status(service, spec)
-        if finished:
-            return progress
+        job = service.job(spec)
+        if job is not None and job.state != "running":
+            return atlas.label_status(service, spec)[0]
         time.sleep(0.2)
     raise AssertionError("labelling did not finish")
 
 
 def test_label_on_demand_shows_progress_then_fills_the_atlas(specs):
     service = Service(AppConfig(models=specs, label_examples=4))
-    progress, disabled, finished = callbacks.label_status(service, specs[0], start=True)
-    assert disabled is False and not finished  # polling starts
+    progress, poll_off, finished = atlas.label_status(service, specs[0], start=True)
+    assert poll_off is False and finished == 0  # polling starts
     assert "labelled every head" in _wait_for_job(service, specs[0])
+    assert atlas.label_status(service, specs[0]) [1:] == (True, 1)  # polling stops; the page redraws once
+    assert atlas.label_status(service, specs[1])[0] == ""  # another model: no stale "labelled every head of …"
     table = service.labels(specs[0])
-    assert len(table) == 2 * 4 * table["head_type"].nunique()
-    figure, _ = callbacks.atlas_view(service, specs[0], "previous_token", "score", None)
+    figure = atlas.atlas_view(service, specs[0], "previous_token", "score", None)
     rows = table[table["head_type"] == "previous_token"].sort_values(["layer", "head"])
     np.testing.assert_allclose(np.asarray(figure.data[0].z).ravel(), rows["score"].to_numpy())
     assert "95% CI" in figure.data[0].text[0][0]
 
 
-def test_label_job_reports_progress_and_failure_in_the_page(specs):
+def test_a_view_behind_a_labelling_job_says_it_is_waiting(specs):
     service = Service(AppConfig(models=specs))
-    gate = threading.Event()
+    gate, started = threading.Event(), threading.Event()
 
     def slow(loaded, progress):
         progress(1, 4)
+        started.set()
         gate.wait(10)
         raise ProbeError("no probes fit this model")
 
     service.start_labelling(specs[0], run=slow)
-    time.sleep(0.3)
-    progress, disabled, finished = callbacks.label_status(service, specs[0])
-    assert not finished and not disabled and "1/4" in progress[1]
+    started.wait(5)
+    progress, poll_off, _ = atlas.label_status(service, specs[0])
+    assert not poll_off and "1/4" in progress[1]
+    store = {"model": specs[0], "ids": [5, 6, 7]}
+    started_at = time.perf_counter()
+    result = guarded(outputs=5, message=3)(explorer.explorer_view)(service, store, {"layer": 0, "head": 0}, False,
+                                                                    "self")
+    assert time.perf_counter() - started_at < 2  # an answer, not a frozen page
+    assert result[0] is no_update and f"waiting for labelling of {specs[0]} to finish (1/4)" in result[3]
+    with pytest.raises(Busy):
+        service.thumbnails(specs[0], [5, 6, 7])
     gate.set()
     assert _wait_for_job(service, specs[0]) == "labelling failed: no probes fit this model"
+    assert explorer.explorer_view(service, store, {"layer": 0, "head": 0}, False, "self")[3] == ""
+
+
+# --- page state ----------------------------------------------------------------------------------------------
+
+
+def test_url_state_round_trips_and_bad_links_fall_back(service, specs):
+    store = {"model": specs[1], "ids": [0, 5, 2], "text": "MQI", "as_ids": False}
+    search = page.url_search(specs[1], "self", {"layer": 1, "head": 3}, store)
+    from urllib.parse import parse_qsl
+
+    state = page.initial_state(service, dict(parse_qsl(search[1:])))
+    assert (state["model"], state["head_type"], state["layer"], state["head"], state["text"], state["note"]) == (
+        specs[1], "self", 1, 3, "MQI", "")
+    long_store = dict(store, text="M" * 500)
+    assert "text" not in page.url_search(specs[1], "self", None, long_store)
+    state = page.initial_state(service, {"model": "/etc", "type": "nope", "layer": "a", "head": "1"})
+    assert (state["model"], state["layer"], state["head"]) == (specs[0], 0, 0)
+    assert "'/etc' is not served here" in state["note"] and "'nope' does not apply" in state["note"]
+    assert "coreference" not in page.head_types_for(service, specs[1])  # protein models: token types only
+    assert "coreference" in page.head_types_for(service, specs[0])
+
+
+def test_limits_beside_run_are_the_models_own(service, specs):
+    assert service.limits(specs[0]) == "at most 128 tokens (the model's positions)"
+    assert service.limits(specs[1]).startswith("at most 1024 tokens (the model's positions) · proteins: at most 1022")
+    small = Service(AppConfig(models=specs, max_tokens=50, max_residues=30), registry=service.registry)
+    assert small.limits(specs[1]) == "at most 50 tokens (--max-tokens) · proteins: at most 30 residues"
+
+
+def test_card_panel_shows_the_models_card(service, specs):
+    table = card.card_table(service, specs[0])
+    rows = {row.children[0].children: row.children[1].children for row in table.children[0].children}
+    assert rows["attention"] == "MHA (multi-head)" and rows["positions"] == "learned absolute (128 positions)"
 
 
 # --- safety ------------------------------------------------------------------------------------------------
@@ -288,9 +430,9 @@ def test_only_models_given_at_start_are_served_and_each_loads_once(specs):
 
 
 def test_token_ids_from_the_browser_are_checked(service, specs):
-    for bad in ([5, 10**6], [], [5] * 500, ["5"]):
-        _, _, _, message = callbacks.explorer_view(service, {"model": specs[0], "ids": bad}, None, False, "self")
-        assert "press Run again" in message
+    view = guarded(outputs=5, message=3)(explorer.explorer_view)
+    for bad in ([5, 10**6], [], [5] * 500, ["5"], "5 6"):
+        assert "press Run again" in view(service, {"model": specs[0], "ids": bad}, None, False, "self")[3]
 
 
 def test_internal_errors_are_one_line_not_a_traceback(service, specs, monkeypatch):
@@ -298,8 +440,10 @@ def test_internal_errors_are_one_line_not_a_traceback(service, specs, monkeypatc
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(service, "head_attention", broken)
-    _, _, _, message = callbacks.explorer_view(service, {"model": specs[0], "ids": [5, 6]}, None, False, "self")
-    assert message == "internal error: RuntimeError: kaboom (details in the server log)"
+    view = guarded(outputs=5, message=3)(explorer.explorer_view)
+    result = view(service, {"model": specs[0], "ids": [5, 6]}, {"layer": 0, "head": 0}, False, "self")
+    assert result[3] == "internal error: RuntimeError: kaboom (details in the server log)"
+    assert result[0] is no_update
 
 
 def test_parsers():
@@ -309,14 +453,98 @@ def test_parsers():
         parse_fasta("MQJ")
 
 
+# --- crafted callback payloads through Dash's endpoint ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client(service):
+    dash_app = create_app(service=service)
+    client = dash_app.server.test_client()
+    client.get("/")
+    return client, client.get("/_dash-dependencies").get_json()
+
+
+def _post(client, input_id: str, prop: str, value, target: str, state: dict | None = None,
+          extra_inputs: dict | None = None):
+    """POST the callback with input `input_id.prop` whose outputs include `target`, with the given values."""
+    http, dependencies = client
+    callback = next(c for c in dependencies if any(i["id"] == input_id and i["property"] == prop
+                                                  for i in c["inputs"]) and f"{target}." in c["output"])
+    values = {input_id: value, **(extra_inputs or {})}
+    inputs = [{"id": i["id"], "property": i["property"], "value": values.get(i["id"])} for i in callback["inputs"]]
+    states = [{"id": s["id"], "property": s["property"], "value": (state or {}).get(s["id"])}
+              for s in callback["state"]]
+    outputs_text = callback["output"]
+    parts = outputs_text[2:-2].split("...") if outputs_text.startswith("..") else [outputs_text]
+    outputs = []
+    for part in parts:
+        component, _, rest = part.partition(".")
+        outputs.append({"id": component, "property": rest.split("@")[0]})
+    body = {"output": outputs_text, "outputs": outputs if len(outputs) > 1 else outputs[0], "inputs": inputs,
+            "state": states, "changedPropIds": [f"{input_id}.{prop}"]}
+    response = http.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+    return response.status_code, response.get_json() if response.status_code == 200 else response.data
+
+
+def _messages(payload) -> str:
+    return json.dumps(payload.get("response", {}), ensure_ascii=False) if isinstance(payload, dict) else ""
+
+
+@pytest.mark.parametrize("input_id,prop,value,target,state,expected", [
+    (ids.ATLAS, "clickData", {"x": "a"}, ids.SELECTED, "model", "click did not name a head"),
+    (ids.ATLAS, "clickData", {"points": [{"x": "a", "y": 0}]}, ids.SELECTED, "model", "is not a layer and a head"),
+    (ids.INPUT, "data", {"model": "/etc", "ids": [1]}, ids.HEATMAP, None, "unknown model '/etc'"),
+    (ids.SELECTED, "data", {"layer": "a", "head": 0}, ids.HEATMAP, None, "is not a layer and a head"),
+    (ids.SELECTED, "data", {"layer": 0, "head": 0}, ids.ATLAS, "unknown", "unknown model"),
+    (ids.CONTACTS, "clickData", {"points": [{"x": 3, "y": 4}]}, ids.PAIR, {ids.PROTEIN: {"key": "k"}},
+     "no protein is shown"),
+    (ids.PROTEIN, "data", {"key": 5}, ids.CONTACTS, None, "press Run again"),
+    (ids.UPLOAD, "contents", "data:x;base64,AAAA", ids.PROTEIN, "esm-upload", "upload a structure (.pdb, .cif)"),
+    (ids.LEADERBOARD, "active_cell", {"row": 3}, ids.SELECTED, {ids.PROTEIN: {"model": "x"}}, "does not name a head"),
+    ({"type": ids.THUMB, "layer": 0, "head": 0}, "n_clicks", [1], ids.SELECTED, None, "is not a layer and a head"),
+])
+def test_crafted_callback_payloads_get_a_message_not_a_500(client, specs, input_id, prop, value, target, state,
+                                                           expected):
+    extra = None
+    if input_id == ids.SELECTED and target == ids.HEATMAP:  # a valid input and a crafted selection
+        extra = {ids.INPUT: {"model": specs[0], "ids": [5, 6, 7]}}
+    if state == "model":
+        state = {ids.MODEL: specs[0]}
+    if state == "unknown":
+        state, extra = None, {ids.MODEL: "/nowhere", ids.HEAD_TYPE: "self"}
+    if state == "esm-upload":
+        state, extra = {ids.UPLOAD: "x.docx"}, {ids.MODEL: specs[1]}
+    if isinstance(input_id, dict):
+        status, payload = _post_thumbnail(client, specs)
+    else:
+        status, payload = _post(client, input_id, prop, value, target, state, extra)
+    assert status == 200, payload
+    assert expected in _messages(payload), payload
+
+
+def _post_thumbnail(client, specs):
+    """A thumbnail click whose id is not a head (no input to check it against)."""
+    http, dependencies = client
+    callback = next(c for c in dependencies if c["inputs"] and isinstance(c["inputs"][0]["id"], str)
+                    and ids.THUMB in c["inputs"][0]["id"] and "selected-head" in c["output"])
+    thumb = {"head": "x", "layer": 0, "type": ids.THUMB}
+    body = {"output": callback["output"],
+            "outputs": [{"id": "selected-head", "property": "data"}, {"id": ids.GRID_MESSAGE, "property": "children"}],
+            "inputs": [[{"id": thumb, "property": "n_clicks", "value": 1}]],
+            "state": [{"id": ids.INPUT, "property": "data", "value": {"model": specs[0], "ids": [5, 6]}}],
+            "changedPropIds": [json.dumps(thumb, separators=(",", ":"), sort_keys=True) + ".n_clicks"]}
+    response = http.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+    return response.status_code, response.get_json() if response.status_code == 200 else response.data
+
+
 # --- proteins ----------------------------------------------------------------------------------------------
 
 
 def test_protein_from_a_typed_sequence(service, specs):
-    store, message = callbacks.protein_run(service, specs[1], UBIQUITIN[:40], None, None, "")
+    store, message = proteins.protein_run(service, specs[1], UBIQUITIN[:40], None, None, "")
     assert message == "" and store["length"] == 40 and not store["has_structure"]
-    contacts, head_map, rows, precision, message = callbacks.protein_view(service, store, {"layer": 1, "head": 2},
-                                                                        None)
+    contacts, head_map, rows, precision, message = proteins.protein_view(service, store, {"layer": 1, "head": 2},
+                                                                         None)
     from probe.contacts import head_attention_map, predict_contacts
 
     loaded = service.model(specs[1])
@@ -326,15 +554,19 @@ def test_protein_from_a_typed_sequence(service, specs):
     np.testing.assert_allclose(np.asarray(head_map.data[0].z), head_attention_map(loaded, UBIQUITIN[:40], 1, 2),
                                atol=1e-5)
     assert message == "" and precision == [] and len(rows) == 2 * 4  # leaderboard by logit share
+    assert contacts.layout.uirevision == head_map.layout.uirevision == store["key"]  # zoom kept across heads
+    zoom = {"xaxis": [10.5, 20.5], "yaxis": [20.5, 10.5]}
+    contacts, head_map, _, _, _ = proteins.protein_view(service, store, {"layer": 0, "head": 1}, None, zoom)
+    assert list(contacts.layout.xaxis.range) == list(head_map.layout.xaxis.range) == [10.5, 20.5]  # shared zoom
 
 
 def test_protein_from_an_uploaded_structure_shows_both_triangles(service, specs, ubiquitin_structure):
     from probe.structure import contact_map, read_structure
 
     data = open(ubiquitin_structure, "rb").read()
-    store, message = callbacks.protein_run(service, specs[1], "", _upload(data), "pdb1ubi.pdb", "")
+    store, message = proteins.protein_run(service, specs[1], "", _upload(data), "pdb1ubi.pdb", "")
     assert store["has_structure"] and store["length"] == 76 and "76 residues" in message
-    contacts, _, rows, precision, message = callbacks.protein_view(service, store, {"layer": 0, "head": 0},
+    contacts, _, rows, precision, message = proteins.protein_view(service, store, {"layer": 0, "head": 0},
                                                                   {"i": 3, "j": 40})
     true = contact_map(read_structure(ubiquitin_structure)).astype(float)
     lower = np.asarray(contacts.data[1].z, dtype=float)
@@ -342,7 +574,8 @@ def test_protein_from_an_uploaded_structure_shows_both_triangles(service, specs,
     np.testing.assert_array_equal(lower[i, j], true[i, j])
     assert (list(contacts.data[2].x), list(contacts.data[2].y)) == ([41, 4], [4, 41])
     assert [row["range"] for row in precision] == ["short (6–11)", "medium (12–23)", "long (≥ 24)"]
-    assert rows[0]["p_at_L_long"] == max(row["p_at_L_long"] for row in rows)  # best head first
+    assert rows[0]["P@L long"] == max(row["P@L long"] for row in rows)  # best head first
+    assert all(not all(pd.isna(row[column]) for row in rows) for column in rows[0])  # no empty column
 
 
 @pytest.mark.parametrize("name,data,expected", [
@@ -351,42 +584,97 @@ def test_protein_from_an_uploaded_structure_shows_both_triangles(service, specs,
     ("broken.pdb", b"this is not a pdb file", "cannot read structure as PDB"),
 ])
 def test_bad_uploads_are_messages(service, specs, name, data, expected):
-    store, message = callbacks.protein_run(service, specs[1], "", _upload(data), name, "")
-    assert store is None and expected in message and "Traceback" not in message
+    run = guarded(outputs=2, message=1)(proteins.protein_run)
+    store, message = run(service, specs[1], "", _upload(data), name, "")
+    assert store is no_update and expected in message and "Traceback" not in message
 
 
 def test_fasta_upload_and_text_model_message(service, specs):
-    store, message = callbacks.protein_run(service, specs[1], "", _upload(b">x\nMQIFVKTLTGKT\n"), "x.fasta", "")
+    store, message = proteins.protein_run(service, specs[1], "", _upload(b">x\nMQIFVKTLTGKT\n"), "x.fasta", "")
     assert store["length"] == 12 and message == ""
-    store, message = callbacks.protein_run(service, specs[0], UBIQUITIN, None, None, "")
+    store, message = proteins.protein_run(service, specs[0], UBIQUITIN, None, None, "")
     assert store is None and "choose a protein model" in message
 
 
 def test_residue_cap(specs):
     service = Service(AppConfig(models=specs, max_residues=30))
-    store, message = callbacks.protein_run(service, specs[1], UBIQUITIN, None, None, "")
-    assert store is None and "76 residues; the app runs at most 30" in message
+    with pytest.raises(ProbeError, match="76 residues; the app runs at most 30"):
+        proteins.protein_run(service, specs[1], UBIQUITIN, None, None, "")
 
 
-def test_mark_pair_patches_the_marker_of_both_maps():
+def test_a_clicked_pair_is_marked_in_both_maps_and_stays():
     store = {"key": "k", "model": "m", "length": 50, "has_structure": True}
-    pair, contacts, head_map = callbacks.mark_pair(store, [None, {"points": [{"x": 10, "y": 3}]}])
-    assert pair == {"i": 2, "j": 9}
+    pair, contacts, head_map, message = proteins.mark_pair(store, {"points": [{"x": 10, "y": 3}]})
+    assert pair == {"i": 2, "j": 9} and message == ""
     operations = contacts.to_plotly_json()["operations"]
     assert {"operation": "Assign", "location": ["data", 2, "x"], "params": {"value": [10, 3]}} in operations
-    assert any(op["location"] == ["data", 1, "y"] for op in head_map.to_plotly_json()["operations"])
+    assert proteins.mark_pair(store, None)[:3] == (no_update,) * 3  # nothing clicked: the mark stays
+    assert proteins.checked_pair({"i": 2, "j": 99}, 50) is None and proteins.checked_pair({"i": 2}, 50) is None
+    patch, stored = proteins.shared_zoom({"xaxis.autorange": True, "yaxis.autorange": True}, store)
+    assert {"operation": "Assign", "location": ["layout", "yaxis", "range"], "params": {"value": [50.5, 0.5]}} in \
+        patch.to_plotly_json()["operations"] and stored is None
+    patch, stored = proteins.shared_zoom({"xaxis.range[0]": 3.5, "xaxis.range[1]": 9.5}, store)
+    assert stored == {"xaxis": [3.5, 9.5]}
+    assert proteins.shared_zoom({"dragmode": "pan"}, store) == (no_update, no_update)
 
 
 def test_defaults_open_on_the_induction_organism_with_an_input_it_can_read():
     from app.service import default_models
-    from probe import models
 
     specs = default_models()
     assert specs[0] == "zoo:induction" and specs[-1] == "zoo:esm-random"
     for spec in ("zoo:induction", "zoo:coreference"):
         loaded = models.load(spec)
-        text = callbacks.example_text(loaded)
-        assert callbacks.unknown_share(loaded, callbacks.DEMO_TEXT) > 0.2  # English is not their language
-        assert callbacks.unknown_share(loaded, text) == 0.0
-    induction = callbacks.example_text(models.load("zoo:induction")).split()
+        text = explorer.example_text(loaded)
+        assert explorer.unknown_share(loaded, explorer.DEMO_TEXT) > 0.2  # English is not their language
+        assert explorer.unknown_share(loaded, text) == 0.0
+    induction = explorer.example_text(models.load("zoo:induction")).split()
     assert induction[3:13] == induction[-10:]  # a repeated block: something for induction heads to do
+
+
+def test_zoom_fetches_the_full_resolution_window_of_a_pooled_matrix(service, specs):
+    token_ids = [5 + (i * 7) % 50 for i in range(120)]
+    store = {"model": specs[0], "ids": token_ids}
+    selected = {"layer": 1, "head": 1}
+    alpha = service.head_attention(specs[0], token_ids, 1, 1)
+    pooled, _, _, _, _ = explorer.explorer_view(service, store, selected, False, "self")
+    assert np.asarray(pooled.data[0].z).shape == (120, 120)  # small: full resolution already
+    # a 600-token window is pooled 3×3 (256 bins); zooming onto cells 10–19 × 0–9 asks for tokens 30–59 × 0–29
+    window = explorer.zoom_window({"xaxis.range[0]": -0.5, "xaxis.range[1]": 9.5, "yaxis.range[0]": 19.5,
+                                   "yaxis.range[1]": 9.5}, None, 600)
+    assert window == {"q0": 30, "q1": 60, "k0": 0, "k1": 30}
+    assert explorer.zoom_window({"xaxis.autorange": True}, window, 600) is None
+    # the next zoom is in the window's own cells (factor 1 now)
+    assert explorer.zoom_window({"xaxis.range[0]": 1.5, "xaxis.range[1]": 3.5}, window, 600) == \
+        {"q0": 30, "q1": 60, "k0": 2, "k1": 4}
+    zoom = {"q0": 100, "q1": 110, "k0": 20, "k1": 40}
+    heatmap, _, _, _, _ = explorer.explorer_view(service, store, selected, False, "self", zoom=zoom)
+    np.testing.assert_allclose(np.asarray(heatmap.data[0].z), alpha[100:110, 20:40], atol=1e-6)
+    assert heatmap.data[0].y[0].startswith("100·") and heatmap.data[0].x[0].startswith("20·")
+    revision = heatmap.layout.uirevision
+    again, _, _, _, _ = explorer.explorer_view(service, store, {"layer": 0, "head": 2}, False, "self", zoom=zoom)
+    assert again.layout.uirevision == revision and "zoom: queries 100–109" in again.layout.title.text  # kept
+    assert explorer.checked_window({"q0": 5, "q1": 500, "k0": 0, "k1": 1}, 120) is None  # outside: whole input
+
+
+def test_structure_set_summary_is_shown_for_its_model(specs, tmp_path, service):
+    contact_sets = pytest.importorskip("probe.contact_sets")
+    rows = []
+    for layer in range(2):
+        for head in range(4):
+            row = {column: np.nan for column in contact_sets.HEAD_SUMMARY_COLUMNS}
+            row.update(layer=layer, head=head, name=f"L{layer}H{head}", n_proteins=3, weight=0.1,
+                       p_at_L_long=0.1 * (layer * 4 + head), p_at_L_long_low=0.0, p_at_L_long_high=1.0,
+                       contact_share=0.5, contact_background=0.1)
+            rows.append(row)
+    path = tmp_path / "summary.parquet"
+    contact_sets.write_heads_summary(path, pd.DataFrame(rows), {"model": specs[1], "proteins": ["a", "b", "c"]})
+    shown = Service(AppConfig(models=specs, heads_summary=str(path)), registry=service.registry)
+    data, columns, title = proteins.structure_set(shown, specs[1])
+    assert [row["head"] for row in data][:2] == ["L1H3", "L1H2"] and "over 3 proteins" in title
+    names = [column["name"] for column in columns]
+    assert names[:3] == ["head", "proteins", "P@L long"] and "binding share" not in names  # empty: left out
+    assert proteins.leaderboard_head(shown, specs[1], {"row": 0}, data) == {"layer": 1, "head": 3}
+    assert proteins.structure_set(shown, specs[0]) == ([], [], "")  # another model: nothing
+    with pytest.raises(ProbeError, match="does not exist"):
+        Service(AppConfig(models=specs, heads_summary=str(tmp_path / "absent.parquet")), registry=service.registry)

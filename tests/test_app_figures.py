@@ -57,14 +57,25 @@ def test_1024_tokens_are_pooled_to_256_bins_keeping_the_diagonal():
     assert "max-pooled" in figure.layout.title.text
 
 
-def test_overlay_marks_exactly_the_target_cells():
+def test_overlay_outlines_exactly_the_target_cells_with_a_legend():
     alpha = np.eye(4, dtype=np.float32)
     pattern = np.zeros((4, 4), dtype=bool)
     pattern[[1, 2, 3], [0, 1, 2]] = True
-    figure = figures.attention_heatmap(alpha, list("abcd"), pattern=pattern)
-    overlay = _z(figure.data[1])
-    np.testing.assert_array_equal(~np.isnan(overlay), pattern)
-    assert figure.data[1].name == "target pattern"
+    figure = figures.attention_heatmap(alpha, list("abcd"), pattern=pattern, pattern_name="previous_token targets")
+    outline = figure.data[1]
+    labels = figures.token_labels(list("abcd"))
+    cells = {(labels.index(y), labels.index(x)) for x, y in zip(outline.x, outline.y, strict=True)}
+    assert cells == {(1, 0), (2, 1), (3, 2)}
+    assert outline.marker.symbol == "square-open" and outline.showlegend and outline.name == "previous_token targets"
+    np.testing.assert_array_equal(_z(figure.data[0]), alpha)  # the cells under the outlines keep their colour
+
+
+def test_heatmap_colours_are_on_the_fixed_scale_unless_asked():
+    alpha = np.full((3, 3), 0.2, dtype=np.float32)
+    fixed = figures.attention_heatmap(alpha, list("abc")).data[0]
+    assert (fixed.zmin, fixed.zmax) == (0.0, 1.0) and "fixed 0–1" in fixed.colorbar.title.text
+    own = figures.attention_heatmap(alpha, list("abc"), per_head_max=True).data[0]
+    assert own.zmax == pytest.approx(0.2) and "this head's max" in own.colorbar.title.text
 
 
 def test_heatmap_rejects_tokens_that_do_not_match():
@@ -106,13 +117,37 @@ def test_atlas_colours_the_chosen_types_scores_with_ci_in_hover():
     np.testing.assert_allclose(grid, np.arange(6).reshape(2, 3) * 0.1)
     hover = figure.data[0].text[1][2]
     assert "L1H2" in hover and "0.500 [0.450, 0.550] 95% CI" in hover and "chance 0.020" in hover
-    marker = figure.data[1]
-    assert (list(marker.x), list(marker.y)) == ([2], [1])
+    marker = figure.data[-1]
+    assert (list(marker.x), list(marker.y)) == ([2], [1]) and marker.name == "selected"
 
 
-def test_atlas_by_label():
+def test_atlas_scores_use_the_fixed_scale_and_grey_what_is_not_above_chance():
+    table = _labels()
+    table.loc[table.head_type == "induction", "chance"] = 0.3  # ci_low > 0.3 only for scores 0.4 and 0.5
+    figure = figures.atlas_figure(table, 2, 3, "induction", "score")
+    score = next(trace for trace in figure.data if trace.name == "score")
+    grey = next(trace for trace in figure.data if trace.name == "not above chance")
+    assert (score.zmin, score.zmax) == (0.0, 1.0) and "fixed 0–1" in score.colorbar.title.text
+    coloured = ~np.isnan(_z(score))
+    np.testing.assert_array_equal(coloured, [[False, False, False], [False, True, True]])
+    np.testing.assert_array_equal(~np.isnan(_z(grey)), ~coloured)
+    # a near-chance score on a tiny range is not stretched over the scale: 0.004 stays at the bottom
+    flat = pd.DataFrame([{"layer": 0, "head": h, "head_type": "induction", "score": 0.0039 + h * 1e-6,
+                          "ci_low": 0.0039, "ci_high": 0.004, "chance": 0.0039} for h in range(2)])
+    figure = figures.atlas_figure(flat, 1, 2, "induction", "score")
+    assert np.isnan(_z(next(t for t in figure.data if t.name == "score"))).all()  # greyed: at chance
+
+
+def test_q_value_decides_significance_where_present():
+    row = pd.Series({"score": 0.5, "ci_low": 0.0, "chance": 0.4, "q_value": 0.01})
+    assert figures.is_significant(row) and not figures.is_significant(row.copy().replace({0.01: 0.2}))
+
+
+def test_atlas_by_label_is_categorical_with_a_legend():
     figure = figures.atlas_figure(_labels(), 2, 3, "induction", "label")
-    np.testing.assert_array_equal(_z(figure.data[0]), [[0, 0, 0], [0, 1, 1]])
+    np.testing.assert_array_equal(_z(figure.data[0]), [[1, 1, 1], [1, 0, 0]])  # 0 labelled, 1 not
+    assert figure.data[0].showscale is False
+    assert [t.name for t in figure.data if t.showlegend] == ["labelled", "not labelled", "no score"]
 
 
 def test_atlas_without_labels_is_still_a_clickable_grid():
@@ -163,3 +198,30 @@ def test_graph_config_sets_the_toolbar_image_format(fmt):
     config = figures.graph_config(fmt, "probe_x")
     assert config["toImageButtonOptions"]["format"] == fmt
     assert config["toImageButtonOptions"]["filename"] == "probe_x"
+    assert config["showSendToCloud"] is False and "sendDataToCloud" in config["modeBarButtonsToRemove"]
+
+
+def test_pair_and_zoom_patches_name_the_traces_of_their_own_figures():
+    contacts, head_map = figures.pair_patches((2, 9))
+    operations = contacts.to_plotly_json()["operations"]
+    assert {"operation": "Assign", "location": ["data", figures.CONTACT_PAIR_TRACE, "x"],
+            "params": {"value": [10, 3]}} in operations
+    figure = figures.contact_figure(np.zeros((12, 12)), None, pair=(2, 9))
+    assert figure.data[figures.CONTACT_PAIR_TRACE].name == "selected pair"
+    assert figures.head_map_figure(np.zeros((12, 12))).data[figures.HEAD_MAP_PAIR_TRACE].name == "selected pair"
+    assert any(op["location"] == ["data", figures.HEAD_MAP_PAIR_TRACE, "y"]
+               for op in head_map.to_plotly_json()["operations"])
+    zoom = figures.zoom_patch({"xaxis.range[0]": 3.5, "xaxis.range[1]": 9.5, "yaxis.range[0]": 9.5,
+                               "yaxis.range[1]": 3.5}).to_plotly_json()["operations"]
+    assert {"operation": "Assign", "location": ["layout", "yaxis", "range"], "params": {"value": [9.5, 3.5]}} in zoom
+    assert figures.zoom_patch({"xaxis.autorange": True}) == "reset" and figures.zoom_patch({"dragmode": "pan"}) is None
+
+
+def test_thumbnail_png_round_trips():
+    from app.thumbnails import colourize, decode_png, png_bytes
+
+    matrix = np.array([[0.0, 0.5], [1.0, np.nan]])
+    rgb = colourize(matrix)
+    assert tuple(rgb[0, 0]) == (247, 251, 255) and tuple(rgb[1, 0]) == (8, 48, 107) and tuple(rgb[1, 1]) == (230,) * 3
+    np.testing.assert_array_equal(decode_png(png_bytes(rgb)), rgb)
+    np.testing.assert_array_equal(decode_png(png_bytes(rgb, scale=3)), rgb.repeat(3, 0).repeat(3, 1))

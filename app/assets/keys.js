@@ -1,13 +1,67 @@
-// Keyboard stepping through heads: ←/→ previous/next head, ↑/↓ previous/next layer (not while typing).
-document.addEventListener("keydown", function (event) {
-    var target = event.target;
-    if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.isContentEditable)) {
-        return;
+// Keyboard and step buttons: ←/→ previous/next head, ↑/↓ previous/next layer, Ctrl+Enter runs.
+// Arrows step whatever control was clicked last (a radio button or checkbox never keeps them), except while typing.
+// Every press counts: the next selection is computed here from the last one asked for (not from the server's
+// answer), so fast presses queue instead of being dropped.
+(function () {
+    var TYPING = {TEXTAREA: true, SELECT: true};
+    var TEXT_INPUTS = {text: true, search: true, number: true, email: true, url: true, password: true, tel: true};
+
+    function typing(target) {
+        if (!target) { return false; }
+        if (target.isContentEditable || TYPING[target.tagName]) { return true; }
+        return target.tagName === "INPUT" && TEXT_INPUTS[(target.type || "text").toLowerCase()] === true;
     }
-    var buttons = {ArrowLeft: "head-prev", ArrowRight: "head-next", ArrowUp: "layer-prev", ArrowDown: "layer-next"};
-    var button = buttons[event.key] && document.getElementById(buttons[event.key]);
-    if (button) {
-        event.preventDefault();
-        button.click();
+
+    function step(axis, delta) {
+        var state = window.probeState;
+        if (!state || !state.shape || !window.dash_clientside || !window.dash_clientside.set_props) { return; }
+        var current = state.pending || state.selected || {layer: 0, head: 0};
+        var layers = state.shape.layers, heads = state.shape.heads;
+        var next = {layer: current.layer, head: current.head};
+        if (axis === "layer") { next.layer = ((next.layer + delta) % layers + layers) % layers; }
+        else { next.head = ((next.head + delta) % heads + heads) % heads; }
+        state.pending = next;
+        window.dash_clientside.set_props("selected-head", {data: next});
     }
-});
+
+    var KEYS = {ArrowLeft: ["head", -1], ArrowRight: ["head", 1], ArrowUp: ["layer", -1], ArrowDown: ["layer", 1]};
+
+    document.addEventListener("keydown", function (event) {
+        if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+            var inProtein = event.target && event.target.id === "protein-sequence";
+            var run = document.getElementById(inProtein ? "protein-run" : "explorer-run");
+            if (run) { event.preventDefault(); run.click(); }
+            return;
+        }
+        var move = KEYS[event.key];
+        if (!move || typing(event.target) || event.altKey || event.ctrlKey || event.metaKey) { return; }
+        event.preventDefault();  // a focused radio button would otherwise change the model or head type
+        event.stopPropagation();
+        step(move[0], move[1]);
+    }, true);
+
+    document.addEventListener("click", function (event) {
+        var button = event.target && event.target.closest && event.target.closest("button.step");
+        if (!button) { return; }
+        var parts = (button.getAttribute("data-step") || "").split(":");
+        step(parts[0], parseInt(parts[1], 10));
+    }, true);
+
+    // The toolbar camera's format (PNG/SVG): dcc.Graph does not re-apply a changed config to a drawn plot, so the
+    // switch is written into every drawn plot's own context (read by plotly when the camera is clicked).
+    window.dash_clientside = window.dash_clientside || {};
+    window.dash_clientside.probe = Object.assign({}, window.dash_clientside.probe, {
+        setImageFormat: function (fmt) {
+            document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
+                if (!gd._context) { return; }
+                var options = Object.assign({}, gd._context.toImageButtonOptions, {format: fmt});
+                if (fmt === "svg") { delete options.scale; } else { options.scale = 2; }
+                gd._context.toImageButtonOptions = options;
+                gd.querySelectorAll(".modebar-btn[data-title^='Download plot']").forEach(function (button) {
+                    button.setAttribute("data-title", "Download plot as a " + fmt.toUpperCase());
+                });
+            });
+            return fmt;
+        }
+    });
+})();

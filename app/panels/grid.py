@@ -1,0 +1,110 @@
+"""The head grid: every head's attention on the current input at a glance (layer rows × head columns).
+
+One forward pass streams every head's α into a pooled grid on the server (`Service.thumbnails`); each head becomes a
+small PNG; its atlas score (or label) is the badge. Click a thumbnail to select that head everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from dash import ALL, Input, Output, State, ctx, html, no_update
+
+from probe.errors import ProbeError
+from probe.heads import head_name
+
+from .. import figures, ids
+from ..errors import guarded
+from ..service import Service
+from ..thumbnails import thumbnail_uri
+
+
+def layout() -> html.Div:
+    return html.Div(className="panel grid-panel", children=[
+        html.H2("Every head on this input (click to select)"),
+        html.Div(id=ids.GRID_MESSAGE, className="message"),
+        html.Div(id=ids.GRID, className="head-grid"),
+    ])
+
+
+def badges(table, head_type: str) -> dict[tuple[int, int], tuple[str, str]]:
+    """(layer, head) -> (badge text, css class) from the atlas table: the score, ✓ when labelled, grey when the
+    score is not clearly above chance."""
+    if table is None or table.empty:
+        return {}
+    rows = table[table["head_type"].astype(str) == head_type]
+    out = {}
+    for row in rows.itertuples(index=False):
+        text = f"{float(row.score):.2f}"
+        labelled = figures._is_labelled(getattr(row, "label", None))
+        css = "badge labelled" if labelled else ("badge" if figures.is_significant(row) else "badge faint")
+        out[(int(row.layer), int(row.head))] = (text + (" ✓" if labelled else ""), css)
+    return out
+
+
+def grid_children(service: Service, store: dict | None, head_type: str, per_head_max: bool, selected: dict | None):
+    """The grid's components for the current input: a header row of head numbers, then one row per layer."""
+    if not isinstance(store, dict) or not store.get("ids"):
+        return html.Div("run an input to see every head", className="note")
+    spec = store.get("model")
+    pooled = service.thumbnails(spec, store["ids"])  # [layer head query_bin key_bin]
+    n_layers, n_heads = pooled.shape[:2]
+    marks = badges(service.labels(spec), head_type)
+    chosen = (selected or {}).get("layer"), (selected or {}).get("head")
+    cells = [html.Div("", className="grid-corner")]
+    cells += [html.Div(f"H{head}", className="grid-head") for head in range(n_heads)]
+    for layer in range(n_layers):
+        cells.append(html.Div(f"L{layer}", className="grid-layer"))
+        for head in range(n_heads):
+            tile = pooled[layer, head]
+            vmax = float(max(np.nanmax(tile), 1e-6)) if per_head_max else 1.0
+            text, css = marks.get((layer, head), ("", "badge"))
+            name = head_name(layer, head)
+            cells.append(html.Button(
+                [html.Img(src=thumbnail_uri(tile, vmax), alt=name), html.Span(text, className=css)],
+                id={"type": ids.THUMB, "layer": layer, "head": head}, title=f"{name} {head_type} {text}".strip(),
+                className="thumb selected" if (layer, head) == chosen else "thumb", n_clicks=0))
+    style = {"gridTemplateColumns": f"28px repeat({n_heads}, minmax(28px, 72px))"}
+    factor = int(np.ceil(len(store["ids"]) / pooled.shape[-1]))
+    note = (f"{len(store['ids'])} tokens" + (f", each thumbnail max-pooled {factor}×{factor}" if factor > 1 else "")
+            + (" · colour: each head's own max" if per_head_max else " · colour: α on the fixed 0–1 scale"))
+    return [html.Div(cells, className="head-grid-cells", style=style), html.Div(note, className="note")]
+
+
+def clicked_thumbnail(service: Service, spec: str, trigger, value) -> dict | None:
+    """The head of a clicked thumbnail, checked; None when nothing was clicked (components being drawn)."""
+    if not value:
+        return None
+    if not isinstance(trigger, dict):
+        raise ProbeError("the click did not name a head; click a thumbnail")
+    layer, head = service.head_of(spec, trigger)
+    return {"layer": layer, "head": head}
+
+
+def register(app, service: Service) -> None:
+    @app.callback(Output(ids.GRID, "children"), Output(ids.GRID_MESSAGE, "children"),
+                  Input(ids.INPUT, "data"), Input(ids.HEAD_TYPE, "value"), Input(ids.ALPHA_SCALE, "value"),
+                  Input(ids.LABEL_VERSION, "data"), State(ids.SELECTED, "data"))
+    @guarded(outputs=2, message=1)
+    def _grid(store, head_type, scale, _version, selected):
+        return grid_children(service, store, head_type, bool(scale), selected), ""
+
+    @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
+                  Output(ids.GRID_MESSAGE, "children", allow_duplicate=True),
+                  Input({"type": ids.THUMB, "layer": ALL, "head": ALL}, "n_clicks"), State(ids.INPUT, "data"),
+                  prevent_initial_call=True)
+    @guarded(outputs=2, message=1)
+    def _select(_clicks, store):
+        value = ctx.triggered[0]["value"] if ctx.triggered else None
+        spec = store.get("model") if isinstance(store, dict) else None
+        chosen = clicked_thumbnail(service, spec, ctx.triggered_id, value) if value else None
+        return (chosen, "") if chosen else (no_update, no_update)
+
+    app.clientside_callback(
+        """function (selected, idList) {
+            return idList.map(function (id) {
+                return (selected && id.layer === selected.layer && id.head === selected.head) ? "thumb selected"
+                                                                                                : "thumb";
+            });
+        }""",
+        Output({"type": ids.THUMB, "layer": ALL, "head": ALL}, "className"),
+        Input(ids.SELECTED, "data"), State({"type": ids.THUMB, "layer": ALL, "head": ALL}, "id"))

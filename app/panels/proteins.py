@@ -1,0 +1,282 @@
+"""Proteins: predicted contacts (upper triangle) and true contacts from an uploaded structure (lower) beside the
+selected head's APC-corrected attention; a clicked residue pair is marked in both until cleared, and both maps zoom
+together; the per-head leaderboard selects heads. Uploads that are too large or of the wrong type are refused in
+the browser with a message (assets/upload.js) and again on the server."""
+
+from __future__ import annotations
+
+import base64
+
+from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
+
+from probe.errors import ProbeError
+from probe.heads import head_name
+from probe.models import ModelKind
+
+from .. import figures, ids
+from ..errors import guarded
+from ..service import Service, parse_fasta
+from . import graph
+from .explorer import DEMO_PROTEIN
+
+STRUCTURE_EXTENSIONS = (".pdb", ".ent", ".cif", ".mmcif")
+SEQUENCE_EXTENSIONS = (".fa", ".fasta", ".faa", ".txt", ".seq")
+
+
+def layout(upload_bytes: int, max_residues: int) -> html.Div:
+    table_style = {"style_table": {"maxHeight": "320px", "overflowY": "auto"},
+                   "style_cell": {"fontFamily": "ui-monospace, monospace", "fontSize": 12, "padding": "2px 6px",
+                                  "minWidth": "48px", "maxWidth": "90px", "whiteSpace": "normal"},
+                   "style_header": {"whiteSpace": "normal", "height": "auto"}}
+    accept = ",".join(STRUCTURE_EXTENSIONS + SEQUENCE_EXTENSIONS)
+    return html.Div([
+        html.H2("Proteins: attention next to contact maps"),
+        dcc.Textarea(id=ids.SEQUENCE, value=DEMO_PROTEIN, rows=2, placeholder="protein sequence or FASTA"),
+        html.Div([
+            html.Button("Run sequence", id=ids.PROTEIN_RUN, title="Ctrl+Enter in the box"),
+            html.Div(dcc.Upload(id=ids.UPLOAD, className="upload", max_size=upload_bytes, accept=accept,
+                                children=html.Span(f"drop or click: structure (.pdb, .cif) or FASTA, ≤ "
+                                                   f"{upload_bytes / 2**20:g} MiB")),
+                     id=ids.UPLOAD_BOX, **{"data-max-bytes": str(upload_bytes), "data-accept": accept}),
+            html.Span("chain:"), dcc.Input(id=ids.CHAIN, value="", placeholder="first", style={"width": "60px"}),
+            html.Button("clear pair", id=ids.PAIR_CLEAR),
+            html.Span(f"at most {max_residues} residues · click a residue pair to mark it in both maps",
+                      className="note"),
+        ], className="controls"),
+        html.Div(id=ids.PROTEIN_MESSAGE, className="status"), dcc.Store(id=ids.PROTEIN_ZOOM),
+        html.Div(id=ids.PROTEIN_VIEW_MESSAGE, className="message"),
+        html.Div(className="row", children=[
+            html.Div(graph(ids.CONTACTS), className="panel"),
+            html.Div(graph(ids.HEAD_MAP), className="panel"),
+        ]),
+        html.Div(className="row", children=[
+            html.Div([html.H2("Per-head contact precision (click a row to select the head)"),
+                      dash_table.DataTable(id=ids.LEADERBOARD, data=[], sort_action="native", page_size=200,
+                                           **table_style)], className="panel"),
+            html.Div([html.H2("Precision of the predicted contacts"),
+                      dash_table.DataTable(id=ids.PRECISION, data=[], **table_style)], className="panel"),
+        ]),
+        html.Div(className="structure-set", children=[
+            html.H2(id=ids.STRUCTURE_SET_TITLE),
+            dash_table.DataTable(id=ids.STRUCTURE_SET, data=[], sort_action="native", page_size=200, **table_style),
+        ]),
+    ])
+
+
+# Columns of the structure-set summary shown in the page, and their short headers.
+SET_COLUMNS = {"name": "head", "n_proteins": "proteins", "p_at_L_long": "P@L long", "p_at_L_long_low": "low",
+               "p_at_L_long_high": "high", "contact_share": "contact share", "contact_background": "contact bg",
+               "binding_share": "binding share", "binding_background": "binding bg", "helix_share": "helix share",
+               "strand_share": "strand share", "n_high": "α ≥ θ", "weight": "weight"}
+
+
+def structure_set(service: Service, spec: str) -> tuple[list[dict], list[dict], str]:
+    """(rows, columns, title) of the per-head summary over a structure set for `spec` (empty when none)."""
+    summary = service.heads_summary(spec)
+    if summary is None:
+        return [], [], ""
+    keep = [c for c in SET_COLUMNS if c in summary.columns and not summary[c].isna().all()]
+    table = summary.sort_values("p_at_L_long" if "p_at_L_long" in summary.columns else "layer", ascending=False,
+                                na_position="last")
+    table = table[keep + ["layer", "head"]].rename(columns={**SET_COLUMNS, "head": "head_index"}).round(3)
+    columns = [{"name": name, "id": name} for name in table.columns if name not in ("layer", "head_index")]
+    proteins = summary.attrs.get("proteins")
+    count = len(proteins) if isinstance(proteins, (list, tuple)) else int(summary["n_proteins"].max())
+    title = (f"Structure set: every head over {count} proteins (probe contacts --heads-summary; "
+             "95 % bootstrap interval over proteins; click a row to select the head)")
+    return table.to_dict("records"), columns, title
+
+
+def decode_upload(contents: str | None, filename: str | None, max_bytes: int) -> bytes | None:
+    """The bytes of a dcc.Upload ('data:...;base64,...'), size-checked; None when nothing was uploaded."""
+    if not contents:
+        return None
+    if not isinstance(contents, str):
+        raise ProbeError("the upload is not a file; upload it again")
+    _, _, payload = contents.partition(",")
+    if len(payload) * 3 // 4 > max_bytes + 3:
+        raise ProbeError(f"{filename or 'the upload'} is larger than the {max_bytes // 1024} KiB limit")
+    try:
+        return base64.b64decode(payload, validate=False)
+    except ValueError:
+        raise ProbeError(f"{filename or 'the upload'} could not be decoded; upload the file again") from None
+
+
+def protein_run(service: Service, spec: str, sequence: str | None, contents: str | None, filename: str | None,
+                chain: str | None):
+    """(protein store, message): contacts for the typed sequence, an uploaded FASTA or an uploaded structure."""
+    loaded = service.model(spec)
+    if loaded.kind != ModelKind.PROTEIN_MLM:
+        kind = getattr(loaded.kind, "value", loaded.kind)
+        return None, f"{spec} is a {kind}: choose a protein model (ESM) above for contact maps"
+    data = decode_upload(contents, filename, service.config.upload_bytes)
+    structure = None
+    name = str(filename or "").lower()
+    if data is not None and (name.endswith(SEQUENCE_EXTENSIONS) or data.lstrip()[:1] == b">"):
+        sequence, data = data.decode("latin-1"), None
+    elif data is not None and not name.endswith(STRUCTURE_EXTENSIONS):
+        raise ProbeError(f"{filename}: upload a structure (.pdb, .cif) or a FASTA file (.fasta, .fa)")
+    else:
+        structure = data
+    if structure is None:
+        text = sequence or ""
+        if len(text) > 4 * service.config.max_residues + 4096:
+            raise ProbeError(f"the sequence text is {len(text):,} characters; the app runs at most "
+                             f"{service.config.max_residues} residues")
+        sequence = parse_fasta(text)
+    key, result = service.protein(spec, sequence if structure is None else None, structure, name,
+                                  (chain or "").strip() or None)
+    store = {"key": key, "model": spec, "length": len(result.sequence), "has_structure": result.true is not None}
+    return store, result.note
+
+
+def protein_view(service: Service, store: dict | None, selected, pair: dict | None, zoom: dict | None = None):
+    """(contact figure, head map figure, leaderboard rows, P@L table, message); both maps drawn at the shared zoom."""
+    if not store:
+        empty = figures.empty_figure("choose a protein model, then type a sequence or upload a structure")
+        return empty, empty, [], [], ""
+    if not isinstance(store, dict) or not isinstance(store.get("key"), str):
+        raise ProbeError("the protein result is not valid; press Run again")
+    result = service.protein_result(store["key"])
+    layer, head = service.head_of(result.model, selected)
+    chosen = checked_pair(pair, len(result.sequence))
+    n = len(result.sequence)
+    contacts = figures.contact_figure(result.predicted, result.true, chosen,
+                                      f"{result.model} · {n} residues: predicted ↗ · true ↙", uirevision=store["key"])
+    apc = service.protein_head_map(store["key"], layer, head)  # [residue residue]
+    head_map = figures.head_map_figure(apc, chosen, f"{head_name(layer, head)} APC attention",
+                                       uirevision=store["key"])
+    figures.apply_zoom(contacts, zoom)
+    figures.apply_zoom(head_map, zoom)
+    rows = [] if result.heads is None else result.heads.to_dict("records")
+    precision = [] if result.precision is None else result.precision.to_dict("records")
+    return contacts, head_map, rows, precision, ""
+
+
+def checked_pair(pair, length: int) -> tuple[int, int] | None:
+    """A pair store {"i", "j"} -> (i, j) within the protein, else None."""
+    if not isinstance(pair, dict):
+        return None
+    i, j = pair.get("i"), pair.get("j")
+    if isinstance(i, int) and isinstance(j, int) and 0 <= i < length and 0 <= j < length:
+        return (i, j)
+    return None
+
+
+def mark_pair(store: dict | None, click: dict | None):
+    """(pair store, contacts patch, head map patch, message): mark the clicked residue pair in both maps."""
+    if not isinstance(store, dict) or not isinstance(store.get("length"), int):
+        raise ProbeError("no protein is shown (its length is unknown); run a sequence first")
+    point = click["points"][0] if isinstance(click, dict) and click.get("points") else None
+    pair = figures.pair_from_point(point, store["length"]) if isinstance(point, dict) else None
+    if pair is None:
+        return no_update, no_update, no_update, ""
+    contacts, head_map = figures.pair_patches(pair)
+    return {"i": pair[0], "j": pair[1]}, contacts, head_map, ""
+
+
+def leaderboard_head(service: Service, spec: str, cell, rows) -> dict:
+    """The head of a clicked leaderboard row, checked."""
+    try:
+        row = rows[int(cell["row"])]
+        selected = {"layer": row["layer"], "head": row["head_index"]}
+    except (TypeError, KeyError, IndexError, ValueError):
+        raise ProbeError("that row does not name a head; click a row of the table") from None
+    layer, head = service.head_of(spec, selected)
+    return {"layer": layer, "head": head}
+
+
+def register(app, service: Service) -> None:
+    @app.callback(Output(ids.PROTEIN, "data"), Output(ids.PROTEIN_MESSAGE, "children"),
+                  Output(ids.UPLOAD, "contents"), Output(ids.PAIR, "data"), Output(ids.PROTEIN_ZOOM, "data"),
+                  Input(ids.PROTEIN_RUN, "n_clicks"), Input(ids.UPLOAD, "contents"), Input(ids.MODEL, "value"),
+                  State(ids.UPLOAD, "filename"), State(ids.SEQUENCE, "value"), State(ids.CHAIN, "value"))
+    @guarded(outputs=5, message=1)
+    def _protein(_clicks, contents, spec, filename, sequence, chain):
+        if ctx.triggered_id == ids.UPLOAD and not contents:
+            return (no_update,) * 5  # our own reset below
+        if ctx.triggered_id != ids.UPLOAD:
+            contents = filename = None  # Run uses the typed sequence; an upload runs itself
+        store, message = protein_run(service, spec, sequence, contents, filename, chain)
+        return store, message, None, None, None  # contents reset: the same file can be uploaded again
+
+    @app.callback(Output(ids.CONTACTS, "figure"), Output(ids.HEAD_MAP, "figure"), Output(ids.LEADERBOARD, "data"),
+                  Output(ids.PRECISION, "data"), Output(ids.PROTEIN_VIEW_MESSAGE, "children"),
+                  Input(ids.PROTEIN, "data"), Input(ids.SELECTED, "data"), Input(ids.LABEL_VERSION, "data"),
+                  State(ids.PAIR, "data"), State(ids.PROTEIN_ZOOM, "data"))
+    @guarded(outputs=5, message=4)
+    def _protein_view(store, selected, _version, pair, zoom):
+        return protein_view(service, store, selected, pair, zoom)
+
+    @app.callback(Output(ids.PAIR, "data", allow_duplicate=True),
+                  Output(ids.CONTACTS, "figure", allow_duplicate=True),
+                  Output(ids.HEAD_MAP, "figure", allow_duplicate=True),
+                  Output(ids.PROTEIN_VIEW_MESSAGE, "children", allow_duplicate=True),
+                  Input(ids.CONTACTS, "clickData"), Input(ids.HEAD_MAP, "clickData"), Input(ids.PAIR_CLEAR, "n_clicks"),
+                  State(ids.PROTEIN, "data"), prevent_initial_call=True)
+    @guarded(outputs=4, message=3)
+    def _mark(contacts_click, map_click, _clear, store):
+        if ctx.triggered_id == ids.PAIR_CLEAR:
+            contacts, head_map = figures.pair_patches(None)
+            return None, contacts, head_map, ""
+        return mark_pair(store, contacts_click if ctx.triggered_id == ids.CONTACTS else map_click)
+
+    @app.callback(Output(ids.HEAD_MAP, "figure", allow_duplicate=True),
+                  Output(ids.PROTEIN_ZOOM, "data", allow_duplicate=True), Input(ids.CONTACTS, "relayoutData"),
+                  State(ids.PROTEIN, "data"), prevent_initial_call=True)
+    def _zoom_head_map(relayout, store):
+        return shared_zoom(relayout, store)
+
+    @app.callback(Output(ids.CONTACTS, "figure", allow_duplicate=True),
+                  Output(ids.PROTEIN_ZOOM, "data", allow_duplicate=True), Input(ids.HEAD_MAP, "relayoutData"),
+                  State(ids.PROTEIN, "data"), prevent_initial_call=True)
+    def _zoom_contacts(relayout, store):
+        return shared_zoom(relayout, store)
+
+    @app.callback(Output(ids.STRUCTURE_SET, "data"), Output(ids.STRUCTURE_SET, "columns"),
+                  Output(ids.STRUCTURE_SET_TITLE, "children"), Input(ids.MODEL, "value"))
+    @guarded(outputs=3, message=2)
+    def _structure_set(spec):
+        return structure_set(service, spec)
+
+    @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
+                  Output(ids.PROTEIN_VIEW_MESSAGE, "children", allow_duplicate=True),
+                  Input(ids.STRUCTURE_SET, "active_cell"), State(ids.STRUCTURE_SET, "derived_viewport_data"),
+                  State(ids.MODEL, "value"), prevent_initial_call=True)
+    @guarded(outputs=2, message=1)
+    def _select_from_set(cell, rows, spec):
+        if not cell:
+            return no_update, no_update
+        return leaderboard_head(service, spec, cell, rows), ""
+
+    @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
+                  Output(ids.PROTEIN_VIEW_MESSAGE, "children", allow_duplicate=True),
+                  Input(ids.LEADERBOARD, "active_cell"), State(ids.LEADERBOARD, "derived_viewport_data"),
+                  State(ids.PROTEIN, "data"), prevent_initial_call=True)
+    @guarded(outputs=2, message=1)
+    def _select(cell, rows, store):
+        if not cell:
+            return no_update, no_update
+        spec = store.get("model") if isinstance(store, dict) else None
+        return leaderboard_head(service, spec, cell, rows), ""
+
+
+def shared_zoom(relayout, store):
+    """(layout patch for the other residue map, shared zoom store): the same window, or the whole protein after a
+    double-click; (no_update, no_update) when the event zoomed nothing."""
+    ranges = figures.zoom_ranges(relayout)
+    if ranges is None:
+        return no_update, no_update
+    if ranges == "reset":
+        length = store.get("length") if isinstance(store, dict) else None
+        if not isinstance(length, int):
+            return no_update, no_update
+        ranges, stored = {"xaxis": [0.5, length + 0.5], "yaxis": [length + 0.5, 0.5]}, None
+    else:
+        stored = ranges
+    from dash import Patch
+
+    patch = Patch()
+    for axis, values in ranges.items():
+        patch["layout"][axis]["range"] = values
+    return patch, stored

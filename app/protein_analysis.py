@@ -1,0 +1,98 @@
+"""Protein analysis for the dashboard as pure functions of a loaded model and an input: probe.structure (true
+contacts) and probe.contacts (predicted contacts, the per-head table, one head's APC map). No locks, no service:
+the Service calls these under its inference lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from probe import models
+from probe.errors import ProbeError
+
+RANGE_NAMES = ("short", "medium", "long")
+RANGE_TEXT = {"short": "short (6–11)", "medium": "medium (12–23)", "long": "long (≥ 24)"}
+# Leaderboard columns and their short headers (the table fits a half-width panel at 1600 px).
+LEADERBOARD_COLUMNS = {"head": "head", "p_at_L_long": "P@L long", "p_at_L_medium": "P@L med",
+                       "p_at_L_short": "P@L short", "contact_share": "Vig share", "weight": "weight",
+                       "logit_share": "logit share"}
+
+
+@dataclass(frozen=True)
+class ProteinResult:
+    """Everything the protein panel shows for one sequence (and structure)."""
+
+    model: str
+    sequence: str
+    predicted: np.ndarray  # [residue residue] contact probabilities
+    true: np.ndarray | None  # [residue residue] 1.0 contact, 0.0 not, NaN unknown (from the uploaded structure)
+    heads: pd.DataFrame | None  # per-head leaderboard (head, layer, head_index, precision columns, ...)
+    precision: pd.DataFrame | None  # P@L by sequence-separation range
+    note: str = ""
+
+
+def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes | None, filename: str = "",
+            chain: str | None = None, max_residues: int = 1022) -> ProteinResult:
+    """A ProteinResult for a typed sequence or an uploaded structure (true contacts: virtual Cβ–Cβ < 8 Å, as in ESM's evaluation)."""
+    from probe.contacts import predict_contacts
+    from probe.structure import contact_map, read_structure
+
+    true_map, note = None, ""
+    if structure is not None:
+        fmt = "cif" if filename.lower().endswith((".cif", ".mmcif")) else "pdb"
+        parsed = read_structure(structure, chain=chain, fmt=fmt)
+        sequence = parsed.sequence
+        true_map = contact_map(parsed)  # [L L] int8: 1, 0, -1 unknown
+        note = (f"{filename or 'structure'} chain {parsed.chain}: {len(sequence)} residues, "
+                f"{int((np.triu(true_map, 1) == 1).sum())} true contacts (virtual Cβ–Cβ < 8 Å)")
+    sequence = models.clean_protein(sequence or "")
+    cap = min(max_residues, loaded.max_tokens - 2)
+    if len(sequence) > cap:
+        raise ProbeError(f"the protein has {len(sequence)} residues; the app runs at most {cap}: upload a shorter "
+                         "chain (or use `probe contacts --window` for long proteins)")
+    result = predict_contacts(loaded, sequence, true_map, per_head=True)
+    truth = None if true_map is None else np.where(true_map < 0, np.nan, true_map.astype(float))
+    predicted = result.contacts
+    if predicted is None:  # a protein model without a contact regression (ProtBert-style): heads only
+        predicted = np.full((len(sequence), len(sequence)), np.nan, dtype=np.float32)
+        note = (note + " · " if note else "") + f"{loaded.name} has no contact regression: per-head maps only"
+    return ProteinResult(model=loaded.name, sequence=sequence, predicted=np.asarray(predicted, np.float32),
+                         true=truth, heads=leaderboard(result.heads, true_map is not None),
+                         precision=precision_table(result.precision), note=note)
+
+
+def leaderboard(heads: pd.DataFrame | None, with_structure: bool) -> pd.DataFrame | None:
+    """Per-head rows for the panel's table: best long-range P@L first (by logit share without a structure).
+
+    Columns that are empty for this input (all NaN, e.g. Vig's contact share when fewer than 100 weights reached 0.3) are left out.
+    `layer` and `head_index` stay for row clicks.
+    """
+    if heads is None or heads.empty:
+        return None
+    table = heads.rename(columns={"name": "head", "head": "head_index"})
+    key = "p_at_L_long" if with_structure else "logit_share"
+    table = table.sort_values(key, ascending=False, na_position="last", ignore_index=True)
+    keep = [c for c in LEADERBOARD_COLUMNS if c in table.columns and not table[c].isna().all()]
+    if not with_structure:
+        keep = [c for c in keep if not c.startswith("p_at_") and c != "contact_share"]
+    table = table[keep + ["layer", "head_index"]].rename(columns=LEADERBOARD_COLUMNS)
+    return table.round(3)
+
+
+def precision_table(precision: dict[str, float] | None) -> pd.DataFrame | None:
+    """P@L, P@L/2, P@L/5 of the predicted contacts, one row per sequence-separation range."""
+    if not precision:
+        return None
+    rows = [{"range": RANGE_TEXT[name], "P@L": precision[f"p_at_L_{name}"], "P@L/2": precision[f"p_at_L2_{name}"],
+             "P@L/5": precision[f"p_at_L5_{name}"]} for name in RANGE_NAMES]
+    return pd.DataFrame(rows).round(3)
+
+
+def head_map(loaded: models.LoadedModel, sequence: str, layer: int, head: int) -> np.ndarray:
+    """The selected head's APC-corrected symmetrised attention over residues: [residue residue]."""
+    from probe.contacts import head_attention_map
+
+    return np.asarray(head_attention_map(loaded, sequence, layer, head), dtype=np.float32)

@@ -1,0 +1,61 @@
+"""Server-side thumbnails of attention matrices: a [row col] array in [0, 1] -> a small PNG data URI.
+
+Pure numpy + zlib (no imaging library): the grid panel sends one ~1 KB image per head instead of a plotly figure.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+
+import numpy as np
+
+# Plotly's "Blues" scale (0 -> white, 1 -> dark blue), sampled at its stops.
+BLUES = np.array([[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
+                  [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]], dtype=np.float64)
+
+
+def colourize(matrix: np.ndarray, vmax: float = 1.0) -> np.ndarray:
+    """[row col] values -> [row col rgb] uint8 on the Blues scale over [0, vmax] (NaN: light grey)."""
+    scaled = np.clip(np.nan_to_num(matrix, nan=0.0) / max(vmax, 1e-12), 0.0, 1.0) * (len(BLUES) - 1)
+    low = np.floor(scaled).astype(int).clip(0, len(BLUES) - 2)
+    frac = (scaled - low)[..., None]
+    rgb = BLUES[low] * (1 - frac) + BLUES[low + 1] * frac  # [row col rgb]
+    rgb[np.isnan(matrix)] = (230, 230, 230)
+    return rgb.round().astype(np.uint8)
+
+
+def png_bytes(rgb: np.ndarray, scale: int = 1) -> bytes:
+    """[row col 3] uint8 -> PNG file bytes (8-bit RGB), each pixel repeated `scale` times in both directions."""
+    if scale > 1:
+        rgb = rgb.repeat(scale, axis=0).repeat(scale, axis=1)
+    height, width = rgb.shape[:2]
+    raw = b"".join(b"\x00" + rgb[row].tobytes() for row in range(height))  # filter type 0 per scanline
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+
+
+def thumbnail_uri(matrix: np.ndarray, vmax: float = 1.0, scale: int = 1) -> str:
+    """A data: URI of the matrix as a PNG (Blues over [0, vmax])."""
+    return "data:image/png;base64," + base64.b64encode(png_bytes(colourize(matrix, vmax), scale)).decode()
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """The inverse of png_bytes for its own output (filter 0, RGB): [row col 3] uint8 (used by tests)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    position, idat, width, height = 8, b"", 0, 0
+    while position < len(data):
+        (length,) = struct.unpack(">I", data[position:position + 4])
+        kind, body = data[position + 4:position + 8], data[position + 8:position + 8 + length]
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        position += 12 + length
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(height, 1 + 3 * width)
+    return raw[:, 1:].reshape(height, width, 3)

@@ -1,0 +1,57 @@
+"""The dashboard installs as `probe_app` (source folder app/), never as a top-level `app`; no package is left out."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _setuptools() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_every_package_of_the_tree_is_listed():
+    listed = set(_setuptools()["packages"])
+    tree = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "probe").rglob("__init__.py")}
+    tree |= {"probe_app." + ".".join(path.parent.relative_to(ROOT / "app").parts)
+             for path in (ROOT / "app").rglob("__init__.py") if path.parent != ROOT / "app"} | {"probe_app"}
+    assert tree - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+    assert _setuptools()["package-dir"] == {"probe_app": "app"}
+
+
+def test_the_dashboard_imports_relatively_so_it_works_under_either_name():
+    for path in (ROOT / "app").rglob("*.py"):
+        assert not re.search(r"^\s*(from app\b|import app\b)", path.read_text(), re.MULTILINE), path
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_probe_app_and_no_top_level_app(tmp_path):
+    import shutil
+
+    source = tmp_path / "source"  # build from a copy: setuptools writes build/ and *.egg-info into the tree
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("probe", "app"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(source)], check=True)
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "probe_app/__init__.py" in names and "probe_app/panels/grid.py" in names
+    assert "probe_app/assets/keys.js" in names
+    assert not any(name.startswith("app/") for name in names)
+    target = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(target)
+    code = "import probe_app, probe_app.panels.grid; print(probe_app.create_app.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target)},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "probe_app"
