@@ -9,4 +9,4 @@ fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[test]"
+python -m pip install -q -e ".[test,ray]"  # ray: the scale-out tests run in CI too
