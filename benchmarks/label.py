@@ -68,7 +68,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     model, tokenizer = _model_and_tokenizer(args.seq_len)
     loaded = LoadedModel(model, tokenizer, "causal_lm", "gpt2-small-random", "random")
-    config = LabelConfig(types=TYPES, examples=args.examples, seq_len=args.seq_len, seed=0,
+    types = tuple(args.types.split(","))
+    config = LabelConfig(types=types, examples=args.examples, seq_len=args.seq_len, seed=0,
                          batch_size=args.batch_size, ablate="none")  # the attention scores alone
     probes = repeated_blocks(tokenizer, args.examples, args.seq_len, seed=0).input_ids  # [example seq]
     batches = [probes[start:start + args.batch_size] for start in range(0, args.examples, args.batch_size)]
@@ -82,14 +83,14 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
 
     def label():
         table = label_model(loaded, config)
-        assert len(table) == len(TYPES) * 144
+        assert len(table) == len(types) * 144
 
     def eager():
         body.set_attn_implementation("eager")
         with torch.inference_mode():
             for batch in batches:
                 attentions = body(input_ids=batch, output_attentions=True).attentions  # layer × [batch head q k]
-                for head_type in TYPES:
+                for head_type in types:
                     pattern = batch_pattern(head_type, batch)  # [batch query key]
                     for layer_alpha in attentions:
                         for row in range(len(batch)):
@@ -112,7 +113,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     if variant == "time":
         with torch.inference_mode():
             body(input_ids=batches[0])  # warm-up
-        label_model(loaded, LabelConfig(types=TYPES, examples=1, seq_len=args.seq_len, n_bootstrap=10,
+        label_model(loaded, LabelConfig(types=types, examples=1, seq_len=args.seq_len, n_bootstrap=10,
                                         ablate="none"))  # warm-up
         pairs = [(timed(plain), timed(label)) for _ in range(args.repeats)]
         return {"plain": [p for p, _ in pairs], "label": [lab for _, lab in pairs]}
@@ -207,6 +208,10 @@ def main() -> None:
     parser.add_argument("--eager", action="store_true", help="also run eager output_attentions + dense scores")
     parser.add_argument("--ablation", action="store_true",
                         help=f"also time the ablation of {ABLATED} heads + {ABLATED} controls (reported separately)")
+    parser.add_argument("--types", default=",".join(TYPES),
+                        help="comma-separated head types scored (default: %(default)s); the types of one probe set, "
+                             "so that plain forwards over the same probes are the baseline, e.g. "
+                             "previous_token,next_token,self,first_token,fixed_offset,delimiter")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -219,7 +224,7 @@ def main() -> None:
     memory = {variant: _child(variant, args) for variant in variants}
     base = memory["plain"]
     print(f"\nGPT-2-small-shaped random model (12 layers × 12 heads), {args.examples} probes × {args.seq_len} tokens, "
-          f"batches of {args.batch_size}, {args.threads} threads; {len(TYPES)} head types × 144 heads\n")
+          f"batches of {args.batch_size}, {args.threads} threads; {args.types} × 144 heads\n")
     print("| variant | time (s), min / median | time ratio, min / median | peak RSS (MiB) | peak ratio |")
     print("|---|---|---|---|---|")
     fastest, middle = min(times["plain"]), statistics.median(times["plain"])

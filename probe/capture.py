@@ -512,7 +512,8 @@ def _gather_alpha(
     scale: float,
     lse: torch.Tensor,  # [batch head query]
 ) -> None:
-    """α at the key slots gather-sinks ask for: one dot product per (query, slot), never a dense block."""
+    """α at the key slots gather-sinks ask for: one dot product per (query, slot) — or, where a block's rows share
+    their keys, one product against the block's distinct keys — never a dense [query key] block."""
     n_batch, n_heads, n_query, dim = query.shape
     for sink in session.sinks:
         request = sink.gather_for(layer, n_heads) if hasattr(sink, "gather_for") else None
@@ -526,26 +527,41 @@ def _gather_alpha(
         query_sel, key_sel = query_sel.float(), key_sel.float()
         n_slots = slots.shape[-1]
         out = torch.zeros(n_batch, len(heads), n_query, n_slots, device=query.device)  # [batch head query slot]
-        # The gathered keys [batch head block slot dim] are the big temporary: a quarter of the block budget.
+        # Two ways to get q_i·k_j at the slots of a block of rows. Where the rows share keys (diagonal bands such as
+        # previous-token or fixed offsets, key 0) one matmul against the block's distinct keys is cheapest; else
+        # each row's slot keys are gathered ([batch head block slot dim], a quarter of the block budget).
         row_bytes = n_batch * len(heads) * n_slots * dim * 4
-        rows_per_block = max(1, min(n_query, session.block_bytes // 4 // max(1, row_bytes)))
-        for start in range(0, n_query, rows_per_block):
-            rows = slice(start, min(start + rows_per_block, n_query))
-            index = slots[:, rows]  # [batch block slot]
-            present = index >= 0
-            safe = index.clamp(min=0)
-            block = index.shape[1]
-            flat = safe.reshape(n_batch, 1, block * n_slots, 1).expand(-1, len(heads), -1, dim)
-            keys = key_sel.gather(2, flat).view(n_batch, len(heads), block, n_slots, dim)  # [batch head block slot dim]
-            queries = query_sel[:, :, rows, None, :]  # [batch head block 1 dim]
-            scores = (queries @ keys.transpose(-1, -2))[..., 0, :] * scale  # [batch head block slot]
+        gather_rows = max(1, min(n_query, session.block_bytes // 4 // max(1, row_bytes)))
+        start = 0
+        while start < n_query:
+            stop = min(start + MAX_BLOCK_ROWS, n_query)
+            safe = slots[:, start:stop].clamp(min=0)  # [batch block slot]
+            distinct, inverse = torch.unique(safe, return_inverse=True)  # [distinct], [batch block slot]
+            shared = (4 * len(distinct) < (stop - start) * n_slots
+                      and n_batch * len(heads) * (stop - start) * len(distinct) * 4 <= session.block_bytes)
+            if shared:
+                keys = key_sel[:, :, distinct]  # [batch head distinct dim]
+                products = query_sel[:, :, start:stop] @ keys.transpose(-1, -2)  # [batch head block distinct]
+                index = inverse[:, None].expand(-1, len(heads), -1, -1)  # [batch head block slot]
+                scores = products.gather(-1, index) * scale  # [batch head block slot]
+            else:
+                stop = min(start + gather_rows, n_query)
+                safe = slots[:, start:stop].clamp(min=0)  # [batch block slot]
+                block = stop - start
+                flat = safe.reshape(n_batch, 1, block * n_slots, 1).expand(-1, len(heads), -1, dim)
+                keys = key_sel.gather(2, flat).view(n_batch, len(heads), block, n_slots, dim)  # [batch head block slot dim]
+                queries = query_sel[:, :, start:stop, None, :]  # [batch head block 1 dim]
+                scores = (queries @ keys.transpose(-1, -2))[..., 0, :] * scale  # [batch head block slot]
+            rows = slice(start, stop)
+            present = slots[:, rows] >= 0  # [batch block slot]
             if mask_sel is not None:
                 mask_rows = mask_sel[:, :, rows].float()  # [batch 1|head_sel block key]
                 mask_index = safe[:, None].expand(-1, mask_rows.shape[1], -1, -1)  # [batch 1|head block slot]
                 scores = scores + mask_rows.gather(-1, mask_index)
             if is_causal:
-                position = torch.arange(start, start + block, device=query.device)[:, None]  # [block 1]
+                position = torch.arange(start, stop, device=query.device)[:, None]  # [block 1]
                 present = present & (safe <= position)
             alpha = torch.exp(scores - lse_sel[:, :, rows, None].float())  # [batch head block slot]
             out[:, :, rows] = alpha * present[:, None]
+            start = stop
         sink.update_gathered(layer, heads, out)

@@ -245,15 +245,21 @@ def test_cuda_engine_equals_eager(tiny_dir):
         assert max_diff(ours.cuda(), eager_attention(loaded.model, inputs), inputs["attention_mask"]) <= 1e-4
 
 
+@pytest.mark.parametrize("layout", ["shared", "scattered"])
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "mistral"])
-def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch):
-    """A GatherSink gets α at its key slots (causal, padding and sliding-window masks applied), 0 where slot = −1."""
+def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
+    """A GatherSink gets α at its key slots (causal, padding and sliding-window masks applied), 0 where slot = −1.
+    "shared": rows share their keys (the engine multiplies against the block's distinct keys); "scattered": one
+    different key per row (the engine gathers each row's key vectors)."""
     loaded = models.load(str(tiny_dir(arch)))
     inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
     n_batch, n = inputs["input_ids"].shape
     generator = torch.Generator().manual_seed(0)
-    slots = torch.randint(-1, n, (n_batch, n, 3), generator=generator)  # [batch query slot], some above the diagonal
-
+    if layout == "shared":
+        slots = torch.randint(-1, n, (n_batch, n, 3), generator=generator)  # [batch query slot], some above the diagonal
+    else:
+        slots = torch.stack([torch.randperm(n, generator=generator) for _ in range(n_batch)])[..., None]
+        slots[:, ::3] = -1  # [batch query 1]: every key once, some rows without a slot
     class Gather:
         def __init__(self):
             self.alpha = {}
@@ -268,11 +274,12 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch):
     with capture(loaded.model, sink), torch.no_grad():
         loaded.model(**inputs)
     reference = eager_attention(loaded.model, inputs)[:, :, [1, 3]]  # [batch layer head query key]
+    width = slots.shape[-1]
     expected = reference.gather(-1, slots.clamp(min=0)[:, None, None].expand(-1, 2, 2, -1, -1))
     expected = expected * (slots >= 0)[:, None, None]  # [batch layer head query slot]
     rows = inputs["attention_mask"].bool()[:, None, None, :, None]
     for layer in (0, 1):
-        assert sink.alpha[layer].shape == (n_batch, 2, n, 3)
+        assert sink.alpha[layer].shape == (n_batch, 2, n, width)
         assert ((sink.alpha[layer] - expected[:, layer]).abs() * rows[:, 0]).max() <= TOL
     assert expected.abs().max() > 0
 
