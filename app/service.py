@@ -194,6 +194,14 @@ def read_labels(path: str | Path) -> pd.DataFrame:
     return table
 
 
+def _one_length(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one probe length: a table from `probe label --seq-len 64,256` has a row per length for every head
+    and type; the views show the first length it lists (its `stable` column says where the labels flip)."""
+    if "seq_len" not in table.columns or table["seq_len"].nunique() <= 1:
+        return table
+    return table[table["seq_len"] == table["seq_len"].iloc[0]]
+
+
 def _read_heads_summary(path: str) -> pd.DataFrame:
     """`probe contacts --heads-summary` output, checked by probe.contact_sets (one-line ProbeError otherwise)."""
     from probe.contact_sets import read_heads_summary
@@ -415,12 +423,12 @@ class Service:
         if table is None:
             return None
         if "model" not in table.columns:
-            return table if len(self.specs) == 1 else None
+            return _one_length(table) if len(self.specs) == 1 else None
         loaded = self.model(spec)
         mine = table[table["model"].astype(str) == spec]
         if mine.empty and "revision" in table.columns:
             mine = table[table["revision"].astype(str) == loaded.revision]
-        return mine if not mine.empty else None
+        return _one_length(mine) if not mine.empty else None
 
     def heads_summary(self, spec: str) -> pd.DataFrame | None:
         """The structure-set summary (`probe contacts --heads-summary`) of `spec`: matched by the model name or

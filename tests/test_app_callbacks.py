@@ -318,6 +318,16 @@ def test_labels_with_new_columns_or_without_optional_ones_are_shown(specs):
     assert grid.badges(table, "previous_token")[(0, 1)] == ("0.10", "badge")
 
 
+def test_a_table_of_several_probe_lengths_shows_the_first_length(specs):
+    short, long = _label_table(specs[0]), _label_table(specs[0])
+    short["seq_len"], long["seq_len"] = 64, 256
+    long["score"] = 0.9
+    service = Service(AppConfig(models=specs), labels=pd.concat([short, long], ignore_index=True))
+    figure = atlas.atlas_view(service, specs[0], "previous_token", "score", None)
+    np.testing.assert_allclose(np.asarray(figure.data[0].z), [[0, 0.1, 0.2, 0.3], [0.5, 0.6, 0.7, 0.8]])
+    assert len(service.labels(specs[0])) == 8
+
+
 def test_bad_labels_file_is_a_one_line_error(tmp_path):
     path = tmp_path / "labels.csv"
     pd.DataFrame({"layer": [0]}).to_csv(path, index=False)
