@@ -25,7 +25,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 
 BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "fp8": 1}
 CONTEXTS = {"4K": 4096, "32K": 32768, "128K": 131072}
@@ -278,5 +278,4 @@ def load_config(spec: str):
     try:
         return transformers.AutoConfig.from_pretrained(str(path) if path.exists() else source)
     except (OSError, ValueError) as error:
-        first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ProbeError(f"cannot read the config of {spec!r}: {first}") from None
+        raise ProbeError(f"cannot read the config of {spec!r}: {first_line(error)}") from None

@@ -35,7 +35,7 @@ from probe.contacts import (
     predict_contacts,
     predict_contacts_windowed,
 )
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 from probe.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
 from probe.heads import head_name
 from probe.models import LoadedModel
@@ -349,7 +349,7 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
     try:
         table = pq.read_table(file)
     except Exception as error:  # pyarrow raises many types on a foreign or damaged file
-        raise ProbeError(f"{path} is not a parquet per-head summary ({str(error).splitlines()[0]})") from None
+        raise ProbeError(f"{path} is not a parquet per-head summary ({first_line(error)})") from None
     missing = [column for column in HEAD_SUMMARY_COLUMNS if column not in table.column_names]
     if missing:
         raise ProbeError(f"{path} is not a probe contacts --heads-summary file: it lacks {', '.join(missing[:4])}"

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 
 ERROR_COLUMNS = ["unit", "kind", "error"]
 MAX_RESTARTS = 3  # times Ray restarts a dead worker process
@@ -107,11 +107,6 @@ def exit_code(results: Iterable[UnitResult]) -> int:
     return 0 if not kinds else 2 if kinds == {"input"} else 1
 
 
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
-
-
 class UnitWorker:
     """Runs units of one task, holding the state (model) of the last group it loaded. Used as is in-process and as
     the class of the Ray actor (one per worker process)."""
@@ -139,12 +134,12 @@ class UnitWorker:
                 load_seconds = time.perf_counter() - started
             output = self.task.run(self.state, unit.payload)
         except ProbeError as error:
-            return UnitResult(unit.key, error=_one_line(error), kind="input", pid=os.getpid(),
+            return UnitResult(unit.key, error=first_line(error), kind="input", pid=os.getpid(),
                               run_seconds=time.perf_counter() - started)
         except Exception as error:  # noqa: BLE001 - recorded per unit; the run goes on
             if os.environ.get("PROBE_DEBUG"):
                 traceback.print_exc()
-            return UnitResult(unit.key, error=f"{type(error).__name__}: {_one_line(error)}", kind="internal",
+            return UnitResult(unit.key, error=f"{type(error).__name__}: {first_line(error)}", kind="internal",
                               pid=os.getpid(), run_seconds=time.perf_counter() - started)
         return UnitResult(unit.key, table=output.table, arrays=dict(output.arrays), load_seconds=load_seconds,
                           run_seconds=time.perf_counter() - started - load_seconds, pid=os.getpid())
@@ -182,7 +177,7 @@ def start_ray(address: str = "auto", num_cpus: int | None = None, object_store_b
     try:
         ray.init(**options)
     except (ConnectionError, ValueError, RuntimeError) as error:
-        raise ProbeError(f"cannot start or join Ray at {address!r}: {_one_line(error)} (start a cluster with "
+        raise ProbeError(f"cannot start or join Ray at {address!r}: {first_line(error)} (start a cluster with "
                          "`ray start --head`, or use --ray auto)") from None
     return True
 
@@ -230,9 +225,9 @@ def _ray_units(units: Sequence[Unit], task: ModelTask, workers: int, cpus_per_wo
                 result = ray.get(ref)
             except ray.exceptions.RayActorError as error:  # restarts used up: the worker is gone for good
                 alive[worker] = False
-                result = UnitResult(unit.key, error=f"worker lost: {_one_line(error)}", kind="internal")
+                result = UnitResult(unit.key, error=f"worker lost: {first_line(error)}", kind="internal")
             except ray.exceptions.RayError as error:
-                result = UnitResult(unit.key, error=f"{type(error).__name__}: {_one_line(error)}", kind="internal")
+                result = UnitResult(unit.key, error=f"{type(error).__name__}: {first_line(error)}", kind="internal")
             deliver(result)
             if alive[worker]:
                 submit(worker)

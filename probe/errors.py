@@ -3,3 +3,10 @@
 
 class ProbeError(ValueError):
     """Bad input or an unsupported model. The CLI prints the message on one line and exits with code 2."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of an error's message (its type name when it has none), for one-line errors that
+    quote a library's own message."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

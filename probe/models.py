@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 
 
 class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the project supports 3.10
@@ -254,13 +254,13 @@ def load(
         config = transformers.AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as error:
         if local.exists():
-            raise ProbeError(f"cannot read the config in {source}: {_first_line(error)}") from None
+            raise ProbeError(f"cannot read the config in {source}: {first_line(error)}") from None
         raise _hub_error(spec, error) from None
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError, TypeError) as error:
         raise ProbeError(f"no usable tokenizer for {spec}: save one next to the model "
-                         f"(tokenizer.save_pretrained(DIR)) — {_first_line(error)}") from None
+                         f"(tokenizer.save_pretrained(DIR)) — {first_line(error)}") from None
     style = residue_format(tokenizer)
     if config.model_type == "esm" and style is None:
         style = "letters"
@@ -273,11 +273,11 @@ def load(
             raise ProbeError(f"{config.model_type} models do not route attention through transformers' "
                              "AttentionInterface, so their attention cannot be captured") from None
         if local.exists():
-            raise ProbeError(f"cannot load the weights in {source}: {_first_line(error)} (a truncated or corrupt "
+            raise ProbeError(f"cannot load the weights in {source}: {first_line(error)} (a truncated or corrupt "
                              "weights file? download or save the model again)") from None
         if isinstance(error, (OSError, ValueError)):
             raise _hub_error(spec, error) from None
-        raise ProbeError(f"cannot load the weights of {spec}: {_first_line(error)} (a corrupt download? "
+        raise ProbeError(f"cannot load the weights of {spec}: {first_line(error)} (a corrupt download? "
                          f"delete it from the cache and download it again)") from None
     if config.model_type in _ENCODER_ONLY:
         # T5 routes attention through AttentionInterface (the relative position bias arrives as `position_bias`,
@@ -290,11 +290,6 @@ def load(
     revision = getattr(config, "_commit_hash", None) or (_weights_hash(local) if local.exists() else "unknown")
     return LoadedModel(model, tokenizer, kind, spec, revision, residue_format=style,
                        has_contact_head=kind == ModelKind.PROTEIN_MLM and has_contact_head(model))
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _parse_device(device: str) -> torch.device:

@@ -48,7 +48,7 @@ from typing import Literal
 
 import numpy as np
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 
 CONTACT_THRESHOLD = 8.0  # Å, Cβ–Cβ
 BINDING_DISTANCE = 4.0  # Å, residue heavy atom to ligand heavy atom
@@ -118,8 +118,7 @@ def _read_atoms(text: str, fmt: str, name: str):
             warnings.simplefilter("ignore", UserWarning)
             return pdbx.get_structure(handle, model=1, altloc="all", extra_fields=["occupancy"])
     except Exception as error:  # biotite raises many types on malformed input
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ProbeError(f"cannot read {name} as {fmt.upper()}: {message}") from None
+        raise ProbeError(f"cannot read {name} as {fmt.upper()}: {first_line(error)}") from None
 
 
 def highest_occupancy_altloc(chain_id, res_id, ins_code, altloc_id, occupancy) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 
 COLUMNS = [
     "model", "revision", "layer", "head", "head_name", "head_type", "probe_set", "seq_len",
@@ -55,7 +55,7 @@ def read_table_file(path) -> pd.DataFrame:
         if suffix == "json":
             return pd.read_json(path, orient="records", dtype=_TEXT_COLUMNS, encoding="utf-8")
     except (OSError, ValueError, UnicodeDecodeError) as error:
-        raise ProbeError(f"cannot read the label table {path}: {str(error).splitlines()[0]}") from None
+        raise ProbeError(f"cannot read the label table {path}: {first_line(error)}") from None
     raise ProbeError(f"{path}: the extension must be one of {', '.join(TABLE_EXTENSIONS)}")
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from probe.distributed import Unit, UnitOutput, UnitResult
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 
 _STEP = re.compile(r"(?:^|[^a-z])(?:step|checkpoint|global_step|iter)[-_]?(\d+)$", re.IGNORECASE)
 
@@ -101,8 +101,8 @@ def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu", dtype: str | No
 
         path = Path(snapshot_download(checkpoint.spec, revision=checkpoint.revision))
     except Exception as error:  # noqa: BLE001 - hub errors (offline, unknown revision) come in many types
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ProbeError(f"cannot fetch revision {checkpoint.revision!r} of {checkpoint.spec}: {first}") from None
+        raise ProbeError(f"cannot fetch revision {checkpoint.revision!r} of {checkpoint.spec}: "
+                         f"{first_line(error)}") from None
     loaded = models.load(str(path), device=device, dtype=dtype)
     return replace(loaded, name=checkpoint.spec, revision=path.name)  # snapshots/<commit hash>
 
