@@ -32,7 +32,7 @@ from .protein_analysis import ProteinResult
 try:  # label-table I/O lives in probe.tables (older trees: probe.classify)
     from probe.tables import TABLE_EXTENSIONS, read_table_file
 except ImportError:  # pragma: no cover
-    from probe.classify import TABLE_EXTENSIONS, read_table_file
+    from probe.tables import TABLE_EXTENSIONS, read_table_file
 
 LABEL_COLUMNS = ("layer", "head", "head_type", "score")
 CHARS_PER_TOKEN = 16  # explorer text is capped at max_tokens × this many characters before it is tokenized

@@ -50,8 +50,8 @@ from probe.probesets import (
     repeated_blocks,
 )
 from probe.scores import ScoreSink, TypeScores, run_sink, span_words
-from probe.stats import uniform_chance  # noqa: F401 - re-exported (older imports)
-from probe.tables import COLUMNS, TABLE_EXTENSIONS, load_table, read_table_file, save_table  # noqa: F401
+from probe.stats import uniform_chance
+from probe.tables import COLUMNS
 
 # Default probe length, capped by the model's positions: the length most pre-training and fine-tuning of
 # encoder and decoder models used (BERT's 90 % phase, sentence-transformers' fine-tuning), and about one GAP passage.

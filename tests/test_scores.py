@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from probe.capture import AttentionBlock, capture_attention
-from probe.classify import uniform_chance
 from probe.patterns import TOKEN_TYPES, batch_pattern, target_pattern
 from probe.probesets import (
     SpanExample,
@@ -19,6 +18,7 @@ from probe.probesets import (
     repeated_blocks,
 )
 from probe.scores import ScoreSink, run_sink, span_words, tl_mul_score, valid_row_score, word_attention
+from probe.stats import uniform_chance
 from probe.tiny import build_tiny, word_tokenizer
 
 
