@@ -25,14 +25,10 @@ import pandas as pd
 
 from probe import models
 from probe.errors import ProbeError
+from probe.tables import TABLE_EXTENSIONS, read_table_file
 
 from . import protein_analysis
 from .protein_analysis import ProteinResult
-
-try:  # label-table I/O lives in probe.tables (older trees: probe.classify)
-    from probe.tables import TABLE_EXTENSIONS, read_table_file
-except ImportError:  # pragma: no cover
-    from probe.tables import TABLE_EXTENSIONS, read_table_file
 
 LABEL_COLUMNS = ("layer", "head", "head_type", "score")
 CHARS_PER_TOKEN = 16  # explorer text is capped at max_tokens × this many characters before it is tokenized

@@ -261,9 +261,8 @@ def run_label(args: argparse.Namespace, config) -> int:
     out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
     if out is not None and out.exists() and out.stat().st_size > 0 and not args.force:
         load_table(out)  # never overwrite a file that is not a label table (one-line error naming --force)
-    plot = Path(args.plot) if getattr(args, "plot", None) else None
-    if plot is not None and plot.suffix.lower() not in PLOT_EXTENSIONS:
-        raise ProbeError(f"--plot {plot}: the extension must be .html or .png (both files are written)")
+    # checked before any computing: extension, folder, writable (the same checks as every --out)
+    plot = output_path(args.plot, PLOT_EXTENSIONS, "--plot") if getattr(args, "plot", None) else None
     checkpoints = sweep_checkpoints(args.model, getattr(args, "revisions", None), getattr(args, "models_file", None))
     units = label_units(checkpoints)
     task = LabelTask(config, device=args.device, dtype=args.dtype)

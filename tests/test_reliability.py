@@ -153,6 +153,8 @@ CASES = [
     case("label-fdr-nan", *LABEL_OUT, "--fdr", "nan"),
     case("label-min-effect-nan", *LABEL_OUT, "--min-effect", "nan"),
     case("label-second-model-missing", *LABEL_OUT, "--model", "{tmp}/no-such-model"),
+    case("label-plot-bad-extension", *LABEL_OUT, "--plot", "{tmp}/sweep.txt"),
+    case("label-plot-folder-missing", *LABEL_OUT, "--plot", "{tmp}/no-such-folder/sweep.html"),
     # --- contacts -------------------------------------------------------------------------------------------------
     case("contacts-threshold-nan", *CONTACTS_OUT, "--threshold", "nan"),
     case("contacts-threshold-negative", *CONTACTS_OUT, "--threshold", "-1"),

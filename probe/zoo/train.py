@@ -210,14 +210,10 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
     return result
 
 
-def classifier_labels(directory: Path) -> tuple[dict, object] | None:
+def classifier_labels(directory: Path) -> tuple[dict, object]:
     """The labels probe.classify gives the saved model with its default LabelConfig: ({head_type: [head names]} plus
-    the scores of the labelled heads, for the card; the whole label table, for probe.zoo.check_requirements). None
-    when the classifier is not importable."""
-    try:
-        from probe.classify import LabelConfig, label_model
-    except ImportError:
-        return None
+    the scores of the labelled heads, for the card; the whole label table, for probe.zoo.check_requirements)."""
+    from probe.classify import LabelConfig, label_model
     from probe.models import load
 
     table = label_model(load(str(directory)), LabelConfig())
@@ -307,14 +303,12 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         "command": f"python -m probe.zoo.train {name} --seed {seed} --out DIR",
     }
     if label:
-        found = classifier_labels(out)
-        if found is not None:
-            from probe.zoo import check_requirements
+        from probe.zoo import check_requirements
 
-            summary, table = found
-            card["classifier"] = "probe.classify.label_model with the default LabelConfig()"
-            card.update(summary)
-            card["requirements_failed"] = check_requirements(table, config.requirements)
+        summary, table = classifier_labels(out)
+        card["classifier"] = "probe.classify.label_model with the default LabelConfig()"
+        card.update(summary)
+        card["requirements_failed"] = check_requirements(table, config.requirements)
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     (out / "MODEL_CARD.md").write_text(model_card_markdown(card))
     readable(out)
@@ -372,11 +366,9 @@ def save_esm_random(seed: int, out: Path, label: bool = True) -> dict:
         "requirements": {"present": [], "absent": []},
     }
     if label:
-        found = classifier_labels(out)
-        if found is not None:
-            card["classifier"] = "probe.classify.label_model with the default LabelConfig()"
-            card.update(found[0])
-            card["requirements_failed"] = []
+        card["classifier"] = "probe.classify.label_model with the default LabelConfig()"
+        card.update(classifier_labels(out)[0])
+        card["requirements_failed"] = []
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     lines = [f"# zoo:{ESM_RANDOM}", "", "**UNTRAINED.** " + card["task"] + ".", "",
              f"**Architecture.** {card['architecture']}.", "", f"**Built by** `{card['command']}` (no training).", ""]
