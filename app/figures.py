@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from probe.heads import head_name
+from probe.naming import head_name
 
 HEATMAP_BINS = 256  # explorer heatmaps above this many tokens are max-pooled to this many rows and columns
 CONTACT_BINS = 400  # contact maps above this many residues likewise

@@ -1,5 +1,5 @@
-"""Protein analysis for the dashboard as pure functions of a loaded model and an input: probe.structure (true
-contacts) and probe.contacts (predicted contacts, the per-head table, one head's APC map). No locks, no service:
+"""Protein analysis for the dashboard as pure functions of a loaded model and an input: probe.proteins.structure (true
+contacts) and probe.proteins.contacts (predicted contacts, the per-head table, one head's APC map). No locks, no service:
 the Service calls these under its inference lock.
 """
 
@@ -37,8 +37,8 @@ class ProteinResult:
 def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes | None, filename: str = "",
             chain: str | None = None, max_residues: int = 1022) -> ProteinResult:
     """A ProteinResult for a typed sequence or an uploaded structure (true contacts: virtual Cβ–Cβ < 8 Å, as in ESM's evaluation)."""
-    from probe.contacts import predict_contacts
-    from probe.structure import contact_map, read_structure
+    from probe.proteins.contacts import predict_contacts
+    from probe.proteins.structure import contact_map, read_structure
 
     true_map, note = None, ""
     if structure is not None:
@@ -93,6 +93,6 @@ def precision_table(precision: dict[str, float] | None) -> pd.DataFrame | None:
 
 def head_map(loaded: models.LoadedModel, sequence: str, layer: int, head: int) -> np.ndarray:
     """The selected head's APC-corrected symmetrised attention over residues: [residue residue]."""
-    from probe.contacts import head_attention_map
+    from probe.proteins.contacts import head_attention_map
 
     return np.asarray(head_attention_map(loaded, sequence, layer, head), dtype=np.float32)

@@ -25,7 +25,7 @@ import pandas as pd
 
 from probe import models
 from probe.errors import ProbeError
-from probe.tables import TABLE_EXTENSIONS, read_table_file
+from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
 
 from . import protein_analysis
 from .protein_analysis import ProteinResult
@@ -160,7 +160,7 @@ def default_models(scratch: str | Path | None = None) -> tuple[str, ...]:
             specs[f"zoo:{name}"] = "protein" if config.get("model_type") == "esm" else "text"
     except (ImportError, AttributeError, OSError, ValueError):
         pass
-    from probe.tiny import save_tiny
+    from probe.zoo.tiny import save_tiny
 
     missing = [(arch, kind) for arch, kind in (("gpt2", "text"), ("esm", "protein")) if kind not in specs.values()]
     if missing:
@@ -199,8 +199,8 @@ def _one_length(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _read_heads_summary(path: str) -> pd.DataFrame:
-    """`probe contacts --heads-summary` output, checked by probe.contact_sets (one-line ProbeError otherwise)."""
-    from probe.contact_sets import read_heads_summary
+    """`probe contacts --heads-summary` output, checked by probe.proteins.sets (one-line ProbeError otherwise)."""
+    from probe.proteins.sets import read_heads_summary
 
     return read_heads_summary(path)
 
@@ -224,7 +224,7 @@ def parse_token_ids(text: str, vocab_size: int) -> list[int]:
 
 def parse_fasta(text: str) -> str:
     """The first record of FASTA text, or a bare sequence; validated amino-acid letters."""
-    from probe.fasta import parse_fasta as read_records
+    from probe.proteins.fasta import parse_fasta as read_records
 
     _, sequence = read_records(text, "the input")[0]
     return models.clean_protein(sequence)
@@ -327,7 +327,7 @@ class Service:
     def layer_attention(self, spec: str, ids: Sequence[int], layer: int) -> np.ndarray:
         """α of every head of one layer for one input: [head query key] float32 (cached, inference serialised)."""
 
-        from probe.capture import capture_attention
+        from probe.engine import capture_attention
 
         loaded = self.model(spec)
         if not 0 <= layer < loaded.n_layers:
@@ -351,7 +351,7 @@ class Service:
         forward pass that streams each block into the pooled grid (no [layer, head, N, N] tensor is kept)."""
         import torch
 
-        from probe.capture import capture
+        from probe.engine import capture
 
         loaded = self.model(spec)
         ids = self.check_ids(spec, ids)
@@ -395,8 +395,8 @@ class Service:
         coreference). fixed_offset uses the head's offset from the labels table (all offsets when there is none)."""
         import torch
 
-        from probe.patterns import target_pattern
-        from probe.probesets import delimiter_ids
+        from probe.heads.probesets import delimiter_ids
+        from probe.heads.registry import target_pattern
 
         loaded = self.model(spec)
         offset = None
@@ -591,8 +591,8 @@ class PoolSink:
 
 
 def _label_model(loaded: models.LoadedModel, progress: Callable[[int, int], None], examples: int) -> pd.DataFrame:
-    """probe.classify.label_model with its default configuration, but `examples` probe examples and no ablation
+    """probe.heads.label.label_model with its default configuration, but `examples` probe examples and no ablation
     column (it costs ~10 forwards per labelled head; `probe label` computes it)."""
-    from probe.classify import LabelConfig, label_model
+    from probe.heads.label import LabelConfig, label_model
 
     return label_model(loaded, LabelConfig(examples=examples, ablate="none"), progress=progress)

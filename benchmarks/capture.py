@@ -59,7 +59,7 @@ def _setup(n_tokens: int, threads: int, eager: bool):
 def _forward(variant: str, model, input_ids) -> None:
     import torch
 
-    from probe.capture import capture
+    from probe.engine import capture
 
     with torch.inference_mode():
         if variant == "plain":

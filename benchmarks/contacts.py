@@ -40,7 +40,7 @@ def _runner(method: str, model_dir: str, sequence: str):
 
     if method == "ours":
         from probe import models
-        from probe.contacts import predict_contacts
+        from probe.proteins.contacts import predict_contacts
 
         loaded = models.load(model_dir)
         return lambda: predict_contacts(loaded, sequence).contacts
@@ -96,8 +96,8 @@ def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: in
     import torch
 
     from probe import models
-    from probe.contact_sets import ContactOptions, analyse_unit, structure_files, structure_units
-    from probe.tiny import save_tiny
+    from probe.proteins.sets import ContactOptions, analyse_unit, structure_files, structure_units
+    from probe.zoo.tiny import save_tiny
 
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = str(save_tiny("protbert", os.path.join(scratch, "model"), hidden_size=hidden,
@@ -164,7 +164,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from probe.tiny import save_tiny
+    from probe.zoo.tiny import save_tiny
 
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = str(save_tiny("esm", os.path.join(scratch, "model"), seed=0, hidden_size=args.hidden,

@@ -5,7 +5,7 @@ random weights; repeated-block probes of --seq-len tokens (default 1024); head t
 duplicate_token, induction.
 
   plain   — the model body's sdpa forward over every probe batch (no capture, no scoring)
-  label   — probe.classify.label_model: probe generation, target patterns, the capture engine streaming α of all
+  label   — probe.heads.label.label_model: probe generation, target patterns, the capture engine streaming α of all
             144 heads into the ScoreSink, chance levels, bootstrap CIs, the table
   eager   — (--eager) eager attention with output_attentions=True and the dense reference scores, i.e. what a
             cache-everything tool does
@@ -44,7 +44,7 @@ def _model_and_tokenizer(seq_len: int):
     import torch
     import transformers
 
-    from probe.tiny import word_tokenizer
+    from probe.zoo.tiny import word_tokenizer
 
     config = transformers.GPT2Config(n_positions=max(1024, seq_len), bos_token_id=None, eos_token_id=None)
     config._attn_implementation = "sdpa"
@@ -59,11 +59,11 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     changes on a shared machine hit both alike); "plain" / "label" / "eager": one run, for its peak memory."""
     import torch
 
-    from probe.classify import LabelConfig, label_model
+    from probe.heads.label import LabelConfig, label_model
+    from probe.heads.probesets import repeated_blocks
+    from probe.heads.registry import batch_pattern
+    from probe.heads.scores import tl_mul_score, valid_row_score
     from probe.models import LoadedModel
-    from probe.patterns import batch_pattern
-    from probe.probesets import repeated_blocks
-    from probe.scores import tl_mul_score, valid_row_score
 
     torch.set_num_threads(args.threads)
     model, tokenizer = _model_and_tokenizer(args.seq_len)
@@ -129,12 +129,12 @@ ABLATED = 4  # heads of layer 0 ablated in the ablation benchmark, each against 
 
 
 def _ablation_times(loaded, batches, args: argparse.Namespace) -> dict:
-    """Time of probe.ablation.ablation_effects for ABLATED heads + ABLATED controls (one copy of each probe batch per
+    """Time of probe.heads.ablation.ablation_effects for ABLATED heads + ABLATED controls (one copy of each probe batch per
     ablated head, stacked along the batch axis: max_rows = 8 copies per forward) against plain forwards of the
     whole model (with its LM head: the ablation needs the loss), alternating."""
     import torch
 
-    from probe.ablation import ablation_effects
+    from probe.heads.ablation import ablation_effects
 
     inputs = [{"input_ids": batch, "labels": batch} for batch in batches]
     heads = [(0, head) for head in range(ABLATED)]

@@ -1,7 +1,7 @@
 """Benchmark: the same checkpoint sweep in-process and on a local Ray instance with 1 and 2 workers, and a
 projection to N machines from the measured costs.
 
-The sweep: `probe label` of every checkpoint of a zoo training run (LabelTask units of probe.distributed, one
+The sweep: `probe label` of every checkpoint of a zoo training run (LabelTask units of probe.runs.ray_executor, one
 checkpoint per unit, default LabelConfig). With no --checkpoints, a 400-step run of the induction organism with a
 checkpoint every 50 steps (9 checkpoints) is trained first into a temporary folder (~15 s, not timed).
 
@@ -74,7 +74,7 @@ class EchoTask:
         return None
 
     def run(self, state, payload):
-        from probe.distributed import UnitOutput
+        from probe.runs.ray_executor import UnitOutput
 
         return UnitOutput(table=self.table.copy())
 
@@ -90,10 +90,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from probe.classify import LabelConfig
-    from probe.distributed import RayOptions, UnitWorker, run_units, start_ray
-    from probe.sweep import label_units
-    from probe.units import LabelTask, make_checkpoint
+    from probe.heads.label import LabelConfig
+    from probe.runs.ray_executor import RayOptions, UnitWorker, run_units, start_ray
+    from probe.runs.sweep import label_units
+    from probe.runs.units import LabelTask, make_checkpoint
 
     with tempfile.TemporaryDirectory() as scratch:
         directory = args.checkpoints
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                     ray.kill(actor)
             # the driver's cost per unit: no-op units returning a real label table, one worker, timed between the
             # first and the last result (actor start excluded)
-            from probe.distributed import Unit
+            from probe.runs.ray_executor import Unit
 
             stamps: list[float] = []
             echo = [Unit(f"echo{i}", None, i) for i in range(60)]

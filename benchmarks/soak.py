@@ -57,7 +57,7 @@ def run_to_end(argv: list[str]) -> float:
 
 
 def journal_units(out: Path) -> int:
-    from probe.journal import Journal
+    from probe.runs.journal import Journal
 
     return len(Journal(out).units())
 
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (1 <= args.kills <= 100 and 1 <= args.users <= 100 and 1 <= args.duration <= 600):
         parser.error("bounded: 1..100 kills, 1..100 users, 1..600 s")
     sys.path.insert(0, str(REPO))
-    from probe.tiny import save_tiny
+    from probe.zoo.tiny import save_tiny
 
     rng = random.Random(args.seed)
     started = time.monotonic()

@@ -1,13 +1,49 @@
-"""probe — flash-compatible attention capture, head labelling and ESM contact analysis.
+"""probe — flash-compatible attention capture, head labelling and protein-attention analysis.
 
-Nothing heavy happens at import: torch and transformers are imported by the modules that need them.
+The package is layered; imports only go down:
+
+* :mod:`probe.engine` — the capture engine (attention function, :func:`capture`, sinks);
+* :mod:`probe.heads` — head types, probe sets, scores, statistics, :func:`label_model`;
+* :mod:`probe.proteins` — structures, contacts, Vig et al.'s feature shares, structure sets;
+* :mod:`probe.runs` — batch work: journal, units, executors, sweeps;
+* :mod:`probe.commands` — the ``probe`` command line (argparse and printing only; nothing imports it).
+
+Below them sit :mod:`probe.models` (loading), :mod:`probe.card`, :mod:`probe.naming` and :mod:`probe.errors`; the
+model organisms live in :mod:`probe.zoo`. The names users reach for are re-exported here. Nothing heavy happens at
+import: each re-export is loaded the first time it is used.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-__all__ = ["__version__", "ProbeError", "head_name", "parse_head_name"]
+import importlib
 
 from probe.errors import ProbeError
-from probe.heads import head_name, parse_head_name
+from probe.naming import head_name, parse_head_name
+
+__version__ = "0.1.0"
+
+# name -> module that defines it (loaded on first access, PEP 562)
+_LAZY = {
+    "capture": "probe.engine",
+    "capture_attention": "probe.engine",
+    "DenseSink": "probe.engine",
+    "Sink": "probe.engine",
+    "GatherSink": "probe.engine",
+    "AttentionBlock": "probe.engine",
+    "label_model": "probe.heads.label",
+    "LabelConfig": "probe.heads.label",
+    "HeadTypeSpec": "probe.heads.registry",
+    "predict_contacts": "probe.proteins.contacts",
+    "load": "probe.models",
+}
+_SUBMODULES = ("models", "card", "engine", "heads", "proteins", "runs", "zoo")
+
+__all__ = ["__version__", "ProbeError", "head_name", "parse_head_name", *_LAZY, *_SUBMODULES]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"probe.{name}")
+    raise AttributeError(f"module 'probe' has no attribute {name!r}")

@@ -18,7 +18,7 @@ STRUCTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """tiny_dir(arch, **overrides) -> directory of a saved tiny model (cached per arguments for the session)."""
-    from probe.tiny import save_tiny
+    from probe.zoo.tiny import save_tiny
 
     cache: dict = {}
 

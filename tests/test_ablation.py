@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from probe import models
-from probe.ablation import ablation_effects, control_heads, example_loss, z_score
-from probe.capture import capture
+from probe.engine import capture
 from probe.errors import ProbeError
-from probe.tiny import build_tiny
+from probe.heads.ablation import ablation_effects, control_heads, example_loss, z_score
+from probe.zoo.tiny import build_tiny
 
 
 def _zero_head_in_weights(model, arch: str, layer: int, head: int) -> None:

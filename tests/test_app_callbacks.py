@@ -555,7 +555,7 @@ def test_protein_from_a_typed_sequence(service, specs):
     assert message == "" and store["length"] == 40 and not store["has_structure"]
     contacts, head_map, rows, precision, message = proteins.protein_view(service, store, {"layer": 1, "head": 2},
                                                                          None)
-    from probe.contacts import head_attention_map, predict_contacts
+    from probe.proteins.contacts import head_attention_map, predict_contacts
 
     loaded = service.model(specs[1])
     expected = predict_contacts(loaded, UBIQUITIN[:40]).contacts
@@ -571,7 +571,7 @@ def test_protein_from_a_typed_sequence(service, specs):
 
 
 def test_protein_from_an_uploaded_structure_shows_both_triangles(service, specs, ubiquitin_structure):
-    from probe.structure import contact_map, read_structure
+    from probe.proteins.structure import contact_map, read_structure
 
     data = open(ubiquitin_structure, "rb").read()
     store, message = proteins.protein_run(service, specs[1], "", _upload(data), "pdb1ubi.pdb", "")
@@ -668,7 +668,7 @@ def test_zoom_fetches_the_full_resolution_window_of_a_pooled_matrix(service, spe
 
 
 def test_structure_set_summary_is_shown_for_its_model(specs, tmp_path, service):
-    contact_sets = pytest.importorskip("probe.contact_sets")
+    contact_sets = pytest.importorskip("probe.proteins.sets")
     rows = []
     for layer in range(2):
         for head in range(4):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from probe import models
-from probe.capture import ENGINE_NAME, AttentionBlock, DenseSink, capture, capture_attention
+from probe.engine import ENGINE_NAME, AttentionBlock, DenseSink, capture, capture_attention
 from probe.errors import ProbeError
 
 TOL = 1e-5
@@ -217,7 +217,7 @@ def test_float16_dense_sink_keeps_half_precision(tiny_dir):
 
 def test_blockwise_fallback_matches_kernel():
     """The torch fallback used where no LSE-returning kernel exists gives the kernel's output and LSE."""
-    from probe.capture import _blockwise_attention, _fused_attention
+    from probe.engine.attention import _blockwise_attention, _fused_attention
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 37, 8) for _ in range(3))
@@ -377,7 +377,7 @@ def test_label_model_and_capture_attention_in_threads_equal_single_threaded(tiny
 
     import pandas as pd
 
-    from probe.classify import LabelConfig, label_model
+    from probe.heads.label import LabelConfig, label_model
 
     loaded = models.load(str(tiny_dir(arch)))
     before = loaded.model.config._attn_implementation

@@ -11,7 +11,7 @@ import transformers
 from probe.card import architecture_card, format_bytes, load_config
 from probe.cli import main
 from probe.errors import ProbeError
-from probe.tiny import build_tiny
+from probe.zoo.tiny import build_tiny
 
 
 def _attention_modules(model, arch: str):

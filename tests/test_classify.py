@@ -9,16 +9,16 @@ import pytest
 import torch
 
 from probe import models
-from probe.capture import AttentionBlock
-from probe.classify import LabelConfig, Scored, label_model, summarise, summary_lines
+from probe.engine import AttentionBlock
 from probe.errors import ProbeError
-from probe.patterns import REGISTRY, TargetContext
-from probe.planted import PLANTED_HEADS, save_planted_gpt2
-from probe.probesets import repeated_blocks
-from probe.scores import ScoreSink
-from probe.stats import uniform_chance
-from probe.tables import COLUMNS, load_table, save_table
-from probe.tiny import word_tokenizer
+from probe.heads.label import LabelConfig, Scored, label_model, summarise, summary_lines
+from probe.heads.probesets import repeated_blocks
+from probe.heads.registry import REGISTRY, TargetContext
+from probe.heads.scores import ScoreSink
+from probe.heads.stats import uniform_chance
+from probe.heads.tables import COLUMNS, load_table, save_table
+from probe.zoo.planted import PLANTED_HEADS, save_planted_gpt2
+from probe.zoo.tiny import word_tokenizer
 
 
 def stream(sink: ScoreSink, alpha: torch.Tensor, rows_per_block: int) -> None:

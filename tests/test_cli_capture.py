@@ -77,7 +77,7 @@ def test_a_range_is_bounds_checked_before_it_is_expanded():
     import tracemalloc
 
     from probe.errors import ProbeError
-    from probe.heads import parse_index_list
+    from probe.naming import parse_index_list
 
     tracemalloc.start()
     try:

@@ -10,8 +10,9 @@ from transformers import EsmForMaskedLM
 from transformers.models.esm.modeling_esm import EsmContactPredictionHead
 
 from probe import models
-from probe.capture import AttentionBlock
-from probe.contacts import (
+from probe.engine import AttentionBlock
+from probe.errors import ProbeError
+from probe.proteins.contacts import (
     ContactSink,
     apc,
     contact_regression,
@@ -23,7 +24,6 @@ from probe.contacts import (
     predict_contacts_windowed,
     symmetrize,
 )
-from probe.errors import ProbeError
 
 SEQUENCES = ["MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "GAVLIMFWPSTC", "MQIFVKTLTGKTITLEVEPSDTIENVK"]
 
@@ -105,7 +105,7 @@ def test_sink_memory_does_not_grow_with_layers_times_heads(tiny_dir):
         weight, bias = contact_regression(loaded.model)
         encoded = loaded.tokenizer([sequence], return_tensors="pt")
         sink = ContactSink(weight, bias, encoded["input_ids"], encoded["attention_mask"], eos_id=2)
-        from probe.capture import capture
+        from probe.engine import capture
 
         with capture(loaded.model, sink, block_bytes=4 * heads * (length + 2) * 5), torch.inference_mode():
             loaded.model(**encoded)  # about 5 query rows per block: many blocks per layer

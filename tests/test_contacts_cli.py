@@ -11,9 +11,14 @@ import pytest
 
 from probe import models
 from probe.cli import main
-from probe.contacts import head_attention_map, precision_by_range, precision_columns, predict_contacts
-from probe.features import ResidueFeatures
-from probe.structure import binding_sites, contact_map, read_structure, secondary_structure
+from probe.proteins.contacts import (
+    head_attention_map,
+    precision_by_range,
+    precision_columns,
+    predict_contacts,
+)
+from probe.proteins.features import ResidueFeatures
+from probe.proteins.structure import binding_sites, contact_map, read_structure, secondary_structure
 from tests.test_structure import SEQ, line_chain, write
 
 
@@ -136,7 +141,7 @@ def test_a_foreign_existing_output_is_not_overwritten(esm, tmp_path, capsys, fla
 def test_interrupted_fasta_batch_keeps_finished_records_and_resumes(esm, line_pdb, tmp_path, monkeypatch):
     """Ctrl-C after the first record: it is written; the rerun computes only the other two; the result equals an
     uninterrupted run's."""
-    import probe.contact_sets as contact_sets
+    import probe.proteins.sets as contact_sets
 
     fasta = tmp_path / "in.fasta"
     fasta.write_text(f">a\n{SEQ * 3}\n>b\n{SEQ * 2}\n>c\n{SEQ}\n")
@@ -218,7 +223,7 @@ def _run_set(model, structures, directory, *extra):
 
 
 def test_structure_set_writes_chain_table_and_head_summary(protbert, structures_dir, tmp_path):
-    from probe.contact_sets import HEAD_SUMMARY_COLUMNS, read_heads_summary
+    from probe.proteins.sets import HEAD_SUMMARY_COLUMNS, read_heads_summary
 
     code, summary_path, chains_path = _run_set(protbert, structures_dir, tmp_path)
     assert code == 0
@@ -313,7 +318,7 @@ def _kill_after_first_unit(command: list[str], parts: Path, total: int) -> int:
 
 
 def test_sigkill_mid_structure_set_then_rerun_equals_a_fresh_run(tiny_dir, structures_dir, tmp_path, capsys):
-    from probe.contact_sets import read_heads_summary
+    from probe.proteins.sets import read_heads_summary
 
     model = str(tiny_dir("protbert", sharpness=17.0, num_hidden_layers=6))  # slower units: the kill lands mid-run
     killed, fresh = tmp_path / "killed", tmp_path / "fresh"
@@ -400,7 +405,7 @@ def test_corrupt_weights_are_one_line_exit_2(esm, tmp_path, capsys, damage):
 
 @pytest.mark.ray
 def test_structure_set_on_ray_equals_in_process(protbert, structures_dir, tmp_path):
-    from probe.contact_sets import read_heads_summary
+    from probe.proteins.sets import read_heads_summary
 
     pytest.importorskip("ray")
     local, on_ray = tmp_path / "local", tmp_path / "ray"

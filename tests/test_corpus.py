@@ -7,10 +7,10 @@ from importlib import resources
 import pytest
 import torch
 
-from probe import corpus
 from probe.errors import ProbeError
-from probe.probesets import encode_span_example, repeated_blocks
-from probe.tiny import word_tokenizer
+from probe.heads import corpus
+from probe.heads.probesets import encode_span_example, repeated_blocks
+from probe.zoo.tiny import word_tokenizer
 
 
 def test_only_development_and_validation_are_shipped_with_their_licence():

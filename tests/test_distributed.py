@@ -1,4 +1,4 @@
-"""probe.distributed: the same units in-process and on a local Ray instance give the same tables; a worker killed
+"""probe.runs.ray_executor: the same units in-process and on a local Ray instance give the same tables; a worker killed
 with SIGKILL costs only its unit; a bad unit is recorded and the run goes on; `import probe` never imports ray.
 
 The Ray tests share one small local instance (2 CPUs, 200 MB object store, no dashboard) and shut it down."""
@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probe.classify import LabelConfig
-from probe.distributed import RayOptions, Unit, errors_table, exit_code, results_table, run_units
 from probe.errors import ProbeError
-from probe.units import ContactsTask, LabelTask, contact_work, make_checkpoint, run_contact_units
+from probe.heads.label import LabelConfig
+from probe.runs.ray_executor import RayOptions, Unit, errors_table, exit_code, results_table, run_units
+from probe.runs.units import ContactsTask, LabelTask, contact_work, make_checkpoint, run_contact_units
 
 # two types, small probe sets, no ablation: the runner is under test here, not the classifier
 CONFIG = LabelConfig(**{name: value for name, value in dict(
@@ -53,8 +53,8 @@ def label_units(specs):
 
 
 def test_import_probe_does_not_import_ray():
-    code = ("import sys, probe, probe.cli, probe.distributed, probe.units, probe.sweep\n"
-            "from probe.distributed import Unit, UnitOutput, run_units\n"
+    code = ("import sys, probe, probe.cli, probe.runs.ray_executor, probe.runs.units, probe.runs.sweep\n"
+            "from probe.runs.ray_executor import Unit, UnitOutput, run_units\n"
             "class Task:\n"
             "    def load(self, group): return group * 10\n"
             "    def run(self, state, payload): return UnitOutput(arrays={'x': state + payload})\n"
@@ -75,7 +75,7 @@ def test_in_process_units_equal_label_model():
     """The in-process runner gives exactly the rows of label_model (what `probe label` calls), plus checkpoint and
     step columns."""
     from probe import models
-    from probe.classify import label_model
+    from probe.heads.label import label_model
 
     expected = pd.concat([label_model(models.load(spec), CONFIG) for spec in TWO_MODELS], ignore_index=True)
     table = results_table(run_units(label_units(TWO_MODELS), LabelTask(CONFIG), progress=False))
@@ -140,7 +140,7 @@ def fasta_batch(tmp_path):
 def test_contacts_on_ray_equal_probe_contacts(ray_cluster, tmp_path, ubiquitin_structure):
     """A FASTA batch aligned to 1UBI on zoo:esm-random: the Ray units give exactly the per-head and per-chain rows
     `probe contacts` writes in-process, and the same arrays; an unreadable structure fails only its own unit."""
-    from probe import contact_sets
+    from probe.proteins import sets as contact_sets
 
     records, fasta = fasta_batch(tmp_path)
     heads, chains = tmp_path / "heads.parquet", tmp_path / "chains.parquet"
@@ -173,8 +173,9 @@ def test_contacts_on_ray_equal_probe_contacts(ray_cluster, tmp_path, ubiquitin_s
 def test_run_contact_units_fills_outcomes_and_lists_failures(ray_cluster, tmp_path):
     """The body of `probe contacts --ray`: finished units journalled and in `outcomes`, a failing one in
     OUT.errors.csv, the others done."""
-    from probe import contact_sets, models
-    from probe.journal import Journal
+    from probe import models
+    from probe.proteins import sets as contact_sets
+    from probe.runs.journal import Journal
     from tests.conftest import UBIQUITIN
 
     loaded = models.load("zoo:esm-random")

@@ -11,10 +11,12 @@ import pandas as pd
 import pytest
 import torch
 
-from probe import features as vig
 from probe import models
-from probe.capture import AttentionBlock
-from probe.contact_sets import (
+from probe.engine import AttentionBlock
+from probe.proteins import features as vig
+from probe.proteins.contacts import ContactSink
+from probe.proteins.features import ResidueFeatures
+from probe.proteins.sets import (
     ContactOptions,
     analyse_unit,
     bootstrap_means,
@@ -24,9 +26,7 @@ from probe.contact_sets import (
     structure_units,
     summarize_heads,
 )
-from probe.contacts import ContactSink
-from probe.features import ResidueFeatures
-from probe.structure import binding_sites, contact_map, read_structure, secondary_structure
+from probe.proteins.structure import binding_sites, contact_map, read_structure, secondary_structure
 
 SHARPNESS = 17.0  # a random tiny BERT with peaky attention: some heads above and some below 100 weights ≥ 0.3
 

@@ -1,4 +1,4 @@
-"""probe.journal: atomic units, identity checks, force, and no corrupt unit after a SIGKILL mid-put."""
+"""probe.runs.journal: atomic units, identity checks, force, and no corrupt unit after a SIGKILL mid-put."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probe.journal import Journal, file_hash, identity_hash
+from probe.runs.journal import Journal, file_hash, identity_hash
 
 
 def test_identity_hash_is_canonical_and_sensitive():
@@ -129,7 +129,7 @@ WRITER = textwrap.dedent("""
     import sys
     import numpy as np
     import pandas as pd
-    from probe.journal import Journal
+    from probe.runs.journal import Journal
 
     journal = Journal(sys.argv[1])
     print("ready", flush=True)

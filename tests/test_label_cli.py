@@ -12,8 +12,8 @@ import pytest
 
 import probe.commands.label as label_command
 from probe.cli import main
-from probe.planted import PLANTED_HEADS, save_planted_gpt2
-from probe.tables import COLUMNS
+from probe.heads.tables import COLUMNS
+from probe.zoo.planted import PLANTED_HEADS, save_planted_gpt2
 
 FAST = ["--examples", "8", "--bootstrap", "100", "--ablate", "none"]
 

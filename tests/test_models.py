@@ -45,7 +45,7 @@ def test_text_models_have_no_residue_format(tiny_dir, arch):
 
 
 def test_a_character_vocabulary_of_capitals_and_digits_is_not_protein():
-    from probe.tiny import word_tokenizer
+    from probe.zoo.tiny import word_tokenizer
 
     tokenizer = word_tokenizer([*"ABCDEFGHIJKLMNOPQRSTUVWXYZ", *"0123456789"])
     assert models.residue_format(tokenizer) is None

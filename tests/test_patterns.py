@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from probe.errors import ProbeError
-from probe.patterns import (
+from probe.heads.probesets import SpanExample, delimiter_ids, encode_span_example
+from probe.heads.registry import (
     HEAD_TYPES,
     MAX_OFFSET,
     REGISTRY,
@@ -22,8 +23,7 @@ from probe.patterns import (
     target_pattern,
     target_slots,
 )
-from probe.probesets import SpanExample, delimiter_ids, encode_span_example
-from probe.tiny import word_tokenizer
+from probe.zoo.tiny import word_tokenizer
 
 
 def as_pairs(pattern: torch.Tensor) -> set[tuple[int, int]]:
@@ -48,8 +48,9 @@ def test_no_module_branches_on_a_type_name():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "probe"
-    files = [root / name for name in ("classify.py", "scores.py", "patterns.py", "stats.py", "label_ablation.py",
-                                      "commands/label.py")]
+    names = ("heads/label.py", "heads/scores.py", "heads/registry.py", "heads/stats.py", "heads/label_ablation.py",
+             "commands/label.py")
+    files = [root / name for name in names]
     pattern = re.compile(r"""(head_type|name|type)\s*[!=]=\s*["']({})["']""".format("|".join(HEAD_TYPES)))
     for file in files:
         assert not pattern.search(file.read_text()), file

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from probe.errors import ProbeError
-from probe.probesets import (
+from probe.heads.probesets import (
     CorefVocabulary,
     SpanExample,
     content_token_ids,
@@ -21,7 +21,7 @@ from probe.probesets import (
     repeated_blocks,
     special_frame,
 )
-from probe.tiny import DEMO_WORDS, build_tiny, word_tokenizer
+from probe.zoo.tiny import DEMO_WORDS, build_tiny, word_tokenizer
 
 VOCAB = CorefVocabulary()
 

@@ -370,7 +370,7 @@ def test_bad_input_in_a_real_process(name, assets, used_port, tmp_path):
 
 
 def journal_units(out: Path) -> int:
-    from probe.journal import Journal
+    from probe.runs.journal import Journal
 
     parts = out.parent / f".{out.name}.parts"
     return len(Journal(out).units()) if parts.is_dir() else 0

@@ -8,18 +8,18 @@ import dataclasses
 import pytest
 import torch
 
-from probe.capture import AttentionBlock, capture_attention
-from probe.patterns import TOKEN_TYPES, batch_pattern, target_pattern
-from probe.probesets import (
+from probe.engine import AttentionBlock, capture_attention
+from probe.heads.probesets import (
     SpanExample,
     coreference_probes,
     encode_span_example,
     pad_span_batch,
     repeated_blocks,
 )
-from probe.scores import ScoreSink, run_sink, span_words, tl_mul_score, valid_row_score, word_attention
-from probe.stats import uniform_chance
-from probe.tiny import build_tiny, word_tokenizer
+from probe.heads.registry import TOKEN_TYPES, batch_pattern, target_pattern
+from probe.heads.scores import ScoreSink, run_sink, span_words, tl_mul_score, valid_row_score, word_attention
+from probe.heads.stats import uniform_chance
+from probe.zoo.tiny import build_tiny, word_tokenizer
 
 
 def block(layer: int, alpha: torch.Tensor, start: int, n_query: int, n_key: int | None = None) -> AttentionBlock:
@@ -164,7 +164,7 @@ def test_streamed_tl_score_equals_the_hand_computed_value():
 
 def test_word_level_accuracy_sums_attended_pieces_and_averages_attending_pieces():
     # words: 0 "ab" = tokens 1, 2 ; 1 "c" = token 3 ; 2 "d" = token 4 ; 3 "ef" (attending) = tokens 5, 6
-    from probe.probesets import EncodedSpanExample
+    from probe.heads.probesets import EncodedSpanExample
 
     example = EncodedSpanExample(input_ids=(9, 1, 2, 3, 4, 5, 6), query_tokens=(5, 6), target_tokens=(1, 2),
                                  word_ids=(-1, 0, 0, 1, 2, 3, 3), target_words=(0,), query_words=(3,))

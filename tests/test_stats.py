@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from probe.patterns import batch_pattern
-from probe.stats import (
+from probe.heads.registry import batch_pattern
+from probe.heads.stats import (
     benjamini_hochberg,
     bootstrap_means,
     choose_candidate,

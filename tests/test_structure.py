@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from probe.errors import ProbeError
-from probe.structure import align_to_sequence, contact_map, read_structure
+from probe.proteins.structure import align_to_sequence, contact_map, read_structure
 
 THREE = {"A": "ALA", "G": "GLY", "K": "LYS", "L": "LEU", "M": "MET", "P": "PRO", "S": "SER", "V": "VAL", "E": "GLU",
          "Q": "GLN", "I": "ILE", "F": "PHE", "T": "THR", "D": "ASP", "N": "ASN", "R": "ARG", "Y": "TYR", "W": "TRP",
@@ -248,7 +248,7 @@ def test_alternate_location_with_the_highest_occupancy_wins(tmp_path):
 
 
 def test_highest_occupancy_uses_the_mean_over_the_altlocs_atoms():
-    from probe.structure import highest_occupancy_altloc
+    from probe.proteins.structure import highest_occupancy_altloc
 
     # one residue: A covers 3 atoms at 0.4 (sum 1.2), B one atom at 0.6 (sum 0.6): B has the higher occupancy
     altloc = np.array([" ", "A", "A", "A", "B"])
@@ -312,7 +312,7 @@ def test_virtual_and_real_cbeta_differ_on_lysozyme(structures_dir):
 
 
 def test_virtual_cbeta_geometry_and_missing_backbone(tmp_path):
-    from probe.structure import virtual_cb
+    from probe.proteins.structure import virtual_cb
 
     # an ideal backbone: N, CA, C with 1.458 / 1.525 Å bonds and a 111° angle
     angle = np.deg2rad(111.0)
@@ -329,7 +329,7 @@ def test_virtual_cbeta_geometry_and_missing_backbone(tmp_path):
 
 
 def test_binding_sites_within_the_stated_distance_of_a_ligand(tmp_path):
-    from probe.structure import binding_sites
+    from probe.proteins.structure import binding_sites
 
     lines = line_chain(SEQ)
     # a two-atom ligand 3.5 Å above residue 3's CB (x = 12) and a water 1 Å from residue 8's CB: only 3 binds
@@ -351,7 +351,7 @@ def test_binding_sites_within_the_stated_distance_of_a_ligand(tmp_path):
 
 
 def test_secondary_structure_of_real_files(structures_dir):
-    from probe.structure import secondary_structure
+    from probe.proteins.structure import secondary_structure
 
     lysozyme = read_structure(os.path.join(structures_dir, "1aki.pdb"))
     states = "".join(secondary_structure(lysozyme))

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from probe import models
-from probe.classify import LabelConfig, label_model
 from probe.errors import ProbeError
-from probe.sweep import add_sweep_options, run_label, sweep_checkpoints, sweep_figure, sweep_table
-from probe.units import checkpoint_step
+from probe.heads.label import LabelConfig, label_model
+from probe.runs.sweep import add_sweep_options, run_label, sweep_checkpoints, sweep_figure, sweep_table
+from probe.runs.units import checkpoint_step
 
 # two types, small probe sets, no ablation: the runner is under test here, not the classifier
 CONFIG = LabelConfig(**{name: value for name, value in dict(
@@ -113,8 +113,8 @@ def test_sweep_table_resume_errors_and_plot(checkpoints, tmp_path, capsys):
 
 SWEEP_SCRIPT = """
 import argparse, sys
-from probe.classify import LabelConfig
-from probe.sweep import add_sweep_options, run_label
+from probe.heads.label import LabelConfig
+from probe.runs.sweep import add_sweep_options, run_label
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", action="append")
 parser.add_argument("--device", default="cpu"); parser.add_argument("--dtype"); parser.add_argument("--out")
@@ -234,7 +234,7 @@ def test_png_without_kaleido_is_a_chromium_screenshot(tmp_path, monkeypatch):
     table = pd.DataFrame({"checkpoint": ["a", "b"], "step": [0, 5], "head_name": ["L0H0"] * 2,
                           "head_type": ["previous_token"] * 2, "score": [0.1, 0.9], "ci_low": [0.0, 0.8],
                           "ci_high": [0.2, 1.0], "chance": [0.1, 0.1], "label": [False, True]})
-    from probe.sweep import save_figure
+    from probe.runs.sweep import save_figure
 
     written = save_figure(sweep_figure(table), tmp_path / "f.png")
     assert written == [tmp_path / "f.html", tmp_path / "f.png"]

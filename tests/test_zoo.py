@@ -10,7 +10,7 @@ import torch
 
 from probe import zoo
 from probe.errors import ProbeError
-from probe.heads import parse_head_name
+from probe.naming import parse_head_name
 from probe.zoo import data
 from probe.zoo import train as zoo_train
 
@@ -32,7 +32,7 @@ def no_network(monkeypatch):
 @pytest.fixture(scope="module")
 def label_tables():
     """label_model(zoo:NAME, LabelConfig()) for every organism, computed once."""
-    from probe.classify import LabelConfig, label_model
+    from probe.heads.label import LabelConfig, label_model
     from probe.models import load
 
     return {name: label_model(load(f"zoo:{name}"), LabelConfig()) for name in ALL}
@@ -166,7 +166,7 @@ def test_runs_of_three_copies_are_predictable_from_the_second_copy_on():
 
 
 def test_coreference_sentences_put_the_antecedents_action_after_the_pronoun():
-    from probe.probesets import CorefVocabulary
+    from probe.heads.probesets import CorefVocabulary
 
     vocab = CorefVocabulary()
     assert data.coreference_action("john", vocab) == vocab.actions[0]
@@ -254,10 +254,10 @@ def test_requirements_checker_reports_failures(label_tables):
 
 def induction_scores(name: str, block_len: int | None) -> torch.Tensor:
     """Valid-row induction scores `[layer head]` on 32 repeated-block probes (random or fixed block length)."""
+    from probe.heads.probesets import repeated_blocks
+    from probe.heads.registry import batch_pattern
+    from probe.heads.scores import ScoreSink, run_sink
     from probe.models import load
-    from probe.patterns import batch_pattern
-    from probe.probesets import repeated_blocks
-    from probe.scores import ScoreSink, run_sink
 
     loaded = load(f"zoo:{name}")
     probes = repeated_blocks(loaded.tokenizer, 32, 64, seed=0, block_len=block_len).input_ids  # [example seq]

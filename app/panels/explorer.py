@@ -12,8 +12,8 @@ import numpy as np
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from probe.errors import ProbeError
-from probe.heads import head_name
 from probe.models import ModelKind
+from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded
@@ -101,7 +101,7 @@ def example_text(loaded) -> str:
         return DEMO_PROTEIN
     if unknown_share(loaded, DEMO_TEXT) <= 0.2:
         return DEMO_TEXT
-    from probe.probesets import coreference_examples
+    from probe.heads.probesets import coreference_examples
 
     sentences = " ".join(" ".join(example.words) for example in coreference_examples(2, seed=0))
     if unknown_share(loaded, sentences) <= 0.2:

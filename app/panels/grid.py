@@ -10,7 +10,7 @@ import numpy as np
 from dash import ALL, Input, Output, State, ctx, html, no_update
 
 from probe.errors import ProbeError
-from probe.heads import head_name
+from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded

@@ -27,7 +27,7 @@ def model_label(spec: str) -> str:
 
 def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
     """The head types that apply to the model: protein models have no coreference (sentences)."""
-    from probe.patterns import HEAD_TYPES, TOKEN_TYPES
+    from probe.heads.registry import HEAD_TYPES, TOKEN_TYPES
 
     return tuple(TOKEN_TYPES) if service.model(spec).kind == ModelKind.PROTEIN_MLM else tuple(HEAD_TYPES)
 

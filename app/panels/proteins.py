@@ -10,8 +10,8 @@ import base64
 from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from probe.errors import ProbeError
-from probe.heads import head_name
 from probe.models import ModelKind
+from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded

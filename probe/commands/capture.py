@@ -8,10 +8,10 @@ import sys
 import numpy as np
 
 from probe import models
-from probe.capture import capture_attention
 from probe.commands.common import add_model_options, output_path, write_atomically
+from probe.engine import capture_attention
 from probe.errors import ProbeError
-from probe.heads import parse_index_list
+from probe.naming import parse_index_list
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from probe.errors import ProbeError
-from probe.journal import pid_alive
+from probe.runs.journal import pid_alive
 
 
 def add_model_options(parser: argparse.ArgumentParser, many: bool = False) -> None:
@@ -25,7 +25,7 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False) -> No
 
 
 # The first bytes of an .npz (a zip archive): an existing --out without them is not ours and is never overwritten.
-# (Tables are checked by their readers: probe.tables refuses a file that is not a probe table.)
+# (Tables are checked by their readers: probe.heads.tables refuses a file that is not a probe table.)
 _MAGIC = {".npz": (b"PK\x03\x04", b"PK\x05\x06")}
 
 

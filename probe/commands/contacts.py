@@ -13,8 +13,8 @@ a unit, persisted as it finishes in a journal beside the first output file (`.NA
 (Ctrl-C, SIGKILL, out of memory) loses at most the unit in flight, and a rerun of the same command computes only the
 rest. A unit is reused only when everything that determines it is the same (model revision, sequence, structure
 file hash, chain, threshold, Cβ convention, window, θ, binding distance); --force recomputes all. Units run in this
-process, or with --ray on Ray workers (probe.units.run_contact_units, the same unit function
-probe.contact_sets.analyse_unit).
+process, or with --ray on Ray workers (probe.runs.units.run_contact_units, the same unit function
+probe.proteins.sets.analyse_unit).
 
 The npz layout (record i = 0, 1, ...):
 
@@ -24,10 +24,10 @@ The npz layout (record i = 0, 1, ...):
     true_contacts_{i} [L_i L_i] int8 (1 contact, 0 not, -1 unknown)  -- with a structure,
     precision_{i} [range fraction] float64                            -- both.
 
---heads-out: one row per record × layer × head (``record, id`` and :mod:`probe.contacts`' per-head columns);
---chains-out: one row per record (:func:`probe.contact_sets.chain_table`); --heads-summary: one row per head over
-the whole set (:data:`probe.contact_sets.HEAD_SUMMARY_COLUMNS`, read it with
-:func:`probe.contact_sets.read_heads_summary`).
+--heads-out: one row per record × layer × head (``record, id`` and :mod:`probe.proteins.contacts`' per-head columns);
+--chains-out: one row per record (:func:`probe.proteins.sets.chain_table`); --heads-summary: one row per head over
+the whole set (:data:`probe.proteins.sets.HEAD_SUMMARY_COLUMNS`, read it with
+:func:`probe.proteins.sets.read_heads_summary`).
 """
 
 from __future__ import annotations
@@ -40,14 +40,21 @@ from pathlib import Path
 
 import numpy as np
 
-from probe import contact_sets, models
+from probe import models
 from probe.commands.common import add_model_options, output_path, write_atomically
-from probe.contact_sets import ContactOptions, UnitOutcome, UnitSpec
-from probe.contacts import FRACTIONS, RANGES
-from probe.distributed import add_ray_options, ray_options
 from probe.errors import ProbeError
-from probe.features import MIN_ATTENTION, MIN_COUNT
-from probe.structure import BINDING_DISTANCE, CB_MODES, CONTACT_THRESHOLD, DEFAULT_CB, check_threshold
+from probe.proteins import sets as contact_sets
+from probe.proteins.contacts import FRACTIONS, RANGES
+from probe.proteins.features import MIN_ATTENTION, MIN_COUNT
+from probe.proteins.sets import ContactOptions, UnitOutcome, UnitSpec
+from probe.proteins.structure import (
+    BINDING_DISTANCE,
+    CB_MODES,
+    CONTACT_THRESHOLD,
+    DEFAULT_CB,
+    check_threshold,
+)
+from probe.runs.ray_executor import add_ray_options, ray_options
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -91,7 +98,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _records(args: argparse.Namespace) -> list[tuple[str, str]]:
-    from probe.fasta import read_fasta
+    from probe.proteins.fasta import read_fasta
 
     if args.sequence is not None:
         return [("sequence", args.sequence)]
@@ -166,11 +173,11 @@ def _units(args: argparse.Namespace) -> tuple[list[UnitSpec], list[tuple[str, st
         raise ProbeError("--chain selects a chain of --structure; pass --structure too")
     records = _records(args)
     if args.structure is not None:
-        from probe.structure import read_structure
+        from probe.proteins.structure import read_structure
 
         structure = read_structure(args.structure, chain=args.chain)  # checks the file and the chain now
         if not records:
-            from probe.journal import file_hash
+            from probe.runs.journal import file_hash
 
             spec = UnitSpec(key=f"{args.structure}:{structure.chain}", id=f"{structure.name}_{structure.chain}",
                             record=0, structure=args.structure, chain=structure.chain,
@@ -224,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
 
     journal = None
     if outputs:
-        from probe.journal import Journal
+        from probe.runs.journal import Journal
 
         journal = Journal(next(iter(outputs.values())), force=args.force)
     identities = {spec.key: contact_sets.unit_identity(loaded, spec, options) for spec in specs}
@@ -246,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
     failed: list[tuple[str, str]] = []
     try:
         if ray is not None:
-            from probe.units import run_contact_units
+            from probe.runs.units import run_contact_units
 
             for spec in specs:
                 if spec.key in outcomes:

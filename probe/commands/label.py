@@ -1,6 +1,6 @@
 """`probe label`: score and label every head of one or more models; one tidy table (parquet, csv or json).
 
-Crash-safe and honest on reruns: each finished model is recorded in a journal beside --out (probe.journal) with the
+Crash-safe and honest on reruns: each finished model is recorded in a journal beside --out (probe.runs.journal) with the
 identity of what produced it — the model's revision and every option that changes its rows (types, seed, examples,
 lengths, probe-file hash, coreference set, label rule, ablation). After each model the whole --out file is rewritten
 atomically from the journal, so a crash or SIGKILL loses at most the model in flight. A rerun reuses only models
@@ -15,13 +15,14 @@ from dataclasses import fields
 
 import pandas as pd
 
-from probe import models, sweep
-from probe.classify import ABLATE, COREF_SETS, LabelConfig, config_identity, label_model, summary_lines
+from probe import models
 from probe.commands.common import add_model_options, output_path, write_atomically
 from probe.errors import ProbeError
-from probe.patterns import HEAD_TYPES, parse_head_types
-from probe.probesets import load_probe_file
-from probe.tables import COLUMNS, TABLE_EXTENSIONS, load_table, save_table
+from probe.heads.label import ABLATE, COREF_SETS, LabelConfig, config_identity, label_model, summary_lines
+from probe.heads.probesets import load_probe_file
+from probe.heads.registry import HEAD_TYPES, parse_head_types
+from probe.heads.tables import COLUMNS, TABLE_EXTENSIONS, load_table, save_table
+from probe.runs import sweep
 
 DEFAULTS = {field.name: field.default for field in fields(LabelConfig)}
 
@@ -106,7 +107,7 @@ def config_from_args(args: argparse.Namespace) -> LabelConfig:
 
 def identity_options(config: LabelConfig, loaded, dtype: str | None) -> dict[str, object]:
     """Everything that determines a model's rows: its name and revision, the dtype, and the configuration's
-    identity (probe.classify.config_identity: the probe file's content, every field but batch size and memory)."""
+    identity (probe.heads.label.config_identity: the probe file's content, every field but batch size and memory)."""
     return {**config_identity(config), "model": loaded.name, "revision": loaded.revision, "dtype": dtype,
             "columns": COLUMNS}
 
@@ -118,10 +119,10 @@ def _say(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from probe.journal import Journal, identity_hash
+    from probe.runs.journal import Journal, identity_hash
 
     config = config_from_args(args)
-    if sweep.wanted(args):  # checkpoints, a models file, a figure or Ray: the unit runner of probe.sweep
+    if sweep.wanted(args):  # checkpoints, a models file, a figure or Ray: the unit runner of probe.runs.sweep
         return sweep.run_label(args, config)
     out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
     names = list(dict.fromkeys(args.model))

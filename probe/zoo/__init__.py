@@ -35,7 +35,7 @@ def card(name: str) -> dict:
 
 
 def check_requirements(table, requirements: dict) -> list[str]:
-    """What a label table (probe.classify.label_model's) fails of a card's requirements; empty when all are met.
+    """What a label table (probe.heads.label.label_model's) fails of a card's requirements; empty when all are met.
 
     `present`: a labelled head of that type (in `layer`, at `offset` when given); `absent`: no labelled head of that
     type; `measured`: some head of that type reaches `min_accuracy` (labelled or not)."""

@@ -100,11 +100,11 @@ def coreference_action(noun: str, vocab) -> str:
 def coreference_sentences(
     generator: torch.Generator, n: int, vocab, max_distractors: int = 3
 ) -> list[tuple[str, ...]]:
-    """Sentences of the classifier's coreference templates (probe.probesets.coreference_examples, same vocabulary),
+    """Sentences of the classifier's coreference templates (probe.heads.probesets.coreference_examples, same vocabulary),
     with 1..max_distractors disagreeing nouns, in which the word after the pronoun is
     :func:`coreference_action` of the antecedent: predicting it needs the referent, which only agreement
     (gender or number) identifies."""
-    from probe.probesets import coreference_examples
+    from probe.heads.probesets import coreference_examples
 
     sentences = []
     for _ in range(n):

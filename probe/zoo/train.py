@@ -10,7 +10,7 @@ exactly 0 to the residual stream and `from_pretrained` loads them like any check
   heads; with rotary positions (relative only) the canonical previous-token -> induction circuit forms.
 * coreference: GPT-2 (GPT2LMHeadModel).
 
-When the head classifier (probe.classify) is importable, the card also records the labels it gives the model.
+When the head classifier (probe.heads.label) is importable, the card also records the labels it gives the model.
 `--checkpoint-steps 0,50,100,...` also saves the model after those optimizer steps to DIR/step-N/ (for sweeps:
 `probe label --model DIR --revisions step-0,step-50,...`); the run itself is unchanged.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from probe.capture import find_layer_list
+from probe.engine import find_layer_list
 from probe.zoo import data
 
 BOS, UNK, PAD = "<bos>", "<unk>", "<pad>"
@@ -93,10 +93,10 @@ ORGANISMS: dict[str, TrainConfig] = {
 
 def build_tokenizer(config: TrainConfig):
     """A word-level fast tokenizer (pseudo-words, or the classifier's coreference vocabulary); BOS first."""
-    from probe.tiny import word_tokenizer
+    from probe.zoo.tiny import word_tokenizer
 
     if config.data == "coreference":
-        from probe.probesets import CorefVocabulary
+        from probe.heads.probesets import CorefVocabulary
 
         return word_tokenizer(CorefVocabulary().words(), bos_token=BOS)
     return word_tokenizer(data.pseudo_words(config.n_words), bos_token=BOS)
@@ -141,7 +141,7 @@ def make_batch(config: TrainConfig, tokenizer, generator: torch.Generator, batch
                **overrides) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens, targets) `[batch position]` of the organism's training language."""
     if config.data == "coreference":
-        from probe.probesets import CorefVocabulary
+        from probe.heads.probesets import CorefVocabulary
 
         return data.coreference_batch(generator, batch, CorefVocabulary(), tokenizer.get_vocab(),
                                       tokenizer.bos_token_id, tokenizer.pad_token_id,
@@ -211,9 +211,9 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
 
 
 def classifier_labels(directory: Path) -> tuple[dict, object]:
-    """The labels probe.classify gives the saved model with its default LabelConfig: ({head_type: [head names]} plus
+    """The labels probe.heads.label gives the saved model with its default LabelConfig: ({head_type: [head names]} plus
     the scores of the labelled heads, for the card; the whole label table, for probe.zoo.check_requirements)."""
-    from probe.classify import LabelConfig, label_model
+    from probe.heads.label import LabelConfig, label_model
     from probe.models import load
 
     table = label_model(load(str(directory)), LabelConfig())
@@ -289,7 +289,7 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         "config": {k: v for k, v in asdict(config).items() if k not in ("task", "requirements")},
         "parameters": sum(p.numel() for p in trainable),
         "vocabulary": (f"{len(tokenizer)} tokens: <unk>, <pad>, <bos> and "
-                       + ("the words of probe.probesets.CorefVocabulary" if config.data == "coreference"
+                       + ("the words of probe.heads.probesets.CorefVocabulary" if config.data == "coreference"
                           else f"{config.n_words} pseudo-words (probe.zoo.data.pseudo_words)")
                        + "; every text starts with <bos>"),
         "data_generator": f"probe.zoo.data.{'coreference_batch' if config.data == 'coreference' else 'repeated_blocks'}",
@@ -306,7 +306,7 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         from probe.zoo import check_requirements
 
         summary, table = classifier_labels(out)
-        card["classifier"] = "probe.classify.label_model with the default LabelConfig()"
+        card["classifier"] = "probe.heads.label.label_model with the default LabelConfig()"
         card.update(summary)
         card["requirements_failed"] = check_requirements(table, config.requirements)
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
@@ -350,8 +350,8 @@ ESM_RANDOM = "esm-random"
 
 def save_esm_random(seed: int, out: Path, label: bool = True) -> dict:
     """zoo:esm-random: a tiny ESM-2-shaped EsmForMaskedLM with RANDOM weights and a random, non-zero contact
-    head (probe.tiny). Untrained: it exists so the protein views and contact code run offline."""
-    from probe.tiny import save_tiny
+    head (probe.zoo.tiny). Untrained: it exists so the protein views and contact code run offline."""
+    from probe.zoo.tiny import save_tiny
 
     save_tiny("esm", out, seed=seed)
     card = {
@@ -359,14 +359,14 @@ def save_esm_random(seed: int, out: Path, label: bool = True) -> dict:
         "task": "none: UNTRAINED, random weights. It exists only so the protein views and the contact code work "
                 "offline; its attention and contacts mean nothing",
         "architecture": "EsmForMaskedLM (ESM-2 layout: rotary positions, 33-token ESM vocabulary), 2 layers, "
-                        "4 heads, width 32, random contact regression (probe.tiny.build_tiny('esm'))",
+                        "4 heads, width 32, random contact regression (probe.zoo.tiny.build_tiny('esm'))",
         "seed": seed,
         "steps": 0,
         "command": f"python -m probe.zoo.train {ESM_RANDOM} --seed {seed} --out DIR",
         "requirements": {"present": [], "absent": []},
     }
     if label:
-        card["classifier"] = "probe.classify.label_model with the default LabelConfig()"
+        card["classifier"] = "probe.heads.label.label_model with the default LabelConfig()"
         card.update(classifier_labels(out)[0])
         card["requirements_failed"] = []
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")

@@ -24,7 +24,7 @@ Background (provis' ``background.py``: the property's rate in the data, what a h
 
 Where we differ: provis takes binding sites from PDB SITE records and secondary structure from DSSP (TAPE's
 NetSurfP data, 4 classes); we derive both from the structure file itself (ligand HETATMs within a stated distance,
-P-SEA via biotite), see :mod:`probe.structure`.
+P-SEA via biotite), see :mod:`probe.proteins.structure`.
 
 Column names (per-head tables): ``n_high``, ``n_{f}`` (float; NaN where the property is unknown for that
 sequence), ``{f}_share``, ``{f}_background``. Per-sequence background counts: ``n_pairs`` (L²), ``n_residues`` (L),

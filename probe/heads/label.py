@@ -1,21 +1,21 @@
 """From a loaded model to a labelled table: probe sets, streamed scores, the label rule, ablations.
 
-:func:`label_model` loops over the head-type specs of :mod:`probe.patterns` (never over type names):
+:func:`label_model` loops over the head-type specs of :mod:`probe.heads.registry` (never over type names):
 
-1. **Probe sets** per length: natural text (GAP passages, :mod:`probe.corpus`) for the "natural" types of a text model
+1. **Probe sets** per length: natural text (GAP passages, :mod:`probe.heads.corpus`) for the "natural" types of a text model
    whose tokenizer reads the corpus — random-token probes otherwise (the zoo's toy vocabularies, protein models);
    repeated random blocks, drawn by the corpus' token frequencies, for the "repeated" types; span examples (GAP by
    default, or the templates, or the user's probe file) for the span types, once.
-2. **Scores** streamed from the capture engine (:class:`probe.scores.ScoreSink`), every type of a probe set in one
+2. **Scores** streamed from the capture engine (:class:`probe.heads.scores.ScoreSink`), every type of a probe set in one
    forward.
-3. **Statistics** (:mod:`probe.stats`): chance, clustered bootstrap interval, a one-sided test of the effect over
+3. **Statistics** (:mod:`probe.heads.stats`): chance, clustered bootstrap interval, a one-sided test of the effect over
    ``min_effect`` (mass types: score − chance; accuracy types: paired accuracy gain over the best baseline),
    Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with candidates
    (fixed_offset) choose each head's candidate on half of the examples and are tested on the other half.
-4. **Ablation** (:mod:`probe.ablation`): each labelled head's effect on its type's own loss, against random heads of
+4. **Ablation** (:mod:`probe.heads.ablation`): each labelled head's effect on its type's own loss, against random heads of
    the same layer (``ablation_effect``, ``ablation_z``).
 
-The table's schema is :data:`probe.tables.COLUMNS` (README, "Labelling heads").
+The table's schema is :data:`probe.heads.tables.COLUMNS` (README, "Labelling heads").
 """
 
 from __future__ import annotations
@@ -27,20 +27,9 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 import torch
 
-from probe import stats
 from probe.errors import ProbeError
-from probe.heads import head_name
-from probe.models import ModelKind
-from probe.patterns import (
-    HEAD_TYPES,
-    REGISTRY,
-    SMALL_VOCABULARY,
-    HeadType,
-    HeadTypeSpec,
-    TargetContext,
-    types_for_kind,
-)
-from probe.probesets import (
+from probe.heads import stats
+from probe.heads.probesets import (
     EncodedSpanExample,
     coreference_examples,
     delimiter_ids,
@@ -49,9 +38,20 @@ from probe.probesets import (
     pad_span_batch,
     repeated_blocks,
 )
-from probe.scores import ScoreSink, TypeScores, run_sink, span_words
-from probe.stats import uniform_chance
-from probe.tables import COLUMNS
+from probe.heads.registry import (
+    HEAD_TYPES,
+    REGISTRY,
+    SMALL_VOCABULARY,
+    HeadType,
+    HeadTypeSpec,
+    TargetContext,
+    types_for_kind,
+)
+from probe.heads.scores import ScoreSink, TypeScores, run_sink, span_words
+from probe.heads.stats import uniform_chance
+from probe.heads.tables import COLUMNS
+from probe.models import ModelKind
+from probe.naming import head_name
 
 # Default probe length, capped by the model's positions: the length most pre-training and fine-tuning of
 # encoder and decoder models used (BERT's 90 % phase, sentence-transformers' fine-tuning), and about one GAP passage.
@@ -95,8 +95,8 @@ NOT_IDENTITY = ("batch_size", "block_bytes")
 
 def config_identity(config: LabelConfig) -> dict[str, object]:
     """The fields of `config` that determine the label rows, with the probe file by its content hash (for
-    probe.journal identities: a rerun reuses rows only when this and the model's revision are the same)."""
-    from probe.journal import file_hash
+    probe.runs.journal identities: a rerun reuses rows only when this and the model's revision are the same)."""
+    from probe.runs.journal import file_hash
 
     options = {key: value for key, value in asdict(config).items() if key not in NOT_IDENTITY}
     options["probe_file"] = file_hash(config.probe_file) if config.probe_file else None
@@ -166,7 +166,7 @@ class ProbeSource:
     """Builds a model's probe sets (the corpus is tokenized once per model)."""
 
     def __init__(self, loaded, config: LabelConfig, note: Note | None = None) -> None:
-        from probe import corpus
+        from probe.heads import corpus
 
         self.loaded, self.config = loaded, config
         self.sample = None  # the first SAMPLE_PASSAGES passages: coverage and token frequencies
@@ -179,7 +179,7 @@ class ProbeSource:
             elif note is not None:
                 note(f"{loaded.name}'s tokenizer reads {tokens.unknown_share:.0%} of the natural-text corpus as "
                      "unknown: natural-text types are scored on random-token probes, coreference on the templates")
-        from probe.corpus import token_weights
+        from probe.heads.corpus import token_weights
 
         self.weights = token_weights(loaded.tokenizer, self.sample)
         self.vocabulary = int((self.weights > 0).sum())
@@ -193,7 +193,7 @@ class ProbeSource:
         """Natural text (when the tokenizer reads the corpus) or repeated blocks of `seq_len` tokens."""
         config = self.config
         if self.resolve(probe) == "natural":
-            from probe.corpus import natural_text, tokenize_corpus
+            from probe.heads.corpus import natural_text, tokenize_corpus
 
             if self._passages is None:
                 self._passages = tokenize_corpus(self.loaded.tokenizer)
@@ -211,7 +211,7 @@ class ProbeSource:
         if config.probe_file is not None:
             name, examples = "file", load_probe_file(config.probe_file)
         elif config.coref_set == "gap" or (config.coref_set == "auto" and self.natural):
-            from probe.corpus import gap_examples
+            from probe.heads.corpus import gap_examples
 
             name, examples = "gap", gap_examples(n_examples=config.examples, seed=config.seed)
         else:
@@ -403,7 +403,7 @@ def label_model(
 ) -> pd.DataFrame:
     """Score every head of a loaded model (probe.models.LoadedModel) on the probe sets and label it.
 
-    One row per (seq_len, layer, head, head_type), columns :data:`probe.tables.COLUMNS`; span types have one row
+    One row per (seq_len, layer, head, head_type), columns :data:`probe.heads.tables.COLUMNS`; span types have one row
     per head (seq_len NaN). Accuracy columns are NaN except for accuracy types.
     """
     if config.examples < 1:
@@ -450,7 +450,7 @@ def label_model(
     table["label"] = (table["q_value"] <= config.fdr).fillna(False).astype(bool)
     agree = table.groupby(["layer", "head", "head_type"])["label"].transform("nunique")
     table["stable"] = agree.eq(1)
-    from probe.label_ablation import ablation_columns, merge_ablation
+    from probe.heads.label_ablation import ablation_columns, merge_ablation
 
     effects = ablation_columns(loaded, table, probes_used, config, note)
     return merge_ablation(table, effects).reindex(columns=COLUMNS)

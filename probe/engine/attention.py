@@ -1,4 +1,4 @@
-"""The flash-compatible capture engine.
+"""The attention function registered with transformers: the fused kernel plus α rebuilt from its log-sum-exp.
 
 The model keeps running on a fused attention kernel that also returns the log-sum-exp (LSE) of every query row.
 For the heads some sink asks for, α is rebuilt one query block at a time:
@@ -6,224 +6,22 @@ For the heads some sink asks for, α is rebuilt one query block at a time:
     α(i, j) = exp(scale · q_i · k_j + mask_ij − lse_i)
 
 so no `[layer, head, query, key]` tensor is ever built for all heads, and the model's outputs are the kernel's own.
-
-The engine is registered with transformers' `AttentionInterface` (and `AttentionMaskInterface`, so the model still
-builds its causal / padding / sliding-window masks) under the name ``"probe_capture"``. Use it through
-:func:`capture`, which switches the model to the engine and restores the previous implementation afterwards.
-
-Sinks receive :class:`AttentionBlock` objects; :class:`DenseSink` keeps α of selected heads, and any object with
-``heads_for`` and ``update`` methods (the :class:`Sink` protocol) can reduce blocks as they stream past. A sink that
-needs α only at a few keys per row (head scores need only the target keys) implements :class:`GatherSink` instead:
-the engine then computes those entries alone, O(query · slot) per head, and no dense block at all.
+Outside any capture the function behaves exactly like transformers' sdpa attention.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import math
-import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Sequence
 
 import torch
 from torch import nn
-from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
+from probe.engine.sinks import AttentionBlock
 from probe.errors import ProbeError
-
-ENGINE_NAME = "probe_capture"
-
-# Extra memory allowed for one α block, all selected heads together (bytes). Sets the query block size.
-DEFAULT_BLOCK_BYTES = 32 * 2**20
-# At most this many query rows per block: small blocks let causal attention skip the keys above the diagonal.
-MAX_BLOCK_ROWS = 128
-
-
-@dataclass(frozen=True)
-class AttentionBlock:
-    """α for a block of query rows of one layer, for the heads a sink asked for."""
-
-    step: int  # forward pass within the capture (generate(): one per new token)
-    layer: int
-    heads: tuple[int, ...]  # query-head index of each entry on the head axis of `alpha`
-    query_start: int  # row of this block's first query among this forward's queries
-    n_query: int  # query rows in this forward (all blocks together)
-    query_offset: int  # absolute position of this forward's first query (past length with a KV cache)
-    n_key: int  # keys in this forward
-    # [batch head query key] float32; query = this block's rows. key = all n_key keys, except for sinks that set
-    # `accepts_causal_crop = True`: under a causal mask they get only keys [0, alpha.shape[-1]) and every α beyond
-    # is exactly zero (the engine never computes the masked triangle).
-    alpha: torch.Tensor
-
-
-class Sink(Protocol):
-    """What the engine streams α into."""
-
-    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
-        """Query heads of `layer` this sink wants (empty: none)."""
-        ...
-
-    def update(self, block: AttentionBlock) -> None:
-        """Receive α for one query block; the block's tensor is only valid during the call."""
-        ...
-
-
-# A sink may also set `accepts_causal_crop = True` to receive causal blocks without their all-zero key tail.
-
-
-class GatherSink(Protocol):
-    """A sink that needs α only at a few keys per query row (head scores: the target keys).
-
-    The engine then computes α(i, j) = exp(scale·q_i·k_j + mask_ij − lse_i) at those keys alone — O(query · slot)
-    per head instead of O(query · key) — and never builds a dense block for it. A sink may implement both protocols.
-    """
-
-    def gather_for(self, layer: int, n_heads: int) -> tuple[Sequence[int], torch.Tensor] | None:
-        """(heads, key slots `[batch query slot]` long, −1 = no key) for `layer`, or None."""
-        ...
-
-    def update_gathered(self, layer: int, heads: tuple[int, ...], alpha: torch.Tensor) -> None:
-        """α at the slots, `[batch head query slot]` float32, exactly 0 where the slot is −1."""
-        ...
-
-
-class DenseSink:
-    """Keeps α of the selected layers and heads on the CPU, one tensor per (step, layer).
-
-    `attention(step)` returns `[batch layer head query key]`. With `dtype=torch.float16` it halves memory.
-    """
-
-    def __init__(
-        self,
-        layers: Sequence[int] | None = None,  # None: every layer
-        heads: Sequence[int] | None = None,  # None: every head
-        dtype: torch.dtype = torch.float32,
-    ) -> None:
-        self.layers = None if layers is None else tuple(layers)
-        self.heads = None if heads is None else tuple(heads)
-        self.dtype = dtype
-        self.accepts_causal_crop = True
-        self._store: dict[tuple[int, int], torch.Tensor] = {}
-
-    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
-        if self.layers is not None and layer not in self.layers:
-            return ()
-        return self.heads if self.heads is not None else range(n_heads)
-
-    def update(self, block: AttentionBlock) -> None:
-        buffer = self._store.get((block.step, block.layer))
-        if buffer is None:
-            batch, heads = block.alpha.shape[:2]
-            buffer = torch.zeros(batch, heads, block.n_query, block.n_key, dtype=self.dtype)  # [batch head query key]
-            self._store[(block.step, block.layer)] = buffer
-        rows = slice(block.query_start, block.query_start + block.alpha.shape[2])
-        buffer[:, :, rows, : block.alpha.shape[-1]] = block.alpha.to("cpu", self.dtype)
-
-    @property
-    def steps(self) -> int:
-        return 1 + max((step for step, _ in self._store), default=-1)
-
-    @property
-    def captured_layers(self) -> list[int]:
-        return sorted({layer for _, layer in self._store})
-
-    def attention(self, step: int = 0) -> torch.Tensor:
-        """α of one forward pass: `[batch layer head query key]`, layers in ascending order."""
-        layers = [layer for s, layer in sorted(self._store) if s == step]
-        if not layers:
-            raise ProbeError(f"nothing was captured for step {step}: run the model inside `with capture(...)`")
-        return torch.stack([self._store[(step, layer)] for layer in layers], dim=1)  # [batch layer head query key]
-
-
-@dataclass
-class _Session:
-    """State of one `capture(...)` block: which layer a module is, which sinks listen, how far we are."""
-
-    layer_of_module: dict[int, int]
-    sinks: tuple[Sink | GatherSink, ...]
-    block_bytes: int
-    ablate: torch.Tensor | None = None  # [batch|1 layer head] bool: True = that head's output is zeroed
-    step: int = 0
-    seen_layers: set[int] = field(default_factory=set)
-
-    def next_layer(self, module: nn.Module) -> int:
-        layer = self.layer_of_module.get(id(module))
-        if layer is None:
-            layer = getattr(module, "layer_idx", None)
-        if layer is None:
-            raise ProbeError(f"cannot tell which layer {type(module).__name__} belongs to; capture supports models "
-                             "whose layers sit in one ModuleList of config.num_hidden_layers entries")
-        if layer in self.seen_layers:  # the layer came round again: a new forward pass (generate, loops)
-            self.step += 1
-            self.seen_layers = set()
-        self.seen_layers.add(layer)
-        return layer
-
-
-_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("probe_capture_session", default=None)
-
-
-def register_engine() -> None:
-    """Register the engine's attention and mask functions with transformers (idempotent, cheap)."""
-    AttentionInterface.register(ENGINE_NAME, capture_attention_forward)
-    AttentionMaskInterface.register(ENGINE_NAME, sdpa_mask)
-
-
-def find_layer_list(model: nn.Module) -> nn.ModuleList:
-    """The ModuleList holding the model's transformer layers (config.num_hidden_layers entries)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    n_layers = getattr(config, "num_hidden_layers", None)
-    for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) == n_layers and n_layers:
-            return module
-    raise ProbeError(f"cannot find the {n_layers} transformer layers of {type(model).__name__}; "
-                     "capture supports models whose layers sit in one ModuleList")
-
-
-def _layer_of_module(model: nn.Module) -> dict[int, int]:
-    return {id(sub): index for index, layer in enumerate(find_layer_list(model)) for sub in layer.modules()}
-
-
-@contextlib.contextmanager
-def capture(
-    model: nn.Module,
-    sinks: Sink | GatherSink | Sequence[Sink | GatherSink] = (),
-    block_bytes: int = DEFAULT_BLOCK_BYTES,  # memory budget of one α block (all selected heads)
-    ablate: torch.Tensor | None = None,  # [layer head] or [batch layer head] bool: heads whose output is zeroed
-) -> Iterator[None]:
-    """Run `model` on the capture engine inside the block, streaming α into `sinks` (which may be empty).
-
-    `ablate` zeroes the attention output of the marked heads (before the output projection), per batch row when it
-    has a batch axis: head ablation inside the attention function, no change to the model's code or weights.
-    The model's previous attention implementation is restored on exit, also when the forward raises.
-    """
-    if not getattr(model, "_supports_attention_backend", False):
-        raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
-                         "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
-    register_engine()
-    sinks = (sinks,) if hasattr(sinks, "update") or hasattr(sinks, "update_gathered") else tuple(sinks)
-    session = _Session(_layer_of_module(model), sinks, block_bytes, _ablation_mask(ablate))
-    _switch_to_engine(model)
-    token = _ACTIVE.set(session)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-        _switch_back(model)
-
-
-def _ablation_mask(ablate: torch.Tensor | None) -> torch.Tensor | None:
-    """`ablate` as a bool `[batch|1 layer head]` tensor (checked), or None."""
-    if ablate is None:
-        return None
-    ablate = torch.as_tensor(ablate)
-    if ablate.dtype != torch.bool or ablate.dim() not in (2, 3):
-        raise ProbeError("ablate must be a bool tensor shaped [layer, head] or [batch, layer, head]")
-    return ablate if ablate.dim() == 3 else ablate[None]  # [batch|1 layer head]
 
 
 def _apply_ablation(
@@ -243,53 +41,6 @@ def _apply_ablation(
 # Captures may overlap on one model (threads of a web app): the first one in switches the model to the engine, the
 # last one out restores its previous implementation. Each thread's session lives in a ContextVar, so a forward pass
 # sees only its own sinks, and a forward outside any capture behaves exactly like sdpa.
-# A model and its base_model (or any submodule sharing its config) read the implementation from the same config
-# object, so the config is the capture identity: they share one reference count.
-_SWITCH_LOCK = threading.Lock()
-# id(config) -> (captures open on it, implementation before the first, the module the first one switched)
-_USERS: dict[int, tuple[int, str, nn.Module]] = {}
-
-
-def _capture_identity(model: nn.Module) -> int:
-    return id(model.config)
-
-
-def _switch_to_engine(model: nn.Module) -> None:
-    with _SWITCH_LOCK:
-        key = _capture_identity(model)
-        count, previous, switched = _USERS.get(key, (0, model.config._attn_implementation, model))
-        if count == 0:
-            model.set_attn_implementation(ENGINE_NAME)
-        _USERS[key] = (count + 1, previous, switched)
-
-
-def _switch_back(model: nn.Module) -> None:
-    with _SWITCH_LOCK:
-        key = _capture_identity(model)
-        count, previous, switched = _USERS[key]
-        if count == 1:
-            del _USERS[key]
-            switched.set_attn_implementation(previous)  # undo exactly what the first capture did
-        else:
-            _USERS[key] = (count - 1, previous, switched)
-
-
-def capture_attention(
-    model: nn.Module,
-    inputs: dict[str, torch.Tensor],
-    layers: Sequence[int] | None = None,
-    heads: Sequence[int] | None = None,
-) -> torch.Tensor:
-    """One forward pass; returns α of the chosen layers × heads as `[batch layer head query key]` float32."""
-    sink = DenseSink(layers, heads)
-    with capture(model, sink), torch.inference_mode():
-        model(**inputs)
-    return sink.attention(0)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The attention function
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def capture_attention_forward(

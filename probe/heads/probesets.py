@@ -57,7 +57,7 @@ def special_frame(tokenizer) -> tuple[list[int], list[int]]:
 def content_token_ids(tokenizer) -> torch.Tensor:
     """Every token id of the vocabulary except special ones (<bos>, <pad>, <unk>, [CLS], ...), unused slots
     ([unused17]) and byte-fallback pieces (<0x0A>)."""
-    from probe.corpus import excluded_token_ids
+    from probe.heads.corpus import excluded_token_ids
 
     special = excluded_token_ids(tokenizer)
     ids = [index for index in range(len(tokenizer)) if index not in special]
@@ -72,7 +72,7 @@ def repeated_blocks(
     seq_len: int,
     seed: int,
     block_len: int | None = None,  # None: random per example; an int gives the fixed-period control
-    weights: torch.Tensor | None = None,  # [vocab] token probabilities (probe.corpus.token_weights); None: uniform
+    weights: torch.Tensor | None = None,  # [vocab] token probabilities (probe.heads.corpus.token_weights); None: uniform
 ) -> RepeatedBlocks:
     """Random tokens with one block repeated once: prefix (random length) · block · block · suffix.
 

@@ -65,7 +65,7 @@ class TargetContext:
     repeat_start: torch.Tensor | None = None  # [batch] position of the planted block's first copy (repeated probes)
     repeat_len: torch.Tensor | None = None  # [batch] the planted block's length
     restrict_to_repeat: bool = False  # small vocabulary: repeat targets only inside the planted repeat
-    spans: tuple = ()  # one probe.probesets.EncodedSpanExample per row (span types)
+    spans: tuple = ()  # one probe.heads.probesets.EncodedSpanExample per row (span types)
 
 
 Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset's d) -> [batch query key] bool
@@ -164,7 +164,7 @@ def _induction(ctx: TargetContext) -> Targets:
 def _coreference(ctx: TargetContext) -> Targets:
     batch, n = ctx.input_ids.shape
     if len(ctx.spans) != batch:
-        raise ProbeError("coreference targets need spans: pass encoded span examples (probe.probesets)")
+        raise ProbeError("coreference targets need spans: pass encoded span examples (probe.heads.probesets)")
     pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
     for row, example in enumerate(ctx.spans):
         pattern[row, torch.tensor(example.query_tokens)[:, None], torch.tensor(example.target_tokens)[None, :]] = True
@@ -264,7 +264,7 @@ def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimite
     """The target keys of each query: bool `[query key]`.
 
     `token_ids`: a 1-D sequence of token ids for the token types; for a span type (coreference) an
-    :class:`~probe.probesets.EncodedSpanExample`. `delimiter_ids`: :func:`probe.probesets.delimiter_ids` of the
+    :class:`~probe.heads.probesets.EncodedSpanExample`. `delimiter_ids`: :func:`probe.heads.probesets.delimiter_ids` of the
     model's tokenizer (the delimiter type); `candidate`: fixed_offset's offset (the table's `offset` column).
     """
     if head_type not in REGISTRY:
@@ -272,7 +272,7 @@ def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimite
     if REGISTRY[head_type].probe == "spans":
         example = token_ids
         if not hasattr(example, "query_tokens"):
-            raise ProbeError(f"{head_type} targets need spans: pass an EncodedSpanExample (probe.probesets)")
+            raise ProbeError(f"{head_type} targets need spans: pass an EncodedSpanExample (probe.heads.probesets)")
         ids = torch.tensor(example.input_ids)[None]
         return REGISTRY[head_type].targets(TargetContext(ids, spans=(example,)))[None][0]
     ids = torch.as_tensor(token_ids).long()

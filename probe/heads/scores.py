@@ -1,6 +1,6 @@
 """Per-head scores streamed from the capture engine, and their dense reference definitions.
 
-:class:`ScoreSink` is a capture :class:`~probe.capture.Sink`: it receives α one block of query rows at a time and
+:class:`ScoreSink` is a capture :class:`~probe.engine.Sink`: it receives α one block of query rows at a time and
 keeps, per example, layer and head, only the attention mass on each type's targets — gathered at the target keys
 (a few per row), so scoring costs O(query · targets) per head and never builds `[layer, head, query, key]`.
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
-from probe.capture import DEFAULT_BLOCK_BYTES, AttentionBlock, capture
-from probe.patterns import target_slots
-from probe.probesets import SpanBatch
+from probe.engine import DEFAULT_BLOCK_BYTES, AttentionBlock, capture
+from probe.heads.probesets import SpanBatch
+from probe.heads.registry import target_slots
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dense reference definitions
@@ -164,7 +164,7 @@ class ScoreSink:
             n_keys = words.word_ids.shape[1]
             self.query_rows = torch.zeros(batch, n_layers, n_heads, n_keys, device=device)  # [batch layer head key]
 
-    # Under a causal mask the engine may drop the all-zero keys after a block's last row (see probe.capture).
+    # Under a causal mask the engine may drop the all-zero keys after a block's last row (see probe.engine).
     accepts_causal_crop = True
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:

@@ -1,7 +1,7 @@
 """Causal evidence for head labels: how much a probe's own loss changes when one head's output is zeroed.
 
 For a head h, every probe batch is run twice — clean, and with h's attention output zeroed inside the capture
-engine's attention function (:func:`probe.capture.capture` with ``ablate``; no model surgery). Per example,
+engine's attention function (:func:`probe.engine.capture` with ``ablate``; no model surgery). Per example,
 
     effect(h) = loss(h ablated) − loss(clean)        (positive: the head helps the probe's task)
 
@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from probe.capture import capture
+from probe.engine import capture
 from probe.errors import ProbeError
 from probe.models import ModelKind
 

@@ -10,7 +10,7 @@ the label table of every checkpoint (``revision`` is the weights' identity as al
 with two more columns: ``checkpoint`` (the revision as named, or the directory's name) and ``step`` (from the
 checkpoint's card.json, or the number in its name; empty when unknown).
 
-Every checkpoint is one unit of :mod:`probe.distributed`: finished checkpoints are journalled beside --out as they
+Every checkpoint is one unit of :mod:`probe.runs.ray_executor`: finished checkpoints are journalled beside --out as they
 finish (a killed run resumes after them; --force recomputes), checkpoints that fail (a missing or corrupt
 directory) go to ``OUT.errors.csv`` and the exit code is 2, and the others are labelled all the same.
 """
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from probe.distributed import (
+from probe.errors import ProbeError
+from probe.runs.ray_executor import (
     Unit,
     UnitResult,
     add_ray_options,
@@ -37,8 +38,7 @@ from probe.distributed import (
     results_table,
     run_units,
 )
-from probe.errors import ProbeError
-from probe.units import Checkpoint, LabelTask, make_checkpoint
+from probe.runs.units import Checkpoint, LabelTask, make_checkpoint
 
 SWEEP_COLUMNS = ["checkpoint", "step"]  # added after the label table's own columns
 PLOT_EXTENSIONS = (".html", ".png")
@@ -230,7 +230,7 @@ def _screenshot(browser: str, html: Path, png: Path, width: int, height: int) ->
 def weights_fingerprint(checkpoint: Checkpoint) -> list:
     """Name, size and modification time of a local checkpoint's weight files (cheap: nothing is read), so a
     directory whose weights were replaced is recomputed; [] for hub models (their revision names them)."""
-    from probe.units import local_revision
+    from probe.runs.units import local_revision
 
     directory = local_revision(checkpoint.spec, checkpoint.revision) if checkpoint.revision else None
     if directory is None:
@@ -255,8 +255,8 @@ def run_label(args: argparse.Namespace, config) -> int:
     """`probe label` over checkpoints (--revisions, --models-file) and/or on Ray (--ray); see the module doc.
     Exit code 0 when every checkpoint was labelled, 2 when some failed on bad input, 1 otherwise."""
     from probe.commands.common import output_path, write_atomically
-    from probe.journal import Journal, identity_hash
-    from probe.tables import TABLE_EXTENSIONS, load_table, save_table
+    from probe.heads.tables import TABLE_EXTENSIONS, load_table, save_table
+    from probe.runs.journal import Journal, identity_hash
 
     out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
     if out is not None and out.exists() and out.stat().st_size > 0 and not args.force:
@@ -272,7 +272,7 @@ def run_label(args: argparse.Namespace, config) -> int:
     record = None
     if out is not None:
         journal = Journal(out, force=args.force)
-        from probe.classify import config_identity
+        from probe.heads.label import config_identity
 
         settings = {"config": config_identity(config), "device": args.device, "dtype": args.dtype}
         done, record = journaled(journal, lambda unit: identity_hash(
@@ -295,7 +295,7 @@ def run_label(args: argparse.Namespace, config) -> int:
     table = sweep_table(results)
     computed = [r.table.assign(model=r.key) for r in results if r.ok and not r.cached and r.table is not None]
     if computed:  # one summary per checkpoint, named model@revision
-        from probe.classify import summary_lines
+        from probe.heads.label import summary_lines
 
         for line in summary_lines(pd.concat(computed, ignore_index=True)):
             print(line, file=sys.stderr)

@@ -49,7 +49,7 @@ nine precision columns of its APC(sym(α_c)) map; then the per-sequence measure 
 ``provis_share``: ``far_contact_share`` (of the weights α_c(i, j) ≥ θ on *known* pairs |i−j| ≥ 6, both directions,
 the fraction on contacts; NaN when there is none — local and unknown pairs are left out, so it is not Vig et al.'s
 share), ``far_high_count`` (how many such weights) and ``far_background`` (the contact rate among those pairs);
-then Vig et al.'s counts, shares and backgrounds of :mod:`probe.features` for this one sequence (``n_high``,
+then Vig et al.'s counts, shares and backgrounds of :mod:`probe.proteins.features` for this one sequence (``n_high``,
 ``n_contact``, ``n_binding``, ``n_helix``, ``n_strand``, ``n_coil``, ``{f}_share`` with the minimum count applied,
 ``{f}_background``).
 """
@@ -63,12 +63,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from probe import features as vig
-from probe.capture import AttentionBlock, DenseSink, capture
+from probe.engine import AttentionBlock, DenseSink, capture
 from probe.errors import ProbeError
-from probe.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
-from probe.heads import head_name
 from probe.models import LoadedModel
+from probe.naming import head_name
+from probe.proteins import features as vig
+from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
 
 RANGES: dict[str, tuple[int, int | None]] = {"short": (6, 11), "medium": (12, 23), "long": (24, None)}
 FRACTIONS: dict[str, int] = {"L": 1, "L2": 2, "L5": 5}  # P@L, P@L/2, P@L/5
@@ -350,7 +350,7 @@ class ContactSink:
         return table.sort_values(["layer", "head"], ignore_index=True)
 
     def background_counts(self, b: int = 0) -> dict[str, float]:
-        """Counts behind Vig et al.'s background rates for sequence b (see :func:`probe.features.background_counts`)."""
+        """Counts behind Vig et al.'s background rates for sequence b (see :func:`probe.proteins.features.background_counts`)."""
         state = self.sequences[b]
         return vig.background_counts(_with_contacts(state.features, state.true_map), state.length)
 
@@ -484,7 +484,7 @@ def predict_contacts_batch(
 def predict_contacts(
     loaded: LoadedModel,
     sequence: str,
-    true_map: np.ndarray | None = None,  # [L L] int8 (probe.structure.contact_map(structure, sequence=...))
+    true_map: np.ndarray | None = None,  # [L L] int8 (probe.proteins.structure.contact_map(structure, sequence=...))
     per_head: bool | None = None,  # None: when a true map is given (always for models without a contact head)
     features: ResidueFeatures | None = None,  # binding sites, secondary structure (aligned to the sequence)
     min_attention: float = MIN_ATTENTION,

@@ -1,8 +1,8 @@
-"""The unit functions of `probe label` and `probe contacts`, as tasks :func:`probe.distributed.run_units` runs
+"""The unit functions of `probe label` and `probe contacts`, as tasks :func:`probe.runs.ray_executor.run_units` runs
 in-process or on Ray workers.
 
 * :class:`LabelTask`: one unit = one checkpoint, a (model, revision) :class:`Checkpoint`; the worker loads it and
-  calls ``probe.classify.label_model`` — the function `probe label` calls — and returns its table with two more
+  calls ``probe.heads.label.label_model`` — the function `probe label` calls — and returns its table with two more
   columns, ``checkpoint`` (the revision as the user named it) and ``step`` (its training step when known).
 * :class:`ContactsTask`: one unit = one FASTA record or one structure chain (:class:`ContactUnit`); every unit
   shares one model (loaded once per worker). The structure is read inside the worker, so an unreadable file fails
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from probe.distributed import Unit, UnitOutput, UnitResult
 from probe.errors import ProbeError, first_line
+from probe.runs.ray_executor import Unit, UnitOutput, UnitResult
 
 _STEP = re.compile(r"(?:^|[^a-z])(?:step|checkpoint|global_step|iter)[-_]?(\d+)$", re.IGNORECASE)
 
@@ -111,7 +111,7 @@ def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu", dtype: str | No
 class LabelTask:
     """Label every head of one checkpoint per unit (`probe label`'s work, split by checkpoint)."""
 
-    config: object  # probe.classify.LabelConfig
+    config: object  # probe.heads.label.LabelConfig
     device: str = "cpu"
     dtype: str | None = None
 
@@ -119,7 +119,7 @@ class LabelTask:
         return load_checkpoint(group, self.device, self.dtype)
 
     def run(self, state, payload: Checkpoint) -> UnitOutput:
-        from probe.classify import label_model
+        from probe.heads.label import label_model
 
         table = label_model(state, self.config)
         table["checkpoint"] = payload.name
@@ -128,16 +128,16 @@ class LabelTask:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Contacts: the unit function is probe.contact_sets.analyse_unit (what `probe contacts` calls per unit)
+# Contacts: the unit function is probe.proteins.sets.analyse_unit (what `probe contacts` calls per unit)
 # ---------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ContactsTask:
-    """`probe contacts`' work, one record or structure chain (a probe.contact_sets.UnitSpec) per unit; every unit
+    """`probe contacts`' work, one record or structure chain (a probe.proteins.sets.UnitSpec) per unit; every unit
     shares the model named by the group, loaded once per worker. Returns contact_sets.pack's (table, arrays)."""
 
-    options: object  # probe.contact_sets.ContactOptions (as the command resolved it)
+    options: object  # probe.proteins.sets.ContactOptions (as the command resolved it)
     device: str = "cpu"
     dtype: str | None = None
 
@@ -149,7 +149,7 @@ class ContactsTask:
         return loaded
 
     def run(self, state, payload) -> UnitOutput:
-        from probe import contact_sets
+        from probe.proteins import sets as contact_sets
 
         table, arrays = contact_sets.pack(contact_sets.analyse_unit(state, payload, self.options))
         return UnitOutput(table=table, arrays=arrays)
@@ -168,8 +168,8 @@ def run_contact_units(args, loaded, units, options, outcomes: dict, journal=None
     output, and returned as [(id, one-line error)]; the run goes on without them."""
     import sys
 
-    from probe import contact_sets
-    from probe.distributed import errors_table, ray_options, run_units
+    from probe.proteins import sets as contact_sets
+    from probe.runs.ray_executor import errors_table, ray_options, run_units
 
     todo = [spec for spec in units if spec.key not in outcomes]
     specs = {spec.key: spec for spec in todo}

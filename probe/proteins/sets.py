@@ -1,16 +1,16 @@
 """Contact analysis unit by unit (a FASTA record or a structure chain), and what a set of units adds up to.
 
 The unit functions here are what `probe contacts` runs (and what a distributed runner can run): each unit is
-analysed on its own, persisted in a :class:`probe.journal.Journal` under an identity of everything that determines
+analysed on its own, persisted in a :class:`probe.runs.journal.Journal` under an identity of everything that determines
 its result, and the outputs are built from the units:
 
 * the **per-chain table** (:func:`chain_table`, ``--chains-out``): one row per unit — ``record, id, file, chain,
   length, sequence, structure_hash, ligands``, the nine precision columns of the checkpoint's predicted contacts
   (NaN without a contact regression), ``n_known_{range}`` / ``n_true_{range}`` (known pairs and contacts per range)
-  and the background counts of :func:`probe.features.background_counts` (``n_pairs, n_residues, n_contact_pairs,
+  and the background counts of :func:`probe.proteins.features.background_counts` (``n_pairs, n_residues, n_contact_pairs,
   n_binding_residues, n_helix_residues, n_strand_residues, n_coil_residues``);
 * the **per-head table** (:func:`heads_table`, ``--heads-out``): one row per unit × head, ``record, id`` and the
-  columns of :mod:`probe.contacts`' per-head table;
+  columns of :mod:`probe.proteins.contacts`' per-head table;
 * the **per-head summary** over the set (:func:`summarize_heads`, ``--heads-summary``), see
   :data:`HEAD_SUMMARY_COLUMNS` and :func:`read_heads_summary`.
 """
@@ -25,8 +25,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from probe import features as vig
-from probe.contacts import (
+from probe.errors import ProbeError, first_line
+from probe.models import LoadedModel
+from probe.naming import head_name
+from probe.proteins import features as vig
+from probe.proteins.contacts import (
     FRACTIONS,
     RANGES,
     ContactResult,
@@ -35,11 +38,8 @@ from probe.contacts import (
     predict_contacts,
     predict_contacts_windowed,
 )
-from probe.errors import ProbeError, first_line
-from probe.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
-from probe.heads import head_name
-from probe.models import LoadedModel
-from probe.structure import (
+from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
+from probe.proteins.structure import (
     BINDING_DISTANCE,
     CONTACT_THRESHOLD,
     DEFAULT_CB,
@@ -78,7 +78,7 @@ class UnitSpec:
     sequence: str | None = None  # None: the chain's own residues
     structure: str | None = None  # path of a PDB / mmCIF file
     chain: str | None = None
-    structure_hash: str | None = None  # probe.journal.file_hash of the structure file
+    structure_hash: str | None = None  # probe.runs.journal.file_hash of the structure file
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,7 +131,7 @@ def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
                     ) -> tuple[list[UnitSpec], list[tuple[str, str]]]:
     """(units, skipped): one unit per protein chain of every file (only `chains` where given); files that cannot be
     read, or hold none of the chains, are skipped as (file, reason)."""
-    from probe.journal import file_hash
+    from probe.runs.journal import file_hash
 
     units, skipped = [], []
     wanted = set(chains) if chains else None
@@ -155,7 +155,7 @@ def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
 def record_units(records: Sequence[tuple[str, str]], structure: str | None = None,
                  chain: str | None = None) -> list[UnitSpec]:
     """One unit per (id, sequence) record, keyed "index:id" (ids may repeat); each aligned to `structure` if given."""
-    from probe.journal import file_hash
+    from probe.runs.journal import file_hash
 
     digest = file_hash(structure) if structure else None
     return [UnitSpec(key=f"{index}:{name}", id=name, record=index, sequence=sequence, structure=structure,
@@ -163,8 +163,8 @@ def record_units(records: Sequence[tuple[str, str]], structure: str | None = Non
 
 
 def unit_identity(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> str:
-    """The identity of everything that determines a unit's result (probe.journal.identity_hash)."""
-    from probe.journal import identity_hash
+    """The identity of everything that determines a unit's result (probe.runs.journal.identity_hash)."""
+    from probe.runs.journal import identity_hash
 
     dtype = str(next(loaded.model.parameters()).dtype)
     return identity_hash({"format": FORMAT_VERSION, "model": loaded.name, "revision": loaded.revision,
@@ -267,9 +267,9 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> 
     return pd.concat(tables, ignore_index=True)
 
 
-# Per-head summary columns, in file order. For each precision column c of probe.contacts (p_at_L_long, ...):
+# Per-head summary columns, in file order. For each precision column c of probe.proteins.contacts (p_at_L_long, ...):
 # c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of that mean, proteins
-# resampled with replacement). Then Vig et al.'s pooled counts, shares and backgrounds (probe.features).
+# resampled with replacement). Then Vig et al.'s pooled counts, shares and backgrounds (probe.proteins.features).
 HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
     "layer", "head", "name", "n_proteins", "weight", "logit_share",
     *(f"{column}{suffix}" for column in precision_columns() for suffix in ("", "_low", "_high")),

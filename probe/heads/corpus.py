@@ -26,7 +26,7 @@ from importlib import resources
 import torch
 
 from probe.errors import ProbeError
-from probe.probesets import SpanExample, special_frame
+from probe.heads.probesets import SpanExample, special_frame
 
 SPLITS = ("development", "validation")
 PROBE_SPLIT = "development"  # probes are drawn from here; "validation" is for independent checks

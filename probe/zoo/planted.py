@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from probe.tiny import build_tiny
+from probe.zoo.tiny import build_tiny
 
 # (layer, head) -> head type that `probe label` must find (and nothing else).
 PLANTED_HEADS: dict[tuple[int, int], str] = {(0, 0): "previous_token", (0, 1): "self", (1, 2): "first_token"}

@@ -9,7 +9,7 @@ A type's spec names the positions whose loss its ablation measures (``loss_posit
 * ``query`` (coreference): the pronoun resolution — the loss of the token after the pronoun (causal: the zoo's
   coreference task puts the antecedent's action there), or of the masked pronoun itself (masked LMs).
 
-The effects are computed by :func:`probe.ablation.ablation_effects` (heads zeroed inside the capture engine's
+The effects are computed by :func:`probe.heads.ablation.ablation_effects` (heads zeroed inside the capture engine's
 attention function, batched several heads per forward) against random unlabelled heads of the same layer.
 Models whose checkpoint has no trained LM head (a sentence-embedding BERT loaded with a fresh MLM head) get no
 ablation columns: their loss would measure a random head.
@@ -24,8 +24,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from probe.heads.registry import REGISTRY
 from probe.models import ModelKind
-from probe.patterns import REGISTRY
 
 MASK_SHARE = 0.15  # masked LMs: share of the measured positions that are masked
 
@@ -77,7 +77,7 @@ def loss_batch(loaded, spec_name: str, input_ids: torch.Tensor, attention_mask: 
                repeat_start=None, repeat_len=None, spans=(), seed: int = 0) -> dict[str, torch.Tensor] | None:
     """The ablation batch of one type: `input_ids` (masked where a masked LM is measured), `attention_mask`, and
     `labels` (−100 outside the measured positions). None when a masked LM has no mask token."""
-    from probe.probesets import special_frame
+    from probe.heads.probesets import special_frame
 
     causal = loaded.kind == ModelKind.CAUSAL_LM
     lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full((len(input_ids),),
@@ -114,8 +114,8 @@ def ablation_columns(
 ) -> pd.DataFrame:
     """`[head_type, layer, head, ablation_effect, ablation_z]` for the heads `config.ablate` selects (labelled or all):
     each type's heads ablated on that type's own probes and loss, against same-layer heads that carry no label."""
-    from probe.ablation import ablation_effects
-    from probe.probesets import pad_span_batch
+    from probe.heads.ablation import ablation_effects
+    from probe.heads.probesets import pad_span_batch
 
     columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z"]
     labelled = table[table["label"].astype(bool)]

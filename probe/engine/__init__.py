@@ -1,0 +1,27 @@
+"""The capture engine: the model keeps its fused attention kernel, α is rebuilt from Q, K and the kernel's LSE.
+
+What belongs here: the attention and mask functions registered with transformers (:mod:`~probe.engine.attention`),
+the per-capture session state (:mod:`~probe.engine.session`), the :func:`capture` context manager
+(:mod:`~probe.engine.capture`), the sink protocols (:mod:`~probe.engine.sinks`) and the generic sinks, one per
+module (:mod:`~probe.engine.dense`). Nothing here knows about head types, proteins or files: the engine may import
+only :mod:`probe.errors` and :mod:`probe.naming`; every other part of probe is built on it.
+"""
+
+from probe.engine.capture import capture, capture_attention, find_layer_list, register_engine
+from probe.engine.dense import DenseSink
+from probe.engine.session import DEFAULT_BLOCK_BYTES, ENGINE_NAME, MAX_BLOCK_ROWS
+from probe.engine.sinks import AttentionBlock, GatherSink, Sink
+
+__all__ = [
+    "AttentionBlock",
+    "DEFAULT_BLOCK_BYTES",
+    "DenseSink",
+    "ENGINE_NAME",
+    "GatherSink",
+    "MAX_BLOCK_ROWS",
+    "Sink",
+    "capture",
+    "capture_attention",
+    "find_layer_list",
+    "register_engine",
+]

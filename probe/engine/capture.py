@@ -1,0 +1,131 @@
+"""capture(): switch a model to the engine for a block of code, stream α into sinks, restore the model after.
+
+The engine is registered with transformers' `AttentionInterface` (and `AttentionMaskInterface`, so the model still
+builds its causal / padding / sliding-window masks) under the name ``"probe_capture"``. :func:`capture` switches
+the model to it and restores the previous implementation afterwards; :func:`capture_attention` is the one-call
+form that returns α of chosen heads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from probe.engine.attention import capture_attention_forward
+from probe.engine.dense import DenseSink
+from probe.engine.session import _ACTIVE, DEFAULT_BLOCK_BYTES, ENGINE_NAME, _Session
+from probe.engine.sinks import GatherSink, Sink
+from probe.errors import ProbeError
+
+
+def register_engine() -> None:
+    """Register the engine's attention and mask functions with transformers (idempotent, cheap)."""
+    AttentionInterface.register(ENGINE_NAME, capture_attention_forward)
+    AttentionMaskInterface.register(ENGINE_NAME, sdpa_mask)
+
+
+def find_layer_list(model: nn.Module) -> nn.ModuleList:
+    """The ModuleList holding the model's transformer layers (config.num_hidden_layers entries)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n_layers = getattr(config, "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == n_layers and n_layers:
+            return module
+    raise ProbeError(f"cannot find the {n_layers} transformer layers of {type(model).__name__}; "
+                     "capture supports models whose layers sit in one ModuleList")
+
+
+def _layer_of_module(model: nn.Module) -> dict[int, int]:
+    return {id(sub): index for index, layer in enumerate(find_layer_list(model)) for sub in layer.modules()}
+
+
+@contextlib.contextmanager
+def capture(
+    model: nn.Module,
+    sinks: Sink | GatherSink | Sequence[Sink | GatherSink] = (),
+    block_bytes: int = DEFAULT_BLOCK_BYTES,  # memory budget of one α block (all selected heads)
+    ablate: torch.Tensor | None = None,  # [layer head] or [batch layer head] bool: heads whose output is zeroed
+) -> Iterator[None]:
+    """Run `model` on the capture engine inside the block, streaming α into `sinks` (which may be empty).
+
+    `ablate` zeroes the attention output of the marked heads (before the output projection), per batch row when it
+    has a batch axis: head ablation inside the attention function, no change to the model's code or weights.
+    The model's previous attention implementation is restored on exit, also when the forward raises.
+    """
+    if not getattr(model, "_supports_attention_backend", False):
+        raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
+                         "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
+    register_engine()
+    sinks = (sinks,) if hasattr(sinks, "update") or hasattr(sinks, "update_gathered") else tuple(sinks)
+    session = _Session(_layer_of_module(model), sinks, block_bytes, _ablation_mask(ablate))
+    _switch_to_engine(model)
+    token = _ACTIVE.set(session)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        _switch_back(model)
+
+
+def _ablation_mask(ablate: torch.Tensor | None) -> torch.Tensor | None:
+    """`ablate` as a bool `[batch|1 layer head]` tensor (checked), or None."""
+    if ablate is None:
+        return None
+    ablate = torch.as_tensor(ablate)
+    if ablate.dtype != torch.bool or ablate.dim() not in (2, 3):
+        raise ProbeError("ablate must be a bool tensor shaped [layer, head] or [batch, layer, head]")
+    return ablate if ablate.dim() == 3 else ablate[None]  # [batch|1 layer head]
+
+
+# object, so the config is the capture identity: they share one reference count.
+_SWITCH_LOCK = threading.Lock()
+# id(config) -> (captures open on it, implementation before the first, the module the first one switched)
+_USERS: dict[int, tuple[int, str, nn.Module]] = {}
+
+
+def _capture_identity(model: nn.Module) -> int:
+    return id(model.config)
+
+
+def _switch_to_engine(model: nn.Module) -> None:
+    with _SWITCH_LOCK:
+        key = _capture_identity(model)
+        count, previous, switched = _USERS.get(key, (0, model.config._attn_implementation, model))
+        if count == 0:
+            model.set_attn_implementation(ENGINE_NAME)
+        _USERS[key] = (count + 1, previous, switched)
+
+
+def _switch_back(model: nn.Module) -> None:
+    with _SWITCH_LOCK:
+        key = _capture_identity(model)
+        count, previous, switched = _USERS[key]
+        if count == 1:
+            del _USERS[key]
+            switched.set_attn_implementation(previous)  # undo exactly what the first capture did
+        else:
+            _USERS[key] = (count - 1, previous, switched)
+
+
+def capture_attention(
+    model: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """One forward pass; returns α of the chosen layers × heads as `[batch layer head query key]` float32."""
+    sink = DenseSink(layers, heads)
+    with capture(model, sink), torch.inference_mode():
+        model(**inputs)
+    return sink.attention(0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The attention function
+# ---------------------------------------------------------------------------------------------------------------

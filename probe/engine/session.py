@@ -1,0 +1,51 @@
+"""The state of one open capture: which layer a module is, which sinks listen, which forward pass this is.
+
+:mod:`probe.engine.capture` opens a session; :mod:`probe.engine.attention` reads the one active in the current
+context (a ``ContextVar``, so concurrent captures in several threads see only their own sinks).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from probe.engine.sinks import GatherSink, Sink
+from probe.errors import ProbeError
+
+ENGINE_NAME = "probe_capture"
+
+# Extra memory allowed for one α block, all selected heads together (bytes). Sets the query block size.
+DEFAULT_BLOCK_BYTES = 32 * 2**20
+# At most this many query rows per block: small blocks let causal attention skip the keys above the diagonal.
+MAX_BLOCK_ROWS = 128
+
+
+@dataclass
+class _Session:
+    """State of one `capture(...)` block: which layer a module is, which sinks listen, how far we are."""
+
+    layer_of_module: dict[int, int]
+    sinks: tuple[Sink | GatherSink, ...]
+    block_bytes: int
+    ablate: torch.Tensor | None = None  # [batch|1 layer head] bool: True = that head's output is zeroed
+    step: int = 0
+    seen_layers: set[int] = field(default_factory=set)
+
+    def next_layer(self, module: nn.Module) -> int:
+        layer = self.layer_of_module.get(id(module))
+        if layer is None:
+            layer = getattr(module, "layer_idx", None)
+        if layer is None:
+            raise ProbeError(f"cannot tell which layer {type(module).__name__} belongs to; capture supports models "
+                             "whose layers sit in one ModuleList of config.num_hidden_layers entries")
+        if layer in self.seen_layers:  # the layer came round again: a new forward pass (generate, loops)
+            self.step += 1
+            self.seen_layers = set()
+        self.seen_layers.add(layer)
+        return layer
+
+
+_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("probe_capture_session", default=None)
