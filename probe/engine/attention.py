@@ -47,14 +47,19 @@ def capture_attention_forward(
     module: nn.Module,
     query: torch.Tensor,  # [batch head query dim]
     key: torch.Tensor,  # [batch kv_head key dim]
-    value: torch.Tensor,  # [batch kv_head key dim]
+    value: torch.Tensor,  # [batch kv_head key dim_v]  (MLA: dim_v may differ from dim)
     attention_mask: torch.Tensor | None,  # [batch 1 query key] bool (True = attend) or additive float, or None
     dropout: float = 0.0,
     scaling: float | None = None,
     is_causal: bool | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Registered as "probe_capture": the fused kernel's output, and α of the wanted heads handed to the sinks."""
+    """Registered as "probe_capture": the attention output, and α of the wanted heads handed to the sinks.
+
+    Where the sinks want every head of the layer densely, the output is computed from the same α blocks the sinks
+    receive (one QKᵀ, softmax and α·V per block: capture costs one attention, not a kernel plus a rebuild); otherwise
+    the fused kernel runs and α of the wanted heads is rebuilt from its log-sum-exp.
+    """
     session = _ACTIVE.get()
     if session is None:  # the model was left on the engine outside `capture`: behave exactly like sdpa
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
@@ -63,10 +68,8 @@ def capture_attention_forward(
         raise ProbeError("attention logit soft-capping is not supported by the capture engine")
 
     n_query, n_heads = query.shape[2], query.shape[1]
-    if key.shape[1] != n_heads:  # grouped-query attention: each kv head serves n_heads / kv_heads query heads
-        key = repeat_kv(key, n_heads // key.shape[1])  # [batch head key dim]
-        value = repeat_kv(value, n_heads // value.shape[1])  # [batch head key dim]
-
+    if n_heads % key.shape[1]:
+        raise ProbeError(f"{n_heads} query heads cannot share {key.shape[1]} key/value heads evenly")
     # The same causal rule as transformers' sdpa path: is_causal only when no mask was built and more than one query.
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     is_causal = bool(n_query > 1 and attention_mask is None and is_causal)
@@ -77,14 +80,34 @@ def capture_attention_forward(
     if additive is not None and kwargs.get("position_bias") is not None:
         is_causal = False  # the causal pattern is now inside the additive mask
 
-    output, lse = _fused_attention(query, key, value, additive, is_causal, scale, dropout)  # [batch head query dim]
-
     layer = session.next_layer(module)
-    _stream_alpha(session, layer, query, key, additive, is_causal, scale, lse)
-    _gather_alpha(session, layer, query, key, additive, is_causal, scale, lse)
+    wanted = {sink: tuple(sink.heads_for(layer, n_heads)) for sink in session.sinks if hasattr(sink, "heads_for")}
+    heads = sorted({head for chosen in wanted.values() for head in chosen})
+    _check_heads(heads, layer, n_heads)
+    if heads == list(range(n_heads)) and not (dropout and module.training):
+        # [batch head query dim_v], [batch head query]
+        output, lse = _stream_single_pass(session, layer, wanted, query, key, value, additive, is_causal, scale)
+    else:
+        output, lse = _fused_attention(query, key, value, additive, is_causal, scale, dropout)
+        if heads:
+            _stream_alpha(session, layer, wanted, heads, query, _expand_kv(key, n_heads), additive, is_causal,
+                          scale, lse)
+    if any(hasattr(sink, "gather_for") for sink in session.sinks):
+        _gather_alpha(session, layer, query, _expand_kv(key, n_heads), additive, is_causal, scale, lse)
     if session.ablate is not None:
-        output = _apply_ablation(output, session.ablate, layer)  # [batch head query dim]
-    return output.transpose(1, 2).contiguous(), None  # [batch query head dim]
+        output = _apply_ablation(output, session.ablate, layer)  # [batch head query dim_v]
+    return output.transpose(1, 2).contiguous(), None  # [batch query head dim_v]
+
+
+def _expand_kv(key: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Grouped-query attention: each kv head serves n_heads / kv_heads query heads ([batch head key dim])."""
+    return key if key.shape[1] == n_heads else repeat_kv(key, n_heads // key.shape[1])
+
+
+def _check_heads(heads: Sequence[int], layer: int, n_heads: int) -> None:
+    bad = [head for head in heads if not 0 <= head < n_heads]
+    if bad:
+        raise ProbeError(f"head index {bad[0]} is out of range: layer {layer} has heads 0..{n_heads - 1}")
 
 
 def _additive_mask(
@@ -108,24 +131,39 @@ def _additive_mask(
 
 
 def _fused_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
+    query: torch.Tensor,  # [batch head query dim]
+    key: torch.Tensor,  # [batch kv_head key dim]
+    value: torch.Tensor,  # [batch kv_head key dim_v]
     mask: torch.Tensor | None,
     is_causal: bool,
     scale: float,
     dropout: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output [batch head query dim], lse [batch head query] float32) from a fused kernel, else blockwise torch."""
-    if query.device.type == "cpu":
-        output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            query, key, value, dropout, is_causal, attn_mask=mask, scale=scale
-        )
-        return output, lse.float()
-    if query.device.type == "cuda":
-        with contextlib.suppress(RuntimeError):
-            return _cuda_fused_attention(query, key, value, mask, is_causal, scale, dropout)
-    return _blockwise_attention(query, key, value, mask, is_causal, scale)
+    """(output [batch head query dim_v], lse [batch head query] float32) from a fused kernel, else blockwise torch.
+
+    Shapes a kernel refuses never raise: a value head size that differs from the query/key one (MLA) is zero-padded
+    to it (exact: padded value columns give zero output columns, padded q/k columns add zero to the scores), and
+    anything else the kernel rejects goes to the blockwise path, which also returns the log-sum-exp.
+    """
+    n_heads = query.shape[1]
+    key, value = _expand_kv(key, n_heads), _expand_kv(value, n_heads)  # [batch head key dim|dim_v]
+    dim, dim_v = query.shape[-1], value.shape[-1]
+    if dim_v < dim:
+        value = torch.nn.functional.pad(value, (0, dim - dim_v))  # [batch head key dim]
+    elif dim_v > dim:
+        query = torch.nn.functional.pad(query, (0, dim_v - dim))  # [batch head query dim_v]
+        key = torch.nn.functional.pad(key, (0, dim_v - dim))  # [batch head key dim_v]
+    with contextlib.suppress(RuntimeError):
+        if query.device.type == "cpu":
+            output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                query, key, value, dropout, is_causal, attn_mask=mask, scale=scale
+            )
+            return output[..., :dim_v], lse.float()
+        if query.device.type == "cuda":
+            output, lse = _cuda_fused_attention(query, key, value, mask, is_causal, scale, dropout)
+            return output[..., :dim_v], lse
+    output, lse = _blockwise_attention(query, key, value, mask, is_causal, scale)
+    return output[..., :dim_v], lse
 
 
 def _cuda_fused_attention(query, key, value, mask, is_causal, scale, dropout):
@@ -144,14 +182,15 @@ def _cuda_fused_attention(query, key, value, mask, is_causal, scale, dropout):
 
 
 def _blockwise_attention(query, key, value, mask, is_causal, scale, block_rows: int = 256):
-    """Reference path for devices without an LSE-returning kernel: softmax one query block at a time."""
+    """Reference path for shapes or devices without an LSE-returning kernel: softmax one query block at a time."""
+    key, value = _expand_kv(key, query.shape[1]), _expand_kv(value, query.shape[1])
     outputs, lses = [], []
     for start in range(0, query.shape[2], block_rows):
         rows = slice(start, min(start + block_rows, query.shape[2]))
         scores = _block_scores(query, key, rows, mask, is_causal, scale)  # [batch head block key]
         lse = torch.logsumexp(scores, dim=-1)  # [batch head block]
         probs = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
-        outputs.append((probs @ value.float()).to(query.dtype))  # [batch head block dim]
+        outputs.append((probs @ value.float()).to(query.dtype))  # [batch head block dim_v]
         lses.append(lse)
     return torch.cat(outputs, dim=2), torch.cat(lses, dim=2)
 
@@ -185,9 +224,7 @@ def _select_heads(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """query, key, lse and mask of the chosen heads only (no copy when every head is chosen, in order)."""
     n_heads = query.shape[1]
-    bad = [head for head in heads if not 0 <= head < n_heads]
-    if bad:
-        raise ProbeError(f"head index {bad[0]} is out of range: layer {layer} has heads 0..{n_heads - 1}")
+    _check_heads(heads, layer, n_heads)
     if tuple(heads) == tuple(range(n_heads)):
         return query, key, lse, mask
     index = torch.tensor(list(heads), device=query.device)
@@ -197,9 +234,103 @@ def _select_heads(
     return query.index_select(1, index), key.index_select(1, index), lse.index_select(1, index), mask
 
 
+def _block_rows(session: _Session, n_batch: int, n_heads: int, n_query: int, n_key: int) -> int:
+    """Query rows per α block: the session's byte budget for all selected heads, at most MAX_BLOCK_ROWS."""
+    row_bytes = n_batch * n_heads * n_key * 4
+    return max(1, min(n_query, MAX_BLOCK_ROWS, session.block_bytes // max(row_bytes, 1)))
+
+
+def _causal_bias(block_rows: int, device: torch.device) -> torch.Tensor:
+    """[query key] additive causal mask of the diagonal square of a block: −inf above the diagonal."""
+    return torch.zeros(block_rows, block_rows, device=device).masked_fill_(
+        torch.ones(block_rows, block_rows, dtype=torch.bool, device=device).triu(1), -math.inf
+    )
+
+
+def _hand_out(
+    session: _Session,
+    layer: int,
+    wanted: dict,
+    heads: Sequence[int],
+    start: int,
+    n_query: int,
+    query_offset: int,
+    n_key: int,
+    alpha: torch.Tensor,  # [batch head_sel block key_stop]
+) -> None:
+    """Give one α block to every sink that wants some of its heads (padded to all keys unless it accepts a crop)."""
+    position = {head: index for index, head in enumerate(heads)}
+    for sink, chosen in wanted.items():
+        if not chosen:
+            continue
+        mine = alpha if tuple(chosen) == tuple(heads) else alpha[:, [position[h] for h in chosen]]
+        if mine.shape[-1] < n_key and not getattr(sink, "accepts_causal_crop", False):
+            mine = torch.nn.functional.pad(mine, (0, n_key - mine.shape[-1]))  # [batch head block key]
+        sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, n_key, mine))
+
+
+def _stream_single_pass(
+    session: _Session,
+    layer: int,
+    wanted: dict,
+    query: torch.Tensor,  # [batch head query dim]
+    key: torch.Tensor,  # [batch kv_head key dim]
+    value: torch.Tensor,  # [batch kv_head key dim_v]
+    mask: torch.Tensor | None,  # [batch 1|head query key] additive
+    is_causal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of every head computed block by block from the α the sinks receive: per block of query rows one
+    QKᵀ, a softmax (row max, exp, sum) and α·V. Returns (output [batch head query dim_v] in the query's dtype,
+    lse [batch head query] float32), equal to the fused kernel's within float32 rounding.
+
+    Grouped-query heads are never repeated: the g query heads of one kv head are stacked on the row axis, so one
+    matmul per kv head serves them all (`[batch·kv_head, g·block, key]` is `[batch, head, block, key]` in memory).
+    """
+    n_batch, n_heads, n_query, dim = query.shape
+    n_kv, n_key, dim_v = key.shape[1], key.shape[2], value.shape[-1]
+    group = n_heads // n_kv
+    block_rows = _block_rows(session, n_batch, n_heads, n_query, n_key)
+    query_offset = n_key - n_query  # with a KV cache the queries are the last n_query positions
+    queries = (query.float() * scale).reshape(n_batch * n_kv, group, n_query, dim)  # [batch·kv group query dim]
+    keys_t = key.float().reshape(n_batch * n_kv, n_key, dim).transpose(1, 2)  # [batch·kv dim key]
+    values = value.float().reshape(n_batch * n_kv, n_key, dim_v)  # [batch·kv key dim_v]
+    mask = None if mask is None else mask.float()
+    causal_bias = _causal_bias(block_rows, query.device) if is_causal else None
+    output = torch.empty(n_batch * n_kv, group, n_query, dim_v, device=query.device)  # [batch·kv group query dim_v]
+    lse = torch.empty(n_batch, n_heads, n_query, device=query.device)  # [batch head query]
+    buffer = torch.empty(n_batch * n_heads * block_rows * n_key, device=query.device)
+    heads = tuple(range(n_heads))
+    for start in range(0, n_query, block_rows):
+        stop = min(start + block_rows, n_query)
+        rows = stop - start
+        key_stop = stop if is_causal else n_key  # causal: keys after the block's last query are never computed
+        scores = buffer[: n_batch * n_heads * rows * key_stop].view(n_batch * n_kv, group * rows, key_stop)
+        block_queries = queries[:, :, start:stop].reshape(n_batch * n_kv, group * rows, dim)  # [batch·kv g·block dim]
+        torch.bmm(block_queries, keys_t[..., :key_stop], out=scores)  # [batch·kv group·block key_stop]
+        scores = scores.view(n_batch, n_heads, rows, key_stop)  # [batch head block key_stop]
+        if mask is not None:
+            scores += mask[:, :, start:stop, :key_stop]
+        if causal_bias is not None:
+            scores[..., start:stop] += causal_bias[:rows, :rows]
+        row_max = scores.amax(dim=-1, keepdim=True)  # [batch head block 1]
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))  # fully masked rows
+        alpha = scores.sub_(row_max).exp_()  # unnormalised
+        total = alpha.sum(dim=-1, keepdim=True)  # [batch head block 1]
+        alpha.mul_(torch.where(total > 0, total.reciprocal(), torch.zeros_like(total)))  # [batch head block key_stop]
+        lse[:, :, start:stop] = (row_max + total.log())[..., 0]
+        block_out = torch.bmm(alpha.view(n_batch * n_kv, group * rows, key_stop), values[:, :key_stop])
+        output[:, :, start:stop] = block_out.view(n_batch * n_kv, group, rows, dim_v)
+        _hand_out(session, layer, wanted, heads, start, n_query, query_offset, n_key, alpha)
+    output = output.view(n_batch, n_heads, n_query, dim_v).to(query.dtype)  # [batch head query dim_v]
+    return output, lse
+
+
 def _stream_alpha(
     session: _Session,
     layer: int,
+    wanted: dict,
+    heads: Sequence[int],
     query: torch.Tensor,  # [batch head query dim]
     key: torch.Tensor,  # [batch head key dim]
     mask: torch.Tensor | None,
@@ -207,16 +338,10 @@ def _stream_alpha(
     scale: float,
     lse: torch.Tensor,  # [batch head query]
 ) -> None:
-    """Rebuild α for the heads the sinks want, one query block at a time, and hand each block to the sinks."""
-    n_heads, n_query, n_key = query.shape[1], query.shape[2], key.shape[2]
-    wanted = {sink: tuple(sink.heads_for(layer, n_heads)) for sink in session.sinks if hasattr(sink, "heads_for")}
-    heads = sorted({head for chosen in wanted.values() for head in chosen})
-    if not heads:
-        return
-    position = {head: index for index, head in enumerate(heads)}
+    """Rebuild α for `heads` from the kernel's LSE, one query block at a time, and hand each block to the sinks."""
+    n_query, n_key = query.shape[2], key.shape[2]
     query_sel, key_sel, lse_sel, mask_sel = _select_heads(heads, layer, query, key, lse, mask)
-    row_bytes = query.shape[0] * len(heads) * n_key * 4
-    block_rows = max(1, min(n_query, MAX_BLOCK_ROWS, session.block_bytes // max(row_bytes, 1)))
+    block_rows = _block_rows(session, query.shape[0], len(heads), n_query, n_key)
     query_offset = n_key - n_query  # with a KV cache the queries are the last n_query positions
     batch_heads = query.shape[0] * len(heads)
     # Fold scale and −lse into one matmul: [scale·q, −lse] · [k, 1] = scale·q·k − lse, so α = exp(that + mask).
@@ -227,9 +352,7 @@ def _stream_alpha(
     mask_full = None
     if mask_sel is not None:
         mask_full = mask_sel.float().expand(query.shape[0], len(heads), n_query, n_key)  # [batch head_sel query key]
-    causal_bias = torch.zeros(block_rows, block_rows, device=query.device).masked_fill_(
-        torch.ones(block_rows, block_rows, dtype=torch.bool, device=query.device).triu(1), -math.inf
-    )  # [query key] within the diagonal square of a block
+    causal_bias = _causal_bias(block_rows, query.device)
     # One buffer per call, reused by every block (a contiguous prefix of it), so blocks allocate nothing.
     buffer = torch.empty(batch_heads * block_rows * n_key, device=query.device)
     for start in range(0, n_query, block_rows):
@@ -244,13 +367,7 @@ def _stream_alpha(
         if is_causal:
             scores[..., start:stop] += causal_bias[: stop - start, : stop - start]
         alpha = scores.exp_()  # [batch head_sel block key_stop]
-        for sink, chosen in wanted.items():
-            if not chosen:
-                continue
-            mine = alpha if tuple(chosen) == tuple(heads) else alpha[:, [position[h] for h in chosen]]
-            if mine.shape[-1] < n_key and not getattr(sink, "accepts_causal_crop", False):
-                mine = torch.nn.functional.pad(mine, (0, n_key - mine.shape[-1]))  # [batch head block key]
-            sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, n_key, mine))
+        _hand_out(session, layer, wanted, heads, start, n_query, query_offset, n_key, alpha)
 
 
 def _gather_alpha(
