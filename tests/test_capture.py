@@ -419,3 +419,51 @@ def test_label_model_and_capture_attention_in_threads_equal_single_threaded(tiny
     for alpha in alphas:
         assert torch.equal(alpha, expected_alpha)
     assert loaded.model.config._attn_implementation == before
+
+
+class RowSampler:
+    """A sink that asks for α on a few query rows only (`rows_for`) and keeps what arrives."""
+
+    def __init__(self, rows, heads=None, crop=False):
+        self.rows, self.heads, self.accepts_causal_crop = torch.tensor(rows), heads, crop
+        self.blocks: list[AttentionBlock] = []
+
+    def heads_for(self, layer, n_heads):
+        return self.heads if self.heads is not None else range(n_heads)
+
+    def rows_for(self, layer, n_query):
+        return self.rows
+
+    def update(self, block):
+        self.blocks.append(block)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bert", "llama", "mistral"])
+@pytest.mark.parametrize("heads", [None, [3, 1]])
+def test_sampled_rows_equal_eager(tiny_dir, arch, heads):
+    """A row-sampling sink gets exactly its rows (in blocks that carry them), equal to eager on those rows, while a
+    dense sink in the same capture still gets every row."""
+    loaded = models.load(str(tiny_dir(arch)))
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
+    n = inputs["input_ids"].shape[1]
+    wanted = [n - 1, 0, 7, 3, 7]  # unsorted, repeated: the engine sorts and de-duplicates
+    sampler, dense = RowSampler(wanted, heads, crop=arch == "gpt2"), DenseSink()
+    row_bytes = 2 * 4 * n * 4
+    with capture(loaded.model, [sampler, dense], block_bytes=2 * row_bytes), torch.no_grad():
+        loaded.model(**inputs)
+    reference = eager_attention(loaded.model, inputs)  # [batch layer head query key]
+    assert max_diff(dense.attention(0), reference, inputs["attention_mask"]) <= TOL
+    chosen = heads if heads is not None else list(range(4))
+    for layer in (0, 1):
+        blocks = [b for b in sampler.blocks if b.layer == layer]
+        assert all(len(b.rows) <= 2 * 4 // len(chosen) for b in blocks)  # the block budget holds for sampled rows
+        got = torch.cat([b.rows for b in blocks]).tolist()
+        assert got == sorted(set(wanted))
+        for b in blocks:
+            expected = reference[:, layer][:, chosen][:, :, b.rows, : b.alpha.shape[-1]]  # [batch head block key]
+            valid = inputs["attention_mask"].bool()
+            pairs = valid[:, None, b.rows, None] & valid[:, None, None, : b.alpha.shape[-1]]
+            assert ((b.alpha - expected).abs() * pairs).max() <= TOL
+            assert b.query_start == int(b.rows[0]) and b.heads == tuple(chosen)
+            if arch != "gpt2":
+                assert b.alpha.shape[-1] == n  # not cropped for a sink that does not accept it

@@ -82,6 +82,9 @@ def capture_attention_forward(
 
     layer = session.next_layer(module)
     wanted = {sink: tuple(sink.heads_for(layer, n_heads)) for sink in session.sinks if hasattr(sink, "heads_for")}
+    sampled = {sink: _rows_of(sink, layer, n_query, query.device) for sink in wanted}
+    sampled = {sink: (wanted[sink], rows) for sink, rows in sampled.items() if rows is not None and wanted[sink]}
+    wanted = {sink: chosen for sink, chosen in wanted.items() if sink not in sampled}
     heads = sorted({head for chosen in wanted.values() for head in chosen})
     _check_heads(heads, layer, n_heads)
     if heads == list(range(n_heads)) and not (dropout and module.training):
@@ -92,11 +95,28 @@ def capture_attention_forward(
         if heads:
             _stream_alpha(session, layer, wanted, heads, query, _expand_kv(key, n_heads), additive, is_causal,
                           scale, lse)
+    for sink, (chosen, rows) in sampled.items():
+        _check_heads(chosen, layer, n_heads)
+        _stream_rows(session, layer, sink, chosen, rows, query, key, additive, is_causal, scale, lse)
     if any(hasattr(sink, "gather_for") for sink in session.sinks):
         _gather_alpha(session, layer, query, _expand_kv(key, n_heads), additive, is_causal, scale, lse)
     if session.ablate is not None:
         output = _apply_ablation(output, session.ablate, layer)  # [batch head query dim_v]
     return output.transpose(1, 2).contiguous(), None  # [batch query head dim_v]
+
+
+def _rows_of(sink, layer: int, n_query: int, device: torch.device) -> torch.Tensor | None:
+    """The ascending query rows a sampling sink wants, or None (every row: no sampling)."""
+    if not hasattr(sink, "rows_for"):
+        return None
+    rows = sink.rows_for(layer, n_query)
+    if rows is None:
+        return None
+    rows = torch.unique(torch.as_tensor(rows, dtype=torch.long)).to(device)  # sorted, distinct
+    if len(rows) and (rows[0] < 0 or rows[-1] >= n_query):
+        raise ProbeError(f"rows_for gave row {int(rows[-1] if rows[-1] >= n_query else rows[0])}; "
+                         f"this forward has query rows 0..{n_query - 1}")
+    return None if len(rows) == n_query else rows
 
 
 def _expand_kv(key: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -145,14 +165,14 @@ def _fused_attention(
     to it (exact: padded value columns give zero output columns, padded q/k columns add zero to the scores), and
     anything else the kernel rejects goes to the blockwise path, which also returns the log-sum-exp.
     """
-    n_heads = query.shape[1]
-    key, value = _expand_kv(key, n_heads), _expand_kv(value, n_heads)  # [batch head key dim|dim_v]
-    dim, dim_v = query.shape[-1], value.shape[-1]
-    if dim_v < dim:
-        value = torch.nn.functional.pad(value, (0, dim - dim_v))  # [batch head key dim]
-    elif dim_v > dim:
-        query = torch.nn.functional.pad(query, (0, dim_v - dim))  # [batch head query dim_v]
-        key = torch.nn.functional.pad(key, (0, dim_v - dim))  # [batch head key dim_v]
+    dim_v = value.shape[-1]
+    if query.device.type == "cpu" and dim_v == query.shape[-1]:
+        with contextlib.suppress(RuntimeError):  # the CPU flash kernel takes grouped kv heads as they are
+            output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                query, key, value, dropout, is_causal, attn_mask=mask, scale=scale
+            )
+            return output, lse.float()
+    query, key, value = _same_head_size(query, _expand_kv(key, query.shape[1]), _expand_kv(value, query.shape[1]))
     with contextlib.suppress(RuntimeError):
         if query.device.type == "cpu":
             output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
@@ -164,6 +184,17 @@ def _fused_attention(
             return output[..., :dim_v], lse
     output, lse = _blockwise_attention(query, key, value, mask, is_causal, scale)
     return output[..., :dim_v], lse
+
+
+def _same_head_size(query, key, value):
+    """Zero-pad the value (or query and key) head size so all three match; exact for attention with a given scale."""
+    dim, dim_v = query.shape[-1], value.shape[-1]
+    if dim_v < dim:
+        value = torch.nn.functional.pad(value, (0, dim - dim_v))  # [batch head key dim]
+    elif dim_v > dim:
+        query = torch.nn.functional.pad(query, (0, dim_v - dim))  # [batch head query dim_v]
+        key = torch.nn.functional.pad(key, (0, dim_v - dim))  # [batch head key dim_v]
+    return query, key, value
 
 
 def _cuda_fused_attention(query, key, value, mask, is_causal, scale, dropout):
@@ -318,7 +349,8 @@ def _stream_single_pass(
         alpha = scores.sub_(row_max).exp_()  # unnormalised
         total = alpha.sum(dim=-1, keepdim=True)  # [batch head block 1]
         alpha.mul_(torch.where(total > 0, total.reciprocal(), torch.zeros_like(total)))  # [batch head block key_stop]
-        lse[:, :, start:stop] = (row_max + total.log())[..., 0]
+        # a fully masked row has α = 0 and, as the CPU kernel gives it, lse = 0 (rebuilt α there stays exactly 0)
+        lse[:, :, start:stop] = torch.where(total > 0, row_max + total.log(), torch.zeros_like(total))[..., 0]
         block_out = torch.bmm(alpha.view(n_batch * n_kv, group * rows, key_stop), values[:, :key_stop])
         output[:, :, start:stop] = block_out.view(n_batch * n_kv, group, rows, dim_v)
         _hand_out(session, layer, wanted, heads, start, n_query, query_offset, n_key, alpha)
@@ -368,6 +400,62 @@ def _stream_alpha(
             scores[..., start:stop] += causal_bias[: stop - start, : stop - start]
         alpha = scores.exp_()  # [batch head_sel block key_stop]
         _hand_out(session, layer, wanted, heads, start, n_query, query_offset, n_key, alpha)
+
+
+def _stream_rows(
+    session: _Session,
+    layer: int,
+    sink,
+    heads: Sequence[int],
+    rows: torch.Tensor,  # [row] long, ascending
+    query: torch.Tensor,  # [batch head query dim]
+    key: torch.Tensor,  # [batch kv_head key dim]
+    mask: torch.Tensor | None,  # [batch 1|head query key] additive
+    is_causal: bool,
+    scale: float,
+    lse: torch.Tensor,  # [batch head query]
+) -> None:
+    """α of a sampling sink's rows only, rebuilt from the kernel's LSE in blocks of those rows (causal blocks stop
+    at their last row's key). Grouped kv heads are not repeated when every head is wanted."""
+    n_batch, n_heads, n_query, dim = query.shape
+    n_kv, n_key = key.shape[1], key.shape[2]
+    if not len(rows):
+        return
+    query_offset = n_key - n_query
+    all_heads = tuple(heads) == tuple(range(n_heads))
+    if all_heads:
+        group, kv_heads = n_heads // n_kv, n_kv
+        keys_t = key.float().reshape(n_batch * n_kv, n_key, dim).transpose(1, 2)  # [batch·kv dim key]
+    else:
+        index = torch.tensor(list(heads), device=query.device)
+        group, kv_heads = 1, len(heads)
+        keys_t = _expand_kv(key, n_heads).index_select(1, index).float()  # [batch head_sel key dim]
+        keys_t = keys_t.reshape(n_batch * len(heads), n_key, dim).transpose(1, 2)  # [batch·head_sel dim key]
+    queries = query[:, :, rows] if all_heads else query[:, list(heads)][:, :, rows]  # [batch head_sel row dim]
+    queries = (queries.float() * scale).reshape(n_batch * kv_heads, group, len(rows), dim)
+    lse_rows = lse[:, :, rows] if all_heads else lse[:, list(heads)][:, :, rows]  # [batch head_sel row]
+    block_rows = _block_rows(session, n_batch, len(heads), len(rows), n_key)
+    for start in range(0, len(rows), block_rows):
+        block = rows[start:start + block_rows]  # [block]
+        size = len(block)
+        key_stop = int(block[-1]) + 1 if is_causal else n_key
+        scores = torch.bmm(queries[:, :, start:start + size].reshape(n_batch * kv_heads, group * size, dim),
+                           keys_t[..., :key_stop])  # [batch·kv group·block key_stop]
+        scores = scores.view(n_batch, len(heads), size, key_stop)  # [batch head_sel block key_stop]
+        scores -= lse_rows[:, :, start:start + size, None]
+        if mask is not None:
+            mask_rows = mask[:, :, block, :key_stop]  # [batch 1|head block key_stop]
+            if mask_rows.shape[1] > 1 and not all_heads:
+                mask_rows = mask_rows[:, list(heads)]
+            scores += mask_rows.float()
+        if is_causal:
+            above = torch.arange(key_stop, device=query.device)[None, :] > block[:, None]  # [block key_stop]
+            scores.masked_fill_(above, -math.inf)
+        alpha = scores.exp_()  # [batch head_sel block key_stop]
+        if key_stop < n_key and not getattr(sink, "accepts_causal_crop", False):
+            alpha = torch.nn.functional.pad(alpha, (0, n_key - key_stop))  # [batch head_sel block key]
+        sink.update(AttentionBlock(session.step, layer, tuple(heads), int(block[0]), n_query, query_offset, n_key,
+                                   alpha, rows=block))
 
 
 def _gather_alpha(

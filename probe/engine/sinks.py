@@ -30,6 +30,9 @@ class AttentionBlock:
     # `accepts_causal_crop = True`: under a causal mask they get only keys [0, alpha.shape[-1]) and every α beyond
     # is exactly zero (the engine never computes the masked triangle).
     alpha: torch.Tensor
+    # Rows of a sink that sampled its query rows (`rows_for`): this block's row indices among the forward's queries,
+    # `[block]` long, ascending (query_start is then rows[0]). None: the rows query_start, query_start + 1, ...
+    rows: torch.Tensor | None = None
 
 
 class Sink(Protocol):
@@ -44,7 +47,10 @@ class Sink(Protocol):
         ...
 
 
-# A sink may also set `accepts_causal_crop = True` to receive causal blocks without their all-zero key tail.
+# A sink may also set `accepts_causal_crop = True` to receive causal blocks without their all-zero key tail, and
+# implement `rows_for(layer, n_query) -> LongTensor [rows] | None` to receive α on those query rows only (ascending,
+# in blocks that carry `rows`; None or every row: the ordinary blocks). The engine then keeps the fused kernel and
+# rebuilds α of the chosen rows alone — a per-row statistic averaged over a row sample costs a fraction of a forward.
 
 
 class GatherSink(Protocol):
