@@ -423,34 +423,35 @@ def _stream_rows(
         return
     query_offset = n_key - n_query
     all_heads = tuple(heads) == tuple(range(n_heads))
-    if all_heads:
-        group, kv_heads = n_heads // n_kv, n_kv
-        keys_t = key.float().reshape(n_batch * n_kv, n_key, dim).transpose(1, 2)  # [batch·kv dim key]
+    if all_heads:  # grouped: the g query heads of a kv head are stacked on the row axis of one matmul
+        group, kv_heads, keys = n_heads // n_kv, n_kv, key
     else:
-        index = torch.tensor(list(heads), device=query.device)
         group, kv_heads = 1, len(heads)
-        keys_t = _expand_kv(key, n_heads).index_select(1, index).float()  # [batch head_sel key dim]
-        keys_t = keys_t.reshape(n_batch * len(heads), n_key, dim).transpose(1, 2)  # [batch·head_sel dim key]
-    queries = query[:, :, rows] if all_heads else query[:, list(heads)][:, :, rows]  # [batch head_sel row dim]
-    queries = (queries.float() * scale).reshape(n_batch * kv_heads, group, len(rows), dim)
-    lse_rows = lse[:, :, rows] if all_heads else lse[:, list(heads)][:, :, rows]  # [batch head_sel row]
+        keys = _expand_kv(key, n_heads).index_select(1, torch.tensor(list(heads), device=query.device))
+    # Fold −lse into the matmul: [scale·q, −lse] · [k, 1] = scale·q·k − lse, so α = exp(that + mask).
+    ones = torch.ones(*keys.shape[:-1], 1, device=query.device)
+    keys_t = torch.cat([keys.float(), ones], dim=-1).reshape(n_batch * kv_heads, n_key, dim + 1).transpose(1, 2)
+    chosen = query if all_heads else query[:, list(heads)]  # [batch head_sel query dim]
+    lse_rows = (lse if all_heads else lse[:, list(heads)])[:, :, rows]  # [batch head_sel row]
+    queries = torch.cat([chosen[:, :, rows].float() * scale, -lse_rows[..., None]], dim=-1)  # [batch hs row dim+1]
+    queries = queries.reshape(n_batch * kv_heads, group, len(rows), dim + 1)  # [batch·kv group row dim+1]
     block_rows = _block_rows(session, n_batch, len(heads), len(rows), n_key)
     for start in range(0, len(rows), block_rows):
         block = rows[start:start + block_rows]  # [block]
         size = len(block)
         key_stop = int(block[-1]) + 1 if is_causal else n_key
-        scores = torch.bmm(queries[:, :, start:start + size].reshape(n_batch * kv_heads, group * size, dim),
+        scores = torch.bmm(queries[:, :, start:start + size].reshape(n_batch * kv_heads, group * size, dim + 1),
                            keys_t[..., :key_stop])  # [batch·kv group·block key_stop]
         scores = scores.view(n_batch, len(heads), size, key_stop)  # [batch head_sel block key_stop]
-        scores -= lse_rows[:, :, start:start + size, None]
         if mask is not None:
             mask_rows = mask[:, :, block, :key_stop]  # [batch 1|head block key_stop]
             if mask_rows.shape[1] > 1 and not all_heads:
                 mask_rows = mask_rows[:, list(heads)]
             scores += mask_rows.float()
-        if is_causal:
-            above = torch.arange(key_stop, device=query.device)[None, :] > block[:, None]  # [block key_stop]
-            scores.masked_fill_(above, -math.inf)
+        if is_causal:  # only keys after the block's first row can lie above a row's diagonal
+            low = int(block[0]) + 1
+            above = torch.arange(low, key_stop, device=query.device)[None, :] > block[:, None]  # [block key]
+            scores[..., low:].masked_fill_(above, -math.inf)
         alpha = scores.exp_()  # [batch head_sel block key_stop]
         if key_stop < n_key and not getattr(sink, "accepts_causal_crop", False):
             alpha = torch.nn.functional.pad(alpha, (0, n_key - key_stop))  # [batch head_sel block key]

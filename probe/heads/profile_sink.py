@@ -45,28 +45,21 @@ def row_statistics(
     α at key i − (m − max_offset) (0 where there is no such key).
     """
     n_batch, n_heads, n_rows, n_key = alpha.shape
-    alpha = alpha.double()
     positions = positions.to(alpha.device)
     if positions.shape != (n_rows,) or (n_rows and int(positions.max()) >= n_key):
         raise ProbeError(f"positions {tuple(positions.shape)} do not fit a block of {n_rows} rows × {n_key} keys")
-    expand = (n_batch, n_heads, n_rows, n_key)
-    distance = torch.arange(n_key, device=alpha.device)  # [distance]
-    left = positions[:, None] - distance[None, :]  # [row distance]: the key at distance d before the query
-    right = positions[:, None] + distance[None, :]  # [row distance]: the key at distance d after it
-    by_distance = alpha.gather(-1, left.clamp(0, n_key - 1).expand(expand)) * (left >= 0)  # [batch head row d]
-    after = alpha.gather(-1, right.clamp(max=n_key - 1).expand(expand)) * ((right < n_key) & (distance > 0))
-    by_distance += after  # mass at each distance |i − j|, both sides
-    del after
-    total = alpha.sum(-1)  # [batch head row], 1 up to rounding
-    stats = {"mean_distance": (by_distance @ distance.double()) / total}
-    cdf = by_distance.cumsum_(-1)  # [batch head row distance]: mass within distance ≤ d
-    median = torch.searchsorted(cdf, (0.5 * total)[..., None].contiguous())[..., 0]  # first d with cdf ≥ half
-    stats["median_distance"] = median.clamp(max=n_key - 1).double()
-    stats["entropy"] = torch.special.entr(alpha).sum(-1)
+    alpha = alpha.float()
+    cdf = alpha.cumsum(-1)  # [batch head row key]: mass on keys ≤ j
+    total = cdf[..., -1]  # [batch head row], 1 up to rounding
+    at_query = cdf.gather(-1, positions.view(1, 1, -1, 1).expand(n_batch, n_heads, n_rows, 1))[..., 0]
+    if torch.equal(at_query, total):  # nothing after any query (causal): distances are query − key
+        stats = _causal_distances(alpha, cdf, total, positions, windows)
+    else:
+        del cdf
+        stats = _two_sided_distances(alpha, total, positions, windows)
+    stats["entropy"] = -torch.xlogy(alpha, alpha).sum(-1)  # 0 · log 0 = 0
     sink = min(windows.sink_tokens, n_key)
     stats["sink_mass"] = alpha[..., :sink].sum(-1)
-    window = min(windows.window, n_key)
-    stats["local_mass"] = cdf[..., window - 1] if window > 0 else torch.zeros_like(total)
     near = (positions[:, None] - torch.arange(sink, device=alpha.device)[None, :]).abs() < windows.window
     overlap = (alpha[..., :sink] * near).sum(-1)  # sink keys that are also inside the window
     stats["streaming_mass"] = stats["sink_mass"] + stats["local_mass"] - overlap
@@ -76,7 +69,41 @@ def row_statistics(
     keys = positions[:, None] - offset[None, :]  # [row offset]
     present = (keys >= 0) & (keys < n_key)
     offsets = alpha.gather(-1, keys.clamp(0, n_key - 1).expand(n_batch, n_heads, n_rows, len(offset))) * present
-    return stats, offsets
+    return {name: value.double() for name, value in stats.items()}, offsets.double()
+
+
+def _causal_distances(alpha, cdf, total, positions, windows: RowWindows) -> dict[str, torch.Tensor]:
+    """Rows with no key after the query: mean = i − Σ α_j j; the lower weighted median i − c with c the number of
+    keys whose prefix mass is ≤ half (so the keys at distance ≤ i − c hold at least half); window mass from the
+    prefix sums at i and i − window."""
+    n_batch, n_heads, n_rows, n_key = alpha.shape
+    keys = torch.arange(n_key, device=alpha.device, dtype=alpha.dtype)
+    mean = positions.to(alpha.dtype) * total - alpha @ keys  # [batch head row] Σ α (i − j)
+    count = torch.searchsorted(cdf, (0.5 * total)[..., None].contiguous(), right=True)[..., 0]  # [batch head row]
+    median = (positions - count).clamp(min=0)
+    edge = positions - windows.window  # the last key outside the window, −1 or less: none
+    outside = cdf.gather(-1, edge.clamp(min=0).view(1, 1, -1, 1).expand(n_batch, n_heads, n_rows, 1))[..., 0]
+    local = total - torch.where(edge >= 0, outside, torch.zeros_like(outside))
+    return {"mean_distance": mean / total, "median_distance": median.to(alpha.dtype), "local_mass": local}
+
+
+def _two_sided_distances(alpha, total, positions, windows: RowWindows) -> dict[str, torch.Tensor]:
+    """Any rows: the mass at each distance |i − j| (both sides gathered), its prefix sums give the median and the
+    window mass."""
+    n_batch, n_heads, n_rows, n_key = alpha.shape
+    expand = (n_batch, n_heads, n_rows, n_key)
+    distance = torch.arange(n_key, device=alpha.device)  # [distance]
+    left = positions[:, None] - distance[None, :]  # [row distance]: the key at distance d before the query
+    right = positions[:, None] + distance[None, :]  # [row distance]: the key at distance d after it
+    by_distance = alpha.gather(-1, left.clamp(0, n_key - 1).expand(expand)) * (left >= 0)  # [batch head row d]
+    by_distance += alpha.gather(-1, right.clamp(max=n_key - 1).expand(expand)) * ((right < n_key) & (distance > 0))
+    mean = (by_distance @ distance.to(alpha.dtype)) / total
+    cdf = by_distance.cumsum_(-1)  # [batch head row distance]: mass within distance ≤ d
+    median = torch.searchsorted(cdf, (0.5 * total)[..., None].contiguous())[..., 0]  # first d with cdf ≥ half
+    window = min(windows.window, n_key)
+    local = cdf[..., window - 1] if window > 0 else torch.zeros_like(total)
+    return {"mean_distance": mean, "median_distance": median.clamp(max=n_key - 1).to(alpha.dtype),
+            "local_mass": local}
 
 
 class ProfileSink:

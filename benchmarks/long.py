@@ -1,0 +1,178 @@
+"""Benchmark: head profiles at long context — plain sdpa forward vs `probe profile` vs eager `output_attentions`.
+
+A Llama-style GQA model with RoPE and random weights (8 layers × 16 heads, 4 KV heads, hidden 256, head size 16,
+MLP 512, vocabulary 512), one input of N random tokens, N = 4K, 16K, 32K:
+
+  (a) plain    — the model's sdpa forward, nothing captured
+  (b) profile  — `probe.heads.profile.head_profiles` on that input (every statistic for all 128 heads, the
+                 default 1024 stratified query rows, bootstrap and table included)
+  (c) eager    — eager attention with output_attentions=True, run only where the 8 layers' [16, N, N] float32
+                 weights fit under --eager-limit-gib; elsewhere the allocation it would need is reported
+
+Times: plain and profile alternate --repeats rounds in one subprocess after a warm-up (a shared machine's load then
+hits both alike); each round's ratio is printed. Peak RSS: each (variant, N) in its own subprocess (ru_maxrss, the
+whole process). Run:
+
+    python benchmarks/long.py                       # N = 4096, 16384, 32768
+    python benchmarks/long.py --lengths 4096 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+LAYERS, HEADS, KV_HEADS, HIDDEN, MLP, VOCAB = 8, 16, 4, 256, 512, 512
+
+
+def _eager_bytes(n_tokens: int) -> int:
+    """What output_attentions returns: one [1, heads, N, N] float32 tensor per layer, all kept."""
+    return LAYERS * HEADS * n_tokens * n_tokens * 4
+
+
+def _setup(n_tokens: int, threads: int, model_dir: str):
+    import torch
+
+    from probe import models
+
+    torch.set_num_threads(threads)
+    loaded = models.load(model_dir)
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, VOCAB, (1, n_tokens), generator=generator)
+    return loaded, input_ids
+
+
+def _forward(variant: str, loaded, input_ids) -> None:
+    import torch
+
+    from probe.heads.profile import ProfileConfig, head_profiles
+
+    if variant == "plain":
+        with torch.inference_mode():
+            loaded.model(input_ids=input_ids)
+    elif variant == "profile":
+        table = head_profiles(loaded, [input_ids], ProfileConfig(seq_len=input_ids.shape[1], n_bootstrap=200))
+        assert len(table) == LAYERS * HEADS
+    else:
+        model = loaded.model
+        previous = model.config._attn_implementation
+        model.set_attn_implementation("eager")
+        try:
+            with torch.inference_mode():
+                assert len(model(input_ids=input_ids, output_attentions=True).attentions) == LAYERS
+        finally:
+            model.set_attn_implementation(previous)
+
+
+def measure_time(n_tokens: int, repeats: int, threads: int, model_dir: str) -> dict:
+    loaded, input_ids = _setup(n_tokens, threads, model_dir)
+    variants = ("plain", "profile")
+    for variant in variants:
+        _forward(variant, loaded, input_ids)
+    times = {variant: [] for variant in variants}
+    for _ in range(repeats):
+        for variant in variants:
+            start = time.perf_counter()
+            _forward(variant, loaded, input_ids)
+            times[variant].append(time.perf_counter() - start)
+    return {"n": n_tokens, "times": times}
+
+
+def measure_peak(variant: str, n_tokens: int, threads: int, model_dir: str) -> dict:
+    loaded, input_ids = _setup(n_tokens, threads, model_dir)
+    loaded_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    _forward(variant, loaded, input_ids)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"variant": variant, "n": n_tokens, "peak_mib": peak, "loaded_mib": loaded_mib}
+
+
+def run_child(mode: str, n_tokens: int, repeats: int, threads: int, model_dir: str) -> dict:
+    command = [sys.executable, __file__, "--child", mode, "--lengths", str(n_tokens), "--repeats", str(repeats),
+               "--threads", str(threads), "--model-dir", model_dir]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def build_model(directory: str) -> None:
+    import torch
+    import transformers
+
+    from probe.zoo.tiny import DEMO_WORDS, word_tokenizer
+
+    tokenizer = word_tokenizer(DEMO_WORDS + [f"w{index}" for index in range(VOCAB)], bos_token="<bos>")
+    config = transformers.LlamaConfig(
+        vocab_size=max(VOCAB, len(tokenizer)), hidden_size=HIDDEN, intermediate_size=MLP, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=32768 + 8,
+        pad_token_id=1, bos_token_id=None, eos_token_id=None,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+def table(timings: dict, peaks: dict, limit_gib: float) -> str:
+    lines = ["| N | plain s | profile s | profile/plain time | plain peak MiB | profile peak MiB | profile/plain peak | "
+             "eager output_attentions |", "|---|---|---|---|---|---|---|---|"]
+    for n in sorted(timings):
+        times = timings[n]["times"]
+        plain, profile = statistics.median(times["plain"]), statistics.median(times["profile"])
+        pa, pb = peaks[n]["plain"]["peak_mib"], peaks[n]["profile"]["peak_mib"]
+        need = _eager_bytes(n) / 2**30
+        if "eager" in peaks[n] and "error" not in peaks[n]["eager"]:
+            eager = f"peak {peaks[n]['eager']['peak_mib']:.0f} MiB ({peaks[n]['eager']['peak_mib'] / pa:.1f}×)"
+        else:
+            eager = f"not run: its weights alone need {need:.1f} GiB (> {limit_gib:g} GiB)"
+        lines.append(f"| {n} | {plain:.1f} | {profile:.1f} | **{profile / plain:.2f}** | {pa:.0f} | {pb:.0f} | "
+                     f"**{pb / pa:.2f}** | {eager} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", default="4096,16384,32768", help="comma-separated sequence lengths")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating timed rounds (median reported)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads in each child")
+    parser.add_argument("--eager-limit-gib", type=float, default=4.0,
+                        help="run eager output_attentions only where its weights fit under this (GiB)")
+    parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    lengths = [int(x) for x in args.lengths.split(",")]
+    if args.child:
+        if args.child == "time":
+            result = measure_time(lengths[0], args.repeats, args.threads, args.model_dir)
+        else:
+            result = measure_peak(args.child, lengths[0], args.threads, args.model_dir)
+        print(json.dumps(result))
+        return
+    timings, peaks = {}, {}
+    with tempfile.TemporaryDirectory() as scratch:
+        build_model(scratch)
+        for n in lengths:
+            variants = ["plain", "profile"] + (["eager"] if _eager_bytes(n) <= args.eager_limit_gib * 2**30 else [])
+            peaks[n] = {variant: run_child(variant, n, args.repeats, args.threads, scratch) for variant in variants}
+            timings[n] = run_child("time", n, args.repeats, args.threads, scratch)
+            print(f"N={n}: {timings[n]} {peaks[n]}", file=sys.stderr)
+            if "error" in timings[n] or any("error" in peaks[n][v] for v in ("plain", "profile")):
+                sys.exit(f"N={n} failed: {timings[n]} {peaks[n]}")
+            ratios = [b / a for a, b in zip(timings[n]["times"]["plain"], timings[n]["times"]["profile"], strict=True)]
+            print(f"N={n}: profile/plain time per round: {', '.join(f'{r:.2f}' for r in ratios)} "
+                  f"(pairs: {timings[n]['times']})", file=sys.stderr)
+    print(table(timings, peaks, args.eager_limit_gib))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"timings": timings, "peaks": peaks}, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
