@@ -467,3 +467,47 @@ def test_sampled_rows_equal_eager(tiny_dir, arch, heads):
             assert b.query_start == int(b.rows[0]) and b.heads == tuple(chosen)
             if arch != "gpt2":
                 assert b.alpha.shape[-1] == n  # not cropped for a sink that does not accept it
+
+
+class EntropyRecorder:
+    """Keeps the engine's per-row entropy of every block (optionally on sampled rows)."""
+
+    wants_entropy = True
+
+    def __init__(self, rows=None):
+        self.rows, self.got = rows, []
+
+    def heads_for(self, layer, n_heads):
+        return range(n_heads)
+
+    def rows_for(self, layer, n_query):
+        return self.rows
+
+    def update(self, block):
+        rows = block.rows if block.rows is not None else torch.arange(block.query_start,
+                                                                       block.query_start + block.alpha.shape[2])
+        self.got.append((block.layer, rows, block.entropy))
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bert", "llama", "prott5"])
+@pytest.mark.parametrize("sampled", [False, True])
+def test_engine_row_entropy_equals_eager(tiny_dir, arch, sampled):
+    """block.entropy (lse − scale·q·Σαk − Σα·bias, no logarithm) equals −Σ α log α of eager attention; prott5 has
+    T5's finite position bias in the mask, BERT a padding mask."""
+    loaded = models.load(str(tiny_dir(arch)))
+    if arch == "prott5":
+        inputs = dict(loaded.tokenizer(["M K T A Y I A K Q R", "M K T"], return_tensors="pt", padding=True))
+    else:
+        inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
+    recorder = EntropyRecorder(torch.tensor([0, 2, 5]) if sampled else None)
+    with capture(loaded.model, recorder), torch.no_grad():
+        loaded.model(**inputs)
+    reference = eager_attention(loaded.model, inputs).double()  # [batch layer head query key]
+    expected = -torch.xlogy(reference, reference).sum(-1)  # [batch layer head query]
+    valid = inputs["attention_mask"].bool()
+    assert recorder.got
+    for layer, rows, entropy in recorder.got:
+        assert entropy is not None
+        keep = valid[:, rows][:, None]  # [batch 1 block]
+        assert ((entropy.double() - expected[:, layer][:, :, rows]).abs() * keep).max() <= TOL
+    assert expected.max() > 0.5

@@ -288,16 +288,34 @@ def _hand_out(
     query_offset: int,
     n_key: int,
     alpha: torch.Tensor,  # [batch head_sel block key_stop]
+    entropy: torch.Tensor | None = None,  # [batch head_sel block]
 ) -> None:
     """Give one α block to every sink that wants some of its heads (padded to all keys unless it accepts a crop)."""
     position = {head: index for index, head in enumerate(heads)}
     for sink, chosen in wanted.items():
         if not chosen:
             continue
-        mine = alpha if tuple(chosen) == tuple(heads) else alpha[:, [position[h] for h in chosen]]
+        same = tuple(chosen) == tuple(heads)
+        index = None if same else [position[h] for h in chosen]
+        mine = alpha if same else alpha[:, index]
         if mine.shape[-1] < n_key and not getattr(sink, "accepts_causal_crop", False):
             mine = torch.nn.functional.pad(mine, (0, n_key - mine.shape[-1]))  # [batch head block key]
-        sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, n_key, mine))
+        rows_entropy = None if entropy is None else (entropy if same else entropy[:, index])
+        sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, n_key, mine,
+                                   entropy=rows_entropy))
+
+
+def _wants_entropy(sinks) -> bool:
+    return any(getattr(sink, "wants_entropy", False) for sink in sinks)
+
+
+def _mask_bias(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The finite part of an additive mask when it has one (ALiBi, T5 position bias), else None (0/−inf masks).
+    Row entropy then subtracts Σ α·bias."""
+    if mask is None:
+        return None
+    bias = mask.float().masked_fill(torch.isinf(mask), 0.0)
+    return bias if bool(bias.any()) else None
 
 
 def _stream_single_pass(
@@ -326,6 +344,10 @@ def _stream_single_pass(
     queries = (query.float() * scale).reshape(n_batch * n_kv, group, n_query, dim)  # [batch·kv group query dim]
     keys_t = key.float().reshape(n_batch * n_kv, n_key, dim).transpose(1, 2)  # [batch·kv dim key]
     values = value.float().reshape(n_batch * n_kv, n_key, dim_v)  # [batch·kv key dim_v]
+    entropy_wanted = _wants_entropy(wanted)
+    if entropy_wanted:  # one α·[V | K] product gives the output and αK, from which the row entropy follows
+        values = torch.cat([values, key.float().reshape(n_batch * n_kv, n_key, dim)], dim=-1)  # [b·kv key dv+d]
+        bias = _mask_bias(mask)
     mask = None if mask is None else mask.float()
     causal_bias = _causal_bias(block_rows, query.device) if is_causal else None
     output = torch.empty(n_batch * n_kv, group, n_query, dim_v, device=query.device)  # [batch·kv group query dim_v]
@@ -352,8 +374,14 @@ def _stream_single_pass(
         # a fully masked row has α = 0 and, as the CPU kernel gives it, lse = 0 (rebuilt α there stays exactly 0)
         lse[:, :, start:stop] = torch.where(total > 0, row_max + total.log(), torch.zeros_like(total))[..., 0]
         block_out = torch.bmm(alpha.view(n_batch * n_kv, group * rows, key_stop), values[:, :key_stop])
-        output[:, :, start:stop] = block_out.view(n_batch * n_kv, group, rows, dim_v)
-        _hand_out(session, layer, wanted, heads, start, n_query, query_offset, n_key, alpha)
+        output[:, :, start:stop] = block_out[..., :dim_v].view(n_batch * n_kv, group, rows, dim_v)
+        entropy = None
+        if entropy_wanted:  # −Σ α log α = lse − Σ α·(scale·q·k) − Σ α·bias
+            products = (block_out[..., dim_v:] * block_queries).sum(-1).view(n_batch, n_heads, rows)
+            entropy = lse[:, :, start:stop] - products
+            if bias is not None:
+                entropy -= (alpha * bias[:, :, start:stop, :key_stop]).sum(-1)
+        _hand_out(session, layer, wanted, heads, start, n_query, query_offset, n_key, alpha, entropy)
     output = output.view(n_batch, n_heads, n_query, dim_v).to(query.dtype)  # [batch head query dim_v]
     return output, lse
 
@@ -436,12 +464,16 @@ def _stream_rows(
     queries = torch.cat([chosen[:, :, rows].float() * scale, -lse_rows[..., None]], dim=-1)  # [batch hs row dim+1]
     queries = queries.reshape(n_batch * kv_heads, group, len(rows), dim + 1)  # [batch·kv group row dim+1]
     block_rows = _block_rows(session, n_batch, len(heads), len(rows), n_key)
+    entropy_wanted = getattr(sink, "wants_entropy", False)
+    if entropy_wanted:
+        keys_plain = keys.float().reshape(n_batch * kv_heads, n_key, dim)  # [batch·kv key dim]
+        bias = _mask_bias(mask)
     for start in range(0, len(rows), block_rows):
         block = rows[start:start + block_rows]  # [block]
         size = len(block)
         key_stop = int(block[-1]) + 1 if is_causal else n_key
-        scores = torch.bmm(queries[:, :, start:start + size].reshape(n_batch * kv_heads, group * size, dim + 1),
-                           keys_t[..., :key_stop])  # [batch·kv group·block key_stop]
+        block_queries = queries[:, :, start:start + size].reshape(n_batch * kv_heads, group * size, dim + 1)
+        scores = torch.bmm(block_queries, keys_t[..., :key_stop])  # [batch·kv group·block key_stop]
         scores = scores.view(n_batch, len(heads), size, key_stop)  # [batch head_sel block key_stop]
         if mask is not None:
             mask_rows = mask[:, :, block, :key_stop]  # [batch 1|head block key_stop]
@@ -453,10 +485,19 @@ def _stream_rows(
             above = torch.arange(low, key_stop, device=query.device)[None, :] > block[:, None]  # [block key]
             scores[..., low:].masked_fill_(above, -math.inf)
         alpha = scores.exp_()  # [batch head_sel block key_stop]
+        entropy = None
+        if entropy_wanted:  # −Σ α log α = lse − Σ α·(scale·q·k) − Σ α·bias, via one α·K product
+            weighted = torch.bmm(alpha.view(n_batch * kv_heads, group * size, key_stop), keys_plain[:, :key_stop])
+            products = (weighted * block_queries[..., :dim]).sum(-1).view(n_batch, len(heads), size)
+            entropy = lse_rows[:, :, start:start + size] - products
+            if bias is not None:
+                bias_rows = bias[:, :, block, :key_stop]
+                bias_rows = bias_rows[:, list(heads)] if bias_rows.shape[1] > 1 and not all_heads else bias_rows
+                entropy -= (alpha * bias_rows).sum(-1)
         if key_stop < n_key and not getattr(sink, "accepts_causal_crop", False):
             alpha = torch.nn.functional.pad(alpha, (0, n_key - key_stop))  # [batch head_sel block key]
         sink.update(AttentionBlock(session.step, layer, tuple(heads), int(block[0]), n_query, query_offset, n_key,
-                                   alpha, rows=block))
+                                   alpha, rows=block, entropy=entropy))
 
 
 def _gather_alpha(

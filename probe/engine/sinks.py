@@ -33,6 +33,9 @@ class AttentionBlock:
     # Rows of a sink that sampled its query rows (`rows_for`): this block's row indices among the forward's queries,
     # `[block]` long, ascending (query_start is then rows[0]). None: the rows query_start, query_start + 1, ...
     rows: torch.Tensor | None = None
+    # −Σ_j α log α of each row `[batch head block]` float32, when some sink sets `wants_entropy = True` (the engine
+    # gets it without a logarithm: lse − scale·q·(αK) − Σ α·mask, one more α·K product); else None.
+    entropy: torch.Tensor | None = None
 
 
 class Sink(Protocol):

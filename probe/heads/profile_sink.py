@@ -35,6 +35,7 @@ def row_statistics(
     alpha: torch.Tensor,  # [batch head row key] (keys past alpha.shape[-1] have α = 0)
     positions: torch.Tensor,  # [row] long: each row's absolute query position (its own key index)
     windows: RowWindows,
+    entropy: torch.Tensor | None = None,  # [batch head row]: −Σ α log α from the engine, else computed here
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The statistics of every row of a block: ({name: [batch head row] float64}, offsets [batch head row offset]).
 
@@ -57,7 +58,9 @@ def row_statistics(
     else:
         del cdf
         stats = _two_sided_distances(alpha, total, positions, windows)
-    stats["entropy"] = -torch.xlogy(alpha, alpha).sum(-1)  # 0 · log 0 = 0
+    # the engine's entropy needs no logarithm (lse − scale·q·Σαk); here, α ≥ 1e-30 keeps log off denormals
+    # (each clamped entry adds < 7e-29)
+    stats["entropy"] = entropy.float() if entropy is not None else -torch.xlogy(alpha, alpha.clamp(min=1e-30)).sum(-1)
     sink = min(windows.sink_tokens, n_key)
     stats["sink_mass"] = alpha[..., :sink].sum(-1)
     near = (positions[:, None] - torch.arange(sink, device=alpha.device)[None, :]).abs() < windows.window
@@ -115,6 +118,7 @@ class ProfileSink:
     """
 
     accepts_causal_crop = True  # α beyond a causal block's last key is zero; the statistics never need it
+    wants_entropy = True  # the engine computes each row's entropy from lse and α·K (no logarithm of α)
 
     def __init__(self, n_inputs: int, n_layers: int, n_heads: int, windows: RowWindows = RowWindows(),  # noqa: B008
                  heads: Sequence[int] | None = None) -> None:
@@ -147,7 +151,7 @@ class ProfileSink:
         size = block.alpha.shape[2]
         rows = block.rows if block.rows is not None else torch.arange(block.query_start, block.query_start + size)
         positions = rows.to(block.alpha.device) + block.query_offset  # [row]
-        stats, offsets = row_statistics(block.alpha, positions, self.windows)
+        stats, offsets = row_statistics(block.alpha, positions, self.windows, block.entropy)
         heads = list(block.heads)
         for name in ROW_STATS:
             self.sums[name][self._input, block.layer, heads] += stats[name][0].sum(-1).cpu()
