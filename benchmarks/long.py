@@ -9,12 +9,13 @@ MLP 512, vocabulary 512), one input of N random tokens, N = 4K, 16K, 32K:
   (c) eager    — eager attention with output_attentions=True, run only where the 8 layers' [16, N, N] float32
                  weights fit under --eager-limit-gib; elsewhere the allocation it would need is reported
 
-Times: plain and profile alternate --repeats rounds in one subprocess after a warm-up (a shared machine's load then
-hits both alike); each round's ratio is printed. Peak RSS: each (variant, N) in its own subprocess (ru_maxrss, the
-whole process). Run:
+Each forward runs in its own subprocess (its time, and its peak RSS — ru_maxrss, the whole process — are its own);
+plain and profile alternate --repeats rounds (a shared machine's changing load then hits both alike) and every
+pair is printed. Run:
 
     python benchmarks/long.py                       # N = 4096, 16384, 32768
     python benchmarks/long.py --lengths 4096 --repeats 3
+    python benchmarks/long.py --repeats 2,2,1        # one round at 32K (a plain forward takes minutes)
 """
 
 from __future__ import annotations
@@ -70,31 +71,20 @@ def _forward(variant: str, loaded, input_ids) -> None:
             model.set_attn_implementation(previous)
 
 
-def measure_time(n_tokens: int, repeats: int, threads: int, model_dir: str) -> dict:
-    loaded, input_ids = _setup(n_tokens, threads, model_dir)
-    variants = ("plain", "profile")
-    for variant in variants:
-        _forward(variant, loaded, input_ids)
-    times = {variant: [] for variant in variants}
-    for _ in range(repeats):
-        for variant in variants:
-            start = time.perf_counter()
-            _forward(variant, loaded, input_ids)
-            times[variant].append(time.perf_counter() - start)
-    return {"n": n_tokens, "times": times}
-
-
-def measure_peak(variant: str, n_tokens: int, threads: int, model_dir: str) -> dict:
+def measure_one(variant: str, n_tokens: int, threads: int, model_dir: str) -> dict:
+    """In its own child: one variant's forward — its seconds and the process's peak RSS (ru_maxrss)."""
     loaded, input_ids = _setup(n_tokens, threads, model_dir)
     loaded_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    start = time.perf_counter()
     _forward(variant, loaded, input_ids)
+    seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"variant": variant, "n": n_tokens, "peak_mib": peak, "loaded_mib": loaded_mib}
+    return {"variant": variant, "n": n_tokens, "seconds": seconds, "peak_mib": peak, "loaded_mib": loaded_mib}
 
 
-def run_child(mode: str, n_tokens: int, repeats: int, threads: int, model_dir: str) -> dict:
-    command = [sys.executable, __file__, "--child", mode, "--lengths", str(n_tokens), "--repeats", str(repeats),
-               "--threads", str(threads), "--model-dir", model_dir]
+def run_child(variant: str, n_tokens: int, threads: int, model_dir: str) -> dict:
+    command = [sys.executable, __file__, "--child", variant, "--lengths", str(n_tokens), "--threads", str(threads),
+               "--model-dir", model_dir]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -119,27 +109,30 @@ def build_model(directory: str) -> None:
     tokenizer.save_pretrained(directory)
 
 
-def table(timings: dict, peaks: dict, limit_gib: float) -> str:
-    lines = ["| N | plain s | profile s | profile/plain time | plain peak MiB | profile peak MiB | profile/plain peak | "
-             "eager output_attentions |", "|---|---|---|---|---|---|---|---|"]
-    for n in sorted(timings):
-        times = timings[n]["times"]
-        plain, profile = statistics.median(times["plain"]), statistics.median(times["profile"])
-        pa, pb = peaks[n]["plain"]["peak_mib"], peaks[n]["profile"]["peak_mib"]
+def table(results: dict, limit_gib: float) -> str:
+    lines = ["| N | rounds | plain s | profile s | profile/plain time | plain peak MiB | profile peak MiB | "
+             "profile/plain peak | eager output_attentions |", "|---|---|---|---|---|---|---|---|---|"]
+    for n, runs in sorted(results.items()):
+        plain = [run for run in runs["rounds"] if run["variant"] == "plain"]
+        profile = [run for run in runs["rounds"] if run["variant"] == "profile"]
+        ta, tb = (statistics.median(run["seconds"] for run in group) for group in (plain, profile))
+        pa, pb = (statistics.median(run["peak_mib"] for run in group) for group in (plain, profile))
         need = _eager_bytes(n) / 2**30
-        if "eager" in peaks[n] and "error" not in peaks[n]["eager"]:
-            eager = f"peak {peaks[n]['eager']['peak_mib']:.0f} MiB ({peaks[n]['eager']['peak_mib'] / pa:.1f}×)"
+        eager = runs.get("eager")
+        if eager and "error" not in eager:
+            eager_text = f"{eager['seconds']:.1f} s, peak {eager['peak_mib']:.0f} MiB ({eager['peak_mib'] / pa:.1f}×)"
         else:
-            eager = f"not run: its weights alone need {need:.1f} GiB (> {limit_gib:g} GiB)"
-        lines.append(f"| {n} | {plain:.1f} | {profile:.1f} | **{profile / plain:.2f}** | {pa:.0f} | {pb:.0f} | "
-                     f"**{pb / pa:.2f}** | {eager} |")
+            eager_text = f"not run: its weights alone need {need:.1f} GiB (> {limit_gib:g} GiB)"
+        lines.append(f"| {n} | {len(plain)} | {ta:.1f} | {tb:.1f} | **{tb / ta:.2f}** | {pa:.0f} | {pb:.0f} | "
+                     f"**{pb / pa:.2f}** | {eager_text} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", default="4096,16384,32768", help="comma-separated sequence lengths")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating timed rounds (median reported)")
+    parser.add_argument("--repeats", default="2",
+                        help="alternating (plain, profile) rounds per length; one number, or one per length (2,2,1)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads in each child")
     parser.add_argument("--eager-limit-gib", type=float, default=4.0,
                         help="run eager output_attentions only where its weights fit under this (GiB)")
@@ -149,29 +142,31 @@ def main() -> None:
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     if args.child:
-        if args.child == "time":
-            result = measure_time(lengths[0], args.repeats, args.threads, args.model_dir)
-        else:
-            result = measure_peak(args.child, lengths[0], args.threads, args.model_dir)
-        print(json.dumps(result))
+        print(json.dumps(measure_one(args.child, lengths[0], args.threads, args.model_dir)))
         return
-    timings, peaks = {}, {}
+    repeats = [int(x) for x in args.repeats.split(",")]
+    repeats = repeats * len(lengths) if len(repeats) == 1 else repeats
+    results = {}
     with tempfile.TemporaryDirectory() as scratch:
         build_model(scratch)
-        for n in lengths:
-            variants = ["plain", "profile"] + (["eager"] if _eager_bytes(n) <= args.eager_limit_gib * 2**30 else [])
-            peaks[n] = {variant: run_child(variant, n, args.repeats, args.threads, scratch) for variant in variants}
-            timings[n] = run_child("time", n, args.repeats, args.threads, scratch)
-            print(f"N={n}: {timings[n]} {peaks[n]}", file=sys.stderr)
-            if "error" in timings[n] or any("error" in peaks[n][v] for v in ("plain", "profile")):
-                sys.exit(f"N={n} failed: {timings[n]} {peaks[n]}")
-            ratios = [b / a for a, b in zip(timings[n]["times"]["plain"], timings[n]["times"]["profile"], strict=True)]
-            print(f"N={n}: profile/plain time per round: {', '.join(f'{r:.2f}' for r in ratios)} "
-                  f"(pairs: {timings[n]['times']})", file=sys.stderr)
-    print(table(timings, peaks, args.eager_limit_gib))
+        for n, rounds in zip(lengths, repeats, strict=True):
+            results[n] = {"rounds": []}
+            if _eager_bytes(n) <= args.eager_limit_gib * 2**30:
+                results[n]["eager"] = run_child("eager", n, args.threads, scratch)
+            for _ in range(rounds):  # each forward in its own process: its time and its own peak RSS
+                pair = [run_child(variant, n, args.threads, scratch) for variant in ("plain", "profile")]
+                if any("error" in run for run in pair):
+                    sys.exit(f"N={n} failed: {pair}")
+                results[n]["rounds"].extend(pair)
+                plain, profile = pair
+                print(f"N={n}: plain {plain['seconds']:.1f} s / {plain['peak_mib']:.0f} MiB, profile "
+                      f"{profile['seconds']:.1f} s / {profile['peak_mib']:.0f} MiB: time "
+                      f"{profile['seconds'] / plain['seconds']:.2f}x, peak {profile['peak_mib'] / plain['peak_mib']:.2f}x",
+                      file=sys.stderr, flush=True)
+    print(table(results, args.eager_limit_gib))
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"timings": timings, "peaks": peaks}, handle, indent=2)
+            json.dump(results, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import csv
 import gzip
 import random
 import re
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -51,8 +52,25 @@ def passages(split: str = PROBE_SPLIT) -> tuple[str, ...]:
     return tuple(dict.fromkeys(record["Text"] for record in gap_records(split)))
 
 
+_EXCLUDED_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def excluded_token_ids(tokenizer) -> set[int]:
-    """Special, unused and byte-fallback token ids: never drawn into probes."""
+    """Special, unused and byte-fallback token ids: never drawn into probes (cached per tokenizer; a copy)."""
+    try:
+        size, excluded = _EXCLUDED_CACHE.get(tokenizer, (None, None))
+    except TypeError:
+        size, excluded = None, None
+    if size != len(tokenizer):
+        excluded = _excluded_token_ids(tokenizer)
+        try:
+            _EXCLUDED_CACHE[tokenizer] = (len(tokenizer), excluded)
+        except TypeError:
+            pass
+    return set(excluded)
+
+
+def _excluded_token_ids(tokenizer) -> set[int]:
     excluded = set(tokenizer.all_special_ids)
     for token, index in tokenizer.get_vocab().items():
         if _UNUSED.match(token) or _BYTE_FALLBACK.match(token):
@@ -70,8 +88,24 @@ class CorpusTokens:
     unknown_share: float
 
 
+# Per-tokenizer results (a label run tokenizes the same corpus sample for every call on one model): kept as long as
+# the tokenizer object lives, so repeated `label_model` calls pay the tokenization once.
+_CORPUS_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def tokenize_corpus(tokenizer, split: str = PROBE_SPLIT, limit: int | None = None) -> CorpusTokens:
-    """The passages of `split` (the first `limit`, or all) as token ids (no special tokens)."""
+    """The passages of `split` (the first `limit`, or all) as token ids (no special tokens); cached per tokenizer."""
+    try:
+        cached = _CORPUS_CACHE.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced: no cache
+        cached = {}
+    key = (split, limit, len(tokenizer))
+    if key not in cached:
+        cached[key] = _tokenize_corpus(tokenizer, split, limit)
+    return cached[key]
+
+
+def _tokenize_corpus(tokenizer, split: str, limit: int | None) -> CorpusTokens:
     texts = list(passages(split))[:limit]
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
     total = sum(len(ids) for ids in encoded)
