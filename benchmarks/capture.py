@@ -1,16 +1,19 @@
 """Benchmark: the capture engine vs the plain sdpa forward vs eager `output_attentions`.
 
-GPT-2-small shape (12 layers × 12 heads, width 768) with random weights, one sequence of N random tokens:
+GPT-2-small shape (12 layers × 12 heads, width 768) with random weights — the model body (GPT2Model: the LM head's
+[N, 50257] logits would add the same cost to every variant and hide the attention's share) — one sequence of N
+random tokens:
 
   (a) plain   — the sdpa forward, no capture
   (b) engine  — the capture engine streaming α of all 144 heads into a trivial reducer (a running sum per head)
-  (c) eager   — eager attention with output_attentions=True (what other tools do)
+  (c) eager   — eager attention with output_attentions=True (what other tools do), run only where its 144 [N, N]
+                float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need is reported
 
 Times: the three variants alternate --repeats rounds in one subprocess after a warm-up (a shared machine's changing
 load then hits all three alike); medians are reported. Peak memory: each (variant, N) runs in its own subprocess, so
 its ru_maxrss is its own. Run:
 
-    python benchmarks/capture.py                 # N = 1024 and 4096
+    python benchmarks/capture.py                 # N = 1024, 4096 and 16384
     python benchmarks/capture.py --lengths 1024 --repeats 5
 """
 
@@ -25,6 +28,12 @@ import sys
 import time
 
 VARIANTS = ("plain", "engine", "eager")
+LAYERS, HEADS = 12, 12
+
+
+def eager_bytes(n_tokens: int) -> int:
+    """What output_attentions returns: one [1, heads, N, N] float32 tensor per layer, all kept."""
+    return LAYERS * HEADS * n_tokens * n_tokens * 4
 
 
 class HeadSum:
@@ -51,7 +60,7 @@ def _setup(n_tokens: int, threads: int, eager: bool):
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_positions=max(1024, n_tokens))
     config._attn_implementation = "eager" if eager else "sdpa"
-    model = transformers.GPT2LMHeadModel(config).eval()
+    model = transformers.GPT2Model(config).eval()
     input_ids = torch.randint(0, config.vocab_size, (1, n_tokens))
     return model, input_ids
 
@@ -76,15 +85,15 @@ def _forward(variant: str, model, input_ids) -> None:
                 model.set_attn_implementation(previous)
 
 
-def measure_time(n_tokens: int, repeats: int, threads: int) -> dict:
+def measure_time(n_tokens: int, repeats: int, threads: int, variants=VARIANTS) -> dict:
     """In one child: plain, engine and eager forwards alternate `repeats` times after a warm-up, so a shared
     machine's changing load hits all three alike. Returns each variant's list of seconds."""
     model, input_ids = _setup(n_tokens, threads, eager=False)
-    for variant in VARIANTS:
+    for variant in variants:
         _forward(variant, model, input_ids)
-    times = {variant: [] for variant in VARIANTS}
+    times = {variant: [] for variant in variants}
     for _ in range(repeats):
-        for variant in VARIANTS:
+        for variant in variants:
             start = time.perf_counter()
             _forward(variant, model, input_ids)
             times[variant].append(time.perf_counter() - start)
@@ -101,54 +110,66 @@ def measure_peak(variant: str, n_tokens: int, threads: int) -> dict:
     return {"variant": variant, "n": n_tokens, "peak_mib": peak / 1024, "loaded_mib": loaded / 1024}
 
 
-def run_child(mode: str, n_tokens: int, repeats: int, threads: int) -> dict:
+def run_child(mode: str, n_tokens: int, repeats: int, threads: int, eager: bool = True) -> dict:
     command = [sys.executable, __file__, "--child", mode, "--lengths", str(n_tokens), "--repeats", str(repeats),
-               "--threads", str(threads)]
+               "--threads", str(threads)] + ([] if eager else ["--no-eager"])
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def table(timings: dict[int, dict], peaks: dict[int, dict]) -> str:
+def table(timings: dict[int, dict], peaks: dict[int, dict], limit_gib: float) -> str:
     lines = ["| N | plain s | engine s | eager s | engine/plain time | eager/plain time | plain peak MiB | "
              "engine peak MiB | eager peak MiB | engine/plain peak | eager/plain peak |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in sorted(timings):
         times, peak = timings[n]["times"], peaks[n]
-        a, b, c = (statistics.median(times[v]) for v in VARIANTS)
-        pa, pb, pc = (peak[v]["peak_mib"] for v in VARIANTS)
-        lines.append(f"| {n} | {a:.2f} | {b:.2f} | {c:.2f} | **{b / a:.2f}** | {c / a:.2f} | {pa:.0f} | {pb:.0f} | "
-                     f"{pc:.0f} | **{pb / pa:.2f}** | {pc / pa:.2f} |")
+        a, b = (statistics.median(times[v]) for v in ("plain", "engine"))
+        pa, pb = (peak[v]["peak_mib"] for v in ("plain", "engine"))
+        if "eager" in times:
+            c, pc = statistics.median(times["eager"]), peak["eager"]["peak_mib"]
+            eager = f"{c:.2f} | **{b / a:.2f}** | {c / a:.2f} | {pa:.0f} | {pb:.0f} | {pc:.0f} | **{pb / pa:.2f}** | {pc / pa:.2f}"
+        else:
+            need = f"not run (needs {eager_bytes(n) / 2**30:.0f} GiB > {limit_gib:g})"
+            eager = f"{need} | **{b / a:.2f}** | — | {pa:.0f} | {pb:.0f} | — | **{pb / pa:.2f}** | —"
+        lines.append(f"| {n} | {a:.2f} | {b:.2f} | {eager} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", default="1024,4096", help="comma-separated sequence lengths")
+    parser.add_argument("--lengths", default="1024,4096,16384", help="comma-separated sequence lengths")
     parser.add_argument("--repeats", type=int, default=3, help="alternating timed rounds (median reported)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads in each child")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads in each child")
+    parser.add_argument("--eager-limit-gib", type=float, default=4.0,
+                        help="run eager output_attentions only where its weights fit under this (GiB)")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--no-eager", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     if args.child:
         if args.child == "time":
-            result = measure_time(lengths[0], args.repeats, args.threads)
+            variants = ("plain", "engine") if args.no_eager else VARIANTS
+            result = measure_time(lengths[0], args.repeats, args.threads, variants)
         else:
             result = measure_peak(args.child, lengths[0], args.threads)
         print(json.dumps(result))
         return
     timings, peaks = {}, {}
     for n in lengths:
-        timings[n] = run_child("time", n, args.repeats, args.threads)
-        peaks[n] = {variant: run_child(variant, n, args.repeats, args.threads) for variant in VARIANTS}
-        print(f"N={n}: {timings[n]} {peaks[n]}", file=sys.stderr)
+        eager = eager_bytes(n) <= args.eager_limit_gib * 2**30
+        variants = VARIANTS if eager else ("plain", "engine")
+        timings[n] = run_child("time", n, args.repeats, args.threads, eager)
+        peaks[n] = {variant: run_child(variant, n, args.repeats, args.threads) for variant in variants}
+        print(f"N={n}: {timings[n]} {peaks[n]}", file=sys.stderr, flush=True)
         if "error" in timings[n] or any("error" in p for p in peaks[n].values()):
             sys.exit(f"N={n} failed: {timings[n]} {peaks[n]}")
         ratios = [b / a for a, b in zip(timings[n]["times"]["plain"], timings[n]["times"]["engine"], strict=True)]
-        print(f"N={n}: engine/plain time per round: {', '.join(f'{r:.2f}' for r in ratios)}", file=sys.stderr)
-    print(table(timings, peaks))
+        print(f"N={n}: engine/plain time per round: {', '.join(f'{r:.2f}' for r in ratios)}", file=sys.stderr,
+              flush=True)
+    print(table(timings, peaks, args.eager_limit_gib))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"timings": timings, "peaks": peaks}, handle, indent=2)

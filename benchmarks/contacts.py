@@ -7,7 +7,8 @@
 
 Peak memory of each method is measured in its own subprocess (the process's high-water mark, ru_maxrss): "peak" is
 the whole process, "Δ peak" the rise above the process right after the model was loaded. Time is measured in a third
-subprocess holding both: one warm-up each, then --repeats rounds alternating the two, median per method. Prints a markdown table with ratios (ours / reference) and the largest difference
+subprocess holding all three (HF reference, probe, and the plain sdpa ESM forward — the floor any attention
+capture pays on top of): one warm-up each, then --repeats rounds alternating them, median per method. Prints a markdown table with ratios (ours / reference) and the largest difference
 between the two contact maps.
 """
 
@@ -44,6 +45,17 @@ def _runner(method: str, model_dir: str, sequence: str):
 
         loaded = models.load(model_dir)
         return lambda: predict_contacts(loaded, sequence).contacts
+    if method == "plain":  # the plain sdpa forward of the same model on the same sequence: the floor
+        from probe import models
+
+        loaded = models.load(model_dir)
+        inputs = models.tokenize_protein(loaded, sequence)
+
+        def forward():
+            with torch.inference_mode():
+                return loaded.model(**inputs).logits[0, :1, :1].numpy()
+
+        return forward
     from transformers import EsmForMaskedLM, EsmTokenizer
 
     model = EsmForMaskedLM.from_pretrained(model_dir, attn_implementation="eager").eval()
@@ -69,7 +81,7 @@ def _child(method: str, mode: str, model_dir: str, length: int, repeats: int, sa
         if save:
             np.save(save, contacts)
         return {"peak_mb": _rss_mb(), "delta_mb": _rss_mb() - baseline}
-    runs = {name: _runner(name, model_dir, sequence) for name in ("reference", "ours")}
+    runs = {name: _runner(name, model_dir, sequence) for name in ("reference", "ours", "plain")}
     times: dict[str, list[float]] = {name: [] for name in runs}
     for run in runs.values():
         run()
@@ -78,7 +90,7 @@ def _child(method: str, mode: str, model_dir: str, length: int, repeats: int, sa
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
-    return {name: sorted(values)[len(values) // 2] for name, values in times.items()}
+    return {"medians": {name: sorted(values)[len(values) // 2] for name, values in times.items()}, "times": times}
 
 
 def _spawn(method: str, mode: str, model_dir: str, length: int, repeats: int, save: str | None = None,
@@ -171,24 +183,30 @@ def main() -> None:
                                   num_hidden_layers=args.layers, num_attention_heads=args.heads,
                                   intermediate_size=4 * args.hidden))
         results = {method: _spawn(method, "memory", model_dir, args.length, args.repeats,
-                                  os.path.join(scratch, f"{method}.npy"), args.threads) for method in ("reference", "ours")}
-        for method, seconds in _spawn("both", "time", model_dir, args.length, args.repeats,
-                                       threads=args.threads).items():
+                                  os.path.join(scratch, f"{method}.npy"), args.threads)
+                   for method in ("reference", "ours", "plain")}
+        timed = _spawn("both", "time", model_dir, args.length, args.repeats, threads=args.threads)
+        for method, seconds in timed["medians"].items():
             results[method]["seconds"] = seconds
+        pairs = timed["times"]
         difference = float(np.abs(np.load(os.path.join(scratch, "ours.npy"))
                                   - np.load(os.path.join(scratch, "reference.npy"))).max())
 
-    ours, ref = results["ours"], results["reference"]
+    ours, ref, plain = results["ours"], results["reference"], results["plain"]
     print(f"ESM-2-35M-shaped model ({args.layers} layers x {args.heads} heads, hidden {args.hidden}, random weights), "
           f"L = {args.length} residues, CPU, {args.threads or torch.get_num_threads()} threads, torch {torch.__version__}\n")
-    print("| | HF `predict_contacts` (eager) | probe (streamed) | ratio |")
-    print("|---|---:|---:|---:|")
+    print("| | HF `predict_contacts` (eager) | probe (streamed) | plain ESM forward (sdpa) | probe / HF | "
+          "probe / plain |")
+    print("|---|---:|---:|---:|---:|---:|")
     print(f"| time (median of {args.repeats}) | {ref['seconds']:.2f} s | {ours['seconds']:.2f} s | "
-          f"{ours['seconds'] / ref['seconds']:.2f}x |")
-    print(f"| peak memory (process) | {ref['peak_mb']:.0f} MB | {ours['peak_mb']:.0f} MB | "
-          f"{ours['peak_mb'] / ref['peak_mb']:.2f}x |")
+          f"{plain['seconds']:.2f} s | {ours['seconds'] / ref['seconds']:.2f}x | "
+          f"**{ours['seconds'] / plain['seconds']:.2f}x** |")
+    print(f"| peak memory (process) | {ref['peak_mb']:.0f} MB | {ours['peak_mb']:.0f} MB | {plain['peak_mb']:.0f} MB | "
+          f"{ours['peak_mb'] / ref['peak_mb']:.2f}x | {ours['peak_mb'] / plain['peak_mb']:.2f}x |")
     print(f"| Δ peak above loaded model | {ref['delta_mb']:.0f} MB | {ours['delta_mb']:.0f} MB | "
-          f"{ours['delta_mb'] / ref['delta_mb']:.2f}x |")
+          f"{plain['delta_mb']:.0f} MB | {ours['delta_mb'] / ref['delta_mb']:.2f}x | "
+          f"{ours['delta_mb'] / max(plain['delta_mb'], 1):.2f}x |")
+    print(f"\nper round, probe / plain: {', '.join(f'{a / b:.2f}' for a, b in zip(pairs['ours'], pairs['plain'], strict=True))}")
     print(f"\nmax |Δ contacts| = {difference:.2e}")
 
 
