@@ -52,13 +52,13 @@ class HeadSum:
         self.total[block.layer] = self.total.get(block.layer, 0) + sums
 
 
-def _setup(n_tokens: int, threads: int, eager: bool):
+def _setup(n_tokens: int, threads: int, eager: bool, layers: int = LAYERS):
     import torch
     import transformers
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_positions=max(1024, n_tokens))
+    config = transformers.GPT2Config(n_positions=max(1024, n_tokens), n_layer=layers)
     config._attn_implementation = "eager" if eager else "sdpa"
     model = transformers.GPT2Model(config).eval()
     input_ids = torch.randint(0, config.vocab_size, (1, n_tokens))
@@ -80,15 +80,15 @@ def _forward(variant: str, model, input_ids) -> None:
             previous = model.config._attn_implementation
             model.set_attn_implementation("eager")
             try:
-                assert len(model(input_ids, output_attentions=True).attentions) == 12
+                assert len(model(input_ids, output_attentions=True).attentions) == model.config.n_layer
             finally:
                 model.set_attn_implementation(previous)
 
 
-def measure_time(n_tokens: int, repeats: int, threads: int, variants=VARIANTS) -> dict:
+def measure_time(n_tokens: int, repeats: int, threads: int, variants=VARIANTS, layers: int = LAYERS) -> dict:
     """In one child: plain, engine and eager forwards alternate `repeats` times after a warm-up, so a shared
     machine's changing load hits all three alike. Returns each variant's list of seconds."""
-    model, input_ids = _setup(n_tokens, threads, eager=False)
+    model, input_ids = _setup(n_tokens, threads, eager=False, layers=layers)
     for variant in variants:
         _forward(variant, model, input_ids)
     times = {variant: [] for variant in variants}
@@ -100,9 +100,9 @@ def measure_time(n_tokens: int, repeats: int, threads: int, variants=VARIANTS) -
     return {"n": n_tokens, "times": times}
 
 
-def measure_peak(variant: str, n_tokens: int, threads: int) -> dict:
+def measure_peak(variant: str, n_tokens: int, threads: int, layers: int = LAYERS) -> dict:
     """In its own child: one variant's forward, for that process's peak RSS (ru_maxrss)."""
-    model, input_ids = _setup(n_tokens, threads, eager=variant == "eager")
+    model, input_ids = _setup(n_tokens, threads, eager=variant == "eager", layers=layers)
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     _forward(variant, model, input_ids)
     _forward(variant, model, input_ids)
@@ -110,9 +110,10 @@ def measure_peak(variant: str, n_tokens: int, threads: int) -> dict:
     return {"variant": variant, "n": n_tokens, "peak_mib": peak / 1024, "loaded_mib": loaded / 1024}
 
 
-def run_child(mode: str, n_tokens: int, repeats: int, threads: int, eager: bool = True) -> dict:
+def run_child(mode: str, n_tokens: int, repeats: int, threads: int, eager: bool = True,
+              layers: int = LAYERS) -> dict:
     command = [sys.executable, __file__, "--child", mode, "--lengths", str(n_tokens), "--repeats", str(repeats),
-               "--threads", str(threads)] + ([] if eager else ["--no-eager"])
+               "--threads", str(threads), "--layers", str(layers)] + ([] if eager else ["--no-eager"])
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -144,6 +145,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads in each child")
     parser.add_argument("--eager-limit-gib", type=float, default=4.0,
                         help="run eager output_attentions only where its weights fit under this (GiB)")
+    parser.add_argument("--layers", type=int, default=LAYERS,
+                        help="layers (default 12); every layer does the same work, so fewer layers give the same "
+                             "ratios at a fraction of the cost")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--no-eager", action="store_true", help=argparse.SUPPRESS)
@@ -152,17 +156,18 @@ def main() -> None:
     if args.child:
         if args.child == "time":
             variants = ("plain", "engine") if args.no_eager else VARIANTS
-            result = measure_time(lengths[0], args.repeats, args.threads, variants)
+            result = measure_time(lengths[0], args.repeats, args.threads, variants, args.layers)
         else:
-            result = measure_peak(args.child, lengths[0], args.threads)
+            result = measure_peak(args.child, lengths[0], args.threads, args.layers)
         print(json.dumps(result))
         return
     timings, peaks = {}, {}
     for n in lengths:
-        eager = eager_bytes(n) <= args.eager_limit_gib * 2**30
+        eager = eager_bytes(n) * args.layers / LAYERS <= args.eager_limit_gib * 2**30
         variants = VARIANTS if eager else ("plain", "engine")
-        timings[n] = run_child("time", n, args.repeats, args.threads, eager)
-        peaks[n] = {variant: run_child(variant, n, args.repeats, args.threads) for variant in variants}
+        timings[n] = run_child("time", n, args.repeats, args.threads, eager, args.layers)
+        peaks[n] = {variant: run_child(variant, n, args.repeats, args.threads, layers=args.layers)
+                    for variant in variants}
         print(f"N={n}: {timings[n]} {peaks[n]}", file=sys.stderr, flush=True)
         if "error" in timings[n] or any("error" in p for p in peaks[n].values()):
             sys.exit(f"N={n} failed: {timings[n]} {peaks[n]}")

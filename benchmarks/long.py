@@ -59,14 +59,14 @@ def _forward(variant: str, loaded, input_ids) -> None:
             loaded.model(input_ids=input_ids)
     elif variant == "profile":
         table = head_profiles(loaded, [input_ids], ProfileConfig(seq_len=input_ids.shape[1], n_bootstrap=200))
-        assert len(table) == LAYERS * HEADS
+        assert len(table) == loaded.n_layers * HEADS
     else:
         model = loaded.model
         previous = model.config._attn_implementation
         model.set_attn_implementation("eager")
         try:
             with torch.inference_mode():
-                assert len(model(input_ids=input_ids, output_attentions=True).attentions) == LAYERS
+                assert len(model(input_ids=input_ids, output_attentions=True).attentions) == loaded.n_layers
         finally:
             model.set_attn_implementation(previous)
 
@@ -91,7 +91,7 @@ def run_child(variant: str, n_tokens: int, threads: int, model_dir: str) -> dict
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def build_model(directory: str) -> None:
+def build_model(directory: str, layers: int = LAYERS) -> None:
     import torch
     import transformers
 
@@ -99,7 +99,7 @@ def build_model(directory: str) -> None:
 
     tokenizer = word_tokenizer(DEMO_WORDS + [f"w{index}" for index in range(VOCAB)], bos_token="<bos>")
     config = transformers.LlamaConfig(
-        vocab_size=max(VOCAB, len(tokenizer)), hidden_size=HIDDEN, intermediate_size=MLP, num_hidden_layers=LAYERS,
+        vocab_size=max(VOCAB, len(tokenizer)), hidden_size=HIDDEN, intermediate_size=MLP, num_hidden_layers=layers,
         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=32768 + 8,
         pad_token_id=1, bos_token_id=None, eos_token_id=None,
     )
@@ -136,6 +136,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads in each child")
     parser.add_argument("--eager-limit-gib", type=float, default=4.0,
                         help="run eager output_attentions only where its weights fit under this (GiB)")
+    parser.add_argument("--layers", type=int, default=LAYERS,
+                        help="layers of the model (default 8). Every layer does the same work, so time and peak "
+                             "ratios of fewer layers are the 8-layer ratios at a fraction of the cost")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -148,7 +151,9 @@ def main() -> None:
     repeats = repeats * len(lengths) if len(repeats) == 1 else repeats
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
-        build_model(scratch)
+        build_model(scratch, args.layers)
+        print(f"model: {args.layers} layers x {HEADS} heads ({KV_HEADS} kv heads), hidden {HIDDEN}, "
+              f"{args.threads} thread(s)", file=sys.stderr, flush=True)
         for n, rounds in zip(lengths, repeats, strict=True):
             results[n] = {"rounds": []}
             if _eager_bytes(n) <= args.eager_limit_gib * 2**30:
