@@ -341,7 +341,8 @@ def _stream_single_pass(
     group = n_heads // n_kv
     block_rows = _block_rows(session, n_batch, n_heads, n_query, n_key)
     query_offset = n_key - n_query  # with a KV cache the queries are the last n_query positions
-    queries = (query.float() * scale).reshape(n_batch * n_kv, group, n_query, dim)  # [batch·kv group query dim]
+    # the scale goes into the GEMM (baddbmm's alpha): no scaled copy of the queries
+    queries = query.float().reshape(n_batch * n_kv, group, n_query, dim)  # [batch·kv group query dim]
     keys_t = key.float().reshape(n_batch * n_kv, n_key, dim).transpose(1, 2)  # [batch·kv dim key]
     values = value.float().reshape(n_batch * n_kv, n_key, dim_v)  # [batch·kv key dim_v]
     entropy_wanted = _wants_entropy(wanted)
@@ -360,7 +361,8 @@ def _stream_single_pass(
         key_stop = stop if is_causal else n_key  # causal: keys after the block's last query are never computed
         scores = buffer[: n_batch * n_heads * rows * key_stop].view(n_batch * n_kv, group * rows, key_stop)
         block_queries = queries[:, :, start:stop].reshape(n_batch * n_kv, group * rows, dim)  # [batch·kv g·block dim]
-        torch.bmm(block_queries, keys_t[..., :key_stop], out=scores)  # [batch·kv group·block key_stop]
+        torch.baddbmm(scores, block_queries, keys_t[..., :key_stop], beta=0.0, alpha=scale,
+                      out=scores)  # [batch·kv group·block key_stop]: scale·QKᵀ
         scores = scores.view(n_batch, n_heads, rows, key_stop)  # [batch head block key_stop]
         if mask is not None:
             scores += mask[:, :, start:stop, :key_stop]
@@ -377,7 +379,7 @@ def _stream_single_pass(
         output[:, :, start:stop] = block_out[..., :dim_v].view(n_batch * n_kv, group, rows, dim_v)
         entropy = None
         if entropy_wanted:  # −Σ α log α = lse − Σ α·(scale·q·k) − Σ α·bias
-            products = (block_out[..., dim_v:] * block_queries).sum(-1).view(n_batch, n_heads, rows)
+            products = scale * (block_out[..., dim_v:] * block_queries).sum(-1).view(n_batch, n_heads, rows)
             entropy = lse[:, :, start:stop] - products
             if bias is not None:
                 entropy -= (alpha * bias[:, :, start:stop, :key_stop]).sum(-1)
