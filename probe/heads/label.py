@@ -63,7 +63,46 @@ ABLATE = ("labelled", "all", "none")
 
 @dataclass(frozen=True)
 class LabelConfig:
-    """How heads are probed and labelled. The `probe label` flags mirror these fields."""
+    """How heads are probed and labelled (frozen). The ``probe label`` flags mirror these fields.
+
+    Attributes
+    ----------
+    types : tuple of str, optional
+        Head types to score (names in :data:`probe.heads.registry.REGISTRY`); None: every type that applies to the
+        model's kind (``--types``).
+    examples : int, default 64
+        Probe examples per probe set: natural-text and repeated-block probes, coreference examples (``--examples``).
+    seq_len : int or tuple of int, optional
+        Tokens per probe, one length or several (one row per length, and ``stable`` compares them); None:
+        min(128, the model's positions) (``--seq-len``).
+    seed : int, default 0
+        Seeds the probe sets, the bootstrap and the ablation controls (``--seed``).
+    probe_file : str, optional
+        JSONL file of span examples scored as coreference instead of GAP / the templates (``--probe-file``).
+    coref_set : {"auto", "gap", "templates"}, default "auto"
+        Coreference examples: GAP when the tokenizer reads English, else the templates (``--coref-set``).
+    batch_size : int, default 8
+        Probe examples per forward pass (``--batch-size``; not part of a run's identity).
+    n_bootstrap : int, default 1000
+        Clustered bootstrap resamples (``--bootstrap``).
+    confidence : float, default 0.95
+        Coverage of the interval ``[ci_low, ci_high]``.
+    min_effect : float, default 0.25
+        Mass types: H0 is score − chance ≤ `min_effect` (``--min-effect``).
+    min_accuracy_gain : float, default 0.1
+        Accuracy types: H0 is the paired accuracy gain over the best baseline ≤ `min_accuracy_gain`
+        (``--min-accuracy-gain``).
+    fdr : float, default 0.05
+        A head is labelled when its Benjamini–Hochberg q-value ≤ `fdr` (``--fdr``).
+    ablate : {"labelled", "all", "none"}, default "labelled"
+        Heads that get the ``ablation_effect`` / ``ablation_z`` columns (``--ablate``).
+    ablation_examples : int, default 16
+        Probe examples per type used for the ablation.
+    ablation_controls : int, default 8
+        Random same-layer heads each ablation is compared with.
+    block_bytes : int, default 8 MiB
+        Memory budget of one streamed α block, all heads of a layer (not part of a run's identity).
+    """
 
     types: tuple[HeadType, ...] | None = None  # head types to score; None: every type that applies to the model
     examples: int = 64  # probe examples per probe set (text / repeated-block probes; coreference examples)
@@ -401,10 +440,44 @@ def label_model(
     progress: Progress | None = None,  # called with (batches done, batches in all)
     note: Note | None = None,  # one-line notes for the user (skipped types, probe fallbacks, ablation)
 ) -> pd.DataFrame:
-    """Score every head of a loaded model (probe.models.LoadedModel) on the probe sets and label it.
+    """Score every head of a loaded model on the probe sets and label it.
 
-    One row per (seq_len, layer, head, head_type), columns :data:`probe.heads.tables.COLUMNS`; span types have one row
-    per head (seq_len NaN). Accuracy columns are NaN except for accuracy types.
+    Every type of a probe set is scored in the same forward passes (streamed by the capture engine, no
+    ``[layer, head, N, N]`` tensor); chance, a clustered bootstrap interval, a one-sided test over `min_effect`
+    and a Benjamini–Hochberg FDR control over all the model's head × type tests decide the label; then the
+    selected heads are ablated (see :class:`LabelConfig`). What each step means: the *Labelling heads* page.
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        What :func:`probe.models.load` returns (hub id, local directory or ``zoo:NAME``).
+    config : LabelConfig, optional
+        Probe sets, statistics and ablation; the defaults are ``probe label``'s.
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each probe batch (ints).
+    note : callable, optional
+        Called with one-line notes for the user (skipped types, probe-set fallbacks, ablation left out).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The label table: one row per (seq_len, layer, head, head_type), columns
+        :data:`probe.heads.tables.COLUMNS` in that order; span types (coreference) have one row per head
+        (``seq_len`` NaN); accuracy columns are NaN except for accuracy types; unknown values are NaN, never 0.
+
+    Raises
+    ------
+    ProbeError
+        One line naming the fix: `examples` < 1, an unknown `ablate`, type or coreference set, no asked type
+        applies to the model's kind, a `seq_len` beyond the model's positions or too short for repeated blocks, a
+        malformed probe file (with its line number).
+
+    Examples
+    --------
+    >>> loaded = probe.models.load("zoo:induction")
+    >>> table = label_model(loaded, LabelConfig(types=("previous_token", "induction")))
+    >>> table.loc[table.label, ["head_name", "head_type"]].values.tolist()  # the labelled heads
+    [['L0H1', 'previous_token'], ['L1H0', 'induction'], ['L1H1', 'induction'], ['L1H2', 'induction'], ['L1H3', 'induction']]
     """
     if config.examples < 1:
         raise ProbeError("--examples must be at least 1")
