@@ -15,7 +15,7 @@
 4. **Ablation** (:mod:`probe.heads.ablation`): each labelled head's effect on its type's own loss, against random heads of
    the same layer (``ablation_effect``, ``ablation_z``).
 
-The table's schema is :data:`probe.heads.tables.COLUMNS` (README, "Labelling heads").
+The table's schema is :data:`probe.heads.tables.COLUMNS` (docs/labels.md, "Labelling heads").
 """
 
 from __future__ import annotations

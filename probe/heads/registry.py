@@ -3,7 +3,7 @@
 A spec says everything `probe label` needs to know about a type — its targets, the probe set it is scored on, which
 model kinds it applies to, the statistic its label rests on, and the positions whose loss its ablation measures —
 so the scorer, the label rule, the CLI's ``--types`` and the dashboard loop over :data:`REGISTRY` and never branch on
-a type's name. Adding a type is one new spec here (README: "Extending probe: add a head type").
+a type's name. Adding a type is one new spec (docs/howto/head-type.md: "Add a head type").
 
 Targets of query i (key j, tokens t, n real tokens; see REFERENCE.md):
 
@@ -57,7 +57,25 @@ SMALL_VOCABULARY = 1000  # below this many content tokens, repeat targets are re
 
 @dataclass(frozen=True)
 class TargetContext:
-    """What a type's targets may depend on, for one batch of probes (right padding is masked by the scorer)."""
+    """What a type's targets may depend on, for one batch of probes (right padding is masked by the scorer).
+
+    Attributes
+    ----------
+    input_ids : torch.Tensor, shape (batch, seq), long
+        The probes' token ids (on the CPU).
+    causal : bool
+        The model is causal (a query sees only keys j ≤ i).
+    delimiter_ids : tuple of int
+        Token ids that count as delimiters (:func:`probe.heads.probesets.delimiter_ids`).
+    repeat_start : torch.Tensor or None, shape (batch,), long
+        Repeated-block probes: position of the planted block's first copy.
+    repeat_len : torch.Tensor or None, shape (batch,), long
+        Repeated-block probes: the planted block's length.
+    restrict_to_repeat : bool
+        Small vocabulary: repeat targets only inside the planted repeat.
+    spans : tuple
+        Span types: one :class:`probe.heads.probesets.EncodedSpanExample` per row.
+    """
 
     input_ids: torch.Tensor  # [batch seq] long
     causal: bool = True
@@ -173,7 +191,36 @@ def _coreference(ctx: TargetContext) -> Targets:
 
 @dataclass(frozen=True)
 class HeadTypeSpec:
-    """One head type: what it means, its targets, and how it is probed, tested and ablated."""
+    """One head type: what it means, its targets, and how it is probed, tested and ablated (frozen).
+
+    The scorer, the statistics, the ablation, ``--types``, the label table and the dashboard all loop over the
+    registered specs, so a new type needs no other code (see the *Add a head type* how-to).
+
+    Attributes
+    ----------
+    name : str
+        The type's name, as in ``--types`` and the table's ``head_type`` column.
+    description : str
+        One line for ``--help`` and the dashboard.
+    targets : callable
+        ``targets(ctx: TargetContext) -> {candidate: pattern}``: each pattern a torch.Tensor, shape
+        (batch, query, key), bool — True where key j is a target of query i. One candidate (key None) for most
+        types; several (fixed_offset: one per offset d) when each head picks its own on held-out examples.
+    probe : {"natural", "repeated", "spans"}
+        The probe set it is scored on: natural text (random tokens without a usable corpus), repeated random
+        blocks, or span examples.
+    kinds : frozenset of str, default every kind
+        Model kinds (:class:`probe.models.ModelKind` values) it applies to; others skip it with a note.
+    statistic : {"mass", "accuracy"}, default "mass"
+        What the label tests: attention mass on the targets over chance, or (span types) accuracy over the best
+        baseline.
+    candidate : str, optional
+        Name of the table column holding each head's chosen candidate (fixed_offset: ``"offset"``) when the
+        type has several; None otherwise.
+    loss_positions : {"text", "repeat", "query"}, default "text"
+        Whose loss its ablation measures: the probe text, the repeated half, or the query span's (causal LMs: the
+        token after it; masked LMs: the span itself, masked).
+    """
 
     name: HeadType
     description: str

@@ -1,7 +1,7 @@
 """Label-table files: one schema and one reader/writer, shared by `probe label` and the dashboard.
 
 A label table has one row per (model, seq_len, layer, head, head_type); :data:`COLUMNS` lists its columns in order
-(README, section "Labelling heads", explains each). Files are parquet, csv or json (a list of records), chosen by
+(docs/labels.md, "Labelling heads", explains each). Files are parquet, csv or json (a list of records), chosen by
 the extension. Tables written before a column existed read back with that column empty (NaN), so older files stay
 usable; a file that lacks the identifying columns is not a label table and is refused.
 """
@@ -19,6 +19,35 @@ COLUMNS = [
     "accuracy", "accuracy_ci_low", "accuracy_ci_high", "baseline", "baseline_accuracy", "accuracy_by_source",
     "ablation_effect", "ablation_z",
 ]
+"""The label table's columns, in file order; one row per (model, seq_len, layer, head, head_type).
+
+| column | dtype | meaning |
+|---|---|---|
+| `model` | str | the model as asked for: hub id, directory or `zoo:NAME` |
+| `revision` | str | hub commit hash, or `sha256:…` of a local model's weight files |
+| `layer`, `head` | int | 0-based |
+| `head_name` | str | `L{layer}H{head}` |
+| `head_type` | str | a registered head type |
+| `probe_set` | str | `natural`, `repeated`, `gap`, `templates` or `file` |
+| `seq_len` | float | probe length in tokens; NaN for span types |
+| `score` | float | mean attention mass on the targets over the rows that have one |
+| `ci_low`, `ci_high` | float | clustered bootstrap interval of `score` |
+| `chance` | float | a uniform head's score on the same probes |
+| `effect` | float | score − chance; accuracy types: accuracy gain over the best baseline |
+| `p_value`, `q_value` | float | one-sided test of effect > min_effect, Benjamini–Hochberg q-value |
+| `tl_score` | float | TransformerLens' "mul" score; NaN for span types |
+| `offset` | float | the head's chosen candidate (fixed_offset: offset d); NaN otherwise |
+| `label` | bool | q_value ≤ fdr |
+| `stable` | bool | the label is the same at every probe length of the run |
+| `n_examples`, `n_clusters` | int | examples with a target, bootstrap clusters |
+| `seed` | int | probe, bootstrap and control seed |
+| `accuracy`, `accuracy_ci_low`, `accuracy_ci_high` | float | accuracy types: accuracy and its interval; else NaN |
+| `baseline`, `baseline_accuracy` | str, float | the best baseline (nearest / first / agreement) and its accuracy |
+| `accuracy_by_source` | str | accuracy per group of examples |
+| `ablation_effect`, `ablation_z` | float | loss change when the head is zeroed, and its z against same-layer controls; NaN for heads not ablated |
+
+Tables written before a column existed read back with it NaN (:func:`load_table`).
+"""
 # Without these a file is not a label table (older tables have them all).
 REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "score", "chance", "label"]
 
@@ -31,7 +60,21 @@ def _suffix(path) -> str:
 
 
 def save_table(table: pd.DataFrame, path) -> None:
-    """Write a label table by the path's extension: .parquet, .csv or .json (a list of records)."""
+    """Write a label table by the path's extension: .parquet, .csv or .json (a list of records).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A label table (columns :data:`COLUMNS`).
+    path : str or os.PathLike
+        Where to write; the extension chooses the format. The write is not atomic (``probe label --out``
+        replaces its file atomically).
+
+    Raises
+    ------
+    ProbeError
+        The extension is not .parquet, .csv or .json.
+    """
     suffix = _suffix(path)
     if suffix == "parquet":
         table.to_parquet(path, index=False)
@@ -65,8 +108,24 @@ def is_label_table(table: pd.DataFrame) -> bool:
 
 
 def load_table(path) -> pd.DataFrame:
-    """Read a label table written by :func:`save_table` (columns in :data:`COLUMNS` order, missing newer columns
-    as NaN); one-line ProbeError when the file is not a label table — also when it has a header but no rows."""
+    """Read a label table written by :func:`save_table` (or ``probe label --out``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A .parquet, .csv or .json (records) file.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns in :data:`COLUMNS` order; columns newer than the file are NaN.
+
+    Raises
+    ------
+    ProbeError
+        One line: the file cannot be read, has another extension, or is not a label table (it lacks an
+        identifying column — also when it has a header but no rows).
+    """
     table = read_table_file(path)
     if not is_label_table(table):
         missing = [column for column in REQUIRED if column not in table.columns]
