@@ -410,7 +410,42 @@ def _with_contacts(features: ResidueFeatures | None, true_map: torch.Tensor | No
 
 @dataclass(frozen=True, eq=False)
 class ContactResult:
-    """Contacts of one sequence, and (when a true map was given) how good they are."""
+    """Contacts of one sequence, and (when a true map was given) how good they are (frozen).
+
+    Attributes
+    ----------
+    sequence : str
+        The cleaned sequence, L residues.
+    contacts : numpy.ndarray or None, shape (L, L), float32
+        Contact probabilities from the checkpoint's contact regression (NaN: pairs no window covered, windowed
+        mode); None for a model without a contact head.
+    true_contacts : numpy.ndarray or None, shape (L, L), int8
+        The true map given: 1 contact, 0 not, −1 unknown.
+    precision : dict of str to float, optional
+        Precision of `contacts` against the true map, keys :func:`precision_columns`
+        (``p_at_{L|L2|L5}_{short|medium|long}``; NaN for a range without a known pair).
+    heads : pandas.DataFrame, optional
+        The per-head table (per-head mode), one row per layer × head, in this column order:
+
+        | column | dtype | meaning |
+        |---|---|---|
+        | `layer`, `head` | int | 0-based |
+        | `name` | str | `L{layer}H{head}` |
+        | `weight` | float | the head's contact-regression weight w_c; NaN without a regression |
+        | `logit_share` | float | the head's share of the non-bias logit, Σ of abs(w_c·APC(sym(α_c))) over pairs at least 6 apart, over the same sum for all heads; NaN without a regression |
+        | `p_at_L_short` … `p_at_L5_long` | float | the nine precisions of the head's APC(sym(α)) map (:func:`precision_columns`) |
+        | `far_contact_share` | float | of the weights α ≥ θ on known pairs at least 6 apart, the fraction on contacts; NaN when there is none |
+        | `far_high_count` | int | how many such weights |
+        | `far_background` | float | the contact rate among those pairs |
+        | `n_high` | float | Vig et al.'s count of weights α ≥ θ |
+        | `n_contact`, `n_binding`, `n_helix`, `n_strand`, `n_coil` | float | of those, on the property (NaN: property unknown) |
+        | `contact_share` … `coil_share` | float | n_f / n_high; NaN where n_high < min_count |
+        | `contact_background` … `coil_background` | float | the property's rate in this sequence |
+
+    background : dict of str to float, optional
+        Per-head mode: the counts behind the background rates (``n_pairs``, ``n_residues``, ``n_contact_pairs``,
+        ``n_{binding|helix|strand|coil}_residues``; NaN where unknown).
+    """
 
     sequence: str
     contacts: np.ndarray | None  # [L L] float32 probabilities (NaN: pairs no window covered); None: no contact head
@@ -490,8 +525,51 @@ def predict_contacts(
     min_attention: float = MIN_ATTENTION,
     min_count: int = MIN_COUNT,
 ) -> ContactResult:
-    """Contacts of one protein sequence with the checkpoint's own contact head (None without one); per-head table
-    with a true map (always without a contact head)."""
+    """Contacts of one protein sequence from the checkpoint's own contact head, and a per-head analysis.
+
+    One forward pass on the capture engine: the contact logits are accumulated head by head (equal to HF
+    ``EsmForMaskedLM.predict_contacts`` with eager attention within 1e-5), and with `per_head` every head's
+    APC-corrected attention is scored against the true map, one layer at a time.
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        A protein model (``loaded.kind == "protein_mlm"``: ESM, ProtBert-style, ProtT5 encoder).
+    sequence : str
+        One-letter amino acids (L residues; checked, non-amino-acid letters are an error naming their positions).
+    true_map : numpy.ndarray, optional, shape (L, L), int8
+        True contacts: 1 contact, 0 not, −1 unknown, aligned to `sequence`
+        (:func:`probe.proteins.structure.contact_map` with ``sequence=``).
+    per_head : bool, optional
+        Compute the per-head table. None: when `true_map` is given, and always for a model without a contact head.
+    features : probe.proteins.features.ResidueFeatures, optional
+        Binding sites and secondary structure aligned to `sequence`, for Vig et al.'s shares.
+    min_attention : float, default 0.3
+        θ: attention weights at least this high are counted (Vig et al.'s counts and the ``far_*`` measure).
+    min_count : int, default 100
+        Heads with fewer weights ≥ θ get NaN shares.
+
+    Returns
+    -------
+    ContactResult
+        ``contacts`` shape (L, L) float32 probabilities (None without a contact head), ``precision`` and the
+        per-head table ``heads`` when asked for.
+
+    Raises
+    ------
+    ProbeError
+        The model is not a protein model; the sequence holds letters that are not amino acids, or is longer than
+        the model takes (use :func:`predict_contacts_windowed`).
+
+    Examples
+    --------
+    >>> loaded = probe.models.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> structure = read_structure("tests/data/pdb1ubi.pdb", chain="A")
+    >>> true_map = contact_map(structure, sequence=structure.sequence)  # [L L] int8
+    >>> result = predict_contacts(loaded, structure.sequence, true_map=true_map)
+    >>> result.contacts.shape, result.heads.shape  # 76 residues; 2 layers x 4 heads, 33 columns
+    ((76, 76), (8, 33))
+    """
     return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention, min_count)[0]
 
 
