@@ -248,12 +248,55 @@ def unpack(spec: UnitSpec, table: pd.DataFrame | None, arrays: dict[str, np.ndar
 
 
 def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
-    """One row per unit (see the module docstring), in record order."""
+    """The per-chain table (``--chains-out``): one row per unit, in record order.
+
+    Parameters
+    ----------
+    outcomes : sequence of UnitOutcome
+        The finished units (:func:`analyse_unit`, or read back from the journal).
+
+    Returns
+    -------
+    pandas.DataFrame
+        In this column order:
+
+        | column | dtype | meaning |
+        |---|---|---|
+        | `record` | int | position of the unit in the run |
+        | `id` | str | the record's id, or `{file stem}_{chain}` for a structure chain (`pdb1ubi_A`) |
+        | `file`, `chain` | str | the structure file and chain ("" without a structure) |
+        | `length` | int | residues L |
+        | `sequence` | str | the sequence analysed |
+        | `structure_hash` | str | content hash of the structure file ("" without one) |
+        | `ligands` | str | comma-separated ligand names of the structure |
+        | `p_at_L_short` … `p_at_L5_long` | float | the nine precisions of the checkpoint's predicted contacts; NaN without a contact regression or a structure |
+        | `n_known_{short,medium,long}`, `n_true_{short,medium,long}` | int | known pairs and true contacts per range |
+        | `n_pairs`, `n_residues` | float | L², L |
+        | `n_contact_pairs`, `n_{binding,helix,strand,coil}_residues` | float | the property counts behind the background rates; NaN where unknown |
+    """
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
 
 def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> pd.DataFrame:
-    """One row per unit × head: ``record, id`` and the per-head columns, Vig et al.'s shares with `min_count`."""
+    """The per-head table of a set (``--heads-out``): one row per unit × head.
+
+    Parameters
+    ----------
+    outcomes : sequence of UnitOutcome
+        The finished units; those without a per-head table are left out.
+    min_count : int, default 100
+        Vig et al.'s shares are NaN for a head with fewer weights ≥ θ in that unit.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``record`` (int) and ``id`` (str), then the columns of :attr:`probe.proteins.contacts.ContactResult.heads`.
+
+    Raises
+    ------
+    ProbeError
+        No unit has a per-head table.
+    """
     tables = []
     for outcome in outcomes:
         if outcome.result.heads is None:
@@ -276,6 +319,22 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
     "n_high", *(f"n_{name}" for name in vig.FEATURES), *(f"{name}_share" for name in vig.FEATURES),
     *(f"{name}_background" for name in vig.FEATURES),
 )
+"""Columns of the per-head summary over a structure set (``probe contacts --heads-summary``), in file order.
+
+| column | dtype | meaning |
+|---|---|---|
+| `layer`, `head` | int | 0-based |
+| `name` | str | `L{layer}H{head}` |
+| `n_proteins` | int | proteins with a known long-range pair |
+| `weight`, `logit_share` | float | mean over proteins of the per-head columns of the same name |
+| `p_at_L_short`, `p_at_L_short_low`, `p_at_L_short_high`, … `p_at_L5_long_high` | float | for each of the nine precisions: the mean over the proteins with a value, and a 95 % percentile bootstrap interval of that mean (proteins resampled) |
+| `n_high`, `n_contact`, `n_binding`, `n_helix`, `n_strand`, `n_coil` | float | Vig et al.'s counts pooled over the set |
+| `contact_share` … `coil_share` | float | pooled shares; NaN below the minimum count |
+| `contact_background` … `coil_background` | float | the properties' rates over the set |
+
+The parquet file's schema metadata holds the run's model, revision, options and proteins
+(:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
+"""
 
 
 def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED,
@@ -306,11 +365,28 @@ def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: 
 
 def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = MIN_COUNT,
                     samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> pd.DataFrame:
-    """The per-head summary over a set (columns :data:`HEAD_SUMMARY_COLUMNS`, one row per layer × head).
+    """The per-head summary over a set (``--heads-summary``), one row per layer × head.
 
-    `heads`: :func:`heads_table` (one row per protein × head); `chains`: :func:`chain_table`. ``n_proteins`` counts
-    the proteins with a known long-range pair; precision means and intervals are over proteins; Vig et al.'s shares
-    pool the counts over all proteins (heads with fewer than `min_count` weights ≥ θ: NaN)."""
+    Parameters
+    ----------
+    heads : pandas.DataFrame
+        :func:`heads_table`: one row per protein × head.
+    chains : pandas.DataFrame
+        :func:`chain_table`: one row per protein.
+    min_count : int, default 100
+        Vig et al.'s pooled shares are NaN for a head with fewer weights ≥ θ over the whole set.
+    samples : int, default 2000
+        Bootstrap resamples of the proteins.
+    seed : int, default 0
+        Seed of the resamples (the same resamples for every head and column).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`HEAD_SUMMARY_COLUMNS` in that order. ``n_proteins`` counts the proteins with a known
+        long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the counts over
+        all proteins.
+    """
     grouped = heads.groupby(["layer", "head"], sort=True)
     summary = grouped[["weight", "logit_share"]].mean().reset_index()
     keys = pd.MultiIndex.from_frame(summary[["layer", "head"]])
