@@ -61,7 +61,27 @@ MAX_OTHER_TOKENS = 8
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model ready for capture."""
+    """A model ready for capture (frozen): what :func:`load` returns.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The transformers model, in eval mode, on its attention implementation (sdpa).
+    tokenizer : transformers.PreTrainedTokenizerBase
+        Its tokenizer.
+    kind : ModelKind
+        Causal LM, masked LM or protein LM (decides which head types and analyses apply).
+    name : str
+        What the user asked for: hub id, directory or ``zoo:NAME``.
+    revision : str
+        The hub commit hash, or ``sha256:…`` of a local model's weight files.
+    residue_format : {"letters", "spaced"} or None
+        Protein models: residues as one string (ESM) or space-separated (ProtBert); None for text models.
+    has_contact_head : bool
+        The checkpoint carries a contact regression (ESM).
+    n_layers, n_heads : int
+        Transformer layers and query heads per layer (properties).
+    """
 
     model: nn.Module
     tokenizer: object  # a transformers tokenizer
@@ -242,7 +262,37 @@ def load(
     device: str = "cpu",
     dtype: str | torch.dtype | None = None,  # None: the checkpoint's own (float32 for our zoo)
 ) -> LoadedModel:
-    """Load a model and its tokenizer for capture; one-line ProbeError for anything the user can fix."""
+    """Load a model and its tokenizer for capture.
+
+    The model class follows the checkpoint: ``AutoModelForCausalLM`` for causal LMs, ``AutoModelForMaskedLM`` for
+    masked and protein LMs, ``EsmForMaskedLM`` for ESM (it keeps the contact regression), the encoder alone for
+    ProtT5. It is loaded with ``attn_implementation="sdpa"`` (the capture engine switches it only inside
+    :func:`probe.engine.capture.capture`), moved to `device` and put in eval mode.
+
+    Parameters
+    ----------
+    spec : str
+        A hub id (``"gpt2"``; from the local cache when offline), a local directory written by
+        ``save_pretrained`` (with its tokenizer), or ``"zoo:NAME"`` for a bundled model organism.
+    device : str, default "cpu"
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; checked against what this machine has.
+    dtype : str or torch.dtype, optional
+        ``"float32"``, ``"float16"``, ``"bfloat16"`` (or ``fp32``, ``fp16``, ``bf16``, or a torch dtype); None:
+        the checkpoint's own.
+
+    Returns
+    -------
+    LoadedModel
+        The model, its tokenizer, its kind (causal LM, masked LM, protein LM) and its revision (the hub commit,
+        or ``sha256:…`` of a local model's weight files).
+
+    Raises
+    ------
+    ProbeError
+        One line naming the fix: a missing directory or zoo name, a hub id that cannot be reached, an unreadable
+        config, no usable tokenizer, corrupt or truncated weights, a device this machine does not have, an unknown
+        dtype, a model whose attention does not go through ``AttentionInterface``.
+    """
     import transformers
 
     source = locate(spec)
@@ -328,7 +378,26 @@ def _parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
 
 
 def tokenize_text(loaded: LoadedModel, text: str) -> dict[str, torch.Tensor]:
-    """Tokenize one text (checked against the model's length limit), on the model's device."""
+    """Tokenize one text for `loaded`'s model, on the model's device.
+
+    Parameters
+    ----------
+    loaded : LoadedModel
+        What :func:`load` returned.
+    text : str
+        Non-empty text; the tokenizer adds its special tokens (``[CLS] … [SEP]``, ``<bos>``).
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        ``input_ids`` and ``attention_mask``, shape (1, token), long (no ``token_type_ids``): the model's keyword
+        inputs.
+
+    Raises
+    ------
+    ProbeError
+        The text is empty or longer than the model's positions.
+    """
     if not text:
         raise ProbeError("the text is empty: pass --text with at least one word")
     encoded = loaded.tokenizer(text, return_tensors="pt")
