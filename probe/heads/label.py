@@ -55,7 +55,7 @@ from probe.naming import head_name
 
 # Default probe length, capped by the model's positions: the length most pre-training and fine-tuning of
 # encoder and decoder models used (BERT's 90 % phase, sentence-transformers' fine-tuning), and about one GAP passage.
-# Labels measured beyond a model's training length describe its extrapolation, not its ordinary behaviour (README).
+# Labels measured beyond a model's training length describe its extrapolation, not its ordinary behaviour (docs/labels.md).
 DEFAULT_SEQ_LEN = 128
 COREF_SETS = ("auto", "gap", "templates")
 ABLATE = ("labelled", "all", "none")
