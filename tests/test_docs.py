@@ -122,6 +122,6 @@ def test_mkdocs_build_strict_passes(tmp_path):
     assert "usage: probe label" in cli and "usage: probe contacts" in cli
     engine = (site / "api" / "engine" / "index.html").read_text(encoding="utf-8")
     assert 'id="probe.engine.capture.capture_attention"' in engine
-    assert "(batch, layer, head, query, key)" in engine  # the numpydoc shapes are rendered
+    assert "torch.Tensor, shape=(batch, layer, head, query, key), float32" in engine  # numpydoc shapes, verbatim
     assert ":func:" not in engine and ":class:" not in engine  # Sphinx roles became links or code
     assert time.monotonic() - started < 120

@@ -72,7 +72,7 @@ def capture(
     block_bytes : int, default 32 MiB
         Memory budget of one α block, all selected heads of a layer together, in bytes (float32); a block has at
         most :data:`~probe.engine.session.MAX_BLOCK_ROWS` query rows.
-    ablate : torch.Tensor or None, shape (layer, head) or (batch, layer, head), bool
+    ablate : torch.Tensor or None, shape=(layer, head) or (batch, layer, head), bool
         Heads whose attention output is zeroed (before the output projection): head ablation inside the attention
         function, no change to the model's code or weights. With a batch axis, each batch row ablates its own
         heads. None: no ablation.
@@ -175,7 +175,7 @@ def capture_attention(
 
     Returns
     -------
-    alpha : torch.Tensor, shape (batch, layer, head, query, key), float32
+    alpha : torch.Tensor, shape=(batch, layer, head, query, key), float32
         On the CPU; layers in ascending order, heads in the order given. Each real query row sums to 1 over the
         keys; masked keys (padding, above the diagonal of a causal model) are exactly 0.
 

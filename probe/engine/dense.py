@@ -83,7 +83,7 @@ class DenseSink:
 
         Returns
         -------
-        torch.Tensor, shape (batch, layer, head, query, key), the sink's dtype
+        torch.Tensor, shape=(batch, layer, head, query, key), the sink's dtype
             On the CPU; the captured layers in ascending order, heads in the order given.
 
         Raises

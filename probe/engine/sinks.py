@@ -40,7 +40,7 @@ class AttentionBlock:
         Absolute position of this forward pass's first query (the past length with a KV cache, else 0).
     n_key : int
         Keys in this forward pass (cached keys included).
-    alpha : torch.Tensor, shape (batch, head, query, key), float32
+    alpha : torch.Tensor, shape=(batch, head, query, key), float32
         On the model's device; ``query`` = this block's rows, ``key`` = all `n_key` keys — except for sinks that set
         ``accepts_causal_crop = True``: under a causal mask they get only keys ``[0, alpha.shape[-1])`` and every α
         beyond is exactly zero (the engine never computes the masked triangle).
@@ -137,7 +137,7 @@ class GatherSink(Protocol):
             Layer index, 0-based.
         heads : tuple of int
             The heads :meth:`gather_for` returned, in that order.
-        alpha : torch.Tensor, shape (batch, head, query, slot), float32
+        alpha : torch.Tensor, shape=(batch, head, query, slot), float32
             α(i, slots[b, i, s]) on the model's device; exactly 0 where the slot is −1 or the key is masked.
         """
         ...

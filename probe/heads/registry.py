@@ -61,15 +61,15 @@ class TargetContext:
 
     Attributes
     ----------
-    input_ids : torch.Tensor, shape (batch, seq), long
+    input_ids : torch.Tensor, shape=(batch, seq), long
         The probes' token ids (on the CPU).
     causal : bool
         The model is causal (a query sees only keys j ≤ i).
     delimiter_ids : tuple of int
         Token ids that count as delimiters (:func:`probe.heads.probesets.delimiter_ids`).
-    repeat_start : torch.Tensor or None, shape (batch,), long
+    repeat_start : torch.Tensor or None, shape=(batch,), long
         Repeated-block probes: position of the planted block's first copy.
-    repeat_len : torch.Tensor or None, shape (batch,), long
+    repeat_len : torch.Tensor or None, shape=(batch,), long
         Repeated-block probes: the planted block's length.
     restrict_to_repeat : bool
         Small vocabulary: repeat targets only inside the planted repeat.

@@ -416,10 +416,10 @@ class ContactResult:
     ----------
     sequence : str
         The cleaned sequence, L residues.
-    contacts : numpy.ndarray or None, shape (L, L), float32
+    contacts : numpy.ndarray or None, shape=(L, L), float32
         Contact probabilities from the checkpoint's contact regression (NaN: pairs no window covered, windowed
         mode); None for a model without a contact head.
-    true_contacts : numpy.ndarray or None, shape (L, L), int8
+    true_contacts : numpy.ndarray or None, shape=(L, L), int8
         The true map given: 1 contact, 0 not, −1 unknown.
     precision : dict of str to float, optional
         Precision of `contacts` against the true map, keys :func:`precision_columns`
@@ -537,7 +537,7 @@ def predict_contacts(
         A protein model (``loaded.kind == "protein_mlm"``: ESM, ProtBert-style, ProtT5 encoder).
     sequence : str
         One-letter amino acids (L residues; checked, non-amino-acid letters are an error naming their positions).
-    true_map : numpy.ndarray, optional, shape (L, L), int8
+    true_map : numpy.ndarray, optional, shape=(L, L), int8
         True contacts: 1 contact, 0 not, −1 unknown, aligned to `sequence`
         (:func:`probe.proteins.structure.contact_map` with ``sequence=``).
     per_head : bool, optional
