@@ -129,7 +129,7 @@ class LoadedModel:
 
     @property
     def residue_offset(self) -> int:
-        """Token index of the first residue in an encoded sequence (1 after [CLS] / <cls>, 0 without a BOS)."""
+        """Token index of the first residue in an encoded sequence (1 after ``[CLS]`` / ``<cls>``, 0 without a BOS)."""
         return _residue_offset(self.tokenizer, self.residue_format)
 
 

@@ -67,17 +67,17 @@ class LabelConfig:
 
     Attributes
     ----------
-    types : tuple of str, optional
+    types : tuple of str, or None
         Head types to score (names in :data:`probe.heads.registry.REGISTRY`); None: every type that applies to the
         model's kind (``--types``).
     examples : int, default 64
         Probe examples per probe set: natural-text and repeated-block probes, coreference examples (``--examples``).
-    seq_len : int or tuple of int, optional
+    seq_len : int, tuple of int, or None
         Tokens per probe, one length or several (one row per length, and ``stable`` compares them); None:
         min(128, the model's positions) (``--seq-len``).
     seed : int, default 0
         Seeds the probe sets, the bootstrap and the ablation controls (``--seed``).
-    probe_file : str, optional
+    probe_file : str or None
         JSONL file of span examples scored as coreference instead of GAP / the templates (``--probe-file``).
     coref_set : {"auto", "gap", "templates"}, default "auto"
         Coreference examples: GAP when the tokenizer reads English, else the templates (``--coref-set``).

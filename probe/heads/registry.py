@@ -214,7 +214,7 @@ class HeadTypeSpec:
     statistic : {"mass", "accuracy"}, default "mass"
         What the label tests: attention mass on the targets over chance, or (span types) accuracy over the best
         baseline.
-    candidate : str, optional
+    candidate : str or None
         Name of the table column holding each head's chosen candidate (fixed_offset: ``"offset"``) when the
         type has several; None otherwise.
     loss_positions : {"text", "repeat", "query"}, default "text"

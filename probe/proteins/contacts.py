@@ -421,10 +421,10 @@ class ContactResult:
         mode); None for a model without a contact head.
     true_contacts : numpy.ndarray or None, shape=(L, L), int8
         The true map given: 1 contact, 0 not, −1 unknown.
-    precision : dict of str to float, optional
+    precision : dict of str to float, or None
         Precision of `contacts` against the true map, keys :func:`precision_columns`
         (``p_at_{L|L2|L5}_{short|medium|long}``; NaN for a range without a known pair).
-    heads : pandas.DataFrame, optional
+    heads : pandas.DataFrame or None
         The per-head table (per-head mode), one row per layer × head, in this column order:
 
         | column | dtype | meaning |
@@ -442,7 +442,7 @@ class ContactResult:
         | `contact_share` … `coil_share` | float | n_f / n_high; NaN where n_high < min_count |
         | `contact_background` … `coil_background` | float | the property's rate in this sequence |
 
-    background : dict of str to float, optional
+    background : dict of str to float, or None
         Per-head mode: the counts behind the background rates (``n_pairs``, ``n_residues``, ``n_contact_pairs``,
         ``n_{binding|helix|strand|coil}_residues``; NaN where unknown).
     """
