@@ -11,5 +11,5 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
 fi
 . .venv/bin/activate
 python -m pip install -q -e ".[docs]"
-NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict --quiet --site-dir site
+NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict --site-dir site  # not --quiet: it hides warnings from --strict
 python -m pytest -q "$@"
