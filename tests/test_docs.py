@@ -125,3 +125,27 @@ def test_mkdocs_build_strict_passes(tmp_path):
     assert "torch.Tensor, shape=(batch, layer, head, query, key), float32" in engine  # numpydoc shapes, verbatim
     assert ":func:" not in engine and ":class:" not in engine  # Sphinx roles became links or code
     assert time.monotonic() - started < 120
+
+
+def test_every_public_reexport_has_an_api_entry_and_a_numpydoc_docstring():
+    import importlib
+    import inspect
+
+    import probe
+
+    directives = set()
+    for page in (DOCS / "api").glob("*.md"):
+        directives |= set(re.findall(r"^::: ([\w.]+)", page.read_text(encoding="utf-8"), flags=re.M))
+    missing, undocumented = [], []
+    for name, module in probe._LAZY.items():
+        obj = getattr(importlib.import_module(module), name)
+        path = f"{obj.__module__}.{obj.__qualname__}"
+        if path not in directives:
+            missing.append(path)
+        doc = inspect.getdoc(obj) or ""
+        sections = ("Parameters\n----------", "Attributes\n----------", "Returns\n-------")
+        methods = [inspect.getdoc(member) or "" for _, member in inspect.getmembers(obj, inspect.isfunction)]
+        if not any(section in text for text in (doc, *methods) for section in sections):
+            undocumented.append(path)
+    assert missing == [], f"add `::: NAME` for these to a page in docs/api/: {missing}"
+    assert undocumented == [], f"these need numpydoc Parameters/Returns/Attributes sections: {undocumented}"
