@@ -149,3 +149,63 @@ def test_every_public_reexport_has_an_api_entry_and_a_numpydoc_docstring():
             undocumented.append(path)
     assert missing == [], f"add `::: NAME` for these to a page in docs/api/: {missing}"
     assert undocumented == [], f"these need numpydoc Parameters/Returns/Attributes sections: {undocumented}"
+
+
+def _documented_columns(doc: str) -> set[str]:
+    """The column names in the first cell of each row of the Markdown tables of a docstring (`{a,b}` expanded)."""
+
+    def expand(name: str) -> list[str]:
+        match = re.search(r"\{([^{}]*)\}", name)
+        if not match:
+            return [name]
+        return [out for part in match.group(1).split(",")
+                for out in expand(name[:match.start()] + part + name[match.end():])]
+
+    names: set[str] = set()
+    for cell in re.findall(r"^\s*\| (.+?) \|", doc, flags=re.M):
+        for token in re.findall(r"`([^`]+)`", cell):
+            names.update(expand(token))
+    return names
+
+
+def _attribute_docstring(module, name: str) -> str:
+    """The string literal right after `name = ...` in a module's source (a PEP 257 attribute docstring)."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(module)).body
+    for node, after in zip(body, body[1:], strict=False):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(getattr(target, "id", None) == name for target in targets):
+            assert isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant), f"{name} has no docstring"
+            return after.value.value
+    raise AssertionError(f"{name} is not assigned in {module.__name__}")
+
+
+def test_the_label_tables_documented_columns_are_its_columns():
+    from probe.heads import tables
+
+    assert _documented_columns(_attribute_docstring(tables, "COLUMNS")) == set(tables.COLUMNS)
+
+
+def test_the_protein_tables_documented_columns_are_the_columns_they_have(ubiquitin_structure):
+    import inspect
+
+    import probe
+    from probe.proteins import contacts, sets
+
+    torch.set_num_threads(1)
+    loaded = probe.models.load("zoo:esm-random")
+    units, skipped = sets.structure_units([Path(ubiquitin_structure)])
+    assert skipped == []
+    outcomes = [sets.analyse_unit(loaded, unit, sets.ContactOptions()) for unit in units]
+    heads = sets.heads_table(outcomes)
+    chains = sets.chain_table(outcomes)
+    summary = sets.summarize_heads(heads, chains)
+    per_head = outcomes[0].result.heads
+    assert per_head is not None and len(chains) == len(units) >= 1
+    assert _documented_columns(inspect.getdoc(contacts.ContactResult)) == set(per_head.columns)
+    assert _documented_columns(inspect.getdoc(sets.chain_table)) == set(chains.columns)
+    assert set(heads.columns) == {"record", "id"} | set(per_head.columns)
+    assert _documented_columns(_attribute_docstring(sets, "HEAD_SUMMARY_COLUMNS")) == set(summary.columns)
+    assert list(summary.columns) == list(sets.HEAD_SUMMARY_COLUMNS)

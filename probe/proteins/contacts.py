@@ -425,7 +425,7 @@ class ContactResult:
         Precision of `contacts` against the true map, keys :func:`precision_columns`
         (``p_at_{L|L2|L5}_{short|medium|long}``; NaN for a range without a known pair).
     heads : pandas.DataFrame or None
-        The per-head table (per-head mode), one row per layer × head, in this column order:
+        The per-head table (per-head mode), one row per layer × head, with these columns:
 
         | column | dtype | meaning |
         |---|---|---|
@@ -433,14 +433,14 @@ class ContactResult:
         | `name` | str | `L{layer}H{head}` |
         | `weight` | float | the head's contact-regression weight w_c; NaN without a regression |
         | `logit_share` | float | the head's share of the non-bias logit, Σ of abs(w_c·APC(sym(α_c))) over pairs at least 6 apart, over the same sum for all heads; NaN without a regression |
-        | `p_at_L_short` … `p_at_L5_long` | float | the nine precisions of the head's APC(sym(α)) map (:func:`precision_columns`) |
+        | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the head's APC(sym(α)) map (:func:`precision_columns`) |
         | `far_contact_share` | float | of the weights α ≥ θ on known pairs at least 6 apart, the fraction on contacts; NaN when there is none |
         | `far_high_count` | int | how many such weights |
         | `far_background` | float | the contact rate among those pairs |
         | `n_high` | float | Vig et al.'s count of weights α ≥ θ |
-        | `n_contact`, `n_binding`, `n_helix`, `n_strand`, `n_coil` | float | of those, on the property (NaN: property unknown) |
-        | `contact_share` … `coil_share` | float | n_f / n_high; NaN where n_high < min_count |
-        | `contact_background` … `coil_background` | float | the property's rate in this sequence |
+        | `n_{contact,binding,helix,strand,coil}` | float | of those, on the property (NaN: property unknown) |
+        | `{contact,binding,helix,strand,coil}_share` | float | n_f / n_high; NaN where n_high < min_count |
+        | `{contact,binding,helix,strand,coil}_background` | float | the property's rate in this sequence |
 
     background : dict of str to float, or None
         Per-head mode: the counts behind the background rates (``n_pairs``, ``n_residues``, ``n_contact_pairs``,

@@ -258,7 +258,7 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        In this column order:
+        One row per unit, with these columns:
 
         | column | dtype | meaning |
         |---|---|---|
@@ -269,7 +269,7 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
         | `sequence` | str | the sequence analysed |
         | `structure_hash` | str | content hash of the structure file ("" without one) |
         | `ligands` | str | comma-separated ligand names of the structure |
-        | `p_at_L_short` … `p_at_L5_long` | float | the nine precisions of the checkpoint's predicted contacts; NaN without a contact regression or a structure |
+        | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the checkpoint's predicted contacts; NaN without a contact regression or a structure |
         | `n_known_{short,medium,long}`, `n_true_{short,medium,long}` | int | known pairs and true contacts per range |
         | `n_pairs`, `n_residues` | float | L², L |
         | `n_contact_pairs`, `n_{binding,helix,strand,coil}_residues` | float | the property counts behind the background rates; NaN where unknown |
@@ -327,10 +327,10 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 | `name` | str | `L{layer}H{head}` |
 | `n_proteins` | int | proteins with a known long-range pair |
 | `weight`, `logit_share` | float | mean over proteins of the per-head columns of the same name |
-| `p_at_L_short`, `p_at_L_short_low`, `p_at_L_short_high`, … `p_at_L5_long_high` | float | for each of the nine precisions: the mean over the proteins with a value, and a 95 % percentile bootstrap interval of that mean (proteins resampled) |
-| `n_high`, `n_contact`, `n_binding`, `n_helix`, `n_strand`, `n_coil` | float | Vig et al.'s counts pooled over the set |
-| `contact_share` … `coil_share` | float | pooled shares; NaN below the minimum count |
-| `contact_background` … `coil_background` | float | the properties' rates over the set |
+| `p_at_{L,L2,L5}_{short,medium,long}{,_low,_high}` | float | for each of the nine precisions: the mean over the proteins with a value, and a 95 % percentile bootstrap interval of that mean (proteins resampled) |
+| `n_high`, `n_{contact,binding,helix,strand,coil}` | float | Vig et al.'s counts pooled over the set |
+| `{contact,binding,helix,strand,coil}_share` | float | pooled shares; NaN below the minimum count |
+| `{contact,binding,helix,strand,coil}_background` | float | the properties' rates over the set |
 
 The parquet file's schema metadata holds the run's model, revision, options and proteins
 (:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
