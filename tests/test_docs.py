@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -110,7 +109,6 @@ def test_the_head_type_of_the_how_to_has_the_targets_it_describes():
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
                     reason="the docs extra is not installed: pip install -e '.[docs]' (scripts/test.sh does)")
 def test_mkdocs_build_strict_passes(tmp_path):
-    started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -124,7 +122,6 @@ def test_mkdocs_build_strict_passes(tmp_path):
     assert 'id="probe.engine.capture.capture_attention"' in engine
     assert "torch.Tensor, shape=(batch, layer, head, query, key), float32" in engine  # numpydoc shapes, verbatim
     assert ":func:" not in engine and ":class:" not in engine  # Sphinx roles became links or code
-    assert time.monotonic() - started < 120
 
 
 def test_every_public_reexport_has_an_api_entry_and_a_numpydoc_docstring():
