@@ -5,7 +5,7 @@ model kinds it applies to, the statistic its label rests on, and the positions w
 so the scorer, the label rule, the CLI's ``--types`` and the dashboard loop over :data:`REGISTRY` and never branch on
 a type's name. Adding a type is one new spec (docs/howto/head-type.md: "Add a head type").
 
-Targets of query i (key j, tokens t, n real tokens; see REFERENCE.md):
+Targets of query i (key j, tokens t, n real tokens; where each comes from: docs/labels.md, "Labelling heads"):
 
 =================  ======================================================================================
 previous_token     j = i − 1
