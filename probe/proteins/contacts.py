@@ -68,7 +68,8 @@ from probe.errors import ProbeError
 from probe.models import LoadedModel
 from probe.naming import head_name
 from probe.proteins import features as vig
-from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
+from probe.proteins import significance
+from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 
 RANGES: dict[str, tuple[int, int | None]] = {"short": (6, 11), "medium": (12, 23), "long": (24, None)}
 FRACTIONS: dict[str, int] = {"L": 1, "L2": 2, "L5": 5}  # P@L, P@L/2, P@L/5
@@ -113,6 +114,19 @@ class _RangePairs:
             if high is not None:
                 chosen &= separation <= high
             self.pairs[name] = ((i[chosen] * length + j[chosen]), (truth[chosen] == 1).float())
+
+    def top_hits(self, scores: torch.Tensor) -> dict[str, tuple[int, int, int, int]]:  # scores [L L]
+        """{range: (hits among the top k = min(L, known), k, known pairs, contacts)}: the counts behind P@L and its
+        base rate (probe.proteins.significance)."""
+        flat = scores.reshape(-1).float()
+        result = {}
+        for name, (index, is_contact) in self.pairs.items():
+            values = flat[index]
+            values = torch.where(torch.isfinite(values), values, torch.full_like(values, -torch.inf))
+            k = min(max(1, self.length), values.numel())
+            hits = int(is_contact[torch.topk(values, k).indices].sum()) if k else 0
+            result[name] = (hits, k, int(values.numel()), int(is_contact.sum()))
+        return result
 
     def precision(self, scores: torch.Tensor) -> dict[str, float]:  # scores [L L]
         flat = scores.reshape(-1).float()
@@ -334,9 +348,9 @@ class ContactSink:
         """[L L] contact probabilities of sequence b."""
         return torch.sigmoid(self.logits(b))
 
-    def head_table(self, b: int = 0, min_count: int = MIN_COUNT) -> pd.DataFrame:
+    def head_table(self, b: int = 0, min_count: int = MIN_COUNT, *, min_total: float = MIN_TOTAL) -> pd.DataFrame:
         """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module docstring);
-        Vig et al.'s shares need at least `min_count` weights ≥ θ."""
+        Vig et al.'s shares need Σ α > θ of at least `min_total`, the count shares `min_count` weights ≥ θ."""
         state = self.sequences[b]
         if not self.per_head:
             raise ProbeError("per-head statistics were not collected: build the ContactSink with per_head=True")
@@ -344,10 +358,10 @@ class ContactSink:
         table = pd.DataFrame(state.rows)
         table.insert(4, "logit_share", [state.abs_logit[(row["layer"], row["head"])] / total
                                         if total > 0 and self.regression else float("nan") for row in state.rows])
-        table = vig.shares(table, min_count)
+        table = vig.shares(table, min_total=min_total, min_count=min_count)
         for name, value in vig.backgrounds(self.background_counts(b)).items():
             table[name] = value
-        return table.sort_values(["layer", "head"], ignore_index=True)
+        return significance.with_q_values(table).sort_values(["layer", "head"], ignore_index=True)
 
     def background_counts(self, b: int = 0) -> dict[str, float]:
         """Counts behind Vig et al.'s background rates for sequence b (see :func:`probe.proteins.features.background_counts`)."""
@@ -378,6 +392,8 @@ class ContactSink:
             row = {"layer": layer, "head": head, "name": head_name(layer, head), "weight": weight}
             if pairs is not None:
                 row.update(pairs.precision(corrected))
+                for name, top in pairs.top_hits(corrected).items():
+                    row.update(significance.head_row(*top, name=name))
                 strong = alpha >= self.min_attention  # [L L]
                 high, on_contact = (strong & far_pairs).sum(), (strong & far_contacts).sum()
                 row["far_contact_share"] = float(on_contact / high) if int(high) else float("nan")
@@ -385,11 +401,14 @@ class ContactSink:
                 row["far_background"] = background
             else:
                 row.update(dict.fromkeys(precision_columns(), float("nan")))
+                for name in RANGES:
+                    row.update(dict.fromkeys(significance.range_columns(name), float("nan")))
                 row.update(far_contact_share=float("nan"), far_high_count=0, far_background=float("nan"))
-            row["n_high"] = float(counts["n_high"][index])
-            for name in vig.FEATURES:
-                key = f"n_{name}"
-                row[key] = float(counts[key][index]) if key in counts else float("nan")
+            for prefix in ("w", "n"):
+                row[f"{prefix}_high"] = float(counts[f"{prefix}_high"][index])
+                for name in vig.FEATURES:
+                    key = f"{prefix}_{name}"
+                    row[key] = float(counts[key][index]) if key in counts else float("nan")
             state.rows.append(row)
 
 
@@ -447,9 +466,14 @@ def predict_contacts_batch(
     features: Sequence[ResidueFeatures | None] | None = None,  # binding sites, secondary structure per sequence
     min_attention: float = MIN_ATTENTION,
     min_count: int = MIN_COUNT,
+    regression: tuple[torch.Tensor, float] | None = None,
+    *,
+    min_total: float = MIN_TOTAL,
 ) -> list[ContactResult]:
     """Contacts of several sequences in one padded forward pass, each cropped to its own length; with per_head, the
-    per-head table of each. Models without a contact regression get `contacts=None` and per-head statistics."""
+    per-head table of each. `regression` (weight [layer head], bias), e.g. a fitted
+    :class:`probe.proteins.regression.ContactRegression`, replaces the checkpoint's own; models without either get
+    `contacts=None` and per-head statistics."""
     from probe.models import encode_proteins
 
     _require_protein(loaded)
@@ -458,24 +482,30 @@ def predict_contacts_batch(
     cleaned, inputs = encode_proteins(loaded, list(sequences))
     true_maps = list(true_maps) if true_maps is not None else [None] * len(cleaned)
     features = list(features) if features is not None else [None] * len(cleaned)
+    predicts = regression is not None or loaded.has_contact_head
     if per_head is None:
-        per_head = any(true_map is not None for true_map in true_maps) or not loaded.has_contact_head
-    if loaded.has_contact_head:
+        per_head = any(true_map is not None for true_map in true_maps) or not predicts
+    if regression is not None:
+        weight, bias = torch.as_tensor(regression[0], dtype=torch.float32), float(regression[1])  # [layer head]
+        if tuple(weight.shape) != (loaded.n_layers, loaded.n_heads):
+            raise ProbeError(f"the contact regression has {tuple(weight.shape)} layers × heads but {loaded.name} has "
+                             f"({loaded.n_layers}, {loaded.n_heads}): fit one for this model (--fit)")
+    elif loaded.has_contact_head:
         weight, bias = contact_regression(loaded.model)
     else:
         weight, bias = torch.zeros(loaded.n_layers, loaded.n_heads), 0.0  # [layer head]
     offset = loaded.residue_offset
     sink = ContactSink(weight, bias, inputs["input_ids"], inputs["attention_mask"], _eos_id(loaded), true_maps,
                        per_head, starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
-                       features=features, min_attention=min_attention, regression=loaded.has_contact_head)
+                       features=features, min_attention=min_attention, regression=predicts)
     with capture(loaded.model, sink), torch.inference_mode():
         loaded.model(**inputs)
     results = []
     for b, sequence in enumerate(cleaned):
-        contacts = sink.contacts(b).float().cpu().numpy() if loaded.has_contact_head else None  # [L L]
+        contacts = sink.contacts(b).float().cpu().numpy() if predicts else None  # [L L]
         true_map = None if true_maps[b] is None else np.asarray(true_maps[b], dtype=np.int8)
         precision = None if true_map is None or contacts is None else precision_by_range(contacts, true_map)
-        heads = sink.head_table(b, min_count) if per_head else None
+        heads = sink.head_table(b, min_count, min_total=min_total) if per_head else None
         background = sink.background_counts(b) if per_head else None
         results.append(ContactResult(sequence, contacts, true_map, precision, heads, background))
     return results
@@ -489,10 +519,14 @@ def predict_contacts(
     features: ResidueFeatures | None = None,  # binding sites, secondary structure (aligned to the sequence)
     min_attention: float = MIN_ATTENTION,
     min_count: int = MIN_COUNT,
+    regression: tuple[torch.Tensor, float] | None = None,
+    *,
+    min_total: float = MIN_TOTAL,
 ) -> ContactResult:
     """Contacts of one protein sequence with the checkpoint's own contact head (None without one); per-head table
     with a true map (always without a contact head)."""
-    return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention, min_count)[0]
+    return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention, min_count,
+                                  regression, min_total=min_total)[0]
 
 
 def predict_contacts_windowed(

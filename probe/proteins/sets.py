@@ -38,7 +38,8 @@ from probe.proteins.contacts import (
     predict_contacts,
     predict_contacts_windowed,
 )
-from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
+from probe.proteins import significance
+from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.structure import (
     BINDING_DISTANCE,
     CONTACT_THRESHOLD,
@@ -50,7 +51,7 @@ from probe.proteins.structure import (
 )
 
 STRUCTURE_SUFFIXES = (".pdb", ".ent", ".cif", ".mmcif")
-FORMAT_VERSION = 2  # of a unit's stored form: bump to make old journals recompute
+FORMAT_VERSION = 3  # of a unit's stored form: bump to make old journals recompute
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
@@ -66,6 +67,8 @@ class ContactOptions:
     min_attention: float = MIN_ATTENTION  # θ of Vig et al.'s counts
     binding_distance: float = BINDING_DISTANCE  # Å, residue to ligand heavy atom
     per_head: bool = True  # compute the per-head table
+    regression: str | None = None  # a fitted contact regression file (probe contacts --regression), or None
+    regression_hash: str | None = None  # its probe.runs.journal.file_hash (a changed file recomputes the units)
 
 
 @dataclass(frozen=True)
@@ -191,9 +194,11 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
     features, true_map = None, None
     if structure is not None:
         true_map = contact_map(structure, options.threshold, sequence, cb=options.cb)  # [L L]
-        features = ResidueFeatures(contacts=true_map,
-                                   binding=binding_sites(structure, options.binding_distance, sequence),
-                                   secondary=secondary_structure(structure, sequence))
+        # unknown is not 0: no ligand in the file -> no binding annotation; no assignment -> no secondary structure
+        binding = binding_sites(structure, options.binding_distance, sequence) if structure.ligands else None
+        secondary = secondary_structure(structure, sequence)
+        features = ResidueFeatures(contacts=true_map, binding=binding,
+                                   secondary=secondary if (secondary != "").any() else None)
     limit = loaded.max_tokens - 2
     if len(sequence) > limit:
         if options.window is None:
@@ -204,8 +209,13 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
                              f"(at most {limit}), not --window mode")
         result = predict_contacts_windowed(loaded, sequence, options.window, true_map=true_map)
     else:
+        fitted = None
+        if options.regression is not None:
+            from probe.proteins.regression import read_regression
+
+            fitted = read_regression(options.regression).check_model(loaded).as_tuple()
         result = predict_contacts(loaded, sequence, true_map, per_head=options.per_head, features=features,
-                                  min_attention=options.min_attention)
+                                  min_attention=options.min_attention, regression=fitted)
     return UnitOutcome(spec, result, _chain_row(spec, result, features, structure))
 
 
@@ -252,13 +262,15 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
 
-def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> pd.DataFrame:
-    """One row per unit × head: ``record, id`` and the per-head columns, Vig et al.'s shares with `min_count`."""
+def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
+                min_total: float = MIN_TOTAL) -> pd.DataFrame:
+    """One row per unit × head: ``record, id`` and the per-head columns; Vig et al.'s shares with `min_total` (Σ α),
+    the count shares with `min_count`."""
     tables = []
     for outcome in outcomes:
         if outcome.result.heads is None:
             continue
-        table = vig.shares(outcome.result.heads, min_count)
+        table = vig.shares(outcome.result.heads, min_total=min_total, min_count=min_count)
         table.insert(0, "id", outcome.spec.id)
         table.insert(0, "record", outcome.spec.record)
         tables.append(table)
@@ -269,11 +281,19 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> 
 
 # Per-head summary columns, in file order. For each precision column c of probe.proteins.contacts (p_at_L_long, ...):
 # c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of that mean, proteins
-# resampled with replacement). Then Vig et al.'s pooled counts, shares and backgrounds (probe.proteins.features).
+# resampled with replacement). Then, per range r, the pooled base-rate comparison of probe.proteins.significance
+# (hits_L_r, top_L_r, pooled_p_at_L_r, base_rate_r, enrichment_L_r, p_value_L_r, q_value_L_r; BH over the heads).
+# Then Vig et al.'s pooled sums, shares (weighted, Σ α < min_total: NaN), count shares (count < min_count: NaN) and
+# backgrounds (probe.proteins.features); NaN where no protein of the set has data for the property.
+SIGNIFICANCE_SUMMARY_COLUMNS: tuple[str, ...] = tuple(
+    f"{column}_{name}" for name in RANGES for column in ("hits_L", "top_L", "pooled_p_at_L", "base_rate",
+                                                          "enrichment_L", "p_value_L", "q_value_L"))
 HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
     "layer", "head", "name", "n_proteins", "weight", "logit_share",
     *(f"{column}{suffix}" for column in precision_columns() for suffix in ("", "_low", "_high")),
-    "n_high", *(f"n_{name}" for name in vig.FEATURES), *(f"{name}_share" for name in vig.FEATURES),
+    *SIGNIFICANCE_SUMMARY_COLUMNS,
+    "w_high", *(f"w_{name}" for name in vig.FEATURES), *(f"{name}_share" for name in vig.FEATURES),
+    "n_high", *(f"n_{name}" for name in vig.FEATURES), *(f"{name}_count_share" for name in vig.FEATURES),
     *(f"{name}_background" for name in vig.FEATURES),
 )
 
@@ -305,12 +325,14 @@ def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: 
 
 
 def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = MIN_COUNT,
-                    samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> pd.DataFrame:
+                    samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED, *,
+                    min_total: float = MIN_TOTAL) -> pd.DataFrame:
     """The per-head summary over a set (columns :data:`HEAD_SUMMARY_COLUMNS`, one row per layer × head).
 
     `heads`: :func:`heads_table` (one row per protein × head); `chains`: :func:`chain_table`. ``n_proteins`` counts
     the proteins with a known long-range pair; precision means and intervals are over proteins; Vig et al.'s shares
-    pool the counts over all proteins (heads with fewer than `min_count` weights ≥ θ: NaN)."""
+    pool the sums over all proteins (Σ α > θ below `min_total`, or fewer than `min_count` weights ≥ θ: NaN); the
+    base-rate comparison pools each head's top-L hits over the proteins."""
     grouped = heads.groupby(["layer", "head"], sort=True)
     summary = grouped[["weight", "logit_share"]].mean().reset_index()
     keys = pd.MultiIndex.from_frame(summary[["layer", "head"]])
@@ -320,7 +342,8 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
         matrix = heads.pivot(index="record", columns=["layer", "head"], values=column).reindex(columns=keys)
         mean, low, high = bootstrap_means(matrix.to_numpy(), samples, seed)  # over proteins, per head
         summary[column], summary[f"{column}_low"], summary[f"{column}_high"] = mean, low, high
-    pooled = vig.pooled_shares(heads, min_count)
+    summary = summary.merge(significance.pooled_rows(heads), on=["layer", "head"], how="left")
+    pooled = vig.pooled_shares(heads, min_total=min_total, min_count=min_count)
     summary = summary.merge(pooled, on=["layer", "head"], how="left")
     for name, value in vig.pooled_backgrounds(chains).items():
         summary[name] = value
@@ -340,7 +363,7 @@ def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
 
 def read_heads_summary(path: str | Path) -> pd.DataFrame:
     """A per-head summary written by `probe contacts --heads-summary`, checked; its metadata in ``.attrs``
-    (model, revision, proteins, min_attention, min_count, threshold, cb, ...). One-line ProbeError otherwise."""
+    (model, revision, proteins, min_attention, min_total, min_count, threshold, cb, ...). One-line ProbeError otherwise."""
     import pyarrow.parquet as pq
 
     file = Path(path).expanduser()
