@@ -45,7 +45,7 @@ from probe.commands.common import add_model_options, output_path, write_atomical
 from probe.errors import ProbeError
 from probe.proteins import sets as contact_sets
 from probe.proteins.contacts import FRACTIONS, RANGES
-from probe.proteins.features import MIN_ATTENTION, MIN_COUNT
+from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL
 from probe.proteins.sets import ContactOptions, UnitOutcome, UnitSpec
 from probe.proteins.structure import (
     BINDING_DISTANCE,
@@ -79,9 +79,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--threshold", type=float, default=CONTACT_THRESHOLD,
                         help="contact distance in Å between Cβ atoms; default 8")
     parser.add_argument("--min-attention", type=float, default=MIN_ATTENTION,
-                        help="θ of Vig et al.'s feature shares: attention weights ≥ θ are counted; default 0.3")
+                        help="θ of Vig et al.'s feature shares: weights > θ are summed ({f}_share), weights ≥ θ "
+                             "counted ({f}_count_share); default 0.3")
+    parser.add_argument("--min-total", type=float, default=MIN_TOTAL,
+                        help="heads whose Σ α over weights > θ is below this get no feature share (NaN; provis' "
+                             "min_total); default 100")
     parser.add_argument("--min-count", type=int, default=MIN_COUNT,
-                        help="heads with fewer weights ≥ θ get no feature share (NaN); default 100")
+                        help="heads with fewer weights ≥ θ get no count share (NaN); default 100")
     parser.add_argument("--binding-distance", type=float, default=BINDING_DISTANCE,
                         help="a binding site is a residue with a heavy atom within this many Å of a ligand; default 4")
     parser.add_argument("--window", type=int, default=None,
@@ -114,6 +118,8 @@ def _options(args: argparse.Namespace, per_head: bool) -> ContactOptions:
         raise ProbeError(f"--min-attention {args.min_attention} must be an attention weight above 0 and at most 1")
     if args.min_count < 1:
         raise ProbeError(f"--min-count {args.min_count} must be at least 1")
+    if not (math.isfinite(args.min_total) and args.min_total >= 0):
+        raise ProbeError(f"--min-total {args.min_total} must be a finite sum of attention weights, 0 or more")
     if args.window is not None and args.window < 1:
         raise ProbeError(f"--window {args.window} must be a positive number of residues")
     return ContactOptions(threshold=float(args.threshold), cb=args.cb, window=args.window,
@@ -310,7 +316,7 @@ def _write_outputs(outputs: dict[str, Path], loaded, outcomes: list[UnitOutcome]
     if "out" in outputs:
         write_atomically(outputs["out"], lambda tmp: _write_npz(tmp, outcomes, options, args))
         print(f"wrote contacts of {len(outcomes)} sequence(s) to {outputs['out']}", file=sys.stderr)
-    heads = contact_sets.heads_table(outcomes, args.min_count) if options.per_head else None
+    heads = contact_sets.heads_table(outcomes, args.min_count, min_total=args.min_total) if options.per_head else None
     chains = contact_sets.chain_table(outcomes)
     if "heads_out" in outputs:
         write_atomically(outputs["heads_out"], lambda tmp: heads.to_parquet(tmp, index=False))
@@ -319,12 +325,13 @@ def _write_outputs(outputs: dict[str, Path], loaded, outcomes: list[UnitOutcome]
         write_atomically(outputs["chains_out"], lambda tmp: chains.to_parquet(tmp, index=False))
         print(f"wrote {len(chains)} row(s), one per record, to {outputs['chains_out']}", file=sys.stderr)
     if "heads_summary" in outputs:
-        summary = contact_sets.summarize_heads(heads, chains, args.min_count)
+        summary = contact_sets.summarize_heads(heads, chains, args.min_count, min_total=args.min_total)
         meta = {"model": loaded.name, "revision": loaded.revision, "proteins": [o.spec.id for o in outcomes],
-                "min_count": args.min_count, **dataclasses.asdict(options)}
+                "min_count": args.min_count, "min_total": args.min_total, **dataclasses.asdict(options)}
         write_atomically(outputs["heads_summary"], lambda tmp: contact_sets.write_heads_summary(tmp, summary, meta))
         print(f"wrote the per-head summary over {len(outcomes)} protein(s) to {outputs['heads_summary']}",
               file=sys.stderr)
+        print(f"{len(outcomes)} protein(s) pooled: {best_head_line(summary)}")
 
 
 def _report(name: str, outcome: UnitOutcome) -> None:
@@ -340,9 +347,7 @@ def _report(name: str, outcome: UnitOutcome) -> None:
     if result.contacts is None:
         heads = result.heads
         if heads is not None and heads["p_at_L_long"].notna().any():
-            best = heads.loc[heads["p_at_L_long"].idxmax()]
-            print(f"{name} ({length} residues)  no contact regression; best head by long-range P@L: "
-                  f"{best['name']} {best['p_at_L_long']:.3f}")
+            print(f"{name} ({length} residues)  no contact regression; {best_head_line(heads)}")
         else:
             print(f"{name} ({length} residues)  no contact regression in this model: per-head statistics need a "
                   "structure (--structure)")
@@ -351,6 +356,23 @@ def _report(name: str, outcome: UnitOutcome) -> None:
     top = np.dstack(np.unravel_index(np.argsort(-contacts, axis=None)[:5], contacts.shape))[0]
     pairs = ", ".join(f"{i + 1}-{j + 1} ({result.contacts[i, j]:.2f})" for i, j in top if j - i >= 24)
     print(f"{name} ({length} residues)  top long-range pairs: {pairs or 'none (shorter than 25 residues)'}")
+
+
+def best_head_line(heads, name: str = "long") -> str:
+    """The best head of a per-head table or summary in range `name` — named only when it is above the contact base
+    rate after Benjamini–Hochberg over the heads (q < FDR), else "no head above the base rate"."""
+    from probe.proteins.significance import FDR, best_significant
+
+    precision = "pooled_p_at_L" if f"pooled_p_at_L_{name}" in heads else "p_at_L"
+    best = best_significant(heads, name)
+    if best is not None:
+        return (f"best head above the base rate ({name} range): {best['name']} P@L {best[f'{precision}_{name}']:.3f}"
+                f" = {best[f'enrichment_L_{name}']:.1f}× the base rate {best[f'base_rate_{name}']:.3f} "
+                f"(q = {best[f'q_value_L_{name}']:.2g})")
+    top = heads[f"{precision}_{name}"].max()
+    base = heads[f"base_rate_{name}"].mean()
+    return (f"no head above the base rate ({name} range: best P@L {top:.3f}, base rate {base:.3f}, every q ≥ {FDR} "
+            f"after FDR over {len(heads)} heads)")
 
 
 def _write_npz(tmp: Path, outcomes: list[UnitOutcome], options: ContactOptions, args: argparse.Namespace) -> None:

@@ -76,13 +76,13 @@ class ResidueFeatures:
     secondary: np.ndarray | None = None  # [L] str: "a" helix, "b" strand, "c" coil, "" unknown
 
     def available(self) -> tuple[str, ...]:
-        """The properties this sequence has data for."""
+        """The properties this sequence has data for (an annotation without a single known position has none)."""
         names = []
         if self.contacts is not None:
             names.append("contact")
-        if self.binding is not None:
+        if self.binding is not None and (np.asarray(self.binding) >= 0).any():
             names.append("binding")
-        if self.secondary is not None:
+        if self.secondary is not None and (np.asarray(self.secondary).astype(str) != "").any():
             names += ["helix", "strand", "coil"]
         return tuple(names)
 
@@ -90,14 +90,15 @@ class ResidueFeatures:
 def feature_masks(features: ResidueFeatures, length: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Property masks: "contact" [L L] over (query, key) pairs, the residue properties [L] over attended keys."""
     masks: dict[str, torch.Tensor] = {}
+    available = features.available()
     if features.contacts is not None:
         contacts = torch.as_tensor(np.asarray(features.contacts) == 1, device=device)  # [L L]
         position = torch.arange(length, device=device)
         far = (position[:, None] - position[None, :]).abs() >= MIN_SEPARATION  # [L L]
         masks["contact"] = contacts & far
-    if features.binding is not None:
+    if "binding" in available:
         masks["binding"] = torch.as_tensor(np.asarray(features.binding) == 1, device=device)  # [L]
-    if features.secondary is not None:
+    if "helix" in available:
         secondary = np.asarray(features.secondary).astype(str)
         for name, code in SECONDARY_CODES.items():
             masks[name] = torch.as_tensor(secondary == code, device=device)  # [L]

@@ -266,7 +266,7 @@ def assign_secondary(protein, n_residues: int) -> tuple[np.ndarray, str]:
 
     try:
         classes = dssp_classes(protein)
-        if len(classes) == n_residues:
+        if len(classes) == n_residues and (classes != "").any():  # nothing assigned (no O atoms): try P-SEA
             return classes, "dssp"
     except Exception:  # mdtraj missing, or it cannot read / assign this chain: fall back to P-SEA
         pass
