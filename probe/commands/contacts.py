@@ -95,6 +95,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--heads-out", help="output .parquet with per-head statistics of every record")
     parser.add_argument("--chains-out", help="output .parquet with one row per record or chain")
     parser.add_argument("--heads-summary", help="output .parquet with one row per head over the whole set")
+    parser.add_argument("--fit", metavar="DIR_OR_LIST",
+                        help="fit ESM's contact regression (L1 logistic regression on APC(sym α) of every head) on "
+                             "these structures, report leave-one-structure-out precision (and the top-k-head "
+                             "average baseline), and save it (--regression FILE, default beside the outputs)")
+    parser.add_argument("--regression", metavar="FILE.json",
+                        help="with --fit: where to save the fitted regression; otherwise: a fitted regression to "
+                             "predict contacts with (any protein model; replaces an ESM checkpoint's own)")
     parser.add_argument("--force", action="store_true",
                         help="recompute every record even if an earlier run finished some of them")
     add_ray_options(parser)
@@ -215,9 +222,11 @@ def _check_records(loaded, units: list[UnitSpec], options: ContactOptions) -> No
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.fit is not None:
+        return _fit(args)
     outputs = _outputs(args)
     per_head_wanted = bool({"heads_out", "chains_out", "heads_summary"} & set(outputs))
-    options = _options(args, per_head_wanted)
+    options = _with_regression(_options(args, per_head_wanted), args)
     ray = ray_options(args)
     specs, skipped = _units(args)
     for name, reason in skipped:
@@ -227,10 +236,15 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = models.load(args.model, device=args.device, dtype=args.dtype)
     models.require_protein(loaded, "probe contacts")
-    per_head = per_head_wanted or not loaded.has_contact_head
+    if options.regression is not None:
+        from probe.proteins.regression import read_regression
+
+        read_regression(options.regression).check_model(loaded)  # the right model, before any computing
+    predicts = loaded.has_contact_head or options.regression is not None
+    per_head = per_head_wanted or not predicts
     if per_head != options.per_head:
         options = dataclasses.replace(options, per_head=per_head)
-    if options.window is not None and not loaded.has_contact_head:
+    if options.window is not None and not predicts:
         raise ProbeError(f"--window averages predicted contacts, which need a contact regression; {args.model} has "
                          "none (per-head analysis needs whole sequences)")
     _check_records(loaded, specs, options)
@@ -373,6 +387,68 @@ def best_head_line(heads, name: str = "long") -> str:
     base = heads[f"base_rate_{name}"].mean()
     return (f"no head above the base rate ({name} range: best P@L {top:.3f}, base rate {base:.3f}, every q ≥ {FDR} "
             f"after FDR over {len(heads)} heads)")
+
+
+def _with_regression(options: ContactOptions, args: argparse.Namespace) -> ContactOptions:
+    """`options` with the --regression file (checked now) and its hash, so a changed file recomputes the units."""
+    if not args.regression:
+        return options
+    from probe.proteins.regression import read_regression
+    from probe.runs.journal import file_hash
+
+    read_regression(args.regression)
+    path = str(Path(args.regression).expanduser().resolve())
+    return dataclasses.replace(options, regression=path, regression_hash=file_hash(path))
+
+
+def _fit(args: argparse.Namespace) -> int:
+    """--fit: leave-one-structure-out precision of the fitted regression and of the top-k-head average, then the
+    regression fitted on every structure, saved as JSON."""
+    from probe.proteins import regression as fitting
+
+    if args.sequence or args.fasta or args.structure or args.structures:
+        raise ProbeError("--fit fits and saves a regression; predict with it in a second run: --regression FILE "
+                         "with --sequence, --fasta, --structure or --structures")
+    check_threshold(args.threshold, "--threshold")
+    target = args.regression or _default_regression_path(args)
+    target = output_path(target, (".json",), "--regression")
+    if target.exists() and not args.force and not _is_regression(target):
+        raise ProbeError(f"--regression {target} exists but is not a contact regression; pass --force to overwrite "
+                         "it, or another file name")
+    files = contact_sets.structure_files(args.fit, "--fit")
+    if len(files) < 2:
+        raise ProbeError(f"--fit {args.fit} holds {len(files)} structure: leave-one-structure-out needs at least two")
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype)
+    models.require_protein(loaded, "probe contacts --fit")
+    structures = fitting.training_structures(files, loaded, args.threshold, args.cb)
+    maps = [fitting.head_maps(loaded, structure.sequence) for structure in structures]  # [layer head L L] each
+    fitted, evaluation = fitting.fit(maps, structures, args.model)
+    fitted.save(target)
+    for method, label in (("regression", "regression"), ("top_heads", f"top-{fitting.TOP_K}-head average")):
+        rows = evaluation[evaluation["method"] == method]
+        parts = [f"{r}: P@L {rows[f'p_at_L_{r}'].mean():.3f} P@L/5 {rows[f'p_at_L5_{r}'].mean():.3f}" for r in RANGES]
+        print(f"held out ({len(structures)} structures, leave-one-out) {label}:  " + "  |  ".join(parts))
+    print(f"wrote the contact regression fitted on {len(structures)} structures to {target}; predict with "
+          f"--regression {target}", file=sys.stderr)
+    return 0
+
+
+def _default_regression_path(args: argparse.Namespace) -> str:
+    """Beside the first output given, else in the current folder: <model name>.contact_regression.json."""
+    first = next((getattr(args, name) for name in ("out", "heads_out", "chains_out", "heads_summary")
+                  if getattr(args, name)), None)
+    folder = Path(first).expanduser().parent if first else Path.cwd()
+    return str(folder / f"{Path(str(args.model).rstrip('/')).name or 'model'}.contact_regression.json")
+
+
+def _is_regression(path: Path) -> bool:
+    from probe.proteins.regression import read_regression
+
+    try:
+        read_regression(path)
+    except ProbeError:
+        return False
+    return True
 
 
 def _write_npz(tmp: Path, outcomes: list[UnitOutcome], options: ContactOptions, args: argparse.Namespace) -> None:

@@ -98,23 +98,24 @@ class UnitOutcome:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def structure_files(source: str | Path) -> list[Path]:
+def structure_files(source: str | Path, flag: str = "--structures") -> list[Path]:
     """The structure files of `source`: a directory (its *.pdb, *.ent, *.cif, *.mmcif files, sorted by name) or a
-    text file listing one path per line (relative to the list's folder; blank lines and '#' comments skipped)."""
+    text file listing one path per line (relative to the list's folder; blank lines and '#' comments skipped);
+    errors name `flag`."""
     path = Path(source).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in STRUCTURE_SUFFIXES)
         if not files:
-            raise ProbeError(f"{source} holds no structure files ({', '.join(STRUCTURE_SUFFIXES)})")
+            raise ProbeError(f"{flag} {source} holds no structure files ({', '.join(STRUCTURE_SUFFIXES)})")
         return files
     if not path.is_file():
-        raise ProbeError(f"--structures {source} does not exist: pass a folder of structures or a list file")
+        raise ProbeError(f"{flag} {source} does not exist: pass a folder of structures or a list file")
     if path.suffix.lower() in STRUCTURE_SUFFIXES:
         return [path]
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
-        raise ProbeError(f"--structures {source} is not a UTF-8 list of structure paths") from None
+        raise ProbeError(f"{flag} {source} is not a UTF-8 list of structure paths") from None
     files = []
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
