@@ -374,8 +374,15 @@ def test_hypergeometric_and_pooled_p_values_by_enumeration():
 
 
 def test_random_heads_are_not_above_the_base_rate(tiny_dir, structures_dir):
-    from probe.proteins.sets import (ContactOptions, analyse_unit, chain_table, heads_table, structure_files,
-                                     structure_units, summarize_heads)
+    from probe.proteins.sets import (
+        ContactOptions,
+        analyse_unit,
+        chain_table,
+        heads_table,
+        structure_files,
+        structure_units,
+        summarize_heads,
+    )
     from probe.proteins.significance import FDR, best_significant
 
     loaded = models.load(str(tiny_dir("protbert")))  # random weights: no head knows contacts

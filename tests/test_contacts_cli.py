@@ -18,7 +18,7 @@ from probe.proteins.contacts import (
     predict_contacts,
 )
 from probe.proteins.features import ResidueFeatures
-from probe.proteins.structure import binding_sites, contact_map, read_structure, secondary_structure
+from probe.proteins.structure import contact_map, read_structure, secondary_structure
 from tests.test_structure import SEQ, line_chain, write
 
 

@@ -29,6 +29,7 @@ from probe.errors import ProbeError, first_line
 from probe.models import LoadedModel
 from probe.naming import head_name
 from probe.proteins import features as vig
+from probe.proteins import significance
 from probe.proteins.contacts import (
     FRACTIONS,
     RANGES,
@@ -38,7 +39,6 @@ from probe.proteins.contacts import (
     predict_contacts,
     predict_contacts_windowed,
 )
-from probe.proteins import significance
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.structure import (
     BINDING_DISTANCE,
