@@ -2,9 +2,16 @@
 
     probe contacts --model M (--sequence S | --fasta F | --structure X | --structures DIR_OR_LIST)
                    [--structure X] [--chain C] [--chains A,B] [--cb virtual|real] [--threshold 8.0]
-                   [--min-attention 0.3] [--min-count 100] [--binding-distance 4.0] [--window N]
+                   [--min-attention 0.3] [--min-total 100] [--min-count 100] [--binding-distance 4.0]
+                   [--window N] [--regression FILE.json]
                    [--out F.npz] [--heads-out F.parquet] [--chains-out F.parquet] [--heads-summary F.parquet]
                    [--force] [--ray [auto|HOST:PORT]] [--ray-workers N]
+    probe contacts --model M --fit DIR_OR_LIST [--regression FILE.json] [--cb ...] [--threshold ...]
+
+--fit fits ESM's contact regression for any protein model on the structures given (probe.proteins.regression),
+prints its leave-one-structure-out precision beside the top-k-head average, and saves it; --regression FILE then
+predicts contacts with it. The one-line summary per record (models without a regression) and per set
+(--heads-summary) names the best head only when it is above the contact base rate after Benjamini–Hochberg.
 
 With --structure alone the sequence is the chain's observed residues; with a sequence or FASTA as well, every record
 is aligned to the chain (so a construct with tags or missing residues still scores the right pairs). --structures

@@ -26,7 +26,7 @@ block is found from the tokenizer's special tokens); only checkpoints with a con
 
 Public API (what the CLI, notebook and dashboard call)::
 
-    predict_contacts(loaded, sequence, true_map=None, per_head=None, features=None) -> ContactResult
+    predict_contacts(loaded, sequence, true_map=None, per_head=None, features=None, regression=None) -> ContactResult
     predict_contacts_batch(loaded, sequences, true_maps=None, per_head=None, features=None) -> list[ContactResult]
     predict_contacts_windowed(loaded, sequence, window, stride=None, true_map=None) -> ContactResult  # ESM only
     head_attention_map(loaded, sequence, layer, head) -> np.ndarray [L L]   # APC(sym(α)) of one head
@@ -45,13 +45,19 @@ A range without a known pair gives NaN. Ties at the cut are broken arbitrarily. 
 Per-head table columns (one row per layer × head): ``layer, head, name`` ("L3H7"), ``weight`` (the regression
 weight w_c; NaN without a regression), ``logit_share`` (Σ over pairs |i−j| ≥ 6 of |w_c·APC(sym(α_c))|, divided by
 the same sum over all heads: the share of the non-bias logit this head supplies; NaN without a regression), the
-nine precision columns of its APC(sym(α_c)) map; then the per-sequence measure that earlier versions called
-``provis_share``: ``far_contact_share`` (of the weights α_c(i, j) ≥ θ on *known* pairs |i−j| ≥ 6, both directions,
-the fraction on contacts; NaN when there is none — local and unknown pairs are left out, so it is not Vig et al.'s
-share), ``far_high_count`` (how many such weights) and ``far_background`` (the contact rate among those pairs);
-then Vig et al.'s counts, shares and backgrounds of :mod:`probe.proteins.features` for this one sequence (``n_high``,
-``n_contact``, ``n_binding``, ``n_helix``, ``n_strand``, ``n_coil``, ``{f}_share`` with the minimum count applied,
-``{f}_background``).
+nine precision columns of its APC(sym(α_c)) map; per range the base-rate comparison of
+:mod:`probe.proteins.significance` (``hits_L_{r}``, ``top_L_{r}``, ``n_known_{r}``, ``n_true_{r}``, ``base_rate_{r}``,
+``enrichment_L_{r}``, ``p_value_L_{r}``, ``q_value_L_{r}``: BH over the heads of this sequence); then the
+per-sequence measure that earlier versions called ``provis_share``: ``far_contact_share`` (of the weights
+α_c(i, j) ≥ θ on *known* pairs |i−j| ≥ 6, both directions, the fraction on contacts; NaN when there is none — local
+and unknown pairs are left out, so it is not Vig et al.'s share), ``far_high_count`` (how many such weights) and
+``far_background`` (the contact rate among those pairs); then Vig et al.'s sums, shares and backgrounds of
+:mod:`probe.proteins.features` for this one sequence (``w_high``, ``w_{f}``, ``{f}_share``: attention-weighted,
+NaN where Σ α < min_total; ``n_high``, ``n_{f}``, ``{f}_count_share``: counts; ``{f}_background``; NaN where the
+property is unknown).
+
+A fitted regression (:mod:`probe.proteins.regression`, ``regression=(weight, bias)``) replaces or supplies the
+checkpoint's: any protein model then gets predicted contacts.
 """
 
 from __future__ import annotations
