@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -448,3 +450,41 @@ def test_planted_contact_head_is_significant_and_controls_are_not(structures_dir
         assert summary.loc[0, f"q_value_L_{name}"] < 1e-6 and summary.loc[0, f"enrichment_L_{name}"] > 3
         assert summary.loc[1, f"q_value_L_{name}"] >= FDR and summary.loc[2, f"q_value_L_{name}"] >= FDR
         assert int(best_significant(summary.reset_index(), name)["head"]) == 0
+
+
+def test_model_level_planted_contact_head_is_significant(tiny_dir, structures_dir):
+    """A real BERT forward whose L0H0 is wired to attend to 1AKI's true contacts: one-hot position embeddings
+    (word and token-type embeddings zeroed), W_Q = I and W_K = s·A on that head, with A[i+1, j+1] = 1 for the contacts
+    |i − j| ≥ 6, so its logits are ≈ s·512/16·A. The other heads keep their random weights."""
+    from probe.proteins.sets import ContactOptions, analyse_unit, structure_units
+    from probe.proteins.significance import FDR, best_significant
+    from probe.proteins.structure import contact_map, read_structure
+
+    directory = tiny_dir("protbert", hidden_size=512, num_attention_heads=2, intermediate_size=64)
+    loaded = models.load(str(directory))
+    path = f"{structures_dir}/1aki.pdb"
+    true_map = contact_map(read_structure(path))
+    length = true_map.shape[0]
+    separation = np.abs(np.subtract.outer(np.arange(length), np.arange(length)))
+    planted = torch.zeros(256, 256)
+    planted[1:length + 1, 1:length + 1] = torch.as_tensor(((true_map == 1) & (separation >= 6)).astype(np.float32))
+    bert = loaded.model.bert
+    attention = bert.encoder.layer[0].attention.self
+    with torch.no_grad():
+        bert.embeddings.word_embeddings.weight.zero_()
+        bert.embeddings.token_type_embeddings.weight.zero_()
+        bert.embeddings.position_embeddings.weight.zero_()
+        bert.embeddings.position_embeddings.weight[:256, :256] = torch.eye(256)
+        bert.embeddings.LayerNorm.weight.fill_(1.0)
+        bert.embeddings.LayerNorm.bias.zero_()
+        for linear, block in ((attention.query, torch.eye(256)), (attention.key, 0.6 * planted)):
+            linear.weight[:256] = 0.0
+            linear.weight[:256, :256] = block
+            linear.bias[:256] = 0.0
+    units, _ = structure_units([Path(path)])
+    heads = analyse_unit(loaded, units[0], ContactOptions()).result.heads.set_index("name")
+    assert heads.loc["L0H0", "p_at_L_long"] > 0.5 and heads.loc["L0H0", "q_value_L_long"] < 1e-6
+    for name in ("short", "medium", "long"):
+        assert heads.loc["L0H0", f"q_value_L_{name}"] < FDR
+        assert best_significant(heads.reset_index(), name)["name"] == "L0H0"
+    assert heads.loc["L0H1", "q_value_L_long"] >= FDR  # its random neighbour in the same layer
