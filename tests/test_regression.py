@@ -172,6 +172,17 @@ def test_a_regression_of_another_model_is_refused(tiny_dir, fitted_file, capsys)
     esm = str(tiny_dir("esm", seed=3, num_hidden_layers=3))  # 3 × 4 heads, the regression is for 2 × 4
     _one_line_error(capsys, ["contacts", "--model", esm, "--regression", str(fitted_file), "--sequence", "MKTAYIAK"],
                     "fit one for this model with --fit")
+    # the same shape (2 × 4) but other weights: refused by the revision recorded at --fit
+    same_shape = str(tiny_dir("protbert", seed=5))
+    _one_line_error(capsys, ["contacts", "--model", same_shape, "--regression", str(fitted_file), "--sequence",
+                             "MKTAYIAK"], "not for")
+    assert json.loads(fitted_file.read_text())["revision"] == models.load(str(tiny_dir("protbert"))).revision
+    # a shape mismatch without a recorded revision is still caught
+    data = json.loads(fitted_file.read_text())
+    data["revision"] = ""
+    fitted_file.write_text(json.dumps(data))
+    _one_line_error(capsys, ["contacts", "--model", esm, "--regression", str(fitted_file), "--sequence", "MKTAYIAK"],
+                    "fitted for 2 layers × 4 heads")
 
 
 def test_fit_refuses_to_overwrite_a_foreign_file(tiny_dir, structures_dir, tmp_path, capsys):

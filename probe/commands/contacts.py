@@ -429,7 +429,7 @@ def _fit(args: argparse.Namespace) -> int:
     models.require_protein(loaded, "probe contacts --fit")
     structures = fitting.training_structures(files, loaded, args.threshold, args.cb)
     maps = [fitting.head_maps(loaded, structure.sequence) for structure in structures]  # [layer head L L] each
-    fitted, evaluation = fitting.fit(maps, structures, args.model)
+    fitted, evaluation = fitting.fit(maps, structures, args.model, revision=loaded.revision)
     fitted.save(target)
     for method, label in (("regression", "regression"), ("top_heads", f"top-{fitting.TOP_K}-head average")):
         rows = evaluation[evaluation["method"] == method]

@@ -68,6 +68,7 @@ class ContactRegression:
     structures: tuple[str, ...] = ()  # ids of the training structures
     top_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) of the top-k baseline, selected on the same set
     evaluation: list[dict] = field(default_factory=list)  # leave-one-out rows (see leave_one_out)
+    revision: str = ""  # the model's revision (probe.models: commit or weights hash); "" when not recorded
 
     def as_tuple(self) -> tuple[torch.Tensor, float]:
         """(weight [layer head] float32 tensor, bias): the form :func:`probe.proteins.contacts.predict_contacts`
@@ -75,7 +76,12 @@ class ContactRegression:
         return torch.as_tensor(self.weight, dtype=torch.float32), float(self.bias)
 
     def check_model(self, loaded) -> ContactRegression:
-        """Self, when its shape fits `loaded` (layers × heads); a one-line ProbeError otherwise."""
+        """Self, when it was fitted for `loaded` (its revision, where both are known) and its shape fits (layers ×
+        heads); a one-line ProbeError otherwise."""
+        if self.revision and loaded.revision not in ("", "unknown") and self.revision != loaded.revision:
+            raise ProbeError(f"the contact regression was fitted for {self.model} (revision {self.revision[:12]}), "
+                             f"not for {loaded.name} (revision {loaded.revision[:12]}): fit one for this model with "
+                             "--fit")
         if tuple(self.weight.shape) != (loaded.n_layers, loaded.n_heads):
             raise ProbeError(f"the contact regression was fitted for {self.weight.shape[0]} layers × "
                              f"{self.weight.shape[1]} heads ({self.model}) but {loaded.name} has {loaded.n_layers} × "
@@ -85,7 +91,8 @@ class ContactRegression:
     def save(self, path: str | Path) -> None:
         """Write as JSON (atomically: a temporary file renamed)."""
         path = Path(path)
-        data = {"format": FORMAT, "version": FORMAT_VERSION, "model": self.model, "bias": float(self.bias),
+        data = {"format": FORMAT, "version": FORMAT_VERSION, "model": self.model, "revision": self.revision,
+                "bias": float(self.bias),
                 "weight": np.asarray(self.weight, dtype=np.float64).tolist(), "c": self.c,
                 "structures": list(self.structures), "top_heads": [list(pair) for pair in self.top_heads],
                 "evaluation": self.evaluation}
@@ -122,7 +129,7 @@ def read_regression(path: str | Path) -> ContactRegression:
     return ContactRegression(model=str(data.get("model", "")), weight=weight, bias=bias,
                              c=float(data.get("c", DEFAULT_C)), structures=tuple(data.get("structures", ())),
                              top_heads=tuple(tuple(pair) for pair in data.get("top_heads", ())),
-                             evaluation=list(data.get("evaluation", [])))
+                             evaluation=list(data.get("evaluation", [])), revision=str(data.get("revision", "")))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -273,8 +280,9 @@ def leave_one_out(maps: Sequence[np.ndarray], structures: Sequence[TrainingStruc
 
 
 def fit(maps: Sequence[np.ndarray], structures: Sequence[TrainingStructure], model: str, c: float = DEFAULT_C,
-        k: int = TOP_K, evaluate: bool = True) -> tuple[ContactRegression, pd.DataFrame | None]:
-    """Fit on every structure (and, with `evaluate`, the leave-one-out table first); see :func:`leave_one_out`."""
+        k: int = TOP_K, evaluate: bool = True, revision: str = "") -> tuple[ContactRegression, pd.DataFrame | None]:
+    """Fit on every structure (and, with `evaluate`, the leave-one-out table first); see :func:`leave_one_out`.
+    `model` and `revision` name the model the regression is for (checked when it is applied)."""
     evaluation = leave_one_out(maps, structures, c, k) if evaluate and len(structures) >= 2 else None
     features = [pair_features(m, s.true_map) for m, s in zip(maps, structures, strict=True)]
     weight, bias = fit_logistic(np.concatenate([f[0] for f in features]), np.concatenate([f[1] for f in features]),
@@ -283,7 +291,8 @@ def fit(maps: Sequence[np.ndarray], structures: Sequence[TrainingStructure], mod
     shape = maps[0].shape[:2]
     rows = [] if evaluation is None else evaluation.to_dict("records")
     regression = ContactRegression(model=model, weight=weight.reshape(shape), bias=bias, c=c,
-                                   structures=tuple(s.id for s in structures), top_heads=heads, evaluation=rows)
+                                   structures=tuple(s.id for s in structures), top_heads=heads, evaluation=rows,
+                                   revision=revision)
     return regression, evaluation
 
 
