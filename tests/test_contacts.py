@@ -403,7 +403,9 @@ def test_random_heads_are_not_above_the_base_rate(tiny_dir, structures_dir):
         assert summary.loc[0, f"base_rate_{name}"] == pytest.approx(expected)
         pooled = summary[f"pooled_p_at_L_{name}"] / summary[f"base_rate_{name}"]
         np.testing.assert_allclose(summary[f"enrichment_L_{name}"], pooled)
-    # per protein: enrichment = P@L / base rate
+    # per protein: the hits behind P@L are P@L's own, and enrichment = P@L / base rate
+    for name in ("short", "medium", "long"):
+        np.testing.assert_allclose(heads[f"hits_L_{name}"] / heads[f"top_L_{name}"], heads[f"p_at_L_{name}"])
     first = heads.iloc[0]
     assert first["enrichment_L_long"] == pytest.approx(first["p_at_L_long"] / first["base_rate_long"])
 
