@@ -29,6 +29,7 @@ from probe.errors import ProbeError, first_line
 from probe.models import LoadedModel
 from probe.naming import head_name
 from probe.proteins import features as vig
+from probe.proteins import significance
 from probe.proteins.contacts import (
     FRACTIONS,
     RANGES,
@@ -38,7 +39,7 @@ from probe.proteins.contacts import (
     predict_contacts,
     predict_contacts_windowed,
 )
-from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
+from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.structure import (
     BINDING_DISTANCE,
     CONTACT_THRESHOLD,
@@ -50,7 +51,7 @@ from probe.proteins.structure import (
 )
 
 STRUCTURE_SUFFIXES = (".pdb", ".ent", ".cif", ".mmcif")
-FORMAT_VERSION = 2  # of a unit's stored form: bump to make old journals recompute
+FORMAT_VERSION = 3  # of a unit's stored form: bump to make old journals recompute
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
@@ -66,6 +67,8 @@ class ContactOptions:
     min_attention: float = MIN_ATTENTION  # θ of Vig et al.'s counts
     binding_distance: float = BINDING_DISTANCE  # Å, residue to ligand heavy atom
     per_head: bool = True  # compute the per-head table
+    regression: str | None = None  # a fitted contact regression file (probe contacts --regression), or None
+    regression_hash: str | None = None  # its probe.runs.journal.file_hash (a changed file recomputes the units)
 
 
 @dataclass(frozen=True)
@@ -95,23 +98,24 @@ class UnitOutcome:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def structure_files(source: str | Path) -> list[Path]:
+def structure_files(source: str | Path, flag: str = "--structures") -> list[Path]:
     """The structure files of `source`: a directory (its *.pdb, *.ent, *.cif, *.mmcif files, sorted by name) or a
-    text file listing one path per line (relative to the list's folder; blank lines and '#' comments skipped)."""
+    text file listing one path per line (relative to the list's folder; blank lines and '#' comments skipped);
+    errors name `flag`."""
     path = Path(source).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in STRUCTURE_SUFFIXES)
         if not files:
-            raise ProbeError(f"{source} holds no structure files ({', '.join(STRUCTURE_SUFFIXES)})")
+            raise ProbeError(f"{flag} {source} holds no structure files ({', '.join(STRUCTURE_SUFFIXES)})")
         return files
     if not path.is_file():
-        raise ProbeError(f"--structures {source} does not exist: pass a folder of structures or a list file")
+        raise ProbeError(f"{flag} {source} does not exist: pass a folder of structures or a list file")
     if path.suffix.lower() in STRUCTURE_SUFFIXES:
         return [path]
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
-        raise ProbeError(f"--structures {source} is not a UTF-8 list of structure paths") from None
+        raise ProbeError(f"{flag} {source} is not a UTF-8 list of structure paths") from None
     files = []
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
@@ -191,9 +195,11 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
     features, true_map = None, None
     if structure is not None:
         true_map = contact_map(structure, options.threshold, sequence, cb=options.cb)  # [L L]
-        features = ResidueFeatures(contacts=true_map,
-                                   binding=binding_sites(structure, options.binding_distance, sequence),
-                                   secondary=secondary_structure(structure, sequence))
+        # unknown is not 0: no ligand in the file -> no binding annotation; no assignment -> no secondary structure
+        binding = binding_sites(structure, options.binding_distance, sequence) if structure.ligands else None
+        secondary = secondary_structure(structure, sequence)
+        features = ResidueFeatures(contacts=true_map, binding=binding,
+                                   secondary=secondary if (secondary != "").any() else None)
     limit = loaded.max_tokens - 2
     if len(sequence) > limit:
         if options.window is None:
@@ -204,8 +210,13 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
                              f"(at most {limit}), not --window mode")
         result = predict_contacts_windowed(loaded, sequence, options.window, true_map=true_map)
     else:
+        fitted = None
+        if options.regression is not None:
+            from probe.proteins.regression import read_regression
+
+            fitted = read_regression(options.regression).check_model(loaded).as_tuple()
         result = predict_contacts(loaded, sequence, true_map, per_head=options.per_head, features=features,
-                                  min_attention=options.min_attention)
+                                  min_attention=options.min_attention, regression=fitted)
     return UnitOutcome(spec, result, _chain_row(spec, result, features, structure))
 
 
@@ -277,7 +288,8 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
 
-def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> pd.DataFrame:
+def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
+                min_total: float = MIN_TOTAL) -> pd.DataFrame:
     """The per-head table of a set (``--heads-out``): one row per unit × head.
 
     Parameters
@@ -285,7 +297,9 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> 
     outcomes : sequence of UnitOutcome
         The finished units; those without a per-head table are left out.
     min_count : int, default 100
-        Vig et al.'s shares are NaN for a head with fewer weights ≥ θ in that unit.
+        Vig et al.'s count shares are NaN for a head with fewer weights ≥ θ in that unit.
+    min_total : float, default 100
+        Vig et al.'s attention-weighted shares are NaN for a head whose Σα over the weights > θ is below this.
 
     Returns
     -------
@@ -301,7 +315,7 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> 
     for outcome in outcomes:
         if outcome.result.heads is None:
             continue
-        table = vig.shares(outcome.result.heads, min_count)
+        table = vig.shares(outcome.result.heads, min_total=min_total, min_count=min_count)
         table.insert(0, "id", outcome.spec.id)
         table.insert(0, "record", outcome.spec.record)
         tables.append(table)
@@ -312,11 +326,19 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> 
 
 # Per-head summary columns, in file order. For each precision column c of probe.proteins.contacts (p_at_L_long, ...):
 # c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of that mean, proteins
-# resampled with replacement). Then Vig et al.'s pooled counts, shares and backgrounds (probe.proteins.features).
+# resampled with replacement). Then, per range r, the pooled base-rate comparison of probe.proteins.significance
+# (hits_L_r, top_L_r, pooled_p_at_L_r, base_rate_r, enrichment_L_r, p_value_L_r, q_value_L_r; BH over the heads).
+# Then Vig et al.'s pooled sums, shares (weighted, Σ α < min_total: NaN), count shares (count < min_count: NaN) and
+# backgrounds (probe.proteins.features); NaN where no protein of the set has data for the property.
+SIGNIFICANCE_SUMMARY_COLUMNS: tuple[str, ...] = tuple(
+    f"{column}_{name}" for name in RANGES for column in ("hits_L", "top_L", "pooled_p_at_L", "base_rate",
+                                                          "enrichment_L", "p_value_L", "q_value_L"))
 HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
     "layer", "head", "name", "n_proteins", "weight", "logit_share",
     *(f"{column}{suffix}" for column in precision_columns() for suffix in ("", "_low", "_high")),
-    "n_high", *(f"n_{name}" for name in vig.FEATURES), *(f"{name}_share" for name in vig.FEATURES),
+    *SIGNIFICANCE_SUMMARY_COLUMNS,
+    "w_high", *(f"w_{name}" for name in vig.FEATURES), *(f"{name}_share" for name in vig.FEATURES),
+    "n_high", *(f"n_{name}" for name in vig.FEATURES), *(f"{name}_count_share" for name in vig.FEATURES),
     *(f"{name}_background" for name in vig.FEATURES),
 )
 """Columns of the per-head summary over a structure set (``probe contacts --heads-summary``), in file order.
@@ -328,9 +350,16 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 | `n_proteins` | int | proteins with a known long-range pair |
 | `weight`, `logit_share` | float | mean over proteins of the per-head columns of the same name |
 | `p_at_{L,L2,L5}_{short,medium,long}{,_low,_high}` | float | for each of the nine precisions: the mean over the proteins with a value, and a 95 % percentile bootstrap interval of that mean (proteins resampled) |
-| `n_high`, `n_{contact,binding,helix,strand,coil}` | float | Vig et al.'s counts pooled over the set |
-| `{contact,binding,helix,strand,coil}_share` | float | pooled shares; NaN below the minimum count |
-| `{contact,binding,helix,strand,coil}_background` | float | the properties' rates over the set |
+| `{hits_L,top_L}_{short,medium,long}` | int | the head's top-L pairs that are contacts, and how many top-L pairs had a known state, pooled over the proteins |
+| `pooled_p_at_L_{short,medium,long}` | float | hits_L / top_L |
+| `base_rate_{short,medium,long}` | float | contact rate of the known pairs of the range, pooled over the proteins |
+| `enrichment_L_{short,medium,long}` | float | pooled P@L / base rate |
+| `p_value_L_{short,medium,long}`, `q_value_L_{short,medium,long}` | float | hypergeometric p-value of the pooled hits against the base rate; Benjamini–Hochberg over the heads |
+| `w_high`, `w_{contact,binding,helix,strand,coil}` | float | Vig et al.'s attention-weighted sums pooled over the set: Σα over weights > θ, and Σα·f |
+| `{contact,binding,helix,strand,coil}_share` | float | w_f / w_high (provis b23402d); NaN where w_high < `min_total` or the property is unknown |
+| `n_high`, `n_{contact,binding,helix,strand,coil}` | float | the count variant: weights ≥ θ, and those on the property |
+| `{contact,binding,helix,strand,coil}_count_share` | float | n_f / n_high (provis 946e9b4); NaN below the minimum count or where unknown |
+| `{contact,binding,helix,strand,coil}_background` | float | the properties' rates over the set; NaN where unknown (no ligand: binding) |
 
 The parquet file's schema metadata holds the run's model, revision, options and proteins
 (:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
@@ -364,7 +393,8 @@ def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: 
 
 
 def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = MIN_COUNT,
-                    samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> pd.DataFrame:
+                    samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED, *,
+                    min_total: float = MIN_TOTAL) -> pd.DataFrame:
     """The per-head summary over a set (``--heads-summary``), one row per layer × head.
 
     Parameters
@@ -374,18 +404,21 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
     chains : pandas.DataFrame
         :func:`chain_table`: one row per protein.
     min_count : int, default 100
-        Vig et al.'s pooled shares are NaN for a head with fewer weights ≥ θ over the whole set.
+        Vig et al.'s pooled count shares are NaN for a head with fewer weights ≥ θ over the whole set.
     samples : int, default 2000
         Bootstrap resamples of the proteins.
     seed : int, default 0
         Seed of the resamples (the same resamples for every head and column).
+    min_total : float, default 100
+        Vig et al.'s pooled attention-weighted shares are NaN for a head whose Σα over the weights > θ is below
+        this over the whole set.
 
     Returns
     -------
     pandas.DataFrame
         Columns :data:`HEAD_SUMMARY_COLUMNS` in that order. ``n_proteins`` counts the proteins with a known
-        long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the counts over
-        all proteins.
+        long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the sums over
+        all proteins; the base-rate comparison pools each head's top-L hits over the proteins.
     """
     grouped = heads.groupby(["layer", "head"], sort=True)
     summary = grouped[["weight", "logit_share"]].mean().reset_index()
@@ -396,7 +429,8 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
         matrix = heads.pivot(index="record", columns=["layer", "head"], values=column).reindex(columns=keys)
         mean, low, high = bootstrap_means(matrix.to_numpy(), samples, seed)  # over proteins, per head
         summary[column], summary[f"{column}_low"], summary[f"{column}_high"] = mean, low, high
-    pooled = vig.pooled_shares(heads, min_count)
+    summary = summary.merge(significance.pooled_rows(heads), on=["layer", "head"], how="left")
+    pooled = vig.pooled_shares(heads, min_total=min_total, min_count=min_count)
     summary = summary.merge(pooled, on=["layer", "head"], how="left")
     for name, value in vig.pooled_backgrounds(chains).items():
         summary[name] = value
@@ -416,7 +450,7 @@ def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
 
 def read_heads_summary(path: str | Path) -> pd.DataFrame:
     """A per-head summary written by `probe contacts --heads-summary`, checked; its metadata in ``.attrs``
-    (model, revision, proteins, min_attention, min_count, threshold, cb, ...). One-line ProbeError otherwise."""
+    (model, revision, proteins, min_attention, min_total, min_count, threshold, cb, ...). One-line ProbeError otherwise."""
     import pyarrow.parquet as pq
 
     file = Path(path).expanduser()
