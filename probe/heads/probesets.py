@@ -591,18 +591,23 @@ def token_classes(tokenizer):
     special = set(excluded_token_ids(tokenizer))
     if tokenizer.pad_token_id is not None:
         special.add(int(tokenizer.pad_token_id))
-    ends, periods, abbreviations, digit_end, digit_start = set(), set(), set(), set(), set()
+    ends, periods, abbreviations, letters, digit_end, digit_start = set(), set(), set(), set(), set(), set()
+    vocabulary = tokenizer.get_vocab()
+    marked = any(token.startswith(("Ġ", "▁")) for token in vocabulary)  # byte-level BPE / SentencePiece: Ġ starts a word
     openers = [set() for _ in BRACKET_KINDS]
     closers = [set() for _ in BRACKET_KINDS]
-    for token, index in tokenizer.get_vocab().items():
+    for token, index in vocabulary.items():
         if index in special:
             continue
         text, spaced = _plain(token)
+        word_start = spaced if marked else not token.startswith("##")
         if text in ("!", "?"):
             ends.add(index)
         elif text == ".":
             periods.add(index)
-        if (len(text) == 1 and text.isalpha()) or text.lower() in ABBREVIATIONS:
+        if len(text) == 1 and text.isalpha():
+            letters.add(index)
+        if word_start and ((len(text) == 1 and text.isalpha()) or text.lower() in ABBREVIATIONS):
             abbreviations.add(index)
         if text[-1:].isdigit():
             digit_end.add(index)
@@ -618,7 +623,7 @@ def token_classes(tokenizer):
         if index is not None and index != tokenizer.bos_token_id:  # GPT-2's <|endoftext|> also opens texts
             ends.add(int(index))
     return TokenClasses(frozenset(special), frozenset(ends), frozenset(periods), frozenset(abbreviations),
-                        frozenset(digit_end), frozenset(digit_start), tuple(map(frozenset, openers)),
+                        frozenset(letters), frozenset(digit_end), frozenset(digit_start), tuple(map(frozenset, openers)),
                         tuple(map(frozenset, closers)))
 
 

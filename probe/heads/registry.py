@@ -69,7 +69,8 @@ class TokenClasses:
     special: frozenset[int] = frozenset()  # framing and padding tokens: never part of a sentence
     sentence_end: frozenset[int] = frozenset()  # always end a sentence: "!", "?", [SEP] / </s> / EOS
     period: frozenset[int] = frozenset()  # "." ends a sentence unless it closes an abbreviation or splits a decimal
-    abbreviation: frozenset[int] = frozenset()  # before a ".", these make it an abbreviation: one letter, "mr", "etc"
+    abbreviation: frozenset[int] = frozenset()  # before a ".", these make it an abbreviation: a one-letter word, "mr"
+    letter: frozenset[int] = frozenset()  # every one-letter token (word start or not: "U.S." -> "u", ".", "s", ".")
     digit_end: frozenset[int] = frozenset()  # tokens whose text ends in a digit ("3", "1990")
     digit_start: frozenset[int] = frozenset()  # tokens that start with a digit and with no space marker ("5", "##5")
     openers: tuple[frozenset[int], ...] = ()  # per bracket kind, "(", "[", "{"
@@ -150,8 +151,10 @@ def sentence_start_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[in
     """(final token, first token) of every sentence of one sequence of token ids.
 
     A sentence ends at a "!", "?" or separator / EOS token, and at a "." except when (abbreviations) the token
-    before it is a single letter or a listed abbreviation ("e.g.", "i.e.", "U.S.", "J. Smith", "Mr.", "etc.") or
-    (decimals) it stands between a token ending in a digit and one starting with a digit without a space ("3.5").
+    before it is a one-letter word or a listed abbreviation ("J. Smith", "Mr.", "etc."), or a letter that follows
+    another "." or starts the sentence ("e.g.", "i.e.", "U.S." — a letter piece after a word, as in "cat" "s" ".",
+    is not an abbreviation), or (decimals) it stands between a token ending in a digit and one starting with a
+    digit without a space ("3.5"; WordPiece drops spaces, so there "3. 5" reads as a decimal too).
     The sentence's first token is the first non-special token after the previous sentence end (after the framing
     at the start); a sentence of one token (the end itself, e.g. "..." or "[SEP]" right after ".") has no pair.
     Known misses, by design of a token-only rule: a sentence ending in "U.S." or "etc." runs on into the next one.
@@ -160,7 +163,8 @@ def sentence_start_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[in
     for i, token in enumerate(ids):
         end = token in classes.sentence_end
         if token in classes.period:
-            abbreviation = i > 0 and ids[i - 1] in classes.abbreviation
+            abbreviation = i > 0 and (ids[i - 1] in classes.abbreviation or ids[i - 1] in classes.letter and (
+                start == i - 1 or (i > 1 and ids[i - 2] in classes.period)))
             decimal = 0 < i < n - 1 and ids[i - 1] in classes.digit_end and ids[i + 1] in classes.digit_start
             end = not (abbreviation or decimal)
         if end:

@@ -83,7 +83,7 @@ ORGANISMS: dict[str, TrainConfig] = {
         arch="gpt2", data="coreference", steps=1500, batch=64,
         # On templates the agreement baseline also scores 1.0, so no head can be labelled coreference: the
         # requirement is the measured accuracy and the absence of a label (see the card's note).
-        requirements={"present": [], "absent": [{"head_type": "coreference"}],
+        requirements={"present": [], "absent": [{"head_type": "coreference"}, {"head_type": "sentence_start"}],
                       "measured": [{"head_type": "coreference", "min_accuracy": 0.9}]},
     ),
     "implicit-causality": TrainConfig(
@@ -91,7 +91,8 @@ ORGANISMS: dict[str, TrainConfig] = {
              "verb's implicit causality picks the antecedent (A fascinated B because she -> A, A thanked B because "
              "she -> B), so nearest mention, first mention and agreement are each right half of the time",
         arch="gpt2", data="causality", steps=1500, batch=64,
-        requirements={"present": [{"head_type": "coreference", "min_accuracy": 0.9}], "absent": []},
+        requirements={"present": [{"head_type": "coreference", "min_accuracy": 0.9}],
+                      "absent": [{"head_type": "sentence_start"}]},
     ),
     "brackets": TrainConfig(
         task="nested brackets of three kinds among random words (depth <= 4): after each closing bracket, repeat the "
