@@ -43,6 +43,7 @@ from probe.heads.probesets import (
     random_sentences,
     repeated_blocks,
     token_classes,
+    without_tokens,
 )
 from probe.heads.registry import (
     HEAD_TYPES,
@@ -224,7 +225,8 @@ class ProbeSource:
             ids = bracket_probes(tokenizer, self.classes, text.input_ids, config.seed)
             return TokenProbeSet("brackets", ids, text.cluster)
         if probe == "random-brackets":
-            content = repeated_blocks(tokenizer, n, seq_len, config.seed, weights=self.weights).input_ids
+            weights = without_tokens(self.weights, set().union(*self.classes.openers, *self.classes.closers))
+            content = repeated_blocks(tokenizer, n, seq_len, config.seed, weights=weights).input_ids
             ids = bracket_probes(tokenizer, self.classes, content, config.seed)
             return TokenProbeSet("random-brackets", ids, torch.arange(n))
         if probe == "random-sentences":
@@ -268,7 +270,7 @@ class ProbeSource:
                       f"{loaded.max_tokens} positions ({fitted.cropped} cropped to whole sentences around the pronoun "
                       f"and both names, {fitted.dropped} dropped: no such window fits)")
         if encoded:
-            return encoded
+            return sorted(encoded, key=lambda e: len(e.input_ids))  # batches of similar length: little padding
         if self.config.coref_set == "gap":
             raise ProbeError(f"no GAP pair fits {loaded.name}'s {loaded.max_tokens} positions, not even cropped to the "
                              "sentences around its pronoun and names; use --coref-set templates")

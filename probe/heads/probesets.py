@@ -635,8 +635,8 @@ def _canonical(tokenizer, ids: frozenset[int], text: str) -> int | None:
     return written[0] if len(written) == 1 and written[0] in ids else min(ids)
 
 
-def _content(weights: torch.Tensor, excluded: set[int]) -> torch.Tensor:
-    """`weights` [vocab] with the ids of `excluded` (sentence ends, brackets) set to zero."""
+def without_tokens(weights: torch.Tensor, excluded: set[int]) -> torch.Tensor:
+    """`weights` [vocab] (token probabilities) with the ids of `excluded` (sentence ends, brackets) set to zero."""
     weights = weights.clone()
     index = torch.tensor(sorted(i for i in excluded if i < len(weights)), dtype=torch.long)
     weights[index] = 0.0
@@ -656,7 +656,7 @@ def random_sentences(tokenizer, classes, n_examples: int, seq_len: int, seed: in
     ends = [i for i in (_canonical(tokenizer, classes.period, "."),
                         *(_canonical(tokenizer, frozenset(classes.sentence_end - classes.special), mark)
                           for mark in ("!", "?"))) if i is not None]
-    content = _content(weights, set(classes.period | classes.sentence_end))
+    content = without_tokens(weights, set(classes.period | classes.sentence_end))
     generator = torch.Generator().manual_seed(seed)
     rng = random.Random(seed)
     rows = []
