@@ -2,10 +2,12 @@
 
 :func:`label_model` loops over the head-type specs of :mod:`probe.heads.registry` (never over type names):
 
-1. **Probe sets** per length: natural text (GAP passages, :mod:`probe.heads.corpus`) for the "natural" types of a text model
-   whose tokenizer reads the corpus — random-token probes otherwise (the zoo's toy vocabularies, protein models);
-   repeated random blocks, drawn by the corpus' token frequencies, for the "repeated" types; span examples (GAP by
-   default, or the templates, or the user's probe file) for the span types, once.
+1. **Probe sets** per length: natural text (GAP passages, :mod:`probe.heads.corpus`) for the "natural" and "sentences"
+   types of a text model whose tokenizer reads the corpus — random-token probes otherwise (repeated blocks; random
+   sentences; the zoo's toy vocabularies, protein models); natural text (or random tokens) with a seeded nested-bracket
+   word for the "brackets" types; repeated random blocks, drawn by the corpus' token frequencies, for the "repeated"
+   types; span examples for the span types, once: every GAP development pair that fits the model (cropped to whole
+   sentences where needed) by default, else the templates (agreement, or implicit causality), or the user's file.
 2. **Scores** streamed from the capture engine (:class:`probe.heads.scores.ScoreSink`), every type of a probe set in one
    forward.
 3. **Statistics** (:mod:`probe.heads.stats`): chance, clustered bootstrap interval, a one-sided test of the effect over
