@@ -121,7 +121,8 @@ def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     assert list(table.columns) == COLUMNS
     types = ["previous_token", "self", "first_token", "fixed_offset", "delimiter", "sentence_start", "bracket",
              "duplicate_token", "induction", "coreference"]  # every type but next_token (a causal model)
-    assert list(dict.fromkeys(table["head_type"])) == types and len(table) == 2 * 4 * len(types)
+    # rows come per probe set: the repeated-block types first, then random sentences, random brackets, templates
+    assert sorted(dict.fromkeys(table["head_type"])) == sorted(types) and len(table) == 2 * 4 * len(types)
     labelled = {(row.layer, row.head): row.head_type for row in table[table["label"]].itertuples()}
     assert labelled == PLANTED_HEADS
     planted = table.set_index(["layer", "head", "head_type"])
