@@ -293,8 +293,8 @@ def test_bracket_and_sentence_targets_are_empty_without_token_classes():
 def test_token_classes_of_a_byte_level_bpe_vocabulary():
     """GPT-2-style pieces: "Ġ(" is an opening bracket; a one-letter piece after a word ("cat" "s") is no
     abbreviation, one with a space marker is; digit_start needs no space marker."""
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
 
     from probe.heads.probesets import token_classes
 

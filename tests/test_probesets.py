@@ -300,7 +300,7 @@ def test_bracket_probes_insert_a_balanced_nested_word_with_gaps():
     nested = 0
     for row in ids.tolist():
         positions = [i for i, t in enumerate(row) if t in brackets]
-        assert len(positions) == 2 * (63 // 6) and min(b - a for a, b in zip(positions, positions[1:])) >= 2
+        assert len(positions) == 2 * (63 // 6) and min(b - a for a, b in zip(positions, positions[1:], strict=False)) >= 2
         pairs = bracket_pairs(row, classes)
         assert len(pairs) == len(positions) // 2  # balanced: every closing bracket is matched
         nested += any(a < c < b for b, a in pairs for d, c in pairs if (d, c) != (b, a))

@@ -227,8 +227,8 @@ def test_causality_batches_are_balanced_and_the_target_is_the_antecedents_action
 
 
 def test_bracket_batches_repeat_the_word_before_the_matching_bracket():
-    from probe.heads.registry import bracket_pairs
     from probe.heads.probesets import token_classes
+    from probe.heads.registry import bracket_pairs
 
     tokenizer = zoo_train.build_tokenizer(zoo_train.ORGANISMS["brackets"])
     config = zoo_train.ORGANISMS["brackets"]
@@ -246,8 +246,8 @@ def test_bracket_batches_repeat_the_word_before_the_matching_bracket():
 
 
 def test_sentence_batches_start_with_the_successor_of_the_previous_first_word():
-    from probe.heads.registry import sentence_start_pairs
     from probe.heads.probesets import token_classes
+    from probe.heads.registry import sentence_start_pairs
 
     config = zoo_train.ORGANISMS["sentences"]
     tokenizer = zoo_train.build_tokenizer(config)
