@@ -269,7 +269,8 @@ class HeadTypeSpec:
     name: HeadType
     description: str
     targets: Callable[[TargetContext], Targets]  # candidate -> [batch query key] bool
-    probe: ProbeKind  # the probe set it is scored on ("natural" falls back to "repeated" without a usable corpus)
+    probe: ProbeKind  # the probe set it is scored on; without a usable corpus "natural" falls back to repeated
+    # blocks, "sentences" and "brackets" to random tokens with seeded sentence ends / brackets (ProbeSource.resolve)
     kinds: frozenset[str] = field(default=ALL_KINDS)  # model kinds it applies to
     statistic: Statistic = "mass"
     candidate: str | None = None  # name of the column holding the chosen candidate ("offset"), if it has several
