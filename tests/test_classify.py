@@ -119,9 +119,10 @@ def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     table = label_model(loaded, LabelConfig(examples=24), progress=lambda done, total: calls.append((done, total)),
                         note=notes.append)
     assert list(table.columns) == COLUMNS
-    types = ["previous_token", "self", "first_token", "fixed_offset", "delimiter", "duplicate_token", "induction",
-             "coreference"]  # every type but next_token (a causal model)
-    assert list(dict.fromkeys(table["head_type"])) == types and len(table) == 2 * 4 * len(types)
+    types = ["previous_token", "self", "first_token", "fixed_offset", "delimiter", "sentence_start", "bracket",
+             "duplicate_token", "induction", "coreference"]  # every type but next_token (a causal model)
+    # rows come per probe set: the repeated-block types first, then random sentences, random brackets, templates
+    assert sorted(dict.fromkeys(table["head_type"])) == sorted(types) and len(table) == 2 * 4 * len(types)
     labelled = {(row.layer, row.head): row.head_type for row in table[table["label"]].itertuples()}
     assert labelled == PLANTED_HEADS
     planted = table.set_index(["layer", "head", "head_type"])
@@ -135,13 +136,16 @@ def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     assert table["seed"].eq(0).all() and table["stable"].all()
     assert table["revision"].iloc[0].startswith("sha256:")
     # its word tokenizer cannot read English: random-token probes and the templates, said once
-    assert set(table["probe_set"]) == {"repeated", "templates"}
+    assert set(table["probe_set"]) == {"repeated", "random-sentences", "random-brackets", "templates"}
     assert any("natural-text corpus as unknown" in line for line in notes)
     coref = table[table["head_type"] == "coreference"]
     assert coref["accuracy"].notna().all() and set(coref["baseline"]) == {"agreement"}
     assert table.loc[table["head_type"] != "coreference", "accuracy"].isna().all()
-    # no natural text for it: every token type shares the repeated-block forwards (24 / 8), then the templates
-    assert calls[-1][0] == calls[-1][1] == 3 + 3
+    # no natural text for it: the token types share the repeated-block forwards (24 / 8), sentence_start and
+    # bracket get their random sets (no brackets in its vocabulary: NaN rows), then the templates
+    assert calls[-1][0] == calls[-1][1] == 3 + 3 + 3 + 3
+    assert table.loc[table["head_type"] == "bracket", "score"].isna().all()
+    assert table.loc[table["head_type"] == "sentence_start", "score"].notna().all()
     # the planted model's attention output is zeroed: ablating a head changes nothing
     assert table.loc[table["label"], "ablation_effect"].abs().max() < 1e-6
     assert table.loc[~table["label"], "ablation_effect"].isna().all()
@@ -166,7 +170,7 @@ def test_protein_model_skips_text_only_types_with_a_note(tiny_dir):
     table = label_model(esm, LabelConfig(examples=2, seq_len=16, n_bootstrap=10), note=notes.append)
     assert not {"coreference", "delimiter"} & set(table["head_type"])
     assert "next_token" in set(table["head_type"])  # bidirectional
-    assert len(notes) == 1 and "skipped delimiter, coreference" in notes[0]
+    assert len(notes) == 1 and "skipped delimiter, sentence_start, bracket, coreference" in notes[0]
     with pytest.raises(ProbeError, match="none of the types"):
         label_model(esm, LabelConfig(types=("coreference",), examples=2))
 

@@ -2,10 +2,12 @@
 
 :func:`label_model` loops over the head-type specs of :mod:`probe.heads.registry` (never over type names):
 
-1. **Probe sets** per length: natural text (GAP passages, :mod:`probe.heads.corpus`) for the "natural" types of a text model
-   whose tokenizer reads the corpus — random-token probes otherwise (the zoo's toy vocabularies, protein models);
-   repeated random blocks, drawn by the corpus' token frequencies, for the "repeated" types; span examples (GAP by
-   default, or the templates, or the user's probe file) for the span types, once.
+1. **Probe sets** per length: natural text (GAP passages, :mod:`probe.heads.corpus`) for the "natural" and "sentences"
+   types of a text model whose tokenizer reads the corpus — random-token probes otherwise (repeated blocks; random
+   sentences; the zoo's toy vocabularies, protein models); natural text (or random tokens) with a seeded nested-bracket
+   word for the "brackets" types; repeated random blocks, drawn by the corpus' token frequencies, for the "repeated"
+   types; span examples for the span types, once: every GAP development pair that fits the model (cropped to whole
+   sentences where needed) by default, else the templates (agreement, or implicit causality), or the user's file.
 2. **Scores** streamed from the capture engine (:class:`probe.heads.scores.ScoreSink`), every type of a probe set in one
    forward.
 3. **Statistics** (:mod:`probe.heads.stats`): chance, clustered bootstrap interval, a one-sided test of the effect over
@@ -30,13 +32,20 @@ import torch
 from probe.errors import ProbeError
 from probe.heads import stats
 from probe.heads.probesets import (
+    CausalityVocabulary,
+    CorefVocabulary,
     EncodedSpanExample,
+    bracket_probes,
+    causality_examples,
     coreference_examples,
     delimiter_ids,
     encode_span_example,
     load_probe_file,
     pad_span_batch,
+    random_sentences,
     repeated_blocks,
+    token_classes,
+    without_tokens,
 )
 from probe.heads.registry import (
     HEAD_TYPES,
@@ -45,6 +54,7 @@ from probe.heads.registry import (
     HeadType,
     HeadTypeSpec,
     TargetContext,
+    TokenClasses,
     types_for_kind,
 )
 from probe.heads.scores import ScoreSink, TypeScores, run_sink, span_words
@@ -57,7 +67,7 @@ from probe.naming import head_name
 # encoder and decoder models used (BERT's 90 % phase, sentence-transformers' fine-tuning), and about one GAP passage.
 # Labels measured beyond a model's training length describe its extrapolation, not its ordinary behaviour (docs/labels.md).
 DEFAULT_SEQ_LEN = 128
-COREF_SETS = ("auto", "gap", "templates")
+COREF_SETS = ("auto", "gap", "templates", "causality")
 ABLATE = ("labelled", "all", "none")
 
 
@@ -105,11 +115,12 @@ class LabelConfig:
     """
 
     types: tuple[HeadType, ...] | None = None  # head types to score; None: every type that applies to the model
-    examples: int = 64  # probe examples per probe set (text / repeated-block probes; coreference examples)
+    examples: int = 64  # probe examples per token probe set and per template set (GAP: every pair that fits)
     seq_len: int | tuple[int, ...] | None = None  # tokens per probe, one or several; None: min(128, positions)
     seed: int = 0  # seeds the probe sets, the bootstrap and the ablation controls
     probe_file: str | None = None  # JSONL of span examples scored as coreference instead of GAP / templates
-    coref_set: str = "auto"  # auto (GAP when the tokenizer reads it, else templates) | gap | templates
+    coref_set: str = "auto"  # auto (GAP when the tokenizer reads it and a pair fits, else templates) | gap | templates
+    # | causality (implicit-causality templates; auto picks them for a tokenizer that reads them but not the others)
     batch_size: int = 8  # probe examples per forward
     n_bootstrap: int = 1000  # clustered bootstrap resamples
     confidence: float = 0.95  # width of the interval [ci_low, ci_high]
@@ -223,48 +234,104 @@ class ProbeSource:
         self.weights = token_weights(loaded.tokenizer, self.sample)
         self.vocabulary = int((self.weights > 0).sum())
         self.delimiters = delimiter_ids(loaded.tokenizer)
+        self.classes = token_classes(loaded.tokenizer) if is_text_model(loaded) else TokenClasses()
+        self.note = note
 
     def resolve(self, probe: str) -> str:
-        """The probe set a spec's probe kind gets on this model: natural text falls back to repeated blocks."""
-        return "natural" if probe == "natural" and self.natural else "repeated"
+        """The probe set a spec's probe kind gets on this model. Where the tokenizer reads the corpus: natural text
+        ("natural", "sentences") and natural text with seeded brackets ("brackets"); elsewhere random tokens:
+        repeated blocks, random sentences, random tokens with seeded brackets."""
+        if probe in ("natural", "sentences"):
+            return "natural" if self.natural else ("repeated" if probe == "natural" else "random-sentences")
+        if probe == "brackets":
+            return "brackets" if self.natural else "random-brackets"
+        return probe
+
+    def _natural(self, seq_len: int):
+        from probe.heads.corpus import natural_text, tokenize_corpus
+
+        if self._passages is None:
+            self._passages = tokenize_corpus(self.loaded.tokenizer)
+        return natural_text(self.loaded.tokenizer, self._passages, self.config.examples, seq_len, self.config.seed)
 
     def token_probes(self, probe: str, seq_len: int) -> TokenProbeSet:
-        """Natural text (when the tokenizer reads the corpus) or repeated blocks of `seq_len` tokens."""
-        config = self.config
-        if self.resolve(probe) == "natural":
-            from probe.heads.corpus import natural_text, tokenize_corpus
-
-            if self._passages is None:
-                self._passages = tokenize_corpus(self.loaded.tokenizer)
-            text = natural_text(self.loaded.tokenizer, self._passages, config.examples, seq_len, config.seed)
+        """The probe set `probe` (a name :meth:`resolve` returns) of `seq_len` tokens."""
+        config, tokenizer = self.config, self.loaded.tokenizer
+        n = config.examples
+        if probe == "natural":
+            text = self._natural(seq_len)
             return TokenProbeSet("natural", text.input_ids, text.cluster)
-        blocks = repeated_blocks(self.loaded.tokenizer, config.examples, seq_len, config.seed, weights=self.weights)
-        return TokenProbeSet("repeated", blocks.input_ids, torch.arange(config.examples), blocks.offset,
-                             blocks.block_len)
+        if probe == "brackets":
+            text = self._natural(seq_len)
+            ids = bracket_probes(tokenizer, self.classes, text.input_ids, config.seed)
+            return TokenProbeSet("brackets", ids, text.cluster)
+        if probe == "random-brackets":
+            weights = without_tokens(self.weights, set().union(*self.classes.openers, *self.classes.closers))
+            content = repeated_blocks(tokenizer, n, seq_len, config.seed, weights=weights).input_ids
+            ids = bracket_probes(tokenizer, self.classes, content, config.seed)
+            return TokenProbeSet("random-brackets", ids, torch.arange(n))
+        if probe == "random-sentences":
+            ids = random_sentences(tokenizer, self.classes, n, seq_len, config.seed, self.weights)
+            return TokenProbeSet("random-sentences", ids, torch.arange(n))
+        blocks = repeated_blocks(tokenizer, n, seq_len, config.seed, weights=self.weights)
+        return TokenProbeSet("repeated", blocks.input_ids, torch.arange(n), blocks.offset, blocks.block_len)
 
     def span_probes(self) -> tuple[str, list[EncodedSpanExample]]:
-        """The span probe set: the user's file, GAP (development split) or the templates."""
+        """The span probe set: the user's file, GAP (every development pair that fits the model, cropped to whole
+        sentences where needed), or a template set; notes say what was cropped, dropped or fallen back to."""
         config, loaded = self.config, self.loaded
         if config.coref_set not in COREF_SETS:
             raise ProbeError(f"unknown coreference set {config.coref_set!r}: choose from {', '.join(COREF_SETS)}")
         if config.probe_file is not None:
-            name, examples = "file", load_probe_file(config.probe_file)
-        elif config.coref_set == "gap" or (config.coref_set == "auto" and self.natural):
-            from probe.heads.corpus import gap_examples
-
-            name, examples = "gap", gap_examples(n_examples=config.examples, seed=config.seed)
-        else:
-            name = "templates"
-            examples = [e.to_span_example() for e in coreference_examples(config.examples, config.seed)]
-        encoded = [encode_span_example(example, loaded.tokenizer) for example in examples]
-        if name == "gap":
-            encoded = [e for e in encoded if len(e.input_ids) <= loaded.max_tokens]  # longer passages are left out
-            if not encoded:
-                raise ProbeError(f"every GAP example is longer than {loaded.name}'s {loaded.max_tokens} positions; "
-                                 "use --coref-set templates")
+            encoded = [encode_span_example(example, loaded.tokenizer) for example in load_probe_file(config.probe_file)]
+            for example in encoded:
+                loaded.check_length(len(example.input_ids), example.source or "a coreference probe")
+            return "file", encoded
+        if config.coref_set == "gap" or (config.coref_set == "auto" and self.natural):
+            found = self._gap()
+            if found is not None:
+                return "gap", found
+        name = config.coref_set if config.coref_set in ("templates", "causality") else self._template_set()
+        make = causality_examples if name == "causality" else coreference_examples
+        encoded = [encode_span_example(e.to_span_example(), loaded.tokenizer) for e in make(config.examples, config.seed)]
         for example in encoded:
             loaded.check_length(len(example.input_ids), example.source or "a coreference probe")
         return name, encoded
+
+    def _gap(self) -> list[EncodedSpanExample] | None:
+        """Every GAP development pair that fits the model (cropped where needed); None (auto: with a note) when none
+        fits; ProbeError for an explicit --coref-set gap."""
+        from probe.heads.corpus import fit_gap_examples
+
+        loaded = self.loaded
+        fitted = fit_gap_examples(loaded.tokenizer, loaded.max_tokens)
+        encoded = [encode_span_example(example, loaded.tokenizer) for example in fitted.examples]
+        if self.note is not None and (fitted.cropped or fitted.dropped):
+            self.note(f"GAP: {len(encoded)} of {fitted.total} development pairs fit {loaded.name}'s "
+                      f"{loaded.max_tokens} positions ({fitted.cropped} cropped to whole sentences around the pronoun "
+                      f"and both names, {fitted.dropped} dropped: no such window fits)")
+        if encoded:
+            return sorted(encoded, key=lambda e: len(e.input_ids))  # batches of similar length: little padding
+        if self.config.coref_set == "gap":
+            raise ProbeError(f"no GAP pair fits {loaded.name}'s {loaded.max_tokens} positions, not even cropped to the "
+                             "sentences around its pronoun and names; use --coref-set templates")
+        if self.note is not None:
+            self.note(f"no GAP pair fits {loaded.name}'s {loaded.max_tokens} positions: coreference is scored on the "
+                      "templates")
+        return None
+
+    def _template_set(self) -> str:
+        """auto without GAP: the agreement templates, unless the tokenizer reads the implicit-causality vocabulary
+        but not theirs (the implicit-causality organism)."""
+        unknown = self.loaded.tokenizer.unk_token_id
+
+        def reads(words: list[str]) -> bool:
+            ids = self.loaded.tokenizer(" ".join(words), add_special_tokens=False)["input_ids"]
+            return unknown is None or unknown not in ids
+
+        if not reads(CorefVocabulary().words()) and reads(CausalityVocabulary().words()):
+            return "causality"
+        return "templates"
 
 
 def _batches(total: int, size: int) -> list[slice]:
@@ -305,7 +372,7 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
     for rows in _batches(len(probes.input_ids), config.batch_size):
         input_ids = probes.input_ids[rows]  # [batch seq]
         lengths = torch.full((input_ids.shape[0],), input_ids.shape[1])
-        ctx = TargetContext(input_ids, causal=causal, delimiter_ids=source.delimiters,
+        ctx = TargetContext(input_ids, causal=causal, delimiter_ids=source.delimiters, classes=source.classes,
                             repeat_start=None if probes.repeat_start is None else probes.repeat_start[rows],
                             repeat_len=None if probes.repeat_len is None else probes.repeat_len[rows],
                             restrict_to_repeat=restrict and probes.repeat_start is not None)
@@ -490,11 +557,10 @@ def label_model(
     source = ProbeSource(loaded, config, note)
 
     plans = []  # (probe set, seq_len, specs): types that share a probe set share its forwards
+    sets = list(dict.fromkeys(source.resolve(spec.probe) for spec in token_specs))  # in registry order
     for seq_len in lengths:
-        for probe in ("natural", "repeated"):
-            chosen = [spec for spec in token_specs if source.resolve(spec.probe) == probe]
-            if chosen:
-                plans.append((probe, seq_len, chosen))
+        for probe in sets:
+            plans.append((probe, seq_len, [spec for spec in token_specs if source.resolve(spec.probe) == probe]))
     spans = source.span_probes() if span_specs else None
     n_batches = len(_batches(config.examples, config.batch_size))
     total = n_batches * len(plans) + (len(_batches(len(spans[1]), config.batch_size)) if spans else 0)

@@ -16,6 +16,9 @@ fixed_offset       j = i + d ≥ 1 for one relative offset d ∉ {−1, 0, +1}, 
                    a causal model); every d is a candidate and each head's own d is chosen on held-out examples
                    (column ``offset``)
 delimiter          keys j ≥ 1, j ≠ i, holding a delimiter: punctuation, [SEP] / EOS-type tokens (j < i when causal)
+sentence_start     from a sentence's final token (".", "!", "?", [SEP] / EOS) to the first token of the same sentence
+                   (see :func:`sentence_start_pairs` for abbreviations and decimals)
+bracket            from a closing bracket ")", "]", "}" to its matching opening bracket (see :func:`bracket_pairs`)
 duplicate_token    t_j = t_i, j < i (causal) or j ≠ i (bidirectional: the earlier copy attends to the later one too)
 induction          t_{j−1} = t_i, j ≤ i  (the token after an earlier occurrence of the current token)
 coreference        the attending word's pieces × the antecedent's pieces (a span type: from span examples)
@@ -40,9 +43,12 @@ from probe.errors import ProbeError
 from probe.models import ModelKind
 
 HeadType = Literal["previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
-                   "duplicate_token", "induction", "coreference"]
+                   "sentence_start", "bracket", "duplicate_token", "induction", "coreference"]
 HEAD_TYPES: tuple[HeadType, ...] = get_args(HeadType)
-ProbeKind = Literal["natural", "repeated", "spans"]  # natural text, repeated random blocks, span examples
+# natural text, repeated random blocks, span examples; "sentences": natural text, or random tokens with seeded
+# sentence ends where the tokenizer does not read the corpus; "brackets": text (or random tokens) with seeded
+# nested brackets
+ProbeKind = Literal["natural", "repeated", "spans", "sentences", "brackets"]
 Statistic = Literal["mass", "accuracy"]  # the label tests mass over chance, or accuracy over the best baseline
 LossPositions = Literal["text", "repeat", "query"]  # which positions' loss an ablation of the type measures
 
@@ -53,6 +59,22 @@ BIDIRECTIONAL_KINDS = frozenset({MASKED, PROTEIN})
 
 MAX_OFFSET = 32  # fixed_offset candidates: 2 ≤ |d| ≤ MAX_OFFSET
 SMALL_VOCABULARY = 1000  # below this many content tokens, repeat targets are restricted to the planted repeat
+
+
+@dataclass(frozen=True)
+class TokenClasses:
+    """Token ids by their role in sentences and brackets, read from a tokenizer's vocabulary by
+    :func:`probe.heads.probesets.token_classes` (tokens are compared after dropping the "Ġ" / "▁" / "##" markers)."""
+
+    special: frozenset[int] = frozenset()  # framing and padding tokens: never part of a sentence
+    sentence_end: frozenset[int] = frozenset()  # always end a sentence: "!", "?", [SEP] / </s> / EOS
+    period: frozenset[int] = frozenset()  # "." ends a sentence unless it closes an abbreviation or splits a decimal
+    abbreviation: frozenset[int] = frozenset()  # before a ".", these make it an abbreviation: a one-letter word, "mr"
+    letter: frozenset[int] = frozenset()  # every one-letter token (word start or not: "U.S." -> "u", ".", "s", ".")
+    digit_end: frozenset[int] = frozenset()  # tokens whose text ends in a digit ("3", "1990")
+    digit_start: frozenset[int] = frozenset()  # tokens that start with a digit and with no space marker ("5", "##5")
+    openers: tuple[frozenset[int], ...] = ()  # per bracket kind, "(", "[", "{"
+    closers: tuple[frozenset[int], ...] = ()  # per bracket kind, ")", "]", "}" (same order)
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,7 @@ class TargetContext:
     repeat_len: torch.Tensor | None = None  # [batch] the planted block's length
     restrict_to_repeat: bool = False  # small vocabulary: repeat targets only inside the planted repeat
     spans: tuple = ()  # one probe.heads.probesets.EncodedSpanExample per row (span types)
+    classes: TokenClasses = TokenClasses()  # sentence ends and brackets (sentence_start, bracket)
 
 
 Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset's d) -> [batch query key] bool
@@ -140,6 +163,74 @@ def _delimiter(ctx: TargetContext) -> Targets:
     pattern = is_delimiter[:, None, :].expand(-1, n, -1).clone()  # [batch query key]
     pattern &= ~torch.eye(n, dtype=torch.bool)
     return {None: pattern.tril(-1) if ctx.causal else pattern}
+
+
+def sentence_start_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
+    """(final token, first token) of every sentence of one sequence of token ids.
+
+    A sentence ends at a "!", "?" or separator / EOS token, and at a "." except when (abbreviations) the token
+    before it is a one-letter word or a listed abbreviation ("J. Smith", "Mr.", "etc."), or a letter that follows
+    another "." or starts the sentence ("e.g.", "i.e.", "U.S." — a letter piece after a word, as in "cat" "s" ".",
+    is not an abbreviation), or (decimals) it stands between a token ending in a digit and one starting with a
+    digit without a space ("3.5"; WordPiece drops spaces, so there "3. 5" reads as a decimal too).
+    The sentence's first token is the first non-special token after the previous sentence end (after the framing
+    at the start); a sentence of one token (the end itself, e.g. "..." or "[SEP]" right after ".") has no pair.
+    Known misses, by design of a token-only rule: a sentence ending in "U.S." or "etc." runs on into the next one.
+    """
+    pairs, start, n = [], None, len(ids)
+    for i, token in enumerate(ids):
+        end = token in classes.sentence_end
+        if token in classes.period:
+            abbreviation = i > 0 and (ids[i - 1] in classes.abbreviation or ids[i - 1] in classes.letter and (
+                start == i - 1 or (i > 1 and ids[i - 2] in classes.period)))
+            decimal = 0 < i < n - 1 and ids[i - 1] in classes.digit_end and ids[i + 1] in classes.digit_start
+            end = not (abbreviation or decimal)
+        if end:
+            if start is not None and start < i:
+                pairs.append((i, start))
+            start = None
+        elif start is None and token not in classes.special:
+            start = i
+    return pairs
+
+
+def bracket_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
+    """(closing bracket, its matching opening bracket) of one sequence of token ids: one stack over all kinds, so
+    nesting is respected across kinds; a closing bracket matches the innermost open bracket when that is of its
+    kind, and otherwise (or with none open) it is unmatched — no pair, and the stack is left as it was. Opening
+    brackets never closed have no pair either."""
+    pairs: list[tuple[int, int]] = []
+    stack: list[tuple[int, int]] = []  # (kind, position)
+    for i, token in enumerate(ids):
+        for kind, (openers, closers) in enumerate(zip(classes.openers, classes.closers, strict=True)):
+            if token in openers:
+                stack.append((kind, i))
+            elif token in closers:
+                if stack and stack[-1][0] == kind:
+                    pairs.append((i, stack.pop()[1]))
+            else:
+                continue
+            break
+    return pairs
+
+
+def _pairs_pattern(ctx: TargetContext, find) -> torch.Tensor:
+    batch, n = ctx.input_ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+    for row in range(batch):
+        pairs = find(ctx.input_ids[row].tolist(), ctx.classes)
+        if pairs:
+            query, key = torch.tensor(pairs).T
+            pattern[row, query, key] = True
+    return pattern
+
+
+def _sentence_start(ctx: TargetContext) -> Targets:
+    return {None: _pairs_pattern(ctx, sentence_start_pairs)}
+
+
+def _bracket(ctx: TargetContext) -> Targets:
+    return {None: _pairs_pattern(ctx, bracket_pairs)}
 
 
 def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
@@ -225,7 +316,8 @@ class HeadTypeSpec:
     name: HeadType
     description: str
     targets: Callable[[TargetContext], Targets]  # candidate -> [batch query key] bool
-    probe: ProbeKind  # the probe set it is scored on ("natural" falls back to "repeated" without a usable corpus)
+    probe: ProbeKind  # the probe set it is scored on; without a usable corpus "natural" falls back to repeated
+    # blocks, "sentences" and "brackets" to random tokens with seeded sentence ends / brackets (ProbeSource.resolve)
     kinds: frozenset[str] = field(default=ALL_KINDS)  # model kinds it applies to
     statistic: Statistic = "mass"
     candidate: str | None = None  # name of the column holding the chosen candidate ("offset"), if it has several
@@ -248,6 +340,10 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
                      _fixed_offset, "natural", candidate="offset"),
         HeadTypeSpec("delimiter", "attends to punctuation and [SEP] / EOS-type tokens", _delimiter, "natural",
                      kinds=TEXT_KINDS),
+        HeadTypeSpec("sentence_start", "attends from a sentence's final token to the sentence's first token",
+                     _sentence_start, "sentences", kinds=TEXT_KINDS),
+        HeadTypeSpec("bracket", "attends from a closing bracket to its matching opening bracket", _bracket,
+                     "brackets", kinds=TEXT_KINDS),
         HeadTypeSpec("duplicate_token", "attends to other copies of the current token (earlier ones when causal)",
                      _duplicate_token, "repeated", loss_positions="repeat"),
         HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token", _induction,
@@ -285,6 +381,7 @@ def batch_pattern(
     causal: bool = True,
     delimiter_ids: tuple[int, ...] = (),
     candidate: int | None = None,  # fixed_offset: one offset d (a table's `offset`); None: every candidate
+    classes: TokenClasses | None = None,  # sentence ends and brackets (probe.heads.probesets.token_classes)
 ) -> torch.Tensor:
     """Target pattern of a token type for a batch: `[batch query key]` bool (a new tensor). For a type with
     candidates (fixed_offset) the union of all of them, or the one `candidate`."""
@@ -293,7 +390,8 @@ def batch_pattern(
     spec = REGISTRY[head_type]
     if spec.probe == "spans":
         raise ProbeError(f"{head_type} targets need spans: pass an encoded span example, not token ids")
-    ctx = TargetContext(input_ids.detach().cpu().long(), causal=causal, delimiter_ids=tuple(delimiter_ids))
+    ctx = TargetContext(input_ids.detach().cpu().long(), causal=causal, delimiter_ids=tuple(delimiter_ids),
+                        classes=classes or TokenClasses())
     targets = spec.targets(ctx)
     if candidate is not None:
         if candidate not in targets:
@@ -307,12 +405,14 @@ def batch_pattern(
 
 
 def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimiter_ids: tuple[int, ...] = (),
-                   candidate: int | None = None) -> torch.Tensor:
+                   candidate: int | None = None, classes: TokenClasses | None = None) -> torch.Tensor:
     """The target keys of each query: bool `[query key]`.
 
     `token_ids`: a 1-D sequence of token ids for the token types; for a span type (coreference) an
     :class:`~probe.heads.probesets.EncodedSpanExample`. `delimiter_ids`: :func:`probe.heads.probesets.delimiter_ids` of the
-    model's tokenizer (the delimiter type); `candidate`: fixed_offset's offset (the table's `offset` column).
+    model's tokenizer (the delimiter type); `candidate`: fixed_offset's offset (the table's `offset` column);
+    `classes`: :func:`probe.heads.probesets.token_classes` of the tokenizer (sentence_start, bracket; without them
+    those types have no targets).
     """
     if head_type not in REGISTRY:
         raise ProbeError(f"unknown head type {head_type!r}: choose from {', '.join(HEAD_TYPES)}")
@@ -325,7 +425,7 @@ def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimite
     ids = torch.as_tensor(token_ids).long()
     if ids.dim() != 1:
         raise ProbeError(f"target_pattern takes one sequence of token ids, got shape {tuple(ids.shape)}")
-    return batch_pattern(head_type, ids[None], causal, delimiter_ids, candidate)[0]  # [query key]
+    return batch_pattern(head_type, ids[None], causal, delimiter_ids, candidate, classes)[0]  # [query key]
 
 
 def target_slots(pattern: torch.Tensor) -> torch.Tensor:

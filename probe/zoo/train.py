@@ -39,7 +39,7 @@ class TrainConfig:
 
     task: str  # what the data teaches, one line for the card
     arch: str = "llama"  # "llama" (rotary positions, RMSNorm) | "gpt2" (learned absolute positions)
-    data: str = "repeated_blocks"  # "repeated_blocks" | "coreference": the generator in probe.zoo.data
+    data: str = "repeated_blocks"  # repeated_blocks | coreference | causality | brackets | sentences (probe.zoo.data)
     n_words: int = 128  # repeated_blocks: pseudo-words in the vocabulary, besides the specials
     n_layer: int = 2
     n_head: int = 4
@@ -50,6 +50,8 @@ class TrainConfig:
     max_block: int = 24
     max_copies: int = 3  # repeated_blocks: each block written 2..max_copies times in a row (see data.py)
     max_distractors: int = 3  # coreference: 1..max_distractors nouns that disagree with the pronoun
+    max_depth: int = 4  # brackets: deepest nesting
+    mlp: bool = False  # keep the MLPs (width 4 · n_embd); False: attention-only (MLPs zeroed and frozen)
     steps: int = 2000
     batch: int = 32
     lr: float = 1e-2  # AdamW peak learning rate (1e-3 stays on the loss plateau for thousands of steps)
@@ -58,6 +60,7 @@ class TrainConfig:
     eval_min_block: int = 6  # in-context loss probes: one random block (random length) repeated once
     eval_max_block: int = 24
     requirements: dict = field(default_factory=dict)  # what the classifier must find (copied to card.json)
+    label_config: dict = field(default_factory=dict)  # LabelConfig fields the card's labels use ({} = defaults)
 
 
 ORGANISMS: dict[str, TrainConfig] = {
@@ -80,10 +83,42 @@ ORGANISMS: dict[str, TrainConfig] = {
         arch="gpt2", data="coreference", steps=1500, batch=64,
         # On templates the agreement baseline also scores 1.0, so no head can be labelled coreference: the
         # requirement is the measured accuracy and the absence of a label (see the card's note).
-        requirements={"present": [], "absent": [{"head_type": "coreference"}],
+        requirements={"present": [], "absent": [{"head_type": "coreference"}, {"head_type": "sentence_start"}],
                       "measured": [{"head_type": "coreference", "min_accuracy": 0.9}]},
     ),
+    "implicit-causality": TrainConfig(
+        task="predict the word after a pronoun, fixed by its antecedent among two names of the pronoun's gender; the "
+             "verb's implicit causality picks the antecedent (A fascinated B because she -> A, A thanked B because "
+             "she -> B), so nearest mention, first mention and agreement are each right half of the time",
+        arch="gpt2", data="causality", steps=1500, batch=64,
+        requirements={"present": [{"head_type": "coreference", "min_accuracy": 0.9}],
+                      "absent": [{"head_type": "sentence_start"}]},
+    ),
+    "brackets": TrainConfig(
+        task="nested brackets of three kinds among random words (depth <= 4): after each closing bracket, repeat the "
+             "word written just before its matching opening bracket",
+        data="brackets", n_words=64, steps=2000,
+        requirements={"present": [{"head_type": "bracket"}], "absent": [{"head_type": "sentence_start"}]},
+    ),
+    "sentences": TrainConfig(
+        task="sentences of 2-10 random words ending in . ! or ?; each sentence's first word is the successor of the "
+             "first word of the sentence before it, predicted at the end of that sentence",
+        data="sentences", n_words=64, steps=2000,
+        requirements={"present": [{"head_type": "sentence_start"}], "absent": [{"head_type": "bracket"}]},
+    ),
 }
+
+GENERATORS = {"repeated_blocks": "repeated_blocks", "coreference": "coreference_batch", "causality": "causality_batch",
+              "brackets": "bracket_batch", "sentences": "sentence_batch"}
+VOCABULARY = {
+    "repeated_blocks": lambda config: f"{config.n_words} pseudo-words (probe.zoo.data.pseudo_words)",
+    "coreference": lambda config: "the words of probe.heads.probesets.CorefVocabulary",
+    "causality": lambda config: "the words of probe.heads.probesets.CausalityVocabulary",
+    "brackets": lambda config: f"{config.n_words} pseudo-words and ( ) [ ] {{ }}",
+    "sentences": lambda config: f"{config.n_words} pseudo-words and . ! ?",
+}
+BRACKET_TOKENS = tuple(char for pair in data.BRACKETS for char in pair)
+SENTENCE_ENDS = (".", "!", "?")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -99,13 +134,20 @@ def build_tokenizer(config: TrainConfig):
         from probe.heads.probesets import CorefVocabulary
 
         return word_tokenizer(CorefVocabulary().words(), bos_token=BOS)
-    return word_tokenizer(data.pseudo_words(config.n_words), bos_token=BOS)
+    if config.data == "causality":
+        from probe.heads.probesets import CausalityVocabulary
+
+        return word_tokenizer(CausalityVocabulary().words(), bos_token=BOS)
+    extra = {"brackets": BRACKET_TOKENS, "sentences": SENTENCE_ENDS}.get(config.data, ())
+    return word_tokenizer([*data.pseudo_words(config.n_words), *extra], bos_token=BOS)
 
 
 def word_ids(tokenizer) -> list[int]:
-    """Ids of the vocabulary minus the special tokens (what random blocks are drawn from)."""
+    """Ids of the vocabulary minus the special tokens and the punctuation (what random words are drawn from)."""
     specials = set(tokenizer.all_special_ids)
-    return sorted(i for i in tokenizer.get_vocab().values() if i not in specials)
+    vocab = tokenizer.get_vocab()
+    punctuation = {vocab[token] for token in (*BRACKET_TOKENS, *SENTENCE_ENDS) if token in vocab}
+    return sorted(i for i in vocab.values() if i not in specials and i not in punctuation)
 
 
 def build_model(config: TrainConfig, tokenizer, seed: int):
@@ -119,16 +161,20 @@ def build_model(config: TrainConfig, tokenizer, seed: int):
             max_position_embeddings=config.n_positions, tie_word_embeddings=True,
             bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
         )
+        if config.mlp:
+            model_config.intermediate_size = 4 * config.n_embd
         model_class = transformers.LlamaForCausalLM
     else:
         model_config = transformers.GPT2Config(
             vocab_size=len(tokenizer), n_positions=config.n_positions, n_embd=config.n_embd, n_layer=config.n_layer,
-            n_head=config.n_head, n_inner=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            n_head=config.n_head, n_inner=4 * config.n_embd if config.mlp else 1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
             bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
         )
         model_class = transformers.GPT2LMHeadModel
     torch.manual_seed(seed)
     model = model_class(model_config)
+    if config.mlp:
+        return model
     with torch.no_grad():
         for layer in find_layer_list(model):
             for parameter in layer.mlp.parameters():
@@ -146,6 +192,20 @@ def make_batch(config: TrainConfig, tokenizer, generator: torch.Generator, batch
         return data.coreference_batch(generator, batch, CorefVocabulary(), tokenizer.get_vocab(),
                                       tokenizer.bos_token_id, tokenizer.pad_token_id,
                                       overrides.get("max_distractors", config.max_distractors))
+    if config.data == "causality":
+        from probe.heads.probesets import CausalityVocabulary
+
+        return data.causality_batch(generator, batch, CausalityVocabulary(), tokenizer.get_vocab(),
+                                    tokenizer.bos_token_id, tokenizer.pad_token_id)
+    if config.data == "brackets":
+        vocab = tokenizer.get_vocab()
+        pairs = [(vocab[opening], vocab[closing]) for opening, closing in data.BRACKETS]
+        return data.bracket_batch(generator, batch, config.length, word_ids(tokenizer), pairs, tokenizer.bos_token_id,
+                                  config.max_depth)
+    if config.data == "sentences":
+        vocab = tokenizer.get_vocab()
+        return data.sentence_batch(generator, batch, config.length, word_ids(tokenizer),
+                                   [vocab[end] for end in SENTENCE_ENDS], tokenizer.bos_token_id)
     return data.repeated_blocks(generator, batch, config.length, word_ids(tokenizer), tokenizer.bos_token_id,
                                 overrides.get("min_block", config.min_block), overrides.get("max_block", config.max_block),
                                 config.max_copies)
@@ -193,6 +253,16 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
         result.update(probe="held-out sentences with one distractor noun; target: the word after the pronoun",
                       in_context_loss=round(loss, 4), accuracy=round(accuracy, 4),
                       nearest_noun_baseline=0.5)  # the antecedent is the nearer noun in half the sentences
+        return result
+    if config.data in ("causality", "brackets", "sentences"):
+        batches = [make_batch(config, tokenizer, generator, batch) for _ in range(n_batches)]
+        loss, accuracy = held_out_loss(model, batches)
+        what = {"causality": "held-out implicit-causality sentences; target: the word after the pronoun",
+                "brackets": "held-out bracket sequences; target: the word after each closing bracket",
+                "sentences": "held-out sentences; target: the next sentence's first word, at each sentence end"}
+        result.update(probe=what[config.data], in_context_loss=round(loss, 4), accuracy=round(accuracy, 4))
+        if config.data == "causality":
+            result["nearest_first_agreement_baselines"] = 0.5  # balanced by construction (probesets)
         return result
     ids, bos = word_ids(tokenizer), tokenizer.bos_token_id
     batches = [data.repeat_probe(generator, batch, ids, bos, config.eval_min_block, config.eval_max_block)
@@ -282,17 +352,17 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
     card = {
         "name": name,
         "task": config.task,
-        "architecture": (f"{type(model).__name__}, attention-only: MLPs of width 1 with weights zeroed and frozen "
-                         "(they add exactly 0); " + ("rotary positions" if config.arch == "llama"
-                                                     else "learned absolute positions, no dropout")
+        "architecture": (f"{type(model).__name__}, "
+                         + ("with MLPs (width 4 x embedding)" if config.mlp else
+                            "attention-only: MLPs of width 1 with weights zeroed and frozen (they add exactly 0)")
+                         + "; " + ("rotary positions" if config.arch == "llama"
+                                   else "learned absolute positions, no dropout")
                          + "; tied embeddings"),
-        "config": {k: v for k, v in asdict(config).items() if k not in ("task", "requirements")},
+        "config": {k: v for k, v in asdict(config).items() if k not in ("task", "requirements", "label_config")},
         "parameters": sum(p.numel() for p in trainable),
-        "vocabulary": (f"{len(tokenizer)} tokens: <unk>, <pad>, <bos> and "
-                       + ("the words of probe.heads.probesets.CorefVocabulary" if config.data == "coreference"
-                          else f"{config.n_words} pseudo-words (probe.zoo.data.pseudo_words)")
-                       + "; every text starts with <bos>"),
-        "data_generator": f"probe.zoo.data.{'coreference_batch' if config.data == 'coreference' else 'repeated_blocks'}",
+        "vocabulary": f"{len(tokenizer)} tokens: <unk>, <pad>, <bos> and " + VOCABULARY[config.data](config)
+                      + "; every text starts with <bos>",
+        "data_generator": f"probe.zoo.data.{GENERATORS[config.data]}",
         "seed": seed,
         "steps": config.steps,
         "threads": threads,
@@ -309,6 +379,24 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         card["classifier"] = "probe.heads.label.label_model with the default LabelConfig()"
         card.update(summary)
         card["requirements_failed"] = check_requirements(table, config.requirements)
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    (out / "MODEL_CARD.md").write_text(model_card_markdown(card))
+    readable(out)
+    return card
+
+
+def relabel(name: str, out: Path) -> dict:
+    """Run the classifier on the trained organism in `out` (its card.json written by :func:`train`) and update the
+    card's labels, requirements and MODEL_CARD.md; the weights are not touched."""
+    from probe.zoo import check_requirements
+
+    card = json.loads((out / "card.json").read_text())
+    config = ORGANISMS[name]
+    summary, table = classifier_labels(out)
+    card["requirements"] = config.requirements
+    card["classifier"] = "probe.heads.label.label_model with the default LabelConfig()"
+    card.update(summary)
+    card["requirements_failed"] = check_requirements(table, config.requirements)
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     (out / "MODEL_CARD.md").write_text(model_card_markdown(card))
     readable(out)
@@ -373,7 +461,7 @@ def save_esm_random(seed: int, out: Path, label: bool = True) -> dict:
     lines = [f"# zoo:{ESM_RANDOM}", "", "**UNTRAINED.** " + card["task"] + ".", "",
              f"**Architecture.** {card['architecture']}.", "", f"**Built by** `{card['command']}` (no training).", ""]
     if "labels" in card:
-        lines += [f"**Labels** given by {card['classifier']} on random weights (the tests assert exactly these):", ""]
+        lines += [f"**Labels** given by {card['classifier']} on random weights (effect over chance, clustered bootstrap, Benjamini–Hochberg FDR 0.05; the tests check the requirements below, not this list):", ""]
         lines += [f"- {head_type}: {', '.join(heads) or 'none'}" for head_type, heads in card["labels"].items()]
         lines.append("")
     lines += ["Machine-readable: `card.json` next to this file.", ""]
@@ -406,7 +494,7 @@ def model_card_markdown(card: dict) -> str:
     ]
     lines += [f"- {key}: {value}" for key, value in card["evaluation"].items()]
     if "labels" in card:
-        lines += ["", f"**Labels** given by {card['classifier']} (the tests assert exactly these):", ""]
+        lines += ["", f"**Labels** given by {card['classifier']} (effect over chance, clustered bootstrap, Benjamini–Hochberg FDR 0.05; the tests check the requirements below, not this list):", ""]
         lines += [f"- {head_type}: {', '.join(heads) or 'none'}" for head_type, heads in card["labels"].items()]
         lines += ["", "Requirements: " + json.dumps(card["requirements"])
                   + (" — all met." if not card.get("requirements_failed")
@@ -423,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: on a shared CPU "
                                                                 "faster than 2)")
     parser.add_argument("--no-label", action="store_true", help="do not run the head classifier on the result")
+    parser.add_argument("--label-only", action="store_true",
+                        help="do not train: run the head classifier on the model already in --out and update its cards")
     parser.add_argument("--checkpoint-steps", type=parse_steps, default=(), metavar="N,N,...",
                         help="also save the model after these optimizer steps (0 = initial weights) to OUT/step-N/ "
                              "(for `probe label --model OUT --revisions step-0,step-50,...`)")
@@ -435,6 +525,10 @@ def main(argv: list[str] | None = None) -> int:
         card = save_esm_random(args.seed, args.out, label=not args.no_label)
         print(json.dumps({k: card[k] for k in ("name", "seed", "labels") if k in card}, indent=2))
         return 0
+    if args.label_only:
+        card = relabel(args.name, args.out)
+        print(json.dumps({k: card[k] for k in ("name", "labels", "requirements_failed")}, indent=2))
+        return 1 if card.get("requirements_failed") else 0
     overrides = {}
     for item in args.set:
         key, _, value = item.partition("=")
