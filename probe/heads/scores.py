@@ -168,6 +168,8 @@ class ScoreSink:
         self.share = None
         if output_projections is not None:
             self.share = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
+            # rows counted per type: valid rows whose output norm is not 0 (a head with f_h ≡ 0 has no share)
+            self.share_rows = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
             self.share_known = torch.zeros(n_layers, dtype=torch.bool)  # layers whose projection was found
         self._norms: OutputNorms | None = None
         self.words = words
@@ -214,9 +216,10 @@ class ScoreSink:
         total = norms.mixed[:, heads, rows]  # [batch head row]
         for head_type, columns in self.columns.items():
             part = weighted[..., columns].sum(-1)  # [batch head row]
-            ratio = torch.where(total > 0, part / total.clamp(min=1e-30), 0.0)  # [batch head row]
-            valid = self.valid_rows[head_type][:, None, rows]  # [batch 1 row]
-            self.share[head_type][:, layer, heads] += (ratio * valid).sum(-1)
+            counted = self.valid_rows[head_type][:, None, rows] & (total > 0)  # [batch head row]
+            ratio = torch.where(counted, part / total.clamp(min=1e-30), 0.0)  # [batch head row]
+            self.share[head_type][:, layer, heads] += ratio.sum(-1)
+            self.share_rows[head_type][:, layer, heads] += counted.sum(-1)
 
     def update_gathered(self, layer: int, heads: tuple[int, ...], alpha: torch.Tensor) -> None:
         """α at the target slots, `[batch head query slot]`: add each type's target mass per head."""
@@ -260,8 +263,8 @@ class ScoreSink:
             share = None
             if self.share is not None:
                 known = self.share_known[None, :, None]  # [1 layer 1]
-                share = torch.where((n_valid > 0) & known, self.share[head_type].cpu() / n_valid.clamp(min=1),
-                                    torch.nan)
+                rows = self.share_rows[head_type].cpu()  # [batch layer head]
+                share = torch.where((rows > 0) & known, self.share[head_type].cpu() / rows.clamp(min=1), torch.nan)
             out[head_type] = TypeScores(head_type, score, tl, correct, share)
         return out
 

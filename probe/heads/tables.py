@@ -18,12 +18,15 @@ COLUMNS = [
     "label", "stable", "n_examples", "n_clusters", "seed",
     "accuracy", "accuracy_ci_low", "accuracy_ci_high", "baseline", "baseline_accuracy", "accuracy_by_source",
     "ablation_effect", "ablation_z",
+    "output_share", "output_share_low", "output_share_high", "role",
+    "group_effect", "group_z", "group_size", "group_heads",
 ]
 # Without these a file is not a label table (older tables have them all).
 REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "score", "chance", "label"]
 
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
-_TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str}
+_TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str,
+                 "role": str, "group_heads": str}
 
 
 def _suffix(path) -> str:
