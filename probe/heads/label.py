@@ -483,16 +483,15 @@ SINK_SHARE = 0.1  # a label whose output share is below this is a "sink": attend
 
 
 def roles(table: pd.DataFrame) -> pd.Series:
-    """Per row: "sink" for a label whose output_share < SINK_SHARE, "function" for the other labels, None for
+    """Per row: "sink" for a label whose output_share < SINK_SHARE, "function" for the other labels, NaN for
     unlabelled rows and where output_share is NaN (not measured, or the output projection is unknown)."""
-    share = pd.to_numeric(table["output_share"], errors="coerce") if "output_share" in table else None
-    if share is None:
-        return pd.Series([None] * len(table), index=table.index, dtype=object)
+    if "output_share" not in table:
+        return pd.Series([math.nan] * len(table), index=table.index)
+    share = pd.to_numeric(table["output_share"], errors="coerce")
     labelled = table["label"].astype(bool)
-    role = pd.Series([None] * len(table), index=table.index, dtype=object)
-    role[labelled & (share < SINK_SHARE)] = "sink"
-    role[labelled & (share >= SINK_SHARE)] = "function"
-    return role
+    values = ["sink" if is_label and value < SINK_SHARE else "function" if is_label and value >= SINK_SHARE
+              else math.nan for is_label, value in zip(labelled, share, strict=True)]
+    return pd.Series(values, index=table.index)  # float NaN when no row has a role, else object
 
 
 def _table(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
@@ -523,11 +522,10 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
     "together L1H0 L1H1 …: +6.39 nats (z 1.2)"."""
     lines = []
     lengths = table["seq_len"].dropna().unique()
-    role = table["role"] if "role" in table else pd.Series([None] * len(table), index=table.index)
     for model, rows in table.groupby("model", sort=False):
         for (seq_len, head_type), group in rows.groupby([rows["seq_len"].fillna(-1), "head_type"], sort=False):
             labelled = group[group["label"].astype(bool)]
-            roles_of = role.loc[labelled.index]
+            roles_of = labelled["role"] if "role" in labelled else pd.Series([math.nan] * len(labelled))
             names = [name + (f"({int(offset):+d})" if offset == offset else "") +
                      ("" if bool(stable) else " (unstable)") + (" (sink)" if kind == "sink" else "")
                      for name, offset, stable, kind in zip(labelled["head_name"], labelled["offset"],

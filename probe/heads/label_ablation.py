@@ -215,8 +215,11 @@ def merge_ablation(table: pd.DataFrame, effects: pd.DataFrame) -> pd.DataFrame:
     out = table.drop(columns=filled, errors="ignore")
     if effects.empty:
         for column in filled:
-            out[column] = None if column == "group_heads" else math.nan
+            out[column] = math.nan
         return out
     effects = effects.astype({"layer": int, "head": int})
-    return out.merge(effects[["head_type", "layer", "head", *filled]], on=["head_type", "layer", "head"],
-                     how="left")
+    out = out.merge(effects[["head_type", "layer", "head", *filled]], on=["head_type", "layer", "head"], how="left")
+    for column in filled:
+        if column != "group_heads":
+            out[column] = pd.to_numeric(out[column], errors="coerce").astype(float)
+    return out

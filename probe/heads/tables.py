@@ -8,6 +8,8 @@ usable; a file that lacks the identifying columns is not a label table and is re
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from probe.errors import ProbeError, first_line
@@ -75,4 +77,8 @@ def load_table(path) -> pd.DataFrame:
         missing = [column for column in REQUIRED if column not in table.columns]
         raise ProbeError(f"{path} is not a probe label table (no {', '.join(missing[:3])} column); "
                          "pass another --out or --force to overwrite it")
-    return table.reindex(columns=COLUMNS)
+    table = table.reindex(columns=COLUMNS)
+    for column in _TEXT_COLUMNS:  # a text column without any value reads back as None from parquet: NaN, as written
+        if table[column].dtype == object:
+            table[column] = table[column].where(table[column].notna(), math.nan)
+    return table
