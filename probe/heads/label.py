@@ -12,8 +12,11 @@
    ``min_effect`` (mass types: score − chance; accuracy types: paired accuracy gain over the best baseline),
    Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with candidates
    (fixed_offset) choose each head's candidate on half of the examples and are tested on the other half.
-4. **Ablation** (:mod:`probe.heads.ablation`): each labelled head's effect on its type's own loss, against random heads of
-   the same layer (``ablation_effect``, ``ablation_z``).
+4. **Output share** (Kobayashi et al. 2020, streamed with the scores): the share of each head's output norm that comes
+   from its targets (``output_share``); a label below :data:`SINK_SHARE` has ``role`` "sink", others "function".
+5. **Ablation** (:mod:`probe.heads.ablation`): each labelled head's effect on its type's own loss, against random heads of
+   the same layer where possible (``ablation_effect``, ``ablation_z``), and each (type, layer) with ≥ 2 labelled
+   heads ablated together against random groups of the same size (``group_effect``, ``group_z``).
 
 The table's schema is :data:`probe.heads.tables.COLUMNS` (README, "Labelling heads").
 """

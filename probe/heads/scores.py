@@ -15,6 +15,11 @@ Scores of one example (n real rows, V = rows that have at least one target, T(i)
   attending word and special tokens; correct when it is an antecedent word (Clark et al. 2019 restrict the argmax
   to candidate mentions in the same way).
 
+* output share (with ``output_projections``): per row Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, n_j = ‖f_h(x_j)‖ the norm
+  of what key j passes through the head (Kobayashi et al. 2020; :mod:`probe.engine.output_norms` computes n and the
+  denominator inside the engine), averaged like the valid-row score over rows with a target (rows whose output is
+  exactly zero are left out).
+
 The dense functions :func:`valid_row_score`, :func:`tl_mul_score` and :func:`word_attention` define the same
 numbers on a full α and are the references the tests compare the streamed values with. All are pure.
 """
