@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pandas as pd
 import pytest
@@ -11,7 +12,7 @@ import torch
 from probe import models
 from probe.engine import AttentionBlock
 from probe.errors import ProbeError
-from probe.heads.label import LabelConfig, Scored, label_model, summarise, summary_lines
+from probe.heads.label import LabelConfig, Scored, label_model, roles, summarise, summary_lines
 from probe.heads.probesets import repeated_blocks
 from probe.heads.registry import REGISTRY, TargetContext
 from probe.heads.scores import ScoreSink
@@ -204,6 +205,78 @@ def test_ablation_columns_on_the_induction_organism():
     assert everything["ablation_effect"].notna().all()
     none = label_model(loaded, LabelConfig(types=("previous_token",), examples=8, n_bootstrap=50, ablate="none"))
     assert none["ablation_effect"].isna().all()
+
+
+def test_joint_ablation_of_the_four_induction_heads():
+    """Every head of zoo:induction carries a label, so same-layer unlabelled controls do not exist: ablation_z draws
+    from the whole model and the four induction heads — the whole of layer 1 — are compared with random groups."""
+    loaded = models.load("zoo:induction")
+    notes = []
+    table = label_model(loaded, LabelConfig(types=("previous_token", "induction"), examples=16, n_bootstrap=100,
+                                            ablation_examples=8), note=notes.append)
+    induction = table[(table["head_type"] == "induction") & table["label"]]
+    assert sorted(induction["head_name"]) == ["L1H0", "L1H1", "L1H2", "L1H3"]
+    assert induction["ablation_z"].notna().all() and table.loc[table["label"], "ablation_z"].notna().all()
+    assert induction["group_heads"].eq("L1H0 L1H1 L1H2 L1H3").all() and induction["group_size"].eq(4).all()
+    joint = float(induction["group_effect"].iloc[0])
+    assert induction["group_effect"].nunique() == 1 and math.isfinite(float(induction["group_z"].iloc[0]))
+    # the circuit backs itself up: one head costs little, all four together break in-context copying
+    assert joint > 2.0 and joint > 10 * float(induction["ablation_effect"].sum())
+    assert any("may share heads" in line for line in notes)  # said honestly: the controls overlap the group
+    previous = table[(table["head_type"] == "previous_token") & table["label"]]
+    assert len(previous) == 1 and previous["group_effect"].isna().all()  # a single head is no group
+    assert any("together L1H0 L1H1 L1H2 L1H3" in line for line in summary_lines(table))
+
+
+def test_roles_by_hand():
+    table = pd.DataFrame({"label": [True, True, True, False, True],
+                          "output_share": [0.05, 0.1, 0.8, 0.01, math.nan]})
+    role = roles(table)
+    assert role[:3].tolist() == ["sink", "function", "function"] and role[3:].isna().all()
+
+
+def _planted_value(loaded, bos_value_zero: bool) -> None:
+    """Give the planted first-token head L1H2 a value path: every token's value is the bias b (a constant vector),
+    and with `bos_value_zero` the <bos> feature cancels it at <bos>, so the head attends to <bos> and takes nothing
+    from it. Layer 1 is the last layer, so no attention pattern changes."""
+    model, tokenizer = loaded.model, loaded.tokenizer
+    attn = model.transformer.h[1].attn
+    width, head_dim = model.config.n_embd, model.config.n_embd // model.config.n_head
+    columns = slice(2 * width + 2 * head_dim, 2 * width + 3 * head_dim)  # c_attn: q | k | v; head 2's value
+    bias = torch.linspace(0.5, 1.5, head_dim)
+    with torch.no_grad():
+        hidden = model.transformer.wte.weight[tokenizer.bos_token_id] + model.transformer.wpe.weight[0]
+        normed = model.transformer.h[1].ln_1(hidden)  # what layer 1 reads at <bos> (layer 0 adds nothing)
+        feature = 16  # the <bos>-only embedding dimension of the planted model
+        attn.c_attn.bias[columns] = bias
+        attn.c_attn.weight[:, columns] = 0.0
+        if bos_value_zero:
+            attn.c_attn.weight[feature, columns] = -bias / normed[feature]
+        attn.c_proj.weight[2 * head_dim:3 * head_dim] = torch.randn(head_dim, width,
+                                                                   generator=torch.Generator().manual_seed(0))
+
+
+def test_a_first_token_head_that_takes_nothing_from_bos_is_a_sink(planted_dir):
+    config = LabelConfig(types=("first_token",), examples=8, n_bootstrap=50, ablate="none")
+    sink = models.load(str(planted_dir))
+    _planted_value(sink, bos_value_zero=True)
+    table = label_model(sink, config).set_index(["layer", "head"])
+    assert table.loc[(1, 2), "label"] and table.loc[(1, 2), "score"] > 0.99
+    assert table.loc[(1, 2), "output_share"] < 1e-3 and table.loc[(1, 2), "role"] == "sink"
+    assert table.loc[(1, 2), "output_share_low"] <= table.loc[(1, 2), "output_share"] <= \
+        table.loc[(1, 2), "output_share_high"]
+    assert "(sink)" in summary_lines(table.reset_index())[0]
+    # control: the same weights on <bos> as on every other key — equal norms, so the share is the weight
+    working = models.load(str(planted_dir))
+    _planted_value(working, bos_value_zero=False)
+    control = label_model(working, config).set_index(["layer", "head"])
+    assert control.loc[(1, 2), "output_share"] == pytest.approx(control.loc[(1, 2), "score"], abs=1e-5)
+    assert control.loc[(1, 2), "role"] == "function"
+    # heads with no value path at all (f_h ≡ 0: the planted model's zeroed heads) have no share, and no role
+    assert control.drop(index=(1, 2))["output_share"].isna().all()
+    assert control["role"].drop(index=(1, 2)).isna().all()
+    off = label_model(working, dataclasses.replace(config, output_share=False))
+    assert off["output_share"].isna().all() and off["role"].isna().all()
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv", ".json"])

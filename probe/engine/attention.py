@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
+from probe.engine.output_norms import with_output_norms
 from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
 from probe.engine.sinks import AttentionBlock
 from probe.errors import ProbeError
@@ -77,9 +78,9 @@ def capture_attention_forward(
     if additive is not None and kwargs.get("position_bias") is not None:
         is_causal = False  # the causal pattern is now inside the additive mask
 
-    output, lse = _fused_attention(query, key, value, additive, is_causal, scale, dropout)  # [batch head query dim]
-
     layer = session.next_layer(module)
+    output, lse = with_output_norms(session, module, layer, query, key, value, lambda q, k, v: _fused_attention(
+        q, k, v, additive, is_causal, scale, dropout))  # [batch head query dim]; output norms to sinks that ask
     _stream_alpha(session, layer, query, key, additive, is_causal, scale, lse)
     _gather_alpha(session, layer, query, key, additive, is_causal, scale, lse)
     if session.ablate is not None:

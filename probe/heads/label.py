@@ -14,8 +14,11 @@
    ``min_effect`` (mass types: score − chance; accuracy types: paired accuracy gain over the best baseline),
    Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with candidates
    (fixed_offset) choose each head's candidate on half of the examples and are tested on the other half.
-4. **Ablation** (:mod:`probe.heads.ablation`): each labelled head's effect on its type's own loss, against random heads of
-   the same layer (``ablation_effect``, ``ablation_z``).
+4. **Output share** (Kobayashi et al. 2020, streamed with the scores): the share of each head's output norm that comes
+   from its targets (``output_share``); a label below :data:`SINK_SHARE` has ``role`` "sink", others "function".
+5. **Ablation** (:mod:`probe.heads.ablation`): each labelled head's effect on its type's own loss, against random heads of
+   the same layer where possible (``ablation_effect``, ``ablation_z``), and each (type, layer) with ≥ 2 labelled
+   heads ablated together against random groups of the same size (``group_effect``, ``group_z``).
 
 The table's schema is :data:`probe.heads.tables.COLUMNS` (docs/labels.md, "Labelling heads").
 """
@@ -29,6 +32,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 import torch
 
+from probe.engine.output_norms import PROJECTION_NAMES, OutputProjections
 from probe.errors import ProbeError
 from probe.heads import stats
 from probe.heads.probesets import (
@@ -129,7 +133,8 @@ class LabelConfig:
     fdr: float = 0.05  # label when the Benjamini–Hochberg q-value ≤ fdr
     ablate: str = "labelled"  # ablation column for: labelled heads | all heads | none
     ablation_examples: int = 16  # probe examples per type used for ablation
-    ablation_controls: int = 8  # random same-layer heads each ablation is compared with
+    ablation_controls: int = 8  # random control heads (same layer where possible) / control groups per ablation
+    output_share: bool = True  # also measure each head's output share (Kobayashi et al. 2020) and its role
     block_bytes: int = 8 * 2**20  # memory budget of one streamed α block (all heads of a layer)
 
     @property
@@ -363,8 +368,10 @@ class Scored:
 
 
 def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet, source: ProbeSource,
-                    seq_len: int, config: LabelConfig, tick: Callable[[], None]) -> list[Scored]:
-    """Stream every spec's targets on one token probe set, one forward per batch."""
+                    seq_len: int, config: LabelConfig, tick: Callable[[], None],
+                    projections: OutputProjections | None = None) -> list[Scored]:
+    """Stream every spec's targets on one token probe set, one forward per batch (with `projections`: also the
+    output shares)."""
     causal = not _bidirectional(loaded)
     restrict = source.vocabulary < SMALL_VOCABULARY
     parts = {spec.name: {} for spec in specs}
@@ -381,7 +388,8 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
             for candidate, pattern in spec.targets(ctx).items():
                 patterns[_key(spec, candidate)] = pattern
                 chances[spec.name].setdefault(candidate, []).append(uniform_chance(pattern, lengths, causal))
-        sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, device=loaded.device)
+        sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, device=loaded.device,
+                         output_projections=projections)
         del patterns
         run_sink(loaded.model, sink, input_ids, block_bytes=config.block_bytes)
         result = sink.result()
@@ -399,7 +407,8 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
 
 
 def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: list[EncodedSpanExample],
-                   config: LabelConfig, tick: Callable[[], None]) -> list[Scored]:
+                   config: LabelConfig, tick: Callable[[], None],
+                   projections: OutputProjections | None = None) -> list[Scored]:
     """Stream every span spec's targets and the word-level accuracy on the span examples."""
     causal = not _bidirectional(loaded)
     parts = {spec.name: [] for spec in specs}
@@ -412,7 +421,7 @@ def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: l
         for spec in specs:
             chances[spec.name].append(uniform_chance(patterns[spec.name], lengths, causal))
         sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, words=span_words(batch),
-                         device=loaded.device)
+                         device=loaded.device, output_projections=projections)
         run_sink(loaded.model, sink, batch.input_ids, batch.attention_mask, block_bytes=config.block_bytes)
         for spec_name, scores in sink.result().items():
             parts[spec_name].append(scores)
@@ -457,6 +466,8 @@ def summarise(scored: Scored, config: LabelConfig) -> dict[str, torch.Tensor | f
                effect=torch.nanmean(effect, 0), tl_score=torch.nanmean(tl, 0),
                n_examples=int((~torch.isnan(score[:, 0, 0])).sum()), n_clusters=int(len(torch.unique(cluster))))
     out["p_value"] = stats.p_greater(out["effect"], _std(effect_means), config.min_effect)
+    if scored.scores[scored.candidates[0]].output_share is not None:
+        out.update(_share_summary(scored, pick, test, weights, config))
     if scored.spec.candidate is not None:
         candidates = torch.tensor(scored.candidates, dtype=torch.float64)
         out[scored.spec.candidate] = candidates[choice]
@@ -464,6 +475,16 @@ def summarise(scored: Scored, config: LabelConfig) -> dict[str, torch.Tensor | f
     if scored.spec.statistic == "accuracy" and correct is not None:
         out.update(_accuracy_summary(correct, scored, weights, config))
     return out
+
+
+def _share_summary(scored: Scored, pick: torch.Tensor, test: torch.Tensor, weights: torch.Tensor,
+                   config: LabelConfig) -> dict[str, torch.Tensor]:
+    """output_share of the chosen candidate, averaged like the score (same test examples), with its clustered
+    bootstrap interval (the same resamples)."""
+    shares = torch.stack([scored.scores[c].output_share for c in scored.candidates])  # [candidate example layer head]
+    share = shares.gather(0, pick)[0][test]  # [example layer head]
+    low, high = stats.percentile_interval(stats.bootstrap_means(share, weights), config.confidence)
+    return dict(output_share=torch.nanmean(share, 0), output_share_low=low, output_share_high=high)
 
 
 def _std(means: torch.Tensor) -> torch.Tensor:
@@ -574,13 +595,14 @@ def label_model(
 
     scored: list[Scored] = []
     probes_used: dict[str, object] = {}  # head type -> its probes at the first length (for the ablation)
+    projections = OutputProjections(loaded.model) if config.output_share else None
     for probe, seq_len, chosen in plans:
         probes = source.token_probes(probe, seq_len)
         for spec in chosen:
             probes_used.setdefault(spec.name, probes)
-        scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick))
+        scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick, projections))
     if spans:
-        scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick))
+        scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections))
         for spec in span_specs:
             probes_used[spec.name] = spans[1]
 
@@ -589,10 +611,29 @@ def label_model(
     table["label"] = (table["q_value"] <= config.fdr).fillna(False).astype(bool)
     agree = table.groupby(["layer", "head", "head_type"])["label"].transform("nunique")
     table["stable"] = agree.eq(1)
+    table["role"] = roles(table)
+    if projections is not None and projections.missing and note is not None:
+        note(f"output_share is NaN for {loaded.name}: no output projection found for "
+             f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or output.dense)")
     from probe.heads.label_ablation import ablation_columns, merge_ablation
 
     effects = ablation_columns(loaded, table, probes_used, config, note)
     return merge_ablation(table, effects).reindex(columns=COLUMNS)
+
+
+SINK_SHARE = 0.1  # a label whose output share is below this is a "sink": attended to, but it adds almost nothing
+
+
+def roles(table: pd.DataFrame) -> pd.Series:
+    """Per row: "sink" for a label whose output_share < SINK_SHARE, "function" for the other labels, NaN for
+    unlabelled rows and where output_share is NaN (not measured, or the output projection is unknown)."""
+    if "output_share" not in table:
+        return pd.Series([math.nan] * len(table), index=table.index)
+    share = pd.to_numeric(table["output_share"], errors="coerce")
+    labelled = table["label"].astype(bool)
+    values = ["sink" if is_label and value < SINK_SHARE else "function" if is_label and value >= SINK_SHARE
+              else math.nan for is_label, value in zip(labelled, share, strict=True)]
+    return pd.Series(values, index=table.index)  # float NaN when no row has a role, else object
 
 
 def _table(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
@@ -612,24 +653,35 @@ def _table(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
                     record["accuracy_by_source"] = _per_group(correct, item.groups, groups, layer, head)
                 records.append(record)
     table = pd.DataFrame.from_records(records)
-    return table.reindex(columns=[c for c in COLUMNS if c not in ("q_value", "label", "stable")] +
-                         ["q_value", "label", "stable"])
+    later = ("q_value", "label", "stable", "role")
+    return table.reindex(columns=[c for c in COLUMNS if c not in later] + list(later))
 
 
 def summary_lines(table: pd.DataFrame) -> list[str]:
     """"model · type: N of M heads (L0H1, ...)" for every model, length and type of a table (for stderr); fixed-offset
-    heads show their offset, heads whose label flips between lengths are marked "(unstable)"."""
+    heads show their offset, heads whose label flips between lengths are marked "(unstable)", labels whose
+    output share is below SINK_SHARE "(sink)"; "N sinks" counts them, and each ablated group adds
+    "together L1H0 L1H1 …: +6.39 nats (z 1.2)"."""
     lines = []
     lengths = table["seq_len"].dropna().unique()
     for model, rows in table.groupby("model", sort=False):
         for (seq_len, head_type), group in rows.groupby([rows["seq_len"].fillna(-1), "head_type"], sort=False):
             labelled = group[group["label"].astype(bool)]
+            roles_of = labelled["role"] if "role" in labelled else pd.Series([math.nan] * len(labelled))
             names = [name + (f"({int(offset):+d})" if offset == offset else "") +
-                     ("" if bool(stable) else " (unstable)")
-                     for name, offset, stable in zip(labelled["head_name"], labelled["offset"],
-                                                     labelled["stable"].fillna(True), strict=True)]
+                     ("" if bool(stable) else " (unstable)") + (" (sink)" if kind == "sink" else "")
+                     for name, offset, stable, kind in zip(labelled["head_name"], labelled["offset"],
+                                                           labelled["stable"].fillna(True), roles_of, strict=True)]
             more = " ..." if len(names) > 12 else ""
             at = f" @{int(seq_len)}" if len(lengths) > 1 and seq_len >= 0 else ""
-            lines.append(f"{model} · {head_type}{at}: {len(labelled)} of {len(group)} heads"
-                         + (f" ({', '.join(names[:12])}{more})" if names else ""))
+            sinks = int((roles_of == "sink").sum())
+            line = (f"{model} · {head_type}{at}: {len(labelled)} of {len(group)} heads"
+                    + (f" ({', '.join(names[:12])}{more})" if names else "")
+                    + (f"; {sinks} sink{'s' if sinks != 1 else ''} (output share < {SINK_SHARE})" if sinks else ""))
+            if "group_heads" in labelled:
+                joint = labelled.dropna(subset=["group_heads"]).drop_duplicates("group_heads")
+                for heads, effect, z in zip(joint["group_heads"], joint["group_effect"], joint["group_z"],
+                                            strict=True):
+                    line += f"; together {heads}: {float(effect):+.2f} nats (z {float(z):.1f})"
+            lines.append(line)
     return lines

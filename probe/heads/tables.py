@@ -8,6 +8,8 @@ usable; a file that lacks the identifying columns is not a label table and is re
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from probe.errors import ProbeError, first_line
@@ -18,6 +20,8 @@ COLUMNS = [
     "label", "stable", "n_examples", "n_clusters", "seed",
     "accuracy", "accuracy_ci_low", "accuracy_ci_high", "baseline", "baseline_accuracy", "accuracy_by_source",
     "ablation_effect", "ablation_z",
+    "output_share", "output_share_low", "output_share_high", "role",
+    "group_effect", "group_z", "group_size", "group_heads",
 ]
 """The label table's columns, in file order; one row per (model, seq_len, layer, head, head_type).
 
@@ -52,7 +56,8 @@ Tables written before a column existed read back with it NaN (:func:`load_table`
 REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "score", "chance", "label"]
 
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
-_TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str}
+_TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str,
+                 "role": str, "group_heads": str}
 
 
 def _suffix(path) -> str:
@@ -131,4 +136,8 @@ def load_table(path) -> pd.DataFrame:
         missing = [column for column in REQUIRED if column not in table.columns]
         raise ProbeError(f"{path} is not a probe label table (no {', '.join(missing[:3])} column); "
                          "pass another --out or --force to overwrite it")
-    return table.reindex(columns=COLUMNS)
+    table = table.reindex(columns=COLUMNS)
+    for column in _TEXT_COLUMNS:  # a text column without any value reads back as None from parquet: NaN, as written
+        if table[column].dtype == object:
+            table[column] = table[column].where(table[column].notna(), math.nan)
+    return table
