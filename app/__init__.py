@@ -2,7 +2,7 @@
 maps, architecture card. Installed as `probe_app` (the source folder is `app/`); inside, imports are relative.
 
     from probe_app import create_app          # `from app import create_app` in a source checkout
-    from probe_app.service import AppConfig
+    from probe_app.config import AppConfig
     dash_app = create_app(AppConfig(models=("zoo:induction",)))
     dash_app.run(host="127.0.0.1", port=8050, threaded=True)
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .service import AppConfig, Service
+from .config import AppConfig
+from .service import Service
 
 __all__ = ["AppConfig", "Service", "create_app"]
 

@@ -33,6 +33,11 @@ class ProteinResult:
     precision: pd.DataFrame | None  # P@L by sequence-separation range
     note: str = ""
 
+    @property
+    def nbytes(self) -> int:
+        """Memory the result holds (for the cache's byte budget): the predicted and true maps."""
+        return self.predicted.nbytes * 2
+
 
 def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes | None, filename: str = "",
             chain: str | None = None, max_residues: int = 1022) -> ProteinResult:

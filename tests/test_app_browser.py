@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 
 from app import create_app, ids
-from app.service import AppConfig, Service
+from app.config import AppConfig
+from app.service import Service
 
 pytestmark = pytest.mark.browser
 

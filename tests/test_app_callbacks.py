@@ -16,18 +16,14 @@ import torch
 from dash import no_update
 
 from app import create_app, figures, ids
+from app.cache import LRUCache
+from app.config import AppConfig
 from app.errors import guarded
+from app.inputs import parse_fasta, parse_token_ids
 from app.panels import atlas, card, explorer, grid, page, proteins
-from app.service import (
-    AppConfig,
-    Busy,
-    LRUCache,
-    ModelRegistry,
-    Service,
-    parse_fasta,
-    parse_token_ids,
-    read_labels,
-)
+from app.registry import ModelRegistry
+from app.service import Busy, Service
+from app.tables import read_labels
 from probe import models
 from probe.errors import ProbeError
 
@@ -629,7 +625,7 @@ def test_a_clicked_pair_is_marked_in_both_maps_and_stays():
 
 
 def test_defaults_open_on_the_induction_organism_with_an_input_it_can_read():
-    from app.service import default_models
+    from app.registry import default_models
 
     specs = default_models()
     assert specs[0] == "zoo:induction" and specs[-1] == "zoo:esm-random"

@@ -17,7 +17,8 @@ from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded
-from ..service import Service, parse_fasta
+from ..inputs import parse_fasta
+from ..service import Service
 from . import graph, radio
 
 DEMO_TEXT = ("the cat saw the dog . the cat saw the dog . mary gave the book to john because he wanted it . "

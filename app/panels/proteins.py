@@ -15,7 +15,8 @@ from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded
-from ..service import Service, parse_fasta
+from ..inputs import parse_fasta
+from ..service import Service
 from . import graph
 from .explorer import DEMO_PROTEIN
 
