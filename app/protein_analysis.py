@@ -101,3 +101,24 @@ def head_map(loaded: models.LoadedModel, sequence: str, layer: int, head: int) -
     from probe.proteins.contacts import head_attention_map
 
     return np.asarray(head_attention_map(loaded, sequence, layer, head), dtype=np.float32)
+
+
+def layer_maps(loaded: models.LoadedModel, sequence: str, layer: int) -> np.ndarray:
+    """Every head's APC-corrected symmetrised attention over residues in one layer, from one forward pass:
+    [head residue residue] float32 (each head equals `head_map`)."""
+    import torch
+
+    from probe.engine import capture
+    from probe.engine.dense import DenseSink
+    from probe.models import encode_proteins
+    from probe.proteins.contacts import apc, symmetrize
+
+    if not 0 <= layer < loaded.n_layers:
+        raise ProbeError(f"layer {layer} does not exist: the model has layers 0..{loaded.n_layers - 1}")
+    cleaned, inputs = encode_proteins(loaded, [sequence])
+    sink = DenseSink([layer])
+    with capture(loaded.model, sink), torch.inference_mode():
+        loaded.model(**inputs)
+    start, length = loaded.residue_offset, len(cleaned[0])
+    alpha = sink.attention(0)[0, 0, :, start:start + length, start:start + length]  # [head L L]
+    return np.stack([apc(symmetrize(alpha[h])).numpy() for h in range(alpha.shape[0])]).astype(np.float32)

@@ -32,6 +32,7 @@ from .tables import one_length, read_heads_summary, read_labels
 
 CHARS_PER_TOKEN = 16  # explorer text is capped at max_tokens × this many characters before it is tokenized
 THUMBNAIL_BINS = 40  # each head's thumbnail in the grid is max-pooled to at most this many rows and columns
+TEXTS_KEPT = 1000  # long inputs kept for links
 LOCK_PATIENCE_S = 0.25  # how long a view waits for the inference lock before saying a labelling job holds it
 
 
@@ -68,11 +69,16 @@ class Service:
         self.inference_lock = threading.RLock()  # one forward pass at a time, in the whole process
         self.captures = LRUCache(config.cache_entries, config.cache_bytes)
         self.proteins = LRUCache(8, config.cache_bytes)
+        # One protein's APC maps, a layer (every head) per entry: a head step inside a layer, and every user who
+        # looks at the same structure with the same model, costs no forward pass.
+        self.protein_maps = LRUCache(64, config.cache_bytes)
         self._labels_file = labels if labels is not None else (read_labels(config.labels) if config.labels else None)
         self._summary = read_heads_summary(config.heads_summary) if config.heads_summary else None
         self._computed: dict[str, pd.DataFrame] = {}
         self._jobs: dict[str, LabelJob] = {}
         self._jobs_lock = threading.Lock()
+        self._texts: dict[str, str] = {}  # long explorer inputs by key, for links (bounded, oldest dropped)
+        self._texts_lock = threading.Lock()
 
     # --- models --------------------------------------------------------------------------------------------
 
@@ -81,7 +87,22 @@ class Service:
         return self.registry.specs
 
     def model(self, spec: str) -> models.LoadedModel:
+        """The loaded model (a ProbeError naming the reason for a card-only model)."""
         return self.registry.get(spec)
+
+    def unusable(self, spec: str) -> str | None:
+        """Why `spec` shows only its card (no tokenizer, not capturable), or None."""
+        return self.registry.unusable(spec)
+
+    def kind(self, spec: str) -> str:
+        """"causal_lm", "masked_lm", "protein_mlm", … or "card only"."""
+        if self.unusable(spec):
+            return "card only"
+        kind = self.model(spec).kind
+        return str(getattr(kind, "value", kind))
+
+    def is_protein(self, spec: str) -> bool:
+        return not self.unusable(spec) and self.model(spec).kind == models.ModelKind.PROTEIN_MLM
 
     def token_cap(self, spec: str) -> int:
         """Longest explorer input for this model, in tokens: --max-tokens or the model's positions."""
@@ -110,10 +131,27 @@ class Service:
         return layer, head
 
     def describe(self, spec: str) -> str:
+        if self.unusable(spec):
+            return f"{spec} · card only"
         loaded = self.model(spec)
         kind = getattr(loaded.kind, "value", loaded.kind)  # ModelKind may be a (str, Enum)
         return (f"{spec} · {kind} · {loaded.n_layers} layers × {loaded.n_heads} heads · "
                 f"revision {loaded.revision}")
+
+    def save_text(self, text: str) -> str:
+        """A short key for a long input, so a link can carry it (kept for this server's lifetime, at most
+        TEXTS_KEPT inputs)."""
+        key = hashlib.sha256(text.encode()).hexdigest()[:16]
+        with self._texts_lock:
+            self._texts.pop(key, None)
+            self._texts[key] = text
+            while len(self._texts) > TEXTS_KEPT:
+                self._texts.pop(next(iter(self._texts)))
+        return key
+
+    def saved_text(self, key: str) -> str | None:
+        with self._texts_lock:
+            return self._texts.get(str(key))
 
     # --- explorer --------------------------------------------------------------------------------------------
 
@@ -336,18 +374,20 @@ class Service:
         return result
 
     def protein_head_map(self, key: str, layer: int, head: int) -> np.ndarray:
-        """The selected head's APC-corrected, symmetrised attention over residues: [residue residue]."""
+        """The selected head's APC-corrected, symmetrised attention over residues: [residue residue].
+
+        Cached per (protein, model, layer): one forward pass gives every head of the layer."""
         result = self.protein_result(key)
-        cache_key = ("apc", key, layer, head)
-        cached = self.captures.get(cache_key)
-        if cached is not None:
-            return cached
-        loaded = self.model(result.model)
         layer, head = self.head_of(result.model, {"layer": layer, "head": head})
-        with self._inference():
-            matrix = protein_analysis.head_map(loaded, result.sequence, layer, head)
-        self.captures.put(cache_key, matrix)
-        return matrix
+        cache_key = ("apc", result.model, key, layer)
+        maps = self.protein_maps.get(cache_key)
+        if maps is None:
+            with self._inference():
+                maps = self.protein_maps.peek(cache_key)
+                if maps is None:
+                    maps = protein_analysis.layer_maps(self.model(result.model), result.sequence, layer)
+                    self.protein_maps.put(cache_key, maps)  # [head residue residue]
+        return maps[head]
 
 
 class _Held:
