@@ -499,8 +499,6 @@ def _messages(payload) -> str:
 
 
 @pytest.mark.parametrize("input_id,prop,value,target,state,expected", [
-    (ids.ATLAS, "clickData", {"x": "a"}, ids.SELECTED, "model", "click did not name a head"),
-    (ids.ATLAS, "clickData", {"points": [{"x": "a", "y": 0}]}, ids.SELECTED, "model", "is not a layer and a head"),
     (ids.INPUT, "data", {"model": "/etc", "ids": [1]}, ids.LAYER_DATA, None, "unknown model '/etc'"),
     (ids.SELECTED, "data", {"layer": "a", "head": 0}, ids.LINES, None, "is not a layer and a head"),
     (ids.SELECTED, "data", {"layer": 0, "head": 0}, ids.ATLAS, "unknown", "unknown model"),

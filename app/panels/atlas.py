@@ -153,12 +153,10 @@ def register(app, service: Service) -> None:
             return figures.empty_figure("card only: " + service.unusable(spec)[:80]), ""
         return atlas_view(service, spec, head_type, colour_by, selected), ""
 
-    @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
-                  Output(ids.ATLAS_MESSAGE, "children", allow_duplicate=True),
-                  Input(ids.ATLAS, "clickData"), State(ids.MODEL, "value"), prevent_initial_call=True)
-    @guarded(outputs=2, message=1)
-    def _select(click, spec):
-        return clicked_head(service, spec, click), ""
+    app.clientside_callback(  # a single click selects; a double-click selects nothing (assets/keys.js)
+        "function (click, shape) { return window.dash_clientside.probe.atlasClick(click, shape); }",
+        Output(ids.SELECTED, "data", allow_duplicate=True), Input(ids.ATLAS, "clickData"), State(ids.SHAPE, "data"),
+        prevent_initial_call=True)
 
     @app.callback(Output(ids.LABEL_PROGRESS, "children"), Output(ids.LABEL_POLL, "disabled"),
                   Output(ids.LABEL_VERSION, "data"),
