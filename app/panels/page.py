@@ -42,10 +42,16 @@ def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
 
 
 def type_options(types) -> list[dict]:
+    """Readable labels ("previous token"); plain strings, since the options are replaced by a callback when the
+    model changes (components inside options do not survive that in the renderer). The snake_case names and
+    descriptions are in the glossary and the labels' tooltip (the radio list's title)."""
+    return [{"label": readable(name), "value": name} for name in types]
+
+
+def types_tooltip(types) -> str:
     from probe.heads.registry import REGISTRY
 
-    return [{"label": html.Span(readable(name), title=f"{name}: {REGISTRY[name].description}"
-                                if name in REGISTRY else name), "value": name} for name in types]
+    return "\n".join(f"{name}: {REGISTRY[name].description}" for name in types if name in REGISTRY)
 
 
 def default_head_type(types) -> str:
@@ -175,7 +181,7 @@ def sidebar(service: Service, state: dict) -> dmc.Stack:
     from .glossary import glossary_button
 
     spec = state["model"]
-    options = [{"label": html.Span(model_label(s), title=s), "value": s} for s in service.specs]
+    options = [{"label": model_label(s), "value": s} for s in service.specs]
     return dmc.Stack(gap="sm", children=[
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.SHAPE, data=_shape(service, spec)),
@@ -185,8 +191,9 @@ def sidebar(service: Service, state: dict) -> dmc.Stack:
         dcc.RadioItems(id=ids.MODEL, options=options, value=spec, className="radio-list"),
         html.Div(service.describe(spec), id=ids.MODEL_INFO, className="note"),
         dmc.Text("Head type", fw=600, size="sm"),
-        dcc.RadioItems(id=ids.HEAD_TYPE, options=type_options(head_types_for(service, spec)),
-                       value=state["head_type"], className="radio-list"),
+        html.Div(dcc.RadioItems(id=ids.HEAD_TYPE, options=type_options(head_types_for(service, spec)),
+                                value=state["head_type"], className="radio-list"),
+                 title=types_tooltip(head_types_for(service, spec))),
         dmc.Text("Head", fw=600, size="sm"),
         dmc.Group(gap=4, children=[
             html.Button("◀ layer", id=ids.LAYER_PREV, className="step", **{"data-step": "layer:-1"}),
