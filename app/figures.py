@@ -396,8 +396,8 @@ def contact_figure(
                             "xref": "paper", "yref": "paper", "x": 0.02, "y": 0.02, "xanchor": "left"})
     figure.update_layout(
         template="plotly_white", title={"text": title}, height=520, annotations=annotations,
-        xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5], "constrain": "domain"},
-        yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5], "scaleanchor": "x"},
+        xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5]},
+        yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5]},
         margin={"t": 50}, uirevision=uirevision or title,
     )
     return figure
@@ -415,8 +415,8 @@ def head_map_figure(apc: np.ndarray, pair: tuple[int, int] | None = None, title:
     ])
     figure.update_layout(
         template="plotly_white", title={"text": title}, height=520,
-        xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5], "constrain": "domain"},
-        yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5], "scaleanchor": "x"}, margin={"t": 50},
+        xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5]},
+        yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5]}, margin={"t": 50},
         uirevision=uirevision,
     )
     return figure

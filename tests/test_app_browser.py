@@ -591,8 +591,6 @@ def test_bug4_clear_pair_and_run_sequence_log_no_errors(driver, served):
     assert not console_errors(driver)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 20 bug 5 is reproduced by this test and not fixed yet: the residue "
-                   "maps keep the 76-residue axes after a 56-residue upload")
 def test_bug5_a_shorter_protein_after_a_longer_one_fits_its_axes(driver, served, ubiquitin_structure, tmp_path):
     from tests.conftest import compact_synthetic_pdb
 
@@ -674,11 +672,9 @@ def test_bug8_colour_max_on_a_causal_model_leaves_out_the_first_query(driver, se
     assert heat["zmax"] < 0.999 and "queries ≥ 1" in heat["scale"]
 
 
-@pytest.mark.xfail(strict=False, reason="the two key presses after the checkboxes do not reach L1H1 in this test "
-                   "(not diagnosed before the deadline); the URL round trip is tested in test_app_callbacks")
 def test_a_shared_link_restores_every_state_and_long_inputs(driver, served):
     url, service, specs = served
-    open_app(driver, f"{url}?model={specs[0]}")
+    open_app(driver, f"{url}?model={specs[0]}&layer=0&head=0")
     long_text = " ".join(["the cat saw the dog ."] * 20)  # > 300 characters: travels by a server-side key
     type_into(driver, ids.TEXT, long_text)
     driver.find_element("id", ids.RUN).click()

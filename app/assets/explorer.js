@@ -168,8 +168,9 @@
             height: 560, margin: {l: 110, b: 110, t: 70, r: 20},
             paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
             font: {color: dark ? "#c9c9c9" : "#212529"},
-            xaxis: {title: {text: "key"}, type: "category", tickangle: -60, showgrid: false},
-            yaxis: {title: {text: "query"}, type: "category", autorange: "reversed", showgrid: false},
+            // at most ~40 tick labels a side: plotly lays out every category label it draws (costly at 256)
+            xaxis: {title: {text: "key"}, type: "category", tickangle: -60, showgrid: false, nticks: 40},
+            yaxis: {title: {text: "query"}, type: "category", autorange: "reversed", showgrid: false, nticks: 40},
             legend: {orientation: "h", x: 1, xanchor: "right", y: -0.25, yanchor: "top"},
             uirevision: payload.key + (zoom ? JSON.stringify(zoom) : "")}};
         var dominant = dominantOffset(alpha, n);

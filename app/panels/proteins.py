@@ -280,17 +280,24 @@ def register(app, service: Service) -> None:
 
 def shared_zoom(relayout, store):
     """(layout patch for the other residue map, shared zoom store): the same window, or the whole protein after a
-    double-click; (no_update, no_update) when the event zoomed nothing."""
+    double-click; (no_update, no_update) when the event zoomed nothing. Ranges are clipped to the protein (plotly
+    echoes the ranges its aspect constraint widened, which would otherwise leave a blank band on the next map)."""
     ranges = figures.zoom_ranges(relayout)
-    if ranges is None:
+    length = store.get("length") if isinstance(store, dict) else None
+    if ranges is None or not isinstance(length, int):
         return no_update, no_update
+    full = {"xaxis": [0.5, length + 0.5], "yaxis": [length + 0.5, 0.5]}
     if ranges == "reset":
-        length = store.get("length") if isinstance(store, dict) else None
-        if not isinstance(length, int):
-            return no_update, no_update
-        ranges, stored = {"xaxis": [0.5, length + 0.5], "yaxis": [length + 0.5, 0.5]}, None
+        ranges, stored = full, None
     else:
-        stored = ranges
+        clipped = {}
+        for axis, values in ranges.items():
+            low, high = sorted(min(max(float(v), 0.5), length + 0.5) for v in values)
+            if high - low <= 0:
+                return no_update, no_update
+            clipped[axis] = [high, low] if axis == "yaxis" else [low, high]
+        ranges = clipped
+        stored = None if all(ranges.get(axis, full[axis]) == full[axis] for axis in full) else ranges
     from dash import Patch
 
     patch = Patch()
