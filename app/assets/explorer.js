@@ -109,8 +109,45 @@
 
     function percent(x) { return Math.round(100 * x) + " %"; }
 
+    // A head step inside the shown layer redraws only the heatmap's z (Plotly.restyle: the axes, labels and layout
+    // stay), straight from the key press, before Dash's callback round: the figure callback then only updates the
+    // notes. Anything else (another layer, a per-head overlay, a zoom) goes through the full figure.
+    var fast = {head: null};
+    var last = {scale: null, zoom: null};
+
+    function fastStep(next) {
+        var payload = view.payload, gd = document.querySelector("#explorer-heatmap .js-plotly-plot");
+        if (!payload || !gd || !gd._fullData || !gd._fullData.length || next.layer !== payload.layer ||
+            !(next.head >= 0 && next.head < payload.heads) || (last.pattern && last.pattern.heads &&
+                                                              last.pattern.heads.length > 1)) { return false; }
+        var n = payload.n, alpha = headMatrix(payload, next.head);
+        var w = last.zoom && last.zoom.q1 <= n && last.zoom.k1 <= n ? last.zoom : {q0: 0, q1: n, k0: 0, k1: n};
+        var pool = pooled(alpha, n, w.q0, w.q1, w.k0, w.k1);
+        var perHead = last.scale && last.scale.length > 0;
+        var update = {z: [pool.z]};
+        if (perHead) { update.zmax = [headMax(alpha, n, payload.causal)]; }
+        window.Plotly.restyle(gd, update, [0]);
+        var name = "L" + payload.layer + "H" + next.head;
+        var caption = document.getElementById("explorer-head-label");
+        if (caption) { caption.textContent = name + " · " + n + " tokens"; }
+        fast.head = next.head;
+        view.head = next.head;
+        colourTokens();
+        return true;
+    }
+
     // heatmap(payload, selected, scale, zoom, pattern, headType) -> [figure, caption, overlay note, offset note]
     function heatmap(payload, selected, scale, zoom, pattern, headType) {
+        last.scale = scale; last.zoom = zoom; last.pattern = pattern;
+        var triggered = (window.dash_clientside.callback_context || {}).triggered || [];
+        var onlySelection = triggered.length === 1 && triggered[0].prop_id === "selected-head.data";
+        if (onlySelection && payload && !payload.error && selected && fast.head === selected.head &&
+            selected.layer === payload.layer) {
+            fast.head = null;
+            return [NO(), "L" + payload.layer + "H" + selected.head + " · " + payload.n + " tokens"]
+                .concat(notes(payload, selected.head, pattern, headType));
+        }
+        fast.head = null;
         if (!payload) {
             view.payload = null;
             drawTokens();
@@ -137,13 +174,8 @@
         var traces = [{type: "heatmap", z: pool.z, x: xs, y: ys, colorscale: BLUES, zmin: 0, zmax: zmax,
                        name: "attention", colorbar: {title: {text: scaleText, side: "right"}},
                        hovertemplate: "query %{y}<br>key %{x}<br>" + what + " %{z:.4f}<extra></extra>"}];
-        var note = "", targets = targetsOf(pattern, head);
-        if (pattern && pattern.note) { note = pattern.note; }
+        var targets = targetsOf(pattern, head);
         if (targets) {
-            var s = share(alpha, n, targets, payload.causal);
-            note = s ? "outlined: " + headType + " targets · " + percent(s.share) + " of the attention of the " +
-                s.rows + " rows with a target lands on them (a uniform head: " + percent(s.chance) + ")"
-                : "this input has no " + headType + " targets";
             var cells = {}, px = [], py = [];
             for (var t = 0; t < targets[0].length; t++) {
                 var q = targets[0][t], k = targets[1][t];
@@ -173,12 +205,23 @@
             yaxis: {title: {text: "query"}, type: "category", autorange: "reversed", showgrid: false, nticks: 40},
             legend: {orientation: "h", x: 1, xanchor: "right", y: -0.25, yanchor: "top"},
             uirevision: payload.key + (zoom ? JSON.stringify(zoom) : "")}};
-        var dominant = dominantOffset(alpha, n);
-        var offset = "dominant offset: argmax = " + offsetText(dominant.offset) + " in " + percent(dominant.share) +
-            " of rows";
         view.payload = payload; view.head = head;
         drawTokens();
-        return [figure, name + " · " + n + " tokens", note, offset];
+        return [figure, name + " · " + n + " tokens"].concat(notes(payload, head, pattern, headType));
+    }
+
+    function notes(payload, head, pattern, headType) {  // [overlay note, dominant offset note] of one head
+        var n = payload.n, alpha = headMatrix(payload, head), note = "", targets = targetsOf(pattern, head);
+        if (pattern && pattern.note) { note = pattern.note; }
+        if (targets) {
+            var s = share(alpha, n, targets, payload.causal);
+            note = s ? "outlined: " + headType + " targets · " + percent(s.share) + " of the attention of the " +
+                s.rows + " rows with a target lands on them (a uniform head: " + percent(s.chance) + ")"
+                : "this input has no " + headType + " targets";
+        }
+        var dominant = dominantOffset(alpha, n);
+        return [note, "dominant offset: argmax = " + offsetText(dominant.offset) + " in " + percent(dominant.share) +
+                " of rows"];
     }
 
     // --- the token view: spans drawn here, coloured on hover (no server, no React render) ---------------------
@@ -258,7 +301,7 @@
 
     window.dash_clientside = window.dash_clientside || {};
     window.dash_clientside.probe = Object.assign({}, window.dash_clientside.probe, {
-        heatmap: heatmap, layerOf: layerOf, tokenState: tokenState,
+        heatmap: heatmap, layerOf: layerOf, tokenState: tokenState, fastStep: fastStep,
         _view: view  // read by the browser tests
     });
 })();

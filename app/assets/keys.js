@@ -21,6 +21,13 @@
         if (axis === "layer") { next.layer = ((next.layer + delta) % layers + layers) % layers; }
         else { next.head = ((next.head + delta) % heads + heads) % heads; }
         state.pending = next;
+        var probe = window.dash_clientside.probe;
+        if (probe && probe.fastStep && probe.fastStep(next)) {  // redrawn now (assets/explorer.js): let the
+            requestAnimationFrame(function () {                   // browser paint it before Dash's callbacks run
+                setTimeout(function () { window.dash_clientside.set_props("selected-head", {data: next}); }, 0);
+            });
+            return;
+        }
         window.dash_clientside.set_props("selected-head", {data: next});
     }
 
