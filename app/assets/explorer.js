@@ -201,8 +201,11 @@
             paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
             font: {color: dark ? "#c9c9c9" : "#212529"},
             // at most ~40 tick labels a side: plotly lays out every category label it draws (costly at 256)
-            xaxis: {title: {text: "key"}, type: "category", tickangle: -60, showgrid: false, nticks: 40},
-            yaxis: {title: {text: "query"}, type: "category", autorange: "reversed", showgrid: false, nticks: 40},
+            // explicit ranges: a head step's restyle then recomputes no autorange
+            xaxis: {title: {text: "key"}, type: "category", tickangle: -60, showgrid: false, nticks: 40,
+                    range: [-0.5, xs.length - 0.5], autorange: false},
+            yaxis: {title: {text: "query"}, type: "category", showgrid: false, nticks: 40,
+                    range: [ys.length - 0.5, -0.5], autorange: false},
             legend: {orientation: "h", x: 1, xanchor: "right", y: -0.25, yanchor: "top"},
             uirevision: payload.key + (zoom ? JSON.stringify(zoom) : "")}};
         view.payload = payload; view.head = head;
