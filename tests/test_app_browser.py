@@ -639,7 +639,6 @@ def test_bug6_badges_and_titles_do_not_cover_anything_at_1280(driver, served):
             return !(title.right < bar.left || title.left > bar.right || title.bottom < bar.top ||
                      title.top > bar.bottom);""")
         assert not overlap
-        save_screenshot(driver, "app_1280.png")
     finally:
         driver.set_window_size(1500, 2300)
 
