@@ -710,3 +710,81 @@ def test_structure_set_summary_is_shown_for_its_model(specs, tmp_path, service):
     assert proteins.structure_set(shown, specs[0]) == ([], [], "")  # another model: nothing
     with pytest.raises(ProbeError, match="does not exist"):
         Service(AppConfig(models=specs, heads_summary=str(tmp_path / "absent.parquet")), registry=service.registry)
+
+
+# --- dashboard v3 -------------------------------------------------------------------------------------------
+
+
+def test_a_model_that_does_not_load_is_card_only_with_its_reason(specs):
+    from probe.card import load_config
+
+    def loader(spec, device):
+        raise ProbeError(f"no usable tokenizer for {spec}: save one next to the model")
+
+    registry = ModelRegistry(specs[:1], loader=loader, config_loader=load_config)
+    registry.load_all()
+    why = registry.unusable(specs[0])
+    assert "no usable tokenizer" in why and "architecture card is shown" in why
+    assert registry.config(specs[0]).model_type == "gpt2" and registry.usable_specs == ()
+    with pytest.raises(ProbeError, match="no usable tokenizer"):
+        registry.get(specs[0])
+    unreadable = ModelRegistry(["/nowhere/at/all"], loader=loader, config_loader=load_config)
+    with pytest.raises(ProbeError, match="no usable tokenizer"):  # no config either: the start-up error
+        unreadable.load_all()
+
+
+def test_card_kv_cache_at_the_models_own_length():
+    import transformers
+
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     max_position_embeddings=512)
+    rows = {name: value for name, value, _ in card.card_rows(config)}
+    # 2 layers × 4 heads × (16 + 16) values × 2 bytes = 512 B per token; 512 positions: 256 KiB
+    assert rows["KV cache fp16"].startswith("512 B per token · 256 KiB at its 512 positions")
+    assert "(at 128K if extended: 64 MiB)" in rows["KV cache fp16"]
+    assert all(why for name, _, why in card.card_rows(config) if name in card.EXPLAIN)
+
+
+def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
+    table = pd.DataFrame([
+        {"layer": 1, "head": 2, "head_type": "first_token", "score": 0.9, "ci_low": 0.85, "ci_high": 0.95,
+         "chance": 0.1, "q_value": 0.0001, "label": True, "output_share": 0.05, "role": "sink",
+         "ablation_effect": 0.2, "ablation_z": 3.5, "offset": float("nan")},
+        {"layer": 0, "head": 1, "head_type": "first_token", "score": 0.7, "ci_low": 0.6, "ci_high": 0.8,
+         "chance": 0.1, "q_value": 0.01, "label": True, "output_share": float("nan"), "role": None,
+         "ablation_effect": float("nan"), "ablation_z": float("nan"), "offset": float("nan")},
+        {"layer": 0, "head": 0, "head_type": "first_token", "score": 0.2, "chance": 0.1, "q_value": 0.5,
+         "label": False},
+    ])
+    rows, columns, note = atlas.labelled_rows(table, "first_token")
+    assert [r["head_name"] for r in rows] == ["L1H2", "L0H1"] and note == "2 labelled"
+    assert rows[0]["role"] == "sink" and rows[0]["q_value"] == "< 0.001" and rows[0]["output_share"] == 0.05
+    assert rows[1]["output_share"] == "unknown" and rows[1]["role"] == "unknown"
+    assert "offset" not in [c["id"] for c in columns]  # no head has one
+    figure = figures.atlas_figure(table, 2, 4, "first_token")
+    hover = figure.data[0].text[1][2]
+    assert "q = < 0.001" in hover and "ablation: loss +0.200 (z = 3.5" in hover
+    assert "output share 0.05 · role: sink" in hover and "label: True" not in hover
+    assert "output share" not in figure.data[0].text[0][1]  # NaN: not shown as a number
+    assert atlas.labelled_rows(None, "x")[2].startswith("no labels yet")
+
+
+def test_protein_layer_maps_equal_each_heads_map_and_are_cached(service, specs):
+    from probe.proteins.contacts import head_attention_map
+
+    loaded = service.model(specs[1])
+    maps = __import__("app.protein_analysis", fromlist=["layer_maps"]).layer_maps(loaded, UBIQUITIN[:30], 1)
+    for head in range(loaded.n_heads):
+        np.testing.assert_allclose(maps[head], head_attention_map(loaded, UBIQUITIN[:30], 1, head), atol=1e-6)
+    store, _ = proteins.protein_run(service, specs[1], UBIQUITIN[:30], None, None, "")
+    before = service.protein_maps.misses
+    for head in range(loaded.n_heads):
+        service.protein_head_map(store["key"], 1, head)
+    assert service.protein_maps.misses - before == 1  # one forward for the whole layer
+
+
+def test_shared_zoom_is_clipped_to_the_protein():
+    patch, stored = proteins.shared_zoom({"yaxis.range[0]": 58.0, "yaxis.range[1]": -1.0}, {"length": 56})
+    assert stored is None  # clipped to the whole protein: no zoom kept
+    patch, stored = proteins.shared_zoom({"xaxis.range[0]": 10.5, "xaxis.range[1]": 80}, {"length": 56})
+    assert stored == {"xaxis": [10.5, 56.5]}
