@@ -788,3 +788,21 @@ def test_shared_zoom_is_clipped_to_the_protein():
     assert stored is None  # clipped to the whole protein: no zoom kept
     patch, stored = proteins.shared_zoom({"xaxis.range[0]": 10.5, "xaxis.range[1]": 80}, {"length": 56})
     assert stored == {"xaxis": [10.5, 56.5]}
+
+
+def test_byte_level_tokens_are_shown_as_text():
+    """GPT-2-style byte-level BPE: "Ġthe" is shown as " the" (never a raw Ġ); special tokens keep their form."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from app.payload import display_tokens
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["the cat saw the dog"] * 20, vocab_size=300, min_frequency=1,
+                            special_tokens=["<|endoftext|>"])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer("the cat\nsaw")["input_ids"]) + ["<|endoftext|>"]
+    assert any("Ġ" in token for token in tokens)
+    shown = display_tokens(tokenizer, tokens)
+    assert not any("Ġ" in token or "Ċ" in token for token in shown) and shown[-1] == "<|endoftext|>"
+    assert "".join(shown[:-1]).replace("⏎", "\n") == "the cat\nsaw"
