@@ -447,11 +447,16 @@ def zoom_ranges(relayout: dict | None):
         low, high = relayout.get(f"{axis}.range[0]"), relayout.get(f"{axis}.range[1]")
         if isinstance(relayout.get(f"{axis}.range"), list) and len(relayout[f"{axis}.range"]) == 2:
             low, high = relayout[f"{axis}.range"]
-        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        if _finite(low) and _finite(high):
             ranges[axis] = [low, high]
         elif relayout.get(f"{axis}.autorange"):
             return "reset"
     return ranges or None
+
+
+def _finite(value) -> bool:
+    """A real, finite number (NaN, ±Infinity, booleans and strings from a crafted payload are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def zoom_patch(relayout: dict | None):
@@ -473,7 +478,7 @@ def apply_zoom(figure: go.Figure, ranges: dict | None) -> go.Figure:
     if isinstance(ranges, dict):
         for axis in ("xaxis", "yaxis"):
             values = ranges.get(axis)
-            if isinstance(values, list) and len(values) == 2 and all(isinstance(v, (int, float)) for v in values):
+            if isinstance(values, list) and len(values) == 2 and all(_finite(v) for v in values):
                 figure.layout[axis].range = values
     return figure
 

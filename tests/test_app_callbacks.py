@@ -806,3 +806,13 @@ def test_byte_level_tokens_are_shown_as_text():
     shown = display_tokens(tokenizer, tokens)
     assert not any("Ġ" in token or "Ċ" in token for token in shown) and shown[-1] == "<|endoftext|>"
     assert "".join(shown[:-1]).replace("⏎", "\n") == "the cat\nsaw"
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), "x", True])
+def test_crafted_residue_map_zoom_is_ignored(bad):
+    """The residue maps' shared zoom (relayoutData of either map): a non-finite range changes nothing."""
+    for key in ("xaxis.range[1]", "yaxis.range[0]"):
+        other = key[:-3] + ("[0]" if key.endswith("[1]") else "[1]")
+        assert figures.zoom_ranges({key: bad, other: 3}) is None
+        assert proteins.shared_zoom({key: bad, other: 3}, {"length": 20}) == (no_update, no_update)
+    assert figures.zoom_ranges({"xaxis.range": [0, bad]}) is None
