@@ -18,7 +18,8 @@ RANGE_TEXT = {"short": "short (6–11)", "medium": "medium (12–23)", "long": "
 # Leaderboard columns and their short headers (the table fits a half-width panel at 1600 px).
 LEADERBOARD_COLUMNS = {"head": "head", "p_at_L_long": "P@L long", "p_at_L_medium": "P@L med",
                        "p_at_L_short": "P@L short", "contact_share": "Vig share", "weight": "weight",
-                       "logit_share": "logit share"}
+                       "logit_share": "logit share", "enrichment": "enrichment", "base_rate": "base rate",
+                       "p_value": "p", "q_value": "q", "significant": "significant"}
 
 
 @dataclass(frozen=True)
