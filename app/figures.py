@@ -274,7 +274,7 @@ def atlas_figure(
     else:
         traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, NO_DATA], [1, NO_DATA]],
                                  showscale=False, name="atlas", **common))
-        title = f"no {head_type} labels yet: press 'Label heads' (click a cell to select a head)"
+        title = f"no {head_type} labels yet: press 'Label heads'"
     if not have_rows:  # NaN cells are not drawn (nor clickable): give the empty grid a flat value
         traces[0].z = np.zeros((n_layers, n_heads))
     figure = go.Figure(traces)
