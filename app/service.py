@@ -79,6 +79,8 @@ class Service:
         self._jobs_lock = threading.Lock()
         self._texts: dict[str, str] = {}  # long explorer inputs by key, for links (bounded, oldest dropped)
         self._texts_lock = threading.Lock()
+        self._classes: dict[str, object] = {}  # TokenClasses per model spec (sentence ends, brackets)
+        self._classes_lock = threading.Lock()
 
     # --- models --------------------------------------------------------------------------------------------
 
@@ -261,7 +263,7 @@ class Service:
         coreference). fixed_offset uses the head's offset from the labels table (all offsets when there is none)."""
         import torch
 
-        from probe.heads.probesets import delimiter_ids
+        from probe.heads.probesets import delimiter_ids, token_classes
         from probe.heads.registry import target_pattern
 
         loaded = self.model(spec)
@@ -272,8 +274,18 @@ class Service:
             offset = next((int(value) for value in rows["offset"] if pd.notna(value)), None)
         pattern = target_pattern(head_type, torch.tensor(list(ids), dtype=torch.long),
                                  causal=loaded.kind == models.ModelKind.CAUSAL_LM, delimiter_ids=delimiter_ids(loaded.tokenizer),
-                                 candidate=offset)  # [query key]
+                                 candidate=offset, classes=self._token_classes(spec, loaded, token_classes))  # [query key]
         return pattern.cpu().numpy().astype(bool)
+
+    def _token_classes(self, spec: str, loaded, token_classes):
+        """Sentence ends and brackets of the model's tokenizer (one vocabulary scan per model)."""
+        with self._classes_lock:
+            classes = self._classes.get(spec)
+        if classes is None:
+            classes = token_classes(loaded.tokenizer)
+            with self._classes_lock:
+                self._classes[spec] = classes
+        return classes
 
     # --- labels ----------------------------------------------------------------------------------------------
 

@@ -816,3 +816,17 @@ def test_crafted_residue_map_zoom_is_ignored(bad):
         assert figures.zoom_ranges({key: bad, other: 3}) is None
         assert proteins.shared_zoom({key: bad, other: 3}, {"length": 20}) == (no_update, no_update)
     assert figures.zoom_ranges({"xaxis.range": [0, bad]}) is None
+
+
+def test_target_overlay_of_the_bracket_type_marks_the_matching_bracket():
+    """The explorer's overlay passes the tokenizer's bracket classes: a closer's target is its own opener."""
+    service = Service(AppConfig(models=("zoo:brackets",), label_examples=4))
+    tokenizer = service.model("zoo:brackets").tokenizer
+    ids_ = tokenizer("( sete [ koza ] rada ) .")["input_ids"]  # [bos] ( w [ w ] w ) .
+    tokens = tokenizer.convert_ids_to_tokens(ids_)
+    pattern = service.target_pattern("zoo:brackets", "bracket", ids_, layer=0, head=0)  # [query key] bool
+    opener, inner_open, inner_close, closer = (tokens.index(t) for t in ("(", "[", "]", ")"))
+    expected = np.zeros_like(pattern)
+    expected[inner_close, inner_open] = True
+    expected[closer, opener] = True
+    np.testing.assert_array_equal(pattern, expected)

@@ -32,7 +32,7 @@ COLUMNS = [
 | `layer`, `head` | int | 0-based |
 | `head_name` | str | `L{layer}H{head}` |
 | `head_type` | str | a registered head type |
-| `probe_set` | str | `natural`, `repeated`, `gap`, `templates` or `file` |
+| `probe_set` | str | `natural`, `repeated`, `brackets`, `random-brackets`, `random-sentences`, `gap`, `templates`, `causality` or `file` |
 | `seq_len` | float | probe length in tokens; NaN for span types |
 | `score` | float | mean attention mass on the targets over the rows that have one |
 | `ci_low`, `ci_high` | float | clustered bootstrap interval of `score` |
@@ -48,7 +48,11 @@ COLUMNS = [
 | `accuracy`, `accuracy_ci_low`, `accuracy_ci_high` | float | accuracy types: accuracy and its interval; else NaN |
 | `baseline`, `baseline_accuracy` | str, float | the best baseline (nearest / first / agreement) and its accuracy |
 | `accuracy_by_source` | str | accuracy per group of examples |
-| `ablation_effect`, `ablation_z` | float | loss change when the head is zeroed, and its z against same-layer controls; NaN for heads not ablated |
+| `ablation_effect`, `ablation_z` | float | loss change when the head is zeroed, and its z against same-layer controls (whole-model controls when the layer has too few unlabelled heads); NaN for heads not ablated |
+| `output_share`, `output_share_low`, `output_share_high` | float | mean over the rows with a target of Σ_{j∈T(i)} ‖α_ij f_h(x_j)‖ / Σ_j ‖α_ij f_h(x_j)‖, f_h(x) = (x W_V^h + b_V^h) W_O^h (Kobayashi et al. 2020), averaged like `score`, and its bootstrap interval; NaN where the output projection is not found |
+| `role` | str | labelled heads: `sink` when `output_share` < 0.1, else `function`; empty otherwise |
+| `group_effect`, `group_z` | float | loss change when the type's labelled heads of the layer are zeroed together, and its z against random groups of the same size (same layers where possible); NaN where fewer than two heads are labelled |
+| `group_size`, `group_heads` | int, str | the group's size and its heads (`L1H0 L1H1 …`) |
 
 Tables written before a column existed read back with it NaN (:func:`load_table`).
 """
