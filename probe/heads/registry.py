@@ -19,6 +19,8 @@ delimiter          keys j ≥ 1, j ≠ i, holding a delimiter: punctuation, [SEP
 duplicate_token    t_j = t_i, j < i (causal) or j ≠ i (bidirectional: the earlier copy attends to the later one too)
 induction          t_{j−1} = t_i, j ≤ i  (the token after an earlier occurrence of the current token)
 coreference        the attending word's pieces × the antecedent's pieces (a span type: from span examples)
+retrieval          no target pattern: scored while the model generates (Wu et al. 2024's retrieval score,
+                   probe.heads.retrieval) — a generation-scored type, opt-in (not in the default types)
 =================  ======================================================================================
 
 Small vocabularies (fewer than :data:`SMALL_VOCABULARY` content tokens, e.g. 20 amino acids): coincidental repeats
@@ -40,9 +42,10 @@ from probe.errors import ProbeError
 from probe.models import ModelKind
 
 HeadType = Literal["previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
-                   "duplicate_token", "induction", "coreference"]
+                   "duplicate_token", "induction", "coreference", "retrieval"]
 HEAD_TYPES: tuple[HeadType, ...] = get_args(HeadType)
-ProbeKind = Literal["natural", "repeated", "spans"]  # natural text, repeated random blocks, span examples
+ProbeKind = Literal["natural", "repeated", "spans", "generation"]  # natural text, repeated random blocks, span
+# examples, or probes the type's own scorer builds and decodes (generation-scored types)
 Statistic = Literal["mass", "accuracy"]  # the label tests mass over chance, or accuracy over the best baseline
 LossPositions = Literal["text", "repeat", "query"]  # which positions' loss an ablation of the type measures
 
@@ -172,6 +175,32 @@ def _coreference(ctx: TargetContext) -> Targets:
 
 
 @dataclass(frozen=True)
+class GeneratedScores:
+    """What a generation-scored type's scorer returns for one probe length: per-example scores the label rule
+    treats like a mass type's (effect = score − chance, clustered bootstrap, FDR)."""
+
+    probe_set: str  # the probe_set column
+    score: torch.Tensor  # [example layer head] float; NaN for examples that do not count
+    chance: torch.Tensor  # [example] float: a uniform head's score; NaN where score is
+    cluster: torch.Tensor  # [example] long: bootstrap clusters
+    recall: torch.Tensor | None = None  # [example]: how well the model did the probe's task (for notes)
+
+
+Scorer = Callable[..., GeneratedScores]
+
+
+def _no_targets(ctx: TargetContext) -> Targets:
+    raise ProbeError("retrieval heads have no target pattern: they are scored while the model generates "
+                     "(probe.heads.retrieval.retrieval_scores)")
+
+
+def _retrieval_scorer(loaded, seq_len: int, config, tick) -> GeneratedScores:
+    from probe.heads.retrieval import label_scores  # imported when used: retrieval builds on the engine
+
+    return label_scores(loaded, seq_len, config, tick)
+
+
+@dataclass(frozen=True)
 class HeadTypeSpec:
     """One head type: what it means, its targets, and how it is probed, tested and ablated."""
 
@@ -183,6 +212,8 @@ class HeadTypeSpec:
     statistic: Statistic = "mass"
     candidate: str | None = None  # name of the column holding the chosen candidate ("offset"), if it has several
     loss_positions: LossPositions = "text"  # ablation: the loss of these positions of its own probes
+    scorer: Scorer | None = None  # generation-scored types: (loaded, seq_len, LabelConfig, tick) -> GeneratedScores
+    default: bool = True  # scored when no types are asked for (False: only when asked, e.g. --types retrieval)
 
     @property
     def text_only(self) -> bool:
@@ -207,12 +238,16 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
                      "repeated", loss_positions="repeat"),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", _coreference, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
+        HeadTypeSpec("retrieval", "copies the needle token it attends to while generating it (Wu et al. 2024)",
+                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer, default=False),
     )
 }
 assert tuple(REGISTRY) == HEAD_TYPES  # one list of names
 
 # Types whose targets come from the token ids alone (not span examples).
-TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].probe != "spans")
+TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].probe in ("natural", "repeated"))
+# Types scored when none are asked for (generation-scored types are opt-in: they decode, and need long probes).
+DEFAULT_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].default)
 
 
 def parse_head_types(text: str | None) -> tuple[HeadType, ...]:
