@@ -14,8 +14,8 @@ from probe.naming import parse_head_name
 from probe.zoo import data
 from probe.zoo import train as zoo_train
 
-TEXT_ORGANISMS = ["coreference", "induction", "positional"]
-ALL = ["coreference", "esm-random", "induction", "positional"]
+TEXT_ORGANISMS = ["coreference", "induction", "positional", "retrieval"]
+ALL = ["coreference", "esm-random", "induction", "positional", "retrieval"]
 
 
 @pytest.fixture
@@ -31,11 +31,16 @@ def no_network(monkeypatch):
 
 @pytest.fixture(scope="module")
 def label_tables():
-    """label_model(zoo:NAME, LabelConfig()) for every organism, computed once."""
+    """label_model(zoo:NAME, LabelConfig(**the card's label_config)) for every organism, computed once (the
+    default LabelConfig() when the card names none)."""
     from probe.heads.label import LabelConfig, label_model
     from probe.models import load
 
-    return {name: label_model(load(f"zoo:{name}"), LabelConfig()) for name in ALL}
+    def config(name: str) -> LabelConfig:
+        options = zoo.card(name).get("label_config", {})
+        return LabelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()})
+
+    return {name: label_model(load(f"zoo:{name}"), config(name)) for name in ALL}
 
 
 def labelled(table) -> dict[str, list[str]]:

@@ -63,6 +63,9 @@ class TrainConfig:
     min_length: int = 0  # needle: prompt lengths log-uniform in [min_length, length] per batch (0: always length)
     rope_theta: float = 10000.0  # llama: rotary base
     repeat_rows: int = 0  # needle: rows of repeated_blocks (length 64) added to every training batch (see below)
+    # needle: then stages on needles alone, each (steps, lr, min_length, length, batch): a fresh AdamW at a constant
+    # lr, prompt lengths log-uniform in [min_length, length], the data generator seeded with seed + stage number
+    needle_stages: tuple = ()
     label_config: dict = field(default_factory=dict)  # LabelConfig fields the card's labels are computed with
 
 
@@ -96,7 +99,7 @@ ORGANISMS: dict[str, TrainConfig] = {
              "(64 tokens), whose ~30 copy targets a row let the copying circuit form (on needles alone, 8 targets a "
              "row, the loss stayed at log 61 for 600 steps)",
         data="needle", n_words=61, n_positions=32768, length=512, min_length=16, steps=2000, batch=16,
-        rope_theta=1e6, repeat_rows=16,
+        rope_theta=1e6, repeat_rows=16, needle_stages=((600, 2e-3, 128, 768, 16), (150, 1e-3, 1024, 4096, 4)),
         requirements={"present": [{"head_type": "retrieval"}], "absent": []},
         label_config={"types": ["retrieval"], "seq_len": 4096, "examples": 16},
     ),
@@ -309,6 +312,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         running = value if math.isnan(running) else 0.98 * running + 0.02 * value
         if step % 50 == 0:
             bar.set_postfix(loss=f"{running:.3f}")
+    for number, stage in enumerate(config.needle_stages, start=1):
+        running = needle_stage(model, config, tokenizer, seed + number, *stage)
     train_seconds = time.perf_counter() - started
     model.eval()
     if config.steps in wanted:
@@ -355,6 +360,35 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
     (out / "MODEL_CARD.md").write_text(model_card_markdown(card))
     readable(out)
     return card
+
+
+def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: int, lr: float, min_length: int,
+                 length: int, batch: int) -> float:
+    """One later stage of the retrieval organism (config.needle_stages): needles alone, a fresh AdamW at a constant
+    lr, prompts log-uniform in [min_length, length] and a data generator seeded with `data_seed`, so a stage depends
+    on the weights before it and the seed only. Returns the running training loss."""
+    from tqdm import tqdm
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=config.weight_decay, betas=(0.9, 0.98))
+    generator = torch.Generator().manual_seed(data_seed)
+    model.train()
+    running = math.nan
+    bar = tqdm(range(steps), desc=f"needles {min_length}-{length}", file=sys.stderr, mininterval=2.0)
+    for step in bar:
+        size = data.block_length(generator, min_length, length)
+        tokens, targets = data.needle_haystack(generator, batch, size, word_ids(tokenizer),
+                                               tokenizer.bos_token_id, config.needle_len, config.key_len)
+        loss = masked_loss(model, tokens, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        value = loss.item()
+        running = value if math.isnan(running) else 0.98 * running + 0.02 * value
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{running:.3f}")
+    return running
 
 
 def save_checkpoint(model, tokenizer, directory: Path, name: str, seed: int, step: int, loss: float) -> None:
