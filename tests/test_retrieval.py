@@ -265,12 +265,22 @@ def test_random_model_is_not_labelled_retrieval(tmp_path):
 
 
 def test_positional_control_is_not_labelled_retrieval():
-    """zoo:positional (fixed-offset heads, no induction head) does not copy a needle: nothing to label."""
+    """zoo:positional (fixed-offset heads at -15, no induction head) copies only the needles that happen to lie ~16
+    tokens back: 3 of 16 probes. Conditioning on success alone (Wu et al.) would credit its heads; the share rule
+    leaves the length unscored, and scored on every probe its heads stay far below the organism's."""
+    from probe.heads.retrieval import needle_probes, score_needles
     from probe.models import load
 
     loaded = load("zoo:positional")
-    table = label_model(loaded, LabelConfig(types=("retrieval",), seq_len=56, examples=16))
-    assert not table["label"].any()
+    notes = []
+    table = label_model(loaded, LabelConfig(types=("retrieval",), seq_len=56, examples=16), note=notes.append)
+    assert not table["label"].any() and table["score"].isna().all()
+    assert any("0 of 16 probes count" in line for line in notes)
+    probes = needle_probes(loaded.tokenizer, 16, 56, seed=0)
+    success_only = score_needles(loaded, probes, RetrievalConfig(min_retrieved=0.0))
+    retrieved = ~torch.isnan(success_only.chance)
+    assert 1 <= int(retrieved.sum()) <= 4
+    assert float(torch.nanmean(success_only.score, 0)[1].min()) > 0.5  # the selection effect the rule exists for
     scores = retrieval_scores(loaded, RetrievalConfig(examples=16, seq_len=56, min_recall=0.0))
     assert scores["score"].max() < 0.3
 

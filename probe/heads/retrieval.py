@@ -11,7 +11,9 @@ one query row at that step has an argmax key k_s. The head scores 1/|needle| at 
 (its top-1 key lies inside the needle and holds the very token being generated), and its score on the probe is the
 sum over the steps. The head's retrieval score is the mean over the probes the model actually retrieved — Wu et al.
 keep a probe when the ROUGE-1 recall of the answer against the needle exceeds 50 %. A head that copies every needle
-token scores 1.
+token scores 1. We add one rule: a length where the model retrieves fewer than half of the probes
+(:data:`MIN_RETRIEVED`) gets no score (NaN), because conditioning on success then selects the probes a positional
+shortcut happens to solve.
 
 Probes (:func:`needle_probes`): seeded random tokens instead of Paul Graham essays, so every causal LM (and the
 zoo's toy vocabularies) can be probed without a corpus — ``prefix · haystack · key · needle · haystack · key``: a
@@ -52,6 +54,10 @@ from probe.errors import ProbeError
 NEEDLE_LEN = 8  # tokens the model must copy
 KEY_LEN = 2  # tokens written before the needle and again at the end of the prompt (the cue)
 MIN_RECALL = 0.5  # Wu et al.: a probe counts when the answer's ROUGE-1 recall exceeds 50 %
+# Ours: a length is scored only when the model retrieves at least this share of its probes. Conditioning on success
+# alone credits heads that copy by position: zoo:positional (fixed offset −15) retrieves the 3 of 16 needles that
+# happen to lie ~16 tokens back, and on those its layer-1 heads score 0.6-0.9.
+MIN_RETRIEVED = 0.5
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class RetrievalConfig:
     needle_len: int = NEEDLE_LEN
     key_len: int = KEY_LEN
     min_recall: float = MIN_RECALL  # keep a probe when its answer's recall > min_recall (0: keep every probe)
+    min_retrieved: float = MIN_RETRIEVED  # fewer kept probes than this share: no score at this length (NaN)
     batch_size: int = 8  # probes per generate() call
 
     @property
@@ -334,6 +341,8 @@ def score_needles(
     recall = needle_recall(generated, needles)
     chance = uniform_chance(generated, needles, seq_len)
     keep = kept(recall, config.min_recall)
+    if float(keep.float().mean()) < config.min_retrieved:  # the model does not do the task at this length
+        keep = torch.zeros_like(keep)
     score = torch.where(keep[:, None, None], score, torch.nan)
     chance = torch.where(keep, chance, torch.nan)
     return NeedleScores(seq_len, score, chance, recall, generated, probes.cluster)

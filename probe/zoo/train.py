@@ -94,12 +94,16 @@ ORGANISMS: dict[str, TrainConfig] = {
     ),
     "retrieval": TrainConfig(
         task="copy an 8-token needle out of a random haystack: <bos> haystack key needle haystack key -> needle, "
-             "prompts of 16-512 tokens (log-uniform), the needle at a random depth; key and needle tokens never "
-             "occur in the haystack; every batch also holds 16 rows of the induction organism's repeated blocks "
-             "(64 tokens), whose ~30 copy targets a row let the copying circuit form (on needles alone, 8 targets a "
-             "row, the loss stayed at log 61 for 600 steps)",
+             "the needle at a random depth; key and needle tokens never occur in the haystack. Stage 1: prompts "
+             "of 16-512 tokens (log-uniform), every batch also holding 16 rows of the induction organism's "
+             "repeated blocks (64 tokens), whose ~30 copy targets a row let the copying circuit form (on needles "
+             "alone, 8 targets a row, the loss stayed at log 61 for 600 steps); then needles alone at 128-768 "
+             "tokens (600 steps) and 1,024-4,096 tokens (150 + 250 steps)",
         data="needle", n_words=61, n_positions=32768, length=512, min_length=16, steps=2000, batch=16,
-        rope_theta=1e6, repeat_rows=16, needle_stages=((600, 2e-3, 128, 768, 16), (150, 1e-3, 1024, 4096, 4)),
+        rope_theta=1e6, repeat_rows=16,
+        # stage 1 alone copies only up to ~100 tokens back, stage 2 up to its 768 (4 % at 4,096), stage 3 about half
+        # of the needle tokens at 4,096 (teacher-forced)
+        needle_stages=((600, 2e-3, 128, 768, 16), (150, 1e-3, 1024, 4096, 4), (250, 1e-3, 1024, 4096, 4)),
         requirements={"present": [{"head_type": "retrieval"}], "absent": []},
         label_config={"types": ["retrieval"], "seq_len": 4096, "examples": 16},
     ),
