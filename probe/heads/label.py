@@ -7,7 +7,8 @@
    repeated random blocks, drawn by the corpus' token frequencies, for the "repeated" types; span examples (GAP by
    default, or the templates, or the user's probe file) for the span types, once.
 2. **Scores** streamed from the capture engine (:class:`probe.heads.scores.ScoreSink`), every type of a probe set in one
-   forward.
+   forward. Generation-scored types (a spec with a ``scorer``, e.g. retrieval) build, decode and score their own probes
+   per length and hand back per-example scores and chance (:class:`probe.heads.registry.GeneratedScores`).
 3. **Statistics** (:mod:`probe.heads.stats`): chance, clustered bootstrap interval, a one-sided test of the effect over
    ``min_effect`` (mass types: score − chance; accuracy types: paired accuracy gain over the best baseline),
    Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with candidates

@@ -291,7 +291,9 @@ def decode_with_argmax(
     device = next(model.parameters()).device
     ids = input_ids.to(device)
     with torch.inference_mode():
-        prefill = model(input_ids=ids[:, :-1], use_cache=True)  # plain, as their flash prefill
+        # Prefill: a plain forward of the model's body (no LM head: no [batch seq vocab] logits), as their flash prefill.
+        body = getattr(model, "base_model", model)
+        prefill = body(input_ids=ids[:, :-1], use_cache=True)
         # transformers >= 5.2x names the KV cache `cache` (earlier: `past_key_values`), in outputs and arguments
         name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         cache = getattr(prefill, name)

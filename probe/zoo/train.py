@@ -103,7 +103,8 @@ ORGANISMS: dict[str, TrainConfig] = {
         rope_theta=1e6, repeat_rows=16,
         # stage 1 alone copies only up to ~100 tokens back, stage 2 up to its 768 (4 % at 4,096), stage 3 about half
         # of the needle tokens at 4,096 (teacher-forced)
-        needle_stages=((600, 2e-3, 128, 768, 16), (150, 1e-3, 1024, 4096, 4), (250, 1e-3, 1024, 4096, 4)),
+        needle_stages=((600, 2e-3, 128, 768, 16), (150, 1e-3, 1024, 4096, 4), (250, 1e-3, 1024, 4096, 4),
+                       (150, 1e-3, 2048, 4096, 4)),
         requirements={"present": [{"head_type": "retrieval"}], "absent": []},
         label_config={"types": ["retrieval"], "seq_len": 4096, "examples": 16},
     ),
