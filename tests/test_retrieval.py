@@ -226,11 +226,12 @@ def test_retrieval_organism_is_labelled_retrieval_at_4k_tokens(organism_table):
     assert set(table["head_type"]) == {"retrieval"} and set(table["seq_len"]) == {4096.0}
     assert (table["probe_set"] == "needles").all()
     labelled = table[table["label"]]
-    assert len(labelled) >= 1
-    assert (labelled["score"] > 0.8).all() and (labelled["ci_low"] > 0.5).all()
+    assert set(labelled["layer"]) == {1}  # the copying layer (layer 0 holds the previous-token heads)
+    assert labelled["score"].max() > 0.9 and (labelled["ci_low"] > 0.25).all()
     assert (labelled["chance"] < 1e-3).all()  # 8 needle tokens among 4,096 keys
-    assert (table["n_examples"] >= 12).all()  # the model retrieved (recall > 50 %) most of the 16 probes
+    assert (table["n_examples"] >= 8).all()  # the model retrieved (recall > 50 %) at least half of the 16 probes
     assert not math.isnan(float(labelled["q_value"].max())) and (labelled["q_value"] <= 0.05).all()
+    assert (table.loc[table["layer"] == 0, "score"] == 0).all()
 
 
 def test_retrieval_organism_meets_its_card(organism_table):
