@@ -306,3 +306,32 @@ def test_probe_label_cli_types_retrieval(tmp_path):
                  "--out", str(out)]) == 0
     table = pd.read_csv(out)
     assert set(table["head_type"]) == {"retrieval"} and table["label"].any()
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "gpt2"])
+def test_argmax_keys_equal_eager_top1_on_gqa_sliding_window_and_gpt2(arch, tmp_path):
+    """Random tiny models (Llama with grouped-query attention, Mistral with a sliding window, GPT-2): the sink's
+    top-1 key of every head at every decoding step equals eager attention's, and so do the emitted tokens."""
+    from transformers import AutoModelForCausalLM
+
+    from probe.heads.retrieval import decode_with_argmax
+    from probe.models import load
+    from probe.zoo.tiny import save_tiny
+
+    save_tiny(arch, tmp_path / arch, seed=0)
+    loaded = load(str(tmp_path / arch))
+    eager = AutoModelForCausalLM.from_pretrained(tmp_path / arch, attn_implementation="eager").eval()
+    prompt = torch.randint(5, 40, (2, 60), generator=torch.Generator().manual_seed(0))
+    generated, keys = decode_with_argmax(loaded.model, prompt, 5, loaded.n_layers, loaded.n_heads)
+    name = "cache" if "cache" in inspect.signature(eager.forward).parameters else "past_key_values"
+    for row in range(2):
+        with torch.no_grad():
+            cache = getattr(eager(input_ids=prompt[row:row + 1, :-1], use_cache=True), name)
+            token = prompt[row, -1]
+            for step in range(5):
+                out = eager(input_ids=token.view(1, 1), use_cache=True, output_attentions=True, **{name: cache})
+                cache = getattr(out, name)
+                token = out.logits[0, -1].argmax()
+                assert int(generated[row, step]) == int(token)
+                top = torch.stack([attention[0, :, -1].argmax(-1) for attention in out.attentions])  # [layer head]
+                assert torch.equal(keys[step, row], top)
