@@ -431,7 +431,7 @@ def label_model(
     span_specs = [spec for spec in specs if spec.probe == "spans"]
     generated_specs = [spec for spec in specs if spec.scorer is not None]  # they build and decode their own probes
     lengths = resolve_lengths(loaded, config) if token_specs or generated_specs else ()
-    source = ProbeSource(loaded, config, note)
+    source = ProbeSource(loaded, config, note) if token_specs or span_specs else None  # generated: their own probes
 
     plans = []  # (probe set, seq_len, specs): types that share a probe set share its forwards
     for seq_len in lengths:
