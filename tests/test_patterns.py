@@ -33,11 +33,11 @@ def as_pairs(pattern: torch.Tensor) -> set[tuple[int, int]]:
 def test_registry_has_one_snake_case_list_of_names():
     assert HEAD_TYPES == get_args(HeadType) == tuple(REGISTRY)
     assert set(HEAD_TYPES) == {"previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
-                               "sentence_start", "bracket", "duplicate_token", "induction", "coreference"}
+                               "sentence_start", "bracket", "duplicate_token", "induction", "coreference", "retrieval"}
     assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", name) for name in HEAD_TYPES)
     assert "coreference" not in TOKEN_TYPES and len(TOKEN_TYPES) == 10
     for name, spec in REGISTRY.items():
-        assert spec.name == name and spec.probe in ("natural", "repeated", "spans", "sentences", "brackets")
+        assert spec.name == name and spec.probe in ("natural", "repeated", "spans", "sentences", "brackets", "generation")
         assert spec.kinds
     assert REGISTRY["sentence_start"].text_only and REGISTRY["bracket"].text_only
     assert REGISTRY["next_token"].kinds == {"masked_lm", "protein_mlm"}  # a causal row cannot see i + 1

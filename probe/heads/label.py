@@ -9,7 +9,8 @@
    types; span examples for the span types, once: every GAP development pair that fits the model (cropped to whole
    sentences where needed) by default, else the templates (agreement, or implicit causality), or the user's file.
 2. **Scores** streamed from the capture engine (:class:`probe.heads.scores.ScoreSink`), every type of a probe set in one
-   forward.
+   forward. Generation-scored types (a spec with a ``scorer``, e.g. retrieval) build, decode and score their own probes
+   per length and hand back per-example scores and chance (:class:`probe.heads.registry.GeneratedScores`).
 3. **Statistics** (:mod:`probe.heads.stats`): chance, clustered bootstrap interval, a one-sided test of the effect over
    ``min_effect`` (mass types: score − chance; accuracy types: paired accuracy gain over the best baseline),
    Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with candidates
@@ -52,6 +53,7 @@ from probe.heads.probesets import (
     without_tokens,
 )
 from probe.heads.registry import (
+    DEFAULT_TYPES,
     HEAD_TYPES,
     REGISTRY,
     SMALL_VOCABULARY,
@@ -174,7 +176,7 @@ def resolve_types(loaded, config: LabelConfig, note: Note | None = None) -> tupl
         for name in config.types:
             if name not in REGISTRY:
                 raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(HEAD_TYPES)}")
-    asked = HEAD_TYPES if config.types is None else tuple(config.types)
+    asked = DEFAULT_TYPES if config.types is None else tuple(config.types)
     kept = types_for_kind(loaded.kind, asked)
     skipped = [name for name in asked if name not in kept]
     explicit = config.types is not None or not is_text_model(loaded)  # by default a causal LM just has no next_token
@@ -435,6 +437,20 @@ def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: l
                    {None: torch.cat(chances[spec.name])}, cluster, baselines, groups) for spec in specs]
 
 
+def score_generated(loaded, spec: HeadTypeSpec, seq_len: int, config: LabelConfig, tick: Callable[[], None],
+                    note: Note | None = None) -> Scored:
+    """A generation-scored type (spec.scorer) on its own probes of `seq_len` tokens, as a mass type's Scored."""
+    result = spec.scorer(loaded, seq_len, config, tick)
+    counted = int((~torch.isnan(result.chance)).sum())
+    if note is not None and counted < len(result.chance):
+        task = "" if result.recall is None else f", mean task recall {float(result.recall.mean()):.2f}"
+        note(f"{loaded.name} · {spec.name} @{seq_len}: {counted} of {len(result.chance)} probes count{task}; the rest "
+             "are left out" + (" — no score" if counted == 0 else ""))
+    tl = torch.full_like(result.score, math.nan)  # TransformerLens' score is not defined for it
+    return Scored(spec, result.probe_set, float(seq_len), [None], {None: TypeScores(spec.name, result.score, tl)},
+                  {None: result.chance}, result.cluster)
+
+
 def _bidirectional(loaded) -> bool:
     return loaded.kind != ModelKind.CAUSAL_LM
 
@@ -572,10 +588,11 @@ def label_model(
     if config.ablate not in ABLATE:
         raise ProbeError(f"unknown --ablate {config.ablate!r}: choose from {', '.join(ABLATE)}")
     specs = resolve_types(loaded, config, note)
-    token_specs = [spec for spec in specs if spec.probe != "spans"]
+    token_specs = [spec for spec in specs if spec.probe != "spans" and spec.scorer is None]
     span_specs = [spec for spec in specs if spec.probe == "spans"]
-    lengths = resolve_lengths(loaded, config) if token_specs else ()
-    source = ProbeSource(loaded, config, note)
+    generated_specs = [spec for spec in specs if spec.scorer is not None]  # they build and decode their own probes
+    lengths = resolve_lengths(loaded, config) if token_specs or generated_specs else ()
+    source = ProbeSource(loaded, config, note) if token_specs or span_specs else None  # generated: their own probes
 
     plans = []  # (probe set, seq_len, specs): types that share a probe set share its forwards
     sets = list(dict.fromkeys(source.resolve(spec.probe) for spec in token_specs))  # in registry order
@@ -585,6 +602,7 @@ def label_model(
     spans = source.span_probes() if span_specs else None
     n_batches = len(_batches(config.examples, config.batch_size))
     total = n_batches * len(plans) + (len(_batches(len(spans[1]), config.batch_size)) if spans else 0)
+    total += n_batches * len(lengths) * len(generated_specs)
     done = 0
 
     def tick() -> None:
@@ -601,6 +619,9 @@ def label_model(
         for spec in chosen:
             probes_used.setdefault(spec.name, probes)
         scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick, projections))
+    for seq_len in lengths:
+        for spec in generated_specs:
+            scored.append(score_generated(loaded, spec, seq_len, config, tick, note))
     if spans:
         scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections))
         for spec in span_specs:

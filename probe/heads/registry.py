@@ -22,6 +22,8 @@ bracket            from a closing bracket ")", "]", "}" to its matching opening 
 duplicate_token    t_j = t_i, j < i (causal) or j ≠ i (bidirectional: the earlier copy attends to the later one too)
 induction          t_{j−1} = t_i, j ≤ i  (the token after an earlier occurrence of the current token)
 coreference        the attending word's pieces × the antecedent's pieces (a span type: from span examples)
+retrieval          no target pattern: scored while the model generates (Wu et al. 2024's retrieval score,
+                   probe.heads.retrieval) — a generation-scored type, opt-in (not in the default types)
 =================  ======================================================================================
 
 Small vocabularies (fewer than :data:`SMALL_VOCABULARY` content tokens, e.g. 20 amino acids): coincidental repeats
@@ -43,12 +45,12 @@ from probe.errors import ProbeError
 from probe.models import ModelKind
 
 HeadType = Literal["previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
-                   "sentence_start", "bracket", "duplicate_token", "induction", "coreference"]
+                   "sentence_start", "bracket", "duplicate_token", "induction", "coreference", "retrieval"]
 HEAD_TYPES: tuple[HeadType, ...] = get_args(HeadType)
 # natural text, repeated random blocks, span examples; "sentences": natural text, or random tokens with seeded
 # sentence ends where the tokenizer does not read the corpus; "brackets": text (or random tokens) with seeded
-# nested brackets
-ProbeKind = Literal["natural", "repeated", "spans", "sentences", "brackets"]
+# nested brackets; "generation": probes the type's own scorer builds and decodes (generation-scored types)
+ProbeKind = Literal["natural", "repeated", "spans", "sentences", "brackets", "generation"]
 Statistic = Literal["mass", "accuracy"]  # the label tests mass over chance, or accuracy over the best baseline
 LossPositions = Literal["text", "repeat", "query"]  # which positions' loss an ablation of the type measures
 
@@ -281,6 +283,32 @@ def _coreference(ctx: TargetContext) -> Targets:
 
 
 @dataclass(frozen=True)
+class GeneratedScores:
+    """What a generation-scored type's scorer returns for one probe length: per-example scores the label rule
+    treats like a mass type's (effect = score − chance, clustered bootstrap, FDR)."""
+
+    probe_set: str  # the probe_set column
+    score: torch.Tensor  # [example layer head] float; NaN for examples that do not count
+    chance: torch.Tensor  # [example] float: a uniform head's score; NaN where score is
+    cluster: torch.Tensor  # [example] long: bootstrap clusters
+    recall: torch.Tensor | None = None  # [example]: how well the model did the probe's task (for notes)
+
+
+Scorer = Callable[..., GeneratedScores]
+
+
+def _no_targets(ctx: TargetContext) -> Targets:
+    raise ProbeError("retrieval heads have no target pattern: they are scored while the model generates "
+                     "(probe.heads.retrieval.retrieval_scores)")
+
+
+def _retrieval_scorer(loaded, seq_len: int, config, tick) -> GeneratedScores:
+    from probe.heads.retrieval import label_scores  # imported when used: retrieval builds on the engine
+
+    return label_scores(loaded, seq_len, config, tick)
+
+
+@dataclass(frozen=True)
 class HeadTypeSpec:
     """One head type: what it means, its targets, and how it is probed, tested and ablated (frozen).
 
@@ -297,9 +325,10 @@ class HeadTypeSpec:
         ``targets(ctx: TargetContext) -> {candidate: pattern}``: each pattern a torch.Tensor, shape
         (batch, query, key), bool — True where key j is a target of query i. One candidate (key None) for most
         types; several (fixed_offset: one per offset d) when each head picks its own on held-out examples.
-    probe : {"natural", "repeated", "spans"}
+    probe : {"natural", "repeated", "spans", "sentences", "brackets", "generation"}
         The probe set it is scored on: natural text (random tokens without a usable corpus), repeated random
-        blocks, or span examples.
+        blocks, span examples, natural text with seeded sentence ends or nested brackets where the tokenizer does
+        not read the corpus, or probes the type's own ``scorer`` builds and decodes.
     kinds : frozenset of str, default every kind
         Model kinds (:class:`probe.models.ModelKind` values) it applies to; others skip it with a note.
     statistic : {"mass", "accuracy"}, default "mass"
@@ -311,6 +340,11 @@ class HeadTypeSpec:
     loss_positions : {"text", "repeat", "query"}, default "text"
         Whose loss its ablation measures: the probe text, the repeated half, or the query span's (causal LMs: the
         token after it; masked LMs: the span itself, masked).
+    scorer : callable or None, default None
+        Generation-scored types (retrieval): ``scorer(loaded, seq_len, config, tick) -> GeneratedScores`` builds,
+        decodes and scores its own probes; ``targets`` is then unused.
+    default : bool, default True
+        Scored when no types are asked for; False makes the type opt-in (``--types retrieval``).
     """
 
     name: HeadType
@@ -322,6 +356,8 @@ class HeadTypeSpec:
     statistic: Statistic = "mass"
     candidate: str | None = None  # name of the column holding the chosen candidate ("offset"), if it has several
     loss_positions: LossPositions = "text"  # ablation: the loss of these positions of its own probes
+    scorer: Scorer | None = None  # generation-scored types: (loaded, seq_len, LabelConfig, tick) -> GeneratedScores
+    default: bool = True  # scored when no types are asked for (False: only when asked, e.g. --types retrieval)
 
     @property
     def text_only(self) -> bool:
@@ -350,12 +386,16 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
                      "repeated", loss_positions="repeat"),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", _coreference, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
+        HeadTypeSpec("retrieval", "copies the needle token it attends to while generating it (Wu et al. 2024)",
+                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer, default=False),
     )
 }
 assert tuple(REGISTRY) == HEAD_TYPES  # one list of names
 
 # Types whose targets come from the token ids alone (not span examples).
-TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].probe != "spans")
+TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].probe not in ("spans", "generation"))
+# Types scored when none are asked for (generation-scored types are opt-in: they decode, and need long probes).
+DEFAULT_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].default)
 
 
 def parse_head_types(text: str | None) -> tuple[HeadType, ...]:

@@ -241,3 +241,39 @@ def sentence_batch(
                 targets[row][position] = first
             position += 1
     return torch.tensor(tokens), torch.tensor(targets)
+
+
+def needle_haystack(
+    generator: torch.Generator,
+    batch: int,
+    length: int,  # prompt tokens per sequence, BOS included (the answer follows)
+    word_ids: Sequence[int],  # the ids haystack, key and needle tokens draw from (vocabulary minus specials)
+    bos_id: int,
+    needle_len: int,
+    key_len: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Needle-in-a-haystack copies: BOS · haystack · key · needle · haystack · key, then the needle again (the
+    answer), the same prompts as the retrieval probes (probe.heads.retrieval.needle_sequence) at a random depth.
+    Targets: the answer's tokens (each predicted at the position before it); nothing else is predictable."""
+    from probe.heads.retrieval import needle_sequence
+
+    weights = torch.zeros(max(word_ids) + 1, dtype=torch.float64)
+    weights[torch.as_tensor(list(word_ids))] = 1.0
+    tokens = torch.full((batch, length + needle_len), bos_id, dtype=torch.long)  # [batch position]
+    targets = torch.full((batch, length + needle_len), IGNORE, dtype=torch.long)  # [batch position]
+    for row in range(batch):
+        depth = float(torch.rand((), generator=generator))
+        body, start, end = needle_sequence(generator, weights, length - 1, depth, needle_len, key_len)
+        tokens[row, 1:length] = body
+        tokens[row, length:] = body[start:end]
+        targets[row, length - 1:length + needle_len - 1] = body[start:end]
+    return tokens, targets
+
+
+def stack_right_padded(parts: Sequence[tuple[torch.Tensor, torch.Tensor]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens, targets) batches of different lengths as one batch, right-padded with `pad_id` (targets IGNORE):
+    in a causal LM padding after a row's end changes nothing before it."""
+    width = max(tokens.shape[1] for tokens, _ in parts)
+    tokens = torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=pad_id) for t, _ in parts])
+    targets = torch.cat([torch.nn.functional.pad(y, (0, width - y.shape[1]), value=IGNORE) for _, y in parts])
+    return tokens, targets
