@@ -292,3 +292,25 @@ def test_table_files_round_trip(tmp_path, planted_dir, suffix):
     (tmp_path / "header.csv").write_text("name,age\n")  # a foreign header without rows is not ours either
     with pytest.raises(ProbeError, match="not a probe label table"):
         load_table(tmp_path / "header.csv")
+
+
+def test_a_head_scored_on_one_cluster_is_untestable_not_significant():
+    """All examples in one bootstrap cluster: the resampled means have no spread, so a perfect score would get
+    p = 0 from the estimate alone. The test needs two clusters: p is NaN (no label); with one example per
+    cluster the same head is significant."""
+    tokenizer = word_tokenizer([f"w{i}" for i in range(5000)], bos_token="<bos>")
+    config = LabelConfig(n_bootstrap=200)
+    scored = _scored("induction", repeated_blocks(tokenizer, 8, 64, 0, block_len=9), _offset_head(64, 9))
+    assert summarise(scored, config)["p_value"].item() < 1e-6  # 8 clusters: a perfect score is significant
+    one = Scored(scored.spec, scored.probe_set, scored.seq_len, scored.candidates, scored.scores, scored.chance,
+                 torch.zeros_like(scored.cluster))
+    result = summarise(one, config)
+    assert result["score"].item() > 0.95 and math.isnan(result["p_value"].item())
+
+
+def test_clusters_present_counts_distinct_clusters_with_a_value():
+    from probe.heads.stats import clusters_present
+
+    values = torch.tensor([[1.0, float("nan")], [2.0, float("nan")], [float("nan"), 3.0], [4.0, float("nan")]])
+    cluster = torch.tensor([7, 7, 9, 9])
+    assert clusters_present(values, cluster).tolist() == [2, 1]

@@ -490,6 +490,10 @@ def summarise(scored: Scored, config: LabelConfig) -> dict[str, torch.Tensor | f
     correct = scored.scores[scored.candidates[0]].correct
     if scored.spec.statistic == "accuracy" and correct is not None:
         out.update(_accuracy_summary(correct, scored, weights, config))
+    # Untestable where the examples with a value come from a single cluster: the bootstrap has no spread, and
+    # p_greater would let the estimate decide alone (p = 0). NaN p -> NaN q -> no label.
+    testable = stats.clusters_present(effect, cluster) >= stats.MIN_CLUSTERS  # [layer head]
+    out["p_value"] = torch.where(testable, out["p_value"], torch.nan)
     return out
 
 

@@ -300,6 +300,7 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
         result.update(probe=what[config.data], in_context_loss=round(loss, 4), accuracy=round(accuracy, 4))
         if config.data == "causality":
             result["nearest_first_agreement_baselines"] = 0.5  # balanced by construction (probesets)
+        return result
     if config.data == "needle":  # teacher-forced answer accuracy at the longest training length and far beyond it
         for length, n in ((config.length, n_batches), (4096, 2)):
             batches = [make_batch(config, tokenizer, generator, 8, length=length) for _ in range(n)]
