@@ -18,7 +18,6 @@ naming the fix.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -29,6 +28,7 @@ import torch
 from torch import nn
 
 from probe.errors import ProbeError, first_line
+from probe.hashing import weights_hash
 
 
 class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the project supports 3.10
@@ -213,15 +213,6 @@ def _hub_error(spec: str, error: Exception) -> ProbeError:
     )
 
 
-def _weights_hash(directory: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(directory.glob("*.safetensors")) + sorted(directory.glob("*.bin")):
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-    return "sha256:" + digest.hexdigest()[:16]
-
-
 def locate(spec: str) -> str:
     """Where `spec` points, checked without loading anything: a zoo:NAME or a local directory (with config.json)
     -> its path; a hub id -> itself. One-line ProbeError for a missing directory or zoo name (commands call this
@@ -287,7 +278,7 @@ def load(
         raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
                          "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
     model.to(device_obj).eval()
-    revision = getattr(config, "_commit_hash", None) or (_weights_hash(local) if local.exists() else "unknown")
+    revision = getattr(config, "_commit_hash", None) or (weights_hash(local) if local.exists() else "unknown")
     return LoadedModel(model, tokenizer, kind, spec, revision, residue_format=style,
                        has_contact_head=kind == ModelKind.PROTEIN_MLM and has_contact_head(model))
 

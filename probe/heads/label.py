@@ -96,7 +96,7 @@ NOT_IDENTITY = ("batch_size", "block_bytes")
 def config_identity(config: LabelConfig) -> dict[str, object]:
     """The fields of `config` that determine the label rows, with the probe file by its content hash (for
     probe.runs.journal identities: a rerun reuses rows only when this and the model's revision are the same)."""
-    from probe.runs.journal import file_hash
+    from probe.hashing import file_hash
 
     options = {key: value for key, value in asdict(config).items() if key not in NOT_IDENTITY}
     options["probe_file"] = file_hash(config.probe_file) if config.probe_file else None

@@ -57,7 +57,7 @@ def special_frame(tokenizer) -> tuple[list[int], list[int]]:
 def content_token_ids(tokenizer) -> torch.Tensor:
     """Every token id of the vocabulary except special ones (<bos>, <pad>, <unk>, [CLS], ...), unused slots
     ([unused17]) and byte-fallback pieces (<0x0A>)."""
-    from probe.heads.corpus import excluded_token_ids
+    from probe.heads.vocab import excluded_token_ids
 
     special = excluded_token_ids(tokenizer)
     ids = [index for index in range(len(tokenizer)) if index not in special]
