@@ -433,7 +433,7 @@ def readable(path: Path) -> bool:
 
 
 def test_write_atomically_removes_what_a_killed_writer_left(tmp_path):
-    from probe.commands.common import write_atomically
+    from probe.runs.atomic import write_atomically
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     out = tmp_path / "r.csv"
