@@ -22,7 +22,8 @@ from probe.commands.common import add_model_options, add_ray_options, executor, 
 from probe.errors import ProbeError
 from probe.heads.label import ABLATE, COREF_SETS, LabelConfig, summary_lines
 from probe.heads.probesets import load_probe_file
-from probe.heads.registry import HEAD_TYPES, parse_head_types
+from probe.heads.registry import names as head_type_names
+from probe.heads.registry import parse_head_types
 from probe.heads.tables import TABLE_EXTENSIONS
 
 DEFAULTS = {field.name: field.default for field in fields(LabelConfig)}
@@ -36,7 +37,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "Benjamini-Hochberg FDR), label it, and measure labelled heads' ablation effect. One table.",
     )
     add_model_options(parser, many=True, required=False)  # or --models-file
-    parser.add_argument("--types", help=f"comma-separated head types (default: all that apply): {','.join(HEAD_TYPES)}")
+    parser.add_argument("--types", help=f"comma-separated head types (default: all that apply): {','.join(head_type_names())}")
     parser.add_argument("--examples", type=int, default=DEFAULTS["examples"],
                         help="probe examples per probe set (default %(default)s)")
     parser.add_argument("--seq-len", default=None,
@@ -149,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.model and not args.models_file:
         raise ProbeError("give --model (repeat it for several) or --models-file")
     for name in dict.fromkeys(args.model or []):  # every --model must exist before the first is labelled
-        models.locate(name)
+        if args.revisions is None:  # (with --revisions it is the folder or hub id of the checkpoints)
+            models.locate(name)
     checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)

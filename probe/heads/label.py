@@ -39,7 +39,6 @@ from probe.heads.probesets import (
     repeated_blocks,
 )
 from probe.heads.registry import (
-    HEAD_TYPES,
     REGISTRY,
     SMALL_VOCABULARY,
     HeadType,
@@ -118,8 +117,8 @@ def resolve_types(loaded, config: LabelConfig, note: Note | None = None) -> tupl
     if config.types is not None:
         for name in config.types:
             if name not in REGISTRY:
-                raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(HEAD_TYPES)}")
-    asked = HEAD_TYPES if config.types is None else tuple(config.types)
+                raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(REGISTRY)}")
+    asked = tuple(REGISTRY) if config.types is None else tuple(config.types)  # registered types too
     kept = types_for_kind(loaded.kind, asked)
     skipped = [name for name in asked if name not in kept]
     explicit = config.types is not None or not is_text_model(loaded)  # by default a causal LM just has no next_token
