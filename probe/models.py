@@ -219,6 +219,11 @@ def locate(spec: str) -> str:
     for every --model before computing anything)."""
     source = resolve(spec)
     local = Path(source).expanduser()
+    try:
+        local.exists()
+    except OSError as error:  # a name too long for the file system, say
+        raise ProbeError(f"model {spec[:60]}{'...' if len(spec) > 60 else ''}: not a usable path "
+                         f"({error.strerror or error})") from None
     if local.exists():
         if not local.is_dir() or not (local / "config.json").exists():
             raise ProbeError(f"{source} is not a model directory (no config.json); pass what save_pretrained wrote")
@@ -243,9 +248,12 @@ def load(
 
     try:
         config = transformers.AutoConfig.from_pretrained(source)
-    except (OSError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 - OSError, ValueError, and transformers' strict field validators
         if local.exists():
-            raise ProbeError(f"cannot read the config in {source}: {first_line(error)}") from None
+            reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())[:300]
+            raise ProbeError(f"cannot read the config in {source}: {reason or type(error).__name__}") from None
+        if not isinstance(error, (OSError, ValueError)):
+            raise
         raise _hub_error(spec, error) from None
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source)

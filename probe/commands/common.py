@@ -83,9 +83,9 @@ def executor(args: argparse.Namespace):
         return InProcess()
     if workers is not None and workers < 1:
         raise ProbeError("--ray-workers must be at least 1")
-    from probe.runs.ray_executor import RayExecutor, RayOptions, split_address
+    from probe.runs.ray_executor import RayExecutor, RayOptions, check_reachable
 
     if args.ray != "auto":
-        split_address(args.ray)
+        check_reachable(args.ray)  # a bounded TCP connect, before anything is loaded: one line within seconds
     gpus = 1.0 if str(getattr(args, "device", "cpu")).startswith("cuda") else 0.0
     return RayExecutor(RayOptions(address=args.ray, workers=workers, gpus_per_worker=gpus))

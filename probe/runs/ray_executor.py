@@ -32,7 +32,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from probe.errors import ProbeError, first_line
@@ -241,22 +241,34 @@ def _ray_units(units: Sequence[Unit], task: Task, workers: int, cpus_per_worker:
 @dataclass
 class RayExecutor:
     """An executor of :func:`probe.runs.runner.run` on Ray (see the module doc). Starts or joins Ray for the run
-    and shuts it down after, unless Ray was already initialised in this process (then it is left running)."""
+    (``prepare``) and shuts it down after (``close``), unless Ray was already initialised in this process (then it
+    is left running)."""
 
     options: RayOptions = RayOptions()  # noqa: RUF009 - frozen
+    _state: dict = field(default_factory=dict, repr=False)
+
+    def prepare(self) -> None:
+        if "started" not in self._state:
+            options = self.options
+            store = options.object_store_bytes if options.address == "auto" else None
+            self._state["started"] = start_ray(options.address, options.num_cpus, store)
+
+    def close(self) -> None:
+        if self._state.pop("started", False):
+            stop_ray()
 
     def map(self, task: Task, units: Sequence[Unit], deliver: Callable[[UnitResult], None]) -> None:
-        options = self.options
-        store = options.object_store_bytes if options.address == "auto" else None
-        started = start_ray(options.address, options.num_cpus, store)
+        prepared = "started" in self._state
+        self.prepare()
         try:
+            options = self.options
             workers = options.workers or max(1, int(cluster_cpus() // max(options.cpus_per_worker, 1e-9)))
             workers = max(1, min(workers, len(units)))
             if units:
                 _ray_units(units, task, workers, options.cpus_per_worker, options.gpus_per_worker, deliver)
         finally:
-            if started:
-                stop_ray()
+            if not prepared:
+                self.close()
 
 
 __all__ = ["RayExecutor", "RayOptions", "check_reachable", "cluster_cpus", "import_ray", "split_address",

@@ -71,6 +71,7 @@ class UnitOutput:
     table: pd.DataFrame | None = None
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     identity: str | None = None
+    notes: list[str] = field(default_factory=list)  # one-line notes for the user, said when the unit succeeds
 
 
 @dataclass
@@ -87,6 +88,8 @@ class UnitResult:
     pid: int = 0  # the process that ran it (a Ray worker's pid, or this process)
     cached: bool = False  # taken from the journal, not computed
     identity: str | None = None  # the identity it was computed with (UnitOutput.identity), when the task said
+    notes: list[str] = field(default_factory=list)  # UnitOutput.notes (a failed unit's notes are dropped: its
+    # error line says what matters)
     exception: BaseException | None = field(default=None, repr=False)  # in-process failures: the error itself
 
     @property
@@ -239,11 +242,13 @@ class UnitWorker:
                               exception=error if self.keep_exceptions else None)
         return UnitResult(unit.key, table=output.table, arrays=dict(output.arrays), load_seconds=load_seconds,
                           run_seconds=time.perf_counter() - started - load_seconds, pid=os.getpid(),
-                          identity=output.identity)
+                          identity=output.identity, notes=list(output.notes))
 
 
 class Executor(Protocol):
-    """Runs units of a task and hands each result to `deliver` (in this process) as its unit finishes."""
+    """Runs units of a task and hands each result to `deliver` (in this process) as its unit finishes. It may also
+    have ``prepare()`` (called before the run's first unit: start what it needs, fail early) and ``close()``
+    (called after the run, also when it failed or was interrupted)."""
 
     def map(self, task: Task, units: Sequence[Unit], deliver: Callable[[UnitResult], None]) -> None: ...
 
@@ -384,6 +389,9 @@ def run(units: Sequence[Unit], task: Task, out: Out | None = None, executor: Exe
         timing["last_cost"] = timing["last_end"] - now
         timing["writes"] += 1
 
+    prepare, close = getattr(executor, "prepare", None), getattr(executor, "close", None)
+    if todo and prepare is not None:
+        prepare()  # start or join Ray now: its failure is one line, before any progress bar
     from tqdm import tqdm
 
     bar = tqdm(total=len(units), initial=len(reused), desc=description or out.noun + "s", unit=out.noun,
@@ -395,6 +403,10 @@ def run(units: Sequence[Unit], task: Task, out: Out | None = None, executor: Exe
         nonlocal failures
         finished[result.key] = result
         if result.ok:
+            if result.notes:
+                bar.clear()
+            for note in result.notes:
+                say(note)
             if journal is not None:
                 identity = result.identity or identities[result.key]
                 if identity is not None:
@@ -421,6 +433,8 @@ def run(units: Sequence[Unit], task: Task, out: Out | None = None, executor: Exe
         raise
     finally:
         bar.close()
+        if close is not None:
+            close()
 
     results = [finished[key] for key in keys if key in finished]
     failed = [r for r in results if not r.ok]

@@ -44,10 +44,6 @@ def label_units(checkpoints: list[Checkpoint]) -> list[Unit]:
     return [Unit(key=c.key, group=c, payload=c) for c in checkpoints]
 
 
-def _say(message: str) -> None:
-    print(f"probe label: {message}", file=sys.stderr)
-
-
 @dataclass(frozen=True)
 class LabelTask:
     """Label every head of one checkpoint per unit. `sweep`: add the checkpoint and step columns to the rows."""
@@ -79,13 +75,15 @@ class LabelTask:
             bar.n = done
             bar.refresh()
 
+        notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
         try:
-            table = label_model(state, self.config, progress if self.progress else None, note=_say)
+            table = label_model(state, self.config, progress if self.progress else None, note=notes.append)
         finally:
             if bar is not None:
                 bar.close()
         table = table.reindex(columns=COLUMNS)
-        return UnitOutput(table=table, identity=label_identity(self.config, state.name, state.revision, self.dtype))
+        return UnitOutput(table=table, identity=label_identity(self.config, state.name, state.revision, self.dtype),
+                          notes=notes)
 
     def rows(self, unit: Unit, result: UnitResult) -> pd.DataFrame | None:
         if result.table is None:
