@@ -6,10 +6,11 @@ time (units of the same group go to the worker already holding it); each result 
 finishes, so the runner journals it at once. A worker process that dies (SIGKILL, out of memory) is restarted by Ray
 and its unit retried (``max_restarts`` / ``max_task_retries``), so a lost worker costs only the unit it was running.
 
-Failing fast and quietly. Joining an address first checks, with a bounded TCP connect (:data:`CONNECT_TIMEOUT` s),
-that something listens there, and the whole start or join is bounded by :data:`START_TIMEOUT` s, so an unreachable
-or wrong address is one line (:class:`~probe.errors.ProbeError`, exit 2) within seconds instead of a hang. Ray's own
-logging (its Python loggers, the C++ core's ``rpc_client`` warnings, worker output) is silenced: stderr stays ours.
+Failing fast and quietly. Before Ray is touched, joining an address checks within :data:`CONNECT_TIMEOUT` s that a
+Ray cluster answers there (a TCP connect, then the HTTP/2 preface its GCS, a gRPC server, answers), so an unreachable
+or wrong address is one line (:class:`~probe.errors.ProbeError`, exit 2) within seconds, never Ray's client retrying
+for a minute with a screen of ``rpc_client`` warnings. Ray's own logging (its Python loggers, its C++ core at error
+level, worker output) is kept off stderr.
 
 Nothing outlives the driver. A local instance gets no dashboard, and a watchdog process (:mod:`~probe.runs.ray_watchdog`)
 holds the reading end of a pipe whose writing end only the driver has: when the driver exits — normally, by an
@@ -29,7 +30,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -42,9 +42,7 @@ MAX_RESTARTS = 3  # times Ray restarts a dead worker process
 MAX_TASK_RETRIES = 3  # times Ray re-runs the unit a dead worker was running
 QUEUE_DEPTH = 2  # units queued per worker, so a worker never waits for the driver between units
 AUTO_OBJECT_STORE_BYTES = 256 * 2**20  # address "auto": only small tables cross processes, so a small object store
-CONNECT_TIMEOUT = 3.0  # seconds: a TCP connect to a cluster address
-START_TIMEOUT = 60.0  # seconds: the whole start of a local instance or join of a cluster (a slow machine's start)
-JOIN_TIMEOUT = 8.0  # seconds: joining a cluster that answers TCP (within 10 s in all, with the connect check)
+CONNECT_TIMEOUT = 3.0  # seconds: the TCP connect to a cluster address, and its answer to the HTTP/2 preface
 # Read by Ray at start: its C++ core logs errors only; no usage-stats reporting. (Never shorten Ray's GCS reconnect
 # timeout: when it runs out, Ray's core ends the whole process, and the user gets no message at all.)
 _RAY_ENVIRONMENT = {"RAY_BACKEND_LOG_LEVEL": "error", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -88,36 +86,33 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + empty SETTINGS
+
+
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
-    """A bounded TCP connect to a cluster address: one-line ProbeError when nothing answers there."""
+    """A bounded check that a Ray cluster answers at `address`, before Ray is touched: a TCP connect, then the
+    HTTP/2 preface that Ray's GCS (a gRPC server) answers with a SETTINGS frame. One-line ProbeError when nothing
+    listens there, or something that is not a gRPC server does (it would leave Ray's own client retrying)."""
     host, port = split_address(address)
+    hint = "(start a cluster with `ray start --head`, or use --ray auto)"
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
+        with socket.create_connection((host, port), timeout=timeout) as connection:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return  # a TLS cluster: the handshake is Ray's own
+            connection.sendall(_HTTP2_PREFACE)
+            answer = b""
+            while len(answer) < 9:
+                chunk = connection.recv(9 - len(answer))
+                if not chunk:
+                    break
+                answer += chunk
     except OSError as error:
         reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
-        raise ProbeError(f"cannot join Ray at {address}: {reason} (start a cluster with `ray start --head`, or use "
-                         "--ray auto)") from None
-
-
-def _bounded(call: Callable[[], Any], timeout: float, what: str) -> Any:
-    """call() in a daemon thread, waited for at most `timeout` seconds (Ray's connect can block in C++)."""
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
-            outcome["error"] = error
-
-    thread = threading.Thread(target=target, daemon=True, name="probe-ray-start")
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise ProbeError(f"{what}: no answer within {timeout:.0f} s (is it a Ray cluster? `ray status` on it tells)")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+        if isinstance(error, TimeoutError) and "connection" in locals():
+            reason = f"something listens there but does not answer as a Ray cluster does within {timeout:.0f} s"
+        raise ProbeError(f"cannot join Ray at {address}: {reason} {hint}") from None
+    if len(answer) < 9 or answer[3] != 0x04:  # an HTTP/2 frame header: 3 bytes length, 1 byte type (4: SETTINGS)
+        raise ProbeError(f"cannot join Ray at {address}: what listens there is not a Ray cluster {hint}")
 
 
 def _start_watchdog(session_dir: str) -> None:
@@ -147,6 +142,8 @@ def start_ray(address: str = "auto", num_cpus: int | None = None, object_store_b
     """Connect this process to Ray: "auto" starts a local instance sized to this machine (``num_cpus`` overrides
     its CPU count), anything else is the HOST:PORT of a running cluster. Returns True when this call started or
     joined Ray (the caller then calls :func:`stop_ray`), False when Ray was already up."""
+    for name, value in _RAY_ENVIRONMENT.items():  # before Ray is imported: its C++ core reads them when it loads
+        os.environ.setdefault(name, value)
     ray = import_ray()
     if ray.is_initialized():
         return False
@@ -157,15 +154,15 @@ def start_ray(address: str = "auto", num_cpus: int | None = None, object_store_b
         options.update(address="local", num_cpus=num_cpus or os.cpu_count() or 1)
         if object_store_bytes:
             options["object_store_memory"] = object_store_bytes
-        timeout, what = START_TIMEOUT, "cannot start a local Ray instance"
+        what = "cannot start a local Ray instance"
     else:
         check_reachable(address)
         options["address"] = address
-        timeout, what = JOIN_TIMEOUT, f"cannot join Ray at {address}"
+        what = f"cannot join Ray at {address}"
     try:
-        context = _bounded(lambda: ray.init(**options), timeout, what)
-    except ProbeError:
-        raise
+        # In this thread, never a helper thread: Ray ties the processes it starts to the starting thread's life
+        # (PR_SET_PDEATHSIG), so a local instance started from a thread that ends dies with it.
+        context = ray.init(**options)
     except Exception as error:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError, ...
         raise ProbeError(f"{what}: {first_line(error)} (start a cluster with `ray start --head`, or use "
                          "--ray auto)") from None
