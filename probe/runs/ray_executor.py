@@ -43,9 +43,10 @@ MAX_TASK_RETRIES = 3  # times Ray re-runs the unit a dead worker was running
 QUEUE_DEPTH = 2  # units queued per worker, so a worker never waits for the driver between units
 AUTO_OBJECT_STORE_BYTES = 256 * 2**20  # address "auto": only small tables cross processes, so a small object store
 CONNECT_TIMEOUT = 3.0  # seconds: the TCP connect to a cluster address, and its answer to the HTTP/2 preface
-# Read by Ray at start: its C++ core logs errors only; no usage-stats reporting. (Never shorten Ray's GCS reconnect
-# timeout: when it runs out, Ray's core ends the whole process, and the user gets no message at all.)
-_RAY_ENVIRONMENT = {"RAY_BACKEND_LOG_LEVEL": "error", "RAY_USAGE_STATS_ENABLED": "0"}
+# Read by Ray at start: no usage-stats reporting. (Not RAY_BACKEND_LOG_LEVEL: setting it makes Ray's C++ core say so
+# on stderr. And never a shorter GCS reconnect timeout: when it runs out, Ray's core ends the whole process without
+# a message; a bad address is caught before Ray by check_reachable instead.)
+_RAY_ENVIRONMENT = {"RAY_USAGE_STATS_ENABLED": "0"}
 _watchdog: dict[str, Any] = {}  # the running watchdog and the pipe end only this driver holds
 
 
