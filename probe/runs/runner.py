@@ -22,7 +22,7 @@ The runner alone owns what must be the same on every path:
   rerun reuses exactly the units whose identity is unchanged and says so in one line (and one line for the units it
   recomputes because their options or inputs changed); ``force`` recomputes everything;
 * the **atomic rewrite** of the output files after each unit (at most a tenth of the run's time is spent writing:
-  a rewrite is skipped while the last one took more than a ninth of the time since), and after the last; a SIGKILL
+  a rewrite waits until ten times the last rewrite's duration has passed), and after the last; a SIGKILL
   loses at most the unit in flight, Ctrl-C writes what finished;
 * **other units' rows**: rows of the earlier table that belong to units not in this run are kept, in front;
 * **failures**: a unit that fails (a :class:`~probe.errors.ProbeError` is ``kind="input"``, anything else
