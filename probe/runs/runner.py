@@ -398,14 +398,17 @@ def run(units: Sequence[Unit], task: Task, out: Out | None = None, executor: Exe
                file=sys.stderr, dynamic_ncols=True, disable=not progress or len(units) < 2)
     failures = 0
     many = len(units) > 1
+    said: set[str] = set()
 
     def deliver(result: UnitResult) -> None:
         nonlocal failures
         finished[result.key] = result
         if result.ok:
-            if result.notes:
+            fresh = [note for note in result.notes if note not in said]  # each note once per run
+            if fresh:
                 bar.clear()
-            for note in result.notes:
+            for note in fresh:
+                said.add(note)
                 say(note)
             if journal is not None:
                 identity = result.identity or identities[result.key]
