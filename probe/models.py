@@ -18,7 +18,6 @@ naming the fix.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -29,6 +28,7 @@ import torch
 from torch import nn
 
 from probe.errors import ProbeError, first_line
+from probe.hashing import weights_hash
 
 
 class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the project supports 3.10
@@ -233,21 +233,17 @@ def _hub_error(spec: str, error: Exception) -> ProbeError:
     )
 
 
-def _weights_hash(directory: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(directory.glob("*.safetensors")) + sorted(directory.glob("*.bin")):
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-    return "sha256:" + digest.hexdigest()[:16]
-
-
 def locate(spec: str) -> str:
     """Where `spec` points, checked without loading anything: a zoo:NAME or a local directory (with config.json)
     -> its path; a hub id -> itself. One-line ProbeError for a missing directory or zoo name (commands call this
     for every --model before computing anything)."""
     source = resolve(spec)
     local = Path(source).expanduser()
+    try:
+        local.exists()
+    except OSError as error:  # a name too long for the file system, say
+        raise ProbeError(f"model {spec[:60]}{'...' if len(spec) > 60 else ''}: not a usable path "
+                         f"({error.strerror or error})") from None
     if local.exists():
         if not local.is_dir() or not (local / "config.json").exists():
             raise ProbeError(f"{source} is not a model directory (no config.json); pass what save_pretrained wrote")
@@ -302,9 +298,12 @@ def load(
 
     try:
         config = transformers.AutoConfig.from_pretrained(source)
-    except (OSError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 - OSError, ValueError, and transformers' strict field validators
         if local.exists():
-            raise ProbeError(f"cannot read the config in {source}: {first_line(error)}") from None
+            reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())[:300]
+            raise ProbeError(f"cannot read the config in {source}: {reason or type(error).__name__}") from None
+        if not isinstance(error, (OSError, ValueError)):
+            raise
         raise _hub_error(spec, error) from None
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source)
@@ -337,7 +336,7 @@ def load(
         raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
                          "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
     model.to(device_obj).eval()
-    revision = getattr(config, "_commit_hash", None) or (_weights_hash(local) if local.exists() else "unknown")
+    revision = getattr(config, "_commit_hash", None) or (weights_hash(local) if local.exists() else "unknown")
     return LoadedModel(model, tokenizer, kind, spec, revision, residue_format=style,
                        has_contact_head=kind == ModelKind.PROTEIN_MLM and has_contact_head(model))
 

@@ -278,14 +278,14 @@ def test_rerun_reuses_only_identical_units(esm, line_pdb, tmp_path, capsys):
     assert main(arguments) == 0
     assert "1 of 1 unit(s) already done" in capsys.readouterr().err
     assert main([*arguments, "--threshold", "9.5"]) == 0
-    assert "recomputing 1 unit(s)" in capsys.readouterr().err
+    assert "recomputing 0:sequence: 1 unit(s) whose options" in capsys.readouterr().err
     with np.load(out) as data:
         np.testing.assert_array_equal(data["true_contacts_0"], contact_map(read_structure(line_pdb), 9.5))
     moved = read_structure(line_pdb)
     # the same residues, now 3 Å apart: the structure's hash changes and its contacts must be recomputed
     structure.write_text("\n".join(line_chain(SEQ * 3, first_id=5, spacing=3.0)) + "\nEND\n")
     assert main([*arguments, "--threshold", "9.5"]) == 0
-    assert "recomputing 1 unit(s)" in capsys.readouterr().err
+    assert "recomputing 0:sequence: 1 unit(s) whose options" in capsys.readouterr().err
     with np.load(out) as data:
         expected = contact_map(read_structure(str(structure)), 9.5)
         np.testing.assert_array_equal(data["true_contacts_0"], expected)

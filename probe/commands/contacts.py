@@ -16,12 +16,14 @@ predicts contacts with it. The one-line summary per record (models without a reg
 With --structure alone the sequence is the chain's observed residues; with a sequence or FASTA as well, every record
 is aligned to the chain (so a construct with tags or missing residues still scores the right pairs). --structures
 runs every protein chain (or the --chains given) of every file of a folder or a list file. Every record or chain is
-a unit, persisted as it finishes in a journal beside the first output file (`.NAME.parts/`): a run that is killed
-(Ctrl-C, SIGKILL, out of memory) loses at most the unit in flight, and a rerun of the same command computes only the
-rest. A unit is reused only when everything that determines it is the same (model revision, sequence, structure
-file hash, chain, threshold, Cβ convention, window, θ, binding distance); --force recomputes all. Units run in this
-process, or with --ray on Ray workers (probe.runs.units.run_contact_units, the same unit function
-probe.proteins.sets.analyse_unit).
+a unit of one run of :func:`probe.runs.runner.run` (:class:`probe.runs.tasks.ContactsTask`, the unit function
+:func:`probe.proteins.sets.analyse_unit`), in this process or with --ray on Ray workers: the same runner as
+`probe label`. Each unit is persisted as it finishes in a journal beside the first output file (`.NAME.parts/`), so a
+run that is killed (Ctrl-C, SIGKILL, out of memory) loses at most the unit in flight and a rerun of the same command
+computes only the rest; a unit is reused only when everything that determines it is the same (model revision,
+sequence, structure file hash, chain, threshold, Cβ convention, window, θ, binding distance); --force recomputes
+all; a unit that fails (an unreadable structure among hundreds) is listed in FIRST_OUTPUT.errors.csv and the run
+goes on.
 
 The npz layout (record i = 0, 1, ...):
 
@@ -48,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from probe import models
-from probe.commands.common import add_model_options, output_path, write_atomically
+from probe.commands.common import add_model_options, add_ray_options, executor, output_path
 from probe.errors import ProbeError
 from probe.proteins import sets as contact_sets
 from probe.proteins.contacts import FRACTIONS, RANGES
@@ -61,7 +63,6 @@ from probe.proteins.structure import (
     DEFAULT_CB,
     check_threshold,
 )
-from probe.runs.ray_executor import add_ray_options, ray_options
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -197,7 +198,7 @@ def _units(args: argparse.Namespace) -> tuple[list[UnitSpec], list[tuple[str, st
 
         structure = read_structure(args.structure, chain=args.chain)  # checks the file and the chain now
         if not records:
-            from probe.runs.journal import file_hash
+            from probe.hashing import file_hash
 
             spec = UnitSpec(key=f"{args.structure}:{structure.chain}", id=f"{structure.name}_{structure.chain}",
                             record=0, structure=args.structure, chain=structure.chain,
@@ -229,12 +230,15 @@ def _check_records(loaded, units: list[UnitSpec], options: ContactOptions) -> No
 
 
 def run(args: argparse.Namespace) -> int:
+    from probe.runs import runner
+    from probe.runs.tasks import ContactsTask, contact_units
+
     if args.fit is not None:
         return _fit(args)
     outputs = _outputs(args)
     per_head_wanted = bool({"heads_out", "chains_out", "heads_summary"} & set(outputs))
     options = _with_regression(_options(args, per_head_wanted), args)
-    ray = ray_options(args)
+    run_on = executor(args)
     specs, skipped = _units(args)
     for name, reason in skipped:
         print(f"probe contacts: skipped {name}: {reason}", file=sys.stderr)
@@ -256,103 +260,82 @@ def run(args: argparse.Namespace) -> int:
                          "none (per-head analysis needs whole sequences)")
     _check_records(loaded, specs, options)
 
-    journal = None
-    if outputs:
-        from probe.runs.journal import Journal
-
-        journal = Journal(next(iter(outputs.values())), force=args.force)
     identities = {spec.key: contact_sets.unit_identity(loaded, spec, options) for spec in specs}
-    outcomes: dict[str, UnitOutcome] = {}
-    if journal is not None:
-        stale = 0
-        for spec in specs:
-            entry = journal.get(spec.key, identities[spec.key])
-            if entry is not None:
-                outcomes[spec.key] = contact_sets.unpack(spec, entry.table, entry.arrays)
-            elif journal.stale(spec.key, identities[spec.key]):
-                stale += 1
-        if outcomes:
-            print(f"{len(outcomes)} of {len(specs)} unit(s) already done with these options: reused "
-                  "(--force recomputes them)", file=sys.stderr)
-        if stale:
-            print(f"recomputing {stale} unit(s) whose options or inputs changed", file=sys.stderr)
-
-    failed: list[tuple[str, str]] = []
-    try:
-        if ray is not None:
-            from probe.runs.units import run_contact_units
-
-            for spec in specs:
-                if spec.key in outcomes:
-                    _report(spec.id, outcomes[spec.key])
-            failed = run_contact_units(args, loaded, specs, options, outcomes, journal, identities, _report)
-        else:
-            failed = _run_here(loaded, specs, options, outcomes, journal, identities, args.structures is not None)
-    except KeyboardInterrupt:
-        finished = [outcomes[spec.key] for spec in specs if spec.key in outcomes]
-        if finished and outputs:
-            _write_outputs(outputs, loaded, finished, options, args)
-        print(f"stopped after {len(finished)} of {len(specs)} unit(s); rerun the same command to finish",
-              file=sys.stderr)
-        raise
-    finished = [outcomes[spec.key] for spec in specs if spec.key in outcomes]
-    if finished and outputs:
-        _write_outputs(outputs, loaded, finished, options, args)
+    task = ContactsTask(options, device=args.device, dtype=args.dtype, identities=identities)
+    if isinstance(run_on, runner.InProcess):
+        run_on = runner.InProcess(preloaded={loaded.name: loaded})  # the model checked above, not loaded twice
+    report = runner.run(contact_units(loaded.name, specs), task, _out(outputs, loaded, options, args), run_on,
+                        description="contacts")
+    pooled = _POOLED.pop(outputs.get("heads_summary"), None)
+    if pooled is not None:
+        print(pooled)
     if not outputs:
         print("no --out, --heads-out, --chains-out or --heads-summary given: nothing was saved", file=sys.stderr)
-    if failed or skipped:
-        print(f"{len(failed) + len(skipped)} unit(s) or file(s) could not be analysed (see above); the rest was "
-              "written", file=sys.stderr)
-        return 2
-    return 0
+    if skipped:
+        print(f"{len(skipped)} file(s) could not be analysed (see above); the rest was written", file=sys.stderr)
+        return max(report.code, 2) if report.code != 1 else 1
+    return report.code
 
 
-def _run_here(loaded, specs: list[UnitSpec], options: ContactOptions, outcomes: dict, journal, identities: dict,
-              go_on: bool) -> list[tuple[str, str]]:
-    """The units not in `outcomes`, in this process, each journalled as it finishes. A unit's bad input stops the
-    run (one-line error) unless `go_on` (structure sets): then it is printed and returned as (id, error)."""
-    from tqdm import tqdm
-
-    failed = []
-    for spec in tqdm(specs, desc="contacts", unit="unit", file=sys.stderr, disable=len(specs) < 2):
-        if spec.key not in outcomes:
-            try:
-                outcome = contact_sets.analyse_unit(loaded, spec, options)
-            except ProbeError as error:
-                if not go_on:
-                    raise
-                failed.append((spec.id, str(error)))
-                print(f"probe contacts: {spec.id}: {error}", file=sys.stderr)
-                continue
-            if journal is not None:
-                table, arrays = contact_sets.pack(outcome)
-                journal.put(spec.key, identities[spec.key], table, arrays)
-            outcomes[spec.key] = outcome
-        _report(spec.id, outcomes[spec.key])
-    return failed
+def _outcomes(finished) -> list[UnitOutcome]:
+    """The finished units of a run (unit order) as the outcomes probe.proteins.sets builds its tables from."""
+    return [contact_sets.unpack(unit.payload, result.table, result.arrays) for unit, result in finished]
 
 
-def _write_outputs(outputs: dict[str, Path], loaded, outcomes: list[UnitOutcome], options: ContactOptions,
-                   args: argparse.Namespace) -> None:
+def _out(outputs: dict[str, Path], loaded, options: ContactOptions, args: argparse.Namespace):
+    """Where the runner writes: every output file, rebuilt from the finished units; a report line per unit."""
+    from probe.runs.runner import Out
+
+    def write(table, finished) -> dict:
+        return _writers(outputs, loaded, _outcomes(finished), options, args)
+
+    def written(table, finished) -> list[str]:
+        return _written(outputs, len(finished))
+
+    def show(unit, result) -> None:
+        _report(unit.payload.id, contact_sets.unpack(unit.payload, result.table, result.arrays))
+
+    first = next(iter(outputs.values()), None)
+    return Out(path=first, write=write, force=args.force, show=show, written=written, command="probe contacts",
+               noun="unit")
+
+
+def _writers(outputs: dict[str, Path], loaded, outcomes: list[UnitOutcome], options: ContactOptions,
+             args: argparse.Namespace) -> dict:
+    """{path: writer(tmp)} of every output asked for (probe.runs.atomic.write_atomically calls each)."""
+    writers = {}
     if "out" in outputs:
-        write_atomically(outputs["out"], lambda tmp: _write_npz(tmp, outcomes, options, args))
-        print(f"wrote contacts of {len(outcomes)} sequence(s) to {outputs['out']}", file=sys.stderr)
+        writers[outputs["out"]] = lambda tmp: _write_npz(tmp, outcomes, options, args)
     heads = contact_sets.heads_table(outcomes, args.min_count, min_total=args.min_total) if options.per_head else None
     chains = contact_sets.chain_table(outcomes)
     if "heads_out" in outputs:
-        write_atomically(outputs["heads_out"], lambda tmp: heads.to_parquet(tmp, index=False))
-        print(f"wrote per-head statistics to {outputs['heads_out']}", file=sys.stderr)
+        writers[outputs["heads_out"]] = lambda tmp: heads.to_parquet(tmp, index=False)
     if "chains_out" in outputs:
-        write_atomically(outputs["chains_out"], lambda tmp: chains.to_parquet(tmp, index=False))
-        print(f"wrote {len(chains)} row(s), one per record, to {outputs['chains_out']}", file=sys.stderr)
+        writers[outputs["chains_out"]] = lambda tmp: chains.to_parquet(tmp, index=False)
     if "heads_summary" in outputs:
         summary = contact_sets.summarize_heads(heads, chains, args.min_count, min_total=args.min_total)
         meta = {"model": loaded.name, "revision": loaded.revision, "proteins": [o.spec.id for o in outcomes],
                 "min_count": args.min_count, "min_total": args.min_total, **dataclasses.asdict(options)}
-        write_atomically(outputs["heads_summary"], lambda tmp: contact_sets.write_heads_summary(tmp, summary, meta))
-        print(f"wrote the per-head summary over {len(outcomes)} protein(s) to {outputs['heads_summary']}",
-              file=sys.stderr)
-        print(f"{len(outcomes)} protein(s) pooled: {best_head_line(summary)}")
+        writers[outputs["heads_summary"]] = lambda tmp: contact_sets.write_heads_summary(tmp, summary, meta)
+        _POOLED[outputs["heads_summary"]] = f"{len(outcomes)} protein(s) pooled: {best_head_line(summary)}"
+    return writers
+
+
+# The pooled best-head line of the last summary written, per summary file: printed (stdout) once the run is done.
+_POOLED: dict[Path, str] = {}
+
+
+def _written(outputs: dict[str, Path], count: int) -> list[str]:
+    lines = []
+    if "out" in outputs:
+        lines.append(f"wrote contacts of {count} sequence(s) to {outputs['out']}")
+    if "heads_out" in outputs:
+        lines.append(f"wrote per-head statistics to {outputs['heads_out']}")
+    if "chains_out" in outputs:
+        lines.append(f"wrote {count} row(s), one per record, to {outputs['chains_out']}")
+    if "heads_summary" in outputs:
+        lines.append(f"wrote the per-head summary over {count} protein(s) to {outputs['heads_summary']}")
+    return lines
 
 
 def _report(name: str, outcome: UnitOutcome) -> None:

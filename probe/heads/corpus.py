@@ -27,13 +27,12 @@ import torch
 
 from probe.errors import ProbeError
 from probe.heads.probesets import SpanExample, special_frame
+from probe.heads.vocab import excluded_token_ids  # noqa: F401 - re-exported (it lived here)
 
 SPLITS = ("development", "validation")
 PROBE_SPLIT = "development"  # probes are drawn from here; "validation" is for independent checks
 SAMPLE_PASSAGES = 500  # passages tokenized to decide coverage and token frequencies (about 50,000 tokens)
 MAX_UNKNOWN_SHARE = 0.05  # a tokenizer covers the corpus when at most this share of its tokens is unknown
-_UNUSED = re.compile(r"^(\[unused\d+\]|<unused\d+>|<extra_id_\d+>|\[UNUSED_?\d*\])$")
-_BYTE_FALLBACK = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
 
 @lru_cache(maxsize=4)
@@ -49,17 +48,6 @@ def gap_records(split: str = PROBE_SPLIT) -> tuple[dict[str, str], ...]:
 def passages(split: str = PROBE_SPLIT) -> tuple[str, ...]:
     """The distinct passages of a split, in file order."""
     return tuple(dict.fromkeys(record["Text"] for record in gap_records(split)))
-
-
-def excluded_token_ids(tokenizer) -> set[int]:
-    """Special, unused and byte-fallback token ids: never drawn into probes."""
-    excluded = set(tokenizer.all_special_ids)
-    for token, index in tokenizer.get_vocab().items():
-        if _UNUSED.match(token) or _BYTE_FALLBACK.match(token):
-            excluded.add(index)
-    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    excluded.update(int(index) for index, token in added.items() if getattr(token, "special", False))
-    return excluded
 
 
 @dataclass(frozen=True)

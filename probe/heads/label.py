@@ -53,8 +53,6 @@ from probe.heads.probesets import (
     without_tokens,
 )
 from probe.heads.registry import (
-    DEFAULT_TYPES,
-    HEAD_TYPES,
     REGISTRY,
     SMALL_VOCABULARY,
     HeadType,
@@ -153,7 +151,7 @@ NOT_IDENTITY = ("batch_size", "block_bytes")
 def config_identity(config: LabelConfig) -> dict[str, object]:
     """The fields of `config` that determine the label rows, with the probe file by its content hash (for
     probe.runs.journal identities: a rerun reuses rows only when this and the model's revision are the same)."""
-    from probe.runs.journal import file_hash
+    from probe.hashing import file_hash
 
     options = {key: value for key, value in asdict(config).items() if key not in NOT_IDENTITY}
     options["probe_file"] = file_hash(config.probe_file) if config.probe_file else None
@@ -175,8 +173,9 @@ def resolve_types(loaded, config: LabelConfig, note: Note | None = None) -> tupl
     if config.types is not None:
         for name in config.types:
             if name not in REGISTRY:
-                raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(HEAD_TYPES)}")
-    asked = DEFAULT_TYPES if config.types is None else tuple(config.types)
+                raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(REGISTRY)}")
+    # registered types too; opt-in types (spec.default False, e.g. retrieval) only when asked for
+    asked = tuple(name for name, spec in REGISTRY.items() if spec.default) if config.types is None else tuple(config.types)
     kept = types_for_kind(loaded.kind, asked)
     skipped = [name for name in asked if name not in kept]
     explicit = config.types is not None or not is_text_model(loaded)  # by default a causal LM just has no next_token

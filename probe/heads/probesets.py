@@ -57,7 +57,7 @@ def special_frame(tokenizer) -> tuple[list[int], list[int]]:
 def content_token_ids(tokenizer) -> torch.Tensor:
     """Every token id of the vocabulary except special ones (<bos>, <pad>, <unk>, [CLS], ...), unused slots
     ([unused17]) and byte-fallback pieces (<0x0A>)."""
-    from probe.heads.corpus import excluded_token_ids
+    from probe.heads.vocab import excluded_token_ids
 
     special = excluded_token_ids(tokenizer)
     ids = [index for index in range(len(tokenizer)) if index not in special]
@@ -585,8 +585,8 @@ def _plain(token: str) -> tuple[str, bool]:
 def token_classes(tokenizer):
     """The :class:`~probe.heads.registry.TokenClasses` of a tokenizer: which ids end sentences, are periods,
     abbreviations, digits, opening and closing brackets (what sentence_start and bracket targets need)."""
-    from probe.heads.corpus import excluded_token_ids
     from probe.heads.registry import TokenClasses
+    from probe.heads.vocab import excluded_token_ids
 
     special = set(excluded_token_ids(tokenizer))
     if tokenizer.pad_token_id is not None:

@@ -35,6 +35,7 @@ then scores at chance.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -398,20 +399,25 @@ TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTR
 DEFAULT_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].default)
 
 
+def names() -> tuple[str, ...]:
+    """Every head type's name, built in and registered (:func:`register`), in registry order."""
+    return tuple(REGISTRY)
+
+
 def parse_head_types(text: str | None) -> tuple[HeadType, ...]:
-    """"previous_token,induction" -> ("previous_token", "induction"); None/"all" -> every type."""
+    """"previous_token,induction" -> ("previous_token", "induction"); None/"all" -> every type (registered ones too)."""
     if text is None or text.strip() in ("", "all"):
-        return HEAD_TYPES
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    for name in names:
+        return names()  # type: ignore[return-value]
+    names_given = [part.strip() for part in text.split(",") if part.strip()]
+    for name in names_given:
         if name not in REGISTRY:
-            raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(HEAD_TYPES)}")
-    return tuple(dict.fromkeys(names))  # type: ignore[return-value]
+            raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(names())}")
+    return tuple(dict.fromkeys(names_given))  # type: ignore[return-value]
 
 
 def types_for_kind(kind: str, types: tuple[HeadType, ...] | None = None) -> tuple[HeadType, ...]:
     """The types (all, or `types`) that apply to a model kind, in registry order."""
-    chosen = HEAD_TYPES if types is None else types
+    chosen = names() if types is None else types
     return tuple(name for name in chosen if kind in REGISTRY[name].kinds)
 
 
@@ -483,3 +489,73 @@ def target_slots(pattern: torch.Tensor) -> torch.Tensor:
     rank = torch.arange(len(k)) - first[b * n_query + q]
     slots[b, q, rank] = k
     return slots
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Users' own head types
+# ---------------------------------------------------------------------------------------------------------------
+
+BUILT_IN: tuple[HeadType, ...] = HEAD_TYPES  # the types above; the ones users add come after them
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def register(spec: HeadTypeSpec) -> HeadTypeSpec:
+    """Add a head type, as transformers' ``AttentionInterface.register`` adds an attention function.
+
+    After ``probe.heads.register(HeadTypeSpec("my_type", ...))`` the type is scored and labelled like a built-in
+    one: ``label_model(loaded, LabelConfig(types=("my_type",)))``, ``probe label --types my_type`` (and by default,
+    with every type) in this process.
+
+    Parameters
+    ----------
+    spec
+        The type: a snake_case ``name`` not yet registered, a ``description``, ``targets`` (a function of a
+        :class:`TargetContext` returning ``{candidate: bool tensor [batch query key]}``, candidate None for a type
+        with one target pattern), the ``probe`` set it is scored on ("natural", "repeated" or "spans"), the model
+        ``kinds`` it applies to, its ``statistic`` ("mass"; "accuracy" needs span probes) and the
+        ``loss_positions`` its ablation measures.
+
+    Returns
+    -------
+    HeadTypeSpec
+        `spec`, so ``register`` can decorate a module-level constant.
+
+    Raises
+    ------
+    ProbeError
+        One line naming what to fix: a duplicate or malformed name, or a field outside its allowed values.
+    """
+    if not isinstance(spec, HeadTypeSpec):
+        raise ProbeError(f"register takes a probe.heads.HeadTypeSpec, not {type(spec).__name__}")
+    if not isinstance(spec.name, str) or not _NAME.match(spec.name):
+        raise ProbeError(f"head type name {spec.name!r} must be snake_case (letters, digits, _; a letter first)")
+    if spec.name in REGISTRY:
+        raise ProbeError(f"head type {spec.name!r} is already registered; choose another name")
+    if not isinstance(spec.description, str) or not spec.description.strip():
+        raise ProbeError(f"head type {spec.name!r} needs a description (one line saying what it attends to)")
+    if not callable(spec.targets):
+        raise ProbeError(f"head type {spec.name!r}: targets must be a function of a TargetContext")
+    for field_name, allowed in (("probe", ProbeKind), ("statistic", Statistic), ("loss_positions", LossPositions)):
+        value = getattr(spec, field_name)
+        if value not in get_args(allowed):
+            raise ProbeError(f"head type {spec.name!r}: {field_name} {value!r} must be one of "
+                             f"{', '.join(get_args(allowed))}")
+    kinds = frozenset(spec.kinds) if isinstance(spec.kinds, (set, frozenset, tuple, list)) else frozenset()
+    if not kinds or not kinds <= ALL_KINDS:
+        raise ProbeError(f"head type {spec.name!r}: kinds must be a non-empty set of "
+                         f"{', '.join(sorted(str(kind) for kind in ALL_KINDS))}")
+    if spec.statistic == "accuracy" and spec.probe != "spans":
+        raise ProbeError(f"head type {spec.name!r}: the accuracy statistic needs span probes (probe='spans')")
+    if spec.candidate is not None and not isinstance(spec.candidate, str):
+        raise ProbeError(f"head type {spec.name!r}: candidate must be a column name or None")
+    REGISTRY[spec.name] = spec  # type: ignore[index]
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a type added with :func:`register` (built-in types stay)."""
+    if name in BUILT_IN:
+        raise ProbeError(f"{name!r} is a built-in head type and cannot be removed")
+    if name not in REGISTRY:
+        raise ProbeError(f"head type {name!r} is not registered")
+    del REGISTRY[name]  # type: ignore[arg-type]

@@ -81,7 +81,7 @@ class UnitSpec:
     sequence: str | None = None  # None: the chain's own residues
     structure: str | None = None  # path of a PDB / mmCIF file
     chain: str | None = None
-    structure_hash: str | None = None  # probe.runs.journal.file_hash of the structure file
+    structure_hash: str | None = None  # probe.hashing.file_hash of the structure file
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,7 +135,7 @@ def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
                     ) -> tuple[list[UnitSpec], list[tuple[str, str]]]:
     """(units, skipped): one unit per protein chain of every file (only `chains` where given); files that cannot be
     read, or hold none of the chains, are skipped as (file, reason)."""
-    from probe.runs.journal import file_hash
+    from probe.hashing import file_hash
 
     units, skipped = [], []
     wanted = set(chains) if chains else None
@@ -159,7 +159,7 @@ def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
 def record_units(records: Sequence[tuple[str, str]], structure: str | None = None,
                  chain: str | None = None) -> list[UnitSpec]:
     """One unit per (id, sequence) record, keyed "index:id" (ids may repeat); each aligned to `structure` if given."""
-    from probe.runs.journal import file_hash
+    from probe.hashing import file_hash
 
     digest = file_hash(structure) if structure else None
     return [UnitSpec(key=f"{index}:{name}", id=name, record=index, sequence=sequence, structure=structure,
@@ -167,8 +167,8 @@ def record_units(records: Sequence[tuple[str, str]], structure: str | None = Non
 
 
 def unit_identity(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> str:
-    """The identity of everything that determines a unit's result (probe.runs.journal.identity_hash)."""
-    from probe.runs.journal import identity_hash
+    """The identity of everything that determines a unit's result (probe.hashing.identity_hash)."""
+    from probe.hashing import identity_hash
 
     dtype = str(next(loaded.model.parameters()).dtype)
     return identity_hash({"format": FORMAT_VERSION, "model": loaded.name, "revision": loaded.revision,
