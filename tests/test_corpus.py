@@ -149,7 +149,7 @@ def gpt2_128(tmp_path_factory):
 
     from probe.zoo.tiny import english_bpe_tokenizer
 
-    tokenizer = english_bpe_tokenizer(2000)
+    tokenizer = english_bpe_tokenizer(corpus.passages("development"), 2000)
     config = transformers.GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=4,
                                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(0)

@@ -80,7 +80,7 @@ def test_a_registered_type_is_a_choice_of_the_command(planted, registered, capsy
     (HeadTypeSpec("Two Back", "x", back(2), "natural"), "must be snake_case"),
     (HeadTypeSpec("two_back", "", back(2), "natural"), "needs a description"),
     (HeadTypeSpec("two_back", "x", "not a function", "natural"), "targets must be a function"),
-    (HeadTypeSpec("two_back", "x", back(2), "sentences"), "probe 'sentences' must be one of natural, repeated"),
+    (HeadTypeSpec("two_back", "x", back(2), "pictures"), "probe 'pictures' must be one of natural, repeated"),
     (HeadTypeSpec("two_back", "x", back(2), "natural", kinds=frozenset({"vision"})), "kinds must be"),
     (HeadTypeSpec("two_back", "x", back(2), "natural", statistic="accuracy"), "accuracy statistic needs span"),
     (HeadTypeSpec("two_back", "x", back(2), "natural", loss_positions="all"), "loss_positions 'all'"),

@@ -585,8 +585,7 @@ def _plain(token: str) -> tuple[str, bool]:
 def token_classes(tokenizer):
     """The :class:`~probe.heads.registry.TokenClasses` of a tokenizer: which ids end sentences, are periods,
     abbreviations, digits, opening and closing brackets (what sentence_start and bracket targets need)."""
-    from probe.heads.registry import TokenClasses
-    from probe.heads.vocab import excluded_token_ids
+    from probe.heads.vocab import TokenClasses, excluded_token_ids
 
     special = set(excluded_token_ids(tokenizer))
     if tokenizer.pad_token_id is not None:

@@ -43,6 +43,8 @@ from typing import Literal, get_args
 import torch
 
 from probe.errors import ProbeError
+from probe.heads.generated import GeneratedScores
+from probe.heads.vocab import TokenClasses
 from probe.models import ModelKind
 
 HeadType = Literal["previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
@@ -62,22 +64,6 @@ BIDIRECTIONAL_KINDS = frozenset({MASKED, PROTEIN})
 
 MAX_OFFSET = 32  # fixed_offset candidates: 2 ≤ |d| ≤ MAX_OFFSET
 SMALL_VOCABULARY = 1000  # below this many content tokens, repeat targets are restricted to the planted repeat
-
-
-@dataclass(frozen=True)
-class TokenClasses:
-    """Token ids by their role in sentences and brackets, read from a tokenizer's vocabulary by
-    :func:`probe.heads.probesets.token_classes` (tokens are compared after dropping the "Ġ" / "▁" / "##" markers)."""
-
-    special: frozenset[int] = frozenset()  # framing and padding tokens: never part of a sentence
-    sentence_end: frozenset[int] = frozenset()  # always end a sentence: "!", "?", [SEP] / </s> / EOS
-    period: frozenset[int] = frozenset()  # "." ends a sentence unless it closes an abbreviation or splits a decimal
-    abbreviation: frozenset[int] = frozenset()  # before a ".", these make it an abbreviation: a one-letter word, "mr"
-    letter: frozenset[int] = frozenset()  # every one-letter token (word start or not: "U.S." -> "u", ".", "s", ".")
-    digit_end: frozenset[int] = frozenset()  # tokens whose text ends in a digit ("3", "1990")
-    digit_start: frozenset[int] = frozenset()  # tokens that start with a digit and with no space marker ("5", "##5")
-    openers: tuple[frozenset[int], ...] = ()  # per bracket kind, "(", "[", "{"
-    closers: tuple[frozenset[int], ...] = ()  # per bracket kind, ")", "]", "}" (same order)
 
 
 @dataclass(frozen=True)
@@ -281,18 +267,6 @@ def _coreference(ctx: TargetContext) -> Targets:
     for row, example in enumerate(ctx.spans):
         pattern[row, torch.tensor(example.query_tokens)[:, None], torch.tensor(example.target_tokens)[None, :]] = True
     return {None: pattern}
-
-
-@dataclass(frozen=True)
-class GeneratedScores:
-    """What a generation-scored type's scorer returns for one probe length: per-example scores the label rule
-    treats like a mass type's (effect = score − chance, clustered bootstrap, FDR)."""
-
-    probe_set: str  # the probe_set column
-    score: torch.Tensor  # [example layer head] float; NaN for examples that do not count
-    chance: torch.Tensor  # [example] float: a uniform head's score; NaN where score is
-    cluster: torch.Tensor  # [example] long: bootstrap clusters
-    recall: torch.Tensor | None = None  # [example]: how well the model did the probe's task (for notes)
 
 
 Scorer = Callable[..., GeneratedScores]
@@ -511,7 +485,8 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
     spec
         The type: a snake_case ``name`` not yet registered, a ``description``, ``targets`` (a function of a
         :class:`TargetContext` returning ``{candidate: bool tensor [batch query key]}``, candidate None for a type
-        with one target pattern), the ``probe`` set it is scored on ("natural", "repeated" or "spans"), the model
+        with one target pattern), the ``probe`` set it is scored on ("natural", "repeated", "spans", "sentences",
+        "brackets", or "generation" with a ``scorer``), the model
         ``kinds`` it applies to, its ``statistic`` ("mass"; "accuracy" needs span probes) and the
         ``loss_positions`` its ablation measures.
 

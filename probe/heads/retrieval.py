@@ -351,11 +351,28 @@ def score_needles(
 
 
 def retrieval_scores(loaded, config: RetrievalConfig = RetrievalConfig()):  # noqa: B008 - frozen
-    """Retrieval scores of every head of a causal LM (probe.models.LoadedModel), one row per (seq_len, layer, head).
+    """Retrieval scores (Wu et al. 2024) of every head of a causal LM, from top-1 keys during KV-cache decoding.
 
-    Columns: model, seq_len, layer, head, head_name, score (mean over the retrieved probes, NaN when none was),
-    chance, n_retrieved (probes whose answer's recall > min_recall), n_probes, recall (mean over all probes).
-    For intervals and labels use `probe label --types retrieval` (probe.heads.label.label_model).
+    For intervals, tests and labels use ``probe label --types retrieval`` (:func:`probe.heads.label.label_model`).
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        A causal LM (``loaded.kind == "causal_lm"``).
+    config : RetrievalConfig, optional
+        Needle probes (lengths, count, needle and key lengths, seed) and the recall a probe needs to count.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (seq_len, layer, head): ``model``, ``seq_len``, ``layer``, ``head``, ``head_name``, ``score``
+        (mean over the retrieved probes; NaN when none was), ``chance``, ``n_retrieved`` (probes whose answer's
+        recall > ``min_recall``), ``n_probes``, ``recall`` (mean over all probes).
+
+    Raises
+    ------
+    ProbeError
+        The model is not a causal LM.
     """
     import pandas as pd
 
@@ -385,7 +402,7 @@ def label_scores(loaded, seq_len: int, label_config, tick: Callable[[], None] | 
     """The labelling pipeline's hook (probe.heads.registry's retrieval spec): per-probe scores of `seq_len`-token
     needle probes with the label config's examples, seed and batch size, as
     :class:`probe.heads.registry.GeneratedScores`."""
-    from probe.heads.registry import GeneratedScores
+    from probe.heads.generated import GeneratedScores
 
     config = RetrievalConfig(examples=label_config.examples, seq_len=seq_len, seed=label_config.seed,
                              batch_size=label_config.batch_size)
