@@ -2,7 +2,7 @@
 maps, architecture card. Installed as `probe_app` (the source folder is `app/`); inside, imports are relative.
 
     from probe_app import create_app          # `from app import create_app` in a source checkout
-    from probe_app.service import AppConfig
+    from probe_app.config import AppConfig
     dash_app = create_app(AppConfig(models=("zoo:induction",)))
     dash_app.run(host="127.0.0.1", port=8050, threaded=True)
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .service import AppConfig, Service
+from .config import AppConfig
+from .service import Service
 
 __all__ = ["AppConfig", "Service", "create_app"]
 
@@ -48,7 +49,27 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
         return {key: values[0] for key, values in query.items() if values}
 
     dash_app.layout = serve_layout
+    _not_found_for_unknown_assets(dash_app.server)
     layout.register(dash_app, service)
     dash_app.server.config["MAX_CONTENT_LENGTH"] = service.config.upload_bytes * 2 + 2**20  # base64 + JSON overhead
     dash_app.probe_service = service
     return dash_app
+
+
+def _not_found_for_unknown_assets(server) -> None:
+    """A component-suite path that is not a registered file (`../../etc/passwd`, a typo) is a plain 404: no
+    traceback in the log, nothing read."""
+    from dash.exceptions import DependencyException
+    from flask import request
+
+    def not_found(_error):
+        return "not found", 404
+
+    server.register_error_handler(DependencyException, not_found)
+
+    @server.before_request
+    def _refuse_traversal():
+        path = request.path
+        if path.startswith("/_dash-component-suites/") and (".." in path.split("/") or "\\" in path):
+            return "not found", 404
+        return None

@@ -29,13 +29,25 @@ ALPHA_SCALE = "Blues"
 CLOUD_BUTTONS = ["sendDataToCloud", "editInChartStudio"]  # Plotly's cloud links: never on an offline tool
 
 
-def graph_config(image_format: str = "png", filename: str = "probe") -> dict:
-    """dcc.Graph config: the toolbar's camera button saves PNG or SVG (`image_format`); no cloud links."""
+# Toolbar buttons that never apply here: plotly's cloud links, lasso/box selection, spike lines, hover modes.
+TRIMMED_BUTTONS = CLOUD_BUTTONS + ["select2d", "lasso2d", "toggleSpikelines", "hoverClosestCartesian",
+                                   "hoverCompareCartesian", "autoScale2d"]
+ATLAS_BUTTONS = ["zoom2d", "pan2d", "zoomIn2d", "zoomOut2d", "resetScale2d"]  # the atlas does not zoom
+
+
+def graph_config(image_format: str = "png", filename: str = "probe", atlas: bool = False) -> dict:
+    """dcc.Graph config: the toolbar's camera button saves PNG or SVG (`image_format`); no cloud links, no tools
+    that do not apply. The atlas (`atlas`) has fixed axes: no zoom tools and no double-click reset, so a
+    double-click never selects a head by accident."""
     image = {"format": image_format, "filename": filename}
     if image_format == "png":
         image["scale"] = 2
-    return {"displaylogo": False, "toImageButtonOptions": image, "showSendToCloud": False,
-            "showEditInChartStudio": False, "modeBarButtonsToRemove": CLOUD_BUTTONS}
+    config = {"displaylogo": False, "toImageButtonOptions": image, "showSendToCloud": False,
+              "showEditInChartStudio": False, "modeBarButtonsToRemove": TRIMMED_BUTTONS + (ATLAS_BUTTONS if atlas
+                                                                                           else [])}
+    if atlas:
+        config["doubleClick"] = False
+    return config
 
 
 def empty_figure(message: str) -> go.Figure:
@@ -262,7 +274,7 @@ def atlas_figure(
     else:
         traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, NO_DATA], [1, NO_DATA]],
                                  showscale=False, name="atlas", **common))
-        title = f"no {head_type} labels yet: press 'Label heads' (click a cell to select a head)"
+        title = f"no {head_type} labels yet: press 'Label heads'"
     if not have_rows:  # NaN cells are not drawn (nor clickable): give the empty grid a flat value
         traces[0].z = np.zeros((n_layers, n_heads))
     figure = go.Figure(traces)
@@ -276,8 +288,9 @@ def atlas_figure(
         template="plotly_white", title={"text": title, "font": {"size": 12}, "y": 1, "yref": "paper",
                                         "yanchor": "bottom", "pad": {"b": 6}},
         height=max(320, 40 * n_layers + 190),
-        xaxis={"title": {"text": "head", "standoff": 4}, "dtick": 1, "range": [-0.5, n_heads - 0.5]},
-        yaxis={"title": {"text": "layer"}, "dtick": 1, "range": [n_layers - 0.5, -0.5]},
+        xaxis={"title": {"text": "head", "standoff": 4}, "dtick": 1, "range": [-0.5, n_heads - 0.5],
+               "fixedrange": True},
+        yaxis={"title": {"text": "layer"}, "dtick": 1, "range": [n_layers - 0.5, -0.5], "fixedrange": True},
         legend={"orientation": "h", "x": 0, "y": 0, "yref": "container", "yanchor": "bottom", "font": {"size": 11}},
         margin={"t": 80, "l": 50, "r": 20, "b": 90},
     )
@@ -292,11 +305,43 @@ def _hover_text(row, head_type: str) -> str:
     chance = getattr(row, "chance", None)
     if chance is not None and not pd.isna(chance):
         parts.append(f"chance {float(chance):.3f}")
-    if getattr(row, "label", None) is not None:
-        parts.append(f"label: {row.label}")
+    q_value = _number(row, "q_value")
+    labelled = _is_labelled(getattr(row, "label", None))
+    rule = f"q = {format_q(q_value)}" if q_value is not None else "no q-value"
+    parts.append(("✓ labelled" if labelled else "not labelled") + f" ({rule}; labelled when q ≤ 0.05)")
+    offset = _number(row, "offset")
+    if offset is not None:
+        parts.append(f"offset d = {int(offset):+d} (attends to j = i {'+' if offset >= 0 else '−'} {abs(int(offset))})")
+    effect, z = _number(row, "ablation_effect"), _number(row, "ablation_z")
+    if effect is not None:
+        parts.append(f"ablation: loss +{effect:.3f}" + (f" (z = {z:.1f} vs random heads)" if z is not None else ""))
+    share = _number(row, "output_share")
+    if share is not None:
+        role = getattr(row, "role", None)
+        parts.append(f"output share {share:.2f}" + (f" · role: {role}" if isinstance(role, str) and role else ""))
+    group, group_z = _number(row, "group_effect"), _number(row, "group_z")
+    if group is not None:
+        parts.append(f"group ablation: +{group:.3f}" + (f" (z = {group_z:.1f})" if group_z is not None else ""))
     if getattr(row, "n_examples", None) is not None:
         parts.append(f"{row.n_examples} examples")
     return "<br>".join(parts)
+
+
+def _number(row, column: str) -> float | None:
+    """A finite number from a table row, None when the column is missing or NaN (unknown)."""
+    value = getattr(row, column, None)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def format_q(value: float | None) -> str:
+    """A q- or p-value for reading: 3 significant digits, '< 0.001' below; 'unknown' for NaN."""
+    if value is None or not math.isfinite(value):
+        return "unknown"
+    return "< 0.001" if value < 0.001 else f"{value:.3g}"
 
 
 def _pair_marks(pair: tuple[int, int] | None) -> tuple[list[float], list[float]]:
@@ -351,8 +396,8 @@ def contact_figure(
                             "xref": "paper", "yref": "paper", "x": 0.02, "y": 0.02, "xanchor": "left"})
     figure.update_layout(
         template="plotly_white", title={"text": title}, height=520, annotations=annotations,
-        xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5], "constrain": "domain"},
-        yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5], "scaleanchor": "x"},
+        xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5]},
+        yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5]},
         margin={"t": 50}, uirevision=uirevision or title,
     )
     return figure
@@ -370,8 +415,8 @@ def head_map_figure(apc: np.ndarray, pair: tuple[int, int] | None = None, title:
     ])
     figure.update_layout(
         template="plotly_white", title={"text": title}, height=520,
-        xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5], "constrain": "domain"},
-        yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5], "scaleanchor": "x"}, margin={"t": 50},
+        xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5]},
+        yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5]}, margin={"t": 50},
         uirevision=uirevision,
     )
     return figure
@@ -402,11 +447,16 @@ def zoom_ranges(relayout: dict | None):
         low, high = relayout.get(f"{axis}.range[0]"), relayout.get(f"{axis}.range[1]")
         if isinstance(relayout.get(f"{axis}.range"), list) and len(relayout[f"{axis}.range"]) == 2:
             low, high = relayout[f"{axis}.range"]
-        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        if _finite(low) and _finite(high):
             ranges[axis] = [low, high]
         elif relayout.get(f"{axis}.autorange"):
             return "reset"
     return ranges or None
+
+
+def _finite(value) -> bool:
+    """A real, finite number (NaN, ±Infinity, booleans and strings from a crafted payload are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def zoom_patch(relayout: dict | None):
@@ -428,7 +478,7 @@ def apply_zoom(figure: go.Figure, ranges: dict | None) -> go.Figure:
     if isinstance(ranges, dict):
         for axis in ("xaxis", "yaxis"):
             values = ranges.get(axis)
-            if isinstance(values, list) and len(values) == 2 and all(isinstance(v, (int, float)) for v in values):
+            if isinstance(values, list) and len(values) == 2 and all(_finite(v) for v in values):
                 figure.layout[axis].range = values
     return figure
 

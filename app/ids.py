@@ -84,3 +84,19 @@ ZOOM = "explorer-zoom"  # Store: {"q0", "q1", "k0", "k1"} token window of the he
 STRUCTURE_SET = "structure-set"  # DataTable: the per-head summary over a set of structures (--heads-summary)
 STRUCTURE_SET_TITLE = "structure-set-title"
 PROTEIN_ZOOM = "protein-zoom"  # Store: the residue maps' shared zoom {"xaxis": [a, b], "yaxis": [c, d]}
+
+# Dashboard v3: reading in the browser (assets/explorer.js)
+LAYER = "selected-layer"  # Store: {"layer": int}, follows SELECTED only when the layer changes (clientside)
+LAYER_DATA = "explorer-layer-data"  # Store: one layer's α of every head for the current input (app/payload.py)
+PATTERN = "explorer-pattern"  # Store: the head type's target cells per head of the layer, for the overlay
+OFFSET_NOTE = "explorer-offset-note"  # the selected head's dominant argmax offset
+TOKENS_SINK = "explorer-tokens-sink"  # Store written by the clientside token-view callback
+URL_NOTE = "url-note"  # what a shared link named that is not here, and what replaced it
+GLOSSARY = "glossary"
+LABELLED = "labelled-heads"  # DataTable of the labelled heads of the current type; a row click selects the head
+LABELLED_MESSAGE = "labelled-heads-message"
+PROTEIN_SECTION = "protein-section"  # hidden for models that are not protein models
+EXPLORER_SECTION = "explorer-section"
+THEME = "theme-switch"
+THEME_SINK = "theme-sink"
+CARD_ONLY = "card-only-note"  # why a model shows only its architecture card

@@ -1,37 +1,61 @@
-"""The page: page-wide controls on top; the head atlas and the grid of every head beside the attention explorer;
-the proteins below; the architecture card at the end. Built per request, from the URL's query (shared links)."""
+"""The page: an app shell (dash-mantine-components) with the page-wide controls in the sidebar — model, head type,
+head selector, theme — and one card per panel in the main area: the head atlas and labelled heads, the grid of
+every head beside the attention explorer, the proteins (protein models only) and the architecture card.
+Built per request, from the URL's query (shared links)."""
 
 from __future__ import annotations
 
+import dash_mantine_components as dmc
 from dash import dcc, html
 
 from . import ids
-from .panels import atlas, card, explorer, grid, page, proteins
+from .panels import atlas, card, explorer, glossary, grid, page, proteins
 from .service import Service
 
 
-def page_layout(service: Service, query=None) -> html.Div:
-    """The whole page for one visit; `query` is the URL's query (model, type, layer, head, text, ids)."""
+def page_layout(service: Service, query=None):
+    """The whole page for one visit; `query` is the URL's query (model, type, layer, head, text or input key,
+    overlay, scale, zoom, token)."""
     state = page.initial_state(service, query or {})
     config = service.config
-    text = state["text"]
-    if text is None or len(text) > page.URL_TEXT_CHARS:
-        text = explorer.example_text(service.model(state["model"]))
-    return html.Div([
+    if state["text"] is None and not service.unusable(state["model"]):
+        state["text"] = explorer.example_text(service.model(state["model"]))
+    protein = service.is_protein(state["model"])
+    usable = not service.unusable(state["model"])
+    stores = [
         dcc.Store(id=ids.SELECTED, data={"layer": state["layer"], "head": state["head"]}),
+        dcc.Store(id=ids.LAYER), dcc.Store(id=ids.LAYER_DATA), dcc.Store(id=ids.PATTERN),
+        dcc.Store(id=ids.TOKENS_SINK), dcc.Store(id=ids.THEME_SINK),
         dcc.Store(id=ids.INPUT), dcc.Store(id=ids.LABEL_VERSION, data=service.finished_jobs()),
         dcc.Store(id=ids.PROTEIN), dcc.Store(id=ids.PAIR),
-        page.layout(service, state),
-        html.Div(className="row", children=[
-            html.Div([atlas.layout(), grid.layout()], className="column left-column"),
-            html.Div([explorer.layout(text, state["as_ids"])], className="column right-column"),
+    ]
+    main = dmc.Stack(gap="md", children=[
+        html.Div(state["note"], id=ids.URL_NOTE, className="url-note" if state["note"] else "url-note empty"),
+        html.Div(id=ids.PAGE_MESSAGE, className="message"),
+        html.Div(service.unusable(state["model"]) or "", id=ids.CARD_ONLY, className="message"),
+        html.Div(id=ids.EXPLORER_SECTION, style={} if usable else {"display": "none"}, children=[
+            html.Div(className="row", children=[
+                html.Div([atlas.layout(), grid.layout()], className="column left-column"),
+                html.Div([explorer.layout(state)], className="column right-column"),
+            ]),
         ]),
-        proteins.layout(config.upload_bytes, config.max_residues),
+        html.Div(proteins.layout(config.upload_bytes, config.max_residues), id=ids.PROTEIN_SECTION,
+                 style={} if protein else {"display": "none"}),
         card.layout(),
     ])
+    shell = dmc.AppShell(
+        header={"height": 52}, navbar={"width": 300, "breakpoint": "sm"}, padding="md",
+        children=[
+            dmc.AppShellHeader(page.header(state)),
+            dmc.AppShellNavbar(page.sidebar(service, state), p="md", className="sidebar"),
+            dmc.AppShellMain([*stores, main]),
+        ])
+    return dmc.MantineProvider(shell, id="mantine-provider", forceColorScheme=state["theme"],
+                               theme={"fontFamily": "Inter, system-ui, -apple-system, 'Segoe UI', sans-serif",
+                                      "primaryColor": "indigo", "defaultRadius": "md"})
 
 
 def register(app, service: Service) -> None:
     """Every panel's callbacks."""
-    for panel in (page, atlas, grid, explorer, proteins, card):
+    for panel in (page, atlas, grid, explorer, proteins, card, glossary):
         panel.register(app, service)

@@ -18,7 +18,8 @@ RANGE_TEXT = {"short": "short (6–11)", "medium": "medium (12–23)", "long": "
 # Leaderboard columns and their short headers (the table fits a half-width panel at 1600 px).
 LEADERBOARD_COLUMNS = {"head": "head", "p_at_L_long": "P@L long", "p_at_L_medium": "P@L med",
                        "p_at_L_short": "P@L short", "contact_share": "Vig share", "weight": "weight",
-                       "logit_share": "logit share"}
+                       "logit_share": "logit share", "enrichment": "enrichment", "base_rate": "base rate",
+                       "p_value": "p", "q_value": "q", "significant": "significant"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,11 @@ class ProteinResult:
     heads: pd.DataFrame | None  # per-head leaderboard (head, layer, head_index, precision columns, ...)
     precision: pd.DataFrame | None  # P@L by sequence-separation range
     note: str = ""
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the result holds (for the cache's byte budget): the predicted and true maps."""
+        return self.predicted.nbytes * 2
 
 
 def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes | None, filename: str = "",
@@ -96,3 +102,24 @@ def head_map(loaded: models.LoadedModel, sequence: str, layer: int, head: int) -
     from probe.proteins.contacts import head_attention_map
 
     return np.asarray(head_attention_map(loaded, sequence, layer, head), dtype=np.float32)
+
+
+def layer_maps(loaded: models.LoadedModel, sequence: str, layer: int) -> np.ndarray:
+    """Every head's APC-corrected symmetrised attention over residues in one layer, from one forward pass:
+    [head residue residue] float32 (each head equals `head_map`)."""
+    import torch
+
+    from probe.engine import capture
+    from probe.engine.dense import DenseSink
+    from probe.models import encode_proteins
+    from probe.proteins.contacts import apc, symmetrize
+
+    if not 0 <= layer < loaded.n_layers:
+        raise ProbeError(f"layer {layer} does not exist: the model has layers 0..{loaded.n_layers - 1}")
+    cleaned, inputs = encode_proteins(loaded, [sequence])
+    sink = DenseSink([layer])
+    with capture(loaded.model, sink), torch.inference_mode():
+        loaded.model(**inputs)
+    start, length = loaded.residue_offset, len(cleaned[0])
+    alpha = sink.attention(0)[0, 0, :, start:start + length, start:start + length]  # [head L L]
+    return np.stack([apc(symmetrize(alpha[h])).numpy() for h in range(alpha.shape[0])]).astype(np.float32)

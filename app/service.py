@@ -1,59 +1,43 @@
-"""Server-side state of the dashboard: the models (loaded once per process), a small LRU cache of captures, one lock
-that serialises inference, labelling jobs and protein results.
+"""The dashboard's service: server-side work shared by every session and thread — captures (cached, one forward
+pass at a time under one inference lock), labelling jobs in background threads, protein results.
 
-Big arrays live here and never go to the browser whole: callbacks ask for one head's matrix at a time (or for
-the pooled thumbnails of every head). Everything a user can get wrong raises a one-line
-:class:`~probe.errors.ProbeError`. Protein analysis is done by the pure functions of `protein_analysis`; this module
-holds the lock around them.
+Big arrays live here and go to the browser one layer at a time (or as the pooled thumbnails of every head).
+Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`. The pieces it is built from
+live beside it: `config` (AppConfig), `cache` (LRUCache), `registry` (models), `tables` (files on disk), `inputs`
+(parsing), `sinks` (the grid's capture sink), `protein_analysis` (pure protein functions).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import math
-import re
-import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from probe import models
 from probe.errors import ProbeError
-from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
 
 from . import protein_analysis
+from .cache import LRUCache
+from .config import AppConfig
+from .inputs import parse_fasta, parse_token_ids
 from .protein_analysis import ProteinResult
+from .registry import ModelRegistry, default_models
+from .sinks import PoolSink
+from .tables import one_length, read_heads_summary, read_labels
 
-LABEL_COLUMNS = ("layer", "head", "head_type", "score")
 CHARS_PER_TOKEN = 16  # explorer text is capped at max_tokens × this many characters before it is tokenized
 THUMBNAIL_BINS = 40  # each head's thumbnail in the grid is max-pooled to at most this many rows and columns
+TEXTS_KEPT = 1000  # long inputs kept for links
 LOCK_PATIENCE_S = 0.25  # how long a view waits for the inference lock before saying a labelling job holds it
 
 
 class Busy(ProbeError):
     """The inference lock is held by a labelling job: the view says so and is redrawn when the job ends."""
-
-
-@dataclass(frozen=True)
-class AppConfig:
-    """What `probe app` flags set."""
-
-    models: tuple[str, ...] = ()  # model specs; empty: the bundled model organisms (or locally built tiny models)
-    labels: str | None = None  # a labels table written by `probe label` (.csv, .parquet or .json)
-    device: str = "cpu"
-    max_tokens: int = 1024  # longest text input the explorer captures (tokens, special tokens included)
-    max_residues: int = 1022  # longest protein the protein view runs
-    upload_bytes: int = 5 * 2**20  # largest accepted upload (structure or FASTA)
-    cache_bytes: int = 256 * 2**20  # memory budget of the capture cache
-    cache_entries: int = 32  # and its entry limit
-    label_examples: int = 64  # probe examples per probe set when labelling on demand (probe label --examples)
-    heads_summary: str | None = None  # a per-head structure-set summary from `probe contacts --heads-summary`
 
 
 @dataclass(frozen=True)
@@ -75,161 +59,6 @@ class LabelJob:
     error: str = ""
 
 
-class LRUCache:
-    """A thread-safe least-recently-used cache of numpy arrays, bounded by entries and by bytes."""
-
-    def __init__(self, max_entries: int, max_bytes: int) -> None:
-        self.max_entries, self.max_bytes = max_entries, max_bytes
-        self._items: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
-
-    def get(self, key):
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                self.hits += 1
-                return self._items[key]
-            self.misses += 1
-            return None
-
-    def peek(self, key):
-        """Like get, but uncounted and without refreshing the entry (for a second look under a lock)."""
-        with self._lock:
-            return self._items.get(key)
-
-    def put(self, key, value) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > 1 and (len(self._items) > self.max_entries or self.nbytes > self.max_bytes):
-                self._items.popitem(last=False)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(_nbytes(value) for value in self._items.values())
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-def _nbytes(value) -> int:
-    if isinstance(value, np.ndarray):
-        return value.nbytes
-    if isinstance(value, ProteinResult):
-        return value.predicted.nbytes * 2
-    return 1024
-
-
-class ModelRegistry:
-    """Each model spec loaded once per process and shared by every session."""
-
-    def __init__(self, specs: Sequence[str], device: str = "cpu", loader: Callable = models.load) -> None:
-        if not specs:
-            raise ProbeError("no models to show: pass --model")
-        self.specs = tuple(dict.fromkeys(specs))
-        self.device = device
-        self._loader = loader
-        self._loaded: dict[str, models.LoadedModel] = {}
-        self._lock = threading.Lock()
-
-    def get(self, spec: str) -> models.LoadedModel:
-        """The loaded model; only specs given at start-up are accepted (never a path from the browser)."""
-        if spec not in self.specs:
-            raise ProbeError(f"unknown model {spec!r}: choose one of {', '.join(self.specs)}")
-        with self._lock:
-            if spec not in self._loaded:
-                self._loaded[spec] = self._loader(spec, device=self.device)
-            return self._loaded[spec]
-
-    def load_all(self) -> None:
-        for spec in self.specs:
-            self.get(spec)
-
-
-def default_models(scratch: str | Path | None = None) -> tuple[str, ...]:
-    """The bundled model organisms; a tiny GPT-2 / ESM built into `scratch` stands in for a kind the zoo lacks."""
-    import json
-
-    specs: dict[str, str] = {}  # spec -> "text" | "protein"
-    try:
-        from probe import zoo
-
-        for name in zoo.names():
-            config = json.loads((zoo.path(name) / "config.json").read_text())
-            specs[f"zoo:{name}"] = "protein" if config.get("model_type") == "esm" else "text"
-    except (ImportError, AttributeError, OSError, ValueError):
-        pass
-    from probe.zoo.tiny import save_tiny
-
-    missing = [(arch, kind) for arch, kind in (("gpt2", "text"), ("esm", "protein")) if kind not in specs.values()]
-    if missing:
-        scratch = Path(scratch or tempfile.mkdtemp(prefix="probe-app-"))
-        for arch, kind in missing:
-            specs[str(save_tiny(arch, scratch / f"tiny-{arch}", seed=0))] = kind
-    # Text models first (the page opens on the first one), the induction organism before the others.
-    preferred = ("zoo:induction", "zoo:coreference", "zoo:positional")
-    return tuple(sorted(specs, key=lambda spec: (specs[spec] == "protein",
-                                                 preferred.index(spec) if spec in preferred else len(preferred))))
-
-
-def read_labels(path: str | Path) -> pd.DataFrame:
-    """A labels table from `probe label` (.csv, .parquet or .json); checked for the columns the atlas needs."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise ProbeError(f"--labels {path}: no such file; pass a table written by `probe label`")
-    if path.suffix.lower() not in TABLE_EXTENSIONS:
-        raise ProbeError(f"--labels {path}: the extension must be one of {', '.join(TABLE_EXTENSIONS)}")
-    try:
-        table = read_table_file(path)
-    except ProbeError as error:
-        raise ProbeError(f"--labels {error}; pass a table written by `probe label`") from None
-    missing = [column for column in LABEL_COLUMNS if column not in table.columns]
-    if missing:
-        raise ProbeError(f"--labels {path}: missing columns {', '.join(missing)}; pass a table written by `probe label`")
-    return table
-
-
-def _one_length(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows of one probe length: a table from `probe label --seq-len 64,256` has a row per length for every head
-    and type; the views show the first length it lists (its `stable` column says where the labels flip)."""
-    if "seq_len" not in table.columns or table["seq_len"].nunique() <= 1:
-        return table
-    return table[table["seq_len"] == table["seq_len"].iloc[0]]
-
-
-def _read_heads_summary(path: str) -> pd.DataFrame:
-    """`probe contacts --heads-summary` output, checked by probe.proteins.sets (one-line ProbeError otherwise)."""
-    from probe.proteins.sets import read_heads_summary
-
-    return read_heads_summary(path)
-
-
-def parse_token_ids(text: str, vocab_size: int) -> list[int]:
-    """"15 7 22" or "15,7,22" -> [15, 7, 22], each checked against the vocabulary."""
-    parts = [part for part in re.split(r"[\s,]+", text.strip()) if part]
-    if not parts:
-        raise ProbeError("no token ids given: type integers separated by spaces or commas, e.g. 5 17 17 5")
-    ids = []
-    for part in parts:
-        if not part.lstrip("-").isdigit():
-            raise ProbeError(f"{part!r} is not a token id: type integers separated by spaces or commas, "
-                             "or untick 'token ids' to type text")
-        value = int(part)
-        if not 0 <= value < vocab_size:
-            raise ProbeError(f"token id {value} is out of range: this model's vocabulary is 0..{vocab_size - 1}")
-        ids.append(value)
-    return ids
-
-
-def parse_fasta(text: str) -> str:
-    """The first record of FASTA text, or a bare sequence; validated amino-acid letters."""
-    from probe.proteins.fasta import parse_fasta as read_records
-
-    _, sequence = read_records(text, "the input")[0]
-    return models.clean_protein(sequence)
-
-
 class Service:
     """All server-side work of the dashboard; shared by every session and thread."""
 
@@ -240,11 +69,18 @@ class Service:
         self.inference_lock = threading.RLock()  # one forward pass at a time, in the whole process
         self.captures = LRUCache(config.cache_entries, config.cache_bytes)
         self.proteins = LRUCache(8, config.cache_bytes)
+        # One protein's APC maps, a layer (every head) per entry: a head step inside a layer, and every user who
+        # looks at the same structure with the same model, costs no forward pass.
+        self.protein_maps = LRUCache(64, config.cache_bytes)
         self._labels_file = labels if labels is not None else (read_labels(config.labels) if config.labels else None)
-        self._summary = _read_heads_summary(config.heads_summary) if config.heads_summary else None
+        self._summary = read_heads_summary(config.heads_summary) if config.heads_summary else None
         self._computed: dict[str, pd.DataFrame] = {}
         self._jobs: dict[str, LabelJob] = {}
         self._jobs_lock = threading.Lock()
+        self._texts: dict[str, str] = {}  # long explorer inputs by key, for links (bounded, oldest dropped)
+        self._texts_lock = threading.Lock()
+        self._classes: dict[str, object] = {}  # TokenClasses per model spec (sentence ends, brackets)
+        self._classes_lock = threading.Lock()
 
     # --- models --------------------------------------------------------------------------------------------
 
@@ -253,7 +89,22 @@ class Service:
         return self.registry.specs
 
     def model(self, spec: str) -> models.LoadedModel:
+        """The loaded model (a ProbeError naming the reason for a card-only model)."""
         return self.registry.get(spec)
+
+    def unusable(self, spec: str) -> str | None:
+        """Why `spec` shows only its card (no tokenizer, not capturable), or None."""
+        return self.registry.unusable(spec)
+
+    def kind(self, spec: str) -> str:
+        """"causal_lm", "masked_lm", "protein_mlm", … or "card only"."""
+        if self.unusable(spec):
+            return "card only"
+        kind = self.model(spec).kind
+        return str(getattr(kind, "value", kind))
+
+    def is_protein(self, spec: str) -> bool:
+        return not self.unusable(spec) and self.model(spec).kind == models.ModelKind.PROTEIN_MLM
 
     def token_cap(self, spec: str) -> int:
         """Longest explorer input for this model, in tokens: --max-tokens or the model's positions."""
@@ -282,10 +133,27 @@ class Service:
         return layer, head
 
     def describe(self, spec: str) -> str:
+        if self.unusable(spec):
+            return f"{spec} · card only"
         loaded = self.model(spec)
         kind = getattr(loaded.kind, "value", loaded.kind)  # ModelKind may be a (str, Enum)
         return (f"{spec} · {kind} · {loaded.n_layers} layers × {loaded.n_heads} heads · "
                 f"revision {loaded.revision}")
+
+    def save_text(self, text: str) -> str:
+        """A short key for a long input, so a link can carry it (kept for this server's lifetime, at most
+        TEXTS_KEPT inputs)."""
+        key = hashlib.sha256(text.encode()).hexdigest()[:16]
+        with self._texts_lock:
+            self._texts.pop(key, None)
+            self._texts[key] = text
+            while len(self._texts) > TEXTS_KEPT:
+                self._texts.pop(next(iter(self._texts)))
+        return key
+
+    def saved_text(self, key: str) -> str | None:
+        with self._texts_lock:
+            return self._texts.get(str(key))
 
     # --- explorer --------------------------------------------------------------------------------------------
 
@@ -395,7 +263,7 @@ class Service:
         coreference). fixed_offset uses the head's offset from the labels table (all offsets when there is none)."""
         import torch
 
-        from probe.heads.probesets import delimiter_ids
+        from probe.heads.probesets import delimiter_ids, token_classes
         from probe.heads.registry import target_pattern
 
         loaded = self.model(spec)
@@ -406,8 +274,18 @@ class Service:
             offset = next((int(value) for value in rows["offset"] if pd.notna(value)), None)
         pattern = target_pattern(head_type, torch.tensor(list(ids), dtype=torch.long),
                                  causal=loaded.kind == models.ModelKind.CAUSAL_LM, delimiter_ids=delimiter_ids(loaded.tokenizer),
-                                 candidate=offset)  # [query key]
+                                 candidate=offset, classes=self._token_classes(spec, loaded, token_classes))  # [query key]
         return pattern.cpu().numpy().astype(bool)
+
+    def _token_classes(self, spec: str, loaded, token_classes):
+        """Sentence ends and brackets of the model's tokenizer (one vocabulary scan per model)."""
+        with self._classes_lock:
+            classes = self._classes.get(spec)
+        if classes is None:
+            classes = token_classes(loaded.tokenizer)
+            with self._classes_lock:
+                self._classes[spec] = classes
+        return classes
 
     # --- labels ----------------------------------------------------------------------------------------------
 
@@ -419,12 +297,12 @@ class Service:
         if table is None:
             return None
         if "model" not in table.columns:
-            return _one_length(table) if len(self.specs) == 1 else None
+            return one_length(table) if len(self.specs) == 1 else None
         loaded = self.model(spec)
         mine = table[table["model"].astype(str) == spec]
         if mine.empty and "revision" in table.columns:
             mine = table[table["revision"].astype(str) == loaded.revision]
-        return _one_length(mine) if not mine.empty else None
+        return one_length(mine) if not mine.empty else None
 
     def heads_summary(self, spec: str) -> pd.DataFrame | None:
         """The structure-set summary (`probe contacts --heads-summary`) of `spec`: matched by the model name or
@@ -508,18 +386,20 @@ class Service:
         return result
 
     def protein_head_map(self, key: str, layer: int, head: int) -> np.ndarray:
-        """The selected head's APC-corrected, symmetrised attention over residues: [residue residue]."""
+        """The selected head's APC-corrected, symmetrised attention over residues: [residue residue].
+
+        Cached per (protein, model, layer): one forward pass gives every head of the layer."""
         result = self.protein_result(key)
-        cache_key = ("apc", key, layer, head)
-        cached = self.captures.get(cache_key)
-        if cached is not None:
-            return cached
-        loaded = self.model(result.model)
         layer, head = self.head_of(result.model, {"layer": layer, "head": head})
-        with self._inference():
-            matrix = protein_analysis.head_map(loaded, result.sequence, layer, head)
-        self.captures.put(cache_key, matrix)
-        return matrix
+        cache_key = ("apc", result.model, key, layer)
+        maps = self.protein_maps.get(cache_key)
+        if maps is None:
+            with self._inference():
+                maps = self.protein_maps.peek(cache_key)
+                if maps is None:
+                    maps = protein_analysis.layer_maps(self.model(result.model), result.sequence, layer)
+                    self.protein_maps.put(cache_key, maps)  # [head residue residue]
+        return maps[head]
 
 
 class _Held:
@@ -540,54 +420,6 @@ def _inputs(loaded: models.LoadedModel, ids: Sequence[int]) -> dict:
 
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=loaded.device)  # [batch query]
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-
-
-class PoolSink:
-    """A capture sink that max-pools every head's α into a small grid as the blocks stream by.
-
-    `pooled` is [layer head query_bin key_bin] float32: each cell keeps the strongest weight of its
-    factor × factor block of (query, key) pairs, factor = ceil(n / bins). Causal blocks arrive without their all-zero
-    key tail (`accepts_causal_crop`), so the engine never computes the masked triangle for the grid.
-    """
-
-    accepts_causal_crop = True
-
-    def __init__(self, n_layers: int, n_tokens: int, bins: int) -> None:
-        self.factor = max(1, math.ceil(n_tokens / bins))
-        self.n_bins = math.ceil(n_tokens / self.factor)
-        self.n_layers = n_layers
-        self._pooled: dict = {}
-
-    def heads_for(self, layer: int, n_heads: int):
-        return range(n_heads)
-
-    def update(self, block) -> None:
-        import torch
-
-        alpha = block.alpha[0]  # [head query key] this block's rows; keys beyond alpha.shape[-1] are exactly 0
-        heads, rows, keys = alpha.shape
-        key_bins = math.ceil(keys / self.factor)
-        pad = key_bins * self.factor - keys
-        if pad:
-            alpha = torch.nn.functional.pad(alpha, (0, pad))  # α ≥ 0, so zero padding never wins a max
-        by_key = alpha.reshape(heads, rows, key_bins, self.factor).amax(-1).float()  # [head query key_bin]
-        grid = self._pooled.get(block.layer)
-        if grid is None:
-            grid = self._pooled[block.layer] = torch.zeros(heads, self.n_bins, self.n_bins)
-        start = block.query_start
-        for row_bin in range(start // self.factor, (start + rows - 1) // self.factor + 1):
-            low, high = max(row_bin * self.factor, start) - start, min((row_bin + 1) * self.factor, start + rows) - start
-            cell = grid[:, row_bin, :key_bins]  # [head key_bin]
-            torch.maximum(cell, by_key[:, low:high].amax(1), out=cell)
-
-    @property
-    def pooled(self):
-        import torch
-
-        layers = [self._pooled[layer] for layer in sorted(self._pooled)]
-        if len(layers) != self.n_layers:
-            raise ProbeError("the model's attention was not captured for every layer")
-        return torch.stack(layers)  # [layer head query_bin key_bin]
 
 
 def _label_model(loaded: models.LoadedModel, progress: Callable[[int, int], None], examples: int) -> pd.DataFrame:

@@ -4,8 +4,9 @@
     python benchmarks/app_load.py --users 5 --duration 10 --model zoo:induction --model zoo:esm-random
 
 Each user repeats what a person does in the page, with a 0.2–1 s pause between actions (seeded): run a prompt
-(tokenize), draw the grid of every head for it (one forward pass, pooled thumbnails), look at a head (one head's
-heatmap + line view) and its token view, step to another head, redraw the atlas, and every few rounds run a protein
+(tokenize), draw the grid of every head for it (one forward pass, pooled thumbnails), look at a head (its layer's α
+sent once, the overlay's targets, the line view; head steps inside the layer and the token view are drawn in the
+browser and cost no request), step to another layer, redraw the atlas, and every few rounds run a protein
 and look at its contact maps. Requests are the browser's own Dash callback POSTs, built from the
 app's /_dash-dependencies. An error is any non-2xx answer, a failed connection, or a page message saying
 "internal error". Prints one table: requests, errors, throughput, latency p50 / p95 / max per request kind.
@@ -124,12 +125,14 @@ def user(client: Client, specs: dict[str, str], seed: int, stop_at: float) -> No
         for _ in range(2):
             selected = {"layer": rng.randrange(specs["layers"]), "head": rng.randrange(specs["heads"])}
             time.sleep(rng.uniform(0.2, 1.0))
-            client.call("head view", "explorer-heatmap", {
-                "explorer-input.data": store, "selected-head.data": selected, "explorer-overlay.value": ["on"],
-                "head-type.value": rng.choice(["previous_token", "induction", "duplicate_token"])})
-            client.call("token view", "explorer-tokens", {
-                "explorer-input.data": store, "selected-head.data": selected, "token-direction.value": "from",
-                "token-focus.data": {"index": 1}})
+            layer = {"layer": selected["layer"]}  # head steps inside a layer and token hovers are in the browser
+            client.call("layer view", "explorer-layer-data", {
+                "explorer-input.data": store, "selected-layer.data": layer})
+            client.call("overlay", "explorer-pattern", {
+                "explorer-input.data": store, "selected-layer.data": layer, "explorer-overlay.value": ["on"],
+                "head-type.value": rng.choice(["previous_token", "induction", "duplicate_token"]),
+                "label-version.data": 0})
+            client.call("line view", "explorer-lines", {"explorer-input.data": store, "selected-head.data": selected})
         time.sleep(rng.uniform(0.2, 1.0))
         client.call("atlas", "atlas-graph", {"model.value": text_model, "head-type.value": "induction",
                                              "colour-by.value": "score", "selected-head.data": selected,

@@ -70,7 +70,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     loaded = LoadedModel(model, tokenizer, "causal_lm", "gpt2-small-random", "random")
     types = tuple(args.types.split(","))
     config = LabelConfig(types=types, examples=args.examples, seq_len=args.seq_len, seed=0,
-                         batch_size=args.batch_size, ablate="none")  # the attention scores alone
+                         batch_size=args.batch_size, ablate="none",  # the attention scores alone
+                         output_share=not args.no_output_share)
     probes = repeated_blocks(tokenizer, args.examples, args.seq_len, seed=0).input_ids  # [example seq]
     batches = [probes[start:start + args.batch_size] for start in range(0, args.examples, args.batch_size)]
     body = model.base_model
@@ -114,7 +115,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
         with torch.inference_mode():
             body(input_ids=batches[0])  # warm-up
         label_model(loaded, LabelConfig(types=types, examples=1, seq_len=args.seq_len, n_bootstrap=10,
-                                        ablate="none"))  # warm-up
+                                        ablate="none", output_share=not args.no_output_share))  # warm-up
         pairs = [(timed(plain), timed(label)) for _ in range(args.repeats)]
         return {"plain": [p for p, _ in pairs], "label": [lab for _, lab in pairs]}
     if variant == "ablation-time":
@@ -188,7 +189,7 @@ def _transformer_lens_run(args: argparse.Namespace, batches, tokenizer):
 def _child(variant: str, args: argparse.Namespace) -> dict | None:
     command = [sys.executable, __file__, "--child", variant, "--examples", str(args.examples), "--batch-size",
                str(args.batch_size), "--seq-len", str(args.seq_len), "--threads", str(args.threads),
-               "--repeats", str(args.repeats)]
+               "--repeats", str(args.repeats)] + (["--no-output-share"] if args.no_output_share else [])
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         print(f"{variant} failed:\n{done.stderr[-3000:]}", file=sys.stderr)
@@ -212,6 +213,8 @@ def main() -> None:
                         help="comma-separated head types scored (default: %(default)s); the types of one probe set, "
                              "so that plain forwards over the same probes are the baseline, e.g. "
                              "previous_token,next_token,self,first_token,fixed_offset,delimiter")
+    parser.add_argument("--no-output-share", action="store_true",
+                        help="label without the output share (Kobayashi et al. 2020 norms; on by default)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -224,7 +227,8 @@ def main() -> None:
     memory = {variant: _child(variant, args) for variant in variants}
     base = memory["plain"]
     print(f"\nGPT-2-small-shaped random model (12 layers × 12 heads), {args.examples} probes × {args.seq_len} tokens, "
-          f"batches of {args.batch_size}, {args.threads} threads; {args.types} × 144 heads\n")
+          f"batches of {args.batch_size}, {args.threads} threads; {args.types} × 144 heads; output share "
+          f"{'off' if args.no_output_share else 'on'}\n")
     print("| variant | time (s), min / median | time ratio, min / median | peak RSS (MiB) | peak ratio |")
     print("|---|---|---|---|---|")
     fastest, middle = min(times["plain"]), statistics.median(times["plain"])

@@ -1,17 +1,18 @@
 """Benchmark: the same checkpoint sweep in-process and on a local Ray instance with 1 and 2 workers, and a
 projection to N machines from the measured costs.
 
-The sweep: `probe label` of every checkpoint of a zoo training run (LabelTask units of probe.runs.ray_executor, one
-checkpoint per unit, default LabelConfig). With no --checkpoints, a 400-step run of the induction organism with a
+The sweep: `probe label` of every checkpoint of a zoo training run through the runner the command uses
+(probe.runs.runner.run with LabelTask units, one checkpoint per unit, default LabelConfig; nothing persisted). With no --checkpoints, a 400-step run of the induction organism with a
 checkpoint every 50 steps (9 checkpoints) is trained first into a temporary folder (~15 s, not timed).
 
 Measured (each a separate phase, in this order):
 
-  in-process   run_units(ray=None), torch on 1 thread (what one Ray worker gets): wall time; per unit its model load
+  in-process   run(executor=InProcess()), torch on 1 thread (what one Ray worker gets): wall time; per unit its load
                and its labelling time
   ray start    ray.init(address="local", num_cpus=2, 256 MB object store, no dashboard): wall time
   actor start  W actors created and answering (a Python worker process each, importing probe + torch): wall time
-  ray W=1, 2   run_units on the running instance with W workers (actor start included, ray.init not): wall time
+  ray W=1, 2   run(executor=RayExecutor) on the running instance with W workers (actor start included, ray.init
+               not): wall time
 
 Projection. With U units of equal cost t_u = load + label (measured in-process), W = M·c workers (M machines, c
 workers each), Ray start/join t_r, actor start t_a (workers start in parallel) and a per-unit driver/transfer
@@ -70,13 +71,32 @@ class EchoTask:
     def __init__(self, table) -> None:
         self.table = table
 
+    def identity(self, unit):
+        return None
+
     def load(self, group):
         return None
 
-    def run(self, state, payload):
-        from probe.runs.ray_executor import UnitOutput
+    def compute(self, state, unit):
+        from probe.runs.runner import UnitOutput
 
         return UnitOutput(table=self.table.copy())
+
+    def rows(self, unit, result):
+        return result.table
+
+    def owners(self, table):
+        return table["model"]
+
+
+def run_units(units, task, ray=None, on_result=None):
+    """The results of one runner run, nothing persisted (`on_result(result)` as each unit finishes)."""
+    from probe.runs.ray_executor import RayExecutor
+    from probe.runs.runner import InProcess, Out, run
+
+    show = (lambda unit, result: on_result(result)) if on_result else None
+    executor = RayExecutor(ray) if ray is not None else InProcess()
+    return run(units, task, Out(show=show), executor, progress=False).results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from probe.heads.label import LabelConfig
-    from probe.runs.ray_executor import RayOptions, UnitWorker, run_units, start_ray
-    from probe.runs.sweep import label_units
-    from probe.runs.units import LabelTask, make_checkpoint
+    from probe.runs.checkpoints import make_checkpoint
+    from probe.runs.ray_executor import RayOptions, start_ray, stop_ray
+    from probe.runs.runner import UnitWorker
+    from probe.runs.tasks import LabelTask, label_units
 
     with tempfile.TemporaryDirectory() as scratch:
         directory = args.checkpoints
@@ -110,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(1)
         started = time.perf_counter()
-        local = run_units(units, task, progress=False)
+        local = run_units(units, task)
         t_local = time.perf_counter() - started
         loads = [r.load_seconds for r in local]
         runs = [r.run_seconds for r in local]
@@ -132,22 +153,22 @@ def main(argv: list[str] | None = None) -> int:
                     ray.kill(actor)
             # the driver's cost per unit: no-op units returning a real label table, one worker, timed between the
             # first and the last result (actor start excluded)
-            from probe.runs.ray_executor import Unit
+            from probe.runs.runner import Unit
 
             stamps: list[float] = []
             echo = [Unit(f"echo{i}", None, i) for i in range(60)]
             run_units(echo, EchoTask(local[0].table), ray=RayOptions(workers=1),
-                      on_result=lambda result: stamps.append(time.perf_counter()), progress=False)
+                      on_result=lambda result: stamps.append(time.perf_counter()))
             t_driver = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
             on_ray, worker_units = {}, {}
             for workers in (1, 2):
                 started = time.perf_counter()
-                results = run_units(units, task, ray=RayOptions(workers=workers), progress=False)
+                results = run_units(units, task, ray=RayOptions(workers=workers))
                 on_ray[workers] = time.perf_counter() - started
                 assert all(r.ok for r in results), [r.error for r in results if not r.ok]
                 worker_units[workers] = results
         finally:
-            ray.shutdown()
+            stop_ray()
 
     # worker-side costs from the W=1 run: a worker's first unit also pays its imports and warm-up
     single = worker_units[1]

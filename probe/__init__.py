@@ -5,7 +5,7 @@ The package is layered; imports only go down:
 * :mod:`probe.engine` — the capture engine (attention function, :func:`capture`, sinks);
 * :mod:`probe.heads` — head types, probe sets, scores, statistics, :func:`label_model`;
 * :mod:`probe.proteins` — structures, contacts, Vig et al.'s feature shares, structure sets;
-* :mod:`probe.runs` — batch work: journal, units, executors, sweeps;
+* :mod:`probe.runs` — batch work: the one runner, its executors (in-process, Ray), journal, atomic writes, sweeps;
 * :mod:`probe.commands` — the ``probe`` command line (argparse and printing only; nothing imports it).
 
 Below them sit :mod:`probe.models` (loading), :mod:`probe.card`, :mod:`probe.naming` and :mod:`probe.errors`; the
@@ -33,6 +33,8 @@ _LAZY = {
     "label_model": "probe.heads.label",
     "LabelConfig": "probe.heads.label",
     "HeadTypeSpec": "probe.heads.registry",
+    "register": "probe.heads.registry",
+    "retrieval_scores": "probe.heads.retrieval",
     "predict_contacts": "probe.proteins.contacts",
     "load": "probe.models",
 }

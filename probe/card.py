@@ -22,10 +22,11 @@ nothing else (no layer norms around the block, no embeddings).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from probe.errors import ProbeError, first_line
+from probe.errors import ProbeError
 
 BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "fp8": 1}
 CONTEXTS = {"4K": 4096, "32K": 32768, "128K": 131072}
@@ -139,6 +140,23 @@ def _get(config, *names, default=None):
     return default
 
 
+def _whole(config, *names, default=None, allow_zero: bool = False) -> int | None:
+    """The first of `names` the config sets, as a whole number; one-line ProbeError for NaN, infinities, fractions,
+    text or a negative (or zero) count, naming the field."""
+    value = _get(config, *names, default=default)
+    if value is None:
+        return None
+    number = value
+    if isinstance(value, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
+        number = None
+    elif isinstance(value, float):
+        number = int(value) if math.isfinite(value) and value.is_integer() else None
+    if number is None or number < 0 or (number == 0 and not allow_zero):
+        name = next((n for n in names if getattr(config, n, None) is not None), names[0])
+        raise ProbeError(f"the config's {name} is {value!r}: it must be a positive whole number; fix config.json")
+    return int(number)
+
+
 def _positional(config, model_type: str, max_positions: int | None) -> str:
     kind = getattr(config, "position_embedding_type", None)
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
@@ -200,15 +218,13 @@ def architecture_card(config) -> ArchitectureCard:
     if hasattr(config, "get_text_config"):
         config = config.get_text_config()
     model_type = str(getattr(config, "model_type", "") or "unknown")
-    layers = _get(config, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _get(config, "num_attention_heads", "n_head")
-    hidden = _get(config, "hidden_size", "n_embd", "d_model")
+    layers = _whole(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _whole(config, "num_attention_heads", "n_head")
+    hidden = _whole(config, "hidden_size", "n_embd", "d_model")
     if not (layers and heads and hidden):
         raise ProbeError(f"the {model_type} config names no layer count, head count or hidden size; "
                          "it is not a transformer this card can read")
-    layers, heads, hidden = int(layers), int(heads), int(hidden)
-    max_positions = _get(config, "max_position_embeddings", "n_positions")
-    max_positions = int(max_positions) if max_positions else None
+    max_positions = _whole(config, "max_position_embeddings", "n_positions")
     window, sliding_layers = _sliding(config, layers)
     notes: list[str] = []
     kv_rank = getattr(config, "kv_lora_rank", None)
@@ -223,13 +239,13 @@ def architecture_card(config) -> ArchitectureCard:
         return ArchitectureCard(model_type, "MLA", layers, hidden, heads, heads, nope + rope, value_dim,
                                 _positional(config, model_type, max_positions), max_positions, window,
                                 sliding_layers, params, int(kv_rank), q_rank, rope, nope, tuple(notes))
-    kv_heads = int(_get(config, "num_key_value_heads", "num_kv_heads", default=heads))
+    kv_heads = _whole(config, "num_key_value_heads", "num_kv_heads", default=heads)
     if getattr(config, "multi_query", False):
         kv_heads = 1
     if heads % kv_heads:
         raise ProbeError(f"{heads} query heads cannot be grouped over {kv_heads} key/value heads")
-    head_dim = int(_get(config, "head_dim", default=hidden // heads))
-    value_dim = int(_get(config, "v_head_dim", default=head_dim))
+    head_dim = _whole(config, "head_dim", default=hidden // heads) or hidden // heads
+    value_dim = _whole(config, "v_head_dim", default=head_dim)
     attention = "MHA" if kv_heads == heads else ("MQA" if kv_heads == 1 else "GQA")
     biased = model_type in BIASED
     qkv_bias = biased or bool(getattr(config, "attention_bias", False)) or model_type in ("qwen2", "qwen2_moe")
@@ -277,5 +293,6 @@ def load_config(spec: str):
         raise ProbeError(f"{spec} does not exist; pass a model directory, a config.json or a hub id")
     try:
         return transformers.AutoConfig.from_pretrained(str(path) if path.exists() else source)
-    except (OSError, ValueError) as error:
-        raise ProbeError(f"cannot read the config of {spec!r}: {first_line(error)}") from None
+    except Exception as error:  # noqa: BLE001 - OSError, ValueError, and transformers' strict field validators
+        reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())[:300]
+        raise ProbeError(f"cannot read the config of {spec!r}: {reason or type(error).__name__}") from None

@@ -18,7 +18,6 @@ naming the fix.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -29,6 +28,7 @@ import torch
 from torch import nn
 
 from probe.errors import ProbeError, first_line
+from probe.hashing import weights_hash
 
 
 class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the project supports 3.10
@@ -61,7 +61,27 @@ MAX_OTHER_TOKENS = 8
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model ready for capture."""
+    """A model ready for capture (frozen): what :func:`load` returns.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The transformers model, in eval mode, on its attention implementation (sdpa).
+    tokenizer : transformers.PreTrainedTokenizerBase
+        Its tokenizer.
+    kind : ModelKind
+        Causal LM, masked LM or protein LM (decides which head types and analyses apply).
+    name : str
+        What the user asked for: hub id, directory or ``zoo:NAME``.
+    revision : str
+        The hub commit hash, or ``sha256:…`` of a local model's weight files.
+    residue_format : {"letters", "spaced"} or None
+        Protein models: residues as one string (ESM) or space-separated (ProtBert); None for text models.
+    has_contact_head : bool
+        The checkpoint carries a contact regression (ESM).
+    n_layers, n_heads : int
+        Transformer layers and query heads per layer (properties).
+    """
 
     model: nn.Module
     tokenizer: object  # a transformers tokenizer
@@ -109,7 +129,7 @@ class LoadedModel:
 
     @property
     def residue_offset(self) -> int:
-        """Token index of the first residue in an encoded sequence (1 after [CLS] / <cls>, 0 without a BOS)."""
+        """Token index of the first residue in an encoded sequence (1 after ``[CLS]`` / ``<cls>``, 0 without a BOS)."""
         return _residue_offset(self.tokenizer, self.residue_format)
 
 
@@ -213,21 +233,17 @@ def _hub_error(spec: str, error: Exception) -> ProbeError:
     )
 
 
-def _weights_hash(directory: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(directory.glob("*.safetensors")) + sorted(directory.glob("*.bin")):
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-    return "sha256:" + digest.hexdigest()[:16]
-
-
 def locate(spec: str) -> str:
     """Where `spec` points, checked without loading anything: a zoo:NAME or a local directory (with config.json)
     -> its path; a hub id -> itself. One-line ProbeError for a missing directory or zoo name (commands call this
     for every --model before computing anything)."""
     source = resolve(spec)
     local = Path(source).expanduser()
+    try:
+        local.exists()
+    except OSError as error:  # a name too long for the file system, say
+        raise ProbeError(f"model {spec[:60]}{'...' if len(spec) > 60 else ''}: not a usable path "
+                         f"({error.strerror or error})") from None
     if local.exists():
         if not local.is_dir() or not (local / "config.json").exists():
             raise ProbeError(f"{source} is not a model directory (no config.json); pass what save_pretrained wrote")
@@ -242,7 +258,37 @@ def load(
     device: str = "cpu",
     dtype: str | torch.dtype | None = None,  # None: the checkpoint's own (float32 for our zoo)
 ) -> LoadedModel:
-    """Load a model and its tokenizer for capture; one-line ProbeError for anything the user can fix."""
+    """Load a model and its tokenizer for capture.
+
+    The model class follows the checkpoint: ``AutoModelForCausalLM`` for causal LMs, ``AutoModelForMaskedLM`` for
+    masked and protein LMs, ``EsmForMaskedLM`` for ESM (it keeps the contact regression), the encoder alone for
+    ProtT5. It is loaded with ``attn_implementation="sdpa"`` (the capture engine switches it only inside
+    :func:`probe.engine.capture.capture`), moved to `device` and put in eval mode.
+
+    Parameters
+    ----------
+    spec : str
+        A hub id (``"gpt2"``; from the local cache when offline), a local directory written by
+        ``save_pretrained`` (with its tokenizer), or ``"zoo:NAME"`` for a bundled model organism.
+    device : str, default "cpu"
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; checked against what this machine has.
+    dtype : str or torch.dtype, optional
+        ``"float32"``, ``"float16"``, ``"bfloat16"`` (or ``fp32``, ``fp16``, ``bf16``, or a torch dtype); None:
+        the checkpoint's own.
+
+    Returns
+    -------
+    LoadedModel
+        The model, its tokenizer, its kind (causal LM, masked LM, protein LM) and its revision (the hub commit,
+        or ``sha256:…`` of a local model's weight files).
+
+    Raises
+    ------
+    ProbeError
+        One line naming the fix: a missing directory or zoo name, a hub id that cannot be reached, an unreadable
+        config, no usable tokenizer, corrupt or truncated weights, a device this machine does not have, an unknown
+        dtype, a model whose attention does not go through ``AttentionInterface``.
+    """
     import transformers
 
     source = locate(spec)
@@ -252,9 +298,12 @@ def load(
 
     try:
         config = transformers.AutoConfig.from_pretrained(source)
-    except (OSError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 - OSError, ValueError, and transformers' strict field validators
         if local.exists():
-            raise ProbeError(f"cannot read the config in {source}: {first_line(error)}") from None
+            reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())[:300]
+            raise ProbeError(f"cannot read the config in {source}: {reason or type(error).__name__}") from None
+        if not isinstance(error, (OSError, ValueError)):
+            raise
         raise _hub_error(spec, error) from None
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source)
@@ -287,7 +336,7 @@ def load(
         raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
                          "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
     model.to(device_obj).eval()
-    revision = getattr(config, "_commit_hash", None) or (_weights_hash(local) if local.exists() else "unknown")
+    revision = getattr(config, "_commit_hash", None) or (weights_hash(local) if local.exists() else "unknown")
     return LoadedModel(model, tokenizer, kind, spec, revision, residue_format=style,
                        has_contact_head=kind == ModelKind.PROTEIN_MLM and has_contact_head(model))
 
@@ -328,7 +377,26 @@ def _parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
 
 
 def tokenize_text(loaded: LoadedModel, text: str) -> dict[str, torch.Tensor]:
-    """Tokenize one text (checked against the model's length limit), on the model's device."""
+    """Tokenize one text for `loaded`'s model, on the model's device.
+
+    Parameters
+    ----------
+    loaded : LoadedModel
+        What :func:`load` returned.
+    text : str
+        Non-empty text; the tokenizer adds its special tokens (``[CLS] … [SEP]``, ``<bos>``).
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        ``input_ids`` and ``attention_mask``, shape (1, token), long (no ``token_type_ids``): the model's keyword
+        inputs.
+
+    Raises
+    ------
+    ProbeError
+        The text is empty or longer than the model's positions.
+    """
     if not text:
         raise ProbeError("the text is empty: pass --text with at least one word")
     encoded = loaded.tokenizer(text, return_tensors="pt")

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: set-up, Chromium for the browser tests, pytest (notebooks included).
+# The whole test suite, from a fresh machine: set-up, Chromium for the browser tests, the documentation site
+# (mkdocs build --strict: a broken link, a docstring that disagrees with its signature or a stale CLI section fails),
+# then pytest (notebooks included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,4 +10,6 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
         echo "could not install chromium and chromium-driver (needs root and Debian's registry)" >&2; exit 1; }
 fi
 . .venv/bin/activate
+python -m pip install -q -e ".[docs]"
+NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict --site-dir site  # not --quiet: it hides warnings from --strict
 python -m pytest -q "$@"

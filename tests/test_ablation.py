@@ -10,7 +10,14 @@ import torch
 from probe import models
 from probe.engine import capture
 from probe.errors import ProbeError
-from probe.heads.ablation import ablation_effects, control_heads, example_loss, z_score
+from probe.heads.ablation import (
+    ablation_effects,
+    control_groups,
+    control_heads,
+    example_loss,
+    group_effects,
+    z_score,
+)
 from probe.zoo.tiny import build_tiny
 
 
@@ -96,9 +103,69 @@ def test_z_score_by_hand():
 def test_control_heads_avoid_tested_and_excluded():
     chosen = control_heads([(0, 1), (1, 0)], n_heads=4, controls=2, exclude=[(0, 2)], seed=0)
     assert set(chosen) == {0, 1}
-    assert chosen[0] == [0, 3]  # only 0 and 3 are left in layer 0
-    assert len(chosen[1]) == 2 and 0 not in chosen[1]
+    assert chosen[0] == [(0, 0), (0, 3)]  # only 0 and 3 are left in layer 0
+    assert len(chosen[1]) == 2 and (1, 0) not in chosen[1] and all(layer == 1 for layer, _ in chosen[1])
     assert control_heads([(0, 1)], 4, 2, seed=5) == control_heads([(0, 1)], 4, 2, seed=5)
+
+
+def test_control_heads_fall_back_to_the_whole_model():
+    labelled = [(layer, head) for layer in range(2) for head in range(4)]
+    # layer 1 fully labelled, layer 0 has free heads: they are the controls
+    free = control_heads([(1, 0)], n_heads=4, controls=8, exclude=labelled[4:], seed=0, n_layers=2)
+    assert free[1] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    # every head labelled (zoo:induction): heads of the other layers, labelled or not
+    every = control_heads([(1, 0), (1, 2)], n_heads=4, controls=3, exclude=labelled, seed=0, n_layers=2)
+    assert len(every[1]) == 3 and all(layer == 0 for layer, _ in every[1])
+    # without n_layers the old rule stands: no controls, z NaN
+    assert control_heads([(1, 0)], 4, 8, exclude=labelled, seed=0) == {1: []}
+
+
+def test_control_groups_are_distinct_sized_and_never_the_group():
+    # a group of 2 in a layer of 4: its layer makes one other pair only, so the controls come from all other heads
+    group = [(1, 0), (1, 1)]
+    chosen, overlapping = control_groups(group, n_layers=3, n_heads=4, controls=6, seed=0)
+    assert len(chosen) == 6 and len(set(chosen)) == 6
+    assert all(len(c) == 2 and c != tuple(group) for c in chosen)
+    assert not overlapping and all(not set(c) & set(group) for c in chosen)
+    assert any(layer != 1 for c in chosen for layer, _ in c)
+    # a layer with room for several disjoint groups: they all stay in it
+    wide, overlapping = control_groups(group, n_layers=3, n_heads=8, controls=5, seed=0)
+    assert not overlapping and len(wide) == 5 and all(layer == 1 for c in wide for layer, _ in c)
+    assert all(not set(c) & set(group) for c in wide)
+    # the group fills its layer and the other layer has exactly as many heads: one disjoint group, then overlaps
+    full = [(1, head) for head in range(4)]
+    chosen, overlapping = control_groups(full, n_layers=2, n_heads=4, controls=8, seed=0)
+    assert overlapping and len(chosen) == 8 and tuple(full) not in chosen
+    assert ((0, 0), (0, 1), (0, 2), (0, 3)) in chosen  # the disjoint one comes first
+    assert chosen[0] == ((0, 0), (0, 1), (0, 2), (0, 3))
+    assert control_groups(full, 2, 4, 8, seed=3) == control_groups(full, 2, 4, 8, seed=3)
+
+
+def test_group_effect_equals_ablating_the_heads_together(tiny_dir):
+    loaded = models.load(str(tiny_dir("gpt2", seed=2)))
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 60, (3, 10), generator=generator)
+    batches = [{"input_ids": ids, "labels": ids.clone()}]
+    group = [(1, 0), (1, 3)]
+    table = group_effects(loaded, batches, [group], controls=4, max_rows=5, seed=0)
+    assert len(table) == 1
+    row = table.iloc[0]
+    assert row["group"] == tuple(group) and row["group_size"] == 2 and row["n_controls"] == 4
+
+    def joint(heads):
+        mask = torch.zeros(2, 4, dtype=torch.bool)
+        for layer, head in heads:
+            mask[layer, head] = True
+        with torch.inference_mode():
+            clean = example_loss(loaded.model(input_ids=ids).logits, ids, True)
+        with capture(loaded.model, (), ablate=mask), torch.inference_mode():
+            ablated = example_loss(loaded.model(input_ids=ids).logits, ids, True)
+        return float((ablated - clean).mean())
+
+    assert row["group_effect"] == pytest.approx(joint(group), abs=1e-5)
+    chosen, _ = control_groups(group, 2, 4, 4, seed=0)
+    control = torch.tensor([joint(c) for c in chosen], dtype=torch.float64)
+    assert row["group_z"] == pytest.approx(z_score(joint(group), control), rel=1e-4)
 
 
 def test_batched_effects_equal_one_head_at_a_time(tiny_dir):
@@ -113,9 +180,9 @@ def test_batched_effects_equal_one_head_at_a_time(tiny_dir):
     heads = [(0, 1), (1, 3)]
     table = ablation_effects(loaded, batches, heads, controls=2, max_rows=7, seed=0)
     assert list(zip(table["layer"], table["head"], strict=True)) == heads
-    controls = control_heads(heads, 4, 2, seed=0)
+    controls = control_heads(heads, 4, 2, seed=0, n_layers=2)
     effect = {}
-    for layer, head in heads + [(layer, h) for layer, hs in controls.items() for h in hs]:
+    for layer, head in heads + [head for chosen in controls.values() for head in chosen]:
         mask = torch.zeros(2, 4, dtype=torch.bool)
         mask[layer, head] = True
         deltas = []
@@ -128,7 +195,7 @@ def test_batched_effects_equal_one_head_at_a_time(tiny_dir):
         effect[(layer, head)] = float(torch.cat(deltas).mean())
     for row in table.itertuples():
         assert row.ablation_effect == pytest.approx(effect[(row.layer, row.head)], abs=1e-5)
-        control = torch.tensor([effect[(row.layer, h)] for h in controls[row.layer]], dtype=torch.float64)
+        control = torch.tensor([effect[head] for head in controls[row.layer]], dtype=torch.float64)
         assert row.ablation_z == pytest.approx(z_score(effect[(row.layer, row.head)], control), rel=1e-4)
         assert row.n_controls == 2
 

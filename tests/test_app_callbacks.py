@@ -16,18 +16,14 @@ import torch
 from dash import no_update
 
 from app import create_app, figures, ids
+from app.cache import LRUCache
+from app.config import AppConfig
 from app.errors import guarded
+from app.inputs import parse_fasta, parse_token_ids
 from app.panels import atlas, card, explorer, grid, page, proteins
-from app.service import (
-    AppConfig,
-    Busy,
-    LRUCache,
-    ModelRegistry,
-    Service,
-    parse_fasta,
-    parse_token_ids,
-    read_labels,
-)
+from app.registry import ModelRegistry
+from app.service import Busy, Service
+from app.tables import read_labels
 from probe import models
 from probe.errors import ProbeError
 
@@ -123,35 +119,43 @@ def test_model_change_puts_an_example_that_fits_in_the_box(service, specs):
     assert text == explorer.DEMO_TEXT and message == ""
 
 
-def test_explorer_view_shows_the_selected_heads_alpha_equal_to_eager(service, specs):
+def test_layer_payload_holds_every_heads_alpha_equal_to_eager(service, specs):
+    from app.payload import decode_alpha
+
     gpt2 = specs[0]
     store, _, _ = explorer.explorer_input(service, gpt2, "the cat saw the dog . the cat saw the dog", False)
     reference = _eager_alpha(gpt2, store["ids"])  # [layer head query key]
-    revisions = set()
-    for layer, head in ((0, 0), (1, 3)):
-        heatmap, lines, caption, message, note = explorer.explorer_view(
-            service, store, {"layer": layer, "head": head}, False, "induction")
-        assert message == "" and note == "" and caption.startswith(f"L{layer}H{head}")
-        np.testing.assert_allclose(np.asarray(heatmap.data[0].z), reference[layer, head].numpy(), atol=1e-5)
-        assert len(heatmap.data) == 1 and (heatmap.data[0].zmin, heatmap.data[0].zmax) == (0.0, 1.0)
-        assert any(trace.mode == "lines" for trace in lines.data)
-        revisions.add(heatmap.layout.uirevision)
-    assert len(revisions) == 1  # the zoom is kept across head steps (same input)
+    keys = set()
+    for layer in (0, 1):
+        payload, message = explorer.layer_view(service, store, {"layer": layer})
+        assert message == "" and payload["layer"] == layer and payload["causal"] is True
+        alpha = decode_alpha(payload["alpha"], payload["heads"], payload["n"])  # [head query key]
+        np.testing.assert_allclose(alpha, reference[layer].numpy(), atol=1e-5)  # uint16: ≤ 7.7e-6
+        assert payload["tokens"][1] == "the" and len(payload["tokens"]) == payload["n"]
+        keys.add(payload["key"])
+    assert len(keys) == 1  # the same input: the browser keeps the zoom across layers
+    lines = explorer.line_figure(service, store, {"layer": 1, "head": 3})
+    assert any(trace.mode == "lines" for trace in lines.data)
 
 
-def test_explorer_overlay_outlines_the_targets_and_reports_their_share(service, specs):
+def test_a_failed_capture_clears_the_figures_with_the_reason(service, specs, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("Q/K/V should have the same head size")
+
+    monkeypatch.setattr(service, "layer_attention", broken)
+    payload, message = explorer.layer_view(service, {"model": specs[0], "ids": [5, 6]}, {"layer": 0})
+    assert "Q/K/V should have the same head size" in message and payload["error"].endswith(message)
+
+
+def test_explorer_overlay_sends_the_targets_of_each_head(service, specs):
     store = {"model": specs[0], "ids": [5, 9, 10, 5, 9, 10]}
-    heatmap, _, _, _, note = explorer.explorer_view(service, store, {"layer": 0, "head": 0}, True, "induction")
-    labels = list(heatmap.data[0].x)
-    outline = heatmap.data[1]
-    cells = {(labels.index(y), labels.index(x)) for x, y in zip(outline.x, outline.y, strict=True)}
-    assert cells == {(3, 1), (4, 2), (5, 3)}  # the token after the earlier copy of 5, 9, 10
-    alpha = service.head_attention(specs[0], store["ids"], 0, 0)
-    share = np.mean([alpha[3, 1], alpha[4, 2], alpha[5, 3]])
-    assert f"{share:.0%} of the attention of the 3 rows with a target" in note
-    assert "(a uniform head: 21%)" in note  # mean of 1/4, 1/5, 1/6
-    _, _, _, message, note = explorer.explorer_view(service, store, {"layer": 0, "head": 0}, True, "coreference")
-    assert message == "" and "need marked spans" in note and "EncodedSpanExample" not in note
+    pattern = explorer.pattern_view(service, store, {"layer": 0}, "induction", True)
+    assert len(pattern["heads"]) == 1  # the same targets for every head
+    queries, keys = pattern["heads"][0]
+    assert set(zip(queries, keys, strict=True)) == {(3, 1), (4, 2), (5, 3)}  # after the earlier copy of 5, 9, 10
+    assert explorer.pattern_view(service, store, {"layer": 0}, "induction", False) is None
+    note = explorer.pattern_view(service, store, {"layer": 0}, "coreference", True)["note"]
+    assert "need marked spans" in note and "EncodedSpanExample" not in note
 
 
 def test_target_share_by_hand():
@@ -164,23 +168,10 @@ def test_target_share_by_hand():
     assert chance == pytest.approx(1 / 3)
 
 
-def test_token_view_colours_the_text_by_attention_from_and_to_the_focused_token(service, specs):
-    store = {"model": specs[0], "ids": [5, 9, 10, 5]}
-    alpha = service.head_attention(specs[0], store["ids"], 1, 2)
-    spans = explorer.token_view(service, store, {"layer": 1, "head": 2}, {"index": 3}, "from")
-    assert [span.className for span in spans] == ["token", "token", "token", "token focus"]
-    assert [span.style["backgroundColor"] for span in spans] == [f"rgba(8, 81, 156, {a:.3f})" for a in alpha[3]]
-    spans = explorer.token_view(service, store, {"layer": 1, "head": 2}, {"index": 0}, "to")
-    assert [span.title.split("α ")[1] for span in spans] == [f"{a:.3f}" for a in alpha[:, 0]]
-    spans = explorer.token_view(service, store, {"layer": 1, "head": 2}, {"index": "x"}, "from")
-    assert all(span.style["backgroundColor"] == "rgba(8, 81, 156, 0.000)" for span in spans)
-
-
-def test_explorer_sends_one_heads_matrix_only(service, specs):
+def test_the_browser_gets_one_layer_quantised_not_every_layer(service, specs):
     store = {"model": specs[0], "ids": [5 + i % 60 for i in range(100)]}
-    heatmap, _, _, _, _ = explorer.explorer_view(service, store, {"layer": 1, "head": 2}, False, "induction")
-    assert np.asarray(heatmap.data[0].z).shape == (100, 100)
-    assert len(heatmap.to_json()) < 100 * 100 * 4 * 2  # one float32 matrix (base64), not layers × heads of them
+    payload, _ = explorer.layer_view(service, store, {"layer": 1})
+    assert payload["heads"] == 4 and len(payload["alpha"]) <= 4 * 100 * 100 * 2 * 4 / 3 + 4  # uint16, base64
 
 
 def test_grid_thumbnails_are_every_heads_pooled_pattern_from_one_pass(specs):
@@ -377,15 +368,14 @@ def test_a_view_behind_a_labelling_job_says_it_is_waiting(specs):
     assert not poll_off and "1/4" in progress[1]
     store = {"model": specs[0], "ids": [5, 6, 7]}
     started_at = time.perf_counter()
-    result = guarded(outputs=5, message=3)(explorer.explorer_view)(service, store, {"layer": 0, "head": 0}, False,
-                                                                    "self")
+    payload, message = explorer.layer_view(service, store, {"layer": 0})
     assert time.perf_counter() - started_at < 2  # an answer, not a frozen page
-    assert result[0] is no_update and f"waiting for labelling of {specs[0]} to finish (1/4)" in result[3]
+    assert f"waiting for labelling of {specs[0]} to finish (1/4)" in message and "error" in payload
     with pytest.raises(Busy):
         service.thumbnails(specs[0], [5, 6, 7])
     gate.set()
     assert _wait_for_job(service, specs[0]) == "labelling failed: no probes fit this model"
-    assert explorer.explorer_view(service, store, {"layer": 0, "head": 0}, False, "self")[3] == ""
+    assert explorer.layer_view(service, store, {"layer": 0})[1] == ""
 
 
 # --- page state ----------------------------------------------------------------------------------------------
@@ -393,17 +383,25 @@ def test_a_view_behind_a_labelling_job_says_it_is_waiting(specs):
 
 def test_url_state_round_trips_and_bad_links_fall_back(service, specs):
     store = {"model": specs[1], "ids": [0, 5, 2], "text": "MQI", "as_ids": False}
-    search = page.url_search(specs[1], "self", {"layer": 1, "head": 3}, store)
+    search = page.url_search(service, specs[1], "self", {"layer": 1, "head": 3}, store, ["on"], ["head"],
+                             {"q0": 0, "q1": 2, "k0": 1, "k1": 3}, {"index": 2}, "dark")
     from urllib.parse import parse_qsl
 
     state = page.initial_state(service, dict(parse_qsl(search[1:])))
     assert (state["model"], state["head_type"], state["layer"], state["head"], state["text"], state["note"]) == (
         specs[1], "self", 1, 3, "MQI", "")
+    assert (state["overlay"], state["scale"], state["zoom"], state["token"], state["theme"]) == (
+        True, True, {"q0": 0, "q1": 2, "k0": 1, "k1": 3}, 2, "dark")
     long_store = dict(store, text="M" * 500)
-    assert "text" not in page.url_search(specs[1], "self", None, long_store)
-    state = page.initial_state(service, {"model": "/etc", "type": "nope", "layer": "a", "head": "1"})
+    long_search = page.url_search(service, specs[1], "self", None, long_store)
+    assert "text=" not in long_search and "input=" in long_search  # a long input travels by a server-side key
+    assert page.initial_state(service, dict(parse_qsl(long_search[1:])))["text"] == "M" * 500
+    state = page.initial_state(service, {"model": "/etc", "type": "nope", "layer": "9", "head": "99"})
     assert (state["model"], state["layer"], state["head"]) == (specs[0], 0, 0)
     assert "'/etc' is not served here" in state["note"] and "'nope' does not apply" in state["note"]
+    assert "L9H99 is not a head" in state["note"]
+    assert "expired" not in page.initial_state(service, {"input": "nope"})["note"]
+    assert "no longer on this server" in page.initial_state(service, {"input": "nope"})["note"]
     assert "coreference" not in page.head_types_for(service, specs[1])  # protein models: token types only
     assert "coreference" in page.head_types_for(service, specs[0])
 
@@ -440,9 +438,9 @@ def test_only_models_given_at_start_are_served_and_each_loads_once(specs):
 
 
 def test_token_ids_from_the_browser_are_checked(service, specs):
-    view = guarded(outputs=5, message=3)(explorer.explorer_view)
+    view = guarded(outputs=2, message=1)(explorer.layer_view)
     for bad in ([5, 10**6], [], [5] * 500, ["5"], "5 6"):
-        assert "press Run again" in view(service, {"model": specs[0], "ids": bad}, None, False, "self")[3]
+        assert "press Run again" in view(service, {"model": specs[0], "ids": bad}, {"layer": 0})[1]
 
 
 def test_internal_errors_are_one_line_not_a_traceback(service, specs, monkeypatch):
@@ -450,9 +448,9 @@ def test_internal_errors_are_one_line_not_a_traceback(service, specs, monkeypatc
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(service, "head_attention", broken)
-    view = guarded(outputs=5, message=3)(explorer.explorer_view)
-    result = view(service, {"model": specs[0], "ids": [5, 6]}, {"layer": 0, "head": 0}, False, "self")
-    assert result[3] == "internal error: RuntimeError: kaboom (details in the server log)"
+    view = guarded(outputs=2, message=1)(explorer.line_figure)
+    result = view(service, {"model": specs[0], "ids": [5, 6]}, {"layer": 0, "head": 0})
+    assert result[1] == "internal error: RuntimeError: kaboom (details in the server log)"
     assert result[0] is no_update
 
 
@@ -501,10 +499,8 @@ def _messages(payload) -> str:
 
 
 @pytest.mark.parametrize("input_id,prop,value,target,state,expected", [
-    (ids.ATLAS, "clickData", {"x": "a"}, ids.SELECTED, "model", "click did not name a head"),
-    (ids.ATLAS, "clickData", {"points": [{"x": "a", "y": 0}]}, ids.SELECTED, "model", "is not a layer and a head"),
-    (ids.INPUT, "data", {"model": "/etc", "ids": [1]}, ids.HEATMAP, None, "unknown model '/etc'"),
-    (ids.SELECTED, "data", {"layer": "a", "head": 0}, ids.HEATMAP, None, "is not a layer and a head"),
+    (ids.INPUT, "data", {"model": "/etc", "ids": [1]}, ids.LAYER_DATA, None, "unknown model '/etc'"),
+    (ids.SELECTED, "data", {"layer": "a", "head": 0}, ids.LINES, None, "is not a layer and a head"),
     (ids.SELECTED, "data", {"layer": 0, "head": 0}, ids.ATLAS, "unknown", "unknown model"),
     (ids.CONTACTS, "clickData", {"points": [{"x": 3, "y": 4}]}, ids.PAIR, {ids.PROTEIN: {"key": "k"}},
      "no protein is shown"),
@@ -516,7 +512,7 @@ def _messages(payload) -> str:
 def test_crafted_callback_payloads_get_a_message_not_a_500(client, specs, input_id, prop, value, target, state,
                                                            expected):
     extra = None
-    if input_id == ids.SELECTED and target == ids.HEATMAP:  # a valid input and a crafted selection
+    if input_id == ids.SELECTED and target == ids.LINES:  # a valid input and a crafted selection
         extra = {ids.INPUT: {"model": specs[0], "ids": [5, 6, 7]}}
     if state == "model":
         state = {ids.MODEL: specs[0]}
@@ -530,6 +526,45 @@ def test_crafted_callback_payloads_get_a_message_not_a_500(client, specs, input_
         status, payload = _post(client, input_id, prop, value, target, state, extra)
     assert status == 200, payload
     assert expected in _messages(payload), payload
+
+
+@pytest.mark.parametrize("key", ["xaxis.range[0]", "xaxis.range[1]", "yaxis.range[0]", "yaxis.range[1]",
+                                 "xaxis.range", "yaxis.range"])
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), "x", None])
+def test_a_crafted_zoom_is_an_in_page_message_for_every_relayout_key(client, specs, key, bad):
+    """relayoutData with NaN / ±Infinity / a string in any range key: HTTP 200 and a message (issue 22)."""
+    value = [0, bad] if key.endswith("range") else bad
+    relayout = {key: value}
+    if key.endswith("[0]") or key.endswith("[1]"):
+        relayout[key[:-3] + ("[1]" if key.endswith("[0]") else "[0]")] = 3
+    http, dependencies = client
+    callback = next(c for c in dependencies if any(i["id"] == ids.HEATMAP for i in c["inputs"])
+                    and f"{ids.ZOOM}." in c["output"])
+    body = {"output": callback["output"],
+            "outputs": [{"id": ids.ZOOM, "property": "data"},
+                        {"id": ids.EXPLORER_VIEW_MESSAGE, "property": "children"}],
+            "inputs": [{"id": ids.HEATMAP, "property": "relayoutData", "value": relayout},
+                       {"id": ids.INPUT, "property": "data", "value": {"model": specs[0], "ids": [5, 6, 7, 8]}}],
+            "state": [{"id": ids.ZOOM, "property": "data", "value": None}],
+            "changedPropIds": [f"{ids.HEATMAP}.relayoutData"]}
+    text = json.dumps(body, allow_nan=True)  # the browser's JSON.stringify writes NaN/Infinity as null; crafted
+    response = http.post("/_dash-update-component", data=text, content_type="application/json")
+    assert response.status_code in (200, 204), response.data
+    if bad is None and not key.endswith("range"):
+        return  # a missing number is no zoom: nothing to say
+    assert "not a finite number" in _messages(response.get_json()), response.data
+
+
+@pytest.mark.parametrize("path", ["/_dash-component-suites/dash/../../../../etc/passwd",
+                                  "/_dash-component-suites/dash/..%2F..%2F..%2F..%2Fetc%2Fpasswd",
+                                  "/_dash-component-suites/../../etc/passwd",
+                                  "/_dash-component-suites/nope/x.js", "/_dash-component-suites/dash/nope.js"])
+def test_unknown_component_suite_paths_are_404_without_a_traceback(client, path, caplog):
+    http, _ = client
+    with caplog.at_level("ERROR"):
+        response = http.get(path)
+    assert response.status_code == 404 and b"root:" not in response.data
+    assert not [record for record in caplog.records if record.exc_info]
 
 
 def _post_thumbnail(client, specs):
@@ -553,7 +588,7 @@ def _post_thumbnail(client, specs):
 def test_protein_from_a_typed_sequence(service, specs):
     store, message = proteins.protein_run(service, specs[1], UBIQUITIN[:40], None, None, "")
     assert message == "" and store["length"] == 40 and not store["has_structure"]
-    contacts, head_map, rows, precision, message = proteins.protein_view(service, store, {"layer": 1, "head": 2},
+    contacts, head_map, rows, _, precision, message = proteins.protein_view(service, store, {"layer": 1, "head": 2},
                                                                          None)
     from probe.proteins.contacts import head_attention_map, predict_contacts
 
@@ -566,7 +601,7 @@ def test_protein_from_a_typed_sequence(service, specs):
     assert message == "" and precision == [] and len(rows) == 2 * 4  # leaderboard by logit share
     assert contacts.layout.uirevision == head_map.layout.uirevision == store["key"]  # zoom kept across heads
     zoom = {"xaxis": [10.5, 20.5], "yaxis": [20.5, 10.5]}
-    contacts, head_map, _, _, _ = proteins.protein_view(service, store, {"layer": 0, "head": 1}, None, zoom)
+    contacts, head_map, _, _, _, _ = proteins.protein_view(service, store, {"layer": 0, "head": 1}, None, zoom)
     assert list(contacts.layout.xaxis.range) == list(head_map.layout.xaxis.range) == [10.5, 20.5]  # shared zoom
 
 
@@ -576,7 +611,7 @@ def test_protein_from_an_uploaded_structure_shows_both_triangles(service, specs,
     data = open(ubiquitin_structure, "rb").read()
     store, message = proteins.protein_run(service, specs[1], "", _upload(data), "pdb1ubi.pdb", "")
     assert store["has_structure"] and store["length"] == 76 and "76 residues" in message
-    contacts, _, rows, precision, message = proteins.protein_view(service, store, {"layer": 0, "head": 0},
+    contacts, _, rows, _, precision, message = proteins.protein_view(service, store, {"layer": 0, "head": 0},
                                                                   {"i": 3, "j": 40})
     true = contact_map(read_structure(ubiquitin_structure)).astype(float)
     lower = np.asarray(contacts.data[1].z, dtype=float)
@@ -629,7 +664,7 @@ def test_a_clicked_pair_is_marked_in_both_maps_and_stays():
 
 
 def test_defaults_open_on_the_induction_organism_with_an_input_it_can_read():
-    from app.service import default_models
+    from app.registry import default_models
 
     specs = default_models()
     assert specs[0] == "zoo:induction" and specs[-1] == "zoo:esm-random"
@@ -642,13 +677,7 @@ def test_defaults_open_on_the_induction_organism_with_an_input_it_can_read():
     assert induction[3:13] == induction[-10:]  # a repeated block: something for induction heads to do
 
 
-def test_zoom_fetches_the_full_resolution_window_of_a_pooled_matrix(service, specs):
-    token_ids = [5 + (i * 7) % 50 for i in range(120)]
-    store = {"model": specs[0], "ids": token_ids}
-    selected = {"layer": 1, "head": 1}
-    alpha = service.head_attention(specs[0], token_ids, 1, 1)
-    pooled, _, _, _, _ = explorer.explorer_view(service, store, selected, False, "self")
-    assert np.asarray(pooled.data[0].z).shape == (120, 120)  # small: full resolution already
+def test_zoom_window_in_token_units(service, specs):
     # a 600-token window is pooled 3×3 (256 bins); zooming onto cells 10–19 × 0–9 asks for tokens 30–59 × 0–29
     window = explorer.zoom_window({"xaxis.range[0]": -0.5, "xaxis.range[1]": 9.5, "yaxis.range[0]": 19.5,
                                    "yaxis.range[1]": 9.5}, None, 600)
@@ -657,13 +686,6 @@ def test_zoom_fetches_the_full_resolution_window_of_a_pooled_matrix(service, spe
     # the next zoom is in the window's own cells (factor 1 now)
     assert explorer.zoom_window({"xaxis.range[0]": 1.5, "xaxis.range[1]": 3.5}, window, 600) == \
         {"q0": 30, "q1": 60, "k0": 2, "k1": 4}
-    zoom = {"q0": 100, "q1": 110, "k0": 20, "k1": 40}
-    heatmap, _, _, _, _ = explorer.explorer_view(service, store, selected, False, "self", zoom=zoom)
-    np.testing.assert_allclose(np.asarray(heatmap.data[0].z), alpha[100:110, 20:40], atol=1e-6)
-    assert heatmap.data[0].y[0].startswith("100·") and heatmap.data[0].x[0].startswith("20·")
-    revision = heatmap.layout.uirevision
-    again, _, _, _, _ = explorer.explorer_view(service, store, {"layer": 0, "head": 2}, False, "self", zoom=zoom)
-    assert again.layout.uirevision == revision and "zoom: queries 100–109" in again.layout.title.text  # kept
     assert explorer.checked_window({"q0": 5, "q1": 500, "k0": 0, "k1": 1}, 120) is None  # outside: whole input
 
 
@@ -688,3 +710,123 @@ def test_structure_set_summary_is_shown_for_its_model(specs, tmp_path, service):
     assert proteins.structure_set(shown, specs[0]) == ([], [], "")  # another model: nothing
     with pytest.raises(ProbeError, match="does not exist"):
         Service(AppConfig(models=specs, heads_summary=str(tmp_path / "absent.parquet")), registry=service.registry)
+
+
+# --- dashboard v3 -------------------------------------------------------------------------------------------
+
+
+def test_a_model_that_does_not_load_is_card_only_with_its_reason(specs):
+    from probe.card import load_config
+
+    def loader(spec, device):
+        raise ProbeError(f"no usable tokenizer for {spec}: save one next to the model")
+
+    registry = ModelRegistry(specs[:1], loader=loader, config_loader=load_config)
+    registry.load_all()
+    why = registry.unusable(specs[0])
+    assert "no usable tokenizer" in why and "architecture card is shown" in why
+    assert registry.config(specs[0]).model_type == "gpt2" and registry.usable_specs == ()
+    with pytest.raises(ProbeError, match="no usable tokenizer"):
+        registry.get(specs[0])
+    unreadable = ModelRegistry(["/nowhere/at/all"], loader=loader, config_loader=load_config)
+    with pytest.raises(ProbeError, match="no usable tokenizer"):  # no config either: the start-up error
+        unreadable.load_all()
+
+
+def test_card_kv_cache_at_the_models_own_length():
+    import transformers
+
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     max_position_embeddings=512)
+    rows = {name: value for name, value, _ in card.card_rows(config)}
+    # 2 layers × 4 heads × (16 + 16) values × 2 bytes = 512 B per token; 512 positions: 256 KiB
+    assert rows["KV cache fp16"].startswith("512 B per token · 256 KiB at its 512 positions")
+    assert "(at 128K if extended: 64 MiB)" in rows["KV cache fp16"]
+    assert all(why for name, _, why in card.card_rows(config) if name in card.EXPLAIN)
+
+
+def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
+    table = pd.DataFrame([
+        {"layer": 1, "head": 2, "head_type": "first_token", "score": 0.9, "ci_low": 0.85, "ci_high": 0.95,
+         "chance": 0.1, "q_value": 0.0001, "label": True, "output_share": 0.05, "role": "sink",
+         "ablation_effect": 0.2, "ablation_z": 3.5, "offset": float("nan")},
+        {"layer": 0, "head": 1, "head_type": "first_token", "score": 0.7, "ci_low": 0.6, "ci_high": 0.8,
+         "chance": 0.1, "q_value": 0.01, "label": True, "output_share": float("nan"), "role": None,
+         "ablation_effect": float("nan"), "ablation_z": float("nan"), "offset": float("nan")},
+        {"layer": 0, "head": 0, "head_type": "first_token", "score": 0.2, "chance": 0.1, "q_value": 0.5,
+         "label": False},
+    ])
+    rows, columns, note = atlas.labelled_rows(table, "first_token")
+    assert [r["head_name"] for r in rows] == ["L1H2", "L0H1"] and note == "2 labelled"
+    assert rows[0]["role"] == "sink" and rows[0]["q_value"] == "< 0.001" and rows[0]["output_share"] == 0.05
+    assert rows[1]["output_share"] == "unknown" and rows[1]["role"] == "unknown"
+    assert "offset" not in [c["id"] for c in columns]  # no head has one
+    figure = figures.atlas_figure(table, 2, 4, "first_token")
+    hover = figure.data[0].text[1][2]
+    assert "q = < 0.001" in hover and "ablation: loss +0.200 (z = 3.5" in hover
+    assert "output share 0.05 · role: sink" in hover and "label: True" not in hover
+    assert "output share" not in figure.data[0].text[0][1]  # NaN: not shown as a number
+    assert atlas.labelled_rows(None, "x")[2].startswith("no labels yet")
+
+
+def test_protein_layer_maps_equal_each_heads_map_and_are_cached(service, specs):
+    from probe.proteins.contacts import head_attention_map
+
+    loaded = service.model(specs[1])
+    maps = __import__("app.protein_analysis", fromlist=["layer_maps"]).layer_maps(loaded, UBIQUITIN[:30], 1)
+    for head in range(loaded.n_heads):
+        np.testing.assert_allclose(maps[head], head_attention_map(loaded, UBIQUITIN[:30], 1, head), atol=1e-6)
+    store, _ = proteins.protein_run(service, specs[1], UBIQUITIN[:30], None, None, "")
+    before = service.protein_maps.misses
+    for head in range(loaded.n_heads):
+        service.protein_head_map(store["key"], 1, head)
+    assert service.protein_maps.misses - before == 1  # one forward for the whole layer
+
+
+def test_shared_zoom_is_clipped_to_the_protein():
+    patch, stored = proteins.shared_zoom({"yaxis.range[0]": 58.0, "yaxis.range[1]": -1.0}, {"length": 56})
+    assert stored is None  # clipped to the whole protein: no zoom kept
+    patch, stored = proteins.shared_zoom({"xaxis.range[0]": 10.5, "xaxis.range[1]": 80}, {"length": 56})
+    assert stored == {"xaxis": [10.5, 56.5]}
+
+
+def test_byte_level_tokens_are_shown_as_text():
+    """GPT-2-style byte-level BPE: "Ġthe" is shown as " the" (never a raw Ġ); special tokens keep their form."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from app.payload import display_tokens
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["the cat saw the dog"] * 20, vocab_size=300, min_frequency=1,
+                            special_tokens=["<|endoftext|>"])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer("the cat\nsaw")["input_ids"]) + ["<|endoftext|>"]
+    assert any("Ġ" in token for token in tokens)
+    shown = display_tokens(tokenizer, tokens)
+    assert not any("Ġ" in token or "Ċ" in token for token in shown) and shown[-1] == "<|endoftext|>"
+    assert "".join(shown[:-1]).replace("⏎", "\n") == "the cat\nsaw"
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), "x", True])
+def test_crafted_residue_map_zoom_is_ignored(bad):
+    """The residue maps' shared zoom (relayoutData of either map): a non-finite range changes nothing."""
+    for key in ("xaxis.range[1]", "yaxis.range[0]"):
+        other = key[:-3] + ("[0]" if key.endswith("[1]") else "[1]")
+        assert figures.zoom_ranges({key: bad, other: 3}) is None
+        assert proteins.shared_zoom({key: bad, other: 3}, {"length": 20}) == (no_update, no_update)
+    assert figures.zoom_ranges({"xaxis.range": [0, bad]}) is None
+
+
+def test_target_overlay_of_the_bracket_type_marks_the_matching_bracket():
+    """The explorer's overlay passes the tokenizer's bracket classes: a closer's target is its own opener."""
+    service = Service(AppConfig(models=("zoo:brackets",), label_examples=4))
+    tokenizer = service.model("zoo:brackets").tokenizer
+    ids_ = tokenizer("( sete [ koza ] rada ) .")["input_ids"]  # [bos] ( w [ w ] w ) .
+    tokens = tokenizer.convert_ids_to_tokens(ids_)
+    pattern = service.target_pattern("zoo:brackets", "bracket", ids_, layer=0, head=0)  # [query key] bool
+    opener, inner_open, inner_close, closer = (tokens.index(t) for t in ("(", "[", "]", ")"))
+    expected = np.zeros_like(pattern)
+    expected[inner_close, inner_open] = True
+    expected[closer, opener] = True
+    np.testing.assert_array_equal(pattern, expected)

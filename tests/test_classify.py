@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pandas as pd
 import pytest
@@ -11,7 +12,7 @@ import torch
 from probe import models
 from probe.engine import AttentionBlock
 from probe.errors import ProbeError
-from probe.heads.label import LabelConfig, Scored, label_model, summarise, summary_lines
+from probe.heads.label import LabelConfig, Scored, label_model, roles, summarise, summary_lines
 from probe.heads.probesets import repeated_blocks
 from probe.heads.registry import REGISTRY, TargetContext
 from probe.heads.scores import ScoreSink
@@ -119,9 +120,10 @@ def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     table = label_model(loaded, LabelConfig(examples=24), progress=lambda done, total: calls.append((done, total)),
                         note=notes.append)
     assert list(table.columns) == COLUMNS
-    types = ["previous_token", "self", "first_token", "fixed_offset", "delimiter", "duplicate_token", "induction",
-             "coreference"]  # every type but next_token (a causal model)
-    assert list(dict.fromkeys(table["head_type"])) == types and len(table) == 2 * 4 * len(types)
+    types = ["previous_token", "self", "first_token", "fixed_offset", "delimiter", "sentence_start", "bracket",
+             "duplicate_token", "induction", "coreference"]  # every type but next_token (a causal model)
+    # rows come per probe set: the repeated-block types first, then random sentences, random brackets, templates
+    assert sorted(dict.fromkeys(table["head_type"])) == sorted(types) and len(table) == 2 * 4 * len(types)
     labelled = {(row.layer, row.head): row.head_type for row in table[table["label"]].itertuples()}
     assert labelled == PLANTED_HEADS
     planted = table.set_index(["layer", "head", "head_type"])
@@ -135,13 +137,16 @@ def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     assert table["seed"].eq(0).all() and table["stable"].all()
     assert table["revision"].iloc[0].startswith("sha256:")
     # its word tokenizer cannot read English: random-token probes and the templates, said once
-    assert set(table["probe_set"]) == {"repeated", "templates"}
+    assert set(table["probe_set"]) == {"repeated", "random-sentences", "random-brackets", "templates"}
     assert any("natural-text corpus as unknown" in line for line in notes)
     coref = table[table["head_type"] == "coreference"]
     assert coref["accuracy"].notna().all() and set(coref["baseline"]) == {"agreement"}
     assert table.loc[table["head_type"] != "coreference", "accuracy"].isna().all()
-    # no natural text for it: every token type shares the repeated-block forwards (24 / 8), then the templates
-    assert calls[-1][0] == calls[-1][1] == 3 + 3
+    # no natural text for it: the token types share the repeated-block forwards (24 / 8), sentence_start and
+    # bracket get their random sets (no brackets in its vocabulary: NaN rows), then the templates
+    assert calls[-1][0] == calls[-1][1] == 3 + 3 + 3 + 3
+    assert table.loc[table["head_type"] == "bracket", "score"].isna().all()
+    assert table.loc[table["head_type"] == "sentence_start", "score"].notna().all()
     # the planted model's attention output is zeroed: ablating a head changes nothing
     assert table.loc[table["label"], "ablation_effect"].abs().max() < 1e-6
     assert table.loc[~table["label"], "ablation_effect"].isna().all()
@@ -166,7 +171,7 @@ def test_protein_model_skips_text_only_types_with_a_note(tiny_dir):
     table = label_model(esm, LabelConfig(examples=2, seq_len=16, n_bootstrap=10), note=notes.append)
     assert not {"coreference", "delimiter"} & set(table["head_type"])
     assert "next_token" in set(table["head_type"])  # bidirectional
-    assert len(notes) == 1 and "skipped delimiter, coreference" in notes[0]
+    assert len(notes) == 1 and "skipped delimiter, sentence_start, bracket, coreference" in notes[0]
     with pytest.raises(ProbeError, match="none of the types"):
         label_model(esm, LabelConfig(types=("coreference",), examples=2))
 
@@ -202,6 +207,78 @@ def test_ablation_columns_on_the_induction_organism():
     assert none["ablation_effect"].isna().all()
 
 
+def test_joint_ablation_of_the_four_induction_heads():
+    """Every head of zoo:induction carries a label, so same-layer unlabelled controls do not exist: ablation_z draws
+    from the whole model and the four induction heads — the whole of layer 1 — are compared with random groups."""
+    loaded = models.load("zoo:induction")
+    notes = []
+    table = label_model(loaded, LabelConfig(types=("previous_token", "induction"), examples=16, n_bootstrap=100,
+                                            ablation_examples=8), note=notes.append)
+    induction = table[(table["head_type"] == "induction") & table["label"]]
+    assert sorted(induction["head_name"]) == ["L1H0", "L1H1", "L1H2", "L1H3"]
+    assert induction["ablation_z"].notna().all() and table.loc[table["label"], "ablation_z"].notna().all()
+    assert induction["group_heads"].eq("L1H0 L1H1 L1H2 L1H3").all() and induction["group_size"].eq(4).all()
+    joint = float(induction["group_effect"].iloc[0])
+    assert induction["group_effect"].nunique() == 1 and math.isfinite(float(induction["group_z"].iloc[0]))
+    # the circuit backs itself up: one head costs little, all four together break in-context copying
+    assert joint > 2.0 and joint > 10 * float(induction["ablation_effect"].sum())
+    assert any("may share heads" in line for line in notes)  # said honestly: the controls overlap the group
+    previous = table[(table["head_type"] == "previous_token") & table["label"]]
+    assert len(previous) == 1 and previous["group_effect"].isna().all()  # a single head is no group
+    assert any("together L1H0 L1H1 L1H2 L1H3" in line for line in summary_lines(table))
+
+
+def test_roles_by_hand():
+    table = pd.DataFrame({"label": [True, True, True, False, True],
+                          "output_share": [0.05, 0.1, 0.8, 0.01, math.nan]})
+    role = roles(table)
+    assert role[:3].tolist() == ["sink", "function", "function"] and role[3:].isna().all()
+
+
+def _planted_value(loaded, bos_value_zero: bool) -> None:
+    """Give the planted first-token head L1H2 a value path: every token's value is the bias b (a constant vector),
+    and with `bos_value_zero` the <bos> feature cancels it at <bos>, so the head attends to <bos> and takes nothing
+    from it. Layer 1 is the last layer, so no attention pattern changes."""
+    model, tokenizer = loaded.model, loaded.tokenizer
+    attn = model.transformer.h[1].attn
+    width, head_dim = model.config.n_embd, model.config.n_embd // model.config.n_head
+    columns = slice(2 * width + 2 * head_dim, 2 * width + 3 * head_dim)  # c_attn: q | k | v; head 2's value
+    bias = torch.linspace(0.5, 1.5, head_dim)
+    with torch.no_grad():
+        hidden = model.transformer.wte.weight[tokenizer.bos_token_id] + model.transformer.wpe.weight[0]
+        normed = model.transformer.h[1].ln_1(hidden)  # what layer 1 reads at <bos> (layer 0 adds nothing)
+        feature = 16  # the <bos>-only embedding dimension of the planted model
+        attn.c_attn.bias[columns] = bias
+        attn.c_attn.weight[:, columns] = 0.0
+        if bos_value_zero:
+            attn.c_attn.weight[feature, columns] = -bias / normed[feature]
+        attn.c_proj.weight[2 * head_dim:3 * head_dim] = torch.randn(head_dim, width,
+                                                                   generator=torch.Generator().manual_seed(0))
+
+
+def test_a_first_token_head_that_takes_nothing_from_bos_is_a_sink(planted_dir):
+    config = LabelConfig(types=("first_token",), examples=8, n_bootstrap=50, ablate="none")
+    sink = models.load(str(planted_dir))
+    _planted_value(sink, bos_value_zero=True)
+    table = label_model(sink, config).set_index(["layer", "head"])
+    assert table.loc[(1, 2), "label"] and table.loc[(1, 2), "score"] > 0.99
+    assert table.loc[(1, 2), "output_share"] < 1e-3 and table.loc[(1, 2), "role"] == "sink"
+    assert table.loc[(1, 2), "output_share_low"] <= table.loc[(1, 2), "output_share"] <= \
+        table.loc[(1, 2), "output_share_high"]
+    assert "(sink)" in summary_lines(table.reset_index())[0]
+    # control: the same weights on <bos> as on every other key — equal norms, so the share is the weight
+    working = models.load(str(planted_dir))
+    _planted_value(working, bos_value_zero=False)
+    control = label_model(working, config).set_index(["layer", "head"])
+    assert control.loc[(1, 2), "output_share"] == pytest.approx(control.loc[(1, 2), "score"], abs=1e-5)
+    assert control.loc[(1, 2), "role"] == "function"
+    # heads with no value path at all (f_h ≡ 0: the planted model's zeroed heads) have no share, and no role
+    assert control.drop(index=(1, 2))["output_share"].isna().all()
+    assert control["role"].drop(index=(1, 2)).isna().all()
+    off = label_model(working, dataclasses.replace(config, output_share=False))
+    assert off["output_share"].isna().all() and off["role"].isna().all()
+
+
 @pytest.mark.parametrize("suffix", [".parquet", ".csv", ".json"])
 def test_table_files_round_trip(tmp_path, planted_dir, suffix):
     table = label_model(models.load(str(planted_dir)), LabelConfig(types=("self", "coreference"), examples=4,
@@ -215,3 +292,25 @@ def test_table_files_round_trip(tmp_path, planted_dir, suffix):
     (tmp_path / "header.csv").write_text("name,age\n")  # a foreign header without rows is not ours either
     with pytest.raises(ProbeError, match="not a probe label table"):
         load_table(tmp_path / "header.csv")
+
+
+def test_a_head_scored_on_one_cluster_is_untestable_not_significant():
+    """All examples in one bootstrap cluster: the resampled means have no spread, so a perfect score would get
+    p = 0 from the estimate alone. The test needs two clusters: p is NaN (no label); with one example per
+    cluster the same head is significant."""
+    tokenizer = word_tokenizer([f"w{i}" for i in range(5000)], bos_token="<bos>")
+    config = LabelConfig(n_bootstrap=200)
+    scored = _scored("induction", repeated_blocks(tokenizer, 8, 64, 0, block_len=9), _offset_head(64, 9))
+    assert summarise(scored, config)["p_value"].item() < 1e-6  # 8 clusters: a perfect score is significant
+    one = Scored(scored.spec, scored.probe_set, scored.seq_len, scored.candidates, scored.scores, scored.chance,
+                 torch.zeros_like(scored.cluster))
+    result = summarise(one, config)
+    assert result["score"].item() > 0.95 and math.isnan(result["p_value"].item())
+
+
+def test_clusters_present_counts_distinct_clusters_with_a_value():
+    from probe.heads.stats import clusters_present
+
+    values = torch.tensor([[1.0, float("nan")], [2.0, float("nan")], [float("nan"), 3.0], [4.0, float("nan")]])
+    cluster = torch.tensor([7, 7, 9, 9])
+    assert clusters_present(values, cluster).tolist() == [2, 1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -345,3 +347,146 @@ def test_padded_batch_of_a_spaced_model_equals_one_by_one(tiny_dir):
     for sequence, true_map, result in zip(SEQUENCES, maps, batch, strict=True):
         alone = predict_contacts(loaded, sequence, true_map)
         pd.testing.assert_frame_equal(result.heads, alone.heads, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Every head against its base rate: hypergeometric p-values, pooled over proteins, Benjamini–Hochberg
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_hypergeometric_and_pooled_p_values_by_enumeration():
+    from itertools import combinations, product
+    from math import comb
+
+    from probe.proteins.significance import benjamini_hochberg, hypergeometric_p_value, pooled_p_value
+
+    # N = 10 known pairs, C = 3 contacts, k = 4 drawn, h = 2 hits: P(X >= 2) by counting subsets
+    expected = sum(comb(3, x) * comb(7, 4 - x) for x in (2, 3)) / comb(10, 4)
+    assert hypergeometric_p_value(2, 10, 3, 4) == pytest.approx(expected, abs=1e-14)
+    assert hypergeometric_p_value(0, 10, 3, 4) == pytest.approx(1.0)
+    assert np.isnan(hypergeometric_p_value(0, 0, 0, 0))
+    # two proteins (N, C, k) = (6, 2, 2) and (5, 1, 3), pooled hits 2: enumerate every pair of draws
+    draws = [list(combinations(range(6), 2)), list(combinations(range(5), 3))]
+    at_least = sum((sum(i < 2 for i in a) + sum(i < 1 for i in b)) >= 2 for a, b in product(*draws))
+    assert pooled_p_value([1, 1], [6, 5], [2, 1], [2, 3]) == pytest.approx(at_least / (15 * 10), abs=1e-14)
+    # BH by hand: p = (0.01, 0.04, 0.03, nan, 0.5): sorted 0.01, 0.03, 0.04, 0.5 with m = 4
+    q = benjamini_hochberg([0.01, 0.04, 0.03, np.nan, 0.5])
+    np.testing.assert_allclose(q[[0, 1, 2, 4]], [0.04, 0.04 * 4 / 3, 0.04 * 4 / 3, 0.5], rtol=1e-12)
+    assert np.isnan(q[3])
+
+
+def test_random_heads_are_not_above_the_base_rate(tiny_dir, structures_dir):
+    from probe.proteins.sets import (
+        ContactOptions,
+        analyse_unit,
+        chain_table,
+        heads_table,
+        structure_files,
+        structure_units,
+        summarize_heads,
+    )
+    from probe.proteins.significance import FDR, best_significant
+
+    loaded = models.load(str(tiny_dir("protbert")))  # random weights: no head knows contacts
+    units, _ = structure_units(structure_files(structures_dir))
+    outcomes = [analyse_unit(loaded, unit, ContactOptions()) for unit in units]
+    heads = heads_table(outcomes)
+    summary = summarize_heads(heads, chain_table(outcomes))
+    for name in ("short", "medium", "long"):
+        assert (summary[f"q_value_L_{name}"] >= FDR).all()
+        assert best_significant(summary, name) is None
+        assert summary[f"p_value_L_{name}"].between(0, 1).all()
+        # the pooled base rate is what a random ranking gets: Σ k·C/N over Σ k
+        row = heads[heads["name"] == "L0H0"]
+        expected = (row[f"top_L_{name}"] * row[f"n_true_{name}"] / row[f"n_known_{name}"]).sum() / row[
+            f"top_L_{name}"].sum()
+        assert summary.loc[0, f"base_rate_{name}"] == pytest.approx(expected)
+        pooled = summary[f"pooled_p_at_L_{name}"] / summary[f"base_rate_{name}"]
+        np.testing.assert_allclose(summary[f"enrichment_L_{name}"], pooled)
+    # per protein: the hits behind P@L are P@L's own, and enrichment = P@L / base rate
+    for name in ("short", "medium", "long"):
+        np.testing.assert_allclose(heads[f"hits_L_{name}"] / heads[f"top_L_{name}"], heads[f"p_at_L_{name}"])
+    first = heads.iloc[0]
+    assert first["enrichment_L_long"] == pytest.approx(first["p_at_L_long"] / first["base_rate_long"])
+
+
+def _planted_heads_alpha(true_map: np.ndarray, seed: int) -> torch.Tensor:
+    """α [1 head token token] over BOS + L residues + EOS for three heads: head 0 attends to the residue's true
+    contacts at |i − j| ≥ 6 (0.8 of its weight; positive control), head 1 is a seeded random softmax (negative
+    control), head 2 attends to its neighbours i ± 1 (local, not contacts; negative control)."""
+    length = true_map.shape[0]
+    tokens = length + 2
+    generator = torch.Generator().manual_seed(seed)
+    alpha = torch.full((1, 3, tokens, tokens), 0.0)
+    separation = np.abs(np.subtract.outer(np.arange(length), np.arange(length)))
+    targets = torch.as_tensor(((true_map == 1) & (separation >= 6)).astype(np.float32))  # [L L]
+    rows = targets / targets.sum(-1, keepdim=True).clamp(min=1)
+    alpha[0, 0] = 0.2 / tokens
+    alpha[0, 0, 1:-1, 1:-1] += 0.8 * rows
+    alpha[0, 1] = torch.softmax(torch.randn(tokens, tokens, generator=generator) * 3.0, dim=-1)
+    local = torch.zeros(tokens, tokens)
+    index = torch.arange(1, tokens - 1)
+    local[index, (index - 1).clamp(min=1)] += 0.5
+    local[index, (index + 1).clamp(max=tokens - 2)] += 0.5
+    alpha[0, 2] = local
+    return alpha
+
+
+def test_planted_contact_head_is_significant_and_controls_are_not(structures_dir):
+    from probe.proteins.significance import FDR, best_significant, pooled_rows
+    from probe.proteins.structure import contact_map, read_structure
+
+    tables = []
+    for index, name in enumerate(("1aki.pdb", "pdb1ejg.pdb", "pdb1ubi.pdb")):
+        true_map = contact_map(read_structure(f"{structures_dir}/{name}"))
+        alpha = _planted_heads_alpha(true_map, seed=index)
+        tokens = alpha.shape[-1]
+        sink = ContactSink(torch.zeros(1, 3), 0.0, torch.full((1, tokens), 5), torch.ones(1, tokens, dtype=torch.long),
+                           None, true_maps=[true_map], per_head=True, regression=False)
+        sink.update(_block(0, (0, 1, 2), 0, alpha))
+        table = sink.head_table(0).set_index("name")
+        assert table.loc["L0H0", "q_value_L_long"] < 1e-6  # one protein is enough for the planted head
+        tables.append(table.reset_index().assign(record=index))
+    summary = pooled_rows(pd.concat(tables)).set_index("head")
+    for name in ("short", "medium", "long"):
+        assert summary.loc[0, f"q_value_L_{name}"] < 1e-6 and summary.loc[0, f"enrichment_L_{name}"] > 3
+        assert summary.loc[1, f"q_value_L_{name}"] >= FDR and summary.loc[2, f"q_value_L_{name}"] >= FDR
+        assert int(best_significant(summary.reset_index(), name)["head"]) == 0
+
+
+def test_model_level_planted_contact_head_is_significant(tiny_dir, structures_dir):
+    """A real BERT forward whose L0H0 is wired to attend to 1AKI's true contacts: one-hot position embeddings
+    (word and token-type embeddings zeroed), W_Q = I and W_K = s·A on that head, with A[i+1, j+1] = 1 for the contacts
+    |i − j| ≥ 6, so its logits are ≈ s·512/16·A. The other heads keep their random weights."""
+    from probe.proteins.sets import ContactOptions, analyse_unit, structure_units
+    from probe.proteins.significance import FDR, best_significant
+    from probe.proteins.structure import contact_map, read_structure
+
+    directory = tiny_dir("protbert", hidden_size=512, num_attention_heads=2, intermediate_size=64)
+    loaded = models.load(str(directory))
+    path = f"{structures_dir}/1aki.pdb"
+    true_map = contact_map(read_structure(path))
+    length = true_map.shape[0]
+    separation = np.abs(np.subtract.outer(np.arange(length), np.arange(length)))
+    planted = torch.zeros(256, 256)
+    planted[1:length + 1, 1:length + 1] = torch.as_tensor(((true_map == 1) & (separation >= 6)).astype(np.float32))
+    bert = loaded.model.bert
+    attention = bert.encoder.layer[0].attention.self
+    with torch.no_grad():
+        bert.embeddings.word_embeddings.weight.zero_()
+        bert.embeddings.token_type_embeddings.weight.zero_()
+        bert.embeddings.position_embeddings.weight.zero_()
+        bert.embeddings.position_embeddings.weight[:256, :256] = torch.eye(256)
+        bert.embeddings.LayerNorm.weight.fill_(1.0)
+        bert.embeddings.LayerNorm.bias.zero_()
+        for linear, block in ((attention.query, torch.eye(256)), (attention.key, 0.6 * planted)):
+            linear.weight[:256] = 0.0
+            linear.weight[:256, :256] = block
+            linear.bias[:256] = 0.0
+    units, _ = structure_units([Path(path)])
+    heads = analyse_unit(loaded, units[0], ContactOptions()).result.heads.set_index("name")
+    assert heads.loc["L0H0", "p_at_L_long"] > 0.5 and heads.loc["L0H0", "q_value_L_long"] < 1e-6
+    for name in ("short", "medium", "long"):
+        assert heads.loc["L0H0", f"q_value_L_{name}"] < FDR
+        assert best_significant(heads.reset_index(), name)["name"] == "L0H0"
+    assert heads.loc["L0H1", "q_value_L_long"] >= FDR  # its random neighbour in the same layer

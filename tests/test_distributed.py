@@ -1,5 +1,6 @@
-"""probe.runs.ray_executor: the same units in-process and on a local Ray instance give the same tables; a worker killed
-with SIGKILL costs only its unit; a bad unit is recorded and the run goes on; `import probe` never imports ray.
+"""probe.runs.runner with its two executors: the same units in-process and on a local Ray instance give the same
+tables; a worker killed with SIGKILL costs only its unit; a bad unit is recorded and the run goes on; `import probe`
+never imports ray.
 
 The Ray tests share one small local instance (2 CPUs, 200 MB object store, no dashboard) and shut it down."""
 
@@ -9,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -17,8 +17,11 @@ import pytest
 
 from probe.errors import ProbeError
 from probe.heads.label import LabelConfig
-from probe.runs.ray_executor import RayOptions, Unit, errors_table, exit_code, results_table, run_units
-from probe.runs.units import ContactsTask, LabelTask, contact_work, make_checkpoint, run_contact_units
+from probe.runs.checkpoints import make_checkpoint
+from probe.runs.ray_executor import RayExecutor, RayOptions
+from probe.runs.runner import Out, errors_table, exit_code, results_table, run
+from probe.runs.tasks import ContactsTask, LabelTask, contact_units
+from probe.runs.tasks import label_units as units_of
 
 # two types, small probe sets, no ablation: the runner is under test here, not the classifier
 CONFIG = LabelConfig(**{name: value for name, value in dict(
@@ -49,16 +52,26 @@ def contacts_command(argv: list[str]) -> int:
 
 
 def label_units(specs):
-    return [Unit(c.key, c, c) for c in (make_checkpoint(spec) for spec in specs)]
+    return units_of([make_checkpoint(spec) for spec in specs])
+
+
+def run_units(units, task, ray=None, on_result=None):
+    """The results of one runner run (nothing persisted), in unit order; `on_result(result)` per finished unit."""
+    show = (lambda unit, result: on_result(result)) if on_result else None
+    executor = RayExecutor(ray) if ray is not None else None
+    return run(units, task, Out(show=show), executor).results
 
 
 def test_import_probe_does_not_import_ray():
-    code = ("import sys, probe, probe.cli, probe.runs.ray_executor, probe.runs.units, probe.runs.sweep\n"
-            "from probe.runs.ray_executor import Unit, UnitOutput, run_units\n"
+    code = ("import sys, probe, probe.cli, probe.runs.ray_executor, probe.runs.tasks, probe.commands.label\n"
+            "from probe.runs.runner import Unit, UnitOutput, run\n"
             "class Task:\n"
+            "    def identity(self, unit): return None\n"
             "    def load(self, group): return group * 10\n"
-            "    def run(self, state, payload): return UnitOutput(arrays={'x': state + payload})\n"
-            "results = run_units([Unit('a', 1, 2), Unit('b', 1, 3)], Task(), progress=False)\n"
+            "    def compute(self, state, unit): return UnitOutput(arrays={'x': state + unit.payload})\n"
+            "    def rows(self, unit, result): return None\n"
+            "    def owners(self, table): return table['unit']\n"
+            "results = run([Unit('a', 1, 2), Unit('b', 1, 3)], Task()).results\n"
             "assert [int(r.arrays['x']) for r in results] == [12, 13]\n"
             "assert 'ray' not in sys.modules, 'ray was imported'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -68,7 +81,7 @@ def test_import_probe_does_not_import_ray():
 def test_ray_flag_without_ray_installed_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError, as without the extra
     with pytest.raises(ProbeError, match=r'--ray needs Ray: pip install -e "\.\[ray\]"'):
-        run_units(label_units(["zoo:induction"]), LabelTask(CONFIG), ray="auto", progress=False)
+        run_units(label_units(["zoo:induction"]), LabelTask(CONFIG), ray=RayOptions())
 
 
 def test_in_process_units_equal_label_model():
@@ -78,7 +91,7 @@ def test_in_process_units_equal_label_model():
     from probe.heads.label import label_model
 
     expected = pd.concat([label_model(models.load(spec), CONFIG) for spec in TWO_MODELS], ignore_index=True)
-    table = results_table(run_units(label_units(TWO_MODELS), LabelTask(CONFIG), progress=False))
+    table = run(label_units(TWO_MODELS), LabelTask(CONFIG, sweep=True)).table
     assert list(table["checkpoint"].unique()) == TWO_MODELS and table["step"].isna().all()
     pd.testing.assert_frame_equal(table.drop(columns=["checkpoint", "step"]), expected, check_exact=True)
 
@@ -86,8 +99,8 @@ def test_in_process_units_equal_label_model():
 @pytest.mark.ray
 def test_label_on_ray_equals_in_process(ray_cluster):
     units = label_units(TWO_MODELS)
-    local = results_table(run_units(units, LabelTask(CONFIG), progress=False))
-    results = run_units(units, LabelTask(CONFIG), ray=RayOptions(workers=2), progress=False)
+    local = results_table(run_units(units, LabelTask(CONFIG)))
+    results = run_units(units, LabelTask(CONFIG), ray=RayOptions(workers=2))
     assert all(r.ok for r in results) and {r.pid for r in results} != {os.getpid()}
     pd.testing.assert_frame_equal(results_table(results), local, check_exact=True)
 
@@ -97,7 +110,7 @@ def test_killed_worker_costs_only_its_unit(ray_cluster):
     """One worker, three units; the worker is SIGKILLed when the first result arrives (the second unit is already
     queued on it). Ray restarts it, retries, and the table equals the uninterrupted in-process one."""
     units = label_units([*TWO_MODELS, "zoo:coreference"])
-    expected = results_table(run_units(units, LabelTask(CONFIG), progress=False))
+    expected = results_table(run_units(units, LabelTask(CONFIG)))
     killed: list[int] = []
 
     def kill_first_worker(result):
@@ -105,8 +118,7 @@ def test_killed_worker_costs_only_its_unit(ray_cluster):
             killed.append(result.pid)
             os.kill(result.pid, signal.SIGKILL)
 
-    results = run_units(units, LabelTask(CONFIG), ray=RayOptions(workers=1), on_result=kill_first_worker,
-                        progress=False)
+    results = run_units(units, LabelTask(CONFIG), ray=RayOptions(workers=1), on_result=kill_first_worker)
     assert all(r.ok for r in results), errors_table(results)
     assert results[-1].pid != killed[0]  # the last unit ran on the restarted worker
     pd.testing.assert_frame_equal(results_table(results), expected, check_exact=True)
@@ -118,12 +130,12 @@ def test_bad_units_are_recorded_and_the_run_goes_on(ray_cluster, tmp_path):
     corrupt.mkdir()
     (corrupt / "config.json").write_text("{ not json")
     specs = ["zoo:induction", str(tmp_path / "missing"), str(corrupt), "zoo:positional"]
-    results = run_units(label_units(specs), LabelTask(CONFIG), ray=RayOptions(workers=2), progress=False)
+    results = run_units(label_units(specs), LabelTask(CONFIG), ray=RayOptions(workers=2))
     errors = errors_table(results)
     assert list(errors["unit"]) == specs[1:3] and set(errors["kind"]) == {"input"}
     assert "does not exist" in errors["error"].iloc[0] and "cannot read the config" in errors["error"].iloc[1]
     assert not errors["error"].str.contains("\n").any() and exit_code(results) == 2
-    good = results_table(run_units(label_units(specs[::3]), LabelTask(CONFIG), progress=False))
+    good = results_table(run_units(label_units(specs[::3]), LabelTask(CONFIG)))
     pd.testing.assert_frame_equal(results_table(results), good, check_exact=True)
 
 
@@ -151,12 +163,12 @@ def test_contacts_on_ray_equal_probe_contacts(ray_cluster, tmp_path, ubiquitin_s
     broken.write_text("HEADER    NOT A STRUCTURE\nATOM  garbage\n")
     specs = contact_sets.record_units(records, ubiquitin_structure, "A")
     bad = contact_sets.UnitSpec(key="bad", id="broken", record=9, structure=str(broken))
-    work = contact_work("zoo:esm-random", [specs[0], bad, *specs[1:]])
+    work = contact_units("zoo:esm-random", [specs[0], bad, *specs[1:]])
     task = ContactsTask(contact_sets.ContactOptions(per_head=True))
-    results = run_units(work, task, ray=RayOptions(workers=2), progress=False)
+    results = run_units(work, task, ray=RayOptions(workers=2))
     errors = errors_table(results)
     assert list(errors["unit"]) == ["bad"] and list(errors["kind"]) == ["input"] and exit_code(results) == 2
-    local = run_units(work, task, progress=False)
+    local = run_units(work, task)
     for mine, theirs in zip(results, local, strict=True):
         assert mine.error == theirs.error
         if mine.ok:
@@ -170,9 +182,9 @@ def test_contacts_on_ray_equal_probe_contacts(ray_cluster, tmp_path, ubiquitin_s
 
 
 @pytest.mark.ray
-def test_run_contact_units_fills_outcomes_and_lists_failures(ray_cluster, tmp_path):
-    """The body of `probe contacts --ray`: finished units journalled and in `outcomes`, a failing one in
-    OUT.errors.csv, the others done."""
+def test_contacts_on_ray_journal_each_unit_and_list_failures(ray_cluster, tmp_path):
+    """`probe contacts --ray`'s run: finished units journalled as they arrive, a failing one in OUT.errors.csv, the
+    others done and equal to the in-process analysis."""
     from probe import models
     from probe.proteins import sets as contact_sets
     from probe.runs.journal import Journal
@@ -182,15 +194,17 @@ def test_run_contact_units_fills_outcomes_and_lists_failures(ray_cluster, tmp_pa
     specs = contact_sets.record_units([("a", UBIQUITIN), ("too_long", UBIQUITIN * 14), ("b", UBIQUITIN[:40])])
     options = contact_sets.ContactOptions(per_head=False)
     out = tmp_path / "c.npz"
-    journal = Journal(out)
     identities = {spec.key: contact_sets.unit_identity(loaded, spec, options) for spec in specs}
-    args = SimpleNamespace(out=str(out), heads_out=None, device="cpu", dtype=None, ray="auto", ray_workers=2)
-    outcomes: dict = {}
-    failed = run_contact_units(args, loaded, specs, options, outcomes, journal, identities)
-    assert [f[0] for f in failed] == ["too_long"] and "use --window" in failed[0][1]
-    assert sorted(outcomes) == ["0:a", "2:b"] and [u for u, _ in journal.units()] == ["0:a", "2:b"]
+    task = ContactsTask(options, identities=identities)
+    written = []
+    report = run(contact_units(loaded.name, specs), task,
+                 Out(path=out, write=lambda table, finished: written.append([u.key for u, _ in finished]) or {}),
+                 RayExecutor(RayOptions(workers=2)), progress=False)
+    failed = [r for r in report.results if not r.ok]
+    assert [r.key for r in failed] == ["1:too_long"] and "use --window" in failed[0].error and report.code == 2
+    assert [u for u, _ in Journal(out).units()] == ["0:a", "2:b"] and written[-1] == ["0:a", "2:b"]
     expected = contact_sets.analyse_unit(loaded, specs[2], options)
-    np.testing.assert_array_equal(outcomes["2:b"].result.contacts, expected.result.contacts)
+    np.testing.assert_array_equal(report.results[2].arrays["contacts"], expected.result.contacts)
     assert list(pd.read_csv(tmp_path / "c.errors.csv")["unit"]) == ["1:too_long"]
 
 

@@ -4,6 +4,7 @@ implementation written here from salesforce/provis' definition (compute_edge_fea
 from __future__ import annotations
 
 import os
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from probe import models
-from probe.engine import AttentionBlock
+from probe.engine import AttentionBlock, DenseSink, capture
 from probe.proteins import features as vig
 from probe.proteins.contacts import ContactSink
 from probe.proteins.features import ResidueFeatures
@@ -38,33 +39,34 @@ def _block(layer, heads, alpha):
 
 
 def _planted_sequence(length, spikes, rest):
-    """α [1 head token token] over BOS + L residues + EOS: one head, the `spikes` (residue pairs) at 0.5, every
-    other weight `rest` (well below θ)."""
+    """α [1 head token token] over BOS + L residues + EOS: one head, the `spikes` {residue pair: weight}, every other
+    weight `rest` (well below θ)."""
     alpha = torch.full((1, 1, length + 2, length + 2), rest)
-    for i, j in spikes:
-        alpha[0, 0, i + 1, j + 1] = 0.5
+    for (i, j), value in spikes.items():
+        alpha[0, 0, i + 1, j + 1] = value
     return alpha
 
 
-def test_planted_shares_hand_computed_and_pooled():
+def _planted_tables():
     # sequence A, L = 12: contacts (0, 8) and (1, 9) (separation ≥ 6) and (2, 4) (too close: never a contact share)
     length_a = 12
     contacts_a = np.zeros((length_a, length_a), dtype=np.int8)
     for i, j in ((0, 8), (1, 9), (2, 4)):
         contacts_a[i, j] = contacts_a[j, i] = 1
-    contacts_a[3, 10] = contacts_a[10, 3] = -1  # unknown: counted in n_high, never a contact
+    contacts_a[3, 10] = contacts_a[10, 3] = -1  # unknown: in the denominator, never a contact
     binding_a = np.zeros(length_a, dtype=np.int8)
     binding_a[[8, 4]] = 1
     secondary_a = np.array(list("aaaabbbbcccc"))
-    spikes_a = [(0, 8), (8, 0), (1, 9), (2, 4), (3, 10), (5, 5)]  # 6 high weights
-    # sequence B, L = 8: contact (0, 7); 4 high weights, one on the contact
+    # (1, 9) sits exactly at θ (in float32, as provis compares): counted (≥), but not summed (strictly >)
+    spikes_a = {(0, 8): 0.9, (8, 0): 0.4, (1, 9): 0.3, (2, 4): 0.6, (3, 10): 0.5, (5, 5): 0.35}
+    # sequence B, L = 8: contact (0, 7)
     length_b = 8
     contacts_b = np.zeros((length_b, length_b), dtype=np.int8)
     contacts_b[0, 7] = contacts_b[7, 0] = 1
     binding_b = np.full(length_b, 0, dtype=np.int8)
-    binding_b[7] = -1  # not in the structure: unknown, never a binding site
+    binding_b[7] = -1  # not in the structure: never a binding site
     secondary_b = np.array(list("ccccaaaa"))
-    spikes_b = [(0, 7), (1, 2), (2, 3), (6, 1)]
+    spikes_b = {(0, 7): 0.8, (1, 2): 0.45, (2, 3): 0.3, (6, 1): 0.7}
     tables, backgrounds = [], []
     for length, contacts, binding, secondary, spikes in ((length_a, contacts_a, binding_a, secondary_a, spikes_a),
                                                          (length_b, contacts_b, binding_b, secondary_b, spikes_b)):
@@ -73,116 +75,193 @@ def test_planted_shares_hand_computed_and_pooled():
                            true_maps=[contacts], per_head=True,
                            features=[ResidueFeatures(binding=binding, secondary=secondary)], regression=False)
         sink.update(_block(0, (0,), _planted_sequence(length, spikes, rest=0.01)))
-        table = sink.head_table(0, min_count=1)
+        table = sink.head_table(0, min_count=1, min_total=0.0)
         tables.append(table.assign(record=len(tables), id=f"s{len(tables)}"))
         backgrounds.append(sink.background_counts(0))
+    return tables, backgrounds
 
+
+def test_planted_weighted_shares_hand_computed_and_pooled():
+    tables, backgrounds = _planted_tables()
     a, b = tables[0].iloc[0], tables[1].iloc[0]
-    # A: high weights on (0,8), (8,0), (1,9) are contacts (3 of 6); (2,4) is too close, (3,10) unknown
-    assert (a["n_high"], a["n_contact"], a["contact_share"]) == (6, 3, 0.5)
-    # binding "to": keys 8 (from (0,8)) and 4 (from (2,4)): 2 of 6; secondary of the attended residue
-    assert (a["n_binding"], a["binding_share"]) == (2, pytest.approx(2 / 6))
-    # keys 8, 0, 9, 4, 10, 5 -> c, a, c, b, c, b
-    assert (a["n_helix"], a["n_strand"], a["n_coil"]) == (1, 2, 3)
+    f32 = lambda value: float(np.float32(value))  # noqa: E731  α is float32
+    # A, weighted (α > θ summed): 0.9 + 0.4 + 0.6 + 0.5 + 0.35; contacts (0,8), (8,0); (1,9) at θ is not > θ
+    assert a["w_high"] == pytest.approx(sum(map(f32, (0.9, 0.4, 0.6, 0.5, 0.35))), abs=1e-12)
+    assert a["w_contact"] == pytest.approx(f32(0.9) + f32(0.4), abs=1e-12)
+    assert a["contact_share"] == pytest.approx(a["w_contact"] / a["w_high"], abs=1e-15)
+    assert a["contact_share"] == pytest.approx(1.3 / 2.75, abs=1e-7)
+    # binding "to": keys 8 (from (0,8), 0.9) and 4 (from (2,4), 0.6)
+    assert a["binding_share"] == pytest.approx(1.5 / 2.75, abs=1e-7)
+    # keys 8, 0, 9, 4, 10, 5 -> c, a, c, b, c, b: helix 0.4; strand 0.6 + 0.35; coil 0.9 + 0.5 (0.3 is not > θ)
+    assert (a["helix_share"], a["strand_share"], a["coil_share"]) == (
+        pytest.approx(0.4 / 2.75, abs=1e-7), pytest.approx(0.95 / 2.75, abs=1e-7), pytest.approx(1.4 / 2.75, abs=1e-7))
+    # A, counts (α ≥ θ): 6 high weights, 3 on contacts; binding 2; helix 1, strand 2, coil 3
+    assert (a["n_high"], a["n_contact"], a["contact_count_share"]) == (6, 3, 0.5)
+    assert (a["n_binding"], a["n_helix"], a["n_strand"], a["n_coil"]) == (2, 1, 2, 3)
     assert np.isnan(a["weight"]) and np.isnan(a["logit_share"])  # no regression
     # backgrounds: contact pairs with |i-j| >= 6 over L² (both directions); binding sites over L
     assert a["contact_background"] == pytest.approx(4 / 144) and a["binding_background"] == pytest.approx(2 / 12)
     assert a["helix_background"] == pytest.approx(4 / 12)
+    # B: weighted 0.8 + 0.45 + 0.7 (0.3 left out); contact 0.8; binding 0 (key 7 unknown); helix 0.8 (key 7)
+    assert b["w_high"] == pytest.approx(1.95, abs=1e-7) and b["contact_share"] == pytest.approx(0.8 / 1.95, abs=1e-7)
+    assert b["binding_share"] == 0.0 and b["helix_share"] == pytest.approx(0.8 / 1.95, abs=1e-7)
     assert (b["n_high"], b["n_contact"], b["n_binding"], b["n_helix"], b["n_coil"]) == (4, 1, 0, 1, 3)
 
-    # pooled over the two sequences: Σ n_f / Σ n_high, not the mean of 0.5 and 0.25
-    pooled = vig.pooled_shares(pd.concat(tables), min_count=1).iloc[0]
-    assert pooled["n_high"] == 10 and pooled["contact_share"] == pytest.approx(4 / 10)
-    assert pooled["binding_share"] == pytest.approx(2 / 10) and pooled["coil_share"] == pytest.approx(6 / 10)
-    # the minimum count: 10 high weights < 11 -> left out
-    assert np.isnan(vig.pooled_shares(pd.concat(tables), min_count=11).iloc[0]["contact_share"])
-    assert np.isnan(tables[1].pipe(vig.shares, 5).iloc[0]["contact_share"])  # B alone: 4 < 5
+    # pooled over the two sequences: Σ w_f / Σ w_high, not the mean of the two shares
+    both = pd.concat(tables)
+    pooled = vig.pooled_shares(both, min_total=0.0, min_count=1).iloc[0]
+    assert pooled["contact_share"] == pytest.approx(2.1 / 4.7, abs=1e-7)
+    assert pooled["binding_share"] == pytest.approx(1.5 / 4.7, abs=1e-7)
+    assert pooled["n_high"] == 10 and pooled["contact_count_share"] == pytest.approx(4 / 10)
+    # the minimum total applies to Σ α (4.7), not to the count (10)
+    assert vig.pooled_shares(both, min_total=4.6, min_count=11).iloc[0]["contact_share"] == pytest.approx(2.1 / 4.7,
+                                                                                                          abs=1e-7)
+    assert np.isnan(vig.pooled_shares(both, min_total=4.8, min_count=1).iloc[0]["contact_share"])
+    assert np.isnan(vig.pooled_shares(both, min_total=0.0, min_count=11).iloc[0]["contact_count_share"])
+    assert np.isnan(vig.shares(tables[1], min_total=2.0, min_count=1).iloc[0]["contact_share"])  # B alone: 1.95 < 2
     background = vig.pooled_backgrounds(pd.DataFrame(backgrounds))
     assert background["contact_background"] == pytest.approx((4 + 2) / (144 + 64))
     assert background["binding_background"] == pytest.approx((2 + 0) / (12 + 8))
 
 
-def test_theta_is_inclusive_and_configurable():
-    alpha = torch.tensor([[[0.3, 0.2999], [0.7, 0.0]]])  # [head L L]
+def test_theta_strict_for_sums_inclusive_for_counts_and_configurable():
+    alpha = torch.tensor([[[0.3, 0.2999], [0.7, 0.0]]])  # [head L L] float32
     masks = {"binding": torch.tensor([True, False])}
     counts = vig.feature_counts(alpha, masks, min_attention=0.3)
     assert counts["n_high"].tolist() == [2] and counts["n_binding"].tolist() == [2]
-    assert vig.feature_counts(alpha, masks, min_attention=0.25)["n_high"].tolist() == [3]
+    assert counts["w_high"].tolist() == [pytest.approx(0.7)] and counts["w_binding"].tolist() == [pytest.approx(0.7)]
+    lower = vig.feature_counts(alpha, masks, min_attention=0.25)
+    assert lower["n_high"].tolist() == [3] and lower["w_high"].tolist() == [pytest.approx(1.2999, abs=1e-6)]
+
+
+def test_unknown_property_is_nan_not_zero():
+    """A sequence without binding data: NaN counts, share and background for binding; the other properties stay."""
+    length = 10
+    contacts = np.zeros((length, length), dtype=np.int8)
+    contacts[0, 9] = contacts[9, 0] = 1
+    input_ids = torch.full((1, length + 2), 5)
+    sink = ContactSink(torch.zeros(1, 1), 0.0, input_ids, torch.ones(1, length + 2, dtype=torch.long), None,
+                       true_maps=[contacts], per_head=True, features=[ResidueFeatures()], regression=False)
+    sink.update(_block(0, (0,), _planted_sequence(length, {(0, 9): 0.9}, rest=0.01)))
+    row = sink.head_table(0, min_count=1, min_total=0.0).iloc[0]
+    assert row["contact_share"] == pytest.approx(1.0)
+    for name in ("binding", "helix", "strand", "coil"):
+        assert np.isnan(row[f"w_{name}"]) and np.isnan(row[f"{name}_share"]) and np.isnan(row[f"{name}_background"])
+        assert np.isnan(row[f"{name}_count_share"])
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The shipped structures: equality with an independent implementation of provis' loops
+# The shipped structures: equality with provis' loops, written out here as provis writes them
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _provis_reference(loaded, chains, min_attention=0.3):
-    """provis' compute_mean_attention + report_edge_features, written out here: eager attention of each sequence,
-    [CLS]/[SEP] rows and columns dropped; for every (from, to) pair, a mask of α ≥ θ over [layer head] is added to
-    weight_total, and to each feature's weighted sum when the feature holds. Contact maps as TAPE builds them:
-    -1 where |i − j| < 6 or a residue is unresolved."""
+def _provis_inputs(loaded, path, chain):
+    """One item as provis builds it: the sequence, TAPE's contact map (-1 where |i − j| < 6 or unresolved), the site
+    indicator (None: no ligand, so no binding item), the 3-class secondary structure (0 helix, 1 strand, 2 other)."""
+    structure = read_structure(path, chain=chain)
+    contact = contact_map(structure).astype(np.int64)  # the default virtual Cβ, 8 Å
+    yind, xind = np.indices(contact.shape)
+    contact[np.abs(yind - xind) < 6] = -1
+    sites = binding_sites(structure) if structure.ligands else None
+    secondary = [{"a": 0, "b": 1, "c": 2}[code] for code in secondary_structure(structure)]
+    return {"primary": structure.sequence, "contact_map": contact, "site_indic": sites, "secondary": secondary}
+
+
+def _provis_features(item, from_index, to_index):
+    """features.py's ContactMapFeature, BindingSiteFeature and SecStructFeature (include_to) of one pair."""
+    values = {}
+    if item["contact_map"][from_index, to_index] == 1:
+        values["contact_map"] = 1
+    if item["site_indic"] is not None and item["site_indic"][to_index] == 1:
+        values["binding_site_to"] = 1
+    values[f"sec_struct_to_{item['secondary'][to_index]}"] = 1
+    return values
+
+
+def _provis_reference(loaded, chains, min_attn=0.3, weighted=True):
+    """compute_edge_features.py's loop over items, every (to_index, from_index) pair and feature: weighted (commit
+    b23402d: ``attns = (attn > min_attn) * attn``, sums of α) or counts (HEAD 946e9b4: ``attns >= min_attn``, sums of
+    the mask). [CLS]/[SEP] rows and columns dropped. The one liberty: the float32 weights (compared with θ in float32,
+    as in provis) are summed in float64, so that the comparison can be to 1e-9 instead of float32 rounding."""
     n_layers, n_heads = loaded.n_layers, loaded.n_heads
-    weight_total = torch.zeros(n_layers, n_heads, dtype=torch.double)
-    sums = {name: torch.zeros(n_layers, n_heads, dtype=torch.double) for name in vig.FEATURES}
-    counter = {"pairs": 0, "contacts": 0, "residues": 0, "binding": 0, "helix": 0, "strand": 0, "coil": 0}
-    eager = type(loaded.model).from_pretrained(loaded.name, attn_implementation="eager").eval()
-    for path, chain in chains:
-        structure = read_structure(path, chain=chain)
-        sequence = structure.sequence
-        length = len(sequence)
-        contact = contact_map(structure).astype(np.int64)  # the default virtual Cβ, 8 Å
-        yind, xind = np.indices(contact.shape)
-        contact[np.abs(yind - xind) < 6] = -1
-        sites = binding_sites(structure)
-        secondary = secondary_structure(structure)
-        tokens = loaded.tokenizer(" ".join(sequence), return_tensors="pt")
-        with torch.no_grad():
-            attentions = eager(**tokens, output_attentions=True).attentions
-        attns = torch.stack([attn[0, :, 1:-1, 1:-1] for attn in attentions])  # [layer head L L]
-        weight_total += (attns >= min_attention).long().sum((2, 3))
-        for to_index in range(length):
-            for from_index in range(length):
-                mask = attns[:, :, from_index, to_index] >= min_attention
-                if contact[from_index, to_index] == 1:
-                    sums["contact"] += mask
-                if sites[to_index] == 1:
-                    sums["binding"] += mask
-                name = {"a": "helix", "b": "strand", "c": "coil"}.get(str(secondary[to_index]))
-                if name:
-                    sums[name] += mask
-        counter["pairs"] += length * length
-        counter["contacts"] += int((contact == 1).sum())
-        counter["residues"] += length
-        counter["binding"] += int((sites == 1).sum())
-        for code, name in (("a", "helix"), ("b", "strand"), ("c", "coil")):
-            counter[name] += int((secondary == code).sum())
-    return weight_total, sums, counter
+    feature_to_weighted_sum = defaultdict(lambda: torch.zeros((n_layers, n_heads), dtype=torch.double))
+    weight_total = torch.zeros((n_layers, n_heads), dtype=torch.double)
+    items = [_provis_inputs(loaded, path, chain) for path, chain in chains]
+    for item in items:
+        tokens = loaded.tokenizer(" ".join(item["primary"]), return_tensors="pt")
+        dense = DenseSink()  # every layer and head: the α the analysis saw (the engine equals eager: test_capture)
+        with capture(loaded.model, dense), torch.no_grad():
+            loaded.model(**tokens)
+        attns = list(dense.attention().unbind(1))  # per layer [batch head token token] float32
+        attns = [attn[:, :, 1:-1, 1:-1] for attn in attns]  # Remove attention from <CLS> (first) and <SEP> (last)
+        if weighted:
+            attns = [(attn > min_attn) * attn.double() for attn in attns]  # weights at or below min_attn set to 0
+        else:
+            attns = [(attn >= min_attn).double() for attn in attns]
+        attns = torch.stack([attn.squeeze(0) for attn in attns])  # [layer head L L]
+        weight_total += attns.sum((2, 3))
+        seq_len = attns.size(2)
+        for to_index in range(seq_len):
+            for from_index in range(seq_len):
+                for feature_name, value in _provis_features(item, from_index, to_index).items():
+                    feature_to_weighted_sum[feature_name] += attns[:, :, from_index, to_index] * value
+    return feature_to_weighted_sum, weight_total, items
 
 
-def test_shipped_structures_equal_the_provis_definition(tiny_dir, structures_dir):
-    loaded = models.load(str(tiny_dir("protbert", sharpness=SHARPNESS)))
+def _provis_background(items):
+    """background.py's distributions: contact map values over every pair, site indicators and classes per residue."""
+    contacts, sites, classes = Counter(), Counter(), Counter()
+    for item in items:
+        contacts.update(item["contact_map"].flatten().tolist())
+        if item["site_indic"] is not None:
+            sites.update(item["site_indic"].tolist())
+        classes.update(item["secondary"])
+    return contacts, sites, classes
+
+
+_PROVIS_NAMES = {"contact": "contact_map", "binding": "binding_site_to", "helix": "sec_struct_to_0",
+                 "strand": "sec_struct_to_1", "coil": "sec_struct_to_2"}
+
+
+# sharpness of the random tiny BERT at which some heads fall below min_total = 100 and some not: Σ α > θ (weighted)
+# is smaller than the count of α ≥ θ, so the weighted variant needs peakier heads for the mask to cut both ways
+@pytest.mark.parametrize(("weighted", "sharpness"), [(True, 21.0), (False, SHARPNESS)], ids=["weighted_b23402d",
+                                                                                             "counts_HEAD"])
+def test_shipped_structures_equal_the_provis_recipe(tiny_dir, structures_dir, weighted, sharpness):
+    loaded = models.load(str(tiny_dir("protbert", sharpness=sharpness)))
     units, skipped = structure_units(structure_files(structures_dir))
     assert not skipped and [unit.id for unit in units] == ["1aki_A", "pdb1ejg_A", "pdb1ubi_A"]
     outcomes = [analyse_unit(loaded, unit, ContactOptions()) for unit in units]
-    summary = summarize_heads(heads_table(outcomes, 100), chain_table(outcomes), min_count=100).set_index("name")
-
-    weight_total, sums, counter = _provis_reference(loaded, [(unit.structure, unit.chain) for unit in units])
     min_total = 100  # report_edge_features.py
+    summary = summarize_heads(heads_table(outcomes), chain_table(outcomes), min_count=min_total,
+                              min_total=min_total).set_index("name")
+    feature_to_weighted_sum, weight_total, items = _provis_reference(
+        loaded, [(unit.structure, unit.chain) for unit in units], weighted=weighted)
+    total_column, suffix = ("w_high", "share") if weighted else ("n_high", "count_share")
     kept = 0
     for layer in range(loaded.n_layers):
         for head in range(loaded.n_heads):
             row = summary.loc[f"L{layer}H{head}"]
             total = float(weight_total[layer, head])
-            assert row["n_high"] == total
-            for name in vig.FEATURES:
-                assert row[f"n_{name}"] == float(sums[name][layer, head])
-                if total < min_total:
-                    assert np.isnan(row[f"{name}_share"])
+            assert row[total_column] == pytest.approx(total, abs=1e-9)
+            exclude_mask = total < min_total  # report_edge_features: np.array(weight_total) < min_total
+            kept += not exclude_mask
+            for name, provis_name in _PROVIS_NAMES.items():
+                if provis_name not in feature_to_weighted_sum:  # no item has the feature (no ligand anywhere)
+                    assert np.isnan(row[f"{name}_{suffix}"]) and np.isnan(row[f"{name}_background"])
+                    continue
+                mean_by_head = float(feature_to_weighted_sum[provis_name][layer, head]) / total
+                if exclude_mask:
+                    assert np.isnan(row[f"{name}_{suffix}"])
                 else:
-                    assert row[f"{name}_share"] == pytest.approx(float(sums[name][layer, head]) / total, abs=1e-12)
-            kept += total >= min_total
+                    assert row[f"{name}_{suffix}"] == pytest.approx(mean_by_head, abs=1e-9)
     assert 0 < kept < loaded.n_layers * loaded.n_heads  # the planted sharpness gives both kinds of head
-    assert (summary["contact_background"] == counter["contacts"] / counter["pairs"]).all()
-    assert (summary["helix_background"] == counter["helix"] / counter["residues"]).all()
+    contacts, sites, classes = _provis_background(items)
+    assert not sites  # none of the shipped structures holds a ligand: binding is unknown, not 0
+    assert summary["contact_background"].eq(contacts[1] / sum(contacts.values())).all()
+    assert summary["helix_background"].eq(classes[0] / sum(classes.values())).all()
+    assert summary["strand_background"].eq(classes[1] / sum(classes.values())).all()
+    assert summary["binding_background"].isna().all() and summary["binding_share"].isna().all()
     assert (summary["n_proteins"] == 3).all()
 
 
@@ -227,4 +306,7 @@ def test_binding_site_share_on_a_structure_with_a_ligand(tiny_dir, tmp_path):
         alpha = attentions.attentions[row.layer][0, row.head, 1:-1, 1:-1]  # [L L]
         assert row.n_binding == int((alpha[:, 3] >= 0.3).sum())  # attention *to* the site, from every residue
         assert row.n_high == int((alpha >= 0.3).sum())
+        strong = torch.where(alpha > 0.3, alpha, torch.zeros_like(alpha)).double()  # [L L]
+        assert row.w_binding == pytest.approx(float(strong[:, 3].sum()), abs=1e-5)
+        assert row.w_high == pytest.approx(float(strong.sum()), abs=1e-4)
     assert os.path.exists(path)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import probe.commands.label as label_command
+import probe.runs.tasks as label_command  # the label task calls label_model from here
 from probe.cli import main
 from probe.heads.tables import COLUMNS
 from probe.zoo.planted import PLANTED_HEADS, save_planted_gpt2
@@ -87,7 +87,7 @@ def test_two_models_one_table_and_resume_after_an_interrupt(planted_dir, tiny_di
     calls.clear()
     code, _, err = run_cli([*argv, "--seed", "3"], capsys)
     assert code == 0 and calls == [planted_dir, second]
-    assert f"recomputing {planted_dir}: the options or the model revision differ" in err
+    assert f"recomputing {planted_dir}, {second}: 2 model(s) whose options, model revision or input files differ" in err
     assert set(pd.read_parquet(out)["seed"]) == {3}
 
 
@@ -226,7 +226,7 @@ def test_sigkill_after_the_first_model_then_rerun_equals_an_uninterrupted_run(pl
     parts = tmp_path / ".killed.parquet.parts"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
-        if killed.exists() and parts.is_dir() and any(p.suffix == ".npz" for p in parts.iterdir()):
+        if killed.exists() and parts.is_dir() and any(p.suffix == ".npz" and not p.name.startswith(".") for p in parts.iterdir()):
             break
         time.sleep(0.02)
     assert process.poll() is None, "the run finished before it could be killed: make it longer"

@@ -33,11 +33,13 @@ def as_pairs(pattern: torch.Tensor) -> set[tuple[int, int]]:
 def test_registry_has_one_snake_case_list_of_names():
     assert HEAD_TYPES == get_args(HeadType) == tuple(REGISTRY)
     assert set(HEAD_TYPES) == {"previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
-                               "duplicate_token", "induction", "coreference"}
+                               "sentence_start", "bracket", "duplicate_token", "induction", "coreference", "retrieval"}
     assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", name) for name in HEAD_TYPES)
-    assert "coreference" not in TOKEN_TYPES and len(TOKEN_TYPES) == 8
+    assert "coreference" not in TOKEN_TYPES and len(TOKEN_TYPES) == 10
     for name, spec in REGISTRY.items():
-        assert spec.name == name and spec.probe in ("natural", "repeated", "spans") and spec.kinds
+        assert spec.name == name and spec.probe in ("natural", "repeated", "spans", "sentences", "brackets", "generation")
+        assert spec.kinds
+    assert REGISTRY["sentence_start"].text_only and REGISTRY["bracket"].text_only
     assert REGISTRY["next_token"].kinds == {"masked_lm", "protein_mlm"}  # a causal row cannot see i + 1
     assert REGISTRY["coreference"].text_only and REGISTRY["delimiter"].text_only
     assert not REGISTRY["induction"].text_only
@@ -203,3 +205,106 @@ def test_parse_head_types():
         parse_head_types("inducton")
     with pytest.raises(ProbeError, match="unknown head type"):
         target_pattern("name_mover", TOKENS)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# sentence_start and bracket: hand-written texts, targets computed by hand
+# ---------------------------------------------------------------------------------------------------------------
+
+ENGLISH = ("mary left early e g at 3 5 pm she saw dr smith did he or go yes no u s the cats said and then "
+           "hi end x").split() + list(".!?,()[]{}")
+
+
+@pytest.fixture(scope="module")
+def english():
+    """A word-level tokenizer that splits every punctuation character off ("e.g." -> e . g .), with <bos>."""
+    from probe.heads.probesets import token_classes
+
+    tokenizer = word_tokenizer(ENGLISH, bos_token="<bos>")
+    return tokenizer, token_classes(tokenizer)
+
+
+def pairs_of(head_type: str, text: str, english) -> tuple[list[str], set[tuple[int, int]]]:
+    tokenizer, classes = english
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.unk_token_id not in ids, text
+    return tokenizer.convert_ids_to_tokens(ids), as_pairs(target_pattern(head_type, ids, classes=classes))
+
+
+def test_sentence_start_targets_on_hand_written_text(english):
+    tokens, pairs = pairs_of("sentence_start", "mary left early. she saw dr. smith! did he go? yes", english)
+    # 0 <bos> 1 mary 2 left 3 early 4 . 5 she 6 saw 7 dr 8 . 9 smith 10 ! 11 did 12 he 13 go 14 ? 15 yes
+    assert tokens[4] == "." and tokens[8] == "." and tokens[10] == "!" and tokens[14] == "?"
+    assert pairs == {(4, 1), (10, 5), (14, 11)}  # "dr." is an abbreviation; "yes" has no end: no pair
+    # causal and bidirectional targets agree (the first token always precedes the end)
+    ids = english[0]("mary left early. she saw dr. smith! did he go? yes")["input_ids"]
+    assert as_pairs(target_pattern("sentence_start", ids, causal=False, classes=english[1])) == pairs
+
+
+def test_sentence_start_abbreviations_and_decimals_do_not_end_a_sentence(english):
+    tokens, pairs = pairs_of("sentence_start", "mary left e.g. at 3.5 pm. she saw u.s. cats. x. end", english)
+    # 0 <bos> 1 mary 2 left 3 e 4 . 5 g 6 . 7 at 8 3 9 . 10 5 11 pm 12 . 13 she 14 saw 15 u 16 . 17 s 18 . 19 cats
+    # 20 . 21 x 22 . 23 end
+    assert [tokens[i] for i in (4, 6, 9, 12, 16, 18, 20, 22)] == ["."] * 8
+    # e.g. (4, 6) and 3.5 (9) are not ends; "pm." is; "u.s." (16, 18) is an abbreviation, so "cats." ends the
+    # sentence that began at "she"; "x." is a one-letter word before a period: an abbreviation (documented miss)
+    assert pairs == {(12, 1), (20, 13)}
+
+
+def test_sentence_start_empty_sentences_and_framing(english):
+    tokens, pairs = pairs_of("sentence_start", "hi ... end ! ? said", english)
+    # 0 <bos> 1 hi 2 . 3 . 4 . 5 end 6 ! 7 ? 8 said: the second and third periods and "?" end empty sentences
+    assert pairs == {(2, 1), (6, 5)}
+    assert 0 not in {key for _, key in pairs}  # <bos> is never a sentence's first token
+
+
+def test_sentence_end_special_token_closes_the_last_sentence():
+    """[SEP] / EOS end the sentence in progress ("the tokenizer's sentence-end"), unless it is empty."""
+    from probe.heads.registry import TokenClasses, sentence_start_pairs
+
+    classes = TokenClasses(special=frozenset({0, 9}), sentence_end=frozenset({9}), period=frozenset({5}))
+    # [CLS]=0 a b . c d [SEP]=9
+    assert sentence_start_pairs([0, 1, 2, 5, 3, 4, 9], classes) == [(3, 1), (6, 4)]
+    assert sentence_start_pairs([0, 1, 2, 5, 9], classes) == [(3, 1)]  # [SEP] right after "." closes nothing
+
+
+def test_bracket_targets_on_hand_written_text(english):
+    tokens, pairs = pairs_of("bracket", "mary ( saw [ dr ] and { he ( go ) } ) then", english)
+    # 0 <bos> 1 mary 2 ( 3 saw 4 [ 5 dr 6 ] 7 and 8 { 9 he 10 ( 11 go 12 ) 13 } 14 ) 15 then
+    assert pairs == {(6, 4), (12, 10), (13, 8), (14, 2)}  # nesting respected: the outer ")" skips the inner pair
+    ids = english[0]("mary ( saw [ dr ] and { he ( go ) } ) then")["input_ids"]
+    assert as_pairs(target_pattern("bracket", ids, causal=False, classes=english[1])) == pairs
+
+
+def test_unmatched_and_mismatched_brackets_have_no_target(english):
+    tokens, pairs = pairs_of("bracket", ") mary ( saw ] go ) [ he ( no", english)
+    # 0 <bos> 1 ) 2 mary 3 ( 4 saw 5 ] 6 go 7 ) 8 [ 9 he 10 ( 11 no
+    # ")" at 1: nothing open; "]" at 5: the innermost open is "(", another kind: unmatched, the stack is kept, so
+    # ")" at 7 still matches 3; "[" at 8 and "(" at 10 are never closed
+    assert pairs == {(7, 3)}
+
+
+def test_bracket_and_sentence_targets_are_empty_without_token_classes():
+    """A tokenizer without sentence ends or brackets (classes empty): no targets, so the scores are NaN."""
+    for head_type in ("sentence_start", "bracket"):
+        assert not target_pattern(head_type, TOKENS).any()
+
+
+def test_token_classes_of_a_byte_level_bpe_vocabulary():
+    """GPT-2-style pieces: "Ġ(" is an opening bracket; a one-letter piece after a word ("cat" "s") is no
+    abbreviation, one with a space marker is; digit_start needs no space marker."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from probe.heads.probesets import token_classes
+
+    vocab = {t: i for i, t in enumerate(["<|endoftext|>", "Ġ(", ")", ".", "Ġcat", "s", "ĠJ", "Ġ3", "5", "Ġ5", "Ġmr",
+                                         "!", "Ġ]", "["])}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>")),
+                                        bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+    classes = token_classes(tokenizer)
+    assert classes.openers == (frozenset({1}), frozenset({13}), frozenset())
+    assert classes.closers == (frozenset({2}), frozenset({12}), frozenset())
+    assert classes.period == {3} and classes.sentence_end == {11}  # <|endoftext|> is also BOS: not an end
+    assert classes.abbreviation == {6, 10} and classes.letter == {5, 6}
+    assert classes.digit_end == {7, 8, 9} and classes.digit_start == {8}

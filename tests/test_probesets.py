@@ -232,3 +232,81 @@ def test_spans_that_cover_no_token_or_overlap_are_rejected(tokenizer):
         encode_span_example(SpanExample(text, (0, 4), ((0, 2),), source="f line 1"), tokenizer)
     with pytest.raises(ProbeError, match="f line 1: the query span"):
         encode_span_example(SpanExample(text + "   ", (18, 20), ((0, 4),), source="f line 1"), tokenizer)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Implicit-causality sentences, random sentences and nested-bracket probes
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_causality_examples_put_every_baseline_at_one_half():
+    from probe.heads.probesets import CausalityVocabulary, causality_examples, span_baselines
+
+    vocab = CausalityVocabulary()
+    examples = causality_examples(64, seed=0)
+    assert examples == causality_examples(64, seed=0)  # seeded
+    spans = [e.to_span_example() for e in examples]
+    for name in ("nearest", "first"):
+        assert sum(dict(span_baselines(s))[name] for s in spans) == 32
+    assert all("agreement" not in dict(span_baselines(s)) for s in spans)  # both names agree: no rule
+    assert {s.group for s in spans} == {"subject-biased verb", "object-biased verb"}
+    for example, span in zip(examples, spans, strict=True):
+        verb = next(w for w in example.words if w in (*vocab.subject_verbs, *vocab.object_verbs))
+        antecedent = example.words[example.antecedent[0]]
+        first_name = next(w for w in example.words if w in (*vocab.male_names, *vocab.female_names))
+        assert (antecedent == first_name) == (verb in vocab.subject_verbs)
+        assert span.text[span.targets[0][0]:span.targets[0][1]] == antecedent
+    tokenizer = word_tokenizer(vocab.words(), bos_token="<bos>")
+    encoded = encode_span_example(spans[0], tokenizer)
+    assert len(encoded.candidate_words) == 2 and tokenizer.unk_token_id not in encoded.input_ids
+
+
+def english_tokenizer():
+    from probe.heads.probesets import token_classes
+
+    tokenizer = word_tokenizer([*DEMO_WORDS, *"()[]{}"], bos_token="<bos>")
+    return tokenizer, token_classes(tokenizer)
+
+
+def test_random_sentences_end_every_few_tokens_and_never_elsewhere():
+    from probe.heads.corpus import token_weights
+    from probe.heads.probesets import random_sentences
+    from probe.heads.registry import sentence_start_pairs
+
+    tokenizer, classes = english_tokenizer()
+    ids = random_sentences(tokenizer, classes, 8, 64, seed=1, weights=token_weights(tokenizer, None))
+    assert ids.shape == (8, 64) and torch.equal(ids, random_sentences(tokenizer, classes, 8, 64, 1,
+                                                                        token_weights(tokenizer, None)))
+    ends = classes.period | classes.sentence_end
+    for row in ids.tolist():
+        assert row[0] == tokenizer.bos_token_id
+        positions = [i for i, t in enumerate(row) if t in ends]
+        gaps = [b - a for a, b in zip([0, *positions], positions, strict=False)]
+        assert positions and all(4 <= gap <= 13 for gap in gaps)  # 3..12 words, then the end
+        pairs = sentence_start_pairs(row, classes)
+        assert [start for _, start in pairs] == [1] + [p + 1 for p in positions[:len(pairs) - 1]]
+
+
+def test_bracket_probes_insert_a_balanced_nested_word_with_gaps():
+    from probe.heads.corpus import token_weights
+    from probe.heads.probesets import bracket_probes, without_tokens
+    from probe.heads.registry import bracket_pairs
+
+    tokenizer, classes = english_tokenizer()
+    brackets = set().union(*classes.openers, *classes.closers)
+    weights = without_tokens(token_weights(tokenizer, None), brackets)
+    content = repeated_blocks(tokenizer, 16, 64, seed=0, weights=weights).input_ids
+    ids = bracket_probes(tokenizer, classes, content, seed=0)
+    nested = 0
+    for row in ids.tolist():
+        positions = [i for i, t in enumerate(row) if t in brackets]
+        assert len(positions) == 2 * (63 // 6) and min(b - a for a, b in zip(positions, positions[1:], strict=False)) >= 2
+        pairs = bracket_pairs(row, classes)
+        assert len(pairs) == len(positions) // 2  # balanced: every closing bracket is matched
+        nested += any(a < c < b for b, a in pairs for d, c in pairs if (d, c) != (b, a))
+    assert nested >= 8  # most probes nest
+    plain = word_tokenizer(list(DEMO_WORDS), bos_token="<bos>")  # no brackets: unchanged content
+    from probe.heads.probesets import token_classes
+
+    same = repeated_blocks(plain, 2, 32, seed=0).input_ids
+    assert torch.equal(bracket_probes(plain, token_classes(plain), same, seed=0), same)

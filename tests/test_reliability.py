@@ -200,6 +200,36 @@ CASES = [
     case("app-labels-missing", *APP, "--model", "{gpt2}", "--labels", "{tmp}/none.csv"),
     case("app-labels-foreign", *APP, "--model", "{gpt2}", "--labels", "{tmp}/foreign.csv"),
     case("app-model-missing", *APP, "--model", "{tmp}/no-such-model"),
+    # --- batch runs (issue 21): Ray, models files, probe lengths, plots, cards --------------------------------------
+    case("label-ray-unreachable", *LABEL_OUT, "--ray", "127.0.0.1:1"),
+    case("label-ray-bad-address", *LABEL_OUT, "--ray", "nonsense"),
+    case("label-ray-port-out-of-range", *LABEL_OUT, "--ray", "127.0.0.1:99999"),
+    case("label-ray-workers-without-ray", *LABEL_OUT, "--ray-workers", "0"),
+    case("label-ray-workers-two-without-ray", *LABEL_OUT, "--ray-workers", "2"),
+    case("label-ray-workers-zero", *LABEL_OUT, "--ray", "auto", "--ray-workers", "0"),
+    case("contacts-ray-unreachable", *CONTACTS_OUT, "--ray", "127.0.0.1:1"),
+    case("contacts-ray-workers-without-ray", *CONTACTS_OUT, "--ray-workers", "3"),
+    case("label-models-file-latin1", "label", "--models-file", "{latin1_models}", "--out", "{tmp}/r.csv"),
+    case("label-models-file-binary", "label", "--models-file", "{binary_models}", "--out", "{tmp}/r.csv"),
+    case("label-models-file-long-line", "label", "--models-file", "{long_models}", "--out", "{tmp}/r.csv"),
+    case("label-models-file-empty", "label", "--models-file", "{empty_models}", "--out", "{tmp}/r.csv"),
+    case("label-models-file-missing", "label", "--models-file", "{tmp}/none.txt", "--out", "{tmp}/r.csv"),
+    case("label-models-file-is-folder", "label", "--models-file", "{tmp}/folder.csv", "--out", "{tmp}/r.csv"),
+    case("label-model-name-too-long", "label", "--model", "m" * 100_000, "--out", "{tmp}/r.csv"),
+    case("label-no-model", "label", "--examples", "4", "--out", "{tmp}/r.csv"),
+    case("label-revisions-empty", *LABEL_OUT, "--revisions", ","),
+    case("label-revisions-without-model", "label", "--models-file", "{gpt2_models}", "--revisions", "step-0",
+         "--out", "{tmp}/r.csv"),
+    case("label-seq-len-1", *LABEL_OUT, "--seq-len", "1"),
+    case("label-seq-len-3", *LABEL_OUT, "--seq-len", "3"),
+    case("label-coreference-on-protein-model", "label", "--model", "{esm}", "--types", "coreference",
+         "--examples", "4", "--out", "{tmp}/r.csv"),
+    case("label-plot-sibling-png-is-folder", *LABEL_OUT, "--plot", "{tmp}/plotdir.html"),
+    case("label-plot-is-folder", *LABEL_OUT, "--plot", "{tmp}/plotdir.png"),
+    case("label-model-config-nan", "label", "--model", "{nan_config}", "--out", "{tmp}/r.csv"),
+    case("card-layers-nan-directory", "card", "--model", "{nan_config}"),
+    case("card-layers-nan-json", "card", "--model", "{nan_config}/config.json"),
+    case("card-layers-fraction-json", "card", "--model", "{fraction_config}"),
 ]
 
 
@@ -254,13 +284,30 @@ def assets(tiny_dir, tmp_path_factory):
         "latin1_jsonl": '{"text": "caf\xe9 a b", "query": [2, 3], "target": [0, 1]}\n'.encode("latin-1"),
         "bad_jsonl": b'{"text": "a b", "query": [2, 3\n',
         "good_jsonl": b'{"text": "a b", "query": [2, 3], "target": [0, 1]}\n',
+        "latin1_models": f"{gpt2}\n/data/mod\xe8le\n".encode("latin-1"),
+        "binary_models": b"\x00\x01\x02PK\x03\x04",
+        "long_models": f"{gpt2}\n{'m' * 100_000}\n".encode(),
+        "empty_models": b"# nothing here\n\n",
+        "gpt2_models": f"{gpt2}\n".encode(),
+        "fraction_config": b'{"model_type": "gpt2", "n_layer": 2.5, "n_head": 2, "n_embd": 8}\n',
     }
     suffix = {"pdb": ".pdb", "garbage_pdb": ".pdb", "latin1_jsonl": ".jsonl", "bad_jsonl": ".jsonl",
-              "good_jsonl": ".jsonl"}
+              "good_jsonl": ".jsonl", "latin1_models": ".txt", "binary_models": ".txt", "long_models": ".txt",
+              "empty_models": ".txt", "gpt2_models": ".txt", "fraction_config": ".json"}
     for name, data in texts.items():
         path = base / f"{name}{suffix.get(name, '.fa')}"
         path.write_bytes(data)
         files[name] = str(path)
+    nan_config = base / "nan-config"  # a model directory whose config has num_hidden_layers: NaN
+    shutil.copytree(gpt2, nan_config)
+    config = (nan_config / "config.json").read_text()
+    import json as _json
+
+    data = _json.loads(config)
+    data.pop("n_layer", None)
+    data["num_hidden_layers"] = float("nan")
+    (nan_config / "config.json").write_text(_json.dumps(data))  # json writes NaN, as the issue's file had
+    files["nan_config"] = str(nan_config)
     yield files
     (base / "readonly").chmod(0o755)  # so pytest can clean up
 
@@ -293,6 +340,7 @@ def prepare_output_folder(tmp: Path) -> None:
     (tmp / "foreign.csv").write_text("name,age\nada,36\n")
     (tmp / "foreign.parquet").write_bytes(b"definitely not parquet\n")
     (tmp / "foreign.json").write_text('{"name": "ada"}\n')
+    (tmp / "plotdir.png").mkdir()  # --plot plotdir.html would also write plotdir.png
 
 
 def snapshot(folder: Path) -> dict[str, bytes | None]:
@@ -331,7 +379,7 @@ def test_bad_input_is_one_line_and_exit_2(bad, assets, used_port, never_serve, t
 
 
 def test_the_table_is_large_and_covers_every_subcommand():
-    assert len(CASES) >= 80
+    assert len(CASES) >= 150
     assert len({c.name for c in CASES}) == len(CASES)
     for command in ("capture", "label", "contacts", "app"):
         assert sum(1 for c in CASES if c.argv[:1] == (command,)) >= 10, command
@@ -347,7 +395,7 @@ def test_app_empty_host_never_falls_back_to_the_host_variable(monkeypatch, never
 
 
 # A real process costs ~5-15 s of imports on a busy machine: two cases, argparse's exit path and the app's bind.
-SUBPROCESS_CASES = ["label-bad-ablate", "app-port-in-use"]
+SUBPROCESS_CASES = ["label-bad-ablate", "app-port-in-use", "label-ray-unreachable"]
 
 
 @pytest.mark.parametrize("name", SUBPROCESS_CASES)
@@ -433,7 +481,7 @@ def readable(path: Path) -> bool:
 
 
 def test_write_atomically_removes_what_a_killed_writer_left(tmp_path):
-    from probe.commands.common import write_atomically
+    from probe.runs.atomic import write_atomically
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     out = tmp_path / "r.csv"
@@ -491,3 +539,124 @@ def test_soak():
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "soak.py")], capture_output=True, text=True,
                             timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Batch runs (issues 21 and 22): Ray failures are fast and quiet, models files name their line, nothing of Ray
+# outlives its driver
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["label", "contacts"])
+def test_an_unreachable_ray_address_is_one_line_within_ten_seconds(command, assets, tmp_path, capsys):
+    argv = {"label": [*LABEL, "--out", str(tmp_path / "r.csv")],
+            "contacts": [*CONTACTS, "--out", str(tmp_path / "c.npz")]}[command]
+    argv = fill(tuple(argv), {**assets, "tmp": str(tmp_path)})
+    capsys.readouterr()
+    started = time.monotonic()
+    code = main([*argv, "--ray", "127.0.0.1:1"])
+    seconds = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "cannot join Ray at 127.0.0.1:1" in err and "rpc_client" not in err
+    assert seconds < 10, f"{seconds:.1f} s"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n"])
+def test_a_port_that_is_not_ray_is_one_line_within_ten_seconds(answer, assets, tmp_path, capsys):
+    """Something listens there but is not Ray (silent, or an HTTP/1 server): the HTTP/2 check that Ray's GCS answers
+    fails in seconds, before Ray is imported, instead of Ray's client retrying for a minute."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    held = []
+
+    def serve():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            held.append(connection)
+            if answer:
+                connection.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        argv = fill((*LABEL, "--out", "{tmp}/r.csv"), {**assets, "tmp": str(tmp_path)})
+        capsys.readouterr()
+        started = time.monotonic()
+        code = main([*argv, "--ray", f"127.0.0.1:{port}"])
+        seconds = time.monotonic() - started
+    finally:
+        listener.close()
+        for connection in held:
+            connection.close()
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"cannot join Ray at 127.0.0.1:{port}" in err, err
+    assert seconds < 10, f"{seconds:.1f} s"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content, message", [
+    ("zoo:induction\n/data/mod\xe8le\n".encode("latin-1"), "line 2: not UTF-8 text"),
+    (b"zoo:induction\n\x00\x01", "line 2: not text (a NUL byte)"),
+    (("zoo:induction\n" + "m" * 100_000 + "\n").encode(), "line 2: 100000 characters long"),
+    (b"# only a comment\n", "lists no models"),
+])
+def test_models_file_errors_name_the_file_and_the_line(content, message, tmp_path, capsys):
+    listing = tmp_path / "models.txt"
+    listing.write_bytes(content)
+    assert main(["label", "--models-file", str(listing)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"--models-file {listing}" in err and message in err, err
+
+
+def test_label_seq_len_too_short_is_one_line_without_notes(assets, tmp_path, capsys):
+    """The unit's notes (random-token probes on this tokenizer) are said only when it succeeds."""
+    for length in ("1", "3"):
+        assert main([*fill(LABEL, assets), "--seq-len", length, "--out", str(tmp_path / "r.csv")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--seq-len {length} is too short" in err, err
+
+
+RAY_DRIVER = """
+import sys, time
+from probe.runs.ray_executor import RayExecutor, RayOptions
+executor = RayExecutor(RayOptions(num_cpus=1, object_store_bytes=80 * 2**20))
+executor.prepare()
+import ray
+print(ray.get_runtime_context().gcs_address, flush=True)
+from probe.runs import ray_executor
+print(ray_executor._watchdog["process"].args[-1], flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.ray
+def test_nothing_of_ray_outlives_a_sigkilled_driver(tmp_path):
+    """Issue 22: a driver that started a local Ray instance is SIGKILLed; 10 s later no process of that Ray
+    session runs (raylet, GCS, dashboard and runtime-env agents, workers: the watchdog ends them)."""
+    pytest.importorskip("ray")
+    from probe.runs.ray_watchdog import session_processes
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    driver = subprocess.Popen([sys.executable, "-c", RAY_DRIVER], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        driver.stdout.readline()
+        session = Path(driver.stdout.readline().strip()).name
+        assert session.startswith("session_"), driver.stderr.read()[-2000:]
+        assert len(session_processes(session)) >= 3  # raylet, GCS, agents (and the watchdog is not counted)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while session_processes(session) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = session_processes(session)
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in left if Path(f"/proc/{pid}").exists()]

@@ -3,7 +3,7 @@ into one table (checkpoint, step columns), resumes, records a bad checkpoint, pl
 
 from __future__ import annotations
 
-import argparse
+import sys
 
 import pandas as pd
 import pytest
@@ -12,8 +12,8 @@ import torch
 from probe import models
 from probe.errors import ProbeError
 from probe.heads.label import LabelConfig, label_model
-from probe.runs.sweep import add_sweep_options, run_label, sweep_checkpoints, sweep_figure, sweep_table
-from probe.runs.units import checkpoint_step
+from probe.runs.checkpoints import checkpoint_step, sweep_checkpoints
+from probe.runs.plot import sweep_figure
 
 # two types, small probe sets, no ablation: the runner is under test here, not the classifier
 CONFIG = LabelConfig(**{name: value for name, value in dict(
@@ -32,22 +32,15 @@ def checkpoints(tmp_path_factory):
     return out
 
 
-def label_command(argv: list[str]) -> int:
-    """`probe label ARGV` through the sweep runner, with CONFIG (independent of the label command's own flags)."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", action="append")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default=None)
-    parser.add_argument("--out")
-    parser.add_argument("--force", action="store_true")
-    add_sweep_options(parser)
-    try:
-        return run_label(parser.parse_args(argv), CONFIG)
-    except ProbeError as error:
-        import sys
+FLAGS = ["--types", "previous_token,induction", "--examples", "8", "--batch-size", "8", "--bootstrap", "100",
+         "--ablate", "none"]  # = CONFIG
 
-        print(f"probe label: error: {error}", file=sys.stderr)
-        return 2
+
+def label_command(argv: list[str]) -> int:
+    """`probe label ARGV` with CONFIG's flags, in this process."""
+    from probe.cli import main
+
+    return main(["label", *argv, *FLAGS])
 
 
 def test_training_writes_loadable_checkpoints_without_changing_the_run(checkpoints, tmp_path):
@@ -105,26 +98,14 @@ def test_sweep_table_resume_errors_and_plot(checkpoints, tmp_path, capsys):
     assert label_command(["--model", str(checkpoints), "--revisions", revisions + ",step-99",
                           "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "3 of 4 checkpoint(s) already in" in err and "no checkpoint directory 'step-99'" in err
+    assert "3 of 4 model(s) already done" in err and "no checkpoint directory 'step-99'" in err
     pd.testing.assert_frame_equal(pd.read_parquet(out), table)
     errors = pd.read_csv(tmp_path / "sweep.errors.csv")
     assert list(errors["unit"]) == [f"{checkpoints}@step-99"] and list(errors["kind"]) == ["input"]
 
 
-SWEEP_SCRIPT = """
-import argparse, sys
-from probe.heads.label import LabelConfig
-from probe.runs.sweep import add_sweep_options, run_label
-parser = argparse.ArgumentParser()
-parser.add_argument("--model", action="append")
-parser.add_argument("--device", default="cpu"); parser.add_argument("--dtype"); parser.add_argument("--out")
-parser.add_argument("--force", action="store_true")
-add_sweep_options(parser)
-config = LabelConfig(**{name: value for name, value in dict(
-    types=("previous_token", "induction"), examples=32, batch_size=8, n_bootstrap=100, ablate="none",
-).items() if name in LabelConfig.__dataclass_fields__})
-sys.exit(run_label(parser.parse_args(sys.argv[1:]), config))
-"""
+SWEEP = [sys.executable, "-m", "probe.cli", "label", "--types", "previous_token,induction", "--examples", "32",
+         "--batch-size", "8", "--bootstrap", "100", "--ablate", "none"]
 
 
 def test_killed_driver_resumes_after_the_finished_checkpoints(checkpoints, tmp_path):
@@ -133,28 +114,25 @@ def test_killed_driver_resumes_after_the_finished_checkpoints(checkpoints, tmp_p
     import os
     import signal
     import subprocess
-    import sys
     import time
 
     flags = ["--model", str(checkpoints), "--revisions", "step-0,step-3,step-6"]
     out = tmp_path / "killed.parquet"
     parts = tmp_path / ".killed.parquet.parts"
-    process = subprocess.Popen([sys.executable, "-c", SWEEP_SCRIPT, *flags, "--out", str(out)],
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([*SWEEP, *flags, "--out", str(out)], stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
-        if parts.is_dir() and any(p.suffix == ".npz" and not p.name.startswith(".tmp") for p in parts.iterdir()):
+        if parts.is_dir() and any(p.suffix == ".npz" and not p.name.startswith(".") for p in parts.iterdir()):
             os.kill(process.pid, signal.SIGKILL)
             break
         time.sleep(0.01)
     assert process.wait(timeout=60) == -signal.SIGKILL, "the run finished before it could be killed"
-    rerun = subprocess.run([sys.executable, "-c", SWEEP_SCRIPT, *flags, "--out", str(out)], capture_output=True,
-                           text=True, timeout=300)
+    rerun = subprocess.run([*SWEEP, *flags, "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    reused = int(rerun.stderr.split(" of 3 checkpoint(s) already in")[0].rsplit(" ", 1)[-1])
+    reused = int(rerun.stderr.split(" of 3 model(s) already done")[0].rsplit(" ", 1)[-1])
     assert 1 <= reused < 3
-    whole = subprocess.run([sys.executable, "-c", SWEEP_SCRIPT, *flags, "--out", str(tmp_path / "whole.parquet")],
-                           capture_output=True, text=True, timeout=300)
+    whole = subprocess.run([*SWEEP, *flags, "--out", str(tmp_path / "whole.parquet")], capture_output=True, text=True,
+                           timeout=300)
     assert whole.returncode == 0, whole.stderr[-2000:]
     pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(tmp_path / "whole.parquet"), check_exact=True)
 
@@ -207,19 +185,12 @@ def test_sweep_on_ray_auto_equals_in_process(checkpoints, tmp_path):
 
 
 def test_probe_label_flags_wired(checkpoints, tmp_path):
-    """End to end through `probe label`, once the sweep flags are wired in (see README, section scale)."""
-    from probe.cli import build_parser, main
+    """End to end through `probe label` with its own defaults (the sweep flags are the command's)."""
+    from probe.cli import main
 
-    try:
-        label_parser = build_parser()._subparsers._group_actions[0].choices["label"]
-    except Exception as error:  # noqa: BLE001 - another subcommand mid-change
-        pytest.skip(f"the probe parser does not build: {error!r}")
-    if "--revisions" not in label_parser._option_string_actions:
-        pytest.skip("probe label has no --revisions flag yet (wiring patch not applied)")
     out = tmp_path / "cli.parquet"
     assert main(["label", "--model", str(checkpoints), "--revisions", "step-0,step-6", "--examples", "8",
                  "--out", str(out)]) == 0
-    assert sweep_table  # the same runner
     assert list(pd.read_parquet(out)["step"].unique()) == [0, 6]
 
 
@@ -234,7 +205,7 @@ def test_png_without_kaleido_is_a_chromium_screenshot(tmp_path, monkeypatch):
     table = pd.DataFrame({"checkpoint": ["a", "b"], "step": [0, 5], "head_name": ["L0H0"] * 2,
                           "head_type": ["previous_token"] * 2, "score": [0.1, 0.9], "ci_low": [0.0, 0.8],
                           "ci_high": [0.2, 1.0], "chance": [0.1, 0.1], "label": [False, True]})
-    from probe.runs.sweep import save_figure
+    from probe.runs.export import save_figure
 
     written = save_figure(sweep_figure(table), tmp_path / "f.png")
     assert written == [tmp_path / "f.html", tmp_path / "f.png"]

@@ -14,8 +14,10 @@ from probe.naming import parse_head_name
 from probe.zoo import data
 from probe.zoo import train as zoo_train
 
-TEXT_ORGANISMS = ["coreference", "induction", "positional"]
-ALL = ["coreference", "esm-random", "induction", "positional"]
+TEXT_ORGANISMS = ["brackets", "coreference", "implicit-causality", "induction", "positional", "retrieval", "sentences"]
+ALL = ["brackets", "coreference", "esm-random", "implicit-causality", "induction", "positional", "retrieval",
+       "sentences"]
+GPT2 = ("coreference", "implicit-causality")
 
 
 @pytest.fixture
@@ -31,11 +33,16 @@ def no_network(monkeypatch):
 
 @pytest.fixture(scope="module")
 def label_tables():
-    """label_model(zoo:NAME, LabelConfig()) for every organism, computed once."""
+    """label_model(zoo:NAME, LabelConfig(**the card's label_config)) for every organism, computed once (the
+    default LabelConfig() when the card names none)."""
     from probe.heads.label import LabelConfig, label_model
     from probe.models import load
 
-    return {name: label_model(load(f"zoo:{name}"), LabelConfig()) for name in ALL}
+    def config(name: str) -> LabelConfig:
+        options = zoo.card(name).get("label_config", {})
+        return LabelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()})
+
+    return {name: label_model(load(f"zoo:{name}"), config(name)) for name in ALL}
 
 
 def labelled(table) -> dict[str, list[str]]:
@@ -63,7 +70,7 @@ def test_unknown_name_is_one_line_error_listing_known_names():
 def test_unknown_zoo_spec_through_models_load():
     from probe.models import load
 
-    with pytest.raises(ProbeError, match="known: zoo:coreference"):
+    with pytest.raises(ProbeError, match="known: zoo:brackets, zoo:coreference"):
         load("zoo:nope")
 
 
@@ -103,7 +110,7 @@ def test_text_organisms_are_attention_only(name):
     assert len(mlps) == model.config.num_hidden_layers == 2
     for mlp in mlps:
         assert all(torch.count_nonzero(p) == 0 for p in mlp.parameters())
-    assert zoo.card(name)["config"]["arch"] == ("gpt2" if name == "coreference" else "llama")
+    assert zoo.card(name)["config"]["arch"] == ("gpt2" if name in GPT2 else "llama")
 
 
 def test_esm_random_card_says_untrained_and_contact_head_is_nonzero():
@@ -192,6 +199,78 @@ def test_coreference_sentences_put_the_antecedents_action_after_the_pronoun():
         assert words[position + 1] == inverse[int(targets[row, position])]
 
 
+def test_causality_batches_are_balanced_and_the_target_is_the_antecedents_action():
+    """Both names agree with the pronoun; the verb class picks the antecedent; over a batch the antecedent is the
+    first name half of the time (nearest- and first-mention baselines at 0.5)."""
+    from probe.heads.probesets import CausalityVocabulary, causality_examples
+
+    vocab = CausalityVocabulary()
+    examples = causality_examples(400, seed=3)
+    assert sum(e.antecedent_first for e in examples) == 200
+    for example in examples[:40]:
+        names = [example.words[s] for s in (example.antecedent, *example.distractors) for s in [s[0]]]
+        gender = vocab.male_names if example.words[example.pronoun] == "he" else vocab.female_names
+        assert len(set(names)) == 2 and all(name in gender for name in names)
+        verb = next(w for w in example.words if w in (*vocab.subject_verbs, *vocab.object_verbs))
+        assert example.antecedent_first == (verb in vocab.subject_verbs)
+        assert example.agreement is None  # agreement cannot choose
+    tokenizer = zoo_train.build_tokenizer(zoo_train.ORGANISMS["implicit-causality"])
+    vocabulary = tokenizer.get_vocab()
+    inverse = {index: word for word, index in vocabulary.items()}
+    tokens, targets = data.causality_batch(torch.Generator().manual_seed(0), 64, vocab, vocabulary,
+                                           tokenizer.bos_token_id, tokenizer.pad_token_id)
+    firsts = 0
+    for row in range(64):
+        (position,) = (targets[row] != data.IGNORE).nonzero().flatten().tolist()
+        words = [inverse[int(i)] for i in tokens[row]]
+        assert words[position] in ("he", "she")
+        names = [w for w in words[:position] if w in (*vocab.male_names, *vocab.female_names)]
+        verb = next(w for w in words if w in (*vocab.subject_verbs, *vocab.object_verbs))
+        antecedent = names[0] if verb in vocab.subject_verbs else names[1]
+        firsts += antecedent == names[0]
+        assert inverse[int(targets[row, position])] == data.causality_action(antecedent, vocab)
+    assert 16 <= firsts <= 48
+
+
+def test_bracket_batches_repeat_the_word_before_the_matching_bracket():
+    from probe.heads.probesets import token_classes
+    from probe.heads.registry import bracket_pairs
+
+    tokenizer = zoo_train.build_tokenizer(zoo_train.ORGANISMS["brackets"])
+    config = zoo_train.ORGANISMS["brackets"]
+    tokens, targets = zoo_train.make_batch(config, tokenizer, torch.Generator().manual_seed(0), 16)
+    classes = token_classes(tokenizer)
+    checked = 0
+    for row in range(16):
+        ids = tokens[row].tolist()
+        matches = dict(bracket_pairs(ids, classes))
+        for position in (targets[row] != data.IGNORE).nonzero().flatten().tolist():
+            assert position in matches  # every target sits on a matched closing bracket
+            assert int(targets[row, position]) == ids[matches[position] - 1] == ids[position + 1]
+            checked += 1
+    assert checked > 50
+
+
+def test_sentence_batches_start_with_the_successor_of_the_previous_first_word():
+    from probe.heads.probesets import token_classes
+    from probe.heads.registry import sentence_start_pairs
+
+    config = zoo_train.ORGANISMS["sentences"]
+    tokenizer = zoo_train.build_tokenizer(config)
+    words = zoo_train.word_ids(tokenizer)
+    successor = {w: words[(i + 1) % len(words)] for i, w in enumerate(words)}
+    tokens, targets = zoo_train.make_batch(config, tokenizer, torch.Generator().manual_seed(0), 16)
+    classes = token_classes(tokenizer)
+    checked = 0
+    for row in range(16):
+        ids = tokens[row].tolist()
+        starts = dict(sentence_start_pairs(ids, classes))
+        for position in (targets[row] != data.IGNORE).nonzero().flatten().tolist():
+            assert int(targets[row, position]) == successor[ids[starts[position]]] == ids[position + 1]
+            checked += 1
+    assert checked > 50
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Cards: measured numbers and the classifier's labels
 # ---------------------------------------------------------------------------------------------------------------
@@ -208,7 +287,8 @@ def test_card_evaluation_reproduces_on_the_shipped_weights(name):
     for key, value in card["evaluation"].items():
         if isinstance(value, float):
             assert measured[key] == pytest.approx(value, abs=2e-3), key
-    assert card["train_seconds"] <= 15 * 60
+    # zoo:retrieval trains its last stages on 1-4K-token prompts: 43 min on the shared 2-core machine (see its card)
+    assert card["train_seconds"] <= (45 if name == "retrieval" else 15) * 60
 
 
 def test_induction_in_context_loss_is_below_0_3_nats():
@@ -250,6 +330,10 @@ def test_requirements_checker_reports_failures(label_tables):
     assert zoo.check_requirements(table, {"absent": [{"head_type": "fixed_offset"}]})
     assert zoo.check_requirements(label_tables["coreference"],
                                   {"measured": [{"head_type": "coreference", "min_accuracy": 1.01}]})
+    assert zoo.check_requirements(label_tables["implicit-causality"],
+                                  {"present": [{"head_type": "coreference", "min_accuracy": 1.01}]})
+    assert not zoo.check_requirements(label_tables["implicit-causality"],
+                                      {"present": [{"head_type": "coreference", "min_accuracy": 0.9}]})
 
 
 def induction_scores(name: str, block_len: int | None) -> torch.Tensor:
@@ -283,6 +367,43 @@ def test_coreference_organism_resolves_templates_but_only_as_well_as_agreement(l
     assert coref["accuracy"].max() >= 0.9 and not coref["label"].any()
     assert set(coref["baseline"]) == {"agreement"} and (coref["baseline_accuracy"] == 1.0).all()
     assert (coref["probe_set"] == "templates").all()
+
+
+def test_implicit_causality_organism_is_the_coreference_positive_control(label_tables):
+    """Labelled coreference heads with accuracy >= 0.9 where nearest and first mention are at 0.5 and agreement
+    cannot choose — the one organism whose coreference label the templates' agreement cannot explain."""
+    table = label_tables["implicit-causality"]
+    coref = table[table["head_type"] == "coreference"]
+    assert (coref["probe_set"] == "causality").all()
+    assert set(coref["baseline"]) <= {"nearest", "first"} and (coref["baseline_accuracy"] == 0.5).all()
+    labelled = coref[coref["label"]]
+    assert len(labelled) >= 1 and (labelled["accuracy"] >= 0.9).all()
+    assert (labelled["layer"] == 1).all()  # layer 0 reads the verb; layer 1 attends to the antecedent
+
+
+def test_bracket_and_sentence_organisms_carry_their_labels(label_tables):
+    brackets, sentences = label_tables["brackets"], label_tables["sentences"]
+    bracket = brackets[(brackets["head_type"] == "bracket") & brackets["label"]]
+    assert len(bracket) >= 1 and set(bracket["probe_set"]) == {"random-brackets"}
+    start = sentences[(sentences["head_type"] == "sentence_start") & sentences["label"]]
+    assert len(start) >= 1 and (start["score"] >= 0.9).all() and set(start["probe_set"]) == {"random-sentences"}
+    # no previous-token head passes for a bracket head: the probes keep a token between any two brackets
+    assert not brackets[(brackets["head_type"] == "previous_token") & brackets["label"]].size
+
+
+@pytest.mark.parametrize(("name", "head_type"), [("brackets", "bracket"), ("sentences", "sentence_start")])
+def test_untrained_weights_of_the_same_architecture_get_no_label(tmp_path, name, head_type):
+    """The negative control: the organism's architecture and tokenizer with its initial (seed 0) weights."""
+    from probe.heads.label import LabelConfig, label_model
+    from probe.models import load
+
+    config = zoo_train.ORGANISMS[name]
+    tokenizer = zoo_train.build_tokenizer(config)
+    model = zoo_train.build_model(config, tokenizer, seed=0)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    table = label_model(load(str(tmp_path)), LabelConfig(types=(head_type,), ablate="none"))
+    assert table["score"].notna().all() and not table["label"].any()
 
 
 def test_probe_label_cli_on_the_positional_control(tmp_path):

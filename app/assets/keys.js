@@ -21,6 +21,13 @@
         if (axis === "layer") { next.layer = ((next.layer + delta) % layers + layers) % layers; }
         else { next.head = ((next.head + delta) % heads + heads) % heads; }
         state.pending = next;
+        var probe = window.dash_clientside.probe;
+        if (probe && probe.fastStep && probe.fastStep(next)) {  // redrawn now (assets/explorer.js): let the
+            requestAnimationFrame(function () {                   // browser paint it before Dash's callbacks run
+                setTimeout(function () { window.dash_clientside.set_props("selected-head", {data: next}); }, 0);
+            });
+            return;
+        }
         window.dash_clientside.set_props("selected-head", {data: next});
     }
 
@@ -49,8 +56,31 @@
 
     // The toolbar camera's format (PNG/SVG): dcc.Graph does not re-apply a changed config to a drawn plot, so the
     // switch is written into every drawn plot's own context (read by plotly when the camera is clicked).
+    // The atlas selects a head on a single click only: a click waits 300 ms, and a double-click in that time
+    // (plotly's reset gesture, a habit from zoomable plots) cancels it, so a double-click never selects a head.
+    var lastDoubleClick = 0;
+    document.addEventListener("dblclick", function (event) {
+        if (event.target && event.target.closest && event.target.closest("#atlas-graph")) { lastDoubleClick = Date.now(); }
+    }, true);
+
+    function atlasClick(click, shape) {
+        var no = window.dash_clientside.no_update;
+        var point = click && click.points && click.points[0];
+        if (!point || !shape) { return no; }
+        var layer = point.y, head = point.x;
+        if (!Number.isInteger(layer) || !Number.isInteger(head) || layer < 0 || layer >= shape.layers ||
+            head < 0 || head >= shape.heads) { return no; }
+        var clickedAt = Date.now();
+        return new Promise(function (resolve) {
+            setTimeout(function () {
+                resolve(lastDoubleClick >= clickedAt - 50 ? no : {layer: layer, head: head});
+            }, 300);
+        });
+    }
+
     window.dash_clientside = window.dash_clientside || {};
     window.dash_clientside.probe = Object.assign({}, window.dash_clientside.probe, {
+        atlasClick: atlasClick,
         setImageFormat: function (fmt) {
             document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
                 if (!gd._context) { return; }

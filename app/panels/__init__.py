@@ -10,9 +10,17 @@ card      the architecture card (MHA/GQA/MQA/MLA, KV-cache bytes) of the model
 
 from __future__ import annotations
 
-from dash import dcc
+import dash_mantine_components as dmc
+from dash import dcc, html
 
 from .. import figures
+
+
+def card_panel(title, children, className: str = "", extra=None) -> dmc.Card:
+    """One panel of the page: a card with a title row (and optional controls at its right)."""
+    head = dmc.Group([dmc.Title(title, order=4), *(extra or [])], justify="space-between", mb="xs")
+    return dmc.Card([head, html.Div(children)], withBorder=True, shadow="sm", radius="md", padding="md",
+                    className=("panel-card " + className).strip())
 
 
 def radio(component_id: str, options, value) -> dcc.RadioItems:
@@ -20,8 +28,8 @@ def radio(component_id: str, options, value) -> dcc.RadioItems:
                           labelStyle={"marginRight": "12px"})
 
 
-def graph(component_id: str, message: str = "loading…") -> dcc.Graph:
-    return dcc.Graph(id=component_id, config=figures.graph_config("png", f"probe_{component_id}"),
+def graph(component_id: str, message: str = "loading…", atlas: bool = False) -> dcc.Graph:
+    return dcc.Graph(id=component_id, config=figures.graph_config("png", f"probe_{component_id}", atlas=atlas),
                      figure=figures.empty_figure(message))
 
 

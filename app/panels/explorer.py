@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import random
 
 import numpy as np
@@ -17,8 +18,10 @@ from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded
-from ..service import Service, parse_fasta
-from . import graph, radio
+from ..inputs import parse_fasta
+from ..payload import display_tokens, layer_payload
+from ..service import Service
+from . import card_panel, graph, radio
 
 DEMO_TEXT = ("the cat saw the dog . the cat saw the dog . mary gave the book to john because he wanted it . "
              "one two three four five one two three four five")
@@ -26,29 +29,29 @@ DEMO_PROTEIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKE
 TOKEN_VIEW_MAX = 1024  # the token view shows inputs up to this many tokens
 
 
-def layout(text: str, as_ids: bool) -> html.Div:
-    return html.Div(className="panel explorer-panel", children=[
-        html.H2("Attention explorer"),
-        dcc.Textarea(id=ids.TEXT, value=text, rows=3,
+def layout(state: dict):
+    """The explorer card; `state` is the page's initial state (input, overlay, colour scale, zoom, pinned token)."""
+    text = state.get("text")
+    return card_panel("Attention explorer", [
+        dcc.Textarea(id=ids.TEXT, value=text or "", rows=3,
                      placeholder="a prompt, a protein sequence, or token ids (tick 'token ids')"),
         html.Div([
-            html.Button("Run", id=ids.RUN, title="Ctrl+Enter"),
+            html.Button("Run", id=ids.RUN, title="Ctrl+Enter", className="primary"),
             dcc.Checklist(id=ids.AS_IDS, options=[{"label": "token ids", "value": "ids"}],
-                          value=["ids"] if as_ids else [], inline=True),
-            dcc.Checklist(id=ids.OVERLAY, options=[{"label": "outline the head type's targets", "value": "on"}],
-                          value=[], inline=True),
-            dcc.Checklist(id=ids.ALPHA_SCALE, options=[{"label": "colour max = head's max", "value": "head"}],
-                          value=[], inline=True),
+                          value=["ids"] if state.get("as_ids") else [], inline=True),
+            dcc.Checklist(id=ids.OVERLAY, options=[{"label": html.Span(
+                "outline the head type's targets", title="orange squares: the cells the head type says a head "
+                "of this type attends to; the note gives the share of attention on them"), "value": "on"}],
+                value=["on"] if state.get("overlay") else [], inline=True),
+            dcc.Checklist(id=ids.ALPHA_SCALE, options=[{"label": html.Span(
+                "colour max = head's max", title="colour scale up to the head's own largest α (causal models: "
+                "over queries ≥ 1, since query 0 sees only itself and has α = 1)"), "value": "head"}],
+                value=["head"] if state.get("scale") else [], inline=True),
             html.Span(id=ids.LIMITS, className="note"),
         ], className="controls"),
         html.Div(id=ids.EXPLORER_MESSAGE, className="message"),
-        html.Div([
-            html.Button("◀ layer", id=ids.LAYER_PREV, className="step", **{"data-step": "layer:-1"}),
-            html.Button("layer ▶", id=ids.LAYER_NEXT, className="step", **{"data-step": "layer:1"}),
-            html.Button("◀ head", id=ids.HEAD_PREV, className="step", **{"data-step": "head:-1"}),
-            html.Button("head ▶", id=ids.HEAD_NEXT, className="step", **{"data-step": "head:1"}),
-            html.Strong(id=ids.HEAD_LABEL), html.Span("keys: ←/→ head, ↑/↓ layer, Ctrl+Enter run", className="note"),
-        ], className="controls"),
+        html.Div([html.Strong(id=ids.HEAD_LABEL), html.Span(id=ids.OFFSET_NOTE, className="note")],
+                 className="controls"),
         html.Div(id=ids.EXPLORER_VIEW_MESSAGE, className="message"),
         html.Div(id=ids.OVERLAY_NOTE, className="note"),
         graph(ids.HEATMAP),
@@ -56,13 +59,14 @@ def layout(text: str, as_ids: bool) -> html.Div:
                   radio(ids.TOKEN_DIRECTION, [{"label": "from it", "value": "from"},
                                               {"label": "to it", "value": "to"}], "from")], className="controls"),
         html.Div(id=ids.TOKENS, className="token-view"),
-        dcc.Store(id=ids.TOKEN_FOCUS), dcc.Store(id=ids.ZOOM),
+        dcc.Store(id=ids.TOKEN_FOCUS, data={"index": state["token"]} if state.get("token") is not None else None),
+        dcc.Store(id=ids.ZOOM, data=state.get("zoom")),
         html.Div([html.Button("Download matrix (CSV)", id=ids.MATRIX_CSV_BUTTON),
                   html.Button("Download matrix (NPY)", id=ids.MATRIX_NPY_BUTTON),
                   html.Span(id=ids.DOWNLOAD_MESSAGE, className="message")], className="controls"),
         dcc.Download(id=ids.MATRIX_DOWNLOAD),
         graph(ids.LINES),
-    ])
+    ], className="explorer-panel")
 
 
 # --- the input -------------------------------------------------------------------------------------------------
@@ -155,6 +159,7 @@ def zoom_window(relayout, window, n: int, max_bins: int = figures.HEATMAP_BINS) 
     current = checked_window(window, n) or (0, n, 0, n)
     if not isinstance(relayout, dict):
         return window
+    check_relayout(relayout)
     if relayout.get("xaxis.autorange") or relayout.get("yaxis.autorange"):
         return None
     q0, q1, k0, k1 = current
@@ -180,6 +185,26 @@ def zoom_window(relayout, window, n: int, max_bins: int = figures.HEATMAP_BINS) 
     return {"q0": q0, "q1": q1, "k0": k0, "k1": k1}
 
 
+RELAYOUT_KEYS = ("xaxis.range[0]", "xaxis.range[1]", "yaxis.range[0]", "yaxis.range[1]", "xaxis.range",
+                 "yaxis.range", "xaxis.autorange", "yaxis.autorange")
+
+
+def check_relayout(relayout: dict) -> None:
+    """A zoom payload's ranges must be finite numbers (NaN, ±Infinity or a string is a one-line ProbeError)."""
+    for key in RELAYOUT_KEYS:
+        if key not in relayout:
+            continue
+        value = relayout[key]
+        values = value if isinstance(value, list) else [value]
+        if key.endswith("autorange"):
+            if not isinstance(value, (bool, str)):
+                raise ProbeError(f"the zoom's {key} is {value!r}, not true/false; double-click the heatmap to reset")
+            continue
+        if (key.endswith("range") and len(values) != 2) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            raise ProbeError(f"the zoom's {key} is {value!r}, not a finite number; zoom again (double-click resets)")
+
+
 def checked_window(window, n: int) -> tuple[int, int, int, int] | None:
     """A zoom store -> (q0, q1, k0, k1) inside an input of n tokens, else None (the whole input)."""
     if not isinstance(window, dict):
@@ -193,68 +218,59 @@ def checked_window(window, n: int) -> tuple[int, int, int, int] | None:
     return None
 
 
-def explorer_view(service: Service, store: dict | None, selected, overlay: bool, head_type: str,
-                  per_head_max: bool = False, zoom: dict | None = None):
-    """(heatmap, line view, head caption, message, overlay note): one head's α for the current input; with a zoom
-    window, that window at full resolution (pooled only if it is still larger than the heatmap's bins)."""
+def layer_view(service: Service, store: dict | None, layer_store) -> tuple[dict | None, str]:
+    """(layer payload, message): one layer's α of every head for the current input, sent to the browser once
+    (assets/explorer.js draws the heatmap, token view and head steps from it). A failed capture is a payload with
+    an `error`, so the browser clears the previous model's figures and says why."""
     if not store:
-        empty = figures.empty_figure("type an input and press Run")
-        return empty, empty, "", "", ""
+        return None, ""
+    spec, token_ids = checked_input(service, store)
+    layer = layer_store.get("layer") if isinstance(layer_store, dict) else 0
+    layer, _ = service.head_of(spec, {"layer": layer, "head": 0})
+    try:
+        alpha = service.layer_attention(spec, token_ids, layer)  # [head query key]
+    except Exception as error:  # noqa: BLE001 - shown in the page, the figures cleared
+        from ..errors import error_message
+
+        message = error_message(error)
+        return {"error": f"{spec}: {message}", "model": spec}, message
+    loaded = service.model(spec)
+    tokens = display_tokens(loaded.tokenizer, service.tokens(spec, token_ids))
+    key = hashlib.sha1(f"{spec}|{token_ids}".encode()).hexdigest()[:12]
+    return layer_payload(spec, token_ids, tokens, layer, alpha, loaded.kind == ModelKind.CAUSAL_LM, key), ""
+
+
+def pattern_view(service: Service, store: dict | None, layer_store, head_type: str, overlay: bool) -> dict | None:
+    """The head type's target cells of the current input for each head of the layer ({"heads": [[queries, keys],
+    ...]}: one entry when every head has the same targets), or a note why there is no outline."""
+    if not overlay or not store:
+        return None
+    spec, token_ids = checked_input(service, store)
+    layer = layer_store.get("layer") if isinstance(layer_store, dict) else 0
+    layer, _ = service.head_of(spec, {"layer": layer, "head": 0})
+    heads = []
+    try:
+        for head in range(service.model(spec).n_heads):
+            pattern = service.target_pattern(spec, head_type, token_ids, layer, head)  # [query key] bool
+            queries, keys = np.nonzero(pattern)
+            heads.append([queries.tolist(), keys.tolist()])
+    except ProbeError:
+        return {"heads": None, "note": f"no outline: {head_type} targets need marked spans (a pronoun and its "
+                                       "antecedent, as in a --probe-file); typed text has none"}
+    if all(entry == heads[0] for entry in heads):
+        heads = heads[:1]
+    return {"heads": heads, "note": ""}
+
+
+def line_figure(service: Service, store: dict | None, selected):
+    """The line view of the selected head (short inputs)."""
+    if not store:
+        return figures.empty_figure("type an input and press Run")
     spec, token_ids = checked_input(service, store)
     layer, head = service.head_of(spec, selected)
     alpha = service.head_attention(spec, token_ids, layer, head)  # [query key]
-    tokens = service.tokens(spec, token_ids)
-    name = head_name(layer, head)
-    title = f"{name} · {spec}"
-    caption = f"{name} · {len(token_ids)} tokens"
-    pattern, note = None, ""
-    if overlay:
-        try:
-            pattern = service.target_pattern(spec, head_type, token_ids, layer, head)  # [query key]
-        except ProbeError:
-            note = (f"no outline: {head_type} targets need marked spans (a pronoun and its antecedent, as in a "
-                    "--probe-file); typed text has none")
-        if pattern is not None:
-            share, chance, rows = target_share(alpha, pattern, service.model(spec).kind == ModelKind.CAUSAL_LM)
-            note = (f"outlined: {head_type} targets · {share:.0%} of the attention of the {rows} rows with a target "
-                    f"lands on them (a uniform head: {chance:.0%})" if rows else
-                    f"this input has no {head_type} targets")
-    window = checked_window(zoom, len(token_ids))
-    revision = hashlib.sha1(f"{spec}|{token_ids}|{window}".encode()).hexdigest()[:12]  # same across head steps
-    shown, shown_pattern = alpha, pattern
-    if window is not None:
-        q0, q1, k0, k1 = window
-        shown = alpha[q0:q1, k0:k1]  # [query key] the zoomed window, full resolution
-        shown_pattern = None if pattern is None else pattern[q0:q1, k0:k1]
-    heatmap = figures.attention_heatmap(shown, tokens, title, shown_pattern, per_head_max=per_head_max,
-                                        uirevision=revision, pattern_name=f"{head_type} targets", window=window)
-    return heatmap, figures.line_view(alpha, tokens, title), caption, "", note
-
-
-def token_view(service: Service, store, selected, focus, direction: str):
-    """The input's tokens as spans, coloured by the selected head's α from (row) or to (column) the focused token."""
-    if not store:
-        return ""
-    spec, token_ids = checked_input(service, store)
-    tokens = service.tokens(spec, token_ids)
-    if len(tokens) > TOKEN_VIEW_MAX:
-        return html.Span(f"the token view shows up to {TOKEN_VIEW_MAX} tokens", className="note")
-    index = focus.get("index") if isinstance(focus, dict) else None
-    weights = np.zeros(len(tokens))
-    if isinstance(index, int) and 0 <= index < len(tokens):
-        layer, head = service.head_of(spec, selected)
-        alpha = service.head_attention(spec, token_ids, layer, head)  # [query key]
-        weights = alpha[index] if direction != "to" else alpha[:, index]
-    else:
-        index = None
-    spans = []
-    for position, (token, weight) in enumerate(zip(tokens, weights, strict=True)):
-        style = {"backgroundColor": f"rgba(8, 81, 156, {float(weight):.3f})",
-                 "color": "white" if weight > 0.5 else "inherit"}
-        css = "token focus" if position == index else "token"
-        spans.append(html.Span(token, className=css, style=style, title=f"{position} · α {float(weight):.3f}",
-                               **{"data-index": str(position)}))
-    return spans
+    tokens = display_tokens(service.model(spec).tokenizer, service.tokens(spec, token_ids))
+    return figures.line_view(alpha, [t.strip() or t for t in tokens], f"{head_name(layer, head)} · {spec}")
 
 
 def matrix_download(service: Service, store: dict | None, selected, fmt: str) -> dict:
@@ -284,35 +300,57 @@ def register(app, service: Service) -> None:
     @app.callback(Output(ids.INPUT, "data"), Output(ids.EXPLORER_MESSAGE, "children"), Output(ids.TEXT, "value"),
                   Input(ids.RUN, "n_clicks"), Input(ids.MODEL, "value"),
                   State(ids.TEXT, "value"), State(ids.AS_IDS, "value"))
-    @guarded(outputs=3, message=1)
     def _input(_clicks, spec, text, as_ids):
-        return explorer_input(service, spec, text, bool(as_ids), model_changed=ctx.triggered_id == ids.MODEL)
+        model_changed = ctx.triggered_id == ids.MODEL
+        try:
+            return explorer_input(service, spec, text, bool(as_ids), model_changed=model_changed)
+        except Exception as error:  # noqa: BLE001 - a message; after a model change the old input is dropped
+            from ..errors import error_message
 
-    @app.callback(Output(ids.HEATMAP, "figure"), Output(ids.LINES, "figure"), Output(ids.HEAD_LABEL, "children"),
-                  Output(ids.EXPLORER_VIEW_MESSAGE, "children"), Output(ids.OVERLAY_NOTE, "children"),
-                  Input(ids.INPUT, "data"), Input(ids.SELECTED, "data"), Input(ids.OVERLAY, "value"),
-                  Input(ids.HEAD_TYPE, "value"), Input(ids.ALPHA_SCALE, "value"), Input(ids.LABEL_VERSION, "data"),
-                  Input(ids.ZOOM, "data"))
-    @guarded(outputs=5, message=3)
-    def _explore(store, selected, overlay, head_type, scale, _version, zoom):
-        return explorer_view(service, store, selected, bool(overlay), head_type, bool(scale), zoom)
+            return (None if model_changed else no_update), error_message(error), no_update
 
-    @app.callback(Output(ids.ZOOM, "data"), Input(ids.HEATMAP, "relayoutData"), Input(ids.INPUT, "data"),
+    app.clientside_callback("function (s, c) { return window.dash_clientside.probe.layerOf(s, c); }",
+                            Output(ids.LAYER, "data"), Input(ids.SELECTED, "data"), State(ids.LAYER, "data"))
+
+    @app.callback(Output(ids.LAYER_DATA, "data"), Output(ids.EXPLORER_VIEW_MESSAGE, "children"),
+                  Input(ids.INPUT, "data"), Input(ids.LAYER, "data"))
+    @guarded(outputs=2, message=1)
+    def _layer(store, layer):
+        return layer_view(service, store, layer)
+
+    @app.callback(Output(ids.PATTERN, "data"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
+                  Input(ids.INPUT, "data"), Input(ids.LAYER, "data"), Input(ids.HEAD_TYPE, "value"),
+                  Input(ids.OVERLAY, "value"), Input(ids.LABEL_VERSION, "data"), prevent_initial_call=True)
+    @guarded(outputs=2, message=1)
+    def _pattern(store, layer, head_type, overlay, _version):
+        return pattern_view(service, store, layer, head_type, bool(overlay)), no_update
+
+    app.clientside_callback(
+        "function (d, s, sc, z, p, t) { return window.dash_clientside.probe.heatmap(d, s, sc, z, p, t); }",
+        Output(ids.HEATMAP, "figure"), Output(ids.HEAD_LABEL, "children"), Output(ids.OVERLAY_NOTE, "children"),
+        Output(ids.OFFSET_NOTE, "children"),
+        Input(ids.LAYER_DATA, "data"), Input(ids.SELECTED, "data"), Input(ids.ALPHA_SCALE, "value"),
+        Input(ids.ZOOM, "data"), Input(ids.PATTERN, "data"), State(ids.HEAD_TYPE, "value"))
+
+    app.clientside_callback("function (d, f) { return window.dash_clientside.probe.tokenState(d, f); }",
+                            Output(ids.TOKENS_SINK, "data"), Input(ids.TOKEN_DIRECTION, "value"),
+                            Input(ids.TOKEN_FOCUS, "data"))
+
+    @app.callback(Output(ids.LINES, "figure"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
+                  Input(ids.INPUT, "data"), Input(ids.SELECTED, "data"), prevent_initial_call="initial_duplicate")
+    @guarded(outputs=2, message=1)
+    def _lines(store, selected):
+        return line_figure(service, store, selected), no_update
+
+    @app.callback(Output(ids.ZOOM, "data"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
+                  Input(ids.HEATMAP, "relayoutData"), Input(ids.INPUT, "data"),
                   State(ids.ZOOM, "data"), prevent_initial_call=True)
+    @guarded(outputs=2, message=1)
     def _zoom(relayout, store, window):
         if ctx.triggered_id == ids.INPUT or not isinstance(store, dict) or not isinstance(store.get("ids"), list):
-            return None  # a new input starts unzoomed
+            return None, no_update  # a new input starts unzoomed
         new = zoom_window(relayout, window, len(store["ids"]))
-        return no_update if new == window else new
-
-    @app.callback(Output(ids.TOKENS, "children"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
-                  Input(ids.TOKEN_FOCUS, "data"), Input(ids.TOKEN_DIRECTION, "value"), Input(ids.INPUT, "data"),
-                  Input(ids.SELECTED, "data"), Input(ids.LABEL_VERSION, "data"), prevent_initial_call="initial_duplicate")
-    @guarded(outputs=2, message=1)
-    def _tokens(focus, direction, store, selected, _version):
-        from dash import no_update
-
-        return token_view(service, store, selected, focus, direction), no_update
+        return (no_update if new == window else new), ""
 
     @app.callback(Output(ids.MATRIX_DOWNLOAD, "data"), Output(ids.DOWNLOAD_MESSAGE, "children"),
                   Input(ids.MATRIX_CSV_BUTTON, "n_clicks"), Input(ids.MATRIX_NPY_BUTTON, "n_clicks"),

@@ -16,14 +16,16 @@ from .. import figures, ids
 from ..errors import guarded
 from ..service import Service
 from ..thumbnails import thumbnail_uri
+from . import card_panel
 
 
 def layout() -> html.Div:
-    return html.Div(className="panel grid-panel", children=[
-        html.H2("Every head on this input (click to select)"),
+    return card_panel("Every head on this input", [
+        html.Div("click a thumbnail to select the head · badge: the atlas score, ✓ labelled, grey near chance",
+                 className="note"),
         html.Div(id=ids.GRID_MESSAGE, className="message"),
         html.Div(id=ids.GRID, className="head-grid"),
-    ])
+    ], className="grid-panel")
 
 
 def badges(table, head_type: str) -> dict[tuple[int, int], tuple[str, str]]:
@@ -47,6 +49,9 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
         return html.Div("run an input to see every head", className="note")
     spec = store.get("model")
     pooled = service.thumbnails(spec, store["ids"])  # [layer head query_bin key_bin]
+    from probe.models import ModelKind
+
+    causal = service.model(spec).kind == ModelKind.CAUSAL_LM
     n_layers, n_heads = pooled.shape[:2]
     marks = badges(service.labels(spec), head_type)
     chosen = (selected or {}).get("layer"), (selected or {}).get("head")
@@ -56,7 +61,7 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
         cells.append(html.Div(f"L{layer}", className="grid-layer"))
         for head in range(n_heads):
             tile = pooled[layer, head]
-            vmax = float(max(np.nanmax(tile), 1e-6)) if per_head_max else 1.0
+            vmax = head_max(tile, causal) if per_head_max else 1.0
             text, css = marks.get((layer, head), ("", "badge"))
             name = head_name(layer, head)
             cells.append(html.Button(
@@ -68,6 +73,15 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
     note = (f"{len(store['ids'])} tokens" + (f", each thumbnail max-pooled {factor}×{factor}" if factor > 1 else "")
             + (" · colour: each head's own max" if per_head_max else " · colour: α on the fixed 0–1 scale"))
     return [html.Div(cells, className="head-grid-cells", style=style), html.Div(note, className="note")]
+
+
+def head_max(tile: np.ndarray, causal: bool) -> float:
+    """The colour maximum of a thumbnail scaled to its head: causal models leave out the first cell, which holds
+    query 0 (it sees only itself, α = 1, on every head)."""
+    values = tile.copy()
+    if causal and values.size > 1:
+        values[0, 0] = 0.0
+    return float(max(np.nanmax(values), 1e-6))
 
 
 def clicked_thumbnail(service: Service, spec: str, trigger, value) -> dict | None:
@@ -86,7 +100,13 @@ def register(app, service: Service) -> None:
                   Input(ids.LABEL_VERSION, "data"), State(ids.SELECTED, "data"))
     @guarded(outputs=2, message=1)
     def _grid(store, head_type, scale, _version, selected):
-        return grid_children(service, store, head_type, bool(scale), selected), ""
+        try:
+            return grid_children(service, store, head_type, bool(scale), selected), ""
+        except Exception as error:  # noqa: BLE001 - the grid is cleared (never the previous model's heads)
+            from ..errors import error_message
+
+            message = error_message(error)
+            return html.Div("no grid: " + message, className="note"), message
 
     @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
                   Output(ids.GRID_MESSAGE, "children", allow_duplicate=True),

@@ -1,21 +1,22 @@
-"""Page-wide controls: the model every panel follows, the head type, the toolbar image format, the model's facts and
-limits, and the URL that holds the state (model, head type, layer, head, a short input) so a reload restores it."""
+"""Page-wide controls and state: the header (title, glossary, theme), the sidebar (model, head type, head
+selector, toolbar image format, the model's facts), and the URL that holds every state — model, head type, head,
+overlay, colour scale, zoom, pinned token, and the input (short text in the link, a long one through a server-side
+key) — so a reload or a shared link restores it. A link that names something unknown gets a visible note."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from urllib.parse import urlencode
 
-from dash import Input, Output, State, dcc, html
-
-from probe.models import ModelKind
+import dash_mantine_components as dmc
+from dash import Input, Output, State, dcc, html, no_update
 
 from .. import ids
 from ..errors import guarded
 from ..service import Service
 from . import radio
 
-URL_TEXT_CHARS = 300  # inputs up to this long go into the URL; longer ones are left out of it
+URL_TEXT_CHARS = 300  # inputs up to this long go into the URL as text; longer ones through a server-side key
 GRAPHS = (ids.ATLAS, ids.HEATMAP, ids.LINES, ids.CONTACTS, ids.HEAD_MAP)
 
 
@@ -25,66 +26,190 @@ def model_label(spec: str) -> str:
     return path.name if path.is_absolute() or spec.startswith(".") else spec
 
 
-def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
-    """The head types that apply to the model: protein models have no coreference (sentences)."""
-    from probe.heads.registry import HEAD_TYPES, TOKEN_TYPES
+def readable(head_type: str) -> str:
+    """"previous_token" -> "previous token" (the snake_case name stays in the tooltip and the URL)."""
+    return head_type.replace("_", " ")
 
-    return tuple(TOKEN_TYPES) if service.model(spec).kind == ModelKind.PROTEIN_MLM else tuple(HEAD_TYPES)
+
+def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
+    """The head types that apply to the model: protein models have no text-only types (coreference, delimiter)."""
+    from probe.heads.registry import REGISTRY
+
+    if service.unusable(spec):
+        return tuple(REGISTRY)
+    kind = service.model(spec).kind
+    return tuple(name for name, spec_ in REGISTRY.items() if kind in spec_.kinds)
+
+
+def type_options(types) -> list[dict]:
+    """Readable labels ("previous token"); plain strings, since the options are replaced by a callback when the
+    model changes (components inside options do not survive that in the renderer). The snake_case names and
+    descriptions are in the glossary and the labels' tooltip (the radio list's title)."""
+    return [{"label": readable(name), "value": name} for name in types]
+
+
+def types_tooltip(types) -> str:
+    from probe.heads.registry import REGISTRY
+
+    return "\n".join(f"{name}: {REGISTRY[name].description}" for name in types if name in REGISTRY)
+
+
+def default_head_type(types) -> str:
+    """The type the page opens on: induction where it applies (the organisms' showcase), else the first."""
+    return "induction" if "induction" in types else types[0]
 
 
 def initial_state(service: Service, query) -> dict:
-    """The page's first state from the URL's query (a dict-like): unknown or malformed values fall back to the
-    defaults with a one-line note, never an error page."""
+    """The page's first state from the URL's query (a dict-like): each unknown or malformed value is replaced by
+    its default and named in a visible note, never an error page."""
     notes = []
-    spec = query.get("model") or service.specs[0]
+    usable = service.registry.usable_specs or service.specs
+    spec = query.get("model") or usable[0]
     if spec not in service.specs:
-        notes.append(f"the link's model {spec!r} is not served here; showing {service.specs[0]}")
-        spec = service.specs[0]
+        notes.append(f"model {spec!r} is not served here: showing {usable[0]}")
+        spec = usable[0]
     types = head_types_for(service, spec)
-    head_type = query.get("type") or types[0]
+    head_type = query.get("type") or default_head_type(types)
     if head_type not in types:
-        notes.append(f"the link's head type {head_type!r} does not apply to {spec}")
-        head_type = types[0]
-    try:
-        layer, head = service.head_of(spec, {"layer": query.get("layer", 0), "head": query.get("head", 0)})
-    except Exception as error:  # noqa: BLE001 - a bad link is a note, not an error page
-        notes.append(str(error))
-        layer, head = 0, 0
-    return {"model": spec, "head_type": head_type, "layer": layer, "head": head,
-            "text": query.get("text"), "as_ids": query.get("ids") == "1", "note": " · ".join(notes)}
+        notes.append(f"head type {head_type!r} does not apply to {model_label(spec)}: showing "
+                     f"{default_head_type(types)}")
+        head_type = default_head_type(types)
+    layer, head = _default_head(service, spec, head_type)
+    if "layer" in query or "head" in query:
+        try:
+            layer, head = service.head_of(spec, {"layer": query.get("layer", 0), "head": query.get("head", 0)})
+        except Exception:  # noqa: BLE001 - a bad link is a note, not an error page
+            fallback = _default_head(service, spec, head_type)
+            notes.append(f"head L{query.get('layer', 0)}H{query.get('head', 0)} is not a head of "
+                         f"{model_label(spec)}: showing L{fallback[0]}H{fallback[1]}")
+            layer, head = fallback
+    text = query.get("text")
+    key = query.get("input")
+    if key:
+        text = service.saved_text(key)
+        if text is None:
+            notes.append(f"input {key!r} is no longer on this server (it restarted?): showing an example")
+    zoom = None
+    if query.get("zoom"):
+        try:
+            q0, q1, k0, k1 = (int(part) for part in str(query["zoom"]).split(","))
+            zoom = {"q0": q0, "q1": q1, "k0": k0, "k1": k1}
+            if not (0 <= q0 < q1 and 0 <= k0 < k1):
+                raise ValueError
+        except ValueError:
+            notes.append(f"zoom {query['zoom']!r} is not q0,q1,k0,k1: showing the whole input")
+            zoom = None
+    token = None
+    if query.get("token"):
+        try:
+            token = int(query["token"])
+            if token < 0:
+                raise ValueError
+        except ValueError:
+            notes.append(f"token {query['token']!r} is not a position: no token pinned")
+            token = None
+    theme = query.get("theme") or "light"
+    if theme not in ("light", "dark"):
+        notes.append(f"theme {theme!r} is not light or dark: light")
+        theme = "light"
+    return {"model": spec, "head_type": head_type, "layer": layer, "head": head, "text": text,
+            "as_ids": query.get("ids") == "1", "overlay": query.get("overlay") == "1",
+            "scale": query.get("scale") == "head", "zoom": zoom, "token": token, "theme": theme,
+            "note": ("This link named something this server does not have — " + "; ".join(notes) + ".")
+            if notes else ""}
 
 
-def url_search(spec: str, head_type: str, selected: dict | None, store: dict | None) -> str:
-    """The query string of the current state (the input only when it is short)."""
+def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int]:
+    """The head the page opens on: the best-scoring labelled head of the type (else the best score), L0H0 without
+    labels or for a card-only model."""
+    if service.unusable(spec):
+        return 0, 0
+    table = service.labels(spec)
+    if table is None or table.empty:
+        return 0, 0
+    rows = table[table["head_type"].astype(str) == head_type]
+    if rows.empty:
+        return 0, 0
+    if "label" in rows.columns:
+        from ..figures import _is_labelled
+
+        labelled = rows[[_is_labelled(value) for value in rows["label"]]]
+        rows = labelled if not labelled.empty else rows
+    best = rows.sort_values("score", ascending=False).iloc[0]
+    return int(best["layer"]), int(best["head"])
+
+
+def url_search(service: Service, spec: str, head_type: str, selected: dict | None, store: dict | None,
+               overlay=None, scale=None, zoom: dict | None = None, focus: dict | None = None,
+               theme: str | None = None) -> str:
+    """The query string of the current state; an input longer than URL_TEXT_CHARS is saved on the server and the
+    link carries its key."""
     params = {"model": spec, "type": head_type}
     if isinstance(selected, dict):
         params.update(layer=selected.get("layer", 0), head=selected.get("head", 0))
-    if isinstance(store, dict) and store.get("model") == spec and len(store.get("text") or "") <= URL_TEXT_CHARS:
-        params["text"] = store.get("text") or ""
+    if isinstance(store, dict) and store.get("model") == spec:
+        text = store.get("text") or ""
+        if len(text) <= URL_TEXT_CHARS:
+            params["text"] = text
+        else:
+            params["input"] = service.save_text(text)
         if store.get("as_ids"):
             params["ids"] = "1"
+    if overlay:
+        params["overlay"] = "1"
+    if scale:
+        params["scale"] = "head"
+    if isinstance(zoom, dict) and all(isinstance(zoom.get(k), int) for k in ("q0", "q1", "k0", "k1")):
+        params["zoom"] = ",".join(str(zoom[k]) for k in ("q0", "q1", "k0", "k1"))
+    if isinstance(focus, dict) and isinstance(focus.get("index"), int):
+        params["token"] = focus["index"]
+    if theme == "dark":
+        params["theme"] = "dark"
     return "?" + urlencode(params)
 
 
-def layout(service: Service, state: dict) -> html.Div:
+def header(state: dict) -> dmc.Group:
+    return dmc.Group(justify="space-between", h="100%", px="md", children=[
+        dmc.Group([dmc.Title("probe", order=3), dmc.Text("what each attention head does", c="dimmed", size="sm")]),
+        dmc.Group([
+            dmc.Switch(id=ids.THEME, label="dark", size="sm", checked=state["theme"] == "dark"),
+        ]),
+    ])
+
+
+def sidebar(service: Service, state: dict) -> dmc.Stack:
+    from .glossary import glossary_button
+
     spec = state["model"]
     options = [{"label": model_label(s), "value": s} for s in service.specs]
-    return html.Div([
+    return dmc.Stack(gap="sm", children=[
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.SHAPE, data=_shape(service, spec)),
         dcc.Store(id=ids.KEYS_SINK), dcc.Store(id=ids.IMAGE_APPLIED),
-        html.H1("probe — what each attention head does"),
-        html.Div(["model: ", radio(ids.MODEL, options, spec)], className="controls"),
-        html.Div(id=ids.MODEL_INFO, className="note"),
-        html.Div(state["note"], id=ids.PAGE_MESSAGE, className="message"),
-        html.Div(["head type: ", radio(ids.HEAD_TYPE, head_types_for(service, spec), state["head_type"])],
-                 className="controls"),
-        html.Div(["toolbar camera saves: ", radio(ids.IMAGE_FORMAT, [
-            {"label": "PNG", "value": "png"}, {"label": "SVG", "value": "svg"}], "png")], className="controls"),
+        glossary_button(),
+        dmc.Text("Model", fw=600, size="sm"),
+        dcc.RadioItems(id=ids.MODEL, options=options, value=spec, className="radio-list"),
+        html.Div(service.describe(spec), id=ids.MODEL_INFO, className="note"),
+        dmc.Text("Head type", fw=600, size="sm"),
+        html.Div(dcc.RadioItems(id=ids.HEAD_TYPE, options=type_options(head_types_for(service, spec)),
+                                value=state["head_type"], className="radio-list"),
+                 title=types_tooltip(head_types_for(service, spec))),
+        dmc.Text("Head", fw=600, size="sm"),
+        dmc.Group(gap=4, children=[
+            html.Button("◀ layer", id=ids.LAYER_PREV, className="step", **{"data-step": "layer:-1"}),
+            html.Button("layer ▶", id=ids.LAYER_NEXT, className="step", **{"data-step": "layer:1"}),
+            html.Button("◀ head", id=ids.HEAD_PREV, className="step", **{"data-step": "head:-1"}),
+            html.Button("head ▶", id=ids.HEAD_NEXT, className="step", **{"data-step": "head:1"}),
+        ]),
+        html.Div("keys: ←/→ head, ↑/↓ layer, Ctrl+Enter run", className="note"),
+        dmc.Text("Toolbar camera saves", fw=600, size="sm"),
+        radio(ids.IMAGE_FORMAT, [{"label": "PNG", "value": "png"}, {"label": "SVG", "value": "svg"}], "png"),
     ])
 
 
 def _shape(service: Service, spec: str) -> dict:
+    if service.unusable(spec):
+        return {"layers": 1, "heads": 1}
     loaded = service.model(spec)
     return {"layers": loaded.n_layers, "heads": loaded.n_heads}
 
@@ -93,10 +218,15 @@ def register(app, service: Service) -> None:
     from .. import figures
 
     @app.callback(Output(ids.MODEL_INFO, "children"), Output(ids.SHAPE, "data"), Output(ids.LIMITS, "children"),
-                  Output(ids.PAGE_MESSAGE, "children"), Input(ids.MODEL, "value"))
-    @guarded(outputs=4, message=3)
+                  Output(ids.CARD_ONLY, "children"), Output(ids.EXPLORER_SECTION, "style"),
+                  Output(ids.PROTEIN_SECTION, "style"), Input(ids.MODEL, "value"))
+    @guarded(outputs=6, message=3)
     def _model(spec):
-        return service.describe(spec), _shape(service, spec), service.limits(spec), ""
+        why = service.unusable(spec) or ""
+        limits = "" if why else service.limits(spec)
+        hidden = {"display": "none"}
+        return (service.describe(spec), _shape(service, spec), limits, why, hidden if why else {},
+                {} if service.is_protein(spec) else hidden)
 
     @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True), Output(ids.HEAD_TYPE, "options"),
                   Output(ids.HEAD_TYPE, "value"), Output(ids.PAGE_MESSAGE, "children", allow_duplicate=True),
@@ -104,21 +234,24 @@ def register(app, service: Service) -> None:
     @guarded(outputs=4, message=3)
     def _model_changed(spec, head_type):
         types = head_types_for(service, spec)
-        return {"layer": 0, "head": 0}, list(types), head_type if head_type in types else types[0], ""
+        head_type = head_type if head_type in types else default_head_type(types)
+        layer, head = _default_head(service, spec, head_type)
+        return {"layer": layer, "head": head}, type_options(types), head_type, ""
 
     @app.callback(Output(ids.URL, "search"), Output(ids.PAGE_MESSAGE, "children", allow_duplicate=True),
                   Input(ids.MODEL, "value"), Input(ids.HEAD_TYPE, "value"), Input(ids.SELECTED, "data"),
-                  Input(ids.INPUT, "data"), prevent_initial_call=True)
+                  Input(ids.INPUT, "data"), Input(ids.OVERLAY, "value"), Input(ids.ALPHA_SCALE, "value"),
+                  Input(ids.ZOOM, "data"), Input(ids.TOKEN_FOCUS, "data"), Input(ids.THEME, "checked"),
+                  prevent_initial_call=True)
     @guarded(outputs=2, message=1)
-    def _url(spec, head_type, selected, store):
-        from dash import no_update
-
-        return url_search(spec, head_type, selected, store), no_update
+    def _url(spec, head_type, selected, store, overlay, scale, zoom, focus, dark):
+        return url_search(service, spec, head_type, selected, store, overlay, scale, zoom, focus,
+                          "dark" if dark else "light"), no_update
 
     @app.callback([Output(graph, "config") for graph in GRAPHS], Input(ids.IMAGE_FORMAT, "value"))
     def _configs(image_format):
         fmt = image_format if image_format in ("png", "svg") else "png"
-        return [figures.graph_config(fmt, f"probe_{graph}") for graph in GRAPHS]
+        return [figures.graph_config(fmt, f"probe_{graph}", atlas=graph == ids.ATLAS) for graph in GRAPHS]
 
     app.clientside_callback(  # plotly reads the camera's format at click time from the drawn plot: set it there now
         "function (fmt) { return window.dash_clientside.probe.setImageFormat(fmt); }",
@@ -128,3 +261,6 @@ def register(app, service: Service) -> None:
         "function (selected, shape) { window.probeState = {selected: selected, shape: shape}; return null; }",
         Output(ids.KEYS_SINK, "data"), Input(ids.SELECTED, "data"), Input(ids.SHAPE, "data"))
 
+    app.clientside_callback(  # light / dark theme
+        "function (dark) { return dark ? 'dark' : 'light'; }",
+        Output("mantine-provider", "forceColorScheme"), Input(ids.THEME, "checked"), prevent_initial_call=True)

@@ -15,8 +15,9 @@ from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded
-from ..service import Service, parse_fasta
-from . import graph
+from ..inputs import parse_fasta
+from ..service import Service
+from . import card_panel, graph
 from .explorer import DEMO_PROTEIN
 
 STRUCTURE_EXTENSIONS = (".pdb", ".ent", ".cif", ".mmcif")
@@ -29,8 +30,7 @@ def layout(upload_bytes: int, max_residues: int) -> html.Div:
                                   "minWidth": "48px", "maxWidth": "90px", "whiteSpace": "normal"},
                    "style_header": {"whiteSpace": "normal", "height": "auto"}}
     accept = ",".join(STRUCTURE_EXTENSIONS + SEQUENCE_EXTENSIONS)
-    return html.Div([
-        html.H2("Proteins: attention next to contact maps"),
+    return card_panel("Proteins: attention next to contact maps", [
         dcc.Textarea(id=ids.SEQUENCE, value=DEMO_PROTEIN, rows=2, placeholder="protein sequence or FASTA"),
         html.Div([
             html.Button("Run sequence", id=ids.PROTEIN_RUN, title="Ctrl+Enter in the box"),
@@ -60,7 +60,7 @@ def layout(upload_bytes: int, max_residues: int) -> html.Div:
             html.H2(id=ids.STRUCTURE_SET_TITLE),
             dash_table.DataTable(id=ids.STRUCTURE_SET, data=[], sort_action="native", page_size=200, **table_style),
         ]),
-    ])
+    ], className="protein-panel")
 
 
 # Columns of the structure-set summary shown in the page, and their short headers.
@@ -80,11 +80,15 @@ def structure_set(service: Service, spec: str) -> tuple[list[dict], list[dict], 
                                 na_position="last")
     table = table[keep + ["layer", "head"]].rename(columns={**SET_COLUMNS, "head": "head_index"}).round(3)
     columns = [{"name": name, "id": name} for name in table.columns if name not in ("layer", "head_index")]
+    for extra in ("enrichment", "base_rate", "p_value", "q_value"):
+        if extra in summary.columns and extra not in table.columns:
+            table[extra] = summary[extra].round(4).to_numpy()
+            columns.append({"name": extra.replace("_", " "), "id": extra})
     proteins = summary.attrs.get("proteins")
     count = len(proteins) if isinstance(proteins, (list, tuple)) else int(summary["n_proteins"].max())
     title = (f"Structure set: every head over {count} proteins (probe contacts --heads-summary; "
              "95 % bootstrap interval over proteins; click a row to select the head)")
-    return table.to_dict("records"), columns, title
+    return unknown_as_text(table.to_dict("records")), columns, title
 
 
 def decode_upload(contents: str | None, filename: str | None, max_bytes: int) -> bytes | None:
@@ -134,7 +138,7 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
     """(contact figure, head map figure, leaderboard rows, P@L table, message); both maps drawn at the shared zoom."""
     if not store:
         empty = figures.empty_figure("choose a protein model, then type a sequence or upload a structure")
-        return empty, empty, [], [], ""
+        return empty, empty, [], [], [], ""
     if not isinstance(store, dict) or not isinstance(store.get("key"), str):
         raise ProbeError("the protein result is not valid; press Run again")
     result = service.protein_result(store["key"])
@@ -148,9 +152,19 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
                                        uirevision=store["key"])
     figures.apply_zoom(contacts, zoom)
     figures.apply_zoom(head_map, zoom)
-    rows = [] if result.heads is None else result.heads.to_dict("records")
-    precision = [] if result.precision is None else result.precision.to_dict("records")
-    return contacts, head_map, rows, precision, ""
+    rows = [] if result.heads is None else unknown_as_text(result.heads.to_dict("records"))
+    precision = [] if result.precision is None else unknown_as_text(result.precision.to_dict("records"))
+    columns = [] if result.heads is None else [{"name": c, "id": c} for c in result.heads.columns
+                                               if c not in ("layer", "head_index")]
+    return contacts, head_map, rows, columns, precision, ""
+
+
+def unknown_as_text(records: list[dict]) -> list[dict]:
+    """Table records with NaN shown as "unknown" (a feature share with no ligand is not 0)."""
+    import math
+
+    return [{key: ("unknown" if isinstance(value, float) and math.isnan(value) else value)
+             for key, value in record.items()} for record in records]
 
 
 def checked_pair(pair, length: int) -> tuple[int, int] | None:
@@ -201,10 +215,11 @@ def register(app, service: Service) -> None:
         return store, message, None, None, None  # contents reset: the same file can be uploaded again
 
     @app.callback(Output(ids.CONTACTS, "figure"), Output(ids.HEAD_MAP, "figure"), Output(ids.LEADERBOARD, "data"),
-                  Output(ids.PRECISION, "data"), Output(ids.PROTEIN_VIEW_MESSAGE, "children"),
+                  Output(ids.LEADERBOARD, "columns"), Output(ids.PRECISION, "data"),
+                  Output(ids.PROTEIN_VIEW_MESSAGE, "children"),
                   Input(ids.PROTEIN, "data"), Input(ids.SELECTED, "data"), Input(ids.LABEL_VERSION, "data"),
                   State(ids.PAIR, "data"), State(ids.PROTEIN_ZOOM, "data"))
-    @guarded(outputs=5, message=4)
+    @guarded(outputs=6, message=5)
     def _protein_view(store, selected, _version, pair, zoom):
         return protein_view(service, store, selected, pair, zoom)
 
@@ -216,6 +231,8 @@ def register(app, service: Service) -> None:
                   State(ids.PROTEIN, "data"), prevent_initial_call=True)
     @guarded(outputs=4, message=3)
     def _mark(contacts_click, map_click, _clear, store):
+        if not isinstance(store, dict) or not isinstance(store.get("key"), str):
+            return no_update, no_update, no_update, ""  # no protein maps drawn: nothing to mark or clear
         if ctx.triggered_id == ids.PAIR_CLEAR:
             contacts, head_map = figures.pair_patches(None)
             return None, contacts, head_map, ""
@@ -225,13 +242,13 @@ def register(app, service: Service) -> None:
                   Output(ids.PROTEIN_ZOOM, "data", allow_duplicate=True), Input(ids.CONTACTS, "relayoutData"),
                   State(ids.PROTEIN, "data"), prevent_initial_call=True)
     def _zoom_head_map(relayout, store):
-        return shared_zoom(relayout, store)
+        return shared_zoom(relayout, store) if isinstance(store, dict) else (no_update, no_update)
 
     @app.callback(Output(ids.CONTACTS, "figure", allow_duplicate=True),
                   Output(ids.PROTEIN_ZOOM, "data", allow_duplicate=True), Input(ids.HEAD_MAP, "relayoutData"),
                   State(ids.PROTEIN, "data"), prevent_initial_call=True)
     def _zoom_contacts(relayout, store):
-        return shared_zoom(relayout, store)
+        return shared_zoom(relayout, store) if isinstance(store, dict) else (no_update, no_update)
 
     @app.callback(Output(ids.STRUCTURE_SET, "data"), Output(ids.STRUCTURE_SET, "columns"),
                   Output(ids.STRUCTURE_SET_TITLE, "children"), Input(ids.MODEL, "value"))
@@ -263,17 +280,24 @@ def register(app, service: Service) -> None:
 
 def shared_zoom(relayout, store):
     """(layout patch for the other residue map, shared zoom store): the same window, or the whole protein after a
-    double-click; (no_update, no_update) when the event zoomed nothing."""
+    double-click; (no_update, no_update) when the event zoomed nothing. Ranges are clipped to the protein (plotly
+    echoes the ranges its aspect constraint widened, which would otherwise leave a blank band on the next map)."""
     ranges = figures.zoom_ranges(relayout)
-    if ranges is None:
+    length = store.get("length") if isinstance(store, dict) else None
+    if ranges is None or not isinstance(length, int):
         return no_update, no_update
+    full = {"xaxis": [0.5, length + 0.5], "yaxis": [length + 0.5, 0.5]}
     if ranges == "reset":
-        length = store.get("length") if isinstance(store, dict) else None
-        if not isinstance(length, int):
-            return no_update, no_update
-        ranges, stored = {"xaxis": [0.5, length + 0.5], "yaxis": [length + 0.5, 0.5]}, None
+        ranges, stored = full, None
     else:
-        stored = ranges
+        clipped = {}
+        for axis, values in ranges.items():
+            low, high = sorted(min(max(float(v), 0.5), length + 0.5) for v in values)
+            if high - low <= 0:
+                return no_update, no_update
+            clipped[axis] = [high, low] if axis == "yaxis" else [low, high]
+        ranges = clipped
+        stored = None if all(ranges.get(axis, full[axis]) == full[axis] for axis in full) else ranges
     from dash import Patch
 
     patch = Patch()

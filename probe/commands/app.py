@@ -64,11 +64,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"probe app: serving {', '.join(service.specs)} at http://{args.host}:{args.port} "
           "(Ctrl-C stops)", file=sys.stderr)
     try:
-        dash_app.run(host=args.host, port=args.port, debug=False, threaded=True)
-    except (OSError, SystemExit) as error:  # werkzeug exits 1 when the bind fails after all (a race)
+        serve(dash_app.server, args.host, args.port)
+    except OSError as error:  # the bind failed after all (a race)
         reason = getattr(error, "strerror", None) or "the address could not be bound"
         raise ProbeError(f"cannot serve on {args.host}:{args.port} ({reason}); pass another --port") from None
     return 0
+
+
+def serve(wsgi_app, host: str, port: int, threads: int = 16) -> None:
+    """Serve with waitress, a production WSGI server (no development-server warning); blocks until Ctrl-C."""
+    import logging
+
+    from waitress import serve as waitress_serve
+
+    logging.getLogger("waitress").setLevel(logging.WARNING)  # our own "serving ..." line says where
+    waitress_serve(wsgi_app, host=host, port=port, threads=threads, ident="probe")
 
 
 def _dashboard():

@@ -8,10 +8,11 @@ import sys
 import numpy as np
 
 from probe import models
-from probe.commands.common import add_model_options, output_path, write_atomically
+from probe.commands.common import add_model_options, output_path
 from probe.engine import capture_attention
 from probe.errors import ProbeError
 from probe.naming import parse_index_list
+from probe.runs.atomic import write_atomically
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import tempfile
 from pathlib import Path
 
 from probe.errors import ProbeError
-from probe.runs.journal import pid_alive
 
 
-def add_model_options(parser: argparse.ArgumentParser, many: bool = False) -> None:
+def add_model_options(parser: argparse.ArgumentParser, many: bool = False, required: bool = True) -> None:
     """--model (hub id, local directory or zoo:NAME), --device, --dtype."""
     help_text = "hub id (gpt2), local directory (what save_pretrained wrote) or zoo:NAME"
     if many:
-        parser.add_argument("--model", action="append", required=True, help=help_text + "; repeat for several")
+        parser.add_argument("--model", action="append", required=required, help=help_text + "; repeat for several")
     else:
         parser.add_argument("--model", required=True, help=help_text)
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
@@ -63,33 +61,31 @@ def _check_writable(folder: Path, flag: str, text: str) -> None:
     os.unlink(tmp)
 
 
-def write_atomically(path: Path, write) -> None:
-    """Call write(tmp_path) on a temporary file beside `path`, fsync it, then rename it over `path` (never a half
-    file). The temporary file's name carries our pid, so a later call removes those left by a killed process."""
-    _remove_stale_temporaries(path)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=path.suffix)
-    os.close(handle)
-    try:
-        write(Path(tmp))
-        with open(tmp, "rb+") as written:
-            os.fsync(written.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file 0600; give it the mode a plain open() would
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def add_ray_options(parser: argparse.ArgumentParser) -> None:
+    """--ray [auto|HOST:PORT] and --ray-workers N (the flags `probe label` and `probe contacts` share)."""
+    parser.add_argument("--ray", nargs="?", const="auto", default=None, metavar="auto|HOST:PORT",
+                        help="run the units on Ray (pip install -e '.[ray]'): 'auto' (also the value of a bare "
+                             "--ray) starts a local Ray sized to this machine, HOST:PORT joins a cluster started "
+                             "with `ray start --head`")
+    parser.add_argument("--ray-workers", type=int, default=None, metavar="N",
+                        help="with --ray: Ray workers (each loads the model once; default: one per CPU of the cluster)")
 
 
-def _remove_stale_temporaries(path: Path) -> None:
-    """Delete `.{name}.{pid}.*` files beside `path` whose process no longer runs (a SIGKILL mid-write)."""
-    prefix = f".{path.name}."
-    for candidate in path.parent.glob(f"{glob.escape(prefix)}*"):
-        pid = candidate.name[len(prefix):].split(".", 1)[0]
-        if pid.isdigit() and candidate.is_file() and not pid_alive(int(pid)):
-            candidate.unlink(missing_ok=True)
+def executor(args: argparse.Namespace):
+    """The runner's executor the flags ask for: probe.runs.ray_executor.RayExecutor with --ray, else in-process.
+    Checked before any computing: --ray-workers needs --ray and at least 1, the address is auto or HOST:PORT."""
+    from probe.runs.runner import InProcess
 
+    workers = getattr(args, "ray_workers", None)
+    if getattr(args, "ray", None) is None:
+        if workers is not None:
+            raise ProbeError("--ray-workers needs --ray (units run in this process without it)")
+        return InProcess()
+    if workers is not None and workers < 1:
+        raise ProbeError("--ray-workers must be at least 1")
+    from probe.runs.ray_executor import RayExecutor, RayOptions, check_reachable
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    if args.ray != "auto":
+        check_reachable(args.ray)  # a bounded TCP connect, before anything is loaded: one line within seconds
+    gpus = 1.0 if str(getattr(args, "device", "cpu")).startswith("cuda") else 0.0
+    return RayExecutor(RayOptions(address=args.ray, workers=workers, gpus_per_worker=gpus))

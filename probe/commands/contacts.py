@@ -2,19 +2,28 @@
 
     probe contacts --model M (--sequence S | --fasta F | --structure X | --structures DIR_OR_LIST)
                    [--structure X] [--chain C] [--chains A,B] [--cb virtual|real] [--threshold 8.0]
-                   [--min-attention 0.3] [--min-count 100] [--binding-distance 4.0] [--window N]
+                   [--min-attention 0.3] [--min-total 100] [--min-count 100] [--binding-distance 4.0]
+                   [--window N] [--regression FILE.json]
                    [--out F.npz] [--heads-out F.parquet] [--chains-out F.parquet] [--heads-summary F.parquet]
                    [--force] [--ray [auto|HOST:PORT]] [--ray-workers N]
+    probe contacts --model M --fit DIR_OR_LIST [--regression FILE.json] [--cb ...] [--threshold ...]
+
+--fit fits ESM's contact regression for any protein model on the structures given (probe.proteins.regression),
+prints its leave-one-structure-out precision beside the top-k-head average, and saves it; --regression FILE then
+predicts contacts with it. The one-line summary per record (models without a regression) and per set
+(--heads-summary) names the best head only when it is above the contact base rate after Benjamini–Hochberg.
 
 With --structure alone the sequence is the chain's observed residues; with a sequence or FASTA as well, every record
 is aligned to the chain (so a construct with tags or missing residues still scores the right pairs). --structures
 runs every protein chain (or the --chains given) of every file of a folder or a list file. Every record or chain is
-a unit, persisted as it finishes in a journal beside the first output file (`.NAME.parts/`): a run that is killed
-(Ctrl-C, SIGKILL, out of memory) loses at most the unit in flight, and a rerun of the same command computes only the
-rest. A unit is reused only when everything that determines it is the same (model revision, sequence, structure
-file hash, chain, threshold, Cβ convention, window, θ, binding distance); --force recomputes all. Units run in this
-process, or with --ray on Ray workers (probe.runs.units.run_contact_units, the same unit function
-probe.proteins.sets.analyse_unit).
+a unit of one run of :func:`probe.runs.runner.run` (:class:`probe.runs.tasks.ContactsTask`, the unit function
+:func:`probe.proteins.sets.analyse_unit`), in this process or with --ray on Ray workers: the same runner as
+`probe label`. Each unit is persisted as it finishes in a journal beside the first output file (`.NAME.parts/`), so a
+run that is killed (Ctrl-C, SIGKILL, out of memory) loses at most the unit in flight and a rerun of the same command
+computes only the rest; a unit is reused only when everything that determines it is the same (model revision,
+sequence, structure file hash, chain, threshold, Cβ convention, window, θ, binding distance); --force recomputes
+all; a unit that fails (an unreadable structure among hundreds) is listed in FIRST_OUTPUT.errors.csv and the run
+goes on.
 
 The npz layout (record i = 0, 1, ...):
 
@@ -41,11 +50,11 @@ from pathlib import Path
 import numpy as np
 
 from probe import models
-from probe.commands.common import add_model_options, output_path, write_atomically
+from probe.commands.common import add_model_options, add_ray_options, executor, output_path
 from probe.errors import ProbeError
 from probe.proteins import sets as contact_sets
 from probe.proteins.contacts import FRACTIONS, RANGES
-from probe.proteins.features import MIN_ATTENTION, MIN_COUNT
+from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL
 from probe.proteins.sets import ContactOptions, UnitOutcome, UnitSpec
 from probe.proteins.structure import (
     BINDING_DISTANCE,
@@ -54,7 +63,6 @@ from probe.proteins.structure import (
     DEFAULT_CB,
     check_threshold,
 )
-from probe.runs.ray_executor import add_ray_options, ray_options
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -79,9 +87,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--threshold", type=float, default=CONTACT_THRESHOLD,
                         help="contact distance in Å between Cβ atoms; default 8")
     parser.add_argument("--min-attention", type=float, default=MIN_ATTENTION,
-                        help="θ of Vig et al.'s feature shares: attention weights ≥ θ are counted; default 0.3")
+                        help="θ of Vig et al.'s feature shares: weights > θ are summed ({f}_share), weights ≥ θ "
+                             "counted ({f}_count_share); default 0.3")
+    parser.add_argument("--min-total", type=float, default=MIN_TOTAL,
+                        help="heads whose Σ α over weights > θ is below this get no feature share (NaN; provis' "
+                             "min_total); default 100")
     parser.add_argument("--min-count", type=int, default=MIN_COUNT,
-                        help="heads with fewer weights ≥ θ get no feature share (NaN); default 100")
+                        help="heads with fewer weights ≥ θ get no count share (NaN); default 100")
     parser.add_argument("--binding-distance", type=float, default=BINDING_DISTANCE,
                         help="a binding site is a residue with a heavy atom within this many Å of a ligand; default 4")
     parser.add_argument("--window", type=int, default=None,
@@ -91,6 +103,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--heads-out", help="output .parquet with per-head statistics of every record")
     parser.add_argument("--chains-out", help="output .parquet with one row per record or chain")
     parser.add_argument("--heads-summary", help="output .parquet with one row per head over the whole set")
+    parser.add_argument("--fit", metavar="DIR_OR_LIST",
+                        help="fit ESM's contact regression (L1 logistic regression on APC(sym α) of every head) on "
+                             "these structures, report leave-one-structure-out precision (and the top-k-head "
+                             "average baseline), and save it (--regression FILE, default beside the outputs)")
+    parser.add_argument("--regression", metavar="FILE.json",
+                        help="with --fit: where to save the fitted regression; otherwise: a fitted regression to "
+                             "predict contacts with (any protein model; replaces an ESM checkpoint's own)")
     parser.add_argument("--force", action="store_true",
                         help="recompute every record even if an earlier run finished some of them")
     add_ray_options(parser)
@@ -114,6 +133,8 @@ def _options(args: argparse.Namespace, per_head: bool) -> ContactOptions:
         raise ProbeError(f"--min-attention {args.min_attention} must be an attention weight above 0 and at most 1")
     if args.min_count < 1:
         raise ProbeError(f"--min-count {args.min_count} must be at least 1")
+    if not (math.isfinite(args.min_total) and args.min_total >= 0):
+        raise ProbeError(f"--min-total {args.min_total} must be a finite sum of attention weights, 0 or more")
     if args.window is not None and args.window < 1:
         raise ProbeError(f"--window {args.window} must be a positive number of residues")
     return ContactOptions(threshold=float(args.threshold), cb=args.cb, window=args.window,
@@ -177,7 +198,7 @@ def _units(args: argparse.Namespace) -> tuple[list[UnitSpec], list[tuple[str, st
 
         structure = read_structure(args.structure, chain=args.chain)  # checks the file and the chain now
         if not records:
-            from probe.runs.journal import file_hash
+            from probe.hashing import file_hash
 
             spec = UnitSpec(key=f"{args.structure}:{structure.chain}", id=f"{structure.name}_{structure.chain}",
                             record=0, structure=args.structure, chain=structure.chain,
@@ -209,10 +230,15 @@ def _check_records(loaded, units: list[UnitSpec], options: ContactOptions) -> No
 
 
 def run(args: argparse.Namespace) -> int:
+    from probe.runs import runner
+    from probe.runs.tasks import ContactsTask, contact_units
+
+    if args.fit is not None:
+        return _fit(args)
     outputs = _outputs(args)
     per_head_wanted = bool({"heads_out", "chains_out", "heads_summary"} & set(outputs))
-    options = _options(args, per_head_wanted)
-    ray = ray_options(args)
+    options = _with_regression(_options(args, per_head_wanted), args)
+    run_on = executor(args)
     specs, skipped = _units(args)
     for name, reason in skipped:
         print(f"probe contacts: skipped {name}: {reason}", file=sys.stderr)
@@ -221,110 +247,95 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = models.load(args.model, device=args.device, dtype=args.dtype)
     models.require_protein(loaded, "probe contacts")
-    per_head = per_head_wanted or not loaded.has_contact_head
+    if options.regression is not None:
+        from probe.proteins.regression import read_regression
+
+        read_regression(options.regression).check_model(loaded)  # the right model, before any computing
+    predicts = loaded.has_contact_head or options.regression is not None
+    per_head = per_head_wanted or not predicts
     if per_head != options.per_head:
         options = dataclasses.replace(options, per_head=per_head)
-    if options.window is not None and not loaded.has_contact_head:
+    if options.window is not None and not predicts:
         raise ProbeError(f"--window averages predicted contacts, which need a contact regression; {args.model} has "
                          "none (per-head analysis needs whole sequences)")
     _check_records(loaded, specs, options)
 
-    journal = None
-    if outputs:
-        from probe.runs.journal import Journal
-
-        journal = Journal(next(iter(outputs.values())), force=args.force)
     identities = {spec.key: contact_sets.unit_identity(loaded, spec, options) for spec in specs}
-    outcomes: dict[str, UnitOutcome] = {}
-    if journal is not None:
-        stale = 0
-        for spec in specs:
-            entry = journal.get(spec.key, identities[spec.key])
-            if entry is not None:
-                outcomes[spec.key] = contact_sets.unpack(spec, entry.table, entry.arrays)
-            elif journal.stale(spec.key, identities[spec.key]):
-                stale += 1
-        if outcomes:
-            print(f"{len(outcomes)} of {len(specs)} unit(s) already done with these options: reused "
-                  "(--force recomputes them)", file=sys.stderr)
-        if stale:
-            print(f"recomputing {stale} unit(s) whose options or inputs changed", file=sys.stderr)
-
-    failed: list[tuple[str, str]] = []
-    try:
-        if ray is not None:
-            from probe.runs.units import run_contact_units
-
-            for spec in specs:
-                if spec.key in outcomes:
-                    _report(spec.id, outcomes[spec.key])
-            failed = run_contact_units(args, loaded, specs, options, outcomes, journal, identities, _report)
-        else:
-            failed = _run_here(loaded, specs, options, outcomes, journal, identities, args.structures is not None)
-    except KeyboardInterrupt:
-        finished = [outcomes[spec.key] for spec in specs if spec.key in outcomes]
-        if finished and outputs:
-            _write_outputs(outputs, loaded, finished, options, args)
-        print(f"stopped after {len(finished)} of {len(specs)} unit(s); rerun the same command to finish",
-              file=sys.stderr)
-        raise
-    finished = [outcomes[spec.key] for spec in specs if spec.key in outcomes]
-    if finished and outputs:
-        _write_outputs(outputs, loaded, finished, options, args)
+    task = ContactsTask(options, device=args.device, dtype=args.dtype, identities=identities)
+    if isinstance(run_on, runner.InProcess):
+        run_on = runner.InProcess(preloaded={loaded.name: loaded})  # the model checked above, not loaded twice
+    report = runner.run(contact_units(loaded.name, specs), task, _out(outputs, loaded, options, args), run_on,
+                        description="contacts")
+    pooled = _POOLED.pop(outputs.get("heads_summary"), None)
+    if pooled is not None:
+        print(pooled)
     if not outputs:
         print("no --out, --heads-out, --chains-out or --heads-summary given: nothing was saved", file=sys.stderr)
-    if failed or skipped:
-        print(f"{len(failed) + len(skipped)} unit(s) or file(s) could not be analysed (see above); the rest was "
-              "written", file=sys.stderr)
-        return 2
-    return 0
+    if skipped:
+        print(f"{len(skipped)} file(s) could not be analysed (see above); the rest was written", file=sys.stderr)
+        return max(report.code, 2) if report.code != 1 else 1
+    return report.code
 
 
-def _run_here(loaded, specs: list[UnitSpec], options: ContactOptions, outcomes: dict, journal, identities: dict,
-              go_on: bool) -> list[tuple[str, str]]:
-    """The units not in `outcomes`, in this process, each journalled as it finishes. A unit's bad input stops the
-    run (one-line error) unless `go_on` (structure sets): then it is printed and returned as (id, error)."""
-    from tqdm import tqdm
-
-    failed = []
-    for spec in tqdm(specs, desc="contacts", unit="unit", file=sys.stderr, disable=len(specs) < 2):
-        if spec.key not in outcomes:
-            try:
-                outcome = contact_sets.analyse_unit(loaded, spec, options)
-            except ProbeError as error:
-                if not go_on:
-                    raise
-                failed.append((spec.id, str(error)))
-                print(f"probe contacts: {spec.id}: {error}", file=sys.stderr)
-                continue
-            if journal is not None:
-                table, arrays = contact_sets.pack(outcome)
-                journal.put(spec.key, identities[spec.key], table, arrays)
-            outcomes[spec.key] = outcome
-        _report(spec.id, outcomes[spec.key])
-    return failed
+def _outcomes(finished) -> list[UnitOutcome]:
+    """The finished units of a run (unit order) as the outcomes probe.proteins.sets builds its tables from."""
+    return [contact_sets.unpack(unit.payload, result.table, result.arrays) for unit, result in finished]
 
 
-def _write_outputs(outputs: dict[str, Path], loaded, outcomes: list[UnitOutcome], options: ContactOptions,
-                   args: argparse.Namespace) -> None:
+def _out(outputs: dict[str, Path], loaded, options: ContactOptions, args: argparse.Namespace):
+    """Where the runner writes: every output file, rebuilt from the finished units; a report line per unit."""
+    from probe.runs.runner import Out
+
+    def write(table, finished) -> dict:
+        return _writers(outputs, loaded, _outcomes(finished), options, args)
+
+    def written(table, finished) -> list[str]:
+        return _written(outputs, len(finished))
+
+    def show(unit, result) -> None:
+        _report(unit.payload.id, contact_sets.unpack(unit.payload, result.table, result.arrays))
+
+    first = next(iter(outputs.values()), None)
+    return Out(path=first, write=write, force=args.force, show=show, written=written, command="probe contacts",
+               noun="unit")
+
+
+def _writers(outputs: dict[str, Path], loaded, outcomes: list[UnitOutcome], options: ContactOptions,
+             args: argparse.Namespace) -> dict:
+    """{path: writer(tmp)} of every output asked for (probe.runs.atomic.write_atomically calls each)."""
+    writers = {}
     if "out" in outputs:
-        write_atomically(outputs["out"], lambda tmp: _write_npz(tmp, outcomes, options, args))
-        print(f"wrote contacts of {len(outcomes)} sequence(s) to {outputs['out']}", file=sys.stderr)
-    heads = contact_sets.heads_table(outcomes, args.min_count) if options.per_head else None
+        writers[outputs["out"]] = lambda tmp: _write_npz(tmp, outcomes, options, args)
+    heads = contact_sets.heads_table(outcomes, args.min_count, min_total=args.min_total) if options.per_head else None
     chains = contact_sets.chain_table(outcomes)
     if "heads_out" in outputs:
-        write_atomically(outputs["heads_out"], lambda tmp: heads.to_parquet(tmp, index=False))
-        print(f"wrote per-head statistics to {outputs['heads_out']}", file=sys.stderr)
+        writers[outputs["heads_out"]] = lambda tmp: heads.to_parquet(tmp, index=False)
     if "chains_out" in outputs:
-        write_atomically(outputs["chains_out"], lambda tmp: chains.to_parquet(tmp, index=False))
-        print(f"wrote {len(chains)} row(s), one per record, to {outputs['chains_out']}", file=sys.stderr)
+        writers[outputs["chains_out"]] = lambda tmp: chains.to_parquet(tmp, index=False)
     if "heads_summary" in outputs:
-        summary = contact_sets.summarize_heads(heads, chains, args.min_count)
+        summary = contact_sets.summarize_heads(heads, chains, args.min_count, min_total=args.min_total)
         meta = {"model": loaded.name, "revision": loaded.revision, "proteins": [o.spec.id for o in outcomes],
-                "min_count": args.min_count, **dataclasses.asdict(options)}
-        write_atomically(outputs["heads_summary"], lambda tmp: contact_sets.write_heads_summary(tmp, summary, meta))
-        print(f"wrote the per-head summary over {len(outcomes)} protein(s) to {outputs['heads_summary']}",
-              file=sys.stderr)
+                "min_count": args.min_count, "min_total": args.min_total, **dataclasses.asdict(options)}
+        writers[outputs["heads_summary"]] = lambda tmp: contact_sets.write_heads_summary(tmp, summary, meta)
+        _POOLED[outputs["heads_summary"]] = f"{len(outcomes)} protein(s) pooled: {best_head_line(summary)}"
+    return writers
+
+
+# The pooled best-head line of the last summary written, per summary file: printed (stdout) once the run is done.
+_POOLED: dict[Path, str] = {}
+
+
+def _written(outputs: dict[str, Path], count: int) -> list[str]:
+    lines = []
+    if "out" in outputs:
+        lines.append(f"wrote contacts of {count} sequence(s) to {outputs['out']}")
+    if "heads_out" in outputs:
+        lines.append(f"wrote per-head statistics to {outputs['heads_out']}")
+    if "chains_out" in outputs:
+        lines.append(f"wrote {count} row(s), one per record, to {outputs['chains_out']}")
+    if "heads_summary" in outputs:
+        lines.append(f"wrote the per-head summary over {count} protein(s) to {outputs['heads_summary']}")
+    return lines
 
 
 def _report(name: str, outcome: UnitOutcome) -> None:
@@ -340,9 +351,7 @@ def _report(name: str, outcome: UnitOutcome) -> None:
     if result.contacts is None:
         heads = result.heads
         if heads is not None and heads["p_at_L_long"].notna().any():
-            best = heads.loc[heads["p_at_L_long"].idxmax()]
-            print(f"{name} ({length} residues)  no contact regression; best head by long-range P@L: "
-                  f"{best['name']} {best['p_at_L_long']:.3f}")
+            print(f"{name} ({length} residues)  no contact regression; {best_head_line(heads)}")
         else:
             print(f"{name} ({length} residues)  no contact regression in this model: per-head statistics need a "
                   "structure (--structure)")
@@ -351,6 +360,85 @@ def _report(name: str, outcome: UnitOutcome) -> None:
     top = np.dstack(np.unravel_index(np.argsort(-contacts, axis=None)[:5], contacts.shape))[0]
     pairs = ", ".join(f"{i + 1}-{j + 1} ({result.contacts[i, j]:.2f})" for i, j in top if j - i >= 24)
     print(f"{name} ({length} residues)  top long-range pairs: {pairs or 'none (shorter than 25 residues)'}")
+
+
+def best_head_line(heads, name: str = "long") -> str:
+    """The best head of a per-head table or summary in range `name` — named only when it is above the contact base
+    rate after Benjamini–Hochberg over the heads (q < FDR), else "no head above the base rate"."""
+    from probe.proteins.significance import FDR, best_significant
+
+    precision = "pooled_p_at_L" if f"pooled_p_at_L_{name}" in heads else "p_at_L"
+    best = best_significant(heads, name)
+    if best is not None:
+        return (f"best head above the base rate ({name} range): {best['name']} P@L {best[f'{precision}_{name}']:.3f}"
+                f" = {best[f'enrichment_L_{name}']:.1f}× the base rate {best[f'base_rate_{name}']:.3f} "
+                f"(q = {best[f'q_value_L_{name}']:.2g})")
+    top = heads[f"{precision}_{name}"].max()
+    base = heads[f"base_rate_{name}"].mean()
+    return (f"no head above the base rate ({name} range: best P@L {top:.3f}, base rate {base:.3f}, every q ≥ {FDR} "
+            f"after FDR over {len(heads)} heads)")
+
+
+def _with_regression(options: ContactOptions, args: argparse.Namespace) -> ContactOptions:
+    """`options` with the --regression file (checked now) and its hash, so a changed file recomputes the units."""
+    if not args.regression:
+        return options
+    from probe.proteins.regression import read_regression
+    from probe.runs.journal import file_hash
+
+    read_regression(args.regression)
+    path = str(Path(args.regression).expanduser().resolve())
+    return dataclasses.replace(options, regression=path, regression_hash=file_hash(path))
+
+
+def _fit(args: argparse.Namespace) -> int:
+    """--fit: leave-one-structure-out precision of the fitted regression and of the top-k-head average, then the
+    regression fitted on every structure, saved as JSON."""
+    from probe.proteins import regression as fitting
+
+    if args.sequence or args.fasta or args.structure or args.structures:
+        raise ProbeError("--fit fits and saves a regression; predict with it in a second run: --regression FILE "
+                         "with --sequence, --fasta, --structure or --structures")
+    check_threshold(args.threshold, "--threshold")
+    target = args.regression or _default_regression_path(args)
+    target = output_path(target, (".json",), "--regression")
+    if target.exists() and not args.force and not _is_regression(target):
+        raise ProbeError(f"--regression {target} exists but is not a contact regression; pass --force to overwrite "
+                         "it, or another file name")
+    files = contact_sets.structure_files(args.fit, "--fit")
+    if len(files) < 2:
+        raise ProbeError(f"--fit {args.fit} holds {len(files)} structure: leave-one-structure-out needs at least two")
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype)
+    models.require_protein(loaded, "probe contacts --fit")
+    structures = fitting.training_structures(files, loaded, args.threshold, args.cb)
+    maps = [fitting.head_maps(loaded, structure.sequence) for structure in structures]  # [layer head L L] each
+    fitted, evaluation = fitting.fit(maps, structures, args.model, revision=loaded.revision)
+    fitted.save(target)
+    for method, label in (("regression", "regression"), ("top_heads", f"top-{fitting.TOP_K}-head average")):
+        rows = evaluation[evaluation["method"] == method]
+        parts = [f"{r}: P@L {rows[f'p_at_L_{r}'].mean():.3f} P@L/5 {rows[f'p_at_L5_{r}'].mean():.3f}" for r in RANGES]
+        print(f"held out ({len(structures)} structures, leave-one-out) {label}:  " + "  |  ".join(parts))
+    print(f"wrote the contact regression fitted on {len(structures)} structures to {target}; predict with "
+          f"--regression {target}", file=sys.stderr)
+    return 0
+
+
+def _default_regression_path(args: argparse.Namespace) -> str:
+    """Beside the first output given, else in the current folder: <model name>.contact_regression.json."""
+    first = next((getattr(args, name) for name in ("out", "heads_out", "chains_out", "heads_summary")
+                  if getattr(args, name)), None)
+    folder = Path(first).expanduser().parent if first else Path.cwd()
+    return str(folder / f"{Path(str(args.model).rstrip('/')).name or 'model'}.contact_regression.json")
+
+
+def _is_regression(path: Path) -> bool:
+    from probe.proteins.regression import read_regression
+
+    try:
+        read_regression(path)
+    except ProbeError:
+        return False
+    return True
 
 
 def _write_npz(tmp: Path, outcomes: list[UnitOutcome], options: ContactOptions, args: argparse.Namespace) -> None:

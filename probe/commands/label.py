@@ -1,10 +1,12 @@
 """`probe label`: score and label every head of one or more models; one tidy table (parquet, csv or json).
 
-Crash-safe and honest on reruns: each finished model is recorded in a journal beside --out (probe.runs.journal) with the
-identity of what produced it — the model's revision and every option that changes its rows (types, seed, examples,
-lengths, probe-file hash, coreference set, label rule, ablation). After each model the whole --out file is rewritten
-atomically from the journal, so a crash or SIGKILL loses at most the model in flight. A rerun reuses only models
-recorded with the same identity and says in one line what it reused and what it recomputes; --force redoes all.
+Every form of the command — one --model, several, a --models-file, --revisions of a model, --ray — is one run of
+:func:`probe.runs.runner.run` with :class:`probe.runs.tasks.LabelTask` units (one per model or checkpoint), so they
+reuse, keep and report the same way: each finished model is recorded in a journal beside --out with the identity of
+what produced it (the content hash of its weights and every option that changes its rows); the whole --out file is
+rewritten atomically after each model; rows of models this run does not name are kept; a model that fails is listed
+in OUT.errors.csv and the others go on; a rerun reuses exactly the models whose identity is unchanged and says so in
+one line; --force redoes all. This module is flags and printing only.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from dataclasses import fields
 import pandas as pd
 
 from probe import models
-from probe.commands.common import add_model_options, output_path, write_atomically
+from probe.commands.common import add_model_options, add_ray_options, executor, output_path
 from probe.errors import ProbeError
-from probe.heads.label import ABLATE, COREF_SETS, LabelConfig, config_identity, label_model, summary_lines
+from probe.heads.label import ABLATE, COREF_SETS, LabelConfig, summary_lines
 from probe.heads.probesets import load_probe_file
-from probe.heads.registry import HEAD_TYPES, parse_head_types
-from probe.heads.tables import COLUMNS, TABLE_EXTENSIONS, load_table, save_table
-from probe.runs import sweep
+from probe.heads.registry import names as head_type_names
+from probe.heads.registry import parse_head_types
+from probe.heads.tables import TABLE_EXTENSIONS
 
 DEFAULTS = {field.name: field.default for field in fields(LabelConfig)}
 
@@ -34,8 +36,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "examples; test its effect over the uniform-attention chance level (clustered bootstrap, "
                     "Benjamini-Hochberg FDR), label it, and measure labelled heads' ablation effect. One table.",
     )
-    add_model_options(parser, many=True)
-    parser.add_argument("--types", help=f"comma-separated head types (default: all that apply): {','.join(HEAD_TYPES)}")
+    add_model_options(parser, many=True, required=False)  # or --models-file
+    parser.add_argument("--types", help=f"comma-separated head types (default: all that apply): {','.join(head_type_names())}")
     parser.add_argument("--examples", type=int, default=DEFAULTS["examples"],
                         help="probe examples per probe set (default %(default)s)")
     parser.add_argument("--seq-len", default=None,
@@ -62,8 +64,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--out", help="output table: .parquet, .csv or .json (default: CSV to stdout)")
     parser.add_argument("--force", action="store_true", help="recompute every model, and overwrite an --out that is "
                                                              "not a label table")
-    sweep.add_sweep_options(parser)  # --revisions, --models-file, --plot, --ray, --ray-workers (README: section scale)
+    add_sweep_options(parser)
     return parser
+
+
+def add_sweep_options(parser: argparse.ArgumentParser) -> None:
+    """--revisions, --models-file, --plot, --ray, --ray-workers (docs/scale.md)."""
+    parser.add_argument("--revisions", metavar="R1,R2,...",
+                        help="label these checkpoints of each --model: subdirectories of a local model directory "
+                             "(step-0,step-50: what `python -m probe.zoo.train --checkpoint-steps` writes) or hub "
+                             "branches/tags/commits; adds the columns checkpoint and step")
+    parser.add_argument("--models-file", metavar="FILE",
+                        help="one model or checkpoint directory per line (# comments allowed), labelled like --model")
+    parser.add_argument("--plot", metavar="FILE.html|FILE.png",
+                        help="figure of each labelled head's score across checkpoints; writes FILE.html and "
+                             "FILE.png (PNG needs kaleido and a Chromium)")
+    add_ray_options(parser)
 
 
 def parse_lengths(text: str | None) -> tuple[int, ...] | None:
@@ -105,11 +121,17 @@ def config_from_args(args: argparse.Namespace) -> LabelConfig:
                        min_accuracy_gain=args.min_accuracy_gain, fdr=args.fdr, ablate=args.ablate)
 
 
-def identity_options(config: LabelConfig, loaded, dtype: str | None) -> dict[str, object]:
-    """Everything that determines a model's rows: its name and revision, the dtype, and the configuration's
-    identity (probe.heads.label.config_identity: the probe file's content, every field but batch size and memory)."""
-    return {**config_identity(config), "model": loaded.name, "revision": loaded.revision, "dtype": dtype,
-            "columns": COLUMNS}
+def plot_paths(text: str):
+    """--plot FILE.html|FILE.png -> FILE.html, checked with its sibling FILE.png (both are written) before any
+    labelling: extension, folder, writable, and neither of the two may be a folder."""
+    from probe.runs.export import PLOT_EXTENSIONS
+
+    plot = output_path(text, PLOT_EXTENSIONS, "--plot")
+    for sibling in (plot.with_suffix(".html"), plot.with_suffix(".png")):
+        if sibling.is_dir():
+            raise ProbeError(f"--plot {text}: {sibling} is a folder, and --plot writes both {plot.stem}.html and "
+                             f"{plot.stem}.png; give another name")
+    return plot
 
 
 def _say(message: str) -> None:
@@ -117,89 +139,37 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from probe.runs.journal import Journal, identity_hash
+    from probe.runs import runner
+    from probe.runs.checkpoints import sweep_checkpoints
+    from probe.runs.tasks import LabelTask, label_output, label_units
 
     config = config_from_args(args)
-    if sweep.wanted(args):  # checkpoints, a models file, a figure or Ray: the unit runner of probe.runs.sweep
-        return sweep.run_label(args, config)
+    run_on = executor(args)
     out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
-    names = list(dict.fromkeys(args.model))
-    for name in names:  # every model must exist before the first is labelled
-        models.locate(name)
-    earlier = pd.DataFrame(columns=COLUMNS)  # rows of models in --out that this run does not touch
-    if out is not None and out.exists() and out.stat().st_size > 0:
-        try:
-            earlier = load_table(out)
-        except ProbeError:
-            if not args.force:
-                raise
-    journal = Journal(out, force=args.force) if out is not None else None
-    finished: dict[str, pd.DataFrame] = {}
-    reused, computed = [], []
-    bar = None  # created at the first finished batch, so errors before it stay one line
+    plot = plot_paths(args.plot) if args.plot else None
+    if not args.model and not args.models_file:
+        raise ProbeError("give --model (repeat it for several) or --models-file")
+    for name in dict.fromkeys(args.model or []):  # every --model must exist before the first is labelled
+        if args.revisions is None:  # (with --revisions it is the folder or hub id of the checkpoints)
+            models.locate(name)
+    checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
+    sweep = args.revisions is not None or args.models_file is not None or plot is not None
+    in_process = isinstance(run_on, runner.InProcess)
+    task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process)
+    report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on, description="label")
 
-    def write_out() -> None:
-        if out is None:
-            return
-        others = earlier[~earlier["model"].isin(names)]
-        parts = [others] if len(others) else []
-        parts += [finished[name] for name in names if name in finished]
-        table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
-        write_atomically(out, lambda tmp: save_table(table.reindex(columns=COLUMNS), tmp))
-
-    try:
-        for index, name in enumerate(names):
-            loaded = models.load(name, device=args.device, dtype=args.dtype)
-            identity = identity_hash(identity_options(config, loaded, args.dtype))
-            entry = journal.get(name, identity) if journal is not None else None
-            if entry is not None and entry.table is not None:
-                finished[name] = entry.table.reindex(columns=COLUMNS)
-                reused.append(name)
-                continue
-            if journal is not None and (journal.stale(name, identity) or name in set(earlier["model"])):
-                _say(f"recomputing {name}: the options or the model revision differ from what {out} holds")
-            before, left = (bar.n if bar else 0), len(names) - index - 1
-
-            def progress(done: int, total: int, name=name, before=before, left=left) -> None:
-                nonlocal bar
-                if bar is None:
-                    bar = tqdm(total=0, unit="batch", file=sys.stderr, dynamic_ncols=True)
-                bar.set_description(name, refresh=False)
-                bar.total = before + total * (1 + left)  # assume the models still to come need as many batches
-                bar.n = before + done
-                bar.refresh()
-
-            if index == len(reused) and reused:  # the first model to compute: say what was reused, once
-                _say(_reuse_line(reused, out))
-            rows = label_model(loaded, config, progress, note=_say)
-            finished[name] = rows.reindex(columns=COLUMNS)
-            computed.append(name)
-            if journal is not None:
-                journal.put(name, identity, table=finished[name])
-            write_out()
-    finally:
-        if bar is not None:
-            bar.close()
-    if reused and not computed:
-        _say(_reuse_line(reused, out))
-    new = [finished[name] for name in computed]
-    for line in summary_lines(pd.concat(new)) if new else []:
+    computed = [r.table.assign(model=r.key) for r in report.results if r.ok and not r.cached and r.table is not None]
+    for line in summary_lines(pd.concat(computed, ignore_index=True)) if computed else []:
         print(line, file=sys.stderr)
-    if out is None:
-        if finished:
-            pd.concat([finished[n] for n in names if n in finished], ignore_index=True).to_csv(sys.stdout, index=False)
-        return 0
-    write_out()
-    if computed:
-        total = sum(len(finished[name]) for name in finished)
-        _say(f"wrote {total} rows ({len(finished)} models) to {out}")
-    else:
-        _say(f"every model is already in {out} with these options; nothing to do (--force recomputes)")
-    return 0
+    if out is None and len(report.table):
+        report.table.to_csv(sys.stdout, index=False)
+    if plot is not None and len(report.table):
+        from probe.runs.export import save_figure
+        from probe.runs.plot import sweep_figure
 
-
-def _reuse_line(reused: list[str], out) -> str:
-    return (f"reused {', '.join(reused)} from {out} (computed with the same model revision and options); "
-            "--force recomputes")
+        if not report.table["label"].fillna(False).astype(bool).any():
+            _say("no head is labelled at any checkpoint: no figure written")
+        else:
+            for written in save_figure(sweep_figure(report.table), plot):
+                _say(f"wrote {written}")
+    return report.code

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from probe import models
-from probe.commands.common import add_model_options, output_path, write_atomically
+from probe.commands.common import add_model_options, output_path
+from probe.runs.atomic import write_atomically
 from probe.errors import ProbeError
 from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, text_inputs
 from probe.heads.tables import TABLE_EXTENSIONS, save_table

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
+from probe.engine.output_norms import wants_output_norms, with_output_norms
 from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
 from probe.engine.sinks import AttentionBlock
 from probe.errors import ProbeError
@@ -87,14 +88,22 @@ def capture_attention_forward(
     wanted = {sink: chosen for sink, chosen in wanted.items() if sink not in sampled}
     heads = sorted({head for chosen in wanted.values() for head in chosen})
     _check_heads(heads, layer, n_heads)
-    if heads == list(range(n_heads)) and not (dropout and module.training):
-        # [batch head query dim_v], [batch head query]
-        output, lse = _stream_single_pass(session, layer, wanted, query, key, value, additive, is_causal, scale)
+    # The output from the same α blocks the sinks receive (no fused kernel) — unless a sink wants output norms: it
+    # needs Σ_j α_ij n_j (from the kernel call) before its blocks arrive, so then the kernel runs and α is rebuilt.
+    single_pass = (heads == list(range(n_heads)) and not (dropout and module.training)
+                   and not wants_output_norms(session))
+    if single_pass:
+        def kernel(q, k, v):
+            return _stream_single_pass(session, layer, wanted, q, k, v, additive, is_causal, scale)
     else:
-        output, lse = _fused_attention(query, key, value, additive, is_causal, scale, dropout)
-        if heads:
-            _stream_alpha(session, layer, wanted, heads, query, _expand_kv(key, n_heads), additive, is_causal,
-                          scale, lse)
+        def kernel(q, k, v):
+            return _fused_attention(q, k, v, additive, is_causal, scale, dropout)
+    # [batch head query dim_v], [batch head query]; output norms (Kobayashi et al.) to the sinks that ask for them,
+    # from one extra value channel of the same call
+    output, lse = with_output_norms(session, module, layer, query, key, value, kernel)
+    if heads and not single_pass:
+        _stream_alpha(session, layer, wanted, heads, query, _expand_kv(key, n_heads), additive, is_causal,
+                      scale, lse)
     for sink, (chosen, rows) in sampled.items():
         _check_heads(chosen, layer, n_heads)
         _stream_rows(session, layer, sink, chosen, rows, query, key, additive, is_causal, scale, lse)

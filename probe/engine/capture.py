@@ -54,9 +54,49 @@ def capture(
 ) -> Iterator[None]:
     """Run `model` on the capture engine inside the block, streaming α into `sinks` (which may be empty).
 
-    `ablate` zeroes the attention output of the marked heads (before the output projection), per batch row when it
-    has a batch axis: head ablation inside the attention function, no change to the model's code or weights.
-    The model's previous attention implementation is restored on exit, also when the forward raises.
+    Every forward pass inside the ``with`` block (``model(...)``, ``model.generate(...)``, a submodule sharing the
+    model's config) runs the fused attention kernel unchanged; for the heads some sink asks for, α is rebuilt from
+    Q, K and the kernel's log-sum-exp one block of query rows at a time and handed to the sinks. The model's
+    previous attention implementation is restored on exit, also when the forward raises. Captures may overlap on
+    one model from several threads; each thread's sinks see only its own forward passes.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A transformers model whose attention goes through ``AttentionInterface`` (GPT-2, BERT, ESM, Llama,
+        Mistral, …; its class sets ``_supports_attention_backend``), e.g. ``probe.models.load(...).model``.
+    sinks : Sink or GatherSink, or a sequence of them
+        Where α goes: a :class:`~probe.engine.sinks.Sink` receives dense blocks
+        (:class:`~probe.engine.sinks.AttentionBlock`), a :class:`~probe.engine.sinks.GatherSink` α at a few keys
+        per query row. Empty: nothing is captured (useful with `ablate` alone).
+    block_bytes : int, default 32 MiB
+        Memory budget of one α block, all selected heads of a layer together, in bytes (float32); a block has at
+        most :data:`~probe.engine.session.MAX_BLOCK_ROWS` query rows.
+    ablate : torch.Tensor or None, shape=(layer, head) or (batch, layer, head), bool
+        Heads whose attention output is zeroed (before the output projection): head ablation inside the attention
+        function, no change to the model's code or weights. With a batch axis, each batch row ablates its own
+        heads. None: no ablation.
+
+    Yields
+    ------
+    None
+        The block runs with the engine switched on; read the results from the sinks afterwards.
+
+    Raises
+    ------
+    ProbeError
+        The model does not route attention through ``AttentionInterface``; `ablate` is not a 2-D or 3-D bool
+        tensor; the model's transformer layers are not one ``ModuleList``.
+
+    Examples
+    --------
+    >>> loaded = probe.models.load("zoo:induction")  # 2 layers x 4 heads
+    >>> inputs = probe.models.tokenize_text(loaded, "a b c a b c")  # 7 tokens with <bos>
+    >>> sink = DenseSink(layers=[0, 1])
+    >>> with capture(loaded.model, sink), torch.inference_mode():
+    ...     loaded.model.generate(**inputs, max_new_tokens=5, do_sample=False)
+    >>> sink.attention(step=3).shape  # [batch layer head query key]: one query row against the KV cache
+    torch.Size([1, 2, 4, 1, 10])
     """
     if not getattr(model, "_supports_attention_backend", False):
         raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
@@ -119,7 +159,32 @@ def capture_attention(
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """One forward pass; returns α of the chosen layers × heads as `[batch layer head query key]` float32."""
+    """One forward pass; returns α of the chosen layers × heads.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A transformers model whose attention goes through ``AttentionInterface`` (see :func:`capture`).
+    inputs : dict of str to torch.Tensor
+        The model's keyword inputs, e.g. ``input_ids`` and ``attention_mask``, shape (batch, query), long; what
+        :func:`probe.models.tokenize_text` or a tokenizer returns.
+    layers : sequence of int, optional
+        Layers to capture (0-based); None: every layer.
+    heads : sequence of int, optional
+        Query heads to capture in each chosen layer (0-based); None: every head.
+
+    Returns
+    -------
+    alpha : torch.Tensor, shape=(batch, layer, head, query, key), float32
+        On the CPU; layers in ascending order, heads in the order given. Each real query row sums to 1 over the
+        keys; masked keys (padding, above the diagonal of a causal model) are exactly 0.
+
+    Raises
+    ------
+    ProbeError
+        The model does not route attention through ``AttentionInterface``, or a chosen layer does not exist (nothing
+        was captured).
+    """
     sink = DenseSink(layers, heads)
     with capture(model, sink), torch.inference_mode():
         model(**inputs)

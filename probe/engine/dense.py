@@ -13,7 +13,28 @@ from probe.errors import ProbeError
 class DenseSink:
     """Keeps α of the selected layers and heads on the CPU, one tensor per (step, layer).
 
-    `attention(step)` returns `[batch layer head query key]`. With `dtype=torch.float16` it halves memory.
+    A :class:`~probe.engine.sinks.Sink` (it sets ``accepts_causal_crop``: the causal triangle above the diagonal is
+    never computed, the buffer is zero there). Memory: batch × heads × query × key values per layer and forward
+    pass, so keep it to the heads you look at; :func:`~probe.engine.capture.capture_attention` is the one-call form.
+
+    Parameters
+    ----------
+    layers : sequence of int, optional
+        Layers to keep (0-based); None: every layer.
+    heads : sequence of int, optional
+        Query heads to keep in each of those layers, in this order; None: every head.
+    dtype : torch.dtype, default torch.float32
+        Storage dtype; ``torch.float16`` halves the memory.
+
+    Examples
+    --------
+    >>> sink = DenseSink(layers=[0, 1], dtype=torch.float16)  # zoo:induction, a 7-token prompt
+    >>> with capture(loaded.model, sink):
+    ...     loaded.model.generate(**inputs, max_new_tokens=5, do_sample=False)
+    >>> sink.steps, sink.captured_layers
+    (5, [0, 1])
+    >>> sink.attention(step=3).shape  # [batch layer head query key]
+    torch.Size([1, 2, 4, 1, 10])
     """
 
     def __init__(
@@ -44,14 +65,32 @@ class DenseSink:
 
     @property
     def steps(self) -> int:
+        """Forward passes captured (1 + the last step)."""
         return 1 + max((step for step, _ in self._store), default=-1)
 
     @property
     def captured_layers(self) -> list[int]:
+        """Layers with α in the sink, ascending."""
         return sorted({layer for _, layer in self._store})
 
     def attention(self, step: int = 0) -> torch.Tensor:
-        """α of one forward pass: `[batch layer head query key]`, layers in ascending order."""
+        """α of one forward pass.
+
+        Parameters
+        ----------
+        step : int, default 0
+            Forward pass within the capture, from 0 (``generate()``: one per new token).
+
+        Returns
+        -------
+        torch.Tensor, shape=(batch, layer, head, query, key), the sink's dtype
+            On the CPU; the captured layers in ascending order, heads in the order given.
+
+        Raises
+        ------
+        ProbeError
+            Nothing was captured for `step`.
+        """
         layers = [layer for s, layer in sorted(self._store) if s == step]
         if not layers:
             raise ProbeError(f"nothing was captured for step {step}: run the model inside `with capture(...)`")

@@ -17,7 +17,34 @@ import torch
 
 @dataclass(frozen=True)
 class AttentionBlock:
-    """α for a block of query rows of one layer, for the heads a sink asked for."""
+    """α for a block of query rows of one layer, for the heads a sink asked for.
+
+    The engine hands one to :meth:`Sink.update` per block of at most
+    :data:`~probe.engine.session.MAX_BLOCK_ROWS` query rows; the rows of a forward pass arrive in order, layer by
+    layer (the layer order is the model's). ``alpha`` is a view into a buffer the engine reuses: copy what you keep.
+
+    Attributes
+    ----------
+    step : int
+        Forward pass within the capture, from 0 (``generate()``: one per new token).
+    layer : int
+        Layer index, 0-based.
+    heads : tuple of int
+        Query-head index of each entry on the head axis of `alpha`, in the order the sink's
+        :meth:`Sink.heads_for` returned them.
+    query_start : int
+        Row of this block's first query among this forward pass's queries.
+    n_query : int
+        Query rows in this forward pass (all blocks together).
+    query_offset : int
+        Absolute position of this forward pass's first query (the past length with a KV cache, else 0).
+    n_key : int
+        Keys in this forward pass (cached keys included).
+    alpha : torch.Tensor, shape=(batch, head, query, key), float32
+        On the model's device; ``query`` = this block's rows, ``key`` = all `n_key` keys — except for sinks that set
+        ``accepts_causal_crop = True``: under a causal mask they get only keys ``[0, alpha.shape[-1])`` and every α
+        beyond is exactly zero (the engine never computes the masked triangle).
+    """
 
     step: int  # forward pass within the capture (generate(): one per new token)
     layer: int
@@ -39,14 +66,41 @@ class AttentionBlock:
 
 
 class Sink(Protocol):
-    """What the engine streams α into."""
+    """What the engine streams dense α blocks into (a structural protocol: no base class to inherit).
+
+    A sink may also set the attribute ``accepts_causal_crop = True`` to receive causal blocks without their
+    all-zero key tail (see :class:`AttentionBlock`), and may implement :class:`GatherSink` as well.
+    """
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
-        """Query heads of `layer` this sink wants (empty: none)."""
+        """Query heads of `layer` this sink wants.
+
+        Called once per layer and forward pass, before any block of that layer.
+
+        Parameters
+        ----------
+        layer : int
+            Layer index, 0-based.
+        n_heads : int
+            Query heads of the layer (with grouped-query attention: query heads, not key/value heads).
+
+        Returns
+        -------
+        sequence of int
+            Head indices in ``range(n_heads)``; empty: no block of this layer is sent to the sink (and none is
+            computed unless another sink wants it).
+        """
         ...
 
     def update(self, block: AttentionBlock) -> None:
-        """Receive α for one query block; the block's tensor is only valid during the call."""
+        """Receive α for one block of query rows.
+
+        Parameters
+        ----------
+        block : AttentionBlock
+            ``block.alpha`` has shape (batch, head, query, key), float32, heads as :meth:`heads_for` returned
+            them. The tensor is only valid during the call: reduce it or copy it.
+        """
         ...
 
 
@@ -64,9 +118,35 @@ class GatherSink(Protocol):
     """
 
     def gather_for(self, layer: int, n_heads: int) -> tuple[Sequence[int], torch.Tensor] | None:
-        """(heads, key slots `[batch query slot]` long, −1 = no key) for `layer`, or None."""
+        """The heads of `layer` this sink wants and, per query row, the keys it wants α at.
+
+        Parameters
+        ----------
+        layer : int
+            Layer index, 0-based.
+        n_heads : int
+            Query heads of the layer.
+
+        Returns
+        -------
+        tuple of (sequence of int, torch.Tensor), or None
+            ``(heads, slots)``: query-head indices in ``range(n_heads)``, and ``slots``, shape (batch, query, slot),
+            long: the key index of each slot of each query row of this forward pass, −1 = no key (rows with fewer
+            keys pad with −1; :func:`probe.heads.registry.target_slots` builds them from a bool pattern). None:
+            nothing from this layer.
+        """
         ...
 
     def update_gathered(self, layer: int, heads: tuple[int, ...], alpha: torch.Tensor) -> None:
-        """α at the slots, `[batch head query slot]` float32, exactly 0 where the slot is −1."""
+        """Receive α at the slots of one layer (all query rows of the forward pass at once).
+
+        Parameters
+        ----------
+        layer : int
+            Layer index, 0-based.
+        heads : tuple of int
+            The heads :meth:`gather_for` returned, in that order.
+        alpha : torch.Tensor, shape=(batch, head, query, slot), float32
+            α(i, slots[b, i, s]) on the model's device; exactly 0 where the slot is −1 or the key is masked.
+        """
         ...

@@ -8,3 +8,20 @@ score sink (:mod:`~probe.heads.scores`), pure statistics (:mod:`~probe.heads.sta
 :mod:`probe.engine` and :mod:`probe.models`; it never imports :mod:`probe.proteins`, :mod:`probe.runs` or
 :mod:`probe.commands`.
 """
+
+from __future__ import annotations
+
+import importlib
+
+# name -> module that defines it (loaded on first access, PEP 562): the registry API users extend
+_LAZY = {"register": "probe.heads.registry", "unregister": "probe.heads.registry",
+         "HeadTypeSpec": "probe.heads.registry", "TargetContext": "probe.heads.registry",
+         "REGISTRY": "probe.heads.registry", "label_model": "probe.heads.label", "LabelConfig": "probe.heads.label"}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'probe.heads' has no attribute {name!r}")

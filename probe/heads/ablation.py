@@ -6,9 +6,18 @@ engine's attention function (:func:`probe.engine.capture` with ``ablate``; no mo
     effect(h) = loss(h ablated) − loss(clean)        (positive: the head helps the probe's task)
 
 and ``ablation_effect`` is its mean over examples. A raw effect says little on its own (zeroing almost any head moves
-the loss a bit), so it is set against **control heads**: up to ``controls`` heads of the same layer drawn at random
-(seeded) from those not under test and not excluded (e.g. not labelled). ``ablation_z`` = (effect − mean of the
-control effects) / standard deviation of the control effects (NaN with fewer than two controls).
+the loss a bit), so it is set against **control heads**: up to ``controls`` heads drawn at random (seeded) from those
+not under test and not excluded (e.g. not labelled) — of the same layer; where that layer has fewer than two such
+heads, of the whole model; where the whole model has fewer than two (every head labelled, as on ``zoo:induction``),
+any head of the other layers, labelled or not. ``ablation_z`` = (effect − mean of the control effects) / standard
+deviation of the control effects (NaN with fewer than two controls).
+
+**Joint ablation** (:func:`group_effects`): a circuit's heads can back each other up, so that zeroing one costs
+little and zeroing all of them a lot. A group of heads is ablated together (``group_effect``, the same loss
+difference) and set against up to ``controls`` random groups of the same size: heads outside the group, from the
+group's own layers first and, where those run short, from other layers; where fewer than two distinct such groups
+exist (a small model whose group fills its layer), random groups of the model's heads that may share heads with the
+tested group but are never the group itself. ``group_z`` is the z-score against those control groups.
 
 Batching: the ablations of several heads share one forward. The probe batch is copied along the batch axis, one copy
 per head, each copy with its own head zeroed (an ``ablate`` mask ``[batch layer head]``), so a forward of
@@ -79,16 +88,67 @@ def control_heads(
     controls: int,
     exclude: Sequence[Head] = (),
     seed: int = 0,
-) -> dict[int, list[int]]:
-    """For each layer of `heads`: up to `controls` heads of that layer, drawn at random (seeded), that are neither
-    tested nor excluded."""
+    n_layers: int | None = None,
+) -> dict[int, list[Head]]:
+    """For each layer of `heads`: up to `controls` control heads `(layer, head)`, drawn at random (seeded) from the
+    heads of that layer that are neither tested nor excluded. With `n_layers`, a layer with fewer than two of them
+    draws from the whole model's untested, unexcluded heads instead, and where those are fewer than two too, from
+    every head of the other layers (excluded ones included)."""
     rng = random.Random(seed)
     taken = set(heads) | set(exclude)
+    everything = [(layer, head) for layer in range(n_layers or 0) for head in range(n_heads)]
     out = {}
     for layer in sorted({layer for layer, _ in heads}):
-        pool = [head for head in range(n_heads) if (layer, head) not in taken]
+        pool = [(layer, head) for head in range(n_heads) if (layer, head) not in taken]
+        if len(pool) < 2 and n_layers is not None:
+            pool = [head for head in everything if head not in taken]
+            if len(pool) < 2:
+                pool = [head for head in everything if head[0] != layer]
         out[layer] = sorted(rng.sample(pool, min(controls, len(pool))))
     return out
+
+
+def control_groups(
+    group: Sequence[Head],
+    n_layers: int,
+    n_heads: int,
+    controls: int,
+    seed: int = 0,
+) -> tuple[list[tuple[Head, ...]], bool]:
+    """Up to `controls` distinct random groups of `len(group)` heads to compare a joint ablation with, and whether
+    they may share heads with `group`.
+
+    Drawn (seeded) from the heads of `group`'s own layers outside it, where those make two or more distinct groups;
+    else from every head of the model outside `group`; where even those make fewer than two (a group that fills its
+    layer of a two-layer model), groups of any of the model's heads (never `group` itself) are added, and the
+    second value is True.
+    """
+    rng = random.Random(seed)
+    tested = tuple(sorted(set(group)))
+    size = len(tested)
+    layers = {layer for layer, _ in tested}
+    everything = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+    same = [head for head in everything if head[0] in layers and head not in tested]
+    outside = [head for head in everything if head not in tested]
+    found: list[tuple[Head, ...]] = []
+
+    def draw(pool: list[Head]) -> None:
+        for _ in range(50 * controls):
+            if len(found) >= controls:
+                return
+            candidate = tuple(sorted(rng.sample(pool, size)))
+            if candidate != tested and candidate not in found:
+                found.append(candidate)
+
+    pools = [pool for pool in (same, outside) if math.comb(len(pool), size) >= 2]
+    if pools:
+        draw(pools[0])
+    elif math.comb(len(outside), size) == 1:
+        found.append(tuple(outside))  # the one disjoint group
+    overlapping = len(found) < 2
+    if overlapping and math.comb(len(everything), size) > 1:
+        draw(everything)
+    return found, overlapping
 
 
 def ablation_effects(
@@ -103,7 +163,8 @@ def ablation_effects(
     max_rows: int = 64,
     progress: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
-    """Ablation effect and z-score against same-layer control heads, for each of `heads`.
+    """Ablation effect and z-score against control heads (same layer where possible, see :func:`control_heads`),
+    for each of `heads`.
 
     `loaded`: a probe.models.LoadedModel. `batches`: dicts with `input_ids` `[batch seq]`, optional
     `attention_mask`, and `labels` `[batch seq]` for the default loss (:func:`example_loss`); a custom
@@ -116,46 +177,119 @@ def ablation_effects(
     if max_rows < 1:
         raise ProbeError("max_rows must be at least 1")
     n_layers, n_heads = loaded.n_layers, loaded.n_heads
+    _check_heads(loaded, heads)
+    loss = _default_loss(loaded, loss, causal)
+    controls_of = control_heads(heads, n_heads, controls, exclude, seed, n_layers=n_layers)
+    ablated = list(dict.fromkeys([(head,) for head in heads] +
+                                 [(control,) for chosen in controls_of.values() for control in chosen]))
+    effect = set_effects(loaded, batches, ablated, loss, max_rows, progress)
+    records = []
     for layer, head in heads:
-        if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise ProbeError(f"head L{layer}H{head} is not in this model ({n_layers} layers × {n_heads} heads)")
-    if causal is None:
-        causal = loaded.kind == ModelKind.CAUSAL_LM
-    if loss is None:
-        def loss(logits, batch):
-            return example_loss(logits, batch["labels"].to(logits.device), causal)
-    controls_of = control_heads(heads, n_heads, controls, exclude, seed)
-    ablated = heads + [(layer, head) for layer, chosen in controls_of.items() for head in chosen]
+        control = torch.tensor([effect[(other,)] for other in controls_of[layer] if other != (layer, head)],
+                               dtype=torch.float64)
+        records.append({"layer": layer, "head": head, "ablation_effect": effect[((layer, head),)],
+                        "ablation_z": z_score(effect[((layer, head),)], control), "n_controls": len(control)})
+    return pd.DataFrame.from_records(records, columns=COLUMNS)
 
-    deltas: dict[Head, list[torch.Tensor]] = {head: [] for head in ablated}  # per batch: [batch] loss differences
+
+GROUP_COLUMNS = ["group", "group_size", "group_effect", "group_z", "n_controls", "overlapping_controls"]
+
+
+def group_effects(
+    loaded,
+    batches: Sequence[Mapping[str, torch.Tensor]],
+    groups: Sequence[Sequence[Head]],
+    controls: int = 8,
+    loss: LossFn | None = None,
+    causal: bool | None = None,
+    seed: int = 0,
+    max_rows: int = 64,
+    progress: Callable[[int, int], None] | None = None,
+) -> pd.DataFrame:
+    """Joint ablation: each group of heads zeroed together, against random groups of the same size
+    (:func:`control_groups`).
+
+    `loaded`, `batches`, `loss`, `causal`: as for :func:`ablation_effects`. Returns one row per group, columns
+    :data:`GROUP_COLUMNS`: ``group`` (the sorted heads), ``group_effect`` (mean loss difference, ablated − clean),
+    ``group_z`` (against the control groups), ``overlapping_controls`` (True when the controls may share heads with
+    the group: too few disjoint ones exist).
+    """
+    groups = [tuple(sorted({(int(layer), int(head)) for layer, head in group})) for group in groups]
+    groups = [group for group in dict.fromkeys(groups) if group]
+    if not groups:
+        return pd.DataFrame(columns=GROUP_COLUMNS)
+    loss = _default_loss(loaded, loss, causal)
+    for group in groups:
+        _check_heads(loaded, group)
+    drawn = {group: control_groups(group, loaded.n_layers, loaded.n_heads, controls, seed) for group in groups}
+    ablated = list(dict.fromkeys(groups + [control for chosen, _ in drawn.values() for control in chosen]))
+    effect = set_effects(loaded, batches, ablated, loss, max_rows, progress)
+    records = []
+    for group in groups:
+        chosen, overlapping = drawn[group]
+        control = torch.tensor([effect[other] for other in chosen], dtype=torch.float64)
+        records.append({"group": group, "group_size": len(group), "group_effect": effect[group],
+                        "group_z": z_score(effect[group], control), "n_controls": len(chosen),
+                        "overlapping_controls": overlapping})
+    return pd.DataFrame.from_records(records, columns=GROUP_COLUMNS)
+
+
+def set_effects(
+    loaded,
+    batches: Sequence[Mapping[str, torch.Tensor]],
+    sets: Sequence[tuple[Head, ...]],
+    loss: LossFn,
+    max_rows: int = 64,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[tuple[Head, ...], float]:
+    """Mean loss difference (ablated − clean, over every example of `batches`) of each set of heads zeroed together.
+
+    Several sets share a forward: the batch is copied once per set along the batch axis, each copy with its own set
+    zeroed (`max_rows` rows per forward); one clean forward per batch."""
+    if max_rows < 1:
+        raise ProbeError("max_rows must be at least 1")
+    n_layers, n_heads = loaded.n_layers, loaded.n_heads
+    deltas: dict[tuple[Head, ...], list[torch.Tensor]] = {chosen: [] for chosen in sets}  # per batch: [batch]
     n_rows = max(len(batch["input_ids"]) for batch in batches) if batches else 1
-    group = max(1, max_rows // n_rows)  # heads ablated per forward
-    total = len(batches) * (1 + math.ceil(len(ablated) / group))
+    per_forward = max(1, max_rows // n_rows)  # sets ablated per forward
+    total = len(batches) * (1 + math.ceil(len(sets) / per_forward))
     done = 0
     for batch in batches:
         clean = _losses(loaded.model, batch, None, loss)  # [batch]
         rows = len(batch["input_ids"])
         done += 1
-        for start in range(0, len(ablated), group):
-            chosen = ablated[start:start + group]
+        for start in range(0, len(sets), per_forward):
+            chosen = sets[start:start + per_forward]
             mask = torch.zeros(len(chosen), rows, n_layers, n_heads, dtype=torch.bool)  # [copy batch layer head]
-            for copy, (layer, head) in enumerate(chosen):
-                mask[copy, :, layer, head] = True
+            for copy, heads in enumerate(chosen):
+                for layer, head in heads:
+                    mask[copy, :, layer, head] = True
             losses = _losses(loaded.model, _repeat(batch, len(chosen)), mask.flatten(0, 1), loss)  # [copy·batch]
-            for copy, head in enumerate(chosen):
-                deltas[head].append(losses[copy * rows:(copy + 1) * rows] - clean)
+            for copy, heads in enumerate(chosen):
+                deltas[heads].append(losses[copy * rows:(copy + 1) * rows] - clean)
             done += 1
             if progress:
                 progress(done, total)
+    return {chosen: float(torch.nanmean(torch.cat(values))) if values else math.nan
+            for chosen, values in deltas.items()}
 
-    effect = {head: float(torch.nanmean(torch.cat(values))) if values else math.nan
-              for head, values in deltas.items()}
-    records = []
+
+def _default_loss(loaded, loss: LossFn | None, causal: bool | None) -> LossFn:
+    if loss is not None:
+        return loss
+    if causal is None:
+        causal = loaded.kind == ModelKind.CAUSAL_LM
+
+    def default(logits, batch):
+        return example_loss(logits, batch["labels"].to(logits.device), causal)
+    return default
+
+
+def _check_heads(loaded, heads: Sequence[Head]) -> None:
+    n_layers, n_heads = loaded.n_layers, loaded.n_heads
     for layer, head in heads:
-        control = torch.tensor([effect[(layer, other)] for other in controls_of[layer]], dtype=torch.float64)
-        records.append({"layer": layer, "head": head, "ablation_effect": effect[(layer, head)],
-                        "ablation_z": z_score(effect[(layer, head)], control), "n_controls": len(control)})
-    return pd.DataFrame.from_records(records, columns=COLUMNS)
+        if not (0 <= layer < n_layers and 0 <= head < n_heads):
+            raise ProbeError(f"head L{layer}H{head} is not in this model ({n_layers} layers × {n_heads} heads)")
 
 
 def z_score(value: float, control: torch.Tensor) -> float:

@@ -28,13 +28,12 @@ import torch
 
 from probe.errors import ProbeError
 from probe.heads.probesets import SpanExample, special_frame
+from probe.heads.vocab import excluded_token_ids  # noqa: F401 - re-exported (it lived here)
 
 SPLITS = ("development", "validation")
 PROBE_SPLIT = "development"  # probes are drawn from here; "validation" is for independent checks
 SAMPLE_PASSAGES = 500  # passages tokenized to decide coverage and token frequencies (about 50,000 tokens)
 MAX_UNKNOWN_SHARE = 0.05  # a tokenizer covers the corpus when at most this share of its tokens is unknown
-_UNUSED = re.compile(r"^(\[unused\d+\]|<unused\d+>|<extra_id_\d+>|\[UNUSED_?\d*\])$")
-_BYTE_FALLBACK = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
 
 @lru_cache(maxsize=4)
@@ -50,34 +49,6 @@ def gap_records(split: str = PROBE_SPLIT) -> tuple[dict[str, str], ...]:
 def passages(split: str = PROBE_SPLIT) -> tuple[str, ...]:
     """The distinct passages of a split, in file order."""
     return tuple(dict.fromkeys(record["Text"] for record in gap_records(split)))
-
-
-_EXCLUDED_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def excluded_token_ids(tokenizer) -> set[int]:
-    """Special, unused and byte-fallback token ids: never drawn into probes (cached per tokenizer; a copy)."""
-    try:
-        size, excluded = _EXCLUDED_CACHE.get(tokenizer, (None, None))
-    except TypeError:
-        size, excluded = None, None
-    if size != len(tokenizer):
-        excluded = _excluded_token_ids(tokenizer)
-        try:
-            _EXCLUDED_CACHE[tokenizer] = (len(tokenizer), excluded)
-        except TypeError:
-            pass
-    return set(excluded)
-
-
-def _excluded_token_ids(tokenizer) -> set[int]:
-    excluded = set(tokenizer.all_special_ids)
-    for token, index in tokenizer.get_vocab().items():
-        if _UNUSED.match(token) or _BYTE_FALLBACK.match(token):
-            excluded.add(index)
-    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    excluded.update(int(index) for index, token in added.items() if getattr(token, "special", False))
-    return excluded
 
 
 @dataclass(frozen=True)
@@ -197,3 +168,90 @@ def gap_examples(split: str = PROBE_SPLIT, n_examples: int | None = None, seed: 
     if n_examples is not None and n_examples < len(examples):
         examples = random.Random(seed).sample(examples, n_examples)
     return examples
+
+
+# A sentence ends at ".", "!" or "?" (and any closing quotes or brackets after it) followed by white space and an
+# upper-case letter, a digit, or an opening quote or bracket; a "." after a single letter or a listed abbreviation
+# ("J. Smith", "Dr. Who") does not end one.
+_SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(?=\s+["'“‘(\[]?[A-Z0-9])""")
+_LAST_WORD = re.compile(r"([A-Za-z]+)\.$")
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans [start, stop) of the sentences of a text (white space between sentences belongs to none)."""
+    from probe.heads.probesets import ABBREVIATIONS
+
+    spans, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        if text[match.start()] == ".":
+            word = _LAST_WORD.search(text[start:match.start() + 1])
+            if word and (len(word.group(1)) == 1 or word.group(1).lower() in ABBREVIATIONS):
+                continue
+        spans.append((start, match.end()))
+        start = match.end()
+        while start < len(text) and text[start].isspace():
+            start += 1
+    if start < len(text):
+        spans.append((start, len(text)))
+    return spans
+
+
+def _shift(span: tuple[int, int], by: int) -> tuple[int, int]:
+    return span[0] - by, span[1] - by
+
+
+def crop_example(example: SpanExample, fits) -> SpanExample | None:
+    """The example itself when `fits(text)`; else its text cropped to the shortest run of whole sentences holding the
+    query and every target and distractor span, grown by whole sentences (alternately before and after) while it
+    still fits, with the spans shifted; None when even the shortest run does not fit."""
+    if fits(example.text):
+        return example
+    mentions = [example.query, *example.targets, *example.distractors]
+    low, high = min(s for s, _ in mentions), max(e for _, e in mentions)
+    sentences = sentence_spans(example.text)
+    first = next(k for k, (_, stop) in enumerate(sentences) if stop > low)
+    last = next(k for k, (_, stop) in enumerate(sentences) if stop >= high)
+
+    def text_of(a: int, b: int) -> str:
+        return example.text[sentences[a][0]:sentences[b][1]]
+
+    if not fits(text_of(first, last)):
+        return None
+    grown = True
+    while grown:
+        grown = False
+        if first > 0 and fits(text_of(first - 1, last)):
+            first, grown = first - 1, True
+        if last < len(sentences) - 1 and fits(text_of(first, last + 1)):
+            last, grown = last + 1, True
+    by = sentences[first][0]
+    return SpanExample(text_of(first, last), _shift(example.query, by), tuple(_shift(s, by) for s in example.targets),
+                       tuple(_shift(s, by) for s in example.distractors), source=example.source,
+                       cluster=example.cluster, group=example.group, agreement=example.agreement)
+
+
+@dataclass(frozen=True)
+class FittedExamples:
+    """GAP pairs that fit a model: the examples, how many there were, how many were cropped and dropped."""
+
+    examples: tuple[SpanExample, ...]
+    total: int
+    cropped: int
+    dropped: int
+
+
+def fit_gap_examples(tokenizer, max_tokens: int, split: str = PROBE_SPLIT) -> FittedExamples:
+    """Every GAP pair of `split` (:func:`gap_examples`) that fits `max_tokens` tokens (framing included), each cropped
+    by :func:`crop_example` to whole sentences where the passage is longer."""
+
+    def fits(text: str) -> bool:
+        return len(tokenizer(text)["input_ids"]) <= max_tokens
+
+    examples = gap_examples(split)
+    kept, cropped = [], 0
+    for example in examples:
+        fitted = crop_example(example, fits)
+        if fitted is not None:
+            kept.append(fitted)
+            cropped += fitted is not example
+    return FittedExamples(tuple(kept), len(examples), cropped, len(examples) - len(kept))

@@ -2,20 +2,26 @@
 
 :func:`label_model` loops over the head-type specs of :mod:`probe.heads.registry` (never over type names):
 
-1. **Probe sets** per length: natural text (GAP passages, :mod:`probe.heads.corpus`) for the "natural" types of a text model
-   whose tokenizer reads the corpus — random-token probes otherwise (the zoo's toy vocabularies, protein models);
-   repeated random blocks, drawn by the corpus' token frequencies, for the "repeated" types; span examples (GAP by
-   default, or the templates, or the user's probe file) for the span types, once.
+1. **Probe sets** per length: natural text (GAP passages, :mod:`probe.heads.corpus`) for the "natural" and "sentences"
+   types of a text model whose tokenizer reads the corpus — random-token probes otherwise (repeated blocks; random
+   sentences; the zoo's toy vocabularies, protein models); natural text (or random tokens) with a seeded nested-bracket
+   word for the "brackets" types; repeated random blocks, drawn by the corpus' token frequencies, for the "repeated"
+   types; span examples for the span types, once: every GAP development pair that fits the model (cropped to whole
+   sentences where needed) by default, else the templates (agreement, or implicit causality), or the user's file.
 2. **Scores** streamed from the capture engine (:class:`probe.heads.scores.ScoreSink`), every type of a probe set in one
-   forward.
+   forward. Generation-scored types (a spec with a ``scorer``, e.g. retrieval) build, decode and score their own probes
+   per length and hand back per-example scores and chance (:class:`probe.heads.registry.GeneratedScores`).
 3. **Statistics** (:mod:`probe.heads.stats`): chance, clustered bootstrap interval, a one-sided test of the effect over
    ``min_effect`` (mass types: score − chance; accuracy types: paired accuracy gain over the best baseline),
    Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with candidates
    (fixed_offset) choose each head's candidate on half of the examples and are tested on the other half.
-4. **Ablation** (:mod:`probe.heads.ablation`): each labelled head's effect on its type's own loss, against random heads of
-   the same layer (``ablation_effect``, ``ablation_z``).
+4. **Output share** (Kobayashi et al. 2020, streamed with the scores): the share of each head's output norm that comes
+   from its targets (``output_share``); a label below :data:`SINK_SHARE` has ``role`` "sink", others "function".
+5. **Ablation** (:mod:`probe.heads.ablation`): each labelled head's effect on its type's own loss, against random heads of
+   the same layer where possible (``ablation_effect``, ``ablation_z``), and each (type, layer) with ≥ 2 labelled
+   heads ablated together against random groups of the same size (``group_effect``, ``group_z``).
 
-The table's schema is :data:`probe.heads.tables.COLUMNS` (README, "Labelling heads").
+The table's schema is :data:`probe.heads.tables.COLUMNS` (docs/labels.md, "Labelling heads").
 """
 
 from __future__ import annotations
@@ -27,24 +33,32 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 import torch
 
+from probe.engine.output_norms import PROJECTION_NAMES, OutputProjections
 from probe.errors import ProbeError
 from probe.heads import stats
 from probe.heads.probesets import (
+    CausalityVocabulary,
+    CorefVocabulary,
     EncodedSpanExample,
+    bracket_probes,
+    causality_examples,
     coreference_examples,
     delimiter_ids,
     encode_span_example,
     load_probe_file,
     pad_span_batch,
+    random_sentences,
     repeated_blocks,
+    token_classes,
+    without_tokens,
 )
 from probe.heads.registry import (
-    HEAD_TYPES,
     REGISTRY,
     SMALL_VOCABULARY,
     HeadType,
     HeadTypeSpec,
     TargetContext,
+    TokenClasses,
     types_for_kind,
 )
 from probe.heads.scores import ScoreSink, TypeScores, run_sink, span_words
@@ -55,22 +69,62 @@ from probe.naming import head_name
 
 # Default probe length, capped by the model's positions: the length most pre-training and fine-tuning of
 # encoder and decoder models used (BERT's 90 % phase, sentence-transformers' fine-tuning), and about one GAP passage.
-# Labels measured beyond a model's training length describe its extrapolation, not its ordinary behaviour (README).
+# Labels measured beyond a model's training length describe its extrapolation, not its ordinary behaviour (docs/labels.md).
 DEFAULT_SEQ_LEN = 128
-COREF_SETS = ("auto", "gap", "templates")
+COREF_SETS = ("auto", "gap", "templates", "causality")
 ABLATE = ("labelled", "all", "none")
 
 
 @dataclass(frozen=True)
 class LabelConfig:
-    """How heads are probed and labelled. The `probe label` flags mirror these fields."""
+    """How heads are probed and labelled (frozen). The ``probe label`` flags mirror these fields.
+
+    Attributes
+    ----------
+    types : tuple of str, or None
+        Head types to score (names in :data:`probe.heads.registry.REGISTRY`); None: every type that applies to the
+        model's kind (``--types``).
+    examples : int, default 64
+        Probe examples per probe set: natural-text and repeated-block probes, coreference examples (``--examples``).
+    seq_len : int, tuple of int, or None
+        Tokens per probe, one length or several (one row per length, and ``stable`` compares them); None:
+        min(128, the model's positions) (``--seq-len``).
+    seed : int, default 0
+        Seeds the probe sets, the bootstrap and the ablation controls (``--seed``).
+    probe_file : str or None
+        JSONL file of span examples scored as coreference instead of GAP / the templates (``--probe-file``).
+    coref_set : {"auto", "gap", "templates"}, default "auto"
+        Coreference examples: GAP when the tokenizer reads English, else the templates (``--coref-set``).
+    batch_size : int, default 8
+        Probe examples per forward pass (``--batch-size``; not part of a run's identity).
+    n_bootstrap : int, default 1000
+        Clustered bootstrap resamples (``--bootstrap``).
+    confidence : float, default 0.95
+        Coverage of the interval ``[ci_low, ci_high]``.
+    min_effect : float, default 0.25
+        Mass types: H0 is score − chance ≤ `min_effect` (``--min-effect``).
+    min_accuracy_gain : float, default 0.1
+        Accuracy types: H0 is the paired accuracy gain over the best baseline ≤ `min_accuracy_gain`
+        (``--min-accuracy-gain``).
+    fdr : float, default 0.05
+        A head is labelled when its Benjamini–Hochberg q-value ≤ `fdr` (``--fdr``).
+    ablate : {"labelled", "all", "none"}, default "labelled"
+        Heads that get the ``ablation_effect`` / ``ablation_z`` columns (``--ablate``).
+    ablation_examples : int, default 16
+        Probe examples per type used for the ablation.
+    ablation_controls : int, default 8
+        Random same-layer heads each ablation is compared with.
+    block_bytes : int, default 8 MiB
+        Memory budget of one streamed α block, all heads of a layer (not part of a run's identity).
+    """
 
     types: tuple[HeadType, ...] | None = None  # head types to score; None: every type that applies to the model
-    examples: int = 64  # probe examples per probe set (text / repeated-block probes; coreference examples)
+    examples: int = 64  # probe examples per token probe set and per template set (GAP: every pair that fits)
     seq_len: int | tuple[int, ...] | None = None  # tokens per probe, one or several; None: min(128, positions)
     seed: int = 0  # seeds the probe sets, the bootstrap and the ablation controls
     probe_file: str | None = None  # JSONL of span examples scored as coreference instead of GAP / templates
-    coref_set: str = "auto"  # auto (GAP when the tokenizer reads it, else templates) | gap | templates
+    coref_set: str = "auto"  # auto (GAP when the tokenizer reads it and a pair fits, else templates) | gap | templates
+    # | causality (implicit-causality templates; auto picks them for a tokenizer that reads them but not the others)
     batch_size: int = 8  # probe examples per forward
     n_bootstrap: int = 1000  # clustered bootstrap resamples
     confidence: float = 0.95  # width of the interval [ci_low, ci_high]
@@ -79,7 +133,8 @@ class LabelConfig:
     fdr: float = 0.05  # label when the Benjamini–Hochberg q-value ≤ fdr
     ablate: str = "labelled"  # ablation column for: labelled heads | all heads | none
     ablation_examples: int = 16  # probe examples per type used for ablation
-    ablation_controls: int = 8  # random same-layer heads each ablation is compared with
+    ablation_controls: int = 8  # random control heads (same layer where possible) / control groups per ablation
+    output_share: bool = True  # also measure each head's output share (Kobayashi et al. 2020) and its role
     block_bytes: int = 8 * 2**20  # memory budget of one streamed α block (all heads of a layer)
 
     @property
@@ -96,7 +151,7 @@ NOT_IDENTITY = ("batch_size", "block_bytes")
 def config_identity(config: LabelConfig) -> dict[str, object]:
     """The fields of `config` that determine the label rows, with the probe file by its content hash (for
     probe.runs.journal identities: a rerun reuses rows only when this and the model's revision are the same)."""
-    from probe.runs.journal import file_hash
+    from probe.hashing import file_hash
 
     options = {key: value for key, value in asdict(config).items() if key not in NOT_IDENTITY}
     options["probe_file"] = file_hash(config.probe_file) if config.probe_file else None
@@ -118,8 +173,9 @@ def resolve_types(loaded, config: LabelConfig, note: Note | None = None) -> tupl
     if config.types is not None:
         for name in config.types:
             if name not in REGISTRY:
-                raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(HEAD_TYPES)}")
-    asked = HEAD_TYPES if config.types is None else tuple(config.types)
+                raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(REGISTRY)}")
+    # registered types too; opt-in types (spec.default False, e.g. retrieval) only when asked for
+    asked = tuple(name for name, spec in REGISTRY.items() if spec.default) if config.types is None else tuple(config.types)
     kept = types_for_kind(loaded.kind, asked)
     skipped = [name for name in asked if name not in kept]
     explicit = config.types is not None or not is_text_model(loaded)  # by default a causal LM just has no next_token
@@ -184,48 +240,104 @@ class ProbeSource:
         self.weights = token_weights(loaded.tokenizer, self.sample)
         self.vocabulary = int((self.weights > 0).sum())
         self.delimiters = delimiter_ids(loaded.tokenizer)
+        self.classes = token_classes(loaded.tokenizer) if is_text_model(loaded) else TokenClasses()
+        self.note = note
 
     def resolve(self, probe: str) -> str:
-        """The probe set a spec's probe kind gets on this model: natural text falls back to repeated blocks."""
-        return "natural" if probe == "natural" and self.natural else "repeated"
+        """The probe set a spec's probe kind gets on this model. Where the tokenizer reads the corpus: natural text
+        ("natural", "sentences") and natural text with seeded brackets ("brackets"); elsewhere random tokens:
+        repeated blocks, random sentences, random tokens with seeded brackets."""
+        if probe in ("natural", "sentences"):
+            return "natural" if self.natural else ("repeated" if probe == "natural" else "random-sentences")
+        if probe == "brackets":
+            return "brackets" if self.natural else "random-brackets"
+        return probe
+
+    def _natural(self, seq_len: int):
+        from probe.heads.corpus import natural_text, tokenize_corpus
+
+        if self._passages is None:
+            self._passages = tokenize_corpus(self.loaded.tokenizer)
+        return natural_text(self.loaded.tokenizer, self._passages, self.config.examples, seq_len, self.config.seed)
 
     def token_probes(self, probe: str, seq_len: int) -> TokenProbeSet:
-        """Natural text (when the tokenizer reads the corpus) or repeated blocks of `seq_len` tokens."""
-        config = self.config
-        if self.resolve(probe) == "natural":
-            from probe.heads.corpus import natural_text, tokenize_corpus
-
-            if self._passages is None:
-                self._passages = tokenize_corpus(self.loaded.tokenizer)
-            text = natural_text(self.loaded.tokenizer, self._passages, config.examples, seq_len, config.seed)
+        """The probe set `probe` (a name :meth:`resolve` returns) of `seq_len` tokens."""
+        config, tokenizer = self.config, self.loaded.tokenizer
+        n = config.examples
+        if probe == "natural":
+            text = self._natural(seq_len)
             return TokenProbeSet("natural", text.input_ids, text.cluster)
-        blocks = repeated_blocks(self.loaded.tokenizer, config.examples, seq_len, config.seed, weights=self.weights)
-        return TokenProbeSet("repeated", blocks.input_ids, torch.arange(config.examples), blocks.offset,
-                             blocks.block_len)
+        if probe == "brackets":
+            text = self._natural(seq_len)
+            ids = bracket_probes(tokenizer, self.classes, text.input_ids, config.seed)
+            return TokenProbeSet("brackets", ids, text.cluster)
+        if probe == "random-brackets":
+            weights = without_tokens(self.weights, set().union(*self.classes.openers, *self.classes.closers))
+            content = repeated_blocks(tokenizer, n, seq_len, config.seed, weights=weights).input_ids
+            ids = bracket_probes(tokenizer, self.classes, content, config.seed)
+            return TokenProbeSet("random-brackets", ids, torch.arange(n))
+        if probe == "random-sentences":
+            ids = random_sentences(tokenizer, self.classes, n, seq_len, config.seed, self.weights)
+            return TokenProbeSet("random-sentences", ids, torch.arange(n))
+        blocks = repeated_blocks(tokenizer, n, seq_len, config.seed, weights=self.weights)
+        return TokenProbeSet("repeated", blocks.input_ids, torch.arange(n), blocks.offset, blocks.block_len)
 
     def span_probes(self) -> tuple[str, list[EncodedSpanExample]]:
-        """The span probe set: the user's file, GAP (development split) or the templates."""
+        """The span probe set: the user's file, GAP (every development pair that fits the model, cropped to whole
+        sentences where needed), or a template set; notes say what was cropped, dropped or fallen back to."""
         config, loaded = self.config, self.loaded
         if config.coref_set not in COREF_SETS:
             raise ProbeError(f"unknown coreference set {config.coref_set!r}: choose from {', '.join(COREF_SETS)}")
         if config.probe_file is not None:
-            name, examples = "file", load_probe_file(config.probe_file)
-        elif config.coref_set == "gap" or (config.coref_set == "auto" and self.natural):
-            from probe.heads.corpus import gap_examples
-
-            name, examples = "gap", gap_examples(n_examples=config.examples, seed=config.seed)
-        else:
-            name = "templates"
-            examples = [e.to_span_example() for e in coreference_examples(config.examples, config.seed)]
-        encoded = [encode_span_example(example, loaded.tokenizer) for example in examples]
-        if name == "gap":
-            encoded = [e for e in encoded if len(e.input_ids) <= loaded.max_tokens]  # longer passages are left out
-            if not encoded:
-                raise ProbeError(f"every GAP example is longer than {loaded.name}'s {loaded.max_tokens} positions; "
-                                 "use --coref-set templates")
+            encoded = [encode_span_example(example, loaded.tokenizer) for example in load_probe_file(config.probe_file)]
+            for example in encoded:
+                loaded.check_length(len(example.input_ids), example.source or "a coreference probe")
+            return "file", encoded
+        if config.coref_set == "gap" or (config.coref_set == "auto" and self.natural):
+            found = self._gap()
+            if found is not None:
+                return "gap", found
+        name = config.coref_set if config.coref_set in ("templates", "causality") else self._template_set()
+        make = causality_examples if name == "causality" else coreference_examples
+        encoded = [encode_span_example(e.to_span_example(), loaded.tokenizer) for e in make(config.examples, config.seed)]
         for example in encoded:
             loaded.check_length(len(example.input_ids), example.source or "a coreference probe")
         return name, encoded
+
+    def _gap(self) -> list[EncodedSpanExample] | None:
+        """Every GAP development pair that fits the model (cropped where needed); None (auto: with a note) when none
+        fits; ProbeError for an explicit --coref-set gap."""
+        from probe.heads.corpus import fit_gap_examples
+
+        loaded = self.loaded
+        fitted = fit_gap_examples(loaded.tokenizer, loaded.max_tokens)
+        encoded = [encode_span_example(example, loaded.tokenizer) for example in fitted.examples]
+        if self.note is not None and (fitted.cropped or fitted.dropped):
+            self.note(f"GAP: {len(encoded)} of {fitted.total} development pairs fit {loaded.name}'s "
+                      f"{loaded.max_tokens} positions ({fitted.cropped} cropped to whole sentences around the pronoun "
+                      f"and both names, {fitted.dropped} dropped: no such window fits)")
+        if encoded:
+            return sorted(encoded, key=lambda e: len(e.input_ids))  # batches of similar length: little padding
+        if self.config.coref_set == "gap":
+            raise ProbeError(f"no GAP pair fits {loaded.name}'s {loaded.max_tokens} positions, not even cropped to the "
+                             "sentences around its pronoun and names; use --coref-set templates")
+        if self.note is not None:
+            self.note(f"no GAP pair fits {loaded.name}'s {loaded.max_tokens} positions: coreference is scored on the "
+                      "templates")
+        return None
+
+    def _template_set(self) -> str:
+        """auto without GAP: the agreement templates, unless the tokenizer reads the implicit-causality vocabulary
+        but not theirs (the implicit-causality organism)."""
+        unknown = self.loaded.tokenizer.unk_token_id
+
+        def reads(words: list[str]) -> bool:
+            ids = self.loaded.tokenizer(" ".join(words), add_special_tokens=False)["input_ids"]
+            return unknown is None or unknown not in ids
+
+        if not reads(CorefVocabulary().words()) and reads(CausalityVocabulary().words()):
+            return "causality"
+        return "templates"
 
 
 def _batches(total: int, size: int) -> list[slice]:
@@ -257,8 +369,10 @@ class Scored:
 
 
 def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet, source: ProbeSource,
-                    seq_len: int, config: LabelConfig, tick: Callable[[], None]) -> list[Scored]:
-    """Stream every spec's targets on one token probe set, one forward per batch."""
+                    seq_len: int, config: LabelConfig, tick: Callable[[], None],
+                    projections: OutputProjections | None = None) -> list[Scored]:
+    """Stream every spec's targets on one token probe set, one forward per batch (with `projections`: also the
+    output shares)."""
     causal = not _bidirectional(loaded)
     restrict = source.vocabulary < SMALL_VOCABULARY
     parts = {spec.name: {} for spec in specs}
@@ -266,7 +380,7 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
     for rows in _batches(len(probes.input_ids), config.batch_size):
         input_ids = probes.input_ids[rows]  # [batch seq]
         lengths = torch.full((input_ids.shape[0],), input_ids.shape[1])
-        ctx = TargetContext(input_ids, causal=causal, delimiter_ids=source.delimiters,
+        ctx = TargetContext(input_ids, causal=causal, delimiter_ids=source.delimiters, classes=source.classes,
                             repeat_start=None if probes.repeat_start is None else probes.repeat_start[rows],
                             repeat_len=None if probes.repeat_len is None else probes.repeat_len[rows],
                             restrict_to_repeat=restrict and probes.repeat_start is not None)
@@ -275,7 +389,8 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
             for candidate, pattern in spec.targets(ctx).items():
                 patterns[_key(spec, candidate)] = pattern
                 chances[spec.name].setdefault(candidate, []).append(uniform_chance(pattern, lengths, causal))
-        sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, device=loaded.device)
+        sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, device=loaded.device,
+                         output_projections=projections)
         del patterns
         run_sink(loaded.model, sink, input_ids, block_bytes=config.block_bytes)
         result = sink.result()
@@ -293,7 +408,8 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
 
 
 def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: list[EncodedSpanExample],
-                   config: LabelConfig, tick: Callable[[], None]) -> list[Scored]:
+                   config: LabelConfig, tick: Callable[[], None],
+                   projections: OutputProjections | None = None) -> list[Scored]:
     """Stream every span spec's targets and the word-level accuracy on the span examples."""
     causal = not _bidirectional(loaded)
     parts = {spec.name: [] for spec in specs}
@@ -306,7 +422,7 @@ def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: l
         for spec in specs:
             chances[spec.name].append(uniform_chance(patterns[spec.name], lengths, causal))
         sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, words=span_words(batch),
-                         device=loaded.device)
+                         device=loaded.device, output_projections=projections)
         run_sink(loaded.model, sink, batch.input_ids, batch.attention_mask, block_bytes=config.block_bytes)
         for spec_name, scores in sink.result().items():
             parts[spec_name].append(scores)
@@ -318,6 +434,20 @@ def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: l
     groups = [e.group for e in examples]
     return [Scored(spec, name, math.nan, [None], {None: TypeScores.concat(parts[spec.name])},
                    {None: torch.cat(chances[spec.name])}, cluster, baselines, groups) for spec in specs]
+
+
+def score_generated(loaded, spec: HeadTypeSpec, seq_len: int, config: LabelConfig, tick: Callable[[], None],
+                    note: Note | None = None) -> Scored:
+    """A generation-scored type (spec.scorer) on its own probes of `seq_len` tokens, as a mass type's Scored."""
+    result = spec.scorer(loaded, seq_len, config, tick)
+    counted = int((~torch.isnan(result.chance)).sum())
+    if note is not None and counted < len(result.chance):
+        task = "" if result.recall is None else f", mean task recall {float(result.recall.mean()):.2f}"
+        note(f"{loaded.name} · {spec.name} @{seq_len}: {counted} of {len(result.chance)} probes count{task}; the rest "
+             "are left out" + (" — no score" if counted == 0 else ""))
+    tl = torch.full_like(result.score, math.nan)  # TransformerLens' score is not defined for it
+    return Scored(spec, result.probe_set, float(seq_len), [None], {None: TypeScores(spec.name, result.score, tl)},
+                  {None: result.chance}, result.cluster)
 
 
 def _bidirectional(loaded) -> bool:
@@ -351,13 +481,29 @@ def summarise(scored: Scored, config: LabelConfig) -> dict[str, torch.Tensor | f
                effect=torch.nanmean(effect, 0), tl_score=torch.nanmean(tl, 0),
                n_examples=int((~torch.isnan(score[:, 0, 0])).sum()), n_clusters=int(len(torch.unique(cluster))))
     out["p_value"] = stats.p_greater(out["effect"], _std(effect_means), config.min_effect)
+    if scored.scores[scored.candidates[0]].output_share is not None:
+        out.update(_share_summary(scored, pick, test, weights, config))
     if scored.spec.candidate is not None:
         candidates = torch.tensor(scored.candidates, dtype=torch.float64)
         out[scored.spec.candidate] = candidates[choice]
     correct = scored.scores[scored.candidates[0]].correct
     if scored.spec.statistic == "accuracy" and correct is not None:
         out.update(_accuracy_summary(correct, scored, weights, config))
+    # Untestable where the examples with a value come from a single cluster: the bootstrap has no spread, and
+    # p_greater would let the estimate decide alone (p = 0). NaN p -> NaN q -> no label.
+    testable = stats.clusters_present(effect, cluster) >= stats.MIN_CLUSTERS  # [layer head]
+    out["p_value"] = torch.where(testable, out["p_value"], torch.nan)
     return out
+
+
+def _share_summary(scored: Scored, pick: torch.Tensor, test: torch.Tensor, weights: torch.Tensor,
+                   config: LabelConfig) -> dict[str, torch.Tensor]:
+    """output_share of the chosen candidate, averaged like the score (same test examples), with its clustered
+    bootstrap interval (the same resamples)."""
+    shares = torch.stack([scored.scores[c].output_share for c in scored.candidates])  # [candidate example layer head]
+    share = shares.gather(0, pick)[0][test]  # [example layer head]
+    low, high = stats.percentile_interval(stats.bootstrap_means(share, weights), config.confidence)
+    return dict(output_share=torch.nanmean(share, 0), output_share_low=low, output_share_high=high)
 
 
 def _std(means: torch.Tensor) -> torch.Tensor:
@@ -401,30 +547,65 @@ def label_model(
     progress: Progress | None = None,  # called with (batches done, batches in all)
     note: Note | None = None,  # one-line notes for the user (skipped types, probe fallbacks, ablation)
 ) -> pd.DataFrame:
-    """Score every head of a loaded model (probe.models.LoadedModel) on the probe sets and label it.
+    """Score every head of a loaded model on the probe sets and label it.
 
-    One row per (seq_len, layer, head, head_type), columns :data:`probe.heads.tables.COLUMNS`; span types have one row
-    per head (seq_len NaN). Accuracy columns are NaN except for accuracy types.
+    Every type of a probe set is scored in the same forward passes (streamed by the capture engine, no
+    ``[layer, head, N, N]`` tensor); chance, a clustered bootstrap interval, a one-sided test over `min_effect`
+    and a Benjamini–Hochberg FDR control over all the model's head × type tests decide the label; then the
+    selected heads are ablated (see :class:`LabelConfig`). What each step means: the *Labelling heads* page.
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        What :func:`probe.models.load` returns (hub id, local directory or ``zoo:NAME``).
+    config : LabelConfig, optional
+        Probe sets, statistics and ablation; the defaults are ``probe label``'s.
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each probe batch (ints).
+    note : callable, optional
+        Called with one-line notes for the user (skipped types, probe-set fallbacks, ablation left out).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The label table: one row per (seq_len, layer, head, head_type), columns
+        :data:`probe.heads.tables.COLUMNS` in that order; span types (coreference) have one row per head
+        (``seq_len`` NaN); accuracy columns are NaN except for accuracy types; unknown values are NaN, never 0.
+
+    Raises
+    ------
+    ProbeError
+        One line naming the fix: `examples` < 1, an unknown `ablate`, type or coreference set, no asked type
+        applies to the model's kind, a `seq_len` beyond the model's positions or too short for repeated blocks, a
+        malformed probe file (with its line number).
+
+    Examples
+    --------
+    >>> loaded = probe.models.load("zoo:induction")
+    >>> table = label_model(loaded, LabelConfig(types=("previous_token", "induction")))
+    >>> table.loc[table.label, ["head_name", "head_type"]].values.tolist()  # the labelled heads
+    [['L0H1', 'previous_token'], ['L1H0', 'induction'], ['L1H1', 'induction'], ['L1H2', 'induction'], ['L1H3', 'induction']]
     """
     if config.examples < 1:
         raise ProbeError("--examples must be at least 1")
     if config.ablate not in ABLATE:
         raise ProbeError(f"unknown --ablate {config.ablate!r}: choose from {', '.join(ABLATE)}")
     specs = resolve_types(loaded, config, note)
-    token_specs = [spec for spec in specs if spec.probe != "spans"]
+    token_specs = [spec for spec in specs if spec.probe != "spans" and spec.scorer is None]
     span_specs = [spec for spec in specs if spec.probe == "spans"]
-    lengths = resolve_lengths(loaded, config) if token_specs else ()
-    source = ProbeSource(loaded, config, note)
+    generated_specs = [spec for spec in specs if spec.scorer is not None]  # they build and decode their own probes
+    lengths = resolve_lengths(loaded, config) if token_specs or generated_specs else ()
+    source = ProbeSource(loaded, config, note) if token_specs or span_specs else None  # generated: their own probes
 
     plans = []  # (probe set, seq_len, specs): types that share a probe set share its forwards
+    sets = list(dict.fromkeys(source.resolve(spec.probe) for spec in token_specs))  # in registry order
     for seq_len in lengths:
-        for probe in ("natural", "repeated"):
-            chosen = [spec for spec in token_specs if source.resolve(spec.probe) == probe]
-            if chosen:
-                plans.append((probe, seq_len, chosen))
+        for probe in sets:
+            plans.append((probe, seq_len, [spec for spec in token_specs if source.resolve(spec.probe) == probe]))
     spans = source.span_probes() if span_specs else None
     n_batches = len(_batches(config.examples, config.batch_size))
     total = n_batches * len(plans) + (len(_batches(len(spans[1]), config.batch_size)) if spans else 0)
+    total += n_batches * len(lengths) * len(generated_specs)
     done = 0
 
     def tick() -> None:
@@ -435,13 +616,17 @@ def label_model(
 
     scored: list[Scored] = []
     probes_used: dict[str, object] = {}  # head type -> its probes at the first length (for the ablation)
+    projections = OutputProjections(loaded.model) if config.output_share else None
     for probe, seq_len, chosen in plans:
         probes = source.token_probes(probe, seq_len)
         for spec in chosen:
             probes_used.setdefault(spec.name, probes)
-        scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick))
+        scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick, projections))
+    for seq_len in lengths:
+        for spec in generated_specs:
+            scored.append(score_generated(loaded, spec, seq_len, config, tick, note))
     if spans:
-        scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick))
+        scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections))
         for spec in span_specs:
             probes_used[spec.name] = spans[1]
 
@@ -450,10 +635,29 @@ def label_model(
     table["label"] = (table["q_value"] <= config.fdr).fillna(False).astype(bool)
     agree = table.groupby(["layer", "head", "head_type"])["label"].transform("nunique")
     table["stable"] = agree.eq(1)
+    table["role"] = roles(table)
+    if projections is not None and projections.missing and note is not None:
+        note(f"output_share is NaN for {loaded.name}: no output projection found for "
+             f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or output.dense)")
     from probe.heads.label_ablation import ablation_columns, merge_ablation
 
     effects = ablation_columns(loaded, table, probes_used, config, note)
     return merge_ablation(table, effects).reindex(columns=COLUMNS)
+
+
+SINK_SHARE = 0.1  # a label whose output share is below this is a "sink": attended to, but it adds almost nothing
+
+
+def roles(table: pd.DataFrame) -> pd.Series:
+    """Per row: "sink" for a label whose output_share < SINK_SHARE, "function" for the other labels, NaN for
+    unlabelled rows and where output_share is NaN (not measured, or the output projection is unknown)."""
+    if "output_share" not in table:
+        return pd.Series([math.nan] * len(table), index=table.index)
+    share = pd.to_numeric(table["output_share"], errors="coerce")
+    labelled = table["label"].astype(bool)
+    values = ["sink" if is_label and value < SINK_SHARE else "function" if is_label and value >= SINK_SHARE
+              else math.nan for is_label, value in zip(labelled, share, strict=True)]
+    return pd.Series(values, index=table.index)  # float NaN when no row has a role, else object
 
 
 def _table(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
@@ -473,24 +677,35 @@ def _table(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
                     record["accuracy_by_source"] = _per_group(correct, item.groups, groups, layer, head)
                 records.append(record)
     table = pd.DataFrame.from_records(records)
-    return table.reindex(columns=[c for c in COLUMNS if c not in ("q_value", "label", "stable")] +
-                         ["q_value", "label", "stable"])
+    later = ("q_value", "label", "stable", "role")
+    return table.reindex(columns=[c for c in COLUMNS if c not in later] + list(later))
 
 
 def summary_lines(table: pd.DataFrame) -> list[str]:
     """"model · type: N of M heads (L0H1, ...)" for every model, length and type of a table (for stderr); fixed-offset
-    heads show their offset, heads whose label flips between lengths are marked "(unstable)"."""
+    heads show their offset, heads whose label flips between lengths are marked "(unstable)", labels whose
+    output share is below SINK_SHARE "(sink)"; "N sinks" counts them, and each ablated group adds
+    "together L1H0 L1H1 …: +6.39 nats (z 1.2)"."""
     lines = []
     lengths = table["seq_len"].dropna().unique()
     for model, rows in table.groupby("model", sort=False):
         for (seq_len, head_type), group in rows.groupby([rows["seq_len"].fillna(-1), "head_type"], sort=False):
             labelled = group[group["label"].astype(bool)]
+            roles_of = labelled["role"] if "role" in labelled else pd.Series([math.nan] * len(labelled))
             names = [name + (f"({int(offset):+d})" if offset == offset else "") +
-                     ("" if bool(stable) else " (unstable)")
-                     for name, offset, stable in zip(labelled["head_name"], labelled["offset"],
-                                                     labelled["stable"].fillna(True), strict=True)]
+                     ("" if bool(stable) else " (unstable)") + (" (sink)" if kind == "sink" else "")
+                     for name, offset, stable, kind in zip(labelled["head_name"], labelled["offset"],
+                                                           labelled["stable"].fillna(True), roles_of, strict=True)]
             more = " ..." if len(names) > 12 else ""
             at = f" @{int(seq_len)}" if len(lengths) > 1 and seq_len >= 0 else ""
-            lines.append(f"{model} · {head_type}{at}: {len(labelled)} of {len(group)} heads"
-                         + (f" ({', '.join(names[:12])}{more})" if names else ""))
+            sinks = int((roles_of == "sink").sum())
+            line = (f"{model} · {head_type}{at}: {len(labelled)} of {len(group)} heads"
+                    + (f" ({', '.join(names[:12])}{more})" if names else "")
+                    + (f"; {sinks} sink{'s' if sinks != 1 else ''} (output share < {SINK_SHARE})" if sinks else ""))
+            if "group_heads" in labelled:
+                joint = labelled.dropna(subset=["group_heads"]).drop_duplicates("group_heads")
+                for heads, effect, z in zip(joint["group_heads"], joint["group_effect"], joint["group_z"],
+                                            strict=True):
+                    line += f"; together {heads}: {float(effect):+.2f} nats (z {float(z):.1f})"
+            lines.append(line)
     return lines

@@ -10,7 +10,10 @@ A type's spec names the positions whose loss its ablation measures (``loss_posit
   coreference task puts the antecedent's action there), or of the masked pronoun itself (masked LMs).
 
 The effects are computed by :func:`probe.heads.ablation.ablation_effects` (heads zeroed inside the capture engine's
-attention function, batched several heads per forward) against random unlabelled heads of the same layer.
+attention function, batched several heads per forward) against random unlabelled heads of the same layer (of the
+whole model where a layer has fewer than two; see :func:`probe.heads.ablation.control_heads`). Each (type, layer)
+with two or more labelled heads is also ablated as one group (:func:`probe.heads.ablation.group_effects`: columns
+``group_effect``, ``group_z``, ``group_size``, ``group_heads``), on the same probes and loss.
 Models whose checkpoint has no trained LM head (a sentence-embedding BERT loaded with a fresh MLM head) get no
 ablation columns: their loss would measure a random head.
 """
@@ -112,12 +115,14 @@ def ablation_columns(
     note: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
-    """`[head_type, layer, head, ablation_effect, ablation_z]` for the heads `config.ablate` selects (labelled or all):
-    each type's heads ablated on that type's own probes and loss, against same-layer heads that carry no label."""
-    from probe.heads.ablation import ablation_effects
+    """`[head_type, layer, head, ablation_effect, ablation_z, group_effect, group_z, group_size, group_heads]` for
+    the heads `config.ablate` selects (labelled or all): each type's heads ablated on that type's own probes and loss,
+    against heads that carry no label (same layer where possible); and every (type, layer) with ≥ 2 labelled heads
+    ablated together, against random groups of the same size (group columns on each member's row)."""
+    from probe.heads.ablation import ablation_effects, group_effects
     from probe.heads.probesets import pad_span_batch
 
-    columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z"]
+    columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS]
     labelled = table[table["label"].astype(bool)]
     if config.ablate == "none" or (config.ablate == "labelled" and labelled.empty):
         return pd.DataFrame(columns=columns)
@@ -161,17 +166,60 @@ def ablation_columns(
         effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls, exclude=exclude,
                                    seed=config.seed, progress=progress)
         effects.insert(0, "head_type", head_type)
+        labelled_heads = sorted({(int(row.layer), int(row.head)) for row in labelled.itertuples()
+                                 if row.head_type == head_type})
+        groups = _layer_groups(labelled_heads)
+        joint = group_effects(loaded, batches, groups, controls=config.ablation_controls, seed=config.seed,
+                              progress=progress)
+        for row in joint.itertuples():
+            if row.overlapping_controls and note is not None:
+                note(f"{loaded.name} · {head_type}: the group {_names(row.group)} fills its layers, so its "
+                     f"{row.n_controls} control groups may share heads with it (group_z is conservative)")
+        effects = effects.merge(_group_rows(joint), on=["layer", "head"], how="outer")
+        effects["head_type"] = head_type
         out.append(effects[columns])
     if not out:
         return pd.DataFrame(columns=columns)
     return pd.concat(out, ignore_index=True)
 
 
+GROUP_COLUMNS = ["group_effect", "group_z", "group_size", "group_heads"]
+
+
+def _layer_groups(heads: list[tuple[int, int]]) -> list[tuple[tuple[int, int], ...]]:
+    """The labelled heads of one type grouped by layer, groups of two or more."""
+    by_layer: dict[int, list[tuple[int, int]]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append((layer, head))
+    return [tuple(group) for _, group in sorted(by_layer.items()) if len(group) >= 2]
+
+
+def _names(group) -> str:
+    from probe.naming import head_name
+
+    return " ".join(head_name(layer, head) for layer, head in group)
+
+
+def _group_rows(joint: pd.DataFrame) -> pd.DataFrame:
+    """One row per member head of each group: layer, head and the group columns."""
+    records = [{"layer": layer, "head": head, "group_effect": row.group_effect, "group_z": row.group_z,
+                "group_size": row.group_size, "group_heads": _names(row.group)}
+               for row in joint.itertuples() for layer, head in row.group]
+    return pd.DataFrame.from_records(records, columns=["layer", "head", *GROUP_COLUMNS])
+
+
 def merge_ablation(table: pd.DataFrame, effects: pd.DataFrame) -> pd.DataFrame:
-    """The table with ablation_effect / ablation_z filled from `effects` (every length's row of a head and type)."""
-    out = table.drop(columns=["ablation_effect", "ablation_z"], errors="ignore")
+    """The table with the ablation and group columns filled from `effects` (every length's row of a head and
+    type)."""
+    filled = ["ablation_effect", "ablation_z", *GROUP_COLUMNS]
+    out = table.drop(columns=filled, errors="ignore")
     if effects.empty:
-        out["ablation_effect"], out["ablation_z"] = math.nan, math.nan
+        for column in filled:
+            out[column] = math.nan
         return out
     effects = effects.astype({"layer": int, "head": int})
-    return out.merge(effects, on=["head_type", "layer", "head"], how="left")
+    out = out.merge(effects[["head_type", "layer", "head", *filled]], on=["head_type", "layer", "head"], how="left")
+    for column in filled:
+        if column != "group_heads":
+            out[column] = pd.to_numeric(out[column], errors="coerce").astype(float)
+    return out

@@ -57,7 +57,7 @@ def special_frame(tokenizer) -> tuple[list[int], list[int]]:
 def content_token_ids(tokenizer) -> torch.Tensor:
     """Every token id of the vocabulary except special ones (<bos>, <pad>, <unk>, [CLS], ...), unused slots
     ([unused17]) and byte-fallback pieces (<0x0A>)."""
-    from probe.heads.corpus import excluded_token_ids
+    from probe.heads.vocab import excluded_token_ids
 
     special = excluded_token_ids(tokenizer)
     ids = [index for index in range(len(tokenizer)) if index not in special]
@@ -176,6 +176,8 @@ class CorefExample:
     number: str  # "singular" | "plural": the antecedent's number
     antecedent_first: bool  # the antecedent is the first noun of the sentence
     template: int = 0  # index of the template in CorefVocabulary.templates (the bootstrap cluster)
+    agreement: bool | None = True  # an agreement rule picks the antecedent (None: every candidate agrees)
+    cue: str = ""  # what picks the antecedent, when not agreement (implicit-causality verb class): the group
 
     @property
     def distractor(self) -> Span:
@@ -197,8 +199,8 @@ class CorefExample:
         return SpanExample(self.text, self.char_span((self.pronoun, self.pronoun + 1)),
                            (self.char_span(self.antecedent),), tuple(self.char_span(s) for s in self.distractors),
                            source=f"template {self.template}", cluster=f"template {self.template}",
-                           group="antecedent first" if self.antecedent_first else "antecedent later",
-                           agreement=True)
+                           group=self.cue or ("antecedent first" if self.antecedent_first else "antecedent later"),
+                           agreement=self.agreement)
 
 
 def _noun_phrase(noun: str, bare: bool, vocab: CorefVocabulary) -> list[str]:
@@ -470,3 +472,246 @@ def pad_span_batch(examples: Sequence[EncodedSpanExample], pad_id: int) -> SpanB
         input_ids[row, :len(example.input_ids)] = torch.tensor(example.input_ids)
         attention_mask[row, :len(example.input_ids)] = 1
     return SpanBatch(tuple(examples), input_ids, attention_mask)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Implicit-causality coreference sentences (two names of one gender; the verb picks the antecedent)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CausalityVocabulary:
+    """Words and templates of the implicit-causality probe sentences (Garvey & Caramazza 1974; REFERENCE.md):
+    "A thanked B because she …" → B, "A fascinated B because she …" → A. Both names have the pronoun's gender,
+    so agreement cannot choose, and the verb class (subject- or object-biased) decides the antecedent. The verbs are
+    single words so that both classes put the names at the same positions."""
+
+    male_names: tuple[str, ...] = ("john", "bob", "tom", "sam", "paul", "mark", "luke", "adam")
+    female_names: tuple[str, ...] = ("mary", "alice", "anna", "kate", "emma", "lucy", "rose", "jane")
+    male_pronoun: str = "he"
+    female_pronoun: str = "she"
+    # the cause lies with the subject (NP1): "A fascinated B because she was clever" -> A
+    subject_verbs: tuple[str, ...] = ("fascinated", "amused", "disappointed", "annoyed", "frightened", "charmed",
+                                      "impressed", "inspired")
+    # the cause lies with the object (NP2): "A thanked B because she had helped" -> B
+    object_verbs: tuple[str, ...] = ("thanked", "praised", "blamed", "admired", "scolded", "punished",
+                                     "congratulated", "envied")
+    actions: tuple[str, ...] = ("took", "found", "wanted", "opened", "sold", "moved", "washed", "hid")
+    objects: tuple[str, ...] = ("book", "ball", "house", "garden", "box", "car")
+    templates: tuple[str, ...] = (
+        "{a} {verb} {b} because {pronoun} {action} the {object} .",
+        "{a} {verb} {b} since {pronoun} {action} the {object} .",
+        "yesterday {a} {verb} {b} because {pronoun} {action} the {object} .",
+        "{a} {verb} {b} at the party because {pronoun} {action} the {object} .",
+        "{a} {verb} {b} , because {pronoun} {action} the {object} .",
+        "{a} really {verb} {b} because {pronoun} {action} the {object} .",
+    )
+
+    def words(self) -> list[str]:
+        """Every word a sentence can contain (for building a word-level tokenizer), without duplicates."""
+        listed = [*self.male_names, *self.female_names, self.male_pronoun, self.female_pronoun, *self.subject_verbs,
+                  *self.object_verbs, *self.actions, *self.objects]
+        for template in self.templates:
+            listed.extend(word for word in template.split() if not word.startswith("{"))
+        return list(dict.fromkeys(listed))
+
+
+def causality_examples(
+    n_examples: int,
+    seed: int,
+    vocab: CausalityVocabulary = CausalityVocabulary(),  # noqa: B008 - frozen, so a shared default is safe
+) -> list[CorefExample]:
+    """Seeded implicit-causality sentences, balanced: example k has the subject-biased cue when k is even (the
+    antecedent is the first name) and the object-biased cue when k is odd (the second name), and the male
+    pronoun when k // 2 is even; so over every 4 examples nearest mention, first mention and agreement (both names
+    agree) are each right exactly half of the time. Names (two distinct ones of the pronoun's gender), verb,
+    template, action and object are drawn from `seed`. `group` is the cue class, `template` the bootstrap
+    cluster."""
+    rng = random.Random(seed)
+    examples = []
+    for index in range(n_examples):
+        subject_cue = index % 2 == 0
+        male = (index // 2) % 2 == 0
+        names = vocab.male_names if male else vocab.female_names
+        first, second = rng.sample(names, 2)
+        verb = rng.choice(vocab.subject_verbs if subject_cue else vocab.object_verbs)
+        template_index = rng.randrange(len(vocab.templates))
+        words: list[str] = []
+        spans: dict[str, Span] = {}
+        pronoun_index = -1
+        for token in vocab.templates[template_index].split():
+            if token in ("{a}", "{b}"):
+                spans[token] = (len(words), len(words) + 1)
+                words.append(first if token == "{a}" else second)
+            elif token == "{pronoun}":
+                pronoun_index = len(words)
+                words.append(vocab.male_pronoun if male else vocab.female_pronoun)
+            elif token == "{verb}":
+                words.append(verb)
+            elif token in ("{action}", "{object}"):
+                words.append(rng.choice(vocab.actions if token == "{action}" else vocab.objects))
+            else:
+                words.append(token)
+        antecedent, other = (spans["{a}"], spans["{b}"]) if subject_cue else (spans["{b}"], spans["{a}"])
+        examples.append(CorefExample(
+            words=tuple(words), pronoun=pronoun_index, antecedent=antecedent, distractors=(other,),
+            number="singular", antecedent_first=subject_cue, template=template_index, agreement=None,
+            cue="subject-biased verb" if subject_cue else "object-biased verb",
+        ))
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sentence ends and brackets: token classes, and seeded probes for tokenizers that do not read the corpus
+# ---------------------------------------------------------------------------------------------------------------
+
+# Before a ".", these make it an abbreviation rather than a sentence end (besides every single letter).
+ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "inc", "ltd", "co", "no",
+                           "vol", "fig", "approx", "dept", "gen", "gov", "lt", "col", "sgt", "capt", "mt", "ft", "rev",
+                           "ca", "cf", "al", "ed", "eds", "pp", "op", "cit"})
+BRACKET_KINDS = (("(", ")"), ("[", "]"), ("{", "}"))
+_MARKERS = ("Ġ", "▁", "##")
+
+
+def _plain(token: str) -> tuple[str, bool]:
+    """A vocabulary entry without its word-piece markers, and whether it carried a space marker (Ġ, ▁)."""
+    spaced = token.startswith(("Ġ", "▁"))
+    for marker in _MARKERS:
+        if token.startswith(marker):
+            return token[len(marker):], spaced
+    return token, spaced
+
+
+def token_classes(tokenizer):
+    """The :class:`~probe.heads.registry.TokenClasses` of a tokenizer: which ids end sentences, are periods,
+    abbreviations, digits, opening and closing brackets (what sentence_start and bracket targets need)."""
+    from probe.heads.vocab import TokenClasses, excluded_token_ids
+
+    special = set(excluded_token_ids(tokenizer))
+    if tokenizer.pad_token_id is not None:
+        special.add(int(tokenizer.pad_token_id))
+    ends, periods, abbreviations, letters, digit_end, digit_start = set(), set(), set(), set(), set(), set()
+    vocabulary = tokenizer.get_vocab()
+    marked = any(token.startswith(("Ġ", "▁")) for token in vocabulary)  # byte-level BPE / SentencePiece: Ġ starts a word
+    openers = [set() for _ in BRACKET_KINDS]
+    closers = [set() for _ in BRACKET_KINDS]
+    for token, index in vocabulary.items():
+        if index in special:
+            continue
+        text, spaced = _plain(token)
+        word_start = spaced if marked else not token.startswith("##")
+        if text in ("!", "?"):
+            ends.add(index)
+        elif text == ".":
+            periods.add(index)
+        if len(text) == 1 and text.isalpha():
+            letters.add(index)
+        if word_start and ((len(text) == 1 and text.isalpha()) or text.lower() in ABBREVIATIONS):
+            abbreviations.add(index)
+        if text[-1:].isdigit():
+            digit_end.add(index)
+        if text[:1].isdigit() and not spaced:
+            digit_start.add(index)
+        for kind, (opening, closing) in enumerate(BRACKET_KINDS):
+            if text == opening:
+                openers[kind].add(index)
+            elif text == closing:
+                closers[kind].add(index)
+    for name in ("sep_token_id", "eos_token_id"):
+        index = getattr(tokenizer, name, None)
+        if index is not None and index != tokenizer.bos_token_id:  # GPT-2's <|endoftext|> also opens texts
+            ends.add(int(index))
+    return TokenClasses(frozenset(special), frozenset(ends), frozenset(periods), frozenset(abbreviations),
+                        frozenset(letters), frozenset(digit_end), frozenset(digit_start), tuple(map(frozenset, openers)),
+                        tuple(map(frozenset, closers)))
+
+
+def _canonical(tokenizer, ids: frozenset[int], text: str) -> int | None:
+    """The id a tokenizer writes for `text` on its own, if it is one of `ids`; else the smallest of `ids`."""
+    if not ids:
+        return None
+    written = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return written[0] if len(written) == 1 and written[0] in ids else min(ids)
+
+
+def without_tokens(weights: torch.Tensor, excluded: set[int]) -> torch.Tensor:
+    """`weights` [vocab] (token probabilities) with the ids of `excluded` (sentence ends, brackets) set to zero."""
+    weights = weights.clone()
+    index = torch.tensor(sorted(i for i in excluded if i < len(weights)), dtype=torch.long)
+    weights[index] = 0.0
+    if int((weights > 0).sum()) < 2:
+        raise ProbeError("the tokenizer has fewer than two content tokens besides its sentence ends and brackets")
+    return weights
+
+
+def random_sentences(tokenizer, classes, n_examples: int, seq_len: int, seed: int, weights: torch.Tensor,
+                     min_words: int = 3, max_words: int = 12) -> torch.Tensor:
+    """`[example seq]` probes for sentence_start on tokenizers that do not read the corpus: random tokens (by
+    `weights`, never a sentence end) in sentences of min_words..max_words tokens, each closed by one of the
+    tokenizer's ".", "!", "?" (uniformly), inside the tokenizer's framing. No sentence-end token: no sentences,
+    so every score is NaN (unknown)."""
+    prefix, suffix = special_frame(tokenizer)
+    m = seq_len - len(prefix) - len(suffix)
+    ends = [i for i in (_canonical(tokenizer, classes.period, "."),
+                        *(_canonical(tokenizer, frozenset(classes.sentence_end - classes.special), mark)
+                          for mark in ("!", "?"))) if i is not None]
+    content = without_tokens(weights, set(classes.period | classes.sentence_end))
+    generator = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n_examples):
+        tokens = torch.multinomial(content, m, replacement=True, generator=generator).tolist()  # [content]
+        if ends:
+            position = rng.randint(min_words, max_words)
+            while position < m:
+                tokens[position] = rng.choice(ends)
+                position += 1 + rng.randint(min_words, max_words)
+        rows.append(prefix + tokens + suffix)
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def dyck_word(n_pairs: int, n_kinds: int, max_depth: int, rng: random.Random) -> list[tuple[int, bool]]:
+    """A random balanced bracket word of `n_pairs` pairs (depth ≤ max_depth), as (kind, is_opening) per bracket."""
+    word, stack, opened = [], [], 0
+    while opened < n_pairs or stack:
+        can_open = opened < n_pairs and len(stack) < max_depth
+        if can_open and (not stack or rng.random() < 0.5):
+            kind = rng.randrange(n_kinds)
+            stack.append(kind)
+            word.append((kind, True))
+            opened += 1
+        else:
+            word.append((stack.pop(), False))
+    return word
+
+
+def bracket_probes(tokenizer, classes, content: torch.Tensor, seed: int, max_depth: int = 4,
+                   spacing: int = 6) -> torch.Tensor:
+    """Seeded nested-bracket (Dyck-style) probes `[example seq]` for the bracket type: into each row of `content`
+    (`[example seq]` token ids, framing included: natural text or random tokens) one balanced word of
+    (content length) // spacing bracket pairs of the tokenizer's kinds, depth ≤ max_depth, replaces tokens at
+    seeded positions with at least one content token between any two brackets (so a matching bracket is never
+    simply the previous token). The content's own brackets stay and count too. A tokenizer without brackets gets
+    its content back unchanged (every score NaN)."""
+    prefix, suffix = special_frame(tokenizer)
+    kinds = [(o, c) for o, c in ((_canonical(tokenizer, opening, text_o), _canonical(tokenizer, closing, text_c))
+                                 for opening, closing, (text_o, text_c) in zip(classes.openers, classes.closers,
+                                                                             BRACKET_KINDS, strict=True))
+             if o is not None and c is not None]
+    out = content.clone()
+    if not kinds:
+        return out
+    rng = random.Random(seed)
+    start, stop = len(prefix), content.shape[1] - len(suffix)
+    m = stop - start
+    n_pairs = max(1, m // spacing)
+    if 4 * n_pairs > m:
+        raise ProbeError(f"--seq-len {content.shape[1]} is too short for bracket probes: use at least "
+                         f"{4 + len(prefix) + len(suffix)}")
+    for row in range(len(out)):
+        word = dyck_word(n_pairs, len(kinds), max_depth, rng)
+        # len(word) positions among m with gaps >= 1: sorted distinct draws from m - len(word) + 1, plus their rank
+        draws = sorted(rng.sample(range(m - len(word) + 1), len(word)))
+        for rank, ((kind, opening), draw) in enumerate(zip(word, draws, strict=True)):
+            out[row, start + draw + rank] = kinds[kind][0 if opening else 1]
+    return out

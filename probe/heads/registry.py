@@ -3,9 +3,9 @@
 A spec says everything `probe label` needs to know about a type — its targets, the probe set it is scored on, which
 model kinds it applies to, the statistic its label rests on, and the positions whose loss its ablation measures —
 so the scorer, the label rule, the CLI's ``--types`` and the dashboard loop over :data:`REGISTRY` and never branch on
-a type's name. Adding a type is one new spec here (README: "Extending probe: add a head type").
+a type's name. Adding a type is one new spec (docs/howto/head-type.md: "Add a head type").
 
-Targets of query i (key j, tokens t, n real tokens; see REFERENCE.md):
+Targets of query i (key j, tokens t, n real tokens; where each comes from: docs/labels.md, "Labelling heads"):
 
 =================  ======================================================================================
 previous_token     j = i − 1
@@ -16,9 +16,14 @@ fixed_offset       j = i + d ≥ 1 for one relative offset d ∉ {−1, 0, +1}, 
                    a causal model); every d is a candidate and each head's own d is chosen on held-out examples
                    (column ``offset``)
 delimiter          keys j ≥ 1, j ≠ i, holding a delimiter: punctuation, [SEP] / EOS-type tokens (j < i when causal)
+sentence_start     from a sentence's final token (".", "!", "?", [SEP] / EOS) to the first token of the same sentence
+                   (see :func:`sentence_start_pairs` for abbreviations and decimals)
+bracket            from a closing bracket ")", "]", "}" to its matching opening bracket (see :func:`bracket_pairs`)
 duplicate_token    t_j = t_i, j < i (causal) or j ≠ i (bidirectional: the earlier copy attends to the later one too)
 induction          t_{j−1} = t_i, j ≤ i  (the token after an earlier occurrence of the current token)
 coreference        the attending word's pieces × the antecedent's pieces (a span type: from span examples)
+retrieval          no target pattern: scored while the model generates (Wu et al. 2024's retrieval score,
+                   probe.heads.retrieval) — a generation-scored type, opt-in (not in the default types)
 =================  ======================================================================================
 
 Small vocabularies (fewer than :data:`SMALL_VOCABULARY` content tokens, e.g. 20 amino acids): coincidental repeats
@@ -30,6 +35,7 @@ then scores at chance.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -37,12 +43,17 @@ from typing import Literal, get_args
 import torch
 
 from probe.errors import ProbeError
+from probe.heads.generated import GeneratedScores
+from probe.heads.vocab import TokenClasses
 from probe.models import ModelKind
 
 HeadType = Literal["previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
-                   "duplicate_token", "induction", "coreference"]
+                   "sentence_start", "bracket", "duplicate_token", "induction", "coreference", "retrieval"]
 HEAD_TYPES: tuple[HeadType, ...] = get_args(HeadType)
-ProbeKind = Literal["natural", "repeated", "spans"]  # natural text, repeated random blocks, span examples
+# natural text, repeated random blocks, span examples; "sentences": natural text, or random tokens with seeded
+# sentence ends where the tokenizer does not read the corpus; "brackets": text (or random tokens) with seeded
+# nested brackets; "generation": probes the type's own scorer builds and decodes (generation-scored types)
+ProbeKind = Literal["natural", "repeated", "spans", "sentences", "brackets", "generation"]
 Statistic = Literal["mass", "accuracy"]  # the label tests mass over chance, or accuracy over the best baseline
 LossPositions = Literal["text", "repeat", "query"]  # which positions' loss an ablation of the type measures
 
@@ -57,7 +68,25 @@ SMALL_VOCABULARY = 1000  # below this many content tokens, repeat targets are re
 
 @dataclass(frozen=True)
 class TargetContext:
-    """What a type's targets may depend on, for one batch of probes (right padding is masked by the scorer)."""
+    """What a type's targets may depend on, for one batch of probes (right padding is masked by the scorer).
+
+    Attributes
+    ----------
+    input_ids : torch.Tensor, shape=(batch, seq), long
+        The probes' token ids (on the CPU).
+    causal : bool
+        The model is causal (a query sees only keys j ≤ i).
+    delimiter_ids : tuple of int
+        Token ids that count as delimiters (:func:`probe.heads.probesets.delimiter_ids`).
+    repeat_start : torch.Tensor or None, shape=(batch,), long
+        Repeated-block probes: position of the planted block's first copy.
+    repeat_len : torch.Tensor or None, shape=(batch,), long
+        Repeated-block probes: the planted block's length.
+    restrict_to_repeat : bool
+        Small vocabulary: repeat targets only inside the planted repeat.
+    spans : tuple
+        Span types: one :class:`probe.heads.probesets.EncodedSpanExample` per row.
+    """
 
     input_ids: torch.Tensor  # [batch seq] long
     causal: bool = True
@@ -66,6 +95,7 @@ class TargetContext:
     repeat_len: torch.Tensor | None = None  # [batch] the planted block's length
     restrict_to_repeat: bool = False  # small vocabulary: repeat targets only inside the planted repeat
     spans: tuple = ()  # one probe.heads.probesets.EncodedSpanExample per row (span types)
+    classes: TokenClasses = TokenClasses()  # sentence ends and brackets (sentence_start, bracket)
 
 
 Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset's d) -> [batch query key] bool
@@ -124,6 +154,74 @@ def _delimiter(ctx: TargetContext) -> Targets:
     return {None: pattern.tril(-1) if ctx.causal else pattern}
 
 
+def sentence_start_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
+    """(final token, first token) of every sentence of one sequence of token ids.
+
+    A sentence ends at a "!", "?" or separator / EOS token, and at a "." except when (abbreviations) the token
+    before it is a one-letter word or a listed abbreviation ("J. Smith", "Mr.", "etc."), or a letter that follows
+    another "." or starts the sentence ("e.g.", "i.e.", "U.S." — a letter piece after a word, as in "cat" "s" ".",
+    is not an abbreviation), or (decimals) it stands between a token ending in a digit and one starting with a
+    digit without a space ("3.5"; WordPiece drops spaces, so there "3. 5" reads as a decimal too).
+    The sentence's first token is the first non-special token after the previous sentence end (after the framing
+    at the start); a sentence of one token (the end itself, e.g. "..." or "[SEP]" right after ".") has no pair.
+    Known misses, by design of a token-only rule: a sentence ending in "U.S." or "etc." runs on into the next one.
+    """
+    pairs, start, n = [], None, len(ids)
+    for i, token in enumerate(ids):
+        end = token in classes.sentence_end
+        if token in classes.period:
+            abbreviation = i > 0 and (ids[i - 1] in classes.abbreviation or ids[i - 1] in classes.letter and (
+                start == i - 1 or (i > 1 and ids[i - 2] in classes.period)))
+            decimal = 0 < i < n - 1 and ids[i - 1] in classes.digit_end and ids[i + 1] in classes.digit_start
+            end = not (abbreviation or decimal)
+        if end:
+            if start is not None and start < i:
+                pairs.append((i, start))
+            start = None
+        elif start is None and token not in classes.special:
+            start = i
+    return pairs
+
+
+def bracket_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
+    """(closing bracket, its matching opening bracket) of one sequence of token ids: one stack over all kinds, so
+    nesting is respected across kinds; a closing bracket matches the innermost open bracket when that is of its
+    kind, and otherwise (or with none open) it is unmatched — no pair, and the stack is left as it was. Opening
+    brackets never closed have no pair either."""
+    pairs: list[tuple[int, int]] = []
+    stack: list[tuple[int, int]] = []  # (kind, position)
+    for i, token in enumerate(ids):
+        for kind, (openers, closers) in enumerate(zip(classes.openers, classes.closers, strict=True)):
+            if token in openers:
+                stack.append((kind, i))
+            elif token in closers:
+                if stack and stack[-1][0] == kind:
+                    pairs.append((i, stack.pop()[1]))
+            else:
+                continue
+            break
+    return pairs
+
+
+def _pairs_pattern(ctx: TargetContext, find) -> torch.Tensor:
+    batch, n = ctx.input_ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+    for row in range(batch):
+        pairs = find(ctx.input_ids[row].tolist(), ctx.classes)
+        if pairs:
+            query, key = torch.tensor(pairs).T
+            pattern[row, query, key] = True
+    return pattern
+
+
+def _sentence_start(ctx: TargetContext) -> Targets:
+    return {None: _pairs_pattern(ctx, sentence_start_pairs)}
+
+
+def _bracket(ctx: TargetContext) -> Targets:
+    return {None: _pairs_pattern(ctx, bracket_pairs)}
+
+
 def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
     """Only the planted repeat: query i in the second copy -> key i − L + shift (and, mirrored, the first copy's
     query i -> key i + L)."""
@@ -171,18 +269,70 @@ def _coreference(ctx: TargetContext) -> Targets:
     return {None: pattern}
 
 
+Scorer = Callable[..., GeneratedScores]
+
+
+def _no_targets(ctx: TargetContext) -> Targets:
+    raise ProbeError("retrieval heads have no target pattern: they are scored while the model generates "
+                     "(probe.heads.retrieval.retrieval_scores)")
+
+
+def _retrieval_scorer(loaded, seq_len: int, config, tick) -> GeneratedScores:
+    from probe.heads.retrieval import label_scores  # imported when used: retrieval builds on the engine
+
+    return label_scores(loaded, seq_len, config, tick)
+
+
 @dataclass(frozen=True)
 class HeadTypeSpec:
-    """One head type: what it means, its targets, and how it is probed, tested and ablated."""
+    """One head type: what it means, its targets, and how it is probed, tested and ablated (frozen).
+
+    The scorer, the statistics, the ablation, ``--types``, the label table and the dashboard all loop over the
+    registered specs, so a new type needs no other code (see the *Add a head type* how-to).
+
+    Attributes
+    ----------
+    name : str
+        The type's name, as in ``--types`` and the table's ``head_type`` column.
+    description : str
+        One line for ``--help`` and the dashboard.
+    targets : callable
+        ``targets(ctx: TargetContext) -> {candidate: pattern}``: each pattern a torch.Tensor, shape
+        (batch, query, key), bool — True where key j is a target of query i. One candidate (key None) for most
+        types; several (fixed_offset: one per offset d) when each head picks its own on held-out examples.
+    probe : {"natural", "repeated", "spans", "sentences", "brackets", "generation"}
+        The probe set it is scored on: natural text (random tokens without a usable corpus), repeated random
+        blocks, span examples, natural text with seeded sentence ends or nested brackets where the tokenizer does
+        not read the corpus, or probes the type's own ``scorer`` builds and decodes.
+    kinds : frozenset of str, default every kind
+        Model kinds (:class:`probe.models.ModelKind` values) it applies to; others skip it with a note.
+    statistic : {"mass", "accuracy"}, default "mass"
+        What the label tests: attention mass on the targets over chance, or (span types) accuracy over the best
+        baseline.
+    candidate : str or None
+        Name of the table column holding each head's chosen candidate (fixed_offset: ``"offset"``) when the
+        type has several; None otherwise.
+    loss_positions : {"text", "repeat", "query"}, default "text"
+        Whose loss its ablation measures: the probe text, the repeated half, or the query span's (causal LMs: the
+        token after it; masked LMs: the span itself, masked).
+    scorer : callable or None, default None
+        Generation-scored types (retrieval): ``scorer(loaded, seq_len, config, tick) -> GeneratedScores`` builds,
+        decodes and scores its own probes; ``targets`` is then unused.
+    default : bool, default True
+        Scored when no types are asked for; False makes the type opt-in (``--types retrieval``).
+    """
 
     name: HeadType
     description: str
     targets: Callable[[TargetContext], Targets]  # candidate -> [batch query key] bool
-    probe: ProbeKind  # the probe set it is scored on ("natural" falls back to "repeated" without a usable corpus)
+    probe: ProbeKind  # the probe set it is scored on; without a usable corpus "natural" falls back to repeated
+    # blocks, "sentences" and "brackets" to random tokens with seeded sentence ends / brackets (ProbeSource.resolve)
     kinds: frozenset[str] = field(default=ALL_KINDS)  # model kinds it applies to
     statistic: Statistic = "mass"
     candidate: str | None = None  # name of the column holding the chosen candidate ("offset"), if it has several
     loss_positions: LossPositions = "text"  # ablation: the loss of these positions of its own probes
+    scorer: Scorer | None = None  # generation-scored types: (loaded, seq_len, LabelConfig, tick) -> GeneratedScores
+    default: bool = True  # scored when no types are asked for (False: only when asked, e.g. --types retrieval)
 
     @property
     def text_only(self) -> bool:
@@ -201,34 +351,47 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
                      _fixed_offset, "natural", candidate="offset"),
         HeadTypeSpec("delimiter", "attends to punctuation and [SEP] / EOS-type tokens", _delimiter, "natural",
                      kinds=TEXT_KINDS),
+        HeadTypeSpec("sentence_start", "attends from a sentence's final token to the sentence's first token",
+                     _sentence_start, "sentences", kinds=TEXT_KINDS),
+        HeadTypeSpec("bracket", "attends from a closing bracket to its matching opening bracket", _bracket,
+                     "brackets", kinds=TEXT_KINDS),
         HeadTypeSpec("duplicate_token", "attends to other copies of the current token (earlier ones when causal)",
                      _duplicate_token, "repeated", loss_positions="repeat"),
         HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token", _induction,
                      "repeated", loss_positions="repeat"),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", _coreference, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
+        HeadTypeSpec("retrieval", "copies the needle token it attends to while generating it (Wu et al. 2024)",
+                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer, default=False),
     )
 }
 assert tuple(REGISTRY) == HEAD_TYPES  # one list of names
 
 # Types whose targets come from the token ids alone (not span examples).
-TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].probe != "spans")
+TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].probe not in ("spans", "generation"))
+# Types scored when none are asked for (generation-scored types are opt-in: they decode, and need long probes).
+DEFAULT_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].default)
+
+
+def names() -> tuple[str, ...]:
+    """Every head type's name, built in and registered (:func:`register`), in registry order."""
+    return tuple(REGISTRY)
 
 
 def parse_head_types(text: str | None) -> tuple[HeadType, ...]:
-    """"previous_token,induction" -> ("previous_token", "induction"); None/"all" -> every type."""
+    """"previous_token,induction" -> ("previous_token", "induction"); None/"all" -> every type (registered ones too)."""
     if text is None or text.strip() in ("", "all"):
-        return HEAD_TYPES
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    for name in names:
+        return names()  # type: ignore[return-value]
+    names_given = [part.strip() for part in text.split(",") if part.strip()]
+    for name in names_given:
         if name not in REGISTRY:
-            raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(HEAD_TYPES)}")
-    return tuple(dict.fromkeys(names))  # type: ignore[return-value]
+            raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(names())}")
+    return tuple(dict.fromkeys(names_given))  # type: ignore[return-value]
 
 
 def types_for_kind(kind: str, types: tuple[HeadType, ...] | None = None) -> tuple[HeadType, ...]:
     """The types (all, or `types`) that apply to a model kind, in registry order."""
-    chosen = HEAD_TYPES if types is None else types
+    chosen = names() if types is None else types
     return tuple(name for name in chosen if kind in REGISTRY[name].kinds)
 
 
@@ -238,6 +401,7 @@ def batch_pattern(
     causal: bool = True,
     delimiter_ids: tuple[int, ...] = (),
     candidate: int | None = None,  # fixed_offset: one offset d (a table's `offset`); None: every candidate
+    classes: TokenClasses | None = None,  # sentence ends and brackets (probe.heads.probesets.token_classes)
 ) -> torch.Tensor:
     """Target pattern of a token type for a batch: `[batch query key]` bool (a new tensor). For a type with
     candidates (fixed_offset) the union of all of them, or the one `candidate`."""
@@ -246,7 +410,8 @@ def batch_pattern(
     spec = REGISTRY[head_type]
     if spec.probe == "spans":
         raise ProbeError(f"{head_type} targets need spans: pass an encoded span example, not token ids")
-    ctx = TargetContext(input_ids.detach().cpu().long(), causal=causal, delimiter_ids=tuple(delimiter_ids))
+    ctx = TargetContext(input_ids.detach().cpu().long(), causal=causal, delimiter_ids=tuple(delimiter_ids),
+                        classes=classes or TokenClasses())
     targets = spec.targets(ctx)
     if candidate is not None:
         if candidate not in targets:
@@ -260,12 +425,14 @@ def batch_pattern(
 
 
 def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimiter_ids: tuple[int, ...] = (),
-                   candidate: int | None = None) -> torch.Tensor:
+                   candidate: int | None = None, classes: TokenClasses | None = None) -> torch.Tensor:
     """The target keys of each query: bool `[query key]`.
 
     `token_ids`: a 1-D sequence of token ids for the token types; for a span type (coreference) an
     :class:`~probe.heads.probesets.EncodedSpanExample`. `delimiter_ids`: :func:`probe.heads.probesets.delimiter_ids` of the
-    model's tokenizer (the delimiter type); `candidate`: fixed_offset's offset (the table's `offset` column).
+    model's tokenizer (the delimiter type); `candidate`: fixed_offset's offset (the table's `offset` column);
+    `classes`: :func:`probe.heads.probesets.token_classes` of the tokenizer (sentence_start, bracket; without them
+    those types have no targets).
     """
     if head_type not in REGISTRY:
         raise ProbeError(f"unknown head type {head_type!r}: choose from {', '.join(HEAD_TYPES)}")
@@ -278,7 +445,7 @@ def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimite
     ids = torch.as_tensor(token_ids).long()
     if ids.dim() != 1:
         raise ProbeError(f"target_pattern takes one sequence of token ids, got shape {tuple(ids.shape)}")
-    return batch_pattern(head_type, ids[None], causal, delimiter_ids, candidate)[0]  # [query key]
+    return batch_pattern(head_type, ids[None], causal, delimiter_ids, candidate, classes)[0]  # [query key]
 
 
 def target_slots(pattern: torch.Tensor) -> torch.Tensor:
@@ -296,3 +463,74 @@ def target_slots(pattern: torch.Tensor) -> torch.Tensor:
     rank = torch.arange(len(k)) - first[b * n_query + q]
     slots[b, q, rank] = k
     return slots
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Users' own head types
+# ---------------------------------------------------------------------------------------------------------------
+
+BUILT_IN: tuple[HeadType, ...] = HEAD_TYPES  # the types above; the ones users add come after them
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def register(spec: HeadTypeSpec) -> HeadTypeSpec:
+    """Add a head type, as transformers' ``AttentionInterface.register`` adds an attention function.
+
+    After ``probe.heads.register(HeadTypeSpec("my_type", ...))`` the type is scored and labelled like a built-in
+    one: ``label_model(loaded, LabelConfig(types=("my_type",)))``, ``probe label --types my_type`` (and by default,
+    with every type) in this process.
+
+    Parameters
+    ----------
+    spec
+        The type: a snake_case ``name`` not yet registered, a ``description``, ``targets`` (a function of a
+        :class:`TargetContext` returning ``{candidate: bool tensor [batch query key]}``, candidate None for a type
+        with one target pattern), the ``probe`` set it is scored on ("natural", "repeated", "spans", "sentences",
+        "brackets", or "generation" with a ``scorer``), the model
+        ``kinds`` it applies to, its ``statistic`` ("mass"; "accuracy" needs span probes) and the
+        ``loss_positions`` its ablation measures.
+
+    Returns
+    -------
+    HeadTypeSpec
+        `spec`, so ``register`` can decorate a module-level constant.
+
+    Raises
+    ------
+    ProbeError
+        One line naming what to fix: a duplicate or malformed name, or a field outside its allowed values.
+    """
+    if not isinstance(spec, HeadTypeSpec):
+        raise ProbeError(f"register takes a probe.heads.HeadTypeSpec, not {type(spec).__name__}")
+    if not isinstance(spec.name, str) or not _NAME.match(spec.name):
+        raise ProbeError(f"head type name {spec.name!r} must be snake_case (letters, digits, _; a letter first)")
+    if spec.name in REGISTRY:
+        raise ProbeError(f"head type {spec.name!r} is already registered; choose another name")
+    if not isinstance(spec.description, str) or not spec.description.strip():
+        raise ProbeError(f"head type {spec.name!r} needs a description (one line saying what it attends to)")
+    if not callable(spec.targets):
+        raise ProbeError(f"head type {spec.name!r}: targets must be a function of a TargetContext")
+    for field_name, allowed in (("probe", ProbeKind), ("statistic", Statistic), ("loss_positions", LossPositions)):
+        value = getattr(spec, field_name)
+        if value not in get_args(allowed):
+            raise ProbeError(f"head type {spec.name!r}: {field_name} {value!r} must be one of "
+                             f"{', '.join(get_args(allowed))}")
+    kinds = frozenset(spec.kinds) if isinstance(spec.kinds, (set, frozenset, tuple, list)) else frozenset()
+    if not kinds or not kinds <= ALL_KINDS:
+        raise ProbeError(f"head type {spec.name!r}: kinds must be a non-empty set of "
+                         f"{', '.join(sorted(str(kind) for kind in ALL_KINDS))}")
+    if spec.statistic == "accuracy" and spec.probe != "spans":
+        raise ProbeError(f"head type {spec.name!r}: the accuracy statistic needs span probes (probe='spans')")
+    if spec.candidate is not None and not isinstance(spec.candidate, str):
+        raise ProbeError(f"head type {spec.name!r}: candidate must be a column name or None")
+    REGISTRY[spec.name] = spec  # type: ignore[index]
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a type added with :func:`register` (built-in types stay)."""
+    if name in BUILT_IN:
+        raise ProbeError(f"{name!r} is a built-in head type and cannot be removed")
+    if name not in REGISTRY:
+        raise ProbeError(f"head type {name!r} is not registered")
+    del REGISTRY[name]  # type: ignore[arg-type]

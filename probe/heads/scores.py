@@ -15,6 +15,11 @@ Scores of one example (n real rows, V = rows that have at least one target, T(i)
   attending word and special tokens; correct when it is an antecedent word (Clark et al. 2019 restrict the argmax
   to candidate mentions in the same way).
 
+* output share (with ``output_projections``): per row Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, n_j = ‖f_h(x_j)‖ the norm
+  of what key j passes through the head (Kobayashi et al. 2020; :mod:`probe.engine.output_norms` computes n and the
+  denominator inside the engine), averaged like the valid-row score over rows with a target (rows whose output is
+  exactly zero are left out).
+
 The dense functions :func:`valid_row_score`, :func:`tl_mul_score` and :func:`word_attention` define the same
 numbers on a full α and are the references the tests compare the streamed values with. All are pure.
 """
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from probe.engine import DEFAULT_BLOCK_BYTES, AttentionBlock, capture
+from probe.engine.output_norms import OutputNorms, OutputProjections
 from probe.heads.probesets import SpanBatch
 from probe.heads.registry import target_slots
 
@@ -101,12 +107,16 @@ class TypeScores:
     score: torch.Tensor  # [example layer head] valid-row score; NaN for an example without a target
     tl_score: torch.Tensor  # [example layer head] TransformerLens "mul" score; NaN for span types
     correct: torch.Tensor | None = None  # [example layer head] 1.0 / 0.0: the argmax word is an antecedent
+    # [example layer head] mean over rows with a target of the targets' share of the output norm (module doc);
+    # None when not measured, NaN where the head's output projection is unknown
+    output_share: torch.Tensor | None = None
 
     @staticmethod
     def concat(parts: Sequence[TypeScores]) -> TypeScores:
         correct = None if parts[0].correct is None else torch.cat([p.correct for p in parts])
+        share = None if parts[0].output_share is None else torch.cat([p.output_share for p in parts])
         return TypeScores(parts[0].head_type, torch.cat([p.score for p in parts]),
-                          torch.cat([p.tl_score for p in parts]), correct)
+                          torch.cat([p.tl_score for p in parts]), correct, share)
 
 
 GATHER_MAX_SLOTS = 16  # more target slots per row than this (and than n/8): dense blocks instead of gathering
@@ -129,18 +139,22 @@ class ScoreSink:
         words: WordTargets | None = None,
         heads: Sequence[int] | None = None,  # None: every head
         device: torch.device | str = "cpu",
+        output_projections: OutputProjections | None = None,  # given: also the output share of every type
     ) -> None:
         self.n_layers, self.n_heads = n_layers, n_heads
+        self.output_projections = output_projections
         self.heads = None if heads is None else tuple(heads)
         self.lengths = lengths.cpu()
         self.slots: dict[str, torch.Tensor] = {}
         self.n_valid: dict[str, torch.Tensor] = {}
+        self.valid_rows: dict[str, torch.Tensor] = {}
         for head_type, pattern in patterns.items():
             n = pattern.shape[-1]
             real = torch.arange(n)[None, :] < self.lengths[:, None]  # [batch seq]
             pattern = pattern & real[:, :, None] & real[:, None, :]  # [batch query key], a new tensor
             self.slots[head_type] = target_slots(pattern).to(device)  # [batch query slot]
             self.n_valid[head_type] = pattern.any(-1).sum(-1)  # [batch]
+            self.valid_rows[head_type] = pattern.any(-1).to(device)  # [batch query]
         # Without word-level accuracy every score needs α only at the target keys: one slot tensor for all types,
         # gathered by the engine (GatherSink) — no dense block is built at all. When the types together have many
         # targets per row (fixed_offset's candidates, delimiters) gathering that many key vectors costs more than the
@@ -155,6 +169,14 @@ class ScoreSink:
         self.dense = words is not None or self.all_slots.shape[-1] > max(GATHER_MAX_SLOTS, n_keys // 8)
         batch = len(self.lengths)
         self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}  # [batch layer head]
+        # Output share: per type the sum over valid rows of Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, and the layer's norms
+        self.share = None
+        if output_projections is not None:
+            self.share = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
+            # rows counted per type: valid rows whose output norm is not 0 (a head with f_h ≡ 0 has no share)
+            self.share_rows = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
+            self.share_known = torch.zeros(n_layers, dtype=torch.bool)  # layers whose projection was found
+        self._norms: OutputNorms | None = None
         self.words = words
         self.query_rows = None
         if words is not None:
@@ -180,11 +202,36 @@ class ScoreSink:
             return None
         return (range(n_heads) if self.heads is None else self.heads), self.all_slots
 
+    def update_output_norms(self, layer: int, norms: OutputNorms | None) -> None:
+        """‖f_h(x_j)‖ and Σ_j α_ij ‖f_h(x_j)‖ of `layer` (None: its output projection is unknown, shares NaN)."""
+        self._norms = norms
+        if self.share is not None:
+            self.share_known[layer] = norms is not None
+
+    def _add_share(self, layer: int, heads: list[int], rows: slice, alpha: torch.Tensor) -> None:
+        """Add each type's per-row output share of query rows `rows` from α at the slots `[batch head row slot]`."""
+        norms = self._norms
+        if self.share is None or norms is None or norms.layer != layer:
+            return
+        index = self.all_slots[:, rows].clamp(min=0)  # [batch row slot]; α is 0 at the −1 slots
+        batch, n_rows, n_slots = index.shape
+        key_norms = norms.norms[:, heads]  # [batch head key]
+        at_slots = key_norms.gather(-1, index.reshape(batch, 1, -1).expand(-1, len(heads), -1))
+        weighted = alpha * at_slots.view(batch, len(heads), n_rows, n_slots)  # [batch head row slot]
+        total = norms.mixed[:, heads, rows]  # [batch head row]
+        for head_type, columns in self.columns.items():
+            part = weighted[..., columns].sum(-1)  # [batch head row]
+            counted = self.valid_rows[head_type][:, None, rows] & (total > 0)  # [batch head row]
+            ratio = torch.where(counted, part / total.clamp(min=1e-30), 0.0)  # [batch head row]
+            self.share[head_type][:, layer, heads] += ratio.sum(-1)
+            self.share_rows[head_type][:, layer, heads] += counted.sum(-1)
+
     def update_gathered(self, layer: int, heads: tuple[int, ...], alpha: torch.Tensor) -> None:
         """α at the target slots, `[batch head query slot]`: add each type's target mass per head."""
         heads = list(heads)
         for head_type, columns in self.columns.items():
             self.mass[head_type][:, layer, heads] += alpha[..., columns].sum((-2, -1))
+        self._add_share(layer, heads, slice(0, alpha.shape[2]), alpha)
 
     def update(self, block: AttentionBlock) -> None:
         if block.query_offset != 0:
@@ -201,6 +248,7 @@ class ScoreSink:
             per_slot = gathered.sum(-2)  # [batch head slot]
             for head_type, columns in self.columns.items():
                 self.mass[head_type][:, block.layer, heads] += per_slot[..., columns].sum(-1)
+            self._add_share(block.layer, heads, rows, gathered)
         if self.query_rows is not None:
             weight = self.words.query_weight[:, rows]  # [batch block]
             if bool((weight > 0).any()):
@@ -217,7 +265,12 @@ class ScoreSink:
             tl = mass / self.lengths.to(mass.dtype)[:, None, None]
             if correct is not None:  # span types: TransformerLens' score is not defined for them
                 tl = torch.full_like(tl, torch.nan)
-            out[head_type] = TypeScores(head_type, score, tl, correct)
+            share = None
+            if self.share is not None:
+                known = self.share_known[None, :, None]  # [1 layer 1]
+                rows = self.share_rows[head_type].cpu()  # [batch layer head]
+                share = torch.where((rows > 0) & known, self.share[head_type].cpu() / rows.clamp(min=1), torch.nan)
+            out[head_type] = TypeScores(head_type, score, tl, correct, share)
         return out
 
     def _accuracy(self) -> torch.Tensor:

@@ -85,6 +85,22 @@ def percentile_interval(means: torch.Tensor, confidence: float) -> tuple[torch.T
     return torch.nanquantile(means, tail, dim=0).float(), torch.nanquantile(means, 1 - tail, dim=0).float()
 
 
+MIN_CLUSTERS = 2  # a test needs examples from at least this many bootstrap clusters (one cluster: no spread at all)
+
+
+def clusters_present(
+    values: torch.Tensor,  # [example ...] NaN where an example has no value
+    cluster: torch.Tensor,  # [example] long: bootstrap cluster of each example
+) -> torch.Tensor:
+    """How many distinct clusters have at least one non-NaN value, per entry: `[...]` long."""
+    present = ~torch.isnan(values.reshape(values.shape[0], -1))  # [example entry]
+    _, index = torch.unique(cluster, return_inverse=True)
+    one_hot = torch.zeros(int(index.max()) + 1 if len(index) else 0, len(index), dtype=torch.float64)
+    one_hot[index, torch.arange(len(index))] = 1.0  # [cluster example]
+    counts = ((one_hot @ present.double()) > 0).sum(0)  # [entry]
+    return counts.reshape(values.shape[1:])
+
+
 def p_greater(estimate: torch.Tensor, se: torch.Tensor, null: float) -> torch.Tensor:
     """One-sided p-value of H0: effect ≤ `null`, z = (estimate − null) / se (normal). With se = 0 the estimate
     decides alone: p = 0 above the null, 1 at or below it."""

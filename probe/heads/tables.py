@@ -1,12 +1,14 @@
 """Label-table files: one schema and one reader/writer, shared by `probe label` and the dashboard.
 
 A label table has one row per (model, seq_len, layer, head, head_type); :data:`COLUMNS` lists its columns in order
-(README, section "Labelling heads", explains each). Files are parquet, csv or json (a list of records), chosen by
+(docs/labels.md, "Labelling heads", explains each). Files are parquet, csv or json (a list of records), chosen by
 the extension. Tables written before a column existed read back with that column empty (NaN), so older files stay
 usable; a file that lacks the identifying columns is not a label table and is refused.
 """
 
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 
@@ -18,12 +20,48 @@ COLUMNS = [
     "label", "stable", "n_examples", "n_clusters", "seed",
     "accuracy", "accuracy_ci_low", "accuracy_ci_high", "baseline", "baseline_accuracy", "accuracy_by_source",
     "ablation_effect", "ablation_z",
+    "output_share", "output_share_low", "output_share_high", "role",
+    "group_effect", "group_z", "group_size", "group_heads",
 ]
+"""The label table's columns, in file order; one row per (model, seq_len, layer, head, head_type).
+
+| column | dtype | meaning |
+|---|---|---|
+| `model` | str | the model as asked for: hub id, directory or `zoo:NAME` |
+| `revision` | str | hub commit hash, or `sha256:…` of a local model's weight files |
+| `layer`, `head` | int | 0-based |
+| `head_name` | str | `L{layer}H{head}` |
+| `head_type` | str | a registered head type |
+| `probe_set` | str | `natural`, `repeated`, `brackets`, `random-brackets`, `random-sentences`, `gap`, `templates`, `causality` or `file` |
+| `seq_len` | float | probe length in tokens; NaN for span types |
+| `score` | float | mean attention mass on the targets over the rows that have one |
+| `ci_low`, `ci_high` | float | clustered bootstrap interval of `score` |
+| `chance` | float | a uniform head's score on the same probes |
+| `effect` | float | score − chance; accuracy types: accuracy gain over the best baseline |
+| `p_value`, `q_value` | float | one-sided test of effect > min_effect, Benjamini–Hochberg q-value |
+| `tl_score` | float | TransformerLens' "mul" score; NaN for span types |
+| `offset` | float | the head's chosen candidate (fixed_offset: offset d); NaN otherwise |
+| `label` | bool | q_value ≤ fdr |
+| `stable` | bool | the label is the same at every probe length of the run |
+| `n_examples`, `n_clusters` | int | examples with a target, bootstrap clusters |
+| `seed` | int | probe, bootstrap and control seed |
+| `accuracy`, `accuracy_ci_low`, `accuracy_ci_high` | float | accuracy types: accuracy and its interval; else NaN |
+| `baseline`, `baseline_accuracy` | str, float | the best baseline (nearest / first / agreement) and its accuracy |
+| `accuracy_by_source` | str | accuracy per group of examples |
+| `ablation_effect`, `ablation_z` | float | loss change when the head is zeroed, and its z against same-layer controls (whole-model controls when the layer has too few unlabelled heads); NaN for heads not ablated |
+| `output_share`, `output_share_low`, `output_share_high` | float | mean over the rows with a target of Σ_{j∈T(i)} ‖α_ij f_h(x_j)‖ / Σ_j ‖α_ij f_h(x_j)‖, f_h(x) = (x W_V^h + b_V^h) W_O^h (Kobayashi et al. 2020), averaged like `score`, and its bootstrap interval; NaN where the output projection is not found |
+| `role` | str | labelled heads: `sink` when `output_share` < 0.1, else `function`; empty otherwise |
+| `group_effect`, `group_z` | float | loss change when the type's labelled heads of the layer are zeroed together, and its z against random groups of the same size (same layers where possible); NaN where fewer than two heads are labelled |
+| `group_size`, `group_heads` | int, str | the group's size and its heads (`L1H0 L1H1 …`) |
+
+Tables written before a column existed read back with it NaN (:func:`load_table`).
+"""
 # Without these a file is not a label table (older tables have them all).
 REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "score", "chance", "label"]
 
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
-_TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str}
+_TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str,
+                 "role": str, "group_heads": str}
 
 
 def _suffix(path) -> str:
@@ -31,7 +69,21 @@ def _suffix(path) -> str:
 
 
 def save_table(table: pd.DataFrame, path) -> None:
-    """Write a label table by the path's extension: .parquet, .csv or .json (a list of records)."""
+    """Write a label table by the path's extension: .parquet, .csv or .json (a list of records).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A label table (columns :data:`COLUMNS`).
+    path : str or os.PathLike
+        Where to write; the extension chooses the format. The write is not atomic (``probe label --out``
+        replaces its file atomically).
+
+    Raises
+    ------
+    ProbeError
+        The extension is not .parquet, .csv or .json.
+    """
     suffix = _suffix(path)
     if suffix == "parquet":
         table.to_parquet(path, index=False)
@@ -65,11 +117,31 @@ def is_label_table(table: pd.DataFrame) -> bool:
 
 
 def load_table(path) -> pd.DataFrame:
-    """Read a label table written by :func:`save_table` (columns in :data:`COLUMNS` order, missing newer columns
-    as NaN); one-line ProbeError when the file is not a label table — also when it has a header but no rows."""
+    """Read a label table written by :func:`save_table` (or ``probe label --out``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A .parquet, .csv or .json (records) file.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns in :data:`COLUMNS` order; columns newer than the file are NaN.
+
+    Raises
+    ------
+    ProbeError
+        One line: the file cannot be read, has another extension, or is not a label table (it lacks an
+        identifying column — also when it has a header but no rows).
+    """
     table = read_table_file(path)
     if not is_label_table(table):
         missing = [column for column in REQUIRED if column not in table.columns]
         raise ProbeError(f"{path} is not a probe label table (no {', '.join(missing[:3])} column); "
                          "pass another --out or --force to overwrite it")
-    return table.reindex(columns=COLUMNS)
+    table = table.reindex(columns=COLUMNS)
+    for column in _TEXT_COLUMNS:  # a text column without any value reads back as None from parquet: NaN, as written
+        if table[column].dtype == object:
+            table[column] = table[column].where(table[column].notna(), math.nan)
+    return table

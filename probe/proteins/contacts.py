@@ -26,7 +26,7 @@ block is found from the tokenizer's special tokens); only checkpoints with a con
 
 Public API (what the CLI, notebook and dashboard call)::
 
-    predict_contacts(loaded, sequence, true_map=None, per_head=None, features=None) -> ContactResult
+    predict_contacts(loaded, sequence, true_map=None, per_head=None, features=None, regression=None) -> ContactResult
     predict_contacts_batch(loaded, sequences, true_maps=None, per_head=None, features=None) -> list[ContactResult]
     predict_contacts_windowed(loaded, sequence, window, stride=None, true_map=None) -> ContactResult  # ESM only
     head_attention_map(loaded, sequence, layer, head) -> np.ndarray [L L]   # APC(sym(α)) of one head
@@ -45,13 +45,19 @@ A range without a known pair gives NaN. Ties at the cut are broken arbitrarily. 
 Per-head table columns (one row per layer × head): ``layer, head, name`` ("L3H7"), ``weight`` (the regression
 weight w_c; NaN without a regression), ``logit_share`` (Σ over pairs |i−j| ≥ 6 of |w_c·APC(sym(α_c))|, divided by
 the same sum over all heads: the share of the non-bias logit this head supplies; NaN without a regression), the
-nine precision columns of its APC(sym(α_c)) map; then the per-sequence measure that earlier versions called
-``provis_share``: ``far_contact_share`` (of the weights α_c(i, j) ≥ θ on *known* pairs |i−j| ≥ 6, both directions,
-the fraction on contacts; NaN when there is none — local and unknown pairs are left out, so it is not Vig et al.'s
-share), ``far_high_count`` (how many such weights) and ``far_background`` (the contact rate among those pairs);
-then Vig et al.'s counts, shares and backgrounds of :mod:`probe.proteins.features` for this one sequence (``n_high``,
-``n_contact``, ``n_binding``, ``n_helix``, ``n_strand``, ``n_coil``, ``{f}_share`` with the minimum count applied,
-``{f}_background``).
+nine precision columns of its APC(sym(α_c)) map; per range the base-rate comparison of
+:mod:`probe.proteins.significance` (``hits_L_{r}``, ``top_L_{r}``, ``n_known_{r}``, ``n_true_{r}``, ``base_rate_{r}``,
+``enrichment_L_{r}``, ``p_value_L_{r}``, ``q_value_L_{r}``: BH over the heads of this sequence); then the
+per-sequence measure that earlier versions called ``provis_share``: ``far_contact_share`` (of the weights
+α_c(i, j) ≥ θ on *known* pairs |i−j| ≥ 6, both directions, the fraction on contacts; NaN when there is none — local
+and unknown pairs are left out, so it is not Vig et al.'s share), ``far_high_count`` (how many such weights) and
+``far_background`` (the contact rate among those pairs); then Vig et al.'s sums, shares and backgrounds of
+:mod:`probe.proteins.features` for this one sequence (``w_high``, ``w_{f}``, ``{f}_share``: attention-weighted,
+NaN where Σ α < min_total; ``n_high``, ``n_{f}``, ``{f}_count_share``: counts; ``{f}_background``; NaN where the
+property is unknown).
+
+A fitted regression (:mod:`probe.proteins.regression`, ``regression=(weight, bias)``) replaces or supplies the
+checkpoint's: any protein model then gets predicted contacts.
 """
 
 from __future__ import annotations
@@ -68,7 +74,8 @@ from probe.errors import ProbeError
 from probe.models import LoadedModel
 from probe.naming import head_name
 from probe.proteins import features as vig
-from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
+from probe.proteins import significance
+from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 
 RANGES: dict[str, tuple[int, int | None]] = {"short": (6, 11), "medium": (12, 23), "long": (24, None)}
 FRACTIONS: dict[str, int] = {"L": 1, "L2": 2, "L5": 5}  # P@L, P@L/2, P@L/5
@@ -113,6 +120,19 @@ class _RangePairs:
             if high is not None:
                 chosen &= separation <= high
             self.pairs[name] = ((i[chosen] * length + j[chosen]), (truth[chosen] == 1).float())
+
+    def top_hits(self, scores: torch.Tensor) -> dict[str, tuple[int, int, int, int]]:  # scores [L L]
+        """{range: (hits among the top k = min(L, known), k, known pairs, contacts)}: the counts behind P@L and its
+        base rate (probe.proteins.significance)."""
+        flat = scores.reshape(-1).float()
+        result = {}
+        for name, (index, is_contact) in self.pairs.items():
+            values = flat[index]
+            values = torch.where(torch.isfinite(values), values, torch.full_like(values, -torch.inf))
+            k = min(max(1, self.length), values.numel())
+            hits = int(is_contact[torch.topk(values, k).indices].sum()) if k else 0
+            result[name] = (hits, k, int(values.numel()), int(is_contact.sum()))
+        return result
 
     def precision(self, scores: torch.Tensor) -> dict[str, float]:  # scores [L L]
         flat = scores.reshape(-1).float()
@@ -334,9 +354,9 @@ class ContactSink:
         """[L L] contact probabilities of sequence b."""
         return torch.sigmoid(self.logits(b))
 
-    def head_table(self, b: int = 0, min_count: int = MIN_COUNT) -> pd.DataFrame:
+    def head_table(self, b: int = 0, min_count: int = MIN_COUNT, *, min_total: float = MIN_TOTAL) -> pd.DataFrame:
         """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module docstring);
-        Vig et al.'s shares need at least `min_count` weights ≥ θ."""
+        Vig et al.'s shares need Σ α > θ of at least `min_total`, the count shares `min_count` weights ≥ θ."""
         state = self.sequences[b]
         if not self.per_head:
             raise ProbeError("per-head statistics were not collected: build the ContactSink with per_head=True")
@@ -344,10 +364,10 @@ class ContactSink:
         table = pd.DataFrame(state.rows)
         table.insert(4, "logit_share", [state.abs_logit[(row["layer"], row["head"])] / total
                                         if total > 0 and self.regression else float("nan") for row in state.rows])
-        table = vig.shares(table, min_count)
+        table = vig.shares(table, min_total=min_total, min_count=min_count)
         for name, value in vig.backgrounds(self.background_counts(b)).items():
             table[name] = value
-        return table.sort_values(["layer", "head"], ignore_index=True)
+        return significance.with_q_values(table).sort_values(["layer", "head"], ignore_index=True)
 
     def background_counts(self, b: int = 0) -> dict[str, float]:
         """Counts behind Vig et al.'s background rates for sequence b (see :func:`probe.proteins.features.background_counts`)."""
@@ -378,6 +398,8 @@ class ContactSink:
             row = {"layer": layer, "head": head, "name": head_name(layer, head), "weight": weight}
             if pairs is not None:
                 row.update(pairs.precision(corrected))
+                for name, top in pairs.top_hits(corrected).items():
+                    row.update(significance.head_row(*top, name=name))
                 strong = alpha >= self.min_attention  # [L L]
                 high, on_contact = (strong & far_pairs).sum(), (strong & far_contacts).sum()
                 row["far_contact_share"] = float(on_contact / high) if int(high) else float("nan")
@@ -385,11 +407,14 @@ class ContactSink:
                 row["far_background"] = background
             else:
                 row.update(dict.fromkeys(precision_columns(), float("nan")))
+                for name in RANGES:
+                    row.update(dict.fromkeys(significance.range_columns(name), float("nan")))
                 row.update(far_contact_share=float("nan"), far_high_count=0, far_background=float("nan"))
-            row["n_high"] = float(counts["n_high"][index])
-            for name in vig.FEATURES:
-                key = f"n_{name}"
-                row[key] = float(counts[key][index]) if key in counts else float("nan")
+            for prefix in ("w", "n"):
+                row[f"{prefix}_high"] = float(counts[f"{prefix}_high"][index])
+                for name in vig.FEATURES:
+                    key = f"{prefix}_{name}"
+                    row[key] = float(counts[key][index]) if key in counts else float("nan")
             state.rows.append(row)
 
 
@@ -410,7 +435,49 @@ def _with_contacts(features: ResidueFeatures | None, true_map: torch.Tensor | No
 
 @dataclass(frozen=True, eq=False)
 class ContactResult:
-    """Contacts of one sequence, and (when a true map was given) how good they are."""
+    """Contacts of one sequence, and (when a true map was given) how good they are (frozen).
+
+    Attributes
+    ----------
+    sequence : str
+        The cleaned sequence, L residues.
+    contacts : numpy.ndarray or None, shape=(L, L), float32
+        Contact probabilities from the checkpoint's contact regression (NaN: pairs no window covered, windowed
+        mode); None for a model without a contact head.
+    true_contacts : numpy.ndarray or None, shape=(L, L), int8
+        The true map given: 1 contact, 0 not, −1 unknown.
+    precision : dict of str to float, or None
+        Precision of `contacts` against the true map, keys :func:`precision_columns`
+        (``p_at_{L|L2|L5}_{short|medium|long}``; NaN for a range without a known pair).
+    heads : pandas.DataFrame or None
+        The per-head table (per-head mode), one row per layer × head, with these columns:
+
+        | column | dtype | meaning |
+        |---|---|---|
+        | `layer`, `head` | int | 0-based |
+        | `name` | str | `L{layer}H{head}` |
+        | `weight` | float | the head's contact-regression weight w_c; NaN without a regression |
+        | `logit_share` | float | the head's share of the non-bias logit, Σ of abs(w_c·APC(sym(α_c))) over pairs at least 6 apart, over the same sum for all heads; NaN without a regression |
+        | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the head's APC(sym(α)) map (:func:`precision_columns`) |
+        | `far_contact_share` | float | of the weights α ≥ θ on known pairs at least 6 apart, the fraction on contacts; NaN when there is none |
+        | `far_high_count` | int | how many such weights |
+        | `far_background` | float | the contact rate among those pairs |
+        | `{hits_L,top_L,n_known,n_true}_{short,medium,long}` | int | the head's top-L pairs that are contacts, the top-L pairs with a known state, the known pairs and the contacts of the range |
+        | `base_rate_{short,medium,long}` | float | n_true / n_known: the contact rate of the pairs considered |
+        | `enrichment_L_{short,medium,long}` | float | P@L / base rate |
+        | `p_value_L_{short,medium,long}`, `q_value_L_{short,medium,long}` | float | hypergeometric p-value of the top-L hits against the base rate; Benjamini–Hochberg over the heads |
+        | `w_high` | float | Vig et al.'s Σα over the weights α > θ (provis b23402d) |
+        | `w_{contact,binding,helix,strand,coil}` | float | Σα·f over those weights (NaN: property unknown) |
+        | `{contact,binding,helix,strand,coil}_share` | float | w_f / w_high, attention-weighted; NaN where w_high < min_total or unknown |
+        | `n_high` | float | the count variant: weights α ≥ θ (provis 946e9b4) |
+        | `n_{contact,binding,helix,strand,coil}` | float | of those, on the property (NaN: property unknown) |
+        | `{contact,binding,helix,strand,coil}_count_share` | float | n_f / n_high; NaN where n_high < min_count or unknown |
+        | `{contact,binding,helix,strand,coil}_background` | float | the property's rate in this sequence; NaN where unknown |
+
+    background : dict of str to float, or None
+        Per-head mode: the counts behind the background rates (``n_pairs``, ``n_residues``, ``n_contact_pairs``,
+        ``n_{binding|helix|strand|coil}_residues``; NaN where unknown).
+    """
 
     sequence: str
     contacts: np.ndarray | None  # [L L] float32 probabilities (NaN: pairs no window covered); None: no contact head
@@ -447,9 +514,14 @@ def predict_contacts_batch(
     features: Sequence[ResidueFeatures | None] | None = None,  # binding sites, secondary structure per sequence
     min_attention: float = MIN_ATTENTION,
     min_count: int = MIN_COUNT,
+    regression: tuple[torch.Tensor, float] | None = None,
+    *,
+    min_total: float = MIN_TOTAL,
 ) -> list[ContactResult]:
     """Contacts of several sequences in one padded forward pass, each cropped to its own length; with per_head, the
-    per-head table of each. Models without a contact regression get `contacts=None` and per-head statistics."""
+    per-head table of each. `regression` (weight [layer head], bias), e.g. a fitted
+    :class:`probe.proteins.regression.ContactRegression`, replaces the checkpoint's own; models without either get
+    `contacts=None` and per-head statistics."""
     from probe.models import encode_proteins
 
     _require_protein(loaded)
@@ -458,24 +530,30 @@ def predict_contacts_batch(
     cleaned, inputs = encode_proteins(loaded, list(sequences))
     true_maps = list(true_maps) if true_maps is not None else [None] * len(cleaned)
     features = list(features) if features is not None else [None] * len(cleaned)
+    predicts = regression is not None or loaded.has_contact_head
     if per_head is None:
-        per_head = any(true_map is not None for true_map in true_maps) or not loaded.has_contact_head
-    if loaded.has_contact_head:
+        per_head = any(true_map is not None for true_map in true_maps) or not predicts
+    if regression is not None:
+        weight, bias = torch.as_tensor(regression[0], dtype=torch.float32), float(regression[1])  # [layer head]
+        if tuple(weight.shape) != (loaded.n_layers, loaded.n_heads):
+            raise ProbeError(f"the contact regression has {tuple(weight.shape)} layers × heads but {loaded.name} has "
+                             f"({loaded.n_layers}, {loaded.n_heads}): fit one for this model (--fit)")
+    elif loaded.has_contact_head:
         weight, bias = contact_regression(loaded.model)
     else:
         weight, bias = torch.zeros(loaded.n_layers, loaded.n_heads), 0.0  # [layer head]
     offset = loaded.residue_offset
     sink = ContactSink(weight, bias, inputs["input_ids"], inputs["attention_mask"], _eos_id(loaded), true_maps,
                        per_head, starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
-                       features=features, min_attention=min_attention, regression=loaded.has_contact_head)
+                       features=features, min_attention=min_attention, regression=predicts)
     with capture(loaded.model, sink), torch.inference_mode():
         loaded.model(**inputs)
     results = []
     for b, sequence in enumerate(cleaned):
-        contacts = sink.contacts(b).float().cpu().numpy() if loaded.has_contact_head else None  # [L L]
+        contacts = sink.contacts(b).float().cpu().numpy() if predicts else None  # [L L]
         true_map = None if true_maps[b] is None else np.asarray(true_maps[b], dtype=np.int8)
         precision = None if true_map is None or contacts is None else precision_by_range(contacts, true_map)
-        heads = sink.head_table(b, min_count) if per_head else None
+        heads = sink.head_table(b, min_count, min_total=min_total) if per_head else None
         background = sink.background_counts(b) if per_head else None
         results.append(ContactResult(sequence, contacts, true_map, precision, heads, background))
     return results
@@ -489,10 +567,63 @@ def predict_contacts(
     features: ResidueFeatures | None = None,  # binding sites, secondary structure (aligned to the sequence)
     min_attention: float = MIN_ATTENTION,
     min_count: int = MIN_COUNT,
+    regression: tuple[torch.Tensor, float] | None = None,
+    *,
+    min_total: float = MIN_TOTAL,
 ) -> ContactResult:
-    """Contacts of one protein sequence with the checkpoint's own contact head (None without one); per-head table
-    with a true map (always without a contact head)."""
-    return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention, min_count)[0]
+    """Contacts of one protein sequence from the checkpoint's own contact head, and a per-head analysis.
+
+    One forward pass on the capture engine: the contact logits are accumulated head by head (equal to HF
+    ``EsmForMaskedLM.predict_contacts`` with eager attention within 1e-5), and with `per_head` every head's
+    APC-corrected attention is scored against the true map, one layer at a time.
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        A protein model (``loaded.kind == "protein_mlm"``: ESM, ProtBert-style, ProtT5 encoder).
+    sequence : str
+        One-letter amino acids (L residues; checked, non-amino-acid letters are an error naming their positions).
+    true_map : numpy.ndarray, optional, shape=(L, L), int8
+        True contacts: 1 contact, 0 not, −1 unknown, aligned to `sequence`
+        (:func:`probe.proteins.structure.contact_map` with ``sequence=``).
+    per_head : bool, optional
+        Compute the per-head table. None: when `true_map` is given, and always for a model without a contact head.
+    features : probe.proteins.features.ResidueFeatures, optional
+        Binding sites and secondary structure aligned to `sequence`, for Vig et al.'s shares.
+    min_attention : float, default 0.3
+        θ of Vig et al.'s shares: weights above it are summed (``{f}_share``), weights at least this high are
+        counted (``{f}_count_share`` and the ``far_*`` measure).
+    min_count : int, default 100
+        Heads with fewer weights ≥ θ get NaN count shares.
+    regression : tuple of (torch.Tensor, float), optional
+        A contact regression (weights shape=(layer * head,), bias) to use instead of the checkpoint's contact head,
+        e.g. one fitted by ``probe contacts --fit`` (:mod:`probe.proteins.regression`).
+    min_total : float, default 100
+        Heads whose Σα over the weights > θ is below this get NaN attention-weighted shares (provis' ``min_total``).
+
+    Returns
+    -------
+    ContactResult
+        ``contacts`` shape (L, L) float32 probabilities (None without a contact head), ``precision`` and the
+        per-head table ``heads`` when asked for.
+
+    Raises
+    ------
+    ProbeError
+        The model is not a protein model; the sequence holds letters that are not amino acids, or is longer than
+        the model takes (use :func:`predict_contacts_windowed`).
+
+    Examples
+    --------
+    >>> loaded = probe.models.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> structure = read_structure("tests/data/pdb1ubi.pdb", chain="A")
+    >>> true_map = contact_map(structure, sequence=structure.sequence)  # [L L] int8
+    >>> result = predict_contacts(loaded, structure.sequence, true_map=true_map)
+    >>> result.contacts.shape, result.heads.shape  # 76 residues; 2 layers x 4 heads, 33 columns
+    ((76, 76), (8, 33))
+    """
+    return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention, min_count,
+                                  regression, min_total=min_total)[0]
 
 
 def predict_contacts_windowed(

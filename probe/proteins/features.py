@@ -1,14 +1,26 @@
 """Vig et al.'s feature shares: how much of a head's high attention lands on a structural property.
 
-Reproduced from "BERTology Meets Biology" (Vig et al. 2020) as its code computes it (salesforce/provis,
-``protein_attention/attention_analysis/compute_edge_features.py``, ``report_edge_features.py``, ``features.py``,
-``background.py``). For every head, over every sequence of a set and every residue pair (i attends to j; rows and
-columns of special tokens dropped, the attention *not* renormalised afterwards)::
+"BERTology Meets Biology" (Vig et al.) exists in two versions of its code, salesforce/provis
+``protein_attention/attention_analysis/compute_edge_features.py`` (with ``report_edge_features.py``, ``features.py``,
+``background.py``), and they define the share differently. Both are computed; they have different names.
 
-    n_high    = #{(i, j) : α(i, j) ≥ θ}                                  θ = 0.3 (--min-attention)
-    n_f       = #{(i, j) : α(i, j) ≥ θ and the pair / the attended residue j has property f}
-    share_f   = Σ_sequences n_f / Σ_sequences n_high                     pooled over the set, not a mean of shares
-    left out (NaN) where Σ n_high < 100                                  (--min-count; report_edge_features' min_total)
+``{f}_share`` — attention-weighted (provis commit b23402d, the first paper version; ``attns = (attn > min_attn) *
+attn``, then sums of α)::
+
+    w_high    = Σ α(i, j)            over pairs with α(i, j) > θ (strict)      θ = 0.3 (--min-attention)
+    w_f       = Σ α(i, j) · f(i, j)  over the same pairs
+    share_f   = Σ_sequences w_f / Σ_sequences w_high                        pooled over the set, not a mean of shares
+    NaN where Σ w_high < 100                                                (--min-total; report_edge_features'
+                                                                             ``min_total``, applied to Σ α)
+
+``{f}_count_share`` — counts (provis HEAD, commit 946e9b4, the paper's second version; ``mask = attns >= min_attn``,
+then sums of the mask)::
+
+    n_high = #{(i, j) : α(i, j) ≥ θ},  n_f = #{... and f(i, j)},  count_share_f = Σ n_f / Σ n_high
+    NaN where Σ n_high < 100                                                (--min-count)
+
+In both, rows and columns of special tokens ([CLS]/[SEP], BOS/EOS) are dropped and α is not renormalised, every
+residue pair (i attends to j) of every sequence is visited, and a pair without the property stays in the denominator.
 
 Properties f:
 
@@ -16,19 +28,24 @@ Properties f:
   pairs closer than 6 in sequence and pairs without coordinates are -1 there, so they stay in the denominator and
   never in the numerator;
 * ``binding``: the attended residue j is a binding site (provis' ``BindingSiteFeature``: attention *to* the site);
-* ``helix``, ``strand``, ``coil``: the secondary structure of the attended residue j (``SecStructFeature``, "to").
+* ``helix``, ``strand``, ``coil``: the 3-class secondary structure of the attended residue j (``SecStructFeature``,
+  "to"; DSSP, see :mod:`probe.proteins.structure`).
 
 Background (provis' ``background.py``: the property's rate in the data, what a head attending at random gets)::
 
     contact: Σ contact pairs with |i − j| ≥ 6 / Σ L²      binding, helix, ...: Σ residues with the property / Σ L
 
-Where we differ: provis takes binding sites from PDB SITE records and secondary structure from DSSP (TAPE's
-NetSurfP data, 4 classes); we derive both from the structure file itself (ligand HETATMs within a stated distance,
-P-SEA via biotite), see :mod:`probe.proteins.structure`.
+Unknown is NaN, never 0: a sequence without data for a property (a structure without any ligand has no binding-site
+annotation, a chain without a secondary-structure assignment has no helix/strand/coil) gets NaN counts, shares and
+background for it, and is left out of the pooled sums for that property.
 
-Column names (per-head tables): ``n_high``, ``n_{f}`` (float; NaN where the property is unknown for that
-sequence), ``{f}_share``, ``{f}_background``. Per-sequence background counts: ``n_pairs`` (L²), ``n_residues`` (L),
-``n_contact_pairs`` and ``n_{f}_residues``.
+Where we differ: provis takes binding sites from PDB SITE records and secondary structure from TAPE's NetSurfP data;
+we derive both from the structure file itself (ligand HETATMs within a stated distance; DSSP), see
+:mod:`probe.proteins.structure`.
+
+Column names (per-head tables): ``w_high``, ``w_{f}``, ``{f}_share`` (weighted); ``n_high``, ``n_{f}``,
+``{f}_count_share`` (counts); ``{f}_background``. Per-sequence background counts: ``n_pairs`` (L²), ``n_residues``
+(L), ``n_contact_pairs`` and ``n_{f}_residues``.
 """
 
 from __future__ import annotations
@@ -40,13 +57,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-MIN_ATTENTION = 0.3  # θ: attention weights at least this high are counted (provis: --min-attn .3)
-MIN_COUNT = 100  # heads with fewer high weights over the set are left out (provis: min_total = 100)
+MIN_ATTENTION = 0.3  # θ (provis: --min-attn .3): weights > θ are summed (shares), weights ≥ θ counted (count shares)
+MIN_TOTAL = 100.0  # heads whose Σ α over weights > θ is below this get no share (report_edge_features' min_total)
+MIN_COUNT = 100  # heads with fewer weights ≥ θ get no count share (the same min_total, applied to counts)
 MIN_SEPARATION = 6  # contacts closer in sequence are not counted as contacts (TAPE's ProteinNet maps)
 PAIR_FEATURES = ("contact",)
 RESIDUE_FEATURES = ("binding", "helix", "strand", "coil")
 FEATURES = PAIR_FEATURES + RESIDUE_FEATURES
-SECONDARY_CODES = {"helix": "a", "strand": "b", "coil": "c"}  # P-SEA codes (biotite annotate_sse)
+SECONDARY_CODES = {"helix": "a", "strand": "b", "coil": "c"}  # 3-class codes of probe.proteins.structure
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,13 +76,13 @@ class ResidueFeatures:
     secondary: np.ndarray | None = None  # [L] str: "a" helix, "b" strand, "c" coil, "" unknown
 
     def available(self) -> tuple[str, ...]:
-        """The properties this sequence has data for."""
+        """The properties this sequence has data for (an annotation without a single known position has none)."""
         names = []
         if self.contacts is not None:
             names.append("contact")
-        if self.binding is not None:
+        if self.binding is not None and (np.asarray(self.binding) >= 0).any():
             names.append("binding")
-        if self.secondary is not None:
+        if self.secondary is not None and (np.asarray(self.secondary).astype(str) != "").any():
             names += ["helix", "strand", "coil"]
         return tuple(names)
 
@@ -72,14 +90,15 @@ class ResidueFeatures:
 def feature_masks(features: ResidueFeatures, length: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Property masks: "contact" [L L] over (query, key) pairs, the residue properties [L] over attended keys."""
     masks: dict[str, torch.Tensor] = {}
+    available = features.available()
     if features.contacts is not None:
         contacts = torch.as_tensor(np.asarray(features.contacts) == 1, device=device)  # [L L]
         position = torch.arange(length, device=device)
         far = (position[:, None] - position[None, :]).abs() >= MIN_SEPARATION  # [L L]
         masks["contact"] = contacts & far
-    if features.binding is not None:
+    if "binding" in available:
         masks["binding"] = torch.as_tensor(np.asarray(features.binding) == 1, device=device)  # [L]
-    if features.secondary is not None:
+    if "helix" in available:
         secondary = np.asarray(features.secondary).astype(str)
         for name, code in SECONDARY_CODES.items():
             masks[name] = torch.as_tensor(secondary == code, device=device)  # [L]
@@ -92,15 +111,35 @@ def feature_masks(features: ResidueFeatures, length: int, device: torch.device |
 
 def feature_counts(alpha: torch.Tensor, masks: Mapping[str, torch.Tensor],
                    min_attention: float = MIN_ATTENTION) -> dict[str, torch.Tensor]:
-    """{"n_high": [head], "n_{f}": [head]} for α [head L L] over residues (query, key): counts of α ≥ θ overall and
-    on each property in `masks` (see :func:`feature_masks`)."""
-    high = alpha >= min_attention  # [head L L]
-    counts = {"n_high": high.sum((-1, -2))}
+    """Both variants' sums for one sequence.
+
+    Parameters
+    ----------
+    alpha : torch.Tensor
+        [head query key] float, α over the residues (special tokens' rows and columns dropped, not renormalised).
+    masks : Mapping[str, torch.Tensor]
+        :func:`feature_masks`: "contact" [query key] bool, residue properties [key] bool.
+    min_attention : float
+        θ.
+
+    Returns
+    -------
+    dict[str, torch.Tensor]
+        [head] float64 each: ``w_high`` (Σ α over α > θ), ``w_{f}`` (Σ α·f over α > θ), ``n_high`` (#α ≥ θ),
+        ``n_{f}`` (#α ≥ θ with f).
+    """
+    # compared in α's own dtype, as provis compares its float32 tensors with θ; summed in float64
+    weighted = torch.where(alpha > min_attention, alpha, torch.zeros_like(alpha)).double()  # [head query key] v1
+    high = (alpha >= min_attention).double()  # [head query key] provis HEAD
+    counts = {"w_high": weighted.sum((-1, -2)), "n_high": high.sum((-1, -2))}
     for name, mask in masks.items():
-        if mask.ndim == 2:  # a pair property [L L]
-            counts[f"n_{name}"] = (high & mask).sum((-1, -2))
-        else:  # a property of the attended residue [L]: sum over queries first, then over the keys that have it
-            counts[f"n_{name}"] = (high.sum(-2) * mask).sum(-1)
+        mask = mask.to(alpha.device, torch.float64)
+        if mask.ndim == 2:  # a pair property [query key]
+            counts[f"w_{name}"] = (weighted * mask).sum((-1, -2))
+            counts[f"n_{name}"] = (high * mask).sum((-1, -2))
+        else:  # a property of the attended residue [key]: sum over queries first, then over the keys that have it
+            counts[f"w_{name}"] = weighted.sum(-2) @ mask
+            counts[f"n_{name}"] = high.sum(-2) @ mask
     return counts
 
 
@@ -119,34 +158,45 @@ def _background_columns(name: str) -> tuple[str, str]:
     return ("n_contact_pairs", "n_pairs") if name == "contact" else (f"n_{name}_residues", "n_residues")
 
 
-def shares(counts: pd.DataFrame, min_count: int = MIN_COUNT) -> pd.DataFrame:
-    """`{f}_share` columns from the count columns of one sequence or of a pooled set (a copy; NaN where n_high is
-    below `min_count` or the property is unknown)."""
+def _share(numerator, denominator, enough):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(enough & pd.notna(numerator) & (denominator > 0), numerator / denominator, np.nan)
+
+
+def shares(counts: pd.DataFrame, *, min_total: float = MIN_TOTAL, min_count: int = MIN_COUNT) -> pd.DataFrame:
+    """`{f}_share` (weighted) and `{f}_count_share` columns from the sum columns of one sequence or of a pooled set (a
+    copy; NaN where w_high < `min_total`, n_high < `min_count`, or the property is unknown)."""
     table = counts.copy()
-    enough = table["n_high"] >= min_count
     for name in FEATURES:
-        column = f"n_{name}"
-        if column not in table:
-            table[column] = np.nan
-        with np.errstate(invalid="ignore", divide="ignore"):
-            table[f"{name}_share"] = np.where(enough & table[column].notna(), table[column] / table["n_high"], np.nan)
+        for column in (f"w_{name}", f"n_{name}"):
+            if column not in table:
+                table[column] = np.nan
+        table[f"{name}_share"] = _share(table[f"w_{name}"], table["w_high"], table["w_high"] >= min_total)
+        table[f"{name}_count_share"] = _share(table[f"n_{name}"], table["n_high"], table["n_high"] >= min_count)
     return table
 
 
-def pooled_shares(heads: pd.DataFrame, min_count: int = MIN_COUNT) -> pd.DataFrame:
+def pooled_shares(heads: pd.DataFrame, *, min_total: float = MIN_TOTAL, min_count: int = MIN_COUNT) -> pd.DataFrame:
     """Vig et al.'s pooled shares per head from a per-sequence table (one row per sequence × head with ``layer``,
-    ``head`` and the ``n_*`` counts): for each property, Σ n_f / Σ n_high over the sequences that have data for it;
-    NaN where that Σ n_high is below `min_count`. One row per (layer, head) with ``n_high`` (all sequences),
-    ``n_{f}`` and ``{f}_share``."""
+    ``head`` and the ``w_*`` / ``n_*`` sums).
+
+    For each property, Σ w_f / Σ w_high (and Σ n_f / Σ n_high) over the sequences that have data for it; NaN where
+    that Σ w_high is below `min_total` (Σ n_high below `min_count`). One row per (layer, head) with ``w_high`` and
+    ``n_high`` (all sequences), ``w_{f}``, ``n_{f}``, ``{f}_share`` and ``{f}_count_share``.
+    """
     rows = []
     for (layer, head), group in heads.groupby(["layer", "head"], sort=True):
-        row = {"layer": int(layer), "head": int(head), "n_high": float(group["n_high"].sum())}
+        row = {"layer": int(layer), "head": int(head), "w_high": float(group["w_high"].sum()),
+               "n_high": float(group["n_high"].sum())}
         for name in FEATURES:
-            column = f"n_{name}"
-            known = group[column].notna() if column in group else pd.Series(False, index=group.index)
-            high = float(group.loc[known, "n_high"].sum())
-            row[column] = float(group.loc[known, column].sum()) if known.any() else np.nan
-            row[f"{name}_share"] = row[column] / high if known.any() and high >= min_count and high > 0 else np.nan
+            for prefix, total_column, least, suffix in (("w", "w_high", min_total, "share"),
+                                                         ("n", "n_high", min_count, "count_share")):
+                column = f"{prefix}_{name}"
+                known = group[column].notna() if column in group else pd.Series(False, index=group.index)
+                total = float(group.loc[known, total_column].sum())
+                row[column] = float(group.loc[known, column].sum()) if known.any() else np.nan
+                row[f"{name}_{suffix}"] = (row[column] / total if known.any() and total >= least and total > 0
+                                           else np.nan)
         rows.append(row)
     return pd.DataFrame(rows)
 

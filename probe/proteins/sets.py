@@ -29,6 +29,7 @@ from probe.errors import ProbeError, first_line
 from probe.models import LoadedModel
 from probe.naming import head_name
 from probe.proteins import features as vig
+from probe.proteins import significance
 from probe.proteins.contacts import (
     FRACTIONS,
     RANGES,
@@ -38,7 +39,7 @@ from probe.proteins.contacts import (
     predict_contacts,
     predict_contacts_windowed,
 )
-from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, ResidueFeatures
+from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.structure import (
     BINDING_DISTANCE,
     CONTACT_THRESHOLD,
@@ -50,7 +51,7 @@ from probe.proteins.structure import (
 )
 
 STRUCTURE_SUFFIXES = (".pdb", ".ent", ".cif", ".mmcif")
-FORMAT_VERSION = 2  # of a unit's stored form: bump to make old journals recompute
+FORMAT_VERSION = 3  # of a unit's stored form: bump to make old journals recompute
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
@@ -66,6 +67,8 @@ class ContactOptions:
     min_attention: float = MIN_ATTENTION  # θ of Vig et al.'s counts
     binding_distance: float = BINDING_DISTANCE  # Å, residue to ligand heavy atom
     per_head: bool = True  # compute the per-head table
+    regression: str | None = None  # a fitted contact regression file (probe contacts --regression), or None
+    regression_hash: str | None = None  # its probe.runs.journal.file_hash (a changed file recomputes the units)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class UnitSpec:
     sequence: str | None = None  # None: the chain's own residues
     structure: str | None = None  # path of a PDB / mmCIF file
     chain: str | None = None
-    structure_hash: str | None = None  # probe.runs.journal.file_hash of the structure file
+    structure_hash: str | None = None  # probe.hashing.file_hash of the structure file
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,23 +98,24 @@ class UnitOutcome:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def structure_files(source: str | Path) -> list[Path]:
+def structure_files(source: str | Path, flag: str = "--structures") -> list[Path]:
     """The structure files of `source`: a directory (its *.pdb, *.ent, *.cif, *.mmcif files, sorted by name) or a
-    text file listing one path per line (relative to the list's folder; blank lines and '#' comments skipped)."""
+    text file listing one path per line (relative to the list's folder; blank lines and '#' comments skipped);
+    errors name `flag`."""
     path = Path(source).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in STRUCTURE_SUFFIXES)
         if not files:
-            raise ProbeError(f"{source} holds no structure files ({', '.join(STRUCTURE_SUFFIXES)})")
+            raise ProbeError(f"{flag} {source} holds no structure files ({', '.join(STRUCTURE_SUFFIXES)})")
         return files
     if not path.is_file():
-        raise ProbeError(f"--structures {source} does not exist: pass a folder of structures or a list file")
+        raise ProbeError(f"{flag} {source} does not exist: pass a folder of structures or a list file")
     if path.suffix.lower() in STRUCTURE_SUFFIXES:
         return [path]
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
-        raise ProbeError(f"--structures {source} is not a UTF-8 list of structure paths") from None
+        raise ProbeError(f"{flag} {source} is not a UTF-8 list of structure paths") from None
     files = []
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
@@ -131,7 +135,7 @@ def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
                     ) -> tuple[list[UnitSpec], list[tuple[str, str]]]:
     """(units, skipped): one unit per protein chain of every file (only `chains` where given); files that cannot be
     read, or hold none of the chains, are skipped as (file, reason)."""
-    from probe.runs.journal import file_hash
+    from probe.hashing import file_hash
 
     units, skipped = [], []
     wanted = set(chains) if chains else None
@@ -155,7 +159,7 @@ def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
 def record_units(records: Sequence[tuple[str, str]], structure: str | None = None,
                  chain: str | None = None) -> list[UnitSpec]:
     """One unit per (id, sequence) record, keyed "index:id" (ids may repeat); each aligned to `structure` if given."""
-    from probe.runs.journal import file_hash
+    from probe.hashing import file_hash
 
     digest = file_hash(structure) if structure else None
     return [UnitSpec(key=f"{index}:{name}", id=name, record=index, sequence=sequence, structure=structure,
@@ -163,8 +167,8 @@ def record_units(records: Sequence[tuple[str, str]], structure: str | None = Non
 
 
 def unit_identity(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> str:
-    """The identity of everything that determines a unit's result (probe.runs.journal.identity_hash)."""
-    from probe.runs.journal import identity_hash
+    """The identity of everything that determines a unit's result (probe.hashing.identity_hash)."""
+    from probe.hashing import identity_hash
 
     dtype = str(next(loaded.model.parameters()).dtype)
     return identity_hash({"format": FORMAT_VERSION, "model": loaded.name, "revision": loaded.revision,
@@ -191,9 +195,11 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
     features, true_map = None, None
     if structure is not None:
         true_map = contact_map(structure, options.threshold, sequence, cb=options.cb)  # [L L]
-        features = ResidueFeatures(contacts=true_map,
-                                   binding=binding_sites(structure, options.binding_distance, sequence),
-                                   secondary=secondary_structure(structure, sequence))
+        # unknown is not 0: no ligand in the file -> no binding annotation; no assignment -> no secondary structure
+        binding = binding_sites(structure, options.binding_distance, sequence) if structure.ligands else None
+        secondary = secondary_structure(structure, sequence)
+        features = ResidueFeatures(contacts=true_map, binding=binding,
+                                   secondary=secondary if (secondary != "").any() else None)
     limit = loaded.max_tokens - 2
     if len(sequence) > limit:
         if options.window is None:
@@ -204,8 +210,13 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
                              f"(at most {limit}), not --window mode")
         result = predict_contacts_windowed(loaded, sequence, options.window, true_map=true_map)
     else:
+        fitted = None
+        if options.regression is not None:
+            from probe.proteins.regression import read_regression
+
+            fitted = read_regression(options.regression).check_model(loaded).as_tuple()
         result = predict_contacts(loaded, sequence, true_map, per_head=options.per_head, features=features,
-                                  min_attention=options.min_attention)
+                                  min_attention=options.min_attention, regression=fitted)
     return UnitOutcome(spec, result, _chain_row(spec, result, features, structure))
 
 
@@ -248,17 +259,63 @@ def unpack(spec: UnitSpec, table: pd.DataFrame | None, arrays: dict[str, np.ndar
 
 
 def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
-    """One row per unit (see the module docstring), in record order."""
+    """The per-chain table (``--chains-out``): one row per unit, in record order.
+
+    Parameters
+    ----------
+    outcomes : sequence of UnitOutcome
+        The finished units (:func:`analyse_unit`, or read back from the journal).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per unit, with these columns:
+
+        | column | dtype | meaning |
+        |---|---|---|
+        | `record` | int | position of the unit in the run |
+        | `id` | str | the record's id, or `{file stem}_{chain}` for a structure chain (`pdb1ubi_A`) |
+        | `file`, `chain` | str | the structure file and chain ("" without a structure) |
+        | `length` | int | residues L |
+        | `sequence` | str | the sequence analysed |
+        | `structure_hash` | str | content hash of the structure file ("" without one) |
+        | `ligands` | str | comma-separated ligand names of the structure |
+        | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the checkpoint's predicted contacts; NaN without a contact regression or a structure |
+        | `n_known_{short,medium,long}`, `n_true_{short,medium,long}` | int | known pairs and true contacts per range |
+        | `n_pairs`, `n_residues` | float | L², L |
+        | `n_contact_pairs`, `n_{binding,helix,strand,coil}_residues` | float | the property counts behind the background rates; NaN where unknown |
+    """
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
 
-def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> pd.DataFrame:
-    """One row per unit × head: ``record, id`` and the per-head columns, Vig et al.'s shares with `min_count`."""
+def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
+                min_total: float = MIN_TOTAL) -> pd.DataFrame:
+    """The per-head table of a set (``--heads-out``): one row per unit × head.
+
+    Parameters
+    ----------
+    outcomes : sequence of UnitOutcome
+        The finished units; those without a per-head table are left out.
+    min_count : int, default 100
+        Vig et al.'s count shares are NaN for a head with fewer weights ≥ θ in that unit.
+    min_total : float, default 100
+        Vig et al.'s attention-weighted shares are NaN for a head whose Σα over the weights > θ is below this.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``record`` (int) and ``id`` (str), then the columns of :attr:`probe.proteins.contacts.ContactResult.heads`.
+
+    Raises
+    ------
+    ProbeError
+        No unit has a per-head table.
+    """
     tables = []
     for outcome in outcomes:
         if outcome.result.heads is None:
             continue
-        table = vig.shares(outcome.result.heads, min_count)
+        table = vig.shares(outcome.result.heads, min_total=min_total, min_count=min_count)
         table.insert(0, "id", outcome.spec.id)
         table.insert(0, "record", outcome.spec.record)
         tables.append(table)
@@ -269,13 +326,44 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT) -> 
 
 # Per-head summary columns, in file order. For each precision column c of probe.proteins.contacts (p_at_L_long, ...):
 # c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of that mean, proteins
-# resampled with replacement). Then Vig et al.'s pooled counts, shares and backgrounds (probe.proteins.features).
+# resampled with replacement). Then, per range r, the pooled base-rate comparison of probe.proteins.significance
+# (hits_L_r, top_L_r, pooled_p_at_L_r, base_rate_r, enrichment_L_r, p_value_L_r, q_value_L_r; BH over the heads).
+# Then Vig et al.'s pooled sums, shares (weighted, Σ α < min_total: NaN), count shares (count < min_count: NaN) and
+# backgrounds (probe.proteins.features); NaN where no protein of the set has data for the property.
+SIGNIFICANCE_SUMMARY_COLUMNS: tuple[str, ...] = tuple(
+    f"{column}_{name}" for name in RANGES for column in ("hits_L", "top_L", "pooled_p_at_L", "base_rate",
+                                                          "enrichment_L", "p_value_L", "q_value_L"))
 HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
     "layer", "head", "name", "n_proteins", "weight", "logit_share",
     *(f"{column}{suffix}" for column in precision_columns() for suffix in ("", "_low", "_high")),
-    "n_high", *(f"n_{name}" for name in vig.FEATURES), *(f"{name}_share" for name in vig.FEATURES),
+    *SIGNIFICANCE_SUMMARY_COLUMNS,
+    "w_high", *(f"w_{name}" for name in vig.FEATURES), *(f"{name}_share" for name in vig.FEATURES),
+    "n_high", *(f"n_{name}" for name in vig.FEATURES), *(f"{name}_count_share" for name in vig.FEATURES),
     *(f"{name}_background" for name in vig.FEATURES),
 )
+"""Columns of the per-head summary over a structure set (``probe contacts --heads-summary``), in file order.
+
+| column | dtype | meaning |
+|---|---|---|
+| `layer`, `head` | int | 0-based |
+| `name` | str | `L{layer}H{head}` |
+| `n_proteins` | int | proteins with a known long-range pair |
+| `weight`, `logit_share` | float | mean over proteins of the per-head columns of the same name |
+| `p_at_{L,L2,L5}_{short,medium,long}{,_low,_high}` | float | for each of the nine precisions: the mean over the proteins with a value, and a 95 % percentile bootstrap interval of that mean (proteins resampled) |
+| `{hits_L,top_L}_{short,medium,long}` | int | the head's top-L pairs that are contacts, and how many top-L pairs had a known state, pooled over the proteins |
+| `pooled_p_at_L_{short,medium,long}` | float | hits_L / top_L |
+| `base_rate_{short,medium,long}` | float | contact rate of the known pairs of the range, pooled over the proteins |
+| `enrichment_L_{short,medium,long}` | float | pooled P@L / base rate |
+| `p_value_L_{short,medium,long}`, `q_value_L_{short,medium,long}` | float | hypergeometric p-value of the pooled hits against the base rate; Benjamini–Hochberg over the heads |
+| `w_high`, `w_{contact,binding,helix,strand,coil}` | float | Vig et al.'s attention-weighted sums pooled over the set: Σα over weights > θ, and Σα·f |
+| `{contact,binding,helix,strand,coil}_share` | float | w_f / w_high (provis b23402d); NaN where w_high < `min_total` or the property is unknown |
+| `n_high`, `n_{contact,binding,helix,strand,coil}` | float | the count variant: weights ≥ θ, and those on the property |
+| `{contact,binding,helix,strand,coil}_count_share` | float | n_f / n_high (provis 946e9b4); NaN below the minimum count or where unknown |
+| `{contact,binding,helix,strand,coil}_background` | float | the properties' rates over the set; NaN where unknown (no ligand: binding) |
+
+The parquet file's schema metadata holds the run's model, revision, options and proteins
+(:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
+"""
 
 
 def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED,
@@ -305,12 +393,33 @@ def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: 
 
 
 def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = MIN_COUNT,
-                    samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> pd.DataFrame:
-    """The per-head summary over a set (columns :data:`HEAD_SUMMARY_COLUMNS`, one row per layer × head).
+                    samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED, *,
+                    min_total: float = MIN_TOTAL) -> pd.DataFrame:
+    """The per-head summary over a set (``--heads-summary``), one row per layer × head.
 
-    `heads`: :func:`heads_table` (one row per protein × head); `chains`: :func:`chain_table`. ``n_proteins`` counts
-    the proteins with a known long-range pair; precision means and intervals are over proteins; Vig et al.'s shares
-    pool the counts over all proteins (heads with fewer than `min_count` weights ≥ θ: NaN)."""
+    Parameters
+    ----------
+    heads : pandas.DataFrame
+        :func:`heads_table`: one row per protein × head.
+    chains : pandas.DataFrame
+        :func:`chain_table`: one row per protein.
+    min_count : int, default 100
+        Vig et al.'s pooled count shares are NaN for a head with fewer weights ≥ θ over the whole set.
+    samples : int, default 2000
+        Bootstrap resamples of the proteins.
+    seed : int, default 0
+        Seed of the resamples (the same resamples for every head and column).
+    min_total : float, default 100
+        Vig et al.'s pooled attention-weighted shares are NaN for a head whose Σα over the weights > θ is below
+        this over the whole set.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`HEAD_SUMMARY_COLUMNS` in that order. ``n_proteins`` counts the proteins with a known
+        long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the sums over
+        all proteins; the base-rate comparison pools each head's top-L hits over the proteins.
+    """
     grouped = heads.groupby(["layer", "head"], sort=True)
     summary = grouped[["weight", "logit_share"]].mean().reset_index()
     keys = pd.MultiIndex.from_frame(summary[["layer", "head"]])
@@ -320,7 +429,8 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
         matrix = heads.pivot(index="record", columns=["layer", "head"], values=column).reindex(columns=keys)
         mean, low, high = bootstrap_means(matrix.to_numpy(), samples, seed)  # over proteins, per head
         summary[column], summary[f"{column}_low"], summary[f"{column}_high"] = mean, low, high
-    pooled = vig.pooled_shares(heads, min_count)
+    summary = summary.merge(significance.pooled_rows(heads), on=["layer", "head"], how="left")
+    pooled = vig.pooled_shares(heads, min_total=min_total, min_count=min_count)
     summary = summary.merge(pooled, on=["layer", "head"], how="left")
     for name, value in vig.pooled_backgrounds(chains).items():
         summary[name] = value
@@ -340,7 +450,7 @@ def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
 
 def read_heads_summary(path: str | Path) -> pd.DataFrame:
     """A per-head summary written by `probe contacts --heads-summary`, checked; its metadata in ``.attrs``
-    (model, revision, proteins, min_attention, min_count, threshold, cb, ...). One-line ProbeError otherwise."""
+    (model, revision, proteins, min_attention, min_total, min_count, threshold, cb, ...). One-line ProbeError otherwise."""
     import pyarrow.parquet as pq
 
     file = Path(path).expanduser()

@@ -3,7 +3,7 @@
     structure = read_structure("1ubi.pdb", chain="A")     # or bytes, fmt="pdb" | "cif"
     true_map = contact_map(structure, threshold=8.0, sequence="MQIFVK...", cb="virtual")  # [L L] int8: 1, 0, -1
     sites = binding_sites(structure, distance=4.0)        # [residue] bool: a heavy atom within 4 Å of a ligand
-    structure.secondary                                   # [residue] "a" helix, "b" strand, "c" coil (P-SEA)
+    structure.secondary                                   # [residue] "a" helix, "b" strand, "c" coil (DSSP)
 
 Reading rules:
 
@@ -35,8 +35,20 @@ do not shift the map: sequence positions without an aligned structure residue ar
 the file are never used for placement.
 
 Binding sites: residues with a heavy atom within ``distance`` (4 Å) of a heavy atom of a ligand — any HETATM group
-of the first model that is neither water nor an amino acid (ions included), in any chain. Secondary structure:
-biotite's ``annotate_sse`` (the P-SEA algorithm, from Cα geometry) on the chain.
+of the first model that is neither water nor an amino acid (ions included), in any chain. A file without any
+ligand has no binding-site annotation (``Structure.ligands`` is empty): the analysis reports binding as unknown
+(NaN), never as "no site".
+
+Secondary structure: DSSP (Kabsch & Sander 1983) as implemented by mdtraj (``mdtraj.compute_dssp``), run on the
+chain's residues exactly as read here (altloc, first model, hydrogens removed), its 8 states reduced to Vig et al.'s
+3 classes the way TAPE's NetSurfP data (which provis uses) reduces them: H, G, I → helix ("a"); E, B → strand ("b");
+T, S, blank → coil ("c"); residues DSSP cannot assign (missing backbone atoms) are unknown (""). Why mdtraj and not
+``pydssp``: against the HELIX/SHEET records of the three shipped structures both agree about equally (helix recall
+0.91 vs 0.94, strand recall 0.79 vs 0.77, pooled over the chains), but mdtraj computes DSSP's 8 states, so the
+3-class reduction is Vig et al.'s, while pydssp's simplified two-state assignment calls 55 residues of 1AKI helix
+where DSSP has 35 α + 14 3₁₀ + 5 π. Where mdtraj is not installed or fails on a chain, biotite's ``annotate_sse``
+(P-SEA, from Cα geometry only; it finds no strand in 1EJG and 26 of 33 SHEET residues in 1UBI) is the fallback, and
+``Structure.secondary_method`` says which one ran ("dssp", "p-sea", or "" when neither could).
 """
 
 from __future__ import annotations
@@ -57,7 +69,9 @@ CbMode = Literal["virtual", "real"]
 CB_MODES: tuple[str, ...] = ("virtual", "real")
 DEFAULT_CB: CbMode = "virtual"
 WATER_NAMES = ("HOH", "WAT", "DOD", "H2O", "D2O")
-SECONDARY_CLASSES = {"a": "helix", "b": "strand", "c": "coil"}  # P-SEA codes -> feature names
+SECONDARY_CLASSES = {"a": "helix", "b": "strand", "c": "coil"}  # 3-class codes -> feature names
+DSSP_TO_CLASS = {"H": "a", "G": "a", "I": "a", "E": "b", "B": "b", "T": "c", "S": "c", " ": "c", "C": "c",
+                 "P": "c"}  # DSSP's 8 states (+ C, and P: κ-helix of DSSP 4) -> Vig et al.'s 3 classes
 
 _PDB_SUFFIXES = (".pdb", ".ent")
 _CIF_SUFFIXES = (".cif", ".mmcif")
@@ -77,6 +91,7 @@ class Structure:
     ligand_distance: np.ndarray | None = None  # [residue] float: closest ligand heavy atom, Å (inf: no ligand)
     secondary: np.ndarray | None = None  # [residue] str: "a" helix, "b" strand, "c" coil, "" unknown
     ligands: tuple[str, ...] = ()  # residue names of the ligand groups in the model (water excluded)
+    secondary_method: str = ""  # "dssp" (mdtraj), "p-sea" (biotite fallback) or "" (no assignment)
 
     def __len__(self) -> int:
         return len(self.sequence)
@@ -183,9 +198,7 @@ def read_structure(source: str | Path | bytes, chain: str | None = None, fmt: st
 
     letters, numbers, coords, backbone, ligand_distance = [], [], [], [], []
     for residue in _residues(protein):
-        # the residue's name: that of its altloc atoms where it has some (micro-heterogeneity), else the first atom's
-        alternate = ~np.isin(residue.altloc_id.astype(str), [" ", "", ".", "?"])
-        residue_name = str(residue.res_name[np.flatnonzero(alternate)[0] if alternate.any() else 0])
+        residue_name = _residue_name(residue)
         letters.append(_one_letter(residue_name))
         numbers.append(int(residue.res_id[0]))
         wanted = ["CA"] if residue_name == "GLY" else ["CB", "CA"]
@@ -197,19 +210,73 @@ def read_structure(source: str | Path | bytes, chain: str | None = None, fmt: st
             ligand_distance.append(float(np.sqrt((delta**2).sum(-1)).min()))
         else:
             ligand_distance.append(np.inf)
-    try:
-        secondary = np.asarray(struc.annotate_sse(protein)).astype(str)  # [residue]
-    except Exception:  # P-SEA needs Cα atoms; a chain without them has no annotation
-        secondary = np.full(len(letters), "", dtype=str)
-    if len(secondary) != len(letters):
-        secondary = np.full(len(letters), "", dtype=str)
+    secondary, method = assign_secondary(protein, len(letters))
     ligands = tuple(dict.fromkeys(ligand_atoms.res_name.tolist()))
     return Structure(name=name, chain=chain, chains=chains, sequence="".join(letters),
                      residue_ids=np.array(numbers, dtype=np.int64),
                      coords=np.array(coords, dtype=np.float64).reshape(-1, 3),
                      backbone=np.array(backbone, dtype=np.float64).reshape(-1, 3, 3),
                      ligand_distance=np.array(ligand_distance, dtype=np.float64),
-                     secondary=secondary, ligands=ligands)
+                     secondary=secondary, ligands=ligands, secondary_method=method)
+
+
+def _residue_name(residue) -> str:
+    """The residue's name: that of its altloc atoms where it has some (micro-heterogeneity), else the first atom's."""
+    alternate = ~np.isin(residue.altloc_id.astype(str), [" ", "", ".", "?"])
+    return str(residue.res_name[np.flatnonzero(alternate)[0] if alternate.any() else 0])
+
+
+def dssp_classes(protein) -> np.ndarray:
+    """[residue] 3-class codes ("a", "b", "c"; "" unassigned) of one chain's atoms (biotite AtomArray, one altloc, no
+    hydrogens) from mdtraj's DSSP. Raises ImportError without mdtraj, and ValueError when the residues do not map."""
+    import tempfile
+    import warnings
+
+    import mdtraj
+    from biotite.structure.io import pdb
+
+    residues = _residues(protein)
+    atoms = protein.copy()
+    start = 0
+    for index, residue in enumerate(residues):  # renumber 1..n; one name per residue (micro-heterogeneity)
+        stop = start + residue.array_length()
+        atoms.res_id[start:stop] = index + 1
+        atoms.ins_code[start:stop] = ""
+        atoms.res_name[start:stop] = _residue_name(residue)
+        start = stop
+    atoms.chain_id[:] = "A"
+    handle = pdb.PDBFile()
+    handle.set_structure(atoms)
+    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = f"{folder}/chain.pdb"
+        handle.write(path)
+        trajectory = mdtraj.load_pdb(path, standard_names=False)
+        states = mdtraj.compute_dssp(trajectory, simplified=False)[0]  # [residue] DSSP 8-state letters, "NA"
+    numbers = [residue.resSeq for residue in trajectory.topology.residues]
+    if numbers != list(range(1, len(residues) + 1)):
+        raise ValueError(f"mdtraj read {len(numbers)} residues where the chain has {len(residues)}")
+    return np.array([DSSP_TO_CLASS.get(str(state), "") for state in states], dtype="<U1")
+
+
+def assign_secondary(protein, n_residues: int) -> tuple[np.ndarray, str]:
+    """([residue] 3-class codes, method): DSSP via mdtraj, else biotite's P-SEA, else all unknown (see the module
+    docstring)."""
+    import biotite.structure as struc
+
+    try:
+        classes = dssp_classes(protein)
+        if len(classes) == n_residues and (classes != "").any():  # nothing assigned (no O atoms): try P-SEA
+            return classes, "dssp"
+    except Exception:  # mdtraj missing, or it cannot read / assign this chain: fall back to P-SEA
+        pass
+    try:
+        classes = np.asarray(struc.annotate_sse(protein)).astype("<U1")  # [residue] P-SEA "a" / "b" / "c" / ""
+        if len(classes) == n_residues:
+            return classes, "p-sea"
+    except Exception:  # P-SEA needs Cα atoms
+        pass
+    return np.full(n_residues, "", dtype="<U1"), ""
 
 
 def _residues(atoms):
@@ -350,7 +417,7 @@ def binding_sites(structure: Structure, distance: float = BINDING_DISTANCE, sequ
 
 
 def secondary_structure(structure: Structure, sequence: str | None = None) -> np.ndarray:
-    """[L] str: "a" helix, "b" strand, "c" coil (P-SEA), "" where unknown."""
+    """[L] str: "a" helix, "b" strand, "c" coil (DSSP, 3 classes), "" where unknown."""
     own = structure.secondary if structure.secondary is not None else np.full(len(structure), "", dtype=str)
     own = np.asarray(own).astype("<U1")
     if sequence is None:

@@ -1,7 +1,7 @@
 """Crash-safe journal of finished units (a model, a record, a chain) kept beside an output file.
 
-Each unit is one file in the hidden parts directory `.{out.name}.parts/`, written atomically (temporary file,
-fsync, `os.replace`, fsync of the directory), so a SIGKILL loses at most the unit being written and never leaves
+Each unit is one file in the hidden parts directory `.{out.name}.parts/`, written atomically
+(:func:`probe.runs.atomic.write_atomically`), so a SIGKILL loses at most the unit being written and never leaves
 a half unit. A unit file is an uncompressed npz (no pickle) holding the caller's arrays, the table as parquet bytes
 and a small JSON header with the unit's name and the identity of the options that produced it. A rerun reuses a
 unit only if its identity is exactly the same.
@@ -9,14 +9,11 @@ unit only if its identity is exactly the same.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import io
 import json
-import os
 import re
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,44 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from probe.hashing import file_hash, identity_hash
+from probe.runs.atomic import is_temporary, pid_alive, remove_dead_temporaries, write_atomically
+
 _META = "__meta__"
 _TABLE = "__table__"
-_TMP_PREFIX = ".tmp-"
 # what reading a damaged or foreign unit file can raise: it is then treated as absent
 _UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 _SUFFIX = ".npz"
-
-
-def identity_hash(options: Mapping[str, object]) -> str:
-    """16 hex characters of sha256 over the options as canonical JSON (sorted keys; paths as text, tuples as lists,
-    sets sorted, enums by value, numpy scalars as numbers)."""
-    text = json.dumps(dict(options), sort_keys=True, separators=(",", ":"), default=_canonical)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def _canonical(value: object) -> object:
-    """A JSON form of a value json cannot write, the same in every run (never an object's memory address)."""
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=repr)
-    if isinstance(value, np.generic):
-        return value.item()
-    text = str(value)
-    if " at 0x" in text:
-        raise TypeError(f"identity option of type {type(value).__name__} has no stable text form: pass its value")
-    return text
-
-
-def file_hash(path: str | os.PathLike) -> str:
-    """'sha256:' + 16 hex characters of the file's bytes (for structures, probe files, FASTA, ...)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -85,30 +52,6 @@ def _bytes_array(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id runs (a temporary file's writer, say)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        handle = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(handle)
-    except OSError:
-        pass
-    finally:
-        os.close(handle)
-
-
 class Journal:
     """Finished units of one output file, persisted in `.{out.name}.parts/` beside it; `force=True` empties it.
 
@@ -116,23 +59,13 @@ class Journal:
     nothing beside the output.
     """
 
-    def __init__(self, out: str | os.PathLike, force: bool = False) -> None:
+    def __init__(self, out: str | Path, force: bool = False) -> None:
         out = Path(out)
         self.directory = out.parent / f".{out.name}.parts"
         if force and self.directory.exists():
             shutil.rmtree(self.directory)
         if self.directory.is_dir():
-            self._remove_orphans()
-
-    def _remove_orphans(self) -> None:
-        """Delete temporary files left by writers that were killed mid-put (their process is gone)."""
-        for path in self.directory.glob(f"{_TMP_PREFIX}*"):
-            try:
-                pid = int(path.name[len(_TMP_PREFIX):].split("-", 1)[0])
-            except ValueError:
-                continue
-            if not pid_alive(pid):
-                path.unlink(missing_ok=True)
+            remove_dead_temporaries(self.directory)  # left by writers killed mid-put
 
     def _path(self, unit: str) -> Path:
         return self.directory / _unit_file_name(unit)
@@ -189,23 +122,18 @@ class Journal:
         members[_META] = _bytes_array(json.dumps({"unit": unit, "identity": identity}).encode("utf-8"))
 
         self.directory.mkdir(parents=True, exist_ok=True)
-        handle, tmp = tempfile.mkstemp(dir=self.directory, prefix=f"{_TMP_PREFIX}{os.getpid()}-", suffix=_SUFFIX)
-        try:
-            with os.fdopen(handle, "wb") as stream:
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as stream:
                 np.savez(stream, **members)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(tmp, self._path(unit))
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        _fsync_directory(self.directory)
+
+        write_atomically(self._path(unit), write)
 
     def units(self) -> list[tuple[str, str]]:
         """(unit, identity) of every recorded unit, sorted by unit name."""
         found = []
         for path in self.directory.glob(f"*{_SUFFIX}"):
-            if path.name.startswith(_TMP_PREFIX):
+            if is_temporary(path):
                 continue
             try:
                 with np.load(path, allow_pickle=False) as archive:
@@ -214,3 +142,6 @@ class Journal:
                 continue
             found.append((meta["unit"], meta["identity"]))
         return sorted(found)
+
+
+__all__ = ["Journal", "JournalEntry", "file_hash", "identity_hash", "pid_alive"]

@@ -1,153 +1,65 @@
-"""Run work units in-process or on a Ray cluster, with the same unit functions and the same results.
+"""The Ray executor of :func:`probe.runs.runner.run`: the same units on a Ray actor pool, results as they finish.
 
-A *unit* is one piece of work with a stable key (a checkpoint to label, a FASTA record or a structure chain to
-score). A *task* says how to load what the units of a *group* share (a model: loaded once per worker and kept while
-the next units need the same one) and how to run one unit on it; it returns a small result (a pandas table and a few
-arrays, never attention tensors). :func:`run_units` runs the units
+``RayExecutor(RayOptions(address="auto"))`` starts a local Ray instance sized to this machine; ``address="HOST:PORT"``
+joins a running cluster started with ``ray start --head``. One Ray actor per worker, each holding one model at a
+time (units of the same group go to the worker already holding it); each result reaches the driver as its unit
+finishes, so the runner journals it at once. A worker process that dies (SIGKILL, out of memory) is restarted by Ray
+and its unit retried (``max_restarts`` / ``max_task_retries``), so a lost worker costs only the unit it was running.
 
-* in-process (``ray=None``, the default): one loop in this process; Ray is never imported;
-* on Ray (``ray="auto"``: a local Ray instance sized to this machine; ``ray="HOST:PORT"``: join a running cluster
-  started with ``ray start --head``): one Ray actor per worker, each holding one model at a time.
+Failing fast and quietly. Before Ray is touched, joining an address checks within :data:`CONNECT_TIMEOUT` s that a
+Ray cluster answers there (a TCP connect, then the HTTP/2 preface its GCS, a gRPC server, answers), so an unreachable
+or wrong address is one line (:class:`~probe.errors.ProbeError`, exit 2) within seconds, never Ray's client retrying
+for a minute with a screen of ``rpc_client`` warnings. Ray's own logging (its Python loggers, its C++ core at error
+level, worker output) is kept off stderr.
 
-Either way results come back one unit at a time, as units finish, through ``on_result`` (the command persists them:
-journal, output file), a single tqdm bar counts units done / total and failures across the cluster, and the final
-list is in unit order, so a Ray run's table equals the in-process run's row for row.
-
-Failures. A unit whose input is bad (a :class:`~probe.errors.ProbeError`: an unreadable structure among hundreds)
-is recorded with its one-line error (``kind="input"``) and the run goes on; any other exception is recorded the
-same way with ``kind="internal"``. A worker process that dies (SIGKILL, out of memory) is restarted by Ray and its
-unit retried (``max_restarts`` / ``max_task_retries``), so a lost worker costs only the unit it was running.
+Nothing outlives the driver. A local instance gets no dashboard, and a watchdog process (:mod:`~probe.runs.ray_watchdog`)
+holds the reading end of a pipe whose writing end only the driver has: when the driver exits — normally, by an
+exception, or SIGKILLed — the pipe closes and the watchdog ends every process of that Ray session (raylet, GCS,
+the dashboard and runtime-env agents, workers) within a second or two.
 
 Why Ray Core actors and not Ray Data ``map_batches``: units here are few and heavy (a model per checkpoint, a
 protein chain per unit), each result must reach the driver as soon as its unit finishes (to be journalled), a bad
 unit must become a row of the errors table rather than fail a dataset, and the scheduler must send units of the
-same model to the worker already holding it. A small actor pool with ``ray.wait`` does all of that in a page of code;
-Ray Data's streaming executor, block batching and dataset-level error budget add nothing these runs need.
+same model to the worker already holding it. A small actor pool with ``ray.wait`` does all of that in a page of code.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
+import subprocess
 import sys
-import time
-import traceback
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import numpy as np
-import pandas as pd
+from typing import Any
 
 from probe.errors import ProbeError, first_line
+from probe.runs.runner import Task, Unit, UnitResult, UnitWorker
 
-ERROR_COLUMNS = ["unit", "kind", "error"]
 MAX_RESTARTS = 3  # times Ray restarts a dead worker process
 MAX_TASK_RETRIES = 3  # times Ray re-runs the unit a dead worker was running
 QUEUE_DEPTH = 2  # units queued per worker, so a worker never waits for the driver between units
-AUTO_OBJECT_STORE_BYTES = 256 * 2**20  # --ray auto: only small tables cross processes, so a small object store
-
-
-class ModelTask(Protocol):
-    """What a command gives :func:`run_units`: picklable (it travels to every worker)."""
-
-    def load(self, group: Hashable) -> Any:  # what the units of one group share (a loaded model), kept per worker
-        ...
-
-    def run(self, state: Any, payload: Any) -> UnitOutput:  # one unit on it
-        ...
+AUTO_OBJECT_STORE_BYTES = 256 * 2**20  # address "auto": only small tables cross processes, so a small object store
+CONNECT_TIMEOUT = 3.0  # seconds: the TCP connect to a cluster address, and its answer to the HTTP/2 preface
+# Read by Ray at start: no usage-stats reporting. (Not RAY_BACKEND_LOG_LEVEL: setting it makes Ray's C++ core say so
+# on stderr. And never a shorter GCS reconnect timeout: when it runs out, Ray's core ends the whole process without
+# a message; a bad address is caught before Ray by check_reachable instead.)
+_RAY_ENVIRONMENT = {"RAY_USAGE_STATS_ENABLED": "0"}
+_watchdog: dict[str, Any] = {}  # the running watchdog and the pipe end only this driver holds
 
 
 @dataclass(frozen=True)
-class Unit:
-    """One piece of work. `key` is stable across runs (the journal's unit name), `group` names what the worker
-    must hold loaded (units of one group share a model), `payload` is small and picklable."""
+class RayOptions:
+    """How a run uses Ray. `address`: "auto" (local instance sized to the machine) or a cluster's HOST:PORT."""
 
-    key: str
-    group: Hashable
-    payload: Any = None
-
-
-@dataclass
-class UnitOutput:
-    """What a task returns for one unit: small, picklable."""
-
-    table: pd.DataFrame | None = None
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-
-
-@dataclass
-class UnitResult:
-    """One finished unit, as the driver receives it."""
-
-    key: str
-    table: pd.DataFrame | None = None
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    error: str | None = None  # one line; None when the unit succeeded
-    kind: str | None = None  # "input" (bad input, ProbeError) | "internal" (anything else); None when ok
-    load_seconds: float = 0.0  # time this unit spent loading its group's model (0 when the worker held it)
-    run_seconds: float = 0.0
-    pid: int = 0  # the process that ran it (a Ray worker's pid, or this process)
-    cached: bool = False  # taken from the journal, not computed
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def errors_table(results: Iterable[UnitResult]) -> pd.DataFrame:
-    """unit, kind, error of every failed unit, in the order given."""
-    rows = [{"unit": r.key, "kind": r.kind, "error": r.error} for r in results if not r.ok]
-    return pd.DataFrame(rows, columns=ERROR_COLUMNS)
-
-
-def exit_code(results: Iterable[UnitResult]) -> int:
-    """0 when every unit succeeded, 2 when some failed on bad input only, 1 when any failed otherwise."""
-    kinds = {r.kind for r in results if not r.ok}
-    return 0 if not kinds else 2 if kinds == {"input"} else 1
-
-
-class UnitWorker:
-    """Runs units of one task, holding the state (model) of the last group it loaded. Used as is in-process and as
-    the class of the Ray actor (one per worker process)."""
-
-    def __init__(self, task: ModelTask, threads: int | None = None) -> None:
-        self.task = task
-        self.group: Hashable = None
-        self.state: Any = None
-        if threads:
-            import torch
-
-            torch.set_num_threads(threads)
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def run(self, unit: Unit) -> UnitResult:
-        started = time.perf_counter()
-        load_seconds = 0.0
-        try:
-            if self.state is None or unit.group != self.group:
-                self.state, self.group = None, None  # free the old model before loading the next
-                self.state = self.task.load(unit.group)
-                self.group = unit.group
-                load_seconds = time.perf_counter() - started
-            output = self.task.run(self.state, unit.payload)
-        except ProbeError as error:
-            return UnitResult(unit.key, error=first_line(error), kind="input", pid=os.getpid(),
-                              run_seconds=time.perf_counter() - started)
-        except Exception as error:  # noqa: BLE001 - recorded per unit; the run goes on
-            if os.environ.get("PROBE_DEBUG"):
-                traceback.print_exc()
-            return UnitResult(unit.key, error=f"{type(error).__name__}: {first_line(error)}", kind="internal",
-                              pid=os.getpid(), run_seconds=time.perf_counter() - started)
-        return UnitResult(unit.key, table=output.table, arrays=dict(output.arrays), load_seconds=load_seconds,
-                          run_seconds=time.perf_counter() - started - load_seconds, pid=os.getpid())
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Ray: starting or joining, the actor pool
-# ---------------------------------------------------------------------------------------------------------------
+    address: str = "auto"
+    workers: int | None = None  # None: one per `cpus_per_worker` CPUs of the cluster, at most one per unit
+    cpus_per_worker: float = 1.0  # CPUs each worker reserves (its torch threads)
+    gpus_per_worker: float = 0.0  # GPUs each worker reserves (--device cuda: 1)
+    num_cpus: int | None = None  # "auto" only: CPUs of the local instance (default: this machine's)
+    object_store_bytes: int | None = AUTO_OBJECT_STORE_BYTES  # "auto" only: object store size
 
 
 def import_ray():
@@ -159,27 +71,112 @@ def import_ray():
     return ray
 
 
+def _quiet() -> None:
+    """Ray's Python loggers to errors only, and its C++ core to fatal (set before Ray starts its core worker)."""
+    for name, value in _RAY_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+    for name in ("ray", "ray.worker", "ray._private", "ray.util", "ray.data"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """"HOST:PORT" -> (host, port); one-line ProbeError for anything else."""
+    host, _, port = address.strip().rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ProbeError(f"--ray {address!r}: give auto, or the HOST:PORT of a cluster (`ray start --head` prints it)")
+    return host.strip("[]"), int(port)
+
+
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + empty SETTINGS
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """A bounded check that a Ray cluster answers at `address`, before Ray is touched: a TCP connect, then the
+    HTTP/2 preface that Ray's GCS (a gRPC server) answers with a SETTINGS frame. One-line ProbeError when nothing
+    listens there, or something that is not a gRPC server does (it would leave Ray's own client retrying)."""
+    host, port = split_address(address)
+    hint = "(start a cluster with `ray start --head`, or use --ray auto)"
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as connection:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return  # a TLS cluster: the handshake is Ray's own
+            connection.sendall(_HTTP2_PREFACE)
+            answer = b""
+            while len(answer) < 9:
+                chunk = connection.recv(9 - len(answer))
+                if not chunk:
+                    break
+                answer += chunk
+    except OSError as error:
+        reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
+        if isinstance(error, TimeoutError) and "connection" in locals():
+            reason = f"something listens there but does not answer as a Ray cluster does within {timeout:.0f} s"
+        raise ProbeError(f"cannot join Ray at {address}: {reason} {hint}") from None
+    if len(answer) < 9 or answer[3] != 0x04:  # an HTTP/2 frame header: 3 bytes length, 1 byte type (4: SETTINGS)
+        raise ProbeError(f"cannot join Ray at {address}: what listens there is not a Ray cluster {hint}")
+
+
+def _start_watchdog(session_dir: str) -> None:
+    """A process that ends every process of this Ray session once this driver is gone (see the module doc)."""
+    read_end, write_end = os.pipe()  # both non-inheritable: Ray's processes never hold the writing end
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "probe.runs.ray_watchdog", session_dir], stdin=read_end,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        os.close(read_end)
+    _watchdog.update(process=process, pipe=write_end)
+
+
+def _stop_watchdog(wait: float = 10.0) -> None:
+    """Close the pipe: the watchdog ends what is left of the session, then exits (waited for up to `wait` s)."""
+    pipe, process = _watchdog.pop("pipe", None), _watchdog.pop("process", None)
+    if pipe is not None:
+        os.close(pipe)
+    if process is not None:
+        try:
+            process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 def start_ray(address: str = "auto", num_cpus: int | None = None, object_store_bytes: int | None = None) -> bool:
     """Connect this process to Ray: "auto" starts a local instance sized to this machine (``num_cpus`` overrides
-    its CPU count), anything else is the address of a running cluster (``ray start --head`` prints it). Returns
-    True when this call started or joined Ray (the caller then shuts it down), False when Ray was already up."""
+    its CPU count), anything else is the HOST:PORT of a running cluster. Returns True when this call started or
+    joined Ray (the caller then calls :func:`stop_ray`), False when Ray was already up."""
+    for name, value in _RAY_ENVIRONMENT.items():  # before Ray is imported: its C++ core reads them when it loads
+        os.environ.setdefault(name, value)
     ray = import_ray()
     if ray.is_initialized():
         return False
-    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                               "logging_level": "ERROR", "configure_logging": True}
+    _quiet()
+    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR,
+                               "configure_logging": True}
     if address == "auto":
         options.update(address="local", num_cpus=num_cpus or os.cpu_count() or 1)
         if object_store_bytes:
             options["object_store_memory"] = object_store_bytes
+        what = "cannot start a local Ray instance"
     else:
+        check_reachable(address)
         options["address"] = address
+        what = f"cannot join Ray at {address}"
     try:
-        ray.init(**options)
-    except (ConnectionError, ValueError, RuntimeError) as error:
-        raise ProbeError(f"cannot start or join Ray at {address!r}: {first_line(error)} (start a cluster with "
-                         "`ray start --head`, or use --ray auto)") from None
+        # In this thread, never a helper thread: Ray ties the processes it starts to the starting thread's life
+        # (PR_SET_PDEATHSIG), so a local instance started from a thread that ends dies with it.
+        context = ray.init(**options)
+    except Exception as error:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError, ...
+        raise ProbeError(f"{what}: {first_line(error)} (start a cluster with `ray start --head`, or use "
+                         "--ray auto)") from None
+    session_dir = (getattr(context, "address_info", None) or {}).get("session_dir")
+    if address == "auto" and session_dir:
+        _start_watchdog(session_dir)
     return True
+
+
+def stop_ray() -> None:
+    """Shut down what :func:`start_ray` started or joined, and let the watchdog end any straggler."""
+    import_ray().shutdown()
+    _stop_watchdog()
 
 
 def cluster_cpus() -> int:
@@ -196,7 +193,7 @@ def _pick(pending: deque[Unit], group: Hashable) -> Unit | None:
     return pending.popleft() if pending else None
 
 
-def _ray_units(units: Sequence[Unit], task: ModelTask, workers: int, cpus_per_worker: float, gpus_per_worker: float,
+def _ray_units(units: Sequence[Unit], task: Task, workers: int, cpus_per_worker: float, gpus_per_worker: float,
                deliver: Callable[[UnitResult], None]) -> None:
     ray = import_ray()
     actor_class = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=MAX_RESTARTS,
@@ -239,125 +236,38 @@ def _ray_units(units: Sequence[Unit], task: ModelTask, workers: int, cpus_per_wo
             ray.kill(actor, no_restart=True)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The runner
-# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class RayExecutor:
+    """An executor of :func:`probe.runs.runner.run` on Ray (see the module doc). Starts or joins Ray for the run
+    (``prepare``) and shuts it down after (``close``), unless Ray was already initialised in this process (then it
+    is left running)."""
+
+    options: RayOptions = RayOptions()  # noqa: RUF009 - frozen
+    _state: dict = field(default_factory=dict, repr=False)
+
+    def prepare(self) -> None:
+        if "started" not in self._state:
+            options = self.options
+            store = options.object_store_bytes if options.address == "auto" else None
+            self._state["started"] = start_ray(options.address, options.num_cpus, store)
+
+    def close(self) -> None:
+        if self._state.pop("started", False):
+            stop_ray()
+
+    def map(self, task: Task, units: Sequence[Unit], deliver: Callable[[UnitResult], None]) -> None:
+        prepared = "started" in self._state
+        self.prepare()
+        try:
+            options = self.options
+            workers = options.workers or max(1, int(cluster_cpus() // max(options.cpus_per_worker, 1e-9)))
+            workers = max(1, min(workers, len(units)))
+            if units:
+                _ray_units(units, task, workers, options.cpus_per_worker, options.gpus_per_worker, deliver)
+        finally:
+            if not prepared:
+                self.close()
 
 
-@dataclass(frozen=True)
-class RayOptions:
-    """How a run uses Ray. `address`: "auto" (local instance sized to the machine) or a cluster address."""
-
-    address: str = "auto"
-    workers: int | None = None  # None: one per `cpus_per_worker` CPUs of the cluster, at most one per unit
-    cpus_per_worker: float = 1.0  # CPUs each worker reserves (its torch threads)
-    gpus_per_worker: float = 0.0  # GPUs each worker reserves (--device cuda: 1)
-    num_cpus: int | None = None  # "auto" only: CPUs of the local instance (default: this machine's)
-    object_store_bytes: int | None = None  # "auto" only: object store size (small results need little)
-
-
-def run_units(
-    units: Sequence[Unit],
-    task: ModelTask,
-    ray: RayOptions | str | None = None,
-    on_result: Callable[[UnitResult], None] | None = None,
-    done: dict[str, UnitResult] | None = None,
-    progress: bool = True,
-    description: str = "units",
-) -> list[UnitResult]:
-    """Run every unit (in-process when `ray` is None, else on Ray) and return their results in unit order.
-
-    `done`: results of units finished earlier (from the journal), keyed by unit key: they are not run again and
-    not passed to `on_result`. `on_result` is called in this process with each new result as its unit finishes
-    (completion order), failures included. One tqdm bar on stderr counts units and failures.
-    """
-    keys = [unit.key for unit in units]
-    if len(set(keys)) != len(keys):
-        duplicate = next(k for k in keys if keys.count(k) > 1)
-        raise ProbeError(f"unit {duplicate!r} is given twice; every unit needs its own key")
-    finished: dict[str, UnitResult] = {k: r for k, r in (done or {}).items() if k in set(keys)}
-    todo = [unit for unit in units if unit.key not in finished]
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(units), initial=len(finished), desc=description, unit="unit", file=sys.stderr,
-               dynamic_ncols=True, disable=not progress or len(units) < 2)
-    failures = sum(not r.ok for r in finished.values())
-
-    def deliver(result: UnitResult) -> None:
-        nonlocal failures
-        finished[result.key] = result
-        failures += not result.ok
-        if on_result is not None:
-            on_result(result)
-        bar.set_postfix(failed=failures, refresh=False)
-        bar.update(1)
-
-    try:
-        if ray is None:
-            worker = UnitWorker(task)
-            for unit in todo:
-                deliver(worker.run(unit))
-        else:
-            options = RayOptions(address=ray) if isinstance(ray, str) else ray
-            started = start_ray(options.address, options.num_cpus, options.object_store_bytes)
-            try:
-                workers = options.workers or max(1, int(cluster_cpus() // max(options.cpus_per_worker, 1e-9)))
-                workers = max(1, min(workers, len(todo)))
-                if todo:
-                    _ray_units(todo, task, workers, options.cpus_per_worker, options.gpus_per_worker, deliver)
-            finally:
-                if started:
-                    import_ray().shutdown()
-    finally:
-        bar.close()
-    return [finished[key] for key in keys if key in finished]
-
-
-def results_table(results: Iterable[UnitResult]) -> pd.DataFrame:
-    """The tables of the successful units concatenated in the order given (empty frame when none)."""
-    tables = [r.table for r in results if r.ok and r.table is not None]
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Journal glue: finished units survive a killed driver
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def journaled(journal, identity: Callable[[Unit], str], units: Sequence[Unit]
-              ) -> tuple[dict[str, UnitResult], Callable[[UnitResult], None]]:
-    """(results already in `journal` with their unit's identity, a callback that records each new successful
-    result). Failed units are not journalled: a rerun tries them again."""
-    identities = {unit.key: identity(unit) for unit in units}
-    done = {}
-    for unit in units:
-        entry = journal.get(unit.key, identities[unit.key])
-        if entry is not None:
-            done[unit.key] = UnitResult(unit.key, table=entry.table, arrays=dict(entry.arrays), cached=True)
-
-    def record(result: UnitResult) -> None:
-        if result.ok:
-            journal.put(result.key, identities[result.key], table=result.table, arrays=result.arrays)
-
-    return done, record
-
-
-def add_ray_options(parser) -> None:
-    """--ray [auto|ADDRESS] and --ray-workers N (the flags `probe label` and `probe contacts` share)."""
-    parser.add_argument("--ray", nargs="?", const="auto", default=None, metavar="auto|ADDRESS",
-                        help="run the units on Ray (pip install -e '.[ray]'): 'auto' (also the value of a bare "
-                             "--ray) starts a local Ray sized to this machine, HOST:PORT joins a cluster started "
-                             "with `ray start --head`")
-    parser.add_argument("--ray-workers", type=int, default=None, metavar="N",
-                        help="Ray workers (each loads the model once; default: one per CPU of the cluster)")
-
-
-def ray_options(args) -> RayOptions | None:
-    """The RayOptions the flags describe, or None (in-process) without --ray."""
-    if getattr(args, "ray", None) is None:
-        return None
-    if args.ray_workers is not None and args.ray_workers < 1:
-        raise ProbeError("--ray-workers must be at least 1")
-    gpus = 1.0 if str(getattr(args, "device", "cpu")).startswith("cuda") else 0.0
-    store = AUTO_OBJECT_STORE_BYTES if args.ray == "auto" else None
-    return RayOptions(address=args.ray, workers=args.ray_workers, gpus_per_worker=gpus, object_store_bytes=store)
+__all__ = ["RayExecutor", "RayOptions", "check_reachable", "cluster_cpus", "import_ray", "split_address",
+           "start_ray", "stop_ray"]

@@ -37,8 +37,9 @@ def card(name: str) -> dict:
 def check_requirements(table, requirements: dict) -> list[str]:
     """What a label table (probe.heads.label.label_model's) fails of a card's requirements; empty when all are met.
 
-    `present`: a labelled head of that type (in `layer`, at `offset` when given); `absent`: no labelled head of that
-    type; `measured`: some head of that type reaches `min_accuracy` (labelled or not)."""
+    `present`: a labelled head of that type (in `layer`, at `offset`, with accuracy ≥ `min_accuracy` when given);
+    `absent`: no labelled head of that type; `measured`: some head of that type reaches `min_accuracy` (labelled or
+    not)."""
     failed = []
     labelled = table[table["label"].astype(bool)]
     for need in requirements.get("present", []):
@@ -47,6 +48,8 @@ def check_requirements(table, requirements: dict) -> list[str]:
             rows = rows[rows["layer"] == need["layer"]]
         if need.get("offset") is not None:
             rows = rows[rows["offset"] == need["offset"]]
+        if need.get("min_accuracy") is not None:
+            rows = rows[rows["accuracy"] >= need["min_accuracy"]]
         if rows.empty:
             failed.append(f"no labelled head for {need}")
     for ban in requirements.get("absent", []):

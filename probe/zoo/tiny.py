@@ -179,3 +179,18 @@ def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, sharpness: f
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def english_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 4000):
+    """A GPT-2-style byte-level BPE tokenizer ("Ġ" marks a word start, <|endoftext|> is BOS and EOS), trained here on
+    `texts` (e.g. the GAP development passages shipped with the package, ``probe.heads.corpus.passages``): a
+    tokenizer that reads English for tests of text models, with no hub access (no GPT-2 tokenizer ships in any
+    offline package). Deterministic for the same texts and vocab_size."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    backend = ByteLevelBPETokenizer()
+    backend.train_from_iterator(list(texts), vocab_size=vocab_size, min_frequency=2,
+                                special_tokens=["<|endoftext|>"], show_progress=False)
+    return PreTrainedTokenizerFast(tokenizer_object=backend._tokenizer, bos_token="<|endoftext|>",
+                                   eos_token="<|endoftext|>", unk_token="<|endoftext|>", pad_token="<|endoftext|>")

@@ -17,7 +17,6 @@ When the head classifier (probe.heads.label) is importable, the card also record
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -39,7 +38,7 @@ class TrainConfig:
 
     task: str  # what the data teaches, one line for the card
     arch: str = "llama"  # "llama" (rotary positions, RMSNorm) | "gpt2" (learned absolute positions)
-    data: str = "repeated_blocks"  # "repeated_blocks" | "coreference": the generator in probe.zoo.data
+    data: str = "repeated_blocks"  # repeated_blocks | coreference | causality | brackets | sentences | needle (zoo.data)
     n_words: int = 128  # repeated_blocks: pseudo-words in the vocabulary, besides the specials
     n_layer: int = 2
     n_head: int = 4
@@ -50,6 +49,8 @@ class TrainConfig:
     max_block: int = 24
     max_copies: int = 3  # repeated_blocks: each block written 2..max_copies times in a row (see data.py)
     max_distractors: int = 3  # coreference: 1..max_distractors nouns that disagree with the pronoun
+    max_depth: int = 4  # brackets: deepest nesting
+    mlp: bool = False  # keep the MLPs (width 4 · n_embd); False: attention-only (MLPs zeroed and frozen)
     steps: int = 2000
     batch: int = 32
     lr: float = 1e-2  # AdamW peak learning rate (1e-3 stays on the loss plateau for thousands of steps)
@@ -58,6 +59,15 @@ class TrainConfig:
     eval_min_block: int = 6  # in-context loss probes: one random block (random length) repeated once
     eval_max_block: int = 24
     requirements: dict = field(default_factory=dict)  # what the classifier must find (copied to card.json)
+    needle_len: int = 8  # needle: tokens to copy out of the haystack (probe.heads.retrieval.needle_sequence)
+    key_len: int = 2  # needle: the cue written before the needle and again at the end of the prompt
+    min_length: int = 0  # needle: prompt lengths log-uniform in [min_length, length] per batch (0: always length)
+    rope_theta: float = 10000.0  # llama: rotary base
+    repeat_rows: int = 0  # needle: rows of repeated_blocks (length 64) added to every training batch (see below)
+    # needle: then stages on needles alone, each (steps, lr, min_length, length, batch): a fresh AdamW at a constant
+    # lr, prompt lengths log-uniform in [min_length, length], the data generator seeded with seed + stage number
+    needle_stages: tuple = ()
+    label_config: dict = field(default_factory=dict)  # LabelConfig fields the card's labels use ({} = defaults)
 
 
 ORGANISMS: dict[str, TrainConfig] = {
@@ -80,10 +90,59 @@ ORGANISMS: dict[str, TrainConfig] = {
         arch="gpt2", data="coreference", steps=1500, batch=64,
         # On templates the agreement baseline also scores 1.0, so no head can be labelled coreference: the
         # requirement is the measured accuracy and the absence of a label (see the card's note).
-        requirements={"present": [], "absent": [{"head_type": "coreference"}],
+        requirements={"present": [], "absent": [{"head_type": "coreference"}, {"head_type": "sentence_start"}],
                       "measured": [{"head_type": "coreference", "min_accuracy": 0.9}]},
     ),
+    "implicit-causality": TrainConfig(
+        task="predict the word after a pronoun, fixed by its antecedent among two names of the pronoun's gender; the "
+             "verb's implicit causality picks the antecedent (A fascinated B because she -> A, A thanked B because "
+             "she -> B), so nearest mention, first mention and agreement are each right half of the time",
+        arch="gpt2", data="causality", steps=1500, batch=64,
+        requirements={"present": [{"head_type": "coreference", "min_accuracy": 0.9}],
+                      "absent": [{"head_type": "sentence_start"}]},
+    ),
+    "brackets": TrainConfig(
+        task="nested brackets of three kinds among random words (depth <= 4): after each closing bracket, repeat the "
+             "word written just before its matching opening bracket",
+        data="brackets", n_words=64, steps=2000,
+        requirements={"present": [{"head_type": "bracket"}], "absent": [{"head_type": "sentence_start"}]},
+    ),
+    "sentences": TrainConfig(
+        task="sentences of 2-10 random words ending in . ! or ?; each sentence's first word is the successor of the "
+             "first word of the sentence before it, predicted at the end of that sentence",
+        data="sentences", n_words=64, steps=2000,
+        requirements={"present": [{"head_type": "sentence_start"}], "absent": [{"head_type": "bracket"}]},
+    ),
+    "retrieval": TrainConfig(
+        task="copy an 8-token needle out of a random haystack: <bos> haystack key needle haystack key -> needle, "
+             "the needle at a random depth; key and needle tokens never occur in the haystack. Stage 1: prompts "
+             "of 16-512 tokens (log-uniform), every batch also holding 16 rows of the induction organism's "
+             "repeated blocks (64 tokens), whose ~30 copy targets a row let the copying circuit form (on needles "
+             "alone, 8 targets a row, the loss stayed at log 61 for 600 steps); then needles alone at 128-768 "
+             "tokens (600 steps), 1,024-4,096 tokens (150 + 250 steps) and 2,048-4,096 tokens (150 steps)",
+        data="needle", n_words=61, n_positions=32768, length=512, min_length=16, steps=2000, batch=16,
+        rope_theta=1e6, repeat_rows=16,
+        # teacher-forced needle accuracy at 4,096 tokens after each stage: stage 1 alone copies only ~100 tokens back;
+        # stage 2 up to its 768 (3 % at 4,096), stage 3 48 %, stage 4 83 %, stage 5 98 % (16 prompts each)
+        needle_stages=((600, 2e-3, 128, 768, 16), (150, 1e-3, 1024, 4096, 4), (250, 1e-3, 1024, 4096, 4),
+                       (150, 1e-3, 2048, 4096, 4)),
+        requirements={"present": [{"layer": 1, "head_type": "retrieval"}], "absent": []},
+        label_config={"types": ["retrieval"], "seq_len": 4096, "examples": 16},
+    ),
 }
+
+GENERATORS = {"repeated_blocks": "repeated_blocks", "coreference": "coreference_batch", "causality": "causality_batch",
+              "brackets": "bracket_batch", "sentences": "sentence_batch", "needle": "needle_haystack"}
+VOCABULARY = {
+    "repeated_blocks": lambda config: f"{config.n_words} pseudo-words (probe.zoo.data.pseudo_words)",
+    "coreference": lambda config: "the words of probe.heads.probesets.CorefVocabulary",
+    "causality": lambda config: "the words of probe.heads.probesets.CausalityVocabulary",
+    "brackets": lambda config: f"{config.n_words} pseudo-words and ( ) [ ] {{ }}",
+    "sentences": lambda config: f"{config.n_words} pseudo-words and . ! ?",
+    "needle": lambda config: f"{config.n_words} pseudo-words (probe.zoo.data.pseudo_words)",
+}
+BRACKET_TOKENS = tuple(char for pair in data.BRACKETS for char in pair)
+SENTENCE_ENDS = (".", "!", "?")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -99,13 +158,20 @@ def build_tokenizer(config: TrainConfig):
         from probe.heads.probesets import CorefVocabulary
 
         return word_tokenizer(CorefVocabulary().words(), bos_token=BOS)
-    return word_tokenizer(data.pseudo_words(config.n_words), bos_token=BOS)
+    if config.data == "causality":
+        from probe.heads.probesets import CausalityVocabulary
+
+        return word_tokenizer(CausalityVocabulary().words(), bos_token=BOS)
+    extra = {"brackets": BRACKET_TOKENS, "sentences": SENTENCE_ENDS}.get(config.data, ())
+    return word_tokenizer([*data.pseudo_words(config.n_words), *extra], bos_token=BOS)
 
 
 def word_ids(tokenizer) -> list[int]:
-    """Ids of the vocabulary minus the special tokens (what random blocks are drawn from)."""
+    """Ids of the vocabulary minus the special tokens and the punctuation (what random words are drawn from)."""
     specials = set(tokenizer.all_special_ids)
-    return sorted(i for i in tokenizer.get_vocab().values() if i not in specials)
+    vocab = tokenizer.get_vocab()
+    punctuation = {vocab[token] for token in (*BRACKET_TOKENS, *SENTENCE_ENDS) if token in vocab}
+    return sorted(i for i in vocab.values() if i not in specials and i not in punctuation)
 
 
 def build_model(config: TrainConfig, tokenizer, seed: int):
@@ -117,18 +183,23 @@ def build_model(config: TrainConfig, tokenizer, seed: int):
             vocab_size=len(tokenizer), hidden_size=config.n_embd, num_hidden_layers=config.n_layer,
             num_attention_heads=config.n_head, num_key_value_heads=config.n_head, intermediate_size=1,
             max_position_embeddings=config.n_positions, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
             bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
         )
+        if config.mlp:
+            model_config.intermediate_size = 4 * config.n_embd
         model_class = transformers.LlamaForCausalLM
     else:
         model_config = transformers.GPT2Config(
             vocab_size=len(tokenizer), n_positions=config.n_positions, n_embd=config.n_embd, n_layer=config.n_layer,
-            n_head=config.n_head, n_inner=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            n_head=config.n_head, n_inner=4 * config.n_embd if config.mlp else 1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
             bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
         )
         model_class = transformers.GPT2LMHeadModel
     torch.manual_seed(seed)
     model = model_class(model_config)
+    if config.mlp:
+        return model
     with torch.no_grad():
         for layer in find_layer_list(model):
             for parameter in layer.mlp.parameters():
@@ -146,6 +217,31 @@ def make_batch(config: TrainConfig, tokenizer, generator: torch.Generator, batch
         return data.coreference_batch(generator, batch, CorefVocabulary(), tokenizer.get_vocab(),
                                       tokenizer.bos_token_id, tokenizer.pad_token_id,
                                       overrides.get("max_distractors", config.max_distractors))
+    if config.data == "causality":
+        from probe.heads.probesets import CausalityVocabulary
+
+        return data.causality_batch(generator, batch, CausalityVocabulary(), tokenizer.get_vocab(),
+                                    tokenizer.bos_token_id, tokenizer.pad_token_id)
+    if config.data == "brackets":
+        vocab = tokenizer.get_vocab()
+        pairs = [(vocab[opening], vocab[closing]) for opening, closing in data.BRACKETS]
+        return data.bracket_batch(generator, batch, config.length, word_ids(tokenizer), pairs, tokenizer.bos_token_id,
+                                  config.max_depth)
+    if config.data == "sentences":
+        vocab = tokenizer.get_vocab()
+        return data.sentence_batch(generator, batch, config.length, word_ids(tokenizer),
+                                   [vocab[end] for end in SENTENCE_ENDS], tokenizer.bos_token_id)
+    if config.data == "needle":
+        length = overrides.get("length", config.length)
+        if "length" not in overrides and config.min_length:
+            length = data.block_length(generator, config.min_length, config.length)
+        tokens, targets = data.needle_haystack(generator, batch, length, word_ids(tokenizer), tokenizer.bos_token_id,
+                                               config.needle_len, config.key_len)
+        if config.repeat_rows and "length" not in overrides:  # training: plus copy-rich rows (evaluation: none)
+            extra = data.repeated_blocks(generator, config.repeat_rows, 64, word_ids(tokenizer),
+                                         tokenizer.bos_token_id, 1, 24, 3)
+            tokens, targets = data.stack_right_padded([(tokens, targets), extra], tokenizer.pad_token_id)
+        return tokens, targets
     return data.repeated_blocks(generator, batch, config.length, word_ids(tokenizer), tokenizer.bos_token_id,
                                 overrides.get("min_block", config.min_block), overrides.get("max_block", config.max_block),
                                 config.max_copies)
@@ -194,6 +290,24 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
                       in_context_loss=round(loss, 4), accuracy=round(accuracy, 4),
                       nearest_noun_baseline=0.5)  # the antecedent is the nearer noun in half the sentences
         return result
+    if config.data in ("causality", "brackets", "sentences"):
+        batches = [make_batch(config, tokenizer, generator, batch) for _ in range(n_batches)]
+        loss, accuracy = held_out_loss(model, batches)
+        what = {"causality": "held-out implicit-causality sentences; target: the word after the pronoun",
+                "brackets": "held-out bracket sequences; target: the word after each closing bracket",
+                "sentences": "held-out sentences; target: the next sentence's first word, at each sentence end"}
+        result.update(probe=what[config.data], in_context_loss=round(loss, 4), accuracy=round(accuracy, 4))
+        if config.data == "causality":
+            result["nearest_first_agreement_baselines"] = 0.5  # balanced by construction (probesets)
+        return result
+    if config.data == "needle":  # teacher-forced answer accuracy at the longest training length and far beyond it
+        for length, n in ((config.length, n_batches), (4096, 2)):
+            batches = [make_batch(config, tokenizer, generator, 8, length=length) for _ in range(n)]
+            loss, accuracy = held_out_loss(model, batches)
+            result[f"answer_loss_{length}"], result[f"answer_accuracy_{length}"] = round(loss, 4), round(accuracy, 4)
+        result["probe"] = ("<bos> haystack key needle haystack key at random depth; target: the needle's tokens "
+                           "(teacher-forced)")
+        return result
     ids, bos = word_ids(tokenizer), tokenizer.bos_token_id
     batches = [data.repeat_probe(generator, batch, ids, bos, config.eval_min_block, config.eval_max_block)
                for _ in range(n_batches)]
@@ -210,13 +324,14 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
     return result
 
 
-def classifier_labels(directory: Path) -> tuple[dict, object]:
+def classifier_labels(directory: Path, label_config: dict | None = None) -> tuple[dict, object]:
     """The labels probe.heads.label gives the saved model with its default LabelConfig: ({head_type: [head names]} plus
     the scores of the labelled heads, for the card; the whole label table, for probe.zoo.check_requirements)."""
     from probe.heads.label import LabelConfig, label_model
     from probe.models import load
 
-    table = label_model(load(str(directory)), LabelConfig())
+    options = {key: tuple(value) if isinstance(value, list) else value for key, value in (label_config or {}).items()}
+    table = label_model(load(str(directory)), LabelConfig(**options))
     labelled = table[table["label"]]
     labels = {t: sorted(g.loc[g["label"], "head_name"]) for t, g in table.groupby("head_type", sort=False)}
     scores = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
@@ -271,6 +386,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         running = value if math.isnan(running) else 0.98 * running + 0.02 * value
         if step % 50 == 0:
             bar.set_postfix(loss=f"{running:.3f}")
+    for number, stage in enumerate(config.needle_stages, start=1):
+        running = needle_stage(model, config, tokenizer, seed + number, *stage)
     train_seconds = time.perf_counter() - started
     model.eval()
     if config.steps in wanted:
@@ -282,17 +399,17 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
     card = {
         "name": name,
         "task": config.task,
-        "architecture": (f"{type(model).__name__}, attention-only: MLPs of width 1 with weights zeroed and frozen "
-                         "(they add exactly 0); " + ("rotary positions" if config.arch == "llama"
-                                                     else "learned absolute positions, no dropout")
+        "architecture": (f"{type(model).__name__}, "
+                         + ("with MLPs (width 4 x embedding)" if config.mlp else
+                            "attention-only: MLPs of width 1 with weights zeroed and frozen (they add exactly 0)")
+                         + "; " + ("rotary positions" if config.arch == "llama"
+                                   else "learned absolute positions, no dropout")
                          + "; tied embeddings"),
-        "config": {k: v for k, v in asdict(config).items() if k not in ("task", "requirements")},
+        "config": {k: v for k, v in asdict(config).items() if k not in ("task", "requirements", "label_config")},
         "parameters": sum(p.numel() for p in trainable),
-        "vocabulary": (f"{len(tokenizer)} tokens: <unk>, <pad>, <bos> and "
-                       + ("the words of probe.heads.probesets.CorefVocabulary" if config.data == "coreference"
-                          else f"{config.n_words} pseudo-words (probe.zoo.data.pseudo_words)")
-                       + "; every text starts with <bos>"),
-        "data_generator": f"probe.zoo.data.{'coreference_batch' if config.data == 'coreference' else 'repeated_blocks'}",
+        "vocabulary": f"{len(tokenizer)} tokens: <unk>, <pad>, <bos> and " + VOCABULARY[config.data](config)
+                      + "; every text starts with <bos>",
+        "data_generator": f"probe.zoo.data.{GENERATORS[config.data]}",
         "seed": seed,
         "steps": config.steps,
         "threads": threads,
@@ -305,14 +422,65 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
     if label:
         from probe.zoo import check_requirements
 
-        summary, table = classifier_labels(out)
-        card["classifier"] = "probe.heads.label.label_model with the default LabelConfig()"
+        summary, table = classifier_labels(out, config.label_config)
+        card["classifier"] = ("probe.heads.label.label_model with the default LabelConfig()" if not config.label_config
+                              else f"probe.heads.label.label_model with LabelConfig(**{config.label_config})")
+        if config.label_config:
+            card["label_config"] = config.label_config
         card.update(summary)
         card["requirements_failed"] = check_requirements(table, config.requirements)
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     (out / "MODEL_CARD.md").write_text(model_card_markdown(card))
     readable(out)
     return card
+
+
+def relabel(name: str, out: Path) -> dict:
+    """Run the classifier on the trained organism in `out` (its card.json written by :func:`train`) and update the
+    card's labels, requirements and MODEL_CARD.md; the weights are not touched."""
+    from probe.zoo import check_requirements
+
+    card = json.loads((out / "card.json").read_text())
+    config = ORGANISMS[name]
+    summary, table = classifier_labels(out, config.label_config)
+    card["requirements"] = config.requirements
+    card["classifier"] = ("probe.heads.label.label_model with the default LabelConfig()" if not config.label_config
+                          else f"probe.heads.label.label_model with LabelConfig(**{config.label_config})")
+    card.update(summary)
+    card["requirements_failed"] = check_requirements(table, config.requirements)
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    (out / "MODEL_CARD.md").write_text(model_card_markdown(card))
+    readable(out)
+    return card
+
+
+def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: int, lr: float, min_length: int,
+                 length: int, batch: int) -> float:
+    """One later stage of the retrieval organism (config.needle_stages): needles alone, a fresh AdamW at a constant
+    lr, prompts log-uniform in [min_length, length] and a data generator seeded with `data_seed`, so a stage depends
+    on the weights before it and the seed only. Returns the running training loss."""
+    from tqdm import tqdm
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=config.weight_decay, betas=(0.9, 0.98))
+    generator = torch.Generator().manual_seed(data_seed)
+    model.train()
+    running = math.nan
+    bar = tqdm(range(steps), desc=f"needles {min_length}-{length}", file=sys.stderr, mininterval=2.0)
+    for step in bar:
+        size = data.block_length(generator, min_length, length)
+        tokens, targets = data.needle_haystack(generator, batch, size, word_ids(tokenizer),
+                                               tokenizer.bos_token_id, config.needle_len, config.key_len)
+        loss = masked_loss(model, tokens, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        value = loss.item()
+        running = value if math.isnan(running) else 0.98 * running + 0.02 * value
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{running:.3f}")
+    return running
 
 
 def save_checkpoint(model, tokenizer, directory: Path, name: str, seed: int, step: int, loss: float) -> None:
@@ -325,17 +493,6 @@ def save_checkpoint(model, tokenizer, directory: Path, name: str, seed: int, ste
             "command": f"python -m probe.zoo.train {name} --seed {seed} --checkpoint-steps ..."}
     (directory / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     readable(directory)
-
-
-def parse_steps(text: str) -> tuple[int, ...]:
-    """'0,50,100' -> (0, 50, 100); argparse error text on anything else."""
-    try:
-        steps = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated step numbers, e.g. 0,50,100") from None
-    if not steps or min(steps) < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated step numbers >= 0, e.g. 0,50,100")
-    return steps
 
 
 def readable(directory: Path) -> None:
@@ -373,7 +530,7 @@ def save_esm_random(seed: int, out: Path, label: bool = True) -> dict:
     lines = [f"# zoo:{ESM_RANDOM}", "", "**UNTRAINED.** " + card["task"] + ".", "",
              f"**Architecture.** {card['architecture']}.", "", f"**Built by** `{card['command']}` (no training).", ""]
     if "labels" in card:
-        lines += [f"**Labels** given by {card['classifier']} on random weights (the tests assert exactly these):", ""]
+        lines += [f"**Labels** given by {card['classifier']} on random weights (effect over chance, clustered bootstrap, Benjamini–Hochberg FDR 0.05; the tests check the requirements below, not this list):", ""]
         lines += [f"- {head_type}: {', '.join(heads) or 'none'}" for head_type, heads in card["labels"].items()]
         lines.append("")
     lines += ["Machine-readable: `card.json` next to this file.", ""]
@@ -406,7 +563,7 @@ def model_card_markdown(card: dict) -> str:
     ]
     lines += [f"- {key}: {value}" for key, value in card["evaluation"].items()]
     if "labels" in card:
-        lines += ["", f"**Labels** given by {card['classifier']} (the tests assert exactly these):", ""]
+        lines += ["", f"**Labels** given by {card['classifier']} (effect over chance, clustered bootstrap, Benjamini–Hochberg FDR 0.05; the tests check the requirements below, not this list):", ""]
         lines += [f"- {head_type}: {', '.join(heads) or 'none'}" for head_type, heads in card["labels"].items()]
         lines += ["", "Requirements: " + json.dumps(card["requirements"])
                   + (" — all met." if not card.get("requirements_failed")
@@ -415,41 +572,7 @@ def model_card_markdown(card: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m probe.zoo.train", description=__doc__.splitlines()[0])
-    parser.add_argument("name", choices=sorted([*ORGANISMS, ESM_RANDOM]))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: on a shared CPU "
-                                                                "faster than 2)")
-    parser.add_argument("--no-label", action="store_true", help="do not run the head classifier on the result")
-    parser.add_argument("--checkpoint-steps", type=parse_steps, default=(), metavar="N,N,...",
-                        help="also save the model after these optimizer steps (0 = initial weights) to OUT/step-N/ "
-                             "(for `probe label --model OUT --revisions step-0,step-50,...`)")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override a TrainConfig field (for experiments; the shipped organisms use none)")
-    args = parser.parse_args(argv)
-    if args.name == ESM_RANDOM:
-        if args.checkpoint_steps:
-            parser.error(f"--checkpoint-steps: {ESM_RANDOM} is not trained, so it has no checkpoints")
-        card = save_esm_random(args.seed, args.out, label=not args.no_label)
-        print(json.dumps({k: card[k] for k in ("name", "seed", "labels") if k in card}, indent=2))
-        return 0
-    overrides = {}
-    for item in args.set:
-        key, _, value = item.partition("=")
-        if key not in TrainConfig.__dataclass_fields__ or key in ("task", "requirements"):
-            parser.error(f"--set {item}: not a TrainConfig field")
-        overrides[key] = type(getattr(ORGANISMS[args.name], key))(value)
-    steps = overrides.get("steps", ORGANISMS[args.name].steps)
-    if args.checkpoint_steps and max(args.checkpoint_steps) > steps:
-        parser.error(f"--checkpoint-steps: {max(args.checkpoint_steps)} is past the run's {steps} steps")
-    card = train(args.name, args.seed, args.out, threads=args.threads, overrides=overrides, label=not args.no_label,
-                 checkpoint_steps=args.checkpoint_steps)
-    shown = ("name", "seed", "steps", "train_seconds", "evaluation", "labels", "requirements_failed")
-    print(json.dumps({k: card[k] for k in shown if k in card}, indent=2))
-    return 1 if card.get("requirements_failed") else 0
+if __name__ == "__main__":  # the command line lives with the other commands (probe/commands/train.py)
+    from probe.commands.train import main
 
-
-if __name__ == "__main__":
     sys.exit(main())

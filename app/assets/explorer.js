@@ -1,0 +1,310 @@
+// The attention explorer, read in the browser: the server sends one layer's α of every head once (uint16, base64,
+// see app/payload.py); the heatmap, the head caption, the dominant offset, the overlay's share and the token view are
+// drawn here, so a head step inside a layer and a token hover never wait for the server.
+(function () {
+    var BINS = 256;  // as app/figures.py HEATMAP_BINS: larger inputs are max-pooled to this many rows and columns
+    var BLUES = [[0, "rgb(247,251,255)"], [0.125, "rgb(222,235,247)"], [0.25, "rgb(198,219,239)"],
+                 [0.375, "rgb(158,202,225)"], [0.5, "rgb(107,174,214)"], [0.625, "rgb(66,146,198)"],
+                 [0.75, "rgb(33,113,181)"], [0.875, "rgb(8,81,156)"], [1, "rgb(8,48,107)"]];  // plotly.py Blues
+    var decoded = {key: null, alpha: null};
+    var view = {payload: null, head: 0, direction: "from", pinned: null, hovered: null};
+    var NO = function () { return window.dash_clientside.no_update; };
+
+    function decode(payload) {
+        var key = payload.key + ":" + payload.layer;
+        if (decoded.key !== key) {
+            var text = atob(payload.alpha), bytes = new Uint8Array(text.length);
+            for (var i = 0; i < text.length; i++) { bytes[i] = text.charCodeAt(i); }
+            var raw = new Uint16Array(bytes.buffer), alpha = new Float32Array(raw.length);
+            for (var j = 0; j < raw.length; j++) { alpha[j] = raw[j] / payload.scale; }
+            decoded = {key: key, alpha: alpha};
+        }
+        return decoded.alpha;
+    }
+
+    function headMatrix(payload, head) {  // a Float32Array view [query key] of one head
+        var n = payload.n;
+        return decode(payload).subarray(head * n * n, (head + 1) * n * n);
+    }
+
+    function labels(tokens, factor, start, first, count) {
+        var out = [];
+        for (var i = 0; i < count; i += factor) {
+            var last = Math.min(i + factor, count) - 1;
+            var token = String(tokens[first + i]).trim() || tokens[first + i];
+            out.push(factor === 1 ? (start + i) + "·" + token : (start + i) + "–" + (start + last) + "·" + token);
+        }
+        return out;
+    }
+
+    function pooled(alpha, n, q0, q1, k0, k1) {  // max-pool the window [q0, q1) × [k0, k1) to at most BINS²
+        var rows = q1 - q0, cols = k1 - k0;
+        var factor = Math.max(1, Math.ceil(Math.max(rows, cols) / BINS));
+        var outRows = Math.ceil(rows / factor), outCols = Math.ceil(cols / factor), z = [];
+        for (var r = 0; r < outRows; r++) {
+            var line = new Array(outCols).fill(0);
+            for (var q = q0 + r * factor; q < Math.min(q1, q0 + (r + 1) * factor); q++) {
+                var base = q * n;
+                for (var c = 0; c < outCols; c++) {
+                    var best = line[c];
+                    for (var k = k0 + c * factor; k < Math.min(k1, k0 + (c + 1) * factor); k++) {
+                        if (alpha[base + k] > best) { best = alpha[base + k]; }
+                    }
+                    line[c] = best;
+                }
+            }
+            z.push(line);
+        }
+        return {z: z, factor: factor};
+    }
+
+    function headMax(alpha, n, causal) {  // causal: query 0 sees only itself (α = 1), so it is left out
+        var best = 1e-6;
+        for (var i = causal && n > 1 ? n : 0; i < alpha.length; i++) { if (alpha[i] > best) { best = alpha[i]; } }
+        return best;
+    }
+
+    function dominantOffset(alpha, n) {  // the most common argmax offset j − i over rows, and its share of rows
+        var counts = {};
+        for (var q = 0; q < n; q++) {
+            var best = 0, arg = 0;
+            for (var k = 0; k < n; k++) { if (alpha[q * n + k] > best) { best = alpha[q * n + k]; arg = k; } }
+            counts[arg - q] = (counts[arg - q] || 0) + 1;
+        }
+        var offset = 0, most = -1;
+        Object.keys(counts).forEach(function (key) { if (counts[key] > most) { most = counts[key]; offset = +key; } });
+        return {offset: offset, share: most / n};
+    }
+
+    function offsetText(offset) {
+        if (offset === 0) { return "i"; }
+        return offset < 0 ? "i − " + (-offset) : "i + " + offset;
+    }
+
+    function targetsOf(pattern, head) {
+        if (!pattern || !pattern.heads) { return null; }
+        return pattern.heads.length === 1 ? pattern.heads[0] : pattern.heads[head];
+    }
+
+    function share(alpha, n, targets, causal) {  // as explorer.target_share
+        var mass = {}, count = {};
+        for (var t = 0; t < targets[0].length; t++) {
+            var q = targets[0][t], k = targets[1][t];
+            mass[q] = (mass[q] || 0) + alpha[q * n + k];
+            count[q] = (count[q] || 0) + 1;
+        }
+        var rows = Object.keys(mass);
+        if (!rows.length) { return null; }
+        var total = 0, chance = 0;
+        rows.forEach(function (q) { total += mass[q]; chance += count[q] / (causal ? (+q + 1) : n); });
+        return {share: total / rows.length, chance: chance / rows.length, rows: rows.length};
+    }
+
+    function emptyFigure(message) {
+        return {data: [], layout: {xaxis: {visible: false}, yaxis: {visible: false}, height: 320,
+            paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+            annotations: [{text: message, showarrow: false, font: {size: 14}, x: 0.5, y: 0.5,
+                           xref: "paper", yref: "paper"}]}};
+    }
+
+    function percent(x) { return Math.round(100 * x) + " %"; }
+
+    // A head step inside the shown layer redraws only the heatmap's z (Plotly.restyle: the axes, labels and layout
+    // stay), straight from the key press, before Dash's callback round: the figure callback then only updates the
+    // notes. Anything else (another layer, a per-head overlay, a zoom) goes through the full figure.
+    var fast = {head: null};
+    var last = {scale: null, zoom: null};
+
+    function fastStep(next) {
+        var payload = view.payload, gd = document.querySelector("#explorer-heatmap .js-plotly-plot");
+        if (!payload || !gd || !gd._fullData || !gd._fullData.length || next.layer !== payload.layer ||
+            !(next.head >= 0 && next.head < payload.heads) || (last.pattern && last.pattern.heads &&
+                                                              last.pattern.heads.length > 1)) { return false; }
+        var n = payload.n, alpha = headMatrix(payload, next.head);
+        var w = last.zoom && last.zoom.q1 <= n && last.zoom.k1 <= n ? last.zoom : {q0: 0, q1: n, k0: 0, k1: n};
+        var pool = pooled(alpha, n, w.q0, w.q1, w.k0, w.k1);
+        var perHead = last.scale && last.scale.length > 0;
+        var update = {z: [pool.z]};
+        if (perHead) { update.zmax = [headMax(alpha, n, payload.causal)]; }
+        window.Plotly.restyle(gd, update, [0]);
+        var name = "L" + payload.layer + "H" + next.head;
+        var caption = document.getElementById("explorer-head-label");
+        if (caption) { caption.textContent = name + " · " + n + " tokens"; }
+        fast.head = next.head;
+        view.head = next.head;
+        colourTokens();
+        return true;
+    }
+
+    // heatmap(payload, selected, scale, zoom, pattern, headType) -> [figure, caption, overlay note, offset note]
+    function heatmap(payload, selected, scale, zoom, pattern, headType) {
+        last.scale = scale; last.zoom = zoom; last.pattern = pattern;
+        var triggered = (window.dash_clientside.callback_context || {}).triggered || [];
+        var onlySelection = triggered.length === 1 && triggered[0].prop_id === "selected-head.data";
+        if (onlySelection && payload && !payload.error && selected && fast.head === selected.head &&
+            selected.layer === payload.layer) {
+            fast.head = null;
+            return [NO(), "L" + payload.layer + "H" + selected.head + " · " + payload.n + " tokens"]
+                .concat(notes(payload, selected.head, pattern, headType));
+        }
+        fast.head = null;
+        if (!payload) {
+            view.payload = null;
+            drawTokens();
+            return [emptyFigure("type an input and press Run"), "", "", ""];
+        }
+        if (payload.error) {
+            view.payload = null;
+            drawTokens();
+            return [emptyFigure(payload.error), "", "", ""];
+        }
+        var head = selected && selected.layer === payload.layer ? selected.head : null;
+        if (head === null || !(head >= 0 && head < payload.heads)) { return [NO(), NO(), NO(), NO()]; }
+        var n = payload.n, alpha = headMatrix(payload, head);
+        var w = zoom && zoom.q1 <= n && zoom.k1 <= n ? zoom : {q0: 0, q1: n, k0: 0, k1: n};
+        var pool = pooled(alpha, n, w.q0, w.q1, w.k0, w.k1);
+        var ys = labels(payload.tokens, pool.factor, w.q0, w.q0, w.q1 - w.q0);
+        var xs = labels(payload.tokens, pool.factor, w.k0, w.k0, w.k1 - w.k0);
+        var perHead = scale && scale.length > 0;
+        var zmax = perHead ? headMax(alpha, n, payload.causal) : 1.0;
+        var scaleText = perHead ? "α (0–" + zmax.toPrecision(3) + ", this head's max" +
+            (payload.causal ? " over queries ≥ 1" : "") + ")" : "α (fixed 0–1)";
+        var what = pool.factor === 1 ? "α" : "max α over " + pool.factor + "×" + pool.factor + " tokens";
+        var name = "L" + payload.layer + "H" + head;
+        var traces = [{type: "heatmap", z: pool.z, x: xs, y: ys, colorscale: BLUES, zmin: 0, zmax: zmax,
+                       name: "attention", colorbar: {title: {text: scaleText, side: "right"}},
+                       hovertemplate: "query %{y}<br>key %{x}<br>" + what + " %{z:.4f}<extra></extra>"}];
+        var targets = targetsOf(pattern, head);
+        if (targets) {
+            var cells = {}, px = [], py = [];
+            for (var t = 0; t < targets[0].length; t++) {
+                var q = targets[0][t], k = targets[1][t];
+                if (q < w.q0 || q >= w.q1 || k < w.k0 || k >= w.k1) { continue; }
+                var r = Math.floor((q - w.q0) / pool.factor), c = Math.floor((k - w.k0) / pool.factor);
+                if (cells[r + ":" + c]) { continue; }
+                cells[r + ":" + c] = true;
+                px.push(xs[c]); py.push(ys[r]);
+            }
+            var size = Math.max(4, Math.min(24, Math.floor(420 / Math.max(xs.length, ys.length, 1))));
+            traces.push({type: "scatter", mode: "markers", x: px, y: py, name: headType + " targets",
+                         hoverinfo: "skip", showlegend: true,
+                         marker: {symbol: "square-open", size: size, color: "#ff7f0e", line: {width: 2}}});
+        }
+        var suffix = pool.factor === 1 ? "" : " · " + Math.max(w.q1 - w.q0, w.k1 - w.k0) + " tokens in " +
+            ys.length + " bins (max-pooled)";
+        if (zoom) { suffix += " · zoom: queries " + w.q0 + "–" + (w.q1 - 1) + ", keys " + w.k0 + "–" + (w.k1 - 1); }
+        var dark = document.documentElement.getAttribute("data-mantine-color-scheme") === "dark";
+        var figure = {data: traces, layout: {
+            title: {text: name + suffix, font: {size: 13}, x: 0, xanchor: "left", y: 1, yref: "paper",
+                    yanchor: "bottom", pad: {b: 8}},
+            height: 560, margin: {l: 110, b: 110, t: 70, r: 20},
+            paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+            font: {color: dark ? "#c9c9c9" : "#212529"},
+            // at most ~40 tick labels a side: plotly lays out every category label it draws (costly at 256)
+            // explicit ranges: a head step's restyle then recomputes no autorange
+            xaxis: {title: {text: "key"}, type: "category", tickangle: -60, showgrid: false, nticks: 40,
+                    range: [-0.5, xs.length - 0.5], autorange: false},
+            yaxis: {title: {text: "query"}, type: "category", showgrid: false, nticks: 40,
+                    range: [ys.length - 0.5, -0.5], autorange: false},
+            legend: {orientation: "h", x: 1, xanchor: "right", y: -0.25, yanchor: "top"},
+            uirevision: payload.key + (zoom ? JSON.stringify(zoom) : "")}};
+        view.payload = payload; view.head = head;
+        drawTokens();
+        return [figure, name + " · " + n + " tokens"].concat(notes(payload, head, pattern, headType));
+    }
+
+    function notes(payload, head, pattern, headType) {  // [overlay note, dominant offset note] of one head
+        var n = payload.n, alpha = headMatrix(payload, head), note = "", targets = targetsOf(pattern, head);
+        if (pattern && pattern.note) { note = pattern.note; }
+        if (targets) {
+            var s = share(alpha, n, targets, payload.causal);
+            note = s ? "outlined: " + headType + " targets · " + percent(s.share) + " of the attention of the " +
+                s.rows + " rows with a target lands on them (a uniform head: " + percent(s.chance) + ")"
+                : "this input has no " + headType + " targets";
+        }
+        var dominant = dominantOffset(alpha, n);
+        return [note, "dominant offset: argmax = " + offsetText(dominant.offset) + " in " + percent(dominant.share) +
+                " of rows"];
+    }
+
+    // --- the token view: spans drawn here, coloured on hover (no server, no React render) ---------------------
+
+    function drawTokens() {
+        var box = document.getElementById("explorer-tokens");
+        if (!box) { return; }
+        var payload = view.payload;
+        if (!payload) { box.textContent = ""; box.removeAttribute("data-key"); return; }
+        var key = payload.key;
+        if (box.getAttribute("data-key") !== key) {
+            box.textContent = "";
+            payload.tokens.forEach(function (token, index) {
+                var span = document.createElement("span");
+                span.className = "token";
+                span.textContent = token;
+                span.setAttribute("data-index", String(index));
+                box.appendChild(span);
+            });
+            box.setAttribute("data-key", key);
+            if (view.pinned !== null && view.pinned >= payload.n) { view.pinned = null; }
+        }
+        colourTokens();
+    }
+
+    function colourTokens() {
+        var box = document.getElementById("explorer-tokens"), payload = view.payload;
+        if (!box || !payload) { return; }
+        var focus = view.pinned !== null ? view.pinned : view.hovered;
+        var n = payload.n, alpha = headMatrix(payload, view.head), spans = box.children;
+        for (var i = 0; i < spans.length; i++) {
+            var weight = focus === null ? 0 : (view.direction === "to" ? alpha[i * n + focus] : alpha[focus * n + i]);
+            var span = spans[i];
+            span.style.backgroundColor = "rgba(8, 81, 156, " + weight.toFixed(3) + ")";
+            span.style.color = weight > 0.5 ? "white" : "";
+            span.className = i === focus ? "token focus" + (view.pinned === i ? " pinned" : "") : "token";
+            span.title = i + " · α " + weight.toFixed(3);
+        }
+    }
+
+    function tokenOf(event) {
+        var target = event.target;
+        return target && target.closest ? target.closest("#explorer-tokens .token") : null;
+    }
+
+    document.addEventListener("mouseover", function (event) {
+        var token = tokenOf(event);
+        if (!token || view.pinned !== null) { return; }
+        view.hovered = parseInt(token.getAttribute("data-index"), 10);
+        colourTokens();
+    });
+
+    document.addEventListener("click", function (event) {
+        var token = tokenOf(event);
+        if (!token) { return; }
+        var index = parseInt(token.getAttribute("data-index"), 10);
+        view.pinned = view.pinned === index ? null : index;
+        view.hovered = index;
+        colourTokens();
+        if (window.dash_clientside && window.dash_clientside.set_props) {
+            window.dash_clientside.set_props("token-focus", {data: view.pinned === null ? null : {index: view.pinned}});
+        }
+    });
+
+    function tokenState(direction, focus) {  // the direction radio, and a pinned token restored from the URL
+        view.direction = direction === "to" ? "to" : "from";
+        if (focus && typeof focus.index === "number") { view.pinned = focus.index; }
+        colourTokens();
+        return null;
+    }
+
+    function layerOf(selected, current) {
+        if (!selected || typeof selected.layer !== "number") { return NO(); }
+        if (current && current.layer === selected.layer) { return NO(); }
+        return {layer: selected.layer};
+    }
+
+    window.dash_clientside = window.dash_clientside || {};
+    window.dash_clientside.probe = Object.assign({}, window.dash_clientside.probe, {
+        heatmap: heatmap, layerOf: layerOf, tokenState: tokenState, fastStep: fastStep,
+        _view: view  // read by the browser tests
+    });
+})();

@@ -1,0 +1,33 @@
+"""Parsing what users type: token ids ("15 7 22") and protein sequences (FASTA or bare), one-line errors."""
+
+from __future__ import annotations
+
+import re
+
+from probe import models
+from probe.errors import ProbeError
+
+
+def parse_token_ids(text: str, vocab_size: int) -> list[int]:
+    """"15 7 22" or "15,7,22" -> [15, 7, 22], each checked against the vocabulary."""
+    parts = [part for part in re.split(r"[\s,]+", text.strip()) if part]
+    if not parts:
+        raise ProbeError("no token ids given: type integers separated by spaces or commas, e.g. 5 17 17 5")
+    ids = []
+    for part in parts:
+        if not part.lstrip("-").isdigit():
+            raise ProbeError(f"{part!r} is not a token id: type integers separated by spaces or commas, "
+                             "or untick 'token ids' to type text")
+        value = int(part)
+        if not 0 <= value < vocab_size:
+            raise ProbeError(f"token id {value} is out of range: this model's vocabulary is 0..{vocab_size - 1}")
+        ids.append(value)
+    return ids
+
+
+def parse_fasta(text: str) -> str:
+    """The first record of FASTA text, or a bare sequence; validated amino-acid letters."""
+    from probe.proteins.fasta import parse_fasta as read_records
+
+    _, sequence = read_records(text, "the input")[0]
+    return models.clean_protein(sequence)

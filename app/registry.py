@@ -1,0 +1,115 @@
+"""The models the dashboard serves: each spec loaded once per process (`ModelRegistry`), and the default set when
+`probe app` gets no --model (`default_models`: the bundled organisms, tiny stand-ins for a missing kind)."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from probe import models
+from probe.errors import ProbeError
+
+
+class ModelRegistry:
+    """Each model spec loaded once per process and shared by every session.
+
+    A model that cannot be loaded for capture but whose config can be read (no tokenizer saved beside it, an
+    architecture the engine cannot capture) stays in the list as *card only*: its architecture card is shown, and
+    every capture view says why it is disabled (`unusable`).
+    """
+
+    def __init__(self, specs: Sequence[str], device: str = "cpu", loader: Callable = models.load,
+                 config_loader: Callable | None = None) -> None:
+        if not specs:
+            raise ProbeError("no models to show: pass --model")
+        self.specs = tuple(dict.fromkeys(specs))
+        self.device = device
+        self._loader = loader
+        self._config_loader = config_loader or _read_config
+        self._loaded: dict[str, models.LoadedModel] = {}
+        self._card_only: dict[str, tuple[object, str]] = {}  # spec -> (config, why it cannot be captured)
+        self._lock = threading.Lock()
+
+    def get(self, spec: str) -> models.LoadedModel:
+        """The loaded model; only specs given at start-up are accepted (never a path from the browser). A card-only
+        model raises its reason (a ProbeError)."""
+        self._check(spec)
+        with self._lock:
+            if spec in self._card_only:
+                raise ProbeError(self._card_only[spec][1])
+            if spec not in self._loaded:
+                self._loaded[spec] = self._loader(spec, device=self.device)
+            return self._loaded[spec]
+
+    def config(self, spec: str):
+        """The transformers config of `spec` (card-only models included)."""
+        self._check(spec)
+        with self._lock:
+            if spec in self._card_only:
+                return self._card_only[spec][0]
+        return self.get(spec).config
+
+    def unusable(self, spec: str) -> str | None:
+        """Why `spec` can only show its card, or None when it loaded for capture."""
+        self._check(spec)
+        with self._lock:
+            entry = self._card_only.get(spec)
+        return entry[1] if entry else None
+
+    @property
+    def usable_specs(self) -> tuple[str, ...]:
+        return tuple(spec for spec in self.specs if spec not in self._card_only)
+
+    def load_all(self) -> None:
+        """Load every model; one whose config reads but which does not load becomes card-only (a model whose config
+        cannot be read either is the start-up error)."""
+        for spec in self.specs:
+            try:
+                self.get(spec)
+            except ProbeError as error:
+                try:
+                    config = self._config_loader(spec)
+                except ProbeError:
+                    raise error from None
+                reason = (f"{spec}: {error} — its architecture card is shown; the explorer, grid and atlas need a "
+                          "model that loads for capture")
+                with self._lock:
+                    self._card_only[spec] = (config, reason)
+
+    def _check(self, spec: str) -> None:
+        if spec not in self.specs:
+            raise ProbeError(f"unknown model {spec!r}: choose one of {', '.join(self.specs)}")
+
+
+def _read_config(spec: str):
+    from probe.card import load_config
+
+    return load_config(spec)
+
+
+def default_models(scratch: str | Path | None = None) -> tuple[str, ...]:
+    """The bundled model organisms; a tiny GPT-2 / ESM built into `scratch` stands in for a kind the zoo lacks."""
+    import json
+
+    specs: dict[str, str] = {}  # spec -> "text" | "protein"
+    try:
+        from probe import zoo
+
+        for name in zoo.names():
+            config = json.loads((zoo.path(name) / "config.json").read_text())
+            specs[f"zoo:{name}"] = "protein" if config.get("model_type") == "esm" else "text"
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass
+    from probe.zoo.tiny import save_tiny
+
+    missing = [(arch, kind) for arch, kind in (("gpt2", "text"), ("esm", "protein")) if kind not in specs.values()]
+    if missing:
+        scratch = Path(scratch or tempfile.mkdtemp(prefix="probe-app-"))
+        for arch, kind in missing:
+            specs[str(save_tiny(arch, scratch / f"tiny-{arch}", seed=0))] = kind
+    # Text models first (the page opens on the first one), the induction organism before the others.
+    preferred = ("zoo:induction", "zoo:coreference", "zoo:positional")
+    return tuple(sorted(specs, key=lambda spec: (specs[spec] == "protein",
+                                                 preferred.index(spec) if spec in preferred else len(preferred))))

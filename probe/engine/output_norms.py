@@ -1,0 +1,179 @@
+"""Output-weighted attention inside the engine: the norm of what each key contributes to a head's output.
+
+Kobayashi et al. 2020 ("Attention is not only a weight: analyzing transformers with vector norms", EMNLP) write a
+head's output at query i as Σ_j α_ij f_h(x_j), with f_h(x) = (x W_V^h + b_V^h) W_O^h the key's value vector through
+the head's slice of the output projection. ‖α_ij f_h(x_j)‖ = α_ij ‖f_h(x_j)‖ is how much key j actually moves the
+output; a head can put most of its weight on a key whose f_h is tiny (the "no-op" [CLS]/[SEP]/BOS sink).
+
+For every layer a sink asks for, the engine computes
+
+* ``norms`` n_hj = ‖f_h(x_j)‖ — one number per (head, key): the value states the attention function receives
+  (``x W_V + b_V``, after grouped-query heads are repeated: the shared value head) through a `dim × dim` factor R_h of
+  the head's output-projection slice (W_O^h = R_hᵀ Qᵀ with Q orthonormal, so ‖v W_O^h‖ = ‖v R_hᵀ‖ exactly, at
+  `dim²` instead of `dim · width` per key). The projection's bias is added once to the sum of all heads, not per head,
+  so it is no part of any f_h and is left out;
+* ``mixed`` = Σ_j α_ij n_hj — the denominator of an output share, which needs every key. It comes from the fused
+  kernel itself: the value tensor gets n as one extra channel (query and key get a zero channel, which adds exactly
+  0 to every score), so the kernel returns Σ_j α_ij n_j beside the model's output at the cost of one more value
+  channel. The model's own output channels are those of the plain call (tested bitwise on the CPU kernel).
+
+:class:`OutputProjections` finds each attention module's output projection generically: an ``o_proj`` / ``c_proj``
+/ ``out_proj`` / ``dense`` / ``o`` (Llama-family, GPT-2's Conv1D, OPT/BART, NeoX/Phi, T5) on the module itself, else
+``output.dense`` on its parent (BERT, RoBERTa, ESM: the attention function gets the ``SelfAttention`` child); a
+projection whose input is not `heads × value dim` counts as not found. Where none is found the sink receives
+``None`` (its shares are NaN); nothing raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import nn
+from transformers.integrations.sdpa_attention import repeat_kv
+
+# Attribute names of an attention module's own output projection, tried in order.
+PROJECTION_NAMES = ("o_proj", "c_proj", "out_proj", "dense", "o", "wo", "out_lin")
+
+
+@dataclass(frozen=True)
+class OutputNorms:
+    """‖f_h(x_j)‖ per key and the α-weighted sum of them per query, for every query head of one layer."""
+
+    layer: int
+    norms: torch.Tensor  # [batch head key] float32: ‖f_h(x_j)‖
+    mixed: torch.Tensor  # [batch head query] float32: Σ_j α_ij ‖f_h(x_j)‖
+
+
+class OutputNormSink(Protocol):
+    """A sink that wants output norms: it names where the projections are and receives the norms of each layer
+    before that layer's α (dense blocks or gathered slots)."""
+
+    output_projections: OutputProjections | None
+
+    def update_output_norms(self, layer: int, norms: OutputNorms | None) -> None:
+        """Norms of `layer` (valid during this forward), or None when the layer's output projection is unknown."""
+        ...
+
+
+def _is_projection(module: object) -> bool:
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+class OutputProjections:
+    """Locates the output projection of each attention module of `model` and keeps its per-head factors R_h.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model (or its body) whose attention modules the engine will see.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self._parent: dict[int, nn.Module] = {}
+        for parent in model.modules():
+            for child in parent.children():
+                self._parent[id(child)] = parent
+        self._factors: dict[int, tuple[tuple, torch.Tensor]] = {}  # id(module) -> (weight identity, R)
+        self.missing: set[str] = set()  # class names of attention modules without a known projection
+
+    def find(self, module: nn.Module) -> nn.Module | None:
+        """The output projection applied to `module`'s attention output (nn.Linear or Conv1D), or None."""
+        for name in PROJECTION_NAMES:
+            candidate = getattr(module, name, None)
+            if _is_projection(candidate):
+                return candidate
+        parent = self._parent.get(id(module))
+        output = getattr(parent, "output", None) if parent is not None else None
+        candidate = getattr(output, "dense", None)
+        return candidate if _is_projection(candidate) else None
+
+    def factors(self, module: nn.Module, n_heads: int, dim: int) -> torch.Tensor | None:
+        """R `[head rank dim]` float32 with ‖v W_O^h‖ = ‖v R_hᵀ‖ for every v of width `dim`, or None when `module`
+        has no output projection taking `n_heads × dim` inputs. Cached until the weight changes."""
+        projection = self.find(module)
+        if projection is None:
+            self.missing.add(type(module).__name__)
+            return None
+        weight = projection.weight
+        conv = not isinstance(projection, nn.Linear)  # Conv1D: weight [in out]; Linear: [out in]
+        width_in = weight.shape[0] if conv else weight.shape[1]
+        if width_in != n_heads * dim:
+            self.missing.add(type(module).__name__)
+            return None
+        try:
+            identity = (weight.data_ptr(), weight._version, n_heads, dim, weight.device)
+        except RuntimeError:  # an inference tensor has no version counter: no cache
+            identity = None
+        cached = self._factors.get(id(module))
+        if identity is not None and cached is not None and cached[0] == identity:
+            return cached[1]
+        with torch.no_grad():
+            if conv:
+                per_head = weight.detach().view(n_heads, dim, -1).transpose(1, 2)  # [head out dim]
+            else:
+                per_head = weight.detach().view(weight.shape[0], n_heads, dim).transpose(0, 1)  # [head out dim]
+            # W_O^hᵀ = Q R, so ‖v W_O^h‖ = ‖v Rᵀ Qᵀ‖ = ‖v Rᵀ‖ (Q has orthonormal columns)
+            factor = torch.linalg.qr(per_head.double(), mode="r").R.float()  # [head rank dim]
+        if identity is not None:
+            self._factors[id(module)] = (identity, factor)
+        return factor
+
+
+def value_norms(value: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """‖f_h(x_j)‖ `[batch head key]` float32 from value states `[batch head key dim]` (one per query head) and the
+    factors R `[head rank dim]` of :meth:`OutputProjections.factors`."""
+    projected = value.float() @ factor.transpose(-1, -2)  # [batch head key rank]
+    return torch.linalg.vector_norm(projected, dim=-1)  # [batch head key]
+
+
+def _norm_sinks(session) -> list:
+    return [sink for sink in session.sinks if getattr(sink, "output_projections", None) is not None]
+
+
+def wants_output_norms(session) -> bool:
+    """Whether a sink of `session` asks for output norms (their denominators come from the kernel call)."""
+    return bool(_norm_sinks(session))
+
+
+def with_output_norms(
+    session,
+    module: nn.Module,
+    layer: int,
+    query: torch.Tensor,  # [batch head query dim]
+    key: torch.Tensor,  # [batch head key dim]
+    value: torch.Tensor,  # [batch kv_head key dim_v]: repeated to the query heads here when norms are wanted
+    kernel: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`kernel(query, key, value)` -> (output [batch head query dim], lse); when a sink of `session` wants output
+    norms, the same kernel call also yields Σ_j α_ij ‖f_h(x_j)‖ (value augmented with the norms as one channel) and
+    the sinks receive :class:`OutputNorms` before the layer's α."""
+    sinks = _norm_sinks(session)
+    if not sinks:
+        return kernel(query, key, value)
+    n_heads, dim = query.shape[1], value.shape[-1]
+    factor = sinks[0].output_projections.factors(module, n_heads, dim)
+    if factor is None:
+        for sink in sinks:
+            sink.update_output_norms(layer, None)
+        return kernel(query, key, value)
+    if value.shape[1] != n_heads:  # grouped kv heads: each query head reads its group's value through its own W_O^h
+        key = repeat_kv(key, n_heads // key.shape[1])  # [batch head key dim]
+        value = repeat_kv(value, n_heads // value.shape[1])  # [batch head key dim_v]
+    norms = value_norms(value, factor.to(value.device))  # [batch head key]
+    # CUDA kernels want head dims that are multiples of 8: pad with zero channels; the CPU kernel takes dim + 1.
+    pad = 8 if query.device.type == "cuda" else 1
+    zeros_qk = query.new_zeros(*query.shape[:-1], pad)  # [batch head query pad]
+    extra = value.new_zeros(*value.shape[:-1], pad)  # [batch head key pad]
+    extra[..., 0] = norms.to(value.dtype)
+    query_aug = torch.cat([query, zeros_qk], dim=-1)  # [batch head query dim+pad]
+    key_aug = torch.cat([key, key.new_zeros(*key.shape[:-1], pad)], dim=-1)  # [batch head key dim+pad]
+    value_aug = torch.cat([value, extra], dim=-1)  # [batch head key dim+pad]
+    output, lse = kernel(query_aug, key_aug, value_aug)  # [batch head query dim+pad]
+    mixed = output[..., dim].float()  # [batch head query]
+    delivered = OutputNorms(layer, norms, mixed)
+    for sink in sinks:
+        sink.update_output_norms(layer, delivered)
+    return output[..., :dim], lse

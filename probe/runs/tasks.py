@@ -1,0 +1,178 @@
+"""The tasks of :func:`probe.runs.runner.run`: what one unit of ``probe label`` and of ``probe contacts`` is.
+
+* :class:`LabelTask`: one unit = one :class:`~probe.runs.checkpoints.Checkpoint` (a model, or a revision of it).
+  Its identity is :func:`label_identity` — the configuration's identity, the model's name, the **content hash of its
+  weights** and the dtype — computed before anything is loaded, the same on every path (one model, several, a
+  models file, revisions, Ray). The worker loads the checkpoint and calls
+  :func:`probe.heads.label.label_model`; a sweep's rows gain two columns, ``checkpoint`` (the revision as named, or
+  the directory's name) and ``step`` (its training step when known). :func:`label_output` is where the table goes.
+* :class:`ContactsTask`: one unit = one FASTA record or structure chain (:class:`probe.proteins.sets.UnitSpec`),
+  every unit sharing one model; the structure is read inside the worker, so an unreadable file fails only its unit.
+
+Everything here is picklable: tasks and payloads travel to Ray workers; models never do.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from probe.hashing import identity_hash
+from probe.heads.label import LabelConfig, config_identity, label_model
+from probe.heads.tables import COLUMNS, is_label_table, load_table, read_table_file, save_table
+from probe.runs.checkpoints import Checkpoint, checkpoint_revision
+from probe.runs.hub import load_checkpoint
+from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
+
+SWEEP_COLUMNS = ["checkpoint", "step"]  # added after the label table's own columns in a sweep
+
+
+def label_identity(config: LabelConfig, model: str, revision: str | None, dtype: str | None) -> str | None:
+    """The identity of a model's label rows: everything that determines them (None when the revision is unknown)."""
+    if revision is None:
+        return None
+    return identity_hash({**config_identity(config), "model": model, "revision": revision, "dtype": dtype,
+                          "columns": COLUMNS})
+
+
+def label_units(checkpoints: list[Checkpoint]) -> list[Unit]:
+    """One unit per checkpoint (its key: spec or spec@revision)."""
+    return [Unit(key=c.key, group=c, payload=c) for c in checkpoints]
+
+
+@dataclass(frozen=True)
+class LabelTask:
+    """Label every head of one checkpoint per unit. `sweep`: add the checkpoint and step columns to the rows."""
+
+    config: LabelConfig = field(default_factory=LabelConfig)
+    device: str = "cpu"
+    dtype: str | None = None
+    sweep: bool = False
+    progress: bool = False  # a per-batch bar on stderr while a unit runs (in-process)
+
+    def identity(self, unit: Unit) -> str | None:
+        checkpoint: Checkpoint = unit.payload
+        return label_identity(self.config, checkpoint.spec, checkpoint_revision(checkpoint), self.dtype)
+
+    def load(self, group: Checkpoint):
+        return load_checkpoint(group, self.device, self.dtype)
+
+    def compute(self, state, unit: Unit) -> UnitOutput:
+        bar = None
+
+        def progress(done: int, total: int) -> None:
+            nonlocal bar
+            if bar is None:
+                from tqdm import tqdm
+
+                bar = tqdm(total=total, desc=unit.key, unit="batch", file=sys.stderr, dynamic_ncols=True,
+                           leave=False)
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+        notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
+        try:
+            table = label_model(state, self.config, progress if self.progress else None, note=notes.append)
+        finally:
+            if bar is not None:
+                bar.close()
+        table = table.reindex(columns=COLUMNS)
+        return UnitOutput(table=table, identity=label_identity(self.config, state.name, state.revision, self.dtype),
+                          notes=notes)
+
+    def rows(self, unit: Unit, result: UnitResult) -> pd.DataFrame | None:
+        if result.table is None:
+            return None
+        table = result.table.reindex(columns=COLUMNS)
+        if self.sweep:
+            checkpoint: Checkpoint = unit.payload
+            table["checkpoint"] = checkpoint.name
+            table["step"] = pd.array([checkpoint.step] * len(table), dtype="Int64")
+        return table
+
+    def owners(self, table: pd.DataFrame) -> pd.Series:
+        """The unit of each row: the model, or model@checkpoint when the row is a revision of it."""
+        models = table["model"].astype(str)
+        if "checkpoint" not in table.columns:
+            return models
+        checkpoints = table["checkpoint"]
+        plain = checkpoints.isna() | (checkpoints.astype(str) == models.map(lambda m: Path(m.rstrip("/")).name))
+        return models.where(plain, models + "@" + checkpoints.astype(str))
+
+
+def read_label_table(path: Path) -> pd.DataFrame:
+    """A label table with its sweep columns if it has them (a foreign file: one-line ProbeError naming --force)."""
+    table = read_table_file(path)
+    if not is_label_table(table):
+        load_table(path)  # raises the one-line error naming the missing columns
+    extra = [column for column in SWEEP_COLUMNS if column in table.columns]
+    table = table.reindex(columns=COLUMNS + extra)
+    if "step" in extra:
+        table["step"] = table["step"].astype("Int64")
+    return table
+
+
+def label_output(path: Path | None, force: bool = False, noun: str = "model") -> Out:
+    """Where `probe label` writes: one label table at `path` (parquet, csv or json), rows of other models kept."""
+
+    def write(table: pd.DataFrame, finished) -> dict:
+        return {path: lambda tmp: save_table(table, tmp)}
+
+    def written(table: pd.DataFrame, finished) -> list[str]:
+        return [f"wrote {len(table)} rows ({len(finished)} {noun}(s) of this run) to {path}"]
+
+    return Out(path=path, write=write, read=(lambda: read_label_table(path)) if path is not None else None,
+               force=force, written=written, command="probe label", noun=noun)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Contacts: the unit function is probe.proteins.sets.analyse_unit
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContactsTask:
+    """`probe contacts`' work, one record or structure chain (a probe.proteins.sets.UnitSpec payload) per unit;
+    every unit shares the model named by the group, loaded once per worker. `identities`: each unit's identity,
+    computed by the command with :func:`probe.proteins.sets.unit_identity` (it needs the loaded model's dtype)."""
+
+    options: object  # probe.proteins.sets.ContactOptions (as the command resolved it)
+    device: str = "cpu"
+    dtype: str | None = None
+    identities: Mapping[str, str] = field(default_factory=dict)
+
+    def identity(self, unit: Unit) -> str | None:
+        return self.identities.get(unit.key)
+
+    def load(self, group: str):
+        from probe import models
+
+        loaded = models.load(group, device=self.device, dtype=self.dtype)
+        models.require_protein(loaded, "probe contacts")
+        return loaded
+
+    def compute(self, state, unit: Unit) -> UnitOutput:
+        from probe.proteins import sets as contact_sets
+
+        table, arrays = contact_sets.pack(contact_sets.analyse_unit(state, unit.payload, self.options))
+        return UnitOutput(table=table, arrays=arrays)
+
+    def rows(self, unit: Unit, result: UnitResult) -> pd.DataFrame | None:
+        return None  # the outputs are built from the units' outcomes (probe.proteins.sets.unpack)
+
+    def owners(self, table: pd.DataFrame) -> pd.Series:
+        return pd.Series([None] * len(table), index=table.index, dtype=object)
+
+
+def contact_units(model: str, specs) -> list[Unit]:
+    """One unit per probe.proteins.sets.UnitSpec (same key), all in the model's group."""
+    return [Unit(key=spec.key, group=model, payload=spec) for spec in specs]
+
+
+__all__ = ["SWEEP_COLUMNS", "ContactsTask", "LabelTask", "contact_units", "label_identity", "label_output",
+           "label_units", "read_label_table"]

@@ -1,0 +1,101 @@
+"""probe.heads.register: a head type defined outside the package is scored and labelled like a built-in one, and
+a duplicate name or a malformed spec is a one-line ProbeError."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+import torch
+
+import probe.heads
+from probe import models
+from probe.cli import main
+from probe.errors import ProbeError
+from probe.heads import HeadTypeSpec, TargetContext
+from probe.heads.label import LabelConfig, label_model
+from probe.zoo.planted import save_planted_gpt2
+
+CONFIG = dict(examples=8, n_bootstrap=100, ablate="none")
+
+
+def back(offset: int):
+    """Targets j = i − offset (for i ≥ offset): written here, outside the package, as a user would."""
+
+    def targets(ctx: TargetContext):
+        batch, n = ctx.input_ids.shape
+        pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+        rows = torch.arange(offset, n)
+        pattern[:, rows, rows - offset] = True
+        return {None: pattern}
+
+    return targets
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    return models.load(str(save_planted_gpt2(tmp_path_factory.mktemp("planted"))))
+
+
+@pytest.fixture
+def registered():
+    names = []
+
+    def add(spec):
+        probe.heads.register(spec)
+        names.append(spec.name)
+        return spec
+
+    yield add
+    for name in names:
+        probe.heads.unregister(name)
+
+
+def test_a_registered_type_labels_like_a_built_in_one(planted, registered):
+    registered(HeadTypeSpec("one_back", "attends to the token before (a user's copy of previous_token)", back(1),
+                            "natural"))
+    registered(HeadTypeSpec("two_back", "attends two tokens back", back(2), "natural"))
+    table = label_model(planted, LabelConfig(types=("previous_token", "one_back", "two_back"), **CONFIG))
+    ours, theirs = (table[table["head_type"] == name].reset_index(drop=True) for name in ("one_back", "previous_token"))
+    assert len(ours) == planted.n_layers * planted.n_heads
+    columns = ["head_name", "score", "ci_low", "ci_high", "chance", "effect", "p_value"]
+    pd.testing.assert_frame_equal(ours[columns], theirs[columns])  # the same targets give the same statistics
+    assert ours.loc[ours["label"], "head_name"].tolist() == ["L0H0"]  # positive control: the planted head
+    assert not table.loc[(table["head_type"] == "two_back") & table["label"], "head_name"].tolist()  # negative
+
+
+def test_a_registered_type_is_a_choice_of_the_command(planted, registered, capsys):
+    registered(HeadTypeSpec("one_back", "attends to the token before", back(1), "natural"))
+    code = main(["label", "--model", planted.name, "--types", "one_back", "--examples", "8", "--bootstrap", "50",
+                 "--ablate", "none"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    table = pd.read_csv(io.StringIO(captured.out))
+    assert set(table["head_type"]) == {"one_back"} and table.loc[table["label"], "head_name"].tolist() == ["L0H0"]
+
+
+@pytest.mark.parametrize("spec, message", [
+    (HeadTypeSpec("previous_token", "again", back(1), "natural"), "'previous_token' is already registered"),
+    (HeadTypeSpec("Two Back", "x", back(2), "natural"), "must be snake_case"),
+    (HeadTypeSpec("two_back", "", back(2), "natural"), "needs a description"),
+    (HeadTypeSpec("two_back", "x", "not a function", "natural"), "targets must be a function"),
+    (HeadTypeSpec("two_back", "x", back(2), "pictures"), "probe 'pictures' must be one of natural, repeated"),
+    (HeadTypeSpec("two_back", "x", back(2), "natural", kinds=frozenset({"vision"})), "kinds must be"),
+    (HeadTypeSpec("two_back", "x", back(2), "natural", statistic="accuracy"), "accuracy statistic needs span"),
+    (HeadTypeSpec("two_back", "x", back(2), "natural", loss_positions="all"), "loss_positions 'all'"),
+    ("two_back", "takes a probe.heads.HeadTypeSpec"),
+])
+def test_bad_specs_are_one_line_errors(spec, message):
+    with pytest.raises(ProbeError, match=message) as raised:
+        probe.heads.register(spec)
+    assert "\n" not in str(raised.value)
+    assert "two_back" not in probe.heads.REGISTRY
+
+
+def test_duplicate_registration_and_built_ins_cannot_be_removed(registered):
+    spec = registered(HeadTypeSpec("one_back", "attends to the token before", back(1), "natural"))
+    with pytest.raises(ProbeError, match="already registered"):
+        probe.heads.register(spec)
+    with pytest.raises(ProbeError, match="built-in"):
+        probe.heads.unregister("induction")
