@@ -8,10 +8,10 @@ from pathlib import Path
 
 from probe import models
 from probe.commands.common import add_model_options, output_path
-from probe.runs.atomic import write_atomically
 from probe.errors import ProbeError
 from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, text_inputs
 from probe.heads.tables import TABLE_EXTENSIONS, save_table
+from probe.runs.atomic import write_atomically
 
 DEFAULTS = ProfileConfig()
 
