@@ -16,10 +16,14 @@ from probe.errors import ProbeError
 RANGE_NAMES = ("short", "medium", "long")
 RANGE_TEXT = {"short": "short (6–11)", "medium": "medium (12–23)", "long": "long (≥ 24)"}
 # Leaderboard columns and their short headers (the table fits a half-width panel at 1600 px).
-LEADERBOARD_COLUMNS = {"head": "head", "p_at_L_long": "P@L long", "p_at_L_medium": "P@L med",
-                       "p_at_L_short": "P@L short", "contact_share": "Vig share", "weight": "weight",
-                       "logit_share": "logit share", "enrichment": "enrichment", "base_rate": "base rate",
-                       "p_value": "p", "q_value": "q", "significant": "significant"}
+LEADERBOARD_COLUMNS = {"head": "head", "p_at_L_long": "P@L long", "base_rate_long": "base rate long",
+                       "enrichment_L_long": "enrichment long", "q_value_L_long": "q long",
+                       "p_at_L_medium": "P@L med", "p_at_L_short": "P@L short", "contact_share": "Vig share",
+                       "binding_share": "binding share", "weight": "weight", "logit_share": "logit share"}
+# Shown even when unknown for every head (a chain without a ligand: binding share NaN, shown "unknown", never 0).
+ALWAYS_SHOWN = ("contact_share", "binding_share")
+# Need a structure: P@L, its base rate and significance, Vig et al.'s shares.
+NEEDS_STRUCTURE = ("p_at_", "base_rate_", "enrichment_", "q_value_", "contact_share", "binding_share")
 
 
 @dataclass(frozen=True)
@@ -73,17 +77,20 @@ def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes |
 def leaderboard(heads: pd.DataFrame | None, with_structure: bool) -> pd.DataFrame | None:
     """Per-head rows for the panel's table: best long-range P@L first (by logit share without a structure).
 
-    Columns that are empty for this input (all NaN, e.g. Vig's contact share when fewer than 100 weights reached 0.3) are left out.
-    `layer` and `head_index` stay for row clicks.
+    With a structure every head is set against the contact base rate of the long-range pairs (base rate,
+    enrichment = P@L / base rate, Benjamini–Hochberg q of the top-L hits; :mod:`probe.proteins.significance`), and
+    Vig et al.'s shares are shown, NaN ("unknown" in the panel) where the chain lacks the property. Other columns
+    that are empty for this input are left out. `layer` and `head_index` stay for row clicks.
     """
     if heads is None or heads.empty:
         return None
     table = heads.rename(columns={"name": "head", "head": "head_index"})
     key = "p_at_L_long" if with_structure else "logit_share"
     table = table.sort_values(key, ascending=False, na_position="last", ignore_index=True)
-    keep = [c for c in LEADERBOARD_COLUMNS if c in table.columns and not table[c].isna().all()]
+    keep = [c for c in LEADERBOARD_COLUMNS
+            if c in table.columns and (c in ALWAYS_SHOWN or not table[c].isna().all())]
     if not with_structure:
-        keep = [c for c in keep if not c.startswith("p_at_") and c != "contact_share"]
+        keep = [c for c in keep if not c.startswith(NEEDS_STRUCTURE)]
     table = table[keep + ["layer", "head_index"]].rename(columns=LEADERBOARD_COLUMNS)
     return table.round(3)
 

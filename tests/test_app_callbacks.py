@@ -705,7 +705,9 @@ def test_structure_set_summary_is_shown_for_its_model(specs, tmp_path, service):
     data, columns, title = proteins.structure_set(shown, specs[1])
     assert [row["head"] for row in data][:2] == ["L1H3", "L1H2"] and "over 3 proteins" in title
     names = [column["name"] for column in columns]
-    assert names[:3] == ["head", "proteins", "P@L long"] and "binding share" not in names  # empty: left out
+    assert names[:3] == ["head", "proteins", "P@L long"]
+    # no ligand in any protein: the binding share is unknown, shown as such (never 0, never silently dropped)
+    assert "binding share" in names and {row["binding share"] for row in data} == {"unknown"}
     assert proteins.leaderboard_head(shown, specs[1], {"row": 0}, data) == {"layer": 1, "head": 3}
     assert proteins.structure_set(shown, specs[0]) == ([], [], "")  # another model: nothing
     with pytest.raises(ProbeError, match="does not exist"):
@@ -830,3 +832,27 @@ def test_target_overlay_of_the_bracket_type_marks_the_matching_bracket():
     expected[inner_close, inner_open] = True
     expected[closer, opener] = True
     np.testing.assert_array_equal(pattern, expected)
+
+
+def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_binding(specs, ubiquitin_structure):
+    """With a structure the leaderboard has the contact base rate, enrichment and q of every head (equal to the
+    library's per-head table); 1UBI has no ligand, so the binding share is "unknown" in the panel, never 0."""
+    from app.protein_analysis import analyse
+    from probe.proteins.contacts import predict_contacts
+    from probe.proteins.structure import contact_map, read_structure
+
+    loaded = models.load(specs[1])
+    result = analyse(loaded, None, open(ubiquitin_structure, "rb").read(), "pdb1ubi.pdb")
+    board = result.heads
+    assert {"base rate long", "enrichment long", "q long", "binding share"} <= set(board.columns)
+    structure = read_structure(ubiquitin_structure)
+    reference = predict_contacts(loaded, structure.sequence, true_map=contact_map(structure, sequence=structure.sequence),
+                                 per_head=True).heads.set_index("name")
+    for _, row in board.iterrows():
+        assert row["base rate long"] == pytest.approx(reference.loc[row["head"], "base_rate_long"], abs=1e-3)
+        assert row["q long"] == pytest.approx(reference.loc[row["head"], "q_value_L_long"], abs=1e-3)
+    assert board["binding share"].isna().all()
+    shown = proteins.unknown_as_text(board.to_dict("records"))
+    assert {record["binding share"] for record in shown} == {"unknown"}
+    without = analyse(loaded, structure.sequence, None).heads  # no structure: no base rate, no shares
+    assert not {"base rate long", "q long", "binding share", "P@L long"} & set(without.columns)

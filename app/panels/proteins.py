@@ -65,7 +65,8 @@ def layout(upload_bytes: int, max_residues: int) -> html.Div:
 
 # Columns of the structure-set summary shown in the page, and their short headers.
 SET_COLUMNS = {"name": "head", "n_proteins": "proteins", "p_at_L_long": "P@L long", "p_at_L_long_low": "low",
-               "p_at_L_long_high": "high", "contact_share": "contact share", "contact_background": "contact bg",
+               "p_at_L_long_high": "high", "base_rate_long": "base rate long", "enrichment_L_long": "enrichment long",
+               "q_value_L_long": "q long", "contact_share": "contact share", "contact_background": "contact bg",
                "binding_share": "binding share", "binding_background": "binding bg", "helix_share": "helix share",
                "strand_share": "strand share", "n_high": "α ≥ θ", "weight": "weight"}
 
@@ -75,15 +76,12 @@ def structure_set(service: Service, spec: str) -> tuple[list[dict], list[dict], 
     summary = service.heads_summary(spec)
     if summary is None:
         return [], [], ""
-    keep = [c for c in SET_COLUMNS if c in summary.columns and not summary[c].isna().all()]
+    unknown_ok = {"binding_share", "binding_background", "helix_share", "strand_share"}  # NaN: "unknown", not 0
+    keep = [c for c in SET_COLUMNS if c in summary.columns and (c in unknown_ok or not summary[c].isna().all())]
     table = summary.sort_values("p_at_L_long" if "p_at_L_long" in summary.columns else "layer", ascending=False,
                                 na_position="last")
     table = table[keep + ["layer", "head"]].rename(columns={**SET_COLUMNS, "head": "head_index"}).round(3)
     columns = [{"name": name, "id": name} for name in table.columns if name not in ("layer", "head_index")]
-    for extra in ("enrichment", "base_rate", "p_value", "q_value"):
-        if extra in summary.columns and extra not in table.columns:
-            table[extra] = summary[extra].round(4).to_numpy()
-            columns.append({"name": extra.replace("_", " "), "id": extra})
     proteins = summary.attrs.get("proteins")
     count = len(proteins) if isinstance(proteins, (list, tuple)) else int(summary["n_proteins"].max())
     title = (f"Structure set: every head over {count} proteins (probe contacts --heads-summary; "
