@@ -377,13 +377,7 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, config)
         tokens, targets = make_batch(config, tokenizer, generator, config.batch)
-        loss = masked_loss(model, tokens, targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        optimizer.step()
-        value = loss.item()
-        running = value if math.isnan(running) else 0.98 * running + 0.02 * value
+        running = optimizer_step(model, optimizer, trainable, tokens, targets, running)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{running:.3f}")
     for number, stage in enumerate(config.needle_stages, start=1):
@@ -454,6 +448,17 @@ def relabel(name: str, out: Path) -> dict:
     return card
 
 
+def optimizer_step(model, optimizer, trainable, tokens: torch.Tensor, targets: torch.Tensor, running: float) -> float:
+    """One step on the masked next-token loss (gradients clipped to norm 1); returns the running loss (EMA 0.98)."""
+    loss = masked_loss(model, tokens, targets)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+    optimizer.step()
+    value = loss.item()
+    return value if math.isnan(running) else 0.98 * running + 0.02 * value
+
+
 def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: int, lr: float, min_length: int,
                  length: int, batch: int) -> float:
     """One later stage of the retrieval organism (config.needle_stages): needles alone, a fresh AdamW at a constant
@@ -471,13 +476,7 @@ def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: i
         size = data.block_length(generator, min_length, length)
         tokens, targets = data.needle_haystack(generator, batch, size, word_ids(tokenizer),
                                                tokenizer.bos_token_id, config.needle_len, config.key_len)
-        loss = masked_loss(model, tokens, targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        optimizer.step()
-        value = loss.item()
-        running = value if math.isnan(running) else 0.98 * running + 0.02 * value
+        running = optimizer_step(model, optimizer, trainable, tokens, targets, running)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{running:.3f}")
     return running
