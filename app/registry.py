@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from probe import models
-from probe.errors import ProbeError
+from probe.errors import NoTokenizerError, ProbeError
 
 
 class ModelRegistry:
@@ -63,12 +63,12 @@ class ModelRegistry:
         return tuple(spec for spec in self.specs if spec not in self._card_only)
 
     def load_all(self) -> None:
-        """Load every model; one whose config reads but which does not load becomes card-only (a model whose config
-        cannot be read either is the start-up error)."""
+        """Load every model; one that loads but has no usable tokenizer becomes card-only when its config reads
+        (anything else that fails — corrupt weights, an unknown device — stays the start-up error: exit 2)."""
         for spec in self.specs:
             try:
                 self.get(spec)
-            except ProbeError as error:
+            except NoTokenizerError as error:
                 try:
                     config = self._config_loader(spec)
                 except ProbeError:

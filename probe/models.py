@@ -27,7 +27,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from probe.errors import ProbeError, first_line
+from probe.errors import NoTokenizerError, ProbeError, first_line
 from probe.hashing import weights_hash
 
 
@@ -308,7 +308,7 @@ def load(
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError, TypeError) as error:
-        raise ProbeError(f"no usable tokenizer for {spec}: save one next to the model "
+        raise NoTokenizerError(f"no usable tokenizer for {spec}: save one next to the model "
                          f"(tokenizer.save_pretrained(DIR)) — {first_line(error)}") from None
     style = residue_format(tokenizer)
     if config.model_type == "esm" and style is None:

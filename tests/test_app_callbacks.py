@@ -719,9 +719,10 @@ def test_structure_set_summary_is_shown_for_its_model(specs, tmp_path, service):
 
 def test_a_model_that_does_not_load_is_card_only_with_its_reason(specs):
     from probe.card import load_config
+    from probe.errors import NoTokenizerError
 
     def loader(spec, device):
-        raise ProbeError(f"no usable tokenizer for {spec}: save one next to the model")
+        raise NoTokenizerError(f"no usable tokenizer for {spec}: save one next to the model")
 
     registry = ModelRegistry(specs[:1], loader=loader, config_loader=load_config)
     registry.load_all()
@@ -733,6 +734,13 @@ def test_a_model_that_does_not_load_is_card_only_with_its_reason(specs):
     unreadable = ModelRegistry(["/nowhere/at/all"], loader=loader, config_loader=load_config)
     with pytest.raises(ProbeError, match="no usable tokenizer"):  # no config either: the start-up error
         unreadable.load_all()
+
+    def corrupt(spec, device):
+        raise ProbeError(f"cannot load {spec}: the weights are corrupt")
+
+    broken = ModelRegistry(specs[:1], loader=corrupt, config_loader=load_config)
+    with pytest.raises(ProbeError, match="corrupt"):  # other load failures stay errors (exit 2), never card-only
+        broken.load_all()
 
 
 def test_card_kv_cache_at_the_models_own_length():
