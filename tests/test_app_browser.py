@@ -402,6 +402,7 @@ def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
         time.sleep(1.0)
         save_screenshot(driver, "app_screenshot.png")
     finally:
+        driver.get("about:blank")  # leave the page first: no callback in flight when its server stops
         server.shutdown()
         driver.set_window_size(1500, 2300)
 
@@ -518,6 +519,7 @@ def test_bug1_an_mla_model_is_explorable_after_another_model(driver, tmp_path_fa
             raise AssertionError(entry)
         assert label.startswith("L0H0")
     finally:
+        driver.get("about:blank")  # leave the page first: no callback in flight when its server stops
         server.shutdown()
 
 
@@ -560,6 +562,7 @@ def test_bug2_a_model_without_a_tokenizer_shows_its_card(driver, tmp_path_factor
         assert "no usable tokenizer" in why and "card is shown" in why and not why.rstrip().endswith(":")
         assert not driver.find_element("id", ids.EXPLORER_SECTION).is_displayed()
     finally:
+        driver.get("about:blank")  # leave the page first: no callback in flight when its server stops
         server.shutdown()
 
 
