@@ -37,9 +37,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "Benjamini-Hochberg FDR), label it, and measure labelled heads' ablation effect. One table.",
     )
     add_model_options(parser, many=True, required=False)  # or --models-file
-    parser.add_argument("--types", help=f"comma-separated head types (default: all that apply): {','.join(head_type_names())}")
+    parser.add_argument("--types", help="comma-separated head types, or all (default: every type that applies, "
+                                        "except opt-in ones such as retrieval: --types retrieval --seq-len 4096): "
+                                        f"{','.join(head_type_names())}")
     parser.add_argument("--examples", type=int, default=DEFAULTS["examples"],
-                        help="probe examples per probe set (default %(default)s)")
+                        help="probe examples per probe set (default %(default)s); the GAP coreference set uses every "
+                             "development pair that fits the model instead")
     parser.add_argument("--seq-len", default=None,
                         help="tokens per probe; several comma-separated (64,256) score each length and mark labels "
                              "that flip in the stable column (default: min(128, the model's positions))")
@@ -47,8 +50,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--probe-file", help="JSONL of your own span examples (text, query, target[, distractors]), "
                                              "scored as coreference in place of GAP / the templates")
     parser.add_argument("--coref-set", choices=COREF_SETS, default=DEFAULTS["coref_set"],
-                        help="coreference probes: gap (Wikipedia), templates, or auto = gap when the tokenizer reads "
-                             "English (default)")
+                        help="coreference probes: gap (Wikipedia pairs cropped to fit), templates (agreement), "
+                             "causality (implicit-causality verbs), or auto = gap when the tokenizer reads English and "
+                             "a pair fits, else the templates (default)")
     parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"],
                         help="probe examples per forward (default %(default)s)")
     parser.add_argument("--bootstrap", type=int, default=DEFAULTS["n_bootstrap"],
