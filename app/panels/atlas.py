@@ -9,6 +9,7 @@ from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded
+from ..inputs import row_head
 from ..service import Service
 from . import card_panel, graph, radio
 
@@ -86,15 +87,7 @@ def labelled_rows(table, head_type: str) -> tuple[list[dict], list[dict], str]:
 
 def labelled_head(service: Service, spec: str, cell, rows) -> dict:
     """The head of a clicked labelled-heads row, checked."""
-    from probe.errors import ProbeError
-
-    try:
-        row = rows[int(cell["row"])]
-        selected = {"layer": row["layer"], "head": row["head"]}
-    except (TypeError, KeyError, IndexError, ValueError):
-        raise ProbeError("that row does not name a head; click a row of the table") from None
-    layer, head = service.head_of(spec, selected)
-    return {"layer": layer, "head": head}
+    return row_head(service, spec, cell, rows, "head")
 
 
 

@@ -15,7 +15,7 @@ from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded
-from ..inputs import parse_fasta
+from ..inputs import parse_fasta, row_head
 from ..service import Service
 from . import card_panel, graph
 from .explorer import DEMO_PROTEIN
@@ -188,14 +188,8 @@ def mark_pair(store: dict | None, click: dict | None):
 
 
 def leaderboard_head(service: Service, spec: str, cell, rows) -> dict:
-    """The head of a clicked leaderboard row, checked."""
-    try:
-        row = rows[int(cell["row"])]
-        selected = {"layer": row["layer"], "head": row["head_index"]}
-    except (TypeError, KeyError, IndexError, ValueError):
-        raise ProbeError("that row does not name a head; click a row of the table") from None
-    layer, head = service.head_of(spec, selected)
-    return {"layer": layer, "head": head}
+    """The head of a clicked leaderboard row, checked (the head index is in `head_index`; `head` is its name)."""
+    return row_head(service, spec, cell, rows, "head_index")
 
 
 def register(app, service: Service) -> None:
