@@ -414,15 +414,26 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         "command": f"python -m probe.zoo.train {name} --seed {seed} --out DIR",
     }
     if label:
-        from probe.zoo import check_requirements
+        add_labels(card, config, out)
+    return write_card(card, out)
 
-        summary, table = classifier_labels(out, config.label_config)
-        card["classifier"] = ("probe.heads.label.label_model with the default LabelConfig()" if not config.label_config
-                              else f"probe.heads.label.label_model with LabelConfig(**{config.label_config})")
-        if config.label_config:
-            card["label_config"] = config.label_config
-        card.update(summary)
-        card["requirements_failed"] = check_requirements(table, config.requirements)
+
+def add_labels(card: dict, config: TrainConfig, out: Path) -> None:
+    """Run the classifier on the organism in `out` with the card's label settings and put its labels, the settings
+    and the requirements it misses into `card`."""
+    from probe.zoo import check_requirements
+
+    summary, table = classifier_labels(out, config.label_config)
+    card["classifier"] = ("probe.heads.label.label_model with the default LabelConfig()" if not config.label_config
+                          else f"probe.heads.label.label_model with LabelConfig(**{config.label_config})")
+    if config.label_config:
+        card["label_config"] = config.label_config
+    card.update(summary)
+    card["requirements_failed"] = check_requirements(table, config.requirements)
+
+
+def write_card(card: dict, out: Path) -> dict:
+    """card.json and MODEL_CARD.md into `out`, files made readable; returns `card`."""
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     (out / "MODEL_CARD.md").write_text(model_card_markdown(card))
     readable(out)
@@ -432,20 +443,11 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
 def relabel(name: str, out: Path) -> dict:
     """Run the classifier on the trained organism in `out` (its card.json written by :func:`train`) and update the
     card's labels, requirements and MODEL_CARD.md; the weights are not touched."""
-    from probe.zoo import check_requirements
-
     card = json.loads((out / "card.json").read_text())
     config = ORGANISMS[name]
-    summary, table = classifier_labels(out, config.label_config)
     card["requirements"] = config.requirements
-    card["classifier"] = ("probe.heads.label.label_model with the default LabelConfig()" if not config.label_config
-                          else f"probe.heads.label.label_model with LabelConfig(**{config.label_config})")
-    card.update(summary)
-    card["requirements_failed"] = check_requirements(table, config.requirements)
-    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
-    (out / "MODEL_CARD.md").write_text(model_card_markdown(card))
-    readable(out)
-    return card
+    add_labels(card, config, out)
+    return write_card(card, out)
 
 
 def optimizer_step(model, optimizer, trainable, tokens: torch.Tensor, targets: torch.Tensor, running: float) -> float:
