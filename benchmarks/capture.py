@@ -65,17 +65,21 @@ def _setup(n_tokens: int, threads: int, eager: bool, layers: int = LAYERS):
     return model, input_ids
 
 
+USE_CACHE = False  # a forward for analysis keeps no KV cache (its per-layer tensors only fragment the heap)
+BLOCK_BYTES = None  # --block-mib: the engine's α block budget (default: capture's own)
+
+
 def _forward(variant: str, model, input_ids) -> None:
     import torch
 
-    from probe.engine import capture
+    from probe.engine import DEFAULT_BLOCK_BYTES, capture
 
     with torch.inference_mode():
         if variant == "plain":
-            model(input_ids)
+            model(input_ids, use_cache=USE_CACHE)
         elif variant == "engine":
-            with capture(model, HeadSum()):
-                model(input_ids)
+            with capture(model, HeadSum(), block_bytes=BLOCK_BYTES or DEFAULT_BLOCK_BYTES):
+                model(input_ids, use_cache=USE_CACHE)
         else:
             previous = model.config._attn_implementation
             model.set_attn_implementation("eager")
@@ -114,6 +118,8 @@ def run_child(mode: str, n_tokens: int, repeats: int, threads: int, eager: bool 
               layers: int = LAYERS) -> dict:
     command = [sys.executable, __file__, "--child", mode, "--lengths", str(n_tokens), "--repeats", str(repeats),
                "--threads", str(threads), "--layers", str(layers)] + ([] if eager else ["--no-eager"])
+    if BLOCK_BYTES:
+        command += ["--block-mib", str(BLOCK_BYTES / 2**20)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -148,11 +154,15 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=LAYERS,
                         help="layers (default 12); every layer does the same work, so fewer layers give the same "
                              "ratios at a fraction of the cost")
+    parser.add_argument("--block-mib", type=float,
+                        help="the engine's memory budget for one α block, MiB (default: capture's default)")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--no-eager", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
+    global BLOCK_BYTES
+    BLOCK_BYTES = int(args.block_mib * 2**20) if args.block_mib else None
     if args.child:
         if args.child == "time":
             variants = ("plain", "engine") if args.no_eager else VARIANTS

@@ -230,6 +230,28 @@ def test_blockwise_fallback_matches_kernel():
         assert (lse_kernel - lse_block).abs().max() <= TOL
 
 
+def test_in_place_softmax_and_its_lse_equal_torch():
+    """The single pass's fused in-place softmax gives torch.softmax's α and torch.logsumexp's LSE, on rows with
+    very different scales, partly masked rows and fully masked rows (α = 0 and lse = 0 there, as the CPU kernel
+    gives it); without a consumer for it, no LSE is computed."""
+    from probe.engine.attention import _softmax_in_place
+
+    torch.manual_seed(0)
+    scores = torch.randn(2, 3, 5, 700) * torch.tensor([0.1, 3.0, 30.0])[None, :, None, None]
+    scores[0, :, 1, 200:] = float("-inf")  # partly masked row
+    scores[1, 2, 3, :] = float("-inf")  # fully masked row
+    expected = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    expected_lse = torch.logsumexp(scores, dim=-1)
+    expected_lse[1, 2, 3] = 0.0
+    alpha, lse = _softmax_in_place(scores.clone(), want_lse=True, masked=True)
+    assert (alpha - expected).abs().max() <= 1e-7
+    assert (lse - expected_lse).abs().max() <= 1e-5
+    assert alpha[1, 2, 3].abs().max() == 0 and lse[1, 2, 3] == 0
+    unmasked = torch.randn(1, 2, 4, 50)
+    alpha, lse = _softmax_in_place(unmasked.clone(), want_lse=False, masked=False)
+    assert lse is None and (alpha - torch.softmax(unmasked, -1)).abs().max() <= 1e-7
+
+
 @pytest.mark.gpu
 def test_cuda_engine_equals_eager(tiny_dir):
     if not torch.cuda.is_available():

@@ -93,8 +93,10 @@ def capture_attention_forward(
     single_pass = (heads == list(range(n_heads)) and not (dropout and module.training)
                    and not wants_output_norms(session))
     if single_pass:
+        want_lse = bool(sampled) or any(hasattr(sink, "gather_for") for sink in session.sinks)
+
         def kernel(q, k, v):
-            return _stream_single_pass(session, layer, wanted, q, k, v, additive, is_causal, scale)
+            return _stream_single_pass(session, layer, wanted, q, k, v, additive, is_causal, scale, want_lse)
     else:
         def kernel(q, k, v):
             return _fused_attention(q, k, v, additive, is_causal, scale, dropout)
@@ -327,6 +329,34 @@ def _mask_bias(mask: torch.Tensor | None) -> torch.Tensor | None:
     return bias if bool(bias.any()) else None
 
 
+def _softmax_in_place(
+    scores: torch.Tensor,  # [batch head block key] float32, masked with −inf
+    want_lse: bool,
+    masked: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Softmax over keys written over `scores`, and the rows' log-sum-exp if wanted: (α [batch head block key],
+    lse [batch head block] or None).
+
+    One fused softmax (its max, exp and sum in cache-friendly passes: on CPU about half the time of separate max,
+    sub, exp, sum and mul over a block larger than the cache). The LSE, when a consumer needs it, costs two row
+    maxima: it follows from the largest score m and the largest weight, which is 1/Σ exp(s − m), as
+    lse = m − log max α. With a mask (`masked`), a fully masked row has α = 0 and, as the CPU kernel gives it,
+    lse = 0.
+    """
+    row_max = scores.amax(dim=-1) if want_lse else None  # [batch head block]
+    torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # in place: each row is read before it is written
+    alpha = scores  # [batch head block key]
+    if masked:  # the softmax of an all −inf row is NaN in every entry, the first included
+        empty = torch.isnan(alpha[..., 0])  # [batch head block]
+        if bool(empty.any()):
+            alpha.masked_fill_(empty[..., None], 0.0)
+    if not want_lse:
+        return alpha, None
+    peak = alpha.amax(dim=-1)  # [batch head block]: 1 / Σ_j exp(s_j − m)
+    lse = torch.where(peak > 0, row_max - peak.log(), torch.zeros_like(row_max))  # [batch head block]
+    return alpha, lse
+
+
 def _stream_single_pass(
     session: _Session,
     layer: int,
@@ -337,10 +367,12 @@ def _stream_single_pass(
     mask: torch.Tensor | None,  # [batch 1|head query key] additive
     is_causal: bool,
     scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    want_lse: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention of every head computed block by block from the α the sinks receive: per block of query rows one
-    QKᵀ, a softmax (row max, exp, sum) and α·V. Returns (output [batch head query dim_v] in the query's dtype,
-    lse [batch head query] float32), equal to the fused kernel's within float32 rounding.
+    QKᵀ, a softmax and α·V. Returns (output [batch head query dim_v] in the query's dtype, lse [batch head query]
+    float32, or None when `want_lse` is False and no sink wants the row entropy), equal to the fused kernel's
+    within float32 rounding.
 
     Grouped-query heads are never repeated: the g query heads of one kv head are stacked on the row axis, so one
     matmul per kv head serves them all (`[batch·kv_head, g·block, key]` is `[batch, head, block, key]` in memory).
@@ -361,7 +393,8 @@ def _stream_single_pass(
     mask = None if mask is None else mask.float()
     causal_bias = _causal_bias(block_rows, query.device) if is_causal else None
     output = torch.empty(n_batch * n_kv, group, n_query, dim_v, device=query.device)  # [batch·kv group query dim_v]
-    lse = torch.empty(n_batch, n_heads, n_query, device=query.device)  # [batch head query]
+    # the LSE only where a consumer needs it: sampled rows, gathered slots or the row entropy
+    lse = torch.empty(n_batch, n_heads, n_query, device=query.device) if want_lse or entropy_wanted else None
     buffer = torch.empty(n_batch * n_heads * block_rows * n_key, device=query.device)
     heads = tuple(range(n_heads))
     for start in range(0, n_query, block_rows):
@@ -377,13 +410,9 @@ def _stream_single_pass(
             scores += mask[:, :, start:stop, :key_stop]
         if causal_bias is not None:
             scores[..., start:stop] += causal_bias[:rows, :rows]
-        row_max = scores.amax(dim=-1, keepdim=True)  # [batch head block 1]
-        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))  # fully masked rows
-        alpha = scores.sub_(row_max).exp_()  # unnormalised
-        total = alpha.sum(dim=-1, keepdim=True)  # [batch head block 1]
-        alpha.mul_(torch.where(total > 0, total.reciprocal(), torch.zeros_like(total)))  # [batch head block key_stop]
-        # a fully masked row has α = 0 and, as the CPU kernel gives it, lse = 0 (rebuilt α there stays exactly 0)
-        lse[:, :, start:stop] = torch.where(total > 0, row_max + total.log(), torch.zeros_like(total))[..., 0]
+        alpha, block_lse = _softmax_in_place(scores, lse is not None, mask is not None)  # [batch head block key_stop]
+        if lse is not None:
+            lse[:, :, start:stop] = block_lse  # [batch head block]
         block_out = torch.bmm(alpha.view(n_batch * n_kv, group * rows, key_stop), values[:, :key_stop])
         output[:, :, start:stop] = block_out[..., :dim_v].view(n_batch * n_kv, group, rows, dim_v)
         entropy = None

@@ -69,7 +69,7 @@ def capture(
         Where α goes: a :class:`~probe.engine.sinks.Sink` receives dense blocks
         (:class:`~probe.engine.sinks.AttentionBlock`), a :class:`~probe.engine.sinks.GatherSink` α at a few keys
         per query row. Empty: nothing is captured (useful with `ablate` alone).
-    block_bytes : int, default 32 MiB
+    block_bytes : int, default 96 MiB
         Memory budget of one α block, all selected heads of a layer together, in bytes (float32); a block has at
         most :data:`~probe.engine.session.MAX_BLOCK_ROWS` query rows.
     ablate : torch.Tensor or None, shape=(layer, head) or (batch, layer, head), bool

@@ -318,9 +318,13 @@ class ContactSink:
                     if state.keep is not None:  # an EOS token inside the residues: zero its row and column
                         weighted = weighted * row_weight[:, None] * state.token_weight[None, :]
                     state.weighted[rows] += weighted[:, residues]  # [rows L]
-                    state.row_sums[block.layer, heads, rows] = (alpha @ state.token_weight) * row_weight  # [head rows]
-                    column_sums = (row_weight @ alpha) * state.token_weight  # [head key]
-                    state.col_sums[block.layer, heads] += column_sums[:, residues]  # [head L]
+                    if state.keep is None:  # every residue row and column counts: plain sums over the residue block
+                        state.row_sums[block.layer, heads, rows] = alpha[:, :, residues].sum(-1)  # [head rows]
+                        state.col_sums[block.layer, heads] += alpha[:, :, residues].sum(1)  # [head L]
+                    else:
+                        state.row_sums[block.layer, heads, rows] = (alpha @ state.token_weight) * row_weight
+                        column_sums = (row_weight @ alpha) * state.token_weight  # [head key]
+                        state.col_sums[block.layer, heads] += column_sums[:, residues]  # [head L]
                 if self.per_head:
                     if state.layer_alpha is None:
                         state.layer_alpha = torch.zeros(len(block.heads), length, length, device=device)
