@@ -106,3 +106,18 @@ def test_choose_candidate_and_selection_split():
     select, test = selection_split(5)
     assert select.tolist() == [True, False, True, False, True] and test.tolist() == [False, True, False, True, False]
     assert selection_split(1)[0].tolist() == selection_split(1)[1].tolist() == [True]
+
+
+@pytest.mark.parametrize(("resamples", "confidence"), [(1000, 0.95), (999, 0.99), (7, 0.9), (2, 0.5), (1, 0.95)])
+def test_percentile_interval_is_exactly_nanquantile(resamples, confidence):
+    """The partial-sort interval equals torch.nanquantile's linear interpolation bit for bit, on complete entries,
+    entries with a NaN resample and all-NaN entries (NaN bounds)."""
+    torch.manual_seed(resamples)
+    means = torch.randn(resamples, 5, 7, dtype=torch.float64)
+    means[0, 0, 0] = float("nan")  # one resample drew none of this entry's examples
+    means[:, 1, 1] = float("nan")  # never measured
+    low, high = percentile_interval(means, confidence)
+    tail = (1 - confidence) / 2
+    assert torch.allclose(low, torch.nanquantile(means, tail, dim=0).float(), rtol=0, atol=0, equal_nan=True)
+    assert torch.allclose(high, torch.nanquantile(means, 1 - tail, dim=0).float(), rtol=0, atol=0, equal_nan=True)
+    assert torch.isnan(low[1, 1]) and torch.isnan(high[1, 1])

@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -661,22 +662,33 @@ def roles(table: pd.DataFrame) -> pd.Series:
 
 
 def _table(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
-    records = []
+    """One row per (layer, head) of every scored type, built column by column (a [layer head] tensor becomes one
+    column, row-major: layer 0's heads first), in :data:`COLUMNS` order."""
+    n_layers, n_heads = loaded.n_layers, loaded.n_heads
+    n_rows = n_layers * n_heads
+    layers = np.repeat(np.arange(n_layers), n_heads)  # [row]
+    heads = np.tile(np.arange(n_heads), n_layers)  # [row]
+    names = [head_name(layer, head) for layer, head in zip(layers.tolist(), heads.tolist(), strict=True)]
+    parts = []
     for item in scored:
         summary = summarise(item, config)
         groups = summary.pop("_groups", [])
+        columns: dict[str, object] = {"model": loaded.name, "revision": loaded.revision, "layer": layers,
+                                      "head": heads, "head_name": names, "head_type": item.spec.name,
+                                      "probe_set": item.probe_set,
+                                      "seq_len": math.nan if item.seq_len is None else item.seq_len,
+                                      "seed": config.seed}
+        for key, value in summary.items():
+            if isinstance(value, torch.Tensor):  # [layer head] -> [row]
+                columns[key] = value.reshape(n_rows).double().numpy()
+            else:
+                columns[key] = [value] * n_rows
         correct = item.scores[None].correct if item.spec.statistic == "accuracy" and None in item.scores else None
-        for layer in range(loaded.n_layers):
-            for head in range(loaded.n_heads):
-                record = {"model": loaded.name, "revision": loaded.revision, "layer": layer, "head": head,
-                          "head_name": head_name(layer, head), "head_type": item.spec.name,
-                          "probe_set": item.probe_set, "seq_len": item.seq_len, "seed": config.seed}
-                for key, value in summary.items():
-                    record[key] = float(value[layer, head]) if isinstance(value, torch.Tensor) else value
-                if correct is not None and groups:
-                    record["accuracy_by_source"] = _per_group(correct, item.groups, groups, layer, head)
-                records.append(record)
-    table = pd.DataFrame.from_records(records)
+        if correct is not None and groups:
+            columns["accuracy_by_source"] = [_per_group(correct, item.groups, groups, layer, head)
+                                             for layer, head in zip(layers.tolist(), heads.tolist(), strict=True)]
+        parts.append(pd.DataFrame(columns, index=range(n_rows)))
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     later = ("q_value", "label", "stable", "role")
     return table.reindex(columns=[c for c in COLUMNS if c not in later] + list(later))
 

@@ -80,9 +80,34 @@ def bootstrap_means(
 
 
 def percentile_interval(means: torch.Tensor, confidence: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Percentile interval of resampled means `[resample ...]` -> (low, high), each `[...]`."""
+    """Percentile interval of resampled means `[resample ...]` -> (low, high), each `[...]`: the (1 − confidence)/2
+    and (1 + confidence)/2 quantiles over resamples, NaN resamples left out, linear interpolation — exactly
+    ``torch.nanquantile``. Entries without NaN take their order statistics from two partial sorts (``topk`` of the
+    few smallest and largest), which on CPU is several times faster than sorting every resample."""
     tail = (1 - confidence) / 2
-    return torch.nanquantile(means, tail, dim=0).float(), torch.nanquantile(means, 1 - tail, dim=0).float()
+    flat = means.reshape(means.shape[0], -1)  # [resample entry]
+    n = flat.shape[0]
+    low = torch.full(flat.shape[1:], math.nan, dtype=flat.dtype)  # [entry]
+    high = low.clone()
+    complete = ~torch.isnan(flat).any(0)  # [entry]
+    if n and bool(complete.any()):
+        values = flat[:, complete]  # [resample entry]
+        for out, q in ((low, tail), (high, 1 - tail)):
+            position = (n - 1) * q
+            below, fraction = math.floor(position), position - math.floor(position)
+            above = min(below + 1, n - 1)
+            if below + 1 <= n - below:  # the order statistics sit among the smallest values
+                order = values.topk(above + 1, dim=0, largest=False).values  # [k entry] ascending
+                at_below, at_above = order[below], order[above]
+            else:  # among the largest: rank r from the bottom is rank n − 1 − r from the top
+                order = values.topk(n - below, dim=0, largest=True).values  # [k entry] descending
+                at_below, at_above = order[n - 1 - below], order[n - 1 - above]
+            out[complete] = at_below + (at_above - at_below) * fraction
+    if not bool(complete.all()):
+        bounds = torch.nanquantile(flat[:, ~complete], torch.tensor([tail, 1 - tail], dtype=flat.dtype), dim=0)
+        low[~complete], high[~complete] = bounds[0], bounds[1]
+    shape = means.shape[1:]
+    return low.reshape(shape).float(), high.reshape(shape).float()
 
 
 MIN_CLUSTERS = 2  # a test needs examples from at least this many bootstrap clusters (one cluster: no spread at all)
