@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 # No test may touch the network: the hub client answers from the local cache or fails at once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,6 +43,18 @@ UBIQUITIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTL
 THREE_LETTER = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN", "E": "GLU", "G": "GLY",
                 "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS", "M": "MET", "F": "PHE", "P": "PRO", "S": "SER",
                 "T": "THR", "W": "TRP", "Y": "TYR", "V": "VAL"}
+
+
+def eager_attention(model, inputs) -> torch.Tensor:
+    """Reference α from eager attention: [batch layer head query key]."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            out = model(**inputs, output_attentions=True)
+    finally:
+        model.set_attn_implementation(previous)
+    return torch.stack(out.attentions, dim=1)  # [batch layer head query key]
 
 
 def compact_synthetic_pdb(sequence: str) -> str:

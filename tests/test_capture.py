@@ -8,21 +8,10 @@ import torch
 from probe import models
 from probe.engine import ENGINE_NAME, AttentionBlock, DenseSink, capture, capture_attention
 from probe.errors import ProbeError
+from tests.conftest import eager_attention
 
 TOL = 1e-5
 SENTENCE = "the cat saw the dog and the dog saw the cat because it was one two three four five six seven eight nine"
-
-
-def eager_attention(model, inputs) -> torch.Tensor:
-    """Reference α from eager attention: [batch layer head query key]."""
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        with torch.no_grad():
-            out = model(**inputs, output_attentions=True)
-    finally:
-        model.set_attn_implementation(previous)
-    return torch.stack(out.attentions, dim=1)  # [batch layer head query key]
 
 
 def valid_pairs(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ import torch
 from probe import models
 from probe.cli import main
 from probe.engine import DenseSink, capture, capture_attention
+from tests.conftest import eager_attention
 
 TOL = 1e-5
 SENTENCE = "the cat saw the dog and the dog saw the cat because it was one two three four five six seven eight nine"
@@ -53,18 +54,6 @@ def deepseek_dir(tmp_path_factory):
 def deepseek_wide_value_dir(tmp_path_factory):
     """MLA with the value head larger than the query/key head (the kernel then needs q and k padded)."""
     return save_tiny_deepseek(tmp_path_factory.mktemp("deepseek-wide"), qk_nope=4, qk_rope=4, v_dim=12)
-
-
-def eager_attention(model, inputs) -> torch.Tensor:
-    """Reference α from eager attention: [batch layer head query key]."""
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        with torch.no_grad():
-            out = model(**inputs, output_attentions=True)
-    finally:
-        model.set_attn_implementation(previous)
-    return torch.stack(out.attentions, dim=1)  # [batch layer head query key]
 
 
 def inputs_of(loaded, texts):
