@@ -295,6 +295,39 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
     assert expected.abs().max() > 0
 
 
+@pytest.mark.parametrize("arch", ["gpt2", "bert"])
+def test_single_pass_serves_a_gather_sink_beside_a_dense_one(tiny_dir, arch):
+    """A dense sink of every head puts the layer on the single pass (no kernel); a gather sink in the same capture
+    then needs the LSE, which the single pass computes only because it is asked for: both sinks equal eager (BERT:
+    a padded batch, so some rows of the shorter sequence are masked keys throughout)."""
+    loaded = models.load(str(tiny_dir(arch)))
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
+    n_batch, n = inputs["input_ids"].shape
+    slots = torch.stack([torch.arange(n) - 1, torch.zeros(n, dtype=torch.long)], dim=-1)[None].expand(n_batch, -1, -1)
+
+    class Gather:
+        def __init__(self):
+            self.alpha = {}
+
+        def gather_for(self, layer, n_heads):
+            return range(n_heads), slots
+
+        def update_gathered(self, layer, heads, alpha):
+            self.alpha[layer] = alpha.clone()
+
+    dense, gather = DenseSink(), Gather()
+    with capture(loaded.model, [dense, gather]), torch.no_grad():
+        loaded.model(**inputs)
+    reference = eager_attention(loaded.model, inputs)  # [batch layer head query key]
+    n_heads = reference.shape[2]
+    rows = inputs["attention_mask"].bool()[:, None, :, None]  # [batch 1 query 1]
+    for layer in (0, 1):
+        assert max_diff(dense.attention(0)[:, layer], reference[:, layer], inputs["attention_mask"]) <= TOL
+        expected = reference[:, layer].gather(-1, slots.clamp(min=0)[:, None].expand(-1, n_heads, -1, -1))
+        expected = expected * (slots >= 0)[:, None]  # [batch head query slot]
+        assert ((gather.alpha[layer] - expected).abs() * rows).max() <= TOL
+
+
 def test_overlapping_captures_in_threads_each_see_their_own_forward(tiny_dir):
     """Two threads capture the same model at once: each gets exactly its own input's α, and the model is back on
     sdpa once both are done (the first one out must not switch the model back under the other)."""
