@@ -142,6 +142,10 @@ def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     coref = table[table["head_type"] == "coreference"]
     assert coref["accuracy"].notna().all() and set(coref["baseline"]) == {"agreement"}
     assert table.loc[table["head_type"] != "coreference", "accuracy"].isna().all()
+    by_source = coref["accuracy_by_source"]
+    assert by_source.notna().all()
+    assert by_source.str.fullmatch(r"[^:;]+: [01]\.\d\d(; [^:;]+: [01]\.\d\d)*").eq(True).all()
+    assert table.loc[table["head_type"] != "coreference", "accuracy_by_source"].isna().all()
     # no natural text for it: the token types share the repeated-block forwards (24 / 8), sentence_start and
     # bracket get their random sets (no brackets in its vocabulary: NaN rows), then the templates
     assert calls[-1][0] == calls[-1][1] == 3 + 3 + 3 + 3
@@ -314,3 +318,11 @@ def test_clusters_present_counts_distinct_clusters_with_a_value():
     values = torch.tensor([[1.0, float("nan")], [2.0, float("nan")], [float("nan"), 3.0], [4.0, float("nan")]])
     cluster = torch.tensor([7, 7, 9, 9])
     assert clusters_present(values, cluster).tolist() == [2, 1]
+
+
+def test_accuracy_by_source_is_each_groups_accuracy_per_head():
+    """Hand-computed: groups a, b, a, b over 4 examples; head (0, 0) is right on examples 0, 1, 2; head (0, 1) on 3."""
+    from probe.heads.label import _per_group
+
+    correct = torch.tensor([[[1.0, 0.0]], [[1.0, 0.0]], [[1.0, 0.0]], [[0.0, 1.0]]]).reshape(4, 1, 2)
+    assert _per_group(correct, ["a", "b", "a", "b"], ["b", "a"]) == ["b: 0.50; a: 1.00", "b: 0.50; a: 0.00"]

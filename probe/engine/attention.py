@@ -92,8 +92,9 @@ def capture_attention_forward(
     # needs Σ_j α_ij n_j (from the kernel call) before its blocks arrive, so then the kernel runs and α is rebuilt.
     single_pass = (heads == list(range(n_heads)) and not (dropout and module.training)
                    and not wants_output_norms(session))
+    gathering = any(hasattr(sink, "gather_for") for sink in session.sinks)
     if single_pass:
-        want_lse = bool(sampled) or any(hasattr(sink, "gather_for") for sink in session.sinks)
+        want_lse = bool(sampled) or gathering
 
         def kernel(q, k, v):
             return _stream_single_pass(session, layer, wanted, q, k, v, additive, is_causal, scale, want_lse)
@@ -109,7 +110,7 @@ def capture_attention_forward(
     for sink, (chosen, rows) in sampled.items():
         _check_heads(chosen, layer, n_heads)
         _stream_rows(session, layer, sink, chosen, rows, query, key, additive, is_causal, scale, lse)
-    if any(hasattr(sink, "gather_for") for sink in session.sinks):
+    if gathering:
         _gather_alpha(session, layer, query, _expand_kv(key, n_heads), additive, is_causal, scale, lse)
     if session.ablate is not None:
         output = _apply_ablation(output, session.ablate, layer)  # [batch head query dim_v]

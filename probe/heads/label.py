@@ -529,12 +529,13 @@ def _accuracy_summary(correct: torch.Tensor, scored: Scored, weights: torch.Tens
     return out
 
 
-def _per_group(correct: torch.Tensor, groups: list[str], order: list[str], layer: int, head: int) -> str:
-    parts = []
-    for group in order:
-        rows = torch.tensor([g == group for g in groups])
-        parts.append(f"{group}: {float(correct[rows, layer, head].mean()):.2f}")
-    return "; ".join(parts)
+def _per_group(correct: torch.Tensor, groups: list[str], order: list[str]) -> list[str]:
+    """Per head, "group: accuracy; …" over the example groups in `order` (correct [example layer head]): one
+    string per (layer, head), row-major."""
+    labels = torch.tensor([order.index(group) for group in groups])  # [example]
+    means = [correct[labels == index].mean(0).reshape(-1).tolist() for index in range(len(order))]  # [group][row]
+    return ["; ".join(f"{group}: {float(values[row]):.2f}" for group, values in zip(order, means, strict=True))
+            for row in range(correct[0].numel())]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -685,8 +686,7 @@ def _table(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
                 columns[key] = [value] * n_rows
         correct = item.scores[None].correct if item.spec.statistic == "accuracy" and None in item.scores else None
         if correct is not None and groups:
-            columns["accuracy_by_source"] = [_per_group(correct, item.groups, groups, layer, head)
-                                             for layer, head in zip(layers.tolist(), heads.tolist(), strict=True)]
+            columns["accuracy_by_source"] = _per_group(correct, item.groups, groups)
         parts.append(pd.DataFrame(columns, index=range(n_rows)))
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     later = ("q_value", "label", "stable", "role")

@@ -87,7 +87,7 @@ def percentile_interval(means: torch.Tensor, confidence: float) -> tuple[torch.T
     tail = (1 - confidence) / 2
     flat = means.reshape(means.shape[0], -1)  # [resample entry]
     n = flat.shape[0]
-    low = torch.full(flat.shape[1:], math.nan, dtype=flat.dtype)  # [entry]
+    low = torch.full(flat.shape[1:], math.nan, dtype=flat.dtype, device=flat.device)  # [entry]
     high = low.clone()
     complete = ~torch.isnan(flat).any(0)  # [entry]
     if n and bool(complete.any()):
@@ -104,7 +104,8 @@ def percentile_interval(means: torch.Tensor, confidence: float) -> tuple[torch.T
                 at_below, at_above = order[n - 1 - below], order[n - 1 - above]
             out[complete] = at_below + (at_above - at_below) * fraction
     if not bool(complete.all()):
-        bounds = torch.nanquantile(flat[:, ~complete], torch.tensor([tail, 1 - tail], dtype=flat.dtype), dim=0)
+        bounds = torch.nanquantile(flat[:, ~complete], torch.tensor([tail, 1 - tail], dtype=flat.dtype,
+                                                                     device=flat.device), dim=0)
         low[~complete], high[~complete] = bounds[0], bounds[1]
     shape = means.shape[1:]
     return low.reshape(shape).float(), high.reshape(shape).float()

@@ -319,8 +319,9 @@ class ContactSink:
                         weighted = weighted * row_weight[:, None] * state.token_weight[None, :]
                     state.weighted[rows] += weighted[:, residues]  # [rows L]
                     if state.keep is None:  # every residue row and column counts: plain sums over the residue block
-                        state.row_sums[block.layer, heads, rows] = alpha[:, :, residues].sum(-1)  # [head rows]
-                        state.col_sums[block.layer, heads] += alpha[:, :, residues].sum(1)  # [head L]
+                        block_residues = alpha[:, :, residues]  # [head rows L]
+                        state.row_sums[block.layer, heads, rows] = block_residues.sum(-1)  # [head rows]
+                        state.col_sums[block.layer, heads] += block_residues.sum(1)  # [head L]
                     else:
                         state.row_sums[block.layer, heads, rows] = (alpha @ state.token_weight) * row_weight
                         column_sums = (row_weight @ alpha) * state.token_weight  # [head key]
