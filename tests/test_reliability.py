@@ -632,15 +632,46 @@ executor.prepare()
 import ray
 print(ray.get_runtime_context().gcs_address, flush=True)
 from probe.runs import ray_executor
-print(ray_executor._watchdog["process"].args[-1], flush=True)
+print(ray_executor._watchdog["process"].args[3], flush=True)  # python -m module SESSION_DIR DRIVER_PID
 time.sleep(600)
 """
 
 
+def _tree(root: int) -> dict[int, int]:
+    """Every process below `root` (read from /proc, independently of the watchdog): pid -> start time."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            text = (entry / "stat").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        if text:
+            fields = text[text.rindex(")") + 2:].split()
+            table[int(entry.name)] = (int(fields[1]), int(fields[19]))
+    found, todo = {}, [root]
+    while todo:
+        parent = todo.pop()
+        for pid, (ppid, start) in table.items():
+            if ppid == parent and pid not in found:
+                found[pid] = start
+                todo.append(pid)
+    return found
+
+
+def _alive(pid: int, start: int) -> bool:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return int(text[text.rindex(")") + 2:].split()[19]) == start
+
+
 @pytest.mark.ray
 def test_nothing_of_ray_outlives_a_sigkilled_driver(tmp_path):
-    """Issue 22: a driver that started a local Ray instance is SIGKILLed; 10 s later no process of that Ray
-    session runs (raylet, GCS, dashboard and runtime-env agents, workers: the watchdog ends them)."""
+    """Issues 22 and 32: a driver that started a local Ray instance is SIGKILLed; 10 s later no process of that Ray
+    session runs — raylet, GCS, workers, and the dashboard and runtime-env agents, whose command lines Ray rewrites
+    to bare titles that do not name the session. Every process below the driver is found by the process tree,
+    recorded (pid and start time) before the kill."""
     pytest.importorskip("ray")
     from probe.runs.ray_watchdog import session_processes
 
@@ -652,11 +683,23 @@ def test_nothing_of_ray_outlives_a_sigkilled_driver(tmp_path):
         session = Path(driver.stdout.readline().strip()).name
         assert session.startswith("session_"), driver.stderr.read()[-2000:]
         assert len(session_processes(session)) >= 3  # raylet, GCS, agents (and the watchdog is not counted)
+        deadline = time.monotonic() + 30
+        tree = _tree(driver.pid)
+        while time.monotonic() < deadline and not any(
+                Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::") for pid in tree
+                if Path(f"/proc/{pid}").exists()):
+            time.sleep(0.2)  # the agents start a moment after ray.init returns
+            tree = _tree(driver.pid)
+        titled = [pid for pid in tree if Path(f"/proc/{pid}").exists()
+                  and Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")]
+        assert titled, "no ray:: titled process below the driver: the test no longer covers the agents"
+        time.sleep(1.0)  # the watchdog polls the tree every 0.25 s
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while session_processes(session) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and any(_alive(pid, start) for pid, start in tree.items()):
         time.sleep(0.2)
-    left = session_processes(session)
+    left = [pid for pid, start in tree.items() if _alive(pid, start)]
     assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in left if Path(f"/proc/{pid}").exists()]
+    assert not session_processes(session)

@@ -120,7 +120,8 @@ def _start_watchdog(session_dir: str) -> None:
     """A process that ends every process of this Ray session once this driver is gone (see the module doc)."""
     read_end, write_end = os.pipe()  # both non-inheritable: Ray's processes never hold the writing end
     try:
-        process = subprocess.Popen([sys.executable, "-m", "probe.runs.ray_watchdog", session_dir], stdin=read_end,
+        process = subprocess.Popen([sys.executable, "-m", "probe.runs.ray_watchdog", session_dir,
+                                    str(os.getpid())], stdin=read_end,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     finally:
         os.close(read_end)
