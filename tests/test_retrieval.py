@@ -243,7 +243,7 @@ def test_retrieval_organism_meets_its_card(organism_table):
 def random_twin(tmp_path):
     """The retrieval organism's architecture and tokenizer with random weights (no mechanism)."""
     from probe.models import load
-    from probe.zoo import train as zoo_train
+    from probe.training import organisms as zoo_train
 
     config = zoo_train.ORGANISMS["retrieval"]
     tokenizer = zoo_train.build_tokenizer(config)

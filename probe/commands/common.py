@@ -9,6 +9,10 @@ from pathlib import Path
 
 from probe.errors import ProbeError
 
+# What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/test_cli_fast.py checks they are equal),
+# written out so that checking --out needs no pandas.
+TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
+
 
 def add_model_options(parser: argparse.ArgumentParser, many: bool = False, required: bool = True) -> None:
     """--model (hub id, local directory or zoo:NAME), --device, --dtype."""

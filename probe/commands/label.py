@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
+from pathlib import Path
 
-import pandas as pd
-
-from probe import models
-from probe.commands.common import add_model_options, add_ray_options, executor, output_path
+from probe.commands.common import TABLE_EXTENSIONS, add_model_options, add_ray_options, executor, output_path
 from probe.errors import ProbeError
-from probe.heads.label import ABLATE, COREF_SETS, LabelConfig, summary_lines
-from probe.heads.probesets import load_probe_file
-from probe.heads.registry import names as head_type_names
-from probe.heads.registry import parse_head_types
-from probe.heads.tables import TABLE_EXTENSIONS
 
-DEFAULTS = {field.name: field.default for field in fields(LabelConfig)}
+# The defaults and choices of probe.heads.label.LabelConfig, written out so that `probe label --help` and argument
+# errors need no torch (the library's values are the truth: tests/test_cli_fast.py checks these equal them).
+DEFAULTS = {"examples": 64, "seed": 0, "coref_set": "auto", "batch_size": 8, "n_bootstrap": 1000, "min_effect": 0.25,
+            "min_accuracy_gain": 0.1, "fdr": 0.05, "ablate": "labelled"}
+COREF_SETS = ("auto", "gap", "templates", "causality")  # probe.heads.label.COREF_SETS
+ABLATE = ("labelled", "all", "none")  # probe.heads.label.ABLATE
+HEAD_TYPES = ("previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter", "sentence_start",
+              "bracket", "duplicate_token", "induction", "coreference", "retrieval")  # the built-in registry
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -39,7 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_model_options(parser, many=True, required=False)  # or --models-file
     parser.add_argument("--types", help="comma-separated head types, or all (default: every type that applies, "
                                         "except opt-in ones such as retrieval: --types retrieval --seq-len 4096): "
-                                        f"{','.join(head_type_names())}")
+                                        f"{','.join(HEAD_TYPES)}")
     parser.add_argument("--examples", type=int, default=DEFAULTS["examples"],
                         help="probe examples per probe set (default %(default)s); the GAP coreference set uses every "
                              "development pair that fits the model instead")
@@ -76,7 +75,7 @@ def add_sweep_options(parser: argparse.ArgumentParser) -> None:
     """--revisions, --models-file, --plot, --ray, --ray-workers (docs/scale.md)."""
     parser.add_argument("--revisions", metavar="R1,R2,...",
                         help="label these checkpoints of each --model: subdirectories of a local model directory "
-                             "(step-0,step-50: what `python -m probe.zoo.train --checkpoint-steps` writes) or hub "
+                             "(step-0,step-50: what `probe train NAME --checkpoint-steps` writes) or hub "
                              "branches/tags/commits; adds the columns checkpoint and step")
     parser.add_argument("--models-file", metavar="FILE",
                         help="one model or checkpoint directory per line (# comments allowed), labelled like --model")
@@ -100,9 +99,8 @@ def parse_lengths(text: str | None) -> tuple[int, ...] | None:
     return tuple(dict.fromkeys(lengths))
 
 
-def config_from_args(args: argparse.Namespace) -> LabelConfig:
-    """The LabelConfig the flags describe (validated: one-line ProbeError on bad values)."""
-    types = parse_head_types(args.types) if args.types else None
+def check_args(args: argparse.Namespace) -> None:
+    """The checks that need no library (no torch): numbers in range, --probe-file present. One-line ProbeError."""
     if args.examples < 1:
         raise ProbeError("--examples must be at least 1")
     if args.batch_size < 1:
@@ -114,6 +112,19 @@ def config_from_args(args: argparse.Namespace) -> LabelConfig:
     for flag, value in (("--min-effect", args.min_effect), ("--min-accuracy-gain", args.min_accuracy_gain)):
         if not -1 <= value <= 1:  # also refuses nan
             raise ProbeError(f"{flag} {value} must be between -1 and 1")
+    parse_lengths(args.seq_len)
+    if args.probe_file is not None and not Path(args.probe_file).expanduser().is_file():
+        raise ProbeError(f"--probe-file {args.probe_file} is not a file: give a JSONL file of span examples")
+
+
+def config_from_args(args: argparse.Namespace):
+    """The probe.heads.label.LabelConfig the flags describe (validated: one-line ProbeError on bad values)."""
+    from probe.heads.label import LabelConfig
+    from probe.heads.probesets import load_probe_file
+    from probe.heads.registry import parse_head_types
+
+    check_args(args)
+    types = parse_head_types(args.types) if args.types else None
     lengths = parse_lengths(args.seq_len)
     if args.probe_file is not None:
         load_probe_file(args.probe_file)  # check it before any model is loaded
@@ -143,16 +154,25 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
+    out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
+    plot = plot_paths(args.plot) if args.plot else None
+    if not args.model and not args.models_file:
+        raise ProbeError("give --model (repeat it for several) or --models-file")
+    if args.models_file is not None and not Path(args.models_file).expanduser().is_file():
+        raise ProbeError(f"--models-file {args.models_file} is not a file: give one model per line")
+    # The labelling stack (torch, pandas, transformers) is imported only now, after the checks that need none of
+    # it: `probe label --help`, argument errors and missing files answer at once (tests/test_cli_fast.py).
+    import pandas as pd
+
+    from probe import models
+    from probe.heads.label import summary_lines
     from probe.runs import runner
     from probe.runs.checkpoints import sweep_checkpoints
     from probe.runs.tasks import LabelTask, label_output, label_units
 
     config = config_from_args(args)
     run_on = executor(args)
-    out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
-    plot = plot_paths(args.plot) if args.plot else None
-    if not args.model and not args.models_file:
-        raise ProbeError("give --model (repeat it for several) or --models-file")
     for name in dict.fromkeys(args.model or []):  # every --model must exist before the first is labelled
         if args.revisions is None:  # (with --revisions it is the folder or hub id of the checkpoints)
             models.locate(name)

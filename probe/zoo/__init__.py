@@ -1,7 +1,9 @@
-"""Model organisms: tiny models with known heads, trained by `python -m probe.zoo.train`, shipped with the package.
+"""Model organisms: the catalogue of tiny models with known heads, shipped with the package.
 
 Each organism is a subdirectory of this package holding what `save_pretrained` writes (safetensors weights,
-config.json, tokenizer files) plus MODEL_CARD.md and card.json (the labels the head classifier must give).
+config.json, tokenizer files) plus MODEL_CARD.md, card.json (the labels the head classifier must give) and
+labels.csv (its label table, so nothing is labelled at start-up). What belongs here: the catalogue, the tiny and
+planted test models and the shipped files; training them is :mod:`probe.training` (``probe train NAME``).
 `probe.models.load("zoo:NAME")` resolves the spec through :func:`path`; nothing touches the network.
 """
 
