@@ -93,3 +93,37 @@ def executor(args: argparse.Namespace):
         check_reachable(args.ray)  # a bounded TCP connect, before anything is loaded: one line within seconds
     gpus = 1.0 if str(getattr(args, "device", "cpu")).startswith("cuda") else 0.0
     return RayExecutor(RayOptions(address=args.ray, workers=workers, gpus_per_worker=gpus))
+
+
+def refuse_if_too_big(args: argparse.Namespace, model: str, command: str, seq_len: int, batch: int = 1,
+                      block_bytes: int = 8 * 2**20, sink_bytes_per_head: int = 0,
+                      flags: str = "a shorter --seq-len") -> None:
+    """Before any weights are loaded: refuse in one line when the memory plan of `model` (probe.memory, from its
+    config alone) exceeds the memory the device has free; `flags` names the command's own ways to ask less. No
+    check when offloading was asked for (--device-map) or the config cannot be planned (loading then says why)."""
+    from probe.card import architecture_card, load_config
+    from probe.memory import available_memory, check_fits, memory_plan
+
+    if getattr(args, "device_map", None):  # (a flag of the model options where offloading exists)
+        return
+    try:
+        config = load_config(model)
+        card = architecture_card(config)
+        plan = memory_plan(config, seq_len, args.dtype, batch, block_bytes,
+                           sink_bytes_per_head * card.layers * card.query_heads)
+    except ProbeError:
+        return
+    check_fits(plan, available_memory(args.device), command, flags)
+
+
+def plot_paths(text: str):
+    """--plot FILE.html|FILE.png -> FILE.html, checked with its sibling FILE.png (both are written) before any
+    labelling: extension, folder, writable, and neither of the two may be a folder."""
+    from probe.runs.export import PLOT_EXTENSIONS
+
+    plot = output_path(text, PLOT_EXTENSIONS, "--plot")
+    for sibling in (plot.with_suffix(".html"), plot.with_suffix(".png")):
+        if sibling.is_dir():
+            raise ProbeError(f"--plot {text}: {sibling} is a folder, and --plot writes both {plot.stem}.html and "
+                             f"{plot.stem}.png; give another name")
+    return plot

@@ -15,7 +15,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import TABLE_EXTENSIONS, add_model_options, add_ray_options, executor, output_path
+from probe.commands.common import (
+    TABLE_EXTENSIONS,
+    add_model_options,
+    add_ray_options,
+    executor,
+    output_path,
+    plot_paths,
+    refuse_if_too_big,
+)
 from probe.errors import ProbeError
 
 # The defaults and choices of probe.heads.label.LabelConfig, written out so that `probe label --help` and argument
@@ -136,19 +144,6 @@ def config_from_args(args: argparse.Namespace):
                        min_accuracy_gain=args.min_accuracy_gain, fdr=args.fdr, ablate=args.ablate)
 
 
-def plot_paths(text: str):
-    """--plot FILE.html|FILE.png -> FILE.html, checked with its sibling FILE.png (both are written) before any
-    labelling: extension, folder, writable, and neither of the two may be a folder."""
-    from probe.runs.export import PLOT_EXTENSIONS
-
-    plot = output_path(text, PLOT_EXTENSIONS, "--plot")
-    for sibling in (plot.with_suffix(".html"), plot.with_suffix(".png")):
-        if sibling.is_dir():
-            raise ProbeError(f"--plot {text}: {sibling} is a folder, and --plot writes both {plot.stem}.html and "
-                             f"{plot.stem}.png; give another name")
-    return plot
-
-
 def _say(message: str) -> None:
     print(f"probe label: {message}", file=sys.stderr)
 
@@ -173,9 +168,12 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     run_on = executor(args)
+    longest = max(config.seq_len or (128,)) if isinstance(config.seq_len, tuple) else (config.seq_len or 128)
     for name in dict.fromkeys(args.model or []):  # every --model must exist before the first is labelled
         if args.revisions is None:  # (with --revisions it is the folder or hub id of the checkpoints)
             models.locate(name)
+            refuse_if_too_big(args, name, "probe label", longest, batch=config.batch_size,
+                              block_bytes=config.block_bytes, flags="a smaller --batch-size or a shorter --seq-len")
     checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import TABLE_EXTENSIONS, add_model_options, output_path
+from probe.commands.common import TABLE_EXTENSIONS, add_model_options, output_path, refuse_if_too_big
 from probe.errors import ProbeError
 
 # The defaults of probe.heads.profile.ProfileConfig, written out so that `probe profile --help` and argument errors
@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     # argument errors and missing files answer at once (tests/test_cli_fast.py).
     from probe import models
     from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, text_inputs
+    from probe.heads.profile_sink import ROW_STATS
     from probe.heads.tables import save_table
     from probe.runs.atomic import write_atomically
 
@@ -107,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
                            sink_tokens=args.sink_tokens, window=args.window, max_offset=args.max_offset,
                            threshold=args.threshold, n_bootstrap=args.bootstrap, seed=args.seed)
     config.check()
+    n_inputs = args.random if args.random is not None else 1 + len(text) // 2  # (at most one input per 2 chars)
+    per_head = n_inputs * (len(ROW_STATS) + 2 + 2 * config.max_offset) * 8  # float64 sums per input and head
+    refuse_if_too_big(args, args.model, "probe profile", config.seq_len, block_bytes=config.block_bytes,
+                      sink_bytes_per_head=per_head, flags="a shorter --seq-len or fewer --random inputs")
     loaded = models.load(args.model, device=args.device, dtype=args.dtype)
     if loaded.kind == models.ModelKind.PROTEIN_MLM and text is not None:
         raise ProbeError(f"{args.model} is a protein model: use --random N instead of --text-file")
