@@ -529,3 +529,13 @@ def test_retraining_induction_with_another_seed_gives_the_same_kinds_of_heads_pe
     assert kinds_by_layer(card["labels"]) == kinds_by_layer(shipped["labels"]) == {(0, "previous_token"),
                                                                                   (1, "induction")}
     assert json.loads((tmp_path / "induction-seed1" / "card.json").read_text())["seed"] == 1
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_cards_are_strict_json(name):
+    """card.json parses without NaN or Infinity (which are not JSON): unknown numbers are null."""
+
+    def refuse(constant):
+        raise ValueError(f"{constant} in card.json of {name}")
+
+    json.loads((zoo.path(name) / "card.json").read_text(), parse_constant=refuse)

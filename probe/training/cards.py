@@ -71,10 +71,11 @@ def card_label_config(card: dict, organism: TrainConfig | None) -> LabelConfig:
 
 
 def classifier_summary(table: pd.DataFrame) -> dict:
-    """The card's view of a label table: ``labels`` ({head_type: [head names]}) and ``labelled_scores``."""
+    """The card's view of a label table: ``labels`` ({head_type: [head names]}) and ``labelled_scores`` (numbers
+    rounded to 4 places, NaN as null: card.json is strict JSON)."""
     labelled = table[table["label"].astype(bool)]
     labels = {t: sorted(g.loc[g["label"].astype(bool), "head_name"]) for t, g in table.groupby("head_type", sort=False)}
-    scores = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+    scores = [{k: (None if v != v else round(v, 4)) if isinstance(v, float) else v for k, v in row.items()}
               for row in labelled[["head_name", "head_type", "score", "ci_low", "chance", "accuracy",
                                    "baseline_accuracy"]].to_dict("records")]
     return {"labels": labels, "labelled_scores": scores}
