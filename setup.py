@@ -1,7 +1,7 @@
 """Package discovery for the two import packages, with setuptools' own finder: everything under probe/ (data
 folders such as probe/zoo/induction/ are namespace packages, so their files ship as package data) and the
-dashboard's folder app/, installed as ``probe_app`` — a renamed folder, which ``[tool.setuptools.packages.find]``
-in pyproject.toml cannot express. Everything else is in pyproject.toml."""
+dashboard's folder app/, installed as ``probe_app`` — a renamed folder, which
+``[tool.setuptools.packages.find]`` in pyproject.toml cannot express. Everything else is in pyproject.toml."""
 
 from setuptools import find_namespace_packages, setup
 

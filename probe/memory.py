@@ -4,9 +4,10 @@
     plan.capture, plan.eager     # bytes of a run on the capture engine, and of the eager alternative
 
 :func:`memory_plan` is a pure function of the config (weights, KV cache, activations, logits, the capture's α
-block and sinks, the eager alternative's N² attention); :func:`available_memory` reads what the machine has free
-(``PROBE_AVAILABLE_MEMORY`` overrides it, for tests); :func:`check_fits` refuses in one line naming the flags that
-would make the run fit. ``probe card --seq-len`` prints the plan; ``probe label`` and ``probe profile`` check it.
+block and sinks, the eager alternative's N² attention); :func:`available_memory` reads what the machine has
+free (``PROBE_AVAILABLE_MEMORY`` overrides it, for tests); :func:`check_fits` refuses in one line naming the
+flags that would make the run fit. ``probe card --seq-len`` prints the plan; ``probe label`` and ``probe
+profile`` check it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from probe.card import BYTES_PER_VALUE, config_from_dict, whole_number, architecture_card, format_bytes
+from probe.card import BYTES_PER_VALUE, architecture_card, config_from_dict, format_bytes, whole_number
 from probe.errors import ProbeError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -28,8 +29,8 @@ GATED_MLP = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen
 @dataclass(frozen=True)
 class MemoryPlan:
     """Bytes one forward of `batch` sequences of `seq_len` tokens needs, by what holds them (see
-    :func:`memory_plan`). ``capture`` is a run on the capture engine; ``eager`` the eager alternative, which keeps
-    every layer's α ``[layer batch head query key]`` until the forward returns."""
+    :func:`memory_plan`). ``capture`` is a run on the capture engine; ``eager`` the eager alternative, which
+    keeps every layer's α ``[layer batch head query key]`` until the forward returns."""
 
     seq_len: int
     batch: int
@@ -68,8 +69,9 @@ class MemoryPlan:
 
 def model_parameters(config) -> int:
     """Parameters of a transformer from its config: embeddings (+ learned positions, + an untied output head),
-    attention (:func:`architecture_card`), MLPs (gated: 3 · hidden · intermediate; else 2 ·; times the experts of
-    a mixture) and two norms per layer. An estimate (biases outside attention and extra heads are not counted)."""
+    attention (:func:`architecture_card`), MLPs (gated: 3 · hidden · intermediate; else 2 ·; times the experts
+    of a mixture) and two norms per layer. An estimate (biases outside attention and extra heads are not
+    counted)."""
     if isinstance(config, dict):
         config = config_from_dict(config)
     if hasattr(config, "get_text_config"):
@@ -111,10 +113,10 @@ def memory_plan(config, seq_len: int, dtype: str | None = None, batch: int = 1, 
     -------
     MemoryPlan
         With b bytes per value, L layers, H query heads, hidden size D, MLP width F, vocabulary V: weights =
-        parameters · b; KV cache = B · N · (values per token of :class:`ArchitectureCard`, windows applied) · b;
-        activations = B · N · (4 D + 2 F) · b (residual, normed input, attention output, MLP hidden); logits =
-        B · N · V · 4 (upcast to float32); α block = `block_bytes` + the fused kernel's LSE, B · H · N · 4; eager
-        α = L · B · H · N² · b.
+        parameters · b; KV cache = B · N · (values per token of :class:`ArchitectureCard`, windows applied) ·
+        b; activations = B · N · (4 D + 2 F) · b (residual, normed input, attention output, MLP hidden);
+        logits = B · N · V · 4 (upcast to float32); α block = `block_bytes` + the fused kernel's LSE, B · H ·
+        N · 4; eager α = L · B · H · N² · b.
     """
     if isinstance(config, dict):
         config = config_from_dict(config)
@@ -141,8 +143,8 @@ def memory_plan(config, seq_len: int, dtype: str | None = None, batch: int = 1, 
 
 
 def available_memory(device: str = "cpu") -> int | None:
-    """Bytes free for a run on `device`: PROBE_AVAILABLE_MEMORY when set (bytes, or with a K/M/G/T suffix: "8G"),
-    else a CUDA device's free memory, else the machine's available RAM (psutil, or /proc/meminfo's
+    """Bytes free for a run on `device`: PROBE_AVAILABLE_MEMORY when set (bytes, or with a K/M/G/T suffix:
+    "8G"), else a CUDA device's free memory, else the machine's available RAM (psutil, or /proc/meminfo's
     MemAvailable); None when unknown."""
     text = os.environ.get("PROBE_AVAILABLE_MEMORY", "").strip()
     if text:

@@ -1,7 +1,8 @@
 """The command line answers `--help`, argument errors and missing files before importing torch, pandas or
 transformers: probe/cli.py and probe/commands/<name>.py import only light modules at their top, and a command
-imports its library inside `run()` after its own checks. Each check runs in a fresh interpreter (this test process
-has torch imported already); the timing bound is generous, measured against `python -c pass` on the same machine.
+imports its library inside `run()` after its own checks. Each check runs in a fresh interpreter (this test
+process has torch imported already); the timing bound is generous, measured against `python -c pass` on the
+same machine.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from probe.cli import SUBCOMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "pandas", "transformers", "numpy")
-# probe/commands/contacts.py is being thinned on branch proteins; the lead applies the same pattern there and then
-# empties this set (test_every_command_module_is_light then covers it, and the xfail below goes).
+# probe/commands/contacts.py is being thinned on branch proteins; the lead applies the same pattern there and
+# then empties this set (test_every_command_module_is_light then covers it, and the xfail below goes).
 KNOWN_HEAVY = {"contacts"}
 
 

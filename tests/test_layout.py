@@ -1,20 +1,20 @@
-"""The package layout is the architecture: every module of probe/ is walked with ast (function-level imports and
-``if __name__ == "__main__":`` blocks included: an entry point's imports are dependencies too) and the import graph
-must have no cycles and no import from a lower layer to a higher one.
+"""The package layout is the architecture: every module of probe/ is walked with ast (function-level imports
+and ``if __name__ == "__main__":`` blocks included: an entry point's imports are dependencies too) and the
+import graph must have no cycles and no import from a lower layer to a higher one.
 
 Layers, bottom to top (a module may import its own layer and the ones below):
 
-    base      probe (the package), errors, naming, hashing, models, card, memory, data, zoo (the catalogue: the package,
-              zoo.tiny, zoo.planted)
+    base      probe (the package), errors, naming, hashing, models, card, memory, data, zoo (the
+              catalogue: the package, zoo.tiny, zoo.planted)
     engine    probe.engine.*
     heads     probe.heads.*        proteins   probe.proteins.*   (side by side: neither imports the other)
-    training  probe.training.* (the organisms' recipes, data, training loop and cards: the data is built from the
-              probe sets and the cards run the head classifier, so it sits above heads)
+    training  probe.training.* (the organisms' recipes, data, training loop and cards: the data is built
+              from the probe sets and the cards run the head classifier, so it sits above heads)
     runs      probe.runs.*
     commands  probe.commands.*, probe.cli   (nothing below imports them)
 
-Modules are short: none of probe/commands/ above 200 lines (argparse and printing), none of the package above 450
-lines unless its docstring says why, in a sentence starting "Longer than 450 lines because".
+Modules are short: none of probe/commands/ above 200 lines (argparse and printing), none of the package above
+450 lines unless its docstring says why, in a sentence starting "Longer than 450 lines because".
 """
 
 from __future__ import annotations
@@ -151,8 +151,8 @@ def test_no_import_cycles():
 
 
 def test_a_cycle_through_a_main_block_is_found():
-    """The old circle (probe.zoo.train's `__main__` block importing probe.commands.train, which imported it) as
-    a planted graph built by the same walk: found. Without the block: none."""
+    """The old circle (probe.zoo.train's `__main__` block importing probe.commands.train, which imported it)
+    as a planted graph built by the same walk: found. Without the block: none."""
     entry = ast.parse('from probe.training import train\nif __name__ == "__main__":\n    import probe.cli\n')
     imported = {alias.name for node in walk(entry) if isinstance(node, ast.Import) for alias in node.names}
     graph = {"probe.training.train": {"probe.cli"} & imported, "probe.cli": {"probe.training.train"}}
@@ -170,7 +170,8 @@ def test_argparse_only_in_the_commands():
 
 
 def test_one_module_replaces_files():
-    """Only probe.runs.atomic renames a temporary file over another (os.replace / os.rename / Path.replace)."""
+    """Only probe.runs.atomic renames a temporary file over another (os.replace / os.rename /
+    Path.replace)."""
     renamers = set()
     for module, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -188,7 +189,8 @@ def test_every_subpackage_says_what_belongs_there(package):
 
 
 def test_the_zoo_is_the_catalogue_only():
-    """probe/zoo/ holds the catalogue, the tiny and planted models and the shipped files; training is elsewhere."""
+    """probe/zoo/ holds the catalogue, the tiny and planted models and the shipped files; training is
+    elsewhere."""
     assert sorted(m for m in MODULES if m.startswith("probe.zoo")) == ["probe.zoo", "probe.zoo.planted",
                                                                        "probe.zoo.tiny"]
     assert not any(layer(target) == "training" for m in MODULES if m.startswith("probe.zoo") for target in GRAPH[m])
@@ -204,9 +206,10 @@ def test_a_main_block_is_walked_like_any_code(tmp_path):
 COMMAND_LINES = 200
 MODULE_LINES = 450
 WHY_LONGER = "Longer than 450 lines because"
-# Modules over the limits today, being split on branches heads/proteins (heads: label.py, probesets.py, registry.py;
-# proteins: contacts.py, sets.py, commands/contacts.py; runs/runner.py: the runner as a class) or owned by other
-# helpers (engine/attention.py: engine; models.py: reach). The lead empties this list after merging them.
+# Modules over the limits today, being split on branches heads/proteins (heads: label.py, probesets.py,
+# registry.py; proteins: contacts.py, sets.py, commands/contacts.py; runs/runner.py: the runner as a class) or
+# owned by other helpers (engine/attention.py: engine; models.py: reach). The lead empties this list after
+# merging them.
 KNOWN_LONG = {"probe.heads.label", "probe.heads.probesets", "probe.heads.registry", "probe.proteins.contacts",
               "probe.proteins.sets", "probe.runs.runner", "probe.commands.contacts", "probe.engine.attention",
               "probe.models"}

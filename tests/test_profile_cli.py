@@ -1,5 +1,6 @@
-"""`probe profile` at its edges (issue 32, items 3 and 5): a stated maximum of --random inputs, inputs streamed,
-a foreign --out never overwritten without --force, --window 0 refused, --bootstrap errors naming --bootstrap."""
+"""`probe profile` at its edges (issue 32, items 3 and 5): a stated maximum of --random inputs, inputs
+streamed, a foreign --out never overwritten without --force, --window 0 refused, --bootstrap errors naming
+--bootstrap."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`probe card`: the architecture card of a model — attention variant, heads, positions, window, KV-cache size —
-and with --seq-len the memory plan of a run at that length (probe.memory)."""
+"""`probe card`: the architecture card of a model — attention variant, heads, positions, window, KV-cache size
+— and with --seq-len the memory plan of a run at that length (probe.memory)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`probe profile`: per-head attention statistics at any length (distance, entropy, sink, local window, offset)."""
+"""`probe profile`: per-head attention statistics at any length (distance, entropy, sink, local window,
+offset)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from pathlib import Path
 from probe.commands.common import TABLE_EXTENSIONS, add_model_options, output_path, refuse_if_too_big
 from probe.errors import ProbeError
 
-# The defaults of probe.heads.profile.ProfileConfig, written out so that `probe profile --help` and argument errors
-# need no torch (tests/test_cli_fast.py checks they equal the library's).
+# The defaults of probe.heads.profile.ProfileConfig, written out so that `probe profile --help` and argument
+# errors need no torch (tests/test_cli_fast.py checks they equal the library's).
 DEFAULTS = {"seq_len": 4096, "query_rows": 1024, "sink_tokens": 4, "window": 256, "max_offset": 64,
             "threshold": 0.9, "n_bootstrap": 1000, "seed": 0}
-# The most --random inputs: the profile keeps per-input statistics of every head ([input layer head offset], about
-# 1 KiB per head and input) for the bootstrap over inputs, so 10,000 inputs of a 144-head model hold ~1.5 GiB.
+# The most --random inputs: the profile keeps per-input statistics of every head ([input layer head offset],
+# about 1 KiB per head and input) for the bootstrap over inputs, so 10,000 inputs of a 144-head model hold
+# ~1.5 GiB.
 MAX_RANDOM = 10_000
 
 
@@ -89,8 +91,8 @@ def check_foreign(out: Path, force: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = check_args(args)
-    # torch, pandas and transformers are imported only now, after the checks that need none of them, so `--help`,
-    # argument errors and missing files answer at once (tests/test_cli_fast.py).
+    # torch, pandas and transformers are imported only now, after the checks that need none of them, so
+    # `--help`, argument errors and missing files answer at once (tests/test_cli_fast.py).
     from probe import models
     from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, text_inputs
     from probe.heads.profile_sink import ROW_STATS

@@ -1,7 +1,8 @@
-"""`probe train NAME --out DIR`: train (or build) a model organism; `probe train NAME --relabel`: label it again.
+"""`probe train NAME --out DIR`: train (or build) a model organism; `probe train NAME --relabel`: label it
+again.
 
-Flags and printing only; the work is :func:`probe.training.train.train`, :func:`probe.training.cards.relabel` and
-:func:`probe.training.cards.save_esm_random`.
+Flags and printing only; the work is :func:`probe.training.train.train`, :func:`probe.training.cards.relabel`
+and :func:`probe.training.cards.save_esm_random`.
 """
 
 from __future__ import annotations

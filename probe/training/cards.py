@@ -1,10 +1,10 @@
 """What an organism ships besides its weights: card.json, MODEL_CARD.md and labels.csv, its label table.
 
-The label table is what :func:`probe.heads.label.label_model` gives the saved organism with the LabelConfig the card
-records under ``"label_table"`` (``{"file": "labels.csv", "label_config": {...}}``: every field, so the shipped
-table can be recomputed and compared, as tests/test_zoo.py does). It is written by training and by
-``probe train NAME --relabel`` (:func:`relabel`, the weights untouched), with :func:`probe.heads.tables.save_table`;
-the dashboard reads it at start-up instead of labelling.
+The label table is what :func:`probe.heads.label.label_model` gives the saved organism with the LabelConfig
+the card records under ``"label_table"`` (``{"file": "labels.csv", "label_config": {...}}``: every field, so
+the shipped table can be recomputed and compared, as tests/test_zoo.py does). It is written by training and by
+``probe train NAME --relabel`` (:func:`relabel`, the weights untouched), with
+:func:`probe.heads.tables.save_table`; the dashboard reads it at start-up instead of labelling.
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def card_label_config(card: dict, organism: TrainConfig | None) -> LabelConfig:
 
 
 def classifier_summary(table: pd.DataFrame) -> dict:
-    """The card's view of a label table: ``labels`` ({head_type: [head names]}) and ``labelled_scores`` (numbers
-    rounded to 4 places, NaN as null: card.json is strict JSON)."""
+    """The card's view of a label table: ``labels`` ({head_type: [head names]}) and ``labelled_scores``
+    (numbers rounded to 4 places, NaN as null: card.json is strict JSON)."""
     labelled = table[table["label"].astype(bool)]
     labels = {t: sorted(g.loc[g["label"].astype(bool), "head_name"]) for t, g in table.groupby("head_type", sort=False)}
     scores = [{k: (None if v != v else round(v, 4)) if isinstance(v, float) else v for k, v in row.items()}
@@ -107,8 +107,8 @@ def write_card(card: dict, out: Path) -> dict:
 
 def relabel(name: str, out: Path) -> dict:
     """Label the organism in `out` again (its card.json written by training) with the LabelConfig its card
-    records, and rewrite labels.csv, the card's labels and requirements, and MODEL_CARD.md; the weights are not
-    touched. Returns the card."""
+    records, and rewrite labels.csv, the card's labels and requirements, and MODEL_CARD.md; the weights are
+    not touched. Returns the card."""
     card_file = out / "card.json"
     if not card_file.is_file():
         raise ProbeError(f"{out} has no card.json: train the organism into it first (probe train {name} --out DIR)")
