@@ -1,11 +1,11 @@
 """The `probe` command: `probe capture | label | contacts | app | card | profile | train`.
 
-Results go to files or stdout, progress and messages to stderr. Exit codes: 0 ok, 2 bad input (one line naming the
-fix), 1 internal error, 130 interrupted.
+Results go to files or stdout, progress and messages to stderr. Exit codes: 0 ok, 2 bad input (one line naming
+the fix), 1 internal error, 130 interrupted.
 
 This module and every ``probe/commands/<name>.py`` import only the standard library and light probe modules at
-their top; torch, pandas and transformers are imported inside a command's ``run()``, so ``probe --help``, argument
-errors and missing-file errors answer in well under a second (tests/test_cli_fast.py).
+their top; torch, pandas and transformers are imported inside a command's ``run()``, so ``probe --help``,
+argument errors and missing-file errors answer in well under a second (tests/test_cli_fast.py).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The `probe` parser. With `argv` naming a subcommand (``["label", ...]``) only that subcommand's module is
-    imported, so its help and argument errors never wait for another command's imports; otherwise all of them
-    (``probe --help`` lists every subcommand)."""
+    """The `probe` parser. With `argv` naming a subcommand (``["label", ...]``) only that subcommand's module
+    is imported, so its help and argument errors never wait for another command's imports; otherwise all of
+    them (``probe --help`` lists every subcommand)."""
     parser = OneLineParser(
         prog="probe", description="Capture, label and explore attention heads of Hugging Face models."
     )
@@ -48,8 +48,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _quiet_transformers() -> None:
-    """Keep stderr for our own progress and messages: transformers' warnings and progress bars off. Through its
-    environment variables when it is not imported yet (a command imports it inside ``run()``), else its API."""
+    """Keep stderr for our own progress and messages: transformers' warnings and progress bars off. Through
+    its environment variables when it is not imported yet (a command imports it inside ``run()``), else its
+    API."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     try:
         args, unknown = parser.parse_known_args(argv)
-        if unknown:  # named by the subcommand's own parser, so the hint is `probe label --help`, not `probe --help`
+        if unknown:  # named by the subcommand's parser: the hint is `probe label --help`, not `probe --help`
             args.subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as done:  # --help, or a bad option already reported in one line
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)

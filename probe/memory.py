@@ -22,8 +22,9 @@ from probe.errors import ProbeError
 # ---------------------------------------------------------------------------------------------------------------
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-GATED_MLP = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
-             "gemma3_text", "phi3", "olmo", "olmo2", "cohere", "deepseek_v2", "deepseek_v3", "granite", "smollm3")
+GATED_MLP = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+             "gemma3", "gemma3_text", "phi3", "olmo", "olmo2", "cohere", "deepseek_v2", "deepseek_v3",
+             "granite", "smollm3")
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,11 @@ class MemoryPlan:
         """(field, value) rows for `probe card --seq-len`."""
         return [("memory plan", f"{self.batch} × {self.seq_len:,} tokens in {self.dtype}"),
                 ("  weights", f"{format_bytes(self.weights)} ({self.parameters:,} parameters)"),
-                ("  KV cache", format_bytes(self.kv_cache)), ("  activations", format_bytes(self.activations)),
+                ("  KV cache", format_bytes(self.kv_cache)),
+                ("  activations", format_bytes(self.activations)),
                 ("  logits", format_bytes(self.logits)),
-                ("  capture α block + sinks", f"{format_bytes(self.alpha_block)} + {format_bytes(self.sinks)}"),
+                ("  capture α block + sinks",
+                 f"{format_bytes(self.alpha_block)} + {format_bytes(self.sinks)}"),
                 ("  capture run, in all", format_bytes(self.capture)),
                 ("  eager α (all layers, N²)", format_bytes(self.eager_attention)),
                 ("  eager run, in all", format_bytes(self.eager))]
@@ -135,9 +138,11 @@ def memory_plan(config, seq_len: int, dtype: str | None = None, batch: int = 1, 
     vocab = whole_number(config, "vocab_size", default=0, allow_zero=True) or 0
     kv = card.kv_cache_bytes("fp16", seq_len) // BYTES_PER_VALUE["fp16"] * value * batch
     tokens = batch * seq_len
-    return MemoryPlan(seq_len=seq_len, batch=batch, dtype=dtype, parameters=parameters, weights=parameters * value,
+    return MemoryPlan(seq_len=seq_len, batch=batch, dtype=dtype, parameters=parameters,
+                      weights=parameters * value,
                       kv_cache=kv, activations=tokens * (4 * card.hidden_size + 2 * inner) * value,
-                      logits=tokens * vocab * 4, alpha_block=block_bytes + batch * card.query_heads * seq_len * 4,
+                      logits=tokens * vocab * 4,
+                      alpha_block=block_bytes + batch * card.query_heads * seq_len * 4,
                       sinks=sink_bytes,
                       eager_attention=card.layers * batch * card.query_heads * seq_len * seq_len * value)
 
@@ -187,6 +192,6 @@ def check_fits(plan: MemoryPlan, available: int | None, command: str, flags: str
     smaller = " or --dtype bfloat16," if plan.dtype == "float32" else ","
     raise ProbeError(
         f"{command} needs about {format_bytes(plan.capture)} ({format_bytes(plan.weights)} weights, "
-        f"{format_bytes(plan.capture - plan.weights)} for {plan.batch} × {plan.seq_len:,} tokens in {plan.dtype}) "
-        f"and {format_bytes(available)} is available: pass --device-map auto --offload-folder DIR{smaller} "
-        f"or {flags}")
+        f"{format_bytes(plan.capture - plan.weights)} for {plan.batch} × {plan.seq_len:,} tokens in "
+        f"{plan.dtype}) and {format_bytes(available)} is available: pass --device-map auto --offload-folder "
+        f"DIR{smaller} or {flags}")

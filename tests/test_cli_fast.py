@@ -35,7 +35,8 @@ def heavy_after(code: str) -> dict:
     """Run `code` in a fresh interpreter; which heavy modules it imported, and its output."""
     script = ("import sys, json, io, contextlib\nerr = io.StringIO()\nwith contextlib.redirect_stderr(err):\n"
               + "".join(f"    {line}\n" for line in code.splitlines())
-              + f"print(json.dumps({{'heavy': [m for m in {HEAVY!r} if m in sys.modules], 'err': err.getvalue()}}))")
+              + f"print(json.dumps({{'heavy': [m for m in {HEAVY!r} if m in sys.modules],"
+              + " 'err': err.getvalue()}))")
     result = python(script)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -61,8 +62,10 @@ def test_the_check_sees_a_heavy_import():
     (["label", "--model", "zoo:induction", "--probe-file", "/no/such.jsonl"], "--probe-file /no/such.jsonl"),
     (["label", "--models-file", "/no/such.txt"], "--models-file /no/such.txt"),
     (["label", "--model", "zoo:induction", "--out", "/no/such/folder/t.csv"], "does not exist"),
-    (["profile", "--model", "zoo:induction", "--random", "2", "--window", "0", "--out", "p.csv"], "--window 0"),
-    (["profile", "--model", "zoo:induction", "--text-file", "/no/such.txt", "--out", "p.csv"], "is not a file"),
+    (["profile", "--model", "zoo:induction", "--random", "2", "--window", "0", "--out", "p.csv"],
+     "--window 0"),
+    (["profile", "--model", "zoo:induction", "--text-file", "/no/such.txt", "--out", "p.csv"],
+     "is not a file"),
     (["capture", "--model", "zoo:induction", "--text", "a", "--out", "a.txt"], "extension"),
     (["train", "induction"], "give --out DIR"),
     (["train", "--help"], ""),
@@ -85,7 +88,8 @@ def fastest(command: list[str], runs: int = 3) -> float:
     return best
 
 
-@pytest.mark.parametrize("argv", [["label", "--help"], ["profile", "--model", "m", "--random", "0", "--out", "x.csv"]])
+@pytest.mark.parametrize("argv", [["label", "--help"],
+                                  ["profile", "--model", "m", "--random", "0", "--out", "x.csv"]])
 def test_a_subcommands_help_and_errors_take_well_under_a_second_more_than_python(argv):
     baseline = fastest([sys.executable, "-c", "pass"])
     assert fastest([sys.executable, "-m", "probe.cli", *argv]) < baseline + 1.5

@@ -26,8 +26,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "probe"
 
-BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.card", "probe.memory",
-        "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
+BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.card",
+        "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
 RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "commands": 5}
 
 
@@ -185,7 +185,8 @@ def test_one_module_replaces_files():
 @pytest.mark.parametrize("package", ["engine", "heads", "proteins", "training", "runs", "commands", "zoo"])
 def test_every_subpackage_says_what_belongs_there(package):
     doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text(encoding="utf-8")))
-    assert doc and len(doc.split()) >= 15, f"probe/{package}/__init__.py needs a paragraph saying what belongs there"
+    assert doc and len(doc.split()) >= 15, \
+        f"probe/{package}/__init__.py needs a paragraph saying what belongs there"
 
 
 def test_the_zoo_is_the_catalogue_only():
@@ -193,7 +194,8 @@ def test_the_zoo_is_the_catalogue_only():
     elsewhere."""
     assert sorted(m for m in MODULES if m.startswith("probe.zoo")) == ["probe.zoo", "probe.zoo.planted",
                                                                        "probe.zoo.tiny"]
-    assert not any(layer(target) == "training" for m in MODULES if m.startswith("probe.zoo") for target in GRAPH[m])
+    assert not any(layer(target) == "training"
+                   for m in MODULES if m.startswith("probe.zoo") for target in GRAPH[m])
 
 
 def test_a_main_block_is_walked_like_any_code(tmp_path):
@@ -223,12 +225,14 @@ def too_long(module: str) -> str | None:
         return f"{module}: {lines} lines, a command module is argparse and printing (at most {COMMAND_LINES})"
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
     if lines > MODULE_LINES and WHY_LONGER not in " ".join(doc.split()):
-        return f"{module}: {lines} lines > {MODULE_LINES} and its docstring does not say why ({WHY_LONGER} ...)"
+        return (f"{module}: {lines} lines > {MODULE_LINES} and its docstring does not say why "
+                f"({WHY_LONGER} ...)")
     return None
 
 
 def test_modules_are_short_or_say_why():
-    offenders = sorted(reason for module in MODULES if module not in KNOWN_LONG and (reason := too_long(module)))
+    offenders = sorted(reason for module in MODULES
+                       if module not in KNOWN_LONG and (reason := too_long(module)))
     assert not offenders, "\n".join(offenders)
 
 

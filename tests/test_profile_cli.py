@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_huge_random_count_is_refused_at_once_in_one_line(tmp_path):
     """The old command materialised 10^12 inputs in a list (no output, memory growing ~24 MiB/s)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "probe.cli", "profile", "--model", "zoo:induction", "--random",
-                             "1000000000000", "--seq-len", "32", "--out", str(tmp_path / "p.csv")],
+    result = subprocess.run([sys.executable, "-m", "probe.cli", "profile", "--model", "zoo:induction",
+                             "--random", "1000000000000", "--seq-len", "32",
+                             "--out", str(tmp_path / "p.csv")],
                             capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and f"give 1 to {MAX_RANDOM:,} inputs" in result.stderr
@@ -58,7 +59,8 @@ def test_random_inputs_are_streamed_and_equal_the_recipe_written_out():
                 for _ in range(3)]
     made = [first, *iterator]
     assert all(torch.equal(a, b) for a, b in zip(made, expected, strict=True))
-    assert all(torch.equal(a, b) for a, b in zip(inputs, expected, strict=True))  # re-iterable, the same inputs
+    # re-iterable: the same inputs again
+    assert all(torch.equal(a, b) for a, b in zip(inputs, expected, strict=True))
 
 
 def test_a_streamed_profile_equals_the_profile_of_the_same_inputs_as_a_list():

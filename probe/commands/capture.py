@@ -27,8 +27,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     out = output_path(args.out, (".npz",))
-    # numpy, torch and transformers are imported only now, after the checks that need none of them, so `--help`
-    # and argument errors answer at once (tests/test_cli_fast.py).
+    # numpy, torch and transformers are imported only now, after the checks that need none of them, so
+    # `--help` and argument errors answer at once (tests/test_cli_fast.py).
     import numpy as np
 
     from probe import models

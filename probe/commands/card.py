@@ -12,21 +12,25 @@ from probe.errors import ProbeError
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "card", help="print a model's attention architecture (MHA/GQA/MQA/MLA, KV-cache bytes) from its config",
-        description="Read a model's config (nothing else is loaded) and print its attention architecture: variant, "
-                    "query and key/value heads, head and latent dims, positions, sliding window, parameters in "
-                    "attention, KV-cache bytes per token and at 4K/32K/128K tokens for fp16, bf16 and fp8. With "
-                    "--seq-len, also the memory a run at that length needs: weights, KV cache, activations, the "
-                    "capture's α block and sinks, and the eager alternative's N² attention.",
+        "card", help="print a model's attention architecture (MHA/GQA/MQA/MLA, KV-cache bytes) from its "
+                     "config",
+        description="Read a model's config (nothing else is loaded) and print its attention architecture: "
+                    "variant, query and key/value heads, head and latent dims, positions, sliding window, "
+                    "parameters in attention, KV-cache bytes per token and at 4K/32K/128K tokens for fp16, "
+                    "bf16 and fp8. With --seq-len, also the memory a run at that length needs: weights, KV "
+                    "cache, activations, the capture's α block and sinks, and the eager alternative's N² "
+                    "attention.",
     )
     parser.add_argument("--model", required=True,
-                        help="hub id (from the local cache), local directory, zoo:NAME, or a config.json file")
+                        help="hub id (from the local cache), local directory, zoo:NAME, or a config.json "
+                             "file")
     parser.add_argument("--seq-len", type=int, default=None, metavar="N",
                         help="also print the memory plan of one sequence of N tokens")
     parser.add_argument("--batch", type=int, default=1, help="sequences per forward in the plan (default 1)")
     parser.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
                         help="weights dtype of the plan (default: the checkpoint's)")
-    parser.add_argument("--json", action="store_true", help="print the card as JSON (byte counts as integers)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the card as JSON (byte counts as integers)")
     return parser
 
 

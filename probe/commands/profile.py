@@ -23,9 +23,10 @@ MAX_RANDOM = 10_000
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "profile", help="per-head attention statistics (distance, entropy, sink, locality) at any length",
-        description="Profile every head on long inputs without ever holding [N, N]: mean and median attention "
-                    "distance, entropy, sink and local-window mass, the dominant offset, with bootstrap intervals "
-                    "over inputs, and a streaming ('local') / 'retrieval' split. One row per (layer, head).",
+        description="Profile every head on long inputs without ever holding [N, N]: mean and median "
+                    "attention distance, entropy, sink and local-window mass, the dominant offset, with "
+                    "bootstrap intervals over inputs, and a streaming ('local') / 'retrieval' split. One row "
+                    "per (layer, head).",
     )
     add_model_options(parser)
     source = parser.add_mutually_exclusive_group(required=True)
@@ -33,12 +34,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     source.add_argument("--random", type=int, metavar="N",
                         help=f"N inputs of uniformly random tokens, made one at a time (1..{MAX_RANDOM:,})")
     parser.add_argument("--seq-len", type=int, default=None,
-                        help=f"tokens per input (default {DEFAULTS['seq_len']}, capped by the model's positions)")
+                        help=f"tokens per input (default {DEFAULTS['seq_len']}, capped by the model's "
+                             "positions)")
     parser.add_argument("--query-rows", type=int, default=DEFAULTS["query_rows"],
-                        help="query rows sampled per input, stratified by position; inputs no longer use every "
-                             f"row (default {DEFAULTS['query_rows']})")
+                        help="query rows sampled per input, stratified by position; inputs no longer use "
+                             f"every row (default {DEFAULTS['query_rows']})")
     parser.add_argument("--sink-tokens", type=int, default=DEFAULTS["sink_tokens"],
-                        help=f"first k tokens that count as the attention sink (default {DEFAULTS['sink_tokens']})")
+                        help="first k tokens that count as the attention sink (default "
+                             f"{DEFAULTS['sink_tokens']})")
     parser.add_argument("--window", type=int, default=DEFAULTS["window"],
                         help=f"local window: |query − key| < W, W ≥ 1 (default {DEFAULTS['window']})")
     parser.add_argument("--max-offset", type=int, default=DEFAULTS["max_offset"],
@@ -48,7 +51,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              f"(default {DEFAULTS['threshold']})")
     parser.add_argument("--bootstrap", type=int, default=DEFAULTS["n_bootstrap"],
                         help=f"bootstrap resamples (default {DEFAULTS['n_bootstrap']})")
-    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seeds inputs, row sample and bootstrap")
+    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seeds inputs, row sample and "
+                                                                           "bootstrap")
     parser.add_argument("--out", required=True, help="output table: .parquet, .csv or .json")
     parser.add_argument("--force", action="store_true", help="overwrite an --out that is not a profile table")
     return parser
@@ -59,8 +63,8 @@ def check_args(args: argparse.Namespace) -> Path:
     ProbeError naming the flag."""
     out = output_path(args.out, TABLE_EXTENSIONS)
     if args.random is not None and not 1 <= args.random <= MAX_RANDOM:
-        raise ProbeError(f"--random {args.random}: give 1 to {MAX_RANDOM:,} inputs (the profile keeps statistics "
-                         "of every input for its bootstrap)")
+        raise ProbeError(f"--random {args.random}: give 1 to {MAX_RANDOM:,} inputs (the profile keeps "
+                         "statistics of every input for its bootstrap)")
     for flag, value, least in (("--seq-len", args.seq_len, 1), ("--query-rows", args.query_rows, 1),
                                ("--bootstrap", args.bootstrap, 1), ("--window", args.window, 1),
                                ("--sink-tokens", args.sink_tokens, 0), ("--max-offset", args.max_offset, 0)):
@@ -85,8 +89,8 @@ def check_foreign(out: Path, force: bool) -> None:
     except ProbeError:
         columns = set()
     if not {"layer", "head", "head_name", "streaming_mass", "span"} <= columns:
-        raise ProbeError(f"--out {out} exists and is not a probe profile table: pass another --out or --force to "
-                         "overwrite it")
+        raise ProbeError(f"--out {out} exists and is not a probe profile table: pass another --out or "
+                         "--force to overwrite it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                            sink_tokens=args.sink_tokens, window=args.window, max_offset=args.max_offset,
                            threshold=args.threshold, n_bootstrap=args.bootstrap, seed=args.seed)
     config.check()
-    n_inputs = args.random if args.random is not None else 1 + len(text) // 2  # (at most one input per 2 chars)
+    n_inputs = args.random if args.random is not None else 1 + len(text) // 2  # (≤ one input per 2 chars)
     per_head = n_inputs * (len(ROW_STATS) + 2 + 2 * config.max_offset) * 8  # float64 sums per input and head
     refuse_if_too_big(args, args.model, "probe profile", config.seq_len, block_bytes=config.block_bytes,
                       sink_bytes_per_head=per_head, flags="a shorter --seq-len or fewer --random inputs")
@@ -127,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         inputs = random_inputs(loaded, args.random, seq_len, config.seed)  # streamed: made one at a time
 
     def progress(done: int, total: int) -> None:
-        print(f"\rprofile: input {done}/{total}", end="\n" if done == total else "", file=sys.stderr, flush=True)
+        print(f"\rprofile: input {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
+              flush=True)
 
     table = head_profiles(loaded, inputs, config, progress)
     write_atomically(out, lambda tmp: save_table(table, tmp))

@@ -20,7 +20,8 @@ def parse_steps(text: str) -> tuple[int, ...]:
     try:
         steps = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated step numbers, e.g. 0,50,100") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated step numbers, e.g. 0,50,100") \
+            from None
     if not steps or min(steps) < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated step numbers >= 0, e.g. 0,50,100")
     return steps
@@ -29,22 +30,26 @@ def parse_steps(text: str) -> tuple[int, ...]:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train", help="train a model organism (or label a trained one again with --relabel)",
-        description="Train a model organism of the zoo from scratch into --out (weights, card.json, MODEL_CARD.md "
-                    "and labels.csv, its label table), or with --relabel label the organism in --out (default: "
-                    "the shipped one) again with the LabelConfig its card records, the weights untouched.",
+        description="Train a model organism of the zoo from scratch into --out (weights, card.json, "
+                    "MODEL_CARD.md and labels.csv, its label table), or with --relabel label the organism in "
+                    "--out (default: the shipped one) again with the LabelConfig its card records, the "
+                    "weights untouched.",
     )
-    parser.add_argument("name", choices=zoo.names(), help="the organism (its recipe: probe.training.organisms)")
+    parser.add_argument("name", choices=zoo.names(), help="the organism (its recipe: "
+                                                          "probe.training.organisms)")
     parser.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
-    parser.add_argument("--out", type=Path, help="model directory to write (with --relabel: to relabel; default "
-                                                 "the shipped probe/zoo/NAME)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: on a shared CPU "
-                                                                "faster than 2)")
-    parser.add_argument("--no-label", action="store_true", help="do not run the head classifier on the result")
+    parser.add_argument("--out", type=Path, help="model directory to write (with --relabel: to relabel; "
+                                                 "default the shipped probe/zoo/NAME)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: on a shared CPU faster than 2)")
+    parser.add_argument("--no-label", action="store_true",
+                        help="do not run the head classifier on the result")
     parser.add_argument("--relabel", action="store_true",
-                        help="do not train: label the model already in --out and rewrite labels.csv and its cards")
+                        help="do not train: label the model already in --out and rewrite labels.csv and its "
+                             "cards")
     parser.add_argument("--checkpoint-steps", type=parse_steps, default=(), metavar="N,N,...",
-                        help="also save the model after these optimizer steps (0 = initial weights) to OUT/step-N/ "
-                             "(for `probe label --model OUT --revisions step-0,step-50,...`)")
+                        help="also save the model after these optimizer steps (0 = initial weights) to "
+                             "OUT/step-N/ (for `probe label --model OUT --revisions step-0,step-50,...`)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a TrainConfig field (for experiments; the shipped organisms use none)")
     return parser
@@ -58,14 +63,15 @@ def _show(card: dict, keys: tuple[str, ...]) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.relabel:
         if args.checkpoint_steps or args.set or args.no_label:
-            raise ProbeError("--relabel labels a trained organism: drop --checkpoint-steps, --set and --no-label")
+            raise ProbeError("--relabel labels a trained organism: drop --checkpoint-steps, --set and "
+                             "--no-label")
         out = args.out if args.out is not None else zoo.path(args.name)
         if not (out / "card.json").is_file():
             raise ProbeError(f"--out {out} holds no trained organism (no card.json): train it first with "
                              f"probe train {args.name} --out {out}")
     elif args.out is None:
-        raise ProbeError(f"give --out DIR, the folder to train {args.name} into (the shipped weights are never "
-                         "overwritten by default)")
+        raise ProbeError(f"give --out DIR, the folder to train {args.name} into (the shipped weights are "
+                         "never overwritten by default)")
     if args.threads < 1:
         raise ProbeError("--threads must be at least 1")
     # The training stack (torch, transformers, the head classifier) is imported only now: `probe --help` and
@@ -78,8 +84,10 @@ def run(args: argparse.Namespace) -> int:
         return _show(cards.relabel(args.name, out), ("name", "labels", "requirements_failed"))
     if args.name == cards.ESM_RANDOM:
         if args.checkpoint_steps:
-            raise ProbeError(f"--checkpoint-steps: {cards.ESM_RANDOM} is not trained, so it has no checkpoints")
-        return _show(cards.save_esm_random(args.seed, args.out, label=not args.no_label), ("name", "seed", "labels"))
+            raise ProbeError(f"--checkpoint-steps: {cards.ESM_RANDOM} is not trained, so it has no "
+                             "checkpoints")
+        card = cards.save_esm_random(args.seed, args.out, label=not args.no_label)
+        return _show(card, ("name", "seed", "labels"))
     overrides = {}
     for item in args.set:
         key, _, value = item.partition("=")
@@ -87,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
             raise ProbeError(f"--set {item}: {key!r} is not a TrainConfig field that can be set")
         kind = type(getattr(ORGANISMS[args.name], key))
         if kind not in (int, float, str):
-            raise ProbeError(f"--set {item}: {key} is a {kind.__name__}; only number and text fields can be set")
+            raise ProbeError(f"--set {item}: {key} is a {kind.__name__}; only number and text fields can be "
+                             "set")
         try:
             overrides[key] = kind(value)
         except ValueError:
@@ -96,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     steps = overrides.get("steps", ORGANISMS[args.name].steps)
     if args.checkpoint_steps and max(args.checkpoint_steps) > steps:
         raise ProbeError(f"--checkpoint-steps: {max(args.checkpoint_steps)} is past the run's {steps} steps")
-    card = train(args.name, args.seed, args.out, threads=args.threads, overrides=overrides, label=not args.no_label,
-                 checkpoint_steps=args.checkpoint_steps)
-    return _show(card, ("name", "seed", "steps", "train_seconds", "evaluation", "labels", "requirements_failed"))
+    card = train(args.name, args.seed, args.out, threads=args.threads, overrides=overrides,
+                 label=not args.no_label, checkpoint_steps=args.checkpoint_steps)
+    return _show(card, ("name", "seed", "steps", "train_seconds", "evaluation", "labels",
+                        "requirements_failed"))

@@ -38,8 +38,8 @@ def label_config_of(options: dict | None) -> LabelConfig:
     known = {item.name for item in dataclasses.fields(LabelConfig)}
     unknown = sorted(set(options or {}) - known)
     if unknown:
-        raise ProbeError(f"the card's label_config has {', '.join(unknown)}, not LabelConfig fields: relabel with "
-                         "`probe train NAME --relabel` after removing them")
+        raise ProbeError(f"the card's label_config has {', '.join(unknown)}, not LabelConfig fields: relabel "
+                         "with `probe train NAME --relabel` after removing them")
     return LabelConfig(**{key: tuple(value) if isinstance(value, list) else value
                           for key, value in (options or {}).items()})
 
@@ -74,7 +74,8 @@ def classifier_summary(table: pd.DataFrame) -> dict:
     """The card's view of a label table: ``labels`` ({head_type: [head names]}) and ``labelled_scores``
     (numbers rounded to 4 places, NaN as null: card.json is strict JSON)."""
     labelled = table[table["label"].astype(bool)]
-    labels = {t: sorted(g.loc[g["label"].astype(bool), "head_name"]) for t, g in table.groupby("head_type", sort=False)}
+    labels = {t: sorted(g.loc[g["label"].astype(bool), "head_name"])
+              for t, g in table.groupby("head_type", sort=False)}
     scores = [{k: (None if v != v else round(v, 4)) if isinstance(v, float) else v for k, v in row.items()}
               for row in labelled[["head_name", "head_type", "score", "ci_low", "chance", "accuracy",
                                    "baseline_accuracy"]].to_dict("records")]
@@ -88,7 +89,8 @@ def add_labels(card: dict, out: Path, config: LabelConfig, requirements: dict) -
     save_table(table, out / LABELS_FILE)
     defaults = config == LabelConfig()
     card["classifier"] = ("probe.heads.label.label_model with the default LabelConfig()" if defaults
-                          else "probe.heads.label.label_model with the LabelConfig of label_table.label_config")
+                          else "probe.heads.label.label_model with the LabelConfig of "
+                               "label_table.label_config")
     card.pop("label_config", None)  # (older cards) now under label_table
     card["label_table"] = {"file": LABELS_FILE, "label_config": config_record(config)}
     card.update(classifier_summary(table))
@@ -111,7 +113,8 @@ def relabel(name: str, out: Path) -> dict:
     not touched. Returns the card."""
     card_file = out / "card.json"
     if not card_file.is_file():
-        raise ProbeError(f"{out} has no card.json: train the organism into it first (probe train {name} --out DIR)")
+        raise ProbeError(f"{out} has no card.json: train the organism into it first (probe train {name} "
+                         "--out DIR)")
     card = json.loads(card_file.read_text())
     organism = ORGANISMS.get(name)
     config = card_label_config(card, organism)
@@ -134,8 +137,8 @@ def save_esm_random(seed: int, out: Path, label: bool = True) -> dict:
     save_tiny("esm", out, seed=seed)
     card = {
         "name": ESM_RANDOM,
-        "task": "none: UNTRAINED, random weights. It exists only so the protein views and the contact code work "
-                "offline; its attention and contacts mean nothing",
+        "task": "none: UNTRAINED, random weights. It exists only so the protein views and the contact code "
+                "work offline; its attention and contacts mean nothing",
         "architecture": "EsmForMaskedLM (ESM-2 layout: rotary positions, 33-token ESM vocabulary), 2 layers, "
                         "4 heads, width 32, random contact regression (probe.zoo.tiny.build_tiny('esm'))",
         "seed": seed,
@@ -151,12 +154,14 @@ def save_esm_random(seed: int, out: Path, label: bool = True) -> dict:
 def esm_random_markdown(card: dict) -> str:
     """MODEL_CARD.md of zoo:esm-random (built, not trained)."""
     lines = [f"# zoo:{ESM_RANDOM}", "", "**UNTRAINED.** " + card["task"] + ".", "",
-             f"**Architecture.** {card['architecture']}.", "", f"**Built by** `{card['command']}` (no training).", ""]
+             f"**Architecture.** {card['architecture']}.", "", f"**Built by** `{card['command']}` (no "
+                                                               "training).", ""]
     if "labels" in card:
-        lines += [f"**Labels** given by {card['classifier']} on random weights (effect over chance, clustered "
-                  "bootstrap, Benjamini–Hochberg FDR 0.05; the tests check the requirements below, not this list; "
-                  f"the whole table: `{LABELS_FILE}`):", ""]
-        lines += [f"- {head_type}: {', '.join(heads) or 'none'}" for head_type, heads in card["labels"].items()]
+        lines += [f"**Labels** given by {card['classifier']} on random weights (effect over chance, "
+                  "clustered bootstrap, Benjamini–Hochberg FDR 0.05; the tests check the requirements below, "
+                  f"not this list; the whole table: `{LABELS_FILE}`):", ""]
+        lines += [f"- {head_type}: {', '.join(heads) or 'none'}"
+                  for head_type, heads in card["labels"].items()]
         lines.append("")
     lines += ["Machine-readable: `card.json` next to this file.", ""]
     return "\n".join(lines)
@@ -170,16 +175,19 @@ def model_card_markdown(card: dict) -> str:
         "",
         f"**Task.** {card['task']}.",
         "",
-        f"**Architecture.** {card['architecture']}. {config['n_layer']} layers, {config['n_head']} heads, width "
-        f"{config['n_embd']}, {config['n_positions']} positions, {card['parameters']} trainable parameters.",
+        f"**Architecture.** {card['architecture']}. {config['n_layer']} layers, {config['n_head']} heads, "
+        f"width {config['n_embd']}, {config['n_positions']} positions, {card['parameters']} trainable "
+        "parameters.",
         "",
         f"**Vocabulary.** {card['vocabulary']}.",
         "",
-        f"**Data.** `{card['data_generator']}`; the loss is computed only on tokens predictable from context.",
+        f"**Data.** `{card['data_generator']}`; the loss is computed only on tokens predictable from "
+        "context.",
         "",
-        f"**Training.** `{card['command']}`: seed {card['seed']}, {card['steps']} steps of batch {config['batch']}, "
-        f"AdamW lr {config['lr']} ({config['warmup']} warm-up steps, cosine to lr/10), {card['threads']} CPU "
-        f"thread(s): {card['train_seconds']} s measured. Final training loss {card['final_train_loss']} nats.",
+        f"**Training.** `{card['command']}`: seed {card['seed']}, {card['steps']} steps of batch "
+        f"{config['batch']}, AdamW lr {config['lr']} ({config['warmup']} warm-up steps, cosine to lr/10), "
+        f"{card['threads']} CPU thread(s): {card['train_seconds']} s measured. Final training loss "
+        f"{card['final_train_loss']} nats.",
         "",
         "**Evaluation** (held-out):",
         "",
@@ -187,9 +195,10 @@ def model_card_markdown(card: dict) -> str:
     lines += [f"- {key}: {value}" for key, value in card["evaluation"].items()]
     if "labels" in card:
         lines += ["", f"**Labels** given by {card['classifier']} (effect over chance, clustered bootstrap, "
-                  "Benjamini–Hochberg FDR 0.05; the tests check the requirements below, not this list; the whole "
-                  f"table: `{LABELS_FILE}`):", ""]
-        lines += [f"- {head_type}: {', '.join(heads) or 'none'}" for head_type, heads in card["labels"].items()]
+                  "Benjamini–Hochberg FDR 0.05; the tests check the requirements below, not this list; the "
+                  f"whole table: `{LABELS_FILE}`):", ""]
+        lines += [f"- {head_type}: {', '.join(heads) or 'none'}"
+                  for head_type, heads in card["labels"].items()]
         lines += ["", "Requirements: " + json.dumps(card["requirements"])
                   + (" — all met." if not card.get("requirements_failed")
                      else " — FAILED: " + "; ".join(card["requirements_failed"]))]
