@@ -311,7 +311,8 @@ def test_shipped_label_table_equals_a_fresh_relabel(label_tables, name):
 
     card = zoo.card(name)
     assert card["label_table"]["file"] == "labels.csv"
-    shipped = load_table(zoo.path(name) / "labels.csv")
+    assert zoo.labels_path(name) == zoo.path(name) / "labels.csv"
+    shipped = load_table(zoo.labels_path(name))
     fresh = label_tables[name].reset_index(drop=True)
     assert list(shipped.columns) == list(fresh.columns)
     assert len(shipped) == len(fresh) > 0
@@ -323,6 +324,16 @@ def test_shipped_label_table_equals_a_fresh_relabel(label_tables, name):
             same = (left.astype(str) == right.astype(str)) | (left.isna() & right.isna())
             assert same.all(), (column, left[~same].head(3).tolist(), right[~same].head(3).tolist())
     assert (shipped["model"] == f"zoo:{name}").all()
+
+
+def test_labels_path_of_an_unknown_organism_or_a_missing_table_is_one_line(tmp_path, monkeypatch):
+    with pytest.raises(ProbeError, match="unknown model organism"):
+        zoo.labels_path("nope")
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "config.json").write_text("{}")
+    monkeypatch.setattr(zoo, "ZOO_DIR", tmp_path)
+    with pytest.raises(ProbeError, match="ships no label table"):
+        zoo.labels_path("bare")
 
 
 def test_the_shipped_table_check_sees_a_changed_label(label_tables):

@@ -20,10 +20,9 @@ from probe.heads.label import LabelConfig, label_model
 from probe.heads.tables import save_table
 from probe.models import load
 from probe.training.organisms import ORGANISMS, TrainConfig
-from probe.zoo import check_requirements
+from probe.zoo import LABELS_FILE, check_requirements
 from probe.zoo.tiny import save_tiny
 
-LABELS_FILE = "labels.csv"
 ESM_RANDOM = "esm-random"
 
 

@@ -29,6 +29,19 @@ def path(name: str) -> Path:
     return ZOO_DIR / name
 
 
+LABELS_FILE = "labels.csv"
+
+
+def labels_path(name: str) -> Path:
+    """The shipped label table of organism `name`, ``probe/zoo/NAME/labels.csv`` (what training and
+    ``probe train NAME --relabel`` write; read it with :func:`probe.heads.tables.load_table`). ProbeError when the
+    organism is unknown or ships no table."""
+    table = path(name) / LABELS_FILE
+    if not table.is_file():
+        raise ProbeError(f"zoo:{name} ships no label table ({table}): write it with probe train {name} --relabel")
+    return table
+
+
 def card(name: str) -> dict:
     """The machine-readable model card (card.json) of organism `name`."""
     import json
