@@ -27,7 +27,7 @@ its numbers are noisy); every machine reads the checkpoints locally (shared file
 tables are tens of kB, so the network is not the bottleneck. Run:
 
     python benchmarks/scale.py                    # trains 9 small checkpoints, then the four phases
-    python benchmarks/scale.py --checkpoints DIR  # DIR/step-*/ from python -m probe.zoo.train --checkpoint-steps
+    python benchmarks/scale.py --checkpoints DIR  # DIR/step-*/ from probe train NAME --checkpoint-steps
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def checkpoint_dirs(directory: Path) -> list[str]:
 
 
 def train_checkpoints(out: Path, steps: int, every: int) -> None:
-    from probe.zoo.train import train
+    from probe.training.train import train
 
     train("induction", 0, out, overrides={"steps": steps}, label=False,
           checkpoint_steps=tuple(range(0, steps + 1, every)))

@@ -140,7 +140,7 @@ def _get(config, *names, default=None):
     return default
 
 
-def _whole(config, *names, default=None, allow_zero: bool = False) -> int | None:
+def whole_number(config, *names, default=None, allow_zero: bool = False) -> int | None:
     """The first of `names` the config sets, as a whole number; one-line ProbeError for NaN, infinities, fractions,
     text or a negative (or zero) count, naming the field."""
     value = _get(config, *names, default=default)
@@ -214,17 +214,17 @@ def _mla_parameters(config, hidden: int, heads: int, nope: int, rope: int, value
 def architecture_card(config) -> ArchitectureCard:
     """The card of a transformers config (a PretrainedConfig, or a dict as in config.json)."""
     if isinstance(config, dict):
-        config = _config_from_dict(config)
+        config = config_from_dict(config)
     if hasattr(config, "get_text_config"):
         config = config.get_text_config()
     model_type = str(getattr(config, "model_type", "") or "unknown")
-    layers = _whole(config, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _whole(config, "num_attention_heads", "n_head")
-    hidden = _whole(config, "hidden_size", "n_embd", "d_model")
+    layers = whole_number(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = whole_number(config, "num_attention_heads", "n_head")
+    hidden = whole_number(config, "hidden_size", "n_embd", "d_model")
     if not (layers and heads and hidden):
         raise ProbeError(f"the {model_type} config names no layer count, head count or hidden size; "
                          "it is not a transformer this card can read")
-    max_positions = _whole(config, "max_position_embeddings", "n_positions")
+    max_positions = whole_number(config, "max_position_embeddings", "n_positions")
     window, sliding_layers = _sliding(config, layers)
     notes: list[str] = []
     kv_rank = getattr(config, "kv_lora_rank", None)
@@ -239,13 +239,13 @@ def architecture_card(config) -> ArchitectureCard:
         return ArchitectureCard(model_type, "MLA", layers, hidden, heads, heads, nope + rope, value_dim,
                                 _positional(config, model_type, max_positions), max_positions, window,
                                 sliding_layers, params, int(kv_rank), q_rank, rope, nope, tuple(notes))
-    kv_heads = _whole(config, "num_key_value_heads", "num_kv_heads", default=heads)
+    kv_heads = whole_number(config, "num_key_value_heads", "num_kv_heads", default=heads)
     if getattr(config, "multi_query", False):
         kv_heads = 1
     if heads % kv_heads:
         raise ProbeError(f"{heads} query heads cannot be grouped over {kv_heads} key/value heads")
-    head_dim = _whole(config, "head_dim", default=hidden // heads) or hidden // heads
-    value_dim = _whole(config, "v_head_dim", default=head_dim)
+    head_dim = whole_number(config, "head_dim", default=hidden // heads) or hidden // heads
+    value_dim = whole_number(config, "v_head_dim", default=head_dim)
     attention = "MHA" if kv_heads == heads else ("MQA" if kv_heads == 1 else "GQA")
     biased = model_type in BIASED
     qkv_bias = biased or bool(getattr(config, "attention_bias", False)) or model_type in ("qwen2", "qwen2_moe")
@@ -256,7 +256,7 @@ def architecture_card(config) -> ArchitectureCard:
                             params, notes=tuple(notes))
 
 
-def _config_from_dict(data: dict):
+def config_from_dict(data: dict):
     import transformers
 
     model_type = data.get("model_type") if isinstance(data, dict) else None
@@ -284,7 +284,7 @@ def load_config(spec: str):
     path = Path(source).expanduser()
     if path.is_file():
         try:
-            return _config_from_dict(json.loads(path.read_text(encoding="utf-8")))
+            return config_from_dict(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise ProbeError(f"cannot read {path} as a JSON config: {error}") from None
     if path.is_dir() and not (path / "config.json").exists():
@@ -296,3 +296,4 @@ def load_config(spec: str):
     except Exception as error:  # noqa: BLE001 - OSError, ValueError, and transformers' strict field validators
         reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())[:300]
         raise ProbeError(f"cannot read the config of {spec!r}: {reason or type(error).__name__}") from None
+

@@ -1,7 +1,11 @@
-"""The `probe` command: `probe capture | label | contacts | app | card | profile`.
+"""The `probe` command: `probe capture | label | contacts | app | card | profile | train`.
 
-Results go to files or stdout, progress and messages to stderr. Exit codes: 0 ok, 2 bad input (one line naming the
-fix), 1 internal error, 130 interrupted.
+Results go to files or stdout, progress and messages to stderr. Exit codes: 0 ok, 2 bad input (one line naming
+the fix), 1 internal error, 130 interrupted.
+
+This module and every ``probe/commands/<name>.py`` import only the standard library and light probe modules at
+their top; torch, pandas and transformers are imported inside a command's ``run()``, so ``probe --help``,
+argument errors and missing-file errors answer in well under a second (tests/test_cli_fast.py).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import traceback
 from probe.errors import ProbeError
 
 # Each subcommand lives in probe/commands/<name>.py with `add_parser(subparsers)` and `run(args) -> int`.
-SUBCOMMANDS = ("capture", "label", "contacts", "app", "card", "profile")
+SUBCOMMANDS = ("capture", "label", "contacts", "app", "card", "profile", "train")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -27,12 +31,16 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The `probe` parser. With `argv` naming a subcommand (``["label", ...]``) only that subcommand's module
+    is imported, so its help and argument errors never wait for another command's imports; otherwise all of
+    them (``probe --help`` lists every subcommand)."""
     parser = OneLineParser(
         prog="probe", description="Capture, label and explore attention heads of Hugging Face models."
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    named = argv[0] if argv else None
+    for name in (named,) if named in SUBCOMMANDS else SUBCOMMANDS:
         module = importlib.import_module(f"probe.commands.{name}")
         sub = module.add_parser(subparsers)
         sub.set_defaults(run=module.run, subparser=sub)
@@ -40,19 +48,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_transformers() -> None:
-    """Keep stderr for our own progress and messages."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    """Keep stderr for our own progress and messages: transformers' warnings and progress bars off. Through
+    its environment variables when it is not imported yet (a command imports it inside ``run()``), else its
+    API."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    if "transformers" in sys.modules:
+        hf_logging = sys.modules["transformers"].utils.logging
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     try:
         args, unknown = parser.parse_known_args(argv)
-        if unknown:  # named by the subcommand's own parser, so the hint is `probe label --help`, not `probe --help`
+        if unknown:  # named by the subcommand's parser: the hint is `probe label --help`, not `probe --help`
             args.subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as done:  # --help, or a bad option already reported in one line
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)

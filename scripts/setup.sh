@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with its test extras. CPU torch goes first: a plain `torch` requirement
 # resolved first would pull a multi-GB CUDA build. Safe to run again (it only installs what is missing).
+# One line per step; pip's own output only when something fails (it is quiet, and errors still print).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+step() { printf 'setup: %s\n' "$*"; }
+pip_quiet() { python -m pip install -q --disable-pip-version-check --progress-bar off "$@"; }
 if [ ! -x .venv/bin/python ]; then
+    step "creating .venv"
     python3 -m venv .venv
 fi
 . .venv/bin/activate
-python -m pip install -q --upgrade pip
-python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[test,ray]"  # ray: the scale-out tests run in CI too
+step "updating pip"
+pip_quiet --upgrade pip
+step "installing torch 2.13.0 (CPU)"
+pip_quiet "torch==2.13.0"
+step "installing probe with its test and ray extras (editable)"
+pip_quiet -e ".[test,ray]"  # ray: the scale-out tests run in CI too
+step "done: . .venv/bin/activate, then probe --help"

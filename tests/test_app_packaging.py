@@ -18,12 +18,24 @@ def _setuptools() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 
-def test_every_package_of_the_tree_is_listed():
-    listed = set(_setuptools()["packages"])
+def discovered() -> set[str]:
+    """The packages setup.py finds (setuptools' find_namespace_packages)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("probe_setup", ROOT / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return set(module.packages())
+
+
+def test_every_package_of_the_tree_is_found():
+    listed = discovered()
     tree = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "probe").rglob("__init__.py")}
     tree |= {"probe_app." + ".".join(path.parent.relative_to(ROOT / "app").parts)
              for path in (ROOT / "app").rglob("__init__.py") if path.parent != ROOT / "app"} | {"probe_app"}
-    assert tree - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+    assert tree - listed == set(), "setup.py's discovery misses these"
+    assert {"probe.zoo.induction", "probe_app.assets", "probe.data.gap"} <= listed  # data folders, no banner
+    assert not any("-" in name or name.startswith("app") for name in listed)
     assert _setuptools()["package-dir"] == {"probe_app": "app"}
 
 
@@ -38,7 +50,7 @@ def test_the_wheel_holds_probe_app_and_no_top_level_app(tmp_path):
 
     source = tmp_path / "source"  # build from a copy: setuptools writes build/ and *.egg-info into the tree
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     for name in ("probe", "app"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))

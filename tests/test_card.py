@@ -148,3 +148,114 @@ def test_cli_card_errors(tmp_path, capsys):
     bad.write_text(json.dumps({"hidden_size": 4}))
     with pytest.raises(ProbeError, match="no model_type"):
         load_config(str(bad))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The memory plan (probe.memory) and the refusal before loading
+# ---------------------------------------------------------------------------------------------------------------
+
+# A tiny Llama: L = 2 layers, D = 16, H = 4 query heads, G = 2 key/value heads (d = 4), F = 24, V = 50, untied.
+TINY = {"model_type": "llama", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 24, "vocab_size": 50, "max_position_embeddings": 64,
+        "tie_word_embeddings": False}
+
+
+def test_parameters_of_the_tiny_config_by_hand_and_by_the_model():
+    from probe.memory import model_parameters
+
+    # embeddings 50·16 = 800, output head 800; per layer: q 16·16 + k 16·8 + v 16·8 + o 16·16 = 768, MLP
+    # 3·16·24 = 1152, two norms 32 -> 1952; final norm 16 is not counted
+    assert model_parameters(TINY) == 800 + 800 + 2 * 1952 == 5504
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{k: v for k, v in TINY.items()
+                                                                      if k != "model_type"}))
+    assert sum(p.numel() for p in model.parameters()) == 5504 + 16
+
+
+def test_memory_plan_of_the_tiny_config_by_hand():
+    from probe.memory import memory_plan
+
+    plan = memory_plan(TINY, seq_len=10, dtype="bfloat16", batch=3, block_bytes=1000, sink_bytes=7)
+    assert plan.weights == 5504 * 2
+    assert plan.kv_cache == 3 * 10 * 2 * (2 * (4 + 4)) * 2  # B · N · L · G · (d_k + d_v) · 2 bytes = 1920
+    assert plan.activations == 3 * 10 * (4 * 16 + 2 * 24) * 2 == 6720
+    assert plan.logits == 3 * 10 * 50 * 4 == 6000
+    assert plan.alpha_block == 1000 + 3 * 4 * 10 * 4  # the block and the LSE [batch head query] in fp32
+    assert plan.sinks == 7
+    assert plan.eager_attention == 2 * 3 * 4 * 10 * 10 * 2 == 4800
+    assert plan.capture == 11008 + 1920 + 6720 + 6000 + 1480 + 7
+    assert plan.eager == 11008 + 1920 + 6720 + 6000 + 4800
+    assert memory_plan(TINY, 10).dtype == "float32" and memory_plan(TINY, 10).weights == 5504 * 4
+    with pytest.raises(ProbeError, match="at least 1 token"):
+        memory_plan(TINY, 0)
+
+
+def test_the_eager_alternative_grows_with_n_squared_and_the_capture_does_not():
+    from probe.memory import memory_plan
+
+    short, long = memory_plan(TINY, 1024), memory_plan(TINY, 4096)
+    assert long.eager_attention == 16 * short.eager_attention
+    assert long.capture - long.alpha_block < 4.1 * (short.capture - short.alpha_block)
+
+
+def test_available_memory_override_and_the_machines_own(monkeypatch):
+    from probe.memory import available_memory
+
+    monkeypatch.setenv("PROBE_AVAILABLE_MEMORY", "2G")
+    assert available_memory() == 2 * 2**30
+    monkeypatch.setenv("PROBE_AVAILABLE_MEMORY", "1536")
+    assert available_memory() == 1536
+    monkeypatch.setenv("PROBE_AVAILABLE_MEMORY", "lots")
+    with pytest.raises(ProbeError, match="PROBE_AVAILABLE_MEMORY"):
+        available_memory()
+    monkeypatch.delenv("PROBE_AVAILABLE_MEMORY")
+    assert available_memory() > 2**20
+
+
+def test_check_fits_refuses_in_one_line_naming_the_flags():
+    from probe.memory import check_fits, memory_plan
+
+    plan = memory_plan(TINY, 10)
+    check_fits(plan, plan.capture, "probe label", "a shorter --seq-len")  # exactly enough: fine
+    check_fits(plan, None, "probe label", "a shorter --seq-len")  # unknown: no refusal
+    with pytest.raises(ProbeError) as error:
+        check_fits(plan, plan.capture - 1, "probe label", "a shorter --seq-len")
+    message = str(error.value)
+    assert "\n" not in message and "--device-map auto --offload-folder DIR" in message
+    assert "--dtype bfloat16" in message and "a shorter --seq-len" in message
+
+
+def test_cli_card_prints_the_memory_plan(tiny_dir, capsys):
+    assert main(["card", "--model", str(tiny_dir("llama")), "--seq-len", "2048", "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "memory plan" in out and "1 × 2,048 tokens in bfloat16" in out and "eager α" in out
+    assert main(["card", "--model", str(tiny_dir("llama")), "--seq-len", "64", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["memory_plan"]
+    assert plan["seq_len"] == 64 and plan["capture"] == sum(plan[k] for k in ("weights", "kv_cache", "activations",
+                                                                                "logits", "alpha_block", "sinks"))
+    assert main(["card", "--model", str(tiny_dir("llama")), "--seq-len", "0"]) == 2
+
+
+@pytest.mark.parametrize("argv", [
+    ["label", "--model", "zoo:induction", "--types", "previous_token"],
+    ["profile", "--model", "zoo:induction", "--random", "2", "--seq-len", "64", "--out", "{tmp}/p.csv"],
+])
+def test_label_and_profile_refuse_before_loading_weights(argv, tmp_path, monkeypatch, capsys):
+    import probe.models
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("weights were loaded")
+
+    monkeypatch.setattr(probe.models, "load", no_loading)
+    monkeypatch.setenv("PROBE_AVAILABLE_MEMORY", "100K")
+    assert main([part.format(tmp=tmp_path) for part in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is available" in err and "--device-map auto --offload-folder DIR" in err
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_run_that_fits_is_not_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROBE_AVAILABLE_MEMORY", "4G")
+    out = tmp_path / "p.csv"
+    assert main(["profile", "--model", "zoo:induction", "--random", "2", "--seq-len", "32", "--bootstrap", "10",
+                 "--out", str(out)]) == 0
+    assert out.is_file()

@@ -1,19 +1,20 @@
 """The package layout is the architecture: every module of probe/ is walked with ast (function-level imports
-included) and the import graph must have no cycles and no import from a lower layer to a higher one.
+and ``if __name__ == "__main__":`` blocks included: an entry point's imports are dependencies too) and the
+import graph must have no cycles and no import from a lower layer to a higher one.
 
 Layers, bottom to top (a module may import its own layer and the ones below):
 
-    base      probe (the package), errors, naming, hashing, models, card, data, zoo (the package), zoo.tiny,
-              zoo.planted
+    base      probe (the package), errors, naming, hashing, models, card, memory, data, zoo (the
+              catalogue: the package, zoo.tiny, zoo.planted)
     engine    probe.engine.*
     heads     probe.heads.*        proteins   probe.proteins.*   (side by side: neither imports the other)
-    training  probe.zoo.train, probe.zoo.data (model organisms trained on the probe sets: they may import heads)
+    training  probe.training.* (the organisms' recipes, data, training loop and cards: the data is built
+              from the probe sets and the cards run the head classifier, so it sits above heads)
     runs      probe.runs.*
     commands  probe.commands.*, probe.cli   (nothing below imports them)
 
-Deviation from the first plan, on purpose: ``probe.zoo.data`` builds its coreference training sentences from the
-probe sets' templates (:func:`probe.heads.probesets.coreference_examples`), so it sits with ``zoo.train`` above
-heads instead of in base; nothing in base imports it.
+Modules are short: none of probe/commands/ above 200 lines (argparse and printing), none of the package above
+450 lines unless its docstring says why, in a sentence starting "Longer than 450 lines because".
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "probe"
 
-BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.card", "probe.data",
-        "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
-TRAINING = {"probe.zoo.train", "probe.zoo.data"}
+BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.card",
+        "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
 RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "commands": 5}
 
 
@@ -42,12 +42,10 @@ MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
 def layer(module: str) -> str:
     if module in BASE:
         return "base"
-    if module in TRAINING:
-        return "training"
     if module == "probe.cli":
         return "commands"
     top = module.split(".")[1]
-    if top not in ("engine", "heads", "proteins", "runs", "commands"):
+    if top not in ("engine", "heads", "proteins", "training", "runs", "commands"):
         raise AssertionError(f"{module} is in no layer: add it to tests/test_layout.py (and to the docs)")
     return top
 
@@ -59,21 +57,9 @@ def _known(name: str) -> str | None:
     return name or None
 
 
-def _is_main_guard(node: ast.AST) -> bool:
-    """`if __name__ == "__main__":` — code that runs only when the module is the program (an entry point)."""
-    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
-            and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"
-            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in node.test.comparators))
-
-
 def walk(tree: ast.AST):
-    """ast.walk without `if __name__ == "__main__":` blocks: nothing imports a program's entry point, so what it
-    imports (`python -m probe.zoo.train` runs probe.commands.train) is not a dependency of the module."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        todo.extend(child for child in ast.iter_child_nodes(node) if not _is_main_guard(child))
+    """Every node of a module, ``if __name__ == "__main__":`` blocks and function bodies included."""
+    return ast.walk(tree)
 
 
 def imports_of(module: str) -> set[str]:
@@ -124,8 +110,8 @@ def test_nothing_imports_the_commands():
     assert not importers
 
 
-def test_no_import_cycles():
-    """Tarjan's strongly connected components: every component is a single module."""
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one module (each an import cycle)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -136,7 +122,7 @@ def test_no_import_cycles():
         index[module] = low[module] = len(index)
         stack.append(module)
         on_stack.add(module)
-        for target in GRAPH[module]:
+        for target in graph[module]:
             if target not in index:
                 visit(target)
                 low[module] = min(low[module], low[target])
@@ -153,10 +139,25 @@ def test_no_import_cycles():
             if len(component) > 1:
                 cycles.append(sorted(component))
 
-    for module in sorted(GRAPH):
+    for module in sorted(graph):
         if module not in index:
             visit(module)
-    assert not cycles, cycles
+    return cycles
+
+
+def test_no_import_cycles():
+    """Every strongly connected component of the import graph is a single module."""
+    assert not find_cycles(GRAPH), find_cycles(GRAPH)
+
+
+def test_a_cycle_through_a_main_block_is_found():
+    """The old circle (probe.zoo.train's `__main__` block importing probe.commands.train, which imported it)
+    as a planted graph built by the same walk: found. Without the block: none."""
+    entry = ast.parse('from probe.training import train\nif __name__ == "__main__":\n    import probe.cli\n')
+    imported = {alias.name for node in walk(entry) if isinstance(node, ast.Import) for alias in node.names}
+    graph = {"probe.training.train": {"probe.cli"} & imported, "probe.cli": {"probe.training.train"}}
+    assert find_cycles(graph) == [["probe.cli", "probe.training.train"]]
+    assert find_cycles({"probe.training.train": set(), "probe.cli": {"probe.training.train"}}) == []
 
 
 def test_argparse_only_in_the_commands():
@@ -169,7 +170,8 @@ def test_argparse_only_in_the_commands():
 
 
 def test_one_module_replaces_files():
-    """Only probe.runs.atomic renames a temporary file over another (os.replace / os.rename / Path.replace)."""
+    """Only probe.runs.atomic renames a temporary file over another (os.replace / os.rename /
+    Path.replace)."""
     renamers = set()
     for module, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -180,7 +182,71 @@ def test_one_module_replaces_files():
     assert renamers == {"probe.runs.atomic"}
 
 
-@pytest.mark.parametrize("package", ["engine", "heads", "proteins", "runs", "commands", "zoo"])
+@pytest.mark.parametrize("package", ["engine", "heads", "proteins", "training", "runs", "commands", "zoo"])
 def test_every_subpackage_says_what_belongs_there(package):
     doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text(encoding="utf-8")))
-    assert doc and len(doc.split()) >= 15, f"probe/{package}/__init__.py needs a paragraph saying what belongs there"
+    assert doc and len(doc.split()) >= 15, \
+        f"probe/{package}/__init__.py needs a paragraph saying what belongs there"
+
+
+def test_the_zoo_is_the_catalogue_only():
+    """probe/zoo/ holds the catalogue, the tiny and planted models and the shipped files; training is
+    elsewhere."""
+    assert sorted(m for m in MODULES if m.startswith("probe.zoo")) == ["probe.zoo", "probe.zoo.planted",
+                                                                       "probe.zoo.tiny"]
+    assert not any(layer(target) == "training"
+                   for m in MODULES if m.startswith("probe.zoo") for target in GRAPH[m])
+
+
+def test_a_main_block_is_walked_like_any_code(tmp_path):
+    """The negative control of the cycle test: an import under `if __name__ == "__main__":` is an import."""
+    module = ast.parse('import os\nif __name__ == "__main__":\n    from probe.cli import main\n')
+    found = {node.names[0].name for node in walk(module) if isinstance(node, (ast.Import, ast.ImportFrom))}
+    assert found == {"os", "main"}
+
+
+COMMAND_LINES = 200
+MODULE_LINES = 450
+WHY_LONGER = "Longer than 450 lines because"
+# Modules over the limits today, being split on branches heads/proteins (heads: label.py, probesets.py,
+# registry.py; proteins: contacts.py, sets.py, commands/contacts.py; runs/runner.py: the runner as a class) or
+# owned by other helpers (engine/attention.py: engine; models.py: reach). The lead empties this list after
+# merging them.
+KNOWN_LONG = {"probe.heads.label", "probe.heads.probesets", "probe.heads.registry", "probe.proteins.contacts",
+              "probe.proteins.sets", "probe.runs.runner", "probe.commands.contacts", "probe.engine.attention",
+              "probe.models"}
+
+
+def too_long(module: str) -> str | None:
+    """Why `module` breaks the length rule, or None."""
+    path = MODULES[module]
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    if layer(module) == "commands" and module != "probe.cli" and lines > COMMAND_LINES:
+        return f"{module}: {lines} lines, a command module is argparse and printing (at most {COMMAND_LINES})"
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    if lines > MODULE_LINES and WHY_LONGER not in " ".join(doc.split()):
+        return (f"{module}: {lines} lines > {MODULE_LINES} and its docstring does not say why "
+                f"({WHY_LONGER} ...)")
+    return None
+
+
+def test_modules_are_short_or_say_why():
+    offenders = sorted(reason for module in MODULES
+                       if module not in KNOWN_LONG and (reason := too_long(module)))
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_known_long_modules_are_still_long():
+    """The list only shrinks: a module that was split leaves it (delete its name)."""
+    assert not sorted(module for module in KNOWN_LONG if module in MODULES and too_long(module) is None)
+
+
+def test_the_length_rule_catches_a_long_module(tmp_path, monkeypatch):
+    """Positive and negative control of the rule on files made here."""
+    long_plain = tmp_path / "long_plain.py"
+    long_plain.write_text('"""A module."""\n' + "x = 1\n" * 500)
+    long_said = tmp_path / "long_said.py"
+    long_said.write_text(f'"""A module.\n\n{WHY_LONGER} it is one table.\n"""\n' + "x = 1\n" * 500)
+    monkeypatch.setitem(MODULES, "probe.heads.long_plain", long_plain)
+    monkeypatch.setitem(MODULES, "probe.heads.long_said", long_said)
+    assert too_long("probe.heads.long_plain") and too_long("probe.heads.long_said") is None

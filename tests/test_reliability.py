@@ -230,6 +230,27 @@ CASES = [
     case("card-layers-nan-directory", "card", "--model", "{nan_config}"),
     case("card-layers-nan-json", "card", "--model", "{nan_config}/config.json"),
     case("card-layers-fraction-json", "card", "--model", "{fraction_config}"),
+    case("card-seq-len-zero", "card", "--model", "{gpt2}", "--seq-len", "0"),
+    case("card-batch-zero", "card", "--model", "{gpt2}", "--seq-len", "64", "--batch", "0"),
+    # --- profile and train (issues 27, 32): bounds, foreign tables, nothing half written ---------------------------
+    case("profile-random-huge", "profile", "--model", "{gpt2}", "--random", "1000000000000", "--seq-len", "32",
+         "--out", "{tmp}/p.csv"),
+    case("profile-window-zero", "profile", "--model", "{gpt2}", "--random", "2", "--window", "0",
+         "--out", "{tmp}/p.csv"),
+    case("profile-bootstrap-zero", "profile", "--model", "{gpt2}", "--random", "2", "--bootstrap", "0",
+         "--out", "{tmp}/p.csv"),
+    case("profile-out-foreign-csv", "profile", "--model", "{gpt2}", "--random", "2", "--seq-len", "16",
+         "--out", "{tmp}/foreign.csv"),
+    case("train-no-out", "train", "induction"),
+    case("train-unknown-organism", "train", "bogus", "--out", "{tmp}/o"),
+    case("train-relabel-untrained-folder", "train", "induction", "--relabel", "--out", "{tmp}"),
+    case("train-threads-zero", "train", "induction", "--out", "{tmp}/o", "--threads", "0"),
+    case("train-set-unknown-field", "train", "induction", "--out", "{tmp}/o", "--set", "bogus=1"),
+    case("train-set-bad-value", "train", "induction", "--out", "{tmp}/o", "--set", "steps=many"),
+    case("train-checkpoint-steps-not-numbers", "train", "induction", "--out", "{tmp}/o", "--checkpoint-steps", "a"),
+    case("train-checkpoint-steps-past-the-run", "train", "induction", "--out", "{tmp}/o",
+         "--checkpoint-steps", "999999"),
+    case("train-esm-random-checkpoints", "train", "esm-random", "--out", "{tmp}/o", "--checkpoint-steps", "0"),
 ]
 
 

@@ -215,10 +215,11 @@ def organism_table():
     """The retrieval organism labelled on 16 needle probes of 4,096 tokens (its card's label config)."""
     from probe import zoo
     from probe.models import load
+    from probe.training.cards import card_label_config
 
-    options = {k: tuple(v) if isinstance(v, list) else v for k, v in zoo.card("retrieval")["label_config"].items()}
-    assert options["seq_len"] >= 4096
-    return label_model(load("zoo:retrieval"), LabelConfig(**options))
+    config = card_label_config(zoo.card("retrieval"), None)
+    assert config.seq_len >= 4096
+    return label_model(load("zoo:retrieval"), config)
 
 
 def test_retrieval_organism_is_labelled_retrieval_at_4k_tokens(organism_table):
@@ -243,7 +244,7 @@ def test_retrieval_organism_meets_its_card(organism_table):
 def random_twin(tmp_path):
     """The retrieval organism's architecture and tokenizer with random weights (no mechanism)."""
     from probe.models import load
-    from probe.zoo import train as zoo_train
+    from probe.training import organisms as zoo_train
 
     config = zoo_train.ORGANISMS["retrieval"]
     tokenizer = zoo_train.build_tokenizer(config)

@@ -25,7 +25,7 @@ STEPS = (0, 3, 6)
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """A 6-step run of the induction organism (batch 4) with checkpoints after 0, 3 and 6 steps (~1 s)."""
-    from probe.zoo.train import train
+    from probe.training.train import train
 
     out = tmp_path_factory.mktemp("induction-run")
     train("induction", 0, out, overrides={"steps": 6, "batch": 4, "warmup": 2}, label=False, checkpoint_steps=STEPS)
@@ -48,7 +48,7 @@ def test_training_writes_loadable_checkpoints_without_changing_the_run(checkpoin
 
     from safetensors.torch import load_file
 
-    from probe.zoo.train import train
+    from probe.training.train import train
 
     train("induction", 0, tmp_path, overrides={"steps": 6, "batch": 4, "warmup": 2}, label=False)  # no checkpoints
     plain = load_file(tmp_path / "model.safetensors")

@@ -1,4 +1,5 @@
-"""Model organisms (probe.zoo): resolution, shipped files, training data, and the labels on each card."""
+"""Model organisms (probe.zoo, trained by probe.training): resolution, shipped files and label tables, training
+data, and the labels on each card."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import torch
 from probe import zoo
 from probe.errors import ProbeError
 from probe.naming import parse_head_name
-from probe.zoo import data
-from probe.zoo import train as zoo_train
+from probe.training import data
+from probe.training import organisms as zoo_train
+from probe.training import train as zoo_loop
 
 TEXT_ORGANISMS = ["brackets", "coreference", "implicit-causality", "induction", "positional", "retrieval", "sentences"]
 ALL = ["brackets", "coreference", "esm-random", "implicit-causality", "induction", "positional", "retrieval",
@@ -33,16 +35,12 @@ def no_network(monkeypatch):
 
 @pytest.fixture(scope="module")
 def label_tables():
-    """label_model(zoo:NAME, LabelConfig(**the card's label_config)) for every organism, computed once (the
-    default LabelConfig() when the card names none)."""
-    from probe.heads.label import LabelConfig, label_model
-    from probe.models import load
+    """A fresh relabel of every organism, computed once: label_model on the shipped weights with the LabelConfig
+    the card records (probe.training.cards, the code `probe train NAME --relabel` runs)."""
+    from probe.training import cards
 
-    def config(name: str) -> LabelConfig:
-        options = zoo.card(name).get("label_config", {})
-        return LabelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()})
-
-    return {name: label_model(load(f"zoo:{name}"), config(name)) for name in ALL}
+    return {name: cards.label_table(zoo.path(name), name, cards.card_label_config(zoo.card(name), None))
+            for name in ALL}
 
 
 def labelled(table) -> dict[str, list[str]]:
@@ -94,9 +92,9 @@ def test_all_organisms_together_under_5_mb():
 
 @pytest.mark.parametrize("name", ALL)
 def test_shipped_files_are_package_data(name):
-    """Every shipped file has an extension pyproject ships (*.json, *.safetensors, *.md, *.txt)."""
+    """Every shipped file has an extension pyproject ships (*.json, *.safetensors, *.md, *.txt, *.csv)."""
     for file in zoo.path(name).iterdir():
-        assert file.suffix in (".json", ".safetensors", ".md", ".txt"), file
+        assert file.suffix in (".json", ".safetensors", ".md", ".txt", ".csv"), file
     assert (zoo.path(name) / "MODEL_CARD.md").is_file() and (zoo.path(name) / "model.safetensors").is_file()
     assert zoo.card(name)["name"] == name
 
@@ -283,7 +281,7 @@ def test_card_evaluation_reproduces_on_the_shipped_weights(name):
     card = zoo.card(name)
     loaded = load(f"zoo:{name}")
     config = zoo_train.ORGANISMS[name]
-    measured = zoo_train.evaluate(loaded.model, config, loaded.tokenizer, card["seed"])
+    measured = zoo_loop.evaluate(loaded.model, config, loaded.tokenizer, card["seed"])
     for key, value in card["evaluation"].items():
         if isinstance(value, float):
             assert measured[key] == pytest.approx(value, abs=2e-3), key
@@ -299,6 +297,104 @@ def test_positional_control_fails_on_random_lengths_but_not_on_its_period():
     evaluation = zoo.card("positional")["evaluation"]
     assert evaluation["in_context_loss_fixed_period"] < 0.3
     assert evaluation["in_context_loss"] > 1.0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_shipped_label_table_equals_a_fresh_relabel(label_tables, name):
+    """probe/zoo/NAME/labels.csv (what the app reads at start-up) is what labelling the shipped weights with the
+    card's LabelConfig gives now: exact on names and labels, allclose on numbers. When it fails, the classifier or
+    the weights changed: `probe train NAME --relabel` rewrites the table and the cards."""
+    import numpy as np
+    import pandas as pd
+
+    from probe.heads.tables import load_table
+
+    card = zoo.card(name)
+    assert card["label_table"]["file"] == "labels.csv"
+    assert zoo.labels_path(name) == zoo.path(name) / "labels.csv"
+    shipped = load_table(zoo.labels_path(name))
+    fresh = label_tables[name].reset_index(drop=True)
+    assert list(shipped.columns) == list(fresh.columns)
+    assert len(shipped) == len(fresh) > 0
+    for column in shipped.columns:
+        left, right = shipped[column], fresh[column]
+        if pd.api.types.is_numeric_dtype(right) and not pd.api.types.is_bool_dtype(right):
+            assert np.allclose(left.astype(float), right.astype(float), rtol=1e-5, atol=1e-6, equal_nan=True), column
+        else:
+            same = (left.astype(str) == right.astype(str)) | (left.isna() & right.isna())
+            assert same.all(), (column, left[~same].head(3).tolist(), right[~same].head(3).tolist())
+    assert (shipped["model"] == f"zoo:{name}").all()
+
+
+def test_labels_path_of_an_unknown_organism_or_a_missing_table_is_one_line(tmp_path, monkeypatch):
+    with pytest.raises(ProbeError, match="unknown model organism"):
+        zoo.labels_path("nope")
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "config.json").write_text("{}")
+    monkeypatch.setattr(zoo, "ZOO_DIR", tmp_path)
+    with pytest.raises(ProbeError, match="ships no label table"):
+        zoo.labels_path("bare")
+
+
+def test_the_shipped_table_check_sees_a_changed_label(label_tables):
+    """Negative control: a table with one label flipped, or one score moved, is not the fresh relabel."""
+    import numpy as np
+
+    from probe.heads.tables import load_table
+
+    shipped = load_table(zoo.path("induction") / "labels.csv")
+    fresh = label_tables["induction"].reset_index(drop=True)
+    flipped = shipped["label"].astype(bool).copy()
+    flipped.iloc[0] = not flipped.iloc[0]
+    assert not (flipped == fresh["label"].astype(bool)).all()
+    assert not np.allclose(shipped["score"] + 1e-3, fresh["score"], rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_the_card_records_the_full_label_config():
+    """Every LabelConfig field is in the card, so the shipped table can be recomputed; the retrieval organism's
+    overrides are kept."""
+    import dataclasses
+
+    from probe.heads.label import LabelConfig
+
+    fields = {field.name for field in dataclasses.fields(LabelConfig)}
+    for name in ALL:
+        assert set(zoo.card(name)["label_table"]["label_config"]) == fields, name
+    retrieval = zoo.card("retrieval")["label_table"]["label_config"]
+    assert retrieval["types"] == ["retrieval"] and retrieval["seq_len"] == 4096 and retrieval["examples"] == 16
+
+
+def test_relabel_rewrites_the_table_and_the_cards_without_touching_the_weights(tmp_path):
+    """`probe train NAME --relabel --out DIR` on a copy of a shipped organism: labels.csv written again, equal to
+    the shipped one; the weights' bytes unchanged."""
+    import shutil
+
+    from probe.cli import main
+    from probe.heads.tables import load_table
+
+    copy = tmp_path / "induction"
+    shutil.copytree(zoo.path("induction"), copy)
+    (copy / "labels.csv").unlink()
+    weights = (copy / "model.safetensors").read_bytes()
+    assert main(["train", "induction", "--relabel", "--out", str(copy)]) == 0
+    assert (copy / "model.safetensors").read_bytes() == weights
+    again, shipped = load_table(copy / "labels.csv"), load_table(zoo.path("induction") / "labels.csv")
+    assert list(again["head_name"]) == list(shipped["head_name"])
+    assert list(again["label"]) == list(shipped["label"])
+    assert json.loads((copy / "card.json").read_text())["labels"] == zoo.card("induction")["labels"]
+
+
+def test_train_refuses_bad_arguments_in_one_line(tmp_path, capsys):
+    from probe.cli import main
+
+    assert main(["train", "induction"]) == 2  # no --out: the shipped weights are never the default target
+    assert "give --out DIR" in capsys.readouterr().err
+    assert main(["train", "induction", "--relabel", "--out", str(tmp_path)]) == 2  # nothing trained there
+    assert "no card.json" in capsys.readouterr().err
+    assert main(["train", "nope", "--out", str(tmp_path)]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+    assert main(["train", "induction", "--out", str(tmp_path), "--set", "steps=many"]) == 2
+    assert "steps takes a whole number" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -437,10 +533,20 @@ def kinds_by_layer(labels: dict[str, list[str]]) -> set[tuple[int, str]]:
 
 @pytest.mark.slow
 def test_retraining_induction_with_another_seed_gives_the_same_kinds_of_heads_per_layer(tmp_path):
-    card = zoo_train.train("induction", seed=1, out=tmp_path / "induction-seed1")
+    card = zoo_loop.train("induction", seed=1, out=tmp_path / "induction-seed1")
     shipped = zoo.card("induction")
     assert card["requirements_failed"] == []
     assert card["evaluation"]["in_context_loss"] < 0.3
     assert kinds_by_layer(card["labels"]) == kinds_by_layer(shipped["labels"]) == {(0, "previous_token"),
                                                                                   (1, "induction")}
     assert json.loads((tmp_path / "induction-seed1" / "card.json").read_text())["seed"] == 1
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_cards_are_strict_json(name):
+    """card.json parses without NaN or Infinity (which are not JSON): unknown numbers are null."""
+
+    def refuse(constant):
+        raise ValueError(f"{constant} in card.json of {name}")
+
+    json.loads((zoo.path(name) / "card.json").read_text(), parse_constant=refuse)

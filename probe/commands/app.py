@@ -16,20 +16,24 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "app", help="open the dashboard (head atlas, attention explorer, protein contact maps)",
-        description="Serve the Dash dashboard. With no --model it opens offline on the bundled model organisms.",
+        description="Serve the Dash dashboard. With no --model it opens offline on the bundled model "
+                    "organisms.",
     )
     parser.add_argument("--model", action="append", default=None,
-                        help="hub id, local directory or zoo:NAME; repeat for several (default: the model organisms)")
+                        help="hub id, local directory or zoo:NAME; repeat for several (default: the model "
+                             "organisms)")
     parser.add_argument("--labels", help="labels table written by `probe label` (.csv, .parquet, .json)")
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this "
+                                                            "machine only)")
     parser.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
-    parser.add_argument("--max-tokens", type=int, default=1024, help="longest explorer input in tokens (default 1024)")
+    parser.add_argument("--max-tokens", type=int, default=1024, help="longest explorer input in tokens "
+                                                                     "(default 1024)")
     parser.add_argument("--max-residues", type=int, default=1022, help="longest protein (default 1022)")
     parser.add_argument("--upload-mb", type=float, default=5.0, help="largest upload in MiB (default 5)")
     parser.add_argument("--heads-summary", help="per-head summary over a structure set, written by "
-                                                "`probe contacts --structures ... --heads-summary F`; shown on the "
-                                                "protein page")
+                                                "`probe contacts --structures ... --heads-summary F`; shown "
+                                                "on the protein page")
     return parser
 
 
@@ -43,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         if not (math.isfinite(value) and value > 0):
             raise ProbeError(f"{flag} {value} must be a positive number")
     if args.upload_mb * 2**20 >= 2**40:
-        raise ProbeError(f"--upload-mb {args.upload_mb} is more than 1 TiB: give the largest upload in MiB, e.g. 5")
+        raise ProbeError(f"--upload-mb {args.upload_mb} is more than 1 TiB: give the largest upload in MiB, "
+                         "e.g. 5")
     check_bindable(args.host, args.port)  # fail before loading any model
     create_app, AppConfig = _dashboard()
     config = AppConfig(models=tuple(args.model or ()), labels=args.labels, device=args.device,
@@ -51,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
                        upload_bytes=int(args.upload_mb * 2**20), heads_summary=args.heads_summary)
     dash_app = create_app(config)  # silent: a model that fails to load is then the one line on stderr
     service = dash_app.probe_service
-    if not args.model and not args.labels:  # the bundled organisms are tiny: label them now, so the atlas fills at once
+    # the bundled organisms are tiny: label them now, so the atlas fills at once
+    if not args.model and not args.labels:
         from probe.models import ModelKind
 
         for spec in service.specs:
@@ -59,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
                 service.start_labelling(spec)
     check_bindable(args.host, args.port)  # again: the port may have been taken while the models loaded
     if args.host not in LOOPBACK:
-        print(f"probe app: warning: binding {args.host} makes the dashboard reachable from other machines; it has "
-              "no authentication", file=sys.stderr)
+        print(f"probe app: warning: binding {args.host} makes the dashboard reachable from other machines; "
+              "it has no authentication", file=sys.stderr)
     print(f"probe app: serving {', '.join(service.specs)} at http://{args.host}:{args.port} "
           "(Ctrl-C stops)", file=sys.stderr)
     try:
@@ -82,7 +88,8 @@ def serve(wsgi_app, host: str, port: int, threads: int = 16) -> None:
 
 
 def _dashboard():
-    """(create_app, AppConfig) of the dashboard: installed as `probe_app`, or the `app/` folder of a source checkout."""
+    """(create_app, AppConfig) of the dashboard: installed as `probe_app`, or the `app/` folder of a source
+    checkout."""
     try:
         from probe_app import AppConfig, create_app
     except ModuleNotFoundError as error:
@@ -93,8 +100,8 @@ def _dashboard():
 
 
 def check_bindable(host: str, port: int) -> None:
-    """Bind (and release) the address the server will use, so a port in use or an address this machine does not have
-    is one line before anything is served, not werkzeug's messages after "serving"."""
+    """Bind (and release) the address the server will use, so a port in use or an address this machine does
+    not have is one line before anything is served, not werkzeug's messages after "serving"."""
     try:
         family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except (socket.gaierror, UnicodeError, ValueError) as error:
@@ -104,5 +111,6 @@ def check_bindable(host: str, port: int) -> None:
         try:
             probe_socket.bind(address)
         except OSError as error:
-            hint = "pass another --port" if error.errno == errno.EADDRINUSE else "use 127.0.0.1 or an address it has"
+            hint = ("pass another --port" if error.errno == errno.EADDRINUSE
+                    else "use 127.0.0.1 or an address it has")
             raise ProbeError(f"cannot serve on {host}:{port} ({error.strerror or error}); {hint}") from None

@@ -5,14 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-
-from probe import models
 from probe.commands.common import add_model_options, output_path
-from probe.engine import capture_attention
 from probe.errors import ProbeError
 from probe.naming import parse_index_list
-from probe.runs.atomic import write_atomically
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -32,6 +27,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     out = output_path(args.out, (".npz",))
+    # numpy, torch and transformers are imported only now, after the checks that need none of them, so
+    # `--help` and argument errors answer at once (tests/test_cli_fast.py).
+    import numpy as np
+
+    from probe import models
+    from probe.engine import capture_attention
+    from probe.runs.atomic import write_atomically
+
     loaded = models.load(args.model, device=args.device, dtype=args.dtype)
     layers = parse_index_list(args.layers, loaded.n_layers, "layers")
     heads = parse_index_list(args.heads, loaded.n_heads, "heads")

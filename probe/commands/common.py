@@ -9,12 +9,17 @@ from pathlib import Path
 
 from probe.errors import ProbeError
 
+# What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/test_cli_fast.py checks they are
+# equal), written out so that checking --out needs no pandas.
+TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
+
 
 def add_model_options(parser: argparse.ArgumentParser, many: bool = False, required: bool = True) -> None:
     """--model (hub id, local directory or zoo:NAME), --device, --dtype."""
     help_text = "hub id (gpt2), local directory (what save_pretrained wrote) or zoo:NAME"
     if many:
-        parser.add_argument("--model", action="append", required=required, help=help_text + "; repeat for several")
+        parser.add_argument("--model", action="append", required=required, help=help_text + "; repeat for "
+                                                                                            "several")
     else:
         parser.add_argument("--model", required=True, help=help_text)
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
@@ -22,19 +27,22 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False, requi
                         help="weights dtype (default: the checkpoint's)")
 
 
-# The first bytes of an .npz (a zip archive): an existing --out without them is not ours and is never overwritten.
-# (Tables are checked by their readers: probe.heads.tables refuses a file that is not a probe table.)
+# The first bytes of an .npz (a zip archive): an existing --out without them is not ours and is never
+# overwritten. (Tables are checked by their readers: probe.heads.tables refuses a file that is not a probe
+# table.)
 _MAGIC = {".npz": (b"PK\x03\x04", b"PK\x05\x06")}
 
 
 def output_path(text: str, allowed: tuple[str, ...], flag: str = "--out") -> Path:
-    """Check an output path before any computing: its extension, that it is not a folder, that its folder exists and
-    can be written, and that an existing binary file there is of the format we write (never overwrite another)."""
+    """Check an output path before any computing: its extension, that it is not a folder, that its folder
+    exists and can be written, and that an existing binary file there is of the format we write (never
+    overwrite another)."""
     path = Path(text).expanduser()
     if path.suffix.lower() not in allowed:
         raise ProbeError(f"{flag} {text}: the extension must be one of {', '.join(allowed)}")
     if path.is_dir():
-        raise ProbeError(f"{flag} {text} is a folder: give a file name inside it, e.g. {path / ('result' + allowed[0])}")
+        raise ProbeError(f"{flag} {text} is a folder: give a file name inside it, e.g. "
+                         f"{path / ('result' + allowed[0])}")
     if path.parent.exists() and not path.parent.is_dir():
         raise ProbeError(f"{flag} {text}: {path.parent} is a file, not a folder; give a path inside a folder")
     if not path.parent.is_dir():
@@ -45,13 +53,14 @@ def output_path(text: str, allowed: tuple[str, ...], flag: str = "--out") -> Pat
         with open(path, "rb") as handle:
             head = handle.read(4)
         if not head.startswith(magic):
-            raise ProbeError(f"{flag} {text} exists and is not a {path.suffix} file (it would be overwritten): "
-                             "choose another name or delete it")
+            raise ProbeError(f"{flag} {text} exists and is not a {path.suffix} file (it would be "
+                             "overwritten): choose another name or delete it")
     return path
 
 
 def _check_writable(folder: Path, flag: str, text: str) -> None:
-    """Create and remove a temporary file in `folder` (permission bits alone miss read-only mounts and root)."""
+    """Create and remove a temporary file in `folder` (permission bits alone miss read-only mounts and
+    root)."""
     try:
         handle, tmp = tempfile.mkstemp(dir=folder, prefix=".probe-write-check.")
     except OSError as error:
@@ -64,16 +73,18 @@ def _check_writable(folder: Path, flag: str, text: str) -> None:
 def add_ray_options(parser: argparse.ArgumentParser) -> None:
     """--ray [auto|HOST:PORT] and --ray-workers N (the flags `probe label` and `probe contacts` share)."""
     parser.add_argument("--ray", nargs="?", const="auto", default=None, metavar="auto|HOST:PORT",
-                        help="run the units on Ray (pip install -e '.[ray]'): 'auto' (also the value of a bare "
-                             "--ray) starts a local Ray sized to this machine, HOST:PORT joins a cluster started "
-                             "with `ray start --head`")
+                        help="run the units on Ray (pip install -e '.[ray]'): 'auto' (also the value of a "
+                             "bare --ray) starts a local Ray sized to this machine, HOST:PORT joins a "
+                             "cluster started with `ray start --head`")
     parser.add_argument("--ray-workers", type=int, default=None, metavar="N",
-                        help="with --ray: Ray workers (each loads the model once; default: one per CPU of the cluster)")
+                        help="with --ray: Ray workers (each loads the model once; default: one per CPU of "
+                             "the cluster)")
 
 
 def executor(args: argparse.Namespace):
-    """The runner's executor the flags ask for: probe.runs.ray_executor.RayExecutor with --ray, else in-process.
-    Checked before any computing: --ray-workers needs --ray and at least 1, the address is auto or HOST:PORT."""
+    """The runner's executor the flags ask for: probe.runs.ray_executor.RayExecutor with --ray, else
+    in-process. Checked before any computing: --ray-workers needs --ray and at least 1, the address is auto or
+    HOST:PORT."""
     from probe.runs.runner import InProcess
 
     workers = getattr(args, "ray_workers", None)
@@ -89,3 +100,52 @@ def executor(args: argparse.Namespace):
         check_reachable(args.ray)  # a bounded TCP connect, before anything is loaded: one line within seconds
     gpus = 1.0 if str(getattr(args, "device", "cpu")).startswith("cuda") else 0.0
     return RayExecutor(RayOptions(address=args.ray, workers=workers, gpus_per_worker=gpus))
+
+
+def refuse_if_too_big(args: argparse.Namespace, model: str, command: str, seq_len: int, batch: int = 1,
+                      block_bytes: int = 8 * 2**20, sink_bytes_per_head: int = 0,
+                      flags: str = "a shorter --seq-len") -> None:
+    """Before any weights are loaded: refuse in one line when the memory plan of `model` (probe.memory, from
+    its config alone) exceeds the memory the device has free; `flags` names the command's own ways to ask
+    less. No check when offloading was asked for (--device-map) or the config cannot be planned (loading then
+    says why)."""
+    from probe.card import architecture_card, load_config
+    from probe.memory import available_memory, check_fits, memory_plan
+
+    if getattr(args, "device_map", None):  # (a flag of the model options where offloading exists)
+        return
+    try:
+        config = load_config(model)
+        card = architecture_card(config)
+        plan = memory_plan(config, seq_len, args.dtype, batch, block_bytes,
+                           sink_bytes_per_head * card.layers * card.query_heads)
+    except ProbeError:
+        return
+    check_fits(plan, available_memory(args.device), command, flags)
+
+
+def plot_paths(text: str):
+    """--plot FILE.html|FILE.png -> FILE.html, checked with its sibling FILE.png (both are written) before any
+    labelling: extension, folder, writable, and neither of the two may be a folder."""
+    from probe.runs.export import PLOT_EXTENSIONS
+
+    plot = output_path(text, PLOT_EXTENSIONS, "--plot")
+    for sibling in (plot.with_suffix(".html"), plot.with_suffix(".png")):
+        if sibling.is_dir():
+            raise ProbeError(f"--plot {text}: {sibling} is a folder, and --plot writes both {plot.stem}.html "
+                             f"and {plot.stem}.png; give another name")
+    return plot
+
+
+def parse_lengths(text: str | None) -> tuple[int, ...] | None:
+    """"64,256" -> (64, 256); None -> None (the default length)."""
+    if text is None:
+        return None
+    try:
+        lengths = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ProbeError(f"bad --seq-len {text!r}: give a number of tokens, or several separated by commas "
+                         "(64,256)") from None
+    if not lengths or any(length < 1 for length in lengths):
+        raise ProbeError("--seq-len must be a positive number of tokens")
+    return tuple(dict.fromkeys(lengths))

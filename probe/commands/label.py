@@ -1,32 +1,41 @@
 """`probe label`: score and label every head of one or more models; one tidy table (parquet, csv or json).
 
-Every form of the command — one --model, several, a --models-file, --revisions of a model, --ray — is one run of
-:func:`probe.runs.runner.run` with :class:`probe.runs.tasks.LabelTask` units (one per model or checkpoint), so they
-reuse, keep and report the same way: each finished model is recorded in a journal beside --out with the identity of
-what produced it (the content hash of its weights and every option that changes its rows); the whole --out file is
-rewritten atomically after each model; rows of models this run does not name are kept; a model that fails is listed
-in OUT.errors.csv and the others go on; a rerun reuses exactly the models whose identity is unchanged and says so in
-one line; --force redoes all. This module is flags and printing only.
+Every form of the command — one --model, several, a --models-file, --revisions of a model, --ray — is one run
+of :func:`probe.runs.runner.run` with :class:`probe.runs.tasks.LabelTask` units (one per model or checkpoint),
+so they reuse, keep and report the same way: each finished model is recorded in a journal beside --out with
+the identity of what produced it (the content hash of its weights and every option that changes its rows); the
+whole --out file is rewritten atomically after each model; rows of models this run does not name are kept; a
+model that fails is listed in OUT.errors.csv and the others go on; a rerun reuses exactly the models whose
+identity is unchanged and says so in one line; --force redoes all. This module is flags and printing only.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
+from pathlib import Path
 
-import pandas as pd
-
-from probe import models
-from probe.commands.common import add_model_options, add_ray_options, executor, output_path
+from probe.commands.common import (
+    TABLE_EXTENSIONS,
+    add_model_options,
+    add_ray_options,
+    executor,
+    output_path,
+    parse_lengths,
+    plot_paths,
+    refuse_if_too_big,
+)
 from probe.errors import ProbeError
-from probe.heads.label import ABLATE, COREF_SETS, LabelConfig, summary_lines
-from probe.heads.probesets import load_probe_file
-from probe.heads.registry import names as head_type_names
-from probe.heads.registry import parse_head_types
-from probe.heads.tables import TABLE_EXTENSIONS
 
-DEFAULTS = {field.name: field.default for field in fields(LabelConfig)}
+# The defaults and choices of probe.heads.label.LabelConfig, written out so that `probe label --help` and
+# argument errors need no torch (the library's values are the truth: tests/test_cli_fast.py checks these equal
+# them).
+DEFAULTS = {"examples": 64, "seed": 0, "coref_set": "auto", "batch_size": 8, "n_bootstrap": 1000,
+            "min_effect": 0.25, "min_accuracy_gain": 0.1, "fdr": 0.05, "ablate": "labelled"}
+COREF_SETS = ("auto", "gap", "templates", "causality")  # probe.heads.label.COREF_SETS
+ABLATE = ("labelled", "all", "none")  # probe.heads.label.ABLATE
+HEAD_TYPES = ("previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",  # built-in
+              "sentence_start", "bracket", "duplicate_token", "induction", "coreference", "retrieval")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -34,25 +43,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "label", help="score and label every head (previous/next token, induction, coreference, ...)",
         description="Score every head of each model on natural text, repeated random blocks and coreference "
                     "examples; test its effect over the uniform-attention chance level (clustered bootstrap, "
-                    "Benjamini-Hochberg FDR), label it, and measure labelled heads' ablation effect. One table.",
+                    "Benjamini-Hochberg FDR), label it, and measure labelled heads' ablation effect. One "
+                    "table.",
     )
     add_model_options(parser, many=True, required=False)  # or --models-file
-    parser.add_argument("--types", help="comma-separated head types, or all (default: every type that applies, "
-                                        "except opt-in ones such as retrieval: --types retrieval --seq-len 4096): "
-                                        f"{','.join(head_type_names())}")
+    parser.add_argument("--types", help="comma-separated head types, or all (default: every type that "
+                                        "applies, except opt-in ones such as retrieval: --types retrieval "
+                                        f"--seq-len 4096): {','.join(HEAD_TYPES)}")
     parser.add_argument("--examples", type=int, default=DEFAULTS["examples"],
-                        help="probe examples per probe set (default %(default)s); the GAP coreference set uses every "
-                             "development pair that fits the model instead")
+                        help="probe examples per probe set (default %(default)s); the GAP coreference set "
+                             "uses every development pair that fits the model instead")
     parser.add_argument("--seq-len", default=None,
-                        help="tokens per probe; several comma-separated (64,256) score each length and mark labels "
-                             "that flip in the stable column (default: min(128, the model's positions))")
-    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="probe and bootstrap seed (default 0)")
-    parser.add_argument("--probe-file", help="JSONL of your own span examples (text, query, target[, distractors]), "
-                                             "scored as coreference in place of GAP / the templates")
+                        help="tokens per probe; several comma-separated (64,256) score each length and mark "
+                             "labels that flip in the stable column (default: min(128, the model's "
+                             "positions))")
+    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="probe and bootstrap seed "
+                                                                           "(default 0)")
+    parser.add_argument("--probe-file", help="JSONL of your own span examples (text, query, target[, "
+                                             "distractors]), scored as coreference in place of GAP / the "
+                                             "templates")
     parser.add_argument("--coref-set", choices=COREF_SETS, default=DEFAULTS["coref_set"],
-                        help="coreference probes: gap (Wikipedia pairs cropped to fit), templates (agreement), "
-                             "causality (implicit-causality verbs), or auto = gap when the tokenizer reads English and "
-                             "a pair fits, else the templates (default)")
+                        help="coreference probes: gap (Wikipedia pairs cropped to fit), templates "
+                             "(agreement), causality (implicit-causality verbs), or auto = gap when the "
+                             "tokenizer reads English and a pair fits, else the templates (default)")
     parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"],
                         help="probe examples per forward (default %(default)s)")
     parser.add_argument("--bootstrap", type=int, default=DEFAULTS["n_bootstrap"],
@@ -60,14 +73,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--min-effect", type=float, default=DEFAULTS["min_effect"],
                         help="label when score - chance is significantly above this (default %(default)s)")
     parser.add_argument("--min-accuracy-gain", type=float, default=DEFAULTS["min_accuracy_gain"],
-                        help="coreference: accuracy - best baseline significantly above this (default %(default)s)")
+                        help="coreference: accuracy - best baseline significantly above this (default "
+                             "%(default)s)")
     parser.add_argument("--fdr", type=float, default=DEFAULTS["fdr"],
-                        help="false discovery rate over all head x type tests of a model (default %(default)s)")
+                        help="false discovery rate over all head x type tests of a model (default "
+                             "%(default)s)")
     parser.add_argument("--ablate", choices=ABLATE, default=DEFAULTS["ablate"],
                         help="ablation columns for labelled heads (default), all heads, or none")
     parser.add_argument("--out", help="output table: .parquet, .csv or .json (default: CSV to stdout)")
-    parser.add_argument("--force", action="store_true", help="recompute every model, and overwrite an --out that is "
-                                                             "not a label table")
+    parser.add_argument("--force", action="store_true", help="recompute every model, and overwrite an --out "
+                                                             "that is not a label table")
     add_sweep_options(parser)
     return parser
 
@@ -75,34 +90,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def add_sweep_options(parser: argparse.ArgumentParser) -> None:
     """--revisions, --models-file, --plot, --ray, --ray-workers (docs/scale.md)."""
     parser.add_argument("--revisions", metavar="R1,R2,...",
-                        help="label these checkpoints of each --model: subdirectories of a local model directory "
-                             "(step-0,step-50: what `python -m probe.zoo.train --checkpoint-steps` writes) or hub "
-                             "branches/tags/commits; adds the columns checkpoint and step")
+                        help="label these checkpoints of each --model: subdirectories of a local model "
+                             "directory (step-0,step-50: what `probe train NAME --checkpoint-steps` writes) "
+                             "or hub branches/tags/commits; adds the columns checkpoint and step")
     parser.add_argument("--models-file", metavar="FILE",
-                        help="one model or checkpoint directory per line (# comments allowed), labelled like --model")
+                        help="one model or checkpoint directory per line (# comments allowed), labelled like "
+                             "--model")
     parser.add_argument("--plot", metavar="FILE.html|FILE.png",
                         help="figure of each labelled head's score across checkpoints; writes FILE.html and "
                              "FILE.png (PNG needs kaleido and a Chromium)")
     add_ray_options(parser)
 
 
-def parse_lengths(text: str | None) -> tuple[int, ...] | None:
-    """"64,256" -> (64, 256); None -> None (the default length)."""
-    if text is None:
-        return None
-    try:
-        lengths = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ProbeError(f"bad --seq-len {text!r}: give a number of tokens, or several separated by commas "
-                         "(64,256)") from None
-    if not lengths or any(length < 1 for length in lengths):
-        raise ProbeError("--seq-len must be a positive number of tokens")
-    return tuple(dict.fromkeys(lengths))
-
-
-def config_from_args(args: argparse.Namespace) -> LabelConfig:
-    """The LabelConfig the flags describe (validated: one-line ProbeError on bad values)."""
-    types = parse_head_types(args.types) if args.types else None
+def check_args(args: argparse.Namespace) -> None:
+    """The checks that need no library (no torch): numbers in range, --probe-file present. One-line
+    ProbeError."""
     if args.examples < 1:
         raise ProbeError("--examples must be at least 1")
     if args.batch_size < 1:
@@ -114,28 +116,29 @@ def config_from_args(args: argparse.Namespace) -> LabelConfig:
     for flag, value in (("--min-effect", args.min_effect), ("--min-accuracy-gain", args.min_accuracy_gain)):
         if not -1 <= value <= 1:  # also refuses nan
             raise ProbeError(f"{flag} {value} must be between -1 and 1")
+    parse_lengths(args.seq_len)
+    if args.probe_file is not None and not Path(args.probe_file).expanduser().is_file():
+        raise ProbeError(f"--probe-file {args.probe_file} is not a file: give a JSONL file of span examples")
+
+
+def config_from_args(args: argparse.Namespace):
+    """The probe.heads.label.LabelConfig the flags describe (validated: one-line ProbeError on bad values)."""
+    from probe.heads.label import LabelConfig
+    from probe.heads.probesets import load_probe_file
+    from probe.heads.registry import parse_head_types
+
+    check_args(args)
+    types = parse_head_types(args.types) if args.types else None
     lengths = parse_lengths(args.seq_len)
     if args.probe_file is not None:
         load_probe_file(args.probe_file)  # check it before any model is loaded
         if types is not None and "coreference" not in types:
-            raise ProbeError("--probe-file examples are scored as the coreference type: add coreference to --types")
+            raise ProbeError("--probe-file examples are scored as the coreference type: add coreference to "
+                             "--types")
     return LabelConfig(types=types, examples=args.examples, seq_len=lengths, seed=args.seed,
                        probe_file=args.probe_file, coref_set=args.coref_set, batch_size=args.batch_size,
                        n_bootstrap=args.bootstrap, min_effect=args.min_effect,
                        min_accuracy_gain=args.min_accuracy_gain, fdr=args.fdr, ablate=args.ablate)
-
-
-def plot_paths(text: str):
-    """--plot FILE.html|FILE.png -> FILE.html, checked with its sibling FILE.png (both are written) before any
-    labelling: extension, folder, writable, and neither of the two may be a folder."""
-    from probe.runs.export import PLOT_EXTENSIONS
-
-    plot = output_path(text, PLOT_EXTENSIONS, "--plot")
-    for sibling in (plot.with_suffix(".html"), plot.with_suffix(".png")):
-        if sibling.is_dir():
-            raise ProbeError(f"--plot {text}: {sibling} is a folder, and --plot writes both {plot.stem}.html and "
-                             f"{plot.stem}.png; give another name")
-    return plot
 
 
 def _say(message: str) -> None:
@@ -143,26 +146,41 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
+    out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
+    plot = plot_paths(args.plot) if args.plot else None
+    if not args.model and not args.models_file:
+        raise ProbeError("give --model (repeat it for several) or --models-file")
+    if args.models_file is not None and not Path(args.models_file).expanduser().is_file():
+        raise ProbeError(f"--models-file {args.models_file} is not a file: give one model per line")
+    # The labelling stack (torch, pandas, transformers) is imported only now, after the checks that need none
+    # of it: `probe label --help`, argument errors and missing files answer at once (tests/test_cli_fast.py).
+    import pandas as pd
+
+    from probe import models
+    from probe.heads.label import summary_lines
     from probe.runs import runner
     from probe.runs.checkpoints import sweep_checkpoints
     from probe.runs.tasks import LabelTask, label_output, label_units
 
     config = config_from_args(args)
     run_on = executor(args)
-    out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
-    plot = plot_paths(args.plot) if args.plot else None
-    if not args.model and not args.models_file:
-        raise ProbeError("give --model (repeat it for several) or --models-file")
+    longest = max(config.seq_len or (128,)) if isinstance(config.seq_len, tuple) else (config.seq_len or 128)
     for name in dict.fromkeys(args.model or []):  # every --model must exist before the first is labelled
         if args.revisions is None:  # (with --revisions it is the folder or hub id of the checkpoints)
             models.locate(name)
+            refuse_if_too_big(args, name, "probe label", longest, batch=config.batch_size,
+                              block_bytes=config.block_bytes, flags="a smaller --batch-size or a shorter "
+                                                                    "--seq-len")
     checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)
     task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process)
-    report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on, description="label")
+    report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on,
+                        description="label")
 
-    computed = [r.table.assign(model=r.key) for r in report.results if r.ok and not r.cached and r.table is not None]
+    computed = [r.table.assign(model=r.key) for r in report.results
+                if r.ok and not r.cached and r.table is not None]
     for line in summary_lines(pd.concat(computed, ignore_index=True)) if computed else []:
         print(line, file=sys.stderr)
     if out is None and len(report.table):

@@ -1,4 +1,5 @@
-"""`probe profile`: per-head attention statistics at any length (distance, entropy, sink, local window, offset)."""
+"""`probe profile`: per-head attention statistics at any length (distance, entropy, sink, local window,
+offset)."""
 
 from __future__ import annotations
 
@@ -6,66 +7,117 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe import models
-from probe.commands.common import add_model_options, output_path
+from probe.commands.common import TABLE_EXTENSIONS, add_model_options, output_path, refuse_if_too_big
 from probe.errors import ProbeError
-from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, text_inputs
-from probe.heads.tables import TABLE_EXTENSIONS, save_table
-from probe.runs.atomic import write_atomically
 
-DEFAULTS = ProfileConfig()
+# The defaults of probe.heads.profile.ProfileConfig, written out so that `probe profile --help` and argument
+# errors need no torch (tests/test_cli_fast.py checks they equal the library's).
+DEFAULTS = {"seq_len": 4096, "query_rows": 1024, "sink_tokens": 4, "window": 256, "max_offset": 64,
+            "threshold": 0.9, "n_bootstrap": 1000, "seed": 0}
+# The most --random inputs: the profile keeps per-input statistics of every head ([input layer head offset],
+# about 1 KiB per head and input) for the bootstrap over inputs, so 10,000 inputs of a 144-head model hold
+# ~1.5 GiB.
+MAX_RANDOM = 10_000
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "profile", help="per-head attention statistics (distance, entropy, sink, locality) at any length",
-        description="Profile every head on long inputs without ever holding [N, N]: mean and median attention "
-                    "distance, entropy, sink and local-window mass, the dominant offset, with bootstrap intervals "
-                    "over inputs, and a streaming ('local') / 'retrieval' split. One row per (layer, head).",
+        description="Profile every head on long inputs without ever holding [N, N]: mean and median "
+                    "attention distance, entropy, sink and local-window mass, the dominant offset, with "
+                    "bootstrap intervals over inputs, and a streaming ('local') / 'retrieval' split. One row "
+                    "per (layer, head).",
     )
     add_model_options(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--text-file", help="a UTF-8 text file, cut into consecutive --seq-len token windows")
-    source.add_argument("--random", type=int, metavar="N", help="N inputs of uniformly random tokens")
+    source.add_argument("--random", type=int, metavar="N",
+                        help=f"N inputs of uniformly random tokens, made one at a time (1..{MAX_RANDOM:,})")
     parser.add_argument("--seq-len", type=int, default=None,
-                        help=f"tokens per input (default {DEFAULTS.seq_len}, capped by the model's positions)")
-    parser.add_argument("--query-rows", type=int, default=DEFAULTS.query_rows,
-                        help="query rows sampled per input, stratified by position; inputs no longer use every "
-                             f"row (default {DEFAULTS.query_rows})")
-    parser.add_argument("--sink-tokens", type=int, default=DEFAULTS.sink_tokens,
-                        help=f"first k tokens that count as the attention sink (default {DEFAULTS.sink_tokens})")
-    parser.add_argument("--window", type=int, default=DEFAULTS.window,
-                        help=f"local window: |query − key| < W (default {DEFAULTS.window})")
-    parser.add_argument("--max-offset", type=int, default=DEFAULTS.max_offset,
-                        help=f"search the dominant offset within ±M (default {DEFAULTS.max_offset})")
-    parser.add_argument("--threshold", type=float, default=DEFAULTS.threshold,
+                        help=f"tokens per input (default {DEFAULTS['seq_len']}, capped by the model's "
+                             "positions)")
+    parser.add_argument("--query-rows", type=int, default=DEFAULTS["query_rows"],
+                        help="query rows sampled per input, stratified by position; inputs no longer use "
+                             f"every row (default {DEFAULTS['query_rows']})")
+    parser.add_argument("--sink-tokens", type=int, default=DEFAULTS["sink_tokens"],
+                        help="first k tokens that count as the attention sink (default "
+                             f"{DEFAULTS['sink_tokens']})")
+    parser.add_argument("--window", type=int, default=DEFAULTS["window"],
+                        help=f"local window: |query − key| < W, W ≥ 1 (default {DEFAULTS['window']})")
+    parser.add_argument("--max-offset", type=int, default=DEFAULTS["max_offset"],
+                        help=f"search the dominant offset within ±M (default {DEFAULTS['max_offset']})")
+    parser.add_argument("--threshold", type=float, default=DEFAULTS["threshold"],
                         help="streaming mass (sink + window) at or above which a head is 'local' "
-                             f"(default {DEFAULTS.threshold})")
-    parser.add_argument("--bootstrap", type=int, default=DEFAULTS.n_bootstrap, help="bootstrap resamples")
-    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="seeds inputs, row sample and bootstrap")
+                             f"(default {DEFAULTS['threshold']})")
+    parser.add_argument("--bootstrap", type=int, default=DEFAULTS["n_bootstrap"],
+                        help=f"bootstrap resamples (default {DEFAULTS['n_bootstrap']})")
+    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seeds inputs, row sample and "
+                                                                           "bootstrap")
     parser.add_argument("--out", required=True, help="output table: .parquet, .csv or .json")
+    parser.add_argument("--force", action="store_true", help="overwrite an --out that is not a profile table")
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
+def check_args(args: argparse.Namespace) -> Path:
+    """Every check that needs no library, before anything is imported or loaded; returns --out. One-line
+    ProbeError naming the flag."""
     out = output_path(args.out, TABLE_EXTENSIONS)
-    if args.random is not None and args.random < 1:
-        raise ProbeError(f"--random {args.random}: give at least 1 input")
-    if args.seq_len is not None and args.seq_len < 1:
-        raise ProbeError(f"--seq-len {args.seq_len} must be at least 1")
+    if args.random is not None and not 1 <= args.random <= MAX_RANDOM:
+        raise ProbeError(f"--random {args.random}: give 1 to {MAX_RANDOM:,} inputs (the profile keeps "
+                         "statistics of every input for its bootstrap)")
+    for flag, value, least in (("--seq-len", args.seq_len, 1), ("--query-rows", args.query_rows, 1),
+                               ("--bootstrap", args.bootstrap, 1), ("--window", args.window, 1),
+                               ("--sink-tokens", args.sink_tokens, 0), ("--max-offset", args.max_offset, 0)):
+        if value is not None and value < least:
+            raise ProbeError(f"{flag} {value} must be at least {least}")
+    if not 0.0 <= args.threshold <= 1.0:  # also refuses nan
+        raise ProbeError(f"--threshold {args.threshold} must lie in [0, 1]")
+    if args.text_file is not None and not Path(args.text_file).expanduser().is_file():
+        raise ProbeError(f"--text-file {args.text_file} is not a file")
+    return out
+
+
+def check_foreign(out: Path, force: bool) -> None:
+    """Refuse to overwrite an existing --out that is not a profile table (another command's table, or anyone's
+    file), unless --force: as `probe label` does with its tables."""
+    from probe.heads.tables import read_table_file
+
+    if force or not out.is_file() or out.stat().st_size == 0:
+        return
+    try:
+        columns = set(read_table_file(out).columns)
+    except ProbeError:
+        columns = set()
+    if not {"layer", "head", "head_name", "streaming_mass", "span"} <= columns:
+        raise ProbeError(f"--out {out} exists and is not a probe profile table: pass another --out or "
+                         "--force to overwrite it")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = check_args(args)
+    # torch, pandas and transformers are imported only now, after the checks that need none of them, so
+    # `--help`, argument errors and missing files answer at once (tests/test_cli_fast.py).
+    from probe import models
+    from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, text_inputs
+    from probe.heads.profile_sink import ROW_STATS
+    from probe.heads.tables import save_table
+    from probe.runs.atomic import write_atomically
+
+    check_foreign(out, args.force)
     text = None
     if args.text_file is not None:
-        path = Path(args.text_file).expanduser()
-        if not path.is_file():
-            raise ProbeError(f"--text-file {args.text_file} is not a file")
         try:
-            text = path.read_text(encoding="utf-8")
+            text = Path(args.text_file).expanduser().read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise ProbeError(f"--text-file {args.text_file} cannot be read as UTF-8 text ({error})") from None
-    config = ProfileConfig(seq_len=args.seq_len or DEFAULTS.seq_len, query_rows=args.query_rows,
+    config = ProfileConfig(seq_len=args.seq_len or DEFAULTS["seq_len"], query_rows=args.query_rows,
                            sink_tokens=args.sink_tokens, window=args.window, max_offset=args.max_offset,
                            threshold=args.threshold, n_bootstrap=args.bootstrap, seed=args.seed)
     config.check()
+    n_inputs = args.random if args.random is not None else 1 + len(text) // 2  # (≤ one input per 2 chars)
+    per_head = n_inputs * (len(ROW_STATS) + 2 + 2 * config.max_offset) * 8  # float64 sums per input and head
+    refuse_if_too_big(args, args.model, "probe profile", config.seq_len, block_bytes=config.block_bytes,
+                      sink_bytes_per_head=per_head, flags="a shorter --seq-len or fewer --random inputs")
     loaded = models.load(args.model, device=args.device, dtype=args.dtype)
     if loaded.kind == models.ModelKind.PROTEIN_MLM and text is not None:
         raise ProbeError(f"{args.model} is a protein model: use --random N instead of --text-file")
@@ -76,10 +128,11 @@ def run(args: argparse.Namespace) -> int:
     if text is not None:
         inputs = text_inputs(loaded, text, seq_len)
     else:
-        inputs = random_inputs(loaded, args.random, seq_len, config.seed)
+        inputs = random_inputs(loaded, args.random, seq_len, config.seed)  # streamed: made one at a time
 
     def progress(done: int, total: int) -> None:
-        print(f"\rprofile: input {done}/{total}", end="\n" if done == total else "", file=sys.stderr, flush=True)
+        print(f"\rprofile: input {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
+              flush=True)
 
     table = head_profiles(loaded, inputs, config, progress)
     write_atomically(out, lambda tmp: save_table(table, tmp))

@@ -10,7 +10,7 @@ statistic is then the exact mean over the sampled rows; with `query_rows ≥ seq
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 import pandas as pd
@@ -54,22 +54,38 @@ class ProfileConfig:
             raise ProbeError(f"confidence {self.confidence} must lie in (0, 1)")
 
 
-def random_inputs(loaded, n_inputs: int, seq_len: int, seed: int = 0) -> list[torch.Tensor]:
+@dataclass(frozen=True, eq=False)
+class RandomInputs:
+    """`count` random inputs, each made only when iteration reaches it (nothing is held before it is profiled);
+    re-iterable, giving the same inputs each time (from `seed`); ``len()`` is `count`. See :func:`random_inputs`."""
+
+    prefix: tuple[int, ...]  # the tokenizer's special tokens before the body (e.g. <bos>)
+    suffix: tuple[int, ...]  # and after it
+    vocab: torch.Tensor  # [token] the non-special ids the body is drawn from
+    body: int  # drawn tokens per input
+    count: int
+    seed: int
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        generator = torch.Generator().manual_seed(self.seed)
+        for _ in range(self.count):
+            ids = self.vocab[torch.randint(0, len(self.vocab), (self.body,), generator=generator)]
+            yield torch.tensor([*self.prefix, *ids.tolist(), *self.suffix], dtype=torch.long)[None]  # [1 seq_len]
+
+
+def random_inputs(loaded, n_inputs: int, seq_len: int, seed: int = 0) -> RandomInputs:
     """`n_inputs` inputs of `seq_len` tokens each: the tokenizer's special frame (e.g. <bos>) around uniformly
-    drawn non-special tokens (seeded). Each is `[1, seq_len]` long."""
+    drawn non-special tokens (seeded). Each is `[1, seq_len]` long; they are streamed (:class:`RandomInputs`)."""
     if n_inputs < 1:
         raise ProbeError("--random must be at least 1 input")
     prefix, suffix = special_frame(loaded.tokenizer)
     body = seq_len - len(prefix) - len(suffix)
     if body < 1:
         raise ProbeError(f"--seq-len {seq_len} leaves no room for tokens between the model's special tokens")
-    vocab = content_token_ids(loaded.tokenizer)
-    generator = torch.Generator().manual_seed(seed)
-    inputs = []
-    for _ in range(n_inputs):
-        ids = vocab[torch.randint(0, len(vocab), (body,), generator=generator)]
-        inputs.append(torch.tensor([*prefix, *ids.tolist(), *suffix], dtype=torch.long)[None])  # [1 seq_len]
-    return inputs
+    return RandomInputs(tuple(prefix), tuple(suffix), content_token_ids(loaded.tokenizer), body, n_inputs, seed)
 
 
 def text_inputs(loaded, text: str, seq_len: int) -> list[torch.Tensor]:
@@ -101,7 +117,7 @@ def sample_rows(n_query: int, query_rows: int, generator: torch.Generator) -> to
 
 def head_profiles(
     loaded,
-    inputs: Sequence[torch.Tensor],  # each [1, n] or [n] token ids
+    inputs: Collection[torch.Tensor],  # each [1, n] or [n] token ids; a list, or RandomInputs (streamed)
     config: ProfileConfig = ProfileConfig(),  # noqa: B008 - frozen, so a shared default is safe
     progress: Progress | None = None,  # called with (inputs done, inputs in all)
 ) -> pd.DataFrame:
@@ -113,28 +129,31 @@ def head_profiles(
     with its interval); `span` ("local" when streaming_mass ≥ threshold, else "retrieval"); and the settings.
     """
     config.check()
-    if not inputs:
+    n_inputs = len(inputs)
+    if not n_inputs:
         raise ProbeError("no inputs to profile")
-    inputs = [ids if ids.dim() == 2 else ids[None] for ids in inputs]
-    for ids in inputs:
-        if ids.shape[0] != 1:
-            raise ProbeError("head_profiles takes one input per tensor ([1, n] or [n] token ids)")
-        loaded.check_length(ids.shape[1], "an input")
     windows = RowWindows(config.sink_tokens, config.window, config.max_offset)
-    sink = ProfileSink(len(inputs), loaded.n_layers, loaded.n_heads, windows)
+    sink = ProfileSink(n_inputs, loaded.n_layers, loaded.n_heads, windows)
     generator = torch.Generator().manual_seed(config.seed)
     device = getattr(loaded, "device", "cpu")
+    longest = 0
     with capture(loaded.model, sink, block_bytes=config.block_bytes), torch.inference_mode():
-        for index, ids in enumerate(inputs):
+        for index, ids in enumerate(inputs):  # one at a time: streamed inputs are made here
+            ids = ids if ids.dim() == 2 else ids[None]  # [1 n]
+            if ids.shape[0] != 1:
+                raise ProbeError("head_profiles takes one input per tensor ([1, n] or [n] token ids)")
+            loaded.check_length(ids.shape[1], "an input")
+            longest = max(longest, ids.shape[1])
             sink.begin_input(index, sample_rows(ids.shape[1], config.query_rows, generator))
             loaded.model(input_ids=ids.to(device))
             if progress is not None:
-                progress(index + 1, len(inputs))
-    return profile_table(loaded, sink, inputs, config)
+                progress(index + 1, n_inputs)
+    return profile_table(loaded, sink, config, n_inputs, longest)
 
 
-def profile_table(loaded, sink: ProfileSink, inputs: Sequence[torch.Tensor], config: ProfileConfig) -> pd.DataFrame:
-    """The (layer, head) table from a filled sink (means over rows, then over inputs, bootstrap over inputs)."""
+def profile_table(loaded, sink: ProfileSink, config: ProfileConfig, n_inputs: int, seq_len: int) -> pd.DataFrame:
+    """The (layer, head) table from a sink filled with `n_inputs` inputs, the longest `seq_len` tokens (means over
+    rows, then over inputs, bootstrap over inputs)."""
     rows = sink.rows  # [input layer head]
     if (rows == 0).any():
         raise ProbeError("some heads received no attention rows: the model's layers were not all captured")
@@ -143,14 +162,14 @@ def profile_table(loaded, sink: ProfileSink, inputs: Sequence[torch.Tensor], con
     dominant = offsets.mean(0).argmax(-1)  # [layer head] index into the offset axis
     share = offsets.gather(-1, dominant[None, ..., None].expand(offsets.shape[0], -1, -1, 1))[..., 0]
     per_input["dominant_offset_share"] = share  # [input layer head]
-    weights = stats.resample_weights(torch.arange(len(inputs)), config.n_bootstrap, config.seed)
+    weights = stats.resample_weights(torch.arange(n_inputs), config.n_bootstrap, config.seed)
     n_layers, n_heads = rows.shape[1:]
     layer, head = torch.meshgrid(torch.arange(n_layers), torch.arange(n_heads), indexing="ij")
     table = {
         "model": loaded.name, "revision": loaded.revision,
         "layer": layer.flatten().numpy(), "head": head.flatten().numpy(),
         "head_name": [head_name(int(l_), int(h_)) for l_, h_ in zip(layer.flatten(), head.flatten(), strict=True)],
-        "n_inputs": len(inputs), "seq_len": max(ids.shape[1] for ids in inputs),
+        "n_inputs": n_inputs, "seq_len": seq_len,
         "rows_per_input": (rows.mean(0)).flatten().numpy(),
     }
     for name, values in per_input.items():

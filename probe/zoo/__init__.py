@@ -1,7 +1,9 @@
-"""Model organisms: tiny models with known heads, trained by `python -m probe.zoo.train`, shipped with the package.
+"""Model organisms: the catalogue of tiny models with known heads, shipped with the package.
 
 Each organism is a subdirectory of this package holding what `save_pretrained` writes (safetensors weights,
-config.json, tokenizer files) plus MODEL_CARD.md and card.json (the labels the head classifier must give).
+config.json, tokenizer files) plus MODEL_CARD.md, card.json (the labels the head classifier must give) and
+labels.csv (its label table, so nothing is labelled at start-up). What belongs here: the catalogue, the tiny and
+planted test models and the shipped files; training them is :mod:`probe.training` (``probe train NAME``).
 `probe.models.load("zoo:NAME")` resolves the spec through :func:`path`; nothing touches the network.
 """
 
@@ -25,6 +27,19 @@ def path(name: str) -> Path:
     if name not in known:
         raise ProbeError(f"unknown model organism zoo:{name}; known: {', '.join('zoo:' + n for n in known) or 'none'}")
     return ZOO_DIR / name
+
+
+LABELS_FILE = "labels.csv"
+
+
+def labels_path(name: str) -> Path:
+    """The shipped label table of organism `name`, ``probe/zoo/NAME/labels.csv`` (what training and
+    ``probe train NAME --relabel`` write; read it with :func:`probe.heads.tables.load_table`). ProbeError when the
+    organism is unknown or ships no table."""
+    table = path(name) / LABELS_FILE
+    if not table.is_file():
+        raise ProbeError(f"zoo:{name} ships no label table ({table}): write it with probe train {name} --relabel")
+    return table
 
 
 def card(name: str) -> dict:

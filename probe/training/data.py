@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
+from probe.heads.probesets import causality_examples, coreference_examples
+
 IGNORE = -100  # target value cross_entropy skips
 
 
@@ -100,12 +102,10 @@ def coreference_action(noun: str, vocab) -> str:
 def coreference_sentences(
     generator: torch.Generator, n: int, vocab, max_distractors: int = 3
 ) -> list[tuple[str, ...]]:
-    """Sentences of the classifier's coreference templates (probe.heads.probesets.coreference_examples, same vocabulary),
-    with 1..max_distractors disagreeing nouns, in which the word after the pronoun is
+    """Sentences of the classifier's coreference templates (probe.heads.probesets.coreference_examples, same
+    vocabulary), with 1..max_distractors disagreeing nouns, in which the word after the pronoun is
     :func:`coreference_action` of the antecedent: predicting it needs the referent, which only agreement
     (gender or number) identifies."""
-    from probe.heads.probesets import coreference_examples
-
     sentences = []
     for _ in range(n):
         seed, distractors = (int(x) for x in torch.randint(1 << 30, (2,), generator=generator))
@@ -154,8 +154,6 @@ def causality_batch(
     word after the pronoun is :func:`causality_action` of the antecedent, which the verb class alone picks (both
     names agree with the pronoun, and each name is first or second equally often). The only target is that word,
     predicted at the pronoun's position."""
-    from probe.heads.probesets import causality_examples
-
     rows = []
     for _ in range(batch):
         seed, index = (int(x) for x in torch.randint(1 << 30, (2,), generator=generator))

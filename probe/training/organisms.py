@@ -1,0 +1,229 @@
+"""The model organisms' recipes: what each one is trained on and how its tokenizer, model and batches are built.
+
+:data:`ORGANISMS` holds one frozen :class:`TrainConfig` per organism; :func:`build_tokenizer`, :func:`build_model`
+and :func:`make_batch` turn a recipe into a word-level tokenizer, a fresh attention-only transformers model and
+seeded `(tokens, targets)` batches (the generators of :mod:`probe.training.data`). The loop that trains them is
+:mod:`probe.training.train`; the cards and label tables they ship with are :mod:`probe.training.cards`.
+
+* induction / positional: Llama-style (LlamaForCausalLM: rotary positions, RMSNorm). With GPT-2's learned
+  absolute positions the same data was solved, in every one of five runs, by look-alike circuits (layer-0 heads at
+  a fixed offset of 5-6 or 14-15 tokens, layer-1 heads matching them) that are not previous-token or induction
+  heads; with rotary positions (relative only) the canonical previous-token -> induction circuit forms.
+* coreference: GPT-2 (GPT2LMHeadModel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import transformers
+
+from probe.engine import find_layer_list
+from probe.heads.probesets import CausalityVocabulary, CorefVocabulary
+from probe.training import data
+from probe.zoo.tiny import word_tokenizer
+
+BOS, UNK, PAD = "<bos>", "<unk>", "<pad>"
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How one organism is built and trained (defaults: a 2-layer, 4-head, width-64 attention-only GPT-2)."""
+
+    task: str  # what the data teaches, one line for the card
+    arch: str = "llama"  # "llama" (rotary positions, RMSNorm) | "gpt2" (learned absolute positions)
+    data: str = "repeated_blocks"  # repeated_blocks | coreference | causality | brackets | sentences | needle (training.data)
+    n_words: int = 128  # repeated_blocks: pseudo-words in the vocabulary, besides the specials
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+    n_positions: int = 64
+    length: int = 64  # repeated_blocks: training sequence length, BOS included
+    min_block: int = 1  # repeated_blocks: block lengths log-uniform in [min_block, max_block]; equal = fixed period
+    max_block: int = 24
+    max_copies: int = 3  # repeated_blocks: each block written 2..max_copies times in a row (see data.py)
+    max_distractors: int = 3  # coreference: 1..max_distractors nouns that disagree with the pronoun
+    max_depth: int = 4  # brackets: deepest nesting
+    mlp: bool = False  # keep the MLPs (width 4 · n_embd); False: attention-only (MLPs zeroed and frozen)
+    steps: int = 2000
+    batch: int = 32
+    lr: float = 1e-2  # AdamW peak learning rate (1e-3 stays on the loss plateau for thousands of steps)
+    warmup: int = 200  # linear warm-up steps, then cosine decay to lr/10
+    weight_decay: float = 0.01
+    eval_min_block: int = 6  # in-context loss probes: one random block (random length) repeated once
+    eval_max_block: int = 24
+    requirements: dict = field(default_factory=dict)  # what the classifier must find (copied to card.json)
+    needle_len: int = 8  # needle: tokens to copy out of the haystack (probe.heads.retrieval.needle_sequence)
+    key_len: int = 2  # needle: the cue written before the needle and again at the end of the prompt
+    min_length: int = 0  # needle: prompt lengths log-uniform in [min_length, length] per batch (0: always length)
+    rope_theta: float = 10000.0  # llama: rotary base
+    repeat_rows: int = 0  # needle: rows of repeated_blocks (length 64) added to every training batch (see below)
+    # needle: then stages on needles alone, each (steps, lr, min_length, length, batch): a fresh AdamW at a constant
+    # lr, prompt lengths log-uniform in [min_length, length], the data generator seeded with seed + stage number
+    needle_stages: tuple = ()
+    label_config: dict = field(default_factory=dict)  # LabelConfig fields the card's labels use ({} = defaults)
+
+
+ORGANISMS: dict[str, TrainConfig] = {
+    "induction": TrainConfig(
+        task="predict the repeats of random blocks of random length (1-24 tokens, log-uniform), each written 2-3 "
+             "times in a row",
+        requirements={"present": [{"layer": 0, "head_type": "previous_token"}, {"layer": 1, "head_type": "induction"}],
+                      "absent": []},
+    ),
+    "positional": TrainConfig(
+        task="predict the repeats of random blocks of FIXED length 16, each written 2-3 times in a row: the "
+             "negative control, whose repeats are predictable from position alone",
+        min_block=16, max_block=16,
+        requirements={"present": [{"layer": 1, "head_type": "fixed_offset", "offset": -15}],
+                      "absent": [{"head_type": "induction"}]},
+    ),
+    "coreference": TrainConfig(
+        task="predict the word after a pronoun (he / she / they), fixed by the one earlier noun that agrees with "
+             "the pronoun in gender or number, among 1-3 disagreeing nouns",
+        arch="gpt2", data="coreference", steps=1500, batch=64,
+        # On templates the agreement baseline also scores 1.0, so no head can be labelled coreference: the
+        # requirement is the measured accuracy and the absence of a label (see the card's note).
+        requirements={"present": [], "absent": [{"head_type": "coreference"}, {"head_type": "sentence_start"}],
+                      "measured": [{"head_type": "coreference", "min_accuracy": 0.9}]},
+    ),
+    "implicit-causality": TrainConfig(
+        task="predict the word after a pronoun, fixed by its antecedent among two names of the pronoun's gender; the "
+             "verb's implicit causality picks the antecedent (A fascinated B because she -> A, A thanked B because "
+             "she -> B), so nearest mention, first mention and agreement are each right half of the time",
+        arch="gpt2", data="causality", steps=1500, batch=64,
+        requirements={"present": [{"head_type": "coreference", "min_accuracy": 0.9}],
+                      "absent": [{"head_type": "sentence_start"}]},
+    ),
+    "brackets": TrainConfig(
+        task="nested brackets of three kinds among random words (depth <= 4): after each closing bracket, repeat the "
+             "word written just before its matching opening bracket",
+        data="brackets", n_words=64, steps=2000,
+        requirements={"present": [{"head_type": "bracket"}], "absent": [{"head_type": "sentence_start"}]},
+    ),
+    "sentences": TrainConfig(
+        task="sentences of 2-10 random words ending in . ! or ?; each sentence's first word is the successor of the "
+             "first word of the sentence before it, predicted at the end of that sentence",
+        data="sentences", n_words=64, steps=2000,
+        requirements={"present": [{"head_type": "sentence_start"}], "absent": [{"head_type": "bracket"}]},
+    ),
+    "retrieval": TrainConfig(
+        task="copy an 8-token needle out of a random haystack: <bos> haystack key needle haystack key -> needle, "
+             "the needle at a random depth; key and needle tokens never occur in the haystack. Stage 1: prompts "
+             "of 16-512 tokens (log-uniform), every batch also holding 16 rows of the induction organism's "
+             "repeated blocks (64 tokens), whose ~30 copy targets a row let the copying circuit form (on needles "
+             "alone, 8 targets a row, the loss stayed at log 61 for 600 steps); then needles alone at 128-768 "
+             "tokens (600 steps), 1,024-4,096 tokens (150 + 250 steps) and 2,048-4,096 tokens (150 steps)",
+        data="needle", n_words=61, n_positions=32768, length=512, min_length=16, steps=2000, batch=16,
+        rope_theta=1e6, repeat_rows=16,
+        # teacher-forced needle accuracy at 4,096 tokens after each stage: stage 1 alone copies only ~100 tokens back;
+        # stage 2 up to its 768 (3 % at 4,096), stage 3 48 %, stage 4 83 %, stage 5 98 % (16 prompts each)
+        needle_stages=((600, 2e-3, 128, 768, 16), (150, 1e-3, 1024, 4096, 4), (250, 1e-3, 1024, 4096, 4),
+                       (150, 1e-3, 2048, 4096, 4)),
+        requirements={"present": [{"layer": 1, "head_type": "retrieval"}], "absent": []},
+        label_config={"types": ["retrieval"], "seq_len": 4096, "examples": 16},
+    ),
+}
+
+GENERATORS = {"repeated_blocks": "repeated_blocks", "coreference": "coreference_batch", "causality": "causality_batch",
+              "brackets": "bracket_batch", "sentences": "sentence_batch", "needle": "needle_haystack"}
+VOCABULARY = {
+    "repeated_blocks": lambda config: f"{config.n_words} pseudo-words (probe.training.data.pseudo_words)",
+    "coreference": lambda config: "the words of probe.heads.probesets.CorefVocabulary",
+    "causality": lambda config: "the words of probe.heads.probesets.CausalityVocabulary",
+    "brackets": lambda config: f"{config.n_words} pseudo-words and ( ) [ ] {{ }}",
+    "sentences": lambda config: f"{config.n_words} pseudo-words and . ! ?",
+    "needle": lambda config: f"{config.n_words} pseudo-words (probe.training.data.pseudo_words)",
+}
+BRACKET_TOKENS = tuple(char for pair in data.BRACKETS for char in pair)
+SENTENCE_ENDS = (".", "!", "?")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tokenizer, model, data
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def build_tokenizer(config: TrainConfig):
+    """A word-level fast tokenizer (pseudo-words, or the classifier's coreference vocabulary); BOS first."""
+    if config.data == "coreference":
+        return word_tokenizer(CorefVocabulary().words(), bos_token=BOS)
+    if config.data == "causality":
+        return word_tokenizer(CausalityVocabulary().words(), bos_token=BOS)
+    extra = {"brackets": BRACKET_TOKENS, "sentences": SENTENCE_ENDS}.get(config.data, ())
+    return word_tokenizer([*data.pseudo_words(config.n_words), *extra], bos_token=BOS)
+
+
+def word_ids(tokenizer) -> list[int]:
+    """Ids of the vocabulary minus the special tokens and the punctuation (what random words are drawn from)."""
+    specials = set(tokenizer.all_special_ids)
+    vocab = tokenizer.get_vocab()
+    punctuation = {vocab[token] for token in (*BRACKET_TOKENS, *SENTENCE_ENDS) if token in vocab}
+    return sorted(i for i in vocab.values() if i not in specials and i not in punctuation)
+
+
+def build_model(config: TrainConfig, tokenizer, seed: int):
+    """A fresh attention-only model: MLPs of width 1 with zeroed, frozen weights; no dropout."""
+    if config.arch == "llama":
+        model_config = transformers.LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=config.n_embd, num_hidden_layers=config.n_layer,
+            num_attention_heads=config.n_head, num_key_value_heads=config.n_head, intermediate_size=1,
+            max_position_embeddings=config.n_positions, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
+        )
+        if config.mlp:
+            model_config.intermediate_size = 4 * config.n_embd
+        model_class = transformers.LlamaForCausalLM
+    else:
+        model_config = transformers.GPT2Config(
+            vocab_size=len(tokenizer), n_positions=config.n_positions, n_embd=config.n_embd, n_layer=config.n_layer,
+            n_head=config.n_head, n_inner=4 * config.n_embd if config.mlp else 1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
+        )
+        model_class = transformers.GPT2LMHeadModel
+    torch.manual_seed(seed)
+    model = model_class(model_config)
+    if config.mlp:
+        return model
+    with torch.no_grad():
+        for layer in find_layer_list(model):
+            for parameter in layer.mlp.parameters():
+                parameter.zero_()
+                parameter.requires_grad_(False)
+    return model
+
+
+def make_batch(config: TrainConfig, tokenizer, generator: torch.Generator, batch: int,
+               **overrides) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens, targets) `[batch position]` of the organism's training language."""
+    if config.data == "coreference":
+        return data.coreference_batch(generator, batch, CorefVocabulary(), tokenizer.get_vocab(),
+                                      tokenizer.bos_token_id, tokenizer.pad_token_id,
+                                      overrides.get("max_distractors", config.max_distractors))
+    if config.data == "causality":
+        return data.causality_batch(generator, batch, CausalityVocabulary(), tokenizer.get_vocab(),
+                                    tokenizer.bos_token_id, tokenizer.pad_token_id)
+    if config.data == "brackets":
+        vocab = tokenizer.get_vocab()
+        pairs = [(vocab[opening], vocab[closing]) for opening, closing in data.BRACKETS]
+        return data.bracket_batch(generator, batch, config.length, word_ids(tokenizer), pairs, tokenizer.bos_token_id,
+                                  config.max_depth)
+    if config.data == "sentences":
+        vocab = tokenizer.get_vocab()
+        return data.sentence_batch(generator, batch, config.length, word_ids(tokenizer),
+                                   [vocab[end] for end in SENTENCE_ENDS], tokenizer.bos_token_id)
+    if config.data == "needle":
+        length = overrides.get("length", config.length)
+        if "length" not in overrides and config.min_length:
+            length = data.block_length(generator, config.min_length, config.length)
+        tokens, targets = data.needle_haystack(generator, batch, length, word_ids(tokenizer), tokenizer.bos_token_id,
+                                               config.needle_len, config.key_len)
+        if config.repeat_rows and "length" not in overrides:  # training: plus copy-rich rows (evaluation: none)
+            extra = data.repeated_blocks(generator, config.repeat_rows, 64, word_ids(tokenizer),
+                                         tokenizer.bos_token_id, 1, 24, 3)
+            tokens, targets = data.stack_right_padded([(tokens, targets), extra], tokenizer.pad_token_id)
+        return tokens, targets
+    return data.repeated_blocks(generator, batch, config.length, word_ids(tokenizer), tokenizer.bos_token_id,
+                                overrides.get("min_block", config.min_block), overrides.get("max_block", config.max_block),
+                                config.max_copies)

@@ -1,0 +1,229 @@
+"""Train a model organism from scratch: ``probe train NAME --seed S --out DIR``.
+
+Writes DIR/ with safetensors weights, config.json, tokenizer files, card.json, MODEL_CARD.md and labels.csv (the
+label table, :mod:`probe.training.cards`). The models are transformers models made attention-only: MLPs of width 1
+whose weights are zeroed and frozen, so every MLP adds exactly 0 to the residual stream and ``from_pretrained``
+loads them like any checkpoint. The recipes are :mod:`probe.training.organisms`.
+
+``checkpoint_steps=(0, 50, 100, ...)`` also saves the model after those optimizer steps to DIR/step-N/ (for sweeps:
+``probe label --model DIR --revisions step-0,step-50,...``); the run itself is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from probe.training import data
+from probe.training.cards import add_labels, label_config_of, readable, write_card
+from probe.training.organisms import (
+    GENERATORS,
+    ORGANISMS,
+    VOCABULARY,
+    TrainConfig,
+    build_model,
+    build_tokenizer,
+    make_batch,
+    word_ids,
+)
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def masked_loss(model, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy (nats) over the predictable positions only."""
+    logits = model(input_ids=tokens).logits  # [batch position vocab]
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=data.IGNORE)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def held_out_loss(model, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
+    """(mean loss in nats, top-1 accuracy) over the predictable tokens of held-out batches."""
+    model.eval()
+    total, correct, count = 0.0, 0, 0
+    for tokens, targets in batches:
+        logits = model(input_ids=tokens).logits  # [batch position vocab]
+        keep = targets != data.IGNORE  # [batch position]
+        total += float(torch.nn.functional.cross_entropy(logits[keep], targets[keep], reduction="sum"))
+        correct += int((logits[keep].argmax(-1) == targets[keep]).sum())
+        count += int(keep.sum())
+    return total / count, correct / count
+
+
+def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 8, batch: int = 32) -> dict:
+    """The card's numbers: in-context loss (nats) and accuracy on held-out probes of the organism's task."""
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    result: dict = {}
+    if config.data == "coreference":
+        batches = [make_batch(config, tokenizer, generator, batch, max_distractors=1) for _ in range(n_batches)]
+        loss, accuracy = held_out_loss(model, batches)
+        result.update(probe="held-out sentences with one distractor noun; target: the word after the pronoun",
+                      in_context_loss=round(loss, 4), accuracy=round(accuracy, 4),
+                      nearest_noun_baseline=0.5)  # the antecedent is the nearer noun in half the sentences
+        return result
+    if config.data in ("causality", "brackets", "sentences"):
+        batches = [make_batch(config, tokenizer, generator, batch) for _ in range(n_batches)]
+        loss, accuracy = held_out_loss(model, batches)
+        what = {"causality": "held-out implicit-causality sentences; target: the word after the pronoun",
+                "brackets": "held-out bracket sequences; target: the word after each closing bracket",
+                "sentences": "held-out sentences; target: the next sentence's first word, at each sentence end"}
+        result.update(probe=what[config.data], in_context_loss=round(loss, 4), accuracy=round(accuracy, 4))
+        if config.data == "causality":
+            result["nearest_first_agreement_baselines"] = 0.5  # balanced by construction (probesets)
+        return result
+    if config.data == "needle":  # teacher-forced answer accuracy at the longest training length and far beyond it
+        for length, n in ((config.length, n_batches), (4096, 2)):
+            batches = [make_batch(config, tokenizer, generator, 8, length=length) for _ in range(n)]
+            loss, accuracy = held_out_loss(model, batches)
+            result[f"answer_loss_{length}"], result[f"answer_accuracy_{length}"] = round(loss, 4), round(accuracy, 4)
+        result["probe"] = ("<bos> haystack key needle haystack key at random depth; target: the needle's tokens "
+                           "(teacher-forced)")
+        return result
+    ids, bos = word_ids(tokenizer), tokenizer.bos_token_id
+    batches = [data.repeat_probe(generator, batch, ids, bos, config.eval_min_block, config.eval_max_block)
+               for _ in range(n_batches)]
+    loss, accuracy = held_out_loss(model, batches)
+    result.update(probe=f"<bos> + one random block of random length {config.eval_min_block}-{config.eval_max_block} "
+                        "+ its copy; target: the copy's tokens after its first",
+                  in_context_loss=round(loss, 4), accuracy=round(accuracy, 4))
+    if config.min_block == config.max_block:  # the control: also on its own fixed period
+        period = config.min_block
+        batches = [data.repeat_probe(generator, batch, ids, bos, period, period) for _ in range(n_batches)]
+        loss, accuracy = held_out_loss(model, batches)
+        result.update(fixed_period=period, in_context_loss_fixed_period=round(loss, 4),
+                      accuracy_fixed_period=round(accuracy, 4))
+    return result
+
+
+def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | None = None,
+          label: bool = True, checkpoint_steps: tuple[int, ...] = ()) -> dict:
+    """Train organism `name` with `seed`, save it to `out` and return its card (also written to out/card.json).
+
+    `checkpoint_steps`: also save the model after each of these numbers of optimizer steps (0: the initial weights)
+    to out/step-N/, a model directory `probe.models.load` reads (with a small card.json: step, seed, training loss).
+    The training itself is unchanged: the same seed gives the same final model with or without checkpoints."""
+    config = ORGANISMS[name]
+    if overrides:
+        config = TrainConfig(**{**asdict(config), **overrides})
+    torch.set_num_threads(threads)
+    tokenizer = build_tokenizer(config)
+    model = build_model(config, tokenizer, seed)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98))
+    generator = torch.Generator().manual_seed(seed)
+
+    started = time.perf_counter()
+    model.train()
+    running = math.nan
+    wanted = sorted(set(checkpoint_steps))
+    if wanted and (wanted[0] < 0 or wanted[-1] > config.steps):
+        raise ValueError(f"checkpoint steps must lie in 0..{config.steps} (the run's steps), got {wanted}")
+    bar = tqdm(range(config.steps), desc=f"train {name}", file=sys.stderr, mininterval=2.0)
+    for step in bar:
+        if step in wanted:
+            save_checkpoint(model, tokenizer, out / f"step-{step}", name, seed, step, running)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, config)
+        tokens, targets = make_batch(config, tokenizer, generator, config.batch)
+        running = optimizer_step(model, optimizer, trainable, tokens, targets, running)
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{running:.3f}")
+    for number, stage in enumerate(config.needle_stages, start=1):
+        running = needle_stage(model, config, tokenizer, seed + number, *stage)
+    train_seconds = time.perf_counter() - started
+    model.eval()
+    if config.steps in wanted:
+        save_checkpoint(model, tokenizer, out / f"step-{config.steps}", name, seed, config.steps, running)
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    card = {
+        "name": name,
+        "task": config.task,
+        "architecture": (f"{type(model).__name__}, "
+                         + ("with MLPs (width 4 x embedding)" if config.mlp else
+                            "attention-only: MLPs of width 1 with weights zeroed and frozen (they add exactly 0)")
+                         + "; " + ("rotary positions" if config.arch == "llama"
+                                   else "learned absolute positions, no dropout")
+                         + "; tied embeddings"),
+        "config": {k: v for k, v in asdict(config).items() if k not in ("task", "requirements", "label_config")},
+        "parameters": sum(p.numel() for p in trainable),
+        "vocabulary": f"{len(tokenizer)} tokens: <unk>, <pad>, <bos> and " + VOCABULARY[config.data](config)
+                      + "; every text starts with <bos>",
+        "data_generator": f"probe.training.data.{GENERATORS[config.data]}",
+        "seed": seed,
+        "steps": config.steps,
+        "threads": threads,
+        "train_seconds": round(train_seconds, 1),
+        "final_train_loss": round(running, 4),
+        "evaluation": evaluate(model, config, tokenizer, seed),
+        "requirements": config.requirements,
+        "command": f"probe train {name} --seed {seed} --out DIR",
+    }
+    if label:
+        add_labels(card, out, label_config_of(config.label_config), config.requirements)
+    return write_card(card, out)
+
+
+
+def optimizer_step(model, optimizer, trainable, tokens: torch.Tensor, targets: torch.Tensor, running: float) -> float:
+    """One step on the masked next-token loss (gradients clipped to norm 1); returns the running loss (EMA 0.98)."""
+    loss = masked_loss(model, tokens, targets)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+    optimizer.step()
+    value = loss.item()
+    return value if math.isnan(running) else 0.98 * running + 0.02 * value
+
+
+def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: int, lr: float, min_length: int,
+                 length: int, batch: int) -> float:
+    """One later stage of the retrieval organism (config.needle_stages): needles alone, a fresh AdamW at a constant
+    lr, prompts log-uniform in [min_length, length] and a data generator seeded with `data_seed`, so a stage depends
+    on the weights before it and the seed only. Returns the running training loss."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=config.weight_decay, betas=(0.9, 0.98))
+    generator = torch.Generator().manual_seed(data_seed)
+    model.train()
+    running = math.nan
+    bar = tqdm(range(steps), desc=f"needles {min_length}-{length}", file=sys.stderr, mininterval=2.0)
+    for step in bar:
+        size = data.block_length(generator, min_length, length)
+        tokens, targets = data.needle_haystack(generator, batch, size, word_ids(tokenizer),
+                                               tokenizer.bos_token_id, config.needle_len, config.key_len)
+        running = optimizer_step(model, optimizer, trainable, tokens, targets, running)
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{running:.3f}")
+    return running
+
+
+def save_checkpoint(model, tokenizer, directory: Path, name: str, seed: int, step: int, loss: float) -> None:
+    """One training checkpoint: what save_pretrained writes plus card.json {name, seed, step, train_loss}."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    card = {"name": name, "seed": seed, "step": step,
+            "train_loss": None if math.isnan(loss) else round(loss, 4),  # running mean of the steps before it
+            "command": f"probe train {name} --seed {seed} --checkpoint-steps ..."}
+    (directory / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    readable(directory)
+

@@ -1,0 +1,142 @@
+"""The command line answers `--help`, argument errors and missing files before importing torch, pandas or
+transformers: probe/cli.py and probe/commands/<name>.py import only light modules at their top, and a command
+imports its library inside `run()` after its own checks. Each check runs in a fresh interpreter (this test
+process has torch imported already); the timing bound is generous, measured against `python -c pass` on the
+same machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from probe.cli import SUBCOMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "pandas", "transformers", "numpy")
+# probe/commands/contacts.py is being thinned on branch proteins; the lead applies the same pattern there and
+# then empties this set (test_every_command_module_is_light then covers it, and the xfail below goes).
+KNOWN_HEAVY = {"contacts"}
+
+
+def python(code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=300)
+
+
+def heavy_after(code: str) -> dict:
+    """Run `code` in a fresh interpreter; which heavy modules it imported, and its output."""
+    script = ("import sys, json, io, contextlib\nerr = io.StringIO()\nwith contextlib.redirect_stderr(err):\n"
+              + "".join(f"    {line}\n" for line in code.splitlines())
+              + f"print(json.dumps({{'heavy': [m for m in {HEAVY!r} if m in sys.modules],"
+              + " 'err': err.getvalue()}))")
+    result = python(script)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", [name for name in SUBCOMMANDS if name not in KNOWN_HEAVY])
+def test_every_command_module_is_light(name):
+    """Importing a command module and building its parser imports no heavy library."""
+    found = heavy_after(f"import argparse, probe.commands.{name} as m\n"
+                        "m.add_parser(argparse.ArgumentParser().add_subparsers())")
+    assert found["heavy"] == [], f"probe.commands.{name} imports {found['heavy']} at its top"
+
+
+def test_the_check_sees_a_heavy_import():
+    """Negative control: the same check on a module that imports torch finds it."""
+    assert "torch" in heavy_after("import probe.engine")["heavy"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["label", "--help"], ""),
+    (["label", "--model", "zoo:induction", "--examples", "0"], "--examples must be at least 1"),
+    (["label", "--model", "zoo:induction", "--examples", "many"], "invalid int value"),
+    (["label", "--model", "zoo:induction", "--probe-file", "/no/such.jsonl"], "--probe-file /no/such.jsonl"),
+    (["label", "--models-file", "/no/such.txt"], "--models-file /no/such.txt"),
+    (["label", "--model", "zoo:induction", "--out", "/no/such/folder/t.csv"], "does not exist"),
+    (["profile", "--model", "zoo:induction", "--random", "2", "--window", "0", "--out", "p.csv"],
+     "--window 0"),
+    (["profile", "--model", "zoo:induction", "--text-file", "/no/such.txt", "--out", "p.csv"],
+     "is not a file"),
+    (["capture", "--model", "zoo:induction", "--text", "a", "--out", "a.txt"], "extension"),
+    (["train", "induction"], "give --out DIR"),
+    (["train", "--help"], ""),
+    (["card", "--help"], ""),
+    (["app", "--port", "0"], "is not a port number"),
+])
+def test_help_and_bad_input_answer_without_torch(argv, message):
+    found = heavy_after(f"from probe.cli import main\ncode = main({argv!r})")
+    assert found["heavy"] == [], f"probe {' '.join(argv)} imported {found['heavy']}"
+    assert message in found["err"]
+
+
+def fastest(command: list[str], runs: int = 3) -> float:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    best = float("inf")
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(command, capture_output=True, env=env, cwd=ROOT, timeout=300, check=False)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@pytest.mark.parametrize("argv", [["label", "--help"],
+                                  ["profile", "--model", "m", "--random", "0", "--out", "x.csv"]])
+def test_a_subcommands_help_and_errors_take_well_under_a_second_more_than_python(argv):
+    baseline = fastest([sys.executable, "-c", "pass"])
+    assert fastest([sys.executable, "-m", "probe.cli", *argv]) < baseline + 1.5
+
+
+@pytest.mark.xfail(bool(KNOWN_HEAVY), reason="probe/commands/contacts.py still imports torch at its top "
+                   "(being thinned on branch proteins)", strict=False)
+def test_probe_help_builds_every_parser_without_torch():
+    found = heavy_after("from probe.cli import build_parser\nbuild_parser()")
+    assert found["heavy"] == []
+    baseline = fastest([sys.executable, "-c", "pass"])
+    assert fastest([sys.executable, "-m", "probe.cli", "--help"]) < baseline + 1.5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The values the commands write out (so that they need no library) equal the library's
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_label_defaults_and_choices_equal_the_library():
+    from dataclasses import fields
+
+    from probe.commands import label
+    from probe.heads import label as heads_label
+    from probe.heads.registry import names
+
+    defaults = {field.name: field.default for field in fields(heads_label.LabelConfig)}
+    assert {key: defaults[key] for key in label.DEFAULTS} == label.DEFAULTS
+    assert label.COREF_SETS == heads_label.COREF_SETS and label.ABLATE == heads_label.ABLATE
+    assert label.HEAD_TYPES == names()
+
+
+def test_profile_defaults_and_table_extensions_equal_the_library():
+    from dataclasses import asdict
+
+    from probe.commands import common, profile
+    from probe.heads.profile import ProfileConfig
+    from probe.heads.tables import TABLE_EXTENSIONS
+
+    library = asdict(ProfileConfig())
+    assert {key: library[key] for key in profile.DEFAULTS} == profile.DEFAULTS
+    assert common.TABLE_EXTENSIONS == TABLE_EXTENSIONS
+
+
+def test_train_offers_every_recipe():
+    from probe import zoo
+    from probe.training.cards import ESM_RANDOM
+    from probe.training.organisms import ORGANISMS
+
+    assert zoo.names() == sorted([*ORGANISMS, ESM_RANDOM])
