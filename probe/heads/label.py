@@ -27,9 +27,12 @@ The table's schema is :data:`probe.heads.tables.COLUMNS` (docs/labels.md, "Label
 from __future__ import annotations
 
 import pandas as pd
+import torch
 
 from probe.engine.output_norms import PROJECTION_NAMES, OutputProjections
 from probe.errors import ProbeError
+from probe.heads.copying import copying_scores
+from probe.heads.direct_logit import induction_dla
 from probe.heads.label_ablation import ablation_columns, merge_ablation
 from probe.heads.label_config import (
     ABLATE,
@@ -48,7 +51,7 @@ from probe.heads.label_config import (
 from probe.heads.label_probes import ProbeSource, TokenProbeSet
 from probe.heads.label_scoring import Scored, _batches, score_generated, score_span_set, score_token_set
 from probe.heads.label_stats import summarise
-from probe.heads.label_table import SINK_SHARE, assemble, decide, roles, summary_lines
+from probe.heads.label_table import SINK_SHARE, assemble, decide, fill_copying, roles, summary_lines
 from probe.heads.tables import COLUMNS
 
 
@@ -142,11 +145,25 @@ def label_model(
             probes_used[spec.name] = spans[1]
 
     table = decide(assemble(loaded, scored, config), config)
+    table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note))
     if projections is not None and projections.missing and note is not None:
         note(f"output_share is NaN for {loaded.name}: no output projection found for "
              f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or output.dense)")
     effects = ablation_columns(loaded, table, probes_used, config, note)
     return merge_ablation(table, effects).reindex(columns=COLUMNS)
+
+
+def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig, note: Note | None = None,
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Elhage et al.'s copying score of every head `[layer head]` (:mod:`probe.heads.copying`; NaN with a note where
+    the weights are unknown) and, per copying type scored on repeated blocks, the direct logit attribution to its
+    targets' tokens (:mod:`probe.heads.direct_logit`)."""
+    copying = copying_scores(loaded)
+    if copying.note is not None and note is not None:
+        note(copying.note)
+    dla = {spec.name: induction_dla(loaded, probes_used[spec.name], config.batch_size)
+           for spec in specs if spec.copies and spec.name in probes_used}
+    return copying.scores, dla
 
 
 

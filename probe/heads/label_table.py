@@ -14,22 +14,50 @@ from probe.heads import stats
 from probe.heads.label_config import LabelConfig
 from probe.heads.label_scoring import Scored
 from probe.heads.label_stats import _per_group, summarise
+from probe.heads.registry import REGISTRY
 from probe.heads.tables import COLUMNS
 from probe.naming import head_name
 
 SINK_SHARE = 0.1  # a label whose output share is below this is a "sink": attended to, but it adds almost nothing
 
 
+COPYING_MARGIN = 0.1  # a copying type's label is "copying" at copying ≥ +margin, "suppressing" at ≤ −margin
+
+
 def roles(table: pd.DataFrame) -> pd.Series:
     """Per row: "sink" for a label whose output_share < SINK_SHARE, "function" for the other labels, NaN for
-    unlabelled rows and where output_share is NaN (not measured, or the output projection is unknown)."""
+    unlabelled rows and where output_share is NaN (not measured, or the output projection is unknown). Labels of a
+    type that copies (:attr:`probe.heads.registry.HeadTypeSpec.copies`, induction) that are not sinks are
+    "copying" where ``copying`` ≥ COPYING_MARGIN and "suppressing" where it is ≤ −COPYING_MARGIN (Elhage et al.'s
+    eigenvalue score; Olsson et al.'s induction head copies); in between, or with copying NaN, as above."""
     if "output_share" not in table:
         return pd.Series([math.nan] * len(table), index=table.index)
     share = pd.to_numeric(table["output_share"], errors="coerce")
     labelled = table["label"].astype(bool)
     values = ["sink" if is_label and value < SINK_SHARE else "function" if is_label and value >= SINK_SHARE
               else math.nan for is_label, value in zip(labelled, share, strict=True)]
+    if "copying" in table:
+        copying = pd.to_numeric(table["copying"], errors="coerce")
+        copies = [REGISTRY[name].copies if name in REGISTRY else False for name in table["head_type"]]
+        for row, (is_label, kind, score, role) in enumerate(zip(labelled, copies, copying, values, strict=True)):
+            if is_label and kind and role != "sink" and score == score:
+                values[row] = ("copying" if score >= COPYING_MARGIN else "suppressing" if score <= -COPYING_MARGIN
+                               else role)
     return pd.Series(values, index=table.index)  # float NaN when no row has a role, else object
+
+
+def fill_copying(table: pd.DataFrame, copying: torch.Tensor, dla: dict[str, torch.Tensor]) -> pd.DataFrame:
+    """The table with ``copying`` (`copying` [layer head], every row of a head) and ``copying_dla`` (`dla`: head
+    type -> [layer head], that type's rows; NaN elsewhere) filled, and ``role`` recomputed with them."""
+    layers = table["layer"].to_numpy(dtype=int)
+    heads = table["head"].to_numpy(dtype=int)
+    table["copying"] = copying.double().numpy()[layers, heads]
+    table["copying_dla"] = math.nan
+    for head_type, values in dla.items():
+        rows = (table["head_type"] == head_type).to_numpy()
+        table.loc[rows, "copying_dla"] = values.double().numpy()[layers[rows], heads[rows]]
+    table["role"] = roles(table)
+    return table
 
 
 def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
@@ -76,6 +104,15 @@ def decide(table: pd.DataFrame, config: LabelConfig) -> pd.DataFrame:
     return table
 
 
+def _copying_note(rows: pd.DataFrame, index, role) -> str:
+    """" (copying +0.99, dla +2.6)" for a labelled row of a copying type (role copying / suppressing); "" else."""
+    if role not in ("copying", "suppressing"):
+        return ""
+    dla = rows.at[index, "copying_dla"] if "copying_dla" in rows else math.nan
+    shown = f", dla {float(dla):+.1f}" if dla == dla else ""
+    return f" ({role} {float(rows.at[index, 'copying']):+.2f}{shown})"
+
+
 def summary_lines(table: pd.DataFrame) -> list[str]:
     """"model · type: N of M heads (L0H1, ...)" for every model, length and type of a table (for stderr); fixed-offset
     heads show their offset, heads whose label flips between lengths are marked "(unstable)", labels whose
@@ -88,9 +125,12 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
             labelled = group[group["label"].astype(bool)]
             roles_of = labelled["role"] if "role" in labelled else pd.Series([math.nan] * len(labelled))
             names = [name + (f"({int(offset):+d})" if offset == offset else "") +
-                     ("" if bool(stable) else " (unstable)") + (" (sink)" if kind == "sink" else "")
-                     for name, offset, stable, kind in zip(labelled["head_name"], labelled["offset"],
-                                                           labelled["stable"].fillna(True), roles_of, strict=True)]
+                     ("" if bool(stable) else " (unstable)") + (" (sink)" if kind == "sink" else "") +
+                     _copying_note(labelled, index, kind)
+                     for index, name, offset, stable, kind in zip(labelled.index, labelled["head_name"],
+                                                                  labelled["offset"],
+                                                                  labelled["stable"].fillna(True), roles_of,
+                                                                  strict=True)]
             more = " ..." if len(names) > 12 else ""
             at = f" @{int(seq_len)}" if len(lengths) > 1 and seq_len >= 0 else ""
             sinks = int((roles_of == "sink").sum())

@@ -320,6 +320,10 @@ class HeadTypeSpec:
         decodes and scores its own probes; ``targets`` is then unused.
     default : bool, default True
         Scored when no types are asked for; False makes the type opt-in (``--types retrieval``).
+    copies : bool, default False
+        Its heads are expected to copy the token they attend to (Olsson et al. 2022's induction head): its labels
+        get the role ``copying`` or ``suppressing`` from the sign of the ``copying`` score, and its rows the
+        ``copying_dla`` column (direct logit attribution to the induction target's token).
     """
 
     name: HeadType
@@ -333,6 +337,7 @@ class HeadTypeSpec:
     loss_positions: LossPositions = "text"  # ablation: the loss of these positions of its own probes
     scorer: Scorer | None = None  # generation-scored types: (loaded, seq_len, LabelConfig, tick) -> GeneratedScores
     default: bool = True  # scored when no types are asked for (False: only when asked, e.g. --types retrieval)
+    copies: bool = False  # labels get a copying / suppressing role and rows a copying_dla (induction)
 
     @property
     def text_only(self) -> bool:
@@ -358,7 +363,7 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
         HeadTypeSpec("duplicate_token", "attends to other copies of the current token (earlier ones when causal)",
                      _duplicate_token, "repeated", loss_positions="repeat"),
         HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token", _induction,
-                     "repeated", loss_positions="repeat"),
+                     "repeated", loss_positions="repeat", copies=True),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", _coreference, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
         HeadTypeSpec("retrieval", "copies the needle token it attends to while generating it (Wu et al. 2024)",
