@@ -142,5 +142,10 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
                 for heads, effect, z in zip(joint["group_heads"], joint["group_effect"], joint["group_z"],
                                             strict=True):
                     line += f"; together {heads}: {float(effect):+.2f} nats (z {float(z):.1f})"
+            if "type_group_effect" in labelled:
+                whole = labelled.dropna(subset=["type_group_effect"])
+                if whole["layer"].nunique() >= 2:  # one layer: the same heads as its group above
+                    effect, z = float(whole["type_group_effect"].iloc[0]), float(whole["type_group_z"].iloc[0])
+                    line += f"; all {len(whole)} across layers: {effect:+.2f} nats (z {z:.1f})"
             lines.append(line)
     return lines

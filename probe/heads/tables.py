@@ -23,6 +23,7 @@ COLUMNS = [
     "output_share", "output_share_low", "output_share_high", "role",
     "group_effect", "group_z", "group_size", "group_heads",
     "copying", "copying_dla",
+    "type_group_effect", "type_group_z", "type_group_size",
 ]
 """The label table's columns, in file order; one row per (model, seq_len, layer, head, head_type).
 
@@ -54,8 +55,9 @@ COLUMNS = [
 | `role` | str | labelled heads: `sink` when `output_share` < 0.1, else `function`; induction labels `copying` / `suppressing` by the sign of `copying` (±0.1); empty otherwise |
 | `group_effect`, `group_z` | float | loss change when the type's labelled heads of the layer are zeroed together, and its z against random groups of the same size (same layers where possible); NaN where fewer than two heads are labelled |
 | `group_size`, `group_heads` | int, str | the group's size and its heads (`L1H0 L1H1 …`) |
-| `copying` | float | Elhage et al.'s eigenvalue copying score Σλ/Σ\|λ\| of the head's OV circuit; NaN without an unembedding |
+| `copying` | float | Elhage et al.'s eigenvalue copying score Σλ / Σ abs(λ) of the head's OV circuit; NaN without an unembedding |
 | `copying_dla` | float | induction rows: direct logit attribution to the induction target's token (logits); NaN elsewhere |
+| `type_group_effect`, `type_group_z`, `type_group_size` | float | all the type's labelled heads ablated together across layers, its z against random groups of the same layer histogram, and their number; NaN for other rows |
 
 Tables written before a column existed read back with it NaN (:func:`load_table`).
 """
