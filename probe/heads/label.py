@@ -51,7 +51,16 @@ from probe.heads.label_config import (
 from probe.heads.label_probes import ProbeSource, TokenProbeSet
 from probe.heads.label_scoring import Scored, _batches, score_generated, score_span_set, score_token_set
 from probe.heads.label_stats import summarise
-from probe.heads.label_table import SINK_SHARE, assemble, decide, fill_copying, roles, summary_lines
+from probe.heads.label_table import (
+    SINK_SHARE,
+    assemble,
+    decide,
+    fill_copying,
+    fill_verification,
+    roles,
+    summary_lines,
+    verified_scores,
+)
 from probe.heads.tables import COLUMNS
 
 
@@ -150,7 +159,12 @@ def label_model(
         note(f"output_share is NaN for {loaded.name}: no output projection found for "
              f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or output.dense)")
     effects = ablation_columns(loaded, table, probes_used, config, note)
-    return merge_ablation(table, effects).reindex(columns=COLUMNS)
+    table = merge_ablation(table, effects)
+    for spec in generated_specs if config.ablate != "none" else ():
+        for seq_len in lengths if spec.verifier is not None else ():
+            scores = verified_scores(table, spec.name, float(seq_len), (loaded.n_layers, loaded.n_heads))
+            fill_verification(table, spec.name, float(seq_len), spec.verifier(loaded, seq_len, config, scores))
+    return table.reindex(columns=COLUMNS)
 
 
 def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig, note: Note | None = None,

@@ -46,6 +46,26 @@ def roles(table: pd.DataFrame) -> pd.Series:
     return pd.Series(values, index=table.index)  # float NaN when no row has a role, else object
 
 
+def verified_scores(table: pd.DataFrame, head_type: str, seq_len: float, shape: tuple[int, int]) -> torch.Tensor:
+    """The `score` of `head_type`'s rows at `seq_len` as `[layer head]` (NaN where a head has no row)."""
+    rows = table[(table["head_type"] == head_type) & (table["seq_len"] == seq_len)]
+    scores = torch.full(shape, math.nan, dtype=torch.float64)  # [layer head]
+    scores[rows["layer"].astype(int).tolist(), rows["head"].astype(int).tolist()] = torch.tensor(
+        rows["score"].astype(float).tolist(), dtype=torch.float64)
+    return scores
+
+
+def fill_verification(table: pd.DataFrame, head_type: str, seq_len: float, columns: dict[str, object]) -> None:
+    """Put a verifier's `columns` on `head_type`'s rows at `seq_len` (in place)."""
+    rows = ((table["head_type"] == head_type) & (table["seq_len"] == seq_len)).to_numpy()
+    for name, value in columns.items():
+        if name not in table:
+            table[name] = math.nan
+        if isinstance(value, str):
+            table[name] = table[name].astype(object)
+        table.loc[rows, name] = value
+
+
 def fill_copying(table: pd.DataFrame, copying: torch.Tensor, dla: dict[str, torch.Tensor]) -> pd.DataFrame:
     """The table with ``copying`` (`copying` [layer head], every row of a head) and ``copying_dla`` (`dla`: head
     type -> [layer head], that type's rows; NaN elsewhere) filled, and ``role`` recomputed with them."""
@@ -147,5 +167,10 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
                 if whole["layer"].nunique() >= 2:  # one layer: the same heads as its group above
                     effect, z = float(whole["type_group_effect"].iloc[0]), float(whole["type_group_z"].iloc[0])
                     line += f"; all {len(whole)} across layers: {effect:+.2f} nats (z {z:.1f})"
+            if "retrieval_k" in group and group["retrieval_k"].notna().any():
+                first = group[group["retrieval_k"].notna()].iloc[0]
+                line += (f"; top {int(first['retrieval_k'])} masked: needle recall {first['needle_recall']:.2f} → "
+                         f"{first['needle_recall_top']:.2f} (as many random heads: "
+                         f"{first['needle_recall_random_min']:.2f} at worst)")
             lines.append(line)
     return lines

@@ -270,6 +270,7 @@ def _coreference(ctx: TargetContext) -> Targets:
 
 
 Scorer = Callable[..., GeneratedScores]
+Verifier = Callable[..., dict]
 
 
 def _no_targets(ctx: TargetContext) -> Targets:
@@ -281,6 +282,12 @@ def _retrieval_scorer(loaded, seq_len: int, config, tick) -> GeneratedScores:
     from probe.heads.retrieval import label_scores  # imported when used: retrieval builds on the engine
 
     return label_scores(loaded, seq_len, config, tick)
+
+
+def _retrieval_verifier(loaded, seq_len: int, config, scores: torch.Tensor) -> dict:
+    from probe.heads.retrieval_ablation import label_verification  # imported when used, as the scorer
+
+    return label_verification(loaded, seq_len, config, scores)
 
 
 @dataclass(frozen=True)
@@ -320,6 +327,10 @@ class HeadTypeSpec:
         decodes and scores its own probes; ``targets`` is then unused.
     default : bool, default True
         Scored when no types are asked for; False makes the type opt-in (``--types retrieval``).
+    verifier : callable or None, default None
+        Causal evidence a type measures itself: ``verifier(loaded, seq_len, config, scores) -> {column: value}``
+        with the heads' mean scores ``[layer head]`` at that length; the columns go on its rows of that length
+        (retrieval: Wu et al.'s masking of the top-K heads against K random ones). Skipped with ``--ablate none``.
     copies : bool, default False
         Its heads are expected to copy the token they attend to (Olsson et al. 2022's induction head): its labels
         get the role ``copying`` or ``suppressing`` from the sign of the ``copying`` score, and its rows the
@@ -337,6 +348,7 @@ class HeadTypeSpec:
     loss_positions: LossPositions = "text"  # ablation: the loss of these positions of its own probes
     scorer: Scorer | None = None  # generation-scored types: (loaded, seq_len, LabelConfig, tick) -> GeneratedScores
     default: bool = True  # scored when no types are asked for (False: only when asked, e.g. --types retrieval)
+    verifier: Verifier | None = None  # (loaded, seq_len, LabelConfig, scores [layer head]) -> {column: value}
     copies: bool = False  # labels get a copying / suppressing role and rows a copying_dla (induction)
 
     @property
@@ -367,7 +379,8 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", _coreference, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
         HeadTypeSpec("retrieval", "copies the needle token it attends to while generating it (Wu et al. 2024)",
-                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer, default=False),
+                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer, default=False,
+                     verifier=_retrieval_verifier),
     )
 }
 assert tuple(REGISTRY) == HEAD_TYPES  # one list of names
