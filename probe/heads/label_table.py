@@ -15,6 +15,7 @@ from probe.heads.label_config import LabelConfig
 from probe.heads.label_scoring import Scored
 from probe.heads.label_stats import _per_group, summarise
 from probe.heads.registry import REGISTRY
+from probe.heads.sink_rate import sink_rate_lines
 from probe.heads.tables import COLUMNS
 from probe.naming import head_name
 
@@ -173,4 +174,4 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
                          f"{first['needle_recall_top']:.2f} (as many random heads: "
                          f"{first['needle_recall_random_min']:.2f} at worst)")
             lines.append(line)
-    return lines
+    return lines + sink_rate_lines(table)
