@@ -154,8 +154,9 @@ class Run:
 
     # -- while units finish -------------------------------------------------------------------------------------
 
-    def table_and_finished(self) -> tuple[pd.DataFrame, list[tuple[Unit, UnitResult]]]:
-        """The output table (kept rows, then every finished unit's rows in unit order) and the finished units."""
+    def table_and_finished(self, say: bool = False) -> tuple[pd.DataFrame, list[tuple[Unit, UnitResult]]]:
+        """The output table (kept rows, then every finished unit's rows in unit order, through ``out.finish``) and
+        the finished units; with `say`, ``out.finish``'s lines are said."""
         done = [(unit, self.finished[unit.key]) for unit in self.units
                 if unit.key in self.finished and self.finished[unit.key].ok]
         parts = [self.kept] if self.kept is not None and len(self.kept) else []
@@ -164,6 +165,10 @@ class Run:
             if rows is not None:
                 parts.append(rows)
         table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        if self.out.finish is not None:
+            table, lines = self.out.finish(table)
+            for line in lines if say else ():
+                self.say(line)
         return table, done
 
     def rewrite(self, final: bool = False) -> None:
@@ -282,7 +287,7 @@ class Run:
         results = [self.finished[key] for key in self.keys if key in self.finished]
         self.raise_single_failure(results)
         self.rewrite(final=True)
-        table, done = self.table_and_finished()
+        table, done = self.table_and_finished(say=True)
         self.write_errors(results)
         self.finish(table, done)
         computed = [r.key for r in results if r.ok and not r.cached]

@@ -105,6 +105,9 @@ class Out:
         report line on stdout, say).
     written
         ``written(table, finished) -> lines`` said on stderr after the last write.
+    finish
+        ``finish(table) -> (table, lines)``: applied to the output table before it is written or returned (columns
+        that need every unit, e.g. ``same_weights_as``); its lines are said once, after the last unit.
     command, noun
         For messages: ``"probe label: reused 2 of 3 model(s) ..."``.
     """
@@ -115,6 +118,7 @@ class Out:
     force: bool = False
     show: Callable[[Unit, UnitResult], None] | None = None
     written: Callable[[pd.DataFrame, list[tuple[Unit, UnitResult]]], list[str]] | None = None
+    finish: Callable[[pd.DataFrame], tuple[pd.DataFrame, list[str]]] | None = None
     command: str = "probe"
     noun: str = "unit"
 
