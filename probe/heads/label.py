@@ -61,6 +61,7 @@ from probe.heads.label_table import (
     summary_lines,
     verified_scores,
 )
+from probe.heads.stage_times import StageTimes
 from probe.heads.tables import COLUMNS
 
 
@@ -69,6 +70,7 @@ def label_model(
     config: LabelConfig = LabelConfig(),  # noqa: B008 - frozen, so a shared default is safe
     progress: Progress | None = None,  # called with (batches done, batches in all)
     note: Note | None = None,  # one-line notes for the user (skipped types, probe fallbacks, ablation)
+    timings: StageTimes | None = None,  # seconds per stage are added here (probe label's summary)
 ) -> pd.DataFrame:
     """Score every head of a loaded model on the probe sets and label it.
 
@@ -87,6 +89,8 @@ def label_model(
         Called as ``progress(done, total)`` after each probe batch (ints).
     note : callable, optional
         Called with one-line notes for the user (skipped types, probe-set fallbacks, ablation left out).
+    timings : StageTimes, optional
+        Receives the wall-clock seconds of each stage (:mod:`probe.heads.stage_times`).
 
     Returns
     -------
@@ -113,19 +117,25 @@ def label_model(
         raise ProbeError("--examples must be at least 1")
     if config.ablate not in ABLATE:
         raise ProbeError(f"unknown --ablate {config.ablate!r}: choose from {', '.join(ABLATE)}")
+    timings = timings if timings is not None else StageTimes()
+    stage = timings.stage
     specs = resolve_types(loaded, config, note)
     token_specs = [spec for spec in specs if spec.probe != "spans" and spec.scorer is None]
     span_specs = [spec for spec in specs if spec.probe == "spans"]
     generated_specs = [spec for spec in specs if spec.scorer is not None]  # they build and decode their own probes
     lengths = resolve_lengths(loaded, config) if token_specs or generated_specs else ()
-    source = ProbeSource(loaded, config, note) if token_specs or span_specs else None  # generated: their own probes
+    with stage("probe sets"):
+        source = ProbeSource(loaded, config, note) if token_specs or span_specs else None  # generated: own probes
 
     plans = []  # (probe set, seq_len, specs): types that share a probe set share its forwards
     sets = list(dict.fromkeys(source.resolve(spec.probe) for spec in token_specs))  # in registry order
     for seq_len in lengths:
         for probe in sets:
             plans.append((probe, seq_len, [spec for spec in token_specs if source.resolve(spec.probe) == probe]))
-    spans = source.span_probes() if span_specs else None
+    spans = None
+    if span_specs:
+        with stage("GAP pairs"):
+            spans = source.span_probes()
     n_batches = len(_batches(config.examples, config.batch_size))
     total = n_batches * len(plans) + (len(_batches(len(spans[1]), config.batch_size)) if spans else 0)
     total += n_batches * len(lengths) * len(generated_specs)
@@ -141,29 +151,36 @@ def label_model(
     probes_used: dict[str, object] = {}  # head type -> its probes at the first length (for the ablation)
     projections = OutputProjections(loaded.model) if config.output_share else None
     for probe, seq_len, chosen in plans:
-        probes = source.token_probes(probe, seq_len)
+        with stage("probe sets"):
+            probes = source.token_probes(probe, seq_len)
         for spec in chosen:
             probes_used.setdefault(spec.name, probes)
-        scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick, projections))
+        with stage("forwards"):
+            scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick, projections))
     for seq_len in lengths:
         for spec in generated_specs:
-            scored.append(score_generated(loaded, spec, seq_len, config, tick, note))
+            with stage("generation"):
+                scored.append(score_generated(loaded, spec, seq_len, config, tick, note))
     if spans:
-        scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections))
+        with stage("forwards"):
+            scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections))
         for spec in span_specs:
             probes_used[spec.name] = spans[1]
 
-    table = decide(assemble(loaded, scored, config), config)
-    table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note))
+    with stage("bootstrap"):
+        table = decide(assemble(loaded, scored, config), config)
+    with stage("copying"):
+        table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note))
     if projections is not None and projections.missing and note is not None:
         note(f"output_share is NaN for {loaded.name}: no output projection found for "
              f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or output.dense)")
-    effects = ablation_columns(loaded, table, probes_used, config, note)
+    effects = ablation_columns(loaded, table, probes_used, config, note, timings=timings)
     table = merge_ablation(table, effects)
     for spec in generated_specs if config.ablate != "none" else ():
         for seq_len in lengths if spec.verifier is not None else ():
             scores = verified_scores(table, spec.name, float(seq_len), (loaded.n_layers, loaded.n_heads))
-            fill_verification(table, spec.name, float(seq_len), spec.verifier(loaded, seq_len, config, scores))
+            with stage("retrieval ablation"):
+                fill_verification(table, spec.name, float(seq_len), spec.verifier(loaded, seq_len, config, scores))
     return table.reindex(columns=COLUMNS)
 
 
@@ -184,4 +201,4 @@ def copying_columns(loaded, specs, probes_used: dict[str, object], config: Label
 __all__ = ["ABLATE", "COREF_SETS", "DEFAULT_SEQ_LEN", "NOT_IDENTITY", "SINK_SHARE", "LabelConfig", "Note", "Progress",
            "ProbeSource", "Scored", "TokenProbeSet", "config_identity", "default_seq_len", "is_text_model",
            "label_model", "resolve_lengths", "resolve_types", "roles", "score_generated", "score_span_set",
-           "score_token_set", "summarise", "summary_lines"]
+           "score_token_set", "StageTimes", "summarise", "summary_lines"]

@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 
 from probe.heads.registry import REGISTRY
+from probe.heads.stage_times import StageTimes
 from probe.models import ModelKind
 
 MASK_SHARE = 0.15  # masked LMs: share of the measured positions that are masked
@@ -116,6 +117,7 @@ def ablation_columns(
     config,
     note: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    timings: StageTimes | None = None,  # per-head and group ablation seconds are added here
 ) -> pd.DataFrame:
     """`[head_type, layer, head, ablation_effect, ablation_z, group_effect, group_z, group_size, group_heads]` for
     the heads `config.ablate` selects (labelled or all): each type's heads ablated on that type's own probes and loss,
@@ -124,6 +126,7 @@ def ablation_columns(
     from probe.heads.ablation import ablation_effects, group_effects
     from probe.heads.probesets import pad_span_batch
 
+    timings = timings if timings is not None else StageTimes()
     columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS, *TYPE_GROUP_COLUMNS]
     labelled = table[table["label"].astype(bool)]
     if config.ablate == "none" or (config.ablate == "labelled" and labelled.empty):
@@ -165,22 +168,25 @@ def ablation_columns(
             batches.append(batch)
         if not batches:
             continue
-        effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls, exclude=exclude,
-                                   seed=config.seed, progress=progress)
+        with timings.stage("per-head ablation"):
+            effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls, exclude=exclude,
+                                       seed=config.seed, progress=progress)
         effects.insert(0, "head_type", head_type)
         labelled_heads = sorted({(int(row.layer), int(row.head)) for row in labelled.itertuples()
                                  if row.head_type == head_type})
         groups = _layer_groups(labelled_heads)
-        joint = group_effects(loaded, batches, groups, controls=config.ablation_controls, seed=config.seed,
-                              progress=progress)
+        with timings.stage("group ablation"):
+            joint = group_effects(loaded, batches, groups, controls=config.ablation_controls, seed=config.seed,
+                                  progress=progress)
         for row in joint.itertuples():
             if row.overlapping_controls and note is not None:
                 note(f"{loaded.name} · {head_type}: the group {_names(row.group)} fills its layers, so its "
                      f"{row.n_controls} control groups may share heads with it (group_z is conservative)")
         effects = effects.merge(_group_rows(joint), on=["layer", "head"], how="outer")
-        whole = group_effects(loaded, batches, [labelled_heads] if len(labelled_heads) >= 2 else [],
-                              controls=config.ablation_controls, seed=config.seed, progress=progress,
-                              layer_matched=True)
+        with timings.stage("group ablation"):
+            whole = group_effects(loaded, batches, [labelled_heads] if len(labelled_heads) >= 2 else [],
+                                  controls=config.ablation_controls, seed=config.seed, progress=progress,
+                                  layer_matched=True)
         for row in whole.itertuples():
             if row.overlapping_controls and note is not None:
                 note(f"{loaded.name} · {head_type}: its {row.group_size} labelled heads fill their layers, so the "

@@ -23,6 +23,7 @@ import pandas as pd
 
 from probe.hashing import identity_hash
 from probe.heads.label import LabelConfig, config_identity, label_model
+from probe.heads.stage_times import StageTimes
 from probe.heads.tables import COLUMNS, is_label_table, load_table, read_table_file, save_table
 from probe.runs.checkpoints import Checkpoint, checkpoint_revision, checkpoint_weights
 from probe.runs.hub import load_checkpoint
@@ -80,7 +81,10 @@ class LabelTask:
 
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
         try:
-            table = label_model(state, self.config, progress if self.progress else None, note=notes.append)
+            timings = StageTimes()
+            table = label_model(state, self.config, progress if self.progress else None, note=notes.append,
+                                timings=timings)
+            notes.append(timings.line(unit.key))  # per-stage seconds in the run's summary (issue 31)
         finally:
             if bar is not None:
                 bar.close()
