@@ -30,6 +30,7 @@ def main() -> None:
     import torch
 
     import probe.heads.label as label
+    import probe.heads.label_scoring as label_scoring
     from probe import models
     from probe.zoo.tiny import save_tiny
 
@@ -40,7 +41,7 @@ def main() -> None:
     config = label.LabelConfig(types=("previous_token", "duplicate_token", "induction"), examples=2, seq_len=256,
                                ablate="none")
     forwards: list[float] = []
-    run_sink = label.run_sink
+    run_sink = label_scoring.run_sink
 
     def timed_run_sink(*positional, **keywords):
         start = time.perf_counter()
@@ -49,7 +50,7 @@ def main() -> None:
         finally:
             forwards.append(time.perf_counter() - start)
 
-    label.run_sink = timed_run_sink  # this script's own instrument, restored below
+    label_scoring.run_sink = timed_run_sink  # this script's own instrument, restored below
     try:
         label.label_model(loaded, config)  # warm-up: per-model caches
         totals, fixed = [], []
@@ -60,7 +61,7 @@ def main() -> None:
             totals.append(time.perf_counter() - start)
             fixed.append(totals[-1] - sum(forwards))
     finally:
-        label.run_sink = run_sink
+        label_scoring.run_sink = run_sink
     print(f"144 heads, 3 types, 2 probes x 256 tokens, {args.threads} thread(s), {args.calls} calls")
     print("call s:      " + ", ".join(f"{t:.3f}" for t in totals))
     print("fixed s:     " + ", ".join(f"{t:.3f}" for t in fixed))

@@ -336,3 +336,45 @@ def test_argmax_keys_equal_eager_top1_on_gqa_sliding_window_and_gpt2(arch, tmp_p
                 assert int(generated[row, step]) == int(token)
                 top = torch.stack([attention[0, :, -1].argmax(-1) for attention in out.attentions])  # [layer head]
                 assert torch.equal(keys[step, row], top)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Verified by ablation (Wu et al.: the top-K retrieval heads masked against K random heads)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_head_counts_and_top_heads_by_hand():
+    from probe.heads.retrieval_ablation import head_counts, top_heads
+
+    assert head_counts(144) == [1, 3, 4, 6, 7] and head_counts(8) == [1] and head_counts(1000) == [10, 20, 30, 40, 50]
+    scores = torch.tensor([[0.1, float("nan")], [0.9, 0.5]])
+    assert top_heads(scores, 2) == ((1, 0), (1, 1)) and top_heads(torch.full((2, 2), float("nan")), 1) == ()
+
+
+def test_masking_the_top_retrieval_head_breaks_retrieval_beyond_every_random_draw(organism_table):
+    """zoo:retrieval (8 heads: K = 1): masking L1H0 drops the needle recall far below every random same-layer head."""
+    rows = organism_table
+    assert (rows["retrieval_k"] == 1).all()
+    first = rows.iloc[0]
+    assert first["needle_recall"] > 0.5
+    assert first["needle_recall_top"] < first["needle_recall_random_min"] - 0.3
+    assert first["needle_recall_random"] > first["needle_recall"] - 0.15  # random heads barely matter
+    assert first["retrieval_ablation"].startswith("clean ") and "K=1" in first["retrieval_ablation"]
+
+
+def test_a_random_model_shows_no_drop_and_an_unscored_length_no_columns(tmp_path):
+    """Negative control: the organism's architecture with random weights retrieves nothing, so masking its
+    'top' heads (scored on every probe) does no more than random heads; labelled, its length has no score and the
+    ablation columns are NaN (unknown, not 0)."""
+    from probe.heads.retrieval import needle_probes, score_needles
+    from probe.heads.retrieval_ablation import retrieval_ablation
+
+    loaded = random_twin(tmp_path)
+    probes = needle_probes(loaded.tokenizer, 8, 1024, seed=0)
+    scored = score_needles(loaded, probes, RetrievalConfig(examples=8, seq_len=1024, min_recall=0.0,
+                                                           min_retrieved=0.0))
+    result = retrieval_ablation(loaded, probes, torch.nanmean(scored.score, 0)).columns()
+    assert result["needle_recall_top"] >= result["needle_recall_random_min"]
+    assert result["needle_recall"] - result["needle_recall_top"] < 0.1
+    table = label_model(loaded, LabelConfig(types=("retrieval",), seq_len=1024, examples=8))
+    assert table["needle_recall"].isna().all() and table["retrieval_k"].isna().all()

@@ -14,6 +14,7 @@ from probe.errors import ProbeError
 from probe.heads.label import LabelConfig, label_model
 from probe.runs.checkpoints import checkpoint_step, sweep_checkpoints
 from probe.runs.plot import sweep_figure
+from probe.runs.tasks import SWEEP_COLUMNS
 
 # two types, small probe sets, no ablation: the runner is under test here, not the classifier
 CONFIG = LabelConfig(**{name: value for name, value in dict(
@@ -84,7 +85,7 @@ def test_sweep_table_resume_errors_and_plot(checkpoints, tmp_path, capsys):
     assert list(table["step"].unique()) == list(STEPS) and set(table["model"]) == {str(checkpoints)}
     for step in STEPS:
         expected = label_model(models.load(str(checkpoints / f"step-{step}")), CONFIG)
-        mine = table[table["step"] == step].drop(columns=["checkpoint", "step", "model"]).reset_index(drop=True)
+        mine = table[table["step"] == step].drop(columns=[*SWEEP_COLUMNS, "model"]).reset_index(drop=True)
         pd.testing.assert_frame_equal(mine, expected.drop(columns=["model"]), check_exact=True, check_dtype=False)
     if table["label"].any():
         assert plot.exists() and "plotly" in plot.read_text()[:5000]

@@ -151,6 +151,46 @@ def control_groups(
     return found, overlapping
 
 
+def layer_matched_groups(
+    group: Sequence[Head],
+    n_heads: int,
+    controls: int,
+    seed: int = 0,
+) -> tuple[list[tuple[Head, ...]], bool]:
+    """Up to `controls` distinct random groups with `group`'s layer histogram (as many heads from each layer as
+    `group` has there), and whether they may share heads with `group`.
+
+    Each layer's share is drawn (seeded) from that layer's heads outside `group`; where a layer has fewer such heads
+    than `group` takes from it, or the draws make fewer than two distinct groups, that layer's heads of `group`
+    join its pool (never the whole `group` itself), and the second value is True. For a type's labelled heads across
+    layers (:func:`probe.heads.label_ablation.ablation_columns`)."""
+    rng = random.Random(seed)
+    tested = tuple(sorted(set(group)))
+    counts: dict[int, int] = {}
+    for layer, _ in tested:
+        counts[layer] = counts.get(layer, 0) + 1
+    outside = {layer: [(layer, head) for head in range(n_heads) if (layer, head) not in tested] for layer in counts}
+    everything = {layer: [(layer, head) for head in range(n_heads)] for layer in counts}
+    found: list[tuple[Head, ...]] = []
+
+    def draw(pools: dict[int, list[Head]]) -> None:
+        for _ in range(50 * controls):
+            if len(found) >= controls:
+                return
+            candidate = tuple(sorted(head for layer, count in counts.items()
+                                     for head in rng.sample(pools[layer], count)))
+            if candidate != tested and candidate not in found:
+                found.append(candidate)
+
+    disjoint = all(len(outside[layer]) >= count for layer, count in counts.items())
+    if disjoint:
+        draw(outside)
+    overlapping = len(found) < 2
+    if overlapping:
+        draw(everything)
+    return found, overlapping
+
+
 def ablation_effects(
     loaded,
     batches: Sequence[Mapping[str, torch.Tensor]],
@@ -205,9 +245,10 @@ def group_effects(
     seed: int = 0,
     max_rows: int = 64,
     progress: Callable[[int, int], None] | None = None,
+    layer_matched: bool = False,
 ) -> pd.DataFrame:
     """Joint ablation: each group of heads zeroed together, against random groups of the same size
-    (:func:`control_groups`).
+    (:func:`control_groups`; with `layer_matched`, of the same layer histogram: :func:`layer_matched_groups`).
 
     `loaded`, `batches`, `loss`, `causal`: as for :func:`ablation_effects`. Returns one row per group, columns
     :data:`GROUP_COLUMNS`: ``group`` (the sorted heads), ``group_effect`` (mean loss difference, ablated − clean),
@@ -221,7 +262,8 @@ def group_effects(
     loss = _default_loss(loaded, loss, causal)
     for group in groups:
         _check_heads(loaded, group)
-    drawn = {group: control_groups(group, loaded.n_layers, loaded.n_heads, controls, seed) for group in groups}
+    drawn = {group: layer_matched_groups(group, loaded.n_heads, controls, seed) if layer_matched
+             else control_groups(group, loaded.n_layers, loaded.n_heads, controls, seed) for group in groups}
     ablated = list(dict.fromkeys(groups + [control for chosen, _ in drawn.values() for control in chosen]))
     effect = set_effects(loaded, batches, ablated, loss, max_rows, progress)
     records = []

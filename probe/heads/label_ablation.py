@@ -13,7 +13,9 @@ The effects are computed by :func:`probe.heads.ablation.ablation_effects` (heads
 attention function, batched several heads per forward) against random unlabelled heads of the same layer (of the
 whole model where a layer has fewer than two; see :func:`probe.heads.ablation.control_heads`). Each (type, layer)
 with two or more labelled heads is also ablated as one group (:func:`probe.heads.ablation.group_effects`: columns
-``group_effect``, ``group_z``, ``group_size``, ``group_heads``), on the same probes and loss.
+``group_effect``, ``group_z``, ``group_size``, ``group_heads``), on the same probes and loss; and all labelled heads
+of a type together, across layers, against random groups of the same layer histogram
+(:func:`probe.heads.ablation.layer_matched_groups`: ``type_group_effect``, ``type_group_z``, ``type_group_size``).
 Models whose checkpoint has no trained LM head (a sentence-embedding BERT loaded with a fresh MLM head) get no
 ablation columns: their loss would measure a random head.
 """
@@ -28,6 +30,7 @@ import pandas as pd
 import torch
 
 from probe.heads.registry import REGISTRY
+from probe.heads.stage_times import StageTimes
 from probe.models import ModelKind
 
 MASK_SHARE = 0.15  # masked LMs: share of the measured positions that are masked
@@ -114,6 +117,7 @@ def ablation_columns(
     config,
     note: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    timings: StageTimes | None = None,  # per-head and group ablation seconds are added here
 ) -> pd.DataFrame:
     """`[head_type, layer, head, ablation_effect, ablation_z, group_effect, group_z, group_size, group_heads]` for
     the heads `config.ablate` selects (labelled or all): each type's heads ablated on that type's own probes and loss,
@@ -122,7 +126,8 @@ def ablation_columns(
     from probe.heads.ablation import ablation_effects, group_effects
     from probe.heads.probesets import pad_span_batch
 
-    columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS]
+    timings = timings if timings is not None else StageTimes()
+    columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS, *TYPE_GROUP_COLUMNS]
     labelled = table[table["label"].astype(bool)]
     if config.ablate == "none" or (config.ablate == "labelled" and labelled.empty):
         return pd.DataFrame(columns=columns)
@@ -163,19 +168,31 @@ def ablation_columns(
             batches.append(batch)
         if not batches:
             continue
-        effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls, exclude=exclude,
-                                   seed=config.seed, progress=progress)
+        with timings.stage("per-head ablation"):
+            effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls, exclude=exclude,
+                                       seed=config.seed, progress=progress)
         effects.insert(0, "head_type", head_type)
         labelled_heads = sorted({(int(row.layer), int(row.head)) for row in labelled.itertuples()
                                  if row.head_type == head_type})
         groups = _layer_groups(labelled_heads)
-        joint = group_effects(loaded, batches, groups, controls=config.ablation_controls, seed=config.seed,
-                              progress=progress)
+        with timings.stage("group ablation"):
+            joint = group_effects(loaded, batches, groups, controls=config.ablation_controls, seed=config.seed,
+                                  progress=progress)
         for row in joint.itertuples():
             if row.overlapping_controls and note is not None:
                 note(f"{loaded.name} · {head_type}: the group {_names(row.group)} fills its layers, so its "
                      f"{row.n_controls} control groups may share heads with it (group_z is conservative)")
         effects = effects.merge(_group_rows(joint), on=["layer", "head"], how="outer")
+        with timings.stage("group ablation"):
+            whole = group_effects(loaded, batches, [labelled_heads] if len(labelled_heads) >= 2 else [],
+                                  controls=config.ablation_controls, seed=config.seed, progress=progress,
+                                  layer_matched=True)
+        for row in whole.itertuples():
+            if row.overlapping_controls and note is not None:
+                note(f"{loaded.name} · {head_type}: its {row.group_size} labelled heads fill their layers, so the "
+                     f"{row.n_controls} layer-matched control groups may share heads with them (type_group_z is "
+                     "conservative)")
+        effects = effects.merge(_type_rows(whole), on=["layer", "head"], how="outer")
         effects["head_type"] = head_type
         out.append(effects[columns])
     if not out:
@@ -184,6 +201,7 @@ def ablation_columns(
 
 
 GROUP_COLUMNS = ["group_effect", "group_z", "group_size", "group_heads"]
+TYPE_GROUP_COLUMNS = ["type_group_effect", "type_group_z", "type_group_size"]
 
 
 def _layer_groups(heads: list[tuple[int, int]]) -> list[tuple[tuple[int, int], ...]]:
@@ -208,10 +226,17 @@ def _group_rows(joint: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_records(records, columns=["layer", "head", *GROUP_COLUMNS])
 
 
+def _type_rows(whole: pd.DataFrame) -> pd.DataFrame:
+    """One row per labelled head of the type: layer, head and the type-group columns."""
+    records = [{"layer": layer, "head": head, "type_group_effect": row.group_effect, "type_group_z": row.group_z,
+                "type_group_size": row.group_size} for row in whole.itertuples() for layer, head in row.group]
+    return pd.DataFrame.from_records(records, columns=["layer", "head", *TYPE_GROUP_COLUMNS])
+
+
 def merge_ablation(table: pd.DataFrame, effects: pd.DataFrame) -> pd.DataFrame:
     """The table with the ablation and group columns filled from `effects` (every length's row of a head and
     type)."""
-    filled = ["ablation_effect", "ablation_z", *GROUP_COLUMNS]
+    filled = ["ablation_effect", "ablation_z", *GROUP_COLUMNS, *TYPE_GROUP_COLUMNS]
     out = table.drop(columns=filled, errors="ignore")
     if effects.empty:
         for column in filled:

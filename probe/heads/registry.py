@@ -36,7 +36,7 @@ then scores at chance.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -44,6 +44,27 @@ import torch
 
 from probe.errors import ProbeError
 from probe.heads.generated import GeneratedScores
+from probe.heads.targets import (  # the patterns, and the names callers import from here
+    MAX_OFFSET,
+    SMALL_VOCABULARY,
+    TargetContext,
+    Targets,
+    _bracket,
+    _coreference,
+    _delimiter,
+    _duplicate_token,
+    _first_token,
+    _fixed_offset,
+    _induction,
+    _next_token,
+    _no_targets,
+    _previous_token,
+    _self,
+    _sentence_start,
+    bracket_pairs,
+    offsets_for,
+    sentence_start_pairs,
+)
 from probe.heads.vocab import TokenClasses
 from probe.models import ModelKind
 
@@ -62,225 +83,20 @@ ALL_KINDS = frozenset({CAUSAL, MASKED, PROTEIN})
 TEXT_KINDS = frozenset({CAUSAL, MASKED})
 BIDIRECTIONAL_KINDS = frozenset({MASKED, PROTEIN})
 
-MAX_OFFSET = 32  # fixed_offset candidates: 2 ≤ |d| ≤ MAX_OFFSET
-SMALL_VOCABULARY = 1000  # below this many content tokens, repeat targets are restricted to the planted repeat
-
-
-@dataclass(frozen=True)
-class TargetContext:
-    """What a type's targets may depend on, for one batch of probes (right padding is masked by the scorer).
-
-    Attributes
-    ----------
-    input_ids : torch.Tensor, shape=(batch, seq), long
-        The probes' token ids (on the CPU).
-    causal : bool
-        The model is causal (a query sees only keys j ≤ i).
-    delimiter_ids : tuple of int
-        Token ids that count as delimiters (:func:`probe.heads.probesets.delimiter_ids`).
-    repeat_start : torch.Tensor or None, shape=(batch,), long
-        Repeated-block probes: position of the planted block's first copy.
-    repeat_len : torch.Tensor or None, shape=(batch,), long
-        Repeated-block probes: the planted block's length.
-    restrict_to_repeat : bool
-        Small vocabulary: repeat targets only inside the planted repeat.
-    spans : tuple
-        Span types: one :class:`probe.heads.probesets.EncodedSpanExample` per row.
-    """
-
-    input_ids: torch.Tensor  # [batch seq] long
-    causal: bool = True
-    delimiter_ids: tuple[int, ...] = ()  # token ids that count as delimiters
-    repeat_start: torch.Tensor | None = None  # [batch] position of the planted block's first copy (repeated probes)
-    repeat_len: torch.Tensor | None = None  # [batch] the planted block's length
-    restrict_to_repeat: bool = False  # small vocabulary: repeat targets only inside the planted repeat
-    spans: tuple = ()  # one probe.heads.probesets.EncodedSpanExample per row (span types)
-    classes: TokenClasses = TokenClasses()  # sentence ends and brackets (sentence_start, bracket)
-
-
-Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset's d) -> [batch query key] bool
-
-
-def _diagonal(ctx: TargetContext, offset: int, first_row: int = 0) -> torch.Tensor:
-    batch, n = ctx.input_ids.shape
-    pattern = torch.ones(n, n, dtype=torch.bool).triu(offset).tril(offset)  # [query key]: key = query + offset
-    pattern[:first_row] = False
-    return pattern.expand(batch, n, n).clone()  # [batch query key]
-
-
-def _previous_token(ctx: TargetContext) -> Targets:
-    return {None: _diagonal(ctx, -1)}
-
-
-def _next_token(ctx: TargetContext) -> Targets:
-    return {None: _diagonal(ctx, 1)}
-
-
-def _self(ctx: TargetContext) -> Targets:
-    return {None: _diagonal(ctx, 0, first_row=1)}
-
-
-def _first_token(ctx: TargetContext) -> Targets:
-    batch, n = ctx.input_ids.shape
-    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
-    pattern[:, 1:, 0] = True
-    return {None: pattern}
-
-
-def offsets_for(n: int, causal: bool) -> list[int]:
-    """fixed_offset's candidate offsets d for sequences of n tokens: −2 … −min(MAX_OFFSET, n/2) (and +2 … when
-    bidirectional). At most n/2, so every candidate has targets in at least half of the rows."""
-    reach = min(MAX_OFFSET, n // 2)
-    negative = [-d for d in range(2, reach + 1)]
-    return negative if causal else negative + [d for d in range(2, reach + 1)]
-
-
-def _fixed_offset(ctx: TargetContext) -> Targets:
-    targets = {}
-    for d in offsets_for(ctx.input_ids.shape[1], ctx.causal):
-        pattern = _diagonal(ctx, d)  # [batch query key]
-        pattern[:, :, 0] = False  # position 0 is the first-token type's: a sink is not an offset head
-        targets[d] = pattern
-    return targets
-
-
-def _delimiter(ctx: TargetContext) -> Targets:
-    ids = ctx.input_ids
-    n = ids.shape[1]
-    is_delimiter = torch.isin(ids, torch.tensor(ctx.delimiter_ids, dtype=ids.dtype))  # [batch key]
-    is_delimiter[:, 0] = False  # position 0 is the first-token type's
-    pattern = is_delimiter[:, None, :].expand(-1, n, -1).clone()  # [batch query key]
-    pattern &= ~torch.eye(n, dtype=torch.bool)
-    return {None: pattern.tril(-1) if ctx.causal else pattern}
-
-
-def sentence_start_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
-    """(final token, first token) of every sentence of one sequence of token ids.
-
-    A sentence ends at a "!", "?" or separator / EOS token, and at a "." except when (abbreviations) the token
-    before it is a one-letter word or a listed abbreviation ("J. Smith", "Mr.", "etc."), or a letter that follows
-    another "." or starts the sentence ("e.g.", "i.e.", "U.S." — a letter piece after a word, as in "cat" "s" ".",
-    is not an abbreviation), or (decimals) it stands between a token ending in a digit and one starting with a
-    digit without a space ("3.5"; WordPiece drops spaces, so there "3. 5" reads as a decimal too).
-    The sentence's first token is the first non-special token after the previous sentence end (after the framing
-    at the start); a sentence of one token (the end itself, e.g. "..." or "[SEP]" right after ".") has no pair.
-    Known misses, by design of a token-only rule: a sentence ending in "U.S." or "etc." runs on into the next one.
-    """
-    pairs, start, n = [], None, len(ids)
-    for i, token in enumerate(ids):
-        end = token in classes.sentence_end
-        if token in classes.period:
-            abbreviation = i > 0 and (ids[i - 1] in classes.abbreviation or ids[i - 1] in classes.letter and (
-                start == i - 1 or (i > 1 and ids[i - 2] in classes.period)))
-            decimal = 0 < i < n - 1 and ids[i - 1] in classes.digit_end and ids[i + 1] in classes.digit_start
-            end = not (abbreviation or decimal)
-        if end:
-            if start is not None and start < i:
-                pairs.append((i, start))
-            start = None
-        elif start is None and token not in classes.special:
-            start = i
-    return pairs
-
-
-def bracket_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
-    """(closing bracket, its matching opening bracket) of one sequence of token ids: one stack over all kinds, so
-    nesting is respected across kinds; a closing bracket matches the innermost open bracket when that is of its
-    kind, and otherwise (or with none open) it is unmatched — no pair, and the stack is left as it was. Opening
-    brackets never closed have no pair either."""
-    pairs: list[tuple[int, int]] = []
-    stack: list[tuple[int, int]] = []  # (kind, position)
-    for i, token in enumerate(ids):
-        for kind, (openers, closers) in enumerate(zip(classes.openers, classes.closers, strict=True)):
-            if token in openers:
-                stack.append((kind, i))
-            elif token in closers:
-                if stack and stack[-1][0] == kind:
-                    pairs.append((i, stack.pop()[1]))
-            else:
-                continue
-            break
-    return pairs
-
-
-def _pairs_pattern(ctx: TargetContext, find) -> torch.Tensor:
-    batch, n = ctx.input_ids.shape
-    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
-    for row in range(batch):
-        pairs = find(ctx.input_ids[row].tolist(), ctx.classes)
-        if pairs:
-            query, key = torch.tensor(pairs).T
-            pattern[row, query, key] = True
-    return pattern
-
-
-def _sentence_start(ctx: TargetContext) -> Targets:
-    return {None: _pairs_pattern(ctx, sentence_start_pairs)}
-
-
-def _bracket(ctx: TargetContext) -> Targets:
-    return {None: _pairs_pattern(ctx, bracket_pairs)}
-
-
-def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
-    """Only the planted repeat: query i in the second copy -> key i − L + shift (and, mirrored, the first copy's
-    query i -> key i + L)."""
-    if ctx.repeat_start is None or ctx.repeat_len is None:
-        raise ProbeError("restricted repeat targets need the planted block's position (repeated-block probes)")
-    batch, n = ctx.input_ids.shape
-    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
-    for row in range(batch):
-        start, length = int(ctx.repeat_start[row]), int(ctx.repeat_len[row])
-        second = torch.arange(start + length, start + 2 * length)
-        pattern[row, second, second - length + shift] = True
-        if mirror:
-            first = torch.arange(start, start + length)
-            pattern[row, first, first + length] = True
-    return pattern
-
-
-def _duplicate_token(ctx: TargetContext) -> Targets:
-    if ctx.restrict_to_repeat:
-        return {None: _repeat_pairs(ctx, 0, mirror=not ctx.causal)}
-    ids = ctx.input_ids
-    same = ids[:, :, None] == ids[:, None, :]  # [batch query key]
-    if ctx.causal:
-        return {None: same.tril(-1)}
-    return {None: same & ~torch.eye(ids.shape[1], dtype=torch.bool)}
-
-
-def _induction(ctx: TargetContext) -> Targets:
-    if ctx.restrict_to_repeat:
-        return {None: _repeat_pairs(ctx, 1, mirror=False)}
-    ids = ctx.input_ids
-    batch, n = ids.shape
-    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
-    pattern[:, :, 1:] = ids[:, :, None] == ids[:, None, :-1]  # key j holds t_{j-1}
-    return {None: pattern.tril(0)}
-
-
-def _coreference(ctx: TargetContext) -> Targets:
-    batch, n = ctx.input_ids.shape
-    if len(ctx.spans) != batch:
-        raise ProbeError("coreference targets need spans: pass encoded span examples (probe.heads.probesets)")
-    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
-    for row, example in enumerate(ctx.spans):
-        pattern[row, torch.tensor(example.query_tokens)[:, None], torch.tensor(example.target_tokens)[None, :]] = True
-    return {None: pattern}
-
-
 Scorer = Callable[..., GeneratedScores]
-
-
-def _no_targets(ctx: TargetContext) -> Targets:
-    raise ProbeError("retrieval heads have no target pattern: they are scored while the model generates "
-                     "(probe.heads.retrieval.retrieval_scores)")
+Verifier = Callable[..., dict]
 
 
 def _retrieval_scorer(loaded, seq_len: int, config, tick) -> GeneratedScores:
     from probe.heads.retrieval import label_scores  # imported when used: retrieval builds on the engine
 
     return label_scores(loaded, seq_len, config, tick)
+
+
+def _retrieval_verifier(loaded, seq_len: int, config, scores: torch.Tensor) -> dict:
+    from probe.heads.retrieval_ablation import label_verification  # imported when used, as the scorer
+
+    return label_verification(loaded, seq_len, config, scores)
 
 
 @dataclass(frozen=True)
@@ -320,6 +136,14 @@ class HeadTypeSpec:
         decodes and scores its own probes; ``targets`` is then unused.
     default : bool, default True
         Scored when no types are asked for; False makes the type opt-in (``--types retrieval``).
+    verifier : callable or None, default None
+        Causal evidence a type measures itself: ``verifier(loaded, seq_len, config, scores) -> {column: value}``
+        with the heads' mean scores ``[layer head]`` at that length; the columns go on its rows of that length
+        (retrieval: Wu et al.'s masking of the top-K heads against K random ones). Skipped with ``--ablate none``.
+    copies : bool, default False
+        Its heads are expected to copy the token they attend to (Olsson et al. 2022's induction head): its labels
+        get the role ``copying`` or ``suppressing`` from the sign of the ``copying`` score, and its rows the
+        ``copying_dla`` column (direct logit attribution to the induction target's token).
     """
 
     name: HeadType
@@ -333,6 +157,8 @@ class HeadTypeSpec:
     loss_positions: LossPositions = "text"  # ablation: the loss of these positions of its own probes
     scorer: Scorer | None = None  # generation-scored types: (loaded, seq_len, LabelConfig, tick) -> GeneratedScores
     default: bool = True  # scored when no types are asked for (False: only when asked, e.g. --types retrieval)
+    verifier: Verifier | None = None  # (loaded, seq_len, LabelConfig, scores [layer head]) -> {column: value}
+    copies: bool = False  # labels get a copying / suppressing role and rows a copying_dla (induction)
 
     @property
     def text_only(self) -> bool:
@@ -358,11 +184,12 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
         HeadTypeSpec("duplicate_token", "attends to other copies of the current token (earlier ones when causal)",
                      _duplicate_token, "repeated", loss_positions="repeat"),
         HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token", _induction,
-                     "repeated", loss_positions="repeat"),
+                     "repeated", loss_positions="repeat", copies=True),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", _coreference, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
         HeadTypeSpec("retrieval", "copies the needle token it attends to while generating it (Wu et al. 2024)",
-                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer, default=False),
+                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer, default=False,
+                     verifier=_retrieval_verifier),
     )
 }
 assert tuple(REGISTRY) == HEAD_TYPES  # one list of names
@@ -534,3 +361,9 @@ def unregister(name: str) -> None:
     if name not in REGISTRY:
         raise ProbeError(f"head type {name!r} is not registered")
     del REGISTRY[name]  # type: ignore[arg-type]
+
+
+__all__ = ["ALL_KINDS", "BIDIRECTIONAL_KINDS", "BUILT_IN", "DEFAULT_TYPES", "HEAD_TYPES", "MAX_OFFSET", "REGISTRY",
+           "SMALL_VOCABULARY", "TEXT_KINDS", "TOKEN_TYPES", "HeadType", "HeadTypeSpec", "TargetContext", "Targets",
+           "TokenClasses", "batch_pattern", "bracket_pairs", "names", "offsets_for", "parse_head_types", "register",
+           "sentence_start_pairs", "target_pattern", "target_slots", "types_for_kind", "unregister"]

@@ -24,8 +24,9 @@ al. sweep depths 0–100 %).
 
 Where we differ from their code, and why:
 
-* the needle span is the ``needle_len`` tokens the model must copy (their span is the whole needle sentence, part of
-  which the question repeats, so their maxima are below 1);
+* the needle span is the ``needle_len`` tokens the model must copy; theirs is the needle's answer clause
+  (``real_needle``), the part of the needle sentence the model must produce — ours is all answer, the key that cues
+  it is written apart;
 * we decode exactly ``needle_len`` tokens (they decode up to 50 and stop at a newline; random-token needles have no
   newline);
 * recall is ROUGE-1 recall on token ids (clipped unigram counts, no stemming: the tokens are not words);

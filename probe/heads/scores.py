@@ -12,8 +12,9 @@ Scores of one example (n real rows, V = rows that have at least one target, T(i)
 * coreference accuracy: word-level attention of the attending word (sum over the pieces of each attended word,
   mean over the pieces of the attending word); the head's prediction is the most-attended candidate word — a word of
   a marked mention (antecedent or distractor) when the example marks distractors, else any word other than the
-  attending word and special tokens; correct when it is an antecedent word (Clark et al. 2019 restrict the argmax
-  to candidate mentions in the same way).
+  attending word and special tokens; correct when it is an antecedent word. The restriction to marked mentions is
+  ours (Clark et al. 2019 never released their coreference code; their released dependency evaluation takes the
+  argmax over all words), so on GAP chance is 50 % (docs/labels.md).
 
 * output share (with ``output_projections``): per row Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, n_j = ‖f_h(x_j)‖ the norm
   of what key j passes through the head (Kobayashi et al. 2020; :mod:`probe.engine.output_norms` computes n and the

@@ -22,6 +22,10 @@ COLUMNS = [
     "ablation_effect", "ablation_z",
     "output_share", "output_share_low", "output_share_high", "role",
     "group_effect", "group_z", "group_size", "group_heads",
+    "copying", "copying_dla",
+    "type_group_effect", "type_group_z", "type_group_size",
+    "retrieval_k", "needle_recall", "needle_recall_top", "needle_recall_random", "needle_recall_random_min",
+    "retrieval_ablation",
 ]
 """The label table's columns, in file order; one row per (model, seq_len, layer, head, head_type).
 
@@ -50,9 +54,16 @@ COLUMNS = [
 | `accuracy_by_source` | str | accuracy per group of examples |
 | `ablation_effect`, `ablation_z` | float | loss change when the head is zeroed, and its z against same-layer controls (whole-model controls when the layer has too few unlabelled heads); NaN for heads not ablated |
 | `output_share`, `output_share_low`, `output_share_high` | float | mean over the rows with a target of Σ_{j∈T(i)} ‖α_ij f_h(x_j)‖ / Σ_j ‖α_ij f_h(x_j)‖, f_h(x) = (x W_V^h + b_V^h) W_O^h (Kobayashi et al. 2020), averaged like `score`, and its bootstrap interval; NaN where the output projection is not found |
-| `role` | str | labelled heads: `sink` when `output_share` < 0.1, else `function`; empty otherwise |
+| `role` | str | labelled heads: `sink` when `output_share` < 0.1, else `function`; induction labels `copying` / `suppressing` by the sign of `copying` (±0.1); empty otherwise |
 | `group_effect`, `group_z` | float | loss change when the type's labelled heads of the layer are zeroed together, and its z against random groups of the same size (same layers where possible); NaN where fewer than two heads are labelled |
 | `group_size`, `group_heads` | int, str | the group's size and its heads (`L1H0 L1H1 …`) |
+| `copying` | float | Elhage et al.'s eigenvalue copying score Σλ / Σ abs(λ) of the head's OV circuit; NaN without an unembedding |
+| `copying_dla` | float | induction rows: direct logit attribution to the induction target's token (logits); NaN elsewhere |
+| `type_group_effect`, `type_group_z`, `type_group_size` | float | all the type's labelled heads ablated together across layers, its z against random groups of the same layer histogram, and their number; NaN for other rows |
+| `retrieval_k` | float | retrieval rows: K, the heads masked (the largest of 1 … 5 % of the heads, at least 1); NaN elsewhere |
+| `needle_recall`, `needle_recall_top` | float | retrieval rows: needle recall with no head masked, and with the K top-scoring retrieval heads masked (Wu et al. 2024) |
+| `needle_recall_random`, `needle_recall_random_min` | float | retrieval rows: mean and lowest recall over random same-layer sets of K heads masked |
+| `retrieval_ablation` | str | retrieval rows: every K's recalls (`clean 0.65; K=1: top 0.08, random 0.58–0.64`) |
 
 Tables written before a column existed read back with it NaN (:func:`load_table`).
 """
@@ -61,7 +72,7 @@ REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "sco
 
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
 _TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str,
-                 "role": str, "group_heads": str}
+                 "role": str, "group_heads": str, "retrieval_ablation": str}
 
 
 def _suffix(path) -> str:

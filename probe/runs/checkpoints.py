@@ -100,6 +100,25 @@ def checkpoint_revision(checkpoint: Checkpoint) -> str | None:
     return Path(found).parent.name if isinstance(found, str) else None
 
 
+def checkpoint_weights(checkpoint: Checkpoint) -> str | None:
+    """The identity of a checkpoint's weight bytes (:func:`probe.hashing.weights_identity`): of its local directory,
+    or of its snapshot in the Hugging Face cache (after loading, it is there); None when neither is found."""
+    from probe.hashing import weight_files, weights_identity
+
+    directory = checkpoint_directory(checkpoint)
+    if directory is None:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(checkpoint.spec, "config.json", revision=checkpoint.revision)
+        except Exception:  # noqa: BLE001 - not a hub id, no cache, no huggingface_hub: unknown
+            return None
+        directory = Path(found).parent if isinstance(found, str) else None
+    if directory is None or not weight_files(directory):
+        return None
+    return weights_identity(directory)
+
+
 def make_checkpoint(spec: str, revision: str | None = None) -> Checkpoint:
     """A Checkpoint with its step read from its directory or its name."""
     directory = checkpoint_directory(Checkpoint(spec, revision))

@@ -30,250 +30,268 @@ The runner alone owns what must be the same on every path:
   a run of a single unit that fails raises its error instead (there is nothing to go on with: one line, exit 2 for
   bad input, nothing written);
 * the **exit code**: 0 when every unit succeeded, 2 when some failed on bad input only, 1 otherwise.
+
+:func:`run` is a :class:`Run` executed: its steps are methods with names (check the keys, read the earlier table,
+match the journal, announce what is reused, deliver each result, write the files, finish). The vocabulary (units,
+tasks, :class:`Out`, :class:`RunReport`) is :mod:`probe.runs.units`; the in-process executor
+:mod:`probe.runs.executors`; both are importable from here.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-import traceback
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
-from probe.errors import ProbeError, first_line
+from probe.errors import ProbeError
+from probe.runs.atomic import write_atomically
+from probe.runs.executors import Executor, InProcess, UnitWorker
+from probe.runs.journal import Journal
+from probe.runs.units import (
+    ERROR_COLUMNS,
+    Out,
+    RunReport,
+    Task,
+    Unit,
+    UnitOutput,
+    UnitResult,
+    errors_path,
+    errors_table,
+    exit_code,
+    results_table,
+)
 
-ERROR_COLUMNS = ["unit", "kind", "error"]
 WRITE_SHARE = 0.1  # at most this share of a run's wall time goes to rewriting its outputs
 NAMED = 3  # messages name at most this many units
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One piece of work. `key` is stable across runs (the journal's unit name), `group` names what the worker
-    must hold loaded (units of one group share a model), `payload` is small and picklable."""
-
-    key: str
-    group: Hashable
-    payload: Any = None
-
-
-@dataclass
-class UnitOutput:
-    """What a task computes for one unit: small and picklable (never attention tensors). `identity`: the unit's
-    identity as known after computing (a hub model's commit), when the task could not tell it before."""
-
-    table: pd.DataFrame | None = None
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    identity: str | None = None
-    notes: list[str] = field(default_factory=list)  # one-line notes for the user, said when the unit succeeds
-
-
-@dataclass
-class UnitResult:
-    """One finished unit, as the driver receives it."""
-
-    key: str
-    table: pd.DataFrame | None = None
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    error: str | None = None  # one line; None when the unit succeeded
-    kind: str | None = None  # "input" (bad input, ProbeError) | "internal" (anything else); None when ok
-    load_seconds: float = 0.0  # time this unit spent loading its group's model (0 when the worker held it)
-    run_seconds: float = 0.0
-    pid: int = 0  # the process that ran it (a Ray worker's pid, or this process)
-    cached: bool = False  # taken from the journal, not computed
-    identity: str | None = None  # the identity it was computed with (UnitOutput.identity), when the task said
-    notes: list[str] = field(default_factory=list)  # UnitOutput.notes (a failed unit's notes are dropped: its
-    # error line says what matters)
-    exception: BaseException | None = field(default=None, repr=False)  # in-process failures: the error itself
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-class Task(Protocol):
-    """What a command gives :func:`run`. Picklable: it travels to every Ray worker (models never do)."""
-
-    def identity(self, unit: Unit) -> str | None:
-        """Everything that determines the unit's result, hashed (:func:`probe.hashing.identity_hash`); computed in
-        the driver before anything is loaded. None: not known before computing (never reused)."""
-
-    def load(self, group: Hashable) -> Any:
-        """What the units of one group share (a loaded model); kept by the worker while its next units need it."""
-
-    def compute(self, state: Any, unit: Unit) -> UnitOutput:
-        """One unit on the loaded state."""
-
-    def rows(self, unit: Unit, result: UnitResult) -> pd.DataFrame | None:
-        """The unit's rows of the output table (None: the task has no table)."""
-
-    def owners(self, table: pd.DataFrame) -> pd.Series:
-        """The unit key each row of an earlier output table belongs to (rows of keys not in the run are kept)."""
-
-
-Writer = Callable[[Path], object]
-
-
-@dataclass(frozen=True)
-class Out:
-    """Where a run's results go.
-
-    Parameters
-    ----------
-    path
-        The file the journal (``.NAME.parts/``) and ``NAME.errors.csv`` sit beside; None: no journal, nothing
-        persisted (the caller prints :attr:`RunReport.table`).
-    write
-        ``write(table, finished) -> {path: writer}``: the files to (re)write from the output table (kept rows, then
-        every finished unit's rows in unit order) and the finished results (unit order); each writer is called with
-        a temporary path by :func:`probe.runs.atomic.write_atomically`.
-    read
-        ``read() -> table | None``: the earlier output table, whose rows of other units are kept (a foreign file is a
-        one-line ProbeError; ``force`` ignores it). None: nothing is kept.
-    force
-        Recompute every unit (the journal is emptied).
-    show
-        ``show(unit, result)``, called in the driver for each successful unit as it finishes or is reused (one
-        report line on stdout, say).
-    written
-        ``written(table, finished) -> lines`` said on stderr after the last write.
-    command, noun
-        For messages: ``"probe label: reused 2 of 3 model(s) ..."``.
-    """
-
-    path: Path | None = None
-    write: Callable[[pd.DataFrame, list[tuple[Unit, UnitResult]]], Mapping[Path, Writer]] | None = None
-    read: Callable[[], pd.DataFrame | None] | None = None
-    force: bool = False
-    show: Callable[[Unit, UnitResult], None] | None = None
-    written: Callable[[pd.DataFrame, list[tuple[Unit, UnitResult]]], list[str]] | None = None
-    command: str = "probe"
-    noun: str = "unit"
-
-
-@dataclass
-class RunReport:
-    """What :func:`run` returns: every unit's result in unit order, the output table, the exit code."""
-
-    results: list[UnitResult]
-    table: pd.DataFrame
-    code: int
-    reused: list[str] = field(default_factory=list)
-    computed: list[str] = field(default_factory=list)
-
-    @property
-    def errors(self) -> pd.DataFrame:
-        return errors_table(self.results)
-
-
-def errors_table(results: Iterable[UnitResult]) -> pd.DataFrame:
-    """unit, kind, error of every failed unit, in the order given."""
-    rows = [{"unit": r.key, "kind": r.kind, "error": r.error} for r in results if not r.ok]
-    return pd.DataFrame(rows, columns=ERROR_COLUMNS)
-
-
-def exit_code(results: Iterable[UnitResult]) -> int:
-    """0 when every unit succeeded, 2 when some failed on bad input only, 1 when any failed otherwise."""
-    kinds = {r.kind for r in results if not r.ok}
-    return 0 if not kinds else 2 if kinds == {"input"} else 1
-
-
-def errors_path(out: Path) -> Path:
-    """OUT.errors.csv beside an output file (the failed units of its last run)."""
-    return out.with_name(out.stem + ".errors.csv")
-
-
-def results_table(results: Iterable[UnitResult]) -> pd.DataFrame:
-    """The tables of the successful units concatenated in the order given (empty frame when none)."""
-    tables = [r.table for r in results if r.ok and r.table is not None]
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Executors
-# ---------------------------------------------------------------------------------------------------------------
-
-
-class UnitWorker:
-    """Runs units of one task, holding the state (model) of the last group it loaded. Used as is in-process and as
-    the class of the Ray actor (one per worker process)."""
-
-    def __init__(self, task: Task, threads: int | None = None, preloaded: Mapping[Hashable, Any] | None = None,
-                 keep_exceptions: bool = False) -> None:
-        self.task = task
-        self.group: Hashable = None
-        self.state: Any = None
-        self.preloaded = dict(preloaded or {})
-        self.keep_exceptions = keep_exceptions
-        if threads:
-            import torch
-
-            torch.set_num_threads(threads)
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def run(self, unit: Unit) -> UnitResult:
-        started = time.perf_counter()
-        load_seconds = 0.0
-        try:
-            if self.state is None or unit.group != self.group:
-                self.state, self.group = None, None  # free the old model before loading the next
-                self.state = self.preloaded.get(unit.group) if unit.group in self.preloaded else \
-                    self.task.load(unit.group)
-                self.group = unit.group
-                load_seconds = time.perf_counter() - started
-            output = self.task.compute(self.state, unit)
-        except ProbeError as error:
-            return UnitResult(unit.key, error=first_line(error), kind="input", pid=os.getpid(),
-                              run_seconds=time.perf_counter() - started,
-                              exception=error if self.keep_exceptions else None)
-        except Exception as error:  # noqa: BLE001 - recorded per unit; the run goes on
-            if os.environ.get("PROBE_DEBUG"):
-                traceback.print_exc()
-            return UnitResult(unit.key, error=f"{type(error).__name__}: {first_line(error)}", kind="internal",
-                              pid=os.getpid(), run_seconds=time.perf_counter() - started,
-                              exception=error if self.keep_exceptions else None)
-        return UnitResult(unit.key, table=output.table, arrays=dict(output.arrays), load_seconds=load_seconds,
-                          run_seconds=time.perf_counter() - started - load_seconds, pid=os.getpid(),
-                          identity=output.identity, notes=list(output.notes))
-
-
-class Executor(Protocol):
-    """Runs units of a task and hands each result to `deliver` (in this process) as its unit finishes. It may also
-    have ``prepare()`` (called before the run's first unit: start what it needs, fail early) and ``close()``
-    (called after the run, also when it failed or was interrupted)."""
-
-    def map(self, task: Task, units: Sequence[Unit], deliver: Callable[[UnitResult], None]) -> None: ...
-
-
-@dataclass
-class InProcess:
-    """Units one after another in this process. `preloaded`: states the driver already holds, by group (a model
-    the command loaded to check its inputs), used instead of loading them again."""
-
-    preloaded: Mapping[Hashable, Any] | None = None
-
-    def map(self, task: Task, units: Sequence[Unit], deliver: Callable[[UnitResult], None]) -> None:
-        worker = UnitWorker(task, preloaded=self.preloaded, keep_exceptions=True)
-        for unit in units:
-            deliver(worker.run(unit))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The runner
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def _names(keys: Sequence[str]) -> str:
     shown = ", ".join(keys[:NAMED])
     return shown + (f" and {len(keys) - NAMED} more" if len(keys) > NAMED else "")
+
+
+class Run:
+    """One run of :func:`run`, step by step (see the module doc). Build it, then :meth:`execute` it once."""
+
+    def __init__(self, units: Sequence[Unit], task: Task, out: Out | None = None, executor: Executor | None = None,
+                 progress: bool = True, description: str | None = None) -> None:
+        self.units, self.task = list(units), task
+        self.out = out or Out()
+        self.executor = executor or InProcess()
+        self.progress, self.description = progress, description
+        self.keys = [unit.key for unit in self.units]
+        self.by_key = {unit.key: unit for unit in self.units}
+        self.kept: pd.DataFrame | None = None  # rows of the earlier table that belong to units not in this run
+        self.owned: set[str] = set()  # units of this run with rows in the earlier table
+        self.journal: Journal | None = None
+        self.identities: dict[str, str | None] = {}
+        self.finished: dict[str, UnitResult] = {}
+        self.reused: list[str] = []
+        self.stale: list[str] = []
+        self.failures = 0
+        self.said: set[str] = set()  # notes said in this run (each once)
+        self.last_end, self.last_cost, self.writes = time.perf_counter(), 0.0, 0
+        self.bar = None
+
+    # -- before any unit runs -----------------------------------------------------------------------------------
+
+    def say(self, message: str) -> None:
+        print(f"{self.out.command}: {message}", file=sys.stderr)
+
+    def check_keys(self) -> None:
+        """Every key once, or one line naming the duplicate."""
+        if len(set(self.keys)) != len(self.keys):
+            duplicate = next(k for k in self.keys if self.keys.count(k) > 1)
+            raise ProbeError(f"{duplicate!r} is given twice; every {self.out.noun} needs its own name")
+
+    def read_earlier(self) -> None:
+        """The earlier output table: which of its rows are other units' (kept) and which units own the rest."""
+        out, earlier = self.out, None
+        if out.path is not None and out.read is not None and out.path.exists() and out.path.stat().st_size > 0:
+            try:
+                earlier = out.read()
+            except ProbeError:
+                if not out.force:
+                    raise
+        if earlier is not None and len(earlier):
+            owners = self.task.owners(earlier)
+            mine = owners.isin(set(self.keys))
+            self.owned = set(owners[mine])
+            self.kept = earlier[~mine.to_numpy()]
+
+    def match_journal(self) -> None:
+        """Units recorded with the same identity are finished (reused); those recorded otherwise, or with rows in
+        the output, are stale (recomputed)."""
+        self.identities = {unit.key: self.task.identity(unit) for unit in self.units}
+        if self.out.path is None:
+            return
+        self.journal = Journal(self.out.path, force=self.out.force)
+        for unit in self.units:
+            identity = self.identities[unit.key]
+            entry = self.journal.get(unit.key, identity) if identity is not None else None
+            if entry is not None:
+                self.finished[unit.key] = UnitResult(unit.key, table=entry.table, arrays=dict(entry.arrays),
+                                                     cached=True, identity=identity)
+            elif self.journal.stale(unit.key, identity or "") or unit.key in self.owned:
+                self.stale.append(unit.key)  # recorded with another identity, or rows of it in the output
+        self.reused = [key for key in self.keys if key in self.finished]
+
+    def announce(self) -> None:
+        """One line for the reused units, one for the recomputed ones; reused units are shown."""
+        out, n = self.out, len(self.units)
+        if self.reused:
+            self.say(f"reused {_names(self.reused)} from {out.path}: {len(self.reused)} of {n} {out.noun}(s) "
+                     "already done with the same options and inputs (--force recomputes them)")
+        if self.stale:
+            self.say(f"recomputing {_names(self.stale)}: {len(self.stale)} {out.noun}(s) whose options, model "
+                     f"revision or input files differ from what {out.path} holds")
+        if out.show is not None:
+            for key in self.reused:
+                out.show(self.by_key[key], self.finished[key])
+
+    # -- while units finish -------------------------------------------------------------------------------------
+
+    def table_and_finished(self, say: bool = False) -> tuple[pd.DataFrame, list[tuple[Unit, UnitResult]]]:
+        """The output table (kept rows, then every finished unit's rows in unit order, through ``out.finish``) and
+        the finished units; with `say`, ``out.finish``'s lines are said."""
+        done = [(unit, self.finished[unit.key]) for unit in self.units
+                if unit.key in self.finished and self.finished[unit.key].ok]
+        parts = [self.kept] if self.kept is not None and len(self.kept) else []
+        for unit, result in done:
+            rows = self.task.rows(unit, result)
+            if rows is not None:
+                parts.append(rows)
+        table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        if self.out.finish is not None:
+            table, lines = self.out.finish(table)
+            for line in lines if say else ():
+                self.say(line)
+        return table, done
+
+    def rewrite(self, final: bool = False) -> None:
+        """Write the output files atomically: always when `final`, else only once ten times the last write's
+        duration has passed (at most WRITE_SHARE of the run's time goes to writing)."""
+        out = self.out
+        if out.path is None or out.write is None:
+            return
+        now = time.perf_counter()
+        if not final and self.writes and now - self.last_end < self.last_cost / WRITE_SHARE:
+            return
+        table, done = self.table_and_finished()
+        if not done and (self.kept is None or not len(self.kept)):
+            return
+        for path, writer in out.write(table, done).items():
+            write_atomically(path, writer)
+        self.last_end = time.perf_counter()
+        self.last_cost = self.last_end - now
+        self.writes += 1
+
+    def deliver(self, result: UnitResult) -> None:
+        """One result as it arrives: its notes (each once), the journal, the show line and a rewrite; or a
+        one-line failure."""
+        self.finished[result.key] = result
+        if result.ok:
+            fresh = [note for note in result.notes if note not in self.said]
+            if fresh:
+                self.bar.clear()
+            for note in fresh:
+                self.said.add(note)
+                self.say(note)
+            if self.journal is not None:
+                identity = result.identity or self.identities[result.key]
+                if identity is not None:
+                    self.journal.put(result.key, identity, table=result.table, arrays=result.arrays)
+            if self.out.show is not None:
+                self.out.show(self.by_key[result.key], result)
+            self.rewrite()
+        else:
+            self.failures += 1
+            if len(self.units) > 1:
+                self.bar.clear()
+                self.say(f"{result.key}: failed: {result.error}")
+        self.bar.set_postfix(failed=self.failures, refresh=False)
+        self.bar.update(1)
+
+    def compute(self) -> None:
+        """The units not finished, on the executor (prepared first, closed after, also on failure); Ctrl-C writes
+        what finished and says how to go on."""
+        todo = [unit for unit in self.units if unit.key not in self.finished]
+        prepare, close = getattr(self.executor, "prepare", None), getattr(self.executor, "close", None)
+        if todo and prepare is not None:
+            prepare()  # start or join Ray now: its failure is one line, before any progress bar
+        self.bar = tqdm(total=len(self.units), initial=len(self.reused), desc=self.description or self.out.noun + "s",
+                        unit=self.out.noun, file=sys.stderr, dynamic_ncols=True,
+                        disable=not self.progress or len(self.units) < 2)
+        try:
+            if todo:
+                self.executor.map(self.task, todo, self.deliver)
+        except KeyboardInterrupt:
+            self.bar.close()
+            self.rewrite(final=True)
+            done = sum(1 for r in self.finished.values() if r.ok)
+            self.say(f"stopped after {done} of {len(self.units)} {self.out.noun}(s); rerun the same command to finish")
+            raise
+        finally:
+            self.bar.close()
+            if close is not None:
+                close()
+
+    # -- after the last unit ------------------------------------------------------------------------------------
+
+    def raise_single_failure(self, results: list[UnitResult]) -> None:
+        """A run of one unit that failed raises its error (there is nothing to go on with)."""
+        failed = [r for r in results if not r.ok]
+        if len(self.units) == 1 and failed:
+            result = failed[0]
+            if result.exception is not None:
+                raise result.exception
+            if result.kind == "input":
+                raise ProbeError(result.error)
+            raise RuntimeError(result.error)
+
+    def write_errors(self, results: list[UnitResult]) -> None:
+        """OUT.errors.csv lists the failed units (removed when none failed) and the closing lines are said."""
+        out = self.out
+        if out.path is None:
+            return
+        errors, failed = errors_path(out.path), [r for r in results if not r.ok]
+        if failed:
+            frame = errors_table(results)
+            write_atomically(errors, lambda tmp: frame.to_csv(tmp, index=False))
+            self.say(f"{len(failed)} of {len(self.units)} {out.noun}(s) failed; listed in {errors}")
+        elif errors.exists():
+            errors.unlink()  # from an earlier run whose failures are now done
+
+    def finish(self, table: pd.DataFrame, done: list[tuple[Unit, UnitResult]]) -> None:
+        """The written lines and, when every unit was reused, "nothing to do"."""
+        out = self.out
+        if out.path is None:
+            return
+        if out.written is not None and done and len(self.reused) < len(self.units):
+            for line in out.written(table, done):
+                self.say(line)
+        if self.reused and len(self.reused) == len(self.units):
+            self.say(f"nothing to do: every {out.noun} is already in {out.path} with these options "
+                     "(--force recomputes)")
+
+    def execute(self) -> RunReport:
+        """Every step in order; the report."""
+        self.check_keys()
+        self.read_earlier()
+        self.match_journal()
+        self.announce()
+        self.compute()
+        results = [self.finished[key] for key in self.keys if key in self.finished]
+        self.raise_single_failure(results)
+        self.rewrite(final=True)
+        table, done = self.table_and_finished(say=True)
+        self.write_errors(results)
+        self.finish(table, done)
+        computed = [r.key for r in results if r.ok and not r.cached]
+        return RunReport(results, table, exit_code(results), reused=self.reused, computed=computed)
 
 
 def run(units: Sequence[Unit], task: Task, out: Out | None = None, executor: Executor | None = None,
@@ -305,169 +323,8 @@ def run(units: Sequence[Unit], task: Task, out: Out | None = None, executor: Exe
     KeyboardInterrupt
         After writing what finished.
     """
-    out = out or Out()
-    executor = executor or InProcess()
-
-    def say(message: str) -> None:
-        print(f"{out.command}: {message}", file=sys.stderr)
-
-    keys = [unit.key for unit in units]
-    if len(set(keys)) != len(keys):
-        duplicate = next(k for k in keys if keys.count(k) > 1)
-        raise ProbeError(f"{duplicate!r} is given twice; every {out.noun} needs its own name")
-
-    earlier = None
-    if out.path is not None and out.read is not None and out.path.exists() and out.path.stat().st_size > 0:
-        try:
-            earlier = out.read()
-        except ProbeError:
-            if not out.force:
-                raise
-    kept = None
-    owned: set[str] = set()
-    if earlier is not None and len(earlier):
-        owners = task.owners(earlier)
-        owned = set(owners[owners.isin(set(keys))])
-        kept = earlier[~owners.isin(set(keys)).to_numpy()]
-
-    journal = None
-    if out.path is not None:
-        from probe.runs.journal import Journal
-
-        journal = Journal(out.path, force=out.force)
-    identities = {unit.key: task.identity(unit) for unit in units}
-    finished: dict[str, UnitResult] = {}
-    stale = []
-    if journal is not None:
-        for unit in units:
-            identity = identities[unit.key]
-            entry = journal.get(unit.key, identity) if identity is not None else None
-            if entry is not None:
-                finished[unit.key] = UnitResult(unit.key, table=entry.table, arrays=dict(entry.arrays),
-                                                cached=True, identity=identity)
-            elif journal.stale(unit.key, identity or "") or unit.key in owned:
-                stale.append(unit.key)  # recorded with another identity, or rows of it in the output
-    reused = [key for key in keys if key in finished]
-    todo = [unit for unit in units if unit.key not in finished]
-    if reused:
-        say(f"reused {_names(reused)} from {out.path}: {len(reused)} of {len(units)} {out.noun}(s) already done "
-            "with the same options and inputs (--force recomputes them)")
-    if stale:
-        say(f"recomputing {_names(stale)}: {len(stale)} {out.noun}(s) whose options, model revision or input files "
-            f"differ from what {out.path} holds")
-    by_key = {unit.key: unit for unit in units}
-    if out.show is not None:
-        for key in reused:
-            out.show(by_key[key], finished[key])
-
-    def table_and_finished() -> tuple[pd.DataFrame, list[tuple[Unit, UnitResult]]]:
-        done = [(unit, finished[unit.key]) for unit in units if unit.key in finished and finished[unit.key].ok]
-        parts = [kept] if kept is not None and len(kept) else []
-        for unit, result in done:
-            rows = task.rows(unit, result)
-            if rows is not None:
-                parts.append(rows)
-        table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-        return table, done
-
-    timing = {"last_end": time.perf_counter(), "last_cost": 0.0, "writes": 0}
-
-    def rewrite(final: bool = False) -> None:
-        if out.path is None or out.write is None:
-            return
-        now = time.perf_counter()
-        if not final and timing["writes"] and now - timing["last_end"] < timing["last_cost"] / WRITE_SHARE:
-            return
-        table, done = table_and_finished()
-        if not done and (kept is None or not len(kept)):
-            return
-        from probe.runs.atomic import write_atomically
-
-        for path, writer in out.write(table, done).items():
-            write_atomically(path, writer)
-        timing["last_end"] = time.perf_counter()
-        timing["last_cost"] = timing["last_end"] - now
-        timing["writes"] += 1
-
-    prepare, close = getattr(executor, "prepare", None), getattr(executor, "close", None)
-    if todo and prepare is not None:
-        prepare()  # start or join Ray now: its failure is one line, before any progress bar
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(units), initial=len(reused), desc=description or out.noun + "s", unit=out.noun,
-               file=sys.stderr, dynamic_ncols=True, disable=not progress or len(units) < 2)
-    failures = 0
-    many = len(units) > 1
-    said: set[str] = set()
-
-    def deliver(result: UnitResult) -> None:
-        nonlocal failures
-        finished[result.key] = result
-        if result.ok:
-            fresh = [note for note in result.notes if note not in said]  # each note once per run
-            if fresh:
-                bar.clear()
-            for note in fresh:
-                said.add(note)
-                say(note)
-            if journal is not None:
-                identity = result.identity or identities[result.key]
-                if identity is not None:
-                    journal.put(result.key, identity, table=result.table, arrays=result.arrays)
-            if out.show is not None:
-                out.show(by_key[result.key], result)
-            rewrite()
-        else:
-            failures += 1
-            if many:
-                bar.clear()
-                say(f"{result.key}: failed: {result.error}")
-        bar.set_postfix(failed=failures, refresh=False)
-        bar.update(1)
-
-    try:
-        if todo:
-            executor.map(task, todo, deliver)
-    except KeyboardInterrupt:
-        bar.close()
-        rewrite(final=True)
-        done = sum(1 for r in finished.values() if r.ok)
-        say(f"stopped after {done} of {len(units)} {out.noun}(s); rerun the same command to finish")
-        raise
-    finally:
-        bar.close()
-        if close is not None:
-            close()
-
-    results = [finished[key] for key in keys if key in finished]
-    failed = [r for r in results if not r.ok]
-    if len(units) == 1 and failed:  # nothing to go on with: the unit's error is the run's
-        result = failed[0]
-        if result.exception is not None:
-            raise result.exception
-        if result.kind == "input":
-            raise ProbeError(result.error)
-        raise RuntimeError(result.error)
-    rewrite(final=True)
-    table, done = table_and_finished()
-    if out.path is not None:
-        errors = errors_path(out.path)
-        if failed:
-            from probe.runs.atomic import write_atomically
-
-            frame = errors_table(results)
-            write_atomically(errors, lambda tmp: frame.to_csv(tmp, index=False))
-            say(f"{len(failed)} of {len(units)} {out.noun}(s) failed; listed in {errors}")
-        elif errors.exists():
-            errors.unlink()  # from an earlier run whose failures are now done
-        if out.written is not None and done and len(reused) < len(units):
-            for line in out.written(table, done):
-                say(line)
-        if reused and len(reused) == len(units):
-            say(f"nothing to do: every {out.noun} is already in {out.path} with these options (--force recomputes)")
-    computed = [r.key for r in results if r.ok and not r.cached]
-    return RunReport(results, table, exit_code(results), reused=reused, computed=computed)
+    return Run(units, task, out, executor, progress, description).execute()
 
 
-__all__ = ["ERROR_COLUMNS", "Executor", "InProcess", "Out", "RunReport", "Task", "Unit", "UnitOutput", "UnitResult",
-           "UnitWorker", "errors_path", "errors_table", "exit_code", "results_table", "run"]
+__all__ = ["ERROR_COLUMNS", "Executor", "InProcess", "Out", "Run", "RunReport", "Task", "Unit", "UnitOutput",
+           "UnitResult", "UnitWorker", "errors_path", "errors_table", "exit_code", "results_table", "run"]

@@ -23,12 +23,16 @@ import pandas as pd
 
 from probe.hashing import identity_hash
 from probe.heads.label import LabelConfig, config_identity, label_model
+from probe.heads.stage_times import StageTimes
 from probe.heads.tables import COLUMNS, is_label_table, load_table, read_table_file, save_table
-from probe.runs.checkpoints import Checkpoint, checkpoint_revision
+from probe.runs.checkpoints import Checkpoint, checkpoint_revision, checkpoint_weights
 from probe.runs.hub import load_checkpoint
 from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
+from probe.runs.same_weights import mark_same_weights
 
-SWEEP_COLUMNS = ["checkpoint", "step"]  # added after the label table's own columns in a sweep
+# added after the label table's own columns in a sweep (weights: the identity of the checkpoint's weight bytes;
+# same_weights_as: the first checkpoint of the sweep with the same weights, probe.runs.same_weights)
+SWEEP_COLUMNS = ["checkpoint", "step", "weights", "same_weights_as"]
 
 
 def label_identity(config: LabelConfig, model: str, revision: str | None, dtype: str | None) -> str | None:
@@ -77,11 +81,16 @@ class LabelTask:
 
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
         try:
-            table = label_model(state, self.config, progress if self.progress else None, note=notes.append)
+            timings = StageTimes()
+            table = label_model(state, self.config, progress if self.progress else None, note=notes.append,
+                                timings=timings)
+            notes.append(timings.line(unit.key))  # per-stage seconds in the run's summary (issue 31)
         finally:
             if bar is not None:
                 bar.close()
         table = table.reindex(columns=COLUMNS)
+        if self.sweep:
+            table["weights"] = checkpoint_weights(unit.payload)
         return UnitOutput(table=table, identity=label_identity(self.config, state.name, state.revision, self.dtype),
                           notes=notes)
 
@@ -93,6 +102,8 @@ class LabelTask:
             checkpoint: Checkpoint = unit.payload
             table["checkpoint"] = checkpoint.name
             table["step"] = pd.array([checkpoint.step] * len(table), dtype="Int64")
+            weights = result.table["weights"] if "weights" in result.table else None
+            table["weights"] = weights.to_numpy() if weights is not None else None
         return table
 
     def owners(self, table: pd.DataFrame) -> pd.Series:
@@ -127,7 +138,7 @@ def label_output(path: Path | None, force: bool = False, noun: str = "model") ->
         return [f"wrote {len(table)} rows ({len(finished)} {noun}(s) of this run) to {path}"]
 
     return Out(path=path, write=write, read=(lambda: read_label_table(path)) if path is not None else None,
-               force=force, written=written, command="probe label", noun=noun)
+               force=force, written=written, finish=mark_same_weights, command="probe label", noun=noun)
 
 
 # ---------------------------------------------------------------------------------------------------------------

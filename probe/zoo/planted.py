@@ -83,3 +83,20 @@ def save_planted_gpt2(directory: str | Path) -> Path:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def negate_head_output(model, layer: int, head: int) -> None:
+    """Negate the slice of `layer`'s output projection that head `head` writes through (Llama-family ``o_proj``,
+    GPT-2's ``c_proj``), in place: the head attends exactly as before (its query and key maps are untouched, and
+    in the last layer nothing downstream reads its output but the logits) while its OV circuit is negated, so a
+    copying head becomes its copy-suppressing twin."""
+    n_heads = model.config.num_attention_heads
+    with torch.no_grad():
+        if model.config.model_type == "gpt2":
+            weight = model.transformer.h[layer].attn.c_proj.weight  # Conv1D [in out]: rows are head · d_head
+            d_head = weight.shape[0] // n_heads
+            weight[head * d_head:(head + 1) * d_head] *= -1
+        else:
+            weight = model.model.layers[layer].self_attn.o_proj.weight  # Linear [out in]: columns head · d_head
+            d_head = weight.shape[1] // n_heads
+            weight[:, head * d_head:(head + 1) * d_head] *= -1

@@ -1,0 +1,202 @@
+"""Copying: does a head's OV circuit raise the logit of the token it reads? (Elhage et al. 2021; Olsson et al. 2022)
+
+A head h reads a token through its value map and writes through its output map, so its OV circuit on tokens is the
+vocab × vocab matrix ``W_E W_V^h W_O^h W_U`` (row-vector convention: a one-hot token times the matrix is the change
+of every logit). Elhage et al. ("A Mathematical Framework for Transformer Circuits") summarise it by its eigenvalues
+λ: the **copying score** Σλ / Σ|λ| is 1 for a head that raises each token's own logit (pure copying), −1 for one
+that lowers it (anti-copying, e.g. copy suppression), near 0 for a head that does neither. Σλ is real (complex
+eigenvalues come in conjugate pairs).
+
+Cheap: the nonzero eigenvalues of ``A B`` and ``B A`` are the same (cyclic permutation), so with
+``A = W_E W_V^h`` (vocab × d_head) and ``B = W_O^h W_U`` (d_head × vocab) the score comes from the d_head × d_head
+product ``W_O^h (W_U W_E) W_V^h``; ``W_U W_E`` (d_model × d_model) is computed once per model.
+
+Weights, per layer (:func:`ov_weights`):
+
+* ``W_E``: the input embeddings; ``W_U``: the output embeddings (a causal LM's ``lm_head``; a masked LM's decoder —
+  its dense + LayerNorm transform before the decoder is left out, as Elhage et al. leave out nonlinearities; a
+  model without an output embedding gets NaN and a note);
+* ``W_V^h``: the value projection (``v_proj``, ``value``, or GPT-2's fused ``c_attn``); grouped-query models: the
+  value head that h shares with its group;
+* ``W_O^h``: the head's slice of the output projection (found as :class:`probe.engine.output_norms.OutputProjections`
+  finds it);
+* LayerNorm / RMSNorm gains are folded in where the model is pre-norm and the norms are found (GPT-2's ``ln_1`` and
+  ``ln_f``, Llama-family ``input_layernorm`` and ``norm``): ``W_V ← diag(g_layer) W_V``, ``W_U ← diag(g_final) W_U``,
+  as TransformerLens does with ``fold_ln``; the normalisation's scale (one positive number per position) and the
+  biases do not change the sign pattern and are left out. Post-norm models (BERT) fold nothing.
+
+:func:`copying_score` is the pure function; :func:`copying_scores` applies it to every head of a loaded model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from probe.engine.output_norms import OutputProjections
+from probe.models import ModelKind
+
+VALUE_NAMES = ("v_proj", "value")  # an attention module's own value projection, tried in order
+FUSED_QKV = "c_attn"  # GPT-2: one Conv1D whose output is q | k | v
+LAYER_NORMS = ("ln_1", "input_layernorm")  # a pre-norm block's norm before attention
+FINAL_NORMS = ("ln_f", "norm", "final_layernorm")  # the norm before the unembedding, on the model's body
+
+
+def copying_score(
+    embed: torch.Tensor,  # [vocab d_model] W_E
+    value: torch.Tensor,  # [d_model d_head] W_V^h
+    output: torch.Tensor,  # [d_head d_model] W_O^h
+    unembed: torch.Tensor,  # [d_model vocab] W_U
+) -> float:
+    """Σλ / Σ|λ| over the eigenvalues λ of the OV circuit ``W_E W_V W_O W_U`` (vocab × vocab), computed from the
+    d_head × d_head product ``W_O W_U W_E W_V`` (same nonzero eigenvalues). NaN when every eigenvalue is 0."""
+    return copying_score_from(unembed.double() @ embed.double(), value, output)
+
+
+def copying_score_from(
+    unembed_embed: torch.Tensor,  # [d_model d_model] W_U W_E
+    value: torch.Tensor,  # [d_model d_head]
+    output: torch.Tensor,  # [d_head d_model]
+) -> float:
+    """:func:`copying_score` with ``W_U W_E`` already multiplied (once per model)."""
+    small = output.double() @ unembed_embed.double() @ value.double()  # [d_head d_head]
+    eigenvalues = torch.linalg.eigvals(small)  # [d_head] complex
+    total = float(eigenvalues.abs().sum())
+    if not math.isfinite(total) or total == 0.0:
+        return math.nan
+    return float(eigenvalues.sum().real) / total
+
+
+@dataclass(frozen=True)
+class OVWeights:
+    """One model's OV-circuit weights, gains folded in (see the module doc)."""
+
+    embed: torch.Tensor  # [vocab d_model]
+    unembed: torch.Tensor  # [d_model vocab]
+    values: list[torch.Tensor]  # per layer [head d_model d_head]: each query head's (shared) value map
+    outputs: list[torch.Tensor]  # per layer [head d_head d_model]
+    unembedding: str  # "lm_head" | "mlm_decoder": where W_U comes from
+
+
+@dataclass(frozen=True)
+class CopyingScores:
+    """:func:`copying_scores`' result: the score of every head, or NaN with the reason."""
+
+    scores: torch.Tensor  # [layer head] float64, NaN where unknown
+    unembedding: str | None  # "lm_head" | "mlm_decoder" | None (not computed)
+    note: str | None = None  # why the scores are NaN
+
+
+def _linear_weight(module: nn.Module) -> torch.Tensor:
+    """[in out] of an nn.Linear ([out in] stored) or a Conv1D ([in out] stored)."""
+    weight = module.weight.detach().double()
+    return weight.T if isinstance(module, nn.Linear) else weight
+
+
+def _attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The modules with a value projection, in layer order."""
+    found = []
+    for module in model.modules():
+        if any(isinstance(getattr(module, name, None), nn.Linear) for name in VALUE_NAMES):
+            found.append(module)
+        elif type(getattr(module, FUSED_QKV, None)).__name__ == "Conv1D":
+            found.append(module)
+    return found
+
+
+def _value_map(module: nn.Module) -> torch.Tensor | None:
+    """[d_model kv_width] of the module's value projection (kv heads side by side)."""
+    for name in VALUE_NAMES:
+        projection = getattr(module, name, None)
+        if isinstance(projection, nn.Linear):
+            return _linear_weight(projection)
+    fused = getattr(module, FUSED_QKV, None)
+    if fused is None:
+        return None
+    weight = _linear_weight(fused)  # [d_model 3·width]
+    width = weight.shape[1] // 3
+    return weight[:, 2 * width:]
+
+
+def _gain(parent: nn.Module | None, names: tuple[str, ...]) -> torch.Tensor | None:
+    """The gain `[d_model]` of the first norm named in `names` on `parent` (LayerNorm or an RMSNorm whose weight is
+    its gain; Gemma's 1 + w norms are not folded)."""
+    for name in names:
+        norm = getattr(parent, name, None) if parent is not None else None
+        if norm is None:
+            continue
+        kind = type(norm).__name__
+        if isinstance(norm, nn.LayerNorm) or (kind.endswith("RMSNorm") and not kind.startswith("Gemma")):
+            weight = getattr(norm, "weight", None)
+            return None if weight is None else weight.detach().double()
+    return None
+
+
+def final_norm(model: nn.Module) -> nn.Module | None:
+    """The norm before the unembedding on the model's body (``ln_f``, ``norm``, ``final_layernorm``), or None."""
+    body = getattr(model, getattr(model, "base_model_prefix", ""), model)
+    for name in FINAL_NORMS:
+        norm = getattr(body, name, None)
+        if isinstance(norm, nn.Module):
+            return norm
+    return None
+
+
+def ov_weights(loaded) -> OVWeights | str:
+    """The OV weights of every head of `loaded` (see the module doc), or one line saying why they are unknown."""
+    model = loaded.model
+    output_embeddings, input_embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+    if output_embeddings is None or input_embeddings is None:
+        return f"{loaded.name} has no output embedding (unembedding): copying is NaN"
+    unembedding = "lm_head" if loaded.kind == ModelKind.CAUSAL_LM else "mlm_decoder"
+    parents = {id(child): parent for parent in model.modules() for child in parent.children()}
+    modules = _attention_modules(model)
+    if len(modules) != loaded.n_layers:
+        return (f"{loaded.name}: found {len(modules)} value projections for {loaded.n_layers} layers: copying is "
+                "NaN")
+    projections = OutputProjections(model)
+    n_heads = loaded.n_heads
+    values, outputs, layer_gains = [], [], []
+    for module in modules:
+        value, projection = _value_map(module), projections.find(module)
+        if value is None or projection is None:
+            return f"{loaded.name}: no value or output projection on {type(module).__name__}: copying is NaN"
+        out = _linear_weight(projection)  # [n_heads·d_head d_model]
+        d_head = out.shape[0] // n_heads
+        n_kv = value.shape[1] // d_head
+        if out.shape[0] != n_heads * d_head or value.shape[1] != n_kv * d_head or n_kv == 0 or n_heads % n_kv:
+            return f"{loaded.name}: value/output widths of {type(module).__name__} do not split into heads"
+        group = n_heads // n_kv
+        per_kv = value.reshape(value.shape[0], n_kv, d_head).permute(1, 0, 2)  # [kv_head d_model d_head]
+        gain = _gain(parents.get(id(module)), LAYER_NORMS)
+        gain = gain if gain is not None else _gain(parents.get(id(parents.get(id(module)))), LAYER_NORMS)
+        layer_gains.append(gain)
+        if gain is not None:
+            per_kv = gain[None, :, None] * per_kv
+        values.append(per_kv.repeat_interleave(group, dim=0))  # [head d_model d_head]
+        outputs.append(out.reshape(n_heads, d_head, -1))  # [head d_head d_model]
+    body = getattr(model, getattr(model, "base_model_prefix", ""), model)
+    final = _gain(body, FINAL_NORMS) if any(g is not None for g in layer_gains) else None  # pre-norm only
+    unembed = output_embeddings.weight.detach().double().T  # [d_model vocab]
+    if final is not None:
+        unembed = final[:, None] * unembed
+    embed = input_embeddings.weight.detach().double()  # [vocab d_model]
+    return OVWeights(embed, unembed, values, outputs, unembedding)
+
+
+def copying_scores(loaded) -> CopyingScores:
+    """The copying score `[layer head]` of every head of `loaded` (NaN with a note where the weights are
+    unknown)."""
+    shape = (loaded.n_layers, loaded.n_heads)
+    weights = ov_weights(loaded)
+    if isinstance(weights, str):
+        return CopyingScores(torch.full(shape, math.nan, dtype=torch.float64), None, weights)
+    product = weights.unembed @ weights.embed  # [d_model d_model] W_U W_E, once per model
+    scores = torch.tensor([[copying_score_from(product, value, output) for value, output in zip(per_v, per_o,
+                                                                                                   strict=True)]
+                           for per_v, per_o in zip(weights.values, weights.outputs, strict=True)],
+                          dtype=torch.float64)  # [layer head]
+    return CopyingScores(scores, weights.unembedding)

@@ -1,0 +1,150 @@
+"""What ``probe label`` is asked: the frozen :class:`LabelConfig`, a run's identity, and which head types and probe
+lengths apply to a loaded model (step 0 of :func:`probe.heads.label.label_model`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from probe.errors import ProbeError
+from probe.hashing import file_hash
+from probe.heads.registry import REGISTRY, HeadType, HeadTypeSpec, types_for_kind
+from probe.models import ModelKind
+
+# Default probe length, capped by the model's positions: the length most pre-training and fine-tuning of
+# encoder and decoder models used (BERT's 90 % phase, sentence-transformers' fine-tuning), and about one GAP passage.
+# Labels measured beyond a model's training length describe its extrapolation, not its ordinary behaviour (docs/labels.md).
+DEFAULT_SEQ_LEN = 128
+COREF_SETS = ("auto", "gap", "templates", "causality")
+ABLATE = ("labelled", "all", "none")
+
+
+@dataclass(frozen=True)
+class LabelConfig:
+    """How heads are probed and labelled (frozen). The ``probe label`` flags mirror these fields.
+
+    Attributes
+    ----------
+    types : tuple of str, or None
+        Head types to score (names in :data:`probe.heads.registry.REGISTRY`); None: every type that applies to the
+        model's kind (``--types``).
+    examples : int, default 64
+        Probe examples per probe set: natural-text and repeated-block probes, coreference examples (``--examples``).
+    seq_len : int, tuple of int, or None
+        Tokens per probe, one length or several (one row per length, and ``stable`` compares them); None:
+        min(128, the model's positions) (``--seq-len``).
+    seed : int, default 0
+        Seeds the probe sets, the bootstrap and the ablation controls (``--seed``).
+    probe_file : str or None
+        JSONL file of span examples scored as coreference instead of GAP / the templates (``--probe-file``).
+    coref_set : {"auto", "gap", "templates"}, default "auto"
+        Coreference examples: GAP when the tokenizer reads English, else the templates (``--coref-set``).
+    batch_size : int, default 8
+        Probe examples per forward pass (``--batch-size``; not part of a run's identity).
+    n_bootstrap : int, default 1000
+        Clustered bootstrap resamples (``--bootstrap``).
+    confidence : float, default 0.95
+        Coverage of the interval ``[ci_low, ci_high]``.
+    min_effect : float, default 0.25
+        Mass types: H0 is score − chance ≤ `min_effect` (``--min-effect``).
+    min_accuracy_gain : float, default 0.1
+        Accuracy types: H0 is the paired accuracy gain over the best baseline ≤ `min_accuracy_gain`
+        (``--min-accuracy-gain``).
+    fdr : float, default 0.05
+        A head is labelled when its Benjamini–Hochberg q-value ≤ `fdr` (``--fdr``).
+    ablate : {"labelled", "all", "none"}, default "labelled"
+        Heads that get the ``ablation_effect`` / ``ablation_z`` columns (``--ablate``).
+    ablation_examples : int, default 16
+        Probe examples per type used for the ablation.
+    ablation_controls : int, default 8
+        Random same-layer heads each ablation is compared with.
+    block_bytes : int, default 8 MiB
+        Memory budget of one streamed α block, all heads of a layer (not part of a run's identity).
+    """
+
+    types: tuple[HeadType, ...] | None = None  # head types to score; None: every type that applies to the model
+    examples: int = 64  # probe examples per token probe set and per template set (GAP: every pair that fits)
+    seq_len: int | tuple[int, ...] | None = None  # tokens per probe, one or several; None: min(128, positions)
+    seed: int = 0  # seeds the probe sets, the bootstrap and the ablation controls
+    probe_file: str | None = None  # JSONL of span examples scored as coreference instead of GAP / templates
+    coref_set: str = "auto"  # auto (GAP when the tokenizer reads it and a pair fits, else templates) | gap | templates
+    # | causality (implicit-causality templates; auto picks them for a tokenizer that reads them but not the others)
+    batch_size: int = 8  # probe examples per forward
+    n_bootstrap: int = 1000  # clustered bootstrap resamples
+    confidence: float = 0.95  # width of the interval [ci_low, ci_high]
+    min_effect: float = 0.25  # mass types: H0 is score − chance ≤ min_effect
+    min_accuracy_gain: float = 0.1  # accuracy types: H0 is accuracy − best baseline ≤ min_accuracy_gain (paired)
+    fdr: float = 0.05  # label when the Benjamini–Hochberg q-value ≤ fdr
+    ablate: str = "labelled"  # ablation column for: labelled heads | all heads | none
+    ablation_examples: int = 16  # probe examples per type used for ablation
+    ablation_controls: int = 8  # random control heads (same layer where possible) / control groups per ablation
+    output_share: bool = True  # also measure each head's output share (Kobayashi et al. 2020) and its role
+    block_bytes: int = 8 * 2**20  # memory budget of one streamed α block (all heads of a layer)
+
+    @property
+    def lengths(self) -> tuple[int, ...] | None:
+        if self.seq_len is None:
+            return None
+        return (self.seq_len,) if isinstance(self.seq_len, int) else tuple(self.seq_len)
+
+
+# LabelConfig fields that do not change the rows (so they are not part of a run's identity)
+NOT_IDENTITY = ("batch_size", "block_bytes")
+
+
+def config_identity(config: LabelConfig) -> dict[str, object]:
+    """The fields of `config` that determine the label rows, with the probe file by its content hash (for
+    probe.runs.journal identities: a rerun reuses rows only when this and the model's revision are the same)."""
+    options = {key: value for key, value in asdict(config).items() if key not in NOT_IDENTITY}
+    options["probe_file"] = file_hash(config.probe_file) if config.probe_file else None
+    return options
+
+
+Note = Callable[[str], None]
+Progress = Callable[[int, int], None]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Which types, which lengths, which probes
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def resolve_types(loaded, config: LabelConfig, note: Note | None = None) -> tuple[HeadTypeSpec, ...]:
+    """The specs to score on this model: the asked types (all by default) that apply to its kind; the others are
+    skipped with one note."""
+    if config.types is not None:
+        for name in config.types:
+            if name not in REGISTRY:
+                raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(REGISTRY)}")
+    # registered types too; opt-in types (spec.default False, e.g. retrieval) only when asked for
+    asked = tuple(name for name, spec in REGISTRY.items() if spec.default) if config.types is None else tuple(config.types)
+    kept = types_for_kind(loaded.kind, asked)
+    skipped = [name for name in asked if name not in kept]
+    explicit = config.types is not None or not is_text_model(loaded)  # by default a causal LM just has no next_token
+    if skipped and explicit and note is not None:
+        note(f"{loaded.name} is a {loaded.kind.description}: skipped {', '.join(skipped)} (not defined for it)")
+    if not kept:
+        raise ProbeError(f"none of the types {', '.join(asked)} applies to {loaded.name} ({loaded.kind.description})")
+    return tuple(REGISTRY[name] for name in kept)
+
+
+def default_seq_len(loaded) -> int:
+    """min(DEFAULT_SEQ_LEN, the model's positions)."""
+    return min(DEFAULT_SEQ_LEN, loaded.max_tokens)
+
+
+def resolve_lengths(loaded, config: LabelConfig) -> tuple[int, ...]:
+    """The probe lengths (config.seq_len checked against the model's positions, or the default)."""
+    lengths = config.lengths or (default_seq_len(loaded),)
+    for length in lengths:
+        if length < 1:
+            raise ProbeError("--seq-len must be a positive number of tokens")
+        if length > loaded.max_tokens:
+            raise ProbeError(f"--seq-len {length} is beyond {loaded.name}'s {loaded.max_tokens} positions; "
+                             f"use --seq-len {loaded.max_tokens} or less")
+    return tuple(dict.fromkeys(lengths))
+
+
+def is_text_model(loaded) -> bool:
+    return loaded.kind != ModelKind.PROTEIN_MLM
+

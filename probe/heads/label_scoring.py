@@ -1,0 +1,132 @@
+"""Streaming the scores of :func:`probe.heads.label.label_model` (step 2): every type of a probe set in one forward
+per batch through :class:`probe.heads.scores.ScoreSink` (with output shares where asked), span sets with their
+word-level accuracy, generation-scored types through their spec's scorer. Each gives a :class:`Scored`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from probe.engine.output_norms import OutputProjections
+from probe.heads import stats
+from probe.heads.label_config import LabelConfig, Note
+from probe.heads.label_probes import ProbeSource, TokenProbeSet
+from probe.heads.probesets import EncodedSpanExample, pad_span_batch
+from probe.heads.registry import SMALL_VOCABULARY, HeadTypeSpec, TargetContext
+from probe.heads.scores import ScoreSink, TypeScores, run_sink, span_words
+from probe.heads.stats import uniform_chance
+from probe.models import ModelKind
+
+
+def _batches(total: int, size: int) -> list[slice]:
+    return [slice(start, min(start + size, total)) for start in range(0, total, size)]
+
+
+def _key(spec: HeadTypeSpec, candidate) -> str:
+    return spec.name if candidate is None else f"{spec.name}@{candidate}"
+
+
+
+@dataclass
+class Scored:
+    """Per-example scores of one type on one probe set: per candidate, and the bootstrap clusters."""
+
+    spec: HeadTypeSpec
+    probe_set: str
+    seq_len: float  # NaN for span sets
+    candidates: list  # [None] or fixed_offset's offsets
+    scores: dict  # candidate -> TypeScores [example layer head]
+    chance: dict  # candidate -> [example]
+    cluster: torch.Tensor  # [example]
+    baselines: dict[str, torch.Tensor] | None = None  # name -> [example] 1/0 (span sets)
+    groups: list[str] | None = None  # per example (span sets)
+
+
+def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet, source: ProbeSource,
+                    seq_len: int, config: LabelConfig, tick: Callable[[], None],
+                    projections: OutputProjections | None = None) -> list[Scored]:
+    """Stream every spec's targets on one token probe set, one forward per batch (with `projections`: also the
+    output shares)."""
+    causal = not _bidirectional(loaded)
+    restrict = source.vocabulary < SMALL_VOCABULARY
+    parts = {spec.name: {} for spec in specs}
+    chances = {spec.name: {} for spec in specs}
+    for rows in _batches(len(probes.input_ids), config.batch_size):
+        input_ids = probes.input_ids[rows]  # [batch seq]
+        lengths = torch.full((input_ids.shape[0],), input_ids.shape[1])
+        ctx = TargetContext(input_ids, causal=causal, delimiter_ids=source.delimiters, classes=source.classes,
+                            repeat_start=None if probes.repeat_start is None else probes.repeat_start[rows],
+                            repeat_len=None if probes.repeat_len is None else probes.repeat_len[rows],
+                            restrict_to_repeat=restrict and probes.repeat_start is not None)
+        patterns = {}
+        for spec in specs:
+            for candidate, pattern in spec.targets(ctx).items():
+                patterns[_key(spec, candidate)] = pattern
+                chances[spec.name].setdefault(candidate, []).append(uniform_chance(pattern, lengths, causal))
+        sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, device=loaded.device,
+                         output_projections=projections)
+        del patterns
+        run_sink(loaded.model, sink, input_ids, block_bytes=config.block_bytes)
+        result = sink.result()
+        for spec in specs:
+            for candidate in chances[spec.name]:
+                parts[spec.name].setdefault(candidate, []).append(result[_key(spec, candidate)])
+        tick()
+    out = []
+    for spec in specs:
+        candidates = list(chances[spec.name])
+        out.append(Scored(spec, probes.name, float(seq_len), candidates,
+                          {c: TypeScores.concat(parts[spec.name][c]) for c in candidates},
+                          {c: torch.cat(chances[spec.name][c]) for c in candidates}, probes.cluster))
+    return out
+
+
+def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: list[EncodedSpanExample],
+                   config: LabelConfig, tick: Callable[[], None],
+                   projections: OutputProjections | None = None) -> list[Scored]:
+    """Stream every span spec's targets and the word-level accuracy on the span examples."""
+    causal = not _bidirectional(loaded)
+    parts = {spec.name: [] for spec in specs}
+    chances = {spec.name: [] for spec in specs}
+    for rows in _batches(len(examples), config.batch_size):
+        batch = pad_span_batch(examples[rows], loaded.tokenizer.pad_token_id or 0)
+        lengths = batch.attention_mask.sum(-1)  # [batch]
+        ctx = TargetContext(batch.input_ids, causal=causal, spans=batch.examples)
+        patterns = {spec.name: spec.targets(ctx)[None] for spec in specs}
+        for spec in specs:
+            chances[spec.name].append(uniform_chance(patterns[spec.name], lengths, causal))
+        sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, words=span_words(batch),
+                         device=loaded.device, output_projections=projections)
+        run_sink(loaded.model, sink, batch.input_ids, batch.attention_mask, block_bytes=config.block_bytes)
+        for spec_name, scores in sink.result().items():
+            parts[spec_name].append(scores)
+        tick()
+    names = [baseline for baseline, _ in examples[0].baselines]
+    baselines = {baseline: torch.tensor([float(dict(e.baselines).get(baseline, math.nan)) for e in examples])
+                 for baseline in names}
+    cluster = stats.cluster_index([e.cluster for e in examples])
+    groups = [e.group for e in examples]
+    return [Scored(spec, name, math.nan, [None], {None: TypeScores.concat(parts[spec.name])},
+                   {None: torch.cat(chances[spec.name])}, cluster, baselines, groups) for spec in specs]
+
+
+def score_generated(loaded, spec: HeadTypeSpec, seq_len: int, config: LabelConfig, tick: Callable[[], None],
+                    note: Note | None = None) -> Scored:
+    """A generation-scored type (spec.scorer) on its own probes of `seq_len` tokens, as a mass type's Scored."""
+    result = spec.scorer(loaded, seq_len, config, tick)
+    counted = int((~torch.isnan(result.chance)).sum())
+    if note is not None and counted < len(result.chance):
+        task = "" if result.recall is None else f", mean task recall {float(result.recall.mean()):.2f}"
+        note(f"{loaded.name} · {spec.name} @{seq_len}: {counted} of {len(result.chance)} probes count{task}; the rest "
+             "are left out" + (" — no score" if counted == 0 else ""))
+    tl = torch.full_like(result.score, math.nan)  # TransformerLens' score is not defined for it
+    return Scored(spec, result.probe_set, float(seq_len), [None], {None: TypeScores(spec.name, result.score, tl)},
+                  {None: result.chance}, result.cluster)
+
+
+def _bidirectional(loaded) -> bool:
+    return loaded.kind != ModelKind.CAUSAL_LM
+

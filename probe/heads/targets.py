@@ -1,0 +1,225 @@
+"""Target patterns of the built-in head types: for each query i, the keys j a head of the type attends to (the
+table in :mod:`probe.heads.registry`'s doc), as ``[batch query key]`` bool tensors from a :class:`TargetContext`;
+plus the sentence and bracket pair finders. Pure functions of token ids; the registry names them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from probe.errors import ProbeError
+from probe.heads.vocab import TokenClasses
+
+MAX_OFFSET = 32  # fixed_offset candidates: 2 ≤ |d| ≤ MAX_OFFSET
+SMALL_VOCABULARY = 1000  # below this many content tokens, repeat targets are restricted to the planted repeat
+
+
+@dataclass(frozen=True)
+class TargetContext:
+    """What a type's targets may depend on, for one batch of probes (right padding is masked by the scorer).
+
+    Attributes
+    ----------
+    input_ids : torch.Tensor, shape=(batch, seq), long
+        The probes' token ids (on the CPU).
+    causal : bool
+        The model is causal (a query sees only keys j ≤ i).
+    delimiter_ids : tuple of int
+        Token ids that count as delimiters (:func:`probe.heads.probesets.delimiter_ids`).
+    repeat_start : torch.Tensor or None, shape=(batch,), long
+        Repeated-block probes: position of the planted block's first copy.
+    repeat_len : torch.Tensor or None, shape=(batch,), long
+        Repeated-block probes: the planted block's length.
+    restrict_to_repeat : bool
+        Small vocabulary: repeat targets only inside the planted repeat.
+    spans : tuple
+        Span types: one :class:`probe.heads.probesets.EncodedSpanExample` per row.
+    """
+
+    input_ids: torch.Tensor  # [batch seq] long
+    causal: bool = True
+    delimiter_ids: tuple[int, ...] = ()  # token ids that count as delimiters
+    repeat_start: torch.Tensor | None = None  # [batch] position of the planted block's first copy (repeated probes)
+    repeat_len: torch.Tensor | None = None  # [batch] the planted block's length
+    restrict_to_repeat: bool = False  # small vocabulary: repeat targets only inside the planted repeat
+    spans: tuple = ()  # one probe.heads.probesets.EncodedSpanExample per row (span types)
+    classes: TokenClasses = TokenClasses()  # sentence ends and brackets (sentence_start, bracket)
+
+
+Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset's d) -> [batch query key] bool
+
+
+def _diagonal(ctx: TargetContext, offset: int, first_row: int = 0) -> torch.Tensor:
+    batch, n = ctx.input_ids.shape
+    pattern = torch.ones(n, n, dtype=torch.bool).triu(offset).tril(offset)  # [query key]: key = query + offset
+    pattern[:first_row] = False
+    return pattern.expand(batch, n, n).clone()  # [batch query key]
+
+
+def _previous_token(ctx: TargetContext) -> Targets:
+    return {None: _diagonal(ctx, -1)}
+
+
+def _next_token(ctx: TargetContext) -> Targets:
+    return {None: _diagonal(ctx, 1)}
+
+
+def _self(ctx: TargetContext) -> Targets:
+    return {None: _diagonal(ctx, 0, first_row=1)}
+
+
+def _first_token(ctx: TargetContext) -> Targets:
+    batch, n = ctx.input_ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+    pattern[:, 1:, 0] = True
+    return {None: pattern}
+
+
+def offsets_for(n: int, causal: bool) -> list[int]:
+    """fixed_offset's candidate offsets d for sequences of n tokens: −2 … −min(MAX_OFFSET, n/2) (and +2 … when
+    bidirectional). At most n/2, so every candidate has targets in at least half of the rows."""
+    reach = min(MAX_OFFSET, n // 2)
+    negative = [-d for d in range(2, reach + 1)]
+    return negative if causal else negative + [d for d in range(2, reach + 1)]
+
+
+def _fixed_offset(ctx: TargetContext) -> Targets:
+    targets = {}
+    for d in offsets_for(ctx.input_ids.shape[1], ctx.causal):
+        pattern = _diagonal(ctx, d)  # [batch query key]
+        pattern[:, :, 0] = False  # position 0 is the first-token type's: a sink is not an offset head
+        targets[d] = pattern
+    return targets
+
+
+def _delimiter(ctx: TargetContext) -> Targets:
+    ids = ctx.input_ids
+    n = ids.shape[1]
+    is_delimiter = torch.isin(ids, torch.tensor(ctx.delimiter_ids, dtype=ids.dtype))  # [batch key]
+    is_delimiter[:, 0] = False  # position 0 is the first-token type's
+    pattern = is_delimiter[:, None, :].expand(-1, n, -1).clone()  # [batch query key]
+    pattern &= ~torch.eye(n, dtype=torch.bool)
+    return {None: pattern.tril(-1) if ctx.causal else pattern}
+
+
+def sentence_start_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
+    """(final token, first token) of every sentence of one sequence of token ids.
+
+    A sentence ends at a "!", "?" or separator / EOS token, and at a "." except when (abbreviations) the token
+    before it is a one-letter word or a listed abbreviation ("J. Smith", "Mr.", "etc."), or a letter that follows
+    another "." or starts the sentence ("e.g.", "i.e.", "U.S." — a letter piece after a word, as in "cat" "s" ".",
+    is not an abbreviation), or (decimals) it stands between a token ending in a digit and one starting with a
+    digit without a space ("3.5"; WordPiece drops spaces, so there "3. 5" reads as a decimal too).
+    The sentence's first token is the first non-special token after the previous sentence end (after the framing
+    at the start); a sentence of one token (the end itself, e.g. "..." or "[SEP]" right after ".") has no pair.
+    Known misses, by design of a token-only rule: a sentence ending in "U.S." or "etc." runs on into the next one.
+    """
+    pairs, start, n = [], None, len(ids)
+    for i, token in enumerate(ids):
+        end = token in classes.sentence_end
+        if token in classes.period:
+            abbreviation = i > 0 and (ids[i - 1] in classes.abbreviation or ids[i - 1] in classes.letter and (
+                start == i - 1 or (i > 1 and ids[i - 2] in classes.period)))
+            decimal = 0 < i < n - 1 and ids[i - 1] in classes.digit_end and ids[i + 1] in classes.digit_start
+            end = not (abbreviation or decimal)
+        if end:
+            if start is not None and start < i:
+                pairs.append((i, start))
+            start = None
+        elif start is None and token not in classes.special:
+            start = i
+    return pairs
+
+
+def bracket_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
+    """(closing bracket, its matching opening bracket) of one sequence of token ids: one stack over all kinds, so
+    nesting is respected across kinds; a closing bracket matches the innermost open bracket when that is of its
+    kind, and otherwise (or with none open) it is unmatched — no pair, and the stack is left as it was. Opening
+    brackets never closed have no pair either."""
+    pairs: list[tuple[int, int]] = []
+    stack: list[tuple[int, int]] = []  # (kind, position)
+    for i, token in enumerate(ids):
+        for kind, (openers, closers) in enumerate(zip(classes.openers, classes.closers, strict=True)):
+            if token in openers:
+                stack.append((kind, i))
+            elif token in closers:
+                if stack and stack[-1][0] == kind:
+                    pairs.append((i, stack.pop()[1]))
+            else:
+                continue
+            break
+    return pairs
+
+
+def _pairs_pattern(ctx: TargetContext, find) -> torch.Tensor:
+    batch, n = ctx.input_ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+    for row in range(batch):
+        pairs = find(ctx.input_ids[row].tolist(), ctx.classes)
+        if pairs:
+            query, key = torch.tensor(pairs).T
+            pattern[row, query, key] = True
+    return pattern
+
+
+def _sentence_start(ctx: TargetContext) -> Targets:
+    return {None: _pairs_pattern(ctx, sentence_start_pairs)}
+
+
+def _bracket(ctx: TargetContext) -> Targets:
+    return {None: _pairs_pattern(ctx, bracket_pairs)}
+
+
+def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
+    """Only the planted repeat: query i in the second copy -> key i − L + shift (and, mirrored, the first copy's
+    query i -> key i + L)."""
+    if ctx.repeat_start is None or ctx.repeat_len is None:
+        raise ProbeError("restricted repeat targets need the planted block's position (repeated-block probes)")
+    batch, n = ctx.input_ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+    for row in range(batch):
+        start, length = int(ctx.repeat_start[row]), int(ctx.repeat_len[row])
+        second = torch.arange(start + length, start + 2 * length)
+        pattern[row, second, second - length + shift] = True
+        if mirror:
+            first = torch.arange(start, start + length)
+            pattern[row, first, first + length] = True
+    return pattern
+
+
+def _duplicate_token(ctx: TargetContext) -> Targets:
+    if ctx.restrict_to_repeat:
+        return {None: _repeat_pairs(ctx, 0, mirror=not ctx.causal)}
+    ids = ctx.input_ids
+    same = ids[:, :, None] == ids[:, None, :]  # [batch query key]
+    if ctx.causal:
+        return {None: same.tril(-1)}
+    return {None: same & ~torch.eye(ids.shape[1], dtype=torch.bool)}
+
+
+def _induction(ctx: TargetContext) -> Targets:
+    if ctx.restrict_to_repeat:
+        return {None: _repeat_pairs(ctx, 1, mirror=False)}
+    ids = ctx.input_ids
+    batch, n = ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+    pattern[:, :, 1:] = ids[:, :, None] == ids[:, None, :-1]  # key j holds t_{j-1}
+    return {None: pattern.tril(0)}
+
+
+def _coreference(ctx: TargetContext) -> Targets:
+    batch, n = ctx.input_ids.shape
+    if len(ctx.spans) != batch:
+        raise ProbeError("coreference targets need spans: pass encoded span examples (probe.heads.probesets)")
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
+    for row, example in enumerate(ctx.spans):
+        pattern[row, torch.tensor(example.query_tokens)[:, None], torch.tensor(example.target_tokens)[None, :]] = True
+    return {None: pattern}
+
+
+
+def _no_targets(ctx: TargetContext) -> Targets:
+    raise ProbeError("retrieval heads have no target pattern: they are scored while the model generates "
+                     "(probe.heads.retrieval.retrieval_scores)")

@@ -1,0 +1,119 @@
+"""Copying (Elhage et al. 2021; Olsson et al. 2022): the eigenvalue score of each head's OV circuit, the direct logit
+attribution on the induction probes, and the copying / suppressing role of induction labels."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pandas as pd
+import torch
+
+from probe import models
+from probe.heads.copying import copying_score, copying_scores
+from probe.heads.label import LabelConfig, label_model
+from probe.heads.label_table import COPYING_MARGIN, roles
+from probe.zoo.planted import negate_head_output
+
+
+def full_score(matrix: torch.Tensor) -> float:
+    """Σλ / Σ|λ| over every eigenvalue of the vocab × vocab OV circuit."""
+    eigenvalues = torch.linalg.eigvals(matrix)
+    return float(eigenvalues.sum().real / eigenvalues.abs().sum())
+
+
+def test_copying_equals_the_full_vocab_by_vocab_eigenvalues_on_gpt2(tiny_dir):
+    """GPT-2: W_E diag(g_ln1) W_V^h W_O^h diag(g_lnf) W_U written out from the state dict, LayerNorm gains random so
+    that folding them matters."""
+    loaded = models.load(str(tiny_dir("gpt2")))
+    model = loaded.model
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.ln_1.weight.copy_(torch.rand(block.ln_1.weight.shape, generator=generator) * 2 - 0.5)
+        model.transformer.ln_f.weight.copy_(torch.rand(model.transformer.ln_f.weight.shape, generator=generator) + 0.5)
+    got = copying_scores(loaded)
+    assert got.unembedding == "lm_head" and got.note is None
+    width, n_heads = model.config.n_embd, model.config.n_head
+    d_head = width // n_heads
+    embed = model.transformer.wte.weight.double()  # [vocab width]
+    unembed = model.lm_head.weight.double().T * model.transformer.ln_f.weight.double()[:, None]  # [width vocab]
+    for layer, block in enumerate(model.transformer.h):
+        qkv = block.attn.c_attn.weight.double()  # Conv1D [width 3·width]
+        proj = block.attn.c_proj.weight.double()  # Conv1D [width width]
+        for head in range(n_heads):
+            value = block.ln_1.weight.double()[:, None] * qkv[:, 2 * width + head * d_head:2 * width + (head + 1) * d_head]
+            output = proj[head * d_head:(head + 1) * d_head]
+            circuit = embed @ value @ output @ unembed  # [vocab vocab]
+            assert abs(float(got.scores[layer, head]) - full_score(circuit.detach())) < 1e-6
+
+
+def test_copying_uses_the_shared_value_head_under_gqa(tiny_dir):
+    """Llama with 4 query heads on 2 value heads: head h reads value head h // 2; RMSNorm gains folded."""
+    loaded = models.load(str(tiny_dir("llama")))
+    model = loaded.model
+    config = model.config
+    n_heads, n_kv = config.num_attention_heads, config.num_key_value_heads
+    assert n_kv < n_heads
+    d_head = config.hidden_size // n_heads
+    got = copying_scores(loaded)
+    embed = model.model.embed_tokens.weight.double()
+    unembed = model.lm_head.weight.double().T * model.model.norm.weight.double()[:, None]
+    for layer, block in enumerate(model.model.layers):
+        v = block.self_attn.v_proj.weight.double().T * block.input_layernorm.weight.double()[:, None]  # [width kv·d]
+        o = block.self_attn.o_proj.weight.double().T  # [heads·d width]
+        for head in range(n_heads):
+            group = head // (n_heads // n_kv)
+            circuit = embed @ v[:, group * d_head:(group + 1) * d_head] @ o[head * d_head:(head + 1) * d_head] @ unembed
+            assert abs(float(got.scores[layer, head]) - full_score(circuit.detach())) < 1e-6
+
+
+def test_copying_score_is_one_for_the_identity_and_minus_one_negated():
+    torch.manual_seed(0)
+    embed = torch.randn(12, 4, dtype=torch.float64)
+    value = torch.eye(4, dtype=torch.float64)
+    unembed = torch.linalg.pinv(embed)  # [4 12]: W_U W_E = I, so the circuit is a projection (eigenvalues 1, 0)
+    assert abs(copying_score(embed, value, torch.eye(4, dtype=torch.float64), unembed) - 1.0) < 1e-9
+    assert abs(copying_score(embed, value, -torch.eye(4, dtype=torch.float64), unembed) + 1.0) < 1e-9
+    assert math.isnan(copying_score(embed, value, torch.zeros(4, 4, dtype=torch.float64), unembed))
+
+
+def test_a_model_without_an_unembedding_is_nan_with_a_note(tiny_dir):
+    loaded = models.load(str(tiny_dir("bert")))
+    assert copying_scores(loaded).unembedding == "mlm_decoder"  # the masked LM's decoder
+    bare = dataclasses.replace(loaded, model=loaded.model.bert)  # BertModel: no output embedding
+    got = copying_scores(bare)
+    assert got.scores.isnan().all() and "no output embedding" in got.note
+
+
+def test_roles_copying_and_suppressing_by_hand():
+    table = pd.DataFrame({
+        "head_type": ["induction"] * 5 + ["previous_token"],
+        "label": [True, True, True, True, False, True],
+        "output_share": [0.5, 0.5, 0.5, 0.05, 0.5, 0.5],
+        "copying": [0.9, -0.9, COPYING_MARGIN / 2, -0.9, 0.9, -0.9],
+    })
+    # copying, suppressing, neither (function), a sink stays a sink, unlabelled: no role, other types untouched
+    assert roles(table).tolist()[:4] == ["copying", "suppressing", "function", "sink"]
+    assert pd.isna(roles(table)[4]) and roles(table)[5] == "function"
+
+
+def test_zoo_induction_heads_copy_and_a_negated_twin_is_suppressing():
+    """zoo:induction's layer-1 induction heads copy (score and direct logit attribution positive); the same model
+    with L1H0's output slice negated keeps L1H0's induction label (same pattern) but marks it suppressing."""
+    config = LabelConfig(types=("induction",), examples=16, ablate="none", n_bootstrap=200)
+    loaded = models.load("zoo:induction")
+    table = label_model(loaded, config).set_index(["layer", "head"])
+    induction = table[table["label"]]
+    assert {(1, h) for h in range(4)} <= set(induction.index)
+    layer1 = induction.loc[1]
+    assert (layer1["copying"] > 0.9).all() and (layer1["copying_dla"] > 1.0).all()
+    assert (layer1["role"] == "copying").all()
+
+    negate_head_output(loaded.model, 1, 0)
+    twin = label_model(loaded, config).set_index(["layer", "head"])
+    assert bool(twin.loc[(1, 0), "label"])  # the pattern is unchanged: still labelled induction
+    assert abs(twin.loc[(1, 0), "score"] - table.loc[(1, 0), "score"]) < 1e-6
+    assert twin.loc[(1, 0), "copying"] < -0.9 and twin.loc[(1, 0), "copying_dla"] < -1.0
+    assert twin.loc[(1, 0), "role"] == "suppressing"
+    assert (twin.loc[[(1, 1), (1, 2), (1, 3)], "role"] == "copying").all()  # the others still copy
