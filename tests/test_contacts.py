@@ -15,17 +15,13 @@ from probe import models
 from probe.engine import AttentionBlock
 from probe.errors import ProbeError
 from probe.proteins.contacts import (
-    ContactSink,
-    apc,
-    contact_regression,
     head_attention_map,
-    precision_by_range,
-    precision_columns,
     predict_contacts,
     predict_contacts_batch,
     predict_contacts_windowed,
-    symmetrize,
 )
+from probe.proteins.precision import apc, precision_by_range, precision_columns, symmetrize
+from probe.proteins.sink import ContactSink, contact_regression
 
 SEQUENCES = ["MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "GAVLIMFWPSTC", "MQIFVKTLTGKTITLEVEPSDTIENVK"]
 

@@ -15,7 +15,7 @@ import torch
 from probe import models
 from probe.engine import AttentionBlock, DenseSink, capture
 from probe.proteins import features as vig
-from probe.proteins.contacts import ContactSink
+from probe.proteins.sink import ContactSink
 from probe.proteins.features import ResidueFeatures
 from probe.proteins.sets import (
     ContactOptions,

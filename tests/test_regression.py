@@ -12,6 +12,7 @@ import pytest
 from probe import models
 from probe.cli import main
 from probe.proteins import regression as fitting
+from probe.proteins.regression_file import read_regression
 from probe.proteins.contacts import predict_contacts
 from probe.proteins.structure import contact_map, read_structure
 
@@ -89,7 +90,7 @@ def test_fitted_regression_streams_through_the_contact_sink(tiny_dir, structures
     fitted, _ = fitting.fit(maps, structures, loaded.name, c=10.0, evaluate=False)
     path = tmp_path / "r.json"
     fitted.save(path)
-    again = fitting.read_regression(path)
+    again = read_regression(path)
     np.testing.assert_array_equal(again.weight, fitted.weight)
     assert again.bias == fitted.bias and again.structures == ("1aki_A", "pdb1ejg_A", "pdb1ubi_A")
     # a new sequence: the streamed prediction equals sigmoid(b + Σ w·APC(sym α)) from every head's dense map

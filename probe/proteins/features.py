@@ -57,9 +57,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-MIN_ATTENTION = 0.3  # θ (provis: --min-attn .3): weights > θ are summed (shares), weights ≥ θ counted (count shares)
-MIN_TOTAL = 100.0  # heads whose Σ α over weights > θ is below this get no share (report_edge_features' min_total)
-MIN_COUNT = 100  # heads with fewer weights ≥ θ get no count share (the same min_total, applied to counts)
+from probe.proteins.defaults import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL
+
 MIN_SEPARATION = 6  # contacts closer in sequence are not counted as contacts (TAPE's ProteinNet maps)
 PAIR_FEATURES = ("contact",)
 RESIDUE_FEATURES = ("binding", "helix", "strand", "coil")

@@ -30,16 +30,9 @@ from probe.models import LoadedModel
 from probe.naming import head_name
 from probe.proteins import features as vig
 from probe.proteins import significance
-from probe.proteins.contacts import (
-    FRACTIONS,
-    RANGES,
-    ContactResult,
-    known_pair_counts,
-    precision_columns,
-    predict_contacts,
-    predict_contacts_windowed,
-)
+from probe.proteins.contacts import ContactResult, predict_contacts, predict_contacts_windowed
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
+from probe.proteins.precision import RANGES, known_pair_counts, precision_columns
 from probe.proteins.structure import (
     BINDING_DISTANCE,
     CONTACT_THRESHOLD,
@@ -212,7 +205,7 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
     else:
         fitted = None
         if options.regression is not None:
-            from probe.proteins.regression import read_regression
+            from probe.proteins.regression_file import read_regression
 
             fitted = read_regression(options.regression).check_model(loaded).as_tuple()
         result = predict_contacts(loaded, sequence, true_map, per_head=options.per_head, features=features,
@@ -470,12 +463,7 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-def fraction_label(fraction: str) -> str:
-    """"L" -> "L", "L2" -> "L/2"."""
-    return "L" if fraction == "L" else f"L/{fraction[1:]}"
-
-
-__all__ = ["FRACTIONS", "HEAD_SUMMARY_COLUMNS", "ContactOptions", "UnitOutcome", "UnitSpec", "analyse_unit",
+__all__ = ["HEAD_SUMMARY_COLUMNS", "ContactOptions", "UnitOutcome", "UnitSpec", "analyse_unit",
            "bootstrap_means", "chain_table", "heads_table", "pack", "read_heads_summary", "record_units",
            "structure_files", "structure_units", "summarize_heads", "unit_identity", "unpack",
            "write_heads_summary"]

@@ -61,13 +61,10 @@ from typing import Literal
 import numpy as np
 
 from probe.errors import ProbeError, first_line
+from probe.proteins.defaults import BINDING_DISTANCE, CB_MODES, CONTACT_THRESHOLD, DEFAULT_CB
 
-CONTACT_THRESHOLD = 8.0  # Å, Cβ–Cβ
-BINDING_DISTANCE = 4.0  # Å, residue heavy atom to ligand heavy atom
 MIN_IDENTITY = 0.5  # least share of identical aligned residues (of the shorter sequence) before we call it a mismatch
 CbMode = Literal["virtual", "real"]
-CB_MODES: tuple[str, ...] = ("virtual", "real")
-DEFAULT_CB: CbMode = "virtual"
 WATER_NAMES = ("HOH", "WAT", "DOD", "H2O", "D2O")
 SECONDARY_CLASSES = {"a": "helix", "b": "strand", "c": "coil"}  # 3-class codes -> feature names
 DSSP_TO_CLASS = {"H": "a", "G": "a", "I": "a", "E": "b", "B": "b", "T": "c", "S": "c", " ": "c", "C": "c",
