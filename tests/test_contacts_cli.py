@@ -412,3 +412,16 @@ def test_structure_set_on_ray_equals_in_process(protbert, structures_dir, tmp_pa
     pd.testing.assert_frame_equal(read_heads_summary(on_ray / "summary.parquet"),
                                   read_heads_summary(local / "summary.parquet"))
     pd.testing.assert_frame_equal(pd.read_parquet(on_ray / "chains.parquet"), pd.read_parquet(local / "chains.parquet"))
+
+
+def test_the_command_module_and_its_parser_import_nothing_heavy():
+    """`probe contacts --help` pays for argparse only: the command imports torch, numpy and pandas inside run()."""
+    import subprocess
+    import sys
+
+    code = ("import argparse, sys; import probe.commands.contacts as c; "
+            "c.add_parser(argparse.ArgumentParser().add_subparsers()); "
+            "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.stdout.strip() == "[]"

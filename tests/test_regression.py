@@ -192,3 +192,45 @@ def test_fit_refuses_to_overwrite_a_foreign_file(tiny_dir, structures_dir, tmp_p
     _one_line_error(capsys, ["contacts", "--model", str(tiny_dir("protbert")), "--fit", str(structures_dir),
                              "--regression", str(foreign)], "exists but is not a contact regression")
     assert json.loads(foreign.read_text()) == {"someone": "else"}
+
+
+_VALID = {"format": "probe-contact-regression", "version": 1, "model": "tiny", "revision": "", "bias": -1.0,
+          "weight": [[0.5, 0.0, 0.0, 0.25], [0.0, 0.0, 1.0, 0.0]], "c": 0.15, "structures": ["a_A", "b_A"],
+          "top_heads": [[1, 2], [0, 0]], "evaluation": [{"id": "a_A", "method": "regression", "p_at_L_long": None}]}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"c": "abc"}, 'is damaged: "c" must be a positive number (it is "abc")'),
+    ({"c": -1}, '"c" must be a positive number'),
+    ({"structures": 5}, '"structures" must be a list of structure ids (it is 5)'),
+    ({"top_heads": [1, 2]}, '"top_heads" must be a list of [layer, head] pairs inside the 2 × 4 weights'),
+    ({"top_heads": [[2, 0]]}, '"top_heads" must be a list of [layer, head] pairs inside the 2 × 4 weights'),
+    ({"weight": [[0.5, 0.0], [1.0]]}, '"weight" must be a [layer, head] table'),
+    ({"weight": [["0.5", 0.0], [1.0, 0.0]]}, '"weight" must hold finite numbers only (it holds "0.5")'),
+    ({"weight": [[True, 0.0], [1.0, 0.0]]}, '"weight" must hold finite numbers only (it holds true)'),
+    ({"bias": None}, '"bias" must be a finite number (it is null)'),
+    ({"model": 3}, '"model" must be a string'),
+    ({"version": 2}, '"version" must be 1'),
+    ({"evaluation": {"id": 1}}, '"evaluation" must be a list of rows'),
+    ({"colour": "red"}, 'unknown key "colour"'),
+])
+def test_a_regression_file_is_checked_against_its_schema(tmp_path, capsys, change, message):
+    """Each key of a hand-made or damaged file: one line naming it, exit 2, before the model is loaded (the model
+    named here does not exist, so reaching it would be another error)."""
+    path = tmp_path / "regression.json"
+    path.write_text(json.dumps(_VALID), encoding="utf-8")
+    assert read_regression(path).top_heads == ((1, 2), (0, 0))  # the unchanged file is valid
+    path.write_text(json.dumps({**_VALID, **change}), encoding="utf-8")
+    _one_line_error(capsys, ["contacts", "--model", str(tmp_path / "no-model"), "--regression", str(path),
+                             "--sequence", "MKT"], message)
+
+
+def test_deeply_nested_json_and_a_folder_are_one_line_errors(tmp_path, capsys):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"format": "probe-contact-regression", "weight": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    _one_line_error(capsys, ["contacts", "--model", str(tmp_path / "no-model"), "--regression", str(deep),
+                             "--sequence", "MKT"], "its JSON is nested too deeply")
+    folder = tmp_path / "a-folder.json"
+    folder.mkdir()
+    _one_line_error(capsys, ["contacts", "--model", str(tmp_path / "no-model"), "--regression", str(folder),
+                             "--sequence", "MKT"], f"--regression {folder} is a folder: give the .json file")
