@@ -12,8 +12,8 @@ import pytest
 from probe import models
 from probe.cli import main
 from probe.proteins.contacts import head_attention_map, predict_contacts
-from probe.proteins.precision import precision_by_range, precision_columns
 from probe.proteins.features import ResidueFeatures
+from probe.proteins.precision import precision_by_range, precision_columns
 from probe.proteins.structure import contact_map, read_structure, secondary_structure
 from tests.test_structure import SEQ, line_chain, write
 

@@ -15,7 +15,6 @@ import torch
 from probe import models
 from probe.engine import AttentionBlock, DenseSink, capture
 from probe.proteins import features as vig
-from probe.proteins.sink import ContactSink
 from probe.proteins.features import ResidueFeatures
 from probe.proteins.sets import (
     ContactOptions,
@@ -27,6 +26,7 @@ from probe.proteins.sets import (
     structure_units,
     summarize_heads,
 )
+from probe.proteins.sink import ContactSink
 from probe.proteins.structure import binding_sites, contact_map, read_structure, secondary_structure
 
 SHARPNESS = 17.0  # a random tiny BERT with peaky attention: some heads above and some below 100 weights ≥ 0.3

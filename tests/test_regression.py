@@ -12,8 +12,8 @@ import pytest
 from probe import models
 from probe.cli import main
 from probe.proteins import regression as fitting
-from probe.proteins.regression_file import read_regression
 from probe.proteins.contacts import predict_contacts
+from probe.proteins.regression_file import read_regression
 from probe.proteins.structure import contact_map, read_structure
 
 SEQUENCE = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQFEVVHSLAKWKRQTLGQHDFSAG"
