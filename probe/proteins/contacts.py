@@ -73,17 +73,18 @@ class ContactResult:
         | `base_rate_{short,medium,long}` | float | n_true / n_known: the contact rate of the pairs considered |
         | `enrichment_L_{short,medium,long}` | float | P@L / base rate |
         | `p_value_L_{short,medium,long}`, `q_value_L_{short,medium,long}` | float | hypergeometric p-value of the top-L hits against the base rate; Benjamini–Hochberg over the heads |
-        | `w_high` | float | Vig et al.'s Σα over the weights α > θ (provis b23402d) |
-        | `w_{contact,binding,helix,strand,coil}` | float | Σα·f over those weights (NaN: property unknown) |
-        | `{contact,binding,helix,strand,coil}_share` | float | w_f / w_high, attention-weighted; NaN where w_high < min_total or unknown |
-        | `n_high` | float | the count variant: weights α ≥ θ (provis 946e9b4) |
-        | `n_{contact,binding,helix,strand,coil}` | float | of those, on the property (NaN: property unknown) |
-        | `{contact,binding,helix,strand,coil}_count_share` | float | n_f / n_high; NaN where n_high < min_count or unknown |
-        | `{contact,binding,helix,strand,coil}_background` | float | the property's rate in this sequence; NaN where unknown |
+        | `w_high` | float | Vig et al.'s Σα over the weights α > θ (provis' first version, 34e6869) |
+        | `w_{contact,binding,helix,strand,turn_bend,blank}` | float | Σα·f over those weights (NaN: property unknown) |
+        | `{contact,binding,helix,strand,turn_bend,blank}_share` | float | w_f / w_high, attention-weighted; NaN where w_high < min_total or unknown |
+        | `n_high` | float | the count variant: weights α ≥ θ (provis' ICLR 2021 version, 946e9b4) |
+        | `n_{contact,binding,helix,strand,turn_bend,blank}` | float | of those, on the property (NaN: property unknown) |
+        | `{contact,binding,helix,strand,turn_bend,blank}_count_share` | float | n_f / n_high; NaN where n_high < min_count or unknown |
+        | `{contact,binding,helix,strand,turn_bend,blank}_background` | float | the property's rate in this sequence (contact: over the known pairs at least 6 apart, as provis' report_top_heads); NaN where unknown |
+        | `contact_background_all_pairs` | float | contact pairs over all L² pairs: the contact share of a head attending uniformly |
 
     background : dict of str to float, or None
-        Per-head mode: the counts behind the background rates (``n_pairs``, ``n_residues``, ``n_contact_pairs``,
-        ``n_{binding|helix|strand|coil}_residues``; NaN where unknown).
+        Per-head mode: the counts behind the background rates (``n_pairs``, ``n_known_pairs``, ``n_residues``,
+        ``n_contact_pairs``, ``n_{binding|helix|strand|turn_bend|blank}_residues``; NaN where unknown).
     """
 
     sequence: str

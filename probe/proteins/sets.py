@@ -8,7 +8,7 @@ its result, and the outputs are built from the units:
   length, sequence, structure_hash, ligands``, the nine precision columns of the checkpoint's predicted contacts
   (NaN without a contact regression), ``n_known_{range}`` / ``n_true_{range}`` (known pairs and contacts per range)
   and the background counts of :func:`probe.proteins.features.background_counts` (``n_pairs, n_residues, n_contact_pairs,
-  n_binding_residues, n_helix_residues, n_strand_residues, n_coil_residues``);
+  n_known_pairs, n_binding_residues, n_helix_residues, n_strand_residues, n_turn_bend_residues, n_blank_residues``);
 * the **per-head table** (:func:`heads_table`, ``--heads-out``): one row per unit × head, ``record, id`` and the
   columns of :mod:`probe.proteins.contacts`' per-head table;
 * the **per-head summary** over the set (:func:`summarize_heads`, ``--heads-summary``), see
@@ -276,7 +276,8 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
         | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the checkpoint's predicted contacts; NaN without a contact regression or a structure |
         | `n_known_{short,medium,long}`, `n_true_{short,medium,long}` | int | known pairs and true contacts per range |
         | `n_pairs`, `n_residues` | float | L², L |
-        | `n_contact_pairs`, `n_{binding,helix,strand,coil}_residues` | float | the property counts behind the background rates; NaN where unknown |
+        | `n_known_pairs` | float | pairs at least 6 apart whose contact state is known (provis' contact background's denominator); NaN without a structure |
+        | `n_contact_pairs`, `n_{binding,helix,strand,turn_bend,blank}_residues` | float | the property counts behind the background rates; NaN where unknown |
     """
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
@@ -332,7 +333,7 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
     *SIGNIFICANCE_SUMMARY_COLUMNS,
     "w_high", *(f"w_{name}" for name in vig.FEATURES), *(f"{name}_share" for name in vig.FEATURES),
     "n_high", *(f"n_{name}" for name in vig.FEATURES), *(f"{name}_count_share" for name in vig.FEATURES),
-    *(f"{name}_background" for name in vig.FEATURES),
+    *(f"{name}_background" for name in vig.FEATURES), "contact_background_all_pairs",
 )
 """Columns of the per-head summary over a structure set (``probe contacts --heads-summary``), in file order.
 
@@ -348,11 +349,12 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 | `base_rate_{short,medium,long}` | float | contact rate of the known pairs of the range, pooled over the proteins |
 | `enrichment_L_{short,medium,long}` | float | pooled P@L / base rate |
 | `p_value_L_{short,medium,long}`, `q_value_L_{short,medium,long}` | float | hypergeometric p-value of the pooled hits against the base rate; Benjamini–Hochberg over the heads |
-| `w_high`, `w_{contact,binding,helix,strand,coil}` | float | Vig et al.'s attention-weighted sums pooled over the set: Σα over weights > θ, and Σα·f |
-| `{contact,binding,helix,strand,coil}_share` | float | w_f / w_high (provis b23402d); NaN where w_high < `min_total` or the property is unknown |
-| `n_high`, `n_{contact,binding,helix,strand,coil}` | float | the count variant: weights ≥ θ, and those on the property |
-| `{contact,binding,helix,strand,coil}_count_share` | float | n_f / n_high (provis 946e9b4); NaN below the minimum count or where unknown |
-| `{contact,binding,helix,strand,coil}_background` | float | the properties' rates over the set; NaN where unknown (no ligand: binding) |
+| `w_high`, `w_{contact,binding,helix,strand,turn_bend,blank}` | float | Vig et al.'s attention-weighted sums pooled over the set: Σα over weights > θ, and Σα·f |
+| `{contact,binding,helix,strand,turn_bend,blank}_share` | float | w_f / w_high (provis' first version, 34e6869; run there at θ = 0.1); NaN where w_high < `min_total` or the property is unknown |
+| `n_high`, `n_{contact,binding,helix,strand,turn_bend,blank}` | float | the count variant: weights ≥ θ, and those on the property |
+| `{contact,binding,helix,strand,turn_bend,blank}_count_share` | float | n_f / n_high (provis' ICLR 2021 version, 946e9b4; run there at θ = 0.3); NaN below the minimum count or where unknown |
+| `{contact,binding,helix,strand,turn_bend,blank}_background` | float | the properties' rates over the set (contact: over the known pairs at least 6 apart, as provis' report_top_heads); NaN where unknown (no ligand: binding) |
+| `contact_background_all_pairs` | float | contact pairs over all L² pairs of the set: what a head attending uniformly gets as its contact share |
 
 The parquet file's schema metadata holds the run's model, revision, options and proteins
 (:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
