@@ -234,8 +234,11 @@ def test_structure_set_writes_chain_table_and_head_summary(protbert, structures_
     assert (summary["n_proteins"] == 3).all()
     assert (summary["p_at_L_long_low"] <= summary["p_at_L_long"]).all()
     assert (summary["p_at_L_long"] <= summary["p_at_L_long_high"]).all()
-    background = chains["n_contact_pairs"].sum() / chains["n_pairs"].sum()
+    # provis' contact background (report_top_heads): over the known pairs 6 or more apart; ours over all L² pairs
+    background = chains["n_contact_pairs"].sum() / chains["n_known_pairs"].sum()
     assert summary["contact_background"].eq(background).all()
+    background = chains["n_contact_pairs"].sum() / chains["n_pairs"].sum()
+    assert summary["contact_background_all_pairs"].eq(background).all()
     # a list file gives the same set
     listing = tmp_path / "set.txt"
     listing.write_text("\n".join(os.path.join(structures_dir, name) for name in
