@@ -22,12 +22,11 @@ from probe.proteins.sets import (
     bootstrap_means,
     chain_table,
     heads_table,
-    structure_files,
-    structure_units,
     summarize_heads,
 )
 from probe.proteins.sink import ContactSink
 from probe.proteins.structure import binding_sites, contact_map, read_structure
+from probe.proteins.units import structure_files, structure_units
 
 SHARPNESS = 17.0  # a random tiny BERT with peaky attention: some heads above and some below 100 weights ≥ 0.3
 

@@ -156,7 +156,7 @@ def _outputs(args: argparse.Namespace, suffixes, is_ours) -> dict[str, Path]:
 def _fit(args: argparse.Namespace) -> int:
     """--fit: the regression fitted on every structure, saved as JSON; leave-one-structure-out precision printed."""
     from probe import models  # torch and transformers: see run()
-    from probe.proteins import regression, regression_file, sets
+    from probe.proteins import regression, regression_file, units
     from probe.proteins.precision import RANGES
     from probe.proteins.structure import check_threshold
 
@@ -174,7 +174,7 @@ def _fit(args: argparse.Namespace) -> int:
         except ProbeError:
             raise ProbeError(f"--regression {target} exists but is not a contact regression; pass --force to "
                              "overwrite it, or another file name") from None
-    files = sets.structure_files(args.fit, "--fit")
+    files = units.structure_files(args.fit, "--fit")
     if len(files) < 2:
         raise ProbeError(f"--fit {args.fit} holds {len(files)} structure: leave-one-structure-out needs at least two")
     loaded = models.load(args.model, device=args.device, dtype=args.dtype)

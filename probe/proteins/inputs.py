@@ -2,7 +2,7 @@
 
 ``probe contacts`` (and any caller that wants the same checks) turns its sources into units here: a sequence or a
 FASTA file (each record optionally aligned to one structure chain), one structure chain, or every protein chain of a
-set of structures (:mod:`probe.proteins.sets` builds and analyses the units). Every check raises a one-line
+set of structures (:mod:`probe.proteins.units` builds the units, :mod:`probe.proteins.sets` analyses them). Every check raises a one-line
 :class:`~probe.errors.ProbeError` naming the flag to change.
 """
 
@@ -16,11 +16,12 @@ from probe import models
 from probe.errors import ProbeError
 from probe.hashing import file_hash
 from probe.models import LoadedModel
-from probe.proteins import sets
+from probe.proteins import units
 from probe.proteins.fasta import read_fasta
 from probe.proteins.regression_file import read_regression
-from probe.proteins.sets import ContactOptions, UnitSpec
+from probe.proteins.sets import ContactOptions
 from probe.proteins.structure import check_threshold, read_structure
+from probe.proteins.units import UnitSpec
 
 
 def contact_options(*, threshold: float, cb: str, window: int | None, min_attention: float, min_count: int,
@@ -57,7 +58,7 @@ def contact_units(*, sequence: str | None = None, fasta: str | None = None, stru
         if structure or chain:
             raise ProbeError("--structures takes whole sets; use --chains to pick chains (not --structure/--chain)")
         wanted = [name.strip() for name in chains.split(",") if name.strip()] if chains else None
-        return sets.structure_units(sets.structure_files(structures), wanted)
+        return units.structure_units(units.structure_files(structures), wanted)
     if chains:
         raise ProbeError("--chains selects chains of --structures; with --structure use --chain")
     if sequence is None and fasta is None and structure is None:
@@ -66,10 +67,10 @@ def contact_units(*, sequence: str | None = None, fasta: str | None = None, stru
         raise ProbeError("--chain selects a chain of --structure; pass --structure too")
     records = [("sequence", sequence)] if sequence is not None else read_fasta(fasta) if fasta is not None else []
     if structure is None:
-        return sets.record_units(records), []
+        return units.record_units(records), []
     read = read_structure(structure, chain=chain)  # checks the file and the chain now
     if records:
-        return sets.record_units(records, structure, read.chain), []
+        return units.record_units(records, structure, read.chain), []
     spec = UnitSpec(key=f"{structure}:{read.chain}", id=f"{read.name}_{read.chain}", record=0, structure=structure,
                     chain=read.chain, structure_hash=file_hash(structure))
     return [spec], []
