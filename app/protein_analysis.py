@@ -119,7 +119,7 @@ def layer_maps(loaded: models.LoadedModel, sequence: str, layer: int) -> np.ndar
     from probe.engine import capture
     from probe.engine.dense import DenseSink
     from probe.models import encode_proteins
-    from probe.proteins.contacts import apc, symmetrize
+    from probe.proteins.precision import apc, symmetrize
 
     if not 0 <= layer < loaded.n_layers:
         raise ProbeError(f"layer {layer} does not exist: the model has layers 0..{loaded.n_layers - 1}")

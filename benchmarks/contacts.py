@@ -108,7 +108,8 @@ def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: in
     import torch
 
     from probe import models
-    from probe.proteins.sets import ContactOptions, analyse_unit, structure_files, structure_units
+    from probe.proteins.sets import ContactOptions, analyse_unit
+    from probe.proteins.units import structure_files, structure_units
     from probe.zoo.tiny import save_tiny
 
     with tempfile.TemporaryDirectory() as scratch:

@@ -188,8 +188,12 @@ def _residue_offset(tokenizer, style: ResidueFormat | None) -> int:
     return mask.index(0) if 0 in mask else 0
 
 
+# Protein models by their config, whatever their tokenizer looks like: ESM-1/2 and ESM C (letters, BOS and EOS).
+PROTEIN_MODEL_TYPES = ("esm", "esmc")
+
+
 def _kind_of(config, style: ResidueFormat | None) -> ModelKind:
-    if config.model_type == "esm" or style is not None:
+    if config.model_type in PROTEIN_MODEL_TYPES or style is not None:
         return ModelKind.PROTEIN_MLM
     architectures = " ".join(getattr(config, "architectures", None) or [])
     if getattr(config, "is_decoder", False) or "CausalLM" in architectures or "LMHead" in architectures:
@@ -311,7 +315,7 @@ def load(
         raise NoTokenizerError(f"no usable tokenizer for {spec}: save one next to the model "
                          f"(tokenizer.save_pretrained(DIR)) — {first_line(error)}") from None
     style = residue_format(tokenizer)
-    if config.model_type == "esm" and style is None:
+    if config.model_type in PROTEIN_MODEL_TYPES and style is None:
         style = "letters"
     kind = _kind_of(config, style)
     model_class = _model_class(kind, config)

@@ -15,17 +15,13 @@ from probe import models
 from probe.engine import AttentionBlock
 from probe.errors import ProbeError
 from probe.proteins.contacts import (
-    ContactSink,
-    apc,
-    contact_regression,
     head_attention_map,
-    precision_by_range,
-    precision_columns,
     predict_contacts,
     predict_contacts_batch,
     predict_contacts_windowed,
-    symmetrize,
 )
+from probe.proteins.precision import apc, precision_by_range, precision_columns, symmetrize
+from probe.proteins.sink import ContactSink, contact_regression
 
 SEQUENCES = ["MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "GAVLIMFWPSTC", "MQIFVKTLTGKTITLEVEPSDTIENVK"]
 
@@ -381,11 +377,10 @@ def test_random_heads_are_not_above_the_base_rate(tiny_dir, structures_dir):
         analyse_unit,
         chain_table,
         heads_table,
-        structure_files,
-        structure_units,
         summarize_heads,
     )
     from probe.proteins.significance import FDR, best_significant
+    from probe.proteins.units import structure_files, structure_units
 
     loaded = models.load(str(tiny_dir("protbert")))  # random weights: no head knows contacts
     units, _ = structure_units(structure_files(structures_dir))
@@ -458,9 +453,10 @@ def test_model_level_planted_contact_head_is_significant(tiny_dir, structures_di
     """A real BERT forward whose L0H0 is wired to attend to 1AKI's true contacts: one-hot position embeddings
     (word and token-type embeddings zeroed), W_Q = I and W_K = s·A on that head, with A[i+1, j+1] = 1 for the contacts
     |i − j| ≥ 6, so its logits are ≈ s·512/16·A. The other heads keep their random weights."""
-    from probe.proteins.sets import ContactOptions, analyse_unit, structure_units
+    from probe.proteins.sets import ContactOptions, analyse_unit
     from probe.proteins.significance import FDR, best_significant
     from probe.proteins.structure import contact_map, read_structure
+    from probe.proteins.units import structure_units
 
     directory = tiny_dir("protbert", hidden_size=512, num_attention_heads=2, intermediate_size=64)
     loaded = models.load(str(directory))

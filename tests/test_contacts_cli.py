@@ -11,13 +11,9 @@ import pytest
 
 from probe import models
 from probe.cli import main
-from probe.proteins.contacts import (
-    head_attention_map,
-    precision_by_range,
-    precision_columns,
-    predict_contacts,
-)
+from probe.proteins.contacts import head_attention_map, predict_contacts
 from probe.proteins.features import ResidueFeatures
+from probe.proteins.precision import precision_by_range, precision_columns
 from probe.proteins.structure import contact_map, read_structure, secondary_structure
 from tests.test_structure import SEQ, line_chain, write
 
@@ -238,8 +234,11 @@ def test_structure_set_writes_chain_table_and_head_summary(protbert, structures_
     assert (summary["n_proteins"] == 3).all()
     assert (summary["p_at_L_long_low"] <= summary["p_at_L_long"]).all()
     assert (summary["p_at_L_long"] <= summary["p_at_L_long_high"]).all()
-    background = chains["n_contact_pairs"].sum() / chains["n_pairs"].sum()
+    # provis' contact background (report_top_heads): over the known pairs 6 or more apart; ours over all L² pairs
+    background = chains["n_contact_pairs"].sum() / chains["n_known_pairs"].sum()
     assert summary["contact_background"].eq(background).all()
+    background = chains["n_contact_pairs"].sum() / chains["n_pairs"].sum()
+    assert summary["contact_background_all_pairs"].eq(background).all()
     # a list file gives the same set
     listing = tmp_path / "set.txt"
     listing.write_text("\n".join(os.path.join(structures_dir, name) for name in
@@ -416,3 +415,16 @@ def test_structure_set_on_ray_equals_in_process(protbert, structures_dir, tmp_pa
     pd.testing.assert_frame_equal(read_heads_summary(on_ray / "summary.parquet"),
                                   read_heads_summary(local / "summary.parquet"))
     pd.testing.assert_frame_equal(pd.read_parquet(on_ray / "chains.parquet"), pd.read_parquet(local / "chains.parquet"))
+
+
+def test_the_command_module_and_its_parser_import_nothing_heavy():
+    """`probe contacts --help` pays for argparse only: the command imports torch, numpy and pandas inside run()."""
+    import subprocess
+    import sys
+
+    code = ("import argparse, sys; import probe.commands.contacts as c; "
+            "c.add_parser(argparse.ArgumentParser().add_subparsers()); "
+            "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.stdout.strip() == "[]"

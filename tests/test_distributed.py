@@ -153,6 +153,7 @@ def test_contacts_on_ray_equal_probe_contacts(ray_cluster, tmp_path, ubiquitin_s
     """A FASTA batch aligned to 1UBI on zoo:esm-random: the Ray units give exactly the per-head and per-chain rows
     `probe contacts` writes in-process, and the same arrays; an unreadable structure fails only its own unit."""
     from probe.proteins import sets as contact_sets
+    from probe.proteins.units import UnitSpec, record_units
 
     records, fasta = fasta_batch(tmp_path)
     heads, chains = tmp_path / "heads.parquet", tmp_path / "chains.parquet"
@@ -161,8 +162,8 @@ def test_contacts_on_ray_equal_probe_contacts(ray_cluster, tmp_path, ubiquitin_s
 
     broken = tmp_path / "broken.pdb"
     broken.write_text("HEADER    NOT A STRUCTURE\nATOM  garbage\n")
-    specs = contact_sets.record_units(records, ubiquitin_structure, "A")
-    bad = contact_sets.UnitSpec(key="bad", id="broken", record=9, structure=str(broken))
+    specs = record_units(records, ubiquitin_structure, "A")
+    bad = UnitSpec(key="bad", id="broken", record=9, structure=str(broken))
     work = contact_units("zoo:esm-random", [specs[0], bad, *specs[1:]])
     task = ContactsTask(contact_sets.ContactOptions(per_head=True))
     results = run_units(work, task, ray=RayOptions(workers=2))
@@ -187,11 +188,12 @@ def test_contacts_on_ray_journal_each_unit_and_list_failures(ray_cluster, tmp_pa
     others done and equal to the in-process analysis."""
     from probe import models
     from probe.proteins import sets as contact_sets
+    from probe.proteins.units import record_units
     from probe.runs.journal import Journal
     from tests.conftest import UBIQUITIN
 
     loaded = models.load("zoo:esm-random")
-    specs = contact_sets.record_units([("a", UBIQUITIN), ("too_long", UBIQUITIN * 14), ("b", UBIQUITIN[:40])])
+    specs = record_units([("a", UBIQUITIN), ("too_long", UBIQUITIN * 14), ("b", UBIQUITIN[:40])])
     options = contact_sets.ContactOptions(per_head=False)
     out = tmp_path / "c.npz"
     identities = {spec.key: contact_sets.unit_identity(loaded, spec, options) for spec in specs}

@@ -190,10 +190,11 @@ def test_the_protein_tables_documented_columns_are_the_columns_they_have(ubiquit
 
     import probe
     from probe.proteins import contacts, sets
+    from probe.proteins.units import structure_units
 
     torch.set_num_threads(1)
     loaded = probe.models.load("zoo:esm-random")
-    units, skipped = sets.structure_units([Path(ubiquitin_structure)])
+    units, skipped = structure_units([Path(ubiquitin_structure)])
     assert skipped == []
     outcomes = [sets.analyse_unit(loaded, unit, sets.ContactOptions()) for unit in units]
     heads = sets.heads_table(outcomes)

@@ -15,7 +15,6 @@ import torch
 from probe import models
 from probe.engine import AttentionBlock, DenseSink, capture
 from probe.proteins import features as vig
-from probe.proteins.contacts import ContactSink
 from probe.proteins.features import ResidueFeatures
 from probe.proteins.sets import (
     ContactOptions,
@@ -23,11 +22,11 @@ from probe.proteins.sets import (
     bootstrap_means,
     chain_table,
     heads_table,
-    structure_files,
-    structure_units,
     summarize_heads,
 )
-from probe.proteins.structure import binding_sites, contact_map, read_structure, secondary_structure
+from probe.proteins.sink import ContactSink
+from probe.proteins.structure import binding_sites, contact_map, read_structure
+from probe.proteins.units import structure_files, structure_units
 
 SHARPNESS = 17.0  # a random tiny BERT with peaky attention: some heads above and some below 100 weights ≥ 0.3
 
@@ -56,7 +55,7 @@ def _planted_tables():
     contacts_a[3, 10] = contacts_a[10, 3] = -1  # unknown: in the denominator, never a contact
     binding_a = np.zeros(length_a, dtype=np.int8)
     binding_a[[8, 4]] = 1
-    secondary_a = np.array(list("aaaabbbbcccc"))
+    secondary_a = np.array(list("aaaabbbbttnn"))  # helix, strand, turn/bend, blank
     # (1, 9) sits exactly at θ (in float32, as provis compares): counted (≥), but not summed (strictly >)
     spikes_a = {(0, 8): 0.9, (8, 0): 0.4, (1, 9): 0.3, (2, 4): 0.6, (3, 10): 0.5, (5, 5): 0.35}
     # sequence B, L = 8: contact (0, 7)
@@ -65,7 +64,7 @@ def _planted_tables():
     contacts_b[0, 7] = contacts_b[7, 0] = 1
     binding_b = np.full(length_b, 0, dtype=np.int8)
     binding_b[7] = -1  # not in the structure: never a binding site
-    secondary_b = np.array(list("ccccaaaa"))
+    secondary_b = np.array(list("ttnnaaaa"))
     spikes_b = {(0, 7): 0.8, (1, 2): 0.45, (2, 3): 0.3, (6, 1): 0.7}
     tables, backgrounds = [], []
     for length, contacts, binding, secondary, spikes in ((length_a, contacts_a, binding_a, secondary_a, spikes_a),
@@ -92,20 +91,26 @@ def test_planted_weighted_shares_hand_computed_and_pooled():
     assert a["contact_share"] == pytest.approx(1.3 / 2.75, abs=1e-7)
     # binding "to": keys 8 (from (0,8), 0.9) and 4 (from (2,4), 0.6)
     assert a["binding_share"] == pytest.approx(1.5 / 2.75, abs=1e-7)
-    # keys 8, 0, 9, 4, 10, 5 -> c, a, c, b, c, b: helix 0.4; strand 0.6 + 0.35; coil 0.9 + 0.5 (0.3 is not > θ)
-    assert (a["helix_share"], a["strand_share"], a["coil_share"]) == (
-        pytest.approx(0.4 / 2.75, abs=1e-7), pytest.approx(0.95 / 2.75, abs=1e-7), pytest.approx(1.4 / 2.75, abs=1e-7))
-    # A, counts (α ≥ θ): 6 high weights, 3 on contacts; binding 2; helix 1, strand 2, coil 3
+    # keys 8, 0, 9, 4, 10, 5 -> t, a, t, b, n, b: helix 0.4; strand 0.6 + 0.35; turn/bend 0.9 (0.3 is not > θ);
+    # blank 0.5 — provis' four classes, turn/bend and blank apart
+    assert (a["helix_share"], a["strand_share"], a["turn_bend_share"], a["blank_share"]) == (
+        pytest.approx(0.4 / 2.75, abs=1e-7), pytest.approx(0.95 / 2.75, abs=1e-7), pytest.approx(0.9 / 2.75, abs=1e-7),
+        pytest.approx(0.5 / 2.75, abs=1e-7))
+    # A, counts (α ≥ θ): 6 high weights, 3 on contacts; binding 2; helix 1, strand 2, turn/bend 2, blank 1
     assert (a["n_high"], a["n_contact"], a["contact_count_share"]) == (6, 3, 0.5)
-    assert (a["n_binding"], a["n_helix"], a["n_strand"], a["n_coil"]) == (2, 1, 2, 3)
+    assert (a["n_binding"], a["n_helix"], a["n_strand"], a["n_turn_bend"], a["n_blank"]) == (2, 1, 2, 2, 1)
     assert np.isnan(a["weight"]) and np.isnan(a["logit_share"])  # no regression
-    # backgrounds: contact pairs with |i-j| >= 6 over L² (both directions); binding sites over L
-    assert a["contact_background"] == pytest.approx(4 / 144) and a["binding_background"] == pytest.approx(2 / 12)
-    assert a["helix_background"] == pytest.approx(4 / 12)
+    # backgrounds: contact pairs with |i-j| >= 6 (both directions) over the known pairs |i-j| >= 6 (provis: 42 pairs
+    # of L = 12 are 6 or more apart, (3, 10) and (10, 3) are unknown), and over all L² (ours); binding sites over L
+    assert a["contact_background"] == pytest.approx(4 / 40) and a["contact_background_all_pairs"] == pytest.approx(
+        4 / 144)
+    assert a["binding_background"] == pytest.approx(2 / 12) and a["helix_background"] == pytest.approx(4 / 12)
+    assert a["turn_bend_background"] == pytest.approx(2 / 12) and a["blank_background"] == pytest.approx(2 / 12)
     # B: weighted 0.8 + 0.45 + 0.7 (0.3 left out); contact 0.8; binding 0 (key 7 unknown); helix 0.8 (key 7)
     assert b["w_high"] == pytest.approx(1.95, abs=1e-7) and b["contact_share"] == pytest.approx(0.8 / 1.95, abs=1e-7)
     assert b["binding_share"] == 0.0 and b["helix_share"] == pytest.approx(0.8 / 1.95, abs=1e-7)
-    assert (b["n_high"], b["n_contact"], b["n_binding"], b["n_helix"], b["n_coil"]) == (4, 1, 0, 1, 3)
+    assert (b["n_high"], b["n_contact"], b["n_binding"], b["n_helix"], b["n_turn_bend"], b["n_blank"]) == (
+        4, 1, 0, 1, 1, 2)
 
     # pooled over the two sequences: Σ w_f / Σ w_high, not the mean of the two shares
     both = pd.concat(tables)
@@ -120,7 +125,8 @@ def test_planted_weighted_shares_hand_computed_and_pooled():
     assert np.isnan(vig.pooled_shares(both, min_total=0.0, min_count=11).iloc[0]["contact_count_share"])
     assert np.isnan(vig.shares(tables[1], min_total=2.0, min_count=1).iloc[0]["contact_share"])  # B alone: 1.95 < 2
     background = vig.pooled_backgrounds(pd.DataFrame(backgrounds))
-    assert background["contact_background"] == pytest.approx((4 + 2) / (144 + 64))
+    assert background["contact_background"] == pytest.approx((4 + 2) / (40 + 6))  # L = 8: 6 pairs 6 or more apart
+    assert background["contact_background_all_pairs"] == pytest.approx((4 + 2) / (144 + 64))
     assert background["binding_background"] == pytest.approx((2 + 0) / (12 + 8))
 
 
@@ -145,9 +151,30 @@ def test_unknown_property_is_nan_not_zero():
     sink.update(_block(0, (0,), _planted_sequence(length, {(0, 9): 0.9}, rest=0.01)))
     row = sink.head_table(0, min_count=1, min_total=0.0).iloc[0]
     assert row["contact_share"] == pytest.approx(1.0)
-    for name in ("binding", "helix", "strand", "coil"):
+    for name in ("binding", "helix", "strand", "turn_bend", "blank"):
         assert np.isnan(row[f"w_{name}"]) and np.isnan(row[f"{name}_share"]) and np.isnan(row[f"{name}_background"])
         assert np.isnan(row[f"{name}_count_share"])
+
+
+def test_a_chain_without_turn_bend_and_blank_has_them_unknown():
+    """P-SEA's coil ("c") merges turn/bend and blank: those two are NaN (unknown), helix and strand are counted; a
+    DSSP chain of the same length has all four (positive control)."""
+    length = 10
+    spikes = {(0, 9): 0.9, (1, 2): 0.8}
+    rows = {}
+    for name, codes in (("p-sea", "aabbccccbb"), ("dssp", "aabbttnnbb")):
+        input_ids = torch.full((1, length + 2), 5)
+        sink = ContactSink(torch.zeros(1, 1), 0.0, input_ids, torch.ones(1, length + 2, dtype=torch.long), None,
+                           per_head=True, features=[ResidueFeatures(secondary=np.array(list(codes)))],
+                           regression=False)
+        sink.update(_block(0, (0,), _planted_sequence(length, spikes, rest=0.01)))
+        rows[name] = sink.head_table(0, min_count=1, min_total=0.0).iloc[0]
+    merged, split = rows["p-sea"], rows["dssp"]
+    assert merged["n_strand"] == 2 and merged["n_helix"] == 0 and merged["strand_background"] == pytest.approx(0.4)
+    for column in ("n_turn_bend", "n_blank", "turn_bend_share", "blank_count_share", "blank_background"):
+        assert np.isnan(merged[column])
+    assert split["n_strand"] == 2 and split["n_turn_bend"] == 0 and split["n_blank"] == 0
+    assert split["turn_bend_background"] == pytest.approx(0.2) and split["blank_background"] == pytest.approx(0.2)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -155,21 +182,50 @@ def test_unknown_property_is_nan_not_zero():
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _provis_inputs(loaded, path, chain):
+# TAPE's 8-state labels in NetSurfP-2.0's order (index 7, "C", is DSSP's blank); the 3-class label NetSurfP derives
+# from them (0 helix: G H I; 1 strand: B E; 2 coil: S T C)
+TAPE_SS8 = "GHIBESTC"
+TAPE_SS3 = {"G": 0, "H": 0, "I": 0, "B": 1, "E": 1, "S": 2, "T": 2, "C": 2}
+
+
+def _dssp_states(path, chain, monkeypatch):
+    """DSSP's 8-state letters of one chain, as our reader computed them (captured from the reader's own call)."""
+    from probe.proteins import structure as module
+
+    captured = []
+    real = module.dssp_states
+
+    def capture_states(protein):
+        captured.append(real(protein))
+        return captured[-1]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "dssp_states", capture_states)
+        structure = read_structure(path, chain=chain)
+    assert structure.secondary_method == "dssp" and len(captured) == 1
+    return structure, captured[0]
+
+
+def _provis_inputs(path, chain, monkeypatch):
     """One item as provis builds it: the sequence, TAPE's contact map (-1 where |i − j| < 6 or unresolved), the site
-    indicator (None: no ligand, so no binding item), the 3-class secondary structure (0 helix, 1 strand, 2 other)."""
-    structure = read_structure(path, chain=chain)
-    contact = contact_map(structure).astype(np.int64)  # the default virtual Cβ, 8 Å
+    indicator (None: no ligand, so no binding item), and compute_edge_features.convert_item's ``ss4`` secondary
+    structure: ``[ss4_blank_index if ss8 == ss8_blank_index else ss3 ...]`` with ss8_blank_index 7, ss4_blank_index 3
+    (0 Helix, 1 Beta, 2 Turn/Bend, 3 Blank: report_edge_features' ``secondary_names``)."""
+    structure, states = _dssp_states(path, chain, monkeypatch)
+    contact = contact_map(structure).astype(np.int64)  # the default virtual Cβ, 8 Å; -1 where unresolved
     yind, xind = np.indices(contact.shape)
     contact[np.abs(yind - xind) < 6] = -1
     sites = binding_sites(structure) if structure.ligands else None
-    secondary = [{"a": 0, "b": 1, "c": 2}[code] for code in secondary_structure(structure)]
+    ss8 = [TAPE_SS8.index("C" if state == " " else state) for state in states]  # DSSP's blank is TAPE's C
+    ss3 = [TAPE_SS3[TAPE_SS8[index]] for index in ss8]
+    secondary = [3 if eight == 7 else three for three, eight in zip(ss3, ss8, strict=True)]
     return {"primary": structure.sequence, "contact_map": contact, "site_indic": sites, "secondary": secondary}
 
 
 def _provis_features(item, from_index, to_index):
     """features.py's ContactMapFeature, BindingSiteFeature and SecStructFeature (include_to) of one pair."""
     values = {}
+    assert item["contact_map"][from_index, to_index] == item["contact_map"][to_index, from_index]
     if item["contact_map"][from_index, to_index] == 1:
         values["contact_map"] = 1
     if item["site_indic"] is not None and item["site_indic"][to_index] == 1:
@@ -178,66 +234,85 @@ def _provis_features(item, from_index, to_index):
     return values
 
 
-def _provis_reference(loaded, chains, min_attn=0.3, weighted=True):
-    """compute_edge_features.py's loop over items, every (to_index, from_index) pair and feature: weighted (commit
-    b23402d: ``attns = (attn > min_attn) * attn``, sums of α) or counts (HEAD 946e9b4: ``attns >= min_attn``, sums of
-    the mask). [CLS]/[SEP] rows and columns dropped. The one liberty: the float32 weights (compared with θ in float32,
-    as in provis) are summed in float64, so that the comparison can be to 1e-9 instead of float32 rounding."""
-    n_layers, n_heads = loaded.n_layers, loaded.n_heads
-    feature_to_weighted_sum = defaultdict(lambda: torch.zeros((n_layers, n_heads), dtype=torch.double))
-    weight_total = torch.zeros((n_layers, n_heads), dtype=torch.double)
-    items = [_provis_inputs(loaded, path, chain) for path, chain in chains]
+def _attention(loaded, item):
+    """get_attention: α of every layer, [CLS]/[SEP] rows and columns removed, [layer head L L] float32."""
+    tokens = loaded.tokenizer(" ".join(item["primary"]), return_tensors="pt")
+    dense = DenseSink()  # every layer and head: the α the analysis saw (the engine equals eager: test_capture)
+    with capture(loaded.model, dense), torch.no_grad():
+        loaded.model(**tokens)
+    attns = list(dense.attention().unbind(1))  # per layer [batch head token token]
+    attns = [attn[:, :, 1:-1, 1:-1] for attn in attns]  # Remove attention from <CLS> (first) and <SEP> (last) token
+    return torch.stack([attn.squeeze(0) for attn in attns])  # [layer head L L]
+
+
+def _provis_first_version(loaded, items, min_attn):
+    """34e6869's analyze_heads: ``attns = [(attn > min_attn) * attn ...]``, weight_total the sum of those weights
+    from start_index 0, every (to_index, from_index) pair's features weighted by them. The one liberty: the float32
+    weights (compared with θ in float32, as there) are summed in float64, so the comparison can be to 1e-9."""
+    feature_to_weighted_sum = defaultdict(lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
+    weight_total = torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double)
+    start_index = 0
     for item in items:
-        tokens = loaded.tokenizer(" ".join(item["primary"]), return_tensors="pt")
-        dense = DenseSink()  # every layer and head: the α the analysis saw (the engine equals eager: test_capture)
-        with capture(loaded.model, dense), torch.no_grad():
-            loaded.model(**tokens)
-        attns = list(dense.attention().unbind(1))  # per layer [batch head token token] float32
-        attns = [attn[:, :, 1:-1, 1:-1] for attn in attns]  # Remove attention from <CLS> (first) and <SEP> (last)
-        if weighted:
-            attns = [(attn > min_attn) * attn.double() for attn in attns]  # weights at or below min_attn set to 0
-        else:
-            attns = [(attn >= min_attn).double() for attn in attns]
-        attns = torch.stack([attn.squeeze(0) for attn in attns])  # [layer head L L]
-        weight_total += attns.sum((2, 3))
+        attns = _attention(loaded, item)
+        attns = (attns > min_attn) * attns.double()  # Set attention weights below min_attn to zero
+        weight_total += attns[:, :, start_index:, start_index:].sum((2, 3))
+        seq_len = attns.size(2)
+        for to_index in range(start_index, seq_len):
+            for from_index in range(start_index, seq_len):
+                for feature_name, value in _provis_features(item, from_index, to_index).items():
+                    feature_to_weighted_sum[feature_name] += attns[:, :, from_index, to_index] * value
+    return feature_to_weighted_sum, weight_total
+
+
+def _provis_iclr_version(loaded, items, min_attn):
+    """946e9b4's compute_mean_attention: ``mask = attns >= min_attn``, weight_total the count of the mask, every
+    (to_index, from_index) pair's features counted where the mask holds."""
+    feature_to_weighted_sum = defaultdict(lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
+    weight_total = torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double)
+    for item in items:
+        attns = _attention(loaded, item)
+        mask = attns >= min_attn
+        weight_total += mask.long().sum((2, 3))
         seq_len = attns.size(2)
         for to_index in range(seq_len):
             for from_index in range(seq_len):
                 for feature_name, value in _provis_features(item, from_index, to_index).items():
-                    feature_to_weighted_sum[feature_name] += attns[:, :, from_index, to_index] * value
-    return feature_to_weighted_sum, weight_total, items
+                    mask = attns[:, :, from_index, to_index] >= min_attn
+                    feature_to_weighted_sum[feature_name] += mask * value
+    return feature_to_weighted_sum, weight_total
 
 
-def _provis_background(items):
-    """background.py's distributions: contact map values over every pair, site indicators and classes per residue."""
-    contacts, sites, classes = Counter(), Counter(), Counter()
+def _provis_contact_background(items):
+    """report_top_heads.create_figure's background for contact_map: background.contact_map_distribution's Counter
+    of the contact maps' values over every pair, num_pos_background / (num_pos_background + num_neg_background) —
+    the -1 pairs (|i − j| < 6, unresolved) are in neither."""
+    counts = Counter()
     for item in items:
-        contacts.update(item["contact_map"].flatten().tolist())
-        if item["site_indic"] is not None:
-            sites.update(item["site_indic"].tolist())
-        classes.update(item["secondary"])
-    return contacts, sites, classes
+        counts.update(item["contact_map"].flatten().tolist())
+    num_pos_background, num_neg_background = counts[1], counts[0]
+    return num_pos_background / (num_pos_background + num_neg_background)
 
 
 _PROVIS_NAMES = {"contact": "contact_map", "binding": "binding_site_to", "helix": "sec_struct_to_0",
-                 "strand": "sec_struct_to_1", "coil": "sec_struct_to_2"}
+                 "strand": "sec_struct_to_1", "turn_bend": "sec_struct_to_2", "blank": "sec_struct_to_3"}
 
 
-# sharpness of the random tiny BERT at which some heads fall below min_total = 100 and some not: Σ α > θ (weighted)
-# is smaller than the count of α ≥ θ, so the weighted variant needs peakier heads for the mask to cut both ways
-@pytest.mark.parametrize(("weighted", "sharpness"), [(True, 21.0), (False, SHARPNESS)], ids=["weighted_b23402d",
-                                                                                             "counts_HEAD"])
-def test_shipped_structures_equal_the_provis_recipe(tiny_dir, structures_dir, weighted, sharpness):
-    loaded = models.load(str(tiny_dir("protbert", sharpness=sharpness)))
+# Each version at the θ its own scripts ran (compute_*_features.sh: --min-attn .1 at 34e6869, .3 at 946e9b4); at
+# SHARPNESS some heads of the random tiny BERT fall below min_total = 100 and some not, in both versions
+@pytest.mark.parametrize(("version", "theta"), [("first", 0.1), ("iclr", 0.3)], ids=["weighted_34e6869",
+                                                                                    "counts_946e9b4"])
+def test_shipped_structures_equal_the_provis_recipe(tiny_dir, structures_dir, monkeypatch, version, theta):
+    loaded = models.load(str(tiny_dir("protbert", sharpness=SHARPNESS)))
     units, skipped = structure_units(structure_files(structures_dir))
     assert not skipped and [unit.id for unit in units] == ["1aki_A", "pdb1ejg_A", "pdb1ubi_A"]
-    outcomes = [analyse_unit(loaded, unit, ContactOptions()) for unit in units]
+    outcomes = [analyse_unit(loaded, unit, ContactOptions(min_attention=theta)) for unit in units]
     min_total = 100  # report_edge_features.py
     summary = summarize_heads(heads_table(outcomes), chain_table(outcomes), min_count=min_total,
                               min_total=min_total).set_index("name")
-    feature_to_weighted_sum, weight_total, items = _provis_reference(
-        loaded, [(unit.structure, unit.chain) for unit in units], weighted=weighted)
-    total_column, suffix = ("w_high", "share") if weighted else ("n_high", "count_share")
+    items = [_provis_inputs(unit.structure, unit.chain, monkeypatch) for unit in units]
+    reference = _provis_first_version if version == "first" else _provis_iclr_version
+    feature_to_weighted_sum, weight_total = reference(loaded, items, theta)
+    total_column, suffix = ("w_high", "share") if version == "first" else ("n_high", "count_share")
     kept = 0
     for layer in range(loaded.n_layers):
         for head in range(loaded.n_heads):
@@ -256,12 +331,19 @@ def test_shipped_structures_equal_the_provis_recipe(tiny_dir, structures_dir, we
                 else:
                     assert row[f"{name}_{suffix}"] == pytest.approx(mean_by_head, abs=1e-9)
     assert 0 < kept < loaded.n_layers * loaded.n_heads  # the planted sharpness gives both kinds of head
-    contacts, sites, classes = _provis_background(items)
-    assert not sites  # none of the shipped structures holds a ligand: binding is unknown, not 0
-    assert summary["contact_background"].eq(contacts[1] / sum(contacts.values())).all()
-    assert summary["helix_background"].eq(classes[0] / sum(classes.values())).all()
-    assert summary["strand_background"].eq(classes[1] / sum(classes.values())).all()
-    assert summary["binding_background"].isna().all() and summary["binding_share"].isna().all()
+    # all four classes occur on the shipped structures, turn/bend apart from blank
+    assert all(f"sec_struct_to_{index}" in feature_to_weighted_sum for index in range(4))
+    # the contact background as report_top_heads computes it (946e9b4; the first version has none)
+    assert summary["contact_background"].eq(_provis_contact_background(items)).all()
+    # ours, on the share's scale: contacts over every pair of the analysed sequences (provis' is ~1.1x it here)
+    contacts = sum(int((item["contact_map"] == 1).sum()) for item in items)
+    pairs = sum(len(item["primary"]) ** 2 for item in items)
+    assert summary["contact_background_all_pairs"].eq(contacts / pairs).all()
+    assert summary["contact_background"].iloc[0] > 1.05 * summary["contact_background_all_pairs"].iloc[0]
+    classes = Counter(index for item in items for index in item["secondary"])
+    for name, index in (("helix", 0), ("strand", 1), ("turn_bend", 2), ("blank", 3)):
+        assert summary[f"{name}_background"].eq(classes[index] / sum(classes.values())).all()
+    assert summary["binding_background"].isna().all() and summary["binding_share"].isna().all()  # no ligand
     assert (summary["n_proteins"] == 3).all()
 
 

@@ -13,6 +13,7 @@ from probe import models
 from probe.cli import main
 from probe.proteins import regression as fitting
 from probe.proteins.contacts import predict_contacts
+from probe.proteins.regression_file import read_regression
 from probe.proteins.structure import contact_map, read_structure
 
 SEQUENCE = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQFEVVHSLAKWKRQTLGQHDFSAG"
@@ -89,7 +90,7 @@ def test_fitted_regression_streams_through_the_contact_sink(tiny_dir, structures
     fitted, _ = fitting.fit(maps, structures, loaded.name, c=10.0, evaluate=False)
     path = tmp_path / "r.json"
     fitted.save(path)
-    again = fitting.read_regression(path)
+    again = read_regression(path)
     np.testing.assert_array_equal(again.weight, fitted.weight)
     assert again.bias == fitted.bias and again.structures == ("1aki_A", "pdb1ejg_A", "pdb1ubi_A")
     # a new sequence: the streamed prediction equals sigmoid(b + Σ w·APC(sym α)) from every head's dense map
@@ -191,3 +192,45 @@ def test_fit_refuses_to_overwrite_a_foreign_file(tiny_dir, structures_dir, tmp_p
     _one_line_error(capsys, ["contacts", "--model", str(tiny_dir("protbert")), "--fit", str(structures_dir),
                              "--regression", str(foreign)], "exists but is not a contact regression")
     assert json.loads(foreign.read_text()) == {"someone": "else"}
+
+
+_VALID = {"format": "probe-contact-regression", "version": 1, "model": "tiny", "revision": "", "bias": -1.0,
+          "weight": [[0.5, 0.0, 0.0, 0.25], [0.0, 0.0, 1.0, 0.0]], "c": 0.15, "structures": ["a_A", "b_A"],
+          "top_heads": [[1, 2], [0, 0]], "evaluation": [{"id": "a_A", "method": "regression", "p_at_L_long": None}]}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"c": "abc"}, 'is damaged: "c" must be a positive number (it is "abc")'),
+    ({"c": -1}, '"c" must be a positive number'),
+    ({"structures": 5}, '"structures" must be a list of structure ids (it is 5)'),
+    ({"top_heads": [1, 2]}, '"top_heads" must be a list of [layer, head] pairs inside the 2 × 4 weights'),
+    ({"top_heads": [[2, 0]]}, '"top_heads" must be a list of [layer, head] pairs inside the 2 × 4 weights'),
+    ({"weight": [[0.5, 0.0], [1.0]]}, '"weight" must be a [layer, head] table'),
+    ({"weight": [["0.5", 0.0], [1.0, 0.0]]}, '"weight" must hold finite numbers only (it holds "0.5")'),
+    ({"weight": [[True, 0.0], [1.0, 0.0]]}, '"weight" must hold finite numbers only (it holds true)'),
+    ({"bias": None}, '"bias" must be a finite number (it is null)'),
+    ({"model": 3}, '"model" must be a string'),
+    ({"version": 2}, '"version" must be 1'),
+    ({"evaluation": {"id": 1}}, '"evaluation" must be a list of rows'),
+    ({"colour": "red"}, 'unknown key "colour"'),
+])
+def test_a_regression_file_is_checked_against_its_schema(tmp_path, capsys, change, message):
+    """Each key of a hand-made or damaged file: one line naming it, exit 2, before the model is loaded (the model
+    named here does not exist, so reaching it would be another error)."""
+    path = tmp_path / "regression.json"
+    path.write_text(json.dumps(_VALID), encoding="utf-8")
+    assert read_regression(path).top_heads == ((1, 2), (0, 0))  # the unchanged file is valid
+    path.write_text(json.dumps({**_VALID, **change}), encoding="utf-8")
+    _one_line_error(capsys, ["contacts", "--model", str(tmp_path / "no-model"), "--regression", str(path),
+                             "--sequence", "MKT"], message)
+
+
+def test_deeply_nested_json_and_a_folder_are_one_line_errors(tmp_path, capsys):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"format": "probe-contact-regression", "weight": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    _one_line_error(capsys, ["contacts", "--model", str(tmp_path / "no-model"), "--regression", str(deep),
+                             "--sequence", "MKT"], "its JSON is nested too deeply")
+    folder = tmp_path / "a-folder.json"
+    folder.mkdir()
+    _one_line_error(capsys, ["contacts", "--model", str(tmp_path / "no-model"), "--regression", str(folder),
+                             "--sequence", "MKT"], f"--regression {folder} is a folder: give the .json file")

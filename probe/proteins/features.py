@@ -1,26 +1,30 @@
 """Vig et al.'s feature shares: how much of a head's high attention lands on a structural property.
 
 "BERTology Meets Biology" (Vig et al.) exists in two versions of its code, salesforce/provis
-``protein_attention/attention_analysis/compute_edge_features.py`` (with ``report_edge_features.py``, ``features.py``,
-``background.py``), and they define the share differently. Both are computed; they have different names.
+``protein_attention/attention_analysis/compute_edge_features.py`` (with ``report_edge_features.py``,
+``report_top_heads.py``, ``features.py``, ``background.py``), and they define the share differently. Both are
+computed; they have different names.
 
-``{f}_share`` — attention-weighted (provis commit b23402d, the first paper version; ``attns = (attn > min_attn) *
-attn``, then sums of α)::
+``{f}_share`` — attention-weighted, provis' **first version** (commit 34e6869, unchanged in b23402d, which only adds
+licence headers; ``attns = (attn > min_attn) * attn``, then sums of α; its scripts run ``--min-attn .1``)::
 
-    w_high    = Σ α(i, j)            over pairs with α(i, j) > θ (strict)      θ = 0.3 (--min-attention)
+    w_high    = Σ α(i, j)            over pairs with α(i, j) > θ (strict)
     w_f       = Σ α(i, j) · f(i, j)  over the same pairs
     share_f   = Σ_sequences w_f / Σ_sequences w_high                        pooled over the set, not a mean of shares
     NaN where Σ w_high < 100                                                (--min-total; report_edge_features'
                                                                              ``min_total``, applied to Σ α)
 
-``{f}_count_share`` — counts (provis HEAD, commit 946e9b4, the paper's second version; ``mask = attns >= min_attn``,
-then sums of the mask)::
+``{f}_count_share`` — counts, provis' **ICLR 2021 version** (commit 946e9b4, identical at HEAD 051fe89;
+``mask = attns >= min_attn``, then sums of the mask; its scripts run ``--min-attn .3``)::
 
     n_high = #{(i, j) : α(i, j) ≥ θ},  n_f = #{... and f(i, j)},  count_share_f = Σ n_f / Σ n_high
     NaN where Σ n_high < 100                                                (--min-count)
 
-In both, rows and columns of special tokens ([CLS]/[SEP], BOS/EOS) are dropped and α is not renormalised, every
-residue pair (i attends to j) of every sequence is visited, and a pair without the property stays in the denominator.
+One θ (``--min-attention``) serves both; its default 0.3 is the ICLR version's, so ``{f}_count_share`` reproduces
+that version as it ran. The first version ran at θ = 0.1: ``--min-attention 0.1`` reproduces its ``{f}_share``
+(:data:`probe.proteins.defaults.MIN_ATTENTION_FIRST_VERSION`). In both, rows and columns of special tokens
+([CLS]/[SEP], BOS/EOS) are dropped and α is not renormalised, every residue pair (i attends to j, i = j included) of
+every sequence is visited, and a pair without the property stays in the denominator.
 
 Properties f:
 
@@ -28,24 +32,35 @@ Properties f:
   pairs closer than 6 in sequence and pairs without coordinates are -1 there, so they stay in the denominator and
   never in the numerator;
 * ``binding``: the attended residue j is a binding site (provis' ``BindingSiteFeature``: attention *to* the site);
-* ``helix``, ``strand``, ``coil``: the 3-class secondary structure of the attended residue j (``SecStructFeature``,
-  "to"; DSSP, see :mod:`probe.proteins.structure`).
+* ``helix``, ``strand``, ``turn_bend``, ``blank``: provis' 4 secondary-structure classes (``ss4``: Helix, Beta,
+  Turn/Bend, Blank) of the attended residue j (``SecStructFeature``, "to"; DSSP, see :mod:`probe.proteins.structure`).
+  Turn/bend (DSSP T, S) and blank (no DSSP assignment) are reported apart, as provis reports them.
 
-Background (provis' ``background.py``: the property's rate in the data, what a head attending at random gets)::
+Backgrounds (the property's rate in the data)::
 
-    contact: Σ contact pairs with |i − j| ≥ 6 / Σ L²      binding, helix, ...: Σ residues with the property / Σ L
+    contact_background            = Σ contact pairs / Σ known pairs      known: |i − j| ≥ 6 and both residues resolved
+    contact_background_all_pairs  = Σ contact pairs / Σ L²
+    binding, helix, ... background = Σ residues with the property / Σ L
+
+``contact_background`` is provis' (``report_top_heads.py``: contacts / (contacts + non-contacts) of TAPE's maps,
+where the −1 pairs — local or unresolved — count in neither). ``contact_background_all_pairs`` is ours, kept under
+its own name because it is the one on the share's own scale: the share's denominator holds every pair, local and
+unresolved ones included, so a head attending uniformly gets exactly contacts / L², not contacts / known pairs
+(at L = 60 provis' background is 1.2× that; comparing a share with it understates a head's enrichment).
 
 Unknown is NaN, never 0: a sequence without data for a property (a structure without any ligand has no binding-site
-annotation, a chain without a secondary-structure assignment has no helix/strand/coil) gets NaN counts, shares and
-background for it, and is left out of the pooled sums for that property.
+annotation, a chain without a secondary-structure assignment has no helix/strand/turn/blank, a chain assigned by the
+P-SEA fallback, which has no turn/bend, has none for turn_bend and blank) gets NaN counts, shares and background for
+it, and is left out of the pooled sums for that property.
 
 Where we differ: provis takes binding sites from PDB SITE records and secondary structure from TAPE's NetSurfP data;
 we derive both from the structure file itself (ligand HETATMs within a stated distance; DSSP), see
-:mod:`probe.proteins.structure`.
+:mod:`probe.proteins.structure`. provis computes the contact background over ProteinNet's whole training split (its
+``background.py``), not over the sequences it analyses; we compute it over the sequences analysed.
 
 Column names (per-head tables): ``w_high``, ``w_{f}``, ``{f}_share`` (weighted); ``n_high``, ``n_{f}``,
-``{f}_count_share`` (counts); ``{f}_background``. Per-sequence background counts: ``n_pairs`` (L²), ``n_residues``
-(L), ``n_contact_pairs`` and ``n_{f}_residues``.
+``{f}_count_share`` (counts); ``{f}_background`` and ``contact_background_all_pairs``. Per-sequence background counts:
+``n_pairs`` (L²), ``n_known_pairs``, ``n_residues`` (L), ``n_contact_pairs`` and ``n_{f}_residues``.
 """
 
 from __future__ import annotations
@@ -57,14 +72,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-MIN_ATTENTION = 0.3  # θ (provis: --min-attn .3): weights > θ are summed (shares), weights ≥ θ counted (count shares)
-MIN_TOTAL = 100.0  # heads whose Σ α over weights > θ is below this get no share (report_edge_features' min_total)
-MIN_COUNT = 100  # heads with fewer weights ≥ θ get no count share (the same min_total, applied to counts)
+from probe.proteins.defaults import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL
+
 MIN_SEPARATION = 6  # contacts closer in sequence are not counted as contacts (TAPE's ProteinNet maps)
 PAIR_FEATURES = ("contact",)
-RESIDUE_FEATURES = ("binding", "helix", "strand", "coil")
+SECONDARY_FEATURES = ("helix", "strand", "turn_bend", "blank")  # provis' ss4 classes 0, 1, 2, 3
+RESIDUE_FEATURES = ("binding", *SECONDARY_FEATURES)
 FEATURES = PAIR_FEATURES + RESIDUE_FEATURES
-SECONDARY_CODES = {"helix": "a", "strand": "b", "coil": "c"}  # 3-class codes of probe.proteins.structure
+SECONDARY_CODES = {"helix": "a", "strand": "b", "turn_bend": "t", "blank": "n"}  # probe.proteins.structure's codes
+MERGED_CODE = "c"  # P-SEA's coil (turn/bend and blank together): such a chain has neither class
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,7 +89,8 @@ class ResidueFeatures:
 
     contacts: np.ndarray | None = None  # [L L] int8: 1 contact, 0 not, -1 unknown
     binding: np.ndarray | None = None  # [L] int8: 1 binding site, 0 not, -1 unknown
-    secondary: np.ndarray | None = None  # [L] str: "a" helix, "b" strand, "c" coil, "" unknown
+    secondary: np.ndarray | None = None  # [L] str: "a" helix, "b" strand, "t" turn/bend, "n" blank, "c" coil
+    # (P-SEA: turn/bend and blank unknown), "" unknown
 
     def available(self) -> tuple[str, ...]:
         """The properties this sequence has data for (an annotation without a single known position has none)."""
@@ -82,8 +99,11 @@ class ResidueFeatures:
             names.append("contact")
         if self.binding is not None and (np.asarray(self.binding) >= 0).any():
             names.append("binding")
-        if self.secondary is not None and (np.asarray(self.secondary).astype(str) != "").any():
-            names += ["helix", "strand", "coil"]
+        secondary = np.asarray(self.secondary).astype(str) if self.secondary is not None else np.array([], str)
+        if (secondary != "").any():
+            names += ["helix", "strand"]
+            if not (secondary == MERGED_CODE).any():
+                names += ["turn_bend", "blank"]
         return tuple(names)
 
 
@@ -98,10 +118,9 @@ def feature_masks(features: ResidueFeatures, length: int, device: torch.device |
         masks["contact"] = contacts & far
     if "binding" in available:
         masks["binding"] = torch.as_tensor(np.asarray(features.binding) == 1, device=device)  # [L]
-    if "helix" in available:
-        secondary = np.asarray(features.secondary).astype(str)
-        for name, code in SECONDARY_CODES.items():
-            masks[name] = torch.as_tensor(secondary == code, device=device)  # [L]
+    for name, code in SECONDARY_CODES.items():
+        if name in available:
+            masks[name] = torch.as_tensor(np.asarray(features.secondary).astype(str) == code, device=device)  # [L]
     for name, mask in masks.items():
         expected = (length, length) if name in PAIR_FEATURES else (length,)
         if tuple(mask.shape) != expected:
@@ -148,14 +167,20 @@ def background_counts(features: ResidueFeatures | None, length: int) -> dict[str
     counts = {"n_pairs": float(length * length), "n_residues": float(length)}
     masks = feature_masks(features, length) if features is not None else {}
     counts["n_contact_pairs"] = float(masks["contact"].sum()) if "contact" in masks else float("nan")
+    counts["n_known_pairs"] = float("nan")
+    if features is not None and features.contacts is not None:
+        position = np.arange(length)
+        far = np.abs(position[:, None] - position[None, :]) >= MIN_SEPARATION  # [L L]
+        counts["n_known_pairs"] = float((far & (np.asarray(features.contacts) >= 0)).sum())
     for name in RESIDUE_FEATURES:
         counts[f"n_{name}_residues"] = float(masks[name].sum()) if name in masks else float("nan")
     return counts
 
 
-def _background_columns(name: str) -> tuple[str, str]:
-    """(numerator, denominator) background count columns of a property."""
-    return ("n_contact_pairs", "n_pairs") if name == "contact" else (f"n_{name}_residues", "n_residues")
+# background column -> (numerator, denominator) count columns
+BACKGROUNDS = {"contact_background": ("n_contact_pairs", "n_known_pairs"),
+               "contact_background_all_pairs": ("n_contact_pairs", "n_pairs"),
+               **{f"{name}_background": (f"n_{name}_residues", "n_residues") for name in RESIDUE_FEATURES}}
 
 
 def _share(numerator, denominator, enough):
@@ -202,19 +227,19 @@ def pooled_shares(heads: pd.DataFrame, *, min_total: float = MIN_TOTAL, min_coun
 
 
 def pooled_backgrounds(records: pd.DataFrame) -> dict[str, float]:
-    """{f}_background over a set: Σ property count / Σ denominator over the sequences that have data for it."""
+    """The :data:`BACKGROUNDS` over a set: Σ property count / Σ denominator over the sequences that have data for
+    it (keys ``{f}_background`` and ``contact_background_all_pairs``)."""
     result = {}
-    for name in FEATURES:
-        numerator, denominator = _background_columns(name)
-        if numerator not in records:
-            result[f"{name}_background"] = np.nan
+    for column, (numerator, denominator) in BACKGROUNDS.items():
+        if numerator not in records or denominator not in records:
+            result[column] = np.nan
             continue
-        known = records[numerator].notna()
+        known = records[numerator].notna() & records[denominator].notna()
         total = float(records.loc[known, denominator].sum())
-        result[f"{name}_background"] = float(records.loc[known, numerator].sum()) / total if total > 0 else np.nan
+        result[column] = float(records.loc[known, numerator].sum()) / total if total > 0 else np.nan
     return result
 
 
 def backgrounds(counts: Mapping[str, float]) -> dict[str, float]:
-    """{f}_background of one sequence from :func:`background_counts`."""
+    """The :data:`BACKGROUNDS` of one sequence from :func:`background_counts`."""
     return pooled_backgrounds(pd.DataFrame([dict(counts)]))

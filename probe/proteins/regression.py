@@ -9,7 +9,7 @@ fitted on 20 proteins. Checkpoints other than ESM (ProtBert-style BERTs, antibod
 such regression; this module fits one on the structures a user has (scikit-learn's ``LogisticRegression``,
 ``penalty="l1"``, solver liblinear), over the known residue pairs i < j with j − i ≥ 6. The channels are standardised
 for the fit and the standardisation is folded back into (w, b), so the fitted regression is applied exactly like a
-checkpoint's own: streamed head by head by :class:`probe.proteins.contacts.ContactSink` (O(L²) memory), an [L, L]
+checkpoint's own: streamed head by head by :class:`probe.proteins.sink.ContactSink` (O(L²) memory), an [L, L]
 map of probabilities in [0, 1] for any sequence.
 
 Where we differ from Rao et al.: they fit on 20 proteins with a regularisation they chose on their data; the
@@ -30,22 +30,19 @@ applying a fitted regression streams.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from probe.errors import ProbeError, first_line
+from probe.errors import ProbeError
+from probe.proteins.regression_file import DEFAULT_C, ContactRegression
 
-DEFAULT_C = 0.15  # sklearn's C (inverse L1 strength) on standardised channels; our choice (see the docstring)
 TOP_K = 5  # heads averaged by the top-k-head baseline
 MIN_SEPARATION = 6  # pairs closer in sequence are not fitted (nor scored by precision)
-FORMAT = "probe-contact-regression"
-FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,81 +52,6 @@ class TrainingStructure:
     id: str
     sequence: str
     true_map: np.ndarray
-
-
-@dataclass(frozen=True, eq=False)
-class ContactRegression:
-    """A fitted contact regression (raw APC(sym α) units) and what it was fitted on."""
-
-    model: str  # the model's name or path
-    weight: np.ndarray  # [layer head] float64
-    bias: float
-    c: float = DEFAULT_C
-    structures: tuple[str, ...] = ()  # ids of the training structures
-    top_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) of the top-k baseline, selected on the same set
-    evaluation: list[dict] = field(default_factory=list)  # leave-one-out rows (see leave_one_out)
-    revision: str = ""  # the model's revision (probe.models: commit or weights hash); "" when not recorded
-
-    def as_tuple(self) -> tuple[torch.Tensor, float]:
-        """(weight [layer head] float32 tensor, bias): the form :func:`probe.proteins.contacts.predict_contacts`
-        takes as ``regression``."""
-        return torch.as_tensor(self.weight, dtype=torch.float32), float(self.bias)
-
-    def check_model(self, loaded) -> ContactRegression:
-        """Self, when it was fitted for `loaded` (its revision, where both are known) and its shape fits (layers ×
-        heads); a one-line ProbeError otherwise."""
-        if self.revision and loaded.revision not in ("", "unknown") and self.revision != loaded.revision:
-            raise ProbeError(f"the contact regression was fitted for {self.model} (revision {self.revision[:12]}), "
-                             f"not for {loaded.name} (revision {loaded.revision[:12]}): fit one for this model with "
-                             "--fit")
-        if tuple(self.weight.shape) != (loaded.n_layers, loaded.n_heads):
-            raise ProbeError(f"the contact regression was fitted for {self.weight.shape[0]} layers × "
-                             f"{self.weight.shape[1]} heads ({self.model}) but {loaded.name} has {loaded.n_layers} × "
-                             f"{loaded.n_heads}: fit one for this model with --fit")
-        return self
-
-    def save(self, path: str | Path) -> None:
-        """Write as JSON (atomically: a temporary file renamed)."""
-        path = Path(path)
-        data = {"format": FORMAT, "version": FORMAT_VERSION, "model": self.model, "revision": self.revision,
-                "bias": float(self.bias),
-                "weight": np.asarray(self.weight, dtype=np.float64).tolist(), "c": self.c,
-                "structures": list(self.structures), "top_heads": [list(pair) for pair in self.top_heads],
-                "evaluation": self.evaluation}
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, default=_json_default), encoding="utf-8")
-        tmp.replace(path)
-
-
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def read_regression(path: str | Path) -> ContactRegression:
-    """A regression written by :meth:`ContactRegression.save` (``probe contacts --fit``); one-line ProbeError for a
-    missing, foreign or damaged file."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ProbeError(f"--regression {path} does not exist: fit one with probe contacts --fit STRUCTURES")
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ProbeError(f"--regression {path} is not a contact regression file ({first_line(error)})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ProbeError(f"--regression {path} is not a contact regression file written by probe contacts --fit")
-    try:
-        weight = np.asarray(data["weight"], dtype=np.float64)
-        bias = float(data["bias"])
-    except (KeyError, TypeError, ValueError) as error:
-        raise ProbeError(f"--regression {path} is damaged ({first_line(error)}); fit it again with --fit") from None
-    if weight.ndim != 2 or not np.isfinite(weight).all() or not np.isfinite(bias):
-        raise ProbeError(f"--regression {path} is damaged (weights must be a finite [layer, head] table)")
-    return ContactRegression(model=str(data.get("model", "")), weight=weight, bias=bias,
-                             c=float(data.get("c", DEFAULT_C)), structures=tuple(data.get("structures", ())),
-                             top_heads=tuple(tuple(pair) for pair in data.get("top_heads", ())),
-                             evaluation=list(data.get("evaluation", [])), revision=str(data.get("revision", "")))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,7 +139,7 @@ def predict_map(maps: np.ndarray, weight: np.ndarray, bias: float) -> np.ndarray
 
 def head_precisions(maps: np.ndarray, true_map: np.ndarray, column: str = "p_at_L_long") -> np.ndarray:
     """[layer head] the precision `column` of every head's map against a true map."""
-    from probe.proteins.contacts import precision_by_range
+    from probe.proteins.precision import precision_by_range
 
     layers, heads = maps.shape[:2]
     return np.array([[precision_by_range(maps[layer, head], true_map)[column] for head in range(heads)]
@@ -238,7 +160,7 @@ def top_heads_map(maps: np.ndarray, heads: Sequence[tuple[int, int]]) -> np.ndar
 
 
 def _scores(scores: np.ndarray, true_map: np.ndarray) -> dict[str, float]:
-    from probe.proteins.contacts import RANGES, precision_by_range
+    from probe.proteins.precision import RANGES, precision_by_range
 
     precision = precision_by_range(scores, true_map)
     return {f"p_at_{fraction}_{name}": precision[f"p_at_{fraction}_{name}"] for name in RANGES
@@ -313,7 +235,7 @@ def head_maps(loaded, sequence: str) -> np.ndarray:
     """
     from probe.engine import DenseSink, capture
     from probe.models import encode_proteins, require_protein
-    from probe.proteins.contacts import apc, symmetrize
+    from probe.proteins.precision import apc, symmetrize
 
     require_protein(loaded, "contact regression")
     cleaned, inputs = encode_proteins(loaded, [sequence])
@@ -344,6 +266,27 @@ def training_structures(files: Sequence[str | Path], loaded, threshold: float | 
     return result
 
 
-__all__ = ["DEFAULT_C", "TOP_K", "ContactRegression", "TrainingStructure", "fit", "fit_logistic", "head_maps",
-           "leave_one_out", "pair_features", "predict_map", "read_regression", "select_top_heads",
-           "top_heads_map", "training_structures"]
+def fit_files(loaded, files: Sequence[str | Path], threshold: float | None = None, cb: str | None = None,
+              model: str | None = None) -> tuple[ContactRegression, pd.DataFrame]:
+    """``probe contacts --fit``: the regression fitted on the first protein chain of every file, with the
+    leave-one-structure-out table of it and of the top-k-head average (:func:`fit`, :func:`leave_one_out`).
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        A protein language model.
+    files : Sequence[str or pathlib.Path]
+        At least two structure files.
+    model : str, optional
+        The name the file records (default ``loaded.name``); the revision is ``loaded.revision``.
+    """
+    if len(files) < 2:
+        raise ProbeError(f"--fit holds {len(files)} structure: leave-one-structure-out needs at least two")
+    structures = training_structures(files, loaded, threshold, cb)
+    maps = [head_maps(loaded, structure.sequence) for structure in structures]  # [layer head L L] each
+    return fit(maps, structures, model or loaded.name, revision=loaded.revision)
+
+
+__all__ = ["DEFAULT_C", "TOP_K", "TrainingStructure", "fit", "fit_files", "fit_logistic", "head_maps",
+           "leave_one_out", "pair_features", "predict_map", "select_top_heads", "top_heads_map",
+           "training_structures"]

@@ -1,4 +1,5 @@
-"""Contact analysis unit by unit (a FASTA record or a structure chain), and what a set of units adds up to.
+"""Contact analysis unit by unit (a FASTA record or a structure chain, :mod:`probe.proteins.units`), and what a set
+of units adds up to.
 
 The unit functions here are what `probe contacts` runs (and what a distributed runner can run): each unit is
 analysed on its own, persisted in a :class:`probe.runs.journal.Journal` under an identity of everything that determines
@@ -8,7 +9,7 @@ its result, and the outputs are built from the units:
   length, sequence, structure_hash, ligands``, the nine precision columns of the checkpoint's predicted contacts
   (NaN without a contact regression), ``n_known_{range}`` / ``n_true_{range}`` (known pairs and contacts per range)
   and the background counts of :func:`probe.proteins.features.background_counts` (``n_pairs, n_residues, n_contact_pairs,
-  n_binding_residues, n_helix_residues, n_strand_residues, n_coil_residues``);
+  n_known_pairs, n_binding_residues, n_helix_residues, n_strand_residues, n_turn_bend_residues, n_blank_residues``);
 * the **per-head table** (:func:`heads_table`, ``--heads-out``): one row per unit × head, ``record, id`` and the
   columns of :mod:`probe.proteins.contacts`' per-head table;
 * the **per-head summary** over the set (:func:`summarize_heads`, ``--heads-summary``), see
@@ -30,16 +31,9 @@ from probe.models import LoadedModel
 from probe.naming import head_name
 from probe.proteins import features as vig
 from probe.proteins import significance
-from probe.proteins.contacts import (
-    FRACTIONS,
-    RANGES,
-    ContactResult,
-    known_pair_counts,
-    precision_columns,
-    predict_contacts,
-    predict_contacts_windowed,
-)
+from probe.proteins.contacts import ContactResult, predict_contacts, predict_contacts_windowed
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
+from probe.proteins.precision import RANGES, known_pair_counts, precision_columns
 from probe.proteins.structure import (
     BINDING_DISTANCE,
     CONTACT_THRESHOLD,
@@ -49,8 +43,8 @@ from probe.proteins.structure import (
     read_structure,
     secondary_structure,
 )
+from probe.proteins.units import UnitSpec
 
-STRUCTURE_SUFFIXES = (".pdb", ".ent", ".cif", ".mmcif")
 FORMAT_VERSION = 3  # of a unit's stored form: bump to make old journals recompute
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
@@ -71,19 +65,6 @@ class ContactOptions:
     regression_hash: str | None = None  # its probe.runs.journal.file_hash (a changed file recomputes the units)
 
 
-@dataclass(frozen=True)
-class UnitSpec:
-    """One unit: a record (id + sequence, optionally aligned to a structure chain) or a structure chain."""
-
-    key: str  # unique name in the journal ("0:seqid", "path/1aki.pdb:A")
-    id: str  # what the tables call it ("seqid", "1aki_A")
-    record: int  # position in the run
-    sequence: str | None = None  # None: the chain's own residues
-    structure: str | None = None  # path of a PDB / mmCIF file
-    chain: str | None = None
-    structure_hash: str | None = None  # probe.hashing.file_hash of the structure file
-
-
 @dataclass(frozen=True, eq=False)
 class UnitOutcome:
     """A finished unit: its result and its per-chain row."""
@@ -91,79 +72,6 @@ class UnitOutcome:
     spec: UnitSpec
     result: ContactResult
     row: dict
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Which units
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def structure_files(source: str | Path, flag: str = "--structures") -> list[Path]:
-    """The structure files of `source`: a directory (its *.pdb, *.ent, *.cif, *.mmcif files, sorted by name) or a
-    text file listing one path per line (relative to the list's folder; blank lines and '#' comments skipped);
-    errors name `flag`."""
-    path = Path(source).expanduser()
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in STRUCTURE_SUFFIXES)
-        if not files:
-            raise ProbeError(f"{flag} {source} holds no structure files ({', '.join(STRUCTURE_SUFFIXES)})")
-        return files
-    if not path.is_file():
-        raise ProbeError(f"{flag} {source} does not exist: pass a folder of structures or a list file")
-    if path.suffix.lower() in STRUCTURE_SUFFIXES:
-        return [path]
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise ProbeError(f"{flag} {source} is not a UTF-8 list of structure paths") from None
-    files = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        entry = Path(line).expanduser()
-        entry = entry if entry.is_absolute() else path.parent / entry
-        if not entry.is_file():
-            raise ProbeError(f"{source} line {number}: {line} is not a file")
-        files.append(entry)
-    if not files:
-        raise ProbeError(f"{source} lists no structure files")
-    return files
-
-
-def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
-                    ) -> tuple[list[UnitSpec], list[tuple[str, str]]]:
-    """(units, skipped): one unit per protein chain of every file (only `chains` where given); files that cannot be
-    read, or hold none of the chains, are skipped as (file, reason)."""
-    from probe.hashing import file_hash
-
-    units, skipped = [], []
-    wanted = set(chains) if chains else None
-    for path in files:
-        try:
-            found = read_structure(path).chains
-        except ProbeError as error:
-            skipped.append((str(path), str(error)))
-            continue
-        chosen = [chain for chain in found if wanted is None or chain in wanted]
-        if not chosen:
-            skipped.append((str(path), f"none of the chains {', '.join(sorted(wanted))} (it has {', '.join(found)})"))
-            continue
-        digest = file_hash(path)
-        for chain in chosen:
-            units.append(UnitSpec(key=f"{path}:{chain}", id=f"{path.stem}_{chain}", record=len(units),
-                                  structure=str(path), chain=chain, structure_hash=digest))
-    return units, skipped
-
-
-def record_units(records: Sequence[tuple[str, str]], structure: str | None = None,
-                 chain: str | None = None) -> list[UnitSpec]:
-    """One unit per (id, sequence) record, keyed "index:id" (ids may repeat); each aligned to `structure` if given."""
-    from probe.hashing import file_hash
-
-    digest = file_hash(structure) if structure else None
-    return [UnitSpec(key=f"{index}:{name}", id=name, record=index, sequence=sequence, structure=structure,
-                     chain=chain, structure_hash=digest) for index, (name, sequence) in enumerate(records)]
 
 
 def unit_identity(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> str:
@@ -212,7 +120,7 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
     else:
         fitted = None
         if options.regression is not None:
-            from probe.proteins.regression import read_regression
+            from probe.proteins.regression_file import read_regression
 
             fitted = read_regression(options.regression).check_model(loaded).as_tuple()
         result = predict_contacts(loaded, sequence, true_map, per_head=options.per_head, features=features,
@@ -283,7 +191,8 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
         | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the checkpoint's predicted contacts; NaN without a contact regression or a structure |
         | `n_known_{short,medium,long}`, `n_true_{short,medium,long}` | int | known pairs and true contacts per range |
         | `n_pairs`, `n_residues` | float | L², L |
-        | `n_contact_pairs`, `n_{binding,helix,strand,coil}_residues` | float | the property counts behind the background rates; NaN where unknown |
+        | `n_known_pairs` | float | pairs at least 6 apart whose contact state is known (provis' contact background's denominator); NaN without a structure |
+        | `n_contact_pairs`, `n_{binding,helix,strand,turn_bend,blank}_residues` | float | the property counts behind the background rates; NaN where unknown |
     """
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
@@ -339,7 +248,7 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
     *SIGNIFICANCE_SUMMARY_COLUMNS,
     "w_high", *(f"w_{name}" for name in vig.FEATURES), *(f"{name}_share" for name in vig.FEATURES),
     "n_high", *(f"n_{name}" for name in vig.FEATURES), *(f"{name}_count_share" for name in vig.FEATURES),
-    *(f"{name}_background" for name in vig.FEATURES),
+    *(f"{name}_background" for name in vig.FEATURES), "contact_background_all_pairs",
 )
 """Columns of the per-head summary over a structure set (``probe contacts --heads-summary``), in file order.
 
@@ -355,11 +264,12 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 | `base_rate_{short,medium,long}` | float | contact rate of the known pairs of the range, pooled over the proteins |
 | `enrichment_L_{short,medium,long}` | float | pooled P@L / base rate |
 | `p_value_L_{short,medium,long}`, `q_value_L_{short,medium,long}` | float | hypergeometric p-value of the pooled hits against the base rate; Benjamini–Hochberg over the heads |
-| `w_high`, `w_{contact,binding,helix,strand,coil}` | float | Vig et al.'s attention-weighted sums pooled over the set: Σα over weights > θ, and Σα·f |
-| `{contact,binding,helix,strand,coil}_share` | float | w_f / w_high (provis b23402d); NaN where w_high < `min_total` or the property is unknown |
-| `n_high`, `n_{contact,binding,helix,strand,coil}` | float | the count variant: weights ≥ θ, and those on the property |
-| `{contact,binding,helix,strand,coil}_count_share` | float | n_f / n_high (provis 946e9b4); NaN below the minimum count or where unknown |
-| `{contact,binding,helix,strand,coil}_background` | float | the properties' rates over the set; NaN where unknown (no ligand: binding) |
+| `w_high`, `w_{contact,binding,helix,strand,turn_bend,blank}` | float | Vig et al.'s attention-weighted sums pooled over the set: Σα over weights > θ, and Σα·f |
+| `{contact,binding,helix,strand,turn_bend,blank}_share` | float | w_f / w_high (provis' first version, 34e6869; run there at θ = 0.1); NaN where w_high < `min_total` or the property is unknown |
+| `n_high`, `n_{contact,binding,helix,strand,turn_bend,blank}` | float | the count variant: weights ≥ θ, and those on the property |
+| `{contact,binding,helix,strand,turn_bend,blank}_count_share` | float | n_f / n_high (provis' ICLR 2021 version, 946e9b4; run there at θ = 0.3); NaN below the minimum count or where unknown |
+| `{contact,binding,helix,strand,turn_bend,blank}_background` | float | the properties' rates over the set (contact: over the known pairs at least 6 apart, as provis' report_top_heads); NaN where unknown (no ligand: binding) |
+| `contact_background_all_pairs` | float | contact pairs over all L² pairs of the set: what a head attending uniformly gets as its contact share |
 
 The parquet file's schema metadata holds the run's model, revision, options and proteins
 (:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
@@ -470,12 +380,6 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-def fraction_label(fraction: str) -> str:
-    """"L" -> "L", "L2" -> "L/2"."""
-    return "L" if fraction == "L" else f"L/{fraction[1:]}"
-
-
-__all__ = ["FRACTIONS", "HEAD_SUMMARY_COLUMNS", "ContactOptions", "UnitOutcome", "UnitSpec", "analyse_unit",
-           "bootstrap_means", "chain_table", "heads_table", "pack", "read_heads_summary", "record_units",
-           "structure_files", "structure_units", "summarize_heads", "unit_identity", "unpack",
+__all__ = ["HEAD_SUMMARY_COLUMNS", "ContactOptions", "UnitOutcome", "analyse_unit", "bootstrap_means",
+           "chain_table", "heads_table", "pack", "read_heads_summary", "summarize_heads", "unit_identity", "unpack",
            "write_heads_summary"]

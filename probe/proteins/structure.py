@@ -3,7 +3,8 @@
     structure = read_structure("1ubi.pdb", chain="A")     # or bytes, fmt="pdb" | "cif"
     true_map = contact_map(structure, threshold=8.0, sequence="MQIFVK...", cb="virtual")  # [L L] int8: 1, 0, -1
     sites = binding_sites(structure, distance=4.0)        # [residue] bool: a heavy atom within 4 Å of a ligand
-    structure.secondary                                   # [residue] "a" helix, "b" strand, "c" coil (DSSP)
+    structure.secondary                                   # [residue] "a" helix, "b" strand, "t" turn/bend,
+                                                          # "n" blank (DSSP's 4 classes as provis), "" unknown
 
 Reading rules:
 
@@ -40,15 +41,18 @@ ligand has no binding-site annotation (``Structure.ligands`` is empty): the anal
 (NaN), never as "no site".
 
 Secondary structure: DSSP (Kabsch & Sander 1983) as implemented by mdtraj (``mdtraj.compute_dssp``), run on the
-chain's residues exactly as read here (altloc, first model, hydrogens removed), its 8 states reduced to Vig et al.'s
-3 classes the way TAPE's NetSurfP data (which provis uses) reduces them: H, G, I → helix ("a"); E, B → strand ("b");
-T, S, blank → coil ("c"); residues DSSP cannot assign (missing backbone atoms) are unknown (""). Why mdtraj and not
+chain's residues exactly as read here (altloc, first model, hydrogens removed), its 8 states reduced to provis' 4
+classes the way provis reduces TAPE's NetSurfP labels (``compute_edge_features.convert_item``, feature ``ss4``: the
+3-class label, except that DSSP's blank becomes a class of its own): H, G, I → helix ("a"); E, B → strand ("b");
+T, S → turn/bend ("t"); blank (no DSSP assignment; also DSSP 4's P, which TAPE's 8 states do not have) → blank
+("n"); residues DSSP cannot assign (missing backbone atoms) are unknown (""). Why mdtraj and not
 ``pydssp``: against the HELIX/SHEET records of the three shipped structures both agree about equally (helix recall
 0.91 vs 0.94, strand recall 0.79 vs 0.77, pooled over the chains), but mdtraj computes DSSP's 8 states, so the
-3-class reduction is Vig et al.'s, while pydssp's simplified two-state assignment calls 55 residues of 1AKI helix
+4-class reduction is provis', while pydssp's simplified two-state assignment calls 55 residues of 1AKI helix
 where DSSP has 35 α + 14 3₁₀ + 5 π. Where mdtraj is not installed or fails on a chain, biotite's ``annotate_sse``
-(P-SEA, from Cα geometry only; it finds no strand in 1EJG and 26 of 33 SHEET residues in 1UBI) is the fallback, and
-``Structure.secondary_method`` says which one ran ("dssp", "p-sea", or "" when neither could).
+(P-SEA, from Cα geometry only; it finds no strand in 1EJG and 26 of 33 SHEET residues in 1UBI) is the fallback: it
+has 3 classes, helix, strand and coil ("c", turn/bend and blank together), so such a chain has no turn/bend and no
+blank annotation (NaN, unknown). ``Structure.secondary_method`` says which one ran ("dssp", "p-sea", or "" when neither could).
 """
 
 from __future__ import annotations
@@ -61,17 +65,15 @@ from typing import Literal
 import numpy as np
 
 from probe.errors import ProbeError, first_line
+from probe.proteins.defaults import BINDING_DISTANCE, CB_MODES, CONTACT_THRESHOLD, DEFAULT_CB
 
-CONTACT_THRESHOLD = 8.0  # Å, Cβ–Cβ
-BINDING_DISTANCE = 4.0  # Å, residue heavy atom to ligand heavy atom
 MIN_IDENTITY = 0.5  # least share of identical aligned residues (of the shorter sequence) before we call it a mismatch
 CbMode = Literal["virtual", "real"]
-CB_MODES: tuple[str, ...] = ("virtual", "real")
-DEFAULT_CB: CbMode = "virtual"
 WATER_NAMES = ("HOH", "WAT", "DOD", "H2O", "D2O")
-SECONDARY_CLASSES = {"a": "helix", "b": "strand", "c": "coil"}  # 3-class codes -> feature names
-DSSP_TO_CLASS = {"H": "a", "G": "a", "I": "a", "E": "b", "B": "b", "T": "c", "S": "c", " ": "c", "C": "c",
-                 "P": "c"}  # DSSP's 8 states (+ C, and P: κ-helix of DSSP 4) -> Vig et al.'s 3 classes
+# codes -> classes: provis' 4 (DSSP) and P-SEA's coil, which merges the last two
+SECONDARY_CLASSES = {"a": "helix", "b": "strand", "t": "turn_bend", "n": "blank", "c": "coil"}
+DSSP_TO_CLASS = {"H": "a", "G": "a", "I": "a", "E": "b", "B": "b", "T": "t", "S": "t", " ": "n", "C": "n",
+                 "P": "n"}  # DSSP's 8 states (+ C for blank, and DSSP 4's P) -> provis' 4 classes
 
 _PDB_SUFFIXES = (".pdb", ".ent")
 _CIF_SUFFIXES = (".cif", ".mmcif")
@@ -89,7 +91,7 @@ class Structure:
     coords: np.ndarray  # [residue 3] float: real Cβ (Cα for Gly or missing Cβ); NaN when neither atom is present
     backbone: np.ndarray | None = None  # [residue 3 3] float: N, Cα, C (NaN where an atom is missing)
     ligand_distance: np.ndarray | None = None  # [residue] float: closest ligand heavy atom, Å (inf: no ligand)
-    secondary: np.ndarray | None = None  # [residue] str: "a" helix, "b" strand, "c" coil, "" unknown
+    secondary: np.ndarray | None = None  # [residue] str: "a", "b", "t", "n" (DSSP) or "c" (P-SEA); "" unknown
     ligands: tuple[str, ...] = ()  # residue names of the ligand groups in the model (water excluded)
     secondary_method: str = ""  # "dssp" (mdtraj), "p-sea" (biotite fallback) or "" (no assignment)
 
@@ -227,8 +229,14 @@ def _residue_name(residue) -> str:
 
 
 def dssp_classes(protein) -> np.ndarray:
-    """[residue] 3-class codes ("a", "b", "c"; "" unassigned) of one chain's atoms (biotite AtomArray, one altloc, no
-    hydrogens) from mdtraj's DSSP. Raises ImportError without mdtraj, and ValueError when the residues do not map."""
+    """[residue] provis' 4-class codes ("a", "b", "t", "n"; "" unassigned) of one chain's atoms (biotite AtomArray,
+    one altloc, no hydrogens): :func:`dssp_states` reduced by :data:`DSSP_TO_CLASS`."""
+    return np.array([DSSP_TO_CLASS.get(str(state), "") for state in dssp_states(protein)], dtype="<U1")
+
+
+def dssp_states(protein) -> np.ndarray:
+    """[residue] DSSP's 8-state letters (" " blank, "NA" unassigned) of one chain's atoms from mdtraj. Raises
+    ImportError without mdtraj, and ValueError when the residues do not map."""
     import tempfile
     import warnings
 
@@ -256,11 +264,11 @@ def dssp_classes(protein) -> np.ndarray:
     numbers = [residue.resSeq for residue in trajectory.topology.residues]
     if numbers != list(range(1, len(residues) + 1)):
         raise ValueError(f"mdtraj read {len(numbers)} residues where the chain has {len(residues)}")
-    return np.array([DSSP_TO_CLASS.get(str(state), "") for state in states], dtype="<U1")
+    return np.asarray(states).astype(str)
 
 
 def assign_secondary(protein, n_residues: int) -> tuple[np.ndarray, str]:
-    """([residue] 3-class codes, method): DSSP via mdtraj, else biotite's P-SEA, else all unknown (see the module
+    """([residue] class codes, method): provis' 4 classes from DSSP via mdtraj, else biotite's P-SEA, else all unknown (see the module
     docstring)."""
     import biotite.structure as struc
 
@@ -417,7 +425,7 @@ def binding_sites(structure: Structure, distance: float = BINDING_DISTANCE, sequ
 
 
 def secondary_structure(structure: Structure, sequence: str | None = None) -> np.ndarray:
-    """[L] str: "a" helix, "b" strand, "c" coil (DSSP, 3 classes), "" where unknown."""
+    """[L] str: "a" helix, "b" strand, "t" turn/bend, "n" blank (DSSP; "c" coil where P-SEA ran), "" unknown."""
     own = structure.secondary if structure.secondary is not None else np.full(len(structure), "", dtype=str)
     own = np.asarray(own).astype("<U1")
     if sequence is None:
