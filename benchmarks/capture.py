@@ -39,13 +39,14 @@ def eager_bytes(n_tokens: int) -> int:
 class HeadSum:
     """A trivial reducer: Σα per (layer, head), touching every α value streamed."""
 
-    accepts_causal_crop = True  # causal blocks come without their all-zero key tail
-
     def __init__(self) -> None:
         self.total = {}
 
-    def heads_for(self, layer: int, n_heads: int):
-        return range(n_heads)
+    def needs(self, layer: int, n_heads: int, n_query: int):
+        from probe.engine import SinkNeeds
+
+        # causal blocks come without their all-zero key tail
+        return SinkNeeds(heads=tuple(range(n_heads)), causal_crop=True)
 
     def update(self, block) -> None:
         sums = block.alpha.flatten(2).sum(-1).sum(0)  # [head]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from probe import models
-from probe.engine import ENGINE_NAME, AttentionBlock, DenseSink, capture, capture_attention
+from probe.engine import ENGINE_NAME, AttentionBlock, DenseSink, SinkNeeds, capture, capture_attention
 from probe.errors import ProbeError
 from tests.conftest import eager_attention
 
@@ -132,8 +132,8 @@ def test_blocks_are_bounded_and_cover_every_row(tiny_dir):
         def __init__(self):
             self.blocks: list[AttentionBlock] = []
 
-        def heads_for(self, layer, n_heads):
-            return range(n_heads)
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(heads=tuple(range(n_heads)))
 
         def update(self, block):
             self.blocks.append(block)
@@ -159,8 +159,8 @@ def test_previous_implementation_restored_even_when_forward_raises(tiny_dir):
     assert model.config._attn_implementation == "sdpa"
 
     class Exploding:
-        def heads_for(self, layer, n_heads):
-            return [0]
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(heads=(0,))
 
         def update(self, block):
             raise RuntimeError("boom")
@@ -275,8 +275,8 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
         def __init__(self):
             self.alpha = {}
 
-        def gather_for(self, layer, n_heads):
-            return (1, 3), slots
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(gather=((1, 3), slots))
 
         def update_gathered(self, layer, heads, alpha):
             self.alpha[layer] = alpha.clone()
@@ -309,8 +309,8 @@ def test_single_pass_serves_a_gather_sink_beside_a_dense_one(tiny_dir, arch):
         def __init__(self):
             self.alpha = {}
 
-        def gather_for(self, layer, n_heads):
-            return range(n_heads), slots
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(gather=(range(n_heads), slots))
 
         def update_gathered(self, layer, heads, alpha):
             self.alpha[layer] = alpha.clone()
@@ -466,17 +466,15 @@ def test_label_model_and_capture_attention_in_threads_equal_single_threaded(tiny
 
 
 class RowSampler:
-    """A sink that asks for α on a few query rows only (`rows_for`) and keeps what arrives."""
+    """A sink that asks for α on a few query rows only (`SinkNeeds.rows`) and keeps what arrives."""
 
     def __init__(self, rows, heads=None, crop=False):
-        self.rows, self.heads, self.accepts_causal_crop = torch.tensor(rows), heads, crop
+        self.rows, self.heads, self.crop = torch.tensor(rows), heads, crop
         self.blocks: list[AttentionBlock] = []
 
-    def heads_for(self, layer, n_heads):
-        return self.heads if self.heads is not None else range(n_heads)
-
-    def rows_for(self, layer, n_query):
-        return self.rows
+    def needs(self, layer, n_heads, n_query):
+        heads = tuple(self.heads) if self.heads is not None else tuple(range(n_heads))
+        return SinkNeeds(heads=heads, rows=self.rows, causal_crop=self.crop)
 
     def update(self, block):
         self.blocks.append(block)
@@ -516,16 +514,11 @@ def test_sampled_rows_equal_eager(tiny_dir, arch, heads):
 class EntropyRecorder:
     """Keeps the engine's per-row entropy of every block (optionally on sampled rows)."""
 
-    wants_entropy = True
-
     def __init__(self, rows=None):
         self.rows, self.got = rows, []
 
-    def heads_for(self, layer, n_heads):
-        return range(n_heads)
-
-    def rows_for(self, layer, n_query):
-        return self.rows
+    def needs(self, layer, n_heads, n_query):
+        return SinkNeeds(heads=tuple(range(n_heads)), rows=self.rows, entropy=True)
 
     def update(self, block):
         rows = block.rows if block.rows is not None else torch.arange(block.query_start,
