@@ -140,6 +140,10 @@ def capture_attention_forward(
         soft-capping, a sliding window without a mask, query heads that do not share kv heads evenly.
     """
     features = read_keywords(kwargs)
+    window = features.sliding_window
+    if window is not None and attention_mask is None and key.shape[2] > window:
+        raise ProbeError(f"a sliding window of {window} arrived without a mask for {key.shape[2]} keys; run the "
+                         f"model with {FALLBACK}")
     session = _ACTIVE.get()
     if session is None and features.plain:  # left on the engine outside `capture`: exactly sdpa
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
@@ -151,10 +155,6 @@ def capture_attention_forward(
     if dropout and features.softcap is not None:
         raise ProbeError(f"attention dropout with soft-capping is not implemented by the capture engine; put the "
                          f"model in eval mode or run it with {FALLBACK}")
-    window = features.sliding_window
-    if window is not None and attention_mask is None and key.shape[2] > window:
-        raise ProbeError(f"a sliding window of {window} arrived without a mask for {key.shape[2]} keys; run the "
-                         f"model with {FALLBACK}")
     sinks = features.sinks
     if sinks is not None and sinks.shape != (n_heads,):
         raise ProbeError(f"s_aux has {sinks.numel()} sink logits; the layer has {n_heads} query heads")

@@ -172,6 +172,7 @@ def blockwise_attention(query, key, value, scores: Scores, block_rows: int = 256
         block = block_scores(query, key, rows, scores)  # [batch head block key]
         lse = torch.logsumexp(block, dim=-1)  # [batch head block]
         probs = torch.exp(block - lse[..., None]).nan_to_num(0.0)
+        lse = lse.masked_fill(torch.isneginf(lse), 0.0)  # a fully masked row: lse = 0, as the CPU kernel gives it
         outputs.append((probs @ value.float()).to(query.dtype))  # [batch head block dim_v]
         lses.append(lse)
     return torch.cat(outputs, dim=2), torch.cat(lses, dim=2)
