@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-
 from conftest import eager_attention
+
 from probe.engine import DenseSink, SinkNeeds, capture
 from probe.engine.attention import capture_attention_forward
 from probe.engine.keywords import KEYWORDS

@@ -27,7 +27,6 @@ import torch
 from torch import nn
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from probe.engine.keywords import FALLBACK, read_keywords
 from probe.engine.kernels import (
     Scores,
     additive_mask,
@@ -40,6 +39,7 @@ from probe.engine.kernels import (
     sink_mass,
     softmax_in_place,
 )
+from probe.engine.keywords import FALLBACK, read_keywords
 from probe.engine.output_norms import with_output_norms
 from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
 from probe.engine.sinks import AttentionBlock, SinkNeeds
