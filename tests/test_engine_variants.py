@@ -277,3 +277,11 @@ def test_outside_a_capture_sinks_and_softcap_are_still_computed():
             model.set_attn_implementation(previous)
         real = inputs["attention_mask"].bool()[..., None]
         assert ((got - expected).abs() * real).max() <= TOL
+
+
+def test_the_keyword_table_in_the_docs_is_the_one_in_the_code():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "engine.md").read_text(encoding="utf-8")
+    for name, (kind, _) in KEYWORDS.items():
+        assert f"| `{name}` | {kind} |" in page, name
