@@ -285,3 +285,10 @@ def test_the_keyword_table_in_the_docs_is_the_one_in_the_code():
     page = (Path(__file__).resolve().parents[1] / "docs" / "engine.md").read_text(encoding="utf-8")
     for name, (kind, _) in KEYWORDS.items():
         assert f"| `{name}` | {kind} |" in page, name
+
+
+def test_an_object_that_is_no_sink_is_refused():
+    model = model_of("gpt_oss")
+    with pytest.raises(ProbeError, match="is not a sink: it needs needs"):
+        with capture(model, object()):
+            pass

@@ -40,7 +40,7 @@ from probe.engine.kernels import (
     softmax_in_place,
 )
 from probe.engine.keywords import FALLBACK, read_keywords
-from probe.engine.output_norms import with_output_norms
+from probe.engine.output_norms import REDUCED_PRECISION, with_output_norms
 from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
 from probe.engine.sinks import AttentionBlock, SinkNeeds
 from probe.errors import ProbeError
@@ -176,8 +176,10 @@ def capture_attention_forward(
     plan = _plan(session, layer, n_heads, n_query, query.device)
     # The output from the same α blocks the sinks receive (no fused kernel) — unless a sink wants output norms: it
     # needs Σ_j α_ij n_j (from the kernel call) before its blocks arrive, so then the kernel runs and α is rebuilt.
+    # In float16 / bfloat16 the single pass's output (float32 math, one rounding) would differ from the kernel's by
+    # an ulp here and there, and the logits with it (measured up to 0.1 on a tiny bf16 Llama): the kernel runs.
     single_pass = (plan.heads == list(range(n_heads)) and not (dropout and module.training)
-                   and not plan.norm_sinks)
+                   and not plan.norm_sinks and query.dtype not in REDUCED_PRECISION)
     if single_pass:
         want_lse = bool(plan.sampled) or bool(plan.gather)
 

@@ -115,6 +115,7 @@ def fused_attention(
     anything else the kernel rejects goes to the blockwise path, which also returns the log-sum-exp.
     """
     dim_v = value.shape[-1]
+    mask = None if mask is None else mask.to(query.dtype)  # a float32 call on reduced-precision q, k (output norms)
     if query.device.type == "cpu" and dim_v == query.shape[-1]:
         with contextlib.suppress(RuntimeError):  # the CPU flash kernel takes grouped kv heads as they are
             output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(

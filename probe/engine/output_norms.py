@@ -41,6 +41,8 @@ try:  # accelerate is optional: only a model dispatched with a device_map carrie
 except ImportError:  # pragma: no cover - accelerate is installed wherever a device_map was used
     align_module_device = None
 
+# Dtypes whose kernel output channels are too coarse for Σ_j α_ij ‖f_h(x_j)‖: the norm channel then runs in float32.
+REDUCED_PRECISION = (torch.float16, torch.bfloat16)
 # Attribute names of an attention module's own output projection, tried in order.
 PROJECTION_NAMES = ("o_proj", "c_proj", "out_proj", "dense", "o", "wo", "out_lin")
 
@@ -170,6 +172,15 @@ def with_output_norms(
         key = repeat_kv(key, n_heads // key.shape[1])  # [batch head key dim]
         value = repeat_kv(value, n_heads // value.shape[1])  # [batch head key dim_v]
     norms = value_norms(value, factor.to(value.device))  # [batch head key]
+    if query.dtype in REDUCED_PRECISION:
+        # A bf16 output channel would round Σ_j α_ij n_j to 3 significant digits (measured: 7e-3 relative); so the
+        # model's call stays as it is and the norm channel gets its own float32 call on the same q and k.
+        output, lse = kernel(query, key, value)  # [batch head query dim_v], the model's own output
+        mixed = kernel(query.float(), key.float(), norms[..., None])[0][..., 0]  # [batch head query]
+        delivered = OutputNorms(layer, norms, mixed)
+        for sink in sinks:
+            sink.update_output_norms(layer, delivered)
+        return output, lse
     # CUDA kernels want head dims that are multiples of 8: pad with zero channels; the CPU kernel takes dim + 1.
     pad = 8 if query.device.type == "cuda" else 1
     zeros_qk = query.new_zeros(*query.shape[:-1], pad)  # [batch head query pad]

@@ -183,9 +183,14 @@ class GatherSink(Protocol):
         ...
 
 
+@runtime_checkable
 class OutputNormSink(Protocol):
     """A sink whose :class:`SinkNeeds` names ``output_projections``: it receives the norms of each layer before
     that layer's α (dense blocks or gathered slots)."""
+
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        """What this sink wants of `layer` (see :meth:`Sink.needs`)."""
+        ...
 
     def update_output_norms(self, layer: int, norms: OutputNorms | None) -> None:
         """Norms of `layer` (valid during this forward), or None when the layer's output projection is unknown."""
