@@ -292,3 +292,27 @@ def test_an_object_that_is_no_sink_is_refused():
     with pytest.raises(ProbeError, match="is not a sink: it needs needs"):
         with capture(model, object()):
             pass
+
+
+@pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
+def test_profile_sink_learned_sink_mass_column(name):
+    """The profile's learned_sink_mass is the mean over rows of 1 − Σ_j α_ij (eager), on sampled rows too; 0 for a
+    model without sinks (Gemma 2) — the positive and the negative control."""
+    from probe.heads.profile_sink import ProfileSink
+
+    model = model_of(name)
+    ids = padded_inputs()["input_ids"][:1]  # one unpadded input, as the profile takes them
+    alpha = eager_attention(model, {"input_ids": ids})[0]  # [layer head query key]
+    for rows in (None, torch.tensor([0, 3, 7, N - 1])):
+        sink = ProfileSink(1, 2, 4)
+        sink.begin_input(0, rows)
+        with capture(model, sink), torch.no_grad():
+            model(input_ids=ids)
+        chosen = slice(None) if rows is None else rows
+        expected = (1 - alpha[:, :, chosen].sum(-1)).mean(-1).double()  # [layer head]
+        got = sink.sums["learned_sink_mass"][0] / sink.rows[0]
+        assert (got - expected).abs().max() <= TOL
+        if name == "gpt_oss":
+            assert float(got.min()) > 0.02
+        else:
+            assert float(got.abs().max()) == 0.0
