@@ -316,3 +316,26 @@ def test_profile_sink_learned_sink_mass_column(name):
             assert float(got.min()) > 0.02
         else:
             assert float(got.abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
+def test_generate_with_a_kv_cache_is_unchanged_and_decode_rows_equal_eager(name):
+    """Greedy generation (sliding-window caches included) gives the same tokens under capture; each decoding step's
+    one query row equals eager α over the keys the cache holds (a sliding layer's cache keeps the last keys only,
+    so its block has fewer keys: they are the last n_key positions)."""
+    model = model_of(name)
+    ids = padded_inputs()["input_ids"][:1]
+    settings = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        expected = model.generate(ids, **settings)
+    sinks = [DenseSink(layers=[layer]) for layer in (0, 1)]
+    with capture(model, sinks), torch.no_grad():
+        got = model.generate(ids, **settings)
+    assert torch.equal(got, expected)
+    reference = eager_attention(model, {"input_ids": got[:, :-1]})[0]  # [layer head query key]
+    for layer, sink in enumerate(sinks):
+        for step in range(1, sink.steps):
+            alpha = sink.attention(step)[0, 0, :, 0]  # [head key]: this step's one query row
+            position = ids.shape[1] + step - 1
+            n_key = alpha.shape[-1]
+            assert (alpha - reference[layer, :, position, position + 1 - n_key:position + 1]).abs().max() <= TOL

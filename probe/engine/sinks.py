@@ -86,9 +86,11 @@ class AttentionBlock:
     n_query : int
         Query rows in this forward pass (all blocks together).
     query_offset : int
-        Absolute position of this forward pass's first query (the past length with a KV cache, else 0).
+        Position of this forward pass's first query among the keys (the past length with a KV cache, else 0).
     n_key : int
-        Keys in this forward pass (cached keys included).
+        Keys in this forward pass (cached keys included). A sliding-window cache (Mistral, Gemma 2, gpt-oss) keeps
+        only the last keys of a sliding layer: its keys are then the last `n_key` positions, and `query_offset`
+        counts within them.
     alpha : torch.Tensor, shape=(batch, head, query, key), float32
         On the model's device; ``query`` = this block's rows, ``key`` = all `n_key` keys — except for sinks that
         declare ``causal_crop``: under a causal mask they get only keys ``[0, alpha.shape[-1])`` and every α beyond
