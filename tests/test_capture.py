@@ -514,37 +514,40 @@ def test_sampled_rows_equal_eager(tiny_dir, arch, heads):
 class EntropyRecorder:
     """Keeps the engine's per-row entropy of every block (optionally on sampled rows)."""
 
-    def __init__(self, rows=None):
-        self.rows, self.got = rows, []
+    def __init__(self, rows=None, heads=None):
+        self.rows, self.heads, self.got = rows, heads, []
 
     def needs(self, layer, n_heads, n_query):
-        return SinkNeeds(heads=tuple(range(n_heads)), rows=self.rows, entropy=True)
+        heads = tuple(range(n_heads)) if self.heads is None else self.heads
+        return SinkNeeds(heads=heads, rows=self.rows, entropy=True)
 
     def update(self, block):
         rows = block.rows if block.rows is not None else torch.arange(block.query_start,
                                                                        block.query_start + block.alpha.shape[2])
-        self.got.append((block.layer, rows, block.entropy))
+        self.got.append((block.layer, block.heads, rows, block.entropy))
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "llama", "prott5"])
-@pytest.mark.parametrize("sampled", [False, True])
-def test_engine_row_entropy_equals_eager(tiny_dir, arch, sampled):
-    """block.entropy (lse − scale·q·Σαk − Σα·bias, no logarithm) equals −Σ α log α of eager attention; prott5 has
-    T5's finite position bias in the mask, BERT a padding mask."""
+@pytest.mark.parametrize("path", ["single", "sampled", "rebuild"])
+def test_engine_row_entropy_equals_eager(tiny_dir, arch, path):
+    """block.entropy (lse − scale·q·Σαk − Σα·bias, no logarithm) equals −Σ α log α of eager attention on the single
+    pass, sampled rows and the kernel + rebuild path (some heads); prott5 has T5's finite position bias in the mask,
+    BERT a padding mask."""
     loaded = models.load(str(tiny_dir(arch)))
     if arch == "prott5":
         inputs = dict(loaded.tokenizer(["M K T A Y I A K Q R", "M K T"], return_tensors="pt", padding=True))
     else:
         inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
-    recorder = EntropyRecorder(torch.tensor([0, 2, 5]) if sampled else None)
+    recorder = EntropyRecorder(torch.tensor([0, 2, 5]) if path == "sampled" else None,
+                               (3, 1) if path == "rebuild" else None)
     with capture(loaded.model, recorder), torch.no_grad():
         loaded.model(**inputs)
     reference = eager_attention(loaded.model, inputs).double()  # [batch layer head query key]
     expected = -torch.xlogy(reference, reference).sum(-1)  # [batch layer head query]
     valid = inputs["attention_mask"].bool()
     assert recorder.got
-    for layer, rows, entropy in recorder.got:
+    for layer, heads, rows, entropy in recorder.got:
         assert entropy is not None
         keep = valid[:, rows][:, None]  # [batch 1 block]
-        assert ((entropy.double() - expected[:, layer][:, :, rows]).abs() * keep).max() <= TOL
+        assert ((entropy.double() - expected[:, layer][:, list(heads)][:, :, rows]).abs() * keep).max() <= TOL
     assert expected.max() > 0.5
