@@ -339,3 +339,21 @@ def test_generate_with_a_kv_cache_is_unchanged_and_decode_rows_equal_eager(name)
             position = ids.shape[1] + step - 1
             n_key = alpha.shape[-1]
             assert (alpha - reference[layer, :, position, position + 1 - n_key:position + 1]).abs().max() <= TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
+def test_cuda_sinks_and_softcap_equal_eager(name):
+    """The CUDA kernels (memory-efficient with a mask) with sinks; the blockwise path with the cap, on the GPU."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model = MODELS[name]().cuda()
+    inputs = {key: value.cuda() for key, value in padded_inputs().items()}
+    reference = eager_attention(model, inputs)
+    for heads in (None, [3, 1]):
+        sink = DenseSink(heads=heads)
+        with capture(model, sink), torch.no_grad():
+            model(**inputs)
+        chosen = slice(None) if heads is None else heads
+        pairs = valid_pairs(inputs).cpu()
+        assert ((sink.attention(0) - reference[:, :, chosen].cpu()).abs() * pairs[:, None]).max() <= 1e-4
