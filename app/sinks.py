@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from probe.engine.sinks import SinkNeeds
 from probe.errors import ProbeError
 
 
@@ -12,10 +13,8 @@ class PoolSink:
 
     `pooled` is [layer head query_bin key_bin] float32: each cell keeps the strongest weight of its
     factor × factor block of (query, key) pairs, factor = ceil(n / bins). Causal blocks arrive without their all-zero
-    key tail (`accepts_causal_crop`), so the engine never computes the masked triangle for the grid.
+    key tail (`SinkNeeds.causal_crop`), so the engine never computes the masked triangle for the grid.
     """
-
-    accepts_causal_crop = True
 
     def __init__(self, n_layers: int, n_tokens: int, bins: int) -> None:
         self.factor = max(1, math.ceil(n_tokens / bins))
@@ -23,8 +22,8 @@ class PoolSink:
         self.n_layers = n_layers
         self._pooled: dict = {}
 
-    def heads_for(self, layer: int, n_heads: int):
-        return range(n_heads)
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        return SinkNeeds(heads=tuple(range(n_heads)), causal_crop=True)
 
     def update(self, block) -> None:
         import torch

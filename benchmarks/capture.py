@@ -9,12 +9,18 @@ random tokens:
   (c) eager   — eager attention with output_attentions=True (what other tools do), run only where its 144 [N, N]
                 float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need is reported
 
+With --arch gemma2 the model is a Gemma-2-shaped body of the same size (12 layers × 12 heads, width 768, head size
+64, sliding-window 4096 / full layers alternating) whose scores are soft-capped (c = 50): no fused kernel computes
+them, so the engine runs its blockwise softmax with the cap, and the model's own implementation — "plain" — is eager
+attention without output_attentions (transformers has no sdpa path for soft-capping).
+
 Times: the three variants alternate --repeats rounds in one subprocess after a warm-up (a shared machine's changing
 load then hits all three alike); medians are reported. Peak memory: each (variant, N) runs in its own subprocess, so
 its ru_maxrss is its own. Run:
 
     python benchmarks/capture.py                 # N = 1024, 4096 and 16384
     python benchmarks/capture.py --lengths 1024 --repeats 5
+    python benchmarks/capture.py --arch gemma2 --lengths 1024,4096   # soft-capping: capture vs eager
 """
 
 from __future__ import annotations
@@ -39,13 +45,14 @@ def eager_bytes(n_tokens: int) -> int:
 class HeadSum:
     """A trivial reducer: Σα per (layer, head), touching every α value streamed."""
 
-    accepts_causal_crop = True  # causal blocks come without their all-zero key tail
-
     def __init__(self) -> None:
         self.total = {}
 
-    def heads_for(self, layer: int, n_heads: int):
-        return range(n_heads)
+    def needs(self, layer: int, n_heads: int, n_query: int):
+        from probe.engine import SinkNeeds
+
+        # causal blocks come without their all-zero key tail
+        return SinkNeeds(heads=tuple(range(n_heads)), causal_crop=True)
 
     def update(self, block) -> None:
         sums = block.alpha.flatten(2).sum(-1).sum(0)  # [head]
@@ -58,6 +65,15 @@ def _setup(n_tokens: int, threads: int, eager: bool, layers: int = LAYERS):
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    if ARCH == "gemma2":  # soft-capped scores: the model's own implementation is eager
+        config = transformers.Gemma2Config(
+            hidden_size=768, num_hidden_layers=layers, num_attention_heads=12, num_key_value_heads=12, head_dim=64,
+            intermediate_size=3072, vocab_size=32000, max_position_embeddings=max(1024, n_tokens),
+            sliding_window=4096, layer_types=["sliding_attention", "full_attention"] * (layers // 2) + (
+                ["sliding_attention"] if layers % 2 else []), attn_logit_softcapping=50.0)
+        config._attn_implementation = "eager"
+        model = transformers.Gemma2Model(config).eval()
+        return model, torch.randint(0, config.vocab_size, (1, n_tokens))
     config = transformers.GPT2Config(n_positions=max(1024, n_tokens), n_layer=layers)
     config._attn_implementation = "eager" if eager else "sdpa"
     model = transformers.GPT2Model(config).eval()
@@ -67,6 +83,7 @@ def _setup(n_tokens: int, threads: int, eager: bool, layers: int = LAYERS):
 
 USE_CACHE = False  # a forward for analysis keeps no KV cache (its per-layer tensors only fragment the heap)
 BLOCK_BYTES = None  # --block-mib: the engine's α block budget (default: capture's own)
+ARCH = "gpt2"  # --arch: gpt2 (sdpa) or gemma2 (soft-capped scores, eager as the model's own implementation)
 
 
 def _forward(variant: str, model, input_ids) -> None:
@@ -84,7 +101,8 @@ def _forward(variant: str, model, input_ids) -> None:
             previous = model.config._attn_implementation
             model.set_attn_implementation("eager")
             try:
-                assert len(model(input_ids, output_attentions=True).attentions) == model.config.n_layer
+                out = model(input_ids, output_attentions=True, use_cache=USE_CACHE)
+                assert len(out.attentions) == model.config.num_hidden_layers
             finally:
                 model.set_attn_implementation(previous)
 
@@ -117,7 +135,7 @@ def measure_peak(variant: str, n_tokens: int, threads: int, layers: int = LAYERS
 def run_child(mode: str, n_tokens: int, repeats: int, threads: int, eager: bool = True,
               layers: int = LAYERS) -> dict:
     command = [sys.executable, __file__, "--child", mode, "--lengths", str(n_tokens), "--repeats", str(repeats),
-               "--threads", str(threads), "--layers", str(layers)] + ([] if eager else ["--no-eager"])
+               "--threads", str(threads), "--layers", str(layers), "--arch", ARCH] + ([] if eager else ["--no-eager"])
     if BLOCK_BYTES:
         command += ["--block-mib", str(BLOCK_BYTES / 2**20)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -156,13 +174,16 @@ def main() -> None:
                              "ratios at a fraction of the cost")
     parser.add_argument("--block-mib", type=float,
                         help="the engine's memory budget for one α block, MiB (default: capture's default)")
+    parser.add_argument("--arch", choices=("gpt2", "gemma2"), default="gpt2",
+                        help="gpt2 (sdpa) or gemma2 (soft-capped scores: capture against eager, the only alternative)")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--no-eager", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
-    global BLOCK_BYTES
+    global BLOCK_BYTES, ARCH
     BLOCK_BYTES = int(args.block_mib * 2**20) if args.block_mib else None
+    ARCH = args.arch
     if args.child:
         if args.child == "time":
             variants = ("plain", "engine") if args.no_eager else VARIANTS

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from probe import models
-from probe.engine import ENGINE_NAME, AttentionBlock, DenseSink, capture, capture_attention
+from probe.engine import ENGINE_NAME, AttentionBlock, DenseSink, SinkNeeds, capture, capture_attention
 from probe.errors import ProbeError
 from tests.conftest import eager_attention
 
@@ -132,8 +132,8 @@ def test_blocks_are_bounded_and_cover_every_row(tiny_dir):
         def __init__(self):
             self.blocks: list[AttentionBlock] = []
 
-        def heads_for(self, layer, n_heads):
-            return range(n_heads)
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(heads=tuple(range(n_heads)))
 
         def update(self, block):
             self.blocks.append(block)
@@ -159,8 +159,8 @@ def test_previous_implementation_restored_even_when_forward_raises(tiny_dir):
     assert model.config._attn_implementation == "sdpa"
 
     class Exploding:
-        def heads_for(self, layer, n_heads):
-            return [0]
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(heads=(0,))
 
         def update(self, block):
             raise RuntimeError("boom")
@@ -275,8 +275,8 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
         def __init__(self):
             self.alpha = {}
 
-        def gather_for(self, layer, n_heads):
-            return (1, 3), slots
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(gather=((1, 3), slots))
 
         def update_gathered(self, layer, heads, alpha):
             self.alpha[layer] = alpha.clone()
@@ -309,8 +309,8 @@ def test_single_pass_serves_a_gather_sink_beside_a_dense_one(tiny_dir, arch):
         def __init__(self):
             self.alpha = {}
 
-        def gather_for(self, layer, n_heads):
-            return range(n_heads), slots
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(gather=(range(n_heads), slots))
 
         def update_gathered(self, layer, heads, alpha):
             self.alpha[layer] = alpha.clone()
@@ -466,17 +466,15 @@ def test_label_model_and_capture_attention_in_threads_equal_single_threaded(tiny
 
 
 class RowSampler:
-    """A sink that asks for α on a few query rows only (`rows_for`) and keeps what arrives."""
+    """A sink that asks for α on a few query rows only (`SinkNeeds.rows`) and keeps what arrives."""
 
     def __init__(self, rows, heads=None, crop=False):
-        self.rows, self.heads, self.accepts_causal_crop = torch.tensor(rows), heads, crop
+        self.rows, self.heads, self.crop = torch.tensor(rows), heads, crop
         self.blocks: list[AttentionBlock] = []
 
-    def heads_for(self, layer, n_heads):
-        return self.heads if self.heads is not None else range(n_heads)
-
-    def rows_for(self, layer, n_query):
-        return self.rows
+    def needs(self, layer, n_heads, n_query):
+        heads = tuple(self.heads) if self.heads is not None else tuple(range(n_heads))
+        return SinkNeeds(heads=heads, rows=self.rows, causal_crop=self.crop)
 
     def update(self, block):
         self.blocks.append(block)
@@ -516,42 +514,40 @@ def test_sampled_rows_equal_eager(tiny_dir, arch, heads):
 class EntropyRecorder:
     """Keeps the engine's per-row entropy of every block (optionally on sampled rows)."""
 
-    wants_entropy = True
+    def __init__(self, rows=None, heads=None):
+        self.rows, self.heads, self.got = rows, heads, []
 
-    def __init__(self, rows=None):
-        self.rows, self.got = rows, []
-
-    def heads_for(self, layer, n_heads):
-        return range(n_heads)
-
-    def rows_for(self, layer, n_query):
-        return self.rows
+    def needs(self, layer, n_heads, n_query):
+        heads = tuple(range(n_heads)) if self.heads is None else self.heads
+        return SinkNeeds(heads=heads, rows=self.rows, entropy=True)
 
     def update(self, block):
         rows = block.rows if block.rows is not None else torch.arange(block.query_start,
                                                                        block.query_start + block.alpha.shape[2])
-        self.got.append((block.layer, rows, block.entropy))
+        self.got.append((block.layer, block.heads, rows, block.entropy))
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "llama", "prott5"])
-@pytest.mark.parametrize("sampled", [False, True])
-def test_engine_row_entropy_equals_eager(tiny_dir, arch, sampled):
-    """block.entropy (lse − scale·q·Σαk − Σα·bias, no logarithm) equals −Σ α log α of eager attention; prott5 has
-    T5's finite position bias in the mask, BERT a padding mask."""
+@pytest.mark.parametrize("path", ["single", "sampled", "rebuild"])
+def test_engine_row_entropy_equals_eager(tiny_dir, arch, path):
+    """block.entropy (lse − scale·q·Σαk − Σα·bias, no logarithm) equals −Σ α log α of eager attention on the single
+    pass, sampled rows and the kernel + rebuild path (some heads); prott5 has T5's finite position bias in the mask,
+    BERT a padding mask."""
     loaded = models.load(str(tiny_dir(arch)))
     if arch == "prott5":
         inputs = dict(loaded.tokenizer(["M K T A Y I A K Q R", "M K T"], return_tensors="pt", padding=True))
     else:
         inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
-    recorder = EntropyRecorder(torch.tensor([0, 2, 5]) if sampled else None)
+    recorder = EntropyRecorder(torch.tensor([0, 2, 5]) if path == "sampled" else None,
+                               (3, 1) if path == "rebuild" else None)
     with capture(loaded.model, recorder), torch.no_grad():
         loaded.model(**inputs)
     reference = eager_attention(loaded.model, inputs).double()  # [batch layer head query key]
     expected = -torch.xlogy(reference, reference).sum(-1)  # [batch layer head query]
     valid = inputs["attention_mask"].bool()
     assert recorder.got
-    for layer, rows, entropy in recorder.got:
+    for layer, heads, rows, entropy in recorder.got:
         assert entropy is not None
         keep = valid[:, rows][:, None]  # [batch 1 block]
-        assert ((entropy.double() - expected[:, layer][:, :, rows]).abs() * keep).max() <= TOL
+        assert ((entropy.double() - expected[:, layer][:, list(heads)][:, :, rows]).abs() * keep).max() <= TOL
     assert expected.max() > 0.5

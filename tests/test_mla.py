@@ -11,7 +11,7 @@ import torch
 
 from probe import models
 from probe.cli import main
-from probe.engine import DenseSink, capture, capture_attention
+from probe.engine import DenseSink, SinkNeeds, capture, capture_attention
 from tests.conftest import eager_attention
 
 TOL = 1e-5
@@ -134,8 +134,8 @@ def test_gathered_alpha_equals_eager_at_the_slots(deepseek_dir):
         def __init__(self):
             self.got = {}
 
-        def gather_for(self, layer, n_heads):
-            return range(n_heads), slots
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(gather=(range(n_heads), slots))
 
         def update_gathered(self, layer, heads, alpha):
             self.got[layer] = alpha

@@ -1,16 +1,18 @@
 """The capture engine: the model keeps its fused attention kernel, α is rebuilt from Q, K and the kernel's LSE.
 
 What belongs here: the attention and mask functions registered with transformers (:mod:`~probe.engine.attention`),
+the keyword allow-list (:mod:`~probe.engine.keywords`), the kernels and the score rule (:mod:`~probe.engine.kernels`),
 the per-capture session state (:mod:`~probe.engine.session`), the :func:`capture` context manager
-(:mod:`~probe.engine.capture`), the sink protocols (:mod:`~probe.engine.sinks`) and the generic sinks, one per
-module (:mod:`~probe.engine.dense`). Nothing here knows about head types, proteins or files: the engine may import
-only :mod:`probe.errors` and :mod:`probe.naming`; every other part of probe is built on it.
+(:mod:`~probe.engine.capture`), the sink protocols and the needs a sink declares (:mod:`~probe.engine.sinks`) and
+the generic sinks, one per module (:mod:`~probe.engine.dense`). Nothing here knows about head types, proteins or
+files: the engine may import only :mod:`probe.errors` and :mod:`probe.naming`; every other part of probe is built
+on it.
 """
 
 from probe.engine.capture import capture, capture_attention, find_layer_list, register_engine
 from probe.engine.dense import DenseSink
 from probe.engine.session import DEFAULT_BLOCK_BYTES, ENGINE_NAME, MAX_BLOCK_ROWS
-from probe.engine.sinks import AttentionBlock, GatherSink, Sink
+from probe.engine.sinks import NOTHING, AttentionBlock, GatherSink, Sink, SinkNeeds
 
 __all__ = [
     "AttentionBlock",
@@ -19,7 +21,9 @@ __all__ = [
     "ENGINE_NAME",
     "GatherSink",
     "MAX_BLOCK_ROWS",
+    "NOTHING",
     "Sink",
+    "SinkNeeds",
     "capture",
     "capture_attention",
     "find_layer_list",

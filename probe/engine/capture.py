@@ -20,7 +20,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from probe.engine.attention import capture_attention_forward
 from probe.engine.dense import DenseSink
 from probe.engine.session import _ACTIVE, DEFAULT_BLOCK_BYTES, ENGINE_NAME, _Session
-from probe.engine.sinks import GatherSink, Sink
+from probe.engine.sinks import GatherSink, OutputNormSink, Sink
 from probe.errors import ProbeError
 
 
@@ -102,7 +102,12 @@ def capture(
         raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
                          "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
     register_engine()
-    sinks = (sinks,) if hasattr(sinks, "update") or hasattr(sinks, "update_gathered") else tuple(sinks)
+    sinks = tuple(sinks) if isinstance(sinks, (list, tuple)) else (sinks,)
+    for sink in sinks:
+        if not isinstance(sink, (Sink, GatherSink, OutputNormSink)):  # the protocols: needs() and a receiver
+            raise ProbeError(f"{type(sink).__name__} is not a sink: it needs needs(layer, n_heads, n_query) -> "
+                             "SinkNeeds and update(block), update_gathered(...) or update_output_norms(...) "
+                             "(see docs/howto/sink.md)")
     session = _Session(_layer_of_module(model), sinks, block_bytes, _ablation_mask(ablate))
     _switch_to_engine(model)
     token = _ACTIVE.set(session)

@@ -6,15 +6,16 @@ from collections.abc import Sequence
 
 import torch
 
-from probe.engine.sinks import AttentionBlock
+from probe.engine.sinks import NOTHING, AttentionBlock, SinkNeeds
 from probe.errors import ProbeError
 
 
 class DenseSink:
     """Keeps α of the selected layers and heads on the CPU, one tensor per (step, layer).
 
-    A :class:`~probe.engine.sinks.Sink` (it sets ``accepts_causal_crop``: the causal triangle above the diagonal is
-    never computed, the buffer is zero there). Memory: batch × heads × query × key values per layer and forward
+    A :class:`~probe.engine.sinks.Sink` (it declares ``causal_crop``: the causal triangle above the diagonal is
+    never computed, the buffer is zero there). With attention sinks (gpt-oss) a kept row sums to less than 1: the
+    rest went to the learned sink. Memory: batch × heads × query × key values per layer and forward
     pass, so keep it to the heads you look at; :func:`~probe.engine.capture.capture_attention` is the one-call form.
 
     Parameters
@@ -46,13 +47,12 @@ class DenseSink:
         self.layers = None if layers is None else tuple(layers)
         self.heads = None if heads is None else tuple(heads)
         self.dtype = dtype
-        self.accepts_causal_crop = True
         self._store: dict[tuple[int, int], torch.Tensor] = {}
 
-    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         if self.layers is not None and layer not in self.layers:
-            return ()
-        return self.heads if self.heads is not None else range(n_heads)
+            return NOTHING
+        return SinkNeeds(heads=self.heads if self.heads is not None else tuple(range(n_heads)), causal_crop=True)
 
     def update(self, block: AttentionBlock) -> None:
         buffer = self._store.get((block.step, block.layer))

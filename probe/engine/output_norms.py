@@ -26,14 +26,23 @@ projection whose input is not `heads × value dim` counts as not found. Where no
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import nn
 from transformers.integrations.sdpa_attention import repeat_kv
 
+from probe.errors import ProbeError
+
+try:  # accelerate is optional: only a model dispatched with a device_map carries its hooks (and then it is there)
+    from accelerate.utils import align_module_device
+except ImportError:  # pragma: no cover - accelerate is installed wherever a device_map was used
+    align_module_device = None
+
+# Dtypes whose kernel output channels are too coarse for Σ_j α_ij ‖f_h(x_j)‖: the norm channel then runs in float32.
+REDUCED_PRECISION = (torch.float16, torch.bfloat16)
 # Attribute names of an attention module's own output projection, tried in order.
 PROJECTION_NAMES = ("o_proj", "c_proj", "out_proj", "dense", "o", "wo", "out_lin")
 
@@ -45,17 +54,6 @@ class OutputNorms:
     layer: int
     norms: torch.Tensor  # [batch head key] float32: ‖f_h(x_j)‖
     mixed: torch.Tensor  # [batch head query] float32: Σ_j α_ij ‖f_h(x_j)‖
-
-
-class OutputNormSink(Protocol):
-    """A sink that wants output norms: it names where the projections are and receives the norms of each layer
-    before that layer's α (dense blocks or gathered slots)."""
-
-    output_projections: OutputProjections | None
-
-    def update_output_norms(self, layer: int, norms: OutputNorms | None) -> None:
-        """Norms of `layer` (valid during this forward), or None when the layer's output projection is unknown."""
-        ...
 
 
 def _is_projection(module: object) -> bool:
@@ -92,17 +90,28 @@ class OutputProjections:
 
     def factors(self, module: nn.Module, n_heads: int, dim: int) -> torch.Tensor | None:
         """R `[head rank dim]` float32 with ‖v W_O^h‖ = ‖v R_hᵀ‖ for every v of width `dim`, or None when `module`
-        has no output projection taking `n_heads × dim` inputs. Cached until the weight changes."""
+        has no output projection taking `n_heads × dim` inputs. Cached until the weight changes.
+
+        A projection whose weights accelerate offloads (a ``device_map`` with ``"cpu"`` or ``"disk"``: the parameter
+        is on the meta device between forwards) is read through accelerate's own hook, ``align_module_device``,
+        which loads the weights for the duration of the read exactly as the projection's forward would."""
         projection = self.find(module)
         if projection is None:
             self.missing.add(type(module).__name__)
             return None
+        with _materialised(projection):
+            return self._factors_of(module, projection, n_heads, dim)
+
+    def _factors_of(self, module: nn.Module, projection: nn.Module, n_heads: int, dim: int) -> torch.Tensor | None:
         weight = projection.weight
         conv = not isinstance(projection, nn.Linear)  # Conv1D: weight [in out]; Linear: [out in]
         width_in = weight.shape[0] if conv else weight.shape[1]
         if width_in != n_heads * dim:
             self.missing.add(type(module).__name__)
             return None
+        if weight.device.type == "meta":
+            raise ProbeError(f"the output projection of {type(module).__name__} has its weights on the meta device "
+                             "and no accelerate hook to load them; load the model with a device_map")
         try:
             identity = (weight.data_ptr(), weight._version, n_heads, dim, weight.device)
         except RuntimeError:  # an inference tensor has no version counter: no cache
@@ -122,6 +131,14 @@ class OutputProjections:
         return factor
 
 
+def _materialised(module: nn.Module):
+    """A context in which `module`'s own parameters are real tensors: accelerate's ``align_module_device`` where
+    accelerate is installed (a no-op for a module without offloaded weights), else nothing to do."""
+    if align_module_device is None:
+        return contextlib.nullcontext()
+    return align_module_device(module)
+
+
 def value_norms(value: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     """‖f_h(x_j)‖ `[batch head key]` float32 from value states `[batch head key dim]` (one per query head) and the
     factors R `[head rank dim]` of :meth:`OutputProjections.factors`."""
@@ -129,17 +146,8 @@ def value_norms(value: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(projected, dim=-1)  # [batch head key]
 
 
-def _norm_sinks(session) -> list:
-    return [sink for sink in session.sinks if getattr(sink, "output_projections", None) is not None]
-
-
-def wants_output_norms(session) -> bool:
-    """Whether a sink of `session` asks for output norms (their denominators come from the kernel call)."""
-    return bool(_norm_sinks(session))
-
-
 def with_output_norms(
-    session,
+    norm_sinks: Sequence[tuple[object, OutputProjections]],  # (sink, where its projections are), from SinkNeeds
     module: nn.Module,
     layer: int,
     query: torch.Tensor,  # [batch head query dim]
@@ -147,14 +155,15 @@ def with_output_norms(
     value: torch.Tensor,  # [batch kv_head key dim_v]: repeated to the query heads here when norms are wanted
     kernel: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`kernel(query, key, value)` -> (output [batch head query dim], lse); when a sink of `session` wants output
-    norms, the same kernel call also yields Σ_j α_ij ‖f_h(x_j)‖ (value augmented with the norms as one channel) and
-    the sinks receive :class:`OutputNorms` before the layer's α."""
-    sinks = _norm_sinks(session)
+    """`kernel(query, key, value)` -> (output [batch head query dim], lse'); when `norm_sinks` is not empty, the
+    same kernel call also yields Σ_j α_ij ‖f_h(x_j)‖ (value augmented with the norms as one channel; with attention
+    sinks the kernel's rescaling by exp(lse − lse') applies to it too) and the sinks receive :class:`OutputNorms`
+    before the layer's α."""
+    sinks = [sink for sink, _ in norm_sinks]
     if not sinks:
         return kernel(query, key, value)
     n_heads, dim = query.shape[1], value.shape[-1]
-    factor = sinks[0].output_projections.factors(module, n_heads, dim)
+    factor = norm_sinks[0][1].factors(module, n_heads, dim)
     if factor is None:
         for sink in sinks:
             sink.update_output_norms(layer, None)
@@ -163,6 +172,15 @@ def with_output_norms(
         key = repeat_kv(key, n_heads // key.shape[1])  # [batch head key dim]
         value = repeat_kv(value, n_heads // value.shape[1])  # [batch head key dim_v]
     norms = value_norms(value, factor.to(value.device))  # [batch head key]
+    if query.dtype in REDUCED_PRECISION:
+        # A bf16 output channel would round Σ_j α_ij n_j to 3 significant digits (measured: 7e-3 relative); so the
+        # model's call stays as it is and the norm channel gets its own float32 call on the same q and k.
+        output, lse = kernel(query, key, value)  # [batch head query dim_v], the model's own output
+        mixed = kernel(query.float(), key.float(), norms[..., None])[0][..., 0]  # [batch head query]
+        delivered = OutputNorms(layer, norms, mixed)
+        for sink in sinks:
+            sink.update_output_norms(layer, delivered)
+        return output, lse
     # CUDA kernels want head dims that are multiples of 8: pad with zero channels; the CPU kernel takes dim + 1.
     pad = 8 if query.device.type == "cuda" else 1
     zeros_qk = query.new_zeros(*query.shape[:-1], pad)  # [batch head query pad]

@@ -1,8 +1,12 @@
-"""What the engine streams into: the :class:`AttentionBlock` it hands out and the two sink protocols.
+"""What the engine streams into: the :class:`SinkNeeds` a sink declares, the :class:`AttentionBlock` it receives,
+and the sink protocols.
 
-A :class:`Sink` receives dense α blocks (one block of query rows, the heads it asked for); a :class:`GatherSink`
-receives α only at a few key slots per query row. A sink may implement both. Concrete sinks live one per module:
-:mod:`probe.engine.dense` here, the head-score sink in :mod:`probe.heads.scores`, the contact sink in
+Every sink says what it needs of a layer in one place, :meth:`Sink.needs`, which returns a frozen
+:class:`SinkNeeds`; the engine reads it once per layer and forward pass and never looks for optional attributes
+(a misspelt method name is an error, not a capability silently never used). A :class:`Sink` receives dense α blocks
+(the heads it asked for), a :class:`GatherSink` α only at a few key slots per query row, an
+:class:`OutputNormSink` the output norms of a layer; a sink may be several at once. Concrete sinks live one per
+module: :mod:`probe.engine.dense` here, the head-score sink in :mod:`probe.heads.scores`, the contact sink in
 :mod:`probe.proteins.contacts`.
 """
 
@@ -10,9 +14,51 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:  # only for the annotation: output_norms imports nothing from here, but keeps the import graph flat
+    from probe.engine.output_norms import OutputNorms, OutputProjections
+
+
+@dataclass(frozen=True)
+class SinkNeeds:
+    """What a sink wants from one layer of one forward pass (what :meth:`Sink.needs` returns).
+
+    Attributes
+    ----------
+    heads : tuple of int
+        Query heads whose dense α blocks the sink receives through :meth:`Sink.update`; empty: none (and no block is
+        computed for it).
+    rows : torch.Tensor or None, shape=(row,), long
+        Sample the query rows: α of `heads` arrives for these rows only (any order, repeats dropped), in blocks that
+        carry ``block.rows``; the engine then keeps the fused kernel and rebuilds those rows alone. None, or every
+        row: the ordinary blocks.
+    gather : tuple of (sequence of int, torch.Tensor), or None
+        ``(heads, slots)``: α at a few keys per query row, delivered to :meth:`GatherSink.update_gathered`;
+        ``slots`` has shape (batch, query, slot), long, −1 = no key (:func:`probe.heads.registry.target_slots`
+        builds them from a bool pattern). None: nothing gathered.
+    entropy : bool
+        Also hand each dense block its rows' entropy −Σ_j α log α (``block.entropy``), computed without a logarithm
+        where the scores allow it.
+    output_projections : OutputProjections or None
+        Output norms (Kobayashi et al.): where the layer's output projection is; the sink then receives
+        :meth:`OutputNormSink.update_output_norms` before the layer's α. None: no norms.
+    causal_crop : bool
+        Under a causal mask, receive blocks without their all-zero key tail (``alpha.shape[-1] ≤ n_key``; every α
+        beyond is exactly zero and never computed). False: blocks are zero-padded to all keys.
+    """
+
+    heads: tuple[int, ...] = ()
+    rows: torch.Tensor | None = None  # [row] long
+    gather: tuple[Sequence[int], torch.Tensor] | None = None  # (heads, slots [batch query slot] long)
+    entropy: bool = False
+    output_projections: OutputProjections | None = None
+    causal_crop: bool = False
+
+
+NOTHING = SinkNeeds()  # what a sink needs of a layer it does not look at
 
 
 @dataclass(frozen=True)
@@ -23,6 +69,9 @@ class AttentionBlock:
     :data:`~probe.engine.session.MAX_BLOCK_ROWS` query rows; the rows of a forward pass arrive in order, layer by
     layer (the layer order is the model's). ``alpha`` is a view into a buffer the engine reuses: copy what you keep.
 
+    With attention sinks (gpt-oss's ``s_aux``: one learned logit per head in every row's softmax) a row's α sums to
+    1 − ``learned_sink_mass`` over the keys: the rest of the row's weight went to the sink, which has no value.
+
     Attributes
     ----------
     step : int
@@ -31,19 +80,29 @@ class AttentionBlock:
         Layer index, 0-based.
     heads : tuple of int
         Query-head index of each entry on the head axis of `alpha`, in the order the sink's
-        :meth:`Sink.heads_for` returned them.
+        :class:`SinkNeeds` gave them.
     query_start : int
         Row of this block's first query among this forward pass's queries.
     n_query : int
         Query rows in this forward pass (all blocks together).
     query_offset : int
-        Absolute position of this forward pass's first query (the past length with a KV cache, else 0).
+        Position of this forward pass's first query among the keys (the past length with a KV cache, else 0).
     n_key : int
-        Keys in this forward pass (cached keys included).
+        Keys in this forward pass (cached keys included). A sliding-window cache (Mistral, Gemma 2, gpt-oss) keeps
+        only the last keys of a sliding layer: its keys are then the last `n_key` positions, and `query_offset`
+        counts within them.
     alpha : torch.Tensor, shape=(batch, head, query, key), float32
-        On the model's device; ``query`` = this block's rows, ``key`` = all `n_key` keys — except for sinks that set
-        ``accepts_causal_crop = True``: under a causal mask they get only keys ``[0, alpha.shape[-1])`` and every α
-        beyond is exactly zero (the engine never computes the masked triangle).
+        On the model's device; ``query`` = this block's rows, ``key`` = all `n_key` keys — except for sinks that
+        declare ``causal_crop``: under a causal mask they get only keys ``[0, alpha.shape[-1])`` and every α beyond
+        is exactly zero (the engine never computes the masked triangle).
+    rows : torch.Tensor or None, shape=(block,), long
+        For a sink that sampled its rows: this block's row indices among the forward's queries, ascending
+        (`query_start` is then ``rows[0]``). None: the rows ``query_start, query_start + 1, …``.
+    entropy : torch.Tensor or None, shape=(batch, head, block), float32
+        −Σ_j α_ij log α_ij of each row over the keys, when the sink declared ``entropy``; else None.
+    learned_sink_mass : torch.Tensor or None, shape=(batch, head, block), float32
+        The weight each row gives the layer's learned attention sink, exp(sink_h − lse'_i); None when the layer
+        has none (its rows sum to 1).
     """
 
     step: int  # forward pass within the capture (generate(): one per new token)
@@ -53,29 +112,22 @@ class AttentionBlock:
     n_query: int  # query rows in this forward (all blocks together)
     query_offset: int  # absolute position of this forward's first query (past length with a KV cache)
     n_key: int  # keys in this forward
-    # [batch head query key] float32; query = this block's rows. key = all n_key keys, except for sinks that set
-    # `accepts_causal_crop = True`: under a causal mask they get only keys [0, alpha.shape[-1]) and every α beyond
-    # is exactly zero (the engine never computes the masked triangle).
+    # [batch head query key] float32; query = this block's rows. key = all n_key keys, except for sinks that declare
+    # `causal_crop`: under a causal mask they get only keys [0, alpha.shape[-1]) and every α beyond is exactly zero.
     alpha: torch.Tensor
-    # Rows of a sink that sampled its query rows (`rows_for`): this block's row indices among the forward's queries,
-    # `[block]` long, ascending (query_start is then rows[0]). None: the rows query_start, query_start + 1, ...
-    rows: torch.Tensor | None = None
-    # −Σ_j α log α of each row `[batch head block]` float32, when some sink sets `wants_entropy = True` (the engine
-    # gets it without a logarithm: lse − scale·q·(αK) − Σ α·mask, one more α·K product); else None.
-    entropy: torch.Tensor | None = None
+    rows: torch.Tensor | None = None  # [block] long, ascending: a sampling sink's rows; None: consecutive rows
+    entropy: torch.Tensor | None = None  # [batch head block] float32: −Σ_j α log α, when the sink declared entropy
+    learned_sink_mass: torch.Tensor | None = None  # [batch head block] float32: weight on the s_aux sink, or None
 
 
+@runtime_checkable
 class Sink(Protocol):
-    """What the engine streams dense α blocks into (a structural protocol: no base class to inherit).
+    """What the engine streams dense α blocks into (a structural protocol: no base class to inherit)."""
 
-    A sink may also set the attribute ``accepts_causal_crop = True`` to receive causal blocks without their
-    all-zero key tail (see :class:`AttentionBlock`), and may implement :class:`GatherSink` as well.
-    """
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        """What this sink wants of `layer` in this forward pass.
 
-    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
-        """Query heads of `layer` this sink wants.
-
-        Called once per layer and forward pass, before any block of that layer.
+        Called once per layer and forward pass, before anything of that layer is computed.
 
         Parameters
         ----------
@@ -83,12 +135,13 @@ class Sink(Protocol):
             Layer index, 0-based.
         n_heads : int
             Query heads of the layer (with grouped-query attention: query heads, not key/value heads).
+        n_query : int
+            Query rows of this forward pass (1 per decoding step with a KV cache).
 
         Returns
         -------
-        sequence of int
-            Head indices in ``range(n_heads)``; empty: no block of this layer is sent to the sink (and none is
-            computed unless another sink wants it).
+        SinkNeeds
+            Head indices in ``range(n_heads)`` and the optional capabilities; :data:`NOTHING` for none.
         """
         ...
 
@@ -98,43 +151,23 @@ class Sink(Protocol):
         Parameters
         ----------
         block : AttentionBlock
-            ``block.alpha`` has shape (batch, head, query, key), float32, heads as :meth:`heads_for` returned
-            them. The tensor is only valid during the call: reduce it or copy it.
+            ``block.alpha`` has shape (batch, head, query, key), float32, heads as :class:`SinkNeeds` gave them.
+            The tensor is only valid during the call: reduce it or copy it.
         """
         ...
 
 
-# A sink may also set `accepts_causal_crop = True` to receive causal blocks without their all-zero key tail, and
-# implement `rows_for(layer, n_query) -> LongTensor [rows] | None` to receive α on those query rows only (ascending,
-# in blocks that carry `rows`; None or every row: the ordinary blocks). The engine then keeps the fused kernel and
-# rebuilds α of the chosen rows alone — a per-row statistic averaged over a row sample costs a fraction of a forward.
-
-
+@runtime_checkable
 class GatherSink(Protocol):
     """A sink that needs α only at a few keys per query row (head scores: the target keys).
 
-    The engine then computes α(i, j) = exp(scale·q_i·k_j + mask_ij − lse_i) at those keys alone — O(query · slot)
-    per head instead of O(query · key) — and never builds a dense block for it. A sink may implement both protocols.
+    Its :class:`SinkNeeds` has ``gather = (heads, slots)``; the engine then computes
+    α(i, j) = exp(s_ij − lse'_i) at those keys alone — O(query · slot) per head instead of O(query · key) — and
+    never builds a dense block for it. A sink may implement both protocols.
     """
 
-    def gather_for(self, layer: int, n_heads: int) -> tuple[Sequence[int], torch.Tensor] | None:
-        """The heads of `layer` this sink wants and, per query row, the keys it wants α at.
-
-        Parameters
-        ----------
-        layer : int
-            Layer index, 0-based.
-        n_heads : int
-            Query heads of the layer.
-
-        Returns
-        -------
-        tuple of (sequence of int, torch.Tensor), or None
-            ``(heads, slots)``: query-head indices in ``range(n_heads)``, and ``slots``, shape (batch, query, slot),
-            long: the key index of each slot of each query row of this forward pass, −1 = no key (rows with fewer
-            keys pad with −1; :func:`probe.heads.registry.target_slots` builds them from a bool pattern). None:
-            nothing from this layer.
-        """
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        """What this sink wants of `layer` (see :meth:`Sink.needs`)."""
         ...
 
     def update_gathered(self, layer: int, heads: tuple[int, ...], alpha: torch.Tensor) -> None:
@@ -145,8 +178,22 @@ class GatherSink(Protocol):
         layer : int
             Layer index, 0-based.
         heads : tuple of int
-            The heads :meth:`gather_for` returned, in that order.
+            The heads of ``SinkNeeds.gather``, in that order.
         alpha : torch.Tensor, shape=(batch, head, query, slot), float32
             α(i, slots[b, i, s]) on the model's device; exactly 0 where the slot is −1 or the key is masked.
         """
+        ...
+
+
+@runtime_checkable
+class OutputNormSink(Protocol):
+    """A sink whose :class:`SinkNeeds` names ``output_projections``: it receives the norms of each layer before
+    that layer's α (dense blocks or gathered slots)."""
+
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        """What this sink wants of `layer` (see :meth:`Sink.needs`)."""
+        ...
+
+    def update_output_norms(self, layer: int, norms: OutputNorms | None) -> None:
+        """Norms of `layer` (valid during this forward), or None when the layer's output projection is unknown."""
         ...

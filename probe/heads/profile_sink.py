@@ -3,8 +3,8 @@
 Each query row's statistics are computed inside the block that holds the row (a block has whole rows, so even the
 weighted median of the attention distance is exact there) and only their sums per (input, layer, head) are kept:
 memory O(inputs · layers · heads · offsets), never a [query, key] matrix beyond one block. With `rows` set for an
-input the sink asks the engine for those query rows alone (`rows_for`), which keeps the fused kernel running and
-rebuilds α of the sampled rows only.
+input the sink asks the engine for those query rows alone (`SinkNeeds.rows`), which keeps the fused kernel running
+and rebuilds α of the sampled rows only.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
-from probe.engine import AttentionBlock
+from probe.engine import AttentionBlock, SinkNeeds
 from probe.errors import ProbeError
 
 # Per-row statistics, in table order. Each is averaged over an input's (sampled) rows, then over inputs.
 ROW_STATS = ("mean_distance", "median_distance", "entropy", "sink_mass", "local_mass", "streaming_mass",
-             "beyond_mass", "max_alpha")
+             "beyond_mass", "max_alpha", "learned_sink_mass")
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,17 @@ def row_statistics(
     positions: torch.Tensor,  # [row] long: each row's absolute query position (its own key index)
     windows: RowWindows,
     entropy: torch.Tensor | None = None,  # [batch head row]: −Σ α log α from the engine, else computed here
+    learned_sink_mass: torch.Tensor | None = None,  # [batch head row]: weight on an s_aux sink (None: no sink, 0)
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The statistics of every row of a block: ({name: [batch head row] float64}, offsets [batch head row offset]).
 
     Pure (α is not changed). Distances are |query − key|; `median_distance` is the lower weighted median, the
     smallest d with Σ_{|i−j|≤d} α_ij ≥ ½ Σ_j α_ij; `entropy` is −Σ α log α in nats; `sink_mass` is the mass on keys
     < sink_tokens, `local_mass` on |i−j| < window, `streaming_mass` on their union (what a sink + recent-window cache
-    keeps), `beyond_mass` = 1 − streaming_mass (what it loses); `max_alpha` the row's largest α. `offsets[..., m]` is
-    α at key i − (m − max_offset) (0 where there is no such key).
+    keeps), `beyond_mass` = Σ_j α_ij − streaming_mass (what it loses); `max_alpha` the row's largest α;
+    `learned_sink_mass` the weight on the layer's learned attention sink (gpt-oss `s_aux`: the row's α sums to 1 −
+    that; 0 for a layer without one). `offsets[..., m]` is α at key i − (m − max_offset) (0 where there is no such
+    key).
     """
     n_batch, n_heads, n_rows, n_key = alpha.shape
     positions = positions.to(alpha.device)
@@ -68,6 +71,8 @@ def row_statistics(
     stats["streaming_mass"] = stats["sink_mass"] + stats["local_mass"] - overlap
     stats["beyond_mass"] = total - stats["streaming_mass"]
     stats["max_alpha"] = alpha.amax(-1)
+    stats["learned_sink_mass"] = (torch.zeros_like(total) if learned_sink_mass is None
+                                  else learned_sink_mass.float().to(alpha.device))
     offset = torch.arange(-windows.max_offset, windows.max_offset + 1, device=alpha.device)  # [offset]
     keys = positions[:, None] - offset[None, :]  # [row offset]
     present = (keys >= 0) & (keys < n_key)
@@ -117,9 +122,6 @@ class ProfileSink:
     `[input layer head offset]` and :attr:`rows` `[input layer head]` (rows counted).
     """
 
-    accepts_causal_crop = True  # α beyond a causal block's last key is zero; the statistics never need it
-    wants_entropy = True  # the engine computes each row's entropy from lse and α·K (no logarithm of α)
-
     def __init__(self, n_inputs: int, n_layers: int, n_heads: int, windows: RowWindows = RowWindows(),  # noqa: B008
                  heads: Sequence[int] | None = None) -> None:
         self.windows = windows
@@ -137,11 +139,11 @@ class ProfileSink:
             raise ProbeError(f"input {index} is out of range: the sink was made for {self.rows.shape[0]} inputs")
         self._input, self._sample = index, rows
 
-    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
-        return self.heads if self.heads is not None else range(n_heads)
-
-    def rows_for(self, layer: int, n_query: int) -> torch.Tensor | None:
-        return self._sample
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        # α beyond a causal block's last key is zero (the statistics never need it); the engine computes each row's
+        # entropy from lse' and α·K (no logarithm of α)
+        heads = self.heads if self.heads is not None else tuple(range(n_heads))
+        return SinkNeeds(heads=heads, rows=self._sample, entropy=True, causal_crop=True)
 
     def update(self, block: AttentionBlock) -> None:
         if self._input is None:
@@ -151,7 +153,7 @@ class ProfileSink:
         size = block.alpha.shape[2]
         rows = block.rows if block.rows is not None else torch.arange(block.query_start, block.query_start + size)
         positions = rows.to(block.alpha.device) + block.query_offset  # [row]
-        stats, offsets = row_statistics(block.alpha, positions, self.windows, block.entropy)
+        stats, offsets = row_statistics(block.alpha, positions, self.windows, block.entropy, block.learned_sink_mass)
         heads = list(block.heads)
         for name in ROW_STATS:
             self.sums[name][self._input, block.layer, heads] += stats[name][0].sum(-1).cpu()

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
-from probe.engine import AttentionBlock, capture
+from probe.engine import AttentionBlock, SinkNeeds, capture
 from probe.errors import ProbeError
 
 NEEDLE_LEN = 8  # tokens the model must copy
@@ -174,15 +174,14 @@ class ArgmaxSink:
     Prefill the prompt outside the capture; a block with more than one query row is refused (it would make the
     engine stream α of every prompt row)."""
 
-    accepts_causal_crop = True  # a decoding row is not causally masked: its block always has every key
-
     def __init__(self, n_layers: int, n_heads: int, heads: Sequence[int] | None = None) -> None:
         self.n_layers, self.n_heads = n_layers, n_heads
         self.heads = None if heads is None else tuple(heads)
         self._steps: dict[int, torch.Tensor] = {}  # step -> [batch layer head] long, -1 = not captured
 
-    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
-        return range(n_heads) if self.heads is None else self.heads
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        # a decoding row is not causally masked: its block always has every key, so the crop changes nothing
+        return SinkNeeds(heads=tuple(range(n_heads)) if self.heads is None else self.heads, causal_crop=True)
 
     def update(self, block: AttentionBlock) -> None:
         if block.n_query != 1:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from probe.engine import DEFAULT_BLOCK_BYTES, AttentionBlock, capture
+from probe.engine import DEFAULT_BLOCK_BYTES, AttentionBlock, SinkNeeds, capture
 from probe.engine.output_norms import OutputNorms, OutputProjections
 from probe.heads.probesets import SpanBatch
 from probe.heads.registry import target_slots
@@ -187,8 +187,11 @@ class ScoreSink:
             n_keys = words.word_ids.shape[1]
             self.query_rows = torch.zeros(batch, n_layers, n_heads, n_keys, device=device)  # [batch layer head key]
 
-    # Under a causal mask the engine may drop the all-zero keys after a block's last row (see probe.engine).
-    accepts_causal_crop = True
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        """Dense heads or gathered slots (see heads_for, gather_for), output norms when projections are given;
+        under a causal mask the engine may drop the all-zero keys after a block's last row."""
+        return SinkNeeds(heads=tuple(self.heads_for(layer, n_heads)), gather=self.gather_for(layer, n_heads),
+                         output_projections=self.output_projections, causal_crop=True)
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
         """Dense blocks for word-level accuracy (whole rows of the attending word) or many targets per row; else

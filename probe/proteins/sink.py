@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from probe.engine import AttentionBlock
+from probe.engine import AttentionBlock, SinkNeeds
 from probe.errors import ProbeError
 from probe.naming import head_name
 from probe.proteins import features as vig
@@ -146,6 +146,9 @@ class ContactSink:
             self.sequences.append(_SequenceState(n_tokens, start, length, keep, true_map, features[b]))
 
     # -- the Sink protocol ------------------------------------------------------------------------------------
+
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        return SinkNeeds(heads=tuple(self.heads_for(layer, n_heads)))
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
         self.engaged = True
