@@ -3,7 +3,7 @@ included) and the import graph must have no cycles and no import from a lower la
 
 Layers, bottom to top (a module may import its own layer and the ones below):
 
-    base      probe (the package), errors, naming, hashing, models, card, data, zoo (the package), zoo.tiny,
+    base      probe (the package), errors, naming, hashing, models, layers, card, data, zoo (the package), zoo.tiny,
               zoo.planted
     engine    probe.engine.*
     heads     probe.heads.*        proteins   probe.proteins.*   (side by side: neither imports the other)
@@ -25,8 +25,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "probe"
 
-BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.card", "probe.data",
-        "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
+BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers", "probe.card",
+        "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
 TRAINING = {"probe.zoo.train", "probe.zoo.data"}
 RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "commands": 5}
 

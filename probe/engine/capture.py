@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Literal
 
 import torch
 from torch import nn
@@ -19,9 +20,13 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from probe.engine.attention import capture_attention_forward
 from probe.engine.dense import DenseSink
+from probe.engine.eager import eager_capture
 from probe.engine.session import _ACTIVE, DEFAULT_BLOCK_BYTES, ENGINE_NAME, _Session
 from probe.engine.sinks import GatherSink, Sink
 from probe.errors import ProbeError
+from probe.layers import AttentionPlan, attention_plan
+
+EngineChoice = Literal["auto", "fused", "eager"]
 
 
 def register_engine() -> None:
@@ -41,8 +46,14 @@ def find_layer_list(model: nn.Module) -> nn.ModuleList:
                      "capture supports models whose layers sit in one ModuleList")
 
 
-def _layer_of_module(model: nn.Module) -> dict[int, int]:
-    return {id(sub): index for index, layer in enumerate(find_layer_list(model)) for sub in layer.modules()}
+def choose_engine(plan: AttentionPlan, engine: EngineChoice, name: str = "this model") -> str:
+    """"fused" or "eager" for `plan` and the user's choice; "fused" on a model outside the interface refuses."""
+    if engine not in ("auto", "fused", "eager"):
+        raise ProbeError(f"unknown engine {engine!r}: use auto, fused or eager")
+    if engine == "fused" and plan.engine == "eager":
+        raise ProbeError(f"{name}: its attention does not go through transformers' AttentionInterface, so the fused "
+                         "engine cannot capture it; use --engine eager (or auto)")
+    return plan.engine if engine == "auto" else engine
 
 
 @contextlib.contextmanager
@@ -51,6 +62,7 @@ def capture(
     sinks: Sink | GatherSink | Sequence[Sink | GatherSink] = (),
     block_bytes: int = DEFAULT_BLOCK_BYTES,  # memory budget of one α block (all selected heads)
     ablate: torch.Tensor | None = None,  # [layer head] or [batch layer head] bool: heads whose output is zeroed
+    engine: EngineChoice = "auto",  # "fused", "eager" (the fallback of probe.engine.eager) or "auto": what fits
 ) -> Iterator[None]:
     """Run `model` on the capture engine inside the block, streaming α into `sinks` (which may be empty).
 
@@ -98,12 +110,25 @@ def capture(
     >>> sink.attention(step=3).shape  # [batch layer head query key]: one query row against the KV cache
     torch.Size([1, 2, 4, 1, 10])
     """
-    if not getattr(model, "_supports_attention_backend", False):
-        raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
-                         "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
+    plan = attention_plan(model)
+    chosen = choose_engine(plan, engine, type(model).__name__)
     register_engine()
     sinks = (sinks,) if hasattr(sinks, "update") or hasattr(sinks, "update_gathered") else tuple(sinks)
-    session = _Session(_layer_of_module(model), sinks, block_bytes, _ablation_mask(ablate))
+    session = _Session(plan.layer_of_module, sinks, block_bytes, _ablation_mask(ablate))
+    if chosen == "eager":
+        ids = {key for key, _ in plan.modules}
+        modules = [module for module in model.modules() if id(module) in ids]
+        if plan.engine == "fused":  # an interface model forced onto the fallback: its modules run eager attention
+            _switch_to_engine(model, "eager")
+        token = _ACTIVE.set(session)
+        try:
+            with eager_capture(model, modules, session):
+                yield
+        finally:
+            _ACTIVE.reset(token)
+            if plan.engine == "fused":
+                _switch_back(model)
+        return
     _switch_to_engine(model)
     token = _ACTIVE.set(session)
     try:
@@ -133,12 +158,12 @@ def _capture_identity(model: nn.Module) -> int:
     return id(model.config)
 
 
-def _switch_to_engine(model: nn.Module) -> None:
+def _switch_to_engine(model: nn.Module, name: str = ENGINE_NAME) -> None:
     with _SWITCH_LOCK:
         key = _capture_identity(model)
         count, previous, switched = _USERS.get(key, (0, model.config._attn_implementation, model))
         if count == 0:
-            model.set_attn_implementation(ENGINE_NAME)
+            model.set_attn_implementation(name)
         _USERS[key] = (count + 1, previous, switched)
 
 
