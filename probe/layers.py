@@ -21,6 +21,7 @@ for a single-stack model and :meth:`AttentionPlan.head_name` writes ``enc.L3H2``
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,8 +31,13 @@ from probe.errors import ProbeError
 from probe.naming import head_name
 
 Engine = Literal["fused", "eager"]
+EngineChoice = Literal["auto", "fused", "eager"]
+ENGINE_CHOICES = ("auto", "fused", "eager")
 INTERFACE = "ALL_ATTENTION_FUNCTIONS"
 STACK_NAMES = ("enc", "dec", "cross")
+EAGER_NOTE = ("{model}: its attention does not go through transformers' AttentionInterface; using the eager "
+              "fallback, which holds each layer's full [batch head query key] attention (O(N²) memory, one layer "
+              "at a time; --engine fused refuses such models)")
 
 
 @dataclass(frozen=True)
@@ -284,3 +290,28 @@ def attention_plan(model: nn.Module) -> AttentionPlan:
     if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_decoder"):
         return _encoder_decoder(model, attention, engine)
     return _single_stack(model, attention, engine)
+
+
+def choose_engine(plan: AttentionPlan, engine: EngineChoice, name: str = "this model") -> Engine:
+    """"fused" or "eager" for `plan` and the user's choice ("auto": what the model does); "fused" on a model outside
+    the interface refuses in one line."""
+    if engine not in ENGINE_CHOICES:
+        raise ProbeError(f"unknown engine {engine!r}: use auto, fused or eager")
+    if engine == "fused" and plan.engine == "eager":
+        raise ProbeError(f"{name}: its attention does not go through transformers' AttentionInterface, so the fused "
+                         "engine cannot capture it; use --engine eager (or auto)")
+    return plan.engine if engine == "auto" else engine
+
+
+# The engine a user chose for a loaded model (probe.models.load(engine=...)): what capture(engine="auto") then uses.
+_CHOSEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def set_engine(model: nn.Module, engine: Engine) -> None:
+    """Record the engine every later ``capture(model, ...)`` with ``engine="auto"`` uses (set by ``load``)."""
+    _CHOSEN[model] = engine
+
+
+def chosen_engine(model: nn.Module) -> Engine | None:
+    """The engine recorded by :func:`set_engine` for `model`, or None."""
+    return _CHOSEN.get(model)

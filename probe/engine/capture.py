@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Literal
 
 import torch
 from torch import nn
@@ -24,9 +23,7 @@ from probe.engine.eager import eager_capture
 from probe.engine.session import _ACTIVE, DEFAULT_BLOCK_BYTES, ENGINE_NAME, _Session
 from probe.engine.sinks import GatherSink, Sink
 from probe.errors import ProbeError
-from probe.layers import AttentionPlan, attention_plan
-
-EngineChoice = Literal["auto", "fused", "eager"]
+from probe.layers import EngineChoice, attention_plan, choose_engine, chosen_engine
 
 
 def register_engine() -> None:
@@ -44,16 +41,6 @@ def find_layer_list(model: nn.Module) -> nn.ModuleList:
             return module
     raise ProbeError(f"cannot find the {n_layers} transformer layers of {type(model).__name__}; "
                      "capture supports models whose layers sit in one ModuleList")
-
-
-def choose_engine(plan: AttentionPlan, engine: EngineChoice, name: str = "this model") -> str:
-    """"fused" or "eager" for `plan` and the user's choice; "fused" on a model outside the interface refuses."""
-    if engine not in ("auto", "fused", "eager"):
-        raise ProbeError(f"unknown engine {engine!r}: use auto, fused or eager")
-    if engine == "fused" and plan.engine == "eager":
-        raise ProbeError(f"{name}: its attention does not go through transformers' AttentionInterface, so the fused "
-                         "engine cannot capture it; use --engine eager (or auto)")
-    return plan.engine if engine == "auto" else engine
 
 
 @contextlib.contextmanager
@@ -75,8 +62,11 @@ def capture(
     Parameters
     ----------
     model : torch.nn.Module
-        A transformers model whose attention goes through ``AttentionInterface`` (GPT-2, BERT, ESM, Llama,
-        Mistral, …; its class sets ``_supports_attention_backend``), e.g. ``probe.models.load(...).model``.
+        A transformers model, e.g. ``probe.models.load(...).model``. Its attention modules are found by what they do
+        (:func:`probe.layers.attention_plan`): those that call ``AttentionInterface`` (GPT-2, BERT, ESM, Llama,
+        hybrids' softmax layers, T5, BART, …) run on the fused engine; a model with none (Bloom, DeBERTa-v2) runs on
+        the eager fallback (:mod:`probe.engine.eager`). Layers keep the model's numbers; an encoder–decoder's
+        three stacks lie end to end on the layer axis (``AttentionPlan.stacks``).
     sinks : Sink or GatherSink, or a sequence of them
         Where α goes: a :class:`~probe.engine.sinks.Sink` receives dense blocks
         (:class:`~probe.engine.sinks.AttentionBlock`), a :class:`~probe.engine.sinks.GatherSink` α at a few keys
@@ -88,6 +78,10 @@ def capture(
         Heads whose attention output is zeroed (before the output projection): head ablation inside the attention
         function, no change to the model's code or weights. With a batch axis, each batch row ablates its own
         heads. None: no ablation.
+    engine : {"auto", "fused", "eager"}, default "auto"
+        "auto": what :func:`probe.models.load` recorded for the model (``--engine``), else fused where the model
+        routes through the interface and eager where it does not; "fused" refuses a model outside the interface;
+        "eager" streams the model's own eager α by forward hooks (O(N²) per layer; output norms are NaN there).
 
     Yields
     ------
@@ -97,8 +91,9 @@ def capture(
     Raises
     ------
     ProbeError
-        The model does not route attention through ``AttentionInterface``; `ablate` is not a 2-D or 3-D bool
-        tensor; the model's transformer layers are not one ``ModuleList``.
+        No module of the model computes attention weights (through the interface or ``output_attentions``), or
+        "fused" was asked for a model outside the interface; `ablate` is not a 2-D or 3-D bool tensor; the model's
+        transformer layers cannot be numbered.
 
     Examples
     --------
@@ -111,6 +106,8 @@ def capture(
     torch.Size([1, 2, 4, 1, 10])
     """
     plan = attention_plan(model)
+    if engine == "auto":
+        engine = chosen_engine(model) or "auto"  # what probe.models.load(engine=...) recorded
     chosen = choose_engine(plan, engine, type(model).__name__)
     register_engine()
     sinks = (sinks,) if hasattr(sinks, "update") or hasattr(sinks, "update_gathered") else tuple(sinks)
@@ -183,6 +180,7 @@ def capture_attention(
     inputs: dict[str, torch.Tensor],
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
+    engine: EngineChoice = "auto",
 ) -> torch.Tensor:
     """One forward pass; returns α of the chosen layers × heads.
 
@@ -197,12 +195,15 @@ def capture_attention(
         Layers to capture (0-based); None: every layer.
     heads : sequence of int, optional
         Query heads to capture in each chosen layer (0-based); None: every head.
+    engine : {"auto", "fused", "eager"}, default "auto"
+        As in :func:`capture`.
 
     Returns
     -------
     alpha : torch.Tensor, shape=(batch, layer, head, query, key), float32
-        On the CPU; layers in ascending order, heads in the order given. Each real query row sums to 1 over the
-        keys; masked keys (padding, above the diagonal of a causal model) are exactly 0.
+        On the CPU; the captured layers in ascending order (a hybrid's no-α layers are absent: see
+        ``AttentionPlan.attention_layers``), heads in the order given. Each real query row sums to 1 over the keys;
+        masked keys (padding, above the diagonal of a causal model) are exactly 0.
 
     Raises
     ------
@@ -211,7 +212,7 @@ def capture_attention(
         was captured).
     """
     sink = DenseSink(layers, heads)
-    with capture(model, sink), torch.inference_mode():
+    with capture(model, sink, engine=engine), torch.inference_mode():
         model(**inputs)
     return sink.attention(0)
 

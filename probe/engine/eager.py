@@ -32,10 +32,6 @@ from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
 from probe.engine.sinks import AttentionBlock
 from probe.errors import ProbeError
 
-EAGER_NOTE = ("{model}: its attention does not go through transformers' AttentionInterface; using the eager "
-              "fallback, which holds each layer's full [batch head query key] attention (O(N²) memory, one layer "
-              "at a time); --engine fused refuses such models")
-
 
 def _row_entropy(alpha: torch.Tensor) -> torch.Tensor:
     """−Σ_j α log α per row (0 log 0 = 0): [batch head query key] -> [batch head query]."""
@@ -181,4 +177,4 @@ def eager_capture(model: nn.Module, modules: Sequence[nn.Module], session: _Sess
             handle.remove()
 
 
-__all__ = ["EAGER_NOTE", "eager_capture", "stream_layer"]
+__all__ = ["eager_capture", "stream_layer"]
