@@ -394,8 +394,8 @@ def load(
     try:
         try:
             model = model_class.from_pretrained(source, attn_implementation="sdpa", dtype=torch_dtype, **placement)
-        except ValueError as error:
-            if "sdpa" not in str(error).lower():
+        except Exception as error:  # noqa: BLE001 - transformers raises ValueError or its own types for "no sdpa"
+            if "scaled_dot_product_attention" not in str(error) and "sdpa" not in str(error).lower():
                 raise
             # a class without sdpa (Bloom, DeBERTa-v2): its own eager attention, read by the eager fallback
             model = model_class.from_pretrained(source, attn_implementation="eager", dtype=torch_dtype, **placement)

@@ -66,7 +66,6 @@ from probe.heads.scores import ScoreSink, TypeScores, run_sink, span_words
 from probe.heads.stats import uniform_chance
 from probe.heads.tables import COLUMNS
 from probe.models import ModelKind
-from probe.naming import head_name
 
 # Default probe length, capped by the model's positions: the length most pre-training and fine-tuning of
 # encoder and decoder models used (BERT's 90 % phase, sentence-transformers' fine-tuning), and about one GAP passage.
@@ -669,7 +668,7 @@ def _table(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
     n_rows = n_layers * n_heads
     layers = np.repeat(np.arange(n_layers), n_heads)  # [row]
     heads = np.tile(np.arange(n_heads), n_layers)  # [row]
-    names = [head_name(layer, head) for layer, head in zip(layers.tolist(), heads.tolist(), strict=True)]
+    names = [loaded.head_name(layer, head) for layer, head in zip(layers.tolist(), heads.tolist(), strict=True)]
     parts = []
     for item in scored:
         summary = summarise(item, config)
@@ -689,6 +688,8 @@ def _table(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
             columns["accuracy_by_source"] = _per_group(correct, item.groups, groups)
         parts.append(pd.DataFrame(columns, index=range(n_rows)))
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if len(table) and len(loaded.attention_layers) < n_layers:  # a hybrid: only the layers with α have real heads
+        table = table[table["layer"].isin(loaded.attention_layers)].reset_index(drop=True)
     later = ("q_value", "label", "stable", "role")
     return table.reindex(columns=[c for c in COLUMNS if c not in later] + list(later))
 

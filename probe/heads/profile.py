@@ -21,7 +21,6 @@ from probe.errors import ProbeError
 from probe.heads import stats
 from probe.heads.probesets import content_token_ids, special_frame
 from probe.heads.profile_sink import ROW_STATS, ProfileSink, RowWindows
-from probe.naming import head_name
 
 Progress = Callable[[int, int], None]
 
@@ -135,21 +134,22 @@ def head_profiles(
 
 def profile_table(loaded, sink: ProfileSink, inputs: Sequence[torch.Tensor], config: ProfileConfig) -> pd.DataFrame:
     """The (layer, head) table from a filled sink (means over rows, then over inputs, bootstrap over inputs)."""
-    rows = sink.rows  # [input layer head]
+    real = list(loaded.attention_layers)  # every layer, or a hybrid's layers with α
+    rows = sink.rows[:, real]  # [input layer head]
     if (rows == 0).any():
         raise ProbeError("some heads received no attention rows: the model's layers were not all captured")
-    per_input = {name: sink.sums[name] / rows for name in ROW_STATS}  # [input layer head]
-    offsets = sink.offsets / rows[..., None]  # [input layer head offset]
+    per_input = {name: sink.sums[name][:, real] / rows for name in ROW_STATS}  # [input layer head]
+    offsets = sink.offsets[:, real] / rows[..., None]  # [input layer head offset]
     dominant = offsets.mean(0).argmax(-1)  # [layer head] index into the offset axis
     share = offsets.gather(-1, dominant[None, ..., None].expand(offsets.shape[0], -1, -1, 1))[..., 0]
     per_input["dominant_offset_share"] = share  # [input layer head]
     weights = stats.resample_weights(torch.arange(len(inputs)), config.n_bootstrap, config.seed)
-    n_layers, n_heads = rows.shape[1:]
-    layer, head = torch.meshgrid(torch.arange(n_layers), torch.arange(n_heads), indexing="ij")
+    n_heads = rows.shape[2]
+    layer, head = torch.meshgrid(torch.tensor(real), torch.arange(n_heads), indexing="ij")
     table = {
         "model": loaded.name, "revision": loaded.revision,
         "layer": layer.flatten().numpy(), "head": head.flatten().numpy(),
-        "head_name": [head_name(int(l_), int(h_)) for l_, h_ in zip(layer.flatten(), head.flatten(), strict=True)],
+        "head_name": [loaded.head_name(int(l_), int(h_)) for l_, h_ in zip(layer.flatten(), head.flatten(), strict=True)],
         "n_inputs": len(inputs), "seq_len": max(ids.shape[1] for ids in inputs),
         "rows_per_input": (rows.mean(0)).flatten().numpy(),
     }
