@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from probe import models
-from probe.commands.common import add_model_options, output_path
+from probe.commands.common import add_model_options, load_keywords, output_path
 from probe.engine import capture_attention
 from probe.errors import ProbeError
 from probe.naming import parse_index_list
@@ -32,7 +32,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     out = output_path(args.out, (".npz",))
-    loaded = models.load(args.model, device=args.device, dtype=args.dtype)
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     layers = parse_index_list(args.layers, loaded.n_layers, "layers")
     heads = parse_index_list(args.heads, loaded.n_heads, "heads")
     if args.sequence is not None:

@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from probe import models
-from probe.commands.common import add_model_options, add_ray_options, executor, output_path
+from probe.commands.common import add_model_options, add_ray_options, executor, load_keywords, output_path
 from probe.errors import ProbeError
 from probe.proteins import sets as contact_sets
 from probe.proteins.contacts import FRACTIONS, RANGES
@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     if not specs:
         raise ProbeError("no protein chain to analyse" + (f" ({len(skipped)} file(s) skipped)" if skipped else ""))
 
-    loaded = models.load(args.model, device=args.device, dtype=args.dtype)
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     models.require_protein(loaded, "probe contacts")
     if options.regression is not None:
         from probe.proteins.regression import read_regression
@@ -261,7 +261,8 @@ def run(args: argparse.Namespace) -> int:
     _check_records(loaded, specs, options)
 
     identities = {spec.key: contact_sets.unit_identity(loaded, spec, options) for spec in specs}
-    task = ContactsTask(options, device=args.device, dtype=args.dtype, identities=identities)
+    task = ContactsTask(options, device=args.device, dtype=args.dtype, identities=identities,
+                        placement=load_keywords(args))
     if isinstance(run_on, runner.InProcess):
         run_on = runner.InProcess(preloaded={loaded.name: loaded})  # the model checked above, not loaded twice
     report = runner.run(contact_units(loaded.name, specs), task, _out(outputs, loaded, options, args), run_on,
@@ -408,7 +409,7 @@ def _fit(args: argparse.Namespace) -> int:
     files = contact_sets.structure_files(args.fit, "--fit")
     if len(files) < 2:
         raise ProbeError(f"--fit {args.fit} holds {len(files)} structure: leave-one-structure-out needs at least two")
-    loaded = models.load(args.model, device=args.device, dtype=args.dtype)
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     models.require_protein(loaded, "probe contacts --fit")
     structures = fitting.training_structures(files, loaded, args.threshold, args.cb)
     maps = [fitting.head_maps(loaded, structure.sequence) for structure in structures]  # [layer head L L] each

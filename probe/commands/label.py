@@ -18,7 +18,7 @@ from dataclasses import fields
 import pandas as pd
 
 from probe import models
-from probe.commands.common import add_model_options, add_ray_options, executor, output_path
+from probe.commands.common import add_model_options, add_ray_options, executor, load_keywords, output_path
 from probe.errors import ProbeError
 from probe.heads.label import ABLATE, COREF_SETS, LabelConfig, summary_lines
 from probe.heads.probesets import load_probe_file
@@ -159,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
     checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)
-    task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process)
+    task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process,
+                     placement=load_keywords(args))
     report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on, description="label")
 
     computed = [r.table.assign(model=r.key) for r in report.results if r.ok and not r.cached and r.table is not None]

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from probe import models
-from probe.commands.common import add_model_options, output_path
+from probe.commands.common import add_model_options, load_keywords, output_path
 from probe.errors import ProbeError
 from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, text_inputs
 from probe.heads.tables import TABLE_EXTENSIONS, save_table
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                            sink_tokens=args.sink_tokens, window=args.window, max_offset=args.max_offset,
                            threshold=args.threshold, n_bootstrap=args.bootstrap, seed=args.seed)
     config.check()
-    loaded = models.load(args.model, device=args.device, dtype=args.dtype)
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     if loaded.kind == models.ModelKind.PROTEIN_MLM and text is not None:
         raise ProbeError(f"{args.model} is a protein model: use --random N instead of --text-file")
     seq_len = config.seq_len
