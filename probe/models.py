@@ -539,7 +539,25 @@ def tokenize_text(loaded: LoadedModel, text: str) -> dict[str, torch.Tensor]:
         raise ProbeError("the text is empty: pass --text with at least one word")
     encoded = loaded.tokenizer(text, return_tensors="pt")
     loaded.check_length(encoded["input_ids"].shape[1], "the text")
-    return {name: tensor.to(loaded.device) for name, tensor in encoded.items() if name != "token_type_ids"}
+    inputs = {name: tensor.to(loaded.device) for name, tensor in encoded.items() if name != "token_type_ids"}
+    return model_inputs(loaded, inputs["input_ids"], inputs["attention_mask"])
+
+
+def model_inputs(loaded: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+                 ) -> dict[str, torch.Tensor]:
+    """The keyword inputs of one forward pass over `input_ids` (batch, token): for an encoder–decoder
+    (:attr:`ModelKind.SEQ2SEQ_LM`) the decoder reads the same tokens as its target, shifted right after the
+    decoder start token (teacher forcing: the model reconstructs its input), so all three stacks see N tokens;
+    for other models just ``input_ids`` (and ``attention_mask``)."""
+    inputs = {"input_ids": input_ids}
+    if attention_mask is not None:
+        inputs["attention_mask"] = attention_mask
+    if loaded.kind == ModelKind.SEQ2SEQ_LM:
+        inputs["decoder_input_ids"] = loaded.model.prepare_decoder_input_ids_from_labels(labels=input_ids)
+        if attention_mask is not None:  # the shifted target's padding: the row's last real token drops out
+            inputs["decoder_attention_mask"] = torch.cat([torch.ones_like(attention_mask[:, :1]),
+                                                          attention_mask[:, :-1]], dim=1)
+    return inputs
 
 
 def clean_protein(sequence: str, alphabet: str = AMINO_ACIDS) -> str:

@@ -78,11 +78,13 @@ def build(model_type: str, seed: int = 0):
         model = model_class.from_config(config, attn_implementation="sdpa")
     except ValueError:  # no sdpa (Bloom, DeBERTa-v2)
         model = model_class.from_config(config, attn_implementation="eager")
-    if model_type == "t5":  # T5 initialises by factor, not initializer_range: sharpen q and k
+    sharpen = {"t5": (("q.weight", "k.weight"), 8.0), "bart": (("q_proj.weight", "k_proj.weight"), 3.0)}
+    if model_type in sharpen:  # T5 initialises by factor, BART's attention stays flat: sharpen q and k
+        suffixes, factor = sharpen[model_type]
         with torch.no_grad():
             for name, parameter in model.named_parameters():
-                if name.endswith(("q.weight", "k.weight")):
-                    parameter.mul_(8.0)
+                if name.endswith(suffixes):
+                    parameter.mul_(factor)
     return model.eval(), tokenizer
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from probe import models
 from probe.engine import capture
 from probe.errors import ProbeError
 from probe.heads import stats
@@ -126,7 +127,7 @@ def head_profiles(
     with capture(loaded.model, sink, block_bytes=config.block_bytes), torch.inference_mode():
         for index, ids in enumerate(inputs):
             sink.begin_input(index, sample_rows(ids.shape[1], config.query_rows, generator))
-            loaded.model(input_ids=ids.to(device))
+            loaded.model(**models.model_inputs(loaded, ids.to(device)))  # encoder-decoders: decoder ids too
             if progress is not None:
                 progress(index + 1, len(inputs))
     return profile_table(loaded, sink, inputs, config)
@@ -164,4 +165,9 @@ def profile_table(loaded, sink: ProfileSink, inputs: Sequence[torch.Tensor], con
     table["span"] = ["local" if value >= config.threshold else "retrieval" for value in streaming.tolist()]
     table.update(sink_tokens=config.sink_tokens, window=config.window, threshold=config.threshold,
                  query_rows=config.query_rows, seed=config.seed)
-    return pd.DataFrame(table)
+    frame = pd.DataFrame(table)
+    if loaded.plan is not None and loaded.plan.is_multi_stack:  # enc / dec / cross, layers numbered within each
+        located = [loaded.plan.locate(int(number)) for number in frame["layer"]]
+        frame["layer"] = [local for _, local in located]
+        frame.insert(2, "stack", [stack for stack, _ in located])
+    return frame
