@@ -315,3 +315,19 @@ def set_engine(model: nn.Module, engine: Engine) -> None:
 def chosen_engine(model: nn.Module) -> Engine | None:
     """The engine recorded by :func:`set_engine` for `model`, or None."""
     return _CHOSEN.get(model)
+
+
+def config_attention_layers(config) -> tuple[tuple[int, ...], tuple[tuple[int, str], ...]] | None:
+    """From a config alone (no weights): (layers with softmax attention, (layer, block type) of the others) of a
+    hybrid, read from ``layer_types`` / ``layers_block_type`` / ``hybrid_override_pattern``; None when every layer
+    is attention or the config does not say. For plans before loading (``probe card``); loading decides by code."""
+    n_layers = getattr(config, "num_hidden_layers", None)
+    kinds = _block_kinds(config, n_layers) if isinstance(n_layers, int) else None
+    if kinds is None:
+        return None
+    def softmax(kind: str) -> bool:
+        return kind == "hybrid" or ("attention" in kind and "linear" not in kind)
+    with_alpha = tuple(layer for layer, kind in enumerate(kinds) if softmax(kind))
+    if len(with_alpha) == n_layers:
+        return None
+    return with_alpha, tuple((layer, kind) for layer, kind in enumerate(kinds) if not softmax(kind))

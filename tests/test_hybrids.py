@@ -76,3 +76,12 @@ def test_load_keeps_the_hybrid_plan_and_lists_only_real_heads(tmp_path, caplog):
 def test_stablelm_loads(tmp_path):
     loaded = models.load(save("stablelm", tmp_path / "stablelm"))
     assert loaded.engine == "fused" and loaded.attention_layers == (0, 1) and not loaded.notes
+
+
+def test_the_card_names_the_layers_with_alpha_and_a_plain_model_gets_no_such_note():
+    from probe.card import architecture_card
+
+    note = [n for n in architecture_card(build("nemotron_h")[0].config).notes if n.startswith("hybrid")]
+    assert note == ["hybrid: softmax attention (heads with α) in 2 of 4 layers (1, 3); the others "
+                    "(linear_attention) have no attention weights"]
+    assert not [n for n in architecture_card(build("stablelm")[0].config).notes if n.startswith("hybrid")]
