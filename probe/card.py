@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from probe.errors import ProbeError
+from probe.layers import config_attention_layers
 
 BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "fp8": 1}
 CONTEXTS = {"4K": 4096, "32K": 32768, "128K": 131072}
@@ -227,6 +228,12 @@ def architecture_card(config) -> ArchitectureCard:
     max_positions = whole_number(config, "max_position_embeddings", "n_positions")
     window, sliding_layers = _sliding(config, layers)
     notes: list[str] = []
+    hybrid = config_attention_layers(config)
+    if hybrid is not None:  # only these layers have heads with α; the capture lists only them
+        with_alpha, others = hybrid
+        notes.append(f"hybrid: softmax attention (heads with α) in {len(with_alpha)} of {layers} layers "
+                     f"({', '.join(map(str, with_alpha))}); the others ({', '.join(sorted({k for _, k in others}))}) "
+                     "have no attention weights")
     kv_rank = getattr(config, "kv_lora_rank", None)
     if kv_rank:
         nope, rope = int(config.qk_nope_head_dim), int(config.qk_rope_head_dim)

@@ -18,6 +18,7 @@ naming the fix.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -29,6 +30,10 @@ from torch import nn
 
 from probe.errors import NoTokenizerError, ProbeError, first_line
 from probe.hashing import weights_hash
+from probe.layers import EAGER_NOTE, ENGINE_CHOICES, AttentionPlan, attention_plan, choose_engine, set_engine
+from probe.naming import head_name
+
+_LOG = logging.getLogger("probe")  # one-line notes (eager fallback, layers without α) to stderr
 
 
 class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the project supports 3.10
@@ -38,6 +43,7 @@ class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the proj
     CAUSAL_LM = "causal_lm"
     MASKED_LM = "masked_lm"
     PROTEIN_MLM = "protein_mlm"
+    SEQ2SEQ_LM = "seq2seq_lm"  # text encoder–decoders (T5, BART): three stacks; head labelling does not apply yet
 
     def __str__(self) -> str:  # f"{kind}" -> "protein_mlm"
         return self.value
@@ -46,7 +52,7 @@ class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the proj
     def description(self) -> str:
         """"causal language model", "masked language model" or "protein model" (for messages)."""
         return {"causal_lm": "causal language model", "masked_lm": "masked language model",
-                "protein_mlm": "protein model"}[self.value]
+                "protein_mlm": "protein model", "seq2seq_lm": "sequence-to-sequence model"}[self.value]
 
 
 ResidueFormat = Literal["letters", "spaced"]
@@ -79,8 +85,16 @@ class LoadedModel:
         Protein models: residues as one string (ESM) or space-separated (ProtBert); None for text models.
     has_contact_head : bool
         The checkpoint carries a contact regression (ESM).
+    plan : AttentionPlan or None
+        Which modules compute α and the layer number of each (:func:`probe.layers.attention_plan`); None only for
+        a LoadedModel built by hand (then every config layer is an attention layer).
+    engine : {"fused", "eager"}
+        The engine capture uses: fused (through ``AttentionInterface``) or the eager fallback.
     n_layers, n_heads : int
-        Transformer layers and query heads per layer (properties).
+        Layer numbers (``0 .. n_layers - 1``; an encoder–decoder's three stacks end to end) and query heads per
+        layer (properties).
+    attention_layers : tuple of int
+        The layer numbers that have α (property): all of them, or a hybrid's softmax-attention layers.
     """
 
     model: nn.Module
@@ -90,6 +104,8 @@ class LoadedModel:
     revision: str  # commit hash for hub models, a content hash of the weights for local ones
     residue_format: ResidueFormat | None = None  # protein models: "letters" (ESM) or "spaced" (ProtBert); else None
     has_contact_head: bool = False  # the checkpoint carries a contact regression (ESM)
+    plan: AttentionPlan | None = None  # which modules compute α, and their layer numbers
+    engine: str = "fused"  # "fused" (AttentionInterface) or "eager" (the fallback of probe.engine.eager)
 
     @property
     def config(self):
@@ -97,7 +113,33 @@ class LoadedModel:
 
     @property
     def n_layers(self) -> int:
+        if self.plan is not None:
+            return self.plan.n_layers
         return self.model.config.get_text_config().num_hidden_layers
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """Layer numbers with α: every layer, or only a hybrid's softmax-attention layers (ascending)."""
+        return self.plan.attention_layers if self.plan is not None else tuple(range(self.n_layers))
+
+    @property
+    def heads(self) -> list[tuple[int, int]]:
+        """Every real (layer, head): the attention layers' heads only (what tables, profiles and cards list)."""
+        return [(layer, head) for layer in self.attention_layers for head in range(self.n_heads)]
+
+    def head_name(self, layer: int, head: int) -> str:
+        """"L3H2", or "enc.L3H2" / "dec.L1H0" / "cross.L1H0" for an encoder–decoder (one formatter: naming)."""
+        return self.plan.head_name(layer, head) if self.plan is not None else head_name(layer, head)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """One-line notes for the user: the eager fallback's cost, the layers without α."""
+        found = []
+        if self.engine == "eager":
+            found.append(EAGER_NOTE.format(model=self.name))
+        if self.plan is not None and self.plan.no_alpha_note():
+            found.append(f"{self.name}: {self.plan.no_alpha_note()}")
+        return tuple(found)
 
     @property
     def n_heads(self) -> int:
@@ -119,6 +161,12 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
+        """Where inputs go: the model's device, or with a device map its first accelerator (else the CPU)."""
+        device_map = getattr(self.model, "hf_device_map", None)
+        if device_map:
+            placed = [torch.device(f"cuda:{where}" if isinstance(where, int) else where)
+                      for where in device_map.values() if where != "disk"]
+            return next((device for device in placed if device.type != "cpu"), torch.device("cpu"))
         return next(self.model.parameters()).device
 
     def check_length(self, n_tokens: int, what: str = "input") -> None:
@@ -195,6 +243,8 @@ PROTEIN_MODEL_TYPES = ("esm", "esmc")
 def _kind_of(config, style: ResidueFormat | None) -> ModelKind:
     if config.model_type in PROTEIN_MODEL_TYPES or style is not None:
         return ModelKind.PROTEIN_MLM
+    if getattr(config, "is_encoder_decoder", False):
+        return ModelKind.SEQ2SEQ_LM
     architectures = " ".join(getattr(config, "architectures", None) or [])
     if getattr(config, "is_decoder", False) or "CausalLM" in architectures or "LMHead" in architectures:
         return ModelKind.CAUSAL_LM
@@ -218,6 +268,7 @@ def _model_class(kind: ModelKind, config):
         ModelKind.CAUSAL_LM: transformers.AutoModelForCausalLM,
         ModelKind.MASKED_LM: transformers.AutoModelForMaskedLM,
         ModelKind.PROTEIN_MLM: transformers.AutoModelForMaskedLM,
+        ModelKind.SEQ2SEQ_LM: transformers.AutoModelForSeq2SeqLM,
     }[kind]
 
 
@@ -261,13 +312,21 @@ def load(
     spec: str,
     device: str = "cpu",
     dtype: str | torch.dtype | None = None,  # None: the checkpoint's own (float32 for our zoo)
+    engine: str = "auto",  # "auto", "fused" (refuse models outside AttentionInterface) or "eager" (the fallback)
+    device_map: str | dict | None = None,  # transformers' device_map: "auto", "balanced", "cpu", "cuda", or a dict
+    offload_folder: str | Path | None = None,  # where accelerate writes the weights a device_map puts on "disk"
+    max_memory: str | dict | None = None,  # per device, as transformers takes it ({0: "10GiB", "cpu": "30GiB"})
 ) -> LoadedModel:
     """Load a model and its tokenizer for capture.
 
     The model class follows the checkpoint: ``AutoModelForCausalLM`` for causal LMs, ``AutoModelForMaskedLM`` for
     masked and protein LMs, ``EsmForMaskedLM`` for ESM (it keeps the contact regression), the encoder alone for
-    ProtT5. It is loaded with ``attn_implementation="sdpa"`` (the capture engine switches it only inside
-    :func:`probe.engine.capture.capture`), moved to `device` and put in eval mode.
+    ProtT5, ``AutoModelForSeq2SeqLM`` for text encoder–decoders (T5, BART: three stacks, ``enc``/``dec``/``cross``).
+    It is loaded with ``attn_implementation="sdpa"`` (the capture engine switches it only inside
+    :func:`probe.engine.capture.capture`; a class without sdpa is loaded on eager), moved to `device` (or placed
+    by `device_map`) and put in eval mode. Which modules compute α is decided by what they do
+    (:func:`probe.layers.attention_plan`); the notes (:attr:`LoadedModel.notes`: the eager fallback's cost, a
+    hybrid's layers without α) are logged as one line each to the ``probe`` logger (stderr).
 
     Parameters
     ----------
@@ -275,29 +334,46 @@ def load(
         A hub id (``"gpt2"``; from the local cache when offline), a local directory written by
         ``save_pretrained`` (with its tokenizer), or ``"zoo:NAME"`` for a bundled model organism.
     device : str, default "cpu"
-        ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; checked against what this machine has.
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; checked against what this machine has. Ignored with
+        `device_map`.
     dtype : str or torch.dtype, optional
         ``"float32"``, ``"float16"``, ``"bfloat16"`` (or ``fp32``, ``fp16``, ``bf16``, or a torch dtype); None:
         the checkpoint's own.
+    engine : {"auto", "fused", "eager"}, default "auto"
+        The capture engine every later ``capture(model, ...)`` uses: "auto" picks fused where the model routes
+        through ``AttentionInterface`` and the eager fallback where it does not; "fused" refuses a model outside
+        the interface; "eager" forces the fallback (O(N²) per layer).
+    device_map : str or dict, optional
+        transformers' own big-model placement (accelerate): ``"auto"``, ``"balanced"``, ``"sequential"``,
+        ``"cpu"``, ``"cuda"``, or a dict module name → device / ``"disk"``. None: the whole model on `device`.
+    offload_folder : str or Path, optional
+        Folder for the weights the device map puts on ``"disk"`` (needed when some are).
+    max_memory : str or dict, optional
+        Memory per device for ``"auto"``/``"balanced"`` maps: a dict (``{0: "10GiB", "cpu": "30GiB"}``) or the
+        CLI's text form ``"0=10GiB,cpu=30GiB"``.
 
     Returns
     -------
     LoadedModel
-        The model, its tokenizer, its kind (causal LM, masked LM, protein LM) and its revision (the hub commit,
-        or ``sha256:…`` of a local model's weight files).
+        The model, its tokenizer, its kind (causal LM, masked LM, protein LM, seq2seq LM), its revision (the hub
+        commit, or ``sha256:…`` of a local model's weight files), its attention plan and engine.
 
     Raises
     ------
     ProbeError
         One line naming the fix: a missing directory or zoo name, a hub id that cannot be reached, an unreadable
         config, no usable tokenizer, corrupt or truncated weights, a device this machine does not have, an unknown
-        dtype, a model whose attention does not go through ``AttentionInterface``.
+        dtype or engine, a bad device map, a model with no attention module the engine can read, ``engine="fused"``
+        on a model outside ``AttentionInterface``.
     """
     import transformers
 
     source = locate(spec)
     local = Path(source)
-    device_obj = _parse_device(device)
+    if engine not in ENGINE_CHOICES:
+        raise ProbeError(f"unknown engine {engine!r}: use one of {', '.join(ENGINE_CHOICES)}")
+    placement = _placement(device_map, offload_folder, max_memory)
+    device_obj = _parse_device(device) if not placement else None
     torch_dtype = _parse_dtype(dtype)
 
     try:
@@ -320,11 +396,19 @@ def load(
     kind = _kind_of(config, style)
     model_class = _model_class(kind, config)
     try:
-        model = model_class.from_pretrained(source, attn_implementation="sdpa", dtype=torch_dtype)
+        try:
+            model = model_class.from_pretrained(source, attn_implementation="sdpa", dtype=torch_dtype, **placement)
+        except Exception as error:  # noqa: BLE001 - transformers raises ValueError or its own types for "no sdpa"
+            if "scaled_dot_product_attention" not in str(error) and "sdpa" not in str(error).lower():
+                raise
+            # a class without sdpa (Bloom, DeBERTa-v2): its own eager attention, read by the eager fallback
+            model = model_class.from_pretrained(source, attn_implementation="eager", dtype=torch_dtype, **placement)
+    except ProbeError:
+        raise
     except Exception as error:  # safetensors, pickle and torch raise many types on a corrupt or truncated file
-        if "sdpa" in str(error).lower() or "attention" in str(error).lower():
-            raise ProbeError(f"{config.model_type} models do not route attention through transformers' "
-                             "AttentionInterface, so their attention cannot be captured") from None
+        if placement and ("device" in str(error).lower() or "offload" in str(error).lower()
+                          or "memory" in str(error).lower()):
+            raise ProbeError(f"cannot place {spec} with --device-map {device_map}: {first_line(error)}") from None
         if local.exists():
             raise ProbeError(f"cannot load the weights in {source}: {first_line(error)} (a truncated or corrupt "
                              "weights file? download or save the model again)") from None
@@ -332,17 +416,71 @@ def load(
             raise _hub_error(spec, error) from None
         raise ProbeError(f"cannot load the weights of {spec}: {first_line(error)} (a corrupt download? "
                          f"delete it from the cache and download it again)") from None
-    if config.model_type in _ENCODER_ONLY:
-        # T5 routes attention through AttentionInterface (the relative position bias arrives as `position_bias`,
-        # which the capture engine adds to the scores) but does not advertise it; tests check capture == eager.
-        model._supports_attention_backend = True
-    if not getattr(model, "_supports_attention_backend", False):
-        raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
-                         "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
-    model.to(device_obj).eval()
+    plan = attention_plan(model)
+    chosen = choose_engine(plan, engine, spec)
+    if plan.is_multi_stack:
+        _check_stack_heads(config, spec)
+    set_engine(model, chosen)
+    if device_obj is not None:
+        model.to(device_obj)
+    model.eval()
     revision = getattr(config, "_commit_hash", None) or (weights_hash(local) if local.exists() else "unknown")
-    return LoadedModel(model, tokenizer, kind, spec, revision, residue_format=style,
-                       has_contact_head=kind == ModelKind.PROTEIN_MLM and has_contact_head(model))
+    loaded = LoadedModel(model, tokenizer, kind, spec, revision, residue_format=style,
+                         has_contact_head=kind == ModelKind.PROTEIN_MLM and has_contact_head(model),
+                         plan=plan, engine=chosen)
+    for note in loaded.notes:
+        _LOG.warning(note)
+    return loaded
+
+
+def _check_stack_heads(config, spec: str) -> None:
+    """Encoder–decoder stacks share one head axis: their head counts must agree."""
+    counts = {getattr(config, name) for name in ("encoder_attention_heads", "decoder_attention_heads", "num_heads",
+                                                  "num_decoder_heads") if isinstance(getattr(config, name, None), int)}
+    if len(counts) > 1:
+        raise ProbeError(f"{spec}: the encoder and decoder have different head counts ({sorted(counts)}); "
+                         "capture of such encoder-decoder models is not supported")
+
+
+def _placement(device_map, offload_folder, max_memory) -> dict:
+    """from_pretrained's big-model keywords (device_map, offload_folder, max_memory), checked; {} without a map."""
+    if device_map is None:
+        if offload_folder is not None or max_memory is not None:
+            raise ProbeError("--offload-folder and --max-memory need --device-map (e.g. --device-map auto)")
+        return {}
+    if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
+        raise ProbeError(f"unknown --device-map {device_map!r}: use one of {', '.join(DEVICE_MAPS)}")
+    if device_map == "cuda" and not torch.cuda.is_available():
+        raise ProbeError("--device-map cuda was asked for but no CUDA device is available; use --device-map cpu")
+    placement: dict = {"device_map": device_map}
+    if offload_folder is not None:
+        folder = Path(offload_folder).expanduser()
+        if folder.exists() and not folder.is_dir():
+            raise ProbeError(f"--offload-folder {offload_folder} is a file; give a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        placement["offload_folder"] = str(folder)
+    elif isinstance(device_map, dict) and "disk" in device_map.values():
+        raise ProbeError("the device map puts weights on disk: give --offload-folder DIR")
+    if max_memory is not None:
+        placement["max_memory"] = parse_max_memory(max_memory) if isinstance(max_memory, str) else max_memory
+    return placement
+
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential", "cpu", "cuda")
+
+
+def parse_max_memory(text: str) -> dict:
+    """"0=10GiB,cpu=30GiB" -> {0: "10GiB", "cpu": "30GiB"} (transformers' max_memory); one-line error otherwise."""
+    memory: dict = {}
+    for part in text.split(","):
+        where, sep, amount = part.strip().partition("=")
+        if not sep or not where or not amount:
+            raise ProbeError(f"bad --max-memory part {part!r}: write DEVICE=AMOUNT pairs, e.g. 0=10GiB,cpu=30GiB")
+        key = int(where) if where.isdigit() else where
+        if not re.match(r"^\d+(\.\d+)?\s*([KMGT]i?B)?$", amount.strip(), re.IGNORECASE):
+            raise ProbeError(f"bad --max-memory amount {amount!r}: write it like 10GiB or 500MB")
+        memory[key] = amount.strip()
+    return memory
 
 
 def _parse_device(device: str) -> torch.device:
@@ -405,7 +543,25 @@ def tokenize_text(loaded: LoadedModel, text: str) -> dict[str, torch.Tensor]:
         raise ProbeError("the text is empty: pass --text with at least one word")
     encoded = loaded.tokenizer(text, return_tensors="pt")
     loaded.check_length(encoded["input_ids"].shape[1], "the text")
-    return {name: tensor.to(loaded.device) for name, tensor in encoded.items() if name != "token_type_ids"}
+    inputs = {name: tensor.to(loaded.device) for name, tensor in encoded.items() if name != "token_type_ids"}
+    return model_inputs(loaded, inputs["input_ids"], inputs["attention_mask"])
+
+
+def model_inputs(loaded: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+                 ) -> dict[str, torch.Tensor]:
+    """The keyword inputs of one forward pass over `input_ids` (batch, token): for an encoder–decoder
+    (:attr:`ModelKind.SEQ2SEQ_LM`) the decoder reads the same tokens as its target, shifted right after the
+    decoder start token (teacher forcing: the model reconstructs its input), so all three stacks see N tokens;
+    for other models just ``input_ids`` (and ``attention_mask``)."""
+    inputs = {"input_ids": input_ids}
+    if attention_mask is not None:
+        inputs["attention_mask"] = attention_mask
+    if loaded.kind == ModelKind.SEQ2SEQ_LM:
+        inputs["decoder_input_ids"] = loaded.model.prepare_decoder_input_ids_from_labels(labels=input_ids)
+        if attention_mask is not None:  # the shifted target's padding: the row's last real token drops out
+            inputs["decoder_attention_mask"] = torch.cat([torch.ones_like(attention_mask[:, :1]),
+                                                          attention_mask[:, :-1]], dim=1)
+    return inputs
 
 
 def clean_protein(sequence: str, alphabet: str = AMINO_ACIDS) -> str:
@@ -473,5 +629,7 @@ def model_card(loaded: LoadedModel) -> dict:
     config = loaded.model.config.get_text_config()
     return {"name": loaded.name, "revision": loaded.revision, "kind": ModelKind(loaded.kind).value,
             "residue_format": loaded.residue_format, "model_type": config.model_type,
-            "layers": loaded.n_layers, "heads": loaded.n_heads, "max_tokens": loaded.max_tokens}
+            "layers": loaded.n_layers, "heads": loaded.n_heads, "max_tokens": loaded.max_tokens,
+            "engine": loaded.engine, "attention_layers": list(loaded.attention_layers),
+            "stacks": [stack.name for stack in loaded.plan.stacks if stack.name] if loaded.plan else []}
 

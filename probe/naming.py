@@ -1,4 +1,9 @@
-"""One formatter and parser for head names: (layer, head) in code, "L{layer}H{head}" in files, CLI and app."""
+"""One formatter and parser for head names: (layer, head) in code, "L{layer}H{head}" in files, CLI and app.
+
+Encoder–decoder models have three stacks of attention layers; their heads are written with the stack first:
+``enc.L3H2`` (encoder self-attention), ``dec.L1H0`` (decoder self-attention), ``cross.L1H0`` (cross-attention).
+Single-stack models keep the plain ``L3H2``.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,21 @@ import re
 from probe.errors import ProbeError
 
 _HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
+_STACK_HEAD_NAME = re.compile(r"^(?:(enc|dec|cross)\.)?L(\d+)H(\d+)$")
 
 
-def head_name(layer: int, head: int) -> str:
-    """(3, 7) -> "L3H7"."""
-    return f"L{layer}H{head}"
+def head_name(layer: int, head: int, stack: str | None = None) -> str:
+    """(3, 7) -> "L3H7"; with a stack (encoder–decoder models), (3, 7, "enc") -> "enc.L3H7"."""
+    return f"L{layer}H{head}" if not stack else f"{stack}.L{layer}H{head}"
+
+
+def parse_stack_head_name(name: str) -> tuple[str | None, int, int]:
+    """"enc.L3H7" -> ("enc", 3, 7), "L3H7" -> (None, 3, 7); raises ProbeError on anything else."""
+    match = _STACK_HEAD_NAME.match(name.strip())
+    if not match:
+        raise ProbeError(f"bad head name {name!r}: write it as L<layer>H<head> (e.g. L3H7), or with the stack of an "
+                         "encoder-decoder model: enc.L3H7, dec.L1H0, cross.L1H0")
+    return match.group(1), int(match.group(2)), int(match.group(3))
 
 
 def parse_head_name(name: str) -> tuple[int, int]:

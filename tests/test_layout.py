@@ -4,7 +4,7 @@ import graph must have no cycles and no import from a lower layer to a higher on
 
 Layers, bottom to top (a module may import its own layer and the ones below):
 
-    base      probe (the package), errors, naming, hashing, models, card, memory, data, zoo (the
+    base      probe (the package), errors, naming, hashing, models, layers, card, memory, data, zoo (the
               catalogue: the package, zoo.tiny, zoo.planted)
     engine    probe.engine.*
     heads     probe.heads.*        proteins   probe.proteins.*   (side by side: neither imports the other)
@@ -26,7 +26,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "probe"
 
-BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.card",
+BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers", "probe.card",
         "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
 RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "commands": 5}
 

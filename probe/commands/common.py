@@ -15,7 +15,8 @@ TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
 
 
 def add_model_options(parser: argparse.ArgumentParser, many: bool = False, required: bool = True) -> None:
-    """--model (hub id, local directory or zoo:NAME), --device, --dtype."""
+    """--model (hub id, local directory or zoo:NAME), --device, --dtype, --engine, --device-map, --offload-folder,
+    --max-memory (pass the last four to probe.models.load with :func:`load_keywords`)."""
     help_text = "hub id (gpt2), local directory (what save_pretrained wrote) or zoo:NAME"
     if many:
         parser.add_argument("--model", action="append", required=required, help=help_text + "; repeat for "
@@ -25,6 +26,24 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False, requi
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     parser.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
                         help="weights dtype (default: the checkpoint's)")
+    parser.add_argument("--engine", default="auto", choices=["auto", "fused", "eager"],
+                        help="capture engine: auto (default: fused where the model's attention goes through "
+                             "AttentionInterface, else the eager fallback, O(N²) per layer), fused (refuse models "
+                             "outside the interface) or eager")
+    parser.add_argument("--device-map", default=None, metavar="auto|balanced|cpu|cuda",
+                        help="place the model with transformers' device_map (accelerate): auto, balanced, "
+                             "sequential, cpu or cuda; weights that do not fit go to --offload-folder "
+                             "(default: the whole model on --device)")
+    parser.add_argument("--offload-folder", default=None, metavar="DIR",
+                        help="with --device-map: folder for the weights offloaded to disk")
+    parser.add_argument("--max-memory", default=None, metavar="DEV=AMOUNT,...",
+                        help="with --device-map: memory per device as transformers takes it, e.g. 0=10GiB,cpu=30GiB")
+
+
+def load_keywords(args: argparse.Namespace) -> dict:
+    """probe.models.load's engine and placement keywords from the shared model flags (add_model_options)."""
+    return {"engine": args.engine, "device_map": args.device_map, "offload_folder": args.offload_folder,
+            "max_memory": args.max_memory}
 
 
 # The first bytes of an .npz (a zip archive): an existing --out without them is not ours and is never

@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import add_model_options, add_ray_options, executor, output_path
+from probe.commands.common import add_model_options, add_ray_options, executor, load_keywords, output_path
 from probe.errors import ProbeError
 from probe.proteins import defaults
 
@@ -102,13 +102,14 @@ def run(args: argparse.Namespace) -> int:
     if not specs:
         raise ProbeError("no protein chain to analyse" + (f" ({len(skipped)} file(s) skipped)" if skipped else ""))
 
-    loaded = models.load(args.model, device=args.device, dtype=args.dtype)
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     models.require_protein(loaded, "probe contacts")
     options = inputs.resolve_per_head(loaded, options, args.model)
     inputs.check_records(loaded, specs, options)
 
     identities = {spec.key: sets.unit_identity(loaded, spec, options) for spec in specs}
-    task = ContactsTask(options, device=args.device, dtype=args.dtype, identities=identities)
+    task = ContactsTask(options, device=args.device, dtype=args.dtype, identities=identities,
+                        placement=load_keywords(args))
     if isinstance(run_on, runner.InProcess):
         run_on = runner.InProcess(preloaded={loaded.name: loaded})  # the model checked above, not loaded twice
     files = outputs.ContactOutputs(paths, loaded, options, args.model, min_count=args.min_count,
@@ -177,7 +178,7 @@ def _fit(args: argparse.Namespace) -> int:
     files = units.structure_files(args.fit, "--fit")
     if len(files) < 2:
         raise ProbeError(f"--fit {args.fit} holds {len(files)} structure: leave-one-structure-out needs at least two")
-    loaded = models.load(args.model, device=args.device, dtype=args.dtype)
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     models.require_protein(loaded, "probe contacts --fit")
     fitted, evaluation = regression.fit_files(loaded, files, args.threshold, args.cb, model=args.model)
     fitted.save(target)

@@ -20,6 +20,7 @@ from probe.commands.common import (
     add_model_options,
     add_ray_options,
     executor,
+    load_keywords,
     output_path,
     parse_lengths,
     plot_paths,
@@ -175,9 +176,9 @@ def run(args: argparse.Namespace) -> int:
     checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)
-    task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process)
-    report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on,
-                        description="label")
+    task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process,
+                     placement=load_keywords(args))
+    report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on, description="label")
 
     computed = [r.table.assign(model=r.key) for r in report.results
                 if r.ok and not r.cached and r.table is not None]

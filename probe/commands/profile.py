@@ -7,7 +7,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import TABLE_EXTENSIONS, add_model_options, output_path, refuse_if_too_big
+from probe.commands.common import (
+    TABLE_EXTENSIONS,
+    add_model_options,
+    load_keywords,
+    output_path,
+    refuse_if_too_big,
+)
 from probe.errors import ProbeError
 
 # The defaults of probe.heads.profile.ProfileConfig, written out so that `probe profile --help` and argument
@@ -118,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     per_head = n_inputs * (len(ROW_STATS) + 2 + 2 * config.max_offset) * 8  # float64 sums per input and head
     refuse_if_too_big(args, args.model, "probe profile", config.seq_len, block_bytes=config.block_bytes,
                       sink_bytes_per_head=per_head, flags="a shorter --seq-len or fewer --random inputs")
-    loaded = models.load(args.model, device=args.device, dtype=args.dtype)
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     if loaded.kind == models.ModelKind.PROTEIN_MLM and text is not None:
         raise ProbeError(f"{args.model} is a protein model: use --random N instead of --text-file")
     seq_len = config.seq_len

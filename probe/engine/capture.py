@@ -19,9 +19,11 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from probe.engine.attention import capture_attention_forward
 from probe.engine.dense import DenseSink
+from probe.engine.eager import eager_capture
 from probe.engine.session import _ACTIVE, DEFAULT_BLOCK_BYTES, ENGINE_NAME, _Session
 from probe.engine.sinks import GatherSink, OutputNormSink, Sink
 from probe.errors import ProbeError
+from probe.layers import EngineChoice, attention_plan, choose_engine, chosen_engine
 
 
 def register_engine() -> None:
@@ -41,16 +43,13 @@ def find_layer_list(model: nn.Module) -> nn.ModuleList:
                      "capture supports models whose layers sit in one ModuleList")
 
 
-def _layer_of_module(model: nn.Module) -> dict[int, int]:
-    return {id(sub): index for index, layer in enumerate(find_layer_list(model)) for sub in layer.modules()}
-
-
 @contextlib.contextmanager
 def capture(
     model: nn.Module,
     sinks: Sink | GatherSink | Sequence[Sink | GatherSink] = (),
     block_bytes: int = DEFAULT_BLOCK_BYTES,  # memory budget of one α block (all selected heads)
     ablate: torch.Tensor | None = None,  # [layer head] or [batch layer head] bool: heads whose output is zeroed
+    engine: EngineChoice = "auto",  # "fused", "eager" (the fallback of probe.engine.eager) or "auto": what fits
 ) -> Iterator[None]:
     """Run `model` on the capture engine inside the block, streaming α into `sinks` (which may be empty).
 
@@ -63,8 +62,11 @@ def capture(
     Parameters
     ----------
     model : torch.nn.Module
-        A transformers model whose attention goes through ``AttentionInterface`` (GPT-2, BERT, ESM, Llama,
-        Mistral, …; its class sets ``_supports_attention_backend``), e.g. ``probe.models.load(...).model``.
+        A transformers model, e.g. ``probe.models.load(...).model``. Its attention modules are found by what they do
+        (:func:`probe.layers.attention_plan`): those that call ``AttentionInterface`` (GPT-2, BERT, ESM, Llama,
+        hybrids' softmax layers, T5, BART, …) run on the fused engine; a model with none (Bloom, DeBERTa-v2) runs on
+        the eager fallback (:mod:`probe.engine.eager`). Layers keep the model's numbers; an encoder–decoder's
+        three stacks lie end to end on the layer axis (``AttentionPlan.stacks``).
     sinks : Sink or GatherSink, or a sequence of them
         Where α goes: a :class:`~probe.engine.sinks.Sink` receives dense blocks
         (:class:`~probe.engine.sinks.AttentionBlock`), a :class:`~probe.engine.sinks.GatherSink` α at a few keys
@@ -76,6 +78,10 @@ def capture(
         Heads whose attention output is zeroed (before the output projection): head ablation inside the attention
         function, no change to the model's code or weights. With a batch axis, each batch row ablates its own
         heads. None: no ablation.
+    engine : {"auto", "fused", "eager"}, default "auto"
+        "auto": what :func:`probe.models.load` recorded for the model (``--engine``), else fused where the model
+        routes through the interface and eager where it does not; "fused" refuses a model outside the interface;
+        "eager" streams the model's own eager α by forward hooks (O(N²) per layer; output norms are NaN there).
 
     Yields
     ------
@@ -85,8 +91,9 @@ def capture(
     Raises
     ------
     ProbeError
-        The model does not route attention through ``AttentionInterface``; `ablate` is not a 2-D or 3-D bool
-        tensor; the model's transformer layers are not one ``ModuleList``.
+        No module of the model computes attention weights (through the interface or ``output_attentions``), or
+        "fused" was asked for a model outside the interface; `ablate` is not a 2-D or 3-D bool tensor; the model's
+        transformer layers cannot be numbered.
 
     Examples
     --------
@@ -98,9 +105,10 @@ def capture(
     >>> sink.attention(step=3).shape  # [batch layer head query key]: one query row against the KV cache
     torch.Size([1, 2, 4, 1, 10])
     """
-    if not getattr(model, "_supports_attention_backend", False):
-        raise ProbeError(f"{type(model).__name__} does not route attention through transformers' AttentionInterface, "
-                         "so its attention cannot be captured; use a model class that does (GPT-2, BERT, ESM, Llama, ...)")
+    plan = attention_plan(model)
+    if engine == "auto":
+        engine = chosen_engine(model) or "auto"  # what probe.models.load(engine=...) recorded
+    chosen = choose_engine(plan, engine, type(model).__name__)
     register_engine()
     sinks = tuple(sinks) if isinstance(sinks, (list, tuple)) else (sinks,)
     for sink in sinks:
@@ -108,7 +116,21 @@ def capture(
             raise ProbeError(f"{type(sink).__name__} is not a sink: it needs needs(layer, n_heads, n_query) -> "
                              "SinkNeeds and update(block), update_gathered(...) or update_output_norms(...) "
                              "(see docs/howto/sink.md)")
-    session = _Session(_layer_of_module(model), sinks, block_bytes, _ablation_mask(ablate))
+    session = _Session(plan.layer_of_module, sinks, block_bytes, _ablation_mask(ablate))
+    if chosen == "eager":
+        ids = {key for key, _ in plan.modules}
+        modules = [module for module in model.modules() if id(module) in ids]
+        if plan.engine == "fused":  # an interface model forced onto the fallback: its modules run eager attention
+            _switch_to_engine(model, "eager")
+        token = _ACTIVE.set(session)
+        try:
+            with eager_capture(model, modules, session):
+                yield
+        finally:
+            _ACTIVE.reset(token)
+            if plan.engine == "fused":
+                _switch_back(model)
+        return
     _switch_to_engine(model)
     token = _ACTIVE.set(session)
     try:
@@ -138,12 +160,12 @@ def _capture_identity(model: nn.Module) -> int:
     return id(model.config)
 
 
-def _switch_to_engine(model: nn.Module) -> None:
+def _switch_to_engine(model: nn.Module, name: str = ENGINE_NAME) -> None:
     with _SWITCH_LOCK:
         key = _capture_identity(model)
         count, previous, switched = _USERS.get(key, (0, model.config._attn_implementation, model))
         if count == 0:
-            model.set_attn_implementation(ENGINE_NAME)
+            model.set_attn_implementation(name)
         _USERS[key] = (count + 1, previous, switched)
 
 
@@ -163,6 +185,7 @@ def capture_attention(
     inputs: dict[str, torch.Tensor],
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
+    engine: EngineChoice = "auto",
 ) -> torch.Tensor:
     """One forward pass; returns α of the chosen layers × heads.
 
@@ -177,12 +200,15 @@ def capture_attention(
         Layers to capture (0-based); None: every layer.
     heads : sequence of int, optional
         Query heads to capture in each chosen layer (0-based); None: every head.
+    engine : {"auto", "fused", "eager"}, default "auto"
+        As in :func:`capture`.
 
     Returns
     -------
     alpha : torch.Tensor, shape=(batch, layer, head, query, key), float32
-        On the CPU; layers in ascending order, heads in the order given. Each real query row sums to 1 over the
-        keys; masked keys (padding, above the diagonal of a causal model) are exactly 0.
+        On the CPU; the captured layers in ascending order (a hybrid's no-α layers are absent: see
+        ``AttentionPlan.attention_layers``), heads in the order given. Each real query row sums to 1 over the keys;
+        masked keys (padding, above the diagonal of a causal model) are exactly 0.
 
     Raises
     ------
@@ -191,7 +217,7 @@ def capture_attention(
         was captured).
     """
     sink = DenseSink(layers, heads)
-    with capture(model, sink), torch.inference_mode():
+    with capture(model, sink, engine=engine), torch.inference_mode():
         model(**inputs)
     return sink.attention(0)
 

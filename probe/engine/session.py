@@ -29,7 +29,9 @@ MAX_BLOCK_ROWS = 128
 class _Session:
     """State of one `capture(...)` block: which layer a module is, which sinks listen, how far we are."""
 
-    layer_of_module: dict[int, int]
+    # id(attention module) -> its layer number, or the numbers of each application of a module applied several times
+    # per forward (ALBERT's shared layers), in order (probe.layers.AttentionPlan.layer_of_module)
+    layer_of_module: dict[int, int | tuple[int, ...]]
     sinks: tuple[Sink | GatherSink, ...]
     block_bytes: int
     ablate: torch.Tensor | None = None  # [batch|1 layer head] bool: True = that head's output is zeroed
@@ -43,6 +45,8 @@ class _Session:
         if layer is None:
             raise ProbeError(f"cannot tell which layer {type(module).__name__} belongs to; capture supports models "
                              "whose layers sit in one ModuleList of config.num_hidden_layers entries")
+        if isinstance(layer, tuple):  # a shared module: its first application not yet seen in this forward pass
+            layer = next((number for number in layer if number not in self.seen_layers), layer[0])
         if layer in self.seen_layers:  # the layer came round again: a new forward pass (generate, loops)
             self.step += 1
             self.seen_layers = set()

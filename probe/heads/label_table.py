@@ -17,7 +17,6 @@ from probe.heads.label_stats import _per_group, summarise
 from probe.heads.registry import REGISTRY
 from probe.heads.sink_rate import sink_rate_lines
 from probe.heads.tables import COLUMNS
-from probe.naming import head_name
 
 SINK_SHARE = 0.1  # a label whose output share is below this is a "sink": attended to, but it adds almost nothing
 
@@ -88,7 +87,7 @@ def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
     n_rows = n_layers * n_heads
     layers = np.repeat(np.arange(n_layers), n_heads)  # [row]
     heads = np.tile(np.arange(n_heads), n_layers)  # [row]
-    names = [head_name(layer, head) for layer, head in zip(layers.tolist(), heads.tolist(), strict=True)]
+    names = [loaded.head_name(layer, head) for layer, head in zip(layers.tolist(), heads.tolist(), strict=True)]
     parts = []
     for item in scored:
         summary = summarise(item, config)
@@ -108,6 +107,8 @@ def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
             columns["accuracy_by_source"] = _per_group(correct, item.groups, groups)
         parts.append(pd.DataFrame(columns, index=range(n_rows)))
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if len(table) and len(loaded.attention_layers) < n_layers:  # a hybrid: only the layers with α have real heads
+        table = table[table["layer"].isin(loaded.attention_layers)].reset_index(drop=True)
     later = ("q_value", "label", "stable", "role")
     return table.reindex(columns=[c for c in COLUMNS if c not in later] + list(later))
 

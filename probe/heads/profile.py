@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from probe import models
 from probe.engine import capture
 from probe.errors import ProbeError
 from probe.heads import stats
 from probe.heads.probesets import content_token_ids, special_frame
 from probe.heads.profile_sink import ROW_STATS, ProfileSink, RowWindows
-from probe.naming import head_name
 
 Progress = Callable[[int, int], None]
 
@@ -145,7 +145,7 @@ def head_profiles(
             loaded.check_length(ids.shape[1], "an input")
             longest = max(longest, ids.shape[1])
             sink.begin_input(index, sample_rows(ids.shape[1], config.query_rows, generator))
-            loaded.model(input_ids=ids.to(device))
+            loaded.model(**models.model_inputs(loaded, ids.to(device)))  # encoder-decoders: decoder ids too
             if progress is not None:
                 progress(index + 1, n_inputs)
     return profile_table(loaded, sink, config, n_inputs, longest)
@@ -154,21 +154,23 @@ def head_profiles(
 def profile_table(loaded, sink: ProfileSink, config: ProfileConfig, n_inputs: int, seq_len: int) -> pd.DataFrame:
     """The (layer, head) table from a sink filled with `n_inputs` inputs, the longest `seq_len` tokens (means over
     rows, then over inputs, bootstrap over inputs)."""
-    rows = sink.rows  # [input layer head]
+    real = list(loaded.attention_layers)  # every layer, or a hybrid's layers with α
+    rows = sink.rows[:, real]  # [input layer head]
     if (rows == 0).any():
         raise ProbeError("some heads received no attention rows: the model's layers were not all captured")
-    per_input = {name: sink.sums[name] / rows for name in ROW_STATS}  # [input layer head]
-    offsets = sink.offsets / rows[..., None]  # [input layer head offset]
+    per_input = {name: sink.sums[name][:, real] / rows for name in ROW_STATS}  # [input layer head]
+    offsets = sink.offsets[:, real] / rows[..., None]  # [input layer head offset]
     dominant = offsets.mean(0).argmax(-1)  # [layer head] index into the offset axis
     share = offsets.gather(-1, dominant[None, ..., None].expand(offsets.shape[0], -1, -1, 1))[..., 0]
     per_input["dominant_offset_share"] = share  # [input layer head]
     weights = stats.resample_weights(torch.arange(n_inputs), config.n_bootstrap, config.seed)
-    n_layers, n_heads = rows.shape[1:]
-    layer, head = torch.meshgrid(torch.arange(n_layers), torch.arange(n_heads), indexing="ij")
+    n_heads = rows.shape[2]
+    layer, head = torch.meshgrid(torch.tensor(real), torch.arange(n_heads), indexing="ij")
     table = {
         "model": loaded.name, "revision": loaded.revision,
         "layer": layer.flatten().numpy(), "head": head.flatten().numpy(),
-        "head_name": [head_name(int(l_), int(h_)) for l_, h_ in zip(layer.flatten(), head.flatten(), strict=True)],
+        "head_name": [loaded.head_name(int(l_), int(h_))
+                      for l_, h_ in zip(layer.flatten(), head.flatten(), strict=True)],
         "n_inputs": n_inputs, "seq_len": seq_len,
         "rows_per_input": (rows.mean(0)).flatten().numpy(),
     }
@@ -183,4 +185,9 @@ def profile_table(loaded, sink: ProfileSink, config: ProfileConfig, n_inputs: in
     table["span"] = ["local" if value >= config.threshold else "retrieval" for value in streaming.tolist()]
     table.update(sink_tokens=config.sink_tokens, window=config.window, threshold=config.threshold,
                  query_rows=config.query_rows, seed=config.seed)
-    return pd.DataFrame(table)
+    frame = pd.DataFrame(table)
+    if loaded.plan is not None and loaded.plan.is_multi_stack:  # enc / dec / cross, layers numbered within each
+        located = [loaded.plan.locate(int(number)) for number in frame["layer"]]
+        frame["layer"] = [local for _, local in located]
+        frame.insert(2, "stack", [stack for stack, _ in located])
+    return frame

@@ -57,13 +57,14 @@ class LabelTask:
     dtype: str | None = None
     sweep: bool = False
     progress: bool = False  # a per-batch bar on stderr while a unit runs (in-process)
+    placement: Mapping[str, object] = field(default_factory=dict)  # models.load's engine / device_map keywords
 
     def identity(self, unit: Unit) -> str | None:
         checkpoint: Checkpoint = unit.payload
         return label_identity(self.config, checkpoint.spec, checkpoint_revision(checkpoint), self.dtype)
 
     def load(self, group: Checkpoint):
-        return load_checkpoint(group, self.device, self.dtype)
+        return load_checkpoint(group, self.device, self.dtype, **self.placement)
 
     def compute(self, state, unit: Unit) -> UnitOutput:
         bar = None
@@ -156,6 +157,7 @@ class ContactsTask:
     device: str = "cpu"
     dtype: str | None = None
     identities: Mapping[str, str] = field(default_factory=dict)
+    placement: Mapping[str, object] = field(default_factory=dict)  # models.load's engine / device_map keywords
 
     def identity(self, unit: Unit) -> str | None:
         return self.identities.get(unit.key)
@@ -163,7 +165,7 @@ class ContactsTask:
     def load(self, group: str):
         from probe import models
 
-        loaded = models.load(group, device=self.device, dtype=self.dtype)
+        loaded = models.load(group, device=self.device, dtype=self.dtype, **self.placement)
         models.require_protein(loaded, "probe contacts")
         return loaded
 

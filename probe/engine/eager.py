@@ -1,0 +1,180 @@
+"""The eager fallback: α of models outside ``AttentionInterface`` (Bloom, DeBERTa-v2), streamed by forward hooks.
+
+Such a model computes α itself, as a dense ``[batch head query key]`` tensor per layer, and returns it through
+``output_attentions``. The fallback registers, on every attention module of the
+:class:`~probe.layers.AttentionPlan` (``register_forward_pre_hook`` / ``register_forward_hook``, no change to the
+model's code):
+
+* a pre-hook that asks the module for its weights (``output_attentions=True`` in its own call, whatever the model
+  was called with) and numbers the layer;
+* a hook that hands the layer's α to the same sinks the fused engine feeds (dense blocks of query rows, sampled rows,
+  gathered slots, row entropy) and then drops it from the module's output, so the model never accumulates the
+  weights of all layers: one layer's α is alive at a time;
+* with ``ablate``, a pre-hook on the layer's output projection that zeroes the ablated heads' slice of its input.
+
+Output norms (``output_share``) need the value states, which the module keeps to itself: sinks that ask for them
+receive ``None`` (their shares are NaN). The cost is the model's own eager attention: a ``[batch head query key]``
+tensor per layer, O(N²) memory, where the fused engine keeps one block. ``--engine eager`` forces this path on a model
+that does route through the interface (its modules then run transformers' eager attention).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+from probe.engine.output_norms import OutputProjections
+from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
+from probe.engine.sinks import AttentionBlock
+from probe.errors import ProbeError
+
+
+def _row_entropy(alpha: torch.Tensor) -> torch.Tensor:
+    """−Σ_j α log α per row (0 log 0 = 0): [batch head query key] -> [batch head query]."""
+    return -(alpha * torch.log(alpha.clamp_min(1e-45))).masked_fill(alpha <= 0, 0.0).sum(-1)
+
+
+def _rows_of(sink, layer: int, n_query: int, device: torch.device) -> torch.Tensor | None:
+    rows = sink.rows_for(layer, n_query) if hasattr(sink, "rows_for") else None
+    if rows is None:
+        return None
+    rows = torch.unique(torch.as_tensor(rows, dtype=torch.long)).to(device)  # sorted, distinct
+    if len(rows) and (rows[0] < 0 or rows[-1] >= n_query):
+        raise ProbeError(f"rows_for gave a row outside 0..{n_query - 1}")
+    return None if len(rows) == n_query else rows
+
+
+def _check_heads(heads: Sequence[int], layer: int, n_heads: int) -> None:
+    bad = [head for head in heads if not 0 <= head < n_heads]
+    if bad:
+        raise ProbeError(f"head index {bad[0]} is out of range: layer {layer} has heads 0..{n_heads - 1}")
+
+
+def stream_layer(session: _Session, layer: int, alpha: torch.Tensor) -> None:
+    """Hand one layer's dense α (``[batch head query key]``) to the session's sinks, as the fused engine would."""
+    n_batch, n_heads, n_query, n_key = alpha.shape
+    alpha = alpha.float()
+    query_offset = n_key - n_query
+    for sink in session.sinks:
+        if getattr(sink, "output_projections", None) is not None:
+            sink.update_output_norms(layer, None)  # value states stay inside the module: shares are NaN
+        if hasattr(sink, "heads_for"):
+            heads = tuple(sink.heads_for(layer, n_heads))
+            _check_heads(heads, layer, n_heads)
+            if heads:
+                chosen = alpha[:, list(heads)]  # [batch head_sel query key]
+                entropy = _row_entropy(chosen) if getattr(sink, "wants_entropy", False) else None
+                rows = _rows_of(sink, layer, n_query, alpha.device)
+                if rows is None:
+                    for start in range(0, n_query, MAX_BLOCK_ROWS):
+                        stop = min(start + MAX_BLOCK_ROWS, n_query)
+                        sink.update(AttentionBlock(session.step, layer, heads, start, n_query, query_offset, n_key,
+                                                   chosen[:, :, start:stop],
+                                                   entropy=None if entropy is None else entropy[:, :, start:stop]))
+                else:
+                    for start in range(0, len(rows), MAX_BLOCK_ROWS):
+                        block = rows[start:start + MAX_BLOCK_ROWS]
+                        sink.update(AttentionBlock(session.step, layer, heads, int(block[0]), n_query, query_offset,
+                                                   n_key, chosen[:, :, block], rows=block,
+                                                   entropy=None if entropy is None else entropy[:, :, block]))
+        request = sink.gather_for(layer, n_heads) if hasattr(sink, "gather_for") else None
+        if request is not None:
+            heads, slots = tuple(request[0]), request[1].to(alpha.device)  # slots: [batch query slot]
+            _check_heads(heads, layer, n_heads)
+            if slots.shape[:2] != (n_batch, n_query):
+                raise ProbeError(f"gather slots are shaped {tuple(slots.shape)}; expected [batch={n_batch}, "
+                                 f"query={n_query}, slot]")
+            index = slots.clamp(min=0)[:, None].expand(-1, len(heads), -1, -1)  # [batch head query slot]
+            gathered = alpha[:, list(heads)].gather(-1, index) * (slots >= 0)[:, None]  # [batch head query slot]
+            sink.update_gathered(layer, heads, gathered)
+
+
+class _EagerHooks:
+    """The hooks of one eager capture; they act only inside that capture's own context (thread)."""
+
+    def __init__(self, session: _Session, projections: OutputProjections | None) -> None:
+        self.session = session
+        self.projections = projections
+        self.current: int | None = None  # layer of the attention module that ran last (for the ablation hook)
+
+    def mine(self) -> bool:
+        return _ACTIVE.get() is self.session
+
+    def before(self, module: nn.Module, args: tuple, kwargs: dict):
+        if not self.mine():
+            return None
+        self.current = self.session.next_layer(module)
+        signature = _signature(module)
+        if signature is None or "output_attentions" not in signature.parameters:
+            return None  # interface modules on eager attention return their weights anyway
+        bound = signature.bind(module, *args, **kwargs)
+        bound.arguments["output_attentions"] = True
+        return bound.args[1:], bound.kwargs
+
+    def after(self, module: nn.Module, args: tuple, kwargs: dict, output):
+        if not self.mine() or self.current is None:
+            return None
+        if not isinstance(output, tuple) or len(output) < 2 or not isinstance(output[1], torch.Tensor) \
+                or output[1].dim() != 4:
+            raise ProbeError(f"{type(module).__name__} returned no [batch head query key] attention weights; the "
+                             "eager fallback cannot capture this model")
+        stream_layer(self.session, self.current, output[1].detach())
+        return (output[0], None, *output[2:])  # the weights are dropped: the model keeps none of them
+
+    def ablate(self, projection: nn.Module, args: tuple):
+        if not self.mine() or self.session.ablate is None or self.current is None:
+            return None
+        (hidden, *rest) = args  # [batch query heads·dim]
+        ablate = self.session.ablate  # [batch|1 layer head]
+        if self.current >= ablate.shape[1]:
+            raise ProbeError(f"ablate is shaped {tuple(ablate.shape)}; there is a layer {self.current}")
+        n_heads = ablate.shape[2]
+        keep = (~ablate[:, self.current]).to(hidden.device, hidden.dtype)  # [batch|1 head]
+        if ablate.shape[0] not in (1, hidden.shape[0]):
+            raise ProbeError(f"ablate has {ablate.shape[0]} batch rows; the input has {hidden.shape[0]}")
+        shaped = hidden.view(*hidden.shape[:-1], n_heads, hidden.shape[-1] // n_heads)  # [batch query head dim]
+        return ((shaped * keep[:, None, :, None]).view(hidden.shape), *rest)
+
+
+_SIGNATURES: dict[type, inspect.Signature | None] = {}
+
+
+def _signature(module: nn.Module) -> inspect.Signature | None:
+    cls = type(module)
+    if cls not in _SIGNATURES:
+        try:
+            _SIGNATURES[cls] = inspect.signature(cls.forward)
+        except (TypeError, ValueError):
+            _SIGNATURES[cls] = None
+    return _SIGNATURES[cls]
+
+
+@contextlib.contextmanager
+def eager_capture(model: nn.Module, modules: Sequence[nn.Module], session: _Session) -> Iterator[None]:
+    """Hooks on `modules` (the plan's attention modules) that stream their α into `session`'s sinks.
+
+    The session must be the active one (``_ACTIVE``) while the model runs; the caller opens and closes it."""
+    projections = OutputProjections(model) if session.ablate is not None else None
+    hooks = _EagerHooks(session, projections)
+    handles = []
+    try:
+        for module in modules:
+            handles.append(module.register_forward_pre_hook(hooks.before, with_kwargs=True))
+            handles.append(module.register_forward_hook(hooks.after, with_kwargs=True))
+            if projections is not None:
+                projection = projections.find(module)
+                if projection is None:
+                    raise ProbeError(f"cannot ablate heads of {type(module).__name__}: its output projection is "
+                                     "not found")
+                handles.append(projection.register_forward_pre_hook(hooks.ablate))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+__all__ = ["eager_capture", "stream_layer"]
