@@ -92,7 +92,10 @@ def encoder(**fields) -> dict:
 HYBRID = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
 SINKS = Expected("FAILS", "issue 26 item 2: attention sinks s_aux (branch engine); item 1 refuses unknown keywords")
 SOFTCAP = Expected("refused", "issue 26 item 3: soft-capping in the blockwise path (branch engine)")
-HYBRIDS = Expected("refused", "issue 26 item 4: hybrids decided by what the model does, not the flag (branch reach)")
+HYBRIDS = Expected("refused", "issue 26 item 4: hybrids, routing decided by what the model does, not the flag "
+                              "(branch reach)")
+FLAG = Expected("refused", "issue 26 item 4: routing decided by what the model does, not the "
+                           "_supports_attention_backend flag (branch reach)")
 OUTSIDE = Expected("refused", "issue 26 item 5: the eager fallback for models outside AttentionInterface "
                               "(branch reach)")
 SEQ2SEQ = Expected("refused", "issue 26 item 6: encoder-decoder stacks (branch reach)")
@@ -168,16 +171,17 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                          moe_intermediate_size=16, n_group=1, topk_group=1, first_k_dense_replace=1,
                          q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
                          v_head_dim=6),
-                 note="MLA: q/k head 12, value head 6"),
-    Architecture("StableLM", "stablelm", "StableLmForCausalLM", decoder(), expected=HYBRIDS,
+                 note="MLA (q/k head 12, value head 6)"),
+    Architecture("StableLM", "stablelm", "StableLmForCausalLM", decoder(), expected=FLAG,
                  note="its class does not set _supports_attention_backend"),
     Architecture("Bloom", "bloom", "BloomForCausalLM",
                  dict(vocab_size=VOCAB, hidden_size=WIDTH, n_layer=2, n_head=4, initializer_range=INIT,
                       pad_token_id=1, bos_token_id=2, eos_token_id=2),
-                 expected=OUTSIDE, note="ALiBi, attention outside AttentionInterface"),
+                 expected=OUTSIDE, note="ALiBi"),
     Architecture("Falcon", "falcon", "FalconForCausalLM",
                  dict(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4,
-                      initializer_range=INIT, pad_token_id=1, bos_token_id=2, eos_token_id=2)),
+                      initializer_range=INIT, pad_token_id=1, bos_token_id=2, eos_token_id=2),
+                 expected=OUTSIDE),
     # --- hybrids: softmax attention beside linear attention / SSM layers -------------------------------------
     Architecture("Qwen3-Next", "qwen3_next", "Qwen3NextForCausalLM",
                  decoder(num_hidden_layers=4, head_dim=8, layer_types=HYBRID, linear_num_key_heads=2,
@@ -206,7 +210,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture("Falcon-H1", "falcon_h1", "FalconH1ForCausalLM",
                  decoder(head_dim=8, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=4,
                          mamba_chunk_size=4, mamba_n_groups=1),
-                 note="attention and Mamba2 in parallel in every layer"),
+                 expected=HYBRIDS, note="attention and Mamba2 in parallel in every layer"),
     Architecture("LFM2", "lfm2", "Lfm2ForCausalLM",
                  decoder(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "full_attention"],
                          block_auto_adjust_ff_dim=False),
@@ -258,7 +262,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                  dict(vocab_size=VOCAB, d_model=WIDTH, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
                       num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
                       initializer_factor=INIT * 10, pad_token_id=1, eos_token_id=2, decoder_start_token_id=1),
-                 padding="right", expected=SEQ2SEQ, note="relative position bias; encoder, decoder, cross"),
+                 padding="right", expected=SEQ2SEQ, note="encoder, decoder, cross"),
     Architecture("BART", "bart", "BartForConditionalGeneration",
                  dict(vocab_size=VOCAB, d_model=WIDTH, encoder_layers=2, decoder_layers=2,
                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,

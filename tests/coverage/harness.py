@@ -241,12 +241,11 @@ def _alpha_diff(sink: DenseSink, eager: dict[str, tuple], valid: dict, heads, n_
     missing."""
     stack = "self" if "self" in eager else "encoder"
     problems: list[str] = []
-    try:
-        captured = dict(zip(sink.captured_layers, sink.attention(0).unbind(1)))  # layer -> [batch head query key]
-    except ProbeError:
-        captured = {}
-    if sink.steps > 1:
+    captured: dict[int, torch.Tensor] = {}  # layer -> [batch head query key]
+    if sink.steps > 1:  # one forward pass was taken for several: its layers cannot be told apart
         problems.append(f"{sink.steps} forward passes captured for one forward")
+    elif sink.steps == 1:
+        captured = dict(zip(sink.captured_layers, sink.attention(0).unbind(1), strict=True))
     reference = _eager_by_layer(eager[stack], sorted(captured), n_layers if stack == "self" else None)
     if set(captured) != set(reference):
         problems.append(f"captured layers {sorted(captured)}, eager has α for {sorted(reference)}")
@@ -273,7 +272,7 @@ def _eager_by_layer(reference: tuple, captured: list[int], n_layers: int | None)
     if n_layers is None or len(reference) == n_layers:
         return {layer: alpha for layer, alpha in enumerate(reference) if alpha is not None}
     if len(reference) == len(captured):
-        return dict(zip(captured, reference))
+        return dict(zip(captured, reference, strict=True))
     return {-1 - index: alpha for index, alpha in enumerate(reference)}  # unpaired: reported as a mismatch
 
 
@@ -291,7 +290,7 @@ def _variant_note(arch: Architecture, features: _Features | None, eager: dict[st
     if features is not None:
         if "position_bias" in features.keywords:
             parts.append("position bias")
-        if features.mla:
+        if features.mla and "MLA" not in arch.note:
             parts.append("value head ≠ query head")
     stack = eager.get("self", ())
     silent = [index for index, alpha in enumerate(stack) if alpha is None]
@@ -345,6 +344,8 @@ def _measure(arch: Architecture, directory: Path) -> Result:
         except ProbeError as error:
             refusal = _refusal(error, "capture")
             status = "FAILS" if refusal.endswith(MANY_LINES) else "refused"
+            if load_refusal and ROUTING in load_refusal and ROUTING in refusal:
+                load_refusal, refusal = load_refusal.replace("load:", "load and capture:"), ""  # one reason
             return result(status, "refused", math.nan, math.nan, load_refusal, refusal, note)
         except Exception as error:  # noqa: BLE001 - any crash is a finding, recorded in the table
             return result("FAILS", "crash", math.nan, math.nan, load_refusal, _crash(error, "capture"), note)
@@ -357,8 +358,10 @@ def _measure(arch: Architecture, directory: Path) -> Result:
     if alpha_diff > TOL or logits_diff > TOL or problems:
         wrong = [f"α differs from eager by {alpha_diff:.2g}"] if alpha_diff > TOL else []
         wrong += [f"logits change by {logits_diff:.2g} under capture"] if logits_diff > TOL else []
-        route = "capture() on the model itself" if load_refusal else ""
-        return result("FAILS", path, alpha_diff, logits_diff, *wrong, *problems, route, load_refusal, note)
+        wrong = ", ".join(wrong + problems)
+        if load_refusal:  # the loader refuses, the engine itself is wrong
+            wrong = f"capture() on the model itself: {wrong} ({load_refusal})"
+        return result("FAILS", path, alpha_diff, logits_diff, wrong, note)
     if load_refusal:
         return result("refused", "refused", alpha_diff, logits_diff, load_refusal,
                       "capture() on the model itself is equal", note)
@@ -367,12 +370,15 @@ def _measure(arch: Architecture, directory: Path) -> Result:
 
 
 MANY_LINES = "a refusal of several lines"
+ROUTING = "route attention through"  # the loader's and capture()'s refusal of models outside AttentionInterface
 
 
 def _refusal(error: ProbeError, what: str) -> str:
-    """`what`: the refusal's reason (its text up to the first ";", where the advice starts)."""
+    """`what`: the refusal's reason (its text up to ", so" or the first ";", where consequence and advice start)."""
     message = str(error).strip()
-    return f"{what}: {MANY_LINES}" if "\n" in message else f"{what}: {message.split('; ')[0]}"
+    if "\n" in message:
+        return f"{what}: {MANY_LINES}"
+    return f"{what}: {message.split('; ')[0].split(', so ')[0]}"
 
 
 def _crash(error: BaseException, what: str) -> str:
