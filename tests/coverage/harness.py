@@ -66,6 +66,9 @@ class Result:
         NaN when not measured.
     note : str
         The variant exercised, the refusal or failure in one line, layers without α.
+    peak : float
+        The largest eager α on a valid position (near 1: the attention compared is peaked, not uniform); NaN when
+        eager did not run.
     seconds : float
         Wall time of the run (build, save, load, five forward passes).
     """
@@ -77,6 +80,7 @@ class Result:
     alpha_diff: float = math.nan
     logits_diff: float = math.nan
     note: str = ""
+    peak: float = math.nan
     seconds: float = 0.0
 
 
@@ -276,6 +280,14 @@ def _eager_by_layer(reference: tuple, captured: list[int], n_layers: int | None)
     return {-1 - index: alpha for index, alpha in enumerate(reference)}  # unpaired: reported as a mismatch
 
 
+def _peak(alpha: torch.Tensor, valid) -> float:
+    """The largest α on a valid position of a row with at least 4 valid keys (uniform would be ≤ 0.25; a causal
+    model's first rows are 1 by construction and do not count)."""
+    pairs = _pairs(valid)  # [batch 1 query key]
+    rows = pairs.sum(-1, keepdim=True) >= 4  # [batch 1 query 1]
+    return float((alpha.float() * (pairs & rows)).max())
+
+
 def _path(features: _Features | None, implementation: str) -> str:
     if implementation != ENGINE_NAME:
         return "eager fallback"
@@ -285,17 +297,13 @@ def _path(features: _Features | None, implementation: str) -> str:
     return "fused + sinks" if "s_aux" in keywords else "fused"
 
 
-def _variant_note(arch: Architecture, features: _Features | None, eager: dict[str, tuple]) -> str:
+def _variant_note(arch: Architecture, features: _Features | None) -> str:
     parts = [arch.note] if arch.note else []
     if features is not None:
         if "position_bias" in features.keywords:
             parts.append("position bias")
         if features.mla and "MLA" not in arch.note:
             parts.append("value head ≠ query head")
-    stack = eager.get("self", ())
-    silent = [index for index, alpha in enumerate(stack) if alpha is None]
-    if silent:
-        parts.append(f"layers {', '.join(map(str, silent))} have no α (not softmax attention)")
     return "; ".join(dict.fromkeys(parts))
 
 
@@ -318,8 +326,9 @@ def _measure(arch: Architecture, directory: Path) -> Result:
 
     def result(status: str, path: str, alpha=math.nan, logits=math.nan, *notes: str) -> Result:
         return Result(arch.model_type, arch.name, status, path, alpha, logits,
-                      "; ".join(note for note in dict.fromkeys(notes) if note))
+                      "; ".join(note for note in dict.fromkeys(notes) if note), peak)
 
+    peak = math.nan
     load_refusal = ""
     try:
         model = models.load(str(directory)).model
@@ -332,15 +341,18 @@ def _measure(arch: Architecture, directory: Path) -> Result:
     with torch.no_grad():
         plain = _output(model(**inputs))  # the model's own implementation: as load() left it, or its default
     eager = _eager_stacks(model, inputs)
+    peak = max(_peak(alpha, valid[stack]) for stack, alphas in eager.items() for alpha in alphas
+               if alpha is not None)
     features = _record(model, inputs)
-    note = _variant_note(arch, features, eager)
+    note = _variant_note(arch, features)
     n_heads = next(alpha for stack in eager.values() for alpha in stack if alpha is not None).shape[1]
     query_valid = valid.get("self", valid.get("decoder"))
     n_layers = model.config.get_text_config().num_hidden_layers
-    alpha_diff, logits_diff, problems, implementation = 0.0, 0.0, [], ENGINE_NAME
+    alpha_diff, logits_diff, problems, implementation, captured_layers = 0.0, 0.0, [], ENGINE_NAME, []
     for heads in (None, [n_heads - 1]):  # every head: the single pass; one head: kernel + α from its LSE
         try:
             out, sink, implementation = _capture(model, inputs, heads)
+            captured_layers = sink.captured_layers if heads is None else captured_layers
         except ProbeError as error:
             refusal = _refusal(error, "capture")
             status = "FAILS" if refusal.endswith(MANY_LINES) else "refused"
@@ -361,12 +373,19 @@ def _measure(arch: Architecture, directory: Path) -> Result:
         wrong = ", ".join(wrong + problems)
         if load_refusal:  # the loader refuses, the engine itself is wrong
             wrong = f"capture() on the model itself: {wrong} ({load_refusal})"
-        return result("FAILS", path, alpha_diff, logits_diff, wrong, note)
+        # the path the engine took, not the one the model needs: sinks or soft-capping it got wrong are not served
+        return result("FAILS", _path(None, implementation), alpha_diff, logits_diff, wrong, note)
     if load_refusal:
         return result("refused", "refused", alpha_diff, logits_diff, load_refusal,
                       "capture() on the model itself is equal", note)
     status = "equal" if implementation == ENGINE_NAME else "fallback"
-    return result(status, path, alpha_diff, logits_diff, note)
+    return result(status, path, alpha_diff, logits_diff, note, _without_alpha(captured_layers, n_layers))
+
+
+def _without_alpha(captured: list[int], n_layers: int) -> str:
+    """"layers 0, 2 have no α" for the layers of a single-stack model the engine gave no α (hybrids), else ""."""
+    silent = sorted(set(range(n_layers)) - set(captured))
+    return f"layers {', '.join(map(str, silent))} have no α (not softmax attention)" if silent else ""
 
 
 MANY_LINES = "a refusal of several lines"
