@@ -15,7 +15,6 @@ import pytest
 import torch
 import transformers
 
-from probe.engine import DenseSink
 from tests.coverage import harness
 from tests.coverage.catalogue import ARCHITECTURES, Architecture
 
@@ -108,7 +107,7 @@ def test_read_table_reads_what_render_table_writes():
 # --- the harness can fail: planted differences are caught, differences at padding are not counted ---------------
 
 
-class _FakeSink(DenseSink):
+class _FakeSink(harness._LayerSink):
     def __init__(self, alpha_by_layer: dict[int, torch.Tensor]):
         super().__init__()
         self._store = {(0, layer): alpha for layer, alpha in alpha_by_layer.items()}
@@ -119,33 +118,52 @@ def _planted():
     eager = torch.softmax(torch.randn(2, 4, 6, 6), dim=-1)  # [batch head query key]
     mask = torch.ones(2, 6, dtype=torch.long)
     mask[1, 4:] = 0  # row 1: the last two positions are padding
-    return eager, mask
+    return eager, harness._pairs(mask)
 
 
 def test_alpha_diff_catches_a_planted_error_on_a_valid_position():
-    eager, mask = _planted()
+    eager, pairs = _planted()
     wrong = eager.clone()
     wrong[1, 2, 3, 1] += 1e-3
-    diff, problems = harness._alpha_diff(_FakeSink({0: wrong, 1: eager}), {"self": (eager, eager)},
-                                         {"self": mask}, None, 2)
+    diff, problems = harness._alpha_diff(_FakeSink({0: wrong, 1: eager}), [(eager, pairs), (eager, pairs)], None, 2)
     assert diff == pytest.approx(1e-3, rel=1e-3) and problems == []
 
 
 def test_alpha_diff_ignores_padding_and_reports_missing_layers():
-    eager, mask = _planted()
+    eager, pairs = _planted()
     noisy = eager.clone()
     noisy[1, :, 4:, :] = 7.0  # padding query rows
     noisy[1, :, :, 5] = 7.0  # a padding key
-    diff, problems = harness._alpha_diff(_FakeSink({0: noisy}), {"self": (eager, eager)}, {"self": mask}, None, 2)
+    diff, problems = harness._alpha_diff(_FakeSink({0: noisy}), [(eager, pairs), (eager, pairs)], None, 2)
     assert diff == 0.0
     assert problems == ["captured layers [0], eager has α for [0, 1]"]
 
 
+def test_alpha_diff_compares_the_captured_head_subset():
+    eager, pairs = _planted()
+    assert harness._alpha_diff(_FakeSink({0: eager[:, [3]]}), [(eager, pairs)], [3], 1) == (0.0, [])
+    diff, _ = harness._alpha_diff(_FakeSink({0: eager[:, [2]]}), [(eager, pairs)], [3], 1)
+    assert diff > 0.01
+
+
 def test_alpha_diff_pairs_eager_attention_layers_only_in_order():
     """LFM2's eager returns α of its attention layers only: they pair with the captured layers 1 and 3."""
-    eager, mask = _planted()
+    eager, pairs = _planted()
     other = torch.softmax(torch.randn(2, 4, 6, 6), dim=-1)
     sink = _FakeSink({1: eager, 3: other})
-    assert harness._alpha_diff(sink, {"self": (eager, other)}, {"self": mask}, None, 4) == (0.0, [])
-    diff, _ = harness._alpha_diff(sink, {"self": (other, eager)}, {"self": mask}, None, 4)
+    assert harness._alpha_diff(sink, [(eager, pairs), (other, pairs)], None, 4) == (0.0, [])
+    diff, _ = harness._alpha_diff(sink, [(other, pairs), (eager, pairs)], None, 4)
     assert diff > 0.1
+
+
+def test_alpha_diff_reads_encoder_decoder_stacks_end_to_end():
+    """enc layers, then dec, then cross on one layer axis, each stack with its own shape and valid pairs."""
+    encoder, pairs = _planted()
+    decoder = torch.softmax(torch.randn(2, 4, 3, 3), dim=-1)
+    cross = torch.softmax(torch.randn(2, 4, 3, 6), dim=-1)
+    decoder_pairs = torch.ones(2, 1, 3, 3, dtype=torch.bool)
+    cross_pairs = torch.ones(2, 1, 3, 6, dtype=torch.bool)
+    eager = [(encoder, pairs), (decoder, decoder_pairs), (cross, cross_pairs)]
+    assert harness._alpha_diff(_FakeSink({0: encoder, 1: decoder, 2: cross}), eager, None, 3) == (0.0, [])
+    _, problems = harness._alpha_diff(_FakeSink({0: encoder}), eager, None, 3)
+    assert problems == ["captured layers [0], eager has α for [0, 1, 2]"]

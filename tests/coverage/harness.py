@@ -185,8 +185,12 @@ def _output(outputs) -> torch.Tensor:
     return (logits if logits is not None else outputs.last_hidden_state).float()
 
 
-def _eager_stacks(model, inputs) -> dict[str, tuple]:
-    """Eager α of every stack: {"self": (α or None per layer, ...)} or encoder / decoder / cross for seq2seq."""
+def _eager_layers(model, inputs, valid: dict) -> list[tuple[torch.Tensor | None, torch.Tensor]]:
+    """Eager α of every attention layer on the engine's layer axis, each with its valid pairs [batch 1 query key].
+
+    Single-stack models: the model's layers in order (α None where a layer has no softmax attention). Encoder–
+    decoders: the encoder's layers, then the decoder's self-attention, then its cross-attention, end to end (the
+    engine's numbering of the three stacks)."""
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
@@ -194,10 +198,11 @@ def _eager_stacks(model, inputs) -> dict[str, tuple]:
             out = model(**inputs, output_attentions=True)
     finally:
         model.set_attn_implementation(previous)
-    if model.config.is_encoder_decoder:
-        return {"encoder": tuple(out.encoder_attentions), "decoder": tuple(out.decoder_attentions),
-                "cross": tuple(out.cross_attentions)}
-    return {"self": tuple(out.attentions)}
+    if not model.config.is_encoder_decoder:
+        return [(alpha, _pairs(valid["self"])) for alpha in out.attentions]
+    return [(alpha, _pairs(valid[stack])) for stack, alphas in (
+        ("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions), ("cross", out.cross_attentions))
+        for alpha in alphas]
 
 
 def _record(model, inputs) -> _Features | None:
@@ -227,63 +232,63 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+class _LayerSink(DenseSink):
+    """A DenseSink read layer by layer: the stacks of an encoder–decoder differ in shape, so they cannot be
+    stacked on one layer axis the way :meth:`DenseSink.attention` does."""
+
+    def layers_of(self, step: int) -> dict[int, torch.Tensor]:
+        """{layer: α [batch head query key]} of one forward pass."""
+        return {layer: alpha for (s, layer), alpha in self._store.items() if s == step}
+
+
 def _capture(model, inputs, heads):
     """(the model's output under capture, the sink, the implementation the model ran on inside the block)."""
-    sink = DenseSink(heads=heads)
+    sink = _LayerSink(heads=heads)
     with capture(model, sink), torch.no_grad():
         implementation = model.config._attn_implementation
         out = _output(model(**inputs))
     return out, sink, implementation
 
 
-def _alpha_diff(sink: DenseSink, eager: dict[str, tuple], valid: dict, heads, n_layers: int
-                ) -> tuple[float, list[str]]:
+def _alpha_diff(sink: _LayerSink, eager: list, heads, n_layers: int) -> tuple[float, list[str]]:
     """max |α − eager| of the sink's heads over valid positions, and what is missing or extra (one string each).
 
-    Single-stack models: the sink's step 0 holds the model's layers by their own numbers. Encoder–decoders: today
-    the sink gives no stack names, so step 0 is taken as the encoder and the decoder / cross stacks count as
-    missing."""
-    stack = "self" if "self" in eager else "encoder"
+    `eager` is what :func:`_eager_layers` returns; `n_layers` the model's layer count (single-stack models)."""
     problems: list[str] = []
     captured: dict[int, torch.Tensor] = {}  # layer -> [batch head query key]
     if sink.steps > 1:  # one forward pass was taken for several: its layers cannot be told apart
         problems.append(f"{sink.steps} forward passes captured for one forward")
     elif sink.steps == 1:
-        captured = dict(zip(sink.captured_layers, sink.attention(0).unbind(1), strict=True))
-    reference = _eager_by_layer(eager[stack], sorted(captured), n_layers if stack == "self" else None)
+        captured = sink.layers_of(0)
+    reference = _eager_by_layer(eager, sorted(captured), n_layers)
     if set(captured) != set(reference):
         problems.append(f"captured layers {sorted(captured)}, eager has α for {sorted(reference)}")
-    if stack == "encoder":
-        problems.append("decoder and cross-attention stacks not captured")
     diff = 0.0
     for layer in sorted(set(captured) & set(reference)):
-        expected = reference[layer].float()  # [batch head query key]
-        if heads is not None:
-            expected = expected[:, list(heads)]
+        expected, pairs = reference[layer]
+        expected = expected.float() if heads is None else expected.float()[:, list(heads)]  # [batch head query key]
         ours = captured[layer]
         if ours.shape != expected.shape:
             problems.append(f"layer {layer}: α shaped {tuple(ours.shape)}, eager {tuple(expected.shape)}")
             continue
-        gap = ((ours - expected).abs() * _pairs(valid[stack])).nan_to_num(math.inf)
-        diff = max(diff, gap.max().item())
+        diff = max(diff, ((ours - expected).abs() * pairs).nan_to_num(math.inf).max().item())
     return diff, problems
 
 
-def _eager_by_layer(reference: tuple, captured: list[int], n_layers: int | None) -> dict[int, torch.Tensor]:
-    """Eager α by the model's layer number. Most models return one entry per layer (None where a layer has no
-    softmax attention); some (LFM2) return the attention layers only, which are then paired with the captured
-    layers in order (their count must match)."""
-    if n_layers is None or len(reference) == n_layers:
-        return {layer: alpha for layer, alpha in enumerate(reference) if alpha is not None}
-    if len(reference) == len(captured):
-        return dict(zip(captured, reference, strict=True))
-    return {-1 - index: alpha for index, alpha in enumerate(reference)}  # unpaired: reported as a mismatch
+def _eager_by_layer(eager: list, captured: list[int], n_layers: int) -> dict[int, tuple]:
+    """Eager (α, valid pairs) by engine layer number. Most models return one entry per layer (None where a layer
+    has no softmax attention), encoder–decoders one per layer of each stack; some (LFM2) return the attention
+    layers only, which are then paired with the captured layers in order (their count must match)."""
+    if len(eager) >= n_layers:
+        return {layer: entry for layer, entry in enumerate(eager) if entry[0] is not None}
+    if len(eager) == len(captured):
+        return dict(zip(captured, eager, strict=True))
+    return {-1 - index: entry for index, entry in enumerate(eager)}  # unpaired: reported as a mismatch
 
 
-def _peak(alpha: torch.Tensor, valid) -> float:
-    """The largest α on a valid position of a row with at least 4 valid keys (uniform would be ≤ 0.25; a causal
-    model's first rows are 1 by construction and do not count)."""
-    pairs = _pairs(valid)  # [batch 1 query key]
+def _peak(alpha: torch.Tensor, pairs: torch.Tensor) -> float:
+    """The largest α on a valid position (`pairs` [batch 1 query key]) of a row with at least 4 valid keys (uniform
+    would be ≤ 0.25; a causal model's first rows are 1 by construction and do not count)."""
     rows = pairs.sum(-1, keepdim=True) >= 4  # [batch 1 query 1]
     return float((alpha.float() * (pairs & rows)).max())
 
@@ -340,14 +345,13 @@ def _measure(arch: Architecture, directory: Path) -> Result:
     inputs, valid = make_inputs(arch, model)
     with torch.no_grad():
         plain = _output(model(**inputs))  # the model's own implementation: as load() left it, or its default
-    eager = _eager_stacks(model, inputs)
-    peak = max(_peak(alpha, valid[stack]) for stack, alphas in eager.items() for alpha in alphas
-               if alpha is not None)
+    eager = _eager_layers(model, inputs, valid)
+    peak = max(_peak(alpha, pairs) for alpha, pairs in eager if alpha is not None)
     features = _record(model, inputs)
     note = _variant_note(arch, features)
-    n_heads = next(alpha for stack in eager.values() for alpha in stack if alpha is not None).shape[1]
+    n_heads = next(alpha for alpha, _ in eager if alpha is not None).shape[1]
     query_valid = valid.get("self", valid.get("decoder"))
-    n_layers = model.config.get_text_config().num_hidden_layers
+    n_layers = len(eager) if model.config.is_encoder_decoder else model.config.get_text_config().num_hidden_layers
     alpha_diff, logits_diff, problems, implementation, captured_layers = 0.0, 0.0, [], ENGINE_NAME, []
     for heads in (None, [n_heads - 1]):  # every head: the single pass; one head: kernel + α from its LSE
         try:
@@ -361,7 +365,7 @@ def _measure(arch: Architecture, directory: Path) -> Result:
             return result(status, "refused", math.nan, math.nan, load_refusal, refusal, note)
         except Exception as error:  # noqa: BLE001 - any crash is a finding, recorded in the table
             return result("FAILS", "crash", math.nan, math.nan, load_refusal, _crash(error, "capture"), note)
-        diff, missing = _alpha_diff(sink, eager, valid, heads, n_layers)
+        diff, missing = _alpha_diff(sink, eager, heads, n_layers)
         alpha_diff = max(alpha_diff, diff)
         problems += [problem for problem in missing if problem not in problems]
         gap = (out - plain).abs()[query_valid.bool()].nan_to_num(math.inf)
