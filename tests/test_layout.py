@@ -9,6 +9,7 @@ Layers, bottom to top (a module may import its own layer and the ones below):
     heads     probe.heads.*        proteins   probe.proteins.*   (side by side: neither imports the other)
     training  probe.zoo.train, probe.zoo.data (model organisms trained on the probe sets: they may import heads)
     runs      probe.runs.*
+    views     probe.views.*, probe.app   (notebook views and the report: they draw what the layers below compute)
     commands  probe.commands.*, probe.cli   (nothing below imports them)
 
 Deviation from the first plan, on purpose: ``probe.zoo.data`` builds its coreference training sentences from the
@@ -28,7 +29,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "probe"
 BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.card", "probe.data",
         "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
 TRAINING = {"probe.zoo.train", "probe.zoo.data"}
-RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "commands": 5}
+RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "views": 5, "commands": 6}
 
 
 def module_name(path: Path) -> str:
@@ -46,8 +47,10 @@ def layer(module: str) -> str:
         return "training"
     if module == "probe.cli":
         return "commands"
+    if module == "probe.app":
+        return "views"
     top = module.split(".")[1]
-    if top not in ("engine", "heads", "proteins", "runs", "commands"):
+    if top not in ("engine", "heads", "proteins", "runs", "views", "commands"):
         raise AssertionError(f"{module} is in no layer: add it to tests/test_layout.py (and to the docs)")
     return top
 

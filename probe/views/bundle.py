@@ -9,8 +9,8 @@ from importlib import resources
 from probe.errors import ProbeError
 
 FILES = {"views.js": "text/javascript", "views.css": "text/css"}  # every file the route may serve
-ROUTE = "/_probe/views/"  # the Dash app loads ROUTE + "views.js" (app/__init__.py)
-SCRIPT_URL = ROUTE + "views.js"
+ROUTE = "/_probe/views/"  # where serve() answers (below the app's routes prefix)
+SCRIPT_URL = "_probe/views/views.js"  # relative to the page, so a Jupyter proxy's path prefix is kept
 
 
 @cache

@@ -202,7 +202,7 @@ def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) ->
                                + f" · q {format_q(number(row, 'q_value'))}"
                                + (" · ✓ labelled" if labelled else ""))
         if labelled:
-            marks.append((layer, head))
+            marks.append((layer, head, "#222" if score is not None and score > 0.6 else "white"))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
              'font-size="9">']
     parts += [f'<text x="{left + h * cell + cell / 2}" y="12" text-anchor="middle">{h}</text>' for h in range(heads)]
@@ -213,9 +213,9 @@ def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) ->
             parts.append(f'<rect x="{left + head * cell}" y="{top + layer * cell}" width="{cell - 2}" '
                          f'height="{cell - 2}" fill="{colours[layer][head]}"><title>'
                          f"{html.escape(titles[layer][head])}</title></rect>")
-    for layer, head in marks:
+    for layer, head, ink in marks:  # dark ink on Viridis' light end
         parts.append(f'<text x="{left + head * cell + cell / 2 - 1}" y="{top + layer * cell + cell / 2 + 3}" '
-                     'text-anchor="middle" fill="white" font-size="11" pointer-events="none">✓</text>')
+                     f'text-anchor="middle" fill="{ink}" font-size="11" pointer-events="none">✓</text>')
     return "\n".join(parts + ["</svg>"])
 
 

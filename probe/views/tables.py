@@ -119,10 +119,10 @@ def _cell(text: str, sort, css: str = "") -> str:
 def table_rows(table: pd.DataFrame, only_labelled: bool = False) -> pd.DataFrame:
     """The rows shown, in the app's order: by type, labelled first, best score first."""
     rows = table.copy()
-    rows["_labelled"] = [is_labelled(v) for v in rows["label"]] if "label" in rows.columns else False
+    rows["labelled_row"] = [is_labelled(v) for v in rows["label"]] if "label" in rows.columns else False
     if only_labelled:
-        rows = rows[rows["_labelled"]]
-    return rows.sort_values(["head_type", "_labelled", "score"], ascending=[True, False, False],
+        rows = rows[rows["labelled_row"]]
+    return rows.sort_values(["head_type", "labelled_row", "score"], ascending=[True, False, False],
                             na_position="last", kind="stable")
 
 
@@ -133,7 +133,7 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
     head = "".join(f"<th>{html.escape(name)}</th>" for name in COLUMNS)
     body = []
     for row in shown.itertuples(index=False):
-        labelled = bool(row._labelled)
+        labelled = bool(row.labelled_row)
         score = number(row, "score")
         q_value = number(row, "q_value")
         share = number(row, "output_share")

@@ -78,7 +78,8 @@ class View:
                 "selected": list(self.selected),
                 "thumbs": {"bins": int(self.thumbnails.shape[-1]), "data": encode.b64(thumbs),
                            "scale": encode.b64(thumb_tops)},
-                "types": sorted(self.badges), "badges": self.badges}
+                "types": sorted(self.badges, key=lambda name: (-_labelled_count(self.badges[name]), name)),
+                "badges": self.badges}
         if index:
             stacked = np.stack([self.maps[key] for key in index])  # [map side side]
             quantised, tops = encode.quantise(stacked)
@@ -159,6 +160,10 @@ class View:
         else:
             raise ProbeError(f"{path}: save as .svg, .png or .html")
         return path
+
+
+def _labelled_count(marks: dict) -> int:
+    return sum(css == "labelled" for _, css in marks.values())
 
 
 def fragment(data: dict, element_id: str | None = None) -> str:

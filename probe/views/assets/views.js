@@ -386,9 +386,9 @@
         this.drawMap();
     };
 
-    View.prototype.layout = function (width) {  // the map's geometry in CSS pixels
+    View.prototype.layout = function (width, cap) {  // the map's geometry in CSS pixels
         var side = this.current().side, margin = {l: 112, b: 96, t: 8, r: 12};
-        var plot = Math.max(120, Math.min(width, 640) - margin.l - margin.r);
+        var plot = Math.max(120, Math.min(width, cap || 560) - margin.l - margin.r);  // fits 1280×800 beside the grid
         return {margin: margin, plot: plot, cell: plot / side, width: plot + margin.l + margin.r,
                 height: plot + margin.t + margin.b, side: side};
     };
@@ -560,7 +560,7 @@
     };
 
     View.prototype.mapCanvas = function (scale) {  // one head's map with its token labels, 640 px wide
-        var view = this.current(), g = this.layout(640);
+        var view = this.current(), g = this.layout(640, 640);
         var canvas = document.createElement("canvas");
         canvas.style.color = "#212529";
         document.body.appendChild(canvas);
@@ -607,7 +607,7 @@
                 }
             }
         } else {
-            var view = this.current(), g = this.layout(640), axis = this.axisLabels();
+            var view = this.current(), g = this.layout(640, 640), axis = this.axisLabels();
             var top = this.perHead ? headMax(view.alpha, view.side, data.causal) : 1.0;
             parts.push('<svg xmlns="http://www.w3.org/2000/svg" width="' + g.width + '" height="' + g.height +
                        '" viewBox="0 0 ' + g.width + " " + g.height + '" font-family="monospace">');
