@@ -28,9 +28,9 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
     from dash import Dash
     from flask import has_request_context, request
 
-    from . import layout
-
     from probe.views import bundle  # the explorer's clientside core, shared with notebook views and reports
+
+    from . import layout
 
     service = service or Service(config or AppConfig())
     service.registry.load_all()

@@ -150,7 +150,7 @@ def grid_figure(view):
                          width=max(400, 40 * heads + 160), height=max(300, 40 * layers + 120),
                          xaxis={"tickvals": centres[:heads], "ticktext": [f"H{h}" for h in range(heads)],
                                 "showgrid": False},
-                         yaxis={"tickvals": centres[:layers], "ticktext": [f"L{l}" for l in range(layers)],
+                         yaxis={"tickvals": centres[:layers], "ticktext": [f"L{layer}" for layer in range(layers)],
                                 "autorange": "reversed", "showgrid": False})
     return figure
 
@@ -192,7 +192,7 @@ def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) ->
         score = number(row, "score")
         if score is not None:
             rgb = colourize(np.array([[score]]), 1.0, VIRIDIS)[0, 0]
-            colours[layer][head] = "#%02x%02x%02x" % tuple(int(v) for v in rgb) if is_significant(row) \
+            colours[layer][head] = ("#" + "".join(f"{int(v):02x}" for v in rgb)) if is_significant(row) \
                 else NOT_SIGNIFICANT
         low, high = number(row, "ci_low"), number(row, "ci_high")
         labelled = is_labelled(getattr(row, "label", None))

@@ -34,14 +34,14 @@ class PoolSink:
     def __init__(self, n_tokens: int, factor: int, heads: Iterable[tuple[int, int]] | None = None) -> None:
         self.factor = max(1, int(factor))
         self.side = math.ceil(n_tokens / self.factor)
-        self.heads = None if heads is None else sorted({(int(l), int(h)) for l, h in heads})
+        self.heads = None if heads is None else sorted({(int(layer), int(head)) for layer, head in heads})
         self._maps: dict[int, torch.Tensor] = {}  # layer -> [head side side]
         self._order: dict[int, tuple[int, ...]] = {}
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
         if self.heads is None:
             return range(n_heads)
-        return tuple(head for l, head in self.heads if l == layer and head < n_heads)
+        return tuple(head for at, head in self.heads if at == layer and head < n_heads)
 
     def update(self, block) -> None:
         alpha = block.alpha[0]  # [head query key] this block's rows

@@ -57,9 +57,14 @@ def as_table(labels) -> pd.DataFrame:
     if isinstance(labels, pd.DataFrame):
         table = labels
     elif isinstance(labels, (str, Path)):
-        from probe.heads.tables import load_table
+        from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
 
-        table = load_table(labels)
+        path = Path(labels).expanduser()
+        if not path.is_file():
+            raise ProbeError(f"labels {path}: no such file; pass a table written by `probe label`")
+        if path.suffix.lower() not in TABLE_EXTENSIONS:
+            raise ProbeError(f"labels {path}: the extension must be one of {', '.join(TABLE_EXTENSIONS)}")
+        table = read_table_file(path)
     else:
         raise ProbeError(f"labels must be a DataFrame or a table file written by `probe label`, not "
                          f"{type(labels).__name__}")
