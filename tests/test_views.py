@@ -145,6 +145,8 @@ def test_show_keeps_the_budget_by_pooling_and_refuses_bad_heads(planted):
         show(planted, "a b", heads=["L5H0"])
     with pytest.raises(ProbeError, match="one input"):
         show(planted, [[1, 2], [3, 4]])
+    with pytest.raises(ProbeError, match="outside .* vocabulary"):
+        show(planted, [1, 10**6])
 
 
 def test_json_in_the_page_cannot_close_its_script(planted):

@@ -219,6 +219,10 @@ def input_ids_of(loaded, text_or_inputs):
         raise ProbeError(f"the view shows one input: pass one text or a [1, tokens] batch, not shape "
                          f"{tuple(ids.shape)}")
     loaded.check_length(int(ids.shape[1]))
+    vocab = loaded.model.get_input_embeddings().num_embeddings
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise ProbeError(f"token id {int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())} is outside "
+                         f"{loaded.name}'s vocabulary (0..{vocab - 1}); pass ids its tokenizer makes")
     return ids
 
 
