@@ -178,6 +178,21 @@ def test_svg_figures_have_the_token_labels_and_every_head(planted, tmp_path):
         view.save(tmp_path / "x.svg", head="L9H0")
 
 
+def test_png_from_python_with_kaleido(planted, tmp_path):
+    pytest.importorskip("kaleido")
+    import shutil
+
+    if not (shutil.which("chromium") or shutil.which("google-chrome")):
+        pytest.skip("kaleido needs a Chrome/Chromium")
+    view = show(planted, _ids(planted, 6)[0].tolist())
+    for which in ("map", "grid"):
+        path = view.save(tmp_path / f"{which}.png", which=which)
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        assert width >= 400 and height >= 300  # scale 2 of a plotly figure, not a thumbnail
+
+
 def test_png_from_python_without_kaleido_names_the_fix(planted, tmp_path, monkeypatch):
     import sys
 
@@ -264,6 +279,21 @@ def test_probe_report_command(planted, tmp_path, capsys):
     assert "extension" in capsys.readouterr().err
     assert main(["report", "--model", planted.name, "--structure", str(tmp_path / "none.pdb"),
                  "--out", str(out)]) == 2
+
+
+def test_probe_label_writes_the_report_at_the_end(planted, tmp_path, capsys):
+    from probe.cli import main
+
+    out, report = tmp_path / "labels.csv", tmp_path / "report.html"
+    assert main(["label", "--model", planted.name, "--types", "previous_token", "--examples", "2",
+                 "--bootstrap", "20", "--ablate", "none", "--seq-len", "16", "--out", str(out),
+                 "--report", str(report)]) == 0
+    page = report.read_text()
+    assert "previous_token" in page and "<h2>Labelled heads</h2>" in page and 'data-head="L0H0"' in page
+    assert main(["label", "--model", planted.name, "--model", planted.name + "/", "--out", str(out),
+                 "--report", str(report)]) == 2
+    assert "one model" in capsys.readouterr().err
+    assert main(["label", "--model", planted.name, "--out", str(out), "--report", str(tmp_path / "r.txt")]) == 2
 
 
 # --- one view layer: the app serves the package's views.js ----------------------------------------------------------

@@ -171,6 +171,7 @@ def fragment(data: dict, element_id: str | None = None) -> str:
     element_id = element_id or "probe-view-" + uuid.uuid4().hex[:10]
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
     return (f'{inline_style()}<div id="{element_id}" class="probe-view" data-probe-view="{element_id}-data">'
+            "the probe view needs JavaScript: in Jupyter, trust the notebook (File › Trust) or run the cell again"
             f'</div><script type="application/json" id="{element_id}-data">{text}</script>{inline_script()}'
             "<script>window.probeViews.mountAll();</script>")
 
