@@ -12,6 +12,8 @@ import numpy as np
 
 from probe.errors import ProbeError
 from probe.naming import head_name
+from probe.runs.atomic import write_atomically
+from probe.views.tables import format_q, is_labelled, is_significant, number
 
 BLUES = np.array([[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
                   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]], dtype=np.float64)
@@ -118,7 +120,7 @@ def grid_svg(view, cell: int = 40, gap: int = 4) -> str:
 
 def map_figure(view, head=None):
     """One head's map as a plotly figure (for PNG through kaleido)."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # plotly only for a PNG through kaleido (a second of import)
 
     layer, index = view.head(head)
     alpha, factor = view.head_map((layer, index))
@@ -135,7 +137,7 @@ def map_figure(view, head=None):
 
 def grid_figure(view):
     """The grid of every head as one plotly heatmap (thumbnails tiled, a blank line between heads)."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # plotly only for a PNG through kaleido
 
     layers, heads, side, _ = view.thumbnails.shape
     tiled = np.full((layers * (side + 1), heads * (side + 1)), np.nan)  # [row col]
@@ -162,8 +164,6 @@ def write_png(figure, path) -> None:
     except ImportError:
         raise ProbeError(f"{path}: a PNG from Python needs kaleido: pip install kaleido (or save .svg, or use "
                          "the view's PNG button)") from None
-    from probe.runs.atomic import write_atomically
-
     try:
         write_atomically(path, lambda tmp: figure.write_image(str(tmp), format="png", scale=2))
     except ProbeError:
@@ -177,8 +177,6 @@ def write_png(figure, path) -> None:
 def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) -> str:
     """One head type's atlas: layer × head cells coloured by score on the fixed 0–1 Viridis scale, grey when not
     clearly above chance, near-white without a score; a <title> per cell (score, interval, q, label)."""
-    from probe.views.tables import format_q, is_labelled, is_significant, number
-
     left, top = 30, 18
     width, height = left + heads * cell + 4, top + layers * cell + 4
     colours = [[NO_DATA] * heads for _ in range(layers)]

@@ -18,12 +18,19 @@ from pathlib import Path
 
 import numpy as np
 
+from probe.card import architecture_card
 from probe.errors import ProbeError
-from probe.models import ModelKind
+from probe.heads.probesets import repeated_blocks
+from probe.models import ModelKind, load
 from probe.naming import head_name
+from probe.proteins.contacts import predict_contacts
+from probe.proteins.structure import contact_map, read_structure
+from probe.runs.atomic import write_atomically
 from probe.views import encode
+from probe.views.figures import atlas_svg, contact_svg
+from probe.views.pooling import pooled_attention
 from probe.views.tables import as_table, badges, is_labelled, one_model, table_html
-from probe.views.view import View, display_tokens, fragment, input_ids_of, standalone_page
+from probe.views.view import DEMO_PROTEIN, View, display_tokens, fragment, input_ids_of, standalone_page
 
 REPORT_BUDGET = 4 * 2**20  # bytes of full maps in a report
 FULL_MAPS = 4  # heads with a full map when not every head fits the budget at one token per cell
@@ -33,8 +40,6 @@ LEADERBOARD_ROWS = 24
 
 def probe_input(loaded, seq_len: int = PROBE_TOKENS):
     """A probe input: random tokens with one block repeated (probe.heads.probesets.repeated_blocks), [1 token]."""
-    from probe.heads.probesets import repeated_blocks
-
     length = min(seq_len, loaded.max_tokens)
     return repeated_blocks(loaded.tokenizer, 1, length, seed=0).input_ids[:1]
 
@@ -59,8 +64,6 @@ def _chosen_heads(table, thumbs: np.ndarray, count: int) -> list[tuple[int, int]
 
 
 def _card_html(loaded) -> str:
-    from probe.card import architecture_card
-
     try:
         rows = architecture_card(loaded.config).rows()
     except ProbeError as error:
@@ -70,8 +73,6 @@ def _card_html(loaded) -> str:
 
 
 def _atlas_html(table, layers: int, heads: int) -> str:
-    from probe.views.figures import atlas_svg
-
     if table is None or table.empty:
         return ('<p class="note">no labels: pass --labels TABLE (written by <code>probe label</code>), or run '
                 "<code>probe label --report</code></p>")
@@ -87,13 +88,8 @@ def _atlas_html(table, layers: int, heads: int) -> str:
 
 def _protein_html(loaded, sequence: str, structure: str | None, chain: str | None) -> str:
     """Contact maps (predicted | true) and the head leaderboard against the contact base rate."""
-    from probe.proteins.contacts import predict_contacts
-    from probe.views.figures import contact_svg
-
     true_map, note = None, "no structure: pass --structure PDB for true contacts, P@L and the base rate"
     if structure is not None:
-        from probe.proteins.structure import contact_map, read_structure
-
         parsed = read_structure(structure, chain=chain)
         sequence = parsed.sequence
         true_map = contact_map(parsed)  # [L L] int8: 1, 0, -1 unknown
@@ -145,11 +141,7 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
                 chain: str | None = None, seq_len: int = PROBE_TOKENS, full_maps: int = FULL_MAPS,
                 budget: int = REPORT_BUDGET) -> str:
     """The report of one model as one HTML string (see :func:`write_report`)."""
-    from probe.views.pooling import pooled_attention
-
     if isinstance(loaded, (str, Path)):
-        from probe.models import load
-
         loaded = load(str(loaded))
     table = one_model(as_table(labels), loaded.name) if labels is not None else None
     protein = loaded.kind == ModelKind.PROTEIN_MLM
@@ -166,8 +158,6 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
         sections.append('<p class="note">no labels table</p>')
     protein_part, sequence = "", text
     if protein:
-        from probe.views.view import DEMO_PROTEIN
-
         protein_part, sequence = _protein_html(loaded, text or DEMO_PROTEIN, structure, chain)
     if sequence:
         ids = input_ids_of(loaded, sequence)
@@ -234,8 +224,6 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
     Path
         `out`.
     """
-    from probe.runs.atomic import write_atomically
-
     out = Path(out).expanduser()
     if out.suffix.lower() not in (".html", ".htm"):
         raise ProbeError(f"--out {out}: a report is one .html file")

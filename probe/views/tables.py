@@ -11,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from probe.errors import ProbeError
+from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
 from probe.naming import head_name
+from probe.views.bundle import inline_script, inline_style
 
 MAX_ROWS = 500  # rows drawn in a notebook (a note says how many were left out)
 
@@ -57,8 +59,6 @@ def as_table(labels) -> pd.DataFrame:
     if isinstance(labels, pd.DataFrame):
         table = labels
     elif isinstance(labels, (str, Path)):
-        from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
-
         path = Path(labels).expanduser()
         if not path.is_file():
             raise ProbeError(f"labels {path}: no such file; pass a table written by `probe label`")
@@ -178,8 +178,6 @@ class LabelTable:
         self.max_rows = max_rows
 
     def html(self) -> str:
-        from probe.views.bundle import inline_script, inline_style
-
         return (inline_style() + table_html(self.table, self.only_labelled, self.max_rows) + inline_script() +
                 "<script>window.probeViews.mountAll();</script>")
 

@@ -15,11 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from probe.errors import ProbeError
+from probe.models import ModelKind, load, tokenize_protein, tokenize_text
 from probe.naming import head_name, parse_head_name
-from probe.views import encode
+from probe.runs.atomic import write_atomically
+from probe.views import encode, figures
 from probe.views.bundle import inline_script, inline_style
+from probe.views.pooling import pooled_attention
+from probe.views.tables import as_table, badges, is_labelled, one_model
 
 DEMO_PROTEIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"  # ubiquitin
 
@@ -139,9 +144,6 @@ class View:
         Path
             The file written (atomically).
         """
-        from probe.runs.atomic import write_atomically
-        from probe.views import figures
-
         path = Path(path).expanduser()
         suffix = path.suffix.lower()
         if which not in ("map", "grid"):
@@ -200,10 +202,6 @@ def display_tokens(tokenizer, tokens: Sequence[str]) -> list[str]:
 
 def input_ids_of(loaded, text_or_inputs):
     """[1 token] long input ids from a text, a list of ids, a tensor or a tokenizer's output (batch 1)."""
-    import torch
-
-    from probe.models import ModelKind, tokenize_protein, tokenize_text
-
     value = text_or_inputs
     if isinstance(value, str):
         inputs = tokenize_protein(loaded, value) if loaded.kind == ModelKind.PROTEIN_MLM else tokenize_text(loaded,
@@ -276,17 +274,10 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     >>> loaded = probe.load("zoo:induction")
     >>> probe.show(loaded, "one two three four one two three four")  # the view, under the cell
     """
-    from probe.views.pooling import pooled_attention
-    from probe.views.tables import as_table, badges, one_model
-
     if isinstance(loaded, (str, Path)):
-        from probe.models import load
-
         loaded = load(str(loaded))
     if budget < 1:
         raise ProbeError(f"budget={budget}: give the bytes the maps may take, e.g. 4 * 2**20")
-    from probe.models import ModelKind
-
     ids = input_ids_of(loaded, text_or_inputs)  # [1 token]
     chosen = _heads_arg(heads, loaded.n_layers, loaded.n_heads)
     n_maps = len(chosen) if chosen is not None else loaded.n_layers * loaded.n_heads
@@ -300,8 +291,6 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
 
 
 def _first_head(table, maps, selected, loaded) -> tuple[int, int]:
-    from probe.views.tables import is_labelled
-
     if selected is not None:
         layer, head = parse_head_name(selected) if isinstance(selected, str) else (int(selected[0]),
                                                                                    int(selected[1]))
