@@ -32,15 +32,19 @@ APP_CELL_SECONDS = 120  # the inline app's cell must return within this (it star
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """notebooks/views.ipynb executed top to bottom (nbclient), with per-cell timing."""
+    """notebooks/views.ipynb executed top to bottom (nbclient), with per-cell timing; its kernel (and the dashboard
+    it started inline) stays up until the module's tests are done."""
     import nbformat
     from nbclient import NotebookClient
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(notebook, timeout=600, kernel_name="python3", record_timing=True,
-                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
-    return notebook
+    client = NotebookClient(notebook, timeout=600, kernel_name="python3", record_timing=True,
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    with client.setup_kernel():
+        for index, cell in enumerate(notebook.cells):
+            client.execute_cell(cell, index)
+        yield notebook
 
 
 def _seconds(cell) -> float:
@@ -195,7 +199,46 @@ def test_nbconvert_html_of_the_notebook_offline_in_chromium(driver, executed, tm
     roots = driver.find_elements("css selector", ".probe-view[data-head]")
     assert len(roots) == 2
     _hover_token_and_step_a_head(driver, f"#{roots[1].get_attribute('id')}")
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    roots[1].find_element("css selector", '.pv-thumb[data-layer="1"][data-head="2"]').click()  # an induction head
+    assert roots[1].get_attribute("data-layer") == "1" and roots[1].get_attribute("data-head") == "2"
     driver.execute_script("arguments[0].scrollIntoView({block: 'start'}); window.scrollBy(0, -40)", roots[1])
+    ActionChains(driver).move_to_element(roots[1].find_elements("css selector", ".pv-tokens .token")[45]).perform()
     driver.save_screenshot(str(DOCS / "views_notebook.png"))
     errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []
+
+
+@pytest.mark.browser
+def test_the_dashboard_inline_in_the_notebook_html(driver, executed, tmp_path):
+    """The notebook's `probe.app.run(jupyter_mode="inline")` output is an iframe of the dashboard, served from the
+    kernel's background thread while the kernel stays free: loaded here from loopback (the only network this test
+    allows), drawn, screenshot for docs/app.md."""
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter(require_js_url="data:,", mathjax_url="data:,").from_notebook_node(executed)
+    page = tmp_path / "views-with-app.html"
+    page.write_text(body, encoding="utf-8")
+    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": False, "latency": 0,
+                                                                "downloadThroughput": -1, "uploadThroughput": -1})
+    try:
+        driver.get(page.resolve().as_uri())
+        frame = driver.find_element("css selector", "iframe")
+        assert frame.get_attribute("src").startswith("http://127.0.0.1:")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'start'}); window.scrollBy(0, -70)", frame)
+        driver.switch_to.frame(frame)
+        deadline = time.time() + 90
+        while time.time() < deadline and not driver.execute_script(
+                "return document.querySelectorAll('#atlas-graph .js-plotly-plot, .head-grid-cells').length >= 2"):
+            time.sleep(0.5)
+        assert driver.execute_script("return window.probeViews && window.probeViews.version") == 1
+        driver.switch_to.default_content()
+        time.sleep(1.0)
+        driver.save_screenshot(str(DOCS / "app_jupyter.png"))
+    finally:
+        driver.switch_to.default_content()
+        driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
+                                                                    "downloadThroughput": -1,
+                                                                    "uploadThroughput": -1})
+        driver.get_log("browser")  # the dashboard's own console is the app's tests' business
