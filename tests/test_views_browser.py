@@ -97,6 +97,13 @@ def driver():
 
 def _open_offline(driver, path: Path) -> None:
     """Open `path` from file:// with the network off; then no request left the page and the console is clean."""
+    requests, errors = _load(driver, path)
+    assert requests == [], f"network requests: {requests}"
+    assert errors == [], f"console errors: {errors}"
+
+
+def _load(driver, path: Path) -> tuple[list[str], list[dict]]:
+    """(URLs the page asked the network for, SEVERE console entries) after opening `path` from file://."""
     driver.get_log("performance")
     driver.get_log("browser")
     driver.get(path.resolve().as_uri())
@@ -112,9 +119,7 @@ def _open_offline(driver, path: Path) -> None:
             url = message["params"]["request"]["url"]
             if not url.startswith(("file:", "data:", "blob:", "about:")):
                 requests.append(url)
-    assert requests == [], f"network requests: {requests}"
-    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
-    assert errors == [], f"console errors: {errors}"
+    return requests, [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
 
 def _hover_token_and_step_a_head(driver, root_selector: str) -> None:
@@ -181,6 +186,11 @@ def test_report_offline_in_chromium(driver, tmp_path):
     driver.save_screenshot(str(DOCS / "views_report.png"))
     errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []
+    # the negative control: one image from the network in the same page is a request and a console error
+    leaky = tmp_path / "leaky.html"
+    leaky.write_text(report.read_text().replace("<body>", '<body><img src="http://127.0.0.1:9/x.png">', 1))
+    requests, errors = _load(driver, leaky)
+    assert requests == ["http://127.0.0.1:9/x.png"] and errors
 
 
 @pytest.mark.browser
