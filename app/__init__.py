@@ -28,12 +28,15 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
     from dash import Dash
     from flask import has_request_context, request
 
+    from probe.views import bundle  # the explorer's clientside core, shared with notebook views and reports
+
     from . import layout
 
     service = service or Service(config or AppConfig())
     service.registry.load_all()
     dash_app = Dash(__name__, assets_folder=str(ASSETS), title="probe", update_title=None,
-                    suppress_callback_exceptions=True)
+                    suppress_callback_exceptions=True, external_scripts=[bundle.SCRIPT_URL])
+    bundle.serve(dash_app.server)  # probe/views/assets/views.js, loaded before assets/explorer.js
 
     def serve_layout():
         return layout.page_layout(service, _page_query() if has_request_context() else {})

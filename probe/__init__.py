@@ -6,6 +6,8 @@ The package is layered; imports only go down:
 * :mod:`probe.heads` — head types, probe sets, scores, statistics, :func:`label_model`;
 * :mod:`probe.proteins` — structures, contacts, Vig et al.'s feature shares, structure sets;
 * :mod:`probe.runs` — batch work: the one runner, its executors (in-process, Ray), journal, atomic writes, sweeps;
+* :mod:`probe.views` — views for a notebook (:func:`show`, :func:`label_table`), the one-file report, and the
+  clientside code the app shares; :mod:`probe.app` starts the dashboard from Python (``run``, Jupyter inline);
 * :mod:`probe.commands` — the ``probe`` command line (argparse and printing only; nothing imports it).
 
 Below them sit :mod:`probe.models` (loading), :mod:`probe.card`, :mod:`probe.naming` and :mod:`probe.errors`; the
@@ -37,8 +39,10 @@ _LAZY = {
     "retrieval_scores": "probe.heads.retrieval",
     "predict_contacts": "probe.proteins.contacts",
     "load": "probe.models",
+    "show": "probe.views.view",  # the inline notebook view (docs/views.md)
+    "label_table": "probe.views.tables",
 }
-_SUBMODULES = ("models", "card", "engine", "heads", "proteins", "runs", "zoo")
+_SUBMODULES = ("models", "card", "engine", "heads", "proteins", "runs", "zoo", "views", "app")
 
 __all__ = ["__version__", "ProbeError", "head_name", "parse_head_name", *_LAZY, *_SUBMODULES]
 

@@ -60,6 +60,7 @@ def test_the_wheel_holds_probe_app_and_no_top_level_app(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "probe_app/__init__.py" in names and "probe_app/panels/grid.py" in names
     assert "probe_app/assets/keys.js" in names
+    assert "probe/views/assets/views.js" in names and "probe/views/assets/views.css" in names  # the view layer
     assert not any(name.startswith("app/") for name in names)
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)

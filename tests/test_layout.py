@@ -11,6 +11,7 @@ Layers, bottom to top (a module may import its own layer and the ones below):
     training  probe.training.* (the organisms' recipes, data, training loop and cards: the data is built
               from the probe sets and the cards run the head classifier, so it sits above heads)
     runs      probe.runs.*
+    views     probe.views.*, probe.app   (notebook views and the report: they draw what the layers below compute)
     commands  probe.commands.*, probe.cli   (nothing below imports them)
 
 Modules are short: none of probe/commands/ above 200 lines (argparse and printing), none of the package above
@@ -28,7 +29,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "probe"
 
 BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers", "probe.card",
         "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
-RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "commands": 5}
+RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "views": 5, "commands": 6}
 
 
 def module_name(path: Path) -> str:
@@ -44,8 +45,10 @@ def layer(module: str) -> str:
         return "base"
     if module == "probe.cli":
         return "commands"
+    if module == "probe.app":
+        return "views"
     top = module.split(".")[1]
-    if top not in ("engine", "heads", "proteins", "training", "runs", "commands"):
+    if top not in ("engine", "heads", "proteins", "training", "runs", "views", "commands"):
         raise AssertionError(f"{module} is in no layer: add it to tests/test_layout.py (and to the docs)")
     return top
 

@@ -23,3 +23,8 @@ def test_notebook_runs(path, monkeypatch):
               if output.get("output_type") == "error"]
     assert not errors
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    if path.stem == "views":  # the inline views are in the outputs as text/html (tests/test_views_browser.py)
+        html = [output["data"]["text/html"] for cell in notebook.cells if cell.cell_type == "code"
+                for output in cell.get("outputs", []) if "text/html" in output.get("data", {})]
+        assert sum('data-probe-view="' in text and "window.probeViews" in text for text in html) == 2
+        assert any('class="probe-table"' in text for text in html)

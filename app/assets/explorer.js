@@ -10,15 +10,16 @@
     var view = {payload: null, head: 0, direction: "from", pinned: null, hovered: null};
     var NO = function () { return window.dash_clientside.no_update; };
 
+    // The pure pieces are the package's view layer (probe/views/assets/views.js, loaded before this file): the
+    // same code draws the inline notebook view and the one-file report.
+    var core = window.probeViews.core;
+    var labels = core.labels, headMax = core.headMax, dominantOffset = core.dominantOffset;
+    var offsetText = core.offsetText, share = core.share;
+    function pooled(alpha, n, q0, q1, k0, k1) { return core.pooled(alpha, n, q0, q1, k0, k1, BINS); }
+
     function decode(payload) {
         var key = payload.key + ":" + payload.layer;
-        if (decoded.key !== key) {
-            var text = atob(payload.alpha), bytes = new Uint8Array(text.length);
-            for (var i = 0; i < text.length; i++) { bytes[i] = text.charCodeAt(i); }
-            var raw = new Uint16Array(bytes.buffer), alpha = new Float32Array(raw.length);
-            for (var j = 0; j < raw.length; j++) { alpha[j] = raw[j] / payload.scale; }
-            decoded = {key: key, alpha: alpha};
-        }
+        if (decoded.key !== key) { decoded = {key: key, alpha: core.decodeUint16(payload.alpha, payload.scale)}; }
         return decoded.alpha;
     }
 
@@ -27,77 +28,9 @@
         return decode(payload).subarray(head * n * n, (head + 1) * n * n);
     }
 
-    function labels(tokens, factor, start, first, count) {
-        var out = [];
-        for (var i = 0; i < count; i += factor) {
-            var last = Math.min(i + factor, count) - 1;
-            var token = String(tokens[first + i]).trim() || tokens[first + i];
-            out.push(factor === 1 ? (start + i) + "·" + token : (start + i) + "–" + (start + last) + "·" + token);
-        }
-        return out;
-    }
-
-    function pooled(alpha, n, q0, q1, k0, k1) {  // max-pool the window [q0, q1) × [k0, k1) to at most BINS²
-        var rows = q1 - q0, cols = k1 - k0;
-        var factor = Math.max(1, Math.ceil(Math.max(rows, cols) / BINS));
-        var outRows = Math.ceil(rows / factor), outCols = Math.ceil(cols / factor), z = [];
-        for (var r = 0; r < outRows; r++) {
-            var line = new Array(outCols).fill(0);
-            for (var q = q0 + r * factor; q < Math.min(q1, q0 + (r + 1) * factor); q++) {
-                var base = q * n;
-                for (var c = 0; c < outCols; c++) {
-                    var best = line[c];
-                    for (var k = k0 + c * factor; k < Math.min(k1, k0 + (c + 1) * factor); k++) {
-                        if (alpha[base + k] > best) { best = alpha[base + k]; }
-                    }
-                    line[c] = best;
-                }
-            }
-            z.push(line);
-        }
-        return {z: z, factor: factor};
-    }
-
-    function headMax(alpha, n, causal) {  // causal: query 0 sees only itself (α = 1), so it is left out
-        var best = 1e-6;
-        for (var i = causal && n > 1 ? n : 0; i < alpha.length; i++) { if (alpha[i] > best) { best = alpha[i]; } }
-        return best;
-    }
-
-    function dominantOffset(alpha, n) {  // the most common argmax offset j − i over rows, and its share of rows
-        var counts = {};
-        for (var q = 0; q < n; q++) {
-            var best = 0, arg = 0;
-            for (var k = 0; k < n; k++) { if (alpha[q * n + k] > best) { best = alpha[q * n + k]; arg = k; } }
-            counts[arg - q] = (counts[arg - q] || 0) + 1;
-        }
-        var offset = 0, most = -1;
-        Object.keys(counts).forEach(function (key) { if (counts[key] > most) { most = counts[key]; offset = +key; } });
-        return {offset: offset, share: most / n};
-    }
-
-    function offsetText(offset) {
-        if (offset === 0) { return "i"; }
-        return offset < 0 ? "i − " + (-offset) : "i + " + offset;
-    }
-
     function targetsOf(pattern, head) {
         if (!pattern || !pattern.heads) { return null; }
         return pattern.heads.length === 1 ? pattern.heads[0] : pattern.heads[head];
-    }
-
-    function share(alpha, n, targets, causal) {  // as explorer.target_share
-        var mass = {}, count = {};
-        for (var t = 0; t < targets[0].length; t++) {
-            var q = targets[0][t], k = targets[1][t];
-            mass[q] = (mass[q] || 0) + alpha[q * n + k];
-            count[q] = (count[q] || 0) + 1;
-        }
-        var rows = Object.keys(mass);
-        if (!rows.length) { return null; }
-        var total = 0, chance = 0;
-        rows.forEach(function (q) { total += mass[q]; chance += count[q] / (causal ? (+q + 1) : n); });
-        return {share: total / rows.length, chance: chance / rows.length, rows: rows.length};
     }
 
     function emptyFigure(message) {
@@ -107,7 +40,7 @@
                            xref: "paper", yref: "paper"}]}};
     }
 
-    function percent(x) { return Math.round(100 * x) + " %"; }
+    var percent = core.percent;
 
     // A head step inside the shown layer redraws only the heatmap's z (Plotly.restyle: the axes, labels and layout
     // stay), straight from the key press, before Dash's callback round: the figure callback then only updates the
@@ -254,15 +187,7 @@
         var box = document.getElementById("explorer-tokens"), payload = view.payload;
         if (!box || !payload) { return; }
         var focus = view.pinned !== null ? view.pinned : view.hovered;
-        var n = payload.n, alpha = headMatrix(payload, view.head), spans = box.children;
-        for (var i = 0; i < spans.length; i++) {
-            var weight = focus === null ? 0 : (view.direction === "to" ? alpha[i * n + focus] : alpha[focus * n + i]);
-            var span = spans[i];
-            span.style.backgroundColor = "rgba(8, 81, 156, " + weight.toFixed(3) + ")";
-            span.style.color = weight > 0.5 ? "white" : "";
-            span.className = i === focus ? "token focus" + (view.pinned === i ? " pinned" : "") : "token";
-            span.title = i + " · α " + weight.toFixed(3);
-        }
+        core.colourTokens(box.children, headMatrix(payload, view.head), payload.n, focus, view.pinned, view.direction);
     }
 
     function tokenOf(event) {

@@ -3,23 +3,14 @@
 // Every press counts: the next selection is computed here from the last one asked for (not from the server's
 // answer), so fast presses queue instead of being dropped.
 (function () {
-    var TYPING = {TEXTAREA: true, SELECT: true};
-    var TEXT_INPUTS = {text: true, search: true, number: true, email: true, url: true, password: true, tel: true};
-
-    function typing(target) {
-        if (!target) { return false; }
-        if (target.isContentEditable || TYPING[target.tagName]) { return true; }
-        return target.tagName === "INPUT" && TEXT_INPUTS[(target.type || "text").toLowerCase()] === true;
-    }
+    var core = window.probeViews.core;  // probe/views/assets/views.js: the view layer shared with notebooks
+    var typing = core.typing;
 
     function step(axis, delta) {
         var state = window.probeState;
         if (!state || !state.shape || !window.dash_clientside || !window.dash_clientside.set_props) { return; }
         var current = state.pending || state.selected || {layer: 0, head: 0};
-        var layers = state.shape.layers, heads = state.shape.heads;
-        var next = {layer: current.layer, head: current.head};
-        if (axis === "layer") { next.layer = ((next.layer + delta) % layers + layers) % layers; }
-        else { next.head = ((next.head + delta) % heads + heads) % heads; }
+        var next = core.step(current, axis, delta, state.shape);
         state.pending = next;
         var probe = window.dash_clientside.probe;
         if (probe && probe.fastStep && probe.fastStep(next)) {  // redrawn now (assets/explorer.js): let the
@@ -31,7 +22,7 @@
         window.dash_clientside.set_props("selected-head", {data: next});
     }
 
-    var KEYS = {ArrowLeft: ["head", -1], ArrowRight: ["head", 1], ArrowUp: ["layer", -1], ArrowDown: ["layer", 1]};
+    var KEYS = core.STEP_KEYS;
 
     document.addEventListener("keydown", function (event) {
         if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {

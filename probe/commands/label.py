@@ -84,6 +84,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--out", help="output table: .parquet, .csv or .json (default: CSV to stdout)")
     parser.add_argument("--force", action="store_true", help="recompute every model, and overwrite an --out "
                                                              "that is not a label table")
+    parser.add_argument("--report", metavar="FILE.html",
+                        help="at the end, write the one-file HTML report of the (one) model with its labels "
+                             "(as `probe report --labels`)")
     add_sweep_options(parser)
     return parser
 
@@ -150,6 +153,11 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
     plot = plot_paths(args.plot) if args.plot else None
+    report_path = output_path(args.report, (".html",), "--report") if args.report else None
+    if report_path is not None and (len(dict.fromkeys(args.model or [])) != 1 or args.models_file
+                                    or args.revisions):
+        raise ProbeError("--report writes the report of one model: give one --model (no --models-file, "
+                         "--revisions)")
     if not args.model and not args.models_file:
         raise ProbeError("give --model (repeat it for several) or --models-file")
     if args.models_file is not None and not Path(args.models_file).expanduser().is_file():
@@ -195,4 +203,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             for written in save_figure(sweep_figure(report.table), plot):
                 _say(f"wrote {written}")
+    if report_path is not None and len(report.table):
+        from probe.views.report import write_report
+
+        model = args.model[0]
+        write_report(models.load(model, device=args.device, dtype=args.dtype, **load_keywords(args)), report_path,
+                     labels=report.table[report.table["model"].astype(str) == model])
+        _say(f"wrote {report_path}")
     return report.code

@@ -29,7 +29,7 @@ from torch import nn
 
 from probe.engine.output_norms import OutputProjections
 from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
-from probe.engine.sinks import AttentionBlock
+from probe.engine.sinks import AttentionBlock, SinkNeeds
 from probe.errors import ProbeError
 
 
@@ -38,13 +38,13 @@ def _row_entropy(alpha: torch.Tensor) -> torch.Tensor:
     return -(alpha * torch.log(alpha.clamp_min(1e-45))).masked_fill(alpha <= 0, 0.0).sum(-1)
 
 
-def _rows_of(sink, layer: int, n_query: int, device: torch.device) -> torch.Tensor | None:
-    rows = sink.rows_for(layer, n_query) if hasattr(sink, "rows_for") else None
+def _rows_of(rows, n_query: int, device: torch.device) -> torch.Tensor | None:
+    """A sink's sampled rows (:attr:`SinkNeeds.rows`) sorted and distinct, or None for every row."""
     if rows is None:
         return None
     rows = torch.unique(torch.as_tensor(rows, dtype=torch.long)).to(device)  # sorted, distinct
     if len(rows) and (rows[0] < 0 or rows[-1] >= n_query):
-        raise ProbeError(f"rows_for gave a row outside 0..{n_query - 1}")
+        raise ProbeError(f"SinkNeeds.rows holds a row outside 0..{n_query - 1}")
     return None if len(rows) == n_query else rows
 
 
@@ -54,43 +54,57 @@ def _check_heads(heads: Sequence[int], layer: int, n_heads: int) -> None:
         raise ProbeError(f"head index {bad[0]} is out of range: layer {layer} has heads 0..{n_heads - 1}")
 
 
-def stream_layer(session: _Session, layer: int, alpha: torch.Tensor) -> None:
-    """Hand one layer's dense α (``[batch head query key]``) to the session's sinks, as the fused engine would."""
-    n_batch, n_heads, n_query, n_key = alpha.shape
-    alpha = alpha.float()
+def _dense(session: _Session, sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
+    """Dense blocks of `need.heads` (every row, or the sampled rows) from the layer's α [batch head query key]."""
+    n_heads, n_query, n_key = alpha.shape[1:]
+    heads = tuple(need.heads)
+    _check_heads(heads, layer, n_heads)
+    chosen = alpha[:, list(heads)]  # [batch head_sel query key]
+    entropy = _row_entropy(chosen) if need.entropy else None  # [batch head_sel query]
+    rows = _rows_of(need.rows, n_query, alpha.device)
     query_offset = n_key - n_query
+    if rows is None:
+        for start in range(0, n_query, MAX_BLOCK_ROWS):
+            stop = min(start + MAX_BLOCK_ROWS, n_query)
+            sink.update(AttentionBlock(session.step, layer, heads, start, n_query, query_offset, n_key,
+                                       chosen[:, :, start:stop],
+                                       entropy=None if entropy is None else entropy[:, :, start:stop]))
+        return
+    for start in range(0, len(rows), MAX_BLOCK_ROWS):
+        block = rows[start:start + MAX_BLOCK_ROWS]
+        sink.update(AttentionBlock(session.step, layer, heads, int(block[0]), n_query, query_offset, n_key,
+                                   chosen[:, :, block], rows=block,
+                                   entropy=None if entropy is None else entropy[:, :, block]))
+
+
+def _gathered(sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
+    """α at `need.gather`'s slots from the layer's α [batch head query key]."""
+    n_batch, n_heads, n_query = alpha.shape[:3]
+    heads, slots = tuple(need.gather[0]), need.gather[1].to(alpha.device)  # slots: [batch query slot]
+    _check_heads(heads, layer, n_heads)
+    if slots.shape[:2] != (n_batch, n_query):
+        raise ProbeError(f"gather slots are shaped {tuple(slots.shape)}; expected [batch={n_batch}, "
+                         f"query={n_query}, slot]")
+    index = slots.clamp(min=0)[:, None].expand(-1, len(heads), -1, -1)  # [batch head query slot]
+    gathered = alpha[:, list(heads)].gather(-1, index) * (slots >= 0)[:, None]  # [batch head query slot]
+    sink.update_gathered(layer, heads, gathered)
+
+
+def stream_layer(session: _Session, layer: int, alpha: torch.Tensor) -> None:
+    """Hand one layer's dense α (``[batch head query key]``) to the session's sinks, as the fused engine would:
+    each sink's :class:`~probe.engine.sinks.SinkNeeds` for the layer is read once."""
+    n_heads, n_query = alpha.shape[1], alpha.shape[2]
+    alpha = alpha.float()
     for sink in session.sinks:
-        if getattr(sink, "output_projections", None) is not None:
+        need = sink.needs(layer, n_heads, n_query)
+        if not isinstance(need, SinkNeeds):
+            raise ProbeError(f"{type(sink).__name__}.needs returned {type(need).__name__}, not a SinkNeeds")
+        if need.output_projections is not None:
             sink.update_output_norms(layer, None)  # value states stay inside the module: shares are NaN
-        if hasattr(sink, "heads_for"):
-            heads = tuple(sink.heads_for(layer, n_heads))
-            _check_heads(heads, layer, n_heads)
-            if heads:
-                chosen = alpha[:, list(heads)]  # [batch head_sel query key]
-                entropy = _row_entropy(chosen) if getattr(sink, "wants_entropy", False) else None
-                rows = _rows_of(sink, layer, n_query, alpha.device)
-                if rows is None:
-                    for start in range(0, n_query, MAX_BLOCK_ROWS):
-                        stop = min(start + MAX_BLOCK_ROWS, n_query)
-                        sink.update(AttentionBlock(session.step, layer, heads, start, n_query, query_offset, n_key,
-                                                   chosen[:, :, start:stop],
-                                                   entropy=None if entropy is None else entropy[:, :, start:stop]))
-                else:
-                    for start in range(0, len(rows), MAX_BLOCK_ROWS):
-                        block = rows[start:start + MAX_BLOCK_ROWS]
-                        sink.update(AttentionBlock(session.step, layer, heads, int(block[0]), n_query, query_offset,
-                                                   n_key, chosen[:, :, block], rows=block,
-                                                   entropy=None if entropy is None else entropy[:, :, block]))
-        request = sink.gather_for(layer, n_heads) if hasattr(sink, "gather_for") else None
-        if request is not None:
-            heads, slots = tuple(request[0]), request[1].to(alpha.device)  # slots: [batch query slot]
-            _check_heads(heads, layer, n_heads)
-            if slots.shape[:2] != (n_batch, n_query):
-                raise ProbeError(f"gather slots are shaped {tuple(slots.shape)}; expected [batch={n_batch}, "
-                                 f"query={n_query}, slot]")
-            index = slots.clamp(min=0)[:, None].expand(-1, len(heads), -1, -1)  # [batch head query slot]
-            gathered = alpha[:, list(heads)].gather(-1, index) * (slots >= 0)[:, None]  # [batch head query slot]
-            sink.update_gathered(layer, heads, gathered)
+        if need.heads:
+            _dense(session, sink, need, layer, alpha)
+        if need.gather is not None:
+            _gathered(sink, need, layer, alpha)
 
 
 class _EagerHooks:

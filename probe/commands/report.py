@@ -1,0 +1,78 @@
+"""`probe report`: one self-contained HTML file of a model (card, atlas, labelled heads, every head on an input,
+full maps with the token view, proteins' contacts) that opens from file:// with no server and no network."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from probe.commands.common import add_model_options
+from probe.errors import ProbeError
+
+REPORT_EXTENSIONS = (".html",)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "report", help="write one self-contained HTML report of a model (opens offline, from file://)",
+        description="Write ONE HTML file: the architecture card, the head atlas of every type, the labelled heads "
+                    "with their meaning columns, every head's thumbnail on a probe input, full maps with the token "
+                    "view (PNG/SVG export buttons), and for protein models the contact maps and every head against "
+                    "the contact base rate. No server, no network request.",
+    )
+    add_model_options(parser)  # --model, --device, --dtype
+    parser.add_argument("--labels", help="labels table written by `probe label` (.csv, .parquet, .json)")
+    parser.add_argument("--text", metavar="FILE", help="the input to show (a text file; for protein models a "
+                                                       "sequence or FASTA); default: a probe input")
+    parser.add_argument("--structure", metavar="PDB", help="protein models: a PDB/mmCIF file for true contacts")
+    parser.add_argument("--chain", help="the structure's chain (default: the first)")
+    parser.add_argument("--seq-len", type=int, default=128, help="tokens of the probe input (default 128)")
+    parser.add_argument("--maps", type=int, default=4,
+                        help="heads with a full map when not every head fits the size budget (default 4)")
+    parser.add_argument("--out", required=True, help="the report: FILE.html")
+    return parser
+
+
+def _read_text(path: str) -> str:
+    from pathlib import Path
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ProbeError(f"--text {path}: no such file; give a text file")
+    text = file.read_text(encoding="utf-8", errors="replace").strip()
+    if not text:
+        raise ProbeError(f"--text {path} is empty")
+    if text.startswith(">"):  # FASTA: the first record's sequence
+        text = "".join(line.strip() for line in text.splitlines()[1:] if line and not line.startswith(">"))
+    return text
+
+
+def run(args: argparse.Namespace) -> int:
+    # Heavy imports (torch, transformers, pandas) only here, so `probe --help` stays fast.
+    from probe.commands.common import output_path
+    from probe.models import ModelKind, load
+    from probe.views.report import write_report
+
+    out = output_path(args.out, REPORT_EXTENSIONS)
+    if args.seq_len < 4:
+        raise ProbeError(f"--seq-len {args.seq_len}: give at least 4 tokens")
+    if args.maps < 1:
+        raise ProbeError("--maps must be at least 1")
+    text = _read_text(args.text) if args.text else None
+    if args.structure is not None:
+        from pathlib import Path
+
+        if not Path(args.structure).expanduser().is_file():
+            raise ProbeError(f"--structure {args.structure}: no such file; give a PDB or mmCIF file")
+    labels = None
+    if args.labels:
+        from probe.views.tables import as_table
+
+        labels = as_table(args.labels)
+    loaded = load(args.model, device=args.device, dtype=args.dtype)
+    if args.structure is not None and loaded.kind != ModelKind.PROTEIN_MLM:
+        raise ProbeError(f"--structure is for protein models; {args.model} is a {loaded.kind.description}")
+    write_report(loaded, out, labels=labels, text=text, structure=args.structure, chain=args.chain,
+                 seq_len=args.seq_len, full_maps=args.maps)
+    print(f"probe report: wrote {out} ({out.stat().st_size / 2**20:.2f} MiB)", file=sys.stderr)
+    return 0

@@ -1,0 +1,695 @@
+// probe views: the clientside code shared by the Dash app's explorer, the inline notebook view and the one-file
+// HTML report (docs/views.md). No dependency, no network: shipped inside the package (probe/views/assets/).
+//
+// window.probeViews.core: the pure pieces (decoding α, max-pooling, axis labels, a head's max, the dominant offset,
+// the targets' share, the token view's colours, a head step) - the app's assets/explorer.js and keys.js use them.
+// window.probeViews.mount(root, data): the standalone view (grid of every head, one head's α with the token view,
+// keys to step heads and layers, PNG/SVG export) for data written by probe/views/view.py.
+(function () {
+    "use strict";
+    if (window.probeViews && window.probeViews.version >= 1) { return; }  // one copy per page (several outputs)
+    var BLUES = [[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
+                 [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]];  // plotly's Blues, as the app
+    var BINS = 256;  // as app/figures.py HEATMAP_BINS
+
+    // --- core: pure functions -------------------------------------------------------------------------------
+
+    function bytesOf(base64) {  // base64 -> Uint8Array
+        var text = atob(base64), bytes = new Uint8Array(text.length);
+        for (var i = 0; i < text.length; i++) { bytes[i] = text.charCodeAt(i); }
+        return bytes;
+    }
+
+    function decodeUint16(base64, scale) {  // the app's payload: uint16 round(α · scale) -> Float32Array
+        var raw = new Uint16Array(bytesOf(base64).buffer), alpha = new Float32Array(raw.length);
+        for (var j = 0; j < raw.length; j++) { alpha[j] = raw[j] / scale; }
+        return alpha;
+    }
+
+    function float32Of(base64) { return new Float32Array(bytesOf(base64).buffer); }
+
+    function dequantise(bytes, offset, count, top) {  // uint8 q scaled to the head's max: α = q / 255 · top
+        var out = new Float32Array(count), factor = top / 255;
+        for (var i = 0; i < count; i++) { out[i] = bytes[offset + i] * factor; }
+        return out;
+    }
+
+    function labels(tokens, factor, start, first, count) {  // "3·the", or "8–11·went" per pooled block
+        var out = [];
+        for (var i = 0; i < count; i += factor) {
+            var last = Math.min(i + factor, count) - 1;
+            var token = String(tokens[first + i]).trim() || tokens[first + i];
+            out.push(factor === 1 ? (start + i) + "·" + token : (start + i) + "–" + (start + last) + "·" + token);
+        }
+        return out;
+    }
+
+    function pooled(alpha, n, q0, q1, k0, k1, bins) {  // max-pool the window [q0, q1) × [k0, k1) to ≤ bins²
+        var rows = q1 - q0, cols = k1 - k0;
+        var factor = Math.max(1, Math.ceil(Math.max(rows, cols) / (bins || BINS)));
+        var outRows = Math.ceil(rows / factor), outCols = Math.ceil(cols / factor), z = [];
+        for (var r = 0; r < outRows; r++) {
+            var line = new Array(outCols).fill(0);
+            for (var q = q0 + r * factor; q < Math.min(q1, q0 + (r + 1) * factor); q++) {
+                var base = q * n;
+                for (var c = 0; c < outCols; c++) {
+                    var best = line[c];
+                    for (var k = k0 + c * factor; k < Math.min(k1, k0 + (c + 1) * factor); k++) {
+                        if (alpha[base + k] > best) { best = alpha[base + k]; }
+                    }
+                    line[c] = best;
+                }
+            }
+            z.push(line);
+        }
+        return {z: z, factor: factor};
+    }
+
+    function headMax(alpha, n, causal) {  // causal: query 0 sees only itself (α = 1), so it is left out
+        var best = 1e-6;
+        for (var i = causal && n > 1 ? n : 0; i < alpha.length; i++) { if (alpha[i] > best) { best = alpha[i]; } }
+        return best;
+    }
+
+    function dominantOffset(alpha, n) {  // the most common argmax offset j − i over rows, and its share of rows
+        var counts = {};
+        for (var q = 0; q < n; q++) {
+            var best = 0, arg = 0;
+            for (var k = 0; k < n; k++) { if (alpha[q * n + k] > best) { best = alpha[q * n + k]; arg = k; } }
+            counts[arg - q] = (counts[arg - q] || 0) + 1;
+        }
+        var offset = 0, most = -1;
+        Object.keys(counts).forEach(function (key) { if (counts[key] > most) { most = counts[key]; offset = +key; } });
+        return {offset: offset, share: most / n};
+    }
+
+    function offsetText(offset) {
+        if (offset === 0) { return "i"; }
+        return offset < 0 ? "i − " + (-offset) : "i + " + offset;
+    }
+
+    function share(alpha, n, targets, causal) {  // as app/panels/explorer.target_share
+        var mass = {}, count = {};
+        for (var t = 0; t < targets[0].length; t++) {
+            var q = targets[0][t], k = targets[1][t];
+            mass[q] = (mass[q] || 0) + alpha[q * n + k];
+            count[q] = (count[q] || 0) + 1;
+        }
+        var rows = Object.keys(mass);
+        if (!rows.length) { return null; }
+        var total = 0, chance = 0;
+        rows.forEach(function (q) { total += mass[q]; chance += count[q] / (causal ? (+q + 1) : n); });
+        return {share: total / rows.length, chance: chance / rows.length, rows: rows.length};
+    }
+
+    function percent(x) { return Math.round(100 * x) + " %"; }
+
+    function colourTokens(spans, alpha, n, focus, pinned, direction, factor) {
+        // the token view: token i coloured by α(focus → i) ("from") or α(i → focus) ("to"); `factor` tokens per
+        // cell of `alpha` (n cells a side) when the view holds a max-pooled map
+        factor = factor || 1;
+        for (var i = 0; i < spans.length; i++) {
+            var weight = 0;
+            if (focus !== null && focus !== undefined) {
+                var a = Math.floor(focus / factor), b = Math.floor(i / factor);
+                weight = direction === "to" ? alpha[b * n + a] : alpha[a * n + b];
+            }
+            var span = spans[i];
+            span.style.backgroundColor = "rgba(8, 81, 156, " + weight.toFixed(3) + ")";
+            span.style.color = weight > 0.5 ? "white" : "";
+            span.className = i === focus ? "token focus" + (pinned === i ? " pinned" : "") : "token";
+            span.title = i + " · α " + weight.toFixed(3);
+        }
+    }
+
+    function step(current, axis, delta, shape) {  // the next (layer, head), wrapping around
+        var next = {layer: current.layer, head: current.head};
+        if (axis === "layer") { next.layer = ((next.layer + delta) % shape.layers + shape.layers) % shape.layers; }
+        else { next.head = ((next.head + delta) % shape.heads + shape.heads) % shape.heads; }
+        return next;
+    }
+
+    var STEP_KEYS = {ArrowLeft: ["head", -1], ArrowRight: ["head", 1], ArrowUp: ["layer", -1], ArrowDown: ["layer", 1]};
+    var TYPING = {TEXTAREA: true, SELECT: true};
+    var TEXT_INPUTS = {text: true, search: true, number: true, email: true, url: true, password: true, tel: true};
+
+    function typing(target) {  // keys typed into a text field never step heads
+        if (!target) { return false; }
+        if (target.isContentEditable || TYPING[target.tagName]) { return true; }
+        return target.tagName === "INPUT" && TEXT_INPUTS[(target.type || "text").toLowerCase()] === true;
+    }
+
+    function blues(t) {  // [0, 1] -> [r, g, b] on the Blues scale
+        var x = Math.max(0, Math.min(1, t)) * (BLUES.length - 1), low = Math.min(BLUES.length - 2, Math.floor(x));
+        var f = x - low, a = BLUES[low], b = BLUES[low + 1];
+        return [Math.round(a[0] + (b[0] - a[0]) * f), Math.round(a[1] + (b[1] - a[1]) * f),
+                Math.round(a[2] + (b[2] - a[2]) * f)];
+    }
+
+    function headName(layer, head) { return "L" + layer + "H" + head; }  // probe.naming.head_name
+
+    var core = {bytesOf: bytesOf, decodeUint16: decodeUint16, float32Of: float32Of, dequantise: dequantise,
+                labels: labels, pooled: pooled, headMax: headMax, dominantOffset: dominantOffset,
+                offsetText: offsetText, share: share, percent: percent, colourTokens: colourTokens, step: step,
+                STEP_KEYS: STEP_KEYS, typing: typing, blues: blues, headName: headName, BINS: BINS};
+
+    // --- the standalone view ------------------------------------------------------------------------------------
+
+    function el(tag, className, text) {
+        var node = document.createElement(tag);
+        if (className) { node.className = className; }
+        if (text !== undefined) { node.textContent = text; }
+        return node;
+    }
+
+    function escapeXml(text) {
+        return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+            .replace(/"/g, "&quot;");
+    }
+
+    function short(text, size) { text = String(text); return text.length > size ? text.slice(0, size - 1) + "…" : text; }
+
+    function View(root, data) {
+        this.root = root;
+        this.data = data;
+        this.shape = {layers: data.layers, heads: data.heads};
+        this.thumbBytes = bytesOf(data.thumbs.data);
+        this.thumbScale = float32Of(data.thumbs.scale);
+        this.mapBytes = data.maps ? bytesOf(data.maps.data) : new Uint8Array(0);
+        this.mapScale = data.maps ? float32Of(data.maps.scale) : new Float32Array(0);
+        this.mapIndex = {};
+        var self = this;
+        (data.maps ? data.maps.index : []).forEach(function (pair, i) { self.mapIndex[pair[0] + ":" + pair[1]] = i; });
+        this.cache = {key: null, alpha: null};
+        var first = data.selected || (data.maps && data.maps.index.length ? data.maps.index[0] : [0, 0]);
+        this.selected = {layer: first[0], head: first[1]};
+        this.headType = data.types && data.types.length ? data.types[0] : null;
+        this.perHead = false;
+        this.direction = "from";
+        this.pinned = null;
+        this.hovered = null;
+        this.build();
+        this.select(this.selected.layer, this.selected.head);
+    }
+
+    View.prototype.build = function () {
+        var self = this, data = this.data, root = this.root;
+        root.classList.add("probe-view");
+        root.setAttribute("tabindex", "0");
+        root.textContent = "";
+        var title = el("div", "pv-title");
+        title.appendChild(el("strong", "", data.title || data.model || "probe"));
+        title.appendChild(el("span", "pv-note", " · " + data.n + " tokens · " + data.layers + " layers × " +
+                             data.heads + " heads · ←/→ head, ↑/↓ layer (click the view first)"));
+        root.appendChild(title);
+        var controls = el("div", "pv-controls");
+        if (data.types && data.types.length) {
+            var label = el("label", "", "badges: ");
+            var select = el("select", "pv-type");
+            data.types.forEach(function (name) {
+                var option = el("option", "", name); option.value = name; select.appendChild(option);
+            });
+            select.addEventListener("change", function () { self.headType = select.value; self.drawGrid(); });
+            label.appendChild(select);
+            controls.appendChild(label);
+        }
+        var scale = el("label", "");
+        var box = el("input", "pv-scale"); box.type = "checkbox";
+        box.addEventListener("change", function () { self.perHead = box.checked; self.drawGrid(); self.drawMap(); });
+        scale.appendChild(box);
+        scale.appendChild(document.createTextNode(" colour max = head's max"));
+        controls.appendChild(scale);
+        [["grid", "png"], ["grid", "svg"], ["map", "png"], ["map", "svg"]].forEach(function (pair) {
+            var button = el("button", "pv-export", (pair[0] === "grid" ? "grid" : "map") + " " +
+                            pair[1].toUpperCase());
+            button.type = "button";
+            button.setAttribute("data-export", pair[0] + ":" + pair[1]);
+            button.title = "download the " + (pair[0] === "grid" ? "grid of every head" : "head's map with its " +
+                                              "token labels") + " as " + pair[1].toUpperCase();
+            button.addEventListener("click", function () { self.download(pair[0], pair[1]); });
+            controls.appendChild(button);
+        });
+        root.appendChild(controls);
+        var body = el("div", "pv-body");
+        var gridBox = el("div", "pv-grid-box");
+        this.grid = el("div", "pv-grid");
+        this.grid.style.gridTemplateColumns = "26px repeat(" + data.heads + ", minmax(14px, 48px))";
+        gridBox.appendChild(this.grid);
+        this.gridNote = el("div", "pv-note");
+        gridBox.appendChild(this.gridNote);
+        body.appendChild(gridBox);
+        var mapBox = el("div", "pv-map-box");
+        var caption = el("div", "pv-caption");
+        this.caption = el("strong", "pv-head-label");
+        this.offsetNote = el("span", "pv-note");
+        caption.appendChild(this.caption);
+        caption.appendChild(document.createTextNode(" "));
+        caption.appendChild(this.offsetNote);
+        mapBox.appendChild(caption);
+        this.wrap = el("div", "pv-map-wrap");
+        this.canvas = el("canvas", "pv-map");
+        this.rowMark = el("div", "pv-row-mark");
+        this.colMark = el("div", "pv-col-mark");
+        this.wrap.appendChild(this.canvas);
+        this.wrap.appendChild(this.rowMark);
+        this.wrap.appendChild(this.colMark);
+        mapBox.appendChild(this.wrap);
+        this.hoverNote = el("div", "pv-note pv-hover", "hover the map or a token");
+        mapBox.appendChild(this.hoverNote);
+        var direction = el("div", "pv-controls");
+        direction.appendChild(document.createTextNode("token view — hover a token (click pins it), colour by " +
+                                                      "attention "));
+        ["from", "to"].forEach(function (value) {
+            var option = el("label", "");
+            var radio = el("input", "pv-direction"); radio.type = "radio"; radio.value = value;
+            radio.name = "pv-direction-" + (root.id || Math.random().toString(36).slice(2));
+            radio.checked = value === "from";
+            radio.addEventListener("change", function () { self.direction = value; self.focusChanged(); });
+            option.appendChild(radio);
+            option.appendChild(document.createTextNode(value === "from" ? " from it " : " to it"));
+            direction.appendChild(option);
+        });
+        mapBox.appendChild(direction);
+        this.tokens = el("div", "pv-tokens token-view");
+        data.tokens.forEach(function (token, index) {
+            var span = el("span", "token", token);
+            span.setAttribute("data-index", String(index));
+            self.tokens.appendChild(span);
+        });
+        mapBox.appendChild(this.tokens);
+        this.tokenNote = el("div", "pv-note");
+        mapBox.appendChild(this.tokenNote);
+        body.appendChild(mapBox);
+        root.appendChild(body);
+        this.buildGrid();
+        this.bindEvents();
+    };
+
+    View.prototype.buildGrid = function () {
+        var self = this, data = this.data, t = data.thumbs.bins;
+        this.thumbCanvases = [];
+        this.grid.appendChild(el("div", "pv-corner", ""));
+        for (var h = 0; h < data.heads; h++) { this.grid.appendChild(el("div", "pv-axis", "H" + h)); }
+        for (var layer = 0; layer < data.layers; layer++) {
+            this.grid.appendChild(el("div", "pv-axis", "L" + layer));
+            for (var head = 0; head < data.heads; head++) {
+                var button = el("button", "pv-thumb");
+                button.type = "button";
+                button.setAttribute("data-layer", String(layer));
+                button.setAttribute("data-head", String(head));
+                var canvas = el("canvas");
+                canvas.width = t; canvas.height = t;
+                button.appendChild(canvas);
+                button.appendChild(el("span", "pv-badge", ""));
+                (function (l, hh) {
+                    button.addEventListener("click", function () { self.select(l, hh); self.root.focus(); });
+                })(layer, head);
+                this.grid.appendChild(button);
+                this.thumbCanvases.push(button);
+            }
+        }
+        this.drawGrid();
+    };
+
+    View.prototype.thumbValues = function (layer, head) {  // [t t] Float32Array of one head's thumbnail
+        var t = this.data.thumbs.bins, index = layer * this.data.heads + head;
+        return dequantise(this.thumbBytes, index * t * t, t * t, this.thumbScale[index]);
+    };
+
+    View.prototype.thumbTop = function (values, t) {  // colour max of a thumbnail
+        if (!this.perHead) { return 1.0; }
+        return headMax(values, t, this.data.causal);
+    };
+
+    View.prototype.badgeOf = function (layer, head) {
+        var marks = this.data.badges && this.headType ? this.data.badges[this.headType] : null;
+        return marks ? marks[layer + ":" + head] : null;
+    };
+
+    View.prototype.drawGrid = function () {
+        var t = this.data.thumbs.bins;
+        for (var i = 0; i < this.thumbCanvases.length; i++) {
+            var button = this.thumbCanvases[i];
+            var layer = +button.getAttribute("data-layer"), head = +button.getAttribute("data-head");
+            var values = this.thumbValues(layer, head);
+            paint(button.firstChild, values, t, this.thumbTop(values, t));
+            var badge = this.badgeOf(layer, head), span = button.lastChild;
+            span.textContent = badge ? badge[0] : "";
+            span.className = "pv-badge " + (badge ? badge[1] : "");
+            button.title = headName(layer, head) + (this.headType && badge ? " " + this.headType + " " + badge[0] : "");
+            button.classList.toggle("selected", layer === this.selected.layer && head === this.selected.head);
+        }
+        var factor = Math.ceil(this.data.n / t);
+        this.gridNote.textContent = this.data.n + " tokens" + (factor > 1 ? ", each thumbnail max-pooled " + factor +
+            "×" + factor : "") + (this.perHead ? " · colour: each head's own max" : " · colour: α on the fixed 0–1 scale") +
+            (this.data.badges && this.headType ? " · badge: " + this.headType + " score, ✓ labelled, grey near chance" : "");
+    };
+
+    function paint(canvas, values, side, top) {  // values [side side] -> pixels on the Blues scale over [0, top]
+        canvas.width = side; canvas.height = side;
+        var context = canvas.getContext("2d"), image = context.createImageData(side, side);
+        for (var i = 0; i < side * side; i++) {
+            var rgb = blues(values[i] / top);
+            image.data[4 * i] = rgb[0]; image.data[4 * i + 1] = rgb[1]; image.data[4 * i + 2] = rgb[2];
+            image.data[4 * i + 3] = 255;
+        }
+        context.putImageData(image, 0, 0);
+        return canvas;
+    }
+
+    View.prototype.current = function () {  // {alpha, side, factor, exact} of the selected head
+        var key = this.selected.layer + ":" + this.selected.head;
+        if (this.cache.key === key) { return this.cache.value; }
+        var index = this.mapIndex[key], value;
+        if (index !== undefined) {
+            var b = this.data.maps.bins;
+            value = {alpha: dequantise(this.mapBytes, index * b * b, b * b, this.mapScale[index]), side: b,
+                     factor: this.data.maps.factor, exact: true};
+        } else {
+            var t = this.data.thumbs.bins;
+            value = {alpha: this.thumbValues(this.selected.layer, this.selected.head), side: t,
+                     factor: Math.ceil(this.data.n / t), exact: false};
+        }
+        this.cache = {key: key, value: value};
+        return value;
+    };
+
+    View.prototype.select = function (layer, head) {
+        this.selected = {layer: layer, head: head};
+        this.root.setAttribute("data-layer", String(layer));
+        this.root.setAttribute("data-head", String(head));
+        for (var i = 0; i < this.thumbCanvases.length; i++) {
+            var button = this.thumbCanvases[i];
+            button.classList.toggle("selected", +button.getAttribute("data-layer") === layer &&
+                                    +button.getAttribute("data-head") === head);
+        }
+        this.drawMap();
+    };
+
+    View.prototype.layout = function (width, cap) {  // the map's geometry in CSS pixels
+        var side = this.current().side, margin = {l: 112, b: 96, t: 8, r: 12};
+        var plot = Math.max(120, Math.min(width, cap || 560) - margin.l - margin.r);  // fits 1280×800 beside the grid
+        return {margin: margin, plot: plot, cell: plot / side, width: plot + margin.l + margin.r,
+                height: plot + margin.t + margin.b, side: side};
+    };
+
+    View.prototype.axisLabels = function () {
+        var view = this.current(), n = this.data.n;
+        return labels(this.data.tokens, view.factor, 0, 0, n).slice(0, view.side);
+    };
+
+    View.prototype.drawMap = function () {
+        var view = this.current(), name = headName(this.selected.layer, this.selected.head);
+        var width = this.wrap.clientWidth || 560;
+        var geometry = this.layout(width);
+        this.geometry = geometry;
+        var top = this.perHead ? headMax(view.alpha, view.side, this.data.causal) : 1.0;
+        drawHeatmap(this.canvas, view.alpha, geometry, this.axisLabels(), top, window.devicePixelRatio || 1);
+        this.canvas.style.width = geometry.width + "px";
+        this.canvas.style.height = geometry.height + "px";
+        var what = view.factor === 1 ? "" : " · max α over " + view.factor + "×" + view.factor + " tokens";
+        this.caption.textContent = name + " · " + this.data.n + " tokens" + what;
+        var dominant = dominantOffset(view.alpha, view.side);
+        this.offsetNote.textContent = view.factor === 1 ? "dominant offset: argmax = " + offsetText(dominant.offset) +
+            " in " + percent(dominant.share) + " of rows" : "";
+        this.tokenNote.textContent = !view.exact ? name + " is not among this view's full maps (its thumbnail is " +
+            "shown): pass heads=[...] or a larger budget" : (view.factor > 1 ? "token view: α of the " + view.factor +
+            "-token blocks (the map is max-pooled; pass a larger budget for every token)" : "");
+        this.focusChanged();
+    };
+
+    function drawHeatmap(canvas, alpha, g, axis, top, ratio) {
+        canvas.width = Math.round(g.width * ratio); canvas.height = Math.round(g.height * ratio);
+        var context = canvas.getContext("2d");
+        context.setTransform(ratio, 0, 0, ratio, 0, 0);
+        context.clearRect(0, 0, g.width, g.height);
+        var cells = paint(document.createElement("canvas"), alpha, g.side, top);
+        context.imageSmoothingEnabled = false;
+        context.drawImage(cells, g.margin.l, g.margin.t, g.plot, g.plot);
+        context.strokeStyle = "#999"; context.lineWidth = 1;
+        context.strokeRect(g.margin.l - 0.5, g.margin.t - 0.5, g.plot + 1, g.plot + 1);
+        var every = Math.max(1, Math.ceil(g.side / 40));
+        context.fillStyle = getComputedStyle(canvas).color || "#212529";
+        context.font = Math.max(8, Math.min(12, g.cell * every * 0.9)) + "px ui-monospace, monospace";
+        context.textBaseline = "middle";
+        for (var i = 0; i < g.side; i += every) {
+            var y = g.margin.t + (i + 0.5) * g.cell, x = g.margin.l + (i + 0.5) * g.cell;
+            context.textAlign = "right";
+            context.fillText(short(axis[i], 14), g.margin.l - 4, y);
+            context.save();
+            context.translate(x, g.margin.t + g.plot + 4);
+            context.rotate(-Math.PI / 3);
+            context.fillText(short(axis[i], 14), 0, 0);
+            context.restore();
+        }
+        context.textAlign = "center";
+        context.fillText("key →", g.margin.l + g.plot / 2, g.height - 8);
+        context.save();
+        context.translate(10, g.margin.t + g.plot / 2);
+        context.rotate(-Math.PI / 2);
+        context.fillText("query →", 0, 0);
+        context.restore();
+    }
+
+    View.prototype.mark = function (mark, index, row) {  // a highlighted row (query) or column (key) of the map
+        var g = this.geometry;
+        if (index === null || index === undefined || !g) { mark.style.display = "none"; return; }
+        var view = this.current(), cell = Math.floor(index / view.factor);
+        mark.style.display = "block";
+        mark.setAttribute(row ? "data-row" : "data-col", String(index));
+        mark.setAttribute("data-bin", String(cell));
+        if (row) {
+            mark.style.left = g.margin.l + "px"; mark.style.width = g.plot + "px";
+            mark.style.top = (g.margin.t + cell * g.cell) + "px"; mark.style.height = Math.max(2, g.cell) + "px";
+        } else {
+            mark.style.top = g.margin.t + "px"; mark.style.height = g.plot + "px";
+            mark.style.left = (g.margin.l + cell * g.cell) + "px"; mark.style.width = Math.max(2, g.cell) + "px";
+        }
+    };
+
+    View.prototype.focusChanged = function () {
+        var view = this.current(), focus = this.pinned !== null ? this.pinned : this.hovered;
+        colourTokens(this.tokens.children, view.alpha, view.side, focus, this.pinned, this.direction, view.factor);
+        this.mark(this.rowMark, this.direction === "from" ? focus : null, true);
+        this.mark(this.colMark, this.direction === "to" ? focus : null, false);
+    };
+
+    View.prototype.cellAt = function (event) {
+        var g = this.geometry, box = this.canvas.getBoundingClientRect();
+        if (!g) { return null; }
+        var x = event.clientX - box.left - g.margin.l, y = event.clientY - box.top - g.margin.t;
+        if (x < 0 || y < 0 || x >= g.plot || y >= g.plot) { return null; }
+        return {row: Math.floor(y / g.cell), col: Math.floor(x / g.cell)};
+    };
+
+    View.prototype.bindEvents = function () {
+        var self = this;
+        this.tokens.addEventListener("mouseover", function (event) {
+            var token = event.target.closest ? event.target.closest(".token") : null;
+            if (!token || self.pinned !== null) { return; }
+            self.hovered = parseInt(token.getAttribute("data-index"), 10);
+            self.focusChanged();
+        });
+        this.tokens.addEventListener("click", function (event) {
+            var token = event.target.closest ? event.target.closest(".token") : null;
+            if (!token) { return; }
+            var index = parseInt(token.getAttribute("data-index"), 10);
+            self.pinned = self.pinned === index ? null : index;
+            self.hovered = index;
+            self.focusChanged();
+        });
+        this.canvas.addEventListener("mousemove", function (event) {
+            var cell = self.cellAt(event), view = self.current();
+            if (!cell) { self.hoverNote.textContent = "hover the map or a token"; return; }
+            var axis = self.axisLabels();
+            self.hoverNote.textContent = "query " + axis[cell.row] + " → key " + axis[cell.col] + " · " +
+                (view.factor === 1 ? "α " : "max α ") + view.alpha[cell.row * view.side + cell.col].toFixed(4);
+            if (self.pinned === null) {
+                self.mark(self.rowMark, cell.row * view.factor, true);
+                self.mark(self.colMark, cell.col * view.factor, false);
+            }
+        });
+        this.canvas.addEventListener("mouseleave", function () { self.focusChanged(); });
+        this.root.addEventListener("keydown", function (event) {
+            var move = STEP_KEYS[event.key];
+            if (!move || typing(event.target) || event.altKey || event.ctrlKey || event.metaKey) { return; }
+            event.preventDefault();  // the page (or Jupyter's command mode) would scroll or change cells
+            event.stopPropagation();
+            var next = step(self.selected, move[0], move[1], self.shape);
+            self.select(next.layer, next.head);
+        });
+        if (window.ResizeObserver) {
+            var last = 0;
+            new ResizeObserver(function () {
+                var width = self.wrap.clientWidth;
+                if (Math.abs(width - last) > 4) { last = width; self.drawMap(); }
+            }).observe(this.wrap);
+        }
+    };
+
+    // --- figures for papers: the same pictures as PNG (canvas) and SVG (vector labels) ------------------------
+
+    View.prototype.fileName = function (which, format) {
+        var base = (this.data.model || "probe").replace(/[^A-Za-z0-9._-]+/g, "_");
+        return base + "_" + (which === "grid" ? "grid" : headName(this.selected.layer, this.selected.head)) + "." +
+            format;
+    };
+
+    View.prototype.gridCanvas = function (scale) {  // the grid of every head as one canvas (labels drawn)
+        var data = this.data, t = data.thumbs.bins, cell = 40, gap = 4, left = 34, topMargin = 20;
+        var width = left + data.heads * (cell + gap), height = topMargin + data.layers * (cell + gap);
+        var canvas = document.createElement("canvas");
+        canvas.width = width * scale; canvas.height = height * scale;
+        var context = canvas.getContext("2d");
+        context.scale(scale, scale);
+        context.fillStyle = "white"; context.fillRect(0, 0, width, height);
+        context.imageSmoothingEnabled = false;
+        context.fillStyle = "#333"; context.font = "11px sans-serif"; context.textAlign = "center";
+        context.textBaseline = "middle";
+        for (var h = 0; h < data.heads; h++) { context.fillText("H" + h, left + h * (cell + gap) + cell / 2, 10); }
+        for (var layer = 0; layer < data.layers; layer++) {
+            context.fillStyle = "#333";
+            context.fillText("L" + layer, 14, topMargin + layer * (cell + gap) + cell / 2);
+            for (var head = 0; head < data.heads; head++) {
+                var values = this.thumbValues(layer, head);
+                var tile = paint(document.createElement("canvas"), values, t, this.thumbTop(values, t));
+                context.drawImage(tile, left + head * (cell + gap), topMargin + layer * (cell + gap), cell, cell);
+            }
+        }
+        return canvas;
+    };
+
+    View.prototype.mapCanvas = function (scale) {  // one head's map with its token labels, 640 px wide
+        var view = this.current(), g = this.layout(640, 640);
+        var canvas = document.createElement("canvas");
+        canvas.style.color = "#212529";
+        document.body.appendChild(canvas);
+        var top = this.perHead ? headMax(view.alpha, view.side, this.data.causal) : 1.0;
+        drawHeatmap(canvas, view.alpha, g, this.axisLabels(), top, scale);
+        document.body.removeChild(canvas);
+        var out = document.createElement("canvas");  // on white (the view's own canvas is transparent)
+        out.width = canvas.width; out.height = canvas.height;
+        var context = out.getContext("2d");
+        context.fillStyle = "white"; context.fillRect(0, 0, out.width, out.height);
+        context.drawImage(canvas, 0, 0);
+        return out;
+    };
+
+    View.prototype.png = function (which) {  // a PNG data: URI at twice the screen size
+        return (which === "grid" ? this.gridCanvas(2) : this.mapCanvas(2)).toDataURL("image/png");
+    };
+
+    View.prototype.svg = function (which) {
+        var data = this.data, parts = [], t = data.thumbs.bins;
+        function image(canvas, x, y, w, h) {
+            return '<image x="' + x + '" y="' + y + '" width="' + w + '" height="' + h + '" ' +
+                'preserveAspectRatio="none" style="image-rendering:pixelated" href="' + canvas.toDataURL("image/png") +
+                '"/>';
+        }
+        if (which === "grid") {
+            var cell = 40, gap = 4, left = 34, topMargin = 20;
+            var width = left + data.heads * (cell + gap), height = topMargin + data.layers * (cell + gap);
+            parts.push('<svg xmlns="http://www.w3.org/2000/svg" width="' + width + '" height="' + height +
+                       '" viewBox="0 0 ' + width + " " + height + '" font-family="sans-serif" font-size="11">');
+            parts.push('<rect width="100%" height="100%" fill="white"/>');
+            for (var h = 0; h < data.heads; h++) {
+                parts.push('<text x="' + (left + h * (cell + gap) + cell / 2) + '" y="12" text-anchor="middle">H' + h +
+                           "</text>");
+            }
+            for (var layer = 0; layer < data.layers; layer++) {
+                parts.push('<text x="14" y="' + (topMargin + layer * (cell + gap) + cell / 2 + 4) +
+                           '" text-anchor="middle">L' + layer + "</text>");
+                for (var head = 0; head < data.heads; head++) {
+                    var values = this.thumbValues(layer, head);
+                    parts.push("<g><title>" + headName(layer, head) + "</title>" +
+                               image(paint(document.createElement("canvas"), values, t, this.thumbTop(values, t)),
+                                     left + head * (cell + gap), topMargin + layer * (cell + gap), cell, cell) + "</g>");
+                }
+            }
+        } else {
+            var view = this.current(), g = this.layout(640, 640), axis = this.axisLabels();
+            var top = this.perHead ? headMax(view.alpha, view.side, data.causal) : 1.0;
+            parts.push('<svg xmlns="http://www.w3.org/2000/svg" width="' + g.width + '" height="' + g.height +
+                       '" viewBox="0 0 ' + g.width + " " + g.height + '" font-family="monospace">');
+            parts.push('<rect width="100%" height="100%" fill="white"/>');
+            parts.push(image(paint(document.createElement("canvas"), view.alpha, g.side, top), g.margin.l, g.margin.t,
+                             g.plot, g.plot));
+            var every = Math.max(1, Math.ceil(g.side / 40));
+            var size = Math.max(8, Math.min(12, g.cell * every * 0.9)).toFixed(1);
+            for (var i = 0; i < g.side; i += every) {
+                var y = g.margin.t + (i + 0.5) * g.cell, x = g.margin.l + (i + 0.5) * g.cell, text = escapeXml(axis[i]);
+                parts.push('<text x="' + (g.margin.l - 4) + '" y="' + y.toFixed(2) + '" font-size="' + size +
+                           '" text-anchor="end" dominant-baseline="middle">' + text + "</text>");
+                parts.push('<text transform="translate(' + x.toFixed(2) + "," + (g.margin.t + g.plot + 4) +
+                           ') rotate(-60)" font-size="' + size + '" text-anchor="end" dominant-baseline="middle">' +
+                           text + "</text>");
+            }
+            parts.push('<text x="' + (g.margin.l + g.plot / 2) + '" y="' + (g.height - 6) +
+                       '" text-anchor="middle" font-size="12">key</text>');
+            parts.push('<text transform="translate(12,' + (g.margin.t + g.plot / 2) +
+                       ') rotate(-90)" text-anchor="middle" font-size="12">query</text>');
+            parts.push("<title>" + escapeXml(headName(this.selected.layer, this.selected.head) + " · " +
+                                             (data.model || "")) + "</title>");
+        }
+        parts.push("</svg>");
+        return parts.join("\n");
+    };
+
+    View.prototype.download = function (which, format) {
+        var name = this.fileName(which, format), href;
+        if (format === "svg") {
+            href = URL.createObjectURL(new Blob([this.svg(which)], {type: "image/svg+xml"}));
+        } else {
+            href = this.png(which);
+        }
+        var link = document.createElement("a");
+        link.href = href; link.download = name;
+        document.body.appendChild(link);
+        link.click();
+        document.body.removeChild(link);
+        if (format === "svg") { setTimeout(function () { URL.revokeObjectURL(href); }, 1000); }
+        return name;
+    };
+
+    // --- tables: click a header to sort (the labelled-heads table of a notebook or a report) --------------------
+
+    function sortable(table) {
+        var headers = table.querySelectorAll("thead th");
+        headers.forEach(function (th, column) {
+            th.addEventListener("click", function () {
+                var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+                var ascending = th.getAttribute("data-order") !== "asc";
+                headers.forEach(function (other) { other.removeAttribute("data-order"); });
+                th.setAttribute("data-order", ascending ? "asc" : "desc");
+                rows.sort(function (a, b) {
+                    var x = a.cells[column].getAttribute("data-sort"), y = b.cells[column].getAttribute("data-sort");
+                    var nx = parseFloat(x), ny = parseFloat(y), result;
+                    if (!isNaN(nx) && !isNaN(ny)) { result = nx - ny; }
+                    else if (isNaN(nx) !== isNaN(ny)) { return isNaN(nx) ? 1 : -1; }  // unknown last
+                    else { result = String(x).localeCompare(String(y)); }
+                    return ascending ? result : -result;
+                });
+                rows.forEach(function (row) { body.appendChild(row); });
+            });
+        });
+    }
+
+    function mount(root, data) {
+        var view = new View(root, data);
+        root.probeView = view;
+        return view;
+    }
+
+    function mountAll() {  // every <div class="probe-view-mount" data-source="ID"> whose data is in <script id=ID>
+        document.querySelectorAll("[data-probe-view]").forEach(function (root) {
+            if (root.probeView) { return; }
+            var source = document.getElementById(root.getAttribute("data-probe-view"));
+            if (source) { mount(root, JSON.parse(source.textContent)); }
+        });
+        document.querySelectorAll("table.probe-table").forEach(function (table) {
+            if (!table.probeSortable) { table.probeSortable = true; sortable(table); }
+        });
+    }
+
+    window.probeViews = {version: 1, core: core, mount: mount, mountAll: mountAll, sortable: sortable};
+})();

@@ -1,0 +1,97 @@
+"""Every head's α max-pooled as it streams by: one forward pass, no [layer head N N] tensor kept.
+
+A cell of a pooled map keeps the strongest weight of its factor × factor block of (query, key) pairs, so sharp
+patterns (a previous-token diagonal, an induction stripe) stay visible at any size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from probe.engine import capture
+from probe.errors import ProbeError
+
+
+class PoolSink:
+    """A capture sink keeping α of the chosen heads max-pooled by `factor` (a :class:`probe.engine.Sink`).
+
+    Parameters
+    ----------
+    n_tokens : int
+        Tokens of the input (query and key axes).
+    factor : int
+        Tokens per cell; the maps have side ceil(n_tokens / factor).
+    heads : iterable of (layer, head), optional
+        The heads to keep; None: every head of every layer.
+    """
+
+    accepts_causal_crop = True  # causal blocks come without their all-zero key tail
+
+    def __init__(self, n_tokens: int, factor: int, heads: Iterable[tuple[int, int]] | None = None) -> None:
+        self.factor = max(1, int(factor))
+        self.side = math.ceil(n_tokens / self.factor)
+        self.heads = None if heads is None else sorted({(int(layer), int(head)) for layer, head in heads})
+        self._maps: dict[int, torch.Tensor] = {}  # layer -> [head side side]
+        self._order: dict[int, tuple[int, ...]] = {}
+
+    def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
+        if self.heads is None:
+            return range(n_heads)
+        return tuple(head for at, head in self.heads if at == layer and head < n_heads)
+
+    def update(self, block) -> None:
+        alpha = block.alpha[0]  # [head query key] this block's rows
+        heads, rows, keys = alpha.shape
+        key_bins = math.ceil(keys / self.factor)
+        pad = key_bins * self.factor - keys
+        if pad:
+            alpha = torch.nn.functional.pad(alpha, (0, pad))  # α ≥ 0: zero padding never wins a max
+        by_key = alpha.reshape(heads, rows, key_bins, self.factor).amax(-1).float().cpu()  # [head query key_bin]
+        grid = self._maps.get(block.layer)
+        if grid is None:
+            grid = self._maps[block.layer] = torch.zeros(heads, self.side, self.side)  # [head side side]
+            self._order[block.layer] = tuple(block.heads)
+        start = block.query_start
+        for row_bin in range(start // self.factor, (start + rows - 1) // self.factor + 1):
+            low = max(row_bin * self.factor, start) - start
+            high = min((row_bin + 1) * self.factor, start + rows) - start
+            cell = grid[:, row_bin, :key_bins]  # [head key_bin]
+            torch.maximum(cell, by_key[:, low:high].amax(1), out=cell)
+
+    def maps(self) -> dict[tuple[int, int], np.ndarray]:
+        """(layer, head) -> [side side] float32 pooled α."""
+        out = {}
+        for layer, grid in self._maps.items():
+            for index, head in enumerate(self._order[layer]):
+                out[(layer, head)] = grid[index].numpy()
+        return out
+
+
+def pooled_attention(loaded, input_ids: torch.Tensor, map_factor: int, map_heads, thumb_bins: int):
+    """One forward pass: (maps {(layer, head): [side side]}, thumbnails [layer head t t]) float32.
+
+    `input_ids` is [1 token] long; `map_heads` the heads whose maps are kept (None: all), pooled by `map_factor`;
+    every head's thumbnail is pooled to at most `thumb_bins` a side.
+    """
+    n = int(input_ids.shape[1])
+    maps = PoolSink(n, map_factor, map_heads)
+    thumbs = PoolSink(n, math.ceil(n / thumb_bins))
+    inputs = {"input_ids": input_ids.to(loaded.device), "attention_mask": torch.ones_like(input_ids).to(loaded.device)}
+    with capture(loaded.model, [maps, thumbs]), torch.inference_mode():
+        loaded.model(**inputs)
+    grid = thumbs.maps()
+    if len(grid) != loaded.n_layers * loaded.n_heads:
+        raise ProbeError(f"{loaded.name}: the attention of only {len(grid)} of {loaded.n_layers * loaded.n_heads} "
+                         "heads was captured; the view needs every layer")
+    side = thumbs.side
+    stacked = np.zeros((loaded.n_layers, loaded.n_heads, side, side), dtype=np.float32)  # [layer head t t]
+    for (layer, head), tile in grid.items():
+        stacked[layer, head] = tile
+    return maps.maps(), stacked
+
+
+__all__ = ["PoolSink", "pooled_attention"]

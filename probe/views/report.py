@@ -1,0 +1,237 @@
+"""`probe report`: ONE self-contained HTML file of a model — works from file://, no server, no network request.
+
+Sections: the architecture card; the head atlas of every head type; the labelled heads with the meaning columns;
+the interactive view (every head's thumbnail on a probe input, full maps with the token view, keys, PNG/SVG
+export: the same views.js as the app and the notebook); for protein models the contact maps and every head against
+the contact base rate (probe.proteins). Written atomically (probe.runs.atomic).
+
+Size: α is uint8 (probe.views.encode). With REPORT_BUDGET every head's full map is kept when all fit at one token
+per cell (144 heads × 128 tokens: 2.4 MB of maps); else the `full_maps` heads chosen (labelled first) at the
+finest pooling that fits. docs/views.md gives the measured sizes.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+from pathlib import Path
+
+import numpy as np
+
+from probe.card import architecture_card
+from probe.errors import ProbeError
+from probe.heads.probesets import repeated_blocks
+from probe.models import ModelKind, load
+from probe.naming import head_name
+from probe.proteins.contacts import predict_contacts
+from probe.proteins.structure import contact_map, read_structure
+from probe.runs.atomic import write_atomically
+from probe.views import encode
+from probe.views.figures import atlas_svg, contact_svg
+from probe.views.pooling import pooled_attention
+from probe.views.tables import as_table, badges, is_labelled, one_model, table_html
+from probe.views.view import DEMO_PROTEIN, View, display_tokens, fragment, input_ids_of, standalone_page
+
+REPORT_BUDGET = 4 * 2**20  # bytes of full maps in a report
+FULL_MAPS = 4  # heads with a full map when not every head fits the budget at one token per cell
+PROBE_TOKENS = 128  # the probe input's length (repeated random blocks: induction and copying show)
+LEADERBOARD_ROWS = 24
+
+
+def probe_input(loaded, seq_len: int = PROBE_TOKENS):
+    """A probe input: random tokens with one block repeated (probe.heads.probesets.repeated_blocks), [1 token]."""
+    length = min(seq_len, loaded.max_tokens)
+    return repeated_blocks(loaded.tokenizer, 1, length, seed=0).input_ids[:1]
+
+
+def _chosen_heads(table, thumbs: np.ndarray, count: int) -> list[tuple[int, int]]:
+    """The best labelled head of each type, then the most peaked heads (largest mean row maximum) up to `count`."""
+    chosen: list[tuple[int, int]] = []
+    if table is not None and not table.empty and "label" in table.columns:
+        labelled = table[[is_labelled(v) for v in table["label"]]].sort_values("score", ascending=False)
+        for _, rows in labelled.groupby("head_type", sort=True):
+            key = (int(rows.iloc[0]["layer"]), int(rows.iloc[0]["head"]))
+            if key not in chosen:
+                chosen.append(key)
+    peaked = thumbs.max(-1).mean(-1)  # [layer head]
+    for flat in np.argsort(-peaked, axis=None, kind="stable"):
+        key = tuple(int(v) for v in np.unravel_index(flat, peaked.shape))
+        if len(chosen) >= count:
+            break
+        if key not in chosen:
+            chosen.append(key)
+    return chosen[:count]
+
+
+def _card_html(loaded) -> str:
+    try:
+        rows = architecture_card(loaded.config).rows()
+    except ProbeError as error:
+        return f'<p class="note">no architecture card: {html.escape(str(error))}</p>'
+    return '<table class="card">' + "".join(f"<tr><th>{html.escape(a)}</th><td>{html.escape(b)}</td></tr>"
+                                            for a, b in rows) + "</table>"
+
+
+def _atlas_html(table, layers: int, heads: int) -> str:
+    if table is None or table.empty:
+        return ('<p class="note">no labels: pass --labels TABLE (written by <code>probe label</code>), or run '
+                "<code>probe label --report</code></p>")
+    figures = []
+    for head_type in sorted(table["head_type"].astype(str).unique()):
+        rows = table[table["head_type"].astype(str) == head_type]
+        count = sum(is_labelled(v) for v in rows["label"]) if "label" in rows.columns else 0
+        figures.append(f"<figure>{atlas_svg(table, layers, heads, head_type)}<figcaption><b>{html.escape(head_type)}"
+                       f"</b> · {count} labelled</figcaption></figure>")
+    return ('<p class="note">score on the fixed 0–1 scale (Viridis) · grey: not clearly above chance · ✓ labelled · '
+            'hover a cell for its score, interval and q</p><div class="atlases">' + "".join(figures) + "</div>")
+
+
+def _protein_html(loaded, sequence: str, structure: str | None, chain: str | None) -> str:
+    """Contact maps (predicted | true) and the head leaderboard against the contact base rate."""
+    true_map, note = None, "no structure: pass --structure PDB for true contacts, P@L and the base rate"
+    if structure is not None:
+        parsed = read_structure(structure, chain=chain)
+        sequence = parsed.sequence
+        true_map = contact_map(parsed)  # [L L] int8: 1, 0, -1 unknown
+        note = (f"{Path(structure).name} chain {parsed.chain}: {len(sequence)} residues, "
+                f"{int((np.triu(true_map, 1) == 1).sum())} true contacts (virtual Cβ–Cβ < 8 Å)")
+    result = predict_contacts(loaded, sequence, true_map, per_head=True)
+    parts = [f'<p class="note">{html.escape(note)}</p>']
+    if result.contacts is not None:
+        parts.append(contact_svg(result.contacts, true_map, f"contacts · {loaded.name}"))
+    else:
+        parts.append(f'<p class="note">{html.escape(loaded.name)} has no contact regression: per-head rows only</p>')
+    if result.precision:
+        parts.append('<table class="card"><tr><th>range</th><th>P@L</th><th>P@L/2</th><th>P@L/5</th></tr>' + "".join(
+            f"<tr><td>{name}</td>" + "".join(f"<td>{_fmt(result.precision.get(f'p_at_{k}_{name}'))}</td>"
+                                             for k in ("L", "L2", "L5")) + "</tr>"
+            for name in ("short", "medium", "long")) + "</table>")
+    heads = result.heads
+    if heads is not None and not heads.empty:
+        key = "p_at_L_long" if true_map is not None else "logit_share"
+        heads = heads.sort_values(key, ascending=False, na_position="last")
+        columns = [c for c in ("name", "p_at_L_long", "base_rate_long", "enrichment_L_long", "q_value_L_long",
+                               "logit_share", "contact_share", "binding_share") if c in heads.columns]
+        if true_map is None:
+            columns = [c for c in columns if c in ("name", "logit_share")]
+        head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in columns)
+        body = "".join("<tr>" + "".join(f'<td data-sort="{html.escape(str(row[c]))}">{_fmt(row[c])}</td>'
+                                        for c in columns) + "</tr>"
+                       for _, row in heads.head(LEADERBOARD_ROWS).iterrows())
+        parts.append(f'<h3>heads against the contact base rate (top {min(LEADERBOARD_ROWS, len(heads))} of '
+                     f'{len(heads)}, by {key.replace("_", " ")})</h3><p class="note">enrichment = P@L / base rate of '
+                     "the range; q: Benjamini–Hochberg over the heads of the hypergeometric p-value of the top-L "
+                     "hits (probe.proteins.significance); unknown: not measured</p>"
+                     f'<div class="scroll"><table class="probe-table"><thead><tr>{head}</tr></thead><tbody>{body}'
+                     "</tbody></table></div>")
+    return "".join(parts), sequence
+
+
+def _fmt(value) -> str:
+    if isinstance(value, str):
+        return html.escape(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return "unknown"
+    return "unknown" if not np.isfinite(number) else f"{number:.3g}"
+
+
+def report_html(loaded, labels=None, text: str | None = None, structure: str | None = None,
+                chain: str | None = None, seq_len: int = PROBE_TOKENS, full_maps: int = FULL_MAPS,
+                budget: int = REPORT_BUDGET) -> str:
+    """The report of one model as one HTML string (see :func:`write_report`)."""
+    if isinstance(loaded, (str, Path)):
+        loaded = load(str(loaded))
+    table = one_model(as_table(labels), loaded.name) if labels is not None else None
+    protein = loaded.kind == ModelKind.PROTEIN_MLM
+    sections = [f"<h1>probe report · {html.escape(loaded.name)}</h1>",
+                f'<p class="note">{html.escape(loaded.kind.description)}'
+                f" · revision {html.escape(str(loaded.revision)[:24])} · written "
+                f"{_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} · one file, no network</p>",
+                "<h2>Architecture</h2>", _card_html(loaded),
+                "<h2>Head atlas</h2>", _atlas_html(table, loaded.n_layers, loaded.n_heads),
+                "<h2>Labelled heads</h2>"]
+    if table is not None and not table.empty:
+        sections.append(table_html(table, only_labelled=True))
+    else:
+        sections.append('<p class="note">no labels table</p>')
+    protein_part, sequence = "", text
+    if protein:
+        protein_part, sequence = _protein_html(loaded, text or DEMO_PROTEIN, structure, chain)
+    if sequence:
+        ids = input_ids_of(loaded, sequence)
+        what = "the protein" if protein else "the given text"
+    else:
+        ids = probe_input(loaded, seq_len)
+        what = "a probe input: random tokens with one block repeated (probe.heads.probesets.repeated_blocks)"
+    n_tokens, all_heads = int(ids.shape[1]), loaded.n_layers * loaded.n_heads
+    if encode.bytes_per_head(n_tokens) * all_heads <= budget:
+        chosen, factor = None, 1
+    else:
+        _, thumbs = pooled_attention(loaded, ids, encode.pooling_factor(n_tokens, 1, 2**12), [(0, 0)],
+                                     encode.THUMB_BINS)
+        chosen = _chosen_heads(table, thumbs, max(1, full_maps))
+        factor = encode.pooling_factor(n_tokens, len(chosen), budget)
+    maps, thumbs = pooled_attention(loaded, ids, factor, chosen, encode.THUMB_BINS)
+    tokens = display_tokens(loaded.tokenizer, loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist()))
+    first = (_chosen_heads(table, thumbs, 1) or [min(maps)])[0]
+    if first not in maps:
+        first = min(maps)
+    view = View(model=loaded.name, tokens=tuple(tokens), causal=loaded.kind == ModelKind.CAUSAL_LM,
+                thumbnails=thumbs, maps=maps, factor=factor, badges=badges(table), selected=first,
+                title=f"{loaded.name} on {n_tokens} tokens")
+    held = "every head" if chosen is None else ", ".join(head_name(*key) for key in sorted(maps))
+    sections += ["<h2>Every head on one input</h2>",
+                 f'<p class="note">input: {html.escape(what)} · full maps: {html.escape(held)}'
+                 + (f" (max-pooled {factor}×{factor})" if factor > 1 else "")
+                 + " · hover a token for its row, click the view and use ←/→ ↑/↓ to step heads and layers</p>",
+                 fragment(view.payload(), "probe-report-view")]
+    if protein:
+        sections += ["<h2>Contacts</h2>", protein_part]
+    return standalone_page("\n".join(sections), f"probe report · {loaded.name}")
+
+
+def write_report(loaded, out: str | Path, labels=None, text: str | None = None, structure: str | None = None,
+                 chain: str | None = None, seq_len: int = PROBE_TOKENS, full_maps: int = FULL_MAPS,
+                 budget: int = REPORT_BUDGET) -> Path:
+    """Write the one-file HTML report of a model (atomically) and return its path.
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel or str
+        The model (or what :func:`probe.load` takes).
+    out : str or Path
+        FILE.html.
+    labels : pandas.DataFrame or str, optional
+        A labels table (or its file) from ``probe label``: atlas, labelled heads, badges.
+    text : str, optional
+        The input of the view (a protein sequence for protein models); default: a probe input of `seq_len`
+        tokens (repeated random blocks), or for protein models the structure's sequence or ubiquitin.
+    structure : str, optional
+        A PDB/mmCIF file (protein models): true contacts, P@L, the base rate.
+    chain : str, optional
+        The structure's chain (default: the first).
+    seq_len : int, default 128
+        Tokens of the probe input.
+    full_maps : int, default 4
+        Heads with a full map when not every head fits `budget` at one token per cell.
+    budget : int, default 4 MiB
+        Bytes of full maps (uint8: N² + 4 bytes per head).
+
+    Returns
+    -------
+    Path
+        `out`.
+    """
+    out = Path(out).expanduser()
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise ProbeError(f"--out {out}: a report is one .html file")
+    if not out.parent.is_dir():
+        raise ProbeError(f"--out {out}: the folder {out.parent} does not exist; create it first")
+    page = report_html(loaded, labels, text, structure, chain, seq_len, full_maps, budget)
+    write_atomically(out, lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    return out
+
+
+__all__ = ["FULL_MAPS", "PROBE_TOKENS", "REPORT_BUDGET", "probe_input", "report_html", "write_report"]

@@ -1,0 +1,213 @@
+"""The labels table as a readable HTML table (a notebook cell, the report): score with its interval, chance, q,
+label, output share, role, ablation and group effect — sorted and coloured like the app's labelled-heads table
+(best score first within a type; ✓ green when labelled, grey when not clearly above chance; NaN is "unknown")."""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from probe.errors import ProbeError
+from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
+from probe.naming import head_name
+from probe.views.bundle import inline_script, inline_style
+
+MAX_ROWS = 500  # rows drawn in a notebook (a note says how many were left out)
+
+
+def number(row, column: str) -> float | None:
+    """A finite number from a table row, None when the column is missing or NaN (unknown)."""
+    value = getattr(row, column, None)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def is_labelled(value) -> bool:
+    """The `label` column's value as a bool (NaN, "", "false", "0" are not labelled)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    return str(value).strip().lower() not in ("", "none", "nan", "false", "0", "unlabelled", "-")
+
+
+def is_significant(row) -> bool:
+    """Clearly above chance: q < 0.05 where the table has a q-value, else the interval's low end above chance (as
+    the app's atlas)."""
+    q_value = number(row, "q_value")
+    if q_value is not None:
+        return q_value < 0.05
+    low, chance = number(row, "ci_low"), number(row, "chance")
+    if low is None or chance is None:
+        return True
+    return low > chance
+
+
+def format_q(value: float | None) -> str:
+    """A q-value for reading: 3 significant digits, '< 0.001' below; 'unknown' for NaN."""
+    if value is None:
+        return "unknown"
+    return "< 0.001" if value < 0.001 else f"{value:.3g}"
+
+
+def as_table(labels) -> pd.DataFrame:
+    """A labels table from a DataFrame or a file written by `probe label` (.csv, .parquet, .json)."""
+    if isinstance(labels, pd.DataFrame):
+        table = labels
+    elif isinstance(labels, (str, Path)):
+        path = Path(labels).expanduser()
+        if not path.is_file():
+            raise ProbeError(f"labels {path}: no such file; pass a table written by `probe label`")
+        if path.suffix.lower() not in TABLE_EXTENSIONS:
+            raise ProbeError(f"labels {path}: the extension must be one of {', '.join(TABLE_EXTENSIONS)}")
+        table = read_table_file(path)
+    else:
+        raise ProbeError(f"labels must be a DataFrame or a table file written by `probe label`, not "
+                         f"{type(labels).__name__}")
+    missing = [c for c in ("layer", "head", "head_type", "score") if c not in table.columns]
+    if missing:
+        raise ProbeError(f"the labels table lacks the columns {', '.join(missing)}; pass a table written by "
+                         "`probe label`")
+    return table
+
+
+def one_model(table: pd.DataFrame, model: str | None) -> pd.DataFrame:
+    """The rows of `model` (all rows when the table names no such model) at the first probe length it lists."""
+    if model is not None and "model" in table.columns and (table["model"].astype(str) == model).any():
+        table = table[table["model"].astype(str) == model]
+    if "seq_len" in table.columns and table["seq_len"].nunique() > 1:
+        table = table[table["seq_len"] == table["seq_len"].iloc[0]]
+    return table
+
+
+def badges(table: pd.DataFrame | None) -> dict[str, dict[str, list[str]]]:
+    """head type -> {"layer:head": [badge text, css class]}: the score, ✓ when labelled, faint near chance."""
+    out: dict[str, dict[str, list[str]]] = {}
+    if table is None or table.empty:
+        return out
+    for row in table.itertuples(index=False):
+        labelled = is_labelled(getattr(row, "label", None))
+        css = "labelled" if labelled else ("" if is_significant(row) else "faint")
+        score = number(row, "score")
+        text = ("unknown" if score is None else f"{score:.2f}") + (" ✓" if labelled else "")
+        out.setdefault(str(row.head_type), {})[f"{int(row.layer)}:{int(row.head)}"] = [text, css]
+    return out
+
+
+COLUMNS = ("head", "type", "score", "interval", "chance", "q", "label", "output share", "role", "ablation",
+           "group effect")
+
+
+def _interval(row, low: str, high: str) -> str:
+    a, b = number(row, low), number(row, high)
+    return "" if a is None or b is None else f"[{a:.3f}, {b:.3f}]"
+
+
+def _effect(row, effect: str, z: str) -> tuple[str, float | None]:
+    value, score = number(row, effect), number(row, z)
+    if value is None:
+        return "unknown", None
+    return f"{value:+.3f}" + (f" (z {score:.1f})" if score is not None else ""), value
+
+
+def _cell(text: str, sort, css: str = "") -> str:
+    sort_value = "" if sort is None else (f"{sort:.6g}" if isinstance(sort, float) else str(sort))
+    css = css or ("unknown" if text == "unknown" else "")
+    return (f'<td data-sort="{html.escape(sort_value)}"' + (f' class="{css}"' if css else "") + f">"
+            f"{html.escape(text)}</td>")
+
+
+def table_rows(table: pd.DataFrame, only_labelled: bool = False) -> pd.DataFrame:
+    """The rows shown, in the app's order: by type, labelled first, best score first."""
+    rows = table.copy()
+    rows["labelled_row"] = [is_labelled(v) for v in rows["label"]] if "label" in rows.columns else False
+    if only_labelled:
+        rows = rows[rows["labelled_row"]]
+    return rows.sort_values(["head_type", "labelled_row", "score"], ascending=[True, False, False],
+                            na_position="last", kind="stable")
+
+
+def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int = MAX_ROWS) -> str:
+    """The HTML of the labels table (<table class="probe-table">; views.js sorts it on a header click)."""
+    rows = table_rows(table, only_labelled)
+    shown = rows.head(max_rows)
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in COLUMNS)
+    body = []
+    for row in shown.itertuples(index=False):
+        labelled = bool(row.labelled_row)
+        score = number(row, "score")
+        q_value = number(row, "q_value")
+        share = number(row, "output_share")
+        share_text = "unknown" if share is None else f"{share:.3f} " + _interval(row, "output_share_low",
+                                                                                "output_share_high")
+        role = getattr(row, "role", None)
+        role_text = role if isinstance(role, str) and role else ("unknown" if labelled else "")
+        ablation, ablation_value = _effect(row, "ablation_effect", "ablation_z")
+        group, group_value = _effect(row, "group_effect", "group_z")
+        chance = number(row, "chance")
+        name = head_name(int(row.layer), int(row.head))
+        cells = [
+            _cell(name, int(row.layer) * 10000 + int(row.head)), _cell(str(row.head_type), str(row.head_type)),
+            _cell("unknown" if score is None else f"{score:.3f}", score),
+            _cell(_interval(row, "ci_low", "ci_high"), number(row, "ci_low")),
+            _cell("unknown" if chance is None else f"{chance:.3f}", chance),
+            _cell(format_q(q_value), q_value),
+            f'<td data-sort="{int(labelled)}">' + ('<span class="yes">✓ labelled</span>' if labelled else "") + "</td>",
+            _cell(share_text.strip(), share), _cell(role_text, role_text),
+            _cell(ablation, ablation_value), _cell(group, group_value),
+        ]
+        faint = not labelled and not is_significant(row)
+        body.append(f'<tr data-head="{name}"' + (' class="faint"' if faint else "") + ">" + "".join(cells) + "</tr>")
+    note = (f"{len(rows)} rows" + (f", the first {max_rows} shown" if len(rows) > max_rows else "") +
+            " · by type, labelled first, best score first (click a header to sort) · ✓ labelled (q ≤ the FDR) · "
+            "grey: not clearly above chance · unknown: not measured (never 0)")
+    return (f'<div class="probe-table-note">{html.escape(note)}</div><table class="probe-table"><thead><tr>{head}'
+            f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
+class LabelTable:
+    """A labels table that draws itself as HTML in a notebook (:func:`label_table`)."""
+
+    def __init__(self, table: pd.DataFrame, only_labelled: bool = False, max_rows: int = MAX_ROWS) -> None:
+        self.table = table
+        self.only_labelled = only_labelled
+        self.max_rows = max_rows
+
+    def html(self) -> str:
+        return (inline_style() + table_html(self.table, self.only_labelled, self.max_rows) + inline_script() +
+                "<script>window.probeViews.mountAll();</script>")
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def __repr__(self) -> str:
+        return f"<LabelTable: {len(self.table)} rows>"
+
+
+def label_table(labels, only_labelled: bool = False, max_rows: int = MAX_ROWS) -> LabelTable:
+    """The labels table of `probe label` as a readable, sortable HTML table under a notebook cell.
+
+    Parameters
+    ----------
+    labels : pandas.DataFrame or str or Path
+        A table written by ``probe label`` / :func:`probe.label_model`, or its file.
+    only_labelled : bool, default False
+        Only the labelled heads (as the app's labelled-heads table).
+    max_rows : int, default 500
+        Rows drawn; a note says how many were left out.
+
+    Returns
+    -------
+    LabelTable
+        With ``_repr_html_`` (columns: head, type, score, interval, chance, q, label, output share, role,
+        ablation, group effect).
+    """
+    return LabelTable(as_table(labels), only_labelled, max_rows)
+
+
+__all__ = ["COLUMNS", "LabelTable", "as_table", "badges", "format_q", "is_labelled", "is_significant",
+           "label_table", "number", "one_model", "table_html"]
