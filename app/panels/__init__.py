@@ -28,9 +28,9 @@ def radio(component_id: str, options, value) -> dcc.RadioItems:
                           labelStyle={"marginRight": "12px"})
 
 
-def graph(component_id: str, message: str = "loading…", atlas: bool = False) -> dcc.Graph:
+def graph(component_id: str, message: str = "loading…", atlas: bool = False, theme: str = "light") -> dcc.Graph:
     return dcc.Graph(id=component_id, config=figures.graph_config("png", f"probe_{component_id}", atlas=atlas),
-                     figure=figures.empty_figure(message))
+                     figure=figures.empty_figure(message, theme))
 
 
 def head_or_default(selected) -> dict:
