@@ -25,6 +25,7 @@ SELECTION_COLOUR = "#d62728"
 PATTERN_COLOUR = "#ff7f0e"
 NOT_SIGNIFICANT = "#d9d9d9"  # atlas cells whose score is not clearly above chance
 NO_DATA = "#f7f7f7"
+NO_DATA_DARK = "#3b3b3b"  # the same "no score" cell on the dark theme
 LABEL_COLOURS = {"labelled": "#2ca02c", "not labelled": "#d9d9d9", "no score": "#f7f7f7"}
 SCORE_SCALE = "Viridis"
 ALPHA_SCALE = "Blues"
@@ -204,6 +205,7 @@ def atlas_figure(
     not clearly above chance are grey. By label: three categories with a legend, never a continuous bar.
     Trace 0 is always the clickable grid ("atlas", z = the score, NaN without one).
     """
+    empty = NO_DATA_DARK if theme_of(theme) == "dark" else NO_DATA
     score = np.full((n_layers, n_heads), np.nan)  # [layer head]
     significant = np.zeros((n_layers, n_heads), dtype=bool)
     labelled = np.zeros((n_layers, n_heads), dtype=bool)
@@ -238,7 +240,7 @@ def atlas_figure(
     elif have_rows:
         shown = np.where(significant, score, np.nan)
         grey = np.where(~significant & ~np.isnan(score), 0.0, np.nan)
-        traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, NO_DATA], [1, NO_DATA]],
+        traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, empty], [1, empty]],
                                  showscale=False, name="atlas", **common))
         traces.append(go.Heatmap(z=shown, zmin=0.0, zmax=1.0, colorscale=SCORE_SCALE, name="score", hoverinfo="skip",
                                  colorbar={"title": {"text": "score (fixed 0–1)", "side": "right"}},
@@ -249,7 +251,7 @@ def atlas_figure(
         # the grey's meaning is in the page's legend above the atlas (once), not repeated in the figure
         title = f"{head_type}: score of every head (click to select)"
     else:
-        traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, NO_DATA], [1, NO_DATA]],
+        traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, empty], [1, empty]],
                                  showscale=False, name="atlas", **common))
         title = f"no {head_type} labels yet: press 'Label heads'"
     if not have_rows:  # NaN cells are not drawn (nor clickable): give the empty grid a flat value

@@ -168,10 +168,10 @@ class Service:
 
     def describe(self, spec: str) -> str:
         if self.unusable(spec):
-            return f"{spec} · card only"
+            return f"{display_name(spec)} · card only"
         loaded = self.model(spec)
         kind = getattr(loaded.kind, "value", loaded.kind)  # ModelKind may be a (str, Enum)
-        return (f"{spec} · {kind} · {loaded.n_layers} layers × {loaded.n_heads} heads · "
+        return (f"{display_name(spec)} · {kind} · {loaded.n_layers} layers × {loaded.n_heads} heads · "
                 f"revision {loaded.revision}")
 
     def text_entry_bytes(self) -> int:

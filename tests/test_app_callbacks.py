@@ -337,10 +337,10 @@ def _wait_for_job(service, spec, timeout=120.0):
 
 def test_label_on_demand_shows_progress_then_fills_the_atlas(specs):
     service = Service(AppConfig(models=specs, label_examples=4))
-    progress, poll_off, finished = atlas.label_status(service, specs[0], start=True)
+    progress, poll_off, finished, _ = atlas.label_status(service, specs[0], start=True)
     assert poll_off is False and finished == 0  # polling starts
     assert "labelled every head" in _wait_for_job(service, specs[0])
-    assert atlas.label_status(service, specs[0]) [1:] == (True, 1)  # polling stops; the page redraws once
+    assert atlas.label_status(service, specs[0])[1:3] == (True, 1)  # polling stops; the page redraws once
     assert atlas.label_status(service, specs[1])[0] == ""  # another model: no stale "labelled every head of …"
     table = service.labels(specs[0])
     figure = atlas.atlas_view(service, specs[0], "previous_token", "score", None)
@@ -816,11 +816,15 @@ def test_a_clicked_pair_is_marked_in_both_maps_and_stays():
     assert proteins.shared_zoom({"dragmode": "pan"}, store) == (no_update, no_update)
 
 
-def test_defaults_open_on_the_induction_organism_with_an_input_it_can_read():
-    from app.registry import default_models
+def test_defaults_open_on_minilm_then_the_induction_organism_with_inputs_they_can_read():
+    from app.registry import MINILM_NAME, default_models, display_name, minilm_dir
 
     specs = default_models()
-    assert specs[0] == "zoo:induction" and specs[-1] == "zoo:esm-random"
+    assert specs[0] == str(minilm_dir()) and display_name(specs[0]) == MINILM_NAME  # the real model first
+    assert default_models(minilm=False)[0] == "zoo:induction" == specs[1] and specs[-1] == "zoo:esm-random"
+    minilm = models.load(specs[0])
+    assert explorer.example_text(minilm) == explorer.DEMO_PARAGRAPH  # English for a model that reads it
+    assert explorer.unknown_share(minilm, explorer.DEMO_PARAGRAPH) == 0.0
     for spec in ("zoo:induction", "zoo:coreference"):
         loaded = models.load(spec)
         text = explorer.example_text(loaded)

@@ -325,6 +325,9 @@
     window.dash_clientside = window.dash_clientside || {};
     window.dash_clientside.probe = Object.assign({}, window.dash_clientside.probe, {
         heatmap: heatmap, layerOf: layerOf, tokenState: tokenState, fastStep: fastStep,
-        _view: view  // read by the browser tests
+        _view: view,  // read by the browser tests
+        _parts: {decode: decode, headMatrix: headMatrix, labels: labels, pooled: pooled, headMax: headMax,
+                 dominantOffset: dominantOffset, offsetText: offsetText, share: share, notes: notes,
+                 tickCount: tickCount, titleText: titleText, revision: revision}  // tests/test_app_js.py
     });
 })();

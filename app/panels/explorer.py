@@ -26,6 +26,9 @@ from . import card_panel, graph, radio
 
 DEMO_TEXT = ("the cat saw the dog . the cat saw the dog . mary gave the book to john because he wanted it . "
              "one two three four five one two three four five")
+DEMO_PARAGRAPH = ("When Mary met John at the station, she gave him the old book she had promised him (a worn copy of "
+                  "Moby Dick). He thanked her, and they walked to the small café by the river. Mary said the book "
+                  "had belonged to her grandmother; John said he would read it on the train home.")
 DEMO_PROTEIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"  # ubiquitin
 TOKEN_VIEW_MAX = 1024  # the token view shows inputs up to this many tokens
 
@@ -102,10 +105,13 @@ def unknown_share(loaded, text: str) -> float:
 
 
 def example_text(loaded) -> str:
-    """A first input the model can read: the English demo; for the zoo's synthetic languages, two coreference
-    template sentences or a repeated block of the model's own words (so induction heads have something to do)."""
+    """A first input the model can read: an English paragraph for a model that reads English (all-MiniLM-L6-v2),
+    the demo sentences for a small word vocabulary; for the zoo's synthetic languages, two coreference template
+    sentences or a repeated block of the model's own words (so induction heads have something to do)."""
     if loaded.kind == ModelKind.PROTEIN_MLM:
         return DEMO_PROTEIN
+    if unknown_share(loaded, DEMO_PARAGRAPH) <= 0.05:
+        return DEMO_PARAGRAPH
     if unknown_share(loaded, DEMO_TEXT) <= 0.2:
         return DEMO_TEXT
     from probe.heads.probesets import coreference_examples

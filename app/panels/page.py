@@ -53,8 +53,20 @@ def types_tooltip(types) -> str:
     return "\n".join(f"{name}: {REGISTRY[name].description}" for name in types if name in REGISTRY)
 
 
-def default_head_type(types) -> str:
-    """The type the page opens on: induction where it applies (the organisms' showcase), else the first."""
+SHOWCASE = ("induction", "previous_token", "next_token", "coreference", "duplicate_token", "delimiter")
+
+
+def default_head_type(types, table=None) -> str:
+    """The type the page opens on: the first of SHOWCASE with a labelled head in `table` (a real model opens on a
+    pattern it has, never on an empty atlas); without labels induction where it applies, else the first type."""
+    if table is not None and not table.empty and "label" in table.columns:
+        from ..figures import _is_labelled
+
+        labelled = {str(kind) for kind, label in zip(table["head_type"], table["label"], strict=True)
+                    if _is_labelled(label)}
+        for name in (*SHOWCASE, *types):
+            if name in types and name in labelled:
+                return name
     return "induction" if "induction" in types else types[0]
 
 
@@ -68,11 +80,11 @@ def initial_state(service: Service, query) -> dict:
         notes.append(f"model {spec!r} is not served here: showing {usable[0]}")
         spec = usable[0]
     types = head_types_for(service, spec)
-    head_type = query.get("type") or default_head_type(types)
+    default = default_head_type(types, None if service.unusable(spec) else service.labels(spec))
+    head_type = query.get("type") or default
     if head_type not in types:
-        notes.append(f"head type {head_type!r} does not apply to {model_label(spec)}: showing "
-                     f"{default_head_type(types)}")
-        head_type = default_head_type(types)
+        notes.append(f"head type {head_type!r} does not apply to {model_label(spec)}: showing {default}")
+        head_type = default
     layer, head = _default_head(service, spec, head_type)
     if "layer" in query or "head" in query:
         try:
@@ -240,7 +252,8 @@ def register(app, service: Service) -> None:
     @guarded(outputs=4, message=3)
     def _model_changed(spec, head_type):
         types = head_types_for(service, spec)
-        head_type = head_type if head_type in types else default_head_type(types)
+        head_type = head_type if head_type in types else default_head_type(types, service.labels(spec)
+                                                                             if not service.unusable(spec) else None)
         layer, head = _default_head(service, spec, head_type)
         return {"layer": layer, "head": head}, type_options(types), head_type, ""
 
