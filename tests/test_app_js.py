@@ -149,7 +149,7 @@ def test_heatmap_figure_pools_labels_outlines_and_names_the_head(page):
     assert figure["layout"]["title"]["text"].startswith("L3H1 · 1024 tokens in 256 bins")
     assert figure["layout"]["template"] == templates["dark"]  # the page's theme
     outline = figure["data"][1]
-    assert outline["name"] == "previous_token targets" and set(zip(outline["y"], outline["x"])) == {
+    assert outline["name"] == "previous_token targets" and set(zip(outline["y"], outline["x"], strict=True)) == {
         ("0–3·t0", "0–3·t0"), ("600–603·t600", "596–599·t596")}
     assert caption == "L3H1 · 1024 tokens" and offset.startswith("dominant offset: argmax = i − 1")
     assert "previous_token targets" in overlay and "3 rows" in overlay

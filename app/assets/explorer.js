@@ -278,8 +278,11 @@
         for (var i = 0; i < spans.length; i++) {
             var weight = focus === null ? 0 : (view.direction === "to" ? alpha[i * n + focus] : alpha[focus * n + i]);
             var span = spans[i];
-            span.style.backgroundColor = "rgba(8, 81, 156, " + weight.toFixed(3) + ")";
-            span.style.color = weight > 0.35 ? "white" : "";  // light text once the blue is dark enough
+            // light theme: dark text up to α 0.55, then white text on a blue at least 0.8 opaque (both ≥ 4.5:1);
+            // dark theme: the page's light text reads on the blue at every α
+            var strong = !view.dark && weight > 0.55;
+            span.style.backgroundColor = "rgba(8, 81, 156, " + (strong ? Math.max(weight, 0.8) : weight).toFixed(3) + ")";
+            span.style.color = strong ? "white" : "";
             span.className = i === focus ? "token focus" + (view.pinned === i ? " pinned" : "") : "token";
             span.title = i + " · α " + weight.toFixed(3);
         }

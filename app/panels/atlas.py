@@ -12,7 +12,7 @@ from ..errors import guarded
 from ..inputs import row_head
 from ..registry import display_name
 from ..service import Service
-from . import card_panel, graph, radio
+from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, radio
 
 LEGEND = [html.Span([html.Span(className="swatch viridis"), "score on the fixed 0–1 scale"]),
           html.Span([html.Span(className="swatch grey"), "grey: not clearly above chance"]),
@@ -68,9 +68,7 @@ HEADER_TIPS = {
     "ablation_z": "rise in loss when the head is zeroed, in standard deviations of random same-layer heads",
     "group_z": "the same for all labelled heads of the type ablated together, against random groups",
 }
-TABLE_CELL = {"backgroundColor": "var(--mantine-color-body)", "color": "var(--mantine-color-text)",
-              "border": "1px solid var(--mantine-color-default-border)"}
-TABLE_HEADER = {"backgroundColor": "var(--mantine-color-default-hover)", "color": "var(--mantine-color-text)"}
+
 
 
 def labelled_rows(table, head_type: str) -> tuple[list[dict], list[dict], str]:

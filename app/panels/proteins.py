@@ -18,7 +18,7 @@ from ..errors import guarded
 from ..inputs import parse_fasta, row_head
 from ..registry import display_name
 from ..service import Service
-from . import card_panel, graph
+from . import TABLE_CELL, TABLE_HEADER, card_panel, graph
 from .explorer import DEMO_PROTEIN
 
 STRUCTURE_EXTENSIONS = (".pdb", ".ent", ".cif", ".mmcif")
@@ -27,9 +27,9 @@ SEQUENCE_EXTENSIONS = (".fa", ".fasta", ".faa", ".txt", ".seq")
 
 def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.Div:
     table_style = {"style_table": {"maxHeight": "320px", "overflowY": "auto"},
-                   "style_cell": {"fontFamily": "ui-monospace, monospace", "fontSize": 12, "padding": "2px 6px",
-                                  "minWidth": "48px", "maxWidth": "90px", "whiteSpace": "normal"},
-                   "style_header": {"whiteSpace": "normal", "height": "auto"}}
+                   "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 12,
+                                  "padding": "2px 6px", "minWidth": "48px", "maxWidth": "90px", "whiteSpace": "normal"},
+                   "style_header": {**TABLE_HEADER, "whiteSpace": "normal", "height": "auto"}}
     accept = ",".join(STRUCTURE_EXTENSIONS + SEQUENCE_EXTENSIONS)
     return card_panel("Proteins: attention next to contact maps", [
         dcc.Textarea(id=ids.SEQUENCE, value=DEMO_PROTEIN, rows=2, placeholder="protein sequence or FASTA"),
