@@ -2,7 +2,8 @@
 
 A view (a layer of the explorer, the grid, a protein) passes the gate in the *foreground*; a labelling job in the
 *background* holds it only between its probe batches and steps aside at the next batch whenever a view is waiting.
-So a labelling job never holds the models for its whole run: a view waits at most one probe batch's forward.
+So a labelling job never holds the models for its whole run: a view waits at most one probe batch's forward, and
+the job pauses until no view has run for QUIET_S (a page load is many requests: none of them waits for the job).
 
     gate = InferenceGate()
     with gate.foreground():          # a view
@@ -16,17 +17,33 @@ So a labelling job never holds the models for its whole run: a view waits at mos
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
+
+QUIET_S = 1.5  # a background job resumes only after this long without a view (a page load is many requests)
 
 
 class InferenceGate:
     """A re-entrant lock in which foreground holders always go before background ones."""
 
-    def __init__(self) -> None:
+    def __init__(self, quiet_s: float = QUIET_S) -> None:
+        self.quiet_s = quiet_s
+        self._last_view = float("-inf")  # time.monotonic() when the last view left the gate
         self._condition = threading.Condition()
         self._owner: int | None = None  # thread id of the holder
         self._depth = 0  # re-entrant acquisitions by the holder
         self._waiting = 0  # foreground threads waiting for the gate
+        self._background: int | None = None  # thread id of the background holder
+
+    def touch(self) -> None:
+        """Count now as a view (a page being served): background jobs stay paused for `quiet_s`."""
+        with self._condition:
+            self._last_view = time.monotonic()
+
+    def quiet(self) -> bool:
+        """No view has used the gate for `quiet_s`."""
+        with self._condition:
+            return time.monotonic() - self._last_view >= self.quiet_s
 
     @property
     def waiting(self) -> int:
@@ -67,14 +84,21 @@ class InferenceGate:
     def _acquire_background(self) -> None:
         me = threading.get_ident()
         with self._condition:
-            while self._owner is not None or self._waiting:
-                self._condition.wait()
-            self._owner, self._depth = me, 1
+            while True:
+                quiet = time.monotonic() - self._last_view
+                if self._owner is None and not self._waiting and quiet >= self.quiet_s:
+                    break
+                self._condition.wait(timeout=max(0.05, self.quiet_s - quiet))
+            self._owner, self._depth, self._background = me, 1, me
 
     def _release(self) -> None:
         with self._condition:
             self._depth -= 1
             if self._depth == 0:
+                if self._owner == self._background:
+                    self._background = None
+                else:
+                    self._last_view = time.monotonic()
                 self._owner = None
                 self._condition.notify_all()
 
@@ -87,8 +111,9 @@ class _Turn:
         self.holding = True
 
     def step_aside(self) -> None:
-        """Let every waiting view pass, then take the gate back (no wait when no view is waiting)."""
-        if self._gate.waiting:
+        """Let every waiting view pass, then take the gate back once no view has run for `quiet_s` (no wait when
+        the views are quiet)."""
+        if self._gate.waiting or not self._gate.quiet():
             self._gate._release()
             self.holding = False
             self._gate._acquire_background()
