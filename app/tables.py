@@ -1,14 +1,19 @@
 """Tables the dashboard reads from disk: a labels table from `probe label` (checked for the atlas's columns, one
-probe length) and a structure-set summary from `probe contacts --heads-summary`."""
+probe length), the label tables shipped with models (`shipped_labels`) and a structure-set summary from
+`probe contacts --heads-summary`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
+from probe import zoo
 from probe.errors import ProbeError
 from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
+
+from .registry import minilm_dir
 
 LABEL_COLUMNS = ("layer", "head", "head_type", "score")
 
@@ -43,3 +48,36 @@ def read_heads_summary(path: str) -> pd.DataFrame:
     from probe.proteins.sets import read_heads_summary as read_summary
 
     return read_summary(path)
+
+
+MINILM_TABLE = Path(__file__).resolve().parent / "data" / "minilm_labels.csv"  # scripts/minilm_labels.py writes it
+
+
+def shipped_labels(spec: str) -> pd.DataFrame | None:
+    """The label table shipped with a model, or None: a bundled organism's `probe/zoo/NAME/labels.csv` (named by
+    its card.json's "label_table" entry), and all-MiniLM-L6-v2's table in `app/data/`. Read once at start-up:
+    the app labels nothing it was shipped a table for."""
+    path = shipped_table_path(spec)
+    if path is None:
+        return None
+    try:
+        return one_length(read_table_file(path))
+    except ProbeError:
+        return None  # a damaged shipped table: the model is labelled in the background instead
+
+
+def shipped_table_path(spec: str) -> Path | None:
+    """Where the shipped label table of `spec` is, or None when it has none."""
+    if spec.startswith("zoo:"):
+        try:
+            directory = zoo.path(spec[len("zoo:"):])
+            entry = json.loads((directory / "card.json").read_text()).get("label_table")
+        except (ProbeError, OSError, ValueError):
+            return None
+        name = entry.get("file") if isinstance(entry, dict) else None
+        path = directory / name if isinstance(name, str) and "/" not in name and "\\" not in name else None
+        return path if path is not None and path.is_file() else None
+    minilm = minilm_dir()
+    if minilm is not None and spec == str(minilm) and MINILM_TABLE.is_file():
+        return MINILM_TABLE
+    return None

@@ -22,7 +22,7 @@ from app.errors import guarded
 from app.inputs import parse_fasta, parse_token_ids
 from app.panels import atlas, card, explorer, grid, page, proteins
 from app.registry import ModelRegistry
-from app.service import Busy, Service
+from app.service import Service
 from app.tables import read_labels
 from probe import models
 from probe.errors import ProbeError
@@ -60,10 +60,7 @@ def _upload(data: bytes, mime: str = "application/octet-stream") -> str:
 
 
 def test_selection_from_atlas_clicks_thumbnails_and_rows_is_checked(service, specs):
-    assert atlas.clicked_head(service, specs[0], {"points": [{"x": 2, "y": 1, "z": 0.4}]}) == {"layer": 1, "head": 2}
-    for bad in ({"points": [{"x": "a", "y": 0}]}, {"points": [{"x": 9, "y": 0}]}, {"points": []}, None, "x"):
-        with pytest.raises(ProbeError):
-            atlas.clicked_head(service, specs[0], bad)
+    # atlas clicks are read in the browser (assets/keys.js atlasClick; tests/test_app_js.py)
     assert grid.clicked_thumbnail(service, specs[0], {"type": ids.THUMB, "layer": 1, "head": 3}, 1) == \
         {"layer": 1, "head": 3}
     assert grid.clicked_thumbnail(service, specs[0], {"type": ids.THUMB, "layer": 1, "head": 3}, 0) is None
@@ -340,10 +337,10 @@ def _wait_for_job(service, spec, timeout=120.0):
 
 def test_label_on_demand_shows_progress_then_fills_the_atlas(specs):
     service = Service(AppConfig(models=specs, label_examples=4))
-    progress, poll_off, finished = atlas.label_status(service, specs[0], start=True)
+    progress, poll_off, finished, _ = atlas.label_status(service, specs[0], start=True)
     assert poll_off is False and finished == 0  # polling starts
     assert "labelled every head" in _wait_for_job(service, specs[0])
-    assert atlas.label_status(service, specs[0]) [1:] == (True, 1)  # polling stops; the page redraws once
+    assert atlas.label_status(service, specs[0])[1:3] == (True, 1)  # polling stops; the page redraws once
     assert atlas.label_status(service, specs[1])[0] == ""  # another model: no stale "labelled every head of …"
     table = service.labels(specs[0])
     figure = atlas.atlas_view(service, specs[0], "previous_token", "score", None)
@@ -352,30 +349,186 @@ def test_label_on_demand_shows_progress_then_fills_the_atlas(specs):
     assert "95% CI" in figure.data[0].text[0][0]
 
 
-def test_a_view_behind_a_labelling_job_says_it_is_waiting(specs):
+def test_a_view_during_a_labelling_job_answers_at_once_with_the_jobs_estimate(specs):
+    """The labelling worker holds the inference gate only between its probe batches: a view waiting for it goes
+    first (it waits at most one batch), the job then goes on; the page shows its progress and an estimate."""
     service = Service(AppConfig(models=specs))
-    gate, started = threading.Event(), threading.Event()
+    batches, views_done, order = 6, threading.Event(), []
 
     def slow(loaded, progress):
-        progress(1, 4)
-        started.set()
-        gate.wait(10)
-        raise ProbeError("no probes fit this model")
+        for done in range(1, batches + 1):
+            time.sleep(0.2)  # one "forward" under the gate
+            order.append(("batch", done))
+            progress(done, batches)
+            if done == 2:
+                assert views_done.wait(20)  # the view got the gate at this batch's step, while the job runs
+        return _label_table(specs[0])
 
-    service.start_labelling(specs[0], run=slow)
-    started.wait(5)
-    progress, poll_off, _ = atlas.label_status(service, specs[0])
-    assert not poll_off and "1/4" in progress[1]
+    job = service.start_labelling(specs[0], run=slow)
+    wait_for_state = time.monotonic() + 10
+    while job.done < 1 and time.monotonic() < wait_for_state:
+        time.sleep(0.02)
     store = {"model": specs[0], "ids": [5, 6, 7]}
-    started_at = time.perf_counter()
+    started = time.perf_counter()
     payload, message = explorer.layer_view(service, store, {"layer": 0})
-    assert time.perf_counter() - started_at < 2  # an answer, not a frozen page
-    assert f"waiting for labelling of {specs[0]} to finish (1/4)" in message and "error" in payload
-    with pytest.raises(Busy):
-        service.thumbnails(specs[0], [5, 6, 7])
-    gate.set()
-    assert _wait_for_job(service, specs[0]) == "labelling failed: no probes fit this model"
-    assert explorer.layer_view(service, store, {"layer": 0})[1] == ""
+    order.append(("view", 0))
+    views_done.set()
+    assert time.perf_counter() - started < 5 and message == "" and "error" not in payload
+    np.testing.assert_allclose(payload_alpha(payload), service.layer_attention(specs[0], [5, 6, 7], 0), atol=1e-4)
+    progress, poll_off, _, line = atlas.label_status(service, specs[0])
+    assert not poll_off and "probe batches" in progress[1] and "left" in line and "usable" in line
+    assert job.state == "running" and job.eta_s() is not None and job.eta_s() >= 0
+    assert _wait_for_job(service, specs[0]).startswith("labelled every head")
+    assert order.index(("view", 0)) < order.index(("batch", batches))  # the view did not wait for the whole job
+    assert service.labels(specs[0]) is not None
+
+
+def payload_alpha(payload):
+    from app.payload import decode_alpha
+
+    return decode_alpha(payload["alpha"], payload["heads"], payload["n"])
+
+
+def test_the_gate_lets_views_through_between_background_batches():
+    from app.gate import InferenceGate
+
+    gate, log, inside = InferenceGate(), [], threading.Event()
+
+    def background():
+        with gate.background() as turn:
+            for batch in range(5):
+                inside.set()
+                time.sleep(0.1)
+                log.append(f"b{batch}")
+                turn.step_aside()
+
+    worker = threading.Thread(target=background)
+    worker.start()
+    inside.wait(5)
+    with gate.foreground():
+        with gate.foreground():  # re-entrant
+            log.append("view")
+    worker.join(10)
+    assert log.index("view") <= 2 and log[-1] == "b4"  # the view waited one batch, not five
+    # and a background job waits for a view in progress (negative control: no overlap)
+    overlap = []
+    with gate.foreground():
+        thread = threading.Thread(target=lambda: gate.background().__enter__() and overlap.append(1))
+        thread.start()
+        time.sleep(0.3)
+        assert not overlap
+    thread.join(1)
+
+
+def test_start_up_reads_shipped_tables_and_queues_only_the_rest(tmp_path, specs, monkeypatch):
+    """A model with a shipped table is not labelled (nothing computed at start-up); one without is queued, and its
+    progress goes to the terminal's report."""
+    from app import tables
+
+    table = _label_table(specs[0])
+    shipped = tmp_path / "labels.csv"
+    table.to_csv(shipped, index=False)
+    monkeypatch.setattr(tables, "shipped_table_path", lambda spec: shipped if spec == specs[0] else None)
+    import app.service as service_module
+
+    monkeypatch.setattr(service_module, "shipped_labels",
+                        lambda spec: tables.one_length(pd.read_csv(shipped)) if spec == specs[0] else None)
+    other = str(specs[0]) + "-copy"
+    import shutil
+
+    shutil.copytree(specs[0], other, dirs_exist_ok=True)
+    service = Service(AppConfig(models=(specs[0], other, specs[1]), label_examples=2))
+    assert service.shipped(specs[0]) and not service.shipped(other)
+    np.testing.assert_allclose(service.labels(specs[0])["score"].to_numpy(), table["score"].to_numpy())
+    lines = []
+    queued = service.label_missing(report=lines.append)
+    assert queued == [other]  # the protein model and the shipped one are not labelled
+    assert service.job(specs[0]) is None
+    assert _wait_for_job(service, other).startswith("labelled every head")
+    assert any("labels shipped with" in line for line in lines)
+    assert any("labelling" in line and "in the background" in line for line in lines)
+    assert any("labelled every head of" in line for line in lines)
+
+
+def test_a_shipped_organism_table_is_found_from_its_card(tmp_path, monkeypatch):
+    """probe/zoo/NAME/card.json's "label_table" names the file; a card without it (or a missing file) has none."""
+    import json
+
+    from app import tables
+    from probe import zoo
+
+    organism = tmp_path / "demo"
+    organism.mkdir()
+    (organism / "config.json").write_text("{}")
+    (organism / "card.json").write_text(json.dumps({"label_table": {"file": "labels.csv",
+                                                                    "label_config": {"examples": 64}}}))
+    monkeypatch.setattr(zoo, "ZOO_DIR", tmp_path)
+    assert tables.shipped_table_path("zoo:demo") is None  # named, but not there
+    _label_table("zoo:demo").to_csv(organism / "labels.csv", index=False)
+    assert tables.shipped_table_path("zoo:demo") == organism / "labels.csv"
+    assert len(tables.shipped_labels("zoo:demo")) == len(_label_table("zoo:demo"))
+    (organism / "card.json").write_text(json.dumps({"label_table": {"file": "../../etc/passwd"}}))
+    assert tables.shipped_table_path("zoo:demo") is None  # only a file beside the card
+    assert tables.shipped_table_path("/some/dir") is None
+
+
+def test_the_long_input_store_is_bounded_by_bytes(service):
+    import app.service as service_module
+
+    limit = service.text_entry_bytes()
+    with pytest.raises(ProbeError, match="a link keeps inputs up to"):
+        service.save_text("x" * (limit + 1))
+    before = service.text_bytes
+    keys = [service.save_text(f"{index:08d}" + "é" * (limit // 2 - 8)) for index in range(
+        service_module.TEXT_STORE_BYTES // limit * 2 + 4)]  # twice the bound
+    assert service.text_bytes <= service_module.TEXT_STORE_BYTES
+    assert service.saved_text(keys[-1]) is not None and service.saved_text(keys[0]) is None  # oldest evicted
+    assert before <= service_module.TEXT_STORE_BYTES
+
+
+def test_forty_posts_of_8_mib_keep_the_store_under_its_bound(specs):
+    """Issue 32: 40 crafted posts of 8 MiB to the link callback are refused with the in-page note, and the server
+    holds no more than its stated bound (memory measured with tracemalloc)."""
+    import gc
+    import tracemalloc
+
+    import app.service as service_module
+
+    service = Service(AppConfig(models=specs))
+    client = create_app(service=service).server.test_client()
+    client.get("/")
+    body = _url_request(client, specs[0], "a" * (8 * 2**20))
+    gc.collect()
+    tracemalloc.start()
+    baseline = tracemalloc.get_traced_memory()[0]
+    for _ in range(40):
+        response = client.post("/_dash-update-component", data=body, content_type="application/json")
+        assert response.status_code == 200
+        note = response.get_json()["response"][ids.PAGE_MESSAGE]["children"]
+        assert "a link keeps inputs up to" in note
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - baseline
+    tracemalloc.stop()
+    assert service.text_bytes == 0
+    assert held < service_module.TEXT_STORE_BYTES + 8 * 2**20  # (v3: 40 × 8 MiB = 320 MiB kept)
+    # inputs within the per-entry bound are kept, and the total stays under the bound
+    for index in range(40):
+        body = _url_request(client, specs[0], f"{index:04d}" + "b" * (service.text_entry_bytes() - 4))
+        client.post("/_dash-update-component", data=body, content_type="application/json")
+    assert 0 < service.text_bytes <= service_module.TEXT_STORE_BYTES
+
+
+def _url_request(client, spec: str, text: str) -> str:
+    """The body of the link callback's request (Dash's own endpoint) with a crafted input store holding `text`."""
+    dependencies = client.get("/_dash-dependencies").get_json()
+    callback = next(c for c in dependencies if f"{ids.URL}.search" in c["output"])
+    values = {ids.MODEL: spec, ids.HEAD_TYPE: "self", ids.SELECTED: {"layer": 0, "head": 0},
+              ids.INPUT: {"model": spec, "ids": [1], "text": text}, ids.TOKEN_DIRECTION: "from"}
+    inputs = [{"id": i["id"], "property": i["property"], "value": values.get(i["id"])} for i in callback["inputs"]]
+    parts = callback["output"][2:-2].split("...")
+    outputs = [{"id": part.partition(".")[0], "property": part.partition(".")[2].split("@")[0]} for part in parts]
+    return json.dumps({"output": callback["output"], "outputs": outputs, "inputs": inputs, "state": [],
+                       "changedPropIds": [f"{ids.INPUT}.data"]})
 
 
 # --- page state ----------------------------------------------------------------------------------------------
@@ -663,11 +816,15 @@ def test_a_clicked_pair_is_marked_in_both_maps_and_stays():
     assert proteins.shared_zoom({"dragmode": "pan"}, store) == (no_update, no_update)
 
 
-def test_defaults_open_on_the_induction_organism_with_an_input_it_can_read():
-    from app.registry import default_models
+def test_defaults_open_on_minilm_then_the_induction_organism_with_inputs_they_can_read():
+    from app.registry import MINILM_NAME, default_models, display_name, minilm_dir
 
     specs = default_models()
-    assert specs[0] == "zoo:induction" and specs[-1] == "zoo:esm-random"
+    assert specs[0] == str(minilm_dir()) and display_name(specs[0]) == MINILM_NAME  # the real model first
+    assert default_models(minilm=False)[0] == "zoo:induction" == specs[1] and specs[-1] == "zoo:esm-random"
+    minilm = models.load(specs[0])
+    assert explorer.example_text(minilm) == explorer.DEMO_PARAGRAPH  # English for a model that reads it
+    assert explorer.unknown_share(minilm, explorer.DEMO_PARAGRAPH) == 0.0
     for spec in ("zoo:induction", "zoo:coreference"):
         loaded = models.load(spec)
         text = explorer.example_text(loaded)

@@ -33,8 +33,8 @@
         return pattern.heads.length === 1 ? pattern.heads[0] : pattern.heads[head];
     }
 
-    function emptyFigure(message) {
-        return {data: [], layout: {xaxis: {visible: false}, yaxis: {visible: false}, height: 320,
+    function emptyFigure(message, template) {
+        return {data: [], layout: {template: template, xaxis: {visible: false}, yaxis: {visible: false}, height: 320,
             paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
             annotations: [{text: message, showarrow: false, font: {size: 14}, x: 0.5, y: 0.5,
                            xref: "paper", yref: "paper"}]}};
@@ -59,7 +59,10 @@
         var perHead = last.scale && last.scale.length > 0;
         var update = {z: [pool.z]};
         if (perHead) { update.zmax = [headMax(alpha, n, payload.causal)]; }
-        window.Plotly.restyle(gd, update, [0]);
+        // the title and the data revision change with the z: the figure Dash then stores for this head (same
+        // revision, same title) redraws nothing, and an export or a re-render shows this head, never the last one
+        window.Plotly.update(gd, update, {"title.text": titleText(payload, next.head, pool, w, last.zoom),
+                                          datarevision: revision(payload, next.head, last.scale, w)}, [0]);
         var name = "L" + payload.layer + "H" + next.head;
         var caption = document.getElementById("explorer-head-label");
         if (caption) { caption.textContent = name + " · " + n + " tokens"; }
@@ -69,27 +72,41 @@
         return true;
     }
 
-    // heatmap(payload, selected, scale, zoom, pattern, headType) -> [figure, caption, overlay note, offset note]
-    function heatmap(payload, selected, scale, zoom, pattern, headType) {
+    function titleText(payload, head, pool, w, zoom) {
+        var suffix = pool.factor === 1 ? "" : " · " + Math.max(w.q1 - w.q0, w.k1 - w.k0) + " tokens in " +
+            Math.ceil((w.q1 - w.q0) / pool.factor) + " bins (max-pooled)";
+        if (zoom) { suffix += " · zoom: queries " + w.q0 + "–" + (w.q1 - 1) + ", keys " + w.k0 + "–" + (w.k1 - 1); }
+        return "L" + payload.layer + "H" + head + suffix;
+    }
+
+    function revision(payload, head, scale, w) {  // what the heatmap's arrays depend on
+        return [payload.key, payload.layer, head, scale && scale.length ? "head" : "fixed", w.q0, w.q1, w.k0, w.k1]
+            .join(":");
+    }
+
+    function templateOf(templates, dark) {
+        return templates ? templates[dark ? "dark" : "light"] : undefined;
+    }
+
+    function tickCount(pixels) {  // category ticks ~16 px apart, so labels never overlap
+        return Math.max(2, Math.min(40, Math.floor(pixels / 16)));
+    }
+
+    // heatmap(payload, selected, scale, zoom, pattern, headType, dark, templates)
+    //   -> [figure, caption, overlay note, offset note]
+    function heatmap(payload, selected, scale, zoom, pattern, headType, dark, templates) {
         last.scale = scale; last.zoom = zoom; last.pattern = pattern;
-        var triggered = (window.dash_clientside.callback_context || {}).triggered || [];
-        var onlySelection = triggered.length === 1 && triggered[0].prop_id === "selected-head.data";
-        if (onlySelection && payload && !payload.error && selected && fast.head === selected.head &&
-            selected.layer === payload.layer) {
-            fast.head = null;
-            return [NO(), "L" + payload.layer + "H" + selected.head + " · " + payload.n + " tokens"]
-                .concat(notes(payload, selected.head, pattern, headType));
-        }
         fast.head = null;
+        var template = templateOf(templates, dark);
         if (!payload) {
             view.payload = null;
             drawTokens();
-            return [emptyFigure("type an input and press Run"), "", "", ""];
+            return [emptyFigure("type an input and press Run", template), "", "", ""];
         }
         if (payload.error) {
             view.payload = null;
             drawTokens();
-            return [emptyFigure(payload.error), "", "", ""];
+            return [emptyFigure(payload.error, template), "", "", ""];
         }
         var head = selected && selected.layer === payload.layer ? selected.head : null;
         if (head === null || !(head >= 0 && head < payload.heads)) { return [NO(), NO(), NO(), NO()]; }
@@ -104,6 +121,7 @@
             (payload.causal ? " over queries ≥ 1" : "") + ")" : "α (fixed 0–1)";
         var what = pool.factor === 1 ? "α" : "max α over " + pool.factor + "×" + pool.factor + " tokens";
         var name = "L" + payload.layer + "H" + head;
+        view.dark = !!dark;
         var traces = [{type: "heatmap", z: pool.z, x: xs, y: ys, colorscale: BLUES, zmin: 0, zmax: zmax,
                        name: "attention", colorbar: {title: {text: scaleText, side: "right"}},
                        hovertemplate: "query %{y}<br>key %{x}<br>" + what + " %{z:.4f}<extra></extra>"}];
@@ -123,23 +141,25 @@
                          hoverinfo: "skip", showlegend: true,
                          marker: {symbol: "square-open", size: size, color: "#ff7f0e", line: {width: 2}}});
         }
-        var suffix = pool.factor === 1 ? "" : " · " + Math.max(w.q1 - w.q0, w.k1 - w.k0) + " tokens in " +
-            ys.length + " bins (max-pooled)";
-        if (zoom) { suffix += " · zoom: queries " + w.q0 + "–" + (w.q1 - 1) + ", keys " + w.k0 + "–" + (w.k1 - 1); }
-        var dark = document.documentElement.getAttribute("data-mantine-color-scheme") === "dark";
+        var box = document.getElementById("explorer-heatmap");
+        var width = box && box.clientWidth ? box.clientWidth : 700, height = 560;
+        var margin = {l: 110, b: 110, t: 70, r: 20};
         var figure = {data: traces, layout: {
-            title: {text: name + suffix, font: {size: 13}, x: 0, xanchor: "left", y: 1, yref: "paper",
-                    yanchor: "bottom", pad: {b: 8}},
-            height: 560, margin: {l: 110, b: 110, t: 70, r: 20},
+            template: template,
+            title: {text: titleText(payload, head, pool, w, zoom), font: {size: 13}, x: 0, xanchor: "left", y: 1,
+                    yref: "paper", yanchor: "bottom", pad: {b: 8}},
+            height: height, margin: margin,
             paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
-            font: {color: dark ? "#c9c9c9" : "#212529"},
-            // at most ~40 tick labels a side: plotly lays out every category label it draws (costly at 256)
-            // explicit ranges: a head step's restyle then recomputes no autorange
-            xaxis: {title: {text: "key"}, type: "category", tickangle: -60, showgrid: false, nticks: 40,
-                    range: [-0.5, xs.length - 0.5], autorange: false},
-            yaxis: {title: {text: "query"}, type: "category", showgrid: false, nticks: 40,
-                    range: [ys.length - 0.5, -0.5], autorange: false},
+            // tick labels ~16 px apart (never overlapping) and at most 40 a side: plotly lays out every category
+            // label it draws (costly at 256); explicit ranges: a head step's restyle recomputes no autorange
+            xaxis: {title: {text: "key"}, type: "category", tickangle: -60, showgrid: false,
+                    nticks: tickCount(width - margin.l - margin.r - 90), range: [-0.5, xs.length - 0.5],
+                    autorange: false},
+            yaxis: {title: {text: "query"}, type: "category", showgrid: false,
+                    nticks: tickCount(height - margin.t - margin.b), range: [ys.length - 0.5, -0.5],
+                    autorange: false},
             legend: {orientation: "h", x: 1, xanchor: "right", y: -0.25, yanchor: "top"},
+            datarevision: revision(payload, head, scale, w),
             uirevision: payload.key + (zoom ? JSON.stringify(zoom) : "")}};
         view.payload = payload; view.head = head;
         drawTokens();
@@ -187,7 +207,8 @@
         var box = document.getElementById("explorer-tokens"), payload = view.payload;
         if (!box || !payload) { return; }
         var focus = view.pinned !== null ? view.pinned : view.hovered;
-        core.colourTokens(box.children, headMatrix(payload, view.head), payload.n, focus, view.pinned, view.direction);
+        core.colourTokens(box.children, headMatrix(payload, view.head), payload.n, focus, view.pinned, view.direction,
+                          1, view.dark);
     }
 
     function tokenOf(event) {
@@ -230,6 +251,9 @@
     window.dash_clientside = window.dash_clientside || {};
     window.dash_clientside.probe = Object.assign({}, window.dash_clientside.probe, {
         heatmap: heatmap, layerOf: layerOf, tokenState: tokenState, fastStep: fastStep,
-        _view: view  // read by the browser tests
+        _view: view,  // read by the browser tests
+        _parts: {decode: decode, headMatrix: headMatrix, labels: labels, pooled: pooled, headMax: headMax,
+                 dominantOffset: dominantOffset, offsetText: offsetText, share: share, notes: notes,
+                 tickCount: tickCount, titleText: titleText, revision: revision}  // tests/test_app_js.py
     });
 })();

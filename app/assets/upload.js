@@ -1,5 +1,6 @@
 // Uploads the browser refuses (over the size limit, or a type the box does not take) are never sent to the server;
-// without this script they would vanish silently. Say why, in one line, in the protein panel's message.
+// without this script they would vanish silently. Say why, in one line, in the protein panel's error line (the line
+// saying which protein the maps show stays).
 // The server resets the box's contents after each upload, so the same file can be uploaded again.
 (function () {
     function check(files) {
@@ -18,7 +19,7 @@
                 (limit / 1048576).toFixed(1) + " MiB (probe app --upload-mb)";
         }
         if (message) {
-            window.dash_clientside.set_props("protein-message", {children: message});
+            window.dash_clientside.set_props("protein-error", {children: message});
         }
     }
 

@@ -15,6 +15,11 @@ from dash import dcc, html
 
 from .. import figures
 
+# DataTable cells and headers in the page's theme (inline styles read the theme's CSS variables)
+TABLE_CELL = {"backgroundColor": "var(--mantine-color-body)", "color": "var(--mantine-color-text)",
+              "border": "1px solid var(--mantine-color-default-border)"}
+TABLE_HEADER = {"backgroundColor": "var(--mantine-color-default-hover)", "color": "var(--mantine-color-text)"}
+
 
 def card_panel(title, children, className: str = "", extra=None) -> dmc.Card:
     """One panel of the page: a card with a title row (and optional controls at its right)."""
@@ -28,9 +33,9 @@ def radio(component_id: str, options, value) -> dcc.RadioItems:
                           labelStyle={"marginRight": "12px"})
 
 
-def graph(component_id: str, message: str = "loading…", atlas: bool = False) -> dcc.Graph:
+def graph(component_id: str, message: str = "loading…", atlas: bool = False, theme: str = "light") -> dcc.Graph:
     return dcc.Graph(id=component_id, config=figures.graph_config("png", f"probe_{component_id}", atlas=atlas),
-                     figure=figures.empty_figure(message))
+                     figure=figures.empty_figure(message, theme))
 
 
 def head_or_default(selected) -> dict:

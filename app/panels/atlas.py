@@ -10,8 +10,9 @@ from probe.naming import head_name
 from .. import figures, ids
 from ..errors import guarded
 from ..inputs import row_head
+from ..registry import display_name
 from ..service import Service
-from . import card_panel, graph, radio
+from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, radio
 
 LEGEND = [html.Span([html.Span(className="swatch viridis"), "score on the fixed 0–1 scale"]),
           html.Span([html.Span(className="swatch grey"), "grey: not clearly above chance"]),
@@ -19,10 +20,13 @@ LEGEND = [html.Span([html.Span(className="swatch viridis"), "score on the fixed 
           html.Span([html.Span(className="swatch empty"), "no score yet"])]
 
 
-def layout() -> html.Div:
-    table_style = {"style_table": {"maxHeight": "260px", "overflowY": "auto"},
-                   "style_cell": {"fontFamily": "ui-monospace, monospace", "fontSize": 12, "padding": "2px 6px"},
-                   "style_header": {"fontWeight": 600}}
+def layout(theme: str = "light") -> html.Div:
+    table_style = {"style_table": {"maxHeight": "260px", "overflowY": "auto", "overflowX": "auto"},
+                   "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 12,
+                                  "padding": "2px 6px"},
+                   "style_header": {**TABLE_HEADER, "fontWeight": 600, "textDecoration": "underline dotted"},
+                   "tooltip_header": {column: tip for column, tip in HEADER_TIPS.items()},
+                   "tooltip_delay": 0, "tooltip_duration": None}
     return card_panel("Head atlas", [
         html.Div(["colour by: ", radio(ids.COLOUR_BY, [{"label": "score", "value": "score"},
                                                       {"label": "label", "value": "label"}], "score")],
@@ -32,7 +36,7 @@ def layout() -> html.Div:
                   html.Button("Download labels (CSV)", id=ids.LABELS_DOWNLOAD_BUTTON)], className="controls"),
         html.Div(id=ids.ATLAS_MESSAGE, className="message"),
         html.Div(LEGEND, className="legend"),
-        graph(ids.ATLAS, atlas=True),
+        graph(ids.ATLAS, atlas=True, theme=theme),
         html.Div("Labelled heads of this type (click a row to select the head; click a header to sort)",
                  className="note"),
         html.Div(id=ids.LABELLED_MESSAGE, className="note"),
@@ -43,10 +47,28 @@ def layout() -> html.Div:
     ], className="atlas-panel")
 
 
-# Columns of the labelled-heads table, in order, and their headers (only those the table has are shown).
-LABELLED_COLUMNS = {"head_name": "head", "score": "score", "interval": "95 % interval", "chance": "chance",
-                    "q_value": "q", "offset": "offset", "output_share": "output share", "role": "role",
-                    "ablation_z": "ablation z", "group_z": "group z"}
+# Columns of the labelled-heads table, in order, and their headers (only those the table has are shown): the role
+# comes right after the score, so it is in view without scrolling.
+LABELLED_COLUMNS = {"head_name": "head", "score": "score", "role": "role", "q_value": "q",
+                    "output_share": "output share", "interval": "95 % interval", "chance": "chance",
+                    "offset": "offset", "ablation_z": "ablation z", "group_z": "group z"}
+# What each header means (shown on hover; the glossary says more).
+HEADER_TIPS = {
+    "head_name": "the head: layer L, head H (click a row to select it)",
+    "score": "mean share of the head's attention on its type's targets over the probe examples (0–1)",
+    "role": "sink: a labelled head whose output share < 0.1 (it parks attention without moving much); "
+            "function otherwise; unknown without an output share",
+    "q_value": "q: Benjamini–Hochberg q-value of the test that the effect exceeds the minimum effect, over every "
+               "head and type of the model; labelled when q ≤ 0.05",
+    "output_share": "output share: the share of the head's output norm ‖Σ α·v·W_O‖ that comes from its targets "
+                    "(Kobayashi et al. 2020)",
+    "interval": "95 % clustered bootstrap interval of the score",
+    "chance": "the score a uniform head would get on the same examples",
+    "offset": "fixed_offset heads: the relative position d attended to (j = i + d)",
+    "ablation_z": "rise in loss when the head is zeroed, in standard deviations of random same-layer heads",
+    "group_z": "the same for all labelled heads of the type ablated together, against random groups",
+}
+
 
 
 def labelled_rows(table, head_type: str) -> tuple[list[dict], list[dict], str]:
@@ -91,39 +113,30 @@ def labelled_head(service: Service, spec: str, cell, rows) -> dict:
 
 
 
-def atlas_view(service: Service, spec: str, head_type: str, colour_by: str, selected: dict | None):
+def atlas_view(service: Service, spec: str, head_type: str, colour_by: str, selected: dict | None,
+               theme: str = "light"):
     """The atlas figure of `spec` (the selected head marked)."""
     loaded = service.model(spec)
     chosen = service.head_of(spec, selected) if selected else None
-    return figures.atlas_figure(service.labels(spec), loaded.n_layers, loaded.n_heads, head_type, colour_by, chosen)
-
-
-def clicked_head(service: Service, spec: str, click) -> dict:
-    """An atlas clickData payload -> the selected-head store, checked (a crafted payload is a ProbeError)."""
-    try:
-        point = click["points"][0]
-        selected = {"layer": point["y"], "head": point["x"]}
-    except (TypeError, KeyError, IndexError):
-        from probe.errors import ProbeError
-
-        raise ProbeError("the click did not name a head; click a cell of the atlas") from None
-    layer, head = service.head_of(spec, selected)
-    return {"layer": layer, "head": head}
+    return figures.atlas_figure(service.labels(spec), loaded.n_layers, loaded.n_heads, head_type, colour_by, chosen,
+                                theme)
 
 
 def label_status(service: Service, spec: str, start: bool = False):
-    """(progress children, poll disabled, finished-jobs counter) for the labelling job of `spec`."""
+    """(progress children, poll disabled, finished-jobs counter, status line) for the labelling job of `spec`; the
+    status line names whatever job runs (this model's or another's) with its estimate, for beside the explorer."""
     job = service.start_labelling(spec) if start else service.job(spec)
-    poll_off = service.running_job() is None and not (job is not None and job.state == "running")
+    pending = service.running_job()
+    poll_off = pending is None and not (job is not None and job.state in ("queued", "running"))
     finished = service.finished_jobs()
+    line = pending[1].describe(display_name(pending[0])) + " · the views stay usable" if pending else ""
     if job is None:
-        return "", poll_off, finished
-    if job.state == "failed":
-        return f"labelling failed: {job.error}", poll_off, finished
-    if job.state == "done":
-        return f"labelled every head of {spec}", poll_off, finished
+        return "", poll_off, finished, line
+    text = job.describe(display_name(spec))
+    if job.state != "running":
+        return text, poll_off, finished, line
     bar = html.Progress(value=str(job.done), max=str(max(job.total, 1)), style={"width": "180px"})
-    return [bar, f" labelling {spec}: {job.done}/{job.total or '?'}"], False, finished
+    return [bar, " " + text], False, finished, line
 
 
 def labels_download(service: Service, spec: str) -> dict:
@@ -139,12 +152,13 @@ def labels_download(service: Service, spec: str) -> dict:
 def register(app, service: Service) -> None:
     @app.callback(Output(ids.ATLAS, "figure"), Output(ids.ATLAS_MESSAGE, "children"),
                   Input(ids.MODEL, "value"), Input(ids.HEAD_TYPE, "value"), Input(ids.COLOUR_BY, "value"),
-                  Input(ids.SELECTED, "data"), Input(ids.LABEL_VERSION, "data"))
+                  Input(ids.SELECTED, "data"), Input(ids.LABEL_VERSION, "data"), Input(ids.THEME, "checked"))
     @guarded(outputs=2, message=1)
-    def _atlas(spec, head_type, colour_by, selected, _version):
+    def _atlas(spec, head_type, colour_by, selected, _version, dark):
+        theme = figures.theme_of(dark)
         if service.unusable(spec):
-            return figures.empty_figure("card only: " + service.unusable(spec)[:80]), ""
-        return atlas_view(service, spec, head_type, colour_by, selected), ""
+            return figures.empty_figure("card only: this model has no capture views", theme), ""
+        return atlas_view(service, spec, head_type, colour_by, selected, theme), ""
 
     app.clientside_callback(  # a single click selects; a double-click selects nothing (assets/keys.js)
         "function (click, shape) { return window.dash_clientside.probe.atlasClick(click, shape); }",
@@ -152,15 +166,15 @@ def register(app, service: Service) -> None:
         prevent_initial_call=True)
 
     @app.callback(Output(ids.LABEL_PROGRESS, "children"), Output(ids.LABEL_POLL, "disabled"),
-                  Output(ids.LABEL_VERSION, "data"),
+                  Output(ids.LABEL_VERSION, "data"), Output(ids.LABEL_WAIT, "children"),
                   Input(ids.LABEL_BUTTON, "n_clicks"), Input(ids.LABEL_POLL, "n_intervals"), Input(ids.MODEL, "value"),
                   State(ids.LABEL_VERSION, "data"))
-    @guarded(outputs=3, message=0)
+    @guarded(outputs=4, message=0)
     def _label(_clicks, _ticks, spec, version):
         if service.unusable(spec):
-            return "", True, no_update
-        progress, disabled, finished = label_status(service, spec, start=ctx.triggered_id == ids.LABEL_BUTTON)
-        return progress, disabled, finished if finished != version else no_update
+            return "", True, no_update, ""
+        progress, disabled, finished, line = label_status(service, spec, start=ctx.triggered_id == ids.LABEL_BUTTON)
+        return progress, disabled, finished if finished != version else no_update, line
 
     @app.callback(Output(ids.LABELLED, "data"), Output(ids.LABELLED, "columns"),
                   Output(ids.LABELLED_MESSAGE, "children"),

@@ -20,11 +20,15 @@ from .. import figures, ids
 from ..errors import guarded
 from ..inputs import parse_fasta
 from ..payload import display_tokens, layer_payload
+from ..registry import display_name
 from ..service import Service
 from . import card_panel, graph, radio
 
 DEMO_TEXT = ("the cat saw the dog . the cat saw the dog . mary gave the book to john because he wanted it . "
              "one two three four five one two three four five")
+DEMO_PARAGRAPH = ("When Mary met John at the station, she gave him the old book she had promised him (a worn copy of "
+                  "Moby Dick). He thanked her, and they walked to the small café by the river. Mary said the book "
+                  "had belonged to her grandmother; John said he would read it on the train home.")
 DEMO_PROTEIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"  # ubiquitin
 TOKEN_VIEW_MAX = 1024  # the token view shows inputs up to this many tokens
 
@@ -50,14 +54,16 @@ def layout(state: dict):
             html.Span(id=ids.LIMITS, className="note"),
         ], className="controls"),
         html.Div(id=ids.EXPLORER_MESSAGE, className="message"),
+        html.Div(id=ids.LABEL_WAIT, className="note label-wait"),
         html.Div([html.Strong(id=ids.HEAD_LABEL), html.Span(id=ids.OFFSET_NOTE, className="note")],
                  className="controls"),
         html.Div(id=ids.EXPLORER_VIEW_MESSAGE, className="message"),
         html.Div(id=ids.OVERLAY_NOTE, className="note"),
-        graph(ids.HEATMAP),
+        graph(ids.HEATMAP, theme=state.get("theme", "light")),
         html.Div(["token view — hover a token (click pins it), colour by attention ",
                   radio(ids.TOKEN_DIRECTION, [{"label": "from it", "value": "from"},
-                                              {"label": "to it", "value": "to"}], "from")], className="controls"),
+                                              {"label": "to it", "value": "to"}], state.get("direction", "from"))],
+                 className="controls"),
         html.Div(id=ids.TOKENS, className="token-view"),
         dcc.Store(id=ids.TOKEN_FOCUS, data={"index": state["token"]} if state.get("token") is not None else None),
         dcc.Store(id=ids.ZOOM, data=state.get("zoom")),
@@ -65,7 +71,7 @@ def layout(state: dict):
                   html.Button("Download matrix (NPY)", id=ids.MATRIX_NPY_BUTTON),
                   html.Span(id=ids.DOWNLOAD_MESSAGE, className="message")], className="controls"),
         dcc.Download(id=ids.MATRIX_DOWNLOAD),
-        graph(ids.LINES),
+        graph(ids.LINES, theme=state.get("theme", "light")),
     ], className="explorer-panel")
 
 
@@ -99,10 +105,13 @@ def unknown_share(loaded, text: str) -> float:
 
 
 def example_text(loaded) -> str:
-    """A first input the model can read: the English demo; for the zoo's synthetic languages, two coreference
-    template sentences or a repeated block of the model's own words (so induction heads have something to do)."""
+    """A first input the model can read: an English paragraph for a model that reads English (all-MiniLM-L6-v2),
+    the demo sentences for a small word vocabulary; for the zoo's synthetic languages, two coreference template
+    sentences or a repeated block of the model's own words (so induction heads have something to do)."""
     if loaded.kind == ModelKind.PROTEIN_MLM:
         return DEMO_PROTEIN
+    if unknown_share(loaded, DEMO_PARAGRAPH) <= 0.05:
+        return DEMO_PARAGRAPH
     if unknown_share(loaded, DEMO_TEXT) <= 0.2:
         return DEMO_TEXT
     from probe.heads.probesets import coreference_examples
@@ -262,15 +271,16 @@ def pattern_view(service: Service, store: dict | None, layer_store, head_type: s
     return {"heads": heads, "note": ""}
 
 
-def line_figure(service: Service, store: dict | None, selected):
-    """The line view of the selected head (short inputs)."""
+def line_figure(service: Service, store: dict | None, selected, theme: str = "light"):
+    """The line view of the selected head (short inputs); its title names the head."""
     if not store:
-        return figures.empty_figure("type an input and press Run")
+        return figures.empty_figure("type an input and press Run", theme)
     spec, token_ids = checked_input(service, store)
     layer, head = service.head_of(spec, selected)
     alpha = service.head_attention(spec, token_ids, layer, head)  # [query key]
     tokens = display_tokens(service.model(spec).tokenizer, service.tokens(spec, token_ids))
-    return figures.line_view(alpha, [t.strip() or t for t in tokens], f"{head_name(layer, head)} · {spec}")
+    return figures.line_view(alpha, [t.strip() or t for t in tokens],
+                             f"{head_name(layer, head)} · {display_name(spec)}", theme=theme)
 
 
 def matrix_download(service: Service, store: dict | None, selected, fmt: str) -> dict:
@@ -298,16 +308,19 @@ def _csv_cell(text: str) -> str:
 
 def register(app, service: Service) -> None:
     @app.callback(Output(ids.INPUT, "data"), Output(ids.EXPLORER_MESSAGE, "children"), Output(ids.TEXT, "value"),
+                  Output(ids.ZOOM, "data", allow_duplicate=True),
                   Input(ids.RUN, "n_clicks"), Input(ids.MODEL, "value"),
-                  State(ids.TEXT, "value"), State(ids.AS_IDS, "value"))
+                  State(ids.TEXT, "value"), State(ids.AS_IDS, "value"), prevent_initial_call="initial_duplicate")
     def _input(_clicks, spec, text, as_ids):
         model_changed = ctx.triggered_id == ids.MODEL
+        # a new input starts unzoomed; the page's first input keeps the zoom its link named
+        zoom = no_update if ctx.triggered_id is None else None
         try:
-            return explorer_input(service, spec, text, bool(as_ids), model_changed=model_changed)
+            return (*explorer_input(service, spec, text, bool(as_ids), model_changed=model_changed), zoom)
         except Exception as error:  # noqa: BLE001 - a message; after a model change the old input is dropped
             from ..errors import error_message
 
-            return (None if model_changed else no_update), error_message(error), no_update
+            return (None if model_changed else no_update), error_message(error), no_update, no_update
 
     app.clientside_callback("function (s, c) { return window.dash_clientside.probe.layerOf(s, c); }",
                             Output(ids.LAYER, "data"), Input(ids.SELECTED, "data"), State(ids.LAYER, "data"))
@@ -325,30 +338,33 @@ def register(app, service: Service) -> None:
     def _pattern(store, layer, head_type, overlay, _version):
         return pattern_view(service, store, layer, head_type, bool(overlay)), no_update
 
-    app.clientside_callback(
-        "function (d, s, sc, z, p, t) { return window.dash_clientside.probe.heatmap(d, s, sc, z, p, t); }",
+    app.clientside_callback(  # the heatmap in the page's theme (the same plotly templates as the server's figures)
+        "function (d, s, sc, z, p, dark, t, templates) {"
+        " return window.dash_clientside.probe.heatmap(d, s, sc, z, p, t, dark, templates); }",
         Output(ids.HEATMAP, "figure"), Output(ids.HEAD_LABEL, "children"), Output(ids.OVERLAY_NOTE, "children"),
         Output(ids.OFFSET_NOTE, "children"),
         Input(ids.LAYER_DATA, "data"), Input(ids.SELECTED, "data"), Input(ids.ALPHA_SCALE, "value"),
-        Input(ids.ZOOM, "data"), Input(ids.PATTERN, "data"), State(ids.HEAD_TYPE, "value"))
+        Input(ids.ZOOM, "data"), Input(ids.PATTERN, "data"), Input(ids.THEME, "checked"),
+        State(ids.HEAD_TYPE, "value"), State(ids.TEMPLATES, "data"))
 
     app.clientside_callback("function (d, f) { return window.dash_clientside.probe.tokenState(d, f); }",
                             Output(ids.TOKENS_SINK, "data"), Input(ids.TOKEN_DIRECTION, "value"),
                             Input(ids.TOKEN_FOCUS, "data"))
 
     @app.callback(Output(ids.LINES, "figure"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
-                  Input(ids.INPUT, "data"), Input(ids.SELECTED, "data"), prevent_initial_call="initial_duplicate")
+                  Input(ids.INPUT, "data"), Input(ids.SELECTED, "data"), Input(ids.THEME, "checked"),
+                  prevent_initial_call="initial_duplicate")
     @guarded(outputs=2, message=1)
-    def _lines(store, selected):
-        return line_figure(service, store, selected), no_update
+    def _lines(store, selected, dark):
+        return line_figure(service, store, selected, figures.theme_of(dark)), no_update
 
     @app.callback(Output(ids.ZOOM, "data"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
-                  Input(ids.HEATMAP, "relayoutData"), Input(ids.INPUT, "data"),
+                  Input(ids.HEATMAP, "relayoutData"), State(ids.INPUT, "data"),
                   State(ids.ZOOM, "data"), prevent_initial_call=True)
     @guarded(outputs=2, message=1)
     def _zoom(relayout, store, window):
-        if ctx.triggered_id == ids.INPUT or not isinstance(store, dict) or not isinstance(store.get("ids"), list):
-            return None, no_update  # a new input starts unzoomed
+        if not isinstance(store, dict) or not isinstance(store.get("ids"), list):
+            return no_update, no_update
         new = zoom_window(relayout, window, len(store["ids"]))
         return (no_update if new == window else new), ""
 

@@ -49,7 +49,7 @@ def glossary_button() -> dmc.Popover:
     items = [html.Div([html.Dt(term), html.Dd(text)]) for term, text in entries()]
     return dmc.Popover(width=460, position="right-start", withArrow=True, shadow="md", children=[
         dmc.PopoverTarget(dmc.Button("Glossary: what the numbers mean", id=ids.GLOSSARY + "-button",
-                                     variant="light", size="xs")),
+                                     variant="default", size="xs")),
         dmc.PopoverDropdown(html.Dl(items, id=ids.GLOSSARY, className="glossary")),
     ])
 

@@ -68,7 +68,8 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
                 [html.Img(src=thumbnail_uri(tile, vmax), alt=name), html.Span(text, className=css)],
                 id={"type": ids.THUMB, "layer": layer, "head": head}, title=f"{name} {head_type} {text}".strip(),
                 className="thumb selected" if (layer, head) == chosen else "thumb", n_clicks=0))
-    style = {"gridTemplateColumns": f"28px repeat({n_heads}, minmax(28px, 72px))"}
+    # columns shrink to fit the panel (every head stays in view at 1280 px), up to 72 px each
+    style = {"gridTemplateColumns": f"24px repeat({n_heads}, minmax(0, 72px))"}
     factor = int(np.ceil(len(store["ids"]) / pooled.shape[-1]))
     note = (f"{len(store['ids'])} tokens" + (f", each thumbnail max-pooled {factor}×{factor}" if factor > 1 else "")
             + (" · colour: each head's own max" if per_head_max else " · colour: α on the fixed 0–1 scale"))

@@ -5,14 +5,14 @@ key) — so a reload or a shared link restores it. A link that names something u
 
 from __future__ import annotations
 
-from pathlib import Path
 from urllib.parse import urlencode
 
 import dash_mantine_components as dmc
-from dash import Input, Output, State, dcc, html, no_update
+from dash import Input, Output, State, dcc, html
 
 from .. import ids
 from ..errors import guarded
+from ..registry import display_name
 from ..service import Service
 from . import radio
 
@@ -21,9 +21,8 @@ GRAPHS = (ids.ATLAS, ids.HEATMAP, ids.LINES, ids.CONTACTS, ids.HEAD_MAP)
 
 
 def model_label(spec: str) -> str:
-    """A local directory is shown by its name; hub ids and zoo:NAME as given."""
-    path = Path(spec)
-    return path.name if path.is_absolute() or spec.startswith(".") else spec
+    """all-MiniLM-L6-v2 by name, a local directory by its folder's name; hub ids and zoo:NAME as given."""
+    return display_name(spec)
 
 
 def readable(head_type: str) -> str:
@@ -54,8 +53,20 @@ def types_tooltip(types) -> str:
     return "\n".join(f"{name}: {REGISTRY[name].description}" for name in types if name in REGISTRY)
 
 
-def default_head_type(types) -> str:
-    """The type the page opens on: induction where it applies (the organisms' showcase), else the first."""
+SHOWCASE = ("induction", "previous_token", "next_token", "coreference", "duplicate_token", "delimiter")
+
+
+def default_head_type(types, table=None) -> str:
+    """The type the page opens on: the first of SHOWCASE with a labelled head in `table` (a real model opens on a
+    pattern it has, never on an empty atlas); without labels induction where it applies, else the first type."""
+    if table is not None and not table.empty and "label" in table.columns:
+        from ..figures import _is_labelled
+
+        labelled = {str(kind) for kind, label in zip(table["head_type"], table["label"], strict=True)
+                    if _is_labelled(label)}
+        for name in (*SHOWCASE, *types):
+            if name in types and name in labelled:
+                return name
     return "induction" if "induction" in types else types[0]
 
 
@@ -69,11 +80,11 @@ def initial_state(service: Service, query) -> dict:
         notes.append(f"model {spec!r} is not served here: showing {usable[0]}")
         spec = usable[0]
     types = head_types_for(service, spec)
-    head_type = query.get("type") or default_head_type(types)
+    default = default_head_type(types, None if service.unusable(spec) else service.labels(spec))
+    head_type = query.get("type") or default
     if head_type not in types:
-        notes.append(f"head type {head_type!r} does not apply to {model_label(spec)}: showing "
-                     f"{default_head_type(types)}")
-        head_type = default_head_type(types)
+        notes.append(f"head type {head_type!r} does not apply to {model_label(spec)}: showing {default}")
+        head_type = default
     layer, head = _default_head(service, spec, head_type)
     if "layer" in query or "head" in query:
         try:
@@ -108,13 +119,18 @@ def initial_state(service: Service, query) -> dict:
         except ValueError:
             notes.append(f"token {query['token']!r} is not a position: no token pinned")
             token = None
+    direction = query.get("dir") or "from"
+    if direction not in ("from", "to"):
+        notes.append(f"token direction {direction!r} is not from or to: from")
+        direction = "from"
     theme = query.get("theme") or "light"
     if theme not in ("light", "dark"):
         notes.append(f"theme {theme!r} is not light or dark: light")
         theme = "light"
     return {"model": spec, "head_type": head_type, "layer": layer, "head": head, "text": text,
             "as_ids": query.get("ids") == "1", "overlay": query.get("overlay") == "1",
-            "scale": query.get("scale") == "head", "zoom": zoom, "token": token, "theme": theme,
+            "scale": query.get("scale") == "head", "zoom": zoom, "token": token, "direction": direction,
+            "theme": theme,
             "note": ("This link named something this server does not have — " + "; ".join(notes) + ".")
             if notes else ""}
 
@@ -141,7 +157,7 @@ def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int
 
 def url_search(service: Service, spec: str, head_type: str, selected: dict | None, store: dict | None,
                overlay=None, scale=None, zoom: dict | None = None, focus: dict | None = None,
-               theme: str | None = None) -> str:
+               theme: str | None = None, direction: str | None = None) -> str:
     """The query string of the current state; an input longer than URL_TEXT_CHARS is saved on the server and the
     link carries its key."""
     params = {"model": spec, "type": head_type}
@@ -163,6 +179,8 @@ def url_search(service: Service, spec: str, head_type: str, selected: dict | Non
         params["zoom"] = ",".join(str(zoom[k]) for k in ("q0", "q1", "k0", "k1"))
     if isinstance(focus, dict) and isinstance(focus.get("index"), int):
         params["token"] = focus["index"]
+    if direction == "to":
+        params["dir"] = "to"
     if theme == "dark":
         params["theme"] = "dark"
     return "?" + urlencode(params)
@@ -234,7 +252,8 @@ def register(app, service: Service) -> None:
     @guarded(outputs=4, message=3)
     def _model_changed(spec, head_type):
         types = head_types_for(service, spec)
-        head_type = head_type if head_type in types else default_head_type(types)
+        head_type = head_type if head_type in types else default_head_type(types, service.labels(spec)
+                                                                             if not service.unusable(spec) else None)
         layer, head = _default_head(service, spec, head_type)
         return {"layer": layer, "head": head}, type_options(types), head_type, ""
 
@@ -242,11 +261,11 @@ def register(app, service: Service) -> None:
                   Input(ids.MODEL, "value"), Input(ids.HEAD_TYPE, "value"), Input(ids.SELECTED, "data"),
                   Input(ids.INPUT, "data"), Input(ids.OVERLAY, "value"), Input(ids.ALPHA_SCALE, "value"),
                   Input(ids.ZOOM, "data"), Input(ids.TOKEN_FOCUS, "data"), Input(ids.THEME, "checked"),
-                  prevent_initial_call=True)
+                  Input(ids.TOKEN_DIRECTION, "value"), prevent_initial_call=True)
     @guarded(outputs=2, message=1)
-    def _url(spec, head_type, selected, store, overlay, scale, zoom, focus, dark):
+    def _url(spec, head_type, selected, store, overlay, scale, zoom, focus, dark, direction):
         return url_search(service, spec, head_type, selected, store, overlay, scale, zoom, focus,
-                          "dark" if dark else "light"), no_update
+                          "dark" if dark else "light", direction), ""
 
     @app.callback([Output(graph, "config") for graph in GRAPHS], Input(ids.IMAGE_FORMAT, "value"))
     def _configs(image_format):

@@ -16,19 +16,20 @@ from probe.naming import head_name
 from .. import figures, ids
 from ..errors import guarded
 from ..inputs import parse_fasta, row_head
+from ..registry import display_name
 from ..service import Service
-from . import card_panel, graph
+from . import TABLE_CELL, TABLE_HEADER, card_panel, graph
 from .explorer import DEMO_PROTEIN
 
 STRUCTURE_EXTENSIONS = (".pdb", ".ent", ".cif", ".mmcif")
 SEQUENCE_EXTENSIONS = (".fa", ".fasta", ".faa", ".txt", ".seq")
 
 
-def layout(upload_bytes: int, max_residues: int) -> html.Div:
+def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.Div:
     table_style = {"style_table": {"maxHeight": "320px", "overflowY": "auto"},
-                   "style_cell": {"fontFamily": "ui-monospace, monospace", "fontSize": 12, "padding": "2px 6px",
-                                  "minWidth": "48px", "maxWidth": "90px", "whiteSpace": "normal"},
-                   "style_header": {"whiteSpace": "normal", "height": "auto"}}
+                   "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 12,
+                                  "padding": "2px 6px", "minWidth": "48px", "maxWidth": "90px", "whiteSpace": "normal"},
+                   "style_header": {**TABLE_HEADER, "whiteSpace": "normal", "height": "auto"}}
     accept = ",".join(STRUCTURE_EXTENSIONS + SEQUENCE_EXTENSIONS)
     return card_panel("Proteins: attention next to contact maps", [
         dcc.Textarea(id=ids.SEQUENCE, value=DEMO_PROTEIN, rows=2, placeholder="protein sequence or FASTA"),
@@ -43,11 +44,12 @@ def layout(upload_bytes: int, max_residues: int) -> html.Div:
             html.Span(f"at most {max_residues} residues · click a residue pair to mark it in both maps",
                       className="note"),
         ], className="controls"),
+        html.Div(id=ids.PROTEIN_ERROR, className="message"),
         html.Div(id=ids.PROTEIN_MESSAGE, className="status"), dcc.Store(id=ids.PROTEIN_ZOOM),
         html.Div(id=ids.PROTEIN_VIEW_MESSAGE, className="message"),
         html.Div(className="row", children=[
-            html.Div(graph(ids.CONTACTS), className="panel"),
-            html.Div(graph(ids.HEAD_MAP), className="panel"),
+            html.Div(graph(ids.CONTACTS, theme=theme), className="panel"),
+            html.Div(graph(ids.HEAD_MAP, theme=theme), className="panel"),
         ]),
         html.Div(className="row", children=[
             html.Div([html.H2("Per-head contact precision (click a row to select the head)"),
@@ -113,10 +115,10 @@ def protein_run(service: Service, spec: str, sequence: str | None, contents: str
         return None, f"{spec} is a {kind}: choose a protein model (ESM) above for contact maps"
     data = decode_upload(contents, filename, service.config.upload_bytes)
     structure = None
-    name = str(filename or "").lower()
-    if data is not None and (name.endswith(SEQUENCE_EXTENSIONS) or data.lstrip()[:1] == b">"):
+    name = str(filename or "")  # as uploaded: the note names the file as the user wrote it
+    if data is not None and (name.lower().endswith(SEQUENCE_EXTENSIONS) or data.lstrip()[:1] == b">"):
         sequence, data = data.decode("latin-1"), None
-    elif data is not None and not name.endswith(STRUCTURE_EXTENSIONS):
+    elif data is not None and not name.lower().endswith(STRUCTURE_EXTENSIONS):
         raise ProbeError(f"{filename}: upload a structure (.pdb, .cif) or a FASTA file (.fasta, .fa)")
     else:
         structure = data
@@ -132,10 +134,11 @@ def protein_run(service: Service, spec: str, sequence: str | None, contents: str
     return store, result.note
 
 
-def protein_view(service: Service, store: dict | None, selected, pair: dict | None, zoom: dict | None = None):
+def protein_view(service: Service, store: dict | None, selected, pair: dict | None, zoom: dict | None = None,
+                 theme: str = "light"):
     """(contact figure, head map figure, leaderboard rows, P@L table, message); both maps drawn at the shared zoom."""
     if not store:
-        empty = figures.empty_figure("choose a protein model, then type a sequence or upload a structure")
+        empty = figures.empty_figure("choose a protein model, then type a sequence or upload a structure", theme)
         return empty, empty, [], [], [], ""
     if not isinstance(store, dict) or not isinstance(store.get("key"), str):
         raise ProbeError("the protein result is not valid; press Run again")
@@ -144,10 +147,11 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
     chosen = checked_pair(pair, len(result.sequence))
     n = len(result.sequence)
     contacts = figures.contact_figure(result.predicted, result.true, chosen,
-                                      f"{result.model} · {n} residues: predicted ↗ · true ↙", uirevision=store["key"])
+                                      f"{display_name(result.model)} · {n} residues: predicted ↗ · true ↙",
+                                      uirevision=store["key"], theme=theme)
     apc = service.protein_head_map(store["key"], layer, head)  # [residue residue]
     head_map = figures.head_map_figure(apc, chosen, f"{head_name(layer, head)} APC attention",
-                                       uirevision=store["key"])
+                                       uirevision=store["key"], theme=theme)
     figures.apply_zoom(contacts, zoom)
     figures.apply_zoom(head_map, zoom)
     rows = [] if result.heads is None else unknown_as_text(result.heads.to_dict("records"))
@@ -193,27 +197,31 @@ def leaderboard_head(service: Service, spec: str, cell, rows) -> dict:
 
 
 def register(app, service: Service) -> None:
-    @app.callback(Output(ids.PROTEIN, "data"), Output(ids.PROTEIN_MESSAGE, "children"),
+    @app.callback(Output(ids.PROTEIN, "data"), Output(ids.PROTEIN_ERROR, "children"),
+                  Output(ids.PROTEIN_MESSAGE, "children"),
                   Output(ids.UPLOAD, "contents"), Output(ids.PAIR, "data"), Output(ids.PROTEIN_ZOOM, "data"),
                   Input(ids.PROTEIN_RUN, "n_clicks"), Input(ids.UPLOAD, "contents"), Input(ids.MODEL, "value"),
                   State(ids.UPLOAD, "filename"), State(ids.SEQUENCE, "value"), State(ids.CHAIN, "value"))
-    @guarded(outputs=5, message=1)
+    @guarded(outputs=6, message=1)  # a refusal goes to the error line; the line naming the shown protein stays
     def _protein(_clicks, contents, spec, filename, sequence, chain):
         if ctx.triggered_id == ids.UPLOAD and not contents:
-            return (no_update,) * 5  # our own reset below
+            return (no_update,) * 6  # our own reset below
         if ctx.triggered_id != ids.UPLOAD:
             contents = filename = None  # Run uses the typed sequence; an upload runs itself
         store, message = protein_run(service, spec, sequence, contents, filename, chain)
-        return store, message, None, None, None  # contents reset: the same file can be uploaded again
+        if store is None:  # not a protein model: nothing is shown
+            return None, "", message, None, None, None
+        shown = message or f"the maps show the typed sequence ({store['length']} residues)"
+        return store, "", shown, None, None, None  # contents reset: the same file can be uploaded again
 
     @app.callback(Output(ids.CONTACTS, "figure"), Output(ids.HEAD_MAP, "figure"), Output(ids.LEADERBOARD, "data"),
                   Output(ids.LEADERBOARD, "columns"), Output(ids.PRECISION, "data"),
                   Output(ids.PROTEIN_VIEW_MESSAGE, "children"),
                   Input(ids.PROTEIN, "data"), Input(ids.SELECTED, "data"), Input(ids.LABEL_VERSION, "data"),
-                  State(ids.PAIR, "data"), State(ids.PROTEIN_ZOOM, "data"))
+                  Input(ids.THEME, "checked"), State(ids.PAIR, "data"), State(ids.PROTEIN_ZOOM, "data"))
     @guarded(outputs=6, message=5)
-    def _protein_view(store, selected, _version, pair, zoom):
-        return protein_view(service, store, selected, pair, zoom)
+    def _protein_view(store, selected, _version, dark, pair, zoom):
+        return protein_view(service, store, selected, pair, zoom, figures.theme_of(dark))
 
     @app.callback(Output(ids.PAIR, "data", allow_duplicate=True),
                   Output(ids.CONTACTS, "figure", allow_duplicate=True),

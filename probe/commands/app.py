@@ -56,13 +56,8 @@ def run(args: argparse.Namespace) -> int:
                        upload_bytes=int(args.upload_mb * 2**20), heads_summary=args.heads_summary)
     dash_app = create_app(config)  # silent: a model that fails to load is then the one line on stderr
     service = dash_app.probe_service
-    # the bundled organisms are tiny: label them now, so the atlas fills at once
-    if not args.model and not args.labels:
-        from probe.models import ModelKind
-
-        for spec in service.specs:
-            if service.model(spec).kind != ModelKind.PROTEIN_MLM:
-                service.start_labelling(spec)
+    if not args.model and not args.labels:  # shipped tables read; other default models labelled in the background
+        service.label_missing(report=lambda line: print(line, file=sys.stderr, flush=True))
     check_bindable(args.host, args.port)  # again: the port may have been taken while the models loaded
     if args.host not in LOOPBACK:
         print(f"probe app: warning: binding {args.host} makes the dashboard reachable from other machines; "

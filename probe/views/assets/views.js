@@ -104,9 +104,11 @@
 
     function percent(x) { return Math.round(100 * x) + " %"; }
 
-    function colourTokens(spans, alpha, n, focus, pinned, direction, factor) {
+    function colourTokens(spans, alpha, n, focus, pinned, direction, factor, dark) {
         // the token view: token i coloured by α(focus → i) ("from") or α(i → focus) ("to"); `factor` tokens per
-        // cell of `alpha` (n cells a side) when the view holds a max-pooled map
+        // cell of `alpha` (n cells a side) when the view holds a max-pooled map. Contrast (WCAG AA, ≥ 4.5:1):
+        // light theme, dark text up to α 0.55, then white text on a blue at least 0.8 opaque; dark theme
+        // (`dark`), the page's light text reads on the blue at every α
         factor = factor || 1;
         for (var i = 0; i < spans.length; i++) {
             var weight = 0;
@@ -115,8 +117,9 @@
                 weight = direction === "to" ? alpha[b * n + a] : alpha[a * n + b];
             }
             var span = spans[i];
-            span.style.backgroundColor = "rgba(8, 81, 156, " + weight.toFixed(3) + ")";
-            span.style.color = weight > 0.5 ? "white" : "";
+            var strong = !dark && weight > 0.55;
+            span.style.backgroundColor = "rgba(8, 81, 156, " + (strong ? Math.max(weight, 0.8) : weight).toFixed(3) + ")";
+            span.style.color = strong ? "white" : "";
             span.className = i === focus ? "token focus" + (pinned === i ? " pinned" : "") : "token";
             span.title = i + " · α " + weight.toFixed(3);
         }
