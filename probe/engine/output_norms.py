@@ -37,9 +37,9 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from probe.errors import ProbeError
 
 try:  # accelerate is optional: only a model dispatched with a device_map carries its hooks (and then it is there)
-    from accelerate.utils import align_module_device
+    from accelerate.utils import align_module_device, has_offloaded_params
 except ImportError:  # pragma: no cover - accelerate is installed wherever a device_map was used
-    align_module_device = None
+    align_module_device = has_offloaded_params = None
 
 # Dtypes whose kernel output channels are too coarse for Σ_j α_ij ‖f_h(x_j)‖: the norm channel then runs in float32.
 REDUCED_PRECISION = (torch.float16, torch.bfloat16)
@@ -99,7 +99,7 @@ class OutputProjections:
         if projection is None:
             self.missing.add(type(module).__name__)
             return None
-        with _materialised(projection):
+        with materialised(projection):
             return self._factors_of(module, projection, n_heads, dim)
 
     def _factors_of(self, module: nn.Module, projection: nn.Module, n_heads: int, dim: int) -> torch.Tensor | None:
@@ -131,12 +131,29 @@ class OutputProjections:
         return factor
 
 
-def _materialised(module: nn.Module):
-    """A context in which `module`'s own parameters are real tensors: accelerate's ``align_module_device`` where
-    accelerate is installed (a no-op for a module without offloaded weights), else nothing to do."""
-    if align_module_device is None:
-        return contextlib.nullcontext()
-    return align_module_device(module)
+@contextlib.contextmanager
+def materialised(module: nn.Module):
+    """A context in which the parameters of `module` and of every module below it are real tensors.
+
+    accelerate's offload hooks sit on the modules that own parameters (a disk- or CPU-offloaded layer keeps them
+    on the meta device between forwards); each such module below `module` is entered with accelerate's own
+    ``align_module_device``, and left as it was afterwards. Without accelerate, or without offloaded weights,
+    nothing is done. Materialise one layer at a time: the weights of everything below `module` are in memory
+    together inside the context.
+    """
+    with contextlib.ExitStack() as stack:
+        if align_module_device is not None:
+            for sub in module.modules():
+                if has_offloaded_params(sub):
+                    stack.enter_context(align_module_device(sub))
+        yield
+
+
+def weight_of(module: nn.Module) -> torch.Tensor:
+    """A float64 copy of ``module.weight``, read through accelerate's offload hooks (:func:`materialised`): a
+    disk- or CPU-offloaded module holds its weight on the meta device between forwards."""
+    with materialised(module):
+        return module.weight.detach().double().clone()
 
 
 def value_norms(value: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from probe.engine.output_norms import OutputProjections
+from probe.engine.output_norms import OutputProjections, weight_of
 from probe.models import ModelKind
 
 VALUE_NAMES = ("v_proj", "value")  # an attention module's own value projection, tried in order
@@ -90,9 +90,9 @@ class CopyingScores:
     note: str | None = None  # why the scores are NaN
 
 
-def _linear_weight(module: nn.Module) -> torch.Tensor:
+def _linearweight_of(module: nn.Module) -> torch.Tensor:
     """[in out] of an nn.Linear ([out in] stored) or a Conv1D ([in out] stored)."""
-    weight = module.weight.detach().double()
+    weight = weight_of(module)
     return weight.T if isinstance(module, nn.Linear) else weight
 
 
@@ -112,11 +112,11 @@ def _value_map(module: nn.Module) -> torch.Tensor | None:
     for name in VALUE_NAMES:
         projection = getattr(module, name, None)
         if isinstance(projection, nn.Linear):
-            return _linear_weight(projection)
+            return _linearweight_of(projection)
     fused = getattr(module, FUSED_QKV, None)
     if fused is None:
         return None
-    weight = _linear_weight(fused)  # [d_model 3·width]
+    weight = _linearweight_of(fused)  # [d_model 3·width]
     width = weight.shape[1] // 3
     return weight[:, 2 * width:]
 
@@ -130,8 +130,7 @@ def _gain(parent: nn.Module | None, names: tuple[str, ...]) -> torch.Tensor | No
             continue
         kind = type(norm).__name__
         if isinstance(norm, nn.LayerNorm) or (kind.endswith("RMSNorm") and not kind.startswith("Gemma")):
-            weight = getattr(norm, "weight", None)
-            return None if weight is None else weight.detach().double()
+            return None if getattr(norm, "weight", None) is None else weight_of(norm)
     return None
 
 
@@ -164,7 +163,7 @@ def ov_weights(loaded) -> OVWeights | str:
         value, projection = _value_map(module), projections.find(module)
         if value is None or projection is None:
             return f"{loaded.name}: no value or output projection on {type(module).__name__}: copying is NaN"
-        out = _linear_weight(projection)  # [n_heads·d_head d_model]
+        out = _linearweight_of(projection)  # [n_heads·d_head d_model]
         d_head = out.shape[0] // n_heads
         n_kv = value.shape[1] // d_head
         if out.shape[0] != n_heads * d_head or value.shape[1] != n_kv * d_head or n_kv == 0 or n_heads % n_kv:
@@ -180,10 +179,10 @@ def ov_weights(loaded) -> OVWeights | str:
         outputs.append(out.reshape(n_heads, d_head, -1))  # [head d_head d_model]
     body = getattr(model, getattr(model, "base_model_prefix", ""), model)
     final = _gain(body, FINAL_NORMS) if any(g is not None for g in layer_gains) else None  # pre-norm only
-    unembed = output_embeddings.weight.detach().double().T  # [d_model vocab]
+    unembed = weight_of(output_embeddings).T  # [d_model vocab]
     if final is not None:
         unembed = final[:, None] * unembed
-    embed = input_embeddings.weight.detach().double()  # [vocab d_model]
+    embed = weight_of(input_embeddings)  # [vocab d_model]
     return OVWeights(embed, unembed, values, outputs, unembedding)
 
 
