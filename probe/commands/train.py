@@ -35,8 +35,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "--out (default: the shipped one) again with the LabelConfig its card records, the "
                     "weights untouched.",
     )
-    parser.add_argument("name", choices=zoo.names(), help="the organism (its recipe: "
-                                                          "probe.training.organisms)")
+    parser.add_argument("name", choices=zoo.names(), metavar="NAME",
+                        help=f"the organism: {', '.join(zoo.names())} (recipes: probe.training.organisms)")
     parser.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     parser.add_argument("--out", type=Path, help="model directory to write (with --relabel: to relabel; "
                                                  "default the shipped probe/zoo/NAME)")

@@ -1,8 +1,8 @@
 """Which models a batch names: checkpoints (a model, optionally one of its revisions), the training step of each,
 the content identity of its weights, and the ``--models-file`` reader.
 
-A revision is a subdirectory of a local model directory (what ``python -m probe.zoo.train NAME --checkpoint-steps``
-writes: DIR/step-N/) or a hub branch, tag or commit (Pythia publishes ``step1000`` ... ``step143000``).
+A revision is a subdirectory of a local model directory (what ``probe train NAME --checkpoint-steps`` writes:
+DIR/step-N/) or a hub branch, tag or commit (Pythia publishes ``step1000`` ... ``step143000``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ MAX_LINE = 4096  # characters of one --models-file line (a path or a hub id is f
 
 
 def checkpoint_step(name: str | None, directory: Path | None = None) -> int | None:
-    """The training step of a checkpoint: card.json's "step" in its directory (what probe.zoo.train writes), else
+    """The training step of a checkpoint: card.json's "step" in its directory (what probe.training writes), else
     the number in a name like step-50, step143000 (Pythia's branches) or checkpoint-500 (HF Trainer); else None."""
     if directory is not None and (directory / "card.json").is_file():
         try:

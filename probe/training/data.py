@@ -1,8 +1,8 @@
 """Seeded synthetic training data for the model organisms.
 
-Every generator returns `(tokens, targets)`: `tokens [batch position]` token ids, `targets [batch position]` the
-id each position must predict next, or -100 where the next token is not predictable from context (the loss is
-computed only on predictable tokens). Position 0 always holds the BOS token (the attention sink).
+Every generator returns `(tokens, targets)`: `tokens [batch position]` token ids, `targets [batch position]`
+the id each position must predict next, or -100 where the next token is not predictable from context (the loss
+is computed only on predictable tokens). Position 0 always holds the BOS token (the attention sink).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ IGNORE = -100  # target value cross_entropy skips
 
 
 def pseudo_words(n: int, seed: int = 0) -> list[str]:
-    """`n` distinct pronounceable consonant-vowel pseudo-words ("kavo", "ripe", ...), the same list for a seed."""
+    """`n` distinct pronounceable consonant-vowel pseudo-words ("kavo", "ripe", ...), the same list for a
+    seed."""
     syllables = [c + v for c, v in itertools.product("bdfgklmnprstvz", "aeiou")]  # 70
     words = ["".join(pair) for pair in itertools.product(syllables, repeat=2)]  # 4900
     if n > len(words):
@@ -32,9 +33,9 @@ def block_length(generator: torch.Generator, min_block: int, max_block: int) -> 
     """A block length log-uniform in [min_block, max_block]: short blocks are common.
 
     Why: a circuit that matches the token k places back solves only blocks longer than k. With uniform lengths
-    4-24 our models learned such look-alikes (layer-0 heads at offsets 5-6, layer-1 heads matching them); frequent
-    1- and 2-token blocks, written up to 3 times ("a a a", "a b a b a b"), reward the canonical k = 1 circuit:
-    a previous-token head in layer 0 and an induction head in layer 1."""
+    4-24 our models learned such look-alikes (layer-0 heads at offsets 5-6, layer-1 heads matching them);
+    frequent 1- and 2-token blocks, written up to 3 times ("a a a", "a b a b a b"), reward the canonical k = 1
+    circuit: a previous-token head in layer 0 and an induction head in layer 1."""
     if min_block == max_block:
         return min_block
     u = float(torch.rand((), generator=generator))
@@ -51,9 +52,10 @@ def repeated_blocks(
     max_block: int,  # min_block == max_block: a fixed repeat period (the positional control)
     max_copies: int = 2,  # each block is written 2..max_copies times in a row
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BOS, then runs A A B B B C C ...: a block of random tokens (length log-uniform in [min_block, max_block],
-    see :func:`block_length`) written 2..max_copies times; cut at `length`. Predictable targets: every token
-    from the second copy's second token on (the second copy's first token is not predictable from context)."""
+    """BOS, then runs A A B B B C C ...: a block of random tokens (length log-uniform in [min_block,
+    max_block], see :func:`block_length`) written 2..max_copies times; cut at `length`. Predictable targets:
+    every token from the second copy's second token on (the second copy's first token is not predictable from
+    context)."""
     words = torch.as_tensor(list(word_ids))
     tokens = torch.full((batch, length), bos_id, dtype=torch.long)  # [batch position]
     targets = torch.full((batch, length), IGNORE, dtype=torch.long)  # [batch position]
@@ -77,8 +79,8 @@ def repeated_blocks(
 def repeat_probe(
     generator: torch.Generator, batch: int, word_ids: Sequence[int], bos_id: int, min_block: int, max_block: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Evaluation probes: BOS + one random block (length uniform in [min_block, max_block]) + its copy, one length
-    per batch (no padding). Targets: the copy's tokens after its first."""
+    """Evaluation probes: BOS + one random block (length uniform in [min_block, max_block]) + its copy, one
+    length per batch (no padding). Targets: the copy's tokens after its first."""
     words = torch.as_tensor(list(word_ids))
     size = int(torch.randint(min_block, max_block + 1, (1,), generator=generator))
     block = words[torch.randint(len(words), (batch, size), generator=generator)]  # [batch size]
@@ -150,10 +152,10 @@ def causality_action(name: str, vocab) -> str:
 def causality_batch(
     generator: torch.Generator, batch: int, vocab, token_id: dict[str, int], bos_id: int, pad_id: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BOS + one implicit-causality sentence per row (probe.heads.probesets.causality_examples), right-padded; the
-    word after the pronoun is :func:`causality_action` of the antecedent, which the verb class alone picks (both
-    names agree with the pronoun, and each name is first or second equally often). The only target is that word,
-    predicted at the pronoun's position."""
+    """BOS + one implicit-causality sentence per row (probe.heads.probesets.causality_examples), right-padded;
+    the word after the pronoun is :func:`causality_action` of the antecedent, which the verb class alone picks
+    (both names agree with the pronoun, and each name is first or second equally often). The only target is
+    that word, predicted at the pronoun's position."""
     rows = []
     for _ in range(batch):
         seed, index = (int(x) for x in torch.randint(1 << 30, (2,), generator=generator))
@@ -178,11 +180,12 @@ def bracket_batch(
     generator: torch.Generator, batch: int, length: int, word_ids: Sequence[int], bracket_ids: Sequence[tuple[int, int]],
     bos_id: int, max_depth: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Nested brackets of three kinds among random words: BOS, then at each step a word, or a random word followed
-    by an opening bracket (depth ≤ max_depth), or the closing bracket of the innermost open one followed by a copy
-    of the word written just before its opening bracket. Targets: that copy, predicted at the closing bracket — to
-    make it the model must find the closing bracket's match (the word before it is what the match's
-    previous-token information carries). Brackets still open at the end are never closed (no target)."""
+    """Nested brackets of three kinds among random words: BOS, then at each step a word, or a random word
+    followed by an opening bracket (depth ≤ max_depth), or the closing bracket of the innermost open one
+    followed by a copy of the word written just before its opening bracket. Targets: that copy, predicted at
+    the closing bracket — to make it the model must find the closing bracket's match (the word before it is
+    what the match's previous-token information carries). Brackets still open at the end are never closed (no
+    target)."""
     rng = random.Random(int(torch.randint(1 << 62, (1,), generator=generator)))
     words = list(word_ids)
     tokens = [[bos_id] * length for _ in range(batch)]  # [batch position]
@@ -212,11 +215,11 @@ def sentence_batch(
     generator: torch.Generator, batch: int, length: int, word_ids: Sequence[int], end_ids: Sequence[int], bos_id: int,
     min_words: int = 2, max_words: int = 10,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sentences of random words, each ending in one of `end_ids` (".", "!", "?", uniformly): the first word of
-    every sentence after the first is the successor (the next word id in `word_ids`, cyclically) of the first word
-    of the sentence before it. Targets: that first word, predicted at the sentence's end — to make it the model must
-    read the first token of the sentence that ends there (a sentence-start head). Sentence lengths uniform in
-    [min_words, max_words]."""
+    """Sentences of random words, each ending in one of `end_ids` (".", "!", "?", uniformly): the first word
+    of every sentence after the first is the successor (the next word id in `word_ids`, cyclically) of the
+    first word of the sentence before it. Targets: that first word, predicted at the sentence's end — to make
+    it the model must read the first token of the sentence that ends there (a sentence-start head). Sentence
+    lengths uniform in [min_words, max_words]."""
     rng = random.Random(int(torch.randint(1 << 62, (1,), generator=generator)))
     words = list(word_ids)
     successor = {word: words[(index + 1) % len(words)] for index, word in enumerate(words)}
@@ -251,8 +254,9 @@ def needle_haystack(
     key_len: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Needle-in-a-haystack copies: BOS · haystack · key · needle · haystack · key, then the needle again (the
-    answer), the same prompts as the retrieval probes (probe.heads.retrieval.needle_sequence) at a random depth.
-    Targets: the answer's tokens (each predicted at the position before it); nothing else is predictable."""
+    answer), the same prompts as the retrieval probes (probe.heads.retrieval.needle_sequence) at a random
+    depth. Targets: the answer's tokens (each predicted at the position before it); nothing else is
+    predictable."""
     from probe.heads.retrieval import needle_sequence
 
     weights = torch.zeros(max(word_ids) + 1, dtype=torch.float64)
@@ -269,8 +273,8 @@ def needle_haystack(
 
 
 def stack_right_padded(parts: Sequence[tuple[torch.Tensor, torch.Tensor]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tokens, targets) batches of different lengths as one batch, right-padded with `pad_id` (targets IGNORE):
-    in a causal LM padding after a row's end changes nothing before it."""
+    """(tokens, targets) batches of different lengths as one batch, right-padded with `pad_id` (targets
+    IGNORE): in a causal LM padding after a row's end changes nothing before it."""
     width = max(tokens.shape[1] for tokens, _ in parts)
     tokens = torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=pad_id) for t, _ in parts])
     targets = torch.cat([torch.nn.functional.pad(y, (0, width - y.shape[1]), value=IGNORE) for _, y in parts])

@@ -1,14 +1,17 @@
-"""The model organisms' recipes: what each one is trained on and how its tokenizer, model and batches are built.
+"""The model organisms' recipes: what each one is trained on and how its tokenizer, model and batches are
+built.
 
-:data:`ORGANISMS` holds one frozen :class:`TrainConfig` per organism; :func:`build_tokenizer`, :func:`build_model`
-and :func:`make_batch` turn a recipe into a word-level tokenizer, a fresh attention-only transformers model and
-seeded `(tokens, targets)` batches (the generators of :mod:`probe.training.data`). The loop that trains them is
-:mod:`probe.training.train`; the cards and label tables they ship with are :mod:`probe.training.cards`.
+:data:`ORGANISMS` holds one frozen :class:`TrainConfig` per organism; :func:`build_tokenizer`,
+:func:`build_model` and :func:`make_batch` turn a recipe into a word-level tokenizer, a fresh attention-only
+transformers model and seeded `(tokens, targets)` batches (the generators of :mod:`probe.training.data`). The
+loop that trains them is :mod:`probe.training.train`; the cards and label tables they ship with are
+:mod:`probe.training.cards`.
 
 * induction / positional: Llama-style (LlamaForCausalLM: rotary positions, RMSNorm). With GPT-2's learned
-  absolute positions the same data was solved, in every one of five runs, by look-alike circuits (layer-0 heads at
-  a fixed offset of 5-6 or 14-15 tokens, layer-1 heads matching them) that are not previous-token or induction
-  heads; with rotary positions (relative only) the canonical previous-token -> induction circuit forms.
+  absolute positions the same data was solved, in every one of five runs, by look-alike circuits (layer-0
+  heads at a fixed offset of 5-6 or 14-15 tokens, layer-1 heads matching them) that are not previous-token or
+  induction heads; with rotary positions (relative only) the canonical previous-token -> induction circuit
+  forms.
 * coreference: GPT-2 (GPT2LMHeadModel).
 """
 
@@ -58,16 +61,17 @@ class TrainConfig:
     min_length: int = 0  # needle: prompt lengths log-uniform in [min_length, length] per batch (0: always length)
     rope_theta: float = 10000.0  # llama: rotary base
     repeat_rows: int = 0  # needle: rows of repeated_blocks (length 64) added to every training batch (see below)
-    # needle: then stages on needles alone, each (steps, lr, min_length, length, batch): a fresh AdamW at a constant
-    # lr, prompt lengths log-uniform in [min_length, length], the data generator seeded with seed + stage number
+    # needle: then stages on needles alone, each (steps, lr, min_length, length, batch): a fresh AdamW at a
+    # constant lr, prompt lengths log-uniform in [min_length, length], the data generator seeded with seed +
+    # stage number
     needle_stages: tuple = ()
     label_config: dict = field(default_factory=dict)  # LabelConfig fields the card's labels use ({} = defaults)
 
 
 ORGANISMS: dict[str, TrainConfig] = {
     "induction": TrainConfig(
-        task="predict the repeats of random blocks of random length (1-24 tokens, log-uniform), each written 2-3 "
-             "times in a row",
+        task="predict the repeats of random blocks of random length (1-24 tokens, log-uniform), each written "
+             "2-3 times in a row",
         requirements={"present": [{"layer": 0, "head_type": "previous_token"}, {"layer": 1, "head_type": "induction"}],
                       "absent": []},
     ),
@@ -79,8 +83,8 @@ ORGANISMS: dict[str, TrainConfig] = {
                       "absent": [{"head_type": "induction"}]},
     ),
     "coreference": TrainConfig(
-        task="predict the word after a pronoun (he / she / they), fixed by the one earlier noun that agrees with "
-             "the pronoun in gender or number, among 1-3 disagreeing nouns",
+        task="predict the word after a pronoun (he / she / they), fixed by the one earlier noun that agrees "
+             "with the pronoun in gender or number, among 1-3 disagreeing nouns",
         arch="gpt2", data="coreference", steps=1500, batch=64,
         # On templates the agreement baseline also scores 1.0, so no head can be labelled coreference: the
         # requirement is the measured accuracy and the absence of a label (see the card's note).
@@ -88,36 +92,39 @@ ORGANISMS: dict[str, TrainConfig] = {
                       "measured": [{"head_type": "coreference", "min_accuracy": 0.9}]},
     ),
     "implicit-causality": TrainConfig(
-        task="predict the word after a pronoun, fixed by its antecedent among two names of the pronoun's gender; the "
-             "verb's implicit causality picks the antecedent (A fascinated B because she -> A, A thanked B because "
-             "she -> B), so nearest mention, first mention and agreement are each right half of the time",
+        task="predict the word after a pronoun, fixed by its antecedent among two names of the pronoun's "
+             "gender; the verb's implicit causality picks the antecedent (A fascinated B because she -> A, A "
+             "thanked B because she -> B), so nearest mention, first mention and agreement are each right "
+             "half of the time",
         arch="gpt2", data="causality", steps=1500, batch=64,
         requirements={"present": [{"head_type": "coreference", "min_accuracy": 0.9}],
                       "absent": [{"head_type": "sentence_start"}]},
     ),
     "brackets": TrainConfig(
-        task="nested brackets of three kinds among random words (depth <= 4): after each closing bracket, repeat the "
-             "word written just before its matching opening bracket",
+        task="nested brackets of three kinds among random words (depth <= 4): after each closing bracket, "
+             "repeat the word written just before its matching opening bracket",
         data="brackets", n_words=64, steps=2000,
         requirements={"present": [{"head_type": "bracket"}], "absent": [{"head_type": "sentence_start"}]},
     ),
     "sentences": TrainConfig(
-        task="sentences of 2-10 random words ending in . ! or ?; each sentence's first word is the successor of the "
-             "first word of the sentence before it, predicted at the end of that sentence",
+        task="sentences of 2-10 random words ending in . ! or ?; each sentence's first word is the successor "
+             "of the first word of the sentence before it, predicted at the end of that sentence",
         data="sentences", n_words=64, steps=2000,
         requirements={"present": [{"head_type": "sentence_start"}], "absent": [{"head_type": "bracket"}]},
     ),
     "retrieval": TrainConfig(
-        task="copy an 8-token needle out of a random haystack: <bos> haystack key needle haystack key -> needle, "
-             "the needle at a random depth; key and needle tokens never occur in the haystack. Stage 1: prompts "
-             "of 16-512 tokens (log-uniform), every batch also holding 16 rows of the induction organism's "
-             "repeated blocks (64 tokens), whose ~30 copy targets a row let the copying circuit form (on needles "
-             "alone, 8 targets a row, the loss stayed at log 61 for 600 steps); then needles alone at 128-768 "
-             "tokens (600 steps), 1,024-4,096 tokens (150 + 250 steps) and 2,048-4,096 tokens (150 steps)",
+        task="copy an 8-token needle out of a random haystack: <bos> haystack key needle haystack key -> "
+             "needle, the needle at a random depth; key and needle tokens never occur in the haystack. Stage "
+             "1: prompts of 16-512 tokens (log-uniform), every batch also holding 16 rows of the induction "
+             "organism's repeated blocks (64 tokens), whose ~30 copy targets a row let the copying circuit "
+             "form (on needles alone, 8 targets a row, the loss stayed at log 61 for 600 steps); then "
+             "needles alone at 128-768 tokens (600 steps), 1,024-4,096 tokens (150 + 250 steps) and "
+             "2,048-4,096 tokens (150 steps)",
         data="needle", n_words=61, n_positions=32768, length=512, min_length=16, steps=2000, batch=16,
         rope_theta=1e6, repeat_rows=16,
-        # teacher-forced needle accuracy at 4,096 tokens after each stage: stage 1 alone copies only ~100 tokens back;
-        # stage 2 up to its 768 (3 % at 4,096), stage 3 48 %, stage 4 83 %, stage 5 98 % (16 prompts each)
+        # teacher-forced needle accuracy at 4,096 tokens after each stage: stage 1 alone copies only ~100
+        # tokens back; stage 2 up to its 768 (3 % at 4,096), stage 3 48 %, stage 4 83 %, stage 5 98 % (16
+        # prompts each)
         needle_stages=((600, 2e-3, 128, 768, 16), (150, 1e-3, 1024, 4096, 4), (250, 1e-3, 1024, 4096, 4),
                        (150, 1e-3, 2048, 4096, 4)),
         requirements={"present": [{"layer": 1, "head_type": "retrieval"}], "absent": []},
@@ -155,7 +162,8 @@ def build_tokenizer(config: TrainConfig):
 
 
 def word_ids(tokenizer) -> list[int]:
-    """Ids of the vocabulary minus the special tokens and the punctuation (what random words are drawn from)."""
+    """Ids of the vocabulary minus the special tokens and the punctuation (what random words are drawn
+    from)."""
     specials = set(tokenizer.all_special_ids)
     vocab = tokenizer.get_vocab()
     punctuation = {vocab[token] for token in (*BRACKET_TOKENS, *SENTENCE_ENDS) if token in vocab}

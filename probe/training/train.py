@@ -1,12 +1,12 @@
 """Train a model organism from scratch: ``probe train NAME --seed S --out DIR``.
 
-Writes DIR/ with safetensors weights, config.json, tokenizer files, card.json, MODEL_CARD.md and labels.csv (the
-label table, :mod:`probe.training.cards`). The models are transformers models made attention-only: MLPs of width 1
-whose weights are zeroed and frozen, so every MLP adds exactly 0 to the residual stream and ``from_pretrained``
-loads them like any checkpoint. The recipes are :mod:`probe.training.organisms`.
+Writes DIR/ with safetensors weights, config.json, tokenizer files, card.json, MODEL_CARD.md and labels.csv
+(the label table, :mod:`probe.training.cards`). The models are transformers models made attention-only: MLPs
+of width 1 whose weights are zeroed and frozen, so every MLP adds exactly 0 to the residual stream and
+``from_pretrained`` loads them like any checkpoint. The recipes are :mod:`probe.training.organisms`.
 
-``checkpoint_steps=(0, 50, 100, ...)`` also saves the model after those optimizer steps to DIR/step-N/ (for sweeps:
-``probe label --model DIR --revisions step-0,step-50,...``); the run itself is unchanged.
+``checkpoint_steps=(0, 50, 100, ...)`` also saves the model after those optimizer steps to DIR/step-N/ (for
+sweeps: ``probe label --model DIR --revisions step-0,step-50,...``); the run itself is unchanged.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
         loss, accuracy = held_out_loss(model, batches)
         what = {"causality": "held-out implicit-causality sentences; target: the word after the pronoun",
                 "brackets": "held-out bracket sequences; target: the word after each closing bracket",
-                "sentences": "held-out sentences; target: the next sentence's first word, at each sentence end"}
+                "sentences": "held-out sentences; target: the next sentence's first word, at each sentence "
+                             "end"}
         result.update(probe=what[config.data], in_context_loss=round(loss, 4), accuracy=round(accuracy, 4))
         if config.data == "causality":
             result["nearest_first_agreement_baselines"] = 0.5  # balanced by construction (probesets)
@@ -93,15 +94,16 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
             batches = [make_batch(config, tokenizer, generator, 8, length=length) for _ in range(n)]
             loss, accuracy = held_out_loss(model, batches)
             result[f"answer_loss_{length}"], result[f"answer_accuracy_{length}"] = round(loss, 4), round(accuracy, 4)
-        result["probe"] = ("<bos> haystack key needle haystack key at random depth; target: the needle's tokens "
-                           "(teacher-forced)")
+        result["probe"] = ("<bos> haystack key needle haystack key at random depth; target: the needle's "
+                           "tokens (teacher-forced)")
         return result
     ids, bos = word_ids(tokenizer), tokenizer.bos_token_id
     batches = [data.repeat_probe(generator, batch, ids, bos, config.eval_min_block, config.eval_max_block)
                for _ in range(n_batches)]
     loss, accuracy = held_out_loss(model, batches)
-    result.update(probe=f"<bos> + one random block of random length {config.eval_min_block}-{config.eval_max_block} "
-                        "+ its copy; target: the copy's tokens after its first",
+    result.update(probe="<bos> + one random block of random length "
+                        f"{config.eval_min_block}-{config.eval_max_block} + its copy; target: the copy's "
+                        "tokens after its first",
                   in_context_loss=round(loss, 4), accuracy=round(accuracy, 4))
     if config.min_block == config.max_block:  # the control: also on its own fixed period
         period = config.min_block
@@ -114,11 +116,13 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
 
 def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | None = None,
           label: bool = True, checkpoint_steps: tuple[int, ...] = ()) -> dict:
-    """Train organism `name` with `seed`, save it to `out` and return its card (also written to out/card.json).
+    """Train organism `name` with `seed`, save it to `out` and return its card (also written to
+    out/card.json).
 
-    `checkpoint_steps`: also save the model after each of these numbers of optimizer steps (0: the initial weights)
-    to out/step-N/, a model directory `probe.models.load` reads (with a small card.json: step, seed, training loss).
-    The training itself is unchanged: the same seed gives the same final model with or without checkpoints."""
+    `checkpoint_steps`: also save the model after each of these numbers of optimizer steps (0: the initial
+    weights) to out/step-N/, a model directory `probe.models.load` reads (with a small card.json: step, seed,
+    training loss). The training itself is unchanged: the same seed gives the same final model with or without
+    checkpoints."""
     config = ORGANISMS[name]
     if overrides:
         config = TrainConfig(**{**asdict(config), **overrides})
@@ -160,7 +164,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         "task": config.task,
         "architecture": (f"{type(model).__name__}, "
                          + ("with MLPs (width 4 x embedding)" if config.mlp else
-                            "attention-only: MLPs of width 1 with weights zeroed and frozen (they add exactly 0)")
+                            "attention-only: MLPs of width 1 with weights zeroed and frozen (they add "
+                            "exactly 0)")
                          + "; " + ("rotary positions" if config.arch == "llama"
                                    else "learned absolute positions, no dropout")
                          + "; tied embeddings"),
@@ -185,7 +190,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
 
 
 def optimizer_step(model, optimizer, trainable, tokens: torch.Tensor, targets: torch.Tensor, running: float) -> float:
-    """One step on the masked next-token loss (gradients clipped to norm 1); returns the running loss (EMA 0.98)."""
+    """One step on the masked next-token loss (gradients clipped to norm 1); returns the running loss (EMA
+    0.98)."""
     loss = masked_loss(model, tokens, targets)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -197,9 +203,9 @@ def optimizer_step(model, optimizer, trainable, tokens: torch.Tensor, targets: t
 
 def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: int, lr: float, min_length: int,
                  length: int, batch: int) -> float:
-    """One later stage of the retrieval organism (config.needle_stages): needles alone, a fresh AdamW at a constant
-    lr, prompts log-uniform in [min_length, length] and a data generator seeded with `data_seed`, so a stage depends
-    on the weights before it and the seed only. Returns the running training loss."""
+    """One later stage of the retrieval organism (config.needle_stages): needles alone, a fresh AdamW at a
+    constant lr, prompts log-uniform in [min_length, length] and a data generator seeded with `data_seed`, so
+    a stage depends on the weights before it and the seed only. Returns the running training loss."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=config.weight_decay, betas=(0.9, 0.98))
     generator = torch.Generator().manual_seed(data_seed)
