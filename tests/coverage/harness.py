@@ -182,7 +182,7 @@ def _pairs(valid) -> torch.Tensor:
 def _output(outputs) -> torch.Tensor:
     """The logits, else the last hidden state: [batch token vocab|width] (float32)."""
     logits = getattr(outputs, "logits", None)
-    return (logits if logits is not None else outputs.last_hidden_state).float()
+    return (logits if logits is not None else outputs.last_hidden_state).float().cpu()
 
 
 def _eager_layers(model, inputs, valid: dict) -> list[tuple[torch.Tensor | None, torch.Tensor]]:
@@ -199,8 +199,8 @@ def _eager_layers(model, inputs, valid: dict) -> list[tuple[torch.Tensor | None,
     finally:
         model.set_attn_implementation(previous)
     if not model.config.is_encoder_decoder:
-        return [(alpha, _pairs(valid["self"])) for alpha in out.attentions]
-    return [(alpha, _pairs(valid[stack])) for stack, alphas in (
+        return [(_on_cpu(alpha), _pairs(valid["self"])) for alpha in out.attentions]
+    return [(_on_cpu(alpha), _pairs(valid[stack])) for stack, alphas in (
         ("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions), ("cross", out.cross_attentions))
         for alpha in alphas]
 
@@ -312,16 +312,20 @@ def _variant_note(arch: Architecture, features: _Features | None) -> str:
     return "; ".join(dict.fromkeys(parts))
 
 
-def run(arch: Architecture, workdir: str | Path | None = None) -> Result:
+def _on_cpu(alpha: torch.Tensor | None) -> torch.Tensor | None:
+    return None if alpha is None else alpha.float().cpu()
+
+
+def run(arch: Architecture, workdir: str | Path | None = None, device: str = "cpu") -> Result:
     """Build, load, capture and compare one entry (see the module docstring); never raises for the model's sake."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         directory = build(arch, Path(workdir or scratch) / arch.model_type)
-        result = _measure(arch, directory)
+        result = _measure(arch, directory, device)
     return Result(**{**result.__dict__, "seconds": round(time.perf_counter() - started, 2)})
 
 
-def _measure(arch: Architecture, directory: Path) -> Result:
+def _measure(arch: Architecture, directory: Path, device: str) -> Result:
     """Load the saved model as `probe` does and as a Python user does, then capture and compare.
 
     Two routes, one status: :func:`probe.models.load` (what every command uses) and ``from_pretrained`` on the
@@ -336,13 +340,14 @@ def _measure(arch: Architecture, directory: Path) -> Result:
     peak = math.nan
     load_refusal = ""
     try:
-        model = models.load(str(directory)).model
+        model = models.load(str(directory), device=device).model
     except ProbeError as error:
         load_refusal = _refusal(error, "load").replace(str(directory), "DIR")
-        model = getattr(transformers, arch.model_class).from_pretrained(directory).eval()
+        model = getattr(transformers, arch.model_class).from_pretrained(directory).to(device).eval()
     except Exception as error:  # noqa: BLE001 - any crash is a finding, recorded in the table
         return result("FAILS", "crash", math.nan, math.nan, _crash(error, "load"))
     inputs, valid = make_inputs(arch, model)
+    inputs = {name: tensor.to(device) for name, tensor in inputs.items()}
     with torch.no_grad():
         plain = _output(model(**inputs))  # the model's own implementation: as load() left it, or its default
     eager = _eager_layers(model, inputs, valid)
@@ -408,11 +413,12 @@ def _crash(error: BaseException, what: str) -> str:
     return f"{what} crashed: {type(error).__name__}: {_one_line(error)[:160]}"
 
 
-def run_all(architectures=ARCHITECTURES, workdir: str | Path | None = None, progress=None) -> list[Result]:
+def run_all(architectures=ARCHITECTURES, workdir: str | Path | None = None, progress=None,
+            device: str = "cpu") -> list[Result]:
     """:func:`run` over the list, in order; `progress(result)` is called after each."""
     results = []
     for arch in architectures:
-        results.append(run(arch, workdir))
+        results.append(run(arch, workdir, device))
         if progress is not None:
             progress(results[-1])
     return results
