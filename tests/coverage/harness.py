@@ -1,23 +1,27 @@
 """One coverage run: build an entry's tiny model, load it as a user would, capture it, compare with the references.
 
 For an :class:`~tests.coverage.catalogue.Architecture` :func:`run` saves a seeded tiny random model with its
-tokenizer, loads it with :func:`probe.models.load`, and on a padded batch of 2 measures
+tokenizer and loads it with :func:`probe.models.load` (what every command does); where that refuses, the engine is
+still measured on the model from the checkpoint's own class (what a Python user hands to
+:func:`probe.engine.capture`), so an engine that is silently wrong behind a refusing loader still shows. On a padded
+batch of 2 it measures
 
 * α of every captured head against eager ``output_attentions`` (valid query rows and keys only), twice: with every
   head captured (the single pass, whose output is computed from the same α) and with one head captured (the fused
-  kernel plus α rebuilt from its log-sum-exp);
-* the model's logits (or last hidden state) under both captures against its own outputs outside any capture (the
-  implementation :func:`probe.models.load` leaves it on): capture must never change what the model computes.
+  kernel plus α rebuilt from its log-sum-exp). Layers are compared on the engine's layer axis: the model's own
+  layer numbers, and for encoder–decoders the encoder, decoder and cross-attention stacks end to end;
+* the model's logits (or last hidden state) under both captures against its own outputs outside any capture:
+  capture must never change what the model computes.
 
 The result is one of four statuses: ``equal`` (through the engine's attention function), ``fallback`` (equal, with
-the engine serving the model by some other implementation than its attention function, i.e. an eager fallback),
-``refused`` (a one-line :class:`~probe.errors.ProbeError` from loading or capture), ``FAILS`` (α or logits differ
-by more than :data:`TOL`, a layer with eager α is missing from the capture, a crash, or a refusal of several
+the model running on another implementation inside the capture: the eager fallback), ``refused`` (a one-line
+:class:`~probe.errors.ProbeError` from loading or capture), ``FAILS`` (α or logits differ by more than
+:data:`TOL`, a layer with eager α missing from the capture or one too many, a crash, or a refusal of several
 lines). :func:`render_table` writes ``docs/architectures.md`` from a list of results and :func:`read_table` parses
 it back.
 
-What the model's attention function receives (soft-capping, sinks, a position bias, a sliding window) is recorded
-by running the model once on a recording function registered with ``AttentionInterface``; it only names the path.
+What the model's attention function receives (soft-capping, sinks, a position bias) is recorded by running the
+model once on a recording function registered with ``AttentionInterface``; it only names the path.
 """
 
 from __future__ import annotations
