@@ -51,6 +51,10 @@ soft-capping), *eager fallback*, *refused*; *crash* where it crashed. The note n
 
 Encoder–decoders (T5, BART, Whisper) have three attention stacks (encoder, decoder, cross); a row is equal only
 when all three are captured and equal. Rows that are not equal or fallback are tracked in issue 26.
+
+To add a model type: one entry in `tests/coverage/catalogue.py` (its tiny config and checkpoint class), then
+`python scripts/architectures.py` rewrites this page; `tests/test_coverage.py` runs the same list and fails when the
+page and the measurement disagree.
 """
 
 
