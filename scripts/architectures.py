@@ -51,12 +51,17 @@ soft-capping), *eager fallback*, *refused*; *crash* where it crashed. The note n
 
 Encoder–decoders (T5, BART, Whisper) have three attention stacks (encoder, decoder, cross); a row is equal only
 when all three are captured and equal. Rows that are not equal or fallback are tracked in issue 26.
+
+To add a model type: one entry in `tests/coverage/catalogue.py` (its tiny config and checkpoint class), then
+`python scripts/architectures.py` rewrites this page; `tests/test_coverage.py` runs the same list and fails when the
+page and the measurement disagree.
 """
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "architectures.md"), help="the page; - for stdout")
+    parser.add_argument("--device", default="cpu", help="run the models on cpu (the committed page) or cuda")
     args = parser.parse_args(argv)
     import transformers  # after the offline settings; only to quiet its per-model progress bars
 
@@ -66,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{result.model_type:20s} {result.status:8s} {result.path:18s} {result.seconds:6.1f} s",
               file=sys.stderr, flush=True)
 
-    results = harness.run_all(progress=progress)
+    results = harness.run_all(progress=progress, device=args.device)
     page = harness.render_table(results, INTRO)
     if args.out == "-":
         sys.stdout.write(page)

@@ -59,6 +59,20 @@ def test_engine_equals_eager_and_keeps_the_outputs(arch, tmp_path, table):
     assert result.peak > 0.5, result  # peaked attention: the comparison is not between near-uniform rows
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", [_param(arch) for arch in ARCHITECTURES])
+def test_engine_equals_eager_on_cuda(arch, tmp_path):
+    """The same measurement on a CUDA device (the fused path then runs the CUDA kernels); never in CI."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    result = harness.run(arch, tmp_path, device="cuda")
+    if result.status == "FAILS":
+        raise SilentlyWrong(f"{arch.name}: {result.note}")
+    if result.status == "refused":
+        raise Refused(f"{arch.name}: {result.note}")
+    assert result.alpha_diff <= harness.TOL and result.logits_diff <= harness.TOL
+
+
 # --- the list and the table, without running the models --------------------------------------------------------
 
 

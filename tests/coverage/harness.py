@@ -1,23 +1,27 @@
 """One coverage run: build an entry's tiny model, load it as a user would, capture it, compare with the references.
 
 For an :class:`~tests.coverage.catalogue.Architecture` :func:`run` saves a seeded tiny random model with its
-tokenizer, loads it with :func:`probe.models.load`, and on a padded batch of 2 measures
+tokenizer and loads it with :func:`probe.models.load` (what every command does); where that refuses, the engine is
+still measured on the model from the checkpoint's own class (what a Python user hands to
+:func:`probe.engine.capture`), so an engine that is silently wrong behind a refusing loader still shows. On a padded
+batch of 2 it measures
 
 * α of every captured head against eager ``output_attentions`` (valid query rows and keys only), twice: with every
   head captured (the single pass, whose output is computed from the same α) and with one head captured (the fused
-  kernel plus α rebuilt from its log-sum-exp);
-* the model's logits (or last hidden state) under both captures against its own outputs outside any capture (the
-  implementation :func:`probe.models.load` leaves it on): capture must never change what the model computes.
+  kernel plus α rebuilt from its log-sum-exp). Layers are compared on the engine's layer axis: the model's own
+  layer numbers, and for encoder–decoders the encoder, decoder and cross-attention stacks end to end;
+* the model's logits (or last hidden state) under both captures against its own outputs outside any capture:
+  capture must never change what the model computes.
 
 The result is one of four statuses: ``equal`` (through the engine's attention function), ``fallback`` (equal, with
-the engine serving the model by some other implementation than its attention function, i.e. an eager fallback),
-``refused`` (a one-line :class:`~probe.errors.ProbeError` from loading or capture), ``FAILS`` (α or logits differ
-by more than :data:`TOL`, a layer with eager α is missing from the capture, a crash, or a refusal of several
+the model running on another implementation inside the capture: the eager fallback), ``refused`` (a one-line
+:class:`~probe.errors.ProbeError` from loading or capture), ``FAILS`` (α or logits differ by more than
+:data:`TOL`, a layer with eager α missing from the capture or one too many, a crash, or a refusal of several
 lines). :func:`render_table` writes ``docs/architectures.md`` from a list of results and :func:`read_table` parses
 it back.
 
-What the model's attention function receives (soft-capping, sinks, a position bias, a sliding window) is recorded
-by running the model once on a recording function registered with ``AttentionInterface``; it only names the path.
+What the model's attention function receives (soft-capping, sinks, a position bias) is recorded by running the
+model once on a recording function registered with ``AttentionInterface``; it only names the path.
 """
 
 from __future__ import annotations
@@ -182,7 +186,7 @@ def _pairs(valid) -> torch.Tensor:
 def _output(outputs) -> torch.Tensor:
     """The logits, else the last hidden state: [batch token vocab|width] (float32)."""
     logits = getattr(outputs, "logits", None)
-    return (logits if logits is not None else outputs.last_hidden_state).float()
+    return (logits if logits is not None else outputs.last_hidden_state).float().cpu()
 
 
 def _eager_layers(model, inputs, valid: dict) -> list[tuple[torch.Tensor | None, torch.Tensor]]:
@@ -199,8 +203,8 @@ def _eager_layers(model, inputs, valid: dict) -> list[tuple[torch.Tensor | None,
     finally:
         model.set_attn_implementation(previous)
     if not model.config.is_encoder_decoder:
-        return [(alpha, _pairs(valid["self"])) for alpha in out.attentions]
-    return [(alpha, _pairs(valid[stack])) for stack, alphas in (
+        return [(_on_cpu(alpha), _pairs(valid["self"])) for alpha in out.attentions]
+    return [(_on_cpu(alpha), _pairs(valid[stack])) for stack, alphas in (
         ("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions), ("cross", out.cross_attentions))
         for alpha in alphas]
 
@@ -312,16 +316,20 @@ def _variant_note(arch: Architecture, features: _Features | None) -> str:
     return "; ".join(dict.fromkeys(parts))
 
 
-def run(arch: Architecture, workdir: str | Path | None = None) -> Result:
+def _on_cpu(alpha: torch.Tensor | None) -> torch.Tensor | None:
+    return None if alpha is None else alpha.float().cpu()
+
+
+def run(arch: Architecture, workdir: str | Path | None = None, device: str = "cpu") -> Result:
     """Build, load, capture and compare one entry (see the module docstring); never raises for the model's sake."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         directory = build(arch, Path(workdir or scratch) / arch.model_type)
-        result = _measure(arch, directory)
+        result = _measure(arch, directory, device)
     return Result(**{**result.__dict__, "seconds": round(time.perf_counter() - started, 2)})
 
 
-def _measure(arch: Architecture, directory: Path) -> Result:
+def _measure(arch: Architecture, directory: Path, device: str) -> Result:
     """Load the saved model as `probe` does and as a Python user does, then capture and compare.
 
     Two routes, one status: :func:`probe.models.load` (what every command uses) and ``from_pretrained`` on the
@@ -336,13 +344,14 @@ def _measure(arch: Architecture, directory: Path) -> Result:
     peak = math.nan
     load_refusal = ""
     try:
-        model = models.load(str(directory)).model
+        model = models.load(str(directory), device=device).model
     except ProbeError as error:
         load_refusal = _refusal(error, "load").replace(str(directory), "DIR")
-        model = getattr(transformers, arch.model_class).from_pretrained(directory).eval()
+        model = getattr(transformers, arch.model_class).from_pretrained(directory).to(device).eval()
     except Exception as error:  # noqa: BLE001 - any crash is a finding, recorded in the table
         return result("FAILS", "crash", math.nan, math.nan, _crash(error, "load"))
     inputs, valid = make_inputs(arch, model)
+    inputs = {name: tensor.to(device) for name, tensor in inputs.items()}
     with torch.no_grad():
         plain = _output(model(**inputs))  # the model's own implementation: as load() left it, or its default
     eager = _eager_layers(model, inputs, valid)
@@ -408,11 +417,12 @@ def _crash(error: BaseException, what: str) -> str:
     return f"{what} crashed: {type(error).__name__}: {_one_line(error)[:160]}"
 
 
-def run_all(architectures=ARCHITECTURES, workdir: str | Path | None = None, progress=None) -> list[Result]:
+def run_all(architectures=ARCHITECTURES, workdir: str | Path | None = None, progress=None,
+            device: str = "cpu") -> list[Result]:
     """:func:`run` over the list, in order; `progress(result)` is called after each."""
     results = []
     for arch in architectures:
-        results.append(run(arch, workdir))
+        results.append(run(arch, workdir, device))
         if progress is not None:
             progress(results[-1])
     return results
