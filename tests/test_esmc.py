@@ -81,3 +81,15 @@ def test_without_a_regression_esm_c_gets_the_per_head_analysis(esmc, structures_
     assert "no contact regression" in capsys.readouterr().out
     table = pd.read_parquet(heads)
     assert len(table) == 8 and table["p_at_L_long"].notna().all() and table["weight"].isna().all()
+
+
+def test_the_apps_protein_view_runs_on_esm_c(esmc, structures_dir):
+    """The dashboard's protein analysis (probe_app.protein_analysis): per-head leaderboard and one head's APC map,
+    equal to the map from the model's own eager attention."""
+    analysis = pytest.importorskip("probe_app.protein_analysis")
+    loaded = models.load(esmc)
+    with open(f"{structures_dir}/pdb1ubi.pdb", "rb") as handle:
+        result = analysis.analyse(loaded, None, handle.read(), filename="pdb1ubi.pdb")
+    assert len(result.heads) == 8 and np.isnan(result.predicted).all() and "no contact regression" in result.note
+    expected = _eager_maps(esmc, result.sequence)[1, 2]  # [L L] L1H2
+    assert np.abs(analysis.head_map(loaded, result.sequence, 1, 2) - expected).max() <= 1e-5

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         print(outputs.report_line(unit.payload.id, sets.unpack(unit.payload, result.table, result.arrays)))
 
     out = runner.Out(path=next(iter(paths.values()), None), force=args.force, show=show,
-                     write=lambda table, finished: files.writers(_outcomes(sets, finished)),
+                     write=lambda table, finished: files.writers(_outcomes(finished)),
                      written=lambda table, finished: files.written(len(finished)), command="probe contacts",
                      noun="unit")
     report = runner.run(contact_units(loaded.name, specs), task, out, run_on, description="contacts")
@@ -133,8 +133,10 @@ def run(args: argparse.Namespace) -> int:
     return report.code
 
 
-def _outcomes(sets, finished) -> list:
+def _outcomes(finished) -> list:
     """The finished units of a run (unit order) as probe.proteins.sets outcomes."""
+    from probe.proteins import sets  # torch: see run()
+
     return [sets.unpack(unit.payload, result.table, result.arrays) for unit, result in finished]
 
 
