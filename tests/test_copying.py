@@ -1,5 +1,5 @@
-"""Copying (Elhage et al. 2021; Olsson et al. 2022): the eigenvalue score of each head's OV circuit, the direct logit
-attribution on the induction probes, and the copying / suppressing role of induction labels."""
+"""Copying (Elhage et al. 2021; Olsson et al. 2022): the eigenvalue score of each head's OV circuit, the
+direct logit attribution on the induction probes, and the copying / suppressing role of induction labels."""
 
 from __future__ import annotations
 
@@ -23,27 +23,34 @@ def full_score(matrix: torch.Tensor) -> float:
 
 
 def test_copying_equals_the_full_vocab_by_vocab_eigenvalues_on_gpt2(tiny_dir):
-    """GPT-2: W_E diag(g_ln1) W_V^h W_O^h diag(g_lnf) W_U written out from the state dict, LayerNorm gains random so
-    that folding them matters."""
+    """GPT-2: W_E diag(g_ln1) W_V^h W_O^h diag(g_lnf) W_U written out from the state dict, LayerNorm gains
+    random so that folding them matters."""
     loaded = models.load(str(tiny_dir("gpt2")))
     model = loaded.model
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for block in model.transformer.h:
             block.ln_1.weight.copy_(torch.rand(block.ln_1.weight.shape, generator=generator) * 2 - 0.5)
-        model.transformer.ln_f.weight.copy_(torch.rand(model.transformer.ln_f.weight.shape, generator=generator) + 0.5)
+        model.transformer.ln_f.weight.copy_(
+            torch.rand(model.transformer.ln_f.weight.shape, generator=generator) + 0.5
+        )
     got = copying_scores(loaded)
     assert got.unembedding == "lm_head" and got.note is None
     width, n_heads = model.config.n_embd, model.config.n_head
     d_head = width // n_heads
     embed = model.transformer.wte.weight.double()  # [vocab width]
-    unembed = model.lm_head.weight.double().T * model.transformer.ln_f.weight.double()[:, None]  # [width vocab]
+    unembed = (
+        model.lm_head.weight.double().T * model.transformer.ln_f.weight.double()[:, None]
+    )  # [width vocab]
     for layer, block in enumerate(model.transformer.h):
         qkv = block.attn.c_attn.weight.double()  # Conv1D [width 3·width]
         proj = block.attn.c_proj.weight.double()  # Conv1D [width width]
         for head in range(n_heads):
-            value = block.ln_1.weight.double()[:, None] * qkv[:, 2 * width + head * d_head:2 * width + (head + 1) * d_head]
-            output = proj[head * d_head:(head + 1) * d_head]
+            value = (
+                block.ln_1.weight.double()[:, None]
+                * qkv[:, 2 * width + head * d_head : 2 * width + (head + 1) * d_head]
+            )
+            output = proj[head * d_head : (head + 1) * d_head]
             circuit = embed @ value @ output @ unembed  # [vocab vocab]
             assert abs(float(got.scores[layer, head]) - full_score(circuit.detach())) < 1e-6
 
@@ -60,11 +67,18 @@ def test_copying_uses_the_shared_value_head_under_gqa(tiny_dir):
     embed = model.model.embed_tokens.weight.double()
     unembed = model.lm_head.weight.double().T * model.model.norm.weight.double()[:, None]
     for layer, block in enumerate(model.model.layers):
-        v = block.self_attn.v_proj.weight.double().T * block.input_layernorm.weight.double()[:, None]  # [width kv·d]
+        v = (
+            block.self_attn.v_proj.weight.double().T * block.input_layernorm.weight.double()[:, None]
+        )  # [width kv·d]
         o = block.self_attn.o_proj.weight.double().T  # [heads·d width]
         for head in range(n_heads):
             group = head // (n_heads // n_kv)
-            circuit = embed @ v[:, group * d_head:(group + 1) * d_head] @ o[head * d_head:(head + 1) * d_head] @ unembed
+            circuit = (
+                embed
+                @ v[:, group * d_head : (group + 1) * d_head]
+                @ o[head * d_head : (head + 1) * d_head]
+                @ unembed
+            )
             assert abs(float(got.scores[layer, head]) - full_score(circuit.detach())) < 1e-6
 
 
@@ -72,7 +86,9 @@ def test_copying_score_is_one_for_the_identity_and_minus_one_negated():
     torch.manual_seed(0)
     embed = torch.randn(12, 4, dtype=torch.float64)
     value = torch.eye(4, dtype=torch.float64)
-    unembed = torch.linalg.pinv(embed)  # [4 12]: W_U W_E = I, so the circuit is a projection (eigenvalues 1, 0)
+    unembed = torch.linalg.pinv(
+        embed
+    )  # [4 12]: W_U W_E = I, so the circuit is a projection (eigenvalues 1, 0)
     assert abs(copying_score(embed, value, torch.eye(4, dtype=torch.float64), unembed) - 1.0) < 1e-9
     assert abs(copying_score(embed, value, -torch.eye(4, dtype=torch.float64), unembed) + 1.0) < 1e-9
     assert math.isnan(copying_score(embed, value, torch.zeros(4, 4, dtype=torch.float64), unembed))
@@ -87,20 +103,24 @@ def test_a_model_without_an_unembedding_is_nan_with_a_note(tiny_dir):
 
 
 def test_roles_copying_and_suppressing_by_hand():
-    table = pd.DataFrame({
-        "head_type": ["induction"] * 5 + ["previous_token"],
-        "label": [True, True, True, True, False, True],
-        "output_share": [0.5, 0.5, 0.5, 0.05, 0.5, 0.5],
-        "copying": [0.9, -0.9, COPYING_MARGIN / 2, -0.9, 0.9, -0.9],
-    })
-    # copying, suppressing, neither (function), a sink stays a sink, unlabelled: no role, other types untouched
+    table = pd.DataFrame(
+        {
+            "head_type": ["induction"] * 5 + ["previous_token"],
+            "label": [True, True, True, True, False, True],
+            "output_share": [0.5, 0.5, 0.5, 0.05, 0.5, 0.5],
+            "copying": [0.9, -0.9, COPYING_MARGIN / 2, -0.9, 0.9, -0.9],
+        }
+    )
+    # copying, suppressing, neither (function), a sink stays a sink; unlabelled: no role;
+    # other types by their output share only
     assert roles(table).tolist()[:4] == ["copying", "suppressing", "function", "sink"]
     assert pd.isna(roles(table)[4]) and roles(table)[5] == "function"
 
 
 def test_zoo_induction_heads_copy_and_a_negated_twin_is_suppressing():
-    """zoo:induction's layer-1 induction heads copy (score and direct logit attribution positive); the same model
-    with L1H0's output slice negated keeps L1H0's induction label (same pattern) but marks it suppressing."""
+    """zoo:induction's layer-1 induction heads copy (score and direct logit attribution positive); the same
+    model with L1H0's output slice negated keeps L1H0's induction label (same pattern) but marks it
+    suppressing."""
     config = LabelConfig(types=("induction",), examples=16, ablate="none", n_bootstrap=200)
     loaded = models.load("zoo:induction")
     table = label_model(loaded, config).set_index(["layer", "head"])

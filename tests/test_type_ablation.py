@@ -1,5 +1,5 @@
-"""Joint ablation per head type across layers: a type's labelled heads zeroed together, against random groups with
-the same layer histogram (probe.heads.ablation.layer_matched_groups, the type_group_* columns)."""
+"""Joint ablation per head type across layers: a type's labelled heads zeroed together, against random groups
+with the same layer histogram (probe.heads.ablation.layer_matched_groups, the type_group_* columns)."""
 
 from __future__ import annotations
 
@@ -37,13 +37,23 @@ def test_layer_matched_groups_overlap_only_when_a_layer_is_full():
 
 def _induction_batches(loaded):
     blocks = repeated_blocks(loaded.tokenizer, 16, 64, 0)
-    return [loss_batch(loaded, "induction", blocks.input_ids[i:i + 8], None, blocks.offset[i:i + 8],
-                       blocks.block_len[i:i + 8]) for i in (0, 8)]
+    return [
+        loss_batch(
+            loaded,
+            "induction",
+            blocks.input_ids[i : i + 8],
+            None,
+            blocks.offset[i : i + 8],
+            blocks.block_len[i : i + 8],
+        )
+        for i in (0, 8)
+    ]
 
 
 def test_a_circuit_across_layers_costs_more_than_every_matched_control():
-    """Positive control, zoo:induction: its previous-token head L0H1 and two induction heads of layer 1 form the
-    circuit; zeroing them together costs more than every random group of one layer-0 and two layer-1 heads."""
+    """Positive control, zoo:induction: its previous-token head L0H1 and two induction heads of layer 1 form
+    the circuit; zeroing them together costs more than every random group of one layer-0 and two layer-1
+    heads."""
     loaded = models.load("zoo:induction")
     batches = _induction_batches(loaded)
     circuit = ((0, 1), (1, 0), (1, 1))
@@ -58,8 +68,9 @@ def test_a_circuit_across_layers_costs_more_than_every_matched_control():
 
 
 def test_heads_that_write_nothing_have_no_joint_effect():
-    """Negative control, the planted GPT-2: its labelled heads (L0H0 previous token, L1H2 first token) attend by
-    design but every attention output is zeroed, so zeroing them together changes nothing (effect 0, z 0)."""
+    """Negative control, the planted GPT-2: its labelled heads (L0H0 previous token, L1H2 first token) attend
+    by design but every attention output is zeroed, so zeroing them together changes nothing (effect 0, z
+    0)."""
     model, tokenizer = build_planted_gpt2()
     loaded = models.load("zoo:induction")
     planted = dataclasses.replace(loaded, model=model, tokenizer=tokenizer, name="planted")
@@ -73,10 +84,17 @@ def test_label_table_carries_the_type_group_columns():
     """On zoo:induction the four induction heads share layer 1: the type group is the layer group (same heads,
     same probes: the same effect); the single previous-token head gets no type group."""
     loaded = models.load("zoo:induction")
-    config = LabelConfig(types=("previous_token", "induction"), examples=16, n_bootstrap=200, ablation_examples=8,
-                         ablation_controls=4)
+    config = LabelConfig(
+        types=("previous_token", "induction"),
+        examples=16,
+        n_bootstrap=200,
+        ablation_examples=8,
+        ablation_controls=4,
+    )
     table = label_model(loaded, config)
     induction = table[(table["head_type"] == "induction") & table["label"]]
     assert len(induction) == 4 and (induction["type_group_size"] == 4).all()
-    assert induction["type_group_effect"].to_numpy() == pytest.approx(induction["group_effect"].to_numpy(), abs=1e-9)
+    assert induction["type_group_effect"].to_numpy() == pytest.approx(
+        induction["group_effect"].to_numpy(), abs=1e-9
+    )
     assert table.loc[table["head_type"] == "previous_token", "type_group_effect"].isna().all()

@@ -1,29 +1,31 @@
-"""Copying: does a head's OV circuit raise the logit of the token it reads? (Elhage et al. 2021; Olsson et al. 2022)
+"""Copying: does a head's OV circuit raise the logit of the token it reads? (Elhage et al. 2021; Olsson et al.
+2022)
 
-A head h reads a token through its value map and writes through its output map, so its OV circuit on tokens is the
-vocab × vocab matrix ``W_E W_V^h W_O^h W_U`` (row-vector convention: a one-hot token times the matrix is the change
-of every logit). Elhage et al. ("A Mathematical Framework for Transformer Circuits") summarise it by its eigenvalues
-λ: the **copying score** Σλ / Σ|λ| is 1 for a head that raises each token's own logit (pure copying), −1 for one
-that lowers it (anti-copying, e.g. copy suppression), near 0 for a head that does neither. Σλ is real (complex
-eigenvalues come in conjugate pairs).
+A head h reads a token through its value map and writes through its output map, so its OV circuit on tokens is
+the vocab × vocab matrix ``W_E W_V^h W_O^h W_U`` (row-vector convention: a one-hot token times the matrix is
+the change of every logit). Elhage et al. ("A Mathematical Framework for Transformer Circuits") summarise it
+by its eigenvalues λ: the **copying score** Σλ / Σ|λ| is 1 for a head that raises each token's own logit (pure
+copying), −1 for one that lowers it (anti-copying, e.g. copy suppression), near 0 for a head that does
+neither. Σλ is real (complex eigenvalues come in conjugate pairs).
 
-Cheap: the nonzero eigenvalues of ``A B`` and ``B A`` are the same (cyclic permutation), so with
-``A = W_E W_V^h`` (vocab × d_head) and ``B = W_O^h W_U`` (d_head × vocab) the score comes from the d_head × d_head
+Cheap: the nonzero eigenvalues of ``A B`` and ``B A`` are the same (cyclic permutation), so with ``A = W_E
+W_V^h`` (vocab × d_head) and ``B = W_O^h W_U`` (d_head × vocab) the score comes from the d_head × d_head
 product ``W_O^h (W_U W_E) W_V^h``; ``W_U W_E`` (d_model × d_model) is computed once per model.
 
 Weights, per layer (:func:`ov_weights`):
 
-* ``W_E``: the input embeddings; ``W_U``: the output embeddings (a causal LM's ``lm_head``; a masked LM's decoder —
-  its dense + LayerNorm transform before the decoder is left out, as Elhage et al. leave out nonlinearities; a
-  model without an output embedding gets NaN and a note);
-* ``W_V^h``: the value projection (``v_proj``, ``value``, or GPT-2's fused ``c_attn``); grouped-query models: the
-  value head that h shares with its group;
-* ``W_O^h``: the head's slice of the output projection (found as :class:`probe.engine.output_norms.OutputProjections`
-  finds it);
-* LayerNorm / RMSNorm gains are folded in where the model is pre-norm and the norms are found (GPT-2's ``ln_1`` and
-  ``ln_f``, Llama-family ``input_layernorm`` and ``norm``): ``W_V ← diag(g_layer) W_V``, ``W_U ← diag(g_final) W_U``,
-  as TransformerLens does with ``fold_ln``; the normalisation's scale (one positive number per position) and the
-  biases do not change the sign pattern and are left out. Post-norm models (BERT) fold nothing.
+* ``W_E``: the input embeddings; ``W_U``: the output embeddings (a causal LM's ``lm_head``; a masked LM's
+  decoder — its dense + LayerNorm transform before the decoder is left out, as Elhage et al. leave out
+  nonlinearities; a model without an output embedding gets NaN and a note);
+* ``W_V^h``: the value projection (``v_proj``, ``value``, or GPT-2's fused ``c_attn``); grouped-query models:
+  the value head that h shares with its group;
+* ``W_O^h``: the head's slice of the output projection (found as
+  :class:`probe.engine.output_norms.OutputProjections` finds it);
+* LayerNorm / RMSNorm gains are folded in where the model is pre-norm and the norms are found (GPT-2's
+  ``ln_1`` and ``ln_f``, Llama-family ``input_layernorm`` and ``norm``): ``W_V ← diag(g_layer) W_V``, ``W_U ←
+  diag(g_final) W_U``, as TransformerLens does with ``fold_ln``; the normalisation's scale (one positive
+  number per position) and the biases do not change the sign pattern and are left out. Post-norm models (BERT)
+  fold nothing.
 
 :func:`copying_score` is the pure function; :func:`copying_scores` applies it to every head of a loaded model.
 """
@@ -51,8 +53,9 @@ def copying_score(
     output: torch.Tensor,  # [d_head d_model] W_O^h
     unembed: torch.Tensor,  # [d_model vocab] W_U
 ) -> float:
-    """Σλ / Σ|λ| over the eigenvalues λ of the OV circuit ``W_E W_V W_O W_U`` (vocab × vocab), computed from the
-    d_head × d_head product ``W_O W_U W_E W_V`` (same nonzero eigenvalues). NaN when every eigenvalue is 0."""
+    """Σλ / Σ|λ| over the eigenvalues λ of the OV circuit ``W_E W_V W_O W_U`` (vocab × vocab), computed from
+    the d_head × d_head product ``W_O W_U W_E W_V`` (same nonzero eigenvalues). NaN when every eigenvalue is
+    0."""
     return copying_score_from(unembed.double() @ embed.double(), value, output)
 
 
@@ -118,12 +121,12 @@ def _value_map(module: nn.Module) -> torch.Tensor | None:
         return None
     weight = _linearweight_of(fused)  # [d_model 3·width]
     width = weight.shape[1] // 3
-    return weight[:, 2 * width:]
+    return weight[:, 2 * width :]
 
 
 def _gain(parent: nn.Module | None, names: tuple[str, ...]) -> torch.Tensor | None:
-    """The gain `[d_model]` of the first norm named in `names` on `parent` (LayerNorm or an RMSNorm whose weight is
-    its gain; Gemma's 1 + w norms are not folded)."""
+    """The gain `[d_model]` of the first norm named in `names` on `parent` (LayerNorm or an RMSNorm whose
+    weight is its gain; Gemma's 1 + w norms are not folded)."""
     for name in names:
         norm = getattr(parent, name, None) if parent is not None else None
         if norm is None:
@@ -135,7 +138,8 @@ def _gain(parent: nn.Module | None, names: tuple[str, ...]) -> torch.Tensor | No
 
 
 def final_norm(model: nn.Module) -> nn.Module | None:
-    """The norm before the unembedding on the model's body (``ln_f``, ``norm``, ``final_layernorm``), or None."""
+    """The norm before the unembedding on the model's body (``ln_f``, ``norm``, ``final_layernorm``), or
+    None."""
     body = getattr(model, getattr(model, "base_model_prefix", ""), model)
     for name in FINAL_NORMS:
         norm = getattr(body, name, None)
@@ -145,7 +149,8 @@ def final_norm(model: nn.Module) -> nn.Module | None:
 
 
 def ov_weights(loaded) -> OVWeights | str:
-    """The OV weights of every head of `loaded` (see the module doc), or one line saying why they are unknown."""
+    """The OV weights of every head of `loaded` (see the module doc), or one line saying why they are
+    unknown."""
     model = loaded.model
     output_embeddings, input_embeddings = model.get_output_embeddings(), model.get_input_embeddings()
     if output_embeddings is None or input_embeddings is None:
@@ -154,8 +159,10 @@ def ov_weights(loaded) -> OVWeights | str:
     parents = {id(child): parent for parent in model.modules() for child in parent.children()}
     modules = _attention_modules(model)
     if len(modules) != loaded.n_layers:
-        return (f"{loaded.name}: found {len(modules)} value projections for {loaded.n_layers} layers: copying is "
-                "NaN")
+        return (
+            f"{loaded.name}: found {len(modules)} value projections for {loaded.n_layers} layers: copying is "
+            "NaN"
+        )
     projections = OutputProjections(model)
     n_heads = loaded.n_heads
     values, outputs, layer_gains = [], [], []
@@ -194,8 +201,11 @@ def copying_scores(loaded) -> CopyingScores:
     if isinstance(weights, str):
         return CopyingScores(torch.full(shape, math.nan, dtype=torch.float64), None, weights)
     product = weights.unembed @ weights.embed  # [d_model d_model] W_U W_E, once per model
-    scores = torch.tensor([[copying_score_from(product, value, output) for value, output in zip(per_v, per_o,
-                                                                                                   strict=True)]
-                           for per_v, per_o in zip(weights.values, weights.outputs, strict=True)],
-                          dtype=torch.float64)  # [layer head]
+    scores = torch.tensor(
+        [
+            [copying_score_from(product, value, output) for value, output in zip(per_v, per_o, strict=True)]
+            for per_v, per_o in zip(weights.values, weights.outputs, strict=True)
+        ],
+        dtype=torch.float64,
+    )  # [layer head]
     return CopyingScores(scores, weights.unembedding)

@@ -1,21 +1,22 @@
-"""The behavioural half of copying: a head's direct logit attribution to the token an induction head attends to.
+"""The behavioural half of copying: a head's direct logit attribution to the token an induction head attends
+to.
 
-On repeated-block probes (:func:`probe.heads.probesets.repeated_blocks`) every query i in the block's second copy
-has one induction target j (the token after the earlier occurrence of t_i; REFERENCE.md), and t_j is the token to
-predict next. A copying induction head attends to j and raises t_j's logit; a copy-suppressing one lowers it.
+On repeated-block probes (:func:`probe.heads.probesets.repeated_blocks`) every query i in the block's second
+copy has one induction target j (the token after the earlier occurrence of t_i; REFERENCE.md), and t_j is the
+token to predict next. A copying induction head attends to j and raises t_j's logit; a copy-suppressing one
+lowers it.
 
 For head h, with z_h(i) its attention output at row i (the input of the output projection, caught by a forward
-pre-hook) and W_O^h its slice of the output projection, the head's direct contribution to the residual stream is
-c = z_h(i) W_O^h. Through the final norm, linearised at the clean forward's own scale (LayerNorm: c − mean(c),
-divided by the residual's standard deviation; RMSNorm: divided by its root mean square; then the gain), and the
-unembedding W_U:
+pre-hook) and W_O^h its slice of the output projection, the head's direct contribution to the residual stream
+is c = z_h(i) W_O^h. Through the final norm, linearised at the clean forward's own scale (LayerNorm: c −
+mean(c), divided by the residual's standard deviation; RMSNorm: divided by its root mean square; then the
+gain), and the unembedding W_U:
 
     dla(h, i) = c' · W_U[:, t_j] − mean over the vocabulary of c' · W_U[:, v]
 
 (centred: a shift of every logit changes no prediction). ``copying_dla`` is its mean over the counted rows of
-every probe, in logits. Causal LMs only (a masked LM's decoder transform is nonlinear): NaN elsewhere, and where
-the final norm or an output projection is not found.
-"""
+every probe, in logits. Causal LMs only (a masked LM's decoder transform is nonlinear): NaN elsewhere, and
+where the final norm or an output projection is not found."""
 
 from __future__ import annotations
 
@@ -30,10 +31,13 @@ from probe.heads.copying import _attention_modules, final_norm
 from probe.models import ModelKind
 
 
-def induction_rows(repeat_start: torch.Tensor, repeat_len: torch.Tensor, seq_len: int,
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(query mask `[example seq]` bool, target position `[example seq]` long): the rows of each second copy and
-    their induction targets j = i − block + 1 (−1 elsewhere)."""
+def induction_rows(
+    repeat_start: torch.Tensor,
+    repeat_len: torch.Tensor,
+    seq_len: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(query mask `[example seq]` bool, target position `[example seq]` long): the rows of each second copy
+    and their induction targets j = i − block + 1 (−1 elsewhere)."""
     n = len(repeat_start)
     position = torch.arange(seq_len)[None].expand(n, -1)  # [example seq]
     start, size = repeat_start[:, None], repeat_len[:, None]  # [example 1]
@@ -65,9 +69,17 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
     modules = _attention_modules(model)
     unembedding = model.get_output_embeddings()
     kind = type(norm).__name__ if norm is not None else ""
-    linearisable = isinstance(norm, nn.LayerNorm) or (kind.endswith("RMSNorm") and not kind.startswith("Gemma"))
-    if (loaded.kind != ModelKind.CAUSAL_LM or probes is None or probes.repeat_start is None or not linearisable
-            or unembedding is None or len(modules) != loaded.n_layers):
+    linearisable = isinstance(norm, nn.LayerNorm) or (
+        kind.endswith("RMSNorm") and not kind.startswith("Gemma")
+    )
+    if (
+        loaded.kind != ModelKind.CAUSAL_LM
+        or probes is None
+        or probes.repeat_start is None
+        or not linearisable
+        or unembedding is None
+        or len(modules) != loaded.n_layers
+    ):
         return nan
     finder = OutputProjections(model)
     projections = [finder.find(module) for module in modules]
@@ -76,17 +88,25 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
     unembed = weight_of(unembedding).T  # [d_model vocab]
     mean_unembed = unembed.mean(-1)  # [d_model]
     caught: dict[str, torch.Tensor] = {}
-    handles = [projection.register_forward_pre_hook(
-        lambda _module, args, layer=layer: caught.__setitem__(f"z{layer}", args[0].detach()))
-        for layer, projection in enumerate(projections)]
-    handles.append(norm.register_forward_pre_hook(lambda _m, args: caught.__setitem__("residual", args[0].detach())))
+    handles = [
+        projection.register_forward_pre_hook(
+            lambda _module, args, layer=layer: caught.__setitem__(f"z{layer}", args[0].detach())
+        )
+        for layer, projection in enumerate(projections)
+    ]
+    handles.append(
+        norm.register_forward_pre_hook(lambda _m, args: caught.__setitem__("residual", args[0].detach()))
+    )
     total = torch.zeros(shape, dtype=torch.float64)
     counted = 0
     try:
         for start in range(0, len(probes.input_ids), batch_size):
-            ids = probes.input_ids[start:start + batch_size]  # [batch seq]
-            rows, target = induction_rows(probes.repeat_start[start:start + batch_size],
-                                          probes.repeat_len[start:start + batch_size], ids.shape[1])
+            ids = probes.input_ids[start : start + batch_size]  # [batch seq]
+            rows, target = induction_rows(
+                probes.repeat_start[start : start + batch_size],
+                probes.repeat_len[start : start + batch_size],
+                ids.shape[1],
+            )
             device = next(model.parameters()).device
             with capture(model, ()), torch.inference_mode():
                 model(input_ids=ids.to(device))
@@ -99,10 +119,13 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
                 n_heads = loaded.n_heads
                 d_head = w_out.shape[0] // n_heads
                 per_head = z.reshape(*z.shape[:2], n_heads, d_head)  # [batch seq head d_head]
-                contribution = torch.einsum("bshd,hdm->bshm", per_head,
-                                            w_out.reshape(n_heads, d_head, -1))  # [batch seq head d_model]
+                contribution = torch.einsum(
+                    "bshd,hdm->bshm", per_head, w_out.reshape(n_heads, d_head, -1)
+                )  # [batch seq head d_model]
                 normed = _normalise(contribution, caught["residual"], norm)  # [batch seq head d_model]
-                dla = (normed * picked.to(normed)[:, :, None]).sum(-1) - normed @ mean_unembed  # [batch seq head]
+                dla = (normed * picked.to(normed)[:, :, None]).sum(
+                    -1
+                ) - normed @ mean_unembed  # [batch seq head]
                 total[layer] += dla[rows.to(dla.device)].sum(0).cpu()
             counted += int(rows.sum())
     finally:

@@ -1,11 +1,11 @@
 """Where a labelling run's time goes: wall-clock seconds per stage of :func:`probe.heads.label.label_model`.
 
-Stages (each summed over the run): ``probe sets`` (corpus tokenization, natural-text, repeated-block and bracket
-probes), ``GAP pairs`` (fitting and encoding the span examples), ``forwards`` (the streamed scoring passes; the output
-norms ride in the same kernel calls, so their cost is inside this stage — docs/labels.md measures it apart),
-``generation`` (decoding types), ``bootstrap`` (per-type statistics, the FDR decision), ``copying`` (OV eigenvalues,
-direct logit attribution), ``per-head ablation``, ``group ablation`` (per layer and per type) and ``retrieval
-ablation``. ``probe label`` prints one line per model (:meth:`StageTimes.line`).
+Stages (each summed over the run): ``probe sets`` (corpus tokenization, natural-text, repeated-block and
+bracket probes), ``GAP pairs`` (fitting and encoding the span examples), ``forwards`` (the streamed scoring
+passes; the output norms ride in the same kernel calls, so their cost is inside this stage — docs/labels.md
+measures it apart), ``generation`` (decoding types), ``bootstrap`` (per-type statistics, the FDR decision),
+``copying`` (OV eigenvalues, direct logit attribution), ``per-head ablation``, ``group ablation`` (per layer
+and per type) and ``retrieval ablation``. ``probe label`` prints one line per model (:meth:`StageTimes.line`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,6 @@ class StageTimes:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
     def line(self, model: str) -> str:
-        """"model · time by stage: probe sets 0.4 s, forwards 3.1 s, … (total 9.8 s)"."""
+        """ "model · time by stage: probe sets 0.4 s, forwards 3.1 s, … (total 9.8 s)"."""
         parts = ", ".join(f"{name} {value:.1f} s" for name, value in self.seconds.items())
         return f"{model} · time by stage: {parts} (total {sum(self.seconds.values()):.1f} s)"
