@@ -154,3 +154,12 @@ def test_engine_eager_on_t5_equals_the_fused_engine_for_every_stack():
     for (fused, eager), (q, k) in zip(zip(*results, strict=True), ((keys, keys), (queries, queries), (queries, keys)),
                                       strict=True):
         assert masked_diff(fused, eager, q, k) <= TOL
+
+
+def test_capture_attention_of_stacks_with_different_lengths_is_one_line():
+    from probe.engine import capture_attention
+
+    model, tokenizer = build("bart")
+    with pytest.raises(ProbeError, match="one stack at a time"):
+        capture_attention(model, _seq2seq_inputs(tokenizer) | {"decoder_input_ids": torch.tensor([[2, 5, 6]] * 2),
+                                                              "decoder_attention_mask": None})
