@@ -166,12 +166,13 @@ def _text_config(model: nn.Module):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def _layer_lists(root: nn.Module, attention: list[nn.Module]) -> list[nn.ModuleList]:
-    """ModuleLists under `root` whose entries, together, hold every one of `attention` (outermost first)."""
+def _layer_lists(root: nn.Module, attention: list[nn.Module], length: int | None = None) -> list[nn.ModuleList]:
+    """ModuleLists under `root` (of `length` entries, if given) whose entries, together, hold every one of
+    `attention` (outermost first)."""
     wanted = {id(module) for module in attention}
     found = []
     for module in root.modules():
-        if isinstance(module, nn.ModuleList) and len(module):
+        if isinstance(module, nn.ModuleList) and len(module) and length in (None, len(module)):
             inside = {id(sub) for entry in module for sub in entry.modules()}
             if wanted <= inside:
                 found.append(module)
@@ -194,7 +195,7 @@ def _block_kinds(config, n_layers: int) -> list[str] | None:
 def _single_stack(model: nn.Module, attention: list[nn.Module], engine: Engine) -> AttentionPlan:
     config = _text_config(model)
     n_layers = getattr(config, "num_hidden_layers", None)
-    lists = [found for found in _layer_lists(model, attention) if len(found) == n_layers]
+    lists = _layer_lists(model, attention, n_layers) if n_layers else []
     if lists:
         layers = lists[-1]  # the innermost list of the right length: the transformer layers
         ids = {id(module) for module in attention}
@@ -281,6 +282,24 @@ def attention_plan(model: nn.Module) -> AttentionPlan:
     ProbeError
         No module computes attention weights either way, or the layers cannot be numbered.
     """
+    cached = _PLANS.get(model)
+    if cached is not None and cached[0] == _structure(model):
+        return cached[1]
+    plan = _build_plan(model)
+    _PLANS[model] = (_structure(model), plan)
+    return plan
+
+
+# model -> (its structure when planned, the plan): capture() plans on every call, the walk is done once
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _structure(model: nn.Module) -> tuple[int, ...]:
+    """Identity of the model's module tree (a replaced or added module makes a new plan)."""
+    return tuple(id(module) for module in model.modules())
+
+
+def _build_plan(model: nn.Module) -> AttentionPlan:
     fused = [module for module in model.modules() if routes_through_interface(module)]
     engine: Engine = "fused" if fused else "eager"
     attention = fused or eager_attention_modules(model)

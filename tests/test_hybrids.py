@@ -85,3 +85,21 @@ def test_the_card_names_the_layers_with_alpha_and_a_plain_model_gets_no_such_not
     assert note == ["hybrid: softmax attention (heads with α) in 2 of 4 layers (1, 3); the others "
                     "(linear_attention) have no attention weights"]
     assert not [n for n in architecture_card(build("stablelm")[0].config).notes if n.startswith("hybrid")]
+
+
+def test_probe_label_and_profile_list_only_the_softmax_layers(tmp_path):
+    import pandas as pd
+
+    from probe.cli import main
+
+    directory = save("qwen3_next", tmp_path / "qwen3-next")
+    table_path, profile_path = tmp_path / "labels.csv", tmp_path / "profile.csv"
+    assert main(["label", "--model", directory, "--types", "previous_token,induction", "--examples", "8",
+                 "--seq-len", "16", "--bootstrap", "50", "--out", str(table_path)]) == 0
+    assert main(["profile", "--model", directory, "--random", "2", "--seq-len", "16", "--out",
+                 str(profile_path)]) == 0
+    expected = {f"L{layer}H{head}" for layer in (1, 3) for head in range(4)}
+    for path in (table_path, profile_path):
+        table = pd.read_csv(path)
+        assert set(table["head_name"]) == expected
+        assert table.filter(like="score").notna().all().all()

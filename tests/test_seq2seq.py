@@ -137,3 +137,29 @@ def test_probe_profile_names_the_stacks(t5_dir, tmp_path):
     assert len(table) == (2 + 3 + 3) * 4
     assert {"enc.L1H3", "dec.L2H0", "cross.L0H2"} <= set(table["head_name"])
     assert table.loc[table.head_name == "cross.L2H1", "layer"].item() == 2
+
+
+def test_engine_eager_on_t5_equals_the_fused_engine_for_every_stack():
+    """T5's attention returns (output, position_bias, weights): the fallback reads the weights, not the bias."""
+    model, tokenizer = build("t5")
+    plan = attention_plan(model)
+    inputs = _seq2seq_inputs(tokenizer)
+    results = []
+    for engine in ("fused", "eager"):
+        sinks = [DenseSink(layers=range(stack.first, stack.first + stack.count)) for stack in plan.stacks]
+        with capture(model, sinks, engine=engine), torch.no_grad():
+            model(**inputs)
+        results.append([sink.attention(0) for sink in sinks])
+    queries, keys = inputs["decoder_attention_mask"], inputs["attention_mask"]
+    for (fused, eager), (q, k) in zip(zip(*results, strict=True), ((keys, keys), (queries, queries), (queries, keys)),
+                                      strict=True):
+        assert masked_diff(fused, eager, q, k) <= TOL
+
+
+def test_capture_attention_of_stacks_with_different_lengths_is_one_line():
+    from probe.engine import capture_attention
+
+    model, tokenizer = build("bart")
+    with pytest.raises(ProbeError, match="one stack at a time"):
+        capture_attention(model, _seq2seq_inputs(tokenizer) | {"decoder_input_ids": torch.tensor([[2, 5, 6]] * 2),
+                                                              "decoder_attention_mask": None})

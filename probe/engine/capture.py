@@ -219,7 +219,14 @@ def capture_attention(
     sink = DenseSink(layers, heads)
     with capture(model, sink, engine=engine), torch.inference_mode():
         model(**inputs)
-    return sink.attention(0)
+    try:
+        return sink.attention(0)
+    except RuntimeError:  # torch.stack of layers with different shapes: an encoder-decoder's stacks
+        if not attention_plan(model).is_multi_stack:
+            raise
+        raise ProbeError("the captured layers have different query/key lengths (the stacks of an encoder-decoder): "
+                         "capture one stack at a time, layers=range(stack.first, stack.first + stack.count) of "
+                         "probe.layers.attention_plan(model).stacks") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------

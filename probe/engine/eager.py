@@ -132,12 +132,16 @@ class _EagerHooks:
     def after(self, module: nn.Module, args: tuple, kwargs: dict, output):
         if not self.mine() or self.current is None:
             return None
-        if not isinstance(output, tuple) or len(output) < 2 or not isinstance(output[1], torch.Tensor) \
-                or output[1].dim() != 4:
+        # the weights are the last 4-D tensor of the output: (output, weights), or T5's (output, bias, weights)
+        found = [index for index, item in enumerate(output) if isinstance(item, torch.Tensor) and item.dim() == 4] \
+            if isinstance(output, tuple) else []
+        if not found or found[-1] == 0:
             raise ProbeError(f"{type(module).__name__} returned no [batch head query key] attention weights; the "
                              "eager fallback cannot capture this model")
-        stream_layer(self.session, self.current, output[1].detach())
-        return (output[0], None, *output[2:])  # the weights are dropped: the model keeps none of them
+        stream_layer(self.session, self.current, output[found[-1]].detach())
+        kept = list(output)
+        kept[found[-1]] = None  # the weights are dropped: the model keeps none of them
+        return tuple(kept)
 
     def ablate(self, projection: nn.Module, args: tuple):
         if not self.mine() or self.session.ablate is None or self.current is None:

@@ -219,7 +219,10 @@ def ablation_effects(
     n_layers, n_heads = loaded.n_layers, loaded.n_heads
     _check_heads(loaded, heads)
     loss = _default_loss(loaded, loss, causal)
-    controls_of = control_heads(heads, n_heads, controls, exclude, seed, n_layers=n_layers)
+    # a hybrid's layers without α (linear attention, state-space) have no heads to ablate: never controls
+    no_alpha = [(layer, head) for layer in range(n_layers) if layer not in loaded.attention_layers
+                for head in range(n_heads)]
+    controls_of = control_heads(heads, n_heads, controls, [*exclude, *no_alpha], seed, n_layers=n_layers)
     ablated = list(dict.fromkeys([(head,) for head in heads] +
                                  [(control,) for chosen in controls_of.values() for control in chosen]))
     effect = set_effects(loaded, batches, ablated, loss, max_rows, progress)
