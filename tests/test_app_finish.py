@@ -164,6 +164,8 @@ def test_the_demos_first_screen_is_complete_within_20_s_of_the_first_answer(driv
         stderr_text = log.read_text()
         assert "labels shipped with all-MiniLM-L6-v2" in stderr_text
         assert elapsed <= 20, f"{elapsed:.1f} s ({load_note()})"
+        time.sleep(1.0)
+        save_screenshot(driver, "app_screenshot.png")  # the README's picture: the demo's first screen
     finally:
         driver.get("about:blank")
         process.terminate()
