@@ -47,7 +47,7 @@ def test_the_wheel_holds_probe_app_and_no_top_level_app(tmp_path):
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "probe_app/__init__.py" in names and "probe_app/panels/grid.py" in names
-    assert "probe_app/assets/keys.js" in names
+    assert "probe_app/assets/keys.js" in names and "probe_app/data/minilm_labels.csv" in names
     assert not any(name.startswith("app/") for name in names)
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
