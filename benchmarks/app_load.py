@@ -9,13 +9,20 @@ sent once, the overlay's targets, the line view; head steps inside the layer and
 browser and cost no request), step to another layer, redraw the atlas, and every few rounds run a protein
 and look at its contact maps. Requests are the browser's own Dash callback POSTs, built from the
 app's /_dash-dependencies. An error is any non-2xx answer, a failed connection, or a page message saying
-"internal error". Prints one table: requests, errors, throughput, latency p50 / p95 / max per request kind.
+"internal error". Prints one table: requests, errors, throughput, latency p50 / p95 / max per request kind, with
+the machine's load average at the start and the end beside it (timings on a loaded machine are not the app's).
+
+Before the load, the protein path is measured alone (`--protein-rounds`, one user, nothing else running): each
+protein's first run (one forward pass for the contact head and every head's attention, the structure's maps),
+its first view (the selected head's layer: one forward pass, then cached per layer) and a second view of another
+head of the same layer (cache hit: only the figures). That is the cost per request the load test multiplies.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import socket
 import subprocess
@@ -161,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", action="append", default=None, help="passed to probe app (default: its own)")
     parser.add_argument("--port", type=int, default=None,
                         help="use an app already serving on 127.0.0.1:PORT instead of starting one")
+    parser.add_argument("--protein-rounds", type=int, default=3,
+                        help="proteins run alone before the load, to show the protein path's cost (default 3)")
     args = parser.parse_args(argv)
     if not (1 <= args.users <= 100 and 1 <= args.duration <= 600):
         parser.error("bounded: 1..100 users, 1..600 s")
@@ -174,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         layout = json.loads(urllib.request.urlopen(f"{base}/_dash-layout").read())
         specs = _models(layout, base, callbacks)
         _wait_for_labelling(base, callbacks, specs)
+        if specs.get("protein") and args.protein_rounds > 0:
+            protein_alone(Client(base, callbacks, solo := [], threading.Lock()), specs["protein"],
+                          args.protein_rounds)
+            report(solo, 1, None, specs, title="protein path alone (1 user, one request at a time)")
+        load_before = os.getloadavg()
         log: list = []
         lock = threading.Lock()
         stop_at = time.time() + args.duration
@@ -189,8 +203,23 @@ def main(argv: list[str] | None = None) -> int:
         if process is not None:
             process.terminate()
             process.wait(timeout=30)
-    report(log, args.users, wall, specs)
+    report(log, args.users, wall, specs, load=(load_before, os.getloadavg()))
     return 1 if any(error for _, _, error in log) else 0
+
+
+def protein_alone(client: Client, protein_model: str, rounds: int) -> None:
+    """Each protein's run, first view (a forward pass for the head's layer) and second view (same layer: cached)."""
+    for index in range(rounds):
+        sequence = PROTEINS[index % len(PROTEINS)][: 40 + 10 * index]  # a new protein each round: no cache hit
+        response = client.call("protein run", "protein-result", {
+            "protein-run.n_clicks": 1, "model.value": protein_model, "protein-sequence.value": sequence,
+            "protein-chain.value": "", "!protein-run.n_clicks": 1})
+        store = response.get("protein-result", {}).get("data")
+        if not store:
+            continue
+        for kind, head in (("protein view (new layer)", 0), ("protein view (cached layer)", 1)):
+            client.call(kind, "protein-contacts", {"protein-result.data": store,
+                                                   "selected-head.data": {"layer": 0, "head": head}})
 
 
 def _first_id(output: str) -> str:
@@ -257,19 +286,30 @@ def _find(node, component_id):
     return None
 
 
-def report(log: list, users: int, wall: float, specs: dict) -> None:
+def report(log: list, users: int, wall: float | None, specs: dict, load=None, title: str = "") -> None:
     errors = [error for _, _, error in log if error]
-    print(f"app load test: {users} users, {wall:.0f} s, text model {specs['text']}, "
-          f"protein model {specs.get('protein')}")
-    print(f"{'kind':<14}{'requests':>9}{'errors':>8}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}")
+    if title:
+        print(title)
+    else:
+        print(f"app load test: {users} users, {wall:.0f} s, text model {specs['text']}, "
+              f"protein model {specs.get('protein')}")
+    if load is not None:
+        (a1, a5, _), (b1, b5, _) = load
+        print(f"load average {a1:.1f} / {a5:.1f} (1 / 5 min) at the start, {b1:.1f} / {b5:.1f} at the end, on "
+              f"{os.cpu_count()} cores")
+    width = max([14, *(len(kind) + 1 for kind, _, _ in log)])
+    print(f"{'kind':<{width}}{'requests':>9}{'errors':>8}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}")
     kinds = sorted({kind for kind, _, _ in log})
     for kind in [*kinds, "all"]:
         rows = [(elapsed, error) for k, elapsed, error in log if kind in ("all", k)]
         times = [elapsed * 1000 for elapsed, _ in rows]
-        print(f"{kind:<14}{len(rows):>9}{sum(1 for _, e in rows if e):>8}{percentile(times, 50):>9.0f}"
+        if not rows:
+            continue
+        print(f"{kind:<{width}}{len(rows):>9}{sum(1 for _, e in rows if e):>8}{percentile(times, 50):>9.0f}"
               f"{percentile(times, 95):>9.0f}{max(times):>9.0f}")
-    print(f"throughput {len(log) / wall:.1f} requests/s; errors {len(errors)}"
-          + (f" (first: {errors[0]})" if errors else ""))
+    if wall:
+        print(f"throughput {len(log) / wall:.1f} requests/s; errors {len(errors)}"
+              + (f" (first: {errors[0]})" if errors else ""))
 
 
 if __name__ == "__main__":

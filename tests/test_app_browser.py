@@ -2,7 +2,7 @@
 
 One app server for the module (tiny GPT-2, tiny ESM, tiny Llama with grouped-query attention) runs in this process
 on a loopback port; the browser drives it like a user. Two tests save the README's screenshots:
-docs/app_screenshot.png (the app as `probe app` opens, on the bundled model organisms, with the grid of every head)
+docs/app_organisms.png (zoo:induction labelled, with the grid of every head)
 and docs/app_proteins.png (an uploaded structure next to its predicted contacts).
 """
 
@@ -294,13 +294,13 @@ def test_oversized_and_wrong_type_uploads_say_why(driver, served, tmp_path, ubiq
     big.write_bytes(b"REMARK " * (UPLOAD_BYTES // 6))
     upload = driver.find_element("css selector", f"#{ids.UPLOAD} input[type=file]")
     upload.send_keys(str(big))
-    message = wait_for(lambda: "MiB" in text_of(driver, ids.PROTEIN_MESSAGE) and text_of(driver, ids.PROTEIN_MESSAGE),
+    message = wait_for(lambda: "MiB" in text_of(driver, ids.PROTEIN_ERROR) and text_of(driver, ids.PROTEIN_ERROR),
                        what="the size message")
     assert "big.pdb is 1.2 MiB; the limit is 1.0 MiB" in message
     wrong = tmp_path / "notes.docx"
     wrong.write_bytes(b"PK\x03\x04")
     upload.send_keys(str(wrong))
-    wait_for(lambda: "notes.docx: not a structure or FASTA file" in text_of(driver, ids.PROTEIN_MESSAGE),
+    wait_for(lambda: "notes.docx: not a structure or FASTA file" in text_of(driver, ids.PROTEIN_ERROR),
              what="the type message")
     assert graph_data(driver, ids.CONTACTS)[0]["z"] == before  # the previous figure stays
 
@@ -309,7 +309,7 @@ def test_oversized_and_wrong_type_uploads_say_why(driver, served, tmp_path, ubiq
     wait_for(lambda: "76 residues" in text_of(driver, ids.PROTEIN_MESSAGE), 90, "the structure's contacts")
     type_into(driver, ids.SEQUENCE, "MQIFVKTLTGKTITLEVEPS")
     driver.find_element("id", ids.PROTEIN_RUN).click()
-    wait_for(lambda: text_of(driver, ids.PROTEIN_MESSAGE) == "", what="the typed sequence")
+    wait_for(lambda: "typed sequence (20 residues)" in text_of(driver, ids.PROTEIN_MESSAGE), what="the typed sequence")
     wait_for(lambda: len(graph_data(driver, ids.CONTACTS)[0]["z"]) == 20, what="the typed sequence's map")
     upload.send_keys(ubiquitin_structure)
     wait_for(lambda: "76 residues" in text_of(driver, ids.PROTEIN_MESSAGE), 90, "the same file uploaded again")
@@ -378,7 +378,9 @@ def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
     induction score and the grid of every head show the organism's layer-1 induction heads."""
     from werkzeug.serving import make_server
 
-    service = Service(AppConfig())
+    from app.registry import default_models
+
+    service = Service(AppConfig(models=default_models(minilm=False)))
     assert service.specs[0] == "zoo:induction"
     job = service.start_labelling("zoo:induction")
     wait_for(lambda: job.state == "done", 120, "labelling zoo:induction")
@@ -400,7 +402,7 @@ def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
         driver.find_element("css selector", f"#{ids.OVERLAY} input").click()
         wait_for(lambda: "induction targets" in text_of(driver, ids.OVERLAY_NOTE), what="the outlined targets")
         time.sleep(1.0)
-        save_screenshot(driver, "app_screenshot.png")
+        save_screenshot(driver, "app_organisms.png")
     finally:
         driver.get("about:blank")  # leave the page first: no callback in flight when its server stops
         server.shutdown()
@@ -718,14 +720,3 @@ def test_glossary_and_labelled_heads_table_select_a_head(driver, served):
     hover = driver.execute_script("return document.getElementById(arguments[0]).querySelector('.js-plotly-plot')"
                                   "._fullData[0].text[1][2]", ids.ATLAS)
     assert "q = " in hover or "no q-value" in hover
-
-
-def test_production_server_and_screenshots(driver, served):
-    """waitress serves the app (no development-server warning); screenshots at 1280×800 and 1600×1000."""
-    url, _, specs = served
-    for width, height, name in ((1600, 1000, "app_screenshot_1600.png"), (1280, 800, "app_screenshot_1280.png")):
-        driver.set_window_size(width, height)
-        open_app(driver, f"{url}?model={specs[0]}&type=induction&layer=1&head=2")
-        time.sleep(0.5)
-        save_screenshot(driver, name)
-    driver.set_window_size(1500, 2300)

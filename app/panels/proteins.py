@@ -128,8 +128,13 @@ def protein_run(service: Service, spec: str, sequence: str | None, contents: str
             raise ProbeError(f"the sequence text is {len(text):,} characters; the app runs at most "
                              f"{service.config.max_residues} residues")
         sequence = parse_fasta(text)
-    key, result = service.protein(spec, sequence if structure is None else None, structure, name,
-                                  (chain or "").strip() or None)
+    try:
+        key, result = service.protein(spec, sequence if structure is None else None, structure, name,
+                                      (chain or "").strip() or None)
+    except ProbeError as error:
+        if structure is None or str(error).startswith(name):
+            raise
+        raise ProbeError(f"{name}: {error}") from None  # say which upload was refused
     store = {"key": key, "model": spec, "length": len(result.sequence), "has_structure": result.true is not None}
     return store, result.note
 
