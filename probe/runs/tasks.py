@@ -81,10 +81,10 @@ class LabelTask:
 
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
         try:
-            timings = StageTimes()
-            table = label_model(state, self.config, progress if self.progress else None, note=notes.append,
-                                timings=timings)
-            notes.append(timings.line(unit.key))  # per-stage seconds in the run's summary (issue 31)
+            table = label_model(state, self.config, progress if self.progress else None, note=notes.append)
+            seconds = table.attrs.get("stage_seconds")
+            if seconds:  # per-stage seconds in the run's summary (issue 31)
+                notes.append(StageTimes(dict(seconds)).line(unit.key))
         finally:
             if bar is not None:
                 bar.close()
