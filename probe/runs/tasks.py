@@ -104,6 +104,7 @@ class LabelTask:
             table["step"] = pd.array([checkpoint.step] * len(table), dtype="Int64")
             weights = result.table["weights"] if "weights" in result.table else None
             table["weights"] = weights.to_numpy() if weights is not None else None
+            table["same_weights_as"] = None  # filled across units by probe.runs.same_weights (label_output)
         return table
 
     def owners(self, table: pd.DataFrame) -> pd.Series:
