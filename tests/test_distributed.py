@@ -20,7 +20,7 @@ from probe.heads.label import LabelConfig
 from probe.runs.checkpoints import make_checkpoint
 from probe.runs.ray_executor import RayExecutor, RayOptions
 from probe.runs.runner import Out, errors_table, exit_code, results_table, run
-from probe.runs.tasks import ContactsTask, LabelTask, contact_units
+from probe.runs.tasks import SWEEP_COLUMNS, ContactsTask, LabelTask, contact_units
 from probe.runs.tasks import label_units as units_of
 
 # two types, small probe sets, no ablation: the runner is under test here, not the classifier
@@ -93,7 +93,7 @@ def test_in_process_units_equal_label_model():
     expected = pd.concat([label_model(models.load(spec), CONFIG) for spec in TWO_MODELS], ignore_index=True)
     table = run(label_units(TWO_MODELS), LabelTask(CONFIG, sweep=True)).table
     assert list(table["checkpoint"].unique()) == TWO_MODELS and table["step"].isna().all()
-    pd.testing.assert_frame_equal(table.drop(columns=["checkpoint", "step"]), expected, check_exact=True)
+    pd.testing.assert_frame_equal(table.drop(columns=SWEEP_COLUMNS), expected, check_exact=True)
 
 
 @pytest.mark.ray

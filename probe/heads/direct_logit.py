@@ -73,7 +73,8 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
         kind.endswith("RMSNorm") and not kind.startswith("Gemma")
     )
     if (
-        loaded.kind != ModelKind.CAUSAL_LM
+        any(parameter.is_meta for parameter in model.parameters())  # offloaded: weights unreadable here
+        or loaded.kind != ModelKind.CAUSAL_LM
         or probes is None
         or probes.repeat_start is None
         or not linearisable

@@ -90,7 +90,8 @@ def label_model(
     note : callable, optional
         Called with one-line notes for the user (skipped types, probe-set fallbacks, ablation left out).
     timings : StageTimes, optional
-        Receives the wall-clock seconds of each stage (:mod:`probe.heads.stage_times`).
+        Receives the wall-clock seconds of each stage (:mod:`probe.heads.stage_times`); they are also in the
+        table's ``attrs["stage_seconds"]``.
 
     Returns
     -------
@@ -181,7 +182,9 @@ def label_model(
             scores = verified_scores(table, spec.name, float(seq_len), (loaded.n_layers, loaded.n_heads))
             with stage("retrieval ablation"):
                 fill_verification(table, spec.name, float(seq_len), spec.verifier(loaded, seq_len, config, scores))
-    return table.reindex(columns=COLUMNS)
+    table = table.reindex(columns=COLUMNS)
+    table.attrs["stage_seconds"] = dict(timings.seconds)  # what probe label's summary line reads
+    return table
 
 
 def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig, note: Note | None = None,

@@ -82,10 +82,10 @@ class LabelTask:
 
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
         try:
-            timings = StageTimes()
-            table = label_model(state, self.config, progress if self.progress else None, note=notes.append,
-                                timings=timings)
-            notes.append(timings.line(unit.key))  # per-stage seconds in the run's summary (issue 31)
+            table = label_model(state, self.config, progress if self.progress else None, note=notes.append)
+            seconds = table.attrs.get("stage_seconds")
+            if seconds:  # per-stage seconds in the run's summary (issue 31)
+                notes.append(StageTimes(dict(seconds)).line(unit.key))
         finally:
             if bar is not None:
                 bar.close()
@@ -105,6 +105,7 @@ class LabelTask:
             table["step"] = pd.array([checkpoint.step] * len(table), dtype="Int64")
             weights = result.table["weights"] if "weights" in result.table else None
             table["weights"] = weights.to_numpy() if weights is not None else None
+            table["same_weights_as"] = None  # filled across units by probe.runs.same_weights (label_output)
         return table
 
     def owners(self, table: pd.DataFrame) -> pd.Series:
