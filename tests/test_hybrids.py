@@ -103,3 +103,17 @@ def test_probe_label_and_profile_list_only_the_softmax_layers(tmp_path):
         table = pd.read_csv(path)
         assert set(table["head_name"]) == expected
         assert table.filter(like="score").notna().all().all()
+
+
+def test_ablation_controls_never_fall_in_a_layer_without_alpha():
+    from probe.heads.ablation import control_groups, control_heads
+
+    n_layers, n_heads, real = 4, 4, (1, 3)
+    no_alpha = [(layer, head) for layer in (0, 2) for head in range(n_heads)]
+    # a group filling layer 1: its own layer has no other heads, so controls come from the rest of the model
+    groups, _ = control_groups([(1, h) for h in range(4)], n_layers, n_heads, 8, 0, attention_layers=real)
+    assert groups and all(layer in real for group in groups for layer, _ in group)
+    unrestricted, _ = control_groups([(1, h) for h in range(4)], n_layers, n_heads, 8, 0)
+    assert any(layer not in real for group in unrestricted for layer, _ in group)  # negative control
+    heads = control_heads([(1, 0), (1, 1), (1, 2)], n_heads, 4, no_alpha, 0, n_layers=n_layers)
+    assert all(layer in real for chosen in heads.values() for layer, _ in chosen)

@@ -114,6 +114,7 @@ def control_groups(
     n_heads: int,
     controls: int,
     seed: int = 0,
+    attention_layers: Sequence[int] | None = None,  # the layers with α (a hybrid's softmax ones); None: all
 ) -> tuple[list[tuple[Head, ...]], bool]:
     """Up to `controls` distinct random groups of `len(group)` heads to compare a joint ablation with, and whether
     they may share heads with `group`.
@@ -126,8 +127,9 @@ def control_groups(
     rng = random.Random(seed)
     tested = tuple(sorted(set(group)))
     size = len(tested)
+    real = range(n_layers) if attention_layers is None else attention_layers
+    everything = [(layer, head) for layer in real for head in range(n_heads)]
     layers = {layer for layer, _ in tested}
-    everything = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
     same = [head for head in everything if head[0] in layers and head not in tested]
     outside = [head for head in everything if head not in tested]
     found: list[tuple[Head, ...]] = []
@@ -266,7 +268,8 @@ def group_effects(
     for group in groups:
         _check_heads(loaded, group)
     drawn = {group: layer_matched_groups(group, loaded.n_heads, controls, seed) if layer_matched
-             else control_groups(group, loaded.n_layers, loaded.n_heads, controls, seed) for group in groups}
+             else control_groups(group, loaded.n_layers, loaded.n_heads, controls, seed, loaded.attention_layers)
+             for group in groups}
     ablated = list(dict.fromkeys(groups + [control for chosen, _ in drawn.values() for control in chosen]))
     effect = set_effects(loaded, batches, ablated, loss, max_rows, progress)
     records = []
