@@ -579,6 +579,46 @@ def test_write_atomically_removes_what_a_killed_writer_left(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, live.name, journal.name])
 
 
+KILLED_REPORT_WRITER = """
+import os, pathlib, signal, sys
+import probe.views.report as report
+
+report.report_html = lambda *args, **kwargs: "<html>" + "x" * 1_000_000 + "</html>"
+
+def half_then_killed(self, text, encoding=None):
+    with open(self, "w", encoding=encoding) as handle:
+        handle.write(text[: len(text) // 2])
+        handle.flush()
+    os.kill(os.getpid(), signal.SIGKILL)  # the writer dies mid-page
+
+pathlib.Path.write_text = half_then_killed
+report.write_report(None, sys.argv[1])
+"""
+
+
+def test_a_killed_report_writer_leaves_no_partial_report(tmp_path, monkeypatch):
+    """probe report / probe label --report write through probe.runs.atomic: a SIGKILL mid-write leaves no
+    report.html (an older one stays whole), and the next write clears the dead writer's temporary file."""
+    import probe.views.report as report
+
+    out = tmp_path / "report.html"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for previous in (None, "<html>the old report</html>"):
+        if previous is not None:
+            out.write_text(previous)
+        result = subprocess.run([sys.executable, "-c", KILLED_REPORT_WRITER, str(out)], env=env, timeout=120,
+                                capture_output=True, text=True)
+        assert result.returncode == -signal.SIGKILL, result.stderr
+        left = [p for p in tmp_path.iterdir() if p != out]
+        assert len(left) == 1 and left[0].name.startswith(".report.html.")  # the dead writer's half page
+        assert left[0].stat().st_size > 0
+        assert (out.read_text() if out.exists() else None) == previous  # never a half-written report
+        monkeypatch.setattr(report, "report_html", lambda *args, **kwargs: "<html>new</html>")
+        report.write_report(None, out)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"] and out.read_text() == "<html>new</html>"
+        out.unlink()
+
+
 @pytest.fixture(scope="module")
 def label_models(tiny_dir):
     return [str(tiny_dir("gpt2", seed=seed)) for seed in range(3)]
