@@ -174,3 +174,24 @@ def test_the_app_refuses_a_linear_attention_layer_in_one_line(saved, service):
     payload, message = explorer.layer_view(service, store, {"layer": 2})
     assert "layer 2 of" in message and "has no attention weights" in message
     assert service.layer_attention(directory, store["ids"], 1).shape[0] == N_HEADS  # positive control
+
+
+# --- the report ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_report_is_written_with_a_map_of_every_real_head(saved, name, tmp_path, capsys):
+    from probe import models
+    from probe.views.pooling import pooled_attention
+
+    out = tmp_path / "report.html"
+    code, err = _run(["report", "--model", saved[name], "--seq-len", "24", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>") and "probe report" in out.read_text()
+    loaded = models.load(saved[name])
+    ids = torch.tensor([loaded.tokenizer(TEXT)["input_ids"]])
+    maps, thumbs = pooled_attention(loaded, ids, 1, None, 24)  # [layer head t t] under the model's numbers
+    assert set(maps) == _real_heads(name)
+    assert thumbs.shape[:2] == (4 if name == "qwen3_next" else 2, N_HEADS)
+    for layer in range(thumbs.shape[0]):
+        assert (thumbs[layer].max() > 0) == (layer in LAYERS[name][0])  # blank tiles: no α in that layer
