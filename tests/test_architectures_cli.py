@@ -195,3 +195,10 @@ def test_report_is_written_with_a_map_of_every_real_head(saved, name, tmp_path, 
     assert thumbs.shape[:2] == (4 if name == "qwen3_next" else 2, N_HEADS)
     for layer in range(thumbs.shape[0]):
         assert (thumbs[layer].max() > 0) == (layer in LAYERS[name][0])  # blank tiles: no α in that layer
+
+
+def test_the_app_opens_a_hybrid_on_its_first_softmax_layer(saved, service):
+    from app.panels.page import _default_head
+
+    assert _default_head(service, saved["qwen3_next"], "previous_token") == (1, 0)  # layer 0 has no α
+    assert _default_head(service, saved["gemma2"], "previous_token") == (0, 0)
