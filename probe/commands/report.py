@@ -39,7 +39,10 @@ def _read_text(path: str) -> str:
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProbeError(f"--text {path}: no such file; give a text file")
-    text = file.read_text(encoding="utf-8", errors="replace").strip()
+    try:
+        text = file.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError as error:
+        raise ProbeError(f"--text {path} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
     if not text:
         raise ProbeError(f"--text {path} is empty")
     if text.startswith(">"):  # FASTA: the first record's sequence
