@@ -418,6 +418,7 @@ def prepare_output_folder(tmp: Path) -> None:
     """Files a careless user might point --out at (each must be left exactly as it was)."""
     (tmp / "folder.npz").mkdir()
     (tmp / "folder.csv").mkdir()
+    (tmp / "folder.html").mkdir()
     (tmp / "plain.txt").write_text("just text\n")
     (tmp / "notzip.npz").write_bytes(b"not a zip archive at all\n")
     (tmp / "foreign.csv").write_text("name,age\nada,36\n")
