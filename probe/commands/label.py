@@ -18,7 +18,7 @@ from pathlib import Path
 from probe.commands.common import (
     TABLE_EXTENSIONS,
     add_model_options,
-    add_ray_options,
+    add_sweep_options,
     executor,
     load_keywords,
     output_path,
@@ -89,21 +89,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "(as `probe report --labels`)")
     add_sweep_options(parser)
     return parser
-
-
-def add_sweep_options(parser: argparse.ArgumentParser) -> None:
-    """--revisions, --models-file, --plot, --ray, --ray-workers (docs/scale.md)."""
-    parser.add_argument("--revisions", metavar="R1,R2,...",
-                        help="label these checkpoints of each --model: subdirectories of a local model "
-                             "directory (step-0,step-50: what `probe train NAME --checkpoint-steps` writes) "
-                             "or hub branches/tags/commits; adds the columns checkpoint and step")
-    parser.add_argument("--models-file", metavar="FILE",
-                        help="one model or checkpoint directory per line (# comments allowed), labelled like "
-                             "--model")
-    parser.add_argument("--plot", metavar="FILE.html|FILE.png",
-                        help="figure of each labelled head's score across checkpoints; writes FILE.html and "
-                             "FILE.png (PNG needs kaleido and a Chromium)")
-    add_ray_options(parser)
 
 
 def check_args(args: argparse.Namespace) -> None:
