@@ -257,6 +257,10 @@ class Service:
         loaded = self.model(spec)
         if not 0 <= layer < loaded.n_layers:
             raise ProbeError(f"layer {layer} is out of range: {spec} has layers 0..{loaded.n_layers - 1}")
+        if layer not in loaded.attention_layers:  # a hybrid's linear-attention / state-space layer
+            kind = dict(loaded.plan.layer_kinds).get(layer, "no softmax attention") if loaded.plan else "no α"
+            raise ProbeError(f"layer {layer} of {spec} has no attention weights ({kind}); layers with attention: "
+                             f"{', '.join(map(str, loaded.attention_layers))}")
         ids = self.check_ids(spec, ids)
         key = ("layer", spec, ids, layer)
         cached = self.captures.get(key)
@@ -272,8 +276,8 @@ class Service:
         return alpha
 
     def thumbnails(self, spec: str, ids: Sequence[int], bins: int = THUMBNAIL_BINS) -> np.ndarray:
-        """Every head's α max-pooled to at most `bins` × `bins`: [layer head query_bin key_bin] float32, from one
-        forward pass that streams each block into the pooled grid (no [layer, head, N, N] tensor is kept)."""
+        """Every head's α max-pooled to at most `bins` × `bins`: [layer head query_bin key_bin] float32 over the
+        layers with α (`attention_layers`: a hybrid's softmax layers), from one forward pass that streams each block into the pooled grid (no [layer, head, N, N] tensor is kept)."""
         import torch
 
         from probe.engine import capture
@@ -288,7 +292,7 @@ class Service:
             cached = self.captures.peek(key)
             if cached is not None:
                 return cached
-            sink = PoolSink(loaded.n_layers, len(ids), bins)
+            sink = PoolSink(loaded.attention_layers, len(ids), bins)
             with capture(loaded.model, sink), torch.inference_mode():
                 loaded.model(**_inputs(loaded, ids))
             pooled = sink.pooled.numpy()  # [layer head query_bin key_bin]

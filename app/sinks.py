@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from probe.engine.sinks import SinkNeeds
 from probe.errors import ProbeError
@@ -11,15 +12,16 @@ from probe.errors import ProbeError
 class PoolSink:
     """A capture sink that max-pools every head's α into a small grid as the blocks stream by.
 
-    `pooled` is [layer head query_bin key_bin] float32: each cell keeps the strongest weight of its
+    `pooled` is [layer head query_bin key_bin] float32 over `layers` (the layers with α, ascending: a hybrid's
+    softmax-attention layers under the model's own numbers): each cell keeps the strongest weight of its
     factor × factor block of (query, key) pairs, factor = ceil(n / bins). Causal blocks arrive without their all-zero
     key tail (`SinkNeeds.causal_crop`), so the engine never computes the masked triangle for the grid.
     """
 
-    def __init__(self, n_layers: int, n_tokens: int, bins: int) -> None:
+    def __init__(self, layers: Sequence[int], n_tokens: int, bins: int) -> None:
         self.factor = max(1, math.ceil(n_tokens / bins))
         self.n_bins = math.ceil(n_tokens / self.factor)
-        self.n_layers = n_layers
+        self.layers = tuple(layers)
         self._pooled: dict = {}
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
@@ -48,7 +50,6 @@ class PoolSink:
     def pooled(self):
         import torch
 
-        layers = [self._pooled[layer] for layer in sorted(self._pooled)]
-        if len(layers) != self.n_layers:
+        if tuple(sorted(self._pooled)) != self.layers:
             raise ProbeError("the model's attention was not captured for every layer")
-        return torch.stack(layers)  # [layer head query_bin key_bin]
+        return torch.stack([self._pooled[layer] for layer in self.layers])  # [layer head query_bin key_bin]

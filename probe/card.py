@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from probe.errors import ProbeError
-from probe.layers import config_attention_layers
 
 BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "fp8": 1}
 CONTEXTS = {"4K": 4096, "32K": 32768, "128K": 131072}
@@ -228,6 +227,10 @@ def architecture_card(config) -> ArchitectureCard:
     max_positions = whole_number(config, "max_position_embeddings", "n_positions")
     window, sliding_layers = _sliding(config, layers)
     notes: list[str] = []
+    # probe.layers imports torch: imported here so that `probe card --help` and a config-only card stay light
+    # (tests/test_cli_fast.py)
+    from probe.layers import config_attention_layers
+
     hybrid = config_attention_layers(config)
     if hybrid is not None:  # only these layers have heads with α; the capture lists only them
         with_alpha, others = hybrid

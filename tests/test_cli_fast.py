@@ -20,9 +20,9 @@ from probe.cli import SUBCOMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "pandas", "transformers", "numpy")
-# probe/commands/contacts.py is being thinned on branch proteins; the lead applies the same pattern there and
-# then empties this set (test_every_command_module_is_light then covers it, and the xfail below goes).
-KNOWN_HEAVY = {"contacts"}
+# Command modules still importing a heavy library at their top (empty since the merge of 23:55: proteins
+# thinned probe/commands/contacts.py; test_every_command_module_is_light covers every command).
+KNOWN_HEAVY: set[str] = set()
 
 
 def python(code: str) -> subprocess.CompletedProcess:

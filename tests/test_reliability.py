@@ -26,6 +26,7 @@ import pytest
 
 from probe.cli import main
 from tests.conftest import compact_synthetic_pdb
+from tests.tiny_archs import save as save_tiny_arch
 
 REPO = Path(__file__).resolve().parents[1]
 PROTEIN = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ"
@@ -51,6 +52,9 @@ LABEL_OUT = (*LABEL, "--out", "{tmp}/r.csv")
 CONTACTS = ("contacts", "--model", "{esm}", "--sequence", PROTEIN)
 CONTACTS_OUT = (*CONTACTS, "--out", "{tmp}/c.npz")
 APP = ("app", "--port", "{free_port}")
+PROFILE_OUT = ("profile", "--model", "{gpt2}", "--random", "2", "--seq-len", "16", "--out", "{tmp}/p.csv")
+REPORT = ("report", "--model", "{gpt2}", "--out", "{tmp}/r.html")
+ESM_REPORT = ("report", "--model", "{esm}", "--out", "{tmp}/r.html")
 
 CASES = [
     # --- argparse: one line, never the usage block ------------------------------------------------------------
@@ -251,6 +255,63 @@ CASES = [
     case("train-checkpoint-steps-past-the-run", "train", "induction", "--out", "{tmp}/o",
          "--checkpoint-steps", "999999"),
     case("train-esm-random-checkpoints", "train", "esm-random", "--out", "{tmp}/o", "--checkpoint-steps", "0"),
+    # --- the new surfaces (issue 32 item 7): engines, device maps, card, train, report ------------------------------
+    case("capture-engine-unknown", *CAPTURE_OUT, "--engine", "flash"),
+    case("label-engine-unknown", *LABEL_OUT, "--engine", "bogus"),
+    case("profile-engine-unknown", *PROFILE_OUT, "--engine", "turbo"),
+    case("capture-engine-fused-outside-the-interface", "capture", "--model", "{bloom}", "--text", "the cat",
+         "--engine", "fused", "--out", "{tmp}/a.npz"),
+    case("label-engine-fused-outside-the-interface", "label", "--model", "{bloom}", "--engine", "fused",
+         "--examples", "4", "--bootstrap", "20", "--ablate", "none", "--out", "{tmp}/r.csv"),
+    case("profile-engine-fused-outside-the-interface", "profile", "--model", "{bloom}", "--engine", "fused",
+         "--random", "2", "--seq-len", "16", "--out", "{tmp}/p.csv"),
+    case("report-engine-fused-outside-the-interface", "report", "--model", "{bloom}", "--engine", "fused",
+         "--out", "{tmp}/r.html"),
+    case("capture-device-map-unknown", *CAPTURE_OUT, "--device-map", "everywhere"),
+    case("label-device-map-unknown", *LABEL_OUT, "--device-map", "gpu9"),
+    case("profile-device-map-unknown", *PROFILE_OUT, "--device-map", "nope"),
+    case("capture-offload-folder-is-a-file", *CAPTURE_OUT, "--device-map", "cpu", "--offload-folder",
+         "{tmp}/plain.txt"),
+    case("label-offload-folder-is-a-file", *LABEL_OUT, "--device-map", "auto", "--offload-folder",
+         "{tmp}/plain.txt"),
+    case("capture-offload-folder-without-device-map", *CAPTURE_OUT, "--offload-folder", "{tmp}/off"),
+    # (a device map that offloads to disk without --offload-folder is no error: transformers 5 reads the offloaded
+    # weights from the checkpoint's own safetensors file — `--device-map auto --max-memory cpu=1KiB` loads with
+    # hf_device_map {'': 'disk'} and captures)
+    case("capture-max-memory-no-equals", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "lots"),
+    case("capture-max-memory-bad-amount", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "cpu=many"),
+    case("capture-max-memory-empty-device", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "=1GiB"),
+    case("capture-max-memory-without-device-map", *CAPTURE_OUT, "--max-memory", "cpu=1GiB"),
+    case("label-max-memory-negative", *LABEL_OUT, "--device-map", "auto", "--max-memory", "cpu=-1GiB"),
+    case("label-dtype-unknown", *LABEL_OUT, "--dtype", "float64"),
+    case("profile-dtype-unknown", *PROFILE_OUT, "--dtype", "int8"),
+    case("report-dtype-unknown", *REPORT, "--dtype", "fp4"),
+    case("card-dtype-unknown", "card", "--model", "{gpt2}", "--dtype", "float64"),
+    case("card-seq-len-negative", "card", "--model", "{gpt2}", "--seq-len", "-5"),
+    case("card-seq-len-text", "card", "--model", "{gpt2}", "--seq-len", "abc"),
+    case("train-out-is-a-file", "train", "induction", "--out", "{tmp}/plain.txt"),
+    case("train-out-inside-a-file", "train", "induction", "--out", "{tmp}/plain.txt/o"),
+    case("train-relabel-out-is-a-file", "train", "induction", "--relabel", "--out", "{tmp}/plain.txt"),
+    case("train-relabel-folder-missing", "train", "induction", "--relabel", "--out", "{tmp}/no-such-folder"),
+    case("train-relabel-folder-without-card", "train", "induction", "--relabel", "--out", "{gpt2}"),
+    case("report-no-model", "report", "--out", "{tmp}/r.html"),
+    case("report-no-out", "report", "--model", "{gpt2}"),
+    case("report-out-not-html", "report", "--model", "{gpt2}", "--out", "{tmp}/r.pdf"),
+    case("report-out-is-folder", "report", "--model", "{gpt2}", "--out", "{tmp}/folder.html"),
+    case("report-out-missing-folder", "report", "--model", "{gpt2}", "--out", "{tmp}/missing/r.html"),
+    case("report-out-read-only", "report", "--model", "{gpt2}", "--out", "{readonly}/r.html"),
+    case("report-structure-missing", *ESM_REPORT, "--structure", "{tmp}/none.pdb"),
+    case("report-structure-not-a-pdb", *ESM_REPORT, "--structure", "{garbage_pdb}"),
+    case("report-structure-on-a-text-model", *REPORT, "--structure", "{pdb}"),
+    case("report-labels-not-a-label-table", *REPORT, "--labels", "{tmp}/foreign.csv"),
+    case("report-labels-missing", *REPORT, "--labels", "{tmp}/none.csv"),
+    case("report-text-missing", *REPORT, "--text", "{tmp}/none.txt"),
+    case("report-text-not-utf8", *REPORT, "--text", "{latin1_fasta}"),
+    case("report-seq-len-zero", *REPORT, "--seq-len", "0"),
+    case("report-model-missing", "report", "--model", "{tmp}/no-such-model", "--out", "{tmp}/r.html"),
+    case("label-report-several-models", *LABEL_OUT, "--model", "{esm}", "--report", "{tmp}/r.html"),
+    case("label-report-not-html", *LABEL_OUT, "--report", "{tmp}/r.txt"),
+    case("label-report-read-only", *LABEL_OUT, "--report", "{readonly}/r.html"),
 ]
 
 
@@ -294,6 +355,7 @@ def assets(tiny_dir, tmp_path_factory):
         "truncated_gpt2": damaged_copy(gpt2, base / "truncated-gpt2", 200),
         "corrupt_esm": damaged_copy(esm, base / "corrupt-esm", None),
         "readonly": readonly_folder(base),
+        "bloom": save_tiny_arch("bloom", base / "bloom"),  # attention outside AttentionInterface
     }
     texts = {
         "fasta": (">a\n" + PROTEIN + "\n").encode(),
@@ -356,6 +418,7 @@ def prepare_output_folder(tmp: Path) -> None:
     """Files a careless user might point --out at (each must be left exactly as it was)."""
     (tmp / "folder.npz").mkdir()
     (tmp / "folder.csv").mkdir()
+    (tmp / "folder.html").mkdir()
     (tmp / "plain.txt").write_text("just text\n")
     (tmp / "notzip.npz").write_bytes(b"not a zip archive at all\n")
     (tmp / "foreign.csv").write_text("name,age\nada,36\n")
@@ -515,6 +578,46 @@ def test_write_atomically_removes_what_a_killed_writer_left(tmp_path):
     write_atomically(out, lambda tmp: tmp.write_text("x,y\n1,2\n"))
     assert out.read_text() == "x,y\n1,2\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, live.name, journal.name])
+
+
+KILLED_REPORT_WRITER = """
+import os, pathlib, signal, sys
+import probe.views.report as report
+
+report.report_html = lambda *args, **kwargs: "<html>" + "x" * 1_000_000 + "</html>"
+
+def half_then_killed(self, text, encoding=None):
+    with open(self, "w", encoding=encoding) as handle:
+        handle.write(text[: len(text) // 2])
+        handle.flush()
+    os.kill(os.getpid(), signal.SIGKILL)  # the writer dies mid-page
+
+pathlib.Path.write_text = half_then_killed
+report.write_report(None, sys.argv[1])
+"""
+
+
+def test_a_killed_report_writer_leaves_no_partial_report(tmp_path, monkeypatch):
+    """probe report / probe label --report write through probe.runs.atomic: a SIGKILL mid-write leaves no
+    report.html (an older one stays whole), and the next write clears the dead writer's temporary file."""
+    import probe.views.report as report
+
+    out = tmp_path / "report.html"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for previous in (None, "<html>the old report</html>"):
+        if previous is not None:
+            out.write_text(previous)
+        result = subprocess.run([sys.executable, "-c", KILLED_REPORT_WRITER, str(out)], env=env, timeout=120,
+                                capture_output=True, text=True)
+        assert result.returncode == -signal.SIGKILL, result.stderr
+        left = [p for p in tmp_path.iterdir() if p != out]
+        assert len(left) == 1 and left[0].name.startswith(".report.html.")  # the dead writer's half page
+        assert left[0].stat().st_size > 0
+        assert (out.read_text() if out.exists() else None) == previous  # never a half-written report
+        monkeypatch.setattr(report, "report_html", lambda *args, **kwargs: "<html>new</html>")
+        report.write_report(None, out)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"] and out.read_text() == "<html>new</html>"
+        out.unlink()
 
 
 @pytest.fixture(scope="module")

@@ -52,15 +52,16 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
     from probe.models import ModelKind
 
     causal = service.model(spec).kind == ModelKind.CAUSAL_LM
-    n_layers, n_heads = pooled.shape[:2]
+    n_heads = pooled.shape[1]
     marks = badges(service.labels(spec), head_type)
     chosen = (selected or {}).get("layer"), (selected or {}).get("head")
     cells = [html.Div("", className="grid-corner")]
     cells += [html.Div(f"H{head}", className="grid-head") for head in range(n_heads)]
-    for layer in range(n_layers):
+    layers = service.model(spec).attention_layers  # the model's own numbers (a hybrid's softmax layers)
+    for row, layer in enumerate(layers):
         cells.append(html.Div(f"L{layer}", className="grid-layer"))
         for head in range(n_heads):
-            tile = pooled[layer, head]
+            tile = pooled[row, head]
             vmax = head_max(tile, causal) if per_head_max else 1.0
             text, css = marks.get((layer, head), ("", "badge"))
             name = head_name(layer, head)

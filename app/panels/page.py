@@ -136,16 +136,17 @@ def initial_state(service: Service, query) -> dict:
 
 
 def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int]:
-    """The head the page opens on: the best-scoring labelled head of the type (else the best score), L0H0 without
-    labels or for a card-only model."""
+    """The head the page opens on: the best-scoring labelled head of the type (else the best score), the model's
+    first head with α without labels (L0H0; a hybrid's first softmax layer), L0H0 for a card-only model."""
     if service.unusable(spec):
         return 0, 0
+    first = service.model(spec).heads[0]
     table = service.labels(spec)
     if table is None or table.empty:
-        return 0, 0
+        return first
     rows = table[table["head_type"].astype(str) == head_type]
     if rows.empty:
-        return 0, 0
+        return first
     if "label" in rows.columns:
         from ..figures import _is_labelled
 

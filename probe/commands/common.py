@@ -89,6 +89,21 @@ def _check_writable(folder: Path, flag: str, text: str) -> None:
     os.unlink(tmp)
 
 
+def add_sweep_options(parser: argparse.ArgumentParser) -> None:
+    """--revisions, --models-file, --plot, --ray, --ray-workers of `probe label` (docs/scale.md)."""
+    parser.add_argument("--revisions", metavar="R1,R2,...",
+                        help="label these checkpoints of each --model: subdirectories of a local model "
+                             "directory (step-0,step-50: what `probe train NAME --checkpoint-steps` writes) "
+                             "or hub branches/tags/commits; adds the columns checkpoint and step")
+    parser.add_argument("--models-file", metavar="FILE",
+                        help="one model or checkpoint directory per line (# comments allowed), labelled like "
+                             "--model")
+    parser.add_argument("--plot", metavar="FILE.html|FILE.png",
+                        help="figure of each labelled head's score across checkpoints; writes FILE.html and "
+                             "FILE.png (PNG needs kaleido and a Chromium)")
+    add_ray_options(parser)
+
+
 def add_ray_options(parser: argparse.ArgumentParser) -> None:
     """--ray [auto|HOST:PORT] and --ray-workers N (the flags `probe label` and `probe contacts` share)."""
     parser.add_argument("--ray", nargs="?", const="auto", default=None, metavar="auto|HOST:PORT",

@@ -39,7 +39,10 @@ def _read_text(path: str) -> str:
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProbeError(f"--text {path}: no such file; give a text file")
-    text = file.read_text(encoding="utf-8", errors="replace").strip()
+    try:
+        text = file.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError as error:
+        raise ProbeError(f"--text {path} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
     if not text:
         raise ProbeError(f"--text {path} is empty")
     if text.startswith(">"):  # FASTA: the first record's sequence
@@ -49,7 +52,7 @@ def _read_text(path: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # Heavy imports (torch, transformers, pandas) only here, so `probe --help` stays fast.
-    from probe.commands.common import output_path
+    from probe.commands.common import load_keywords, output_path
     from probe.models import ModelKind, load
     from probe.views.report import write_report
 
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         from probe.views.tables import as_table
 
         labels = as_table(args.labels)
-    loaded = load(args.model, device=args.device, dtype=args.dtype)
+    loaded = load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     if args.structure is not None and loaded.kind != ModelKind.PROTEIN_MLM:
         raise ProbeError(f"--structure is for protein models; {args.model} is a {loaded.kind.description}")
     write_report(loaded, out, labels=labels, text=text, structure=args.structure, chain=args.chain,

@@ -60,6 +60,15 @@ def _show(card: dict, keys: tuple[str, ...]) -> int:
     return 1 if card.get("requirements_failed") else 0
 
 
+def _check_out_folder(out: Path) -> None:
+    """--out of a training run, before any training: a folder (made if missing), never a file."""
+    if out.exists() and not out.is_dir():
+        raise ProbeError(f"--out {out} is a file: give a folder to train into (it is created if missing)")
+    existing = next(parent for parent in out.parents if parent.exists())
+    if not existing.is_dir():
+        raise ProbeError(f"--out {out}: {existing} is a file, not a folder; give a path inside a folder")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.relabel:
         if args.checkpoint_steps or args.set or args.no_label:
@@ -72,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.out is None:
         raise ProbeError(f"give --out DIR, the folder to train {args.name} into (the shipped weights are "
                          "never overwritten by default)")
+    else:
+        _check_out_folder(args.out)
     if args.threads < 1:
         raise ProbeError("--threads must be at least 1")
     # The training stack (torch, transformers, the head classifier) is imported only now: `probe --help` and

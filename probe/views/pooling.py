@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from probe.engine import capture
+from probe.engine import SinkNeeds, capture
 from probe.errors import ProbeError
 
 
@@ -29,14 +29,16 @@ class PoolSink:
         The heads to keep; None: every head of every layer.
     """
 
-    accepts_causal_crop = True  # causal blocks come without their all-zero key tail
-
     def __init__(self, n_tokens: int, factor: int, heads: Iterable[tuple[int, int]] | None = None) -> None:
         self.factor = max(1, int(factor))
         self.side = math.ceil(n_tokens / self.factor)
         self.heads = None if heads is None else sorted({(int(layer), int(head)) for layer, head in heads})
         self._maps: dict[int, torch.Tensor] = {}  # layer -> [head side side]
         self._order: dict[int, tuple[int, ...]] = {}
+
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        """Dense blocks of the chosen heads; causal blocks come without their all-zero key tail."""
+        return SinkNeeds(heads=tuple(self.heads_for(layer, n_heads)), causal_crop=True)
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
         if self.heads is None:
@@ -75,7 +77,8 @@ def pooled_attention(loaded, input_ids: torch.Tensor, map_factor: int, map_heads
     """One forward pass: (maps {(layer, head): [side side]}, thumbnails [layer head t t]) float32.
 
     `input_ids` is [1 token] long; `map_heads` the heads whose maps are kept (None: all), pooled by `map_factor`;
-    every head's thumbnail is pooled to at most `thumb_bins` a side.
+    every head's thumbnail is pooled to at most `thumb_bins` a side. A hybrid's layers without α (linear
+    attention, state-space) keep their place under the model's own numbers, as all-zero thumbnails.
     """
     n = int(input_ids.shape[1])
     maps = PoolSink(n, map_factor, map_heads)
@@ -84,8 +87,8 @@ def pooled_attention(loaded, input_ids: torch.Tensor, map_factor: int, map_heads
     with capture(loaded.model, [maps, thumbs]), torch.inference_mode():
         loaded.model(**inputs)
     grid = thumbs.maps()
-    if len(grid) != loaded.n_layers * loaded.n_heads:
-        raise ProbeError(f"{loaded.name}: the attention of only {len(grid)} of {loaded.n_layers * loaded.n_heads} "
+    if set(grid) != set(loaded.heads):  # every head with α (a hybrid's other layers have none: blank tiles)
+        raise ProbeError(f"{loaded.name}: the attention of only {len(grid)} of {len(loaded.heads)} "
                          "heads was captured; the view needs every layer")
     side = thumbs.side
     stacked = np.zeros((loaded.n_layers, loaded.n_heads, side, side), dtype=np.float32)  # [layer head t t]
