@@ -14,6 +14,12 @@ tokens, at most a handful of other non-special tokens, and the 20 letters tokeni
 written together ("letters") or separated by spaces ("spaced"). :func:`tokenize_protein` applies the convention, so
 users always pass plain sequences. Every failure a user can fix is a one-line :class:`~probe.errors.ProbeError`
 naming the fix.
+
+Longer than 450 lines because it is the one module between a user's spec and a running model, and every caller
+reaches it as ``probe.models.*``: locating the spec, the kind, placement (device, dtype, device map, offload) and
+the input helpers that follow the kind's conventions (text, residues, encoder–decoder inputs) share the
+:class:`LoadedModel` they take and return; splitting the input helpers off would need a module that both imports
+and is imported by this one.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ read against :data:`probe.engine.keywords.KEYWORDS`; one the engine does not imp
 Outside any capture the function behaves like transformers' sdpa attention (with sinks and soft-capping computed,
 which sdpa lacks).
 
-This module holds the registered function and its four streaming paths (single pass, kernel + rebuild, sampled
-rows, gathered slots) side by side, because each path must apply the same score rule; the kernels and the score
-rule itself live in :mod:`probe.engine.kernels`.
+Longer than 450 lines because it holds the registered function and its four streaming paths (single pass,
+kernel + rebuild, sampled rows, gathered slots) side by side: each path must apply the same score rule, sinks and
+soft-capping to the same plan, and reading them together is how a reviewer checks that they agree. The kernels and
+the score rule itself live in :mod:`probe.engine.kernels`.
 """
 
 from __future__ import annotations
