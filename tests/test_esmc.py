@@ -1,5 +1,6 @@
-"""ESM C (transformers' `esmc`) as a protein model: detected as one, analysed head by head, and given a contact readout
-by `probe contacts --fit` (ESM C ships no contact regression) that predicts exactly sigmoid(b + Σ w·APC(sym α))."""
+"""ESM C (transformers' `esmc`) as a protein model: detected as one, analysed head by head, and given a
+contact readout by `probe contacts --fit` (ESM C ships no contact regression) that predicts exactly sigmoid(b
++ Σ w·APC(sym α))."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def esmc(tmp_path_factory):
     """A tiny random ESM C (2 layers × 4 heads, QK-LayerNorm, rotary) with its own tokenizer."""
     torch.manual_seed(0)
     config = transformers.EsmcConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=4, max_position_embeddings=256, initializer_range=0.2)
+                                     num_attention_heads=4, max_position_embeddings=256,
+                                     initializer_range=0.2)
     directory = tmp_path_factory.mktemp("tiny-esmc")
     transformers.EsmcForMaskedLM(config).eval().save_pretrained(directory)
     transformers.EsmcTokenizer().save_pretrained(directory)
@@ -39,7 +41,7 @@ def test_esm_c_is_a_protein_model_by_its_config(esmc):
     assert loaded.kind == models.ModelKind.PROTEIN_MLM and loaded.residue_format == "letters"
     assert type(loaded.model).__name__ == "EsmcForMaskedLM" and not loaded.has_contact_head
     assert loaded.residue_offset == 1 and (loaded.n_layers, loaded.n_heads) == (2, 4)
-    # the rule itself: the config alone makes it a protein model (no tokenizer style needed); a BERT stays text
+    # the rule itself: the config alone makes it a protein model (no tokenizer style needed); BERT stays text
     assert models._kind_of(loaded.model.config, None) == models.ModelKind.PROTEIN_MLM
     assert models._kind_of(transformers.BertConfig(), None) == models.ModelKind.MASKED_LM
 
@@ -50,10 +52,11 @@ def _eager_maps(directory: str, sequence: str) -> np.ndarray:
     tokens = transformers.AutoTokenizer.from_pretrained(directory)(sequence, return_tensors="pt")
     with torch.no_grad():
         attentions = model(**tokens, output_attentions=True).attentions
-    alpha = torch.stack(attentions, dim=1)[0, :, :, 1:-1, 1:-1].double()  # [layer head L L], <cls> and <eos> dropped
+    alpha = torch.stack(attentions, dim=1)[0, :, :, 1:-1, 1:-1].double()  # [layer head L L], no <cls>, <eos>
     symmetric = alpha + alpha.transpose(-1, -2)
     rows = symmetric.sum(-1, keepdim=True)
-    return (symmetric - rows * symmetric.sum(-2, keepdim=True) / symmetric.sum((-1, -2), keepdim=True)).numpy()
+    total = symmetric.sum((-1, -2), keepdim=True)
+    return (symmetric - rows * symmetric.sum(-2, keepdim=True) / total).numpy()
 
 
 def test_fit_then_predict_equals_the_regression_on_eager_attention(esmc, structures_dir, tmp_path, capsys):
@@ -84,12 +87,13 @@ def test_without_a_regression_esm_c_gets_the_per_head_analysis(esmc, structures_
 
 
 def test_the_apps_protein_view_runs_on_esm_c(esmc, structures_dir):
-    """The dashboard's protein analysis (probe_app.protein_analysis): per-head leaderboard and one head's APC map,
-    equal to the map from the model's own eager attention."""
+    """The dashboard's protein analysis (probe_app.protein_analysis): per-head leaderboard and one head's APC
+    map, equal to the map from the model's own eager attention."""
     analysis = pytest.importorskip("probe_app.protein_analysis")
     loaded = models.load(esmc)
     with open(f"{structures_dir}/pdb1ubi.pdb", "rb") as handle:
         result = analysis.analyse(loaded, None, handle.read(), filename="pdb1ubi.pdb")
-    assert len(result.heads) == 8 and np.isnan(result.predicted).all() and "no contact regression" in result.note
+    assert len(result.heads) == 8 and np.isnan(result.predicted).all()
+    assert "no contact regression" in result.note
     expected = _eager_maps(esmc, result.sequence)[1, 2]  # [L L] L1H2
     assert np.abs(analysis.head_map(loaded, result.sequence, 1, 2) - expected).max() <= 1e-5

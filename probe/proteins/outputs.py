@@ -14,9 +14,10 @@ Four outputs, each optional (the ``probe contacts`` flag in brackets):
   (``--chains-out``, :func:`probe.proteins.sets.chain_table`) and the per-head summary over the set
   (``--heads-summary``, :func:`probe.proteins.sets.summarize_heads`), all parquet.
 
-:class:`ContactOutputs` builds every writer from the finished units (the runner calls them with a temporary path and
-renames: a killed run never leaves half a file) and keeps the pooled best-head line of the summary it wrote, for the
-command to print once the run is done. :func:`is_ours` tells an earlier output of ours from someone else's file.
+:class:`ContactOutputs` builds every writer from the finished units (the runner calls them with a temporary
+path and renames: a killed run never leaves half a file) and keeps the pooled best-head line of the summary it
+wrote, for the command to print once the run is done. :func:`is_ours` tells an earlier output of ours from
+someone else's file.
 """
 
 from __future__ import annotations
@@ -35,16 +36,18 @@ from probe.proteins.sets import ContactOptions, UnitOutcome
 from probe.proteins.significance import FDR, best_significant
 
 KINDS = ("out", "heads_out", "chains_out", "heads_summary")  # the outputs, in the order the CLI names them
-SUFFIXES = {"out": (".npz",), "heads_out": (".parquet",), "chains_out": (".parquet",), "heads_summary": (".parquet",)}
-# Columns (or npz keys) every earlier output of each kind has: an existing file without them is someone else's.
-SIGNATURES = {"out": {"ids", "sequences", "lengths", "model"}, "heads_out": {"record", "id", "layer", "head", "name"},
+SUFFIXES = {"out": (".npz",), "heads_out": (".parquet",), "chains_out": (".parquet",),
+            "heads_summary": (".parquet",)}
+# Columns (or npz keys) every earlier output of each kind has: an existing file without them is someone else's
+SIGNATURES = {"out": {"ids", "sequences", "lengths", "model"},
+              "heads_out": {"record", "id", "layer", "head", "name"},
               "chains_out": {"record", "id", "length", "sequence"},
               "heads_summary": {"layer", "head", "name", "n_proteins", "n_high"}}
 
 
 def is_ours(path: Path, kind: str) -> bool:
-    """Whether an existing output file of `kind` (:data:`KINDS`) was written by probe contacts (so overwriting it
-    loses nothing foreign)."""
+    """Whether an existing output file of `kind` (:data:`KINDS`) was written by probe contacts (so overwriting
+    it loses nothing foreign)."""
     try:
         if kind == "out":
             with np.load(path, allow_pickle=False) as data:
@@ -84,10 +87,11 @@ def write_npz(path: Path, outcomes: Sequence[UnitOutcome], options: ContactOptio
 
 
 class ContactOutputs:
-    """The output files of one run (`paths`: kind -> path, kinds of :data:`KINDS`), rebuilt from the finished units.
+    """The output files of one run (`paths`: kind -> path, kinds of :data:`KINDS`), rebuilt from the finished
+    units.
 
-    ``pooled`` is the best-head line of the last per-head summary written (None before one is written, or without
-    ``--heads-summary``).
+    ``pooled`` is the best-head line of the last per-head summary written (None before one is written, or
+    without ``--heads-summary``).
     """
 
     def __init__(self, paths: Mapping[str, Path], loaded: LoadedModel, options: ContactOptions, model: str, *,
@@ -136,8 +140,8 @@ class ContactOutputs:
 
 
 def report_line(name: str, outcome: UnitOutcome) -> str:
-    """One line per record: P@L, P@L/2, P@L/5 per range with a structure, else the top long-range pairs; for models
-    without a contact regression, the best head."""
+    """One line per record: P@L, P@L/2, P@L/5 per range with a structure, else the top long-range pairs; for
+    models without a contact regression, the best head."""
     result = outcome.result
     length = len(result.sequence)
     if result.precision is not None:
@@ -148,8 +152,8 @@ def report_line(name: str, outcome: UnitOutcome) -> str:
         heads = result.heads
         if heads is not None and heads["p_at_L_long"].notna().any():
             return f"{name} ({length} residues)  no contact regression; {best_head_line(heads)}"
-        return (f"{name} ({length} residues)  no contact regression in this model: per-head statistics need a "
-                "structure (--structure)")
+        return (f"{name} ({length} residues)  no contact regression in this model: per-head statistics "
+                "need a structure (--structure)")
     contacts = np.nan_to_num(np.triu(result.contacts, k=24), nan=0.0)  # [L L] long range only
     top = np.dstack(np.unravel_index(np.argsort(-contacts, axis=None)[:5], contacts.shape))[0]
     pairs = ", ".join(f"{i + 1}-{j + 1} ({result.contacts[i, j]:.2f})" for i, j in top if j - i >= 24)
@@ -157,18 +161,19 @@ def report_line(name: str, outcome: UnitOutcome) -> str:
 
 
 def best_head_line(heads: pd.DataFrame, name: str = "long") -> str:
-    """The best head of a per-head table or summary in range `name` — named only when it is above the contact base
-    rate after Benjamini–Hochberg over the heads (q < FDR), else "no head above the base rate"."""
+    """The best head of a per-head table or summary in range `name` — named only when it is above the contact
+    base rate after Benjamini–Hochberg over the heads (q < FDR), else "no head above the base rate"."""
     precision = "pooled_p_at_L" if f"pooled_p_at_L_{name}" in heads else "p_at_L"
     best = best_significant(heads, name)
     if best is not None:
-        return (f"best head above the base rate ({name} range): {best['name']} P@L {best[f'{precision}_{name}']:.3f}"
+        return (f"best head above the base rate ({name} range): {best['name']} "
+                f"P@L {best[f'{precision}_{name}']:.3f}"
                 f" = {best[f'enrichment_L_{name}']:.1f}× the base rate {best[f'base_rate_{name}']:.3f} "
                 f"(q = {best[f'q_value_L_{name}']:.2g})")
     top = heads[f"{precision}_{name}"].max()
     base = heads[f"base_rate_{name}"].mean()
-    return (f"no head above the base rate ({name} range: best P@L {top:.3f}, base rate {base:.3f}, every q ≥ {FDR} "
-            f"after FDR over {len(heads)} heads)")
+    return (f"no head above the base rate ({name} range: best P@L {top:.3f}, base rate {base:.3f}, "
+            f"every q ≥ {FDR} after FDR over {len(heads)} heads)")
 
 
 __all__ = ["KINDS", "SIGNATURES", "SUFFIXES", "ContactOutputs", "best_head_line", "is_ours", "report_line",

@@ -6,12 +6,13 @@ A JSON object (format ``probe-contact-regression``, version 1)::
      "bias": -3.1, "weight": [[w_00, w_01, …], …],            # [layer head], finite numbers
      "c": 0.15, "structures": ["1aki_A", …], "top_heads": [[layer, head], …], "evaluation": [{…}, …]}
 
-``format``, ``weight`` and ``bias`` are required; the other keys are optional (a file without them reads with their
-defaults). :func:`read_regression` checks every key against that schema — its type, its range (``c`` > 0,
-``top_heads`` inside the weight table) and that no unknown key is present — and refuses anything else in one line
-naming the key (a :class:`~probe.errors.ProbeError`, exit 2 from the CLI): a file fitted by hand or damaged is never
-half-read. It also refuses a folder, a file larger than :data:`MAX_BYTES`, text that is not UTF-8 JSON, and JSON
-nested deeper than Python's parser can follow (about 1,000 brackets; the format nests 3 levels).
+``format``, ``weight`` and ``bias`` are required; the other keys are optional (a file without them reads with
+their defaults). :func:`read_regression` checks every key against that schema — its type, its range (``c`` >
+0, ``top_heads`` inside the weight table) and that no unknown key is present — and refuses anything else in
+one line naming the key (a :class:`~probe.errors.ProbeError`, exit 2 from the CLI): a file fitted by hand or
+damaged is never half-read. It also refuses a folder, a file larger than :data:`MAX_BYTES`, text that is not
+UTF-8 JSON, and JSON nested deeper than Python's parser can follow (about 1,000 brackets; the format nests 3
+levels).
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ import torch
 
 from probe.errors import ProbeError, first_line
 
-DEFAULT_C = 0.15  # sklearn's C (inverse L1 strength) on standardised channels; our choice (probe.proteins.regression)
+DEFAULT_C = 0.15  # sklearn's C (inverse L1 strength) on standardised channels; our choice (see regression.py)
 FORMAT = "probe-contact-regression"
 FORMAT_VERSION = 1
 MAX_BYTES = 64 * 1024 * 1024  # a 48 × 40 model's regression with its evaluation rows is well under 1 MB
-KEYS = ("format", "version", "model", "revision", "bias", "weight", "c", "structures", "top_heads", "evaluation")
+KEYS = ("format", "version", "model", "revision", "bias", "weight", "c", "structures", "top_heads",
+        "evaluation")
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,26 +45,26 @@ class ContactRegression:
     bias: float
     c: float = DEFAULT_C
     structures: tuple[str, ...] = ()  # ids of the training structures
-    top_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) of the top-k baseline, selected on the same set
+    top_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) of the top-k baseline, chosen on the same set
     evaluation: list[dict] = field(default_factory=list)  # leave-one-out rows (probe.proteins.regression)
     revision: str = ""  # the model's revision (probe.models: commit or weights hash); "" when not recorded
 
     def as_tuple(self) -> tuple[torch.Tensor, float]:
-        """(weight [layer head] float32 tensor, bias): the form :func:`probe.proteins.contacts.predict_contacts`
-        takes as ``regression``."""
+        """(weight [layer head] float32 tensor, bias): the form
+        :func:`probe.proteins.contacts.predict_contacts` takes as ``regression``."""
         return torch.as_tensor(self.weight, dtype=torch.float32), float(self.bias)
 
     def check_model(self, loaded) -> ContactRegression:
-        """Self, when it was fitted for `loaded` (its revision, where both are known) and its shape fits (layers ×
-        heads); a one-line ProbeError otherwise."""
+        """Self, when it was fitted for `loaded` (its revision, where both are known) and its shape fits
+        (layers × heads); a one-line ProbeError otherwise."""
         if self.revision and loaded.revision not in ("", "unknown") and self.revision != loaded.revision:
-            raise ProbeError(f"the contact regression was fitted for {self.model} (revision {self.revision[:12]}), "
-                             f"not for {loaded.name} (revision {loaded.revision[:12]}): fit one for this model with "
-                             "--fit")
+            raise ProbeError(f"the contact regression was fitted for {self.model} "
+                             f"(revision {self.revision[:12]}), not for {loaded.name} "
+                             f"(revision {loaded.revision[:12]}): fit one for this model with --fit")
         if tuple(self.weight.shape) != (loaded.n_layers, loaded.n_heads):
             raise ProbeError(f"the contact regression was fitted for {self.weight.shape[0]} layers × "
-                             f"{self.weight.shape[1]} heads ({self.model}) but {loaded.name} has {loaded.n_layers} × "
-                             f"{loaded.n_heads}: fit one for this model with --fit")
+                             f"{self.weight.shape[1]} heads ({self.model}) but {loaded.name} has "
+                             f"{loaded.n_layers} × {loaded.n_heads}: fit one for this model with --fit")
         return self
 
     def save(self, path: str | Path) -> None:
@@ -85,14 +87,14 @@ def _json_default(value):
 
 
 def read_regression(path: str | Path) -> ContactRegression:
-    """A regression written by :meth:`ContactRegression.save` (``probe contacts --fit``), checked against the schema
-    of the module docstring.
+    """A regression written by :meth:`ContactRegression.save` (``probe contacts --fit``), checked against the
+    schema of the module docstring.
 
     Raises
     ------
     ProbeError
-        One line naming the problem: a missing file, a folder, a file that is not a regression, or the key whose
-        value breaks the schema.
+        One line naming the problem: a missing file, a folder, a file that is not a regression, or the key
+        whose value breaks the schema.
     """
     file = Path(path).expanduser()
     if file.is_dir():
@@ -100,20 +102,32 @@ def read_regression(path: str | Path) -> ContactRegression:
     if not file.is_file():
         raise ProbeError(f"--regression {path} does not exist: fit one with probe contacts --fit STRUCTURES")
     if file.stat().st_size > MAX_BYTES:
-        raise ProbeError(f"--regression {path} is larger than {MAX_BYTES >> 20} MiB: not a contact regression file")
+        raise ProbeError(f"--regression {path} is larger than {MAX_BYTES >> 20} MiB: not a contact "
+                         "regression file")
     try:
         data = json.loads(file.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ProbeError(f"--regression {path} is not a contact regression file ({first_line(error)})") from None
+        raise ProbeError(f"--regression {path} is not a contact regression file "
+                         f"({first_line(error)})") from None
     except RecursionError:  # the parser's stack: brackets nested ~1,000 deep; the format nests 3
-        raise ProbeError(f"--regression {path} is not a contact regression file (its JSON is nested too deeply; "
-                         "the format nests 3 levels)") from None
+        raise ProbeError(f"--regression {path} is not a contact regression file (its JSON is nested too "
+                         "deeply; the format nests 3 levels)") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ProbeError(f"--regression {path} is not a contact regression file written by probe contacts --fit")
+        raise ProbeError(f"--regression {path} is not a contact regression file written by "
+                         "probe contacts --fit")
     try:
         return _checked(data)
     except _SchemaError as error:
         raise ProbeError(f"--regression {path} is damaged: {error}; fit it again with --fit") from None
+
+
+def is_regression(path: str | Path) -> bool:
+    """Whether `path` is a valid regression file (so ``--fit`` may overwrite it without ``--force``)."""
+    try:
+        read_regression(path)
+    except ProbeError:
+        return False
+    return True
 
 
 class _SchemaError(ValueError):
@@ -190,4 +204,4 @@ def _evaluation_row(row) -> bool:
         isinstance(value, str | Real) or value is None for value in row.values())
 
 
-__all__ = ["DEFAULT_C", "FORMAT", "FORMAT_VERSION", "ContactRegression", "read_regression"]
+__all__ = ["DEFAULT_C", "FORMAT", "FORMAT_VERSION", "ContactRegression", "is_regression", "read_regression"]
