@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from probe import models
-from probe.engine import DenseSink, capture, capture_attention
+from probe.engine import DenseSink, SinkNeeds, capture, capture_attention
 from probe.errors import ProbeError
 from probe.layers import attention_plan
 from tests.tiny_archs import build, eager_reference, masked_diff, padded_inputs, save
@@ -63,8 +63,8 @@ def test_gathered_and_sampled_rows_equal_the_dense_weights():
     class Gather:
         got: dict = {}
 
-        def gather_for(self, layer, n_heads):
-            return [1, 2], slots
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(gather=([1, 2], slots))
 
         def update_gathered(self, layer, heads, alpha):
             self.got[layer] = alpha.clone()
@@ -73,11 +73,8 @@ def test_gathered_and_sampled_rows_equal_the_dense_weights():
         def __init__(self):
             self.blocks = []
 
-        def heads_for(self, layer, n_heads):
-            return [0]
-
-        def rows_for(self, layer, n_query):
-            return torch.tensor([0, 3, 5])
+        def needs(self, layer, n_heads, n_query):
+            return SinkNeeds(heads=(0,), rows=torch.tensor([0, 3, 5]))
 
         def update(self, block):
             self.blocks.append((block.layer, block.rows.tolist(), block.alpha.clone()))
