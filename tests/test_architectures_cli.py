@@ -202,3 +202,21 @@ def test_the_app_opens_a_hybrid_on_its_first_softmax_layer(saved, service):
 
     assert _default_head(service, saved["qwen3_next"], "previous_token") == (1, 0)  # layer 0 has no α
     assert _default_head(service, saved["gemma2"], "previous_token") == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
+def test_profile_on_the_eager_fallback_equals_the_fused_engine(saved, name, tmp_path, capsys):
+    """--engine eager on gpt-oss: the sinks' weight (inside the module's softmax, unseen by the hooks) is each row's
+    1 − Σα, equal to what the fused engine computes from s_aux (it was 0); Gemma 2 has no sinks (0 both ways)."""
+    tables = {}
+    for engine in ("eager", "fused"):
+        out = tmp_path / f"{engine}.csv"
+        code, err = _run(["profile", "--model", saved[name], "--engine", engine, "--random", "3", "--seq-len", "24",
+                          "--query-rows", "12", "--window", "4", "--max-offset", "4", "--bootstrap", "20",
+                          "--out", str(out)], capsys)
+        assert code == 0, err
+        tables[engine] = pd.read_csv(out)
+    columns = [c for c in tables["fused"].columns if c.startswith(("learned_sink_mass", "entropy", "sink_mass"))]
+    np.testing.assert_allclose(tables["eager"][columns].to_numpy(), tables["fused"][columns].to_numpy(), atol=1e-5)
+    if name == "gpt_oss":
+        assert (tables["eager"]["learned_sink_mass"] > 0.05).all()
