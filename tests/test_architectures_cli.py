@@ -220,3 +220,15 @@ def test_profile_on_the_eager_fallback_equals_the_fused_engine(saved, name, tmp_
     np.testing.assert_allclose(tables["eager"][columns].to_numpy(), tables["fused"][columns].to_numpy(), atol=1e-5)
     if name == "gpt_oss":
         assert (tables["eager"]["learned_sink_mass"] > 0.05).all()
+
+
+def test_the_atlas_says_which_layers_have_no_attention_weights(saved, service):
+    from app.panels import atlas
+
+    figure = atlas.atlas_view(service, saved["qwen3_next"], "previous_token", "score", None)
+    text = figure.data[0].text  # [layer][head] hover lines
+    assert [row[0].split("<br>")[1] for row in text] == [
+        "no attention weights (linear_attention layer)", "no labels yet",
+        "no attention weights (linear_attention layer)", "no labels yet"]
+    plain = atlas.atlas_view(service, saved["gemma2"], "previous_token", "score", None).data[0].text
+    assert all(row[0].endswith("no labels yet") for row in plain)  # negative control: every layer has α
