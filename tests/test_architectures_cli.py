@@ -121,8 +121,9 @@ def test_label_has_rows_for_real_heads_only(saved, name, tmp_path, capsys):
     out = tmp_path / "labels.csv"
     code, err = _run(["label", "--model", saved[name], "--types", "previous_token,first_token,induction",
                       "--examples", "6", "--seq-len", "24", "--bootstrap", "50", "--ablate", "all",
-                      "--out", str(out)], capsys)
+                      "--out", str(out), "--report", str(tmp_path / "report.html")], capsys)
     assert code == 0, err
+    assert f"wrote {tmp_path / 'report.html'}" in err and (tmp_path / "report.html").stat().st_size > 0
     table = pd.read_csv(out)
     assert set(zip(table["layer"], table["head"], strict=True)) == _real_heads(name)
     assert len(table) == 3 * 8  # three types × eight real heads
