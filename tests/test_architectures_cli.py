@@ -6,6 +6,8 @@ only real attention heads under the model's own layer numbers, and the app's lay
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -233,3 +235,19 @@ def test_the_atlas_says_which_layers_have_no_attention_weights(saved, service):
         "no attention weights (linear_attention layer)", "no labels yet"]
     plain = atlas.atlas_view(service, saved["gemma2"], "previous_token", "score", None).data[0].text
     assert all(row[0].endswith("no labels yet") for row in plain)  # negative control: every layer has α
+
+
+def test_the_app_page_opens_on_each_model(saved, service):
+    from urllib.parse import quote
+
+    from app import create_app
+
+    client = create_app(service=service).server.test_client()
+    for name, directory in saved.items():
+        response = client.get(f"/_dash-layout?model={quote(directory)}")  # the layout the page's URL asks for
+        assert response.status_code == 200, name
+        layout = response.get_data(as_text=True)
+        assert "is not served here" not in layout
+        selected = layout.index('"id":"selected-head"')
+        opened = json.loads(layout[selected + len('"id":"selected-head","data":'):].split("}", 1)[0] + "}")
+        assert opened == {"layer": LAYERS[name][0][0], "head": 0}  # a hybrid opens on its first softmax layer
