@@ -198,8 +198,10 @@ def atlas_figure(
     colour_by: str = "score",  # "score" | "label"
     selected: tuple[int, int] | None = None,
     theme: str = "light",
+    no_alpha: dict[int, str] | None = None,  # a hybrid's layers without α -> their kind (linear_attention, mamba)
 ) -> go.Figure:
     """The layer × head grid coloured by one head type's score (or label); hover gives the score and its CI.
+    A hybrid's layers without attention weights (`no_alpha`) stay empty and say so.
 
     Scores use the fixed scale 0–1 (the colour of 0.3 is the same on every model and type); heads whose score is
     not clearly above chance are grey. By label: three categories with a legend, never a continuous bar.
@@ -209,7 +211,9 @@ def atlas_figure(
     score = np.full((n_layers, n_heads), np.nan)  # [layer head]
     significant = np.zeros((n_layers, n_heads), dtype=bool)
     labelled = np.zeros((n_layers, n_heads), dtype=bool)
-    text = [[f"{head_name(layer, head)}<br>no labels yet" for head in range(n_heads)] for layer in range(n_layers)]
+    text = [[f"{head_name(layer, head)}<br>" + (f"no attention weights ({no_alpha[layer]} layer)"
+                                                 if no_alpha and layer in no_alpha else "no labels yet")
+             for head in range(n_heads)] for layer in range(n_layers)]
     rows = None
     if table is not None and not table.empty:
         rows = table[table["head_type"].astype(str) == head_type]

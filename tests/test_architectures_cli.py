@@ -6,6 +6,8 @@ only real attention heads under the model's own layer numbers, and the app's lay
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -121,8 +123,9 @@ def test_label_has_rows_for_real_heads_only(saved, name, tmp_path, capsys):
     out = tmp_path / "labels.csv"
     code, err = _run(["label", "--model", saved[name], "--types", "previous_token,first_token,induction",
                       "--examples", "6", "--seq-len", "24", "--bootstrap", "50", "--ablate", "all",
-                      "--out", str(out)], capsys)
+                      "--out", str(out), "--report", str(tmp_path / "report.html")], capsys)
     assert code == 0, err
+    assert f"wrote {tmp_path / 'report.html'}" in err and (tmp_path / "report.html").stat().st_size > 0
     table = pd.read_csv(out)
     assert set(zip(table["layer"], table["head"], strict=True)) == _real_heads(name)
     assert len(table) == 3 * 8  # three types × eight real heads
@@ -202,3 +205,49 @@ def test_the_app_opens_a_hybrid_on_its_first_softmax_layer(saved, service):
 
     assert _default_head(service, saved["qwen3_next"], "previous_token") == (1, 0)  # layer 0 has no α
     assert _default_head(service, saved["gemma2"], "previous_token") == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
+def test_profile_on_the_eager_fallback_equals_the_fused_engine(saved, name, tmp_path, capsys):
+    """--engine eager on gpt-oss: the sinks' weight (inside the module's softmax, unseen by the hooks) is each row's
+    1 − Σα, equal to what the fused engine computes from s_aux (it was 0); Gemma 2 has no sinks (0 both ways)."""
+    tables = {}
+    for engine in ("eager", "fused"):
+        out = tmp_path / f"{engine}.csv"
+        code, err = _run(["profile", "--model", saved[name], "--engine", engine, "--random", "3", "--seq-len", "24",
+                          "--query-rows", "12", "--window", "4", "--max-offset", "4", "--bootstrap", "20",
+                          "--out", str(out)], capsys)
+        assert code == 0, err
+        tables[engine] = pd.read_csv(out)
+    columns = [c for c in tables["fused"].columns if c.startswith(("learned_sink_mass", "entropy", "sink_mass"))]
+    np.testing.assert_allclose(tables["eager"][columns].to_numpy(), tables["fused"][columns].to_numpy(), atol=1e-5)
+    if name == "gpt_oss":
+        assert (tables["eager"]["learned_sink_mass"] > 0.05).all()
+
+
+def test_the_atlas_says_which_layers_have_no_attention_weights(saved, service):
+    from app.panels import atlas
+
+    figure = atlas.atlas_view(service, saved["qwen3_next"], "previous_token", "score", None)
+    text = figure.data[0].text  # [layer][head] hover lines
+    assert [row[0].split("<br>")[1] for row in text] == [
+        "no attention weights (linear_attention layer)", "no labels yet",
+        "no attention weights (linear_attention layer)", "no labels yet"]
+    plain = atlas.atlas_view(service, saved["gemma2"], "previous_token", "score", None).data[0].text
+    assert all(row[0].endswith("no labels yet") for row in plain)  # negative control: every layer has α
+
+
+def test_the_app_page_opens_on_each_model(saved, service):
+    from urllib.parse import quote
+
+    from app import create_app
+
+    client = create_app(service=service).server.test_client()
+    for name, directory in saved.items():
+        response = client.get(f"/_dash-layout?model={quote(directory)}")  # the layout the page's URL asks for
+        assert response.status_code == 200, name
+        layout = response.get_data(as_text=True)
+        assert "is not served here" not in layout
+        selected = layout.index('"id":"selected-head"')
+        opened = json.loads(layout[selected + len('"id":"selected-head","data":'):].split("}", 1)[0] + "}")
+        assert opened == {"layer": LAYERS[name][0][0], "head": 0}  # a hybrid opens on its first softmax layer

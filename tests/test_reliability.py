@@ -465,8 +465,14 @@ def test_bad_input_is_one_line_and_exit_2(bad, assets, used_port, never_serve, t
 def test_the_table_is_large_and_covers_every_subcommand():
     assert len(CASES) >= 150
     assert len({c.name for c in CASES}) == len(CASES)
-    for command in ("capture", "label", "contacts", "app"):
+    for command in ("capture", "label", "contacts", "app", "report", "train"):
         assert sum(1 for c in CASES if c.argv[:1] == (command,)) >= 10, command
+    from probe.cli import SUBCOMMANDS
+
+    for command in SUBCOMMANDS:  # every subcommand, the newer ones too (card, profile)
+        assert sum(1 for c in CASES if c.argv[:1] == (command,)) >= 8, command
+    for flag in ("--engine", "--device-map", "--offload-folder", "--max-memory", "--dtype", "--report"):
+        assert sum(1 for c in CASES if flag in c.argv) >= 3, flag  # the shared model flags, on several commands
 
 
 def test_app_empty_host_never_falls_back_to_the_host_variable(monkeypatch, never_serve, capsys):

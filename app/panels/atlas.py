@@ -118,8 +118,11 @@ def atlas_view(service: Service, spec: str, head_type: str, colour_by: str, sele
     """The atlas figure of `spec` (the selected head marked)."""
     loaded = service.model(spec)
     chosen = service.head_of(spec, selected) if selected else None
+    kinds = dict(loaded.plan.layer_kinds) if loaded.plan is not None else {}
+    no_alpha = {layer: kinds.get(layer, "no softmax attention")
+                for layer in range(loaded.n_layers) if layer not in loaded.attention_layers}
     return figures.atlas_figure(service.labels(spec), loaded.n_layers, loaded.n_heads, head_type, colour_by, chosen,
-                                theme)
+                                theme, no_alpha)
 
 
 def label_status(service: Service, spec: str, start: bool = False):

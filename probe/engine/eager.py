@@ -12,6 +12,8 @@ model's code):
   weights of all layers: one layer's α is alive at a time;
 * with ``ablate``, a pre-hook on the layer's output projection that zeroes the ablated heads' slice of its input.
 
+A learned attention sink (gpt-oss's ``s_aux``) is inside the module's softmax, out of the hooks' sight: its weight
+in each row is read as ``1 − Σ_j α_ij`` (``AttentionBlock.learned_sink_mass``; 0 up to rounding without sinks).
 Output norms (``output_share``) need the value states, which the module keeps to itself: sinks that ask for them
 receive ``None`` (their shares are NaN). The cost is the model's own eager attention: a ``[batch head query key]``
 tensor per layer, O(N²) memory, where the fused engine keeps one block. ``--engine eager`` forces this path on a model
@@ -61,6 +63,9 @@ def _dense(session: _Session, sink, need: SinkNeeds, layer: int, alpha: torch.Te
     _check_heads(heads, layer, n_heads)
     chosen = alpha[:, list(heads)]  # [batch head_sel query key]
     entropy = _row_entropy(chosen) if need.entropy else None  # [batch head_sel query]
+    # The module's own softmax may include learned sinks (gpt-oss s_aux) that the hooks cannot see: their weight is
+    # what the row's α lacks of 1 (0 up to rounding without sinks), as the fused engine reports it.
+    sink_mass = (1.0 - chosen.sum(-1)).clamp_min(0.0)  # [batch head_sel query]
     rows = _rows_of(need.rows, n_query, alpha.device)
     query_offset = n_key - n_query
     if rows is None:
@@ -68,13 +73,15 @@ def _dense(session: _Session, sink, need: SinkNeeds, layer: int, alpha: torch.Te
             stop = min(start + MAX_BLOCK_ROWS, n_query)
             sink.update(AttentionBlock(session.step, layer, heads, start, n_query, query_offset, n_key,
                                        chosen[:, :, start:stop],
-                                       entropy=None if entropy is None else entropy[:, :, start:stop]))
+                                       entropy=None if entropy is None else entropy[:, :, start:stop],
+                                       learned_sink_mass=sink_mass[:, :, start:stop]))
         return
     for start in range(0, len(rows), MAX_BLOCK_ROWS):
         block = rows[start:start + MAX_BLOCK_ROWS]
         sink.update(AttentionBlock(session.step, layer, heads, int(block[0]), n_query, query_offset, n_key,
                                    chosen[:, :, block], rows=block,
-                                   entropy=None if entropy is None else entropy[:, :, block]))
+                                   entropy=None if entropy is None else entropy[:, :, block],
+                                   learned_sink_mass=sink_mass[:, :, block]))
 
 
 def _gathered(sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
