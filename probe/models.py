@@ -270,12 +270,21 @@ def _model_class(kind: ModelKind, config):
         return transformers.EsmForMaskedLM  # keeps the checkpoint's contact regression
     if kind == ModelKind.PROTEIN_MLM and config.model_type in _ENCODER_ONLY:
         return transformers.T5EncoderModel if config.model_type == "t5" else transformers.AutoModel
+    if kind == ModelKind.SEQ2SEQ_LM and is_speech(config):
+        return transformers.AutoModelForSpeechSeq2Seq  # Whisper: an audio encoder, a text decoder
     return {
         ModelKind.CAUSAL_LM: transformers.AutoModelForCausalLM,
         ModelKind.MASKED_LM: transformers.AutoModelForMaskedLM,
         ModelKind.PROTEIN_MLM: transformers.AutoModelForMaskedLM,
         ModelKind.SEQ2SEQ_LM: transformers.AutoModelForSeq2SeqLM,
     }[kind]
+
+
+def is_speech(config) -> bool:
+    """Whether the config is of a speech encoder–decoder (Whisper): its encoder reads audio features, not text."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
+
+    return config.model_type in MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
 
 def has_contact_head(model: nn.Module) -> bool:
@@ -423,6 +432,12 @@ def load(
         raise ProbeError(f"cannot load the weights of {spec}: {first_line(error)} (a corrupt download? "
                          f"delete it from the cache and download it again)") from None
     plan = attention_plan(model)
+    if plan.engine == "eager" and getattr(model.config, "_attn_implementation", "eager") != "eager":
+        # Outside the interface the fallback asks each module for its weights (output_attentions=True), and the
+        # masks a model builds follow its attention implementation: built on sdpa, Falcon's eager branch then
+        # reads an sdpa mask and changes the logits by 2.9 (docs/architectures.md). Such a model runs on eager.
+        model = model_class.from_pretrained(source, attn_implementation="eager", dtype=torch_dtype, **placement)
+        plan = attention_plan(model)
     chosen = choose_engine(plan, engine, spec)
     if plan.is_multi_stack:
         _check_stack_heads(config, spec)
@@ -543,10 +558,13 @@ def tokenize_text(loaded: LoadedModel, text: str) -> dict[str, torch.Tensor]:
     Raises
     ------
     ProbeError
-        The text is empty or longer than the model's positions.
+        The text is empty or longer than the model's positions, or the model reads audio (Whisper).
     """
     if not text:
         raise ProbeError("the text is empty: pass --text with at least one word")
+    if is_speech(loaded.config):
+        raise ProbeError(f"{loaded.name} reads audio, not text: capture it from Python with its processor's "
+                         "input_features (probe.engine.capture(loaded.model, sink); docs/engine.md)")
     encoded = loaded.tokenizer(text, return_tensors="pt")
     loaded.check_length(encoded["input_ids"].shape[1], "the text")
     inputs = {name: tensor.to(loaded.device) for name, tensor in encoded.items() if name != "token_type_ids"}
