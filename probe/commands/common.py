@@ -183,18 +183,3 @@ def parse_lengths(text: str | None) -> tuple[int, ...] | None:
     if not lengths or any(length < 1 for length in lengths):
         raise ProbeError("--seq-len must be a positive number of tokens")
     return tuple(dict.fromkeys(lengths))
-
-
-def add_sweep_options(parser: argparse.ArgumentParser) -> None:
-    """--revisions, --models-file, --plot, --ray, --ray-workers (docs/scale.md)."""
-    parser.add_argument("--revisions", metavar="R1,R2,...",
-                        help="label these checkpoints of each --model: subdirectories of a local model "
-                             "directory (step-0,step-50: what `probe train NAME --checkpoint-steps` writes) "
-                             "or hub branches/tags/commits; adds the columns checkpoint and step")
-    parser.add_argument("--models-file", metavar="FILE",
-                        help="one model or checkpoint directory per line (# comments allowed), labelled like "
-                             "--model")
-    parser.add_argument("--plot", metavar="FILE.html|FILE.png",
-                        help="figure of each labelled head's score across checkpoints; writes FILE.html and "
-                             "FILE.png (PNG needs kaleido and a Chromium)")
-    add_ray_options(parser)
