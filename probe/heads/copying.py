@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from probe.engine.output_norms import OutputProjections
+from probe.engine.output_norms import OutputProjections, _materialised
 from probe.models import ModelKind
 
 VALUE_NAMES = ("v_proj", "value")  # an attention module's own value projection, tried in order
@@ -90,9 +90,15 @@ class CopyingScores:
     note: str | None = None  # why the scores are NaN
 
 
+def _parameter(module: nn.Module, name: str = "weight") -> torch.Tensor:
+    """`module.<name>` as float64, read through accelerate's hook where a device map offloaded it (meta device)."""
+    with _materialised(module):
+        return getattr(module, name).detach().double().clone()
+
+
 def _linear_weight(module: nn.Module) -> torch.Tensor:
     """[in out] of an nn.Linear ([out in] stored) or a Conv1D ([in out] stored)."""
-    weight = module.weight.detach().double()
+    weight = _parameter(module)
     return weight.T if isinstance(module, nn.Linear) else weight
 
 
@@ -130,8 +136,7 @@ def _gain(parent: nn.Module | None, names: tuple[str, ...]) -> torch.Tensor | No
             continue
         kind = type(norm).__name__
         if isinstance(norm, nn.LayerNorm) or (kind.endswith("RMSNorm") and not kind.startswith("Gemma")):
-            weight = getattr(norm, "weight", None)
-            return None if weight is None else weight.detach().double()
+            return None if getattr(norm, "weight", None) is None else _parameter(norm)
     return None
 
 
@@ -180,10 +185,10 @@ def ov_weights(loaded) -> OVWeights | str:
         outputs.append(out.reshape(n_heads, d_head, -1))  # [head d_head d_model]
     body = getattr(model, getattr(model, "base_model_prefix", ""), model)
     final = _gain(body, FINAL_NORMS) if any(g is not None for g in layer_gains) else None  # pre-norm only
-    unembed = output_embeddings.weight.detach().double().T  # [d_model vocab]
+    unembed = _parameter(output_embeddings).T  # [d_model vocab]
     if final is not None:
         unembed = final[:, None] * unembed
-    embed = input_embeddings.weight.detach().double()  # [vocab d_model]
+    embed = _parameter(input_embeddings)  # [vocab d_model]
     return OVWeights(embed, unembed, values, outputs, unembedding)
 
 

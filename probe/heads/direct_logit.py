@@ -26,7 +26,7 @@ from torch import nn
 
 from probe.engine import capture
 from probe.engine.output_norms import OutputProjections
-from probe.heads.copying import _attention_modules, final_norm
+from probe.heads.copying import _attention_modules, _parameter, final_norm
 from probe.models import ModelKind
 
 
@@ -48,10 +48,10 @@ def _normalise(contribution: torch.Tensor, residual: torch.Tensor, norm: nn.Modu
     if isinstance(norm, nn.LayerNorm):
         centred = contribution - contribution.mean(-1, keepdim=True)
         scale = residual.var(-1, unbiased=False, keepdim=True).add(norm.eps).sqrt()  # [batch seq 1]
-        return centred / scale[:, :, None] * norm.weight.detach().double()
+        return centred / scale[:, :, None] * _parameter(norm).to(contribution.device)
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
     scale = residual.pow(2).mean(-1, keepdim=True).add(eps).sqrt()  # [batch seq 1]
-    return contribution / scale[:, :, None] * norm.weight.detach().double()
+    return contribution / scale[:, :, None] * _parameter(norm).to(contribution.device)
 
 
 def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
@@ -73,7 +73,7 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
     projections = [finder.find(module) for module in modules]
     if any(projection is None for projection in projections):
         return nan
-    unembed = unembedding.weight.detach().double().T  # [d_model vocab]
+    unembed = _parameter(unembedding).T  # [d_model vocab]
     mean_unembed = unembed.mean(-1)  # [d_model]
     caught: dict[str, torch.Tensor] = {}
     handles = [projection.register_forward_pre_hook(
@@ -94,7 +94,7 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
             picked = unembed.T[tokens.to(unembed.device)]  # [batch seq d_model] W_U[:, t_j]
             for layer, projection in enumerate(projections):
                 z = caught[f"z{layer}"].double()  # [batch seq head·d_head]
-                weight = projection.weight.detach().double()
+                weight = _parameter(projection)
                 w_out = weight if not isinstance(projection, nn.Linear) else weight.T  # [head·d_head d_model]
                 n_heads = loaded.n_heads
                 d_head = w_out.shape[0] // n_heads
