@@ -50,11 +50,11 @@ def test_two_models_one_table_and_resume_after_an_interrupt(planted_dir, tiny_di
     real = label_command.label_model
     calls = []
 
-    def interrupted(loaded, config, progress=None, note=None):
+    def interrupted(loaded, config, progress=None, note=None, **keywords):
         calls.append(loaded.name)
         if loaded.name == second:
             raise KeyboardInterrupt  # Ctrl-C while the second model runs
-        return real(loaded, config, progress, note)
+        return real(loaded, config, progress, note, **keywords)
 
     monkeypatch.setattr(label_command, "label_model", interrupted)
     code, _, err = run_cli(argv, capsys)
@@ -65,9 +65,9 @@ def test_two_models_one_table_and_resume_after_an_interrupt(planted_dir, tiny_di
 
     calls.clear()
 
-    def counted(loaded, config, progress=None, note=None):
+    def counted(loaded, config, progress=None, note=None, **keywords):
         calls.append(loaded.name)
-        return real(loaded, config, progress, note)
+        return real(loaded, config, progress, note, **keywords)
 
     monkeypatch.setattr(label_command, "label_model", counted)
     code, _, err = run_cli(argv, capsys)
@@ -110,10 +110,10 @@ def test_a_crash_keeps_the_finished_models(planted_dir, tiny_dir, tmp_path, caps
     out = tmp_path / "labels.json"
     real = label_command.label_model
 
-    def crash(loaded, config, progress=None, note=None):
+    def crash(loaded, config, progress=None, note=None, **keywords):
         if loaded.name == second:
             raise RuntimeError("disk on fire")
-        return real(loaded, config, progress, note)
+        return real(loaded, config, progress, note, **keywords)
 
     monkeypatch.setattr(label_command, "label_model", crash)
     code, _, err = run_cli(["label", "--model", planted_dir, "--model", second, "--types", "self",

@@ -40,9 +40,9 @@ def counted(monkeypatch):
     calls: list[str] = []
     real = tasks.label_model
 
-    def label_model(loaded, config, progress=None, note=None):
+    def label_model(loaded, config, progress=None, note=None, **keywords):
         calls.append(loaded.name)
-        return real(loaded, config, progress, note)
+        return real(loaded, config, progress, note, **keywords)
 
     monkeypatch.setattr(tasks, "label_model", label_model)
     return calls
