@@ -11,5 +11,6 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
 fi
 . .venv/bin/activate
 python -m pip install -q -e ".[docs]"
+python -m ruff check .  # line length 110, imports sorted, pyflakes (pyproject.toml [tool.ruff])
 NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict --site-dir site  # not --quiet: it hides warnings from --strict
 python -m pytest -q "$@"
