@@ -18,5 +18,5 @@ def packages() -> list[str]:
     return importable([*probe, "probe_app", *dashboard])
 
 
-if __name__ == "__main__":  # as setuptools runs it (tests/test_app_packaging.py imports packages())
+if __name__ == "__main__":  # as setuptools runs it (tests/app/test_app_packaging.py imports packages())
     setup(packages=packages())

@@ -228,7 +228,7 @@ def architecture_card(config) -> ArchitectureCard:
     window, sliding_layers = _sliding(config, layers)
     notes: list[str] = []
     # probe.layers imports torch: imported here so that `probe card --help` and a config-only card stay light
-    # (tests/test_cli_fast.py)
+    # (tests/commands/test_cli_fast.py)
     from probe.layers import config_attention_layers
 
     hybrid = config_attention_layers(config)

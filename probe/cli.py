@@ -5,7 +5,7 @@ the fix), 1 internal error, 130 interrupted.
 
 This module and every ``probe/commands/<name>.py`` import only the standard library and light probe modules at
 their top; torch, pandas and transformers are imported inside a command's ``run()``, so ``probe --help``,
-argument errors and missing-file errors answer in well under a second (tests/test_cli_fast.py).
+argument errors and missing-file errors answer in well under a second (tests/commands/test_cli_fast.py).
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
     python scripts/architectures.py --out -      # prints it instead
 
 It also lists the entries whose declared known gap (``expected=`` in the catalogue, a strict xfail in
-tests/test_coverage.py) no longer matches what was measured: after an engine fix, remove those ``expected=``.
+tests/engine/test_coverage.py) no longer matches what was measured: after an engine fix, remove those ``expected=``.
 
 The list and the tiny configs are tests/coverage/catalogue.py; the measurement is tests/coverage/harness.py (the
-same code tests/test_coverage.py runs, which fails when the committed page disagrees with it). Run it after any
+same code tests/engine/test_coverage.py runs, which fails when the committed page disagrees with it). Run it after any
 change to the engine, the loader or transformers, and commit the page.
 """
 
@@ -53,7 +53,7 @@ Encoder–decoders (T5, BART, Whisper) have three attention stacks (encoder, dec
 when all three are captured and equal. Rows that are not equal or fallback are tracked in issue 26.
 
 To add a model type: one entry in `tests/coverage/catalogue.py` (its tiny config and checkpoint class), then
-`python scripts/architectures.py` rewrites this page; `tests/test_coverage.py` runs the same list and fails when the
+`python scripts/architectures.py` rewrites this page; `tests/engine/test_coverage.py` runs the same list and fails when the
 page and the measurement disagree.
 """
 

@@ -254,6 +254,6 @@
         _view: view,  // read by the browser tests
         _parts: {decode: decode, headMatrix: headMatrix, labels: labels, pooled: pooled, headMax: headMax,
                  dominantOffset: dominantOffset, offsetText: offsetText, share: share, notes: notes,
-                 tickCount: tickCount, titleText: titleText, revision: revision}  // tests/test_app_js.py
+                 tickCount: tickCount, titleText: titleText, revision: revision}  // tests/app/test_app_js.py
     });
 })();

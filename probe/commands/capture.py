@@ -53,7 +53,7 @@ def _stack_layers(loaded: models.LoadedModel, text: str | None) -> list[tuple[st
 def run(args: argparse.Namespace) -> int:
     out = output_path(args.out, (".npz",))
     # numpy, torch and transformers are imported only now, after the checks that need none of them, so
-    # `--help` and argument errors answer at once (tests/test_cli_fast.py).
+    # `--help` and argument errors answer at once (tests/commands/test_cli_fast.py).
     import numpy as np
     import torch
 

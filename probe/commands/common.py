@@ -9,7 +9,7 @@ from pathlib import Path
 
 from probe.errors import ProbeError
 
-# What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/test_cli_fast.py checks they are
+# What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/commands/test_cli_fast.py checks they are
 # equal), written out so that checking --out needs no pandas.
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
 

@@ -17,7 +17,7 @@ from probe.commands.common import (
 from probe.errors import ProbeError
 
 # The defaults of probe.heads.profile.ProfileConfig, written out so that `probe profile --help` and argument
-# errors need no torch (tests/test_cli_fast.py checks they equal the library's).
+# errors need no torch (tests/commands/test_cli_fast.py checks they equal the library's).
 DEFAULTS = {"seq_len": 4096, "query_rows": 1024, "sink_tokens": 4, "window": 256, "max_offset": 64,
             "threshold": 0.9, "n_bootstrap": 1000, "seed": 0}
 # The most --random inputs: the profile keeps per-input statistics of every head ([input layer head offset],
@@ -102,7 +102,7 @@ def check_foreign(out: Path, force: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     out = check_args(args)
     # torch, pandas and transformers are imported only now, after the checks that need none of them, so
-    # `--help`, argument errors and missing files answer at once (tests/test_cli_fast.py).
+    # `--help`, argument errors and missing files answer at once (tests/commands/test_cli_fast.py).
     from probe import models
     from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, text_inputs
     from probe.heads.profile_sink import ROW_STATS

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise ProbeError("--threads must be at least 1")
     # The training stack (torch, transformers, the head classifier) is imported only now: `probe --help` and
-    # argument errors answer without it (tests/test_cli_fast.py).
+    # argument errors answer without it (tests/commands/test_cli_fast.py).
     from probe.training import cards
     from probe.training.organisms import ORGANISMS, TrainConfig
     from probe.training.train import train

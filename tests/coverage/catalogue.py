@@ -4,7 +4,7 @@ An entry holds inputs to the run, never its result: the config fields of a tiny 
 hybrids so that both layer kinds appear; width 32; ``initializer_range = 0.2`` so attention is peaked), the class a
 checkpoint of that type is saved as, and how to feed it. What the engine does with it is measured by
 :func:`tests.coverage.harness.run`. An entry the engine does not serve yet names, in ``expected``, the status it has
-today and the issue item that fixes it; ``tests/test_coverage.py`` turns that into a strict xfail.
+today and the issue item that fixes it; ``tests/engine/test_coverage.py`` turns that into a strict xfail.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from probe import models
 from probe.zoo.planted import save_planted_gpt2
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 NOTEBOOK = ROOT / "notebooks" / "views.ipynb"
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -56,7 +56,7 @@ def _seconds(cell) -> float:
     return (end - start).total_seconds()
 
 
-@pytest.mark.slow  # executes the notebook (~45 s); tests/test_notebooks.py runs it and checks its views by default
+@pytest.mark.slow  # executes the notebook (~45 s); tests/views/test_notebooks.py runs it and checks its views by default
 def test_notebook_outputs_hold_the_view_and_the_app_cell_returns(executed):
     outputs = [output for cell in executed.cells if cell.cell_type == "code" for output in cell.outputs]
     assert not [output for output in outputs if output.output_type == "error"]

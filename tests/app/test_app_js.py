@@ -21,7 +21,7 @@ from app.payload import layer_payload
 
 pytestmark = pytest.mark.browser
 
-ASSETS = Path(__file__).resolve().parent.parent / "app" / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "app" / "assets"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 

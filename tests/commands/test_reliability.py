@@ -28,7 +28,7 @@ from probe.cli import main
 from tests.conftest import compact_synthetic_pdb
 from tests.tiny_archs import save as save_tiny_arch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROTEIN = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ"
 
 

@@ -18,7 +18,7 @@ import transformers
 from tests.coverage import harness
 from tests.coverage.catalogue import ARCHITECTURES, Architecture
 
-TABLE = Path(__file__).resolve().parent.parent / "docs" / "architectures.md"
+TABLE = Path(__file__).resolve().parents[2] / "docs" / "architectures.md"
 REGENERATE = "docs/architectures.md is stale: regenerate it with `python scripts/architectures.py`"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
@@ -23,7 +23,7 @@ def test_notebook_runs(path, monkeypatch):
               if output.get("output_type") == "error"]
     assert not errors
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
-    if path.stem == "views":  # the inline views are in the outputs as text/html (tests/test_views_browser.py)
+    if path.stem == "views":  # the inline views are in the outputs as text/html (tests/views/test_views_browser.py)
         html = [output["data"]["text/html"] for cell in notebook.cells if cell.cell_type == "code"
                 for output in cell.get("outputs", []) if "text/html" in output.get("data", {})]
         assert sum('data-probe-view="' in text and "window.probeViews" in text for text in html) == 2

@@ -18,7 +18,7 @@ from probe.commands.profile import MAX_RANDOM
 from probe.heads.probesets import content_token_ids, special_frame
 from probe.heads.profile import ProfileConfig, RandomInputs, head_profiles, random_inputs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_huge_random_count_is_refused_at_once_in_one_line(tmp_path):

@@ -370,7 +370,7 @@ def test_summary_means_are_over_proteins(tiny_dir, structures_dir):
 
 
 def test_binding_site_share_on_a_structure_with_a_ligand(tiny_dir, tmp_path):
-    from tests.test_structure import SEQ, atom_line, line_chain, write
+    from tests.proteins.test_structure import SEQ, atom_line, line_chain, write
 
     lines = line_chain(SEQ * 2)
     lines.append(atom_line(900, "C1", "LIG", "B", 1, (12.0, 0.0, 3.0), "C", record="HETATM"))  # beside residue 3

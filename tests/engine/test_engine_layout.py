@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ENGINE = Path(__file__).resolve().parents[1] / "probe" / "engine"
+ENGINE = Path(__file__).resolve().parents[2] / "probe" / "engine"
 PROTOCOL_METHODS = {"needs", "update", "update_gathered", "update_output_norms"}
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from probe.cli import SUBCOMMANDS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "pandas", "transformers", "numpy")
 # Command modules still importing a heavy library at their top (empty since the merge of 23:55: proteins
 # thinned probe/commands/contacts.py; test_every_command_module_is_light covers every command).

@@ -49,7 +49,7 @@ def test_no_module_branches_on_a_type_name():
     """Head types are data: the pipeline never compares a type's name with a literal."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "probe"
+    root = Path(__file__).resolve().parents[2] / "probe"
     names = ("heads/label.py", "heads/label_config.py", "heads/label_probes.py", "heads/label_scoring.py",
              "heads/label_stats.py", "heads/label_table.py", "heads/scores.py", "heads/registry.py", "heads/stats.py",
              "heads/label_ablation.py", "heads/targets.py", "heads/copying.py", "heads/direct_logit.py",

@@ -26,8 +26,8 @@ import pytest
 from app import create_app, ids
 from app.config import AppConfig
 from app.service import Service
-from tests import test_app_browser as browser
-from tests.test_app_browser import (
+from tests.app import test_app_browser as browser
+from tests.app.test_app_browser import (
     ARROW_DOWN,
     ARROW_RIGHT,
     UPLOAD_BYTES,
@@ -42,7 +42,7 @@ from tests.test_app_browser import (
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LONG_TEXT = " ".join(["mary gave the book to john because he wanted it ."] * 21)  # 232 tokens with <bos>
 
 
@@ -53,7 +53,7 @@ def downloads(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def driver(downloads):
-    """Headless Chromium as tests/test_app_browser.py drives it."""
+    """Headless Chromium as tests/app/test_app_browser.py drives it."""
     yield from browser.driver.__wrapped__(downloads)
 
 

@@ -15,7 +15,7 @@ from probe.proteins.contacts import head_attention_map, predict_contacts
 from probe.proteins.features import ResidueFeatures
 from probe.proteins.precision import precision_by_range, precision_columns
 from probe.proteins.structure import contact_map, read_structure, secondary_structure
-from tests.test_structure import SEQ, line_chain, write
+from tests.proteins.test_structure import SEQ, line_chain, write
 
 
 @pytest.fixture()
@@ -292,7 +292,7 @@ def test_rerun_reuses_only_identical_units(esm, line_pdb, tmp_path, capsys):
 
 
 def _subprocess_env():
-    return dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), PYTHONUNBUFFERED="1")
+    return dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), PYTHONUNBUFFERED="1")
 
 
 def _kill_after_first_unit(command: list[str], parts: Path, total: int) -> int:
@@ -426,5 +426,5 @@ def test_the_command_module_and_its_parser_import_nothing_heavy():
             "c.add_parser(argparse.ArgumentParser().add_subparsers()); "
             "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert done.stdout.strip() == "[]"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "probe"
+PACKAGE = Path(__file__).resolve().parents[2] / "probe"
 
 BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers", "probe.card",
         "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
@@ -49,7 +49,7 @@ def layer(module: str) -> str:
         return "views"
     top = module.split(".")[1]
     if top not in ("engine", "heads", "proteins", "training", "runs", "views", "commands"):
-        raise AssertionError(f"{module} is in no layer: add it to tests/test_layout.py (and to the docs)")
+        raise AssertionError(f"{module} is in no layer: add it to tests/project/test_layout.py (and to the docs)")
     return top
 
 

@@ -147,7 +147,7 @@ def test_sigkill_mid_put_leaves_no_corrupt_unit(tmp_path):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     rng = random.Random(0)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     recorded = 0
     for _kill in range(6):
         process = subprocess.Popen([sys.executable, str(script), str(out)], env=env, stdout=subprocess.PIPE)

@@ -60,7 +60,7 @@ def _upload(data: bytes, mime: str = "application/octet-stream") -> str:
 
 
 def test_selection_from_atlas_clicks_thumbnails_and_rows_is_checked(service, specs):
-    # atlas clicks are read in the browser (assets/keys.js atlasClick; tests/test_app_js.py)
+    # atlas clicks are read in the browser (assets/keys.js atlasClick; tests/app/test_app_js.py)
     assert grid.clicked_thumbnail(service, specs[0], {"type": ids.THUMB, "layer": 1, "head": 3}, 1) == \
         {"layer": 1, "head": 3}
     assert grid.clicked_thumbnail(service, specs[0], {"type": ids.THUMB, "layer": 1, "head": 3}, 0) is None

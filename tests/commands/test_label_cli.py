@@ -219,7 +219,7 @@ def test_sigkill_after_the_first_model_then_rerun_equals_an_uninterrupted_run(pl
     base = [sys.executable, "-m", "probe.cli", "label", "--model", planted_dir, "--model", second,
             "--types", "previous_token,self", "--examples", "64", "--bootstrap", "100", "--ablate", "none",
             "--batch-size", "1"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     killed = tmp_path / "killed.parquet"
     process = subprocess.Popen([*base, "--out", str(killed)], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
