@@ -22,12 +22,14 @@ from app.payload import layer_payload
 pytestmark = pytest.mark.browser
 
 ASSETS = Path(__file__).resolve().parents[2] / "app" / "assets"
+VIEWS_JS = Path(__file__).resolve().parents[2] / "probe" / "views" / "assets" / "views.js"  # the shared core
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    """A browser on a blank page holding explorer.js and keys.js (with a stub dash_clientside)."""
+    """A browser on a blank page holding the view layer's core (views.js, which the app serves before its own
+    assets), explorer.js and keys.js (with a stub dash_clientside)."""
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
         pytest.skip(f"the JavaScript tests need {CHROMIUM} and {CHROMEDRIVER}")
     from selenium import webdriver
@@ -36,7 +38,8 @@ def page(tmp_path_factory):
     folder = tmp_path_factory.mktemp("js")
     stub = ("window.dash_clientside = {no_update: {__no_update: true}, callback_context: {triggered: []},"
             " set_props: function (id, props) { (window.setProps = window.setProps || []).push([id, props]); }};")
-    scripts = "".join(f'<script charset="utf-8" src="{ASSETS / name}"></script>' for name in ("explorer.js", "keys.js"))
+    scripts = "".join(f'<script charset="utf-8" src="{path}"></script>'
+                      for path in (VIEWS_JS, ASSETS / "explorer.js", ASSETS / "keys.js"))
     (folder / "page.html").write_text(f'<html><head><meta charset="utf-8"></head><body><div id="explorer-heatmap"></div>'
                                       f'<div id="explorer-tokens"></div><script>{stub}</script>{scripts}'
                                       f'</body></html>')
