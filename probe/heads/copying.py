@@ -152,8 +152,6 @@ def ov_weights(loaded) -> OVWeights | str:
     """The OV weights of every head of `loaded` (see the module doc), or one line saying why they are
     unknown."""
     model = loaded.model
-    if any(parameter.is_meta for parameter in model.parameters()):
-        return f"{loaded.name} has offloaded weights (on the meta device outside a forward): copying is NaN"
     output_embeddings, input_embeddings = model.get_output_embeddings(), model.get_input_embeddings()
     if output_embeddings is None or input_embeddings is None:
         return f"{loaded.name} has no output embedding (unembedding): copying is NaN"

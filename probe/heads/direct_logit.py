@@ -21,6 +21,7 @@ where the final norm or an output projection is not found."""
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 from torch import nn
@@ -73,8 +74,7 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
         kind.endswith("RMSNorm") and not kind.startswith("Gemma")
     )
     if (
-        any(parameter.is_meta for parameter in model.parameters())  # offloaded: weights unreadable here
-        or loaded.kind != ModelKind.CAUSAL_LM
+        loaded.kind != ModelKind.CAUSAL_LM
         or probes is None
         or probes.repeat_start is None
         or not linearisable
@@ -89,15 +89,18 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
     unembed = weight_of(unembedding).T  # [d_model vocab]
     mean_unembed = unembed.mean(-1)  # [d_model]
     caught: dict[str, torch.Tensor] = {}
+    owner = threading.get_ident()  # hooks are the model's: record only this thread's forwards (the app and
+    # threaded callers run other forwards of the same model meanwhile)
+
+    def keep(name: str, args: tuple) -> None:
+        if threading.get_ident() == owner:
+            caught[name] = args[0].detach()
+
     handles = [
-        projection.register_forward_pre_hook(
-            lambda _module, args, layer=layer: caught.__setitem__(f"z{layer}", args[0].detach())
-        )
+        projection.register_forward_pre_hook(lambda _module, args, layer=layer: keep(f"z{layer}", args))
         for layer, projection in enumerate(projections)
     ]
-    handles.append(
-        norm.register_forward_pre_hook(lambda _m, args: caught.__setitem__("residual", args[0].detach()))
-    )
+    handles.append(norm.register_forward_pre_hook(lambda _m, args: keep("residual", args)))
     total = torch.zeros(shape, dtype=torch.float64)
     counted = 0
     try:
