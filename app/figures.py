@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from probe.naming import head_name
+from probe.views.tables import number as _number  # a table cell as a finite number or None
 
 HEATMAP_BINS = 256  # explorer heatmaps above this many tokens are max-pooled to this many rows and columns
 CONTACT_BINS = 400  # contact maps above this many residues likewise
@@ -310,14 +311,6 @@ def _hover_text(row, head_type: str) -> str:
     return "<br>".join(parts)
 
 
-def _number(row, column: str) -> float | None:
-    """A finite number from a table row, None when the column is missing or NaN (unknown)."""
-    value = getattr(row, column, None)
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def format_q(value: float | None) -> str:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from probe.views.view import display_tokens  # noqa: F401 - re-exported: the explorer's payload uses it
+
 SCALE = 65535  # uint16 quantisation of α ∈ [0, 1]
 
 
@@ -27,19 +29,6 @@ def decode_alpha(data: str, heads: int, n: int) -> np.ndarray:
     return (raw.astype(np.float32) / SCALE).reshape(heads, n, n)
 
 
-def display_tokens(tokenizer, tokens: Sequence[str]) -> list[str]:
-    """Tokens as a reader sees them: byte-level BPE's "Ġthe" as " the", "Ċ" as a newline mark; tokens that decode
-    to nothing keep their raw form (special tokens, unknown bytes)."""
-    shown = []
-    for token in tokens:
-        text = token
-        try:
-            text = tokenizer.convert_tokens_to_string([token])
-        except Exception:  # noqa: BLE001 - a tokenizer without a decoder: show the raw token
-            text = token
-        text = text.replace("\n", "⏎")
-        shown.append(text if text.strip() else token)
-    return shown
 
 
 def layer_payload(model: str, token_ids: Sequence[int], tokens: Sequence[str], layer: int, alpha: np.ndarray,

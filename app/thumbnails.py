@@ -11,6 +11,8 @@ import zlib
 
 import numpy as np
 
+from probe.views.figures import png_bytes as views_png  # one PNG encoder: the view layer's
+
 # Plotly's "Blues" scale (0 -> white, 1 -> dark blue), sampled at its stops.
 BLUES = np.array([[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
                   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]], dtype=np.float64)
@@ -30,14 +32,7 @@ def png_bytes(rgb: np.ndarray, scale: int = 1) -> bytes:
     """[row col 3] uint8 -> PNG file bytes (8-bit RGB), each pixel repeated `scale` times in both directions."""
     if scale > 1:
         rgb = rgb.repeat(scale, axis=0).repeat(scale, axis=1)
-    height, width = rgb.shape[:2]
-    raw = b"".join(b"\x00" + rgb[row].tobytes() for row in range(height))  # filter type 0 per scanline
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+    return views_png(rgb)
 
 
 def thumbnail_uri(matrix: np.ndarray, vmax: float = 1.0, scale: int = 1) -> str:
