@@ -11,21 +11,8 @@ import zlib
 
 import numpy as np
 
+from probe.views.figures import colourize  # the view layer's Blues colouring, one for the grid and the views
 from probe.views.figures import png_bytes as views_png  # one PNG encoder: the view layer's
-
-# Plotly's "Blues" scale (0 -> white, 1 -> dark blue), sampled at its stops.
-BLUES = np.array([[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
-                  [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]], dtype=np.float64)
-
-
-def colourize(matrix: np.ndarray, vmax: float = 1.0) -> np.ndarray:
-    """[row col] values -> [row col rgb] uint8 on the Blues scale over [0, vmax] (NaN: light grey)."""
-    scaled = np.clip(np.nan_to_num(matrix, nan=0.0) / max(vmax, 1e-12), 0.0, 1.0) * (len(BLUES) - 1)
-    low = np.floor(scaled).astype(int).clip(0, len(BLUES) - 2)
-    frac = (scaled - low)[..., None]
-    rgb = BLUES[low] * (1 - frac) + BLUES[low + 1] * frac  # [row col rgb]
-    rgb[np.isnan(matrix)] = (230, 230, 230)
-    return rgb.round().astype(np.uint8)
 
 
 def png_bytes(rgb: np.ndarray, scale: int = 1) -> bytes:
