@@ -54,7 +54,9 @@ PROTEIN_VIEW_MESSAGE = "protein-view-message"
 
 # Page-wide additions (dashboard v2)
 URL = "url"  # dcc.Location: model, head type, layer, head and a short input live in the query string
-SHAPE = "model-shape"  # Store: {"layers": int, "heads": int} of the current model (keyboard stepping)
+# Store: {"layers": int, "heads": int[, "attention_layers": [int]]} of the current model (keyboard stepping;
+# attention_layers only for a hybrid: the layers with α)
+SHAPE = "model-shape"
 KEYS_SINK = "keys-sink"  # Store written by the clientside mirror of the selection (keyboard script)
 PAGE_MESSAGE = "page-message"  # URL problems (an unknown model in a shared link)
 LIMITS = "explorer-limits"  # the current model's input limits, beside Run

@@ -61,6 +61,7 @@
         var layer = point.y, head = point.x;
         if (!Number.isInteger(layer) || !Number.isInteger(head) || layer < 0 || layer >= shape.layers ||
             head < 0 || head >= shape.heads) { return no; }
+        if (shape.attention_layers && shape.attention_layers.indexOf(layer) < 0) { return no; }  // no α there
         var clickedAt = Date.now();
         return new Promise(function (resolve) {
             setTimeout(function () {

@@ -230,7 +230,10 @@ def _shape(service: Service, spec: str) -> dict:
     if service.unusable(spec):
         return {"layers": 1, "heads": 1}
     loaded = service.model(spec)
-    return {"layers": loaded.n_layers, "heads": loaded.n_heads}
+    shape = {"layers": loaded.n_layers, "heads": loaded.n_heads}
+    if list(loaded.attention_layers) != list(range(loaded.n_layers)):  # a hybrid: keys step its layers with α
+        shape["attention_layers"] = [int(layer) for layer in loaded.attention_layers]
+    return shape
 
 
 def register(app, service: Service) -> None:

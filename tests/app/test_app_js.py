@@ -212,3 +212,26 @@ def test_keys_step_from_the_last_asked_selection(page):
     sent = json.loads(page.execute_script("return JSON.stringify(window.setProps)"))
     assert [props["data"] for _, props in sent] == [{"layer": 0, "head": 0}, {"layer": 0, "head": 1},
                                                     {"layer": 1, "head": 1}, {"layer": 1, "head": 0}]
+
+
+def test_layer_steps_and_atlas_clicks_skip_a_hybrids_layers_without_alpha(page):
+    """A hybrid (attention in layers 1 and 3 of 5): ↑/↓ visit only those, wrapping; from a layer without α the step
+    goes to the nearest layer with α in its direction; the atlas refuses a click on a layer without α. Without
+    `attention_layers` every layer is stepped (the control)."""
+    hybrid = {"layers": 5, "heads": 2, "attention_layers": [1, 3]}
+    step = "window.probeViews.core.step(args[0], args[1], args[2], args[3])"
+    assert call(page, step, {"layer": 1, "head": 0}, "layer", 1, hybrid) == {"layer": 3, "head": 0}
+    assert call(page, step, {"layer": 3, "head": 1}, "layer", 1, hybrid) == {"layer": 1, "head": 1}
+    assert call(page, step, {"layer": 1, "head": 0}, "layer", -1, hybrid) == {"layer": 3, "head": 0}
+    assert call(page, step, {"layer": 2, "head": 0}, "layer", 1, hybrid) == {"layer": 3, "head": 0}
+    assert call(page, step, {"layer": 2, "head": 0}, "layer", -1, hybrid) == {"layer": 1, "head": 0}
+    assert call(page, step, {"layer": 0, "head": 0}, "layer", -1, hybrid) == {"layer": 3, "head": 0}
+    assert call(page, step, {"layer": 4, "head": 0}, "layer", 1, hybrid) == {"layer": 1, "head": 0}
+    assert call(page, step, {"layer": 1, "head": 1}, "head", 1, hybrid) == {"layer": 1, "head": 0}
+    plain = {"layers": 5, "heads": 2}
+    assert call(page, step, {"layer": 1, "head": 0}, "layer", 1, plain) == {"layer": 2, "head": 0}
+    run = ("var done = arguments[arguments.length - 1];"
+           " var r = window.dash_clientside.probe.atlasClick(arguments[0], arguments[1]);"
+           " Promise.resolve(r).then(v => done(JSON.parse(JSON.stringify(v))));")
+    assert page.execute_async_script(run, {"points": [{"x": 1, "y": 2}]}, hybrid) == {"__no_update": True}
+    assert page.execute_async_script(run, {"points": [{"x": 1, "y": 3}]}, hybrid) == {"layer": 3, "head": 1}

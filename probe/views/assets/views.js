@@ -126,9 +126,20 @@
     }
 
     function step(current, axis, delta, shape) {  // the next (layer, head), wrapping around
+        // shape.attention_layers (optional, ascending): the layers with α (a hybrid's softmax-attention layers);
+        // layer steps visit only those, so ↑/↓ never land on a linear-attention or state-space layer
         var next = {layer: current.layer, head: current.head};
-        if (axis === "layer") { next.layer = ((next.layer + delta) % shape.layers + shape.layers) % shape.layers; }
-        else { next.head = ((next.head + delta) % shape.heads + shape.heads) % shape.heads; }
+        var layers = shape.attention_layers;
+        if (axis === "layer" && layers && layers.length) {
+            var at = layers.indexOf(current.layer);
+            if (at < 0) {  // from a layer without α: the first layer with α past it in the step's direction
+                at = delta > 0 ? layers.filter(function (l) { return l < current.layer; }).length - 1
+                               : layers.filter(function (l) { return l < current.layer; }).length;
+            }
+            next.layer = layers[((at + delta) % layers.length + layers.length) % layers.length];
+        } else if (axis === "layer") {
+            next.layer = ((next.layer + delta) % shape.layers + shape.layers) % shape.layers;
+        } else { next.head = ((next.head + delta) % shape.heads + shape.heads) % shape.heads; }
         return next;
     }
 
