@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -139,8 +139,10 @@ def token_labels(tokens: Sequence[str], factor: int = 1, start: int = 0) -> list
 
 
 def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", threshold: float = 0.1,
-              max_tokens: int = LINE_VIEW_TOKENS, theme: str = "light") -> go.Figure:
-    """Token-to-token lines (query on the left, key on the right), opacity and width growing with α."""
+              max_tokens: int = LINE_VIEW_TOKENS, theme: str = "light",
+              query_tokens: Sequence[str] | None = None) -> go.Figure:
+    """Token-to-token lines (query on the left, key on the right), opacity and width growing with α; the left
+    side shows `query_tokens` where the queries read other tokens (cross-attention: the decoder's)."""
     n = len(tokens)
     if n > max_tokens:
         return empty_figure(f"{title}: the line view is drawn up to {max_tokens} tokens; this input has {n}", theme)
@@ -162,7 +164,8 @@ def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", thresho
     positions = [-float(i) for i in range(n)]
     for side, anchor in ((0.0, "left"), (1.0, "right")):
         figure.add_trace(go.Scatter(
-            x=[side] * n, y=positions, mode="text", text=list(tokens), showlegend=False,
+            x=[side] * n, y=positions, mode="text", showlegend=False,
+            text=list(query_tokens if side == 0.0 and query_tokens is not None else tokens),
             textposition=f"middle {anchor}" if anchor == "right" else "middle left",
             hovertemplate="%{text}<extra></extra>",
         ))
@@ -200,6 +203,9 @@ def atlas_figure(
     selected: tuple[int, int] | None = None,
     theme: str = "light",
     no_alpha: dict[int, str] | None = None,  # a hybrid's layers without α -> their kind (linear_attention, mamba)
+    name: Callable[[int, int], str] = head_name,  # (layer, head) -> "L3H2"; an encoder–decoder's "enc.L1H2"
+    layer_names: Sequence[str] | None = None,  # an encoder–decoder's layer axis: "enc.L0", …, "cross.L2"
+    empty_title: str | None = None,  # the title without label rows (default: press 'Label heads')
 ) -> go.Figure:
     """The layer × head grid coloured by one head type's score (or label); hover gives the score and its CI.
     A hybrid's layers without attention weights (`no_alpha`) stay empty and say so.
@@ -212,7 +218,7 @@ def atlas_figure(
     score = np.full((n_layers, n_heads), np.nan)  # [layer head]
     significant = np.zeros((n_layers, n_heads), dtype=bool)
     labelled = np.zeros((n_layers, n_heads), dtype=bool)
-    text = [[f"{head_name(layer, head)}<br>" + (f"no attention weights ({no_alpha[layer]} layer)"
+    text = [[f"{name(layer, head)}<br>" + (f"no attention weights ({no_alpha[layer]} layer)"
                                                  if no_alpha and layer in no_alpha else "no labels yet")
              for head in range(n_heads)] for layer in range(n_layers)]
     rows = None
@@ -227,7 +233,7 @@ def atlas_figure(
             score[layer, head] = float(row.score)
             significant[layer, head] = is_significant(row)
             labelled[layer, head] = _is_labelled(getattr(row, "label", None))
-            text[layer][head] = _hover_text(row, head_type)
+            text[layer][head] = _hover_text(row, head_type, name)
     xs, ys = list(range(n_heads)), list(range(n_layers))
     common = {"x": xs, "y": ys, "text": text, "xgap": 2, "ygap": 2, "hovertemplate": "%{text}<extra></extra>"}
     traces = []
@@ -258,7 +264,7 @@ def atlas_figure(
     else:
         traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, empty], [1, empty]],
                                  showscale=False, name="atlas", **common))
-        title = f"no {head_type} labels yet: press 'Label heads'"
+        title = empty_title or f"no {head_type} labels yet: press 'Label heads'"
     if not have_rows:  # NaN cells are not drawn (nor clickable): give the empty grid a flat value
         traces[0].z = np.zeros((n_layers, n_heads))
     figure = go.Figure(traces)
@@ -278,11 +284,14 @@ def atlas_figure(
         legend={"orientation": "h", "x": 0, "y": 0, "yref": "container", "yanchor": "bottom", "font": {"size": 11}},
         margin={"t": 80, "l": 50, "r": 20, "b": 90},
     )
+    if layer_names:  # an encoder–decoder: its stacks' own layer names on the layer axis
+        figure.update_yaxes(tickmode="array", tickvals=list(range(n_layers)), ticktext=list(layer_names))
+        figure.update_layout(margin={"l": 80})
     return figure
 
 
-def _hover_text(row, head_type: str) -> str:
-    parts = [f"<b>{head_name(int(row.layer), int(row.head))}</b>", f"{head_type} score {float(row.score):.3f}"]
+def _hover_text(row, head_type: str, name: Callable[[int, int], str] = head_name) -> str:
+    parts = [f"<b>{name(int(row.layer), int(row.head))}</b>", f"{head_type} score {float(row.score):.3f}"]
     low, high = getattr(row, "ci_low", None), getattr(row, "ci_high", None)
     if low is not None and high is not None and not (pd.isna(low) or pd.isna(high)):
         parts[-1] += f" [{float(low):.3f}, {float(high):.3f}] 95% CI"

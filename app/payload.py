@@ -32,9 +32,19 @@ def decode_alpha(data: str, heads: int, n: int) -> np.ndarray:
 
 
 def layer_payload(model: str, token_ids: Sequence[int], tokens: Sequence[str], layer: int, alpha: np.ndarray,
-                  causal: bool, key: str) -> dict:
-    """The store the explorer reads in the browser for one (input, layer): alpha [head query key]."""
+                  causal: bool, key: str, name: str | None = None, query_tokens: Sequence[str] | None = None,
+                  axes: tuple[str, str] | None = None) -> dict:
+    """The store the explorer reads in the browser for one (input, layer): alpha [head query key].
+
+    `name` is the layer's name in titles ("L3", "enc.L1", "cross.L0"); `tokens` are the keys' tokens, and
+    `query_tokens` the queries' where they differ (cross-attention: decoder queries, encoder keys); `axes` the
+    (query, key) axis titles ("decoder query", "encoder key")."""
     heads, n, _ = alpha.shape
-    return {"model": model, "key": key, "layer": int(layer), "heads": int(heads), "n": int(n),
-            "tokens": list(tokens), "causal": bool(causal), "alpha": encode_alpha(alpha), "scale": SCALE,
-            "ids_count": len(token_ids)}
+    payload = {"model": model, "key": key, "layer": int(layer), "heads": int(heads), "n": int(n),
+               "tokens": list(tokens), "causal": bool(causal), "alpha": encode_alpha(alpha), "scale": SCALE,
+               "ids_count": len(token_ids), "name": name or f"L{int(layer)}"}
+    if query_tokens is not None:
+        payload["query_tokens"] = list(query_tokens)
+    if axes is not None:
+        payload["axes"] = {"query": axes[0], "key": axes[1]}
+    return payload

@@ -166,6 +166,51 @@ class Service:
                              f"{loaded.n_heads} heads); click a head again")
         return layer, head
 
+    def is_seq2seq(self, spec: str) -> bool:
+        """An encoder–decoder (T5, BART): three stacks of attention layers (enc, dec, cross)."""
+        return not self.unusable(spec) and self.model(spec).kind == models.ModelKind.SEQ2SEQ_LM
+
+    def head_label(self, spec: str, layer: int, head: int) -> str:
+        """The name of a head as shown everywhere: "L3H2", or "enc.L1H2" / "dec.L0H1" / "cross.L0H3" for an
+        encoder–decoder (`layer` is the engine's flat layer number)."""
+        return self.model(spec).head_name(layer, head)
+
+    def layer_label(self, spec: str, layer: int) -> str:
+        """"L3", or "enc.L1" / "dec.L0" / "cross.L0" for an encoder–decoder."""
+        loaded = self.model(spec)
+        stack, local = loaded.plan.locate(layer) if loaded.plan is not None else ("", layer)
+        return f"{stack}.L{local}" if stack else f"L{layer}"
+
+    def layer_names(self, spec: str) -> list[str] | None:
+        """Every layer's name by flat layer number for an encoder–decoder (["enc.L0", …, "cross.L2"]); None
+        for a single-stack model (its layers are plain "L3")."""
+        loaded = self.model(spec)
+        if loaded.plan is None or not loaded.plan.is_multi_stack:
+            return None
+        return [self.layer_label(spec, layer) for layer in range(loaded.n_layers)]
+
+    def stack_of(self, spec: str, layer: int) -> str:
+        """"enc", "dec" or "cross" for an encoder–decoder's layer; "" for a single-stack model."""
+        loaded = self.model(spec)
+        return loaded.plan.locate(layer)[0] if loaded.plan is not None else ""
+
+    def decoder_ids(self, spec: str, ids: Sequence[int]) -> tuple[int, ...]:
+        """The decoder's own input ids under teacher forcing: the start token, then `ids` shifted right (what
+        the decoder and cross-attention queries read); `ids` itself for a single-stack model."""
+        loaded = self.model(spec)
+        inputs = _inputs(loaded, self.check_ids(spec, ids))
+        if "decoder_input_ids" not in inputs:
+            return tuple(ids)
+        return tuple(int(i) for i in inputs["decoder_input_ids"][0].tolist())
+
+    def label_refusal(self, spec: str) -> str | None:
+        """Why the app labels no head of `spec` (one line), or None: probe label refuses encoder–decoders."""
+        if not self.is_seq2seq(spec):
+            return None
+        return (f"{display_name(spec)} is an encoder–decoder: probe label does not label its heads (no head "
+                "type is defined for a sequence-to-sequence model yet), so there is no label table; the "
+                "views work")
+
     def describe(self, spec: str) -> str:
         if self.unusable(spec):
             return f"{display_name(spec)} · card only"
@@ -399,7 +444,8 @@ class Service:
         if report is not None:
             self._report = report
         missing = [spec for spec in self.registry.usable_specs
-                   if not self.is_protein(spec) and self.labels(spec) is None]
+                   if not self.is_protein(spec) and self.labels(spec) is None
+                   and not self.label_refusal(spec)]
         shipped = [spec for spec in self.registry.usable_specs if self.shipped(spec)]
         if self._report is not None and shipped:
             self._report(f"probe app: labels shipped with {', '.join(map(display_name, shipped))} (nothing to "
@@ -407,6 +453,9 @@ class Service:
         if self._report is not None and missing:
             self._report(f"probe app: labelling {', '.join(map(display_name, missing))} in the background; the page "
                          "is usable meanwhile")
+        for spec in self.registry.usable_specs:
+            if self._report is not None and self.label_refusal(spec):
+                self._report("probe app: " + self.label_refusal(spec))
         for spec in missing:
             self.start_labelling(spec)
         return missing
@@ -515,10 +564,11 @@ class Service:
 
 
 def _inputs(loaded: models.LoadedModel, ids: Sequence[int]) -> dict:
+    """One forward pass's inputs over `ids`: an encoder–decoder also gets its teacher-forced decoder ids."""
     import torch
 
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=loaded.device)  # [batch query]
-    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    return models.model_inputs(loaded, input_ids, torch.ones_like(input_ids))
 
 
 def label_config(examples: int):

@@ -63,7 +63,7 @@
         // revision, same title) redraws nothing, and an export or a re-render shows this head, never the last one
         window.Plotly.update(gd, update, {"title.text": titleText(payload, next.head, pool, w, last.zoom),
                                           datarevision: revision(payload, next.head, last.scale, w)}, [0]);
-        var name = "L" + payload.layer + "H" + next.head;
+        var name = headLabel(payload, next.head);
         var caption = document.getElementById("explorer-head-label");
         if (caption) { caption.textContent = name + " · " + n + " tokens"; }
         fast.head = next.head;
@@ -76,7 +76,16 @@
         var suffix = pool.factor === 1 ? "" : " · " + Math.max(w.q1 - w.q0, w.k1 - w.k0) + " tokens in " +
             Math.ceil((w.q1 - w.q0) / pool.factor) + " bins (max-pooled)";
         if (zoom) { suffix += " · zoom: queries " + w.q0 + "–" + (w.q1 - 1) + ", keys " + w.k0 + "–" + (w.k1 - 1); }
-        return "L" + payload.layer + "H" + head + suffix;
+        return headLabel(payload, head) + suffix;
+    }
+
+    // "L3H2", or an encoder–decoder's "enc.L1H2" / "dec.L0H1" / "cross.L0H3": the layer payload carries its
+    // layer's name (app/payload.py)
+    function headLabel(payload, head) { return (payload.name || core.layerName(payload.layer)) + "H" + head; }
+
+    // cross-attention is [decoder query × encoder key]: the payload names its axes (and the queries' tokens)
+    function axisTitles(payload) {
+        return payload.axes ? payload.axes : {query: "query", key: "key"};
     }
 
     function revision(payload, head, scale, w) {  // what the heatmap's arrays depend on
@@ -113,18 +122,19 @@
         var n = payload.n, alpha = headMatrix(payload, head);
         var w = zoom && zoom.q1 <= n && zoom.k1 <= n ? zoom : {q0: 0, q1: n, k0: 0, k1: n};
         var pool = pooled(alpha, n, w.q0, w.q1, w.k0, w.k1);
-        var ys = labels(payload.tokens, pool.factor, w.q0, w.q0, w.q1 - w.q0);
+        var ys = labels(payload.query_tokens || payload.tokens, pool.factor, w.q0, w.q0, w.q1 - w.q0);
         var xs = labels(payload.tokens, pool.factor, w.k0, w.k0, w.k1 - w.k0);
         var perHead = scale && scale.length > 0;
         var zmax = perHead ? headMax(alpha, n, payload.causal) : 1.0;
         var scaleText = perHead ? "α (0–" + zmax.toPrecision(3) + ", this head's max" +
             (payload.causal ? " over queries ≥ 1" : "") + ")" : "α (fixed 0–1)";
         var what = pool.factor === 1 ? "α" : "max α over " + pool.factor + "×" + pool.factor + " tokens";
-        var name = "L" + payload.layer + "H" + head;
+        var name = headLabel(payload, head), axes = axisTitles(payload);
         view.dark = !!dark;
         var traces = [{type: "heatmap", z: pool.z, x: xs, y: ys, colorscale: BLUES, zmin: 0, zmax: zmax,
                        name: "attention", colorbar: {title: {text: scaleText, side: "right"}},
-                       hovertemplate: "query %{y}<br>key %{x}<br>" + what + " %{z:.4f}<extra></extra>"}];
+                       hovertemplate: axes.query + " %{y}<br>" + axes.key + " %{x}<br>" + what +
+                                      " %{z:.4f}<extra></extra>"}];
         var targets = targetsOf(pattern, head);
         if (targets) {
             var cells = {}, px = [], py = [];
@@ -152,10 +162,10 @@
             paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
             // tick labels ~16 px apart (never overlapping) and at most 40 a side: plotly lays out every category
             // label it draws (costly at 256); explicit ranges: a head step's restyle recomputes no autorange
-            xaxis: {title: {text: "key"}, type: "category", tickangle: -60, showgrid: false,
+            xaxis: {title: {text: axes.key}, type: "category", tickangle: -60, showgrid: false,
                     nticks: tickCount(width - margin.l - margin.r - 90), range: [-0.5, xs.length - 0.5],
                     autorange: false},
-            yaxis: {title: {text: "query"}, type: "category", showgrid: false,
+            yaxis: {title: {text: axes.query}, type: "category", showgrid: false,
                     nticks: tickCount(height - margin.t - margin.b), range: [ys.length - 0.5, -0.5],
                     autorange: false},
             legend: {orientation: "h", x: 1, xanchor: "right", y: -0.25, yanchor: "top"},
@@ -254,6 +264,7 @@
         _view: view,  // read by the browser tests
         _parts: {decode: decode, headMatrix: headMatrix, labels: labels, pooled: pooled, headMax: headMax,
                  dominantOffset: dominantOffset, offsetText: offsetText, share: share, notes: notes,
-                 tickCount: tickCount, titleText: titleText, revision: revision}  // tests/app/test_app_js.py
+                 tickCount: tickCount, titleText: titleText, revision: revision, headLabel: headLabel,
+                 axisTitles: axisTitles}  // tests/app/test_app_js.py
     });
 })();

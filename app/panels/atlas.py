@@ -71,8 +71,9 @@ HEADER_TIPS = {
 
 
 
-def labelled_rows(table, head_type: str) -> tuple[list[dict], list[dict], str]:
-    """(rows, columns, note) of the labelled heads of `head_type`, best score first; NaN is "unknown"."""
+def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], list[dict], str]:
+    """(rows, columns, note) of the labelled heads of `head_type`, best score first; NaN is "unknown".
+    `name` writes a head's name from (layer, head) (an encoder–decoder's: "enc.L1H2")."""
     if table is None or table.empty:
         return [], [], "no labels yet: press 'Label heads'"
     rows = table[table["head_type"].astype(str) == head_type]
@@ -83,7 +84,7 @@ def labelled_rows(table, head_type: str) -> tuple[list[dict], list[dict], str]:
     rows = rows.sort_values("score", ascending=False)
     out = []
     for row in rows.itertuples(index=False):
-        record = {"head_name": head_name(int(row.layer), int(row.head)), "layer": int(row.layer),
+        record = {"head_name": name(int(row.layer), int(row.head)), "layer": int(row.layer),
                   "head": int(row.head), "score": round(float(row.score), 3)}
         low, high = figures._number(row, "ci_low"), figures._number(row, "ci_high")
         if low is not None and high is not None:
@@ -121,20 +122,23 @@ def atlas_view(service: Service, spec: str, head_type: str, colour_by: str, sele
     kinds = dict(loaded.plan.layer_kinds) if loaded.plan is not None else {}
     no_alpha = {layer: kinds.get(layer, "no softmax attention")
                 for layer in range(loaded.n_layers) if layer not in loaded.attention_layers}
+    refused = "no labels: probe label refuses encoder–decoder models; the views work"
     return figures.atlas_figure(service.labels(spec), loaded.n_layers, loaded.n_heads, head_type, colour_by, chosen,
-                                theme, no_alpha)
+                                theme, no_alpha, name=loaded.head_name, layer_names=service.layer_names(spec),
+                                empty_title=refused if service.label_refusal(spec) else None)
 
 
 def label_status(service: Service, spec: str, start: bool = False):
     """(progress children, poll disabled, finished-jobs counter, status line) for the labelling job of `spec`; the
     status line names whatever job runs (this model's or another's) with its estimate, for beside the explorer."""
-    job = service.start_labelling(spec) if start else service.job(spec)
+    refusal = service.label_refusal(spec)  # probe label refuses encoder–decoders: one line, no failed job
+    job = None if refusal else service.start_labelling(spec) if start else service.job(spec)
     pending = service.running_job()
     poll_off = pending is None and not (job is not None and job.state in ("queued", "running"))
     finished = service.finished_jobs()
     line = pending[1].describe(display_name(pending[0])) + " · the views stay usable" if pending else ""
     if job is None:
-        return "", poll_off, finished, line
+        return refusal or "", poll_off, finished, line
     text = job.describe(display_name(spec))
     if job.state != "running":
         return text, poll_off, finished, line
@@ -186,7 +190,9 @@ def register(app, service: Service) -> None:
     def _labelled(spec, head_type, _version):
         if service.unusable(spec):
             return [], [], ""
-        return labelled_rows(service.labels(spec), head_type)
+        if service.label_refusal(spec):
+            return [], [], service.label_refusal(spec)
+        return labelled_rows(service.labels(spec), head_type, service.model(spec).head_name)
 
     @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
                   Output(ids.LABELLED_MESSAGE, "children", allow_duplicate=True),

@@ -14,7 +14,6 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from probe.errors import ProbeError
 from probe.models import ModelKind
-from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded
@@ -244,9 +243,31 @@ def layer_view(service: Service, store: dict | None, layer_store) -> tuple[dict 
         message = error_message(error)
         return {"error": f"{spec}: {message}", "model": spec}, message
     loaded = service.model(spec)
-    tokens = display_tokens(loaded.tokenizer, service.tokens(spec, token_ids))
+    queries, keys, axes = stack_tokens(service, spec, token_ids, layer)
     key = hashlib.sha1(f"{spec}|{token_ids}".encode()).hexdigest()[:12]
-    return layer_payload(spec, token_ids, tokens, layer, alpha, loaded.kind == ModelKind.CAUSAL_LM, key), ""
+    causal = loaded.kind == ModelKind.CAUSAL_LM or service.stack_of(spec, layer) == "dec"
+    return layer_payload(spec, token_ids, keys, layer, alpha, causal, key,
+                         name=service.layer_label(spec, layer),
+                         query_tokens=None if queries == keys else queries, axes=axes), ""
+
+
+STACK_AXES = {"enc": ("encoder query", "encoder key"), "dec": ("decoder query", "decoder key"),
+              "cross": ("decoder query", "encoder key")}  # cross-attention: [decoder query × encoder key]
+
+
+def stack_tokens(service: Service, spec: str, token_ids, layer: int):
+    """(query tokens, key tokens, axis titles or None) of one layer, as displayed: an encoder–decoder's
+    decoder reads its own tokens (the input shifted right after the start token: teacher forcing), so its
+    queries — and its self-attention's keys — show those; cross-attention's keys are the encoder's (the
+    input's) tokens."""
+    tokenizer = service.model(spec).tokenizer
+    tokens = display_tokens(tokenizer, service.tokens(spec, token_ids))
+    stack = service.stack_of(spec, layer)
+    if not stack:
+        return tokens, tokens, None
+    decoder = tokens if stack == "enc" else display_tokens(
+        tokenizer, service.tokens(spec, service.decoder_ids(spec, token_ids)))
+    return decoder, (tokens if stack == "cross" else decoder), STACK_AXES[stack]
 
 
 def pattern_view(service: Service, store: dict | None, layer_store, head_type: str, overlay: bool) -> dict | None:
@@ -278,9 +299,10 @@ def line_figure(service: Service, store: dict | None, selected, theme: str = "li
     spec, token_ids = checked_input(service, store)
     layer, head = service.head_of(spec, selected)
     alpha = service.head_attention(spec, token_ids, layer, head)  # [query key]
-    tokens = display_tokens(service.model(spec).tokenizer, service.tokens(spec, token_ids))
-    return figures.line_view(alpha, [t.strip() or t for t in tokens],
-                             f"{head_name(layer, head)} · {display_name(spec)}", theme=theme)
+    queries, keys, _ = stack_tokens(service, spec, token_ids, layer)
+    return figures.line_view(alpha, [t.strip() or t for t in keys],
+                             f"{service.head_label(spec, layer, head)} · {display_name(spec)}", theme=theme,
+                             query_tokens=[t.strip() or t for t in queries])
 
 
 def matrix_download(service: Service, store: dict | None, selected, fmt: str) -> dict:
@@ -290,15 +312,19 @@ def matrix_download(service: Service, store: dict | None, selected, fmt: str) ->
     spec, token_ids = checked_input(service, store)
     layer, head = service.head_of(spec, selected)
     alpha = service.head_attention(spec, token_ids, layer, head)  # [query key]
-    name = f"attention_{head_name(layer, head)}"
+    name = f"attention_{service.head_label(spec, layer, head)}"
     if fmt == "npy":
         buffer = io.BytesIO()
         np.save(buffer, alpha)
         return dcc.send_bytes(buffer.getvalue(), f"{name}.npy")
-    labels = figures.token_labels(service.tokens(spec, token_ids))
+    labels = figures.token_labels(service.tokens(spec, token_ids))  # keys: the input's (encoder's) tokens
+    rows = labels  # queries: an encoder–decoder's decoder reads its own tokens (dec and cross layers)
+    if service.stack_of(spec, layer) in ("dec", "cross"):
+        rows = figures.token_labels(service.tokens(spec, service.decoder_ids(spec, token_ids)))
+        labels = rows if service.stack_of(spec, layer) == "dec" else labels
     lines = ["query\\key," + ",".join(_csv_cell(label) for label in labels)]
     lines += [_csv_cell(label) + "," + ",".join(f"{value:.6g}" for value in row)
-              for label, row in zip(labels, alpha, strict=True)]
+              for label, row in zip(rows, alpha, strict=True)]
     return dcc.send_string("\n".join(lines) + "\n", f"{name}.csv")
 
 

@@ -10,7 +10,6 @@ import numpy as np
 from dash import ALL, Input, Output, State, ctx, html, no_update
 
 from probe.errors import ProbeError
-from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded
@@ -59,18 +58,19 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
     cells += [html.Div(f"H{head}", className="grid-head") for head in range(n_heads)]
     layers = service.model(spec).attention_layers  # the model's own numbers (a hybrid's softmax layers)
     for row, layer in enumerate(layers):
-        cells.append(html.Div(f"L{layer}", className="grid-layer"))
+        cells.append(html.Div(service.layer_label(spec, layer), className="grid-layer"))
         for head in range(n_heads):
             tile = pooled[row, head]
             vmax = head_max(tile, causal) if per_head_max else 1.0
             text, css = marks.get((layer, head), ("", "badge"))
-            name = head_name(layer, head)
+            name = service.head_label(spec, layer, head)
             cells.append(html.Button(
                 [html.Img(src=thumbnail_uri(tile, vmax), alt=name), html.Span(text, className=css)],
                 id={"type": ids.THUMB, "layer": layer, "head": head}, title=f"{name} {head_type} {text}".strip(),
                 className="thumb selected" if (layer, head) == chosen else "thumb", n_clicks=0))
     # columns shrink to fit the panel (every head stays in view at 1280 px), up to 72 px each
-    style = {"gridTemplateColumns": f"24px repeat({n_heads}, minmax(0, 72px))"}
+    first = "52px" if service.layer_names(spec) else "24px"  # room for "cross.L2"
+    style = {"gridTemplateColumns": f"{first} repeat({n_heads}, minmax(0, 72px))"}
     factor = int(np.ceil(len(store["ids"]) / pooled.shape[-1]))
     note = (f"{len(store['ids'])} tokens" + (f", each thumbnail max-pooled {factor}×{factor}" if factor > 1 else "")
             + (" · colour: each head's own max" if per_head_max else " · colour: α on the fixed 0–1 scale"))

@@ -33,10 +33,13 @@ def readable(head_type: str) -> str:
 def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
     """The head types that apply to the model: protein models have no text-only types (coreference, delimiter)."""
     from probe.heads.registry import REGISTRY
+    from probe.models import ModelKind
 
     if service.unusable(spec):
         return tuple(REGISTRY)
     kind = service.model(spec).kind
+    if service.is_seq2seq(spec):  # no type is defined for it (probe label refuses it): the bidirectional
+        kind = ModelKind.MASKED_LM  # text types, to outline targets on the encoder's tokens; atlas says why
     return tuple(name for name, spec_ in REGISTRY.items() if kind in spec_.kinds)
 
 
@@ -233,6 +236,8 @@ def _shape(service: Service, spec: str) -> dict:
     shape = {"layers": loaded.n_layers, "heads": loaded.n_heads}
     if list(loaded.attention_layers) != list(range(loaded.n_layers)):  # a hybrid: keys step its layers with α
         shape["attention_layers"] = [int(layer) for layer in loaded.attention_layers]
+    if service.layer_names(spec):  # an encoder–decoder: "enc.L0", …, "cross.L2" by flat layer number
+        shape["layer_names"] = service.layer_names(spec)
     return shape
 
 

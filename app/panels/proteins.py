@@ -11,7 +11,6 @@ from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from probe.errors import ProbeError
 from probe.models import ModelKind
-from probe.naming import head_name
 
 from .. import figures, ids
 from ..errors import guarded
@@ -155,7 +154,8 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
                                       f"{display_name(result.model)} · {n} residues: predicted ↗ · true ↙",
                                       uirevision=store["key"], theme=theme)
     apc = service.protein_head_map(store["key"], layer, head)  # [residue residue]
-    head_map = figures.head_map_figure(apc, chosen, f"{head_name(layer, head)} APC attention",
+    name = service.head_label(result.model, layer, head)
+    head_map = figures.head_map_figure(apc, chosen, f"{name} APC attention",
                                        uirevision=store["key"], theme=theme)
     figures.apply_zoom(contacts, zoom)
     figures.apply_zoom(head_map, zoom)

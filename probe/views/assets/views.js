@@ -160,12 +160,16 @@
                 Math.round(a[2] + (b[2] - a[2]) * f)];
     }
 
-    function headName(layer, head) { return "L" + layer + "H" + head; }  // probe.naming.head_name
+    // probe.naming.head_name: "L3H2"; an encoder–decoder's layers carry their stacks' names by flat layer
+    // number (`names`: ["enc.L0", …, "cross.L2"], the view's `layer_names`), so its heads read "cross.L0H3"
+    function layerName(layer, names) { return names && names[layer] ? names[layer] : "L" + layer; }
+    function headName(layer, head, names) { return layerName(layer, names) + "H" + head; }
 
     var core = {bytesOf: bytesOf, decodeUint16: decodeUint16, float32Of: float32Of, dequantise: dequantise,
                 labels: labels, pooled: pooled, headMax: headMax, dominantOffset: dominantOffset,
                 offsetText: offsetText, share: share, percent: percent, colourTokens: colourTokens, step: step,
-                STEP_KEYS: STEP_KEYS, typing: typing, blues: blues, headName: headName, BINS: BINS};
+                STEP_KEYS: STEP_KEYS, typing: typing, blues: blues, headName: headName, layerName: layerName,
+                BINS: BINS};
 
     // --- the standalone view ------------------------------------------------------------------------------------
 
@@ -305,7 +309,7 @@
         this.grid.appendChild(el("div", "pv-corner", ""));
         for (var h = 0; h < data.heads; h++) { this.grid.appendChild(el("div", "pv-axis", "H" + h)); }
         for (var layer = 0; layer < data.layers; layer++) {
-            this.grid.appendChild(el("div", "pv-axis", "L" + layer));
+            this.grid.appendChild(el("div", "pv-axis", layerName(layer, data.layer_names)));
             for (var head = 0; head < data.heads; head++) {
                 var button = el("button", "pv-thumb");
                 button.type = "button";
@@ -342,6 +346,7 @@
 
     View.prototype.drawGrid = function () {
         var t = this.data.thumbs.bins;
+        var names = this.data.layer_names;  // an encoder–decoder's layer names (headName)
         for (var i = 0; i < this.thumbCanvases.length; i++) {
             var button = this.thumbCanvases[i];
             var layer = +button.getAttribute("data-layer"), head = +button.getAttribute("data-head");
@@ -350,7 +355,8 @@
             var badge = this.badgeOf(layer, head), span = button.lastChild;
             span.textContent = badge ? badge[0] : "";
             span.className = "pv-badge " + (badge ? badge[1] : "");
-            button.title = headName(layer, head) + (this.headType && badge ? " " + this.headType + " " + badge[0] : "");
+            button.title = headName(layer, head, names) +
+                (this.headType && badge ? " " + this.headType + " " + badge[0] : "");
             button.classList.toggle("selected", layer === this.selected.layer && head === this.selected.head);
         }
         var factor = Math.ceil(this.data.n / t);
@@ -413,7 +419,8 @@
     };
 
     View.prototype.drawMap = function () {
-        var view = this.current(), name = headName(this.selected.layer, this.selected.head);
+        var view = this.current();
+        var name = headName(this.selected.layer, this.selected.head, this.data.layer_names);
         var width = this.wrap.clientWidth || 560;
         var geometry = this.layout(width);
         this.geometry = geometry;
@@ -545,7 +552,8 @@
 
     View.prototype.fileName = function (which, format) {
         var base = (this.data.model || "probe").replace(/[^A-Za-z0-9._-]+/g, "_");
-        return base + "_" + (which === "grid" ? "grid" : headName(this.selected.layer, this.selected.head)) + "." +
+        var head = headName(this.selected.layer, this.selected.head, this.data.layer_names);
+        return base + "_" + (which === "grid" ? "grid" : head) + "." +
             format;
     };
 
@@ -563,7 +571,8 @@
         for (var h = 0; h < data.heads; h++) { context.fillText("H" + h, left + h * (cell + gap) + cell / 2, 10); }
         for (var layer = 0; layer < data.layers; layer++) {
             context.fillStyle = "#333";
-            context.fillText("L" + layer, 14, topMargin + layer * (cell + gap) + cell / 2);
+            var rowName = layerName(layer, data.layer_names);
+            context.fillText(rowName, 14, topMargin + layer * (cell + gap) + cell / 2);
             for (var head = 0; head < data.heads; head++) {
                 var values = this.thumbValues(layer, head);
                 var tile = paint(document.createElement("canvas"), values, t, this.thumbTop(values, t));
@@ -612,10 +621,12 @@
             }
             for (var layer = 0; layer < data.layers; layer++) {
                 parts.push('<text x="14" y="' + (topMargin + layer * (cell + gap) + cell / 2 + 4) +
-                           '" text-anchor="middle">L' + layer + "</text>");
+                           '" text-anchor="middle">' + escapeXml(layerName(layer, data.layer_names)) +
+                           "</text>");
                 for (var head = 0; head < data.heads; head++) {
                     var values = this.thumbValues(layer, head);
-                    parts.push("<g><title>" + headName(layer, head) + "</title>" +
+                    var title = escapeXml(headName(layer, head, data.layer_names));
+                    parts.push("<g><title>" + title + "</title>" +
                                image(paint(document.createElement("canvas"), values, t, this.thumbTop(values, t)),
                                      left + head * (cell + gap), topMargin + layer * (cell + gap), cell, cell) + "</g>");
                 }
@@ -642,7 +653,8 @@
                        '" text-anchor="middle" font-size="12">key</text>');
             parts.push('<text transform="translate(12,' + (g.margin.t + g.plot / 2) +
                        ') rotate(-90)" text-anchor="middle" font-size="12">query</text>');
-            parts.push("<title>" + escapeXml(headName(this.selected.layer, this.selected.head) + " · " +
+            var selectedName = headName(this.selected.layer, this.selected.head, data.layer_names);
+            parts.push("<title>" + escapeXml(selectedName + " · " +
                                              (data.model || "")) + "</title>");
         }
         parts.push("</svg>");
