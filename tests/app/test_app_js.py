@@ -235,3 +235,34 @@ def test_layer_steps_and_atlas_clicks_skip_a_hybrids_layers_without_alpha(page):
            " Promise.resolve(r).then(v => done(JSON.parse(JSON.stringify(v))));")
     assert page.execute_async_script(run, {"points": [{"x": 1, "y": 2}]}, hybrid) == {"__no_update": True}
     assert page.execute_async_script(run, {"points": [{"x": 1, "y": 3}]}, hybrid) == {"layer": 3, "head": 1}
+
+
+def test_head_names_carry_an_encoder_decoders_stack_and_cross_attention_names_its_axes(page):
+    """views.js core.headName / layerName with an encoder–decoder's layer names (flat layer -> "cross.L0"), and
+    the explorer's title, caption and axes from a layer payload that carries its name; a single-stack payload
+    keeps "L3H1" and the plain query/key axes (the control)."""
+    names = ["enc.L0", "enc.L1", "dec.L0", "cross.L0"]
+    core = "window.probeViews.core"
+    assert call(page, f"[{core}.headName(3, 2, args[0]), {core}.headName(0, 1, args[0]), {core}.headName(3, 2),"
+                      f" {core}.layerName(2, args[0]), {core}.layerName(2), {core}.headName(3, 2, null)]",
+                names) == ["cross.L0H2", "enc.L0H1", "L3H2", "dec.L0", "L2", "L3H2"]
+    alpha = np.full((2, 3, 3), 1 / 3, dtype=np.float32)
+    decoder, encoder = ["<s>", "a", "b"], ["a", "b", "c"]
+    cross = layer_payload("m", [0, 1, 2], encoder, 3, alpha, False, key="cross", name="cross.L0",
+                          query_tokens=decoder, axes=("decoder query", "encoder key"))
+    figure, caption = call(page, "P.heatmap(args[0], {layer: 3, head: 1}, [], null, null, 'self', false, null)",
+                           cross)[:2]
+    assert figure["layout"]["title"]["text"] == "cross.L0H1" and caption == "cross.L0H1 · 3 tokens"
+    assert figure["layout"]["yaxis"]["title"]["text"] == "decoder query"
+    assert figure["layout"]["xaxis"]["title"]["text"] == "encoder key"
+    assert [label.split("·")[-1] for label in figure["data"][0]["y"]] == decoder  # the decoder's own tokens
+    assert [label.split("·")[-1] for label in figure["data"][0]["x"]] == encoder
+    assert figure["data"][0]["hovertemplate"].startswith("decoder query %{y}<br>encoder key %{x}")
+    plain = payload_of(alpha, encoder, layer=3, causal=False)
+    figure, caption = call(page, "P.heatmap(args[0], {layer: 3, head: 1}, [], null, null, 'self', false, null)",
+                           plain)[:2]
+    assert figure["layout"]["title"]["text"] == "L3H1" and caption == "L3H1 · 3 tokens"
+    assert (figure["layout"]["yaxis"]["title"]["text"], figure["layout"]["xaxis"]["title"]["text"]) == \
+        ("query", "key")
+    assert [label.split("·")[-1] for label in figure["data"][0]["y"]] == encoder
+    assert call(page, "parts.headLabel({layer: 5}, 0)") == "L5H0"  # an older payload without a name

@@ -1,6 +1,6 @@
-"""The dashboard on an encoder–decoder (a tiny T5: encoder layers 0–1, decoder 2–4, cross-attention 5–7 on the
-engine's flat layer axis): teacher-forced inputs in every pass, stack names everywhere, labelling refused in one
-line; a single-stack model keeps its plain names (the control)."""
+"""The dashboard on an encoder–decoder (a tiny T5: encoder layers 0–1, decoder 2–4, cross-attention 5–7 on
+the engine's flat layer axis): teacher-forced inputs in every pass, stack names everywhere, labelling refused
+in one line; a single-stack model keeps its plain names (the control)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def test_layer_attention_of_each_stack_equals_the_engine_on_teacher_forced_input
     assert "decoder_input_ids" in inputs
     maps = {}
     for layer in (ENC, DEC, CROSS):
-        reference = capture_attention(loaded.model, inputs, layers=[layer])[0, 0].float().numpy()  # [head q k]
+        reference = capture_attention(loaded.model, inputs, layers=[layer])[0, 0]  # [head query key]
+        reference = reference.float().numpy()
         maps[layer] = service.layer_attention(t5, ids, layer)
         assert maps[layer].shape == (loaded.n_heads, len(ids), len(ids))
         np.testing.assert_array_equal(maps[layer], reference)
@@ -57,7 +58,8 @@ def test_every_name_the_app_shows_is_the_stacks_and_a_single_stack_model_keeps_p
     assert service.layer_names(t5) == names
     assert page._shape(service, t5) == {"layers": 8, "heads": 4, "layer_names": names}
     store = {"model": t5, "ids": ids}
-    payloads = {layer: explorer.layer_view(service, store, {"layer": layer})[0] for layer in (ENC, DEC, CROSS)}
+    payloads = {layer: explorer.layer_view(service, store, {"layer": layer})[0]
+                for layer in (ENC, DEC, CROSS)}
     assert [payloads[layer]["name"] for layer in (ENC, DEC, CROSS)] == ["enc.L1", "dec.L1", "cross.L1"]
     tokens = service.tokens(t5, ids)
     decoder = service.tokens(t5, service.decoder_ids(t5, ids))
@@ -75,7 +77,8 @@ def test_every_name_the_app_shows_is_the_stacks_and_a_single_stack_model_keeps_p
     assert download["filename"] == "attention_cross.L1H2.csv"
     cells = grid.grid_children(service, store, "induction", False, None)[0].children
     assert [cell.children for cell in cells if cell.className == "grid-layer"] == names
-    assert {cell.children[0].alt for cell in cells if cell.className.startswith("thumb")} >= {"enc.L0H0", "cross.L2H3"}
+    alts = {cell.children[0].alt for cell in cells if cell.className.startswith("thumb")}
+    assert alts >= {"enc.L0H0", "cross.L2H3"}
     figure = atlas.atlas_view(service, t5, "induction", "score", {"layer": CROSS, "head": 2})
     assert list(figure.layout.yaxis.ticktext) == names
     assert figure.data[0].text[CROSS][2].startswith("cross.L1H2")
