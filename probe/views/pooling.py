@@ -14,6 +14,7 @@ import torch
 
 from probe.engine import SinkNeeds, capture
 from probe.errors import ProbeError
+from probe.models import model_inputs
 
 
 class PoolSink:
@@ -83,7 +84,8 @@ def pooled_attention(loaded, input_ids: torch.Tensor, map_factor: int, map_heads
     n = int(input_ids.shape[1])
     maps = PoolSink(n, map_factor, map_heads)
     thumbs = PoolSink(n, math.ceil(n / thumb_bins))
-    inputs = {"input_ids": input_ids.to(loaded.device), "attention_mask": torch.ones_like(input_ids).to(loaded.device)}
+    input_ids = input_ids.to(loaded.device)
+    inputs = model_inputs(loaded, input_ids, torch.ones_like(input_ids))  # an encoder–decoder: decoder ids too
     with capture(loaded.model, [maps, thumbs]), torch.inference_mode():
         loaded.model(**inputs)
     grid = thumbs.maps()

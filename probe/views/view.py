@@ -51,6 +51,8 @@ class View:
         head type -> {"layer:head": [text, css]} from a labels table (empty without one).
     selected : tuple of (int, int)
         The head shown first.
+    layer_names : tuple of str, optional
+        An encoder–decoder's layer names by flat layer number ("enc.L0", …, "cross.L2"); None: plain "L3".
     """
 
     model: str
@@ -62,6 +64,7 @@ class View:
     badges: dict = field(default_factory=dict)
     selected: tuple[int, int] = (0, 0)
     title: str = ""
+    layer_names: tuple[str, ...] | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -85,6 +88,8 @@ class View:
                            "scale": encode.b64(thumb_tops)},
                 "types": sorted(self.badges, key=lambda name: (-_labelled_count(self.badges[name]), name)),
                 "badges": self.badges}
+        if self.layer_names:  # views.js names an encoder–decoder's layers by them (core.layerName)
+            data["layer_names"] = list(self.layer_names)
         if index:
             stacked = np.stack([self.maps[key] for key in index])  # [map side side]
             quantised, tops = encode.quantise(stacked)
@@ -287,7 +292,16 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     tokens = display_tokens(loaded.tokenizer, loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist()))
     first = _first_head(table, maps, selected, loaded)
     return View(model=loaded.name, tokens=tuple(tokens), causal=loaded.kind == ModelKind.CAUSAL_LM,
-                thumbnails=thumbs, maps=maps, factor=factor, badges=badges(table), selected=first, title=title)
+                thumbnails=thumbs, maps=maps, factor=factor, badges=badges(table), selected=first, title=title,
+                layer_names=_layer_names(loaded))
+
+
+def _layer_names(loaded) -> tuple[str, ...] | None:
+    """"enc.L0", …, "cross.L2" by flat layer number for an encoder–decoder; None for a single-stack model."""
+    plan = loaded.plan
+    if plan is None or not plan.is_multi_stack:
+        return None
+    return tuple(f"{stack}.L{local}" for stack, local in map(plan.locate, range(loaded.n_layers)))
 
 
 def _first_head(table, maps, selected, loaded) -> tuple[int, int]:
