@@ -85,7 +85,7 @@ def pooled_attention(loaded, input_ids: torch.Tensor, map_factor: int, map_heads
     maps = PoolSink(n, map_factor, map_heads)
     thumbs = PoolSink(n, math.ceil(n / thumb_bins))
     input_ids = input_ids.to(loaded.device)
-    inputs = model_inputs(loaded, input_ids, torch.ones_like(input_ids))  # an encoder–decoder: decoder ids too
+    inputs = model_inputs(loaded, input_ids, torch.ones_like(input_ids))  # encoder–decoders: decoder ids too
     with capture(loaded.model, [maps, thumbs]), torch.inference_mode():
         loaded.model(**inputs)
     grid = thumbs.maps()

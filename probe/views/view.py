@@ -292,8 +292,8 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     tokens = display_tokens(loaded.tokenizer, loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist()))
     first = _first_head(table, maps, selected, loaded)
     return View(model=loaded.name, tokens=tuple(tokens), causal=loaded.kind == ModelKind.CAUSAL_LM,
-                thumbnails=thumbs, maps=maps, factor=factor, badges=badges(table), selected=first, title=title,
-                layer_names=_layer_names(loaded))
+                thumbnails=thumbs, maps=maps, factor=factor, badges=badges(table), selected=first,
+                title=title, layer_names=_layer_names(loaded))
 
 
 def _layer_names(loaded) -> tuple[str, ...] | None:
