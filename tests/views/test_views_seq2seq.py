@@ -1,5 +1,6 @@
-"""probe.show on an encoder–decoder (a tiny T5): one pass with the teacher-forced decoder inputs, every stack's
-heads in the view, its layers named by stack for views.js; a single-stack model sends no names (the control)."""
+"""probe.show on an encoder–decoder (a tiny T5): one pass with the teacher-forced decoder inputs, every
+stack's heads in the view, its layers named by stack for views.js; a single-stack model sends no names (the
+control)."""
 
 from __future__ import annotations
 
