@@ -95,7 +95,7 @@ def initial_state(service: Service, query) -> dict:
         except Exception:  # noqa: BLE001 - a bad link is a note, not an error page
             fallback = _default_head(service, spec, head_type)
             notes.append(f"head L{query.get('layer', 0)}H{query.get('head', 0)} is not a head of "
-                         f"{model_label(spec)}: showing L{fallback[0]}H{fallback[1]}")
+                         f"{model_label(spec)}: showing {service.head_label(spec, *fallback)}")
             layer, head = fallback
     text = query.get("text")
     key = query.get("input")

@@ -123,3 +123,20 @@ def test_labelling_an_encoder_decoder_is_refused_in_one_line_and_the_views_still
     assert progress == refusal and service.job(t5) is None
     assert shared.label_refusal(gpt2) is None  # the control: a causal LM is labelled
     assert service.layer_attention(t5, ids, CROSS).shape[0] == 4
+
+
+def test_bart_cross_attention_in_the_service_equals_the_engine(tmp_path):
+    from app.config import AppConfig
+    from app.service import Service
+    from probe.engine import capture_attention
+    from probe.models import model_inputs
+
+    bart = save("bart", tmp_path / "bart")
+    service = Service(AppConfig(models=(bart,)))
+    loaded = service.model(bart)
+    ids = list(service.encode(bart, TEXT).ids)
+    input_ids = torch.tensor([ids])
+    reference = capture_attention(loaded.model, model_inputs(loaded, input_ids, torch.ones_like(input_ids)),
+                                  layers=[CROSS])[0, 0]  # [head query key]
+    np.testing.assert_array_equal(service.layer_attention(bart, ids, CROSS), reference.float().numpy())
+    assert service.head_label(bart, CROSS, 0) == "cross.L1H0"
