@@ -216,7 +216,10 @@ class Service:
             return f"{display_name(spec)} · card only"
         loaded = self.model(spec)
         kind = getattr(loaded.kind, "value", loaded.kind)  # ModelKind may be a (str, Enum)
-        return (f"{display_name(spec)} · {kind} · {loaded.n_layers} layers × {loaded.n_heads} heads · "
+        layers = f"{loaded.n_layers} layers"
+        if self.layer_names(spec):  # an encoder–decoder: "2 enc + 3 dec + 3 cross layers"
+            layers = " + ".join(f"{stack.count} {stack.name}" for stack in loaded.plan.stacks) + " layers"
+        return (f"{display_name(spec)} · {kind} · {layers} × {loaded.n_heads} heads · "
                 f"revision {loaded.revision}")
 
     def text_entry_bytes(self) -> int:

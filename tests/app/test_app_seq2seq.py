@@ -56,6 +56,8 @@ def test_every_name_the_app_shows_is_the_stacks_and_a_single_stack_model_keeps_p
     service, t5, gpt2, ids = served
     names = ["enc.L0", "enc.L1", "dec.L0", "dec.L1", "dec.L2", "cross.L0", "cross.L1", "cross.L2"]
     assert service.layer_names(t5) == names
+    assert " · 2 enc + 3 dec + 3 cross layers × 4 heads · " in service.describe(t5)
+    assert " · 2 layers × 4 heads · " in service.describe(gpt2)
     assert page._shape(service, t5) == {"layers": 8, "heads": 4, "layer_names": names}
     store = {"model": t5, "ids": ids}
     payloads = {layer: explorer.layer_view(service, store, {"layer": layer})[0]
