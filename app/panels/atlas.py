@@ -190,7 +190,7 @@ def register(app, service: Service) -> None:
     def _labelled(spec, head_type, _version):
         if service.unusable(spec):
             return [], [], ""
-        if service.label_refusal(spec):
+        if service.labels(spec) is None and service.label_refusal(spec):
             return [], [], service.label_refusal(spec)
         return labelled_rows(service.labels(spec), head_type, service.model(spec).head_name)
 
