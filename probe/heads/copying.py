@@ -75,13 +75,28 @@ def copying_score_from(
 
 @dataclass(frozen=True)
 class OVWeights:
-    """One model's OV-circuit weights, gains folded in (see the module doc)."""
+    """One model's OV-circuit weights, gains folded in (see the module doc). The per-layer maps are read one
+    layer at a time by :meth:`layer` (an offloaded model's weights are never all in memory at once)."""
 
     embed: torch.Tensor  # [vocab d_model]
     unembed: torch.Tensor  # [d_model vocab]
-    values: list[torch.Tensor]  # per layer [head d_model d_head]: each query head's (shared) value map
-    outputs: list[torch.Tensor]  # per layer [head d_head d_model]
     unembedding: str  # "lm_head" | "mlm_decoder": where W_U comes from
+    layers: tuple  # per layer (attention module, output projection, gain [d_model] or None)
+    n_heads: int
+
+    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values [head d_model d_head], outputs [head d_head d_model]) of layer `index`: each query head's
+        (shared) value map, gain folded, and its slice of the output projection."""
+        module, projection, gain = self.layers[index]
+        value = _value_map(module)  # [d_model kv_width]
+        out = _linearweight_of(projection)  # [n_heads·d_head d_model]
+        d_head = out.shape[0] // self.n_heads
+        n_kv = value.shape[1] // d_head
+        per_kv = value.reshape(value.shape[0], n_kv, d_head).permute(1, 0, 2)  # [kv_head d_model d_head]
+        if gain is not None:
+            per_kv = gain[None, :, None] * per_kv
+        values = per_kv.repeat_interleave(self.n_heads // n_kv, dim=0)  # [head d_model d_head]
+        return values, out.reshape(self.n_heads, d_head, -1)  # [head d_head d_model]
 
 
 @dataclass(frozen=True)
@@ -165,32 +180,37 @@ def ov_weights(loaded) -> OVWeights | str:
         )
     projections = OutputProjections(model)
     n_heads = loaded.n_heads
-    values, outputs, layer_gains = [], [], []
-    for module in modules:
-        value, projection = _value_map(module), projections.find(module)
+    layers = []
+    for module in modules:  # shapes only: no layer's weights are read here
+        value, projection = _value_shape(module), projections.find(module)
         if value is None or projection is None:
             return f"{loaded.name}: no value or output projection on {type(module).__name__}: copying is NaN"
-        out = _linearweight_of(projection)  # [n_heads·d_head d_model]
-        d_head = out.shape[0] // n_heads
-        n_kv = value.shape[1] // d_head
-        if out.shape[0] != n_heads * d_head or value.shape[1] != n_kv * d_head or n_kv == 0 or n_heads % n_kv:
+        width = projection.in_features if isinstance(projection, nn.Linear) else projection.weight.shape[0]
+        d_head = width // n_heads
+        n_kv = value // d_head if d_head else 0
+        if width != n_heads * d_head or value != n_kv * d_head or n_kv == 0 or n_heads % n_kv:
             return f"{loaded.name}: value/output widths of {type(module).__name__} do not split into heads"
-        group = n_heads // n_kv
-        per_kv = value.reshape(value.shape[0], n_kv, d_head).permute(1, 0, 2)  # [kv_head d_model d_head]
         gain = _gain(parents.get(id(module)), LAYER_NORMS)
         gain = gain if gain is not None else _gain(parents.get(id(parents.get(id(module)))), LAYER_NORMS)
-        layer_gains.append(gain)
-        if gain is not None:
-            per_kv = gain[None, :, None] * per_kv
-        values.append(per_kv.repeat_interleave(group, dim=0))  # [head d_model d_head]
-        outputs.append(out.reshape(n_heads, d_head, -1))  # [head d_head d_model]
+        layers.append((module, projection, gain))
     body = getattr(model, getattr(model, "base_model_prefix", ""), model)
-    final = _gain(body, FINAL_NORMS) if any(g is not None for g in layer_gains) else None  # pre-norm only
+    pre_norm = any(gain is not None for _, _, gain in layers)
+    final = _gain(body, FINAL_NORMS) if pre_norm else None  # pre-norm only
     unembed = weight_of(output_embeddings).T  # [d_model vocab]
     if final is not None:
         unembed = final[:, None] * unembed
     embed = weight_of(input_embeddings)  # [vocab d_model]
-    return OVWeights(embed, unembed, values, outputs, unembedding)
+    return OVWeights(embed, unembed, unembedding, tuple(layers), n_heads)
+
+
+def _value_shape(module: nn.Module) -> int | None:
+    """The value projection's output width (kv heads side by side), read from its shape, not its weights."""
+    for name in VALUE_NAMES:
+        projection = getattr(module, name, None)
+        if isinstance(projection, nn.Linear):
+            return projection.out_features
+    fused = getattr(module, FUSED_QKV, None)
+    return None if fused is None else fused.weight.shape[1] // 3  # Conv1D stores [in out]: q | k | v
 
 
 def copying_scores(loaded) -> CopyingScores:
@@ -201,11 +221,9 @@ def copying_scores(loaded) -> CopyingScores:
     if isinstance(weights, str):
         return CopyingScores(torch.full(shape, math.nan, dtype=torch.float64), None, weights)
     product = weights.unembed @ weights.embed  # [d_model d_model] W_U W_E, once per model
-    scores = torch.tensor(
-        [
-            [copying_score_from(product, value, output) for value, output in zip(per_v, per_o, strict=True)]
-            for per_v, per_o in zip(weights.values, weights.outputs, strict=True)
-        ],
-        dtype=torch.float64,
-    )  # [layer head]
+    scores = torch.full(shape, math.nan, dtype=torch.float64)  # [layer head]
+    for layer in range(len(weights.layers)):  # one layer's maps alive at a time
+        values, outputs = weights.layer(layer)
+        for head in range(loaded.n_heads):
+            scores[layer, head] = copying_score_from(product, values[head], outputs[head])
     return CopyingScores(scores, weights.unembedding)
