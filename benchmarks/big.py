@@ -4,22 +4,22 @@ Random-weight Llama models of real shapes, written to disk as a sharded safetens
 layer, bf16 N(0, 0.02) matrices, unit norms: the 7B weights are never all in RAM, not even while they are
 written) and loaded back through `probe.models.load` — transformers' own `device_map` / accelerate offload:
 
-  tiny  — 4 layers × 4 heads (GQA 2), hidden 64: a few hundred KB, `device_map="auto"` with a CPU budget that
-          sends the last layers to disk (the 7B row's code path, in seconds)
-  1b    — Llama-3.2-1B: hidden 2048, 16 layers, 32 heads, 8 KV heads, head size 64, MLP 8192, vocabulary 128256,
-          tied embeddings, RoPE θ 500000 (llama3 scaling); held in memory (no device map), float32
+  tiny  — 4 layers × 4 heads (GQA 2), hidden 64: a few hundred KB, `device_map="auto"` with a CPU budget
+          that sends the last layers to disk (the 7B row's code path, in seconds)
+  1b    — Llama-3.2-1B: hidden 2048, 16 layers, 32 heads, 8 KV heads, head size 64, MLP 8192, vocabulary
+          128256, tied embeddings, RoPE θ 500000 (llama3 scaling); held in memory (no device map), float32
   7b    — Llama-2-7B: hidden 4096, 32 layers, 32 heads (MHA), MLP 11008, vocabulary 32000; bfloat16,
           `device_map="auto"` with `--max-memory cpu=6GiB`: the layers beyond the budget stay on disk and
           accelerate's hooks read them in for each forward
 
-Each shape is measured as in benchmarks/label.py: labelling all heads (`label_model`, the capture engine, output
-share on, no ablation) on `--examples` repeated-block probes of 1,024 tokens, against plain forwards of the
-model body over the same probes, under the same device map and dtype. Every run is its own child process (load,
-a short warm-up of both paths at 32 tokens, then the timed run), plain and label alternating (pair order flips
-every round, so a drifting load or a warming page cache hits both alike); each child reports its wall time, its
-forwards of the body (a forward pre-hook counts them) and its peak RSS (ru_maxrss). The table shows the ratio
-label/plain of the time per probe forward, per pair, the peaks, and the memory plan `probe card --seq-len`
-predicts (probe.memory). Run:
+Each shape is measured as in benchmarks/label.py: labelling all heads (`label_model`, the capture engine,
+output share on, no ablation) on `--examples` repeated-block probes of 1,024 tokens, against plain forwards of
+the model body over the same probes, under the same device map and dtype. Every run is its own child process
+(load, a short warm-up of both paths at 32 tokens, then the timed run), plain and label alternating (the pair
+order flips every round, so a drifting load or a warming page cache hits both alike); each child reports its
+wall time, its forwards of the body (a forward pre-hook counts them) and its peak RSS (ru_maxrss). The table
+shows the label/plain time per pair and per body forward, the peaks, and the memory plan `probe card
+--seq-len` predicts (probe.memory). Run:
 
     python benchmarks/big.py --shape tiny                     # seconds; checks the whole path
     python benchmarks/big.py --shape 1b --repeats 3           # writes ~2.5 GB to --dir, ~15 min
@@ -43,11 +43,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+import transformers
+from accelerate.utils import compute_module_sizes
+from safetensors.torch import save_file
 
 from probe import models
 from probe.heads.label import LabelConfig, label_model
 from probe.heads.probesets import repeated_blocks
 from probe.memory import memory_plan
+from probe.zoo.tiny import word_tokenizer
 
 STD = 0.02  # the weights' standard deviation (Llama's initializer_range)
 SEQ_LEN = 1024
@@ -64,7 +68,7 @@ class Shape:
     config: dict  # transformers.LlamaConfig keywords
     dtype: str  # default --dtype
     device_map: str  # default --device-map ("none": the whole model in memory)
-    max_memory: str | None  # default --max-memory (tiny: None, computed so that the last layers go to disk)
+    max_memory: str | None  # default --max-memory (tiny: None, computed: the last layers go to disk)
     examples: int  # default --examples
     batch_size: int  # default --batch-size
     repeats: int  # default --repeats
@@ -73,34 +77,34 @@ class Shape:
 LLAMA_3_2_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 SHAPES = {
-    "tiny": Shape("tiny", dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                               head_dim=16, intermediate_size=128, vocab_size=512, tie_word_embeddings=True,
-                               max_position_embeddings=131072, rope_parameters=LLAMA_3_2_ROPE),
+    "tiny": Shape("tiny", dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                               num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=512,
+                               tie_word_embeddings=True, max_position_embeddings=131072,
+                               rope_parameters=LLAMA_3_2_ROPE),
                   "bfloat16", "auto", None, examples=2, batch_size=1, repeats=1),
-    "1b": Shape("1b", dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-                           head_dim=64, intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True,
-                           max_position_embeddings=131072, rms_norm_eps=1e-5, rope_parameters=LLAMA_3_2_ROPE),
+    "1b": Shape("1b", dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                           num_key_value_heads=8, head_dim=64, intermediate_size=8192, vocab_size=128256,
+                           tie_word_embeddings=True, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                           rope_parameters=LLAMA_3_2_ROPE),
                 "float32", "none", None, examples=4, batch_size=2, repeats=3),
-    "7b": Shape("7b", dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
-                           head_dim=128, intermediate_size=11008, vocab_size=32000, tie_word_embeddings=False,
-                           max_position_embeddings=4096, rms_norm_eps=1e-5,
+    "7b": Shape("7b", dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+                           num_key_value_heads=32, head_dim=128, intermediate_size=11008, vocab_size=32000,
+                           tie_word_embeddings=False, max_position_embeddings=4096, rms_norm_eps=1e-5,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
                 "bfloat16", "auto", "cpu=6GiB", examples=2, batch_size=1, repeats=2),
 }
 
 
 def llama_config(shape: Shape):
-    """The shape's LlamaConfig: bos 2 (the word tokenizer's <bos>), pad 1, no eos; sdpa; stored as bfloat16."""
-    import transformers
-
+    """The shape's LlamaConfig: bos 2 (the word tokenizer's <bos>), pad 1, no eos; stored as bfloat16."""
     config = transformers.LlamaConfig(**shape.config, bos_token_id=2, pad_token_id=1, eos_token_id=None)
     config.dtype = torch.bfloat16
     return config
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The checkpoint, written shard by shard
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def write_checkpoint(shape: Shape, directory: Path, seed: int = 0) -> Path:
@@ -108,10 +112,6 @@ def write_checkpoint(shape: Shape, directory: Path, seed: int = 0) -> Path:
     final norm and an untied LM head, shard k the decoder layer k − 1; then model.safetensors.index.json,
     config.json, a word-level tokenizer over the whole vocabulary and big.json (written last: a directory
     without it, or with another shape in it, is written again). Peak memory: one layer's bf16 tensors."""
-    from safetensors.torch import save_file
-
-    from probe.zoo.tiny import word_tokenizer
-
     marker = directory / "big.json"
     wanted = {"format": FORMAT, "shape": shape.name, "config": shape.config, "seed": seed, "std": STD}
     if marker.exists() and json.loads(marker.read_text()) == wanted:
@@ -119,8 +119,6 @@ def write_checkpoint(shape: Shape, directory: Path, seed: int = 0) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     marker.unlink(missing_ok=True)
     config = llama_config(shape)
-    import transformers
-
     with torch.device("meta"):  # names and shapes only, no memory
         skeleton = transformers.LlamaForCausalLM(config)
     shards: list[list[tuple[str, torch.Size]]] = [[] for _ in range(config.num_hidden_layers + 1)]
@@ -155,9 +153,6 @@ def write_checkpoint(shape: Shape, directory: Path, seed: int = 0) -> Path:
 def tiny_max_memory(shape: Shape, dtype: str) -> str:
     """A CPU budget half a layer short of the whole model: accelerate keeps room for one more layer on its
     device, so the last two layers (and the final norm) go to disk."""
-    import transformers
-    from accelerate.utils import compute_module_sizes
-
     with torch.device("meta"):
         skeleton = transformers.LlamaForCausalLM(llama_config(shape))
     sizes = compute_module_sizes(skeleton, dtype=getattr(torch, dtype))
@@ -165,23 +160,25 @@ def tiny_max_memory(shape: Shape, dtype: str) -> str:
     return f"cpu={budget // 1024}KiB"
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # One run, in its own child process
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def placement(args: argparse.Namespace) -> dict:
-    """probe.models.load's keywords for the run: dtype, and device map, offload folder and budget when mapped."""
+    """probe.models.load's keywords for the run: the dtype, and with a device map its offload folder and
+    budget."""
     keywords: dict = {"dtype": args.dtype}
     if args.device_map != "none":
-        keywords.update(device_map=args.device_map, offload_folder=str(Path(args.dir) / f"offload-{args.dtype}"),
-                        max_memory=args.max_memory)
+        folder = Path(args.dir) / f"offload-{args.dtype}"
+        keywords.update(device_map=args.device_map, offload_folder=str(folder), max_memory=args.max_memory)
     return keywords
 
 
 def measure(variant: str, args: argparse.Namespace) -> dict:
-    """In a child: load, warm up both paths at WARM_TOKENS, then one timed run of `variant` ("plain": the body's
-    forwards over the probes; "label": label_model over the same probes); its seconds, forwards and peak RSS."""
+    """In a child: load, warm up both paths at WARM_TOKENS, then one timed run of `variant` ("plain": the
+    body's forwards over the probes; "label": label_model over the same probes); its seconds, forwards and
+    peak RSS."""
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     loaded = models.load(args.dir, **placement(args))
@@ -191,8 +188,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     on_disk = sorted(int(name.split(".")[2]) for name, where in device_map.items()
                      if where == "disk" and name.startswith("model.layers."))
     types = tuple(args.types.split(","))
-    config = LabelConfig(types=types, examples=args.examples, seq_len=SEQ_LEN, seed=0, batch_size=args.batch_size,
-                         ablate="none")
+    config = LabelConfig(types=types, examples=args.examples, seq_len=SEQ_LEN, seed=0,
+                         batch_size=args.batch_size, ablate="none")
     probes = repeated_blocks(loaded.tokenizer, args.examples, SEQ_LEN, seed=0).input_ids  # [example seq]
     batches = [probes[start:start + args.batch_size] for start in range(0, args.examples, args.batch_size)]
     body = loaded.model.base_model
@@ -214,7 +211,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     warm = repeated_blocks(loaded.tokenizer, 1, WARM_TOKENS, seed=1).input_ids  # [example seq]
     with torch.inference_mode():
         body(input_ids=warm)
-    label_model(loaded, LabelConfig(types=types, examples=1, seq_len=WARM_TOKENS, n_bootstrap=10, ablate="none"))
+    label_model(loaded, LabelConfig(types=types, examples=1, seq_len=WARM_TOKENS, n_bootstrap=10,
+                                    ablate="none"))
     forwards.clear()
     start = time.perf_counter()
     {"plain": plain, "label": label}[variant]()
@@ -229,7 +227,8 @@ def child(variant: str, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--child", variant, "--shape", args.shape, "--dir", args.dir,
                "--dtype", args.dtype, "--device-map", args.device_map, "--types", args.types,
                "--examples", str(args.examples), "--batch-size", str(args.batch_size),
-               "--threads", str(args.threads)] + (["--max-memory", args.max_memory] if args.max_memory else [])
+               "--threads", str(args.threads)]
+    command += ["--max-memory", args.max_memory] if args.max_memory else []
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"big: the {variant} child failed:\n{done.stderr[-3000:]}")
@@ -238,9 +237,9 @@ def child(variant: str, args: argparse.Namespace) -> dict:
     return result
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The report
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def mib(n_bytes: int) -> str:
@@ -272,14 +271,17 @@ def report(args: argparse.Namespace, runs: list[tuple[dict, dict]]) -> str:
         f"per child (not timed)",
         "",
         "| shape | dtype | placement | probes | plain s | label s | label/plain time (per pair) | "
-        "per body forward | plain peak MiB | label peak MiB | label/plain peak | planned MiB (weights / run) |",
+        "per body forward | plain peak MiB | label peak MiB | label/plain peak | "
+        "planned MiB (weights / run) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        f"| {args.shape} | {args.dtype} | {where} | {args.examples} × {SEQ_LEN} | {plain_s:.1f} | {label_s:.1f} | "
+        f"| {args.shape} | {args.dtype} | {where} | {args.examples} × {SEQ_LEN} | {plain_s:.1f} | "
+        f"{label_s:.1f} | "
         f"**{', '.join(f'{r:.2f}' for r in ratios)}** (median {statistics.median(ratios):.2f}) | "
         f"{statistics.median(per_forward):.2f} | {plain_peak:,.0f} | {label_peak:,.0f} | "
         f"**{label_peak / plain_peak:.2f}** | {mib(plan.weights)} / {mib(plan.capture)} |",
         "",
-        f"body forwards per run: plain {first['forwards']} (one per probe batch), label {label[0]['forwards']} "
+        f"body forwards per run: plain {first['forwards']} (one per probe batch), label "
+        f"{label[0]['forwards']} "
         f"(the scores' forwards, plus the direct logit attribution's for copying types); cost per probe of "
         f"{SEQ_LEN} tokens: plain {plain_s / args.examples:.1f} s, label {label_s / args.examples:.1f} s "
         f"(+{(label_s - plain_s) / args.examples:.1f} s for the labels of all {heads} heads)",
@@ -298,13 +300,16 @@ def main() -> None:
                         help="transformers' device_map (default: tiny and 7b auto, 1b none = in memory)")
     parser.add_argument("--max-memory", help="with a device map, transformers' max_memory, e.g. cpu=6GiB "
                                              "(default: 7b cpu=6GiB; tiny: half a layer short of the model)")
-    parser.add_argument("--repeats", type=int, help="alternating plain/label pairs (default: tiny 1, 1b 3, 7b 2)")
+    parser.add_argument("--repeats", type=int,
+                        help="alternating plain/label pairs (default: tiny 1, 1b 3, 7b 2)")
     parser.add_argument("--types", default=",".join(TYPES),
                         help="comma-separated head types, of one probe set (default: %(default)s)")
     parser.add_argument("--examples", type=int, help="probes of 1024 tokens (default: tiny 2, 1b 4, 7b 2)")
     parser.add_argument("--batch-size", type=int, help="probes per forward (default: tiny 1, 1b 2, 7b 1)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default: all)")
-    parser.add_argument("--dir", help="checkpoint folder, written once and reused (default /tmp/probe-big-SHAPE)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="torch threads (default: all cores)")
+    parser.add_argument("--dir",
+                        help="checkpoint folder, written once and reused (default /tmp/probe-big-SHAPE)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = SHAPES[args.shape]
@@ -320,7 +325,8 @@ def main() -> None:
         args.max_memory = shape.max_memory or tiny_max_memory(shape, args.dtype)
     started = time.perf_counter()
     write_checkpoint(shape, Path(args.dir))
-    print(f"big: checkpoint in {args.dir} ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    print(f"big: checkpoint in {args.dir} ({time.perf_counter() - started:.0f} s)", file=sys.stderr,
+          flush=True)
     runs = []
     for round_ in range(args.repeats):
         order = ("plain", "label") if round_ % 2 == 0 else ("label", "plain")
