@@ -15,7 +15,7 @@ written) and loaded back through `probe.models.load` — transformers' own `devi
 Each shape is measured as in benchmarks/label.py: labelling all heads (`label_model`, the capture engine,
 output share on, no ablation) on `--examples` repeated-block probes of 1,024 tokens, against plain forwards of
 the model body over the same probes, under the same device map and dtype. Every run is its own child process
-(load, a short warm-up of both paths at 32 tokens, then the timed run), plain and label alternating (the pair
+(load, a warm-up forward of 32 tokens, then the timed run), plain and label alternating (the pair
 order flips every round, so a drifting load or a warming page cache hits both alike); each child reports its
 wall time, its forwards of the body (a forward pre-hook counts them) and its peak RSS (ru_maxrss). The table
 shows the label/plain time per pair and per body forward, the peaks, and the memory plan `probe card
@@ -55,7 +55,7 @@ from probe.zoo.tiny import word_tokenizer
 
 STD = 0.02  # the weights' standard deviation (Llama's initializer_range)
 SEQ_LEN = 1024
-WARM_TOKENS = 32  # the warm-up's probe length: every weight read once, the label path's caches filled
+WARM_TOKENS = 32  # the warm-up forward's length: every weight read once before the timed run
 TYPES = ("previous_token", "duplicate_token", "induction")  # one probe set: one forward scores all three
 FORMAT = 1  # the checkpoint layout written here; a big.json with another is rewritten
 
@@ -176,9 +176,9 @@ def placement(args: argparse.Namespace) -> dict:
 
 
 def measure(variant: str, args: argparse.Namespace) -> dict:
-    """In a child: load, warm up both paths at WARM_TOKENS, then one timed run of `variant` ("plain": the
-    body's forwards over the probes; "label": label_model over the same probes); its seconds, forwards and
-    peak RSS."""
+    """In a child: load, one warm-up forward of WARM_TOKENS, then one timed run of `variant` ("plain": the
+    body's forwards over the probes; "label": label_model over the same probes, its first call in the
+    process, as a user's is); its seconds, body forwards, the label's stage seconds and the peak RSS."""
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     loaded = models.load(args.dir, **placement(args))
@@ -210,9 +210,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
 
     warm = repeated_blocks(loaded.tokenizer, 1, WARM_TOKENS, seed=1).input_ids  # [example seq]
     with torch.inference_mode():
-        body(input_ids=warm)
-    label_model(loaded, LabelConfig(types=types, examples=1, seq_len=WARM_TOKENS, n_bootstrap=10,
-                                    ablate="none"))
+        body(input_ids=warm)  # every weight read once (the page cache of an offloaded one), in both children
     forwards.clear()
     start = time.perf_counter()
     {"plain": plain, "label": label}[variant]()
@@ -248,7 +246,10 @@ def mib(n_bytes: int) -> str:
 
 def report(args: argparse.Namespace, runs: list[tuple[dict, dict]]) -> str:
     """The markdown table for docs/benchmarks.md, then the cost per probe, the label run's stages and the
-    memory plan's command."""
+    memory plan's command. "scoring forwards / plain": the label run's "forwards" stage (one captured forward
+    per probe batch, all heads streamed into the score sinks) against the plain forwards of the same batches;
+    "label / plain": the whole label_model call (probe sets, those forwards, bootstrap, the copying stage's
+    weight products and direct-logit forwards) against the same plain forwards."""
     config = llama_config(SHAPES[args.shape])
     plan = memory_plan(config, SEQ_LEN, args.dtype, args.batch_size, LabelConfig().block_bytes)
     plain, label = [p for p, _ in runs], [lab for _, lab in runs]
@@ -258,33 +259,35 @@ def report(args: argparse.Namespace, runs: list[tuple[dict, dict]]) -> str:
              f"`{args.device_map}`{f', {args.max_memory}' if args.max_memory else ''}: "
              f"{len(disk)} of {first['layers']} layers on disk")
     ratios = [lab["seconds"] / p["seconds"] for p, lab in runs]
-    per_forward = [(lab["seconds"] / lab["forwards"]) / (p["seconds"] / p["forwards"]) for p, lab in runs]
+    scoring = [lab["stage_seconds"].get("forwards", float("nan")) / p["seconds"] for p, lab in runs]
     plain_s, label_s = (statistics.median(r["seconds"] for r in group) for group in (plain, label))
     plain_peak, label_peak = (max(r["peak_mib"] for r in group) for group in (plain, label))
     heads = first["layers"] * first["heads"]
     stages = {name: statistics.median(r["stage_seconds"].get(name, 0.0) for r in label)
               for name in label[0]["stage_seconds"]}
+
+    def pairs(values: list[float]) -> str:
+        return f"**{', '.join(f'{v:.2f}' for v in values)}** (median {statistics.median(values):.2f})"
+
     return "\n".join([
         f"{args.shape}: {plan.parameters:,} parameters (planned), {args.dtype}, {where}; {args.examples} "
         f"probes × {SEQ_LEN} tokens, batches of {args.batch_size}; {args.types} × {heads} heads; "
         f"{args.threads} threads; load {statistics.median(r['load_seconds'] for r in plain + label):.1f} s "
         f"per child (not timed)",
         "",
-        "| shape | dtype | placement | probes | plain s | label s | label/plain time (per pair) | "
-        "per body forward | plain peak MiB | label peak MiB | label/plain peak | "
+        "| shape | dtype | placement | probes | plain s | label s | scoring forwards / plain (per pair) | "
+        "label / plain (per pair) | plain peak MiB | label peak MiB | label/plain peak | "
         "planned MiB (weights / run) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {args.shape} | {args.dtype} | {where} | {args.examples} × {SEQ_LEN} | {plain_s:.1f} | "
-        f"{label_s:.1f} | "
-        f"**{', '.join(f'{r:.2f}' for r in ratios)}** (median {statistics.median(ratios):.2f}) | "
-        f"{statistics.median(per_forward):.2f} | {plain_peak:,.0f} | {label_peak:,.0f} | "
+        f"{label_s:.1f} | {pairs(scoring)} | {pairs(ratios)} | {plain_peak:,.0f} | {label_peak:,.0f} | "
         f"**{label_peak / plain_peak:.2f}** | {mib(plan.weights)} / {mib(plan.capture)} |",
         "",
         f"body forwards per run: plain {first['forwards']} (one per probe batch), label "
-        f"{label[0]['forwards']} "
-        f"(the scores' forwards, plus the direct logit attribution's for copying types); cost per probe of "
-        f"{SEQ_LEN} tokens: plain {plain_s / args.examples:.1f} s, label {label_s / args.examples:.1f} s "
-        f"(+{(label_s - plain_s) / args.examples:.1f} s for the labels of all {heads} heads)",
+        f"{label[0]['forwards']} (the scoring forwards, then the direct logit attribution's for copying "
+        f"types); cost per probe of {SEQ_LEN} tokens: plain {plain_s / args.examples:.1f} s, label "
+        f"{label_s / args.examples:.1f} s (+{(label_s - plain_s) / args.examples:.1f} s for the labels of "
+        f"all {heads} heads)",
         "label stages (s, median): " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in stages.items()),
         f"memory plan: `probe card --model {args.dir} --seq-len {SEQ_LEN} --dtype {args.dtype} --batch "
         f"{args.batch_size}` (all the weights, whatever the device map keeps on disk)",
