@@ -5,9 +5,10 @@ The float32 reference is each organism's shipped ``labels.csv``: tests/models/te
 card's LabelConfig — names, labels and roles exactly, numbers within 1e-5. Here the same weights, loaded with
 ``dtype=torch.bfloat16``, are labelled with the same LabelConfig: the label column, the test's pass/fail (q ≤
 fdr) and the role must be equal; the scores move by at most SCORE_TOL. Measured (docs/engine.md, "Reduced
-precision"): max |score diff| 1.4e-7 (esm-random) to 3.8e-3 (brackets), while the nearest labelled effect is
-≥ 0.4 from its H0 bound. A label that flips reports its row's fp32 / bf16 score, effect and q (the margin),
-so a borderline head is seen as one rather than hidden by a looser test.
+precision"): max |score diff| 1.4e-7 (esm-random) to 3.8e-3 (brackets), max |effect diff| of mass types
+≤ 7.9e-4, while the nearest labelled effect is 0.050 from its H0 bound (brackets) and the nearest of any row
+0.004 (induction, unlabelled). A label that flips reports its row's fp32 / bf16 score, effect and q (the
+margin), so a borderline head is seen as one rather than hidden by a looser test.
 """
 
 from __future__ import annotations
