@@ -68,7 +68,7 @@ class Shape:
     config: dict  # transformers.LlamaConfig keywords
     dtype: str  # default --dtype
     device_map: str  # default --device-map ("none": the whole model in memory)
-    max_memory: str | None  # default --max-memory (tiny: None, computed: the last layers go to disk)
+    max_memory: str | None  # default --max-memory (None: budget_short_of_one_layer, 2 layers on disk)
     examples: int  # default --examples
     batch_size: int  # default --batch-size
     repeats: int  # default --repeats
@@ -150,7 +150,7 @@ def write_checkpoint(shape: Shape, directory: Path, seed: int = 0) -> Path:
     return directory
 
 
-def tiny_max_memory(shape: Shape, dtype: str) -> str:
+def budget_short_of_one_layer(shape: Shape, dtype: str) -> str:
     """A CPU budget half a layer short of the whole model: accelerate keeps room for one more layer on its
     device, so the last two layers (and the final norm) go to disk."""
     with torch.device("meta"):
@@ -302,7 +302,8 @@ def main() -> None:
     parser.add_argument("--device-map", choices=("none", *models.DEVICE_MAPS),
                         help="transformers' device_map (default: tiny and 7b auto, 1b none = in memory)")
     parser.add_argument("--max-memory", help="with a device map, transformers' max_memory, e.g. cpu=6GiB "
-                                             "(default: 7b cpu=6GiB; tiny: half a layer short of the model)")
+                                             "(default: 7b cpu=6GiB; others half a layer short of the model, "
+                                             "so that its last two layers go to disk)")
     parser.add_argument("--repeats", type=int,
                         help="alternating plain/label pairs (default: tiny 1, 1b 3, 7b 2)")
     parser.add_argument("--types", default=",".join(TYPES),
@@ -325,7 +326,7 @@ def main() -> None:
         print(json.dumps(measure(args.child, args)))
         return
     if args.device_map != "none" and args.max_memory is None:
-        args.max_memory = shape.max_memory or tiny_max_memory(shape, args.dtype)
+        args.max_memory = shape.max_memory or budget_short_of_one_layer(shape, args.dtype)
     started = time.perf_counter()
     write_checkpoint(shape, Path(args.dir))
     print(f"big: checkpoint in {args.dir} ({time.perf_counter() - started:.0f} s)", file=sys.stderr,

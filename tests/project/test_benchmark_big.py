@@ -63,7 +63,7 @@ def test_a_changed_marker_rewrites_the_checkpoint(big, tmp_path):
 
 
 def test_auto_placement_puts_the_last_layers_on_disk_with_the_written_weights(big, checkpoint, tmp_path):
-    budget = big.tiny_max_memory(big.SHAPES["tiny"], "bfloat16")
+    budget = big.budget_short_of_one_layer(big.SHAPES["tiny"], "bfloat16")
     loaded = models.load(str(checkpoint), dtype="bfloat16", device_map="auto", offload_folder=tmp_path,
                          max_memory=budget)
     placed = loaded.model.hf_device_map
