@@ -228,6 +228,10 @@ def child(variant: str, args: argparse.Namespace) -> dict:
                "--threads", str(args.threads)]
     command += ["--max-memory", args.max_memory] if args.max_memory else []
     done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode < 0:  # SIGKILL: most often the kernel's OOM killer
+        sys.exit(f"big: the {variant} child was killed by signal {-done.returncode} (out of memory? a "
+                 f"smaller --max-memory with --device-map auto keeps more weights on disk)\n"
+                 f"{done.stderr[-1000:]}")
     if done.returncode != 0:
         sys.exit(f"big: the {variant} child failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
