@@ -465,7 +465,9 @@ def test_labelled_heads_table_explains_its_headers_and_shows_the_role(driver, wi
         names = [header.text for header in headers]
         assert names[:4] == ["head", "score", "role", "q"] and "output share" in names
         role = headers[names.index("role")]
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", role)
+        # the page only (scrollIntoView would scroll the table sideways too and hide a clipped column)
+        driver.execute_script("window.scrollTo(0, arguments[0].getBoundingClientRect().top + scrollY"
+                              " - innerHeight / 2)", role)
         table = driver.find_element("css selector", f"#{ids.LABELLED} .dash-spreadsheet-container")
         inside = driver.execute_script("var a = arguments[0].getBoundingClientRect(),"
                                        " b = arguments[1].getBoundingClientRect();"
