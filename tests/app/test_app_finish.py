@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -464,7 +465,9 @@ def test_labelled_heads_table_explains_its_headers_and_shows_the_role(driver, wi
         names = [header.text for header in headers]
         assert names[:4] == ["head", "score", "role", "q"] and "output share" in names
         role = headers[names.index("role")]
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", role)
+        # the page only (scrollIntoView would scroll the table sideways too and hide a clipped column)
+        driver.execute_script("window.scrollTo(0, arguments[0].getBoundingClientRect().top + scrollY"
+                              " - innerHeight / 2)", role)
         table = driver.find_element("css selector", f"#{ids.LABELLED} .dash-spreadsheet-container")
         inside = driver.execute_script("var a = arguments[0].getBoundingClientRect(),"
                                        " b = arguments[1].getBoundingClientRect();"
@@ -529,7 +532,16 @@ def step_ms(driver, key: str, label: str) -> float:
     """, key, label)
 
 
+README_STEPS = re.compile(r"load average [^:;]+: head steps \d+–(\d+) ms, layer steps [\d.]+–([\d.]+) s")
+
+
 def test_head_and_layer_steps_measured_in_the_browser_with_the_load_average(driver, wide, tmp_path):
+    """Bug 5: the README claimed head steps of 34–56 ms (and no layer steps) that the browser did not show. It
+    states both as measured here, with the load average beside them, and the steps stay within what it states
+    (unless the machine is oversubscribed: then an xfail records the measured values)."""
+    claim = README_STEPS.search(" ".join((ROOT / "README.md").read_text().split()))
+    assert claim, "README states the browser-measured head and layer steps with the load average beside them"
+    head_bound, layer_bound = float(claim[1]), float(claim[2]) * 1000  # ms
     url, _, specs = wide
     open_app(driver, f"{url}?model={specs[0]}&layer=0&head=0")
     type_into(driver, ids.TEXT, LONG_TEXT)
@@ -549,3 +561,8 @@ def test_head_and_layer_steps_measured_in_the_browser_with_the_load_average(driv
     (tmp_path / "steps.json").write_text(json.dumps(STEPS))
     assert all(value > 0 for value in heads + layers)
     assert max(layers) < 30_000  # a layer step is answered (its budget is judged on a quiet machine)
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    if (max(heads) > head_bound or max(layers) > layer_bound) and load > 2:
+        pytest.xfail(f"steps above the README's {head_bound:.0f} ms / {layer_bound:.0f} ms, load average "
+                     f"{load:.1f}× the cores: {STEPS}")
+    assert max(heads) <= head_bound and max(layers) <= layer_bound, f"README understates the steps: {STEPS}"
