@@ -47,16 +47,34 @@ def induction_rows(
     return rows, target
 
 
-def _normalise(contribution: torch.Tensor, residual: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-    """`contribution` [batch seq head d_model] through `norm` linearised at `residual` [batch seq d_model]."""
-    residual = residual.double()
+def _output_map(projection: nn.Module) -> torch.Tensor:
+    """[head·d_head d_model] W_O of an nn.Linear ([out in] stored) or a Conv1D ([in out] stored)."""
+    weight = weight_of(projection)
+    return weight.T if isinstance(projection, nn.Linear) else weight
+
+
+def _row_dla(
+    z: torch.Tensor,  # [row head·d_head] float64: the heads' attention outputs at the counted rows
+    w_out: torch.Tensor,  # [head·d_head d_model] float64
+    residual: torch.Tensor,  # [row d_model] float64: the final norm's input
+    direction: torch.Tensor,  # [row d_model] float64: W_U[:, t_j] − the vocabulary's mean column
+    gain: torch.Tensor,  # [d_model] float64
+    norm: nn.Module,
+    n_heads: int,
+) -> torch.Tensor:
+    """dla `[row head]`: c'·direction with c = z_h W_O^h through the linearised norm, reduced before it is
+    expanded — Σ_m c_m g_m u_m = z_h · (W_O^h (g ⊙ u)), and LayerNorm's centring subtracts mean(c)·Σ_m g_m u_m
+    with mean(c) = z_h · (W_O^h 1) / d_model — so no `[row head d_model]` tensor is built."""
+    n_rows, d_model = residual.shape
+    weighted = direction * gain  # [row d_model] g ⊙ u
+    along = (z * (weighted @ w_out.T)).view(n_rows, n_heads, -1).sum(-1)  # [row head] Σ_m c_m g_m u_m
     if isinstance(norm, nn.LayerNorm):
-        centred = contribution - contribution.mean(-1, keepdim=True)
-        scale = residual.var(-1, unbiased=False, keepdim=True).add(norm.eps).sqrt()  # [batch seq 1]
-        return centred / scale[:, :, None] * weight_of(norm)
+        mean_c = (z * (w_out.sum(-1) / d_model)).view(n_rows, n_heads, -1).sum(-1)  # [row head] mean(c)
+        scale = residual.var(-1, unbiased=False).add(norm.eps).sqrt()  # [row]
+        return (along - mean_c * weighted.sum(-1, keepdim=True)) / scale[:, None]
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
-    scale = residual.pow(2).mean(-1, keepdim=True).add(eps).sqrt()  # [batch seq 1]
-    return contribution / scale[:, :, None] * weight_of(norm)
+    scale = residual.pow(2).mean(-1).add(eps).sqrt()  # [row]
+    return along / scale[:, None]
 
 
 def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
@@ -101,6 +119,8 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
         for layer, projection in enumerate(projections)
     ]
     handles.append(norm.register_forward_pre_hook(lambda _m, args: keep("residual", args)))
+    body = getattr(model, getattr(model, "base_model_prefix", ""), model)  # the logits are never needed
+    gain = weight_of(norm).double()  # [d_model]
     total = torch.zeros(shape, dtype=torch.float64)
     counted = 0
     try:
@@ -113,24 +133,14 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
             )
             device = next(model.parameters()).device
             with capture(model, ()), torch.inference_mode():
-                model(input_ids=ids.to(device))
-            tokens = ids.gather(1, target.clamp(min=0))  # [batch seq] t_j
-            picked = unembed.T[tokens.to(unembed.device)]  # [batch seq d_model] W_U[:, t_j]
-            for layer, projection in enumerate(projections):
-                z = caught[f"z{layer}"].double()  # [batch seq head·d_head]
-                weight = weight_of(projection)
-                w_out = weight if not isinstance(projection, nn.Linear) else weight.T  # [head·d_head d_model]
-                n_heads = loaded.n_heads
-                d_head = w_out.shape[0] // n_heads
-                per_head = z.reshape(*z.shape[:2], n_heads, d_head)  # [batch seq head d_head]
-                contribution = torch.einsum(
-                    "bshd,hdm->bshm", per_head, w_out.reshape(n_heads, d_head, -1)
-                )  # [batch seq head d_model]
-                normed = _normalise(contribution, caught["residual"], norm)  # [batch seq head d_model]
-                dla = (normed * picked.to(normed)[:, :, None]).sum(
-                    -1
-                ) - normed @ mean_unembed  # [batch seq head]
-                total[layer] += dla[rows.to(dla.device)].sum(0).cpu()
+                body(input_ids=ids.to(device))
+            tokens = ids.gather(1, target.clamp(min=0))[rows]  # [row] t_j of the counted rows
+            direction = unembed.T[tokens.to(unembed.device)].double() - mean_unembed.double()  # [row d_model]
+            residual = caught["residual"][rows.to(device)].double()  # [row d_model]
+            for layer, projection in enumerate(projections):  # one layer's W_O read at a time (offloading)
+                w_out = _output_map(projection).double()  # [head·d_head d_model]
+                z = caught[f"z{layer}"][rows.to(device)].double()  # [row head·d_head]
+                total[layer] += _row_dla(z, w_out, residual, direction, gain, norm, loaded.n_heads).sum(0).cpu()
             counted += int(rows.sum())
     finally:
         for handle in handles:

@@ -137,3 +137,64 @@ def test_zoo_induction_heads_copy_and_a_negated_twin_is_suppressing():
     assert twin.loc[(1, 0), "copying"] < -0.9 and twin.loc[(1, 0), "copying_dla"] < -1.0
     assert twin.loc[(1, 0), "role"] == "suppressing"
     assert (twin.loc[[(1, 1), (1, 2), (1, 3)], "role"] == "copying").all()  # the others still copy
+
+
+def _dla_written_out(loaded, probes) -> torch.Tensor:
+    """The module doc's definition expanded: c = z_h W_O^h per row, through the final norm linearised at the
+    residual's scale, dotted with W_U[:, t_j] minus the vocabulary mean; mean over the counted rows."""
+    from probe.heads.direct_logit import induction_rows
+
+    model = loaded.model
+    blocks = model.transformer.h if hasattr(model, "transformer") else model.model.layers
+    norm = model.transformer.ln_f if hasattr(model, "transformer") else model.model.norm
+    projections = [b.attn.c_proj if hasattr(b, "attn") else b.self_attn.o_proj for b in blocks]
+    caught = {}
+    handles = [p.register_forward_pre_hook(lambda _m, a, i=i: caught.__setitem__(i, a[0])) for i, p in
+               enumerate(projections)]
+    handles.append(norm.register_forward_pre_hook(lambda _m, a: caught.__setitem__("r", a[0])))
+    with torch.inference_mode():
+        model(input_ids=probes.input_ids)
+    for handle in handles:
+        handle.remove()
+    rows, target = induction_rows(probes.repeat_start, probes.repeat_len, probes.input_ids.shape[1])
+    unembed = model.get_output_embeddings().weight.double().T  # [d_model vocab]
+    u = unembed.T[probes.input_ids.gather(1, target.clamp(min=0))] - unembed.mean(-1)  # [batch seq d_model]
+    residual = caught["r"].double()
+    if isinstance(norm, torch.nn.LayerNorm):
+        scale = (residual.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
+    else:
+        scale = (residual.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon).sqrt()
+    n_heads = loaded.n_heads
+    out = torch.zeros(loaded.n_layers, n_heads, dtype=torch.float64)
+    for layer, projection in enumerate(projections):
+        w = projection.weight.double()
+        w_out = w.T if isinstance(projection, torch.nn.Linear) else w  # [head·d_head d_model]
+        d_head = w_out.shape[0] // n_heads
+        z = caught[layer].double().reshape(*caught[layer].shape[:2], n_heads, d_head)
+        for head in range(n_heads):
+            c = z[:, :, head] @ w_out[head * d_head:(head + 1) * d_head]  # [batch seq d_model]
+            if isinstance(norm, torch.nn.LayerNorm):
+                c = c - c.mean(-1, keepdim=True)
+            c = c / scale * norm.weight.double()
+            out[layer, head] = (c * u).sum(-1)[rows].mean()
+    return out
+
+
+def test_copying_dla_equals_its_definition_written_out(tiny_dir):
+    """LayerNorm (GPT-2) and RMSNorm (Llama), gains random so the norm matters: the reduced row computation of
+    probe.heads.direct_logit equals the expanded definition within float64 rounding."""
+    from probe.heads.direct_logit import induction_dla
+    from probe.heads.label_probes import TokenProbeSet
+    from probe.heads.probesets import repeated_blocks
+
+    for arch in ("gpt2", "llama"):
+        loaded = models.load(str(tiny_dir(arch)))
+        norm = loaded.model.transformer.ln_f if arch == "gpt2" else loaded.model.model.norm
+        with torch.no_grad():
+            norm.weight.copy_(torch.rand(norm.weight.shape, generator=torch.Generator().manual_seed(1)) + 0.5)
+        blocks = repeated_blocks(loaded.tokenizer, 4, 48, seed=0)
+        probes = TokenProbeSet("repeated", blocks.input_ids, torch.arange(4), blocks.offset, blocks.block_len)
+        got = induction_dla(loaded, probes, batch_size=2)
+        expected = _dla_written_out(loaded, probes)
+        assert torch.isfinite(got).all()
+        assert torch.allclose(got, expected, atol=1e-9, rtol=1e-7), (arch, (got - expected).abs().max())
