@@ -140,7 +140,8 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
             for layer, projection in enumerate(projections):  # one layer's W_O read at a time (offloading)
                 w_out = _output_map(projection).double()  # [head·d_head d_model]
                 z = caught[f"z{layer}"][rows.to(device)].double()  # [row head·d_head]
-                total[layer] += _row_dla(z, w_out, residual, direction, gain, norm, loaded.n_heads).sum(0).cpu()
+                dla = _row_dla(z, w_out, residual, direction, gain, norm, loaded.n_heads)  # [row head]
+                total[layer] += dla.sum(0).cpu()
             counted += int(rows.sum())
     finally:
         for handle in handles:
