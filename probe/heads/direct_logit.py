@@ -20,6 +20,7 @@ where the final norm or an output projection is not found."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 
@@ -77,73 +78,101 @@ def _row_dla(
     return along / scale[:, None]
 
 
+class InductionDLA:
+    """Accumulates the mean direct logit attribution `[layer head]` of every head to its induction targets'
+    tokens over the forwards it watches: :meth:`watching` hooks the output projections' inputs and the final
+    norm's input; after each forward over a batch of repeated-block probes, :meth:`add` reduces what the hooks
+    caught. The label pipeline watches its own scoring forwards (no forward of its own); :func:`induction_dla`
+    runs the forwards itself. ``applicable`` is False (and :meth:`result` NaN) where the attribution is not
+    defined (see the module doc)."""
+
+    def __init__(self, loaded) -> None:
+        self.loaded = loaded
+        model = loaded.model
+        self.norm = final_norm(model)
+        modules = _attention_modules(model)
+        unembedding = model.get_output_embeddings()
+        kind = type(self.norm).__name__ if self.norm is not None else ""
+        linearisable = isinstance(self.norm, nn.LayerNorm) or (
+            kind.endswith("RMSNorm") and not kind.startswith("Gemma"))
+        finder = OutputProjections(model)
+        self.projections = [finder.find(module) for module in modules]
+        self.applicable = (loaded.kind == ModelKind.CAUSAL_LM and linearisable and unembedding is not None
+                           and len(modules) == loaded.n_layers
+                           and all(projection is not None for projection in self.projections))
+        self.unembedding = unembedding
+        self.total = torch.zeros(loaded.n_layers, loaded.n_heads, dtype=torch.float64)  # [layer head]
+        self.counted = 0
+        self.caught: dict[str, torch.Tensor] = {}
+
+    @contextlib.contextmanager
+    def watching(self):
+        """Hooks on the model while the block runs (nothing when not applicable). Only this thread's forwards are
+        recorded: the app and threaded callers run other forwards of the same model meanwhile."""
+        if not self.applicable:
+            yield self
+            return
+        owner = threading.get_ident()
+
+        def keep(name: str, args: tuple) -> None:
+            if threading.get_ident() == owner:
+                self.caught[name] = args[0].detach()
+
+        handles = [
+            projection.register_forward_pre_hook(lambda _module, args, layer=layer: keep(f"z{layer}", args))
+            for layer, projection in enumerate(self.projections)
+        ]
+        handles.append(self.norm.register_forward_pre_hook(lambda _m, args: keep("residual", args)))
+        try:
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+            self.caught.clear()
+
+    def add(self, input_ids: torch.Tensor, repeat_start: torch.Tensor, repeat_len: torch.Tensor) -> None:
+        """Reduce the forward just watched over `input_ids` `[batch seq]` (blocks at `repeat_start` `[batch]` of
+        `repeat_len` `[batch]`)."""
+        if not self.applicable:
+            return
+        rows, target = induction_rows(repeat_start, repeat_len, input_ids.shape[1])  # [batch seq] each
+        unembed = weight_of(self.unembedding).T  # [d_model vocab]
+        tokens = input_ids.gather(1, target.clamp(min=0))[rows]  # [row] t_j of the counted rows
+        direction = (unembed.T[tokens.to(unembed.device)].double()
+                     - unembed.mean(-1).double())  # [row d_model]
+        residual = self.caught["residual"]
+        residual = residual[rows.to(residual.device)].double()  # [row d_model]
+        gain = weight_of(self.norm).double()  # [d_model]
+        for layer, projection in enumerate(self.projections):  # one layer's W_O read at a time (offloading)
+            w_out = _output_map(projection).double()  # [head·d_head d_model]
+            z = self.caught[f"z{layer}"]
+            z = z[rows.to(z.device)].double()  # [row head·d_head]
+            dla = _row_dla(z, w_out, residual, direction, gain, self.norm, self.loaded.n_heads)  # [row head]
+            self.total[layer] += dla.sum(0).cpu()
+        self.counted += int(rows.sum())
+
+    def result(self) -> torch.Tensor:
+        """The mean over every counted row `[layer head]` float64; NaN when nothing was counted."""
+        if not self.counted:
+            return torch.full(self.total.shape, math.nan, dtype=torch.float64)
+        return self.total / self.counted
+
+
 def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
     """Mean direct logit attribution `[layer head]` (float64, logits) of every head to its induction targets'
-    tokens on `probes` (a :class:`probe.heads.label_probes.TokenProbeSet` with repeat_start / repeat_len); NaN
-    where it is not defined (see the module doc)."""
-    shape = (loaded.n_layers, loaded.n_heads)
-    nan = torch.full(shape, math.nan, dtype=torch.float64)
+    tokens on `probes` (a :class:`probe.heads.label_probes.TokenProbeSet` with repeat_start / repeat_len), from
+    forwards of the model's body run here; NaN where it is not defined (see the module doc)."""
+    dla = InductionDLA(loaded)
+    if probes is None or probes.repeat_start is None or not dla.applicable:
+        return dla.result()
     model = loaded.model
-    norm = final_norm(model)
-    modules = _attention_modules(model)
-    unembedding = model.get_output_embeddings()
-    kind = type(norm).__name__ if norm is not None else ""
-    linearisable = isinstance(norm, nn.LayerNorm) or (
-        kind.endswith("RMSNorm") and not kind.startswith("Gemma")
-    )
-    if (
-        loaded.kind != ModelKind.CAUSAL_LM
-        or probes is None
-        or probes.repeat_start is None
-        or not linearisable
-        or unembedding is None
-        or len(modules) != loaded.n_layers
-    ):
-        return nan
-    finder = OutputProjections(model)
-    projections = [finder.find(module) for module in modules]
-    if any(projection is None for projection in projections):
-        return nan
-    unembed = weight_of(unembedding).T  # [d_model vocab]
-    mean_unembed = unembed.mean(-1)  # [d_model]
-    caught: dict[str, torch.Tensor] = {}
-    owner = threading.get_ident()  # hooks are the model's: record only this thread's forwards (the app and
-    # threaded callers run other forwards of the same model meanwhile)
-
-    def keep(name: str, args: tuple) -> None:
-        if threading.get_ident() == owner:
-            caught[name] = args[0].detach()
-
-    handles = [
-        projection.register_forward_pre_hook(lambda _module, args, layer=layer: keep(f"z{layer}", args))
-        for layer, projection in enumerate(projections)
-    ]
-    handles.append(norm.register_forward_pre_hook(lambda _m, args: keep("residual", args)))
     body = getattr(model, getattr(model, "base_model_prefix", ""), model)  # the logits are never needed
-    gain = weight_of(norm).double()  # [d_model]
-    total = torch.zeros(shape, dtype=torch.float64)
-    counted = 0
-    try:
+    device = next(model.parameters()).device
+    with dla.watching():
         for start in range(0, len(probes.input_ids), batch_size):
             ids = probes.input_ids[start : start + batch_size]  # [batch seq]
-            rows, target = induction_rows(
-                probes.repeat_start[start : start + batch_size],
-                probes.repeat_len[start : start + batch_size],
-                ids.shape[1],
-            )
-            device = next(model.parameters()).device
             with capture(model, ()), torch.inference_mode():
                 body(input_ids=ids.to(device))
-            tokens = ids.gather(1, target.clamp(min=0))[rows]  # [row] t_j of the counted rows
-            direction = unembed.T[tokens.to(unembed.device)].double() - mean_unembed.double()  # [row d_model]
-            residual = caught["residual"][rows.to(device)].double()  # [row d_model]
-            for layer, projection in enumerate(projections):  # one layer's W_O read at a time (offloading)
-                w_out = _output_map(projection).double()  # [head·d_head d_model]
-                z = caught[f"z{layer}"][rows.to(device)].double()  # [row head·d_head]
-                dla = _row_dla(z, w_out, residual, direction, gain, norm, loaded.n_heads)  # [row head]
-                total[layer] += dla.sum(0).cpu()
-            counted += int(rows.sum())
-    finally:
-        for handle in handles:
-            handle.remove()
-    return total / counted if counted else nan
+            dla.add(ids, probes.repeat_start[start : start + batch_size],
+                    probes.repeat_len[start : start + batch_size])
+    return dla.result()

@@ -32,7 +32,7 @@ import torch
 from probe.engine.output_norms import PROJECTION_NAMES, OutputProjections
 from probe.errors import ProbeError
 from probe.heads.copying import copying_scores
-from probe.heads.direct_logit import induction_dla
+from probe.heads.direct_logit import InductionDLA, induction_dla
 from probe.heads.label_ablation import ablation_columns, merge_ablation
 from probe.heads.label_config import (
     ABLATE,
@@ -151,13 +151,19 @@ def label_model(
     scored: list[Scored] = []
     probes_used: dict[str, object] = {}  # head type -> its probes at the first length (for the ablation)
     projections = OutputProjections(loaded.model) if config.output_share else None
+    dla: dict[str, torch.Tensor] = {}  # copying type -> its direct logit attribution [layer head]
     for probe, seq_len, chosen in plans:
         with stage("probe sets"):
             probes = source.token_probes(probe, seq_len)
         for spec in chosen:
             probes_used.setdefault(spec.name, probes)
+        # the copying types' attribution rides on these forwards (their probes at the first length)
+        copies = [spec.name for spec in chosen if spec.copies and probes_used[spec.name] is probes]
+        observer = InductionDLA(loaded) if copies and probes.repeat_start is not None else None
         with stage("forwards"):
-            scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick, projections))
+            scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick, projections,
+                                          observer))
+        dla.update({name: observer.result() for name in copies} if observer is not None else {})
     for seq_len in lengths:
         for spec in generated_specs:
             with stage("generation"):
@@ -171,7 +177,7 @@ def label_model(
     with stage("bootstrap"):
         table = decide(assemble(loaded, scored, config), config)
     with stage("copying"):
-        table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note))
+        table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note, dla))
     if projections is not None and projections.missing and note is not None:
         note(f"output_share is NaN for {loaded.name}: no output projection found for "
              f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or output.dense)")
@@ -188,14 +194,16 @@ def label_model(
 
 
 def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig, note: Note | None = None,
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                    known: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Elhage et al.'s copying score of every head `[layer head]` (:mod:`probe.heads.copying`; NaN with a note where
     the weights are unknown) and, per copying type scored on repeated blocks, the direct logit attribution to its
     targets' tokens (:mod:`probe.heads.direct_logit`)."""
     copying = copying_scores(loaded)
     if copying.note is not None and note is not None:
         note(copying.note)
-    dla = {spec.name: induction_dla(loaded, probes_used[spec.name], config.batch_size)
+    known = known or {}  # attributions already reduced from the scoring forwards
+    dla = {spec.name: known[spec.name] if spec.name in known else
+           induction_dla(loaded, probes_used[spec.name], config.batch_size)
            for spec in specs if spec.copies and spec.name in probes_used}
     return copying.scores, dla
 

@@ -4,6 +4,7 @@ word-level accuracy, generation-scored types through their spec's scorer. Each g
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ import torch
 
 from probe.engine.output_norms import OutputProjections
 from probe.heads import stats
+from probe.heads.direct_logit import InductionDLA
 from probe.heads.label_config import LabelConfig, Note
 from probe.heads.label_probes import ProbeSource, TokenProbeSet
 from probe.heads.probesets import EncodedSpanExample, pad_span_batch
@@ -47,9 +49,10 @@ class Scored:
 
 def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet, source: ProbeSource,
                     seq_len: int, config: LabelConfig, tick: Callable[[], None],
-                    projections: OutputProjections | None = None) -> list[Scored]:
+                    projections: OutputProjections | None = None,
+                    dla: InductionDLA | None = None) -> list[Scored]:
     """Stream every spec's targets on one token probe set, one forward per batch (with `projections`: also the
-    output shares)."""
+    output shares; with `dla`: the direct logit attribution reduced from the same forwards)."""
     causal = not _bidirectional(loaded)
     restrict = source.vocabulary < SMALL_VOCABULARY
     parts = {spec.name: {} for spec in specs}
@@ -69,7 +72,10 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
         sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, device=loaded.device,
                          output_projections=projections)
         del patterns
-        run_sink(loaded.model, sink, input_ids, block_bytes=config.block_bytes)
+        with dla.watching() if dla is not None else contextlib.nullcontext():
+            run_sink(loaded.model, sink, input_ids, block_bytes=config.block_bytes)
+            if dla is not None:
+                dla.add(input_ids, probes.repeat_start[rows], probes.repeat_len[rows])
         result = sink.result()
         for spec in specs:
             for candidate in chances[spec.name]:

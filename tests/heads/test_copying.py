@@ -198,3 +198,28 @@ def test_copying_dla_equals_its_definition_written_out(tiny_dir):
         expected = _dla_written_out(loaded, probes)
         assert torch.isfinite(got).all()
         assert torch.allclose(got, expected, atol=1e-9, rtol=1e-7), (arch, (got - expected).abs().max())
+
+
+def test_the_labelling_run_reduces_the_attribution_from_its_scoring_forwards():
+    """label_model runs no forward of its own for copying_dla: the body runs once per probe batch (counted by a
+    forward pre-hook), and the column equals induction_dla's own forwards over the same probes."""
+    from probe.heads.direct_logit import induction_dla
+    from probe.heads.label_probes import ProbeSource
+
+    loaded = models.load("zoo:induction")
+    config = LabelConfig(types=("induction",), examples=8, batch_size=4, ablate="none", n_bootstrap=50,
+                         output_share=False)
+    calls = []
+    body = loaded.model.model
+    handle = body.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        table = label_model(loaded, config)
+    finally:
+        handle.remove()
+    assert len(calls) == 2  # two batches of four probes: the scoring forwards only
+    source = ProbeSource(loaded, config)
+    probes = source.token_probes(source.resolve("repeated"), int(table["seq_len"].iloc[0]))
+    separate = induction_dla(loaded, probes, config.batch_size)  # [layer head]
+    rows = table.set_index(["layer", "head"])["copying_dla"]
+    for (layer, head), value in rows.items():
+        assert abs(value - float(separate[layer, head])) < 1e-6
