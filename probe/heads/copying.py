@@ -220,7 +220,7 @@ def copying_scores(loaded) -> CopyingScores:
     weights = ov_weights(loaded)
     if isinstance(weights, str):
         return CopyingScores(torch.full(shape, math.nan, dtype=torch.float64), None, weights)
-    product = weights.unembed @ weights.embed  # [d_model d_model] W_U W_E, once per model
+    product = (weights.unembed @ weights.embed).double()  # [d_model d_model] W_U W_E, once per model
     scores = torch.full(shape, math.nan, dtype=torch.float64)  # [layer head]
     for layer in range(len(weights.layers)):  # one layer's maps alive at a time
         values, outputs = weights.layer(layer)
