@@ -1,5 +1,6 @@
-"""The `probe app` dashboard (Dash): head atlas, grid of every head, attention explorer, proteins next to contact
-maps, architecture card. Installed as `probe_app` (the source folder is `app/`); inside, imports are relative.
+"""The `probe app` dashboard (Dash): head atlas, grid of every head, attention explorer, proteins next to
+contact maps, architecture card. Installed as `probe_app` (the source folder is `app/`); inside, imports are
+relative.
 
     from probe_app import create_app          # `from app import create_app` in a source checkout
     from probe_app.config import AppConfig
@@ -20,10 +21,11 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 
 
 def create_app(config: AppConfig | None = None, service: Service | None = None):
-    """A new Dash app over `service` (built from `config` when not given): models loaded once, shared by sessions.
+    """A new Dash app over `service` (built from `config` when not given): models loaded once, shared by
+    sessions.
 
-    The layout is built per page visit from the URL's query string, so a reload (or a shared link) restores the
-    model, head type, selected head and a short input.
+    The layout is built per page visit from the URL's query string, so a reload (or a shared link) restores
+    the model, head type, selected head and a short input.
     """
     from dash import Dash
     from flask import has_request_context, request

@@ -1,8 +1,8 @@
 """Pure figure builders: numpy arrays and tables in, plotly Figures out. No Dash, no models, no state.
 
-Large matrices are max-pooled on the server (`downsample`) so a figure never carries more than `max_bins`² cells:
-a 1024-token head becomes a 256 × 256 heatmap whose cells keep their block's strongest weight, so sharp patterns
-(a previous-token diagonal, an induction stripe) stay visible.
+Large matrices are max-pooled on the server (`downsample`) so a figure never carries more than `max_bins`²
+cells: a 1024-token head becomes a 256 × 256 heatmap whose cells keep their block's strongest weight, so sharp
+patterns (a previous-token diagonal, an induction stripe) stay visible.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ TRUE_CONTACT_SCALES = {"light": [[0, "#ffffff"], [1, "#444444"]], "dark": [[0, "
 
 @functools.cache
 def template(theme: str = "light") -> go.layout.Template:
-    """The one plotly template of each page theme, used by every figure (server-drawn, and the explorer's heatmap
-    drawn in the browser from `template_json`): plotly_white or plotly_dark on a transparent background (the
-    figure sits on its card), with the page's text colours."""
+    """The one plotly template of each page theme, used by every figure (server-drawn, and the explorer's
+    heatmap drawn in the browser from `template_json`): plotly_white or plotly_dark on a transparent
+    background (the figure sits on its card), with the page's text colours."""
     dark = theme == "dark"
     base = go.layout.Template(pio.templates["plotly_dark" if dark else "plotly_white"])
     text = "#e9ecef" if dark else "#212529"
@@ -69,8 +69,8 @@ ATLAS_BUTTONS = ["zoom2d", "pan2d", "zoomIn2d", "zoomOut2d", "resetScale2d"]  # 
 
 
 def graph_config(image_format: str = "png", filename: str = "probe", atlas: bool = False) -> dict:
-    """dcc.Graph config: the toolbar's camera button saves PNG or SVG (`image_format`); no cloud links, no tools
-    that do not apply. The atlas (`atlas`) has fixed axes: no zoom tools and no double-click reset, so a
+    """dcc.Graph config: the toolbar's camera button saves PNG or SVG (`image_format`); no cloud links, no
+    tools that do not apply. The atlas (`atlas`) has fixed axes: no zoom tools and no double-click reset, so a
     double-click never selects a head by accident."""
     image = {"format": image_format, "filename": filename}
     if image_format == "png":
@@ -127,8 +127,8 @@ class _quiet_nan_warnings:
 
 
 def token_labels(tokens: Sequence[str], factor: int = 1, start: int = 0) -> list[str]:
-    """Unique axis labels: "3·the" per token, or "8–11·went" per pooled block of `factor` tokens; positions count
-    from `start` (the first token of a zoom window)."""
+    """Unique axis labels: "3·the" per token, or "8–11·went" per pooled block of `factor` tokens; positions
+    count from `start` (the first token of a zoom window)."""
     if factor == 1:
         return [f"{start + index}·{token}" for index, token in enumerate(tokens)]
     labels = []
@@ -175,7 +175,8 @@ def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", thresho
 
 
 def is_significant(row) -> bool:
-    """Clearly above chance: the q-value below 0.05 where the table has one, else the CI's low end above chance."""
+    """Clearly above chance: the q-value below 0.05 where the table has one, else the CI's low end above
+    chance."""
     q_value = getattr(row, "q_value", None)
     if q_value is not None and not pd.isna(q_value):
         return float(q_value) < 0.05
@@ -204,8 +205,8 @@ def atlas_figure(
     """The layer × head grid coloured by one head type's score (or label); hover gives the score and its CI.
     A hybrid's layers without attention weights (`no_alpha`) stay empty and say so.
 
-    Scores use the fixed scale 0–1 (the colour of 0.3 is the same on every model and type); heads whose score is
-    not clearly above chance are grey. By label: three categories with a legend, never a continuous bar.
+    Scores use the fixed scale 0–1 (the colour of 0.3 is the same on every model and type); heads whose score
+    is not clearly above chance are grey. By label: three categories with a legend, never a continuous bar.
     Trace 0 is always the clickable grid ("atlas", z = the score, NaN without one).
     """
     empty = NO_DATA_DARK if theme_of(theme) == "dark" else NO_DATA
@@ -351,7 +352,8 @@ def contact_figure(
     uirevision: str | None = None,
     theme: str = "light",
 ) -> go.Figure:
-    """Predicted contacts in the upper triangle, true contacts in the lower one; data = [predicted, true, pair]."""
+    """Predicted contacts in the upper triangle, true contacts in the lower one; data = [predicted, true,
+    pair]."""
     n = predicted.shape[0]
     upper = np.triu(np.ones((n, n), dtype=bool), k=1)
     shown = np.where(upper, predicted, np.nan)  # [residue residue] i < j only
@@ -416,7 +418,8 @@ def pair_patches(pair: tuple[int, int] | None):
 
 def zoom_ranges(relayout: dict | None):
     """The axis ranges a zoom set ({"xaxis": [a, b], "yaxis": [c, d]}, either may be missing), "reset" after a
-    double-click / autoscale, or None when the relayout event changed no axis (a pan mode switch, a resize)."""
+    double-click / autoscale, or None when the relayout event changed no axis (a pan mode switch, a
+    resize)."""
     if not isinstance(relayout, dict):
         return None
     ranges = {}

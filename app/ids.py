@@ -1,4 +1,5 @@
-"""Component ids of the dashboard, in one place (layout, callbacks, keyboard script and browser tests use these)."""
+"""Component ids of the dashboard, in one place (layout, callbacks, keyboard script and browser tests use
+these)."""
 
 # Page-wide
 MODEL = "model"  # RadioItems: which loaded model every panel shows

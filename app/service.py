@@ -1,11 +1,11 @@
-"""The dashboard's service: server-side work shared by every session and thread — captures (cached, one forward
-pass at a time through one inference gate), labelling jobs in a background worker that steps aside for every view
-between its probe batches, label tables shipped with models, protein results.
+"""The dashboard's service: server-side work shared by every session and thread — captures (cached, one
+forward pass at a time through one inference gate), labelling jobs in a background worker that steps aside for
+every view between its probe batches, label tables shipped with models, protein results.
 
 Big arrays live here and go to the browser one layer at a time (or as the pooled thumbnails of every head).
-Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`. The pieces it is built from
-live beside it: `config` (AppConfig), `cache` (LRUCache), `registry` (models), `tables` (files on disk), `inputs`
-(parsing), `sinks` (the grid's capture sink), `protein_analysis` (pure protein functions).
+Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`. The pieces it is built
+from live beside it: `config` (AppConfig), `cache` (LRUCache), `registry` (models), `tables` (files on disk),
+`inputs` (parsing), `sinks` (the grid's capture sink), `protein_analysis` (pure protein functions).
 """
 
 from __future__ import annotations
@@ -97,8 +97,8 @@ class Service:
         self.gate = InferenceGate()  # one forward pass at a time in the whole process, views before labelling
         self.captures = LRUCache(config.cache_entries, config.cache_bytes)
         self.proteins = LRUCache(8, config.cache_bytes)
-        # One protein's APC maps, a layer (every head) per entry: a head step inside a layer, and every user who
-        # looks at the same structure with the same model, costs no forward pass.
+        # One protein's APC maps, a layer (every head) per entry: a head step inside a layer, and every user
+        # who looks at the same structure with the same model, costs no forward pass.
         self.protein_maps = LRUCache(64, config.cache_bytes)
         self._labels_file = labels if labels is not None else (read_labels(config.labels) if config.labels else None)
         self._summary = read_heads_summary(config.heads_summary) if config.heads_summary else None
@@ -155,7 +155,8 @@ class Service:
         return text
 
     def head_of(self, spec: str, selected) -> tuple[int, int]:
-        """A selected-head payload from the browser -> (layer, head) of `spec`, checked; ProbeError otherwise."""
+        """A selected-head payload from the browser -> (layer, head) of `spec`, checked; ProbeError
+        otherwise."""
         loaded = self.model(spec)
         try:
             layer, head = int(selected["layer"]), int(selected["head"])
@@ -182,8 +183,9 @@ class Service:
     def save_text(self, text: str) -> str:
         """A short key for a long input, so a link can carry it (kept for this server's lifetime).
 
-        The store is bounded by bytes: an input over `text_entry_bytes()` is refused (a ProbeError, shown in the
-        page: no explorer input is that long), and the oldest inputs are evicted beyond TEXT_STORE_BYTES."""
+        The store is bounded by bytes: an input over `text_entry_bytes()` is refused (a ProbeError, shown in
+        the page: no explorer input is that long), and the oldest inputs are evicted beyond
+        TEXT_STORE_BYTES."""
         if not isinstance(text, str):
             raise ProbeError("the input is not text; press Run again")
         size = len(text.encode("utf-8", "replace"))
@@ -212,7 +214,7 @@ class Service:
         with self._texts_lock:
             return self._texts.get(str(key))
 
-    # --- explorer --------------------------------------------------------------------------------------------
+    # --- explorer -------------------------------------------------------------------------------------------
 
     def encode(self, spec: str, text: str, as_ids: bool = False) -> TokenInput:
         """Tokenize the explorer's input (text, protein sequence or token ids), within the token cap."""
@@ -237,7 +239,8 @@ class Service:
         return TokenInput(spec, tuple(int(i) for i in ids), tuple(str(t) for t in tokens))
 
     def check_ids(self, spec: str, ids: Sequence[int]) -> tuple[int, ...]:
-        """Token ids that came back from the browser: within the vocabulary and the token cap, or ProbeError."""
+        """Token ids that came back from the browser: within the vocabulary and the token cap, or
+        ProbeError."""
         loaded = self.model(spec)
         cap, vocab = self.token_cap(spec), len(loaded.tokenizer)
         if not isinstance(ids, (list, tuple)) or not ids or len(ids) > cap:
@@ -250,7 +253,8 @@ class Service:
         return tuple(str(t) for t in self.model(spec).tokenizer.convert_ids_to_tokens(list(ids)))
 
     def layer_attention(self, spec: str, ids: Sequence[int], layer: int) -> np.ndarray:
-        """α of every head of one layer for one input: [head query key] float32 (cached, inference serialised)."""
+        """α of every head of one layer for one input: [head query key] float32 (cached, inference
+        serialised)."""
 
         from probe.engine import capture_attention
 
@@ -276,8 +280,9 @@ class Service:
         return alpha
 
     def thumbnails(self, spec: str, ids: Sequence[int], bins: int = THUMBNAIL_BINS) -> np.ndarray:
-        """Every head's α max-pooled to at most `bins` × `bins`: [layer head query_bin key_bin] float32 over the
-        layers with α (`attention_layers`: a hybrid's softmax layers), from one forward pass that streams each block into the pooled grid (no [layer, head, N, N] tensor is kept)."""
+        """Every head's α max-pooled to at most `bins` × `bins`: [layer head query_bin key_bin] float32 over
+        the layers with α (`attention_layers`: a hybrid's softmax layers), from one forward pass that streams
+        each block into the pooled grid (no [layer, head, N, N] tensor is kept)."""
         import torch
 
         from probe.engine import capture
@@ -312,8 +317,9 @@ class Service:
         return alpha[head]
 
     def target_pattern(self, spec: str, head_type: str, ids: Sequence[int], layer: int, head: int) -> np.ndarray:
-        """The head type's target keys for each query of `spec`'s input: [query key] bool (ProbeError for span types:
-        coreference). fixed_offset uses the head's offset from the labels table (all offsets when there is none)."""
+        """The head type's target keys for each query of `spec`'s input: [query key] bool (ProbeError for span
+        types: coreference). fixed_offset uses the head's offset from the labels table (all offsets when there
+        is none)."""
         import torch
 
         from probe.heads.probesets import delimiter_ids, token_classes
@@ -340,11 +346,11 @@ class Service:
                 self._classes[spec] = classes
         return classes
 
-    # --- labels ----------------------------------------------------------------------------------------------
+    # --- labels ---------------------------------------------------------------------------------------------
 
     def labels(self, spec: str) -> pd.DataFrame | None:
-        """The labels of one model: computed in this process, else its rows of the --labels table, else the table
-        shipped with it (a bundled organism's labels.csv, all-MiniLM-L6-v2's in app/data)."""
+        """The labels of one model: computed in this process, else its rows of the --labels table, else the
+        table shipped with it (a bundled organism's labels.csv, all-MiniLM-L6-v2's in app/data)."""
         if spec in self._computed:
             return self._computed[spec]
         mine = self._file_rows(spec)
@@ -367,8 +373,8 @@ class Service:
         return one_length(mine) if not mine.empty else None
 
     def heads_summary(self, spec: str) -> pd.DataFrame | None:
-        """The structure-set summary (`probe contacts --heads-summary`) of `spec`: matched by the model name or
-        revision it records (a summary that names no model is shown for the only protein model)."""
+        """The structure-set summary (`probe contacts --heads-summary`) of `spec`: matched by the model name
+        or revision it records (a summary that names no model is shown for the only protein model)."""
         summary = self._summary
         if summary is None:
             return None
@@ -394,8 +400,8 @@ class Service:
             return sum(job.state in ("done", "failed") for job in self._jobs.values())
 
     def label_missing(self, report: Callable[[str], None] | None = None) -> list[str]:
-        """Queue every text model that has no labels (none shipped, none in --labels) for background labelling;
-        the specs queued. `report` gets one-line progress (probe app prints it in the terminal)."""
+        """Queue every text model that has no labels (none shipped, none in --labels) for background
+        labelling; the specs queued. `report` gets one-line progress (probe app prints it in the terminal)."""
         if report is not None:
             self._report = report
         missing = [spec for spec in self.registry.usable_specs
@@ -469,11 +475,12 @@ class Service:
         job.reported = now
         self._report("probe app: " + job.describe(display_name(spec)))
 
-    # --- proteins --------------------------------------------------------------------------------------------
+    # --- proteins -------------------------------------------------------------------------------------------
 
     def protein(self, spec: str, sequence: str | None = None, structure: bytes | None = None,
                 filename: str = "", chain: str | None = None) -> tuple[str, ProteinResult]:
-        """Predicted contacts (and true ones from an uploaded structure) for one protein; (cache key, result)."""
+        """Predicted contacts (and true ones from an uploaded structure) for one protein; (cache key,
+        result)."""
         loaded = self.model(spec)
         if loaded.kind != models.ModelKind.PROTEIN_MLM:
             raise ProbeError(f"{spec} is a {getattr(loaded.kind, 'value', loaded.kind)}; choose a protein model (ESM) "
@@ -522,9 +529,9 @@ def _inputs(loaded: models.LoadedModel, ids: Sequence[int]) -> dict:
 
 
 def label_config(examples: int):
-    """The LabelConfig the app labels with (and its shipped all-MiniLM-L6-v2 table was computed with): the default
-    configuration, but `examples` probe examples and no ablation column (it costs ~10 forwards per labelled head;
-    `probe label` computes it)."""
+    """The LabelConfig the app labels with (and its shipped all-MiniLM-L6-v2 table was computed with): the
+    default configuration, but `examples` probe examples and no ablation column (it costs ~10 forwards per
+    labelled head; `probe label` computes it)."""
     from probe.heads.label import LabelConfig
 
     return LabelConfig(examples=examples, ablate="none")

@@ -14,8 +14,9 @@ class PoolSink:
 
     `pooled` is [layer head query_bin key_bin] float32 over `layers` (the layers with α, ascending: a hybrid's
     softmax-attention layers under the model's own numbers): each cell keeps the strongest weight of its
-    factor × factor block of (query, key) pairs, factor = ceil(n / bins). Causal blocks arrive without their all-zero
-    key tail (`SinkNeeds.causal_crop`), so the engine never computes the masked triangle for the grid.
+    factor × factor block of (query, key) pairs, factor = ceil(n / bins). Causal blocks arrive without their
+    all-zero key tail (`SinkNeeds.causal_crop`), so the engine never computes the masked triangle for the
+    grid.
     """
 
     def __init__(self, layers: Sequence[int], n_tokens: int, bins: int) -> None:

@@ -1,21 +1,24 @@
-"""Load test of `probe app`: N simulated users against a locally started dashboard, loopback only, bounded in time.
+"""Load test of `probe app`: N simulated users against a locally started dashboard, loopback only, bounded in
+time.
 
-    python benchmarks/app_load.py                       # 20 users for 60 s against `probe app` on the default models
-    python benchmarks/app_load.py --users 5 --duration 10 --model zoo:induction --model zoo:esm-random
+    python benchmarks/app_load.py                       # 20 users for 60 s against `probe app` on the default
+    models python benchmarks/app_load.py --users 5 --duration 10 --model zoo:induction --model zoo:esm-random
 
 Each user repeats what a person does in the page, with a 0.2–1 s pause between actions (seeded): run a prompt
-(tokenize), draw the grid of every head for it (one forward pass, pooled thumbnails), look at a head (its layer's α
-sent once, the overlay's targets, the line view; head steps inside the layer and the token view are drawn in the
-browser and cost no request), step to another layer, redraw the atlas, and every few rounds run a protein
-and look at its contact maps. Requests are the browser's own Dash callback POSTs, built from the
+(tokenize), draw the grid of every head for it (one forward pass, pooled thumbnails), look at a head (its
+layer's α sent once, the overlay's targets, the line view; head steps inside the layer and the token view are
+drawn in the browser and cost no request), step to another layer, redraw the atlas, and every few rounds run a
+protein and look at its contact maps. Requests are the browser's own Dash callback POSTs, built from the
 app's /_dash-dependencies. An error is any non-2xx answer, a failed connection, or a page message saying
-"internal error". Prints one table: requests, errors, throughput, latency p50 / p95 / max per request kind, with
-the machine's load average at the start and the end beside it (timings on a loaded machine are not the app's).
+"internal error". Prints one table: requests, errors, throughput, latency p50 / p95 / max per request kind,
+with the machine's load average at the start and the end beside it (timings on a loaded machine are not the
+app's).
 
 Before the load, the protein path is measured alone (`--protein-rounds`, one user, nothing else running): each
 protein's first run (one forward pass for the contact head and every head's attention, the structure's maps),
-its first view (the selected head's layer: one forward pass, then cached per layer) and a second view of another
-head of the same layer (cache hit: only the figures). That is the cost per request the load test multiplies.
+its first view (the selected head's layer: one forward pass, then cached per layer) and a second view of
+another head of the same layer (cache hit: only the figures). That is the cost per request the load test
+multiplies.
 """
 
 from __future__ import annotations
@@ -208,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def protein_alone(client: Client, protein_model: str, rounds: int) -> None:
-    """Each protein's run, first view (a forward pass for the head's layer) and second view (same layer: cached)."""
+    """Each protein's run, first view (a forward pass for the head's layer) and second view (same layer:
+    cached)."""
     for index in range(rounds):
         sequence = PROTEINS[index % len(PROTEINS)][: 40 + 10 * index]  # a new protein each round: no cache hit
         response = client.call("protein run", "protein-result", {

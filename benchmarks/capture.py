@@ -1,22 +1,24 @@
 """Benchmark: the capture engine vs the plain sdpa forward vs eager `output_attentions`.
 
-GPT-2-small shape (12 layers × 12 heads, width 768) with random weights — the model body (GPT2Model: the LM head's
-[N, 50257] logits would add the same cost to every variant and hide the attention's share) — one sequence of N
-random tokens:
+GPT-2-small shape (12 layers × 12 heads, width 768) with random weights — the model body (GPT2Model: the LM
+head's [N, 50257] logits would add the same cost to every variant and hide the attention's share) — one
+sequence of N random tokens:
 
   (a) plain   — the sdpa forward, no capture
-  (b) engine  — the capture engine streaming α of all 144 heads into a trivial reducer (a running sum per head)
-  (c) eager   — eager attention with output_attentions=True (what other tools do), run only where its 144 [N, N]
-                float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need is reported
+  (b) engine  — the capture engine streaming α of all 144 heads into a trivial reducer (a running sum per
+  head) (c) eager   — eager attention with output_attentions=True (what other tools do), run only where its
+  144 [N, N]
+                float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need is
+                reported
 
-With --arch gemma2 the model is a Gemma-2-shaped body of the same size (12 layers × 12 heads, width 768, head size
-64, sliding-window 4096 / full layers alternating) whose scores are soft-capped (c = 50): no fused kernel computes
-them, so the engine runs its blockwise softmax with the cap, and the model's own implementation — "plain" — is eager
-attention without output_attentions (transformers has no sdpa path for soft-capping).
+With --arch gemma2 the model is a Gemma-2-shaped body of the same size (12 layers × 12 heads, width 768, head
+size 64, sliding-window 4096 / full layers alternating) whose scores are soft-capped (c = 50): no fused kernel
+computes them, so the engine runs its blockwise softmax with the cap, and the model's own implementation —
+"plain" — is eager attention without output_attentions (transformers has no sdpa path for soft-capping).
 
-Times: the three variants alternate --repeats rounds in one subprocess after a warm-up (a shared machine's changing
-load then hits all three alike); medians are reported. Peak memory: each (variant, N) runs in its own subprocess, so
-its ru_maxrss is its own. Run:
+Times: the three variants alternate --repeats rounds in one subprocess after a warm-up (a shared machine's
+changing load then hits all three alike); medians are reported. Peak memory: each (variant, N) runs in its own
+subprocess, so its ru_maxrss is its own. Run:
 
     python benchmarks/capture.py                 # N = 1024, 4096 and 16384
     python benchmarks/capture.py --lengths 1024 --repeats 5

@@ -1,15 +1,19 @@
-"""Benchmark: streamed contacts (probe) vs HF `predict_contacts` under eager attention, on an ESM-2-35M-shaped model.
+"""Benchmark: streamed contacts (probe) vs HF `predict_contacts` under eager attention, on an ESM-2-35M-shaped
+model.
 
     python benchmarks/contacts.py                 # 12 layers x 20 heads, hidden 480, random weights, L = 1000
     python benchmarks/contacts.py --length 300    # quicker
-    python benchmarks/contacts.py --structure-set tests/data   # per-head analysis of a structure set (ProtBert-
-                                                               # shaped BERT) against a plain forward, per chain
+    python benchmarks/contacts.py --structure-set tests/data   # per-head analysis of a structure set
+    (ProtBert-
+                                                               # shaped BERT) against a plain forward, per
+                                                               chain
 
-Peak memory of each method is measured in its own subprocess (the process's high-water mark, ru_maxrss): "peak" is
-the whole process, "Δ peak" the rise above the process right after the model was loaded. Time is measured in a third
-subprocess holding all three (HF reference, probe, and the plain sdpa ESM forward — the floor any attention
-capture pays on top of): one warm-up each, then --repeats rounds alternating them, median per method. Prints a markdown table with ratios (ours / reference) and the largest difference
-between the two contact maps.
+Peak memory of each method is measured in its own subprocess (the process's high-water mark, ru_maxrss):
+"peak" is the whole process, "Δ peak" the rise above the process right after the model was loaded. Time is
+measured in a third subprocess holding all three (HF reference, probe, and the plain sdpa ESM forward — the
+floor any attention capture pays on top of): one warm-up each, then --repeats rounds alternating them, median
+per method. Prints a markdown table with ratios (ours / reference) and the largest difference between the two
+contact maps.
 """
 
 from __future__ import annotations
@@ -69,8 +73,9 @@ def _runner(method: str, model_dir: str, sequence: str):
 
 
 def _child(method: str, mode: str, model_dir: str, length: int, repeats: int, save: str | None) -> dict:
-    """Runs in a subprocess. memory: load one method, one run, high-water marks. time: both methods loaded, one
-    warm-up each, then `repeats` rounds alternating the two (so load from other processes hits both alike)."""
+    """Runs in a subprocess. memory: load one method, one run, high-water marks. time: both methods loaded,
+    one warm-up each, then `repeats` rounds alternating the two (so load from other processes hits both
+    alike)."""
     import numpy as np
 
     sequence = _sequence(length)
@@ -103,8 +108,8 @@ def _spawn(method: str, mode: str, model_dir: str, length: int, repeats: int, sa
 
 
 def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: int) -> None:
-    """Per chain: a plain forward of a ProtBert-style (spaced) BERT vs the whole per-head unit (capture, APC maps,
-    precision by range, Vig et al.'s counts), median of `repeats`."""
+    """Per chain: a plain forward of a ProtBert-style (spaced) BERT vs the whole per-head unit (capture, APC
+    maps, precision by range, Vig et al.'s counts), median of `repeats`."""
     import torch
 
     from probe import models

@@ -1,12 +1,12 @@
 """Benchmark: the fixed cost of one `label_model` call — everything it does outside its capture forwards.
 
-A model with GPT-2-small's head layout (12 layers × 12 heads = 144 heads) but a narrow width (96), so the forwards
-are short and what is left is the per-call work: probe building, target patterns, chance levels, the clustered
-bootstrap, the table. Types previous_token, duplicate_token and induction (one probe set), 2 probes of 256 tokens
-in one batch, no ablation, output_share on (the defaults otherwise). The model is loaded once; the first call
-warms the per-model caches (tokenization of the corpus sample, excluded token ids); then each timed call's
-forward time (`run_sink`, which runs the capture forward and the sinks' accumulation) is subtracted from its
-total. Run:
+A model with GPT-2-small's head layout (12 layers × 12 heads = 144 heads) but a narrow width (96), so the
+forwards are short and what is left is the per-call work: probe building, target patterns, chance levels, the
+clustered bootstrap, the table. Types previous_token, duplicate_token and induction (one probe set), 2 probes
+of 256 tokens in one batch, no ablation, output_share on (the defaults otherwise). The model is loaded once;
+the first call warms the per-model caches (tokenization of the corpus sample, excluded token ids); then each
+timed call's forward time (`run_sink`, which runs the capture forward and the sinks' accumulation) is
+subtracted from its total. Run:
 
     python benchmarks/fixed_cost.py               # 9 timed calls, 1 thread
     python benchmarks/fixed_cost.py --calls 21 --profile

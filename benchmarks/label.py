@@ -1,26 +1,30 @@
 """Benchmark: labelling all 144 heads vs plain sdpa forwards over the same inputs.
 
-GPT-2-small shape (transformers.GPT2Config defaults: 12 layers × 12 heads, width 768, 1024 positions) with seeded
-random weights; repeated-block probes of --seq-len tokens (default 1024); head types previous_token,
+GPT-2-small shape (transformers.GPT2Config defaults: 12 layers × 12 heads, width 768, 1024 positions) with
+seeded random weights; repeated-block probes of --seq-len tokens (default 1024); head types previous_token,
 duplicate_token, induction.
 
   plain   — the model body's sdpa forward over every probe batch (no capture, no scoring)
-  label   — probe.heads.label.label_model: probe generation, target patterns, the capture engine streaming α of all
+  label   — probe.heads.label.label_model: probe generation, target patterns, the capture engine streaming α
+  of all
             144 heads into the ScoreSink, chance levels, bootstrap CIs, the table
   eager   — (--eager) eager attention with output_attentions=True and the dense reference scores, i.e. what a
             cache-everything tool does
 
-  tl      — (when transformer_lens ≥ 4 is importable) TransformerLens: the same random model saved to a temporary
-            directory and booted with TransformerBridge.boot_transformers(DIR) (eager attention, hooks), then per
-            probe run_with_cache + detect_head for the three types (its documented way: one prompt per call, the
-            cache reused). Its time is compared with plain forwards alternating in the same subprocess.
+  tl      — (when transformer_lens ≥ 4 is importable) TransformerLens: the same random model saved to a
+  temporary
+            directory and booted with TransformerBridge.boot_transformers(DIR) (eager attention, hooks), then
+            per probe run_with_cache + detect_head for the three types (its documented way: one prompt per
+            call, the cache reused). Its time is compared with plain forwards alternating in the same
+            subprocess.
 
-transformer-lens is an optional peer, not a dependency: `pip install transformer-lens` into the environment to get
-its row.
+transformer-lens is an optional peer, not a dependency: `pip install transformer-lens` into the environment to
+get its row.
 
-Time: plain and label alternate --repeats times in one subprocess after a warm-up (a shared machine's load then
-hits both alike); the table shows medians. Peak memory: each variant runs once in its own subprocess and reports
-its ru_maxrss. Both plain and label run the model body without the LM head (scores need no logits). Run:
+Time: plain and label alternate --repeats times in one subprocess after a warm-up (a shared machine's load
+then hits both alike); the table shows medians. Peak memory: each variant runs once in its own subprocess and
+reports its ru_maxrss. Both plain and label run the model body without the LM head (scores need no logits).
+Run:
 
     python benchmarks/label.py                          # 4 probes of 1024 tokens, batches of 2, 3 repeats
     python benchmarks/label.py --examples 8 --batch-size 4 --eager
@@ -130,9 +134,9 @@ ABLATED = 4  # heads of layer 0 ablated in the ablation benchmark, each against 
 
 
 def _ablation_times(loaded, batches, args: argparse.Namespace) -> dict:
-    """Time of probe.heads.ablation.ablation_effects for ABLATED heads + ABLATED controls (one copy of each probe batch per
-    ablated head, stacked along the batch axis: max_rows = 8 copies per forward) against plain forwards of the
-    whole model (with its LM head: the ablation needs the loss), alternating."""
+    """Time of probe.heads.ablation.ablation_effects for ABLATED heads + ABLATED controls (one copy of each
+    probe batch per ablated head, stacked along the batch axis: max_rows = 8 copies per forward) against plain
+    forwards of the whole model (with its LM head: the ablation needs the loss), alternating."""
     import torch
 
     from probe.heads.ablation import ablation_effects

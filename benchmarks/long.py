@@ -1,7 +1,8 @@
-"""Benchmark: head profiles at long context — plain sdpa forward vs `probe profile` vs eager `output_attentions`.
+"""Benchmark: head profiles at long context — plain sdpa forward vs `probe profile` vs eager
+`output_attentions`.
 
-A Llama-style GQA model with RoPE and random weights (8 layers × 16 heads, 4 KV heads, hidden 256, head size 16,
-MLP 512, vocabulary 512), one input of N random tokens, N = 4K, 16K, 32K:
+A Llama-style GQA model with RoPE and random weights (8 layers × 16 heads, 4 KV heads, hidden 256, head size
+16, MLP 512, vocabulary 512), one input of N random tokens, N = 4K, 16K, 32K:
 
   (a) plain    — the model's sdpa forward, nothing captured
   (b) profile  — `probe.heads.profile.head_profiles` on that input (every statistic for all 128 heads, the
@@ -9,9 +10,9 @@ MLP 512, vocabulary 512), one input of N random tokens, N = 4K, 16K, 32K:
   (c) eager    — eager attention with output_attentions=True, run only where the 8 layers' [16, N, N] float32
                  weights fit under --eager-limit-gib; elsewhere the allocation it would need is reported
 
-Each forward runs in its own subprocess (its time, and its peak RSS — ru_maxrss, the whole process — are its own);
-plain and profile alternate --repeats rounds (a shared machine's changing load then hits both alike) and every
-pair is printed. Run:
+Each forward runs in its own subprocess (its time, and its peak RSS — ru_maxrss, the whole process — are its
+own); plain and profile alternate --repeats rounds (a shared machine's changing load then hits both alike) and
+every pair is printed. Run:
 
     python benchmarks/long.py                       # N = 4096, 16384, 32768
     python benchmarks/long.py --lengths 4096 --repeats 3

@@ -1,6 +1,6 @@
 """Sizes and open times of the one-file report and the inline view for a 12 × 12 model (a random GPT-2 of 12
-layers × 12 heads, width 48) at 128 and 1,024 tokens: file bytes, and in headless Chromium (file://, network off)
-the time until the view is drawn and the time of one head step (a key press, drawn synchronously).
+layers × 12 heads, width 48) at 128 and 1,024 tokens: file bytes, and in headless Chromium (file://, network
+off) the time until the view is drawn and the time of one head step (a key press, drawn synchronously).
 
     python benchmarks/report_size.py [--tokens 128,1024] [--loads 3]
 

@@ -2,29 +2,32 @@
 projection to N machines from the measured costs.
 
 The sweep: `probe label` of every checkpoint of a zoo training run through the runner the command uses
-(probe.runs.runner.run with LabelTask units, one checkpoint per unit, default LabelConfig; nothing persisted). With no --checkpoints, a 400-step run of the induction organism with a
-checkpoint every 50 steps (9 checkpoints) is trained first into a temporary folder (~15 s, not timed).
+(probe.runs.runner.run with LabelTask units, one checkpoint per unit, default LabelConfig; nothing persisted).
+With no --checkpoints, a 400-step run of the induction organism with a checkpoint every 50 steps (9
+checkpoints) is trained first into a temporary folder (~15 s, not timed).
 
 Measured (each a separate phase, in this order):
 
-  in-process   run(executor=InProcess()), torch on 1 thread (what one Ray worker gets): wall time; per unit its load
+  in-process   run(executor=InProcess()), torch on 1 thread (what one Ray worker gets): wall time; per unit
+  its load
                and its labelling time
   ray start    ray.init(address="local", num_cpus=2, 256 MB object store, no dashboard): wall time
-  actor start  W actors created and answering (a Python worker process each, importing probe + torch): wall time
-  ray W=1, 2   run(executor=RayExecutor) on the running instance with W workers (actor start included, ray.init
+  actor start  W actors created and answering (a Python worker process each, importing probe + torch): wall
+  time ray W=1, 2   run(executor=RayExecutor) on the running instance with W workers (actor start included,
+  ray.init
                not): wall time
 
-Projection. With U units of equal cost t_u = load + label (measured in-process), W = M·c workers (M machines, c
-workers each), Ray start/join t_r, actor start t_a (workers start in parallel) and a per-unit driver/transfer
-overhead t_d (serial in the driver). t_u is a worker's median unit time in the W=1 Ray run (its first unit also
-pays imports and warm-up, counted in t_a); t_d is timed on 60 no-op units that each return a real label table
-(between the first and the last result, one worker):
+Projection. With U units of equal cost t_u = load + label (measured in-process), W = M·c workers (M machines,
+c workers each), Ray start/join t_r, actor start t_a (workers start in parallel) and a per-unit
+driver/transfer overhead t_d (serial in the driver). t_u is a worker's median unit time in the W=1 Ray run
+(its first unit also pays imports and warm-up, counted in t_a); t_d is timed on 60 no-op units that each
+return a real label table (between the first and the last result, one worker):
 
     T(M) = t_r + t_a + ceil(U / W)·t_u + U·t_d         speed-up S(M) = U·t_u / T(M)
 
-Assumptions: units cost the same; a worker's CPU is not shared (this machine's 2 cores are shared by other jobs, so
-its numbers are noisy); every machine reads the checkpoints locally (shared file system or its own hub cache); result
-tables are tens of kB, so the network is not the bottleneck. Run:
+Assumptions: units cost the same; a worker's CPU is not shared (this machine's 2 cores are shared by other
+jobs, so its numbers are noisy); every machine reads the checkpoints locally (shared file system or its own
+hub cache); result tables are tens of kB, so the network is not the bottleneck. Run:
 
     python benchmarks/scale.py                    # trains 9 small checkpoints, then the four phases
     python benchmarks/scale.py --checkpoints DIR  # DIR/step-*/ from probe train NAME --checkpoint-steps
@@ -66,7 +69,8 @@ def projection(units: int, t_unit: float, t_ray: float, t_actor: float, t_driver
 
 
 class EchoTask:
-    """A unit that returns a label table it already holds: what one unit costs Ray and the driver, minus the work."""
+    """A unit that returns a label table it already holds: what one unit costs Ray and the driver, minus the
+    work."""
 
     def __init__(self, table) -> None:
         self.table = table
@@ -151,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                 actor_start[workers] = time.perf_counter() - started
                 for actor in actors:
                     ray.kill(actor)
-            # the driver's cost per unit: no-op units returning a real label table, one worker, timed between the
-            # first and the last result (actor start excluded)
+            # the driver's cost per unit: no-op units returning a real label table, one worker, timed between
+            # the first and the last result (actor start excluded)
             from probe.runs.runner import Unit
 
             stamps: list[float] = []

@@ -1,16 +1,16 @@
-"""Soak test: `probe label` and `probe contacts` killed with SIGKILL at random moments, again and again, then the
-20-user load test of `probe app` (benchmarks/app_load.py). Bounded: a few minutes on a laptop.
+"""Soak test: `probe label` and `probe contacts` killed with SIGKILL at random moments, again and again, then
+the 20-user load test of `probe app` (benchmarks/app_load.py). Bounded: a few minutes on a laptop.
 
     python benchmarks/soak.py                         # 8 kills per command, then 20 users for 60 s
     python benchmarks/soak.py --kills 4 --users 5 --duration 10   # quicker
     python benchmarks/soak.py --no-app                # kills only
 
-Each command first runs once uninterrupted (the reference). Then runs of the same command are started and killed
-with SIGKILL after a random delay (30-100% of the reference's own wall time); after every kill the output must be
-absent or whole (never half-written) and the journal must hold at least the units it held before. A run that
-completes must leave no temporary file of the killed ones and must equal the reference (after a run that finished
-before its kill, the next round starts from nothing). Tiny seeded models are built in a temporary folder; nothing
-touches the network. Prints one summary table; exit 1 on any failure.
+Each command first runs once uninterrupted (the reference). Then runs of the same command are started and
+killed with SIGKILL after a random delay (30-100% of the reference's own wall time); after every kill the
+output must be absent or whole (never half-written) and the journal must hold at least the units it held
+before. A run that completes must leave no temporary file of the killed ones and must equal the reference
+(after a run that finished before its kill, the next round starts from nothing). Tiny seeded models are built
+in a temporary folder; nothing touches the network. Prints one summary table; exit 1 on any failure.
 """
 
 from __future__ import annotations

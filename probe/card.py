@@ -7,16 +7,17 @@
 Variants (query heads H, key/value heads G, head dimension d, layers n):
 
 * MHA — every query head has its own key and value head (G = H).
-* GQA — G < H key/value heads, each shared by H / G query heads (Ainslie et al. 2023); MQA is G = 1 (Shazeer 2019).
+* GQA — G < H key/value heads, each shared by H / G query heads (Ainslie et al. 2023); MQA is G = 1 (Shazeer
+  2019).
 * MLA — multi-head latent attention (DeepSeek-V2): keys and values are up-projected per head from one shared
-  latent of `kv_lora_rank` dimensions, plus one decoupled rotary key of `qk_rope_head_dim` dimensions shared by all
-  heads. The cache holds only the latent and that rotary key: (kv_lora_rank + qk_rope_head_dim) values per token
-  and layer.
+  latent of `kv_lora_rank` dimensions, plus one decoupled rotary key of `qk_rope_head_dim` dimensions shared
+  by all heads. The cache holds only the latent and that rotary key: (kv_lora_rank + qk_rope_head_dim) values
+  per token and layer.
 
-KV-cache bytes count keys and values of every layer: n · G · (d_k + d_v) values per token (MLA: the latent + rope key
-above); a layer with a sliding window of W tokens keeps at most W tokens. Parameters in attention count the Q, K, V
-and output projections (weights and biases; for MLA also the low-rank projections and their RMSNorm weights) —
-nothing else (no layer norms around the block, no embeddings).
+KV-cache bytes count keys and values of every layer: n · G · (d_k + d_v) values per token (MLA: the latent +
+rope key above); a layer with a sliding window of W tokens keeps at most W tokens. Parameters in attention
+count the Q, K, V and output projections (weights and biases; for MLA also the low-rank projections and their
+RMSNorm weights) — nothing else (no layer norms around the block, no embeddings).
 """
 
 from __future__ import annotations
@@ -141,8 +142,8 @@ def _get(config, *names, default=None):
 
 
 def whole_number(config, *names, default=None, allow_zero: bool = False) -> int | None:
-    """The first of `names` the config sets, as a whole number; one-line ProbeError for NaN, infinities, fractions,
-    text or a negative (or zero) count, naming the field."""
+    """The first of `names` the config sets, as a whole number; one-line ProbeError for NaN, infinities,
+    fractions, text or a negative (or zero) count, naming the field."""
     value = _get(config, *names, default=default)
     if value is None:
         return None
@@ -285,7 +286,8 @@ def config_from_dict(data: dict):
 
 
 def load_config(spec: str):
-    """The config of a model spec (hub id from the cache, local directory, zoo:NAME) or of a config.json file."""
+    """The config of a model spec (hub id from the cache, local directory, zoo:NAME) or of a config.json
+    file."""
     import transformers
 
     from probe.models import resolve

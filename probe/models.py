@@ -1,25 +1,25 @@
 """Loading models: a Hugging Face hub id, a local directory (what `save_pretrained` writes) or `zoo:NAME`.
 
 `load()` returns a :class:`LoadedModel` in eval mode on the sdpa kernel, with its tokenizer and its kind
-(:class:`ModelKind`): "causal_lm" (GPT-2, Llama, ...), "masked_lm" (BERT, ...) or "protein_mlm" — every protein
-language model, whatever its class:
+(:class:`ModelKind`): "causal_lm" (GPT-2, Llama, ...), "masked_lm" (BERT, ...) or "protein_mlm" — every
+protein language model, whatever its class:
 
-* ESM style: one token per amino-acid letter, the sequence written as is (``MKTAYIAK``); ESM checkpoints also carry
-  the contact regression of Rao et al. 2020 (``has_contact_head``);
-* spaced style (ProtBert, IgBert, AntiBERTy-like BERTs, ProtT5 encoders): one token per residue, residues separated
-  by spaces (``M K T A Y I A K``); no contact regression.
+* ESM style: one token per amino-acid letter, the sequence written as is (``MKTAYIAK``); ESM checkpoints also
+  carry the contact regression of Rao et al. 2020 (``has_contact_head``);
+* spaced style (ProtBert, IgBert, AntiBERTy-like BERTs, ProtT5 encoders): one token per residue, residues
+  separated by spaces (``M K T A Y I A K``); no contact regression.
 
 A model is a protein model when its tokenizer's vocabulary is amino acids: at least the 20 standard letters as
 tokens, at most a handful of other non-special tokens, and the 20 letters tokenize to 20 residue tokens either
-written together ("letters") or separated by spaces ("spaced"). :func:`tokenize_protein` applies the convention, so
-users always pass plain sequences. Every failure a user can fix is a one-line :class:`~probe.errors.ProbeError`
-naming the fix.
+written together ("letters") or separated by spaces ("spaced"). :func:`tokenize_protein` applies the
+convention, so users always pass plain sequences. Every failure a user can fix is a one-line
+:class:`~probe.errors.ProbeError` naming the fix.
 
 Longer than 450 lines because it is the one module between a user's spec and a running model, and every caller
-reaches it as ``probe.models.*``: locating the spec, the kind, placement (device, dtype, device map, offload) and
-the input helpers that follow the kind's conventions (text, residues, encoder–decoder inputs) share the
-:class:`LoadedModel` they take and return; splitting the input helpers off would need a module that both imports
-and is imported by this one.
+reaches it as ``probe.models.*``: locating the spec, the kind, placement (device, dtype, device map, offload)
+and the input helpers that follow the kind's conventions (text, residues, encoder–decoder inputs) share the
+:class:`LoadedModel` they take and return; splitting the input helpers off would need a module that both
+imports and is imported by this one.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ ZOO_PREFIX = "zoo:"
 # Amino-acid letters the ESM vocabulary holds as residues (20 standard + B, U, Z, O, X ambiguity codes).
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWYBUZOX"
 STANDARD_AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
-# A protein vocabulary may hold a few non-residue tokens beyond its special ones (ESM: "." and "-"); more is text.
+# A protein vocabulary may hold a few non-residue tokens beyond its special ones (ESM: "." and "-"); more is
+# text.
 MAX_OTHER_TOKENS = 8
 
 
@@ -92,13 +93,13 @@ class LoadedModel:
     has_contact_head : bool
         The checkpoint carries a contact regression (ESM).
     plan : AttentionPlan or None
-        Which modules compute α and the layer number of each (:func:`probe.layers.attention_plan`); None only for
-        a LoadedModel built by hand (then every config layer is an attention layer).
+        Which modules compute α and the layer number of each (:func:`probe.layers.attention_plan`); None only
+        for a LoadedModel built by hand (then every config layer is an attention layer).
     engine : {"fused", "eager"}
         The engine capture uses: fused (through ``AttentionInterface``) or the eager fallback.
     n_layers, n_heads : int
-        Layer numbers (``0 .. n_layers - 1``; an encoder–decoder's three stacks end to end) and query heads per
-        layer (properties).
+        Layer numbers (``0 .. n_layers - 1``; an encoder–decoder's three stacks end to end) and query heads
+        per layer (properties).
     attention_layers : tuple of int
         The layer numbers that have α (property): all of them, or a hybrid's softmax-attention layers.
     """
@@ -130,11 +131,13 @@ class LoadedModel:
 
     @property
     def heads(self) -> list[tuple[int, int]]:
-        """Every real (layer, head): the attention layers' heads only (what tables, profiles and cards list)."""
+        """Every real (layer, head): the attention layers' heads only (what tables, profiles and cards
+        list)."""
         return [(layer, head) for layer in self.attention_layers for head in range(self.n_heads)]
 
     def head_name(self, layer: int, head: int) -> str:
-        """"L3H2", or "enc.L3H2" / "dec.L1H0" / "cross.L1H0" for an encoder–decoder (one formatter: naming)."""
+        """"L3H2", or "enc.L3H2" / "dec.L1H0" / "cross.L1H0" for an encoder–decoder (one formatter:
+        naming)."""
         return self.plan.head_name(layer, head) if self.plan is not None else head_name(layer, head)
 
     @property
@@ -183,7 +186,8 @@ class LoadedModel:
 
     @property
     def residue_offset(self) -> int:
-        """Token index of the first residue in an encoded sequence (1 after ``[CLS]`` / ``<cls>``, 0 without a BOS)."""
+        """Token index of the first residue in an encoded sequence (1 after ``[CLS]`` / ``<cls>``, 0 without a
+        BOS)."""
         return _residue_offset(self.tokenizer, self.residue_format)
 
 
@@ -210,7 +214,8 @@ def _strip_marker(token: str) -> str:
 
 
 def residue_format(tokenizer) -> ResidueFormat | None:
-    """"letters" (ESM: MKT → M K T), "spaced" (ProtBert: "M K T" → M K T) or None (not a protein vocabulary)."""
+    """"letters" (ESM: MKT → M K T), "spaced" (ProtBert: "M K T" → M K T) or None (not a protein
+    vocabulary)."""
     try:
         vocab = tokenizer.get_vocab()
     except (AttributeError, NotImplementedError):
@@ -242,7 +247,8 @@ def _residue_offset(tokenizer, style: ResidueFormat | None) -> int:
     return mask.index(0) if 0 in mask else 0
 
 
-# Protein models by their config, whatever their tokenizer looks like: ESM-1/2 and ESM C (letters, BOS and EOS).
+# Protein models by their config, whatever their tokenizer looks like: ESM-1/2 and ESM C (letters, BOS and
+# EOS).
 PROTEIN_MODEL_TYPES = ("esm", "esmc")
 
 
@@ -281,7 +287,8 @@ def _model_class(kind: ModelKind, config):
 
 
 def is_speech(config) -> bool:
-    """Whether the config is of a speech encoder–decoder (Whisper): its encoder reads audio features, not text."""
+    """Whether the config is of a speech encoder–decoder (Whisper): its encoder reads audio features, not
+    text."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
     return config.model_type in MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
@@ -304,9 +311,9 @@ def _hub_error(spec: str, error: Exception) -> ProbeError:
 
 
 def locate(spec: str) -> str:
-    """Where `spec` points, checked without loading anything: a zoo:NAME or a local directory (with config.json)
-    -> its path; a hub id -> itself. One-line ProbeError for a missing directory or zoo name (commands call this
-    for every --model before computing anything)."""
+    """Where `spec` points, checked without loading anything: a zoo:NAME or a local directory (with
+    config.json) -> its path; a hub id -> itself. One-line ProbeError for a missing directory or zoo name
+    (commands call this for every --model before computing anything)."""
     source = resolve(spec)
     local = Path(source).expanduser()
     try:
@@ -334,14 +341,14 @@ def load(
 ) -> LoadedModel:
     """Load a model and its tokenizer for capture.
 
-    The model class follows the checkpoint: ``AutoModelForCausalLM`` for causal LMs, ``AutoModelForMaskedLM`` for
-    masked and protein LMs, ``EsmForMaskedLM`` for ESM (it keeps the contact regression), the encoder alone for
-    ProtT5, ``AutoModelForSeq2SeqLM`` for text encoder–decoders (T5, BART: three stacks, ``enc``/``dec``/``cross``).
-    It is loaded with ``attn_implementation="sdpa"`` (the capture engine switches it only inside
-    :func:`probe.engine.capture.capture`; a class without sdpa is loaded on eager), moved to `device` (or placed
-    by `device_map`) and put in eval mode. Which modules compute α is decided by what they do
-    (:func:`probe.layers.attention_plan`); the notes (:attr:`LoadedModel.notes`: the eager fallback's cost, a
-    hybrid's layers without α) are logged as one line each to the ``probe`` logger (stderr).
+    The model class follows the checkpoint: ``AutoModelForCausalLM`` for causal LMs, ``AutoModelForMaskedLM``
+    for masked and protein LMs, ``EsmForMaskedLM`` for ESM (it keeps the contact regression), the encoder
+    alone for ProtT5, ``AutoModelForSeq2SeqLM`` for text encoder–decoders (T5, BART: three stacks,
+    ``enc``/``dec``/``cross``). It is loaded with ``attn_implementation="sdpa"`` (the capture engine switches
+    it only inside :func:`probe.engine.capture.capture`; a class without sdpa is loaded on eager), moved to
+    `device` (or placed by `device_map`) and put in eval mode. Which modules compute α is decided by what they
+    do (:func:`probe.layers.attention_plan`); the notes (:attr:`LoadedModel.notes`: the eager fallback's cost,
+    a hybrid's layers without α) are logged as one line each to the ``probe`` logger (stderr).
 
     Parameters
     ----------
@@ -352,12 +359,12 @@ def load(
         ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; checked against what this machine has. Ignored with
         `device_map`.
     dtype : str or torch.dtype, optional
-        ``"float32"``, ``"float16"``, ``"bfloat16"`` (or ``fp32``, ``fp16``, ``bf16``, or a torch dtype); None:
-        the checkpoint's own.
+        ``"float32"``, ``"float16"``, ``"bfloat16"`` (or ``fp32``, ``fp16``, ``bf16``, or a torch dtype);
+        None: the checkpoint's own.
     engine : {"auto", "fused", "eager"}, default "auto"
         The capture engine every later ``capture(model, ...)`` uses: "auto" picks fused where the model routes
-        through ``AttentionInterface`` and the eager fallback where it does not; "fused" refuses a model outside
-        the interface; "eager" forces the fallback (O(N²) per layer).
+        through ``AttentionInterface`` and the eager fallback where it does not; "fused" refuses a model
+        outside the interface; "eager" forces the fallback (O(N²) per layer).
     device_map : str or dict, optional
         transformers' own big-model placement (accelerate): ``"auto"``, ``"balanced"``, ``"sequential"``,
         ``"cpu"``, ``"cuda"``, or a dict module name → device / ``"disk"``. None: the whole model on `device`.
@@ -370,16 +377,16 @@ def load(
     Returns
     -------
     LoadedModel
-        The model, its tokenizer, its kind (causal LM, masked LM, protein LM, seq2seq LM), its revision (the hub
-        commit, or ``sha256:…`` of a local model's weight files), its attention plan and engine.
+        The model, its tokenizer, its kind (causal LM, masked LM, protein LM, seq2seq LM), its revision (the
+        hub commit, or ``sha256:…`` of a local model's weight files), its attention plan and engine.
 
     Raises
     ------
     ProbeError
-        One line naming the fix: a missing directory or zoo name, a hub id that cannot be reached, an unreadable
-        config, no usable tokenizer, corrupt or truncated weights, a device this machine does not have, an unknown
-        dtype or engine, a bad device map, a model with no attention module the engine can read, ``engine="fused"``
-        on a model outside ``AttentionInterface``.
+        One line naming the fix: a missing directory or zoo name, a hub id that cannot be reached, an
+        unreadable config, no usable tokenizer, corrupt or truncated weights, a device this machine does not
+        have, an unknown dtype or engine, a bad device map, a model with no attention module the engine can
+        read, ``engine="fused"`` on a model outside ``AttentionInterface``.
     """
     import transformers
 
@@ -433,9 +440,10 @@ def load(
                          f"delete it from the cache and download it again)") from None
     plan = attention_plan(model)
     if plan.engine == "eager" and getattr(model.config, "_attn_implementation", "eager") != "eager":
-        # Outside the interface the fallback asks each module for its weights (output_attentions=True), and the
-        # masks a model builds follow its attention implementation: built on sdpa, Falcon's eager branch then
-        # reads an sdpa mask and changes the logits by 2.9 (docs/architectures.md). Such a model runs on eager.
+        # Outside the interface the fallback asks each module for its weights (output_attentions=True), and
+        # the masks a model builds follow its attention implementation: built on sdpa, Falcon's eager branch
+        # then reads an sdpa mask and changes the logits by 2.9 (docs/architectures.md). Such a model runs on
+        # eager.
         model = model_class.from_pretrained(source, attn_implementation="eager", dtype=torch_dtype, **placement)
         plan = attention_plan(model)
     chosen = choose_engine(plan, engine, spec)
@@ -464,7 +472,8 @@ def _check_stack_heads(config, spec: str) -> None:
 
 
 def _placement(device_map, offload_folder, max_memory) -> dict:
-    """from_pretrained's big-model keywords (device_map, offload_folder, max_memory), checked; {} without a map."""
+    """from_pretrained's big-model keywords (device_map, offload_folder, max_memory), checked; {} without a
+    map."""
     if device_map is None:
         if offload_folder is not None or max_memory is not None:
             raise ProbeError("--offload-folder and --max-memory need --device-map (e.g. --device-map auto)")
@@ -491,7 +500,8 @@ DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential", "cpu", "cuda"
 
 
 def parse_max_memory(text: str) -> dict:
-    """"0=10GiB,cpu=30GiB" -> {0: "10GiB", "cpu": "30GiB"} (transformers' max_memory); one-line error otherwise."""
+    """"0=10GiB,cpu=30GiB" -> {0: "10GiB", "cpu": "30GiB"} (transformers' max_memory); one-line error
+    otherwise."""
     memory: dict = {}
     for part in text.split(","):
         where, sep, amount = part.strip().partition("=")
@@ -552,8 +562,8 @@ def tokenize_text(loaded: LoadedModel, text: str) -> dict[str, torch.Tensor]:
     Returns
     -------
     dict of str to torch.Tensor
-        ``input_ids`` and ``attention_mask``, shape (1, token), long (no ``token_type_ids``): the model's keyword
-        inputs.
+        ``input_ids`` and ``attention_mask``, shape (1, token), long (no ``token_type_ids``): the model's
+        keyword inputs.
 
     Raises
     ------
@@ -589,8 +599,8 @@ def model_inputs(loaded: LoadedModel, input_ids: torch.Tensor, attention_mask: t
 
 
 def clean_protein(sequence: str, alphabet: str = AMINO_ACIDS) -> str:
-    """Upper-case a protein sequence (whitespace removed) and reject letters outside `alphabet` (those the model
-    would silently map to an unknown token), naming their positions."""
+    """Upper-case a protein sequence (whitespace removed) and reject letters outside `alphabet` (those the
+    model would silently map to an unknown token), naming their positions."""
     cleaned = "".join(sequence.split()).upper()
     if not cleaned:
         raise ProbeError("the protein sequence is empty")
@@ -611,7 +621,8 @@ def protein_alphabet(loaded: LoadedModel) -> str:
 
 
 def protein_text(loaded: LoadedModel, cleaned: str) -> str:
-    """A cleaned sequence written the model's way: as is (letters) or residues separated by spaces (spaced)."""
+    """A cleaned sequence written the model's way: as is (letters) or residues separated by spaces
+    (spaced)."""
     return " ".join(cleaned) if loaded.residue_format == "spaced" else cleaned
 
 
@@ -624,9 +635,11 @@ def require_protein(loaded: LoadedModel, what: str = "this") -> None:
 
 def encode_proteins(loaded: LoadedModel, sequences: list[str] | tuple[str, ...]
                     ) -> tuple[list[str], dict[str, torch.Tensor]]:
-    """(cleaned sequences, right-padded inputs on the model's device) for protein sequences, in the model's format.
+    """(cleaned sequences, right-padded inputs on the model's device) for protein sequences, in the model's
+    format.
 
-    Every sequence must tokenize to exactly one token per residue, after `loaded.residue_offset` special tokens."""
+    Every sequence must tokenize to exactly one token per residue, after `loaded.residue_offset` special
+    tokens."""
     require_protein(loaded)
     alphabet = protein_alphabet(loaded)
     cleaned = [clean_protein(sequence, alphabet) for sequence in sequences]

@@ -1,8 +1,8 @@
 """One formatter and parser for head names: (layer, head) in code, "L{layer}H{head}" in files, CLI and app.
 
 Encoder–decoder models have three stacks of attention layers; their heads are written with the stack first:
-``enc.L3H2`` (encoder self-attention), ``dec.L1H0`` (decoder self-attention), ``cross.L1H0`` (cross-attention).
-Single-stack models keep the plain ``L3H2``.
+``enc.L3H2`` (encoder self-attention), ``dec.L1H0`` (decoder self-attention), ``cross.L1H0``
+(cross-attention). Single-stack models keep the plain ``L3H2``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def parse_head_name(name: str) -> tuple[int, int]:
 
 
 def parse_index_list(text: str | None, upper: int, what: str) -> list[int]:
-    """"0,3,5-7" -> [0, 3, 5, 6, 7], each checked against range(upper). None or "" or "all" -> all of range(upper).
+    """"0,3,5-7" -> [0, 3, 5, 6, 7], each checked against range(upper). None or "" or "all" -> all of
+    range(upper).
 
     A range is checked before it is expanded, so "0-999999999999" is an error, never a huge list.
     """

@@ -4,11 +4,12 @@
     python scripts/architectures.py --out -      # prints it instead
 
 It also lists the entries whose declared known gap (``expected=`` in the catalogue, a strict xfail in
-tests/engine/test_coverage.py) no longer matches what was measured: after an engine fix, remove those ``expected=``.
+tests/engine/test_coverage.py) no longer matches what was measured: after an engine fix, remove those
+``expected=``.
 
-The list and the tiny configs are tests/coverage/catalogue.py; the measurement is tests/coverage/harness.py (the
-same code tests/engine/test_coverage.py runs, which fails when the committed page disagrees with it). Run it after any
-change to the engine, the loader or transformers, and commit the page.
+The list and the tiny configs are tests/coverage/catalogue.py; the measurement is tests/coverage/harness.py
+(the same code tests/engine/test_coverage.py runs, which fails when the committed page disagrees with it). Run
+it after any change to the engine, the loader or transformers, and commit the page.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ STRUCTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
-    """tiny_dir(arch, **overrides) -> directory of a saved tiny model (cached per arguments for the session)."""
+    """tiny_dir(arch, **overrides) -> directory of a saved tiny model (cached per arguments for the
+    session)."""
     from probe.zoo.tiny import save_tiny
 
     cache: dict = {}
@@ -58,8 +59,8 @@ def eager_attention(model, inputs) -> torch.Tensor:
 
 
 def compact_synthetic_pdb(sequence: str) -> str:
-    """A PDB text whose residues walk a serpentine path through a cubic lattice of 3.8 Å: a compact 'fold' with
-    short-, medium- and long-range contacts (Cβ 0.5 Å beside Cα; glycines have none)."""
+    """A PDB text whose residues walk a serpentine path through a cubic lattice of 3.8 Å: a compact 'fold'
+    with short-, medium- and long-range contacts (Cβ 0.5 Å beside Cα; glycines have none)."""
     side = 5
     lines, serial = [], 1
     for index, letter in enumerate(sequence):

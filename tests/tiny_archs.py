@@ -1,5 +1,6 @@
-"""Tiny random models of architectures outside the zoo (hybrids, models outside AttentionInterface, encoder–decoders),
-saved like checkpoints with a word tokenizer. Attention is peaked (initializer_range 0.2) so α is far from uniform."""
+"""Tiny random models of architectures outside the zoo (hybrids, models outside AttentionInterface,
+encoder–decoders), saved like checkpoints with a word tokenizer. Attention is peaked (initializer_range 0.2)
+so α is far from uniform."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ HYBRIDS = ["qwen3_next", "jamba", "zamba2", "nemotron_h", "lfm2", "olmo_hybrid",
 
 
 def build(model_type: str, seed: int = 0):
-    """(model, tokenizer): a tiny random model of `model_type` in eval mode on sdpa (eager where it has none)."""
+    """(model, tokenizer): a tiny random model of `model_type` in eval mode on sdpa (eager where it has
+    none)."""
     import transformers
 
     tokenizer = word_tokenizer(DEMO_WORDS, bos_token="<bos>")

@@ -1,4 +1,5 @@
-"""The dashboard's panels: each module owns its layout (`layout(...)`) and its callbacks (`register(app, service)`).
+"""The dashboard's panels: each module owns its layout (`layout(...)`) and its callbacks
+(`register(app, service)`).
 
 page      model choice, head type, image format, URL state, model facts (everything page-wide)
 atlas     the layer × head grid of scores or labels, labelling on demand

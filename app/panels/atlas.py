@@ -1,5 +1,5 @@
-"""The head atlas: a layer × head grid coloured by one head type's score (fixed 0–1, grey when not above chance) or
-label, labelling on demand in a background thread, the labels table as CSV."""
+"""The head atlas: a layer × head grid coloured by one head type's score (fixed 0–1, grey when not above
+chance) or label, labelling on demand in a background thread, the labels table as CSV."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def layout(theme: str = "light") -> html.Div:
     ], className="atlas-panel")
 
 
-# Columns of the labelled-heads table, in order, and their headers (only those the table has are shown): the role
-# comes right after the score, so it is in view without scrolling.
+# Columns of the labelled-heads table, in order, and their headers (only those the table has are shown): the
+# role comes right after the score, so it is in view without scrolling.
 LABELLED_COLUMNS = {"head_name": "head", "score": "score", "role": "role", "q_value": "q",
                     "output_share": "output share", "interval": "95 % interval", "chance": "chance",
                     "offset": "offset", "ablation_z": "ablation z", "group_z": "group z"}
@@ -126,8 +126,9 @@ def atlas_view(service: Service, spec: str, head_type: str, colour_by: str, sele
 
 
 def label_status(service: Service, spec: str, start: bool = False):
-    """(progress children, poll disabled, finished-jobs counter, status line) for the labelling job of `spec`; the
-    status line names whatever job runs (this model's or another's) with its estimate, for beside the explorer."""
+    """(progress children, poll disabled, finished-jobs counter, status line) for the labelling job of `spec`;
+    the status line names whatever job runs (this model's or another's) with its estimate, for beside the
+    explorer."""
     job = service.start_labelling(spec) if start else service.job(spec)
     pending = service.running_job()
     poll_off = pending is None and not (job is not None and job.state in ("queued", "running"))

@@ -1,5 +1,5 @@
-"""The architecture card panel: the selected model's attention variant, heads, positions and KV-cache size at the
-model's own maximum length (and at 128K only as "if extended"), each row with what it means."""
+"""The architecture card panel: the selected model's attention variant, heads, positions and KV-cache size at
+the model's own maximum length (and at 128K only as "if extended"), each row with what it means."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def layout() -> html.Div:
 
 
 def card_rows(config) -> list[tuple[str, str, str]]:
-    """(field, value, explanation) rows: the card's rows with the KV cache at the model's own maximum length."""
+    """(field, value, explanation) rows: the card's rows with the KV cache at the model's own maximum
+    length."""
     card = architecture_card(config)
     rows = [(name, value, EXPLAIN.get(name, "")) for name, value in card.rows() if not name.startswith("KV cache ")]
     length = card.max_positions
@@ -53,8 +54,8 @@ def card_rows(config) -> list[tuple[str, str, str]]:
 
 
 def card_table(service: Service, spec: str) -> html.Table:
-    """The card of `spec` (from its config; card-only models too) as a table; each field's meaning on hover and
-    in the third column."""
+    """The card of `spec` (from its config; card-only models too) as a table; each field's meaning on hover
+    and in the third column."""
     rows = card_rows(service.registry.config(spec))
     return html.Table(className="card", children=[html.Tbody([
         html.Tr([html.Th(name, title=why), html.Td(value), html.Td(why, className="explain")])

@@ -1,6 +1,6 @@
-"""The attention explorer: one head's α on the user's input as a heatmap (fixed 0–1 colours, or the head's own max),
-the text coloured by attention from/to a clicked token, a line view for short inputs, the head type's targets
-outlined with the share of attention that lands on them, and full-resolution downloads."""
+"""The attention explorer: one head's α on the user's input as a heatmap (fixed 0–1 colours, or the head's own
+max), the text coloured by attention from/to a clicked token, a line view for short inputs, the head type's
+targets outlined with the share of attention that lands on them, and full-resolution downloads."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ TOKEN_VIEW_MAX = 1024  # the token view shows inputs up to this many tokens
 
 
 def layout(state: dict):
-    """The explorer card; `state` is the page's initial state (input, overlay, colour scale, zoom, pinned token)."""
+    """The explorer card; `state` is the page's initial state (input, overlay, colour scale, zoom, pinned
+    token)."""
     text = state.get("text")
     return card_panel("Attention explorer", [
         dcc.Textarea(id=ids.TEXT, value=text or "", rows=3,
@@ -75,12 +76,12 @@ def layout(state: dict):
     ], className="explorer-panel")
 
 
-# --- the input -------------------------------------------------------------------------------------------------
+# --- the input ----------------------------------------------------------------------------------------------
 
 
 def explorer_input(service: Service, spec: str, text: str, as_ids: bool, model_changed: bool = False):
-    """(input store, message, text shown): tokenizes the explorer's input; on a model change, an example that fits.
-    A ProbeError propagates (the callback shows it and keeps the previous input and figure)."""
+    """(input store, message, text shown): tokenizes the explorer's input; on a model change, an example that
+    fits. A ProbeError propagates (the callback shows it and keeps the previous input and figure)."""
     loaded = service.model(spec)
     if model_changed and not as_ids:
         text = example_for(loaded, text)
@@ -89,7 +90,8 @@ def explorer_input(service: Service, spec: str, text: str, as_ids: bool, model_c
 
 
 def example_for(loaded, text: str) -> str:
-    """The text to show after switching to `loaded`: the user's text if this model can read it, else an example."""
+    """The text to show after switching to `loaded`: the user's text if this model can read it, else an
+    example."""
     if loaded.kind == ModelKind.PROTEIN_MLM:
         return text if is_protein(text) else DEMO_PROTEIN
     if not text or is_protein(text) or unknown_share(loaded, text[:4000]) > 0.2:
@@ -105,9 +107,10 @@ def unknown_share(loaded, text: str) -> float:
 
 
 def example_text(loaded) -> str:
-    """A first input the model can read: an English paragraph for a model that reads English (all-MiniLM-L6-v2),
-    the demo sentences for a small word vocabulary; for the zoo's synthetic languages, two coreference template
-    sentences or a repeated block of the model's own words (so induction heads have something to do)."""
+    """A first input the model can read: an English paragraph for a model that reads English
+    (all-MiniLM-L6-v2), the demo sentences for a small word vocabulary; for the zoo's synthetic languages, two
+    coreference template sentences or a repeated block of the model's own words (so induction heads have
+    something to do)."""
     if loaded.kind == ModelKind.PROTEIN_MLM:
         return DEMO_PROTEIN
     if unknown_share(loaded, DEMO_PARAGRAPH) <= 0.05:
@@ -146,12 +149,13 @@ def checked_input(service: Service, store) -> tuple[str, tuple[int, ...]]:
     return store["model"], service.check_ids(store["model"], store.get("ids"))
 
 
-# --- the view ---------------------------------------------------------------------------------------------------
+# --- the view -----------------------------------------------------------------------------------------------
 
 
 def target_share(alpha: np.ndarray, pattern: np.ndarray, causal: bool) -> tuple[float, float, int]:
-    """(share, chance, rows): of the attention of the rows that have a target, the mean share on the targets, and
-    what a uniform head would get (|T(i)| / (i + 1) causal, |T(i)| / n bidirectional); rows = how many rows."""
+    """(share, chance, rows): of the attention of the rows that have a target, the mean share on the targets,
+    and what a uniform head would get (|T(i)| / (i + 1) causal, |T(i)| / n bidirectional); rows = how many
+    rows."""
     rows = pattern.any(axis=1)  # [query]
     if not rows.any():
         return float("nan"), float("nan"), 0
@@ -162,9 +166,9 @@ def target_share(alpha: np.ndarray, pattern: np.ndarray, causal: bool) -> tuple[
 
 
 def zoom_window(relayout, window, n: int, max_bins: int = figures.HEATMAP_BINS) -> dict | None:
-    """The token window after a zoom on the heatmap (relayoutData in the current figure's cell units); None: the
-    whole input. The figure shows `window` (or everything) in cells of `factor` tokens, so cell c covers tokens
-    start + c·factor … start + (c + 1)·factor − 1."""
+    """The token window after a zoom on the heatmap (relayoutData in the current figure's cell units); None:
+    the whole input. The figure shows `window` (or everything) in cells of `factor` tokens, so cell c covers
+    tokens start + c·factor … start + (c + 1)·factor − 1."""
     current = checked_window(window, n) or (0, n, 0, n)
     if not isinstance(relayout, dict):
         return window
@@ -199,7 +203,8 @@ RELAYOUT_KEYS = ("xaxis.range[0]", "xaxis.range[1]", "yaxis.range[0]", "yaxis.ra
 
 
 def check_relayout(relayout: dict) -> None:
-    """A zoom payload's ranges must be finite numbers (NaN, ±Infinity or a string is a one-line ProbeError)."""
+    """A zoom payload's ranges must be finite numbers (NaN, ±Infinity or a string is a one-line
+    ProbeError)."""
     for key in RELAYOUT_KEYS:
         if key not in relayout:
             continue
@@ -229,8 +234,8 @@ def checked_window(window, n: int) -> tuple[int, int, int, int] | None:
 
 def layer_view(service: Service, store: dict | None, layer_store) -> tuple[dict | None, str]:
     """(layer payload, message): one layer's α of every head for the current input, sent to the browser once
-    (assets/explorer.js draws the heatmap, token view and head steps from it). A failed capture is a payload with
-    an `error`, so the browser clears the previous model's figures and says why."""
+    (assets/explorer.js draws the heatmap, token view and head steps from it). A failed capture is a payload
+    with an `error`, so the browser clears the previous model's figures and says why."""
     if not store:
         return None, ""
     spec, token_ids = checked_input(service, store)
@@ -250,7 +255,8 @@ def layer_view(service: Service, store: dict | None, layer_store) -> tuple[dict 
 
 
 def pattern_view(service: Service, store: dict | None, layer_store, head_type: str, overlay: bool) -> dict | None:
-    """The head type's target cells of the current input for each head of the layer ({"heads": [[queries, keys],
+    """The head type's target cells of the current input for each head of the layer ({"heads": [[queries,
+    keys],
     ...]}: one entry when every head has the same targets), or a note why there is no outline."""
     if not overlay or not store:
         return None

@@ -1,6 +1,6 @@
-"""The glossary popover: what every number in the page means (score, chance, effect, q-value, the label rule with
-its numbers, output share and sinks, ablation, the grid's colours and badges). The numbers of the rule are read
-from probe.heads.label.LabelConfig, so the text follows the library."""
+"""The glossary popover: what every number in the page means (score, chance, effect, q-value, the label rule
+with its numbers, output share and sinks, ablation, the grid's colours and badges). The numbers of the rule
+are read from probe.heads.label.LabelConfig, so the text follows the library."""
 
 from __future__ import annotations
 

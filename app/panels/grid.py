@@ -1,7 +1,8 @@
 """The head grid: every head's attention on the current input at a glance (layer rows × head columns).
 
-One forward pass streams every head's α into a pooled grid on the server (`Service.thumbnails`); each head becomes a
-small PNG; its atlas score (or label) is the badge. Click a thumbnail to select that head everywhere.
+One forward pass streams every head's α into a pooled grid on the server (`Service.thumbnails`); each head
+becomes a small PNG; its atlas score (or label) is the badge. Click a thumbnail to select that head
+everywhere.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def layout() -> html.Div:
 
 
 def badges(table, head_type: str) -> dict[tuple[int, int], tuple[str, str]]:
-    """(layer, head) -> (badge text, css class) from the atlas table: the score, ✓ when labelled, grey when the
-    score is not clearly above chance."""
+    """(layer, head) -> (badge text, css class) from the atlas table: the score, ✓ when labelled, grey when
+    the score is not clearly above chance."""
     if table is None or table.empty:
         return {}
     rows = table[table["head_type"].astype(str) == head_type]
@@ -78,8 +79,8 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
 
 
 def head_max(tile: np.ndarray, causal: bool) -> float:
-    """The colour maximum of a thumbnail scaled to its head: causal models leave out the first cell, which holds
-    query 0 (it sees only itself, α = 1, on every head)."""
+    """The colour maximum of a thumbnail scaled to its head: causal models leave out the first cell, which
+    holds query 0 (it sees only itself, α = 1, on every head)."""
     values = tile.copy()
     if causal and values.size > 1:
         values[0, 0] = 0.0

@@ -1,7 +1,8 @@
 """Page-wide controls and state: the header (title, glossary, theme), the sidebar (model, head type, head
-selector, toolbar image format, the model's facts), and the URL that holds every state — model, head type, head,
-overlay, colour scale, zoom, pinned token, and the input (short text in the link, a long one through a server-side
-key) — so a reload or a shared link restores it. A link that names something unknown gets a visible note."""
+selector, toolbar image format, the model's facts), and the URL that holds every state — model, head type,
+head, overlay, colour scale, zoom, pinned token, and the input (short text in the link, a long one through a
+server-side key) — so a reload or a shared link restores it. A link that names something unknown gets a
+visible note."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def readable(head_type: str) -> str:
 
 
 def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
-    """The head types that apply to the model: protein models have no text-only types (coreference, delimiter)."""
+    """The head types that apply to the model: protein models have no text-only types (coreference,
+    delimiter)."""
     from probe.heads.registry import REGISTRY
 
     if service.unusable(spec):
@@ -41,9 +43,9 @@ def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
 
 
 def type_options(types) -> list[dict]:
-    """Readable labels ("previous token"); plain strings, since the options are replaced by a callback when the
-    model changes (components inside options do not survive that in the renderer). The snake_case names and
-    descriptions are in the glossary and the labels' tooltip (the radio list's title)."""
+    """Readable labels ("previous token"); plain strings, since the options are replaced by a callback when
+    the model changes (components inside options do not survive that in the renderer). The snake_case names
+    and descriptions are in the glossary and the labels' tooltip (the radio list's title)."""
     return [{"label": readable(name), "value": name} for name in types]
 
 
@@ -57,8 +59,9 @@ SHOWCASE = ("induction", "previous_token", "next_token", "coreference", "duplica
 
 
 def default_head_type(types, table=None) -> str:
-    """The type the page opens on: the first of SHOWCASE with a labelled head in `table` (a real model opens on a
-    pattern it has, never on an empty atlas); without labels induction where it applies, else the first type."""
+    """The type the page opens on: the first of SHOWCASE with a labelled head in `table` (a real model opens
+    on a pattern it has, never on an empty atlas); without labels induction where it applies, else the first
+    type."""
     if table is not None and not table.empty and "label" in table.columns:
         from ..figures import _is_labelled
 
@@ -71,8 +74,8 @@ def default_head_type(types, table=None) -> str:
 
 
 def initial_state(service: Service, query) -> dict:
-    """The page's first state from the URL's query (a dict-like): each unknown or malformed value is replaced by
-    its default and named in a visible note, never an error page."""
+    """The page's first state from the URL's query (a dict-like): each unknown or malformed value is replaced
+    by its default and named in a visible note, never an error page."""
     notes = []
     usable = service.registry.usable_specs or service.specs
     spec = query.get("model") or usable[0]
@@ -136,8 +139,9 @@ def initial_state(service: Service, query) -> dict:
 
 
 def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int]:
-    """The head the page opens on: the best-scoring labelled head of the type (else the best score), the model's
-    first head with α without labels (L0H0; a hybrid's first softmax layer), L0H0 for a card-only model."""
+    """The head the page opens on: the best-scoring labelled head of the type (else the best score), the
+    model's first head with α without labels (L0H0; a hybrid's first softmax layer), L0H0 for a card-only
+    model."""
     if service.unusable(spec):
         return 0, 0
     first = service.model(spec).heads[0]
@@ -159,8 +163,8 @@ def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int
 def url_search(service: Service, spec: str, head_type: str, selected: dict | None, store: dict | None,
                overlay=None, scale=None, zoom: dict | None = None, focus: dict | None = None,
                theme: str | None = None, direction: str | None = None) -> str:
-    """The query string of the current state; an input longer than URL_TEXT_CHARS is saved on the server and the
-    link carries its key."""
+    """The query string of the current state; an input longer than URL_TEXT_CHARS is saved on the server and
+    the link carries its key."""
     params = {"model": spec, "type": head_type}
     if isinstance(selected, dict):
         params.update(layer=selected.get("layer", 0), head=selected.get("head", 0))

@@ -1,7 +1,7 @@
-"""Proteins: predicted contacts (upper triangle) and true contacts from an uploaded structure (lower) beside the
-selected head's APC-corrected attention; a clicked residue pair is marked in both until cleared, and both maps zoom
-together; the per-head leaderboard selects heads. Uploads that are too large or of the wrong type are refused in
-the browser with a message (assets/upload.js) and again on the server."""
+"""Proteins: predicted contacts (upper triangle) and true contacts from an uploaded structure (lower) beside
+the selected head's APC-corrected attention; a clicked residue pair is marked in both until cleared, and both
+maps zoom together; the per-head leaderboard selects heads. Uploads that are too large or of the wrong type
+are refused in the browser with a message (assets/upload.js) and again on the server."""
 
 from __future__ import annotations
 
@@ -108,7 +108,8 @@ def decode_upload(contents: str | None, filename: str | None, max_bytes: int) ->
 
 def protein_run(service: Service, spec: str, sequence: str | None, contents: str | None, filename: str | None,
                 chain: str | None):
-    """(protein store, message): contacts for the typed sequence, an uploaded FASTA or an uploaded structure."""
+    """(protein store, message): contacts for the typed sequence, an uploaded FASTA or an uploaded
+    structure."""
     loaded = service.model(spec)
     if loaded.kind != ModelKind.PROTEIN_MLM:
         kind = getattr(loaded.kind, "value", loaded.kind)
@@ -141,7 +142,8 @@ def protein_run(service: Service, spec: str, sequence: str | None, contents: str
 
 def protein_view(service: Service, store: dict | None, selected, pair: dict | None, zoom: dict | None = None,
                  theme: str = "light"):
-    """(contact figure, head map figure, leaderboard rows, P@L table, message); both maps drawn at the shared zoom."""
+    """(contact figure, head map figure, leaderboard rows, P@L table, message); both maps drawn at the shared
+    zoom."""
     if not store:
         empty = figures.empty_figure("choose a protein model, then type a sequence or upload a structure", theme)
         return empty, empty, [], [], [], ""
@@ -197,7 +199,8 @@ def mark_pair(store: dict | None, click: dict | None):
 
 
 def leaderboard_head(service: Service, spec: str, cell, rows) -> dict:
-    """The head of a clicked leaderboard row, checked (the head index is in `head_index`; `head` is its name)."""
+    """The head of a clicked leaderboard row, checked (the head index is in `head_index`; `head` is its
+    name)."""
     return row_head(service, spec, cell, rows, "head_index")
 
 
@@ -284,9 +287,10 @@ def register(app, service: Service) -> None:
 
 
 def shared_zoom(relayout, store):
-    """(layout patch for the other residue map, shared zoom store): the same window, or the whole protein after a
-    double-click; (no_update, no_update) when the event zoomed nothing. Ranges are clipped to the protein (plotly
-    echoes the ranges its aspect constraint widened, which would otherwise leave a blank band on the next map)."""
+    """(layout patch for the other residue map, shared zoom store): the same window, or the whole protein
+    after a double-click; (no_update, no_update) when the event zoomed nothing. Ranges are clipped to the
+    protein (plotly echoes the ranges its aspect constraint widened, which would otherwise leave a blank band
+    on the next map)."""
     ranges = figures.zoom_ranges(relayout)
     length = store.get("length") if isinstance(store, dict) else None
     if ranges is None or not isinstance(length, int):

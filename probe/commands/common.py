@@ -9,14 +9,14 @@ from pathlib import Path
 
 from probe.errors import ProbeError
 
-# What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/commands/test_cli_fast.py checks they are
-# equal), written out so that checking --out needs no pandas.
+# What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/commands/test_cli_fast.py checks they
+# are equal), written out so that checking --out needs no pandas.
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
 
 
 def add_model_options(parser: argparse.ArgumentParser, many: bool = False, required: bool = True) -> None:
-    """--model (hub id, local directory or zoo:NAME), --device, --dtype, --engine, --device-map, --offload-folder,
-    --max-memory (pass the last four to probe.models.load with :func:`load_keywords`)."""
+    """--model (hub id, local directory or zoo:NAME), --device, --dtype, --engine, --device-map,
+    --offload-folder, --max-memory (pass the last four to probe.models.load with :func:`load_keywords`)."""
     help_text = "hub id (gpt2), local directory (what save_pretrained wrote) or zoo:NAME"
     if many:
         parser.add_argument("--model", action="append", required=required, help=help_text + "; repeat for "

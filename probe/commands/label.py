@@ -29,8 +29,8 @@ from probe.commands.common import (
 from probe.errors import ProbeError
 
 # The defaults and choices of probe.heads.label.LabelConfig, written out so that `probe label --help` and
-# argument errors need no torch (the library's values are the truth: tests/commands/test_cli_fast.py checks these equal
-# them).
+# argument errors need no torch (the library's values are the truth: tests/commands/test_cli_fast.py checks
+# these equal them).
 DEFAULTS = {"examples": 64, "seed": 0, "coref_set": "auto", "batch_size": 8, "n_bootstrap": 1000,
             "min_effect": 0.25, "min_accuracy_gain": 0.1, "fdr": 0.05, "ablate": "labelled"}
 COREF_SETS = ("auto", "gap", "templates", "causality")  # probe.heads.label.COREF_SETS
@@ -148,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
     if args.models_file is not None and not Path(args.models_file).expanduser().is_file():
         raise ProbeError(f"--models-file {args.models_file} is not a file: give one model per line")
     # The labelling stack (torch, pandas, transformers) is imported only now, after the checks that need none
-    # of it: `probe label --help`, argument errors and missing files answer at once (tests/commands/test_cli_fast.py).
+    # of it: `probe label --help`, argument errors and missing files answer at once
+    # (tests/commands/test_cli_fast.py).
     import pandas as pd
 
     from probe import models

@@ -1,5 +1,6 @@
-"""`probe report`: one self-contained HTML file of a model (card, atlas, labelled heads, every head on an input,
-full maps with the token view, proteins' contacts) that opens from file:// with no server and no network."""
+"""`probe report`: one self-contained HTML file of a model (card, atlas, labelled heads, every head on an
+input, full maps with the token view, proteins' contacts) that opens from file:// with no server and no
+network."""
 
 from __future__ import annotations
 

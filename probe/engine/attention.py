@@ -1,21 +1,22 @@
 """The attention function registered with transformers: the model's attention, and α handed to the sinks.
 
-The model keeps running on a fused attention kernel that also returns the log-sum-exp (LSE) of every query row.
-For the heads some sink asks for, α is rebuilt one query block at a time:
+The model keeps running on a fused attention kernel that also returns the log-sum-exp (LSE) of every query
+row. For the heads some sink asks for, α is rebuilt one query block at a time:
 
-    α(i, j) = exp(s_ij − lse'_i),   s_ij = cap(scale · q_i · k_j) + mask_ij,   lse'_i = logaddexp(lse_i, sink_h)
+    α(i, j) = exp(s_ij − lse'_i),   s_ij = cap(scale · q_i · k_j) + mask_ij,   lse'_i = logaddexp(lse_i,
+    sink_h)
 
-(no cap without soft-capping, lse' = lse without attention sinks), so no `[layer, head, query, key]` tensor is ever
-built for all heads, and the model's outputs are the kernel's own. Where the sinks want every head densely, the
-output is computed from the very α blocks the sinks receive (the single pass). Every keyword the model passes is
-read against :data:`probe.engine.keywords.KEYWORDS`; one the engine does not implement is refused in one line.
-Outside any capture the function behaves like transformers' sdpa attention (with sinks and soft-capping computed,
-which sdpa lacks).
+(no cap without soft-capping, lse' = lse without attention sinks), so no `[layer, head, query, key]` tensor is
+ever built for all heads, and the model's outputs are the kernel's own. Where the sinks want every head
+densely, the output is computed from the very α blocks the sinks receive (the single pass). Every keyword the
+model passes is read against :data:`probe.engine.keywords.KEYWORDS`; one the engine does not implement is
+refused in one line. Outside any capture the function behaves like transformers' sdpa attention (with sinks
+and soft-capping computed, which sdpa lacks).
 
 Longer than 450 lines because it holds the registered function and its four streaming paths (single pass,
-kernel + rebuild, sampled rows, gathered slots) side by side: each path must apply the same score rule, sinks and
-soft-capping to the same plan, and reading them together is how a reviewer checks that they agree. The kernels and
-the score rule itself live in :mod:`probe.engine.kernels`.
+kernel + rebuild, sampled rows, gathered slots) side by side: each path must apply the same score rule, sinks
+and soft-capping to the same plan, and reading them together is how a reviewer checks that they agree. The
+kernels and the score rule itself live in :mod:`probe.engine.kernels`.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def _apply_ablation(
     ablate: torch.Tensor,  # [batch|1 layer head] bool
     layer: int,
 ) -> torch.Tensor:
-    """Zero the output of the ablated heads of `layer` (a new tensor; per batch row when ablate has a batch axis)."""
+    """Zero the output of the ablated heads of `layer` (a new tensor; per batch row when ablate has a batch
+    axis)."""
     if layer >= ablate.shape[1] or ablate.shape[2] != output.shape[1]:
         raise ProbeError(f"ablate is shaped {tuple(ablate.shape)}; layer {layer} has {output.shape[1]} heads")
     if ablate.shape[0] not in (1, output.shape[0]):
@@ -111,9 +113,9 @@ def _plan(session: _Session, layer: int, n_heads: int, n_query: int, device: tor
     return plan
 
 
-# Captures may overlap on one model (threads of a web app): the first one in switches the model to the engine, the
-# last one out restores its previous implementation. Each thread's session lives in a ContextVar, so a forward pass
-# sees only its own sinks, and a forward outside any capture behaves like sdpa.
+# Captures may overlap on one model (threads of a web app): the first one in switches the model to the engine,
+# the last one out restores its previous implementation. Each thread's session lives in a ContextVar, so a
+# forward pass sees only its own sinks, and a forward outside any capture behaves like sdpa.
 
 
 def capture_attention_forward(
@@ -129,10 +131,10 @@ def capture_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """Registered as "probe_capture": the attention output, and α of the wanted heads handed to the sinks.
 
-    Where the sinks want every head of the layer densely, the output is computed from the same α blocks the sinks
-    receive (one QKᵀ, softmax and α·V per block: capture costs one attention, not a kernel plus a rebuild); otherwise
-    the fused kernel runs (the blockwise softmax for soft-capped scores) and α of the wanted heads is rebuilt from
-    its log-sum-exp.
+    Where the sinks want every head of the layer densely, the output is computed from the same α blocks the
+    sinks receive (one QKᵀ, softmax and α·V per block: capture costs one attention, not a kernel plus a
+    rebuild); otherwise the fused kernel runs (the blockwise softmax for soft-capped scores) and α of the
+    wanted heads is rebuilt from its log-sum-exp.
 
     Raises
     ------
@@ -159,7 +161,8 @@ def capture_attention_forward(
     sinks = features.sinks
     if sinks is not None and sinks.shape != (n_heads,):
         raise ProbeError(f"s_aux has {sinks.numel()} sink logits; the layer has {n_heads} query heads")
-    # The same causal rule as transformers' sdpa path: is_causal only when no mask was built and more than one query.
+    # The same causal rule as transformers' sdpa path: is_causal only when no mask was built and more than one
+    # query.
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     is_causal = bool(n_query > 1 and attention_mask is None and is_causal)
     if is_causal and key.shape[2] > n_query:  # prefill into an empty static cache: keys past the queries are unused
@@ -175,10 +178,11 @@ def capture_attention_forward(
 
     layer = session.next_layer(module)
     plan = _plan(session, layer, n_heads, n_query, query.device)
-    # The output from the same α blocks the sinks receive (no fused kernel) — unless a sink wants output norms: it
-    # needs Σ_j α_ij n_j (from the kernel call) before its blocks arrive, so then the kernel runs and α is rebuilt.
-    # In float16 / bfloat16 the single pass's output (float32 math, one rounding) would differ from the kernel's by
-    # an ulp here and there, and the logits with it (measured up to 0.1 on a tiny bf16 Llama): the kernel runs.
+    # The output from the same α blocks the sinks receive (no fused kernel) — unless a sink wants output
+    # norms: it needs Σ_j α_ij n_j (from the kernel call) before its blocks arrive, so then the kernel runs
+    # and α is rebuilt. In float16 / bfloat16 the single pass's output (float32 math, one rounding) would
+    # differ from the kernel's by an ulp here and there, and the logits with it (measured up to 0.1 on a tiny
+    # bf16 Llama): the kernel runs.
     single_pass = (plan.heads == list(range(n_heads)) and not (dropout and module.training)
                    and not plan.norm_sinks and query.dtype not in REDUCED_PRECISION)
     if single_pass:
@@ -189,8 +193,8 @@ def capture_attention_forward(
     else:
         def kernel(q, k, v):
             return layer_output(q, k, v, scores, dropout)
-    # [batch head query dim_v], [batch head query] (lse'); output norms (Kobayashi et al.) to the sinks that ask for
-    # them, from one extra value channel of the same call
+    # [batch head query dim_v], [batch head query] (lse'); output norms (Kobayashi et al.) to the sinks that
+    # ask for them, from one extra value channel of the same call
     output, normaliser = with_output_norms(plan.norm_sinks, module, layer, query, key, value, kernel)
     if plan.heads and not single_pass:
         _stream_alpha(session, layer, plan, query, expand_kv(key, n_heads), scores, normaliser)
@@ -261,7 +265,8 @@ def _hand_out(
     entropy: torch.Tensor | None = None,  # [batch head_sel block]
     learned: torch.Tensor | None = None,  # [batch head_sel block]: weight on the learned sink
 ) -> None:
-    """Give one α block to every sink that wants some of its heads (padded to all keys unless it accepts a crop)."""
+    """Give one α block to every sink that wants some of its heads (padded to all keys unless it accepts a
+    crop)."""
     position = {head: index for index, head in enumerate(heads)}
     for sink, chosen in plan.dense.items():
         need = plan.needs[sink]
@@ -283,7 +288,8 @@ def _row_entropy(
     bias: torch.Tensor | None,  # [batch 1|head block key]: the finite part of the mask
     learned: torch.Tensor | None,  # [batch head block]: weight on the learned sink
 ) -> torch.Tensor:
-    """−Σ_j α log α = Σ_j α (lse' − s) = lse'·Σ_j α − Σ α·scale·q·k − Σ α·bias (Σ_j α = 1 − the sink's weight)."""
+    """−Σ_j α log α = Σ_j α (lse' − s) = lse'·Σ_j α − Σ α·scale·q·k − Σ α·bias (Σ_j α = 1 − the sink's
+    weight)."""
     entropy = normaliser - products if learned is None else normaliser * (1.0 - learned) - products
     if bias is not None:
         entropy -= (alpha * bias[..., : alpha.shape[-1]]).sum(-1)
@@ -291,7 +297,8 @@ def _row_entropy(
 
 
 def _direct_entropy(alpha: torch.Tensor) -> torch.Tensor:
-    """−Σ_j α log α `[batch head block]` with the logarithm: for soft-capped scores, which are not linear in k."""
+    """−Σ_j α log α `[batch head block]` with the logarithm: for soft-capped scores, which are not linear in
+    k."""
     return -torch.xlogy(alpha, alpha).sum(-1)
 
 
@@ -305,14 +312,15 @@ def _stream_single_pass(
     scores: Scores,
     want_lse: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Attention of every head computed block by block from the α the sinks receive: per block of query rows one
-    QKᵀ, (the cap,) a softmax and α·V. Returns (output [batch head query dim_v] in the query's dtype, lse'
+    """Attention of every head computed block by block from the α the sinks receive: per block of query rows
+    one QKᵀ, (the cap,) a softmax and α·V. Returns (output [batch head query dim_v] in the query's dtype, lse'
     [batch head query] float32, or None when no consumer needs it), equal to the fused kernel's within float32
-    rounding. With attention sinks the softmax's α is scaled by exp(lse − lse') before α·V, which is the model's
-    own output.
+    rounding. With attention sinks the softmax's α is scaled by exp(lse − lse') before α·V, which is the
+    model's own output.
 
-    Grouped-query heads are never repeated: the g query heads of one kv head are stacked on the row axis, so one
-    matmul per kv head serves them all (`[batch·kv_head, g·block, key]` is `[batch, head, block, key]` in memory).
+    Grouped-query heads are never repeated: the g query heads of one kv head are stacked on the row axis, so
+    one matmul per kv head serves them all (`[batch·kv_head, g·block, key]` is `[batch, head, block, key]` in
+    memory).
     """
     n_batch, n_heads, n_query, dim = query.shape
     n_kv, n_key, dim_v = key.shape[1], key.shape[2], value.shape[-1]
@@ -394,7 +402,8 @@ def _stream_alpha(
     scores: Scores,
     normaliser: torch.Tensor,  # [batch head query] lse'
 ) -> None:
-    """Rebuild α for the plan's heads from the kernel's lse', one query block at a time, and hand each block out."""
+    """Rebuild α for the plan's heads from the kernel's lse', one query block at a time, and hand each block
+    out."""
     heads = plan.heads
     n_batch, n_query, n_key = query.shape[0], query.shape[2], key.shape[2]
     query_sel, key_sel, norm_sel, mask_sel, sinks_sel = _select_heads(heads, layer, query, key, normaliser, scores)
@@ -454,8 +463,8 @@ def _stream_rows(
     scores: Scores,
     normaliser: torch.Tensor,  # [batch head query] lse'
 ) -> None:
-    """α of a sampling sink's rows only, rebuilt from the kernel's lse' in blocks of those rows (causal blocks stop
-    at their last row's key). Grouped kv heads are not repeated when every head is wanted."""
+    """α of a sampling sink's rows only, rebuilt from the kernel's lse' in blocks of those rows (causal blocks
+    stop at their last row's key). Grouped kv heads are not repeated when every head is wanted."""
     n_batch, n_heads, n_query, dim = query.shape
     n_kv, n_key = key.shape[1], key.shape[2]
     if not len(rows):
@@ -528,8 +537,8 @@ def _gather_alpha(
     scores: Scores,
     normaliser: torch.Tensor,  # [batch head query] lse'
 ) -> None:
-    """α at the key slots gather-sinks ask for: one dot product per (query, slot) — or, where a block's rows share
-    their keys, one product against the block's distinct keys — never a dense [query key] block."""
+    """α at the key slots gather-sinks ask for: one dot product per (query, slot) — or, where a block's rows
+    share their keys, one product against the block's distinct keys — never a dense [query key] block."""
     n_batch, n_heads, n_query, dim = query.shape
     for sink, (heads, slots) in requests.items():
         heads, slots = tuple(heads), slots.to(query.device)  # slots: [batch query slot]
@@ -540,9 +549,10 @@ def _gather_alpha(
         query_sel, key_sel = query_sel.float(), key_sel.float()
         n_slots = slots.shape[-1]
         out = torch.zeros(n_batch, len(heads), n_query, n_slots, device=query.device)  # [batch head query slot]
-        # Two ways to get q_i·k_j at the slots of a block of rows. Where the rows share keys (diagonal bands such as
-        # previous-token or fixed offsets, key 0) one matmul against the block's distinct keys is cheapest; else
-        # each row's slot keys are gathered ([batch head block slot dim], a quarter of the block budget).
+        # Two ways to get q_i·k_j at the slots of a block of rows. Where the rows share keys (diagonal bands
+        # such as previous-token or fixed offsets, key 0) one matmul against the block's distinct keys is
+        # cheapest; else each row's slot keys are gathered ([batch head block slot dim], a quarter of the
+        # block budget).
         row_bytes = n_batch * len(heads) * n_slots * dim * 4
         gather_rows = max(1, min(n_query, session.block_bytes // 4 // max(1, row_bytes)))
         start = 0

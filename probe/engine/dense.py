@@ -13,10 +13,11 @@ from probe.errors import ProbeError
 class DenseSink:
     """Keeps α of the selected layers and heads on the CPU, one tensor per (step, layer).
 
-    A :class:`~probe.engine.sinks.Sink` (it declares ``causal_crop``: the causal triangle above the diagonal is
-    never computed, the buffer is zero there). With attention sinks (gpt-oss) a kept row sums to less than 1: the
-    rest went to the learned sink. Memory: batch × heads × query × key values per layer and forward
-    pass, so keep it to the heads you look at; :func:`~probe.engine.capture.capture_attention` is the one-call form.
+    A :class:`~probe.engine.sinks.Sink` (it declares ``causal_crop``: the causal triangle above the diagonal
+    is never computed, the buffer is zero there). With attention sinks (gpt-oss) a kept row sums to less than
+    1: the rest went to the learned sink. Memory: batch × heads × query × key values per layer and forward
+    pass, so keep it to the heads you look at; :func:`~probe.engine.capture.capture_attention` is the one-call
+    form.
 
     Parameters
     ----------

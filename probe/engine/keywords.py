@@ -1,18 +1,19 @@
 """What the engine's attention function understands: the allow-list of keywords a model may pass it.
 
-transformers calls an attention function as ``fn(module, query, key, value, attention_mask, **kwargs)``, and each
-model adds its own keywords: ``s_aux`` (gpt-oss's attention sinks), ``softcap`` (Gemma 2), ``position_bias`` (T5),
-``sliding_window`` … A function that ignores one it does not implement computes something else than the model —
-silently (ignoring ``s_aux`` changes gpt-oss's α by up to 1.0). So the engine reads every keyword against one table,
-:data:`KEYWORDS`, and refuses any other in one line that names it and the fallback (``--engine eager``).
+transformers calls an attention function as ``fn(module, query, key, value, attention_mask, **kwargs)``, and
+each model adds its own keywords: ``s_aux`` (gpt-oss's attention sinks), ``softcap`` (Gemma 2),
+``position_bias`` (T5), ``sliding_window`` … A function that ignores one it does not implement computes
+something else than the model — silently (ignoring ``s_aux`` changes gpt-oss's α by up to 1.0). So the engine
+reads every keyword against one table, :data:`KEYWORDS`, and refuses any other in one line that names it and
+the fallback (``--engine eager``).
 
 Three kinds of entries:
 
 * ``implemented`` — the engine computes what the keyword asks (the value may be anything the model passes);
-* ``harmless`` — information the function does not need, whatever its value (``position_ids``: rotary positions
-  are already in q and k, and the mask was built from them);
-* ``none_only`` — a feature the engine does not implement, accepted only when the model passes it as None (e.g.
-  ``cu_seq_lens_q`` of packed flash-attention batches).
+* ``harmless`` — information the function does not need, whatever its value (``position_ids``: rotary
+  positions are already in q and k, and the mask was built from them);
+* ``none_only`` — a feature the engine does not implement, accepted only when the model passes it as None
+  (e.g. ``cu_seq_lens_q`` of packed flash-attention batches).
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ class AttentionFeatures:
 
 
 def read_keywords(kwargs: dict) -> AttentionFeatures:
-    """The features an attention call asks for, or a one-line :class:`~probe.errors.ProbeError` for a keyword the
-    engine does not implement (not in :data:`KEYWORDS`, or a ``none_only`` one given a value)."""
+    """The features an attention call asks for, or a one-line :class:`~probe.errors.ProbeError` for a keyword
+    the engine does not implement (not in :data:`KEYWORDS`, or a ``none_only`` one given a value)."""
     for name, value in kwargs.items():
         kind = KEYWORDS.get(name, (None, ""))[0]
         if kind is None:

@@ -2,22 +2,24 @@
 
 A type's spec names the positions whose loss its ablation measures (``loss_positions``):
 
-* ``repeat`` (duplicate_token, induction): the second copy of the planted block — next-token loss on its tokens after
-  the first (causal LMs), or the masked-token loss of 15 % of its tokens masked (masked / protein LMs);
-* ``text`` (previous/next token, self, first token, fixed offset, delimiter): the probe text — next-token loss on
-  every token (causal), masked-token loss on 15 % of the non-special tokens (masked);
+* ``repeat`` (duplicate_token, induction): the second copy of the planted block — next-token loss on its
+  tokens after the first (causal LMs), or the masked-token loss of 15 % of its tokens masked (masked / protein
+  LMs);
+* ``text`` (previous/next token, self, first token, fixed offset, delimiter): the probe text — next-token loss
+  on every token (causal), masked-token loss on 15 % of the non-special tokens (masked);
 * ``query`` (coreference): the pronoun resolution — the loss of the token after the pronoun (causal: the zoo's
   coreference task puts the antecedent's action there), or of the masked pronoun itself (masked LMs).
 
-The effects are computed by :func:`probe.heads.ablation.ablation_effects` (heads zeroed inside the capture engine's
-attention function, batched several heads per forward) against random unlabelled heads of the same layer (of the
-whole model where a layer has fewer than two; see :func:`probe.heads.ablation.control_heads`). Each (type, layer)
-with two or more labelled heads is also ablated as one group (:func:`probe.heads.ablation.group_effects`: columns
-``group_effect``, ``group_z``, ``group_size``, ``group_heads``), on the same probes and loss; and all labelled heads
-of a type together, across layers, against random groups of the same layer histogram
-(:func:`probe.heads.ablation.layer_matched_groups`: ``type_group_effect``, ``type_group_z``, ``type_group_size``).
-Models whose checkpoint has no trained LM head (a sentence-embedding BERT loaded with a fresh MLM head) get no
-ablation columns: their loss would measure a random head.
+The effects are computed by :func:`probe.heads.ablation.ablation_effects` (heads zeroed inside the capture
+engine's attention function, batched several heads per forward) against random unlabelled heads of the same
+layer (of the whole model where a layer has fewer than two; see :func:`probe.heads.ablation.control_heads`).
+Each (type, layer) with two or more labelled heads is also ablated as one group
+(:func:`probe.heads.ablation.group_effects`: columns ``group_effect``, ``group_z``, ``group_size``,
+``group_heads``), on the same probes and loss; and all labelled heads of a type together, across layers,
+against random groups of the same layer histogram (:func:`probe.heads.ablation.layer_matched_groups`:
+``type_group_effect``, ``type_group_z``, ``type_group_size``). Models whose checkpoint has no trained LM head
+(a sentence-embedding BERT loaded with a fresh MLM head) get no ablation columns: their loss would measure a
+random head.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ MASK_SHARE = 0.15  # masked LMs: share of the measured positions that are masked
 
 
 def lm_head_trained(loaded) -> bool:
-    """False when the model has output-head parameters (not tied to the embeddings) that its checkpoint lacks, i.e.
-    the head was freshly initialised at load time. True when it cannot be told (a hub model not cached locally)."""
+    """False when the model has output-head parameters (not tied to the embeddings) that its checkpoint lacks,
+    i.e. the head was freshly initialised at load time. True when it cannot be told (a hub model not cached
+    locally)."""
     from probe.models import resolve
 
     directory = Path(resolve(loaded.name)).expanduser()
@@ -81,8 +84,8 @@ def _positions(spec_positions: str, input_ids: torch.Tensor, lengths: torch.Tens
 
 def loss_batch(loaded, spec_name: str, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                repeat_start=None, repeat_len=None, spans=(), seed: int = 0) -> dict[str, torch.Tensor] | None:
-    """The ablation batch of one type: `input_ids` (masked where a masked LM is measured), `attention_mask`, and
-    `labels` (−100 outside the measured positions). None when a masked LM has no mask token."""
+    """The ablation batch of one type: `input_ids` (masked where a masked LM is measured), `attention_mask`,
+    and `labels` (−100 outside the measured positions). None when a masked LM has no mask token."""
     from probe.heads.probesets import special_frame
 
     causal = loaded.kind == ModelKind.CAUSAL_LM
@@ -119,10 +122,11 @@ def ablation_columns(
     progress: Callable[[int, int], None] | None = None,
     timings: StageTimes | None = None,  # per-head and group ablation seconds are added here
 ) -> pd.DataFrame:
-    """`[head_type, layer, head, ablation_effect, ablation_z, group_effect, group_z, group_size, group_heads]` for
-    the heads `config.ablate` selects (labelled or all): each type's heads ablated on that type's own probes and loss,
-    against heads that carry no label (same layer where possible); and every (type, layer) with ≥ 2 labelled heads
-    ablated together, against random groups of the same size (group columns on each member's row)."""
+    """`[head_type, layer, head, ablation_effect, ablation_z, group_effect, group_z, group_size, group_heads]`
+    for the heads `config.ablate` selects (labelled or all): each type's heads ablated on that type's own
+    probes and loss, against heads that carry no label (same layer where possible); and every (type, layer)
+    with ≥ 2 labelled heads ablated together, against random groups of the same size (group columns on each
+    member's row)."""
     from probe.heads.ablation import ablation_effects, group_effects
     from probe.heads.probesets import pad_span_batch
 

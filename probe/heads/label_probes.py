@@ -1,6 +1,6 @@
-"""The probe sets of one model for :func:`probe.heads.label.label_model` (step 1): natural text, repeated blocks,
-brackets and random sentences per length (:class:`TokenProbeSet`), and the span set (the user's file, GAP or the
-templates). The corpus is tokenized once per model (:class:`ProbeSource`)."""
+"""The probe sets of one model for :func:`probe.heads.label.label_model` (step 1): natural text, repeated
+blocks, brackets and random sentences per length (:class:`TokenProbeSet`), and the span set (the user's file,
+GAP or the templates). The corpus is tokenized once per model (:class:`ProbeSource`)."""
 
 from __future__ import annotations
 
@@ -62,9 +62,9 @@ class ProbeSource:
         self.note = note
 
     def resolve(self, probe: str) -> str:
-        """The probe set a spec's probe kind gets on this model. Where the tokenizer reads the corpus: natural text
-        ("natural", "sentences") and natural text with seeded brackets ("brackets"); elsewhere random tokens:
-        repeated blocks, random sentences, random tokens with seeded brackets."""
+        """The probe set a spec's probe kind gets on this model. Where the tokenizer reads the corpus: natural
+        text ("natural", "sentences") and natural text with seeded brackets ("brackets"); elsewhere random
+        tokens: repeated blocks, random sentences, random tokens with seeded brackets."""
         if probe in ("natural", "sentences"):
             return "natural" if self.natural else ("repeated" if probe == "natural" else "random-sentences")
         if probe == "brackets":
@@ -99,8 +99,9 @@ class ProbeSource:
         return TokenProbeSet("repeated", blocks.input_ids, torch.arange(n), blocks.offset, blocks.block_len)
 
     def span_probes(self) -> tuple[str, list[EncodedSpanExample]]:
-        """The span probe set: the user's file, GAP (every development pair that fits the model, cropped to whole
-        sentences where needed), or a template set; notes say what was cropped, dropped or fallen back to."""
+        """The span probe set: the user's file, GAP (every development pair that fits the model, cropped to
+        whole sentences where needed), or a template set; notes say what was cropped, dropped or fallen back
+        to."""
         config, loaded = self.config, self.loaded
         if config.coref_set not in COREF_SETS:
             raise ProbeError(f"unknown coreference set {config.coref_set!r}: choose from {', '.join(COREF_SETS)}")
@@ -121,8 +122,8 @@ class ProbeSource:
         return name, encoded
 
     def _gap(self) -> list[EncodedSpanExample] | None:
-        """Every GAP development pair that fits the model (cropped where needed); None (auto: with a note) when none
-        fits; ProbeError for an explicit --coref-set gap."""
+        """Every GAP development pair that fits the model (cropped where needed); None (auto: with a note)
+        when none fits; ProbeError for an explicit --coref-set gap."""
         loaded = self.loaded
         fitted = corpus.fit_gap_examples(loaded.tokenizer, loaded.max_tokens)
         encoded = [encode_span_example(example, loaded.tokenizer) for example in fitted.examples]
@@ -141,8 +142,8 @@ class ProbeSource:
         return None
 
     def _template_set(self) -> str:
-        """auto without GAP: the agreement templates, unless the tokenizer reads the implicit-causality vocabulary
-        but not theirs (the implicit-causality organism)."""
+        """auto without GAP: the agreement templates, unless the tokenizer reads the implicit-causality
+        vocabulary but not theirs (the implicit-causality organism)."""
         unknown = self.loaded.tokenizer.unk_token_id
 
         def reads(words: list[str]) -> bool:

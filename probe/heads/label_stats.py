@@ -1,6 +1,6 @@
-"""Statistics per type for :func:`probe.heads.label.label_model` (step 3), pure: a :class:`Scored` in, per-head
-summaries ``[layer head]`` out — the candidate choice, score and interval, chance, effect, the one-sided test,
-output share and accuracy against the best baseline."""
+"""Statistics per type for :func:`probe.heads.label.label_model` (step 3), pure: a :class:`Scored` in,
+per-head summaries ``[layer head]`` out — the candidate choice, score and interval, chance, effect, the
+one-sided test, output share and accuracy against the best baseline."""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def _std(means: torch.Tensor) -> torch.Tensor:
 
 
 def _accuracy_summary(correct: torch.Tensor, scored: Scored, weights: torch.Tensor, config: LabelConfig) -> dict:
-    """Accuracy with its interval, the best baseline, the paired test of the gain over it, per-source accuracy."""
+    """Accuracy with its interval, the best baseline, the paired test of the gain over it, per-source
+    accuracy."""
     low, high = stats.percentile_interval(stats.bootstrap_means(correct, weights), config.confidence)
     out = dict(accuracy=correct.mean(0), accuracy_ci_low=low, accuracy_ci_high=high)
     out["_groups"] = list(dict.fromkeys(scored.groups or []))

@@ -26,10 +26,11 @@ COPYING_MARGIN = 0.1  # a copying type's label is "copying" at copying ≥ +marg
 
 def roles(table: pd.DataFrame) -> pd.Series:
     """Per row: "sink" for a label whose output_share < SINK_SHARE, "function" for the other labels, NaN for
-    unlabelled rows and where output_share is NaN (not measured, or the output projection is unknown). Labels of a
-    type that copies (:attr:`probe.heads.registry.HeadTypeSpec.copies`, induction) that are not sinks are
-    "copying" where ``copying`` ≥ COPYING_MARGIN and "suppressing" where it is ≤ −COPYING_MARGIN (Elhage et al.'s
-    eigenvalue score; Olsson et al.'s induction head copies); in between, or with copying NaN, as above."""
+    unlabelled rows and where output_share is NaN (not measured, or the output projection is unknown). Labels
+    of a type that copies (:attr:`probe.heads.registry.HeadTypeSpec.copies`, induction) that are not sinks are
+    "copying" where ``copying`` ≥ COPYING_MARGIN and "suppressing" where it is ≤ −COPYING_MARGIN (Elhage et
+    al.'s eigenvalue score; Olsson et al.'s induction head copies); in between, or with copying NaN, as
+    above."""
     if "output_share" not in table:
         return pd.Series([math.nan] * len(table), index=table.index)
     share = pd.to_numeric(table["output_share"], errors="coerce")
@@ -67,8 +68,8 @@ def fill_verification(table: pd.DataFrame, head_type: str, seq_len: float, colum
 
 
 def fill_copying(table: pd.DataFrame, copying: torch.Tensor, dla: dict[str, torch.Tensor]) -> pd.DataFrame:
-    """The table with ``copying`` (`copying` [layer head], every row of a head) and ``copying_dla`` (`dla`: head
-    type -> [layer head], that type's rows; NaN elsewhere) filled, and ``role`` recomputed with them."""
+    """The table with ``copying`` (`copying` [layer head], every row of a head) and ``copying_dla`` (`dla`:
+    head type -> [layer head], that type's rows; NaN elsewhere) filled, and ``role`` recomputed with them."""
     layers = table["layer"].to_numpy(dtype=int)
     heads = table["head"].to_numpy(dtype=int)
     table["copying"] = copying.double().numpy()[layers, heads]
@@ -81,8 +82,8 @@ def fill_copying(table: pd.DataFrame, copying: torch.Tensor, dla: dict[str, torc
 
 
 def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
-    """One row per (layer, head) of every scored type, built column by column (a [layer head] tensor becomes one
-    column, row-major: layer 0's heads first), in :data:`COLUMNS` order."""
+    """One row per (layer, head) of every scored type, built column by column (a [layer head] tensor becomes
+    one column, row-major: layer 0's heads first), in :data:`COLUMNS` order."""
     n_layers, n_heads = loaded.n_layers, loaded.n_heads
     n_rows = n_layers * n_heads
     layers = np.repeat(np.arange(n_layers), n_heads)  # [row]
@@ -116,8 +117,8 @@ def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
 
 
 def decide(table: pd.DataFrame, config: LabelConfig) -> pd.DataFrame:
-    """The table with ``q_value`` (Benjamini–Hochberg over all its tests), ``label`` (q ≤ fdr), ``stable`` (the same
-    label at every length) and ``role`` filled in (in place, and returned)."""
+    """The table with ``q_value`` (Benjamini–Hochberg over all its tests), ``label`` (q ≤ fdr), ``stable``
+    (the same label at every length) and ``role`` filled in (in place, and returned)."""
     table["q_value"] = stats.benjamini_hochberg(torch.tensor(table["p_value"].to_numpy(dtype=float))).numpy()
     table["label"] = (table["q_value"] <= config.fdr).fillna(False).astype(bool)
     agree = table.groupby(["layer", "head", "head_type"])["label"].transform("nunique")
@@ -127,7 +128,8 @@ def decide(table: pd.DataFrame, config: LabelConfig) -> pd.DataFrame:
 
 
 def _copying_note(rows: pd.DataFrame, index, role) -> str:
-    """" (copying +0.99, dla +2.6)" for a labelled row of a copying type (role copying / suppressing); "" else."""
+    """" (copying +0.99, dla +2.6)" for a labelled row of a copying type (role copying / suppressing); ""
+    else."""
     if role not in ("copying", "suppressing"):
         return ""
     dla = rows.at[index, "copying_dla"] if "copying_dla" in rows else math.nan
@@ -136,9 +138,9 @@ def _copying_note(rows: pd.DataFrame, index, role) -> str:
 
 
 def summary_lines(table: pd.DataFrame) -> list[str]:
-    """"model · type: N of M heads (L0H1, ...)" for every model, length and type of a table (for stderr); fixed-offset
-    heads show their offset, heads whose label flips between lengths are marked "(unstable)", labels whose
-    output share is below SINK_SHARE "(sink)"; "N sinks" counts them, and each ablated group adds
+    """"model · type: N of M heads (L0H1, ...)" for every model, length and type of a table (for stderr);
+    fixed-offset heads show their offset, heads whose label flips between lengths are marked "(unstable)",
+    labels whose output share is below SINK_SHARE "(sink)"; "N sinks" counts them, and each ablated group adds
     "together L1H0 L1H1 …: +6.39 nats (z 1.2)"."""
     lines = []
     lengths = table["seq_len"].dropna().unique()

@@ -1,10 +1,11 @@
-"""ProfileSink: per-head attention statistics reduced from streamed α blocks (distance, entropy, sink, locality).
+"""ProfileSink: per-head attention statistics reduced from streamed α blocks (distance, entropy, sink,
+locality).
 
-Each query row's statistics are computed inside the block that holds the row (a block has whole rows, so even the
-weighted median of the attention distance is exact there) and only their sums per (input, layer, head) are kept:
-memory O(inputs · layers · heads · offsets), never a [query, key] matrix beyond one block. With `rows` set for an
-input the sink asks the engine for those query rows alone (`SinkNeeds.rows`), which keeps the fused kernel running
-and rebuilds α of the sampled rows only.
+Each query row's statistics are computed inside the block that holds the row (a block has whole rows, so even
+the weighted median of the attention distance is exact there) and only their sums per (input, layer, head) are
+kept: memory O(inputs · layers · heads · offsets), never a [query, key] matrix beyond one block. With `rows`
+set for an input the sink asks the engine for those query rows alone (`SinkNeeds.rows`), which keeps the fused
+kernel running and rebuilds α of the sampled rows only.
 """
 
 from __future__ import annotations
@@ -38,15 +39,16 @@ def row_statistics(
     entropy: torch.Tensor | None = None,  # [batch head row]: −Σ α log α from the engine, else computed here
     learned_sink_mass: torch.Tensor | None = None,  # [batch head row]: weight on an s_aux sink (None: no sink, 0)
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """The statistics of every row of a block: ({name: [batch head row] float64}, offsets [batch head row offset]).
+    """The statistics of every row of a block: ({name: [batch head row] float64}, offsets [batch head row
+    offset]).
 
     Pure (α is not changed). Distances are |query − key|; `median_distance` is the lower weighted median, the
-    smallest d with Σ_{|i−j|≤d} α_ij ≥ ½ Σ_j α_ij; `entropy` is −Σ α log α in nats; `sink_mass` is the mass on keys
-    < sink_tokens, `local_mass` on |i−j| < window, `streaming_mass` on their union (what a sink + recent-window cache
-    keeps), `beyond_mass` = Σ_j α_ij − streaming_mass (what it loses); `max_alpha` the row's largest α;
-    `learned_sink_mass` the weight on the layer's learned attention sink (gpt-oss `s_aux`: the row's α sums to 1 −
-    that; 0 for a layer without one). `offsets[..., m]` is α at key i − (m − max_offset) (0 where there is no such
-    key).
+    smallest d with Σ_{|i−j|≤d} α_ij ≥ ½ Σ_j α_ij; `entropy` is −Σ α log α in nats; `sink_mass` is the mass on
+    keys < sink_tokens, `local_mass` on |i−j| < window, `streaming_mass` on their union (what a sink +
+    recent-window cache keeps), `beyond_mass` = Σ_j α_ij − streaming_mass (what it loses); `max_alpha` the
+    row's largest α; `learned_sink_mass` the weight on the layer's learned attention sink (gpt-oss `s_aux`:
+    the row's α sums to 1 − that; 0 for a layer without one). `offsets[..., m]` is α at key i − (m −
+    max_offset) (0 where there is no such key).
     """
     n_batch, n_heads, n_rows, n_key = alpha.shape
     positions = positions.to(alpha.device)
@@ -81,9 +83,9 @@ def row_statistics(
 
 
 def _causal_distances(alpha, cdf, total, positions, windows: RowWindows) -> dict[str, torch.Tensor]:
-    """Rows with no key after the query: mean = i − Σ α_j j; the lower weighted median i − c with c the number of
-    keys whose prefix mass is ≤ half (so the keys at distance ≤ i − c hold at least half); window mass from the
-    prefix sums at i and i − window."""
+    """Rows with no key after the query: mean = i − Σ α_j j; the lower weighted median i − c with c the number
+    of keys whose prefix mass is ≤ half (so the keys at distance ≤ i − c hold at least half); window mass from
+    the prefix sums at i and i − window."""
     n_batch, n_heads, n_rows, n_key = alpha.shape
     keys = torch.arange(n_key, device=alpha.device, dtype=alpha.dtype)
     mean = positions.to(alpha.dtype) * total - alpha @ keys  # [batch head row] Σ α (i − j)
@@ -96,8 +98,8 @@ def _causal_distances(alpha, cdf, total, positions, windows: RowWindows) -> dict
 
 
 def _two_sided_distances(alpha, total, positions, windows: RowWindows) -> dict[str, torch.Tensor]:
-    """Any rows: the mass at each distance |i − j| (both sides gathered), its prefix sums give the median and the
-    window mass."""
+    """Any rows: the mass at each distance |i − j| (both sides gathered), its prefix sums give the median and
+    the window mass."""
     n_batch, n_heads, n_rows, n_key = alpha.shape
     expand = (n_batch, n_heads, n_rows, n_key)
     distance = torch.arange(n_key, device=alpha.device)  # [distance]
@@ -117,9 +119,9 @@ def _two_sided_distances(alpha, total, positions, windows: RowWindows) -> dict[s
 class ProfileSink:
     """Streams every head's row statistics into per-(input, layer, head) sums.
 
-    Call :meth:`begin_input` before each forward (one input per forward, batch 1), optionally with the query rows to
-    sample; afterwards :attr:`sums` holds `{stat: [input layer head] float64}` (sums over rows), :attr:`offsets`
-    `[input layer head offset]` and :attr:`rows` `[input layer head]` (rows counted).
+    Call :meth:`begin_input` before each forward (one input per forward, batch 1), optionally with the query
+    rows to sample; afterwards :attr:`sums` holds `{stat: [input layer head] float64}` (sums over rows),
+    :attr:`offsets` `[input layer head offset]` and :attr:`rows` `[input layer head]` (rows counted).
     """
 
     def __init__(self, n_inputs: int, n_layers: int, n_heads: int, windows: RowWindows = RowWindows(),  # noqa: B008
@@ -134,14 +136,15 @@ class ProfileSink:
         self._sample: torch.Tensor | None = None
 
     def begin_input(self, index: int, rows: torch.Tensor | None = None) -> None:
-        """The next forward is input `index`; `rows` (`[row]` long) samples its query rows (None: every row)."""
+        """The next forward is input `index`; `rows` (`[row]` long) samples its query rows (None: every
+        row)."""
         if not 0 <= index < self.rows.shape[0]:
             raise ProbeError(f"input {index} is out of range: the sink was made for {self.rows.shape[0]} inputs")
         self._input, self._sample = index, rows
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
-        # α beyond a causal block's last key is zero (the statistics never need it); the engine computes each row's
-        # entropy from lse' and α·K (no logarithm of α)
+        # α beyond a causal block's last key is zero (the statistics never need it); the engine computes each
+        # row's entropy from lse' and α·K (no logarithm of α)
         heads = self.heads if self.heads is not None else tuple(range(n_heads))
         return SinkNeeds(heads=heads, rows=self._sample, entropy=True, causal_crop=True)
 

@@ -1,9 +1,9 @@
 """Label-table files: one schema and one reader/writer, shared by `probe label` and the dashboard.
 
-A label table has one row per (model, seq_len, layer, head, head_type); :data:`COLUMNS` lists its columns in order
-(docs/labels.md, "Labelling heads", explains each). Files are parquet, csv or json (a list of records), chosen by
-the extension. Tables written before a column existed read back with that column empty (NaN), so older files stay
-usable; a file that lacks the identifying columns is not a label table and is refused.
+A label table has one row per (model, seq_len, layer, head, head_type); :data:`COLUMNS` lists its columns in
+order (docs/labels.md, "Labelling heads", explains each). Files are parquet, csv or json (a list of records),
+chosen by the extension. Tables written before a column existed read back with that column empty (NaN), so
+older files stay usable; a file that lacks the identifying columns is not a label table and is refused.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def save_table(table: pd.DataFrame, path) -> None:
 
 
 def read_table_file(path) -> pd.DataFrame:
-    """A table file by its extension (.parquet, .csv, .json records), as written by :func:`save_table`; one-line
-    ProbeError when it cannot be read. No check of its columns (see :func:`load_table`)."""
+    """A table file by its extension (.parquet, .csv, .json records), as written by :func:`save_table`;
+    one-line ProbeError when it cannot be read. No check of its columns (see :func:`load_table`)."""
     suffix = _suffix(path)
     try:
         if suffix == "parquet":

@@ -1,6 +1,6 @@
-"""Facts about a tokenizer's vocabulary that probe sets, the corpus and the registry all need (kept apart so none of
-them imports another's module for them): excluded token ids, and the :class:`TokenClasses` of sentence ends and
-brackets."""
+"""Facts about a tokenizer's vocabulary that probe sets, the corpus and the registry all need (kept apart so
+none of them imports another's module for them): excluded token ids, and the :class:`TokenClasses` of sentence
+ends and brackets."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def _excluded_token_ids(tokenizer) -> set[int]:
 @dataclass(frozen=True)
 class TokenClasses:
     """Token ids by their role in sentences and brackets, read from a tokenizer's vocabulary by
-    :func:`probe.heads.probesets.token_classes` (tokens are compared after dropping the "Ġ" / "▁" / "##" markers)."""
+    :func:`probe.heads.probesets.token_classes` (tokens are compared after dropping the "Ġ" / "▁" / "##"
+    markers)."""
 
     special: frozenset[int] = frozenset()  # framing and padding tokens: never part of a sentence
     sentence_end: frozenset[int] = frozenset()  # always end a sentence: "!", "?", [SEP] / </s> / EOS

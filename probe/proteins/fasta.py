@@ -1,4 +1,5 @@
-"""FASTA parsing shared by the CLI (`probe contacts --fasta`) and the app: one-line errors for what a user can fix."""
+"""FASTA parsing shared by the CLI (`probe contacts --fasta`) and the app: one-line errors for what a user can
+fix."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from probe.errors import ProbeError
 
 
 def parse_fasta(text: str, source: str = "the FASTA text", allow_bare: bool = True) -> list[tuple[str, str]]:
-    """[(id, sequence)] of FASTA text: the id is the first word after '>' (record<N> when empty), sequence lines are
-    joined with whitespace removed; ';' lines and blank lines are skipped. With `allow_bare`, a bare sequence without
-    any '>' header is one record named "sequence". Not validated as amino acids (see probe.models.clean_protein)."""
+    """[(id, sequence)] of FASTA text: the id is the first word after '>' (record<N> when empty), sequence
+    lines are joined with whitespace removed; ';' lines and blank lines are skipped. With `allow_bare`, a bare
+    sequence without any '>' header is one record named "sequence". Not validated as amino acids (see
+    probe.models.clean_protein)."""
     records: list[tuple[str, list[str]]] = []
     lines = text.splitlines()
     if allow_bare and not any(line.lstrip().startswith(">") for line in lines):
@@ -38,8 +40,8 @@ def parse_fasta(text: str, source: str = "the FASTA text", allow_bare: bool = Tr
 
 
 def read_fasta(path: str | Path) -> list[tuple[str, str]]:
-    """[(id, sequence)] of a FASTA file (UTF-8 or ASCII); one-line errors for a missing, binary, non-UTF-8, empty or
-    malformed file."""
+    """[(id, sequence)] of a FASTA file (UTF-8 or ASCII); one-line errors for a missing, binary, non-UTF-8,
+    empty or malformed file."""
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProbeError(f"FASTA file {path} does not exist" if not file.exists() else f"{path} is not a file")

@@ -1,27 +1,29 @@
 """A contact readout for any protein language model: ESM's recipe fitted on a few structures.
 
-ESM's contact head (Rao et al. 2020, "Transformer protein language models are unsupervised structure learners") is an
-L1-regularised logistic regression over the layer × head channels of APC-corrected symmetrised attention::
+ESM's contact head (Rao et al. 2020, "Transformer protein language models are unsupervised structure
+learners") is an L1-regularised logistic regression over the layer × head channels of APC-corrected
+symmetrised attention::
 
     P(contact i, j) = sigmoid(b + Σ_c w_c · APC(sym(α_c))(i, j))
 
-fitted on 20 proteins. Checkpoints other than ESM (ProtBert-style BERTs, antibody BERTs, ProtT5 encoders) ship no
-such regression; this module fits one on the structures a user has (scikit-learn's ``LogisticRegression``,
-``penalty="l1"``, solver liblinear), over the known residue pairs i < j with j − i ≥ 6. The channels are standardised
-for the fit and the standardisation is folded back into (w, b), so the fitted regression is applied exactly like a
-checkpoint's own: streamed head by head by :class:`probe.proteins.sink.ContactSink` (O(L²) memory), an [L, L]
-map of probabilities in [0, 1] for any sequence.
+fitted on 20 proteins. Checkpoints other than ESM (ProtBert-style BERTs, antibody BERTs, ProtT5 encoders) ship
+no such regression; this module fits one on the structures a user has (scikit-learn's ``LogisticRegression``,
+``penalty="l1"``, solver liblinear), over the known residue pairs i < j with j − i ≥ 6. The channels are
+standardised for the fit and the standardisation is folded back into (w, b), so the fitted regression is
+applied exactly like a checkpoint's own: streamed head by head by :class:`probe.proteins.sink.ContactSink`
+(O(L²) memory), an [L, L] map of probabilities in [0, 1] for any sequence.
 
 Where we differ from Rao et al.: they fit on 20 proteins with a regularisation they chose on their data; the
-strength here is the parameter ``C`` (sklearn's inverse strength, default :data:`DEFAULT_C`), our choice, not read
-from their (unpublished) fitting code.
+strength here is the parameter ``C`` (sklearn's inverse strength, default :data:`DEFAULT_C`), our choice, not
+read from their (unpublished) fitting code.
 
 A baseline next to it: the **top-k-head average** (the few-heads readout of later work): on the training
-structures, rank the heads by their long-range P@L (mean over the structures), keep the best k (:data:`TOP_K`), and
-score a pair by the mean of their APC(sym α) maps.
+structures, rank the heads by their long-range P@L (mean over the structures), keep the best k
+(:data:`TOP_K`), and score a pair by the mean of their APC(sym α) maps.
 
-Leave-one-structure-out (:func:`leave_one_out`): for each structure, fit both on the others and report its held-out
-P@L/5 and P@L per range (columns ``p_at_{L|L5}_{short|medium|long}``, as :mod:`probe.proteins.contacts`).
+Leave-one-structure-out (:func:`leave_one_out`): for each structure, fit both on the others and report its
+held-out P@L/5 and P@L per range (columns ``p_at_{L|L5}_{short|medium|long}``, as
+:mod:`probe.proteins.contacts`).
 
 Fitting needs every head's map of every training structure at once: [layer head L L] float32 per structure (a
 12 × 12 model at L = 300: 52 MB), which is why fitting is for a handful of structures of moderate length;
@@ -54,9 +56,9 @@ class TrainingStructure:
     true_map: np.ndarray
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Pure functions
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def pair_index(true_map: np.ndarray, min_separation: int = MIN_SEPARATION) -> tuple[np.ndarray, np.ndarray]:
@@ -88,8 +90,8 @@ def pair_features(maps: np.ndarray, true_map: np.ndarray,
 
 
 def fit_logistic(features: np.ndarray, labels: np.ndarray, c: float = DEFAULT_C) -> tuple[np.ndarray, float]:
-    """L1 logistic regression on standardised channels, folded back to raw units: (weight [channel], bias) with
-    P = sigmoid(bias + features @ weight).
+    """L1 logistic regression on standardised channels, folded back to raw units: (weight [channel], bias)
+    with P = sigmoid(bias + features @ weight).
 
     Parameters
     ----------
@@ -131,7 +133,8 @@ def _l1() -> dict:
 
 
 def predict_map(maps: np.ndarray, weight: np.ndarray, bias: float) -> np.ndarray:
-    """[L L] sigmoid(bias + Σ_c weight_c · maps_c) of [layer head L L] maps and [layer head] (or [channel]) weights."""
+    """[L L] sigmoid(bias + Σ_c weight_c · maps_c) of [layer head L L] maps and [layer head] (or [channel])
+    weights."""
     channels = maps.reshape(-1, *maps.shape[-2:])  # [channel L L]
     logits = bias + np.tensordot(np.asarray(weight).reshape(-1), channels, axes=1)  # [L L]
     return 1.0 / (1.0 + np.exp(-logits))
@@ -147,7 +150,8 @@ def head_precisions(maps: np.ndarray, true_map: np.ndarray, column: str = "p_at_
 
 
 def select_top_heads(precisions: Sequence[np.ndarray], k: int = TOP_K) -> tuple[tuple[int, int], ...]:
-    """The k (layer, head) with the highest mean precision over the structures ([layer head] each; NaN ignored)."""
+    """The k (layer, head) with the highest mean precision over the structures ([layer head] each; NaN
+    ignored)."""
     stacked = np.stack([np.nan_to_num(p, nan=-np.inf) for p in precisions])  # [structure layer head]
     mean = stacked.mean(0)  # [layer head]
     order = np.argsort(-mean, axis=None, kind="stable")[:k]
@@ -203,8 +207,9 @@ def leave_one_out(maps: Sequence[np.ndarray], structures: Sequence[TrainingStruc
 
 def fit(maps: Sequence[np.ndarray], structures: Sequence[TrainingStructure], model: str, c: float = DEFAULT_C,
         k: int = TOP_K, evaluate: bool = True, revision: str = "") -> tuple[ContactRegression, pd.DataFrame | None]:
-    """Fit on every structure (and, with `evaluate`, the leave-one-out table first); see :func:`leave_one_out`.
-    `model` and `revision` name the model the regression is for (checked when it is applied)."""
+    """Fit on every structure (and, with `evaluate`, the leave-one-out table first); see
+    :func:`leave_one_out`. `model` and `revision` name the model the regression is for (checked when it is
+    applied)."""
     evaluation = leave_one_out(maps, structures, c, k) if evaluate and len(structures) >= 2 else None
     features = [pair_features(m, s.true_map) for m, s in zip(maps, structures, strict=True)]
     weight, bias = fit_logistic(np.concatenate([f[0] for f in features]), np.concatenate([f[1] for f in features]),
@@ -218,13 +223,14 @@ def fit(maps: Sequence[np.ndarray], structures: Sequence[TrainingStructure], mod
     return regression, evaluation
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # From a model
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def head_maps(loaded, sequence: str) -> np.ndarray:
-    """[layer head L L] float32 APC(sym α) of every head on the residues (special tokens dropped), one forward pass.
+    """[layer head L L] float32 APC(sym α) of every head on the residues (special tokens dropped), one forward
+    pass.
 
     Parameters
     ----------
@@ -249,7 +255,8 @@ def head_maps(loaded, sequence: str) -> np.ndarray:
 
 def training_structures(files: Sequence[str | Path], loaded, threshold: float | None = None,
                         cb: str | None = None) -> list[TrainingStructure]:
-    """The first protein chain of every file as a :class:`TrainingStructure` (sequence: the chain's residues)."""
+    """The first protein chain of every file as a :class:`TrainingStructure` (sequence: the chain's
+    residues)."""
     from probe.models import clean_protein, protein_alphabet
     from probe.proteins.structure import CONTACT_THRESHOLD, DEFAULT_CB, contact_map, read_structure
 

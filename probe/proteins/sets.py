@@ -1,17 +1,18 @@
-"""Contact analysis unit by unit (a FASTA record or a structure chain, :mod:`probe.proteins.units`), and what a set
-of units adds up to.
+"""Contact analysis unit by unit (a FASTA record or a structure chain, :mod:`probe.proteins.units`), and what
+a set of units adds up to.
 
 The unit functions here are what `probe contacts` runs (and what a distributed runner can run): each unit is
-analysed on its own, persisted in a :class:`probe.runs.journal.Journal` under an identity of everything that determines
-its result, and the outputs are built from the units:
+analysed on its own, persisted in a :class:`probe.runs.journal.Journal` under an identity of everything that
+determines its result, and the outputs are built from the units:
 
-* the **per-chain table** (:func:`chain_table`, ``--chains-out``): one row per unit — ``record, id, file, chain,
-  length, sequence, structure_hash, ligands``, the nine precision columns of the checkpoint's predicted contacts
-  (NaN without a contact regression), ``n_known_{range}`` / ``n_true_{range}`` (known pairs and contacts per range)
-  and the background counts of :func:`probe.proteins.features.background_counts` (``n_pairs, n_residues, n_contact_pairs,
-  n_known_pairs, n_binding_residues, n_helix_residues, n_strand_residues, n_turn_bend_residues, n_blank_residues``);
-* the **per-head table** (:func:`heads_table`, ``--heads-out``): one row per unit × head, ``record, id`` and the
-  columns of :mod:`probe.proteins.contacts`' per-head table;
+* the **per-chain table** (:func:`chain_table`, ``--chains-out``): one row per unit — ``record, id, file,
+  chain, length, sequence, structure_hash, ligands``, the nine precision columns of the checkpoint's predicted
+  contacts (NaN without a contact regression), ``n_known_{range}`` / ``n_true_{range}`` (known pairs and
+  contacts per range) and the background counts of :func:`probe.proteins.features.background_counts`
+  (``n_pairs, n_residues, n_contact_pairs, n_known_pairs, n_binding_residues, n_helix_residues,
+  n_strand_residues, n_turn_bend_residues, n_blank_residues``);
+* the **per-head table** (:func:`heads_table`, ``--heads-out``): one row per unit × head, ``record, id`` and
+  the columns of :mod:`probe.proteins.contacts`' per-head table;
 * the **per-head summary** over the set (:func:`summarize_heads`, ``--heads-summary``), see
   :data:`HEAD_SUMMARY_COLUMNS` and :func:`read_heads_summary`.
 """
@@ -84,9 +85,9 @@ def unit_identity(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) 
                           "chain": spec.chain, **asdict(options)})
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # One unit
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> UnitOutcome:
@@ -103,7 +104,8 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
     features, true_map = None, None
     if structure is not None:
         true_map = contact_map(structure, options.threshold, sequence, cb=options.cb)  # [L L]
-        # unknown is not 0: no ligand in the file -> no binding annotation; no assignment -> no secondary structure
+        # unknown is not 0: no ligand in the file -> no binding annotation; no assignment -> no secondary
+        # structure
         binding = binding_sites(structure, options.binding_distance, sequence) if structure.ligands else None
         secondary = secondary_structure(structure, sequence)
         features = ResidueFeatures(contacts=true_map, binding=binding,
@@ -161,9 +163,9 @@ def unpack(spec: UnitSpec, table: pd.DataFrame | None, arrays: dict[str, np.ndar
     return UnitOutcome(spec, result, row)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Tables of a set
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
@@ -188,11 +190,15 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
         | `sequence` | str | the sequence analysed |
         | `structure_hash` | str | content hash of the structure file ("" without one) |
         | `ligands` | str | comma-separated ligand names of the structure |
-        | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the checkpoint's predicted contacts; NaN without a contact regression or a structure |
-        | `n_known_{short,medium,long}`, `n_true_{short,medium,long}` | int | known pairs and true contacts per range |
+        | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the checkpoint's predicted
+        contacts; NaN without a contact regression or a structure |
+        | `n_known_{short,medium,long}`, `n_true_{short,medium,long}` | int | known pairs and true contacts
+        per range |
         | `n_pairs`, `n_residues` | float | L², L |
-        | `n_known_pairs` | float | pairs at least 6 apart whose contact state is known (provis' contact background's denominator); NaN without a structure |
-        | `n_contact_pairs`, `n_{binding,helix,strand,turn_bend,blank}_residues` | float | the property counts behind the background rates; NaN where unknown |
+        | `n_known_pairs` | float | pairs at least 6 apart whose contact state is known (provis' contact
+        background's denominator); NaN without a structure |
+        | `n_contact_pairs`, `n_{binding,helix,strand,turn_bend,blank}_residues` | float | the property counts
+        behind the background rates; NaN where unknown |
     """
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
@@ -213,7 +219,8 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
     Returns
     -------
     pandas.DataFrame
-        ``record`` (int) and ``id`` (str), then the columns of :attr:`probe.proteins.contacts.ContactResult.heads`.
+        ``record`` (int) and ``id`` (str), then the columns of
+        :attr:`probe.proteins.contacts.ContactResult.heads`.
 
     Raises
     ------
@@ -233,12 +240,13 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
     return pd.concat(tables, ignore_index=True)
 
 
-# Per-head summary columns, in file order. For each precision column c of probe.proteins.contacts (p_at_L_long, ...):
-# c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of that mean, proteins
-# resampled with replacement). Then, per range r, the pooled base-rate comparison of probe.proteins.significance
-# (hits_L_r, top_L_r, pooled_p_at_L_r, base_rate_r, enrichment_L_r, p_value_L_r, q_value_L_r; BH over the heads).
-# Then Vig et al.'s pooled sums, shares (weighted, Σ α < min_total: NaN), count shares (count < min_count: NaN) and
-# backgrounds (probe.proteins.features); NaN where no protein of the set has data for the property.
+# Per-head summary columns, in file order. For each precision column c of probe.proteins.contacts
+# (p_at_L_long, ...): c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of
+# that mean, proteins resampled with replacement). Then, per range r, the pooled base-rate comparison of
+# probe.proteins.significance (hits_L_r, top_L_r, pooled_p_at_L_r, base_rate_r, enrichment_L_r, p_value_L_r,
+# q_value_L_r; BH over the heads). Then Vig et al.'s pooled sums, shares (weighted, Σ α < min_total: NaN),
+# count shares (count < min_count: NaN) and backgrounds (probe.proteins.features); NaN where no protein of the
+# set has data for the property.
 SIGNIFICANCE_SUMMARY_COLUMNS: tuple[str, ...] = tuple(
     f"{column}_{name}" for name in RANGES for column in ("hits_L", "top_L", "pooled_p_at_L", "base_rate",
                                                           "enrichment_L", "p_value_L", "q_value_L"))
@@ -278,9 +286,9 @@ The parquet file's schema metadata holds the run's model, revision, options and 
 
 def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED,
                     confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, low, high) per column of `values` [protein column] (NaN = no value): the mean over the proteins with a
-    value and a percentile bootstrap interval of it (proteins resampled with replacement, the same resamples for
-    every column). Columns with fewer than two values get a NaN interval."""
+    """(mean, low, high) per column of `values` [protein column] (NaN = no value): the mean over the proteins
+    with a value and a percentile bootstrap interval of it (proteins resampled with replacement, the same
+    resamples for every column). Columns with fewer than two values get a NaN interval."""
     import warnings
 
     values = np.asarray(values, dtype=np.float64)
@@ -320,15 +328,15 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
     seed : int, default 0
         Seed of the resamples (the same resamples for every head and column).
     min_total : float, default 100
-        Vig et al.'s pooled attention-weighted shares are NaN for a head whose Σα over the weights > θ is below
-        this over the whole set.
+        Vig et al.'s pooled attention-weighted shares are NaN for a head whose Σα over the weights > θ is
+        below this over the whole set.
 
     Returns
     -------
     pandas.DataFrame
         Columns :data:`HEAD_SUMMARY_COLUMNS` in that order. ``n_proteins`` counts the proteins with a known
-        long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the sums over
-        all proteins; the base-rate comparison pools each head's top-L hits over the proteins.
+        long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the sums
+        over all proteins; the base-rate comparison pools each head's top-L hits over the proteins.
     """
     grouped = heads.groupby(["layer", "head"], sort=True)
     summary = grouped[["weight", "logit_share"]].mean().reset_index()
@@ -360,7 +368,8 @@ def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
 
 def read_heads_summary(path: str | Path) -> pd.DataFrame:
     """A per-head summary written by `probe contacts --heads-summary`, checked; its metadata in ``.attrs``
-    (model, revision, proteins, min_attention, min_total, min_count, threshold, cb, ...). One-line ProbeError otherwise."""
+    (model, revision, proteins, min_attention, min_total, min_count, threshold, cb, ...). One-line ProbeError
+    otherwise."""
     import pyarrow.parquet as pq
 
     file = Path(path).expanduser()

@@ -1,7 +1,8 @@
 """ESM's contact regression streamed head by head: the capture sink behind every contact prediction.
 
-The checkpoint's contact head (HF ``EsmContactPredictionHead``, Rao et al. 2020) computes, for the attention α_c of
-every channel c = (layer, head) cropped to the residues (BOS and EOS dropped, EOS/padding rows and columns zeroed)::
+The checkpoint's contact head (HF ``EsmContactPredictionHead``, Rao et al. 2020) computes, for the attention
+α_c of every channel c = (layer, head) cropped to the residues (BOS and EOS dropped, EOS/padding rows and
+columns zeroed)::
 
     logit = b + Σ_c w_c · APC(sym(α_c)),   sym(A) = A + Aᵀ,   APC(S) = S − r rᵀ / Σr  (r = row sums of S)
     contacts = sigmoid(logit)
@@ -11,15 +12,17 @@ Expanding the sum needs only per-channel row and column sums and ONE accumulator
     Σ_c w_c·(A_c + A_cᵀ) = M + Mᵀ      with M = Σ_c w_c·A_c   (accumulated block of query rows by block)
     Σ_c w_c·r_c r_cᵀ/t_c = R·diag(w/t)·Rᵀ  with R [residue channel] (r_c = row sums + column sums of A_c)
 
-so :class:`ContactSink` keeps, per sequence, M [L L] float32 plus row and column sums [layer head L]: O(L²) memory,
-independent of layers × heads, while the capture engine streams α one block of query rows at a time. Channels with a
-zero regression weight are not even requested from the engine (ESM's L1-fitted regression has many).
+so :class:`ContactSink` keeps, per sequence, M [L L] float32 plus row and column sums [layer head L]: O(L²)
+memory, independent of layers × heads, while the capture engine streams α one block of query rows at a time.
+Channels with a zero regression weight are not even requested from the engine (ESM's L1-fitted regression has
+many).
 
-Per-head analysis (``per_head=True``) needs each head's full APC-corrected map, so the sink then also keeps the
-*current layer's* α of the residue block, [head L L] float32 per sequence (20 heads at L = 1000: 80 MB), analyses
-every head of that layer when its last query block arrives (precision by range, the base-rate comparison, the
-``far_*`` measure and Vig et al.'s sums), and frees it: peak memory grows with heads per layer, never with
-layers × heads. The per-head columns are those of :class:`probe.proteins.contacts.ContactResult`.
+Per-head analysis (``per_head=True``) needs each head's full APC-corrected map, so the sink then also keeps
+the *current layer's* α of the residue block, [head L L] float32 per sequence (20 heads at L = 1000: 80 MB),
+analyses every head of that layer when its last query block arrives (precision by range, the base-rate
+comparison, the ``far_*`` measure and Vig et al.'s sums), and frees it: peak memory grows with heads per
+layer, never with layers × heads. The per-head columns are those of
+:class:`probe.proteins.contacts.ContactResult`.
 """
 
 from __future__ import annotations
@@ -90,11 +93,11 @@ class _SequenceState:
 class ContactSink:
     """Capture sink accumulating contact logits (and optionally per-head statistics) of a right-padded batch.
 
-    `input_ids` / `attention_mask` [batch token] are the model inputs; `true_maps` gives a [L L] int8 true map (or
-    None) per sequence, `features` Vig et al.'s other properties (binding sites, secondary structure) per sequence.
-    Residues sit at tokens `starts[b]` .. `starts[b] + lengths[b] - 1` (default: between one BOS and one EOS).
-    With `regression=False` (models without a contact head) only the per-head analysis runs. After the forward
-    pass: `contacts(b)` [L L], `logits(b)`, `head_table(b)`.
+    `input_ids` / `attention_mask` [batch token] are the model inputs; `true_maps` gives a [L L] int8 true map
+    (or None) per sequence, `features` Vig et al.'s other properties (binding sites, secondary structure) per
+    sequence. Residues sit at tokens `starts[b]` .. `starts[b] + lengths[b] - 1` (default: between one BOS and
+    one EOS). With `regression=False` (models without a contact head) only the per-head analysis runs. After
+    the forward pass: `contacts(b)` [L L], `logits(b)`, `head_table(b)`.
     """
 
     def __init__(
@@ -145,7 +148,7 @@ class ContactSink:
                                      f"{length} residues")
             self.sequences.append(_SequenceState(n_tokens, start, length, keep, true_map, features[b]))
 
-    # -- the Sink protocol ------------------------------------------------------------------------------------
+    # -- the Sink protocol -----------------------------------------------------------------------------------
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         return SinkNeeds(heads=tuple(self.heads_for(layer, n_heads)))
@@ -197,7 +200,7 @@ class ContactSink:
                 self._analyse_layer(state, block.layer, block.heads)
                 state.layer_alpha = None
 
-    # -- results ------------------------------------------------------------------------------------------------
+    # -- results ---------------------------------------------------------------------------------------------
 
     def logits(self, b: int = 0) -> torch.Tensor:
         """[L L] contact logits of sequence b (before the sigmoid)."""
@@ -222,8 +225,9 @@ class ContactSink:
         return torch.sigmoid(self.logits(b))
 
     def head_table(self, b: int = 0, min_count: int = MIN_COUNT, *, min_total: float = MIN_TOTAL) -> pd.DataFrame:
-        """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module docstring);
-        Vig et al.'s shares need Σ α > θ of at least `min_total`, the count shares `min_count` weights ≥ θ."""
+        """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module
+        docstring); Vig et al.'s shares need Σ α > θ of at least `min_total`, the count shares `min_count`
+        weights ≥ θ."""
         state = self.sequences[b]
         if not self.per_head:
             raise ProbeError("per-head statistics were not collected: build the ContactSink with per_head=True")
@@ -237,7 +241,8 @@ class ContactSink:
         return significance.with_q_values(table).sort_values(["layer", "head"], ignore_index=True)
 
     def background_counts(self, b: int = 0) -> dict[str, float]:
-        """Counts behind Vig et al.'s background rates for sequence b (see :func:`probe.proteins.features.background_counts`)."""
+        """Counts behind Vig et al.'s background rates for sequence b (see
+        :func:`probe.proteins.features.background_counts`)."""
         state = self.sequences[b]
         return vig.background_counts(with_contacts(state.features, state.true_map), state.length)
 

@@ -1,5 +1,5 @@
-"""Which models a batch names: checkpoints (a model, optionally one of its revisions), the training step of each,
-the content identity of its weights, and the ``--models-file`` reader.
+"""Which models a batch names: checkpoints (a model, optionally one of its revisions), the training step of
+each, the content identity of its weights, and the ``--models-file`` reader.
 
 A revision is a subdirectory of a local model directory (what ``probe train NAME --checkpoint-steps`` writes:
 DIR/step-N/) or a hub branch, tag or commit (Pythia publishes ``step1000`` ... ``step143000``).
@@ -19,8 +19,9 @@ MAX_LINE = 4096  # characters of one --models-file line (a path or a hub id is f
 
 
 def checkpoint_step(name: str | None, directory: Path | None = None) -> int | None:
-    """The training step of a checkpoint: card.json's "step" in its directory (what probe.training writes), else
-    the number in a name like step-50, step143000 (Pythia's branches) or checkpoint-500 (HF Trainer); else None."""
+    """The training step of a checkpoint: card.json's "step" in its directory (what probe.training writes),
+    else the number in a name like step-50, step143000 (Pythia's branches) or checkpoint-500 (HF Trainer);
+    else None."""
     if directory is not None and (directory / "card.json").is_file():
         try:
             step = json.loads((directory / "card.json").read_text()).get("step")
@@ -34,8 +35,8 @@ def checkpoint_step(name: str | None, directory: Path | None = None) -> int | No
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """One model to label: `spec` as for --model, `revision` a hub branch/tag/commit or a subdirectory of a local
-    `spec` (None: the model as is), `step` its training step when known."""
+    """One model to label: `spec` as for --model, `revision` a hub branch/tag/commit or a subdirectory of a
+    local `spec` (None: the model as is), `step` its training step when known."""
 
     spec: str
     revision: str | None = None
@@ -101,8 +102,9 @@ def checkpoint_revision(checkpoint: Checkpoint) -> str | None:
 
 
 def checkpoint_weights(checkpoint: Checkpoint) -> str | None:
-    """The identity of a checkpoint's weight bytes (:func:`probe.hashing.weights_identity`): of its local directory,
-    or of its snapshot in the Hugging Face cache (after loading, it is there); None when neither is found."""
+    """The identity of a checkpoint's weight bytes (:func:`probe.hashing.weights_identity`): of its local
+    directory, or of its snapshot in the Hugging Face cache (after loading, it is there); None when neither is
+    found."""
     from probe.hashing import weight_files, weights_identity
 
     directory = checkpoint_directory(checkpoint)
@@ -134,8 +136,9 @@ def parse_revisions(text: str) -> list[str]:
 
 
 def read_models_file(path: str) -> list[str]:
-    """The non-empty, non-comment lines of a --models-file: UTF-8 text, one model directory or hub id per line.
-    One-line ProbeError naming the file and the line for anything else (another encoding, binary, a huge line)."""
+    """The non-empty, non-comment lines of a --models-file: UTF-8 text, one model directory or hub id per
+    line. One-line ProbeError naming the file and the line for anything else (another encoding, binary, a huge
+    line)."""
     file = Path(path).expanduser()
     try:
         if not file.is_file():
@@ -167,7 +170,8 @@ def read_models_file(path: str) -> list[str]:
 
 def sweep_checkpoints(models: list[str] | None, revisions: str | None = None,
                       models_file: str | None = None) -> list[Checkpoint]:
-    """The checkpoints the flags name, in order: each --model × each revision, then the --models-file lines."""
+    """The checkpoints the flags name, in order: each --model × each revision, then the --models-file
+    lines."""
     specs = list(dict.fromkeys(models or []))
     if revisions is not None and not specs:
         raise ProbeError("--revisions needs --model: the model whose checkpoints they are")

@@ -1,4 +1,5 @@
-"""Writing a plotly figure as a self-contained HTML file and a PNG (kaleido, or headless Chromium without it)."""
+"""Writing a plotly figure as a self-contained HTML file and a PNG (kaleido, or headless Chromium without
+it)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ PLOT_EXTENSIONS = (".html", ".png")
 
 def save_figure(figure, path: str | Path) -> list[Path]:
     """Write FILE.html (plotly.js inline: opens offline) and FILE.png. The PNG is rendered by kaleido (which
-    drives a local Chrome/Chromium); without kaleido, by headless Chromium screenshotting the HTML. Returns the
-    files written; ProbeError when the PNG cannot be made (the HTML is written first all the same)."""
+    drives a local Chrome/Chromium); without kaleido, by headless Chromium screenshotting the HTML. Returns
+    the files written; ProbeError when the PNG cannot be made (the HTML is written first all the same)."""
     path = Path(path).expanduser()
     if path.suffix.lower() not in PLOT_EXTENSIONS:
         raise ProbeError(f"--plot {path}: the extension must be .html or .png (both files are written)")

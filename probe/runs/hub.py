@@ -11,8 +11,8 @@ from probe.runs.checkpoints import Checkpoint, local_revision
 
 
 def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu", dtype: str | None = None, **placement):
-    """probe.models.load for one checkpoint; the LoadedModel keeps the user's spec as its name. `placement`: load's
-    engine / device_map / offload_folder / max_memory keywords."""
+    """probe.models.load for one checkpoint; the LoadedModel keeps the user's spec as its name. `placement`:
+    load's engine / device_map / offload_folder / max_memory keywords."""
     from probe import models
 
     if checkpoint.revision is None:

@@ -8,10 +8,10 @@ from probe.errors import ProbeError
 
 
 def sweep_figure(table: pd.DataFrame, title: str | None = None):
-    """plotly Figure: one panel per head type that some checkpoint labels; in it, one line per labelled head (score
-    and its bootstrap interval at every checkpoint), and the uniform-attention chance level dashed. x is the
-    training step when every checkpoint has one, else the checkpoints in order. Where a table holds several rows per
-    head and type (several probe lengths), the row of the longest probes is plotted."""
+    """plotly Figure: one panel per head type that some checkpoint labels; in it, one line per labelled head
+    (score and its bootstrap interval at every checkpoint), and the uniform-attention chance level dashed. x
+    is the training step when every checkpoint has one, else the checkpoints in order. Where a table holds
+    several rows per head and type (several probe lengths), the row of the longest probes is plotted."""
     import plotly.graph_objects as go
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots

@@ -1,5 +1,6 @@
-"""Figures for papers from Python: SVG (token labels as text, the cells as an embedded PNG), PNG through plotly +
-kaleido, and the report's static pictures (atlas per head type, contact maps). The same layout as views.js draws."""
+"""Figures for papers from Python: SVG (token labels as text, the cells as an embedded PNG), PNG through
+plotly + kaleido, and the report's static pictures (atlas per head type, contact maps). The same layout as
+views.js draws."""
 
 from __future__ import annotations
 
@@ -175,8 +176,8 @@ def write_png(figure, path) -> None:
 
 
 def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) -> str:
-    """One head type's atlas: layer × head cells coloured by score on the fixed 0–1 Viridis scale, grey when not
-    clearly above chance, near-white without a score; a <title> per cell (score, interval, q, label)."""
+    """One head type's atlas: layer × head cells coloured by score on the fixed 0–1 Viridis scale, grey when
+    not clearly above chance, near-white without a score; a <title> per cell (score, interval, q, label)."""
     left, top = 30, 18
     width, height = left + heads * cell + 4, top + layers * cell + 4
     colours = [[NO_DATA] * heads for _ in range(layers)]

@@ -1,13 +1,14 @@
-"""`probe report`: ONE self-contained HTML file of a model — works from file://, no server, no network request.
+"""`probe report`: ONE self-contained HTML file of a model — works from file://, no server, no network
+request.
 
-Sections: the architecture card; the head atlas of every head type; the labelled heads with the meaning columns;
-the interactive view (every head's thumbnail on a probe input, full maps with the token view, keys, PNG/SVG
-export: the same views.js as the app and the notebook); for protein models the contact maps and every head against
-the contact base rate (probe.proteins). Written atomically (probe.runs.atomic).
+Sections: the architecture card; the head atlas of every head type; the labelled heads with the meaning
+columns; the interactive view (every head's thumbnail on a probe input, full maps with the token view, keys,
+PNG/SVG export: the same views.js as the app and the notebook); for protein models the contact maps and every
+head against the contact base rate (probe.proteins). Written atomically (probe.runs.atomic).
 
-Size: α is uint8 (probe.views.encode). With REPORT_BUDGET every head's full map is kept when all fit at one token
-per cell (144 heads × 128 tokens: 2.4 MB of maps); else the `full_maps` heads chosen (labelled first) at the
-finest pooling that fits. docs/views.md gives the measured sizes.
+Size: α is uint8 (probe.views.encode). With REPORT_BUDGET every head's full map is kept when all fit at one
+token per cell (144 heads × 128 tokens: 2.4 MB of maps); else the `full_maps` heads chosen (labelled first) at
+the finest pooling that fits. docs/views.md gives the measured sizes.
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ LEADERBOARD_ROWS = 24
 
 
 def probe_input(loaded, seq_len: int = PROBE_TOKENS):
-    """A probe input: random tokens with one block repeated (probe.heads.probesets.repeated_blocks), [1 token]."""
+    """A probe input: random tokens with one block repeated (probe.heads.probesets.repeated_blocks), [1
+    token]."""
     length = min(seq_len, loaded.max_tokens)
     return repeated_blocks(loaded.tokenizer, 1, length, seed=0).input_ids[:1]
 
 
 def _chosen_heads(table, thumbs: np.ndarray, count: int) -> list[tuple[int, int]]:
-    """The best labelled head of each type, then the most peaked heads (largest mean row maximum) up to `count`."""
+    """The best labelled head of each type, then the most peaked heads (largest mean row maximum) up to
+    `count`."""
     chosen: list[tuple[int, int]] = []
     if table is not None and not table.empty and "label" in table.columns:
         labelled = table[[is_labelled(v) for v in table["label"]]].sort_values("score", ascending=False)

@@ -1,6 +1,7 @@
-"""The labels table as a readable HTML table (a notebook cell, the report): score with its interval, chance, q,
-label, output share, role, ablation and group effect — sorted and coloured like the app's labelled-heads table
-(best score first within a type; ✓ green when labelled, grey when not clearly above chance; NaN is "unknown")."""
+"""The labels table as a readable HTML table (a notebook cell, the report): score with its interval, chance,
+q, label, output share, role, ablation and group effect — sorted and coloured like the app's labelled-heads
+table (best score first within a type; ✓ green when labelled, grey when not clearly above chance; NaN is
+"unknown")."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def is_labelled(value) -> bool:
 
 
 def is_significant(row) -> bool:
-    """Clearly above chance: q < 0.05 where the table has a q-value, else the interval's low end above chance (as
-    the app's atlas)."""
+    """Clearly above chance: q < 0.05 where the table has a q-value, else the interval's low end above chance
+    (as the app's atlas)."""
     q_value = number(row, "q_value")
     if q_value is not None:
         return q_value < 0.05
@@ -76,7 +77,8 @@ def as_table(labels) -> pd.DataFrame:
 
 
 def one_model(table: pd.DataFrame, model: str | None) -> pd.DataFrame:
-    """The rows of `model` (all rows when the table names no such model) at the first probe length it lists."""
+    """The rows of `model` (all rows when the table names no such model) at the first probe length it
+    lists."""
     if model is not None and "model" in table.columns and (table["model"].astype(str) == model).any():
         table = table[table["model"].astype(str) == model]
     if "seq_len" in table.columns and table["seq_len"].nunique() > 1:

@@ -1,8 +1,9 @@
-"""`probe.show`: the grid of every head, one head's α with the token view, keys to step heads and layers, drawn
-under a notebook cell by the package's own views.js (inlined: works offline), and saved as SVG, PNG or HTML.
+"""`probe.show`: the grid of every head, one head's α with the token view, keys to step heads and layers,
+drawn under a notebook cell by the package's own views.js (inlined: works offline), and saved as SVG, PNG or
+HTML.
 
-The Python call computes (one forward pass, every head max-pooled as it streams by), the browser renders: α travels
-as uint8 maps in base64 (:mod:`probe.views.encode`), within a byte budget.
+The Python call computes (one forward pass, every head max-pooled as it streams by), the browser renders: α
+travels as uint8 maps in base64 (:mod:`probe.views.encode`), within a byte budget.
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ class View:
         return tile, -(-len(self.tokens) // tile.shape[0])
 
     def save(self, path: str | Path, which: str = "map", head=None) -> Path:
-        """Write a figure for a paper, by the extension: .svg (vector labels), .png (kaleido), .html (the view).
+        """Write a figure for a paper, by the extension: .svg (vector labels), .png (kaleido), .html (the
+        view).
 
         Parameters
         ----------
@@ -187,8 +189,8 @@ def standalone_page(body: str, title: str) -> str:
 
 
 def display_tokens(tokenizer, tokens: Sequence[str]) -> list[str]:
-    """Tokens as a reader sees them: byte-level BPE's "Ġthe" as " the", "Ċ" as ⏎; tokens that decode to nothing
-    keep their raw form (special tokens, unknown bytes). As the app's explorer."""
+    """Tokens as a reader sees them: byte-level BPE's "Ġthe" as " the", "Ċ" as ⏎; tokens that decode to
+    nothing keep their raw form (special tokens, unknown bytes). As the app's explorer."""
     shown = []
     for token in tokens:
         try:
@@ -255,8 +257,9 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     heads : sequence of str or (int, int), optional
         The heads with a full map (default: every head, within `budget`).
     budget : int, default 4 MiB
-        Bytes of the full maps together; each head's map costs side² + 4 bytes (uint8), side = ceil(N / factor)
-        with the smallest factor that fits (1 at 128 tokens × 144 heads; 7 at 1,024 tokens × 144 heads).
+        Bytes of the full maps together; each head's map costs side² + 4 bytes (uint8), side = ceil(N /
+        factor) with the smallest factor that fits (1 at 128 tokens × 144 heads; 7 at 1,024 tokens × 144
+        heads).
     max_side : int, optional
         Most cells a side of a map (default 1,024).
     selected : str or (int, int), optional

@@ -2,8 +2,8 @@
 
 Each organism is a subdirectory of this package holding what `save_pretrained` writes (safetensors weights,
 config.json, tokenizer files) plus MODEL_CARD.md, card.json (the labels the head classifier must give) and
-labels.csv (its label table, so nothing is labelled at start-up). What belongs here: the catalogue, the tiny and
-planted test models and the shipped files; training them is :mod:`probe.training` (``probe train NAME``).
+labels.csv (its label table, so nothing is labelled at start-up). What belongs here: the catalogue, the tiny
+and planted test models and the shipped files; training them is :mod:`probe.training` (``probe train NAME``).
 `probe.models.load("zoo:NAME")` resolves the spec through :func:`path`; nothing touches the network.
 """
 
@@ -34,8 +34,8 @@ LABELS_FILE = "labels.csv"
 
 def labels_path(name: str) -> Path:
     """The shipped label table of organism `name`, ``probe/zoo/NAME/labels.csv`` (what training and
-    ``probe train NAME --relabel`` write; read it with :func:`probe.heads.tables.load_table`). ProbeError when the
-    organism is unknown or ships no table."""
+    ``probe train NAME --relabel`` write; read it with :func:`probe.heads.tables.load_table`). ProbeError when
+    the organism is unknown or ships no table."""
     table = path(name) / LABELS_FILE
     if not table.is_file():
         raise ProbeError(f"zoo:{name} ships no label table ({table}): write it with probe train {name} --relabel")
@@ -50,11 +50,12 @@ def card(name: str) -> dict:
 
 
 def check_requirements(table, requirements: dict) -> list[str]:
-    """What a label table (probe.heads.label.label_model's) fails of a card's requirements; empty when all are met.
+    """What a label table (probe.heads.label.label_model's) fails of a card's requirements; empty when all are
+    met.
 
-    `present`: a labelled head of that type (in `layer`, at `offset`, with accuracy ≥ `min_accuracy` when given);
-    `absent`: no labelled head of that type; `measured`: some head of that type reaches `min_accuracy` (labelled or
-    not)."""
+    `present`: a labelled head of that type (in `layer`, at `offset`, with accuracy ≥ `min_accuracy` when
+    given); `absent`: no labelled head of that type; `measured`: some head of that type reaches `min_accuracy`
+    (labelled or not)."""
     failed = []
     labelled = table[table["label"].astype(bool)]
     for need in requirements.get("present", []):

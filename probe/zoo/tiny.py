@@ -1,7 +1,8 @@
 """Tiny models and tokenizers built locally, with seeded random weights.
 
 No model hub is needed: these are what the tests, benchmarks and offline demos run on. Each builder writes a
-directory that `probe.models.load(DIR)` (and `from_pretrained`) reads back, exactly like a downloaded checkpoint.
+directory that `probe.models.load(DIR)` (and `from_pretrained`) reads back, exactly like a downloaded
+checkpoint.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ DEMO_WORDS = (
 def word_tokenizer(words: Sequence[str], bos_token: str | None = None):
     """A fast word-level tokenizer over `words` (split on whitespace and punctuation), with <unk> and <pad>.
 
-    With `bos_token`, every encoded text starts with it (GPT-2-style models then get an attention-sink position).
+    With `bos_token`, every encoded text starts with it (GPT-2-style models then get an attention-sink
+    position).
     """
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
@@ -71,7 +73,8 @@ def protbert_tokenizer(directory: str | Path):
 
 
 def prott5_tokenizer():
-    """A ProtT5-style tokenizer: word-level pieces "▁M" "▁K" ... for residues separated by spaces, then `</s>`."""
+    """A ProtT5-style tokenizer: word-level pieces "▁M" "▁K" ... for residues separated by spaces, then
+    `</s>`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -132,9 +135,9 @@ def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
 def build_tiny(arch: TinyArch, seed: int = 0, sharpness: float = 1.0, **overrides):
     """(model, tokenizer) with seeded random weights, on the sdpa kernel, in eval mode. Not saved anywhere.
 
-    `sharpness` s multiplies every query and key projection (BERT, ESM, T5, Llama-family; not GPT-2's fused c_attn),
-    so attention logits grow by s² and the otherwise near-uniform attention of a random model has peaks: what
-    measures with an attention threshold (Vig et al.'s θ = 0.3) need."""
+    `sharpness` s multiplies every query and key projection (BERT, ESM, T5, Llama-family; not GPT-2's fused
+    c_attn), so attention logits grow by s² and the otherwise near-uniform attention of a random model has
+    peaks: what measures with an attention threshold (Vig et al.'s θ = 0.3) need."""
     import tempfile
 
     import transformers
@@ -173,7 +176,8 @@ def build_tiny(arch: TinyArch, seed: int = 0, sharpness: float = 1.0, **override
 
 
 def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, sharpness: float = 1.0, **overrides) -> Path:
-    """Build a tiny model of `arch` and save it (weights, config, tokenizer) to `directory`; returns the path."""
+    """Build a tiny model of `arch` and save it (weights, config, tokenizer) to `directory`; returns the
+    path."""
     directory = Path(directory)
     model, tokenizer = build_tiny(arch, seed, sharpness, **overrides)
     model.save_pretrained(directory)
@@ -182,10 +186,11 @@ def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, sharpness: f
 
 
 def english_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 4000):
-    """A GPT-2-style byte-level BPE tokenizer ("Ġ" marks a word start, <|endoftext|> is BOS and EOS), trained here on
-    `texts` (e.g. the GAP development passages shipped with the package, ``probe.heads.corpus.passages``): a
-    tokenizer that reads English for tests of text models, with no hub access (no GPT-2 tokenizer ships in any
-    offline package). Deterministic for the same texts and vocab_size."""
+    """A GPT-2-style byte-level BPE tokenizer ("Ġ" marks a word start, <|endoftext|> is BOS and EOS), trained
+    here on `texts` (e.g. the GAP development passages shipped with the package,
+    ``probe.heads.corpus.passages``): a tokenizer that reads English for tests of text models, with no hub
+    access (no GPT-2 tokenizer ships in any offline package). Deterministic for the same texts and
+    vocab_size."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import PreTrainedTokenizerFast
 

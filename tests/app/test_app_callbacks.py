@@ -1,5 +1,6 @@
-"""The dashboard's panels and service as plain functions, on tiny seeded models (no browser, no server), and every
-callback through Dash's own HTTP endpoint with crafted payloads (an in-page message, never an HTTP 500)."""
+"""The dashboard's panels and service as plain functions, on tiny seeded models (no browser, no server), and
+every callback through Dash's own HTTP endpoint with crafted payloads (an in-page message, never an HTTP
+500)."""
 
 from __future__ import annotations
 
@@ -350,8 +351,9 @@ def test_label_on_demand_shows_progress_then_fills_the_atlas(specs):
 
 
 def test_a_view_during_a_labelling_job_answers_at_once_with_the_jobs_estimate(specs):
-    """The labelling worker holds the inference gate only between its probe batches: a view waiting for it goes
-    first (it waits at most one batch), the job then goes on; the page shows its progress and an estimate."""
+    """The labelling worker holds the inference gate only between its probe batches: a view waiting for it
+    goes first (it waits at most one batch), the job then goes on; the page shows its progress and an
+    estimate."""
     service = Service(AppConfig(models=specs))
     batches, views_done, order = 6, threading.Event(), []
 
@@ -421,8 +423,8 @@ def test_the_gate_lets_views_through_between_background_batches():
 
 
 def test_start_up_reads_shipped_tables_and_queues_only_the_rest(tmp_path, specs, monkeypatch):
-    """A model with a shipped table is not labelled (nothing computed at start-up); one without is queued, and its
-    progress goes to the terminal's report."""
+    """A model with a shipped table is not labelled (nothing computed at start-up); one without is queued, and
+    its progress goes to the terminal's report."""
     from app import tables
 
     table = _label_table(specs[0])
@@ -451,7 +453,8 @@ def test_start_up_reads_shipped_tables_and_queues_only_the_rest(tmp_path, specs,
 
 
 def test_a_shipped_organism_table_is_found_from_its_card(tmp_path, monkeypatch):
-    """probe/zoo/NAME/card.json's "label_table" names the file; a card without it (or a missing file) has none."""
+    """probe/zoo/NAME/card.json's "label_table" names the file; a card without it (or a missing file) has
+    none."""
     import json
 
     from app import tables
@@ -487,8 +490,8 @@ def test_the_long_input_store_is_bounded_by_bytes(service):
 
 
 def test_forty_posts_of_8_mib_keep_the_store_under_its_bound(specs):
-    """Issue 32: 40 crafted posts of 8 MiB to the link callback are refused with the in-page note, and the server
-    holds no more than its stated bound (memory measured with tracemalloc)."""
+    """Issue 32: 40 crafted posts of 8 MiB to the link callback are refused with the in-page note, and the
+    server holds no more than its stated bound (memory measured with tracemalloc)."""
     import gc
     import tracemalloc
 
@@ -519,7 +522,8 @@ def test_forty_posts_of_8_mib_keep_the_store_under_its_bound(specs):
 
 
 def _url_request(client, spec: str, text: str) -> str:
-    """The body of the link callback's request (Dash's own endpoint) with a crafted input store holding `text`."""
+    """The body of the link callback's request (Dash's own endpoint) with a crafted input store holding
+    `text`."""
     dependencies = client.get("/_dash-dependencies").get_json()
     callback = next(c for c in dependencies if f"{ids.URL}.search" in c["output"])
     values = {ids.MODEL: spec, ids.HEAD_TYPE: "self", ids.SELECTED: {"layer": 0, "head": 0},
@@ -531,7 +535,7 @@ def _url_request(client, spec: str, text: str) -> str:
                        "changedPropIds": [f"{ids.INPUT}.data"]})
 
 
-# --- page state ----------------------------------------------------------------------------------------------
+# --- page state ---------------------------------------------------------------------------------------------
 
 
 def test_url_state_round_trips_and_bad_links_fall_back(service, specs):
@@ -614,7 +618,7 @@ def test_parsers():
         parse_fasta("MQJ")
 
 
-# --- crafted callback payloads through Dash's endpoint ---------------------------------------------------------
+# --- crafted callback payloads through Dash's endpoint ------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -958,7 +962,8 @@ def test_shared_zoom_is_clipped_to_the_protein():
 
 
 def test_byte_level_tokens_are_shown_as_text():
-    """GPT-2-style byte-level BPE: "Ġthe" is shown as " the" (never a raw Ġ); special tokens keep their form."""
+    """GPT-2-style byte-level BPE: "Ġthe" is shown as " the" (never a raw Ġ); special tokens keep their
+    form."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -1000,8 +1005,9 @@ def test_target_overlay_of_the_bracket_type_marks_the_matching_bracket():
 
 
 def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_binding(specs, ubiquitin_structure):
-    """With a structure the leaderboard has the contact base rate, enrichment and q of every head (equal to the
-    library's per-head table); 1UBI has no ligand, so the binding share is "unknown" in the panel, never 0."""
+    """With a structure the leaderboard has the contact base rate, enrichment and q of every head (equal to
+    the library's per-head table); 1UBI has no ligand, so the binding share is "unknown" in the panel, never
+    0."""
     from app.protein_analysis import analyse
     from probe.proteins.contacts import predict_contacts
     from probe.proteins.structure import contact_map, read_structure

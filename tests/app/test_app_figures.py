@@ -32,8 +32,8 @@ def test_downsample_uneven_blocks_and_nan():
     assert np.isnan(pooled[0, 0]) and np.isnan(pooled[2, 2])
 
 
-# The explorer's heatmap is drawn in the browser (assets/explorer.js): its pooling, labels, outlines and colour
-# scales are tested there (tests/app/test_app_js.py).
+# The explorer's heatmap is drawn in the browser (assets/explorer.js): its pooling, labels, outlines and
+# colour scales are tested there (tests/app/test_app_js.py).
 
 
 def test_line_view_draws_one_segment_per_strong_weight():

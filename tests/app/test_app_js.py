@@ -1,10 +1,11 @@
-"""The dashboard's JavaScript on its own (app/assets/explorer.js, keys.js), in headless Chromium: each function of
-the explorer's reading in the browser against the same computation written out in numpy here — decoding the
-uint16 payload, max-pooling, axis labels, the per-head colour maximum, the dominant offset, the overlay's share
-(explorer.target_share), the heatmap figure (pooled z, labels, outlines, colour scale, title, theme), tick
-spacing, the layer follower, the token view's colours, and the atlas click's checks.
+"""The dashboard's JavaScript on its own (app/assets/explorer.js, keys.js), in headless Chromium: each
+function of the explorer's reading in the browser against the same computation written out in numpy here —
+decoding the uint16 payload, max-pooling, axis labels, the per-head colour maximum, the dominant offset, the
+overlay's share (explorer.target_share), the heatmap figure (pooled z, labels, outlines, colour scale, title,
+theme), tick spacing, the layer follower, the token view's colours, and the atlas click's checks.
 
-The assets are loaded into a blank page (no Dash, no server), with the little of `window.dash_clientside` they read.
+The assets are loaded into a blank page (no Dash, no server), with the little of `window.dash_clientside` they
+read.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The dashboard installs as `probe_app` (source folder app/), never as a top-level `app`; no package is left out."""
+"""The dashboard installs as `probe_app` (source folder app/), never as a top-level `app`; no package is left
+out."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def test_the_wheel_holds_probe_app_and_no_top_level_app(tmp_path):
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
                             str(tmp_path), str(source)], check=True, capture_output=True, text=True)
     log = built.stdout + built.stderr
-    # no warning of our own making: every data folder is a package found by discovery, the license an SPDX string
+    # no warning of our own making: every data folder is a package found by discovery, the license an SPDX
+    # string
     assert "absent from" not in log and "project.license` as a TOML table" not in log, log[-2000:]
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()

@@ -1,4 +1,5 @@
-"""`probe capture` writes the documented npz, equal to eager attention, and rejects bad input with exit code 2."""
+"""`probe capture` writes the documented npz, equal to eager attention, and rejects bad input with exit code
+2."""
 
 from __future__ import annotations
 
@@ -72,8 +73,8 @@ def test_bad_output_extension(tiny_dir, tmp_path, capsys):
 
 
 def test_a_range_is_bounds_checked_before_it_is_expanded():
-    """`0-999999999999` must fail at once, never build a list of 10^12 indices (that was a MemoryError; `0-20000000`
-    cost 775 MB): the check allocates next to nothing."""
+    """`0-999999999999` must fail at once, never build a list of 10^12 indices (that was a MemoryError;
+    `0-20000000` cost 775 MB): the check allocates next to nothing."""
     import tracemalloc
 
     from probe.errors import ProbeError

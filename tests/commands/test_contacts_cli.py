@@ -135,8 +135,8 @@ def test_a_foreign_existing_output_is_not_overwritten(esm, tmp_path, capsys, fla
 
 
 def test_interrupted_fasta_batch_keeps_finished_records_and_resumes(esm, line_pdb, tmp_path, monkeypatch):
-    """Ctrl-C after the first record: it is written; the rerun computes only the other two; the result equals an
-    uninterrupted run's."""
+    """Ctrl-C after the first record: it is written; the rerun computes only the other two; the result equals
+    an uninterrupted run's."""
     import probe.proteins.sets as contact_sets
 
     fasta = tmp_path / "in.fasta"
@@ -177,9 +177,9 @@ def test_interrupted_fasta_batch_keeps_finished_records_and_resumes(esm, line_pd
     assert len(calls) == 3
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Protein models without a contact regression; structure sets; run identity; SIGKILL; bad input
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture()
@@ -234,7 +234,8 @@ def test_structure_set_writes_chain_table_and_head_summary(protbert, structures_
     assert (summary["n_proteins"] == 3).all()
     assert (summary["p_at_L_long_low"] <= summary["p_at_L_long"]).all()
     assert (summary["p_at_L_long"] <= summary["p_at_L_long_high"]).all()
-    # provis' contact background (report_top_heads): over the known pairs 6 or more apart; ours over all L² pairs
+    # provis' contact background (report_top_heads): over the known pairs 6 or more apart; ours over all L²
+    # pairs
     background = chains["n_contact_pairs"].sum() / chains["n_known_pairs"].sum()
     assert summary["contact_background"].eq(background).all()
     background = chains["n_contact_pairs"].sum() / chains["n_pairs"].sum()
@@ -296,7 +297,8 @@ def _subprocess_env():
 
 
 def _kill_after_first_unit(command: list[str], parts: Path, total: int) -> int:
-    """Start `probe` in a subprocess, SIGKILL it once the journal holds a finished unit; returns the units kept."""
+    """Start `probe` in a subprocess, SIGKILL it once the journal holds a finished unit; returns the units
+    kept."""
     import signal
     import subprocess
     import sys
@@ -418,7 +420,8 @@ def test_structure_set_on_ray_equals_in_process(protbert, structures_dir, tmp_pa
 
 
 def test_the_command_module_and_its_parser_import_nothing_heavy():
-    """`probe contacts --help` pays for argparse only: the command imports torch, numpy and pandas inside run()."""
+    """`probe contacts --help` pays for argparse only: the command imports torch, numpy and pandas inside
+    run()."""
     import subprocess
     import sys
 

@@ -1,5 +1,6 @@
-"""`probe label` end to end: the hand-set GPT-2 gets exactly its planted labels; several models go into one table,
-written per model so an interrupted run resumes with the unfinished models only; bad input exits 2 in one line."""
+"""`probe label` end to end: the hand-set GPT-2 gets exactly its planted labels; several models go into one
+table, written per model so an interrupted run resumes with the unfinished models only; bad input exits 2 in
+one line."""
 
 from __future__ import annotations
 
@@ -141,7 +142,8 @@ def test_probe_file_is_scored_as_coreference(planted_dir, tmp_path, capsys):
     assert code == 0, err
     table = pd.read_csv(io.StringIO(out))
     assert table["n_examples"].eq(1).all() and table["probe_set"].eq("file").all()
-    # "john" is nearer (the nearest baseline is wrong), "mary" first (the first-mention one is right): best = first
+    # "john" is nearer (the nearest baseline is wrong), "mary" first (the first-mention one is right): best =
+    # first
     assert table["baseline"].eq("first").all() and table["baseline_accuracy"].eq(1.0).all()
 
 
@@ -207,8 +209,8 @@ def test_an_existing_out_that_is_not_a_label_table(planted_dir, tmp_path, capsys
 
 
 def test_sigkill_after_the_first_model_then_rerun_equals_an_uninterrupted_run(planted_dir, tiny_dir, tmp_path):
-    """A real `probe label` subprocess killed with SIGKILL once the first model is in the journal; the rerun reuses
-    it, computes the second, and ends with the same table as a run that was never interrupted."""
+    """A real `probe label` subprocess killed with SIGKILL once the first model is in the journal; the rerun
+    reuses it, computes the second, and ends with the same table as a run that was never interrupted."""
     import os
     import signal
     import subprocess

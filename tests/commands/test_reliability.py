@@ -1,5 +1,6 @@
-"""The reliability suite: every bad input of every subcommand is exit code 2 with one stderr line and no partial
-output; `probe label` and `probe contacts` killed with SIGKILL at random moments resume to the same result.
+"""The reliability suite: every bad input of every subcommand is exit code 2 with one stderr line and no
+partial output; `probe label` and `probe contacts` killed with SIGKILL at random moments resume to the same
+result.
 
 The bad-input table runs the CLI in-process (`probe.cli.main`), which is fast; a few cases also run as a real
 process, where Python warnings and argparse's own exit path would show. `probe app` never serves here: Dash's
@@ -57,7 +58,7 @@ REPORT = ("report", "--model", "{gpt2}", "--out", "{tmp}/r.html")
 ESM_REPORT = ("report", "--model", "{esm}", "--out", "{tmp}/r.html")
 
 CASES = [
-    # --- argparse: one line, never the usage block ------------------------------------------------------------
+    # --- argparse: one line, never the usage block ----------------------------------------------------------
     case("no-command"),
     case("unknown-command", "bogus"),
     case("capture-no-arguments", "capture"),
@@ -81,7 +82,7 @@ CASES = [
     case("app-max-tokens-float", *APP, "--max-tokens", "1.5"),
     case("app-upload-not-number", *APP, "--upload-mb", "x"),
     case("app-unknown-flag", *APP, "--bogus"),
-    # --- output paths: checked before any computing -----------------------------------------------------------
+    # --- output paths: checked before any computing ---------------------------------------------------------
     case("capture-out-bad-extension", *CAPTURE, "--out", "{tmp}/a.txt"),
     case("capture-out-is-folder", *CAPTURE, "--out", "{tmp}/folder.npz"),
     case("capture-out-missing-folder", *CAPTURE, "--out", "{tmp}/missing/a.npz"),
@@ -104,7 +105,7 @@ CASES = [
     case("contacts-heads-out-missing-folder", *CONTACTS, "--heads-out", "{tmp}/missing/h.parquet"),
     case("contacts-two-outputs-one-file", *CONTACTS, "--heads-out", "{tmp}/h.parquet",
          "--chains-out", "{tmp}/h.parquet"),
-    # --- models and devices -------------------------------------------------------------------------------------
+    # --- models and devices ---------------------------------------------------------------------------------
     case("capture-model-missing", "capture", "--model", "{tmp}/no-such-model", "--text", "a", "--out", "{tmp}/a.npz"),
     case("capture-model-unknown-organism", "capture", "--model", "zoo:nope", "--text", "a", "--out", "{tmp}/a.npz"),
     case("capture-model-corrupt-weights", "capture", "--model", "{corrupt_gpt2}", "--text", "a",
@@ -121,7 +122,7 @@ CASES = [
     case("label-device-meta", *LABEL_OUT, "--device", "meta"),
     case("contacts-device-mps", *CONTACTS_OUT, "--device", "mps"),
     case("app-device-meta", *APP, "--model", "{gpt2}", "--device", "meta"),
-    # --- capture: inputs, layers and heads ------------------------------------------------------------------------
+    # --- capture: inputs, layers and heads ------------------------------------------------------------------
     case("capture-sequence-on-text-model", "capture", "--model", "{gpt2}", "--sequence", PROTEIN,
          "--out", "{tmp}/a.npz"),
     case("capture-text-on-protein-model", "capture", "--model", "{esm}", "--text", "hello", "--out", "{tmp}/a.npz"),
@@ -138,7 +139,7 @@ CASES = [
     case("capture-sequence-not-protein", "capture", "--model", "{esm}", "--sequence", "12345!", "--out",
          "{tmp}/a.npz"),
     case("capture-sequence-empty", "capture", "--model", "{esm}", "--sequence", "", "--out", "{tmp}/a.npz"),
-    # --- label ----------------------------------------------------------------------------------------------------
+    # --- label ----------------------------------------------------------------------------------------------
     case("label-examples-zero", *LABEL_OUT, "--examples", "0"),
     case("label-examples-negative", *LABEL_OUT, "--examples", "-5"),
     case("label-seq-len-zero", *LABEL_OUT, "--seq-len", "0"),
@@ -159,7 +160,7 @@ CASES = [
     case("label-second-model-missing", *LABEL_OUT, "--model", "{tmp}/no-such-model"),
     case("label-plot-bad-extension", *LABEL_OUT, "--plot", "{tmp}/sweep.txt"),
     case("label-plot-folder-missing", *LABEL_OUT, "--plot", "{tmp}/no-such-folder/sweep.html"),
-    # --- contacts -------------------------------------------------------------------------------------------------
+    # --- contacts -------------------------------------------------------------------------------------------
     case("contacts-threshold-nan", *CONTACTS_OUT, "--threshold", "nan"),
     case("contacts-threshold-negative", *CONTACTS_OUT, "--threshold", "-1"),
     case("contacts-threshold-zero", *CONTACTS_OUT, "--threshold", "0"),
@@ -187,7 +188,7 @@ CASES = [
          "--structure", "{pdb}", "--out", "{tmp}/c.npz"),
     case("contacts-no-source", "contacts", "--model", "{esm}", "--out", "{tmp}/c.npz"),
     case("contacts-text-model", "contacts", "--model", "{gpt2}", "--sequence", PROTEIN, "--out", "{tmp}/c.npz"),
-    # --- app: every check before "serving" -----------------------------------------------------------------------
+    # --- app: every check before "serving" ------------------------------------------------------------------
     case("app-host-empty", *APP, "--host", ""),
     case("app-host-blank", *APP, "--host", "  "),
     case("app-host-unresolvable", *APP, "--host", "nonexistent.invalid"),
@@ -204,7 +205,7 @@ CASES = [
     case("app-labels-missing", *APP, "--model", "{gpt2}", "--labels", "{tmp}/none.csv"),
     case("app-labels-foreign", *APP, "--model", "{gpt2}", "--labels", "{tmp}/foreign.csv"),
     case("app-model-missing", *APP, "--model", "{tmp}/no-such-model"),
-    # --- batch runs (issue 21): Ray, models files, probe lengths, plots, cards --------------------------------------
+    # --- batch runs (issue 21): Ray, models files, probe lengths, plots, cards ------------------------------
     case("label-ray-unreachable", *LABEL_OUT, "--ray", "127.0.0.1:1"),
     case("label-ray-bad-address", *LABEL_OUT, "--ray", "nonsense"),
     case("label-ray-port-out-of-range", *LABEL_OUT, "--ray", "127.0.0.1:99999"),
@@ -236,7 +237,7 @@ CASES = [
     case("card-layers-fraction-json", "card", "--model", "{fraction_config}"),
     case("card-seq-len-zero", "card", "--model", "{gpt2}", "--seq-len", "0"),
     case("card-batch-zero", "card", "--model", "{gpt2}", "--seq-len", "64", "--batch", "0"),
-    # --- profile and train (issues 27, 32): bounds, foreign tables, nothing half written ---------------------------
+    # --- profile and train (issues 27, 32): bounds, foreign tables, nothing half written --------------------
     case("profile-random-huge", "profile", "--model", "{gpt2}", "--random", "1000000000000", "--seq-len", "32",
          "--out", "{tmp}/p.csv"),
     case("profile-window-zero", "profile", "--model", "{gpt2}", "--random", "2", "--window", "0",
@@ -255,7 +256,7 @@ CASES = [
     case("train-checkpoint-steps-past-the-run", "train", "induction", "--out", "{tmp}/o",
          "--checkpoint-steps", "999999"),
     case("train-esm-random-checkpoints", "train", "esm-random", "--out", "{tmp}/o", "--checkpoint-steps", "0"),
-    # --- the new surfaces (issue 32 item 7): engines, device maps, card, train, report ------------------------------
+    # --- the new surfaces (issue 32 item 7): engines, device maps, card, train, report ----------------------
     case("capture-engine-unknown", *CAPTURE_OUT, "--engine", "flash"),
     case("label-engine-unknown", *LABEL_OUT, "--engine", "bogus"),
     case("profile-engine-unknown", *PROFILE_OUT, "--engine", "turbo"),
@@ -275,9 +276,9 @@ CASES = [
     case("label-offload-folder-is-a-file", *LABEL_OUT, "--device-map", "auto", "--offload-folder",
          "{tmp}/plain.txt"),
     case("capture-offload-folder-without-device-map", *CAPTURE_OUT, "--offload-folder", "{tmp}/off"),
-    # (a device map that offloads to disk without --offload-folder is no error: transformers 5 reads the offloaded
-    # weights from the checkpoint's own safetensors file — `--device-map auto --max-memory cpu=1KiB` loads with
-    # hf_device_map {'': 'disk'} and captures)
+    # (a device map that offloads to disk without --offload-folder is no error: transformers 5 reads the
+    # offloaded weights from the checkpoint's own safetensors file — `--device-map auto --max-memory cpu=1KiB`
+    # loads with hf_device_map {'': 'disk'} and captures)
     case("capture-max-memory-no-equals", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "lots"),
     case("capture-max-memory-bad-amount", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "cpu=many"),
     case("capture-max-memory-empty-device", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "=1GiB"),
@@ -322,7 +323,8 @@ def free_port() -> int:
 
 
 def readonly_folder(base: Path) -> str:
-    """A folder no file can be created in: a chmod 555 folder, or (as root, who ignores permission bits) /sys."""
+    """A folder no file can be created in: a chmod 555 folder, or (as root, who ignores permission bits)
+    /sys."""
     folder = base / "readonly"
     folder.mkdir()
     folder.chmod(0o555)
@@ -337,7 +339,8 @@ def readonly_folder(base: Path) -> str:
 
 
 def damaged_copy(source: Path, target: Path, keep_bytes: int | None) -> str:
-    """A copy of a saved model whose safetensors file is cut to `keep_bytes` (None: overwritten with noise)."""
+    """A copy of a saved model whose safetensors file is cut to `keep_bytes` (None: overwritten with
+    noise)."""
     shutil.copytree(source, target)
     weights = target / "model.safetensors"
     data = weights.read_bytes()
@@ -484,13 +487,15 @@ def test_app_empty_host_never_falls_back_to_the_host_variable(monkeypatch, never
     assert err == "probe app: error: --host is empty: give an address to bind, e.g. 127.0.0.1 (this machine only)\n"
 
 
-# A real process costs ~5-15 s of imports on a busy machine: two cases, argparse's exit path and the app's bind.
+# A real process costs ~5-15 s of imports on a busy machine: two cases, argparse's exit path and the app's
+# bind.
 SUBPROCESS_CASES = ["label-bad-ablate", "app-port-in-use", "label-ray-unreachable"]
 
 
 @pytest.mark.parametrize("name", SUBPROCESS_CASES)
 def test_bad_input_in_a_real_process(name, assets, used_port, tmp_path):
-    """The same contract from a real `probe` process: argparse's exit path, warnings and werkzeug are all real."""
+    """The same contract from a real `probe` process: argparse's exit path, warnings and werkzeug are all
+    real."""
     bad = next(c for c in CASES if c.name == name)
     prepare_output_folder(tmp_path)
     values = {**assets, "tmp": str(tmp_path), "used_port": str(used_port), "free_port": str(free_port())}
@@ -502,9 +507,9 @@ def test_bad_input_in_a_real_process(name, assets, used_port, tmp_path):
     check_bad_input(result.returncode, result.stdout, result.stderr, before, snapshot(tmp_path), argv)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # SIGKILL at random moments, then resume: the result equals an uninterrupted run
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def journal_units(out: Path) -> int:
@@ -515,8 +520,8 @@ def journal_units(out: Path) -> int:
 
 
 def kill_at_random(argv: list[str], out: Path, rng: random.Random, cwd: Path) -> bool:
-    """Start `probe argv`, wait until it has finished a unit (journal) or written `out`, then SIGKILL it after a
-    random delay. True if it was killed, False if it finished first."""
+    """Start `probe argv`, wait until it has finished a unit (journal) or written `out`, then SIGKILL it after
+    a random delay. True if it was killed, False if it finished first."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     process = subprocess.Popen([sys.executable, "-m", "probe.cli", *argv], env=env, cwd=cwd,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -534,8 +539,8 @@ def kill_at_random(argv: list[str], out: Path, rng: random.Random, cwd: Path) ->
 
 
 def resume_after_kills(argv: list[str], out: Path, kills: int, seed: int, cwd: Path, capsys) -> tuple[int, list]:
-    """Kill the run `kills` times (bounded tries), checking after each kill that no output is half-written and no
-    finished unit was lost; then finish it in-process. Returns (kills done, unit counts seen)."""
+    """Kill the run `kills` times (bounded tries), checking after each kill that no output is half-written and
+    no finished unit was lost; then finish it in-process. Returns (kills done, unit counts seen)."""
     rng = random.Random(seed)
     done, counts, tries = 0, [], 0
     while done < kills and tries < 3 * kills:
@@ -665,16 +670,17 @@ def test_contacts_survives_repeated_sigkill(tiny_dir, tmp_path, capsys):
 
 @pytest.mark.soak
 def test_soak():
-    """benchmarks/soak.py with its defaults: repeated SIGKILL/resume of label and contacts, then 20 users × 60 s."""
+    """benchmarks/soak.py with its defaults: repeated SIGKILL/resume of label and contacts, then 20 users × 60
+    s."""
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "soak.py")], capture_output=True, text=True,
                             timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Batch runs (issues 21 and 22): Ray failures are fast and quiet, models files name their line, nothing of Ray
 # outlives its driver
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("command", ["label", "contacts"])
@@ -695,8 +701,8 @@ def test_an_unreachable_ray_address_is_one_line_within_ten_seconds(command, asse
 
 @pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n"])
 def test_a_port_that_is_not_ray_is_one_line_within_ten_seconds(answer, assets, tmp_path, capsys):
-    """Something listens there but is not Ray (silent, or an HTTP/1 server): the HTTP/2 check that Ray's GCS answers
-    fails in seconds, before Ray is imported, instead of Ray's client retrying for a minute."""
+    """Something listens there but is not Ray (silent, or an HTTP/1 server): the HTTP/2 check that Ray's GCS
+    answers fails in seconds, before Ray is imported, instead of Ray's client retrying for a minute."""
     import threading
 
     listener = socket.socket()
@@ -798,10 +804,10 @@ def _alive(pid: int, start: int) -> bool:
 
 @pytest.mark.ray
 def test_nothing_of_ray_outlives_a_sigkilled_driver(tmp_path):
-    """Issues 22 and 32: a driver that started a local Ray instance is SIGKILLed; 10 s later no process of that Ray
-    session runs — raylet, GCS, workers, and the dashboard and runtime-env agents, whose command lines Ray rewrites
-    to bare titles that do not name the session. Every process below the driver is found by the process tree,
-    recorded (pid and start time) before the kill."""
+    """Issues 22 and 32: a driver that started a local Ray instance is SIGKILLed; 10 s later no process of
+    that Ray session runs — raylet, GCS, workers, and the dashboard and runtime-env agents, whose command
+    lines Ray rewrites to bare titles that do not name the session. Every process below the driver is found by
+    the process tree, recorded (pid and start time) before the kill."""
     pytest.importorskip("ray")
     from probe.runs.ray_watchdog import session_processes
 

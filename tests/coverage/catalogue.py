@@ -1,10 +1,11 @@
 """The coverage list: one entry per model type, with the tiny config it is built from.
 
-An entry holds inputs to the run, never its result: the config fields of a tiny random model (2 layers, or 4 for
-hybrids so that both layer kinds appear; width 32; ``initializer_range = 0.2`` so attention is peaked), the class a
-checkpoint of that type is saved as, and how to feed it. What the engine does with it is measured by
-:func:`tests.coverage.harness.run`. An entry the engine does not serve yet names, in ``expected``, the status it has
-today and the issue item that fixes it; ``tests/engine/test_coverage.py`` turns that into a strict xfail.
+An entry holds inputs to the run, never its result: the config fields of a tiny random model (2 layers, or 4
+for hybrids so that both layer kinds appear; width 32; ``initializer_range = 0.2`` so attention is peaked),
+the class a checkpoint of that type is saved as, and how to feed it. What the engine does with it is measured
+by :func:`tests.coverage.harness.run`. An entry the engine does not serve yet names, in ``expected``, the
+status it has today and the issue item that fixes it; ``tests/engine/test_coverage.py`` turns that into a
+strict xfail.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ INIT = 0.2  # initializer_range: random attention is near-uniform at 0.02, peake
 
 @dataclass(frozen=True)
 class Expected:
-    """A known gap of today's engine: the status the entry has now, and the issue item (branch) that fixes it."""
+    """A known gap of today's engine: the status the entry has now, and the issue item (branch) that fixes
+    it."""
 
     status: Literal["refused", "FAILS", "partial"]
     fixed_by: str
@@ -45,7 +47,8 @@ class Architecture:
     inputs : {"text", "audio"}
         Token ids and a padding mask, or Whisper's features plus decoder tokens.
     tokenizer : {"words", "esm"}
-        The tokenizer saved beside the model (probe.models.load needs one): the tiny word-level one, or ESM-2's.
+        The tokenizer saved beside the model (probe.models.load needs one): the tiny word-level one, or
+        ESM-2's.
     padding : {"left", "right"}
         Where the shorter row of the batch of 2 is padded (left for causal LMs, as in batched generation).
     default_suite : bool
@@ -92,7 +95,7 @@ def encoder(**fields) -> dict:
 HYBRID = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
 
 ARCHITECTURES: tuple[Architecture, ...] = (
-    # --- decoder-only LMs ------------------------------------------------------------------------------------
+    # --- decoder-only LMs -----------------------------------------------------------------------------------
     Architecture("GPT-2", "gpt2", "GPT2LMHeadModel",
                  dict(vocab_size=VOCAB, n_positions=64, n_embd=WIDTH, n_layer=2, n_head=4, initializer_range=INIT,
                       bos_token_id=2, eos_token_id=2, pad_token_id=1)),
@@ -171,7 +174,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture("Falcon", "falcon", "FalconForCausalLM",
                  dict(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4,
                       initializer_range=INIT, pad_token_id=1, bos_token_id=2, eos_token_id=2)),
-    # --- hybrids: softmax attention beside linear attention / SSM layers -------------------------------------
+    # --- hybrids: softmax attention beside linear attention / SSM layers ------------------------------------
     Architecture("Qwen3-Next", "qwen3_next", "Qwen3NextForCausalLM",
                  decoder(num_hidden_layers=4, head_dim=8, layer_types=HYBRID, linear_num_key_heads=2,
                          linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,

@@ -1,6 +1,7 @@
-"""The eager fallback (probe/engine/eager.py): models whose attention does not go through AttentionInterface (Bloom,
-DeBERTa-v2) stream their own output_attentions into the sinks through forward hooks, one layer at a time; ALBERT
-(one shared layer applied N times) gets one entry per application; --engine fused refuses, --engine eager forces."""
+"""The eager fallback (probe/engine/eager.py): models whose attention does not go through AttentionInterface
+(Bloom, DeBERTa-v2) stream their own output_attentions into the sinks through forward hooks, one layer at a
+time; ALBERT (one shared layer applied N times) gets one entry per application; --engine fused refuses,
+--engine eager forces."""
 
 from __future__ import annotations
 

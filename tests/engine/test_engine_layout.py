@@ -1,5 +1,6 @@
-"""The engine reads what a sink needs from its declared `SinkNeeds`, never by probing attributes: no `hasattr` /
-`getattr` on a sink anywhere in probe/engine/, and the only sink methods the engine calls are the protocols'."""
+"""The engine reads what a sink needs from its declared `SinkNeeds`, never by probing attributes: no `hasattr`
+/ `getattr` on a sink anywhere in probe/engine/, and the only sink methods the engine calls are the
+protocols'."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def _names(node: ast.AST) -> set[str]:
 
 
 def _sink_like(tree: ast.AST) -> set[str]:
-    """Names bound by a loop or comprehension over something that mentions a sink (``for s in session.sinks``)."""
+    """Names bound by a loop or comprehension over something that mentions a sink (``for s in
+    session.sinks``)."""
     bound = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.comprehension)) and any("sink" in n.lower() for n in _names(node.iter)):

@@ -1,7 +1,7 @@
-"""Capture under accelerate's hooks: a model loaded with a device_map that puts a layer on "disk" (its weights on the
-meta device between forwards, loaded by an AlignDevicesHook around each module's forward) gives the same α, gathered
-slots, output norms and logits as the same model in memory. The output projection's weights are read through
-accelerate's `align_module_device`, not from the meta parameter."""
+"""Capture under accelerate's hooks: a model loaded with a device_map that puts a layer on "disk" (its weights
+on the meta device between forwards, loaded by an AlignDevicesHook around each module's forward) gives the
+same α, gathered slots, output norms and logits as the same model in memory. The output projection's weights
+are read through accelerate's `align_module_device`, not from the meta parameter."""
 
 from __future__ import annotations
 

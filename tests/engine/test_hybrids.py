@@ -1,7 +1,7 @@
-"""Hybrid models (softmax attention in some layers, linear attention / state-space / convolution in the others) and
-StableLM: their attention modules call ALL_ATTENTION_FUNCTIONS although their classes do not set
-`_supports_attention_backend`. The engine captures the softmax layers under the model's own layer numbers, equal
-to eager `output_attentions`, and leaves the logits as the model's own."""
+"""Hybrid models (softmax attention in some layers, linear attention / state-space / convolution in the
+others) and StableLM: their attention modules call ALL_ATTENTION_FUNCTIONS although their classes do not set
+`_supports_attention_backend`. The engine captures the softmax layers under the model's own layer numbers,
+equal to eager `output_attentions`, and leaves the logits as the model's own."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""MLA (DeepSeek-V2/V3 multi-head latent attention): the query/key head size differs from the value head size and
-the rotary part of the key is shared by all heads. The engine captures it exactly (equal to eager
+"""MLA (DeepSeek-V2/V3 multi-head latent attention): the query/key head size differs from the value head size
+and the rotary part of the key is shared by all heads. The engine captures it exactly (equal to eager
 `output_attentions` within 1e-5), through the single-pass path, the kernel path (a subset of heads) and the
 gathered path, in `probe capture` and `probe label`."""
 
@@ -87,7 +87,8 @@ def test_all_heads_equal_eager(deepseek_dir, deepseek_wide_value_dir, which):
 
 @pytest.mark.parametrize("which", ["narrow_value", "wide_value"])
 def test_some_heads_through_the_padded_kernel_equal_eager(deepseek_dir, deepseek_wide_value_dir, which):
-    """A subset of heads: the fused kernel runs (value or q/k zero-padded to one head size) and α is rebuilt."""
+    """A subset of heads: the fused kernel runs (value or q/k zero-padded to one head size) and α is
+    rebuilt."""
     directory = deepseek_dir if which == "narrow_value" else deepseek_wide_value_dir
     loaded = models.load(str(directory))
     inputs = inputs_of(loaded, [SENTENCE, "the cat saw the dog"])  # padded batch
@@ -109,7 +110,8 @@ def test_logits_equal_plain_sdpa(deepseek_dir, heads):
 
 
 def test_generate_with_kv_cache_rows_equal_eager(deepseek_dir):
-    """The cache holds MLA's compressed latents; every decode step's row still equals eager over the full text."""
+    """The cache holds MLA's compressed latents; every decode step's row still equals eager over the full
+    text."""
     loaded = models.load(str(deepseek_dir))
     inputs = inputs_of(loaded, ["the cat saw the dog and"])
     n_prompt = inputs["input_ids"].shape[1]
@@ -151,7 +153,8 @@ def test_gathered_alpha_equals_eager_at_the_slots(deepseek_dir):
 
 
 def test_kernel_refusing_the_shapes_falls_back_with_the_lse():
-    """_fused_attention never raises on head sizes the kernel refuses; output and LSE equal the blockwise softmax."""
+    """_fused_attention never raises on head sizes the kernel refuses; output and LSE equal the blockwise
+    softmax."""
     from probe.engine.attention import _blockwise_attention, _fused_attention
 
     torch.manual_seed(0)

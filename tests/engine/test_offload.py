@@ -1,5 +1,5 @@
-"""Models placed by transformers' own device_map (accelerate offload): a tiny GPT-2 with one layer on "disk" labels
-to the same table as in memory; the placement flags are checked before anything loads."""
+"""Models placed by transformers' own device_map (accelerate offload): a tiny GPT-2 with one layer on "disk"
+labels to the same table as in memory; the placement flags are checked before anything loads."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Encoder–decoder models (T5 with its relative position bias, BART, Whisper): encoder self-attention, decoder
-self-attention and cross-attention as three named stacks (enc / dec / cross), each equal to eager, in the engine,
-`probe capture` and `probe profile`; single-stack models keep plain L3H2 names."""
+self-attention and cross-attention as three named stacks (enc / dec / cross), each equal to eager, in the
+engine, `probe capture` and `probe profile`; single-stack models keep plain L3H2 names."""
 
 from __future__ import annotations
 
@@ -59,9 +59,10 @@ def test_three_stacks_equal_eager(model_type):
     assert masked_diff(sinks[2].attention(0), cross, queries, keys) <= TOL  # decoder rows over encoder keys
     assert enc[0, 0, 0, 2].max() > 2 / enc.shape[-1]  # peaked
     valid = queries[..., None].bool()
-    # Capturing every head computes the output from the α it hands out (the eager formula): equal to eager. T5's
-    # own sdpa and eager paths differ by ~4e-5 on these logits (unscaled scores), so the reference is eager there;
-    # a capture without sinks runs the model's own fused kernel and equals its sdpa logits exactly.
+    # Capturing every head computes the output from the α it hands out (the eager formula): equal to eager.
+    # T5's own sdpa and eager paths differ by ~4e-5 on these logits (unscaled scores), so the reference is
+    # eager there; a capture without sinks runs the model's own fused kernel and equals its sdpa logits
+    # exactly.
     assert float(((logits - eager_logits).abs() * valid).max()) <= TOL
     assert float(((untouched - sdpa_logits).abs() * valid).max()) == 0.0
 
@@ -140,7 +141,8 @@ def test_probe_profile_names_the_stacks(t5_dir, tmp_path):
 
 
 def test_engine_eager_on_t5_equals_the_fused_engine_for_every_stack():
-    """T5's attention returns (output, position_bias, weights): the fallback reads the weights, not the bias."""
+    """T5's attention returns (output, position_bias, weights): the fallback reads the weights, not the
+    bias."""
     model, tokenizer = build("t5")
     plan = attention_plan(model)
     inputs = _seq2seq_inputs(tokenizer)

@@ -40,7 +40,7 @@ def planted_dir(tmp_path_factory):
     return save_planted_gpt2(tmp_path_factory.mktemp("planted"))
 
 
-# ---- chance ----------------------------------------------------------------------------------------------------
+# ---- chance ------------------------------------------------------------------------------------------------
 
 
 def _scored(head_type: str, probes, alpha: torch.Tensor, causal: bool = True, restrict: bool = False) -> Scored:
@@ -83,8 +83,9 @@ def test_fixed_offset_head_is_not_induction_on_random_block_lengths():
 
 
 def test_same_residue_head_scores_chance_for_induction_on_a_small_vocabulary():
-    """20 "residues": a head attending uniformly to every earlier token of the current token's type would pass for
-    an induction head if coincidental repeats counted; restricted to the planted repeat it scores chance."""
+    """20 "residues": a head attending uniformly to every earlier token of the current token's type would pass
+    for an induction head if coincidental repeats counted; restricted to the planted repeat it scores
+    chance."""
     tokenizer = word_tokenizer([f"r{i}" for i in range(20)], bos_token="<bos>")
     probes = repeated_blocks(tokenizer, 64, 64, seed=0)
     ids = probes.input_ids
@@ -111,7 +112,7 @@ def test_same_residue_head_scores_chance_for_induction_on_a_small_vocabulary():
     assert strict["chance"].item() == pytest.approx(strict["score"].item(), abs=0.02)
 
 
-# ---- label_model -----------------------------------------------------------------------------------------------
+# ---- label_model -------------------------------------------------------------------------------------------
 
 
 def test_label_model_finds_exactly_the_planted_heads(planted_dir):
@@ -122,7 +123,8 @@ def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     assert list(table.columns) == COLUMNS
     types = ["previous_token", "self", "first_token", "fixed_offset", "delimiter", "sentence_start", "bracket",
              "duplicate_token", "induction", "coreference"]  # every type but next_token (a causal model)
-    # rows come per probe set: the repeated-block types first, then random sentences, random brackets, templates
+    # rows come per probe set: the repeated-block types first, then random sentences, random brackets,
+    # templates
     assert sorted(dict.fromkeys(table["head_type"])) == sorted(types) and len(table) == 2 * 4 * len(types)
     labelled = {(row.layer, row.head): row.head_type for row in table[table["label"]].itertuples()}
     assert labelled == PLANTED_HEADS
@@ -212,8 +214,9 @@ def test_ablation_columns_on_the_induction_organism():
 
 
 def test_joint_ablation_of_the_four_induction_heads():
-    """Every head of zoo:induction carries a label, so same-layer unlabelled controls do not exist: ablation_z draws
-    from the whole model and the four induction heads — the whole of layer 1 — are compared with random groups."""
+    """Every head of zoo:induction carries a label, so same-layer unlabelled controls do not exist: ablation_z
+    draws from the whole model and the four induction heads — the whole of layer 1 — are compared with random
+    groups."""
     loaded = models.load("zoo:induction")
     notes = []
     table = label_model(loaded, LabelConfig(types=("previous_token", "induction"), examples=16, n_bootstrap=100,
@@ -240,9 +243,9 @@ def test_roles_by_hand():
 
 
 def _planted_value(loaded, bos_value_zero: bool) -> None:
-    """Give the planted first-token head L1H2 a value path: every token's value is the bias b (a constant vector),
-    and with `bos_value_zero` the <bos> feature cancels it at <bos>, so the head attends to <bos> and takes nothing
-    from it. Layer 1 is the last layer, so no attention pattern changes."""
+    """Give the planted first-token head L1H2 a value path: every token's value is the bias b (a constant
+    vector), and with `bos_value_zero` the <bos> feature cancels it at <bos>, so the head attends to <bos> and
+    takes nothing from it. Layer 1 is the last layer, so no attention pattern changes."""
     model, tokenizer = loaded.model, loaded.tokenizer
     attn = model.transformer.h[1].attn
     width, head_dim = model.config.n_embd, model.config.n_embd // model.config.n_head
@@ -321,7 +324,8 @@ def test_clusters_present_counts_distinct_clusters_with_a_value():
 
 
 def test_accuracy_by_source_is_each_groups_accuracy_per_head():
-    """Hand-computed: groups a, b, a, b over 4 examples; head (0, 0) is right on examples 0, 1, 2; head (0, 1) on 3."""
+    """Hand-computed: groups a, b, a, b over 4 examples; head (0, 0) is right on examples 0, 1, 2; head (0, 1)
+    on 3."""
     from probe.heads.label_stats import _per_group
 
     correct = torch.tensor([[[1.0, 0.0]], [[1.0, 0.0]], [[1.0, 0.0]], [[0.0, 1.0]]]).reshape(4, 1, 2)

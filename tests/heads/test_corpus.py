@@ -39,8 +39,8 @@ def test_gap_examples_are_two_same_gender_names_and_one_antecedent():
 
 @pytest.fixture(scope="module")
 def english():
-    """A word tokenizer over the corpus' own words (lower-cased whitespace split), with [CLS]/[SEP] framing and the
-    kinds of tokens that must never be drawn."""
+    """A word tokenizer over the corpus' own words (lower-cased whitespace split), with [CLS]/[SEP] framing
+    and the kinds of tokens that must never be drawn."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -97,9 +97,9 @@ def test_gap_examples_encode_on_a_real_tokenizer(english):
     assert set(encoded.target_words) <= set(encoded.candidate_words)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # GAP windows that fit a model: whole sentences around the pronoun and both names
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_sentence_spans_keep_abbreviations_initials_and_decimals_inside_a_sentence():
@@ -115,7 +115,8 @@ def test_crop_keeps_the_whole_passage_when_it_fits_and_whole_sentences_when_not(
     text = "Ann sang. Bo met Cy. Then she left. It rained. The end came."
     example = SpanExample(text, (text.index("she"), text.index("she") + 3), ((10, 12),), ((17, 19),), source="x")
     assert corpus.crop_example(example, lambda t: True) is example
-    # fits at most 3 sentences: the shortest window (sentences 2-3) grows by one before, then nothing more fits
+    # fits at most 3 sentences: the shortest window (sentences 2-3) grows by one before, then nothing more
+    # fits
     cropped = corpus.crop_example(example, lambda t: len(corpus.sentence_spans(t)) <= 3)
     assert cropped.text == "Ann sang. Bo met Cy. Then she left."
     for span, word in ((cropped.query, "she"), (cropped.targets[0], "Bo"), (cropped.distractors[0], "Cy")):
@@ -143,8 +144,8 @@ def test_fit_gap_examples_crops_to_the_positions_and_counts_what_it_dropped():
 
 @pytest.fixture(scope="module")
 def gpt2_128(tmp_path_factory):
-    """A GPT-2-shaped model with 128 positions and a byte-level BPE tokenizer that reads English (trained here on
-    the GAP development passages: no GPT-2 tokenizer is available offline)."""
+    """A GPT-2-shaped model with 128 positions and a byte-level BPE tokenizer that reads English (trained here
+    on the GAP development passages: no GPT-2 tokenizer is available offline)."""
     import transformers
 
     from probe.zoo.tiny import english_bpe_tokenizer
@@ -160,8 +161,8 @@ def gpt2_128(tmp_path_factory):
 
 
 def test_probe_label_with_the_defaults_reads_gap_on_a_128_position_gpt2(gpt2_128, tmp_path, capsys):
-    """The acceptance case: no --coref-set, no --examples; GAP passages (mostly longer than 128 BPE tokens) are
-    cropped to sentence windows, and coreference is scored on every pair that fits."""
+    """The acceptance case: no --coref-set, no --examples; GAP passages (mostly longer than 128 BPE tokens)
+    are cropped to sentence windows, and coreference is scored on every pair that fits."""
     import pandas as pd
 
     from probe.cli import main

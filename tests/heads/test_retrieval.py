@@ -1,5 +1,6 @@
-"""Retrieval heads (probe.heads.retrieval): Wu et al.'s score on planted cases, equality with their recipe on eager
-attention, the needle probes, the label pipeline's generation hook, and positive / negative control organisms."""
+"""Retrieval heads (probe.heads.retrieval): Wu et al.'s score on planted cases, equality with their recipe on
+eager attention, the needle probes, the label pipeline's generation hook, and positive / negative control
+organisms."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from probe.heads.retrieval import (
     uniform_chance,
 )
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The definition on planted cases
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 # positions:          0  1  2  3  4  5  6  7  8
 PROMPT = torch.tensor([[1, 9, 5, 3, 5, 6, 7, 9, 3]])  # <bos> hay hay key | needle 5 6 7 | hay key
@@ -95,9 +96,9 @@ def test_argmax_sink_refuses_prefill_blocks():
     assert sink.argmax_keys().tolist() == [[[[1, 0]]]]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Probes
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_needle_probes_hold_a_unique_needle_cued_by_a_key():
@@ -127,14 +128,14 @@ def test_too_short_probes_are_a_one_line_error():
         needle_probes(load("zoo:retrieval").tokenizer, 1, 10, seed=0)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Equality with Wu et al.'s recipe on eager attention
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def wu_reference(model, prompt: torch.Tensor, start: int, end: int, n_new: int):
-    """retrieval_head_detection.py's loop, written out: prefill prompt[:-1]; then feed one token at a time with
-    output_attentions; emitted = argmax of the logits; each head's top-1 key of its last row scores
+    """retrieval_head_detection.py's loop, written out: prefill prompt[:-1]; then feed one token at a time
+    with output_attentions; emitted = argmax of the logits; each head's top-1 key of its last row scores
     1/(end − start) when start ≤ key < end and prompt[key] equals the emitted token."""
     name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     config = model.config
@@ -176,9 +177,9 @@ def test_streamed_scores_equal_the_papers_recipe_on_eager_attention(name):
     assert ours.score.max() > 0.5  # the comparison covers heads that do retrieve
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The registry and the pipeline hook
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_retrieval_is_an_opt_in_generation_scored_type_for_causal_lms():
@@ -205,9 +206,9 @@ def test_masked_models_skip_retrieval_with_a_note():
     assert any("skipped retrieval" in line for line in notes)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Controls
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -267,9 +268,10 @@ def test_random_model_is_not_labelled_retrieval(tmp_path):
 
 
 def test_positional_control_is_not_labelled_retrieval():
-    """zoo:positional (fixed-offset heads at -15, no induction head) copies only the needles that happen to lie ~16
-    tokens back: 3 of 16 probes. Conditioning on success alone (Wu et al.) would credit its heads; the share rule
-    leaves the length unscored, and scored on every probe its heads stay far below the organism's."""
+    """zoo:positional (fixed-offset heads at -15, no induction head) copies only the needles that happen to
+    lie ~16 tokens back: 3 of 16 probes. Conditioning on success alone (Wu et al.) would credit its heads; the
+    share rule leaves the length unscored, and scored on every probe its heads stay far below the
+    organism's."""
     from probe.heads.retrieval import needle_probes, score_needles
     from probe.models import load
 
@@ -311,8 +313,9 @@ def test_probe_label_cli_types_retrieval(tmp_path):
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "gpt2"])
 def test_argmax_keys_equal_eager_top1_on_gqa_sliding_window_and_gpt2(arch, tmp_path):
-    """Random tiny models (Llama with grouped-query attention, Mistral with a sliding window, GPT-2): the sink's
-    top-1 key of every head at every decoding step equals eager attention's, and so do the emitted tokens."""
+    """Random tiny models (Llama with grouped-query attention, Mistral with a sliding window, GPT-2): the
+    sink's top-1 key of every head at every decoding step equals eager attention's, and so do the emitted
+    tokens."""
     from transformers import AutoModelForCausalLM
 
     from probe.heads.retrieval import decode_with_argmax
@@ -338,9 +341,9 @@ def test_argmax_keys_equal_eager_top1_on_gqa_sliding_window_and_gpt2(arch, tmp_p
                 assert torch.equal(keys[step, row], top)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Verified by ablation (Wu et al.: the top-K retrieval heads masked against K random heads)
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_head_counts_and_top_heads_by_hand():
@@ -352,7 +355,8 @@ def test_head_counts_and_top_heads_by_hand():
 
 
 def test_masking_the_top_retrieval_head_breaks_retrieval_beyond_every_random_draw(organism_table):
-    """zoo:retrieval (8 heads: K = 1): masking L1H0 drops the needle recall far below every random same-layer head."""
+    """zoo:retrieval (8 heads: K = 1): masking L1H0 drops the needle recall far below every random same-layer
+    head."""
     rows = organism_table
     assert (rows["retrieval_k"] == 1).all()
     first = rows.iloc[0]
@@ -364,8 +368,8 @@ def test_masking_the_top_retrieval_head_breaks_retrieval_beyond_every_random_dra
 
 def test_a_random_model_shows_no_drop_and_an_unscored_length_no_columns(tmp_path):
     """Negative control: the organism's architecture with random weights retrieves nothing, so masking its
-    'top' heads (scored on every probe) does no more than random heads; labelled, its length has no score and the
-    ablation columns are NaN (unknown, not 0)."""
+    'top' heads (scored on every probe) does no more than random heads; labelled, its length has no score and
+    the ablation columns are NaN (unknown, not 0)."""
     from probe.heads.retrieval import needle_probes, score_needles
     from probe.heads.retrieval_ablation import retrieval_ablation
 

@@ -1,5 +1,6 @@
-"""Streamed head scores: exact values on planted attention, TransformerLens' "mul" score on hand-computed cases,
-equality of the streamed scores with the dense definitions on real models, and purity (inputs never change)."""
+"""Streamed head scores: exact values on planted attention, TransformerLens' "mul" score on hand-computed
+cases, equality of the streamed scores with the dense definitions on real models, and purity (inputs never
+change)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def one_hot_rows(targets: list[int], n: int) -> torch.Tensor:
     return alpha  # [query key]
 
 
-# ---- planted attention: exact values ---------------------------------------------------------------------------
+# ---- planted attention: exact values -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("crop", [False, True])
@@ -126,7 +127,7 @@ def test_scoring_never_changes_its_input():
     assert all(torch.equal(patterns[t], patterns_before[t]) for t in TOKEN_TYPES)
 
 
-# ---- TransformerLens "mul" on hand-computed cases --------------------------------------------------------------
+# ---- TransformerLens "mul" on hand-computed cases ----------------------------------------------------------
 
 ALPHA = torch.tensor([[1.0, 0.0, 0.0],
                       [0.3, 0.7, 0.0],
@@ -159,7 +160,7 @@ def test_streamed_tl_score_equals_the_hand_computed_value():
     assert result["induction"].score.item() == pytest.approx(0.5, abs=1e-7)  # one valid row
 
 
-# ---- coreference accuracy on planted attention -----------------------------------------------------------------
+# ---- coreference accuracy on planted attention -------------------------------------------------------------
 
 
 def test_word_level_accuracy_sums_attended_pieces_and_averages_attending_pieces():
@@ -170,8 +171,9 @@ def test_word_level_accuracy_sums_attended_pieces_and_averages_attending_pieces(
                                  word_ids=(-1, 0, 0, 1, 2, 3, 3), target_words=(0,), query_words=(3,))
     n = 7
     alpha = torch.zeros(2, n, n)  # [head query key]
-    # head 0: the target word's two pieces get 0.25 + 0.2 = 0.45 < 0.5 on word 1 from piece 5, but piece 6 gives
-    # the target word 0.3 + 0.3: mean over pieces -> word 0: (0.45 + 0.6) / 2 = 0.525, word 1: (0.5 + 0.1) / 2 = 0.3
+    # head 0: the target word's two pieces get 0.25 + 0.2 = 0.45 < 0.5 on word 1 from piece 5, but piece 6
+    # gives the target word 0.3 + 0.3: mean over pieces -> word 0: (0.45 + 0.6) / 2 = 0.525, word 1: (0.5 +
+    # 0.1) / 2 = 0.3
     alpha[0, 5, [1, 2, 3, 0]] = torch.tensor([0.25, 0.2, 0.5, 0.05])
     alpha[0, 6, [1, 2, 3, 0]] = torch.tensor([0.3, 0.3, 0.1, 0.3])
     # head 1: the <bos> sink holds most mass (specials never count); then word 2 wins
@@ -189,7 +191,7 @@ def test_word_level_accuracy_sums_attended_pieces_and_averages_attending_pieces(
     assert torch.isnan(result.tl_score).all()
 
 
-# ---- streamed == dense on real models --------------------------------------------------------------------------
+# ---- streamed == dense on real models ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "llama"])

@@ -1,4 +1,5 @@
-"""The label statistics as pure functions: chance, clustered bootstrap, the one-sided test, Benjamini–Hochberg."""
+"""The label statistics as pure functions: chance, clustered bootstrap, the one-sided test,
+Benjamini–Hochberg."""
 
 from __future__ import annotations
 
@@ -110,8 +111,8 @@ def test_choose_candidate_and_selection_split():
 
 @pytest.mark.parametrize(("resamples", "confidence"), [(1000, 0.95), (999, 0.99), (7, 0.9), (2, 0.5), (1, 0.95)])
 def test_percentile_interval_is_exactly_nanquantile(resamples, confidence):
-    """The partial-sort interval equals torch.nanquantile's linear interpolation bit for bit, on complete entries,
-    entries with a NaN resample and all-NaN entries (NaN bounds)."""
+    """The partial-sort interval equals torch.nanquantile's linear interpolation bit for bit, on complete
+    entries, entries with a NaN resample and all-NaN entries (NaN bounds)."""
     torch.manual_seed(resamples)
     means = torch.randn(resamples, 5, 7, dtype=torch.float64)
     means[0, 0, 0] = float("nan")  # one resample drew none of this entry's examples

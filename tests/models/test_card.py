@@ -1,4 +1,5 @@
-"""probe.card: the architecture card, checked against the real modules (parameters) and the real KV cache (bytes)."""
+"""probe.card: the architecture card, checked against the real modules (parameters) and the real KV cache
+(bytes)."""
 
 from __future__ import annotations
 
@@ -150,11 +151,12 @@ def test_cli_card_errors(tmp_path, capsys):
         load_config(str(bad))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The memory plan (probe.memory) and the refusal before loading
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
-# A tiny Llama: L = 2 layers, D = 16, H = 4 query heads, G = 2 key/value heads (d = 4), F = 24, V = 50, untied.
+# A tiny Llama: L = 2 layers, D = 16, H = 4 query heads, G = 2 key/value heads (d = 4), F = 24, V = 50,
+# untied.
 TINY = {"model_type": "llama", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 24, "vocab_size": 50, "max_position_embeddings": 64,
         "tie_word_embeddings": False}

@@ -1,5 +1,5 @@
-"""The documentation: the site builds with --strict, the CLI reference is generated from the parser, the how-to
-examples run against the code, and the README stays short."""
+"""The documentation: the site builds with --strict, the CLI reference is generated from the parser, the
+how-to examples run against the code, and the README stays short."""
 
 from __future__ import annotations
 
@@ -149,7 +149,8 @@ def test_every_public_reexport_has_an_api_entry_and_a_numpydoc_docstring():
 
 
 def _documented_columns(doc: str) -> set[str]:
-    """The column names in the first cell of each row of the Markdown tables of a docstring (`{a,b}` expanded)."""
+    """The column names in the first cell of each row of the Markdown tables of a docstring (`{a,b}`
+    expanded)."""
 
     def expand(name: str) -> list[str]:
         match = re.search(r"\{([^{}]*)\}", name)

@@ -11,8 +11,8 @@ Layers, bottom to top (a module may import its own layer and the ones below):
     training  probe.training.* (the organisms' recipes, data, training loop and cards: the data is built
               from the probe sets and the cards run the head classifier, so it sits above heads)
     runs      probe.runs.*
-    views     probe.views.*, probe.app   (notebook views and the report: they draw what the layers below compute)
-    commands  probe.commands.*, probe.cli   (nothing below imports them)
+    views     probe.views.*, probe.app   (notebook views and the report: they draw what the layers below
+    compute) commands  probe.commands.*, probe.cli   (nothing below imports them)
 
 Modules are short: none of probe/commands/ above 200 lines (argparse and printing), none of the package above
 450 lines unless its docstring says why, in a sentence starting "Longer than 450 lines because".
@@ -211,8 +211,8 @@ def test_a_main_block_is_walked_like_any_code(tmp_path):
 COMMAND_LINES = 200
 MODULE_LINES = 450
 WHY_LONGER = "Longer than 450 lines because"
-# Modules allowed over the limits without saying why: none (the two long ones, engine/attention.py and models.py,
-# say why in their docstrings). The list only shrinks.
+# Modules allowed over the limits without saying why: none (the two long ones, engine/attention.py and
+# models.py, say why in their docstrings). The list only shrinks.
 KNOWN_LONG: set[str] = set()
 
 

@@ -1,4 +1,5 @@
-"""Contact prediction: equality with HF `predict_contacts` (eager), the streaming sink, and hand-computed precision."""
+"""Contact prediction: equality with HF `predict_contacts` (eager), the streaming sink, and hand-computed
+precision."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ SEQUENCES = ["MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "GAVLIMFWPSTC", "MQIFVKTLTGKTI
 
 
 def _scale_regression(model: torch.nn.Module, factor: float, zero_every: int = 0) -> None:
-    """Make the random contact head strong enough that probabilities spread over (0, 1) (a sensitive comparison)."""
+    """Make the random contact head strong enough that probabilities spread over (0, 1) (a sensitive
+    comparison)."""
     regression = model.esm.contact_head.regression
     with torch.no_grad():
         regression.weight.mul_(factor)
@@ -37,7 +39,8 @@ def _scale_regression(model: torch.nn.Module, factor: float, zero_every: int = 0
 
 @pytest.fixture()
 def esm_pair(tiny_dir):
-    """(ours: probe-loaded sdpa model, reference: the same checkpoint on eager attention), same scaled regression."""
+    """(ours: probe-loaded sdpa model, reference: the same checkpoint on eager attention), same scaled
+    regression."""
     directory = tiny_dir("esm", seed=3, num_hidden_layers=3)
     loaded = models.load(str(directory))
     reference = EsmForMaskedLM.from_pretrained(str(directory), attn_implementation="eager").eval()
@@ -115,14 +118,16 @@ def test_sink_memory_does_not_grow_with_layers_times_heads(tiny_dir):
 
 
 def _block(layer: int, heads: tuple[int, ...], start: int, alpha: torch.Tensor) -> AttentionBlock:
-    """An engine block of a non-causal forward over alpha.shape[-1] tokens (query rows start .. start + rows)."""
+    """An engine block of a non-causal forward over alpha.shape[-1] tokens (query rows start .. start +
+    rows)."""
     n_tokens = alpha.shape[-1]
     return AttentionBlock(step=0, layer=layer, heads=heads, query_start=start, n_query=n_tokens, query_offset=0,
                           n_key=n_tokens, alpha=alpha.contiguous())
 
 
 def test_eos_inside_the_block_is_zeroed_like_the_reference():
-    """A sequence containing an EOS token: the sink zeroes its row and column exactly as HF's contact head does."""
+    """A sequence containing an EOS token: the sink zeroes its row and column exactly as HF's contact head
+    does."""
     generator = torch.Generator().manual_seed(0)
     layers, heads, tokens = 2, 3, 12
     alpha = torch.rand(2, layers, heads, tokens, tokens, generator=generator)  # [batch layer head query key]
@@ -160,9 +165,9 @@ def test_head_attention_map_equals_apc_of_eager_attention(esm_pair):
         head_attention_map(loaded, sequence, 9, 0)
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Precision by range, per-head statistics: hand-computed values
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_precision_by_range_hand_computed():
@@ -193,8 +198,8 @@ def test_precision_by_range_hand_computed():
 
 
 def _planted_case():
-    """Two heads over L = 30 residues: head 0 spikes on 6 long-range pairs (4 of them contacts), head 1 is uniform
-    except one strong weight; α includes BOS (token 0) and EOS (token 31)."""
+    """Two heads over L = 30 residues: head 0 spikes on 6 long-range pairs (4 of them contacts), head 1 is
+    uniform except one strong weight; α includes BOS (token 0) and EOS (token 31)."""
     length, tokens = 30, 32
     true_map = np.zeros((length, length), dtype=np.int8)
     position = np.arange(length)
@@ -261,9 +266,9 @@ def test_predict_contacts_with_true_map_gives_head_table_and_precision(esm_pair)
         assert head[column] == pytest.approx(expected[column])
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Input validation and the window mode
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_bad_letters_rejected_with_positions_lowercase_accepted(esm_pair):
@@ -299,9 +304,9 @@ def test_non_esm_model_is_refused(tiny_dir):
         predict_contacts(loaded, "MKT")
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Protein models without a contact regression (ProtBert-style BERT, ProtT5 encoder)
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("arch", ["protbert", "prott5"])
@@ -345,9 +350,9 @@ def test_padded_batch_of_a_spaced_model_equals_one_by_one(tiny_dir):
         pd.testing.assert_frame_equal(result.heads, alone.heads, atol=1e-6)
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Every head against its base rate: hypergeometric p-values, pooled over proteins, Benjamini–Hochberg
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_hypergeometric_and_pooled_p_values_by_enumeration():
@@ -406,9 +411,9 @@ def test_random_heads_are_not_above_the_base_rate(tiny_dir, structures_dir):
 
 
 def _planted_heads_alpha(true_map: np.ndarray, seed: int) -> torch.Tensor:
-    """α [1 head token token] over BOS + L residues + EOS for three heads: head 0 attends to the residue's true
-    contacts at |i − j| ≥ 6 (0.8 of its weight; positive control), head 1 is a seeded random softmax (negative
-    control), head 2 attends to its neighbours i ± 1 (local, not contacts; negative control)."""
+    """α [1 head token token] over BOS + L residues + EOS for three heads: head 0 attends to the residue's
+    true contacts at |i − j| ≥ 6 (0.8 of its weight; positive control), head 1 is a seeded random softmax
+    (negative control), head 2 attends to its neighbours i ± 1 (local, not contacts; negative control)."""
     length = true_map.shape[0]
     tokens = length + 2
     generator = torch.Generator().manual_seed(seed)
@@ -451,7 +456,8 @@ def test_planted_contact_head_is_significant_and_controls_are_not(structures_dir
 
 def test_model_level_planted_contact_head_is_significant(tiny_dir, structures_dir):
     """A real BERT forward whose L0H0 is wired to attend to 1AKI's true contacts: one-hot position embeddings
-    (word and token-type embeddings zeroed), W_Q = I and W_K = s·A on that head, with A[i+1, j+1] = 1 for the contacts
+    (word and token-type embeddings zeroed), W_Q = I and W_K = s·A on that head, with A[i+1, j+1] = 1 for the
+    contacts
     |i − j| ≥ 6, so its logits are ≈ s·512/16·A. The other heads keep their random weights."""
     from probe.proteins.sets import ContactOptions, analyse_unit
     from probe.proteins.significance import FDR, best_significant

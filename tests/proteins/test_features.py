@@ -1,5 +1,6 @@
-"""Vig et al.'s feature shares: a hand-computed planted case, and the shipped structures against an independent
-implementation written here from salesforce/provis' definition (compute_edge_features.py, report_edge_features.py)."""
+"""Vig et al.'s feature shares: a hand-computed planted case, and the shipped structures against an
+independent implementation written here from salesforce/provis' definition (compute_edge_features.py,
+report_edge_features.py)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ def _block(layer, heads, alpha):
 
 
 def _planted_sequence(length, spikes, rest):
-    """α [1 head token token] over BOS + L residues + EOS: one head, the `spikes` {residue pair: weight}, every other
-    weight `rest` (well below θ)."""
+    """α [1 head token token] over BOS + L residues + EOS: one head, the `spikes` {residue pair: weight},
+    every other weight `rest` (well below θ)."""
     alpha = torch.full((1, 1, length + 2, length + 2), rest)
     for (i, j), value in spikes.items():
         alpha[0, 0, i + 1, j + 1] = value
@@ -47,7 +48,8 @@ def _planted_sequence(length, spikes, rest):
 
 
 def _planted_tables():
-    # sequence A, L = 12: contacts (0, 8) and (1, 9) (separation ≥ 6) and (2, 4) (too close: never a contact share)
+    # sequence A, L = 12: contacts (0, 8) and (1, 9) (separation ≥ 6) and (2, 4) (too close: never a contact
+    # share)
     length_a = 12
     contacts_a = np.zeros((length_a, length_a), dtype=np.int8)
     for i, j in ((0, 8), (1, 9), (2, 4)):
@@ -91,8 +93,8 @@ def test_planted_weighted_shares_hand_computed_and_pooled():
     assert a["contact_share"] == pytest.approx(1.3 / 2.75, abs=1e-7)
     # binding "to": keys 8 (from (0,8), 0.9) and 4 (from (2,4), 0.6)
     assert a["binding_share"] == pytest.approx(1.5 / 2.75, abs=1e-7)
-    # keys 8, 0, 9, 4, 10, 5 -> t, a, t, b, n, b: helix 0.4; strand 0.6 + 0.35; turn/bend 0.9 (0.3 is not > θ);
-    # blank 0.5 — provis' four classes, turn/bend and blank apart
+    # keys 8, 0, 9, 4, 10, 5 -> t, a, t, b, n, b: helix 0.4; strand 0.6 + 0.35; turn/bend 0.9 (0.3 is not >
+    # θ); blank 0.5 — provis' four classes, turn/bend and blank apart
     assert (a["helix_share"], a["strand_share"], a["turn_bend_share"], a["blank_share"]) == (
         pytest.approx(0.4 / 2.75, abs=1e-7), pytest.approx(0.95 / 2.75, abs=1e-7), pytest.approx(0.9 / 2.75, abs=1e-7),
         pytest.approx(0.5 / 2.75, abs=1e-7))
@@ -100,8 +102,9 @@ def test_planted_weighted_shares_hand_computed_and_pooled():
     assert (a["n_high"], a["n_contact"], a["contact_count_share"]) == (6, 3, 0.5)
     assert (a["n_binding"], a["n_helix"], a["n_strand"], a["n_turn_bend"], a["n_blank"]) == (2, 1, 2, 2, 1)
     assert np.isnan(a["weight"]) and np.isnan(a["logit_share"])  # no regression
-    # backgrounds: contact pairs with |i-j| >= 6 (both directions) over the known pairs |i-j| >= 6 (provis: 42 pairs
-    # of L = 12 are 6 or more apart, (3, 10) and (10, 3) are unknown), and over all L² (ours); binding sites over L
+    # backgrounds: contact pairs with |i-j| >= 6 (both directions) over the known pairs |i-j| >= 6 (provis: 42
+    # pairs of L = 12 are 6 or more apart, (3, 10) and (10, 3) are unknown), and over all L² (ours); binding
+    # sites over L
     assert a["contact_background"] == pytest.approx(4 / 40) and a["contact_background_all_pairs"] == pytest.approx(
         4 / 144)
     assert a["binding_background"] == pytest.approx(2 / 12) and a["helix_background"] == pytest.approx(4 / 12)
@@ -141,7 +144,8 @@ def test_theta_strict_for_sums_inclusive_for_counts_and_configurable():
 
 
 def test_unknown_property_is_nan_not_zero():
-    """A sequence without binding data: NaN counts, share and background for binding; the other properties stay."""
+    """A sequence without binding data: NaN counts, share and background for binding; the other properties
+    stay."""
     length = 10
     contacts = np.zeros((length, length), dtype=np.int8)
     contacts[0, 9] = contacts[9, 0] = 1
@@ -157,8 +161,8 @@ def test_unknown_property_is_nan_not_zero():
 
 
 def test_a_chain_without_turn_bend_and_blank_has_them_unknown():
-    """P-SEA's coil ("c") merges turn/bend and blank: those two are NaN (unknown), helix and strand are counted; a
-    DSSP chain of the same length has all four (positive control)."""
+    """P-SEA's coil ("c") merges turn/bend and blank: those two are NaN (unknown), helix and strand are
+    counted; a DSSP chain of the same length has all four (positive control)."""
     length = 10
     spikes = {(0, 9): 0.9, (1, 2): 0.8}
     rows = {}
@@ -177,19 +181,20 @@ def test_a_chain_without_turn_bend_and_blank_has_them_unknown():
     assert split["turn_bend_background"] == pytest.approx(0.2) and split["blank_background"] == pytest.approx(0.2)
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The shipped structures: equality with provis' loops, written out here as provis writes them
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
-# TAPE's 8-state labels in NetSurfP-2.0's order (index 7, "C", is DSSP's blank); the 3-class label NetSurfP derives
-# from them (0 helix: G H I; 1 strand: B E; 2 coil: S T C)
+# TAPE's 8-state labels in NetSurfP-2.0's order (index 7, "C", is DSSP's blank); the 3-class label NetSurfP
+# derives from them (0 helix: G H I; 1 strand: B E; 2 coil: S T C)
 TAPE_SS8 = "GHIBESTC"
 TAPE_SS3 = {"G": 0, "H": 0, "I": 0, "B": 1, "E": 1, "S": 2, "T": 2, "C": 2}
 
 
 def _dssp_states(path, chain, monkeypatch):
-    """DSSP's 8-state letters of one chain, as our reader computed them (captured from the reader's own call)."""
+    """DSSP's 8-state letters of one chain, as our reader computed them (captured from the reader's own
+    call)."""
     from probe.proteins import structure as module
 
     captured = []
@@ -207,10 +212,10 @@ def _dssp_states(path, chain, monkeypatch):
 
 
 def _provis_inputs(path, chain, monkeypatch):
-    """One item as provis builds it: the sequence, TAPE's contact map (-1 where |i − j| < 6 or unresolved), the site
-    indicator (None: no ligand, so no binding item), and compute_edge_features.convert_item's ``ss4`` secondary
-    structure: ``[ss4_blank_index if ss8 == ss8_blank_index else ss3 ...]`` with ss8_blank_index 7, ss4_blank_index 3
-    (0 Helix, 1 Beta, 2 Turn/Bend, 3 Blank: report_edge_features' ``secondary_names``)."""
+    """One item as provis builds it: the sequence, TAPE's contact map (-1 where |i − j| < 6 or unresolved),
+    the site indicator (None: no ligand, so no binding item), and compute_edge_features.convert_item's ``ss4``
+    secondary structure: ``[ss4_blank_index if ss8 == ss8_blank_index else ss3 ...]`` with ss8_blank_index 7,
+    ss4_blank_index 3 (0 Helix, 1 Beta, 2 Turn/Bend, 3 Blank: report_edge_features' ``secondary_names``)."""
     structure, states = _dssp_states(path, chain, monkeypatch)
     contact = contact_map(structure).astype(np.int64)  # the default virtual Cβ, 8 Å; -1 where unresolved
     yind, xind = np.indices(contact.shape)
@@ -246,9 +251,10 @@ def _attention(loaded, item):
 
 
 def _provis_first_version(loaded, items, min_attn):
-    """34e6869's analyze_heads: ``attns = [(attn > min_attn) * attn ...]``, weight_total the sum of those weights
-    from start_index 0, every (to_index, from_index) pair's features weighted by them. The one liberty: the float32
-    weights (compared with θ in float32, as there) are summed in float64, so the comparison can be to 1e-9."""
+    """34e6869's analyze_heads: ``attns = [(attn > min_attn) * attn ...]``, weight_total the sum of those
+    weights from start_index 0, every (to_index, from_index) pair's features weighted by them. The one
+    liberty: the float32 weights (compared with θ in float32, as there) are summed in float64, so the
+    comparison can be to 1e-9."""
     feature_to_weighted_sum = defaultdict(lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
     weight_total = torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double)
     start_index = 0
@@ -265,8 +271,8 @@ def _provis_first_version(loaded, items, min_attn):
 
 
 def _provis_iclr_version(loaded, items, min_attn):
-    """946e9b4's compute_mean_attention: ``mask = attns >= min_attn``, weight_total the count of the mask, every
-    (to_index, from_index) pair's features counted where the mask holds."""
+    """946e9b4's compute_mean_attention: ``mask = attns >= min_attn``, weight_total the count of the mask,
+    every (to_index, from_index) pair's features counted where the mask holds."""
     feature_to_weighted_sum = defaultdict(lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
     weight_total = torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double)
     for item in items:
@@ -283,9 +289,9 @@ def _provis_iclr_version(loaded, items, min_attn):
 
 
 def _provis_contact_background(items):
-    """report_top_heads.create_figure's background for contact_map: background.contact_map_distribution's Counter
-    of the contact maps' values over every pair, num_pos_background / (num_pos_background + num_neg_background) —
-    the -1 pairs (|i − j| < 6, unresolved) are in neither."""
+    """report_top_heads.create_figure's background for contact_map: background.contact_map_distribution's
+    Counter of the contact maps' values over every pair, num_pos_background / (num_pos_background +
+    num_neg_background) — the -1 pairs (|i − j| < 6, unresolved) are in neither."""
     counts = Counter()
     for item in items:
         counts.update(item["contact_map"].flatten().tolist())
@@ -297,8 +303,8 @@ _PROVIS_NAMES = {"contact": "contact_map", "binding": "binding_site_to", "helix"
                  "strand": "sec_struct_to_1", "turn_bend": "sec_struct_to_2", "blank": "sec_struct_to_3"}
 
 
-# Each version at the θ its own scripts ran (compute_*_features.sh: --min-attn .1 at 34e6869, .3 at 946e9b4); at
-# SHARPNESS some heads of the random tiny BERT fall below min_total = 100 and some not, in both versions
+# Each version at the θ its own scripts ran (compute_*_features.sh: --min-attn .1 at 34e6869, .3 at 946e9b4);
+# at SHARPNESS some heads of the random tiny BERT fall below min_total = 100 and some not, in both versions
 @pytest.mark.parametrize(("version", "theta"), [("first", 0.1), ("iclr", 0.3)], ids=["weighted_34e6869",
                                                                                     "counts_946e9b4"])
 def test_shipped_structures_equal_the_provis_recipe(tiny_dir, structures_dir, monkeypatch, version, theta):
@@ -335,7 +341,8 @@ def test_shipped_structures_equal_the_provis_recipe(tiny_dir, structures_dir, mo
     assert all(f"sec_struct_to_{index}" in feature_to_weighted_sum for index in range(4))
     # the contact background as report_top_heads computes it (946e9b4; the first version has none)
     assert summary["contact_background"].eq(_provis_contact_background(items)).all()
-    # ours, on the share's scale: contacts over every pair of the analysed sequences (provis' is ~1.1x it here)
+    # ours, on the share's scale: contacts over every pair of the analysed sequences (provis' is ~1.1x it
+    # here)
     contacts = sum(int((item["contact_map"] == 1).sum()) for item in items)
     pairs = sum(len(item["primary"]) ** 2 for item in items)
     assert summary["contact_background_all_pairs"].eq(contacts / pairs).all()

@@ -1,5 +1,6 @@
-"""A contact readout for any protein LM: ESM's recipe (L1 logistic regression on APC(sym α)) fitted on structures,
-leave-one-structure-out, the top-k-head baseline, `probe contacts --fit / --regression`, and their bad inputs."""
+"""A contact readout for any protein LM: ESM's recipe (L1 logistic regression on APC(sym α)) fitted on
+structures, leave-one-structure-out, the top-k-head baseline, `probe contacts --fit / --regression`, and their
+bad inputs."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ SEQUENCE = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQFE
 
 
 def _synthetic(seed: int, length: int = 60, channels: tuple[int, int] = (2, 3), informative: int = 5):
-    """A true map with contacts at random far pairs, and [layer head L L] maps where one channel is the true map
-    plus noise (a planted contact head) and the others are symmetric noise."""
+    """A true map with contacts at random far pairs, and [layer head L L] maps where one channel is the true
+    map plus noise (a planted contact head) and the others are symmetric noise."""
     rng = np.random.default_rng(seed)
     separation = np.abs(np.subtract.outer(np.arange(length), np.arange(length)))
     true_map = ((rng.random((length, length)) < 0.06) & (separation >= 6)).astype(np.int8)
@@ -215,8 +216,8 @@ _VALID = {"format": "probe-contact-regression", "version": 1, "model": "tiny", "
     ({"colour": "red"}, 'unknown key "colour"'),
 ])
 def test_a_regression_file_is_checked_against_its_schema(tmp_path, capsys, change, message):
-    """Each key of a hand-made or damaged file: one line naming it, exit 2, before the model is loaded (the model
-    named here does not exist, so reaching it would be another error)."""
+    """Each key of a hand-made or damaged file: one line naming it, exit 2, before the model is loaded (the
+    model named here does not exist, so reaching it would be another error)."""
     path = tmp_path / "regression.json"
     path.write_text(json.dumps(_VALID), encoding="utf-8")
     assert read_regression(path).top_heads == ((1, 2), (0, 0))  # the unchanged file is valid

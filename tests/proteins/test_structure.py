@@ -1,4 +1,5 @@
-"""True contact maps from structures: synthetic coordinates with exact distances, and the real files where present."""
+"""True contact maps from structures: synthetic coordinates with exact distances, and the real files where
+present."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ def atom_line(serial, name, res_name, chain, res_id, xyz, element, altloc=" ", r
 
 
 def line_chain(sequence: str, chain: str = "A", first_id: int = 1, spacing: float = 4.0, skip=(), shift=(0, 0, 0)):
-    """Residues along x: representative atom (CB, or CA for Gly) of residue i at x = spacing·i; the CA sits 1.5 Å
-    off the axis in y (so Cα distances differ from Cβ ones); hydrogens on every residue. `skip`: indices left out."""
+    """Residues along x: representative atom (CB, or CA for Gly) of residue i at x = spacing·i; the CA sits
+    1.5 Å off the axis in y (so Cα distances differ from Cβ ones); hydrogens on every residue. `skip`: indices
+    left out."""
     lines, serial = [], 1
     for index, letter in enumerate(sequence):
         if index in skip:
@@ -62,7 +64,8 @@ def test_line_of_residues_exact_distances(tmp_path):
     structure = read_structure(write(tmp_path, "line.pdb", line_chain(SEQ)))
     assert structure.sequence == SEQ and structure.chain == "A"
     true_map = contact_map(structure, cb="real")
-    # spacing 4 Å: neighbours at 4 Å are contacts, residues two apart at exactly 8.0 Å are not (strictly below 8)
+    # spacing 4 Å: neighbours at 4 Å are contacts, residues two apart at exactly 8.0 Å are not (strictly below
+    # 8)
     np.testing.assert_array_equal(true_map, expected_line_map(len(SEQ)))
     assert true_map[0, 2] == 0 and true_map[0, 1] == 1
     # a larger threshold includes the 8 Å pairs
@@ -70,7 +73,8 @@ def test_line_of_residues_exact_distances(tmp_path):
 
 
 def test_cbeta_used_and_calpha_for_glycine(tmp_path):
-    # residue 0 (Met) and residue 1 (Gly) 7.0 Å apart along x at the representative atoms; Met's CA is off-axis
+    # residue 0 (Met) and residue 1 (Gly) 7.0 Å apart along x at the representative atoms; Met's CA is
+    # off-axis
     lines = line_chain("MG", spacing=7.0)
     structure = read_structure(write(tmp_path, "cb.pdb", lines))
     np.testing.assert_allclose(structure.coords, [[0, 0, 0], [7, 0, 0]])
@@ -99,7 +103,8 @@ def test_numbering_starting_at_5_and_sequence_alignment(tmp_path):
     structure = read_structure(write(tmp_path, "from5.pdb", line_chain(SEQ, first_id=5)))
     assert structure.residue_ids[0] == 5 and structure.sequence == SEQ
     np.testing.assert_array_equal(contact_map(structure, cb="real", sequence=SEQ), expected_line_map(len(SEQ)))
-    # the full construct has 4 residues before the structure's first: they are unknown, the rest is not shifted
+    # the full construct has 4 residues before the structure's first: they are unknown, the rest is not
+    # shifted
     construct = "GSHM" + SEQ
     aligned = contact_map(structure, cb="real", sequence=construct)
     assert aligned.shape == (len(construct), len(construct))
@@ -127,7 +132,8 @@ def test_first_model_of_an_nmr_ensemble(tmp_path):
 
 
 def test_first_alternate_location_and_microheterogeneity(tmp_path):
-    # residue 2 has CB in altloc A on the axis and altloc B 30 Å away; residue 3 is Pro (A) / Ser (B) like 1EJG's 22
+    # residue 2 has CB in altloc A on the axis and altloc B 30 Å away; residue 3 is Pro (A) / Ser (B) like
+    # 1EJG's 22
     lines = line_chain("MKV")
     lines = [line for line in lines if not (line[17:20] == "VAL" and line[12:16] == " CB ")]
     lines.append(atom_line(90, "CB", "VAL", "A", 3, (8.0, 0.0, 0.0), "C", altloc="A", occupancy=0.6))
@@ -169,9 +175,9 @@ def test_mismatching_sequence_and_bad_files(tmp_path):
         read_structure(write(tmp_path, "line.txt", line_chain(SEQ)))
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Real files (../shared/data/structures)
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 REAL = {
     "1aki.pdb": (None, "KVFGRCELAAAMKRHGLDNYRGYSLGNWVCAAKFESNFNTQATNRNTDGSTDYGILQINSRWWCNDGRTPGSRNLCNIPCSALLSS"
@@ -182,7 +188,8 @@ REAL = {
 
 
 def _representative_atoms_by_columns(path: str, chain: str) -> np.ndarray:
-    """Independent check: Cβ (Cα for Gly) of the first model, first altloc, read straight from the fixed columns."""
+    """Independent check: Cβ (Cα for Gly) of the first model, first altloc, read straight from the fixed
+    columns."""
     coords: dict[tuple[int, str], np.ndarray] = {}
     order: list[tuple[int, str]] = []
     with open(path) as handle:
@@ -231,9 +238,9 @@ def test_real_structure_aligned_to_a_longer_construct(structures_dir):
     assert (aligned[:10] == -1).all()
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Alternate locations by occupancy, virtual Cβ, binding sites, secondary structure, thresholds
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_alternate_location_with_the_highest_occupancy_wins(tmp_path):
@@ -260,8 +267,9 @@ def test_highest_occupancy_uses_the_mean_over_the_altlocs_atoms():
 
 def _esm_contacts_from_pdb(path: str, chain: str, threshold: float = 8.0) -> np.ndarray:
     """Independent reimplementation of ESM's evaluation convention (the contact-prediction example's
-    `contacts_from_pdb`): a virtual Cβ placed from C, N, Cα by bond length 1.522 Å, angle 1.927 rad and dihedral
-    -2.143 rad (the `extend` construction), backbone atoms read from the fixed PDB columns (first altloc)."""
+    `contacts_from_pdb`): a virtual Cβ placed from C, N, Cα by bond length 1.522 Å, angle 1.927 rad and
+    dihedral -2.143 rad (the `extend` construction), backbone atoms read from the fixed PDB columns (first
+    altloc)."""
     backbone: dict[tuple, dict[str, np.ndarray]] = {}
     with open(path) as handle:
         for line in handle:
@@ -339,9 +347,9 @@ def test_binding_sites_within_the_stated_distance_of_a_ligand(tmp_path):
     lines.append(atom_line(803, "O", "HOH", "W", 1, (32.0, 0.0, 1.0), "O", record="HETATM"))
     structure = read_structure(write(tmp_path, "ligand.pdb", lines))
     assert structure.ligands == ("LIG",)
-    # distances from each residue's nearest heavy atom: residue 3's CB is 3.5 Å away; its N and CA are farther;
-    # residues 2 and 4 sit 4 Å along x, so their CB is sqrt(16 + 12.25) = 5.3 Å away, C of residue 2 at x = 9 is
-    # sqrt(9 + 9 + 12.25) = 5.5 Å away
+    # distances from each residue's nearest heavy atom: residue 3's CB is 3.5 Å away; its N and CA are
+    # farther; residues 2 and 4 sit 4 Å along x, so their CB is sqrt(16 + 12.25) = 5.3 Å away, C of residue 2
+    # at x = 9 is sqrt(9 + 9 + 12.25) = 5.5 Å away
     assert structure.ligand_distance[3] == pytest.approx(3.5)
     assert binding_sites(structure).tolist() == [0, 0, 0, 1] + [0] * (len(SEQ) - 4)
     assert binding_sites(structure, distance=5.4).tolist() == [0, 0, 1, 1, 1] + [0] * (len(SEQ) - 5)
@@ -384,8 +392,9 @@ def _records(path, chain):
 
 
 # Agreement of DSSP (mdtraj, 3 classes) with the HELIX/SHEET records, measured on the shipped files: recall of
-# record residues / precision of DSSP's, per class. A record/DSSP disagreement of a few residues at the ends of an
-# element is normal (the records are the depositors' own assignment); P-SEA's 0 strand residues in 1EJG is not.
+# record residues / precision of DSSP's, per class. A record/DSSP disagreement of a few residues at the ends
+# of an element is normal (the records are the depositors' own assignment); P-SEA's 0 strand residues in 1EJG
+# is not.
 AGREEMENT = {  # file: (helix recall, helix precision, strand recall, strand precision), lower bounds
     "1aki.pdb": (0.90, 0.95, 1.0, 0.40), "pdb1ejg.pdb": (0.80, 1.0, 1.0, 1.0), "pdb1ubi.pdb": (1.0, 0.80, 0.70, 0.90),
 }

@@ -141,8 +141,8 @@ WRITER = textwrap.dedent("""
 
 
 def test_sigkill_mid_put_leaves_no_corrupt_unit(tmp_path):
-    """Kill a writer at random moments: every unit file is whole and self-consistent, no finished unit is lost,
-    and the dead writer's temporary files are removed by the next Journal."""
+    """Kill a writer at random moments: every unit file is whole and self-consistent, no finished unit is
+    lost, and the dead writer's temporary files are removed by the next Journal."""
     out = tmp_path / "o.parquet"
     script = tmp_path / "writer.py"
     script.write_text(WRITER)

@@ -1,11 +1,12 @@
-"""probe.runs.runner: every batch path is one runner, so they agree (issue 17's measured disagreements, as tests).
+"""probe.runs.runner: every batch path is one runner, so they agree (issue 17's measured disagreements, as
+tests).
 
-* the identity of a model is the same on every path: `probe label --model A`, then `--models-file F(A)` reuses A and
-  says so in one line;
+* the identity of a model is the same on every path: `probe label --model A`, then `--models-file F(A)` reuses
+  A and says so in one line;
 * rows of models a run does not name are kept through every path (plain, several models, --models-file,
   --revisions, and Ray in test_distributed);
-* a failing unit is listed in OUT.errors.csv by every path (label plain, models file, revisions, contacts) while the
-  others are done;
+* a failing unit is listed in OUT.errors.csv by every path (label plain, models file, revisions, contacts)
+  while the others are done;
 * every file written has the mode a plain open() gives (0o666 minus the umask), the journal's too;
 * a same-size weight swap that keeps the timestamp (`cp -p`) recomputes (issue 22).
 """
@@ -189,8 +190,8 @@ def test_files_get_the_mode_of_a_plain_open(models_dir, tmp_path, capsys):
 
 
 def test_same_size_weight_swap_keeping_the_timestamp_recomputes(models_dir, tmp_path, capsys, counted):
-    """Issue 22: `cp -p` of another checkpoint of the same size over the weights, timestamp kept: recomputed, in
-    the same process too (the in-process hash cache is keyed by the change time and inode as well)."""
+    """Issue 22: `cp -p` of another checkpoint of the same size over the weights, timestamp kept: recomputed,
+    in the same process too (the in-process hash cache is keyed by the change time and inode as well)."""
     model = tmp_path / "model"
     shutil.copytree(models_dir["A"], model)
     weights = model / "model.safetensors"

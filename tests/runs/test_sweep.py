@@ -1,5 +1,6 @@
-"""Sweeps over training checkpoints: zoo training writes step-N/ checkpoints, `probe label --revisions` labels them
-into one table (checkpoint, step columns), resumes, records a bad checkpoint, plots; on Ray the table is the same."""
+"""Sweeps over training checkpoints: zoo training writes step-N/ checkpoints, `probe label --revisions` labels
+them into one table (checkpoint, step columns), resumes, records a bad checkpoint, plots; on Ray the table is
+the same."""
 
 from __future__ import annotations
 
@@ -110,8 +111,8 @@ SWEEP = [sys.executable, "-m", "probe.cli", "label", "--types", "previous_token,
 
 
 def test_killed_driver_resumes_after_the_finished_checkpoints(checkpoints, tmp_path):
-    """SIGKILL the driver as soon as its first checkpoint is journalled; the rerun computes only the rest and the
-    table equals an uninterrupted run's."""
+    """SIGKILL the driver as soon as its first checkpoint is journalled; the rerun computes only the rest and
+    the table equals an uninterrupted run's."""
     import os
     import signal
     import subprocess

@@ -1,5 +1,5 @@
-"""probe.views: α as uint8 maps, the pooled capture against eager α, the inline view's data, the labels table, the
-figures (SVG, PNG), the one-file report, `probe report`, and the app serving the same views.js."""
+"""probe.views: α as uint8 maps, the pooled capture against eager α, the inline view's data, the labels table,
+the figures (SVG, PNG), the one-file report, `probe report`, and the app serving the same views.js."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _max_pool(alpha: np.ndarray, factor: int) -> np.ndarray:
     return padded.reshape(side, factor, side, factor).max(axis=(1, 3))  # [side side]
 
 
-# --- encode -------------------------------------------------------------------------------------------------------
+# --- encode -------------------------------------------------------------------------------------------------
 
 
 def test_quantise_round_trip_is_within_half_a_step_of_each_heads_max():
@@ -72,7 +72,7 @@ def test_the_budget_picks_the_pooling_factor():
     assert encode.pooling_factor(1024, 1, 10**9, max_side=256) == 4
 
 
-# --- the pooled capture -------------------------------------------------------------------------------------------
+# --- the pooled capture -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "bert"])
@@ -95,7 +95,7 @@ def test_pooled_maps_equal_max_pooled_eager_attention(tiny_dir, arch):
     np.testing.assert_allclose(full[(0, 0)], reference[0, 0], atol=1e-6)
 
 
-# --- the inline view ----------------------------------------------------------------------------------------------
+# --- the inline view ----------------------------------------------------------------------------------------
 
 
 def _labels(loaded) -> pd.DataFrame:
@@ -157,7 +157,7 @@ def test_json_in_the_page_cannot_close_its_script(planted):
     assert json.loads(payload)["tokens"][0] == "</script><b>"
 
 
-# --- figures ------------------------------------------------------------------------------------------------------
+# --- figures ------------------------------------------------------------------------------------------------
 
 
 def test_svg_figures_have_the_token_labels_and_every_head(planted, tmp_path):
@@ -203,7 +203,7 @@ def test_png_from_python_without_kaleido_names_the_fix(planted, tmp_path, monkey
     assert not (tmp_path / "map.png").exists()
 
 
-# --- the labels table ---------------------------------------------------------------------------------------------
+# --- the labels table ---------------------------------------------------------------------------------------
 
 
 def test_label_table_is_sorted_coloured_and_says_unknown(planted):
@@ -223,7 +223,7 @@ def test_label_table_is_sorted_coloured_and_says_unknown(planted):
         label_table(pd.DataFrame({"layer": [0]}))
 
 
-# --- the report ---------------------------------------------------------------------------------------------------
+# --- the report ---------------------------------------------------------------------------------------------
 
 
 def _no_requests(page: str) -> None:
@@ -296,7 +296,7 @@ def test_probe_label_writes_the_report_at_the_end(planted, tmp_path, capsys):
     assert main(["label", "--model", planted.name, "--out", str(out), "--report", str(tmp_path / "r.txt")]) == 2
 
 
-# --- one view layer: the app serves the package's views.js ----------------------------------------------------------
+# --- one view layer: the app serves the package's views.js --------------------------------------------------
 
 
 def test_the_app_loads_the_packages_views_js_before_its_explorer(tiny_dir):

@@ -1,10 +1,11 @@
 """The view layer in headless Chromium, offline: a written report and the nbconvert HTML of the executed views
-notebook open from file:// with the network disabled — zero network requests, zero console errors; hovering a token
-highlights its row of the map, a key steps the head, the export functions make SVG and PNG; screenshots at 1280×800
-for docs/ (views_report.png, views_notebook.png).
+notebook open from file:// with the network disabled — zero network requests, zero console errors; hovering a
+token highlights its row of the map, a key steps the head, the export functions make SVG and PNG; screenshots
+at 1280×800 for docs/ (views_report.png, views_notebook.png).
 
-The notebook (notebooks/views.ipynb) is executed once for the module: its outputs must hold the view as text/html,
-and its dashboard cell (Dash inline, `probe.app.run`) must return at once — the kernel is never blocked.
+The notebook (notebooks/views.ipynb) is executed once for the module: its outputs must hold the view as
+text/html, and its dashboard cell (Dash inline, `probe.app.run`) must return at once — the kernel is never
+blocked.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ APP_CELL_SECONDS = 120  # the inline app's cell must return within this (it star
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """notebooks/views.ipynb executed top to bottom (nbclient), with per-cell timing; its kernel (and the dashboard
-    it started inline) stays up until the module's tests are done."""
+    """notebooks/views.ipynb executed top to bottom (nbclient), with per-cell timing; its kernel (and the
+    dashboard it started inline) stays up until the module's tests are done."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -71,7 +72,7 @@ def test_notebook_outputs_hold_the_view_and_the_app_cell_returns(executed):
     assert last["data"]["text/plain"] == "200"  # the kernel answered while the app served
 
 
-# --- the browser ------------------------------------------------------------------------------------------------
+# --- the browser --------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,8 @@ def driver():
 
 
 def _open_offline(driver, path: Path) -> None:
-    """Open `path` from file:// with the network off; then no request left the page and the console is clean."""
+    """Open `path` from file:// with the network off; then no request left the page and the console is
+    clean."""
     requests, errors = _load(driver, path)
     assert requests == [], f"network requests: {requests}"
     assert errors == [], f"console errors: {errors}"
@@ -198,8 +200,9 @@ def test_nbconvert_html_of_the_notebook_offline_in_chromium(driver, executed, tm
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
 
-    # nbconvert's own template loads require.js and MathJax from a CDN (the view needs neither): pointed at empty
-    # data: URIs; the dashboard cell's iframe shows the notebook's live server, gone once the kernel stopped.
+    # nbconvert's own template loads require.js and MathJax from a CDN (the view needs neither): pointed at
+    # empty data: URIs; the dashboard cell's iframe shows the notebook's live server, gone once the kernel
+    # stopped.
     exporter = HTMLExporter(require_js_url="data:,", mathjax_url="data:,")
     exporter.register_preprocessor(TagRemovePreprocessor(remove_all_outputs_tags={"app"}, enabled=True), True)
     body, _ = exporter.from_notebook_node(executed)
@@ -222,9 +225,9 @@ def test_nbconvert_html_of_the_notebook_offline_in_chromium(driver, executed, tm
 
 @pytest.mark.browser
 def test_the_dashboard_inline_in_the_notebook_html(driver, executed, tmp_path):
-    """The notebook's `probe.app.run(jupyter_mode="inline")` output is an iframe of the dashboard, served from the
-    kernel's background thread while the kernel stays free: loaded here from loopback (the only network this test
-    allows), drawn, screenshot for docs/app.md."""
+    """The notebook's `probe.app.run(jupyter_mode="inline")` output is an iframe of the dashboard, served from
+    the kernel's background thread while the kernel stays free: loaded here from loopback (the only network
+    this test allows), drawn, screenshot for docs/app.md."""
     from nbconvert import HTMLExporter
 
     body, _ = HTMLExporter(require_js_url="data:,", mathjax_url="data:,").from_notebook_node(executed)

@@ -1,5 +1,5 @@
-"""Implicit-causality coreference sentences: two names of one gender, and the verb's class picks the antecedent
-(Garvey & Caramazza 1974)."""
+"""Implicit-causality coreference sentences: two names of one gender, and the verb's class picks the
+antecedent (Garvey & Caramazza 1974)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from dataclasses import dataclass
 from probe.heads.probesets.spans import Span
 from probe.heads.probesets.templates import CorefExample
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Implicit-causality coreference sentences (two names of one gender; the verb picks the antecedent)
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class CausalityVocabulary:
     """Words and templates of the implicit-causality probe sentences (Garvey & Caramazza 1974; REFERENCE.md):
     "A thanked B because she …" → B, "A fascinated B because she …" → A. Both names have the pronoun's gender,
-    so agreement cannot choose, and the verb class (subject- or object-biased) decides the antecedent. The verbs are
-    single words so that both classes put the names at the same positions."""
+    so agreement cannot choose, and the verb class (subject- or object-biased) decides the antecedent. The
+    verbs are single words so that both classes put the names at the same positions."""
 
     male_names: tuple[str, ...] = ("john", "bob", "tom", "sam", "paul", "mark", "luke", "adam")
     female_names: tuple[str, ...] = ("mary", "alice", "anna", "kate", "emma", "lucy", "rose", "jane")
@@ -58,10 +58,10 @@ def causality_examples(
 ) -> list[CorefExample]:
     """Seeded implicit-causality sentences, balanced: example k has the subject-biased cue when k is even (the
     antecedent is the first name) and the object-biased cue when k is odd (the second name), and the male
-    pronoun when k // 2 is even; so over every 4 examples nearest mention, first mention and agreement (both names
-    agree) are each right exactly half of the time. Names (two distinct ones of the pronoun's gender), verb,
-    template, action and object are drawn from `seed`. `group` is the cue class, `template` the bootstrap
-    cluster."""
+    pronoun when k // 2 is even; so over every 4 examples nearest mention, first mention and agreement (both
+    names agree) are each right exactly half of the time. Names (two distinct ones of the pronoun's gender),
+    verb, template, action and object are drawn from `seed`. `group` is the cue class, `template` the
+    bootstrap cluster."""
     rng = random.Random(seed)
     examples = []
     for index in range(n_examples):

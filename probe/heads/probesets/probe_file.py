@@ -9,9 +9,9 @@ from pathlib import Path
 from probe.errors import ProbeError
 from probe.heads.probesets.spans import Span, SpanExample
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The user's probe file
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def _span(value, what: str, where: str, text: str) -> Span:
@@ -39,8 +39,8 @@ def load_probe_file(path: str | Path) -> list[SpanExample]:
          "distractors": [[9, 13]]}
 
     `query`: the attending word's character span [start, stop); `target`: one span or a list of spans (the
-    antecedent mentions); `distractors` (optional): other candidate mentions, for the nearest-mention baseline.
-    Every problem is a one-line ProbeError naming the file and line.
+    antecedent mentions); `distractors` (optional): other candidate mentions, for the nearest-mention
+    baseline. Every problem is a one-line ProbeError naming the file and line.
     """
     path = Path(path).expanduser()
     if not path.is_file():

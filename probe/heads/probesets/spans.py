@@ -1,6 +1,6 @@
 """Span examples on tokens: a text with query and target character spans (:class:`SpanExample`), mapped onto a
-tokenizer's tokens with its offsets (:func:`encode_span_example`), with the nearest / first / agreement baselines, and
-padded into batches (:func:`pad_span_batch`)."""
+tokenizer's tokens with its offsets (:func:`encode_span_example`), with the nearest / first / agreement
+baselines, and padded into batches (:func:`pad_span_batch`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from probe.errors import ProbeError
 Span = tuple[int, int]  # [start, stop): word indices in a CorefExample, character offsets in a SpanExample
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Span examples (templates or the user's file) on tokens
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,8 @@ def _tokens_in(span: Span, offsets: Sequence[tuple[int, int]], special: Sequence
 
 
 def _nearest_is_target(example: SpanExample) -> bool | None:
-    """Nearest-mention baseline: of the marked mentions before the query (all mentions if none precede it), the
-    one ending closest to the query's start; True when it is a target."""
+    """Nearest-mention baseline: of the marked mentions before the query (all mentions if none precede it),
+    the one ending closest to the query's start; True when it is a target."""
     if not example.distractors:
         return None
     mentions = [(span, True) for span in example.targets] + [(span, False) for span in example.distractors]

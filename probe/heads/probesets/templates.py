@@ -1,5 +1,5 @@
-"""Coreference sentences from our own templates over :class:`CorefVocabulary`: a pronoun whose antecedent is fixed
-by agreement (gender or number) with one earlier noun, beside distractor nouns that disagree with it."""
+"""Coreference sentences from our own templates over :class:`CorefVocabulary`: a pronoun whose antecedent is
+fixed by agreement (gender or number) with one earlier noun, beside distractor nouns that disagree with it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from probe.errors import ProbeError
 from probe.heads.probesets.spans import EncodedSpanExample, Span, SpanExample, encode_span_example
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Coreference sentences from templates
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,9 @@ def coreference_examples(
     vocab: CorefVocabulary = CorefVocabulary(),  # noqa: B008 - frozen, so a shared default is safe
     n_distractors: int = 1,
 ) -> list[CorefExample]:
-    """Seeded template sentences: antecedent class (male / female / plural) uniform, names or role nouns for the
-    singulars, the antecedent's place among the nouns uniform (both orders), distractors of other classes."""
+    """Seeded template sentences: antecedent class (male / female / plural) uniform, names or role nouns for
+    the singulars, the antecedent's place among the nouns uniform (both orders), distractors of other
+    classes."""
     if n_distractors < 1:
         raise ProbeError("coreference examples need at least one distractor noun")
     rng = random.Random(seed)

@@ -1,5 +1,5 @@
-"""Random-token probes: repeated blocks (random length, random offset), the special-token frame of a tokenizer, its
-content tokens and delimiters."""
+"""Random-token probes: repeated blocks (random length, random offset), the special-token frame of a
+tokenizer, its content tokens and delimiters."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import torch
 from probe.errors import ProbeError
 from probe.heads.vocab import excluded_token_ids
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Repeated random-token blocks
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,8 @@ def repeated_blocks(
     """Random tokens with one block repeated once: prefix (random length) · block · block · suffix.
 
     Block lengths are drawn uniformly from [max(2, m // 8), m // 2] with m the non-special length, the offset
-    uniformly from what is left; the tokens are drawn by `weights` (the corpus' token frequencies), or uniformly
-    from the vocabulary without special, unused and byte-fallback tokens.
+    uniformly from what is left; the tokens are drawn by `weights` (the corpus' token frequencies), or
+    uniformly from the vocabulary without special, unused and byte-fallback tokens.
     """
     prefix, suffix = special_frame(tokenizer)
     m = seq_len - len(prefix) - len(suffix)
