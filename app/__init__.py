@@ -57,7 +57,8 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
     dash_app.layout = serve_layout
     _not_found_for_unknown_assets(dash_app.server)
     layout.register(dash_app, service)
-    dash_app.server.config["MAX_CONTENT_LENGTH"] = service.config.upload_bytes * 2 + 2**20  # base64 + JSON overhead
+    # base64 + JSON overhead
+    dash_app.server.config["MAX_CONTENT_LENGTH"] = service.config.upload_bytes * 2 + 2**20
     dash_app.probe_service = service
     return dash_app
 

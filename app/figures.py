@@ -34,7 +34,8 @@ CLOUD_BUTTONS = ["sendDataToCloud", "editInChartStudio"]  # Plotly's cloud links
 
 
 THEMES = ("light", "dark")
-TRUE_CONTACT_SCALES = {"light": [[0, "#ffffff"], [1, "#444444"]], "dark": [[0, "rgba(0,0,0,0)"], [1, "#c8c8c8"]]}
+TRUE_CONTACT_SCALES = {"light": [[0, "#ffffff"], [1, "#444444"]],
+                       "dark": [[0, "rgba(0,0,0,0)"], [1, "#c8c8c8"]]}
 
 
 @functools.cache
@@ -143,7 +144,8 @@ def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", thresho
     """Token-to-token lines (query on the left, key on the right), opacity and width growing with α."""
     n = len(tokens)
     if n > max_tokens:
-        return empty_figure(f"{title}: the line view is drawn up to {max_tokens} tokens; this input has {n}", theme)
+        return empty_figure(
+            f"{title}: the line view is drawn up to {max_tokens} tokens; this input has {n}", theme)
     figure = go.Figure()
     levels = np.linspace(threshold, 1.0, 6)  # five opacity bands
     queries, keys = np.nonzero(alpha >= threshold)
@@ -157,7 +159,8 @@ def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", thresho
             strength = (low + high) / 2
             figure.add_trace(go.Scatter(
                 x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-                line={"width": 1 + 5 * strength, "color": f"rgba(31, 119, 180, {0.15 + 0.85 * strength:.2f})"},
+                line={"width": 1 + 5 * strength,
+                      "color": f"rgba(31, 119, 180, {0.15 + 0.85 * strength:.2f})"},
             ))
     positions = [-float(i) for i in range(n)]
     for side, anchor in ((0.0, "left"), (1.0, "right")):
@@ -167,8 +170,8 @@ def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", thresho
             hovertemplate="%{text}<extra></extra>",
         ))
     figure.update_layout(
-        template=template(theme), title={"text": f"{title} · lines: α ≥ {threshold}"}, height=max(300, 16 * n + 80),
-        margin={"l": 20, "r": 20},
+        template=template(theme), title={"text": f"{title} · lines: α ≥ {threshold}"},
+        height=max(300, 16 * n + 80), margin={"l": 20, "r": 20},
         xaxis={"visible": False, "range": [-0.6, 1.6]}, yaxis={"visible": False},
     )
     return figure
@@ -193,14 +196,16 @@ def _is_labelled(value) -> bool:
 
 
 def atlas_figure(
-    table: pd.DataFrame | None,  # labels rows: layer, head, head_type, score (+ ci_low, ci_high, chance, label)
+    # labels rows: layer, head, head_type, score (+ ci_low, ci_high, chance, label)
+    table: pd.DataFrame | None,
     n_layers: int,
     n_heads: int,
     head_type: str,
     colour_by: str = "score",  # "score" | "label"
     selected: tuple[int, int] | None = None,
     theme: str = "light",
-    no_alpha: dict[int, str] | None = None,  # a hybrid's layers without α -> their kind (linear_attention, mamba)
+    # a hybrid's layers without α -> their kind (linear_attention, mamba)
+    no_alpha: dict[int, str] | None = None,
 ) -> go.Figure:
     """The layer × head grid coloured by one head type's score (or label); hover gives the score and its CI.
     A hybrid's layers without attention weights (`no_alpha`) stay empty and say so.
@@ -237,8 +242,8 @@ def atlas_figure(
         colours = list(LABEL_COLOURS.values())
         scale = [[0.0, colours[0]], [1 / 3, colours[0]], [1 / 3, colours[1]], [2 / 3, colours[1]],
                  [2 / 3, colours[2]], [1.0, colours[2]]]
-        traces.append(go.Heatmap(z=category, zmin=-0.5, zmax=2.5, colorscale=scale, showscale=False, name="atlas",
-                                 **common))
+        traces.append(go.Heatmap(z=category, zmin=-0.5, zmax=2.5, colorscale=scale, showscale=False,
+                                 name="atlas", **common))
         for name, colour in LABEL_COLOURS.items():  # legend entries for the three categories
             traces.append(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True,
                                      marker={"symbol": "square", "size": 12, "color": colour}))
@@ -248,11 +253,13 @@ def atlas_figure(
         grey = np.where(~significant & ~np.isnan(score), 0.0, np.nan)
         traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, empty], [1, empty]],
                                  showscale=False, name="atlas", **common))
-        traces.append(go.Heatmap(z=shown, zmin=0.0, zmax=1.0, colorscale=SCORE_SCALE, name="score", hoverinfo="skip",
+        traces.append(go.Heatmap(z=shown, zmin=0.0, zmax=1.0, colorscale=SCORE_SCALE, name="score",
+                                 hoverinfo="skip",
                                  colorbar={"title": {"text": "score (fixed 0–1)", "side": "right"}},
                                  **{k: v for k, v in common.items() if k not in ("text", "hovertemplate")}))
-        traces.append(go.Heatmap(z=grey, zmin=0.0, zmax=1.0, colorscale=[[0, NOT_SIGNIFICANT], [1, NOT_SIGNIFICANT]],
-                                 showscale=False, name="not above chance", hoverinfo="skip",
+        traces.append(go.Heatmap(z=grey, zmin=0.0, zmax=1.0,
+                                 colorscale=[[0, NOT_SIGNIFICANT], [1, NOT_SIGNIFICANT]], showscale=False,
+                                 name="not above chance", hoverinfo="skip",
                                  **{k: v for k, v in common.items() if k not in ("text", "hovertemplate")}))
         # the grey's meaning is in the page's legend above the atlas (once), not repeated in the figure
         title = f"{head_type}: score of every head (click to select)"
@@ -265,7 +272,8 @@ def atlas_figure(
     figure = go.Figure(traces)
     if selected is not None:
         figure.add_trace(go.Scatter(
-            x=[selected[1]], y=[selected[0]], mode="markers", name="selected", showlegend=False, hoverinfo="skip",
+            x=[selected[1]], y=[selected[0]], mode="markers", name="selected", showlegend=False,
+            hoverinfo="skip",
             marker={"symbol": "square-open", "size": 22, "line": {"width": 3}, "color": SELECTION_COLOUR},
         ))
     figure.update_layout(
@@ -276,14 +284,16 @@ def atlas_figure(
         xaxis={"title": {"text": "head", "standoff": 4}, "dtick": 1, "range": [-0.5, n_heads - 0.5],
                "fixedrange": True},
         yaxis={"title": {"text": "layer"}, "dtick": 1, "range": [n_layers - 0.5, -0.5], "fixedrange": True},
-        legend={"orientation": "h", "x": 0, "y": 0, "yref": "container", "yanchor": "bottom", "font": {"size": 11}},
+        legend={"orientation": "h", "x": 0, "y": 0, "yref": "container", "yanchor": "bottom",
+                "font": {"size": 11}},
         margin={"t": 80, "l": 50, "r": 20, "b": 90},
     )
     return figure
 
 
 def _hover_text(row, head_type: str) -> str:
-    parts = [f"<b>{head_name(int(row.layer), int(row.head))}</b>", f"{head_type} score {float(row.score):.3f}"]
+    parts = [f"<b>{head_name(int(row.layer), int(row.head))}</b>",
+             f"{head_type} score {float(row.score):.3f}"]
     low, high = getattr(row, "ci_low", None), getattr(row, "ci_high", None)
     if low is not None and high is not None and not (pd.isna(low) or pd.isna(high)):
         parts[-1] += f" [{float(low):.3f}, {float(high):.3f}] 95% CI"
@@ -296,17 +306,21 @@ def _hover_text(row, head_type: str) -> str:
     parts.append(("✓ labelled" if labelled else "not labelled") + f" ({rule}; labelled when q ≤ 0.05)")
     offset = _number(row, "offset")
     if offset is not None:
-        parts.append(f"offset d = {int(offset):+d} (attends to j = i {'+' if offset >= 0 else '−'} {abs(int(offset))})")
+        parts.append(f"offset d = {int(offset):+d} (attends to j = i {'+' if offset >= 0 else '−'} "
+                     f"{abs(int(offset))})")
     effect, z = _number(row, "ablation_effect"), _number(row, "ablation_z")
     if effect is not None:
-        parts.append(f"ablation: loss +{effect:.3f}" + (f" (z = {z:.1f} vs random heads)" if z is not None else ""))
+        parts.append(
+            f"ablation: loss +{effect:.3f}" + (f" (z = {z:.1f} vs random heads)" if z is not None else ""))
     share = _number(row, "output_share")
     if share is not None:
         role = getattr(row, "role", None)
-        parts.append(f"output share {share:.2f}" + (f" · role: {role}" if isinstance(role, str) and role else ""))
+        parts.append(
+            f"output share {share:.2f}" + (f" · role: {role}" if isinstance(role, str) and role else ""))
     group, group_z = _number(row, "group_effect"), _number(row, "group_z")
     if group is not None:
-        parts.append(f"group ablation: +{group:.3f}" + (f" (z = {group_z:.1f})" if group_z is not None else ""))
+        parts.append(
+            f"group ablation: +{group:.3f}" + (f" (z = {group_z:.1f})" if group_z is not None else ""))
     if getattr(row, "n_examples", None) is not None:
         parts.append(f"{row.n_examples} examples")
     return "<br>".join(parts)
@@ -332,7 +346,8 @@ def _pair_marks(pair: tuple[int, int] | None) -> tuple[list[float], list[float]]
 def selection_trace(pair: tuple[int, int] | None) -> go.Scatter:
     xs, ys = _pair_marks(pair)
     return go.Scatter(x=xs, y=ys, mode="markers", name="selected pair", showlegend=False, hoverinfo="skip",
-                      marker={"symbol": "circle-open", "size": 16, "line": {"width": 3}, "color": SELECTION_COLOUR})
+                      marker={"symbol": "circle-open", "size": 16, "line": {"width": 3},
+                              "color": SELECTION_COLOUR})
 
 
 def _residue_heatmap(matrix: np.ndarray, name: str, colourscale, max_bins: int, **extra) -> go.Heatmap:
@@ -371,8 +386,9 @@ def contact_figure(
     ])
     annotations = []
     if true is None:
-        annotations.append({"text": "upload a structure for true contacts (lower triangle)", "showarrow": False,
-                            "xref": "paper", "yref": "paper", "x": 0.02, "y": 0.02, "xanchor": "left"})
+        annotations.append({"text": "upload a structure for true contacts (lower triangle)",
+                            "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.02, "y": 0.02,
+                            "xanchor": "left"})
     figure.update_layout(
         template=template(theme), title={"text": title}, height=520, annotations=annotations,
         xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5]},
@@ -383,7 +399,8 @@ def contact_figure(
 
 
 def head_map_figure(apc: np.ndarray, pair: tuple[int, int] | None = None, title: str = "",
-                    max_bins: int = CONTACT_BINS, uirevision: str | None = None, theme: str = "light") -> go.Figure:
+                    max_bins: int = CONTACT_BINS, uirevision: str | None = None,
+                    theme: str = "light") -> go.Figure:
     """One head's APC-corrected symmetrised attention over residues; data = [map, pair]."""
     n = apc.shape[0]
     figure = go.Figure([

@@ -20,7 +20,8 @@ def parse_token_ids(text: str, vocab_size: int) -> list[int]:
                              "or untick 'token ids' to type text")
         value = int(part)
         if not 0 <= value < vocab_size:
-            raise ProbeError(f"token id {value} is out of range: this model's vocabulary is 0..{vocab_size - 1}")
+            raise ProbeError(f"token id {value} is out of range: this model's vocabulary is "
+                             f"0..{vocab_size - 1}")
         ids.append(value)
     return ids
 

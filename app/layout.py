@@ -40,8 +40,8 @@ def page_layout(service: Service, query=None):
                 html.Div([explorer.layout(state)], className="column right-column"),
             ]),
         ]),
-        html.Div(proteins.layout(config.upload_bytes, config.max_residues, state["theme"]), id=ids.PROTEIN_SECTION,
-                 style={} if protein else {"display": "none"}),
+        html.Div(proteins.layout(config.upload_bytes, config.max_residues, state["theme"]),
+                 id=ids.PROTEIN_SECTION, style={} if protein else {"display": "none"}),
         card.layout(),
     ])
     shell = dmc.AppShell(

@@ -34,7 +34,8 @@ class ProteinResult:
     model: str
     sequence: str
     predicted: np.ndarray  # [residue residue] contact probabilities
-    true: np.ndarray | None  # [residue residue] 1.0 contact, 0.0 not, NaN unknown (from the uploaded structure)
+    # [residue residue] 1.0 contact, 0.0 not, NaN unknown (from the uploaded structure)
+    true: np.ndarray | None
     heads: pd.DataFrame | None  # per-head leaderboard (head, layer, head_index, precision columns, ...)
     precision: pd.DataFrame | None  # P@L by sequence-separation range
     note: str = ""
@@ -63,8 +64,8 @@ def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes |
     sequence = models.clean_protein(sequence or "")
     cap = min(max_residues, loaded.max_tokens - 2)
     if len(sequence) > cap:
-        raise ProbeError(f"the protein has {len(sequence)} residues; the app runs at most {cap}: upload a shorter "
-                         "chain (or use `probe contacts --window` for long proteins)")
+        raise ProbeError(f"the protein has {len(sequence)} residues; the app runs at most {cap}: upload a "
+                         "shorter chain (or use `probe contacts --window` for long proteins)")
     result = predict_contacts(loaded, sequence, true_map, per_head=True)
     truth = None if true_map is None else np.where(true_map < 0, np.nan, true_map.astype(float))
     predicted = result.contacts
@@ -101,8 +102,9 @@ def precision_table(precision: dict[str, float] | None) -> pd.DataFrame | None:
     """P@L, P@L/2, P@L/5 of the predicted contacts, one row per sequence-separation range."""
     if not precision:
         return None
-    rows = [{"range": RANGE_TEXT[name], "P@L": precision[f"p_at_L_{name}"], "P@L/2": precision[f"p_at_L2_{name}"],
-             "P@L/5": precision[f"p_at_L5_{name}"]} for name in RANGE_NAMES]
+    rows = [{"range": RANGE_TEXT[name], "P@L": precision[f"p_at_L_{name}"],
+             "P@L/2": precision[f"p_at_L2_{name}"], "P@L/5": precision[f"p_at_L5_{name}"]}
+             for name in RANGE_NAMES]
     return pd.DataFrame(rows).round(3)
 
 

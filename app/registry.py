@@ -75,9 +75,9 @@ class ModelRegistry:
                     config = self._config_loader(spec)
                 except ProbeError:
                     raise error from None
-                reason = (f"{display_name(spec)} has no usable tokenizer, so only its architecture card is shown "
-                          "(the explorer, grid and atlas need inputs). To explore it, save a tokenizer next to the "
-                          "model: tokenizer.save_pretrained(DIR).")
+                reason = (f"{display_name(spec)} has no usable tokenizer, so only its architecture card is "
+                          "shown (the explorer, grid and atlas need inputs). To explore it, save a tokenizer "
+                          "next to the model: tokenizer.save_pretrained(DIR).")
                 with self._lock:
                     self._card_only[spec] = (config, reason)
 
@@ -132,7 +132,8 @@ def default_models(scratch: str | Path | None = None, minilm: bool = True) -> tu
         pass
     from probe.zoo.tiny import save_tiny
 
-    missing = [(arch, kind) for arch, kind in (("gpt2", "text"), ("esm", "protein")) if kind not in specs.values()]
+    missing = [(arch, kind) for arch,
+               kind in (("gpt2", "text"), ("esm", "protein")) if kind not in specs.values()]
     if missing:
         scratch = Path(scratch or tempfile.mkdtemp(prefix="probe-app-"))
         for arch, kind in missing:
@@ -140,6 +141,7 @@ def default_models(scratch: str | Path | None = None, minilm: bool = True) -> tu
     # Text models first (the page opens on the first one), the induction organism before the others.
     preferred = ("zoo:induction", "zoo:coreference", "zoo:positional")
     ordered = tuple(sorted(specs, key=lambda spec: (specs[spec] == "protein",
-                                                    preferred.index(spec) if spec in preferred else len(preferred))))
+                                                    preferred.index(spec) if spec in preferred
+                                                    else len(preferred))))
     real = minilm_dir() if minilm else None
     return ((str(real),) if real is not None else ()) + ordered

@@ -37,7 +37,8 @@ from .tables import one_length, read_heads_summary, read_labels, shipped_labels
 
 CHARS_PER_TOKEN = 16  # explorer text is capped at max_tokens × this many characters before it is tokenized
 THUMBNAIL_BINS = 40  # each head's thumbnail in the grid is max-pooled to at most this many rows and columns
-TEXT_STORE_BYTES = 32 * 2**20  # long inputs kept for links: at most this many bytes (UTF-8) in all, oldest evicted
+# long inputs kept for links: at most this many bytes (UTF-8) in all, oldest evicted
+TEXT_STORE_BYTES = 32 * 2**20
 REPORT_EVERY_S = 5.0  # a labelling job's progress line in the terminal at most this often
 
 
@@ -100,7 +101,8 @@ class Service:
         # One protein's APC maps, a layer (every head) per entry: a head step inside a layer, and every user
         # who looks at the same structure with the same model, costs no forward pass.
         self.protein_maps = LRUCache(64, config.cache_bytes)
-        self._labels_file = labels if labels is not None else (read_labels(config.labels) if config.labels else None)
+        self._labels_file = labels if labels is not None else (read_labels(config.labels)
+                                                               if config.labels else None)
         self._summary = read_heads_summary(config.heads_summary) if config.heads_summary else None
         self._computed: dict[str, pd.DataFrame] = {}
         self._shipped = {spec: table for spec in self.registry.specs
@@ -109,7 +111,8 @@ class Service:
         self._jobs_lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()  # labelling jobs, run one at a time by one worker thread
         self._worker: threading.Thread | None = None
-        self._report: Callable[[str], None] | None = None  # where progress lines go (the terminal for probe app)
+        # where progress lines go (the terminal for probe app)
+        self._report: Callable[[str], None] | None = None
         self._texts: OrderedDict[str, str] = OrderedDict()  # long inputs by key, for links (bounded by bytes)
         self._text_bytes = 0
         self._texts_lock = threading.Lock()
@@ -161,7 +164,8 @@ class Service:
         try:
             layer, head = int(selected["layer"]), int(selected["head"])
         except (TypeError, KeyError, ValueError):
-            raise ProbeError(f"the selected head {selected!r} is not a layer and a head; click a head again") from None
+            raise ProbeError(
+                f"the selected head {selected!r} is not a layer and a head; click a head again") from None
         if not (0 <= layer < loaded.n_layers and 0 <= head < loaded.n_heads):
             raise ProbeError(f"L{layer}H{head} is not a head of {spec} ({loaded.n_layers} layers × "
                              f"{loaded.n_heads} heads); click a head again")
@@ -191,7 +195,8 @@ class Service:
         size = len(text.encode("utf-8", "replace"))
         if size > self.text_entry_bytes():
             raise ProbeError(f"the input is {size:,} bytes; a link keeps inputs up to "
-                             f"{self.text_entry_bytes():,} bytes (the explorer reads no longer text): shorten it")
+                             f"{self.text_entry_bytes():,} bytes (the explorer reads no longer text): "
+                             "shorten it")
         key = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
         with self._texts_lock:
             old = self._texts.pop(key, None)
@@ -222,8 +227,9 @@ class Service:
         text = text or ""
         cap = self.token_cap(spec)
         if len(text) > cap * CHARS_PER_TOKEN:  # before tokenizing: a 10 MB paste costs nothing
-            raise ProbeError(f"the input is {len(text):,} characters; the app takes at most {cap * CHARS_PER_TOKEN:,} "
-                             f"({cap} tokens): shorten it (probe capture writes longer inputs to a file)")
+            raise ProbeError(f"the input is {len(text):,} characters; the app takes at most "
+                             f"{cap * CHARS_PER_TOKEN:,} ({cap} tokens): shorten it (probe capture writes "
+                             "longer inputs to a file)")
         if as_ids:
             ids = parse_token_ids(text, len(loaded.tokenizer))
         elif loaded.kind == models.ModelKind.PROTEIN_MLM:
@@ -233,8 +239,8 @@ class Service:
                 raise ProbeError("the input is empty: type a prompt, then press Run")
             ids = loaded.tokenizer(text)["input_ids"]
         if len(ids) > cap:
-            raise ProbeError(f"the input is {len(ids)} tokens; the app shows at most {cap} per request: shorten it "
-                             "(probe capture writes longer inputs to a file)")
+            raise ProbeError(f"the input is {len(ids)} tokens; the app shows at most {cap} per request: "
+                             "shorten it (probe capture writes longer inputs to a file)")
         tokens = loaded.tokenizer.convert_ids_to_tokens(ids)
         return TokenInput(spec, tuple(int(i) for i in ids), tuple(str(t) for t in tokens))
 
@@ -263,8 +269,8 @@ class Service:
             raise ProbeError(f"layer {layer} is out of range: {spec} has layers 0..{loaded.n_layers - 1}")
         if layer not in loaded.attention_layers:  # a hybrid's linear-attention / state-space layer
             kind = dict(loaded.plan.layer_kinds).get(layer, "no softmax attention") if loaded.plan else "no α"
-            raise ProbeError(f"layer {layer} of {spec} has no attention weights ({kind}); layers with attention: "
-                             f"{', '.join(map(str, loaded.attention_layers))}")
+            raise ProbeError(f"layer {layer} of {spec} has no attention weights ({kind}); layers with "
+                             f"attention: {', '.join(map(str, loaded.attention_layers))}")
         ids = self.check_ids(spec, ids)
         key = ("layer", spec, ids, layer)
         cached = self.captures.get(key)
@@ -274,7 +280,8 @@ class Service:
             cached = self.captures.peek(key)  # another thread may have computed it while we waited
             if cached is not None:
                 return cached
-            alpha = capture_attention(loaded.model, _inputs(loaded, ids), layers=[layer])[0, 0]  # [head query key]
+            # [head query key]
+            alpha = capture_attention(loaded.model, _inputs(loaded, ids), layers=[layer])[0, 0]
             alpha = alpha.float().cpu().numpy()
         self.captures.put(key, alpha)
         return alpha
@@ -316,7 +323,8 @@ class Service:
             raise ProbeError(f"head {head} is out of range: {spec} has heads 0..{alpha.shape[0] - 1}")
         return alpha[head]
 
-    def target_pattern(self, spec: str, head_type: str, ids: Sequence[int], layer: int, head: int) -> np.ndarray:
+    def target_pattern(self, spec: str, head_type: str, ids: Sequence[int], layer: int,
+                       head: int) -> np.ndarray:
         """The head type's target keys for each query of `spec`'s input: [query key] bool (ProbeError for span
         types: coreference). fixed_offset uses the head's offset from the labels table (all offsets when there
         is none)."""
@@ -332,8 +340,8 @@ class Service:
             rows = table[(table["head_type"] == head_type) & (table["layer"] == layer) & (table["head"] == head)]
             offset = next((int(value) for value in rows["offset"] if pd.notna(value)), None)
         pattern = target_pattern(head_type, torch.tensor(list(ids), dtype=torch.long),
-                                 causal=loaded.kind == models.ModelKind.CAUSAL_LM, delimiter_ids=delimiter_ids(loaded.tokenizer),
-                                 candidate=offset, classes=self._token_classes(spec, loaded, token_classes))  # [query key]
+                                 causal=loaded.kind == models.ModelKind.CAUSAL_LM,
+                                 delimiter_ids=delimiter_ids(loaded.tokenizer), candidate=offset, classes=self._token_classes(spec, loaded, token_classes))  # [query key]
         return pattern.cpu().numpy().astype(bool)
 
     def _token_classes(self, spec: str, loaded, token_classes):
@@ -408,11 +416,11 @@ class Service:
                    if not self.is_protein(spec) and self.labels(spec) is None]
         shipped = [spec for spec in self.registry.usable_specs if self.shipped(spec)]
         if self._report is not None and shipped:
-            self._report(f"probe app: labels shipped with {', '.join(map(display_name, shipped))} (nothing to "
-                         "compute)")
+            self._report(f"probe app: labels shipped with {', '.join(map(display_name, shipped))} (nothing "
+                         "to compute)")
         if self._report is not None and missing:
-            self._report(f"probe app: labelling {', '.join(map(display_name, missing))} in the background; the page "
-                         "is usable meanwhile")
+            self._report(f"probe app: labelling {', '.join(map(display_name, missing))} in the background; "
+                         "the page is usable meanwhile")
         for spec in missing:
             self.start_labelling(spec)
         return missing
@@ -426,7 +434,8 @@ class Service:
             if job is not None and job.state in ("queued", "running"):
                 return job
             job = self._jobs[spec] = LabelJob()
-            self._queue.put((spec, job, run or functools.partial(_label_model, examples=self.config.label_examples)))
+            self._queue.put(
+                (spec, job, run or functools.partial(_label_model, examples=self.config.label_examples)))
             if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(target=self._work, name="probe-labelling", daemon=True)
                 self._worker.start()
@@ -483,18 +492,21 @@ class Service:
         result)."""
         loaded = self.model(spec)
         if loaded.kind != models.ModelKind.PROTEIN_MLM:
-            raise ProbeError(f"{spec} is a {getattr(loaded.kind, 'value', loaded.kind)}; choose a protein model (ESM) "
-                             "for contact maps")
+            raise ProbeError(f"{spec} is a {getattr(loaded.kind, 'value', loaded.kind)}; choose a protein "
+                             "model (ESM) for contact maps")
         if structure is not None and len(structure) > self.config.upload_bytes:
             raise ProbeError(f"the upload is {len(structure) // 1024} KiB; the limit is "
                              f"{self.config.upload_bytes // 1024} KiB")
-        digest = hashlib.sha256(b"%s|%s|%s|%s|%s" % (spec.encode(), (sequence or "").encode(), structure or b"",
-                                                      filename.encode(), (chain or "").encode())).hexdigest()[:20]
+        digest = hashlib.sha256(b"%s|%s|%s|%s|%s" % (spec.encode(), (sequence or "").encode(),
+                                                     structure or b"",
+                                                      filename.encode(),
+                                                      (chain or "").encode())).hexdigest()[:20]
         cached = self.proteins.get(digest)
         if cached is not None:
             return digest, cached
         with self._inference():
-            result = protein_analysis.analyse(loaded, sequence, structure, filename, chain, self.config.max_residues)
+            result = protein_analysis.analyse(loaded, sequence, structure, filename, chain,
+                                              self.config.max_residues)
         self.proteins.put(digest, result)
         return digest, result
 
@@ -537,7 +549,8 @@ def label_config(examples: int):
     return LabelConfig(examples=examples, ablate="none")
 
 
-def _label_model(loaded: models.LoadedModel, progress: Callable[[int, int], None], examples: int) -> pd.DataFrame:
+def _label_model(loaded: models.LoadedModel, progress: Callable[[int, int], None],
+                 examples: int) -> pd.DataFrame:
     """probe.heads.label.label_model with `label_config(examples)`."""
     from probe.heads.label import label_model
 

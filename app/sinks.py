@@ -31,7 +31,8 @@ class PoolSink:
     def update(self, block) -> None:
         import torch
 
-        alpha = block.alpha[0]  # [head query key] this block's rows; keys beyond alpha.shape[-1] are exactly 0
+        # [head query key] this block's rows; keys beyond alpha.shape[-1] are exactly 0
+        alpha = block.alpha[0]
         heads, rows, keys = alpha.shape
         key_bins = math.ceil(keys / self.factor)
         pad = key_bins * self.factor - keys
@@ -43,7 +44,8 @@ class PoolSink:
             grid = self._pooled[block.layer] = torch.zeros(heads, self.n_bins, self.n_bins)
         start = block.query_start
         for row_bin in range(start // self.factor, (start + rows - 1) // self.factor + 1):
-            low, high = max(row_bin * self.factor, start) - start, min((row_bin + 1) * self.factor, start + rows) - start
+            low, high = max(row_bin * self.factor, start) - start, min((row_bin + 1) * self.factor,
+                                                                       start + rows) - start
             cell = grid[:, row_bin, :key_bins]  # [head key_bin]
             torch.maximum(cell, by_key[:, low:high].amax(1), out=cell)
 

@@ -32,7 +32,8 @@ def read_labels(path: str | Path) -> pd.DataFrame:
         raise ProbeError(f"--labels {error}; pass a table written by `probe label`") from None
     missing = [column for column in LABEL_COLUMNS if column not in table.columns]
     if missing:
-        raise ProbeError(f"--labels {path}: missing columns {', '.join(missing)}; pass a table written by `probe label`")
+        raise ProbeError(f"--labels {path}: missing columns {', '.join(missing)}; pass a table written by "
+                         "`probe label`")
     return table
 
 
@@ -53,7 +54,8 @@ def read_heads_summary(path: str) -> pd.DataFrame:
     return read_summary(path)
 
 
-MINILM_TABLE = Path(__file__).resolve().parent / "data" / "minilm_labels.csv"  # scripts/minilm_labels.py writes it
+# scripts/minilm_labels.py writes it
+MINILM_TABLE = Path(__file__).resolve().parent / "data" / "minilm_labels.csv"
 
 
 def shipped_labels(spec: str) -> pd.DataFrame | None:

@@ -95,7 +95,8 @@ def _child(method: str, mode: str, model_dir: str, length: int, repeats: int, sa
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
-    return {"medians": {name: sorted(values)[len(values) // 2] for name, values in times.items()}, "times": times}
+    return {"medians": {name: sorted(values)[len(values) // 2] for name, values in times.items()},
+            "times": times}
 
 
 def _spawn(method: str, mode: str, model_dir: str, length: int, repeats: int, save: str | None = None,
@@ -119,7 +120,8 @@ def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: in
 
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = str(save_tiny("protbert", os.path.join(scratch, "model"), hidden_size=hidden,
-                                  num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=4 * hidden))
+                                  num_hidden_layers=layers, num_attention_heads=heads,
+                                  intermediate_size=4 * hidden))
         loaded = models.load(model_dir)
     units, _ = structure_units(structure_files(folder))
     print(f"ProtBert-style BERT ({layers} layers x {heads} heads, hidden {hidden}, random weights), CPU, "
@@ -144,8 +146,8 @@ def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: in
                 run()
                 timings[name].append(time.perf_counter() - start)
         plain, whole = (sorted(timings[name])[len(timings[name]) // 2] for name in ("forward", "unit"))
-        print(f"| {unit.id} | {len(outcome.result.sequence)} | {plain * 1000:.0f} ms | {whole * 1000:.0f} ms | "
-              f"{whole / plain:.1f}x |")
+        print(f"| {unit.id} | {len(outcome.result.sequence)} | {plain * 1000:.0f} ms | {whole * 1000:.0f} ms "
+              f"| {whole / plain:.1f}x |")
 
 
 def main() -> None:
@@ -156,8 +158,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=480)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (median)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads in the measuring processes (default: torch's own choice); 1 gives "
-                             "steadier ratios on a machine shared with other jobs")
+                        help="torch threads in the measuring processes (default: torch's own choice); 1 "
+                             "gives steadier ratios on a machine shared with other jobs")
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "MODE", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--save", help=argparse.SUPPRESS)
     parser.add_argument("--structure-set", metavar="DIR",
@@ -199,20 +201,23 @@ def main() -> None:
                                   - np.load(os.path.join(scratch, "reference.npy"))).max())
 
     ours, ref, plain = results["ours"], results["reference"], results["plain"]
-    print(f"ESM-2-35M-shaped model ({args.layers} layers x {args.heads} heads, hidden {args.hidden}, random weights), "
-          f"L = {args.length} residues, CPU, {args.threads or torch.get_num_threads()} threads, torch {torch.__version__}\n")
+    print(f"ESM-2-35M-shaped model ({args.layers} layers x {args.heads} heads, hidden {args.hidden}, random "
+          f"weights), L = {args.length} residues, CPU, {args.threads or torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}\n")
     print("| | HF `predict_contacts` (eager) | probe (streamed) | plain ESM forward (sdpa) | probe / HF | "
           "probe / plain |")
     print("|---|---:|---:|---:|---:|---:|")
     print(f"| time (median of {args.repeats}) | {ref['seconds']:.2f} s | {ours['seconds']:.2f} s | "
           f"{plain['seconds']:.2f} s | {ours['seconds'] / ref['seconds']:.2f}x | "
           f"**{ours['seconds'] / plain['seconds']:.2f}x** |")
-    print(f"| peak memory (process) | {ref['peak_mb']:.0f} MB | {ours['peak_mb']:.0f} MB | {plain['peak_mb']:.0f} MB | "
-          f"{ours['peak_mb'] / ref['peak_mb']:.2f}x | {ours['peak_mb'] / plain['peak_mb']:.2f}x |")
+    print(f"| peak memory (process) | {ref['peak_mb']:.0f} MB | {ours['peak_mb']:.0f} MB | "
+          f"{plain['peak_mb']:.0f} MB | {ours['peak_mb'] / ref['peak_mb']:.2f}x | "
+          f"{ours['peak_mb'] / plain['peak_mb']:.2f}x |")
     print(f"| Δ peak above loaded model | {ref['delta_mb']:.0f} MB | {ours['delta_mb']:.0f} MB | "
           f"{plain['delta_mb']:.0f} MB | {ours['delta_mb'] / ref['delta_mb']:.2f}x | "
           f"{ours['delta_mb'] / max(plain['delta_mb'], 1):.2f}x |")
-    print(f"\nper round, probe / plain: {', '.join(f'{a / b:.2f}' for a, b in zip(pairs['ours'], pairs['plain'], strict=True))}")
+    print("\nper round, probe / plain: "
+          f"{', '.join(f'{a / b:.2f}' for a, b in zip(pairs['ours'], pairs['plain'], strict=True))}")
     print(f"\nmax |Δ contacts| = {difference:.2e}")
 
 

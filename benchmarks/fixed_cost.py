@@ -21,7 +21,8 @@ import time
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=9, help="timed label_model calls (default 9)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of one call")
@@ -36,10 +37,11 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
-        path = save_tiny("gpt2", f"{scratch}/model", seed=0, n_positions=512, n_layer=12, n_head=12, n_embd=96)
+        path = save_tiny("gpt2", f"{scratch}/model", seed=0, n_positions=512, n_layer=12,
+                         n_head=12, n_embd=96)
         loaded = models.load(str(path))
-    config = label.LabelConfig(types=("previous_token", "duplicate_token", "induction"), examples=2, seq_len=256,
-                               ablate="none")
+    config = label.LabelConfig(types=("previous_token", "duplicate_token", "induction"), examples=2,
+                               seq_len=256, ablate="none")
     forwards: list[float] = []
     run_sink = label_scoring.run_sink
 

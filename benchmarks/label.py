@@ -54,7 +54,8 @@ def _model_and_tokenizer(seq_len: int):
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(config).eval()
-    words = [f"w{index}" for index in range(config.vocab_size - 3)]  # + <unk> <pad> <bos> = the GPT-2 vocabulary
+    # + <unk> <pad> <bos> = the GPT-2 vocabulary
+    words = [f"w{index}" for index in range(config.vocab_size - 3)]
     return model, word_tokenizer(words, bos_token="<bos>")
 
 
@@ -94,7 +95,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
         body.set_attn_implementation("eager")
         with torch.inference_mode():
             for batch in batches:
-                attentions = body(input_ids=batch, output_attentions=True).attentions  # layer × [batch head q k]
+                # layer × [batch head q k]
+                attentions = body(input_ids=batch, output_attentions=True).attentions
                 for head_type in types:
                     pattern = batch_pattern(head_type, batch)  # [batch query key]
                     for layer_alpha in attentions:
@@ -126,8 +128,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
         return _ablation_times(loaded, batches, args)
     run = variant_run if variant == "tl" else {"plain": plain, "label": label, "eager": eager}[variant]
     seconds = timed(run)
-    return {"variant": variant, "seconds": seconds, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "loaded_mib": loaded_mib}
+    return {"variant": variant, "seconds": seconds,
+            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loaded_mib": loaded_mib}
 
 
 ABLATED = 4  # heads of layer 0 ablated in the ablation benchmark, each against as many random control heads
@@ -177,7 +179,8 @@ def _transformer_lens_run(args: argparse.Namespace, batches, tokenizer):
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     bridge = TransformerBridge.boot_transformers(directory, device="cpu")
-    prompts = [" ".join(tokenizer.convert_ids_to_tokens(row.tolist()[1:])) for batch in batches for row in batch]
+    prompts = [" ".join(tokenizer.convert_ids_to_tokens(row.tolist()[1:])) for batch in batches
+               for row in batch]
     names = ("previous_token_head", "duplicate_token_head", "induction_head")
 
     def run():
@@ -209,13 +212,16 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2, help="sequences per forward (default 2)")
     parser.add_argument("--seq-len", type=int, default=1024, help="tokens per probe (default 1024)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--repeats", type=int, default=3, help="alternating timed runs of plain and label (default 3)")
-    parser.add_argument("--eager", action="store_true", help="also run eager output_attentions + dense scores")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="alternating timed runs of plain and label (default 3)")
+    parser.add_argument("--eager", action="store_true",
+                        help="also run eager output_attentions + dense scores")
     parser.add_argument("--ablation", action="store_true",
-                        help=f"also time the ablation of {ABLATED} heads + {ABLATED} controls (reported separately)")
+                        help=f"also time the ablation of {ABLATED} heads + {ABLATED} controls (reported "
+                             "separately)")
     parser.add_argument("--types", default=",".join(TYPES),
-                        help="comma-separated head types scored (default: %(default)s); the types of one probe set, "
-                             "so that plain forwards over the same probes are the baseline, e.g. "
+                        help="comma-separated head types scored (default: %(default)s); the types of one "
+                             "probe set, so that plain forwards over the same probes are the baseline, e.g. "
                              "previous_token,next_token,self,first_token,fixed_offset,delimiter")
     parser.add_argument("--no-output-share", action="store_true",
                         help="label without the output share (Kobayashi et al. 2020 norms; on by default)")
@@ -230,9 +236,9 @@ def main() -> None:
     variants = ["plain", "label"] + (["eager"] if args.eager else []) + (["tl"] if has_tl else [])
     memory = {variant: _child(variant, args) for variant in variants}
     base = memory["plain"]
-    print(f"\nGPT-2-small-shaped random model (12 layers × 12 heads), {args.examples} probes × {args.seq_len} tokens, "
-          f"batches of {args.batch_size}, {args.threads} threads; {args.types} × 144 heads; output share "
-          f"{'off' if args.no_output_share else 'on'}\n")
+    print(f"\nGPT-2-small-shaped random model (12 layers × 12 heads), {args.examples} probes × "
+          f"{args.seq_len} tokens, batches of {args.batch_size}, {args.threads} threads; {args.types} × 144 "
+          f"heads; output share {'off' if args.no_output_share else 'on'}\n")
     print("| variant | time (s), min / median | time ratio, min / median | peak RSS (MiB) | peak ratio |")
     print("|---|---|---|---|---|")
     fastest, middle = min(times["plain"]), statistics.median(times["plain"])
@@ -258,10 +264,11 @@ def main() -> None:
         ablation = _child("ablation-time", args)
         if ablation is not None:
             ratios = [a / p for p, a in zip(ablation["plain"], ablation["ablation"], strict=True)]
-            print(f"ablation of {ABLATED} heads + {ABLATED} controls (8 heads per forward, one copy of the batch "
-                  f"each): {statistics.median(ablation['ablation']):.2f} s vs {statistics.median(ablation['plain']):.2f}"
-                  f" s of plain forwards with the LM head, {statistics.median(ratios):.2f}× (expected about 1 + "
-                  f"{2 * ABLATED} = {1 + 2 * ABLATED}×: one clean forward plus one batch copy per ablated head)")
+            print(f"ablation of {ABLATED} heads + {ABLATED} controls (8 heads per forward, one copy of the "
+                  f"batch each): {statistics.median(ablation['ablation']):.2f} s vs "
+                  f"{statistics.median(ablation['plain']):.2f} s of plain forwards with the LM head, "
+                  f"{statistics.median(ratios):.2f}× (expected about 1 + {2 * ABLATED} = {1 + 2 * ABLATED}×: "
+                  "one clean forward plus one batch copy per ablated head)")
 
 
 if __name__ == "__main__":

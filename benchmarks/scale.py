@@ -107,8 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoints", type=Path, help="folder of step-N/ checkpoints (default: train 9)")
     parser.add_argument("--steps", type=int, default=400, help="training steps when training (default 400)")
-    parser.add_argument("--every", type=int, default=50, help="checkpoint interval when training (default 50)")
-    parser.add_argument("--project-units", type=int, default=154, help="units in the projection (Pythia: 154)")
+    parser.add_argument("--every", type=int, default=50,
+                        help="checkpoint interval when training (default 50)")
+    parser.add_argument("--project-units", type=int, default=154,
+                        help="units in the projection (Pythia: 154)")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args(argv)
 
@@ -182,28 +184,29 @@ def main(argv: list[str] | None = None) -> int:
     t_warm = max(0.0, first - t_unit_worker)
     t_rest = on_ray[1] - actor_start[1] - t_warm - n * (t_unit_worker + t_driver)  # unexplained (contention)
     numbers = {
-        "units": n, "in_process_s": t_local, "unit_load_s": statistics.mean(loads), "unit_label_s": statistics.mean(runs),
-        "ray_start_s": t_ray, "actor_start_s": actor_start, "ray_s": on_ray, "worker_unit_s": t_unit_worker,
-        "worker_warmup_s": t_warm, "driver_overhead_per_unit_s": t_driver, "unexplained_w1_s": t_rest,
+        "units": n, "in_process_s": t_local, "unit_load_s": statistics.mean(loads),
+        "unit_label_s": statistics.mean(runs), "ray_start_s": t_ray, "actor_start_s": actor_start,
+        "ray_s": on_ray, "worker_unit_s": t_unit_worker, "worker_warmup_s": t_warm,
+        "driver_overhead_per_unit_s": t_driver, "unexplained_w1_s": t_rest,
     }
     print(f"\n{n} checkpoints (units), torch 1 thread per worker, 2-core machine shared with other jobs\n")
     print("| run | wall s | units/s | vs in-process |")
     print("|---|---|---|---|")
     print(f"| in-process | {t_local:.1f} | {n / t_local:.2f} | 1.00 |")
     for workers in (1, 2):
-        print(f"| Ray, {workers} worker{'s' if workers > 1 else ''} (+ {t_ray:.1f} s ray.init) | {on_ray[workers]:.1f}"
-              f" | {n / on_ray[workers]:.2f} | {t_local / on_ray[workers]:.2f} |")
-    print(f"\nin-process per unit: model load {statistics.mean(loads):.3f} s + labelling {statistics.mean(runs):.3f} s;"
-          f" ray.init {t_ray:.1f} s; actor start {actor_start[1]:.1f} s (1 actor), {actor_start[2]:.1f} s (2 started "
-          f"together); in a Ray worker: first unit +{t_warm:.1f} s warm-up (imports), then {t_unit_worker:.2f} s per "
-          f"unit; Ray + driver per unit (no-op units) {t_driver * 1000:.1f} ms; W=1 wall not explained by these "
-          f"{t_rest:.1f} s")
+        print(f"| Ray, {workers} worker{'s' if workers > 1 else ''} (+ {t_ray:.1f} s ray.init) | "
+              f"{on_ray[workers]:.1f} | {n / on_ray[workers]:.2f} | {t_local / on_ray[workers]:.2f} |")
+    print(f"\nin-process per unit: model load {statistics.mean(loads):.3f} s + labelling "
+          f"{statistics.mean(runs):.3f} s; ray.init {t_ray:.1f} s; actor start {actor_start[1]:.1f} s (1 "
+          f"actor), {actor_start[2]:.1f} s (2 started together); in a Ray worker: first unit +{t_warm:.1f} s "
+          f"warm-up (imports), then {t_unit_worker:.2f} s per unit; Ray + driver per unit (no-op units) "
+          f"{t_driver * 1000:.1f} ms; W=1 wall not explained by these {t_rest:.1f} s")
     rows = []
     for label, cost in (("measured", t_unit_worker), ("if a unit cost 60 s", 60.0)):
         projected = projection(args.project_units, cost, t_ray, actor_start[1] + t_warm, t_driver,
                                [1, 2, 4, 8, 16], 8)
-        print(f"\nprojection ({label}): U = {args.project_units} units of {cost:.2f} s, 8 workers per machine, "
-              f"t_r {t_ray:.1f} s, t_a {actor_start[1] + t_warm:.1f} s, t_d {t_driver:.3f} s:\n")
+        print(f"\nprojection ({label}): U = {args.project_units} units of {cost:.2f} s, 8 workers per "
+              f"machine, t_r {t_ray:.1f} s, t_a {actor_start[1] + t_warm:.1f} s, t_d {t_driver:.3f} s:\n")
         print("| machines | workers | T s | speed-up vs 1 process |")
         print("|---|---|---|---|")
         for row in projected:

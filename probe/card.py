@@ -32,8 +32,8 @@ from probe.errors import ProbeError
 BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "fp8": 1}
 CONTEXTS = {"4K": 4096, "32K": 32768, "128K": 131072}
 # Families whose q/k/v/o projections carry biases whatever the config says.
-BIASED = ("gpt2", "bert", "roberta", "xlm-roberta", "esm", "distilbert", "camembert", "electra", "gpt_neox", "bloom",
-          "opt", "gpt_neo", "gptj")
+BIASED = ("gpt2", "bert", "roberta", "xlm-roberta", "esm", "distilbert", "camembert", "electra", "gpt_neox",
+          "bloom", "opt", "gpt_neo", "gptj")
 ALIBI = ("bloom", "mpt", "falcon_alibi")
 
 
@@ -154,7 +154,8 @@ def whole_number(config, *names, default=None, allow_zero: bool = False) -> int 
         number = int(value) if math.isfinite(value) and value.is_integer() else None
     if number is None or number < 0 or (number == 0 and not allow_zero):
         name = next((n for n in names if getattr(config, n, None) is not None), names[0])
-        raise ProbeError(f"the config's {name} is {value!r}: it must be a positive whole number; fix config.json")
+        raise ProbeError(f"the config's {name} is {value!r}: it must be a positive whole number; fix "
+                         "config.json")
     return int(number)
 
 
@@ -236,8 +237,8 @@ def architecture_card(config) -> ArchitectureCard:
     if hybrid is not None:  # only these layers have heads with α; the capture lists only them
         with_alpha, others = hybrid
         notes.append(f"hybrid: softmax attention (heads with α) in {len(with_alpha)} of {layers} layers "
-                     f"({', '.join(map(str, with_alpha))}); the others ({', '.join(sorted({k for _, k in others}))}) "
-                     "have no attention weights")
+                     f"({', '.join(map(str, with_alpha))}); the others "
+                     f"({', '.join(sorted({k for _, k in others}))}) have no attention weights")
     kv_rank = getattr(config, "kv_lora_rank", None)
     if kv_rank:
         nope, rope = int(config.qk_nope_head_dim), int(config.qk_rope_head_dim)
@@ -259,12 +260,13 @@ def architecture_card(config) -> ArchitectureCard:
     value_dim = whole_number(config, "v_head_dim", default=head_dim)
     attention = "MHA" if kv_heads == heads else ("MQA" if kv_heads == 1 else "GQA")
     biased = model_type in BIASED
-    qkv_bias = biased or bool(getattr(config, "attention_bias", False)) or model_type in ("qwen2", "qwen2_moe")
+    qkv_bias = biased or bool(getattr(config, "attention_bias", False)) or model_type in (
+        "qwen2", "qwen2_moe")
     out_bias = biased or bool(getattr(config, "attention_bias", False))
     params = layers * _projection_parameters(hidden, heads, kv_heads, head_dim, value_dim, qkv_bias, out_bias)
     return ArchitectureCard(model_type, attention, layers, hidden, heads, kv_heads, head_dim, value_dim,
-                            _positional(config, model_type, max_positions), max_positions, window, sliding_layers,
-                            params, notes=tuple(notes))
+                            _positional(config, model_type, max_positions), max_positions, window,
+                            sliding_layers, params, notes=tuple(notes))
 
 
 def config_from_dict(data: dict):

@@ -50,7 +50,8 @@ def _canonical(value: object) -> object:
         return value.item()
     text = str(value)
     if " at 0x" in text:
-        raise TypeError(f"identity option of type {type(value).__name__} has no stable text form: pass its value")
+        raise TypeError(f"identity option of type {type(value).__name__} has no stable text form: pass its "
+                        "value")
     return text
 
 

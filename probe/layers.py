@@ -40,8 +40,8 @@ ENGINE_CHOICES = ("auto", "fused", "eager")
 INTERFACE = "ALL_ATTENTION_FUNCTIONS"
 STACK_NAMES = ("enc", "dec", "cross")
 EAGER_NOTE = ("{model}: its attention does not go through transformers' AttentionInterface; using the eager "
-              "fallback, which holds each layer's full [batch head query key] attention (O(N²) memory, one layer "
-              "at a time; --engine fused refuses such models)")
+              "fallback, which holds each layer's full [batch head query key] attention (O(N²) memory, one "
+              "layer at a time; --engine fused refuses such models)")
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,8 @@ def _text_config(model: nn.Module):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def _layer_lists(root: nn.Module, attention: list[nn.Module], length: int | None = None) -> list[nn.ModuleList]:
+def _layer_lists(root: nn.Module, attention: list[nn.Module],
+                 length: int | None = None) -> list[nn.ModuleList]:
     """ModuleLists under `root` (of `length` entries, if given) whose entries, together, hold every one of
     `attention` (outermost first)."""
     wanted = {id(module) for module in attention}
@@ -213,7 +214,8 @@ def _single_stack(model: nn.Module, attention: list[nn.Module], engine: Engine) 
             for sub in entry.modules():
                 if id(sub) in ids:
                     served.setdefault(id(sub), []).append(index)
-        modules = tuple((id(module), tuple(served[id(module)])) for module in attention if id(module) in served)
+        modules = tuple((id(module), tuple(served[id(module)])) for module in attention
+                        if id(module) in served)
         with_alpha = sorted({layer for _, numbers in modules for layer in numbers})
         missing = [layer for layer in range(n_layers) if layer not in with_alpha]
         kinds = _block_kinds(config, n_layers) or []
@@ -224,8 +226,8 @@ def _single_stack(model: nn.Module, attention: list[nn.Module], engine: Engine) 
     if shared is not None:
         count, modules = shared
         return AttentionPlan(engine, count, tuple(range(count)), (), (), (Stack("", 0, count),), modules)
-    raise ProbeError(f"cannot find the {n_layers} transformer layers of {type(model).__name__}: capture supports "
-                     "models whose layers sit in one ModuleList, or ALBERT-style shared layer groups")
+    raise ProbeError(f"cannot find the {n_layers} transformer layers of {type(model).__name__}: capture "
+                     "supports models whose layers sit in one ModuleList, or ALBERT-style shared layer groups")
 
 
 def _shared_layers(config, attention: list[nn.Module]):
@@ -314,7 +316,8 @@ def _build_plan(model: nn.Module) -> AttentionPlan:
     attention = fused or eager_attention_modules(model)
     if not attention:
         raise ProbeError(f"{type(model).__name__} has no attention module that goes through transformers' "
-                         "AttentionInterface or returns output_attentions, so its attention cannot be captured")
+                         "AttentionInterface or returns output_attentions, so its attention cannot be "
+                         "captured")
     if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_decoder"):
         return _encoder_decoder(model, attention, engine)
     return _single_stack(model, attention, engine)
@@ -326,8 +329,8 @@ def choose_engine(plan: AttentionPlan, engine: EngineChoice, name: str = "this m
     if engine not in ENGINE_CHOICES:
         raise ProbeError(f"unknown engine {engine!r}: use auto, fused or eager")
     if engine == "fused" and plan.engine == "eager":
-        raise ProbeError(f"{name}: its attention does not go through transformers' AttentionInterface, so the fused "
-                         "engine cannot capture it; use --engine eager (or auto)")
+        raise ProbeError(f"{name}: its attention does not go through transformers' AttentionInterface, so "
+                         "the fused engine cannot capture it; use --engine eager (or auto)")
     return plan.engine if engine == "auto" else engine
 
 

@@ -49,7 +49,8 @@ class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the proj
     CAUSAL_LM = "causal_lm"
     MASKED_LM = "masked_lm"
     PROTEIN_MLM = "protein_mlm"
-    SEQ2SEQ_LM = "seq2seq_lm"  # text encoder–decoders (T5, BART): three stacks; head labelling does not apply yet
+    # text encoder–decoders (T5, BART): three stacks; head labelling does not apply yet
+    SEQ2SEQ_LM = "seq2seq_lm"
 
     def __str__(self) -> str:  # f"{kind}" -> "protein_mlm"
         return self.value
@@ -109,7 +110,8 @@ class LoadedModel:
     kind: ModelKind
     name: str  # what the user asked for: hub id, directory or zoo:NAME
     revision: str  # commit hash for hub models, a content hash of the weights for local ones
-    residue_format: ResidueFormat | None = None  # protein models: "letters" (ESM) or "spaced" (ProtBert); else None
+    # protein models: "letters" (ESM) or "spaced" (ProtBert); else None
+    residue_format: ResidueFormat | None = None
     has_contact_head: bool = False  # the checkpoint carries a contact regression (ESM)
     plan: AttentionPlan | None = None  # which modules compute α, and their layer numbers
     engine: str = "fused"  # "fused" (AttentionInterface) or "eager" (the fallback of probe.engine.eager)
@@ -162,7 +164,8 @@ class LoadedModel:
             if getattr(config, name, None):
                 limit = int(getattr(config, name))
                 if config.model_type == "esm":
-                    limit -= 2  # ESM-2 was trained on 1024 tokens (1022 residues + BOS/EOS) of its 1026 positions
+                    # ESM-2 was trained on 1024 tokens (1022 residues + BOS/EOS) of its 1026 positions
+                    limit -= 2
                 elif config.model_type in ("roberta", "xlm-roberta", "camembert"):
                     limit -= (config.pad_token_id or 0) + 1  # these number positions from pad_token_id + 1
                 return limit
@@ -182,7 +185,8 @@ class LoadedModel:
         """One-line error when an input is longer than the model's positions."""
         if n_tokens > self.max_tokens:
             raise ProbeError(f"{what} is {n_tokens} tokens but {self.name} takes at most {self.max_tokens}; "
-                             "shorten it" + (" or use --window" if self.kind == ModelKind.PROTEIN_MLM else ""))
+                             "shorten it" + (" or use --window"
+                                             if self.kind == ModelKind.PROTEIN_MLM else ""))
 
     @property
     def residue_offset(self) -> int:
@@ -235,7 +239,8 @@ def residue_format(tokenizer) -> ResidueFormat | None:
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         except Exception:  # a tokenizer that cannot encode the probe is no protein tokenizer we can drive
             continue
-        if [_strip_marker(token) for token in tokenizer.convert_ids_to_tokens(ids)] == list(STANDARD_AMINO_ACIDS):
+        if [_strip_marker(token)
+            for token in tokenizer.convert_ids_to_tokens(ids)] == list(STANDARD_AMINO_ACIDS):
             return style
     return None
 
@@ -260,7 +265,8 @@ def _kind_of(config, style: ResidueFormat | None) -> ModelKind:
     architectures = " ".join(getattr(config, "architectures", None) or [])
     if getattr(config, "is_decoder", False) or "CausalLM" in architectures or "LMHead" in architectures:
         return ModelKind.CAUSAL_LM
-    if config.model_type in ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "gpt_neox"):
+    if config.model_type in ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
+                             "phi", "gpt_neox"):
         return ModelKind.CAUSAL_LM
     return ModelKind.MASKED_LM
 
@@ -302,11 +308,12 @@ def has_contact_head(model: nn.Module) -> bool:
 def _hub_error(spec: str, error: Exception) -> ProbeError:
     text = str(error).lower()
     if "not a valid model identifier" in text or "repository not found" in text or "404" in text:
-        return ProbeError(f"unknown model {spec!r}: not a local directory and not a model on the Hugging Face hub")
+        return ProbeError(f"unknown model {spec!r}: not a local directory and not a model on the Hugging "
+                          "Face hub")
     return ProbeError(
-        f"cannot load {spec!r}: the Hugging Face hub is not reachable and the model is not in the local cache; "
-        f"download it where the hub is reachable (`hf download {spec}`) and pass that directory with --model DIR, "
-        "or set HF_HOME to a cache that holds it"
+        f"cannot load {spec!r}: the Hugging Face hub is not reachable and the model is not in the local "
+        f"cache; download it where the hub is reachable (`hf download {spec}`) and pass that directory with "
+        "--model DIR, or set HF_HOME to a cache that holds it"
     )
 
 
@@ -323,10 +330,12 @@ def locate(spec: str) -> str:
                          f"({error.strerror or error})") from None
     if local.exists():
         if not local.is_dir() or not (local / "config.json").exists():
-            raise ProbeError(f"{source} is not a model directory (no config.json); pass what save_pretrained wrote")
+            raise ProbeError(f"{source} is not a model directory (no config.json); pass what save_pretrained "
+                             "wrote")
         return str(local)
     if _looks_like_path(spec):
-        raise ProbeError(f"model directory {spec} does not exist; check the path or pass a hub id such as gpt2")
+        raise ProbeError(f"model directory {spec} does not exist; check the path or pass a hub id such as "
+                         "gpt2")
     return spec
 
 
@@ -334,10 +343,14 @@ def load(
     spec: str,
     device: str = "cpu",
     dtype: str | torch.dtype | None = None,  # None: the checkpoint's own (float32 for our zoo)
-    engine: str = "auto",  # "auto", "fused" (refuse models outside AttentionInterface) or "eager" (the fallback)
-    device_map: str | dict | None = None,  # transformers' device_map: "auto", "balanced", "cpu", "cuda", or a dict
-    offload_folder: str | Path | None = None,  # where accelerate writes the weights a device_map puts on "disk"
-    max_memory: str | dict | None = None,  # per device, as transformers takes it ({0: "10GiB", "cpu": "30GiB"})
+    # "auto", "fused" (refuse models outside AttentionInterface) or "eager" (the fallback)
+    engine: str = "auto",
+    # transformers' device_map: "auto", "balanced", "cpu", "cuda", or a dict
+    device_map: str | dict | None = None,
+    # where accelerate writes the weights a device_map puts on "disk"
+    offload_folder: str | Path | None = None,
+    # per device, as transformers takes it ({0: "10GiB", "cpu": "30GiB"})
+    max_memory: str | dict | None = None,
 ) -> LoadedModel:
     """Load a model and its tokenizer for capture.
 
@@ -403,7 +416,8 @@ def load(
     except Exception as error:  # noqa: BLE001 - OSError, ValueError, and transformers' strict field validators
         if local.exists():
             reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())[:300]
-            raise ProbeError(f"cannot read the config in {source}: {reason or type(error).__name__}") from None
+            raise ProbeError(
+                f"cannot read the config in {source}: {reason or type(error).__name__}") from None
         if not isinstance(error, (OSError, ValueError)):
             raise
         raise _hub_error(spec, error) from None
@@ -419,21 +433,25 @@ def load(
     model_class = _model_class(kind, config)
     try:
         try:
-            model = model_class.from_pretrained(source, attn_implementation="sdpa", dtype=torch_dtype, **placement)
+            model = model_class.from_pretrained(source, attn_implementation="sdpa",
+                                                dtype=torch_dtype, **placement)
         except Exception as error:  # noqa: BLE001 - transformers raises ValueError or its own types for "no sdpa"
             if "scaled_dot_product_attention" not in str(error) and "sdpa" not in str(error).lower():
                 raise
             # a class without sdpa (Bloom, DeBERTa-v2): its own eager attention, read by the eager fallback
-            model = model_class.from_pretrained(source, attn_implementation="eager", dtype=torch_dtype, **placement)
+            model = model_class.from_pretrained(source, attn_implementation="eager",
+                                                dtype=torch_dtype, **placement)
     except ProbeError:
         raise
-    except Exception as error:  # safetensors, pickle and torch raise many types on a corrupt or truncated file
+    except Exception as error:
+        # safetensors, pickle and torch raise many types on a corrupt or truncated file
         if placement and ("device" in str(error).lower() or "offload" in str(error).lower()
                           or "memory" in str(error).lower()):
-            raise ProbeError(f"cannot place {spec} with --device-map {device_map}: {first_line(error)}") from None
+            raise ProbeError(
+                f"cannot place {spec} with --device-map {device_map}: {first_line(error)}") from None
         if local.exists():
-            raise ProbeError(f"cannot load the weights in {source}: {first_line(error)} (a truncated or corrupt "
-                             "weights file? download or save the model again)") from None
+            raise ProbeError(f"cannot load the weights in {source}: {first_line(error)} (a truncated or "
+                             "corrupt weights file? download or save the model again)") from None
         if isinstance(error, (OSError, ValueError)):
             raise _hub_error(spec, error) from None
         raise ProbeError(f"cannot load the weights of {spec}: {first_line(error)} (a corrupt download? "
@@ -444,7 +462,8 @@ def load(
         # the masks a model builds follow its attention implementation: built on sdpa, Falcon's eager branch
         # then reads an sdpa mask and changes the logits by 2.9 (docs/architectures.md). Such a model runs on
         # eager.
-        model = model_class.from_pretrained(source, attn_implementation="eager", dtype=torch_dtype, **placement)
+        model = model_class.from_pretrained(source, attn_implementation="eager",
+                                            dtype=torch_dtype, **placement)
         plan = attention_plan(model)
     chosen = choose_engine(plan, engine, spec)
     if plan.is_multi_stack:
@@ -464,8 +483,10 @@ def load(
 
 def _check_stack_heads(config, spec: str) -> None:
     """Encoder–decoder stacks share one head axis: their head counts must agree."""
-    counts = {getattr(config, name) for name in ("encoder_attention_heads", "decoder_attention_heads", "num_heads",
-                                                  "num_decoder_heads") if isinstance(getattr(config, name, None), int)}
+    counts = {getattr(config, name) for name in ("encoder_attention_heads", "decoder_attention_heads",
+                                                 "num_heads",
+                                                  "num_decoder_heads")
+                                                  if isinstance(getattr(config, name, None), int)}
     if len(counts) > 1:
         raise ProbeError(f"{spec}: the encoder and decoder have different head counts ({sorted(counts)}); "
                          "capture of such encoder-decoder models is not supported")
@@ -481,7 +502,8 @@ def _placement(device_map, offload_folder, max_memory) -> dict:
     if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
         raise ProbeError(f"unknown --device-map {device_map!r}: use one of {', '.join(DEVICE_MAPS)}")
     if device_map == "cuda" and not torch.cuda.is_available():
-        raise ProbeError("--device-map cuda was asked for but no CUDA device is available; use --device-map cpu")
+        raise ProbeError("--device-map cuda was asked for but no CUDA device is available; use --device-map "
+                         "cpu")
     placement: dict = {"device_map": device_map}
     if offload_folder is not None:
         folder = Path(offload_folder).expanduser()
@@ -506,7 +528,8 @@ def parse_max_memory(text: str) -> dict:
     for part in text.split(","):
         where, sep, amount = part.strip().partition("=")
         if not sep or not where or not amount:
-            raise ProbeError(f"bad --max-memory part {part!r}: write DEVICE=AMOUNT pairs, e.g. 0=10GiB,cpu=30GiB")
+            raise ProbeError(f"bad --max-memory part {part!r}: write DEVICE=AMOUNT pairs, e.g. "
+                             "0=10GiB,cpu=30GiB")
         key = int(where) if where.isdigit() else where
         if not re.match(r"^\d+(\.\d+)?\s*([KMGT]i?B)?$", amount.strip(), re.IGNORECASE):
             raise ProbeError(f"bad --max-memory amount {amount!r}: write it like 10GiB or 500MB")
@@ -526,8 +549,8 @@ def _parse_device(device: str) -> torch.device:
         if not torch.cuda.is_available():
             raise ProbeError("--device cuda was asked for but no CUDA device is available; use --device cpu")
         if device_obj.index is not None and device_obj.index >= torch.cuda.device_count():
-            raise ProbeError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                             f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+            raise ProbeError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA "
+                             f"device(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
         return device_obj
     if device_obj.type == "mps":
         if not torch.backends.mps.is_available():
@@ -609,8 +632,8 @@ def clean_protein(sequence: str, alphabet: str = AMINO_ACIDS) -> str:
         shown = ", ".join(f"{letter!r} at {position}" for position, letter in bad[:10])
         more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
         unknown = " or use X for unknown" if "X" in alphabet else ""
-        raise ProbeError(f"not amino-acid letters of this model: {shown}{more} (1-based positions); remove them"
-                         f"{unknown}")
+        raise ProbeError(f"not amino-acid letters of this model: {shown}{more} (1-based positions); remove "
+                         f"them{unknown}")
     return cleaned
 
 
@@ -629,8 +652,8 @@ def protein_text(loaded: LoadedModel, cleaned: str) -> str:
 def require_protein(loaded: LoadedModel, what: str = "this") -> None:
     """One-line error unless the model is a protein language model."""
     if loaded.kind != ModelKind.PROTEIN_MLM:
-        raise ProbeError(f"{loaded.name} is a {loaded.kind} model: {what} needs a protein language model (ESM, "
-                         "ProtBert-style BERT, ProtT5 encoder)")
+        raise ProbeError(f"{loaded.name} is a {loaded.kind} model: {what} needs a protein language model "
+                         "(ESM, ProtBert-style BERT, ProtT5 encoder)")
 
 
 def encode_proteins(loaded: LoadedModel, sequences: list[str] | tuple[str, ...]
@@ -648,8 +671,8 @@ def encode_proteins(loaded: LoadedModel, sequences: list[str] | tuple[str, ...]
     residues = (1 - encoded["special_tokens_mask"]) * encoded["attention_mask"]  # [batch token]
     for index, sequence in enumerate(cleaned):
         if int(residues[index].sum()) != len(sequence):
-            raise ProbeError(f"the tokenizer of {loaded.name} did not give one token per residue for sequence "
-                             f"{index + 1}; this tokenizer convention is not supported")
+            raise ProbeError(f"the tokenizer of {loaded.name} did not give one token per residue for "
+                             f"sequence {index + 1}; this tokenizer convention is not supported")
     longest = int(encoded["attention_mask"].sum(-1).max())
     longest_residues = max(len(sequence) for sequence in cleaned)
     loaded.check_length(longest, f"the sequence ({longest_residues} residues)")

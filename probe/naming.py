@@ -24,8 +24,8 @@ def parse_stack_head_name(name: str) -> tuple[str | None, int, int]:
     """"enc.L3H7" -> ("enc", 3, 7), "L3H7" -> (None, 3, 7); raises ProbeError on anything else."""
     match = _STACK_HEAD_NAME.match(name.strip())
     if not match:
-        raise ProbeError(f"bad head name {name!r}: write it as L<layer>H<head> (e.g. L3H7), or with the stack of an "
-                         "encoder-decoder model: enc.L3H7, dec.L1H0, cross.L1H0")
+        raise ProbeError(f"bad head name {name!r}: write it as L<layer>H<head> (e.g. L3H7), or with the "
+                         "stack of an encoder-decoder model: enc.L3H7, dec.L1H0, cross.L1H0")
     return match.group(1), int(match.group(2)), int(match.group(3))
 
 
@@ -51,11 +51,14 @@ def parse_index_list(text: str | None, upper: int, what: str) -> list[int]:
         try:
             first, last = (int(x) for x in part.split("-", 1)) if "-" in part else (int(part), int(part))
         except ValueError:
-            raise ProbeError(f"bad --{what} value {part!r}: give comma-separated indices such as 0,3,5-7") from None
+            raise ProbeError(
+                f"bad --{what} value {part!r}: give comma-separated indices such as 0,3,5-7") from None
         if first > last:
-            raise ProbeError(f"--{what} range {part} is empty (it runs backwards): write it low-high, e.g. {last}-{first}")
+            raise ProbeError(f"--{what} range {part} is empty (it runs backwards): write it low-high, e.g. "
+                             f"{last}-{first}")
         for index in (first, last):
             if not 0 <= index < upper:
-                raise ProbeError(f"--{what} index {index} is out of range: this model has {what} 0..{upper - 1}")
+                raise ProbeError(f"--{what} index {index} is out of range: this model has {what} "
+                                 f"0..{upper - 1}")
         indices.extend(range(first, last + 1))
     return sorted(dict.fromkeys(indices))

@@ -61,7 +61,8 @@ page and the measurement disagree.
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "docs" / "architectures.md"), help="the page; - for stdout")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "architectures.md"),
+                        help="the page; - for stdout")
     parser.add_argument("--device", default="cpu", help="run the models on cpu (the committed page) or cuda")
     args = parser.parse_args(argv)
     import transformers  # after the offline settings; only to quiet its per-model progress bars
@@ -82,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     for arch, result in zip(ARCHITECTURES, results, strict=True):
         declared = arch.expected.status if arch.expected else "equal or fallback"
         if result.status not in declared.split(" or "):
-            print(f"{arch.model_type}: declared {declared}, measured {result.status}: update its `expected=` in "
-                  "tests/coverage/catalogue.py", file=sys.stderr)
+            print(f"{arch.model_type}: declared {declared}, measured {result.status}: update its `expected=` "
+                  "in tests/coverage/catalogue.py", file=sys.stderr)
     return 0
 
 

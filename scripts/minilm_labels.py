@@ -37,15 +37,16 @@ def main() -> int:
 
     def progress(done: int, total: int) -> None:
         if done % 10 == 0 or done == total:
-            print(f"minilm_labels: {done}/{total} probe batches, {time.monotonic() - started:.0f} s", flush=True)
+            print(
+                f"minilm_labels: {done}/{total} probe batches, {time.monotonic() - started:.0f} s", flush=True)
 
     table = label_model(loaded, label_config(64), progress=progress)
     table["model"] = "all-MiniLM-L6-v2"  # not the wheel's install path
     MINILM_TABLE.parent.mkdir(parents=True, exist_ok=True)
     save_table(table, MINILM_TABLE)
     labelled = table[table["label"]]
-    print(f"minilm_labels: wrote {MINILM_TABLE.relative_to(ROOT)}: {len(table)} rows, {len(labelled)} labelled, "
-          f"{time.monotonic() - started:.0f} s")
+    print(f"minilm_labels: wrote {MINILM_TABLE.relative_to(ROOT)}: {len(table)} rows, {len(labelled)} "
+          f"labelled, {time.monotonic() - started:.0f} s")
     return 0
 
 

@@ -41,9 +41,9 @@ def structures_dir():
 
 
 UBIQUITIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"
-THREE_LETTER = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN", "E": "GLU", "G": "GLY",
-                "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS", "M": "MET", "F": "PHE", "P": "PRO", "S": "SER",
-                "T": "THR", "W": "TRP", "Y": "TYR", "V": "VAL"}
+THREE_LETTER = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN", "E": "GLU",
+                "G": "GLY", "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS", "M": "MET", "F": "PHE",
+                "P": "PRO", "S": "SER", "T": "THR", "W": "TRP", "Y": "TYR", "V": "VAL"}
 
 
 def eager_attention(model, inputs) -> torch.Tensor:
@@ -71,7 +71,8 @@ def compact_synthetic_pdb(sequence: str) -> str:
         if layer % 2:
             row = side - 1 - row
         ca = (3.8 * col, 3.8 * row, 3.8 * layer)
-        atoms = [("N", (ca[0] - 0.5, ca[1], ca[2]), "N"), ("CA", ca, "C"), ("C", (ca[0] + 0.5, ca[1], ca[2]), "C")]
+        atoms = [("N", (ca[0] - 0.5, ca[1], ca[2]), "N"), ("CA", ca, "C"),
+                 ("C", (ca[0] + 0.5, ca[1], ca[2]), "C")]
         if letter != "G":
             atoms.append(("CB", (ca[0], ca[1] + 0.5, ca[2]), "C"))
         for name, (x, y, z), element in atoms:

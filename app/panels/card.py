@@ -23,7 +23,8 @@ EXPLAIN = {
     "positions": "how positions enter attention, and the longest input the model was built for",
     "sliding window": "layers that attend only to the last W tokens (their cache stops growing at W)",
     "parameters in attention": "weights and biases of the Q, K, V and output projections of all layers",
-    "KV cache values per token": "numbers cached per token over all layers (keys + values; MLA: latent + rope key)",
+    "KV cache values per token": "numbers cached per token over all layers (keys + values; MLA: latent + "
+                                 "rope key)",
 }
 
 
@@ -36,7 +37,8 @@ def card_rows(config) -> list[tuple[str, str, str]]:
     """(field, value, explanation) rows: the card's rows with the KV cache at the model's own maximum
     length."""
     card = architecture_card(config)
-    rows = [(name, value, EXPLAIN.get(name, "")) for name, value in card.rows() if not name.startswith("KV cache ")]
+    rows = [(name, value, EXPLAIN.get(name, "")) for name,
+            value in card.rows() if not name.startswith("KV cache ")]
     length = card.max_positions
     for dtype in BYTES_PER_VALUE:
         per_token = format_bytes(card.kv_cache_bytes(dtype, 1))
@@ -48,8 +50,10 @@ def card_rows(config) -> list[tuple[str, str, str]]:
                 value += f" (at 128K if extended: {format_bytes(card.kv_cache_bytes(dtype, longest))})"
         else:
             value = f"{per_token} per token · " + " · ".join(
-                f"{name}: {format_bytes(card.kv_cache_bytes(dtype, tokens))}" for name, tokens in CONTEXTS.items())
-        rows.append((f"KV cache {dtype}", value, f"bytes of keys and values cached for one sequence in {dtype}"))
+                f"{name}: {format_bytes(card.kv_cache_bytes(dtype, tokens))}" for name,
+                tokens in CONTEXTS.items())
+        rows.append((f"KV cache {dtype}", value, "bytes of keys and values cached for one sequence in "
+                                                 f"{dtype}"))
     return rows
 
 
@@ -63,7 +67,8 @@ def card_table(service: Service, spec: str) -> html.Table:
 
 
 def register(app, service: Service) -> None:
-    @app.callback(Output(ids.CARD, "children"), Output(ids.CARD_MESSAGE, "children"), Input(ids.MODEL, "value"))
+    @app.callback(Output(ids.CARD, "children"), Output(ids.CARD_MESSAGE, "children"),
+                  Input(ids.MODEL, "value"))
     @guarded(outputs=2, message=1)
     def _card(spec):
         return card_table(service, spec), ""

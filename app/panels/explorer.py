@@ -26,9 +26,10 @@ from . import card_panel, graph, radio
 
 DEMO_TEXT = ("the cat saw the dog . the cat saw the dog . mary gave the book to john because he wanted it . "
              "one two three four five one two three four five")
-DEMO_PARAGRAPH = ("When Mary met John at the station, she gave him the old book she had promised him (a worn copy of "
-                  "Moby Dick). He thanked her, and they walked to the small café by the river. Mary said the book "
-                  "had belonged to her grandmother; John said he would read it on the train home.")
+DEMO_PARAGRAPH = ("When Mary met John at the station, she gave him the old book she had promised him (a worn "
+                  "copy of Moby Dick). He thanked her, and they walked to the small café by the river. Mary "
+                  "said the book had belonged to her grandmother; John said he would read it on the train "
+                  "home.")
 DEMO_PROTEIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"  # ubiquitin
 TOKEN_VIEW_MAX = 1024  # the token view shows inputs up to this many tokens
 
@@ -45,11 +46,13 @@ def layout(state: dict):
             dcc.Checklist(id=ids.AS_IDS, options=[{"label": "token ids", "value": "ids"}],
                           value=["ids"] if state.get("as_ids") else [], inline=True),
             dcc.Checklist(id=ids.OVERLAY, options=[{"label": html.Span(
-                "outline the head type's targets", title="orange squares: the cells the head type says a head "
+                "outline the head type's targets",
+                title="orange squares: the cells the head type says a head "
                 "of this type attends to; the note gives the share of attention on them"), "value": "on"}],
                 value=["on"] if state.get("overlay") else [], inline=True),
             dcc.Checklist(id=ids.ALPHA_SCALE, options=[{"label": html.Span(
-                "colour max = head's max", title="colour scale up to the head's own largest α (causal models: "
+                "colour max = head's max",
+                title="colour scale up to the head's own largest α (causal models: "
                 "over queries ≥ 1, since query 0 sees only itself and has α = 1)"), "value": "head"}],
                 value=["head"] if state.get("scale") else [], inline=True),
             html.Span(id=ids.LIMITS, className="note"),
@@ -63,10 +66,12 @@ def layout(state: dict):
         graph(ids.HEATMAP, theme=state.get("theme", "light")),
         html.Div(["token view — hover a token (click pins it), colour by attention ",
                   radio(ids.TOKEN_DIRECTION, [{"label": "from it", "value": "from"},
-                                              {"label": "to it", "value": "to"}], state.get("direction", "from"))],
+                                              {"label": "to it", "value": "to"}],
+                                              state.get("direction", "from"))],
                  className="controls"),
         html.Div(id=ids.TOKENS, className="token-view"),
-        dcc.Store(id=ids.TOKEN_FOCUS, data={"index": state["token"]} if state.get("token") is not None else None),
+        dcc.Store(id=ids.TOKEN_FOCUS,
+                  data={"index": state["token"]} if state.get("token") is not None else None),
         dcc.Store(id=ids.ZOOM, data=state.get("zoom")),
         html.Div([html.Button("Download matrix (CSV)", id=ids.MATRIX_CSV_BUTTON),
                   html.Button("Download matrix (NPY)", id=ids.MATRIX_NPY_BUTTON),
@@ -161,7 +166,8 @@ def target_share(alpha: np.ndarray, pattern: np.ndarray, causal: bool) -> tuple[
         return float("nan"), float("nan"), 0
     mass = (alpha * pattern).sum(axis=1)[rows]  # [row] α on the targets
     counts = pattern.sum(axis=1)[rows]
-    visible = (np.arange(pattern.shape[0]) + 1)[rows] if causal else np.full(int(rows.sum()), pattern.shape[1])
+    visible = (np.arange(pattern.shape[0]) + 1)[rows] if causal else np.full(int(rows.sum()),
+                                                                             pattern.shape[1])
     return float(mass.mean()), float((counts / visible).mean()), int(rows.sum())
 
 
@@ -212,11 +218,13 @@ def check_relayout(relayout: dict) -> None:
         values = value if isinstance(value, list) else [value]
         if key.endswith("autorange"):
             if not isinstance(value, (bool, str)):
-                raise ProbeError(f"the zoom's {key} is {value!r}, not true/false; double-click the heatmap to reset")
+                raise ProbeError(f"the zoom's {key} is {value!r}, not true/false; double-click the heatmap "
+                                 "to reset")
             continue
         if (key.endswith("range") and len(values) != 2) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
-            raise ProbeError(f"the zoom's {key} is {value!r}, not a finite number; zoom again (double-click resets)")
+            raise ProbeError(f"the zoom's {key} is {value!r}, not a finite number; zoom again (double-click "
+                             "resets)")
 
 
 def checked_window(window, n: int) -> tuple[int, int, int, int] | None:
@@ -254,7 +262,8 @@ def layer_view(service: Service, store: dict | None, layer_store) -> tuple[dict 
     return layer_payload(spec, token_ids, tokens, layer, alpha, loaded.kind == ModelKind.CAUSAL_LM, key), ""
 
 
-def pattern_view(service: Service, store: dict | None, layer_store, head_type: str, overlay: bool) -> dict | None:
+def pattern_view(service: Service, store: dict | None, layer_store, head_type: str,
+                 overlay: bool) -> dict | None:
     """The head type's target cells of the current input for each head of the layer ({"heads": [[queries,
     keys],
     ...]}: one entry when every head has the same targets), or a note why there is no outline."""
@@ -270,8 +279,8 @@ def pattern_view(service: Service, store: dict | None, layer_store, head_type: s
             queries, keys = np.nonzero(pattern)
             heads.append([queries.tolist(), keys.tolist()])
     except ProbeError:
-        return {"heads": None, "note": f"no outline: {head_type} targets need marked spans (a pronoun and its "
-                                       "antecedent, as in a --probe-file); typed text has none"}
+        return {"heads": None, "note": f"no outline: {head_type} targets need marked spans (a pronoun and "
+                                       "its antecedent, as in a --probe-file); typed text has none"}
     if all(entry == heads[0] for entry in heads):
         heads = heads[:1]
     return {"heads": heads, "note": ""}
@@ -313,10 +322,11 @@ def _csv_cell(text: str) -> str:
 
 
 def register(app, service: Service) -> None:
-    @app.callback(Output(ids.INPUT, "data"), Output(ids.EXPLORER_MESSAGE, "children"), Output(ids.TEXT, "value"),
-                  Output(ids.ZOOM, "data", allow_duplicate=True),
+    @app.callback(Output(ids.INPUT, "data"), Output(ids.EXPLORER_MESSAGE, "children"),
+                  Output(ids.TEXT, "value"), Output(ids.ZOOM, "data", allow_duplicate=True),
                   Input(ids.RUN, "n_clicks"), Input(ids.MODEL, "value"),
-                  State(ids.TEXT, "value"), State(ids.AS_IDS, "value"), prevent_initial_call="initial_duplicate")
+                  State(ids.TEXT, "value"), State(ids.AS_IDS, "value"),
+                  prevent_initial_call="initial_duplicate")
     def _input(_clicks, spec, text, as_ids):
         model_changed = ctx.triggered_id == ids.MODEL
         # a new input starts unzoomed; the page's first input keeps the zoom its link named
@@ -337,18 +347,20 @@ def register(app, service: Service) -> None:
     def _layer(store, layer):
         return layer_view(service, store, layer)
 
-    @app.callback(Output(ids.PATTERN, "data"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
+    @app.callback(Output(ids.PATTERN, "data"),
+                  Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
                   Input(ids.INPUT, "data"), Input(ids.LAYER, "data"), Input(ids.HEAD_TYPE, "value"),
                   Input(ids.OVERLAY, "value"), Input(ids.LABEL_VERSION, "data"), prevent_initial_call=True)
     @guarded(outputs=2, message=1)
     def _pattern(store, layer, head_type, overlay, _version):
         return pattern_view(service, store, layer, head_type, bool(overlay)), no_update
 
-    app.clientside_callback(  # the heatmap in the page's theme (the same plotly templates as the server's figures)
+    # the heatmap in the page's theme (the same plotly templates as the server's figures)
+    app.clientside_callback(
         "function (d, s, sc, z, p, dark, t, templates) {"
         " return window.dash_clientside.probe.heatmap(d, s, sc, z, p, t, dark, templates); }",
-        Output(ids.HEATMAP, "figure"), Output(ids.HEAD_LABEL, "children"), Output(ids.OVERLAY_NOTE, "children"),
-        Output(ids.OFFSET_NOTE, "children"),
+        Output(ids.HEATMAP, "figure"), Output(ids.HEAD_LABEL, "children"),
+        Output(ids.OVERLAY_NOTE, "children"), Output(ids.OFFSET_NOTE, "children"),
         Input(ids.LAYER_DATA, "data"), Input(ids.SELECTED, "data"), Input(ids.ALPHA_SCALE, "value"),
         Input(ids.ZOOM, "data"), Input(ids.PATTERN, "data"), Input(ids.THEME, "checked"),
         State(ids.HEAD_TYPE, "value"), State(ids.TEMPLATES, "data"))
@@ -357,16 +369,18 @@ def register(app, service: Service) -> None:
                             Output(ids.TOKENS_SINK, "data"), Input(ids.TOKEN_DIRECTION, "value"),
                             Input(ids.TOKEN_FOCUS, "data"))
 
-    @app.callback(Output(ids.LINES, "figure"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
+    @app.callback(Output(ids.LINES, "figure"),
+                  Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
                   Input(ids.INPUT, "data"), Input(ids.SELECTED, "data"), Input(ids.THEME, "checked"),
                   prevent_initial_call="initial_duplicate")
     @guarded(outputs=2, message=1)
     def _lines(store, selected, dark):
         return line_figure(service, store, selected, figures.theme_of(dark)), no_update
 
-    @app.callback(Output(ids.ZOOM, "data"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
-                  Input(ids.HEATMAP, "relayoutData"), State(ids.INPUT, "data"),
-                  State(ids.ZOOM, "data"), prevent_initial_call=True)
+    @app.callback(Output(ids.ZOOM, "data"),
+                  Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
+                  Input(ids.HEATMAP, "relayoutData"), State(ids.INPUT, "data"), State(ids.ZOOM, "data"),
+                  prevent_initial_call=True)
     @guarded(outputs=2, message=1)
     def _zoom(relayout, store, window):
         if not isinstance(store, dict) or not isinstance(store.get("ids"), list):

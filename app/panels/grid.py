@@ -44,7 +44,8 @@ def badges(table, head_type: str) -> dict[tuple[int, int], tuple[str, str]]:
     return out
 
 
-def grid_children(service: Service, store: dict | None, head_type: str, per_head_max: bool, selected: dict | None):
+def grid_children(service: Service, store: dict | None, head_type: str, per_head_max: bool,
+                  selected: dict | None):
     """The grid's components for the current input: a header row of head numbers, then one row per layer."""
     if not isinstance(store, dict) or not store.get("ids"):
         return html.Div("run an input to see every head", className="note")
@@ -68,12 +69,14 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
             name = head_name(layer, head)
             cells.append(html.Button(
                 [html.Img(src=thumbnail_uri(tile, vmax), alt=name), html.Span(text, className=css)],
-                id={"type": ids.THUMB, "layer": layer, "head": head}, title=f"{name} {head_type} {text}".strip(),
+                id={"type": ids.THUMB, "layer": layer, "head": head},
+                title=f"{name} {head_type} {text}".strip(),
                 className="thumb selected" if (layer, head) == chosen else "thumb", n_clicks=0))
     # columns shrink to fit the panel (every head stays in view at 1280 px), up to 72 px each
     style = {"gridTemplateColumns": f"24px repeat({n_heads}, minmax(0, 72px))"}
     factor = int(np.ceil(len(store["ids"]) / pooled.shape[-1]))
-    note = (f"{len(store['ids'])} tokens" + (f", each thumbnail max-pooled {factor}×{factor}" if factor > 1 else "")
+    note = (f"{len(store['ids'])} tokens" + (f", each thumbnail max-pooled {factor}×{factor}"
+                                             if factor > 1 else "")
             + (" · colour: each head's own max" if per_head_max else " · colour: α on the fixed 0–1 scale"))
     return [html.Div(cells, className="head-grid-cells", style=style), html.Div(note, className="note")]
 

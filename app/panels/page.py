@@ -91,7 +91,8 @@ def initial_state(service: Service, query) -> dict:
     layer, head = _default_head(service, spec, head_type)
     if "layer" in query or "head" in query:
         try:
-            layer, head = service.head_of(spec, {"layer": query.get("layer", 0), "head": query.get("head", 0)})
+            layer, head = service.head_of(spec,
+                                          {"layer": query.get("layer", 0), "head": query.get("head", 0)})
         except Exception:  # noqa: BLE001 - a bad link is a note, not an error page
             fallback = _default_head(service, spec, head_type)
             notes.append(f"head L{query.get('layer', 0)}H{query.get('head', 0)} is not a head of "
@@ -193,7 +194,8 @@ def url_search(service: Service, spec: str, head_type: str, selected: dict | Non
 
 def header(state: dict) -> dmc.Group:
     return dmc.Group(justify="space-between", h="100%", px="md", children=[
-        dmc.Group([dmc.Title("probe", order=3), dmc.Text("what each attention head does", c="dimmed", size="sm")]),
+        dmc.Group(
+            [dmc.Title("probe", order=3), dmc.Text("what each attention head does", c="dimmed", size="sm")]),
         dmc.Group([
             dmc.Switch(id=ids.THEME, label="dark", size="sm", checked=state["theme"] == "dark"),
         ]),
@@ -240,9 +242,10 @@ def _shape(service: Service, spec: str) -> dict:
 def register(app, service: Service) -> None:
     from .. import figures
 
-    @app.callback(Output(ids.MODEL_INFO, "children"), Output(ids.SHAPE, "data"), Output(ids.LIMITS, "children"),
-                  Output(ids.CARD_ONLY, "children"), Output(ids.EXPLORER_SECTION, "style"),
-                  Output(ids.PROTEIN_SECTION, "style"), Input(ids.MODEL, "value"))
+    @app.callback(Output(ids.MODEL_INFO, "children"), Output(ids.SHAPE, "data"),
+                  Output(ids.LIMITS, "children"), Output(ids.CARD_ONLY, "children"),
+                  Output(ids.EXPLORER_SECTION, "style"), Output(ids.PROTEIN_SECTION, "style"),
+                  Input(ids.MODEL, "value"))
     @guarded(outputs=6, message=3)
     def _model(spec):
         why = service.unusable(spec) or ""
@@ -258,7 +261,8 @@ def register(app, service: Service) -> None:
     def _model_changed(spec, head_type):
         types = head_types_for(service, spec)
         head_type = head_type if head_type in types else default_head_type(types, service.labels(spec)
-                                                                             if not service.unusable(spec) else None)
+                                                                             if not service.unusable(
+                                                                                 spec) else None)
         layer, head = _default_head(service, spec, head_type)
         return {"layer": layer, "head": head}, type_options(types), head_type, ""
 
@@ -277,7 +281,8 @@ def register(app, service: Service) -> None:
         fmt = image_format if image_format in ("png", "svg") else "png"
         return [figures.graph_config(fmt, f"probe_{graph}", atlas=graph == ids.ATLAS) for graph in GRAPHS]
 
-    app.clientside_callback(  # plotly reads the camera's format at click time from the drawn plot: set it there now
+    # plotly reads the camera's format at click time from the drawn plot: set it there now
+    app.clientside_callback(
         "function (fmt) { return window.dash_clientside.probe.setImageFormat(fmt); }",
         Output(ids.IMAGE_APPLIED, "data"), Input(ids.IMAGE_FORMAT, "value"))
 
@@ -287,4 +292,5 @@ def register(app, service: Service) -> None:
 
     app.clientside_callback(  # light / dark theme
         "function (dark) { return dark ? 'dark' : 'light'; }",
-        Output("mantine-provider", "forceColorScheme"), Input(ids.THEME, "checked"), prevent_initial_call=True)
+        Output("mantine-provider", "forceColorScheme"), Input(ids.THEME, "checked"),
+        prevent_initial_call=True)

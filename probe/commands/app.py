@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
                        upload_bytes=int(args.upload_mb * 2**20), heads_summary=args.heads_summary)
     dash_app = create_app(config)  # silent: a model that fails to load is then the one line on stderr
     service = dash_app.probe_service
-    if not args.model and not args.labels:  # shipped tables read; other default models labelled in the background
+    # shipped tables read; other default models labelled in the background
+    if not args.model and not args.labels:
         service.label_missing(report=lambda line: print(line, file=sys.stderr, flush=True))
     check_bindable(args.host, args.port)  # again: the port may have been taken while the models loaded
     if args.host not in LOOPBACK:

@@ -28,8 +28,8 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False, requi
                         help="weights dtype (default: the checkpoint's)")
     parser.add_argument("--engine", default="auto", choices=["auto", "fused", "eager"],
                         help="capture engine: auto (default: fused where the model's attention goes through "
-                             "AttentionInterface, else the eager fallback, O(N²) per layer), fused (refuse models "
-                             "outside the interface) or eager")
+                             "AttentionInterface, else the eager fallback, O(N²) per layer), fused (refuse "
+                             "models outside the interface) or eager")
     parser.add_argument("--device-map", default=None, metavar="auto|balanced|cpu|cuda",
                         help="place the model with transformers' device_map (accelerate): auto, balanced, "
                              "sequential, cpu or cuda; weights that do not fit go to --offload-folder "
@@ -37,7 +37,8 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False, requi
     parser.add_argument("--offload-folder", default=None, metavar="DIR",
                         help="with --device-map: folder for the weights offloaded to disk")
     parser.add_argument("--max-memory", default=None, metavar="DEV=AMOUNT,...",
-                        help="with --device-map: memory per device as transformers takes it, e.g. 0=10GiB,cpu=30GiB")
+                        help="with --device-map: memory per device as transformers takes it, e.g. "
+                             "0=10GiB,cpu=30GiB")
 
 
 def load_keywords(args: argparse.Namespace) -> dict:

@@ -172,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
     in_process = isinstance(run_on, runner.InProcess)
     task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process,
                      placement=load_keywords(args))
-    report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on, description="label")
+    report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on,
+                        description="label")
 
     computed = [r.table.assign(model=r.key) for r in report.results
                 if r.ok and not r.cached and r.table is not None]
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         from probe.views.report import write_report
 
         model = args.model[0]
-        write_report(models.load(model, device=args.device, dtype=args.dtype, **load_keywords(args)), report_path,
-                     labels=report.table[report.table["model"].astype(str) == model])
+        write_report(models.load(model, device=args.device, dtype=args.dtype, **load_keywords(args)),
+                     report_path, labels=report.table[report.table["model"].astype(str) == model])
         _say(f"wrote {report_path}")
     return report.code

@@ -16,16 +16,17 @@ REPORT_EXTENSIONS = (".html",)
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "report", help="write one self-contained HTML report of a model (opens offline, from file://)",
-        description="Write ONE HTML file: the architecture card, the head atlas of every type, the labelled heads "
-                    "with their meaning columns, every head's thumbnail on a probe input, full maps with the token "
-                    "view (PNG/SVG export buttons), and for protein models the contact maps and every head against "
-                    "the contact base rate. No server, no network request.",
+        description="Write ONE HTML file: the architecture card, the head atlas of every type, the labelled "
+                    "heads with their meaning columns, every head's thumbnail on a probe input, full maps "
+                    "with the token view (PNG/SVG export buttons), and for protein models the contact maps "
+                    "and every head against the contact base rate. No server, no network request.",
     )
     add_model_options(parser)  # --model, --device, --dtype
     parser.add_argument("--labels", help="labels table written by `probe label` (.csv, .parquet, .json)")
     parser.add_argument("--text", metavar="FILE", help="the input to show (a text file; for protein models a "
                                                        "sequence or FASTA); default: a probe input")
-    parser.add_argument("--structure", metavar="PDB", help="protein models: a PDB/mmCIF file for true contacts")
+    parser.add_argument("--structure", metavar="PDB",
+                        help="protein models: a PDB/mmCIF file for true contacts")
     parser.add_argument("--chain", help="the structure's chain (default: the first)")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens of the probe input (default 128)")
     parser.add_argument("--maps", type=int, default=4,

@@ -123,7 +123,8 @@ def capture_attention_forward(
     query: torch.Tensor,  # [batch head query dim]
     key: torch.Tensor,  # [batch kv_head key dim]
     value: torch.Tensor,  # [batch kv_head key dim_v]  (MLA: dim_v may differ from dim)
-    attention_mask: torch.Tensor | None,  # [batch 1 query key] bool (True = attend) or additive float, or None
+    # [batch 1 query key] bool (True = attend) or additive float, or None
+    attention_mask: torch.Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
     is_causal: bool | None = None,
@@ -145,8 +146,8 @@ def capture_attention_forward(
     features = read_keywords(kwargs)
     window = features.sliding_window
     if window is not None and attention_mask is None and key.shape[2] > window:
-        raise ProbeError(f"a sliding window of {window} arrived without a mask for {key.shape[2]} keys; run the "
-                         f"model with {FALLBACK}")
+        raise ProbeError(f"a sliding window of {window} arrived without a mask for {key.shape[2]} keys; run "
+                         f"the model with {FALLBACK}")
     session = _ACTIVE.get()
     if session is None and features.plain:  # left on the engine outside `capture`: exactly sdpa
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
@@ -156,8 +157,8 @@ def capture_attention_forward(
     if n_heads % key.shape[1]:
         raise ProbeError(f"{n_heads} query heads cannot share {key.shape[1]} key/value heads evenly")
     if dropout and features.softcap is not None:
-        raise ProbeError(f"attention dropout with soft-capping is not implemented by the capture engine; put the "
-                         f"model in eval mode or run it with {FALLBACK}")
+        raise ProbeError("attention dropout with soft-capping is not implemented by the capture engine; put "
+                         f"the model in eval mode or run it with {FALLBACK}")
     sinks = features.sinks
     if sinks is not None and sinks.shape != (n_heads,):
         raise ProbeError(f"s_aux has {sinks.numel()} sink logits; the layer has {n_heads} query heads")
@@ -165,13 +166,15 @@ def capture_attention_forward(
     # query.
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     is_causal = bool(n_query > 1 and attention_mask is None and is_causal)
-    if is_causal and key.shape[2] > n_query:  # prefill into an empty static cache: keys past the queries are unused
+    # prefill into an empty static cache: keys past the queries are unused
+    if is_causal and key.shape[2] > n_query:
         key, value = key[:, :, :n_query], value[:, :, :n_query]
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     mask = additive_mask(attention_mask, features.position_bias, is_causal, n_query, key.shape[2], query)
     if mask is not None and features.position_bias is not None:
         is_causal = False  # the causal pattern is now inside the additive mask
-    scores = Scores(scale, mask, is_causal, features.softcap, None if sinks is None else sinks.to(query.device))
+    scores = Scores(scale, mask, is_causal, features.softcap,
+                    None if sinks is None else sinks.to(query.device))
     if session is None:
         output, _ = layer_output(query, key, value, scores, dropout)
         return output.transpose(1, 2).contiguous(), None  # [batch query head dim_v]
@@ -243,7 +246,8 @@ def _select_heads(
         mask = mask.index_select(1, index)  # [batch head_sel query key]
     sinks = None if sinks is None else sinks.index_select(0, index)  # [head_sel]
     # [batch head_sel query dim], [batch head_sel key dim], [batch head_sel query]
-    return query.index_select(1, index), key.index_select(1, index), normaliser.index_select(1, index), mask, sinks
+    return query.index_select(1, index), key.index_select(1, index), normaliser.index_select(1,
+        index), mask, sinks
 
 
 def _block_rows(session: _Session, n_batch: int, n_heads: int, n_query: int, n_key: int) -> int:
@@ -275,7 +279,8 @@ def _hand_out(
         mine = alpha if same else alpha[:, index]
         if mine.shape[-1] < n_key and not need.causal_crop:
             mine = torch.nn.functional.pad(mine, (0, n_key - mine.shape[-1]))  # [batch head block key]
-        rows_entropy = None if entropy is None or not need.entropy else (entropy if same else entropy[:, index])
+        rows_entropy = None if entropy is None or not need.entropy else (entropy if same
+                                                                         else entropy[:, index])
         rows_sink = None if learned is None else (learned if same else learned[:, index])
         sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, n_key, mine,
                                    entropy=rows_entropy, learned_sink_mass=rows_sink))
@@ -335,12 +340,14 @@ def _stream_single_pass(
     linear_entropy = entropy_wanted and scores.softcap is None
     bias = None
     if linear_entropy:  # one α·[V | K] product gives the output and αK, from which the row entropy follows
-        values = torch.cat([values, key.float().reshape(n_batch * n_kv, n_key, dim)], dim=-1)  # [b·kv key dv+d]
+        # [b·kv key dv+d]
+        values = torch.cat([values, key.float().reshape(n_batch * n_kv, n_key, dim)], dim=-1)
         bias = mask_bias(scores.mask)
     mask = None if scores.mask is None else scores.mask.float()
     sinks = scores.sinks
     causal = causal_bias(block_rows, query.device) if scores.is_causal else None
-    output = torch.empty(n_batch * n_kv, group, n_query, dim_v, device=query.device)  # [batch·kv group query dim_v]
+    # [batch·kv group query dim_v]
+    output = torch.empty(n_batch * n_kv, group, n_query, dim_v, device=query.device)
     # lse' only where a consumer needs it: sampled rows, gathered slots, the row entropy or the sinks' weights
     block_lse_wanted = want_lse or entropy_wanted or sinks is not None
     lse = torch.empty(n_batch, n_heads, n_query, device=query.device) if want_lse or entropy_wanted else None
@@ -349,9 +356,11 @@ def _stream_single_pass(
     for start in range(0, n_query, block_rows):
         stop = min(start + block_rows, n_query)
         rows = stop - start
-        key_stop = stop if scores.is_causal else n_key  # causal: keys after the block's last query are never computed
+        # causal: keys after the block's last query are never computed
+        key_stop = stop if scores.is_causal else n_key
         block = buffer[: n_batch * n_heads * rows * key_stop].view(n_batch * n_kv, group * rows, key_stop)
-        block_queries = queries[:, :, start:stop].reshape(n_batch * n_kv, group * rows, dim)  # [batch·kv g·block dim]
+        # [batch·kv g·block dim]
+        block_queries = queries[:, :, start:stop].reshape(n_batch * n_kv, group * rows, dim)
         torch.baddbmm(block, block_queries, keys_t[..., :key_stop], beta=0.0, alpha=scores.scale,
                       out=block)  # [batch·kv group·block key_stop]: scale·QKᵀ
         block = scores.cap_(block.view(n_batch, n_heads, rows, key_stop))  # [batch head block key_stop]
@@ -359,9 +368,11 @@ def _stream_single_pass(
             block += mask[:, :, start:stop, :key_stop]
         if causal is not None:
             block[..., start:stop] += causal[:rows, :rows]
-        alpha, block_lse = softmax_in_place(block, block_lse_wanted, mask is not None)  # [batch head block key]
+        # [batch head block key]
+        alpha, block_lse = softmax_in_place(block, block_lse_wanted, mask is not None)
         learned = None
-        if sinks is not None:  # the sink joins the softmax: α scaled by exp(lse − lse'), lse' = logaddexp(lse, sink)
+        # the sink joins the softmax: α scaled by exp(lse − lse'), lse' = logaddexp(lse, sink)
+        if sinks is not None:
             normaliser = torch.logaddexp(block_lse, sinks[None, :, None])  # [batch head block]
             alpha.mul_(torch.exp(block_lse - normaliser)[..., None])
             learned = sink_mass(sinks, normaliser)  # [batch head block]
@@ -372,9 +383,10 @@ def _stream_single_pass(
         output[:, :, start:stop] = block_out[..., :dim_v].view(n_batch * n_kv, group, rows, dim_v)
         entropy = None
         if linear_entropy:  # −Σ α log α = lse'·Σα − Σ α·(scale·q·k) − Σ α·bias
-            products = scores.scale * (block_out[..., dim_v:] * block_queries).sum(-1).view(n_batch, n_heads, rows)
-            entropy = _row_entropy(block_lse, products, alpha, None if bias is None else bias[:, :, start:stop],
-                                   learned)
+            products = scores.scale * (block_out[..., dim_v:] * block_queries).sum(-1).view(n_batch,
+                                                                                            n_heads, rows)
+            entropy = _row_entropy(block_lse, products, alpha,
+                                   None if bias is None else bias[:, :, start:stop], learned)
         elif entropy_wanted:
             entropy = _direct_entropy(alpha)
         _hand_out(session, layer, plan, heads, start, n_query, query_offset, n_key, alpha, entropy, learned)
@@ -386,7 +398,8 @@ def _rebuild_operands(query_sel, key_sel, normaliser_sel, scores: Scores):
     """Queries and keys of the rebuild GEMM: without a cap, −lse' is folded in, [scale·q, −lse']·[k, 1] =
     scale·q·k − lse'; with one, plain scale·q and k (the cap must see the raw product)."""
     if scores.softcap is None:
-        queries = torch.cat([query_sel.float() * scores.scale, -normaliser_sel[..., None]], dim=-1)  # [b h q d+1]
+        # [b h q d+1]
+        queries = torch.cat([query_sel.float() * scores.scale, -normaliser_sel[..., None]], dim=-1)
         ones = torch.ones(*key_sel.shape[:-1], 1, device=key_sel.device)
         keys = torch.cat([key_sel.float(), ones], dim=-1)  # [batch head key dim+1]
         return queries, keys
@@ -406,7 +419,8 @@ def _stream_alpha(
     out."""
     heads = plan.heads
     n_batch, n_query, n_key = query.shape[0], query.shape[2], key.shape[2]
-    query_sel, key_sel, norm_sel, mask_sel, sinks_sel = _select_heads(heads, layer, query, key, normaliser, scores)
+    query_sel, key_sel, norm_sel, mask_sel, sinks_sel = _select_heads(heads, layer, query, key,
+                                                                      normaliser, scores)
     block_rows = _block_rows(session, n_batch, len(heads), n_query, n_key)
     query_offset = n_key - n_query  # with a KV cache the queries are the last n_query positions
     batch_heads = n_batch * len(heads)
@@ -429,7 +443,8 @@ def _stream_alpha(
         # Causal: keys after this block's last query are masked for every row, so they are never computed.
         key_stop = stop if scores.is_causal else n_key
         block = buffer[: batch_heads * rows * key_stop].view(batch_heads, rows, key_stop)
-        torch.bmm(query_op[:, start:stop], key_op[..., :key_stop], out=block)  # [batch·head_sel block key_stop]
+        # [batch·head_sel block key_stop]
+        torch.bmm(query_op[:, start:stop], key_op[..., :key_stop], out=block)
         block = block.view(n_batch, len(heads), rows, key_stop)  # [batch head_sel block key_stop]
         if not fold:
             scores.cap_(block).sub_(norm_sel[:, :, start:stop, None])
@@ -496,7 +511,8 @@ def _stream_rows(
         key_stop = int(block[-1]) + 1 if scores.is_causal else n_key
         block_queries = queries[:, :, start:start + size].reshape(n_batch * kv_heads, group * size, width)
         block_scores = torch.bmm(block_queries, keys_t[..., :key_stop])  # [batch·kv group·block key_stop]
-        block_scores = block_scores.view(n_batch, len(heads), size, key_stop)  # [batch head_sel block key_stop]
+        # [batch head_sel block key_stop]
+        block_scores = block_scores.view(n_batch, len(heads), size, key_stop)
         block_norm = norm_rows[:, :, start:start + size]  # [batch head_sel block]
         if not fold:
             scores.cap_(block_scores).sub_(block_norm[..., None])
@@ -513,7 +529,8 @@ def _stream_rows(
         learned = None if sinks is None else sink_mass(sinks, block_norm)
         entropy = None
         if linear_entropy:  # −Σ α log α = lse'·Σα − Σ α·(scale·q·k) − Σ α·bias, via one α·K product
-            weighted = torch.bmm(alpha.view(n_batch * kv_heads, group * size, key_stop), keys_plain[:, :key_stop])
+            weighted = torch.bmm(alpha.view(n_batch * kv_heads, group * size, key_stop),
+                                 keys_plain[:, :key_stop])
             products = (weighted * block_queries[..., :dim]).sum(-1).view(n_batch, len(heads), size)
             bias_rows = None
             if bias is not None:
@@ -524,8 +541,8 @@ def _stream_rows(
             entropy = _direct_entropy(alpha)
         if key_stop < n_key and not need.causal_crop:
             alpha = torch.nn.functional.pad(alpha, (0, n_key - key_stop))  # [batch head_sel block key]
-        sink.update(AttentionBlock(session.step, layer, tuple(heads), int(block[0]), n_query, query_offset, n_key,
-                                   alpha, rows=block, entropy=entropy, learned_sink_mass=learned))
+        sink.update(AttentionBlock(session.step, layer, tuple(heads), int(block[0]), n_query, query_offset,
+                                   n_key, alpha, rows=block, entropy=entropy, learned_sink_mass=learned))
 
 
 def _gather_alpha(
@@ -545,10 +562,12 @@ def _gather_alpha(
         if slots.shape[:2] != (n_batch, n_query):
             raise ProbeError(f"gather slots are shaped {tuple(slots.shape)}; expected [batch={n_batch}, "
                              f"query={n_query}, slot]")
-        query_sel, key_sel, norm_sel, mask_sel, _ = _select_heads(heads, layer, query, key, normaliser, scores)
+        query_sel, key_sel, norm_sel, mask_sel, _ = _select_heads(heads, layer, query, key,
+                                                                  normaliser, scores)
         query_sel, key_sel = query_sel.float(), key_sel.float()
         n_slots = slots.shape[-1]
-        out = torch.zeros(n_batch, len(heads), n_query, n_slots, device=query.device)  # [batch head query slot]
+        # [batch head query slot]
+        out = torch.zeros(n_batch, len(heads), n_query, n_slots, device=query.device)
         # Two ways to get q_i·k_j at the slots of a block of rows. Where the rows share keys (diagonal bands
         # such as previous-token or fixed offsets, key 0) one matmul against the block's distinct keys is
         # cheapest; else each row's slot keys are gathered ([batch head block slot dim], a quarter of the
@@ -572,9 +591,11 @@ def _gather_alpha(
                 safe = slots[:, start:stop].clamp(min=0)  # [batch block slot]
                 size = stop - start
                 flat = safe.reshape(n_batch, 1, size * n_slots, 1).expand(-1, len(heads), -1, dim)
-                keys = key_sel.gather(2, flat).view(n_batch, len(heads), size, n_slots, dim)  # [b h block slot dim]
+                # [b h block slot dim]
+                keys = key_sel.gather(2, flat).view(n_batch, len(heads), size, n_slots, dim)
                 queries = query_sel[:, :, start:stop, None, :]  # [batch head block 1 dim]
-                block = (queries @ keys.transpose(-1, -2))[..., 0, :] * scores.scale  # [batch head block slot]
+                # [batch head block slot]
+                block = (queries @ keys.transpose(-1, -2))[..., 0, :] * scores.scale
             scores.cap_(block)
             rows = slice(start, stop)
             present = slots[:, rows] >= 0  # [batch block slot]

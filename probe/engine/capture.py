@@ -48,8 +48,10 @@ def capture(
     model: nn.Module,
     sinks: Sink | GatherSink | Sequence[Sink | GatherSink] = (),
     block_bytes: int = DEFAULT_BLOCK_BYTES,  # memory budget of one α block (all selected heads)
-    ablate: torch.Tensor | None = None,  # [layer head] or [batch layer head] bool: heads whose output is zeroed
-    engine: EngineChoice = "auto",  # "fused", "eager" (the fallback of probe.engine.eager) or "auto": what fits
+    # [layer head] or [batch layer head] bool: heads whose output is zeroed
+    ablate: torch.Tensor | None = None,
+    # "fused", "eager" (the fallback of probe.engine.eager) or "auto": what fits
+    engine: EngineChoice = "auto",
 ) -> Iterator[None]:
     """Run `model` on the capture engine inside the block, streaming α into `sinks` (which may be empty).
 
@@ -114,14 +116,15 @@ def capture(
     sinks = tuple(sinks) if isinstance(sinks, (list, tuple)) else (sinks,)
     for sink in sinks:
         if not isinstance(sink, (Sink, GatherSink, OutputNormSink)):  # the protocols: needs() and a receiver
-            raise ProbeError(f"{type(sink).__name__} is not a sink: it needs needs(layer, n_heads, n_query) -> "
-                             "SinkNeeds and update(block), update_gathered(...) or update_output_norms(...) "
-                             "(see docs/howto/sink.md)")
+            raise ProbeError(f"{type(sink).__name__} is not a sink: it needs needs(layer, n_heads, n_query) "
+                             "-> SinkNeeds and update(block), update_gathered(...) or "
+                             "update_output_norms(...) (see docs/howto/sink.md)")
     session = _Session(plan.layer_of_module, sinks, block_bytes, _ablation_mask(ablate))
     if chosen == "eager":
         ids = {key for key, _ in plan.modules}
         modules = [module for module in model.modules() if id(module) in ids]
-        if plan.engine == "fused":  # an interface model forced onto the fallback: its modules run eager attention
+        # an interface model forced onto the fallback: its modules run eager attention
+        if plan.engine == "fused":
             _switch_to_engine(model, "eager")
         token = _ACTIVE.set(session)
         try:
@@ -225,9 +228,9 @@ def capture_attention(
     except RuntimeError:  # torch.stack of layers with different shapes: an encoder-decoder's stacks
         if not attention_plan(model).is_multi_stack:
             raise
-        raise ProbeError("the captured layers have different query/key lengths (the stacks of an encoder-decoder): "
-                         "capture one stack at a time, layers=range(stack.first, stack.first + stack.count) of "
-                         "probe.layers.attention_plan(model).stacks") from None
+        raise ProbeError("the captured layers have different query/key lengths (the stacks of an "
+                         "encoder-decoder): capture one stack at a time, layers=range(stack.first, "
+                         "stack.first + stack.count) of probe.layers.attention_plan(model).stacks") from None
 
 
 # ------------------------------------------------------------------------------------------------------------

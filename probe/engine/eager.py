@@ -145,11 +145,12 @@ class _EagerHooks:
             return None
         # the weights are the last 4-D tensor of the output: (output, weights), or T5's (output, bias,
         # weights)
-        found = [index for index, item in enumerate(output) if isinstance(item, torch.Tensor) and item.dim() == 4] \
+        found = [index for index,
+                 item in enumerate(output) if isinstance(item, torch.Tensor) and item.dim() == 4] \
             if isinstance(output, tuple) else []
         if not found or found[-1] == 0:
-            raise ProbeError(f"{type(module).__name__} returned no [batch head query key] attention weights; the "
-                             "eager fallback cannot capture this model")
+            raise ProbeError(f"{type(module).__name__} returned no [batch head query key] attention weights; "
+                             "the eager fallback cannot capture this model")
         stream_layer(self.session, self.current, output[found[-1]].detach())
         kept = list(output)
         kept[found[-1]] = None  # the weights are dropped: the model keeps none of them
@@ -166,7 +167,8 @@ class _EagerHooks:
         keep = (~ablate[:, self.current]).to(hidden.device, hidden.dtype)  # [batch|1 head]
         if ablate.shape[0] not in (1, hidden.shape[0]):
             raise ProbeError(f"ablate has {ablate.shape[0]} batch rows; the input has {hidden.shape[0]}")
-        shaped = hidden.view(*hidden.shape[:-1], n_heads, hidden.shape[-1] // n_heads)  # [batch query head dim]
+        # [batch query head dim]
+        shaped = hidden.view(*hidden.shape[:-1], n_heads, hidden.shape[-1] // n_heads)
         return ((shaped * keep[:, None, :, None]).view(hidden.shape), *rest)
 
 
@@ -198,8 +200,8 @@ def eager_capture(model: nn.Module, modules: Sequence[nn.Module], session: _Sess
             if projections is not None:
                 projection = projections.find(module)
                 if projection is None:
-                    raise ProbeError(f"cannot ablate heads of {type(module).__name__}: its output projection is "
-                                     "not found")
+                    raise ProbeError(f"cannot ablate heads of {type(module).__name__}: its output projection "
+                                     "is not found")
                 handles.append(projection.register_forward_pre_hook(hooks.ablate))
         yield
     finally:

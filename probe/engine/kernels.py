@@ -60,7 +60,8 @@ def additive_mask(
         position_bias = position_bias[..., :n_key]  # a causal prefill into a static cache crops the keys
         if mask is None and is_causal:
             causal = torch.ones(n_query, n_key, dtype=torch.bool, device=query.device).tril()
-            mask = torch.zeros(causal.shape, dtype=query.dtype, device=query.device).masked_fill(~causal, -math.inf)
+            mask = torch.zeros(causal.shape, dtype=query.dtype,
+                               device=query.device).masked_fill(~causal, -math.inf)
         mask = position_bias if mask is None else position_bias + mask
     return None if mask is None else mask.to(query.dtype)
 
@@ -118,14 +119,16 @@ def fused_attention(
     log-sum-exp.
     """
     dim_v = value.shape[-1]
-    mask = None if mask is None else mask.to(query.dtype)  # a float32 call on reduced-precision q, k (output norms)
+    # a float32 call on reduced-precision q, k (output norms)
+    mask = None if mask is None else mask.to(query.dtype)
     if query.device.type == "cpu" and dim_v == query.shape[-1]:
         with contextlib.suppress(RuntimeError):  # the CPU flash kernel takes grouped kv heads as they are
             output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 query, key, value, dropout, is_causal, attn_mask=mask, scale=scale
             )
             return output, lse.float()
-    query, key, value = _same_head_size(query, expand_kv(key, query.shape[1]), expand_kv(value, query.shape[1]))
+    query, key, value = _same_head_size(query, expand_kv(key, query.shape[1]),
+                                        expand_kv(value, query.shape[1]))
     with contextlib.suppress(RuntimeError):
         if query.device.type == "cpu":
             output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
@@ -178,7 +181,8 @@ def blockwise_attention(query, key, value, scores: Scores, block_rows: int = 256
         block = block_scores(query, key, rows, scores)  # [batch head block key]
         lse = torch.logsumexp(block, dim=-1)  # [batch head block]
         probs = torch.exp(block - lse[..., None]).nan_to_num(0.0)
-        lse = lse.masked_fill(torch.isneginf(lse), 0.0)  # a fully masked row: lse = 0, as the CPU kernel gives it
+        # a fully masked row: lse = 0, as the CPU kernel gives it
+        lse = lse.masked_fill(torch.isneginf(lse), 0.0)
         outputs.append((probs @ value.float()).to(query.dtype))  # [batch head block dim_v]
         lses.append(lse)
     return torch.cat(outputs, dim=2), torch.cat(lses, dim=2)
@@ -191,7 +195,8 @@ def block_scores(
     scores: Scores,
 ) -> torch.Tensor:
     """Masked, scaled (and capped) scores of a block of query rows in float32: [batch head block key]."""
-    block = (query[:, :, rows].float() @ key.float().transpose(-1, -2)) * scores.scale  # [batch head block key]
+    # [batch head block key]
+    block = (query[:, :, rows].float() @ key.float().transpose(-1, -2)) * scores.scale
     scores.cap_(block)
     if scores.mask is not None:
         block = block + scores.mask[:, :, rows].float()
@@ -233,7 +238,8 @@ def softmax_in_place(
     lse = 0.
     """
     row_max = scores.amax(dim=-1) if want_lse else None  # [batch head block]
-    torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # in place: each row is read before it is written
+    # in place: each row is read before it is written
+    torch.ops.aten._softmax.out(scores, -1, False, out=scores)
     alpha = scores  # [batch head block key]
     if masked:  # the softmax of an all −inf row is NaN in every entry, the first included
         empty = torch.isnan(alpha[..., 0])  # [batch head block]

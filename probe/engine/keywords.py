@@ -29,14 +29,16 @@ FALLBACK = "--engine eager (or probe.engine's eager fallback)"
 
 # keyword -> (kind, what the engine does with it). The table in docs/engine.md is this one.
 KEYWORDS: dict[str, tuple[str, str]] = {
-    "dropout": ("implemented", "applied by the fused kernel to the output; α handed to sinks is before dropout; "
+    "dropout": ("implemented",
+                "applied by the fused kernel to the output; α handed to sinks is before dropout; "
                 "refused with soft-capping or sinks while training"),
     "scaling": ("implemented", "the score scale (default head_dim^-1/2)"),
     "is_causal": ("implemented", "causal when no mask was built and more than one query, as sdpa decides"),
     "position_bias": ("implemented", "additive score bias (T5), added to the mask"),
     "s_aux": ("implemented", "attention sinks (gpt-oss): one logit per head in every row's softmax"),
     "softcap": ("implemented", "c·tanh(s / c) before mask and softmax (Gemma 2); blockwise, no fused kernel"),
-    "sliding_window": ("implemented", "carried by the mask the model builds per layer (refused if no mask came "
+    "sliding_window": ("implemented",
+                       "carried by the mask the model builds per layer (refused if no mask came "
                        "while the keys outnumber the window)"),
     "position_ids": ("harmless", "rotary positions are applied to q and k before the call"),
     "cache_position": ("harmless", "positions of a KV-cache step: already in the mask and the key length"),
@@ -82,8 +84,8 @@ def read_keywords(kwargs: dict) -> AttentionFeatures:
     for name, value in kwargs.items():
         kind = KEYWORDS.get(name, (None, ""))[0]
         if kind is None:
-            raise ProbeError(f"the model passes attention keyword {name!r}, which the capture engine does not "
-                             f"implement; run it with {FALLBACK}")
+            raise ProbeError(f"the model passes attention keyword {name!r}, which the capture engine does "
+                             f"not implement; run it with {FALLBACK}")
         if kind == "none_only" and value is not None:
             raise ProbeError(f"the model passes attention keyword {name!r} ({KEYWORDS[name][1]}), which the "
                              f"capture engine does not implement; run it with {FALLBACK}")

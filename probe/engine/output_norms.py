@@ -38,7 +38,8 @@ from transformers.integrations.sdpa_attention import repeat_kv
 
 from probe.errors import ProbeError
 
-try:  # accelerate is optional: only a model dispatched with a device_map carries its hooks (and then it is there)
+# accelerate is optional: only a model dispatched with a device_map carries its hooks (and then it is there)
+try:
     from accelerate.utils import align_module_device, has_offloaded_params
 except ImportError:  # pragma: no cover - accelerate is installed wherever a device_map was used
     align_module_device = has_offloaded_params = None
@@ -106,7 +107,8 @@ class OutputProjections:
         with materialised(projection):
             return self._factors_of(module, projection, n_heads, dim)
 
-    def _factors_of(self, module: nn.Module, projection: nn.Module, n_heads: int, dim: int) -> torch.Tensor | None:
+    def _factors_of(self, module: nn.Module, projection: nn.Module, n_heads: int,
+                    dim: int) -> torch.Tensor | None:
         weight = projection.weight
         conv = not isinstance(projection, nn.Linear)  # Conv1D: weight [in out]; Linear: [out in]
         width_in = weight.shape[0] if conv else weight.shape[1]
@@ -114,8 +116,8 @@ class OutputProjections:
             self.missing.add(type(module).__name__)
             return None
         if weight.device.type == "meta":
-            raise ProbeError(f"the output projection of {type(module).__name__} has its weights on the meta device "
-                             "and no accelerate hook to load them; load the model with a device_map")
+            raise ProbeError(f"the output projection of {type(module).__name__} has its weights on the meta "
+                             "device and no accelerate hook to load them; load the model with a device_map")
         try:
             identity = (weight.data_ptr(), weight._version, n_heads, dim, weight.device)
         except RuntimeError:  # an inference tensor has no version counter: no cache
@@ -127,7 +129,8 @@ class OutputProjections:
             if conv:
                 per_head = weight.detach().view(n_heads, dim, -1).transpose(1, 2)  # [head out dim]
             else:
-                per_head = weight.detach().view(weight.shape[0], n_heads, dim).transpose(0, 1)  # [head out dim]
+                # [head out dim]
+                per_head = weight.detach().view(weight.shape[0], n_heads, dim).transpose(0, 1)
             # W_O^hᵀ = Q R, so ‖v W_O^h‖ = ‖v Rᵀ Qᵀ‖ = ‖v Rᵀ‖ (Q has orthonormal columns)
             factor = torch.linalg.qr(per_head.double(), mode="r").R.float()  # [head rank dim]
         if identity is not None:
@@ -168,7 +171,8 @@ def value_norms(value: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
 
 
 def with_output_norms(
-    norm_sinks: Sequence[tuple[object, OutputProjections]],  # (sink, where its projections are), from SinkNeeds
+    # (sink, where its projections are), from SinkNeeds
+    norm_sinks: Sequence[tuple[object, OutputProjections]],
     module: nn.Module,
     layer: int,
     query: torch.Tensor,  # [batch head query dim]
@@ -189,7 +193,8 @@ def with_output_norms(
         for sink in sinks:
             sink.update_output_norms(layer, None)
         return kernel(query, key, value)
-    if value.shape[1] != n_heads:  # grouped kv heads: each query head reads its group's value through its own W_O^h
+    # grouped kv heads: each query head reads its group's value through its own W_O^h
+    if value.shape[1] != n_heads:
         key = repeat_kv(key, n_heads // key.shape[1])  # [batch head key dim]
         value = repeat_kv(value, n_heads // value.shape[1])  # [batch head key dim_v]
     norms = value_norms(value, factor.to(value.device))  # [batch head key]

@@ -44,9 +44,10 @@ class _Session:
         if layer is None:
             layer = getattr(module, "layer_idx", None)
         if layer is None:
-            raise ProbeError(f"cannot tell which layer {type(module).__name__} belongs to; capture supports models "
-                             "whose layers sit in one ModuleList of config.num_hidden_layers entries")
-        if isinstance(layer, tuple):  # a shared module: its first application not yet seen in this forward pass
+            raise ProbeError(f"cannot tell which layer {type(module).__name__} belongs to; capture supports "
+                             "models whose layers sit in one ModuleList of config.num_hidden_layers entries")
+        # a shared module: its first application not yet seen in this forward pass
+        if isinstance(layer, tuple):
             layer = next((number for number in layer if number not in self.seen_layers), layer[0])
         if layer in self.seen_layers:  # the layer came round again: a new forward pass (generate, loops)
             self.step += 1
@@ -55,4 +56,5 @@ class _Session:
         return layer
 
 
-_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("probe_capture_session", default=None)
+_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("probe_capture_session",
+                                                                          default=None)

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-if TYPE_CHECKING:  # only for the annotation: output_norms imports nothing from here, but keeps the import graph flat
+# only for the annotation: output_norms imports nothing from here, but keeps the import graph flat
+if TYPE_CHECKING:
     from probe.engine.output_norms import OutputNorms, OutputProjections
 
 
@@ -118,9 +119,12 @@ class AttentionBlock:
     # declare `causal_crop`: under a causal mask they get only keys [0, alpha.shape[-1]) and every α beyond is
     # exactly zero.
     alpha: torch.Tensor
-    rows: torch.Tensor | None = None  # [block] long, ascending: a sampling sink's rows; None: consecutive rows
-    entropy: torch.Tensor | None = None  # [batch head block] float32: −Σ_j α log α, when the sink declared entropy
-    learned_sink_mass: torch.Tensor | None = None  # [batch head block] float32: weight on the s_aux sink, or None
+    # [block] long, ascending: a sampling sink's rows; None: consecutive rows
+    rows: torch.Tensor | None = None
+    # [batch head block] float32: −Σ_j α log α, when the sink declared entropy
+    entropy: torch.Tensor | None = None
+    # [batch head block] float32: weight on the s_aux sink, or None
+    learned_sink_mass: torch.Tensor | None = None
 
 
 @runtime_checkable

@@ -16,7 +16,8 @@ import importlib
 # name -> module that defines it (loaded on first access, PEP 562): the registry API users extend
 _LAZY = {"register": "probe.heads.registry", "unregister": "probe.heads.registry",
          "HeadTypeSpec": "probe.heads.registry", "TargetContext": "probe.heads.registry",
-         "REGISTRY": "probe.heads.registry", "label_model": "probe.heads.label", "LabelConfig": "probe.heads.label"}
+         "REGISTRY": "probe.heads.registry", "label_model": "probe.heads.label",
+         "LabelConfig": "probe.heads.label"}
 
 __all__ = list(_LAZY)
 

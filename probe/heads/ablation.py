@@ -58,7 +58,8 @@ def example_loss(
     if causal:
         logits, labels = logits[:, :-1], labels[:, 1:]  # [batch seq-1 vocab], [batch seq-1]
     counted = labels != -100  # [batch seq]
-    loss = F.cross_entropy(logits.transpose(1, 2).float(), labels.clamp(min=0), reduction="none")  # [batch seq]
+    # [batch seq]
+    loss = F.cross_entropy(logits.transpose(1, 2).float(), labels.clamp(min=0), reduction="none")
     total = (loss * counted).sum(-1)  # [batch]
     n = counted.sum(-1)  # [batch]
     return torch.where(n > 0, total / n.clamp(min=1), torch.nan)
@@ -66,7 +67,8 @@ def example_loss(
 
 def _repeat(batch: Mapping[str, torch.Tensor], copies: int) -> dict[str, torch.Tensor]:
     """Every batch-first tensor of `batch` stacked `copies` times along the batch axis (copy-major)."""
-    return {name: value.repeat(copies, *([1] * (value.dim() - 1))) if isinstance(value, torch.Tensor) else value
+    return {name: value.repeat(copies, *([1] * (value.dim() - 1)))
+            if isinstance(value, torch.Tensor) else value
             for name, value in batch.items()}
 
 
@@ -173,7 +175,8 @@ def layer_matched_groups(
     counts: dict[int, int] = {}
     for layer, _ in tested:
         counts[layer] = counts.get(layer, 0) + 1
-    outside = {layer: [(layer, head) for head in range(n_heads) if (layer, head) not in tested] for layer in counts}
+    outside = {layer: [(layer, head) for head in range(n_heads) if (layer, head) not in tested]
+               for layer in counts}
     everything = {layer: [(layer, head) for head in range(n_heads)] for layer in counts}
     found: list[tuple[Head, ...]] = []
 
@@ -270,7 +273,8 @@ def group_effects(
     for group in groups:
         _check_heads(loaded, group)
     drawn = {group: layer_matched_groups(group, loaded.n_heads, controls, seed) if layer_matched
-             else control_groups(group, loaded.n_layers, loaded.n_heads, controls, seed, loaded.attention_layers)
+             else control_groups(group, loaded.n_layers, loaded.n_heads, controls, seed,
+                                 loaded.attention_layers)
              for group in groups}
     ablated = list(dict.fromkeys(groups + [control for chosen, _ in drawn.values() for control in chosen]))
     effect = set_effects(loaded, batches, ablated, loss, max_rows, progress)
@@ -311,11 +315,13 @@ def set_effects(
         done += 1
         for start in range(0, len(sets), per_forward):
             chosen = sets[start:start + per_forward]
-            mask = torch.zeros(len(chosen), rows, n_layers, n_heads, dtype=torch.bool)  # [copy batch layer head]
+            # [copy batch layer head]
+            mask = torch.zeros(len(chosen), rows, n_layers, n_heads, dtype=torch.bool)
             for copy, heads in enumerate(chosen):
                 for layer, head in heads:
                     mask[copy, :, layer, head] = True
-            losses = _losses(loaded.model, _repeat(batch, len(chosen)), mask.flatten(0, 1), loss)  # [copy·batch]
+            # [copy·batch]
+            losses = _losses(loaded.model, _repeat(batch, len(chosen)), mask.flatten(0, 1), loss)
             for copy, heads in enumerate(chosen):
                 deltas[heads].append(losses[copy * rows:(copy + 1) * rows] - clean)
             done += 1
@@ -340,7 +346,8 @@ def _check_heads(loaded, heads: Sequence[Head]) -> None:
     n_layers, n_heads = loaded.n_layers, loaded.n_heads
     for layer, head in heads:
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise ProbeError(f"head L{layer}H{head} is not in this model ({n_layers} layers × {n_heads} heads)")
+            raise ProbeError(f"head L{layer}H{head} is not in this model ({n_layers} layers × {n_heads} "
+                             "heads)")
 
 
 def z_score(value: float, control: torch.Tensor) -> float:

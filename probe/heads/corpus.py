@@ -42,7 +42,8 @@ MAX_UNKNOWN_SHARE = 0.05  # a tokenizer covers the corpus when at most this shar
 def gap_records(split: str = PROBE_SPLIT) -> tuple[dict[str, str], ...]:
     """The rows of one GAP split (dicts keyed by the TSV header)."""
     if split not in SPLITS:
-        raise ProbeError(f"unknown GAP split {split!r}: choose from {', '.join(SPLITS)} (the test split is not shipped)")
+        raise ProbeError(f"unknown GAP split {split!r}: choose from {', '.join(SPLITS)} (the test split is "
+                         "not shipped)")
     path = resources.files("probe.data").joinpath("gap", f"gap-{split}.tsv.gz")
     with path.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8", newline="") as handle:
         return tuple(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
@@ -109,8 +110,8 @@ def token_weights(tokenizer, corpus: CorpusTokens | None) -> torch.Tensor:
         excluded.append(tokenizer.unk_token_id)
     weights[torch.tensor(excluded, dtype=torch.long)] = 0.0
     if int((weights > 0).sum()) < 2:
-        raise ProbeError("the tokenizer has fewer than two usable (non-special) tokens; random-token probes need a "
-                         "vocabulary")
+        raise ProbeError("the tokenizer has fewer than two usable (non-special) tokens; random-token probes "
+                         "need a vocabulary")
     return weights / weights.sum()
 
 
@@ -137,8 +138,9 @@ def natural_text(tokenizer, corpus: CorpusTokens, n_examples: int, seq_len: int,
         tokens: list[int] = []
         while len(tokens) < room:
             if cursor == len(order):
-                raise ProbeError(f"the natural-text corpus holds {sum(map(len, corpus.passages))} tokens: too few for "
-                                 f"{n_examples} probes of {seq_len}; lower --examples or --seq-len")
+                raise ProbeError(f"the natural-text corpus holds {sum(map(len, corpus.passages))} tokens: "
+                                 f"too few for {n_examples} probes of {seq_len}; lower --examples or "
+                                 "--seq-len")
             tokens.extend(corpus.passages[order[cursor]])
             cursor += 1
         rows.append(prefix + tokens[:room] + suffix)
@@ -168,7 +170,8 @@ def gap_examples(split: str = PROBE_SPLIT, n_examples: int | None = None, seed: 
             continue  # an offset that does not point at its string (rare in GAP): skip rather than guess
         target, other = (a, b) if a_true else (b, a)
         examples.append(SpanExample(text, pronoun, (target,), (other,), source=f"GAP {record['ID']}",
-                                    cluster=record["URL"], group="antecedent A" if a_true else "antecedent B"))
+                                    cluster=record["URL"],
+                                    group="antecedent A" if a_true else "antecedent B"))
     if n_examples is not None and n_examples < len(examples):
         examples = random.Random(seed).sample(examples, n_examples)
     return examples
@@ -230,7 +233,8 @@ def crop_example(example: SpanExample, fits) -> SpanExample | None:
         if last < len(sentences) - 1 and fits(text_of(first, last + 1)):
             last, grown = last + 1, True
     by = sentences[first][0]
-    return SpanExample(text_of(first, last), _shift(example.query, by), tuple(_shift(s, by) for s in example.targets),
+    return SpanExample(text_of(first, last), _shift(example.query, by),
+                       tuple(_shift(s, by) for s in example.targets),
                        tuple(_shift(s, by) for s in example.distractors), source=example.source,
                        cluster=example.cluster, group=example.group, agreement=example.agreement)
 

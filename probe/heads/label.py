@@ -131,16 +131,19 @@ def label_model(
     specs = resolve_types(loaded, config, note)
     token_specs = [spec for spec in specs if spec.probe != "spans" and spec.scorer is None]
     span_specs = [spec for spec in specs if spec.probe == "spans"]
-    generated_specs = [spec for spec in specs if spec.scorer is not None]  # they build and decode their own probes
+    # they build and decode their own probes
+    generated_specs = [spec for spec in specs if spec.scorer is not None]
     lengths = resolve_lengths(loaded, config) if token_specs or generated_specs else ()
     with stage("probe sets"):
-        source = ProbeSource(loaded, config, note) if token_specs or span_specs else None  # generated: own probes
+        # generated: own probes
+        source = ProbeSource(loaded, config, note) if token_specs or span_specs else None
 
     plans = []  # (probe set, seq_len, specs): types that share a probe set share its forwards
     sets = list(dict.fromkeys(source.resolve(spec.probe) for spec in token_specs))  # in registry order
     for seq_len in lengths:
         for probe in sets:
-            plans.append((probe, seq_len, [spec for spec in token_specs if source.resolve(spec.probe) == probe]))
+            plans.append(
+                (probe, seq_len, [spec for spec in token_specs if source.resolve(spec.probe) == probe]))
     spans = None
     if span_specs:
         with stage("GAP pairs"):
@@ -182,21 +185,23 @@ def label_model(
         table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note))
     if projections is not None and projections.missing and note is not None:
         note(f"output_share is NaN for {loaded.name}: no output projection found for "
-             f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or output.dense)")
+             f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or "
+             "output.dense)")
     effects = ablation_columns(loaded, table, probes_used, config, note, timings=timings)
     table = merge_ablation(table, effects)
     for spec in generated_specs if config.ablate != "none" else ():
         for seq_len in lengths if spec.verifier is not None else ():
             scores = verified_scores(table, spec.name, float(seq_len), (loaded.n_layers, loaded.n_heads))
             with stage("retrieval ablation"):
-                fill_verification(table, spec.name, float(seq_len), spec.verifier(loaded, seq_len, config, scores))
+                fill_verification(table, spec.name, float(seq_len),
+                                  spec.verifier(loaded, seq_len, config, scores))
     table = table.reindex(columns=COLUMNS)
     table.attrs["stage_seconds"] = dict(timings.seconds)  # what probe label's summary line reads
     return table
 
 
-def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig, note: Note | None = None,
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig,
+                    note: Note | None = None, ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Elhage et al.'s copying score of every head `[layer head]` (:mod:`probe.heads.copying`; NaN with a note
     where the weights are unknown) and, per copying type scored on repeated blocks, the direct logit
     attribution to its targets' tokens (:mod:`probe.heads.direct_logit`)."""
@@ -209,7 +214,7 @@ def copying_columns(loaded, specs, probes_used: dict[str, object], config: Label
 
 
 
-__all__ = ["ABLATE", "COREF_SETS", "DEFAULT_SEQ_LEN", "NOT_IDENTITY", "SINK_SHARE", "LabelConfig", "Note", "Progress",
-           "ProbeSource", "Scored", "TokenProbeSet", "config_identity", "default_seq_len", "is_text_model",
-           "label_model", "resolve_lengths", "resolve_types", "roles", "score_generated", "score_span_set",
-           "score_token_set", "StageTimes", "summarise", "summary_lines"]
+__all__ = ["ABLATE", "COREF_SETS", "DEFAULT_SEQ_LEN", "NOT_IDENTITY", "SINK_SHARE", "LabelConfig", "Note",
+           "Progress", "ProbeSource", "Scored", "TokenProbeSet", "config_identity", "default_seq_len",
+           "is_text_model", "label_model", "resolve_lengths", "resolve_types", "roles", "score_generated",
+           "score_span_set", "score_token_set", "StageTimes", "summarise", "summary_lines"]

@@ -116,7 +116,8 @@ def loss_batch(loaded, spec_name: str, input_ids: torch.Tensor, attention_mask: 
 def ablation_columns(
     loaded,
     table: pd.DataFrame,  # the labelled table (label column set)
-    probes: Mapping[str, object],  # head type -> its probe set (TokenProbeSet, or a list of EncodedSpanExample)
+    # head type -> its probe set (TokenProbeSet, or a list of EncodedSpanExample)
+    probes: Mapping[str, object],
     config,
     note: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -131,20 +132,22 @@ def ablation_columns(
     from probe.heads.probesets import pad_span_batch
 
     timings = timings if timings is not None else StageTimes()
-    columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS, *TYPE_GROUP_COLUMNS]
+    columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS,
+               *TYPE_GROUP_COLUMNS]
     labelled = table[table["label"].astype(bool)]
     if config.ablate == "none" or (config.ablate == "labelled" and labelled.empty):
         return pd.DataFrame(columns=columns)
     if not lm_head_trained(loaded):
         if note is not None:
-            note(f"{loaded.name} has no trained LM head in its checkpoint: no ablation columns (the loss would "
-                 "measure a freshly initialised head)")
+            note(f"{loaded.name} has no trained LM head in its checkpoint: no ablation columns (the loss "
+                 "would measure a freshly initialised head)")
         return pd.DataFrame(columns=columns)
     exclude = sorted({(int(row.layer), int(row.head)) for row in labelled.itertuples()})
     chosen_rows = labelled if config.ablate == "labelled" else table
     out = []
     for head_type, rows in chosen_rows.groupby("head_type", sort=False):
-        heads = sorted({(int(layer), int(head)) for layer, head in zip(rows["layer"], rows["head"], strict=True)})
+        heads = sorted(
+            {(int(layer), int(head)) for layer, head in zip(rows["layer"], rows["head"], strict=True)})
         probe = probes.get(head_type)
         if probe is None:
             continue
@@ -173,15 +176,15 @@ def ablation_columns(
         if not batches:
             continue
         with timings.stage("per-head ablation"):
-            effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls, exclude=exclude,
-                                       seed=config.seed, progress=progress)
+            effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls,
+                                       exclude=exclude, seed=config.seed, progress=progress)
         effects.insert(0, "head_type", head_type)
         labelled_heads = sorted({(int(row.layer), int(row.head)) for row in labelled.itertuples()
                                  if row.head_type == head_type})
         groups = _layer_groups(labelled_heads)
         with timings.stage("group ablation"):
-            joint = group_effects(loaded, batches, groups, controls=config.ablation_controls, seed=config.seed,
-                                  progress=progress)
+            joint = group_effects(loaded, batches, groups, controls=config.ablation_controls,
+                                  seed=config.seed, progress=progress)
         for row in joint.itertuples():
             if row.overlapping_controls and note is not None:
                 note(f"{loaded.name} · {head_type}: the group {_names(row.group)} fills its layers, so its "
@@ -193,9 +196,9 @@ def ablation_columns(
                                   layer_matched=True)
         for row in whole.itertuples():
             if row.overlapping_controls and note is not None:
-                note(f"{loaded.name} · {head_type}: its {row.group_size} labelled heads fill their layers, so the "
-                     f"{row.n_controls} layer-matched control groups may share heads with them (type_group_z is "
-                     "conservative)")
+                note(f"{loaded.name} · {head_type}: its {row.group_size} labelled heads fill their layers, "
+                     f"so the {row.n_controls} layer-matched control groups may share heads with them "
+                     "(type_group_z is conservative)")
         effects = effects.merge(_type_rows(whole), on=["layer", "head"], how="outer")
         effects["head_type"] = head_type
         out.append(effects[columns])
@@ -232,8 +235,9 @@ def _group_rows(joint: pd.DataFrame) -> pd.DataFrame:
 
 def _type_rows(whole: pd.DataFrame) -> pd.DataFrame:
     """One row per labelled head of the type: layer, head and the type-group columns."""
-    records = [{"layer": layer, "head": head, "type_group_effect": row.group_effect, "type_group_z": row.group_z,
-                "type_group_size": row.group_size} for row in whole.itertuples() for layer, head in row.group]
+    records = [{"layer": layer, "head": head, "type_group_effect": row.group_effect,
+                "type_group_z": row.group_z, "type_group_size": row.group_size} for row in whole.itertuples()
+                for layer, head in row.group]
     return pd.DataFrame.from_records(records, columns=["layer", "head", *TYPE_GROUP_COLUMNS])
 
 
@@ -247,7 +251,8 @@ def merge_ablation(table: pd.DataFrame, effects: pd.DataFrame) -> pd.DataFrame:
             out[column] = math.nan
         return out
     effects = effects.astype({"layer": int, "head": int})
-    out = out.merge(effects[["head_type", "layer", "head", *filled]], on=["head_type", "layer", "head"], how="left")
+    out = out.merge(effects[["head_type", "layer", "head", *filled]],
+                    on=["head_type", "layer", "head"], how="left")
     for column in filled:
         if column != "group_heads":
             out[column] = pd.to_numeric(out[column], errors="coerce").astype(float)

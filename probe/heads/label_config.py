@@ -64,23 +64,28 @@ class LabelConfig:
         Memory budget of one streamed α block, all heads of a layer (not part of a run's identity).
     """
 
-    types: tuple[HeadType, ...] | None = None  # head types to score; None: every type that applies to the model
+    # head types to score; None: every type that applies to the model
+    types: tuple[HeadType, ...] | None = None
     examples: int = 64  # probe examples per token probe set and per template set (GAP: every pair that fits)
-    seq_len: int | tuple[int, ...] | None = None  # tokens per probe, one or several; None: min(128, positions)
+    # tokens per probe, one or several; None: min(128, positions)
+    seq_len: int | tuple[int, ...] | None = None
     seed: int = 0  # seeds the probe sets, the bootstrap and the ablation controls
     probe_file: str | None = None  # JSONL of span examples scored as coreference instead of GAP / templates
-    coref_set: str = "auto"  # auto (GAP when the tokenizer reads it and a pair fits, else templates) | gap | templates
+    # auto (GAP when the tokenizer reads it and a pair fits, else templates) | gap | templates
+    coref_set: str = "auto"
     # | causality (implicit-causality templates; auto picks them for a tokenizer that reads them but not the
     # others)
     batch_size: int = 8  # probe examples per forward
     n_bootstrap: int = 1000  # clustered bootstrap resamples
     confidence: float = 0.95  # width of the interval [ci_low, ci_high]
     min_effect: float = 0.25  # mass types: H0 is score − chance ≤ min_effect
-    min_accuracy_gain: float = 0.1  # accuracy types: H0 is accuracy − best baseline ≤ min_accuracy_gain (paired)
+    # accuracy types: H0 is accuracy − best baseline ≤ min_accuracy_gain (paired)
+    min_accuracy_gain: float = 0.1
     fdr: float = 0.05  # label when the Benjamini–Hochberg q-value ≤ fdr
     ablate: str = "labelled"  # ablation column for: labelled heads | all heads | none
     ablation_examples: int = 16  # probe examples per type used for ablation
-    ablation_controls: int = 8  # random control heads (same layer where possible) / control groups per ablation
+    # random control heads (same layer where possible) / control groups per ablation
+    ablation_controls: int = 8
     output_share: bool = True  # also measure each head's output share (Kobayashi et al. 2020) and its role
     block_bytes: int = 8 * 2**20  # memory budget of one streamed α block (all heads of a layer)
 
@@ -121,14 +126,18 @@ def resolve_types(loaded, config: LabelConfig, note: Note | None = None) -> tupl
             if name not in REGISTRY:
                 raise ProbeError(f"unknown head type {name!r}: choose from {', '.join(REGISTRY)}")
     # registered types too; opt-in types (spec.default False, e.g. retrieval) only when asked for
-    asked = tuple(name for name, spec in REGISTRY.items() if spec.default) if config.types is None else tuple(config.types)
+    asked = tuple(name for name,
+                  spec in REGISTRY.items() if spec.default) if config.types is None else tuple(config.types)
     kept = types_for_kind(loaded.kind, asked)
     skipped = [name for name in asked if name not in kept]
-    explicit = config.types is not None or not is_text_model(loaded)  # by default a causal LM just has no next_token
+    # by default a causal LM just has no next_token
+    explicit = config.types is not None or not is_text_model(loaded)
     if skipped and explicit and note is not None:
-        note(f"{loaded.name} is a {loaded.kind.description}: skipped {', '.join(skipped)} (not defined for it)")
+        note(f"{loaded.name} is a {loaded.kind.description}: skipped {', '.join(skipped)} (not defined for "
+             "it)")
     if not kept:
-        raise ProbeError(f"none of the types {', '.join(asked)} applies to {loaded.name} ({loaded.kind.description})")
+        raise ProbeError(f"none of the types {', '.join(asked)} applies to {loaded.name} "
+                         f"({loaded.kind.description})")
     return tuple(REGISTRY[name] for name in kept)
 
 

@@ -122,11 +122,11 @@ def score_generated(loaded, spec: HeadTypeSpec, seq_len: int, config: LabelConfi
     counted = int((~torch.isnan(result.chance)).sum())
     if note is not None and counted < len(result.chance):
         task = "" if result.recall is None else f", mean task recall {float(result.recall.mean()):.2f}"
-        note(f"{loaded.name} · {spec.name} @{seq_len}: {counted} of {len(result.chance)} probes count{task}; the rest "
-             "are left out" + (" — no score" if counted == 0 else ""))
+        note(f"{loaded.name} · {spec.name} @{seq_len}: {counted} of {len(result.chance)} probes count{task}; "
+             "the rest are left out" + (" — no score" if counted == 0 else ""))
     tl = torch.full_like(result.score, math.nan)  # TransformerLens' score is not defined for it
-    return Scored(spec, result.probe_set, float(seq_len), [None], {None: TypeScores(spec.name, result.score, tl)},
-                  {None: result.chance}, result.cluster)
+    return Scored(spec, result.probe_set, float(seq_len), [None],
+                  {None: TypeScores(spec.name, result.score, tl)}, {None: result.chance}, result.cluster)
 
 
 def _bidirectional(loaded) -> bool:

@@ -76,7 +76,8 @@ class RandomInputs:
         generator = torch.Generator().manual_seed(self.seed)
         for _ in range(self.count):
             ids = self.vocab[torch.randint(0, len(self.vocab), (self.body,), generator=generator)]
-            yield torch.tensor([*self.prefix, *ids.tolist(), *self.suffix], dtype=torch.long)[None]  # [1 seq_len]
+            # [1 seq_len]
+            yield torch.tensor([*self.prefix, *ids.tolist(), *self.suffix], dtype=torch.long)[None]
 
 
 def random_inputs(loaded, n_inputs: int, seq_len: int, seed: int = 0) -> RandomInputs:
@@ -89,7 +90,8 @@ def random_inputs(loaded, n_inputs: int, seq_len: int, seed: int = 0) -> RandomI
     body = seq_len - len(prefix) - len(suffix)
     if body < 1:
         raise ProbeError(f"--seq-len {seq_len} leaves no room for tokens between the model's special tokens")
-    return RandomInputs(tuple(prefix), tuple(suffix), content_token_ids(loaded.tokenizer), body, n_inputs, seed)
+    return RandomInputs(tuple(prefix), tuple(suffix), content_token_ids(loaded.tokenizer), body,
+                        n_inputs, seed)
 
 
 def text_inputs(loaded, text: str, seq_len: int) -> list[torch.Tensor]:
@@ -156,7 +158,8 @@ def head_profiles(
     return profile_table(loaded, sink, config, n_inputs, longest)
 
 
-def profile_table(loaded, sink: ProfileSink, config: ProfileConfig, n_inputs: int, seq_len: int) -> pd.DataFrame:
+def profile_table(loaded, sink: ProfileSink, config: ProfileConfig, n_inputs: int,
+                  seq_len: int) -> pd.DataFrame:
     """The (layer, head) table from a sink filled with `n_inputs` inputs, the longest `seq_len` tokens (means
     over rows, then over inputs, bootstrap over inputs)."""
     real = list(loaded.attention_layers)  # every layer, or a hybrid's layers with α
@@ -191,7 +194,8 @@ def profile_table(loaded, sink: ProfileSink, config: ProfileConfig, n_inputs: in
     table.update(sink_tokens=config.sink_tokens, window=config.window, threshold=config.threshold,
                  query_rows=config.query_rows, seed=config.seed)
     frame = pd.DataFrame(table)
-    if loaded.plan is not None and loaded.plan.is_multi_stack:  # enc / dec / cross, layers numbered within each
+    # enc / dec / cross, layers numbered within each
+    if loaded.plan is not None and loaded.plan.is_multi_stack:
         located = [loaded.plan.locate(int(number)) for number in frame["layer"]]
         frame["layer"] = [local for _, local in located]
         frame.insert(2, "stack", [stack for stack, _ in located])

@@ -37,7 +37,8 @@ def row_statistics(
     positions: torch.Tensor,  # [row] long: each row's absolute query position (its own key index)
     windows: RowWindows,
     entropy: torch.Tensor | None = None,  # [batch head row]: −Σ α log α from the engine, else computed here
-    learned_sink_mass: torch.Tensor | None = None,  # [batch head row]: weight on an s_aux sink (None: no sink, 0)
+    # [batch head row]: weight on an s_aux sink (None: no sink, 0)
+    learned_sink_mass: torch.Tensor | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The statistics of every row of a block: ({name: [batch head row] float64}, offsets [batch head row
     offset]).
@@ -53,7 +54,8 @@ def row_statistics(
     n_batch, n_heads, n_rows, n_key = alpha.shape
     positions = positions.to(alpha.device)
     if positions.shape != (n_rows,) or (n_rows and int(positions.max()) >= n_key):
-        raise ProbeError(f"positions {tuple(positions.shape)} do not fit a block of {n_rows} rows × {n_key} keys")
+        raise ProbeError(f"positions {tuple(positions.shape)} do not fit a block of {n_rows} rows × {n_key} "
+                         "keys")
     alpha = alpha.float()
     cdf = alpha.cumsum(-1)  # [batch head row key]: mass on keys ≤ j
     total = cdf[..., -1]  # [batch head row], 1 up to rounding
@@ -65,7 +67,8 @@ def row_statistics(
         stats = _two_sided_distances(alpha, total, positions, windows)
     # the engine's entropy needs no logarithm (lse − scale·q·Σαk); here, α ≥ 1e-30 keeps log off denormals
     # (each clamped entry adds < 7e-29)
-    stats["entropy"] = entropy.float() if entropy is not None else -torch.xlogy(alpha, alpha.clamp(min=1e-30)).sum(-1)
+    stats["entropy"] = entropy.float() if entropy is not None else -torch.xlogy(alpha,
+        alpha.clamp(min=1e-30)).sum(-1)
     sink = min(windows.sink_tokens, n_key)
     stats["sink_mass"] = alpha[..., :sink].sum(-1)
     near = (positions[:, None] - torch.arange(sink, device=alpha.device)[None, :]).abs() < windows.window
@@ -78,7 +81,8 @@ def row_statistics(
     offset = torch.arange(-windows.max_offset, windows.max_offset + 1, device=alpha.device)  # [offset]
     keys = positions[:, None] - offset[None, :]  # [row offset]
     present = (keys >= 0) & (keys < n_key)
-    offsets = alpha.gather(-1, keys.clamp(0, n_key - 1).expand(n_batch, n_heads, n_rows, len(offset))) * present
+    offsets = alpha.gather(-1,
+                           keys.clamp(0, n_key - 1).expand(n_batch, n_heads, n_rows, len(offset))) * present
     return {name: value.double() for name, value in stats.items()}, offsets.double()
 
 
@@ -89,7 +93,8 @@ def _causal_distances(alpha, cdf, total, positions, windows: RowWindows) -> dict
     n_batch, n_heads, n_rows, n_key = alpha.shape
     keys = torch.arange(n_key, device=alpha.device, dtype=alpha.dtype)
     mean = positions.to(alpha.dtype) * total - alpha @ keys  # [batch head row] Σ α (i − j)
-    count = torch.searchsorted(cdf, (0.5 * total)[..., None].contiguous(), right=True)[..., 0]  # [batch head row]
+    # [batch head row]
+    count = torch.searchsorted(cdf, (0.5 * total)[..., None].contiguous(), right=True)[..., 0]
     median = (positions - count).clamp(min=0)
     edge = positions - windows.window  # the last key outside the window, −1 or less: none
     outside = cdf.gather(-1, edge.clamp(min=0).view(1, 1, -1, 1).expand(n_batch, n_heads, n_rows, 1))[..., 0]
@@ -105,8 +110,10 @@ def _two_sided_distances(alpha, total, positions, windows: RowWindows) -> dict[s
     distance = torch.arange(n_key, device=alpha.device)  # [distance]
     left = positions[:, None] - distance[None, :]  # [row distance]: the key at distance d before the query
     right = positions[:, None] + distance[None, :]  # [row distance]: the key at distance d after it
-    by_distance = alpha.gather(-1, left.clamp(0, n_key - 1).expand(expand)) * (left >= 0)  # [batch head row d]
-    by_distance += alpha.gather(-1, right.clamp(max=n_key - 1).expand(expand)) * ((right < n_key) & (distance > 0))
+    # [batch head row d]
+    by_distance = alpha.gather(-1, left.clamp(0, n_key - 1).expand(expand)) * (left >= 0)
+    by_distance += alpha.gather(-1,
+        right.clamp(max=n_key - 1).expand(expand)) * ((right < n_key) & (distance > 0))
     mean = (by_distance @ distance.to(alpha.dtype)) / total
     cdf = by_distance.cumsum_(-1)  # [batch head row distance]: mass within distance ≤ d
     median = torch.searchsorted(cdf, (0.5 * total)[..., None].contiguous())[..., 0]  # first d with cdf ≥ half
@@ -139,7 +146,8 @@ class ProfileSink:
         """The next forward is input `index`; `rows` (`[row]` long) samples its query rows (None: every
         row)."""
         if not 0 <= index < self.rows.shape[0]:
-            raise ProbeError(f"input {index} is out of range: the sink was made for {self.rows.shape[0]} inputs")
+            raise ProbeError(f"input {index} is out of range: the sink was made for {self.rows.shape[0]} "
+                             "inputs")
         self._input, self._sample = index, rows
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
@@ -154,9 +162,11 @@ class ProfileSink:
         if block.alpha.shape[0] != 1:
             raise ProbeError("ProfileSink takes one input per forward (batch 1), so no row is padding")
         size = block.alpha.shape[2]
-        rows = block.rows if block.rows is not None else torch.arange(block.query_start, block.query_start + size)
+        rows = block.rows if block.rows is not None else torch.arange(block.query_start,
+                                                                      block.query_start + size)
         positions = rows.to(block.alpha.device) + block.query_offset  # [row]
-        stats, offsets = row_statistics(block.alpha, positions, self.windows, block.entropy, block.learned_sink_mass)
+        stats, offsets = row_statistics(block.alpha, positions, self.windows, block.entropy,
+                                        block.learned_sink_mass)
         heads = list(block.heads)
         for name in ROW_STATS:
             self.sums[name][self._input, block.layer, heads] += stats[name][0].sum(-1).cpu()

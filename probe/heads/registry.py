@@ -78,7 +78,8 @@ HEAD_TYPES: tuple[HeadType, ...] = get_args(HeadType)
 # sentence ends where the tokenizer does not read the corpus; "brackets": text (or random tokens) with seeded
 # nested brackets; "generation": probes the type's own scorer builds and decodes (generation-scored types)
 ProbeKind = Literal["natural", "repeated", "spans", "sentences", "brackets", "generation"]
-Statistic = Literal["mass", "accuracy"]  # the label tests mass over chance, or accuracy over the best baseline
+# the label tests mass over chance, or accuracy over the best baseline
+Statistic = Literal["mass", "accuracy"]
 LossPositions = Literal["text", "repeat", "query"]  # which positions' loss an ablation of the type measures
 
 CAUSAL, MASKED, PROTEIN = ModelKind.CAUSAL_LM, ModelKind.MASKED_LM, ModelKind.PROTEIN_MLM
@@ -153,15 +154,19 @@ class HeadTypeSpec:
     name: HeadType
     description: str
     targets: Callable[[TargetContext], Targets]  # candidate -> [batch query key] bool
-    probe: ProbeKind  # the probe set it is scored on; without a usable corpus "natural" falls back to repeated
+    # the probe set it is scored on; without a usable corpus "natural" falls back to repeated
+    probe: ProbeKind
     # blocks, "sentences" and "brackets" to random tokens with seeded sentence ends / brackets
     # (ProbeSource.resolve)
     kinds: frozenset[str] = field(default=ALL_KINDS)  # model kinds it applies to
     statistic: Statistic = "mass"
-    candidate: str | None = None  # name of the column holding the chosen candidate ("offset"), if it has several
+    # name of the column holding the chosen candidate ("offset"), if it has several
+    candidate: str | None = None
     loss_positions: LossPositions = "text"  # ablation: the loss of these positions of its own probes
-    scorer: Scorer | None = None  # generation-scored types: (loaded, seq_len, LabelConfig, tick) -> GeneratedScores
-    default: bool = True  # scored when no types are asked for (False: only when asked, e.g. --types retrieval)
+    # generation-scored types: (loaded, seq_len, LabelConfig, tick) -> GeneratedScores
+    scorer: Scorer | None = None
+    # scored when no types are asked for (False: only when asked, e.g. --types retrieval)
+    default: bool = True
     verifier: Verifier | None = None  # (loaded, seq_len, LabelConfig, scores [layer head]) -> {column: value}
     copies: bool = False  # labels get a copying / suppressing role and rows a copying_dla (induction)
 
@@ -173,9 +178,10 @@ class HeadTypeSpec:
 
 REGISTRY: dict[HeadType, HeadTypeSpec] = {
     spec.name: spec for spec in (
-        HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", _previous_token, "natural"),
-        HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)", _next_token,
-                     "natural", kinds=BIDIRECTIONAL_KINDS),
+        HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", _previous_token,
+                     "natural"),
+        HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)",
+                     _next_token, "natural", kinds=BIDIRECTIONAL_KINDS),
         HeadTypeSpec("self", "attends to the current token", _self, "natural"),
         HeadTypeSpec("first_token", "attends to the first token (attention sink)", _first_token, "natural"),
         HeadTypeSpec("fixed_offset", "attends at one relative offset d other than −1, 0, +1 (column offset)",
@@ -186,21 +192,24 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
                      _sentence_start, "sentences", kinds=TEXT_KINDS),
         HeadTypeSpec("bracket", "attends from a closing bracket to its matching opening bracket", _bracket,
                      "brackets", kinds=TEXT_KINDS),
-        HeadTypeSpec("duplicate_token", "attends to other copies of the current token (earlier ones when causal)",
+        HeadTypeSpec("duplicate_token",
+                     "attends to other copies of the current token (earlier ones when causal)",
                      _duplicate_token, "repeated", loss_positions="repeat"),
-        HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token", _induction,
-                     "repeated", loss_positions="repeat", copies=True),
+        HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token",
+                     _induction, "repeated", loss_positions="repeat", copies=True),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", _coreference, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
-        HeadTypeSpec("retrieval", "copies the needle token it attends to while generating it (Wu et al. 2024)",
-                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer, default=False,
-                     verifier=_retrieval_verifier),
+        HeadTypeSpec("retrieval",
+                     "copies the needle token it attends to while generating it (Wu et al. 2024)",
+                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer,
+                     default=False, verifier=_retrieval_verifier),
     )
 }
 assert tuple(REGISTRY) == HEAD_TYPES  # one list of names
 
 # Types whose targets come from the token ids alone (not span examples).
-TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].probe not in ("spans", "generation"))
+TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES
+                                          if REGISTRY[name].probe not in ("spans", "generation"))
 # Types scored when none are asked for (generation-scored types are opt-in: they decode, and need long
 # probes).
 DEFAULT_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].default)
@@ -274,7 +283,8 @@ def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimite
     if REGISTRY[head_type].probe == "spans":
         example = token_ids
         if not hasattr(example, "query_tokens"):
-            raise ProbeError(f"{head_type} targets need spans: pass an EncodedSpanExample (probe.heads.probesets)")
+            raise ProbeError(f"{head_type} targets need spans: pass an EncodedSpanExample "
+                             "(probe.heads.probesets)")
         ids = torch.tensor(example.input_ids)[None]
         return REGISTRY[head_type].targets(TargetContext(ids, spans=(example,)))[None][0]
     ids = torch.as_tensor(token_ids).long()
@@ -339,14 +349,16 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
     if not isinstance(spec, HeadTypeSpec):
         raise ProbeError(f"register takes a probe.heads.HeadTypeSpec, not {type(spec).__name__}")
     if not isinstance(spec.name, str) or not _NAME.match(spec.name):
-        raise ProbeError(f"head type name {spec.name!r} must be snake_case (letters, digits, _; a letter first)")
+        raise ProbeError(f"head type name {spec.name!r} must be snake_case (letters, digits, _; a letter "
+                         "first)")
     if spec.name in REGISTRY:
         raise ProbeError(f"head type {spec.name!r} is already registered; choose another name")
     if not isinstance(spec.description, str) or not spec.description.strip():
         raise ProbeError(f"head type {spec.name!r} needs a description (one line saying what it attends to)")
     if not callable(spec.targets):
         raise ProbeError(f"head type {spec.name!r}: targets must be a function of a TargetContext")
-    for field_name, allowed in (("probe", ProbeKind), ("statistic", Statistic), ("loss_positions", LossPositions)):
+    for field_name, allowed in (("probe", ProbeKind), ("statistic", Statistic),
+                                ("loss_positions", LossPositions)):
         value = getattr(spec, field_name)
         if value not in get_args(allowed):
             raise ProbeError(f"head type {spec.name!r}: {field_name} {value!r} must be one of "
@@ -372,7 +384,8 @@ def unregister(name: str) -> None:
     del REGISTRY[name]  # type: ignore[arg-type]
 
 
-__all__ = ["ALL_KINDS", "BIDIRECTIONAL_KINDS", "BUILT_IN", "DEFAULT_TYPES", "HEAD_TYPES", "MAX_OFFSET", "REGISTRY",
-           "SMALL_VOCABULARY", "TEXT_KINDS", "TOKEN_TYPES", "HeadType", "HeadTypeSpec", "TargetContext", "Targets",
-           "TokenClasses", "batch_pattern", "bracket_pairs", "names", "offsets_for", "parse_head_types", "register",
-           "sentence_start_pairs", "target_pattern", "target_slots", "types_for_kind", "unregister"]
+__all__ = ["ALL_KINDS", "BIDIRECTIONAL_KINDS", "BUILT_IN", "DEFAULT_TYPES", "HEAD_TYPES", "MAX_OFFSET",
+           "REGISTRY", "SMALL_VOCABULARY", "TEXT_KINDS", "TOKEN_TYPES", "HeadType", "HeadTypeSpec",
+           "TargetContext", "Targets", "TokenClasses", "batch_pattern", "bracket_pairs", "names",
+           "offsets_for", "parse_head_types", "register", "sentence_start_pairs", "target_pattern",
+           "target_slots", "types_for_kind", "unregister"]

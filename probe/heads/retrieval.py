@@ -116,11 +116,11 @@ def needle_sequence(
     haystack."""
     haystack_len = content_len - 2 * key_len - needle_len
     if haystack_len < 0:
-        raise ProbeError(f"a needle probe of {content_len} tokens cannot hold a {needle_len}-token needle and a "
-                         f"{key_len}-token key twice: use a longer --seq-len")
+        raise ProbeError(f"a needle probe of {content_len} tokens cannot hold a {needle_len}-token needle "
+                         f"and a {key_len}-token key twice: use a longer --seq-len")
     if int((weights > 0).sum()) < key_len + needle_len + 1:
-        raise ProbeError(f"the vocabulary has fewer than {key_len + needle_len + 1} usable tokens: a needle probe "
-                         "needs distinct key and needle tokens and a haystack of others")
+        raise ProbeError(f"the vocabulary has fewer than {key_len + needle_len + 1} usable tokens: a needle "
+                         "probe needs distinct key and needle tokens and a haystack of others")
     chosen = torch.multinomial(weights, key_len + needle_len, replacement=False, generator=generator)
     key, needle = chosen[:key_len], chosen[key_len:]
     hay_weights = weights.clone()
@@ -140,7 +140,8 @@ def needle_probes(
     seed: int,
     needle_len: int = NEEDLE_LEN,
     key_len: int = KEY_LEN,
-    weights: torch.Tensor | None = None,  # [vocab] token probabilities (probe.heads.corpus.token_weights); None: uniform
+    # [vocab] token probabilities (probe.heads.corpus.token_weights); None: uniform
+    weights: torch.Tensor | None = None,
 ) -> NeedleProbes:
     """`n_examples` prompts of exactly `seq_len` tokens (the tokenizer's leading specials, e.g. <bos>,
     included); needle depths (i + ½) / n for probe i."""
@@ -155,7 +156,8 @@ def needle_probes(
     rows, starts, depths = [], [], []
     for index in range(n_examples):
         depth = (index + 0.5) / n_examples
-        body, start, _ = needle_sequence(generator, weights, seq_len - len(prefix), depth, needle_len, key_len)
+        body, start, _ = needle_sequence(generator, weights, seq_len - len(prefix), depth,
+                                         needle_len, key_len)
         rows.append(torch.cat([torch.tensor(prefix, dtype=torch.long), body]))
         starts.append(start + len(prefix))
         depths.append(depth)
@@ -188,8 +190,8 @@ class ArgmaxSink:
 
     def update(self, block: AttentionBlock) -> None:
         if block.n_query != 1:
-            raise ProbeError("ArgmaxSink scores decoding steps (one query row against the cached keys); prefill the "
-                             "prompt outside the capture")
+            raise ProbeError("ArgmaxSink scores decoding steps (one query row against the cached keys); "
+                             "prefill the prompt outside the capture")
         alpha = block.alpha[:, :, 0]  # [batch head key]
         best = alpha.argmax(-1).cpu()  # [batch head] key index (absolute: keys are every cached position)
         keys = self._steps.get(block.step)
@@ -222,14 +224,18 @@ def retrieval_score(
     the head's top-1 key lies in [needle_start, needle_end) and holds the token generated at step s."""
     steps, batch = argmax_keys.shape[:2]
     if generated.shape != (batch, steps):
-        raise ProbeError(f"generated is shaped {tuple(generated.shape)}; expected [batch={batch}, step={steps}]")
-    sequence = torch.cat([prompt, generated], dim=1)  # [batch seq+step]: keys past the prompt hold generated tokens
+        raise ProbeError(f"generated is shaped {tuple(generated.shape)}; expected [batch={batch}, "
+                         f"step={steps}]")
+    # [batch seq+step]: keys past the prompt hold generated tokens
+    sequence = torch.cat([prompt, generated], dim=1)
     keys = argmax_keys.clamp(min=0)  # [step batch layer head]
     flat = keys.permute(1, 0, 2, 3).reshape(batch, -1)  # [batch step·layer·head]
-    held = sequence.gather(1, flat).view(batch, steps, *keys.shape[2:]).permute(1, 0, 2, 3)  # [step batch layer head]
+    # [step batch layer head]
+    held = sequence.gather(1, flat).view(batch, steps, *keys.shape[2:]).permute(1, 0, 2, 3)
     inside = (keys >= needle_start[None, :, None, None]) & (keys < needle_end[None, :, None, None])
     hit = inside & (argmax_keys >= 0) & (held == generated.T[:, :, None, None])  # [step batch layer head]
-    return hit.sum(0).double().div((needle_end - needle_start).double()[:, None, None]).float()  # [batch layer head]
+    # [batch layer head]
+    return hit.sum(0).double().div((needle_end - needle_start).double()[:, None, None]).float()
 
 
 def uniform_chance(
@@ -334,13 +340,16 @@ def score_needles(
     """Decode every probe greedily and score every head on it (see the module doc)."""
     seq_len = probes.input_ids.shape[1]
     needle_len = int((probes.needle_end - probes.needle_start).max())
-    loaded.check_length(seq_len + needle_len, f"a {seq_len}-token needle probe and its {needle_len}-token answer")
+    loaded.check_length(seq_len + needle_len,
+                        f"a {seq_len}-token needle probe and its {needle_len}-token answer")
     scores, generated_all = [], []
     for start in range(0, len(probes.input_ids), config.batch_size):
         rows = slice(start, start + config.batch_size)
         prompt = probes.input_ids[rows]  # [batch seq]
-        generated, keys = decode_with_argmax(loaded.model, prompt, needle_len, loaded.n_layers, loaded.n_heads)
-        scores.append(retrieval_score(keys, generated, prompt, probes.needle_start[rows], probes.needle_end[rows]))
+        generated, keys = decode_with_argmax(loaded.model, prompt, needle_len, loaded.n_layers,
+                                             loaded.n_heads)
+        scores.append(
+            retrieval_score(keys, generated, prompt, probes.needle_start[rows], probes.needle_end[rows]))
         generated_all.append(generated)
         if tick is not None:
             tick()
@@ -389,7 +398,8 @@ def retrieval_scores(loaded, config: RetrievalConfig = RetrievalConfig()):  # no
     from probe.naming import head_name
 
     if loaded.kind != ModelKind.CAUSAL_LM:
-        raise ProbeError(f"retrieval heads are defined for causal LMs; {loaded.name} is a {loaded.kind.description}")
+        raise ProbeError(f"retrieval heads are defined for causal LMs; {loaded.name} is a "
+                         f"{loaded.kind.description}")
     records = []
     for seq_len in dict.fromkeys(config.lengths):
         probes = needle_probes(loaded.tokenizer, config.examples, seq_len, config.seed, config.needle_len,
@@ -415,6 +425,7 @@ def label_scores(loaded, seq_len: int, label_config, tick: Callable[[], None] | 
 
     config = RetrievalConfig(examples=label_config.examples, seq_len=seq_len, seed=label_config.seed,
                              batch_size=label_config.batch_size)
-    probes = needle_probes(loaded.tokenizer, config.examples, seq_len, config.seed, config.needle_len, config.key_len)
+    probes = needle_probes(loaded.tokenizer, config.examples, seq_len, config.seed, config.needle_len,
+                           config.key_len)
     result = score_needles(loaded, probes, config, tick)
     return GeneratedScores("needles", result.score, result.chance, result.cluster, result.recall)

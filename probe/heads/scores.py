@@ -172,7 +172,8 @@ class ScoreSink:
         n_keys = self.all_slots.shape[1]
         self.dense = words is not None or self.all_slots.shape[-1] > max(GATHER_MAX_SLOTS, n_keys // 8)
         batch = len(self.lengths)
-        self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}  # [batch layer head]
+        # [batch layer head]
+        self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
         # Output share: per type the sum over valid rows of Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, and the
         # layer's norms
         self.share = None
@@ -189,7 +190,8 @@ class ScoreSink:
                                                                    words.target_word, words.candidate_word)))
             self.words = words
             n_keys = words.word_ids.shape[1]
-            self.query_rows = torch.zeros(batch, n_layers, n_heads, n_keys, device=device)  # [batch layer head key]
+            # [batch layer head key]
+            self.query_rows = torch.zeros(batch, n_layers, n_heads, n_keys, device=device)
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         """Dense heads or gathered slots (see heads_for, gather_for), output norms when projections are given;
@@ -267,7 +269,8 @@ class ScoreSink:
     def result(self) -> dict[str, TypeScores]:
         """Per-example scores of each head type: `[example layer head]`."""
         out = {}
-        correct = self._accuracy() if self.words is not None else None  # span batches: the word-level accuracy
+        # span batches: the word-level accuracy
+        correct = self._accuracy() if self.words is not None else None
         for head_type, mass in self.mass.items():
             mass = mass.cpu()
             n_valid = self.n_valid[head_type].to(mass.dtype)[:, None, None]
@@ -279,7 +282,8 @@ class ScoreSink:
             if self.share is not None:
                 known = self.share_known[None, :, None]  # [1 layer 1]
                 rows = self.share_rows[head_type].cpu()  # [batch layer head]
-                share = torch.where((rows > 0) & known, self.share[head_type].cpu() / rows.clamp(min=1), torch.nan)
+                share = torch.where((rows > 0) & known,
+                                    self.share[head_type].cpu() / rows.clamp(min=1), torch.nan)
             out[head_type] = TypeScores(head_type, score, tl, correct, share)
         return out
 
@@ -288,9 +292,11 @@ class ScoreSink:
         words = self.words
         n_words = words.target_word.shape[1]
         index = (words.word_ids + 1).clamp(min=0)  # [batch key]; slot 0 collects specials and padding
-        per_word = torch.zeros(*self.query_rows.shape[:3], n_words + 1, device=index.device)  # [batch layer head word+1]
+        # [batch layer head word+1]
+        per_word = torch.zeros(*self.query_rows.shape[:3], n_words + 1, device=index.device)
         per_word.scatter_add_(-1, index[:, None, None].expand_as(self.query_rows), self.query_rows)
-        per_word = per_word[..., 1:].masked_fill(~words.candidate_word[:, None, None], -torch.inf)  # [batch layer head word]
+        # [batch layer head word]
+        per_word = per_word[..., 1:].masked_fill(~words.candidate_word[:, None, None], -torch.inf)
         predicted = per_word.argmax(-1)  # [batch layer head]
         hit = words.target_word[:, None, None].expand_as(per_word).gather(-1, predicted[..., None])[..., 0]
         return hit.float().cpu()

@@ -35,7 +35,8 @@ def uniform_chance(
     position = torch.arange(n)
     real = position[None, :] < lengths[:, None]  # [batch seq]
     pattern = pattern & real[:, :, None] & real[:, None, :]
-    valid = pattern.any(-1)  # [batch query] rows with a target, as the score counts them (before causal masking)
+    # [batch query] rows with a target, as the score counts them (before causal masking)
+    valid = pattern.any(-1)
     if causal:
         pattern = pattern & (position[None, :] <= position[:, None])  # keys a causal row can see
         keys = (position + 1).expand(batch, n).float()  # [batch query]
@@ -115,7 +116,8 @@ def percentile_interval(means: torch.Tensor, confidence: float) -> tuple[torch.T
     return low.reshape(shape).float(), high.reshape(shape).float()
 
 
-MIN_CLUSTERS = 2  # a test needs examples from at least this many bootstrap clusters (one cluster: no spread at all)
+# a test needs examples from at least this many bootstrap clusters (one cluster: no spread at all)
+MIN_CLUSTERS = 2
 
 
 def clusters_present(
@@ -161,7 +163,8 @@ def benjamini_hochberg(p: torch.Tensor) -> torch.Tensor:
 
 
 def choose_candidate(
-    effects: torch.Tensor,  # [candidate example layer head] score − chance, NaN where an example has no target
+    # [candidate example layer head] score − chance, NaN where an example has no target
+    effects: torch.Tensor,
 ) -> torch.Tensor:
     """Each head's candidate (e.g. fixed_offset's d) with the largest mean effect: `[layer head]` long
     index."""

@@ -152,7 +152,8 @@ def load_table(path) -> pd.DataFrame:
         raise ProbeError(f"{path} is not a probe label table (no {', '.join(missing[:3])} column); "
                          "pass another --out or --force to overwrite it")
     table = table.reindex(columns=COLUMNS)
-    for column in _TEXT_COLUMNS:  # a text column without any value reads back as None from parquet: NaN, as written
+    # a text column without any value reads back as None from parquet: NaN, as written
+    for column in _TEXT_COLUMNS:
         if table[column].dtype == object:
             table[column] = table[column].where(table[column].notna(), math.nan)
     return table

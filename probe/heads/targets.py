@@ -42,7 +42,8 @@ class TargetContext:
     input_ids: torch.Tensor  # [batch seq] long
     causal: bool = True
     delimiter_ids: tuple[int, ...] = ()  # token ids that count as delimiters
-    repeat_start: torch.Tensor | None = None  # [batch] position of the planted block's first copy (repeated probes)
+    # [batch] position of the planted block's first copy (repeated probes)
+    repeat_start: torch.Tensor | None = None
     repeat_len: torch.Tensor | None = None  # [batch] the planted block's length
     restrict_to_repeat: bool = False  # small vocabulary: repeat targets only inside the planted repeat
     spans: tuple = ()  # one probe.heads.probesets.EncodedSpanExample per row (span types)
@@ -54,7 +55,8 @@ Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset'
 
 def _diagonal(ctx: TargetContext, offset: int, first_row: int = 0) -> torch.Tensor:
     batch, n = ctx.input_ids.shape
-    pattern = torch.ones(n, n, dtype=torch.bool).triu(offset).tril(offset)  # [query key]: key = query + offset
+    # [query key]: key = query + offset
+    pattern = torch.ones(n, n, dtype=torch.bool).triu(offset).tril(offset)
     pattern[:first_row] = False
     return pattern.expand(batch, n, n).clone()  # [batch query key]
 
@@ -178,7 +180,8 @@ def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
     """Only the planted repeat: query i in the second copy -> key i − L + shift (and, mirrored, the first
     copy's query i -> key i + L)."""
     if ctx.repeat_start is None or ctx.repeat_len is None:
-        raise ProbeError("restricted repeat targets need the planted block's position (repeated-block probes)")
+        raise ProbeError(
+            "restricted repeat targets need the planted block's position (repeated-block probes)")
     batch, n = ctx.input_ids.shape
     pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
     for row in range(batch):

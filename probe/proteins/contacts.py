@@ -103,7 +103,8 @@ class ContactResult:
     """
 
     sequence: str
-    contacts: np.ndarray | None  # [L L] float32 probabilities (NaN: pairs no window covered); None: no contact head
+    # [L L] float32 probabilities (NaN: pairs no window covered); None: no contact head
+    contacts: np.ndarray | None
     true_contacts: np.ndarray | None = None  # [L L] int8: 1 contact, 0 not, -1 unknown
     precision: dict[str, float] | None = None  # of `contacts`, keys precision_columns()
     heads: pd.DataFrame | None = None  # per-head table (see the module docstring)
@@ -119,8 +120,9 @@ def _require_protein(loaded: LoadedModel) -> None:
 def _require_contact_head(loaded: LoadedModel, what: str) -> None:
     _require_protein(loaded)
     if not loaded.has_contact_head:
-        raise ProbeError(f"{what} needs a contact regression, which {loaded.name} does not have (ESM checkpoints do); "
-                         "per-head analysis against a structure works for every protein model")
+        raise ProbeError(f"{what} needs a contact regression, which {loaded.name} does not have (ESM "
+                         "checkpoints do); per-head analysis against a structure works for every protein "
+                         "model")
 
 
 def _eos_id(loaded: LoadedModel) -> int | None:
@@ -134,7 +136,8 @@ def predict_contacts_batch(
     sequences: Sequence[str],
     true_maps: Sequence[np.ndarray | None] | None = None,
     per_head: bool | None = None,  # None: when a true map is given
-    features: Sequence[ResidueFeatures | None] | None = None,  # binding sites, secondary structure per sequence
+    # binding sites, secondary structure per sequence
+    features: Sequence[ResidueFeatures | None] | None = None,
     min_attention: float = MIN_ATTENTION,
     min_count: int = MIN_COUNT,
     regression: tuple[torch.Tensor, float] | None = None,
@@ -157,17 +160,19 @@ def predict_contacts_batch(
     if per_head is None:
         per_head = any(true_map is not None for true_map in true_maps) or not predicts
     if regression is not None:
-        weight, bias = torch.as_tensor(regression[0], dtype=torch.float32), float(regression[1])  # [layer head]
+        # [layer head]
+        weight, bias = torch.as_tensor(regression[0], dtype=torch.float32), float(regression[1])
         if tuple(weight.shape) != (loaded.n_layers, loaded.n_heads):
-            raise ProbeError(f"the contact regression has {tuple(weight.shape)} layers × heads but {loaded.name} has "
-                             f"({loaded.n_layers}, {loaded.n_heads}): fit one for this model (--fit)")
+            raise ProbeError(f"the contact regression has {tuple(weight.shape)} layers × heads but "
+                             f"{loaded.name} has ({loaded.n_layers}, {loaded.n_heads}): fit one for this "
+                             "model (--fit)")
     elif loaded.has_contact_head:
         weight, bias = contact_regression(loaded.model)
     else:
         weight, bias = torch.zeros(loaded.n_layers, loaded.n_heads), 0.0  # [layer head]
     offset = loaded.residue_offset
-    sink = ContactSink(weight, bias, inputs["input_ids"], inputs["attention_mask"], _eos_id(loaded), true_maps,
-                       per_head, starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
+    sink = ContactSink(weight, bias, inputs["input_ids"], inputs["attention_mask"], _eos_id(loaded),
+                       true_maps, per_head, starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
                        features=features, min_attention=min_attention, regression=predicts)
     with capture(loaded.model, sink), torch.inference_mode():
         loaded.model(**inputs)
@@ -185,7 +190,8 @@ def predict_contacts_batch(
 def predict_contacts(
     loaded: LoadedModel,
     sequence: str,
-    true_map: np.ndarray | None = None,  # [L L] int8 (probe.proteins.structure.contact_map(structure, sequence=...))
+    # [L L] int8 (probe.proteins.structure.contact_map(structure, sequence=...))
+    true_map: np.ndarray | None = None,
     per_head: bool | None = None,  # None: when a true map is given (always for models without a contact head)
     features: ResidueFeatures | None = None,  # binding sites, secondary structure (aligned to the sequence)
     min_attention: float = MIN_ATTENTION,
@@ -248,8 +254,8 @@ def predict_contacts(
     >>> result.contacts.shape, result.heads.shape  # 76 residues; 2 layers x 4 heads, 74 columns
     ((76, 76), (8, 74))
     """
-    return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention, min_count,
-                                  regression, min_total=min_total)[0]
+    return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention,
+                                  min_count, regression, min_total=min_total)[0]
 
 
 def predict_contacts_windowed(
@@ -295,8 +301,8 @@ def head_attention_map(loaded: LoadedModel, sequence: str, layer: int, head: int
 
     _require_protein(loaded)
     if not (0 <= layer < loaded.n_layers and 0 <= head < loaded.n_heads):
-        raise ProbeError(f"head L{layer}H{head} does not exist: the model has layers 0..{loaded.n_layers - 1} and "
-                         f"heads 0..{loaded.n_heads - 1}")
+        raise ProbeError(f"head L{layer}H{head} does not exist: the model has layers "
+                         f"0..{loaded.n_layers - 1} and heads 0..{loaded.n_heads - 1}")
     cleaned, inputs = encode_proteins(loaded, [sequence])
     sink = DenseSink([layer], [head])
     with capture(loaded.model, sink), torch.inference_mode():

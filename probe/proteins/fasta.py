@@ -28,7 +28,8 @@ def parse_fasta(text: str, source: str = "the FASTA text", allow_bare: bool = Tr
             words = line[1:].split()
             records.append((words[0] if words else f"record{len(records) + 1}", []))
         elif not records:
-            raise ProbeError(f"{source} line {number}: sequence before the first '>' header; is this a FASTA file?")
+            raise ProbeError(f"{source} line {number}: sequence before the first '>' header; is this a FASTA "
+                             "file?")
         else:
             records[-1][1].append("".join(line.split()))
     result = []
@@ -44,7 +45,8 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     empty or malformed file."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise ProbeError(f"FASTA file {path} does not exist" if not file.exists() else f"{path} is not a file")
+        raise ProbeError(f"FASTA file {path} does not exist" if not file.exists()
+                         else f"{path} is not a file")
     try:
         data = file.read_bytes()
     except OSError as error:
@@ -54,8 +56,8 @@ def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise ProbeError(f"{path} is not UTF-8 text (byte {error.start + 1} cannot be decoded); save it as UTF-8 "
-                         "or ASCII FASTA") from None
+        raise ProbeError(f"{path} is not UTF-8 text (byte {error.start + 1} cannot be decoded); save it as "
+                         "UTF-8 or ASCII FASTA") from None
     result = parse_fasta(text, str(path), allow_bare=False)
     if not result:
         raise ProbeError(f"{path} holds no FASTA records")

@@ -84,7 +84,8 @@ PAIR_FEATURES = ("contact",)
 SECONDARY_FEATURES = ("helix", "strand", "turn_bend", "blank")  # provis' ss4 classes 0, 1, 2, 3
 RESIDUE_FEATURES = ("binding", *SECONDARY_FEATURES)
 FEATURES = PAIR_FEATURES + RESIDUE_FEATURES
-SECONDARY_CODES = {"helix": "a", "strand": "b", "turn_bend": "t", "blank": "n"}  # probe.proteins.structure's codes
+# probe.proteins.structure's codes
+SECONDARY_CODES = {"helix": "a", "strand": "b", "turn_bend": "t", "blank": "n"}
 MERGED_CODE = "c"  # P-SEA's coil (turn/bend and blank together): such a chain has neither class
 
 
@@ -105,7 +106,8 @@ class ResidueFeatures:
             names.append("contact")
         if self.binding is not None and (np.asarray(self.binding) >= 0).any():
             names.append("binding")
-        secondary = np.asarray(self.secondary).astype(str) if self.secondary is not None else np.array([], str)
+        secondary = np.asarray(self.secondary).astype(
+            str) if self.secondary is not None else np.array([], str)
         if (secondary != "").any():
             names += ["helix", "strand"]
             if not (secondary == MERGED_CODE).any():
@@ -113,7 +115,8 @@ class ResidueFeatures:
         return tuple(names)
 
 
-def feature_masks(features: ResidueFeatures, length: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+def feature_masks(features: ResidueFeatures, length: int,
+                  device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Property masks: "contact" [L L] over (query, key) pairs, the residue properties [L] over attended
     keys."""
     masks: dict[str, torch.Tensor] = {}
@@ -127,11 +130,13 @@ def feature_masks(features: ResidueFeatures, length: int, device: torch.device |
         masks["binding"] = torch.as_tensor(np.asarray(features.binding) == 1, device=device)  # [L]
     for name, code in SECONDARY_CODES.items():
         if name in available:
-            masks[name] = torch.as_tensor(np.asarray(features.secondary).astype(str) == code, device=device)  # [L]
+            # [L]
+            masks[name] = torch.as_tensor(np.asarray(features.secondary).astype(str) == code, device=device)
     for name, mask in masks.items():
         expected = (length, length) if name in PAIR_FEATURES else (length,)
         if tuple(mask.shape) != expected:
-            raise ValueError(f"the {name} data has shape {tuple(mask.shape)} but the sequence has {length} residues")
+            raise ValueError(f"the {name} data has shape {tuple(mask.shape)} but the sequence has {length} "
+                             "residues")
     return masks
 
 
@@ -156,7 +161,8 @@ def feature_counts(alpha: torch.Tensor, masks: Mapping[str, torch.Tensor],
         ``n_{f}`` (#α ≥ θ with f).
     """
     # compared in α's own dtype, as provis compares its float32 tensors with θ; summed in float64
-    weighted = torch.where(alpha > min_attention, alpha, torch.zeros_like(alpha)).double()  # [head query key] v1
+    # [head query key] v1
+    weighted = torch.where(alpha > min_attention, alpha, torch.zeros_like(alpha)).double()
     high = (alpha >= min_attention).double()  # [head query key] provis HEAD
     counts = {"w_high": weighted.sum((-1, -2)), "n_high": high.sum((-1, -2))}
     for name, mask in masks.items():
@@ -164,7 +170,9 @@ def feature_counts(alpha: torch.Tensor, masks: Mapping[str, torch.Tensor],
         if mask.ndim == 2:  # a pair property [query key]
             counts[f"w_{name}"] = (weighted * mask).sum((-1, -2))
             counts[f"n_{name}"] = (high * mask).sum((-1, -2))
-        else:  # a property of the attended residue [key]: sum over queries first, then over the keys that have it
+        else:
+            # a property of the attended residue [key]: sum over queries first, then over the keys that have
+            # it
             counts[f"w_{name}"] = weighted.sum(-2) @ mask
             counts[f"n_{name}"] = high.sum(-2) @ mask
     return counts
@@ -205,11 +213,13 @@ def shares(counts: pd.DataFrame, *, min_total: float = MIN_TOTAL, min_count: int
             if column not in table:
                 table[column] = np.nan
         table[f"{name}_share"] = _share(table[f"w_{name}"], table["w_high"], table["w_high"] >= min_total)
-        table[f"{name}_count_share"] = _share(table[f"n_{name}"], table["n_high"], table["n_high"] >= min_count)
+        table[f"{name}_count_share"] = _share(table[f"n_{name}"], table["n_high"],
+                                              table["n_high"] >= min_count)
     return table
 
 
-def pooled_shares(heads: pd.DataFrame, *, min_total: float = MIN_TOTAL, min_count: int = MIN_COUNT) -> pd.DataFrame:
+def pooled_shares(heads: pd.DataFrame, *, min_total: float = MIN_TOTAL,
+                  min_count: int = MIN_COUNT) -> pd.DataFrame:
     """Vig et al.'s pooled shares per head from a per-sequence table (one row per sequence × head with
     ``layer``, ``head`` and the ``w_*`` / ``n_*`` sums).
 

@@ -24,7 +24,8 @@ from probe.proteins.features import MIN_ATTENTION
 
 RANGES: dict[str, tuple[int, int | None]] = {"short": (6, 11), "medium": (12, 23), "long": (24, None)}
 FRACTIONS: dict[str, int] = {"L": 1, "L2": 2, "L5": 5}  # P@L, P@L/2, P@L/5
-MIN_SEPARATION = 6  # pairs closer in sequence are ignored by logit_share and the far_* measure (and the ranges)
+# pairs closer in sequence are ignored by logit_share and the far_* measure (and the ranges)
+MIN_SEPARATION = 6
 
 
 def precision_columns() -> list[str]:
@@ -101,14 +102,16 @@ def precision_by_range(scores, true_map) -> dict[str, float]:
     scores = torch.as_tensor(np.asarray(scores, dtype=np.float64))
     true_map = torch.as_tensor(np.asarray(true_map, dtype=np.int8))
     if scores.shape != true_map.shape or scores.ndim != 2:
-        raise ProbeError(f"scores {tuple(scores.shape)} and true map {tuple(true_map.shape)} must be the same [L, L]")
+        raise ProbeError(f"scores {tuple(scores.shape)} and true map {tuple(true_map.shape)} must be the "
+                         "same [L, L]")
     return RangePairs(true_map).precision(scores)
 
 
 def known_pair_counts(true_map) -> dict[str, tuple[int, int]]:
     """{range: (known pairs i < j, contacts among them)} of a [L L] true map."""
     pairs = RangePairs(torch.as_tensor(np.asarray(true_map, dtype=np.int8)))
-    return {name: (int(index.numel()), int(is_contact.sum())) for name, (index, is_contact) in pairs.pairs.items()}
+    return {name: (int(index.numel()), int(is_contact.sum())) for name,
+            (index, is_contact) in pairs.pairs.items()}
 
 
 def far_contact_counts(alpha: torch.Tensor, true_map: torch.Tensor, threshold: float = MIN_ATTENTION):

@@ -110,13 +110,14 @@ def fit_logistic(features: np.ndarray, labels: np.ndarray, c: float = DEFAULT_C)
     from sklearn.linear_model import LogisticRegression
 
     if len(np.unique(labels)) < 2:
-        raise ProbeError("the training structures hold no contact (or nothing but contacts) at separation ≥ 6; "
-                         "fit on real structures")
+        raise ProbeError("the training structures hold no contact (or nothing but contacts) at separation ≥ "
+                         "6; fit on real structures")
     mean = features.mean(0)  # [channel]
     scale = features.std(0)
     scale = np.where(scale > 0, scale, 1.0)
-    model = LogisticRegression(C=c, solver="liblinear", intercept_scaling=100.0, max_iter=1000, random_state=0,
-                               **_l1())  # liblinear shuffles: seeded, so the same structures give the same file
+    model = LogisticRegression(C=c, solver="liblinear", intercept_scaling=100.0, max_iter=1000,
+                               # liblinear shuffles: seeded, so the same structures give the same file
+                               random_state=0, **_l1())
     model.fit((features - mean) / scale, labels)
     weight = model.coef_[0] / scale  # [channel]
     bias = float(model.intercept_[0] - (model.coef_[0] * mean / scale).sum())
@@ -206,20 +207,22 @@ def leave_one_out(maps: Sequence[np.ndarray], structures: Sequence[TrainingStruc
 
 
 def fit(maps: Sequence[np.ndarray], structures: Sequence[TrainingStructure], model: str, c: float = DEFAULT_C,
-        k: int = TOP_K, evaluate: bool = True, revision: str = "") -> tuple[ContactRegression, pd.DataFrame | None]:
+        k: int = TOP_K, evaluate: bool = True,
+        revision: str = "") -> tuple[ContactRegression, pd.DataFrame | None]:
     """Fit on every structure (and, with `evaluate`, the leave-one-out table first); see
     :func:`leave_one_out`. `model` and `revision` name the model the regression is for (checked when it is
     applied)."""
     evaluation = leave_one_out(maps, structures, c, k) if evaluate and len(structures) >= 2 else None
     features = [pair_features(m, s.true_map) for m, s in zip(maps, structures, strict=True)]
-    weight, bias = fit_logistic(np.concatenate([f[0] for f in features]), np.concatenate([f[1] for f in features]),
-                                c)
-    heads = select_top_heads([head_precisions(m, s.true_map) for m, s in zip(maps, structures, strict=True)], k)
+    weight, bias = fit_logistic(np.concatenate([f[0] for f in features]),
+                                np.concatenate([f[1] for f in features]), c)
+    heads = select_top_heads(
+        [head_precisions(m, s.true_map) for m, s in zip(maps, structures, strict=True)], k)
     shape = maps[0].shape[:2]
     rows = [] if evaluation is None else evaluation.to_dict("records")
     regression = ContactRegression(model=model, weight=weight.reshape(shape), bias=bias, c=c,
-                                   structures=tuple(s.id for s in structures), top_heads=heads, evaluation=rows,
-                                   revision=revision)
+                                   structures=tuple(s.id for s in structures), top_heads=heads,
+                                   evaluation=rows, revision=revision)
     return regression, evaluation
 
 

@@ -63,7 +63,8 @@ class ContactOptions:
     binding_distance: float = BINDING_DISTANCE  # Å, residue to ligand heavy atom
     per_head: bool = True  # compute the per-head table
     regression: str | None = None  # a fitted contact regression file (probe contacts --regression), or None
-    regression_hash: str | None = None  # its probe.runs.journal.file_hash (a changed file recomputes the units)
+    # its probe.runs.journal.file_hash (a changed file recomputes the units)
+    regression_hash: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,11 +114,11 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
     limit = loaded.max_tokens - 2
     if len(sequence) > limit:
         if options.window is None:
-            raise ProbeError(f"{spec.id} has {len(sequence)} residues but {loaded.name} takes at most {limit}; "
-                             f"shorten it or use --window {limit}")
+            raise ProbeError(f"{spec.id} has {len(sequence)} residues but {loaded.name} takes at most "
+                             f"{limit}; shorten it or use --window {limit}")
         if options.per_head:
-            raise ProbeError(f"{spec.id} has {len(sequence)} residues: per-head statistics need whole sequences "
-                             f"(at most {limit}), not --window mode")
+            raise ProbeError(f"{spec.id} has {len(sequence)} residues: per-head statistics need whole "
+                             f"sequences (at most {limit}), not --window mode")
         result = predict_contacts_windowed(loaded, sequence, options.window, true_map=true_map)
     else:
         fitted = None
@@ -132,7 +133,8 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
 
 def _chain_row(spec: UnitSpec, result: ContactResult, features: ResidueFeatures | None, structure) -> dict:
     row = {"record": spec.record, "id": spec.id, "file": spec.structure or "", "chain": spec.chain or "",
-           "length": len(result.sequence), "sequence": result.sequence, "structure_hash": spec.structure_hash or "",
+           "length": len(result.sequence), "sequence": result.sequence,
+           "structure_hash": spec.structure_hash or "",
            "ligands": ",".join(structure.ligands) if structure is not None else ""}
     precision = result.precision or {}
     row.update({column: float(precision.get(column, np.nan)) for column in precision_columns()})
@@ -159,7 +161,8 @@ def unpack(spec: UnitSpec, table: pd.DataFrame | None, arrays: dict[str, np.ndar
     precision = None
     if "contacts" in arrays and "true_contacts" in arrays:
         precision = {column: float(row[column]) for column in precision_columns()}
-    result = ContactResult(row["sequence"], arrays.get("contacts"), arrays.get("true_contacts"), precision, table)
+    result = ContactResult(row["sequence"], arrays.get("contacts"), arrays.get("true_contacts"),
+                           precision, table)
     return UnitOutcome(spec, result, row)
 
 
@@ -381,7 +384,8 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
         raise ProbeError(f"{path} is not a parquet per-head summary ({first_line(error)})") from None
     missing = [column for column in HEAD_SUMMARY_COLUMNS if column not in table.column_names]
     if missing:
-        raise ProbeError(f"{path} is not a probe contacts --heads-summary file: it lacks {', '.join(missing[:4])}"
+        raise ProbeError(f"{path} is not a probe contacts --heads-summary file: it lacks "
+                         f"{', '.join(missing[:4])}"
                          + (" ..." if len(missing) > 4 else ""))
     frame = table.to_pandas()
     raw = (table.schema.metadata or {}).get(b"probe")
@@ -390,5 +394,5 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
 
 
 __all__ = ["HEAD_SUMMARY_COLUMNS", "ContactOptions", "UnitOutcome", "analyse_unit", "bootstrap_means",
-           "chain_table", "heads_table", "pack", "read_heads_summary", "summarize_heads", "unit_identity", "unpack",
-           "write_heads_summary"]
+           "chain_table", "heads_table", "pack", "read_heads_summary", "summarize_heads", "unit_identity",
+           "unpack", "write_heads_summary"]

@@ -189,5 +189,5 @@ def best_significant(table: pd.DataFrame, name: str = "long", fdr: float = FDR) 
     return significant.loc[significant[f"enrichment_L_{name}"].idxmax()]
 
 
-__all__ = ["FDR", "benjamini_hochberg", "best_significant", "head_row", "hypergeometric_p_value", "pooled_p_value",
-           "pooled_rows", "range_columns", "with_q_values"]
+__all__ = ["FDR", "benjamini_hochberg", "best_significant", "head_row", "hypergeometric_p_value",
+           "pooled_p_value", "pooled_rows", "range_columns", "with_q_values"]

@@ -69,7 +69,8 @@ import numpy as np
 from probe.errors import ProbeError, first_line
 from probe.proteins.defaults import BINDING_DISTANCE, CB_MODES, CONTACT_THRESHOLD, DEFAULT_CB
 
-MIN_IDENTITY = 0.5  # least share of identical aligned residues (of the shorter sequence) before we call it a mismatch
+# least share of identical aligned residues (of the shorter sequence) before we call it a mismatch
+MIN_IDENTITY = 0.5
 CbMode = Literal["virtual", "real"]
 WATER_NAMES = ("HOH", "WAT", "DOD", "H2O", "D2O")
 # codes -> classes: provis' 4 (DSSP) and P-SEA's coil, which merges the last two
@@ -91,9 +92,11 @@ class Structure:
     chains: tuple[str, ...]  # protein chains in the file, in file order
     sequence: str  # one letter per observed residue
     residue_ids: np.ndarray  # [residue] int: author residue numbers (for display only)
-    coords: np.ndarray  # [residue 3] float: real Cβ (Cα for Gly or missing Cβ); NaN when neither atom is present
+    # [residue 3] float: real Cβ (Cα for Gly or missing Cβ); NaN when neither atom is present
+    coords: np.ndarray
     backbone: np.ndarray | None = None  # [residue 3 3] float: N, Cα, C (NaN where an atom is missing)
-    ligand_distance: np.ndarray | None = None  # [residue] float: closest ligand heavy atom, Å (inf: no ligand)
+    # [residue] float: closest ligand heavy atom, Å (inf: no ligand)
+    ligand_distance: np.ndarray | None = None
     secondary: np.ndarray | None = None  # [residue] str: "a", "b", "t", "n" (DSSP) or "c" (P-SEA); "" unknown
     ligands: tuple[str, ...] = ()  # residue names of the ligand groups in the model (water excluded)
     secondary_method: str = ""  # "dssp" (mdtraj), "p-sea" (biotite fallback) or "" (no assignment)
@@ -283,7 +286,8 @@ def assign_secondary(protein, n_residues: int) -> tuple[np.ndarray, str]:
     except Exception:  # mdtraj missing, or it cannot read / assign this chain: fall back to P-SEA
         pass
     try:
-        classes = np.asarray(struc.annotate_sse(protein)).astype("<U1")  # [residue] P-SEA "a" / "b" / "c" / ""
+        # [residue] P-SEA "a" / "b" / "c" / ""
+        classes = np.asarray(struc.annotate_sse(protein)).astype("<U1")
         if len(classes) == n_residues:
             return classes, "p-sea"
     except Exception:  # P-SEA needs Cα atoms
@@ -331,8 +335,8 @@ def align_to_sequence(structure: Structure, sequence: str) -> np.ndarray:
             identical += sequence[seq_index] == structure.sequence[struct_index]
     shorter = max(1, min(len(sequence), len(structure)))
     if identical / shorter < MIN_IDENTITY:
-        raise ProbeError(f"chain {structure.chain} of {structure.name} matches only {identical} of {shorter} residues "
-                         "of the sequence; pick the right chain with --chain or the right structure")
+        raise ProbeError(f"chain {structure.chain} of {structure.name} matches only {identical} of {shorter} "
+                         "residues of the sequence; pick the right chain with --chain or the right structure")
     return mapping
 
 
@@ -418,7 +422,8 @@ def contact_map(structure: Structure, threshold: float = CONTACT_THRESHOLD, sequ
     return result
 
 
-def binding_sites(structure: Structure, distance: float = BINDING_DISTANCE, sequence: str | None = None) -> np.ndarray:
+def binding_sites(structure: Structure, distance: float = BINDING_DISTANCE,
+                  sequence: str | None = None) -> np.ndarray:
     """[L] int8: 1 where a residue has a heavy atom within `distance` Å of a ligand heavy atom, 0 where not,
     -1 where the sequence position has no structure residue (with `sequence`)."""
     distance = check_threshold(distance, "binding distance")

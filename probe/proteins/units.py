@@ -79,7 +79,8 @@ def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
             continue
         chosen = [chain for chain in found if wanted is None or chain in wanted]
         if not chosen:
-            skipped.append((str(path), f"none of the chains {', '.join(sorted(wanted))} (it has {', '.join(found)})"))
+            skipped.append((str(path), f"none of the chains {', '.join(sorted(wanted))} (it has "
+                                       f"{', '.join(found)})"))
             continue
         digest = file_hash(path)
         for chain in chosen:

@@ -96,7 +96,8 @@ def write_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -
     """
     path = Path(path)
     remove_stale_temporaries(path)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=path.suffix)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
+                                    suffix=path.suffix)
     os.close(handle)
     tmp = Path(name)
     try:
@@ -111,5 +112,5 @@ def write_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -
     fsync_directory(path.parent)
 
 
-__all__ = ["fsync_directory", "is_temporary", "pid_alive", "remove_dead_temporaries", "remove_stale_temporaries",
-           "write_atomically"]
+__all__ = ["fsync_directory", "is_temporary", "pid_alive", "remove_dead_temporaries",
+           "remove_stale_temporaries", "write_atomically"]

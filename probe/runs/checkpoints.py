@@ -148,19 +148,20 @@ def read_models_file(path: str) -> list[str]:
         raise ProbeError(f"--models-file {path}: cannot read it ({error.strerror or error})") from None
     if b"\x00" in data:
         line = data[:data.index(b"\x00")].count(b"\n") + 1
-        raise ProbeError(f"--models-file {path} line {line}: not text (a NUL byte); give one model directory or hub "
-                         "id per line")
+        raise ProbeError(f"--models-file {path} line {line}: not text (a NUL byte); give one model directory "
+                         "or hub id per line")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data[:error.start].count(b"\n") + 1
-        raise ProbeError(f"--models-file {path} line {line}: not UTF-8 text; save the file as UTF-8") from None
+        raise ProbeError(
+            f"--models-file {path} line {line}: not UTF-8 text; save the file as UTF-8") from None
     specs = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if len(line) > MAX_LINE:
-            raise ProbeError(f"--models-file {path} line {number}: {len(line)} characters long; give one model "
-                             "directory or hub id per line")
+            raise ProbeError(f"--models-file {path} line {number}: {len(line)} characters long; give one "
+                             "model directory or hub id per line")
         if line:
             specs.append(line)
     if not specs:

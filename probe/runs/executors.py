@@ -20,8 +20,8 @@ class UnitWorker:
     """Runs units of one task, holding the state (model) of the last group it loaded. Used as is in-process
     and as the class of the Ray actor (one per worker process)."""
 
-    def __init__(self, task: Task, threads: int | None = None, preloaded: Mapping[Hashable, Any] | None = None,
-                 keep_exceptions: bool = False) -> None:
+    def __init__(self, task: Task, threads: int | None = None,
+                 preloaded: Mapping[Hashable, Any] | None = None, keep_exceptions: bool = False) -> None:
         self.task = task
         self.group: Hashable = None
         self.state: Any = None

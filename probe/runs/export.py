@@ -37,8 +37,8 @@ def save_figure(figure, path: str | Path) -> list[Path]:
             reason = f"kaleido failed ({str(error).strip().splitlines()[0] if str(error).strip() else error!r})"
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
-        raise ProbeError(f"wrote {html} but no PNG: {reason} and no Chromium is on PATH (pip install kaleido, "
-                         "and install chromium)")
+        raise ProbeError(f"wrote {html} but no PNG: {reason} and no Chromium is on PATH (pip install "
+                         "kaleido, and install chromium)")
     with tempfile.TemporaryDirectory() as scratch:
         static = Path(scratch) / "figure.html"  # no mode bar in the picture
         figure.write_html(static, include_plotlyjs=True, config={"staticPlot": True})
@@ -49,8 +49,8 @@ def save_figure(figure, path: str | Path) -> list[Path]:
 def _screenshot(browser: str, html: Path, png: Path, width: int, height: int) -> None:
     with tempfile.TemporaryDirectory() as profile:
         command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                   f"--user-data-dir={profile}", f"--window-size={width},{height}", "--virtual-time-budget=5000",
-                   f"--screenshot={png}", html.resolve().as_uri()]
+                   f"--user-data-dir={profile}", f"--window-size={width},{height}",
+                   "--virtual-time-budget=5000", f"--screenshot={png}", html.resolve().as_uri()]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if done.returncode != 0 or not png.exists():
         raise ProbeError(f"headless Chromium could not render {png}: {done.stderr.strip().splitlines()[-1:]}")

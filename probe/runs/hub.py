@@ -19,7 +19,8 @@ def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu", dtype: str | No
         return models.load(checkpoint.spec, device=device, dtype=dtype, **placement)
     directory = local_revision(checkpoint.spec, checkpoint.revision)
     if directory is not None:
-        return replace(models.load(str(directory), device=device, dtype=dtype, **placement), name=checkpoint.spec)
+        return replace(models.load(str(directory), device=device, dtype=dtype, **placement),
+                       name=checkpoint.spec)
     if Path(checkpoint.spec).expanduser().exists() or checkpoint.spec.startswith(models.ZOO_PREFIX):
         raise ProbeError(f"{checkpoint.spec} has no checkpoint directory {checkpoint.revision!r} (with a "
                          "config.json); list its step-N folders or pass --models-file")

@@ -115,7 +115,8 @@ class Journal:
                 raise ValueError(f"journal array name {name!r} is reserved")
             array = np.asarray(value)
             if array.dtype.hasobject:
-                raise ValueError(f"journal array {name!r} holds Python objects; only numeric/string arrays are stored")
+                raise ValueError(f"journal array {name!r} holds Python objects; only numeric/string arrays "
+                                 "are stored")
             members[name] = array
         if table is not None:
             buffer = io.BytesIO()

@@ -32,16 +32,19 @@ def sweep_figure(table: pd.DataFrame, title: str | None = None):
     figure = make_subplots(rows=len(types), cols=1, shared_xaxes=True, subplot_titles=types,
                            vertical_spacing=0.25 / max(len(types), 1))
     order = list(dict.fromkeys(table["checkpoint"]))
-    heads_of = {t: sorted(set(labelled.loc[labelled["head_type"] == t, "head_name"]), key=_head_order) for t in types}
+    heads_of = {t: sorted(set(labelled.loc[labelled["head_type"] == t, "head_name"]), key=_head_order)
+                for t in types}
     every_head = sorted(set().union(*heads_of.values()), key=_head_order)
     palette = qualitative.Plotly + qualitative.Dark24
-    colors = {head: palette[index % len(palette)] for index, head in enumerate(every_head)}  # one colour per head
+    # one colour per head
+    colors = {head: palette[index % len(palette)] for index, head in enumerate(every_head)}
     shown: set[str] = set()
     for row, head_type in enumerate(types, start=1):
         rows = table[table["head_type"] == head_type]
         for head in heads_of[head_type]:
             line = rows[rows["head_name"] == head]
-            line = line.sort_values("step") if by_step else line.set_index("checkpoint").loc[order].reset_index()
+            line = line.sort_values("step") if by_step else line.set_index(
+                "checkpoint").loc[order].reset_index()
             figure.add_trace(go.Scatter(
                 x=line[x_column], y=line["score"], mode="lines+markers", name=head, legendgroup=head,
                 showlegend=head not in shown, line={"color": colors[head]}, marker={"color": colors[head]},

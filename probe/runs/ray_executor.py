@@ -45,7 +45,8 @@ from probe.runs.runner import Task, Unit, UnitResult, UnitWorker
 MAX_RESTARTS = 3  # times Ray restarts a dead worker process
 MAX_TASK_RETRIES = 3  # times Ray re-runs the unit a dead worker was running
 QUEUE_DEPTH = 2  # units queued per worker, so a worker never waits for the driver between units
-AUTO_OBJECT_STORE_BYTES = 256 * 2**20  # address "auto": only small tables cross processes, so a small object store
+# address "auto": only small tables cross processes, so a small object store
+AUTO_OBJECT_STORE_BYTES = 256 * 2**20
 CONNECT_TIMEOUT = 3.0  # seconds: the TCP connect to a cluster address, and its answer to the HTTP/2 preface
 # Read by Ray at start: no usage-stats reporting. (Not RAY_BACKEND_LOG_LEVEL: setting it makes Ray's C++ core
 # say so on stderr. And never a shorter GCS reconnect timeout: when it runs out, Ray's core ends the whole
@@ -89,11 +90,13 @@ def split_address(address: str) -> tuple[str, int]:
     """"HOST:PORT" -> (host, port); one-line ProbeError for anything else."""
     host, _, port = address.strip().rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ProbeError(f"--ray {address!r}: give auto, or the HOST:PORT of a cluster (`ray start --head` prints it)")
+        raise ProbeError(f"--ray {address!r}: give auto, or the HOST:PORT of a cluster (`ray start --head` "
+                         "prints it)")
     return host.strip("[]"), int(port)
 
 
-_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + empty SETTINGS
+# + empty SETTINGS
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
@@ -119,7 +122,8 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
         if isinstance(error, TimeoutError) and "connection" in locals():
             reason = f"something listens there but does not answer as a Ray cluster does within {timeout:.0f} s"
         raise ProbeError(f"cannot join Ray at {address}: {reason} {hint}") from None
-    if len(answer) < 9 or answer[3] != 0x04:  # an HTTP/2 frame header: 3 bytes length, 1 byte type (4: SETTINGS)
+    # an HTTP/2 frame header: 3 bytes length, 1 byte type (4: SETTINGS)
+    if len(answer) < 9 or answer[3] != 0x04:
         raise ProbeError(f"cannot join Ray at {address}: what listens there is not a Ray cluster {hint}")
 
 
@@ -129,7 +133,8 @@ def _start_watchdog(session_dir: str) -> None:
     try:
         process = subprocess.Popen([sys.executable, "-m", "probe.runs.ray_watchdog", session_dir,
                                     str(os.getpid())], stdin=read_end,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
     finally:
         os.close(read_end)
     _watchdog.update(process=process, pipe=write_end)
@@ -148,18 +153,20 @@ def _stop_watchdog(wait: float = 10.0) -> None:
             pass
 
 
-def start_ray(address: str = "auto", num_cpus: int | None = None, object_store_bytes: int | None = None) -> bool:
+def start_ray(address: str = "auto", num_cpus: int | None = None,
+              object_store_bytes: int | None = None) -> bool:
     """Connect this process to Ray: "auto" starts a local instance sized to this machine (``num_cpus``
     overrides its CPU count), anything else is the HOST:PORT of a running cluster. Returns True when this call
     started or joined Ray (the caller then calls :func:`stop_ray`), False when Ray was already up."""
-    for name, value in _RAY_ENVIRONMENT.items():  # before Ray is imported: its C++ core reads them when it loads
+    # before Ray is imported: its C++ core reads them when it loads
+    for name, value in _RAY_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
     ray = import_ray()
     if ray.is_initialized():
         return False
     _quiet()
-    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR,
-                               "configure_logging": True}
+    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                               "logging_level": logging.ERROR, "configure_logging": True}
     if address == "auto":
         options.update(address="local", num_cpus=num_cpus or os.cpu_count() or 1)
         if object_store_bytes:
@@ -202,8 +209,8 @@ def _pick(pending: deque[Unit], group: Hashable) -> Unit | None:
     return pending.popleft() if pending else None
 
 
-def _ray_units(units: Sequence[Unit], task: Task, workers: int, cpus_per_worker: float, gpus_per_worker: float,
-               deliver: Callable[[UnitResult], None]) -> None:
+def _ray_units(units: Sequence[Unit], task: Task, workers: int, cpus_per_worker: float,
+               gpus_per_worker: float, deliver: Callable[[UnitResult], None]) -> None:
     ray = import_ray()
     actor_class = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=MAX_RESTARTS,
                              max_task_retries=MAX_TASK_RETRIES)(UnitWorker)
@@ -233,7 +240,8 @@ def _ray_units(units: Sequence[Unit], task: Task, workers: int, cpus_per_worker:
                 alive[worker] = False
                 result = UnitResult(unit.key, error=f"worker lost: {first_line(error)}", kind="internal")
             except ray.exceptions.RayError as error:
-                result = UnitResult(unit.key, error=f"{type(error).__name__}: {first_line(error)}", kind="internal")
+                result = UnitResult(unit.key, error=f"{type(error).__name__}: {first_line(error)}",
+                                    kind="internal")
             deliver(result)
             if alive[worker]:
                 submit(worker)

@@ -77,15 +77,17 @@ def _names(keys: Sequence[str]) -> str:
 class Run:
     """One run of :func:`run`, step by step (see the module doc). Build it, then :meth:`execute` it once."""
 
-    def __init__(self, units: Sequence[Unit], task: Task, out: Out | None = None, executor: Executor | None = None,
-                 progress: bool = True, description: str | None = None) -> None:
+    def __init__(self, units: Sequence[Unit], task: Task, out: Out | None = None,
+                 executor: Executor | None = None, progress: bool = True,
+                 description: str | None = None) -> None:
         self.units, self.task = list(units), task
         self.out = out or Out()
         self.executor = executor or InProcess()
         self.progress, self.description = progress, description
         self.keys = [unit.key for unit in self.units]
         self.by_key = {unit.key: unit for unit in self.units}
-        self.kept: pd.DataFrame | None = None  # rows of the earlier table that belong to units not in this run
+        # rows of the earlier table that belong to units not in this run
+        self.kept: pd.DataFrame | None = None
         self.owned: set[str] = set()  # units of this run with rows in the earlier table
         self.journal: Journal | None = None
         self.identities: dict[str, str | None] = {}
@@ -112,7 +114,8 @@ class Run:
         """The earlier output table: which of its rows are other units' (kept) and which units own the
         rest."""
         out, earlier = self.out, None
-        if out.path is not None and out.read is not None and out.path.exists() and out.path.stat().st_size > 0:
+        if out.path is not None and out.read is not None and out.path.exists() and out.path.stat(
+                ).st_size > 0:
             try:
                 earlier = out.read()
             except ProbeError:
@@ -148,8 +151,8 @@ class Run:
             self.say(f"reused {_names(self.reused)} from {out.path}: {len(self.reused)} of {n} {out.noun}(s) "
                      "already done with the same options and inputs (--force recomputes them)")
         if self.stale:
-            self.say(f"recomputing {_names(self.stale)}: {len(self.stale)} {out.noun}(s) whose options, model "
-                     f"revision or input files differ from what {out.path} holds")
+            self.say(f"recomputing {_names(self.stale)}: {len(self.stale)} {out.noun}(s) whose options, "
+                     f"model revision or input files differ from what {out.path} holds")
         if out.show is not None:
             for key in self.reused:
                 out.show(self.by_key[key], self.finished[key])
@@ -224,9 +227,9 @@ class Run:
         prepare, close = getattr(self.executor, "prepare", None), getattr(self.executor, "close", None)
         if todo and prepare is not None:
             prepare()  # start or join Ray now: its failure is one line, before any progress bar
-        self.bar = tqdm(total=len(self.units), initial=len(self.reused), desc=self.description or self.out.noun + "s",
-                        unit=self.out.noun, file=sys.stderr, dynamic_ncols=True,
-                        disable=not self.progress or len(self.units) < 2)
+        self.bar = tqdm(total=len(self.units), initial=len(self.reused),
+                        desc=self.description or self.out.noun + "s", unit=self.out.noun, file=sys.stderr,
+                        dynamic_ncols=True, disable=not self.progress or len(self.units) < 2)
         try:
             if todo:
                 self.executor.map(self.task, todo, self.deliver)
@@ -234,7 +237,8 @@ class Run:
             self.bar.close()
             self.rewrite(final=True)
             done = sum(1 for r in self.finished.values() if r.ok)
-            self.say(f"stopped after {done} of {len(self.units)} {self.out.noun}(s); rerun the same command to finish")
+            self.say(f"stopped after {done} of {len(self.units)} {self.out.noun}(s); rerun the same command "
+                     "to finish")
             raise
         finally:
             self.bar.close()

@@ -61,7 +61,8 @@ class LabelTask:
     dtype: str | None = None
     sweep: bool = False
     progress: bool = False  # a per-batch bar on stderr while a unit runs (in-process)
-    placement: Mapping[str, object] = field(default_factory=dict)  # models.load's engine / device_map keywords
+    # models.load's engine / device_map keywords
+    placement: Mapping[str, object] = field(default_factory=dict)
 
     def identity(self, unit: Unit) -> str | None:
         checkpoint: Checkpoint = unit.payload
@@ -96,8 +97,9 @@ class LabelTask:
         table = table.reindex(columns=COLUMNS)
         if self.sweep:
             table["weights"] = checkpoint_weights(unit.payload)
-        return UnitOutput(table=table, identity=label_identity(self.config, state.name, state.revision, self.dtype),
-                          notes=notes)
+        return UnitOutput(table=table,
+                          identity=label_identity(self.config, state.name, state.revision,
+                                                  self.dtype), notes=notes)
 
     def rows(self, unit: Unit, result: UnitResult) -> pd.DataFrame | None:
         if result.table is None:
@@ -118,7 +120,8 @@ class LabelTask:
         if "checkpoint" not in table.columns:
             return models
         checkpoints = table["checkpoint"]
-        plain = checkpoints.isna() | (checkpoints.astype(str) == models.map(lambda m: Path(m.rstrip("/")).name))
+        plain = checkpoints.isna() | (
+            checkpoints.astype(str) == models.map(lambda m: Path(m.rstrip("/")).name))
         return models.where(plain, models + "@" + checkpoints.astype(str))
 
 
@@ -165,7 +168,8 @@ class ContactsTask:
     device: str = "cpu"
     dtype: str | None = None
     identities: Mapping[str, str] = field(default_factory=dict)
-    placement: Mapping[str, object] = field(default_factory=dict)  # models.load's engine / device_map keywords
+    # models.load's engine / device_map keywords
+    placement: Mapping[str, object] = field(default_factory=dict)
 
     def identity(self, unit: Unit) -> str | None:
         return self.identities.get(unit.key)

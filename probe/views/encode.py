@@ -51,5 +51,5 @@ def bytes_per_head(side: int) -> int:
     return side * side + 4
 
 
-__all__ = ["DEFAULT_BUDGET", "MAX_SIDE", "THUMB_BINS", "b64", "bytes_per_head", "dequantise", "pooling_factor",
-           "quantise"]
+__all__ = ["DEFAULT_BUDGET", "MAX_SIDE", "THUMB_BINS", "b64", "bytes_per_head", "dequantise",
+           "pooling_factor", "quantise"]

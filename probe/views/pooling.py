@@ -52,7 +52,8 @@ class PoolSink:
         pad = key_bins * self.factor - keys
         if pad:
             alpha = torch.nn.functional.pad(alpha, (0, pad))  # α ≥ 0: zero padding never wins a max
-        by_key = alpha.reshape(heads, rows, key_bins, self.factor).amax(-1).float().cpu()  # [head query key_bin]
+        # [head query key_bin]
+        by_key = alpha.reshape(heads, rows, key_bins, self.factor).amax(-1).float().cpu()
         grid = self._maps.get(block.layer)
         if grid is None:
             grid = self._maps[block.layer] = torch.zeros(heads, self.side, self.side)  # [head side side]
@@ -83,7 +84,8 @@ def pooled_attention(loaded, input_ids: torch.Tensor, map_factor: int, map_heads
     n = int(input_ids.shape[1])
     maps = PoolSink(n, map_factor, map_heads)
     thumbs = PoolSink(n, math.ceil(n / thumb_bins))
-    inputs = {"input_ids": input_ids.to(loaded.device), "attention_mask": torch.ones_like(input_ids).to(loaded.device)}
+    inputs = {"input_ids": input_ids.to(loaded.device),
+              "attention_mask": torch.ones_like(input_ids).to(loaded.device)}
     with capture(loaded.model, [maps, thumbs]), torch.inference_mode():
         loaded.model(**inputs)
     grid = thumbs.maps()

@@ -77,7 +77,8 @@ def _card_html(loaded) -> str:
 
 def _atlas_html(table, layers: int, heads: int) -> str:
     if table is None or table.empty:
-        return ('<p class="note">no labels: pass --labels TABLE (written by <code>probe label</code>), or run '
+        return ('<p class="note">no labels: pass --labels TABLE (written by <code>probe label</code>), or '
+                'run '
                 "<code>probe label --report</code></p>")
     figures = []
     for head_type in sorted(table["head_type"].astype(str).unique()):
@@ -85,8 +86,9 @@ def _atlas_html(table, layers: int, heads: int) -> str:
         count = sum(is_labelled(v) for v in rows["label"]) if "label" in rows.columns else 0
         figures.append(f"<figure>{atlas_svg(table, layers, heads, head_type)}<figcaption><b>{html.escape(head_type)}"
                        f"</b> · {count} labelled</figcaption></figure>")
-    return ('<p class="note">score on the fixed 0–1 scale (Viridis) · grey: not clearly above chance · ✓ labelled · '
-            'hover a cell for its score, interval and q</p><div class="atlases">' + "".join(figures) + "</div>")
+    return ('<p class="note">score on the fixed 0–1 scale (Viridis) · grey: not clearly above chance · ✓ '
+            'labelled · hover a cell for its score, interval and q</p><div class="atlases">' + "".join(
+                figures) + "</div>")
 
 
 def _protein_html(loaded, sequence: str, structure: str | None, chain: str | None) -> str:
@@ -103,9 +105,11 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
     if result.contacts is not None:
         parts.append(contact_svg(result.contacts, true_map, f"contacts · {loaded.name}"))
     else:
-        parts.append(f'<p class="note">{html.escape(loaded.name)} has no contact regression: per-head rows only</p>')
+        parts.append(f'<p class="note">{html.escape(loaded.name)} has no contact regression: per-head rows '
+                     'only</p>')
     if result.precision:
-        parts.append('<table class="card"><tr><th>range</th><th>P@L</th><th>P@L/2</th><th>P@L/5</th></tr>' + "".join(
+        parts.append(
+            '<table class="card"><tr><th>range</th><th>P@L</th><th>P@L/2</th><th>P@L/5</th></tr>' + "".join(
             f"<tr><td>{name}</td>" + "".join(f"<td>{_fmt(result.precision.get(f'p_at_{k}_{name}'))}</td>"
                                              for k in ("L", "L2", "L5")) + "</tr>"
             for name in ("short", "medium", "long")) + "</table>")
@@ -122,10 +126,12 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
                                         for c in columns) + "</tr>"
                        for _, row in heads.head(LEADERBOARD_ROWS).iterrows())
         parts.append(f'<h3>heads against the contact base rate (top {min(LEADERBOARD_ROWS, len(heads))} of '
-                     f'{len(heads)}, by {key.replace("_", " ")})</h3><p class="note">enrichment = P@L / base rate of '
-                     "the range; q: Benjamini–Hochberg over the heads of the hypergeometric p-value of the top-L "
-                     "hits (probe.proteins.significance); unknown: not measured</p>"
-                     f'<div class="scroll"><table class="probe-table"><thead><tr>{head}</tr></thead><tbody>{body}'
+                     f'{len(heads)}, by {key.replace("_", " ")})</h3><p class="note">enrichment = P@L / base '
+                     'rate of '
+                     "the range; q: Benjamini–Hochberg over the heads of the hypergeometric p-value of the "
+                     "top-L hits (probe.proteins.significance); unknown: not measured</p>"
+                     '<div class="scroll"><table '
+                     f'class="probe-table"><thead><tr>{head}</tr></thead><tbody>{body}'
                      "</tbody></table></div>")
     return "".join(parts), sequence
 
@@ -151,7 +157,8 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
     sections = [f"<h1>probe report · {html.escape(loaded.name)}</h1>",
                 f'<p class="note">{html.escape(loaded.kind.description)}'
                 f" · revision {html.escape(str(loaded.revision)[:24])} · written "
-                f"{_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} · one file, no network</p>",
+                f"{_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} · one file, no "
+                "network</p>",
                 "<h2>Architecture</h2>", _card_html(loaded),
                 "<h2>Head atlas</h2>", _atlas_html(table, loaded.n_layers, loaded.n_heads),
                 "<h2>Labelled heads</h2>"]

@@ -153,21 +153,26 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
         chance = number(row, "chance")
         name = head_name(int(row.layer), int(row.head))
         cells = [
-            _cell(name, int(row.layer) * 10000 + int(row.head)), _cell(str(row.head_type), str(row.head_type)),
+            _cell(name, int(row.layer) * 10000 + int(row.head)),
+            _cell(str(row.head_type), str(row.head_type)),
             _cell("unknown" if score is None else f"{score:.3f}", score),
             _cell(_interval(row, "ci_low", "ci_high"), number(row, "ci_low")),
             _cell("unknown" if chance is None else f"{chance:.3f}", chance),
-            _cell(format_q(q_value), q_value),
-            f'<td data-sort="{int(labelled)}">' + ('<span class="yes">✓ labelled</span>' if labelled else "") + "</td>",
+            _cell(format_q(q_value), q_value), f'<td data-sort="{int(labelled)}">' + ('<span class="yes">✓ '
+                                                                                      'labelled</span>'
+                                                                                      if labelled
+                                                                                      else "") + "</td>",
             _cell(share_text.strip(), share), _cell(role_text, role_text),
             _cell(ablation, ablation_value), _cell(group, group_value),
         ]
         faint = not labelled and not is_significant(row)
-        body.append(f'<tr data-head="{name}"' + (' class="faint"' if faint else "") + ">" + "".join(cells) + "</tr>")
+        body.append(
+            f'<tr data-head="{name}"' + (' class="faint"' if faint else "") + ">" + "".join(cells) + "</tr>")
     note = (f"{len(rows)} rows" + (f", the first {max_rows} shown" if len(rows) > max_rows else "") +
-            " · by type, labelled first, best score first (click a header to sort) · ✓ labelled (q ≤ the FDR) · "
-            "grey: not clearly above chance · unknown: not measured (never 0)")
-    return (f'<div class="probe-table-note">{html.escape(note)}</div><table class="probe-table"><thead><tr>{head}'
+            " · by type, labelled first, best score first (click a header to sort) · ✓ labelled (q ≤ the "
+            "FDR) · grey: not clearly above chance · unknown: not measured (never 0)")
+    return (f'<div class="probe-table-note">{html.escape(note)}</div><table '
+            f'class="probe-table"><thead><tr>{head}'
             f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 

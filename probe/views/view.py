@@ -78,10 +78,11 @@ class View:
         """The JSON the browser reads (views.js `mount`): typed arrays as base64."""
         layers, heads = self.shape
         index = sorted(self.maps)
-        thumbs, thumb_tops = encode.quantise(self.thumbnails.reshape(layers * heads, *self.thumbnails.shape[2:]))
-        data = {"version": 1, "model": self.model, "title": self.title or self.model, "tokens": list(self.tokens),
-                "n": len(self.tokens), "causal": self.causal, "layers": layers, "heads": heads,
-                "selected": list(self.selected),
+        thumbs, thumb_tops = encode.quantise(
+            self.thumbnails.reshape(layers * heads, *self.thumbnails.shape[2:]))
+        data = {"version": 1, "model": self.model, "title": self.title or self.model,
+                "tokens": list(self.tokens), "n": len(self.tokens), "causal": self.causal, "layers": layers,
+                "heads": heads, "selected": list(self.selected),
                 "thumbs": {"bins": int(self.thumbnails.shape[-1]), "data": encode.b64(thumbs),
                            "scale": encode.b64(thumb_tops)},
                 "types": sorted(self.badges, key=lambda name: (-_labelled_count(self.badges[name]), name)),
@@ -116,8 +117,8 @@ class View:
         layer, head = parse_head_name(name) if isinstance(name, str) else (int(name[0]), int(name[1]))
         layers, heads = self.shape
         if not (0 <= layer < layers and 0 <= head < heads):
-            raise ProbeError(f"{head_name(layer, head)} is not a head of {self.model} (layers 0..{layers - 1}, "
-                             f"heads 0..{heads - 1})")
+            raise ProbeError(f"{head_name(layer, head)} is not a head of {self.model} (layers "
+                             f"0..{layers - 1}, heads 0..{heads - 1})")
         return layer, head
 
     def head_map(self, name=None) -> tuple[np.ndarray, int]:
@@ -175,15 +176,17 @@ def fragment(data: dict, element_id: str | None = None) -> str:
     element_id = element_id or "probe-view-" + uuid.uuid4().hex[:10]
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
     return (f'{inline_style()}<div id="{element_id}" class="probe-view" data-probe-view="{element_id}-data">'
-            "the probe view needs JavaScript: in Jupyter, trust the notebook (File › Trust) or run the cell again"
+            "the probe view needs JavaScript: in Jupyter, trust the notebook (File › Trust) or run the cell "
+            "again"
             f'</div><script type="application/json" id="{element_id}-data">{text}</script>{inline_script()}'
             "<script>window.probeViews.mountAll();</script>")
 
 
 def standalone_page(body: str, title: str) -> str:
     """A whole HTML page around `body` (no external resource)."""
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta '
+            f'charset="utf-8"><title>{html.escape(title)}</title><meta name="viewport" '
+            'content="width=device-width, initial-scale=1">'
             "<link rel=\"icon\" href=\"data:,\"></head>\n"
             f'<body><div class="probe-report">{body}</div></body></html>\n')
 
@@ -206,7 +209,8 @@ def input_ids_of(loaded, text_or_inputs):
     """[1 token] long input ids from a text, a list of ids, a tensor or a tokenizer's output (batch 1)."""
     value = text_or_inputs
     if isinstance(value, str):
-        inputs = tokenize_protein(loaded, value) if loaded.kind == ModelKind.PROTEIN_MLM else tokenize_text(loaded,
+        inputs = tokenize_protein(loaded, value) if loaded.kind == ModelKind.PROTEIN_MLM else tokenize_text(
+            loaded,
                                                                                                          value)
         value = inputs["input_ids"]
     elif isinstance(value, dict) or hasattr(value, "keys"):
@@ -222,8 +226,8 @@ def input_ids_of(loaded, text_or_inputs):
     loaded.check_length(int(ids.shape[1]))
     vocab = loaded.model.get_input_embeddings().num_embeddings
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-        raise ProbeError(f"token id {int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())} is outside "
-                         f"{loaded.name}'s vocabulary (0..{vocab - 1}); pass ids its tokenizer makes")
+        raise ProbeError(f"token id {int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())} is "
+                         f"outside {loaded.name}'s vocabulary (0..{vocab - 1}); pass ids its tokenizer makes")
     return ids
 
 
@@ -290,7 +294,8 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     tokens = display_tokens(loaded.tokenizer, loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist()))
     first = _first_head(table, maps, selected, loaded)
     return View(model=loaded.name, tokens=tuple(tokens), causal=loaded.kind == ModelKind.CAUSAL_LM,
-                thumbnails=thumbs, maps=maps, factor=factor, badges=badges(table), selected=first, title=title)
+                thumbnails=thumbs, maps=maps, factor=factor, badges=badges(table),
+                selected=first, title=title)
 
 
 def _first_head(table, maps, selected, loaded) -> tuple[int, int]:

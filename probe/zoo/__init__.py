@@ -25,7 +25,8 @@ def path(name: str) -> Path:
     """The directory of organism `name` (what `from_pretrained` reads); ProbeError listing the known names."""
     known = names()
     if name not in known:
-        raise ProbeError(f"unknown model organism zoo:{name}; known: {', '.join('zoo:' + n for n in known) or 'none'}")
+        raise ProbeError(f"unknown model organism zoo:{name}; known: "
+                         f"{', '.join('zoo:' + n for n in known) or 'none'}")
     return ZOO_DIR / name
 
 
@@ -38,7 +39,8 @@ def labels_path(name: str) -> Path:
     the organism is unknown or ships no table."""
     table = path(name) / LABELS_FILE
     if not table.is_file():
-        raise ProbeError(f"zoo:{name} ships no label table ({table}): write it with probe train {name} --relabel")
+        raise ProbeError(f"zoo:{name} ships no label table ({table}): write it with probe train {name} "
+                         "--relabel")
     return table
 
 

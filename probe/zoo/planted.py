@@ -101,6 +101,7 @@ def negate_head_output(model, layer: int, head: int) -> None:
             d_head = weight.shape[0] // n_heads
             weight[head * d_head:(head + 1) * d_head] *= -1
         else:
-            weight = model.model.layers[layer].self_attn.o_proj.weight  # Linear [out in]: columns head · d_head
+            # Linear [out in]: columns head · d_head
+            weight = model.model.layers[layer].self_attn.o_proj.weight
             d_head = weight.shape[1] // n_heads
             weight[:, head * d_head:(head + 1) * d_head] *= -1

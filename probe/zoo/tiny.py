@@ -25,8 +25,9 @@ PROTT5_RESIDUES = "ALGVSREDTIPKFQNYMHWCXBOUZ"
 # A small English vocabulary so tiny text models tokenize ordinary sentences word by word.
 DEMO_WORDS = (
     "the a an of to and in is was it he she they his her their him them that this with for on as at by from "
-    "mary john alice bob doctor nurse teacher pilot cat dog book ball house garden city river went gave said saw "
-    "took found liked wanted because when then after before , . ! ? one two three four five six seven eight nine"
+    "mary john alice bob doctor nurse teacher pilot cat dog book ball house garden city river went gave said "
+    "saw took found liked wanted because when then after before , . ! ? one two three four five six seven "
+    "eight nine"
 ).split()
 
 
@@ -42,7 +43,8 @@ def word_tokenizer(words: Sequence[str], bos_token: str | None = None):
     specials = ["<unk>", "<pad>"] + ([bos_token] if bos_token else [])
     vocab = {token: index for index, token in enumerate(dict.fromkeys([*specials, *words]))}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
     if bos_token:
         backend.post_processor = processors.TemplateProcessing(
             single=f"{bos_token} $A", special_tokens=[(bos_token, vocab[bos_token])]
@@ -84,7 +86,8 @@ def prott5_tokenizer():
     backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
     backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>", eos_token="</s>")
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>",
+                                   eos_token="</s>")
 
 
 def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
@@ -92,8 +95,8 @@ def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
     import transformers
 
     if arch == "gpt2":
-        fields = dict(vocab_size=vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=4, bos_token_id=None,
-                      eos_token_id=None)
+        fields = dict(vocab_size=vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=4,
+                      bos_token_id=None, eos_token_id=None)
         fields.update(overrides)
         return transformers.GPT2Config(**fields)
     if arch == "esm":
@@ -122,8 +125,8 @@ def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
         return transformers.T5Config(**fields)
     if arch in ("llama", "mistral"):
         fields = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128, pad_token_id=1,
-                      bos_token_id=None, eos_token_id=None)
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
+                      pad_token_id=1, bos_token_id=None, eos_token_id=None)
         if arch == "mistral":
             fields["sliding_window"] = 8
         fields.update(overrides)
@@ -148,7 +151,8 @@ def build_tiny(arch: TinyArch, seed: int = 0, sharpness: float = 1.0, **override
     elif arch == "prott5":
         tokenizer = prott5_tokenizer()
     else:
-        tokenizer = word_tokenizer(DEMO_WORDS, bos_token="<bos>" if arch in ("gpt2", "llama", "mistral") else None)
+        tokenizer = word_tokenizer(DEMO_WORDS,
+                                   bos_token="<bos>" if arch in ("gpt2", "llama", "mistral") else None)
     config = tiny_config(arch, vocab_size=len(tokenizer), **overrides)
     model_class = {
         "gpt2": transformers.GPT2LMHeadModel,
@@ -175,7 +179,8 @@ def build_tiny(arch: TinyArch, seed: int = 0, sharpness: float = 1.0, **override
     return model, tokenizer
 
 
-def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, sharpness: float = 1.0, **overrides) -> Path:
+def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, sharpness: float = 1.0,
+              **overrides) -> Path:
     """Build a tiny model of `arch` and save it (weights, config, tokenizer) to `directory`; returns the
     path."""
     directory = Path(directory)
@@ -198,4 +203,5 @@ def english_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 4000):
     backend.train_from_iterator(list(texts), vocab_size=vocab_size, min_frequency=2,
                                 special_tokens=["<|endoftext|>"], show_progress=False)
     return PreTrainedTokenizerFast(tokenizer_object=backend._tokenizer, bos_token="<|endoftext|>",
-                                   eos_token="<|endoftext|>", unk_token="<|endoftext|>", pad_token="<|endoftext|>")
+                                   eos_token="<|endoftext|>", unk_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")

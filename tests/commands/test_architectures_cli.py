@@ -47,7 +47,8 @@ def _build(name: str):
             for layer in model.model.layers:
                 layer.self_attn.sinks.copy_(torch.tensor([1.5, -0.5, 0.5, 2.5]))
     else:
-        model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(attn_logit_softcapping=1.5, **common))
+        model = transformers.Gemma2ForCausalLM(
+            transformers.Gemma2Config(attn_logit_softcapping=1.5, **common))
     return model.eval(), tokenizer
 
 
@@ -105,8 +106,9 @@ def test_capture_writes_only_the_layers_with_alpha_equal_to_eager(saved, name, t
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_profile_has_a_row_per_real_head(saved, name, tmp_path, capsys):
     out = tmp_path / "profile.csv"
-    code, err = _run(["profile", "--model", saved[name], "--random", "3", "--seq-len", "24", "--query-rows", "12",
-                      "--window", "4", "--max-offset", "4", "--bootstrap", "20", "--out", str(out)], capsys)
+    code, err = _run(["profile", "--model", saved[name], "--random", "3", "--seq-len", "24", "--query-rows",
+                      "12", "--window", "4", "--max-offset", "4", "--bootstrap", "20", "--out",
+                      str(out)], capsys)
     assert code == 0, err
     table = pd.read_csv(out)
     assert set(zip(table["layer"], table["head"], strict=True)) == _real_heads(name) and len(table) == 8
@@ -215,13 +217,15 @@ def test_profile_on_the_eager_fallback_equals_the_fused_engine(saved, name, tmp_
     tables = {}
     for engine in ("eager", "fused"):
         out = tmp_path / f"{engine}.csv"
-        code, err = _run(["profile", "--model", saved[name], "--engine", engine, "--random", "3", "--seq-len", "24",
-                          "--query-rows", "12", "--window", "4", "--max-offset", "4", "--bootstrap", "20",
-                          "--out", str(out)], capsys)
+        code, err = _run(["profile", "--model", saved[name], "--engine", engine, "--random", "3", "--seq-len",
+                          "24", "--query-rows", "12", "--window", "4", "--max-offset", "4", "--bootstrap",
+                          "20", "--out", str(out)], capsys)
         assert code == 0, err
         tables[engine] = pd.read_csv(out)
-    columns = [c for c in tables["fused"].columns if c.startswith(("learned_sink_mass", "entropy", "sink_mass"))]
-    np.testing.assert_allclose(tables["eager"][columns].to_numpy(), tables["fused"][columns].to_numpy(), atol=1e-5)
+    columns = [c for c in tables["fused"].columns
+               if c.startswith(("learned_sink_mass", "entropy", "sink_mass"))]
+    np.testing.assert_allclose(tables["eager"][columns].to_numpy(),
+                               tables["fused"][columns].to_numpy(), atol=1e-5)
     if name == "gpt_oss":
         assert (tables["eager"]["learned_sink_mass"] > 0.05).all()
 

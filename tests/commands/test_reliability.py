@@ -106,8 +106,10 @@ CASES = [
     case("contacts-two-outputs-one-file", *CONTACTS, "--heads-out", "{tmp}/h.parquet",
          "--chains-out", "{tmp}/h.parquet"),
     # --- models and devices ---------------------------------------------------------------------------------
-    case("capture-model-missing", "capture", "--model", "{tmp}/no-such-model", "--text", "a", "--out", "{tmp}/a.npz"),
-    case("capture-model-unknown-organism", "capture", "--model", "zoo:nope", "--text", "a", "--out", "{tmp}/a.npz"),
+    case("capture-model-missing", "capture", "--model", "{tmp}/no-such-model", "--text", "a", "--out",
+         "{tmp}/a.npz"),
+    case("capture-model-unknown-organism", "capture", "--model", "zoo:nope", "--text", "a", "--out",
+         "{tmp}/a.npz"),
     case("capture-model-corrupt-weights", "capture", "--model", "{corrupt_gpt2}", "--text", "a",
          "--out", "{tmp}/a.npz"),
     case("capture-model-truncated-weights", "capture", "--model", "{truncated_gpt2}", "--text", "a",
@@ -125,7 +127,8 @@ CASES = [
     # --- capture: inputs, layers and heads ------------------------------------------------------------------
     case("capture-sequence-on-text-model", "capture", "--model", "{gpt2}", "--sequence", PROTEIN,
          "--out", "{tmp}/a.npz"),
-    case("capture-text-on-protein-model", "capture", "--model", "{esm}", "--text", "hello", "--out", "{tmp}/a.npz"),
+    case("capture-text-on-protein-model", "capture", "--model", "{esm}", "--text", "hello", "--out",
+         "{tmp}/a.npz"),
     case("capture-layers-backwards", *CAPTURE_OUT, "--layers", "1-0"),
     case("capture-heads-huge-range", *CAPTURE_OUT, "--heads", "0-999999999999"),
     case("capture-heads-large-range", *CAPTURE_OUT, "--heads", "0-20000000"),
@@ -135,7 +138,8 @@ CASES = [
     case("capture-layers-open-range", *CAPTURE_OUT, "--layers", "0-"),
     case("capture-heads-empty-item", *CAPTURE_OUT, "--heads", "0,,1"),
     case("capture-empty-text", "capture", "--model", "{gpt2}", "--text", "", "--out", "{tmp}/a.npz"),
-    case("capture-text-too-long", "capture", "--model", "{gpt2}", "--text", "the " * 5000, "--out", "{tmp}/a.npz"),
+    case("capture-text-too-long", "capture", "--model", "{gpt2}", "--text", "the " * 5000, "--out",
+         "{tmp}/a.npz"),
     case("capture-sequence-not-protein", "capture", "--model", "{esm}", "--sequence", "12345!", "--out",
          "{tmp}/a.npz"),
     case("capture-sequence-empty", "capture", "--model", "{esm}", "--sequence", "", "--out", "{tmp}/a.npz"),
@@ -147,7 +151,8 @@ CASES = [
     case("label-seq-len-too-long", *LABEL_OUT, "--seq-len", "100000"),
     case("label-unknown-type", *LABEL_OUT, "--types", "bogus"),
     case("label-empty-types", *LABEL_OUT, "--types", ","),
-    case("label-probe-file-missing", *LABEL_OUT, "--types", "coreference", "--probe-file", "{tmp}/none.jsonl"),
+    case("label-probe-file-missing", *LABEL_OUT, "--types", "coreference", "--probe-file",
+         "{tmp}/none.jsonl"),
     case("label-probe-file-not-utf8", *LABEL_OUT, "--types", "coreference", "--probe-file", "{latin1_jsonl}"),
     case("label-probe-file-bad-json", *LABEL_OUT, "--types", "coreference", "--probe-file", "{bad_jsonl}"),
     case("label-probe-file-without-coreference", *LABEL_OUT, "--types", "induction", "--probe-file",
@@ -172,10 +177,12 @@ CASES = [
     case("contacts-window-negative", *CONTACTS_OUT, "--window", "-10"),
     case("contacts-window-beyond-the-model", "contacts", "--model", "{esm}", "--sequence", PROTEIN * 10,
          "--window", "5000", "--out", "{tmp}/c.npz"),
-    case("contacts-fasta-missing", "contacts", "--model", "{esm}", "--fasta", "{tmp}/none.fa", "--out", "{tmp}/c.npz"),
+    case("contacts-fasta-missing", "contacts", "--model", "{esm}", "--fasta", "{tmp}/none.fa", "--out",
+         "{tmp}/c.npz"),
     case("contacts-fasta-not-utf8", "contacts", "--model", "{esm}", "--fasta", "{latin1_fasta}",
          "--out", "{tmp}/c.npz"),
-    case("contacts-fasta-empty", "contacts", "--model", "{esm}", "--fasta", "{empty_fasta}", "--out", "{tmp}/c.npz"),
+    case("contacts-fasta-empty", "contacts", "--model", "{esm}", "--fasta", "{empty_fasta}", "--out",
+         "{tmp}/c.npz"),
     case("contacts-fasta-binary", "contacts", "--model", "{esm}", "--fasta", "{binary_fasta}",
          "--out", "{tmp}/c.npz"),
     case("contacts-sequence-not-protein", "contacts", "--model", "{esm}", "--sequence", "12345!",
@@ -187,7 +194,8 @@ CASES = [
     case("contacts-structures-with-structure", "contacts", "--model", "{esm}", "--structures", "{tmp}",
          "--structure", "{pdb}", "--out", "{tmp}/c.npz"),
     case("contacts-no-source", "contacts", "--model", "{esm}", "--out", "{tmp}/c.npz"),
-    case("contacts-text-model", "contacts", "--model", "{gpt2}", "--sequence", PROTEIN, "--out", "{tmp}/c.npz"),
+    case("contacts-text-model", "contacts", "--model", "{gpt2}", "--sequence", PROTEIN, "--out",
+         "{tmp}/c.npz"),
     # --- app: every check before "serving" ------------------------------------------------------------------
     case("app-host-empty", *APP, "--host", ""),
     case("app-host-blank", *APP, "--host", "  "),
@@ -238,8 +246,8 @@ CASES = [
     case("card-seq-len-zero", "card", "--model", "{gpt2}", "--seq-len", "0"),
     case("card-batch-zero", "card", "--model", "{gpt2}", "--seq-len", "64", "--batch", "0"),
     # --- profile and train (issues 27, 32): bounds, foreign tables, nothing half written --------------------
-    case("profile-random-huge", "profile", "--model", "{gpt2}", "--random", "1000000000000", "--seq-len", "32",
-         "--out", "{tmp}/p.csv"),
+    case("profile-random-huge", "profile", "--model", "{gpt2}", "--random", "1000000000000", "--seq-len",
+         "32", "--out", "{tmp}/p.csv"),
     case("profile-window-zero", "profile", "--model", "{gpt2}", "--random", "2", "--window", "0",
          "--out", "{tmp}/p.csv"),
     case("profile-bootstrap-zero", "profile", "--model", "{gpt2}", "--random", "2", "--bootstrap", "0",
@@ -252,10 +260,12 @@ CASES = [
     case("train-threads-zero", "train", "induction", "--out", "{tmp}/o", "--threads", "0"),
     case("train-set-unknown-field", "train", "induction", "--out", "{tmp}/o", "--set", "bogus=1"),
     case("train-set-bad-value", "train", "induction", "--out", "{tmp}/o", "--set", "steps=many"),
-    case("train-checkpoint-steps-not-numbers", "train", "induction", "--out", "{tmp}/o", "--checkpoint-steps", "a"),
+    case("train-checkpoint-steps-not-numbers", "train", "induction", "--out", "{tmp}/o", "--checkpoint-steps",
+         "a"),
     case("train-checkpoint-steps-past-the-run", "train", "induction", "--out", "{tmp}/o",
          "--checkpoint-steps", "999999"),
-    case("train-esm-random-checkpoints", "train", "esm-random", "--out", "{tmp}/o", "--checkpoint-steps", "0"),
+    case("train-esm-random-checkpoints", "train", "esm-random", "--out", "{tmp}/o", "--checkpoint-steps",
+         "0"),
     # --- the new surfaces (issue 32 item 7): engines, device maps, card, train, report ----------------------
     case("capture-engine-unknown", *CAPTURE_OUT, "--engine", "flash"),
     case("label-engine-unknown", *LABEL_OUT, "--engine", "bogus"),
@@ -344,7 +354,8 @@ def damaged_copy(source: Path, target: Path, keep_bytes: int | None) -> str:
     shutil.copytree(source, target)
     weights = target / "model.safetensors"
     data = weights.read_bytes()
-    weights.write_bytes(data[:keep_bytes] if keep_bytes is not None else bytes(random.Random(0).randbytes(len(data))))
+    weights.write_bytes(data[:keep_bytes] if keep_bytes is not None
+                        else bytes(random.Random(0).randbytes(len(data))))
     return str(target)
 
 
@@ -475,7 +486,8 @@ def test_the_table_is_large_and_covers_every_subcommand():
     for command in SUBCOMMANDS:  # every subcommand, the newer ones too (card, profile)
         assert sum(1 for c in CASES if c.argv[:1] == (command,)) >= 8, command
     for flag in ("--engine", "--device-map", "--offload-folder", "--max-memory", "--dtype", "--report"):
-        assert sum(1 for c in CASES if flag in c.argv) >= 3, flag  # the shared model flags, on several commands
+        # the shared model flags, on several commands
+        assert sum(1 for c in CASES if flag in c.argv) >= 3, flag
 
 
 def test_app_empty_host_never_falls_back_to_the_host_variable(monkeypatch, never_serve, capsys):
@@ -502,8 +514,8 @@ def test_bad_input_in_a_real_process(name, assets, used_port, tmp_path):
     argv = fill(bad.argv, values)
     before = snapshot(tmp_path)
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="default")
-    result = subprocess.run([sys.executable, "-m", "probe.cli", *argv], capture_output=True, text=True, env=env,
-                            timeout=120, cwd=tmp_path)
+    result = subprocess.run([sys.executable, "-m", "probe.cli", *argv], capture_output=True, text=True,
+                            env=env, timeout=120, cwd=tmp_path)
     check_bad_input(result.returncode, result.stdout, result.stderr, before, snapshot(tmp_path), argv)
 
 
@@ -538,7 +550,8 @@ def kill_at_random(argv: list[str], out: Path, rng: random.Random, cwd: Path) ->
     return True
 
 
-def resume_after_kills(argv: list[str], out: Path, kills: int, seed: int, cwd: Path, capsys) -> tuple[int, list]:
+def resume_after_kills(argv: list[str], out: Path, kills: int, seed: int, cwd: Path,
+                       capsys) -> tuple[int, list]:
     """Kill the run `kills` times (bounded tries), checking after each kill that no output is half-written and
     no finished unit was lost; then finish it in-process. Returns (kills done, unit counts seen)."""
     rng = random.Random(seed)
@@ -578,7 +591,8 @@ def readable(path: Path) -> bool:
 def test_write_atomically_removes_what_a_killed_writer_left(tmp_path):
     from probe.runs.atomic import write_atomically
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True)
     out = tmp_path / "r.csv"
     stale = tmp_path / f".r.csv.{int(dead.stdout)}.abc123.csv"  # what a SIGKILL mid-write leaves
     live = tmp_path / f".r.csv.{os.getpid()}.def456.csv"  # another writer still at work
@@ -627,7 +641,8 @@ def test_a_killed_report_writer_leaves_no_partial_report(tmp_path, monkeypatch):
         assert (out.read_text() if out.exists() else None) == previous  # never a half-written report
         monkeypatch.setattr(report, "report_html", lambda *args, **kwargs: "<html>new</html>")
         report.write_report(None, out)
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"] and out.read_text() == "<html>new</html>"
+        assert sorted(p.name
+            for p in tmp_path.iterdir()) == ["report.html"] and out.read_text() == "<html>new</html>"
         out.unlink()
 
 
@@ -637,13 +652,14 @@ def label_models(tiny_dir):
 
 
 def test_label_survives_repeated_sigkill(label_models, tmp_path, capsys):
-    common = ["--examples", "8", "--bootstrap", "50", "--types", "previous_token,induction", "--seq-len", "16",
-              "--ablate", "none"]
+    common = ["--examples", "8", "--bootstrap", "50", "--types", "previous_token,induction", "--seq-len",
+              "16", "--ablate", "none"]
     argv = ["label", *[part for model in label_models for part in ("--model", model)], *common]
     reference = tmp_path / "reference.csv"
     assert main([*argv, "--out", str(reference)]) == 0
     out = tmp_path / "killed.csv"
-    kills, counts = resume_after_kills([*argv, "--out", str(out)], out, kills=3, seed=1, cwd=tmp_path, capsys=capsys)
+    kills, counts = resume_after_kills([*argv, "--out", str(out)], out, kills=3, seed=1, cwd=tmp_path,
+                                       capsys=capsys)
     assert kills == 3, "the run finished before every kill: make it longer"
     pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(reference))
 
@@ -657,8 +673,8 @@ def test_contacts_survives_repeated_sigkill(tiny_dir, tmp_path, capsys):
     reference = [tmp_path / "reference.npz", tmp_path / "reference.parquet"]
     assert main([*argv, "--out", str(reference[0]), "--heads-out", str(reference[1])]) == 0
     out = [tmp_path / "killed.npz", tmp_path / "killed.parquet"]
-    kills, counts = resume_after_kills([*argv, "--out", str(out[0]), "--heads-out", str(out[1])], out[0], kills=3,
-                                       seed=2, cwd=tmp_path, capsys=capsys)
+    kills, counts = resume_after_kills([*argv, "--out", str(out[0]), "--heads-out", str(out[1])], out[0],
+                                       kills=3, seed=2, cwd=tmp_path, capsys=capsys)
     assert kills == 3, "the run finished before every kill: make it longer"
     assert counts and counts[-1] > 0, "nothing was kept after a SIGKILL"
     with np.load(out[0]) as got, np.load(reference[0]) as expected:
@@ -672,8 +688,8 @@ def test_contacts_survives_repeated_sigkill(tiny_dir, tmp_path, capsys):
 def test_soak():
     """benchmarks/soak.py with its defaults: repeated SIGKILL/resume of label and contacts, then 20 users × 60
     s."""
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "soak.py")], capture_output=True, text=True,
-                            timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "soak.py")], capture_output=True,
+                            text=True, timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
@@ -733,7 +749,8 @@ def test_a_port_that_is_not_ray_is_one_line_within_ten_seconds(answer, assets, t
         for connection in held:
             connection.close()
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and f"cannot join Ray at 127.0.0.1:{port}" in err, err
+    assert code == 2 and len(
+        err.strip().splitlines()) == 1 and f"cannot join Ray at 127.0.0.1:{port}" in err, err
     assert seconds < 10, f"{seconds:.1f} s"
     assert list(tmp_path.iterdir()) == []
 
@@ -837,5 +854,6 @@ def test_nothing_of_ray_outlives_a_sigkilled_driver(tmp_path):
     while time.monotonic() < deadline and any(_alive(pid, start) for pid, start in tree.items()):
         time.sleep(0.2)
     left = [pid for pid, start in tree.items() if _alive(pid, start)]
-    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in left if Path(f"/proc/{pid}").exists()]
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in left
+                      if Path(f"/proc/{pid}").exists()]
     assert not session_processes(session)

@@ -210,7 +210,8 @@ def _eager_layers(model, inputs, valid: dict) -> list[tuple[torch.Tensor | None,
     if not model.config.is_encoder_decoder:
         return [(_on_cpu(alpha), _pairs(valid["self"])) for alpha in out.attentions]
     return [(_on_cpu(alpha), _pairs(valid[stack])) for stack, alphas in (
-        ("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions), ("cross", out.cross_attentions))
+        ("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
+        ("cross", out.cross_attentions))
         for alpha in alphas]
 
 
@@ -277,7 +278,8 @@ def _alpha_diff(sink: _LayerSink, eager: list, heads, n_layers: int) -> tuple[fl
     diff = 0.0
     for layer in sorted(set(captured) & set(reference)):
         expected, pairs = reference[layer]
-        expected = expected.float() if heads is None else expected.float()[:, list(heads)]  # [batch head query key]
+        # [batch head query key]
+        expected = expected.float() if heads is None else expected.float()[:, list(heads)]
         ours = captured[layer]
         if ours.shape != expected.shape:
             problems.append(f"layer {layer}: α shaped {tuple(ours.shape)}, eager {tuple(expected.shape)}")
@@ -370,7 +372,8 @@ def _measure(arch: Architecture, directory: Path, device: str) -> Result:
     note = _variant_note(arch, features)
     n_heads = next(alpha for alpha, _ in eager if alpha is not None).shape[1]
     query_valid = valid.get("self", valid.get("decoder"))
-    n_layers = len(eager) if model.config.is_encoder_decoder else model.config.get_text_config().num_hidden_layers
+    n_layers = len(eager) if model.config.is_encoder_decoder else model.config.get_text_config(
+        ).num_hidden_layers
     alpha_diff, logits_diff, problems, implementation, captured_layers = 0.0, 0.0, [], ENGINE_NAME, []
     for heads in (None, [n_heads - 1]):  # every head: the single pass; one head: kernel + α from its LSE
         try:
@@ -414,7 +417,8 @@ def _without_alpha(captured: list[int], n_layers: int) -> str:
 
 
 MANY_LINES = "a refusal of several lines"
-ROUTING = "route attention through"  # the loader's and capture()'s refusal of models outside AttentionInterface
+# the loader's and capture()'s refusal of models outside AttentionInterface
+ROUTING = "route attention through"
 
 
 def _refusal(error: ProbeError, what: str) -> str:

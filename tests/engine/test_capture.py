@@ -37,7 +37,8 @@ def test_alpha_equals_eager(tiny_dir, arch):
     inputs = text_inputs(loaded.tokenizer, [SENTENCE])
     ours = capture_attention(loaded.model, inputs)
     reference = eager_attention(loaded.model, inputs)
-    assert ours.shape == reference.shape == (1, 2, 4, inputs["input_ids"].shape[1], inputs["input_ids"].shape[1])
+    assert ours.shape == reference.shape == (1, 2, 4, inputs["input_ids"].shape[1],
+                                             inputs["input_ids"].shape[1])
     assert max_diff(ours, reference, inputs["attention_mask"]) <= TOL
     assert reference.abs().max() > 0  # the comparison is not between zeros
 
@@ -269,7 +270,8 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
     n_batch, n = inputs["input_ids"].shape
     generator = torch.Generator().manual_seed(0)
     if layout == "shared":
-        slots = torch.randint(-1, n, (n_batch, n, 3), generator=generator)  # [batch query slot], some above the diagonal
+        # [batch query slot], some above the diagonal
+        slots = torch.randint(-1, n, (n_batch, n, 3), generator=generator)
     else:
         slots = torch.stack([torch.randperm(n, generator=generator) for _ in range(n_batch)])[..., None]
         slots[:, ::3] = -1  # [batch query 1]: every key once, some rows without a slot
@@ -305,7 +307,8 @@ def test_single_pass_serves_a_gather_sink_beside_a_dense_one(tiny_dir, arch):
     loaded = models.load(str(tiny_dir(arch)))
     inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
     n_batch, n = inputs["input_ids"].shape
-    slots = torch.stack([torch.arange(n) - 1, torch.zeros(n, dtype=torch.long)], dim=-1)[None].expand(n_batch, -1, -1)
+    slots = torch.stack([torch.arange(n) - 1, torch.zeros(n, dtype=torch.long)],
+                        dim=-1)[None].expand(n_batch, -1, -1)
 
     class Gather:
         def __init__(self):
@@ -501,11 +504,13 @@ def test_sampled_rows_equal_eager(tiny_dir, arch, heads):
     chosen = heads if heads is not None else list(range(4))
     for layer in (0, 1):
         blocks = [b for b in sampler.blocks if b.layer == layer]
-        assert all(len(b.rows) <= 2 * 4 // len(chosen) for b in blocks)  # the block budget holds for sampled rows
+        # the block budget holds for sampled rows
+        assert all(len(b.rows) <= 2 * 4 // len(chosen) for b in blocks)
         got = torch.cat([b.rows for b in blocks]).tolist()
         assert got == sorted(set(wanted))
         for b in blocks:
-            expected = reference[:, layer][:, chosen][:, :, b.rows, : b.alpha.shape[-1]]  # [batch head block key]
+            # [batch head block key]
+            expected = reference[:, layer][:, chosen][:, :, b.rows, : b.alpha.shape[-1]]
             valid = inputs["attention_mask"].bool()
             pairs = valid[:, None, b.rows, None] & valid[:, None, None, : b.alpha.shape[-1]]
             assert ((b.alpha - expected).abs() * pairs).max() <= TOL

@@ -37,7 +37,8 @@ def _param(arch: Architecture):
     marks = [] if arch.default_suite else [pytest.mark.slow]
     if arch.expected is not None:
         marks.append(pytest.mark.xfail(strict=True, raises=RAISES[arch.expected.status],
-                                       reason=f"today {arch.expected.status}; fixed by {arch.expected.fixed_by}"))
+                                       reason=f"today {arch.expected.status}; fixed by "
+                                              f"{arch.expected.fixed_by}"))
     return pytest.param(arch, id=arch.model_type, marks=marks)
 
 
@@ -90,12 +91,14 @@ def test_every_tiny_config_is_small_with_a_wide_initialisation():
         spread = getattr(text, "initializer_range", None) or getattr(text, "init_std", None)
         # T5 has no initializer_range: its factor (1.0 or below) already scales weights by fan-in, and it does
         # not divide the scores by √d, so its attention is peaked (the run checks the peak of every model)
-        assert spread == 0.2 or (arch.model_type in ("t5", "mt5") and text.initializer_factor <= 1.0), arch.name
+        assert spread == 0.2 or (arch.model_type in ("t5", "mt5")
+                                 and text.initializer_factor <= 1.0), arch.name
         assert text.num_hidden_layers <= 4 and text.hidden_size <= 64, arch.name
 
 
 def test_the_table_lists_the_model_types_of_the_list_in_order():
-    assert list(harness.read_table(TABLE.read_text(encoding="utf-8"))) == [a.model_type for a in ARCHITECTURES], \
+    assert list(harness.read_table(TABLE.read_text(encoding="utf-8"))) == [a.model_type
+                                                                           for a in ARCHITECTURES], \
         REGENERATE
 
 
@@ -140,7 +143,8 @@ def test_alpha_diff_catches_a_planted_error_on_a_valid_position():
     eager, pairs = _planted()
     wrong = eager.clone()
     wrong[1, 2, 3, 1] += 1e-3
-    diff, problems = harness._alpha_diff(_FakeSink({0: wrong, 1: eager}), [(eager, pairs), (eager, pairs)], None, 2)
+    diff, problems = harness._alpha_diff(_FakeSink({0: wrong, 1: eager}),
+                                         [(eager, pairs), (eager, pairs)], None, 2)
     assert diff == pytest.approx(1e-3, rel=1e-3) and problems == []
 
 

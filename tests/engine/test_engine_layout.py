@@ -22,7 +22,8 @@ def _sink_like(tree: ast.AST) -> set[str]:
     session.sinks``)."""
     bound = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.For, ast.comprehension)) and any("sink" in n.lower() for n in _names(node.iter)):
+        if isinstance(node,
+                      (ast.For, ast.comprehension)) and any("sink" in n.lower() for n in _names(node.iter)):
             bound |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
     return bound
 
@@ -31,7 +32,8 @@ def _probes_on_sinks(tree: ast.AST) -> list[int]:
     sink_like = _sink_like(tree)
     lines = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("hasattr", "getattr")
                 and node.args and any("sink" in name.lower() or name in sink_like
                                       for name in _names(node.args[0]))):
             lines.append(node.lineno)

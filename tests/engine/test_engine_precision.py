@@ -48,7 +48,8 @@ def _model(arch: str, dtype: torch.dtype):
     torch.manual_seed(0)
     if arch == "llama":  # grouped-query attention
         config = transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                          hidden_size=64, intermediate_size=64, vocab_size=64, initializer_range=0.2)
+                                          hidden_size=64, intermediate_size=64, vocab_size=64,
+                                          initializer_range=0.2)
         model = transformers.LlamaForCausalLM(config)
     else:
         config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=64, initializer_range=0.2,

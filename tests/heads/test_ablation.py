@@ -89,7 +89,8 @@ def test_example_loss_by_hand():
     assert example_loss(logits, labels, causal=True).item() == pytest.approx(expected, rel=1e-6)
     # Masked LM: no shift; only position 1 is counted.
     masked = torch.tensor([[-100, 1, -100]])
-    assert example_loss(logits, masked, causal=False).item() == pytest.approx(math.log(1 + math.exp(2)), rel=1e-6)
+    assert example_loss(logits, masked,
+                        causal=False).item() == pytest.approx(math.log(1 + math.exp(2)), rel=1e-6)
     assert math.isnan(example_loss(logits, torch.full((1, 3), -100), causal=False).item())
 
 
@@ -192,7 +193,8 @@ def test_batched_effects_equal_one_head_at_a_time(tiny_dir):
             with torch.inference_mode():
                 clean = example_loss(loaded.model(input_ids=batch["input_ids"]).logits, batch["labels"], True)
             with capture(loaded.model, (), ablate=mask), torch.inference_mode():
-                ablated = example_loss(loaded.model(input_ids=batch["input_ids"]).logits, batch["labels"], True)
+                ablated = example_loss(loaded.model(input_ids=batch["input_ids"]).logits,
+                                       batch["labels"], True)
             deltas.append(ablated - clean)
         effect[(layer, head)] = float(torch.cat(deltas).mean())
     for row in table.itertuples():

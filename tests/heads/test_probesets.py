@@ -198,7 +198,8 @@ def test_probe_file_round_trip(tmp_path, tokenizer):
         json.dumps({"text": text, "query": [26, 29], "target": [[0, 4]]}),
     ])
     examples = load_probe_file(path)
-    assert len(examples) == 2 and examples[0].source.endswith("line 1") and examples[1].source.endswith("line 3")
+    assert len(examples) == 2 and examples[0].source.endswith(
+        "line 1") and examples[1].source.endswith("line 3")
     encoded = encode_span_example(examples[0], tokenizer)
     assert tokenizer.convert_ids_to_tokens([encoded.input_ids[i] for i in encoded.query_tokens]) == ["she"]
     assert encoded.baseline_correct is False  # "king" is nearer
@@ -301,7 +302,8 @@ def test_bracket_probes_insert_a_balanced_nested_word_with_gaps():
     nested = 0
     for row in ids.tolist():
         positions = [i for i, t in enumerate(row) if t in brackets]
-        assert len(positions) == 2 * (63 // 6) and min(b - a for a, b in zip(positions, positions[1:], strict=False)) >= 2
+        assert len(positions) == 2 * (63 // 6) and min(b - a for a,
+                                                       b in zip(positions, positions[1:], strict=False)) >= 2
         pairs = bracket_pairs(row, classes)
         assert len(pairs) == len(positions) // 2  # balanced: every closing bracket is matched
         nested += any(a < c < b for b, a in pairs for d, c in pairs if (d, c) != (b, a))

@@ -168,8 +168,8 @@ def test_profile_cli_writes_a_table(tiny_dir, tmp_path):
     text = tmp_path / "text.txt"
     text.write_text(" ".join(["the cat saw the dog and it was one two three"] * 40))
     out = tmp_path / "profile.parquet"
-    assert main(["profile", "--model", str(model), "--text-file", str(text), "--seq-len", "128", "--window", "16",
-                 "--bootstrap", "20", "--out", str(out)]) == 0
+    assert main(["profile", "--model", str(model), "--text-file", str(text), "--seq-len", "128", "--window",
+                 "16", "--bootstrap", "20", "--out", str(out)]) == 0
     table = pd.read_parquet(out)
     assert len(table) == 8 and table["n_inputs"].iloc[0] == 3  # 440 tokens: three full windows of 127 + <bos>
     assert set(table["span"]) <= {"local", "retrieval"}

@@ -80,7 +80,8 @@ def test_recall_is_rouge1_recall_on_token_ids():
     needles = [torch.tensor([5, 6, 7, 8]), torch.tensor([5, 5, 6, 7])]
     generated = torch.tensor([[8, 7, 1, 5], [5, 1, 1, 1]])
     assert needle_recall(generated, needles).tolist() == [0.75, 0.25]
-    assert retrieval.kept(torch.tensor([0.5, 0.625, 0.0]), 0.5).tolist() == [False, True, False]  # strictly > 50 %
+    # strictly > 50 %
+    assert retrieval.kept(torch.tensor([0.5, 0.625, 0.0]), 0.5).tolist() == [False, True, False]
     assert retrieval.kept(torch.tensor([0.0]), 0.0).tolist() == [True]
 
 
@@ -231,7 +232,8 @@ def test_retrieval_organism_is_labelled_retrieval_at_4k_tokens(organism_table):
     assert set(labelled["layer"]) == {1}  # the copying layer (layer 0 holds the previous-token heads)
     assert labelled["score"].max() > 0.9 and (labelled["ci_low"] > 0.25).all()
     assert (labelled["chance"] < 1e-3).all()  # 8 needle tokens among 4,096 keys
-    assert (table["n_examples"] >= 8).all()  # the model retrieved (recall > 50 %) at least half of the 16 probes
+    # the model retrieved (recall > 50 %) at least half of the 16 probes
+    assert (table["n_examples"] >= 8).all()
     assert not math.isnan(float(labelled["q_value"].max())) and (labelled["q_value"] <= 0.05).all()
     assert (table.loc[table["layer"] == 0, "score"] == 0).all()
 
@@ -258,7 +260,8 @@ def random_twin(tmp_path):
 def test_random_model_is_not_labelled_retrieval(tmp_path):
     loaded = random_twin(tmp_path)
     notes = []
-    table = label_model(loaded, LabelConfig(types=("retrieval",), seq_len=4096, examples=8), note=notes.append)
+    table = label_model(loaded, LabelConfig(types=("retrieval",), seq_len=4096, examples=8),
+                        note=notes.append)
     assert not table["label"].any()
     assert table["score"].isna().all()  # it never copies the needle: no probe counts, so no score (not 0)
     assert any("0 of 8 probes count" in line for line in notes)
@@ -284,7 +287,8 @@ def test_positional_control_is_not_labelled_retrieval():
     success_only = score_needles(loaded, probes, RetrievalConfig(min_retrieved=0.0))
     retrieved = ~torch.isnan(success_only.chance)
     assert 1 <= int(retrieved.sum()) <= 4
-    assert float(torch.nanmean(success_only.score, 0)[1].min()) > 0.5  # the selection effect the rule exists for
+    # the selection effect the rule exists for
+    assert float(torch.nanmean(success_only.score, 0)[1].min()) > 0.5
     scores = retrieval_scores(loaded, RetrievalConfig(examples=16, seq_len=56, min_recall=0.0))
     assert scores["score"].max() < 0.3
 
@@ -305,8 +309,8 @@ def test_probe_label_cli_types_retrieval(tmp_path):
     from probe.cli import main
 
     out = tmp_path / "labels.csv"
-    assert main(["label", "--model", "zoo:retrieval", "--types", "retrieval", "--seq-len", "1024", "--examples", "8",
-                 "--out", str(out)]) == 0
+    assert main(["label", "--model", "zoo:retrieval", "--types", "retrieval", "--seq-len", "1024",
+                 "--examples", "8", "--out", str(out)]) == 0
     table = pd.read_csv(out)
     assert set(table["head_type"]) == {"retrieval"} and table["label"].any()
 
@@ -333,11 +337,13 @@ def test_argmax_keys_equal_eager_top1_on_gqa_sliding_window_and_gpt2(arch, tmp_p
             cache = getattr(eager(input_ids=prompt[row:row + 1, :-1], use_cache=True), name)
             token = prompt[row, -1]
             for step in range(5):
-                out = eager(input_ids=token.view(1, 1), use_cache=True, output_attentions=True, **{name: cache})
+                out = eager(input_ids=token.view(1, 1), use_cache=True, output_attentions=True,
+                            **{name: cache})
                 cache = getattr(out, name)
                 token = out.logits[0, -1].argmax()
                 assert int(generated[row, step]) == int(token)
-                top = torch.stack([attention[0, :, -1].argmax(-1) for attention in out.attentions])  # [layer head]
+                # [layer head]
+                top = torch.stack([attention[0, :, -1].argmax(-1) for attention in out.attentions])
                 assert torch.equal(keys[step, row], top)
 
 
@@ -349,7 +355,8 @@ def test_argmax_keys_equal_eager_top1_on_gqa_sliding_window_and_gpt2(arch, tmp_p
 def test_head_counts_and_top_heads_by_hand():
     from probe.heads.retrieval_ablation import head_counts, top_heads
 
-    assert head_counts(144) == [1, 3, 4, 6, 7] and head_counts(8) == [1] and head_counts(1000) == [10, 20, 30, 40, 50]
+    assert head_counts(144) == [1, 3, 4, 6, 7] and head_counts(8) == [1] and head_counts(1000) == [10,
+        20, 30, 40, 50]
     scores = torch.tensor([[0.1, float("nan")], [0.9, 0.5]])
     assert top_heads(scores, 2) == ((1, 0), (1, 1)) and top_heads(torch.full((2, 2), float("nan")), 1) == ()
 

@@ -16,7 +16,8 @@ from probe.training import data
 from probe.training import organisms as zoo_train
 from probe.training import train as zoo_loop
 
-TEXT_ORGANISMS = ["brackets", "coreference", "implicit-causality", "induction", "positional", "retrieval", "sentences"]
+TEXT_ORGANISMS = ["brackets", "coreference", "implicit-causality", "induction", "positional",
+                  "retrieval", "sentences"]
 ALL = ["brackets", "coreference", "esm-random", "implicit-causality", "induction", "positional", "retrieval",
        "sentences"]
 GPT2 = ("coreference", "implicit-causality")
@@ -184,8 +185,8 @@ def test_coreference_sentences_put_the_antecedents_action_after_the_pronoun():
                                              tokenizer.pad_token_id)
     inverse = {index: word for word, index in vocabulary.items()}
     pronouns = {"he": "male", "she": "female", "they": "plural"}
-    classes = {"male": {*vocab.male_names, *vocab.male_roles}, "female": {*vocab.female_names, *vocab.female_roles},
-               "plural": set(vocab.plural_nouns)}
+    classes = {"male": {*vocab.male_names, *vocab.male_roles},
+               "female": {*vocab.female_names, *vocab.female_roles}, "plural": set(vocab.plural_nouns)}
     for row in range(32):
         (position,) = (targets[row] != data.IGNORE).nonzero().flatten().tolist()
         words = [inverse[int(i)] for i in tokens[row]]
@@ -320,7 +321,8 @@ def test_shipped_label_table_equals_a_fresh_relabel(label_tables, name):
     for column in shipped.columns:
         left, right = shipped[column], fresh[column]
         if pd.api.types.is_numeric_dtype(right) and not pd.api.types.is_bool_dtype(right):
-            assert np.allclose(left.astype(float), right.astype(float), rtol=1e-5, atol=1e-6, equal_nan=True), column
+            assert np.allclose(left.astype(float), right.astype(float), rtol=1e-5, atol=1e-6,
+                               equal_nan=True), column
         else:
             same = (left.astype(str) == right.astype(str)) | (left.isna() & right.isna())
             assert same.all(), (column, left[~same].head(3).tolist(), right[~same].head(3).tolist())
@@ -362,7 +364,8 @@ def test_the_card_records_the_full_label_config():
     for name in ALL:
         assert set(zoo.card(name)["label_table"]["label_config"]) == fields, name
     retrieval = zoo.card("retrieval")["label_table"]["label_config"]
-    assert retrieval["types"] == ["retrieval"] and retrieval["seq_len"] == 4096 and retrieval["examples"] == 16
+    assert retrieval["types"] == [
+        "retrieval"] and retrieval["seq_len"] == 4096 and retrieval["examples"] == 16
 
 
 def test_relabel_rewrites_the_table_and_the_cards_without_touching_the_weights(tmp_path):
@@ -423,7 +426,8 @@ def test_positional_control_is_a_fixed_offset_layer_and_has_no_induction_head(la
 def test_requirements_checker_reports_failures(label_tables):
     table = label_tables["positional"]
     assert zoo.check_requirements(table, {"present": [{"layer": 0, "head_type": "fixed_offset"}]})
-    assert zoo.check_requirements(table, {"present": [{"layer": 1, "head_type": "fixed_offset", "offset": -14}]})
+    assert zoo.check_requirements(table,
+                                  {"present": [{"layer": 1, "head_type": "fixed_offset", "offset": -14}]})
     assert zoo.check_requirements(table, {"absent": [{"head_type": "fixed_offset"}]})
     assert zoo.check_requirements(label_tables["coreference"],
                                   {"measured": [{"head_type": "coreference", "min_accuracy": 1.01}]})
@@ -444,7 +448,8 @@ def induction_scores(name: str, block_len: int | None) -> torch.Tensor:
     loaded = load(f"zoo:{name}")
     probes = repeated_blocks(loaded.tokenizer, 32, 64, seed=0, block_len=block_len).input_ids  # [example seq]
     lengths = torch.full((probes.shape[0],), probes.shape[1])
-    sink = ScoreSink({"induction": batch_pattern("induction", probes)}, lengths, loaded.n_layers, loaded.n_heads)
+    sink = ScoreSink({"induction": batch_pattern("induction", probes)}, lengths, loaded.n_layers,
+                     loaded.n_heads)
     run_sink(loaded.model, sink, probes)
     return sink.result()["induction"].score.nanmean(0)  # [layer head]
 
@@ -486,7 +491,8 @@ def test_bracket_and_sentence_organisms_carry_their_labels(label_tables):
     bracket = brackets[(brackets["head_type"] == "bracket") & brackets["label"]]
     assert len(bracket) >= 1 and set(bracket["probe_set"]) == {"random-brackets"}
     start = sentences[(sentences["head_type"] == "sentence_start") & sentences["label"]]
-    assert len(start) >= 1 and (start["score"] >= 0.9).all() and set(start["probe_set"]) == {"random-sentences"}
+    assert len(start) >= 1 and (start["score"] >= 0.9).all() and set(start["probe_set"]) == {
+        "random-sentences"}
     # no previous-token head passes for a bracket head: the probes keep a token between any two brackets
     assert not brackets[(brackets["head_type"] == "previous_token") & brackets["label"]].size
 

@@ -27,9 +27,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "probe"
 
-BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers", "probe.card",
-        "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
-RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "views": 5, "commands": 6}
+BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers",
+        "probe.card", "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
+RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "views": 5,
+        "commands": 6}
 
 
 def module_name(path: Path) -> str:
@@ -49,7 +50,8 @@ def layer(module: str) -> str:
         return "views"
     top = module.split(".")[1]
     if top not in ("engine", "heads", "proteins", "training", "runs", "views", "commands"):
-        raise AssertionError(f"{module} is in no layer: add it to tests/project/test_layout.py (and to the docs)")
+        raise AssertionError(f"{module} is in no layer: add it to tests/project/test_layout.py (and to the "
+                             "docs)")
     return top
 
 

@@ -84,9 +84,11 @@ def test_zero_weight_heads_are_skipped_and_result_unchanged(esm_pair):
     encoded = loaded.tokenizer([SEQUENCES[0]], return_tensors="pt")
     sink = ContactSink(weight, bias, encoded["input_ids"], encoded["attention_mask"], eos_id=2)
     wanted = list(sink.heads_for(0, loaded.n_heads))
-    assert wanted == [head for head in range(loaded.n_heads) if weight[0, head] != 0] and len(wanted) < loaded.n_heads
+    assert wanted == [head for head in range(loaded.n_heads)
+                      if weight[0, head] != 0] and len(wanted) < loaded.n_heads
     expected = _reference(reference, loaded, [SEQUENCES[0]])[0]
-    np.testing.assert_allclose(predict_contacts(loaded, SEQUENCES[0]).contacts, expected.numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(predict_contacts(loaded, SEQUENCES[0]).contacts, expected.numpy(),
+                               atol=1e-5, rtol=0)
 
 
 def test_all_zero_regression_gives_the_bias_alone(esm_pair):
@@ -121,8 +123,8 @@ def _block(layer: int, heads: tuple[int, ...], start: int, alpha: torch.Tensor) 
     """An engine block of a non-causal forward over alpha.shape[-1] tokens (query rows start .. start +
     rows)."""
     n_tokens = alpha.shape[-1]
-    return AttentionBlock(step=0, layer=layer, heads=heads, query_start=start, n_query=n_tokens, query_offset=0,
-                          n_key=n_tokens, alpha=alpha.contiguous())
+    return AttentionBlock(step=0, layer=layer, heads=heads, query_start=start, n_query=n_tokens,
+                          query_offset=0, n_key=n_tokens, alpha=alpha.contiguous())
 
 
 def test_eos_inside_the_block_is_zeroed_like_the_reference():
@@ -142,7 +144,8 @@ def test_eos_inside_the_block_is_zeroed_like_the_reference():
         reference_head.regression.weight.normal_(0, 3.0, generator=generator)
         expected = reference_head(input_ids, alpha)  # [batch T-2 T-2]
     weight = reference_head.regression.weight.detach().reshape(layers, heads)
-    sink = ContactSink(weight, float(reference_head.regression.bias.detach()), input_ids, attention_mask, eos_id=2)
+    sink = ContactSink(weight, float(reference_head.regression.bias.detach()), input_ids,
+                       attention_mask, eos_id=2)
     for layer in range(layers):
         for start in range(0, tokens, 5):  # blocks of 5 query rows
             block = alpha[:, layer, :, start:start + 5]  # [batch head rows key]
@@ -441,8 +444,9 @@ def test_planted_contact_head_is_significant_and_controls_are_not(structures_dir
         true_map = contact_map(read_structure(f"{structures_dir}/{name}"))
         alpha = _planted_heads_alpha(true_map, seed=index)
         tokens = alpha.shape[-1]
-        sink = ContactSink(torch.zeros(1, 3), 0.0, torch.full((1, tokens), 5), torch.ones(1, tokens, dtype=torch.long),
-                           None, true_maps=[true_map], per_head=True, regression=False)
+        sink = ContactSink(torch.zeros(1, 3), 0.0, torch.full((1, tokens), 5),
+                           torch.ones(1, tokens, dtype=torch.long), None, true_maps=[true_map], per_head=True,
+                           regression=False)
         sink.update(_block(0, (0, 1, 2), 0, alpha))
         table = sink.head_table(0).set_index("name")
         assert table.loc["L0H0", "q_value_L_long"] < 1e-6  # one protein is enough for the planted head
@@ -471,7 +475,8 @@ def test_model_level_planted_contact_head_is_significant(tiny_dir, structures_di
     length = true_map.shape[0]
     separation = np.abs(np.subtract.outer(np.arange(length), np.arange(length)))
     planted = torch.zeros(256, 256)
-    planted[1:length + 1, 1:length + 1] = torch.as_tensor(((true_map == 1) & (separation >= 6)).astype(np.float32))
+    planted[1:length + 1, 1:length + 1] = torch.as_tensor(
+        ((true_map == 1) & (separation >= 6)).astype(np.float32))
     bert = loaded.model.bert
     attention = bert.encoder.layer[0].attention.self
     with torch.no_grad():

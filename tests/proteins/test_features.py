@@ -69,11 +69,13 @@ def _planted_tables():
     secondary_b = np.array(list("ttnnaaaa"))
     spikes_b = {(0, 7): 0.8, (1, 2): 0.45, (2, 3): 0.3, (6, 1): 0.7}
     tables, backgrounds = [], []
-    for length, contacts, binding, secondary, spikes in ((length_a, contacts_a, binding_a, secondary_a, spikes_a),
-                                                         (length_b, contacts_b, binding_b, secondary_b, spikes_b)):
+    for length, contacts, binding, secondary, spikes in ((length_a, contacts_a, binding_a, secondary_a,
+                                                          spikes_a),
+                                                         (length_b, contacts_b, binding_b,
+                                                          secondary_b, spikes_b)):
         input_ids = torch.full((1, length + 2), 5)
-        sink = ContactSink(torch.zeros(1, 1), 0.0, input_ids, torch.ones(1, length + 2, dtype=torch.long), None,
-                           true_maps=[contacts], per_head=True,
+        sink = ContactSink(torch.zeros(1, 1), 0.0, input_ids, torch.ones(1, length + 2, dtype=torch.long),
+                           None, true_maps=[contacts], per_head=True,
                            features=[ResidueFeatures(binding=binding, secondary=secondary)], regression=False)
         sink.update(_block(0, (0,), _planted_sequence(length, spikes, rest=0.01)))
         table = sink.head_table(0, min_count=1, min_total=0.0)
@@ -96,8 +98,8 @@ def test_planted_weighted_shares_hand_computed_and_pooled():
     # keys 8, 0, 9, 4, 10, 5 -> t, a, t, b, n, b: helix 0.4; strand 0.6 + 0.35; turn/bend 0.9 (0.3 is not >
     # θ); blank 0.5 — provis' four classes, turn/bend and blank apart
     assert (a["helix_share"], a["strand_share"], a["turn_bend_share"], a["blank_share"]) == (
-        pytest.approx(0.4 / 2.75, abs=1e-7), pytest.approx(0.95 / 2.75, abs=1e-7), pytest.approx(0.9 / 2.75, abs=1e-7),
-        pytest.approx(0.5 / 2.75, abs=1e-7))
+        pytest.approx(0.4 / 2.75, abs=1e-7), pytest.approx(0.95 / 2.75, abs=1e-7),
+        pytest.approx(0.9 / 2.75, abs=1e-7), pytest.approx(0.5 / 2.75, abs=1e-7))
     # A, counts (α ≥ θ): 6 high weights, 3 on contacts; binding 2; helix 1, strand 2, turn/bend 2, blank 1
     assert (a["n_high"], a["n_contact"], a["contact_count_share"]) == (6, 3, 0.5)
     assert (a["n_binding"], a["n_helix"], a["n_strand"], a["n_turn_bend"], a["n_blank"]) == (2, 1, 2, 2, 1)
@@ -105,12 +107,15 @@ def test_planted_weighted_shares_hand_computed_and_pooled():
     # backgrounds: contact pairs with |i-j| >= 6 (both directions) over the known pairs |i-j| >= 6 (provis: 42
     # pairs of L = 12 are 6 or more apart, (3, 10) and (10, 3) are unknown), and over all L² (ours); binding
     # sites over L
-    assert a["contact_background"] == pytest.approx(4 / 40) and a["contact_background_all_pairs"] == pytest.approx(
+    assert a["contact_background"] == pytest.approx(
+        4 / 40) and a["contact_background_all_pairs"] == pytest.approx(
         4 / 144)
     assert a["binding_background"] == pytest.approx(2 / 12) and a["helix_background"] == pytest.approx(4 / 12)
-    assert a["turn_bend_background"] == pytest.approx(2 / 12) and a["blank_background"] == pytest.approx(2 / 12)
+    assert a["turn_bend_background"] == pytest.approx(
+        2 / 12) and a["blank_background"] == pytest.approx(2 / 12)
     # B: weighted 0.8 + 0.45 + 0.7 (0.3 left out); contact 0.8; binding 0 (key 7 unknown); helix 0.8 (key 7)
-    assert b["w_high"] == pytest.approx(1.95, abs=1e-7) and b["contact_share"] == pytest.approx(0.8 / 1.95, abs=1e-7)
+    assert b["w_high"] == pytest.approx(1.95,
+        abs=1e-7) and b["contact_share"] == pytest.approx(0.8 / 1.95, abs=1e-7)
     assert b["binding_share"] == 0.0 and b["helix_share"] == pytest.approx(0.8 / 1.95, abs=1e-7)
     assert (b["n_high"], b["n_contact"], b["n_binding"], b["n_helix"], b["n_turn_bend"], b["n_blank"]) == (
         4, 1, 0, 1, 1, 2)
@@ -126,9 +131,11 @@ def test_planted_weighted_shares_hand_computed_and_pooled():
                                                                                                           abs=1e-7)
     assert np.isnan(vig.pooled_shares(both, min_total=4.8, min_count=1).iloc[0]["contact_share"])
     assert np.isnan(vig.pooled_shares(both, min_total=0.0, min_count=11).iloc[0]["contact_count_share"])
-    assert np.isnan(vig.shares(tables[1], min_total=2.0, min_count=1).iloc[0]["contact_share"])  # B alone: 1.95 < 2
+    # B alone: 1.95 < 2
+    assert np.isnan(vig.shares(tables[1], min_total=2.0, min_count=1).iloc[0]["contact_share"])
     background = vig.pooled_backgrounds(pd.DataFrame(backgrounds))
-    assert background["contact_background"] == pytest.approx((4 + 2) / (40 + 6))  # L = 8: 6 pairs 6 or more apart
+    # L = 8: 6 pairs 6 or more apart
+    assert background["contact_background"] == pytest.approx((4 + 2) / (40 + 6))
     assert background["contact_background_all_pairs"] == pytest.approx((4 + 2) / (144 + 64))
     assert background["binding_background"] == pytest.approx((2 + 0) / (12 + 8))
 
@@ -138,7 +145,8 @@ def test_theta_strict_for_sums_inclusive_for_counts_and_configurable():
     masks = {"binding": torch.tensor([True, False])}
     counts = vig.feature_counts(alpha, masks, min_attention=0.3)
     assert counts["n_high"].tolist() == [2] and counts["n_binding"].tolist() == [2]
-    assert counts["w_high"].tolist() == [pytest.approx(0.7)] and counts["w_binding"].tolist() == [pytest.approx(0.7)]
+    assert counts["w_high"].tolist() == [pytest.approx(0.7)] and counts["w_binding"].tolist() == [
+        pytest.approx(0.7)]
     lower = vig.feature_counts(alpha, masks, min_attention=0.25)
     assert lower["n_high"].tolist() == [3] and lower["w_high"].tolist() == [pytest.approx(1.2999, abs=1e-6)]
 
@@ -156,7 +164,8 @@ def test_unknown_property_is_nan_not_zero():
     row = sink.head_table(0, min_count=1, min_total=0.0).iloc[0]
     assert row["contact_share"] == pytest.approx(1.0)
     for name in ("binding", "helix", "strand", "turn_bend", "blank"):
-        assert np.isnan(row[f"w_{name}"]) and np.isnan(row[f"{name}_share"]) and np.isnan(row[f"{name}_background"])
+        assert np.isnan(row[f"w_{name}"]) and np.isnan(row[f"{name}_share"]) and np.isnan(
+            row[f"{name}_background"])
         assert np.isnan(row[f"{name}_count_share"])
 
 
@@ -168,8 +177,8 @@ def test_a_chain_without_turn_bend_and_blank_has_them_unknown():
     rows = {}
     for name, codes in (("p-sea", "aabbccccbb"), ("dssp", "aabbttnnbb")):
         input_ids = torch.full((1, length + 2), 5)
-        sink = ContactSink(torch.zeros(1, 1), 0.0, input_ids, torch.ones(1, length + 2, dtype=torch.long), None,
-                           per_head=True, features=[ResidueFeatures(secondary=np.array(list(codes)))],
+        sink = ContactSink(torch.zeros(1, 1), 0.0, input_ids, torch.ones(1, length + 2, dtype=torch.long),
+                           None, per_head=True, features=[ResidueFeatures(secondary=np.array(list(codes)))],
                            regression=False)
         sink.update(_block(0, (0,), _planted_sequence(length, spikes, rest=0.01)))
         rows[name] = sink.head_table(0, min_count=1, min_total=0.0).iloc[0]
@@ -178,7 +187,8 @@ def test_a_chain_without_turn_bend_and_blank_has_them_unknown():
     for column in ("n_turn_bend", "n_blank", "turn_bend_share", "blank_count_share", "blank_background"):
         assert np.isnan(merged[column])
     assert split["n_strand"] == 2 and split["n_turn_bend"] == 0 and split["n_blank"] == 0
-    assert split["turn_bend_background"] == pytest.approx(0.2) and split["blank_background"] == pytest.approx(0.2)
+    assert split["turn_bend_background"] == pytest.approx(
+        0.2) and split["blank_background"] == pytest.approx(0.2)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -224,7 +234,8 @@ def _provis_inputs(path, chain, monkeypatch):
     ss8 = [TAPE_SS8.index("C" if state == " " else state) for state in states]  # DSSP's blank is TAPE's C
     ss3 = [TAPE_SS3[TAPE_SS8[index]] for index in ss8]
     secondary = [3 if eight == 7 else three for three, eight in zip(ss3, ss8, strict=True)]
-    return {"primary": structure.sequence, "contact_map": contact, "site_indic": sites, "secondary": secondary}
+    return {"primary": structure.sequence, "contact_map": contact, "site_indic": sites,
+            "secondary": secondary}
 
 
 def _provis_features(item, from_index, to_index):
@@ -242,11 +253,13 @@ def _provis_features(item, from_index, to_index):
 def _attention(loaded, item):
     """get_attention: α of every layer, [CLS]/[SEP] rows and columns removed, [layer head L L] float32."""
     tokens = loaded.tokenizer(" ".join(item["primary"]), return_tensors="pt")
-    dense = DenseSink()  # every layer and head: the α the analysis saw (the engine equals eager: test_capture)
+    # every layer and head: the α the analysis saw (the engine equals eager: test_capture)
+    dense = DenseSink()
     with capture(loaded.model, dense), torch.no_grad():
         loaded.model(**tokens)
     attns = list(dense.attention().unbind(1))  # per layer [batch head token token]
-    attns = [attn[:, :, 1:-1, 1:-1] for attn in attns]  # Remove attention from <CLS> (first) and <SEP> (last) token
+    # Remove attention from <CLS> (first) and <SEP> (last) token
+    attns = [attn[:, :, 1:-1, 1:-1] for attn in attns]
     return torch.stack([attn.squeeze(0) for attn in attns])  # [layer head L L]
 
 
@@ -255,7 +268,8 @@ def _provis_first_version(loaded, items, min_attn):
     weights from start_index 0, every (to_index, from_index) pair's features weighted by them. The one
     liberty: the float32 weights (compared with θ in float32, as there) are summed in float64, so the
     comparison can be to 1e-9."""
-    feature_to_weighted_sum = defaultdict(lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
+    feature_to_weighted_sum = defaultdict(
+        lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
     weight_total = torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double)
     start_index = 0
     for item in items:
@@ -273,7 +287,8 @@ def _provis_first_version(loaded, items, min_attn):
 def _provis_iclr_version(loaded, items, min_attn):
     """946e9b4's compute_mean_attention: ``mask = attns >= min_attn``, weight_total the count of the mask,
     every (to_index, from_index) pair's features counted where the mask holds."""
-    feature_to_weighted_sum = defaultdict(lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
+    feature_to_weighted_sum = defaultdict(
+        lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
     weight_total = torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double)
     for item in items:
         attns = _attention(loaded, item)
@@ -373,14 +388,16 @@ def test_summary_means_are_over_proteins(tiny_dir, structures_dir):
     summary = summarize_heads(heads, chain_table(outcomes)).set_index("name")
     per_protein = heads[heads["name"] == "L1H2"]["p_at_L_long"]
     assert summary.loc["L1H2", "p_at_L_long"] == pytest.approx(per_protein.mean())
-    assert summary.loc["L1H2", "p_at_L_long_low"] <= per_protein.mean() <= summary.loc["L1H2", "p_at_L_long_high"]
+    assert summary.loc["L1H2", "p_at_L_long_low"] <= per_protein.mean(
+        ) <= summary.loc["L1H2", "p_at_L_long_high"]
 
 
 def test_binding_site_share_on_a_structure_with_a_ligand(tiny_dir, tmp_path):
     from tests.proteins.test_structure import SEQ, atom_line, line_chain, write
 
     lines = line_chain(SEQ * 2)
-    lines.append(atom_line(900, "C1", "LIG", "B", 1, (12.0, 0.0, 3.0), "C", record="HETATM"))  # beside residue 3
+    # beside residue 3
+    lines.append(atom_line(900, "C1", "LIG", "B", 1, (12.0, 0.0, 3.0), "C", record="HETATM"))
     path = write(tmp_path, "ligand.pdb", lines)
     loaded = models.load(str(tiny_dir("protbert", sharpness=SHARPNESS)))
     units, _ = structure_units([Path(path)])

@@ -160,8 +160,9 @@ def test_contacts_on_ray_equal_probe_contacts(ray_cluster, tmp_path, ubiquitin_s
 
     records, fasta = fasta_batch(tmp_path)
     heads, chains = tmp_path / "heads.parquet", tmp_path / "chains.parquet"
-    assert contacts_command(["--model", "zoo:esm-random", "--fasta", str(fasta), "--structure", ubiquitin_structure,
-                             "--heads-out", str(heads), "--chains-out", str(chains)]) == 0
+    assert contacts_command(["--model", "zoo:esm-random", "--fasta", str(fasta), "--structure",
+                             ubiquitin_structure, "--heads-out", str(heads), "--chains-out",
+                             str(chains)]) == 0
 
     broken = tmp_path / "broken.pdb"
     broken.write_text("HEADER    NOT A STRUCTURE\nATOM  garbage\n")
@@ -180,9 +181,12 @@ def test_contacts_on_ray_equal_probe_contacts(ray_cluster, tmp_path, ubiquitin_s
             assert mine.arrays.keys() == theirs.arrays.keys()
             for name in mine.arrays:
                 np.testing.assert_array_equal(mine.arrays[name], theirs.arrays[name])
-    outcomes = [contact_sets.unpack(spec, r.table, r.arrays) for spec, r in zip(specs, [r for r in results if r.ok], strict=True)]
-    pd.testing.assert_frame_equal(contact_sets.heads_table(outcomes), pd.read_parquet(heads), check_exact=True)
-    pd.testing.assert_frame_equal(contact_sets.chain_table(outcomes), pd.read_parquet(chains), check_exact=True)
+    outcomes = [contact_sets.unpack(spec, r.table, r.arrays) for spec,
+                r in zip(specs, [r for r in results if r.ok], strict=True)]
+    pd.testing.assert_frame_equal(contact_sets.heads_table(outcomes), pd.read_parquet(heads),
+                                  check_exact=True)
+    pd.testing.assert_frame_equal(contact_sets.chain_table(outcomes), pd.read_parquet(chains),
+                                  check_exact=True)
 
 
 @pytest.mark.ray
@@ -203,10 +207,12 @@ def test_contacts_on_ray_journal_each_unit_and_list_failures(ray_cluster, tmp_pa
     task = ContactsTask(options, identities=identities)
     written = []
     report = run(contact_units(loaded.name, specs), task,
-                 Out(path=out, write=lambda table, finished: written.append([u.key for u, _ in finished]) or {}),
+                 Out(path=out, write=lambda table,
+                     finished: written.append([u.key for u, _ in finished]) or {}),
                  RayExecutor(RayOptions(workers=2)), progress=False)
     failed = [r for r in report.results if not r.ok]
-    assert [r.key for r in failed] == ["1:too_long"] and "use --window" in failed[0].error and report.code == 2
+    assert [r.key for r in failed] == [
+        "1:too_long"] and "use --window" in failed[0].error and report.code == 2
     assert [u for u, _ in Journal(out).units()] == ["0:a", "2:b"] and written[-1] == ["0:a", "2:b"]
     expected = contact_sets.analyse_unit(loaded, specs[2], options)
     np.testing.assert_array_equal(report.results[2].arrays["contacts"], expected.result.contacts)
@@ -229,5 +235,5 @@ def test_probe_contacts_ray_flag_equals_in_process(tmp_path, ubiquitin_structure
     ray = pytest.importorskip("ray")
     ray.shutdown()  # the command starts its own local instance (and stops it)
     assert contacts_command([*common, "--heads-out", str(tmp_path / "b.parquet"), "--ray", "auto"]) == 0
-    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "a.parquet"), pd.read_parquet(tmp_path / "b.parquet"),
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "a.parquet"),
+                                  pd.read_parquet(tmp_path / "b.parquet"), check_exact=True)

@@ -25,7 +25,8 @@ from probe.cli import main
 from probe.errors import ProbeError
 from probe.runs.runner import InProcess, Out, Unit, UnitOutput, errors_path, run
 
-FAST = ["--types", "previous_token", "--examples", "4", "--bootstrap", "20", "--ablate", "none", "--seq-len", "16"]
+FAST = ["--types", "previous_token", "--examples", "4", "--bootstrap", "20", "--ablate", "none",
+        "--seq-len", "16"]
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +113,10 @@ def test_revisions_keep_other_checkpoints_and_models(models_dir, tmp_path, capsy
     out = tmp_path / "sweep.csv"
     assert label(["--model", str(base), "--revisions", "step-0,step-5", "--out", str(out)], capsys)[0] == 0
     first = pd.read_csv(out)
-    assert list(first["checkpoint"].unique()) == ["step-0", "step-5"] and list(first["step"].unique()) == [0, 5]
-    code, _, err = label(["--model", str(base), "--revisions", "step-5", "--out", str(out), "--seed", "1"], capsys)
+    assert list(first["checkpoint"].unique()) == ["step-0",
+                                                  "step-5"] and list(first["step"].unique()) == [0, 5]
+    code, _, err = label(
+        ["--model", str(base), "--revisions", "step-5", "--out", str(out), "--seed", "1"], capsys)
     assert code == 0, err
     table = pd.read_csv(out)
     assert len(table) == 16 and set(table.loc[table["checkpoint"] == "step-0", "seed"]) == {0}
@@ -167,7 +170,8 @@ def test_contacts_lists_a_failing_unit_and_goes_on(tiny_dir, tmp_path, capsys, m
 
     monkeypatch.setattr(contact_sets, "analyse_unit", analyse)
     heads = tmp_path / "heads.parquet"
-    code = main(["contacts", "--model", str(tiny_dir("esm")), "--fasta", str(fasta), "--heads-out", str(heads)])
+    code = main(
+        ["contacts", "--model", str(tiny_dir("esm")), "--fasta", str(fasta), "--heads-out", str(heads)])
     err = capsys.readouterr().err
     assert code == 2, err
     assert set(pd.read_parquet(heads)["id"]) == {"a", "c"}

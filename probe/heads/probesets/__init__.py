@@ -62,4 +62,8 @@ from probe.heads.probesets.tokens import (
     special_frame,
 )
 
-__all__ = ["ABBREVIATIONS", "BRACKET_KINDS", "CausalityVocabulary", "CorefExample", "CorefVocabulary", "EncodedSpanExample", "RepeatedBlocks", "Span", "SpanBatch", "SpanExample", "bracket_probes", "causality_examples", "content_token_ids", "coreference_examples", "coreference_probes", "delimiter_ids", "dyck_word", "encode_span_example", "load_probe_file", "pad_span_batch", "random_sentences", "repeated_blocks", "span_baselines", "special_frame", "token_classes", "without_tokens"]
+__all__ = ["ABBREVIATIONS", "BRACKET_KINDS", "CausalityVocabulary", "CorefExample", "CorefVocabulary",
+    "EncodedSpanExample", "RepeatedBlocks", "Span", "SpanBatch", "SpanExample", "bracket_probes",
+    "causality_examples", "content_token_ids", "coreference_examples", "coreference_probes", "delimiter_ids",
+    "dyck_word", "encode_span_example", "load_probe_file", "pad_span_batch", "random_sentences",
+    "repeated_blocks", "span_baselines", "special_frame", "token_classes", "without_tokens"]

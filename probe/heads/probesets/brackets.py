@@ -16,9 +16,9 @@ from probe.heads.vocab import TokenClasses, excluded_token_ids
 # ------------------------------------------------------------------------------------------------------------
 
 # Before a ".", these make it an abbreviation rather than a sentence end (besides every single letter).
-ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "inc", "ltd", "co", "no",
-                           "vol", "fig", "approx", "dept", "gen", "gov", "lt", "col", "sgt", "capt", "mt", "ft", "rev",
-                           "ca", "cf", "al", "ed", "eds", "pp", "op", "cit"})
+ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "inc", "ltd", "co",
+                           "no", "vol", "fig", "approx", "dept", "gen", "gov", "lt", "col", "sgt", "capt",
+                           "mt", "ft", "rev", "ca", "cf", "al", "ed", "eds", "pp", "op", "cit"})
 BRACKET_KINDS = (("(", ")"), ("[", "]"), ("{", "}"))
 _MARKERS = ("Ġ", "▁", "##")
 
@@ -40,7 +40,8 @@ def token_classes(tokenizer):
         special.add(int(tokenizer.pad_token_id))
     ends, periods, abbreviations, letters, digit_end, digit_start = set(), set(), set(), set(), set(), set()
     vocabulary = tokenizer.get_vocab()
-    marked = any(token.startswith(("Ġ", "▁")) for token in vocabulary)  # byte-level BPE / SentencePiece: Ġ starts a word
+    # byte-level BPE / SentencePiece: Ġ starts a word
+    marked = any(token.startswith(("Ġ", "▁")) for token in vocabulary)
     openers = [set() for _ in BRACKET_KINDS]
     closers = [set() for _ in BRACKET_KINDS]
     for token, index in vocabulary.items():
@@ -70,8 +71,8 @@ def token_classes(tokenizer):
         if index is not None and index != tokenizer.bos_token_id:  # GPT-2's <|endoftext|> also opens texts
             ends.add(int(index))
     return TokenClasses(frozenset(special), frozenset(ends), frozenset(periods), frozenset(abbreviations),
-                        frozenset(letters), frozenset(digit_end), frozenset(digit_start), tuple(map(frozenset, openers)),
-                        tuple(map(frozenset, closers)))
+                        frozenset(letters), frozenset(digit_end), frozenset(digit_start),
+                        tuple(map(frozenset, openers)), tuple(map(frozenset, closers)))
 
 
 def _canonical(tokenizer, ids: frozenset[int], text: str) -> int | None:
@@ -89,7 +90,8 @@ def without_tokens(weights: torch.Tensor, excluded: set[int]) -> torch.Tensor:
     index = torch.tensor(sorted(i for i in excluded if i < len(weights)), dtype=torch.long)
     weights[index] = 0.0
     if int((weights > 0).sum()) < 2:
-        raise ProbeError("the tokenizer has fewer than two content tokens besides its sentence ends and brackets")
+        raise ProbeError("the tokenizer has fewer than two content tokens besides its sentence ends and "
+                         "brackets")
     return weights
 
 
@@ -144,8 +146,10 @@ def bracket_probes(tokenizer, classes, content: torch.Tensor, seed: int, max_dep
     never simply the previous token). The content's own brackets stay and count too. A tokenizer without
     brackets gets its content back unchanged (every score NaN)."""
     prefix, suffix = special_frame(tokenizer)
-    kinds = [(o, c) for o, c in ((_canonical(tokenizer, opening, text_o), _canonical(tokenizer, closing, text_c))
-                                 for opening, closing, (text_o, text_c) in zip(classes.openers, classes.closers,
+    kinds = [(o, c) for o, c in ((_canonical(tokenizer, opening, text_o),
+                                  _canonical(tokenizer, closing, text_c))
+                                 for opening, closing, (text_o, text_c) in zip(classes.openers,
+                                                                               classes.closers,
                                                                              BRACKET_KINDS, strict=True))
              if o is not None and c is not None]
     out = content.clone()

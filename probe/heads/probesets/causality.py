@@ -26,8 +26,8 @@ class CausalityVocabulary:
     male_pronoun: str = "he"
     female_pronoun: str = "she"
     # the cause lies with the subject (NP1): "A fascinated B because she was clever" -> A
-    subject_verbs: tuple[str, ...] = ("fascinated", "amused", "disappointed", "annoyed", "frightened", "charmed",
-                                      "impressed", "inspired")
+    subject_verbs: tuple[str, ...] = ("fascinated", "amused", "disappointed", "annoyed", "frightened",
+                                      "charmed", "impressed", "inspired")
     # the cause lies with the object (NP2): "A thanked B because she had helped" -> B
     object_verbs: tuple[str, ...] = ("thanked", "praised", "blamed", "admired", "scolded", "punished",
                                      "congratulated", "envied")
@@ -44,8 +44,8 @@ class CausalityVocabulary:
 
     def words(self) -> list[str]:
         """Every word a sentence can contain (for building a word-level tokenizer), without duplicates."""
-        listed = [*self.male_names, *self.female_names, self.male_pronoun, self.female_pronoun, *self.subject_verbs,
-                  *self.object_verbs, *self.actions, *self.objects]
+        listed = [*self.male_names, *self.female_names, self.male_pronoun, self.female_pronoun,
+                  *self.subject_verbs, *self.object_verbs, *self.actions, *self.objects]
         for template in self.templates:
             listed.extend(word for word in template.split() if not word.startswith("{"))
         return list(dict.fromkeys(listed))

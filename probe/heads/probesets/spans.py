@@ -43,8 +43,10 @@ class EncodedSpanExample:
     word_ids: tuple[int, ...]  # word index of each token; -1 for special tokens
     target_words: tuple[int, ...]  # word indices overlapping a target span
     query_words: tuple[int, ...]  # word indices overlapping the query span
-    baselines: tuple[tuple[str, bool], ...] = ()  # (baseline name, it picks a target): nearest, first, agreement
-    candidate_words: tuple[int, ...] = ()  # words of the marked mentions (targets + distractors); () = every word
+    # (baseline name, it picks a target): nearest, first, agreement
+    baselines: tuple[tuple[str, bool], ...] = ()
+    # words of the marked mentions (targets + distractors); () = every word
+    candidate_words: tuple[int, ...] = ()
     source: str = ""
     cluster: str = ""
     group: str = ""
@@ -97,7 +99,8 @@ def encode_span_example(example: SpanExample, tokenizer) -> EncodedSpanExample:
     offsets = encoding["offset_mapping"]
     special = [bool(flag) for flag in encoding["special_tokens_mask"]]
     words = encoding.word_ids()
-    word_ids = tuple(-1 if is_special or word is None else int(word) for word, is_special in zip(words, special, strict=True))
+    word_ids = tuple(-1 if is_special or word is None else int(word) for word,
+                     is_special in zip(words, special, strict=True))
     where = f"{example.source}: " if example.source else ""
     query_tokens = _tokens_in(example.query, offsets, special)
     if not query_tokens:
@@ -124,8 +127,8 @@ def encode_span_example(example: SpanExample, tokenizer) -> EncodedSpanExample:
         target_words=tuple(sorted({word_ids[i] for i in target_tokens})),
         query_words=tuple(sorted({word_ids[i] for i in query_tokens})),
         baselines=span_baselines(example),
-        candidate_words=tuple(sorted(candidates | {word_ids[i] for i in target_tokens})) if candidates else (),
-        source=example.source,
+        candidate_words=tuple(sorted(candidates | {word_ids[i] for i in target_tokens})) if candidates
+        else (), source=example.source,
         cluster=example.cluster or example.source,
         group=example.group,
     )

@@ -40,7 +40,8 @@ def content_token_ids(tokenizer) -> torch.Tensor:
     special = excluded_token_ids(tokenizer)
     ids = [index for index in range(len(tokenizer)) if index not in special]
     if len(ids) < 2:
-        raise ProbeError("the tokenizer has fewer than two non-special tokens; random-token probes need a vocabulary")
+        raise ProbeError("the tokenizer has fewer than two non-special tokens; random-token probes need a "
+                         "vocabulary")
     return torch.tensor(ids, dtype=torch.long)
 
 
@@ -50,7 +51,8 @@ def repeated_blocks(
     seq_len: int,
     seed: int,
     block_len: int | None = None,  # None: random per example; an int gives the fixed-period control
-    weights: torch.Tensor | None = None,  # [vocab] token probabilities (probe.heads.corpus.token_weights); None: uniform
+    # [vocab] token probabilities (probe.heads.corpus.token_weights); None: uniform
+    weights: torch.Tensor | None = None,
 ) -> RepeatedBlocks:
     """Random tokens with one block repeated once: prefix (random length) · block · block · suffix.
 
@@ -77,7 +79,9 @@ def repeated_blocks(
         offset = int(torch.randint(0, m - 2 * length + 1, (1,), generator=generator))
         tokens = torch.multinomial(weights, m, replacement=True, generator=generator)  # [content]
         tokens[offset + length:offset + 2 * length] = tokens[offset:offset + length]
-        rows.append(torch.cat([torch.tensor(prefix, dtype=torch.long), tokens, torch.tensor(suffix, dtype=torch.long)]))
+        rows.append(
+            torch.cat(
+                [torch.tensor(prefix, dtype=torch.long), tokens, torch.tensor(suffix, dtype=torch.long)]))
         lengths.append(length)
         offsets.append(offset + len(prefix))
     return RepeatedBlocks(torch.stack(rows), torch.tensor(lengths), torch.tensor(offsets))  # [example seq]
