@@ -77,8 +77,8 @@ def graph_config(image_format: str = "png", filename: str = "probe", atlas: bool
     if image_format == "png":
         image["scale"] = 2
     config = {"displaylogo": False, "toImageButtonOptions": image, "showSendToCloud": False,
-              "showEditInChartStudio": False, "modeBarButtonsToRemove": TRIMMED_BUTTONS + (ATLAS_BUTTONS if atlas
-                                                                                           else [])}
+              "showEditInChartStudio": False,
+              "modeBarButtonsToRemove": TRIMMED_BUTTONS + (ATLAS_BUTTONS if atlas else [])}
     if atlas:
         config["doubleClick"] = False
     return config
@@ -406,7 +406,8 @@ def head_map_figure(apc: np.ndarray, pair: tuple[int, int] | None = None, title:
     figure = go.Figure([
         _residue_heatmap(apc.astype(np.float32), "apc attention", "Viridis", max_bins,
                          colorbar={"title": {"text": "APC"}},
-                         hovertemplate="residues %{y:.0f}, %{x:.0f}<br>APC attention %{z:.4f}<extra></extra>"),
+                         hovertemplate="residues %{y:.0f}, %{x:.0f}<br>APC attention "
+                                       "%{z:.4f}<extra></extra>"),
         selection_trace(pair),
     ])
     figure.update_layout(

@@ -337,11 +337,13 @@ class Service:
         offset = None
         table = self.labels(spec)
         if table is not None and "offset" in table.columns:
-            rows = table[(table["head_type"] == head_type) & (table["layer"] == layer) & (table["head"] == head)]
+            rows = table[(table["head_type"] == head_type) & (table["layer"] == layer)
+                         & (table["head"] == head)]
             offset = next((int(value) for value in rows["offset"] if pd.notna(value)), None)
         pattern = target_pattern(head_type, torch.tensor(list(ids), dtype=torch.long),
                                  causal=loaded.kind == models.ModelKind.CAUSAL_LM,
-                                 delimiter_ids=delimiter_ids(loaded.tokenizer), candidate=offset, classes=self._token_classes(spec, loaded, token_classes))  # [query key]
+                                 delimiter_ids=delimiter_ids(loaded.tokenizer), candidate=offset,
+                                 classes=self._token_classes(spec, loaded, token_classes))  # [query key]
         return pattern.cpu().numpy().astype(bool)
 
     def _token_classes(self, spec: str, loaded, token_classes):
@@ -472,7 +474,8 @@ class Service:
         except ProbeError as error:
             job.state, job.error = "failed", str(error)
         except Exception as error:  # noqa: BLE001 - reported in the page, not as a traceback
-            job.state, job.error = "failed", f"internal error while labelling: {type(error).__name__}: {error}"
+            job.state, job.error = ("failed",
+                                    f"internal error while labelling: {type(error).__name__}: {error}")
         job.ended = time.monotonic()
         self._say(spec, job, force=True)
 

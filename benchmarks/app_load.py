@@ -170,7 +170,8 @@ def user(client: Client, specs: dict[str, str], seed: int, stop_at: float) -> No
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))] if ordered else float("nan")
+    return (ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))] if ordered
+            else float("nan"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None,
                         help="use an app already serving on 127.0.0.1:PORT instead of starting one")
     parser.add_argument("--protein-rounds", type=int, default=3,
-                        help="proteins run alone before the load, to show the protein path's cost (default 3)")
+                        help="proteins run alone before the load, to show the protein path's cost "
+                             "(default 3)")
     args = parser.parse_args(argv)
     if not (1 <= args.users <= 100 and 1 <= args.duration <= 600):
         parser.error("bounded: 1..100 users, 1..600 s")

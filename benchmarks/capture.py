@@ -158,7 +158,8 @@ def table(timings: dict[int, dict], peaks: dict[int, dict], limit_gib: float) ->
         pa, pb = (peak[v]["peak_mib"] for v in ("plain", "engine"))
         if "eager" in times:
             c, pc = statistics.median(times["eager"]), peak["eager"]["peak_mib"]
-            eager = f"{c:.2f} | **{b / a:.2f}** | {c / a:.2f} | {pa:.0f} | {pb:.0f} | {pc:.0f} | **{pb / pa:.2f}** | {pc / pa:.2f}"
+            eager = (f"{c:.2f} | **{b / a:.2f}** | {c / a:.2f} | {pa:.0f} | {pb:.0f} | {pc:.0f} | "
+                     f"**{pb / pa:.2f}** | {pc / pa:.2f}")
         else:
             need = f"not run (needs {eager_bytes(n) / 2**30:.0f} GiB > {limit_gib:g})"
             eager = f"{need} | **{b / a:.2f}** | — | {pa:.0f} | {pb:.0f} | — | **{pb / pa:.2f}** | —"

@@ -121,7 +121,8 @@ def table(results: dict, limit_gib: float) -> str:
         need = _eager_bytes(n) / 2**30
         eager = runs.get("eager")
         if eager and "error" not in eager:
-            eager_text = f"{eager['seconds']:.1f} s, peak {eager['peak_mib']:.0f} MiB ({eager['peak_mib'] / pa:.1f}×)"
+            eager_text = (f"{eager['seconds']:.1f} s, peak {eager['peak_mib']:.0f} MiB "
+                          f"({eager['peak_mib'] / pa:.1f}×)")
         else:
             eager_text = f"not run: its weights alone need {need:.1f} GiB (> {limit_gib:g} GiB)"
         lines.append(f"| {n} | {len(plain)} | {ta:.1f} | {tb:.1f} | **{tb / ta:.2f}** | {pa:.0f} | {pb:.0f} "

@@ -227,7 +227,8 @@ def _single_stack(model: nn.Module, attention: list[nn.Module], engine: Engine) 
         count, modules = shared
         return AttentionPlan(engine, count, tuple(range(count)), (), (), (Stack("", 0, count),), modules)
     raise ProbeError(f"cannot find the {n_layers} transformer layers of {type(model).__name__}: capture "
-                     "supports models whose layers sit in one ModuleList, or ALBERT-style shared layer groups")
+                     "supports models whose layers sit in one ModuleList, or ALBERT-style shared layer "
+                     "groups")
 
 
 def _shared_layers(config, attention: list[nn.Module]):

@@ -56,7 +56,7 @@ when all three are captured and equal. Rows that are not equal or fallback are t
 To add a model type: one entry in `tests/coverage/catalogue.py` (its tiny config and checkpoint class), then
 `python scripts/architectures.py` rewrites this page; `tests/engine/test_coverage.py` runs the same list and fails when the
 page and the measurement disagree.
-"""
+"""  # noqa: E501 - markdown of the generated page (docs/architectures.md), kept as written
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,8 +37,8 @@ def main() -> int:
 
     def progress(done: int, total: int) -> None:
         if done % 10 == 0 or done == total:
-            print(
-                f"minilm_labels: {done}/{total} probe batches, {time.monotonic() - started:.0f} s", flush=True)
+            print(f"minilm_labels: {done}/{total} probe batches, {time.monotonic() - started:.0f} s",
+                  flush=True)
 
     table = label_model(loaded, label_config(64), progress=progress)
     table["model"] = "all-MiniLM-L6-v2"  # not the wheel's install path

@@ -22,8 +22,8 @@ from . import card_panel
 
 def layout() -> html.Div:
     return card_panel("Every head on this input", [
-        html.Div("click a thumbnail to select the head · badge: the atlas score, ✓ labelled, grey near chance",
-                 className="note"),
+        html.Div("click a thumbnail to select the head · badge: the atlas score, ✓ labelled, grey near "
+                 "chance", className="note"),
         html.Div(id=ids.GRID_MESSAGE, className="message"),
         html.Div(id=ids.GRID, className="head-grid"),
     ], className="grid-panel")
@@ -131,6 +131,6 @@ def register(app, service: Service) -> None:
                 return (selected && id.layer === selected.layer && id.head === selected.head) ? "thumb selected"
                                                                                                 : "thumb";
             });
-        }""",
+        }""",  # noqa: E501 - embedded JavaScript
         Output({"type": ids.THUMB, "layer": ALL, "head": ALL}, "className"),
         Input(ids.SELECTED, "data"), State({"type": ids.THUMB, "layer": ALL, "head": ALL}, "id"))

@@ -535,7 +535,8 @@ def _stream_rows(
             bias_rows = None
             if bias is not None:
                 bias_rows = bias[:, :, block, :key_stop]
-                bias_rows = bias_rows[:, list(heads)] if bias_rows.shape[1] > 1 and not all_heads else bias_rows
+                bias_rows = (bias_rows[:, list(heads)] if bias_rows.shape[1] > 1 and not all_heads
+                             else bias_rows)
             entropy = _row_entropy(block_norm, products, alpha, bias_rows, learned)
         elif need.entropy:
             entropy = _direct_entropy(alpha)

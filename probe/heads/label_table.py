@@ -109,7 +109,8 @@ def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
                 columns[key] = value.reshape(n_rows).double().numpy()
             else:
                 columns[key] = [value] * n_rows
-        correct = item.scores[None].correct if item.spec.statistic == "accuracy" and None in item.scores else None
+        correct = (item.scores[None].correct if item.spec.statistic == "accuracy" and None in item.scores
+                   else None)
         if correct is not None and groups:
             columns["accuracy_by_source"] = _per_group(correct, item.groups, groups)
         parts.append(pd.DataFrame(columns, index=range(n_rows)))

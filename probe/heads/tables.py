@@ -66,7 +66,7 @@ COLUMNS = [
 | `retrieval_ablation` | str | retrieval rows: every K's recalls (`clean 0.65; K=1: top 0.08, random 0.58–0.64`) |
 
 Tables written before a column existed read back with it NaN (:func:`load_table`).
-"""
+"""  # noqa: E501 - markdown table rows cannot wrap
 # Without these a file is not a label table (older tables have them all).
 REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "score", "chance", "label"]
 

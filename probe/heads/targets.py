@@ -220,7 +220,8 @@ def _coreference(ctx: TargetContext) -> Targets:
         raise ProbeError("coreference targets need spans: pass encoded span examples (probe.heads.probesets)")
     pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
     for row, example in enumerate(ctx.spans):
-        pattern[row, torch.tensor(example.query_tokens)[:, None], torch.tensor(example.target_tokens)[None, :]] = True
+        pattern[row, torch.tensor(example.query_tokens)[:, None],
+                torch.tensor(example.target_tokens)[None, :]] = True
     return {None: pattern}
 
 

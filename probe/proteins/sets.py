@@ -284,7 +284,7 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 
 The parquet file's schema metadata holds the run's model, revision, options and proteins
 (:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
-"""
+"""  # noqa: E501 - markdown table rows cannot wrap
 
 
 def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED,

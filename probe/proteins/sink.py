@@ -179,7 +179,8 @@ class ContactSink:
                 state.col_sums = torch.zeros(self.n_layers, self.n_heads, length, device=device)
                 # 1 at the residue tokens the reference keeps, 0 at BOS, EOS and padding
                 state.token_weight = torch.zeros(n_keys, device=device)  # [key]
-                state.token_weight[state.start:state.stop] = 1.0 if state.keep is None else state.keep.to(device)
+                state.token_weight[state.start:state.stop] = (1.0 if state.keep is None
+                                                              else state.keep.to(device))
             # token rows of residues in block
             low, high = max(first, state.start), min(first + n_rows, state.stop)
             if low < high:

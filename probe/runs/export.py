@@ -34,7 +34,8 @@ def save_figure(figure, path: str | Path) -> list[Path]:
             figure.write_image(png, scale=2)
             return [html, png]
         except Exception as error:  # noqa: BLE001 - kaleido reports a missing browser in several ways
-            reason = f"kaleido failed ({str(error).strip().splitlines()[0] if str(error).strip() else error!r})"
+            reason = ("kaleido failed "
+                      f"({str(error).strip().splitlines()[0] if str(error).strip() else error!r})")
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
         raise ProbeError(f"wrote {html} but no PNG: {reason} and no Chromium is on PATH (pip install "

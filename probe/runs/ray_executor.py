@@ -120,7 +120,8 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     except OSError as error:
         reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
         if isinstance(error, TimeoutError) and "connection" in locals():
-            reason = f"something listens there but does not answer as a Ray cluster does within {timeout:.0f} s"
+            reason = ("something listens there but does not answer as a Ray cluster does within "
+                      f"{timeout:.0f} s")
         raise ProbeError(f"cannot join Ray at {address}: {reason} {hint}") from None
     # an HTTP/2 frame header: 3 bytes length, 1 byte type (4: SETTINGS)
     if len(answer) < 9 or answer[3] != 0x04:

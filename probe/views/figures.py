@@ -149,8 +149,8 @@ def grid_figure(view):
     tiled = np.full((layers * (side + 1), heads * (side + 1)), np.nan)  # [row col]
     for layer in range(layers):
         for head in range(heads):
-            tiled[layer * (side + 1):layer * (side + 1) + side, head * (side + 1):head * (side + 1) + side] = \
-                view.thumbnails[layer, head]
+            tiled[layer * (side + 1):layer * (side + 1) + side,
+                  head * (side + 1):head * (side + 1) + side] = view.thumbnails[layer, head]
     figure = go.Figure(go.Heatmap(z=tiled, colorscale="Blues", zmin=0.0, zmax=1.0, hoverongaps=False,
                                   colorbar={"title": {"text": "α"}}))
     centres = [index * (side + 1) + side / 2 for index in range(max(layers, heads))]

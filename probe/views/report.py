@@ -84,8 +84,8 @@ def _atlas_html(table, layers: int, heads: int) -> str:
     for head_type in sorted(table["head_type"].astype(str).unique()):
         rows = table[table["head_type"].astype(str) == head_type]
         count = sum(is_labelled(v) for v in rows["label"]) if "label" in rows.columns else 0
-        figures.append(f"<figure>{atlas_svg(table, layers, heads, head_type)}<figcaption><b>{html.escape(head_type)}"
-                       f"</b> · {count} labelled</figcaption></figure>")
+        figures.append(f"<figure>{atlas_svg(table, layers, heads, head_type)}<figcaption>"
+                       f"<b>{html.escape(head_type)}</b> · {count} labelled</figcaption></figure>")
     return ('<p class="note">score on the fixed 0–1 scale (Viridis) · grey: not clearly above chance · ✓ '
             'labelled · hover a cell for its score, interval and q</p><div class="atlases">' + "".join(
                 figures) + "</div>")
@@ -195,7 +195,8 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
     sections += ["<h2>Every head on one input</h2>",
                  f'<p class="note">input: {html.escape(what)} · full maps: {html.escape(held)}'
                  + (f" (max-pooled {factor}×{factor})" if factor > 1 else "")
-                 + " · hover a token for its row, click the view and use ←/→ ↑/↓ to step heads and layers</p>",
+                 + " · hover a token for its row, click the view and use ←/→ ↑/↓ to step heads and "
+                   "layers</p>",
                  fragment(view.payload(), "probe-report-view")]
     if protein:
         sections += ["<h2>Contacts</h2>", protein_part]

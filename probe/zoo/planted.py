@@ -43,7 +43,8 @@ def build_planted_gpt2(beta: float = 400.0, sink: float = 300.0):
     config = model.config
     width, n_heads = config.n_embd, config.n_head
     head_dim = width // n_heads
-    assert width == 32 and n_heads == 4 and config.n_layer == 2, "the planted model is laid out for the tiny GPT-2"
+    assert width == 32 and n_heads == 4 and config.n_layer == 2, \
+        "the planted model is laid out for the tiny GPT-2"
     with torch.no_grad():
         for parameter in model.transformer.h.parameters():
             parameter.zero_()

@@ -89,7 +89,8 @@ def test_two_models_one_table_and_resume_after_an_interrupt(planted_dir, tiny_di
     calls.clear()
     code, _, err = run_cli([*argv, "--seed", "3"], capsys)
     assert code == 0 and calls == [planted_dir, second]
-    assert f"recomputing {planted_dir}, {second}: 2 model(s) whose options, model revision or input files differ" in err
+    assert (f"recomputing {planted_dir}, {second}: 2 model(s) whose options, model revision or input files "
+            "differ") in err
     assert set(pd.read_parquet(out)["seed"]) == {3}
 
 

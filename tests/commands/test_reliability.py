@@ -496,7 +496,8 @@ def test_app_empty_host_never_falls_back_to_the_host_variable(monkeypatch, never
     monkeypatch.setenv("HOST", "0.0.0.0")
     assert main(["app", "--host", "", "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
-    assert err == "probe app: error: --host is empty: give an address to bind, e.g. 127.0.0.1 (this machine only)\n"
+    assert err == ("probe app: error: --host is empty: give an address to bind, e.g. 127.0.0.1 (this machine "
+                   "only)\n")
 
 
 # A real process costs ~5-15 s of imports on a busy machine: two cases, argparse's exit path and the app's

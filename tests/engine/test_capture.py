@@ -12,7 +12,8 @@ from probe.errors import ProbeError
 from tests.conftest import eager_attention
 
 TOL = 1e-5
-SENTENCE = "the cat saw the dog and the dog saw the cat because it was one two three four five six seven eight nine"
+SENTENCE = ("the cat saw the dog and the dog saw the cat because it was one two three four five six seven "
+            "eight nine")
 
 
 def valid_pairs(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -530,8 +531,8 @@ class EntropyRecorder:
         return SinkNeeds(heads=heads, rows=self.rows, entropy=True)
 
     def update(self, block):
-        rows = block.rows if block.rows is not None else torch.arange(block.query_start,
-                                                                       block.query_start + block.alpha.shape[2])
+        rows = (block.rows if block.rows is not None
+                else torch.arange(block.query_start, block.query_start + block.alpha.shape[2]))
         self.got.append((block.layer, block.heads, rows, block.entropy))
 
 

@@ -78,7 +78,8 @@ class Recorder:
     """Declares its needs from arguments and keeps everything the engine hands it."""
 
     def __init__(self, heads=None, rows=None, gather=None, entropy=False, projections=None):
-        self.heads, self.rows, self.gather, self.entropy, self.projections = heads, rows, gather, entropy, projections
+        self.heads, self.rows, self.gather, self.entropy, self.projections = (heads, rows, gather, entropy,
+                                                                              projections)
         self.blocks, self.gathered, self.norms = [], {}, {}
 
     def needs(self, layer, n_heads, n_query):

@@ -15,7 +15,8 @@ from probe.engine import DenseSink, SinkNeeds, capture, capture_attention
 from tests.conftest import eager_attention
 
 TOL = 1e-5
-SENTENCE = "the cat saw the dog and the dog saw the cat because it was one two three four five six seven eight nine"
+SENTENCE = ("the cat saw the dog and the dog saw the cat because it was one two three four five six seven "
+            "eight nine")
 
 
 def save_tiny_deepseek(directory, qk_nope: int = 8, qk_rope: int = 4, v_dim: int = 6, seed: int = 0):

@@ -103,7 +103,8 @@ def test_gap_examples_encode_on_a_real_tokenizer(english):
 
 
 def test_sentence_spans_keep_abbreviations_initials_and_decimals_inside_a_sentence():
-    text = 'He met J. Smith in the U.S. in 1990. Then Dr. Who came (he said "yes.") Later it was 3.5 m long! OK?'
+    text = ('He met J. Smith in the U.S. in 1990. Then Dr. Who came (he said "yes.") Later it was 3.5 m '
+            'long! OK?')
     assert [text[s:e] for s, e in corpus.sentence_spans(text)] == [
         "He met J. Smith in the U.S. in 1990.", 'Then Dr. Who came (he said "yes.")',
         "Later it was 3.5 m long!", "OK?"]

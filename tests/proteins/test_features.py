@@ -127,8 +127,8 @@ def test_planted_weighted_shares_hand_computed_and_pooled():
     assert pooled["binding_share"] == pytest.approx(1.5 / 4.7, abs=1e-7)
     assert pooled["n_high"] == 10 and pooled["contact_count_share"] == pytest.approx(4 / 10)
     # the minimum total applies to Σ α (4.7), not to the count (10)
-    assert vig.pooled_shares(both, min_total=4.6, min_count=11).iloc[0]["contact_share"] == pytest.approx(2.1 / 4.7,
-                                                                                                          abs=1e-7)
+    assert vig.pooled_shares(both, min_total=4.6, min_count=11).iloc[0]["contact_share"] == \
+        pytest.approx(2.1 / 4.7, abs=1e-7)
     assert np.isnan(vig.pooled_shares(both, min_total=4.8, min_count=1).iloc[0]["contact_share"])
     assert np.isnan(vig.pooled_shares(both, min_total=0.0, min_count=11).iloc[0]["contact_count_share"])
     # B alone: 1.95 < 2
@@ -183,7 +183,8 @@ def test_a_chain_without_turn_bend_and_blank_has_them_unknown():
         sink.update(_block(0, (0,), _planted_sequence(length, spikes, rest=0.01)))
         rows[name] = sink.head_table(0, min_count=1, min_total=0.0).iloc[0]
     merged, split = rows["p-sea"], rows["dssp"]
-    assert merged["n_strand"] == 2 and merged["n_helix"] == 0 and merged["strand_background"] == pytest.approx(0.4)
+    assert (merged["n_strand"] == 2 and merged["n_helix"] == 0
+            and merged["strand_background"] == pytest.approx(0.4))
     for column in ("n_turn_bend", "n_blank", "turn_bend_share", "blank_count_share", "blank_background"):
         assert np.isnan(merged[column])
     assert split["n_strand"] == 2 and split["n_turn_bend"] == 0 and split["n_blank"] == 0

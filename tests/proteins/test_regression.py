@@ -162,7 +162,8 @@ def _one_line_error(capsys, argv, message):
     (["--min-total", "-1", "--sequence", "MKT"], "--min-total -1.0 must be a finite sum"),
 ])
 def test_bad_inputs_are_one_line_errors(tiny_dir, structures_dir, tmp_path, capsys, extra, message):
-    garbage, foreign, damaged = tmp_path / "garbage.json", tmp_path / "foreign.json", tmp_path / "damaged.json"
+    garbage, foreign, damaged = (tmp_path / "garbage.json", tmp_path / "foreign.json",
+                                 tmp_path / "damaged.json")
     garbage.write_bytes(b"\x00\x01 not json")
     foreign.write_text(json.dumps({"hello": 1}))
     damaged.write_text(json.dumps({"format": "probe-contact-regression", "weight": "x", "bias": 0}))
