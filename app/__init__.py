@@ -11,7 +11,15 @@ relative.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
+from dash import Dash
+from dash.exceptions import DependencyException
+from flask import has_request_context, request
+
+from probe.views import bundle  # the explorer's clientside core, shared with notebook views and reports
+
+from . import layout
 from .config import AppConfig
 from .service import Service
 
@@ -27,13 +35,6 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
     The layout is built per page visit from the URL's query string, so a reload (or a shared link) restores
     the model, head type, selected head and a short input.
     """
-    from dash import Dash
-    from flask import has_request_context, request
-
-    from probe.views import bundle  # the explorer's clientside core, shared with notebook views and reports
-
-    from . import layout
-
     service = service or Service(config or AppConfig())
     service.registry.load_all()
     dash_app = Dash(__name__, assets_folder=str(ASSETS), title="probe", update_title=None,
@@ -47,8 +48,6 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
     def _page_query() -> dict:
         """The visited page's query: the renderer fetches the layout from /_dash-layout, the page's URL is the
         referrer."""
-        from urllib.parse import parse_qs, urlparse
-
         if request.args:
             return request.args.to_dict()
         query = parse_qs(urlparse(request.referrer or "").query)
@@ -66,9 +65,6 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
 def _not_found_for_unknown_assets(server) -> None:
     """A component-suite path that is not a registered file (`../../etc/passwd`, a typo) is a plain 404: no
     traceback in the log, nothing read."""
-    from dash.exceptions import DependencyException
-    from flask import request
-
     def not_found(_error):
         return "not found", 404
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
+from dash import Patch
 
 from probe.naming import head_name
 from probe.views.tables import number as _number  # a table cell as a finite number or None
@@ -117,8 +119,6 @@ class _quiet_nan_warnings:
     """Silence numpy's 'All-NaN slice' RuntimeWarning inside the block."""
 
     def __enter__(self):
-        import warnings
-
         self._context = warnings.catch_warnings()
         self._context.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -425,8 +425,6 @@ HEAD_MAP_PAIR_TRACE = 1  # head_map_figure's traces: map, selected pair
 
 def pair_patches(pair: tuple[int, int] | None):
     """(contact figure patch, head map patch) that move the selected-pair marker of both figures to `pair`."""
-    from dash import Patch
-
     xs, ys = _pair_marks(pair)
     contacts, head_map = Patch(), Patch()
     contacts["data"][CONTACT_PAIR_TRACE]["x"], contacts["data"][CONTACT_PAIR_TRACE]["y"] = xs, ys

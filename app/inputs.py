@@ -6,6 +6,7 @@ import re
 
 from probe import models
 from probe.errors import ProbeError
+from probe.proteins.fasta import parse_fasta as read_records
 
 
 def parse_token_ids(text: str, vocab_size: int) -> list[int]:
@@ -28,8 +29,6 @@ def parse_token_ids(text: str, vocab_size: int) -> list[int]:
 
 def parse_fasta(text: str) -> str:
     """The first record of FASTA text, or a bare sequence; validated amino-acid letters."""
-    from probe.proteins.fasta import parse_fasta as read_records
-
     _, sequence = read_records(text, "the input")[0]
     return models.clean_protein(sequence)
 

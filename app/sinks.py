@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import torch
+
 from probe.engine.sinks import SinkNeeds
 from probe.errors import ProbeError
 
@@ -29,8 +31,6 @@ class PoolSink:
         return SinkNeeds(heads=tuple(range(n_heads)), causal_crop=True)
 
     def update(self, block) -> None:
-        import torch
-
         # [head query key] this block's rows; keys beyond alpha.shape[-1] are exactly 0
         alpha = block.alpha[0]
         heads, rows, keys = alpha.shape
@@ -51,8 +51,6 @@ class PoolSink:
 
     @property
     def pooled(self):
-        import torch
-
         if tuple(sorted(self._pooled)) != self.layers:
             raise ProbeError("the model's attention was not captured for every layer")
         return torch.stack([self._pooled[layer] for layer in self.layers])  # [layer head query_bin key_bin]

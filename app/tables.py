@@ -12,6 +12,7 @@ import pandas as pd
 from probe import zoo
 from probe.errors import ProbeError
 from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
+from probe.proteins.sets import read_heads_summary as read_summary
 
 from .registry import minilm_dir
 
@@ -49,8 +50,6 @@ def one_length(table: pd.DataFrame) -> pd.DataFrame:
 def read_heads_summary(path: str) -> pd.DataFrame:
     """`probe contacts --heads-summary` output, checked by probe.proteins.sets (one-line ProbeError
     otherwise)."""
-    from probe.proteins.sets import read_heads_summary as read_summary
-
     return read_summary(path)
 
 

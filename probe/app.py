@@ -50,13 +50,13 @@ def run(models: Sequence[str] | str = (), labels: str | None = None, jupyter_mod
         raise ProbeError("the dashboard (probe_app) is not installed: pip install probe-attention") from None
     models = (models,) if isinstance(models, str) else tuple(models)
     dash_app = create_app(AppConfig(models=models, labels=labels, **config))
-    from dash import jupyter_dash
+    from dash import jupyter_dash  # the dashboard's dependency: imported with it, only here
 
     if jupyter_dash.active:
         dash_app.run(jupyter_mode=jupyter_mode, host=host, port=int(port), jupyter_height=height,
                      jupyter_width=width)
     else:  # a script: serve until Ctrl-C, with waitress like `probe app`
-        from waitress import serve
+        from waitress import serve  # the dashboard's server: only for a script
 
         print(f"probe.app: serving {', '.join(dash_app.probe_service.specs)} at http://{host}:{port} (Ctrl-C "
               "stops)")

@@ -270,7 +270,7 @@ def architecture_card(config) -> ArchitectureCard:
 
 
 def config_from_dict(data: dict):
-    import transformers
+    import transformers  # imported here, like probe.layers above: `probe card --help` stays light
 
     model_type = data.get("model_type") if isinstance(data, dict) else None
     if not model_type:
@@ -290,6 +290,7 @@ def config_from_dict(data: dict):
 def load_config(spec: str):
     """The config of a model spec (hub id from the cache, local directory, zoo:NAME) or of a config.json
     file."""
+    # imported here, like probe.layers above (both import torch): `probe card --help` stays light
     import transformers
 
     from probe.models import resolve

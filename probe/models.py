@@ -32,8 +32,11 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+import transformers
 from torch import nn
+from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
+from probe import zoo
 from probe.errors import NoTokenizerError, ProbeError, first_line
 from probe.hashing import weights_hash
 from probe.layers import EAGER_NOTE, ENGINE_CHOICES, AttentionPlan, attention_plan, choose_engine, set_engine
@@ -198,8 +201,6 @@ class LoadedModel:
 def resolve(spec: str) -> str:
     """A zoo:NAME spec -> the shipped directory; anything else is returned unchanged."""
     if spec.startswith(ZOO_PREFIX):
-        from probe import zoo
-
         return str(zoo.path(spec[len(ZOO_PREFIX):]))
     return spec
 
@@ -276,8 +277,6 @@ _ENCODER_ONLY = ("t5", "mt5", "umt5")
 
 
 def _model_class(kind: ModelKind, config):
-    import transformers
-
     if config.model_type == "esm":
         return transformers.EsmForMaskedLM  # keeps the checkpoint's contact regression
     if kind == ModelKind.PROTEIN_MLM and config.model_type in _ENCODER_ONLY:
@@ -295,8 +294,6 @@ def _model_class(kind: ModelKind, config):
 def is_speech(config) -> bool:
     """Whether the config is of a speech encoder–decoder (Whisper): its encoder reads audio features, not
     text."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
-
     return config.model_type in MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
 
@@ -401,8 +398,6 @@ def load(
         have, an unknown dtype or engine, a bad device map, a model with no attention module the engine can
         read, ``engine="fused"`` on a model outside ``AttentionInterface``.
     """
-    import transformers
-
     source = locate(spec)
     local = Path(source)
     if engine not in ENGINE_CHOICES:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
 
+from probe.errors import ProbeError
 from probe.naming import head_name
 
 from .. import figures, ids
@@ -145,8 +146,6 @@ def label_status(service: Service, spec: str, start: bool = False):
 
 def labels_download(service: Service, spec: str) -> dict:
     """dcc.Download data: the labels table of `spec` as CSV."""
-    from probe.errors import ProbeError
-
     table = service.labels(spec)
     if table is None:
         raise ProbeError("no labels to download: press 'Label heads' first (or start the app with --labels "

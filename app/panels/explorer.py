@@ -13,11 +13,12 @@ import numpy as np
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from probe.errors import ProbeError
+from probe.heads.probesets import coreference_examples
 from probe.models import ModelKind
 from probe.naming import head_name
 
 from .. import figures, ids
-from ..errors import guarded
+from ..errors import error_message, guarded
 from ..inputs import parse_fasta
 from ..payload import display_tokens, layer_payload
 from ..registry import display_name
@@ -122,7 +123,6 @@ def example_text(loaded) -> str:
         return DEMO_PARAGRAPH
     if unknown_share(loaded, DEMO_TEXT) <= 0.2:
         return DEMO_TEXT
-    from probe.heads.probesets import coreference_examples
 
     sentences = " ".join(" ".join(example.words) for example in coreference_examples(2, seed=0))
     if unknown_share(loaded, sentences) <= 0.2:
@@ -252,7 +252,6 @@ def layer_view(service: Service, store: dict | None, layer_store) -> tuple[dict 
     try:
         alpha = service.layer_attention(spec, token_ids, layer)  # [head query key]
     except Exception as error:  # noqa: BLE001 - shown in the page, the figures cleared
-        from ..errors import error_message
 
         message = error_message(error)
         return {"error": f"{spec}: {message}", "model": spec}, message
@@ -334,7 +333,6 @@ def register(app, service: Service) -> None:
         try:
             return (*explorer_input(service, spec, text, bool(as_ids), model_changed=model_changed), zoom)
         except Exception as error:  # noqa: BLE001 - a message; after a model change the old input is dropped
-            from ..errors import error_message
 
             return (None if model_changed else no_update), error_message(error), no_update, no_update
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import dash_mantine_components as dmc
 from dash import html
 
+from probe.heads.label import LabelConfig
+
 from .. import ids
 
 
 def entries() -> list[tuple[str, str]]:
     """(term, definition) pairs shown in the glossary."""
-    from probe.heads.label import LabelConfig
-
     config = LabelConfig()
     level = f"{config.confidence:.0%}"
     return [

@@ -11,10 +11,11 @@ import numpy as np
 from dash import ALL, Input, Output, State, ctx, html, no_update
 
 from probe.errors import ProbeError
+from probe.models import ModelKind
 from probe.naming import head_name
 
 from .. import figures, ids
-from ..errors import guarded
+from ..errors import error_message, guarded
 from ..service import Service
 from ..thumbnails import thumbnail_uri
 from . import card_panel
@@ -51,7 +52,6 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
         return html.Div("run an input to see every head", className="note")
     spec = store.get("model")
     pooled = service.thumbnails(spec, store["ids"])  # [layer head query_bin key_bin]
-    from probe.models import ModelKind
 
     causal = service.model(spec).kind == ModelKind.CAUSAL_LM
     n_heads = pooled.shape[1]
@@ -109,7 +109,6 @@ def register(app, service: Service) -> None:
         try:
             return grid_children(service, store, head_type, bool(scale), selected), ""
         except Exception as error:  # noqa: BLE001 - the grid is cleared (never the previous model's heads)
-            from ..errors import error_message
 
             message = error_message(error)
             return html.Div("no grid: " + message, className="note"), message

@@ -11,11 +11,15 @@ from urllib.parse import urlencode
 import dash_mantine_components as dmc
 from dash import Input, Output, State, dcc, html
 
-from .. import ids
+from probe.heads.registry import REGISTRY
+
+from .. import figures, ids
 from ..errors import guarded
+from ..figures import _is_labelled
 from ..registry import display_name
 from ..service import Service
 from . import radio
+from .glossary import glossary_button
 
 URL_TEXT_CHARS = 300  # inputs up to this long go into the URL as text; longer ones through a server-side key
 GRAPHS = (ids.ATLAS, ids.HEATMAP, ids.LINES, ids.CONTACTS, ids.HEAD_MAP)
@@ -34,8 +38,6 @@ def readable(head_type: str) -> str:
 def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
     """The head types that apply to the model: protein models have no text-only types (coreference,
     delimiter)."""
-    from probe.heads.registry import REGISTRY
-
     if service.unusable(spec):
         return tuple(REGISTRY)
     kind = service.model(spec).kind
@@ -50,8 +52,6 @@ def type_options(types) -> list[dict]:
 
 
 def types_tooltip(types) -> str:
-    from probe.heads.registry import REGISTRY
-
     return "\n".join(f"{name}: {REGISTRY[name].description}" for name in types if name in REGISTRY)
 
 
@@ -63,8 +63,6 @@ def default_head_type(types, table=None) -> str:
     on a pattern it has, never on an empty atlas); without labels induction where it applies, else the first
     type."""
     if table is not None and not table.empty and "label" in table.columns:
-        from ..figures import _is_labelled
-
         labelled = {str(kind) for kind, label in zip(table["head_type"], table["label"], strict=True)
                     if _is_labelled(label)}
         for name in (*SHOWCASE, *types):
@@ -153,8 +151,6 @@ def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int
     if rows.empty:
         return first
     if "label" in rows.columns:
-        from ..figures import _is_labelled
-
         labelled = rows[[_is_labelled(value) for value in rows["label"]]]
         rows = labelled if not labelled.empty else rows
     best = rows.sort_values("score", ascending=False).iloc[0]
@@ -203,8 +199,6 @@ def header(state: dict) -> dmc.Group:
 
 
 def sidebar(service: Service, state: dict) -> dmc.Stack:
-    from .glossary import glossary_button
-
     spec = state["model"]
     options = [{"label": model_label(s), "value": s} for s in service.specs]
     return dmc.Stack(gap="sm", children=[
@@ -240,8 +234,6 @@ def _shape(service: Service, spec: str) -> dict:
 
 
 def register(app, service: Service) -> None:
-    from .. import figures
-
     @app.callback(Output(ids.MODEL_INFO, "children"), Output(ids.SHAPE, "data"),
                   Output(ids.LIMITS, "children"), Output(ids.CARD_ONLY, "children"),
                   Output(ids.EXPLORER_SECTION, "style"), Output(ids.PROTEIN_SECTION, "style"),

@@ -6,8 +6,9 @@ are refused in the browser with a message (assets/upload.js) and again on the se
 from __future__ import annotations
 
 import base64
+import math
 
-from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
+from dash import Input, Output, Patch, State, ctx, dash_table, dcc, html, no_update
 
 from probe.errors import ProbeError
 from probe.models import ModelKind
@@ -179,8 +180,6 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
 
 def unknown_as_text(records: list[dict]) -> list[dict]:
     """Table records with NaN shown as "unknown" (a feature share with no ligand is not 0)."""
-    import math
-
     return [{key: ("unknown" if isinstance(value, float) and math.isnan(value) else value)
              for key, value in record.items()} for record in records]
 
@@ -318,7 +317,6 @@ def shared_zoom(relayout, store):
             clipped[axis] = [high, low] if axis == "yaxis" else [low, high]
         ranges = clipped
         stored = None if all(ranges.get(axis, full[axis]) == full[axis] for axis in full) else ranges
-    from dash import Patch
 
     patch = Patch()
     for axis, values in ranges.items():

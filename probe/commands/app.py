@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import math
 import socket
 import sys
@@ -75,9 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 def serve(wsgi_app, host: str, port: int, threads: int = 16) -> None:
     """Serve with waitress, a production WSGI server (no development-server warning); blocks until Ctrl-C."""
-    import logging
-
-    from waitress import serve as waitress_serve
+    from waitress import serve as waitress_serve  # the server: only when serving
 
     logging.getLogger("waitress").setLevel(logging.WARNING)  # our own "serving ..." line says where
     waitress_serve(wsgi_app, host=host, port=port, threads=threads, ident="probe")
@@ -86,7 +85,7 @@ def serve(wsgi_app, host: str, port: int, threads: int = 16) -> None:
 def _dashboard():
     """(create_app, AppConfig) of the dashboard: installed as `probe_app`, or the `app/` folder of a source
     checkout."""
-    try:
+    try:  # the dashboard: its own package above probe (it imports probe and dash), loaded only here
         from probe_app import AppConfig, create_app
     except ModuleNotFoundError as error:
         if error.name != "probe_app":

@@ -7,7 +7,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from probe.card import architecture_card, load_config
 from probe.errors import ProbeError
+from probe.memory import available_memory, check_fits, memory_plan
+from probe.runs.export import PLOT_EXTENSIONS
 
 # What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/commands/test_cli_fast.py checks they
 # are equal), written out so that checking --out needs no pandas.
@@ -120,7 +123,7 @@ def executor(args: argparse.Namespace):
     """The runner's executor the flags ask for: probe.runs.ray_executor.RayExecutor with --ray, else
     in-process. Checked before any computing: --ray-workers needs --ray and at least 1, the address is auto or
     HOST:PORT."""
-    from probe.runs.runner import InProcess
+    from probe.runs.runner import InProcess  # torch and pandas: only once the command runs
 
     workers = getattr(args, "ray_workers", None)
     if getattr(args, "ray", None) is None:
@@ -129,7 +132,7 @@ def executor(args: argparse.Namespace):
         return InProcess()
     if workers is not None and workers < 1:
         raise ProbeError("--ray-workers must be at least 1")
-    from probe.runs.ray_executor import RayExecutor, RayOptions, check_reachable
+    from probe.runs.ray_executor import RayExecutor, RayOptions, check_reachable  # as InProcess above
 
     if args.ray != "auto":
         check_reachable(args.ray)  # a bounded TCP connect, before anything is loaded: one line within seconds
@@ -144,9 +147,6 @@ def refuse_if_too_big(args: argparse.Namespace, model: str, command: str, seq_le
     its config alone) exceeds the memory the device has free; `flags` names the command's own ways to ask
     less. No check when offloading was asked for (--device-map) or the config cannot be planned (loading then
     says why)."""
-    from probe.card import architecture_card, load_config
-    from probe.memory import available_memory, check_fits, memory_plan
-
     if getattr(args, "device_map", None):  # (a flag of the model options where offloading exists)
         return
     try:
@@ -162,8 +162,6 @@ def refuse_if_too_big(args: argparse.Namespace, model: str, command: str, seq_le
 def plot_paths(text: str):
     """--plot FILE.html|FILE.png -> FILE.html, checked with its sibling FILE.png (both are written) before any
     labelling: extension, folder, writable, and neither of the two may be a folder."""
-    from probe.runs.export import PLOT_EXTENSIONS
-
     plot = output_path(text, PLOT_EXTENSIONS, "--plot")
     for sibling in (plot.with_suffix(".html"), plot.with_suffix(".png")):
         if sibling.is_dir():

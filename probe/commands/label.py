@@ -112,7 +112,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """The probe.heads.label.LabelConfig the flags describe (validated: one-line ProbeError on bad values)."""
-    from probe.heads.label import LabelConfig
+    from probe.heads.label import LabelConfig  # torch: only after --help and argument parsing
     from probe.heads.probesets import load_probe_file
     from probe.heads.registry import parse_head_types
 
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     if out is None and len(report.table):
         report.table.to_csv(sys.stdout, index=False)
     if plot is not None and len(report.table):
-        from probe.runs.export import save_figure
+        from probe.runs.export import save_figure  # deferred like the labelling stack above
         from probe.runs.plot import sweep_figure
 
         if not report.table["label"].fillna(False).astype(bool).any():
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             for written in save_figure(sweep_figure(report.table), plot):
                 _say(f"wrote {written}")
     if report_path is not None and len(report.table):
-        from probe.views.report import write_report
+        from probe.views.report import write_report  # deferred like the labelling stack above
 
         model = args.model[0]
         write_report(models.load(model, device=args.device, dtype=args.dtype, **load_keywords(args)),

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from probe.commands.common import add_model_options
+from probe.commands.common import add_model_options, load_keywords, output_path
 from probe.errors import ProbeError
 
 REPORT_EXTENSIONS = (".html",)
@@ -36,8 +37,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _read_text(path: str) -> str:
-    from pathlib import Path
-
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProbeError(f"--text {path}: no such file; give a text file")
@@ -54,7 +53,6 @@ def _read_text(path: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # Heavy imports (torch, transformers, pandas) only here, so `probe --help` stays fast.
-    from probe.commands.common import load_keywords, output_path
     from probe.models import ModelKind, load
     from probe.views.report import write_report
 
@@ -65,13 +63,11 @@ def run(args: argparse.Namespace) -> int:
         raise ProbeError("--maps must be at least 1")
     text = _read_text(args.text) if args.text else None
     if args.structure is not None:
-        from pathlib import Path
-
         if not Path(args.structure).expanduser().is_file():
             raise ProbeError(f"--structure {args.structure}: no such file; give a PDB or mmCIF file")
     labels = None
     if args.labels:
-        from probe.views.tables import as_table
+        from probe.views.tables import as_table  # pandas: only with --labels, after the checks
 
         labels = as_table(args.labels)
     loaded = load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))

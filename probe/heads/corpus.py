@@ -29,7 +29,7 @@ from importlib import resources
 import torch
 
 from probe.errors import ProbeError
-from probe.heads.probesets import SpanExample, special_frame
+from probe.heads.probesets import ABBREVIATIONS, SpanExample, special_frame
 from probe.heads.vocab import excluded_token_ids  # noqa: F401 - re-exported (it lived here)
 
 SPLITS = ("development", "validation")
@@ -187,8 +187,6 @@ _LAST_WORD = re.compile(r"([A-Za-z]+)\.$")
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Character spans [start, stop) of the sentences of a text (white space between sentences belongs to
     none)."""
-    from probe.heads.probesets import ABBREVIATIONS
-
     spans, start = [], 0
     for match in _SENTENCE_END.finditer(text):
         if text[match.start()] == ".":

@@ -30,10 +30,14 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from safetensors import safe_open
 
+from probe.heads.ablation import ablation_effects, group_effects
+from probe.heads.probesets import pad_span_batch, special_frame
 from probe.heads.registry import REGISTRY
 from probe.heads.stage_times import StageTimes
-from probe.models import ModelKind
+from probe.models import ModelKind, resolve
+from probe.naming import head_name
 
 MASK_SHARE = 0.15  # masked LMs: share of the measured positions that are masked
 
@@ -42,13 +46,10 @@ def lm_head_trained(loaded) -> bool:
     """False when the model has output-head parameters (not tied to the embeddings) that its checkpoint lacks,
     i.e. the head was freshly initialised at load time. True when it cannot be told (a hub model not cached
     locally)."""
-    from probe.models import resolve
-
     directory = Path(resolve(loaded.name)).expanduser()
     files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
     if not files:
         return True
-    from safetensors import safe_open
 
     keys: set[str] = set()
     for file in files:
@@ -86,8 +87,6 @@ def loss_batch(loaded, spec_name: str, input_ids: torch.Tensor, attention_mask: 
                repeat_start=None, repeat_len=None, spans=(), seed: int = 0) -> dict[str, torch.Tensor] | None:
     """The ablation batch of one type: `input_ids` (masked where a masked LM is measured), `attention_mask`,
     and `labels` (−100 outside the measured positions). None when a masked LM has no mask token."""
-    from probe.heads.probesets import special_frame
-
     causal = loaded.kind == ModelKind.CAUSAL_LM
     lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full((len(input_ids),),
                                                                                    input_ids.shape[1])
@@ -128,9 +127,6 @@ def ablation_columns(
     probes and loss, against heads that carry no label (same layer where possible); and every (type, layer)
     with ≥ 2 labelled heads ablated together, against random groups of the same size (group columns on each
     member's row)."""
-    from probe.heads.ablation import ablation_effects, group_effects
-    from probe.heads.probesets import pad_span_batch
-
     timings = timings if timings is not None else StageTimes()
     columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS,
                *TYPE_GROUP_COLUMNS]
@@ -220,8 +216,6 @@ def _layer_groups(heads: list[tuple[int, int]]) -> list[tuple[tuple[int, int], .
 
 
 def _names(group) -> str:
-    from probe.naming import head_name
-
     return " ".join(head_name(layer, head) for layer, head in group)
 
 

@@ -47,6 +47,8 @@ import torch
 
 from probe.errors import ProbeError
 from probe.heads.generated import GeneratedScores
+from probe.heads.retrieval import label_scores
+from probe.heads.retrieval_ablation import label_verification
 from probe.heads.targets import (  # the patterns, and the names callers import from here
     MAX_OFFSET,
     SMALL_VOCABULARY,
@@ -92,14 +94,10 @@ Verifier = Callable[..., dict]
 
 
 def _retrieval_scorer(loaded, seq_len: int, config, tick) -> GeneratedScores:
-    from probe.heads.retrieval import label_scores  # imported when used: retrieval builds on the engine
-
     return label_scores(loaded, seq_len, config, tick)
 
 
 def _retrieval_verifier(loaded, seq_len: int, config, scores: torch.Tensor) -> dict:
-    from probe.heads.retrieval_ablation import label_verification  # imported when used, as the scorer
-
     return label_verification(loaded, seq_len, config, scores)
 
 

@@ -49,10 +49,15 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
 
 from probe.engine import AttentionBlock, SinkNeeds, capture
 from probe.errors import ProbeError
+from probe.heads.generated import GeneratedScores
+from probe.heads.probesets import content_token_ids, special_frame
+from probe.models import ModelKind
+from probe.naming import head_name
 
 NEEDLE_LEN = 8  # tokens the model must copy
 KEY_LEN = 2  # tokens written before the needle and again at the end of the prompt (the cue)
@@ -145,8 +150,6 @@ def needle_probes(
 ) -> NeedleProbes:
     """`n_examples` prompts of exactly `seq_len` tokens (the tokenizer's leading specials, e.g. <bos>,
     included); needle depths (i + ½) / n for probe i."""
-    from probe.heads.probesets import content_token_ids, special_frame
-
     prefix, _ = special_frame(tokenizer)  # no suffix: the model must continue the prompt
     if weights is None:
         vocab = content_token_ids(tokenizer)
@@ -392,11 +395,6 @@ def retrieval_scores(loaded, config: RetrievalConfig = RetrievalConfig()):  # no
     ProbeError
         The model is not a causal LM.
     """
-    import pandas as pd
-
-    from probe.models import ModelKind
-    from probe.naming import head_name
-
     if loaded.kind != ModelKind.CAUSAL_LM:
         raise ProbeError(f"retrieval heads are defined for causal LMs; {loaded.name} is a "
                          f"{loaded.kind.description}")
@@ -421,8 +419,6 @@ def label_scores(loaded, seq_len: int, label_config, tick: Callable[[], None] | 
     """The labelling pipeline's hook (probe.heads.registry's retrieval spec): per-probe scores of
     `seq_len`-token needle probes with the label config's examples, seed and batch size, as
     :class:`probe.heads.registry.GeneratedScores`."""
-    from probe.heads.generated import GeneratedScores
-
     config = RetrievalConfig(examples=label_config.examples, seq_len=seq_len, seed=label_config.seed,
                              batch_size=label_config.batch_size)
     probes = needle_probes(loaded.tokenizer, config.examples, seq_len, config.seed, config.needle_len,

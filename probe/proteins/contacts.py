@@ -36,7 +36,7 @@ import torch
 
 from probe.engine import DenseSink, capture
 from probe.errors import ProbeError
-from probe.models import LoadedModel
+from probe.models import LoadedModel, clean_protein, encode_proteins, protein_alphabet, require_protein
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.precision import apc, precision_by_range, symmetrize
 from probe.proteins.sink import ContactSink, contact_regression
@@ -112,8 +112,6 @@ class ContactResult:
 
 
 def _require_protein(loaded: LoadedModel) -> None:
-    from probe.models import require_protein
-
     require_protein(loaded, "contact analysis")
 
 
@@ -148,8 +146,6 @@ def predict_contacts_batch(
     per_head, the per-head table of each. `regression` (weight [layer head], bias), e.g. a fitted
     :class:`probe.proteins.regression.ContactRegression`, replaces the checkpoint's own; models without either
     get `contacts=None` and per-head statistics."""
-    from probe.models import encode_proteins
-
     _require_protein(loaded)
     if not sequences:
         raise ProbeError("no sequences given")
@@ -269,8 +265,6 @@ def predict_contacts_windowed(
     residues, `stride` apart (the last one ends at the sequence's end), and average the probabilities of each
     pair over the windows that hold both residues. Pairs farther apart than any window covers are NaN. No
     per-head table."""
-    from probe.models import clean_protein, protein_alphabet
-
     _require_contact_head(loaded, "--window (crop-and-average contact prediction)")
     sequence = clean_protein(sequence, protein_alphabet(loaded))
     limit = loaded.max_tokens - 2
@@ -297,8 +291,6 @@ def predict_contacts_windowed(
 
 def head_attention_map(loaded: LoadedModel, sequence: str, layer: int, head: int) -> np.ndarray:
     """[L L] APC-corrected symmetrized attention of one head on the residues (BOS/EOS dropped)."""
-    from probe.models import encode_proteins
-
     _require_protein(loaded)
     if not (0 <= layer < loaded.n_layers and 0 <= head < loaded.n_heads):
         raise ProbeError(f"head L{layer}H{head} does not exist: the model has layers "

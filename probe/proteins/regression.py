@@ -40,8 +40,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from probe.engine import DenseSink, capture
 from probe.errors import ProbeError
+from probe.models import clean_protein, encode_proteins, protein_alphabet, require_protein
+from probe.proteins.precision import RANGES, apc, precision_by_range, symmetrize
 from probe.proteins.regression_file import DEFAULT_C, ContactRegression
+from probe.proteins.structure import CONTACT_THRESHOLD, DEFAULT_CB, contact_map, read_structure
 
 TOP_K = 5  # heads averaged by the top-k-head baseline
 MIN_SEPARATION = 6  # pairs closer in sequence are not fitted (nor scored by precision)
@@ -107,7 +111,7 @@ def fit_logistic(features: np.ndarray, labels: np.ndarray, c: float = DEFAULT_C)
     tuple
         weight [channel] float64, bias float.
     """
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # heavy, and only `probe contacts --fit` needs it
 
     if len(np.unique(labels)) < 2:
         raise ProbeError("the training structures hold no contact (or nothing but contacts) at separation ≥ "
@@ -127,7 +131,7 @@ def fit_logistic(features: np.ndarray, labels: np.ndarray, c: float = DEFAULT_C)
 def _l1() -> dict:
     """The L1 penalty in the spelling of the installed scikit-learn (``l1_ratio=1`` from 1.8, ``penalty="l1"``
     before)."""
-    import sklearn
+    import sklearn  # heavy, and only `probe contacts --fit` needs it
 
     major, minor = (int(part) for part in sklearn.__version__.split(".")[:2])
     return {"l1_ratio": 1.0} if (major, minor) >= (1, 8) else {"penalty": "l1"}
@@ -143,8 +147,6 @@ def predict_map(maps: np.ndarray, weight: np.ndarray, bias: float) -> np.ndarray
 
 def head_precisions(maps: np.ndarray, true_map: np.ndarray, column: str = "p_at_L_long") -> np.ndarray:
     """[layer head] the precision `column` of every head's map against a true map."""
-    from probe.proteins.precision import precision_by_range
-
     layers, heads = maps.shape[:2]
     return np.array([[precision_by_range(maps[layer, head], true_map)[column] for head in range(heads)]
                      for layer in range(layers)])
@@ -165,8 +167,6 @@ def top_heads_map(maps: np.ndarray, heads: Sequence[tuple[int, int]]) -> np.ndar
 
 
 def _scores(scores: np.ndarray, true_map: np.ndarray) -> dict[str, float]:
-    from probe.proteins.precision import RANGES, precision_by_range
-
     precision = precision_by_range(scores, true_map)
     return {f"p_at_{fraction}_{name}": precision[f"p_at_{fraction}_{name}"] for name in RANGES
             for fraction in ("L", "L5")}
@@ -242,10 +242,6 @@ def head_maps(loaded, sequence: str) -> np.ndarray:
     sequence : str
         Amino acids.
     """
-    from probe.engine import DenseSink, capture
-    from probe.models import encode_proteins, require_protein
-    from probe.proteins.precision import apc, symmetrize
-
     require_protein(loaded, "contact regression")
     cleaned, inputs = encode_proteins(loaded, [sequence])
     sink = DenseSink()
@@ -260,9 +256,6 @@ def training_structures(files: Sequence[str | Path], loaded, threshold: float | 
                         cb: str | None = None) -> list[TrainingStructure]:
     """The first protein chain of every file as a :class:`TrainingStructure` (sequence: the chain's
     residues)."""
-    from probe.models import clean_protein, protein_alphabet
-    from probe.proteins.structure import CONTACT_THRESHOLD, DEFAULT_CB, contact_map, read_structure
-
     result = []
     for path in files:
         structure = read_structure(path)

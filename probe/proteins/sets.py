@@ -20,14 +20,19 @@ determines its result, and the outputs are built from the units:
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from probe import models
 from probe.errors import ProbeError, first_line
+from probe.hashing import identity_hash
 from probe.models import LoadedModel
 from probe.naming import head_name
 from probe.proteins import features as vig
@@ -35,6 +40,7 @@ from probe.proteins import significance
 from probe.proteins.contacts import ContactResult, predict_contacts, predict_contacts_windowed
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.precision import RANGES, known_pair_counts, precision_columns
+from probe.proteins.regression_file import read_regression
 from probe.proteins.structure import (
     BINDING_DISTANCE,
     CONTACT_THRESHOLD,
@@ -78,8 +84,6 @@ class UnitOutcome:
 
 def unit_identity(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> str:
     """The identity of everything that determines a unit's result (probe.hashing.identity_hash)."""
-    from probe.hashing import identity_hash
-
     dtype = str(next(loaded.model.parameters()).dtype)
     return identity_hash({"format": FORMAT_VERSION, "model": loaded.name, "revision": loaded.revision,
                           "dtype": dtype, "sequence": spec.sequence, "structure": spec.structure_hash,
@@ -93,8 +97,6 @@ def unit_identity(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) 
 
 def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> UnitOutcome:
     """Read the unit's structure (if any), build its true contacts and properties, and analyse it."""
-    from probe import models
-
     structure = read_structure(spec.structure, chain=spec.chain) if spec.structure else None
     if spec.sequence is not None:
         sequence = models.clean_protein(spec.sequence, models.protein_alphabet(loaded))
@@ -123,8 +125,6 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
     else:
         fitted = None
         if options.regression is not None:
-            from probe.proteins.regression_file import read_regression
-
             fitted = read_regression(options.regression).check_model(loaded).as_tuple()
         result = predict_contacts(loaded, sequence, true_map, per_head=options.per_head, features=features,
                                   min_attention=options.min_attention, regression=fitted)
@@ -292,8 +292,6 @@ def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: 
     """(mean, low, high) per column of `values` [protein column] (NaN = no value): the mean over the proteins
     with a value and a percentile bootstrap interval of it (proteins resampled with replacement, the same
     resamples for every column). Columns with fewer than two values get a NaN interval."""
-    import warnings
-
     values = np.asarray(values, dtype=np.float64)
     n_proteins, n_columns = values.shape
     nan = np.full(n_columns, np.nan)
@@ -360,9 +358,6 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
 
 def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
     """Write the summary as parquet with `meta` (model, options, proteins) as JSON in the schema metadata."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     table = pa.Table.from_pandas(summary, preserve_index=False)
     metadata = dict(table.schema.metadata or {})
     metadata[b"probe"] = json.dumps(meta, default=str).encode("utf-8")
@@ -373,8 +368,6 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
     """A per-head summary written by `probe contacts --heads-summary`, checked; its metadata in ``.attrs``
     (model, revision, proteins, min_attention, min_total, min_count, threshold, cb, ...). One-line ProbeError
     otherwise."""
-    import pyarrow.parquet as pq
-
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProbeError(f"heads summary {path} does not exist")

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import hypergeom
 
 FDR = 0.05  # Benjamini–Hochberg false discovery rate at which a head is called significant
 RANGE_NAMES = ("short", "medium", "long")
@@ -51,8 +52,6 @@ def hypergeometric_p_value(hits: int, known: int, contacts: int, drawn: int) -> 
     float
         The one-sided p-value.
     """
-    from scipy.stats import hypergeom
-
     if drawn <= 0 or known <= 0:
         return float("nan")
     return float(hypergeom.sf(int(hits) - 1, int(known), int(contacts), int(drawn)))
@@ -73,8 +72,6 @@ def pooled_p_value(hits: Sequence[int], known: Sequence[int], contacts: Sequence
     float
         The one-sided p-value of the pooled hits.
     """
-    from scipy.stats import hypergeom
-
     total_pmf = np.ones(1)
     observed = 0
     used = False

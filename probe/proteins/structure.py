@@ -60,11 +60,18 @@ together), so such a chain has no turn/bend and no blank annotation (NaN, unknow
 from __future__ import annotations
 
 import io
+import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import biotite.structure as struc
 import numpy as np
+from biotite.sequence import ProteinSequence
+from biotite.sequence.align import SubstitutionMatrix, align_optimal
+from biotite.structure.info import one_letter_code
+from biotite.structure.io import pdb, pdbx
 
 from probe.errors import ProbeError, first_line
 from probe.proteins.defaults import BINDING_DISTANCE, CB_MODES, CONTACT_THRESHOLD, DEFAULT_CB
@@ -126,16 +133,10 @@ def _format_of(source: str | Path | bytes, fmt: str | None) -> str:
 
 def _read_atoms(text: str, fmt: str, name: str):
     """biotite AtomArray of the first model with every alternate location and the occupancies."""
-    import warnings
-
     try:
         if fmt == "pdb":
-            from biotite.structure.io import pdb
-
             handle = pdb.PDBFile.read(io.StringIO(text))
             return handle.get_structure(model=1, altloc="all", extra_fields=["occupancy"])
-        from biotite.structure.io import pdbx
-
         handle = pdbx.CIFFile.read(io.StringIO(text))
         with warnings.catch_warnings():  # a file without occupancies: biotite assumes 1.0 and says so
             warnings.simplefilter("ignore", UserWarning)
@@ -161,8 +162,6 @@ def highest_occupancy_altloc(chain_id, res_id, ins_code, altloc_id, occupancy) -
 
 
 def _one_letter(residue_name: str) -> str:
-    from biotite.structure.info import one_letter_code
-
     try:
         code = one_letter_code(residue_name)
     except Exception:  # not in the chemical component dictionary
@@ -177,8 +176,6 @@ def _atom(residue, name: str) -> np.ndarray:
 
 def read_structure(source: str | Path | bytes, chain: str | None = None, fmt: str | None = None) -> Structure:
     """Read one protein chain (default: the first) of a PDB or mmCIF file, path or bytes."""
-    import biotite.structure as struc
-
     if isinstance(source, bytes):
         name, text = "structure", source.decode("latin-1")
     else:
@@ -244,11 +241,7 @@ def dssp_classes(protein) -> np.ndarray:
 def dssp_states(protein) -> np.ndarray:
     """[residue] DSSP's 8-state letters (" " blank, "NA" unassigned) of one chain's atoms from mdtraj. Raises
     ImportError without mdtraj, and ValueError when the residues do not map."""
-    import tempfile
-    import warnings
-
-    import mdtraj
-    from biotite.structure.io import pdb
+    import mdtraj  # optional at run time: without it the caller falls back to P-SEA (ImportError above)
 
     residues = _residues(protein)
     atoms = protein.copy()
@@ -277,8 +270,6 @@ def dssp_states(protein) -> np.ndarray:
 def assign_secondary(protein, n_residues: int) -> tuple[np.ndarray, str]:
     """([residue] class codes, method): provis' 4 classes from DSSP via mdtraj, else biotite's P-SEA, else all
     unknown (see the module docstring)."""
-    import biotite.structure as struc
-
     try:
         classes = dssp_classes(protein)
         if len(classes) == n_residues and (classes != "").any():  # nothing assigned (no O atoms): try P-SEA
@@ -317,8 +308,6 @@ def align_to_sequence(structure: Structure, sequence: str) -> np.ndarray:
     """
     if sequence == structure.sequence:
         return np.arange(len(sequence))
-    from biotite.sequence import ProteinSequence
-    from biotite.sequence.align import SubstitutionMatrix, align_optimal
 
     def protein(letters: str) -> ProteinSequence:
         allowed = set(ProteinSequence.alphabet.get_symbols())

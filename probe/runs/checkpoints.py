@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from probe import models
 from probe.errors import ProbeError
+from probe.hashing import weight_files, weights_hash, weights_identity
 
 _STEP = re.compile(r"(?:^|[^a-z])(?:step|checkpoint|global_step|iter)[-_]?(\d+)$", re.IGNORECASE)
 MAX_LINE = 4096  # characters of one --models-file line (a path or a hub id is far shorter)
@@ -55,8 +57,6 @@ class Checkpoint:
 
 def local_directory(spec: str) -> Path | None:
     """The directory a spec names (a local path or zoo:NAME), or None for a hub id or a missing path."""
-    from probe import models
-
     try:
         path = Path(models.resolve(spec)).expanduser()
         return path if path.is_dir() else None
@@ -87,13 +87,11 @@ def checkpoint_revision(checkpoint: Checkpoint) -> str | None:
     """The revision a checkpoint's rows will carry, known without loading it: the content hash of a local
     directory's weights (:func:`probe.hashing.weights_hash`, what :func:`probe.models.load` records), or a hub
     model's commit when it is in the local cache; None when it cannot be known before loading."""
-    from probe.hashing import weights_hash
-
     directory = checkpoint_directory(checkpoint)
     if directory is not None:
         return weights_hash(directory)
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # inside the try: no hub library is "unknown"
 
         found = try_to_load_from_cache(checkpoint.spec, "config.json", revision=checkpoint.revision)
     except Exception:  # noqa: BLE001 - not a hub id, no cache, no huggingface_hub: unknown before loading
@@ -105,12 +103,10 @@ def checkpoint_weights(checkpoint: Checkpoint) -> str | None:
     """The identity of a checkpoint's weight bytes (:func:`probe.hashing.weights_identity`): of its local
     directory, or of its snapshot in the Hugging Face cache (after loading, it is there); None when neither is
     found."""
-    from probe.hashing import weight_files, weights_identity
-
     directory = checkpoint_directory(checkpoint)
     if directory is None:
         try:
-            from huggingface_hub import try_to_load_from_cache
+            from huggingface_hub import try_to_load_from_cache  # inside the try, as above
 
             found = try_to_load_from_cache(checkpoint.spec, "config.json", revision=checkpoint.revision)
         except Exception:  # noqa: BLE001 - not a hub id, no cache, no huggingface_hub: unknown

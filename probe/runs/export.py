@@ -26,7 +26,7 @@ def save_figure(figure, path: str | Path) -> list[Path]:
     figure.write_html(html, include_plotlyjs=True)
     reason = "kaleido is not installed"
     try:
-        import kaleido  # noqa: F401
+        import kaleido  # noqa: F401 - optional (the ray extra): only whether a PNG can be written
     except ImportError:
         pass
     else:

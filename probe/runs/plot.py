@@ -12,6 +12,7 @@ def sweep_figure(table: pd.DataFrame, title: str | None = None):
     (score and its bootstrap interval at every checkpoint), and the uniform-attention chance level dashed. x
     is the training step when every checkpoint has one, else the checkpoints in order. Where a table holds
     several rows per head and type (several probe lengths), the row of the longest probes is plotted."""
+    # plotly is about a second of import and only this figure (probe label --plot) needs it: imported here
     import plotly.graph_objects as go
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots

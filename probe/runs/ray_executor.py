@@ -71,7 +71,7 @@ class RayOptions:
 def import_ray():
     """Ray, or a one-line ProbeError saying how to install it (it is an optional extra)."""
     try:
-        import ray
+        import ray  # optional extra (--ray): imported only when asked for
     except ImportError:
         raise ProbeError('--ray needs Ray: pip install -e ".[ray]" (or pip install "ray>=2.9")') from None
     return ray

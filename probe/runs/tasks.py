@@ -22,11 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
+from probe import models
 from probe.hashing import identity_hash
 from probe.heads.label import LabelConfig, config_identity, label_model
 from probe.heads.stage_times import StageTimes
 from probe.heads.tables import COLUMNS, is_label_table, load_table, read_table_file, save_table
+from probe.proteins import sets as contact_sets
 from probe.runs.checkpoints import Checkpoint, checkpoint_revision, checkpoint_weights
 from probe.runs.hub import load_checkpoint
 from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
@@ -77,8 +80,6 @@ class LabelTask:
         def progress(done: int, total: int) -> None:
             nonlocal bar
             if bar is None:
-                from tqdm import tqdm
-
                 bar = tqdm(total=total, desc=unit.key, unit="batch", file=sys.stderr, dynamic_ncols=True,
                            leave=False)
             bar.total = total
@@ -175,15 +176,11 @@ class ContactsTask:
         return self.identities.get(unit.key)
 
     def load(self, group: str):
-        from probe import models
-
         loaded = models.load(group, device=self.device, dtype=self.dtype, **self.placement)
         models.require_protein(loaded, "probe contacts")
         return loaded
 
     def compute(self, state, unit: Unit) -> UnitOutput:
-        from probe.proteins import sets as contact_sets
-
         table, arrays = contact_sets.pack(contact_sets.analyse_unit(state, unit.payload, self.options))
         return UnitOutput(table=table, arrays=arrays)
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from probe.heads.probesets import causality_examples, coreference_examples
+from probe.heads.retrieval import needle_sequence
 
 IGNORE = -100  # target value cross_entropy skips
 
@@ -260,8 +261,6 @@ def needle_haystack(
     answer), the same prompts as the retrieval probes (probe.heads.retrieval.needle_sequence) at a random
     depth. Targets: the answer's tokens (each predicted at the position before it); nothing else is
     predictable."""
-    from probe.heads.retrieval import needle_sequence
-
     weights = torch.zeros(max(word_ids) + 1, dtype=torch.float64)
     weights[torch.as_tensor(list(word_ids))] = 1.0
     tokens = torch.full((batch, length + needle_len), bos_id, dtype=torch.long)  # [batch position]

@@ -9,6 +9,7 @@ and planted test models and the shipped files; training them is :mod:`probe.trai
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from probe.errors import ProbeError
@@ -46,8 +47,6 @@ def labels_path(name: str) -> Path:
 
 def card(name: str) -> dict:
     """The machine-readable model card (card.json) of organism `name`."""
-    import json
-
     return json.loads((path(name) / "card.json").read_text())
 
 

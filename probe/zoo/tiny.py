@@ -7,11 +7,15 @@ checkpoint.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 import torch
+import transformers
+from tokenizers import ByteLevelBPETokenizer, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import BertTokenizer, EsmTokenizer, PreTrainedTokenizerFast
 
 TinyArch = Literal["gpt2", "esm", "bert", "llama", "mistral", "protbert", "prott5"]
 
@@ -37,9 +41,6 @@ def word_tokenizer(words: Sequence[str], bos_token: str | None = None):
     With `bos_token`, every encoded text starts with it (GPT-2-style models then get an attention-sink
     position).
     """
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
     specials = ["<unk>", "<pad>"] + ([bos_token] if bos_token else [])
     vocab = {token: index for index, token in enumerate(dict.fromkeys([*specials, *words]))}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
@@ -56,8 +57,6 @@ def word_tokenizer(words: Sequence[str], bos_token: str | None = None):
 
 def esm_tokenizer(directory: str | Path):
     """An ESM tokenizer from a vocab file written into `directory` (ESM-2's 33 tokens)."""
-    from transformers import EsmTokenizer
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "vocab.txt").write_text("\n".join(ESM_VOCAB) + "\n")
@@ -66,8 +65,6 @@ def esm_tokenizer(directory: str | Path):
 
 def protbert_tokenizer(directory: str | Path):
     """A ProtBert-style tokenizer (`[CLS] M K T ... [SEP]`, residues separated by spaces, case kept)."""
-    from transformers import BertTokenizer
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "vocab.txt").write_text("\n".join(PROTBERT_VOCAB) + "\n")
@@ -77,9 +74,6 @@ def protbert_tokenizer(directory: str | Path):
 def prott5_tokenizer():
     """A ProtT5-style tokenizer: word-level pieces "▁M" "▁K" ... for residues separated by spaces, then
     `</s>`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {token: index for index, token in enumerate(["<pad>", "</s>", "<unk>",
                                                          *(f"▁{letter}" for letter in PROTT5_RESIDUES)])}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
@@ -92,8 +86,6 @@ def prott5_tokenizer():
 
 def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
     """A small config of each supported architecture (2 layers, 4 heads, width 32 unless overridden)."""
-    import transformers
-
     if arch == "gpt2":
         fields = dict(vocab_size=vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=4,
                       bos_token_id=None, eos_token_id=None)
@@ -141,10 +133,6 @@ def build_tiny(arch: TinyArch, seed: int = 0, sharpness: float = 1.0, **override
     `sharpness` s multiplies every query and key projection (BERT, ESM, T5, Llama-family; not GPT-2's fused
     c_attn), so attention logits grow by s² and the otherwise near-uniform attention of a random model has
     peaks: what measures with an attention threshold (Vig et al.'s θ = 0.3) need."""
-    import tempfile
-
-    import transformers
-
     if arch in ("esm", "protbert"):
         with tempfile.TemporaryDirectory() as scratch:
             tokenizer = esm_tokenizer(scratch) if arch == "esm" else protbert_tokenizer(scratch)
@@ -196,9 +184,6 @@ def english_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 4000):
     ``probe.heads.corpus.passages``): a tokenizer that reads English for tests of text models, with no hub
     access (no GPT-2 tokenizer ships in any offline package). Deterministic for the same texts and
     vocab_size."""
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
-
     backend = ByteLevelBPETokenizer()
     backend.train_from_iterator(list(texts), vocab_size=vocab_size, min_frequency=2,
                                 special_tokens=["<|endoftext|>"], show_progress=False)
