@@ -95,9 +95,30 @@ def control_heads(
     n_layers: int | None = None,
 ) -> dict[int, list[Head]]:
     """For each layer of `heads`: up to `controls` control heads `(layer, head)`, drawn at random (seeded)
-    from the heads of that layer that are neither tested nor excluded. With `n_layers`, a layer with fewer
-    than two of them draws from the whole model's untested, unexcluded heads instead, and where those are
-    fewer than two too, from every head of the other layers (excluded ones included)."""
+    from the heads of that layer that are neither tested nor excluded.
+
+    Parameters
+    ----------
+    heads : sequence of (layer, head)
+        The tested heads.
+    n_heads : int
+        Heads per layer.
+    controls : int
+        Control heads to draw per layer (at most).
+    exclude : sequence of (layer, head), default ()
+        Heads never drawn as controls.
+    seed : int, default 0
+        Seeds the draw.
+    n_layers : int, optional
+        With it, a layer with fewer than two candidates draws from the whole model's untested, unexcluded
+        heads instead, and where those are fewer than two too, from every head of the other layers (excluded
+        ones included).
+
+    Returns
+    -------
+    dict of int to list of (layer, head)
+        Layer -> its control heads.
+    """
     rng = random.Random(seed)
     taken = set(heads) | set(exclude)
     everything = [(layer, head) for layer in range(n_layers or 0) for head in range(n_heads)]
@@ -213,10 +234,34 @@ def ablation_effects(
     """Ablation effect and z-score against control heads (same layer where possible, see
     :func:`control_heads`), for each of `heads`.
 
-    `loaded`: a probe.models.LoadedModel. `batches`: dicts with `input_ids` `[batch seq]`, optional
-    `attention_mask`, and `labels` `[batch seq]` for the default loss (:func:`example_loss`); a custom
-    `loss(logits, batch) -> [batch]` may read any other batch-first tensors of the dict. `exclude`: heads
-    never drawn as controls (the labelled ones). Returns one row per head, columns :data:`COLUMNS`.
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        The model.
+    batches : sequence of dict of str to Tensor
+        Dicts with `input_ids` `[batch seq]`, optional `attention_mask`, and `labels` `[batch seq]` for the
+        default loss (:func:`example_loss`).
+    heads : sequence of (layer, head)
+        The heads to ablate, one at a time.
+    controls : int, default 8
+        Control heads per layer (:func:`control_heads`).
+    loss : callable, optional
+        A custom `loss(logits, batch) -> [batch]`; it may read any other batch-first tensors of the dict.
+    causal : bool, optional
+        Whether the model is causal.
+    exclude : sequence of (layer, head), default ()
+        Heads never drawn as controls (the labelled ones).
+    seed : int, default 0
+        Seeds the controls.
+    max_rows : int, default 64
+        Rows per ablation forward: one forward ablates ``max_rows // batch`` heads (module docstring).
+    progress : callable, optional
+        Called as ``progress(done, total)``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per head, columns :data:`COLUMNS`.
     """
     heads = list(dict.fromkeys((int(layer), int(head)) for layer, head in heads))
     if not heads:
@@ -260,10 +305,25 @@ def group_effects(
     """Joint ablation: each group of heads zeroed together, against random groups of the same size
     (:func:`control_groups`; with `layer_matched`, of the same layer histogram: :func:`layer_matched_groups`).
 
-    `loaded`, `batches`, `loss`, `causal`: as for :func:`ablation_effects`. Returns one row per group, columns
-    :data:`GROUP_COLUMNS`: ``group`` (the sorted heads), ``group_effect`` (mean loss difference, ablated −
-    clean), ``group_z`` (against the control groups), ``overlapping_controls`` (True when the controls may
-    share heads with the group: too few disjoint ones exist).
+    Parameters
+    ----------
+    loaded, batches, loss, causal, seed, max_rows, progress
+        As for :func:`ablation_effects`.
+    groups : sequence of sequence of (layer, head)
+        The groups, each ablated as a whole.
+    controls : int, default 8
+        Random control groups per group.
+    layer_matched : bool, default False
+        Controls with the group's layer histogram (:func:`layer_matched_groups`) instead of any heads
+        (:func:`control_groups`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group, columns :data:`GROUP_COLUMNS`: ``group`` (the sorted heads), ``group_effect``
+        (mean loss difference, ablated − clean), ``group_z`` (against the control groups),
+        ``overlapping_controls`` (True when the controls may share heads with the group: too few disjoint
+        ones exist).
     """
     groups = [tuple(sorted({(int(layer), int(head)) for layer, head in group})) for group in groups]
     groups = [group for group in dict.fromkeys(groups) if group]

@@ -159,5 +159,6 @@ def resolve_lengths(loaded, config: LabelConfig) -> tuple[int, ...]:
 
 
 def is_text_model(loaded) -> bool:
+    """Whether `loaded` is a text model (not a protein MLM)."""
     return loaded.kind != ModelKind.PROTEIN_MLM
 

@@ -269,12 +269,27 @@ def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimite
                    candidate: int | None = None, classes: TokenClasses | None = None) -> torch.Tensor:
     """The target keys of each query: bool `[query key]`.
 
-    `token_ids`: a 1-D sequence of token ids for the token types; for a span type (coreference) an
-    :class:`~probe.heads.probesets.EncodedSpanExample`. `delimiter_ids`:
-    :func:`probe.heads.probesets.delimiter_ids` of the model's tokenizer (the delimiter type); `candidate`:
-    fixed_offset's offset (the table's `offset` column); `classes`:
-    :func:`probe.heads.probesets.token_classes` of the tokenizer (sentence_start, bracket; without them those
-    types have no targets).
+    Parameters
+    ----------
+    head_type : str
+        A registered head type.
+    token_ids : sequence of int or EncodedSpanExample
+        A 1-D sequence of token ids `[token]` for the token types; for a span type (coreference) an
+        :class:`~probe.heads.probesets.EncodedSpanExample`.
+    causal : bool, default True
+        Whether the model is causal.
+    delimiter_ids : tuple of int, default ()
+        :func:`probe.heads.probesets.delimiter_ids` of the model's tokenizer (the delimiter type).
+    candidate : int, optional
+        fixed_offset's offset (the table's `offset` column).
+    classes : TokenClasses, optional
+        :func:`probe.heads.probesets.token_classes` of the tokenizer (sentence_start, bracket; without them
+        those types have no targets).
+
+    Returns
+    -------
+    torch.Tensor
+        bool `[query key]`.
     """
     if head_type not in REGISTRY:
         raise ProbeError(f"unknown head type {head_type!r}: choose from {', '.join(HEAD_TYPES)}")

@@ -128,9 +128,23 @@ GATHER_MAX_SLOTS = 16  # more target slots per row than this (and than n/8): den
 class ScoreSink:
     """Streams the target mass of every head for several head types over one batch (a capture Sink).
 
-    `patterns`: head type -> `[batch query key]` bool targets (turned into a few key indices per row and
-    dropped); `lengths`: real tokens of each example (right padding); `words`: for coreference accuracy.
     After the forward, :meth:`result` gives per-example :class:`TypeScores`.
+
+    Parameters
+    ----------
+    patterns : dict of str to Tensor
+        Head type -> `[batch query key]` bool targets (turned into a few key indices per row and dropped).
+    lengths : torch.Tensor
+        `[batch]` real tokens of each example (right padding).
+    n_layers, n_heads : int
+        The model's layers and heads per layer.
+    words : WordTargets, optional
+        For coreference accuracy.
+    heads : sequence of int, optional
+        The heads captured (None: every head).
+    device : torch.device or str, default "cpu"
+    output_projections : OutputProjections, optional
+        Given: also the output share of every type.
     """
 
     def __init__(

@@ -210,8 +210,28 @@ def fit(maps: Sequence[np.ndarray], structures: Sequence[TrainingStructure], mod
         k: int = TOP_K, evaluate: bool = True,
         revision: str = "") -> tuple[ContactRegression, pd.DataFrame | None]:
     """Fit on every structure (and, with `evaluate`, the leave-one-out table first); see
-    :func:`leave_one_out`. `model` and `revision` name the model the regression is for (checked when it is
-    applied)."""
+    :func:`leave_one_out`.
+
+    Parameters
+    ----------
+    maps : sequence of ndarray
+        Per structure, its `[layer head L L]` APC(sym α) maps (:func:`head_maps`).
+    structures : sequence of TrainingStructure
+        The structures, in the order of `maps`.
+    model, revision : str
+        Name the model the regression is for (checked when it is applied).
+    c : float, default DEFAULT_C
+        The L1 regularisation's C.
+    k : int, default TOP_K
+        Heads averaged by the top-k-head baseline of the leave-one-out table.
+    evaluate : bool, default True
+        Also the leave-one-out table.
+
+    Returns
+    -------
+    tuple
+        (ContactRegression, the leave-one-out table or None).
+    """
     evaluation = leave_one_out(maps, structures, c, k) if evaluate and len(structures) >= 2 else None
     features = [pair_features(m, s.true_map) for m, s in zip(maps, structures, strict=True)]
     weight, bias = fit_logistic(np.concatenate([f[0] for f in features]),

@@ -96,11 +96,33 @@ class _SequenceState:
 class ContactSink:
     """Capture sink accumulating contact logits (and optionally per-head statistics) of a right-padded batch.
 
-    `input_ids` / `attention_mask` [batch token] are the model inputs; `true_maps` gives a [L L] int8 true map
-    (or None) per sequence, `features` Vig et al.'s other properties (binding sites, secondary structure) per
-    sequence. Residues sit at tokens `starts[b]` .. `starts[b] + lengths[b] - 1` (default: between one BOS and
-    one EOS). With `regression=False` (models without a contact head) only the per-head analysis runs. After
-    the forward pass: `contacts(b)` [L L], `logits(b)`, `head_table(b)`.
+    Residues sit at tokens `starts[b]` .. `starts[b] + lengths[b] - 1` (default: between one BOS and one
+    EOS). After the forward pass: `contacts(b)` [L L], `logits(b)`, `head_table(b)`.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        `[layer head]` regression weights (zeros without a regression).
+    bias : float
+        The regression's bias.
+    input_ids, attention_mask : torch.Tensor
+        `[batch token]`: the model inputs.
+    eos_id : int or None
+        ESM's EOS id (zeroed inside the residue block, as the reference does); None: no such rule.
+    true_maps : sequence of ndarray or None, optional
+        A `[L L]` int8 true map (or None) per sequence.
+    per_head : bool, default False
+        Also the per-head statistics.
+    starts : sequence of int, optional
+        Token index of each sequence's first residue (default 1).
+    lengths : sequence of int, optional
+        Residues of each sequence (default: tokens − 2).
+    features : sequence of ResidueFeatures or None, optional
+        Vig et al.'s other properties (binding sites, secondary structure) per sequence.
+    min_attention : float, default MIN_ATTENTION
+        θ of Vig et al.'s counts and of the far_* measure.
+    regression : bool, default True
+        False (models without a contact head): only the per-head analysis runs.
     """
 
     def __init__(

@@ -47,11 +47,12 @@ def png_bytes(rgb: np.ndarray) -> bytes:
                                                                         zlib.crc32(kind + data) & 0xFFFFFFFF)
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT",
-                                                                 zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6))
+            + chunk(b"IEND", b""))
 
 
 def png_uri(matrix: np.ndarray, vmax: float = 1.0, scale: np.ndarray = BLUES) -> str:
+    """[row col] values -> a ``data:image/png`` URI of :func:`colourize`'s colours."""
     return "data:image/png;base64," + base64.b64encode(png_bytes(colourize(matrix, vmax, scale))).decode()
 
 

@@ -77,9 +77,27 @@ class PoolSink:
 def pooled_attention(loaded, input_ids: torch.Tensor, map_factor: int, map_heads, thumb_bins: int):
     """One forward pass: (maps {(layer, head): [side side]}, thumbnails [layer head t t]) float32.
 
-    `input_ids` is [1 token] long; `map_heads` the heads whose maps are kept (None: all), pooled by
-    `map_factor`; every head's thumbnail is pooled to at most `thumb_bins` a side. A hybrid's layers without α
-    (linear attention, state-space) keep their place under the model's own numbers, as all-zero thumbnails.
+    A hybrid's layers without α (linear attention, state-space) keep their place under the model's own
+    numbers, as all-zero thumbnails.
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        The model.
+    input_ids : torch.Tensor
+        `[1 token]` long.
+    map_factor : int
+        The pooling factor of the kept maps.
+    map_heads : collection of (layer, head) or None
+        The heads whose maps are kept (None: all).
+    thumb_bins : int
+        Every head's thumbnail is pooled to at most this many bins a side.
+
+    Returns
+    -------
+    tuple
+        (maps: dict of (layer, head) to ndarray `[side side]`, thumbnails: ndarray `[layer head t t]`),
+        float32.
     """
     n = int(input_ids.shape[1])
     maps = PoolSink(n, map_factor, map_heads)
