@@ -8,21 +8,22 @@ for the others ``ContactResult.contacts`` is None. The work is done in one forwa
 
 Public API (what the CLI, notebook and dashboard call)::
 
-    predict_contacts(loaded, sequence, true_map=None, per_head=None, features=None, regression=None) ->
-    ContactResult predict_contacts_batch(loaded, sequences, true_maps=None, per_head=None, features=None) ->
-    list[ContactResult] predict_contacts_windowed(loaded, sequence, window, stride=None, true_map=None) ->
-    ContactResult  # ESM only head_attention_map(loaded, sequence, layer, head) -> np.ndarray [L L]   #
-    APC(sym(α)) of one head
+    predict_contacts(loaded, sequence, true_map=None, per_head=None, features=None,
+                     regression=None) -> ContactResult
+    predict_contacts_batch(loaded, sequences, true_maps=None, per_head=None,
+                           features=None) -> list[ContactResult]
+    predict_contacts_windowed(loaded, sequence, window, stride=None,
+                              true_map=None) -> ContactResult  # ESM only
+    head_attention_map(loaded, sequence, layer, head) -> np.ndarray [L L]   # APC(sym(α)) of one head
 
 Per-head table columns (one row per layer × head, :attr:`ContactResult.heads`): ``layer, head, name``
-("L3H7"), ``weight`` (the regression weight w_c; NaN without a regression), ``logit_share`` (Σ over pairs
-|i−j| ≥ 6 of
-|w_c·APC(sym(α_c))|, divided by the same sum over all heads: the share of the non-bias logit this head
-supplies; NaN without a regression), the nine precision columns of its APC(sym(α_c)) map; per range the
-base-rate comparison of :mod:`probe.proteins.significance`; the per-sequence ``far_contact_share`` (of the
-weights α_c(i, j) ≥ θ on *known* pairs |i−j| ≥ 6, both directions, the fraction on contacts; local and unknown
-pairs are left out, so it is not Vig et al.'s share), ``far_high_count`` and ``far_background``; then Vig et
-al.'s sums, shares and backgrounds of :mod:`probe.proteins.features` for this one sequence.
+("L3H7"), ``weight`` (the regression weight w_c; NaN without a regression), ``logit_share`` (Σ over
+pairs |i−j| ≥ 6 of |w_c·APC(sym(α_c))|, divided by the same sum over all heads: the share of the non-bias
+logit this head supplies; NaN without a regression), the nine precision columns of its APC(sym(α_c)) map; per
+range the base-rate comparison of :mod:`probe.proteins.significance`; the per-sequence ``far_contact_share``
+(of the weights α_c(i, j) ≥ θ on *known* pairs |i−j| ≥ 6, both directions, the fraction on contacts; local and
+unknown pairs are left out, so it is not Vig et al.'s share), ``far_high_count`` and ``far_background``; then
+Vig et al.'s sums, shares and backgrounds of :mod:`probe.proteins.features` for this one sequence.
 """
 
 from __future__ import annotations
@@ -66,41 +67,28 @@ class ContactResult:
         | `layer`, `head` | int | 0-based |
         | `name` | str | `L{layer}H{head}` |
         | `weight` | float | the head's contact-regression weight w_c; NaN without a regression |
-        | `logit_share` | float | the head's share of the non-bias logit, Σ of abs(w_c·APC(sym(α_c))) over
-        pairs at least 6 apart, over the same sum for all heads; NaN without a regression |
-        | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the head's APC(sym(α)) map
-        (:func:`probe.proteins.precision.precision_columns`) |
-        | `far_contact_share` | float | of the weights α ≥ θ on known pairs at least 6 apart, the fraction on
-        contacts; NaN when there is none |
+        | `logit_share` | float | the head's share of the non-bias logit, Σ of abs(w_c·APC(sym(α_c))) over pairs at least 6 apart, over the same sum for all heads; NaN without a regression |
+        | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the head's APC(sym(α)) map (:func:`probe.proteins.precision.precision_columns`) |
+        | `far_contact_share` | float | of the weights α ≥ θ on known pairs at least 6 apart, the fraction on contacts; NaN when there is none |
         | `far_high_count` | int | how many such weights |
         | `far_background` | float | the contact rate among those pairs |
-        | `{hits_L,top_L,n_known,n_true}_{short,medium,long}` | int | the head's top-L pairs that are
-        contacts, the top-L pairs with a known state, the known pairs and the contacts of the range |
-        | `base_rate_{short,medium,long}` | float | n_true / n_known: the contact rate of the pairs considered
-        |
+        | `{hits_L,top_L,n_known,n_true}_{short,medium,long}` | int | the head's top-L pairs that are contacts, the top-L pairs with a known state, the known pairs and the contacts of the range |
+        | `base_rate_{short,medium,long}` | float | n_true / n_known: the contact rate of the pairs considered |
         | `enrichment_L_{short,medium,long}` | float | P@L / base rate |
-        | `p_value_L_{short,medium,long}`, `q_value_L_{short,medium,long}` | float | hypergeometric p-value of
-        the top-L hits against the base rate; Benjamini–Hochberg over the heads |
+        | `p_value_L_{short,medium,long}`, `q_value_L_{short,medium,long}` | float | hypergeometric p-value of the top-L hits against the base rate; Benjamini–Hochberg over the heads |
         | `w_high` | float | Vig et al.'s Σα over the weights α > θ (provis' first version, 34e6869) |
-        | `w_{contact,binding,helix,strand,turn_bend,blank}` | float | Σα·f over those weights (NaN: property
-        unknown) |
-        | `{contact,binding,helix,strand,turn_bend,blank}_share` | float | w_f / w_high, attention-weighted;
-        NaN where w_high < min_total or unknown |
+        | `w_{contact,binding,helix,strand,turn_bend,blank}` | float | Σα·f over those weights (NaN: property unknown) |
+        | `{contact,binding,helix,strand,turn_bend,blank}_share` | float | w_f / w_high, attention-weighted; NaN where w_high < min_total or unknown |
         | `n_high` | float | the count variant: weights α ≥ θ (provis' ICLR 2021 version, 946e9b4) |
-        | `n_{contact,binding,helix,strand,turn_bend,blank}` | float | of those, on the property (NaN:
-        property unknown) |
-        | `{contact,binding,helix,strand,turn_bend,blank}_count_share` | float | n_f / n_high; NaN where
-        n_high < min_count or unknown |
-        | `{contact,binding,helix,strand,turn_bend,blank}_background` | float | the property's rate in this
-        sequence (contact: over the known pairs at least 6 apart, as provis' report_top_heads); NaN where
-        unknown |
-        | `contact_background_all_pairs` | float | contact pairs over all L² pairs: the contact share of a
-        head attending uniformly |
+        | `n_{contact,binding,helix,strand,turn_bend,blank}` | float | of those, on the property (NaN: property unknown) |
+        | `{contact,binding,helix,strand,turn_bend,blank}_count_share` | float | n_f / n_high; NaN where n_high < min_count or unknown |
+        | `{contact,binding,helix,strand,turn_bend,blank}_background` | float | the property's rate in this sequence (contact: over the known pairs at least 6 apart, as provis' report_top_heads); NaN where unknown |
+        | `contact_background_all_pairs` | float | contact pairs over all L² pairs: the contact share of a head attending uniformly |
 
     background : dict of str to float, or None
         Per-head mode: the counts behind the background rates (``n_pairs``, ``n_known_pairs``, ``n_residues``,
         ``n_contact_pairs``, ``n_{binding|helix|strand|turn_bend|blank}_residues``; NaN where unknown).
-    """
+    """  # noqa: E501 - markdown table rows cannot wrap
 
     sequence: str
     # [L L] float32 probabilities (NaN: pairs no window covered); None: no contact head
@@ -257,14 +245,32 @@ def predict_contacts(
 def predict_contacts_windowed(
     loaded: LoadedModel,
     sequence: str,
-    window: int,  # residues per window (at most the model's limit)
-    stride: int | None = None,  # default window // 2
+    window: int,
+    stride: int | None = None,
     true_map: np.ndarray | None = None,
 ) -> ContactResult:
     """Crop-and-average for sequences longer than the model takes: predict overlapping windows of `window`
     residues, `stride` apart (the last one ends at the sequence's end), and average the probabilities of each
     pair over the windows that hold both residues. Pairs farther apart than any window covers are NaN. No
-    per-head table."""
+    per-head table.
+
+    Parameters
+    ----------
+    loaded : LoadedModel
+        A protein model.
+    sequence : str
+        The protein, one letter per residue.
+    window : int
+        Residues per window (at most the model's limit).
+    stride : int, optional
+        Residues between window starts (default window // 2).
+    true_map : ndarray, optional
+        `[L L]` true contacts, for the precision columns.
+
+    Returns
+    -------
+    ContactResult
+    """
     _require_contact_head(loaded, "--window (crop-and-average contact prediction)")
     sequence = clean_protein(sequence, protein_alphabet(loaded))
     limit = loaded.max_tokens - 2

@@ -11,16 +11,15 @@ only adds licence headers; ``attns = (attn > min_attn) * attn``, then sums of α
 
     w_high    = Σ α(i, j)            over pairs with α(i, j) > θ (strict)
     w_f       = Σ α(i, j) · f(i, j)  over the same pairs
-    share_f   = Σ_sequences w_f / Σ_sequences w_high                        pooled over the set, not a mean of
-    shares NaN where Σ w_high < 100                                                (--min-total;
-    report_edge_features'
-                                                                             ``min_total``, applied to Σ α)
+    share_f   = Σ_sequences w_f / Σ_sequences w_high        pooled over the set, not a mean of shares
+    NaN where Σ w_high < 100                                (--min-total; report_edge_features'
+                                                             ``min_total``, applied to Σ α)
 
 ``{f}_count_share`` — counts, provis' **ICLR 2021 version** (commit 946e9b4, identical at HEAD 051fe89;
 ``mask = attns >= min_attn``, then sums of the mask; its scripts run ``--min-attn .3``)::
 
     n_high = #{(i, j) : α(i, j) ≥ θ},  n_f = #{... and f(i, j)},  count_share_f = Σ n_f / Σ n_high
-    NaN where Σ n_high < 100                                                (--min-count)
+    NaN where Σ n_high < 100                                (--min-count)
 
 One θ (``--min-attention``) serves both; its default 0.3 is the ICLR version's, so ``{f}_count_share``
 reproduces that version as it ran. The first version ran at θ = 0.1: ``--min-attention 0.1`` reproduces its
@@ -42,8 +41,9 @@ Properties f:
 
 Backgrounds (the property's rate in the data)::
 
-    contact_background            = Σ contact pairs / Σ known pairs      known: |i − j| ≥ 6 and both residues
-    resolved contact_background_all_pairs  = Σ contact pairs / Σ L²
+    contact_background            = Σ contact pairs / Σ known pairs
+                                    known: |i − j| ≥ 6 and both residues resolved
+    contact_background_all_pairs  = Σ contact pairs / Σ L²
     binding, helix, ... background = Σ residues with the property / Σ L
 
 ``contact_background`` is provis' (``report_top_heads.py``: contacts / (contacts + non-contacts) of TAPE's

@@ -193,16 +193,12 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
         | `sequence` | str | the sequence analysed |
         | `structure_hash` | str | content hash of the structure file ("" without one) |
         | `ligands` | str | comma-separated ligand names of the structure |
-        | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the checkpoint's predicted
-        contacts; NaN without a contact regression or a structure |
-        | `n_known_{short,medium,long}`, `n_true_{short,medium,long}` | int | known pairs and true contacts
-        per range |
+        | `p_at_{L,L2,L5}_{short,medium,long}` | float | the nine precisions of the checkpoint's predicted contacts; NaN without a contact regression or a structure |
+        | `n_known_{short,medium,long}`, `n_true_{short,medium,long}` | int | known pairs and true contacts per range |
         | `n_pairs`, `n_residues` | float | L², L |
-        | `n_known_pairs` | float | pairs at least 6 apart whose contact state is known (provis' contact
-        background's denominator); NaN without a structure |
-        | `n_contact_pairs`, `n_{binding,helix,strand,turn_bend,blank}_residues` | float | the property counts
-        behind the background rates; NaN where unknown |
-    """
+        | `n_known_pairs` | float | pairs at least 6 apart whose contact state is known (provis' contact background's denominator); NaN without a structure |
+        | `n_contact_pairs`, `n_{binding,helix,strand,turn_bend,blank}_residues` | float | the property counts behind the background rates; NaN where unknown |
+    """  # noqa: E501 - markdown table rows cannot wrap
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
 
