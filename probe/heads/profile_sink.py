@@ -33,11 +33,10 @@ class RowWindows:
 
 
 def row_statistics(
-    alpha: torch.Tensor,  # [batch head row key] (keys past alpha.shape[-1] have α = 0)
-    positions: torch.Tensor,  # [row] long: each row's absolute query position (its own key index)
+    alpha: torch.Tensor,
+    positions: torch.Tensor,
     windows: RowWindows,
-    entropy: torch.Tensor | None = None,  # [batch head row]: −Σ α log α from the engine, else computed here
-    # [batch head row]: weight on an s_aux sink (None: no sink, 0)
+    entropy: torch.Tensor | None = None,
     learned_sink_mass: torch.Tensor | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The statistics of every row of a block: ({name: [batch head row] float64}, offsets [batch head row
@@ -50,6 +49,24 @@ def row_statistics(
     row's largest α; `learned_sink_mass` the weight on the layer's learned attention sink (gpt-oss `s_aux`:
     the row's α sums to 1 − that; 0 for a layer without one). `offsets[..., m]` is α at key i − (m −
     max_offset) (0 where there is no such key).
+
+    Parameters
+    ----------
+    alpha : torch.Tensor
+        `[batch head row key]` (keys past alpha.shape[-1] have α = 0).
+    positions : torch.Tensor
+        `[row]` long: each row's absolute query position (its own key index).
+    windows : RowWindows
+        The sink, local-window and offset key sets.
+    entropy : torch.Tensor, optional
+        `[batch head row]`: −Σ α log α from the engine, else computed here.
+    learned_sink_mass : torch.Tensor, optional
+        `[batch head row]`: weight on an s_aux sink (None: no sink, 0).
+
+    Returns
+    -------
+    tuple
+        (dict of name to `[batch head row]` float64, offsets `[batch head row offset]`).
     """
     n_batch, n_heads, n_rows, n_key = alpha.shape
     positions = positions.to(alpha.device)

@@ -145,11 +145,28 @@ def needle_probes(
     seed: int,
     needle_len: int = NEEDLE_LEN,
     key_len: int = KEY_LEN,
-    # [vocab] token probabilities (probe.heads.corpus.token_weights); None: uniform
     weights: torch.Tensor | None = None,
 ) -> NeedleProbes:
     """`n_examples` prompts of exactly `seq_len` tokens (the tokenizer's leading specials, e.g. <bos>,
-    included); needle depths (i + ½) / n for probe i."""
+    included); needle depths (i + ½) / n for probe i.
+
+    Parameters
+    ----------
+    tokenizer
+        The model's tokenizer.
+    n_examples, seq_len : int
+        Prompts, and tokens per prompt.
+    seed : int
+        Seeds the key, needle and haystack tokens.
+    needle_len, key_len : int, default NEEDLE_LEN, KEY_LEN
+        Tokens of the needle and of its key.
+    weights : torch.Tensor, optional
+        `[vocab]` token probabilities (probe.heads.corpus.token_weights); None: uniform.
+
+    Returns
+    -------
+    NeedleProbes
+    """
     prefix, _ = special_frame(tokenizer)  # no suffix: the model must continue the prompt
     if weights is None:
         vocab = content_token_ids(tokenizer)
