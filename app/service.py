@@ -494,10 +494,9 @@ class Service:
         if structure is not None and len(structure) > self.config.upload_bytes:
             raise ProbeError(f"the upload is {len(structure) // 1024} KiB; the limit is "
                              f"{self.config.upload_bytes // 1024} KiB")
-        digest = hashlib.sha256(b"%s|%s|%s|%s|%s" % (spec.encode(), (sequence or "").encode(),
-                                                     structure or b"",
-                                                      filename.encode(),
-                                                      (chain or "").encode())).hexdigest()[:20]
+        digest = hashlib.sha256(
+            b"%s|%s|%s|%s|%s" % (spec.encode(), (sequence or "").encode(), structure or b"",
+                                 filename.encode(), (chain or "").encode())).hexdigest()[:20]
         cached = self.proteins.get(digest)
         if cached is not None:
             return digest, cached

@@ -44,8 +44,8 @@ class PoolSink:
             grid = self._pooled[block.layer] = torch.zeros(heads, self.n_bins, self.n_bins)
         start = block.query_start
         for row_bin in range(start // self.factor, (start + rows - 1) // self.factor + 1):
-            low, high = max(row_bin * self.factor, start) - start, min((row_bin + 1) * self.factor,
-                                                                       start + rows) - start
+            low, high = (max(row_bin * self.factor, start) - start,
+                         min((row_bin + 1) * self.factor, start + rows) - start)
             cell = grid[:, row_bin, :key_bins]  # [head key_bin]
             torch.maximum(cell, by_key[:, low:high].amax(1), out=cell)
 

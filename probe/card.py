@@ -260,8 +260,8 @@ def architecture_card(config) -> ArchitectureCard:
     value_dim = whole_number(config, "v_head_dim", default=head_dim)
     attention = "MHA" if kv_heads == heads else ("MQA" if kv_heads == 1 else "GQA")
     biased = model_type in BIASED
-    qkv_bias = biased or bool(getattr(config, "attention_bias", False)) or model_type in (
-        "qwen2", "qwen2_moe")
+    qkv_bias = (biased or bool(getattr(config, "attention_bias", False))
+                or model_type in ("qwen2", "qwen2_moe"))
     out_bias = biased or bool(getattr(config, "attention_bias", False))
     params = layers * _projection_parameters(hidden, heads, kv_heads, head_dim, value_dim, qkv_bias, out_bias)
     return ArchitectureCard(model_type, attention, layers, hidden, heads, kv_heads, head_dim, value_dim,

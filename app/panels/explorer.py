@@ -166,8 +166,8 @@ def target_share(alpha: np.ndarray, pattern: np.ndarray, causal: bool) -> tuple[
         return float("nan"), float("nan"), 0
     mass = (alpha * pattern).sum(axis=1)[rows]  # [row] α on the targets
     counts = pattern.sum(axis=1)[rows]
-    visible = (np.arange(pattern.shape[0]) + 1)[rows] if causal else np.full(int(rows.sum()),
-                                                                             pattern.shape[1])
+    visible = ((np.arange(pattern.shape[0]) + 1)[rows] if causal
+               else np.full(int(rows.sum()), pattern.shape[1]))
     return float(mass.mean()), float((counts / visible).mean()), int(rows.sum())
 
 

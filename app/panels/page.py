@@ -252,9 +252,8 @@ def register(app, service: Service) -> None:
     @guarded(outputs=4, message=3)
     def _model_changed(spec, head_type):
         types = head_types_for(service, spec)
-        head_type = head_type if head_type in types else default_head_type(types, service.labels(spec)
-                                                                             if not service.unusable(
-                                                                                 spec) else None)
+        head_type = head_type if head_type in types else default_head_type(
+            types, service.labels(spec) if not service.unusable(spec) else None)
         layer, head = _default_head(service, spec, head_type)
         return {"layer": layer, "head": head}, type_options(types), head_type, ""
 

@@ -279,8 +279,8 @@ def _hand_out(
         mine = alpha if same else alpha[:, index]
         if mine.shape[-1] < n_key and not need.causal_crop:
             mine = torch.nn.functional.pad(mine, (0, n_key - mine.shape[-1]))  # [batch head block key]
-        rows_entropy = None if entropy is None or not need.entropy else (entropy if same
-                                                                         else entropy[:, index])
+        rows_entropy = (None if entropy is None or not need.entropy
+                        else (entropy if same else entropy[:, index]))
         rows_sink = None if learned is None else (learned if same else learned[:, index])
         sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, n_key, mine,
                                    entropy=rows_entropy, learned_sink_mass=rows_sink))
@@ -383,8 +383,8 @@ def _stream_single_pass(
         output[:, :, start:stop] = block_out[..., :dim_v].view(n_batch * n_kv, group, rows, dim_v)
         entropy = None
         if linear_entropy:  # −Σ α log α = lse'·Σα − Σ α·(scale·q·k) − Σ α·bias
-            products = scores.scale * (block_out[..., dim_v:] * block_queries).sum(-1).view(n_batch,
-                                                                                            n_heads, rows)
+            products = (scores.scale * (block_out[..., dim_v:] * block_queries).sum(-1)
+                        .view(n_batch, n_heads, rows))
             entropy = _row_entropy(block_lse, products, alpha,
                                    None if bias is None else bias[:, :, start:stop], learned)
         elif entropy_wanted:

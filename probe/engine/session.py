@@ -56,5 +56,5 @@ class _Session:
         return layer
 
 
-_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("probe_capture_session",
-                                                                          default=None)
+_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
+    "probe_capture_session", default=None)

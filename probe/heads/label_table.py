@@ -179,8 +179,8 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
             if "type_group_effect" in labelled:
                 whole = labelled.dropna(subset=["type_group_effect"])
                 if whole["layer"].nunique() >= 2:  # one layer: the same heads as its group above
-                    effect, z = float(whole["type_group_effect"].iloc[0]), float(
-                        whole["type_group_z"].iloc[0])
+                    effect, z = (float(whole["type_group_effect"].iloc[0]),
+                                 float(whole["type_group_z"].iloc[0]))
                     line += f"; all {len(whole)} across layers: {effect:+.2f} nats (z {z:.1f})"
             if "retrieval_k" in group and group["retrieval_k"].notna().any():
                 first = group[group["retrieval_k"].notna()].iloc[0]

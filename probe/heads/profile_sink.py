@@ -179,8 +179,8 @@ class ProfileSink:
         if block.alpha.shape[0] != 1:
             raise ProbeError("ProfileSink takes one input per forward (batch 1), so no row is padding")
         size = block.alpha.shape[2]
-        rows = block.rows if block.rows is not None else torch.arange(block.query_start,
-                                                                      block.query_start + size)
+        rows = (block.rows if block.rows is not None
+                else torch.arange(block.query_start, block.query_start + size))
         positions = rows.to(block.alpha.device) + block.query_offset  # [row]
         stats, offsets = row_statistics(block.alpha, positions, self.windows, block.entropy,
                                         block.learned_sink_mass)

@@ -44,8 +44,8 @@ def sweep_figure(table: pd.DataFrame, title: str | None = None):
         rows = table[table["head_type"] == head_type]
         for head in heads_of[head_type]:
             line = rows[rows["head_name"] == head]
-            line = line.sort_values("step") if by_step else line.set_index(
-                "checkpoint").loc[order].reset_index()
+            line = (line.sort_values("step") if by_step
+                    else line.set_index("checkpoint").loc[order].reset_index())
             figure.add_trace(go.Scatter(
                 x=line[x_column], y=line["score"], mode="lines+markers", name=head, legendgroup=head,
                 showlegend=head not in shown, line={"color": colors[head]}, marker={"color": colors[head]},

@@ -114,8 +114,8 @@ class Run:
         """The earlier output table: which of its rows are other units' (kept) and which units own the
         rest."""
         out, earlier = self.out, None
-        if out.path is not None and out.read is not None and out.path.exists() and out.path.stat(
-                ).st_size > 0:
+        if (out.path is not None and out.read is not None and out.path.exists()
+                and out.path.stat().st_size > 0):
             try:
                 earlier = out.read()
             except ProbeError:

@@ -91,8 +91,8 @@ def map_svg(view, head=None) -> str:
              '<rect width="100%" height="100%" fill="white"/>',
              _image(png_uri(alpha), MARGIN["l"], MARGIN["t"], plot, plot)]
     for i in range(0, side, every):
-        y, x, text = MARGIN["t"] + (i + 0.5) * cell, MARGIN["l"] + (i + 0.5) * cell, html.escape(
-            _short(labels[i]))
+        y, x, text = (MARGIN["t"] + (i + 0.5) * cell, MARGIN["l"] + (i + 0.5) * cell,
+                      html.escape(_short(labels[i])))
         parts.append(f'<text x="{MARGIN["l"] - 4}" y="{y:.2f}" font-size="{size:.1f}" text-anchor="end" '
                      f'dominant-baseline="middle">{text}</text>')
         parts.append(f'<text transform="translate({x:.2f},{MARGIN["t"] + plot + 4}) rotate(-60)" '

@@ -158,10 +158,9 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
             _cell("unknown" if score is None else f"{score:.3f}", score),
             _cell(_interval(row, "ci_low", "ci_high"), number(row, "ci_low")),
             _cell("unknown" if chance is None else f"{chance:.3f}", chance),
-            _cell(format_q(q_value), q_value), f'<td data-sort="{int(labelled)}">' + ('<span class="yes">✓ '
-                                                                                      'labelled</span>'
-                                                                                      if labelled
-                                                                                      else "") + "</td>",
+            _cell(format_q(q_value), q_value),
+            f'<td data-sort="{int(labelled)}">' + ('<span class="yes">✓ labelled</span>' if labelled else "")
+            + "</td>",
             _cell(share_text.strip(), share), _cell(role_text, role_text),
             _cell(ablation, ablation_value), _cell(group, group_value),
         ]

@@ -209,9 +209,8 @@ def input_ids_of(loaded, text_or_inputs):
     """[1 token] long input ids from a text, a list of ids, a tensor or a tokenizer's output (batch 1)."""
     value = text_or_inputs
     if isinstance(value, str):
-        inputs = tokenize_protein(loaded, value) if loaded.kind == ModelKind.PROTEIN_MLM else tokenize_text(
-            loaded,
-                                                                                                         value)
+        inputs = (tokenize_protein(loaded, value) if loaded.kind == ModelKind.PROTEIN_MLM
+                  else tokenize_text(loaded, value))
         value = inputs["input_ids"]
     elif isinstance(value, dict) or hasattr(value, "keys"):
         if "input_ids" not in value:

@@ -766,8 +766,7 @@ def test_protein_from_a_typed_sequence(service, specs):
     store, message = proteins.protein_run(service, specs[1], UBIQUITIN[:40], None, None, "")
     assert message == "" and store["length"] == 40 and not store["has_structure"]
     contacts, head_map, rows, _, precision, message = proteins.protein_view(service, store,
-                                                                            {"layer": 1, "head": 2},
-                                                                         None)
+                                                                            {"layer": 1, "head": 2}, None)
     from probe.proteins.contacts import head_attention_map, predict_contacts
 
     loaded = service.model(specs[1])

@@ -165,8 +165,8 @@ def test_pair_patches_name_the_traces_of_their_own_figures():
         np.zeros((12, 12))).data[figures.HEAD_MAP_PAIR_TRACE].name == "selected pair"
     assert any(op["location"] == ["data", figures.HEAD_MAP_PAIR_TRACE, "y"]
                for op in head_map.to_plotly_json()["operations"])
-    assert figures.zoom_ranges({"xaxis.autorange": True}) == "reset" and figures.zoom_ranges(
-        {"dragmode": "pan"}) is None
+    assert (figures.zoom_ranges({"xaxis.autorange": True}) == "reset"
+            and figures.zoom_ranges({"dragmode": "pan"}) is None)
 
 
 def test_thumbnail_png_round_trips():

@@ -372,8 +372,8 @@ def _measure(arch: Architecture, directory: Path, device: str) -> Result:
     note = _variant_note(arch, features)
     n_heads = next(alpha for alpha, _ in eager if alpha is not None).shape[1]
     query_valid = valid.get("self", valid.get("decoder"))
-    n_layers = len(eager) if model.config.is_encoder_decoder else model.config.get_text_config(
-        ).num_hidden_layers
+    n_layers = (len(eager) if model.config.is_encoder_decoder
+                else model.config.get_text_config().num_hidden_layers)
     alpha_diff, logits_diff, problems, implementation, captured_layers = 0.0, 0.0, [], ENGINE_NAME, []
     for heads in (None, [n_heads - 1]):  # every head: the single pass; one head: kernel + α from its LSE
         try:

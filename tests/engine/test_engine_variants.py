@@ -340,8 +340,8 @@ def test_generate_with_a_kv_cache_is_unchanged_and_decode_rows_equal_eager(name)
             alpha = sink.attention(step)[0, 0, :, 0]  # [head key]: this step's one query row
             position = ids.shape[1] + step - 1
             n_key = alpha.shape[-1]
-            assert (alpha - reference[layer, :, position, position + 1 - n_key:position + 1]).abs(
-                ).max() <= TOL
+            assert ((alpha - reference[layer, :, position, position + 1 - n_key:position + 1]).abs().max()
+                    <= TOL)
 
 
 @pytest.mark.gpu

@@ -154,8 +154,8 @@ def test_delimiter_targets_punctuation_and_separators_but_not_position_zero_or_s
     ids = torch.tensor([tokenizer.convert_tokens_to_ids(t) for t in ["<bos>", "a", ",", "b", ".", "x1", "a"]])
     delimiters = delimiter_ids(tokenizer)
     assert {tokenizer.convert_ids_to_tokens(i) for i in delimiters} >= {",", "."}
-    assert tokenizer.convert_tokens_to_ids("a") not in delimiters and tokenizer.convert_tokens_to_ids(
-        "x1") not in delimiters
+    assert (tokenizer.convert_tokens_to_ids("a") not in delimiters
+            and tokenizer.convert_tokens_to_ids("x1") not in delimiters)
     causal = as_pairs(target_pattern("delimiter", ids, delimiter_ids=delimiters))
     assert causal == {(3, 2), (4, 2), (5, 2), (5, 4), (6, 2), (6, 4)}  # keys 2 (",") and 4 ("."), j < i
     both = as_pairs(target_pattern("delimiter", ids, causal=False, delimiter_ids=delimiters))

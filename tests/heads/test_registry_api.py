@@ -74,8 +74,8 @@ def test_a_registered_type_is_a_choice_of_the_command(planted, registered, capsy
     captured = capsys.readouterr()
     assert code == 0, captured.err
     table = pd.read_csv(io.StringIO(captured.out))
-    assert set(table["head_type"]) == {"one_back"} and table.loc[table["label"], "head_name"].tolist(
-        ) == ["L0H0"]
+    assert (set(table["head_type"]) == {"one_back"}
+            and table.loc[table["label"], "head_name"].tolist() == ["L0H0"])
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -151,9 +151,8 @@ def test_tl_mul_score_hand_computed():
 
 
 def test_streamed_tl_score_equals_the_hand_computed_value():
-    sink = ScoreSink({"previous_token": PREVIOUS[None], "induction": target_pattern("induction",
-                                                                                     torch.tensor(
-                                                                                         [4, 5, 4]))[None]},
+    sink = ScoreSink({"previous_token": PREVIOUS[None],
+                      "induction": target_pattern("induction", torch.tensor([4, 5, 4]))[None]},
                      torch.tensor([3]), 1, 1)
     stream(sink, ALPHA[None, None, None], rows_per_block=2)
     result = sink.result()
@@ -226,8 +225,8 @@ def test_streamed_coreference_equals_dense_on_a_padded_batch(arch):
     n = batch.input_ids.shape[1]
     pattern = torch.zeros(len(examples), n, n, dtype=torch.bool)
     for row, example in enumerate(examples):
-        pattern[row, :len(example.input_ids), :len(example.input_ids)] = target_pattern(
-            "coreference", example)
+        pattern[row, :len(example.input_ids), :len(example.input_ids)] = target_pattern("coreference",
+                                                                                        example)
     sink = ScoreSink({"coreference": pattern}, batch.attention_mask.sum(-1), 2, 4, words=span_words(batch))
     run_sink(model, sink, batch.input_ids, batch.attention_mask)
     result = sink.result()["coreference"]

@@ -84,8 +84,8 @@ def test_benjamini_hochberg_hand_computed():
     assert benjamini_hochberg(p).tolist() == pytest.approx([0.05, 0.05, 0.20, 0.05, 0.05])
     # a NaN is not part of the family
     q = benjamini_hochberg(torch.tensor([0.01, math.nan, 0.04]))
-    assert q[0].item() == pytest.approx(0.02) and math.isnan(q[1].item()) and q[2].item(
-        ) == pytest.approx(0.04)
+    assert (q[0].item() == pytest.approx(0.02) and math.isnan(q[1].item())
+            and q[2].item() == pytest.approx(0.04))
     assert benjamini_hochberg(torch.tensor([0.9, 0.8])).max().item() <= 1.0
 
 

@@ -491,8 +491,8 @@ def test_bracket_and_sentence_organisms_carry_their_labels(label_tables):
     bracket = brackets[(brackets["head_type"] == "bracket") & brackets["label"]]
     assert len(bracket) >= 1 and set(bracket["probe_set"]) == {"random-brackets"}
     start = sentences[(sentences["head_type"] == "sentence_start") & sentences["label"]]
-    assert len(start) >= 1 and (start["score"] >= 0.9).all() and set(start["probe_set"]) == {
-        "random-sentences"}
+    assert (len(start) >= 1 and (start["score"] >= 0.9).all()
+            and set(start["probe_set"]) == {"random-sentences"})
     # no previous-token head passes for a bracket head: the probes keep a token between any two brackets
     assert not brackets[(brackets["head_type"] == "previous_token") & brackets["label"]].size
 

@@ -145,8 +145,8 @@ def test_theta_strict_for_sums_inclusive_for_counts_and_configurable():
     masks = {"binding": torch.tensor([True, False])}
     counts = vig.feature_counts(alpha, masks, min_attention=0.3)
     assert counts["n_high"].tolist() == [2] and counts["n_binding"].tolist() == [2]
-    assert counts["w_high"].tolist() == [pytest.approx(0.7)] and counts["w_binding"].tolist() == [
-        pytest.approx(0.7)]
+    assert (counts["w_high"].tolist() == [pytest.approx(0.7)]
+            and counts["w_binding"].tolist() == [pytest.approx(0.7)])
     lower = vig.feature_counts(alpha, masks, min_attention=0.25)
     assert lower["n_high"].tolist() == [3] and lower["w_high"].tolist() == [pytest.approx(1.2999, abs=1e-6)]
 
@@ -164,8 +164,8 @@ def test_unknown_property_is_nan_not_zero():
     row = sink.head_table(0, min_count=1, min_total=0.0).iloc[0]
     assert row["contact_share"] == pytest.approx(1.0)
     for name in ("binding", "helix", "strand", "turn_bend", "blank"):
-        assert np.isnan(row[f"w_{name}"]) and np.isnan(row[f"{name}_share"]) and np.isnan(
-            row[f"{name}_background"])
+        assert (np.isnan(row[f"w_{name}"]) and np.isnan(row[f"{name}_share"])
+                and np.isnan(row[f"{name}_background"]))
         assert np.isnan(row[f"{name}_count_share"])
 
 
@@ -389,8 +389,8 @@ def test_summary_means_are_over_proteins(tiny_dir, structures_dir):
     summary = summarize_heads(heads, chain_table(outcomes)).set_index("name")
     per_protein = heads[heads["name"] == "L1H2"]["p_at_L_long"]
     assert summary.loc["L1H2", "p_at_L_long"] == pytest.approx(per_protein.mean())
-    assert summary.loc["L1H2", "p_at_L_long_low"] <= per_protein.mean(
-        ) <= summary.loc["L1H2", "p_at_L_long_high"]
+    assert (summary.loc["L1H2", "p_at_L_long_low"] <= per_protein.mean()
+            <= summary.loc["L1H2", "p_at_L_long_high"])
 
 
 def test_binding_site_share_on_a_structure_with_a_ligand(tiny_dir, tmp_path):

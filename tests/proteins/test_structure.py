@@ -365,9 +365,8 @@ def test_binding_sites_within_the_stated_distance_of_a_ligand(tmp_path):
     assert binding_sites(structure, distance=5.4).tolist() == [0, 0, 1, 1, 1] + [0] * (len(SEQ) - 5)
     aligned = binding_sites(structure, sequence="GS" + SEQ)
     assert aligned.tolist() == [-1, -1, 0, 0, 0, 1] + [0] * (len(SEQ) - 4)
-    assert binding_sites(
-        read_structure(
-            os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "pdb1ubi.pdb"))).sum() == 0
+    assert binding_sites(read_structure(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                                                     "pdb1ubi.pdb"))).sum() == 0
 
 
 def test_secondary_structure_of_real_files(structures_dir):

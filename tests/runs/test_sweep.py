@@ -217,5 +217,5 @@ def test_png_without_kaleido_is_a_chromium_screenshot(tmp_path, monkeypatch):
 
     written = save_figure(sweep_figure(table), tmp_path / "f.png")
     assert written == [tmp_path / "f.html", tmp_path / "f.png"]
-    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "f.png").stat(
-        ).st_size > 10_000
+    assert ((tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+            and (tmp_path / "f.png").stat().st_size > 10_000)

@@ -148,9 +148,8 @@ def bracket_probes(tokenizer, classes, content: torch.Tensor, seed: int, max_dep
     prefix, suffix = special_frame(tokenizer)
     kinds = [(o, c) for o, c in ((_canonical(tokenizer, opening, text_o),
                                   _canonical(tokenizer, closing, text_c))
-                                 for opening, closing, (text_o, text_c) in zip(classes.openers,
-                                                                               classes.closers,
-                                                                             BRACKET_KINDS, strict=True))
+                                 for opening, closing, (text_o, text_c)
+                                 in zip(classes.openers, classes.closers, BRACKET_KINDS, strict=True))
              if o is not None and c is not None]
     out = content.clone()
     if not kinds:

@@ -79,9 +79,8 @@ def repeated_blocks(
         offset = int(torch.randint(0, m - 2 * length + 1, (1,), generator=generator))
         tokens = torch.multinomial(weights, m, replacement=True, generator=generator)  # [content]
         tokens[offset + length:offset + 2 * length] = tokens[offset:offset + length]
-        rows.append(
-            torch.cat(
-                [torch.tensor(prefix, dtype=torch.long), tokens, torch.tensor(suffix, dtype=torch.long)]))
+        rows.append(torch.cat([torch.tensor(prefix, dtype=torch.long), tokens,
+                               torch.tensor(suffix, dtype=torch.long)]))
         lengths.append(length)
         offsets.append(offset + len(prefix))
     return RepeatedBlocks(torch.stack(rows), torch.tensor(lengths), torch.tensor(offsets))  # [example seq]
