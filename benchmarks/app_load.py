@@ -1,8 +1,8 @@
 """Load test of `probe app`: N simulated users against a locally started dashboard, loopback only, bounded in
 time.
 
-    python benchmarks/app_load.py                       # 20 users for 60 s against `probe app` on the default
-    models python benchmarks/app_load.py --users 5 --duration 10 --model zoo:induction --model zoo:esm-random
+    python benchmarks/app_load.py               # 20 users for 60 s against `probe app` on the default models
+    python benchmarks/app_load.py --users 5 --duration 10 --model zoo:induction --model zoo:esm-random
 
 Each user repeats what a person does in the page, with a 0.2–1 s pause between actions (seeded): run a prompt
 (tokenize), draw the grid of every head for it (one forward pass, pooled thumbnails), look at a head (its

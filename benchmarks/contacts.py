@@ -4,9 +4,8 @@ model.
     python benchmarks/contacts.py                 # 12 layers x 20 heads, hidden 480, random weights, L = 1000
     python benchmarks/contacts.py --length 300    # quicker
     python benchmarks/contacts.py --structure-set tests/data   # per-head analysis of a structure set
-    (ProtBert-
-                                                               # shaped BERT) against a plain forward, per
-                                                               chain
+                                                               # (ProtBert-shaped BERT) against a plain
+                                                               # forward, per chain
 
 Peak memory of each method is measured in its own subprocess (the process's high-water mark, ru_maxrss):
 "peak" is the whole process, "Δ peak" the rise above the process right after the model was loaded. Time is

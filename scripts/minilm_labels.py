@@ -1,8 +1,7 @@
 """Write the label table the dashboard ships for all-MiniLM-L6-v2 (app/data/minilm_labels.csv), so `probe app`
 opens on a real model with its labelled heads and computes nothing at start-up.
 
-    python scripts/minilm_labels.py            # ~5 min on a quiet 2-core machine; writes
-    app/data/minilm_labels.csv
+    python scripts/minilm_labels.py      # ~5 min on a quiet 2-core machine; writes app/data/minilm_labels.csv
 
 The table is what the app's own "Label heads" computes (`app.service.label_config`: the default LabelConfig
 with the app's 64 probe examples and no ablation columns). tests/app/test_app_shipped.py checks that a fresh

@@ -3,8 +3,7 @@
 The model keeps running on a fused attention kernel that also returns the log-sum-exp (LSE) of every query
 row. For the heads some sink asks for, α is rebuilt one query block at a time:
 
-    α(i, j) = exp(s_ij − lse'_i),   s_ij = cap(scale · q_i · k_j) + mask_ij,   lse'_i = logaddexp(lse_i,
-    sink_h)
+    α(i, j) = exp(s_ij − lse'_i),  s_ij = cap(scale · q_i · k_j) + mask_ij,  lse'_i = logaddexp(lse_i, sink_h)
 
 (no cap without soft-capping, lse' = lse without attention sinks), so no `[layer, head, query, key]` tensor is
 ever built for all heads, and the model's outputs are the kernel's own. Where the sinks want every head

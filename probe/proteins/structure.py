@@ -1,10 +1,11 @@
 """True residue contacts, binding sites and secondary structure from a PDB or mmCIF file, read with biotite.
 
     structure = read_structure("1ubi.pdb", chain="A")     # or bytes, fmt="pdb" | "cif"
-    true_map = contact_map(structure, threshold=8.0, sequence="MQIFVK...", cb="virtual")  # [L L] int8: 1, 0,
-    -1 sites = binding_sites(structure, distance=4.0)        # [residue] bool: a heavy atom within 4 Å of a
-    ligand structure.secondary                                   # [residue] "a" helix, "b" strand, "t"
-    turn/bend,
+    true_map = contact_map(structure, threshold=8.0, sequence="MQIFVK...", cb="virtual")
+                                                          # [L L] int8: 1, 0, -1
+    sites = binding_sites(structure, distance=4.0)        # [residue] bool: a heavy atom within 4 Å of a
+                                                          # ligand
+    structure.secondary                                   # [residue] "a" helix, "b" strand, "t" turn/bend,
                                                           # "n" blank (DSSP's 4 classes as provis), "" unknown
 
 Reading rules:

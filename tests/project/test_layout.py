@@ -12,7 +12,8 @@ Layers, bottom to top (a module may import its own layer and the ones below):
               from the probe sets and the cards run the head classifier, so it sits above heads)
     runs      probe.runs.*
     views     probe.views.*, probe.app   (notebook views and the report: they draw what the layers below
-    compute) commands  probe.commands.*, probe.cli   (nothing below imports them)
+              compute)
+    commands  probe.commands.*, probe.cli   (nothing below imports them)
 
 Modules are short: none of probe/commands/ above 200 lines (argparse and printing), none of the package above
 450 lines unless its docstring says why, in a sentence starting "Longer than 450 lines because".
