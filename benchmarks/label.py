@@ -6,17 +6,15 @@ duplicate_token, induction.
 
   plain   — the model body's sdpa forward over every probe batch (no capture, no scoring)
   label   — probe.heads.label.label_model: probe generation, target patterns, the capture engine streaming α
-  of all
-            144 heads into the ScoreSink, chance levels, bootstrap CIs, the table
-  eager   — (--eager) eager attention with output_attentions=True and the dense reference scores, i.e. what a
-            cache-everything tool does
+            of all 144 heads into the ScoreSink, chance levels, bootstrap CIs, the table
+  eager   — (--eager) eager attention with output_attentions=True and the dense reference scores, i.e. what
+            a cache-everything tool does
 
   tl      — (when transformer_lens ≥ 4 is importable) TransformerLens: the same random model saved to a
-  temporary
-            directory and booted with TransformerBridge.boot_transformers(DIR) (eager attention, hooks), then
-            per probe run_with_cache + detect_head for the three types (its documented way: one prompt per
-            call, the cache reused). Its time is compared with plain forwards alternating in the same
-            subprocess.
+            temporary directory and booted with TransformerBridge.boot_transformers(DIR) (eager attention,
+            hooks), then per probe run_with_cache + detect_head for the three types (its documented way: one
+            prompt per call, the cache reused). Its time is compared with plain forwards alternating in the
+            same subprocess.
 
 transformer-lens is an optional peer, not a dependency: `pip install transformer-lens` into the environment to
 get its row.

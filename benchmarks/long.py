@@ -7,8 +7,9 @@ A Llama-style GQA model with RoPE and random weights (8 layers × 16 heads, 4 KV
   (a) plain    — the model's sdpa forward, nothing captured
   (b) profile  — `probe.heads.profile.head_profiles` on that input (every statistic for all 128 heads, the
                  default 1024 stratified query rows, bootstrap and table included)
-  (c) eager    — eager attention with output_attentions=True, run only where the 8 layers' [16, N, N] float32
-                 weights fit under --eager-limit-gib; elsewhere the allocation it would need is reported
+  (c) eager    — eager attention with output_attentions=True, run only where the 8 layers' [16, N, N]
+                 float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need is
+                 reported
 
 Each forward runs in its own subprocess (its time, and its peak RSS — ru_maxrss, the whole process — are its
 own); plain and profile alternate --repeats rounds (a shared machine's changing load then hits both alike) and
