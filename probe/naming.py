@@ -16,7 +16,19 @@ _STACK_HEAD_NAME = re.compile(r"^(?:(enc|dec|cross)\.)?L(\d+)H(\d+)$")
 
 
 def head_name(layer: int, head: int, stack: str | None = None) -> str:
-    """(3, 7) -> "L3H7"; with a stack (encoder–decoder models), (3, 7, "enc") -> "enc.L3H7"."""
+    """(3, 7) -> "L3H7"; with a stack (encoder–decoder models), (3, 7, "enc") -> "enc.L3H7".
+
+    Parameters
+    ----------
+    layer, head : int
+        0-based.
+    stack : {"enc", "dec", "cross"}, optional
+        The stack of an encoder–decoder model's head.
+
+    Returns
+    -------
+    str
+    """
     return f"L{layer}H{head}" if not stack else f"{stack}.L{layer}H{head}"
 
 
@@ -30,7 +42,23 @@ def parse_stack_head_name(name: str) -> tuple[str | None, int, int]:
 
 
 def parse_head_name(name: str) -> tuple[int, int]:
-    """"L3H7" -> (3, 7); raises ProbeError on anything else."""
+    """"L3H7" -> (3, 7).
+
+    Parameters
+    ----------
+    name : str
+        A head name, ``L{layer}H{head}``.
+
+    Returns
+    -------
+    tuple of int
+        (layer, head).
+
+    Raises
+    ------
+    ProbeError
+        On anything else.
+    """
     match = _HEAD_NAME.match(name.strip())
     if not match:
         raise ProbeError(f"bad head name {name!r}: write it as L<layer>H<head>, e.g. L3H7")
