@@ -1,5 +1,6 @@
-"""The `probe app` dashboard (Dash): head atlas, grid of every head, attention explorer, proteins next to contact
-maps, architecture card. Installed as `probe_app` (the source folder is `app/`); inside, imports are relative.
+"""The `probe app` dashboard (Dash): head atlas, grid of every head, attention explorer, proteins next to
+contact maps, architecture card. Installed as `probe_app` (the source folder is `app/`); inside, imports are
+relative.
 
     from probe_app import create_app          # `from app import create_app` in a source checkout
     from probe_app.config import AppConfig
@@ -10,7 +11,15 @@ maps, architecture card. Installed as `probe_app` (the source folder is `app/`);
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
+from dash import Dash
+from dash.exceptions import DependencyException
+from flask import has_request_context, request
+
+from probe.views import bundle  # the explorer's clientside core, shared with notebook views and reports
+
+from . import layout
 from .config import AppConfig
 from .service import Service
 
@@ -20,18 +29,12 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 
 
 def create_app(config: AppConfig | None = None, service: Service | None = None):
-    """A new Dash app over `service` (built from `config` when not given): models loaded once, shared by sessions.
+    """A new Dash app over `service` (built from `config` when not given): models loaded once, shared by
+    sessions.
 
-    The layout is built per page visit from the URL's query string, so a reload (or a shared link) restores the
-    model, head type, selected head and a short input.
+    The layout is built per page visit from the URL's query string, so a reload (or a shared link) restores
+    the model, head type, selected head and a short input.
     """
-    from dash import Dash
-    from flask import has_request_context, request
-
-    from probe.views import bundle  # the explorer's clientside core, shared with notebook views and reports
-
-    from . import layout
-
     service = service or Service(config or AppConfig())
     service.registry.load_all()
     dash_app = Dash(__name__, assets_folder=str(ASSETS), title="probe", update_title=None,
@@ -45,8 +48,6 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
     def _page_query() -> dict:
         """The visited page's query: the renderer fetches the layout from /_dash-layout, the page's URL is the
         referrer."""
-        from urllib.parse import parse_qs, urlparse
-
         if request.args:
             return request.args.to_dict()
         query = parse_qs(urlparse(request.referrer or "").query)
@@ -55,7 +56,8 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
     dash_app.layout = serve_layout
     _not_found_for_unknown_assets(dash_app.server)
     layout.register(dash_app, service)
-    dash_app.server.config["MAX_CONTENT_LENGTH"] = service.config.upload_bytes * 2 + 2**20  # base64 + JSON overhead
+    # base64 + JSON overhead
+    dash_app.server.config["MAX_CONTENT_LENGTH"] = service.config.upload_bytes * 2 + 2**20
     dash_app.probe_service = service
     return dash_app
 
@@ -63,9 +65,6 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
 def _not_found_for_unknown_assets(server) -> None:
     """A component-suite path that is not a registered file (`../../etc/passwd`, a typo) is a plain 404: no
     traceback in the log, nothing read."""
-    from dash.exceptions import DependencyException
-    from flask import request
-
     def not_found(_error):
         return "not found", 404
 

@@ -35,7 +35,8 @@ class LRUCache:
         with self._lock:
             self._items[key] = value
             self._items.move_to_end(key)
-            while len(self._items) > 1 and (len(self._items) > self.max_entries or self.nbytes > self.max_bytes):
+            while len(self._items) > 1 and (len(self._items) > self.max_entries
+                                            or self.nbytes > self.max_bytes):
                 self._items.popitem(last=False)
 
     @property

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 class AppConfig:
     """What `probe app` flags set."""
 
-    models: tuple[str, ...] = ()  # model specs; empty: the bundled model organisms (or locally built tiny models)
+    # model specs; empty: the bundled model organisms (or locally built tiny models)
+    models: tuple[str, ...] = ()
     labels: str | None = None  # a labels table written by `probe label` (.csv, .parquet or .json)
     device: str = "cpu"
     max_tokens: int = 1024  # longest text input the explorer captures (tokens, special tokens included)

@@ -4,9 +4,9 @@
     def _view(...):
         ...
 
-Any exception becomes `no_update` for every output except the message slot, which gets one line: a ProbeError's
-text as is, anything else "internal error: …" (the traceback goes to the server log). So a crafted payload or a
-failing model never produces an HTTP 500, and an error never wipes the previous figure.
+Any exception becomes `no_update` for every output except the message slot, which gets one line: a
+ProbeError's text as is, anything else "internal error: …" (the traceback goes to the server log). So a
+crafted payload or a failing model never produces an HTTP 500, and an error never wipes the previous figure.
 """
 
 from __future__ import annotations

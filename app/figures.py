@@ -1,8 +1,8 @@
 """Pure figure builders: numpy arrays and tables in, plotly Figures out. No Dash, no models, no state.
 
-Large matrices are max-pooled on the server (`downsample`) so a figure never carries more than `max_bins`² cells:
-a 1024-token head becomes a 256 × 256 heatmap whose cells keep their block's strongest weight, so sharp patterns
-(a previous-token diagonal, an induction stripe) stay visible.
+Large matrices are max-pooled on the server (`downsample`) so a figure never carries more than `max_bins`²
+cells: a 1024-token head becomes a 256 × 256 heatmap whose cells keep their block's strongest weight, so sharp
+patterns (a previous-token diagonal, an induction stripe) stay visible.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
+from dash import Patch
 
 from probe.naming import head_name
 from probe.views.tables import number as _number  # a table cell as a finite number or None
@@ -34,14 +35,15 @@ CLOUD_BUTTONS = ["sendDataToCloud", "editInChartStudio"]  # Plotly's cloud links
 
 
 THEMES = ("light", "dark")
-TRUE_CONTACT_SCALES = {"light": [[0, "#ffffff"], [1, "#444444"]], "dark": [[0, "rgba(0,0,0,0)"], [1, "#c8c8c8"]]}
+TRUE_CONTACT_SCALES = {"light": [[0, "#ffffff"], [1, "#444444"]],
+                       "dark": [[0, "rgba(0,0,0,0)"], [1, "#c8c8c8"]]}
 
 
 @functools.cache
 def template(theme: str = "light") -> go.layout.Template:
-    """The one plotly template of each page theme, used by every figure (server-drawn, and the explorer's heatmap
-    drawn in the browser from `template_json`): plotly_white or plotly_dark on a transparent background (the
-    figure sits on its card), with the page's text colours."""
+    """The one plotly template of each page theme, used by every figure (server-drawn, and the explorer's
+    heatmap drawn in the browser from `template_json`): plotly_white or plotly_dark on a transparent
+    background (the figure sits on its card), with the page's text colours."""
     dark = theme == "dark"
     base = go.layout.Template(pio.templates["plotly_dark" if dark else "plotly_white"])
     text = "#e9ecef" if dark else "#212529"
@@ -69,15 +71,15 @@ ATLAS_BUTTONS = ["zoom2d", "pan2d", "zoomIn2d", "zoomOut2d", "resetScale2d"]  # 
 
 
 def graph_config(image_format: str = "png", filename: str = "probe", atlas: bool = False) -> dict:
-    """dcc.Graph config: the toolbar's camera button saves PNG or SVG (`image_format`); no cloud links, no tools
-    that do not apply. The atlas (`atlas`) has fixed axes: no zoom tools and no double-click reset, so a
+    """dcc.Graph config: the toolbar's camera button saves PNG or SVG (`image_format`); no cloud links, no
+    tools that do not apply. The atlas (`atlas`) has fixed axes: no zoom tools and no double-click reset, so a
     double-click never selects a head by accident."""
     image = {"format": image_format, "filename": filename}
     if image_format == "png":
         image["scale"] = 2
     config = {"displaylogo": False, "toImageButtonOptions": image, "showSendToCloud": False,
-              "showEditInChartStudio": False, "modeBarButtonsToRemove": TRIMMED_BUTTONS + (ATLAS_BUTTONS if atlas
-                                                                                           else [])}
+              "showEditInChartStudio": False,
+              "modeBarButtonsToRemove": TRIMMED_BUTTONS + (ATLAS_BUTTONS if atlas else [])}
     if atlas:
         config["doubleClick"] = False
     return config
@@ -116,8 +118,6 @@ class _quiet_nan_warnings:
     """Silence numpy's 'All-NaN slice' RuntimeWarning inside the block."""
 
     def __enter__(self):
-        import warnings
-
         self._context = warnings.catch_warnings()
         self._context.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -127,8 +127,8 @@ class _quiet_nan_warnings:
 
 
 def token_labels(tokens: Sequence[str], factor: int = 1, start: int = 0) -> list[str]:
-    """Unique axis labels: "3·the" per token, or "8–11·went" per pooled block of `factor` tokens; positions count
-    from `start` (the first token of a zoom window)."""
+    """Unique axis labels: "3·the" per token, or "8–11·went" per pooled block of `factor` tokens; positions
+    count from `start` (the first token of a zoom window)."""
     if factor == 1:
         return [f"{start + index}·{token}" for index, token in enumerate(tokens)]
     labels = []
@@ -145,7 +145,8 @@ def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", thresho
     side shows `query_tokens` where the queries read other tokens (cross-attention: the decoder's)."""
     n = len(tokens)
     if n > max_tokens:
-        return empty_figure(f"{title}: the line view is drawn up to {max_tokens} tokens; this input has {n}", theme)
+        return empty_figure(
+            f"{title}: the line view is drawn up to {max_tokens} tokens; this input has {n}", theme)
     figure = go.Figure()
     levels = np.linspace(threshold, 1.0, 6)  # five opacity bands
     queries, keys = np.nonzero(alpha >= threshold)
@@ -159,7 +160,8 @@ def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", thresho
             strength = (low + high) / 2
             figure.add_trace(go.Scatter(
                 x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-                line={"width": 1 + 5 * strength, "color": f"rgba(31, 119, 180, {0.15 + 0.85 * strength:.2f})"},
+                line={"width": 1 + 5 * strength,
+                      "color": f"rgba(31, 119, 180, {0.15 + 0.85 * strength:.2f})"},
             ))
     positions = [-float(i) for i in range(n)]
     for side, anchor in ((0.0, "left"), (1.0, "right")):
@@ -170,15 +172,16 @@ def line_view(alpha: np.ndarray, tokens: Sequence[str], title: str = "", thresho
             hovertemplate="%{text}<extra></extra>",
         ))
     figure.update_layout(
-        template=template(theme), title={"text": f"{title} · lines: α ≥ {threshold}"}, height=max(300, 16 * n + 80),
-        margin={"l": 20, "r": 20},
+        template=template(theme), title={"text": f"{title} · lines: α ≥ {threshold}"},
+        height=max(300, 16 * n + 80), margin={"l": 20, "r": 20},
         xaxis={"visible": False, "range": [-0.6, 1.6]}, yaxis={"visible": False},
     )
     return figure
 
 
 def is_significant(row) -> bool:
-    """Clearly above chance: the q-value below 0.05 where the table has one, else the CI's low end above chance."""
+    """Clearly above chance: the q-value below 0.05 where the table has one, else the CI's low end above
+    chance."""
     q_value = getattr(row, "q_value", None)
     if q_value is not None and not pd.isna(q_value):
         return float(q_value) < 0.05
@@ -195,7 +198,8 @@ def _is_labelled(value) -> bool:
 
 
 def atlas_figure(
-    table: pd.DataFrame | None,  # labels rows: layer, head, head_type, score (+ ci_low, ci_high, chance, label)
+    # labels rows: layer, head, head_type, score (+ ci_low, ci_high, chance, label)
+    table: pd.DataFrame | None,
     n_layers: int,
     n_heads: int,
     head_type: str,
@@ -210,8 +214,8 @@ def atlas_figure(
     """The layer × head grid coloured by one head type's score (or label); hover gives the score and its CI.
     A hybrid's layers without attention weights (`no_alpha`) stay empty and say so.
 
-    Scores use the fixed scale 0–1 (the colour of 0.3 is the same on every model and type); heads whose score is
-    not clearly above chance are grey. By label: three categories with a legend, never a continuous bar.
+    Scores use the fixed scale 0–1 (the colour of 0.3 is the same on every model and type); heads whose score
+    is not clearly above chance are grey. By label: three categories with a legend, never a continuous bar.
     Trace 0 is always the clickable grid ("atlas", z = the score, NaN without one).
     """
     empty = NO_DATA_DARK if theme_of(theme) == "dark" else NO_DATA
@@ -242,8 +246,8 @@ def atlas_figure(
         colours = list(LABEL_COLOURS.values())
         scale = [[0.0, colours[0]], [1 / 3, colours[0]], [1 / 3, colours[1]], [2 / 3, colours[1]],
                  [2 / 3, colours[2]], [1.0, colours[2]]]
-        traces.append(go.Heatmap(z=category, zmin=-0.5, zmax=2.5, colorscale=scale, showscale=False, name="atlas",
-                                 **common))
+        traces.append(go.Heatmap(z=category, zmin=-0.5, zmax=2.5, colorscale=scale, showscale=False,
+                                 name="atlas", **common))
         for name, colour in LABEL_COLOURS.items():  # legend entries for the three categories
             traces.append(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True,
                                      marker={"symbol": "square", "size": 12, "color": colour}))
@@ -253,11 +257,13 @@ def atlas_figure(
         grey = np.where(~significant & ~np.isnan(score), 0.0, np.nan)
         traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, empty], [1, empty]],
                                  showscale=False, name="atlas", **common))
-        traces.append(go.Heatmap(z=shown, zmin=0.0, zmax=1.0, colorscale=SCORE_SCALE, name="score", hoverinfo="skip",
+        traces.append(go.Heatmap(z=shown, zmin=0.0, zmax=1.0, colorscale=SCORE_SCALE, name="score",
+                                 hoverinfo="skip",
                                  colorbar={"title": {"text": "score (fixed 0–1)", "side": "right"}},
                                  **{k: v for k, v in common.items() if k not in ("text", "hovertemplate")}))
-        traces.append(go.Heatmap(z=grey, zmin=0.0, zmax=1.0, colorscale=[[0, NOT_SIGNIFICANT], [1, NOT_SIGNIFICANT]],
-                                 showscale=False, name="not above chance", hoverinfo="skip",
+        traces.append(go.Heatmap(z=grey, zmin=0.0, zmax=1.0,
+                                 colorscale=[[0, NOT_SIGNIFICANT], [1, NOT_SIGNIFICANT]], showscale=False,
+                                 name="not above chance", hoverinfo="skip",
                                  **{k: v for k, v in common.items() if k not in ("text", "hovertemplate")}))
         # the grey's meaning is in the page's legend above the atlas (once), not repeated in the figure
         title = f"{head_type}: score of every head (click to select)"
@@ -270,7 +276,8 @@ def atlas_figure(
     figure = go.Figure(traces)
     if selected is not None:
         figure.add_trace(go.Scatter(
-            x=[selected[1]], y=[selected[0]], mode="markers", name="selected", showlegend=False, hoverinfo="skip",
+            x=[selected[1]], y=[selected[0]], mode="markers", name="selected", showlegend=False,
+            hoverinfo="skip",
             marker={"symbol": "square-open", "size": 22, "line": {"width": 3}, "color": SELECTION_COLOUR},
         ))
     figure.update_layout(
@@ -281,7 +288,8 @@ def atlas_figure(
         xaxis={"title": {"text": "head", "standoff": 4}, "dtick": 1, "range": [-0.5, n_heads - 0.5],
                "fixedrange": True},
         yaxis={"title": {"text": "layer"}, "dtick": 1, "range": [n_layers - 0.5, -0.5], "fixedrange": True},
-        legend={"orientation": "h", "x": 0, "y": 0, "yref": "container", "yanchor": "bottom", "font": {"size": 11}},
+        legend={"orientation": "h", "x": 0, "y": 0, "yref": "container", "yanchor": "bottom",
+                "font": {"size": 11}},
         margin={"t": 80, "l": 50, "r": 20, "b": 90},
     )
     if layer_names:  # an encoder–decoder: its stacks' own layer names on the layer axis
@@ -304,17 +312,21 @@ def _hover_text(row, head_type: str, name: Callable[[int, int], str] = head_name
     parts.append(("✓ labelled" if labelled else "not labelled") + f" ({rule}; labelled when q ≤ 0.05)")
     offset = _number(row, "offset")
     if offset is not None:
-        parts.append(f"offset d = {int(offset):+d} (attends to j = i {'+' if offset >= 0 else '−'} {abs(int(offset))})")
+        parts.append(f"offset d = {int(offset):+d} (attends to j = i {'+' if offset >= 0 else '−'} "
+                     f"{abs(int(offset))})")
     effect, z = _number(row, "ablation_effect"), _number(row, "ablation_z")
     if effect is not None:
-        parts.append(f"ablation: loss +{effect:.3f}" + (f" (z = {z:.1f} vs random heads)" if z is not None else ""))
+        parts.append(
+            f"ablation: loss +{effect:.3f}" + (f" (z = {z:.1f} vs random heads)" if z is not None else ""))
     share = _number(row, "output_share")
     if share is not None:
         role = getattr(row, "role", None)
-        parts.append(f"output share {share:.2f}" + (f" · role: {role}" if isinstance(role, str) and role else ""))
+        parts.append(
+            f"output share {share:.2f}" + (f" · role: {role}" if isinstance(role, str) and role else ""))
     group, group_z = _number(row, "group_effect"), _number(row, "group_z")
     if group is not None:
-        parts.append(f"group ablation: +{group:.3f}" + (f" (z = {group_z:.1f})" if group_z is not None else ""))
+        parts.append(
+            f"group ablation: +{group:.3f}" + (f" (z = {group_z:.1f})" if group_z is not None else ""))
     if getattr(row, "n_examples", None) is not None:
         parts.append(f"{row.n_examples} examples")
     return "<br>".join(parts)
@@ -340,7 +352,8 @@ def _pair_marks(pair: tuple[int, int] | None) -> tuple[list[float], list[float]]
 def selection_trace(pair: tuple[int, int] | None) -> go.Scatter:
     xs, ys = _pair_marks(pair)
     return go.Scatter(x=xs, y=ys, mode="markers", name="selected pair", showlegend=False, hoverinfo="skip",
-                      marker={"symbol": "circle-open", "size": 16, "line": {"width": 3}, "color": SELECTION_COLOUR})
+                      marker={"symbol": "circle-open", "size": 16, "line": {"width": 3},
+                              "color": SELECTION_COLOUR})
 
 
 def _residue_heatmap(matrix: np.ndarray, name: str, colourscale, max_bins: int, **extra) -> go.Heatmap:
@@ -360,7 +373,8 @@ def contact_figure(
     uirevision: str | None = None,
     theme: str = "light",
 ) -> go.Figure:
-    """Predicted contacts in the upper triangle, true contacts in the lower one; data = [predicted, true, pair]."""
+    """Predicted contacts in the upper triangle, true contacts in the lower one; data = [predicted, true,
+    pair]."""
     n = predicted.shape[0]
     upper = np.triu(np.ones((n, n), dtype=bool), k=1)
     shown = np.where(upper, predicted, np.nan)  # [residue residue] i < j only
@@ -378,8 +392,9 @@ def contact_figure(
     ])
     annotations = []
     if true is None:
-        annotations.append({"text": "upload a structure for true contacts (lower triangle)", "showarrow": False,
-                            "xref": "paper", "yref": "paper", "x": 0.02, "y": 0.02, "xanchor": "left"})
+        annotations.append({"text": "upload a structure for true contacts (lower triangle)",
+                            "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.02, "y": 0.02,
+                            "xanchor": "left"})
     figure.update_layout(
         template=template(theme), title={"text": title}, height=520, annotations=annotations,
         xaxis={"title": {"text": "residue"}, "range": [0.5, n + 0.5]},
@@ -390,13 +405,15 @@ def contact_figure(
 
 
 def head_map_figure(apc: np.ndarray, pair: tuple[int, int] | None = None, title: str = "",
-                    max_bins: int = CONTACT_BINS, uirevision: str | None = None, theme: str = "light") -> go.Figure:
+                    max_bins: int = CONTACT_BINS, uirevision: str | None = None,
+                    theme: str = "light") -> go.Figure:
     """One head's APC-corrected symmetrised attention over residues; data = [map, pair]."""
     n = apc.shape[0]
     figure = go.Figure([
         _residue_heatmap(apc.astype(np.float32), "apc attention", "Viridis", max_bins,
                          colorbar={"title": {"text": "APC"}},
-                         hovertemplate="residues %{y:.0f}, %{x:.0f}<br>APC attention %{z:.4f}<extra></extra>"),
+                         hovertemplate="residues %{y:.0f}, %{x:.0f}<br>APC attention "
+                                       "%{z:.4f}<extra></extra>"),
         selection_trace(pair),
     ])
     figure.update_layout(
@@ -414,8 +431,6 @@ HEAD_MAP_PAIR_TRACE = 1  # head_map_figure's traces: map, selected pair
 
 def pair_patches(pair: tuple[int, int] | None):
     """(contact figure patch, head map patch) that move the selected-pair marker of both figures to `pair`."""
-    from dash import Patch
-
     xs, ys = _pair_marks(pair)
     contacts, head_map = Patch(), Patch()
     contacts["data"][CONTACT_PAIR_TRACE]["x"], contacts["data"][CONTACT_PAIR_TRACE]["y"] = xs, ys
@@ -425,7 +440,8 @@ def pair_patches(pair: tuple[int, int] | None):
 
 def zoom_ranges(relayout: dict | None):
     """The axis ranges a zoom set ({"xaxis": [a, b], "yaxis": [c, d]}, either may be missing), "reset" after a
-    double-click / autoscale, or None when the relayout event changed no axis (a pan mode switch, a resize)."""
+    double-click / autoscale, or None when the relayout event changed no axis (a pan mode switch, a
+    resize)."""
     if not isinstance(relayout, dict):
         return None
     ranges = {}

@@ -1,9 +1,10 @@
 """The inference gate: one forward pass at a time in the whole process, views first.
 
-A view (a layer of the explorer, the grid, a protein) passes the gate in the *foreground*; a labelling job in the
-*background* holds it only between its probe batches and steps aside at the next batch whenever a view is waiting.
-So a labelling job never holds the models for its whole run: a view waits at most one probe batch's forward, and
-the job pauses until no view has run for QUIET_S (a page load is many requests: none of them waits for the job).
+A view (a layer of the explorer, the grid, a protein) passes the gate in the *foreground*; a labelling job in
+the *background* holds it only between its probe batches and steps aside at the next batch whenever a view is
+waiting. So a labelling job never holds the models for its whole run: a view waits at most one probe batch's
+forward, and the job pauses until no view has run for QUIET_S (a page load is many requests: none of them
+waits for the job).
 
     gate = InferenceGate()
     with gate.foreground():          # a view
@@ -111,8 +112,8 @@ class _Turn:
         self.holding = True
 
     def step_aside(self) -> None:
-        """Let every waiting view pass, then take the gate back once no view has run for `quiet_s` (no wait when
-        the views are quiet)."""
+        """Let every waiting view pass, then take the gate back once no view has run for `quiet_s` (no wait
+        when the views are quiet)."""
         if self._gate.waiting or not self._gate.quiet():
             self._gate._release()
             self.holding = False

@@ -1,4 +1,5 @@
-"""Component ids of the dashboard, in one place (layout, callbacks, keyboard script and browser tests use these)."""
+"""Component ids of the dashboard, in one place (layout, callbacks, keyboard script and browser tests use
+these)."""
 
 # Page-wide
 MODEL = "model"  # RadioItems: which loaded model every panel shows
@@ -60,7 +61,8 @@ SHAPE = "model-shape"
 KEYS_SINK = "keys-sink"  # Store written by the clientside mirror of the selection (keyboard script)
 PAGE_MESSAGE = "page-message"  # URL problems (an unknown model in a shared link)
 LIMITS = "explorer-limits"  # the current model's input limits, beside Run
-LABEL_WAIT = "label-wait"  # the running labelling job and its estimate, beside the explorer (never blocking it)
+# the running labelling job and its estimate, beside the explorer (never blocking it)
+LABEL_WAIT = "label-wait"
 
 # Explorer additions
 ALPHA_SCALE = "alpha-scale"  # Checklist: colour maximum = the head's own max instead of the fixed 1
@@ -75,13 +77,15 @@ GRID_MESSAGE = "grid-message"
 THUMB = "thumb"  # pattern-matching type: {"type": THUMB, "layer": int, "head": int}
 
 # Proteins additions
-UPLOAD_BOX = "protein-upload-box"  # wraps the Upload; carries data-max-bytes / data-accept for assets/upload.js
+# wraps the Upload; carries data-max-bytes / data-accept for assets/upload.js
+UPLOAD_BOX = "protein-upload-box"
 PAIR_CLEAR = "protein-pair-clear"
 
 # Architecture card
 CARD = "architecture-card"
 CARD_MESSAGE = "card-message"
-IMAGE_APPLIED = "image-format-applied"  # Store written by the clientside callback that re-arms every camera button
+# Store written by the clientside callback that re-arms every camera button
+IMAGE_APPLIED = "image-format-applied"
 ZOOM = "explorer-zoom"  # Store: {"q0", "q1", "k0", "k1"} token window of the heatmap (None: the whole input)
 STRUCTURE_SET = "structure-set"  # DataTable: the per-head summary over a set of structures (--heads-summary)
 STRUCTURE_SET_TITLE = "structure-set-title"
@@ -89,13 +93,15 @@ PROTEIN_ZOOM = "protein-zoom"  # Store: the residue maps' shared zoom {"xaxis": 
 
 # Dashboard v3: reading in the browser (assets/explorer.js)
 LAYER = "selected-layer"  # Store: {"layer": int}, follows SELECTED only when the layer changes (clientside)
-LAYER_DATA = "explorer-layer-data"  # Store: one layer's α of every head for the current input (app/payload.py)
+# Store: one layer's α of every head for the current input (app/payload.py)
+LAYER_DATA = "explorer-layer-data"
 PATTERN = "explorer-pattern"  # Store: the head type's target cells per head of the layer, for the overlay
 OFFSET_NOTE = "explorer-offset-note"  # the selected head's dominant argmax offset
 TOKENS_SINK = "explorer-tokens-sink"  # Store written by the clientside token-view callback
 URL_NOTE = "url-note"  # what a shared link named that is not here, and what replaced it
 GLOSSARY = "glossary"
-LABELLED = "labelled-heads"  # DataTable of the labelled heads of the current type; a row click selects the head
+# DataTable of the labelled heads of the current type; a row click selects the head
+LABELLED = "labelled-heads"
 LABELLED_MESSAGE = "labelled-heads-message"
 PROTEIN_SECTION = "protein-section"  # hidden for models that are not protein models
 EXPLORER_SECTION = "explorer-section"
@@ -103,4 +109,5 @@ THEME = "theme-switch"
 THEME_SINK = "theme-sink"
 CARD_ONLY = "card-only-note"  # why a model shows only its architecture card
 TEMPLATES = "plotly-templates"  # Store: the light and dark plotly templates (app/figures.py), for explorer.js
-PROTEIN_ERROR = "protein-error"  # why an upload or a sequence was refused (error styling); PROTEIN_MESSAGE stays
+# why an upload or a sequence was refused (error styling); PROTEIN_MESSAGE stays
+PROTEIN_ERROR = "protein-error"

@@ -6,6 +6,7 @@ import re
 
 from probe import models
 from probe.errors import ProbeError
+from probe.proteins.fasta import parse_fasta as read_records
 
 
 def parse_token_ids(text: str, vocab_size: int) -> list[int]:
@@ -20,22 +21,21 @@ def parse_token_ids(text: str, vocab_size: int) -> list[int]:
                              "or untick 'token ids' to type text")
         value = int(part)
         if not 0 <= value < vocab_size:
-            raise ProbeError(f"token id {value} is out of range: this model's vocabulary is 0..{vocab_size - 1}")
+            raise ProbeError(f"token id {value} is out of range: this model's vocabulary is "
+                             f"0..{vocab_size - 1}")
         ids.append(value)
     return ids
 
 
 def parse_fasta(text: str) -> str:
     """The first record of FASTA text, or a bare sequence; validated amino-acid letters."""
-    from probe.proteins.fasta import parse_fasta as read_records
-
     _, sequence = read_records(text, "the input")[0]
     return models.clean_protein(sequence)
 
 
 def row_head(service, spec: str, cell, rows, head_column: str = "head") -> dict:
-    """{"layer", "head"} of the table row a user clicked (`cell` is the table's active cell, `rows` its data; the
-    head index sits in `head_column`), checked against `spec`'s heads by ``service.head_of``."""
+    """{"layer", "head"} of the table row a user clicked (`cell` is the table's active cell, `rows` its data;
+    the head index sits in `head_column`), checked against `spec`'s heads by ``service.head_of``."""
     try:
         row = rows[int(cell["row"])]
         selected = {"layer": row["layer"], "head": row[head_column]}

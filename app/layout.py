@@ -1,7 +1,7 @@
-"""The page: an app shell (dash-mantine-components) with the page-wide controls in the sidebar — model, head type,
-head selector, theme — and one card per panel in the main area: the head atlas and labelled heads, the grid of
-every head beside the attention explorer, the proteins (protein models only) and the architecture card.
-Built per request, from the URL's query (shared links)."""
+"""The page: an app shell (dash-mantine-components) with the page-wide controls in the sidebar — model, head
+type, head selector, theme — and one card per panel in the main area: the head atlas and labelled heads, the
+grid of every head beside the attention explorer, the proteins (protein models only) and the architecture
+card. Built per request, from the URL's query (shared links)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def page_layout(service: Service, query=None):
                 html.Div([explorer.layout(state)], className="column right-column"),
             ]),
         ]),
-        html.Div(proteins.layout(config.upload_bytes, config.max_residues, state["theme"]), id=ids.PROTEIN_SECTION,
-                 style={} if protein else {"display": "none"}),
+        html.Div(proteins.layout(config.upload_bytes, config.max_residues, state["theme"]),
+                 id=ids.PROTEIN_SECTION, style={} if protein else {"display": "none"}),
         card.layout(),
     ])
     shell = dmc.AppShell(

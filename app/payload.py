@@ -1,8 +1,9 @@
 """What the browser receives to read attention without asking the server again: one layer's α of every head,
 quantised to uint16 (α · 65535, rounded: absolute error ≤ 7.7e-6) and base64-encoded, with the tokens to show.
 
-`assets/explorer.js` decodes it once per layer; the heatmap, the token view, the overlay's share and head steps
-within the layer are then drawn in the browser. Downloads stay full precision (float32, from the server).
+`assets/explorer.js` decodes it once per layer; the heatmap, the token view, the overlay's share and head
+steps within the layer are then drawn in the browser. Downloads stay full precision (float32, from the
+server).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Protein analysis for the dashboard as pure functions of a loaded model and an input: probe.proteins.structure (true
-contacts) and probe.proteins.contacts (predicted contacts, the per-head table, one head's APC map). No locks, no service:
-the Service calls these under its inference lock.
+"""Protein analysis for the dashboard as pure functions of a loaded model and an input:
+probe.proteins.structure (true contacts) and probe.proteins.contacts (predicted contacts, the per-head table,
+one head's APC map). No locks, no service: the Service calls these under its inference lock.
 """
 
 from __future__ import annotations
@@ -9,9 +9,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 
 from probe import models
+from probe.engine import capture
+from probe.engine.dense import DenseSink
 from probe.errors import ProbeError
+from probe.models import encode_proteins
+from probe.proteins.contacts import head_attention_map, predict_contacts
+from probe.proteins.precision import apc, symmetrize
+from probe.proteins.structure import contact_map, read_structure
 
 RANGE_NAMES = ("short", "medium", "long")
 RANGE_TEXT = {"short": "short (6–11)", "medium": "medium (12–23)", "long": "long (≥ 24)"}
@@ -20,7 +27,8 @@ LEADERBOARD_COLUMNS = {"head": "head", "p_at_L_long": "P@L long", "base_rate_lon
                        "enrichment_L_long": "enrichment long", "q_value_L_long": "q long",
                        "p_at_L_medium": "P@L med", "p_at_L_short": "P@L short", "contact_share": "Vig share",
                        "binding_share": "binding share", "weight": "weight", "logit_share": "logit share"}
-# Shown even when unknown for every head (a chain without a ligand: binding share NaN, shown "unknown", never 0).
+# Shown even when unknown for every head (a chain without a ligand: binding share NaN, shown "unknown", never
+# 0).
 ALWAYS_SHOWN = ("contact_share", "binding_share")
 # Need a structure: P@L, its base rate and significance, Vig et al.'s shares.
 NEEDS_STRUCTURE = ("p_at_", "base_rate_", "enrichment_", "q_value_", "contact_share", "binding_share")
@@ -33,7 +41,8 @@ class ProteinResult:
     model: str
     sequence: str
     predicted: np.ndarray  # [residue residue] contact probabilities
-    true: np.ndarray | None  # [residue residue] 1.0 contact, 0.0 not, NaN unknown (from the uploaded structure)
+    # [residue residue] 1.0 contact, 0.0 not, NaN unknown (from the uploaded structure)
+    true: np.ndarray | None
     heads: pd.DataFrame | None  # per-head leaderboard (head, layer, head_index, precision columns, ...)
     precision: pd.DataFrame | None  # P@L by sequence-separation range
     note: str = ""
@@ -46,10 +55,8 @@ class ProteinResult:
 
 def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes | None, filename: str = "",
             chain: str | None = None, max_residues: int = 1022) -> ProteinResult:
-    """A ProteinResult for a typed sequence or an uploaded structure (true contacts: virtual Cβ–Cβ < 8 Å, as in ESM's evaluation)."""
-    from probe.proteins.contacts import predict_contacts
-    from probe.proteins.structure import contact_map, read_structure
-
+    """A ProteinResult for a typed sequence or an uploaded structure (true contacts: virtual Cβ–Cβ < 8 Å, as
+    in ESM's evaluation)."""
     true_map, note = None, ""
     if structure is not None:
         fmt = "cif" if filename.lower().endswith((".cif", ".mmcif")) else "pdb"
@@ -61,8 +68,8 @@ def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes |
     sequence = models.clean_protein(sequence or "")
     cap = min(max_residues, loaded.max_tokens - 2)
     if len(sequence) > cap:
-        raise ProbeError(f"the protein has {len(sequence)} residues; the app runs at most {cap}: upload a shorter "
-                         "chain (or use `probe contacts --window` for long proteins)")
+        raise ProbeError(f"the protein has {len(sequence)} residues; the app runs at most {cap}: upload a "
+                         "shorter chain (or use `probe contacts --window` for long proteins)")
     result = predict_contacts(loaded, sequence, true_map, per_head=True)
     truth = None if true_map is None else np.where(true_map < 0, np.nan, true_map.astype(float))
     predicted = result.contacts
@@ -78,9 +85,9 @@ def leaderboard(heads: pd.DataFrame | None, with_structure: bool) -> pd.DataFram
     """Per-head rows for the panel's table: best long-range P@L first (by logit share without a structure).
 
     With a structure every head is set against the contact base rate of the long-range pairs (base rate,
-    enrichment = P@L / base rate, Benjamini–Hochberg q of the top-L hits; :mod:`probe.proteins.significance`), and
-    Vig et al.'s shares are shown, NaN ("unknown" in the panel) where the chain lacks the property. Other columns
-    that are empty for this input are left out. `layer` and `head_index` stay for row clicks.
+    enrichment = P@L / base rate, Benjamini–Hochberg q of the top-L hits; :mod:`probe.proteins.significance`),
+    and Vig et al.'s shares are shown, NaN ("unknown" in the panel) where the chain lacks the property. Other
+    columns that are empty for this input are left out. `layer` and `head_index` stay for row clicks.
     """
     if heads is None or heads.empty:
         return None
@@ -99,28 +106,20 @@ def precision_table(precision: dict[str, float] | None) -> pd.DataFrame | None:
     """P@L, P@L/2, P@L/5 of the predicted contacts, one row per sequence-separation range."""
     if not precision:
         return None
-    rows = [{"range": RANGE_TEXT[name], "P@L": precision[f"p_at_L_{name}"], "P@L/2": precision[f"p_at_L2_{name}"],
-             "P@L/5": precision[f"p_at_L5_{name}"]} for name in RANGE_NAMES]
+    rows = [{"range": RANGE_TEXT[name], "P@L": precision[f"p_at_L_{name}"],
+             "P@L/2": precision[f"p_at_L2_{name}"], "P@L/5": precision[f"p_at_L5_{name}"]}
+             for name in RANGE_NAMES]
     return pd.DataFrame(rows).round(3)
 
 
 def head_map(loaded: models.LoadedModel, sequence: str, layer: int, head: int) -> np.ndarray:
     """The selected head's APC-corrected symmetrised attention over residues: [residue residue]."""
-    from probe.proteins.contacts import head_attention_map
-
     return np.asarray(head_attention_map(loaded, sequence, layer, head), dtype=np.float32)
 
 
 def layer_maps(loaded: models.LoadedModel, sequence: str, layer: int) -> np.ndarray:
     """Every head's APC-corrected symmetrised attention over residues in one layer, from one forward pass:
     [head residue residue] float32 (each head equals `head_map`)."""
-    import torch
-
-    from probe.engine import capture
-    from probe.engine.dense import DenseSink
-    from probe.models import encode_proteins
-    from probe.proteins.precision import apc, symmetrize
-
     if not 0 <= layer < loaded.n_layers:
         raise ProbeError(f"layer {layer} does not exist: the model has layers 0..{loaded.n_layers - 1}")
     cleaned, inputs = encode_proteins(loaded, [sequence])

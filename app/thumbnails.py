@@ -1,6 +1,7 @@
 """Server-side thumbnails of attention matrices: a [row col] array in [0, 1] -> a small PNG data URI.
 
-Pure numpy + zlib (no imaging library): the grid panel sends one ~1 KB image per head instead of a plotly figure.
+Pure numpy + zlib (no imaging library): the grid panel sends one ~1 KB image per head instead of a plotly
+figure.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from probe.views.figures import png_bytes as views_png  # one PNG encoder: the v
 
 
 def png_bytes(rgb: np.ndarray, scale: int = 1) -> bytes:
-    """[row col 3] uint8 -> PNG file bytes (8-bit RGB), each pixel repeated `scale` times in both directions."""
+    """[row col 3] uint8 -> PNG file bytes (8-bit RGB), each pixel repeated `scale` times in both
+    directions."""
     if scale > 1:
         rgb = rgb.repeat(scale, axis=0).repeat(scale, axis=1)
     return views_png(rgb)

@@ -1,21 +1,24 @@
-"""Load test of `probe app`: N simulated users against a locally started dashboard, loopback only, bounded in time.
+"""Load test of `probe app`: N simulated users against a locally started dashboard, loopback only, bounded in
+time.
 
-    python benchmarks/app_load.py                       # 20 users for 60 s against `probe app` on the default models
+    python benchmarks/app_load.py               # 20 users for 60 s against `probe app` on the default models
     python benchmarks/app_load.py --users 5 --duration 10 --model zoo:induction --model zoo:esm-random
 
 Each user repeats what a person does in the page, with a 0.2–1 s pause between actions (seeded): run a prompt
-(tokenize), draw the grid of every head for it (one forward pass, pooled thumbnails), look at a head (its layer's α
-sent once, the overlay's targets, the line view; head steps inside the layer and the token view are drawn in the
-browser and cost no request), step to another layer, redraw the atlas, and every few rounds run a protein
-and look at its contact maps. Requests are the browser's own Dash callback POSTs, built from the
+(tokenize), draw the grid of every head for it (one forward pass, pooled thumbnails), look at a head (its
+layer's α sent once, the overlay's targets, the line view; head steps inside the layer and the token view are
+drawn in the browser and cost no request), step to another layer, redraw the atlas, and every few rounds run a
+protein and look at its contact maps. Requests are the browser's own Dash callback POSTs, built from the
 app's /_dash-dependencies. An error is any non-2xx answer, a failed connection, or a page message saying
-"internal error". Prints one table: requests, errors, throughput, latency p50 / p95 / max per request kind, with
-the machine's load average at the start and the end beside it (timings on a loaded machine are not the app's).
+"internal error". Prints one table: requests, errors, throughput, latency p50 / p95 / max per request kind,
+with the machine's load average at the start and the end beside it (timings on a loaded machine are not the
+app's).
 
 Before the load, the protein path is measured alone (`--protein-rounds`, one user, nothing else running): each
 protein's first run (one forward pass for the contact head and every head's attention, the structure's maps),
-its first view (the selected head's layer: one forward pass, then cached per layer) and a second view of another
-head of the same layer (cache hit: only the figures). That is the cost per request the load test multiplies.
+its first view (the selected head's layer: one forward pass, then cached per layer) and a second view of
+another head of the same layer (cache hit: only the figures). That is the cost per request the load test
+multiplies.
 """
 
 from __future__ import annotations
@@ -52,8 +55,10 @@ def free_port() -> int:
 
 
 def start_app(port: int, model_args: list[str]) -> subprocess.Popen:
-    command = [sys.executable, "-m", "probe.cli", "app", "--host", "127.0.0.1", "--port", str(port), *model_args]
-    log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would block the server's request log
+    command = [sys.executable, "-m", "probe.cli", "app", "--host", "127.0.0.1", "--port",
+               str(port), *model_args]
+    # a file, not a pipe: a full pipe would block the server's request log
+    log = tempfile.TemporaryFile(mode="w+")
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, text=True)
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -79,13 +84,16 @@ class Client:
         spec = self.callbacks[first_output]
         body = {
             "output": spec["output"], "outputs": _outputs(spec["output"]),
-            "inputs": [dict(item, value=values.get(f"{item['id']}.{item['property']}")) for item in spec["inputs"]],
-            "state": [dict(item, value=values.get(f"{item['id']}.{item['property']}")) for item in spec["state"]],
+            "inputs": [dict(item, value=values.get(f"{item['id']}.{item['property']}"))
+                       for item in spec["inputs"]],
+            "state": [dict(item, value=values.get(f"{item['id']}.{item['property']}"))
+                      for item in spec["state"]],
             "changedPropIds": [key for key in values if key.startswith("!")] or [
                 f"{spec['inputs'][0]['id']}.{spec['inputs'][0]['property']}"],
         }
         body["changedPropIds"] = [key.lstrip("!") for key in body["changedPropIds"]]
-        request = urllib.request.Request(f"{self.base}/_dash-update-component", data=json.dumps(body).encode(),
+        request = urllib.request.Request(f"{self.base}/_dash-update-component",
+                                         data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"}, method="POST")
         start = time.perf_counter()
         error, payload = "", {}
@@ -132,14 +140,16 @@ def user(client: Client, specs: dict[str, str], seed: int, stop_at: float) -> No
         for _ in range(2):
             selected = {"layer": rng.randrange(specs["layers"]), "head": rng.randrange(specs["heads"])}
             time.sleep(rng.uniform(0.2, 1.0))
-            layer = {"layer": selected["layer"]}  # head steps inside a layer and token hovers are in the browser
+            # head steps inside a layer and token hovers are in the browser
+            layer = {"layer": selected["layer"]}
             client.call("layer view", "explorer-layer-data", {
                 "explorer-input.data": store, "selected-layer.data": layer})
             client.call("overlay", "explorer-pattern", {
                 "explorer-input.data": store, "selected-layer.data": layer, "explorer-overlay.value": ["on"],
                 "head-type.value": rng.choice(["previous_token", "induction", "duplicate_token"]),
                 "label-version.data": 0})
-            client.call("line view", "explorer-lines", {"explorer-input.data": store, "selected-head.data": selected})
+            client.call("line view", "explorer-lines",
+                        {"explorer-input.data": store, "selected-head.data": selected})
         time.sleep(rng.uniform(0.2, 1.0))
         client.call("atlas", "atlas-graph", {"model.value": text_model, "head-type.value": "induction",
                                              "colour-by.value": "score", "selected-head.data": selected,
@@ -147,29 +157,34 @@ def user(client: Client, specs: dict[str, str], seed: int, stop_at: float) -> No
         if protein_model and rounds % 3 == 2:
             time.sleep(rng.uniform(0.2, 1.0))
             response = client.call("protein run", "protein-result", {
-                "protein-run.n_clicks": 1, "model.value": protein_model, "protein-sequence.value": rng.choice(PROTEINS),
-                "protein-chain.value": "", "!protein-run.n_clicks": 1})
+                "protein-run.n_clicks": 1, "model.value": protein_model,
+                "protein-sequence.value": rng.choice(PROTEINS), "protein-chain.value": "",
+                "!protein-run.n_clicks": 1})
             store_p = response.get("protein-result", {}).get("data")
             if store_p:
                 client.call("protein view", "protein-contacts", {
-                    "protein-result.data": store_p, "selected-head.data": {"layer": 0, "head": rng.randrange(2)}})
+                    "protein-result.data": store_p,
+                    "selected-head.data": {"layer": 0, "head": rng.randrange(2)}})
         rounds += 1
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))] if ordered else float("nan")
+    return (ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))] if ordered
+            else float("nan"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of load (default 60)")
-    parser.add_argument("--model", action="append", default=None, help="passed to probe app (default: its own)")
+    parser.add_argument("--model", action="append", default=None,
+                        help="passed to probe app (default: its own)")
     parser.add_argument("--port", type=int, default=None,
                         help="use an app already serving on 127.0.0.1:PORT instead of starting one")
     parser.add_argument("--protein-rounds", type=int, default=3,
-                        help="proteins run alone before the load, to show the protein path's cost (default 3)")
+                        help="proteins run alone before the load, to show the protein path's cost "
+                             "(default 3)")
     args = parser.parse_args(argv)
     if not (1 <= args.users <= 100 and 1 <= args.duration <= 600):
         parser.error("bounded: 1..100 users, 1..600 s")
@@ -191,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         log: list = []
         lock = threading.Lock()
         stop_at = time.time() + args.duration
-        threads = [threading.Thread(target=user, args=(Client(base, callbacks, log, lock), specs, seed, stop_at))
+        threads = [threading.Thread(target=user,
+                                    args=(Client(base, callbacks, log, lock), specs, seed, stop_at))
                    for seed in range(args.users)]
         started = time.time()
         for thread in threads:
@@ -208,9 +224,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def protein_alone(client: Client, protein_model: str, rounds: int) -> None:
-    """Each protein's run, first view (a forward pass for the head's layer) and second view (same layer: cached)."""
+    """Each protein's run, first view (a forward pass for the head's layer) and second view (same layer:
+    cached)."""
     for index in range(rounds):
-        sequence = PROTEINS[index % len(PROTEINS)][: 40 + 10 * index]  # a new protein each round: no cache hit
+        # a new protein each round: no cache hit
+        sequence = PROTEINS[index % len(PROTEINS)][: 40 + 10 * index]
         response = client.call("protein run", "protein-result", {
             "protein-run.n_clicks": 1, "model.value": protein_model, "protein-sequence.value": sequence,
             "protein-chain.value": "", "!protein-run.n_clicks": 1})
@@ -263,7 +281,8 @@ def _wait_for_labelling(base: str, callbacks: dict, specs: dict, timeout: float 
     deadline = time.time() + timeout
     for spec in specs.get("all", []):
         while time.time() < deadline:
-            response = client.call("labels", "label-progress", {"model.value": spec, "label-poll.n_intervals": 1,
+            response = client.call("labels", "label-progress", {"model.value": spec,
+                                                                "label-poll.n_intervals": 1,
                                                                  "!label-poll.n_intervals": 1})
             if "labelling " not in json.dumps(response.get("label-progress", {}), ensure_ascii=False):
                 break
@@ -295,8 +314,8 @@ def report(log: list, users: int, wall: float | None, specs: dict, load=None, ti
               f"protein model {specs.get('protein')}")
     if load is not None:
         (a1, a5, _), (b1, b5, _) = load
-        print(f"load average {a1:.1f} / {a5:.1f} (1 / 5 min) at the start, {b1:.1f} / {b5:.1f} at the end, on "
-              f"{os.cpu_count()} cores")
+        print(f"load average {a1:.1f} / {a5:.1f} (1 / 5 min) at the start, {b1:.1f} / {b5:.1f} at the end, "
+              f"on {os.cpu_count()} cores")
     width = max([14, *(len(kind) + 1 for kind, _, _ in log)])
     print(f"{'kind':<{width}}{'requests':>9}{'errors':>8}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}")
     kinds = sorted({kind for kind, _, _ in log})

@@ -1,22 +1,24 @@
 """Benchmark: the capture engine vs the plain sdpa forward vs eager `output_attentions`.
 
-GPT-2-small shape (12 layers × 12 heads, width 768) with random weights — the model body (GPT2Model: the LM head's
-[N, 50257] logits would add the same cost to every variant and hide the attention's share) — one sequence of N
-random tokens:
+GPT-2-small shape (12 layers × 12 heads, width 768) with random weights — the model body (GPT2Model: the LM
+head's [N, 50257] logits would add the same cost to every variant and hide the attention's share) — one
+sequence of N random tokens:
 
   (a) plain   — the sdpa forward, no capture
-  (b) engine  — the capture engine streaming α of all 144 heads into a trivial reducer (a running sum per head)
-  (c) eager   — eager attention with output_attentions=True (what other tools do), run only where its 144 [N, N]
-                float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need is reported
+  (b) engine  — the capture engine streaming α of all 144 heads into a trivial reducer (a running sum per
+  head) (c) eager   — eager attention with output_attentions=True (what other tools do), run only where its
+  144 [N, N]
+                float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need is
+                reported
 
-With --arch gemma2 the model is a Gemma-2-shaped body of the same size (12 layers × 12 heads, width 768, head size
-64, sliding-window 4096 / full layers alternating) whose scores are soft-capped (c = 50): no fused kernel computes
-them, so the engine runs its blockwise softmax with the cap, and the model's own implementation — "plain" — is eager
-attention without output_attentions (transformers has no sdpa path for soft-capping).
+With --arch gemma2 the model is a Gemma-2-shaped body of the same size (12 layers × 12 heads, width 768, head
+size 64, sliding-window 4096 / full layers alternating) whose scores are soft-capped (c = 50): no fused kernel
+computes them, so the engine runs its blockwise softmax with the cap, and the model's own implementation —
+"plain" — is eager attention without output_attentions (transformers has no sdpa path for soft-capping).
 
-Times: the three variants alternate --repeats rounds in one subprocess after a warm-up (a shared machine's changing
-load then hits all three alike); medians are reported. Peak memory: each (variant, N) runs in its own subprocess, so
-its ru_maxrss is its own. Run:
+Times: the three variants alternate --repeats rounds in one subprocess after a warm-up (a shared machine's
+changing load then hits all three alike); medians are reported. Peak memory: each (variant, N) runs in its own
+subprocess, so its ru_maxrss is its own. Run:
 
     python benchmarks/capture.py                 # N = 1024, 4096 and 16384
     python benchmarks/capture.py --lengths 1024 --repeats 5
@@ -67,9 +69,10 @@ def _setup(n_tokens: int, threads: int, eager: bool, layers: int = LAYERS):
     torch.manual_seed(0)
     if ARCH == "gemma2":  # soft-capped scores: the model's own implementation is eager
         config = transformers.Gemma2Config(
-            hidden_size=768, num_hidden_layers=layers, num_attention_heads=12, num_key_value_heads=12, head_dim=64,
-            intermediate_size=3072, vocab_size=32000, max_position_embeddings=max(1024, n_tokens),
-            sliding_window=4096, layer_types=["sliding_attention", "full_attention"] * (layers // 2) + (
+            hidden_size=768, num_hidden_layers=layers, num_attention_heads=12, num_key_value_heads=12,
+            head_dim=64, intermediate_size=3072, vocab_size=32000,
+            max_position_embeddings=max(1024, n_tokens), sliding_window=4096,
+            layer_types=["sliding_attention", "full_attention"] * (layers // 2) + (
                 ["sliding_attention"] if layers % 2 else []), attn_logit_softcapping=50.0)
         config._attn_implementation = "eager"
         model = transformers.Gemma2Model(config).eval()
@@ -134,8 +137,9 @@ def measure_peak(variant: str, n_tokens: int, threads: int, layers: int = LAYERS
 
 def run_child(mode: str, n_tokens: int, repeats: int, threads: int, eager: bool = True,
               layers: int = LAYERS) -> dict:
-    command = [sys.executable, __file__, "--child", mode, "--lengths", str(n_tokens), "--repeats", str(repeats),
-               "--threads", str(threads), "--layers", str(layers), "--arch", ARCH] + ([] if eager else ["--no-eager"])
+    command = [sys.executable, __file__, "--child", mode, "--lengths", str(n_tokens), "--repeats",
+               str(repeats), "--threads", str(threads), "--layers", str(layers), "--arch",
+               ARCH] + ([] if eager else ["--no-eager"])
     if BLOCK_BYTES:
         command += ["--block-mib", str(BLOCK_BYTES / 2**20)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -154,7 +158,8 @@ def table(timings: dict[int, dict], peaks: dict[int, dict], limit_gib: float) ->
         pa, pb = (peak[v]["peak_mib"] for v in ("plain", "engine"))
         if "eager" in times:
             c, pc = statistics.median(times["eager"]), peak["eager"]["peak_mib"]
-            eager = f"{c:.2f} | **{b / a:.2f}** | {c / a:.2f} | {pa:.0f} | {pb:.0f} | {pc:.0f} | **{pb / pa:.2f}** | {pc / pa:.2f}"
+            eager = (f"{c:.2f} | **{b / a:.2f}** | {c / a:.2f} | {pa:.0f} | {pb:.0f} | {pc:.0f} | "
+                     f"**{pb / pa:.2f}** | {pc / pa:.2f}")
         else:
             need = f"not run (needs {eager_bytes(n) / 2**30:.0f} GiB > {limit_gib:g})"
             eager = f"{need} | **{b / a:.2f}** | — | {pa:.0f} | {pb:.0f} | — | **{pb / pa:.2f}** | —"
@@ -163,19 +168,21 @@ def table(timings: dict[int, dict], peaks: dict[int, dict], limit_gib: float) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", default="1024,4096,16384", help="comma-separated sequence lengths")
     parser.add_argument("--repeats", type=int, default=3, help="alternating timed rounds (median reported)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in each child")
     parser.add_argument("--eager-limit-gib", type=float, default=4.0,
                         help="run eager output_attentions only where its weights fit under this (GiB)")
     parser.add_argument("--layers", type=int, default=LAYERS,
-                        help="layers (default 12); every layer does the same work, so fewer layers give the same "
-                             "ratios at a fraction of the cost")
+                        help="layers (default 12); every layer does the same work, so fewer layers give the "
+                             "same ratios at a fraction of the cost")
     parser.add_argument("--block-mib", type=float,
                         help="the engine's memory budget for one α block, MiB (default: capture's default)")
     parser.add_argument("--arch", choices=("gpt2", "gemma2"), default="gpt2",
-                        help="gpt2 (sdpa) or gemma2 (soft-capped scores: capture against eager, the only alternative)")
+                        help="gpt2 (sdpa) or gemma2 (soft-capped scores: capture against eager, the only "
+                             "alternative)")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--no-eager", action="store_true", help=argparse.SUPPRESS)
@@ -202,7 +209,8 @@ def main() -> None:
         print(f"N={n}: {timings[n]} {peaks[n]}", file=sys.stderr, flush=True)
         if "error" in timings[n] or any("error" in p for p in peaks[n].values()):
             sys.exit(f"N={n} failed: {timings[n]} {peaks[n]}")
-        ratios = [b / a for a, b in zip(timings[n]["times"]["plain"], timings[n]["times"]["engine"], strict=True)]
+        ratios = [b / a for a,
+                  b in zip(timings[n]["times"]["plain"], timings[n]["times"]["engine"], strict=True)]
         print(f"N={n}: engine/plain time per round: {', '.join(f'{r:.2f}' for r in ratios)}", file=sys.stderr,
               flush=True)
     print(table(timings, peaks, args.eager_limit_gib))

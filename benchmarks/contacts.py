@@ -1,15 +1,18 @@
-"""Benchmark: streamed contacts (probe) vs HF `predict_contacts` under eager attention, on an ESM-2-35M-shaped model.
+"""Benchmark: streamed contacts (probe) vs HF `predict_contacts` under eager attention, on an ESM-2-35M-shaped
+model.
 
     python benchmarks/contacts.py                 # 12 layers x 20 heads, hidden 480, random weights, L = 1000
     python benchmarks/contacts.py --length 300    # quicker
-    python benchmarks/contacts.py --structure-set tests/data   # per-head analysis of a structure set (ProtBert-
-                                                               # shaped BERT) against a plain forward, per chain
+    python benchmarks/contacts.py --structure-set tests/data   # per-head analysis of a structure set
+                                                               # (ProtBert-shaped BERT) against a plain
+                                                               # forward, per chain
 
-Peak memory of each method is measured in its own subprocess (the process's high-water mark, ru_maxrss): "peak" is
-the whole process, "Δ peak" the rise above the process right after the model was loaded. Time is measured in a third
-subprocess holding all three (HF reference, probe, and the plain sdpa ESM forward — the floor any attention
-capture pays on top of): one warm-up each, then --repeats rounds alternating them, median per method. Prints a markdown table with ratios (ours / reference) and the largest difference
-between the two contact maps.
+Peak memory of each method is measured in its own subprocess (the process's high-water mark, ru_maxrss):
+"peak" is the whole process, "Δ peak" the rise above the process right after the model was loaded. Time is
+measured in a third subprocess holding all three (HF reference, probe, and the plain sdpa ESM forward — the
+floor any attention capture pays on top of): one warm-up each, then --repeats rounds alternating them, median
+per method. Prints a markdown table with ratios (ours / reference) and the largest difference between the two
+contact maps.
 """
 
 from __future__ import annotations
@@ -69,8 +72,9 @@ def _runner(method: str, model_dir: str, sequence: str):
 
 
 def _child(method: str, mode: str, model_dir: str, length: int, repeats: int, save: str | None) -> dict:
-    """Runs in a subprocess. memory: load one method, one run, high-water marks. time: both methods loaded, one
-    warm-up each, then `repeats` rounds alternating the two (so load from other processes hits both alike)."""
+    """Runs in a subprocess. memory: load one method, one run, high-water marks. time: both methods loaded,
+    one warm-up each, then `repeats` rounds alternating the two (so load from other processes hits both
+    alike)."""
     import numpy as np
 
     sequence = _sequence(length)
@@ -90,7 +94,8 @@ def _child(method: str, mode: str, model_dir: str, length: int, repeats: int, sa
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
-    return {"medians": {name: sorted(values)[len(values) // 2] for name, values in times.items()}, "times": times}
+    return {"medians": {name: sorted(values)[len(values) // 2] for name, values in times.items()},
+            "times": times}
 
 
 def _spawn(method: str, mode: str, model_dir: str, length: int, repeats: int, save: str | None = None,
@@ -103,8 +108,8 @@ def _spawn(method: str, mode: str, model_dir: str, length: int, repeats: int, sa
 
 
 def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: int) -> None:
-    """Per chain: a plain forward of a ProtBert-style (spaced) BERT vs the whole per-head unit (capture, APC maps,
-    precision by range, Vig et al.'s counts), median of `repeats`."""
+    """Per chain: a plain forward of a ProtBert-style (spaced) BERT vs the whole per-head unit (capture, APC
+    maps, precision by range, Vig et al.'s counts), median of `repeats`."""
     import torch
 
     from probe import models
@@ -114,7 +119,8 @@ def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: in
 
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = str(save_tiny("protbert", os.path.join(scratch, "model"), hidden_size=hidden,
-                                  num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=4 * hidden))
+                                  num_hidden_layers=layers, num_attention_heads=heads,
+                                  intermediate_size=4 * hidden))
         loaded = models.load(model_dir)
     units, _ = structure_units(structure_files(folder))
     print(f"ProtBert-style BERT ({layers} layers x {heads} heads, hidden {hidden}, random weights), CPU, "
@@ -139,8 +145,8 @@ def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: in
                 run()
                 timings[name].append(time.perf_counter() - start)
         plain, whole = (sorted(timings[name])[len(timings[name]) // 2] for name in ("forward", "unit"))
-        print(f"| {unit.id} | {len(outcome.result.sequence)} | {plain * 1000:.0f} ms | {whole * 1000:.0f} ms | "
-              f"{whole / plain:.1f}x |")
+        print(f"| {unit.id} | {len(outcome.result.sequence)} | {plain * 1000:.0f} ms | {whole * 1000:.0f} ms "
+              f"| {whole / plain:.1f}x |")
 
 
 def main() -> None:
@@ -151,8 +157,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=480)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (median)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads in the measuring processes (default: torch's own choice); 1 gives "
-                             "steadier ratios on a machine shared with other jobs")
+                        help="torch threads in the measuring processes (default: torch's own choice); 1 "
+                             "gives steadier ratios on a machine shared with other jobs")
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "MODE", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--save", help=argparse.SUPPRESS)
     parser.add_argument("--structure-set", metavar="DIR",
@@ -194,20 +200,23 @@ def main() -> None:
                                   - np.load(os.path.join(scratch, "reference.npy"))).max())
 
     ours, ref, plain = results["ours"], results["reference"], results["plain"]
-    print(f"ESM-2-35M-shaped model ({args.layers} layers x {args.heads} heads, hidden {args.hidden}, random weights), "
-          f"L = {args.length} residues, CPU, {args.threads or torch.get_num_threads()} threads, torch {torch.__version__}\n")
+    print(f"ESM-2-35M-shaped model ({args.layers} layers x {args.heads} heads, hidden {args.hidden}, random "
+          f"weights), L = {args.length} residues, CPU, {args.threads or torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}\n")
     print("| | HF `predict_contacts` (eager) | probe (streamed) | plain ESM forward (sdpa) | probe / HF | "
           "probe / plain |")
     print("|---|---:|---:|---:|---:|---:|")
     print(f"| time (median of {args.repeats}) | {ref['seconds']:.2f} s | {ours['seconds']:.2f} s | "
           f"{plain['seconds']:.2f} s | {ours['seconds'] / ref['seconds']:.2f}x | "
           f"**{ours['seconds'] / plain['seconds']:.2f}x** |")
-    print(f"| peak memory (process) | {ref['peak_mb']:.0f} MB | {ours['peak_mb']:.0f} MB | {plain['peak_mb']:.0f} MB | "
-          f"{ours['peak_mb'] / ref['peak_mb']:.2f}x | {ours['peak_mb'] / plain['peak_mb']:.2f}x |")
+    print(f"| peak memory (process) | {ref['peak_mb']:.0f} MB | {ours['peak_mb']:.0f} MB | "
+          f"{plain['peak_mb']:.0f} MB | {ours['peak_mb'] / ref['peak_mb']:.2f}x | "
+          f"{ours['peak_mb'] / plain['peak_mb']:.2f}x |")
     print(f"| Δ peak above loaded model | {ref['delta_mb']:.0f} MB | {ours['delta_mb']:.0f} MB | "
           f"{plain['delta_mb']:.0f} MB | {ours['delta_mb'] / ref['delta_mb']:.2f}x | "
           f"{ours['delta_mb'] / max(plain['delta_mb'], 1):.2f}x |")
-    print(f"\nper round, probe / plain: {', '.join(f'{a / b:.2f}' for a, b in zip(pairs['ours'], pairs['plain'], strict=True))}")
+    print("\nper round, probe / plain: "
+          f"{', '.join(f'{a / b:.2f}' for a, b in zip(pairs['ours'], pairs['plain'], strict=True))}")
     print(f"\nmax |Δ contacts| = {difference:.2e}")
 
 

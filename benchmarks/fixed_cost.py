@@ -1,12 +1,12 @@
 """Benchmark: the fixed cost of one `label_model` call — everything it does outside its capture forwards.
 
-A model with GPT-2-small's head layout (12 layers × 12 heads = 144 heads) but a narrow width (96), so the forwards
-are short and what is left is the per-call work: probe building, target patterns, chance levels, the clustered
-bootstrap, the table. Types previous_token, duplicate_token and induction (one probe set), 2 probes of 256 tokens
-in one batch, no ablation, output_share on (the defaults otherwise). The model is loaded once; the first call
-warms the per-model caches (tokenization of the corpus sample, excluded token ids); then each timed call's
-forward time (`run_sink`, which runs the capture forward and the sinks' accumulation) is subtracted from its
-total. Run:
+A model with GPT-2-small's head layout (12 layers × 12 heads = 144 heads) but a narrow width (96), so the
+forwards are short and what is left is the per-call work: probe building, target patterns, chance levels, the
+clustered bootstrap, the table. Types previous_token, duplicate_token and induction (one probe set), 2 probes
+of 256 tokens in one batch, no ablation, output_share on (the defaults otherwise). The model is loaded once;
+the first call warms the per-model caches (tokenization of the corpus sample, excluded token ids); then each
+timed call's forward time (`run_sink`, which runs the capture forward and the sinks' accumulation) is
+subtracted from its total. Run:
 
     python benchmarks/fixed_cost.py               # 9 timed calls, 1 thread
     python benchmarks/fixed_cost.py --calls 21 --profile
@@ -21,7 +21,8 @@ import time
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=9, help="timed label_model calls (default 9)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of one call")
@@ -36,10 +37,11 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
-        path = save_tiny("gpt2", f"{scratch}/model", seed=0, n_positions=512, n_layer=12, n_head=12, n_embd=96)
+        path = save_tiny("gpt2", f"{scratch}/model", seed=0, n_positions=512, n_layer=12,
+                         n_head=12, n_embd=96)
         loaded = models.load(str(path))
-    config = label.LabelConfig(types=("previous_token", "duplicate_token", "induction"), examples=2, seq_len=256,
-                               ablate="none")
+    config = label.LabelConfig(types=("previous_token", "duplicate_token", "induction"), examples=2,
+                               seq_len=256, ablate="none")
     forwards: list[float] = []
     run_sink = label_scoring.run_sink
 

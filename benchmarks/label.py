@@ -1,26 +1,28 @@
 """Benchmark: labelling all 144 heads vs plain sdpa forwards over the same inputs.
 
-GPT-2-small shape (transformers.GPT2Config defaults: 12 layers × 12 heads, width 768, 1024 positions) with seeded
-random weights; repeated-block probes of --seq-len tokens (default 1024); head types previous_token,
+GPT-2-small shape (transformers.GPT2Config defaults: 12 layers × 12 heads, width 768, 1024 positions) with
+seeded random weights; repeated-block probes of --seq-len tokens (default 1024); head types previous_token,
 duplicate_token, induction.
 
   plain   — the model body's sdpa forward over every probe batch (no capture, no scoring)
-  label   — probe.heads.label.label_model: probe generation, target patterns, the capture engine streaming α of all
-            144 heads into the ScoreSink, chance levels, bootstrap CIs, the table
-  eager   — (--eager) eager attention with output_attentions=True and the dense reference scores, i.e. what a
-            cache-everything tool does
+  label   — probe.heads.label.label_model: probe generation, target patterns, the capture engine streaming α
+            of all 144 heads into the ScoreSink, chance levels, bootstrap CIs, the table
+  eager   — (--eager) eager attention with output_attentions=True and the dense reference scores, i.e. what
+            a cache-everything tool does
 
-  tl      — (when transformer_lens ≥ 4 is importable) TransformerLens: the same random model saved to a temporary
-            directory and booted with TransformerBridge.boot_transformers(DIR) (eager attention, hooks), then per
-            probe run_with_cache + detect_head for the three types (its documented way: one prompt per call, the
-            cache reused). Its time is compared with plain forwards alternating in the same subprocess.
+  tl      — (when transformer_lens ≥ 4 is importable) TransformerLens: the same random model saved to a
+            temporary directory and booted with TransformerBridge.boot_transformers(DIR) (eager attention,
+            hooks), then per probe run_with_cache + detect_head for the three types (its documented way: one
+            prompt per call, the cache reused). Its time is compared with plain forwards alternating in the
+            same subprocess.
 
-transformer-lens is an optional peer, not a dependency: `pip install transformer-lens` into the environment to get
-its row.
+transformer-lens is an optional peer, not a dependency: `pip install transformer-lens` into the environment to
+get its row.
 
-Time: plain and label alternate --repeats times in one subprocess after a warm-up (a shared machine's load then
-hits both alike); the table shows medians. Peak memory: each variant runs once in its own subprocess and reports
-its ru_maxrss. Both plain and label run the model body without the LM head (scores need no logits). Run:
+Time: plain and label alternate --repeats times in one subprocess after a warm-up (a shared machine's load
+then hits both alike); the table shows medians. Peak memory: each variant runs once in its own subprocess and
+reports its ru_maxrss. Both plain and label run the model body without the LM head (scores need no logits).
+Run:
 
     python benchmarks/label.py                          # 4 probes of 1024 tokens, batches of 2, 3 repeats
     python benchmarks/label.py --examples 8 --batch-size 4 --eager
@@ -50,7 +52,8 @@ def _model_and_tokenizer(seq_len: int):
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(config).eval()
-    words = [f"w{index}" for index in range(config.vocab_size - 3)]  # + <unk> <pad> <bos> = the GPT-2 vocabulary
+    # + <unk> <pad> <bos> = the GPT-2 vocabulary
+    words = [f"w{index}" for index in range(config.vocab_size - 3)]
     return model, word_tokenizer(words, bos_token="<bos>")
 
 
@@ -90,7 +93,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
         body.set_attn_implementation("eager")
         with torch.inference_mode():
             for batch in batches:
-                attentions = body(input_ids=batch, output_attentions=True).attentions  # layer × [batch head q k]
+                # layer × [batch head q k]
+                attentions = body(input_ids=batch, output_attentions=True).attentions
                 for head_type in types:
                     pattern = batch_pattern(head_type, batch)  # [batch query key]
                     for layer_alpha in attentions:
@@ -122,17 +126,17 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
         return _ablation_times(loaded, batches, args)
     run = variant_run if variant == "tl" else {"plain": plain, "label": label, "eager": eager}[variant]
     seconds = timed(run)
-    return {"variant": variant, "seconds": seconds, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "loaded_mib": loaded_mib}
+    return {"variant": variant, "seconds": seconds,
+            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loaded_mib": loaded_mib}
 
 
 ABLATED = 4  # heads of layer 0 ablated in the ablation benchmark, each against as many random control heads
 
 
 def _ablation_times(loaded, batches, args: argparse.Namespace) -> dict:
-    """Time of probe.heads.ablation.ablation_effects for ABLATED heads + ABLATED controls (one copy of each probe batch per
-    ablated head, stacked along the batch axis: max_rows = 8 copies per forward) against plain forwards of the
-    whole model (with its LM head: the ablation needs the loss), alternating."""
+    """Time of probe.heads.ablation.ablation_effects for ABLATED heads + ABLATED controls (one copy of each
+    probe batch per ablated head, stacked along the batch axis: max_rows = 8 copies per forward) against plain
+    forwards of the whole model (with its LM head: the ablation needs the loss), alternating."""
     import torch
 
     from probe.heads.ablation import ablation_effects
@@ -173,7 +177,8 @@ def _transformer_lens_run(args: argparse.Namespace, batches, tokenizer):
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     bridge = TransformerBridge.boot_transformers(directory, device="cpu")
-    prompts = [" ".join(tokenizer.convert_ids_to_tokens(row.tolist()[1:])) for batch in batches for row in batch]
+    prompts = [" ".join(tokenizer.convert_ids_to_tokens(row.tolist()[1:])) for batch in batches
+               for row in batch]
     names = ("previous_token_head", "duplicate_token_head", "induction_head")
 
     def run():
@@ -205,13 +210,16 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2, help="sequences per forward (default 2)")
     parser.add_argument("--seq-len", type=int, default=1024, help="tokens per probe (default 1024)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--repeats", type=int, default=3, help="alternating timed runs of plain and label (default 3)")
-    parser.add_argument("--eager", action="store_true", help="also run eager output_attentions + dense scores")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="alternating timed runs of plain and label (default 3)")
+    parser.add_argument("--eager", action="store_true",
+                        help="also run eager output_attentions + dense scores")
     parser.add_argument("--ablation", action="store_true",
-                        help=f"also time the ablation of {ABLATED} heads + {ABLATED} controls (reported separately)")
+                        help=f"also time the ablation of {ABLATED} heads + {ABLATED} controls (reported "
+                             "separately)")
     parser.add_argument("--types", default=",".join(TYPES),
-                        help="comma-separated head types scored (default: %(default)s); the types of one probe set, "
-                             "so that plain forwards over the same probes are the baseline, e.g. "
+                        help="comma-separated head types scored (default: %(default)s); the types of one "
+                             "probe set, so that plain forwards over the same probes are the baseline, e.g. "
                              "previous_token,next_token,self,first_token,fixed_offset,delimiter")
     parser.add_argument("--no-output-share", action="store_true",
                         help="label without the output share (Kobayashi et al. 2020 norms; on by default)")
@@ -226,9 +234,9 @@ def main() -> None:
     variants = ["plain", "label"] + (["eager"] if args.eager else []) + (["tl"] if has_tl else [])
     memory = {variant: _child(variant, args) for variant in variants}
     base = memory["plain"]
-    print(f"\nGPT-2-small-shaped random model (12 layers × 12 heads), {args.examples} probes × {args.seq_len} tokens, "
-          f"batches of {args.batch_size}, {args.threads} threads; {args.types} × 144 heads; output share "
-          f"{'off' if args.no_output_share else 'on'}\n")
+    print(f"\nGPT-2-small-shaped random model (12 layers × 12 heads), {args.examples} probes × "
+          f"{args.seq_len} tokens, batches of {args.batch_size}, {args.threads} threads; {args.types} × 144 "
+          f"heads; output share {'off' if args.no_output_share else 'on'}\n")
     print("| variant | time (s), min / median | time ratio, min / median | peak RSS (MiB) | peak ratio |")
     print("|---|---|---|---|---|")
     fastest, middle = min(times["plain"]), statistics.median(times["plain"])
@@ -254,10 +262,11 @@ def main() -> None:
         ablation = _child("ablation-time", args)
         if ablation is not None:
             ratios = [a / p for p, a in zip(ablation["plain"], ablation["ablation"], strict=True)]
-            print(f"ablation of {ABLATED} heads + {ABLATED} controls (8 heads per forward, one copy of the batch "
-                  f"each): {statistics.median(ablation['ablation']):.2f} s vs {statistics.median(ablation['plain']):.2f}"
-                  f" s of plain forwards with the LM head, {statistics.median(ratios):.2f}× (expected about 1 + "
-                  f"{2 * ABLATED} = {1 + 2 * ABLATED}×: one clean forward plus one batch copy per ablated head)")
+            print(f"ablation of {ABLATED} heads + {ABLATED} controls (8 heads per forward, one copy of the "
+                  f"batch each): {statistics.median(ablation['ablation']):.2f} s vs "
+                  f"{statistics.median(ablation['plain']):.2f} s of plain forwards with the LM head, "
+                  f"{statistics.median(ratios):.2f}× (expected about 1 + {2 * ABLATED} = {1 + 2 * ABLATED}×: "
+                  "one clean forward plus one batch copy per ablated head)")
 
 
 if __name__ == "__main__":

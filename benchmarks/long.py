@@ -1,17 +1,19 @@
-"""Benchmark: head profiles at long context — plain sdpa forward vs `probe profile` vs eager `output_attentions`.
+"""Benchmark: head profiles at long context — plain sdpa forward vs `probe profile` vs eager
+`output_attentions`.
 
-A Llama-style GQA model with RoPE and random weights (8 layers × 16 heads, 4 KV heads, hidden 256, head size 16,
-MLP 512, vocabulary 512), one input of N random tokens, N = 4K, 16K, 32K:
+A Llama-style GQA model with RoPE and random weights (8 layers × 16 heads, 4 KV heads, hidden 256, head size
+16, MLP 512, vocabulary 512), one input of N random tokens, N = 4K, 16K, 32K:
 
   (a) plain    — the model's sdpa forward, nothing captured
   (b) profile  — `probe.heads.profile.head_profiles` on that input (every statistic for all 128 heads, the
                  default 1024 stratified query rows, bootstrap and table included)
-  (c) eager    — eager attention with output_attentions=True, run only where the 8 layers' [16, N, N] float32
-                 weights fit under --eager-limit-gib; elsewhere the allocation it would need is reported
+  (c) eager    — eager attention with output_attentions=True, run only where the 8 layers' [16, N, N]
+                 float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need is
+                 reported
 
-Each forward runs in its own subprocess (its time, and its peak RSS — ru_maxrss, the whole process — are its own);
-plain and profile alternate --repeats rounds (a shared machine's changing load then hits both alike) and every
-pair is printed. Run:
+Each forward runs in its own subprocess (its time, and its peak RSS — ru_maxrss, the whole process — are its
+own); plain and profile alternate --repeats rounds (a shared machine's changing load then hits both alike) and
+every pair is printed. Run:
 
     python benchmarks/long.py                       # N = 4096, 16384, 32768
     python benchmarks/long.py --lengths 4096 --repeats 3
@@ -83,8 +85,8 @@ def measure_one(variant: str, n_tokens: int, threads: int, model_dir: str) -> di
 
 
 def run_child(variant: str, n_tokens: int, threads: int, model_dir: str) -> dict:
-    command = [sys.executable, __file__, "--child", variant, "--lengths", str(n_tokens), "--threads", str(threads),
-               "--model-dir", model_dir]
+    command = [sys.executable, __file__, "--child", variant, "--lengths", str(n_tokens), "--threads",
+               str(threads), "--model-dir", model_dir]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -99,9 +101,9 @@ def build_model(directory: str, layers: int = LAYERS) -> None:
 
     tokenizer = word_tokenizer(DEMO_WORDS + [f"w{index}" for index in range(VOCAB)], bos_token="<bos>")
     config = transformers.LlamaConfig(
-        vocab_size=max(VOCAB, len(tokenizer)), hidden_size=HIDDEN, intermediate_size=MLP, num_hidden_layers=layers,
-        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=32768 + 8,
-        pad_token_id=1, bos_token_id=None, eos_token_id=None,
+        vocab_size=max(VOCAB, len(tokenizer)), hidden_size=HIDDEN, intermediate_size=MLP,
+        num_hidden_layers=layers, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+        max_position_embeddings=32768 + 8, pad_token_id=1, bos_token_id=None, eos_token_id=None,
     )
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
@@ -120,25 +122,28 @@ def table(results: dict, limit_gib: float) -> str:
         need = _eager_bytes(n) / 2**30
         eager = runs.get("eager")
         if eager and "error" not in eager:
-            eager_text = f"{eager['seconds']:.1f} s, peak {eager['peak_mib']:.0f} MiB ({eager['peak_mib'] / pa:.1f}×)"
+            eager_text = (f"{eager['seconds']:.1f} s, peak {eager['peak_mib']:.0f} MiB "
+                          f"({eager['peak_mib'] / pa:.1f}×)")
         else:
             eager_text = f"not run: its weights alone need {need:.1f} GiB (> {limit_gib:g} GiB)"
-        lines.append(f"| {n} | {len(plain)} | {ta:.1f} | {tb:.1f} | **{tb / ta:.2f}** | {pa:.0f} | {pb:.0f} | "
-                     f"**{pb / pa:.2f}** | {eager_text} |")
+        lines.append(f"| {n} | {len(plain)} | {ta:.1f} | {tb:.1f} | **{tb / ta:.2f}** | {pa:.0f} | {pb:.0f} "
+                     f"| **{pb / pa:.2f}** | {eager_text} |")
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", default="4096,16384,32768", help="comma-separated sequence lengths")
     parser.add_argument("--repeats", default="2",
-                        help="alternating (plain, profile) rounds per length; one number, or one per length (2,2,1)")
+                        help="alternating (plain, profile) rounds per length; one number, or one per length "
+                             "(2,2,1)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads in each child")
     parser.add_argument("--eager-limit-gib", type=float, default=4.0,
                         help="run eager output_attentions only where its weights fit under this (GiB)")
     parser.add_argument("--layers", type=int, default=LAYERS,
-                        help="layers of the model (default 8). Every layer does the same work, so time and peak "
-                             "ratios of fewer layers are the 8-layer ratios at a fraction of the cost")
+                        help="layers of the model (default 8). Every layer does the same work, so time and "
+                             "peak ratios of fewer layers are the 8-layer ratios at a fraction of the cost")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -166,7 +171,8 @@ def main() -> None:
                 plain, profile = pair
                 print(f"N={n}: plain {plain['seconds']:.1f} s / {plain['peak_mib']:.0f} MiB, profile "
                       f"{profile['seconds']:.1f} s / {profile['peak_mib']:.0f} MiB: time "
-                      f"{profile['seconds'] / plain['seconds']:.2f}x, peak {profile['peak_mib'] / plain['peak_mib']:.2f}x",
+                      f"{profile['seconds'] / plain['seconds']:.2f}x, peak "
+                      f"{profile['peak_mib'] / plain['peak_mib']:.2f}x",
                       file=sys.stderr, flush=True)
     print(table(results, args.eager_limit_gib))
     if args.json:

@@ -1,6 +1,6 @@
 """Sizes and open times of the one-file report and the inline view for a 12 × 12 model (a random GPT-2 of 12
-layers × 12 heads, width 48) at 128 and 1,024 tokens: file bytes, and in headless Chromium (file://, network off)
-the time until the view is drawn and the time of one head step (a key press, drawn synchronously).
+layers × 12 heads, width 48) at 128 and 1,024 tokens: file bytes, and in headless Chromium (file://, network
+off) the time until the view is drawn and the time of one head step (a key press, drawn synchronously).
 
     python benchmarks/report_size.py [--tokens 128,1024] [--loads 3]
 
@@ -29,14 +29,17 @@ def open_times(path: Path, loads: int) -> tuple[float, float]:
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     driver.execute_cdp_cmd("Network.enable", {})
     driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
-                                                                "downloadThroughput": -1, "uploadThroughput": -1})
+                                                                "downloadThroughput": -1,
+                                                                "uploadThroughput": -1})
     opened, steps = [], []
     try:
         for _ in range(loads):
             driver.get(path.resolve().as_uri())
-            while not driver.execute_script("return document.querySelector('.probe-view[data-head]') !== null"):
+            while not driver.execute_script(
+                    "return document.querySelector('.probe-view[data-head]') !== null"):
                 time.sleep(0.05)
-            opened.append(driver.execute_script("return performance.now()"))  # ms since navigation start (upper bound)
+            # ms since navigation start (upper bound)
+            opened.append(driver.execute_script("return performance.now()"))
             steps.append(driver.execute_script("""
                 const root = document.querySelector('.probe-view[data-head]'), t0 = performance.now();
                 root.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight', bubbles: true}));

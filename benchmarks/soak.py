@@ -1,16 +1,16 @@
-"""Soak test: `probe label` and `probe contacts` killed with SIGKILL at random moments, again and again, then the
-20-user load test of `probe app` (benchmarks/app_load.py). Bounded: a few minutes on a laptop.
+"""Soak test: `probe label` and `probe contacts` killed with SIGKILL at random moments, again and again, then
+the 20-user load test of `probe app` (benchmarks/app_load.py). Bounded: a few minutes on a laptop.
 
     python benchmarks/soak.py                         # 8 kills per command, then 20 users for 60 s
     python benchmarks/soak.py --kills 4 --users 5 --duration 10   # quicker
     python benchmarks/soak.py --no-app                # kills only
 
-Each command first runs once uninterrupted (the reference). Then runs of the same command are started and killed
-with SIGKILL after a random delay (30-100% of the reference's own wall time); after every kill the output must be
-absent or whole (never half-written) and the journal must hold at least the units it held before. A run that
-completes must leave no temporary file of the killed ones and must equal the reference (after a run that finished
-before its kill, the next round starts from nothing). Tiny seeded models are built in a temporary folder; nothing
-touches the network. Prints one summary table; exit 1 on any failure.
+Each command first runs once uninterrupted (the reference). Then runs of the same command are started and
+killed with SIGKILL after a random delay (30-100% of the reference's own wall time); after every kill the
+output must be absent or whole (never half-written) and the journal must hold at least the units it held
+before. A run that completes must leave no temporary file of the killed ones and must equal the reference
+(after a run that finished before its kill, the next round starts from nothing). Tiny seeded models are built
+in a temporary folder; nothing touches the network. Prints one summary table; exit 1 on any failure.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class Outcome:
     command: str
     kills: int = 0
     finished_before_kill: int = 0
-    units_kept: list[int] = field(default_factory=list)  # journal units after each kill (a finished run resets)
+    # journal units after each kill (a finished run resets)
+    units_kept: list[int] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     reference_s: float = 0.0
 
@@ -135,7 +136,8 @@ def soak(command: str, argv: list[str], outputs: list[Path], reference: list[Pat
                 outcome.failures.append(f"kill {outcome.kills}: journal went from {before} to {units} units")
             continue
         if process.returncode != 0:
-            outcome.failures.append(f"a resumed run exited {process.returncode}: {process.stderr.read()[-500:]}")
+            outcome.failures.append(f"a resumed run exited {process.returncode}: "
+                                    f"{process.stderr.read()[-500:]}")
         outcome.finished_before_kill += 1
         check_no_leftovers(outputs, outcome)
         difference = equal_outputs(outputs, reference)
@@ -170,7 +172,8 @@ def _output_args(command: str, outputs: list[Path]) -> list[str]:
 def app_load(users: int, duration: float) -> tuple[int, str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "app_load.py"), "--users", str(users),
-                             "--duration", str(duration)], capture_output=True, text=True, env=env, timeout=1200)
+                             "--duration", str(duration)], capture_output=True, text=True, env=env,
+                             timeout=1200)
     return result.returncode, (result.stdout + result.stderr[-2000:]).strip()
 
 
@@ -196,11 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         fasta = work / "set.fa"
         fasta.write_text("".join(f">p{i}\n{''.join(rng.choice(AMINO) for _ in range(rng.randint(30, 90)))}\n"
                                  for i in range(24)))
-        label_argv = ["label", *[part for model in text_models for part in ("--model", model)], "--examples", "8",
-                      "--bootstrap", "50", "--types", "previous_token,induction", "--seq-len", "16", "--ablate", "none"]
+        label_argv = ["label", *[part for model in text_models for part in ("--model", model)], "--examples",
+                      "8", "--bootstrap", "50", "--types", "previous_token,induction", "--seq-len", "16",
+                      "--ablate", "none"]
         contacts_argv = ["contacts", "--model", esm, "--fasta", str(fasta)]
         outcomes = [
-            soak("label", label_argv, [work / "labels.csv"], [work / "labels-reference.csv"], args.kills, rng),
+            soak("label", label_argv, [work / "labels.csv"], [work / "labels-reference.csv"], args.kills,
+                 rng),
             soak("contacts", contacts_argv, [work / "maps.npz", work / "heads.parquet"],
                  [work / "maps-reference.npz", work / "heads-reference.parquet"], args.kills, rng),
         ]

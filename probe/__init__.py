@@ -5,14 +5,15 @@ The package is layered; imports only go down:
 * :mod:`probe.engine` — the capture engine (attention function, :func:`capture`, sinks);
 * :mod:`probe.heads` — head types, probe sets, scores, statistics, :func:`label_model`;
 * :mod:`probe.proteins` — structures, contacts, Vig et al.'s feature shares, structure sets;
-* :mod:`probe.runs` — batch work: the one runner, its executors (in-process, Ray), journal, atomic writes, sweeps;
+* :mod:`probe.runs` — batch work: the one runner, its executors (in-process, Ray), journal, atomic writes,
+  sweeps;
 * :mod:`probe.views` — views for a notebook (:func:`show`, :func:`label_table`), the one-file report, and the
   clientside code the app shares; :mod:`probe.app` starts the dashboard from Python (``run``, Jupyter inline);
 * :mod:`probe.commands` — the ``probe`` command line (argparse and printing only; nothing imports it).
 
-Below them sit :mod:`probe.models` (loading), :mod:`probe.card`, :mod:`probe.naming` and :mod:`probe.errors`; the
-model organisms live in :mod:`probe.zoo`. The names users reach for are re-exported here. Nothing heavy happens at
-import: each re-export is loaded the first time it is used.
+Below them sit :mod:`probe.models` (loading), :mod:`probe.card`, :mod:`probe.naming` and :mod:`probe.errors`;
+the model organisms live in :mod:`probe.zoo`. The names users reach for are re-exported here. Nothing heavy
+happens at import: each re-export is loaded the first time it is used.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The dashboard from Python: ``probe.app.run(...)`` — in Jupyter, Dash's own inline mode (the app in an iframe
-under the cell, served from a background thread: the kernel is never blocked).
+"""The dashboard from Python: ``probe.app.run(...)`` — in Jupyter, Dash's own inline mode (the app in an
+iframe under the cell, served from a background thread: the kernel is never blocked).
 
-The app itself is the ``probe_app`` package (the repository's app/ folder), imported here only when ``run`` is called,
-so ``import probe`` stays light; nothing here imports the command line.
+The app itself is the ``probe_app`` package (the repository's app/ folder), imported here only when ``run`` is
+called, so ``import probe`` stays light; nothing here imports the command line.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def run(models: Sequence[str] | str = (), labels: str | None = None, jupyter_mod
     labels : str, optional
         A labels table written by ``probe label``.
     jupyter_mode : {"inline", "external", "tab", "jupyterlab"}, default "inline"
-        Dash's Jupyter display mode: "inline" draws the app in an iframe under the cell. Outside Jupyter the app
-        is served until Ctrl-C (as ``probe app``).
+        Dash's Jupyter display mode: "inline" draws the app in an iframe under the cell. Outside Jupyter the
+        app is served until Ctrl-C (as ``probe app``).
     host, port : str, int
         Where the app's server listens (default 127.0.0.1:8050, this machine only).
     height, width : int, str
@@ -50,15 +50,16 @@ def run(models: Sequence[str] | str = (), labels: str | None = None, jupyter_mod
         raise ProbeError("the dashboard (probe_app) is not installed: pip install probe-attention") from None
     models = (models,) if isinstance(models, str) else tuple(models)
     dash_app = create_app(AppConfig(models=models, labels=labels, **config))
-    from dash import jupyter_dash
+    from dash import jupyter_dash  # the dashboard's dependency: imported with it, only here
 
     if jupyter_dash.active:
         dash_app.run(jupyter_mode=jupyter_mode, host=host, port=int(port), jupyter_height=height,
                      jupyter_width=width)
     else:  # a script: serve until Ctrl-C, with waitress like `probe app`
-        from waitress import serve
+        from waitress import serve  # the dashboard's server: only for a script
 
-        print(f"probe.app: serving {', '.join(dash_app.probe_service.specs)} at http://{host}:{port} (Ctrl-C stops)")
+        print(f"probe.app: serving {', '.join(dash_app.probe_service.specs)} at http://{host}:{port} (Ctrl-C "
+              "stops)")
         serve(dash_app.server, host=host, port=int(port), threads=16)
     return dash_app
 

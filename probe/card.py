@@ -7,16 +7,17 @@
 Variants (query heads H, key/value heads G, head dimension d, layers n):
 
 * MHA — every query head has its own key and value head (G = H).
-* GQA — G < H key/value heads, each shared by H / G query heads (Ainslie et al. 2023); MQA is G = 1 (Shazeer 2019).
+* GQA — G < H key/value heads, each shared by H / G query heads (Ainslie et al. 2023); MQA is G = 1 (Shazeer
+  2019).
 * MLA — multi-head latent attention (DeepSeek-V2): keys and values are up-projected per head from one shared
-  latent of `kv_lora_rank` dimensions, plus one decoupled rotary key of `qk_rope_head_dim` dimensions shared by all
-  heads. The cache holds only the latent and that rotary key: (kv_lora_rank + qk_rope_head_dim) values per token
-  and layer.
+  latent of `kv_lora_rank` dimensions, plus one decoupled rotary key of `qk_rope_head_dim` dimensions shared
+  by all heads. The cache holds only the latent and that rotary key: (kv_lora_rank + qk_rope_head_dim) values
+  per token and layer.
 
-KV-cache bytes count keys and values of every layer: n · G · (d_k + d_v) values per token (MLA: the latent + rope key
-above); a layer with a sliding window of W tokens keeps at most W tokens. Parameters in attention count the Q, K, V
-and output projections (weights and biases; for MLA also the low-rank projections and their RMSNorm weights) —
-nothing else (no layer norms around the block, no embeddings).
+KV-cache bytes count keys and values of every layer: n · G · (d_k + d_v) values per token (MLA: the latent +
+rope key above); a layer with a sliding window of W tokens keeps at most W tokens. Parameters in attention
+count the Q, K, V and output projections (weights and biases; for MLA also the low-rank projections and their
+RMSNorm weights) — nothing else (no layer norms around the block, no embeddings).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from probe.errors import ProbeError
 BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "fp8": 1}
 CONTEXTS = {"4K": 4096, "32K": 32768, "128K": 131072}
 # Families whose q/k/v/o projections carry biases whatever the config says.
-BIASED = ("gpt2", "bert", "roberta", "xlm-roberta", "esm", "distilbert", "camembert", "electra", "gpt_neox", "bloom",
-          "opt", "gpt_neo", "gptj")
+BIASED = ("gpt2", "bert", "roberta", "xlm-roberta", "esm", "distilbert", "camembert", "electra", "gpt_neox",
+          "bloom", "opt", "gpt_neo", "gptj")
 ALIBI = ("bloom", "mpt", "falcon_alibi")
 
 
@@ -141,8 +142,8 @@ def _get(config, *names, default=None):
 
 
 def whole_number(config, *names, default=None, allow_zero: bool = False) -> int | None:
-    """The first of `names` the config sets, as a whole number; one-line ProbeError for NaN, infinities, fractions,
-    text or a negative (or zero) count, naming the field."""
+    """The first of `names` the config sets, as a whole number; one-line ProbeError for NaN, infinities,
+    fractions, text or a negative (or zero) count, naming the field."""
     value = _get(config, *names, default=default)
     if value is None:
         return None
@@ -153,7 +154,8 @@ def whole_number(config, *names, default=None, allow_zero: bool = False) -> int 
         number = int(value) if math.isfinite(value) and value.is_integer() else None
     if number is None or number < 0 or (number == 0 and not allow_zero):
         name = next((n for n in names if getattr(config, n, None) is not None), names[0])
-        raise ProbeError(f"the config's {name} is {value!r}: it must be a positive whole number; fix config.json")
+        raise ProbeError(f"the config's {name} is {value!r}: it must be a positive whole number; fix "
+                         "config.json")
     return int(number)
 
 
@@ -235,8 +237,8 @@ def architecture_card(config) -> ArchitectureCard:
     if hybrid is not None:  # only these layers have heads with α; the capture lists only them
         with_alpha, others = hybrid
         notes.append(f"hybrid: softmax attention (heads with α) in {len(with_alpha)} of {layers} layers "
-                     f"({', '.join(map(str, with_alpha))}); the others ({', '.join(sorted({k for _, k in others}))}) "
-                     "have no attention weights")
+                     f"({', '.join(map(str, with_alpha))}); the others "
+                     f"({', '.join(sorted({k for _, k in others}))}) have no attention weights")
     kv_rank = getattr(config, "kv_lora_rank", None)
     if kv_rank:
         nope, rope = int(config.qk_nope_head_dim), int(config.qk_rope_head_dim)
@@ -258,16 +260,17 @@ def architecture_card(config) -> ArchitectureCard:
     value_dim = whole_number(config, "v_head_dim", default=head_dim)
     attention = "MHA" if kv_heads == heads else ("MQA" if kv_heads == 1 else "GQA")
     biased = model_type in BIASED
-    qkv_bias = biased or bool(getattr(config, "attention_bias", False)) or model_type in ("qwen2", "qwen2_moe")
+    qkv_bias = (biased or bool(getattr(config, "attention_bias", False))
+                or model_type in ("qwen2", "qwen2_moe"))
     out_bias = biased or bool(getattr(config, "attention_bias", False))
     params = layers * _projection_parameters(hidden, heads, kv_heads, head_dim, value_dim, qkv_bias, out_bias)
     return ArchitectureCard(model_type, attention, layers, hidden, heads, kv_heads, head_dim, value_dim,
-                            _positional(config, model_type, max_positions), max_positions, window, sliding_layers,
-                            params, notes=tuple(notes))
+                            _positional(config, model_type, max_positions), max_positions, window,
+                            sliding_layers, params, notes=tuple(notes))
 
 
 def config_from_dict(data: dict):
-    import transformers
+    import transformers  # imported here, like probe.layers above: `probe card --help` stays light
 
     model_type = data.get("model_type") if isinstance(data, dict) else None
     if not model_type:
@@ -285,7 +288,9 @@ def config_from_dict(data: dict):
 
 
 def load_config(spec: str):
-    """The config of a model spec (hub id from the cache, local directory, zoo:NAME) or of a config.json file."""
+    """The config of a model spec (hub id from the cache, local directory, zoo:NAME) or of a config.json
+    file."""
+    # imported here, like probe.layers above (both import torch): `probe card --help` stays light
     import transformers
 
     from probe.models import resolve

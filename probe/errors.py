@@ -6,12 +6,12 @@ class ProbeError(ValueError):
 
 
 class NoTokenizerError(ProbeError):
-    """A model whose weights and config are fine but that has no usable tokenizer: it cannot be given inputs, yet
-    its architecture can still be described (the dashboard shows its card)."""
+    """A model whose weights and config are fine but that has no usable tokenizer: it cannot be given inputs,
+    yet its architecture can still be described (the dashboard shows its card)."""
 
 
 def first_line(error: BaseException) -> str:
-    """The first non-empty line of an error's message (its type name when it has none), for one-line errors that
-    quote a library's own message."""
+    """The first non-empty line of an error's message (its type name when it has none), for one-line errors
+    that quote a library's own message."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__

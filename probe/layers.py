@@ -1,21 +1,25 @@
 """Which modules of a model compute attention weights, and the layer number each application gets.
 
-:func:`attention_plan` reads the model's structure once (no forward pass) and returns an :class:`AttentionPlan`:
+:func:`attention_plan` reads the model's structure once (no forward pass) and returns an
+:class:`AttentionPlan`:
 
-* **fused** models: their attention modules call ``ALL_ATTENTION_FUNCTIONS`` (transformers' ``AttentionInterface``)
-  in their ``forward`` — decided by what the module's code does, the same test transformers applies in
-  ``_can_set_attn_implementation``, never by the class flag ``_supports_attention_backend`` (hybrids, StableLM, T5,
-  BART and Whisper route through the interface without setting it);
-* **eager** models: no module calls the interface (Bloom, DeBERTa-v2); the innermost modules whose ``forward`` takes
-  ``output_attentions`` return α themselves, and the eager fallback (:mod:`probe.engine.eager`) reads it there.
+* **fused** models: their attention modules call ``ALL_ATTENTION_FUNCTIONS`` (transformers'
+  ``AttentionInterface``) in their ``forward`` — decided by what the module's code does, the same test
+  transformers applies in ``_can_set_attn_implementation``, never by the class flag
+  ``_supports_attention_backend`` (hybrids, StableLM, T5, BART and Whisper route through the interface without
+  setting it);
+* **eager** models: no module calls the interface (Bloom, DeBERTa-v2); the innermost modules whose ``forward``
+  takes ``output_attentions`` return α themselves, and the eager fallback (:mod:`probe.engine.eager`) reads it
+  there.
 
-Layer numbers are the model's own: in a hybrid (Qwen3-Next, Jamba, Nemotron-H, LFM2, ...) only some layers hold
-softmax attention; they keep their index in the model's layer list and the others (linear attention, state-space,
-convolution) are listed as :attr:`AttentionPlan.no_alpha_layers`. A module applied several times per forward (ALBERT
-shares one layer across depth) gets one layer number per application. Encoder–decoder models (T5, BART, Whisper)
-get three stacks — encoder self-attention ``enc``, decoder self-attention ``dec``, cross-attention ``cross`` — laid
-end to end on one layer axis (``enc`` layers first, then ``dec``, then ``cross``), so every sink indexes layers as
-for a single-stack model and :meth:`AttentionPlan.head_name` writes ``enc.L3H2``.
+Layer numbers are the model's own: in a hybrid (Qwen3-Next, Jamba, Nemotron-H, LFM2, ...) only some layers
+hold softmax attention; they keep their index in the model's layer list and the others (linear attention,
+state-space, convolution) are listed as :attr:`AttentionPlan.no_alpha_layers`. A module applied several times
+per forward (ALBERT shares one layer across depth) gets one layer number per application. Encoder–decoder
+models (T5, BART, Whisper) get three stacks — encoder self-attention ``enc``, decoder self-attention ``dec``,
+cross-attention ``cross`` — laid end to end on one layer axis (``enc`` layers first, then ``dec``, then
+``cross``), so every sink indexes layers as for a single-stack model and :meth:`AttentionPlan.head_name`
+writes ``enc.L3H2``.
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ ENGINE_CHOICES = ("auto", "fused", "eager")
 INTERFACE = "ALL_ATTENTION_FUNCTIONS"
 STACK_NAMES = ("enc", "dec", "cross")
 EAGER_NOTE = ("{model}: its attention does not go through transformers' AttentionInterface; using the eager "
-              "fallback, which holds each layer's full [batch head query key] attention (O(N²) memory, one layer "
-              "at a time; --engine fused refuses such models)")
+              "fallback, which holds each layer's full [batch head query key] attention (O(N²) memory, one "
+              "layer at a time; --engine fused refuses such models)")
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,11 @@ class AttentionPlan:
     n_layers : int
         Engine layer numbers run ``0 .. n_layers - 1`` (all stacks together).
     attention_layers : tuple of int
-        The layer numbers that have α (ascending): every layer of a plain transformer, the softmax-attention layers of
-        a hybrid.
+        The layer numbers that have α (ascending): every layer of a plain transformer, the softmax-attention
+        layers of a hybrid.
     no_alpha_layers : tuple of int
-        Model layers without α (linear attention, state-space, convolution layers of a hybrid); empty otherwise.
+        Model layers without α (linear attention, state-space, convolution layers of a hybrid); empty
+        otherwise.
     layer_kinds : tuple of (int, str)
         The block type of each no-α layer as the config names it (``linear_attention``, ``mamba``, ``conv``).
     stacks : tuple of Stack
@@ -91,7 +96,8 @@ class AttentionPlan:
         return len(self.stacks) > 1
 
     def locate(self, layer: int) -> tuple[str, int]:
-        """Engine layer number -> (stack name, layer within the stack); ("", layer) for a single-stack model."""
+        """Engine layer number -> (stack name, layer within the stack); ("", layer) for a single-stack
+        model."""
         for stack in self.stacks:
             if stack.first <= layer < stack.first + stack.count:
                 return stack.name, layer - stack.first
@@ -133,7 +139,8 @@ _ROUTES: dict[type, bool] = {}
 
 
 def routes_through_interface(module: nn.Module) -> bool:
-    """Whether the module's ``forward`` calls ``ALL_ATTENTION_FUNCTIONS`` (its source says so; cached per class)."""
+    """Whether the module's ``forward`` calls ``ALL_ATTENTION_FUNCTIONS`` (its source says so; cached per
+    class)."""
     cls = type(module)
     if cls not in _ROUTES:
         try:
@@ -152,7 +159,8 @@ def _takes_output_attentions(module: nn.Module) -> bool:
 
 
 def eager_attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The innermost modules whose ``forward`` takes ``output_attentions`` (those that compute α themselves)."""
+    """The innermost modules whose ``forward`` takes ``output_attentions`` (those that compute α
+    themselves)."""
     takers = [module for module in model.modules() if _takes_output_attentions(module)]
     inner = []
     for module in takers:
@@ -166,7 +174,8 @@ def _text_config(model: nn.Module):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def _layer_lists(root: nn.Module, attention: list[nn.Module], length: int | None = None) -> list[nn.ModuleList]:
+def _layer_lists(root: nn.Module, attention: list[nn.Module],
+                 length: int | None = None) -> list[nn.ModuleList]:
     """ModuleLists under `root` (of `length` entries, if given) whose entries, together, hold every one of
     `attention` (outermost first)."""
     wanted = {id(module) for module in attention}
@@ -180,7 +189,8 @@ def _layer_lists(root: nn.Module, attention: list[nn.Module], length: int | None
 
 
 def _block_kinds(config, n_layers: int) -> list[str] | None:
-    """The config's per-layer block types (layer_types, layers_block_type, hybrid_override_pattern), if any."""
+    """The config's per-layer block types (layer_types, layers_block_type, hybrid_override_pattern), if
+    any."""
     for name in ("layer_types", "layers_block_type"):
         kinds = getattr(config, name, None)
         if isinstance(kinds, (list, tuple)) and len(kinds) == n_layers:
@@ -204,7 +214,8 @@ def _single_stack(model: nn.Module, attention: list[nn.Module], engine: Engine) 
             for sub in entry.modules():
                 if id(sub) in ids:
                     served.setdefault(id(sub), []).append(index)
-        modules = tuple((id(module), tuple(served[id(module)])) for module in attention if id(module) in served)
+        modules = tuple((id(module), tuple(served[id(module)])) for module in attention
+                        if id(module) in served)
         with_alpha = sorted({layer for _, numbers in modules for layer in numbers})
         missing = [layer for layer in range(n_layers) if layer not in with_alpha]
         kinds = _block_kinds(config, n_layers) or []
@@ -215,8 +226,9 @@ def _single_stack(model: nn.Module, attention: list[nn.Module], engine: Engine) 
     if shared is not None:
         count, modules = shared
         return AttentionPlan(engine, count, tuple(range(count)), (), (), (Stack("", 0, count),), modules)
-    raise ProbeError(f"cannot find the {n_layers} transformer layers of {type(model).__name__}: capture supports "
-                     "models whose layers sit in one ModuleList, or ALBERT-style shared layer groups")
+    raise ProbeError(f"cannot find the {n_layers} transformer layers of {type(model).__name__}: capture "
+                     "supports models whose layers sit in one ModuleList, or ALBERT-style shared layer "
+                     "groups")
 
 
 def _shared_layers(config, attention: list[nn.Module]):
@@ -274,8 +286,8 @@ def attention_plan(model: nn.Module) -> AttentionPlan:
     Returns
     -------
     AttentionPlan
-        engine "fused" when some module calls ``ALL_ATTENTION_FUNCTIONS``, else "eager" when some module returns α
-        through ``output_attentions``.
+        engine "fused" when some module calls ``ALL_ATTENTION_FUNCTIONS``, else "eager" when some module
+        returns α through ``output_attentions``.
 
     Raises
     ------
@@ -305,24 +317,26 @@ def _build_plan(model: nn.Module) -> AttentionPlan:
     attention = fused or eager_attention_modules(model)
     if not attention:
         raise ProbeError(f"{type(model).__name__} has no attention module that goes through transformers' "
-                         "AttentionInterface or returns output_attentions, so its attention cannot be captured")
+                         "AttentionInterface or returns output_attentions, so its attention cannot be "
+                         "captured")
     if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_decoder"):
         return _encoder_decoder(model, attention, engine)
     return _single_stack(model, attention, engine)
 
 
 def choose_engine(plan: AttentionPlan, engine: EngineChoice, name: str = "this model") -> Engine:
-    """"fused" or "eager" for `plan` and the user's choice ("auto": what the model does); "fused" on a model outside
-    the interface refuses in one line."""
+    """"fused" or "eager" for `plan` and the user's choice ("auto": what the model does); "fused" on a model
+    outside the interface refuses in one line."""
     if engine not in ENGINE_CHOICES:
         raise ProbeError(f"unknown engine {engine!r}: use auto, fused or eager")
     if engine == "fused" and plan.engine == "eager":
-        raise ProbeError(f"{name}: its attention does not go through transformers' AttentionInterface, so the fused "
-                         "engine cannot capture it; use --engine eager (or auto)")
+        raise ProbeError(f"{name}: its attention does not go through transformers' AttentionInterface, so "
+                         "the fused engine cannot capture it; use --engine eager (or auto)")
     return plan.engine if engine == "auto" else engine
 
 
-# The engine a user chose for a loaded model (probe.models.load(engine=...)): what capture(engine="auto") then uses.
+# The engine a user chose for a loaded model (probe.models.load(engine=...)): what capture(engine="auto") then
+# uses.
 _CHOSEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -337,9 +351,10 @@ def chosen_engine(model: nn.Module) -> Engine | None:
 
 
 def config_attention_layers(config) -> tuple[tuple[int, ...], tuple[tuple[int, str], ...]] | None:
-    """From a config alone (no weights): (layers with softmax attention, (layer, block type) of the others) of a
-    hybrid, read from ``layer_types`` / ``layers_block_type`` / ``hybrid_override_pattern``; None when every layer
-    is attention or the config does not say. For plans before loading (``probe card``); loading decides by code."""
+    """From a config alone (no weights): (layers with softmax attention, (layer, block type) of the others) of
+    a hybrid, read from ``layer_types`` / ``layers_block_type`` / ``hybrid_override_pattern``; None when every
+    layer is attention or the config does not say. For plans before loading (``probe card``); loading decides
+    by code."""
     n_layers = getattr(config, "num_hidden_layers", None)
     kinds = _block_kinds(config, n_layers) if isinstance(n_layers, int) else None
     if kinds is None:

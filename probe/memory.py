@@ -19,7 +19,7 @@ from pathlib import Path
 from probe.card import BYTES_PER_VALUE, architecture_card, config_from_dict, format_bytes, whole_number
 from probe.errors import ProbeError
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 GATED_MLP = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",

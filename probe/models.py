@@ -1,25 +1,25 @@
 """Loading models: a Hugging Face hub id, a local directory (what `save_pretrained` writes) or `zoo:NAME`.
 
 `load()` returns a :class:`LoadedModel` in eval mode on the sdpa kernel, with its tokenizer and its kind
-(:class:`ModelKind`): "causal_lm" (GPT-2, Llama, ...), "masked_lm" (BERT, ...) or "protein_mlm" — every protein
-language model, whatever its class:
+(:class:`ModelKind`): "causal_lm" (GPT-2, Llama, ...), "masked_lm" (BERT, ...) or "protein_mlm" — every
+protein language model, whatever its class:
 
-* ESM style: one token per amino-acid letter, the sequence written as is (``MKTAYIAK``); ESM checkpoints also carry
-  the contact regression of Rao et al. 2020 (``has_contact_head``);
-* spaced style (ProtBert, IgBert, AntiBERTy-like BERTs, ProtT5 encoders): one token per residue, residues separated
-  by spaces (``M K T A Y I A K``); no contact regression.
+* ESM style: one token per amino-acid letter, the sequence written as is (``MKTAYIAK``); ESM checkpoints also
+  carry the contact regression of Rao et al. 2020 (``has_contact_head``);
+* spaced style (ProtBert, IgBert, AntiBERTy-like BERTs, ProtT5 encoders): one token per residue, residues
+  separated by spaces (``M K T A Y I A K``); no contact regression.
 
 A model is a protein model when its tokenizer's vocabulary is amino acids: at least the 20 standard letters as
 tokens, at most a handful of other non-special tokens, and the 20 letters tokenize to 20 residue tokens either
-written together ("letters") or separated by spaces ("spaced"). :func:`tokenize_protein` applies the convention, so
-users always pass plain sequences. Every failure a user can fix is a one-line :class:`~probe.errors.ProbeError`
-naming the fix.
+written together ("letters") or separated by spaces ("spaced"). :func:`tokenize_protein` applies the
+convention, so users always pass plain sequences. Every failure a user can fix is a one-line
+:class:`~probe.errors.ProbeError` naming the fix.
 
 Longer than 450 lines because it is the one module between a user's spec and a running model, and every caller
-reaches it as ``probe.models.*``: locating the spec, the kind, placement (device, dtype, device map, offload) and
-the input helpers that follow the kind's conventions (text, residues, encoder–decoder inputs) share the
-:class:`LoadedModel` they take and return; splitting the input helpers off would need a module that both imports
-and is imported by this one.
+reaches it as ``probe.models.*``: locating the spec, the kind, placement (device, dtype, device map, offload)
+and the input helpers that follow the kind's conventions (text, residues, encoder–decoder inputs) share the
+:class:`LoadedModel` they take and return; splitting the input helpers off would need a module that both
+imports and is imported by this one.
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+import transformers
 from torch import nn
+from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
+from probe import zoo
 from probe.errors import NoTokenizerError, ProbeError, first_line
 from probe.hashing import weights_hash
 from probe.layers import EAGER_NOTE, ENGINE_CHOICES, AttentionPlan, attention_plan, choose_engine, set_engine
@@ -49,7 +52,8 @@ class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the proj
     CAUSAL_LM = "causal_lm"
     MASKED_LM = "masked_lm"
     PROTEIN_MLM = "protein_mlm"
-    SEQ2SEQ_LM = "seq2seq_lm"  # text encoder–decoders (T5, BART): three stacks; head labelling does not apply yet
+    # text encoder–decoders (T5, BART): three stacks; head labelling does not apply yet
+    SEQ2SEQ_LM = "seq2seq_lm"
 
     def __str__(self) -> str:  # f"{kind}" -> "protein_mlm"
         return self.value
@@ -67,7 +71,8 @@ ZOO_PREFIX = "zoo:"
 # Amino-acid letters the ESM vocabulary holds as residues (20 standard + B, U, Z, O, X ambiguity codes).
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWYBUZOX"
 STANDARD_AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
-# A protein vocabulary may hold a few non-residue tokens beyond its special ones (ESM: "." and "-"); more is text.
+# A protein vocabulary may hold a few non-residue tokens beyond its special ones (ESM: "." and "-"); more is
+# text.
 MAX_OTHER_TOKENS = 8
 
 
@@ -92,13 +97,13 @@ class LoadedModel:
     has_contact_head : bool
         The checkpoint carries a contact regression (ESM).
     plan : AttentionPlan or None
-        Which modules compute α and the layer number of each (:func:`probe.layers.attention_plan`); None only for
-        a LoadedModel built by hand (then every config layer is an attention layer).
+        Which modules compute α and the layer number of each (:func:`probe.layers.attention_plan`); None only
+        for a LoadedModel built by hand (then every config layer is an attention layer).
     engine : {"fused", "eager"}
         The engine capture uses: fused (through ``AttentionInterface``) or the eager fallback.
     n_layers, n_heads : int
-        Layer numbers (``0 .. n_layers - 1``; an encoder–decoder's three stacks end to end) and query heads per
-        layer (properties).
+        Layer numbers (``0 .. n_layers - 1``; an encoder–decoder's three stacks end to end) and query heads
+        per layer (properties).
     attention_layers : tuple of int
         The layer numbers that have α (property): all of them, or a hybrid's softmax-attention layers.
     """
@@ -108,7 +113,8 @@ class LoadedModel:
     kind: ModelKind
     name: str  # what the user asked for: hub id, directory or zoo:NAME
     revision: str  # commit hash for hub models, a content hash of the weights for local ones
-    residue_format: ResidueFormat | None = None  # protein models: "letters" (ESM) or "spaced" (ProtBert); else None
+    # protein models: "letters" (ESM) or "spaced" (ProtBert); else None
+    residue_format: ResidueFormat | None = None
     has_contact_head: bool = False  # the checkpoint carries a contact regression (ESM)
     plan: AttentionPlan | None = None  # which modules compute α, and their layer numbers
     engine: str = "fused"  # "fused" (AttentionInterface) or "eager" (the fallback of probe.engine.eager)
@@ -130,11 +136,13 @@ class LoadedModel:
 
     @property
     def heads(self) -> list[tuple[int, int]]:
-        """Every real (layer, head): the attention layers' heads only (what tables, profiles and cards list)."""
+        """Every real (layer, head): the attention layers' heads only (what tables, profiles and cards
+        list)."""
         return [(layer, head) for layer in self.attention_layers for head in range(self.n_heads)]
 
     def head_name(self, layer: int, head: int) -> str:
-        """"L3H2", or "enc.L3H2" / "dec.L1H0" / "cross.L1H0" for an encoder–decoder (one formatter: naming)."""
+        """"L3H2", or "enc.L3H2" / "dec.L1H0" / "cross.L1H0" for an encoder–decoder (one formatter:
+        naming)."""
         return self.plan.head_name(layer, head) if self.plan is not None else head_name(layer, head)
 
     @property
@@ -159,7 +167,8 @@ class LoadedModel:
             if getattr(config, name, None):
                 limit = int(getattr(config, name))
                 if config.model_type == "esm":
-                    limit -= 2  # ESM-2 was trained on 1024 tokens (1022 residues + BOS/EOS) of its 1026 positions
+                    # ESM-2 was trained on 1024 tokens (1022 residues + BOS/EOS) of its 1026 positions
+                    limit -= 2
                 elif config.model_type in ("roberta", "xlm-roberta", "camembert"):
                     limit -= (config.pad_token_id or 0) + 1  # these number positions from pad_token_id + 1
                 return limit
@@ -179,19 +188,19 @@ class LoadedModel:
         """One-line error when an input is longer than the model's positions."""
         if n_tokens > self.max_tokens:
             raise ProbeError(f"{what} is {n_tokens} tokens but {self.name} takes at most {self.max_tokens}; "
-                             "shorten it" + (" or use --window" if self.kind == ModelKind.PROTEIN_MLM else ""))
+                             "shorten it" + (" or use --window"
+                                             if self.kind == ModelKind.PROTEIN_MLM else ""))
 
     @property
     def residue_offset(self) -> int:
-        """Token index of the first residue in an encoded sequence (1 after ``[CLS]`` / ``<cls>``, 0 without a BOS)."""
+        """Token index of the first residue in an encoded sequence (1 after ``[CLS]`` / ``<cls>``, 0 without a
+        BOS)."""
         return _residue_offset(self.tokenizer, self.residue_format)
 
 
 def resolve(spec: str) -> str:
     """A zoo:NAME spec -> the shipped directory; anything else is returned unchanged."""
     if spec.startswith(ZOO_PREFIX):
-        from probe import zoo
-
         return str(zoo.path(spec[len(ZOO_PREFIX):]))
     return spec
 
@@ -210,7 +219,8 @@ def _strip_marker(token: str) -> str:
 
 
 def residue_format(tokenizer) -> ResidueFormat | None:
-    """"letters" (ESM: MKT → M K T), "spaced" (ProtBert: "M K T" → M K T) or None (not a protein vocabulary)."""
+    """"letters" (ESM: MKT → M K T), "spaced" (ProtBert: "M K T" → M K T) or None (not a protein
+    vocabulary)."""
     try:
         vocab = tokenizer.get_vocab()
     except (AttributeError, NotImplementedError):
@@ -230,7 +240,8 @@ def residue_format(tokenizer) -> ResidueFormat | None:
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         except Exception:  # a tokenizer that cannot encode the probe is no protein tokenizer we can drive
             continue
-        if [_strip_marker(token) for token in tokenizer.convert_ids_to_tokens(ids)] == list(STANDARD_AMINO_ACIDS):
+        if [_strip_marker(token)
+            for token in tokenizer.convert_ids_to_tokens(ids)] == list(STANDARD_AMINO_ACIDS):
             return style
     return None
 
@@ -242,7 +253,8 @@ def _residue_offset(tokenizer, style: ResidueFormat | None) -> int:
     return mask.index(0) if 0 in mask else 0
 
 
-# Protein models by their config, whatever their tokenizer looks like: ESM-1/2 and ESM C (letters, BOS and EOS).
+# Protein models by their config, whatever their tokenizer looks like: ESM-1/2 and ESM C (letters, BOS and
+# EOS).
 PROTEIN_MODEL_TYPES = ("esm", "esmc")
 
 
@@ -254,7 +266,8 @@ def _kind_of(config, style: ResidueFormat | None) -> ModelKind:
     architectures = " ".join(getattr(config, "architectures", None) or [])
     if getattr(config, "is_decoder", False) or "CausalLM" in architectures or "LMHead" in architectures:
         return ModelKind.CAUSAL_LM
-    if config.model_type in ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "gpt_neox"):
+    if config.model_type in ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
+                             "phi", "gpt_neox"):
         return ModelKind.CAUSAL_LM
     return ModelKind.MASKED_LM
 
@@ -264,8 +277,6 @@ _ENCODER_ONLY = ("t5", "mt5", "umt5")
 
 
 def _model_class(kind: ModelKind, config):
-    import transformers
-
     if config.model_type == "esm":
         return transformers.EsmForMaskedLM  # keeps the checkpoint's contact regression
     if kind == ModelKind.PROTEIN_MLM and config.model_type in _ENCODER_ONLY:
@@ -281,9 +292,8 @@ def _model_class(kind: ModelKind, config):
 
 
 def is_speech(config) -> bool:
-    """Whether the config is of a speech encoder–decoder (Whisper): its encoder reads audio features, not text."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
-
+    """Whether the config is of a speech encoder–decoder (Whisper): its encoder reads audio features, not
+    text."""
     return config.model_type in MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
 
@@ -295,18 +305,19 @@ def has_contact_head(model: nn.Module) -> bool:
 def _hub_error(spec: str, error: Exception) -> ProbeError:
     text = str(error).lower()
     if "not a valid model identifier" in text or "repository not found" in text or "404" in text:
-        return ProbeError(f"unknown model {spec!r}: not a local directory and not a model on the Hugging Face hub")
+        return ProbeError(f"unknown model {spec!r}: not a local directory and not a model on the Hugging "
+                          "Face hub")
     return ProbeError(
-        f"cannot load {spec!r}: the Hugging Face hub is not reachable and the model is not in the local cache; "
-        f"download it where the hub is reachable (`hf download {spec}`) and pass that directory with --model DIR, "
-        "or set HF_HOME to a cache that holds it"
+        f"cannot load {spec!r}: the Hugging Face hub is not reachable and the model is not in the local "
+        f"cache; download it where the hub is reachable (`hf download {spec}`) and pass that directory with "
+        "--model DIR, or set HF_HOME to a cache that holds it"
     )
 
 
 def locate(spec: str) -> str:
-    """Where `spec` points, checked without loading anything: a zoo:NAME or a local directory (with config.json)
-    -> its path; a hub id -> itself. One-line ProbeError for a missing directory or zoo name (commands call this
-    for every --model before computing anything)."""
+    """Where `spec` points, checked without loading anything: a zoo:NAME or a local directory (with
+    config.json) -> its path; a hub id -> itself. One-line ProbeError for a missing directory or zoo name
+    (commands call this for every --model before computing anything)."""
     source = resolve(spec)
     local = Path(source).expanduser()
     try:
@@ -316,10 +327,12 @@ def locate(spec: str) -> str:
                          f"({error.strerror or error})") from None
     if local.exists():
         if not local.is_dir() or not (local / "config.json").exists():
-            raise ProbeError(f"{source} is not a model directory (no config.json); pass what save_pretrained wrote")
+            raise ProbeError(f"{source} is not a model directory (no config.json); pass what save_pretrained "
+                             "wrote")
         return str(local)
     if _looks_like_path(spec):
-        raise ProbeError(f"model directory {spec} does not exist; check the path or pass a hub id such as gpt2")
+        raise ProbeError(f"model directory {spec} does not exist; check the path or pass a hub id such as "
+                         "gpt2")
     return spec
 
 
@@ -327,21 +340,25 @@ def load(
     spec: str,
     device: str = "cpu",
     dtype: str | torch.dtype | None = None,  # None: the checkpoint's own (float32 for our zoo)
-    engine: str = "auto",  # "auto", "fused" (refuse models outside AttentionInterface) or "eager" (the fallback)
-    device_map: str | dict | None = None,  # transformers' device_map: "auto", "balanced", "cpu", "cuda", or a dict
-    offload_folder: str | Path | None = None,  # where accelerate writes the weights a device_map puts on "disk"
-    max_memory: str | dict | None = None,  # per device, as transformers takes it ({0: "10GiB", "cpu": "30GiB"})
+    # "auto", "fused" (refuse models outside AttentionInterface) or "eager" (the fallback)
+    engine: str = "auto",
+    # transformers' device_map: "auto", "balanced", "cpu", "cuda", or a dict
+    device_map: str | dict | None = None,
+    # where accelerate writes the weights a device_map puts on "disk"
+    offload_folder: str | Path | None = None,
+    # per device, as transformers takes it ({0: "10GiB", "cpu": "30GiB"})
+    max_memory: str | dict | None = None,
 ) -> LoadedModel:
     """Load a model and its tokenizer for capture.
 
-    The model class follows the checkpoint: ``AutoModelForCausalLM`` for causal LMs, ``AutoModelForMaskedLM`` for
-    masked and protein LMs, ``EsmForMaskedLM`` for ESM (it keeps the contact regression), the encoder alone for
-    ProtT5, ``AutoModelForSeq2SeqLM`` for text encoder–decoders (T5, BART: three stacks, ``enc``/``dec``/``cross``).
-    It is loaded with ``attn_implementation="sdpa"`` (the capture engine switches it only inside
-    :func:`probe.engine.capture.capture`; a class without sdpa is loaded on eager), moved to `device` (or placed
-    by `device_map`) and put in eval mode. Which modules compute α is decided by what they do
-    (:func:`probe.layers.attention_plan`); the notes (:attr:`LoadedModel.notes`: the eager fallback's cost, a
-    hybrid's layers without α) are logged as one line each to the ``probe`` logger (stderr).
+    The model class follows the checkpoint: ``AutoModelForCausalLM`` for causal LMs, ``AutoModelForMaskedLM``
+    for masked and protein LMs, ``EsmForMaskedLM`` for ESM (it keeps the contact regression), the encoder
+    alone for ProtT5, ``AutoModelForSeq2SeqLM`` for text encoder–decoders (T5, BART: three stacks,
+    ``enc``/``dec``/``cross``). It is loaded with ``attn_implementation="sdpa"`` (the capture engine switches
+    it only inside :func:`probe.engine.capture.capture`; a class without sdpa is loaded on eager), moved to
+    `device` (or placed by `device_map`) and put in eval mode. Which modules compute α is decided by what they
+    do (:func:`probe.layers.attention_plan`); the notes (:attr:`LoadedModel.notes`: the eager fallback's cost,
+    a hybrid's layers without α) are logged as one line each to the ``probe`` logger (stderr).
 
     Parameters
     ----------
@@ -352,12 +369,12 @@ def load(
         ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; checked against what this machine has. Ignored with
         `device_map`.
     dtype : str or torch.dtype, optional
-        ``"float32"``, ``"float16"``, ``"bfloat16"`` (or ``fp32``, ``fp16``, ``bf16``, or a torch dtype); None:
-        the checkpoint's own.
+        ``"float32"``, ``"float16"``, ``"bfloat16"`` (or ``fp32``, ``fp16``, ``bf16``, or a torch dtype);
+        None: the checkpoint's own.
     engine : {"auto", "fused", "eager"}, default "auto"
         The capture engine every later ``capture(model, ...)`` uses: "auto" picks fused where the model routes
-        through ``AttentionInterface`` and the eager fallback where it does not; "fused" refuses a model outside
-        the interface; "eager" forces the fallback (O(N²) per layer).
+        through ``AttentionInterface`` and the eager fallback where it does not; "fused" refuses a model
+        outside the interface; "eager" forces the fallback (O(N²) per layer).
     device_map : str or dict, optional
         transformers' own big-model placement (accelerate): ``"auto"``, ``"balanced"``, ``"sequential"``,
         ``"cpu"``, ``"cuda"``, or a dict module name → device / ``"disk"``. None: the whole model on `device`.
@@ -370,19 +387,17 @@ def load(
     Returns
     -------
     LoadedModel
-        The model, its tokenizer, its kind (causal LM, masked LM, protein LM, seq2seq LM), its revision (the hub
-        commit, or ``sha256:…`` of a local model's weight files), its attention plan and engine.
+        The model, its tokenizer, its kind (causal LM, masked LM, protein LM, seq2seq LM), its revision (the
+        hub commit, or ``sha256:…`` of a local model's weight files), its attention plan and engine.
 
     Raises
     ------
     ProbeError
-        One line naming the fix: a missing directory or zoo name, a hub id that cannot be reached, an unreadable
-        config, no usable tokenizer, corrupt or truncated weights, a device this machine does not have, an unknown
-        dtype or engine, a bad device map, a model with no attention module the engine can read, ``engine="fused"``
-        on a model outside ``AttentionInterface``.
+        One line naming the fix: a missing directory or zoo name, a hub id that cannot be reached, an
+        unreadable config, no usable tokenizer, corrupt or truncated weights, a device this machine does not
+        have, an unknown dtype or engine, a bad device map, a model with no attention module the engine can
+        read, ``engine="fused"`` on a model outside ``AttentionInterface``.
     """
-    import transformers
-
     source = locate(spec)
     local = Path(source)
     if engine not in ENGINE_CHOICES:
@@ -396,7 +411,8 @@ def load(
     except Exception as error:  # noqa: BLE001 - OSError, ValueError, and transformers' strict field validators
         if local.exists():
             reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())[:300]
-            raise ProbeError(f"cannot read the config in {source}: {reason or type(error).__name__}") from None
+            raise ProbeError(
+                f"cannot read the config in {source}: {reason or type(error).__name__}") from None
         if not isinstance(error, (OSError, ValueError)):
             raise
         raise _hub_error(spec, error) from None
@@ -412,31 +428,37 @@ def load(
     model_class = _model_class(kind, config)
     try:
         try:
-            model = model_class.from_pretrained(source, attn_implementation="sdpa", dtype=torch_dtype, **placement)
+            model = model_class.from_pretrained(source, attn_implementation="sdpa",
+                                                dtype=torch_dtype, **placement)
         except Exception as error:  # noqa: BLE001 - transformers raises ValueError or its own types for "no sdpa"
             if "scaled_dot_product_attention" not in str(error) and "sdpa" not in str(error).lower():
                 raise
             # a class without sdpa (Bloom, DeBERTa-v2): its own eager attention, read by the eager fallback
-            model = model_class.from_pretrained(source, attn_implementation="eager", dtype=torch_dtype, **placement)
+            model = model_class.from_pretrained(source, attn_implementation="eager",
+                                                dtype=torch_dtype, **placement)
     except ProbeError:
         raise
-    except Exception as error:  # safetensors, pickle and torch raise many types on a corrupt or truncated file
+    except Exception as error:
+        # safetensors, pickle and torch raise many types on a corrupt or truncated file
         if placement and ("device" in str(error).lower() or "offload" in str(error).lower()
                           or "memory" in str(error).lower()):
-            raise ProbeError(f"cannot place {spec} with --device-map {device_map}: {first_line(error)}") from None
+            raise ProbeError(
+                f"cannot place {spec} with --device-map {device_map}: {first_line(error)}") from None
         if local.exists():
-            raise ProbeError(f"cannot load the weights in {source}: {first_line(error)} (a truncated or corrupt "
-                             "weights file? download or save the model again)") from None
+            raise ProbeError(f"cannot load the weights in {source}: {first_line(error)} (a truncated or "
+                             "corrupt weights file? download or save the model again)") from None
         if isinstance(error, (OSError, ValueError)):
             raise _hub_error(spec, error) from None
         raise ProbeError(f"cannot load the weights of {spec}: {first_line(error)} (a corrupt download? "
                          f"delete it from the cache and download it again)") from None
     plan = attention_plan(model)
     if plan.engine == "eager" and getattr(model.config, "_attn_implementation", "eager") != "eager":
-        # Outside the interface the fallback asks each module for its weights (output_attentions=True), and the
-        # masks a model builds follow its attention implementation: built on sdpa, Falcon's eager branch then
-        # reads an sdpa mask and changes the logits by 2.9 (docs/architectures.md). Such a model runs on eager.
-        model = model_class.from_pretrained(source, attn_implementation="eager", dtype=torch_dtype, **placement)
+        # Outside the interface the fallback asks each module for its weights (output_attentions=True), and
+        # the masks a model builds follow its attention implementation: built on sdpa, Falcon's eager branch
+        # then reads an sdpa mask and changes the logits by 2.9 (docs/architectures.md). Such a model runs on
+        # eager.
+        model = model_class.from_pretrained(source, attn_implementation="eager",
+                                            dtype=torch_dtype, **placement)
         plan = attention_plan(model)
     chosen = choose_engine(plan, engine, spec)
     if plan.is_multi_stack:
@@ -456,15 +478,18 @@ def load(
 
 def _check_stack_heads(config, spec: str) -> None:
     """Encoder–decoder stacks share one head axis: their head counts must agree."""
-    counts = {getattr(config, name) for name in ("encoder_attention_heads", "decoder_attention_heads", "num_heads",
-                                                  "num_decoder_heads") if isinstance(getattr(config, name, None), int)}
+    counts = {getattr(config, name) for name in ("encoder_attention_heads", "decoder_attention_heads",
+                                                 "num_heads",
+                                                  "num_decoder_heads")
+                                                  if isinstance(getattr(config, name, None), int)}
     if len(counts) > 1:
         raise ProbeError(f"{spec}: the encoder and decoder have different head counts ({sorted(counts)}); "
                          "capture of such encoder-decoder models is not supported")
 
 
 def _placement(device_map, offload_folder, max_memory) -> dict:
-    """from_pretrained's big-model keywords (device_map, offload_folder, max_memory), checked; {} without a map."""
+    """from_pretrained's big-model keywords (device_map, offload_folder, max_memory), checked; {} without a
+    map."""
     if device_map is None:
         if offload_folder is not None or max_memory is not None:
             raise ProbeError("--offload-folder and --max-memory need --device-map (e.g. --device-map auto)")
@@ -472,7 +497,8 @@ def _placement(device_map, offload_folder, max_memory) -> dict:
     if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
         raise ProbeError(f"unknown --device-map {device_map!r}: use one of {', '.join(DEVICE_MAPS)}")
     if device_map == "cuda" and not torch.cuda.is_available():
-        raise ProbeError("--device-map cuda was asked for but no CUDA device is available; use --device-map cpu")
+        raise ProbeError("--device-map cuda was asked for but no CUDA device is available; use --device-map "
+                         "cpu")
     placement: dict = {"device_map": device_map}
     if offload_folder is not None:
         folder = Path(offload_folder).expanduser()
@@ -491,12 +517,14 @@ DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential", "cpu", "cuda"
 
 
 def parse_max_memory(text: str) -> dict:
-    """"0=10GiB,cpu=30GiB" -> {0: "10GiB", "cpu": "30GiB"} (transformers' max_memory); one-line error otherwise."""
+    """"0=10GiB,cpu=30GiB" -> {0: "10GiB", "cpu": "30GiB"} (transformers' max_memory); one-line error
+    otherwise."""
     memory: dict = {}
     for part in text.split(","):
         where, sep, amount = part.strip().partition("=")
         if not sep or not where or not amount:
-            raise ProbeError(f"bad --max-memory part {part!r}: write DEVICE=AMOUNT pairs, e.g. 0=10GiB,cpu=30GiB")
+            raise ProbeError(f"bad --max-memory part {part!r}: write DEVICE=AMOUNT pairs, e.g. "
+                             "0=10GiB,cpu=30GiB")
         key = int(where) if where.isdigit() else where
         if not re.match(r"^\d+(\.\d+)?\s*([KMGT]i?B)?$", amount.strip(), re.IGNORECASE):
             raise ProbeError(f"bad --max-memory amount {amount!r}: write it like 10GiB or 500MB")
@@ -516,8 +544,8 @@ def _parse_device(device: str) -> torch.device:
         if not torch.cuda.is_available():
             raise ProbeError("--device cuda was asked for but no CUDA device is available; use --device cpu")
         if device_obj.index is not None and device_obj.index >= torch.cuda.device_count():
-            raise ProbeError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                             f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+            raise ProbeError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA "
+                             f"device(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
         return device_obj
     if device_obj.type == "mps":
         if not torch.backends.mps.is_available():
@@ -552,8 +580,8 @@ def tokenize_text(loaded: LoadedModel, text: str) -> dict[str, torch.Tensor]:
     Returns
     -------
     dict of str to torch.Tensor
-        ``input_ids`` and ``attention_mask``, shape (1, token), long (no ``token_type_ids``): the model's keyword
-        inputs.
+        ``input_ids`` and ``attention_mask``, shape (1, token), long (no ``token_type_ids``): the model's
+        keyword inputs.
 
     Raises
     ------
@@ -589,8 +617,8 @@ def model_inputs(loaded: LoadedModel, input_ids: torch.Tensor, attention_mask: t
 
 
 def clean_protein(sequence: str, alphabet: str = AMINO_ACIDS) -> str:
-    """Upper-case a protein sequence (whitespace removed) and reject letters outside `alphabet` (those the model
-    would silently map to an unknown token), naming their positions."""
+    """Upper-case a protein sequence (whitespace removed) and reject letters outside `alphabet` (those the
+    model would silently map to an unknown token), naming their positions."""
     cleaned = "".join(sequence.split()).upper()
     if not cleaned:
         raise ProbeError("the protein sequence is empty")
@@ -599,8 +627,8 @@ def clean_protein(sequence: str, alphabet: str = AMINO_ACIDS) -> str:
         shown = ", ".join(f"{letter!r} at {position}" for position, letter in bad[:10])
         more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
         unknown = " or use X for unknown" if "X" in alphabet else ""
-        raise ProbeError(f"not amino-acid letters of this model: {shown}{more} (1-based positions); remove them"
-                         f"{unknown}")
+        raise ProbeError(f"not amino-acid letters of this model: {shown}{more} (1-based positions); remove "
+                         f"them{unknown}")
     return cleaned
 
 
@@ -611,22 +639,25 @@ def protein_alphabet(loaded: LoadedModel) -> str:
 
 
 def protein_text(loaded: LoadedModel, cleaned: str) -> str:
-    """A cleaned sequence written the model's way: as is (letters) or residues separated by spaces (spaced)."""
+    """A cleaned sequence written the model's way: as is (letters) or residues separated by spaces
+    (spaced)."""
     return " ".join(cleaned) if loaded.residue_format == "spaced" else cleaned
 
 
 def require_protein(loaded: LoadedModel, what: str = "this") -> None:
     """One-line error unless the model is a protein language model."""
     if loaded.kind != ModelKind.PROTEIN_MLM:
-        raise ProbeError(f"{loaded.name} is a {loaded.kind} model: {what} needs a protein language model (ESM, "
-                         "ProtBert-style BERT, ProtT5 encoder)")
+        raise ProbeError(f"{loaded.name} is a {loaded.kind} model: {what} needs a protein language model "
+                         "(ESM, ProtBert-style BERT, ProtT5 encoder)")
 
 
 def encode_proteins(loaded: LoadedModel, sequences: list[str] | tuple[str, ...]
                     ) -> tuple[list[str], dict[str, torch.Tensor]]:
-    """(cleaned sequences, right-padded inputs on the model's device) for protein sequences, in the model's format.
+    """(cleaned sequences, right-padded inputs on the model's device) for protein sequences, in the model's
+    format.
 
-    Every sequence must tokenize to exactly one token per residue, after `loaded.residue_offset` special tokens."""
+    Every sequence must tokenize to exactly one token per residue, after `loaded.residue_offset` special
+    tokens."""
     require_protein(loaded)
     alphabet = protein_alphabet(loaded)
     cleaned = [clean_protein(sequence, alphabet) for sequence in sequences]
@@ -635,8 +666,8 @@ def encode_proteins(loaded: LoadedModel, sequences: list[str] | tuple[str, ...]
     residues = (1 - encoded["special_tokens_mask"]) * encoded["attention_mask"]  # [batch token]
     for index, sequence in enumerate(cleaned):
         if int(residues[index].sum()) != len(sequence):
-            raise ProbeError(f"the tokenizer of {loaded.name} did not give one token per residue for sequence "
-                             f"{index + 1}; this tokenizer convention is not supported")
+            raise ProbeError(f"the tokenizer of {loaded.name} did not give one token per residue for "
+                             f"sequence {index + 1}; this tokenizer convention is not supported")
     longest = int(encoded["attention_mask"].sum(-1).max())
     longest_residues = max(len(sequence) for sequence in cleaned)
     loaded.check_length(longest, f"the sequence ({longest_residues} residues)")

@@ -1,8 +1,8 @@
 """One formatter and parser for head names: (layer, head) in code, "L{layer}H{head}" in files, CLI and app.
 
 Encoder–decoder models have three stacks of attention layers; their heads are written with the stack first:
-``enc.L3H2`` (encoder self-attention), ``dec.L1H0`` (decoder self-attention), ``cross.L1H0`` (cross-attention).
-Single-stack models keep the plain ``L3H2``.
+``enc.L3H2`` (encoder self-attention), ``dec.L1H0`` (decoder self-attention), ``cross.L1H0``
+(cross-attention). Single-stack models keep the plain ``L3H2``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,19 @@ _STACK_HEAD_NAME = re.compile(r"^(?:(enc|dec|cross)\.)?L(\d+)H(\d+)$")
 
 
 def head_name(layer: int, head: int, stack: str | None = None) -> str:
-    """(3, 7) -> "L3H7"; with a stack (encoder–decoder models), (3, 7, "enc") -> "enc.L3H7"."""
+    """(3, 7) -> "L3H7"; with a stack (encoder–decoder models), (3, 7, "enc") -> "enc.L3H7".
+
+    Parameters
+    ----------
+    layer, head : int
+        0-based.
+    stack : {"enc", "dec", "cross"}, optional
+        The stack of an encoder–decoder model's head.
+
+    Returns
+    -------
+    str
+    """
     return f"L{layer}H{head}" if not stack else f"{stack}.L{layer}H{head}"
 
 
@@ -24,13 +36,29 @@ def parse_stack_head_name(name: str) -> tuple[str | None, int, int]:
     """"enc.L3H7" -> ("enc", 3, 7), "L3H7" -> (None, 3, 7); raises ProbeError on anything else."""
     match = _STACK_HEAD_NAME.match(name.strip())
     if not match:
-        raise ProbeError(f"bad head name {name!r}: write it as L<layer>H<head> (e.g. L3H7), or with the stack of an "
-                         "encoder-decoder model: enc.L3H7, dec.L1H0, cross.L1H0")
+        raise ProbeError(f"bad head name {name!r}: write it as L<layer>H<head> (e.g. L3H7), or with the "
+                         "stack of an encoder-decoder model: enc.L3H7, dec.L1H0, cross.L1H0")
     return match.group(1), int(match.group(2)), int(match.group(3))
 
 
 def parse_head_name(name: str) -> tuple[int, int]:
-    """"L3H7" -> (3, 7); raises ProbeError on anything else."""
+    """"L3H7" -> (3, 7).
+
+    Parameters
+    ----------
+    name : str
+        A head name, ``L{layer}H{head}``.
+
+    Returns
+    -------
+    tuple of int
+        (layer, head).
+
+    Raises
+    ------
+    ProbeError
+        On anything else.
+    """
     match = _HEAD_NAME.match(name.strip())
     if not match:
         raise ProbeError(f"bad head name {name!r}: write it as L<layer>H<head>, e.g. L3H7")
@@ -38,7 +66,8 @@ def parse_head_name(name: str) -> tuple[int, int]:
 
 
 def parse_index_list(text: str | None, upper: int, what: str) -> list[int]:
-    """"0,3,5-7" -> [0, 3, 5, 6, 7], each checked against range(upper). None or "" or "all" -> all of range(upper).
+    """"0,3,5-7" -> [0, 3, 5, 6, 7], each checked against range(upper). None or "" or "all" -> all of
+    range(upper).
 
     A range is checked before it is expanded, so "0-999999999999" is an error, never a huge list.
     """
@@ -50,11 +79,14 @@ def parse_index_list(text: str | None, upper: int, what: str) -> list[int]:
         try:
             first, last = (int(x) for x in part.split("-", 1)) if "-" in part else (int(part), int(part))
         except ValueError:
-            raise ProbeError(f"bad --{what} value {part!r}: give comma-separated indices such as 0,3,5-7") from None
+            raise ProbeError(
+                f"bad --{what} value {part!r}: give comma-separated indices such as 0,3,5-7") from None
         if first > last:
-            raise ProbeError(f"--{what} range {part} is empty (it runs backwards): write it low-high, e.g. {last}-{first}")
+            raise ProbeError(f"--{what} range {part} is empty (it runs backwards): write it low-high, e.g. "
+                             f"{last}-{first}")
         for index in (first, last):
             if not 0 <= index < upper:
-                raise ProbeError(f"--{what} index {index} is out of range: this model has {what} 0..{upper - 1}")
+                raise ProbeError(f"--{what} index {index} is out of range: this model has {what} "
+                                 f"0..{upper - 1}")
         indices.extend(range(first, last + 1))
     return sorted(dict.fromkeys(indices))

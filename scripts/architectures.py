@@ -4,11 +4,12 @@
     python scripts/architectures.py --out -      # prints it instead
 
 It also lists the entries whose declared known gap (``expected=`` in the catalogue, a strict xfail in
-tests/engine/test_coverage.py) no longer matches what was measured: after an engine fix, remove those ``expected=``.
+tests/engine/test_coverage.py) no longer matches what was measured: after an engine fix, remove those
+``expected=``.
 
-The list and the tiny configs are tests/coverage/catalogue.py; the measurement is tests/coverage/harness.py (the
-same code tests/engine/test_coverage.py runs, which fails when the committed page disagrees with it). Run it after any
-change to the engine, the loader or transformers, and commit the page.
+The list and the tiny configs are tests/coverage/catalogue.py; the measurement is tests/coverage/harness.py
+(the same code tests/engine/test_coverage.py runs, which fails when the committed page disagrees with it). Run
+it after any change to the engine, the loader or transformers, and commit the page.
 """
 
 from __future__ import annotations
@@ -55,12 +56,13 @@ when all three are captured and equal. Rows that are not equal or fallback are t
 To add a model type: one entry in `tests/coverage/catalogue.py` (its tiny config and checkpoint class), then
 `python scripts/architectures.py` rewrites this page; `tests/engine/test_coverage.py` runs the same list and fails when the
 page and the measurement disagree.
-"""
+"""  # noqa: E501 - markdown of the generated page (docs/architectures.md), kept as written
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "docs" / "architectures.md"), help="the page; - for stdout")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "architectures.md"),
+                        help="the page; - for stdout")
     parser.add_argument("--device", default="cpu", help="run the models on cpu (the committed page) or cuda")
     args = parser.parse_args(argv)
     import transformers  # after the offline settings; only to quiet its per-model progress bars
@@ -81,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     for arch, result in zip(ARCHITECTURES, results, strict=True):
         declared = arch.expected.status if arch.expected else "equal or fallback"
         if result.status not in declared.split(" or "):
-            print(f"{arch.model_type}: declared {declared}, measured {result.status}: update its `expected=` in "
-                  "tests/coverage/catalogue.py", file=sys.stderr)
+            print(f"{arch.model_type}: declared {declared}, measured {result.status}: update its `expected=` "
+                  "in tests/coverage/catalogue.py", file=sys.stderr)
     return 0
 
 

@@ -1,11 +1,11 @@
 """Write the label table the dashboard ships for all-MiniLM-L6-v2 (app/data/minilm_labels.csv), so `probe app`
 opens on a real model with its labelled heads and computes nothing at start-up.
 
-    python scripts/minilm_labels.py            # ~5 min on a quiet 2-core machine; writes app/data/minilm_labels.csv
+    python scripts/minilm_labels.py      # ~5 min on a quiet 2-core machine; writes app/data/minilm_labels.csv
 
-The table is what the app's own "Label heads" computes (`app.service.label_config`: the default LabelConfig with
-the app's 64 probe examples and no ablation columns). tests/app/test_app_shipped.py checks that a fresh relabel
-equals it (slow).
+The table is what the app's own "Label heads" computes (`app.service.label_config`: the default LabelConfig
+with the app's 64 probe examples and no ablation columns). tests/app/test_app_shipped.py checks that a fresh
+relabel equals it (slow).
 """
 
 from __future__ import annotations
@@ -36,15 +36,16 @@ def main() -> int:
 
     def progress(done: int, total: int) -> None:
         if done % 10 == 0 or done == total:
-            print(f"minilm_labels: {done}/{total} probe batches, {time.monotonic() - started:.0f} s", flush=True)
+            print(f"minilm_labels: {done}/{total} probe batches, {time.monotonic() - started:.0f} s",
+                  flush=True)
 
     table = label_model(loaded, label_config(64), progress=progress)
     table["model"] = "all-MiniLM-L6-v2"  # not the wheel's install path
     MINILM_TABLE.parent.mkdir(parents=True, exist_ok=True)
     save_table(table, MINILM_TABLE)
     labelled = table[table["label"]]
-    print(f"minilm_labels: wrote {MINILM_TABLE.relative_to(ROOT)}: {len(table)} rows, {len(labelled)} labelled, "
-          f"{time.monotonic() - started:.0f} s")
+    print(f"minilm_labels: wrote {MINILM_TABLE.relative_to(ROOT)}: {len(table)} rows, {len(labelled)} "
+          f"labelled, {time.monotonic() - started:.0f} s")
     return 0
 
 

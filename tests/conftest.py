@@ -18,7 +18,8 @@ STRUCTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
-    """tiny_dir(arch, **overrides) -> directory of a saved tiny model (cached per arguments for the session)."""
+    """tiny_dir(arch, **overrides) -> directory of a saved tiny model (cached per arguments for the
+    session)."""
     from probe.zoo.tiny import save_tiny
 
     cache: dict = {}
@@ -40,9 +41,9 @@ def structures_dir():
 
 
 UBIQUITIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"
-THREE_LETTER = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN", "E": "GLU", "G": "GLY",
-                "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS", "M": "MET", "F": "PHE", "P": "PRO", "S": "SER",
-                "T": "THR", "W": "TRP", "Y": "TYR", "V": "VAL"}
+THREE_LETTER = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN", "E": "GLU",
+                "G": "GLY", "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS", "M": "MET", "F": "PHE",
+                "P": "PRO", "S": "SER", "T": "THR", "W": "TRP", "Y": "TYR", "V": "VAL"}
 
 
 def eager_attention(model, inputs) -> torch.Tensor:
@@ -58,8 +59,8 @@ def eager_attention(model, inputs) -> torch.Tensor:
 
 
 def compact_synthetic_pdb(sequence: str) -> str:
-    """A PDB text whose residues walk a serpentine path through a cubic lattice of 3.8 Å: a compact 'fold' with
-    short-, medium- and long-range contacts (Cβ 0.5 Å beside Cα; glycines have none)."""
+    """A PDB text whose residues walk a serpentine path through a cubic lattice of 3.8 Å: a compact 'fold'
+    with short-, medium- and long-range contacts (Cβ 0.5 Å beside Cα; glycines have none)."""
     side = 5
     lines, serial = [], 1
     for index, letter in enumerate(sequence):
@@ -70,7 +71,8 @@ def compact_synthetic_pdb(sequence: str) -> str:
         if layer % 2:
             row = side - 1 - row
         ca = (3.8 * col, 3.8 * row, 3.8 * layer)
-        atoms = [("N", (ca[0] - 0.5, ca[1], ca[2]), "N"), ("CA", ca, "C"), ("C", (ca[0] + 0.5, ca[1], ca[2]), "C")]
+        atoms = [("N", (ca[0] - 0.5, ca[1], ca[2]), "N"), ("CA", ca, "C"),
+                 ("C", (ca[0] + 0.5, ca[1], ca[2]), "C")]
         if letter != "G":
             atoms.append(("CB", (ca[0], ca[1] + 0.5, ca[2]), "C"))
         for name, (x, y, z), element in atoms:

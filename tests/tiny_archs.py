@@ -1,5 +1,6 @@
-"""Tiny random models of architectures outside the zoo (hybrids, models outside AttentionInterface, encoder–decoders),
-saved like checkpoints with a word tokenizer. Attention is peaked (initializer_range 0.2) so α is far from uniform."""
+"""Tiny random models of architectures outside the zoo (hybrids, models outside AttentionInterface,
+encoder–decoders), saved like checkpoints with a word tokenizer. Attention is peaked (initializer_range 0.2)
+so α is far from uniform."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ ARCHS: dict[str, tuple[str, dict]] = {
     "stablelm": ("AutoModelForCausalLM", dict(DECODER, num_hidden_layers=2)),
     "bloom": ("AutoModelForCausalLM", dict(hidden_size=32, n_layer=2, n_head=4)),
     "deberta-v2": ("AutoModelForMaskedLM", dict(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, relative_attention=True,
-        pos_att_type=["p2c", "c2p"], max_relative_positions=16, position_buckets=8)),
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        relative_attention=True, pos_att_type=["p2c", "c2p"], max_relative_positions=16, position_buckets=8)),
     "albert": ("AutoModelForMaskedLM", dict(
         embedding_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)),
     "t5": ("AutoModelForSeq2SeqLM", dict(
@@ -56,18 +57,20 @@ ARCHS: dict[str, tuple[str, dict]] = {
         encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, decoder_start_token_id=2,
         forced_eos_token_id=None)),
 }
-HYBRIDS = ["qwen3_next", "jamba", "zamba2", "nemotron_h", "lfm2", "olmo_hybrid", "kimi_linear", "granitemoehybrid",
-           "qwen3_5_text"]
+HYBRIDS = ["qwen3_next", "jamba", "zamba2", "nemotron_h", "lfm2", "olmo_hybrid", "kimi_linear",
+           "granitemoehybrid", "qwen3_5_text"]
 
 
 def build(model_type: str, seed: int = 0):
-    """(model, tokenizer): a tiny random model of `model_type` in eval mode on sdpa (eager where it has none)."""
+    """(model, tokenizer): a tiny random model of `model_type` in eval mode on sdpa (eager where it has
+    none)."""
     import transformers
 
     tokenizer = word_tokenizer(DEMO_WORDS, bos_token="<bos>")
     auto, keywords = ARCHS[model_type]
     config_class = type(transformers.AutoConfig.for_model(model_type))
-    specials = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=None)
+    specials = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                    eos_token_id=None)
     if model_type in ("t5", "bart"):
         specials["eos_token_id"] = tokenizer.bos_token_id
     config = config_class(vocab_size=len(tokenizer), initializer_range=0.2, **specials, **keywords)

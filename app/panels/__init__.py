@@ -1,4 +1,5 @@
-"""The dashboard's panels: each module owns its layout (`layout(...)`) and its callbacks (`register(app, service)`).
+"""The dashboard's panels: each module owns its layout (`layout(...)`) and its callbacks
+(`register(app, service)`).
 
 page      model choice, head type, image format, URL state, model facts (everything page-wide)
 atlas     the layer × head grid of scores or labels, labelling on demand
@@ -33,8 +34,10 @@ def radio(component_id: str, options, value) -> dcc.RadioItems:
                           labelStyle={"marginRight": "12px"})
 
 
-def graph(component_id: str, message: str = "loading…", atlas: bool = False, theme: str = "light") -> dcc.Graph:
-    return dcc.Graph(id=component_id, config=figures.graph_config("png", f"probe_{component_id}", atlas=atlas),
+def graph(component_id: str, message: str = "loading…", atlas: bool = False,
+          theme: str = "light") -> dcc.Graph:
+    return dcc.Graph(id=component_id,
+                     config=figures.graph_config("png", f"probe_{component_id}", atlas=atlas),
                      figure=figures.empty_figure(message, theme))
 
 

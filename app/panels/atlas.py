@@ -1,10 +1,11 @@
-"""The head atlas: a layer × head grid coloured by one head type's score (fixed 0–1, grey when not above chance) or
-label, labelling on demand in a background thread, the labels table as CSV."""
+"""The head atlas: a layer × head grid coloured by one head type's score (fixed 0–1, grey when not above
+chance) or label, labelling on demand in a background thread, the labels table as CSV."""
 
 from __future__ import annotations
 
 from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
 
+from probe.errors import ProbeError
 from probe.naming import head_name
 
 from .. import figures, ids
@@ -47,8 +48,8 @@ def layout(theme: str = "light") -> html.Div:
     ], className="atlas-panel")
 
 
-# Columns of the labelled-heads table, in order, and their headers (only those the table has are shown): the role
-# comes right after the score, so it is in view without scrolling.
+# Columns of the labelled-heads table, in order, and their headers (only those the table has are shown): the
+# role comes right after the score, so it is in view without scrolling.
 LABELLED_COLUMNS = {"head_name": "head", "score": "score", "role": "role", "q_value": "q",
                     "output_share": "output share", "interval": "95 % interval", "chance": "chance",
                     "offset": "offset", "ablation_z": "ablation z", "group_z": "group z"}
@@ -58,10 +59,10 @@ HEADER_TIPS = {
     "score": "mean share of the head's attention on its type's targets over the probe examples (0–1)",
     "role": "sink: a labelled head whose output share < 0.1 (it parks attention without moving much); "
             "function otherwise; unknown without an output share",
-    "q_value": "q: Benjamini–Hochberg q-value of the test that the effect exceeds the minimum effect, over every "
-               "head and type of the model; labelled when q ≤ 0.05",
-    "output_share": "output share: the share of the head's output norm ‖Σ α·v·W_O‖ that comes from its targets "
-                    "(Kobayashi et al. 2020)",
+    "q_value": "q: Benjamini–Hochberg q-value of the test that the effect exceeds the minimum effect, over "
+               "every head and type of the model; labelled when q ≤ 0.05",
+    "output_share": "output share: the share of the head's output norm ‖Σ α·v·W_O‖ that comes from its "
+                    "targets (Kobayashi et al. 2020)",
     "interval": "95 % clustered bootstrap interval of the score",
     "chance": "the score a uniform head would get on the same examples",
     "offset": "fixed_offset heads: the relative position d attended to (j = i + d)",
@@ -148,12 +149,12 @@ def label_status(service: Service, spec: str, start: bool = False):
 
 def labels_download(service: Service, spec: str) -> dict:
     """dcc.Download data: the labels table of `spec` as CSV."""
-    from probe.errors import ProbeError
-
     table = service.labels(spec)
     if table is None:
-        raise ProbeError("no labels to download: press 'Label heads' first (or start the app with --labels FILE)")
-    return dcc.send_string(table.to_csv(index=False), f"labels_{spec.replace(':', '_').replace('/', '_')}.csv")
+        raise ProbeError("no labels to download: press 'Label heads' first (or start the app with --labels "
+                         "FILE)")
+    return dcc.send_string(table.to_csv(index=False),
+                           f"labels_{spec.replace(':', '_').replace('/', '_')}.csv")
 
 
 def register(app, service: Service) -> None:
@@ -169,18 +170,19 @@ def register(app, service: Service) -> None:
 
     app.clientside_callback(  # a single click selects; a double-click selects nothing (assets/keys.js)
         "function (click, shape) { return window.dash_clientside.probe.atlasClick(click, shape); }",
-        Output(ids.SELECTED, "data", allow_duplicate=True), Input(ids.ATLAS, "clickData"), State(ids.SHAPE, "data"),
-        prevent_initial_call=True)
+        Output(ids.SELECTED, "data", allow_duplicate=True), Input(ids.ATLAS, "clickData"),
+        State(ids.SHAPE, "data"), prevent_initial_call=True)
 
     @app.callback(Output(ids.LABEL_PROGRESS, "children"), Output(ids.LABEL_POLL, "disabled"),
                   Output(ids.LABEL_VERSION, "data"), Output(ids.LABEL_WAIT, "children"),
-                  Input(ids.LABEL_BUTTON, "n_clicks"), Input(ids.LABEL_POLL, "n_intervals"), Input(ids.MODEL, "value"),
-                  State(ids.LABEL_VERSION, "data"))
+                  Input(ids.LABEL_BUTTON, "n_clicks"), Input(ids.LABEL_POLL, "n_intervals"),
+                  Input(ids.MODEL, "value"), State(ids.LABEL_VERSION, "data"))
     @guarded(outputs=4, message=0)
     def _label(_clicks, _ticks, spec, version):
         if service.unusable(spec):
             return "", True, no_update, ""
-        progress, disabled, finished, line = label_status(service, spec, start=ctx.triggered_id == ids.LABEL_BUTTON)
+        progress, disabled, finished, line = label_status(service, spec,
+                                                          start=ctx.triggered_id == ids.LABEL_BUTTON)
         return progress, disabled, finished if finished != version else no_update, line
 
     @app.callback(Output(ids.LABELLED, "data"), Output(ids.LABELLED, "columns"),
@@ -204,7 +206,8 @@ def register(app, service: Service) -> None:
             return no_update, no_update
         return labelled_head(service, spec, cell, rows), no_update
 
-    @app.callback(Output(ids.LABELS_DOWNLOAD, "data"), Output(ids.ATLAS_MESSAGE, "children", allow_duplicate=True),
+    @app.callback(Output(ids.LABELS_DOWNLOAD, "data"),
+                  Output(ids.ATLAS_MESSAGE, "children", allow_duplicate=True),
                   Input(ids.LABELS_DOWNLOAD_BUTTON, "n_clicks"), State(ids.MODEL, "value"),
                   prevent_initial_call=True)
     @guarded(outputs=2, message=1)

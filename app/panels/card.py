@@ -1,5 +1,5 @@
-"""The architecture card panel: the selected model's attention variant, heads, positions and KV-cache size at the
-model's own maximum length (and at 128K only as "if extended"), each row with what it means."""
+"""The architecture card panel: the selected model's attention variant, heads, positions and KV-cache size at
+the model's own maximum length (and at 128K only as "if extended"), each row with what it means."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ EXPLAIN = {
     "positions": "how positions enter attention, and the longest input the model was built for",
     "sliding window": "layers that attend only to the last W tokens (their cache stops growing at W)",
     "parameters in attention": "weights and biases of the Q, K, V and output projections of all layers",
-    "KV cache values per token": "numbers cached per token over all layers (keys + values; MLA: latent + rope key)",
+    "KV cache values per token": "numbers cached per token over all layers (keys + values; MLA: latent + "
+                                 "rope key)",
 }
 
 
@@ -33,9 +34,11 @@ def layout() -> html.Div:
 
 
 def card_rows(config) -> list[tuple[str, str, str]]:
-    """(field, value, explanation) rows: the card's rows with the KV cache at the model's own maximum length."""
+    """(field, value, explanation) rows: the card's rows with the KV cache at the model's own maximum
+    length."""
     card = architecture_card(config)
-    rows = [(name, value, EXPLAIN.get(name, "")) for name, value in card.rows() if not name.startswith("KV cache ")]
+    rows = [(name, value, EXPLAIN.get(name, "")) for name,
+            value in card.rows() if not name.startswith("KV cache ")]
     length = card.max_positions
     for dtype in BYTES_PER_VALUE:
         per_token = format_bytes(card.kv_cache_bytes(dtype, 1))
@@ -47,14 +50,16 @@ def card_rows(config) -> list[tuple[str, str, str]]:
                 value += f" (at 128K if extended: {format_bytes(card.kv_cache_bytes(dtype, longest))})"
         else:
             value = f"{per_token} per token · " + " · ".join(
-                f"{name}: {format_bytes(card.kv_cache_bytes(dtype, tokens))}" for name, tokens in CONTEXTS.items())
-        rows.append((f"KV cache {dtype}", value, f"bytes of keys and values cached for one sequence in {dtype}"))
+                f"{name}: {format_bytes(card.kv_cache_bytes(dtype, tokens))}" for name,
+                tokens in CONTEXTS.items())
+        rows.append((f"KV cache {dtype}", value, "bytes of keys and values cached for one sequence in "
+                                                 f"{dtype}"))
     return rows
 
 
 def card_table(service: Service, spec: str) -> html.Table:
-    """The card of `spec` (from its config; card-only models too) as a table; each field's meaning on hover and
-    in the third column."""
+    """The card of `spec` (from its config; card-only models too) as a table; each field's meaning on hover
+    and in the third column."""
     rows = card_rows(service.registry.config(spec))
     return html.Table(className="card", children=[html.Tbody([
         html.Tr([html.Th(name, title=why), html.Td(value), html.Td(why, className="explain")])
@@ -62,7 +67,8 @@ def card_table(service: Service, spec: str) -> html.Table:
 
 
 def register(app, service: Service) -> None:
-    @app.callback(Output(ids.CARD, "children"), Output(ids.CARD_MESSAGE, "children"), Input(ids.MODEL, "value"))
+    @app.callback(Output(ids.CARD, "children"), Output(ids.CARD_MESSAGE, "children"),
+                  Input(ids.MODEL, "value"))
     @guarded(outputs=2, message=1)
     def _card(spec):
         return card_table(service, spec), ""

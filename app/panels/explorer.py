@@ -1,6 +1,6 @@
-"""The attention explorer: one head's α on the user's input as a heatmap (fixed 0–1 colours, or the head's own max),
-the text coloured by attention from/to a clicked token, a line view for short inputs, the head type's targets
-outlined with the share of attention that lands on them, and full-resolution downloads."""
+"""The attention explorer: one head's α on the user's input as a heatmap (fixed 0–1 colours, or the head's own
+max), the text coloured by attention from/to a clicked token, a line view for short inputs, the head type's
+targets outlined with the share of attention that lands on them, and full-resolution downloads."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import numpy as np
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from probe.errors import ProbeError
+from probe.heads.probesets import coreference_examples
 from probe.models import ModelKind
 
 from .. import figures, ids
-from ..errors import guarded
+from ..errors import error_message, guarded
 from ..inputs import parse_fasta
 from ..payload import display_tokens, layer_payload
 from ..registry import display_name
@@ -25,15 +26,17 @@ from . import card_panel, graph, radio
 
 DEMO_TEXT = ("the cat saw the dog . the cat saw the dog . mary gave the book to john because he wanted it . "
              "one two three four five one two three four five")
-DEMO_PARAGRAPH = ("When Mary met John at the station, she gave him the old book she had promised him (a worn copy of "
-                  "Moby Dick). He thanked her, and they walked to the small café by the river. Mary said the book "
-                  "had belonged to her grandmother; John said he would read it on the train home.")
+DEMO_PARAGRAPH = ("When Mary met John at the station, she gave him the old book she had promised him (a worn "
+                  "copy of Moby Dick). He thanked her, and they walked to the small café by the river. Mary "
+                  "said the book had belonged to her grandmother; John said he would read it on the train "
+                  "home.")
 DEMO_PROTEIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"  # ubiquitin
 TOKEN_VIEW_MAX = 1024  # the token view shows inputs up to this many tokens
 
 
 def layout(state: dict):
-    """The explorer card; `state` is the page's initial state (input, overlay, colour scale, zoom, pinned token)."""
+    """The explorer card; `state` is the page's initial state (input, overlay, colour scale, zoom, pinned
+    token)."""
     text = state.get("text")
     return card_panel("Attention explorer", [
         dcc.Textarea(id=ids.TEXT, value=text or "", rows=3,
@@ -43,11 +46,13 @@ def layout(state: dict):
             dcc.Checklist(id=ids.AS_IDS, options=[{"label": "token ids", "value": "ids"}],
                           value=["ids"] if state.get("as_ids") else [], inline=True),
             dcc.Checklist(id=ids.OVERLAY, options=[{"label": html.Span(
-                "outline the head type's targets", title="orange squares: the cells the head type says a head "
+                "outline the head type's targets",
+                title="orange squares: the cells the head type says a head "
                 "of this type attends to; the note gives the share of attention on them"), "value": "on"}],
                 value=["on"] if state.get("overlay") else [], inline=True),
             dcc.Checklist(id=ids.ALPHA_SCALE, options=[{"label": html.Span(
-                "colour max = head's max", title="colour scale up to the head's own largest α (causal models: "
+                "colour max = head's max",
+                title="colour scale up to the head's own largest α (causal models: "
                 "over queries ≥ 1, since query 0 sees only itself and has α = 1)"), "value": "head"}],
                 value=["head"] if state.get("scale") else [], inline=True),
             html.Span(id=ids.LIMITS, className="note"),
@@ -61,10 +66,12 @@ def layout(state: dict):
         graph(ids.HEATMAP, theme=state.get("theme", "light")),
         html.Div(["token view — hover a token (click pins it), colour by attention ",
                   radio(ids.TOKEN_DIRECTION, [{"label": "from it", "value": "from"},
-                                              {"label": "to it", "value": "to"}], state.get("direction", "from"))],
+                                              {"label": "to it", "value": "to"}],
+                                              state.get("direction", "from"))],
                  className="controls"),
         html.Div(id=ids.TOKENS, className="token-view"),
-        dcc.Store(id=ids.TOKEN_FOCUS, data={"index": state["token"]} if state.get("token") is not None else None),
+        dcc.Store(id=ids.TOKEN_FOCUS,
+                  data={"index": state["token"]} if state.get("token") is not None else None),
         dcc.Store(id=ids.ZOOM, data=state.get("zoom")),
         html.Div([html.Button("Download matrix (CSV)", id=ids.MATRIX_CSV_BUTTON),
                   html.Button("Download matrix (NPY)", id=ids.MATRIX_NPY_BUTTON),
@@ -74,12 +81,12 @@ def layout(state: dict):
     ], className="explorer-panel")
 
 
-# --- the input -------------------------------------------------------------------------------------------------
+# --- the input ----------------------------------------------------------------------------------------------
 
 
 def explorer_input(service: Service, spec: str, text: str, as_ids: bool, model_changed: bool = False):
-    """(input store, message, text shown): tokenizes the explorer's input; on a model change, an example that fits.
-    A ProbeError propagates (the callback shows it and keeps the previous input and figure)."""
+    """(input store, message, text shown): tokenizes the explorer's input; on a model change, an example that
+    fits. A ProbeError propagates (the callback shows it and keeps the previous input and figure)."""
     loaded = service.model(spec)
     if model_changed and not as_ids:
         text = example_for(loaded, text)
@@ -88,7 +95,8 @@ def explorer_input(service: Service, spec: str, text: str, as_ids: bool, model_c
 
 
 def example_for(loaded, text: str) -> str:
-    """The text to show after switching to `loaded`: the user's text if this model can read it, else an example."""
+    """The text to show after switching to `loaded`: the user's text if this model can read it, else an
+    example."""
     if loaded.kind == ModelKind.PROTEIN_MLM:
         return text if is_protein(text) else DEMO_PROTEIN
     if not text or is_protein(text) or unknown_share(loaded, text[:4000]) > 0.2:
@@ -104,16 +112,16 @@ def unknown_share(loaded, text: str) -> float:
 
 
 def example_text(loaded) -> str:
-    """A first input the model can read: an English paragraph for a model that reads English (all-MiniLM-L6-v2),
-    the demo sentences for a small word vocabulary; for the zoo's synthetic languages, two coreference template
-    sentences or a repeated block of the model's own words (so induction heads have something to do)."""
+    """A first input the model can read: an English paragraph for a model that reads English
+    (all-MiniLM-L6-v2), the demo sentences for a small word vocabulary; for the zoo's synthetic languages, two
+    coreference template sentences or a repeated block of the model's own words (so induction heads have
+    something to do)."""
     if loaded.kind == ModelKind.PROTEIN_MLM:
         return DEMO_PROTEIN
     if unknown_share(loaded, DEMO_PARAGRAPH) <= 0.05:
         return DEMO_PARAGRAPH
     if unknown_share(loaded, DEMO_TEXT) <= 0.2:
         return DEMO_TEXT
-    from probe.heads.probesets import coreference_examples
 
     sentences = " ".join(" ".join(example.words) for example in coreference_examples(2, seed=0))
     if unknown_share(loaded, sentences) <= 0.2:
@@ -145,25 +153,27 @@ def checked_input(service: Service, store) -> tuple[str, tuple[int, ...]]:
     return store["model"], service.check_ids(store["model"], store.get("ids"))
 
 
-# --- the view ---------------------------------------------------------------------------------------------------
+# --- the view -----------------------------------------------------------------------------------------------
 
 
 def target_share(alpha: np.ndarray, pattern: np.ndarray, causal: bool) -> tuple[float, float, int]:
-    """(share, chance, rows): of the attention of the rows that have a target, the mean share on the targets, and
-    what a uniform head would get (|T(i)| / (i + 1) causal, |T(i)| / n bidirectional); rows = how many rows."""
+    """(share, chance, rows): of the attention of the rows that have a target, the mean share on the targets,
+    and what a uniform head would get (|T(i)| / (i + 1) causal, |T(i)| / n bidirectional); rows = how many
+    rows."""
     rows = pattern.any(axis=1)  # [query]
     if not rows.any():
         return float("nan"), float("nan"), 0
     mass = (alpha * pattern).sum(axis=1)[rows]  # [row] α on the targets
     counts = pattern.sum(axis=1)[rows]
-    visible = (np.arange(pattern.shape[0]) + 1)[rows] if causal else np.full(int(rows.sum()), pattern.shape[1])
+    visible = ((np.arange(pattern.shape[0]) + 1)[rows] if causal
+               else np.full(int(rows.sum()), pattern.shape[1]))
     return float(mass.mean()), float((counts / visible).mean()), int(rows.sum())
 
 
 def zoom_window(relayout, window, n: int, max_bins: int = figures.HEATMAP_BINS) -> dict | None:
-    """The token window after a zoom on the heatmap (relayoutData in the current figure's cell units); None: the
-    whole input. The figure shows `window` (or everything) in cells of `factor` tokens, so cell c covers tokens
-    start + c·factor … start + (c + 1)·factor − 1."""
+    """The token window after a zoom on the heatmap (relayoutData in the current figure's cell units); None:
+    the whole input. The figure shows `window` (or everything) in cells of `factor` tokens, so cell c covers
+    tokens start + c·factor … start + (c + 1)·factor − 1."""
     current = checked_window(window, n) or (0, n, 0, n)
     if not isinstance(relayout, dict):
         return window
@@ -198,7 +208,8 @@ RELAYOUT_KEYS = ("xaxis.range[0]", "xaxis.range[1]", "yaxis.range[0]", "yaxis.ra
 
 
 def check_relayout(relayout: dict) -> None:
-    """A zoom payload's ranges must be finite numbers (NaN, ±Infinity or a string is a one-line ProbeError)."""
+    """A zoom payload's ranges must be finite numbers (NaN, ±Infinity or a string is a one-line
+    ProbeError)."""
     for key in RELAYOUT_KEYS:
         if key not in relayout:
             continue
@@ -206,11 +217,13 @@ def check_relayout(relayout: dict) -> None:
         values = value if isinstance(value, list) else [value]
         if key.endswith("autorange"):
             if not isinstance(value, (bool, str)):
-                raise ProbeError(f"the zoom's {key} is {value!r}, not true/false; double-click the heatmap to reset")
+                raise ProbeError(f"the zoom's {key} is {value!r}, not true/false; double-click the heatmap "
+                                 "to reset")
             continue
         if (key.endswith("range") and len(values) != 2) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
-            raise ProbeError(f"the zoom's {key} is {value!r}, not a finite number; zoom again (double-click resets)")
+            raise ProbeError(f"the zoom's {key} is {value!r}, not a finite number; zoom again (double-click "
+                             "resets)")
 
 
 def checked_window(window, n: int) -> tuple[int, int, int, int] | None:
@@ -228,8 +241,8 @@ def checked_window(window, n: int) -> tuple[int, int, int, int] | None:
 
 def layer_view(service: Service, store: dict | None, layer_store) -> tuple[dict | None, str]:
     """(layer payload, message): one layer's α of every head for the current input, sent to the browser once
-    (assets/explorer.js draws the heatmap, token view and head steps from it). A failed capture is a payload with
-    an `error`, so the browser clears the previous model's figures and says why."""
+    (assets/explorer.js draws the heatmap, token view and head steps from it). A failed capture is a payload
+    with an `error`, so the browser clears the previous model's figures and says why."""
     if not store:
         return None, ""
     spec, token_ids = checked_input(service, store)
@@ -238,7 +251,6 @@ def layer_view(service: Service, store: dict | None, layer_store) -> tuple[dict 
     try:
         alpha = service.layer_attention(spec, token_ids, layer)  # [head query key]
     except Exception as error:  # noqa: BLE001 - shown in the page, the figures cleared
-        from ..errors import error_message
 
         message = error_message(error)
         return {"error": f"{spec}: {message}", "model": spec}, message
@@ -270,8 +282,10 @@ def stack_tokens(service: Service, spec: str, token_ids, layer: int):
     return decoder, (tokens if stack == "cross" else decoder), STACK_AXES[stack]
 
 
-def pattern_view(service: Service, store: dict | None, layer_store, head_type: str, overlay: bool) -> dict | None:
-    """The head type's target cells of the current input for each head of the layer ({"heads": [[queries, keys],
+def pattern_view(service: Service, store: dict | None, layer_store, head_type: str,
+                 overlay: bool) -> dict | None:
+    """The head type's target cells of the current input for each head of the layer ({"heads": [[queries,
+    keys],
     ...]}: one entry when every head has the same targets), or a note why there is no outline."""
     if not overlay or not store:
         return None
@@ -285,8 +299,8 @@ def pattern_view(service: Service, store: dict | None, layer_store, head_type: s
             queries, keys = np.nonzero(pattern)
             heads.append([queries.tolist(), keys.tolist()])
     except ProbeError:
-        return {"heads": None, "note": f"no outline: {head_type} targets need marked spans (a pronoun and its "
-                                       "antecedent, as in a --probe-file); typed text has none"}
+        return {"heads": None, "note": f"no outline: {head_type} targets need marked spans (a pronoun and "
+                                       "its antecedent, as in a --probe-file); typed text has none"}
     if all(entry == heads[0] for entry in heads):
         heads = heads[:1]
     return {"heads": heads, "note": ""}
@@ -333,10 +347,11 @@ def _csv_cell(text: str) -> str:
 
 
 def register(app, service: Service) -> None:
-    @app.callback(Output(ids.INPUT, "data"), Output(ids.EXPLORER_MESSAGE, "children"), Output(ids.TEXT, "value"),
-                  Output(ids.ZOOM, "data", allow_duplicate=True),
+    @app.callback(Output(ids.INPUT, "data"), Output(ids.EXPLORER_MESSAGE, "children"),
+                  Output(ids.TEXT, "value"), Output(ids.ZOOM, "data", allow_duplicate=True),
                   Input(ids.RUN, "n_clicks"), Input(ids.MODEL, "value"),
-                  State(ids.TEXT, "value"), State(ids.AS_IDS, "value"), prevent_initial_call="initial_duplicate")
+                  State(ids.TEXT, "value"), State(ids.AS_IDS, "value"),
+                  prevent_initial_call="initial_duplicate")
     def _input(_clicks, spec, text, as_ids):
         model_changed = ctx.triggered_id == ids.MODEL
         # a new input starts unzoomed; the page's first input keeps the zoom its link named
@@ -344,7 +359,6 @@ def register(app, service: Service) -> None:
         try:
             return (*explorer_input(service, spec, text, bool(as_ids), model_changed=model_changed), zoom)
         except Exception as error:  # noqa: BLE001 - a message; after a model change the old input is dropped
-            from ..errors import error_message
 
             return (None if model_changed else no_update), error_message(error), no_update, no_update
 
@@ -357,18 +371,20 @@ def register(app, service: Service) -> None:
     def _layer(store, layer):
         return layer_view(service, store, layer)
 
-    @app.callback(Output(ids.PATTERN, "data"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
+    @app.callback(Output(ids.PATTERN, "data"),
+                  Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
                   Input(ids.INPUT, "data"), Input(ids.LAYER, "data"), Input(ids.HEAD_TYPE, "value"),
                   Input(ids.OVERLAY, "value"), Input(ids.LABEL_VERSION, "data"), prevent_initial_call=True)
     @guarded(outputs=2, message=1)
     def _pattern(store, layer, head_type, overlay, _version):
         return pattern_view(service, store, layer, head_type, bool(overlay)), no_update
 
-    app.clientside_callback(  # the heatmap in the page's theme (the same plotly templates as the server's figures)
+    # the heatmap in the page's theme (the same plotly templates as the server's figures)
+    app.clientside_callback(
         "function (d, s, sc, z, p, dark, t, templates) {"
         " return window.dash_clientside.probe.heatmap(d, s, sc, z, p, t, dark, templates); }",
-        Output(ids.HEATMAP, "figure"), Output(ids.HEAD_LABEL, "children"), Output(ids.OVERLAY_NOTE, "children"),
-        Output(ids.OFFSET_NOTE, "children"),
+        Output(ids.HEATMAP, "figure"), Output(ids.HEAD_LABEL, "children"),
+        Output(ids.OVERLAY_NOTE, "children"), Output(ids.OFFSET_NOTE, "children"),
         Input(ids.LAYER_DATA, "data"), Input(ids.SELECTED, "data"), Input(ids.ALPHA_SCALE, "value"),
         Input(ids.ZOOM, "data"), Input(ids.PATTERN, "data"), Input(ids.THEME, "checked"),
         State(ids.HEAD_TYPE, "value"), State(ids.TEMPLATES, "data"))
@@ -377,16 +393,18 @@ def register(app, service: Service) -> None:
                             Output(ids.TOKENS_SINK, "data"), Input(ids.TOKEN_DIRECTION, "value"),
                             Input(ids.TOKEN_FOCUS, "data"))
 
-    @app.callback(Output(ids.LINES, "figure"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
+    @app.callback(Output(ids.LINES, "figure"),
+                  Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
                   Input(ids.INPUT, "data"), Input(ids.SELECTED, "data"), Input(ids.THEME, "checked"),
                   prevent_initial_call="initial_duplicate")
     @guarded(outputs=2, message=1)
     def _lines(store, selected, dark):
         return line_figure(service, store, selected, figures.theme_of(dark)), no_update
 
-    @app.callback(Output(ids.ZOOM, "data"), Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
-                  Input(ids.HEATMAP, "relayoutData"), State(ids.INPUT, "data"),
-                  State(ids.ZOOM, "data"), prevent_initial_call=True)
+    @app.callback(Output(ids.ZOOM, "data"),
+                  Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
+                  Input(ids.HEATMAP, "relayoutData"), State(ids.INPUT, "data"), State(ids.ZOOM, "data"),
+                  prevent_initial_call=True)
     @guarded(outputs=2, message=1)
     def _zoom(relayout, store, window):
         if not isinstance(store, dict) or not isinstance(store.get("ids"), list):

@@ -1,47 +1,52 @@
-"""The glossary popover: what every number in the page means (score, chance, effect, q-value, the label rule with
-its numbers, output share and sinks, ablation, the grid's colours and badges). The numbers of the rule are read
-from probe.heads.label.LabelConfig, so the text follows the library."""
+"""The glossary popover: what every number in the page means (score, chance, effect, q-value, the label rule
+with its numbers, output share and sinks, ablation, the grid's colours and badges). The numbers of the rule
+are read from probe.heads.label.LabelConfig, so the text follows the library."""
 
 from __future__ import annotations
 
 import dash_mantine_components as dmc
 from dash import html
 
+from probe.heads.label import LabelConfig
+
 from .. import ids
 
 
 def entries() -> list[tuple[str, str]]:
     """(term, definition) pairs shown in the glossary."""
-    from probe.heads.label import LabelConfig
-
     config = LabelConfig()
     level = f"{config.confidence:.0%}"
     return [
-        ("score", "the mean share of a head's attention that lands on its head type's targets (previous token, "
-                  "an earlier copy's successor, …), over the probe examples; 0–1, drawn on the fixed 0–1 scale."),
-        ("chance", "the score a uniform head would get on the same examples (|targets| / visible keys per row)."),
+        ("score", "the mean share of a head's attention that lands on its head type's targets (previous "
+                  "token, an earlier copy's successor, …), over the probe examples; 0–1, drawn on the fixed "
+                  "0–1 scale."),
+        ("chance",
+         "the score a uniform head would get on the same examples (|targets| / visible keys per row)."),
         ("interval", f"[ci_low, ci_high]: a {level} clustered bootstrap interval of the score "
                      f"({config.n_bootstrap} resamples over examples)."),
         ("effect", "score − chance; for coreference, the antecedent accuracy gain over the best baseline."),
         ("p-value, q-value", "the one-sided test that the effect exceeds the minimum effect, and its "
                              "Benjamini–Hochberg q-value over every head and type of the model."),
-        ("label rule (✓)", f"a head is labelled when q ≤ {config.fdr:g} for H0: effect ≤ {config.min_effect:g} "
-                           f"(mass types) or accuracy gain ≤ {config.min_accuracy_gain:g} (coreference)."),
-        ("grey cell", "a score that is not clearly above chance (q ≥ 0.05, or the interval's low end at or below "
-                      "chance): its colour would suggest more than the data show."),
+        ("label rule (✓)", f"a head is labelled when q ≤ {config.fdr:g} for H0: effect ≤ "
+                           f"{config.min_effect:g} (mass types) or accuracy gain ≤ "
+                           f"{config.min_accuracy_gain:g} (coreference)."),
+        ("grey cell", "a score that is not clearly above chance (q ≥ 0.05, or the interval's low end at or "
+                      "below chance): its colour would suggest more than the data show."),
         ("offset", "fixed_offset heads: the relative position d the head attends to (j = i + d)."),
-        ("ablation", "ablation_effect: the rise in loss on the type's probes when the head is zeroed; ablation_z: "
-                     "that rise in standard deviations of random same-layer heads."),
-        ("group effect", "group_effect / group_z: the same for all labelled heads of a type ablated together, "
-                         "against random groups of the same size."),
+        ("ablation", "ablation_effect: the rise in loss on the type's probes when the head is zeroed; "
+                     "ablation_z: that rise in standard deviations of random same-layer heads."),
+        ("group effect", "group_effect / group_z: the same for all labelled heads of a type ablated "
+                         "together, against random groups of the same size."),
         ("output share", "output_share: the share of a head's output norm ‖Σ α·v·W_O‖ that comes from its "
-                         "targets (Kobayashi et al. 2020): weight a head puts on a token can carry little output."),
-        ("role: sink", "a labelled head whose output_share < 0.1: it parks attention on its targets (often the "
-                       "first token) without moving much from them; otherwise 'function'."),
-        ("dominant offset", "the most common argmax j − i over the rows of the shown head, and in how many rows."),
+                         "targets (Kobayashi et al. 2020): weight a head puts on a token can carry little "
+                         "output."),
+        ("role: sink", "a labelled head whose output_share < 0.1: it parks attention on its targets (often "
+                       "the first token) without moving much from them; otherwise 'function'."),
+        ("dominant offset",
+         "the most common argmax j − i over the rows of the shown head, and in how many rows."),
         ("α", "an attention weight: row i (the query) is a distribution over keys j."),
-        ("protein heads", "enrichment: the head's share on a feature over its base rate; p/q: a binomial test "
-                          "and its BH q-value; 'unknown' where the feature is not defined (no ligand)."),
+        ("protein heads", "enrichment: the head's share on a feature over its base rate; p/q: a binomial "
+                          "test and its BH q-value; 'unknown' where the feature is not defined (no ligand)."),
     ]
 
 

@@ -1,7 +1,8 @@
 """The head grid: every head's attention on the current input at a glance (layer rows × head columns).
 
-One forward pass streams every head's α into a pooled grid on the server (`Service.thumbnails`); each head becomes a
-small PNG; its atlas score (or label) is the badge. Click a thumbnail to select that head everywhere.
+One forward pass streams every head's α into a pooled grid on the server (`Service.thumbnails`); each head
+becomes a small PNG; its atlas score (or label) is the badge. Click a thumbnail to select that head
+everywhere.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dash import ALL, Input, Output, State, ctx, html, no_update
 from probe.errors import ProbeError
 
 from .. import figures, ids
-from ..errors import guarded
+from ..errors import error_message, guarded
 from ..service import Service
 from ..thumbnails import thumbnail_uri
 from . import card_panel
@@ -20,16 +21,16 @@ from . import card_panel
 
 def layout() -> html.Div:
     return card_panel("Every head on this input", [
-        html.Div("click a thumbnail to select the head · badge: the atlas score, ✓ labelled, grey near chance",
-                 className="note"),
+        html.Div("click a thumbnail to select the head · badge: the atlas score, ✓ labelled, grey near "
+                 "chance", className="note"),
         html.Div(id=ids.GRID_MESSAGE, className="message"),
         html.Div(id=ids.GRID, className="head-grid"),
     ], className="grid-panel")
 
 
 def badges(table, head_type: str) -> dict[tuple[int, int], tuple[str, str]]:
-    """(layer, head) -> (badge text, css class) from the atlas table: the score, ✓ when labelled, grey when the
-    score is not clearly above chance."""
+    """(layer, head) -> (badge text, css class) from the atlas table: the score, ✓ when labelled, grey when
+    the score is not clearly above chance."""
     if table is None or table.empty:
         return {}
     rows = table[table["head_type"].astype(str) == head_type]
@@ -42,13 +43,13 @@ def badges(table, head_type: str) -> dict[tuple[int, int], tuple[str, str]]:
     return out
 
 
-def grid_children(service: Service, store: dict | None, head_type: str, per_head_max: bool, selected: dict | None):
+def grid_children(service: Service, store: dict | None, head_type: str, per_head_max: bool,
+                  selected: dict | None):
     """The grid's components for the current input: a header row of head numbers, then one row per layer."""
     if not isinstance(store, dict) or not store.get("ids"):
         return html.Div("run an input to see every head", className="note")
     spec = store.get("model")
     pooled = service.thumbnails(spec, store["ids"])  # [layer head query_bin key_bin]
-    from probe.models import ModelKind
 
     causal = service.model(spec).kind == ModelKind.CAUSAL_LM
     n_heads = pooled.shape[1]
@@ -66,20 +67,22 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
             name = service.head_label(spec, layer, head)
             cells.append(html.Button(
                 [html.Img(src=thumbnail_uri(tile, vmax), alt=name), html.Span(text, className=css)],
-                id={"type": ids.THUMB, "layer": layer, "head": head}, title=f"{name} {head_type} {text}".strip(),
+                id={"type": ids.THUMB, "layer": layer, "head": head},
+                title=f"{name} {head_type} {text}".strip(),
                 className="thumb selected" if (layer, head) == chosen else "thumb", n_clicks=0))
     # columns shrink to fit the panel (every head stays in view at 1280 px), up to 72 px each
     first = "52px" if service.layer_names(spec) else "24px"  # room for "cross.L2"
     style = {"gridTemplateColumns": f"{first} repeat({n_heads}, minmax(0, 72px))"}
     factor = int(np.ceil(len(store["ids"]) / pooled.shape[-1]))
-    note = (f"{len(store['ids'])} tokens" + (f", each thumbnail max-pooled {factor}×{factor}" if factor > 1 else "")
+    note = (f"{len(store['ids'])} tokens" + (f", each thumbnail max-pooled {factor}×{factor}"
+                                             if factor > 1 else "")
             + (" · colour: each head's own max" if per_head_max else " · colour: α on the fixed 0–1 scale"))
     return [html.Div(cells, className="head-grid-cells", style=style), html.Div(note, className="note")]
 
 
 def head_max(tile: np.ndarray, causal: bool) -> float:
-    """The colour maximum of a thumbnail scaled to its head: causal models leave out the first cell, which holds
-    query 0 (it sees only itself, α = 1, on every head)."""
+    """The colour maximum of a thumbnail scaled to its head: causal models leave out the first cell, which
+    holds query 0 (it sees only itself, α = 1, on every head)."""
     values = tile.copy()
     if causal and values.size > 1:
         values[0, 0] = 0.0
@@ -105,7 +108,6 @@ def register(app, service: Service) -> None:
         try:
             return grid_children(service, store, head_type, bool(scale), selected), ""
         except Exception as error:  # noqa: BLE001 - the grid is cleared (never the previous model's heads)
-            from ..errors import error_message
 
             message = error_message(error)
             return html.Div("no grid: " + message, className="note"), message
@@ -127,6 +129,6 @@ def register(app, service: Service) -> None:
                 return (selected && id.layer === selected.layer && id.head === selected.head) ? "thumb selected"
                                                                                                 : "thumb";
             });
-        }""",
+        }""",  # noqa: E501 - embedded JavaScript
         Output({"type": ids.THUMB, "layer": ALL, "head": ALL}, "className"),
         Input(ids.SELECTED, "data"), State({"type": ids.THUMB, "layer": ALL, "head": ALL}, "id"))

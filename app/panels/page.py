@@ -1,7 +1,8 @@
 """Page-wide controls and state: the header (title, glossary, theme), the sidebar (model, head type, head
-selector, toolbar image format, the model's facts), and the URL that holds every state — model, head type, head,
-overlay, colour scale, zoom, pinned token, and the input (short text in the link, a long one through a server-side
-key) — so a reload or a shared link restores it. A link that names something unknown gets a visible note."""
+selector, toolbar image format, the model's facts), and the URL that holds every state — model, head type,
+head, overlay, colour scale, zoom, pinned token, and the input (short text in the link, a long one through a
+server-side key) — so a reload or a shared link restores it. A link that names something unknown gets a
+visible note."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from urllib.parse import urlencode
 import dash_mantine_components as dmc
 from dash import Input, Output, State, dcc, html
 
-from .. import ids
+from probe.heads.registry import REGISTRY
+
+from .. import figures, ids
 from ..errors import guarded
+from ..figures import _is_labelled
 from ..registry import display_name
 from ..service import Service
 from . import radio
+from .glossary import glossary_button
 
 URL_TEXT_CHARS = 300  # inputs up to this long go into the URL as text; longer ones through a server-side key
 GRAPHS = (ids.ATLAS, ids.HEATMAP, ids.LINES, ids.CONTACTS, ids.HEAD_MAP)
@@ -44,15 +49,13 @@ def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
 
 
 def type_options(types) -> list[dict]:
-    """Readable labels ("previous token"); plain strings, since the options are replaced by a callback when the
-    model changes (components inside options do not survive that in the renderer). The snake_case names and
-    descriptions are in the glossary and the labels' tooltip (the radio list's title)."""
+    """Readable labels ("previous token"); plain strings, since the options are replaced by a callback when
+    the model changes (components inside options do not survive that in the renderer). The snake_case names
+    and descriptions are in the glossary and the labels' tooltip (the radio list's title)."""
     return [{"label": readable(name), "value": name} for name in types]
 
 
 def types_tooltip(types) -> str:
-    from probe.heads.registry import REGISTRY
-
     return "\n".join(f"{name}: {REGISTRY[name].description}" for name in types if name in REGISTRY)
 
 
@@ -60,11 +63,10 @@ SHOWCASE = ("induction", "previous_token", "next_token", "coreference", "duplica
 
 
 def default_head_type(types, table=None) -> str:
-    """The type the page opens on: the first of SHOWCASE with a labelled head in `table` (a real model opens on a
-    pattern it has, never on an empty atlas); without labels induction where it applies, else the first type."""
+    """The type the page opens on: the first of SHOWCASE with a labelled head in `table` (a real model opens
+    on a pattern it has, never on an empty atlas); without labels induction where it applies, else the first
+    type."""
     if table is not None and not table.empty and "label" in table.columns:
-        from ..figures import _is_labelled
-
         labelled = {str(kind) for kind, label in zip(table["head_type"], table["label"], strict=True)
                     if _is_labelled(label)}
         for name in (*SHOWCASE, *types):
@@ -74,8 +76,8 @@ def default_head_type(types, table=None) -> str:
 
 
 def initial_state(service: Service, query) -> dict:
-    """The page's first state from the URL's query (a dict-like): each unknown or malformed value is replaced by
-    its default and named in a visible note, never an error page."""
+    """The page's first state from the URL's query (a dict-like): each unknown or malformed value is replaced
+    by its default and named in a visible note, never an error page."""
     notes = []
     usable = service.registry.usable_specs or service.specs
     spec = query.get("model") or usable[0]
@@ -91,7 +93,8 @@ def initial_state(service: Service, query) -> dict:
     layer, head = _default_head(service, spec, head_type)
     if "layer" in query or "head" in query:
         try:
-            layer, head = service.head_of(spec, {"layer": query.get("layer", 0), "head": query.get("head", 0)})
+            layer, head = service.head_of(spec,
+                                          {"layer": query.get("layer", 0), "head": query.get("head", 0)})
         except Exception:  # noqa: BLE001 - a bad link is a note, not an error page
             fallback = _default_head(service, spec, head_type)
             notes.append(f"head L{query.get('layer', 0)}H{query.get('head', 0)} is not a head of "
@@ -139,8 +142,9 @@ def initial_state(service: Service, query) -> dict:
 
 
 def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int]:
-    """The head the page opens on: the best-scoring labelled head of the type (else the best score), the model's
-    first head with α without labels (L0H0; a hybrid's first softmax layer), L0H0 for a card-only model."""
+    """The head the page opens on: the best-scoring labelled head of the type (else the best score), the
+    model's first head with α without labels (L0H0; a hybrid's first softmax layer), L0H0 for a card-only
+    model."""
     if service.unusable(spec):
         return 0, 0
     first = service.model(spec).heads[0]
@@ -151,8 +155,6 @@ def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int
     if rows.empty:
         return first
     if "label" in rows.columns:
-        from ..figures import _is_labelled
-
         labelled = rows[[_is_labelled(value) for value in rows["label"]]]
         rows = labelled if not labelled.empty else rows
     best = rows.sort_values("score", ascending=False).iloc[0]
@@ -162,8 +164,8 @@ def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int
 def url_search(service: Service, spec: str, head_type: str, selected: dict | None, store: dict | None,
                overlay=None, scale=None, zoom: dict | None = None, focus: dict | None = None,
                theme: str | None = None, direction: str | None = None) -> str:
-    """The query string of the current state; an input longer than URL_TEXT_CHARS is saved on the server and the
-    link carries its key."""
+    """The query string of the current state; an input longer than URL_TEXT_CHARS is saved on the server and
+    the link carries its key."""
     params = {"model": spec, "type": head_type}
     if isinstance(selected, dict):
         params.update(layer=selected.get("layer", 0), head=selected.get("head", 0))
@@ -192,7 +194,8 @@ def url_search(service: Service, spec: str, head_type: str, selected: dict | Non
 
 def header(state: dict) -> dmc.Group:
     return dmc.Group(justify="space-between", h="100%", px="md", children=[
-        dmc.Group([dmc.Title("probe", order=3), dmc.Text("what each attention head does", c="dimmed", size="sm")]),
+        dmc.Group(
+            [dmc.Title("probe", order=3), dmc.Text("what each attention head does", c="dimmed", size="sm")]),
         dmc.Group([
             dmc.Switch(id=ids.THEME, label="dark", size="sm", checked=state["theme"] == "dark"),
         ]),
@@ -200,8 +203,6 @@ def header(state: dict) -> dmc.Group:
 
 
 def sidebar(service: Service, state: dict) -> dmc.Stack:
-    from .glossary import glossary_button
-
     spec = state["model"]
     options = [{"label": model_label(s), "value": s} for s in service.specs]
     return dmc.Stack(gap="sm", children=[
@@ -242,11 +243,10 @@ def _shape(service: Service, spec: str) -> dict:
 
 
 def register(app, service: Service) -> None:
-    from .. import figures
-
-    @app.callback(Output(ids.MODEL_INFO, "children"), Output(ids.SHAPE, "data"), Output(ids.LIMITS, "children"),
-                  Output(ids.CARD_ONLY, "children"), Output(ids.EXPLORER_SECTION, "style"),
-                  Output(ids.PROTEIN_SECTION, "style"), Input(ids.MODEL, "value"))
+    @app.callback(Output(ids.MODEL_INFO, "children"), Output(ids.SHAPE, "data"),
+                  Output(ids.LIMITS, "children"), Output(ids.CARD_ONLY, "children"),
+                  Output(ids.EXPLORER_SECTION, "style"), Output(ids.PROTEIN_SECTION, "style"),
+                  Input(ids.MODEL, "value"))
     @guarded(outputs=6, message=3)
     def _model(spec):
         why = service.unusable(spec) or ""
@@ -261,8 +261,8 @@ def register(app, service: Service) -> None:
     @guarded(outputs=4, message=3)
     def _model_changed(spec, head_type):
         types = head_types_for(service, spec)
-        head_type = head_type if head_type in types else default_head_type(types, service.labels(spec)
-                                                                             if not service.unusable(spec) else None)
+        head_type = head_type if head_type in types else default_head_type(
+            types, service.labels(spec) if not service.unusable(spec) else None)
         layer, head = _default_head(service, spec, head_type)
         return {"layer": layer, "head": head}, type_options(types), head_type, ""
 
@@ -281,7 +281,8 @@ def register(app, service: Service) -> None:
         fmt = image_format if image_format in ("png", "svg") else "png"
         return [figures.graph_config(fmt, f"probe_{graph}", atlas=graph == ids.ATLAS) for graph in GRAPHS]
 
-    app.clientside_callback(  # plotly reads the camera's format at click time from the drawn plot: set it there now
+    # plotly reads the camera's format at click time from the drawn plot: set it there now
+    app.clientside_callback(
         "function (fmt) { return window.dash_clientside.probe.setImageFormat(fmt); }",
         Output(ids.IMAGE_APPLIED, "data"), Input(ids.IMAGE_FORMAT, "value"))
 
@@ -291,4 +292,5 @@ def register(app, service: Service) -> None:
 
     app.clientside_callback(  # light / dark theme
         "function (dark) { return dark ? 'dark' : 'light'; }",
-        Output("mantine-provider", "forceColorScheme"), Input(ids.THEME, "checked"), prevent_initial_call=True)
+        Output("mantine-provider", "forceColorScheme"), Input(ids.THEME, "checked"),
+        prevent_initial_call=True)

@@ -1,13 +1,14 @@
-"""Proteins: predicted contacts (upper triangle) and true contacts from an uploaded structure (lower) beside the
-selected head's APC-corrected attention; a clicked residue pair is marked in both until cleared, and both maps zoom
-together; the per-head leaderboard selects heads. Uploads that are too large or of the wrong type are refused in
-the browser with a message (assets/upload.js) and again on the server."""
+"""Proteins: predicted contacts (upper triangle) and true contacts from an uploaded structure (lower) beside
+the selected head's APC-corrected attention; a clicked residue pair is marked in both until cleared, and both
+maps zoom together; the per-head leaderboard selects heads. Uploads that are too large or of the wrong type
+are refused in the browser with a message (assets/upload.js) and again on the server."""
 
 from __future__ import annotations
 
 import base64
+import math
 
-from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
+from dash import Input, Output, Patch, State, ctx, dash_table, dcc, html, no_update
 
 from probe.errors import ProbeError
 from probe.models import ModelKind
@@ -27,7 +28,8 @@ SEQUENCE_EXTENSIONS = (".fa", ".fasta", ".faa", ".txt", ".seq")
 def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.Div:
     table_style = {"style_table": {"maxHeight": "320px", "overflowY": "auto"},
                    "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 12,
-                                  "padding": "2px 6px", "minWidth": "48px", "maxWidth": "90px", "whiteSpace": "normal"},
+                                  "padding": "2px 6px", "minWidth": "48px", "maxWidth": "90px",
+                                  "whiteSpace": "normal"},
                    "style_header": {**TABLE_HEADER, "whiteSpace": "normal", "height": "auto"}}
     accept = ",".join(STRUCTURE_EXTENSIONS + SEQUENCE_EXTENSIONS)
     return card_panel("Proteins: attention next to contact maps", [
@@ -38,7 +40,8 @@ def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.D
                                 children=html.Span(f"drop or click: structure (.pdb, .cif) or FASTA, ≤ "
                                                    f"{upload_bytes / 2**20:g} MiB")),
                      id=ids.UPLOAD_BOX, **{"data-max-bytes": str(upload_bytes), "data-accept": accept}),
-            html.Span("chain:"), dcc.Input(id=ids.CHAIN, value="", placeholder="first", style={"width": "60px"}),
+            html.Span("chain:"),
+            dcc.Input(id=ids.CHAIN, value="", placeholder="first", style={"width": "60px"}),
             html.Button("clear pair", id=ids.PAIR_CLEAR),
             html.Span(f"at most {max_residues} residues · click a residue pair to mark it in both maps",
                       className="note"),
@@ -59,17 +62,20 @@ def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.D
         ]),
         html.Div(className="structure-set", children=[
             html.H2(id=ids.STRUCTURE_SET_TITLE),
-            dash_table.DataTable(id=ids.STRUCTURE_SET, data=[], sort_action="native", page_size=200, **table_style),
+            dash_table.DataTable(id=ids.STRUCTURE_SET, data=[], sort_action="native", page_size=200,
+                                 **table_style),
         ]),
     ], className="protein-panel")
 
 
 # Columns of the structure-set summary shown in the page, and their short headers.
 SET_COLUMNS = {"name": "head", "n_proteins": "proteins", "p_at_L_long": "P@L long", "p_at_L_long_low": "low",
-               "p_at_L_long_high": "high", "base_rate_long": "base rate long", "enrichment_L_long": "enrichment long",
-               "q_value_L_long": "q long", "contact_share": "contact share", "contact_background": "contact bg",
-               "binding_share": "binding share", "binding_background": "binding bg", "helix_share": "helix share",
-               "strand_share": "strand share", "n_high": "α ≥ θ", "weight": "weight"}
+               "p_at_L_long_high": "high", "base_rate_long": "base rate long",
+               "enrichment_L_long": "enrichment long", "q_value_L_long": "q long",
+               "contact_share": "contact share", "contact_background": "contact bg",
+               "binding_share": "binding share", "binding_background": "binding bg",
+               "helix_share": "helix share", "strand_share": "strand share", "n_high": "α ≥ θ",
+               "weight": "weight"}
 
 
 def structure_set(service: Service, spec: str) -> tuple[list[dict], list[dict], str]:
@@ -77,10 +83,12 @@ def structure_set(service: Service, spec: str) -> tuple[list[dict], list[dict], 
     summary = service.heads_summary(spec)
     if summary is None:
         return [], [], ""
-    unknown_ok = {"binding_share", "binding_background", "helix_share", "strand_share"}  # NaN: "unknown", not 0
-    keep = [c for c in SET_COLUMNS if c in summary.columns and (c in unknown_ok or not summary[c].isna().all())]
-    table = summary.sort_values("p_at_L_long" if "p_at_L_long" in summary.columns else "layer", ascending=False,
-                                na_position="last")
+    # NaN: "unknown", not 0
+    unknown_ok = {"binding_share", "binding_background", "helix_share", "strand_share"}
+    keep = [c for c in SET_COLUMNS if c in summary.columns
+            and (c in unknown_ok or not summary[c].isna().all())]
+    table = summary.sort_values("p_at_L_long" if "p_at_L_long" in summary.columns else "layer",
+                                ascending=False, na_position="last")
     table = table[keep + ["layer", "head"]].rename(columns={**SET_COLUMNS, "head": "head_index"}).round(3)
     columns = [{"name": name, "id": name} for name in table.columns if name not in ("layer", "head_index")]
     proteins = summary.attrs.get("proteins")
@@ -107,7 +115,8 @@ def decode_upload(contents: str | None, filename: str | None, max_bytes: int) ->
 
 def protein_run(service: Service, spec: str, sequence: str | None, contents: str | None, filename: str | None,
                 chain: str | None):
-    """(protein store, message): contacts for the typed sequence, an uploaded FASTA or an uploaded structure."""
+    """(protein store, message): contacts for the typed sequence, an uploaded FASTA or an uploaded
+    structure."""
     loaded = service.model(spec)
     if loaded.kind != ModelKind.PROTEIN_MLM:
         kind = getattr(loaded.kind, "value", loaded.kind)
@@ -134,15 +143,18 @@ def protein_run(service: Service, spec: str, sequence: str | None, contents: str
         if structure is None or str(error).startswith(name):
             raise
         raise ProbeError(f"{name}: {error}") from None  # say which upload was refused
-    store = {"key": key, "model": spec, "length": len(result.sequence), "has_structure": result.true is not None}
+    store = {"key": key, "model": spec, "length": len(result.sequence),
+             "has_structure": result.true is not None}
     return store, result.note
 
 
 def protein_view(service: Service, store: dict | None, selected, pair: dict | None, zoom: dict | None = None,
                  theme: str = "light"):
-    """(contact figure, head map figure, leaderboard rows, P@L table, message); both maps drawn at the shared zoom."""
+    """(contact figure, head map figure, leaderboard rows, P@L table, message); both maps drawn at the shared
+    zoom."""
     if not store:
-        empty = figures.empty_figure("choose a protein model, then type a sequence or upload a structure", theme)
+        empty = figures.empty_figure(
+            "choose a protein model, then type a sequence or upload a structure", theme)
         return empty, empty, [], [], [], ""
     if not isinstance(store, dict) or not isinstance(store.get("key"), str):
         raise ProbeError("the protein result is not valid; press Run again")
@@ -168,8 +180,6 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
 
 def unknown_as_text(records: list[dict]) -> list[dict]:
     """Table records with NaN shown as "unknown" (a feature share with no ligand is not 0)."""
-    import math
-
     return [{key: ("unknown" if isinstance(value, float) and math.isnan(value) else value)
              for key, value in record.items()} for record in records]
 
@@ -197,7 +207,8 @@ def mark_pair(store: dict | None, click: dict | None):
 
 
 def leaderboard_head(service: Service, spec: str, cell, rows) -> dict:
-    """The head of a clicked leaderboard row, checked (the head index is in `head_index`; `head` is its name)."""
+    """The head of a clicked leaderboard row, checked (the head index is in `head_index`; `head` is its
+    name)."""
     return row_head(service, spec, cell, rows, "head_index")
 
 
@@ -205,9 +216,11 @@ def register(app, service: Service) -> None:
     @app.callback(Output(ids.PROTEIN, "data"), Output(ids.PROTEIN_ERROR, "children"),
                   Output(ids.PROTEIN_MESSAGE, "children"),
                   Output(ids.UPLOAD, "contents"), Output(ids.PAIR, "data"), Output(ids.PROTEIN_ZOOM, "data"),
-                  Input(ids.PROTEIN_RUN, "n_clicks"), Input(ids.UPLOAD, "contents"), Input(ids.MODEL, "value"),
-                  State(ids.UPLOAD, "filename"), State(ids.SEQUENCE, "value"), State(ids.CHAIN, "value"))
-    @guarded(outputs=6, message=1)  # a refusal goes to the error line; the line naming the shown protein stays
+                  Input(ids.PROTEIN_RUN, "n_clicks"), Input(ids.UPLOAD, "contents"),
+                  Input(ids.MODEL, "value"), State(ids.UPLOAD, "filename"), State(ids.SEQUENCE, "value"),
+                  State(ids.CHAIN, "value"))
+    # a refusal goes to the error line; the line naming the shown protein stays
+    @guarded(outputs=6, message=1)
     def _protein(_clicks, contents, spec, filename, sequence, chain):
         if ctx.triggered_id == ids.UPLOAD and not contents:
             return (no_update,) * 6  # our own reset below
@@ -219,9 +232,9 @@ def register(app, service: Service) -> None:
         shown = message or f"the maps show the typed sequence ({store['length']} residues)"
         return store, "", shown, None, None, None  # contents reset: the same file can be uploaded again
 
-    @app.callback(Output(ids.CONTACTS, "figure"), Output(ids.HEAD_MAP, "figure"), Output(ids.LEADERBOARD, "data"),
-                  Output(ids.LEADERBOARD, "columns"), Output(ids.PRECISION, "data"),
-                  Output(ids.PROTEIN_VIEW_MESSAGE, "children"),
+    @app.callback(Output(ids.CONTACTS, "figure"), Output(ids.HEAD_MAP, "figure"),
+                  Output(ids.LEADERBOARD, "data"), Output(ids.LEADERBOARD, "columns"),
+                  Output(ids.PRECISION, "data"), Output(ids.PROTEIN_VIEW_MESSAGE, "children"),
                   Input(ids.PROTEIN, "data"), Input(ids.SELECTED, "data"), Input(ids.LABEL_VERSION, "data"),
                   Input(ids.THEME, "checked"), State(ids.PAIR, "data"), State(ids.PROTEIN_ZOOM, "data"))
     @guarded(outputs=6, message=5)
@@ -232,8 +245,8 @@ def register(app, service: Service) -> None:
                   Output(ids.CONTACTS, "figure", allow_duplicate=True),
                   Output(ids.HEAD_MAP, "figure", allow_duplicate=True),
                   Output(ids.PROTEIN_VIEW_MESSAGE, "children", allow_duplicate=True),
-                  Input(ids.CONTACTS, "clickData"), Input(ids.HEAD_MAP, "clickData"), Input(ids.PAIR_CLEAR, "n_clicks"),
-                  State(ids.PROTEIN, "data"), prevent_initial_call=True)
+                  Input(ids.CONTACTS, "clickData"), Input(ids.HEAD_MAP, "clickData"),
+                  Input(ids.PAIR_CLEAR, "n_clicks"), State(ids.PROTEIN, "data"), prevent_initial_call=True)
     @guarded(outputs=4, message=3)
     def _mark(contacts_click, map_click, _clear, store):
         if not isinstance(store, dict) or not isinstance(store.get("key"), str):
@@ -284,9 +297,10 @@ def register(app, service: Service) -> None:
 
 
 def shared_zoom(relayout, store):
-    """(layout patch for the other residue map, shared zoom store): the same window, or the whole protein after a
-    double-click; (no_update, no_update) when the event zoomed nothing. Ranges are clipped to the protein (plotly
-    echoes the ranges its aspect constraint widened, which would otherwise leave a blank band on the next map)."""
+    """(layout patch for the other residue map, shared zoom store): the same window, or the whole protein
+    after a double-click; (no_update, no_update) when the event zoomed nothing. Ranges are clipped to the
+    protein (plotly echoes the ranges its aspect constraint widened, which would otherwise leave a blank band
+    on the next map)."""
     ranges = figures.zoom_ranges(relayout)
     length = store.get("length") if isinstance(store, dict) else None
     if ranges is None or not isinstance(length, int):
@@ -303,7 +317,6 @@ def shared_zoom(relayout, store):
             clipped[axis] = [high, low] if axis == "yaxis" else [low, high]
         ranges = clipped
         stored = None if all(ranges.get(axis, full[axis]) == full[axis] for axis in full) else ranges
-    from dash import Patch
 
     patch = Patch()
     for axis, values in ranges.items():

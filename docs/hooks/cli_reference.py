@@ -2,8 +2,8 @@
 
 The page's prose stays hand-written; under each ``### `probe NAME` `` heading this hook inserts the help that
 ``probe NAME --help`` prints, built from :func:`probe.cli.build_parser` at build time, so a new flag or a new
-subcommand (which gets a section of its own at the end of the page) can never be missing from the site. A heading
-that names a subcommand the parser does not have fails the build: the prose is stale.
+subcommand (which gets a section of its own at the end of the page) can never be missing from the site. A
+heading that names a subcommand the parser does not have fails the build: the prose is stale.
 
 Also usable on its own: ``python docs/hooks/cli_reference.py`` prints the generated page.
 """

@@ -1,11 +1,11 @@
 """Griffe extension: Sphinx cross-reference roles in probe's docstrings become links on the site.
 
 probe's docstrings cite other objects the Sphinx way (``:func:`capture```, ``:mod:`~probe.engine.sinks```,
-``:data:`probe.heads.tables.COLUMNS```), which mkdocstrings would show verbatim. This extension rewrites each role,
-after the whole package is loaded, to an *optional* autorefs link: a link where the target is rendered on some page
-of the site, plain code where it is not (so a strict build never fails on a reference to an undocumented object).
-Targets resolve as Sphinx resolves them: a full dotted path, or a name relative to the object's module or class;
-``~`` shows only the last component, ``title <target>`` shows the title.
+``:data:`probe.heads.tables.COLUMNS```), which mkdocstrings would show verbatim. This extension rewrites each
+role, after the whole package is loaded, to an *optional* autorefs link: a link where the target is rendered
+on some page of the site, plain code where it is not (so a strict build never fails on a reference to an
+undocumented object). Targets resolve as Sphinx resolves them: a full dotted path, or a name relative to the
+object's module or class; ``~`` shows only the last component, ``title <target>`` shows the title.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import math
 import socket
 import sys
@@ -56,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
                        upload_bytes=int(args.upload_mb * 2**20), heads_summary=args.heads_summary)
     dash_app = create_app(config)  # silent: a model that fails to load is then the one line on stderr
     service = dash_app.probe_service
-    if not args.model and not args.labels:  # shipped tables read; other default models labelled in the background
+    # shipped tables read; other default models labelled in the background
+    if not args.model and not args.labels:
         service.label_missing(report=lambda line: print(line, file=sys.stderr, flush=True))
     check_bindable(args.host, args.port)  # again: the port may have been taken while the models loaded
     if args.host not in LOOPBACK:
@@ -74,9 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 def serve(wsgi_app, host: str, port: int, threads: int = 16) -> None:
     """Serve with waitress, a production WSGI server (no development-server warning); blocks until Ctrl-C."""
-    import logging
-
-    from waitress import serve as waitress_serve
+    from waitress import serve as waitress_serve  # the server: only when serving
 
     logging.getLogger("waitress").setLevel(logging.WARNING)  # our own "serving ..." line says where
     waitress_serve(wsgi_app, host=host, port=port, threads=threads, ident="probe")
@@ -85,7 +85,7 @@ def serve(wsgi_app, host: str, port: int, threads: int = 16) -> None:
 def _dashboard():
     """(create_app, AppConfig) of the dashboard: installed as `probe_app`, or the `app/` folder of a source
     checkout."""
-    try:
+    try:  # the dashboard: its own package above probe (it imports probe and dash), loaded only here
         from probe_app import AppConfig, create_app
     except ModuleNotFoundError as error:
         if error.name != "probe_app":

@@ -19,17 +19,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "capture", help="write per-head attention of one input to an .npz",
         description="Run the model once on the capture engine and write attention [layer, head, query, key]. "
                     "Encoder-decoder models (T5, BART) write one array per stack: attention_enc (encoder "
-                    "self-attention), attention_dec (decoder self-attention) and attention_cross (decoder rows "
-                    "over encoder keys); the decoder reads the input text as its target, shifted right. A "
-                    "hybrid's layers without attention weights (linear attention, state-space) are left out: "
-                    "the layers array names the ones written.",
+                    "self-attention), attention_dec (decoder self-attention) and attention_cross (decoder "
+                    "rows over encoder keys); the decoder reads the input text as its target, shifted right. "
+                    "A hybrid's layers without attention weights (linear attention, state-space) are left "
+                    "out: the layers array names the ones written.",
     )
     add_model_options(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="input text (language models)")
     source.add_argument("--sequence", help="protein sequence (ESM models)")
-    parser.add_argument("--layers", help="layers to keep, e.g. 0,3 or 0-5 (default: all; encoder-decoders: the "
-                                         "layer numbers within each stack)")
+    parser.add_argument("--layers", help="layers to keep, e.g. 0,3 or 0-5 (default: all; encoder-decoders: "
+                                         "the layer numbers within each stack)")
     parser.add_argument("--heads", help="heads to keep in each layer, e.g. 1,5 (default: all)")
     parser.add_argument("--out", required=True, help="output .npz")
     return parser
@@ -42,12 +42,13 @@ def _stack_layers(loaded: models.LoadedModel, text: str | None) -> list[tuple[st
         chosen = parse_index_list(text, loaded.n_layers, "layers")
         missing = [layer for layer in chosen if layer not in loaded.attention_layers]
         if text and missing:
-            raise ProbeError(f"--layers {','.join(map(str, missing))}: no attention weights there; this model has "
-                             f"them in layers {','.join(map(str, loaded.attention_layers))}")
+            raise ProbeError(f"--layers {','.join(map(str, missing))}: no attention weights there; this "
+                             f"model has them in layers {','.join(map(str, loaded.attention_layers))}")
         return [("", [layer for layer in chosen if layer in loaded.attention_layers])]
     widest = max(stack.count for stack in plan.stacks)
     chosen = parse_index_list(text, widest, "layers")
-    return [(stack.name, [stack.first + layer for layer in chosen if layer < stack.count]) for stack in plan.stacks]
+    return [(stack.name, [stack.first + layer for layer in chosen if layer < stack.count])
+            for stack in plan.stacks]
 
 
 def run(args: argparse.Namespace) -> int:

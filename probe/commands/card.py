@@ -8,6 +8,7 @@ import json
 
 from probe.card import architecture_card, format_bytes, load_config
 from probe.errors import ProbeError
+from probe.memory import available_memory, memory_plan
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -39,8 +40,6 @@ def run(args: argparse.Namespace) -> int:
         raise ProbeError(f"--seq-len {args.seq_len} must be at least 1")
     if args.batch < 1:
         raise ProbeError(f"--batch {args.batch} must be at least 1")
-    from probe.memory import available_memory, memory_plan  # (light: probe.card's own layer)
-
     config = load_config(args.model)
     card = architecture_card(config)
     plan = memory_plan(config, args.seq_len, args.dtype, args.batch) if args.seq_len is not None else None

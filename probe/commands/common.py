@@ -7,16 +7,19 @@ import os
 import tempfile
 from pathlib import Path
 
+from probe.card import architecture_card, load_config
 from probe.errors import ProbeError
+from probe.memory import available_memory, check_fits, memory_plan
+from probe.runs.export import PLOT_EXTENSIONS
 
-# What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/commands/test_cli_fast.py checks they are
-# equal), written out so that checking --out needs no pandas.
+# What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/commands/test_cli_fast.py checks they
+# are equal), written out so that checking --out needs no pandas.
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
 
 
 def add_model_options(parser: argparse.ArgumentParser, many: bool = False, required: bool = True) -> None:
-    """--model (hub id, local directory or zoo:NAME), --device, --dtype, --engine, --device-map, --offload-folder,
-    --max-memory (pass the last four to probe.models.load with :func:`load_keywords`)."""
+    """--model (hub id, local directory or zoo:NAME), --device, --dtype, --engine, --device-map,
+    --offload-folder, --max-memory (pass the last four to probe.models.load with :func:`load_keywords`)."""
     help_text = "hub id (gpt2), local directory (what save_pretrained wrote) or zoo:NAME"
     if many:
         parser.add_argument("--model", action="append", required=required, help=help_text + "; repeat for "
@@ -28,8 +31,8 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False, requi
                         help="weights dtype (default: the checkpoint's)")
     parser.add_argument("--engine", default="auto", choices=["auto", "fused", "eager"],
                         help="capture engine: auto (default: fused where the model's attention goes through "
-                             "AttentionInterface, else the eager fallback, O(N²) per layer), fused (refuse models "
-                             "outside the interface) or eager")
+                             "AttentionInterface, else the eager fallback, O(N²) per layer), fused (refuse "
+                             "models outside the interface) or eager")
     parser.add_argument("--device-map", default=None, metavar="auto|balanced|cpu|cuda",
                         help="place the model with transformers' device_map (accelerate): auto, balanced, "
                              "sequential, cpu or cuda; weights that do not fit go to --offload-folder "
@@ -37,7 +40,8 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False, requi
     parser.add_argument("--offload-folder", default=None, metavar="DIR",
                         help="with --device-map: folder for the weights offloaded to disk")
     parser.add_argument("--max-memory", default=None, metavar="DEV=AMOUNT,...",
-                        help="with --device-map: memory per device as transformers takes it, e.g. 0=10GiB,cpu=30GiB")
+                        help="with --device-map: memory per device as transformers takes it, e.g. "
+                             "0=10GiB,cpu=30GiB")
 
 
 def load_keywords(args: argparse.Namespace) -> dict:
@@ -119,7 +123,7 @@ def executor(args: argparse.Namespace):
     """The runner's executor the flags ask for: probe.runs.ray_executor.RayExecutor with --ray, else
     in-process. Checked before any computing: --ray-workers needs --ray and at least 1, the address is auto or
     HOST:PORT."""
-    from probe.runs.runner import InProcess
+    from probe.runs.runner import InProcess  # torch and pandas: only once the command runs
 
     workers = getattr(args, "ray_workers", None)
     if getattr(args, "ray", None) is None:
@@ -128,7 +132,7 @@ def executor(args: argparse.Namespace):
         return InProcess()
     if workers is not None and workers < 1:
         raise ProbeError("--ray-workers must be at least 1")
-    from probe.runs.ray_executor import RayExecutor, RayOptions, check_reachable
+    from probe.runs.ray_executor import RayExecutor, RayOptions, check_reachable  # as InProcess above
 
     if args.ray != "auto":
         check_reachable(args.ray)  # a bounded TCP connect, before anything is loaded: one line within seconds
@@ -143,9 +147,6 @@ def refuse_if_too_big(args: argparse.Namespace, model: str, command: str, seq_le
     its config alone) exceeds the memory the device has free; `flags` names the command's own ways to ask
     less. No check when offloading was asked for (--device-map) or the config cannot be planned (loading then
     says why)."""
-    from probe.card import architecture_card, load_config
-    from probe.memory import available_memory, check_fits, memory_plan
-
     if getattr(args, "device_map", None):  # (a flag of the model options where offloading exists)
         return
     try:
@@ -161,8 +162,6 @@ def refuse_if_too_big(args: argparse.Namespace, model: str, command: str, seq_le
 def plot_paths(text: str):
     """--plot FILE.html|FILE.png -> FILE.html, checked with its sibling FILE.png (both are written) before any
     labelling: extension, folder, writable, and neither of the two may be a folder."""
-    from probe.runs.export import PLOT_EXTENSIONS
-
     plot = output_path(text, PLOT_EXTENSIONS, "--plot")
     for sibling in (plot.with_suffix(".html"), plot.with_suffix(".png")):
         if sibling.is_dir():

@@ -29,8 +29,8 @@ from probe.commands.common import (
 from probe.errors import ProbeError
 
 # The defaults and choices of probe.heads.label.LabelConfig, written out so that `probe label --help` and
-# argument errors need no torch (the library's values are the truth: tests/commands/test_cli_fast.py checks these equal
-# them).
+# argument errors need no torch (the library's values are the truth: tests/commands/test_cli_fast.py checks
+# these equal them).
 DEFAULTS = {"examples": 64, "seed": 0, "coref_set": "auto", "batch_size": 8, "n_bootstrap": 1000,
             "min_effect": 0.25, "min_accuracy_gain": 0.1, "fdr": 0.05, "ablate": "labelled"}
 COREF_SETS = ("auto", "gap", "templates", "causality")  # probe.heads.label.COREF_SETS
@@ -112,7 +112,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """The probe.heads.label.LabelConfig the flags describe (validated: one-line ProbeError on bad values)."""
-    from probe.heads.label import LabelConfig
+    from probe.heads.label import LabelConfig  # torch: only after --help and argument parsing
     from probe.heads.probesets import load_probe_file
     from probe.heads.registry import parse_head_types
 
@@ -148,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
     if args.models_file is not None and not Path(args.models_file).expanduser().is_file():
         raise ProbeError(f"--models-file {args.models_file} is not a file: give one model per line")
     # The labelling stack (torch, pandas, transformers) is imported only now, after the checks that need none
-    # of it: `probe label --help`, argument errors and missing files answer at once (tests/commands/test_cli_fast.py).
+    # of it: `probe label --help`, argument errors and missing files answer at once
+    # (tests/commands/test_cli_fast.py).
     import pandas as pd
 
     from probe import models
@@ -171,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
     in_process = isinstance(run_on, runner.InProcess)
     task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process,
                      placement=load_keywords(args))
-    report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on, description="label")
+    report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on,
+                        description="label")
 
     computed = [r.table.assign(model=r.key) for r in report.results
                 if r.ok and not r.cached and r.table is not None]
@@ -180,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     if out is None and len(report.table):
         report.table.to_csv(sys.stdout, index=False)
     if plot is not None and len(report.table):
-        from probe.runs.export import save_figure
+        from probe.runs.export import save_figure  # deferred like the labelling stack above
         from probe.runs.plot import sweep_figure
 
         if not report.table["label"].fillna(False).astype(bool).any():
@@ -189,10 +191,10 @@ def run(args: argparse.Namespace) -> int:
             for written in save_figure(sweep_figure(report.table), plot):
                 _say(f"wrote {written}")
     if report_path is not None and len(report.table):
-        from probe.views.report import write_report
+        from probe.views.report import write_report  # deferred like the labelling stack above
 
         model = args.model[0]
-        write_report(models.load(model, device=args.device, dtype=args.dtype, **load_keywords(args)), report_path,
-                     labels=report.table[report.table["model"].astype(str) == model])
+        write_report(models.load(model, device=args.device, dtype=args.dtype, **load_keywords(args)),
+                     report_path, labels=report.table[report.table["model"].astype(str) == model])
         _say(f"wrote {report_path}")
     return report.code

@@ -86,7 +86,7 @@ def check_args(args: argparse.Namespace) -> Path:
 def check_foreign(out: Path, force: bool) -> None:
     """Refuse to overwrite an existing --out that is not a profile table (another command's table, or anyone's
     file), unless --force: as `probe label` does with its tables."""
-    from probe.heads.tables import read_table_file
+    from probe.heads.tables import read_table_file  # pandas: only when --out exists
 
     if force or not out.is_file() or out.stat().st_size == 0:
         return

@@ -1,12 +1,14 @@
-"""`probe report`: one self-contained HTML file of a model (card, atlas, labelled heads, every head on an input,
-full maps with the token view, proteins' contacts) that opens from file:// with no server and no network."""
+"""`probe report`: one self-contained HTML file of a model (card, atlas, labelled heads, every head on an
+input, full maps with the token view, proteins' contacts) that opens from file:// with no server and no
+network."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from probe.commands.common import add_model_options
+from probe.commands.common import add_model_options, load_keywords, output_path
 from probe.errors import ProbeError
 
 REPORT_EXTENSIONS = (".html",)
@@ -15,16 +17,17 @@ REPORT_EXTENSIONS = (".html",)
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "report", help="write one self-contained HTML report of a model (opens offline, from file://)",
-        description="Write ONE HTML file: the architecture card, the head atlas of every type, the labelled heads "
-                    "with their meaning columns, every head's thumbnail on a probe input, full maps with the token "
-                    "view (PNG/SVG export buttons), and for protein models the contact maps and every head against "
-                    "the contact base rate. No server, no network request.",
+        description="Write ONE HTML file: the architecture card, the head atlas of every type, the labelled "
+                    "heads with their meaning columns, every head's thumbnail on a probe input, full maps "
+                    "with the token view (PNG/SVG export buttons), and for protein models the contact maps "
+                    "and every head against the contact base rate. No server, no network request.",
     )
     add_model_options(parser)  # --model, --device, --dtype
     parser.add_argument("--labels", help="labels table written by `probe label` (.csv, .parquet, .json)")
     parser.add_argument("--text", metavar="FILE", help="the input to show (a text file; for protein models a "
                                                        "sequence or FASTA); default: a probe input")
-    parser.add_argument("--structure", metavar="PDB", help="protein models: a PDB/mmCIF file for true contacts")
+    parser.add_argument("--structure", metavar="PDB",
+                        help="protein models: a PDB/mmCIF file for true contacts")
     parser.add_argument("--chain", help="the structure's chain (default: the first)")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens of the probe input (default 128)")
     parser.add_argument("--maps", type=int, default=4,
@@ -34,8 +37,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _read_text(path: str) -> str:
-    from pathlib import Path
-
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProbeError(f"--text {path}: no such file; give a text file")
@@ -52,7 +53,6 @@ def _read_text(path: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # Heavy imports (torch, transformers, pandas) only here, so `probe --help` stays fast.
-    from probe.commands.common import load_keywords, output_path
     from probe.models import ModelKind, load
     from probe.views.report import write_report
 
@@ -63,13 +63,11 @@ def run(args: argparse.Namespace) -> int:
         raise ProbeError("--maps must be at least 1")
     text = _read_text(args.text) if args.text else None
     if args.structure is not None:
-        from pathlib import Path
-
         if not Path(args.structure).expanduser().is_file():
             raise ProbeError(f"--structure {args.structure}: no such file; give a PDB or mmCIF file")
     labels = None
     if args.labels:
-        from probe.views.tables import as_table
+        from probe.views.tables import as_table  # pandas: only with --labels, after the checks
 
         labels = as_table(args.labels)
     loaded = load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))

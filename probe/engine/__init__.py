@@ -1,13 +1,14 @@
-"""The capture engine: the model keeps its fused attention kernel, α is rebuilt from Q, K and the kernel's LSE.
+"""The capture engine: the model keeps its fused attention kernel, α is rebuilt from Q, K and the kernel's
+LSE.
 
-What belongs here: the attention and mask functions registered with transformers (:mod:`~probe.engine.attention`),
-the keyword allow-list (:mod:`~probe.engine.keywords`), the kernels and the score rule (:mod:`~probe.engine.kernels`),
-the per-capture session state (:mod:`~probe.engine.session`), the :func:`capture` context manager
-(:mod:`~probe.engine.capture`), the eager fallback for models outside the interface (:mod:`~probe.engine.eager`),
-the sink protocols and the needs a sink declares (:mod:`~probe.engine.sinks`) and the generic sinks, one per module
-(:mod:`~probe.engine.dense`). Nothing here knows about head types, proteins or files: the engine may import only
-:mod:`probe.errors`, :mod:`probe.naming` and :mod:`probe.layers` (which modules compute α); every other part of
-probe is built on it.
+What belongs here: the attention and mask functions registered with transformers
+(:mod:`~probe.engine.attention`), the keyword allow-list (:mod:`~probe.engine.keywords`), the kernels and the
+score rule (:mod:`~probe.engine.kernels`), the per-capture session state (:mod:`~probe.engine.session`), the
+:func:`capture` context manager (:mod:`~probe.engine.capture`), the eager fallback for models outside the
+interface (:mod:`~probe.engine.eager`), the sink protocols and the needs a sink declares
+(:mod:`~probe.engine.sinks`) and the generic sinks, one per module (:mod:`~probe.engine.dense`). Nothing here
+knows about head types, proteins or files: the engine may import only :mod:`probe.errors`, :mod:`probe.naming`
+and :mod:`probe.layers` (which modules compute α); every other part of probe is built on it.
 """
 
 from probe.engine.capture import capture, capture_attention, find_layer_list, register_engine

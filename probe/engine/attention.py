@@ -1,21 +1,21 @@
 """The attention function registered with transformers: the model's attention, and α handed to the sinks.
 
-The model keeps running on a fused attention kernel that also returns the log-sum-exp (LSE) of every query row.
-For the heads some sink asks for, α is rebuilt one query block at a time:
+The model keeps running on a fused attention kernel that also returns the log-sum-exp (LSE) of every query
+row. For the heads some sink asks for, α is rebuilt one query block at a time:
 
-    α(i, j) = exp(s_ij − lse'_i),   s_ij = cap(scale · q_i · k_j) + mask_ij,   lse'_i = logaddexp(lse_i, sink_h)
+    α(i, j) = exp(s_ij − lse'_i),  s_ij = cap(scale · q_i · k_j) + mask_ij,  lse'_i = logaddexp(lse_i, sink_h)
 
-(no cap without soft-capping, lse' = lse without attention sinks), so no `[layer, head, query, key]` tensor is ever
-built for all heads, and the model's outputs are the kernel's own. Where the sinks want every head densely, the
-output is computed from the very α blocks the sinks receive (the single pass). Every keyword the model passes is
-read against :data:`probe.engine.keywords.KEYWORDS`; one the engine does not implement is refused in one line.
-Outside any capture the function behaves like transformers' sdpa attention (with sinks and soft-capping computed,
-which sdpa lacks).
+(no cap without soft-capping, lse' = lse without attention sinks), so no `[layer, head, query, key]` tensor is
+ever built for all heads, and the model's outputs are the kernel's own. Where the sinks want every head
+densely, the output is computed from the very α blocks the sinks receive (the single pass). Every keyword the
+model passes is read against :data:`probe.engine.keywords.KEYWORDS`; one the engine does not implement is
+refused in one line. Outside any capture the function behaves like transformers' sdpa attention (with sinks
+and soft-capping computed, which sdpa lacks).
 
 Longer than 450 lines because it holds the registered function and its four streaming paths (single pass,
-kernel + rebuild, sampled rows, gathered slots) side by side: each path must apply the same score rule, sinks and
-soft-capping to the same plan, and reading them together is how a reviewer checks that they agree. The kernels and
-the score rule itself live in :mod:`probe.engine.kernels`.
+kernel + rebuild, sampled rows, gathered slots) side by side: each path must apply the same score rule, sinks
+and soft-capping to the same plan, and reading them together is how a reviewer checks that they agree. The
+kernels and the score rule itself live in :mod:`probe.engine.kernels`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def _apply_ablation(
     ablate: torch.Tensor,  # [batch|1 layer head] bool
     layer: int,
 ) -> torch.Tensor:
-    """Zero the output of the ablated heads of `layer` (a new tensor; per batch row when ablate has a batch axis)."""
+    """Zero the output of the ablated heads of `layer` (a new tensor; per batch row when ablate has a batch
+    axis)."""
     if layer >= ablate.shape[1] or ablate.shape[2] != output.shape[1]:
         raise ProbeError(f"ablate is shaped {tuple(ablate.shape)}; layer {layer} has {output.shape[1]} heads")
     if ablate.shape[0] not in (1, output.shape[0]):
@@ -111,9 +112,9 @@ def _plan(session: _Session, layer: int, n_heads: int, n_query: int, device: tor
     return plan
 
 
-# Captures may overlap on one model (threads of a web app): the first one in switches the model to the engine, the
-# last one out restores its previous implementation. Each thread's session lives in a ContextVar, so a forward pass
-# sees only its own sinks, and a forward outside any capture behaves like sdpa.
+# Captures may overlap on one model (threads of a web app): the first one in switches the model to the engine,
+# the last one out restores its previous implementation. Each thread's session lives in a ContextVar, so a
+# forward pass sees only its own sinks, and a forward outside any capture behaves like sdpa.
 
 
 def capture_attention_forward(
@@ -121,7 +122,8 @@ def capture_attention_forward(
     query: torch.Tensor,  # [batch head query dim]
     key: torch.Tensor,  # [batch kv_head key dim]
     value: torch.Tensor,  # [batch kv_head key dim_v]  (MLA: dim_v may differ from dim)
-    attention_mask: torch.Tensor | None,  # [batch 1 query key] bool (True = attend) or additive float, or None
+    # [batch 1 query key] bool (True = attend) or additive float, or None
+    attention_mask: torch.Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
     is_causal: bool | None = None,
@@ -129,10 +131,10 @@ def capture_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """Registered as "probe_capture": the attention output, and α of the wanted heads handed to the sinks.
 
-    Where the sinks want every head of the layer densely, the output is computed from the same α blocks the sinks
-    receive (one QKᵀ, softmax and α·V per block: capture costs one attention, not a kernel plus a rebuild); otherwise
-    the fused kernel runs (the blockwise softmax for soft-capped scores) and α of the wanted heads is rebuilt from
-    its log-sum-exp.
+    Where the sinks want every head of the layer densely, the output is computed from the same α blocks the
+    sinks receive (one QKᵀ, softmax and α·V per block: capture costs one attention, not a kernel plus a
+    rebuild); otherwise the fused kernel runs (the blockwise softmax for soft-capped scores) and α of the
+    wanted heads is rebuilt from its log-sum-exp.
 
     Raises
     ------
@@ -143,8 +145,8 @@ def capture_attention_forward(
     features = read_keywords(kwargs)
     window = features.sliding_window
     if window is not None and attention_mask is None and key.shape[2] > window:
-        raise ProbeError(f"a sliding window of {window} arrived without a mask for {key.shape[2]} keys; run the "
-                         f"model with {FALLBACK}")
+        raise ProbeError(f"a sliding window of {window} arrived without a mask for {key.shape[2]} keys; run "
+                         f"the model with {FALLBACK}")
     session = _ACTIVE.get()
     if session is None and features.plain:  # left on the engine outside `capture`: exactly sdpa
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
@@ -154,31 +156,35 @@ def capture_attention_forward(
     if n_heads % key.shape[1]:
         raise ProbeError(f"{n_heads} query heads cannot share {key.shape[1]} key/value heads evenly")
     if dropout and features.softcap is not None:
-        raise ProbeError(f"attention dropout with soft-capping is not implemented by the capture engine; put the "
-                         f"model in eval mode or run it with {FALLBACK}")
+        raise ProbeError("attention dropout with soft-capping is not implemented by the capture engine; put "
+                         f"the model in eval mode or run it with {FALLBACK}")
     sinks = features.sinks
     if sinks is not None and sinks.shape != (n_heads,):
         raise ProbeError(f"s_aux has {sinks.numel()} sink logits; the layer has {n_heads} query heads")
-    # The same causal rule as transformers' sdpa path: is_causal only when no mask was built and more than one query.
+    # The same causal rule as transformers' sdpa path: is_causal only when no mask was built and more than one
+    # query.
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     is_causal = bool(n_query > 1 and attention_mask is None and is_causal)
-    if is_causal and key.shape[2] > n_query:  # prefill into an empty static cache: keys past the queries are unused
+    # prefill into an empty static cache: keys past the queries are unused
+    if is_causal and key.shape[2] > n_query:
         key, value = key[:, :, :n_query], value[:, :, :n_query]
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     mask = additive_mask(attention_mask, features.position_bias, is_causal, n_query, key.shape[2], query)
     if mask is not None and features.position_bias is not None:
         is_causal = False  # the causal pattern is now inside the additive mask
-    scores = Scores(scale, mask, is_causal, features.softcap, None if sinks is None else sinks.to(query.device))
+    scores = Scores(scale, mask, is_causal, features.softcap,
+                    None if sinks is None else sinks.to(query.device))
     if session is None:
         output, _ = layer_output(query, key, value, scores, dropout)
         return output.transpose(1, 2).contiguous(), None  # [batch query head dim_v]
 
     layer = session.next_layer(module)
     plan = _plan(session, layer, n_heads, n_query, query.device)
-    # The output from the same α blocks the sinks receive (no fused kernel) — unless a sink wants output norms: it
-    # needs Σ_j α_ij n_j (from the kernel call) before its blocks arrive, so then the kernel runs and α is rebuilt.
-    # In float16 / bfloat16 the single pass's output (float32 math, one rounding) would differ from the kernel's by
-    # an ulp here and there, and the logits with it (measured up to 0.1 on a tiny bf16 Llama): the kernel runs.
+    # The output from the same α blocks the sinks receive (no fused kernel) — unless a sink wants output
+    # norms: it needs Σ_j α_ij n_j (from the kernel call) before its blocks arrive, so then the kernel runs
+    # and α is rebuilt. In float16 / bfloat16 the single pass's output (float32 math, one rounding) would
+    # differ from the kernel's by an ulp here and there, and the logits with it (measured up to 0.1 on a tiny
+    # bf16 Llama): the kernel runs.
     single_pass = (plan.heads == list(range(n_heads)) and not (dropout and module.training)
                    and not plan.norm_sinks and query.dtype not in REDUCED_PRECISION)
     if single_pass:
@@ -189,8 +195,8 @@ def capture_attention_forward(
     else:
         def kernel(q, k, v):
             return layer_output(q, k, v, scores, dropout)
-    # [batch head query dim_v], [batch head query] (lse'); output norms (Kobayashi et al.) to the sinks that ask for
-    # them, from one extra value channel of the same call
+    # [batch head query dim_v], [batch head query] (lse'); output norms (Kobayashi et al.) to the sinks that
+    # ask for them, from one extra value channel of the same call
     output, normaliser = with_output_norms(plan.norm_sinks, module, layer, query, key, value, kernel)
     if plan.heads and not single_pass:
         _stream_alpha(session, layer, plan, query, expand_kv(key, n_heads), scores, normaliser)
@@ -239,7 +245,8 @@ def _select_heads(
         mask = mask.index_select(1, index)  # [batch head_sel query key]
     sinks = None if sinks is None else sinks.index_select(0, index)  # [head_sel]
     # [batch head_sel query dim], [batch head_sel key dim], [batch head_sel query]
-    return query.index_select(1, index), key.index_select(1, index), normaliser.index_select(1, index), mask, sinks
+    return query.index_select(1, index), key.index_select(1, index), normaliser.index_select(1,
+        index), mask, sinks
 
 
 def _block_rows(session: _Session, n_batch: int, n_heads: int, n_query: int, n_key: int) -> int:
@@ -261,7 +268,8 @@ def _hand_out(
     entropy: torch.Tensor | None = None,  # [batch head_sel block]
     learned: torch.Tensor | None = None,  # [batch head_sel block]: weight on the learned sink
 ) -> None:
-    """Give one α block to every sink that wants some of its heads (padded to all keys unless it accepts a crop)."""
+    """Give one α block to every sink that wants some of its heads (padded to all keys unless it accepts a
+    crop)."""
     position = {head: index for index, head in enumerate(heads)}
     for sink, chosen in plan.dense.items():
         need = plan.needs[sink]
@@ -270,7 +278,8 @@ def _hand_out(
         mine = alpha if same else alpha[:, index]
         if mine.shape[-1] < n_key and not need.causal_crop:
             mine = torch.nn.functional.pad(mine, (0, n_key - mine.shape[-1]))  # [batch head block key]
-        rows_entropy = None if entropy is None or not need.entropy else (entropy if same else entropy[:, index])
+        rows_entropy = (None if entropy is None or not need.entropy
+                        else (entropy if same else entropy[:, index]))
         rows_sink = None if learned is None else (learned if same else learned[:, index])
         sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, n_key, mine,
                                    entropy=rows_entropy, learned_sink_mass=rows_sink))
@@ -283,7 +292,8 @@ def _row_entropy(
     bias: torch.Tensor | None,  # [batch 1|head block key]: the finite part of the mask
     learned: torch.Tensor | None,  # [batch head block]: weight on the learned sink
 ) -> torch.Tensor:
-    """−Σ_j α log α = Σ_j α (lse' − s) = lse'·Σ_j α − Σ α·scale·q·k − Σ α·bias (Σ_j α = 1 − the sink's weight)."""
+    """−Σ_j α log α = Σ_j α (lse' − s) = lse'·Σ_j α − Σ α·scale·q·k − Σ α·bias (Σ_j α = 1 − the sink's
+    weight)."""
     entropy = normaliser - products if learned is None else normaliser * (1.0 - learned) - products
     if bias is not None:
         entropy -= (alpha * bias[..., : alpha.shape[-1]]).sum(-1)
@@ -291,7 +301,8 @@ def _row_entropy(
 
 
 def _direct_entropy(alpha: torch.Tensor) -> torch.Tensor:
-    """−Σ_j α log α `[batch head block]` with the logarithm: for soft-capped scores, which are not linear in k."""
+    """−Σ_j α log α `[batch head block]` with the logarithm: for soft-capped scores, which are not linear in
+    k."""
     return -torch.xlogy(alpha, alpha).sum(-1)
 
 
@@ -305,14 +316,15 @@ def _stream_single_pass(
     scores: Scores,
     want_lse: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Attention of every head computed block by block from the α the sinks receive: per block of query rows one
-    QKᵀ, (the cap,) a softmax and α·V. Returns (output [batch head query dim_v] in the query's dtype, lse'
+    """Attention of every head computed block by block from the α the sinks receive: per block of query rows
+    one QKᵀ, (the cap,) a softmax and α·V. Returns (output [batch head query dim_v] in the query's dtype, lse'
     [batch head query] float32, or None when no consumer needs it), equal to the fused kernel's within float32
-    rounding. With attention sinks the softmax's α is scaled by exp(lse − lse') before α·V, which is the model's
-    own output.
+    rounding. With attention sinks the softmax's α is scaled by exp(lse − lse') before α·V, which is the
+    model's own output.
 
-    Grouped-query heads are never repeated: the g query heads of one kv head are stacked on the row axis, so one
-    matmul per kv head serves them all (`[batch·kv_head, g·block, key]` is `[batch, head, block, key]` in memory).
+    Grouped-query heads are never repeated: the g query heads of one kv head are stacked on the row axis, so
+    one matmul per kv head serves them all (`[batch·kv_head, g·block, key]` is `[batch, head, block, key]` in
+    memory).
     """
     n_batch, n_heads, n_query, dim = query.shape
     n_kv, n_key, dim_v = key.shape[1], key.shape[2], value.shape[-1]
@@ -327,12 +339,14 @@ def _stream_single_pass(
     linear_entropy = entropy_wanted and scores.softcap is None
     bias = None
     if linear_entropy:  # one α·[V | K] product gives the output and αK, from which the row entropy follows
-        values = torch.cat([values, key.float().reshape(n_batch * n_kv, n_key, dim)], dim=-1)  # [b·kv key dv+d]
+        # [b·kv key dv+d]
+        values = torch.cat([values, key.float().reshape(n_batch * n_kv, n_key, dim)], dim=-1)
         bias = mask_bias(scores.mask)
     mask = None if scores.mask is None else scores.mask.float()
     sinks = scores.sinks
     causal = causal_bias(block_rows, query.device) if scores.is_causal else None
-    output = torch.empty(n_batch * n_kv, group, n_query, dim_v, device=query.device)  # [batch·kv group query dim_v]
+    # [batch·kv group query dim_v]
+    output = torch.empty(n_batch * n_kv, group, n_query, dim_v, device=query.device)
     # lse' only where a consumer needs it: sampled rows, gathered slots, the row entropy or the sinks' weights
     block_lse_wanted = want_lse or entropy_wanted or sinks is not None
     lse = torch.empty(n_batch, n_heads, n_query, device=query.device) if want_lse or entropy_wanted else None
@@ -341,9 +355,11 @@ def _stream_single_pass(
     for start in range(0, n_query, block_rows):
         stop = min(start + block_rows, n_query)
         rows = stop - start
-        key_stop = stop if scores.is_causal else n_key  # causal: keys after the block's last query are never computed
+        # causal: keys after the block's last query are never computed
+        key_stop = stop if scores.is_causal else n_key
         block = buffer[: n_batch * n_heads * rows * key_stop].view(n_batch * n_kv, group * rows, key_stop)
-        block_queries = queries[:, :, start:stop].reshape(n_batch * n_kv, group * rows, dim)  # [batch·kv g·block dim]
+        # [batch·kv g·block dim]
+        block_queries = queries[:, :, start:stop].reshape(n_batch * n_kv, group * rows, dim)
         torch.baddbmm(block, block_queries, keys_t[..., :key_stop], beta=0.0, alpha=scores.scale,
                       out=block)  # [batch·kv group·block key_stop]: scale·QKᵀ
         block = scores.cap_(block.view(n_batch, n_heads, rows, key_stop))  # [batch head block key_stop]
@@ -351,9 +367,11 @@ def _stream_single_pass(
             block += mask[:, :, start:stop, :key_stop]
         if causal is not None:
             block[..., start:stop] += causal[:rows, :rows]
-        alpha, block_lse = softmax_in_place(block, block_lse_wanted, mask is not None)  # [batch head block key]
+        # [batch head block key]
+        alpha, block_lse = softmax_in_place(block, block_lse_wanted, mask is not None)
         learned = None
-        if sinks is not None:  # the sink joins the softmax: α scaled by exp(lse − lse'), lse' = logaddexp(lse, sink)
+        # the sink joins the softmax: α scaled by exp(lse − lse'), lse' = logaddexp(lse, sink)
+        if sinks is not None:
             normaliser = torch.logaddexp(block_lse, sinks[None, :, None])  # [batch head block]
             alpha.mul_(torch.exp(block_lse - normaliser)[..., None])
             learned = sink_mass(sinks, normaliser)  # [batch head block]
@@ -364,9 +382,10 @@ def _stream_single_pass(
         output[:, :, start:stop] = block_out[..., :dim_v].view(n_batch * n_kv, group, rows, dim_v)
         entropy = None
         if linear_entropy:  # −Σ α log α = lse'·Σα − Σ α·(scale·q·k) − Σ α·bias
-            products = scores.scale * (block_out[..., dim_v:] * block_queries).sum(-1).view(n_batch, n_heads, rows)
-            entropy = _row_entropy(block_lse, products, alpha, None if bias is None else bias[:, :, start:stop],
-                                   learned)
+            products = (scores.scale * (block_out[..., dim_v:] * block_queries).sum(-1)
+                        .view(n_batch, n_heads, rows))
+            entropy = _row_entropy(block_lse, products, alpha,
+                                   None if bias is None else bias[:, :, start:stop], learned)
         elif entropy_wanted:
             entropy = _direct_entropy(alpha)
         _hand_out(session, layer, plan, heads, start, n_query, query_offset, n_key, alpha, entropy, learned)
@@ -378,7 +397,8 @@ def _rebuild_operands(query_sel, key_sel, normaliser_sel, scores: Scores):
     """Queries and keys of the rebuild GEMM: without a cap, −lse' is folded in, [scale·q, −lse']·[k, 1] =
     scale·q·k − lse'; with one, plain scale·q and k (the cap must see the raw product)."""
     if scores.softcap is None:
-        queries = torch.cat([query_sel.float() * scores.scale, -normaliser_sel[..., None]], dim=-1)  # [b h q d+1]
+        # [b h q d+1]
+        queries = torch.cat([query_sel.float() * scores.scale, -normaliser_sel[..., None]], dim=-1)
         ones = torch.ones(*key_sel.shape[:-1], 1, device=key_sel.device)
         keys = torch.cat([key_sel.float(), ones], dim=-1)  # [batch head key dim+1]
         return queries, keys
@@ -394,10 +414,12 @@ def _stream_alpha(
     scores: Scores,
     normaliser: torch.Tensor,  # [batch head query] lse'
 ) -> None:
-    """Rebuild α for the plan's heads from the kernel's lse', one query block at a time, and hand each block out."""
+    """Rebuild α for the plan's heads from the kernel's lse', one query block at a time, and hand each block
+    out."""
     heads = plan.heads
     n_batch, n_query, n_key = query.shape[0], query.shape[2], key.shape[2]
-    query_sel, key_sel, norm_sel, mask_sel, sinks_sel = _select_heads(heads, layer, query, key, normaliser, scores)
+    query_sel, key_sel, norm_sel, mask_sel, sinks_sel = _select_heads(heads, layer, query, key,
+                                                                      normaliser, scores)
     block_rows = _block_rows(session, n_batch, len(heads), n_query, n_key)
     query_offset = n_key - n_query  # with a KV cache the queries are the last n_query positions
     batch_heads = n_batch * len(heads)
@@ -420,7 +442,8 @@ def _stream_alpha(
         # Causal: keys after this block's last query are masked for every row, so they are never computed.
         key_stop = stop if scores.is_causal else n_key
         block = buffer[: batch_heads * rows * key_stop].view(batch_heads, rows, key_stop)
-        torch.bmm(query_op[:, start:stop], key_op[..., :key_stop], out=block)  # [batch·head_sel block key_stop]
+        # [batch·head_sel block key_stop]
+        torch.bmm(query_op[:, start:stop], key_op[..., :key_stop], out=block)
         block = block.view(n_batch, len(heads), rows, key_stop)  # [batch head_sel block key_stop]
         if not fold:
             scores.cap_(block).sub_(norm_sel[:, :, start:stop, None])
@@ -454,8 +477,8 @@ def _stream_rows(
     scores: Scores,
     normaliser: torch.Tensor,  # [batch head query] lse'
 ) -> None:
-    """α of a sampling sink's rows only, rebuilt from the kernel's lse' in blocks of those rows (causal blocks stop
-    at their last row's key). Grouped kv heads are not repeated when every head is wanted."""
+    """α of a sampling sink's rows only, rebuilt from the kernel's lse' in blocks of those rows (causal blocks
+    stop at their last row's key). Grouped kv heads are not repeated when every head is wanted."""
     n_batch, n_heads, n_query, dim = query.shape
     n_kv, n_key = key.shape[1], key.shape[2]
     if not len(rows):
@@ -487,7 +510,8 @@ def _stream_rows(
         key_stop = int(block[-1]) + 1 if scores.is_causal else n_key
         block_queries = queries[:, :, start:start + size].reshape(n_batch * kv_heads, group * size, width)
         block_scores = torch.bmm(block_queries, keys_t[..., :key_stop])  # [batch·kv group·block key_stop]
-        block_scores = block_scores.view(n_batch, len(heads), size, key_stop)  # [batch head_sel block key_stop]
+        # [batch head_sel block key_stop]
+        block_scores = block_scores.view(n_batch, len(heads), size, key_stop)
         block_norm = norm_rows[:, :, start:start + size]  # [batch head_sel block]
         if not fold:
             scores.cap_(block_scores).sub_(block_norm[..., None])
@@ -504,19 +528,21 @@ def _stream_rows(
         learned = None if sinks is None else sink_mass(sinks, block_norm)
         entropy = None
         if linear_entropy:  # −Σ α log α = lse'·Σα − Σ α·(scale·q·k) − Σ α·bias, via one α·K product
-            weighted = torch.bmm(alpha.view(n_batch * kv_heads, group * size, key_stop), keys_plain[:, :key_stop])
+            weighted = torch.bmm(alpha.view(n_batch * kv_heads, group * size, key_stop),
+                                 keys_plain[:, :key_stop])
             products = (weighted * block_queries[..., :dim]).sum(-1).view(n_batch, len(heads), size)
             bias_rows = None
             if bias is not None:
                 bias_rows = bias[:, :, block, :key_stop]
-                bias_rows = bias_rows[:, list(heads)] if bias_rows.shape[1] > 1 and not all_heads else bias_rows
+                bias_rows = (bias_rows[:, list(heads)] if bias_rows.shape[1] > 1 and not all_heads
+                             else bias_rows)
             entropy = _row_entropy(block_norm, products, alpha, bias_rows, learned)
         elif need.entropy:
             entropy = _direct_entropy(alpha)
         if key_stop < n_key and not need.causal_crop:
             alpha = torch.nn.functional.pad(alpha, (0, n_key - key_stop))  # [batch head_sel block key]
-        sink.update(AttentionBlock(session.step, layer, tuple(heads), int(block[0]), n_query, query_offset, n_key,
-                                   alpha, rows=block, entropy=entropy, learned_sink_mass=learned))
+        sink.update(AttentionBlock(session.step, layer, tuple(heads), int(block[0]), n_query, query_offset,
+                                   n_key, alpha, rows=block, entropy=entropy, learned_sink_mass=learned))
 
 
 def _gather_alpha(
@@ -528,21 +554,24 @@ def _gather_alpha(
     scores: Scores,
     normaliser: torch.Tensor,  # [batch head query] lse'
 ) -> None:
-    """α at the key slots gather-sinks ask for: one dot product per (query, slot) — or, where a block's rows share
-    their keys, one product against the block's distinct keys — never a dense [query key] block."""
+    """α at the key slots gather-sinks ask for: one dot product per (query, slot) — or, where a block's rows
+    share their keys, one product against the block's distinct keys — never a dense [query key] block."""
     n_batch, n_heads, n_query, dim = query.shape
     for sink, (heads, slots) in requests.items():
         heads, slots = tuple(heads), slots.to(query.device)  # slots: [batch query slot]
         if slots.shape[:2] != (n_batch, n_query):
             raise ProbeError(f"gather slots are shaped {tuple(slots.shape)}; expected [batch={n_batch}, "
                              f"query={n_query}, slot]")
-        query_sel, key_sel, norm_sel, mask_sel, _ = _select_heads(heads, layer, query, key, normaliser, scores)
+        query_sel, key_sel, norm_sel, mask_sel, _ = _select_heads(heads, layer, query, key,
+                                                                  normaliser, scores)
         query_sel, key_sel = query_sel.float(), key_sel.float()
         n_slots = slots.shape[-1]
-        out = torch.zeros(n_batch, len(heads), n_query, n_slots, device=query.device)  # [batch head query slot]
-        # Two ways to get q_i·k_j at the slots of a block of rows. Where the rows share keys (diagonal bands such as
-        # previous-token or fixed offsets, key 0) one matmul against the block's distinct keys is cheapest; else
-        # each row's slot keys are gathered ([batch head block slot dim], a quarter of the block budget).
+        # [batch head query slot]
+        out = torch.zeros(n_batch, len(heads), n_query, n_slots, device=query.device)
+        # Two ways to get q_i·k_j at the slots of a block of rows. Where the rows share keys (diagonal bands
+        # such as previous-token or fixed offsets, key 0) one matmul against the block's distinct keys is
+        # cheapest; else each row's slot keys are gathered ([batch head block slot dim], a quarter of the
+        # block budget).
         row_bytes = n_batch * len(heads) * n_slots * dim * 4
         gather_rows = max(1, min(n_query, session.block_bytes // 4 // max(1, row_bytes)))
         start = 0
@@ -562,9 +591,11 @@ def _gather_alpha(
                 safe = slots[:, start:stop].clamp(min=0)  # [batch block slot]
                 size = stop - start
                 flat = safe.reshape(n_batch, 1, size * n_slots, 1).expand(-1, len(heads), -1, dim)
-                keys = key_sel.gather(2, flat).view(n_batch, len(heads), size, n_slots, dim)  # [b h block slot dim]
+                # [b h block slot dim]
+                keys = key_sel.gather(2, flat).view(n_batch, len(heads), size, n_slots, dim)
                 queries = query_sel[:, :, start:stop, None, :]  # [batch head block 1 dim]
-                block = (queries @ keys.transpose(-1, -2))[..., 0, :] * scores.scale  # [batch head block slot]
+                # [batch head block slot]
+                block = (queries @ keys.transpose(-1, -2))[..., 0, :] * scores.scale
             scores.cap_(block)
             rows = slice(start, stop)
             present = slots[:, rows] >= 0  # [batch block slot]

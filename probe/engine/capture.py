@@ -1,9 +1,9 @@
 """capture(): switch a model to the engine for a block of code, stream α into sinks, restore the model after.
 
-The engine is registered with transformers' `AttentionInterface` (and `AttentionMaskInterface`, so the model still
-builds its causal / padding / sliding-window masks) under the name ``"probe_capture"``. :func:`capture` switches
-the model to it and restores the previous implementation afterwards; :func:`capture_attention` is the one-call
-form that returns α of chosen heads.
+The engine is registered with transformers' `AttentionInterface` (and `AttentionMaskInterface`, so the model
+still builds its causal / padding / sliding-window masks) under the name ``"probe_capture"``. :func:`capture`
+switches the model to it and restores the previous implementation afterwards; :func:`capture_attention` is the
+one-call form that returns α of chosen heads.
 """
 
 from __future__ import annotations
@@ -48,40 +48,43 @@ def capture(
     model: nn.Module,
     sinks: Sink | GatherSink | Sequence[Sink | GatherSink] = (),
     block_bytes: int = DEFAULT_BLOCK_BYTES,  # memory budget of one α block (all selected heads)
-    ablate: torch.Tensor | None = None,  # [layer head] or [batch layer head] bool: heads whose output is zeroed
-    engine: EngineChoice = "auto",  # "fused", "eager" (the fallback of probe.engine.eager) or "auto": what fits
+    # [layer head] or [batch layer head] bool: heads whose output is zeroed
+    ablate: torch.Tensor | None = None,
+    # "fused", "eager" (the fallback of probe.engine.eager) or "auto": what fits
+    engine: EngineChoice = "auto",
 ) -> Iterator[None]:
     """Run `model` on the capture engine inside the block, streaming α into `sinks` (which may be empty).
 
-    Every forward pass inside the ``with`` block (``model(...)``, ``model.generate(...)``, a submodule sharing the
-    model's config) runs the fused attention kernel unchanged; for the heads some sink asks for, α is rebuilt from
-    Q, K and the kernel's log-sum-exp one block of query rows at a time and handed to the sinks. The model's
-    previous attention implementation is restored on exit, also when the forward raises. Captures may overlap on
-    one model from several threads; each thread's sinks see only its own forward passes.
+    Every forward pass inside the ``with`` block (``model(...)``, ``model.generate(...)``, a submodule sharing
+    the model's config) runs the fused attention kernel unchanged; for the heads some sink asks for, α is
+    rebuilt from Q, K and the kernel's log-sum-exp one block of query rows at a time and handed to the sinks.
+    The model's previous attention implementation is restored on exit, also when the forward raises. Captures
+    may overlap on one model from several threads; each thread's sinks see only its own forward passes.
 
     Parameters
     ----------
     model : torch.nn.Module
-        A transformers model, e.g. ``probe.models.load(...).model``. Its attention modules are found by what they do
-        (:func:`probe.layers.attention_plan`): those that call ``AttentionInterface`` (GPT-2, BERT, ESM, Llama,
-        hybrids' softmax layers, T5, BART, …) run on the fused engine; a model with none (Bloom, DeBERTa-v2) runs on
-        the eager fallback (:mod:`probe.engine.eager`). Layers keep the model's numbers; an encoder–decoder's
-        three stacks lie end to end on the layer axis (``AttentionPlan.stacks``).
+        A transformers model, e.g. ``probe.models.load(...).model``. Its attention modules are found by what
+        they do (:func:`probe.layers.attention_plan`): those that call ``AttentionInterface`` (GPT-2, BERT,
+        ESM, Llama, hybrids' softmax layers, T5, BART, …) run on the fused engine; a model with none (Bloom,
+        DeBERTa-v2) runs on the eager fallback (:mod:`probe.engine.eager`). Layers keep the model's numbers;
+        an encoder–decoder's three stacks lie end to end on the layer axis (``AttentionPlan.stacks``).
     sinks : Sink or GatherSink, or a sequence of them
         Where α goes: a :class:`~probe.engine.sinks.Sink` receives dense blocks
-        (:class:`~probe.engine.sinks.AttentionBlock`), a :class:`~probe.engine.sinks.GatherSink` α at a few keys
-        per query row. Empty: nothing is captured (useful with `ablate` alone).
+        (:class:`~probe.engine.sinks.AttentionBlock`), a :class:`~probe.engine.sinks.GatherSink` α at a few
+        keys per query row. Empty: nothing is captured (useful with `ablate` alone).
     block_bytes : int, default 96 MiB
-        Memory budget of one α block, all selected heads of a layer together, in bytes (float32); a block has at
-        most :data:`~probe.engine.session.MAX_BLOCK_ROWS` query rows.
+        Memory budget of one α block, all selected heads of a layer together, in bytes (float32); a block has
+        at most :data:`~probe.engine.session.MAX_BLOCK_ROWS` query rows.
     ablate : torch.Tensor or None, shape=(layer, head) or (batch, layer, head), bool
-        Heads whose attention output is zeroed (before the output projection): head ablation inside the attention
-        function, no change to the model's code or weights. With a batch axis, each batch row ablates its own
-        heads. None: no ablation.
+        Heads whose attention output is zeroed (before the output projection): head ablation inside the
+        attention function, no change to the model's code or weights. With a batch axis, each batch row
+        ablates its own heads. None: no ablation.
     engine : {"auto", "fused", "eager"}, default "auto"
-        "auto": what :func:`probe.models.load` recorded for the model (``--engine``), else fused where the model
-        routes through the interface and eager where it does not; "fused" refuses a model outside the interface;
-        "eager" streams the model's own eager α by forward hooks (O(N²) per layer; output norms are NaN there).
+        "auto": what :func:`probe.models.load` recorded for the model (``--engine``), else fused where the
+        model routes through the interface and eager where it does not; "fused" refuses a model outside the
+        interface; "eager" streams the model's own eager α by forward hooks (O(N²) per layer; output norms are
+        NaN there).
 
     Yields
     ------
@@ -92,8 +95,8 @@ def capture(
     ------
     ProbeError
         No module of the model computes attention weights (through the interface or ``output_attentions``), or
-        "fused" was asked for a model outside the interface; `ablate` is not a 2-D or 3-D bool tensor; the model's
-        transformer layers cannot be numbered.
+        "fused" was asked for a model outside the interface; `ablate` is not a 2-D or 3-D bool tensor; the
+        model's transformer layers cannot be numbered.
 
     Examples
     --------
@@ -113,14 +116,15 @@ def capture(
     sinks = tuple(sinks) if isinstance(sinks, (list, tuple)) else (sinks,)
     for sink in sinks:
         if not isinstance(sink, (Sink, GatherSink, OutputNormSink)):  # the protocols: needs() and a receiver
-            raise ProbeError(f"{type(sink).__name__} is not a sink: it needs needs(layer, n_heads, n_query) -> "
-                             "SinkNeeds and update(block), update_gathered(...) or update_output_norms(...) "
-                             "(see docs/howto/sink.md)")
+            raise ProbeError(f"{type(sink).__name__} is not a sink: it needs needs(layer, n_heads, n_query) "
+                             "-> SinkNeeds and update(block), update_gathered(...) or "
+                             "update_output_norms(...) (see docs/howto/sink.md)")
     session = _Session(plan.layer_of_module, sinks, block_bytes, _ablation_mask(ablate))
     if chosen == "eager":
         ids = {key for key, _ in plan.modules}
         modules = [module for module in model.modules() if id(module) in ids]
-        if plan.engine == "fused":  # an interface model forced onto the fallback: its modules run eager attention
+        # an interface model forced onto the fallback: its modules run eager attention
+        if plan.engine == "fused":
             _switch_to_engine(model, "eager")
         token = _ACTIVE.set(session)
         try:
@@ -194,8 +198,8 @@ def capture_attention(
     model : torch.nn.Module
         A transformers model whose attention goes through ``AttentionInterface`` (see :func:`capture`).
     inputs : dict of str to torch.Tensor
-        The model's keyword inputs, e.g. ``input_ids`` and ``attention_mask``, shape (batch, query), long; what
-        :func:`probe.models.tokenize_text` or a tokenizer returns.
+        The model's keyword inputs, e.g. ``input_ids`` and ``attention_mask``, shape (batch, query), long;
+        what :func:`probe.models.tokenize_text` or a tokenizer returns.
     layers : sequence of int, optional
         Layers to capture (0-based); None: every layer.
     heads : sequence of int, optional
@@ -207,14 +211,14 @@ def capture_attention(
     -------
     alpha : torch.Tensor, shape=(batch, layer, head, query, key), float32
         On the CPU; the captured layers in ascending order (a hybrid's no-α layers are absent: see
-        ``AttentionPlan.attention_layers``), heads in the order given. Each real query row sums to 1 over the keys;
-        masked keys (padding, above the diagonal of a causal model) are exactly 0.
+        ``AttentionPlan.attention_layers``), heads in the order given. Each real query row sums to 1 over the
+        keys; masked keys (padding, above the diagonal of a causal model) are exactly 0.
 
     Raises
     ------
     ProbeError
-        The model does not route attention through ``AttentionInterface``, or a chosen layer does not exist (nothing
-        was captured).
+        The model does not route attention through ``AttentionInterface``, or a chosen layer does not exist
+        (nothing was captured).
     """
     sink = DenseSink(layers, heads)
     with capture(model, sink, engine=engine), torch.inference_mode():
@@ -224,11 +228,11 @@ def capture_attention(
     except RuntimeError:  # torch.stack of layers with different shapes: an encoder-decoder's stacks
         if not attention_plan(model).is_multi_stack:
             raise
-        raise ProbeError("the captured layers have different query/key lengths (the stacks of an encoder-decoder): "
-                         "capture one stack at a time, layers=range(stack.first, stack.first + stack.count) of "
-                         "probe.layers.attention_plan(model).stacks") from None
+        raise ProbeError("the captured layers have different query/key lengths (the stacks of an "
+                         "encoder-decoder): capture one stack at a time, layers=range(stack.first, "
+                         "stack.first + stack.count) of probe.layers.attention_plan(model).stacks") from None
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The attention function
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ from probe.errors import ProbeError
 class DenseSink:
     """Keeps α of the selected layers and heads on the CPU, one tensor per (step, layer).
 
-    A :class:`~probe.engine.sinks.Sink` (it declares ``causal_crop``: the causal triangle above the diagonal is
-    never computed, the buffer is zero there). With attention sinks (gpt-oss) a kept row sums to less than 1: the
-    rest went to the learned sink. Memory: batch × heads × query × key values per layer and forward
-    pass, so keep it to the heads you look at; :func:`~probe.engine.capture.capture_attention` is the one-call form.
+    A :class:`~probe.engine.sinks.Sink` (it declares ``causal_crop``: the causal triangle above the diagonal
+    is never computed, the buffer is zero there). With attention sinks (gpt-oss) a kept row sums to less than
+    1: the rest went to the learned sink. Memory: batch × heads × query × key values per layer and forward
+    pass, so keep it to the heads you look at; :func:`~probe.engine.capture.capture_attention` is the one-call
+    form.
 
     Parameters
     ----------
@@ -52,13 +53,15 @@ class DenseSink:
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         if self.layers is not None and layer not in self.layers:
             return NOTHING
-        return SinkNeeds(heads=self.heads if self.heads is not None else tuple(range(n_heads)), causal_crop=True)
+        return SinkNeeds(heads=self.heads if self.heads is not None else tuple(range(n_heads)),
+                         causal_crop=True)
 
     def update(self, block: AttentionBlock) -> None:
         buffer = self._store.get((block.step, block.layer))
         if buffer is None:
             batch, heads = block.alpha.shape[:2]
-            buffer = torch.zeros(batch, heads, block.n_query, block.n_key, dtype=self.dtype)  # [batch head query key]
+            # [batch head query key]
+            buffer = torch.zeros(batch, heads, block.n_query, block.n_key, dtype=self.dtype)
             self._store[(block.step, block.layer)] = buffer
         rows = slice(block.query_start, block.query_start + block.alpha.shape[2])
         buffer[:, :, rows, : block.alpha.shape[-1]] = block.alpha.to("cpu", self.dtype)
@@ -93,5 +96,7 @@ class DenseSink:
         """
         layers = [layer for s, layer in sorted(self._store) if s == step]
         if not layers:
-            raise ProbeError(f"nothing was captured for step {step}: run the model inside `with capture(...)`")
-        return torch.stack([self._store[(step, layer)] for layer in layers], dim=1)  # [batch layer head query key]
+            raise ProbeError(
+                f"nothing was captured for step {step}: run the model inside `with capture(...)`")
+        # [batch layer head query key]
+        return torch.stack([self._store[(step, layer)] for layer in layers], dim=1)

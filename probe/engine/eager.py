@@ -1,23 +1,26 @@
-"""The eager fallback: α of models outside ``AttentionInterface`` (Bloom, DeBERTa-v2), streamed by forward hooks.
+"""The eager fallback: α of models outside ``AttentionInterface`` (Bloom, DeBERTa-v2), streamed by forward
+hooks.
 
 Such a model computes α itself, as a dense ``[batch head query key]`` tensor per layer, and returns it through
 ``output_attentions``. The fallback registers, on every attention module of the
-:class:`~probe.layers.AttentionPlan` (``register_forward_pre_hook`` / ``register_forward_hook``, no change to the
-model's code):
+:class:`~probe.layers.AttentionPlan` (``register_forward_pre_hook`` / ``register_forward_hook``, no change to
+the model's code):
 
-* a pre-hook that asks the module for its weights (``output_attentions=True`` in its own call, whatever the model
-  was called with) and numbers the layer;
-* a hook that hands the layer's α to the same sinks the fused engine feeds (dense blocks of query rows, sampled rows,
-  gathered slots, row entropy) and then drops it from the module's output, so the model never accumulates the
-  weights of all layers: one layer's α is alive at a time;
-* with ``ablate``, a pre-hook on the layer's output projection that zeroes the ablated heads' slice of its input.
+* a pre-hook that asks the module for its weights (``output_attentions=True`` in its own call, whatever the
+  model was called with) and numbers the layer;
+* a hook that hands the layer's α to the same sinks the fused engine feeds (dense blocks of query rows,
+  sampled rows, gathered slots, row entropy) and then drops it from the module's output, so the model never
+  accumulates the weights of all layers: one layer's α is alive at a time;
+* with ``ablate``, a pre-hook on the layer's output projection that zeroes the ablated heads' slice of its
+  input.
 
-A learned attention sink (gpt-oss's ``s_aux``) is inside the module's softmax, out of the hooks' sight: its weight
-in each row is read as ``1 − Σ_j α_ij`` (``AttentionBlock.learned_sink_mass``; 0 up to rounding without sinks).
-Output norms (``output_share``) need the value states, which the module keeps to itself: sinks that ask for them
-receive ``None`` (their shares are NaN). The cost is the model's own eager attention: a ``[batch head query key]``
-tensor per layer, O(N²) memory, where the fused engine keeps one block. ``--engine eager`` forces this path on a model
-that does route through the interface (its modules then run transformers' eager attention).
+A learned attention sink (gpt-oss's ``s_aux``) is inside the module's softmax, out of the hooks' sight: its
+weight in each row is read as ``1 − Σ_j α_ij`` (``AttentionBlock.learned_sink_mass``; 0 up to rounding without
+sinks). Output norms (``output_share``) need the value states, which the module keeps to itself: sinks that
+ask for them receive ``None`` (their shares are NaN). The cost is the model's own eager attention: a ``[batch
+head query key]`` tensor per layer, O(N²) memory, where the fused engine keeps one block. ``--engine eager``
+forces this path on a model that does route through the interface (its modules then run transformers' eager
+attention).
 """
 
 from __future__ import annotations
@@ -57,14 +60,15 @@ def _check_heads(heads: Sequence[int], layer: int, n_heads: int) -> None:
 
 
 def _dense(session: _Session, sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
-    """Dense blocks of `need.heads` (every row, or the sampled rows) from the layer's α [batch head query key]."""
+    """Dense blocks of `need.heads` (every row, or the sampled rows) from the layer's α [batch head query
+    key]."""
     n_heads, n_query, n_key = alpha.shape[1:]
     heads = tuple(need.heads)
     _check_heads(heads, layer, n_heads)
     chosen = alpha[:, list(heads)]  # [batch head_sel query key]
     entropy = _row_entropy(chosen) if need.entropy else None  # [batch head_sel query]
-    # The module's own softmax may include learned sinks (gpt-oss s_aux) that the hooks cannot see: their weight is
-    # what the row's α lacks of 1 (0 up to rounding without sinks), as the fused engine reports it.
+    # The module's own softmax may include learned sinks (gpt-oss s_aux) that the hooks cannot see: their
+    # weight is what the row's α lacks of 1 (0 up to rounding without sinks), as the fused engine reports it.
     sink_mass = (1.0 - chosen.sum(-1)).clamp_min(0.0)  # [batch head_sel query]
     rows = _rows_of(need.rows, n_query, alpha.device)
     query_offset = n_key - n_query
@@ -98,8 +102,8 @@ def _gathered(sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
 
 
 def stream_layer(session: _Session, layer: int, alpha: torch.Tensor) -> None:
-    """Hand one layer's dense α (``[batch head query key]``) to the session's sinks, as the fused engine would:
-    each sink's :class:`~probe.engine.sinks.SinkNeeds` for the layer is read once."""
+    """Hand one layer's dense α (``[batch head query key]``) to the session's sinks, as the fused engine
+    would: each sink's :class:`~probe.engine.sinks.SinkNeeds` for the layer is read once."""
     n_heads, n_query = alpha.shape[1], alpha.shape[2]
     alpha = alpha.float()
     for sink in session.sinks:
@@ -139,12 +143,14 @@ class _EagerHooks:
     def after(self, module: nn.Module, args: tuple, kwargs: dict, output):
         if not self.mine() or self.current is None:
             return None
-        # the weights are the last 4-D tensor of the output: (output, weights), or T5's (output, bias, weights)
-        found = [index for index, item in enumerate(output) if isinstance(item, torch.Tensor) and item.dim() == 4] \
+        # the weights are the last 4-D tensor of the output: (output, weights), or T5's (output, bias,
+        # weights)
+        found = [index for index,
+                 item in enumerate(output) if isinstance(item, torch.Tensor) and item.dim() == 4] \
             if isinstance(output, tuple) else []
         if not found or found[-1] == 0:
-            raise ProbeError(f"{type(module).__name__} returned no [batch head query key] attention weights; the "
-                             "eager fallback cannot capture this model")
+            raise ProbeError(f"{type(module).__name__} returned no [batch head query key] attention weights; "
+                             "the eager fallback cannot capture this model")
         stream_layer(self.session, self.current, output[found[-1]].detach())
         kept = list(output)
         kept[found[-1]] = None  # the weights are dropped: the model keeps none of them
@@ -161,7 +167,8 @@ class _EagerHooks:
         keep = (~ablate[:, self.current]).to(hidden.device, hidden.dtype)  # [batch|1 head]
         if ablate.shape[0] not in (1, hidden.shape[0]):
             raise ProbeError(f"ablate has {ablate.shape[0]} batch rows; the input has {hidden.shape[0]}")
-        shaped = hidden.view(*hidden.shape[:-1], n_heads, hidden.shape[-1] // n_heads)  # [batch query head dim]
+        # [batch query head dim]
+        shaped = hidden.view(*hidden.shape[:-1], n_heads, hidden.shape[-1] // n_heads)
         return ((shaped * keep[:, None, :, None]).view(hidden.shape), *rest)
 
 
@@ -193,8 +200,8 @@ def eager_capture(model: nn.Module, modules: Sequence[nn.Module], session: _Sess
             if projections is not None:
                 projection = projections.find(module)
                 if projection is None:
-                    raise ProbeError(f"cannot ablate heads of {type(module).__name__}: its output projection is "
-                                     "not found")
+                    raise ProbeError(f"cannot ablate heads of {type(module).__name__}: its output projection "
+                                     "is not found")
                 handles.append(projection.register_forward_pre_hook(hooks.ablate))
         yield
     finally:

@@ -1,8 +1,9 @@
-"""The attention output and its log-sum-exp: the fused kernels, the blockwise softmax, and how the scores are formed.
+"""The attention output and its log-sum-exp: the fused kernels, the blockwise softmax, and how the scores are
+formed.
 
 :class:`Scores` says how one layer's scores are made from q and k — the scale, the additive mask, causality,
-soft-capping (Gemma 2: c·tanh(s / c) before the mask) and attention sinks (gpt-oss: one logit per head that joins
-every row's softmax and has no value). :func:`layer_output` gives the output and the row normaliser
+soft-capping (Gemma 2: c·tanh(s / c) before the mask) and attention sinks (gpt-oss: one logit per head that
+joins every row's softmax and has no value). :func:`layer_output` gives the output and the row normaliser
 
     lse'_i = logaddexp(lse_i, sink_h)    (= lse_i without sinks)
 
@@ -59,7 +60,8 @@ def additive_mask(
         position_bias = position_bias[..., :n_key]  # a causal prefill into a static cache crops the keys
         if mask is None and is_causal:
             causal = torch.ones(n_query, n_key, dtype=torch.bool, device=query.device).tril()
-            mask = torch.zeros(causal.shape, dtype=query.dtype, device=query.device).masked_fill(~causal, -math.inf)
+            mask = torch.zeros(causal.shape, dtype=query.dtype,
+                               device=query.device).masked_fill(~causal, -math.inf)
         mask = position_bias if mask is None else position_bias + mask
     return None if mask is None else mask.to(query.dtype)
 
@@ -90,8 +92,8 @@ def layer_output(
     scores: Scores,
     dropout: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output [batch head query dim_v], lse' [batch head query] float32) of one attention call: the fused kernel
-    (rescaled for sinks), or the blockwise softmax where the scores are soft-capped."""
+    """(output [batch head query dim_v], lse' [batch head query] float32) of one attention call: the fused
+    kernel (rescaled for sinks), or the blockwise softmax where the scores are soft-capped."""
     if scores.softcap is not None:
         output, lse = blockwise_attention(query, key, value, scores)
     else:
@@ -108,21 +110,25 @@ def fused_attention(
     scale: float,
     dropout: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output [batch head query dim_v], lse [batch head query] float32) from a fused kernel, else blockwise torch.
+    """(output [batch head query dim_v], lse [batch head query] float32) from a fused kernel, else blockwise
+    torch.
 
-    Shapes a kernel refuses never raise: a value head size that differs from the query/key one (MLA) is zero-padded
-    to it (exact: padded value columns give zero output columns, padded q/k columns add zero to the scores), and
-    anything else the kernel rejects goes to the blockwise path, which also returns the log-sum-exp.
+    Shapes a kernel refuses never raise: a value head size that differs from the query/key one (MLA) is
+    zero-padded to it (exact: padded value columns give zero output columns, padded q/k columns add zero to
+    the scores), and anything else the kernel rejects goes to the blockwise path, which also returns the
+    log-sum-exp.
     """
     dim_v = value.shape[-1]
-    mask = None if mask is None else mask.to(query.dtype)  # a float32 call on reduced-precision q, k (output norms)
+    # a float32 call on reduced-precision q, k (output norms)
+    mask = None if mask is None else mask.to(query.dtype)
     if query.device.type == "cpu" and dim_v == query.shape[-1]:
         with contextlib.suppress(RuntimeError):  # the CPU flash kernel takes grouped kv heads as they are
             output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 query, key, value, dropout, is_causal, attn_mask=mask, scale=scale
             )
             return output, lse.float()
-    query, key, value = _same_head_size(query, expand_kv(key, query.shape[1]), expand_kv(value, query.shape[1]))
+    query, key, value = _same_head_size(query, expand_kv(key, query.shape[1]),
+                                        expand_kv(value, query.shape[1]))
     with contextlib.suppress(RuntimeError):
         if query.device.type == "cpu":
             output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
@@ -137,7 +143,8 @@ def fused_attention(
 
 
 def _same_head_size(query, key, value):
-    """Zero-pad the value (or query and key) head size so all three match; exact for attention with a given scale."""
+    """Zero-pad the value (or query and key) head size so all three match; exact for attention with a given
+    scale."""
     dim, dim_v = query.shape[-1], value.shape[-1]
     if dim_v < dim:
         value = torch.nn.functional.pad(value, (0, dim - dim_v))  # [batch head key dim]
@@ -148,7 +155,8 @@ def _same_head_size(query, key, value):
 
 
 def _cuda_fused_attention(query, key, value, mask, is_causal, scale, dropout):
-    """CUDA: the flash kernel when there is no mask (fp16/bf16), else the memory-efficient kernel; both give the LSE."""
+    """CUDA: the flash kernel when there is no mask (fp16/bf16), else the memory-efficient kernel; both give
+    the LSE."""
     n_query = query.shape[2]
     if mask is None and query.dtype in (torch.float16, torch.bfloat16):
         output, lse, *_ = torch.ops.aten._scaled_dot_product_flash_attention(
@@ -173,7 +181,8 @@ def blockwise_attention(query, key, value, scores: Scores, block_rows: int = 256
         block = block_scores(query, key, rows, scores)  # [batch head block key]
         lse = torch.logsumexp(block, dim=-1)  # [batch head block]
         probs = torch.exp(block - lse[..., None]).nan_to_num(0.0)
-        lse = lse.masked_fill(torch.isneginf(lse), 0.0)  # a fully masked row: lse = 0, as the CPU kernel gives it
+        # a fully masked row: lse = 0, as the CPU kernel gives it
+        lse = lse.masked_fill(torch.isneginf(lse), 0.0)
         outputs.append((probs @ value.float()).to(query.dtype))  # [batch head block dim_v]
         lses.append(lse)
     return torch.cat(outputs, dim=2), torch.cat(lses, dim=2)
@@ -186,7 +195,8 @@ def block_scores(
     scores: Scores,
 ) -> torch.Tensor:
     """Masked, scaled (and capped) scores of a block of query rows in float32: [batch head block key]."""
-    block = (query[:, :, rows].float() @ key.float().transpose(-1, -2)) * scores.scale  # [batch head block key]
+    # [batch head block key]
+    block = (query[:, :, rows].float() @ key.float().transpose(-1, -2)) * scores.scale
     scores.cap_(block)
     if scores.mask is not None:
         block = block + scores.mask[:, :, rows].float()
@@ -205,8 +215,8 @@ def causal_bias(block_rows: int, device: torch.device) -> torch.Tensor:
 
 
 def mask_bias(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """The finite part of an additive mask when it has one (ALiBi, T5 position bias), else None (0/−inf masks).
-    Row entropy then subtracts Σ α·bias."""
+    """The finite part of an additive mask when it has one (ALiBi, T5 position bias), else None (0/−inf
+    masks). Row entropy then subtracts Σ α·bias."""
     if mask is None:
         return None
     bias = mask.float().masked_fill(torch.isinf(mask), 0.0)
@@ -218,17 +228,18 @@ def softmax_in_place(
     want_lse: bool,
     masked: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Softmax over keys written over `scores`, and the rows' log-sum-exp if wanted: (α [batch head block key],
-    lse [batch head block] or None).
+    """Softmax over keys written over `scores`, and the rows' log-sum-exp if wanted: (α [batch head block
+    key], lse [batch head block] or None).
 
-    One fused softmax (its max, exp and sum in cache-friendly passes: on CPU about half the time of separate max,
-    sub, exp, sum and mul over a block larger than the cache). The LSE, when a consumer needs it, costs two row
-    maxima: it follows from the largest score m and the largest weight, which is 1/Σ exp(s − m), as
+    One fused softmax (its max, exp and sum in cache-friendly passes: on CPU about half the time of separate
+    max, sub, exp, sum and mul over a block larger than the cache). The LSE, when a consumer needs it, costs
+    two row maxima: it follows from the largest score m and the largest weight, which is 1/Σ exp(s − m), as
     lse = m − log max α. With a mask (`masked`), a fully masked row has α = 0 and, as the CPU kernel gives it,
     lse = 0.
     """
     row_max = scores.amax(dim=-1) if want_lse else None  # [batch head block]
-    torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # in place: each row is read before it is written
+    # in place: each row is read before it is written
+    torch.ops.aten._softmax.out(scores, -1, False, out=scores)
     alpha = scores  # [batch head block key]
     if masked:  # the softmax of an all −inf row is NaN in every entry, the first included
         empty = torch.isnan(alpha[..., 0])  # [batch head block]

@@ -1,18 +1,19 @@
 """What the engine's attention function understands: the allow-list of keywords a model may pass it.
 
-transformers calls an attention function as ``fn(module, query, key, value, attention_mask, **kwargs)``, and each
-model adds its own keywords: ``s_aux`` (gpt-oss's attention sinks), ``softcap`` (Gemma 2), ``position_bias`` (T5),
-``sliding_window`` … A function that ignores one it does not implement computes something else than the model —
-silently (ignoring ``s_aux`` changes gpt-oss's α by up to 1.0). So the engine reads every keyword against one table,
-:data:`KEYWORDS`, and refuses any other in one line that names it and the fallback (``--engine eager``).
+transformers calls an attention function as ``fn(module, query, key, value, attention_mask, **kwargs)``, and
+each model adds its own keywords: ``s_aux`` (gpt-oss's attention sinks), ``softcap`` (Gemma 2),
+``position_bias`` (T5), ``sliding_window`` … A function that ignores one it does not implement computes
+something else than the model — silently (ignoring ``s_aux`` changes gpt-oss's α by up to 1.0). So the engine
+reads every keyword against one table, :data:`KEYWORDS`, and refuses any other in one line that names it and
+the fallback (``--engine eager``).
 
 Three kinds of entries:
 
 * ``implemented`` — the engine computes what the keyword asks (the value may be anything the model passes);
-* ``harmless`` — information the function does not need, whatever its value (``position_ids``: rotary positions
-  are already in q and k, and the mask was built from them);
-* ``none_only`` — a feature the engine does not implement, accepted only when the model passes it as None (e.g.
-  ``cu_seq_lens_q`` of packed flash-attention batches).
+* ``harmless`` — information the function does not need, whatever its value (``position_ids``: rotary
+  positions are already in q and k, and the mask was built from them);
+* ``none_only`` — a feature the engine does not implement, accepted only when the model passes it as None
+  (e.g. ``cu_seq_lens_q`` of packed flash-attention batches).
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ FALLBACK = "--engine eager (or probe.engine's eager fallback)"
 
 # keyword -> (kind, what the engine does with it). The table in docs/engine.md is this one.
 KEYWORDS: dict[str, tuple[str, str]] = {
-    "dropout": ("implemented", "applied by the fused kernel to the output; α handed to sinks is before dropout; "
+    "dropout": ("implemented",
+                "applied by the fused kernel to the output; α handed to sinks is before dropout; "
                 "refused with soft-capping or sinks while training"),
     "scaling": ("implemented", "the score scale (default head_dim^-1/2)"),
     "is_causal": ("implemented", "causal when no mask was built and more than one query, as sdpa decides"),
     "position_bias": ("implemented", "additive score bias (T5), added to the mask"),
     "s_aux": ("implemented", "attention sinks (gpt-oss): one logit per head in every row's softmax"),
     "softcap": ("implemented", "c·tanh(s / c) before mask and softmax (Gemma 2); blockwise, no fused kernel"),
-    "sliding_window": ("implemented", "carried by the mask the model builds per layer (refused if no mask came "
+    "sliding_window": ("implemented",
+                       "carried by the mask the model builds per layer (refused if no mask came "
                        "while the keys outnumber the window)"),
     "position_ids": ("harmless", "rotary positions are applied to q and k before the call"),
     "cache_position": ("harmless", "positions of a KV-cache step: already in the mask and the key length"),
@@ -76,13 +79,13 @@ class AttentionFeatures:
 
 
 def read_keywords(kwargs: dict) -> AttentionFeatures:
-    """The features an attention call asks for, or a one-line :class:`~probe.errors.ProbeError` for a keyword the
-    engine does not implement (not in :data:`KEYWORDS`, or a ``none_only`` one given a value)."""
+    """The features an attention call asks for, or a one-line :class:`~probe.errors.ProbeError` for a keyword
+    the engine does not implement (not in :data:`KEYWORDS`, or a ``none_only`` one given a value)."""
     for name, value in kwargs.items():
         kind = KEYWORDS.get(name, (None, ""))[0]
         if kind is None:
-            raise ProbeError(f"the model passes attention keyword {name!r}, which the capture engine does not "
-                             f"implement; run it with {FALLBACK}")
+            raise ProbeError(f"the model passes attention keyword {name!r}, which the capture engine does "
+                             f"not implement; run it with {FALLBACK}")
         if kind == "none_only" and value is not None:
             raise ProbeError(f"the model passes attention keyword {name!r} ({KEYWORDS[name][1]}), which the "
                              f"capture engine does not implement; run it with {FALLBACK}")

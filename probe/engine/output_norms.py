@@ -1,27 +1,29 @@
 """Output-weighted attention inside the engine: the norm of what each key contributes to a head's output.
 
-Kobayashi et al. 2020 ("Attention is not only a weight: analyzing transformers with vector norms", EMNLP) write a
-head's output at query i as Σ_j α_ij f_h(x_j), with f_h(x) = (x W_V^h + b_V^h) W_O^h the key's value vector through
-the head's slice of the output projection. ‖α_ij f_h(x_j)‖ = α_ij ‖f_h(x_j)‖ is how much key j actually moves the
-output; a head can put most of its weight on a key whose f_h is tiny (the "no-op" [CLS]/[SEP]/BOS sink).
+Kobayashi et al. 2020 ("Attention is not only a weight: analyzing transformers with vector norms", EMNLP)
+write a head's output at query i as Σ_j α_ij f_h(x_j), with f_h(x) = (x W_V^h + b_V^h) W_O^h the key's value
+vector through the head's slice of the output projection. ‖α_ij f_h(x_j)‖ = α_ij ‖f_h(x_j)‖ is how much key j
+actually moves the output; a head can put most of its weight on a key whose f_h is tiny (the "no-op"
+[CLS]/[SEP]/BOS sink).
 
 For every layer a sink asks for, the engine computes
 
 * ``norms`` n_hj = ‖f_h(x_j)‖ — one number per (head, key): the value states the attention function receives
-  (``x W_V + b_V``, after grouped-query heads are repeated: the shared value head) through a `dim × dim` factor R_h of
-  the head's output-projection slice (W_O^h = R_hᵀ Qᵀ with Q orthonormal, so ‖v W_O^h‖ = ‖v R_hᵀ‖ exactly, at
-  `dim²` instead of `dim · width` per key). The projection's bias is added once to the sum of all heads, not per head,
-  so it is no part of any f_h and is left out;
-* ``mixed`` = Σ_j α_ij n_hj — the denominator of an output share, which needs every key. It comes from the fused
-  kernel itself: the value tensor gets n as one extra channel (query and key get a zero channel, which adds exactly
-  0 to every score), so the kernel returns Σ_j α_ij n_j beside the model's output at the cost of one more value
-  channel. The model's own output channels are those of the plain call (tested bitwise on the CPU kernel).
+  (``x W_V + b_V``, after grouped-query heads are repeated: the shared value head) through a `dim × dim`
+  factor R_h of the head's output-projection slice (W_O^h = R_hᵀ Qᵀ with Q orthonormal, so ‖v W_O^h‖ = ‖v
+  R_hᵀ‖ exactly, at `dim²` instead of `dim · width` per key). The projection's bias is added once to the sum
+  of all heads, not per head, so it is no part of any f_h and is left out;
+* ``mixed`` = Σ_j α_ij n_hj — the denominator of an output share, which needs every key. It comes from the
+  fused kernel itself: the value tensor gets n as one extra channel (query and key get a zero channel, which
+  adds exactly 0 to every score), so the kernel returns Σ_j α_ij n_j beside the model's output at the cost of
+  one more value channel. The model's own output channels are those of the plain call (tested bitwise on the
+  CPU kernel).
 
-:class:`OutputProjections` finds each attention module's output projection generically: an ``o_proj`` / ``c_proj``
-/ ``out_proj`` / ``dense`` / ``o`` (Llama-family, GPT-2's Conv1D, OPT/BART, NeoX/Phi, T5) on the module itself, else
-``output.dense`` on its parent (BERT, RoBERTa, ESM: the attention function gets the ``SelfAttention`` child); a
-projection whose input is not `heads × value dim` counts as not found. Where none is found the sink receives
-``None`` (its shares are NaN); nothing raises.
+:class:`OutputProjections` finds each attention module's output projection generically: an ``o_proj`` /
+``c_proj`` / ``out_proj`` / ``dense`` / ``o`` (Llama-family, GPT-2's Conv1D, OPT/BART, NeoX/Phi, T5) on the
+module itself, else ``output.dense`` on its parent (BERT, RoBERTa, ESM: the attention function gets the
+``SelfAttention`` child); a projection whose input is not `heads × value dim` counts as not found. Where none
+is found the sink receives ``None`` (its shares are NaN); nothing raises.
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ from transformers.integrations.sdpa_attention import repeat_kv
 
 from probe.errors import ProbeError
 
-try:  # accelerate is optional: only a model dispatched with a device_map carries its hooks (and then it is there)
+# accelerate is optional: only a model dispatched with a device_map carries its hooks (and then it is there)
+try:
     from accelerate.utils import align_module_device, has_offloaded_params
 except ImportError:  # pragma: no cover - accelerate is installed wherever a device_map was used
     align_module_device = has_offloaded_params = None
 
-# Dtypes whose kernel output channels are too coarse for Σ_j α_ij ‖f_h(x_j)‖: the norm channel then runs in float32.
+# Dtypes whose kernel output channels are too coarse for Σ_j α_ij ‖f_h(x_j)‖: the norm channel then runs in
+# float32.
 REDUCED_PRECISION = (torch.float16, torch.bfloat16)
 # Attribute names of an attention module's own output projection, tried in order.
 PROJECTION_NAMES = ("o_proj", "c_proj", "out_proj", "dense", "o", "wo", "out_lin")
@@ -89,12 +93,13 @@ class OutputProjections:
         return candidate if _is_projection(candidate) else None
 
     def factors(self, module: nn.Module, n_heads: int, dim: int) -> torch.Tensor | None:
-        """R `[head rank dim]` float32 with ‖v W_O^h‖ = ‖v R_hᵀ‖ for every v of width `dim`, or None when `module`
-        has no output projection taking `n_heads × dim` inputs. Cached until the weight changes.
+        """R `[head rank dim]` float32 with ‖v W_O^h‖ = ‖v R_hᵀ‖ for every v of width `dim`, or None when
+        `module` has no output projection taking `n_heads × dim` inputs. Cached until the weight changes.
 
-        A projection whose weights accelerate offloads (a ``device_map`` with ``"cpu"`` or ``"disk"``: the parameter
-        is on the meta device between forwards) is read through accelerate's own hook, ``align_module_device``,
-        which loads the weights for the duration of the read exactly as the projection's forward would."""
+        A projection whose weights accelerate offloads (a ``device_map`` with ``"cpu"`` or ``"disk"``: the
+        parameter is on the meta device between forwards) is read through accelerate's own hook,
+        ``align_module_device``, which loads the weights for the duration of the read exactly as the
+        projection's forward would."""
         projection = self.find(module)
         if projection is None:
             self.missing.add(type(module).__name__)
@@ -102,7 +107,8 @@ class OutputProjections:
         with materialised(projection):
             return self._factors_of(module, projection, n_heads, dim)
 
-    def _factors_of(self, module: nn.Module, projection: nn.Module, n_heads: int, dim: int) -> torch.Tensor | None:
+    def _factors_of(self, module: nn.Module, projection: nn.Module, n_heads: int,
+                    dim: int) -> torch.Tensor | None:
         weight = projection.weight
         conv = not isinstance(projection, nn.Linear)  # Conv1D: weight [in out]; Linear: [out in]
         width_in = weight.shape[0] if conv else weight.shape[1]
@@ -110,8 +116,8 @@ class OutputProjections:
             self.missing.add(type(module).__name__)
             return None
         if weight.device.type == "meta":
-            raise ProbeError(f"the output projection of {type(module).__name__} has its weights on the meta device "
-                             "and no accelerate hook to load them; load the model with a device_map")
+            raise ProbeError(f"the output projection of {type(module).__name__} has its weights on the meta "
+                             "device and no accelerate hook to load them; load the model with a device_map")
         try:
             identity = (weight.data_ptr(), weight._version, n_heads, dim, weight.device)
         except RuntimeError:  # an inference tensor has no version counter: no cache
@@ -123,7 +129,8 @@ class OutputProjections:
             if conv:
                 per_head = weight.detach().view(n_heads, dim, -1).transpose(1, 2)  # [head out dim]
             else:
-                per_head = weight.detach().view(weight.shape[0], n_heads, dim).transpose(0, 1)  # [head out dim]
+                # [head out dim]
+                per_head = weight.detach().view(weight.shape[0], n_heads, dim).transpose(0, 1)
             # W_O^hᵀ = Q R, so ‖v W_O^h‖ = ‖v Rᵀ Qᵀ‖ = ‖v Rᵀ‖ (Q has orthonormal columns)
             factor = torch.linalg.qr(per_head.double(), mode="r").R.float()  # [head rank dim]
         if identity is not None:
@@ -135,11 +142,11 @@ class OutputProjections:
 def materialised(module: nn.Module):
     """A context in which the parameters of `module` and of every module below it are real tensors.
 
-    accelerate's offload hooks sit on the modules that own parameters (a disk- or CPU-offloaded layer keeps them
-    on the meta device between forwards); each such module below `module` is entered with accelerate's own
-    ``align_module_device``, and left as it was afterwards. Without accelerate, or without offloaded weights,
-    nothing is done. Materialise one layer at a time: the weights of everything below `module` are in memory
-    together inside the context.
+    accelerate's offload hooks sit on the modules that own parameters (a disk- or CPU-offloaded layer keeps
+    them on the meta device between forwards); each such module below `module` is entered with accelerate's
+    own ``align_module_device``, and left as it was afterwards. Without accelerate, or without offloaded
+    weights, nothing is done. Materialise one layer at a time: the weights of everything below `module` are in
+    memory together inside the context.
     """
     with contextlib.ExitStack() as stack:
         if align_module_device is not None:
@@ -157,14 +164,15 @@ def weight_of(module: nn.Module) -> torch.Tensor:
 
 
 def value_norms(value: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    """‖f_h(x_j)‖ `[batch head key]` float32 from value states `[batch head key dim]` (one per query head) and the
-    factors R `[head rank dim]` of :meth:`OutputProjections.factors`."""
+    """‖f_h(x_j)‖ `[batch head key]` float32 from value states `[batch head key dim]` (one per query head) and
+    the factors R `[head rank dim]` of :meth:`OutputProjections.factors`."""
     projected = value.float() @ factor.transpose(-1, -2)  # [batch head key rank]
     return torch.linalg.vector_norm(projected, dim=-1)  # [batch head key]
 
 
 def with_output_norms(
-    norm_sinks: Sequence[tuple[object, OutputProjections]],  # (sink, where its projections are), from SinkNeeds
+    # (sink, where its projections are), from SinkNeeds
+    norm_sinks: Sequence[tuple[object, OutputProjections]],
     module: nn.Module,
     layer: int,
     query: torch.Tensor,  # [batch head query dim]
@@ -172,10 +180,10 @@ def with_output_norms(
     value: torch.Tensor,  # [batch kv_head key dim_v]: repeated to the query heads here when norms are wanted
     kernel: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`kernel(query, key, value)` -> (output [batch head query dim], lse'); when `norm_sinks` is not empty, the
-    same kernel call also yields Σ_j α_ij ‖f_h(x_j)‖ (value augmented with the norms as one channel; with attention
-    sinks the kernel's rescaling by exp(lse − lse') applies to it too) and the sinks receive :class:`OutputNorms`
-    before the layer's α."""
+    """`kernel(query, key, value)` -> (output [batch head query dim], lse'); when `norm_sinks` is not empty,
+    the same kernel call also yields Σ_j α_ij ‖f_h(x_j)‖ (value augmented with the norms as one channel; with
+    attention sinks the kernel's rescaling by exp(lse − lse') applies to it too) and the sinks receive
+    :class:`OutputNorms` before the layer's α."""
     sinks = [sink for sink, _ in norm_sinks]
     if not sinks:
         return kernel(query, key, value)
@@ -185,20 +193,22 @@ def with_output_norms(
         for sink in sinks:
             sink.update_output_norms(layer, None)
         return kernel(query, key, value)
-    if value.shape[1] != n_heads:  # grouped kv heads: each query head reads its group's value through its own W_O^h
+    # grouped kv heads: each query head reads its group's value through its own W_O^h
+    if value.shape[1] != n_heads:
         key = repeat_kv(key, n_heads // key.shape[1])  # [batch head key dim]
         value = repeat_kv(value, n_heads // value.shape[1])  # [batch head key dim_v]
     norms = value_norms(value, factor.to(value.device))  # [batch head key]
     if query.dtype in REDUCED_PRECISION:
-        # A bf16 output channel would round Σ_j α_ij n_j to 3 significant digits (measured: 7e-3 relative); so the
-        # model's call stays as it is and the norm channel gets its own float32 call on the same q and k.
+        # A bf16 output channel would round Σ_j α_ij n_j to 3 significant digits (measured: 7e-3 relative); so
+        # the model's call stays as it is and the norm channel gets its own float32 call on the same q and k.
         output, lse = kernel(query, key, value)  # [batch head query dim_v], the model's own output
         mixed = kernel(query.float(), key.float(), norms[..., None])[0][..., 0]  # [batch head query]
         delivered = OutputNorms(layer, norms, mixed)
         for sink in sinks:
             sink.update_output_norms(layer, delivered)
         return output, lse
-    # CUDA kernels want head dims that are multiples of 8: pad with zero channels; the CPU kernel takes dim + 1.
+    # CUDA kernels want head dims that are multiples of 8: pad with zero channels; the CPU kernel takes dim +
+    # 1.
     pad = 8 if query.device.type == "cuda" else 1
     zeros_qk = query.new_zeros(*query.shape[:-1], pad)  # [batch head query pad]
     extra = value.new_zeros(*value.shape[:-1], pad)  # [batch head key pad]

@@ -17,9 +17,10 @@ from probe.errors import ProbeError
 
 ENGINE_NAME = "probe_capture"
 
-# Extra memory allowed for one α block, all selected heads together (bytes). Sets the query block size. 96 MiB keeps
-# 128-row blocks (where the CPU GEMMs of QKᵀ and α·V reach full speed; at 42 rows they run ~30 % slower) for all
-# 12 heads of a GPT-2-small layer up to 16K tokens; the block lives only during attention, below the MLP's peak.
+# Extra memory allowed for one α block, all selected heads together (bytes). Sets the query block size. 96 MiB
+# keeps 128-row blocks (where the CPU GEMMs of QKᵀ and α·V reach full speed; at 42 rows they run ~30 % slower)
+# for all 12 heads of a GPT-2-small layer up to 16K tokens; the block lives only during attention, below the
+# MLP's peak.
 DEFAULT_BLOCK_BYTES = 96 * 2**20
 # At most this many query rows per block: small blocks let causal attention skip the keys above the diagonal.
 MAX_BLOCK_ROWS = 128
@@ -29,8 +30,8 @@ MAX_BLOCK_ROWS = 128
 class _Session:
     """State of one `capture(...)` block: which layer a module is, which sinks listen, how far we are."""
 
-    # id(attention module) -> its layer number, or the numbers of each application of a module applied several times
-    # per forward (ALBERT's shared layers), in order (probe.layers.AttentionPlan.layer_of_module)
+    # id(attention module) -> its layer number, or the numbers of each application of a module applied several
+    # times per forward (ALBERT's shared layers), in order (probe.layers.AttentionPlan.layer_of_module)
     layer_of_module: dict[int, int | tuple[int, ...]]
     sinks: tuple[Sink | GatherSink, ...]
     block_bytes: int
@@ -43,9 +44,10 @@ class _Session:
         if layer is None:
             layer = getattr(module, "layer_idx", None)
         if layer is None:
-            raise ProbeError(f"cannot tell which layer {type(module).__name__} belongs to; capture supports models "
-                             "whose layers sit in one ModuleList of config.num_hidden_layers entries")
-        if isinstance(layer, tuple):  # a shared module: its first application not yet seen in this forward pass
+            raise ProbeError(f"cannot tell which layer {type(module).__name__} belongs to; capture supports "
+                             "models whose layers sit in one ModuleList of config.num_hidden_layers entries")
+        # a shared module: its first application not yet seen in this forward pass
+        if isinstance(layer, tuple):
             layer = next((number for number in layer if number not in self.seen_layers), layer[0])
         if layer in self.seen_layers:  # the layer came round again: a new forward pass (generate, loops)
             self.step += 1
@@ -54,4 +56,5 @@ class _Session:
         return layer
 
 
-_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("probe_capture_session", default=None)
+_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
+    "probe_capture_session", default=None)

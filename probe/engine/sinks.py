@@ -1,13 +1,13 @@
-"""What the engine streams into: the :class:`SinkNeeds` a sink declares, the :class:`AttentionBlock` it receives,
-and the sink protocols.
+"""What the engine streams into: the :class:`SinkNeeds` a sink declares, the :class:`AttentionBlock` it
+receives, and the sink protocols.
 
 Every sink says what it needs of a layer in one place, :meth:`Sink.needs`, which returns a frozen
-:class:`SinkNeeds`; the engine reads it once per layer and forward pass and never looks for optional attributes
-(a misspelt method name is an error, not a capability silently never used). A :class:`Sink` receives dense α blocks
-(the heads it asked for), a :class:`GatherSink` α only at a few key slots per query row, an
-:class:`OutputNormSink` the output norms of a layer; a sink may be several at once. Concrete sinks live one per
-module: :mod:`probe.engine.dense` here, the head-score sink in :mod:`probe.heads.scores`, the contact sink in
-:mod:`probe.proteins.contacts`.
+:class:`SinkNeeds`; the engine reads it once per layer and forward pass and never looks for optional
+attributes (a misspelt method name is an error, not a capability silently never used). A :class:`Sink`
+receives dense α blocks (the heads it asked for), a :class:`GatherSink` α only at a few key slots per query
+row, an :class:`OutputNormSink` the output norms of a layer; a sink may be several at once. Concrete sinks
+live one per module: :mod:`probe.engine.dense` here, the head-score sink in :mod:`probe.heads.scores`, the
+contact sink in :mod:`probe.proteins.contacts`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-if TYPE_CHECKING:  # only for the annotation: output_norms imports nothing from here, but keeps the import graph flat
+# only for the annotation: output_norms imports nothing from here, but keeps the import graph flat
+if TYPE_CHECKING:
     from probe.engine.output_norms import OutputNorms, OutputProjections
 
 
@@ -29,25 +30,25 @@ class SinkNeeds:
     Attributes
     ----------
     heads : tuple of int
-        Query heads whose dense α blocks the sink receives through :meth:`Sink.update`; empty: none (and no block is
-        computed for it).
+        Query heads whose dense α blocks the sink receives through :meth:`Sink.update`; empty: none (and no
+        block is computed for it).
     rows : torch.Tensor or None, shape=(row,), long
-        Sample the query rows: α of `heads` arrives for these rows only (any order, repeats dropped), in blocks that
-        carry ``block.rows``; the engine then keeps the fused kernel and rebuilds those rows alone. None, or every
-        row: the ordinary blocks.
+        Sample the query rows: α of `heads` arrives for these rows only (any order, repeats dropped), in
+        blocks that carry ``block.rows``; the engine then keeps the fused kernel and rebuilds those rows
+        alone. None, or every row: the ordinary blocks.
     gather : tuple of (sequence of int, torch.Tensor), or None
         ``(heads, slots)``: α at a few keys per query row, delivered to :meth:`GatherSink.update_gathered`;
         ``slots`` has shape (batch, query, slot), long, −1 = no key (:func:`probe.heads.registry.target_slots`
         builds them from a bool pattern). None: nothing gathered.
     entropy : bool
-        Also hand each dense block its rows' entropy −Σ_j α log α (``block.entropy``), computed without a logarithm
-        where the scores allow it.
+        Also hand each dense block its rows' entropy −Σ_j α log α (``block.entropy``), computed without a
+        logarithm where the scores allow it.
     output_projections : OutputProjections or None
         Output norms (Kobayashi et al.): where the layer's output projection is; the sink then receives
         :meth:`OutputNormSink.update_output_norms` before the layer's α. None: no norms.
     causal_crop : bool
-        Under a causal mask, receive blocks without their all-zero key tail (``alpha.shape[-1] ≤ n_key``; every α
-        beyond is exactly zero and never computed). False: blocks are zero-padded to all keys.
+        Under a causal mask, receive blocks without their all-zero key tail (``alpha.shape[-1] ≤ n_key``;
+        every α beyond is exactly zero and never computed). False: blocks are zero-padded to all keys.
     """
 
     heads: tuple[int, ...] = ()
@@ -66,11 +67,13 @@ class AttentionBlock:
     """α for a block of query rows of one layer, for the heads a sink asked for.
 
     The engine hands one to :meth:`Sink.update` per block of at most
-    :data:`~probe.engine.session.MAX_BLOCK_ROWS` query rows; the rows of a forward pass arrive in order, layer by
-    layer (the layer order is the model's). ``alpha`` is a view into a buffer the engine reuses: copy what you keep.
+    :data:`~probe.engine.session.MAX_BLOCK_ROWS` query rows; the rows of a forward pass arrive in order, layer
+    by layer (the layer order is the model's). ``alpha`` is a view into a buffer the engine reuses: copy what
+    you keep.
 
-    With attention sinks (gpt-oss's ``s_aux``: one learned logit per head in every row's softmax) a row's α sums to
-    1 − ``learned_sink_mass`` over the keys: the rest of the row's weight went to the sink, which has no value.
+    With attention sinks (gpt-oss's ``s_aux``: one learned logit per head in every row's softmax) a row's α
+    sums to 1 − ``learned_sink_mass`` over the keys: the rest of the row's weight went to the sink, which has
+    no value.
 
     Attributes
     ----------
@@ -88,21 +91,21 @@ class AttentionBlock:
     query_offset : int
         Position of this forward pass's first query among the keys (the past length with a KV cache, else 0).
     n_key : int
-        Keys in this forward pass (cached keys included). A sliding-window cache (Mistral, Gemma 2, gpt-oss) keeps
-        only the last keys of a sliding layer: its keys are then the last `n_key` positions, and `query_offset`
-        counts within them.
+        Keys in this forward pass (cached keys included). A sliding-window cache (Mistral, Gemma 2, gpt-oss)
+        keeps only the last keys of a sliding layer: its keys are then the last `n_key` positions, and
+        `query_offset` counts within them.
     alpha : torch.Tensor, shape=(batch, head, query, key), float32
-        On the model's device; ``query`` = this block's rows, ``key`` = all `n_key` keys — except for sinks that
-        declare ``causal_crop``: under a causal mask they get only keys ``[0, alpha.shape[-1])`` and every α beyond
-        is exactly zero (the engine never computes the masked triangle).
+        On the model's device; ``query`` = this block's rows, ``key`` = all `n_key` keys — except for sinks
+        that declare ``causal_crop``: under a causal mask they get only keys ``[0, alpha.shape[-1])`` and
+        every α beyond is exactly zero (the engine never computes the masked triangle).
     rows : torch.Tensor or None, shape=(block,), long
         For a sink that sampled its rows: this block's row indices among the forward's queries, ascending
         (`query_start` is then ``rows[0]``). None: the rows ``query_start, query_start + 1, …``.
     entropy : torch.Tensor or None, shape=(batch, head, block), float32
         −Σ_j α_ij log α_ij of each row over the keys, when the sink declared ``entropy``; else None.
     learned_sink_mass : torch.Tensor or None, shape=(batch, head, block), float32
-        The weight each row gives the layer's learned attention sink, exp(sink_h − lse'_i); None when the layer
-        has none (its rows sum to 1).
+        The weight each row gives the layer's learned attention sink, exp(sink_h − lse'_i); None when the
+        layer has none (its rows sum to 1).
     """
 
     step: int  # forward pass within the capture (generate(): one per new token)
@@ -112,12 +115,16 @@ class AttentionBlock:
     n_query: int  # query rows in this forward (all blocks together)
     query_offset: int  # absolute position of this forward's first query (past length with a KV cache)
     n_key: int  # keys in this forward
-    # [batch head query key] float32; query = this block's rows. key = all n_key keys, except for sinks that declare
-    # `causal_crop`: under a causal mask they get only keys [0, alpha.shape[-1]) and every α beyond is exactly zero.
+    # [batch head query key] float32; query = this block's rows. key = all n_key keys, except for sinks that
+    # declare `causal_crop`: under a causal mask they get only keys [0, alpha.shape[-1]) and every α beyond is
+    # exactly zero.
     alpha: torch.Tensor
-    rows: torch.Tensor | None = None  # [block] long, ascending: a sampling sink's rows; None: consecutive rows
-    entropy: torch.Tensor | None = None  # [batch head block] float32: −Σ_j α log α, when the sink declared entropy
-    learned_sink_mass: torch.Tensor | None = None  # [batch head block] float32: weight on the s_aux sink, or None
+    # [block] long, ascending: a sampling sink's rows; None: consecutive rows
+    rows: torch.Tensor | None = None
+    # [batch head block] float32: −Σ_j α log α, when the sink declared entropy
+    entropy: torch.Tensor | None = None
+    # [batch head block] float32: weight on the s_aux sink, or None
+    learned_sink_mass: torch.Tensor | None = None
 
 
 @runtime_checkable
@@ -151,8 +158,8 @@ class Sink(Protocol):
         Parameters
         ----------
         block : AttentionBlock
-            ``block.alpha`` has shape (batch, head, query, key), float32, heads as :class:`SinkNeeds` gave them.
-            The tensor is only valid during the call: reduce it or copy it.
+            ``block.alpha`` has shape (batch, head, query, key), float32, heads as :class:`SinkNeeds` gave
+            them. The tensor is only valid during the call: reduce it or copy it.
         """
         ...
 
@@ -162,8 +169,8 @@ class GatherSink(Protocol):
     """A sink that needs α only at a few keys per query row (head scores: the target keys).
 
     Its :class:`SinkNeeds` has ``gather = (heads, slots)``; the engine then computes
-    α(i, j) = exp(s_ij − lse'_i) at those keys alone — O(query · slot) per head instead of O(query · key) — and
-    never builds a dense block for it. A sink may implement both protocols.
+    α(i, j) = exp(s_ij − lse'_i) at those keys alone — O(query · slot) per head instead of O(query · key) —
+    and never builds a dense block for it. A sink may implement both protocols.
     """
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
@@ -187,13 +194,14 @@ class GatherSink(Protocol):
 
 @runtime_checkable
 class OutputNormSink(Protocol):
-    """A sink whose :class:`SinkNeeds` names ``output_projections``: it receives the norms of each layer before
-    that layer's α (dense blocks or gathered slots)."""
+    """A sink whose :class:`SinkNeeds` names ``output_projections``: it receives the norms of each layer
+    before that layer's α (dense blocks or gathered slots)."""
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         """What this sink wants of `layer` (see :meth:`Sink.needs`)."""
         ...
 
     def update_output_norms(self, layer: int, norms: OutputNorms | None) -> None:
-        """Norms of `layer` (valid during this forward), or None when the layer's output projection is unknown."""
+        """Norms of `layer` (valid during this forward), or None when the layer's output projection is
+        unknown."""
         ...

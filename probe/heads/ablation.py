@@ -5,24 +5,25 @@ engine's attention function (:func:`probe.engine.capture` with ``ablate``; no mo
 
     effect(h) = loss(h ablated) − loss(clean)        (positive: the head helps the probe's task)
 
-and ``ablation_effect`` is its mean over examples. A raw effect says little on its own (zeroing almost any head moves
-the loss a bit), so it is set against **control heads**: up to ``controls`` heads drawn at random (seeded) from those
-not under test and not excluded (e.g. not labelled) — of the same layer; where that layer has fewer than two such
-heads, of the whole model; where the whole model has fewer than two (every head labelled, as on ``zoo:induction``),
-any head of the other layers, labelled or not. ``ablation_z`` = (effect − mean of the control effects) / standard
-deviation of the control effects (NaN with fewer than two controls).
+and ``ablation_effect`` is its mean over examples. A raw effect says little on its own (zeroing almost any
+head moves the loss a bit), so it is set against **control heads**: up to ``controls`` heads drawn at random
+(seeded) from those not under test and not excluded (e.g. not labelled) — of the same layer; where that layer
+has fewer than two such heads, of the whole model; where the whole model has fewer than two (every head
+labelled, as on ``zoo:induction``), any head of the other layers, labelled or not. ``ablation_z`` = (effect −
+mean of the control effects) / standard deviation of the control effects (NaN with fewer than two controls).
 
-**Joint ablation** (:func:`group_effects`): a circuit's heads can back each other up, so that zeroing one costs
-little and zeroing all of them a lot. A group of heads is ablated together (``group_effect``, the same loss
-difference) and set against up to ``controls`` random groups of the same size: heads outside the group, from the
-group's own layers first and, where those run short, from other layers; where fewer than two distinct such groups
-exist (a small model whose group fills its layer), random groups of the model's heads that may share heads with the
-tested group but are never the group itself. ``group_z`` is the z-score against those control groups.
+**Joint ablation** (:func:`group_effects`): a circuit's heads can back each other up, so that zeroing one
+costs little and zeroing all of them a lot. A group of heads is ablated together (``group_effect``, the same
+loss difference) and set against up to ``controls`` random groups of the same size: heads outside the group,
+from the group's own layers first and, where those run short, from other layers; where fewer than two distinct
+such groups exist (a small model whose group fills its layer), random groups of the model's heads that may
+share heads with the tested group but are never the group itself. ``group_z`` is the z-score against those
+control groups.
 
-Batching: the ablations of several heads share one forward. The probe batch is copied along the batch axis, one copy
-per head, each copy with its own head zeroed (an ``ablate`` mask ``[batch layer head]``), so a forward of
-``max_rows`` rows ablates ``max_rows // batch`` heads; the cost is one forward per such group of heads, plus one
-clean forward per probe batch.
+Batching: the ablations of several heads share one forward. The probe batch is copied along the batch axis,
+one copy per head, each copy with its own head zeroed (an ``ablate`` mask ``[batch layer head]``), so a
+forward of ``max_rows`` rows ablates ``max_rows // batch`` heads; the cost is one forward per such group of
+heads, plus one clean forward per probe batch.
 """
 
 from __future__ import annotations
@@ -52,11 +53,13 @@ def example_loss(
 ) -> torch.Tensor:
     """Mean cross-entropy per example over its labelled positions `[batch]` (NaN where none is labelled).
 
-    Causal LMs: the label at position t is the token at t, predicted from position t − 1 (the shift is done here)."""
+    Causal LMs: the label at position t is the token at t, predicted from position t − 1 (the shift is done
+    here)."""
     if causal:
         logits, labels = logits[:, :-1], labels[:, 1:]  # [batch seq-1 vocab], [batch seq-1]
     counted = labels != -100  # [batch seq]
-    loss = F.cross_entropy(logits.transpose(1, 2).float(), labels.clamp(min=0), reduction="none")  # [batch seq]
+    # [batch seq]
+    loss = F.cross_entropy(logits.transpose(1, 2).float(), labels.clamp(min=0), reduction="none")
     total = (loss * counted).sum(-1)  # [batch]
     n = counted.sum(-1)  # [batch]
     return torch.where(n > 0, total / n.clamp(min=1), torch.nan)
@@ -64,7 +67,8 @@ def example_loss(
 
 def _repeat(batch: Mapping[str, torch.Tensor], copies: int) -> dict[str, torch.Tensor]:
     """Every batch-first tensor of `batch` stacked `copies` times along the batch axis (copy-major)."""
-    return {name: value.repeat(copies, *([1] * (value.dim() - 1))) if isinstance(value, torch.Tensor) else value
+    return {name: value.repeat(copies, *([1] * (value.dim() - 1)))
+            if isinstance(value, torch.Tensor) else value
             for name, value in batch.items()}
 
 
@@ -90,10 +94,31 @@ def control_heads(
     seed: int = 0,
     n_layers: int | None = None,
 ) -> dict[int, list[Head]]:
-    """For each layer of `heads`: up to `controls` control heads `(layer, head)`, drawn at random (seeded) from the
-    heads of that layer that are neither tested nor excluded. With `n_layers`, a layer with fewer than two of them
-    draws from the whole model's untested, unexcluded heads instead, and where those are fewer than two too, from
-    every head of the other layers (excluded ones included)."""
+    """For each layer of `heads`: up to `controls` control heads `(layer, head)`, drawn at random (seeded)
+    from the heads of that layer that are neither tested nor excluded.
+
+    Parameters
+    ----------
+    heads : sequence of (layer, head)
+        The tested heads.
+    n_heads : int
+        Heads per layer.
+    controls : int
+        Control heads to draw per layer (at most).
+    exclude : sequence of (layer, head), default ()
+        Heads never drawn as controls.
+    seed : int, default 0
+        Seeds the draw.
+    n_layers : int, optional
+        With it, a layer with fewer than two candidates draws from the whole model's untested, unexcluded
+        heads instead, and where those are fewer than two too, from every head of the other layers (excluded
+        ones included).
+
+    Returns
+    -------
+    dict of int to list of (layer, head)
+        Layer -> its control heads.
+    """
     rng = random.Random(seed)
     taken = set(heads) | set(exclude)
     everything = [(layer, head) for layer in range(n_layers or 0) for head in range(n_heads)]
@@ -116,13 +141,13 @@ def control_groups(
     seed: int = 0,
     attention_layers: Sequence[int] | None = None,  # the layers with α (a hybrid's softmax ones); None: all
 ) -> tuple[list[tuple[Head, ...]], bool]:
-    """Up to `controls` distinct random groups of `len(group)` heads to compare a joint ablation with, and whether
-    they may share heads with `group`.
+    """Up to `controls` distinct random groups of `len(group)` heads to compare a joint ablation with, and
+    whether they may share heads with `group`.
 
-    Drawn (seeded) from the heads of `group`'s own layers outside it, where those make two or more distinct groups;
-    else from every head of the model outside `group`; where even those make fewer than two (a group that fills its
-    layer of a two-layer model), groups of any of the model's heads (never `group` itself) are added, and the
-    second value is True.
+    Drawn (seeded) from the heads of `group`'s own layers outside it, where those make two or more distinct
+    groups; else from every head of the model outside `group`; where even those make fewer than two (a group
+    that fills its layer of a two-layer model), groups of any of the model's heads (never `group` itself) are
+    added, and the second value is True.
     """
     rng = random.Random(seed)
     tested = tuple(sorted(set(group)))
@@ -159,19 +184,20 @@ def layer_matched_groups(
     controls: int,
     seed: int = 0,
 ) -> tuple[list[tuple[Head, ...]], bool]:
-    """Up to `controls` distinct random groups with `group`'s layer histogram (as many heads from each layer as
-    `group` has there), and whether they may share heads with `group`.
+    """Up to `controls` distinct random groups with `group`'s layer histogram (as many heads from each layer
+    as `group` has there), and whether they may share heads with `group`.
 
-    Each layer's share is drawn (seeded) from that layer's heads outside `group`; where a layer has fewer such heads
-    than `group` takes from it, or the draws make fewer than two distinct groups, that layer's heads of `group`
-    join its pool (never the whole `group` itself), and the second value is True. For a type's labelled heads across
-    layers (:func:`probe.heads.label_ablation.ablation_columns`)."""
+    Each layer's share is drawn (seeded) from that layer's heads outside `group`; where a layer has fewer such
+    heads than `group` takes from it, or the draws make fewer than two distinct groups, that layer's heads of
+    `group` join its pool (never the whole `group` itself), and the second value is True. For a type's
+    labelled heads across layers (:func:`probe.heads.label_ablation.ablation_columns`)."""
     rng = random.Random(seed)
     tested = tuple(sorted(set(group)))
     counts: dict[int, int] = {}
     for layer, _ in tested:
         counts[layer] = counts.get(layer, 0) + 1
-    outside = {layer: [(layer, head) for head in range(n_heads) if (layer, head) not in tested] for layer in counts}
+    outside = {layer: [(layer, head) for head in range(n_heads) if (layer, head) not in tested]
+               for layer in counts}
     everything = {layer: [(layer, head) for head in range(n_heads)] for layer in counts}
     found: list[tuple[Head, ...]] = []
 
@@ -205,13 +231,37 @@ def ablation_effects(
     max_rows: int = 64,
     progress: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
-    """Ablation effect and z-score against control heads (same layer where possible, see :func:`control_heads`),
-    for each of `heads`.
+    """Ablation effect and z-score against control heads (same layer where possible, see
+    :func:`control_heads`), for each of `heads`.
 
-    `loaded`: a probe.models.LoadedModel. `batches`: dicts with `input_ids` `[batch seq]`, optional
-    `attention_mask`, and `labels` `[batch seq]` for the default loss (:func:`example_loss`); a custom
-    `loss(logits, batch) -> [batch]` may read any other batch-first tensors of the dict. `exclude`: heads never drawn
-    as controls (the labelled ones). Returns one row per head, columns :data:`COLUMNS`.
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        The model.
+    batches : sequence of dict of str to Tensor
+        Dicts with `input_ids` `[batch seq]`, optional `attention_mask`, and `labels` `[batch seq]` for the
+        default loss (:func:`example_loss`).
+    heads : sequence of (layer, head)
+        The heads to ablate, one at a time.
+    controls : int, default 8
+        Control heads per layer (:func:`control_heads`).
+    loss : callable, optional
+        A custom `loss(logits, batch) -> [batch]`; it may read any other batch-first tensors of the dict.
+    causal : bool, optional
+        Whether the model is causal.
+    exclude : sequence of (layer, head), default ()
+        Heads never drawn as controls (the labelled ones).
+    seed : int, default 0
+        Seeds the controls.
+    max_rows : int, default 64
+        Rows per ablation forward: one forward ablates ``max_rows // batch`` heads (module docstring).
+    progress : callable, optional
+        Called as ``progress(done, total)``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per head, columns :data:`COLUMNS`.
     """
     heads = list(dict.fromkeys((int(layer), int(head)) for layer, head in heads))
     if not heads:
@@ -255,10 +305,25 @@ def group_effects(
     """Joint ablation: each group of heads zeroed together, against random groups of the same size
     (:func:`control_groups`; with `layer_matched`, of the same layer histogram: :func:`layer_matched_groups`).
 
-    `loaded`, `batches`, `loss`, `causal`: as for :func:`ablation_effects`. Returns one row per group, columns
-    :data:`GROUP_COLUMNS`: ``group`` (the sorted heads), ``group_effect`` (mean loss difference, ablated − clean),
-    ``group_z`` (against the control groups), ``overlapping_controls`` (True when the controls may share heads with
-    the group: too few disjoint ones exist).
+    Parameters
+    ----------
+    loaded, batches, loss, causal, seed, max_rows, progress
+        As for :func:`ablation_effects`.
+    groups : sequence of sequence of (layer, head)
+        The groups, each ablated as a whole.
+    controls : int, default 8
+        Random control groups per group.
+    layer_matched : bool, default False
+        Controls with the group's layer histogram (:func:`layer_matched_groups`) instead of any heads
+        (:func:`control_groups`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group, columns :data:`GROUP_COLUMNS`: ``group`` (the sorted heads), ``group_effect``
+        (mean loss difference, ablated − clean), ``group_z`` (against the control groups),
+        ``overlapping_controls`` (True when the controls may share heads with the group: too few disjoint
+        ones exist).
     """
     groups = [tuple(sorted({(int(layer), int(head)) for layer, head in group})) for group in groups]
     groups = [group for group in dict.fromkeys(groups) if group]
@@ -268,7 +333,8 @@ def group_effects(
     for group in groups:
         _check_heads(loaded, group)
     drawn = {group: layer_matched_groups(group, loaded.n_heads, controls, seed) if layer_matched
-             else control_groups(group, loaded.n_layers, loaded.n_heads, controls, seed, loaded.attention_layers)
+             else control_groups(group, loaded.n_layers, loaded.n_heads, controls, seed,
+                                 loaded.attention_layers)
              for group in groups}
     ablated = list(dict.fromkeys(groups + [control for chosen, _ in drawn.values() for control in chosen]))
     effect = set_effects(loaded, batches, ablated, loss, max_rows, progress)
@@ -290,10 +356,11 @@ def set_effects(
     max_rows: int = 64,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[tuple[Head, ...], float]:
-    """Mean loss difference (ablated − clean, over every example of `batches`) of each set of heads zeroed together.
+    """Mean loss difference (ablated − clean, over every example of `batches`) of each set of heads zeroed
+    together.
 
-    Several sets share a forward: the batch is copied once per set along the batch axis, each copy with its own set
-    zeroed (`max_rows` rows per forward); one clean forward per batch."""
+    Several sets share a forward: the batch is copied once per set along the batch axis, each copy with its
+    own set zeroed (`max_rows` rows per forward); one clean forward per batch."""
     if max_rows < 1:
         raise ProbeError("max_rows must be at least 1")
     n_layers, n_heads = loaded.n_layers, loaded.n_heads
@@ -308,11 +375,13 @@ def set_effects(
         done += 1
         for start in range(0, len(sets), per_forward):
             chosen = sets[start:start + per_forward]
-            mask = torch.zeros(len(chosen), rows, n_layers, n_heads, dtype=torch.bool)  # [copy batch layer head]
+            # [copy batch layer head]
+            mask = torch.zeros(len(chosen), rows, n_layers, n_heads, dtype=torch.bool)
             for copy, heads in enumerate(chosen):
                 for layer, head in heads:
                     mask[copy, :, layer, head] = True
-            losses = _losses(loaded.model, _repeat(batch, len(chosen)), mask.flatten(0, 1), loss)  # [copy·batch]
+            # [copy·batch]
+            losses = _losses(loaded.model, _repeat(batch, len(chosen)), mask.flatten(0, 1), loss)
             for copy, heads in enumerate(chosen):
                 deltas[heads].append(losses[copy * rows:(copy + 1) * rows] - clean)
             done += 1
@@ -337,12 +406,13 @@ def _check_heads(loaded, heads: Sequence[Head]) -> None:
     n_layers, n_heads = loaded.n_layers, loaded.n_heads
     for layer, head in heads:
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise ProbeError(f"head L{layer}H{head} is not in this model ({n_layers} layers × {n_heads} heads)")
+            raise ProbeError(f"head L{layer}H{head} is not in this model ({n_layers} layers × {n_heads} "
+                             "heads)")
 
 
 def z_score(value: float, control: torch.Tensor) -> float:
-    """(value − mean) / sd (ddof 1) of the control effects; NaN with fewer than two controls; ±inf when the controls
-    do not vary and the value differs from them."""
+    """(value − mean) / sd (ddof 1) of the control effects; NaN with fewer than two controls; ±inf when the
+    controls do not vary and the value differs from them."""
     control = control[~torch.isnan(control)]
     if len(control) < 2 or math.isnan(value):
         return math.nan

@@ -1,13 +1,15 @@
 """The natural-text corpus shipped with the package: GAP (Wikipedia passages, Apache-2.0; see probe/data/gap).
 
-* :func:`natural_text` — probes that look like a text model's inputs: GAP passages (development split) in a seeded
-  order, concatenated up to the probe length, with the tokenizer's own framing ([CLS] … [SEP], <bos> …). Each
-  probe starts at a passage boundary and no passage is used twice, so probes are independent clusters.
-* :func:`token_weights` — the corpus' token frequencies on a tokenizer, for drawing repeated-block probes; never
-  special, unused (``[unused17]``) or byte-fallback (``<0x0A>``) tokens.
-* :func:`gap_examples` — the GAP coreference pairs as span examples (both candidate names have the pronoun's gender).
-* :func:`covers` — whether a tokenizer reads the corpus (≤ :data:`MAX_UNKNOWN_SHARE` unknown tokens); models that do
-  not (the zoo's word-level toys, protein models) get random-token probes instead.
+* :func:`natural_text` — probes that look like a text model's inputs: GAP passages (development split) in a
+  seeded order, concatenated up to the probe length, with the tokenizer's own framing ([CLS] … [SEP], <bos>
+  …). Each probe starts at a passage boundary and no passage is used twice, so probes are independent
+  clusters.
+* :func:`token_weights` — the corpus' token frequencies on a tokenizer, for drawing repeated-block probes;
+  never special, unused (``[unused17]``) or byte-fallback (``<0x0A>``) tokens.
+* :func:`gap_examples` — the GAP coreference pairs as span examples (both candidate names have the pronoun's
+  gender).
+* :func:`covers` — whether a tokenizer reads the corpus (≤ :data:`MAX_UNKNOWN_SHARE` unknown tokens); models
+  that do not (the zoo's word-level toys, protein models) get random-token probes instead.
 
 The test split of GAP is not shipped and never used. The validation split is kept apart for tests that measure
 attention on text the probes never saw.
@@ -27,7 +29,7 @@ from importlib import resources
 import torch
 
 from probe.errors import ProbeError
-from probe.heads.probesets import SpanExample, special_frame
+from probe.heads.probesets import ABBREVIATIONS, SpanExample, special_frame
 from probe.heads.vocab import excluded_token_ids  # noqa: F401 - re-exported (it lived here)
 
 SPLITS = ("development", "validation")
@@ -40,7 +42,8 @@ MAX_UNKNOWN_SHARE = 0.05  # a tokenizer covers the corpus when at most this shar
 def gap_records(split: str = PROBE_SPLIT) -> tuple[dict[str, str], ...]:
     """The rows of one GAP split (dicts keyed by the TSV header)."""
     if split not in SPLITS:
-        raise ProbeError(f"unknown GAP split {split!r}: choose from {', '.join(SPLITS)} (the test split is not shipped)")
+        raise ProbeError(f"unknown GAP split {split!r}: choose from {', '.join(SPLITS)} (the test split is "
+                         "not shipped)")
     path = resources.files("probe.data").joinpath("gap", f"gap-{split}.tsv.gz")
     with path.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8", newline="") as handle:
         return tuple(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
@@ -59,13 +62,14 @@ class CorpusTokens:
     unknown_share: float
 
 
-# Per-tokenizer results (a label run tokenizes the same corpus sample for every call on one model): kept as long as
-# the tokenizer object lives, so repeated `label_model` calls pay the tokenization once.
+# Per-tokenizer results (a label run tokenizes the same corpus sample for every call on one model): kept as
+# long as the tokenizer object lives, so repeated `label_model` calls pay the tokenization once.
 _CORPUS_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def tokenize_corpus(tokenizer, split: str = PROBE_SPLIT, limit: int | None = None) -> CorpusTokens:
-    """The passages of `split` (the first `limit`, or all) as token ids (no special tokens); cached per tokenizer."""
+    """The passages of `split` (the first `limit`, or all) as token ids (no special tokens); cached per
+    tokenizer."""
     try:
         cached = _CORPUS_CACHE.setdefault(tokenizer, {})
     except TypeError:  # a tokenizer that cannot be weakly referenced: no cache
@@ -91,8 +95,9 @@ def covers(corpus: CorpusTokens) -> bool:
 
 
 def token_weights(tokenizer, corpus: CorpusTokens | None) -> torch.Tensor:
-    """Probability of each token id `[vocab]` for drawing random probe tokens: the corpus' token frequencies when
-    `corpus` is given, else uniform; zero for special, unused and byte-fallback tokens (and unknown ones)."""
+    """Probability of each token id `[vocab]` for drawing random probe tokens: the corpus' token frequencies
+    when `corpus` is given, else uniform; zero for special, unused and byte-fallback tokens (and unknown
+    ones)."""
     size = len(tokenizer)
     if corpus is None:
         weights = torch.ones(size, dtype=torch.float64)
@@ -105,8 +110,8 @@ def token_weights(tokenizer, corpus: CorpusTokens | None) -> torch.Tensor:
         excluded.append(tokenizer.unk_token_id)
     weights[torch.tensor(excluded, dtype=torch.long)] = 0.0
     if int((weights > 0).sum()) < 2:
-        raise ProbeError("the tokenizer has fewer than two usable (non-special) tokens; random-token probes need a "
-                         "vocabulary")
+        raise ProbeError("the tokenizer has fewer than two usable (non-special) tokens; random-token probes "
+                         "need a vocabulary")
     return weights / weights.sum()
 
 
@@ -119,8 +124,8 @@ class TokenProbes:
 
 
 def natural_text(tokenizer, corpus: CorpusTokens, n_examples: int, seq_len: int, seed: int) -> TokenProbes:
-    """`n_examples` probes of exactly `seq_len` tokens: framing + whole passages (seeded order) concatenated and cut
-    at the length. Probes never share a passage; each is its own bootstrap cluster."""
+    """`n_examples` probes of exactly `seq_len` tokens: framing + whole passages (seeded order) concatenated
+    and cut at the length. Probes never share a passage; each is its own bootstrap cluster."""
     prefix, suffix = special_frame(tokenizer)
     room = seq_len - len(prefix) - len(suffix)
     if room < 4:
@@ -133,8 +138,9 @@ def natural_text(tokenizer, corpus: CorpusTokens, n_examples: int, seq_len: int,
         tokens: list[int] = []
         while len(tokens) < room:
             if cursor == len(order):
-                raise ProbeError(f"the natural-text corpus holds {sum(map(len, corpus.passages))} tokens: too few for "
-                                 f"{n_examples} probes of {seq_len}; lower --examples or --seq-len")
+                raise ProbeError(f"the natural-text corpus holds {sum(map(len, corpus.passages))} tokens: "
+                                 f"too few for {n_examples} probes of {seq_len}; lower --examples or "
+                                 "--seq-len")
             tokens.extend(corpus.passages[order[cursor]])
             cursor += 1
         rows.append(prefix + tokens[:room] + suffix)
@@ -164,23 +170,23 @@ def gap_examples(split: str = PROBE_SPLIT, n_examples: int | None = None, seed: 
             continue  # an offset that does not point at its string (rare in GAP): skip rather than guess
         target, other = (a, b) if a_true else (b, a)
         examples.append(SpanExample(text, pronoun, (target,), (other,), source=f"GAP {record['ID']}",
-                                    cluster=record["URL"], group="antecedent A" if a_true else "antecedent B"))
+                                    cluster=record["URL"],
+                                    group="antecedent A" if a_true else "antecedent B"))
     if n_examples is not None and n_examples < len(examples):
         examples = random.Random(seed).sample(examples, n_examples)
     return examples
 
 
-# A sentence ends at ".", "!" or "?" (and any closing quotes or brackets after it) followed by white space and an
-# upper-case letter, a digit, or an opening quote or bracket; a "." after a single letter or a listed abbreviation
-# ("J. Smith", "Dr. Who") does not end one.
+# A sentence ends at ".", "!" or "?" (and any closing quotes or brackets after it) followed by white space and
+# an upper-case letter, a digit, or an opening quote or bracket; a "." after a single letter or a listed
+# abbreviation ("J. Smith", "Dr. Who") does not end one.
 _SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(?=\s+["'“‘(\[]?[A-Z0-9])""")
 _LAST_WORD = re.compile(r"([A-Za-z]+)\.$")
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans [start, stop) of the sentences of a text (white space between sentences belongs to none)."""
-    from probe.heads.probesets import ABBREVIATIONS
-
+    """Character spans [start, stop) of the sentences of a text (white space between sentences belongs to
+    none)."""
     spans, start = [], 0
     for match in _SENTENCE_END.finditer(text):
         if text[match.start()] == ".":
@@ -201,9 +207,9 @@ def _shift(span: tuple[int, int], by: int) -> tuple[int, int]:
 
 
 def crop_example(example: SpanExample, fits) -> SpanExample | None:
-    """The example itself when `fits(text)`; else its text cropped to the shortest run of whole sentences holding the
-    query and every target and distractor span, grown by whole sentences (alternately before and after) while it
-    still fits, with the spans shifted; None when even the shortest run does not fit."""
+    """The example itself when `fits(text)`; else its text cropped to the shortest run of whole sentences
+    holding the query and every target and distractor span, grown by whole sentences (alternately before and
+    after) while it still fits, with the spans shifted; None when even the shortest run does not fit."""
     if fits(example.text):
         return example
     mentions = [example.query, *example.targets, *example.distractors]
@@ -225,7 +231,8 @@ def crop_example(example: SpanExample, fits) -> SpanExample | None:
         if last < len(sentences) - 1 and fits(text_of(first, last + 1)):
             last, grown = last + 1, True
     by = sentences[first][0]
-    return SpanExample(text_of(first, last), _shift(example.query, by), tuple(_shift(s, by) for s in example.targets),
+    return SpanExample(text_of(first, last), _shift(example.query, by),
+                       tuple(_shift(s, by) for s in example.targets),
                        tuple(_shift(s, by) for s in example.distractors), source=example.source,
                        cluster=example.cluster, group=example.group, agreement=example.agreement)
 
@@ -241,8 +248,8 @@ class FittedExamples:
 
 
 def fit_gap_examples(tokenizer, max_tokens: int, split: str = PROBE_SPLIT) -> FittedExamples:
-    """Every GAP pair of `split` (:func:`gap_examples`) that fits `max_tokens` tokens (framing included), each cropped
-    by :func:`crop_example` to whole sentences where the passage is longer."""
+    """Every GAP pair of `split` (:func:`gap_examples`) that fits `max_tokens` tokens (framing included), each
+    cropped by :func:`crop_example` to whole sentences where the passage is longer."""
 
     def fits(text: str) -> bool:
         return len(tokenizer(text)["input_ids"]) <= max_tokens

@@ -1,5 +1,5 @@
-"""What a generation-scored head type's scorer hands back (retrieval heads): kept apart from the registry so the
-scorers can import it without importing the registry that names them."""
+"""What a generation-scored head type's scorer hands back (retrieval heads): kept apart from the registry so
+the scorers can import it without importing the registry that names them."""
 
 from __future__ import annotations
 

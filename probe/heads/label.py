@@ -2,24 +2,29 @@
 
 :func:`label_model` loops over the head-type specs of :mod:`probe.heads.registry` (never over type names):
 
-1. **Probe sets** per length: natural text (GAP passages, :mod:`probe.heads.corpus`) for the "natural" and "sentences"
-   types of a text model whose tokenizer reads the corpus — random-token probes otherwise (repeated blocks; random
-   sentences; the zoo's toy vocabularies, protein models); natural text (or random tokens) with a seeded nested-bracket
-   word for the "brackets" types; repeated random blocks, drawn by the corpus' token frequencies, for the "repeated"
-   types; span examples for the span types, once: every GAP development pair that fits the model (cropped to whole
-   sentences where needed) by default, else the templates (agreement, or implicit causality), or the user's file.
-2. **Scores** streamed from the capture engine (:class:`probe.heads.scores.ScoreSink`), every type of a probe set in one
-   forward. Generation-scored types (a spec with a ``scorer``, e.g. retrieval) build, decode and score their own probes
-   per length and hand back per-example scores and chance (:class:`probe.heads.registry.GeneratedScores`).
-3. **Statistics** (:mod:`probe.heads.stats`): chance, clustered bootstrap interval, a one-sided test of the effect over
-   ``min_effect`` (mass types: score − chance; accuracy types: paired accuracy gain over the best baseline),
-   Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with candidates
-   (fixed_offset) choose each head's candidate on half of the examples and are tested on the other half.
-4. **Output share** (Kobayashi et al. 2020, streamed with the scores): the share of each head's output norm that comes
-   from its targets (``output_share``); a label below :data:`SINK_SHARE` has ``role`` "sink", others "function".
-5. **Ablation** (:mod:`probe.heads.ablation`): each labelled head's effect on its type's own loss, against random heads of
-   the same layer where possible (``ablation_effect``, ``ablation_z``), and each (type, layer) with ≥ 2 labelled
-   heads ablated together against random groups of the same size (``group_effect``, ``group_z``).
+1. **Probe sets** per length: natural text (GAP passages, :mod:`probe.heads.corpus`) for the "natural" and
+   "sentences" types of a text model whose tokenizer reads the corpus — random-token probes otherwise
+   (repeated blocks; random sentences; the zoo's toy vocabularies, protein models); natural text (or random
+   tokens) with a seeded nested-bracket word for the "brackets" types; repeated random blocks, drawn by the
+   corpus' token frequencies, for the "repeated" types; span examples for the span types, once: every GAP
+   development pair that fits the model (cropped to whole sentences where needed) by default, else the
+   templates (agreement, or implicit causality), or the user's file.
+2. **Scores** streamed from the capture engine (:class:`probe.heads.scores.ScoreSink`), every type of a probe
+   set in one forward. Generation-scored types (a spec with a ``scorer``, e.g. retrieval) build, decode and
+   score their own probes per length and hand back per-example scores and chance
+   (:class:`probe.heads.registry.GeneratedScores`).
+3. **Statistics** (:mod:`probe.heads.stats`): chance, clustered bootstrap interval, a one-sided test of the
+   effect over ``min_effect`` (mass types: score − chance; accuracy types: paired accuracy gain over the best
+   baseline), Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with
+   candidates (fixed_offset) choose each head's candidate on half of the examples and are tested on the other
+   half.
+4. **Output share** (Kobayashi et al. 2020, streamed with the scores): the share of each head's output norm
+   that comes from its targets (``output_share``); a label below :data:`SINK_SHARE` has ``role`` "sink",
+   others "function".
+5. **Ablation** (:mod:`probe.heads.ablation`): each labelled head's effect on its type's own loss, against
+   random heads of the same layer where possible (``ablation_effect``, ``ablation_z``), and each (type, layer)
+   with ≥ 2 labelled heads ablated together against random groups of the same size (``group_effect``,
+   ``group_z``).
 
 The table's schema is :data:`probe.heads.tables.COLUMNS` (docs/labels.md, "Labelling heads").
 """
@@ -75,9 +80,10 @@ def label_model(
     """Score every head of a loaded model on the probe sets and label it.
 
     Every type of a probe set is scored in the same forward passes (streamed by the capture engine, no
-    ``[layer, head, N, N]`` tensor); chance, a clustered bootstrap interval, a one-sided test over `min_effect`
-    and a Benjamini–Hochberg FDR control over all the model's head × type tests decide the label; then the
-    selected heads are ablated (see :class:`LabelConfig`). What each step means: the *Labelling heads* page.
+    ``[layer, head, N, N]`` tensor); chance, a clustered bootstrap interval, a one-sided test over
+    `min_effect` and a Benjamini–Hochberg FDR control over all the model's head × type tests decide the label;
+    then the selected heads are ablated (see :class:`LabelConfig`). What each step means: the *Labelling
+    heads* page.
 
     Parameters
     ----------
@@ -98,21 +104,23 @@ def label_model(
     pandas.DataFrame
         The label table: one row per (seq_len, layer, head, head_type), columns
         :data:`probe.heads.tables.COLUMNS` in that order; span types (coreference) have one row per head
-        (``seq_len`` NaN); accuracy columns are NaN except for accuracy types; unknown values are NaN, never 0.
+        (``seq_len`` NaN); accuracy columns are NaN except for accuracy types; unknown values are NaN, never
+        0.
 
     Raises
     ------
     ProbeError
         One line naming the fix: `examples` < 1, an unknown `ablate`, type or coreference set, no asked type
-        applies to the model's kind, a `seq_len` beyond the model's positions or too short for repeated blocks, a
-        malformed probe file (with its line number).
+        applies to the model's kind, a `seq_len` beyond the model's positions or too short for repeated
+        blocks, a malformed probe file (with its line number).
 
     Examples
     --------
     >>> loaded = probe.models.load("zoo:induction")
     >>> table = label_model(loaded, LabelConfig(types=("previous_token", "induction")))
     >>> table.loc[table.label, ["head_name", "head_type"]].values.tolist()  # the labelled heads
-    [['L0H1', 'previous_token'], ['L1H0', 'induction'], ['L1H1', 'induction'], ['L1H2', 'induction'], ['L1H3', 'induction']]
+    [['L0H1', 'previous_token'], ['L1H0', 'induction'], ['L1H1', 'induction'], ['L1H2', 'induction'], ['L1H3',
+    'induction']]
     """
     if config.examples < 1:
         raise ProbeError("--examples must be at least 1")
@@ -123,16 +131,19 @@ def label_model(
     specs = resolve_types(loaded, config, note)
     token_specs = [spec for spec in specs if spec.probe != "spans" and spec.scorer is None]
     span_specs = [spec for spec in specs if spec.probe == "spans"]
-    generated_specs = [spec for spec in specs if spec.scorer is not None]  # they build and decode their own probes
+    # they build and decode their own probes
+    generated_specs = [spec for spec in specs if spec.scorer is not None]
     lengths = resolve_lengths(loaded, config) if token_specs or generated_specs else ()
     with stage("probe sets"):
-        source = ProbeSource(loaded, config, note) if token_specs or span_specs else None  # generated: own probes
+        # generated: own probes
+        source = ProbeSource(loaded, config, note) if token_specs or span_specs else None
 
     plans = []  # (probe set, seq_len, specs): types that share a probe set share its forwards
     sets = list(dict.fromkeys(source.resolve(spec.probe) for spec in token_specs))  # in registry order
     for seq_len in lengths:
         for probe in sets:
-            plans.append((probe, seq_len, [spec for spec in token_specs if source.resolve(spec.probe) == probe]))
+            plans.append(
+                (probe, seq_len, [spec for spec in token_specs if source.resolve(spec.probe) == probe]))
     spans = None
     if span_specs:
         with stage("GAP pairs"):
@@ -180,14 +191,16 @@ def label_model(
         table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note, dla))
     if projections is not None and projections.missing and note is not None:
         note(f"output_share is NaN for {loaded.name}: no output projection found for "
-             f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or output.dense)")
+             f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or "
+             "output.dense)")
     effects = ablation_columns(loaded, table, probes_used, config, note, timings=timings)
     table = merge_ablation(table, effects)
     for spec in generated_specs if config.ablate != "none" else ():
         for seq_len in lengths if spec.verifier is not None else ():
             scores = verified_scores(table, spec.name, float(seq_len), (loaded.n_layers, loaded.n_heads))
             with stage("retrieval ablation"):
-                fill_verification(table, spec.name, float(seq_len), spec.verifier(loaded, seq_len, config, scores))
+                fill_verification(table, spec.name, float(seq_len),
+                                  spec.verifier(loaded, seq_len, config, scores))
     table = table.reindex(columns=COLUMNS)
     table.attrs["stage_seconds"] = dict(timings.seconds)  # what probe label's summary line reads
     return table
@@ -209,7 +222,7 @@ def copying_columns(loaded, specs, probes_used: dict[str, object], config: Label
 
 
 
-__all__ = ["ABLATE", "COREF_SETS", "DEFAULT_SEQ_LEN", "NOT_IDENTITY", "SINK_SHARE", "LabelConfig", "Note", "Progress",
-           "ProbeSource", "Scored", "TokenProbeSet", "config_identity", "default_seq_len", "is_text_model",
-           "label_model", "resolve_lengths", "resolve_types", "roles", "score_generated", "score_span_set",
-           "score_token_set", "StageTimes", "summarise", "summary_lines"]
+__all__ = ["ABLATE", "COREF_SETS", "DEFAULT_SEQ_LEN", "NOT_IDENTITY", "SINK_SHARE", "LabelConfig", "Note",
+           "Progress", "ProbeSource", "Scored", "TokenProbeSet", "config_identity", "default_seq_len",
+           "is_text_model", "label_model", "resolve_lengths", "resolve_types", "roles", "score_generated",
+           "score_span_set", "score_token_set", "StageTimes", "summarise", "summary_lines"]

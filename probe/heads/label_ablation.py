@@ -2,22 +2,24 @@
 
 A type's spec names the positions whose loss its ablation measures (``loss_positions``):
 
-* ``repeat`` (duplicate_token, induction): the second copy of the planted block — next-token loss on its tokens after
-  the first (causal LMs), or the masked-token loss of 15 % of its tokens masked (masked / protein LMs);
-* ``text`` (previous/next token, self, first token, fixed offset, delimiter): the probe text — next-token loss on
-  every token (causal), masked-token loss on 15 % of the non-special tokens (masked);
+* ``repeat`` (duplicate_token, induction): the second copy of the planted block — next-token loss on its
+  tokens after the first (causal LMs), or the masked-token loss of 15 % of its tokens masked (masked / protein
+  LMs);
+* ``text`` (previous/next token, self, first token, fixed offset, delimiter): the probe text — next-token loss
+  on every token (causal), masked-token loss on 15 % of the non-special tokens (masked);
 * ``query`` (coreference): the pronoun resolution — the loss of the token after the pronoun (causal: the zoo's
   coreference task puts the antecedent's action there), or of the masked pronoun itself (masked LMs).
 
-The effects are computed by :func:`probe.heads.ablation.ablation_effects` (heads zeroed inside the capture engine's
-attention function, batched several heads per forward) against random unlabelled heads of the same layer (of the
-whole model where a layer has fewer than two; see :func:`probe.heads.ablation.control_heads`). Each (type, layer)
-with two or more labelled heads is also ablated as one group (:func:`probe.heads.ablation.group_effects`: columns
-``group_effect``, ``group_z``, ``group_size``, ``group_heads``), on the same probes and loss; and all labelled heads
-of a type together, across layers, against random groups of the same layer histogram
-(:func:`probe.heads.ablation.layer_matched_groups`: ``type_group_effect``, ``type_group_z``, ``type_group_size``).
-Models whose checkpoint has no trained LM head (a sentence-embedding BERT loaded with a fresh MLM head) get no
-ablation columns: their loss would measure a random head.
+The effects are computed by :func:`probe.heads.ablation.ablation_effects` (heads zeroed inside the capture
+engine's attention function, batched several heads per forward) against random unlabelled heads of the same
+layer (of the whole model where a layer has fewer than two; see :func:`probe.heads.ablation.control_heads`).
+Each (type, layer) with two or more labelled heads is also ablated as one group
+(:func:`probe.heads.ablation.group_effects`: columns ``group_effect``, ``group_z``, ``group_size``,
+``group_heads``), on the same probes and loss; and all labelled heads of a type together, across layers,
+against random groups of the same layer histogram (:func:`probe.heads.ablation.layer_matched_groups`:
+``type_group_effect``, ``type_group_z``, ``type_group_size``). Models whose checkpoint has no trained LM head
+(a sentence-embedding BERT loaded with a fresh MLM head) get no ablation columns: their loss would measure a
+random head.
 """
 
 from __future__ import annotations
@@ -28,24 +30,26 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from safetensors import safe_open
 
+from probe.heads.ablation import ablation_effects, group_effects
+from probe.heads.probesets import pad_span_batch, special_frame
 from probe.heads.registry import REGISTRY
 from probe.heads.stage_times import StageTimes
-from probe.models import ModelKind
+from probe.models import ModelKind, resolve
+from probe.naming import head_name
 
 MASK_SHARE = 0.15  # masked LMs: share of the measured positions that are masked
 
 
 def lm_head_trained(loaded) -> bool:
-    """False when the model has output-head parameters (not tied to the embeddings) that its checkpoint lacks, i.e.
-    the head was freshly initialised at load time. True when it cannot be told (a hub model not cached locally)."""
-    from probe.models import resolve
-
+    """False when the model has output-head parameters (not tied to the embeddings) that its checkpoint lacks,
+    i.e. the head was freshly initialised at load time. True when it cannot be told (a hub model not cached
+    locally)."""
     directory = Path(resolve(loaded.name)).expanduser()
     files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
     if not files:
         return True
-    from safetensors import safe_open
 
     keys: set[str] = set()
     for file in files:
@@ -81,10 +85,8 @@ def _positions(spec_positions: str, input_ids: torch.Tensor, lengths: torch.Tens
 
 def loss_batch(loaded, spec_name: str, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                repeat_start=None, repeat_len=None, spans=(), seed: int = 0) -> dict[str, torch.Tensor] | None:
-    """The ablation batch of one type: `input_ids` (masked where a masked LM is measured), `attention_mask`, and
-    `labels` (−100 outside the measured positions). None when a masked LM has no mask token."""
-    from probe.heads.probesets import special_frame
-
+    """The ablation batch of one type: `input_ids` (masked where a masked LM is measured), `attention_mask`,
+    and `labels` (−100 outside the measured positions). None when a masked LM has no mask token."""
     causal = loaded.kind == ModelKind.CAUSAL_LM
     lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full((len(input_ids),),
                                                                                    input_ids.shape[1])
@@ -113,34 +115,35 @@ def loss_batch(loaded, spec_name: str, input_ids: torch.Tensor, attention_mask: 
 def ablation_columns(
     loaded,
     table: pd.DataFrame,  # the labelled table (label column set)
-    probes: Mapping[str, object],  # head type -> its probe set (TokenProbeSet, or a list of EncodedSpanExample)
+    # head type -> its probe set (TokenProbeSet, or a list of EncodedSpanExample)
+    probes: Mapping[str, object],
     config,
     note: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     timings: StageTimes | None = None,  # per-head and group ablation seconds are added here
 ) -> pd.DataFrame:
-    """`[head_type, layer, head, ablation_effect, ablation_z, group_effect, group_z, group_size, group_heads]` for
-    the heads `config.ablate` selects (labelled or all): each type's heads ablated on that type's own probes and loss,
-    against heads that carry no label (same layer where possible); and every (type, layer) with ≥ 2 labelled heads
-    ablated together, against random groups of the same size (group columns on each member's row)."""
-    from probe.heads.ablation import ablation_effects, group_effects
-    from probe.heads.probesets import pad_span_batch
-
+    """`[head_type, layer, head, ablation_effect, ablation_z, group_effect, group_z, group_size, group_heads]`
+    for the heads `config.ablate` selects (labelled or all): each type's heads ablated on that type's own
+    probes and loss, against heads that carry no label (same layer where possible); and every (type, layer)
+    with ≥ 2 labelled heads ablated together, against random groups of the same size (group columns on each
+    member's row)."""
     timings = timings if timings is not None else StageTimes()
-    columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS, *TYPE_GROUP_COLUMNS]
+    columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS,
+               *TYPE_GROUP_COLUMNS]
     labelled = table[table["label"].astype(bool)]
     if config.ablate == "none" or (config.ablate == "labelled" and labelled.empty):
         return pd.DataFrame(columns=columns)
     if not lm_head_trained(loaded):
         if note is not None:
-            note(f"{loaded.name} has no trained LM head in its checkpoint: no ablation columns (the loss would "
-                 "measure a freshly initialised head)")
+            note(f"{loaded.name} has no trained LM head in its checkpoint: no ablation columns (the loss "
+                 "would measure a freshly initialised head)")
         return pd.DataFrame(columns=columns)
     exclude = sorted({(int(row.layer), int(row.head)) for row in labelled.itertuples()})
     chosen_rows = labelled if config.ablate == "labelled" else table
     out = []
     for head_type, rows in chosen_rows.groupby("head_type", sort=False):
-        heads = sorted({(int(layer), int(head)) for layer, head in zip(rows["layer"], rows["head"], strict=True)})
+        heads = sorted(
+            {(int(layer), int(head)) for layer, head in zip(rows["layer"], rows["head"], strict=True)})
         probe = probes.get(head_type)
         if probe is None:
             continue
@@ -169,15 +172,15 @@ def ablation_columns(
         if not batches:
             continue
         with timings.stage("per-head ablation"):
-            effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls, exclude=exclude,
-                                       seed=config.seed, progress=progress)
+            effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls,
+                                       exclude=exclude, seed=config.seed, progress=progress)
         effects.insert(0, "head_type", head_type)
         labelled_heads = sorted({(int(row.layer), int(row.head)) for row in labelled.itertuples()
                                  if row.head_type == head_type})
         groups = _layer_groups(labelled_heads)
         with timings.stage("group ablation"):
-            joint = group_effects(loaded, batches, groups, controls=config.ablation_controls, seed=config.seed,
-                                  progress=progress)
+            joint = group_effects(loaded, batches, groups, controls=config.ablation_controls,
+                                  seed=config.seed, progress=progress)
         for row in joint.itertuples():
             if row.overlapping_controls and note is not None:
                 note(f"{loaded.name} · {head_type}: the group {_names(row.group)} fills its layers, so its "
@@ -189,9 +192,9 @@ def ablation_columns(
                                   layer_matched=True)
         for row in whole.itertuples():
             if row.overlapping_controls and note is not None:
-                note(f"{loaded.name} · {head_type}: its {row.group_size} labelled heads fill their layers, so the "
-                     f"{row.n_controls} layer-matched control groups may share heads with them (type_group_z is "
-                     "conservative)")
+                note(f"{loaded.name} · {head_type}: its {row.group_size} labelled heads fill their layers, "
+                     f"so the {row.n_controls} layer-matched control groups may share heads with them "
+                     "(type_group_z is conservative)")
         effects = effects.merge(_type_rows(whole), on=["layer", "head"], how="outer")
         effects["head_type"] = head_type
         out.append(effects[columns])
@@ -213,8 +216,6 @@ def _layer_groups(heads: list[tuple[int, int]]) -> list[tuple[tuple[int, int], .
 
 
 def _names(group) -> str:
-    from probe.naming import head_name
-
     return " ".join(head_name(layer, head) for layer, head in group)
 
 
@@ -228,8 +229,9 @@ def _group_rows(joint: pd.DataFrame) -> pd.DataFrame:
 
 def _type_rows(whole: pd.DataFrame) -> pd.DataFrame:
     """One row per labelled head of the type: layer, head and the type-group columns."""
-    records = [{"layer": layer, "head": head, "type_group_effect": row.group_effect, "type_group_z": row.group_z,
-                "type_group_size": row.group_size} for row in whole.itertuples() for layer, head in row.group]
+    records = [{"layer": layer, "head": head, "type_group_effect": row.group_effect,
+                "type_group_z": row.group_z, "type_group_size": row.group_size} for row in whole.itertuples()
+                for layer, head in row.group]
     return pd.DataFrame.from_records(records, columns=["layer", "head", *TYPE_GROUP_COLUMNS])
 
 
@@ -243,7 +245,8 @@ def merge_ablation(table: pd.DataFrame, effects: pd.DataFrame) -> pd.DataFrame:
             out[column] = math.nan
         return out
     effects = effects.astype({"layer": int, "head": int})
-    out = out.merge(effects[["head_type", "layer", "head", *filled]], on=["head_type", "layer", "head"], how="left")
+    out = out.merge(effects[["head_type", "layer", "head", *filled]],
+                    on=["head_type", "layer", "head"], how="left")
     for column in filled:
         if column != "group_heads":
             out[column] = pd.to_numeric(out[column], errors="coerce").astype(float)

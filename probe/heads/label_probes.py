@@ -1,6 +1,6 @@
-"""The probe sets of one model for :func:`probe.heads.label.label_model` (step 1): natural text, repeated blocks,
-brackets and random sentences per length (:class:`TokenProbeSet`), and the span set (the user's file, GAP or the
-templates). The corpus is tokenized once per model (:class:`ProbeSource`)."""
+"""The probe sets of one model for :func:`probe.heads.label.label_model` (step 1): natural text, repeated
+blocks, brackets and random sentences per length (:class:`TokenProbeSet`), and the span set (the user's file,
+GAP or the templates). The corpus is tokenized once per model (:class:`ProbeSource`)."""
 
 from __future__ import annotations
 
@@ -53,8 +53,9 @@ class ProbeSource:
             if corpus.covers(tokens):
                 self.sample, self.natural = tokens, True
             elif note is not None:
-                note(f"{loaded.name}'s tokenizer reads {tokens.unknown_share:.0%} of the natural-text corpus as "
-                     "unknown: natural-text types are scored on random-token probes, coreference on the templates")
+                note(f"{loaded.name}'s tokenizer reads {tokens.unknown_share:.0%} of the natural-text corpus "
+                     "as unknown: natural-text types are scored on random-token probes, coreference on the "
+                     "templates")
         self.weights = corpus.token_weights(loaded.tokenizer, self.sample)
         self.vocabulary = int((self.weights > 0).sum())
         self.delimiters = delimiter_ids(loaded.tokenizer)
@@ -62,9 +63,9 @@ class ProbeSource:
         self.note = note
 
     def resolve(self, probe: str) -> str:
-        """The probe set a spec's probe kind gets on this model. Where the tokenizer reads the corpus: natural text
-        ("natural", "sentences") and natural text with seeded brackets ("brackets"); elsewhere random tokens:
-        repeated blocks, random sentences, random tokens with seeded brackets."""
+        """The probe set a spec's probe kind gets on this model. Where the tokenizer reads the corpus: natural
+        text ("natural", "sentences") and natural text with seeded brackets ("brackets"); elsewhere random
+        tokens: repeated blocks, random sentences, random tokens with seeded brackets."""
         if probe in ("natural", "sentences"):
             return "natural" if self.natural else ("repeated" if probe == "natural" else "random-sentences")
         if probe == "brackets":
@@ -74,7 +75,8 @@ class ProbeSource:
     def _natural(self, seq_len: int):
         if self._passages is None:
             self._passages = corpus.tokenize_corpus(self.loaded.tokenizer)
-        return corpus.natural_text(self.loaded.tokenizer, self._passages, self.config.examples, seq_len, self.config.seed)
+        return corpus.natural_text(self.loaded.tokenizer, self._passages, self.config.examples, seq_len,
+                                   self.config.seed)
 
     def token_probes(self, probe: str, seq_len: int) -> TokenProbeSet:
         """The probe set `probe` (a name :meth:`resolve` returns) of `seq_len` tokens."""
@@ -99,13 +101,16 @@ class ProbeSource:
         return TokenProbeSet("repeated", blocks.input_ids, torch.arange(n), blocks.offset, blocks.block_len)
 
     def span_probes(self) -> tuple[str, list[EncodedSpanExample]]:
-        """The span probe set: the user's file, GAP (every development pair that fits the model, cropped to whole
-        sentences where needed), or a template set; notes say what was cropped, dropped or fallen back to."""
+        """The span probe set: the user's file, GAP (every development pair that fits the model, cropped to
+        whole sentences where needed), or a template set; notes say what was cropped, dropped or fallen back
+        to."""
         config, loaded = self.config, self.loaded
         if config.coref_set not in COREF_SETS:
-            raise ProbeError(f"unknown coreference set {config.coref_set!r}: choose from {', '.join(COREF_SETS)}")
+            raise ProbeError(f"unknown coreference set {config.coref_set!r}: choose from "
+                             f"{', '.join(COREF_SETS)}")
         if config.probe_file is not None:
-            encoded = [encode_span_example(example, loaded.tokenizer) for example in load_probe_file(config.probe_file)]
+            encoded = [encode_span_example(example, loaded.tokenizer)
+                       for example in load_probe_file(config.probe_file)]
             for example in encoded:
                 loaded.check_length(len(example.input_ids), example.source or "a coreference probe")
             return "file", encoded
@@ -115,34 +120,37 @@ class ProbeSource:
                 return "gap", found
         name = config.coref_set if config.coref_set in ("templates", "causality") else self._template_set()
         make = causality_examples if name == "causality" else coreference_examples
-        encoded = [encode_span_example(e.to_span_example(), loaded.tokenizer) for e in make(config.examples, config.seed)]
+        encoded = [encode_span_example(e.to_span_example(), loaded.tokenizer)
+                   for e in make(config.examples, config.seed)]
         for example in encoded:
             loaded.check_length(len(example.input_ids), example.source or "a coreference probe")
         return name, encoded
 
     def _gap(self) -> list[EncodedSpanExample] | None:
-        """Every GAP development pair that fits the model (cropped where needed); None (auto: with a note) when none
-        fits; ProbeError for an explicit --coref-set gap."""
+        """Every GAP development pair that fits the model (cropped where needed); None (auto: with a note)
+        when none fits; ProbeError for an explicit --coref-set gap."""
         loaded = self.loaded
         fitted = corpus.fit_gap_examples(loaded.tokenizer, loaded.max_tokens)
         encoded = [encode_span_example(example, loaded.tokenizer) for example in fitted.examples]
         if self.note is not None and (fitted.cropped or fitted.dropped):
             self.note(f"GAP: {len(encoded)} of {fitted.total} development pairs fit {loaded.name}'s "
-                      f"{loaded.max_tokens} positions ({fitted.cropped} cropped to whole sentences around the pronoun "
-                      f"and both names, {fitted.dropped} dropped: no such window fits)")
+                      f"{loaded.max_tokens} positions ({fitted.cropped} cropped to whole sentences around "
+                      f"the pronoun and both names, {fitted.dropped} dropped: no such window fits)")
         if encoded:
-            return sorted(encoded, key=lambda e: len(e.input_ids))  # batches of similar length: little padding
+            # batches of similar length: little padding
+            return sorted(encoded, key=lambda e: len(e.input_ids))
         if self.config.coref_set == "gap":
-            raise ProbeError(f"no GAP pair fits {loaded.name}'s {loaded.max_tokens} positions, not even cropped to the "
-                             "sentences around its pronoun and names; use --coref-set templates")
+            raise ProbeError(f"no GAP pair fits {loaded.name}'s {loaded.max_tokens} positions, not even "
+                             "cropped to the sentences around its pronoun and names; use --coref-set "
+                             "templates")
         if self.note is not None:
-            self.note(f"no GAP pair fits {loaded.name}'s {loaded.max_tokens} positions: coreference is scored on the "
-                      "templates")
+            self.note(f"no GAP pair fits {loaded.name}'s {loaded.max_tokens} positions: coreference is "
+                      "scored on the templates")
         return None
 
     def _template_set(self) -> str:
-        """auto without GAP: the agreement templates, unless the tokenizer reads the implicit-causality vocabulary
-        but not theirs (the implicit-causality organism)."""
+        """auto without GAP: the agreement templates, unless the tokenizer reads the implicit-causality
+        vocabulary but not theirs (the implicit-causality organism)."""
         unknown = self.loaded.tokenizer.unk_token_id
 
         def reads(words: list[str]) -> bool:

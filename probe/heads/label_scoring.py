@@ -1,6 +1,7 @@
-"""Streaming the scores of :func:`probe.heads.label.label_model` (step 2): every type of a probe set in one forward
-per batch through :class:`probe.heads.scores.ScoreSink` (with output shares where asked), span sets with their
-word-level accuracy, generation-scored types through their spec's scorer. Each gives a :class:`Scored`."""
+"""Streaming the scores of :func:`probe.heads.label.label_model` (step 2): every type of a probe set in one
+forward per batch through :class:`probe.heads.scores.ScoreSink` (with output shares where asked), span sets
+with their word-level accuracy, generation-scored types through their spec's scorer. Each gives a
+:class:`Scored`."""
 
 from __future__ import annotations
 
@@ -121,16 +122,17 @@ def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: l
 
 def score_generated(loaded, spec: HeadTypeSpec, seq_len: int, config: LabelConfig, tick: Callable[[], None],
                     note: Note | None = None) -> Scored:
-    """A generation-scored type (spec.scorer) on its own probes of `seq_len` tokens, as a mass type's Scored."""
+    """A generation-scored type (spec.scorer) on its own probes of `seq_len` tokens, as a mass type's
+    Scored."""
     result = spec.scorer(loaded, seq_len, config, tick)
     counted = int((~torch.isnan(result.chance)).sum())
     if note is not None and counted < len(result.chance):
         task = "" if result.recall is None else f", mean task recall {float(result.recall.mean()):.2f}"
-        note(f"{loaded.name} · {spec.name} @{seq_len}: {counted} of {len(result.chance)} probes count{task}; the rest "
-             "are left out" + (" — no score" if counted == 0 else ""))
+        note(f"{loaded.name} · {spec.name} @{seq_len}: {counted} of {len(result.chance)} probes count{task}; "
+             "the rest are left out" + (" — no score" if counted == 0 else ""))
     tl = torch.full_like(result.score, math.nan)  # TransformerLens' score is not defined for it
-    return Scored(spec, result.probe_set, float(seq_len), [None], {None: TypeScores(spec.name, result.score, tl)},
-                  {None: result.chance}, result.cluster)
+    return Scored(spec, result.probe_set, float(seq_len), [None],
+                  {None: TypeScores(spec.name, result.score, tl)}, {None: result.chance}, result.cluster)
 
 
 def _bidirectional(loaded) -> bool:

@@ -1,6 +1,6 @@
-"""Statistics per type for :func:`probe.heads.label.label_model` (step 3), pure: a :class:`Scored` in, per-head
-summaries ``[layer head]`` out — the candidate choice, score and interval, chance, effect, the one-sided test,
-output share and accuracy against the best baseline."""
+"""Statistics per type for :func:`probe.heads.label.label_model` (step 3), pure: a :class:`Scored` in,
+per-head summaries ``[layer head]`` out — the candidate choice, score and interval, chance, effect, the
+one-sided test, output share and accuracy against the best baseline."""
 
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ def summarise(scored: Scored, config: LabelConfig) -> dict[str, torch.Tensor | f
     n_examples = len(scored.cluster)
     select, test = (stats.selection_split(n_examples) if len(scored.candidates) > 1
                     else (torch.ones(n_examples, dtype=torch.bool),) * 2)
-    score_all = torch.stack([scored.scores[c].score for c in scored.candidates])  # [candidate example layer head]
+    # [candidate example layer head]
+    score_all = torch.stack([scored.scores[c].score for c in scored.candidates])
     chance_all = torch.stack([scored.chance[c] for c in scored.candidates])  # [candidate example]
     effects = score_all - chance_all[:, :, None, None]  # [candidate example layer head]
     choice = stats.choose_candidate(effects[:, select])  # [layer head]
     pick = choice[None, None].expand(1, n_examples, *choice.shape)  # [1 example layer head]
     score = score_all.gather(0, pick)[0][test]  # [example layer head]
-    chance = chance_all[:, :, None, None].expand_as(score_all).gather(0, pick)[0][test]  # [example layer head]
+    # [example layer head]
+    chance = chance_all[:, :, None, None].expand_as(score_all).gather(0, pick)[0][test]
     tl = torch.stack([scored.scores[c].tl_score for c in scored.candidates]).gather(0, pick)[0][test]
     cluster = scored.cluster[test]
     weights = stats.resample_weights(cluster, config.n_bootstrap, config.seed)  # [resample example]
@@ -31,7 +33,8 @@ def summarise(scored: Scored, config: LabelConfig) -> dict[str, torch.Tensor | f
     effect_means = stats.bootstrap_means(effect, weights)  # [resample layer head]
     out = dict(score=torch.nanmean(score, 0), ci_low=low, ci_high=high, chance=torch.nanmean(chance, 0),
                effect=torch.nanmean(effect, 0), tl_score=torch.nanmean(tl, 0),
-               n_examples=int((~torch.isnan(score[:, 0, 0])).sum()), n_clusters=int(len(torch.unique(cluster))))
+               n_examples=int((~torch.isnan(score[:, 0, 0])).sum()),
+               n_clusters=int(len(torch.unique(cluster))))
     out["p_value"] = stats.p_greater(out["effect"], _std(effect_means), config.min_effect)
     if scored.scores[scored.candidates[0]].output_share is not None:
         out.update(_share_summary(scored, pick, test, weights, config))
@@ -52,7 +55,8 @@ def _share_summary(scored: Scored, pick: torch.Tensor, test: torch.Tensor, weigh
                    config: LabelConfig) -> dict[str, torch.Tensor]:
     """output_share of the chosen candidate, averaged like the score (same test examples), with its clustered
     bootstrap interval (the same resamples)."""
-    shares = torch.stack([scored.scores[c].output_share for c in scored.candidates])  # [candidate example layer head]
+    # [candidate example layer head]
+    shares = torch.stack([scored.scores[c].output_share for c in scored.candidates])
     share = shares.gather(0, pick)[0][test]  # [example layer head]
     low, high = stats.percentile_interval(stats.bootstrap_means(share, weights), config.confidence)
     return dict(output_share=torch.nanmean(share, 0), output_share_low=low, output_share_high=high)
@@ -64,12 +68,15 @@ def _std(means: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(torch.nanmean(centred**2, 0))
 
 
-def _accuracy_summary(correct: torch.Tensor, scored: Scored, weights: torch.Tensor, config: LabelConfig) -> dict:
-    """Accuracy with its interval, the best baseline, the paired test of the gain over it, per-source accuracy."""
+def _accuracy_summary(correct: torch.Tensor, scored: Scored, weights: torch.Tensor,
+                      config: LabelConfig) -> dict:
+    """Accuracy with its interval, the best baseline, the paired test of the gain over it, per-source
+    accuracy."""
     low, high = stats.percentile_interval(stats.bootstrap_means(correct, weights), config.confidence)
     out = dict(accuracy=correct.mean(0), accuracy_ci_low=low, accuracy_ci_high=high)
     out["_groups"] = list(dict.fromkeys(scored.groups or []))
-    complete = {name: values for name, values in (scored.baselines or {}).items() if not torch.isnan(values).any()}
+    complete = {name: values for name,
+                values in (scored.baselines or {}).items() if not torch.isnan(values).any()}
     if complete:
         best = max(complete, key=lambda name: float(complete[name].mean()))
         baseline = complete[best]  # [example]
@@ -84,7 +91,9 @@ def _per_group(correct: torch.Tensor, groups: list[str], order: list[str]) -> li
     """Per head, "group: accuracy; …" over the example groups in `order` (correct [example layer head]): one
     string per (layer, head), row-major."""
     labels = torch.tensor([order.index(group) for group in groups])  # [example]
-    means = [correct[labels == index].mean(0).reshape(-1).tolist() for index in range(len(order))]  # [group][row]
-    return ["; ".join(f"{group}: {float(values[row]):.2f}" for group, values in zip(order, means, strict=True))
+    # [group][row]
+    means = [correct[labels == index].mean(0).reshape(-1).tolist() for index in range(len(order))]
+    return ["; ".join(f"{group}: {float(values[row]):.2f}" for group,
+                      values in zip(order, means, strict=True))
             for row in range(correct[0].numel())]
 

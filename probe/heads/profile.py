@@ -1,11 +1,13 @@
 """Head profiles at any length: per (layer, head) attention distance, entropy, sink and local-window mass, the
-dominant offset, with a bootstrap interval over inputs, and a streaming/retrieval split (DuoAttention, MInference).
+dominant offset, with a bootstrap interval over inputs, and a streaming/retrieval split (DuoAttention,
+MInference).
 
-:func:`head_profiles` runs one input per forward on the capture engine with a :class:`~probe.heads.profile_sink.
-ProfileSink`; nothing [query, key] is kept beyond one streamed block, so 32K-token inputs profile on a CPU. Inputs
-longer than `query_rows` have their query rows sampled (one uniformly drawn row in each of `query_rows` equal
-strata of positions, seeded): the engine then keeps its fused kernel and rebuilds α of those rows only. Every
-statistic is then the exact mean over the sampled rows; with `query_rows ≥ seq_len` it is the mean over all rows.
+:func:`head_profiles` runs one input per forward on the capture engine with a
+:class:`~probe.heads.profile_sink. ProfileSink`; nothing [query, key] is kept beyond one streamed block, so
+32K-token inputs profile on a CPU. Inputs longer than `query_rows` have their query rows sampled (one
+uniformly drawn row in each of `query_rows` equal strata of positions, seeded): the engine then keeps its
+fused kernel and rebuilds α of those rows only. Every statistic is then the exact mean over the sampled rows;
+with `query_rows ≥ seq_len` it is the mean over all rows.
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ class ProfileConfig:
 
 @dataclass(frozen=True, eq=False)
 class RandomInputs:
-    """`count` random inputs, each made only when iteration reaches it (nothing is held before it is profiled);
-    re-iterable, giving the same inputs each time (from `seed`); ``len()`` is `count`. See :func:`random_inputs`."""
+    """`count` random inputs, each made only when iteration reaches it (nothing is held before it is
+    profiled); re-iterable, giving the same inputs each time (from `seed`); ``len()`` is `count`. See
+    :func:`random_inputs`."""
 
     prefix: tuple[int, ...]  # the tokenizer's special tokens before the body (e.g. <bos>)
     suffix: tuple[int, ...]  # and after it
@@ -73,24 +76,27 @@ class RandomInputs:
         generator = torch.Generator().manual_seed(self.seed)
         for _ in range(self.count):
             ids = self.vocab[torch.randint(0, len(self.vocab), (self.body,), generator=generator)]
-            yield torch.tensor([*self.prefix, *ids.tolist(), *self.suffix], dtype=torch.long)[None]  # [1 seq_len]
+            # [1 seq_len]
+            yield torch.tensor([*self.prefix, *ids.tolist(), *self.suffix], dtype=torch.long)[None]
 
 
 def random_inputs(loaded, n_inputs: int, seq_len: int, seed: int = 0) -> RandomInputs:
     """`n_inputs` inputs of `seq_len` tokens each: the tokenizer's special frame (e.g. <bos>) around uniformly
-    drawn non-special tokens (seeded). Each is `[1, seq_len]` long; they are streamed (:class:`RandomInputs`)."""
+    drawn non-special tokens (seeded). Each is `[1, seq_len]` long; they are streamed
+    (:class:`RandomInputs`)."""
     if n_inputs < 1:
         raise ProbeError("--random must be at least 1 input")
     prefix, suffix = special_frame(loaded.tokenizer)
     body = seq_len - len(prefix) - len(suffix)
     if body < 1:
         raise ProbeError(f"--seq-len {seq_len} leaves no room for tokens between the model's special tokens")
-    return RandomInputs(tuple(prefix), tuple(suffix), content_token_ids(loaded.tokenizer), body, n_inputs, seed)
+    return RandomInputs(tuple(prefix), tuple(suffix), content_token_ids(loaded.tokenizer), body,
+                        n_inputs, seed)
 
 
 def text_inputs(loaded, text: str, seq_len: int) -> list[torch.Tensor]:
-    """A text cut into consecutive windows of `seq_len` tokens (each framed by the tokenizer's special tokens);
-    a shorter tail is dropped unless it is the only window. Each is `[1, n]` long."""
+    """A text cut into consecutive windows of `seq_len` tokens (each framed by the tokenizer's special
+    tokens); a shorter tail is dropped unless it is the only window. Each is `[1, n]` long."""
     prefix, suffix = special_frame(loaded.tokenizer)
     body = seq_len - len(prefix) - len(suffix)
     if body < 1:
@@ -105,8 +111,8 @@ def text_inputs(loaded, text: str, seq_len: int) -> list[torch.Tensor]:
 
 
 def sample_rows(n_query: int, query_rows: int, generator: torch.Generator) -> torch.Tensor | None:
-    """One uniformly drawn row in each of `query_rows` equal strata of [0, n_query) (`[row]` long, ascending), or
-    None when every row is wanted (n_query ≤ query_rows)."""
+    """One uniformly drawn row in each of `query_rows` equal strata of [0, n_query) (`[row]` long, ascending),
+    or None when every row is wanted (n_query ≤ query_rows)."""
     if n_query <= query_rows:
         return None
     edges = torch.linspace(0, n_query, query_rows + 1, dtype=torch.float64).floor().long()  # [stratum + 1]
@@ -123,10 +129,11 @@ def head_profiles(
 ) -> pd.DataFrame:
     """Profile every head of a loaded model (probe.models.LoadedModel) on `inputs`, one forward per input.
 
-    Returns one row per (layer, head): for each statistic of :data:`~probe.heads.profile_sink.ROW_STATS` its mean
-    over inputs of the per-input mean over rows, with `<stat>_ci_low`/`_ci_high` (percentile bootstrap over inputs);
-    `dominant_offset` (query − key with the most mass, over all inputs) and `dominant_offset_share` (mean α there,
-    with its interval); `span` ("local" when streaming_mass ≥ threshold, else "retrieval"); and the settings.
+    Returns one row per (layer, head): for each statistic of :data:`~probe.heads.profile_sink.ROW_STATS` its
+    mean over inputs of the per-input mean over rows, with `<stat>_ci_low`/`_ci_high` (percentile bootstrap
+    over inputs); `dominant_offset` (query − key with the most mass, over all inputs) and
+    `dominant_offset_share` (mean α there, with its interval); `span` ("local" when streaming_mass ≥
+    threshold, else "retrieval"); and the settings.
     """
     config.check()
     n_inputs = len(inputs)
@@ -151,9 +158,10 @@ def head_profiles(
     return profile_table(loaded, sink, config, n_inputs, longest)
 
 
-def profile_table(loaded, sink: ProfileSink, config: ProfileConfig, n_inputs: int, seq_len: int) -> pd.DataFrame:
-    """The (layer, head) table from a sink filled with `n_inputs` inputs, the longest `seq_len` tokens (means over
-    rows, then over inputs, bootstrap over inputs)."""
+def profile_table(loaded, sink: ProfileSink, config: ProfileConfig, n_inputs: int,
+                  seq_len: int) -> pd.DataFrame:
+    """The (layer, head) table from a sink filled with `n_inputs` inputs, the longest `seq_len` tokens (means
+    over rows, then over inputs, bootstrap over inputs)."""
     real = list(loaded.attention_layers)  # every layer, or a hybrid's layers with α
     rows = sink.rows[:, real]  # [input layer head]
     if (rows == 0).any():
@@ -186,7 +194,8 @@ def profile_table(loaded, sink: ProfileSink, config: ProfileConfig, n_inputs: in
     table.update(sink_tokens=config.sink_tokens, window=config.window, threshold=config.threshold,
                  query_rows=config.query_rows, seed=config.seed)
     frame = pd.DataFrame(table)
-    if loaded.plan is not None and loaded.plan.is_multi_stack:  # enc / dec / cross, layers numbered within each
+    # enc / dec / cross, layers numbered within each
+    if loaded.plan is not None and loaded.plan.is_multi_stack:
         located = [loaded.plan.locate(int(number)) for number in frame["layer"]]
         frame["layer"] = [local for _, local in located]
         frame.insert(2, "stack", [stack for stack, _ in located])

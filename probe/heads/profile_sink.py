@@ -1,10 +1,11 @@
-"""ProfileSink: per-head attention statistics reduced from streamed α blocks (distance, entropy, sink, locality).
+"""ProfileSink: per-head attention statistics reduced from streamed α blocks (distance, entropy, sink,
+locality).
 
-Each query row's statistics are computed inside the block that holds the row (a block has whole rows, so even the
-weighted median of the attention distance is exact there) and only their sums per (input, layer, head) are kept:
-memory O(inputs · layers · heads · offsets), never a [query, key] matrix beyond one block. With `rows` set for an
-input the sink asks the engine for those query rows alone (`SinkNeeds.rows`), which keeps the fused kernel running
-and rebuilds α of the sampled rows only.
+Each query row's statistics are computed inside the block that holds the row (a block has whole rows, so even
+the weighted median of the attention distance is exact there) and only their sums per (input, layer, head) are
+kept: memory O(inputs · layers · heads · offsets), never a [query, key] matrix beyond one block. With `rows`
+set for an input the sink asks the engine for those query rows alone (`SinkNeeds.rows`), which keeps the fused
+kernel running and rebuilds α of the sampled rows only.
 """
 
 from __future__ import annotations
@@ -32,26 +33,46 @@ class RowWindows:
 
 
 def row_statistics(
-    alpha: torch.Tensor,  # [batch head row key] (keys past alpha.shape[-1] have α = 0)
-    positions: torch.Tensor,  # [row] long: each row's absolute query position (its own key index)
+    alpha: torch.Tensor,
+    positions: torch.Tensor,
     windows: RowWindows,
-    entropy: torch.Tensor | None = None,  # [batch head row]: −Σ α log α from the engine, else computed here
-    learned_sink_mass: torch.Tensor | None = None,  # [batch head row]: weight on an s_aux sink (None: no sink, 0)
+    entropy: torch.Tensor | None = None,
+    learned_sink_mass: torch.Tensor | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """The statistics of every row of a block: ({name: [batch head row] float64}, offsets [batch head row offset]).
+    """The statistics of every row of a block: ({name: [batch head row] float64}, offsets [batch head row
+    offset]).
 
     Pure (α is not changed). Distances are |query − key|; `median_distance` is the lower weighted median, the
-    smallest d with Σ_{|i−j|≤d} α_ij ≥ ½ Σ_j α_ij; `entropy` is −Σ α log α in nats; `sink_mass` is the mass on keys
-    < sink_tokens, `local_mass` on |i−j| < window, `streaming_mass` on their union (what a sink + recent-window cache
-    keeps), `beyond_mass` = Σ_j α_ij − streaming_mass (what it loses); `max_alpha` the row's largest α;
-    `learned_sink_mass` the weight on the layer's learned attention sink (gpt-oss `s_aux`: the row's α sums to 1 −
-    that; 0 for a layer without one). `offsets[..., m]` is α at key i − (m − max_offset) (0 where there is no such
-    key).
+    smallest d with Σ_{|i−j|≤d} α_ij ≥ ½ Σ_j α_ij; `entropy` is −Σ α log α in nats; `sink_mass` is the mass on
+    keys < sink_tokens, `local_mass` on |i−j| < window, `streaming_mass` on their union (what a sink +
+    recent-window cache keeps), `beyond_mass` = Σ_j α_ij − streaming_mass (what it loses); `max_alpha` the
+    row's largest α; `learned_sink_mass` the weight on the layer's learned attention sink (gpt-oss `s_aux`:
+    the row's α sums to 1 − that; 0 for a layer without one). `offsets[..., m]` is α at key i − (m −
+    max_offset) (0 where there is no such key).
+
+    Parameters
+    ----------
+    alpha : torch.Tensor
+        `[batch head row key]` (keys past alpha.shape[-1] have α = 0).
+    positions : torch.Tensor
+        `[row]` long: each row's absolute query position (its own key index).
+    windows : RowWindows
+        The sink, local-window and offset key sets.
+    entropy : torch.Tensor, optional
+        `[batch head row]`: −Σ α log α from the engine, else computed here.
+    learned_sink_mass : torch.Tensor, optional
+        `[batch head row]`: weight on an s_aux sink (None: no sink, 0).
+
+    Returns
+    -------
+    tuple
+        (dict of name to `[batch head row]` float64, offsets `[batch head row offset]`).
     """
     n_batch, n_heads, n_rows, n_key = alpha.shape
     positions = positions.to(alpha.device)
     if positions.shape != (n_rows,) or (n_rows and int(positions.max()) >= n_key):
-        raise ProbeError(f"positions {tuple(positions.shape)} do not fit a block of {n_rows} rows × {n_key} keys")
+        raise ProbeError(f"positions {tuple(positions.shape)} do not fit a block of {n_rows} rows × {n_key} "
+                         "keys")
     alpha = alpha.float()
     cdf = alpha.cumsum(-1)  # [batch head row key]: mass on keys ≤ j
     total = cdf[..., -1]  # [batch head row], 1 up to rounding
@@ -63,7 +84,8 @@ def row_statistics(
         stats = _two_sided_distances(alpha, total, positions, windows)
     # the engine's entropy needs no logarithm (lse − scale·q·Σαk); here, α ≥ 1e-30 keeps log off denormals
     # (each clamped entry adds < 7e-29)
-    stats["entropy"] = entropy.float() if entropy is not None else -torch.xlogy(alpha, alpha.clamp(min=1e-30)).sum(-1)
+    stats["entropy"] = entropy.float() if entropy is not None else -torch.xlogy(alpha,
+        alpha.clamp(min=1e-30)).sum(-1)
     sink = min(windows.sink_tokens, n_key)
     stats["sink_mass"] = alpha[..., :sink].sum(-1)
     near = (positions[:, None] - torch.arange(sink, device=alpha.device)[None, :]).abs() < windows.window
@@ -76,18 +98,20 @@ def row_statistics(
     offset = torch.arange(-windows.max_offset, windows.max_offset + 1, device=alpha.device)  # [offset]
     keys = positions[:, None] - offset[None, :]  # [row offset]
     present = (keys >= 0) & (keys < n_key)
-    offsets = alpha.gather(-1, keys.clamp(0, n_key - 1).expand(n_batch, n_heads, n_rows, len(offset))) * present
+    offsets = alpha.gather(-1,
+                           keys.clamp(0, n_key - 1).expand(n_batch, n_heads, n_rows, len(offset))) * present
     return {name: value.double() for name, value in stats.items()}, offsets.double()
 
 
 def _causal_distances(alpha, cdf, total, positions, windows: RowWindows) -> dict[str, torch.Tensor]:
-    """Rows with no key after the query: mean = i − Σ α_j j; the lower weighted median i − c with c the number of
-    keys whose prefix mass is ≤ half (so the keys at distance ≤ i − c hold at least half); window mass from the
-    prefix sums at i and i − window."""
+    """Rows with no key after the query: mean = i − Σ α_j j; the lower weighted median i − c with c the number
+    of keys whose prefix mass is ≤ half (so the keys at distance ≤ i − c hold at least half); window mass from
+    the prefix sums at i and i − window."""
     n_batch, n_heads, n_rows, n_key = alpha.shape
     keys = torch.arange(n_key, device=alpha.device, dtype=alpha.dtype)
     mean = positions.to(alpha.dtype) * total - alpha @ keys  # [batch head row] Σ α (i − j)
-    count = torch.searchsorted(cdf, (0.5 * total)[..., None].contiguous(), right=True)[..., 0]  # [batch head row]
+    # [batch head row]
+    count = torch.searchsorted(cdf, (0.5 * total)[..., None].contiguous(), right=True)[..., 0]
     median = (positions - count).clamp(min=0)
     edge = positions - windows.window  # the last key outside the window, −1 or less: none
     outside = cdf.gather(-1, edge.clamp(min=0).view(1, 1, -1, 1).expand(n_batch, n_heads, n_rows, 1))[..., 0]
@@ -96,15 +120,17 @@ def _causal_distances(alpha, cdf, total, positions, windows: RowWindows) -> dict
 
 
 def _two_sided_distances(alpha, total, positions, windows: RowWindows) -> dict[str, torch.Tensor]:
-    """Any rows: the mass at each distance |i − j| (both sides gathered), its prefix sums give the median and the
-    window mass."""
+    """Any rows: the mass at each distance |i − j| (both sides gathered), its prefix sums give the median and
+    the window mass."""
     n_batch, n_heads, n_rows, n_key = alpha.shape
     expand = (n_batch, n_heads, n_rows, n_key)
     distance = torch.arange(n_key, device=alpha.device)  # [distance]
     left = positions[:, None] - distance[None, :]  # [row distance]: the key at distance d before the query
     right = positions[:, None] + distance[None, :]  # [row distance]: the key at distance d after it
-    by_distance = alpha.gather(-1, left.clamp(0, n_key - 1).expand(expand)) * (left >= 0)  # [batch head row d]
-    by_distance += alpha.gather(-1, right.clamp(max=n_key - 1).expand(expand)) * ((right < n_key) & (distance > 0))
+    # [batch head row d]
+    by_distance = alpha.gather(-1, left.clamp(0, n_key - 1).expand(expand)) * (left >= 0)
+    by_distance += alpha.gather(-1,
+        right.clamp(max=n_key - 1).expand(expand)) * ((right < n_key) & (distance > 0))
     mean = (by_distance @ distance.to(alpha.dtype)) / total
     cdf = by_distance.cumsum_(-1)  # [batch head row distance]: mass within distance ≤ d
     median = torch.searchsorted(cdf, (0.5 * total)[..., None].contiguous())[..., 0]  # first d with cdf ≥ half
@@ -117,9 +143,9 @@ def _two_sided_distances(alpha, total, positions, windows: RowWindows) -> dict[s
 class ProfileSink:
     """Streams every head's row statistics into per-(input, layer, head) sums.
 
-    Call :meth:`begin_input` before each forward (one input per forward, batch 1), optionally with the query rows to
-    sample; afterwards :attr:`sums` holds `{stat: [input layer head] float64}` (sums over rows), :attr:`offsets`
-    `[input layer head offset]` and :attr:`rows` `[input layer head]` (rows counted).
+    Call :meth:`begin_input` before each forward (one input per forward, batch 1), optionally with the query
+    rows to sample; afterwards :attr:`sums` holds `{stat: [input layer head] float64}` (sums over rows),
+    :attr:`offsets` `[input layer head offset]` and :attr:`rows` `[input layer head]` (rows counted).
     """
 
     def __init__(self, n_inputs: int, n_layers: int, n_heads: int, windows: RowWindows = RowWindows(),  # noqa: B008
@@ -134,14 +160,16 @@ class ProfileSink:
         self._sample: torch.Tensor | None = None
 
     def begin_input(self, index: int, rows: torch.Tensor | None = None) -> None:
-        """The next forward is input `index`; `rows` (`[row]` long) samples its query rows (None: every row)."""
+        """The next forward is input `index`; `rows` (`[row]` long) samples its query rows (None: every
+        row)."""
         if not 0 <= index < self.rows.shape[0]:
-            raise ProbeError(f"input {index} is out of range: the sink was made for {self.rows.shape[0]} inputs")
+            raise ProbeError(f"input {index} is out of range: the sink was made for {self.rows.shape[0]} "
+                             "inputs")
         self._input, self._sample = index, rows
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
-        # α beyond a causal block's last key is zero (the statistics never need it); the engine computes each row's
-        # entropy from lse' and α·K (no logarithm of α)
+        # α beyond a causal block's last key is zero (the statistics never need it); the engine computes each
+        # row's entropy from lse' and α·K (no logarithm of α)
         heads = self.heads if self.heads is not None else tuple(range(n_heads))
         return SinkNeeds(heads=heads, rows=self._sample, entropy=True, causal_crop=True)
 
@@ -151,9 +179,11 @@ class ProfileSink:
         if block.alpha.shape[0] != 1:
             raise ProbeError("ProfileSink takes one input per forward (batch 1), so no row is padding")
         size = block.alpha.shape[2]
-        rows = block.rows if block.rows is not None else torch.arange(block.query_start, block.query_start + size)
+        rows = (block.rows if block.rows is not None
+                else torch.arange(block.query_start, block.query_start + size))
         positions = rows.to(block.alpha.device) + block.query_offset  # [row]
-        stats, offsets = row_statistics(block.alpha, positions, self.windows, block.entropy, block.learned_sink_mass)
+        stats, offsets = row_statistics(block.alpha, positions, self.windows, block.entropy,
+                                        block.learned_sink_mass)
         heads = list(block.heads)
         for name in ROW_STATS:
             self.sums[name][self._input, block.layer, heads] += stats[name][0].sum(-1).cpu()

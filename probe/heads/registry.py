@@ -1,9 +1,9 @@
 """Head types as data: one :class:`HeadTypeSpec` per type, one registry, one list of names.
 
-A spec says everything `probe label` needs to know about a type — its targets, the probe set it is scored on, which
-model kinds it applies to, the statistic its label rests on, and the positions whose loss its ablation measures —
-so the scorer, the label rule, the CLI's ``--types`` and the dashboard loop over :data:`REGISTRY` and never branch on
-a type's name. Adding a type is one new spec (docs/howto/head-type.md: "Add a head type").
+A spec says everything `probe label` needs to know about a type — its targets, the probe set it is scored on,
+which model kinds it applies to, the statistic its label rests on, and the positions whose loss its ablation
+measures — so the scorer, the label rule, the CLI's ``--types`` and the dashboard loop over :data:`REGISTRY`
+and never branch on a type's name. Adding a type is one new spec (docs/howto/head-type.md: "Add a head type").
 
 Targets of query i (key j, tokens t, n real tokens; where each comes from: docs/labels.md, "Labelling heads"):
 
@@ -12,25 +12,28 @@ previous_token     j = i − 1
 next_token         j = i + 1  (bidirectional models only: a causal row cannot see it)
 self               j = i, for i ≥ 1  (row 0 left out: a causal row 0 can only attend to itself)
 first_token        j = 0, for i ≥ 1  (the attention sink: <bos> / [CLS] / the first token)
-fixed_offset       j = i + d ≥ 1 for one relative offset d ∉ {−1, 0, +1}, |d| ≤ min(:data:`MAX_OFFSET`, n/2) (d < 0 in
-                   a causal model); every d is a candidate and each head's own d is chosen on held-out examples
-                   (column ``offset``)
-delimiter          keys j ≥ 1, j ≠ i, holding a delimiter: punctuation, [SEP] / EOS-type tokens (j < i when causal)
-sentence_start     from a sentence's final token (".", "!", "?", [SEP] / EOS) to the first token of the same sentence
+fixed_offset       j = i + d ≥ 1 for one relative offset d ∉ {−1, 0, +1}, |d| ≤ min(:data:`MAX_OFFSET`, n/2)
+(d < 0 in
+                   a causal model); every d is a candidate and each head's own d is chosen on held-out
+                   examples (column ``offset``)
+delimiter          keys j ≥ 1, j ≠ i, holding a delimiter: punctuation, [SEP] / EOS-type tokens (j < i when
+causal) sentence_start     from a sentence's final token (".", "!", "?", [SEP] / EOS) to the first token of
+the same sentence
                    (see :func:`sentence_start_pairs` for abbreviations and decimals)
-bracket            from a closing bracket ")", "]", "}" to its matching opening bracket (see :func:`bracket_pairs`)
-duplicate_token    t_j = t_i, j < i (causal) or j ≠ i (bidirectional: the earlier copy attends to the later one too)
-induction          t_{j−1} = t_i, j ≤ i  (the token after an earlier occurrence of the current token)
-coreference        the attending word's pieces × the antecedent's pieces (a span type: from span examples)
-retrieval          no target pattern: scored while the model generates (Wu et al. 2024's retrieval score,
+bracket            from a closing bracket ")", "]", "}" to its matching opening bracket (see
+:func:`bracket_pairs`) duplicate_token    t_j = t_i, j < i (causal) or j ≠ i (bidirectional: the earlier copy
+attends to the later one too) induction          t_{j−1} = t_i, j ≤ i  (the token after an earlier occurrence
+of the current token) coreference        the attending word's pieces × the antecedent's pieces (a span type:
+from span examples) retrieval          no target pattern: scored while the model generates (Wu et al. 2024's
+retrieval score,
                    probe.heads.retrieval) — a generation-scored type, opt-in (not in the default types)
 =================  ======================================================================================
 
-Small vocabularies (fewer than :data:`SMALL_VOCABULARY` content tokens, e.g. 20 amino acids): coincidental repeats
-swamp the planted one, so duplicate-token and induction targets are restricted to the planted repeat of the
-repeated-block probes (query i in the second copy: j = i − L for duplicate, j = i − L + 1 for induction; and the
-mirror pairs for bidirectional duplicate). A head that attends to every earlier token of the same residue type
-then scores at chance.
+Small vocabularies (fewer than :data:`SMALL_VOCABULARY` content tokens, e.g. 20 amino acids): coincidental
+repeats swamp the planted one, so duplicate-token and induction targets are restricted to the planted repeat
+of the repeated-block probes (query i in the second copy: j = i − L for duplicate, j = i − L + 1 for
+induction; and the mirror pairs for bidirectional duplicate). A head that attends to every earlier token of
+the same residue type then scores at chance.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ import torch
 
 from probe.errors import ProbeError
 from probe.heads.generated import GeneratedScores
+from probe.heads.retrieval import label_scores
+from probe.heads.retrieval_ablation import label_verification
 from probe.heads.targets import (  # the patterns, and the names callers import from here
     MAX_OFFSET,
     SMALL_VOCABULARY,
@@ -75,7 +80,8 @@ HEAD_TYPES: tuple[HeadType, ...] = get_args(HeadType)
 # sentence ends where the tokenizer does not read the corpus; "brackets": text (or random tokens) with seeded
 # nested brackets; "generation": probes the type's own scorer builds and decodes (generation-scored types)
 ProbeKind = Literal["natural", "repeated", "spans", "sentences", "brackets", "generation"]
-Statistic = Literal["mass", "accuracy"]  # the label tests mass over chance, or accuracy over the best baseline
+# the label tests mass over chance, or accuracy over the best baseline
+Statistic = Literal["mass", "accuracy"]
 LossPositions = Literal["text", "repeat", "query"]  # which positions' loss an ablation of the type measures
 
 CAUSAL, MASKED, PROTEIN = ModelKind.CAUSAL_LM, ModelKind.MASKED_LM, ModelKind.PROTEIN_MLM
@@ -88,14 +94,10 @@ Verifier = Callable[..., dict]
 
 
 def _retrieval_scorer(loaded, seq_len: int, config, tick) -> GeneratedScores:
-    from probe.heads.retrieval import label_scores  # imported when used: retrieval builds on the engine
-
     return label_scores(loaded, seq_len, config, tick)
 
 
 def _retrieval_verifier(loaded, seq_len: int, config, scores: torch.Tensor) -> dict:
-    from probe.heads.retrieval_ablation import label_verification  # imported when used, as the scorer
-
     return label_verification(loaded, seq_len, config, scores)
 
 
@@ -118,45 +120,51 @@ class HeadTypeSpec:
         types; several (fixed_offset: one per offset d) when each head picks its own on held-out examples.
     probe : {"natural", "repeated", "spans", "sentences", "brackets", "generation"}
         The probe set it is scored on: natural text (random tokens without a usable corpus), repeated random
-        blocks, span examples, natural text with seeded sentence ends or nested brackets where the tokenizer does
-        not read the corpus, or probes the type's own ``scorer`` builds and decodes.
+        blocks, span examples, natural text with seeded sentence ends or nested brackets where the tokenizer
+        does not read the corpus, or probes the type's own ``scorer`` builds and decodes.
     kinds : frozenset of str, default every kind
         Model kinds (:class:`probe.models.ModelKind` values) it applies to; others skip it with a note.
     statistic : {"mass", "accuracy"}, default "mass"
-        What the label tests: attention mass on the targets over chance, or (span types) accuracy over the best
-        baseline.
+        What the label tests: attention mass on the targets over chance, or (span types) accuracy over the
+        best baseline.
     candidate : str or None
         Name of the table column holding each head's chosen candidate (fixed_offset: ``"offset"``) when the
         type has several; None otherwise.
     loss_positions : {"text", "repeat", "query"}, default "text"
-        Whose loss its ablation measures: the probe text, the repeated half, or the query span's (causal LMs: the
-        token after it; masked LMs: the span itself, masked).
+        Whose loss its ablation measures: the probe text, the repeated half, or the query span's (causal LMs:
+        the token after it; masked LMs: the span itself, masked).
     scorer : callable or None, default None
-        Generation-scored types (retrieval): ``scorer(loaded, seq_len, config, tick) -> GeneratedScores`` builds,
-        decodes and scores its own probes; ``targets`` is then unused.
+        Generation-scored types (retrieval): ``scorer(loaded, seq_len, config, tick) -> GeneratedScores``
+        builds, decodes and scores its own probes; ``targets`` is then unused.
     default : bool, default True
         Scored when no types are asked for; False makes the type opt-in (``--types retrieval``).
     verifier : callable or None, default None
-        Causal evidence a type measures itself: ``verifier(loaded, seq_len, config, scores) -> {column: value}``
-        with the heads' mean scores ``[layer head]`` at that length; the columns go on its rows of that length
-        (retrieval: Wu et al.'s masking of the top-K heads against K random ones). Skipped with ``--ablate none``.
+        Causal evidence a type measures itself: ``verifier(loaded, seq_len, config, scores) -> {column:
+        value}`` with the heads' mean scores ``[layer head]`` at that length; the columns go on its rows of
+        that length (retrieval: Wu et al.'s masking of the top-K heads against K random ones). Skipped with
+        ``--ablate none``.
     copies : bool, default False
-        Its heads are expected to copy the token they attend to (Olsson et al. 2022's induction head): its labels
-        get the role ``copying`` or ``suppressing`` from the sign of the ``copying`` score, and its rows the
-        ``copying_dla`` column (direct logit attribution to the induction target's token).
+        Its heads are expected to copy the token they attend to (Olsson et al. 2022's induction head): its
+        labels get the role ``copying`` or ``suppressing`` from the sign of the ``copying`` score, and its
+        rows the ``copying_dla`` column (direct logit attribution to the induction target's token).
     """
 
     name: HeadType
     description: str
     targets: Callable[[TargetContext], Targets]  # candidate -> [batch query key] bool
-    probe: ProbeKind  # the probe set it is scored on; without a usable corpus "natural" falls back to repeated
-    # blocks, "sentences" and "brackets" to random tokens with seeded sentence ends / brackets (ProbeSource.resolve)
+    # the probe set it is scored on; without a usable corpus "natural" falls back to repeated
+    probe: ProbeKind
+    # blocks, "sentences" and "brackets" to random tokens with seeded sentence ends / brackets
+    # (ProbeSource.resolve)
     kinds: frozenset[str] = field(default=ALL_KINDS)  # model kinds it applies to
     statistic: Statistic = "mass"
-    candidate: str | None = None  # name of the column holding the chosen candidate ("offset"), if it has several
+    # name of the column holding the chosen candidate ("offset"), if it has several
+    candidate: str | None = None
     loss_positions: LossPositions = "text"  # ablation: the loss of these positions of its own probes
-    scorer: Scorer | None = None  # generation-scored types: (loaded, seq_len, LabelConfig, tick) -> GeneratedScores
-    default: bool = True  # scored when no types are asked for (False: only when asked, e.g. --types retrieval)
+    # generation-scored types: (loaded, seq_len, LabelConfig, tick) -> GeneratedScores
+    scorer: Scorer | None = None
+    # scored when no types are asked for (False: only when asked, e.g. --types retrieval)
+    default: bool = True
     verifier: Verifier | None = None  # (loaded, seq_len, LabelConfig, scores [layer head]) -> {column: value}
     copies: bool = False  # labels get a copying / suppressing role and rows a copying_dla (induction)
 
@@ -168,9 +176,10 @@ class HeadTypeSpec:
 
 REGISTRY: dict[HeadType, HeadTypeSpec] = {
     spec.name: spec for spec in (
-        HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", _previous_token, "natural"),
-        HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)", _next_token,
-                     "natural", kinds=BIDIRECTIONAL_KINDS),
+        HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", _previous_token,
+                     "natural"),
+        HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)",
+                     _next_token, "natural", kinds=BIDIRECTIONAL_KINDS),
         HeadTypeSpec("self", "attends to the current token", _self, "natural"),
         HeadTypeSpec("first_token", "attends to the first token (attention sink)", _first_token, "natural"),
         HeadTypeSpec("fixed_offset", "attends at one relative offset d other than −1, 0, +1 (column offset)",
@@ -181,22 +190,26 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
                      _sentence_start, "sentences", kinds=TEXT_KINDS),
         HeadTypeSpec("bracket", "attends from a closing bracket to its matching opening bracket", _bracket,
                      "brackets", kinds=TEXT_KINDS),
-        HeadTypeSpec("duplicate_token", "attends to other copies of the current token (earlier ones when causal)",
+        HeadTypeSpec("duplicate_token",
+                     "attends to other copies of the current token (earlier ones when causal)",
                      _duplicate_token, "repeated", loss_positions="repeat"),
-        HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token", _induction,
-                     "repeated", loss_positions="repeat", copies=True),
+        HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token",
+                     _induction, "repeated", loss_positions="repeat", copies=True),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", _coreference, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
-        HeadTypeSpec("retrieval", "copies the needle token it attends to while generating it (Wu et al. 2024)",
-                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer, default=False,
-                     verifier=_retrieval_verifier),
+        HeadTypeSpec("retrieval",
+                     "copies the needle token it attends to while generating it (Wu et al. 2024)",
+                     _no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer,
+                     default=False, verifier=_retrieval_verifier),
     )
 }
 assert tuple(REGISTRY) == HEAD_TYPES  # one list of names
 
 # Types whose targets come from the token ids alone (not span examples).
-TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].probe not in ("spans", "generation"))
-# Types scored when none are asked for (generation-scored types are opt-in: they decode, and need long probes).
+TOKEN_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES
+                                          if REGISTRY[name].probe not in ("spans", "generation"))
+# Types scored when none are asked for (generation-scored types are opt-in: they decode, and need long
+# probes).
 DEFAULT_TYPES: tuple[HeadType, ...] = tuple(name for name in HEAD_TYPES if REGISTRY[name].default)
 
 
@@ -206,7 +219,8 @@ def names() -> tuple[str, ...]:
 
 
 def parse_head_types(text: str | None) -> tuple[HeadType, ...]:
-    """"previous_token,induction" -> ("previous_token", "induction"); None/"all" -> every type (registered ones too)."""
+    """"previous_token,induction" -> ("previous_token", "induction"); None/"all" -> every type (registered
+    ones too)."""
     if text is None or text.strip() in ("", "all"):
         return names()  # type: ignore[return-value]
     names_given = [part.strip() for part in text.split(",") if part.strip()]
@@ -255,18 +269,35 @@ def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimite
                    candidate: int | None = None, classes: TokenClasses | None = None) -> torch.Tensor:
     """The target keys of each query: bool `[query key]`.
 
-    `token_ids`: a 1-D sequence of token ids for the token types; for a span type (coreference) an
-    :class:`~probe.heads.probesets.EncodedSpanExample`. `delimiter_ids`: :func:`probe.heads.probesets.delimiter_ids` of the
-    model's tokenizer (the delimiter type); `candidate`: fixed_offset's offset (the table's `offset` column);
-    `classes`: :func:`probe.heads.probesets.token_classes` of the tokenizer (sentence_start, bracket; without them
-    those types have no targets).
+    Parameters
+    ----------
+    head_type : str
+        A registered head type.
+    token_ids : sequence of int or EncodedSpanExample
+        A 1-D sequence of token ids `[token]` for the token types; for a span type (coreference) an
+        :class:`~probe.heads.probesets.EncodedSpanExample`.
+    causal : bool, default True
+        Whether the model is causal.
+    delimiter_ids : tuple of int, default ()
+        :func:`probe.heads.probesets.delimiter_ids` of the model's tokenizer (the delimiter type).
+    candidate : int, optional
+        fixed_offset's offset (the table's `offset` column).
+    classes : TokenClasses, optional
+        :func:`probe.heads.probesets.token_classes` of the tokenizer (sentence_start, bracket; without them
+        those types have no targets).
+
+    Returns
+    -------
+    torch.Tensor
+        bool `[query key]`.
     """
     if head_type not in REGISTRY:
         raise ProbeError(f"unknown head type {head_type!r}: choose from {', '.join(HEAD_TYPES)}")
     if REGISTRY[head_type].probe == "spans":
         example = token_ids
         if not hasattr(example, "query_tokens"):
-            raise ProbeError(f"{head_type} targets need spans: pass an EncodedSpanExample (probe.heads.probesets)")
+            raise ProbeError(f"{head_type} targets need spans: pass an EncodedSpanExample "
+                             "(probe.heads.probesets)")
         ids = torch.tensor(example.input_ids)[None]
         return REGISTRY[head_type].targets(TargetContext(ids, spans=(example,)))[None][0]
     ids = torch.as_tensor(token_ids).long()
@@ -276,10 +307,11 @@ def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimite
 
 
 def target_slots(pattern: torch.Tensor) -> torch.Tensor:
-    """A sparse form of a pattern: [batch query key] bool -> [batch query slot] long key indices, -1 = no target.
+    """A sparse form of a pattern: [batch query key] bool -> [batch query slot] long key indices, -1 = no
+    target.
 
-    Slot count = the most targets any row has (1 for previous/first/self; small for duplicate/induction on a large
-    vocabulary), so gathering α at the slots costs O(query · slot) instead of O(query · key).
+    Slot count = the most targets any row has (1 for previous/first/self; small for duplicate/induction on a
+    large vocabulary), so gathering α at the slots costs O(query · slot) instead of O(query · key).
     """
     batch, n_query, _ = pattern.shape
     counts = pattern.sum(-1)  # [batch query]
@@ -292,9 +324,9 @@ def target_slots(pattern: torch.Tensor) -> torch.Tensor:
     return slots
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Users' own head types
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 BUILT_IN: tuple[HeadType, ...] = HEAD_TYPES  # the types above; the ones users add come after them
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -303,17 +335,17 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 def register(spec: HeadTypeSpec) -> HeadTypeSpec:
     """Add a head type, as transformers' ``AttentionInterface.register`` adds an attention function.
 
-    After ``probe.heads.register(HeadTypeSpec("my_type", ...))`` the type is scored and labelled like a built-in
-    one: ``label_model(loaded, LabelConfig(types=("my_type",)))``, ``probe label --types my_type`` (and by default,
-    with every type) in this process.
+    After ``probe.heads.register(HeadTypeSpec("my_type", ...))`` the type is scored and labelled like a
+    built-in one: ``label_model(loaded, LabelConfig(types=("my_type",)))``, ``probe label --types my_type``
+    (and by default, with every type) in this process.
 
     Parameters
     ----------
     spec
         The type: a snake_case ``name`` not yet registered, a ``description``, ``targets`` (a function of a
-        :class:`TargetContext` returning ``{candidate: bool tensor [batch query key]}``, candidate None for a type
-        with one target pattern), the ``probe`` set it is scored on ("natural", "repeated", "spans", "sentences",
-        "brackets", or "generation" with a ``scorer``), the model
+        :class:`TargetContext` returning ``{candidate: bool tensor [batch query key]}``, candidate None for a
+        type with one target pattern), the ``probe`` set it is scored on ("natural", "repeated", "spans",
+        "sentences", "brackets", or "generation" with a ``scorer``), the model
         ``kinds`` it applies to, its ``statistic`` ("mass"; "accuracy" needs span probes) and the
         ``loss_positions`` its ablation measures.
 
@@ -330,14 +362,16 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
     if not isinstance(spec, HeadTypeSpec):
         raise ProbeError(f"register takes a probe.heads.HeadTypeSpec, not {type(spec).__name__}")
     if not isinstance(spec.name, str) or not _NAME.match(spec.name):
-        raise ProbeError(f"head type name {spec.name!r} must be snake_case (letters, digits, _; a letter first)")
+        raise ProbeError(f"head type name {spec.name!r} must be snake_case (letters, digits, _; a letter "
+                         "first)")
     if spec.name in REGISTRY:
         raise ProbeError(f"head type {spec.name!r} is already registered; choose another name")
     if not isinstance(spec.description, str) or not spec.description.strip():
         raise ProbeError(f"head type {spec.name!r} needs a description (one line saying what it attends to)")
     if not callable(spec.targets):
         raise ProbeError(f"head type {spec.name!r}: targets must be a function of a TargetContext")
-    for field_name, allowed in (("probe", ProbeKind), ("statistic", Statistic), ("loss_positions", LossPositions)):
+    for field_name, allowed in (("probe", ProbeKind), ("statistic", Statistic),
+                                ("loss_positions", LossPositions)):
         value = getattr(spec, field_name)
         if value not in get_args(allowed):
             raise ProbeError(f"head type {spec.name!r}: {field_name} {value!r} must be one of "
@@ -363,7 +397,8 @@ def unregister(name: str) -> None:
     del REGISTRY[name]  # type: ignore[arg-type]
 
 
-__all__ = ["ALL_KINDS", "BIDIRECTIONAL_KINDS", "BUILT_IN", "DEFAULT_TYPES", "HEAD_TYPES", "MAX_OFFSET", "REGISTRY",
-           "SMALL_VOCABULARY", "TEXT_KINDS", "TOKEN_TYPES", "HeadType", "HeadTypeSpec", "TargetContext", "Targets",
-           "TokenClasses", "batch_pattern", "bracket_pairs", "names", "offsets_for", "parse_head_types", "register",
-           "sentence_start_pairs", "target_pattern", "target_slots", "types_for_kind", "unregister"]
+__all__ = ["ALL_KINDS", "BIDIRECTIONAL_KINDS", "BUILT_IN", "DEFAULT_TYPES", "HEAD_TYPES", "MAX_OFFSET",
+           "REGISTRY", "SMALL_VOCABULARY", "TEXT_KINDS", "TOKEN_TYPES", "HeadType", "HeadTypeSpec",
+           "TargetContext", "Targets", "TokenClasses", "batch_pattern", "bracket_pairs", "names",
+           "offsets_for", "parse_head_types", "register", "sentence_start_pairs", "target_pattern",
+           "target_slots", "types_for_kind", "unregister"]

@@ -1,43 +1,45 @@
-"""Retrieval heads (Wu et al. 2024): which heads copy a needle out of a long haystack while the model generates it.
+"""Retrieval heads (Wu et al. 2024): which heads copy a needle out of a long haystack while the model
+generates it.
 
-Definition (Wu, Wang, Xiao, Peng, Fu 2024, "Retrieval Head Mechanistically Explains Long-Context Factuality"; their
-code nightdessert/Retrieval_Head, ``retrieval_head_detection.py``, read for this module). A needle-in-a-haystack
-prompt is prefilled, then the model decodes greedily with its KV cache. At decoding step s the model is fed one
-token (the prompt's last token at s = 0, then its own previous output) and emits g_s = argmax of its logits; a head's
-one query row at that step has an argmax key k_s. The head scores 1/|needle| at step s when
+Definition (Wu, Wang, Xiao, Peng, Fu 2024, "Retrieval Head Mechanistically Explains Long-Context Factuality";
+their code nightdessert/Retrieval_Head, ``retrieval_head_detection.py``, read for this module). A
+needle-in-a-haystack prompt is prefilled, then the model decodes greedily with its KV cache. At decoding step
+s the model is fed one token (the prompt's last token at s = 0, then its own previous output) and emits g_s =
+argmax of its logits; a head's one query row at that step has an argmax key k_s. The head scores 1/|needle| at
+step s when
 
     needle_start ≤ k_s < needle_end   and   token(k_s) = g_s
 
-(its top-1 key lies inside the needle and holds the very token being generated), and its score on the probe is the
-sum over the steps. The head's retrieval score is the mean over the probes the model actually retrieved — Wu et al.
-keep a probe when the ROUGE-1 recall of the answer against the needle exceeds 50 %. A head that copies every needle
-token scores 1. We add one rule: a length where the model retrieves fewer than half of the probes
-(:data:`MIN_RETRIEVED`) gets no score (NaN), because conditioning on success then selects the probes a positional
-shortcut happens to solve.
+(its top-1 key lies inside the needle and holds the very token being generated), and its score on the probe is
+the sum over the steps. The head's retrieval score is the mean over the probes the model actually retrieved —
+Wu et al. keep a probe when the ROUGE-1 recall of the answer against the needle exceeds 50 %. A head that
+copies every needle token scores 1. We add one rule: a length where the model retrieves fewer than half of the
+probes (:data:`MIN_RETRIEVED`) gets no score (NaN), because conditioning on success then selects the probes a
+positional shortcut happens to solve.
 
-Probes (:func:`needle_probes`): seeded random tokens instead of Paul Graham essays, so every causal LM (and the
-zoo's toy vocabularies) can be probed without a corpus — ``prefix · haystack · key · needle · haystack · key``: a
-key of ``key_len`` random tokens is written just before the needle and again at the end of the prompt, where the
-model must continue with the needle. Key and needle tokens are distinct and never occur in the haystack, so the
-needle is the only place to copy from; the needle's depth in the haystack is spread evenly over the probes (Wu et
-al. sweep depths 0–100 %).
+Probes (:func:`needle_probes`): seeded random tokens instead of Paul Graham essays, so every causal LM (and
+the zoo's toy vocabularies) can be probed without a corpus — ``prefix · haystack · key · needle · haystack ·
+key``: a key of ``key_len`` random tokens is written just before the needle and again at the end of the
+prompt, where the model must continue with the needle. Key and needle tokens are distinct and never occur in
+the haystack, so the needle is the only place to copy from; the needle's depth in the haystack is spread
+evenly over the probes (Wu et al. sweep depths 0–100 %).
 
 Where we differ from their code, and why:
 
 * the needle span is the ``needle_len`` tokens the model must copy; theirs is the needle's answer clause
-  (``real_needle``), the part of the needle sentence the model must produce — ours is all answer, the key that cues
-  it is written apart;
-* we decode exactly ``needle_len`` tokens (they decode up to 50 and stop at a newline; random-token needles have no
-  newline);
+  (``real_needle``), the part of the needle sentence the model must produce — ours is all answer, the key that
+  cues it is written apart;
+* we decode exactly ``needle_len`` tokens (they decode up to 50 and stop at a newline; random-token needles
+  have no newline);
 * recall is ROUGE-1 recall on token ids (clipped unigram counts, no stemming: the tokens are not words);
-* the prefill runs outside the capture (a plain forward, as their flash prefill), and the decoding steps inside it:
-  the capture engine hands :class:`ArgmaxSink` one query row against the cached keys per step, and the sink keeps
-  only the argmax key of every head — O(layers · heads) per step, never an `[N, N]` matrix — so 16K–32K-token
-  haystacks run on a CPU (they decode in eager mode and stop near 50K tokens on an 80 GB GPU).
+* the prefill runs outside the capture (a plain forward, as their flash prefill), and the decoding steps
+  inside it: the capture engine hands :class:`ArgmaxSink` one query row against the cached keys per step, and
+  the sink keeps only the argmax key of every head — O(layers · heads) per step, never an `[N, N]` matrix — so
+  16K–32K-token haystacks run on a CPU (they decode in eager mode and stop near 50K tokens on an 80 GB GPU).
 
-Chance (:func:`uniform_chance`): a uniform head's argmax is a uniformly random key, so at step s it lands on a needle
-position holding g_s with probability (copies of g_s in the needle) / (keys at step s); summed over the steps and
-divided by |needle| like the score.
+Chance (:func:`uniform_chance`): a uniform head's argmax is a uniformly random key, so at step s it lands on a
+needle position holding g_s with probability (copies of g_s in the needle) / (keys at step s); summed over the
+steps and divided by |needle| like the score.
 """
 
 from __future__ import annotations
@@ -47,24 +49,29 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
 
 from probe.engine import AttentionBlock, SinkNeeds, capture
 from probe.errors import ProbeError
+from probe.heads.generated import GeneratedScores
+from probe.heads.probesets import content_token_ids, special_frame
+from probe.models import ModelKind
+from probe.naming import head_name
 
 NEEDLE_LEN = 8  # tokens the model must copy
 KEY_LEN = 2  # tokens written before the needle and again at the end of the prompt (the cue)
 MIN_RECALL = 0.5  # Wu et al.: a probe counts when the answer's ROUGE-1 recall exceeds 50 %
-# Ours: a length is scored only when the model retrieves at least this share of its probes. Conditioning on success
-# alone credits heads that copy by position: zoo:positional (fixed offset −15) retrieves the 3 of 16 needles that
-# happen to lie ~16 tokens back, and on those its layer-1 heads score 0.6-0.9.
+# Ours: a length is scored only when the model retrieves at least this share of its probes. Conditioning on
+# success alone credits heads that copy by position: zoo:positional (fixed offset −15) retrieves the 3 of 16
+# needles that happen to lie ~16 tokens back, and on those its layer-1 heads score 0.6-0.9.
 MIN_RETRIEVED = 0.5
 
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """Needle-in-a-haystack probes and decoding (``retrieval_scores``; `probe label --types retrieval` uses the
-    label config's examples, lengths and seed with these defaults)."""
+    """Needle-in-a-haystack probes and decoding (``retrieval_scores``; `probe label --types retrieval` uses
+    the label config's examples, lengths and seed with these defaults)."""
 
     examples: int = 16  # needle probes per length (their depths spread evenly over the haystack)
     seq_len: int | tuple[int, ...] = 4096  # prompt tokens (specials included), one length or several
@@ -80,9 +87,9 @@ class RetrievalConfig:
         return (self.seq_len,) if isinstance(self.seq_len, int) else tuple(self.seq_len)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Probes
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -109,15 +116,16 @@ def needle_sequence(
     needle_len: int = NEEDLE_LEN,
     key_len: int = KEY_LEN,
 ) -> tuple[torch.Tensor, int, int]:
-    """One prompt body ``haystack · key · needle · haystack · key``: (tokens `[content_len]` long, needle start,
-    needle end) — positions within the body. Key and needle tokens are distinct and absent from the haystack."""
+    """One prompt body ``haystack · key · needle · haystack · key``: (tokens `[content_len]` long, needle
+    start, needle end) — positions within the body. Key and needle tokens are distinct and absent from the
+    haystack."""
     haystack_len = content_len - 2 * key_len - needle_len
     if haystack_len < 0:
-        raise ProbeError(f"a needle probe of {content_len} tokens cannot hold a {needle_len}-token needle and a "
-                         f"{key_len}-token key twice: use a longer --seq-len")
+        raise ProbeError(f"a needle probe of {content_len} tokens cannot hold a {needle_len}-token needle "
+                         f"and a {key_len}-token key twice: use a longer --seq-len")
     if int((weights > 0).sum()) < key_len + needle_len + 1:
-        raise ProbeError(f"the vocabulary has fewer than {key_len + needle_len + 1} usable tokens: a needle probe "
-                         "needs distinct key and needle tokens and a haystack of others")
+        raise ProbeError(f"the vocabulary has fewer than {key_len + needle_len + 1} usable tokens: a needle "
+                         "probe needs distinct key and needle tokens and a haystack of others")
     chosen = torch.multinomial(weights, key_len + needle_len, replacement=False, generator=generator)
     key, needle = chosen[:key_len], chosen[key_len:]
     hay_weights = weights.clone()
@@ -137,12 +145,28 @@ def needle_probes(
     seed: int,
     needle_len: int = NEEDLE_LEN,
     key_len: int = KEY_LEN,
-    weights: torch.Tensor | None = None,  # [vocab] token probabilities (probe.heads.corpus.token_weights); None: uniform
+    weights: torch.Tensor | None = None,
 ) -> NeedleProbes:
-    """`n_examples` prompts of exactly `seq_len` tokens (the tokenizer's leading specials, e.g. <bos>, included);
-    needle depths (i + ½) / n for probe i."""
-    from probe.heads.probesets import content_token_ids, special_frame
+    """`n_examples` prompts of exactly `seq_len` tokens (the tokenizer's leading specials, e.g. <bos>,
+    included); needle depths (i + ½) / n for probe i.
 
+    Parameters
+    ----------
+    tokenizer
+        The model's tokenizer.
+    n_examples, seq_len : int
+        Prompts, and tokens per prompt.
+    seed : int
+        Seeds the key, needle and haystack tokens.
+    needle_len, key_len : int, default NEEDLE_LEN, KEY_LEN
+        Tokens of the needle and of its key.
+    weights : torch.Tensor, optional
+        `[vocab]` token probabilities (probe.heads.corpus.token_weights); None: uniform.
+
+    Returns
+    -------
+    NeedleProbes
+    """
     prefix, _ = special_frame(tokenizer)  # no suffix: the model must continue the prompt
     if weights is None:
         vocab = content_token_ids(tokenizer)
@@ -152,7 +176,8 @@ def needle_probes(
     rows, starts, depths = [], [], []
     for index in range(n_examples):
         depth = (index + 0.5) / n_examples
-        body, start, _ = needle_sequence(generator, weights, seq_len - len(prefix), depth, needle_len, key_len)
+        body, start, _ = needle_sequence(generator, weights, seq_len - len(prefix), depth,
+                                         needle_len, key_len)
         rows.append(torch.cat([torch.tensor(prefix, dtype=torch.long), body]))
         starts.append(start + len(prefix))
         depths.append(depth)
@@ -161,15 +186,15 @@ def needle_probes(
                         torch.arange(n_examples))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The sink: one argmax key per head and decoding step
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 class ArgmaxSink:
-    """A capture sink for KV-cache decoding steps: keeps, for every step, example, layer and head, only the index
-    of the key with the largest α (the head's top-1 key, ties to the first). Nothing else is kept: O(layers · heads)
-    per step per example.
+    """A capture sink for KV-cache decoding steps: keeps, for every step, example, layer and head, only the
+    index of the key with the largest α (the head's top-1 key, ties to the first). Nothing else is kept:
+    O(layers · heads) per step per example.
 
     Prefill the prompt outside the capture; a block with more than one query row is refused (it would make the
     engine stream α of every prompt row)."""
@@ -185,8 +210,8 @@ class ArgmaxSink:
 
     def update(self, block: AttentionBlock) -> None:
         if block.n_query != 1:
-            raise ProbeError("ArgmaxSink scores decoding steps (one query row against the cached keys); prefill the "
-                             "prompt outside the capture")
+            raise ProbeError("ArgmaxSink scores decoding steps (one query row against the cached keys); "
+                             "prefill the prompt outside the capture")
         alpha = block.alpha[:, :, 0]  # [batch head key]
         best = alpha.argmax(-1).cpu()  # [batch head] key index (absolute: keys are every cached position)
         keys = self._steps.get(block.step)
@@ -196,15 +221,16 @@ class ArgmaxSink:
         keys[:, block.layer, list(block.heads)] = best
 
     def argmax_keys(self) -> torch.Tensor:
-        """`[step batch layer head]` long: the top-1 key of every head at every decoding step (−1: not captured)."""
+        """`[step batch layer head]` long: the top-1 key of every head at every decoding step (−1: not
+        captured)."""
         if not self._steps:
             raise ProbeError("no decoding step was captured")
         return torch.stack([self._steps[step] for step in sorted(self._steps)])
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Pure scoring
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def retrieval_score(
@@ -214,18 +240,22 @@ def retrieval_score(
     needle_start: torch.Tensor,  # [batch] long
     needle_end: torch.Tensor,  # [batch] long
 ) -> torch.Tensor:
-    """Wu et al.'s retrieval score of one probe `[batch layer head]` float: Σ over steps s of 1/|needle| where the
-    head's top-1 key lies in [needle_start, needle_end) and holds the token generated at step s."""
+    """Wu et al.'s retrieval score of one probe `[batch layer head]` float: Σ over steps s of 1/|needle| where
+    the head's top-1 key lies in [needle_start, needle_end) and holds the token generated at step s."""
     steps, batch = argmax_keys.shape[:2]
     if generated.shape != (batch, steps):
-        raise ProbeError(f"generated is shaped {tuple(generated.shape)}; expected [batch={batch}, step={steps}]")
-    sequence = torch.cat([prompt, generated], dim=1)  # [batch seq+step]: keys past the prompt hold generated tokens
+        raise ProbeError(f"generated is shaped {tuple(generated.shape)}; expected [batch={batch}, "
+                         f"step={steps}]")
+    # [batch seq+step]: keys past the prompt hold generated tokens
+    sequence = torch.cat([prompt, generated], dim=1)
     keys = argmax_keys.clamp(min=0)  # [step batch layer head]
     flat = keys.permute(1, 0, 2, 3).reshape(batch, -1)  # [batch step·layer·head]
-    held = sequence.gather(1, flat).view(batch, steps, *keys.shape[2:]).permute(1, 0, 2, 3)  # [step batch layer head]
+    # [step batch layer head]
+    held = sequence.gather(1, flat).view(batch, steps, *keys.shape[2:]).permute(1, 0, 2, 3)
     inside = (keys >= needle_start[None, :, None, None]) & (keys < needle_end[None, :, None, None])
     hit = inside & (argmax_keys >= 0) & (held == generated.T[:, :, None, None])  # [step batch layer head]
-    return hit.sum(0).double().div((needle_end - needle_start).double()[:, None, None]).float()  # [batch layer head]
+    # [batch layer head]
+    return hit.sum(0).double().div((needle_end - needle_start).double()[:, None, None]).float()
 
 
 def uniform_chance(
@@ -233,8 +263,9 @@ def uniform_chance(
     needles: Sequence[torch.Tensor],  # per example: the needle's tokens
     prompt_len: int,
 ) -> torch.Tensor:
-    """The retrieval score of a head whose top-1 key is a uniformly random key, `[batch]`: at step s (prompt_len + s
-    keys) it lands on a needle copy of the generated token with probability count / (prompt_len + s)."""
+    """The retrieval score of a head whose top-1 key is a uniformly random key, `[batch]`: at step s
+    (prompt_len + s keys) it lands on a needle copy of the generated token with probability count /
+    (prompt_len + s)."""
     steps = generated.shape[1]
     keys = prompt_len + torch.arange(steps, dtype=torch.float64)  # [step]
     out = torch.zeros(len(needles), dtype=torch.float64)
@@ -245,8 +276,8 @@ def uniform_chance(
 
 
 def needle_recall(generated: torch.Tensor, needles: Sequence[torch.Tensor]) -> torch.Tensor:
-    """ROUGE-1 recall of each answer against its needle, on token ids `[batch]`: Σ_t min(count in the answer, count
-    in the needle) / |needle| (clipped unigram counts)."""
+    """ROUGE-1 recall of each answer against its needle, on token ids `[batch]`: Σ_t min(count in the answer,
+    count in the needle) / |needle| (clipped unigram counts)."""
     out = torch.zeros(len(needles))
     for row, needle in enumerate(needles):
         tokens, counts = torch.unique(needle, return_counts=True)
@@ -256,14 +287,14 @@ def needle_recall(generated: torch.Tensor, needles: Sequence[torch.Tensor]) -> t
 
 
 def kept(recall: torch.Tensor, min_recall: float) -> torch.Tensor:
-    """`[batch]` bool: the probes whose answers count (recall > min_recall, as Wu et al.'s ROUGE > 50; every probe
-    when min_recall ≤ 0)."""
+    """`[batch]` bool: the probes whose answers count (recall > min_recall, as Wu et al.'s ROUGE > 50; every
+    probe when min_recall ≤ 0)."""
     return torch.ones_like(recall, dtype=torch.bool) if min_recall <= 0 else recall > min_recall
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Decoding on the capture engine
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -285,16 +316,18 @@ def decode_with_argmax(
     n_layers: int,
     n_heads: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy decoding of `n_new` tokens with `generate()` and the KV cache, the prompt prefilled by a plain forward
-    and the decoding steps on the capture engine. Returns (generated `[batch step]` long — padding after an early
-    end-of-sequence —, argmax keys `[step batch layer head]` long)."""
+    """Greedy decoding of `n_new` tokens with `generate()` and the KV cache, the prompt prefilled by a plain
+    forward and the decoding steps on the capture engine. Returns (generated `[batch step]` long — padding
+    after an early end-of-sequence —, argmax keys `[step batch layer head]` long)."""
     device = next(model.parameters()).device
     ids = input_ids.to(device)
     with torch.inference_mode():
-        # Prefill: a plain forward of the model's body (no LM head: no [batch seq vocab] logits), as their flash prefill.
+        # Prefill: a plain forward of the model's body (no LM head: no [batch seq vocab] logits), as their
+        # flash prefill.
         body = getattr(model, "base_model", model)
         prefill = body(input_ids=ids[:, :-1], use_cache=True)
-        # transformers >= 5.2x names the KV cache `cache` (earlier: `past_key_values`), in outputs and arguments
+        # transformers >= 5.2x names the KV cache `cache` (earlier: `past_key_values`), in outputs and
+        # arguments
         name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         cache = getattr(prefill, name)
         sink = ArgmaxSink(n_layers, n_heads)
@@ -327,13 +360,16 @@ def score_needles(
     """Decode every probe greedily and score every head on it (see the module doc)."""
     seq_len = probes.input_ids.shape[1]
     needle_len = int((probes.needle_end - probes.needle_start).max())
-    loaded.check_length(seq_len + needle_len, f"a {seq_len}-token needle probe and its {needle_len}-token answer")
+    loaded.check_length(seq_len + needle_len,
+                        f"a {seq_len}-token needle probe and its {needle_len}-token answer")
     scores, generated_all = [], []
     for start in range(0, len(probes.input_ids), config.batch_size):
         rows = slice(start, start + config.batch_size)
         prompt = probes.input_ids[rows]  # [batch seq]
-        generated, keys = decode_with_argmax(loaded.model, prompt, needle_len, loaded.n_layers, loaded.n_heads)
-        scores.append(retrieval_score(keys, generated, prompt, probes.needle_start[rows], probes.needle_end[rows]))
+        generated, keys = decode_with_argmax(loaded.model, prompt, needle_len, loaded.n_layers,
+                                             loaded.n_heads)
+        scores.append(
+            retrieval_score(keys, generated, prompt, probes.needle_start[rows], probes.needle_end[rows]))
         generated_all.append(generated)
         if tick is not None:
             tick()
@@ -351,9 +387,11 @@ def score_needles(
 
 
 def retrieval_scores(loaded, config: RetrievalConfig = RetrievalConfig()):  # noqa: B008 - frozen
-    """Retrieval scores (Wu et al. 2024) of every head of a causal LM, from top-1 keys during KV-cache decoding.
+    """Retrieval scores (Wu et al. 2024) of every head of a causal LM, from top-1 keys during KV-cache
+    decoding.
 
-    For intervals, tests and labels use ``probe label --types retrieval`` (:func:`probe.heads.label.label_model`).
+    For intervals, tests and labels use ``probe label --types retrieval``
+    (:func:`probe.heads.label.label_model`).
 
     Parameters
     ----------
@@ -365,22 +403,18 @@ def retrieval_scores(loaded, config: RetrievalConfig = RetrievalConfig()):  # no
     Returns
     -------
     pandas.DataFrame
-        One row per (seq_len, layer, head): ``model``, ``seq_len``, ``layer``, ``head``, ``head_name``, ``score``
-        (mean over the retrieved probes; NaN when none was), ``chance``, ``n_retrieved`` (probes whose answer's
-        recall > ``min_recall``), ``n_probes``, ``recall`` (mean over all probes).
+        One row per (seq_len, layer, head): ``model``, ``seq_len``, ``layer``, ``head``, ``head_name``,
+        ``score`` (mean over the retrieved probes; NaN when none was), ``chance``, ``n_retrieved`` (probes
+        whose answer's recall > ``min_recall``), ``n_probes``, ``recall`` (mean over all probes).
 
     Raises
     ------
     ProbeError
         The model is not a causal LM.
     """
-    import pandas as pd
-
-    from probe.models import ModelKind
-    from probe.naming import head_name
-
     if loaded.kind != ModelKind.CAUSAL_LM:
-        raise ProbeError(f"retrieval heads are defined for causal LMs; {loaded.name} is a {loaded.kind.description}")
+        raise ProbeError(f"retrieval heads are defined for causal LMs; {loaded.name} is a "
+                         f"{loaded.kind.description}")
     records = []
     for seq_len in dict.fromkeys(config.lengths):
         probes = needle_probes(loaded.tokenizer, config.examples, seq_len, config.seed, config.needle_len,
@@ -399,13 +433,12 @@ def retrieval_scores(loaded, config: RetrievalConfig = RetrievalConfig()):  # no
 
 
 def label_scores(loaded, seq_len: int, label_config, tick: Callable[[], None] | None = None):
-    """The labelling pipeline's hook (probe.heads.registry's retrieval spec): per-probe scores of `seq_len`-token
-    needle probes with the label config's examples, seed and batch size, as
+    """The labelling pipeline's hook (probe.heads.registry's retrieval spec): per-probe scores of
+    `seq_len`-token needle probes with the label config's examples, seed and batch size, as
     :class:`probe.heads.registry.GeneratedScores`."""
-    from probe.heads.generated import GeneratedScores
-
     config = RetrievalConfig(examples=label_config.examples, seq_len=seq_len, seed=label_config.seed,
                              batch_size=label_config.batch_size)
-    probes = needle_probes(loaded.tokenizer, config.examples, seq_len, config.seed, config.needle_len, config.key_len)
+    probes = needle_probes(loaded.tokenizer, config.examples, seq_len, config.seed, config.needle_len,
+                           config.key_len)
     result = score_needles(loaded, probes, config, tick)
     return GeneratedScores("needles", result.score, result.chance, result.cluster, result.recall)

@@ -134,9 +134,30 @@ def retrieval_ablation(
     batch_size: int = 8,
     fractions: tuple[float, ...] = FRACTIONS,
 ) -> RetrievalAblation:
-    """Needle recall clean, with the top-K heads of `scores` ([layer head] mean retrieval scores) masked, and
-    with `draws` random same-layer sets of K heads masked, for every K of :func:`head_counts` (see the module
-    doc)."""
+    """Needle recall clean, with the top-K heads of `scores` masked, and with `draws` random same-layer sets
+    of K heads masked, for every K of :func:`head_counts` (see the module doc).
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        A causal LM.
+    probes : NeedleProbes
+        The needle prompts (:func:`probe.heads.retrieval.needle_probes`).
+    scores : torch.Tensor
+        `[layer head]` mean retrieval scores.
+    seed : int, default 0
+        Seeds the random sets.
+    draws : int, default DRAWS
+        Random same-layer sets per K.
+    batch_size : int, default 8
+        Prompts per decoding batch.
+    fractions : tuple of float, default FRACTIONS
+        The shares of the heads that give the K values (:func:`head_counts`).
+
+    Returns
+    -------
+    RetrievalAblation
+    """
     n_layers, n_heads = scores.shape
     if torch.isnan(scores).all():
         return RetrievalAblation(math.nan, {})

@@ -1,25 +1,27 @@
 """Per-head scores streamed from the capture engine, and their dense reference definitions.
 
-:class:`ScoreSink` is a capture :class:`~probe.engine.Sink`: it receives α one block of query rows at a time and
-keeps, per example, layer and head, only the attention mass on each type's targets — gathered at the target keys
-(a few per row), so scoring costs O(query · targets) per head and never builds `[layer, head, query, key]`.
+:class:`ScoreSink` is a capture :class:`~probe.engine.Sink`: it receives α one block of query rows at a time
+and keeps, per example, layer and head, only the attention mass on each type's targets — gathered at the
+target keys (a few per row), so scoring costs O(query · targets) per head and never builds
+`[layer, head, query, key]`.
 
 Scores of one example (n real rows, V = rows that have at least one target, T(i) the targets of row i):
 
-* valid-row score  = (1/|V|) Σ_{i∈V} Σ_{j∈T(i)} α(i, j)   — the mean mass on the targets over rows that have one;
+* valid-row score  = (1/|V|) Σ_{i∈V} Σ_{j∈T(i)} α(i, j)   — the mean mass on the targets over rows that have
+  one;
 * TL "mul" score   = Σ_ij α(i, j)·D(i, j) / Σ_ij α(i, j)  = (1/n) Σ_i Σ_{j∈T(i)} α(i, j) — TransformerLens'
   `detect_head` default: rows without a target stay in the denominator (not defined for span types: NaN);
 * coreference accuracy: word-level attention of the attending word (sum over the pieces of each attended word,
-  mean over the pieces of the attending word); the head's prediction is the most-attended candidate word — a word of
-  a marked mention (antecedent or distractor) when the example marks distractors, else any word other than the
-  attending word and special tokens; correct when it is an antecedent word. The restriction to marked mentions is
-  ours (Clark et al. 2019 never released their coreference code; their released dependency evaluation takes the
-  argmax over all words), so on GAP chance is 50 % (docs/labels.md).
+  mean over the pieces of the attending word); the head's prediction is the most-attended candidate word — a
+  word of a marked mention (antecedent or distractor) when the example marks distractors, else any word other
+  than the attending word and special tokens; correct when it is an antecedent word. The restriction to marked
+  mentions is ours (Clark et al. 2019 never released their coreference code; their released dependency
+  evaluation takes the argmax over all words), so on GAP chance is 50 % (docs/labels.md).
 
-* output share (with ``output_projections``): per row Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, n_j = ‖f_h(x_j)‖ the norm
-  of what key j passes through the head (Kobayashi et al. 2020; :mod:`probe.engine.output_norms` computes n and the
-  denominator inside the engine), averaged like the valid-row score over rows with a target (rows whose output is
-  exactly zero are left out).
+* output share (with ``output_projections``): per row Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, n_j = ‖f_h(x_j)‖ the
+  norm of what key j passes through the head (Kobayashi et al. 2020; :mod:`probe.engine.output_norms` computes
+  n and the denominator inside the engine), averaged like the valid-row score over rows with a target (rows
+  whose output is exactly zero are left out).
 
 The dense functions :func:`valid_row_score`, :func:`tl_mul_score` and :func:`word_attention` define the same
 numbers on a full α and are the references the tests compare the streamed values with. All are pure.
@@ -37,14 +39,14 @@ from probe.engine.output_norms import OutputNorms, OutputProjections
 from probe.heads.probesets import SpanBatch
 from probe.heads.registry import target_slots
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Dense reference definitions
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def valid_row_score(alpha: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
-    """Mean over rows with a target of the mass on the targets: α `[... query key]`, pattern `[query key]` bool
-    -> `[...]` (NaN when no row has a target)."""
+    """Mean over rows with a target of the mass on the targets: α `[... query key]`, pattern `[query key]`
+    bool -> `[...]` (NaN when no row has a target)."""
     mass = (alpha * pattern.to(alpha.dtype)).sum(-1)  # [... query]
     valid = pattern.any(-1)  # [query]
     return mass[..., valid].mean(-1)
@@ -58,8 +60,8 @@ def tl_mul_score(
 ) -> torch.Tensor:
     """TransformerLens' `detect_head` "mul" score: Σ α·D / Σ α over the whole pattern, `[...]`.
 
-    The options zero key 0 / the diagonal of α before both sums, as TransformerLens does — but on a copy: the input
-    is never changed (TransformerLens changes the cached pattern in place).
+    The options zero key 0 / the diagonal of α before both sums, as TransformerLens does — but on a copy: the
+    input is never changed (TransformerLens changes the cached pattern in place).
     """
     alpha = alpha.clone()
     if exclude_bos:
@@ -75,8 +77,8 @@ def word_attention(
     word_ids: Sequence[int],  # word of each token, -1 for special tokens
     query_tokens: Sequence[int],
 ) -> torch.Tensor:
-    """Word-level attention of the attending word: mean over its pieces (query_tokens) of α, summed over the pieces
-    of each attended word -> `[... word]` (specials dropped)."""
+    """Word-level attention of the attending word: mean over its pieces (query_tokens) of α, summed over the
+    pieces of each attended word -> `[... word]` (specials dropped)."""
     rows = alpha[..., list(query_tokens), :].mean(-2)  # [... key]
     n_words = max(word_ids) + 1
     index = torch.tensor(word_ids)
@@ -85,9 +87,9 @@ def word_attention(
     return out.index_add(-1, index[keep], rows[..., keep])
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Streaming
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,23 @@ GATHER_MAX_SLOTS = 16  # more target slots per row than this (and than n/8): den
 class ScoreSink:
     """Streams the target mass of every head for several head types over one batch (a capture Sink).
 
-    `patterns`: head type -> `[batch query key]` bool targets (turned into a few key indices per row and dropped);
-    `lengths`: real tokens of each example (right padding); `words`: for coreference accuracy.
     After the forward, :meth:`result` gives per-example :class:`TypeScores`.
+
+    Parameters
+    ----------
+    patterns : dict of str to Tensor
+        Head type -> `[batch query key]` bool targets (turned into a few key indices per row and dropped).
+    lengths : torch.Tensor
+        `[batch]` real tokens of each example (right padding).
+    n_layers, n_heads : int
+        The model's layers and heads per layer.
+    words : WordTargets, optional
+        For coreference accuracy.
+    heads : sequence of int, optional
+        The heads captured (None: every head).
+    device : torch.device or str, default "cpu"
+    output_projections : OutputProjections, optional
+        Given: also the output share of every type.
     """
 
     def __init__(
@@ -156,10 +172,11 @@ class ScoreSink:
             self.slots[head_type] = target_slots(pattern).to(device)  # [batch query slot]
             self.n_valid[head_type] = pattern.any(-1).sum(-1)  # [batch]
             self.valid_rows[head_type] = pattern.any(-1).to(device)  # [batch query]
-        # Without word-level accuracy every score needs α only at the target keys: one slot tensor for all types,
-        # gathered by the engine (GatherSink) — no dense block is built at all. When the types together have many
-        # targets per row (fixed_offset's candidates, delimiters) gathering that many key vectors costs more than the
-        # block's matrix product, so the engine streams dense blocks instead and the slots are gathered from them.
+        # Without word-level accuracy every score needs α only at the target keys: one slot tensor for all
+        # types, gathered by the engine (GatherSink) — no dense block is built at all. When the types together
+        # have many targets per row (fixed_offset's candidates, delimiters) gathering that many key vectors
+        # costs more than the block's matrix product, so the engine streams dense blocks instead and the slots
+        # are gathered from them.
         self.columns: dict[str, slice] = {}
         first = 0
         for head_type, slots in self.slots.items():
@@ -169,8 +186,10 @@ class ScoreSink:
         n_keys = self.all_slots.shape[1]
         self.dense = words is not None or self.all_slots.shape[-1] > max(GATHER_MAX_SLOTS, n_keys // 8)
         batch = len(self.lengths)
-        self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}  # [batch layer head]
-        # Output share: per type the sum over valid rows of Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, and the layer's norms
+        # [batch layer head]
+        self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
+        # Output share: per type the sum over valid rows of Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, and the
+        # layer's norms
         self.share = None
         if output_projections is not None:
             self.share = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
@@ -185,7 +204,8 @@ class ScoreSink:
                                                                    words.target_word, words.candidate_word)))
             self.words = words
             n_keys = words.word_ids.shape[1]
-            self.query_rows = torch.zeros(batch, n_layers, n_heads, n_keys, device=device)  # [batch layer head key]
+            # [batch layer head key]
+            self.query_rows = torch.zeros(batch, n_layers, n_heads, n_keys, device=device)
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         """Dense heads or gathered slots (see heads_for, gather_for), output norms when projections are given;
@@ -194,8 +214,8 @@ class ScoreSink:
                          output_projections=self.output_projections, causal_crop=True)
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
-        """Dense blocks for word-level accuracy (whole rows of the attending word) or many targets per row; else
-        see gather_for."""
+        """Dense blocks for word-level accuracy (whole rows of the attending word) or many targets per row;
+        else see gather_for."""
         if not self.dense:
             return ()
         return range(n_heads) if self.heads is None else self.heads
@@ -207,13 +227,15 @@ class ScoreSink:
         return (range(n_heads) if self.heads is None else self.heads), self.all_slots
 
     def update_output_norms(self, layer: int, norms: OutputNorms | None) -> None:
-        """‖f_h(x_j)‖ and Σ_j α_ij ‖f_h(x_j)‖ of `layer` (None: its output projection is unknown, shares NaN)."""
+        """‖f_h(x_j)‖ and Σ_j α_ij ‖f_h(x_j)‖ of `layer` (None: its output projection is unknown, shares
+        NaN)."""
         self._norms = norms
         if self.share is not None:
             self.share_known[layer] = norms is not None
 
     def _add_share(self, layer: int, heads: list[int], rows: slice, alpha: torch.Tensor) -> None:
-        """Add each type's per-row output share of query rows `rows` from α at the slots `[batch head row slot]`."""
+        """Add each type's per-row output share of query rows `rows` from α at the slots
+        `[batch head row slot]`."""
         norms = self._norms
         if self.share is None or norms is None or norms.layer != layer:
             return
@@ -261,7 +283,8 @@ class ScoreSink:
     def result(self) -> dict[str, TypeScores]:
         """Per-example scores of each head type: `[example layer head]`."""
         out = {}
-        correct = self._accuracy() if self.words is not None else None  # span batches: the word-level accuracy
+        # span batches: the word-level accuracy
+        correct = self._accuracy() if self.words is not None else None
         for head_type, mass in self.mass.items():
             mass = mass.cpu()
             n_valid = self.n_valid[head_type].to(mass.dtype)[:, None, None]
@@ -273,7 +296,8 @@ class ScoreSink:
             if self.share is not None:
                 known = self.share_known[None, :, None]  # [1 layer 1]
                 rows = self.share_rows[head_type].cpu()  # [batch layer head]
-                share = torch.where((rows > 0) & known, self.share[head_type].cpu() / rows.clamp(min=1), torch.nan)
+                share = torch.where((rows > 0) & known,
+                                    self.share[head_type].cpu() / rows.clamp(min=1), torch.nan)
             out[head_type] = TypeScores(head_type, score, tl, correct, share)
         return out
 
@@ -282,9 +306,11 @@ class ScoreSink:
         words = self.words
         n_words = words.target_word.shape[1]
         index = (words.word_ids + 1).clamp(min=0)  # [batch key]; slot 0 collects specials and padding
-        per_word = torch.zeros(*self.query_rows.shape[:3], n_words + 1, device=index.device)  # [batch layer head word+1]
+        # [batch layer head word+1]
+        per_word = torch.zeros(*self.query_rows.shape[:3], n_words + 1, device=index.device)
         per_word.scatter_add_(-1, index[:, None, None].expand_as(self.query_rows), self.query_rows)
-        per_word = per_word[..., 1:].masked_fill(~words.candidate_word[:, None, None], -torch.inf)  # [batch layer head word]
+        # [batch layer head word]
+        per_word = per_word[..., 1:].masked_fill(~words.candidate_word[:, None, None], -torch.inf)
         predicted = per_word.argmax(-1)  # [batch layer head]
         hit = words.target_word[:, None, None].expand_as(per_word).gather(-1, predicted[..., None])[..., 0]
         return hit.float().cpu()

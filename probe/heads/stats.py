@@ -1,15 +1,16 @@
-"""The statistics of head labels, as pure functions (no model, no table): chance, clustered bootstrap, tests, FDR.
+"""The statistics of head labels, as pure functions (no model, no table): chance, clustered bootstrap, tests,
+FDR.
 
-* **Chance** (analytic): the score a head with uniform attention would get — per row the share of the keys it may
-  attend to that are targets, |T(i)| / (i + 1) for a causal row, |T(i)| / n for a bidirectional row of n real
-  tokens — averaged exactly as the score is (over the rows with a target).
+* **Chance** (analytic): the score a head with uniform attention would get — per row the share of the keys it
+  may attend to that are targets, |T(i)| / (i + 1) for a causal row, |T(i)| / n for a bidirectional row of n
+  real tokens — averaged exactly as the score is (over the rows with a target).
 * **Clustered bootstrap**: resample whole clusters (a probe example, a GAP Wikipedia page, a template) with
   replacement; each resample's mean weights every example by how often its cluster was drawn. The same seeded
   resamples serve every head and type, so intervals of different heads are comparable.
-* **Test**: one-sided, H0: effect ≤ `null` (effect = score − chance for mass types, paired accuracy gain over the
-  best baseline for accuracy types), z = (estimate − null) / bootstrap standard error, p = 1 − Φ(z). A normal
-  approximation rather than the bootstrap's own tail count, because a count cannot go below 1 / (resamples + 1),
-  too coarse for a false discovery rate over hundreds of tests.
+* **Test**: one-sided, H0: effect ≤ `null` (effect = score − chance for mass types, paired accuracy gain over
+  the best baseline for accuracy types), z = (estimate − null) / bootstrap standard error, p = 1 − Φ(z). A
+  normal approximation rather than the bootstrap's own tail count, because a count cannot go below 1 /
+  (resamples + 1), too coarse for a false discovery rate over hundreds of tests.
 * **FDR**: Benjamini–Hochberg q-values over all head × type tests of a model (each test has its own null: the
   head's own effect distribution, shifted to the null); a head is labelled when q ≤ the FDR level.
 """
@@ -27,13 +28,15 @@ def uniform_chance(
     lengths: torch.Tensor,  # [batch] real tokens (right padding)
     causal: bool,
 ) -> torch.Tensor:
-    """A uniform head's valid-row score per example `[batch]`: mean over rows with a target of |T(i)| / keys(i),
-    keys(i) = i + 1 (causal) or the sequence's length (bidirectional). NaN where no row has a target."""
+    """A uniform head's valid-row score per example `[batch]`: mean over rows with a target of |T(i)| /
+    keys(i), keys(i) = i + 1 (causal) or the sequence's length (bidirectional). NaN where no row has a
+    target."""
     batch, n, _ = pattern.shape
     position = torch.arange(n)
     real = position[None, :] < lengths[:, None]  # [batch seq]
     pattern = pattern & real[:, :, None] & real[:, None, :]
-    valid = pattern.any(-1)  # [batch query] rows with a target, as the score counts them (before causal masking)
+    # [batch query] rows with a target, as the score counts them (before causal masking)
+    valid = pattern.any(-1)
     if causal:
         pattern = pattern & (position[None, :] <= position[:, None])  # keys a causal row can see
         keys = (position + 1).expand(batch, n).float()  # [batch query]
@@ -44,7 +47,8 @@ def uniform_chance(
 
 
 def cluster_index(labels: Sequence[Hashable]) -> torch.Tensor:
-    """Cluster labels (any hashable, e.g. page URLs) -> `[example]` long ids 0..k−1 in order of first appearance."""
+    """Cluster labels (any hashable, e.g. page URLs) -> `[example]` long ids 0..k−1 in order of first
+    appearance."""
     ids: dict[Hashable, int] = {}
     return torch.tensor([ids.setdefault(label, len(ids)) for label in labels], dtype=torch.long)
 
@@ -54,8 +58,8 @@ def resample_weights(
     n_bootstrap: int,
     seed: int,
 ) -> torch.Tensor:
-    """`[resample example]` float64: how many times each example's cluster was drawn in each clustered resample
-    (clusters drawn uniformly with replacement, as many as there are)."""
+    """`[resample example]` float64: how many times each example's cluster was drawn in each clustered
+    resample (clusters drawn uniformly with replacement, as many as there are)."""
     _, dense = torch.unique(clusters, return_inverse=True)
     k = int(dense.max()) + 1 if len(dense) else 0
     generator = torch.Generator().manual_seed(seed)
@@ -69,8 +73,8 @@ def bootstrap_means(
     values: torch.Tensor,  # [example ...]
     weights: torch.Tensor,  # [resample example]
 ) -> torch.Tensor:
-    """The resampled means `[resample ...]` (examples weighted by their cluster's draw count; NaN values are left
-    out of their entry's mean, and a resample that drew none of an entry's examples gives NaN)."""
+    """The resampled means `[resample ...]` (examples weighted by their cluster's draw count; NaN values are
+    left out of their entry's mean, and a resample that drew none of an entry's examples gives NaN)."""
     flat = values.reshape(values.shape[0], -1).double()  # [example entry]
     present = ~torch.isnan(flat)
     total = weights @ present.double()  # [resample entry]
@@ -80,10 +84,11 @@ def bootstrap_means(
 
 
 def percentile_interval(means: torch.Tensor, confidence: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Percentile interval of resampled means `[resample ...]` -> (low, high), each `[...]`: the (1 − confidence)/2
-    and (1 + confidence)/2 quantiles over resamples, NaN resamples left out, linear interpolation — exactly
-    ``torch.nanquantile``. Entries without NaN take their order statistics from two partial sorts (``topk`` of the
-    few smallest and largest), which on CPU is several times faster than sorting every resample."""
+    """Percentile interval of resampled means `[resample ...]` -> (low, high), each `[...]`: the (1 −
+    confidence)/2 and (1 + confidence)/2 quantiles over resamples, NaN resamples left out, linear
+    interpolation — exactly ``torch.nanquantile``. Entries without NaN take their order statistics from two
+    partial sorts (``topk`` of the few smallest and largest), which on CPU is several times faster than
+    sorting every resample."""
     tail = (1 - confidence) / 2
     flat = means.reshape(means.shape[0], -1)  # [resample entry]
     n = flat.shape[0]
@@ -111,7 +116,8 @@ def percentile_interval(means: torch.Tensor, confidence: float) -> tuple[torch.T
     return low.reshape(shape).float(), high.reshape(shape).float()
 
 
-MIN_CLUSTERS = 2  # a test needs examples from at least this many bootstrap clusters (one cluster: no spread at all)
+# a test needs examples from at least this many bootstrap clusters (one cluster: no spread at all)
+MIN_CLUSTERS = 2
 
 
 def clusters_present(
@@ -138,7 +144,8 @@ def p_greater(estimate: torch.Tensor, se: torch.Tensor, null: float) -> torch.Te
 
 
 def benjamini_hochberg(p: torch.Tensor) -> torch.Tensor:
-    """Benjamini–Hochberg adjusted p-values (q-values) of any shape; NaN entries are left out of the family."""
+    """Benjamini–Hochberg adjusted p-values (q-values) of any shape; NaN entries are left out of the
+    family."""
     flat = p.double().flatten()
     present = ~torch.isnan(flat)
     values = flat[present]
@@ -156,16 +163,18 @@ def benjamini_hochberg(p: torch.Tensor) -> torch.Tensor:
 
 
 def choose_candidate(
-    effects: torch.Tensor,  # [candidate example layer head] score − chance, NaN where an example has no target
+    # [candidate example layer head] score − chance, NaN where an example has no target
+    effects: torch.Tensor,
 ) -> torch.Tensor:
-    """Each head's candidate (e.g. fixed_offset's d) with the largest mean effect: `[layer head]` long index."""
+    """Each head's candidate (e.g. fixed_offset's d) with the largest mean effect: `[layer head]` long
+    index."""
     mean = torch.nanmean(effects, dim=1)  # [candidate layer head]
     return torch.nan_to_num(mean, nan=-math.inf).argmax(0)
 
 
 def selection_split(n_examples: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(select, test) example masks for a type with candidates: even-numbered examples choose, odd ones test, so
-    the reported score of the chosen candidate is not inflated by the choice. One example: it does both."""
+    """(select, test) example masks for a type with candidates: even-numbered examples choose, odd ones test,
+    so the reported score of the chosen candidate is not inflated by the choice. One example: it does both."""
     index = torch.arange(n_examples)
     if n_examples < 2:
         return torch.ones(n_examples, dtype=torch.bool), torch.ones(n_examples, dtype=torch.bool)

@@ -1,9 +1,9 @@
 """Label-table files: one schema and one reader/writer, shared by `probe label` and the dashboard.
 
-A label table has one row per (model, seq_len, layer, head, head_type); :data:`COLUMNS` lists its columns in order
-(docs/labels.md, "Labelling heads", explains each). Files are parquet, csv or json (a list of records), chosen by
-the extension. Tables written before a column existed read back with that column empty (NaN), so older files stay
-usable; a file that lacks the identifying columns is not a label table and is refused.
+A label table has one row per (model, seq_len, layer, head, head_type); :data:`COLUMNS` lists its columns in
+order (docs/labels.md, "Labelling heads", explains each). Files are parquet, csv or json (a list of records),
+chosen by the extension. Tables written before a column existed read back with that column empty (NaN), so
+older files stay usable; a file that lacks the identifying columns is not a label table and is refused.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ COLUMNS = [
 | `retrieval_ablation` | str | retrieval rows: every K's recalls (`clean 0.65; K=1: top 0.08, random 0.58–0.64`) |
 
 Tables written before a column existed read back with it NaN (:func:`load_table`).
-"""
+"""  # noqa: E501 - markdown table rows cannot wrap
 # Without these a file is not a label table (older tables have them all).
 REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "score", "chance", "label"]
 
@@ -107,8 +107,8 @@ def save_table(table: pd.DataFrame, path) -> None:
 
 
 def read_table_file(path) -> pd.DataFrame:
-    """A table file by its extension (.parquet, .csv, .json records), as written by :func:`save_table`; one-line
-    ProbeError when it cannot be read. No check of its columns (see :func:`load_table`)."""
+    """A table file by its extension (.parquet, .csv, .json records), as written by :func:`save_table`;
+    one-line ProbeError when it cannot be read. No check of its columns (see :func:`load_table`)."""
     suffix = _suffix(path)
     try:
         if suffix == "parquet":
@@ -152,7 +152,8 @@ def load_table(path) -> pd.DataFrame:
         raise ProbeError(f"{path} is not a probe label table (no {', '.join(missing[:3])} column); "
                          "pass another --out or --force to overwrite it")
     table = table.reindex(columns=COLUMNS)
-    for column in _TEXT_COLUMNS:  # a text column without any value reads back as None from parquet: NaN, as written
+    # a text column without any value reads back as None from parquet: NaN, as written
+    for column in _TEXT_COLUMNS:
         if table[column].dtype == object:
             table[column] = table[column].where(table[column].notna(), math.nan)
     return table

@@ -1,6 +1,7 @@
 """Target patterns of the built-in head types: for each query i, the keys j a head of the type attends to (the
-table in :mod:`probe.heads.registry`'s doc), as ``[batch query key]`` bool tensors from a :class:`TargetContext`;
-plus the sentence and bracket pair finders. Pure functions of token ids; the registry names them."""
+table in :mod:`probe.heads.registry`'s doc), as ``[batch query key]`` bool tensors from a
+:class:`TargetContext`; plus the sentence and bracket pair finders. Pure functions of token ids; the registry
+names them."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ class TargetContext:
     input_ids: torch.Tensor  # [batch seq] long
     causal: bool = True
     delimiter_ids: tuple[int, ...] = ()  # token ids that count as delimiters
-    repeat_start: torch.Tensor | None = None  # [batch] position of the planted block's first copy (repeated probes)
+    # [batch] position of the planted block's first copy (repeated probes)
+    repeat_start: torch.Tensor | None = None
     repeat_len: torch.Tensor | None = None  # [batch] the planted block's length
     restrict_to_repeat: bool = False  # small vocabulary: repeat targets only inside the planted repeat
     spans: tuple = ()  # one probe.heads.probesets.EncodedSpanExample per row (span types)
@@ -53,7 +55,8 @@ Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset'
 
 def _diagonal(ctx: TargetContext, offset: int, first_row: int = 0) -> torch.Tensor:
     batch, n = ctx.input_ids.shape
-    pattern = torch.ones(n, n, dtype=torch.bool).triu(offset).tril(offset)  # [query key]: key = query + offset
+    # [query key]: key = query + offset
+    pattern = torch.ones(n, n, dtype=torch.bool).triu(offset).tril(offset)
     pattern[:first_row] = False
     return pattern.expand(batch, n, n).clone()  # [batch query key]
 
@@ -108,13 +111,14 @@ def sentence_start_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[in
     """(final token, first token) of every sentence of one sequence of token ids.
 
     A sentence ends at a "!", "?" or separator / EOS token, and at a "." except when (abbreviations) the token
-    before it is a one-letter word or a listed abbreviation ("J. Smith", "Mr.", "etc."), or a letter that follows
-    another "." or starts the sentence ("e.g.", "i.e.", "U.S." — a letter piece after a word, as in "cat" "s" ".",
-    is not an abbreviation), or (decimals) it stands between a token ending in a digit and one starting with a
-    digit without a space ("3.5"; WordPiece drops spaces, so there "3. 5" reads as a decimal too).
-    The sentence's first token is the first non-special token after the previous sentence end (after the framing
-    at the start); a sentence of one token (the end itself, e.g. "..." or "[SEP]" right after ".") has no pair.
-    Known misses, by design of a token-only rule: a sentence ending in "U.S." or "etc." runs on into the next one.
+    before it is a one-letter word or a listed abbreviation ("J. Smith", "Mr.", "etc."), or a letter that
+    follows another "." or starts the sentence ("e.g.", "i.e.", "U.S." — a letter piece after a word, as in
+    "cat" "s" ".", is not an abbreviation), or (decimals) it stands between a token ending in a digit and one
+    starting with a digit without a space ("3.5"; WordPiece drops spaces, so there "3. 5" reads as a decimal
+    too). The sentence's first token is the first non-special token after the previous sentence end (after the
+    framing at the start); a sentence of one token (the end itself, e.g. "..." or "[SEP]" right after ".") has
+    no pair. Known misses, by design of a token-only rule: a sentence ending in "U.S." or "etc." runs on into
+    the next one.
     """
     pairs, start, n = [], None, len(ids)
     for i, token in enumerate(ids):
@@ -134,10 +138,10 @@ def sentence_start_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[in
 
 
 def bracket_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
-    """(closing bracket, its matching opening bracket) of one sequence of token ids: one stack over all kinds, so
-    nesting is respected across kinds; a closing bracket matches the innermost open bracket when that is of its
-    kind, and otherwise (or with none open) it is unmatched — no pair, and the stack is left as it was. Opening
-    brackets never closed have no pair either."""
+    """(closing bracket, its matching opening bracket) of one sequence of token ids: one stack over all kinds,
+    so nesting is respected across kinds; a closing bracket matches the innermost open bracket when that is of
+    its kind, and otherwise (or with none open) it is unmatched — no pair, and the stack is left as it was.
+    Opening brackets never closed have no pair either."""
     pairs: list[tuple[int, int]] = []
     stack: list[tuple[int, int]] = []  # (kind, position)
     for i, token in enumerate(ids):
@@ -173,10 +177,11 @@ def _bracket(ctx: TargetContext) -> Targets:
 
 
 def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
-    """Only the planted repeat: query i in the second copy -> key i − L + shift (and, mirrored, the first copy's
-    query i -> key i + L)."""
+    """Only the planted repeat: query i in the second copy -> key i − L + shift (and, mirrored, the first
+    copy's query i -> key i + L)."""
     if ctx.repeat_start is None or ctx.repeat_len is None:
-        raise ProbeError("restricted repeat targets need the planted block's position (repeated-block probes)")
+        raise ProbeError(
+            "restricted repeat targets need the planted block's position (repeated-block probes)")
     batch, n = ctx.input_ids.shape
     pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
     for row in range(batch):
@@ -215,7 +220,8 @@ def _coreference(ctx: TargetContext) -> Targets:
         raise ProbeError("coreference targets need spans: pass encoded span examples (probe.heads.probesets)")
     pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
     for row, example in enumerate(ctx.spans):
-        pattern[row, torch.tensor(example.query_tokens)[:, None], torch.tensor(example.target_tokens)[None, :]] = True
+        pattern[row, torch.tensor(example.query_tokens)[:, None],
+                torch.tensor(example.target_tokens)[None, :]] = True
     return {None: pattern}
 
 

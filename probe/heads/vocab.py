@@ -1,6 +1,6 @@
-"""Facts about a tokenizer's vocabulary that probe sets, the corpus and the registry all need (kept apart so none of
-them imports another's module for them): excluded token ids, and the :class:`TokenClasses` of sentence ends and
-brackets."""
+"""Facts about a tokenizer's vocabulary that probe sets, the corpus and the registry all need (kept apart so
+none of them imports another's module for them): excluded token ids, and the :class:`TokenClasses` of sentence
+ends and brackets."""
 
 from __future__ import annotations
 
@@ -43,14 +43,19 @@ def _excluded_token_ids(tokenizer) -> set[int]:
 @dataclass(frozen=True)
 class TokenClasses:
     """Token ids by their role in sentences and brackets, read from a tokenizer's vocabulary by
-    :func:`probe.heads.probesets.token_classes` (tokens are compared after dropping the "Ġ" / "▁" / "##" markers)."""
+    :func:`probe.heads.probesets.token_classes` (tokens are compared after dropping the "Ġ" / "▁" / "##"
+    markers)."""
 
     special: frozenset[int] = frozenset()  # framing and padding tokens: never part of a sentence
     sentence_end: frozenset[int] = frozenset()  # always end a sentence: "!", "?", [SEP] / </s> / EOS
-    period: frozenset[int] = frozenset()  # "." ends a sentence unless it closes an abbreviation or splits a decimal
-    abbreviation: frozenset[int] = frozenset()  # before a ".", these make it an abbreviation: a one-letter word, "mr"
-    letter: frozenset[int] = frozenset()  # every one-letter token (word start or not: "U.S." -> "u", ".", "s", ".")
+    # "." ends a sentence unless it closes an abbreviation or splits a decimal
+    period: frozenset[int] = frozenset()
+    # before a ".", these make it an abbreviation: a one-letter word, "mr"
+    abbreviation: frozenset[int] = frozenset()
+    # every one-letter token (word start or not: "U.S." -> "u", ".", "s", ".")
+    letter: frozenset[int] = frozenset()
     digit_end: frozenset[int] = frozenset()  # tokens whose text ends in a digit ("3", "1990")
-    digit_start: frozenset[int] = frozenset()  # tokens that start with a digit and with no space marker ("5", "##5")
+    # tokens that start with a digit and with no space marker ("5", "##5")
+    digit_start: frozenset[int] = frozenset()
     openers: tuple[frozenset[int], ...] = ()  # per bracket kind, "(", "[", "{"
     closers: tuple[frozenset[int], ...] = ()  # per bracket kind, ")", "]", "}" (same order)

@@ -2,25 +2,28 @@
 
 Every protein language model is analysed head by head (ESM, ProtBert-style BERTs, ProtT5 encoders: the residue
 block is found from the tokenizer's special tokens); only checkpoints with a contact regression (ESM,
-``loaded.has_contact_head``) or a fitted one (:mod:`probe.proteins.regression`) also get predicted contacts — for
-the others ``ContactResult.contacts`` is None. The work is done in one forward pass by the streaming
+``loaded.has_contact_head``) or a fitted one (:mod:`probe.proteins.regression`) also get predicted contacts —
+for the others ``ContactResult.contacts`` is None. The work is done in one forward pass by the streaming
 :class:`probe.proteins.sink.ContactSink`; precision is :mod:`probe.proteins.precision`'s.
 
 Public API (what the CLI, notebook and dashboard call)::
 
-    predict_contacts(loaded, sequence, true_map=None, per_head=None, features=None, regression=None) -> ContactResult
-    predict_contacts_batch(loaded, sequences, true_maps=None, per_head=None, features=None) -> list[ContactResult]
-    predict_contacts_windowed(loaded, sequence, window, stride=None, true_map=None) -> ContactResult  # ESM only
+    predict_contacts(loaded, sequence, true_map=None, per_head=None, features=None,
+                     regression=None) -> ContactResult
+    predict_contacts_batch(loaded, sequences, true_maps=None, per_head=None,
+                           features=None) -> list[ContactResult]
+    predict_contacts_windowed(loaded, sequence, window, stride=None,
+                              true_map=None) -> ContactResult  # ESM only
     head_attention_map(loaded, sequence, layer, head) -> np.ndarray [L L]   # APC(sym(α)) of one head
 
-Per-head table columns (one row per layer × head, :attr:`ContactResult.heads`): ``layer, head, name`` ("L3H7"),
-``weight`` (the regression weight w_c; NaN without a regression), ``logit_share`` (Σ over pairs |i−j| ≥ 6 of
-|w_c·APC(sym(α_c))|, divided by the same sum over all heads: the share of the non-bias logit this head supplies; NaN
-without a regression), the nine precision columns of its APC(sym(α_c)) map; per range the base-rate comparison of
-:mod:`probe.proteins.significance`; the per-sequence ``far_contact_share`` (of the weights α_c(i, j) ≥ θ on *known*
-pairs |i−j| ≥ 6, both directions, the fraction on contacts; local and unknown pairs are left out, so it is not Vig
-et al.'s share), ``far_high_count`` and ``far_background``; then Vig et al.'s sums, shares and backgrounds of
-:mod:`probe.proteins.features` for this one sequence.
+Per-head table columns (one row per layer × head, :attr:`ContactResult.heads`): ``layer, head, name``
+("L3H7"), ``weight`` (the regression weight w_c; NaN without a regression), ``logit_share`` (Σ over
+pairs |i−j| ≥ 6 of |w_c·APC(sym(α_c))|, divided by the same sum over all heads: the share of the non-bias
+logit this head supplies; NaN without a regression), the nine precision columns of its APC(sym(α_c)) map; per
+range the base-rate comparison of :mod:`probe.proteins.significance`; the per-sequence ``far_contact_share``
+(of the weights α_c(i, j) ≥ θ on *known* pairs |i−j| ≥ 6, both directions, the fraction on contacts; local and
+unknown pairs are left out, so it is not Vig et al.'s share), ``far_high_count`` and ``far_background``; then
+Vig et al.'s sums, shares and backgrounds of :mod:`probe.proteins.features` for this one sequence.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import torch
 
 from probe.engine import DenseSink, capture
 from probe.errors import ProbeError
-from probe.models import LoadedModel
+from probe.models import LoadedModel, clean_protein, encode_proteins, protein_alphabet, require_protein
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.precision import apc, precision_by_range, symmetrize
 from probe.proteins.sink import ContactSink, contact_regression
@@ -85,10 +88,11 @@ class ContactResult:
     background : dict of str to float, or None
         Per-head mode: the counts behind the background rates (``n_pairs``, ``n_known_pairs``, ``n_residues``,
         ``n_contact_pairs``, ``n_{binding|helix|strand|turn_bend|blank}_residues``; NaN where unknown).
-    """
+    """  # noqa: E501 - markdown table rows cannot wrap
 
     sequence: str
-    contacts: np.ndarray | None  # [L L] float32 probabilities (NaN: pairs no window covered); None: no contact head
+    # [L L] float32 probabilities (NaN: pairs no window covered); None: no contact head
+    contacts: np.ndarray | None
     true_contacts: np.ndarray | None = None  # [L L] int8: 1 contact, 0 not, -1 unknown
     precision: dict[str, float] | None = None  # of `contacts`, keys precision_columns()
     heads: pd.DataFrame | None = None  # per-head table (see the module docstring)
@@ -96,16 +100,15 @@ class ContactResult:
 
 
 def _require_protein(loaded: LoadedModel) -> None:
-    from probe.models import require_protein
-
     require_protein(loaded, "contact analysis")
 
 
 def _require_contact_head(loaded: LoadedModel, what: str) -> None:
     _require_protein(loaded)
     if not loaded.has_contact_head:
-        raise ProbeError(f"{what} needs a contact regression, which {loaded.name} does not have (ESM checkpoints do); "
-                         "per-head analysis against a structure works for every protein model")
+        raise ProbeError(f"{what} needs a contact regression, which {loaded.name} does not have (ESM "
+                         "checkpoints do); per-head analysis against a structure works for every protein "
+                         "model")
 
 
 def _eos_id(loaded: LoadedModel) -> int | None:
@@ -119,19 +122,18 @@ def predict_contacts_batch(
     sequences: Sequence[str],
     true_maps: Sequence[np.ndarray | None] | None = None,
     per_head: bool | None = None,  # None: when a true map is given
-    features: Sequence[ResidueFeatures | None] | None = None,  # binding sites, secondary structure per sequence
+    # binding sites, secondary structure per sequence
+    features: Sequence[ResidueFeatures | None] | None = None,
     min_attention: float = MIN_ATTENTION,
     min_count: int = MIN_COUNT,
     regression: tuple[torch.Tensor, float] | None = None,
     *,
     min_total: float = MIN_TOTAL,
 ) -> list[ContactResult]:
-    """Contacts of several sequences in one padded forward pass, each cropped to its own length; with per_head, the
-    per-head table of each. `regression` (weight [layer head], bias), e.g. a fitted
-    :class:`probe.proteins.regression.ContactRegression`, replaces the checkpoint's own; models without either get
-    `contacts=None` and per-head statistics."""
-    from probe.models import encode_proteins
-
+    """Contacts of several sequences in one padded forward pass, each cropped to its own length; with
+    per_head, the per-head table of each. `regression` (weight [layer head], bias), e.g. a fitted
+    :class:`probe.proteins.regression.ContactRegression`, replaces the checkpoint's own; models without either
+    get `contacts=None` and per-head statistics."""
     _require_protein(loaded)
     if not sequences:
         raise ProbeError("no sequences given")
@@ -142,17 +144,19 @@ def predict_contacts_batch(
     if per_head is None:
         per_head = any(true_map is not None for true_map in true_maps) or not predicts
     if regression is not None:
-        weight, bias = torch.as_tensor(regression[0], dtype=torch.float32), float(regression[1])  # [layer head]
+        # [layer head]
+        weight, bias = torch.as_tensor(regression[0], dtype=torch.float32), float(regression[1])
         if tuple(weight.shape) != (loaded.n_layers, loaded.n_heads):
-            raise ProbeError(f"the contact regression has {tuple(weight.shape)} layers × heads but {loaded.name} has "
-                             f"({loaded.n_layers}, {loaded.n_heads}): fit one for this model (--fit)")
+            raise ProbeError(f"the contact regression has {tuple(weight.shape)} layers × heads but "
+                             f"{loaded.name} has ({loaded.n_layers}, {loaded.n_heads}): fit one for this "
+                             "model (--fit)")
     elif loaded.has_contact_head:
         weight, bias = contact_regression(loaded.model)
     else:
         weight, bias = torch.zeros(loaded.n_layers, loaded.n_heads), 0.0  # [layer head]
     offset = loaded.residue_offset
-    sink = ContactSink(weight, bias, inputs["input_ids"], inputs["attention_mask"], _eos_id(loaded), true_maps,
-                       per_head, starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
+    sink = ContactSink(weight, bias, inputs["input_ids"], inputs["attention_mask"], _eos_id(loaded),
+                       true_maps, per_head, starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
                        features=features, min_attention=min_attention, regression=predicts)
     with capture(loaded.model, sink), torch.inference_mode():
         loaded.model(**inputs)
@@ -170,7 +174,8 @@ def predict_contacts_batch(
 def predict_contacts(
     loaded: LoadedModel,
     sequence: str,
-    true_map: np.ndarray | None = None,  # [L L] int8 (probe.proteins.structure.contact_map(structure, sequence=...))
+    # [L L] int8 (probe.proteins.structure.contact_map(structure, sequence=...))
+    true_map: np.ndarray | None = None,
     per_head: bool | None = None,  # None: when a true map is given (always for models without a contact head)
     features: ResidueFeatures | None = None,  # binding sites, secondary structure (aligned to the sequence)
     min_attention: float = MIN_ATTENTION,
@@ -190,12 +195,14 @@ def predict_contacts(
     loaded : probe.models.LoadedModel
         A protein model (``loaded.kind == "protein_mlm"``: ESM, ProtBert-style, ProtT5 encoder).
     sequence : str
-        One-letter amino acids (L residues; checked, non-amino-acid letters are an error naming their positions).
+        One-letter amino acids (L residues; checked, non-amino-acid letters are an error naming their
+        positions).
     true_map : numpy.ndarray, optional, shape=(L, L), int8
         True contacts: 1 contact, 0 not, −1 unknown, aligned to `sequence`
         (:func:`probe.proteins.structure.contact_map` with ``sequence=``).
     per_head : bool, optional
-        Compute the per-head table. None: when `true_map` is given, and always for a model without a contact head.
+        Compute the per-head table. None: when `true_map` is given, and always for a model without a contact
+        head.
     features : probe.proteins.features.ResidueFeatures, optional
         Binding sites and secondary structure aligned to `sequence`, for Vig et al.'s shares.
     min_attention : float, default 0.3
@@ -204,10 +211,11 @@ def predict_contacts(
     min_count : int, default 100
         Heads with fewer weights ≥ θ get NaN count shares.
     regression : tuple of (torch.Tensor, float), optional
-        A contact regression (weights shape=(layer * head,), bias) to use instead of the checkpoint's contact head,
-        e.g. one fitted by ``probe contacts --fit`` (:mod:`probe.proteins.regression`).
+        A contact regression (weights shape=(layer * head,), bias) to use instead of the checkpoint's contact
+        head, e.g. one fitted by ``probe contacts --fit`` (:mod:`probe.proteins.regression`).
     min_total : float, default 100
-        Heads whose Σα over the weights > θ is below this get NaN attention-weighted shares (provis' ``min_total``).
+        Heads whose Σα over the weights > θ is below this get NaN attention-weighted shares (provis'
+        ``min_total``).
 
     Returns
     -------
@@ -218,8 +226,8 @@ def predict_contacts(
     Raises
     ------
     ProbeError
-        The model is not a protein model; the sequence holds letters that are not amino acids, or is longer than
-        the model takes (use :func:`predict_contacts_windowed`).
+        The model is not a protein model; the sequence holds letters that are not amino acids, or is longer
+        than the model takes (use :func:`predict_contacts_windowed`).
 
     Examples
     --------
@@ -230,22 +238,39 @@ def predict_contacts(
     >>> result.contacts.shape, result.heads.shape  # 76 residues; 2 layers x 4 heads, 74 columns
     ((76, 76), (8, 74))
     """
-    return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention, min_count,
-                                  regression, min_total=min_total)[0]
+    return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention,
+                                  min_count, regression, min_total=min_total)[0]
 
 
 def predict_contacts_windowed(
     loaded: LoadedModel,
     sequence: str,
-    window: int,  # residues per window (at most the model's limit)
-    stride: int | None = None,  # default window // 2
+    window: int,
+    stride: int | None = None,
     true_map: np.ndarray | None = None,
 ) -> ContactResult:
-    """Crop-and-average for sequences longer than the model takes: predict overlapping windows of `window` residues,
-    `stride` apart (the last one ends at the sequence's end), and average the probabilities of each pair over the
-    windows that hold both residues. Pairs farther apart than any window covers are NaN. No per-head table."""
-    from probe.models import clean_protein, protein_alphabet
+    """Crop-and-average for sequences longer than the model takes: predict overlapping windows of `window`
+    residues, `stride` apart (the last one ends at the sequence's end), and average the probabilities of each
+    pair over the windows that hold both residues. Pairs farther apart than any window covers are NaN. No
+    per-head table.
 
+    Parameters
+    ----------
+    loaded : LoadedModel
+        A protein model.
+    sequence : str
+        The protein, one letter per residue.
+    window : int
+        Residues per window (at most the model's limit).
+    stride : int, optional
+        Residues between window starts (default window // 2).
+    true_map : ndarray, optional
+        `[L L]` true contacts, for the precision columns.
+
+    Returns
+    -------
+    ContactResult
+    """
     _require_contact_head(loaded, "--window (crop-and-average contact prediction)")
     sequence = clean_protein(sequence, protein_alphabet(loaded))
     limit = loaded.max_tokens - 2
@@ -272,12 +297,10 @@ def predict_contacts_windowed(
 
 def head_attention_map(loaded: LoadedModel, sequence: str, layer: int, head: int) -> np.ndarray:
     """[L L] APC-corrected symmetrized attention of one head on the residues (BOS/EOS dropped)."""
-    from probe.models import encode_proteins
-
     _require_protein(loaded)
     if not (0 <= layer < loaded.n_layers and 0 <= head < loaded.n_heads):
-        raise ProbeError(f"head L{layer}H{head} does not exist: the model has layers 0..{loaded.n_layers - 1} and "
-                         f"heads 0..{loaded.n_heads - 1}")
+        raise ProbeError(f"head L{layer}H{head} does not exist: the model has layers "
+                         f"0..{loaded.n_layers - 1} and heads 0..{loaded.n_heads - 1}")
     cleaned, inputs = encode_proteins(loaded, [sequence])
     sink = DenseSink([layer], [head])
     with capture(loaded.model, sink), torch.inference_mode():

@@ -52,9 +52,26 @@ def contact_options(*, threshold: float, cb: str, window: int | None, min_attent
 def contact_units(*, sequence: str | None = None, fasta: str | None = None, structure: str | None = None,
                   chain: str | None = None, structures: str | None = None, chains: str | None = None,
                   ) -> tuple[list[UnitSpec], list[tuple[str, str]]]:
-    """(units, skipped files) of the sources given (the flags of ``probe contacts``): `structures` (a folder
-    or a list file, `chains` a comma-separated filter), or `sequence` / `fasta` records optionally aligned to
-    `structure` (`chain`), or `structure` alone (its chain's observed residues)."""
+    """(units, skipped files) of the sources given (the flags of ``probe contacts``).
+
+    Parameters
+    ----------
+    sequence, fasta : str, optional
+        A sequence, or a FASTA file's records, optionally aligned to `structure` (`chain`).
+    structure : str, optional
+        A PDB / mmCIF file; alone: its chain's observed residues.
+    chain : str, optional
+        The structure's chain.
+    structures : str, optional
+        A folder or a list file of structures.
+    chains : str, optional
+        A comma-separated filter of the chains of `structures`.
+
+    Returns
+    -------
+    tuple
+        (list of UnitSpec, list of (file, reason) skipped).
+    """
     if structures is not None:
         if structure or chain:
             raise ProbeError("--structures takes whole sets; use --chains to pick chains "

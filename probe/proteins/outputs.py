@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from probe.models import LoadedModel
 from probe.proteins import sets
@@ -53,8 +54,6 @@ def is_ours(path: Path, kind: str) -> bool:
             with np.load(path, allow_pickle=False) as data:
                 names = set(data.files)
         else:
-            import pyarrow.parquet as pq  # pyarrow: only when an existing table must be checked
-
             names = set(pq.read_schema(path).names)
     except Exception:  # not a zip / not parquet / unreadable: not ours
         return False

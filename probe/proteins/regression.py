@@ -1,27 +1,29 @@
 """A contact readout for any protein language model: ESM's recipe fitted on a few structures.
 
-ESM's contact head (Rao et al. 2020, "Transformer protein language models are unsupervised structure learners") is an
-L1-regularised logistic regression over the layer × head channels of APC-corrected symmetrised attention::
+ESM's contact head (Rao et al. 2020, "Transformer protein language models are unsupervised structure
+learners") is an L1-regularised logistic regression over the layer × head channels of APC-corrected
+symmetrised attention::
 
     P(contact i, j) = sigmoid(b + Σ_c w_c · APC(sym(α_c))(i, j))
 
-fitted on 20 proteins. Checkpoints other than ESM (ProtBert-style BERTs, antibody BERTs, ProtT5 encoders) ship no
-such regression; this module fits one on the structures a user has (scikit-learn's ``LogisticRegression``,
-``penalty="l1"``, solver liblinear), over the known residue pairs i < j with j − i ≥ 6. The channels are standardised
-for the fit and the standardisation is folded back into (w, b), so the fitted regression is applied exactly like a
-checkpoint's own: streamed head by head by :class:`probe.proteins.sink.ContactSink` (O(L²) memory), an [L, L]
-map of probabilities in [0, 1] for any sequence.
+fitted on 20 proteins. Checkpoints other than ESM (ProtBert-style BERTs, antibody BERTs, ProtT5 encoders) ship
+no such regression; this module fits one on the structures a user has (scikit-learn's ``LogisticRegression``,
+``penalty="l1"``, solver liblinear), over the known residue pairs i < j with j − i ≥ 6. The channels are
+standardised for the fit and the standardisation is folded back into (w, b), so the fitted regression is
+applied exactly like a checkpoint's own: streamed head by head by :class:`probe.proteins.sink.ContactSink`
+(O(L²) memory), an [L, L] map of probabilities in [0, 1] for any sequence.
 
 Where we differ from Rao et al.: they fit on 20 proteins with a regularisation they chose on their data; the
-strength here is the parameter ``C`` (sklearn's inverse strength, default :data:`DEFAULT_C`), our choice, not read
-from their (unpublished) fitting code.
+strength here is the parameter ``C`` (sklearn's inverse strength, default :data:`DEFAULT_C`), our choice, not
+read from their (unpublished) fitting code.
 
 A baseline next to it: the **top-k-head average** (the few-heads readout of later work): on the training
-structures, rank the heads by their long-range P@L (mean over the structures), keep the best k (:data:`TOP_K`), and
-score a pair by the mean of their APC(sym α) maps.
+structures, rank the heads by their long-range P@L (mean over the structures), keep the best k
+(:data:`TOP_K`), and score a pair by the mean of their APC(sym α) maps.
 
-Leave-one-structure-out (:func:`leave_one_out`): for each structure, fit both on the others and report its held-out
-P@L/5 and P@L per range (columns ``p_at_{L|L5}_{short|medium|long}``, as :mod:`probe.proteins.contacts`).
+Leave-one-structure-out (:func:`leave_one_out`): for each structure, fit both on the others and report its
+held-out P@L/5 and P@L per range (columns ``p_at_{L|L5}_{short|medium|long}``, as
+:mod:`probe.proteins.contacts`).
 
 Fitting needs every head's map of every training structure at once: [layer head L L] float32 per structure (a
 12 × 12 model at L = 300: 52 MB), which is why fitting is for a handful of structures of moderate length;
@@ -38,8 +40,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from probe.engine import DenseSink, capture
 from probe.errors import ProbeError
+from probe.models import clean_protein, encode_proteins, protein_alphabet, require_protein
+from probe.proteins.precision import RANGES, apc, precision_by_range, symmetrize
 from probe.proteins.regression_file import DEFAULT_C, ContactRegression
+from probe.proteins.structure import CONTACT_THRESHOLD, DEFAULT_CB, contact_map, read_structure
 
 TOP_K = 5  # heads averaged by the top-k-head baseline
 MIN_SEPARATION = 6  # pairs closer in sequence are not fitted (nor scored by precision)
@@ -54,9 +60,9 @@ class TrainingStructure:
     true_map: np.ndarray
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Pure functions
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def pair_index(true_map: np.ndarray, min_separation: int = MIN_SEPARATION) -> tuple[np.ndarray, np.ndarray]:
@@ -88,8 +94,8 @@ def pair_features(maps: np.ndarray, true_map: np.ndarray,
 
 
 def fit_logistic(features: np.ndarray, labels: np.ndarray, c: float = DEFAULT_C) -> tuple[np.ndarray, float]:
-    """L1 logistic regression on standardised channels, folded back to raw units: (weight [channel], bias) with
-    P = sigmoid(bias + features @ weight).
+    """L1 logistic regression on standardised channels, folded back to raw units: (weight [channel], bias)
+    with P = sigmoid(bias + features @ weight).
 
     Parameters
     ----------
@@ -105,16 +111,17 @@ def fit_logistic(features: np.ndarray, labels: np.ndarray, c: float = DEFAULT_C)
     tuple
         weight [channel] float64, bias float.
     """
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # heavy, and only `probe contacts --fit` needs it
 
     if len(np.unique(labels)) < 2:
-        raise ProbeError("the training structures hold no contact (or nothing but contacts) at separation ≥ 6; "
-                         "fit on real structures")
+        raise ProbeError("the training structures hold no contact (or nothing but contacts) at separation ≥ "
+                         "6; fit on real structures")
     mean = features.mean(0)  # [channel]
     scale = features.std(0)
     scale = np.where(scale > 0, scale, 1.0)
-    model = LogisticRegression(C=c, solver="liblinear", intercept_scaling=100.0, max_iter=1000, random_state=0,
-                               **_l1())  # liblinear shuffles: seeded, so the same structures give the same file
+    model = LogisticRegression(C=c, solver="liblinear", intercept_scaling=100.0, max_iter=1000,
+                               # liblinear shuffles: seeded, so the same structures give the same file
+                               random_state=0, **_l1())
     model.fit((features - mean) / scale, labels)
     weight = model.coef_[0] / scale  # [channel]
     bias = float(model.intercept_[0] - (model.coef_[0] * mean / scale).sum())
@@ -124,14 +131,15 @@ def fit_logistic(features: np.ndarray, labels: np.ndarray, c: float = DEFAULT_C)
 def _l1() -> dict:
     """The L1 penalty in the spelling of the installed scikit-learn (``l1_ratio=1`` from 1.8, ``penalty="l1"``
     before)."""
-    import sklearn
+    import sklearn  # heavy, and only `probe contacts --fit` needs it
 
     major, minor = (int(part) for part in sklearn.__version__.split(".")[:2])
     return {"l1_ratio": 1.0} if (major, minor) >= (1, 8) else {"penalty": "l1"}
 
 
 def predict_map(maps: np.ndarray, weight: np.ndarray, bias: float) -> np.ndarray:
-    """[L L] sigmoid(bias + Σ_c weight_c · maps_c) of [layer head L L] maps and [layer head] (or [channel]) weights."""
+    """[L L] sigmoid(bias + Σ_c weight_c · maps_c) of [layer head L L] maps and [layer head] (or [channel])
+    weights."""
     channels = maps.reshape(-1, *maps.shape[-2:])  # [channel L L]
     logits = bias + np.tensordot(np.asarray(weight).reshape(-1), channels, axes=1)  # [L L]
     return 1.0 / (1.0 + np.exp(-logits))
@@ -139,15 +147,14 @@ def predict_map(maps: np.ndarray, weight: np.ndarray, bias: float) -> np.ndarray
 
 def head_precisions(maps: np.ndarray, true_map: np.ndarray, column: str = "p_at_L_long") -> np.ndarray:
     """[layer head] the precision `column` of every head's map against a true map."""
-    from probe.proteins.precision import precision_by_range
-
     layers, heads = maps.shape[:2]
     return np.array([[precision_by_range(maps[layer, head], true_map)[column] for head in range(heads)]
                      for layer in range(layers)])
 
 
 def select_top_heads(precisions: Sequence[np.ndarray], k: int = TOP_K) -> tuple[tuple[int, int], ...]:
-    """The k (layer, head) with the highest mean precision over the structures ([layer head] each; NaN ignored)."""
+    """The k (layer, head) with the highest mean precision over the structures ([layer head] each; NaN
+    ignored)."""
     stacked = np.stack([np.nan_to_num(p, nan=-np.inf) for p in precisions])  # [structure layer head]
     mean = stacked.mean(0)  # [layer head]
     order = np.argsort(-mean, axis=None, kind="stable")[:k]
@@ -160,8 +167,6 @@ def top_heads_map(maps: np.ndarray, heads: Sequence[tuple[int, int]]) -> np.ndar
 
 
 def _scores(scores: np.ndarray, true_map: np.ndarray) -> dict[str, float]:
-    from probe.proteins.precision import RANGES, precision_by_range
-
     precision = precision_by_range(scores, true_map)
     return {f"p_at_{fraction}_{name}": precision[f"p_at_{fraction}_{name}"] for name in RANGES
             for fraction in ("L", "L5")}
@@ -202,29 +207,53 @@ def leave_one_out(maps: Sequence[np.ndarray], structures: Sequence[TrainingStruc
 
 
 def fit(maps: Sequence[np.ndarray], structures: Sequence[TrainingStructure], model: str, c: float = DEFAULT_C,
-        k: int = TOP_K, evaluate: bool = True, revision: str = "") -> tuple[ContactRegression, pd.DataFrame | None]:
-    """Fit on every structure (and, with `evaluate`, the leave-one-out table first); see :func:`leave_one_out`.
-    `model` and `revision` name the model the regression is for (checked when it is applied)."""
+        k: int = TOP_K, evaluate: bool = True,
+        revision: str = "") -> tuple[ContactRegression, pd.DataFrame | None]:
+    """Fit on every structure (and, with `evaluate`, the leave-one-out table first); see
+    :func:`leave_one_out`.
+
+    Parameters
+    ----------
+    maps : sequence of ndarray
+        Per structure, its `[layer head L L]` APC(sym α) maps (:func:`head_maps`).
+    structures : sequence of TrainingStructure
+        The structures, in the order of `maps`.
+    model, revision : str
+        Name the model the regression is for (checked when it is applied).
+    c : float, default DEFAULT_C
+        The L1 regularisation's C.
+    k : int, default TOP_K
+        Heads averaged by the top-k-head baseline of the leave-one-out table.
+    evaluate : bool, default True
+        Also the leave-one-out table.
+
+    Returns
+    -------
+    tuple
+        (ContactRegression, the leave-one-out table or None).
+    """
     evaluation = leave_one_out(maps, structures, c, k) if evaluate and len(structures) >= 2 else None
     features = [pair_features(m, s.true_map) for m, s in zip(maps, structures, strict=True)]
-    weight, bias = fit_logistic(np.concatenate([f[0] for f in features]), np.concatenate([f[1] for f in features]),
-                                c)
-    heads = select_top_heads([head_precisions(m, s.true_map) for m, s in zip(maps, structures, strict=True)], k)
+    weight, bias = fit_logistic(np.concatenate([f[0] for f in features]),
+                                np.concatenate([f[1] for f in features]), c)
+    heads = select_top_heads(
+        [head_precisions(m, s.true_map) for m, s in zip(maps, structures, strict=True)], k)
     shape = maps[0].shape[:2]
     rows = [] if evaluation is None else evaluation.to_dict("records")
     regression = ContactRegression(model=model, weight=weight.reshape(shape), bias=bias, c=c,
-                                   structures=tuple(s.id for s in structures), top_heads=heads, evaluation=rows,
-                                   revision=revision)
+                                   structures=tuple(s.id for s in structures), top_heads=heads,
+                                   evaluation=rows, revision=revision)
     return regression, evaluation
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # From a model
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def head_maps(loaded, sequence: str) -> np.ndarray:
-    """[layer head L L] float32 APC(sym α) of every head on the residues (special tokens dropped), one forward pass.
+    """[layer head L L] float32 APC(sym α) of every head on the residues (special tokens dropped), one forward
+    pass.
 
     Parameters
     ----------
@@ -233,10 +262,6 @@ def head_maps(loaded, sequence: str) -> np.ndarray:
     sequence : str
         Amino acids.
     """
-    from probe.engine import DenseSink, capture
-    from probe.models import encode_proteins, require_protein
-    from probe.proteins.precision import apc, symmetrize
-
     require_protein(loaded, "contact regression")
     cleaned, inputs = encode_proteins(loaded, [sequence])
     sink = DenseSink()
@@ -249,10 +274,8 @@ def head_maps(loaded, sequence: str) -> np.ndarray:
 
 def training_structures(files: Sequence[str | Path], loaded, threshold: float | None = None,
                         cb: str | None = None) -> list[TrainingStructure]:
-    """The first protein chain of every file as a :class:`TrainingStructure` (sequence: the chain's residues)."""
-    from probe.models import clean_protein, protein_alphabet
-    from probe.proteins.structure import CONTACT_THRESHOLD, DEFAULT_CB, contact_map, read_structure
-
+    """The first protein chain of every file as a :class:`TrainingStructure` (sequence: the chain's
+    residues)."""
     result = []
     for path in files:
         structure = read_structure(path)

@@ -1,17 +1,18 @@
-"""Contact analysis unit by unit (a FASTA record or a structure chain, :mod:`probe.proteins.units`), and what a set
-of units adds up to.
+"""Contact analysis unit by unit (a FASTA record or a structure chain, :mod:`probe.proteins.units`), and what
+a set of units adds up to.
 
 The unit functions here are what `probe contacts` runs (and what a distributed runner can run): each unit is
-analysed on its own, persisted in a :class:`probe.runs.journal.Journal` under an identity of everything that determines
-its result, and the outputs are built from the units:
+analysed on its own, persisted in a :class:`probe.runs.journal.Journal` under an identity of everything that
+determines its result, and the outputs are built from the units:
 
-* the **per-chain table** (:func:`chain_table`, ``--chains-out``): one row per unit — ``record, id, file, chain,
-  length, sequence, structure_hash, ligands``, the nine precision columns of the checkpoint's predicted contacts
-  (NaN without a contact regression), ``n_known_{range}`` / ``n_true_{range}`` (known pairs and contacts per range)
-  and the background counts of :func:`probe.proteins.features.background_counts` (``n_pairs, n_residues, n_contact_pairs,
-  n_known_pairs, n_binding_residues, n_helix_residues, n_strand_residues, n_turn_bend_residues, n_blank_residues``);
-* the **per-head table** (:func:`heads_table`, ``--heads-out``): one row per unit × head, ``record, id`` and the
-  columns of :mod:`probe.proteins.contacts`' per-head table;
+* the **per-chain table** (:func:`chain_table`, ``--chains-out``): one row per unit — ``record, id, file,
+  chain, length, sequence, structure_hash, ligands``, the nine precision columns of the checkpoint's predicted
+  contacts (NaN without a contact regression), ``n_known_{range}`` / ``n_true_{range}`` (known pairs and
+  contacts per range) and the background counts of :func:`probe.proteins.features.background_counts`
+  (``n_pairs, n_residues, n_contact_pairs, n_known_pairs, n_binding_residues, n_helix_residues,
+  n_strand_residues, n_turn_bend_residues, n_blank_residues``);
+* the **per-head table** (:func:`heads_table`, ``--heads-out``): one row per unit × head, ``record, id`` and
+  the columns of :mod:`probe.proteins.contacts`' per-head table;
 * the **per-head summary** over the set (:func:`summarize_heads`, ``--heads-summary``), see
   :data:`HEAD_SUMMARY_COLUMNS` and :func:`read_heads_summary`.
 """
@@ -19,14 +20,19 @@ its result, and the outputs are built from the units:
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from probe import models
 from probe.errors import ProbeError, first_line
+from probe.hashing import identity_hash
 from probe.models import LoadedModel
 from probe.naming import head_name
 from probe.proteins import features as vig
@@ -34,6 +40,7 @@ from probe.proteins import significance
 from probe.proteins.contacts import ContactResult, predict_contacts, predict_contacts_windowed
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.precision import RANGES, known_pair_counts, precision_columns
+from probe.proteins.regression_file import read_regression
 from probe.proteins.structure import (
     BINDING_DISTANCE,
     CONTACT_THRESHOLD,
@@ -62,7 +69,8 @@ class ContactOptions:
     binding_distance: float = BINDING_DISTANCE  # Å, residue to ligand heavy atom
     per_head: bool = True  # compute the per-head table
     regression: str | None = None  # a fitted contact regression file (probe contacts --regression), or None
-    regression_hash: str | None = None  # its probe.runs.journal.file_hash (a changed file recomputes the units)
+    # its probe.runs.journal.file_hash (a changed file recomputes the units)
+    regression_hash: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,23 +84,19 @@ class UnitOutcome:
 
 def unit_identity(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> str:
     """The identity of everything that determines a unit's result (probe.hashing.identity_hash)."""
-    from probe.hashing import identity_hash
-
     dtype = str(next(loaded.model.parameters()).dtype)
     return identity_hash({"format": FORMAT_VERSION, "model": loaded.name, "revision": loaded.revision,
                           "dtype": dtype, "sequence": spec.sequence, "structure": spec.structure_hash,
                           "chain": spec.chain, **asdict(options)})
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # One unit
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> UnitOutcome:
     """Read the unit's structure (if any), build its true contacts and properties, and analyse it."""
-    from probe import models
-
     structure = read_structure(spec.structure, chain=spec.chain) if spec.structure else None
     if spec.sequence is not None:
         sequence = models.clean_protein(spec.sequence, models.protein_alphabet(loaded))
@@ -103,7 +107,8 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
     features, true_map = None, None
     if structure is not None:
         true_map = contact_map(structure, options.threshold, sequence, cb=options.cb)  # [L L]
-        # unknown is not 0: no ligand in the file -> no binding annotation; no assignment -> no secondary structure
+        # unknown is not 0: no ligand in the file -> no binding annotation; no assignment -> no secondary
+        # structure
         binding = binding_sites(structure, options.binding_distance, sequence) if structure.ligands else None
         secondary = secondary_structure(structure, sequence)
         features = ResidueFeatures(contacts=true_map, binding=binding,
@@ -111,17 +116,15 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
     limit = loaded.max_tokens - 2
     if len(sequence) > limit:
         if options.window is None:
-            raise ProbeError(f"{spec.id} has {len(sequence)} residues but {loaded.name} takes at most {limit}; "
-                             f"shorten it or use --window {limit}")
+            raise ProbeError(f"{spec.id} has {len(sequence)} residues but {loaded.name} takes at most "
+                             f"{limit}; shorten it or use --window {limit}")
         if options.per_head:
-            raise ProbeError(f"{spec.id} has {len(sequence)} residues: per-head statistics need whole sequences "
-                             f"(at most {limit}), not --window mode")
+            raise ProbeError(f"{spec.id} has {len(sequence)} residues: per-head statistics need whole "
+                             f"sequences (at most {limit}), not --window mode")
         result = predict_contacts_windowed(loaded, sequence, options.window, true_map=true_map)
     else:
         fitted = None
         if options.regression is not None:
-            from probe.proteins.regression_file import read_regression
-
             fitted = read_regression(options.regression).check_model(loaded).as_tuple()
         result = predict_contacts(loaded, sequence, true_map, per_head=options.per_head, features=features,
                                   min_attention=options.min_attention, regression=fitted)
@@ -130,7 +133,8 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
 
 def _chain_row(spec: UnitSpec, result: ContactResult, features: ResidueFeatures | None, structure) -> dict:
     row = {"record": spec.record, "id": spec.id, "file": spec.structure or "", "chain": spec.chain or "",
-           "length": len(result.sequence), "sequence": result.sequence, "structure_hash": spec.structure_hash or "",
+           "length": len(result.sequence), "sequence": result.sequence,
+           "structure_hash": spec.structure_hash or "",
            "ligands": ",".join(structure.ligands) if structure is not None else ""}
     precision = result.precision or {}
     row.update({column: float(precision.get(column, np.nan)) for column in precision_columns()})
@@ -157,13 +161,14 @@ def unpack(spec: UnitSpec, table: pd.DataFrame | None, arrays: dict[str, np.ndar
     precision = None
     if "contacts" in arrays and "true_contacts" in arrays:
         precision = {column: float(row[column]) for column in precision_columns()}
-    result = ContactResult(row["sequence"], arrays.get("contacts"), arrays.get("true_contacts"), precision, table)
+    result = ContactResult(row["sequence"], arrays.get("contacts"), arrays.get("true_contacts"),
+                           precision, table)
     return UnitOutcome(spec, result, row)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Tables of a set
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
@@ -193,7 +198,7 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
         | `n_pairs`, `n_residues` | float | L², L |
         | `n_known_pairs` | float | pairs at least 6 apart whose contact state is known (provis' contact background's denominator); NaN without a structure |
         | `n_contact_pairs`, `n_{binding,helix,strand,turn_bend,blank}_residues` | float | the property counts behind the background rates; NaN where unknown |
-    """
+    """  # noqa: E501 - markdown table rows cannot wrap
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
 
@@ -213,7 +218,8 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
     Returns
     -------
     pandas.DataFrame
-        ``record`` (int) and ``id`` (str), then the columns of :attr:`probe.proteins.contacts.ContactResult.heads`.
+        ``record`` (int) and ``id`` (str), then the columns of
+        :attr:`probe.proteins.contacts.ContactResult.heads`.
 
     Raises
     ------
@@ -233,12 +239,13 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
     return pd.concat(tables, ignore_index=True)
 
 
-# Per-head summary columns, in file order. For each precision column c of probe.proteins.contacts (p_at_L_long, ...):
-# c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of that mean, proteins
-# resampled with replacement). Then, per range r, the pooled base-rate comparison of probe.proteins.significance
-# (hits_L_r, top_L_r, pooled_p_at_L_r, base_rate_r, enrichment_L_r, p_value_L_r, q_value_L_r; BH over the heads).
-# Then Vig et al.'s pooled sums, shares (weighted, Σ α < min_total: NaN), count shares (count < min_count: NaN) and
-# backgrounds (probe.proteins.features); NaN where no protein of the set has data for the property.
+# Per-head summary columns, in file order. For each precision column c of probe.proteins.contacts
+# (p_at_L_long, ...): c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of
+# that mean, proteins resampled with replacement). Then, per range r, the pooled base-rate comparison of
+# probe.proteins.significance (hits_L_r, top_L_r, pooled_p_at_L_r, base_rate_r, enrichment_L_r, p_value_L_r,
+# q_value_L_r; BH over the heads). Then Vig et al.'s pooled sums, shares (weighted, Σ α < min_total: NaN),
+# count shares (count < min_count: NaN) and backgrounds (probe.proteins.features); NaN where no protein of the
+# set has data for the property.
 SIGNIFICANCE_SUMMARY_COLUMNS: tuple[str, ...] = tuple(
     f"{column}_{name}" for name in RANGES for column in ("hits_L", "top_L", "pooled_p_at_L", "base_rate",
                                                           "enrichment_L", "p_value_L", "q_value_L"))
@@ -273,16 +280,14 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 
 The parquet file's schema metadata holds the run's model, revision, options and proteins
 (:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
-"""
+"""  # noqa: E501 - markdown table rows cannot wrap
 
 
 def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED,
                     confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, low, high) per column of `values` [protein column] (NaN = no value): the mean over the proteins with a
-    value and a percentile bootstrap interval of it (proteins resampled with replacement, the same resamples for
-    every column). Columns with fewer than two values get a NaN interval."""
-    import warnings
-
+    """(mean, low, high) per column of `values` [protein column] (NaN = no value): the mean over the proteins
+    with a value and a percentile bootstrap interval of it (proteins resampled with replacement, the same
+    resamples for every column). Columns with fewer than two values get a NaN interval."""
     values = np.asarray(values, dtype=np.float64)
     n_proteins, n_columns = values.shape
     nan = np.full(n_columns, np.nan)
@@ -320,15 +325,15 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
     seed : int, default 0
         Seed of the resamples (the same resamples for every head and column).
     min_total : float, default 100
-        Vig et al.'s pooled attention-weighted shares are NaN for a head whose Σα over the weights > θ is below
-        this over the whole set.
+        Vig et al.'s pooled attention-weighted shares are NaN for a head whose Σα over the weights > θ is
+        below this over the whole set.
 
     Returns
     -------
     pandas.DataFrame
         Columns :data:`HEAD_SUMMARY_COLUMNS` in that order. ``n_proteins`` counts the proteins with a known
-        long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the sums over
-        all proteins; the base-rate comparison pools each head's top-L hits over the proteins.
+        long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the sums
+        over all proteins; the base-rate comparison pools each head's top-L hits over the proteins.
     """
     grouped = heads.groupby(["layer", "head"], sort=True)
     summary = grouped[["weight", "logit_share"]].mean().reset_index()
@@ -349,9 +354,6 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
 
 def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
     """Write the summary as parquet with `meta` (model, options, proteins) as JSON in the schema metadata."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     table = pa.Table.from_pandas(summary, preserve_index=False)
     metadata = dict(table.schema.metadata or {})
     metadata[b"probe"] = json.dumps(meta, default=str).encode("utf-8")
@@ -360,9 +362,8 @@ def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
 
 def read_heads_summary(path: str | Path) -> pd.DataFrame:
     """A per-head summary written by `probe contacts --heads-summary`, checked; its metadata in ``.attrs``
-    (model, revision, proteins, min_attention, min_total, min_count, threshold, cb, ...). One-line ProbeError otherwise."""
-    import pyarrow.parquet as pq
-
+    (model, revision, proteins, min_attention, min_total, min_count, threshold, cb, ...). One-line ProbeError
+    otherwise."""
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProbeError(f"heads summary {path} does not exist")
@@ -372,7 +373,8 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
         raise ProbeError(f"{path} is not a parquet per-head summary ({first_line(error)})") from None
     missing = [column for column in HEAD_SUMMARY_COLUMNS if column not in table.column_names]
     if missing:
-        raise ProbeError(f"{path} is not a probe contacts --heads-summary file: it lacks {', '.join(missing[:4])}"
+        raise ProbeError(f"{path} is not a probe contacts --heads-summary file: it lacks "
+                         f"{', '.join(missing[:4])}"
                          + (" ..." if len(missing) > 4 else ""))
     frame = table.to_pandas()
     raw = (table.schema.metadata or {}).get(b"probe")
@@ -381,5 +383,5 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
 
 
 __all__ = ["HEAD_SUMMARY_COLUMNS", "ContactOptions", "UnitOutcome", "analyse_unit", "bootstrap_means",
-           "chain_table", "heads_table", "pack", "read_heads_summary", "summarize_heads", "unit_identity", "unpack",
-           "write_heads_summary"]
+           "chain_table", "heads_table", "pack", "read_heads_summary", "summarize_heads", "unit_identity",
+           "unpack", "write_heads_summary"]

@@ -1,19 +1,20 @@
 """Every head against its base rate: is a head's precision@L more than a head attending at random would get?
 
-For one protein, one head and one sequence-separation range (short 6–11, medium 12–23, long ≥ 24), let N be the
-known pairs i < j of the range, C the contacts among them (the **base rate** is C / N: the precision of a random
-ranking), and let the head's k = min(L, N) top-scoring pairs hold h contacts (P@L = h / k). Under the null
-hypothesis that the head's ranking carries no contact information, its top k are k pairs drawn without replacement
-from the N, so h is hypergeometric; the p-value is P(X ≥ h) with X ~ Hypergeometric(N, C, k) (scipy's
-``hypergeom.sf(h − 1, N, C, k)``). ``enrichment`` = P@L / base rate.
+For one protein, one head and one sequence-separation range (short 6–11, medium 12–23, long ≥ 24), let N be
+the known pairs i < j of the range, C the contacts among them (the **base rate** is C / N: the precision of a
+random ranking), and let the head's k = min(L, N) top-scoring pairs hold h contacts (P@L = h / k). Under the
+null hypothesis that the head's ranking carries no contact information, its top k are k pairs drawn without
+replacement from the N, so h is hypergeometric; the p-value is P(X ≥ h) with X ~ Hypergeometric(N, C, k)
+(scipy's ``hypergeom.sf(h − 1, N, C, k)``). ``enrichment`` = P@L / base rate.
 
 Over a set of proteins the hits are pooled: H = Σ h over Σ k draws, the expected hits Σ k·C/N, so the pooled
-``base_rate`` is Σ k·(C/N) / Σ k, the pooled precision Σ h / Σ k and ``enrichment`` their ratio; the p-value of H is
-exact: the distribution of a sum of independent hypergeometrics, by convolving their probability mass functions.
+``base_rate`` is Σ k·(C/N) / Σ k, the pooled precision Σ h / Σ k and ``enrichment`` their ratio; the p-value
+of H is exact: the distribution of a sum of independent hypergeometrics, by convolving their probability mass
+functions.
 
 Benjamini–Hochberg over the heads of a table (one per range) turns p-values into q-values; a head is
-**significant** where q < :data:`FDR` (0.05). NaN p-values (a range without a known pair) get NaN q-values and are
-not counted in the number of tests.
+**significant** where q < :data:`FDR` (0.05). NaN p-values (a range without a known pair) get NaN q-values and
+are not counted in the number of tests.
 
 Columns added per range r (:func:`range_columns`): ``hits_L_{r}``, ``top_L_{r}`` (k), ``n_known_{r}``,
 ``n_true_{r}``, ``base_rate_{r}``, ``enrichment_L_{r}``, ``p_value_L_{r}``, ``q_value_L_{r}``.
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import hypergeom
 
 FDR = 0.05  # Benjamini–Hochberg false discovery rate at which a head is called significant
 RANGE_NAMES = ("short", "medium", "long")
@@ -37,7 +39,8 @@ def range_columns(name: str) -> list[str]:
 
 
 def hypergeometric_p_value(hits: int, known: int, contacts: int, drawn: int) -> float:
-    """P(X ≥ hits) for X ~ Hypergeometric(population `known`, successes `contacts`, draws `drawn`); NaN without draws.
+    """P(X ≥ hits) for X ~ Hypergeometric(population `known`, successes `contacts`, draws `drawn`); NaN
+    without draws.
 
     Parameters
     ----------
@@ -49,8 +52,6 @@ def hypergeometric_p_value(hits: int, known: int, contacts: int, drawn: int) -> 
     float
         The one-sided p-value.
     """
-    from scipy.stats import hypergeom
-
     if drawn <= 0 or known <= 0:
         return float("nan")
     return float(hypergeom.sf(int(hits) - 1, int(known), int(contacts), int(drawn)))
@@ -71,8 +72,6 @@ def pooled_p_value(hits: Sequence[int], known: Sequence[int], contacts: Sequence
     float
         The one-sided p-value of the pooled hits.
     """
-    from scipy.stats import hypergeom
-
     total_pmf = np.ones(1)
     observed = 0
     used = False
@@ -89,8 +88,8 @@ def pooled_p_value(hits: Sequence[int], known: Sequence[int], contacts: Sequence
 
 
 def benjamini_hochberg(p_values) -> np.ndarray:
-    """Benjamini–Hochberg q-values (step-up, monotone, capped at 1) of [test] p-values; NaN stays NaN and is not a
-    test.
+    """Benjamini–Hochberg q-values (step-up, monotone, capped at 1) of [test] p-values; NaN stays NaN and is
+    not a test.
 
     Parameters
     ----------
@@ -116,7 +115,8 @@ def benjamini_hochberg(p_values) -> np.ndarray:
 
 
 def with_q_values(table: pd.DataFrame) -> pd.DataFrame:
-    """`table` (one row per head) with ``q_value_L_{r}`` from its ``p_value_L_{r}`` columns, BH over its rows."""
+    """`table` (one row per head) with ``q_value_L_{r}`` from its ``p_value_L_{r}`` columns, BH over its
+    rows."""
     table = table.copy()
     for name in RANGE_NAMES:
         column = f"p_value_L_{name}"
@@ -144,7 +144,8 @@ def pooled_rows(heads: pd.DataFrame) -> pd.DataFrame:
     Parameters
     ----------
     heads : pandas.DataFrame
-        One row per protein × head with ``layer``, ``head`` and :func:`range_columns` (the per-protein values).
+        One row per protein × head with ``layer``, ``head`` and :func:`range_columns` (the per-protein
+        values).
 
     Returns
     -------
@@ -185,5 +186,5 @@ def best_significant(table: pd.DataFrame, name: str = "long", fdr: float = FDR) 
     return significant.loc[significant[f"enrichment_L_{name}"].idxmax()]
 
 
-__all__ = ["FDR", "benjamini_hochberg", "best_significant", "head_row", "hypergeometric_p_value", "pooled_p_value",
-           "pooled_rows", "range_columns", "with_q_values"]
+__all__ = ["FDR", "benjamini_hochberg", "best_significant", "head_row", "hypergeometric_p_value",
+           "pooled_p_value", "pooled_rows", "range_columns", "with_q_values"]

@@ -1,7 +1,8 @@
 """ESM's contact regression streamed head by head: the capture sink behind every contact prediction.
 
-The checkpoint's contact head (HF ``EsmContactPredictionHead``, Rao et al. 2020) computes, for the attention α_c of
-every channel c = (layer, head) cropped to the residues (BOS and EOS dropped, EOS/padding rows and columns zeroed)::
+The checkpoint's contact head (HF ``EsmContactPredictionHead``, Rao et al. 2020) computes, for the attention
+α_c of every channel c = (layer, head) cropped to the residues (BOS and EOS dropped, EOS/padding rows and
+columns zeroed)::
 
     logit = b + Σ_c w_c · APC(sym(α_c)),   sym(A) = A + Aᵀ,   APC(S) = S − r rᵀ / Σr  (r = row sums of S)
     contacts = sigmoid(logit)
@@ -11,15 +12,17 @@ Expanding the sum needs only per-channel row and column sums and ONE accumulator
     Σ_c w_c·(A_c + A_cᵀ) = M + Mᵀ      with M = Σ_c w_c·A_c   (accumulated block of query rows by block)
     Σ_c w_c·r_c r_cᵀ/t_c = R·diag(w/t)·Rᵀ  with R [residue channel] (r_c = row sums + column sums of A_c)
 
-so :class:`ContactSink` keeps, per sequence, M [L L] float32 plus row and column sums [layer head L]: O(L²) memory,
-independent of layers × heads, while the capture engine streams α one block of query rows at a time. Channels with a
-zero regression weight are not even requested from the engine (ESM's L1-fitted regression has many).
+so :class:`ContactSink` keeps, per sequence, M [L L] float32 plus row and column sums [layer head L]: O(L²)
+memory, independent of layers × heads, while the capture engine streams α one block of query rows at a time.
+Channels with a zero regression weight are not even requested from the engine (ESM's L1-fitted regression has
+many).
 
-Per-head analysis (``per_head=True``) needs each head's full APC-corrected map, so the sink then also keeps the
-*current layer's* α of the residue block, [head L L] float32 per sequence (20 heads at L = 1000: 80 MB), analyses
-every head of that layer when its last query block arrives (precision by range, the base-rate comparison, the
-``far_*`` measure and Vig et al.'s sums), and frees it: peak memory grows with heads per layer, never with
-layers × heads. The per-head columns are those of :class:`probe.proteins.contacts.ContactResult`.
+Per-head analysis (``per_head=True``) needs each head's full APC-corrected map, so the sink then also keeps
+the *current layer's* α of the residue block, [head L L] float32 per sequence (20 heads at L = 1000: 80 MB),
+analyses every head of that layer when its last query block arrives (precision by range, the base-rate
+comparison, the ``far_*`` measure and Vig et al.'s sums), and frees it: peak memory grows with heads per
+layer, never with layers × heads. The per-head columns are those of
+:class:`probe.proteins.contacts.ContactResult`.
 """
 
 from __future__ import annotations
@@ -53,10 +56,11 @@ def contact_regression(model: torch.nn.Module) -> tuple[torch.Tensor, float]:
     base = getattr(model, "esm", model)
     head = getattr(base, "contact_head", None)
     if head is None:
-        raise ProbeError(f"{type(model).__name__} has no contact regression: predicted contacts need an ESM checkpoint "
-                         "(per-head analysis works for every protein model)")
+        raise ProbeError(f"{type(model).__name__} has no contact regression: predicted contacts need an ESM "
+                         "checkpoint (per-head analysis works for every protein model)")
     config = model.config
-    weight = head.regression.weight.detach().float().reshape(config.num_hidden_layers, config.num_attention_heads)
+    weight = head.regression.weight.detach().float().reshape(config.num_hidden_layers,
+                                                             config.num_attention_heads)
     bias = float(head.regression.bias.detach()) if head.regression.bias is not None else 0.0
     return weight, bias  # [layer head]
 
@@ -68,7 +72,8 @@ class _SequenceState:
     n_tokens: int  # special tokens + residues (unpadded)
     start: int  # token index of the first residue (1 after a BOS / [CLS], 0 without)
     length: int  # L residues
-    keep: torch.Tensor | None  # [L] 0 at EOS tokens inside the residue block (as the reference zeroes them), else None
+    # [L] 0 at EOS tokens inside the residue block (as the reference zeroes them), else None
+    keep: torch.Tensor | None
     true_map: torch.Tensor | None  # [L L] int8
     features: ResidueFeatures | None = None  # binding sites, secondary structure (Vig et al.'s properties)
     weighted: torch.Tensor | None = None  # [L L] M = Σ_c w_c·A_c
@@ -76,7 +81,8 @@ class _SequenceState:
     col_sums: torch.Tensor | None = None  # [layer head L]
     token_weight: torch.Tensor | None = None  # [key] 1 at kept residue tokens, 0 at BOS / EOS / padding
     layer_alpha: torch.Tensor | None = None  # [head L L] current layer (per-head analysis only)
-    range_pairs: RangePairs | None = None  # the true map's pairs by range (built once, per-head analysis only)
+    # the true map's pairs by range (built once, per-head analysis only)
+    range_pairs: RangePairs | None = None
     masks: dict | None = None  # Vig et al.'s property masks (built once, per-head analysis only)
     rows: list = field(default_factory=list)  # per-head table rows
     abs_logit: dict = field(default_factory=dict)  # (layer, head) -> Σ |w·APC(sym α)| over pairs |i−j| ≥ 6
@@ -90,11 +96,33 @@ class _SequenceState:
 class ContactSink:
     """Capture sink accumulating contact logits (and optionally per-head statistics) of a right-padded batch.
 
-    `input_ids` / `attention_mask` [batch token] are the model inputs; `true_maps` gives a [L L] int8 true map (or
-    None) per sequence, `features` Vig et al.'s other properties (binding sites, secondary structure) per sequence.
-    Residues sit at tokens `starts[b]` .. `starts[b] + lengths[b] - 1` (default: between one BOS and one EOS).
-    With `regression=False` (models without a contact head) only the per-head analysis runs. After the forward
-    pass: `contacts(b)` [L L], `logits(b)`, `head_table(b)`.
+    Residues sit at tokens `starts[b]` .. `starts[b] + lengths[b] - 1` (default: between one BOS and one
+    EOS). After the forward pass: `contacts(b)` [L L], `logits(b)`, `head_table(b)`.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        `[layer head]` regression weights (zeros without a regression).
+    bias : float
+        The regression's bias.
+    input_ids, attention_mask : torch.Tensor
+        `[batch token]`: the model inputs.
+    eos_id : int or None
+        ESM's EOS id (zeroed inside the residue block, as the reference does); None: no such rule.
+    true_maps : sequence of ndarray or None, optional
+        A `[L L]` int8 true map (or None) per sequence.
+    per_head : bool, default False
+        Also the per-head statistics.
+    starts : sequence of int, optional
+        Token index of each sequence's first residue (default 1).
+    lengths : sequence of int, optional
+        Residues of each sequence (default: tokens − 2).
+    features : sequence of ResidueFeatures or None, optional
+        Vig et al.'s other properties (binding sites, secondary structure) per sequence.
+    min_attention : float, default MIN_ATTENTION
+        θ of Vig et al.'s counts and of the far_* measure.
+    regression : bool, default True
+        False (models without a contact head): only the per-head analysis runs.
     """
 
     def __init__(
@@ -103,7 +131,8 @@ class ContactSink:
         bias: float,
         input_ids: torch.Tensor,  # [batch token]
         attention_mask: torch.Tensor,  # [batch token]
-        eos_id: int | None,  # ESM's EOS id (zeroed inside the residue block, as the reference does); None: no such rule
+        # ESM's EOS id (zeroed inside the residue block, as the reference does); None: no such rule
+        eos_id: int | None,
         true_maps: Sequence[np.ndarray | None] | None = None,
         per_head: bool = False,
         starts: Sequence[int] | None = None,  # token index of each sequence's first residue (default 1)
@@ -128,11 +157,12 @@ class ContactSink:
         self.sequences: list[_SequenceState] = []
         for b, n_tokens in enumerate(token_counts):
             if not bool(attention_mask[b, :n_tokens].all()):
-                raise ProbeError("contact prediction needs right-padded batches (padding after each sequence)")
+                raise ProbeError(
+                    "contact prediction needs right-padded batches (padding after each sequence)")
             start, length = int(starts[b]), int(lengths[b])
             if start < 0 or start + length > n_tokens:
-                raise ProbeError(f"sequence {b}: residues {start}..{start + length - 1} lie outside its {n_tokens} "
-                                 "tokens")
+                raise ProbeError(f"sequence {b}: residues {start}..{start + length - 1} lie outside its "
+                                 f"{n_tokens} tokens")
             keep = None
             if eos_id is not None:
                 keep = (input_ids[b, start:start + length] != eos_id).float()  # [L]
@@ -141,11 +171,11 @@ class ContactSink:
             if true_maps[b] is not None:
                 true_map = torch.as_tensor(np.asarray(true_maps[b], dtype=np.int8))
                 if tuple(true_map.shape) != (length, length):
-                    raise ProbeError(f"the true map of sequence {b} is {tuple(true_map.shape)} but the sequence has "
-                                     f"{length} residues")
+                    raise ProbeError(f"the true map of sequence {b} is {tuple(true_map.shape)} but the "
+                                     f"sequence has {length} residues")
             self.sequences.append(_SequenceState(n_tokens, start, length, keep, true_map, features[b]))
 
-    # -- the Sink protocol ------------------------------------------------------------------------------------
+    # -- the Sink protocol -----------------------------------------------------------------------------------
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         return SinkNeeds(heads=tuple(self.heads_for(layer, n_heads)))
@@ -165,22 +195,30 @@ class ContactSink:
             length = state.length
             if state.weighted is None:
                 state.weighted = torch.zeros(length, length, device=device)  # [L L]
-                state.row_sums = torch.zeros(self.n_layers, self.n_heads, length, device=device)  # [layer head L]
-                state.col_sums = torch.zeros(self.n_layers, self.n_heads, length, device=device)  # [layer head L]
+                # [layer head L]
+                state.row_sums = torch.zeros(self.n_layers, self.n_heads, length, device=device)
+                # [layer head L]
+                state.col_sums = torch.zeros(self.n_layers, self.n_heads, length, device=device)
                 # 1 at the residue tokens the reference keeps, 0 at BOS, EOS and padding
                 state.token_weight = torch.zeros(n_keys, device=device)  # [key]
-                state.token_weight[state.start:state.stop] = 1.0 if state.keep is None else state.keep.to(device)
-            low, high = max(first, state.start), min(first + n_rows, state.stop)  # token rows of residues in block
+                state.token_weight[state.start:state.stop] = (1.0 if state.keep is None
+                                                              else state.keep.to(device))
+            # token rows of residues in block
+            low, high = max(first, state.start), min(first + n_rows, state.stop)
             if low < high:
-                alpha = block.alpha[b, :, low - first:high - first]  # [head rows key], each head's rows contiguous
+                # [head rows key], each head's rows contiguous
+                alpha = block.alpha[b, :, low - first:high - first]
                 rows, residues = slice(low - state.start, high - state.start), slice(state.start, state.stop)
                 row_weight = state.token_weight[low:high]  # [rows]
-                if self.regression:  # three matrix-vector passes over the block: no copy of α, no per-head loop
-                    weighted = (weight @ alpha.reshape(len(block.heads), -1)).reshape(high - low, n_keys)  # [rows key]
+                # three matrix-vector passes over the block: no copy of α, no per-head loop
+                if self.regression:
+                    # [rows key]
+                    weighted = (weight @ alpha.reshape(len(block.heads), -1)).reshape(high - low, n_keys)
                     if state.keep is not None:  # an EOS token inside the residues: zero its row and column
                         weighted = weighted * row_weight[:, None] * state.token_weight[None, :]
                     state.weighted[rows] += weighted[:, residues]  # [rows L]
-                    if state.keep is None:  # every residue row and column counts: plain sums over the residue block
+                    # every residue row and column counts: plain sums over the residue block
+                    if state.keep is None:
                         block_residues = alpha[:, :, residues]  # [head rows L]
                         state.row_sums[block.layer, heads, rows] = block_residues.sum(-1)  # [head rows]
                         state.col_sums[block.layer, heads] += block_residues.sum(1)  # [head L]
@@ -197,19 +235,21 @@ class ContactSink:
                 self._analyse_layer(state, block.layer, block.heads)
                 state.layer_alpha = None
 
-    # -- results ------------------------------------------------------------------------------------------------
+    # -- results ---------------------------------------------------------------------------------------------
 
     def logits(self, b: int = 0) -> torch.Tensor:
         """[L L] contact logits of sequence b (before the sigmoid)."""
         state = self.sequences[b]
         if not self.regression:
-            raise ProbeError("this model has no contact regression: there are no predicted contacts, only per-head "
-                             "statistics")
+            raise ProbeError("this model has no contact regression: there are no predicted contacts, only "
+                             "per-head statistics")
         if state.weighted is None and self.engaged:  # every regression weight is zero: the bias alone
             return torch.full((state.length, state.length), float(self.bias))
         if state.weighted is None:
-            raise ProbeError("the contact sink received no attention: run the model inside `with capture(...)`")
-        sums = (state.row_sums + state.col_sums).reshape(-1, state.length).double()  # [channel L] rows of sym(A)
+            raise ProbeError("the contact sink received no attention: run the model inside `with "
+                             "capture(...)`")
+        # [channel L] rows of sym(A)
+        sums = (state.row_sums + state.col_sums).reshape(-1, state.length).double()
         totals = sums.sum(-1)  # [channel]
         weight = self.weight.to(sums.device).reshape(-1).double()  # [channel]
         used = (weight != 0) & (totals > 0)
@@ -221,23 +261,28 @@ class ContactSink:
         """[L L] contact probabilities of sequence b."""
         return torch.sigmoid(self.logits(b))
 
-    def head_table(self, b: int = 0, min_count: int = MIN_COUNT, *, min_total: float = MIN_TOTAL) -> pd.DataFrame:
-        """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module docstring);
-        Vig et al.'s shares need Σ α > θ of at least `min_total`, the count shares `min_count` weights ≥ θ."""
+    def head_table(self, b: int = 0, min_count: int = MIN_COUNT, *,
+                   min_total: float = MIN_TOTAL) -> pd.DataFrame:
+        """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module
+        docstring); Vig et al.'s shares need Σ α > θ of at least `min_total`, the count shares `min_count`
+        weights ≥ θ."""
         state = self.sequences[b]
         if not self.per_head:
-            raise ProbeError("per-head statistics were not collected: build the ContactSink with per_head=True")
+            raise ProbeError("per-head statistics were not collected: build the ContactSink with "
+                             "per_head=True")
         total = sum(state.abs_logit.values())
         table = pd.DataFrame(state.rows)
         table.insert(4, "logit_share", [state.abs_logit[(row["layer"], row["head"])] / total
-                                        if total > 0 and self.regression else float("nan") for row in state.rows])
+                                        if total > 0 and self.regression else float("nan")
+                                        for row in state.rows])
         table = vig.shares(table, min_total=min_total, min_count=min_count)
         for name, value in vig.backgrounds(self.background_counts(b)).items():
             table[name] = value
         return significance.with_q_values(table).sort_values(["layer", "head"], ignore_index=True)
 
     def background_counts(self, b: int = 0) -> dict[str, float]:
-        """Counts behind Vig et al.'s background rates for sequence b (see :func:`probe.proteins.features.background_counts`)."""
+        """Counts behind Vig et al.'s background rates for sequence b (see
+        :func:`probe.proteins.features.background_counts`)."""
         state = self.sequences[b]
         return vig.background_counts(with_contacts(state.features, state.true_map), state.length)
 
@@ -261,7 +306,8 @@ class ContactSink:
             alpha = state.layer_alpha[index]  # [L L]
             corrected = apc(symmetrize(alpha))  # [L L]
             weight = float(self.weight[layer, head]) if self.regression else float("nan")
-            state.abs_logit[(layer, head)] = float((weight * corrected).abs()[far].sum()) if self.regression else 0.0
+            state.abs_logit[(layer, head)] = float(
+                (weight * corrected).abs()[far].sum()) if self.regression else 0.0
             row = {"layer": layer, "head": head, "name": head_name(layer, head), "weight": weight}
             if pairs is not None:
                 row.update(pairs.precision(corrected))

@@ -1,73 +1,84 @@
 """True residue contacts, binding sites and secondary structure from a PDB or mmCIF file, read with biotite.
 
     structure = read_structure("1ubi.pdb", chain="A")     # or bytes, fmt="pdb" | "cif"
-    true_map = contact_map(structure, threshold=8.0, sequence="MQIFVK...", cb="virtual")  # [L L] int8: 1, 0, -1
-    sites = binding_sites(structure, distance=4.0)        # [residue] bool: a heavy atom within 4 Å of a ligand
+    true_map = contact_map(structure, threshold=8.0, sequence="MQIFVK...", cb="virtual")
+                                                          # [L L] int8: 1, 0, -1
+    sites = binding_sites(structure, distance=4.0)        # [residue] bool: a heavy atom within 4 Å of a
+                                                          # ligand
     structure.secondary                                   # [residue] "a" helix, "b" strand, "t" turn/bend,
                                                           # "n" blank (DSSP's 4 classes as provis), "" unknown
 
 Reading rules:
 
 * the first model of a multi-model (NMR) file;
-* alternate locations: per residue, the altloc whose atoms have the highest mean occupancy (ties: the first in the
-  file); atoms without an altloc are always kept. For 1EJG's Pro22/Ser22 micro-heterogeneity (Pro 0.33–0.57 against
-  Ser 0.21–0.33) that is Pro22, altloc A, and the residue takes that altloc's name;
+* alternate locations: per residue, the altloc whose atoms have the highest mean occupancy (ties: the first in
+  the file); atoms without an altloc are always kept. For 1EJG's Pro22/Ser22 micro-heterogeneity (Pro
+  0.33–0.57 against Ser 0.21–0.33) that is Pro22, altloc A, and the residue takes that altloc's name;
 * amino-acid residues only (biotite's ``filter_amino_acids``), hydrogens and deuteriums removed;
 * ``chain=None`` takes the first chain that holds amino-acid residues; an unknown chain id or a file without a
   protein chain is a one-line :class:`~probe.errors.ProbeError`;
-* modified residues get their parent's one-letter code (MSE → M, from biotite's chemical component dictionary),
-  anything else unknown becomes X.
+* modified residues get their parent's one-letter code (MSE → M, from biotite's chemical component
+  dictionary), anything else unknown becomes X.
 
-Contacts: a pair is in contact when the distance between the residues' Cβ is strictly below ``threshold`` (8 Å).
-Two Cβ conventions (``cb``):
+Contacts: a pair is in contact when the distance between the residues' Cβ is strictly below ``threshold`` (8
+Å). Two Cβ conventions (``cb``):
 
 * ``"virtual"`` (the default): Cβ built from the backbone of every residue, glycine included, at bond length
-  1.522 Å, angle N–Cα–Cβ 1.927 rad and dihedral C–N–Cα–Cβ −2.143 rad (ESM's own evaluation, ``contacts_from_pdb``
-  in its contact-prediction example; trRosetta's closed form −0.58273431·a + 0.56802827·b − 0.54067466·c + Cα is
-  close to it but not equal: for 1AKI's long-range contacts it gives 132 where ESM's construction gives 134 and the
-  real Cβ 128). The default because it is the convention of the published ESM precision figures users
-  compare against, and it is defined the same way for every residue (no glycine or truncated-side-chain special
-  case). A residue missing N, Cα or C gets unknown (-1) contacts.
+  1.522 Å, angle N–Cα–Cβ 1.927 rad and dihedral C–N–Cα–Cβ −2.143 rad (ESM's own evaluation,
+  ``contacts_from_pdb`` in its contact-prediction example; trRosetta's closed form −0.58273431·a +
+  0.56802827·b − 0.54067466·c + Cα is close to it but not equal: for 1AKI's long-range contacts it gives 132
+  where ESM's construction gives 134 and the real Cβ 128). The default because it is the convention of the
+  published ESM precision figures users compare against, and it is defined the same way for every residue (no
+  glycine or truncated-side-chain special case). A residue missing N, Cα or C gets unknown (-1) contacts.
 * ``"real"``: the deposited Cβ atom, Cα for glycine and for residues whose Cβ is missing (CASP's definition).
 
-With ``sequence=...`` the structure's residues are aligned to that sequence (Needleman–Wunsch, BLOSUM62, gap open
-−10 / extend −1, free end gaps), so residues missing from the model, expression tags or a numbering that starts at 5
-do not shift the map: sequence positions without an aligned structure residue are -1 (unknown). Residue numbers in
-the file are never used for placement.
+With ``sequence=...`` the structure's residues are aligned to that sequence (Needleman–Wunsch, BLOSUM62, gap
+open −10 / extend −1, free end gaps), so residues missing from the model, expression tags or a numbering that
+starts at 5 do not shift the map: sequence positions without an aligned structure residue are -1 (unknown).
+Residue numbers in the file are never used for placement.
 
-Binding sites: residues with a heavy atom within ``distance`` (4 Å) of a heavy atom of a ligand — any HETATM group
-of the first model that is neither water nor an amino acid (ions included), in any chain. A file without any
-ligand has no binding-site annotation (``Structure.ligands`` is empty): the analysis reports binding as unknown
-(NaN), never as "no site".
+Binding sites: residues with a heavy atom within ``distance`` (4 Å) of a heavy atom of a ligand — any HETATM
+group of the first model that is neither water nor an amino acid (ions included), in any chain. A file without
+any ligand has no binding-site annotation (``Structure.ligands`` is empty): the analysis reports binding as
+unknown (NaN), never as "no site".
 
-Secondary structure: DSSP (Kabsch & Sander 1983) as implemented by mdtraj (``mdtraj.compute_dssp``), run on the
-chain's residues exactly as read here (altloc, first model, hydrogens removed), its 8 states reduced to provis' 4
-classes the way provis reduces TAPE's NetSurfP labels (``compute_edge_features.convert_item``, feature ``ss4``: the
-3-class label, except that DSSP's blank becomes a class of its own): H, G, I → helix ("a"); E, B → strand ("b");
-T, S → turn/bend ("t"); blank (no DSSP assignment; also DSSP 4's P, which TAPE's 8 states do not have) → blank
-("n"); residues DSSP cannot assign (missing backbone atoms) are unknown (""). Why mdtraj and not
-``pydssp``: against the HELIX/SHEET records of the three shipped structures both agree about equally (helix recall
-0.91 vs 0.94, strand recall 0.79 vs 0.77, pooled over the chains), but mdtraj computes DSSP's 8 states, so the
-4-class reduction is provis', while pydssp's simplified two-state assignment calls 55 residues of 1AKI helix
-where DSSP has 35 α + 14 3₁₀ + 5 π. Where mdtraj is not installed or fails on a chain, biotite's ``annotate_sse``
-(P-SEA, from Cα geometry only; it finds no strand in 1EJG and 26 of 33 SHEET residues in 1UBI) is the fallback: it
-has 3 classes, helix, strand and coil ("c", turn/bend and blank together), so such a chain has no turn/bend and no
-blank annotation (NaN, unknown). ``Structure.secondary_method`` says which one ran ("dssp", "p-sea", or "" when neither could).
+Secondary structure: DSSP (Kabsch & Sander 1983) as implemented by mdtraj (``mdtraj.compute_dssp``), run on
+the chain's residues exactly as read here (altloc, first model, hydrogens removed), its 8 states reduced to
+provis' 4 classes the way provis reduces TAPE's NetSurfP labels (``compute_edge_features.convert_item``,
+feature ``ss4``: the 3-class label, except that DSSP's blank becomes a class of its own): H, G, I → helix
+("a"); E, B → strand ("b"); T, S → turn/bend ("t"); blank (no DSSP assignment; also DSSP 4's P, which TAPE's 8
+states do not have) → blank ("n"); residues DSSP cannot assign (missing backbone atoms) are unknown (""). Why
+mdtraj and not ``pydssp``: against the HELIX/SHEET records of the three shipped structures both agree about
+equally (helix recall 0.91 vs 0.94, strand recall 0.79 vs 0.77, pooled over the chains), but mdtraj computes
+DSSP's 8 states, so the 4-class reduction is provis', while pydssp's simplified two-state assignment calls 55
+residues of 1AKI helix where DSSP has 35 α + 14 3₁₀ + 5 π. Where mdtraj is not installed or fails on a chain,
+biotite's ``annotate_sse`` (P-SEA, from Cα geometry only; it finds no strand in 1EJG and 26 of 33 SHEET
+residues in 1UBI) is the fallback: it has 3 classes, helix, strand and coil ("c", turn/bend and blank
+together), so such a chain has no turn/bend and no blank annotation (NaN, unknown).
+``Structure.secondary_method`` says which one ran ("dssp", "p-sea", or "" when neither could).
 """
 
 from __future__ import annotations
 
 import io
+import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import biotite.structure as struc
 import numpy as np
+from biotite.sequence import ProteinSequence
+from biotite.sequence.align import SubstitutionMatrix, align_optimal
+from biotite.structure.info import one_letter_code
+from biotite.structure.io import pdb, pdbx
 
 from probe.errors import ProbeError, first_line
 from probe.proteins.defaults import BINDING_DISTANCE, CB_MODES, CONTACT_THRESHOLD, DEFAULT_CB
 
-MIN_IDENTITY = 0.5  # least share of identical aligned residues (of the shorter sequence) before we call it a mismatch
+# least share of identical aligned residues (of the shorter sequence) before we call it a mismatch
+MIN_IDENTITY = 0.5
 CbMode = Literal["virtual", "real"]
 WATER_NAMES = ("HOH", "WAT", "DOD", "H2O", "D2O")
 # codes -> classes: provis' 4 (DSSP) and P-SEA's coil, which merges the last two
@@ -81,16 +92,19 @@ _CIF_SUFFIXES = (".cif", ".mmcif")
 
 @dataclass(frozen=True, eq=False)
 class Structure:
-    """One protein chain of a structure file: its observed residues, their atoms of interest and annotations."""
+    """One protein chain of a structure file: its observed residues, their atoms of interest and
+    annotations."""
 
     name: str  # file stem, or "structure" for bytes
     chain: str  # chain id used
     chains: tuple[str, ...]  # protein chains in the file, in file order
     sequence: str  # one letter per observed residue
     residue_ids: np.ndarray  # [residue] int: author residue numbers (for display only)
-    coords: np.ndarray  # [residue 3] float: real Cβ (Cα for Gly or missing Cβ); NaN when neither atom is present
+    # [residue 3] float: real Cβ (Cα for Gly or missing Cβ); NaN when neither atom is present
+    coords: np.ndarray
     backbone: np.ndarray | None = None  # [residue 3 3] float: N, Cα, C (NaN where an atom is missing)
-    ligand_distance: np.ndarray | None = None  # [residue] float: closest ligand heavy atom, Å (inf: no ligand)
+    # [residue] float: closest ligand heavy atom, Å (inf: no ligand)
+    ligand_distance: np.ndarray | None = None
     secondary: np.ndarray | None = None  # [residue] str: "a", "b", "t", "n" (DSSP) or "c" (P-SEA); "" unknown
     ligands: tuple[str, ...] = ()  # residue names of the ligand groups in the model (water excluded)
     secondary_method: str = ""  # "dssp" (mdtraj), "p-sea" (biotite fallback) or "" (no assignment)
@@ -120,16 +134,10 @@ def _format_of(source: str | Path | bytes, fmt: str | None) -> str:
 
 def _read_atoms(text: str, fmt: str, name: str):
     """biotite AtomArray of the first model with every alternate location and the occupancies."""
-    import warnings
-
     try:
         if fmt == "pdb":
-            from biotite.structure.io import pdb
-
             handle = pdb.PDBFile.read(io.StringIO(text))
             return handle.get_structure(model=1, altloc="all", extra_fields=["occupancy"])
-        from biotite.structure.io import pdbx
-
         handle = pdbx.CIFFile.read(io.StringIO(text))
         with warnings.catch_warnings():  # a file without occupancies: biotite assumes 1.0 and says so
             warnings.simplefilter("ignore", UserWarning)
@@ -139,8 +147,8 @@ def _read_atoms(text: str, fmt: str, name: str):
 
 
 def highest_occupancy_altloc(chain_id, res_id, ins_code, altloc_id, occupancy) -> np.ndarray:
-    """[atom] bool: atoms without an altloc, and per residue (chain, number, insertion code) the atoms of the altloc
-    with the highest mean occupancy (ties: the altloc met first in the file)."""
+    """[atom] bool: atoms without an altloc, and per residue (chain, number, insertion code) the atoms of the
+    altloc with the highest mean occupancy (ties: the altloc met first in the file)."""
     altloc_id = np.asarray(altloc_id).astype(str)
     keep = np.isin(altloc_id, [" ", "", ".", "?"])
     groups: dict[tuple, dict[str, list[int]]] = {}
@@ -155,8 +163,6 @@ def highest_occupancy_altloc(chain_id, res_id, ins_code, altloc_id, occupancy) -
 
 
 def _one_letter(residue_name: str) -> str:
-    from biotite.structure.info import one_letter_code
-
     try:
         code = one_letter_code(residue_name)
     except Exception:  # not in the chemical component dictionary
@@ -171,8 +177,6 @@ def _atom(residue, name: str) -> np.ndarray:
 
 def read_structure(source: str | Path | bytes, chain: str | None = None, fmt: str | None = None) -> Structure:
     """Read one protein chain (default: the first) of a PDB or mmCIF file, path or bytes."""
-    import biotite.structure as struc
-
     if isinstance(source, bytes):
         name, text = "structure", source.decode("latin-1")
     else:
@@ -223,25 +227,22 @@ def read_structure(source: str | Path | bytes, chain: str | None = None, fmt: st
 
 
 def _residue_name(residue) -> str:
-    """The residue's name: that of its altloc atoms where it has some (micro-heterogeneity), else the first atom's."""
+    """The residue's name: that of its altloc atoms where it has some (micro-heterogeneity), else the first
+    atom's."""
     alternate = ~np.isin(residue.altloc_id.astype(str), [" ", "", ".", "?"])
     return str(residue.res_name[np.flatnonzero(alternate)[0] if alternate.any() else 0])
 
 
 def dssp_classes(protein) -> np.ndarray:
-    """[residue] provis' 4-class codes ("a", "b", "t", "n"; "" unassigned) of one chain's atoms (biotite AtomArray,
-    one altloc, no hydrogens): :func:`dssp_states` reduced by :data:`DSSP_TO_CLASS`."""
+    """[residue] provis' 4-class codes ("a", "b", "t", "n"; "" unassigned) of one chain's atoms (biotite
+    AtomArray, one altloc, no hydrogens): :func:`dssp_states` reduced by :data:`DSSP_TO_CLASS`."""
     return np.array([DSSP_TO_CLASS.get(str(state), "") for state in dssp_states(protein)], dtype="<U1")
 
 
 def dssp_states(protein) -> np.ndarray:
     """[residue] DSSP's 8-state letters (" " blank, "NA" unassigned) of one chain's atoms from mdtraj. Raises
     ImportError without mdtraj, and ValueError when the residues do not map."""
-    import tempfile
-    import warnings
-
-    import mdtraj
-    from biotite.structure.io import pdb
+    import mdtraj  # optional at run time: without it the caller falls back to P-SEA (ImportError above)
 
     residues = _residues(protein)
     atoms = protein.copy()
@@ -268,10 +269,8 @@ def dssp_states(protein) -> np.ndarray:
 
 
 def assign_secondary(protein, n_residues: int) -> tuple[np.ndarray, str]:
-    """([residue] class codes, method): provis' 4 classes from DSSP via mdtraj, else biotite's P-SEA, else all unknown (see the module
-    docstring)."""
-    import biotite.structure as struc
-
+    """([residue] class codes, method): provis' 4 classes from DSSP via mdtraj, else biotite's P-SEA, else all
+    unknown (see the module docstring)."""
     try:
         classes = dssp_classes(protein)
         if len(classes) == n_residues and (classes != "").any():  # nothing assigned (no O atoms): try P-SEA
@@ -279,7 +278,8 @@ def assign_secondary(protein, n_residues: int) -> tuple[np.ndarray, str]:
     except Exception:  # mdtraj missing, or it cannot read / assign this chain: fall back to P-SEA
         pass
     try:
-        classes = np.asarray(struc.annotate_sse(protein)).astype("<U1")  # [residue] P-SEA "a" / "b" / "c" / ""
+        # [residue] P-SEA "a" / "b" / "c" / ""
+        classes = np.asarray(struc.annotate_sse(protein)).astype("<U1")
         if len(classes) == n_residues:
             return classes, "p-sea"
     except Exception:  # P-SEA needs Cα atoms
@@ -288,8 +288,8 @@ def assign_secondary(protein, n_residues: int) -> tuple[np.ndarray, str]:
 
 
 def _residues(atoms):
-    """The residues of one chain, split by (number, insertion code) only: a micro-heterogeneous position whose altloc
-    atoms carry another residue name than its shared atoms stays one residue."""
+    """The residues of one chain, split by (number, insertion code) only: a micro-heterogeneous position whose
+    altloc atoms carry another residue name than its shared atoms stays one residue."""
     key = np.array([f"{number}|{code}" for number, code in zip(atoms.res_id, atoms.ins_code, strict=True)])
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     stops = np.r_[starts[1:], len(key)]
@@ -304,13 +304,11 @@ def list_chains(source: str | Path | bytes, fmt: str | None = None) -> tuple[str
 def align_to_sequence(structure: Structure, sequence: str) -> np.ndarray:
     """[L] int: for each position of `sequence`, the index of the aligned structure residue, or -1 (a gap).
 
-    Raises ProbeError when fewer than MIN_IDENTITY of the shorter sequence's residues align to identical letters
-    (the wrong chain or the wrong protein).
+    Raises ProbeError when fewer than MIN_IDENTITY of the shorter sequence's residues align to identical
+    letters (the wrong chain or the wrong protein).
     """
     if sequence == structure.sequence:
         return np.arange(len(sequence))
-    from biotite.sequence import ProteinSequence
-    from biotite.sequence.align import SubstitutionMatrix, align_optimal
 
     def protein(letters: str) -> ProteinSequence:
         allowed = set(ProteinSequence.alphabet.get_symbols())
@@ -327,12 +325,13 @@ def align_to_sequence(structure: Structure, sequence: str) -> np.ndarray:
             identical += sequence[seq_index] == structure.sequence[struct_index]
     shorter = max(1, min(len(sequence), len(structure)))
     if identical / shorter < MIN_IDENTITY:
-        raise ProbeError(f"chain {structure.chain} of {structure.name} matches only {identical} of {shorter} residues "
-                         "of the sequence; pick the right chain with --chain or the right structure")
+        raise ProbeError(f"chain {structure.chain} of {structure.name} matches only {identical} of {shorter} "
+                         "residues of the sequence; pick the right chain with --chain or the right structure")
     return mapping
 
 
-# ESM's virtual Cβ (its contact-prediction example's `contacts_from_pdb`, after trRosetta), internal coordinates:
+# ESM's virtual Cβ (its contact-prediction example's `contacts_from_pdb`, after trRosetta), internal
+# coordinates:
 VIRTUAL_CB_BOND = 1.522  # Å, Cα–Cβ
 VIRTUAL_CB_ANGLE = 1.927  # rad, N–Cα–Cβ
 VIRTUAL_CB_DIHEDRAL = -2.143  # rad, C–N–Cα–Cβ
@@ -341,9 +340,9 @@ VIRTUAL_CB_DIHEDRAL = -2.143  # rad, C–N–Cα–Cβ
 def virtual_cb(backbone: np.ndarray) -> np.ndarray:
     """[residue 3] virtual Cβ from [residue 3 3] N, Cα, C; NaN where an atom is missing.
 
-    Cβ is placed from Cα at bond length 1.522 Å, bond angle N–Cα–Cβ 1.927 rad and dihedral C–N–Cα–Cβ −2.143 rad
-    (ESM's evaluation, trRosetta's convention): in the frame u = unit(N − Cα), w = unit((N − C) × u), v = w × u,
-    Cβ = Cα + r·(cos θ·u + sin θ·cos φ·v − sin θ·sin φ·w).
+    Cβ is placed from Cα at bond length 1.522 Å, bond angle N–Cα–Cβ 1.927 rad and dihedral C–N–Cα–Cβ −2.143
+    rad (ESM's evaluation, trRosetta's convention): in the frame u = unit(N − Cα), w = unit((N − C) × u), v =
+    w × u, Cβ = Cα + r·(cos θ·u + sin θ·cos φ·v − sin θ·sin φ·w).
     """
     n, ca, c = backbone[:, 0], backbone[:, 1], backbone[:, 2]  # [residue 3] each
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -393,7 +392,8 @@ def _aligned(values: np.ndarray, mapping: np.ndarray, fill) -> np.ndarray:
 
 def contact_map(structure: Structure, threshold: float = CONTACT_THRESHOLD, sequence: str | None = None,
                 cb: CbMode = DEFAULT_CB) -> np.ndarray:
-    """[L L] int8 true contacts: 1 (distance < threshold), 0, or -1 (unknown: no coordinates / not in the structure).
+    """[L L] int8 true contacts: 1 (distance < threshold), 0, or -1 (unknown: no coordinates / not in the
+    structure).
 
     L is the structure's residue count, or len(sequence) when a sequence is given (residues aligned to it).
     """
@@ -412,9 +412,10 @@ def contact_map(structure: Structure, threshold: float = CONTACT_THRESHOLD, sequ
     return result
 
 
-def binding_sites(structure: Structure, distance: float = BINDING_DISTANCE, sequence: str | None = None) -> np.ndarray:
-    """[L] int8: 1 where a residue has a heavy atom within `distance` Å of a ligand heavy atom, 0 where not, -1 where
-    the sequence position has no structure residue (with `sequence`)."""
+def binding_sites(structure: Structure, distance: float = BINDING_DISTANCE,
+                  sequence: str | None = None) -> np.ndarray:
+    """[L] int8: 1 where a residue has a heavy atom within `distance` Å of a ligand heavy atom, 0 where not,
+    -1 where the sequence position has no structure residue (with `sequence`)."""
     distance = check_threshold(distance, "binding distance")
     if structure.ligand_distance is None:
         raise ProbeError("this structure was built without ligand distances; read it with read_structure")
@@ -425,7 +426,8 @@ def binding_sites(structure: Structure, distance: float = BINDING_DISTANCE, sequ
 
 
 def secondary_structure(structure: Structure, sequence: str | None = None) -> np.ndarray:
-    """[L] str: "a" helix, "b" strand, "t" turn/bend, "n" blank (DSSP; "c" coil where P-SEA ran), "" unknown."""
+    """[L] str: "a" helix, "b" strand, "t" turn/bend, "n" blank (DSSP; "c" coil where P-SEA ran), ""
+    unknown."""
     own = structure.secondary if structure.secondary is not None else np.full(len(structure), "", dtype=str)
     own = np.asarray(own).astype("<U1")
     if sequence is None:

@@ -1,4 +1,5 @@
-"""The units of a contacts run: one FASTA record (optionally aligned to a structure chain) or one structure chain.
+"""The units of a contacts run: one FASTA record (optionally aligned to a structure chain) or one structure
+chain.
 
 :class:`UnitSpec` names a unit and what it reads; :func:`structure_files` lists a folder or a list file of
 structures, :func:`structure_units` makes one unit per protein chain of them (skipping unreadable files with a
@@ -32,9 +33,9 @@ class UnitSpec:
 
 
 def structure_files(source: str | Path, flag: str = "--structures") -> list[Path]:
-    """The structure files of `source`: a directory (its *.pdb, *.ent, *.cif, *.mmcif files, sorted by name) or a
-    text file listing one path per line (relative to the list's folder; blank lines and '#' comments skipped);
-    errors name `flag`."""
+    """The structure files of `source`: a directory (its *.pdb, *.ent, *.cif, *.mmcif files, sorted by name)
+    or a text file listing one path per line (relative to the list's folder; blank lines and '#' comments
+    skipped); errors name `flag`."""
     path = Path(source).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in STRUCTURE_SUFFIXES)
@@ -66,8 +67,8 @@ def structure_files(source: str | Path, flag: str = "--structures") -> list[Path
 
 def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
                     ) -> tuple[list[UnitSpec], list[tuple[str, str]]]:
-    """(units, skipped): one unit per protein chain of every file (only `chains` where given); files that cannot be
-    read, or hold none of the chains, are skipped as (file, reason)."""
+    """(units, skipped): one unit per protein chain of every file (only `chains` where given); files that
+    cannot be read, or hold none of the chains, are skipped as (file, reason)."""
     units, skipped = [], []
     wanted = set(chains) if chains else None
     for path in files:
@@ -78,7 +79,8 @@ def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
             continue
         chosen = [chain for chain in found if wanted is None or chain in wanted]
         if not chosen:
-            skipped.append((str(path), f"none of the chains {', '.join(sorted(wanted))} (it has {', '.join(found)})"))
+            skipped.append((str(path), f"none of the chains {', '.join(sorted(wanted))} (it has "
+                                       f"{', '.join(found)})"))
             continue
         digest = file_hash(path)
         for chain in chosen:
@@ -89,7 +91,8 @@ def structure_units(files: Sequence[Path], chains: Sequence[str] | None = None,
 
 def record_units(records: Sequence[tuple[str, str]], structure: str | None = None,
                  chain: str | None = None) -> list[UnitSpec]:
-    """One unit per (id, sequence) record, keyed "index:id" (ids may repeat); each aligned to `structure` if given."""
+    """One unit per (id, sequence) record, keyed "index:id" (ids may repeat); each aligned to `structure` if
+    given."""
     digest = file_hash(structure) if structure else None
     return [UnitSpec(key=f"{index}:{name}", id=name, record=index, sequence=sequence, structure=structure,
                      chain=chain, structure_hash=digest) for index, (name, sequence) in enumerate(records)]

@@ -1,10 +1,11 @@
-"""The one way the package replaces a file: write a temporary file beside it, fsync it, give it the mode a plain
-``open()`` would, rename it over the target, fsync the folder.
+"""The one way the package replaces a file: write a temporary file beside it, fsync it, give it the mode a
+plain ``open()`` would, rename it over the target, fsync the folder.
 
-A reader therefore sees the old file or the new one, never half of one, and a SIGKILL at any moment leaves at most a
-temporary file named ``.{name}.{pid}.{random}{suffix}``; the next write beside the same target removes those whose
-process is gone (never one of a writer still at work). Every writer of the package goes through
-:func:`write_atomically`: output tables, contact maps, captures, ``OUT.errors.csv`` and the journal's unit files.
+A reader therefore sees the old file or the new one, never half of one, and a SIGKILL at any moment leaves at
+most a temporary file named ``.{name}.{pid}.{random}{suffix}``; the next write beside the same target removes
+those whose process is gone (never one of a writer still at work). Every writer of the package goes through
+:func:`write_atomically`: output tables, contact maps, captures, ``OUT.errors.csv`` and the journal's unit
+files.
 """
 
 from __future__ import annotations
@@ -86,15 +87,17 @@ def write_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -
     path
         The file to create or replace; its folder must exist.
     write
-        Called once with the temporary file's path (same folder, same suffix); it writes the whole content there.
+        Called once with the temporary file's path (same folder, same suffix); it writes the whole content
+        there.
 
-    The temporary file is fsynced, given mode ``0o666 & ~umask`` (``mkstemp`` makes it 0600), renamed over `path`,
-    and the folder is fsynced. On any error the temporary file is removed and the error propagates; `path` is left
-    as it was.
+    The temporary file is fsynced, given mode ``0o666 & ~umask`` (``mkstemp`` makes it 0600), renamed over
+    `path`, and the folder is fsynced. On any error the temporary file is removed and the error propagates;
+    `path` is left as it was.
     """
     path = Path(path)
     remove_stale_temporaries(path)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=path.suffix)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
+                                    suffix=path.suffix)
     os.close(handle)
     tmp = Path(name)
     try:
@@ -109,5 +112,5 @@ def write_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -
     fsync_directory(path.parent)
 
 
-__all__ = ["fsync_directory", "is_temporary", "pid_alive", "remove_dead_temporaries", "remove_stale_temporaries",
-           "write_atomically"]
+__all__ = ["fsync_directory", "is_temporary", "pid_alive", "remove_dead_temporaries",
+           "remove_stale_temporaries", "write_atomically"]

@@ -1,5 +1,5 @@
-"""Which models a batch names: checkpoints (a model, optionally one of its revisions), the training step of each,
-the content identity of its weights, and the ``--models-file`` reader.
+"""Which models a batch names: checkpoints (a model, optionally one of its revisions), the training step of
+each, the content identity of its weights, and the ``--models-file`` reader.
 
 A revision is a subdirectory of a local model directory (what ``probe train NAME --checkpoint-steps`` writes:
 DIR/step-N/) or a hub branch, tag or commit (Pythia publishes ``step1000`` ... ``step143000``).
@@ -12,15 +12,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from probe import models
 from probe.errors import ProbeError
+from probe.hashing import weight_files, weights_hash, weights_identity
 
 _STEP = re.compile(r"(?:^|[^a-z])(?:step|checkpoint|global_step|iter)[-_]?(\d+)$", re.IGNORECASE)
 MAX_LINE = 4096  # characters of one --models-file line (a path or a hub id is far shorter)
 
 
 def checkpoint_step(name: str | None, directory: Path | None = None) -> int | None:
-    """The training step of a checkpoint: card.json's "step" in its directory (what probe.training writes), else
-    the number in a name like step-50, step143000 (Pythia's branches) or checkpoint-500 (HF Trainer); else None."""
+    """The training step of a checkpoint: card.json's "step" in its directory (what probe.training writes),
+    else the number in a name like step-50, step143000 (Pythia's branches) or checkpoint-500 (HF Trainer);
+    else None."""
     if directory is not None and (directory / "card.json").is_file():
         try:
             step = json.loads((directory / "card.json").read_text()).get("step")
@@ -34,8 +37,8 @@ def checkpoint_step(name: str | None, directory: Path | None = None) -> int | No
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """One model to label: `spec` as for --model, `revision` a hub branch/tag/commit or a subdirectory of a local
-    `spec` (None: the model as is), `step` its training step when known."""
+    """One model to label: `spec` as for --model, `revision` a hub branch/tag/commit or a subdirectory of a
+    local `spec` (None: the model as is), `step` its training step when known."""
 
     spec: str
     revision: str | None = None
@@ -54,8 +57,6 @@ class Checkpoint:
 
 def local_directory(spec: str) -> Path | None:
     """The directory a spec names (a local path or zoo:NAME), or None for a hub id or a missing path."""
-    from probe import models
-
     try:
         path = Path(models.resolve(spec)).expanduser()
         return path if path.is_dir() else None
@@ -86,13 +87,11 @@ def checkpoint_revision(checkpoint: Checkpoint) -> str | None:
     """The revision a checkpoint's rows will carry, known without loading it: the content hash of a local
     directory's weights (:func:`probe.hashing.weights_hash`, what :func:`probe.models.load` records), or a hub
     model's commit when it is in the local cache; None when it cannot be known before loading."""
-    from probe.hashing import weights_hash
-
     directory = checkpoint_directory(checkpoint)
     if directory is not None:
         return weights_hash(directory)
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # inside the try: no hub library is "unknown"
 
         found = try_to_load_from_cache(checkpoint.spec, "config.json", revision=checkpoint.revision)
     except Exception:  # noqa: BLE001 - not a hub id, no cache, no huggingface_hub: unknown before loading
@@ -101,14 +100,13 @@ def checkpoint_revision(checkpoint: Checkpoint) -> str | None:
 
 
 def checkpoint_weights(checkpoint: Checkpoint) -> str | None:
-    """The identity of a checkpoint's weight bytes (:func:`probe.hashing.weights_identity`): of its local directory,
-    or of its snapshot in the Hugging Face cache (after loading, it is there); None when neither is found."""
-    from probe.hashing import weight_files, weights_identity
-
+    """The identity of a checkpoint's weight bytes (:func:`probe.hashing.weights_identity`): of its local
+    directory, or of its snapshot in the Hugging Face cache (after loading, it is there); None when neither is
+    found."""
     directory = checkpoint_directory(checkpoint)
     if directory is None:
         try:
-            from huggingface_hub import try_to_load_from_cache
+            from huggingface_hub import try_to_load_from_cache  # inside the try, as above
 
             found = try_to_load_from_cache(checkpoint.spec, "config.json", revision=checkpoint.revision)
         except Exception:  # noqa: BLE001 - not a hub id, no cache, no huggingface_hub: unknown
@@ -134,8 +132,9 @@ def parse_revisions(text: str) -> list[str]:
 
 
 def read_models_file(path: str) -> list[str]:
-    """The non-empty, non-comment lines of a --models-file: UTF-8 text, one model directory or hub id per line.
-    One-line ProbeError naming the file and the line for anything else (another encoding, binary, a huge line)."""
+    """The non-empty, non-comment lines of a --models-file: UTF-8 text, one model directory or hub id per
+    line. One-line ProbeError naming the file and the line for anything else (another encoding, binary, a huge
+    line)."""
     file = Path(path).expanduser()
     try:
         if not file.is_file():
@@ -145,19 +144,20 @@ def read_models_file(path: str) -> list[str]:
         raise ProbeError(f"--models-file {path}: cannot read it ({error.strerror or error})") from None
     if b"\x00" in data:
         line = data[:data.index(b"\x00")].count(b"\n") + 1
-        raise ProbeError(f"--models-file {path} line {line}: not text (a NUL byte); give one model directory or hub "
-                         "id per line")
+        raise ProbeError(f"--models-file {path} line {line}: not text (a NUL byte); give one model directory "
+                         "or hub id per line")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data[:error.start].count(b"\n") + 1
-        raise ProbeError(f"--models-file {path} line {line}: not UTF-8 text; save the file as UTF-8") from None
+        raise ProbeError(
+            f"--models-file {path} line {line}: not UTF-8 text; save the file as UTF-8") from None
     specs = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if len(line) > MAX_LINE:
-            raise ProbeError(f"--models-file {path} line {number}: {len(line)} characters long; give one model "
-                             "directory or hub id per line")
+            raise ProbeError(f"--models-file {path} line {number}: {len(line)} characters long; give one "
+                             "model directory or hub id per line")
         if line:
             specs.append(line)
     if not specs:
@@ -167,7 +167,8 @@ def read_models_file(path: str) -> list[str]:
 
 def sweep_checkpoints(models: list[str] | None, revisions: str | None = None,
                       models_file: str | None = None) -> list[Checkpoint]:
-    """The checkpoints the flags name, in order: each --model × each revision, then the --models-file lines."""
+    """The checkpoints the flags name, in order: each --model × each revision, then the --models-file
+    lines."""
     specs = list(dict.fromkeys(models or []))
     if revisions is not None and not specs:
         raise ProbeError("--revisions needs --model: the model whose checkpoints they are")

@@ -1,5 +1,5 @@
-"""Where units run in this process: :class:`UnitWorker` (holds the last group's model; also the class of the Ray
-actor) and the :class:`InProcess` executor, with the :class:`Executor` protocol both executors follow."""
+"""Where units run in this process: :class:`UnitWorker` (holds the last group's model; also the class of the
+Ray actor) and the :class:`InProcess` executor, with the :class:`Executor` protocol both executors follow."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from probe.runs.units import Task, Unit, UnitResult
 
 
 class UnitWorker:
-    """Runs units of one task, holding the state (model) of the last group it loaded. Used as is in-process and as
-    the class of the Ray actor (one per worker process)."""
+    """Runs units of one task, holding the state (model) of the last group it loaded. Used as is in-process
+    and as the class of the Ray actor (one per worker process)."""
 
-    def __init__(self, task: Task, threads: int | None = None, preloaded: Mapping[Hashable, Any] | None = None,
-                 keep_exceptions: bool = False) -> None:
+    def __init__(self, task: Task, threads: int | None = None,
+                 preloaded: Mapping[Hashable, Any] | None = None, keep_exceptions: bool = False) -> None:
         self.task = task
         self.group: Hashable = None
         self.state: Any = None
@@ -60,17 +60,17 @@ class UnitWorker:
 
 
 class Executor(Protocol):
-    """Runs units of a task and hands each result to `deliver` (in this process) as its unit finishes. It may also
-    have ``prepare()`` (called before the run's first unit: start what it needs, fail early) and ``close()``
-    (called after the run, also when it failed or was interrupted)."""
+    """Runs units of a task and hands each result to `deliver` (in this process) as its unit finishes. It may
+    also have ``prepare()`` (called before the run's first unit: start what it needs, fail early) and
+    ``close()`` (called after the run, also when it failed or was interrupted)."""
 
     def map(self, task: Task, units: Sequence[Unit], deliver: Callable[[UnitResult], None]) -> None: ...
 
 
 @dataclass
 class InProcess:
-    """Units one after another in this process. `preloaded`: states the driver already holds, by group (a model
-    the command loaded to check its inputs), used instead of loading them again."""
+    """Units one after another in this process. `preloaded`: states the driver already holds, by group (a
+    model the command loaded to check its inputs), used instead of loading them again."""
 
     preloaded: Mapping[Hashable, Any] | None = None
 

@@ -1,4 +1,5 @@
-"""Writing a plotly figure as a self-contained HTML file and a PNG (kaleido, or headless Chromium without it)."""
+"""Writing a plotly figure as a self-contained HTML file and a PNG (kaleido, or headless Chromium without
+it)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ PLOT_EXTENSIONS = (".html", ".png")
 
 def save_figure(figure, path: str | Path) -> list[Path]:
     """Write FILE.html (plotly.js inline: opens offline) and FILE.png. The PNG is rendered by kaleido (which
-    drives a local Chrome/Chromium); without kaleido, by headless Chromium screenshotting the HTML. Returns the
-    files written; ProbeError when the PNG cannot be made (the HTML is written first all the same)."""
+    drives a local Chrome/Chromium); without kaleido, by headless Chromium screenshotting the HTML. Returns
+    the files written; ProbeError when the PNG cannot be made (the HTML is written first all the same)."""
     path = Path(path).expanduser()
     if path.suffix.lower() not in PLOT_EXTENSIONS:
         raise ProbeError(f"--plot {path}: the extension must be .html or .png (both files are written)")
@@ -25,7 +26,7 @@ def save_figure(figure, path: str | Path) -> list[Path]:
     figure.write_html(html, include_plotlyjs=True)
     reason = "kaleido is not installed"
     try:
-        import kaleido  # noqa: F401
+        import kaleido  # noqa: F401 - optional (the ray extra): only whether a PNG can be written
     except ImportError:
         pass
     else:
@@ -33,11 +34,12 @@ def save_figure(figure, path: str | Path) -> list[Path]:
             figure.write_image(png, scale=2)
             return [html, png]
         except Exception as error:  # noqa: BLE001 - kaleido reports a missing browser in several ways
-            reason = f"kaleido failed ({str(error).strip().splitlines()[0] if str(error).strip() else error!r})"
+            reason = ("kaleido failed "
+                      f"({str(error).strip().splitlines()[0] if str(error).strip() else error!r})")
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
-        raise ProbeError(f"wrote {html} but no PNG: {reason} and no Chromium is on PATH (pip install kaleido, "
-                         "and install chromium)")
+        raise ProbeError(f"wrote {html} but no PNG: {reason} and no Chromium is on PATH (pip install "
+                         "kaleido, and install chromium)")
     with tempfile.TemporaryDirectory() as scratch:
         static = Path(scratch) / "figure.html"  # no mode bar in the picture
         figure.write_html(static, include_plotlyjs=True, config={"staticPlot": True})
@@ -48,8 +50,8 @@ def save_figure(figure, path: str | Path) -> list[Path]:
 def _screenshot(browser: str, html: Path, png: Path, width: int, height: int) -> None:
     with tempfile.TemporaryDirectory() as profile:
         command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                   f"--user-data-dir={profile}", f"--window-size={width},{height}", "--virtual-time-budget=5000",
-                   f"--screenshot={png}", html.resolve().as_uri()]
+                   f"--user-data-dir={profile}", f"--window-size={width},{height}",
+                   "--virtual-time-budget=5000", f"--screenshot={png}", html.resolve().as_uri()]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if done.returncode != 0 or not png.exists():
         raise ProbeError(f"headless Chromium could not render {png}: {done.stderr.strip().splitlines()[-1:]}")

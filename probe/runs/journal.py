@@ -1,10 +1,10 @@
 """Crash-safe journal of finished units (a model, a record, a chain) kept beside an output file.
 
 Each unit is one file in the hidden parts directory `.{out.name}.parts/`, written atomically
-(:func:`probe.runs.atomic.write_atomically`), so a SIGKILL loses at most the unit being written and never leaves
-a half unit. A unit file is an uncompressed npz (no pickle) holding the caller's arrays, the table as parquet bytes
-and a small JSON header with the unit's name and the identity of the options that produced it. A rerun reuses a
-unit only if its identity is exactly the same.
+(:func:`probe.runs.atomic.write_atomically`), so a SIGKILL loses at most the unit being written and never
+leaves a half unit. A unit file is an uncompressed npz (no pickle) holding the caller's arrays, the table as
+parquet bytes and a small JSON header with the unit's name and the identity of the options that produced it. A
+rerun reuses a unit only if its identity is exactly the same.
 """
 
 from __future__ import annotations
@@ -53,10 +53,11 @@ def _bytes_array(data: bytes) -> np.ndarray:
 
 
 class Journal:
-    """Finished units of one output file, persisted in `.{out.name}.parts/` beside it; `force=True` empties it.
+    """Finished units of one output file, persisted in `.{out.name}.parts/` beside it; `force=True` empties
+    it.
 
-    The directory is created by the first `put`, so a run that fails on bad input before finishing a unit leaves
-    nothing beside the output.
+    The directory is created by the first `put`, so a run that fails on bad input before finishing a unit
+    leaves nothing beside the output.
     """
 
     def __init__(self, out: str | Path, force: bool = False) -> None:
@@ -100,7 +101,8 @@ class Journal:
         return JournalEntry(unit=unit, identity=identity, table=table, arrays=arrays)
 
     def stale(self, unit: str, identity: str) -> bool:
-        """True when the unit was recorded with another identity (its options changed; it will be recomputed)."""
+        """True when the unit was recorded with another identity (its options changed; it will be
+        recomputed)."""
         recorded = self._recorded_identity(unit)
         return recorded is not None and recorded != identity
 
@@ -113,7 +115,8 @@ class Journal:
                 raise ValueError(f"journal array name {name!r} is reserved")
             array = np.asarray(value)
             if array.dtype.hasobject:
-                raise ValueError(f"journal array {name!r} holds Python objects; only numeric/string arrays are stored")
+                raise ValueError(f"journal array {name!r} holds Python objects; only numeric/string arrays "
+                                 "are stored")
             members[name] = array
         if table is not None:
             buffer = io.BytesIO()

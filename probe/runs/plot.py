@@ -8,10 +8,11 @@ from probe.errors import ProbeError
 
 
 def sweep_figure(table: pd.DataFrame, title: str | None = None):
-    """plotly Figure: one panel per head type that some checkpoint labels; in it, one line per labelled head (score
-    and its bootstrap interval at every checkpoint), and the uniform-attention chance level dashed. x is the
-    training step when every checkpoint has one, else the checkpoints in order. Where a table holds several rows per
-    head and type (several probe lengths), the row of the longest probes is plotted."""
+    """plotly Figure: one panel per head type that some checkpoint labels; in it, one line per labelled head
+    (score and its bootstrap interval at every checkpoint), and the uniform-attention chance level dashed. x
+    is the training step when every checkpoint has one, else the checkpoints in order. Where a table holds
+    several rows per head and type (several probe lengths), the row of the longest probes is plotted."""
+    # plotly is about a second of import and only this figure (probe label --plot) needs it: imported here
     import plotly.graph_objects as go
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots
@@ -32,16 +33,19 @@ def sweep_figure(table: pd.DataFrame, title: str | None = None):
     figure = make_subplots(rows=len(types), cols=1, shared_xaxes=True, subplot_titles=types,
                            vertical_spacing=0.25 / max(len(types), 1))
     order = list(dict.fromkeys(table["checkpoint"]))
-    heads_of = {t: sorted(set(labelled.loc[labelled["head_type"] == t, "head_name"]), key=_head_order) for t in types}
+    heads_of = {t: sorted(set(labelled.loc[labelled["head_type"] == t, "head_name"]), key=_head_order)
+                for t in types}
     every_head = sorted(set().union(*heads_of.values()), key=_head_order)
     palette = qualitative.Plotly + qualitative.Dark24
-    colors = {head: palette[index % len(palette)] for index, head in enumerate(every_head)}  # one colour per head
+    # one colour per head
+    colors = {head: palette[index % len(palette)] for index, head in enumerate(every_head)}
     shown: set[str] = set()
     for row, head_type in enumerate(types, start=1):
         rows = table[table["head_type"] == head_type]
         for head in heads_of[head_type]:
             line = rows[rows["head_name"] == head]
-            line = line.sort_values("step") if by_step else line.set_index("checkpoint").loc[order].reset_index()
+            line = (line.sort_values("step") if by_step
+                    else line.set_index("checkpoint").loc[order].reset_index())
             figure.add_trace(go.Scatter(
                 x=line[x_column], y=line["score"], mode="lines+markers", name=head, legendgroup=head,
                 showlegend=head not in shown, line={"color": colors[head]}, marker={"color": colors[head]},

@@ -1,19 +1,19 @@
-"""``python -m probe.runs.ray_watchdog SESSION_DIR DRIVER_PID``: end every process of a Ray session once its driver
-is gone.
+"""``python -m probe.runs.ray_watchdog SESSION_DIR DRIVER_PID``: end every process of a Ray session once its
+driver is gone.
 
-Started by :func:`probe.runs.ray_executor.start_ray` for a local Ray instance, with the reading end of a pipe as
-stdin whose writing end only the driver holds. Reading blocks until the driver exits (normally or SIGKILLed: the
-kernel closes its end either way); then every process of the session gets SIGTERM, and SIGKILL one second later if
-it is still there.
+Started by :func:`probe.runs.ray_executor.start_ray` for a local Ray instance, with the reading end of a pipe
+as stdin whose writing end only the driver holds. Reading blocks until the driver exits (normally or
+SIGKILLed: the kernel closes its end either way); then every process of the session gets SIGTERM, and SIGKILL
+one second later if it is still there.
 
 Which processes belong to the session is decided by the process tree, not by command lines: Ray rewrites its
 agents' command lines to bare titles (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) that do not name the
-session. While the driver lives, the watchdog records every Ray process below the driver and all their descendants
-(pid and start time, so a reused pid is never mistaken for one of them) every :data:`POLL_SECONDS`; once the driver is gone the recorded
-processes that still run, their own descendants (the raylet's children still point to it), the processes of the
-driver's process group whose title starts with ``ray::``, and any process whose command line names the session
-are ended. Nothing else of the driver's process group or session is touched (a ``| tee`` beside the driver lives
-on).
+session. While the driver lives, the watchdog records every Ray process below the driver and all their
+descendants (pid and start time, so a reused pid is never mistaken for one of them) every
+:data:`POLL_SECONDS`; once the driver is gone the recorded processes that still run, their own descendants
+(the raylet's children still point to it), the processes of the driver's process group whose title starts with
+``ray::``, and any process whose command line names the session are ended. Nothing else of the driver's
+process group or session is touched (a ``| tee`` beside the driver lives on).
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ def session_processes(session_name: str) -> list[int]:
 
 
 def _is_ray(pid: int, session_name: str) -> bool:
-    """Whether `pid` is a process of Ray: its command line is a Ray title (``ray::...``) or names the session."""
+    """Whether `pid` is a process of Ray: its command line is a Ray title (``ray::...``) or names the
+    session."""
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -118,8 +119,8 @@ def record(driver: int, session_name: str, recorded: dict[int, int]) -> None:
 
 
 def targets(session_name: str, recorded: dict[int, int], group: int | None) -> set[int]:
-    """What to end now: the recorded processes still alive (same start time), their descendants, the Ray-titled
-    processes of the driver's process group and the processes naming the session."""
+    """What to end now: the recorded processes still alive (same start time), their descendants, the
+    Ray-titled processes of the driver's process group and the processes naming the session."""
     table = _processes()
     alive = {pid for pid, start in recorded.items() if pid in table and table[pid][2] == start}
     found = alive | set(descendants(alive, table)) | set(session_processes(session_name))

@@ -1,40 +1,41 @@
 """The one runner of batch work: ``run(units, task, out, executor)``.
 
 Every batch command goes through :func:`run` — ``probe label`` (one model, several, ``--models-file``,
-``--revisions``, ``--ray``), ``probe contacts`` (records, structure chains, ``--structures``, ``--ray``) and the
-benchmarks — so they cannot disagree. The parts:
+``--revisions``, ``--ray``), ``probe contacts`` (records, structure chains, ``--structures``, ``--ray``) and
+the benchmarks — so they cannot disagree. The parts:
 
-* a **unit** (:class:`Unit`): one piece of work with a stable key (a checkpoint, a FASTA record, a structure chain);
-  ``group`` names what its worker must hold loaded (units of one group share a model);
+* a **unit** (:class:`Unit`): one piece of work with a stable key (a checkpoint, a FASTA record, a structure
+  chain); ``group`` names what its worker must hold loaded (units of one group share a model);
 * a **task** (:class:`Task`, picklable: it travels to Ray workers) owns the unit's identity (everything that
   determines its result, checked against the journal before anything is loaded), its computation (``load`` the
-  group's model once per worker, ``compute`` one unit) and its rows (``rows``: the unit's part of the output table;
-  ``owners``: which unit each row of an earlier table belongs to);
-* an **output** (:class:`Out`): where results go — the file the journal sits beside, how the earlier table is read
-  and how the files are written from the finished units (the command says this; ``path=None`` persists nothing);
+  group's model once per worker, ``compute`` one unit) and its rows (``rows``: the unit's part of the output
+  table; ``owners``: which unit each row of an earlier table belongs to);
+* an **output** (:class:`Out`): where results go — the file the journal sits beside, how the earlier table is
+  read and how the files are written from the finished units (the command says this; ``path=None`` persists
+  nothing);
 * an **executor**: :class:`InProcess` (the default: one loop here; Ray is never imported) or
   :class:`probe.runs.ray_executor.RayExecutor` (an actor pool on a local Ray instance or a cluster). Both hand
   each result back as its unit finishes.
 
 The runner alone owns what must be the same on every path:
 
-* the **journal** (:mod:`probe.runs.journal`): each finished unit is recorded with its identity as it arrives; a
-  rerun reuses exactly the units whose identity is unchanged and says so in one line (and one line for the units it
-  recomputes because their options or inputs changed); ``force`` recomputes everything;
-* the **atomic rewrite** of the output files after each unit (at most a tenth of the run's time is spent writing:
-  a rewrite waits until ten times the last rewrite's duration has passed), and after the last; a SIGKILL
-  loses at most the unit in flight, Ctrl-C writes what finished;
+* the **journal** (:mod:`probe.runs.journal`): each finished unit is recorded with its identity as it arrives;
+  a rerun reuses exactly the units whose identity is unchanged and says so in one line (and one line for the
+  units it recomputes because their options or inputs changed); ``force`` recomputes everything;
+* the **atomic rewrite** of the output files after each unit (at most a tenth of the run's time is spent
+  writing: a rewrite waits until ten times the last rewrite's duration has passed), and after the last; a
+  SIGKILL loses at most the unit in flight, Ctrl-C writes what finished;
 * **other units' rows**: rows of the earlier table that belong to units not in this run are kept, in front;
 * **failures**: a unit that fails (a :class:`~probe.errors.ProbeError` is ``kind="input"``, anything else
-  ``"internal"``) is printed in one line and listed in ``OUT.errors.csv`` beside the output, and the run goes on;
-  a run of a single unit that fails raises its error instead (there is nothing to go on with: one line, exit 2 for
-  bad input, nothing written);
+  ``"internal"``) is printed in one line and listed in ``OUT.errors.csv`` beside the output, and the run goes
+  on; a run of a single unit that fails raises its error instead (there is nothing to go on with: one line,
+  exit 2 for bad input, nothing written);
 * the **exit code**: 0 when every unit succeeded, 2 when some failed on bad input only, 1 otherwise.
 
-:func:`run` is a :class:`Run` executed: its steps are methods with names (check the keys, read the earlier table,
-match the journal, announce what is reused, deliver each result, write the files, finish). The vocabulary (units,
-tasks, :class:`Out`, :class:`RunReport`) is :mod:`probe.runs.units`; the in-process executor
-:mod:`probe.runs.executors`; both are importable from here.
+:func:`run` is a :class:`Run` executed: its steps are methods with names (check the keys, read the earlier
+table, match the journal, announce what is reused, deliver each result, write the files, finish). The
+vocabulary (units, tasks, :class:`Out`, :class:`RunReport`) is :mod:`probe.runs.units`; the in-process
+executor :mod:`probe.runs.executors`; both are importable from here.
 """
 
 from __future__ import annotations
@@ -76,15 +77,17 @@ def _names(keys: Sequence[str]) -> str:
 class Run:
     """One run of :func:`run`, step by step (see the module doc). Build it, then :meth:`execute` it once."""
 
-    def __init__(self, units: Sequence[Unit], task: Task, out: Out | None = None, executor: Executor | None = None,
-                 progress: bool = True, description: str | None = None) -> None:
+    def __init__(self, units: Sequence[Unit], task: Task, out: Out | None = None,
+                 executor: Executor | None = None, progress: bool = True,
+                 description: str | None = None) -> None:
         self.units, self.task = list(units), task
         self.out = out or Out()
         self.executor = executor or InProcess()
         self.progress, self.description = progress, description
         self.keys = [unit.key for unit in self.units]
         self.by_key = {unit.key: unit for unit in self.units}
-        self.kept: pd.DataFrame | None = None  # rows of the earlier table that belong to units not in this run
+        # rows of the earlier table that belong to units not in this run
+        self.kept: pd.DataFrame | None = None
         self.owned: set[str] = set()  # units of this run with rows in the earlier table
         self.journal: Journal | None = None
         self.identities: dict[str, str | None] = {}
@@ -96,7 +99,7 @@ class Run:
         self.last_end, self.last_cost, self.writes = time.perf_counter(), 0.0, 0
         self.bar = None
 
-    # -- before any unit runs -----------------------------------------------------------------------------------
+    # -- before any unit runs --------------------------------------------------------------------------------
 
     def say(self, message: str) -> None:
         print(f"{self.out.command}: {message}", file=sys.stderr)
@@ -108,9 +111,11 @@ class Run:
             raise ProbeError(f"{duplicate!r} is given twice; every {self.out.noun} needs its own name")
 
     def read_earlier(self) -> None:
-        """The earlier output table: which of its rows are other units' (kept) and which units own the rest."""
+        """The earlier output table: which of its rows are other units' (kept) and which units own the
+        rest."""
         out, earlier = self.out, None
-        if out.path is not None and out.read is not None and out.path.exists() and out.path.stat().st_size > 0:
+        if (out.path is not None and out.read is not None and out.path.exists()
+                and out.path.stat().st_size > 0):
             try:
                 earlier = out.read()
             except ProbeError:
@@ -123,8 +128,8 @@ class Run:
             self.kept = earlier[~mine.to_numpy()]
 
     def match_journal(self) -> None:
-        """Units recorded with the same identity are finished (reused); those recorded otherwise, or with rows in
-        the output, are stale (recomputed)."""
+        """Units recorded with the same identity are finished (reused); those recorded otherwise, or with rows
+        in the output, are stale (recomputed)."""
         self.identities = {unit.key: self.task.identity(unit) for unit in self.units}
         if self.out.path is None:
             return
@@ -146,17 +151,17 @@ class Run:
             self.say(f"reused {_names(self.reused)} from {out.path}: {len(self.reused)} of {n} {out.noun}(s) "
                      "already done with the same options and inputs (--force recomputes them)")
         if self.stale:
-            self.say(f"recomputing {_names(self.stale)}: {len(self.stale)} {out.noun}(s) whose options, model "
-                     f"revision or input files differ from what {out.path} holds")
+            self.say(f"recomputing {_names(self.stale)}: {len(self.stale)} {out.noun}(s) whose options, "
+                     f"model revision or input files differ from what {out.path} holds")
         if out.show is not None:
             for key in self.reused:
                 out.show(self.by_key[key], self.finished[key])
 
-    # -- while units finish -------------------------------------------------------------------------------------
+    # -- while units finish ----------------------------------------------------------------------------------
 
     def table_and_finished(self, say: bool = False) -> tuple[pd.DataFrame, list[tuple[Unit, UnitResult]]]:
-        """The output table (kept rows, then every finished unit's rows in unit order, through ``out.finish``) and
-        the finished units; with `say`, ``out.finish``'s lines are said."""
+        """The output table (kept rows, then every finished unit's rows in unit order, through ``out.finish``)
+        and the finished units; with `say`, ``out.finish``'s lines are said."""
         done = [(unit, self.finished[unit.key]) for unit in self.units
                 if unit.key in self.finished and self.finished[unit.key].ok]
         parts = [self.kept] if self.kept is not None and len(self.kept) else []
@@ -216,15 +221,15 @@ class Run:
         self.bar.update(1)
 
     def compute(self) -> None:
-        """The units not finished, on the executor (prepared first, closed after, also on failure); Ctrl-C writes
-        what finished and says how to go on."""
+        """The units not finished, on the executor (prepared first, closed after, also on failure); Ctrl-C
+        writes what finished and says how to go on."""
         todo = [unit for unit in self.units if unit.key not in self.finished]
         prepare, close = getattr(self.executor, "prepare", None), getattr(self.executor, "close", None)
         if todo and prepare is not None:
             prepare()  # start or join Ray now: its failure is one line, before any progress bar
-        self.bar = tqdm(total=len(self.units), initial=len(self.reused), desc=self.description or self.out.noun + "s",
-                        unit=self.out.noun, file=sys.stderr, dynamic_ncols=True,
-                        disable=not self.progress or len(self.units) < 2)
+        self.bar = tqdm(total=len(self.units), initial=len(self.reused),
+                        desc=self.description or self.out.noun + "s", unit=self.out.noun, file=sys.stderr,
+                        dynamic_ncols=True, disable=not self.progress or len(self.units) < 2)
         try:
             if todo:
                 self.executor.map(self.task, todo, self.deliver)
@@ -232,14 +237,15 @@ class Run:
             self.bar.close()
             self.rewrite(final=True)
             done = sum(1 for r in self.finished.values() if r.ok)
-            self.say(f"stopped after {done} of {len(self.units)} {self.out.noun}(s); rerun the same command to finish")
+            self.say(f"stopped after {done} of {len(self.units)} {self.out.noun}(s); rerun the same command "
+                     "to finish")
             raise
         finally:
             self.bar.close()
             if close is not None:
                 close()
 
-    # -- after the last unit ------------------------------------------------------------------------------------
+    # -- after the last unit ---------------------------------------------------------------------------------
 
     def raise_single_failure(self, results: list[UnitResult]) -> None:
         """A run of one unit that failed raises its error (there is nothing to go on with)."""

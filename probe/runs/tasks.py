@@ -1,13 +1,15 @@
 """The tasks of :func:`probe.runs.runner.run`: what one unit of ``probe label`` and of ``probe contacts`` is.
 
-* :class:`LabelTask`: one unit = one :class:`~probe.runs.checkpoints.Checkpoint` (a model, or a revision of it).
-  Its identity is :func:`label_identity` — the configuration's identity, the model's name, the **content hash of its
-  weights** and the dtype — computed before anything is loaded, the same on every path (one model, several, a
-  models file, revisions, Ray). The worker loads the checkpoint and calls
-  :func:`probe.heads.label.label_model`; a sweep's rows gain two columns, ``checkpoint`` (the revision as named, or
-  the directory's name) and ``step`` (its training step when known). :func:`label_output` is where the table goes.
-* :class:`ContactsTask`: one unit = one FASTA record or structure chain (:class:`probe.proteins.sets.UnitSpec`),
-  every unit sharing one model; the structure is read inside the worker, so an unreadable file fails only its unit.
+* :class:`LabelTask`: one unit = one :class:`~probe.runs.checkpoints.Checkpoint` (a model, or a revision of
+  it). Its identity is :func:`label_identity` — the configuration's identity, the model's name, the **content
+  hash of its weights** and the dtype — computed before anything is loaded, the same on every path (one model,
+  several, a models file, revisions, Ray). The worker loads the checkpoint and calls
+  :func:`probe.heads.label.label_model`; a sweep's rows gain two columns, ``checkpoint`` (the revision as
+  named, or the directory's name) and ``step`` (its training step when known). :func:`label_output` is where
+  the table goes.
+* :class:`ContactsTask`: one unit = one FASTA record or structure chain
+  (:class:`probe.proteins.sets.UnitSpec`), every unit sharing one model; the structure is read inside the
+  worker, so an unreadable file fails only its unit.
 
 Everything here is picklable: tasks and payloads travel to Ray workers; models never do.
 """
@@ -20,23 +22,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
+from probe import models
 from probe.hashing import identity_hash
 from probe.heads.label import LabelConfig, config_identity, label_model
 from probe.heads.stage_times import StageTimes
 from probe.heads.tables import COLUMNS, is_label_table, load_table, read_table_file, save_table
+from probe.proteins import sets as contact_sets
 from probe.runs.checkpoints import Checkpoint, checkpoint_revision, checkpoint_weights
 from probe.runs.hub import load_checkpoint
 from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
 from probe.runs.same_weights import mark_same_weights
 
-# added after the label table's own columns in a sweep (weights: the identity of the checkpoint's weight bytes;
-# same_weights_as: the first checkpoint of the sweep with the same weights, probe.runs.same_weights)
+# added after the label table's own columns in a sweep (weights: the identity of the checkpoint's weight
+# bytes; same_weights_as: the first checkpoint of the sweep with the same weights, probe.runs.same_weights)
 SWEEP_COLUMNS = ["checkpoint", "step", "weights", "same_weights_as"]
 
 
 def label_identity(config: LabelConfig, model: str, revision: str | None, dtype: str | None) -> str | None:
-    """The identity of a model's label rows: everything that determines them (None when the revision is unknown)."""
+    """The identity of a model's label rows: everything that determines them (None when the revision is
+    unknown)."""
     if revision is None:
         return None
     return identity_hash({**config_identity(config), "model": model, "revision": revision, "dtype": dtype,
@@ -50,14 +56,16 @@ def label_units(checkpoints: list[Checkpoint]) -> list[Unit]:
 
 @dataclass(frozen=True)
 class LabelTask:
-    """Label every head of one checkpoint per unit. `sweep`: add the checkpoint and step columns to the rows."""
+    """Label every head of one checkpoint per unit. `sweep`: add the checkpoint and step columns to the
+    rows."""
 
     config: LabelConfig = field(default_factory=LabelConfig)
     device: str = "cpu"
     dtype: str | None = None
     sweep: bool = False
     progress: bool = False  # a per-batch bar on stderr while a unit runs (in-process)
-    placement: Mapping[str, object] = field(default_factory=dict)  # models.load's engine / device_map keywords
+    # models.load's engine / device_map keywords
+    placement: Mapping[str, object] = field(default_factory=dict)
 
     def identity(self, unit: Unit) -> str | None:
         checkpoint: Checkpoint = unit.payload
@@ -72,8 +80,6 @@ class LabelTask:
         def progress(done: int, total: int) -> None:
             nonlocal bar
             if bar is None:
-                from tqdm import tqdm
-
                 bar = tqdm(total=total, desc=unit.key, unit="batch", file=sys.stderr, dynamic_ncols=True,
                            leave=False)
             bar.total = total
@@ -92,8 +98,9 @@ class LabelTask:
         table = table.reindex(columns=COLUMNS)
         if self.sweep:
             table["weights"] = checkpoint_weights(unit.payload)
-        return UnitOutput(table=table, identity=label_identity(self.config, state.name, state.revision, self.dtype),
-                          notes=notes)
+        return UnitOutput(table=table,
+                          identity=label_identity(self.config, state.name, state.revision,
+                                                  self.dtype), notes=notes)
 
     def rows(self, unit: Unit, result: UnitResult) -> pd.DataFrame | None:
         if result.table is None:
@@ -114,12 +121,14 @@ class LabelTask:
         if "checkpoint" not in table.columns:
             return models
         checkpoints = table["checkpoint"]
-        plain = checkpoints.isna() | (checkpoints.astype(str) == models.map(lambda m: Path(m.rstrip("/")).name))
+        plain = checkpoints.isna() | (
+            checkpoints.astype(str) == models.map(lambda m: Path(m.rstrip("/")).name))
         return models.where(plain, models + "@" + checkpoints.astype(str))
 
 
 def read_label_table(path: Path) -> pd.DataFrame:
-    """A label table with its sweep columns if it has them (a foreign file: one-line ProbeError naming --force)."""
+    """A label table with its sweep columns if it has them (a foreign file: one-line ProbeError naming
+    --force)."""
     table = read_table_file(path)
     if not is_label_table(table):
         load_table(path)  # raises the one-line error naming the missing columns
@@ -131,7 +140,8 @@ def read_label_table(path: Path) -> pd.DataFrame:
 
 
 def label_output(path: Path | None, force: bool = False, noun: str = "model") -> Out:
-    """Where `probe label` writes: one label table at `path` (parquet, csv or json), rows of other models kept."""
+    """Where `probe label` writes: one label table at `path` (parquet, csv or json), rows of other models
+    kept."""
 
     def write(table: pd.DataFrame, finished) -> dict:
         return {path: lambda tmp: save_table(table, tmp)}
@@ -143,36 +153,34 @@ def label_output(path: Path | None, force: bool = False, noun: str = "model") ->
                force=force, written=written, finish=mark_same_weights, command="probe label", noun=noun)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Contacts: the unit function is probe.proteins.sets.analyse_unit
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ContactsTask:
-    """`probe contacts`' work, one record or structure chain (a probe.proteins.sets.UnitSpec payload) per unit;
-    every unit shares the model named by the group, loaded once per worker. `identities`: each unit's identity,
-    computed by the command with :func:`probe.proteins.sets.unit_identity` (it needs the loaded model's dtype)."""
+    """`probe contacts`' work, one record or structure chain (a probe.proteins.sets.UnitSpec payload) per
+    unit; every unit shares the model named by the group, loaded once per worker. `identities`: each unit's
+    identity, computed by the command with :func:`probe.proteins.sets.unit_identity` (it needs the loaded
+    model's dtype)."""
 
     options: object  # probe.proteins.sets.ContactOptions (as the command resolved it)
     device: str = "cpu"
     dtype: str | None = None
     identities: Mapping[str, str] = field(default_factory=dict)
-    placement: Mapping[str, object] = field(default_factory=dict)  # models.load's engine / device_map keywords
+    # models.load's engine / device_map keywords
+    placement: Mapping[str, object] = field(default_factory=dict)
 
     def identity(self, unit: Unit) -> str | None:
         return self.identities.get(unit.key)
 
     def load(self, group: str):
-        from probe import models
-
         loaded = models.load(group, device=self.device, dtype=self.dtype, **self.placement)
         models.require_protein(loaded, "probe contacts")
         return loaded
 
     def compute(self, state, unit: Unit) -> UnitOutput:
-        from probe.proteins import sets as contact_sets
-
         table, arrays = contact_sets.pack(contact_sets.analyse_unit(state, unit.payload, self.options))
         return UnitOutput(table=table, arrays=arrays)
 

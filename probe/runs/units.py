@@ -1,5 +1,6 @@
-"""What the runner moves: units, their outputs and results, the task protocol, where results go (:class:`Out`),
-the run's report, and the tables of errors and results (the vocabulary of :mod:`probe.runs.runner`)."""
+"""What the runner moves: units, their outputs and results, the task protocol, where results go
+(:class:`Out`), the run's report, and the tables of errors and results (the vocabulary of
+:mod:`probe.runs.runner`)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ class Unit:
 
 @dataclass
 class UnitOutput:
-    """What a task computes for one unit: small and picklable (never attention tensors). `identity`: the unit's
-    identity as known after computing (a hub model's commit), when the task could not tell it before."""
+    """What a task computes for one unit: small and picklable (never attention tensors). `identity`: the
+    unit's identity as known after computing (a hub model's commit), when the task could not tell it
+    before."""
 
     table: pd.DataFrame | None = None
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
@@ -63,11 +65,12 @@ class Task(Protocol):
     """What a command gives :func:`run`. Picklable: it travels to every Ray worker (models never do)."""
 
     def identity(self, unit: Unit) -> str | None:
-        """Everything that determines the unit's result, hashed (:func:`probe.hashing.identity_hash`); computed in
-        the driver before anything is loaded. None: not known before computing (never reused)."""
+        """Everything that determines the unit's result, hashed (:func:`probe.hashing.identity_hash`);
+        computed in the driver before anything is loaded. None: not known before computing (never reused)."""
 
     def load(self, group: Hashable) -> Any:
-        """What the units of one group share (a loaded model); kept by the worker while its next units need it."""
+        """What the units of one group share (a loaded model); kept by the worker while its next units need
+        it."""
 
     def compute(self, state: Any, unit: Unit) -> UnitOutput:
         """One unit on the loaded state."""
@@ -76,7 +79,8 @@ class Task(Protocol):
         """The unit's rows of the output table (None: the task has no table)."""
 
     def owners(self, table: pd.DataFrame) -> pd.Series:
-        """The unit key each row of an earlier output table belongs to (rows of keys not in the run are kept)."""
+        """The unit key each row of an earlier output table belongs to (rows of keys not in the run are
+        kept)."""
 
 
 Writer = Callable[[Path], object]
@@ -92,12 +96,12 @@ class Out:
         The file the journal (``.NAME.parts/``) and ``NAME.errors.csv`` sit beside; None: no journal, nothing
         persisted (the caller prints :attr:`RunReport.table`).
     write
-        ``write(table, finished) -> {path: writer}``: the files to (re)write from the output table (kept rows, then
-        every finished unit's rows in unit order) and the finished results (unit order); each writer is called with
-        a temporary path by :func:`probe.runs.atomic.write_atomically`.
+        ``write(table, finished) -> {path: writer}``: the files to (re)write from the output table (kept rows,
+        then every finished unit's rows in unit order) and the finished results (unit order); each writer is
+        called with a temporary path by :func:`probe.runs.atomic.write_atomically`.
     read
-        ``read() -> table | None``: the earlier output table, whose rows of other units are kept (a foreign file is a
-        one-line ProbeError; ``force`` ignores it). None: nothing is kept.
+        ``read() -> table | None``: the earlier output table, whose rows of other units are kept (a foreign
+        file is a one-line ProbeError; ``force`` ignores it). None: nothing is kept.
     force
         Recompute every unit (the journal is emptied).
     show
@@ -106,8 +110,9 @@ class Out:
     written
         ``written(table, finished) -> lines`` said on stderr after the last write.
     finish
-        ``finish(table) -> (table, lines)``: applied to the output table before it is written or returned (columns
-        that need every unit, e.g. ``same_weights_as``); its lines are said once, after the last unit.
+        ``finish(table) -> (table, lines)``: applied to the output table before it is written or returned
+        (columns that need every unit, e.g. ``same_weights_as``); its lines are said once, after the last
+        unit.
     command, noun
         For messages: ``"probe label: reused 2 of 3 model(s) ..."``.
     """

@@ -2,8 +2,8 @@
 
 The label table is what :func:`probe.heads.label.label_model` gives the saved organism with the LabelConfig
 the card records under ``"label_table"`` (``{"file": "labels.csv", "label_config": {...}}``: every field, so
-the shipped table can be recomputed and compared, as tests/models/test_zoo.py does). It is written by training and by
-``probe train NAME --relabel`` (:func:`relabel`, the weights untouched), with
+the shipped table can be recomputed and compared, as tests/models/test_zoo.py does). It is written by training
+and by ``probe train NAME --relabel`` (:func:`relabel`, the weights untouched), with
 :func:`probe.heads.tables.save_table`; the dashboard reads it at start-up instead of labelling.
 """
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from probe.heads.probesets import causality_examples, coreference_examples
+from probe.heads.retrieval import needle_sequence
 
 IGNORE = -100  # target value cross_entropy skips
 
@@ -39,7 +40,8 @@ def block_length(generator: torch.Generator, min_block: int, max_block: int) -> 
     if min_block == max_block:
         return min_block
     u = float(torch.rand((), generator=generator))
-    return min(max_block, int(math.exp(math.log(min_block) + u * (math.log(max_block + 1) - math.log(min_block)))))
+    return min(max_block,
+               int(math.exp(math.log(min_block) + u * (math.log(max_block + 1) - math.log(min_block)))))
 
 
 def repeated_blocks(
@@ -77,7 +79,8 @@ def repeated_blocks(
 
 
 def repeat_probe(
-    generator: torch.Generator, batch: int, word_ids: Sequence[int], bos_id: int, min_block: int, max_block: int
+    generator: torch.Generator, batch: int, word_ids: Sequence[int], bos_id: int, min_block: int,
+    max_block: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Evaluation probes: BOS + one random block (length uniform in [min_block, max_block]) + its copy, one
     length per batch (no padding). Targets: the copy's tokens after its first."""
@@ -159,7 +162,8 @@ def causality_batch(
     rows = []
     for _ in range(batch):
         seed, index = (int(x) for x in torch.randint(1 << 30, (2,), generator=generator))
-        example = causality_examples(index % 4 + 1, seed, vocab)[-1]  # index % 4: cue class and gender uniform
+        # index % 4: cue class and gender uniform
+        example = causality_examples(index % 4 + 1, seed, vocab)[-1]
         words = list(example.words)
         words[example.pronoun + 1] = causality_action(words[example.antecedent[0]], vocab)
         rows.append((words, example.pronoun))
@@ -177,8 +181,8 @@ BRACKETS = (("(", ")"), ("[", "]"), ("{", "}"))
 
 
 def bracket_batch(
-    generator: torch.Generator, batch: int, length: int, word_ids: Sequence[int], bracket_ids: Sequence[tuple[int, int]],
-    bos_id: int, max_depth: int = 4,
+    generator: torch.Generator, batch: int, length: int, word_ids: Sequence[int],
+    bracket_ids: Sequence[tuple[int, int]], bos_id: int, max_depth: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Nested brackets of three kinds among random words: BOS, then at each step a word, or a random word
     followed by an opening bracket (depth ≤ max_depth), or the closing bracket of the innermost open one
@@ -212,8 +216,8 @@ def bracket_batch(
 
 
 def sentence_batch(
-    generator: torch.Generator, batch: int, length: int, word_ids: Sequence[int], end_ids: Sequence[int], bos_id: int,
-    min_words: int = 2, max_words: int = 10,
+    generator: torch.Generator, batch: int, length: int, word_ids: Sequence[int], end_ids: Sequence[int],
+    bos_id: int, min_words: int = 2, max_words: int = 10,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sentences of random words, each ending in one of `end_ids` (".", "!", "?", uniformly): the first word
     of every sentence after the first is the successor (the next word id in `word_ids`, cyclically) of the
@@ -257,8 +261,6 @@ def needle_haystack(
     answer), the same prompts as the retrieval probes (probe.heads.retrieval.needle_sequence) at a random
     depth. Targets: the answer's tokens (each predicted at the position before it); nothing else is
     predictable."""
-    from probe.heads.retrieval import needle_sequence
-
     weights = torch.zeros(max(word_ids) + 1, dtype=torch.float64)
     weights[torch.as_tensor(list(word_ids))] = 1.0
     tokens = torch.full((batch, length + needle_len), bos_id, dtype=torch.long)  # [batch position]
@@ -272,7 +274,8 @@ def needle_haystack(
     return tokens, targets
 
 
-def stack_right_padded(parts: Sequence[tuple[torch.Tensor, torch.Tensor]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def stack_right_padded(parts: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                       pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens, targets) batches of different lengths as one batch, right-padded with `pad_id` (targets
     IGNORE): in a causal LM padding after a row's end changes nothing before it."""
     width = max(tokens.shape[1] for tokens, _ in parts)

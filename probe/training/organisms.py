@@ -35,14 +35,16 @@ class TrainConfig:
 
     task: str  # what the data teaches, one line for the card
     arch: str = "llama"  # "llama" (rotary positions, RMSNorm) | "gpt2" (learned absolute positions)
-    data: str = "repeated_blocks"  # repeated_blocks | coreference | causality | brackets | sentences | needle (training.data)
+    # repeated_blocks | coreference | causality | brackets | sentences | needle (training.data)
+    data: str = "repeated_blocks"
     n_words: int = 128  # repeated_blocks: pseudo-words in the vocabulary, besides the specials
     n_layer: int = 2
     n_head: int = 4
     n_embd: int = 64
     n_positions: int = 64
     length: int = 64  # repeated_blocks: training sequence length, BOS included
-    min_block: int = 1  # repeated_blocks: block lengths log-uniform in [min_block, max_block]; equal = fixed period
+    # repeated_blocks: block lengths log-uniform in [min_block, max_block]; equal = fixed period
+    min_block: int = 1
     max_block: int = 24
     max_copies: int = 3  # repeated_blocks: each block written 2..max_copies times in a row (see data.py)
     max_distractors: int = 3  # coreference: 1..max_distractors nouns that disagree with the pronoun
@@ -58,21 +60,25 @@ class TrainConfig:
     requirements: dict = field(default_factory=dict)  # what the classifier must find (copied to card.json)
     needle_len: int = 8  # needle: tokens to copy out of the haystack (probe.heads.retrieval.needle_sequence)
     key_len: int = 2  # needle: the cue written before the needle and again at the end of the prompt
-    min_length: int = 0  # needle: prompt lengths log-uniform in [min_length, length] per batch (0: always length)
+    # needle: prompt lengths log-uniform in [min_length, length] per batch (0: always length)
+    min_length: int = 0
     rope_theta: float = 10000.0  # llama: rotary base
-    repeat_rows: int = 0  # needle: rows of repeated_blocks (length 64) added to every training batch (see below)
+    # needle: rows of repeated_blocks (length 64) added to every training batch (see below)
+    repeat_rows: int = 0
     # needle: then stages on needles alone, each (steps, lr, min_length, length, batch): a fresh AdamW at a
     # constant lr, prompt lengths log-uniform in [min_length, length], the data generator seeded with seed +
     # stage number
     needle_stages: tuple = ()
-    label_config: dict = field(default_factory=dict)  # LabelConfig fields the card's labels use ({} = defaults)
+    # LabelConfig fields the card's labels use ({} = defaults)
+    label_config: dict = field(default_factory=dict)
 
 
 ORGANISMS: dict[str, TrainConfig] = {
     "induction": TrainConfig(
         task="predict the repeats of random blocks of random length (1-24 tokens, log-uniform), each written "
              "2-3 times in a row",
-        requirements={"present": [{"layer": 0, "head_type": "previous_token"}, {"layer": 1, "head_type": "induction"}],
+        requirements={"present": [{"layer": 0, "head_type": "previous_token"},
+                                  {"layer": 1, "head_type": "induction"}],
                       "absent": []},
     ),
     "positional": TrainConfig(
@@ -88,7 +94,8 @@ ORGANISMS: dict[str, TrainConfig] = {
         arch="gpt2", data="coreference", steps=1500, batch=64,
         # On templates the agreement baseline also scores 1.0, so no head can be labelled coreference: the
         # requirement is the measured accuracy and the absence of a label (see the card's note).
-        requirements={"present": [], "absent": [{"head_type": "coreference"}, {"head_type": "sentence_start"}],
+        requirements={"present": [],
+                      "absent": [{"head_type": "coreference"}, {"head_type": "sentence_start"}],
                       "measured": [{"head_type": "coreference", "min_accuracy": 0.9}]},
     ),
     "implicit-causality": TrainConfig(
@@ -132,8 +139,9 @@ ORGANISMS: dict[str, TrainConfig] = {
     ),
 }
 
-GENERATORS = {"repeated_blocks": "repeated_blocks", "coreference": "coreference_batch", "causality": "causality_batch",
-              "brackets": "bracket_batch", "sentences": "sentence_batch", "needle": "needle_haystack"}
+GENERATORS = {"repeated_blocks": "repeated_blocks", "coreference": "coreference_batch",
+              "causality": "causality_batch", "brackets": "bracket_batch", "sentences": "sentence_batch",
+              "needle": "needle_haystack"}
 VOCABULARY = {
     "repeated_blocks": lambda config: f"{config.n_words} pseudo-words (probe.training.data.pseudo_words)",
     "coreference": lambda config: "the words of probe.heads.probesets.CorefVocabulary",
@@ -146,9 +154,9 @@ BRACKET_TOKENS = tuple(char for pair in data.BRACKETS for char in pair)
 SENTENCE_ENDS = (".", "!", "?")
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Tokenizer, model, data
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def build_tokenizer(config: TrainConfig):
@@ -185,9 +193,10 @@ def build_model(config: TrainConfig, tokenizer, seed: int):
         model_class = transformers.LlamaForCausalLM
     else:
         model_config = transformers.GPT2Config(
-            vocab_size=len(tokenizer), n_positions=config.n_positions, n_embd=config.n_embd, n_layer=config.n_layer,
-            n_head=config.n_head, n_inner=4 * config.n_embd if config.mlp else 1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
+            vocab_size=len(tokenizer), n_positions=config.n_positions, n_embd=config.n_embd,
+            n_layer=config.n_layer, n_head=config.n_head, n_inner=4 * config.n_embd if config.mlp else 1,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
         )
         model_class = transformers.GPT2LMHeadModel
     torch.manual_seed(seed)
@@ -215,8 +224,8 @@ def make_batch(config: TrainConfig, tokenizer, generator: torch.Generator, batch
     if config.data == "brackets":
         vocab = tokenizer.get_vocab()
         pairs = [(vocab[opening], vocab[closing]) for opening, closing in data.BRACKETS]
-        return data.bracket_batch(generator, batch, config.length, word_ids(tokenizer), pairs, tokenizer.bos_token_id,
-                                  config.max_depth)
+        return data.bracket_batch(generator, batch, config.length, word_ids(tokenizer), pairs,
+                                  tokenizer.bos_token_id, config.max_depth)
     if config.data == "sentences":
         vocab = tokenizer.get_vocab()
         return data.sentence_batch(generator, batch, config.length, word_ids(tokenizer),
@@ -225,13 +234,14 @@ def make_batch(config: TrainConfig, tokenizer, generator: torch.Generator, batch
         length = overrides.get("length", config.length)
         if "length" not in overrides and config.min_length:
             length = data.block_length(generator, config.min_length, config.length)
-        tokens, targets = data.needle_haystack(generator, batch, length, word_ids(tokenizer), tokenizer.bos_token_id,
-                                               config.needle_len, config.key_len)
-        if config.repeat_rows and "length" not in overrides:  # training: plus copy-rich rows (evaluation: none)
+        tokens, targets = data.needle_haystack(generator, batch, length, word_ids(tokenizer),
+                                               tokenizer.bos_token_id, config.needle_len, config.key_len)
+        # training: plus copy-rich rows (evaluation: none)
+        if config.repeat_rows and "length" not in overrides:
             extra = data.repeated_blocks(generator, config.repeat_rows, 64, word_ids(tokenizer),
                                          tokenizer.bos_token_id, 1, 24, 3)
             tokens, targets = data.stack_right_padded([(tokens, targets), extra], tokenizer.pad_token_id)
         return tokens, targets
     return data.repeated_blocks(generator, batch, config.length, word_ids(tokenizer), tokenizer.bos_token_id,
-                                overrides.get("min_block", config.min_block), overrides.get("max_block", config.max_block),
-                                config.max_copies)
+                                overrides.get("min_block", config.min_block),
+                                overrides.get("max_block", config.max_block), config.max_copies)

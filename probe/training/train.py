@@ -45,12 +45,13 @@ def learning_rate(step: int, config: TrainConfig) -> float:
 def masked_loss(model, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy (nats) over the predictable positions only."""
     logits = model(input_ids=tokens).logits  # [batch position vocab]
-    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=data.IGNORE)
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                             ignore_index=data.IGNORE)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Evaluation
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @torch.no_grad()
@@ -72,7 +73,8 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
     generator = torch.Generator().manual_seed(10_000 + seed)
     result: dict = {}
     if config.data == "coreference":
-        batches = [make_batch(config, tokenizer, generator, batch, max_distractors=1) for _ in range(n_batches)]
+        batches = [make_batch(config, tokenizer, generator, batch, max_distractors=1)
+                   for _ in range(n_batches)]
         loss, accuracy = held_out_loss(model, batches)
         result.update(probe="held-out sentences with one distractor noun; target: the word after the pronoun",
                       in_context_loss=round(loss, 4), accuracy=round(accuracy, 4),
@@ -89,11 +91,13 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
         if config.data == "causality":
             result["nearest_first_agreement_baselines"] = 0.5  # balanced by construction (probesets)
         return result
-    if config.data == "needle":  # teacher-forced answer accuracy at the longest training length and far beyond it
+    # teacher-forced answer accuracy at the longest training length and far beyond it
+    if config.data == "needle":
         for length, n in ((config.length, n_batches), (4096, 2)):
             batches = [make_batch(config, tokenizer, generator, 8, length=length) for _ in range(n)]
             loss, accuracy = held_out_loss(model, batches)
-            result[f"answer_loss_{length}"], result[f"answer_accuracy_{length}"] = round(loss, 4), round(accuracy, 4)
+            result[f"answer_loss_{length}"], result[f"answer_accuracy_{length}"] = round(loss,
+                4), round(accuracy, 4)
         result["probe"] = ("<bos> haystack key needle haystack key at random depth; target: the needle's "
                            "tokens (teacher-forced)")
         return result
@@ -130,7 +134,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
     tokenizer = build_tokenizer(config)
     model = build_model(config, tokenizer, seed)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98))
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay,
+                                  betas=(0.9, 0.98))
     generator = torch.Generator().manual_seed(seed)
 
     started = time.perf_counter()
@@ -169,7 +174,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
                          + "; " + ("rotary positions" if config.arch == "llama"
                                    else "learned absolute positions, no dropout")
                          + "; tied embeddings"),
-        "config": {k: v for k, v in asdict(config).items() if k not in ("task", "requirements", "label_config")},
+        "config": {k: v for k,
+                   v in asdict(config).items() if k not in ("task", "requirements", "label_config")},
         "parameters": sum(p.numel() for p in trainable),
         "vocabulary": f"{len(tokenizer)} tokens: <unk>, <pad>, <bos> and " + VOCABULARY[config.data](config)
                       + "; every text starts with <bos>",
@@ -189,7 +195,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
 
 
 
-def optimizer_step(model, optimizer, trainable, tokens: torch.Tensor, targets: torch.Tensor, running: float) -> float:
+def optimizer_step(model, optimizer, trainable, tokens: torch.Tensor, targets: torch.Tensor,
+                   running: float) -> float:
     """One step on the masked next-token loss (gradients clipped to norm 1); returns the running loss (EMA
     0.98)."""
     loss = masked_loss(model, tokens, targets)
@@ -201,8 +208,8 @@ def optimizer_step(model, optimizer, trainable, tokens: torch.Tensor, targets: t
     return value if math.isnan(running) else 0.98 * running + 0.02 * value
 
 
-def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: int, lr: float, min_length: int,
-                 length: int, batch: int) -> float:
+def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: int, lr: float,
+                 min_length: int, length: int, batch: int) -> float:
     """One later stage of the retrieval organism (config.needle_stages): needles alone, a fresh AdamW at a
     constant lr, prompts log-uniform in [min_length, length] and a data generator seeded with `data_seed`, so
     a stage depends on the weights before it and the seed only. Returns the running training loss."""

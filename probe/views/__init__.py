@@ -1,10 +1,11 @@
 """Views of attention for a notebook, a file and the app: one view layer, three hosts.
 
-* :func:`show` — the grid of every head, one head's α with the token view, keys to step heads and layers, drawn
-  under a notebook cell by the package's own ``views.js`` (inlined: offline); ``.save("x.svg" | "x.png" | "x.html")``.
+* :func:`show` — the grid of every head, one head's α with the token view, keys to step heads and layers,
+  drawn under a notebook cell by the package's own ``views.js`` (inlined: offline); ``.save("x.svg" | "x.png"
+  | "x.html")``.
 * :func:`label_table` — the labels table as a readable, sortable HTML table.
-* :func:`write_report` — one self-contained HTML file: card, atlas, labelled heads, every head's thumbnail, a few
-  full maps, and for protein models the contact maps and the head leaderboard.
+* :func:`write_report` — one self-contained HTML file: card, atlas, labelled heads, every head's thumbnail, a
+  few full maps, and for protein models the contact maps and the head leaderboard.
 
 The clientside code (``probe/views/assets/views.js``) is the same file the Dash app's explorer loads
 (:mod:`probe.views.bundle`). Nothing heavy happens at import.

@@ -1,8 +1,9 @@
 """α for the browser: compact typed arrays in base64, never JSON lists of floats.
 
-Each head's map is quantised to uint8 on its own scale, q = round(255 · α / top) with top = the head's largest α
-(a float32 per head): one byte per cell, absolute error ≤ top / 510. A map has side = ceil(N / factor) cells, max-
-pooled from N tokens when the budget asks for it (`map_side`). The budget in bytes per head is side² + 4.
+Each head's map is quantised to uint8 on its own scale, q = round(255 · α / top) with top = the head's largest
+α (a float32 per head): one byte per cell, absolute error ≤ top / 510. A map has side = ceil(N / factor)
+cells, max- pooled from N tokens when the budget asks for it (`map_side`). The budget in bytes per head is
+side² + 4.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def b64(array: np.ndarray) -> str:
 
 
 def quantise(maps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """[... side side] α -> (uint8 of the same shape, float32 [...] tops): q = round(255 · α / top) per map."""
+    """[... side side] α -> (uint8 of the same shape, float32 [...] tops): q = round(255 · α / top) per
+    map."""
     values = np.nan_to_num(np.asarray(maps, dtype=np.float32), nan=0.0).clip(0.0, None)
     tops = values.reshape(*values.shape[:-2], -1).max(-1) if values.size else np.zeros(values.shape[:-2])
     tops = np.maximum(tops, 1e-12).astype("<f4")  # [...]
@@ -37,7 +39,8 @@ def dequantise(quantised: np.ndarray, tops: np.ndarray) -> np.ndarray:
 
 
 def pooling_factor(n_tokens: int, n_maps: int, budget: int, max_side: int | None = None) -> int:
-    """Tokens per map cell so that n_maps maps of side ceil(N / factor) fit `budget` bytes (and `max_side`)."""
+    """Tokens per map cell so that n_maps maps of side ceil(N / factor) fit `budget` bytes (and
+    `max_side`)."""
     limit = max(1, int(math.isqrt(max(1, budget // max(1, n_maps)))))
     limit = min(limit, max_side or MAX_SIDE)
     return max(1, math.ceil(n_tokens / limit))
@@ -48,5 +51,5 @@ def bytes_per_head(side: int) -> int:
     return side * side + 4
 
 
-__all__ = ["DEFAULT_BUDGET", "MAX_SIDE", "THUMB_BINS", "b64", "bytes_per_head", "dequantise", "pooling_factor",
-           "quantise"]
+__all__ = ["DEFAULT_BUDGET", "MAX_SIDE", "THUMB_BINS", "b64", "bytes_per_head", "dequantise",
+           "pooling_factor", "quantise"]

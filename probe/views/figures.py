@@ -1,5 +1,6 @@
-"""Figures for papers from Python: SVG (token labels as text, the cells as an embedded PNG), PNG through plotly +
-kaleido, and the report's static pictures (atlas per head type, contact maps). The same layout as views.js draws."""
+"""Figures for papers from Python: SVG (token labels as text, the cells as an embedded PNG), PNG through
+plotly + kaleido, and the report's static pictures (atlas per head type, contact maps). The same layout as
+views.js draws."""
 
 from __future__ import annotations
 
@@ -42,13 +43,16 @@ def png_bytes(rgb: np.ndarray) -> bytes:
     raw = b"".join(b"\x00" + rgb[row].tobytes() for row in range(height))  # filter type 0 per scanline
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I",
+                                                                        zlib.crc32(kind + data) & 0xFFFFFFFF)
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6))
+            + chunk(b"IEND", b""))
 
 
 def png_uri(matrix: np.ndarray, vmax: float = 1.0, scale: np.ndarray = BLUES) -> str:
+    """[row col] values -> a ``data:image/png`` URI of :func:`colourize`'s colours."""
     return "data:image/png;base64," + base64.b64encode(png_bytes(colourize(matrix, vmax, scale))).decode()
 
 
@@ -87,12 +91,14 @@ def map_svg(view, head=None) -> str:
              '<rect width="100%" height="100%" fill="white"/>',
              _image(png_uri(alpha), MARGIN["l"], MARGIN["t"], plot, plot)]
     for i in range(0, side, every):
-        y, x, text = MARGIN["t"] + (i + 0.5) * cell, MARGIN["l"] + (i + 0.5) * cell, html.escape(_short(labels[i]))
+        y, x, text = (MARGIN["t"] + (i + 0.5) * cell, MARGIN["l"] + (i + 0.5) * cell,
+                      html.escape(_short(labels[i])))
         parts.append(f'<text x="{MARGIN["l"] - 4}" y="{y:.2f}" font-size="{size:.1f}" text-anchor="end" '
                      f'dominant-baseline="middle">{text}</text>')
         parts.append(f'<text transform="translate({x:.2f},{MARGIN["t"] + plot + 4}) rotate(-60)" '
                      f'font-size="{size:.1f}" text-anchor="end" dominant-baseline="middle">{text}</text>')
-    parts.append(f'<text x="{MARGIN["l"] + plot / 2}" y="{height - 6}" text-anchor="middle" font-size="12">key</text>')
+    parts.append(f'<text x="{MARGIN["l"] + plot / 2}" y="{height - 6}" text-anchor="middle" '
+                 'font-size="12">key</text>')
     parts.append(f'<text transform="translate(12,{MARGIN["t"] + plot / 2}) rotate(-90)" text-anchor="middle" '
                  'font-size="12">query</text>')
     return "\n".join(parts + ["</svg>"]) + "\n"
@@ -109,7 +115,8 @@ def grid_svg(view, cell: int = 40, gap: int = 4) -> str:
     parts += [f'<text x="{left + h * (cell + gap) + cell / 2}" y="12" text-anchor="middle">H{h}</text>'
               for h in range(heads)]
     for layer in range(layers):
-        parts.append(f'<text x="14" y="{top + layer * (cell + gap) + cell / 2 + 4}" text-anchor="middle">L{layer}'
+        parts.append(f'<text x="14" y="{top + layer * (cell + gap) + cell / 2 + 4}" '
+                     f'text-anchor="middle">L{layer}'
                      "</text>")
         for head in range(heads):
             parts.append(f"<g><title>{head_name(layer, head)}</title>" +
@@ -128,8 +135,8 @@ def map_figure(view, head=None):
     figure = go.Figure(go.Heatmap(z=alpha, x=labels, y=labels, colorscale="Blues", zmin=0.0, zmax=1.0,
                                   colorbar={"title": {"text": "α"}}))
     figure.update_layout(template="plotly_white", title={"text": f"{head_name(layer, index)} · {view.model}"},
-                         width=720, height=700, xaxis={"title": {"text": "key"}, "type": "category", "tickangle": -60,
-                                                       "nticks": 40},
+                         width=720, height=700, xaxis={"title": {"text": "key"}, "type": "category",
+                                                       "tickangle": -60, "nticks": 40},
                          yaxis={"title": {"text": "query"}, "type": "category", "autorange": "reversed",
                                 "nticks": 40})
     return figure
@@ -143,8 +150,8 @@ def grid_figure(view):
     tiled = np.full((layers * (side + 1), heads * (side + 1)), np.nan)  # [row col]
     for layer in range(layers):
         for head in range(heads):
-            tiled[layer * (side + 1):layer * (side + 1) + side, head * (side + 1):head * (side + 1) + side] = \
-                view.thumbnails[layer, head]
+            tiled[layer * (side + 1):layer * (side + 1) + side,
+                  head * (side + 1):head * (side + 1) + side] = view.thumbnails[layer, head]
     figure = go.Figure(go.Heatmap(z=tiled, colorscale="Blues", zmin=0.0, zmax=1.0, hoverongaps=False,
                                   colorbar={"title": {"text": "α"}}))
     centres = [index * (side + 1) + side / 2 for index in range(max(layers, heads))]
@@ -152,8 +159,9 @@ def grid_figure(view):
                          width=max(400, 40 * heads + 160), height=max(300, 40 * layers + 120),
                          xaxis={"tickvals": centres[:heads], "ticktext": [f"H{h}" for h in range(heads)],
                                 "showgrid": False},
-                         yaxis={"tickvals": centres[:layers], "ticktext": [f"L{layer}" for layer in range(layers)],
-                                "autorange": "reversed", "showgrid": False})
+                         yaxis={"tickvals": centres[:layers],
+                                "ticktext": [f"L{layer}" for layer in range(layers)], "autorange": "reversed",
+                                "showgrid": False})
     return figure
 
 
@@ -162,8 +170,8 @@ def write_png(figure, path) -> None:
     try:
         import kaleido  # noqa: F401 - optional: PNG from Python needs it (the view's PNG button does not)
     except ImportError:
-        raise ProbeError(f"{path}: a PNG from Python needs kaleido: pip install kaleido (or save .svg, or use "
-                         "the view's PNG button)") from None
+        raise ProbeError(f"{path}: a PNG from Python needs kaleido: pip install kaleido (or save .svg, or "
+                         "use the view's PNG button)") from None
     try:
         write_atomically(path, lambda tmp: figure.write_image(str(tmp), format="png", scale=2))
     except ProbeError:
@@ -175,8 +183,8 @@ def write_png(figure, path) -> None:
 
 
 def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) -> str:
-    """One head type's atlas: layer × head cells coloured by score on the fixed 0–1 Viridis scale, grey when not
-    clearly above chance, near-white without a score; a <title> per cell (score, interval, q, label)."""
+    """One head type's atlas: layer × head cells coloured by score on the fixed 0–1 Viridis scale, grey when
+    not clearly above chance, near-white without a score; a <title> per cell (score, interval, q, label)."""
     left, top = 30, 18
     width, height = left + heads * cell + 4, top + layers * cell + 4
     colours = [[NO_DATA] * heads for _ in range(layers)]
@@ -201,11 +209,13 @@ def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) ->
                                + (" · ✓ labelled" if labelled else ""))
         if labelled:
             marks.append((layer, head, "#222" if score is not None and score > 0.6 else "white"))
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-             'font-size="9">']
-    parts += [f'<text x="{left + h * cell + cell / 2}" y="12" text-anchor="middle">{h}</text>' for h in range(heads)]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             'font-family="sans-serif" font-size="9">']
+    parts += [f'<text x="{left + h * cell + cell / 2}" y="12" text-anchor="middle">{h}</text>'
+              for h in range(heads)]
     for layer in range(layers):
-        parts.append(f'<text x="{left - 4}" y="{top + layer * cell + cell / 2 + 3}" text-anchor="end">L{layer}'
+        parts.append(f'<text x="{left - 4}" y="{top + layer * cell + cell / 2 + 3}" '
+                     f'text-anchor="end">L{layer}'
                      "</text>")
         for head in range(heads):
             parts.append(f'<rect x="{left + head * cell}" y="{top + layer * cell}" width="{cell - 2}" '
@@ -229,7 +239,8 @@ def contact_svg(predicted: np.ndarray, true: np.ndarray | None, title: str, size
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{size + 40}" height="{size + 40}" '
             f'font-family="sans-serif" font-size="11"><title>{html.escape(title)}</title>'
             + _image(uri, 30, 6, size, size)
-            + f'<text x="{30 + size / 2}" y="{size + 30}" text-anchor="middle">residue (upper: predicted, lower: '
+            + f'<text x="{30 + size / 2}" y="{size + 30}" text-anchor="middle">residue (upper: predicted, '
+              'lower: '
               "true)</text></svg>")
 
 

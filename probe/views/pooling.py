@@ -53,7 +53,8 @@ class PoolSink:
         pad = key_bins * self.factor - keys
         if pad:
             alpha = torch.nn.functional.pad(alpha, (0, pad))  # α ≥ 0: zero padding never wins a max
-        by_key = alpha.reshape(heads, rows, key_bins, self.factor).amax(-1).float().cpu()  # [head query key_bin]
+        # [head query key_bin]
+        by_key = alpha.reshape(heads, rows, key_bins, self.factor).amax(-1).float().cpu()
         grid = self._maps.get(block.layer)
         if grid is None:
             grid = self._maps[block.layer] = torch.zeros(heads, self.side, self.side)  # [head side side]
@@ -77,9 +78,27 @@ class PoolSink:
 def pooled_attention(loaded, input_ids: torch.Tensor, map_factor: int, map_heads, thumb_bins: int):
     """One forward pass: (maps {(layer, head): [side side]}, thumbnails [layer head t t]) float32.
 
-    `input_ids` is [1 token] long; `map_heads` the heads whose maps are kept (None: all), pooled by `map_factor`;
-    every head's thumbnail is pooled to at most `thumb_bins` a side. A hybrid's layers without α (linear
-    attention, state-space) keep their place under the model's own numbers, as all-zero thumbnails.
+    A hybrid's layers without α (linear attention, state-space) keep their place under the model's own
+    numbers, as all-zero thumbnails.
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        The model.
+    input_ids : torch.Tensor
+        `[1 token]` long.
+    map_factor : int
+        The pooling factor of the kept maps.
+    map_heads : collection of (layer, head) or None
+        The heads whose maps are kept (None: all).
+    thumb_bins : int
+        Every head's thumbnail is pooled to at most this many bins a side.
+
+    Returns
+    -------
+    tuple
+        (maps: dict of (layer, head) to ndarray `[side side]`, thumbnails: ndarray `[layer head t t]`),
+        float32.
     """
     n = int(input_ids.shape[1])
     maps = PoolSink(n, map_factor, map_heads)

@@ -1,13 +1,14 @@
-"""`probe report`: ONE self-contained HTML file of a model — works from file://, no server, no network request.
+"""`probe report`: ONE self-contained HTML file of a model — works from file://, no server, no network
+request.
 
-Sections: the architecture card; the head atlas of every head type; the labelled heads with the meaning columns;
-the interactive view (every head's thumbnail on a probe input, full maps with the token view, keys, PNG/SVG
-export: the same views.js as the app and the notebook); for protein models the contact maps and every head against
-the contact base rate (probe.proteins). Written atomically (probe.runs.atomic).
+Sections: the architecture card; the head atlas of every head type; the labelled heads with the meaning
+columns; the interactive view (every head's thumbnail on a probe input, full maps with the token view, keys,
+PNG/SVG export: the same views.js as the app and the notebook); for protein models the contact maps and every
+head against the contact base rate (probe.proteins). Written atomically (probe.runs.atomic).
 
-Size: α is uint8 (probe.views.encode). With REPORT_BUDGET every head's full map is kept when all fit at one token
-per cell (144 heads × 128 tokens: 2.4 MB of maps); else the `full_maps` heads chosen (labelled first) at the
-finest pooling that fits. docs/views.md gives the measured sizes.
+Size: α is uint8 (probe.views.encode). With REPORT_BUDGET every head's full map is kept when all fit at one
+token per cell (144 heads × 128 tokens: 2.4 MB of maps); else the `full_maps` heads chosen (labelled first) at
+the finest pooling that fits. docs/views.md gives the measured sizes.
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ LEADERBOARD_ROWS = 24
 
 
 def probe_input(loaded, seq_len: int = PROBE_TOKENS):
-    """A probe input: random tokens with one block repeated (probe.heads.probesets.repeated_blocks), [1 token]."""
+    """A probe input: random tokens with one block repeated (probe.heads.probesets.repeated_blocks), [1
+    token]."""
     length = min(seq_len, loaded.max_tokens)
     return repeated_blocks(loaded.tokenizer, 1, length, seed=0).input_ids[:1]
 
 
 def _chosen_heads(table, thumbs: np.ndarray, count: int) -> list[tuple[int, int]]:
-    """The best labelled head of each type, then the most peaked heads (largest mean row maximum) up to `count`."""
+    """The best labelled head of each type, then the most peaked heads (largest mean row maximum) up to
+    `count`."""
     chosen: list[tuple[int, int]] = []
     if table is not None and not table.empty and "label" in table.columns:
         labelled = table[[is_labelled(v) for v in table["label"]]].sort_values("score", ascending=False)
@@ -74,16 +77,18 @@ def _card_html(loaded) -> str:
 
 def _atlas_html(table, layers: int, heads: int) -> str:
     if table is None or table.empty:
-        return ('<p class="note">no labels: pass --labels TABLE (written by <code>probe label</code>), or run '
+        return ('<p class="note">no labels: pass --labels TABLE (written by <code>probe label</code>), or '
+                'run '
                 "<code>probe label --report</code></p>")
     figures = []
     for head_type in sorted(table["head_type"].astype(str).unique()):
         rows = table[table["head_type"].astype(str) == head_type]
         count = sum(is_labelled(v) for v in rows["label"]) if "label" in rows.columns else 0
-        figures.append(f"<figure>{atlas_svg(table, layers, heads, head_type)}<figcaption><b>{html.escape(head_type)}"
-                       f"</b> · {count} labelled</figcaption></figure>")
-    return ('<p class="note">score on the fixed 0–1 scale (Viridis) · grey: not clearly above chance · ✓ labelled · '
-            'hover a cell for its score, interval and q</p><div class="atlases">' + "".join(figures) + "</div>")
+        figures.append(f"<figure>{atlas_svg(table, layers, heads, head_type)}<figcaption>"
+                       f"<b>{html.escape(head_type)}</b> · {count} labelled</figcaption></figure>")
+    return ('<p class="note">score on the fixed 0–1 scale (Viridis) · grey: not clearly above chance · ✓ '
+            'labelled · hover a cell for its score, interval and q</p><div class="atlases">'
+            + "".join(figures) + "</div>")
 
 
 def _protein_html(loaded, sequence: str, structure: str | None, chain: str | None) -> str:
@@ -100,9 +105,11 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
     if result.contacts is not None:
         parts.append(contact_svg(result.contacts, true_map, f"contacts · {loaded.name}"))
     else:
-        parts.append(f'<p class="note">{html.escape(loaded.name)} has no contact regression: per-head rows only</p>')
+        parts.append(f'<p class="note">{html.escape(loaded.name)} has no contact regression: per-head rows '
+                     'only</p>')
     if result.precision:
-        parts.append('<table class="card"><tr><th>range</th><th>P@L</th><th>P@L/2</th><th>P@L/5</th></tr>' + "".join(
+        parts.append(
+            '<table class="card"><tr><th>range</th><th>P@L</th><th>P@L/2</th><th>P@L/5</th></tr>' + "".join(
             f"<tr><td>{name}</td>" + "".join(f"<td>{_fmt(result.precision.get(f'p_at_{k}_{name}'))}</td>"
                                              for k in ("L", "L2", "L5")) + "</tr>"
             for name in ("short", "medium", "long")) + "</table>")
@@ -119,10 +126,12 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
                                         for c in columns) + "</tr>"
                        for _, row in heads.head(LEADERBOARD_ROWS).iterrows())
         parts.append(f'<h3>heads against the contact base rate (top {min(LEADERBOARD_ROWS, len(heads))} of '
-                     f'{len(heads)}, by {key.replace("_", " ")})</h3><p class="note">enrichment = P@L / base rate of '
-                     "the range; q: Benjamini–Hochberg over the heads of the hypergeometric p-value of the top-L "
-                     "hits (probe.proteins.significance); unknown: not measured</p>"
-                     f'<div class="scroll"><table class="probe-table"><thead><tr>{head}</tr></thead><tbody>{body}'
+                     f'{len(heads)}, by {key.replace("_", " ")})</h3><p class="note">enrichment = P@L / base '
+                     'rate of '
+                     "the range; q: Benjamini–Hochberg over the heads of the hypergeometric p-value of the "
+                     "top-L hits (probe.proteins.significance); unknown: not measured</p>"
+                     '<div class="scroll"><table '
+                     f'class="probe-table"><thead><tr>{head}</tr></thead><tbody>{body}'
                      "</tbody></table></div>")
     return "".join(parts), sequence
 
@@ -148,7 +157,8 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
     sections = [f"<h1>probe report · {html.escape(loaded.name)}</h1>",
                 f'<p class="note">{html.escape(loaded.kind.description)}'
                 f" · revision {html.escape(str(loaded.revision)[:24])} · written "
-                f"{_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} · one file, no network</p>",
+                f"{_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} · one file, no "
+                "network</p>",
                 "<h2>Architecture</h2>", _card_html(loaded),
                 "<h2>Head atlas</h2>", _atlas_html(table, loaded.n_layers, loaded.n_heads),
                 "<h2>Labelled heads</h2>"]
@@ -185,7 +195,8 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
     sections += ["<h2>Every head on one input</h2>",
                  f'<p class="note">input: {html.escape(what)} · full maps: {html.escape(held)}'
                  + (f" (max-pooled {factor}×{factor})" if factor > 1 else "")
-                 + " · hover a token for its row, click the view and use ←/→ ↑/↓ to step heads and layers</p>",
+                 + " · hover a token for its row, click the view and use ←/→ ↑/↓ to step heads and "
+                   "layers</p>",
                  fragment(view.payload(), "probe-report-view")]
     if protein:
         sections += ["<h2>Contacts</h2>", protein_part]

@@ -1,6 +1,7 @@
-"""The labels table as a readable HTML table (a notebook cell, the report): score with its interval, chance, q,
-label, output share, role, ablation and group effect — sorted and coloured like the app's labelled-heads table
-(best score first within a type; ✓ green when labelled, grey when not clearly above chance; NaN is "unknown")."""
+"""The labels table as a readable HTML table (a notebook cell, the report): score with its interval, chance,
+q, label, output share, role, ablation and group effect — sorted and coloured like the app's labelled-heads
+table (best score first within a type; ✓ green when labelled, grey when not clearly above chance; NaN is
+"unknown")."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def is_labelled(value) -> bool:
 
 
 def is_significant(row) -> bool:
-    """Clearly above chance: q < 0.05 where the table has a q-value, else the interval's low end above chance (as
-    the app's atlas)."""
+    """Clearly above chance: q < 0.05 where the table has a q-value, else the interval's low end above chance
+    (as the app's atlas)."""
     q_value = number(row, "q_value")
     if q_value is not None:
         return q_value < 0.05
@@ -76,7 +77,8 @@ def as_table(labels) -> pd.DataFrame:
 
 
 def one_model(table: pd.DataFrame, model: str | None) -> pd.DataFrame:
-    """The rows of `model` (all rows when the table names no such model) at the first probe length it lists."""
+    """The rows of `model` (all rows when the table names no such model) at the first probe length it
+    lists."""
     if model is not None and "model" in table.columns and (table["model"].astype(str) == model).any():
         table = table[table["model"].astype(str) == model]
     if "seq_len" in table.columns and table["seq_len"].nunique() > 1:
@@ -151,21 +153,25 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
         chance = number(row, "chance")
         name = head_name(int(row.layer), int(row.head))
         cells = [
-            _cell(name, int(row.layer) * 10000 + int(row.head)), _cell(str(row.head_type), str(row.head_type)),
+            _cell(name, int(row.layer) * 10000 + int(row.head)),
+            _cell(str(row.head_type), str(row.head_type)),
             _cell("unknown" if score is None else f"{score:.3f}", score),
             _cell(_interval(row, "ci_low", "ci_high"), number(row, "ci_low")),
             _cell("unknown" if chance is None else f"{chance:.3f}", chance),
             _cell(format_q(q_value), q_value),
-            f'<td data-sort="{int(labelled)}">' + ('<span class="yes">✓ labelled</span>' if labelled else "") + "</td>",
+            f'<td data-sort="{int(labelled)}">' + ('<span class="yes">✓ labelled</span>' if labelled else "")
+            + "</td>",
             _cell(share_text.strip(), share), _cell(role_text, role_text),
             _cell(ablation, ablation_value), _cell(group, group_value),
         ]
         faint = not labelled and not is_significant(row)
-        body.append(f'<tr data-head="{name}"' + (' class="faint"' if faint else "") + ">" + "".join(cells) + "</tr>")
+        body.append(
+            f'<tr data-head="{name}"' + (' class="faint"' if faint else "") + ">" + "".join(cells) + "</tr>")
     note = (f"{len(rows)} rows" + (f", the first {max_rows} shown" if len(rows) > max_rows else "") +
-            " · by type, labelled first, best score first (click a header to sort) · ✓ labelled (q ≤ the FDR) · "
-            "grey: not clearly above chance · unknown: not measured (never 0)")
-    return (f'<div class="probe-table-note">{html.escape(note)}</div><table class="probe-table"><thead><tr>{head}'
+            " · by type, labelled first, best score first (click a header to sort) · ✓ labelled (q ≤ the "
+            "FDR) · grey: not clearly above chance · unknown: not measured (never 0)")
+    return (f'<div class="probe-table-note">{html.escape(note)}</div><table '
+            f'class="probe-table"><thead><tr>{head}'
             f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 

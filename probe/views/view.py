@@ -1,8 +1,9 @@
-"""`probe.show`: the grid of every head, one head's α with the token view, keys to step heads and layers, drawn
-under a notebook cell by the package's own views.js (inlined: works offline), and saved as SVG, PNG or HTML.
+"""`probe.show`: the grid of every head, one head's α with the token view, keys to step heads and layers,
+drawn under a notebook cell by the package's own views.js (inlined: works offline), and saved as SVG, PNG or
+HTML.
 
-The Python call computes (one forward pass, every head max-pooled as it streams by), the browser renders: α travels
-as uint8 maps in base64 (:mod:`probe.views.encode`), within a byte budget.
+The Python call computes (one forward pass, every head max-pooled as it streams by), the browser renders: α
+travels as uint8 maps in base64 (:mod:`probe.views.encode`), within a byte budget.
 """
 
 from __future__ import annotations
@@ -80,10 +81,11 @@ class View:
         """The JSON the browser reads (views.js `mount`): typed arrays as base64."""
         layers, heads = self.shape
         index = sorted(self.maps)
-        thumbs, thumb_tops = encode.quantise(self.thumbnails.reshape(layers * heads, *self.thumbnails.shape[2:]))
-        data = {"version": 1, "model": self.model, "title": self.title or self.model, "tokens": list(self.tokens),
-                "n": len(self.tokens), "causal": self.causal, "layers": layers, "heads": heads,
-                "selected": list(self.selected),
+        thumbs, thumb_tops = encode.quantise(
+            self.thumbnails.reshape(layers * heads, *self.thumbnails.shape[2:]))
+        data = {"version": 1, "model": self.model, "title": self.title or self.model,
+                "tokens": list(self.tokens), "n": len(self.tokens), "causal": self.causal, "layers": layers,
+                "heads": heads, "selected": list(self.selected),
                 "thumbs": {"bins": int(self.thumbnails.shape[-1]), "data": encode.b64(thumbs),
                            "scale": encode.b64(thumb_tops)},
                 "types": sorted(self.badges, key=lambda name: (-_labelled_count(self.badges[name]), name)),
@@ -120,8 +122,8 @@ class View:
         layer, head = parse_head_name(name) if isinstance(name, str) else (int(name[0]), int(name[1]))
         layers, heads = self.shape
         if not (0 <= layer < layers and 0 <= head < heads):
-            raise ProbeError(f"{head_name(layer, head)} is not a head of {self.model} (layers 0..{layers - 1}, "
-                             f"heads 0..{heads - 1})")
+            raise ProbeError(f"{head_name(layer, head)} is not a head of {self.model} (layers "
+                             f"0..{layers - 1}, heads 0..{heads - 1})")
         return layer, head
 
     def head_map(self, name=None) -> tuple[np.ndarray, int]:
@@ -133,7 +135,8 @@ class View:
         return tile, -(-len(self.tokens) // tile.shape[0])
 
     def save(self, path: str | Path, which: str = "map", head=None) -> Path:
-        """Write a figure for a paper, by the extension: .svg (vector labels), .png (kaleido), .html (the view).
+        """Write a figure for a paper, by the extension: .svg (vector labels), .png (kaleido), .html (the
+        view).
 
         Parameters
         ----------
@@ -178,22 +181,24 @@ def fragment(data: dict, element_id: str | None = None) -> str:
     element_id = element_id or "probe-view-" + uuid.uuid4().hex[:10]
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
     return (f'{inline_style()}<div id="{element_id}" class="probe-view" data-probe-view="{element_id}-data">'
-            "the probe view needs JavaScript: in Jupyter, trust the notebook (File › Trust) or run the cell again"
+            "the probe view needs JavaScript: in Jupyter, trust the notebook (File › Trust) or run the cell "
+            "again"
             f'</div><script type="application/json" id="{element_id}-data">{text}</script>{inline_script()}'
             "<script>window.probeViews.mountAll();</script>")
 
 
 def standalone_page(body: str, title: str) -> str:
     """A whole HTML page around `body` (no external resource)."""
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta '
+            f'charset="utf-8"><title>{html.escape(title)}</title><meta name="viewport" '
+            'content="width=device-width, initial-scale=1">'
             "<link rel=\"icon\" href=\"data:,\"></head>\n"
             f'<body><div class="probe-report">{body}</div></body></html>\n')
 
 
 def display_tokens(tokenizer, tokens: Sequence[str]) -> list[str]:
-    """Tokens as a reader sees them: byte-level BPE's "Ġthe" as " the", "Ċ" as ⏎; tokens that decode to nothing
-    keep their raw form (special tokens, unknown bytes). As the app's explorer."""
+    """Tokens as a reader sees them: byte-level BPE's "Ġthe" as " the", "Ċ" as ⏎; tokens that decode to
+    nothing keep their raw form (special tokens, unknown bytes). As the app's explorer."""
     shown = []
     for token in tokens:
         try:
@@ -209,8 +214,8 @@ def input_ids_of(loaded, text_or_inputs):
     """[1 token] long input ids from a text, a list of ids, a tensor or a tokenizer's output (batch 1)."""
     value = text_or_inputs
     if isinstance(value, str):
-        inputs = tokenize_protein(loaded, value) if loaded.kind == ModelKind.PROTEIN_MLM else tokenize_text(loaded,
-                                                                                                         value)
+        inputs = (tokenize_protein(loaded, value) if loaded.kind == ModelKind.PROTEIN_MLM
+                  else tokenize_text(loaded, value))
         value = inputs["input_ids"]
     elif isinstance(value, dict) or hasattr(value, "keys"):
         if "input_ids" not in value:
@@ -225,8 +230,8 @@ def input_ids_of(loaded, text_or_inputs):
     loaded.check_length(int(ids.shape[1]))
     vocab = loaded.model.get_input_embeddings().num_embeddings
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-        raise ProbeError(f"token id {int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())} is outside "
-                         f"{loaded.name}'s vocabulary (0..{vocab - 1}); pass ids its tokenizer makes")
+        raise ProbeError(f"token id {int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())} is "
+                         f"outside {loaded.name}'s vocabulary (0..{vocab - 1}); pass ids its tokenizer makes")
     return ids
 
 
@@ -260,8 +265,9 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     heads : sequence of str or (int, int), optional
         The heads with a full map (default: every head, within `budget`).
     budget : int, default 4 MiB
-        Bytes of the full maps together; each head's map costs side² + 4 bytes (uint8), side = ceil(N / factor)
-        with the smallest factor that fits (1 at 128 tokens × 144 heads; 7 at 1,024 tokens × 144 heads).
+        Bytes of the full maps together; each head's map costs side² + 4 bytes (uint8), side = ceil(N /
+        factor) with the smallest factor that fits (1 at 128 tokens × 144 heads; 7 at 1,024 tokens × 144
+        heads).
     max_side : int, optional
         Most cells a side of a map (default 1,024).
     selected : str or (int, int), optional

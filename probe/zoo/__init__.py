@@ -2,13 +2,14 @@
 
 Each organism is a subdirectory of this package holding what `save_pretrained` writes (safetensors weights,
 config.json, tokenizer files) plus MODEL_CARD.md, card.json (the labels the head classifier must give) and
-labels.csv (its label table, so nothing is labelled at start-up). What belongs here: the catalogue, the tiny and
-planted test models and the shipped files; training them is :mod:`probe.training` (``probe train NAME``).
+labels.csv (its label table, so nothing is labelled at start-up). What belongs here: the catalogue, the tiny
+and planted test models and the shipped files; training them is :mod:`probe.training` (``probe train NAME``).
 `probe.models.load("zoo:NAME")` resolves the spec through :func:`path`; nothing touches the network.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from probe.errors import ProbeError
@@ -25,7 +26,8 @@ def path(name: str) -> Path:
     """The directory of organism `name` (what `from_pretrained` reads); ProbeError listing the known names."""
     known = names()
     if name not in known:
-        raise ProbeError(f"unknown model organism zoo:{name}; known: {', '.join('zoo:' + n for n in known) or 'none'}")
+        raise ProbeError(f"unknown model organism zoo:{name}; known: "
+                         f"{', '.join('zoo:' + n for n in known) or 'none'}")
     return ZOO_DIR / name
 
 
@@ -34,27 +36,27 @@ LABELS_FILE = "labels.csv"
 
 def labels_path(name: str) -> Path:
     """The shipped label table of organism `name`, ``probe/zoo/NAME/labels.csv`` (what training and
-    ``probe train NAME --relabel`` write; read it with :func:`probe.heads.tables.load_table`). ProbeError when the
-    organism is unknown or ships no table."""
+    ``probe train NAME --relabel`` write; read it with :func:`probe.heads.tables.load_table`). ProbeError when
+    the organism is unknown or ships no table."""
     table = path(name) / LABELS_FILE
     if not table.is_file():
-        raise ProbeError(f"zoo:{name} ships no label table ({table}): write it with probe train {name} --relabel")
+        raise ProbeError(f"zoo:{name} ships no label table ({table}): write it with probe train {name} "
+                         "--relabel")
     return table
 
 
 def card(name: str) -> dict:
     """The machine-readable model card (card.json) of organism `name`."""
-    import json
-
     return json.loads((path(name) / "card.json").read_text())
 
 
 def check_requirements(table, requirements: dict) -> list[str]:
-    """What a label table (probe.heads.label.label_model's) fails of a card's requirements; empty when all are met.
+    """What a label table (probe.heads.label.label_model's) fails of a card's requirements; empty when all are
+    met.
 
-    `present`: a labelled head of that type (in `layer`, at `offset`, with accuracy ≥ `min_accuracy` when given);
-    `absent`: no labelled head of that type; `measured`: some head of that type reaches `min_accuracy` (labelled or
-    not)."""
+    `present`: a labelled head of that type (in `layer`, at `offset`, with accuracy ≥ `min_accuracy` when
+    given); `absent`: no labelled head of that type; `measured`: some head of that type reaches `min_accuracy`
+    (labelled or not)."""
     failed = []
     labelled = table[table["label"].astype(bool)]
     for need in requirements.get("present", []):

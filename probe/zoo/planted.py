@@ -1,12 +1,13 @@
-"""A tiny GPT-2 whose heads are set by hand, so the right labels are known: the ground truth for `probe label`.
+"""A tiny GPT-2 whose heads are set by hand, so the right labels are known: the ground truth for
+`probe label`.
 
 Layer 0, head 0 — previous-token head, built from positional embeddings: position p is embedded as
 (cos ω_f p, sin ω_f p) for four frequencies (plus the negated copy, so LayerNorm only rescales it); the query
 rotates position i back by one step, so q_i · k_j = β Σ_f cos(ω_f (i − 1 − j)) peaks at j = i − 1.
 Layer 0, head 1 — self head: the same features without the rotation (peak at j = i).
-Layer 1, head 2 — first-token sink: a constant query and a key that reads a feature only the <bos> token carries.
-Every other head has zero query/key weights, so it attends uniformly. Attention and MLP outputs are zeroed, so the
-residual stream (what the next layer sees) is just the embeddings.
+Layer 1, head 2 — first-token sink: a constant query and a key that reads a feature only the <bos> token
+carries. Every other head has zero query/key weights, so it attends uniformly. Attention and MLP outputs are
+zeroed, so the residual stream (what the next layer sees) is just the embeddings.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ _BOS_FEATURE = 16  # embedding dims 16 and 17 carry (+b, −b) on <bos> only
 
 
 def _positional(n_positions: int, width: int) -> torch.Tensor:
-    """[position width] features: per frequency (cos, sin, −cos, −sin), zero mean across dims, constant norm."""
+    """[position width] features: per frequency (cos, sin, −cos, −sin), zero mean across dims, constant
+    norm."""
     position = torch.arange(n_positions, dtype=torch.float64)
     table = torch.zeros(n_positions, width, dtype=torch.float64)
     for f, k in enumerate(_FREQUENCIES):
@@ -41,7 +43,8 @@ def build_planted_gpt2(beta: float = 400.0, sink: float = 300.0):
     config = model.config
     width, n_heads = config.n_embd, config.n_head
     head_dim = width // n_heads
-    assert width == 32 and n_heads == 4 and config.n_layer == 2, "the planted model is laid out for the tiny GPT-2"
+    assert width == 32 and n_heads == 4 and config.n_layer == 2, \
+        "the planted model is laid out for the tiny GPT-2"
     with torch.no_grad():
         for parameter in model.transformer.h.parameters():
             parameter.zero_()
@@ -60,7 +63,8 @@ def build_planted_gpt2(beta: float = 400.0, sink: float = 300.0):
             for f, k in enumerate(_FREQUENCIES):
                 omega = 2 * math.pi * k / 256 * shift
                 c, s = math.cos(omega), math.sin(omega)
-                # q = β/2 · R(−ω·shift) x: cos(a)cos(ω)+sin(a)sin(ω) = cos(a − ω), sin(a)cos(ω) − cos(a)sin(ω) = sin(a − ω)
+                # q = β/2 · R(−ω·shift) x: cos(a)cos(ω)+sin(a)sin(ω) = cos(a − ω), sin(a)cos(ω) − cos(a)sin(ω)
+                # = sin(a − ω)
                 weight[4 * f, q0 + 2 * f] = beta / 2 * c
                 weight[4 * f + 1, q0 + 2 * f] = beta / 2 * s
                 weight[4 * f, q0 + 2 * f + 1] = -beta / 2 * s
@@ -77,7 +81,8 @@ def build_planted_gpt2(beta: float = 400.0, sink: float = 300.0):
 
 
 def save_planted_gpt2(directory: str | Path) -> Path:
-    """Save the planted model (weights, config, tokenizer) to `directory`; `probe label --model DIR` reads it."""
+    """Save the planted model (weights, config, tokenizer) to `directory`; `probe label --model DIR` reads
+    it."""
     directory = Path(directory)
     model, tokenizer = build_planted_gpt2()
     model.save_pretrained(directory)
@@ -86,10 +91,10 @@ def save_planted_gpt2(directory: str | Path) -> Path:
 
 
 def negate_head_output(model, layer: int, head: int) -> None:
-    """Negate the slice of `layer`'s output projection that head `head` writes through (Llama-family ``o_proj``,
-    GPT-2's ``c_proj``), in place: the head attends exactly as before (its query and key maps are untouched, and
-    in the last layer nothing downstream reads its output but the logits) while its OV circuit is negated, so a
-    copying head becomes its copy-suppressing twin."""
+    """Negate the slice of `layer`'s output projection that head `head` writes through (Llama-family
+    ``o_proj``, GPT-2's ``c_proj``), in place: the head attends exactly as before (its query and key maps are
+    untouched, and in the last layer nothing downstream reads its output but the logits) while its OV circuit
+    is negated, so a copying head becomes its copy-suppressing twin."""
     n_heads = model.config.num_attention_heads
     with torch.no_grad():
         if model.config.model_type == "gpt2":
@@ -97,6 +102,7 @@ def negate_head_output(model, layer: int, head: int) -> None:
             d_head = weight.shape[0] // n_heads
             weight[head * d_head:(head + 1) * d_head] *= -1
         else:
-            weight = model.model.layers[layer].self_attn.o_proj.weight  # Linear [out in]: columns head · d_head
+            # Linear [out in]: columns head · d_head
+            weight = model.model.layers[layer].self_attn.o_proj.weight
             d_head = weight.shape[1] // n_heads
             weight[:, head * d_head:(head + 1) * d_head] *= -1

@@ -1,16 +1,21 @@
 """Tiny models and tokenizers built locally, with seeded random weights.
 
 No model hub is needed: these are what the tests, benchmarks and offline demos run on. Each builder writes a
-directory that `probe.models.load(DIR)` (and `from_pretrained`) reads back, exactly like a downloaded checkpoint.
+directory that `probe.models.load(DIR)` (and `from_pretrained`) reads back, exactly like a downloaded
+checkpoint.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 import torch
+import transformers
+from tokenizers import ByteLevelBPETokenizer, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import BertTokenizer, EsmTokenizer, PreTrainedTokenizerFast
 
 TinyArch = Literal["gpt2", "esm", "bert", "llama", "mistral", "protbert", "prott5"]
 
@@ -24,23 +29,23 @@ PROTT5_RESIDUES = "ALGVSREDTIPKFQNYMHWCXBOUZ"
 # A small English vocabulary so tiny text models tokenize ordinary sentences word by word.
 DEMO_WORDS = (
     "the a an of to and in is was it he she they his her their him them that this with for on as at by from "
-    "mary john alice bob doctor nurse teacher pilot cat dog book ball house garden city river went gave said saw "
-    "took found liked wanted because when then after before , . ! ? one two three four five six seven eight nine"
+    "mary john alice bob doctor nurse teacher pilot cat dog book ball house garden city river went gave said "
+    "saw took found liked wanted because when then after before , . ! ? one two three four five six seven "
+    "eight nine"
 ).split()
 
 
 def word_tokenizer(words: Sequence[str], bos_token: str | None = None):
     """A fast word-level tokenizer over `words` (split on whitespace and punctuation), with <unk> and <pad>.
 
-    With `bos_token`, every encoded text starts with it (GPT-2-style models then get an attention-sink position).
+    With `bos_token`, every encoded text starts with it (GPT-2-style models then get an attention-sink
+    position).
     """
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
     specials = ["<unk>", "<pad>"] + ([bos_token] if bos_token else [])
     vocab = {token: index for index, token in enumerate(dict.fromkeys([*specials, *words]))}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
     if bos_token:
         backend.post_processor = processors.TemplateProcessing(
             single=f"{bos_token} $A", special_tokens=[(bos_token, vocab[bos_token])]
@@ -52,8 +57,6 @@ def word_tokenizer(words: Sequence[str], bos_token: str | None = None):
 
 def esm_tokenizer(directory: str | Path):
     """An ESM tokenizer from a vocab file written into `directory` (ESM-2's 33 tokens)."""
-    from transformers import EsmTokenizer
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "vocab.txt").write_text("\n".join(ESM_VOCAB) + "\n")
@@ -62,8 +65,6 @@ def esm_tokenizer(directory: str | Path):
 
 def protbert_tokenizer(directory: str | Path):
     """A ProtBert-style tokenizer (`[CLS] M K T ... [SEP]`, residues separated by spaces, case kept)."""
-    from transformers import BertTokenizer
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "vocab.txt").write_text("\n".join(PROTBERT_VOCAB) + "\n")
@@ -71,26 +72,23 @@ def protbert_tokenizer(directory: str | Path):
 
 
 def prott5_tokenizer():
-    """A ProtT5-style tokenizer: word-level pieces "▁M" "▁K" ... for residues separated by spaces, then `</s>`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
+    """A ProtT5-style tokenizer: word-level pieces "▁M" "▁K" ... for residues separated by spaces, then
+    `</s>`."""
     vocab = {token: index for index, token in enumerate(["<pad>", "</s>", "<unk>",
                                                          *(f"▁{letter}" for letter in PROTT5_RESIDUES)])}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
     backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>", eos_token="</s>")
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>",
+                                   eos_token="</s>")
 
 
 def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
     """A small config of each supported architecture (2 layers, 4 heads, width 32 unless overridden)."""
-    import transformers
-
     if arch == "gpt2":
-        fields = dict(vocab_size=vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=4, bos_token_id=None,
-                      eos_token_id=None)
+        fields = dict(vocab_size=vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=4,
+                      bos_token_id=None, eos_token_id=None)
         fields.update(overrides)
         return transformers.GPT2Config(**fields)
     if arch == "esm":
@@ -119,8 +117,8 @@ def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
         return transformers.T5Config(**fields)
     if arch in ("llama", "mistral"):
         fields = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128, pad_token_id=1,
-                      bos_token_id=None, eos_token_id=None)
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
+                      pad_token_id=1, bos_token_id=None, eos_token_id=None)
         if arch == "mistral":
             fields["sliding_window"] = 8
         fields.update(overrides)
@@ -132,20 +130,17 @@ def tiny_config(arch: TinyArch, vocab_size: int, **overrides):
 def build_tiny(arch: TinyArch, seed: int = 0, sharpness: float = 1.0, **overrides):
     """(model, tokenizer) with seeded random weights, on the sdpa kernel, in eval mode. Not saved anywhere.
 
-    `sharpness` s multiplies every query and key projection (BERT, ESM, T5, Llama-family; not GPT-2's fused c_attn),
-    so attention logits grow by s² and the otherwise near-uniform attention of a random model has peaks: what
-    measures with an attention threshold (Vig et al.'s θ = 0.3) need."""
-    import tempfile
-
-    import transformers
-
+    `sharpness` s multiplies every query and key projection (BERT, ESM, T5, Llama-family; not GPT-2's fused
+    c_attn), so attention logits grow by s² and the otherwise near-uniform attention of a random model has
+    peaks: what measures with an attention threshold (Vig et al.'s θ = 0.3) need."""
     if arch in ("esm", "protbert"):
         with tempfile.TemporaryDirectory() as scratch:
             tokenizer = esm_tokenizer(scratch) if arch == "esm" else protbert_tokenizer(scratch)
     elif arch == "prott5":
         tokenizer = prott5_tokenizer()
     else:
-        tokenizer = word_tokenizer(DEMO_WORDS, bos_token="<bos>" if arch in ("gpt2", "llama", "mistral") else None)
+        tokenizer = word_tokenizer(DEMO_WORDS,
+                                   bos_token="<bos>" if arch in ("gpt2", "llama", "mistral") else None)
     config = tiny_config(arch, vocab_size=len(tokenizer), **overrides)
     model_class = {
         "gpt2": transformers.GPT2LMHeadModel,
@@ -172,8 +167,10 @@ def build_tiny(arch: TinyArch, seed: int = 0, sharpness: float = 1.0, **override
     return model, tokenizer
 
 
-def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, sharpness: float = 1.0, **overrides) -> Path:
-    """Build a tiny model of `arch` and save it (weights, config, tokenizer) to `directory`; returns the path."""
+def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, sharpness: float = 1.0,
+              **overrides) -> Path:
+    """Build a tiny model of `arch` and save it (weights, config, tokenizer) to `directory`; returns the
+    path."""
     directory = Path(directory)
     model, tokenizer = build_tiny(arch, seed, sharpness, **overrides)
     model.save_pretrained(directory)
@@ -182,15 +179,14 @@ def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, sharpness: f
 
 
 def english_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 4000):
-    """A GPT-2-style byte-level BPE tokenizer ("Ġ" marks a word start, <|endoftext|> is BOS and EOS), trained here on
-    `texts` (e.g. the GAP development passages shipped with the package, ``probe.heads.corpus.passages``): a
-    tokenizer that reads English for tests of text models, with no hub access (no GPT-2 tokenizer ships in any
-    offline package). Deterministic for the same texts and vocab_size."""
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
-
+    """A GPT-2-style byte-level BPE tokenizer ("Ġ" marks a word start, <|endoftext|> is BOS and EOS), trained
+    here on `texts` (e.g. the GAP development passages shipped with the package,
+    ``probe.heads.corpus.passages``): a tokenizer that reads English for tests of text models, with no hub
+    access (no GPT-2 tokenizer ships in any offline package). Deterministic for the same texts and
+    vocab_size."""
     backend = ByteLevelBPETokenizer()
     backend.train_from_iterator(list(texts), vocab_size=vocab_size, min_frequency=2,
                                 special_tokens=["<|endoftext|>"], show_progress=False)
     return PreTrainedTokenizerFast(tokenizer_object=backend._tokenizer, bos_token="<|endoftext|>",
-                                   eos_token="<|endoftext|>", unk_token="<|endoftext|>", pad_token="<|endoftext|>")
+                                   eos_token="<|endoftext|>", unk_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")

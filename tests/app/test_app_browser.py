@@ -1,7 +1,8 @@
-"""End-to-end in headless Chromium: the real page, real clicks, keys, uploads and downloads (selenium + chromedriver).
+"""End-to-end in headless Chromium: the real page, real clicks, keys, uploads and downloads (selenium +
+chromedriver).
 
-One app server for the module (tiny GPT-2, tiny ESM, tiny Llama with grouped-query attention) runs in this process
-on a loopback port; the browser drives it like a user. Two tests save the README's screenshots:
+One app server for the module (tiny GPT-2, tiny ESM, tiny Llama with grouped-query attention) runs in this
+process on a loopback port; the browser drives it like a user. Two tests save the README's screenshots:
 docs/app_organisms.png (zoo:induction labelled, with the grid of every head)
 and docs/app_proteins.png (an uploaded structure next to its predicted contacts).
 """
@@ -40,9 +41,9 @@ def _planted_labels(spec: str) -> pd.DataFrame:
         for head in range(4):
             strong = (layer, head) == (1, 2)
             score = 0.9 if strong else 0.004 + 1e-5 * head
-            rows.append({"model": spec, "layer": layer, "head": head, "head_type": "induction", "score": score,
-                         "ci_low": score - 0.05 if strong else 0.0039, "ci_high": score + 0.01, "chance": 0.004,
-                         "label": strong, "n_examples": 8})
+            rows.append({"model": spec, "layer": layer, "head": head, "head_type": "induction",
+                         "score": score, "ci_low": score - 0.05 if strong else 0.0039,
+                         "ci_high": score + 0.01, "chance": 0.004, "label": strong, "n_examples": 8})
     return pd.DataFrame(rows)
 
 
@@ -124,8 +125,8 @@ def text_of(driver, component_id: str) -> str:
 
 
 def graph_data(driver, component_id: str) -> list[dict]:
-    """The traces plotly drew in a dcc.Graph (typed arrays decoded): name, type, x, y, z, zmin, zmax and the colour
-    bar's title (scale)."""
+    """The traces plotly drew in a dcc.Graph (typed arrays decoded): name, type, x, y, z, zmin, zmax and the
+    colour bar's title (scale)."""
     return driver.execute_script("""
         const gd = document.getElementById(arguments[0]).querySelector('.js-plotly-plot');
         const plain = v => (v && typeof v === 'object' && v.length !== undefined)
@@ -134,7 +135,7 @@ def graph_data(driver, component_id: str) -> list[dict]:
                                        zmin: t.zmin === undefined ? null : t.zmin,
                                        zmax: t.zmax === undefined ? null : t.zmax,
                                        scale: t.colorbar && t.colorbar.title ? t.colorbar.title.text : null}));
-    """, component_id)
+    """, component_id)  # noqa: E501 - embedded JavaScript
 
 
 def click_cell(driver, component_id: str, row: float, col: float, n_rows: int, n_cols: int) -> None:
@@ -210,11 +211,13 @@ def test_grid_click_keys_after_radio_and_checkbox_and_fixed_colours(driver, serv
     wait_for(lambda: "0.90 ✓" in driver.find_elements("css selector", f"#{ids.GRID} .thumb")[6].text,
              what="the atlas score and label as the thumbnail's badge")
     z = np.array(atlas["z"], dtype=float)
-    assert z[1, 2] == pytest.approx(0.9) and np.isnan(np.delete(z.ravel(), 6)).all()  # chance-level heads grey
+    # chance-level heads grey
+    assert z[1, 2] == pytest.approx(0.9) and np.isnan(np.delete(z.ravel(), 6)).all()
     heat = graph_data(driver, ids.HEATMAP)[0]
     assert (heat["zmin"], heat["zmax"], heat["scale"]) == (0, 1, "α (fixed 0–1)")
     driver.find_element("css selector", f"#{ids.ALPHA_SCALE} input").click()
-    wait_for(lambda: "this head's max" in graph_data(driver, ids.HEATMAP)[0]["scale"], what="the per-head maximum")
+    wait_for(lambda: "this head's max" in graph_data(driver, ids.HEATMAP)[0]["scale"],
+             what="the per-head maximum")
 
     # arrows after clicking a radio button step the head (not the radio group); presses queue
     driver.find_element("css selector", f"#{ids.HEAD_TYPE} input[value='self']").click()
@@ -234,14 +237,17 @@ def test_grid_click_keys_after_radio_and_checkbox_and_fixed_colours(driver, serv
     alpha = service.head_attention(specs[0], token_ids, 0, 1)
     wait_for(lambda: "focus" in driver.find_elements("css selector", f"#{ids.TOKENS} .token")[6]
              .get_attribute("class"), what="the focused token")
-    titles = [span.get_attribute("title") for span in driver.find_elements("css selector", f"#{ids.TOKENS} .token")]
+    titles = [span.get_attribute("title")
+              for span in driver.find_elements("css selector", f"#{ids.TOKENS} .token")]
     assert [t.split("α ")[1] for t in titles] == [f"{a:.3f}" for a in alpha[6]]
     # a second click unpins; hovering another token then reads from that one
     driver.find_elements("css selector", f"#{ids.TOKENS} .token")[6].click()
 
     def hover_focuses(index: int) -> bool:  # the tokens re-render after the click: find them afresh each try
-        ActionChains(driver).move_to_element(driver.find_elements("css selector", f"#{ids.TOKENS} .token")[index]).perform()
-        return "focus" in driver.find_elements("css selector", f"#{ids.TOKENS} .token")[index].get_attribute("class")
+        ActionChains(driver).move_to_element(
+            driver.find_elements("css selector", f"#{ids.TOKENS} .token")[index]).perform()
+        return "focus" in driver.find_elements("css selector",
+                                               f"#{ids.TOKENS} .token")[index].get_attribute("class")
 
     wait_for(lambda: hover_focuses(2), what="the hovered token")
 
@@ -253,7 +259,8 @@ def test_reload_restores_the_url_state(driver, served):
     driver.find_element("id", ids.RUN).click()
     wait_for(lambda: text_of(driver, ids.HEAD_LABEL).endswith("6 tokens"), what="the prompt")
     driver.find_element("css selector", f"#{ids.HEAD_TYPE} input[value='induction']").click()
-    wait_for(lambda: any(t["name"] == "score" for t in graph_data(driver, ids.ATLAS)), what="the scored atlas")
+    wait_for(lambda: any(t["name"] == "score" for t in graph_data(driver, ids.ATLAS)),
+             what="the scored atlas")
     click_cell(driver, ids.ATLAS, row=1, col=3, n_rows=2, n_cols=4)  # a cell under the score and grey layers
     wait_for(lambda: text_of(driver, ids.HEAD_LABEL).startswith("L1H3"), what="the clicked head")
     wait_for(lambda: "layer=1&head=3" in driver.current_url and "type=induction" in driver.current_url,
@@ -279,7 +286,8 @@ def test_svg_download_after_switching_and_no_cloud_buttons(driver, served, downl
                       what="the camera button")
     time.sleep(0.5)  # the config update reaches plotly
     camera.click()
-    path = wait_for(lambda: next(iter(downloads.glob("probe_explorer-heatmap*.svg")), None), 30, "the SVG download")
+    path = wait_for(lambda: next(iter(downloads.glob("probe_explorer-heatmap*.svg")), None), 30,
+                    "the SVG download")
     assert path.read_text(errors="replace").lstrip().startswith("<svg")
 
 
@@ -288,14 +296,15 @@ def test_oversized_and_wrong_type_uploads_say_why(driver, served, tmp_path, ubiq
     open_app(driver, url)
     driver.find_element("css selector", f"#{ids.MODEL} input[value='{specs[1]}']").click()
     wait_for(lambda: "protein_mlm" in text_of(driver, ids.MODEL_INFO), what="the ESM model")
-    wait_for(lambda: "residues" in driver.find_element("id", ids.CONTACTS).text, what="the typed protein's map")
+    wait_for(lambda: "residues" in driver.find_element("id", ids.CONTACTS).text,
+             what="the typed protein's map")
     before = graph_data(driver, ids.CONTACTS)[0]["z"]
     big = tmp_path / "big.pdb"
     big.write_bytes(b"REMARK " * (UPLOAD_BYTES // 6))
     upload = driver.find_element("css selector", f"#{ids.UPLOAD} input[type=file]")
     upload.send_keys(str(big))
-    message = wait_for(lambda: "MiB" in text_of(driver, ids.PROTEIN_ERROR) and text_of(driver, ids.PROTEIN_ERROR),
-                       what="the size message")
+    message = wait_for(lambda: "MiB" in text_of(driver, ids.PROTEIN_ERROR)
+                       and text_of(driver, ids.PROTEIN_ERROR), what="the size message")
     assert "big.pdb is 1.2 MiB; the limit is 1.0 MiB" in message
     wrong = tmp_path / "notes.docx"
     wrong.write_bytes(b"PK\x03\x04")
@@ -309,14 +318,17 @@ def test_oversized_and_wrong_type_uploads_say_why(driver, served, tmp_path, ubiq
     wait_for(lambda: "76 residues" in text_of(driver, ids.PROTEIN_MESSAGE), 90, "the structure's contacts")
     type_into(driver, ids.SEQUENCE, "MQIFVKTLTGKTITLEVEPS")
     driver.find_element("id", ids.PROTEIN_RUN).click()
-    wait_for(lambda: "typed sequence (20 residues)" in text_of(driver, ids.PROTEIN_MESSAGE), what="the typed sequence")
+    wait_for(lambda: "typed sequence (20 residues)" in text_of(driver, ids.PROTEIN_MESSAGE),
+             what="the typed sequence")
     wait_for(lambda: len(graph_data(driver, ids.CONTACTS)[0]["z"]) == 20, what="the typed sequence's map")
     upload.send_keys(ubiquitin_structure)
-    wait_for(lambda: "76 residues" in text_of(driver, ids.PROTEIN_MESSAGE), 90, "the same file uploaded again")
+    wait_for(lambda: "76 residues" in text_of(driver, ids.PROTEIN_MESSAGE), 90,
+             "the same file uploaded again")
 
     def contact_map_with_structure():
         traces = graph_data(driver, ids.CONTACTS)
-        return traces if len(traces[1]["z"]) == 76 and np.isfinite(np.array(traces[1]["z"], dtype=float)).any() \
+        return traces if len(traces[1]["z"]) == 76 and np.isfinite(
+            np.array(traces[1]["z"], dtype=float)).any() \
             else None
 
     traces = wait_for(contact_map_with_structure, what="the contact map of the uploaded structure")
@@ -336,7 +348,8 @@ def test_oversized_and_wrong_type_uploads_say_why(driver, served, tmp_path, ubiq
         return head_marks if both and head_marks["x"] else None
 
     marks = wait_for(same_pair_in_both, what="the same pair marked in both maps")
-    assert abs(marks["y"][0] - 11) <= 2 and abs(marks["x"][0] - 51) <= 2  # the clicked cell (±2 px-rounding, 76 cells)
+    # the clicked cell (±2 px-rounding, 76 cells)
+    assert abs(marks["y"][0] - 11) <= 2 and abs(marks["x"][0] - 51) <= 2
     from selenium.webdriver.common.action_chains import ActionChains
 
     ActionChains(driver).move_to_element(driver.find_element("id", ids.HEAD_MAP)).perform()  # hover elsewhere
@@ -374,8 +387,8 @@ def save_screenshot(driver, name: str) -> None:
 
 
 def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
-    """The page `probe app` opens with no arguments: zoo:induction first, its heads labelled; the atlas coloured by
-    induction score and the grid of every head show the organism's layer-1 induction heads."""
+    """The page `probe app` opens with no arguments: zoo:induction first, its heads labelled; the atlas
+    coloured by induction score and the grid of every head show the organism's layer-1 induction heads."""
     from werkzeug.serving import make_server
 
     from app.registry import default_models
@@ -383,7 +396,8 @@ def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
     service = Service(AppConfig(models=default_models(minilm=False)))
     assert service.specs[0] == "zoo:induction"
     job = service.start_labelling("zoo:induction")
-    wait_for(lambda: job.state == "done", 600, "labelling zoo:induction")  # minutes on a loaded 2-core machine
+    # minutes on a loaded 2-core machine
+    wait_for(lambda: job.state == "done", 600, "labelling zoo:induction")
     server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -398,9 +412,11 @@ def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
 
         scores = np.array(wait_for(atlas_scores, 60, "the atlas coloured by induction score"))
         assert scores[1].min() > 0.8 > scores[0].max()  # layer 1 holds the induction heads, layer 0 none
-        wait_for(lambda: len(driver.find_elements("css selector", f"#{ids.GRID} .thumb")) == 8, what="the grid")
+        wait_for(lambda: len(driver.find_elements("css selector", f"#{ids.GRID} .thumb")) == 8,
+                 what="the grid")
         driver.find_element("css selector", f"#{ids.OVERLAY} input").click()
-        wait_for(lambda: "induction targets" in text_of(driver, ids.OVERLAY_NOTE), what="the outlined targets")
+        wait_for(lambda: "induction targets" in text_of(driver, ids.OVERLAY_NOTE),
+                 what="the outlined targets")
         time.sleep(1.0)
         save_screenshot(driver, "app_organisms.png")
     finally:
@@ -409,11 +425,12 @@ def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
         driver.set_window_size(1500, 2300)
 
 
-# --- dashboard v3: the eight bugs of issue 20, latency, state, explanations -----------------------------------
+# --- dashboard v3: the eight bugs of issue 20, latency, state, explanations ---------------------------------
 
 
 def step_latency_ms(driver, key: str, expected_label: str) -> float:
-    """Milliseconds from a key press to the heatmap drawn for the new head (the caption and plotly's z updated)."""
+    """Milliseconds from a key press to the heatmap drawn for the new head (the caption and plotly's z
+    updated)."""
     return driver.execute_async_script("""
         const [key, label, done] = arguments;
         const caption = document.getElementById('explorer-head-label');
@@ -484,7 +501,8 @@ def test_hover_and_head_step_are_instant_at_512_tokens(driver, long_served):
     load = os.getloadavg()[0] / (os.cpu_count() or 1)
     assert min(hovers) >= 0
     if max(hovers) > 50 and load > 2:  # the budgets are judged on a machine that is not oversubscribed
-        pytest.xfail(f"token hover {max(hovers):.0f} ms > 50 ms with the load average at {load:.1f}× the cores")
+        pytest.xfail(
+            f"token hover {max(hovers):.0f} ms > 50 ms with the load average at {load:.1f}× the cores")
     assert max(hovers) <= 50  # issue 20's hover budget
     if max(steps) > 150 and load > 2:  # the step budget is judged on a machine that is not oversubscribed
         pytest.xfail(f"head step {max(steps):.0f} ms > 150 ms with the load average at {load:.1f}× the cores")
@@ -492,9 +510,9 @@ def test_hover_and_head_step_are_instant_at_512_tokens(driver, long_served):
 
 
 def test_bug1_an_mla_model_is_explorable_after_another_model(driver, tmp_path_factory):
-    """An MLA (DeepSeek-V3) model chosen after a GPT-2: its own view replaces the previous model's (the payload in
-    the page is the MLA model's), with its head caption and no error — the capture failed before the engine
-    supported different q/k and v head sizes."""
+    """An MLA (DeepSeek-V3) model chosen after a GPT-2: its own view replaces the previous model's (the
+    payload in the page is the MLA model's), with its head caption and no error — the capture failed before
+    the engine supported different q/k and v head sizes."""
     from werkzeug.serving import make_server
 
     mla = _tiny_deepseek(tmp_path_factory.mktemp("mla"))
@@ -512,11 +530,9 @@ def test_bug1_an_mla_model_is_explorable_after_another_model(driver, tmp_path_fa
         def settled():
             label = text_of(driver, ids.HEAD_LABEL)
             message = text_of(driver, ids.EXPLORER_VIEW_MESSAGE) + text_of(driver, ids.EXPLORER_MESSAGE)
-            return (label, message) if (message or (label and service.model(mla) and
-                                                    driver.execute_script("return window.dash_clientside.probe"
-                                                                          "._view.payload && window.dash_clientside"
-                                                                          ".probe._view.payload.model") == mla)) \
-                else None
+            return (label, message) if (message or (label and service.model(mla) and driver.execute_script(
+                "return window.dash_clientside.probe._view.payload"
+                " && window.dash_clientside.probe._view.payload.model") == mla)) else None
 
         label, message = wait_for(settled, 60, "the MLA model's view or its error")
         assert not message, message  # the engine captures MLA (probe/engine): explorable, no error
@@ -538,9 +554,10 @@ def _tiny_deepseek(directory) -> str:
     tokenizer = word_tokenizer(DEMO_WORDS, bos_token="<bos>")
     config = transformers.DeepseekV3Config(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1,
-        num_experts_per_tok=2, first_k_dense_replace=2, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
-        qk_nope_head_dim=8, v_head_dim=8, max_position_embeddings=128, n_group=1, topk_group=1)
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+        n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=2, kv_lora_rank=16, q_lora_rank=None,
+        qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, max_position_embeddings=128, n_group=1,
+        topk_group=1)
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return str(directory)
@@ -561,7 +578,8 @@ def test_bug2_a_model_without_a_tokenizer_shows_its_card(driver, tmp_path_factor
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         driver.get(f"http://127.0.0.1:{server.server_port}/")
-        card = wait_for(lambda: "GQA" in text_of(driver, ids.CARD) and text_of(driver, ids.CARD), 60, "the card")
+        card = wait_for(lambda: "GQA" in text_of(driver, ids.CARD) and text_of(driver, ids.CARD),
+                        60, "the card")
         assert "rotary" in card
         why = text_of(driver, ids.CARD_ONLY)
         assert "no usable tokenizer" in why and "card is shown" in why and not why.rstrip().endswith(":")
@@ -599,7 +617,8 @@ def test_bug4_clear_pair_and_run_sequence_log_no_errors(driver, served):
     assert not console_errors(driver)
 
 
-def test_bug5_a_shorter_protein_after_a_longer_one_fits_its_axes(driver, served, ubiquitin_structure, tmp_path):
+def test_bug5_a_shorter_protein_after_a_longer_one_fits_its_axes(driver, served,
+                                                                 ubiquitin_structure, tmp_path):
     from tests.conftest import compact_synthetic_pdb
 
     url, _, specs = served
@@ -616,11 +635,12 @@ def test_bug5_a_shorter_protein_after_a_longer_one_fits_its_axes(driver, served,
     def ranges(graph):
         return driver.execute_script("const gd = document.getElementById(arguments[0])"
                                      ".querySelector('.js-plotly-plot');"
-                                     "return [gd._fullLayout.xaxis.range, gd._fullLayout.yaxis.range];", graph)
+                                     "return [gd._fullLayout.xaxis.range, gd._fullLayout.yaxis.range];",
+                                     graph)
 
     for graph in (ids.CONTACTS, ids.HEAD_MAP):
-        wait_for(lambda g=graph: abs(max(ranges(g)[0]) - 56.5) < 1e-6 and abs(max(ranges(g)[1]) - 56.5) < 1e-6,
-                 30, f"{graph} axes at 56 residues")
+        wait_for(lambda g=graph: abs(max(ranges(g)[0]) - 56.5) < 1e-6
+                 and abs(max(ranges(g)[1]) - 56.5) < 1e-6, 30, f"{graph} axes at 56 residues")
 
 
 def test_bug6_badges_and_titles_do_not_cover_anything_at_1280(driver, served):
@@ -655,7 +675,8 @@ def test_bug7_double_clicking_the_atlas_selects_nothing(driver, served):
     wait_for(lambda: text_of(driver, ids.HEAD_LABEL).startswith("L1H2"), 60, "L1H2")
     area = driver.find_element("css selector", f"#{ids.ATLAS} .nsewdrag")
     width, height = area.size["width"], area.size["height"]
-    ActionChains(driver).move_to_element_with_offset(area, int(-width * 3 / 8), int(-height / 4)).double_click() \
+    ActionChains(driver).move_to_element_with_offset(area, int(-width * 3 / 8),
+                                                     int(-height / 4)).double_click() \
         .perform()
     time.sleep(1.0)
     assert text_of(driver, ids.HEAD_LABEL).startswith("L1H2")  # unchanged
@@ -671,7 +692,8 @@ def test_bug8_colour_max_on_a_causal_model_leaves_out_the_first_query(driver, se
     driver.find_element("id", ids.RUN).click()
     wait_for(lambda: text_of(driver, ids.HEAD_LABEL) == "L0H1 · 7 tokens", what="the prompt")
     driver.find_element("css selector", f"#{ids.ALPHA_SCALE} input").click()
-    heat = wait_for(lambda: next((t for t in graph_data(driver, ids.HEATMAP) if "head's max" in (t["scale"] or "")),
+    heat = wait_for(lambda: next((t for t in graph_data(driver, ids.HEATMAP)
+                                  if "head's max" in (t["scale"] or "")),
                                  None), what="the per-head scale")
     token_ids = service.model(specs[0]).tokenizer("mary gave the book to john")["input_ids"]
     alpha = service.head_attention(specs[0], token_ids, 0, 1)
@@ -697,11 +719,14 @@ def test_a_shared_link_restores_every_state_and_long_inputs(driver, served):
     link = driver.current_url
     driver.get("about:blank")
     driver.get(link)
-    wait_for(lambda: text_of(driver, ids.HEAD_LABEL) == "L1H1 · 121 tokens", 60, "the restored head and input")
+    wait_for(lambda: text_of(driver, ids.HEAD_LABEL) == "L1H1 · 121 tokens", 60,
+             "the restored head and input")
     assert driver.find_element("id", ids.TEXT).get_attribute("value") == long_text
-    assert driver.find_element("css selector", f"#{ids.HEAD_TYPE} input[value='previous_token']").is_selected()
+    assert driver.find_element("css selector",
+                               f"#{ids.HEAD_TYPE} input[value='previous_token']").is_selected()
     assert driver.find_element("css selector", f"#{ids.OVERLAY} input").is_selected()
-    wait_for(lambda: "this head's max" in graph_data(driver, ids.HEATMAP)[0]["scale"], what="the colour scale")
+    wait_for(lambda: "this head's max" in graph_data(driver, ids.HEATMAP)[0]["scale"],
+             what="the colour scale")
     wait_for(lambda: "previous_token targets" in text_of(driver, ids.OVERLAY_NOTE), what="the overlay")
     wait_for(lambda: "focus" in driver.find_elements("css selector", f"#{ids.TOKENS} .token")[4]
              .get_attribute("class"), what="the pinned token")
@@ -720,6 +745,6 @@ def test_glossary_and_labelled_heads_table_select_a_head(driver, served):
     assert "L1H2" in cells[0].text
     cells[0].click()
     wait_for(lambda: text_of(driver, ids.HEAD_LABEL).startswith("L1H2"), what="the row's head")
-    hover = driver.execute_script("return document.getElementById(arguments[0]).querySelector('.js-plotly-plot')"
-                                  "._fullData[0].text[1][2]", ids.ATLAS)
+    hover = driver.execute_script("return document.getElementById(arguments[0])"
+                                  ".querySelector('.js-plotly-plot')._fullData[0].text[1][2]", ids.ATLAS)
     assert "q = " in hover or "no q-value" in hover

@@ -1,5 +1,6 @@
-"""The dashboard's panels and service as plain functions, on tiny seeded models (no browser, no server), and every
-callback through Dash's own HTTP endpoint with crafted payloads (an in-page message, never an HTTP 500)."""
+"""The dashboard's panels and service as plain functions, on tiny seeded models (no browser, no server), and
+every callback through Dash's own HTTP endpoint with crafted payloads (an in-page message, never an HTTP
+500)."""
 
 from __future__ import annotations
 
@@ -93,7 +94,8 @@ def test_explorer_input_tokenizes_text_and_token_ids(service, specs):
 ])
 def test_explorer_input_errors_are_one_line_messages_and_keep_the_previous_input(service, specs, text, as_ids,
                                                                                    expected):
-    store, message, shown = guarded(outputs=3, message=1)(explorer.explorer_input)(service, specs[0], text, as_ids)
+    store, message, shown = guarded(outputs=3, message=1)(explorer.explorer_input)(service, specs[0],
+                                                                                   text, as_ids)
     assert store is no_update and shown is no_update  # the previous input and its figure stay
     assert expected in message and "\n" not in message and "Traceback" not in message
 
@@ -149,7 +151,8 @@ def test_explorer_overlay_sends_the_targets_of_each_head(service, specs):
     pattern = explorer.pattern_view(service, store, {"layer": 0}, "induction", True)
     assert len(pattern["heads"]) == 1  # the same targets for every head
     queries, keys = pattern["heads"][0]
-    assert set(zip(queries, keys, strict=True)) == {(3, 1), (4, 2), (5, 3)}  # after the earlier copy of 5, 9, 10
+    # after the earlier copy of 5, 9, 10
+    assert set(zip(queries, keys, strict=True)) == {(3, 1), (4, 2), (5, 3)}
     assert explorer.pattern_view(service, store, {"layer": 0}, "induction", False) is None
     note = explorer.pattern_view(service, store, {"layer": 0}, "coreference", True)["note"]
     assert "need marked spans" in note and "EncodedSpanExample" not in note
@@ -175,7 +178,8 @@ def test_grid_thumbnails_are_every_heads_pooled_pattern_from_one_pass(specs):
     service = Service(AppConfig(models=specs))
     token_ids = [5 + (i * 7) % 50 for i in range(100)]
     pooled = service.thumbnails(specs[0], token_ids, bins=40)  # factor 3: 34 bins
-    dense = np.stack([service.layer_attention(specs[0], token_ids, layer) for layer in (0, 1)])  # [layer head q k]
+    # [layer head q k]
+    dense = np.stack([service.layer_attention(specs[0], token_ids, layer) for layer in (0, 1)])
     assert pooled.shape == (2, 4, 34, 34)
     for layer in range(2):
         for head in range(4):
@@ -199,7 +203,8 @@ def test_grid_badges_show_scores_labels_and_grey_near_chance():
                            "chance": 0.1, "label": True},
                           {"layer": 0, "head": 1, "head_type": "induction", "score": 0.11, "ci_low": 0.05,
                            "chance": 0.1, "label": False}])
-    assert grid.badges(table, "induction") == {(0, 0): ("0.91 ✓", "badge labelled"), (0, 1): ("0.11", "badge faint")}
+    assert grid.badges(table, "induction") == {(0, 0): ("0.91 ✓", "badge labelled"),
+                                               (0, 1): ("0.11", "badge faint")}
     assert grid.badges(None, "induction") == {}
 
 
@@ -228,7 +233,8 @@ def test_lru_cache_evicts_by_bytes():
 def test_concurrent_requests_get_the_same_answers_as_sequential_ones(specs):
     service = Service(AppConfig(models=specs))
     inputs = [[5, 6, 7, 8, 5, 6, 7, 8][:n] for n in range(3, 9)]
-    expected = {(tuple(i), layer): _eager_alpha_cached(specs[0], i)[layer] for i in inputs for layer in (0, 1)}
+    expected = {(tuple(i), layer): _eager_alpha_cached(specs[0], i)[layer] for i in inputs
+                for layer in (0, 1)}
     failures = []
 
     def user(index: int) -> None:
@@ -341,7 +347,8 @@ def test_label_on_demand_shows_progress_then_fills_the_atlas(specs):
     assert poll_off is False and finished == 0  # polling starts
     assert "labelled every head" in _wait_for_job(service, specs[0])
     assert atlas.label_status(service, specs[0])[1:3] == (True, 1)  # polling stops; the page redraws once
-    assert atlas.label_status(service, specs[1])[0] == ""  # another model: no stale "labelled every head of …"
+    # another model: no stale "labelled every head of …"
+    assert atlas.label_status(service, specs[1])[0] == ""
     table = service.labels(specs[0])
     figure = atlas.atlas_view(service, specs[0], "previous_token", "score", None)
     rows = table[table["head_type"] == "previous_token"].sort_values(["layer", "head"])
@@ -350,8 +357,9 @@ def test_label_on_demand_shows_progress_then_fills_the_atlas(specs):
 
 
 def test_a_view_during_a_labelling_job_answers_at_once_with_the_jobs_estimate(specs):
-    """The labelling worker holds the inference gate only between its probe batches: a view waiting for it goes
-    first (it waits at most one batch), the job then goes on; the page shows its progress and an estimate."""
+    """The labelling worker holds the inference gate only between its probe batches: a view waiting for it
+    goes first (it waits at most one batch), the job then goes on; the page shows its progress and an
+    estimate."""
     service = Service(AppConfig(models=specs))
     batches, views_done, order = 6, threading.Event(), []
 
@@ -374,12 +382,14 @@ def test_a_view_during_a_labelling_job_answers_at_once_with_the_jobs_estimate(sp
     order.append(("view", 0))
     views_done.set()
     assert time.perf_counter() - started < 5 and message == "" and "error" not in payload
-    np.testing.assert_allclose(payload_alpha(payload), service.layer_attention(specs[0], [5, 6, 7], 0), atol=1e-4)
+    np.testing.assert_allclose(payload_alpha(payload),
+                               service.layer_attention(specs[0], [5, 6, 7], 0), atol=1e-4)
     progress, poll_off, _, line = atlas.label_status(service, specs[0])
     assert not poll_off and "probe batches" in progress[1] and "left" in line and "usable" in line
     assert job.state == "running" and job.eta_s() is not None and job.eta_s() >= 0
     assert _wait_for_job(service, specs[0]).startswith("labelled every head")
-    assert order.index(("view", 0)) < order.index(("batch", batches))  # the view did not wait for the whole job
+    # the view did not wait for the whole job
+    assert order.index(("view", 0)) < order.index(("batch", batches))
     assert service.labels(specs[0]) is not None
 
 
@@ -421,8 +431,8 @@ def test_the_gate_lets_views_through_between_background_batches():
 
 
 def test_start_up_reads_shipped_tables_and_queues_only_the_rest(tmp_path, specs, monkeypatch):
-    """A model with a shipped table is not labelled (nothing computed at start-up); one without is queued, and its
-    progress goes to the terminal's report."""
+    """A model with a shipped table is not labelled (nothing computed at start-up); one without is queued, and
+    its progress goes to the terminal's report."""
     from app import tables
 
     table = _label_table(specs[0])
@@ -451,7 +461,8 @@ def test_start_up_reads_shipped_tables_and_queues_only_the_rest(tmp_path, specs,
 
 
 def test_a_shipped_organism_table_is_found_from_its_card(tmp_path, monkeypatch):
-    """probe/zoo/NAME/card.json's "label_table" names the file; a card without it (or a missing file) has none."""
+    """probe/zoo/NAME/card.json's "label_table" names the file; a card without it (or a missing file) has
+    none."""
     import json
 
     from app import tables
@@ -487,8 +498,8 @@ def test_the_long_input_store_is_bounded_by_bytes(service):
 
 
 def test_forty_posts_of_8_mib_keep_the_store_under_its_bound(specs):
-    """Issue 32: 40 crafted posts of 8 MiB to the link callback are refused with the in-page note, and the server
-    holds no more than its stated bound (memory measured with tracemalloc)."""
+    """Issue 32: 40 crafted posts of 8 MiB to the link callback are refused with the in-page note, and the
+    server holds no more than its stated bound (memory measured with tracemalloc)."""
     import gc
     import tracemalloc
 
@@ -519,19 +530,22 @@ def test_forty_posts_of_8_mib_keep_the_store_under_its_bound(specs):
 
 
 def _url_request(client, spec: str, text: str) -> str:
-    """The body of the link callback's request (Dash's own endpoint) with a crafted input store holding `text`."""
+    """The body of the link callback's request (Dash's own endpoint) with a crafted input store holding
+    `text`."""
     dependencies = client.get("/_dash-dependencies").get_json()
     callback = next(c for c in dependencies if f"{ids.URL}.search" in c["output"])
     values = {ids.MODEL: spec, ids.HEAD_TYPE: "self", ids.SELECTED: {"layer": 0, "head": 0},
               ids.INPUT: {"model": spec, "ids": [1], "text": text}, ids.TOKEN_DIRECTION: "from"}
-    inputs = [{"id": i["id"], "property": i["property"], "value": values.get(i["id"])} for i in callback["inputs"]]
+    inputs = [{"id": i["id"], "property": i["property"], "value": values.get(i["id"])}
+              for i in callback["inputs"]]
     parts = callback["output"][2:-2].split("...")
-    outputs = [{"id": part.partition(".")[0], "property": part.partition(".")[2].split("@")[0]} for part in parts]
+    outputs = [{"id": part.partition(".")[0], "property": part.partition(".")[2].split("@")[0]}
+               for part in parts]
     return json.dumps({"output": callback["output"], "outputs": outputs, "inputs": inputs, "state": [],
                        "changedPropIds": [f"{ids.INPUT}.data"]})
 
 
-# --- page state ----------------------------------------------------------------------------------------------
+# --- page state ---------------------------------------------------------------------------------------------
 
 
 def test_url_state_round_trips_and_bad_links_fall_back(service, specs):
@@ -541,7 +555,8 @@ def test_url_state_round_trips_and_bad_links_fall_back(service, specs):
     from urllib.parse import parse_qsl
 
     state = page.initial_state(service, dict(parse_qsl(search[1:])))
-    assert (state["model"], state["head_type"], state["layer"], state["head"], state["text"], state["note"]) == (
+    assert (state["model"], state["head_type"], state["layer"], state["head"], state["text"],
+            state["note"]) == (
         specs[1], "self", 1, 3, "MQI", "")
     assert (state["overlay"], state["scale"], state["zoom"], state["token"], state["theme"]) == (
         True, True, {"q0": 0, "q1": 2, "k0": 1, "k1": 3}, 2, "dark")
@@ -561,7 +576,8 @@ def test_url_state_round_trips_and_bad_links_fall_back(service, specs):
 
 def test_limits_beside_run_are_the_models_own(service, specs):
     assert service.limits(specs[0]) == "at most 128 tokens (the model's positions)"
-    assert service.limits(specs[1]).startswith("at most 1024 tokens (the model's positions) · proteins: at most 1022")
+    assert service.limits(specs[1]).startswith("at most 1024 tokens (the model's positions) · proteins: at "
+                                               "most 1022")
     small = Service(AppConfig(models=specs, max_tokens=50, max_residues=30), registry=service.registry)
     assert small.limits(specs[1]) == "at most 50 tokens (--max-tokens) · proteins: at most 30 residues"
 
@@ -614,7 +630,7 @@ def test_parsers():
         parse_fasta("MQJ")
 
 
-# --- crafted callback payloads through Dash's endpoint ---------------------------------------------------------
+# --- crafted callback payloads through Dash's endpoint ------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -632,7 +648,8 @@ def _post(client, input_id: str, prop: str, value, target: str, state: dict | No
     callback = next(c for c in dependencies if any(i["id"] == input_id and i["property"] == prop
                                                   for i in c["inputs"]) and f"{target}." in c["output"])
     values = {input_id: value, **(extra_inputs or {})}
-    inputs = [{"id": i["id"], "property": i["property"], "value": values.get(i["id"])} for i in callback["inputs"]]
+    inputs = [{"id": i["id"], "property": i["property"], "value": values.get(i["id"])}
+              for i in callback["inputs"]]
     states = [{"id": s["id"], "property": s["property"], "value": (state or {}).get(s["id"])}
               for s in callback["state"]]
     outputs_text = callback["output"]
@@ -658,12 +675,15 @@ def _messages(payload) -> str:
     (ids.CONTACTS, "clickData", {"points": [{"x": 3, "y": 4}]}, ids.PAIR, {ids.PROTEIN: {"key": "k"}},
      "no protein is shown"),
     (ids.PROTEIN, "data", {"key": 5}, ids.CONTACTS, None, "press Run again"),
-    (ids.UPLOAD, "contents", "data:x;base64,AAAA", ids.PROTEIN, "esm-upload", "upload a structure (.pdb, .cif)"),
-    (ids.LEADERBOARD, "active_cell", {"row": 3}, ids.SELECTED, {ids.PROTEIN: {"model": "x"}}, "does not name a head"),
-    ({"type": ids.THUMB, "layer": 0, "head": 0}, "n_clicks", [1], ids.SELECTED, None, "is not a layer and a head"),
+    (ids.UPLOAD, "contents", "data:x;base64,AAAA", ids.PROTEIN, "esm-upload",
+     "upload a structure (.pdb, .cif)"),
+    (ids.LEADERBOARD, "active_cell", {"row": 3}, ids.SELECTED, {ids.PROTEIN: {"model": "x"}},
+     "does not name a head"),
+    ({"type": ids.THUMB, "layer": 0, "head": 0}, "n_clicks", [1], ids.SELECTED, None,
+     "is not a layer and a head"),
 ])
-def test_crafted_callback_payloads_get_a_message_not_a_500(client, specs, input_id, prop, value, target, state,
-                                                           expected):
+def test_crafted_callback_payloads_get_a_message_not_a_500(client, specs, input_id, prop, value, target,
+                                                           state, expected):
     extra = None
     if input_id == ids.SELECTED and target == ids.LINES:  # a valid input and a crafted selection
         extra = {ids.INPUT: {"model": specs[0], "ids": [5, 6, 7]}}
@@ -697,10 +717,12 @@ def test_a_crafted_zoom_is_an_in_page_message_for_every_relayout_key(client, spe
             "outputs": [{"id": ids.ZOOM, "property": "data"},
                         {"id": ids.EXPLORER_VIEW_MESSAGE, "property": "children"}],
             "inputs": [{"id": ids.HEATMAP, "property": "relayoutData", "value": relayout},
-                       {"id": ids.INPUT, "property": "data", "value": {"model": specs[0], "ids": [5, 6, 7, 8]}}],
+                       {"id": ids.INPUT, "property": "data",
+                        "value": {"model": specs[0], "ids": [5, 6, 7, 8]}}],
             "state": [{"id": ids.ZOOM, "property": "data", "value": None}],
             "changedPropIds": [f"{ids.HEATMAP}.relayoutData"]}
-    text = json.dumps(body, allow_nan=True)  # the browser's JSON.stringify writes NaN/Infinity as null; crafted
+    # the browser's JSON.stringify writes NaN/Infinity as null; crafted
+    text = json.dumps(body, allow_nan=True)
     response = http.post("/_dash-update-component", data=text, content_type="application/json")
     assert response.status_code in (200, 204), response.data
     if bad is None and not key.endswith("range"):
@@ -711,7 +733,8 @@ def test_a_crafted_zoom_is_an_in_page_message_for_every_relayout_key(client, spe
 @pytest.mark.parametrize("path", ["/_dash-component-suites/dash/../../../../etc/passwd",
                                   "/_dash-component-suites/dash/..%2F..%2F..%2F..%2Fetc%2Fpasswd",
                                   "/_dash-component-suites/../../etc/passwd",
-                                  "/_dash-component-suites/nope/x.js", "/_dash-component-suites/dash/nope.js"])
+                                  "/_dash-component-suites/nope/x.js",
+                                  "/_dash-component-suites/dash/nope.js"])
 def test_unknown_component_suite_paths_are_404_without_a_traceback(client, path, caplog):
     http, _ = client
     with caplog.at_level("ERROR"):
@@ -727,7 +750,8 @@ def _post_thumbnail(client, specs):
                     and ids.THUMB in c["inputs"][0]["id"] and "selected-head" in c["output"])
     thumb = {"head": "x", "layer": 0, "type": ids.THUMB}
     body = {"output": callback["output"],
-            "outputs": [{"id": "selected-head", "property": "data"}, {"id": ids.GRID_MESSAGE, "property": "children"}],
+            "outputs": [{"id": "selected-head", "property": "data"},
+                        {"id": ids.GRID_MESSAGE, "property": "children"}],
             "inputs": [[{"id": thumb, "property": "n_clicks", "value": 1}]],
             "state": [{"id": ids.INPUT, "property": "data", "value": {"model": specs[0], "ids": [5, 6]}}],
             "changedPropIds": [json.dumps(thumb, separators=(",", ":"), sort_keys=True) + ".n_clicks"]}
@@ -741,21 +765,23 @@ def _post_thumbnail(client, specs):
 def test_protein_from_a_typed_sequence(service, specs):
     store, message = proteins.protein_run(service, specs[1], UBIQUITIN[:40], None, None, "")
     assert message == "" and store["length"] == 40 and not store["has_structure"]
-    contacts, head_map, rows, _, precision, message = proteins.protein_view(service, store, {"layer": 1, "head": 2},
-                                                                         None)
+    contacts, head_map, rows, _, precision, message = proteins.protein_view(service, store,
+                                                                            {"layer": 1, "head": 2}, None)
     from probe.proteins.contacts import head_attention_map, predict_contacts
 
     loaded = service.model(specs[1])
     expected = predict_contacts(loaded, UBIQUITIN[:40]).contacts
     i, j = np.triu_indices(40, 1)
     np.testing.assert_allclose(np.asarray(contacts.data[0].z)[i, j], expected[i, j], atol=1e-5)
-    np.testing.assert_allclose(np.asarray(head_map.data[0].z), head_attention_map(loaded, UBIQUITIN[:40], 1, 2),
-                               atol=1e-5)
+    np.testing.assert_allclose(np.asarray(head_map.data[0].z),
+                               head_attention_map(loaded, UBIQUITIN[:40], 1, 2), atol=1e-5)
     assert message == "" and precision == [] and len(rows) == 2 * 4  # leaderboard by logit share
     assert contacts.layout.uirevision == head_map.layout.uirevision == store["key"]  # zoom kept across heads
     zoom = {"xaxis": [10.5, 20.5], "yaxis": [20.5, 10.5]}
-    contacts, head_map, _, _, _, _ = proteins.protein_view(service, store, {"layer": 0, "head": 1}, None, zoom)
-    assert list(contacts.layout.xaxis.range) == list(head_map.layout.xaxis.range) == [10.5, 20.5]  # shared zoom
+    contacts, head_map, _, _, _, _ = proteins.protein_view(service, store,
+                                                           {"layer": 0, "head": 1}, None, zoom)
+    # shared zoom
+    assert list(contacts.layout.xaxis.range) == list(head_map.layout.xaxis.range) == [10.5, 20.5]
 
 
 def test_protein_from_an_uploaded_structure_shows_both_triangles(service, specs, ubiquitin_structure):
@@ -788,7 +814,8 @@ def test_bad_uploads_are_messages(service, specs, name, data, expected):
 
 
 def test_fasta_upload_and_text_model_message(service, specs):
-    store, message = proteins.protein_run(service, specs[1], "", _upload(b">x\nMQIFVKTLTGKT\n"), "x.fasta", "")
+    store, message = proteins.protein_run(service, specs[1], "", _upload(b">x\nMQIFVKTLTGKT\n"),
+                                          "x.fasta", "")
     assert store["length"] == 12 and message == ""
     store, message = proteins.protein_run(service, specs[0], UBIQUITIN, None, None, "")
     assert store is None and "choose a protein model" in message
@@ -807,9 +834,11 @@ def test_a_clicked_pair_is_marked_in_both_maps_and_stays():
     operations = contacts.to_plotly_json()["operations"]
     assert {"operation": "Assign", "location": ["data", 2, "x"], "params": {"value": [10, 3]}} in operations
     assert proteins.mark_pair(store, None)[:3] == (no_update,) * 3  # nothing clicked: the mark stays
-    assert proteins.checked_pair({"i": 2, "j": 99}, 50) is None and proteins.checked_pair({"i": 2}, 50) is None
+    assert proteins.checked_pair({"i": 2, "j": 99},
+                                 50) is None and proteins.checked_pair({"i": 2}, 50) is None
     patch, stored = proteins.shared_zoom({"xaxis.autorange": True, "yaxis.autorange": True}, store)
-    assert {"operation": "Assign", "location": ["layout", "yaxis", "range"], "params": {"value": [50.5, 0.5]}} in \
+    assert {"operation": "Assign", "location": ["layout", "yaxis", "range"],
+            "params": {"value": [50.5, 0.5]}} in \
         patch.to_plotly_json()["operations"] and stored is None
     patch, stored = proteins.shared_zoom({"xaxis.range[0]": 3.5, "xaxis.range[1]": 9.5}, store)
     assert stored == {"xaxis": [3.5, 9.5]}
@@ -843,7 +872,8 @@ def test_zoom_window_in_token_units(service, specs):
     # the next zoom is in the window's own cells (factor 1 now)
     assert explorer.zoom_window({"xaxis.range[0]": 1.5, "xaxis.range[1]": 3.5}, window, 600) == \
         {"q0": 30, "q1": 60, "k0": 2, "k1": 4}
-    assert explorer.checked_window({"q0": 5, "q1": 500, "k0": 0, "k1": 1}, 120) is None  # outside: whole input
+    # outside: whole input
+    assert explorer.checked_window({"q0": 5, "q1": 500, "k0": 0, "k1": 1}, 120) is None
 
 
 def test_structure_set_summary_is_shown_for_its_model(specs, tmp_path, service):
@@ -857,7 +887,8 @@ def test_structure_set_summary_is_shown_for_its_model(specs, tmp_path, service):
                        contact_share=0.5, contact_background=0.1)
             rows.append(row)
     path = tmp_path / "summary.parquet"
-    contact_sets.write_heads_summary(path, pd.DataFrame(rows), {"model": specs[1], "proteins": ["a", "b", "c"]})
+    contact_sets.write_heads_summary(path, pd.DataFrame(rows),
+                                     {"model": specs[1], "proteins": ["a", "b", "c"]})
     shown = Service(AppConfig(models=specs, heads_summary=str(path)), registry=service.registry)
     data, columns, title = proteins.structure_set(shown, specs[1])
     assert [row["head"] for row in data][:2] == ["L1H3", "L1H2"] and "over 3 proteins" in title
@@ -868,7 +899,8 @@ def test_structure_set_summary_is_shown_for_its_model(specs, tmp_path, service):
     assert proteins.leaderboard_head(shown, specs[1], {"row": 0}, data) == {"layer": 1, "head": 3}
     assert proteins.structure_set(shown, specs[0]) == ([], [], "")  # another model: nothing
     with pytest.raises(ProbeError, match="does not exist"):
-        Service(AppConfig(models=specs, heads_summary=str(tmp_path / "absent.parquet")), registry=service.registry)
+        Service(AppConfig(models=specs, heads_summary=str(tmp_path / "absent.parquet")),
+                registry=service.registry)
 
 
 # --- dashboard v3 -------------------------------------------------------------------------------------------
@@ -896,7 +928,8 @@ def test_a_model_that_does_not_load_is_card_only_with_its_reason(specs):
         raise ProbeError(f"cannot load {spec}: the weights are corrupt")
 
     broken = ModelRegistry(specs[:1], loader=corrupt, config_loader=load_config)
-    with pytest.raises(ProbeError, match="corrupt"):  # other load failures stay errors (exit 2), never card-only
+    # other load failures stay errors (exit 2), never card-only
+    with pytest.raises(ProbeError, match="corrupt"):
         broken.load_all()
 
 
@@ -958,7 +991,8 @@ def test_shared_zoom_is_clipped_to_the_protein():
 
 
 def test_byte_level_tokens_are_shown_as_text():
-    """GPT-2-style byte-level BPE: "Ġthe" is shown as " the" (never a raw Ġ); special tokens keep their form."""
+    """GPT-2-style byte-level BPE: "Ġthe" is shown as " the" (never a raw Ġ); special tokens keep their
+    form."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -999,9 +1033,11 @@ def test_target_overlay_of_the_bracket_type_marks_the_matching_bracket():
     np.testing.assert_array_equal(pattern, expected)
 
 
-def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_binding(specs, ubiquitin_structure):
-    """With a structure the leaderboard has the contact base rate, enrichment and q of every head (equal to the
-    library's per-head table); 1UBI has no ligand, so the binding share is "unknown" in the panel, never 0."""
+def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_binding(specs,
+                                                                                        ubiquitin_structure):
+    """With a structure the leaderboard has the contact base rate, enrichment and q of every head (equal to
+    the library's per-head table); 1UBI has no ligand, so the binding share is "unknown" in the panel, never
+    0."""
     from app.protein_analysis import analyse
     from probe.proteins.contacts import predict_contacts
     from probe.proteins.structure import contact_map, read_structure
@@ -1011,7 +1047,8 @@ def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_
     board = result.heads
     assert {"base rate long", "enrichment long", "q long", "binding share"} <= set(board.columns)
     structure = read_structure(ubiquitin_structure)
-    reference = predict_contacts(loaded, structure.sequence, true_map=contact_map(structure, sequence=structure.sequence),
+    reference = predict_contacts(loaded, structure.sequence,
+                                 true_map=contact_map(structure, sequence=structure.sequence),
                                  per_head=True).heads.set_index("name")
     for _, row in board.iterrows():
         assert row["base rate long"] == pytest.approx(reference.loc[row["head"], "base_rate_long"], abs=1e-3)

@@ -32,8 +32,8 @@ def test_downsample_uneven_blocks_and_nan():
     assert np.isnan(pooled[0, 0]) and np.isnan(pooled[2, 2])
 
 
-# The explorer's heatmap is drawn in the browser (assets/explorer.js): its pooling, labels, outlines and colour
-# scales are tested there (tests/app/test_app_js.py).
+# The explorer's heatmap is drawn in the browser (assets/explorer.js): its pooling, labels, outlines and
+# colour scales are tested there (tests/app/test_app_js.py).
 
 
 def test_line_view_draws_one_segment_per_strong_weight():
@@ -161,10 +161,12 @@ def test_pair_patches_name_the_traces_of_their_own_figures():
             "params": {"value": [10, 3]}} in operations
     figure = figures.contact_figure(np.zeros((12, 12)), None, pair=(2, 9))
     assert figure.data[figures.CONTACT_PAIR_TRACE].name == "selected pair"
-    assert figures.head_map_figure(np.zeros((12, 12))).data[figures.HEAD_MAP_PAIR_TRACE].name == "selected pair"
+    assert figures.head_map_figure(
+        np.zeros((12, 12))).data[figures.HEAD_MAP_PAIR_TRACE].name == "selected pair"
     assert any(op["location"] == ["data", figures.HEAD_MAP_PAIR_TRACE, "y"]
                for op in head_map.to_plotly_json()["operations"])
-    assert figures.zoom_ranges({"xaxis.autorange": True}) == "reset" and figures.zoom_ranges({"dragmode": "pan"}) is None
+    assert (figures.zoom_ranges({"xaxis.autorange": True}) == "reset"
+            and figures.zoom_ranges({"dragmode": "pan"}) is None)
 
 
 def test_thumbnail_png_round_trips():
@@ -172,6 +174,7 @@ def test_thumbnail_png_round_trips():
 
     matrix = np.array([[0.0, 0.5], [1.0, np.nan]])
     rgb = colourize(matrix)
-    assert tuple(rgb[0, 0]) == (247, 251, 255) and tuple(rgb[1, 0]) == (8, 48, 107) and tuple(rgb[1, 1]) == (230,) * 3
+    assert tuple(rgb[0, 0]) == (247, 251, 255) and tuple(rgb[1, 0]) == (8, 48,
+        107) and tuple(rgb[1, 1]) == (230,) * 3
     np.testing.assert_array_equal(decode_png(png_bytes(rgb)), rgb)
     np.testing.assert_array_equal(decode_png(png_bytes(rgb, scale=3)), rgb.repeat(3, 0).repeat(3, 1))

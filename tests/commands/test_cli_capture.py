@@ -1,4 +1,5 @@
-"""`probe capture` writes the documented npz, equal to eager attention, and rejects bad input with exit code 2."""
+"""`probe capture` writes the documented npz, equal to eager attention, and rejects bad input with exit code
+2."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def test_capture_npz_equals_eager(tiny_dir, tmp_path):
 
 def test_capture_defaults_to_every_layer_and_head(tiny_dir, tmp_path):
     out = tmp_path / "all.npz"
-    assert main(["capture", "--model", str(tiny_dir("esm")), "--sequence", "mktayiak", "--out", str(out)]) == 0
+    assert main(
+        ["capture", "--model", str(tiny_dir("esm")), "--sequence", "mktayiak", "--out", str(out)]) == 0
     data = np.load(out)
     assert data["attention"].shape == (2, 4, 10, 10)
     assert data["tokens"].tolist() == ["<cls>", *"MKTAYIAK", "<eos>"]
@@ -54,11 +56,13 @@ def test_capture_defaults_to_every_layer_and_head(tiny_dir, tmp_path):
         (["--model", "{esm}", "--text", "hello"], "protein model"),
         (["--model", "{gpt2}", "--text", ""], "text is empty"),
         (["--model", "{gpt2}", "--text", "x", "--layers", "1-0"], "--layers range 1-0 is empty"),
-        (["--model", "{gpt2}", "--text", "x", "--heads", "0-999999999999"], "--heads index 999999999999 is out"),
+        (["--model", "{gpt2}", "--text", "x", "--heads", "0-999999999999"],
+         "--heads index 999999999999 is out"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tiny_dir, tmp_path, capsys, arguments, message):
-    arguments = [a.replace("{gpt2}", str(tiny_dir("gpt2"))).replace("{esm}", str(tiny_dir("esm"))) for a in arguments]
+    arguments = [a.replace("{gpt2}", str(tiny_dir("gpt2"))).replace("{esm}", str(tiny_dir("esm")))
+                 for a in arguments]
     assert main(["capture", *arguments, "--out", str(tmp_path / "x.npz")]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err
@@ -67,13 +71,14 @@ def test_bad_input_exits_2_with_one_line(tiny_dir, tmp_path, capsys, arguments, 
 
 
 def test_bad_output_extension(tiny_dir, tmp_path, capsys):
-    assert main(["capture", "--model", str(tiny_dir("gpt2")), "--text", "x", "--out", str(tmp_path / "a.csv")]) == 2
+    assert main(
+        ["capture", "--model", str(tiny_dir("gpt2")), "--text", "x", "--out", str(tmp_path / "a.csv")]) == 2
     assert ".npz" in capsys.readouterr().err
 
 
 def test_a_range_is_bounds_checked_before_it_is_expanded():
-    """`0-999999999999` must fail at once, never build a list of 10^12 indices (that was a MemoryError; `0-20000000`
-    cost 775 MB): the check allocates next to nothing."""
+    """`0-999999999999` must fail at once, never build a list of 10^12 indices (that was a MemoryError;
+    `0-20000000` cost 775 MB): the check allocates next to nothing."""
     import tracemalloc
 
     from probe.errors import ProbeError
@@ -91,7 +96,8 @@ def test_a_range_is_bounds_checked_before_it_is_expanded():
     assert parse_index_list("0-3,2,7", 12, "heads") == [0, 1, 2, 3, 7]
     assert parse_index_list("5-5", 12, "heads") == [5]
     assert parse_index_list(None, 3, "heads") == [0, 1, 2]
-    with pytest.raises(ProbeError, match=r"range 1-0 is empty \(it runs backwards\): write it low-high, e.g. 0-1"):
+    with pytest.raises(ProbeError,
+                       match=r"range 1-0 is empty \(it runs backwards\): write it low-high, e.g. 0-1"):
         parse_index_list("1-0", 12, "layers")
 
 
@@ -132,7 +138,11 @@ def test_out_in_a_folder_that_cannot_be_written(tmp_path, capsys):
 
 def test_an_existing_npz_is_overwritten_atomically(tiny_dir, tmp_path):
     out = tmp_path / "a.npz"
-    assert main(["capture", "--model", str(tiny_dir("gpt2")), "--text", TEXT, "--layers", "0", "--out", str(out)]) == 0
-    assert main(["capture", "--model", str(tiny_dir("gpt2")), "--text", TEXT, "--layers", "1", "--out", str(out)]) == 0
+    assert main(
+        ["capture", "--model", str(tiny_dir("gpt2")), "--text", TEXT, "--layers", "0", "--out",
+         str(out)]) == 0
+    assert main(
+        ["capture", "--model", str(tiny_dir("gpt2")), "--text", TEXT, "--layers", "1", "--out",
+         str(out)]) == 0
     assert np.load(out)["layers"].tolist() == [1]
     assert [p.name for p in tmp_path.iterdir()] == ["a.npz"]  # no temporary file left

@@ -46,12 +46,15 @@ def test_structure_alone_reads_the_sequence_and_reports_precision(esm, line_pdb,
                  "--heads-out", str(heads)]) == 0
     structure = read_structure(line_pdb)
     assert not structure.ligands  # no ligand: binding is unknown (None -> NaN), not "no site"
-    features = ResidueFeatures(contacts=contact_map(structure), binding=None, secondary=secondary_structure(structure))
+    features = ResidueFeatures(contacts=contact_map(structure), binding=None,
+                               secondary=secondary_structure(structure))
     with np.load(out) as data:
         assert list(data["sequences"]) == [SEQ * 3] and list(data["ids"]) == ["line_A"]
         np.testing.assert_array_equal(data["true_contacts_0"], contact_map(structure))
-        result = predict_contacts(models.load(esm), SEQ * 3, true_map=contact_map(structure), features=features)
-        expected = [[result.precision[f"p_at_{f}_{r}"] for f in ("L", "L2", "L5")] for r in ("short", "medium", "long")]
+        result = predict_contacts(models.load(esm), SEQ * 3, true_map=contact_map(structure),
+                                  features=features)
+        expected = [[result.precision[f"p_at_{f}_{r}"] for f in ("L", "L2", "L5")]
+                    for r in ("short", "medium", "long")]
         np.testing.assert_allclose(data["precision_0"], expected)
     table = pd.read_parquet(heads)
     assert len(table) == 2 * 4 and {"record", "id", "name", "weight", "logit_share", "far_contact_share",
@@ -65,7 +68,8 @@ def test_fasta_batch_with_structure_aligns_every_record(esm, line_pdb, tmp_path,
     fasta = tmp_path / "in.fasta"
     fasta.write_text(f">construct tagged\nGSHM{SEQ * 3}\n>exact\n{SEQ}\n{SEQ}\n{SEQ}\n")
     out = tmp_path / "c.npz"
-    assert main(["contacts", "--model", esm, "--fasta", str(fasta), "--structure", line_pdb, "--out", str(out)]) == 0
+    assert main(
+        ["contacts", "--model", esm, "--fasta", str(fasta), "--structure", line_pdb, "--out", str(out)]) == 0
     with np.load(out) as data:
         assert list(data["ids"]) == ["construct", "exact"] and list(data["lengths"]) == [40, 36]
         assert (data["true_contacts_0"][:4] == -1).all()
@@ -90,7 +94,8 @@ def test_fasta_batch_with_structure_aligns_every_record(esm, line_pdb, tmp_path,
 )
 def test_bad_input_is_one_line_exit_2(esm, line_pdb, tmp_path, capsys, extra, message):
     (tmp_path / "empty.fasta").write_text("\n\n")
-    water = write(tmp_path, "water.pdb", ["HETATM    1  O   HOH W   1       0.000   0.000   0.000  1.00 10.00           O"])
+    water = write(tmp_path, "water.pdb",
+                  ["HETATM    1  O   HOH W   1       0.000   0.000   0.000  1.00 10.00           O"])
     replace = {"STRUCT": line_pdb, "EMPTY": str(tmp_path / "empty.fasta"), "WATER": water}
     extra = [replace.get(item, item) for item in extra]
     assert main(["contacts", "--model", esm, *extra]) == 2
@@ -103,7 +108,8 @@ def test_window_mode_for_a_too_long_sequence(tiny_dir, tmp_path):
     out = tmp_path / "w.npz"
     sequence = (SEQ * 3)[:30]
     assert main(["contacts", "--model", model, "--sequence", sequence]) == 2
-    assert main(["contacts", "--model", model, "--sequence", sequence, "--window", "18", "--out", str(out)]) == 0
+    assert main(
+        ["contacts", "--model", model, "--sequence", sequence, "--window", "18", "--out", str(out)]) == 0
     with np.load(out) as data:
         contacts = data["contacts_0"]
         assert contacts.shape == (30, 30) and np.isnan(contacts[0, 29]) and np.isfinite(contacts[0, 17])
@@ -135,8 +141,8 @@ def test_a_foreign_existing_output_is_not_overwritten(esm, tmp_path, capsys, fla
 
 
 def test_interrupted_fasta_batch_keeps_finished_records_and_resumes(esm, line_pdb, tmp_path, monkeypatch):
-    """Ctrl-C after the first record: it is written; the rerun computes only the other two; the result equals an
-    uninterrupted run's."""
+    """Ctrl-C after the first record: it is written; the rerun computes only the other two; the result equals
+    an uninterrupted run's."""
     import probe.proteins.sets as contact_sets
 
     fasta = tmp_path / "in.fasta"
@@ -162,7 +168,8 @@ def test_interrupted_fasta_batch_keeps_finished_records_and_resumes(esm, line_pd
     assert set(pd.read_parquet(heads)["id"]) == {"a"}
 
     calls.clear()
-    monkeypatch.setattr(contact_sets, "analyse_unit", lambda loaded, spec, options: calls.append(spec.sequence)
+    monkeypatch.setattr(contact_sets, "analyse_unit", lambda loaded, spec,
+                        options: calls.append(spec.sequence)
                         or real(loaded, spec, options))
     assert main([*arguments, "--out", str(out), "--heads-out", str(heads)]) == 0
     assert calls == [SEQ * 2, SEQ]  # the first record was not recomputed
@@ -177,9 +184,9 @@ def test_interrupted_fasta_batch_keeps_finished_records_and_resumes(esm, line_pd
     assert len(calls) == 3
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Protein models without a contact regression; structure sets; run identity; SIGKILL; bad input
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture()
@@ -195,7 +202,8 @@ def test_protbert_structure_writes_per_head_precision_and_shares(protbert, struc
     table = pd.read_parquet(heads)
     assert len(table) == 2 * 4 and table["p_at_L_long"].notna().all() and table["weight"].isna().all()
     assert table["contact_share"].notna().any() and table["n_high"].gt(0).all()
-    assert table["contact_count_share"].notna().any() and table["binding_share"].isna().all()  # no ligand: unknown
+    # no ligand: unknown
+    assert table["contact_count_share"].notna().any() and table["binding_share"].isna().all()
     loaded = models.load(protbert)
     structure = read_structure(ubiquitin)
     for row in table.itertuples():
@@ -204,7 +212,8 @@ def test_protbert_structure_writes_per_head_precision_and_shares(protbert, struc
         assert row.p_at_L_long == pytest.approx(expected["p_at_L_long"])
     with np.load(out) as data:
         assert "contacts_0" not in data and "true_contacts_0" in data and "precision_0" not in data
-    assert "no contact regression; no head above the base rate (long range" in capsys.readouterr().out  # random
+    # random
+    assert "no contact regression; no head above the base rate (long range" in capsys.readouterr().out
 
 
 def test_prott5_sequence_without_structure(tiny_dir, capsys):
@@ -214,8 +223,8 @@ def test_prott5_sequence_without_structure(tiny_dir, capsys):
 
 def _run_set(model, structures, directory, *extra):
     summary, chains = directory / "summary.parquet", directory / "chains.parquet"
-    code = main(["contacts", "--model", model, "--structures", str(structures), "--heads-summary", str(summary),
-                 "--chains-out", str(chains), "--min-count", "50", *extra])
+    code = main(["contacts", "--model", model, "--structures", str(structures), "--heads-summary",
+                 str(summary), "--chains-out", str(chains), "--min-count", "50", *extra])
     return code, summary, chains
 
 
@@ -230,11 +239,13 @@ def test_structure_set_writes_chain_table_and_head_summary(protbert, structures_
     assert chains["n_known_long"].tolist() == [sum(n - s for s in range(24, n)) for n in (129, 46, 76)]
     summary = read_heads_summary(summary_path)
     assert list(summary.columns) == list(HEAD_SUMMARY_COLUMNS) and len(summary) == 8
-    assert summary.attrs["proteins"] == ["1aki_A", "pdb1ejg_A", "pdb1ubi_A"] and summary.attrs["min_count"] == 50
+    assert summary.attrs["proteins"] == ["1aki_A", "pdb1ejg_A",
+                                         "pdb1ubi_A"] and summary.attrs["min_count"] == 50
     assert (summary["n_proteins"] == 3).all()
     assert (summary["p_at_L_long_low"] <= summary["p_at_L_long"]).all()
     assert (summary["p_at_L_long"] <= summary["p_at_L_long_high"]).all()
-    # provis' contact background (report_top_heads): over the known pairs 6 or more apart; ours over all L² pairs
+    # provis' contact background (report_top_heads): over the known pairs 6 or more apart; ours over all L²
+    # pairs
     background = chains["n_contact_pairs"].sum() / chains["n_known_pairs"].sum()
     assert summary["contact_background"].eq(background).all()
     background = chains["n_contact_pairs"].sum() / chains["n_pairs"].sum()
@@ -271,7 +282,8 @@ def test_rerun_reuses_only_identical_units(esm, line_pdb, tmp_path, capsys):
     structure = tmp_path / "s.pdb"
     shutil.copy(line_pdb, structure)
     out = tmp_path / "c.npz"
-    arguments = ["contacts", "--model", esm, "--sequence", SEQ * 3, "--structure", str(structure), "--out", str(out)]
+    arguments = ["contacts", "--model", esm, "--sequence", SEQ * 3, "--structure", str(structure),
+                 "--out", str(out)]
     assert main(arguments) == 0
     capsys.readouterr()
     assert main(arguments) == 0
@@ -296,7 +308,8 @@ def _subprocess_env():
 
 
 def _kill_after_first_unit(command: list[str], parts: Path, total: int) -> int:
-    """Start `probe` in a subprocess, SIGKILL it once the journal holds a finished unit; returns the units kept."""
+    """Start `probe` in a subprocess, SIGKILL it once the journal holds a finished unit; returns the units
+    kept."""
     import signal
     import subprocess
     import sys
@@ -320,19 +333,23 @@ def _kill_after_first_unit(command: list[str], parts: Path, total: int) -> int:
 def test_sigkill_mid_structure_set_then_rerun_equals_a_fresh_run(tiny_dir, structures_dir, tmp_path, capsys):
     from probe.proteins.sets import read_heads_summary
 
-    model = str(tiny_dir("protbert", sharpness=17.0, num_hidden_layers=6))  # slower units: the kill lands mid-run
+    # slower units: the kill lands mid-run
+    model = str(tiny_dir("protbert", sharpness=17.0, num_hidden_layers=6))
     killed, fresh = tmp_path / "killed", tmp_path / "fresh"
     killed.mkdir(), fresh.mkdir()
     command = ["contacts", "--model", model, "--structures", structures_dir, "--min-count", "50",
-               "--heads-summary", str(killed / "summary.parquet"), "--chains-out", str(killed / "chains.parquet")]
-    kept = _kill_after_first_unit(command, killed / ".chains.parquet.parts", total=3)  # --chains-out comes first
+               "--heads-summary", str(killed / "summary.parquet"), "--chains-out",
+               str(killed / "chains.parquet")]
+    # --chains-out comes first
+    kept = _kill_after_first_unit(command, killed / ".chains.parquet.parts", total=3)
     assert not (killed / "summary.parquet").exists()
     assert main(command) == 0
     assert f"{kept} of 3 unit(s) already done" in capsys.readouterr().err
     assert _run_set(model, structures_dir, fresh)[0] == 0
     pd.testing.assert_frame_equal(read_heads_summary(killed / "summary.parquet"),
                                   read_heads_summary(fresh / "summary.parquet"))
-    pd.testing.assert_frame_equal(pd.read_parquet(killed / "chains.parquet"), pd.read_parquet(fresh / "chains.parquet"))
+    pd.testing.assert_frame_equal(pd.read_parquet(killed / "chains.parquet"),
+                                  pd.read_parquet(fresh / "chains.parquet"))
 
 
 def test_sigkill_mid_fasta_batch_keeps_finished_records(esm, tmp_path, capsys):
@@ -414,17 +431,20 @@ def test_structure_set_on_ray_equals_in_process(protbert, structures_dir, tmp_pa
     assert _run_set(protbert, structures_dir, on_ray, "--ray", "auto", "--ray-workers", "1")[0] == 0
     pd.testing.assert_frame_equal(read_heads_summary(on_ray / "summary.parquet"),
                                   read_heads_summary(local / "summary.parquet"))
-    pd.testing.assert_frame_equal(pd.read_parquet(on_ray / "chains.parquet"), pd.read_parquet(local / "chains.parquet"))
+    pd.testing.assert_frame_equal(pd.read_parquet(on_ray / "chains.parquet"),
+                                  pd.read_parquet(local / "chains.parquet"))
 
 
 def test_the_command_module_and_its_parser_import_nothing_heavy():
-    """`probe contacts --help` pays for argparse only: the command imports torch, numpy and pandas inside run()."""
+    """`probe contacts --help` pays for argparse only: the command imports torch, numpy and pandas inside
+    run()."""
     import subprocess
     import sys
 
     code = ("import argparse, sys; import probe.commands.contacts as c; "
             "c.add_parser(argparse.ArgumentParser().add_subparsers()); "
             "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'transformers') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=True,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert done.stdout.strip() == "[]"

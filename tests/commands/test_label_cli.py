@@ -1,5 +1,6 @@
-"""`probe label` end to end: the hand-set GPT-2 gets exactly its planted labels; several models go into one table,
-written per model so an interrupted run resumes with the unfinished models only; bad input exits 2 in one line."""
+"""`probe label` end to end: the hand-set GPT-2 gets exactly its planted labels; several models go into one
+table, written per model so an interrupted run resumes with the unfinished models only; bad input exits 2 in
+one line."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def test_label_finds_exactly_the_planted_heads(planted_dir, tmp_path, capsys):
     assert "induction: 0 of 8 heads" in err
 
 
-def test_two_models_one_table_and_resume_after_an_interrupt(planted_dir, tiny_dir, tmp_path, capsys, monkeypatch):
+def test_two_models_one_table_and_resume_after_an_interrupt(planted_dir, tiny_dir, tmp_path,
+                                                            capsys, monkeypatch):
     second = str(tiny_dir("gpt2", seed=5))
     out = tmp_path / "labels.parquet"
     argv = ["label", "--model", planted_dir, "--model", second, "--types", "previous_token,induction",
@@ -87,20 +89,24 @@ def test_two_models_one_table_and_resume_after_an_interrupt(planted_dir, tiny_di
     calls.clear()
     code, _, err = run_cli([*argv, "--seed", "3"], capsys)
     assert code == 0 and calls == [planted_dir, second]
-    assert f"recomputing {planted_dir}, {second}: 2 model(s) whose options, model revision or input files differ" in err
+    assert (f"recomputing {planted_dir}, {second}: 2 model(s) whose options, model revision or input files "
+            "differ") in err
     assert set(pd.read_parquet(out)["seed"]) == {3}
 
 
 def test_rerun_with_other_types_recomputes_instead_of_skipping(planted_dir, tmp_path, capsys):
     out = tmp_path / "r.csv"
-    code, _, err = run_cli(["label", "--model", planted_dir, "--types", "previous_token", "--out", str(out), *FAST],
+    code, _, err = run_cli(["label", "--model", planted_dir, "--types", "previous_token", "--out", str(out),
+                            *FAST],
                            capsys)
     assert code == 0
-    code, _, err = run_cli(["label", "--model", planted_dir, "--types", "induction", "--out", str(out), *FAST],
+    code, _, err = run_cli(["label", "--model", planted_dir, "--types", "induction", "--out", str(out),
+                            *FAST],
                            capsys)
     assert code == 0 and "recomputing" in err
     assert set(pd.read_csv(out)["head_type"]) == {"induction"}
-    code, _, err = run_cli(["label", "--model", planted_dir, "--types", "induction", "--out", str(out), *FAST],
+    code, _, err = run_cli(["label", "--model", planted_dir, "--types", "induction", "--out", str(out),
+                            *FAST],
                            capsys)
     assert code == 0 and "nothing to do" in err and f"reused {planted_dir}" in err
 
@@ -134,14 +140,16 @@ def test_without_out_the_table_goes_to_stdout(planted_dir, capsys):
 def test_probe_file_is_scored_as_coreference(planted_dir, tmp_path, capsys):
     probe_file = tmp_path / "mine.jsonl"
     text = "mary saw john because she left"
-    probe_file.write_text(json.dumps({"text": text, "query": [22, 25], "target": [0, 4], "distractors": [[9, 13]]})
+    probe_file.write_text(json.dumps(
+        {"text": text, "query": [22, 25], "target": [0, 4], "distractors": [[9, 13]]})
                           + "\n")
     code, out, err = run_cli(["label", "--model", planted_dir, "--types", "coreference", "--probe-file",
                               str(probe_file), *FAST], capsys)
     assert code == 0, err
     table = pd.read_csv(io.StringIO(out))
     assert table["n_examples"].eq(1).all() and table["probe_set"].eq("file").all()
-    # "john" is nearer (the nearest baseline is wrong), "mary" first (the first-mention one is right): best = first
+    # "john" is nearer (the nearest baseline is wrong), "mary" first (the first-mention one is right): best =
+    # first
     assert table["baseline"].eq("first").all() and table["baseline_accuracy"].eq(1.0).all()
 
 
@@ -206,9 +214,10 @@ def test_an_existing_out_that_is_not_a_label_table(planted_dir, tmp_path, capsys
     assert code == 0 and set(pd.read_csv(out)["head_type"]) == {"self"}
 
 
-def test_sigkill_after_the_first_model_then_rerun_equals_an_uninterrupted_run(planted_dir, tiny_dir, tmp_path):
-    """A real `probe label` subprocess killed with SIGKILL once the first model is in the journal; the rerun reuses
-    it, computes the second, and ends with the same table as a run that was never interrupted."""
+def test_sigkill_after_the_first_model_then_rerun_equals_an_uninterrupted_run(planted_dir,
+                                                                              tiny_dir, tmp_path):
+    """A real `probe label` subprocess killed with SIGKILL once the first model is in the journal; the rerun
+    reuses it, computes the second, and ends with the same table as a run that was never interrupted."""
     import os
     import signal
     import subprocess
@@ -226,7 +235,8 @@ def test_sigkill_after_the_first_model_then_rerun_equals_an_uninterrupted_run(pl
     parts = tmp_path / ".killed.parquet.parts"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
-        if killed.exists() and parts.is_dir() and any(p.suffix == ".npz" and not p.name.startswith(".") for p in parts.iterdir()):
+        if killed.exists() and parts.is_dir() and any(p.suffix == ".npz" and not p.name.startswith(".")
+                                                      for p in parts.iterdir()):
             break
         time.sleep(0.02)
     assert process.poll() is None, "the run finished before it could be killed: make it longer"
@@ -234,7 +244,8 @@ def test_sigkill_after_the_first_model_then_rerun_equals_an_uninterrupted_run(pl
     process.wait()
     interrupted = pd.read_parquet(killed)
     assert set(interrupted["model"]) == {planted_dir}  # the finished model survived the kill
-    rerun = subprocess.run([*base, "--out", str(killed)], env=env, capture_output=True, text=True, timeout=600)
+    rerun = subprocess.run([*base, "--out", str(killed)], env=env, capture_output=True,
+                           text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
     assert f"reused {planted_dir}" in rerun.stderr
     fresh = tmp_path / "fresh.parquet"

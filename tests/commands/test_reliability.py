@@ -1,5 +1,6 @@
-"""The reliability suite: every bad input of every subcommand is exit code 2 with one stderr line and no partial
-output; `probe label` and `probe contacts` killed with SIGKILL at random moments resume to the same result.
+"""The reliability suite: every bad input of every subcommand is exit code 2 with one stderr line and no
+partial output; `probe label` and `probe contacts` killed with SIGKILL at random moments resume to the same
+result.
 
 The bad-input table runs the CLI in-process (`probe.cli.main`), which is fast; a few cases also run as a real
 process, where Python warnings and argparse's own exit path would show. `probe app` never serves here: Dash's
@@ -57,7 +58,7 @@ REPORT = ("report", "--model", "{gpt2}", "--out", "{tmp}/r.html")
 ESM_REPORT = ("report", "--model", "{esm}", "--out", "{tmp}/r.html")
 
 CASES = [
-    # --- argparse: one line, never the usage block ------------------------------------------------------------
+    # --- argparse: one line, never the usage block ----------------------------------------------------------
     case("no-command"),
     case("unknown-command", "bogus"),
     case("capture-no-arguments", "capture"),
@@ -81,7 +82,7 @@ CASES = [
     case("app-max-tokens-float", *APP, "--max-tokens", "1.5"),
     case("app-upload-not-number", *APP, "--upload-mb", "x"),
     case("app-unknown-flag", *APP, "--bogus"),
-    # --- output paths: checked before any computing -----------------------------------------------------------
+    # --- output paths: checked before any computing ---------------------------------------------------------
     case("capture-out-bad-extension", *CAPTURE, "--out", "{tmp}/a.txt"),
     case("capture-out-is-folder", *CAPTURE, "--out", "{tmp}/folder.npz"),
     case("capture-out-missing-folder", *CAPTURE, "--out", "{tmp}/missing/a.npz"),
@@ -104,9 +105,11 @@ CASES = [
     case("contacts-heads-out-missing-folder", *CONTACTS, "--heads-out", "{tmp}/missing/h.parquet"),
     case("contacts-two-outputs-one-file", *CONTACTS, "--heads-out", "{tmp}/h.parquet",
          "--chains-out", "{tmp}/h.parquet"),
-    # --- models and devices -------------------------------------------------------------------------------------
-    case("capture-model-missing", "capture", "--model", "{tmp}/no-such-model", "--text", "a", "--out", "{tmp}/a.npz"),
-    case("capture-model-unknown-organism", "capture", "--model", "zoo:nope", "--text", "a", "--out", "{tmp}/a.npz"),
+    # --- models and devices ---------------------------------------------------------------------------------
+    case("capture-model-missing", "capture", "--model", "{tmp}/no-such-model", "--text", "a", "--out",
+         "{tmp}/a.npz"),
+    case("capture-model-unknown-organism", "capture", "--model", "zoo:nope", "--text", "a", "--out",
+         "{tmp}/a.npz"),
     case("capture-model-corrupt-weights", "capture", "--model", "{corrupt_gpt2}", "--text", "a",
          "--out", "{tmp}/a.npz"),
     case("capture-model-truncated-weights", "capture", "--model", "{truncated_gpt2}", "--text", "a",
@@ -121,10 +124,11 @@ CASES = [
     case("label-device-meta", *LABEL_OUT, "--device", "meta"),
     case("contacts-device-mps", *CONTACTS_OUT, "--device", "mps"),
     case("app-device-meta", *APP, "--model", "{gpt2}", "--device", "meta"),
-    # --- capture: inputs, layers and heads ------------------------------------------------------------------------
+    # --- capture: inputs, layers and heads ------------------------------------------------------------------
     case("capture-sequence-on-text-model", "capture", "--model", "{gpt2}", "--sequence", PROTEIN,
          "--out", "{tmp}/a.npz"),
-    case("capture-text-on-protein-model", "capture", "--model", "{esm}", "--text", "hello", "--out", "{tmp}/a.npz"),
+    case("capture-text-on-protein-model", "capture", "--model", "{esm}", "--text", "hello", "--out",
+         "{tmp}/a.npz"),
     case("capture-layers-backwards", *CAPTURE_OUT, "--layers", "1-0"),
     case("capture-heads-huge-range", *CAPTURE_OUT, "--heads", "0-999999999999"),
     case("capture-heads-large-range", *CAPTURE_OUT, "--heads", "0-20000000"),
@@ -134,11 +138,12 @@ CASES = [
     case("capture-layers-open-range", *CAPTURE_OUT, "--layers", "0-"),
     case("capture-heads-empty-item", *CAPTURE_OUT, "--heads", "0,,1"),
     case("capture-empty-text", "capture", "--model", "{gpt2}", "--text", "", "--out", "{tmp}/a.npz"),
-    case("capture-text-too-long", "capture", "--model", "{gpt2}", "--text", "the " * 5000, "--out", "{tmp}/a.npz"),
+    case("capture-text-too-long", "capture", "--model", "{gpt2}", "--text", "the " * 5000, "--out",
+         "{tmp}/a.npz"),
     case("capture-sequence-not-protein", "capture", "--model", "{esm}", "--sequence", "12345!", "--out",
          "{tmp}/a.npz"),
     case("capture-sequence-empty", "capture", "--model", "{esm}", "--sequence", "", "--out", "{tmp}/a.npz"),
-    # --- label ----------------------------------------------------------------------------------------------------
+    # --- label ----------------------------------------------------------------------------------------------
     case("label-examples-zero", *LABEL_OUT, "--examples", "0"),
     case("label-examples-negative", *LABEL_OUT, "--examples", "-5"),
     case("label-seq-len-zero", *LABEL_OUT, "--seq-len", "0"),
@@ -146,7 +151,8 @@ CASES = [
     case("label-seq-len-too-long", *LABEL_OUT, "--seq-len", "100000"),
     case("label-unknown-type", *LABEL_OUT, "--types", "bogus"),
     case("label-empty-types", *LABEL_OUT, "--types", ","),
-    case("label-probe-file-missing", *LABEL_OUT, "--types", "coreference", "--probe-file", "{tmp}/none.jsonl"),
+    case("label-probe-file-missing", *LABEL_OUT, "--types", "coreference", "--probe-file",
+         "{tmp}/none.jsonl"),
     case("label-probe-file-not-utf8", *LABEL_OUT, "--types", "coreference", "--probe-file", "{latin1_jsonl}"),
     case("label-probe-file-bad-json", *LABEL_OUT, "--types", "coreference", "--probe-file", "{bad_jsonl}"),
     case("label-probe-file-without-coreference", *LABEL_OUT, "--types", "induction", "--probe-file",
@@ -159,7 +165,7 @@ CASES = [
     case("label-second-model-missing", *LABEL_OUT, "--model", "{tmp}/no-such-model"),
     case("label-plot-bad-extension", *LABEL_OUT, "--plot", "{tmp}/sweep.txt"),
     case("label-plot-folder-missing", *LABEL_OUT, "--plot", "{tmp}/no-such-folder/sweep.html"),
-    # --- contacts -------------------------------------------------------------------------------------------------
+    # --- contacts -------------------------------------------------------------------------------------------
     case("contacts-threshold-nan", *CONTACTS_OUT, "--threshold", "nan"),
     case("contacts-threshold-negative", *CONTACTS_OUT, "--threshold", "-1"),
     case("contacts-threshold-zero", *CONTACTS_OUT, "--threshold", "0"),
@@ -171,10 +177,12 @@ CASES = [
     case("contacts-window-negative", *CONTACTS_OUT, "--window", "-10"),
     case("contacts-window-beyond-the-model", "contacts", "--model", "{esm}", "--sequence", PROTEIN * 10,
          "--window", "5000", "--out", "{tmp}/c.npz"),
-    case("contacts-fasta-missing", "contacts", "--model", "{esm}", "--fasta", "{tmp}/none.fa", "--out", "{tmp}/c.npz"),
+    case("contacts-fasta-missing", "contacts", "--model", "{esm}", "--fasta", "{tmp}/none.fa", "--out",
+         "{tmp}/c.npz"),
     case("contacts-fasta-not-utf8", "contacts", "--model", "{esm}", "--fasta", "{latin1_fasta}",
          "--out", "{tmp}/c.npz"),
-    case("contacts-fasta-empty", "contacts", "--model", "{esm}", "--fasta", "{empty_fasta}", "--out", "{tmp}/c.npz"),
+    case("contacts-fasta-empty", "contacts", "--model", "{esm}", "--fasta", "{empty_fasta}", "--out",
+         "{tmp}/c.npz"),
     case("contacts-fasta-binary", "contacts", "--model", "{esm}", "--fasta", "{binary_fasta}",
          "--out", "{tmp}/c.npz"),
     case("contacts-sequence-not-protein", "contacts", "--model", "{esm}", "--sequence", "12345!",
@@ -186,8 +194,9 @@ CASES = [
     case("contacts-structures-with-structure", "contacts", "--model", "{esm}", "--structures", "{tmp}",
          "--structure", "{pdb}", "--out", "{tmp}/c.npz"),
     case("contacts-no-source", "contacts", "--model", "{esm}", "--out", "{tmp}/c.npz"),
-    case("contacts-text-model", "contacts", "--model", "{gpt2}", "--sequence", PROTEIN, "--out", "{tmp}/c.npz"),
-    # --- app: every check before "serving" -----------------------------------------------------------------------
+    case("contacts-text-model", "contacts", "--model", "{gpt2}", "--sequence", PROTEIN, "--out",
+         "{tmp}/c.npz"),
+    # --- app: every check before "serving" ------------------------------------------------------------------
     case("app-host-empty", *APP, "--host", ""),
     case("app-host-blank", *APP, "--host", "  "),
     case("app-host-unresolvable", *APP, "--host", "nonexistent.invalid"),
@@ -204,7 +213,7 @@ CASES = [
     case("app-labels-missing", *APP, "--model", "{gpt2}", "--labels", "{tmp}/none.csv"),
     case("app-labels-foreign", *APP, "--model", "{gpt2}", "--labels", "{tmp}/foreign.csv"),
     case("app-model-missing", *APP, "--model", "{tmp}/no-such-model"),
-    # --- batch runs (issue 21): Ray, models files, probe lengths, plots, cards --------------------------------------
+    # --- batch runs (issue 21): Ray, models files, probe lengths, plots, cards ------------------------------
     case("label-ray-unreachable", *LABEL_OUT, "--ray", "127.0.0.1:1"),
     case("label-ray-bad-address", *LABEL_OUT, "--ray", "nonsense"),
     case("label-ray-port-out-of-range", *LABEL_OUT, "--ray", "127.0.0.1:99999"),
@@ -236,9 +245,9 @@ CASES = [
     case("card-layers-fraction-json", "card", "--model", "{fraction_config}"),
     case("card-seq-len-zero", "card", "--model", "{gpt2}", "--seq-len", "0"),
     case("card-batch-zero", "card", "--model", "{gpt2}", "--seq-len", "64", "--batch", "0"),
-    # --- profile and train (issues 27, 32): bounds, foreign tables, nothing half written ---------------------------
-    case("profile-random-huge", "profile", "--model", "{gpt2}", "--random", "1000000000000", "--seq-len", "32",
-         "--out", "{tmp}/p.csv"),
+    # --- profile and train (issues 27, 32): bounds, foreign tables, nothing half written --------------------
+    case("profile-random-huge", "profile", "--model", "{gpt2}", "--random", "1000000000000", "--seq-len",
+         "32", "--out", "{tmp}/p.csv"),
     case("profile-window-zero", "profile", "--model", "{gpt2}", "--random", "2", "--window", "0",
          "--out", "{tmp}/p.csv"),
     case("profile-bootstrap-zero", "profile", "--model", "{gpt2}", "--random", "2", "--bootstrap", "0",
@@ -251,11 +260,13 @@ CASES = [
     case("train-threads-zero", "train", "induction", "--out", "{tmp}/o", "--threads", "0"),
     case("train-set-unknown-field", "train", "induction", "--out", "{tmp}/o", "--set", "bogus=1"),
     case("train-set-bad-value", "train", "induction", "--out", "{tmp}/o", "--set", "steps=many"),
-    case("train-checkpoint-steps-not-numbers", "train", "induction", "--out", "{tmp}/o", "--checkpoint-steps", "a"),
+    case("train-checkpoint-steps-not-numbers", "train", "induction", "--out", "{tmp}/o", "--checkpoint-steps",
+         "a"),
     case("train-checkpoint-steps-past-the-run", "train", "induction", "--out", "{tmp}/o",
          "--checkpoint-steps", "999999"),
-    case("train-esm-random-checkpoints", "train", "esm-random", "--out", "{tmp}/o", "--checkpoint-steps", "0"),
-    # --- the new surfaces (issue 32 item 7): engines, device maps, card, train, report ------------------------------
+    case("train-esm-random-checkpoints", "train", "esm-random", "--out", "{tmp}/o", "--checkpoint-steps",
+         "0"),
+    # --- the new surfaces (issue 32 item 7): engines, device maps, card, train, report ----------------------
     case("capture-engine-unknown", *CAPTURE_OUT, "--engine", "flash"),
     case("label-engine-unknown", *LABEL_OUT, "--engine", "bogus"),
     case("profile-engine-unknown", *PROFILE_OUT, "--engine", "turbo"),
@@ -275,9 +286,9 @@ CASES = [
     case("label-offload-folder-is-a-file", *LABEL_OUT, "--device-map", "auto", "--offload-folder",
          "{tmp}/plain.txt"),
     case("capture-offload-folder-without-device-map", *CAPTURE_OUT, "--offload-folder", "{tmp}/off"),
-    # (a device map that offloads to disk without --offload-folder is no error: transformers 5 reads the offloaded
-    # weights from the checkpoint's own safetensors file — `--device-map auto --max-memory cpu=1KiB` loads with
-    # hf_device_map {'': 'disk'} and captures)
+    # (a device map that offloads to disk without --offload-folder is no error: transformers 5 reads the
+    # offloaded weights from the checkpoint's own safetensors file — `--device-map auto --max-memory cpu=1KiB`
+    # loads with hf_device_map {'': 'disk'} and captures)
     case("capture-max-memory-no-equals", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "lots"),
     case("capture-max-memory-bad-amount", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "cpu=many"),
     case("capture-max-memory-empty-device", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "=1GiB"),
@@ -322,7 +333,8 @@ def free_port() -> int:
 
 
 def readonly_folder(base: Path) -> str:
-    """A folder no file can be created in: a chmod 555 folder, or (as root, who ignores permission bits) /sys."""
+    """A folder no file can be created in: a chmod 555 folder, or (as root, who ignores permission bits)
+    /sys."""
     folder = base / "readonly"
     folder.mkdir()
     folder.chmod(0o555)
@@ -337,11 +349,13 @@ def readonly_folder(base: Path) -> str:
 
 
 def damaged_copy(source: Path, target: Path, keep_bytes: int | None) -> str:
-    """A copy of a saved model whose safetensors file is cut to `keep_bytes` (None: overwritten with noise)."""
+    """A copy of a saved model whose safetensors file is cut to `keep_bytes` (None: overwritten with
+    noise)."""
     shutil.copytree(source, target)
     weights = target / "model.safetensors"
     data = weights.read_bytes()
-    weights.write_bytes(data[:keep_bytes] if keep_bytes is not None else bytes(random.Random(0).randbytes(len(data))))
+    weights.write_bytes(data[:keep_bytes] if keep_bytes is not None
+                        else bytes(random.Random(0).randbytes(len(data))))
     return str(target)
 
 
@@ -472,7 +486,8 @@ def test_the_table_is_large_and_covers_every_subcommand():
     for command in SUBCOMMANDS:  # every subcommand, the newer ones too (card, profile)
         assert sum(1 for c in CASES if c.argv[:1] == (command,)) >= 8, command
     for flag in ("--engine", "--device-map", "--offload-folder", "--max-memory", "--dtype", "--report"):
-        assert sum(1 for c in CASES if flag in c.argv) >= 3, flag  # the shared model flags, on several commands
+        # the shared model flags, on several commands
+        assert sum(1 for c in CASES if flag in c.argv) >= 3, flag
 
 
 def test_app_empty_host_never_falls_back_to_the_host_variable(monkeypatch, never_serve, capsys):
@@ -481,30 +496,33 @@ def test_app_empty_host_never_falls_back_to_the_host_variable(monkeypatch, never
     monkeypatch.setenv("HOST", "0.0.0.0")
     assert main(["app", "--host", "", "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
-    assert err == "probe app: error: --host is empty: give an address to bind, e.g. 127.0.0.1 (this machine only)\n"
+    assert err == ("probe app: error: --host is empty: give an address to bind, e.g. 127.0.0.1 (this machine "
+                   "only)\n")
 
 
-# A real process costs ~5-15 s of imports on a busy machine: two cases, argparse's exit path and the app's bind.
+# A real process costs ~5-15 s of imports on a busy machine: two cases, argparse's exit path and the app's
+# bind.
 SUBPROCESS_CASES = ["label-bad-ablate", "app-port-in-use", "label-ray-unreachable"]
 
 
 @pytest.mark.parametrize("name", SUBPROCESS_CASES)
 def test_bad_input_in_a_real_process(name, assets, used_port, tmp_path):
-    """The same contract from a real `probe` process: argparse's exit path, warnings and werkzeug are all real."""
+    """The same contract from a real `probe` process: argparse's exit path, warnings and werkzeug are all
+    real."""
     bad = next(c for c in CASES if c.name == name)
     prepare_output_folder(tmp_path)
     values = {**assets, "tmp": str(tmp_path), "used_port": str(used_port), "free_port": str(free_port())}
     argv = fill(bad.argv, values)
     before = snapshot(tmp_path)
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="default")
-    result = subprocess.run([sys.executable, "-m", "probe.cli", *argv], capture_output=True, text=True, env=env,
-                            timeout=120, cwd=tmp_path)
+    result = subprocess.run([sys.executable, "-m", "probe.cli", *argv], capture_output=True, text=True,
+                            env=env, timeout=120, cwd=tmp_path)
     check_bad_input(result.returncode, result.stdout, result.stderr, before, snapshot(tmp_path), argv)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # SIGKILL at random moments, then resume: the result equals an uninterrupted run
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def journal_units(out: Path) -> int:
@@ -515,8 +533,8 @@ def journal_units(out: Path) -> int:
 
 
 def kill_at_random(argv: list[str], out: Path, rng: random.Random, cwd: Path) -> bool:
-    """Start `probe argv`, wait until it has finished a unit (journal) or written `out`, then SIGKILL it after a
-    random delay. True if it was killed, False if it finished first."""
+    """Start `probe argv`, wait until it has finished a unit (journal) or written `out`, then SIGKILL it after
+    a random delay. True if it was killed, False if it finished first."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     process = subprocess.Popen([sys.executable, "-m", "probe.cli", *argv], env=env, cwd=cwd,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -533,9 +551,10 @@ def kill_at_random(argv: list[str], out: Path, rng: random.Random, cwd: Path) ->
     return True
 
 
-def resume_after_kills(argv: list[str], out: Path, kills: int, seed: int, cwd: Path, capsys) -> tuple[int, list]:
-    """Kill the run `kills` times (bounded tries), checking after each kill that no output is half-written and no
-    finished unit was lost; then finish it in-process. Returns (kills done, unit counts seen)."""
+def resume_after_kills(argv: list[str], out: Path, kills: int, seed: int, cwd: Path,
+                       capsys) -> tuple[int, list]:
+    """Kill the run `kills` times (bounded tries), checking after each kill that no output is half-written and
+    no finished unit was lost; then finish it in-process. Returns (kills done, unit counts seen)."""
     rng = random.Random(seed)
     done, counts, tries = 0, [], 0
     while done < kills and tries < 3 * kills:
@@ -573,7 +592,8 @@ def readable(path: Path) -> bool:
 def test_write_atomically_removes_what_a_killed_writer_left(tmp_path):
     from probe.runs.atomic import write_atomically
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True)
     out = tmp_path / "r.csv"
     stale = tmp_path / f".r.csv.{int(dead.stdout)}.abc123.csv"  # what a SIGKILL mid-write leaves
     live = tmp_path / f".r.csv.{os.getpid()}.def456.csv"  # another writer still at work
@@ -622,7 +642,8 @@ def test_a_killed_report_writer_leaves_no_partial_report(tmp_path, monkeypatch):
         assert (out.read_text() if out.exists() else None) == previous  # never a half-written report
         monkeypatch.setattr(report, "report_html", lambda *args, **kwargs: "<html>new</html>")
         report.write_report(None, out)
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"] and out.read_text() == "<html>new</html>"
+        assert sorted(p.name
+            for p in tmp_path.iterdir()) == ["report.html"] and out.read_text() == "<html>new</html>"
         out.unlink()
 
 
@@ -632,13 +653,14 @@ def label_models(tiny_dir):
 
 
 def test_label_survives_repeated_sigkill(label_models, tmp_path, capsys):
-    common = ["--examples", "8", "--bootstrap", "50", "--types", "previous_token,induction", "--seq-len", "16",
-              "--ablate", "none"]
+    common = ["--examples", "8", "--bootstrap", "50", "--types", "previous_token,induction", "--seq-len",
+              "16", "--ablate", "none"]
     argv = ["label", *[part for model in label_models for part in ("--model", model)], *common]
     reference = tmp_path / "reference.csv"
     assert main([*argv, "--out", str(reference)]) == 0
     out = tmp_path / "killed.csv"
-    kills, counts = resume_after_kills([*argv, "--out", str(out)], out, kills=3, seed=1, cwd=tmp_path, capsys=capsys)
+    kills, counts = resume_after_kills([*argv, "--out", str(out)], out, kills=3, seed=1, cwd=tmp_path,
+                                       capsys=capsys)
     assert kills == 3, "the run finished before every kill: make it longer"
     pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(reference))
 
@@ -652,8 +674,8 @@ def test_contacts_survives_repeated_sigkill(tiny_dir, tmp_path, capsys):
     reference = [tmp_path / "reference.npz", tmp_path / "reference.parquet"]
     assert main([*argv, "--out", str(reference[0]), "--heads-out", str(reference[1])]) == 0
     out = [tmp_path / "killed.npz", tmp_path / "killed.parquet"]
-    kills, counts = resume_after_kills([*argv, "--out", str(out[0]), "--heads-out", str(out[1])], out[0], kills=3,
-                                       seed=2, cwd=tmp_path, capsys=capsys)
+    kills, counts = resume_after_kills([*argv, "--out", str(out[0]), "--heads-out", str(out[1])], out[0],
+                                       kills=3, seed=2, cwd=tmp_path, capsys=capsys)
     assert kills == 3, "the run finished before every kill: make it longer"
     assert counts and counts[-1] > 0, "nothing was kept after a SIGKILL"
     with np.load(out[0]) as got, np.load(reference[0]) as expected:
@@ -665,16 +687,17 @@ def test_contacts_survives_repeated_sigkill(tiny_dir, tmp_path, capsys):
 
 @pytest.mark.soak
 def test_soak():
-    """benchmarks/soak.py with its defaults: repeated SIGKILL/resume of label and contacts, then 20 users × 60 s."""
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "soak.py")], capture_output=True, text=True,
-                            timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    """benchmarks/soak.py with its defaults: repeated SIGKILL/resume of label and contacts, then 20 users × 60
+    s."""
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "soak.py")], capture_output=True,
+                            text=True, timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Batch runs (issues 21 and 22): Ray failures are fast and quiet, models files name their line, nothing of Ray
 # outlives its driver
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("command", ["label", "contacts"])
@@ -695,8 +718,8 @@ def test_an_unreachable_ray_address_is_one_line_within_ten_seconds(command, asse
 
 @pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n"])
 def test_a_port_that_is_not_ray_is_one_line_within_ten_seconds(answer, assets, tmp_path, capsys):
-    """Something listens there but is not Ray (silent, or an HTTP/1 server): the HTTP/2 check that Ray's GCS answers
-    fails in seconds, before Ray is imported, instead of Ray's client retrying for a minute."""
+    """Something listens there but is not Ray (silent, or an HTTP/1 server): the HTTP/2 check that Ray's GCS
+    answers fails in seconds, before Ray is imported, instead of Ray's client retrying for a minute."""
     import threading
 
     listener = socket.socket()
@@ -727,7 +750,8 @@ def test_a_port_that_is_not_ray_is_one_line_within_ten_seconds(answer, assets, t
         for connection in held:
             connection.close()
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and f"cannot join Ray at 127.0.0.1:{port}" in err, err
+    assert code == 2 and len(
+        err.strip().splitlines()) == 1 and f"cannot join Ray at 127.0.0.1:{port}" in err, err
     assert seconds < 10, f"{seconds:.1f} s"
     assert list(tmp_path.iterdir()) == []
 
@@ -798,10 +822,10 @@ def _alive(pid: int, start: int) -> bool:
 
 @pytest.mark.ray
 def test_nothing_of_ray_outlives_a_sigkilled_driver(tmp_path):
-    """Issues 22 and 32: a driver that started a local Ray instance is SIGKILLed; 10 s later no process of that Ray
-    session runs — raylet, GCS, workers, and the dashboard and runtime-env agents, whose command lines Ray rewrites
-    to bare titles that do not name the session. Every process below the driver is found by the process tree,
-    recorded (pid and start time) before the kill."""
+    """Issues 22 and 32: a driver that started a local Ray instance is SIGKILLed; 10 s later no process of
+    that Ray session runs — raylet, GCS, workers, and the dashboard and runtime-env agents, whose command
+    lines Ray rewrites to bare titles that do not name the session. Every process below the driver is found by
+    the process tree, recorded (pid and start time) before the kill."""
     pytest.importorskip("ray")
     from probe.runs.ray_watchdog import session_processes
 
@@ -831,5 +855,6 @@ def test_nothing_of_ray_outlives_a_sigkilled_driver(tmp_path):
     while time.monotonic() < deadline and any(_alive(pid, start) for pid, start in tree.items()):
         time.sleep(0.2)
     left = [pid for pid, start in tree.items() if _alive(pid, start)]
-    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in left if Path(f"/proc/{pid}").exists()]
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in left
+                      if Path(f"/proc/{pid}").exists()]
     assert not session_processes(session)

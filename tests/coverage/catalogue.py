@@ -1,10 +1,11 @@
 """The coverage list: one entry per model type, with the tiny config it is built from.
 
-An entry holds inputs to the run, never its result: the config fields of a tiny random model (2 layers, or 4 for
-hybrids so that both layer kinds appear; width 32; ``initializer_range = 0.2`` so attention is peaked), the class a
-checkpoint of that type is saved as, and how to feed it. What the engine does with it is measured by
-:func:`tests.coverage.harness.run`. An entry the engine does not serve yet names, in ``expected``, the status it has
-today and the issue item that fixes it; ``tests/engine/test_coverage.py`` turns that into a strict xfail.
+An entry holds inputs to the run, never its result: the config fields of a tiny random model (2 layers, or 4
+for hybrids so that both layer kinds appear; width 32; ``initializer_range = 0.2`` so attention is peaked),
+the class a checkpoint of that type is saved as, and how to feed it. What the engine does with it is measured
+by :func:`tests.coverage.harness.run`. An entry the engine does not serve yet names, in ``expected``, the
+status it has today and the issue item that fixes it; ``tests/engine/test_coverage.py`` turns that into a
+strict xfail.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ INIT = 0.2  # initializer_range: random attention is near-uniform at 0.02, peake
 
 @dataclass(frozen=True)
 class Expected:
-    """A known gap of today's engine: the status the entry has now, and the issue item (branch) that fixes it."""
+    """A known gap of today's engine: the status the entry has now, and the issue item (branch) that fixes
+    it."""
 
     status: Literal["refused", "FAILS", "partial"]
     fixed_by: str
@@ -45,7 +47,8 @@ class Architecture:
     inputs : {"text", "audio"}
         Token ids and a padding mask, or Whisper's features plus decoder tokens.
     tokenizer : {"words", "esm"}
-        The tokenizer saved beside the model (probe.models.load needs one): the tiny word-level one, or ESM-2's.
+        The tokenizer saved beside the model (probe.models.load needs one): the tiny word-level one, or
+        ESM-2's.
     padding : {"left", "right"}
         Where the shorter row of the batch of 2 is padded (left for causal LMs, as in batched generation).
     default_suite : bool
@@ -75,8 +78,9 @@ class Architecture:
 def decoder(**fields) -> dict:
     """The tiny decoder-only LM most families accept (Llama-style field names; GQA 4 query / 2 kv heads)."""
     base = dict(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64, initializer_range=INIT,
-                pad_token_id=1, bos_token_id=2, eos_token_id=2, tie_word_embeddings=False)
+                num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
+                initializer_range=INIT, pad_token_id=1, bos_token_id=2, eos_token_id=2,
+                tie_word_embeddings=False)
     base.update(fields)
     return base
 
@@ -92,19 +96,19 @@ def encoder(**fields) -> dict:
 HYBRID = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
 
 ARCHITECTURES: tuple[Architecture, ...] = (
-    # --- decoder-only LMs ------------------------------------------------------------------------------------
+    # --- decoder-only LMs -----------------------------------------------------------------------------------
     Architecture("GPT-2", "gpt2", "GPT2LMHeadModel",
-                 dict(vocab_size=VOCAB, n_positions=64, n_embd=WIDTH, n_layer=2, n_head=4, initializer_range=INIT,
-                      bos_token_id=2, eos_token_id=2, pad_token_id=1)),
+                 dict(vocab_size=VOCAB, n_positions=64, n_embd=WIDTH, n_layer=2, n_head=4,
+                      initializer_range=INIT, bos_token_id=2, eos_token_id=2, pad_token_id=1)),
     Architecture("GPT-NeoX (Pythia)", "gpt_neox", "GPTNeoXForCausalLM",
                  decoder(num_key_value_heads=None, rotary_pct=0.5), note="partial rotary"),
     Architecture("GPT-J", "gptj", "GPTJForCausalLM",
                  dict(vocab_size=VOCAB, n_positions=64, n_embd=WIDTH, n_layer=2, n_head=4, rotary_dim=4,
                       initializer_range=INIT, bos_token_id=2, eos_token_id=2, pad_token_id=1)),
     Architecture("OPT", "opt", "OPTForCausalLM",
-                 dict(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64,
-                      max_position_embeddings=64, word_embed_proj_dim=WIDTH, init_std=INIT, pad_token_id=1,
-                      bos_token_id=2, eos_token_id=2)),
+                 dict(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4,
+                      ffn_dim=64, max_position_embeddings=64, word_embed_proj_dim=WIDTH, init_std=INIT,
+                      pad_token_id=1, bos_token_id=2, eos_token_id=2)),
     Architecture("Llama", "llama", "LlamaForCausalLM", decoder(), note="GQA"),
     Architecture("Llama 4 (text)", "llama4_text", "Llama4ForCausalLM",
                  decoder(head_dim=8, intermediate_size_mlp=64, num_local_experts=2, num_experts_per_tok=1,
@@ -121,8 +125,8 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                  decoder(head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16)),
     Architecture("Gemma", "gemma", "GemmaForCausalLM", decoder(head_dim=8)),
     Architecture("Gemma 2", "gemma2", "Gemma2ForCausalLM",
-                 decoder(head_dim=8, sliding_window=4, attn_logit_softcapping=2.0, final_logit_softcapping=30.0,
-                         query_pre_attn_scalar=8),
+                 decoder(head_dim=8, sliding_window=4, attn_logit_softcapping=2.0,
+                         final_logit_softcapping=30.0, query_pre_attn_scalar=8),
                  note="attention soft-capping 2.0 (low, so tanh bites), sliding window 4"),
     Architecture("Gemma 3 (text)", "gemma3_text", "Gemma3ForCausalLM",
                  decoder(head_dim=8, sliding_window=4, query_pre_attn_scalar=8,
@@ -137,7 +141,8 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture("Cohere", "cohere", "CohereForCausalLM", decoder()),
     Architecture("Cohere 2", "cohere2", "Cohere2ForCausalLM",
                  decoder(sliding_window=4, layer_types=["sliding_attention", "full_attention"])),
-    Architecture("Phi", "phi", "PhiForCausalLM", decoder(num_key_value_heads=None, partial_rotary_factor=0.5)),
+    Architecture("Phi", "phi", "PhiForCausalLM",
+                 decoder(num_key_value_heads=None, partial_rotary_factor=0.5)),
     Architecture("Phi-3", "phi3", "Phi3ForCausalLM", decoder()),
     Architecture("OLMo", "olmo", "OlmoForCausalLM", decoder()),
     Architecture("OLMo 2", "olmo2", "Olmo2ForCausalLM", decoder()),
@@ -163,7 +168,8 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                          q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
                          v_head_dim=6),
                  note="MLA (q/k head 12, value head 6)"),
-    Architecture("StableLM", "stablelm", "StableLmForCausalLM", decoder(), note="its class does not set _supports_attention_backend"),
+    Architecture("StableLM", "stablelm", "StableLmForCausalLM", decoder(),
+                 note="its class does not set _supports_attention_backend"),
     Architecture("Bloom", "bloom", "BloomForCausalLM",
                  dict(vocab_size=VOCAB, hidden_size=WIDTH, n_layer=2, n_head=4, initializer_range=INIT,
                       pad_token_id=1, bos_token_id=2, eos_token_id=2),
@@ -171,7 +177,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture("Falcon", "falcon", "FalconForCausalLM",
                  dict(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4,
                       initializer_range=INIT, pad_token_id=1, bos_token_id=2, eos_token_id=2)),
-    # --- hybrids: softmax attention beside linear attention / SSM layers -------------------------------------
+    # --- hybrids: softmax attention beside linear attention / SSM layers ------------------------------------
     Architecture("Qwen3-Next", "qwen3_next", "Qwen3NextForCausalLM",
                  decoder(num_hidden_layers=4, head_dim=8, layer_types=HYBRID, linear_num_key_heads=2,
                          linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
@@ -201,13 +207,15 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                          mamba_chunk_size=4, mamba_n_groups=1),
                  note="attention and Mamba2 in parallel in every layer"),
     Architecture("LFM2", "lfm2", "Lfm2ForCausalLM",
-                 decoder(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "full_attention"],
+                 decoder(num_hidden_layers=4,
+                         layer_types=["conv", "full_attention", "conv", "full_attention"],
                          block_auto_adjust_ff_dim=False),
                  note="short convolutions + attention"),
     Architecture("Granite 4 (hybrid)", "granitemoehybrid", "GraniteMoeHybridForCausalLM",
                  decoder(num_hidden_layers=4, layer_types=["mamba", "attention", "mamba", "attention"],
-                         num_local_experts=2, num_experts_per_tok=1, shared_intermediate_size=16, mamba_n_heads=4,
-                         mamba_d_head=16, mamba_d_state=4, mamba_chunk_size=4, mamba_n_groups=1),
+                         num_local_experts=2, num_experts_per_tok=1, shared_intermediate_size=16,
+                         mamba_n_heads=4, mamba_d_head=16, mamba_d_state=4, mamba_chunk_size=4,
+                         mamba_n_groups=1),
                  note="Mamba2 + attention, MoE"),
     Architecture("Bamba", "bamba", "BambaForCausalLM",
                  decoder(num_hidden_layers=4, attn_layer_indices=[1, 3], mamba_n_heads=4, mamba_d_head=16,
@@ -216,7 +224,8 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture("Nemotron-H", "nemotron_h", "NemotronHForCausalLM",
                  decoder(num_hidden_layers=4, head_dim=8,
                          layers_block_type=["mamba", "attention", "mlp", "attention"], ssm_state_size=4,
-                         mamba_num_heads=4, mamba_head_dim=8, n_groups=1, chunk_size=4, use_mamba_kernels=False),
+                         mamba_num_heads=4, mamba_head_dim=8, n_groups=1, chunk_size=4,
+                         use_mamba_kernels=False),
                  note="Mamba2 + attention + MLP blocks"),
     Architecture("Kimi-Linear", "kimi_linear", "KimiLinearForCausalLM",
                  decoder(num_hidden_layers=4, num_key_value_heads=4, layer_types=HYBRID,
@@ -250,8 +259,8 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                          layer_types=["sliding_attention", "full_attention"], cls_token_id=2, sep_token_id=2),
                  note="causal, sliding / full layers"),
     Architecture("ESM-2", "esm", "EsmForMaskedLM",
-                 encoder(vocab_size=33, position_embedding_type="rotary", mask_token_id=32, token_dropout=True,
-                         emb_layer_norm_before=False),
+                 encoder(vocab_size=33, position_embedding_type="rotary", mask_token_id=32,
+                         token_dropout=True, emb_layer_norm_before=False),
                  tokenizer="esm", padding="right", note="protein LM, rotary"),
     Architecture("ESM C", "esmc", "EsmcForMaskedLM", encoder(vocab_size=64, num_key_value_heads=4),
                  tokenizer="esm", padding="right", note="protein LM"),

@@ -1,24 +1,26 @@
-"""One coverage run: build an entry's tiny model, load it as a user would, capture it, compare with the references.
+"""One coverage run: build an entry's tiny model, load it as a user would, capture it, compare with the
+references.
 
 For an :class:`~tests.coverage.catalogue.Architecture` :func:`run` saves a seeded tiny random model with its
-tokenizer and loads it with :func:`probe.models.load` (what every command does); where that refuses, the engine is
-still measured on the model from the checkpoint's own class (what a Python user hands to
-:func:`probe.engine.capture`), so an engine that is silently wrong behind a refusing loader still shows. On a padded
-batch of 2 it measures
+tokenizer and loads it with :func:`probe.models.load` (what every command does); where that refuses, the
+engine is still measured on the model from the checkpoint's own class (what a Python user hands to
+:func:`probe.engine.capture`), so an engine that is silently wrong behind a refusing loader still shows. On a
+padded batch of 2 it measures
 
-* α of every captured head against eager ``output_attentions`` (valid query rows and keys only), twice: with every
-  head captured (the single pass, whose output is computed from the same α) and with one head captured (the fused
-  kernel plus α rebuilt from its log-sum-exp). Layers are compared on the engine's layer axis: the model's own
-  layer numbers, and for encoder–decoders the encoder, decoder and cross-attention stacks end to end;
+* α of every captured head against eager ``output_attentions`` (valid query rows and keys only), twice: with
+  every head captured (the single pass, whose output is computed from the same α) and with one head captured
+  (the fused kernel plus α rebuilt from its log-sum-exp). Layers are compared on the engine's layer axis: the
+  model's own layer numbers, and for encoder–decoders the encoder, decoder and cross-attention stacks end to
+  end;
 * the model's logits (or last hidden state) under both captures against its own outputs outside any capture:
   capture must never change what the model computes.
 
-The result is one of four statuses: ``equal`` (through the engine's attention function), ``fallback`` (equal, with
-the model running on another implementation inside the capture: the eager fallback), ``refused`` (a one-line
-:class:`~probe.errors.ProbeError` from loading or capture), ``FAILS`` (α or logits differ by more than
-:data:`TOL`, a layer with eager α missing from the capture or one too many, a crash, or a refusal of several
-lines). :func:`render_table` writes ``docs/architectures.md`` from a list of results and :func:`read_table` parses
-it back.
+The result is one of four statuses: ``equal`` (through the engine's attention function), ``fallback`` (equal,
+with the model running on another implementation inside the capture: the eager fallback), ``refused`` (a
+one-line :class:`~probe.errors.ProbeError` from loading or capture), ``FAILS`` (α or logits differ by more
+than :data:`TOL`, a layer with eager α missing from the capture or one too many, a crash, or a refusal of
+several lines). :func:`render_table` writes ``docs/architectures.md`` from a list of results and
+:func:`read_table` parses it back.
 
 What the model's attention function receives (soft-capping, sinks, a position bias) is recorded by running the
 model once on a recording function registered with ``AttentionInterface``; it only names the path.
@@ -64,15 +66,16 @@ class Result:
     status : {"equal", "fallback", "refused", "FAILS"}
         See the module docstring.
     path : str
-        How the engine served it: "fused", "fused + sinks", "softcap blockwise", "eager fallback" or "refused".
+        How the engine served it: "fused", "fused + sinks", "softcap blockwise", "eager fallback" or
+        "refused".
     alpha_diff, logits_diff : float
         max |α − eager| over captured heads and valid positions, max |logits under capture − logits outside|;
         NaN when not measured.
     note : str
         The variant exercised, the refusal or failure in one line, layers without α.
     peak : float
-        The largest eager α on a valid position (near 1: the attention compared is peaked, not uniform); NaN when
-        eager did not run.
+        The largest eager α on a valid position (near 1: the attention compared is peaked, not uniform); NaN
+        when eager did not run.
     seconds : float
         Wall time of the run (build, save, load, five forward passes).
     """
@@ -115,13 +118,14 @@ def _register_recorder() -> None:
     AttentionMaskInterface.register(RECORDER, sdpa_mask)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Building and feeding the tiny model
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def build(arch: Architecture, directory: Path) -> Path:
-    """Save the entry's seeded tiny model and its tokenizer in `directory` (what a downloaded checkpoint holds)."""
+    """Save the entry's seeded tiny model and its tokenizer in `directory` (what a downloaded checkpoint
+    holds)."""
     config = transformers.CONFIG_MAPPING[arch.model_type](**arch.config)
     torch.manual_seed(SEED)
     model = getattr(transformers, arch.model_class)(config).eval()
@@ -190,11 +194,12 @@ def _output(outputs) -> torch.Tensor:
 
 
 def _eager_layers(model, inputs, valid: dict) -> list[tuple[torch.Tensor | None, torch.Tensor]]:
-    """Eager α of every attention layer on the engine's layer axis, each with its valid pairs [batch 1 query key].
+    """Eager α of every attention layer on the engine's layer axis, each with its valid pairs [batch 1 query
+    key].
 
     Single-stack models: the model's layers in order (α None where a layer has no softmax attention). Encoder–
-    decoders: the encoder's layers, then the decoder's self-attention, then its cross-attention, end to end (the
-    engine's numbering of the three stacks)."""
+    decoders: the encoder's layers, then the decoder's self-attention, then its cross-attention, end to end
+    (the engine's numbering of the three stacks)."""
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
@@ -205,7 +210,8 @@ def _eager_layers(model, inputs, valid: dict) -> list[tuple[torch.Tensor | None,
     if not model.config.is_encoder_decoder:
         return [(_on_cpu(alpha), _pairs(valid["self"])) for alpha in out.attentions]
     return [(_on_cpu(alpha), _pairs(valid[stack])) for stack, alphas in (
-        ("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions), ("cross", out.cross_attentions))
+        ("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
+        ("cross", out.cross_attentions))
         for alpha in alphas]
 
 
@@ -226,9 +232,9 @@ def _record(model, inputs) -> _Features | None:
     return features
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The run
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def _one_line(error: BaseException) -> str:
@@ -255,9 +261,11 @@ def _capture(model, inputs, heads):
 
 
 def _alpha_diff(sink: _LayerSink, eager: list, heads, n_layers: int) -> tuple[float, list[str]]:
-    """max |α − eager| of the sink's heads over valid positions, and what is missing or extra (one string each).
+    """max |α − eager| of the sink's heads over valid positions, and what is missing or extra (one string
+    each).
 
-    `eager` is what :func:`_eager_layers` returns; `n_layers` the model's layer count (single-stack models)."""
+    `eager` is what :func:`_eager_layers` returns; `n_layers` the model's layer count (single-stack
+    models)."""
     problems: list[str] = []
     captured: dict[int, torch.Tensor] = {}  # layer -> [batch head query key]
     if sink.steps > 1:  # one forward pass was taken for several: its layers cannot be told apart
@@ -270,7 +278,8 @@ def _alpha_diff(sink: _LayerSink, eager: list, heads, n_layers: int) -> tuple[fl
     diff = 0.0
     for layer in sorted(set(captured) & set(reference)):
         expected, pairs = reference[layer]
-        expected = expected.float() if heads is None else expected.float()[:, list(heads)]  # [batch head query key]
+        # [batch head query key]
+        expected = expected.float() if heads is None else expected.float()[:, list(heads)]
         ours = captured[layer]
         if ours.shape != expected.shape:
             problems.append(f"layer {layer}: α shaped {tuple(ours.shape)}, eager {tuple(expected.shape)}")
@@ -280,9 +289,10 @@ def _alpha_diff(sink: _LayerSink, eager: list, heads, n_layers: int) -> tuple[fl
 
 
 def _eager_by_layer(eager: list, captured: list[int], n_layers: int) -> dict[int, tuple]:
-    """Eager (α, valid pairs) by engine layer number. Most models return one entry per layer (None where a layer
-    has no softmax attention), encoder–decoders one per layer of each stack; some (LFM2) return the attention
-    layers only, which are then paired with the captured layers in order (their count must match)."""
+    """Eager (α, valid pairs) by engine layer number. Most models return one entry per layer (None where a
+    layer has no softmax attention), encoder–decoders one per layer of each stack; some (LFM2) return the
+    attention layers only, which are then paired with the captured layers in order (their count must
+    match)."""
     if len(eager) >= n_layers:
         return {layer: entry for layer, entry in enumerate(eager) if entry[0] is not None}
     if len(eager) == len(captured):
@@ -291,8 +301,8 @@ def _eager_by_layer(eager: list, captured: list[int], n_layers: int) -> dict[int
 
 
 def _peak(alpha: torch.Tensor, pairs: torch.Tensor) -> float:
-    """The largest α on a valid position (`pairs` [batch 1 query key]) of a row with at least 4 valid keys (uniform
-    would be ≤ 0.25; a causal model's first rows are 1 by construction and do not count)."""
+    """The largest α on a valid position (`pairs` [batch 1 query key]) of a row with at least 4 valid keys
+    (uniform would be ≤ 0.25; a causal model's first rows are 1 by construction and do not count)."""
     rows = pairs.sum(-1, keepdim=True) >= 4  # [batch 1 query 1]
     return float((alpha.float() * (pairs & rows)).max())
 
@@ -321,7 +331,8 @@ def _on_cpu(alpha: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def run(arch: Architecture, workdir: str | Path | None = None, device: str = "cpu") -> Result:
-    """Build, load, capture and compare one entry (see the module docstring); never raises for the model's sake."""
+    """Build, load, capture and compare one entry (see the module docstring); never raises for the model's
+    sake."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         directory = build(arch, Path(workdir or scratch) / arch.model_type)
@@ -334,8 +345,9 @@ def _measure(arch: Architecture, directory: Path, device: str) -> Result:
 
     Two routes, one status: :func:`probe.models.load` (what every command uses) and ``from_pretrained`` on the
     checkpoint's own class, with its default attention implementation (what a user hands to
-    :func:`probe.engine.capture`). A load refusal alone makes the entry "refused"; the engine is still measured on
-    the model itself, so an engine that is silently wrong behind a refusing loader is still FAILS."""
+    :func:`probe.engine.capture`). A load refusal alone makes the entry "refused"; the engine is still
+    measured on the model itself, so an engine that is silently wrong behind a refusing loader is still
+    FAILS."""
 
     def result(status: str, path: str, alpha=math.nan, logits=math.nan, *notes: str) -> Result:
         return Result(arch.model_type, arch.name, status, path, alpha, logits,
@@ -360,7 +372,8 @@ def _measure(arch: Architecture, directory: Path, device: str) -> Result:
     note = _variant_note(arch, features)
     n_heads = next(alpha for alpha, _ in eager if alpha is not None).shape[1]
     query_valid = valid.get("self", valid.get("decoder"))
-    n_layers = len(eager) if model.config.is_encoder_decoder else model.config.get_text_config().num_hidden_layers
+    n_layers = (len(eager) if model.config.is_encoder_decoder
+                else model.config.get_text_config().num_hidden_layers)
     alpha_diff, logits_diff, problems, implementation, captured_layers = 0.0, 0.0, [], ENGINE_NAME, []
     for heads in (None, [n_heads - 1]):  # every head: the single pass; one head: kernel + α from its LSE
         try:
@@ -386,7 +399,8 @@ def _measure(arch: Architecture, directory: Path, device: str) -> Result:
         wrong = ", ".join(wrong + problems)
         if load_refusal:  # the loader refuses, the engine itself is wrong
             wrong = f"capture() on the model itself: {wrong} ({load_refusal})"
-        # the path the engine took, not the one the model needs: sinks or soft-capping it got wrong are not served
+        # the path the engine took, not the one the model needs: sinks or soft-capping it got wrong are not
+        # served
         return result("FAILS", _path(None, implementation), alpha_diff, logits_diff, wrong, note)
     if load_refusal:
         return result("refused", "refused", alpha_diff, logits_diff, load_refusal,
@@ -396,17 +410,20 @@ def _measure(arch: Architecture, directory: Path, device: str) -> Result:
 
 
 def _without_alpha(captured: list[int], n_layers: int) -> str:
-    """"layers 0, 2 have no α" for the layers of a single-stack model the engine gave no α (hybrids), else ""."""
+    """"layers 0, 2 have no α" for the layers of a single-stack model the engine gave no α (hybrids), else
+    ""."""
     silent = sorted(set(range(n_layers)) - set(captured))
     return f"layers {', '.join(map(str, silent))} have no α (not softmax attention)" if silent else ""
 
 
 MANY_LINES = "a refusal of several lines"
-ROUTING = "route attention through"  # the loader's and capture()'s refusal of models outside AttentionInterface
+# the loader's and capture()'s refusal of models outside AttentionInterface
+ROUTING = "route attention through"
 
 
 def _refusal(error: ProbeError, what: str) -> str:
-    """`what`: the refusal's reason (its text up to ", so" or the first ";", where consequence and advice start)."""
+    """`what`: the refusal's reason (its text up to ", so" or the first ";", where consequence and advice
+    start)."""
     message = str(error).strip()
     if "\n" in message:
         return f"{what}: {MANY_LINES}"
@@ -428,9 +445,9 @@ def run_all(architectures=ARCHITECTURES, workdir: str | Path | None = None, prog
     return results
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # docs/architectures.md
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 TABLE_HEADER = "| model | model type | status | path | max \\|Δα\\| | max \\|Δlogits\\| | note |"
 _ROW = re.compile(r"^\| (?P<name>[^|]+) \| `(?P<model_type>[^`]+)` \| (?P<status>\w+) \| (?P<path>[^|]+) \|")

@@ -1,4 +1,5 @@
-"""The capture engine equals eager `output_attentions` (max |Δα| ≤ 1e-5, float32) and leaves outputs unchanged."""
+"""The capture engine equals eager `output_attentions` (max |Δα| ≤ 1e-5, float32) and leaves outputs
+unchanged."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from probe.errors import ProbeError
 from tests.conftest import eager_attention
 
 TOL = 1e-5
-SENTENCE = "the cat saw the dog and the dog saw the cat because it was one two three four five six seven eight nine"
+SENTENCE = ("the cat saw the dog and the dog saw the cat because it was one two three four five six seven "
+            "eight nine")
 
 
 def valid_pairs(attention_mask: torch.Tensor) -> torch.Tensor:
-    """[batch 1 1 query key] True where both positions are real tokens (padding rows/columns are not compared)."""
+    """[batch 1 1 query key] True where both positions are real tokens (padding rows/columns are not
+    compared)."""
     mask = attention_mask.bool()
     return mask[:, None, None, :, None] & mask[:, None, None, None, :]
 
@@ -35,7 +38,8 @@ def test_alpha_equals_eager(tiny_dir, arch):
     inputs = text_inputs(loaded.tokenizer, [SENTENCE])
     ours = capture_attention(loaded.model, inputs)
     reference = eager_attention(loaded.model, inputs)
-    assert ours.shape == reference.shape == (1, 2, 4, inputs["input_ids"].shape[1], inputs["input_ids"].shape[1])
+    assert ours.shape == reference.shape == (1, 2, 4, inputs["input_ids"].shape[1],
+                                             inputs["input_ids"].shape[1])
     assert max_diff(ours, reference, inputs["attention_mask"]) <= TOL
     assert reference.abs().max() > 0  # the comparison is not between zeros
 
@@ -220,9 +224,9 @@ def test_blockwise_fallback_matches_kernel():
 
 
 def test_in_place_softmax_and_its_lse_equal_torch():
-    """The single pass's fused in-place softmax gives torch.softmax's α and torch.logsumexp's LSE, on rows with
-    very different scales, partly masked rows and fully masked rows (α = 0 and lse = 0 there, as the CPU kernel
-    gives it); without a consumer for it, no LSE is computed."""
+    """The single pass's fused in-place softmax gives torch.softmax's α and torch.logsumexp's LSE, on rows
+    with very different scales, partly masked rows and fully masked rows (α = 0 and lse = 0 there, as the CPU
+    kernel gives it); without a consumer for it, no LSE is computed."""
     from probe.engine.attention import _softmax_in_place
 
     torch.manual_seed(0)
@@ -259,15 +263,16 @@ def test_cuda_engine_equals_eager(tiny_dir):
 @pytest.mark.parametrize("layout", ["shared", "scattered"])
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "mistral"])
 def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
-    """A GatherSink gets α at its key slots (causal, padding and sliding-window masks applied), 0 where slot = −1.
-    "shared": rows share their keys (the engine multiplies against the block's distinct keys); "scattered": one
-    different key per row (the engine gathers each row's key vectors)."""
+    """A GatherSink gets α at its key slots (causal, padding and sliding-window masks applied), 0 where slot =
+    −1. "shared": rows share their keys (the engine multiplies against the block's distinct keys);
+    "scattered": one different key per row (the engine gathers each row's key vectors)."""
     loaded = models.load(str(tiny_dir(arch)))
     inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
     n_batch, n = inputs["input_ids"].shape
     generator = torch.Generator().manual_seed(0)
     if layout == "shared":
-        slots = torch.randint(-1, n, (n_batch, n, 3), generator=generator)  # [batch query slot], some above the diagonal
+        # [batch query slot], some above the diagonal
+        slots = torch.randint(-1, n, (n_batch, n, 3), generator=generator)
     else:
         slots = torch.stack([torch.randperm(n, generator=generator) for _ in range(n_batch)])[..., None]
         slots[:, ::3] = -1  # [batch query 1]: every key once, some rows without a slot
@@ -297,13 +302,14 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
 
 @pytest.mark.parametrize("arch", ["gpt2", "bert"])
 def test_single_pass_serves_a_gather_sink_beside_a_dense_one(tiny_dir, arch):
-    """A dense sink of every head puts the layer on the single pass (no kernel); a gather sink in the same capture
-    then needs the LSE, which the single pass computes only because it is asked for: both sinks equal eager (BERT:
-    a padded batch, so some rows of the shorter sequence are masked keys throughout)."""
+    """A dense sink of every head puts the layer on the single pass (no kernel); a gather sink in the same
+    capture then needs the LSE, which the single pass computes only because it is asked for: both sinks equal
+    eager (BERT: a padded batch, so some rows of the shorter sequence are masked keys throughout)."""
     loaded = models.load(str(tiny_dir(arch)))
     inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
     n_batch, n = inputs["input_ids"].shape
-    slots = torch.stack([torch.arange(n) - 1, torch.zeros(n, dtype=torch.long)], dim=-1)[None].expand(n_batch, -1, -1)
+    slots = torch.stack([torch.arange(n) - 1, torch.zeros(n, dtype=torch.long)],
+                        dim=-1)[None].expand(n_batch, -1, -1)
 
     class Gather:
         def __init__(self):
@@ -329,8 +335,8 @@ def test_single_pass_serves_a_gather_sink_beside_a_dense_one(tiny_dir, arch):
 
 
 def test_overlapping_captures_in_threads_each_see_their_own_forward(tiny_dir):
-    """Two threads capture the same model at once: each gets exactly its own input's α, and the model is back on
-    sdpa once both are done (the first one out must not switch the model back under the other)."""
+    """Two threads capture the same model at once: each gets exactly its own input's α, and the model is back
+    on sdpa once both are done (the first one out must not switch the model back under the other)."""
     import threading
 
     loaded = models.load(str(tiny_dir("gpt2")))
@@ -365,8 +371,8 @@ def test_overlapping_captures_in_threads_each_see_their_own_forward(tiny_dir):
 
 
 def _overlap(first, second, inputs):
-    """Thread A captures `first`; thread B then captures `second` and runs it after A has left. Returns B's sink
-    and the implementation B saw once A was gone."""
+    """Thread A captures `first`; thread B then captures `second` and runs it after A has left. Returns B's
+    sink and the implementation B saw once A was gone."""
     import threading
 
     first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
@@ -399,8 +405,9 @@ def _overlap(first, second, inputs):
 
 
 def test_model_and_its_base_model_share_one_capture_identity(tiny_dir):
-    """Overlapping (not nested) captures in two threads, on the model and on model.base_model (they share the config):
-    the first one out must not switch the model back under the other, and the last one out restores sdpa."""
+    """Overlapping (not nested) captures in two threads, on the model and on model.base_model (they share the
+    config): the first one out must not switch the model back under the other, and the last one out restores
+    sdpa."""
     loaded = models.load(str(tiny_dir("gpt2")))
     model, body = loaded.model, loaded.model.base_model
     assert body is not model and body.config is model.config
@@ -415,8 +422,8 @@ def test_model_and_its_base_model_share_one_capture_identity(tiny_dir):
 
 @pytest.mark.parametrize("arch", ["gpt2", "esm"])
 def test_label_model_and_capture_attention_in_threads_equal_single_threaded(tiny_dir, arch):
-    """Stress: label_model (captures model.base_model) and capture_attention (captures the model) overlap in threads;
-    every result equals the single-threaded one and the model ends on its own implementation."""
+    """Stress: label_model (captures model.base_model) and capture_attention (captures the model) overlap in
+    threads; every result equals the single-threaded one and the model ends on its own implementation."""
     import threading
 
     import pandas as pd
@@ -483,8 +490,8 @@ class RowSampler:
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "llama", "mistral"])
 @pytest.mark.parametrize("heads", [None, [3, 1]])
 def test_sampled_rows_equal_eager(tiny_dir, arch, heads):
-    """A row-sampling sink gets exactly its rows (in blocks that carry them), equal to eager on those rows, while a
-    dense sink in the same capture still gets every row."""
+    """A row-sampling sink gets exactly its rows (in blocks that carry them), equal to eager on those rows,
+    while a dense sink in the same capture still gets every row."""
     loaded = models.load(str(tiny_dir(arch)))
     inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
     n = inputs["input_ids"].shape[1]
@@ -498,11 +505,13 @@ def test_sampled_rows_equal_eager(tiny_dir, arch, heads):
     chosen = heads if heads is not None else list(range(4))
     for layer in (0, 1):
         blocks = [b for b in sampler.blocks if b.layer == layer]
-        assert all(len(b.rows) <= 2 * 4 // len(chosen) for b in blocks)  # the block budget holds for sampled rows
+        # the block budget holds for sampled rows
+        assert all(len(b.rows) <= 2 * 4 // len(chosen) for b in blocks)
         got = torch.cat([b.rows for b in blocks]).tolist()
         assert got == sorted(set(wanted))
         for b in blocks:
-            expected = reference[:, layer][:, chosen][:, :, b.rows, : b.alpha.shape[-1]]  # [batch head block key]
+            # [batch head block key]
+            expected = reference[:, layer][:, chosen][:, :, b.rows, : b.alpha.shape[-1]]
             valid = inputs["attention_mask"].bool()
             pairs = valid[:, None, b.rows, None] & valid[:, None, None, : b.alpha.shape[-1]]
             assert ((b.alpha - expected).abs() * pairs).max() <= TOL
@@ -522,17 +531,17 @@ class EntropyRecorder:
         return SinkNeeds(heads=heads, rows=self.rows, entropy=True)
 
     def update(self, block):
-        rows = block.rows if block.rows is not None else torch.arange(block.query_start,
-                                                                       block.query_start + block.alpha.shape[2])
+        rows = (block.rows if block.rows is not None
+                else torch.arange(block.query_start, block.query_start + block.alpha.shape[2]))
         self.got.append((block.layer, block.heads, rows, block.entropy))
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "llama", "prott5"])
 @pytest.mark.parametrize("path", ["single", "sampled", "rebuild"])
 def test_engine_row_entropy_equals_eager(tiny_dir, arch, path):
-    """block.entropy (lse − scale·q·Σαk − Σα·bias, no logarithm) equals −Σ α log α of eager attention on the single
-    pass, sampled rows and the kernel + rebuild path (some heads); prott5 has T5's finite position bias in the mask,
-    BERT a padding mask."""
+    """block.entropy (lse − scale·q·Σαk − Σα·bias, no logarithm) equals −Σ α log α of eager attention on the
+    single pass, sampled rows and the kernel + rebuild path (some heads); prott5 has T5's finite position bias
+    in the mask, BERT a padding mask."""
     loaded = models.load(str(tiny_dir(arch)))
     if arch == "prott5":
         inputs = dict(loaded.tokenizer(["M K T A Y I A K Q R", "M K T"], return_tensors="pt", padding=True))

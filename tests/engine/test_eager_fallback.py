@@ -1,6 +1,7 @@
-"""The eager fallback (probe/engine/eager.py): models whose attention does not go through AttentionInterface (Bloom,
-DeBERTa-v2) stream their own output_attentions into the sinks through forward hooks, one layer at a time; ALBERT
-(one shared layer applied N times) gets one entry per application; --engine fused refuses, --engine eager forces."""
+"""The eager fallback (probe/engine/eager.py): models whose attention does not go through AttentionInterface
+(Bloom, DeBERTa-v2) stream their own output_attentions into the sinks through forward hooks, one layer at a
+time; ALBERT (one shared layer applied N times) gets one entry per application; --engine fused refuses,
+--engine eager forces."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from tests.tiny_archs import build, eager_reference, masked_diff, padded_inputs,
 TOL = 1e-5
 
 
-@pytest.mark.parametrize("model_type, engine", [("bloom", "eager"), ("deberta-v2", "eager"), ("albert", "fused")])
+@pytest.mark.parametrize("model_type, engine",
+                         [("bloom", "eager"), ("deberta-v2", "eager"), ("albert", "fused")])
 def test_sinks_receive_the_models_own_attention(model_type, engine):
     model, tokenizer = build(model_type)
     plan = attention_plan(model)
@@ -40,7 +42,8 @@ def test_albert_applications_are_distinct_layers():
     inputs = padded_inputs(tokenizer)
     alpha = capture_attention(model, inputs)  # [batch layer head query key]
     assert alpha.shape[1] == 3
-    assert float((alpha[:, 0] - alpha[:, 1]).abs().max()) > 1e-3  # the same weights, different inputs per depth
+    # the same weights, different inputs per depth
+    assert float((alpha[:, 0] - alpha[:, 1]).abs().max()) > 1e-3
 
 
 def test_the_eager_model_drops_the_weights_it_was_asked_for():
@@ -57,7 +60,8 @@ def test_gathered_and_sampled_rows_equal_the_dense_weights():
     inputs = padded_inputs(tokenizer)
     reference = eager_reference(model, inputs)
     n_query = inputs["input_ids"].shape[1]
-    slots = torch.stack([torch.arange(n_query) - 1, torch.zeros(n_query, dtype=torch.long)], -1)  # prev, first
+    # prev, first
+    slots = torch.stack([torch.arange(n_query) - 1, torch.zeros(n_query, dtype=torch.long)], -1)
     slots = slots[None].expand(2, -1, -1).clone()
 
     class Gather:

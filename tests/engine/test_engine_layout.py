@@ -1,5 +1,6 @@
-"""The engine reads what a sink needs from its declared `SinkNeeds`, never by probing attributes: no `hasattr` /
-`getattr` on a sink anywhere in probe/engine/, and the only sink methods the engine calls are the protocols'."""
+"""The engine reads what a sink needs from its declared `SinkNeeds`, never by probing attributes: no `hasattr`
+/ `getattr` on a sink anywhere in probe/engine/, and the only sink methods the engine calls are the
+protocols'."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ def _names(node: ast.AST) -> set[str]:
 
 
 def _sink_like(tree: ast.AST) -> set[str]:
-    """Names bound by a loop or comprehension over something that mentions a sink (``for s in session.sinks``)."""
+    """Names bound by a loop or comprehension over something that mentions a sink (``for s in
+    session.sinks``)."""
     bound = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.For, ast.comprehension)) and any("sink" in n.lower() for n in _names(node.iter)):
+        if isinstance(node,
+                      (ast.For, ast.comprehension)) and any("sink" in n.lower() for n in _names(node.iter)):
             bound |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
     return bound
 
@@ -29,7 +32,8 @@ def _probes_on_sinks(tree: ast.AST) -> list[int]:
     sink_like = _sink_like(tree)
     lines = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("hasattr", "getattr")
                 and node.args and any("sink" in name.lower() or name in sink_like
                                       for name in _names(node.args[0]))):
             lines.append(node.lineno)

@@ -1,7 +1,7 @@
-"""Capture under accelerate's hooks: a model loaded with a device_map that puts a layer on "disk" (its weights on the
-meta device between forwards, loaded by an AlignDevicesHook around each module's forward) gives the same α, gathered
-slots, output norms and logits as the same model in memory. The output projection's weights are read through
-accelerate's `align_module_device`, not from the meta parameter."""
+"""Capture under accelerate's hooks: a model loaded with a device_map that puts a layer on "disk" (its weights
+on the meta device between forwards, loaded by an AlignDevicesHook around each module's forward) gives the
+same α, gathered slots, output norms and logits as the same model in memory. The output projection's weights
+are read through accelerate's `align_module_device`, not from the meta parameter."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ class _Everything:
         self.blocks, self.gathered, self.norms = {}, {}, {}
 
     def needs(self, layer, n_heads, n_query):
-        return SinkNeeds(heads=(2, 0), gather=(range(n_heads), self.slots), output_projections=self.projections)
+        return SinkNeeds(heads=(2, 0), gather=(range(n_heads), self.slots),
+                         output_projections=self.projections)
 
     def update(self, block):
         self.blocks.setdefault(block.layer, []).append(block.alpha.clone())
@@ -39,7 +40,8 @@ class _Everything:
 
 def _configs():
     llama = transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                     hidden_size=32, intermediate_size=32, vocab_size=64, initializer_range=0.2)
+                                     hidden_size=32, intermediate_size=32, vocab_size=64,
+                                     initializer_range=0.2)
     gpt_oss = transformers.GptOssConfig(
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
         intermediate_size=32, vocab_size=64, num_local_experts=2, num_experts_per_tok=1, sliding_window=4,

@@ -1,7 +1,8 @@
-"""bfloat16 / float16 runs: α from the fused kernel's LSE against a float32 softmax of the very q and k the model
-produced (the engine's own error) and against the float32 model's eager α (what a user sees, dominated by the
-model's reduced precision); the logits under capture are the kernel's own, bit for bit; Σ_j α_ij n_j of the output
-norms is float32-accurate. The tolerances asserted are the measured ones (docs/engine.md) with a 2-4x margin."""
+"""bfloat16 / float16 runs: α from the fused kernel's LSE against a float32 softmax of the very q and k the
+model produced (the engine's own error) and against the float32 model's eager α (what a user sees, dominated
+by the model's reduced precision); the logits under capture are the kernel's own, bit for bit; Σ_j α_ij n_j of
+the output norms is float32-accurate. The tolerances asserted are the measured ones (docs/engine.md) with a
+2-4x margin."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from probe.engine import DenseSink, SinkNeeds, capture
 from probe.engine.output_norms import OutputProjections
 
-# measured on these models: 5.4e-5 (both dtypes) against the same q, k; 4.8e-2 (bf16) and 6.9e-3 (fp16) against
-# the float32 model; rows sum to 1 within 6.5e-5
+# measured on these models: 5.4e-5 (both dtypes) against the same q, k; 4.8e-2 (bf16) and 6.9e-3 (fp16)
+# against the float32 model; rows sum to 1 within 6.5e-5
 SAME_QK_TOL = 2e-4
 MODEL_TOL = {torch.bfloat16: 0.1, torch.float16: 0.02}
 _REFERENCE: list[torch.Tensor] = []
@@ -24,7 +25,8 @@ _REFERENCE: list[torch.Tensor] = []
 
 def _recording_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                          **kwargs):
-    """sdpa, and beside it the float32 softmax of the same (reduced-precision) q and k: [batch head query key]."""
+    """sdpa, and beside it the float32 softmax of the same (reduced-precision) q and k: [batch head query
+    key]."""
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     keys = repeat_kv(key, query.shape[1] // key.shape[1]).float()
     scores = query.float() @ keys.transpose(-1, -2) * scale  # [batch head query key]
@@ -46,7 +48,8 @@ def _model(arch: str, dtype: torch.dtype):
     torch.manual_seed(0)
     if arch == "llama":  # grouped-query attention
         config = transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                          hidden_size=64, intermediate_size=64, vocab_size=64, initializer_range=0.2)
+                                          hidden_size=64, intermediate_size=64, vocab_size=64,
+                                          initializer_range=0.2)
         model = transformers.LlamaForCausalLM(config)
     else:
         config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=64, initializer_range=0.2,

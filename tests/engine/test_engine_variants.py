@@ -1,7 +1,7 @@
-"""Attention variants the engine implements beyond plain softmax attention: gpt-oss's attention sinks (`s_aux`) and
-Gemma 2's soft-capping (`softcap`), against eager `output_attentions` on every path (single pass, kernel + rebuild,
-sampled rows, gathered slots, output norms, row entropy), with the model's own logits unchanged under capture; and
-the keyword allow-list that refuses what the engine does not implement."""
+"""Attention variants the engine implements beyond plain softmax attention: gpt-oss's attention sinks
+(`s_aux`) and Gemma 2's soft-capping (`softcap`), against eager `output_attentions` on every path (single
+pass, kernel + rebuild, sampled rows, gathered slots, output norms, row entropy), with the model's own logits
+unchanged under capture; and the keyword allow-list that refuses what the engine does not implement."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def _gpt_oss():
 def _gemma2():
     config = transformers.Gemma2Config(
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
-        intermediate_size=32, vocab_size=VOCAB, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
-        attn_logit_softcapping=1.5, initializer_range=0.2, pad_token_id=0)
+        intermediate_size=32, vocab_size=VOCAB, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"], attn_logit_softcapping=1.5,
+        initializer_range=0.2, pad_token_id=0)
     torch.manual_seed(0)
     return transformers.Gemma2ForCausalLM(config).eval()
 
@@ -77,7 +78,8 @@ class Recorder:
     """Declares its needs from arguments and keeps everything the engine hands it."""
 
     def __init__(self, heads=None, rows=None, gather=None, entropy=False, projections=None):
-        self.heads, self.rows, self.gather, self.entropy, self.projections = heads, rows, gather, entropy, projections
+        self.heads, self.rows, self.gather, self.entropy, self.projections = (heads, rows, gather, entropy,
+                                                                              projections)
         self.blocks, self.gathered, self.norms = [], {}, {}
 
     def needs(self, layer, n_heads, n_query):
@@ -197,8 +199,8 @@ def test_logits_under_capture_equal_the_default_implementation(name, sinks):
 
 
 def test_the_variants_matter_negative_controls():
-    """Without its sinks gpt-oss's α would differ (rows sum to 1 instead of < 1); without the cap Gemma 2's would:
-    the equality tests above can fail."""
+    """Without its sinks gpt-oss's α would differ (rows sum to 1 instead of < 1); without the cap Gemma 2's
+    would: the equality tests above can fail."""
     inputs = padded_inputs()
     pairs = valid_pairs(inputs)
     alpha = eager_attention(model_of("gpt_oss"), inputs)  # [batch layer head query key]
@@ -296,8 +298,8 @@ def test_an_object_that_is_no_sink_is_refused():
 
 @pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
 def test_profile_sink_learned_sink_mass_column(name):
-    """The profile's learned_sink_mass is the mean over rows of 1 − Σ_j α_ij (eager), on sampled rows too; 0 for a
-    model without sinks (Gemma 2) — the positive and the negative control."""
+    """The profile's learned_sink_mass is the mean over rows of 1 − Σ_j α_ij (eager), on sampled rows too; 0
+    for a model without sinks (Gemma 2) — the positive and the negative control."""
     from probe.heads.profile_sink import ProfileSink
 
     model = model_of(name)
@@ -320,9 +322,9 @@ def test_profile_sink_learned_sink_mass_column(name):
 
 @pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
 def test_generate_with_a_kv_cache_is_unchanged_and_decode_rows_equal_eager(name):
-    """Greedy generation (sliding-window caches included) gives the same tokens under capture; each decoding step's
-    one query row equals eager α over the keys the cache holds (a sliding layer's cache keeps the last keys only,
-    so its block has fewer keys: they are the last n_key positions)."""
+    """Greedy generation (sliding-window caches included) gives the same tokens under capture; each decoding
+    step's one query row equals eager α over the keys the cache holds (a sliding layer's cache keeps the last
+    keys only, so its block has fewer keys: they are the last n_key positions)."""
     model = model_of(name)
     ids = padded_inputs()["input_ids"][:1]
     settings = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
@@ -338,13 +340,15 @@ def test_generate_with_a_kv_cache_is_unchanged_and_decode_rows_equal_eager(name)
             alpha = sink.attention(step)[0, 0, :, 0]  # [head key]: this step's one query row
             position = ids.shape[1] + step - 1
             n_key = alpha.shape[-1]
-            assert (alpha - reference[layer, :, position, position + 1 - n_key:position + 1]).abs().max() <= TOL
+            assert ((alpha - reference[layer, :, position, position + 1 - n_key:position + 1]).abs().max()
+                    <= TOL)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
 def test_cuda_sinks_and_softcap_equal_eager(name):
-    """The CUDA kernels (memory-efficient with a mask) with sinks; the blockwise path with the cap, on the GPU."""
+    """The CUDA kernels (memory-efficient with a mask) with sinks; the blockwise path with the cap, on the
+    GPU."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     model = MODELS[name]().cuda()

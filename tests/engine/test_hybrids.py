@@ -1,7 +1,7 @@
-"""Hybrid models (softmax attention in some layers, linear attention / state-space / convolution in the others) and
-StableLM: their attention modules call ALL_ATTENTION_FUNCTIONS although their classes do not set
-`_supports_attention_backend`. The engine captures the softmax layers under the model's own layer numbers, equal
-to eager `output_attentions`, and leaves the logits as the model's own."""
+"""Hybrid models (softmax attention in some layers, linear attention / state-space / convolution in the
+others) and StableLM: their attention modules call ALL_ATTENTION_FUNCTIONS although their classes do not set
+`_supports_attention_backend`. The engine captures the softmax layers under the model's own layer numbers,
+equal to eager `output_attentions`, and leaves the logits as the model's own."""
 
 from __future__ import annotations
 
@@ -15,15 +15,16 @@ from tests.tiny_archs import HYBRIDS, build, eager_reference, masked_diff, padde
 
 TOL = 1e-5
 # model type -> the layers with softmax attention in tests/tiny_archs.py's configs
-ATTENTION_LAYERS = {"qwen3_next": (1, 3), "jamba": (1, 3), "zamba2": (1, 3), "nemotron_h": (1, 3), "lfm2": (1, 3),
-                    "olmo_hybrid": (3,), "kimi_linear": (1, 3), "granitemoehybrid": (1, 3), "qwen3_5_text": (1, 3),
-                    "stablelm": (0, 1), "falcon_h1": (0, 1)}
+ATTENTION_LAYERS = {"qwen3_next": (1, 3), "jamba": (1, 3), "zamba2": (1, 3), "nemotron_h": (1, 3),
+                    "lfm2": (1, 3), "olmo_hybrid": (3,), "kimi_linear": (1, 3), "granitemoehybrid": (1, 3),
+                    "qwen3_5_text": (1, 3), "stablelm": (0, 1), "falcon_h1": (0, 1)}
 
 
 @pytest.mark.parametrize("model_type", [*HYBRIDS, "stablelm", "falcon_h1"])
 def test_softmax_layers_equal_eager_and_logits_unchanged(model_type):
     model, tokenizer = build(model_type)
-    assert not getattr(model, "_supports_attention_backend", False) or model_type in ("lfm2", "granitemoehybrid")
+    assert not getattr(model, "_supports_attention_backend", False) or model_type in ("lfm2",
+                                                                                      "granitemoehybrid")
     plan = attention_plan(model)
     assert plan.engine == "fused"
     assert plan.attention_layers == ATTENTION_LAYERS[model_type]

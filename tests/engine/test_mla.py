@@ -1,5 +1,5 @@
-"""MLA (DeepSeek-V2/V3 multi-head latent attention): the query/key head size differs from the value head size and
-the rotary part of the key is shared by all heads. The engine captures it exactly (equal to eager
+"""MLA (DeepSeek-V2/V3 multi-head latent attention): the query/key head size differs from the value head size
+and the rotary part of the key is shared by all heads. The engine captures it exactly (equal to eager
 `output_attentions` within 1e-5), through the single-pass path, the kernel path (a subset of heads) and the
 gathered path, in `probe capture` and `probe label`."""
 
@@ -15,7 +15,8 @@ from probe.engine import DenseSink, SinkNeeds, capture, capture_attention
 from tests.conftest import eager_attention
 
 TOL = 1e-5
-SENTENCE = "the cat saw the dog and the dog saw the cat because it was one two three four five six seven eight nine"
+SENTENCE = ("the cat saw the dog and the dog saw the cat because it was one two three four five six seven "
+            "eight nine")
 
 
 def save_tiny_deepseek(directory, qk_nope: int = 8, qk_rope: int = 4, v_dim: int = 6, seed: int = 0):
@@ -28,10 +29,10 @@ def save_tiny_deepseek(directory, qk_nope: int = 8, qk_rope: int = 4, v_dim: int
     tokenizer = word_tokenizer(DEMO_WORDS, bos_token="<bos>")
     config = transformers.DeepseekV3Config(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1,
-        num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=16,
-        qk_nope_head_dim=qk_nope, qk_rope_head_dim=qk_rope, v_head_dim=v_dim, max_position_embeddings=128,
-        pad_token_id=1, bos_token_id=None, eos_token_id=None,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+        n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
+        q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=qk_nope, qk_rope_head_dim=qk_rope, v_head_dim=v_dim,
+        max_position_embeddings=128, pad_token_id=1, bos_token_id=None, eos_token_id=None,
     )
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
@@ -80,14 +81,16 @@ def test_all_heads_equal_eager(deepseek_dir, deepseek_wide_value_dir, which):
     inputs = inputs_of(loaded, [SENTENCE])
     ours = capture_attention(loaded.model, inputs)
     reference = eager_attention(loaded.model, inputs)
-    assert ours.shape == reference.shape == (1, 2, 4, inputs["input_ids"].shape[1], inputs["input_ids"].shape[1])
+    assert ours.shape == reference.shape == (1, 2, 4, inputs["input_ids"].shape[1],
+                                             inputs["input_ids"].shape[1])
     assert (ours - reference).abs().max().item() <= TOL
     assert reference.max() > 0.3  # sharpened: not a comparison of near-uniform rows
 
 
 @pytest.mark.parametrize("which", ["narrow_value", "wide_value"])
 def test_some_heads_through_the_padded_kernel_equal_eager(deepseek_dir, deepseek_wide_value_dir, which):
-    """A subset of heads: the fused kernel runs (value or q/k zero-padded to one head size) and α is rebuilt."""
+    """A subset of heads: the fused kernel runs (value or q/k zero-padded to one head size) and α is
+    rebuilt."""
     directory = deepseek_dir if which == "narrow_value" else deepseek_wide_value_dir
     loaded = models.load(str(directory))
     inputs = inputs_of(loaded, [SENTENCE, "the cat saw the dog"])  # padded batch
@@ -109,14 +112,16 @@ def test_logits_equal_plain_sdpa(deepseek_dir, heads):
 
 
 def test_generate_with_kv_cache_rows_equal_eager(deepseek_dir):
-    """The cache holds MLA's compressed latents; every decode step's row still equals eager over the full text."""
+    """The cache holds MLA's compressed latents; every decode step's row still equals eager over the full
+    text."""
     loaded = models.load(str(deepseek_dir))
     inputs = inputs_of(loaded, ["the cat saw the dog and"])
     n_prompt = inputs["input_ids"].shape[1]
     sink = DenseSink()
     with capture(loaded.model, sink), torch.no_grad():
         generated = loaded.model.generate(**inputs, max_new_tokens=3, do_sample=False, pad_token_id=1)
-    reference = eager_attention(loaded.model, {"input_ids": generated, "attention_mask": torch.ones_like(generated)})
+    reference = eager_attention(loaded.model,
+                                {"input_ids": generated, "attention_mask": torch.ones_like(generated)})
     assert (sink.attention(0) - reference[..., :n_prompt, :n_prompt]).abs().max() <= TOL
     for step in range(1, sink.steps):
         position = n_prompt + step - 1
@@ -128,7 +133,8 @@ def test_gathered_alpha_equals_eager_at_the_slots(deepseek_dir):
     loaded = models.load(str(deepseek_dir))
     inputs = inputs_of(loaded, [SENTENCE])
     n = inputs["input_ids"].shape[1]
-    slots = torch.stack([torch.arange(n) - 1, torch.zeros(n, dtype=torch.long)], dim=-1)[None]  # [batch query slot]
+    # [batch query slot]
+    slots = torch.stack([torch.arange(n) - 1, torch.zeros(n, dtype=torch.long)], dim=-1)[None]
 
     class Gather:
         def __init__(self):
@@ -151,7 +157,8 @@ def test_gathered_alpha_equals_eager_at_the_slots(deepseek_dir):
 
 
 def test_kernel_refusing_the_shapes_falls_back_with_the_lse():
-    """_fused_attention never raises on head sizes the kernel refuses; output and LSE equal the blockwise softmax."""
+    """_fused_attention never raises on head sizes the kernel refuses; output and LSE equal the blockwise
+    softmax."""
     from probe.engine.attention import _blockwise_attention, _fused_attention
 
     torch.manual_seed(0)
@@ -182,5 +189,6 @@ def test_label_model_produces_a_table(deepseek_dir):
     loaded = models.load(str(deepseek_dir))
     table = label_model(loaded, LabelConfig(types=("previous_token", "induction"), examples=4, seq_len=24,
                                             ablate="none"))
-    assert set(zip(table["layer"], table["head"], strict=True)) == {(layer, head) for layer in range(2) for head in range(4)}
+    assert set(zip(table["layer"], table["head"], strict=True)) == {(layer, head) for layer in range(2)
+                                                                    for head in range(4)}
     assert table["score"].notna().all()

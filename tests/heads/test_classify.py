@@ -28,8 +28,8 @@ def stream(sink: ScoreSink, alpha: torch.Tensor, rows_per_block: int) -> None:
     names = {field.name for field in dataclasses.fields(AttentionBlock)}
     for layer in range(alpha.shape[1]):
         for start in range(0, n, rows_per_block):
-            values = dict(step=0, layer=layer, heads=tuple(range(alpha.shape[2])), query_start=start, n_query=n,
-                          query_offset=0, alpha=alpha[:, layer, :, start:start + rows_per_block])
+            values = dict(step=0, layer=layer, heads=tuple(range(alpha.shape[2])), query_start=start,
+                          n_query=n, query_offset=0, alpha=alpha[:, layer, :, start:start + rows_per_block])
             if "n_key" in names:
                 values["n_key"] = n
             sink.update(AttentionBlock(**values))
@@ -40,10 +40,11 @@ def planted_dir(tmp_path_factory):
     return save_planted_gpt2(tmp_path_factory.mktemp("planted"))
 
 
-# ---- chance ----------------------------------------------------------------------------------------------------
+# ---- chance ------------------------------------------------------------------------------------------------
 
 
-def _scored(head_type: str, probes, alpha: torch.Tensor, causal: bool = True, restrict: bool = False) -> Scored:
+def _scored(head_type: str, probes, alpha: torch.Tensor, causal: bool = True,
+            restrict: bool = False) -> Scored:
     """A one-head Scored of `head_type` from a given α [query key] shared by every probe example."""
     spec = REGISTRY[head_type]
     ids = probes.input_ids
@@ -56,7 +57,8 @@ def _scored(head_type: str, probes, alpha: torch.Tensor, causal: bool = True, re
     stream(sink, alpha.expand(n_examples, 1, 1, n, n), rows_per_block=16)
     result = sink.result()
     return Scored(spec, "repeated", float(n), list(targets), {c: result[str(c)] for c in targets},
-                  {c: uniform_chance(p, lengths, causal) for c, p in targets.items()}, torch.arange(n_examples))
+                  {c: uniform_chance(p, lengths, causal) for c, p in targets.items()},
+                  torch.arange(n_examples))
 
 
 def _offset_head(n: int, period: int) -> torch.Tensor:
@@ -69,22 +71,26 @@ def _offset_head(n: int, period: int) -> torch.Tensor:
 def test_fixed_offset_head_is_not_induction_on_random_block_lengths():
     tokenizer = word_tokenizer([f"w{i}" for i in range(5000)], bos_token="<bos>")  # few accidental repeats
     config = LabelConfig(n_bootstrap=200)
-    random_lengths = summarise(_scored("induction", repeated_blocks(tokenizer, 48, 64, 0), _offset_head(64, 9)), config)
+    random_lengths = summarise(
+        _scored("induction", repeated_blocks(tokenizer, 48, 64, 0), _offset_head(64, 9)), config)
     assert random_lengths["score"].item() < 0.15 and random_lengths["p_value"].item() > 0.5
     # the control: on a fixed period equal to its offset the same head looks like a perfect induction head,
     # which is why the probes draw block lengths at random
-    fixed = summarise(_scored("induction", repeated_blocks(tokenizer, 48, 64, 0, block_len=9), _offset_head(64, 9)),
+    fixed = summarise(_scored("induction", repeated_blocks(tokenizer, 48, 64, 0, block_len=9),
+                              _offset_head(64, 9)),
                       config)
     assert fixed["score"].item() > 0.95 and fixed["p_value"].item() < 1e-6
     # and the fixed-offset type finds its offset, −8, chosen on half the examples and scored on the other half
-    offset = summarise(_scored("fixed_offset", repeated_blocks(tokenizer, 48, 64, 0), _offset_head(64, 9)), config)
+    offset = summarise(
+        _scored("fixed_offset", repeated_blocks(tokenizer, 48, 64, 0), _offset_head(64, 9)), config)
     assert offset["offset"].item() == -8 and offset["score"].item() == pytest.approx(1.0)
     assert offset["n_examples"] == 24
 
 
 def test_same_residue_head_scores_chance_for_induction_on_a_small_vocabulary():
-    """20 "residues": a head attending uniformly to every earlier token of the current token's type would pass for
-    an induction head if coincidental repeats counted; restricted to the planted repeat it scores chance."""
+    """20 "residues": a head attending uniformly to every earlier token of the current token's type would pass
+    for an induction head if coincidental repeats counted; restricted to the planted repeat it scores
+    chance."""
     tokenizer = word_tokenizer([f"r{i}" for i in range(20)], bos_token="<bos>")
     probes = repeated_blocks(tokenizer, 64, 64, seed=0)
     ids = probes.input_ids
@@ -95,7 +101,8 @@ def test_same_residue_head_scores_chance_for_induction_on_a_small_vocabulary():
 
     def score(head_type: str, restrict: bool):
         spec = REGISTRY[head_type]
-        ctx = TargetContext(ids, repeat_start=probes.offset, repeat_len=probes.block_len, restrict_to_repeat=restrict)
+        ctx = TargetContext(ids, repeat_start=probes.offset, repeat_len=probes.block_len,
+                            restrict_to_repeat=restrict)
         pattern = spec.targets(ctx)[None]
         lengths = torch.full((len(ids),), n)
         sink = ScoreSink({head_type: pattern}, lengths, 1, 1)
@@ -111,18 +118,20 @@ def test_same_residue_head_scores_chance_for_induction_on_a_small_vocabulary():
     assert strict["chance"].item() == pytest.approx(strict["score"].item(), abs=0.02)
 
 
-# ---- label_model -----------------------------------------------------------------------------------------------
+# ---- label_model -------------------------------------------------------------------------------------------
 
 
 def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     loaded = models.load(str(planted_dir))
     calls, notes = [], []
-    table = label_model(loaded, LabelConfig(examples=24), progress=lambda done, total: calls.append((done, total)),
-                        note=notes.append)
+    table = label_model(loaded, LabelConfig(examples=24), progress=lambda done,
+                        total: calls.append((done, total)), note=notes.append)
     assert list(table.columns) == COLUMNS
-    types = ["previous_token", "self", "first_token", "fixed_offset", "delimiter", "sentence_start", "bracket",
-             "duplicate_token", "induction", "coreference"]  # every type but next_token (a causal model)
-    # rows come per probe set: the repeated-block types first, then random sentences, random brackets, templates
+    types = ["previous_token", "self", "first_token", "fixed_offset", "delimiter", "sentence_start",
+             # every type but next_token (a causal model)
+             "bracket", "duplicate_token", "induction", "coreference"]
+    # rows come per probe set: the repeated-block types first, then random sentences, random brackets,
+    # templates
     assert sorted(dict.fromkeys(table["head_type"])) == sorted(types) and len(table) == 2 * 4 * len(types)
     labelled = {(row.layer, row.head): row.head_type for row in table[table["label"]].itertuples()}
     assert labelled == PLANTED_HEADS
@@ -184,7 +193,8 @@ def test_protein_bert_with_spaced_residues_gets_no_text_only_rows(tiny_dir):
     protbert = models.load(str(tiny_dir("protbert")))
     notes = []
     table = label_model(protbert, LabelConfig(examples=4, seq_len=24, n_bootstrap=10), note=notes.append)
-    assert not {"coreference", "delimiter"} & set(table["head_type"]) and "induction" in set(table["head_type"])
+    assert not {"coreference",
+                "delimiter"} & set(table["head_type"]) and "induction" in set(table["head_type"])
     assert set(table["probe_set"]) == {"repeated"} and len(notes) >= 1 and "skipped" in notes[0]
 
 
@@ -197,8 +207,8 @@ def test_masked_lm_chance_is_bidirectional(tiny_dir):
 
 def test_ablation_columns_on_the_induction_organism():
     loaded = models.load("zoo:induction")
-    table = label_model(loaded, LabelConfig(types=("previous_token", "induction"), examples=16, n_bootstrap=100,
-                                            ablation_examples=8))
+    table = label_model(loaded, LabelConfig(types=("previous_token", "induction"), examples=16,
+                                            n_bootstrap=100, ablation_examples=8))
     induction = table[(table["head_type"] == "induction") & table["label"]]
     assert len(induction) == 4
     # zeroing an induction head raises the loss on the repeated half
@@ -207,17 +217,19 @@ def test_ablation_columns_on_the_induction_organism():
     everything = label_model(loaded, LabelConfig(types=("previous_token",), examples=8, n_bootstrap=50,
                                                  ablation_examples=8, ablate="all"))
     assert everything["ablation_effect"].notna().all()
-    none = label_model(loaded, LabelConfig(types=("previous_token",), examples=8, n_bootstrap=50, ablate="none"))
+    none = label_model(loaded,
+                       LabelConfig(types=("previous_token",), examples=8, n_bootstrap=50, ablate="none"))
     assert none["ablation_effect"].isna().all()
 
 
 def test_joint_ablation_of_the_four_induction_heads():
-    """Every head of zoo:induction carries a label, so same-layer unlabelled controls do not exist: ablation_z draws
-    from the whole model and the four induction heads — the whole of layer 1 — are compared with random groups."""
+    """Every head of zoo:induction carries a label, so same-layer unlabelled controls do not exist: ablation_z
+    draws from the whole model and the four induction heads — the whole of layer 1 — are compared with random
+    groups."""
     loaded = models.load("zoo:induction")
     notes = []
-    table = label_model(loaded, LabelConfig(types=("previous_token", "induction"), examples=16, n_bootstrap=100,
-                                            ablation_examples=8), note=notes.append)
+    table = label_model(loaded, LabelConfig(types=("previous_token", "induction"), examples=16,
+                                            n_bootstrap=100, ablation_examples=8), note=notes.append)
     induction = table[(table["head_type"] == "induction") & table["label"]]
     assert sorted(induction["head_name"]) == ["L1H0", "L1H1", "L1H2", "L1H3"]
     assert induction["ablation_z"].notna().all() and table.loc[table["label"], "ablation_z"].notna().all()
@@ -240,9 +252,9 @@ def test_roles_by_hand():
 
 
 def _planted_value(loaded, bos_value_zero: bool) -> None:
-    """Give the planted first-token head L1H2 a value path: every token's value is the bias b (a constant vector),
-    and with `bos_value_zero` the <bos> feature cancels it at <bos>, so the head attends to <bos> and takes nothing
-    from it. Layer 1 is the last layer, so no attention pattern changes."""
+    """Give the planted first-token head L1H2 a value path: every token's value is the bias b (a constant
+    vector), and with `bos_value_zero` the <bos> feature cancels it at <bos>, so the head attends to <bos> and
+    takes nothing from it. Layer 1 is the last layer, so no attention pattern changes."""
     model, tokenizer = loaded.model, loaded.tokenizer
     attn = model.transformer.h[1].attn
     width, head_dim = model.config.n_embd, model.config.n_embd // model.config.n_head
@@ -306,8 +318,8 @@ def test_a_head_scored_on_one_cluster_is_untestable_not_significant():
     config = LabelConfig(n_bootstrap=200)
     scored = _scored("induction", repeated_blocks(tokenizer, 8, 64, 0, block_len=9), _offset_head(64, 9))
     assert summarise(scored, config)["p_value"].item() < 1e-6  # 8 clusters: a perfect score is significant
-    one = Scored(scored.spec, scored.probe_set, scored.seq_len, scored.candidates, scored.scores, scored.chance,
-                 torch.zeros_like(scored.cluster))
+    one = Scored(scored.spec, scored.probe_set, scored.seq_len, scored.candidates, scored.scores,
+                 scored.chance, torch.zeros_like(scored.cluster))
     result = summarise(one, config)
     assert result["score"].item() > 0.95 and math.isnan(result["p_value"].item())
 
@@ -315,13 +327,15 @@ def test_a_head_scored_on_one_cluster_is_untestable_not_significant():
 def test_clusters_present_counts_distinct_clusters_with_a_value():
     from probe.heads.stats import clusters_present
 
-    values = torch.tensor([[1.0, float("nan")], [2.0, float("nan")], [float("nan"), 3.0], [4.0, float("nan")]])
+    values = torch.tensor(
+        [[1.0, float("nan")], [2.0, float("nan")], [float("nan"), 3.0], [4.0, float("nan")]])
     cluster = torch.tensor([7, 7, 9, 9])
     assert clusters_present(values, cluster).tolist() == [2, 1]
 
 
 def test_accuracy_by_source_is_each_groups_accuracy_per_head():
-    """Hand-computed: groups a, b, a, b over 4 examples; head (0, 0) is right on examples 0, 1, 2; head (0, 1) on 3."""
+    """Hand-computed: groups a, b, a, b over 4 examples; head (0, 0) is right on examples 0, 1, 2; head (0, 1)
+    on 3."""
     from probe.heads.label_stats import _per_group
 
     correct = torch.tensor([[[1.0, 0.0]], [[1.0, 0.0]], [[1.0, 0.0]], [[0.0, 1.0]]]).reshape(4, 1, 2)

@@ -39,14 +39,14 @@ def test_gap_examples_are_two_same_gender_names_and_one_antecedent():
 
 @pytest.fixture(scope="module")
 def english():
-    """A word tokenizer over the corpus' own words (lower-cased whitespace split), with [CLS]/[SEP] framing and the
-    kinds of tokens that must never be drawn."""
+    """A word tokenizer over the corpus' own words (lower-cased whitespace split), with [CLS]/[SEP] framing
+    and the kinds of tokens that must never be drawn."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     words = sorted({w for text in corpus.passages() for w in text.lower().split()})[:30000]
-    vocab = {token: index for index, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[unused0]", "<0x0A>",
-                                                         *words])}
+    vocab = {token: index for index, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[unused0]",
+                                                         "<0x0A>", *words])}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     backend.normalizer = normalizers.Lowercase()
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -97,25 +97,28 @@ def test_gap_examples_encode_on_a_real_tokenizer(english):
     assert set(encoded.target_words) <= set(encoded.candidate_words)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # GAP windows that fit a model: whole sentences around the pronoun and both names
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_sentence_spans_keep_abbreviations_initials_and_decimals_inside_a_sentence():
-    text = 'He met J. Smith in the U.S. in 1990. Then Dr. Who came (he said "yes.") Later it was 3.5 m long! OK?'
+    text = ('He met J. Smith in the U.S. in 1990. Then Dr. Who came (he said "yes.") Later it was 3.5 m '
+            'long! OK?')
     assert [text[s:e] for s, e in corpus.sentence_spans(text)] == [
-        "He met J. Smith in the U.S. in 1990.", 'Then Dr. Who came (he said "yes.")', "Later it was 3.5 m long!",
-        "OK?"]
+        "He met J. Smith in the U.S. in 1990.", 'Then Dr. Who came (he said "yes.")',
+        "Later it was 3.5 m long!", "OK?"]
 
 
 def test_crop_keeps_the_whole_passage_when_it_fits_and_whole_sentences_when_not():
     from probe.heads.probesets import SpanExample
 
     text = "Ann sang. Bo met Cy. Then she left. It rained. The end came."
-    example = SpanExample(text, (text.index("she"), text.index("she") + 3), ((10, 12),), ((17, 19),), source="x")
+    example = SpanExample(text, (text.index("she"), text.index("she") + 3), ((10, 12),),
+                          ((17, 19),), source="x")
     assert corpus.crop_example(example, lambda t: True) is example
-    # fits at most 3 sentences: the shortest window (sentences 2-3) grows by one before, then nothing more fits
+    # fits at most 3 sentences: the shortest window (sentences 2-3) grows by one before, then nothing more
+    # fits
     cropped = corpus.crop_example(example, lambda t: len(corpus.sentence_spans(t)) <= 3)
     assert cropped.text == "Ann sang. Bo met Cy. Then she left."
     for span, word in ((cropped.query, "she"), (cropped.targets[0], "Bo"), (cropped.distractors[0], "Cy")):
@@ -126,7 +129,8 @@ def test_crop_keeps_the_whole_passage_when_it_fits_and_whole_sentences_when_not(
 
 
 def test_fit_gap_examples_crops_to_the_positions_and_counts_what_it_dropped():
-    tokenizer = word_tokenizer(sorted({w for p in corpus.passages()[:0] for w in p.split()}))  # all unknown: 1/word
+    # all unknown: 1/word
+    tokenizer = word_tokenizer(sorted({w for p in corpus.passages()[:0] for w in p.split()}))
     fitted = corpus.fit_gap_examples(tokenizer, 64)
     assert fitted.total == 1799 and len(fitted.examples) + fitted.dropped == fitted.total
     assert fitted.cropped > 0 and fitted.dropped > 0 and len(fitted.examples) > 500
@@ -137,21 +141,23 @@ def test_fit_gap_examples_crops_to_the_positions_and_counts_what_it_dropped():
     by_source = {e.source: e for e in corpus.gap_examples()}
     for example in fitted.examples[:300]:  # the mention strings are where they were
         original = by_source[example.source]
-        for old, new in zip((original.query, *original.targets), (example.query, *example.targets), strict=True):
+        for old, new in zip((original.query, *original.targets),
+                            (example.query, *example.targets), strict=True):
             assert original.text[old[0]:old[1]] == example.text[new[0]:new[1]]
 
 
 @pytest.fixture(scope="module")
 def gpt2_128(tmp_path_factory):
-    """A GPT-2-shaped model with 128 positions and a byte-level BPE tokenizer that reads English (trained here on
-    the GAP development passages: no GPT-2 tokenizer is available offline)."""
+    """A GPT-2-shaped model with 128 positions and a byte-level BPE tokenizer that reads English (trained here
+    on the GAP development passages: no GPT-2 tokenizer is available offline)."""
     import transformers
 
     from probe.zoo.tiny import english_bpe_tokenizer
 
     tokenizer = english_bpe_tokenizer(corpus.passages("development"), 2000)
-    config = transformers.GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=4,
-                                     bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = transformers.GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2,
+                                     n_head=4, bos_token_id=tokenizer.bos_token_id,
+                                     eos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(0)
     directory = tmp_path_factory.mktemp("gpt2-128")
     transformers.GPT2LMHeadModel(config).save_pretrained(directory)
@@ -160,8 +166,8 @@ def gpt2_128(tmp_path_factory):
 
 
 def test_probe_label_with_the_defaults_reads_gap_on_a_128_position_gpt2(gpt2_128, tmp_path, capsys):
-    """The acceptance case: no --coref-set, no --examples; GAP passages (mostly longer than 128 BPE tokens) are
-    cropped to sentence windows, and coreference is scored on every pair that fits."""
+    """The acceptance case: no --coref-set, no --examples; GAP passages (mostly longer than 128 BPE tokens)
+    are cropped to sentence windows, and coreference is scored on every pair that fits."""
     import pandas as pd
 
     from probe.cli import main
@@ -184,7 +190,8 @@ def test_auto_falls_back_to_the_templates_with_a_note_when_no_gap_pair_fits(gpt2
     from probe.heads.label import LabelConfig, ProbeSource
     from probe.models import load
 
-    monkeypatch.setattr(corpus, "fit_gap_examples", lambda tokenizer, max_tokens: corpus.FittedExamples((), 1799, 0,
+    monkeypatch.setattr(corpus, "fit_gap_examples", lambda tokenizer, max_tokens: corpus.FittedExamples((),
+        1799, 0,
                                                                                                         1799))
     loaded = load(str(gpt2_128))
     notes = []

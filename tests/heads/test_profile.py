@@ -1,6 +1,6 @@
-"""Head profiles: the streamed statistics equal a dense computation from eager attention (N = 512), hand-computed
-values on planted patterns, the local/retrieval split with a positive and a negative control, and `probe profile`'s
-bad inputs (one line, exit 2)."""
+"""Head profiles: the streamed statistics equal a dense computation from eager attention (N = 512),
+hand-computed values on planted patterns, the local/retrieval split with a positive and a negative control,
+and `probe profile`'s bad inputs (one line, exit 2)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def eager_attention(model, input_ids) -> torch.Tensor:
 
 
 def dense_row_stats(alpha: np.ndarray, rows: np.ndarray, sink: int, window: int, max_offset: int) -> dict:
-    """The definitions written out on a dense [head query key] array, row by row: {stat: [head]} means over `rows`,
-    and the per-offset mean α [head offset] (offsets −max_offset .. max_offset)."""
+    """The definitions written out on a dense [head query key] array, row by row: {stat: [head]} means over
+    `rows`, and the per-offset mean α [head offset] (offsets −max_offset .. max_offset)."""
     n_heads, _, n_key = alpha.shape
     keys = np.arange(n_key)
     out = {name: np.zeros(n_heads) for name in ROW_STATS}
@@ -60,7 +60,8 @@ def dense_row_stats(alpha: np.ndarray, rows: np.ndarray, sink: int, window: int,
 
 
 def dense_profile(loaded, inputs, config: ProfileConfig, rows_of) -> dict:
-    """Means over inputs of the dense per-input statistics: {stat: [layer head]}, plus dominant offset and share."""
+    """Means over inputs of the dense per-input statistics: {stat: [layer head]}, plus dominant offset and
+    share."""
     per_input, offsets = [], []
     for index, ids in enumerate(inputs):
         alpha = eager_attention(loaded.model, ids).numpy()  # [layer head query key]
@@ -149,7 +150,8 @@ def test_planted_previous_token_and_uniform_rows():
 
 def test_local_and_retrieval_split_positive_and_negative_control(tiny_dir):
     """A model whose heads attend only within 8 tokens (Mistral sliding window 8) is all 'local'; the same
-    architecture without the window (Llama, near-uniform causal attention over 256 tokens) is all 'retrieval'."""
+    architecture without the window (Llama, near-uniform causal attention over 256 tokens) is all
+    'retrieval'."""
     windowed = models.load(str(tiny_dir("mistral", max_position_embeddings=512)))  # sliding_window = 8
     full = models.load(str(tiny_dir("llama", max_position_embeddings=512)))
     config = ProfileConfig(seq_len=256, sink_tokens=0, window=8, max_offset=4, threshold=0.9, n_bootstrap=20)
@@ -166,8 +168,8 @@ def test_profile_cli_writes_a_table(tiny_dir, tmp_path):
     text = tmp_path / "text.txt"
     text.write_text(" ".join(["the cat saw the dog and it was one two three"] * 40))
     out = tmp_path / "profile.parquet"
-    assert main(["profile", "--model", str(model), "--text-file", str(text), "--seq-len", "128", "--window", "16",
-                 "--bootstrap", "20", "--out", str(out)]) == 0
+    assert main(["profile", "--model", str(model), "--text-file", str(text), "--seq-len", "128", "--window",
+                 "16", "--bootstrap", "20", "--out", str(out)]) == 0
     table = pd.read_parquet(out)
     assert len(table) == 8 and table["n_inputs"].iloc[0] == 3  # 440 tokens: three full windows of 127 + <bos>
     assert set(table["span"]) <= {"local", "retrieval"}

@@ -1,5 +1,5 @@
-"""probe.heads.register: a head type defined outside the package is scored and labelled like a built-in one, and
-a duplicate name or a malformed spec is a one-line ProbeError."""
+"""probe.heads.register: a head type defined outside the package is scored and labelled like a built-in one,
+and a duplicate name or a malformed spec is a one-line ProbeError."""
 
 from __future__ import annotations
 
@@ -53,26 +53,29 @@ def registered():
 
 
 def test_a_registered_type_labels_like_a_built_in_one(planted, registered):
-    registered(HeadTypeSpec("one_back", "attends to the token before (a user's copy of previous_token)", back(1),
-                            "natural"))
+    registered(HeadTypeSpec("one_back", "attends to the token before (a user's copy of previous_token)",
+                            back(1), "natural"))
     registered(HeadTypeSpec("two_back", "attends two tokens back", back(2), "natural"))
     table = label_model(planted, LabelConfig(types=("previous_token", "one_back", "two_back"), **CONFIG))
-    ours, theirs = (table[table["head_type"] == name].reset_index(drop=True) for name in ("one_back", "previous_token"))
+    ours, theirs = (table[table["head_type"] == name].reset_index(drop=True)
+                    for name in ("one_back", "previous_token"))
     assert len(ours) == planted.n_layers * planted.n_heads
     columns = ["head_name", "score", "ci_low", "ci_high", "chance", "effect", "p_value"]
     pd.testing.assert_frame_equal(ours[columns], theirs[columns])  # the same targets give the same statistics
     assert ours.loc[ours["label"], "head_name"].tolist() == ["L0H0"]  # positive control: the planted head
-    assert not table.loc[(table["head_type"] == "two_back") & table["label"], "head_name"].tolist()  # negative
+    # negative
+    assert not table.loc[(table["head_type"] == "two_back") & table["label"], "head_name"].tolist()
 
 
 def test_a_registered_type_is_a_choice_of_the_command(planted, registered, capsys):
     registered(HeadTypeSpec("one_back", "attends to the token before", back(1), "natural"))
-    code = main(["label", "--model", planted.name, "--types", "one_back", "--examples", "8", "--bootstrap", "50",
-                 "--ablate", "none"])
+    code = main(["label", "--model", planted.name, "--types", "one_back", "--examples", "8", "--bootstrap",
+                 "50", "--ablate", "none"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     table = pd.read_csv(io.StringIO(captured.out))
-    assert set(table["head_type"]) == {"one_back"} and table.loc[table["label"], "head_name"].tolist() == ["L0H0"]
+    assert (set(table["head_type"]) == {"one_back"}
+            and table.loc[table["label"], "head_name"].tolist() == ["L0H0"])
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -82,7 +85,8 @@ def test_a_registered_type_is_a_choice_of_the_command(planted, registered, capsy
     (HeadTypeSpec("two_back", "x", "not a function", "natural"), "targets must be a function"),
     (HeadTypeSpec("two_back", "x", back(2), "pictures"), "probe 'pictures' must be one of natural, repeated"),
     (HeadTypeSpec("two_back", "x", back(2), "natural", kinds=frozenset({"vision"})), "kinds must be"),
-    (HeadTypeSpec("two_back", "x", back(2), "natural", statistic="accuracy"), "accuracy statistic needs span"),
+    (HeadTypeSpec("two_back", "x", back(2), "natural", statistic="accuracy"),
+     "accuracy statistic needs span"),
     (HeadTypeSpec("two_back", "x", back(2), "natural", loss_positions="all"), "loss_positions 'all'"),
     ("two_back", "takes a probe.heads.HeadTypeSpec"),
 ])

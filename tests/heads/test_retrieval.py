@@ -1,5 +1,6 @@
-"""Retrieval heads (probe.heads.retrieval): Wu et al.'s score on planted cases, equality with their recipe on eager
-attention, the needle probes, the label pipeline's generation hook, and positive / negative control organisms."""
+"""Retrieval heads (probe.heads.retrieval): Wu et al.'s score on planted cases, equality with their recipe on
+eager attention, the needle probes, the label pipeline's generation hook, and positive / negative control
+organisms."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from probe.heads.retrieval import (
     uniform_chance,
 )
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The definition on planted cases
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 # positions:          0  1  2  3  4  5  6  7  8
 PROMPT = torch.tensor([[1, 9, 5, 3, 5, 6, 7, 9, 3]])  # <bos> hay hay key | needle 5 6 7 | hay key
@@ -79,7 +80,8 @@ def test_recall_is_rouge1_recall_on_token_ids():
     needles = [torch.tensor([5, 6, 7, 8]), torch.tensor([5, 5, 6, 7])]
     generated = torch.tensor([[8, 7, 1, 5], [5, 1, 1, 1]])
     assert needle_recall(generated, needles).tolist() == [0.75, 0.25]
-    assert retrieval.kept(torch.tensor([0.5, 0.625, 0.0]), 0.5).tolist() == [False, True, False]  # strictly > 50 %
+    # strictly > 50 %
+    assert retrieval.kept(torch.tensor([0.5, 0.625, 0.0]), 0.5).tolist() == [False, True, False]
     assert retrieval.kept(torch.tensor([0.0]), 0.0).tolist() == [True]
 
 
@@ -95,9 +97,9 @@ def test_argmax_sink_refuses_prefill_blocks():
     assert sink.argmax_keys().tolist() == [[[[1, 0]]]]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Probes
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_needle_probes_hold_a_unique_needle_cued_by_a_key():
@@ -127,14 +129,14 @@ def test_too_short_probes_are_a_one_line_error():
         needle_probes(load("zoo:retrieval").tokenizer, 1, 10, seed=0)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Equality with Wu et al.'s recipe on eager attention
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def wu_reference(model, prompt: torch.Tensor, start: int, end: int, n_new: int):
-    """retrieval_head_detection.py's loop, written out: prefill prompt[:-1]; then feed one token at a time with
-    output_attentions; emitted = argmax of the logits; each head's top-1 key of its last row scores
+    """retrieval_head_detection.py's loop, written out: prefill prompt[:-1]; then feed one token at a time
+    with output_attentions; emitted = argmax of the logits; each head's top-1 key of its last row scores
     1/(end − start) when start ≤ key < end and prompt[key] equals the emitted token."""
     name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     config = model.config
@@ -176,9 +178,9 @@ def test_streamed_scores_equal_the_papers_recipe_on_eager_attention(name):
     assert ours.score.max() > 0.5  # the comparison covers heads that do retrieve
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The registry and the pipeline hook
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_retrieval_is_an_opt_in_generation_scored_type_for_causal_lms():
@@ -205,9 +207,9 @@ def test_masked_models_skip_retrieval_with_a_note():
     assert any("skipped retrieval" in line for line in notes)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Controls
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +232,8 @@ def test_retrieval_organism_is_labelled_retrieval_at_4k_tokens(organism_table):
     assert set(labelled["layer"]) == {1}  # the copying layer (layer 0 holds the previous-token heads)
     assert labelled["score"].max() > 0.9 and (labelled["ci_low"] > 0.25).all()
     assert (labelled["chance"] < 1e-3).all()  # 8 needle tokens among 4,096 keys
-    assert (table["n_examples"] >= 8).all()  # the model retrieved (recall > 50 %) at least half of the 16 probes
+    # the model retrieved (recall > 50 %) at least half of the 16 probes
+    assert (table["n_examples"] >= 8).all()
     assert not math.isnan(float(labelled["q_value"].max())) and (labelled["q_value"] <= 0.05).all()
     assert (table.loc[table["layer"] == 0, "score"] == 0).all()
 
@@ -257,7 +260,8 @@ def random_twin(tmp_path):
 def test_random_model_is_not_labelled_retrieval(tmp_path):
     loaded = random_twin(tmp_path)
     notes = []
-    table = label_model(loaded, LabelConfig(types=("retrieval",), seq_len=4096, examples=8), note=notes.append)
+    table = label_model(loaded, LabelConfig(types=("retrieval",), seq_len=4096, examples=8),
+                        note=notes.append)
     assert not table["label"].any()
     assert table["score"].isna().all()  # it never copies the needle: no probe counts, so no score (not 0)
     assert any("0 of 8 probes count" in line for line in notes)
@@ -267,9 +271,10 @@ def test_random_model_is_not_labelled_retrieval(tmp_path):
 
 
 def test_positional_control_is_not_labelled_retrieval():
-    """zoo:positional (fixed-offset heads at -15, no induction head) copies only the needles that happen to lie ~16
-    tokens back: 3 of 16 probes. Conditioning on success alone (Wu et al.) would credit its heads; the share rule
-    leaves the length unscored, and scored on every probe its heads stay far below the organism's."""
+    """zoo:positional (fixed-offset heads at -15, no induction head) copies only the needles that happen to
+    lie ~16 tokens back: 3 of 16 probes. Conditioning on success alone (Wu et al.) would credit its heads; the
+    share rule leaves the length unscored, and scored on every probe its heads stay far below the
+    organism's."""
     from probe.heads.retrieval import needle_probes, score_needles
     from probe.models import load
 
@@ -282,7 +287,8 @@ def test_positional_control_is_not_labelled_retrieval():
     success_only = score_needles(loaded, probes, RetrievalConfig(min_retrieved=0.0))
     retrieved = ~torch.isnan(success_only.chance)
     assert 1 <= int(retrieved.sum()) <= 4
-    assert float(torch.nanmean(success_only.score, 0)[1].min()) > 0.5  # the selection effect the rule exists for
+    # the selection effect the rule exists for
+    assert float(torch.nanmean(success_only.score, 0)[1].min()) > 0.5
     scores = retrieval_scores(loaded, RetrievalConfig(examples=16, seq_len=56, min_recall=0.0))
     assert scores["score"].max() < 0.3
 
@@ -303,16 +309,17 @@ def test_probe_label_cli_types_retrieval(tmp_path):
     from probe.cli import main
 
     out = tmp_path / "labels.csv"
-    assert main(["label", "--model", "zoo:retrieval", "--types", "retrieval", "--seq-len", "1024", "--examples", "8",
-                 "--out", str(out)]) == 0
+    assert main(["label", "--model", "zoo:retrieval", "--types", "retrieval", "--seq-len", "1024",
+                 "--examples", "8", "--out", str(out)]) == 0
     table = pd.read_csv(out)
     assert set(table["head_type"]) == {"retrieval"} and table["label"].any()
 
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "gpt2"])
 def test_argmax_keys_equal_eager_top1_on_gqa_sliding_window_and_gpt2(arch, tmp_path):
-    """Random tiny models (Llama with grouped-query attention, Mistral with a sliding window, GPT-2): the sink's
-    top-1 key of every head at every decoding step equals eager attention's, and so do the emitted tokens."""
+    """Random tiny models (Llama with grouped-query attention, Mistral with a sliding window, GPT-2): the
+    sink's top-1 key of every head at every decoding step equals eager attention's, and so do the emitted
+    tokens."""
     from transformers import AutoModelForCausalLM
 
     from probe.heads.retrieval import decode_with_argmax
@@ -330,29 +337,33 @@ def test_argmax_keys_equal_eager_top1_on_gqa_sliding_window_and_gpt2(arch, tmp_p
             cache = getattr(eager(input_ids=prompt[row:row + 1, :-1], use_cache=True), name)
             token = prompt[row, -1]
             for step in range(5):
-                out = eager(input_ids=token.view(1, 1), use_cache=True, output_attentions=True, **{name: cache})
+                out = eager(input_ids=token.view(1, 1), use_cache=True, output_attentions=True,
+                            **{name: cache})
                 cache = getattr(out, name)
                 token = out.logits[0, -1].argmax()
                 assert int(generated[row, step]) == int(token)
-                top = torch.stack([attention[0, :, -1].argmax(-1) for attention in out.attentions])  # [layer head]
+                # [layer head]
+                top = torch.stack([attention[0, :, -1].argmax(-1) for attention in out.attentions])
                 assert torch.equal(keys[step, row], top)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Verified by ablation (Wu et al.: the top-K retrieval heads masked against K random heads)
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_head_counts_and_top_heads_by_hand():
     from probe.heads.retrieval_ablation import head_counts, top_heads
 
-    assert head_counts(144) == [1, 3, 4, 6, 7] and head_counts(8) == [1] and head_counts(1000) == [10, 20, 30, 40, 50]
+    assert head_counts(144) == [1, 3, 4, 6, 7] and head_counts(8) == [1] and head_counts(1000) == [10,
+        20, 30, 40, 50]
     scores = torch.tensor([[0.1, float("nan")], [0.9, 0.5]])
     assert top_heads(scores, 2) == ((1, 0), (1, 1)) and top_heads(torch.full((2, 2), float("nan")), 1) == ()
 
 
 def test_masking_the_top_retrieval_head_breaks_retrieval_beyond_every_random_draw(organism_table):
-    """zoo:retrieval (8 heads: K = 1): masking L1H0 drops the needle recall far below every random same-layer head."""
+    """zoo:retrieval (8 heads: K = 1): masking L1H0 drops the needle recall far below every random same-layer
+    head."""
     rows = organism_table
     assert (rows["retrieval_k"] == 1).all()
     first = rows.iloc[0]
@@ -364,8 +375,8 @@ def test_masking_the_top_retrieval_head_breaks_retrieval_beyond_every_random_dra
 
 def test_a_random_model_shows_no_drop_and_an_unscored_length_no_columns(tmp_path):
     """Negative control: the organism's architecture with random weights retrieves nothing, so masking its
-    'top' heads (scored on every probe) does no more than random heads; labelled, its length has no score and the
-    ablation columns are NaN (unknown, not 0)."""
+    'top' heads (scored on every probe) does no more than random heads; labelled, its length has no score and
+    the ablation columns are NaN (unknown, not 0)."""
     from probe.heads.retrieval import needle_probes, score_needles
     from probe.heads.retrieval_ablation import retrieval_ablation
 

@@ -1,5 +1,6 @@
-"""Streamed head scores: exact values on planted attention, TransformerLens' "mul" score on hand-computed cases,
-equality of the streamed scores with the dense definitions on real models, and purity (inputs never change)."""
+"""Streamed head scores: exact values on planted attention, TransformerLens' "mul" score on hand-computed
+cases, equality of the streamed scores with the dense definitions on real models, and purity (inputs never
+change)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from probe.heads.stats import uniform_chance
 from probe.zoo.tiny import build_tiny, word_tokenizer
 
 
-def block(layer: int, alpha: torch.Tensor, start: int, n_query: int, n_key: int | None = None) -> AttentionBlock:
+def block(layer: int, alpha: torch.Tensor, start: int, n_query: int,
+          n_key: int | None = None) -> AttentionBlock:
     """An AttentionBlock as the engine makes it (alpha: [batch head rows key])."""
     values = dict(step=0, layer=layer, heads=tuple(range(alpha.shape[1])), query_start=start, n_query=n_query,
                   query_offset=0, alpha=alpha)
@@ -54,7 +56,7 @@ def one_hot_rows(targets: list[int], n: int) -> torch.Tensor:
     return alpha  # [query key]
 
 
-# ---- planted attention: exact values ---------------------------------------------------------------------------
+# ---- planted attention: exact values -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("crop", [False, True])
@@ -113,7 +115,8 @@ def test_example_without_targets_is_nan():
 
 def test_scoring_never_changes_its_input():
     ids = torch.tensor([[5, 6, 5, 6, 7]])
-    alpha = torch.softmax(torch.randn(1, 1, 2, 5, 5).masked_fill(~torch.ones(5, 5).tril().bool(), -torch.inf), -1)
+    alpha = torch.softmax(
+        torch.randn(1, 1, 2, 5, 5).masked_fill(~torch.ones(5, 5).tril().bool(), -torch.inf), -1)
     patterns = {t: batch_pattern(t, ids) for t in TOKEN_TYPES}
     alpha_before, patterns_before = alpha.clone(), {t: p.clone() for t, p in patterns.items()}
     sink = ScoreSink(patterns, torch.tensor([5]), 1, 2)
@@ -126,7 +129,7 @@ def test_scoring_never_changes_its_input():
     assert all(torch.equal(patterns[t], patterns_before[t]) for t in TOKEN_TYPES)
 
 
-# ---- TransformerLens "mul" on hand-computed cases --------------------------------------------------------------
+# ---- TransformerLens "mul" on hand-computed cases ----------------------------------------------------------
 
 ALPHA = torch.tensor([[1.0, 0.0, 0.0],
                       [0.3, 0.7, 0.0],
@@ -148,8 +151,8 @@ def test_tl_mul_score_hand_computed():
 
 
 def test_streamed_tl_score_equals_the_hand_computed_value():
-    sink = ScoreSink({"previous_token": PREVIOUS[None], "induction": target_pattern("induction",
-                                                                                     torch.tensor([4, 5, 4]))[None]},
+    sink = ScoreSink({"previous_token": PREVIOUS[None],
+                      "induction": target_pattern("induction", torch.tensor([4, 5, 4]))[None]},
                      torch.tensor([3]), 1, 1)
     stream(sink, ALPHA[None, None, None], rows_per_block=2)
     result = sink.result()
@@ -159,7 +162,7 @@ def test_streamed_tl_score_equals_the_hand_computed_value():
     assert result["induction"].score.item() == pytest.approx(0.5, abs=1e-7)  # one valid row
 
 
-# ---- coreference accuracy on planted attention -----------------------------------------------------------------
+# ---- coreference accuracy on planted attention -------------------------------------------------------------
 
 
 def test_word_level_accuracy_sums_attended_pieces_and_averages_attending_pieces():
@@ -170,8 +173,9 @@ def test_word_level_accuracy_sums_attended_pieces_and_averages_attending_pieces(
                                  word_ids=(-1, 0, 0, 1, 2, 3, 3), target_words=(0,), query_words=(3,))
     n = 7
     alpha = torch.zeros(2, n, n)  # [head query key]
-    # head 0: the target word's two pieces get 0.25 + 0.2 = 0.45 < 0.5 on word 1 from piece 5, but piece 6 gives
-    # the target word 0.3 + 0.3: mean over pieces -> word 0: (0.45 + 0.6) / 2 = 0.525, word 1: (0.5 + 0.1) / 2 = 0.3
+    # head 0: the target word's two pieces get 0.25 + 0.2 = 0.45 < 0.5 on word 1 from piece 5, but piece 6
+    # gives the target word 0.3 + 0.3: mean over pieces -> word 0: (0.45 + 0.6) / 2 = 0.525, word 1: (0.5 +
+    # 0.1) / 2 = 0.3
     alpha[0, 5, [1, 2, 3, 0]] = torch.tensor([0.25, 0.2, 0.5, 0.05])
     alpha[0, 6, [1, 2, 3, 0]] = torch.tensor([0.3, 0.3, 0.1, 0.3])
     # head 1: the <bos> sink holds most mass (specials never count); then word 2 wins
@@ -185,11 +189,12 @@ def test_word_level_accuracy_sums_attended_pieces_and_averages_attending_pieces(
     stream(sink, alpha[None, None], rows_per_block=2)
     result = sink.result()["coreference"]
     assert result.correct[0, 0].tolist() == [1.0, 0.0]
-    assert result.score[0, 0].tolist() == pytest.approx([0.525, 0.1])  # mass on the target pieces, mean of rows
+    # mass on the target pieces, mean of rows
+    assert result.score[0, 0].tolist() == pytest.approx([0.525, 0.1])
     assert torch.isnan(result.tl_score).all()
 
 
-# ---- streamed == dense on real models --------------------------------------------------------------------------
+# ---- streamed == dense on real models ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "llama"])
@@ -197,7 +202,8 @@ def test_streamed_scores_equal_dense_scores_on_tiny_models(arch):
     model, tokenizer = build_tiny(arch, seed=1)
     ids = repeated_blocks(tokenizer, 3, 40, seed=0).input_ids
     patterns = {t: batch_pattern(t, ids, causal=arch != "bert", delimiter_ids=(5, 6, 7)) for t in TOKEN_TYPES}
-    sink = ScoreSink(patterns, torch.full((3,), 40), model.config.num_hidden_layers, model.config.num_attention_heads)
+    sink = ScoreSink(patterns, torch.full((3,), 40), model.config.num_hidden_layers,
+                     model.config.num_attention_heads)
     run_sink(model, sink, ids, block_bytes=4 * 40 * 4 * 7)  # several blocks per layer
     alpha = capture_attention(model, {"input_ids": ids})  # [batch layer head query key]
     result = sink.result()
@@ -219,7 +225,8 @@ def test_streamed_coreference_equals_dense_on_a_padded_batch(arch):
     n = batch.input_ids.shape[1]
     pattern = torch.zeros(len(examples), n, n, dtype=torch.bool)
     for row, example in enumerate(examples):
-        pattern[row, :len(example.input_ids), :len(example.input_ids)] = target_pattern("coreference", example)
+        pattern[row, :len(example.input_ids), :len(example.input_ids)] = target_pattern("coreference",
+                                                                                        example)
     sink = ScoreSink({"coreference": pattern}, batch.attention_mask.sum(-1), 2, 4, words=span_words(batch))
     run_sink(model, sink, batch.input_ids, batch.attention_mask)
     result = sink.result()["coreference"]

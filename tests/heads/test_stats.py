@@ -1,4 +1,5 @@
-"""The label statistics as pure functions: chance, clustered bootstrap, the one-sided test, Benjamini–Hochberg."""
+"""The label statistics as pure functions: chance, clustered bootstrap, the one-sided test,
+Benjamini–Hochberg."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def test_uniform_chance_hand_computed():
     assert uniform_chance(pattern, lengths, causal=True).item() == pytest.approx((1 / 2 + 1 / 3 + 1 / 4) / 3)
     assert uniform_chance(pattern, lengths, causal=False).item() == pytest.approx(1 / 4)
     duplicate = batch_pattern("duplicate_token", torch.tensor([[7, 7, 7]]))  # row 1: 1 of 2 ; row 2: 2 of 3
-    assert uniform_chance(duplicate, torch.tensor([3]), causal=True).item() == pytest.approx((1 / 2 + 2 / 3) / 2)
+    assert uniform_chance(duplicate, torch.tensor([3]),
+                          causal=True).item() == pytest.approx((1 / 2 + 2 / 3) / 2)
     padded = batch_pattern("previous_token", torch.tensor([[1, 2, 3, 0, 0]]))
     assert uniform_chance(padded, torch.tensor([3]), causal=False).item() == pytest.approx(1 / 3)
     # next-token targets under a causal mask: rows with a target count, the uniform head puts 0 there
@@ -63,7 +65,8 @@ def test_clustered_interval_is_wider_than_the_naive_one_for_correlated_examples(
     values = (cluster_effect.repeat_interleave(8) + 0.1 * torch.randn(80, generator=generator))[:, None]
     clusters = torch.arange(10).repeat_interleave(8)
     low_c, high_c = percentile_interval(bootstrap_means(values, resample_weights(clusters, 1000, 1)), 0.95)
-    low_n, high_n = percentile_interval(bootstrap_means(values, resample_weights(torch.arange(80), 1000, 1)), 0.95)
+    low_n, high_n = percentile_interval(
+        bootstrap_means(values, resample_weights(torch.arange(80), 1000, 1)), 0.95)
     assert (high_c - low_c).item() > 2 * (high_n - low_n).item()
 
 
@@ -81,7 +84,8 @@ def test_benjamini_hochberg_hand_computed():
     assert benjamini_hochberg(p).tolist() == pytest.approx([0.05, 0.05, 0.20, 0.05, 0.05])
     # a NaN is not part of the family
     q = benjamini_hochberg(torch.tensor([0.01, math.nan, 0.04]))
-    assert q[0].item() == pytest.approx(0.02) and math.isnan(q[1].item()) and q[2].item() == pytest.approx(0.04)
+    assert (q[0].item() == pytest.approx(0.02) and math.isnan(q[1].item())
+            and q[2].item() == pytest.approx(0.04))
     assert benjamini_hochberg(torch.tensor([0.9, 0.8])).max().item() <= 1.0
 
 
@@ -104,14 +108,16 @@ def test_choose_candidate_and_selection_split():
     effects[0, 0, 0, 1] = math.nan
     assert choose_candidate(effects).tolist() == [[1, 2]]
     select, test = selection_split(5)
-    assert select.tolist() == [True, False, True, False, True] and test.tolist() == [False, True, False, True, False]
+    assert select.tolist() == [True, False, True, False, True] and test.tolist() == [False, True,
+                                                                                     False, True, False]
     assert selection_split(1)[0].tolist() == selection_split(1)[1].tolist() == [True]
 
 
-@pytest.mark.parametrize(("resamples", "confidence"), [(1000, 0.95), (999, 0.99), (7, 0.9), (2, 0.5), (1, 0.95)])
+@pytest.mark.parametrize(("resamples", "confidence"),
+                         [(1000, 0.95), (999, 0.99), (7, 0.9), (2, 0.5), (1, 0.95)])
 def test_percentile_interval_is_exactly_nanquantile(resamples, confidence):
-    """The partial-sort interval equals torch.nanquantile's linear interpolation bit for bit, on complete entries,
-    entries with a NaN resample and all-NaN entries (NaN bounds)."""
+    """The partial-sort interval equals torch.nanquantile's linear interpolation bit for bit, on complete
+    entries, entries with a NaN resample and all-NaN entries (NaN bounds)."""
     torch.manual_seed(resamples)
     means = torch.randn(resamples, 5, 7, dtype=torch.float64)
     means[0, 0, 0] = float("nan")  # one resample drew none of this entry's examples
@@ -119,5 +125,6 @@ def test_percentile_interval_is_exactly_nanquantile(resamples, confidence):
     low, high = percentile_interval(means, confidence)
     tail = (1 - confidence) / 2
     assert torch.allclose(low, torch.nanquantile(means, tail, dim=0).float(), rtol=0, atol=0, equal_nan=True)
-    assert torch.allclose(high, torch.nanquantile(means, 1 - tail, dim=0).float(), rtol=0, atol=0, equal_nan=True)
+    assert torch.allclose(high, torch.nanquantile(means, 1 - tail, dim=0).float(), rtol=0, atol=0,
+                          equal_nan=True)
     assert torch.isnan(low[1, 1]) and torch.isnan(high[1, 1])

@@ -1,4 +1,5 @@
-"""probe.card: the architecture card, checked against the real modules (parameters) and the real KV cache (bytes)."""
+"""probe.card: the architecture card, checked against the real modules (parameters) and the real KV cache
+(bytes)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def _attention_modules(model, arch: str):
     if arch in ("llama", "mistral"):
         return [layer.self_attn for layer in model.model.layers]
     encoder = model.esm.encoder if arch == "esm" else model.bert.encoder
-    return [module for layer in encoder.layer for module in (layer.attention.self, layer.attention.output.dense)]
+    return [module for layer in encoder.layer
+            for module in (layer.attention.self, layer.attention.output.dense)]
 
 
 def _cache_values(model, n_tokens: int) -> int:
@@ -73,8 +75,10 @@ def test_gemma_style_alternating_window_counts_only_the_sliding_layers():
 
 
 def test_mqa_and_positional_schemes():
-    assert architecture_card(transformers.LlamaConfig(num_attention_heads=8, num_key_value_heads=1)).attention == "MQA"
-    llama = architecture_card(transformers.LlamaConfig(rope_parameters={"rope_type": "default", "rope_theta": 5e5}))
+    assert architecture_card(
+        transformers.LlamaConfig(num_attention_heads=8, num_key_value_heads=1)).attention == "MQA"
+    llama = architecture_card(
+        transformers.LlamaConfig(rope_parameters={"rope_type": "default", "rope_theta": 5e5}))
     assert llama.positional == "rotary (RoPE, θ = 500000)"
     gpt2 = architecture_card(transformers.GPT2Config())
     assert gpt2.positional == "learned absolute (1024 positions)"
@@ -83,10 +87,11 @@ def test_mqa_and_positional_schemes():
     assert architecture_card(transformers.BloomConfig()).positional.startswith("ALiBi")
 
 
-MLA = dict(model_type="deepseek_v3", vocab_size=64, hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
-           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=24,
-           qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2,
-           first_k_dense_replace=2, n_shared_experts=1, max_position_embeddings=128)
+MLA = dict(model_type="deepseek_v3", vocab_size=64, hidden_size=64, intermediate_size=64,
+           moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+           kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
+           n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=2, n_shared_experts=1,
+           max_position_embeddings=128)
 
 
 def test_mla_card_from_a_deepseek_style_config(tmp_path):
@@ -94,9 +99,11 @@ def test_mla_card_from_a_deepseek_style_config(tmp_path):
     path.write_text(json.dumps(MLA))
     card = architecture_card(load_config(str(path)))
     assert card.attention == "MLA"
-    assert (card.kv_lora_rank, card.q_lora_rank, card.qk_rope_head_dim, card.qk_nope_head_dim) == (16, 24, 8, 16)
+    assert (card.kv_lora_rank, card.q_lora_rank, card.qk_rope_head_dim,
+            card.qk_nope_head_dim) == (16, 24, 8, 16)
     assert (card.head_dim, card.value_head_dim) == (24, 12)
-    assert card.kv_values_per_token == 2 * (16 + 8)  # latent + shared rope key, per layer: not 4 heads × (24 + 12)
+    # latent + shared rope key, per layer: not 4 heads × (24 + 12)
+    assert card.kv_values_per_token == 2 * (16 + 8)
     assert card.kv_cache_bytes("fp16", 131072) == 2 * 24 * 131072 * 2
     # the attention parameters equal the real DeepSeek-V3 attention module's
     config = transformers.DeepseekV3Config(**{k: v for k, v in MLA.items() if k != "model_type"})
@@ -104,11 +111,13 @@ def test_mla_card_from_a_deepseek_style_config(tmp_path):
     real = sum(p.numel() for layer in model.model.layers for p in layer.self_attn.parameters())
     assert card.attention_parameters == real
     rows = dict(card.rows())
-    assert rows["kv latent (kv_lora_rank)"] == "16" and "latent + rope key" in rows["KV cache values per token"]
+    assert rows["kv latent (kv_lora_rank)"] == "16" and "latent + rope key" in rows["KV cache values per "
+                                                                                    "token"]
 
 
 def test_mla_without_query_latent_counts_a_full_query_projection():
-    config = transformers.DeepseekV3Config(**{k: v for k, v in MLA.items() if k != "model_type"} | {"q_lora_rank": None})
+    config = transformers.DeepseekV3Config(
+        **{k: v for k, v in MLA.items() if k != "model_type"} | {"q_lora_rank": None})
     model = transformers.DeepseekV3ForCausalLM(config)
     real = sum(p.numel() for layer in model.model.layers for p in layer.self_attn.parameters())
     assert architecture_card(config).attention_parameters == real
@@ -150,11 +159,12 @@ def test_cli_card_errors(tmp_path, capsys):
         load_config(str(bad))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The memory plan (probe.memory) and the refusal before loading
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
-# A tiny Llama: L = 2 layers, D = 16, H = 4 query heads, G = 2 key/value heads (d = 4), F = 24, V = 50, untied.
+# A tiny Llama: L = 2 layers, D = 16, H = 4 query heads, G = 2 key/value heads (d = 4), F = 24, V = 50,
+# untied.
 TINY = {"model_type": "llama", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 24, "vocab_size": 50, "max_position_embeddings": 64,
         "tie_word_embeddings": False}
@@ -230,8 +240,10 @@ def test_cli_card_prints_the_memory_plan(tiny_dir, capsys):
     assert "memory plan" in out and "1 × 2,048 tokens in bfloat16" in out and "eager α" in out
     assert main(["card", "--model", str(tiny_dir("llama")), "--seq-len", "64", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)["memory_plan"]
-    assert plan["seq_len"] == 64 and plan["capture"] == sum(plan[k] for k in ("weights", "kv_cache", "activations",
-                                                                                "logits", "alpha_block", "sinks"))
+    assert plan["seq_len"] == 64 and plan["capture"] == sum(plan[k] for k in ("weights", "kv_cache",
+                                                                              "activations",
+                                                                                "logits",
+                                                                                "alpha_block", "sinks"))
     assert main(["card", "--model", str(tiny_dir("llama")), "--seq-len", "0"]) == 2
 
 
@@ -249,13 +261,14 @@ def test_label_and_profile_refuse_before_loading_weights(argv, tmp_path, monkeyp
     monkeypatch.setenv("PROBE_AVAILABLE_MEMORY", "100K")
     assert main([part.format(tmp=tmp_path) for part in argv]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "is available" in err and "--device-map auto --offload-folder DIR" in err
+    assert len(
+        err.splitlines()) == 1 and "is available" in err and "--device-map auto --offload-folder DIR" in err
     assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_a_run_that_fits_is_not_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("PROBE_AVAILABLE_MEMORY", "4G")
     out = tmp_path / "p.csv"
-    assert main(["profile", "--model", "zoo:induction", "--random", "2", "--seq-len", "32", "--bootstrap", "10",
-                 "--out", str(out)]) == 0
+    assert main(["profile", "--model", "zoo:induction", "--random", "2", "--seq-len", "32", "--bootstrap",
+                 "10", "--out", str(out)]) == 0
     assert out.is_file()

@@ -9,9 +9,9 @@ from probe import models
 from probe.errors import ProbeError
 
 
-@pytest.mark.parametrize(("arch", "kind"), [("gpt2", "causal_lm"), ("bert", "masked_lm"), ("esm", "protein_mlm"),
-                                            ("llama", "causal_lm"), ("protbert", "protein_mlm"),
-                                            ("prott5", "protein_mlm")])
+@pytest.mark.parametrize(("arch", "kind"), [("gpt2", "causal_lm"), ("bert", "masked_lm"),
+                                            ("esm", "protein_mlm"), ("llama", "causal_lm"),
+                                            ("protbert", "protein_mlm"), ("prott5", "protein_mlm")])
 def test_load_local_directory(tiny_dir, arch, kind):
     loaded = models.load(str(tiny_dir(arch)))
     assert loaded.kind == kind

@@ -1,5 +1,5 @@
-"""Model organisms (probe.zoo, trained by probe.training): resolution, shipped files and label tables, training
-data, and the labels on each card."""
+"""Model organisms (probe.zoo, trained by probe.training): resolution, shipped files and label tables,
+training data, and the labels on each card."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from probe.training import data
 from probe.training import organisms as zoo_train
 from probe.training import train as zoo_loop
 
-TEXT_ORGANISMS = ["brackets", "coreference", "implicit-causality", "induction", "positional", "retrieval", "sentences"]
+TEXT_ORGANISMS = ["brackets", "coreference", "implicit-causality", "induction", "positional",
+                  "retrieval", "sentences"]
 ALL = ["brackets", "coreference", "esm-random", "implicit-causality", "induction", "positional", "retrieval",
        "sentences"]
 GPT2 = ("coreference", "implicit-causality")
@@ -35,8 +36,8 @@ def no_network(monkeypatch):
 
 @pytest.fixture(scope="module")
 def label_tables():
-    """A fresh relabel of every organism, computed once: label_model on the shipped weights with the LabelConfig
-    the card records (probe.training.cards, the code `probe train NAME --relabel` runs)."""
+    """A fresh relabel of every organism, computed once: label_model on the shipped weights with the
+    LabelConfig the card records (probe.training.cards, the code `probe train NAME --relabel` runs)."""
     from probe.training import cards
 
     return {name: cards.label_table(zoo.path(name), name, cards.card_label_config(zoo.card(name), None))
@@ -47,9 +48,9 @@ def labelled(table) -> dict[str, list[str]]:
     return {t: sorted(g.loc[g["label"], "head_name"]) for t, g in table.groupby("head_type", sort=False)}
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Resolution and shipped files
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_names_lists_the_shipped_organisms():
@@ -121,9 +122,9 @@ def test_esm_random_card_says_untrained_and_contact_head_is_nonzero():
     assert torch.count_nonzero(head.weight) == head.weight.numel()
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Data generators
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_repeated_blocks_targets_are_the_copy_tokens():
@@ -184,8 +185,8 @@ def test_coreference_sentences_put_the_antecedents_action_after_the_pronoun():
                                              tokenizer.pad_token_id)
     inverse = {index: word for word, index in vocabulary.items()}
     pronouns = {"he": "male", "she": "female", "they": "plural"}
-    classes = {"male": {*vocab.male_names, *vocab.male_roles}, "female": {*vocab.female_names, *vocab.female_roles},
-               "plural": set(vocab.plural_nouns)}
+    classes = {"male": {*vocab.male_names, *vocab.male_roles},
+               "female": {*vocab.female_names, *vocab.female_roles}, "plural": set(vocab.plural_nouns)}
     for row in range(32):
         (position,) = (targets[row] != data.IGNORE).nonzero().flatten().tolist()
         words = [inverse[int(i)] for i in tokens[row]]
@@ -198,8 +199,8 @@ def test_coreference_sentences_put_the_antecedents_action_after_the_pronoun():
 
 
 def test_causality_batches_are_balanced_and_the_target_is_the_antecedents_action():
-    """Both names agree with the pronoun; the verb class picks the antecedent; over a batch the antecedent is the
-    first name half of the time (nearest- and first-mention baselines at 0.5)."""
+    """Both names agree with the pronoun; the verb class picks the antecedent; over a batch the antecedent is
+    the first name half of the time (nearest- and first-mention baselines at 0.5)."""
     from probe.heads.probesets import CausalityVocabulary, causality_examples
 
     vocab = CausalityVocabulary()
@@ -269,9 +270,9 @@ def test_sentence_batches_start_with_the_successor_of_the_previous_first_word():
     assert checked > 50
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Cards: measured numbers and the classifier's labels
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", TEXT_ORGANISMS)
@@ -285,7 +286,8 @@ def test_card_evaluation_reproduces_on_the_shipped_weights(name):
     for key, value in card["evaluation"].items():
         if isinstance(value, float):
             assert measured[key] == pytest.approx(value, abs=2e-3), key
-    # zoo:retrieval trains its last stages on 1-4K-token prompts: 43 min on the shared 2-core machine (see its card)
+    # zoo:retrieval trains its last stages on 1-4K-token prompts: 43 min on the shared 2-core machine (see its
+    # card)
     assert card["train_seconds"] <= (45 if name == "retrieval" else 15) * 60
 
 
@@ -301,9 +303,9 @@ def test_positional_control_fails_on_random_lengths_but_not_on_its_period():
 
 @pytest.mark.parametrize("name", ALL)
 def test_shipped_label_table_equals_a_fresh_relabel(label_tables, name):
-    """probe/zoo/NAME/labels.csv (what the app reads at start-up) is what labelling the shipped weights with the
-    card's LabelConfig gives now: exact on names and labels, allclose on numbers. When it fails, the classifier or
-    the weights changed: `probe train NAME --relabel` rewrites the table and the cards."""
+    """probe/zoo/NAME/labels.csv (what the app reads at start-up) is what labelling the shipped weights with
+    the card's LabelConfig gives now: exact on names and labels, allclose on numbers. When it fails, the
+    classifier or the weights changed: `probe train NAME --relabel` rewrites the table and the cards."""
     import numpy as np
     import pandas as pd
 
@@ -319,7 +321,8 @@ def test_shipped_label_table_equals_a_fresh_relabel(label_tables, name):
     for column in shipped.columns:
         left, right = shipped[column], fresh[column]
         if pd.api.types.is_numeric_dtype(right) and not pd.api.types.is_bool_dtype(right):
-            assert np.allclose(left.astype(float), right.astype(float), rtol=1e-5, atol=1e-6, equal_nan=True), column
+            assert np.allclose(left.astype(float), right.astype(float), rtol=1e-5, atol=1e-6,
+                               equal_nan=True), column
         else:
             same = (left.astype(str) == right.astype(str)) | (left.isna() & right.isna())
             assert same.all(), (column, left[~same].head(3).tolist(), right[~same].head(3).tolist())
@@ -351,8 +354,8 @@ def test_the_shipped_table_check_sees_a_changed_label(label_tables):
 
 
 def test_the_card_records_the_full_label_config():
-    """Every LabelConfig field is in the card, so the shipped table can be recomputed; the retrieval organism's
-    overrides are kept."""
+    """Every LabelConfig field is in the card, so the shipped table can be recomputed; the retrieval
+    organism's overrides are kept."""
     import dataclasses
 
     from probe.heads.label import LabelConfig
@@ -361,12 +364,13 @@ def test_the_card_records_the_full_label_config():
     for name in ALL:
         assert set(zoo.card(name)["label_table"]["label_config"]) == fields, name
     retrieval = zoo.card("retrieval")["label_table"]["label_config"]
-    assert retrieval["types"] == ["retrieval"] and retrieval["seq_len"] == 4096 and retrieval["examples"] == 16
+    assert retrieval["types"] == [
+        "retrieval"] and retrieval["seq_len"] == 4096 and retrieval["examples"] == 16
 
 
 def test_relabel_rewrites_the_table_and_the_cards_without_touching_the_weights(tmp_path):
-    """`probe train NAME --relabel --out DIR` on a copy of a shipped organism: labels.csv written again, equal to
-    the shipped one; the weights' bytes unchanged."""
+    """`probe train NAME --relabel --out DIR` on a copy of a shipped organism: labels.csv written again, equal
+    to the shipped one; the weights' bytes unchanged."""
     import shutil
 
     from probe.cli import main
@@ -422,7 +426,8 @@ def test_positional_control_is_a_fixed_offset_layer_and_has_no_induction_head(la
 def test_requirements_checker_reports_failures(label_tables):
     table = label_tables["positional"]
     assert zoo.check_requirements(table, {"present": [{"layer": 0, "head_type": "fixed_offset"}]})
-    assert zoo.check_requirements(table, {"present": [{"layer": 1, "head_type": "fixed_offset", "offset": -14}]})
+    assert zoo.check_requirements(table,
+                                  {"present": [{"layer": 1, "head_type": "fixed_offset", "offset": -14}]})
     assert zoo.check_requirements(table, {"absent": [{"head_type": "fixed_offset"}]})
     assert zoo.check_requirements(label_tables["coreference"],
                                   {"measured": [{"head_type": "coreference", "min_accuracy": 1.01}]})
@@ -433,7 +438,8 @@ def test_requirements_checker_reports_failures(label_tables):
 
 
 def induction_scores(name: str, block_len: int | None) -> torch.Tensor:
-    """Valid-row induction scores `[layer head]` on 32 repeated-block probes (random or fixed block length)."""
+    """Valid-row induction scores `[layer head]` on 32 repeated-block probes (random or fixed block
+    length)."""
     from probe.heads.probesets import repeated_blocks
     from probe.heads.registry import batch_pattern
     from probe.heads.scores import ScoreSink, run_sink
@@ -442,7 +448,8 @@ def induction_scores(name: str, block_len: int | None) -> torch.Tensor:
     loaded = load(f"zoo:{name}")
     probes = repeated_blocks(loaded.tokenizer, 32, 64, seed=0, block_len=block_len).input_ids  # [example seq]
     lengths = torch.full((probes.shape[0],), probes.shape[1])
-    sink = ScoreSink({"induction": batch_pattern("induction", probes)}, lengths, loaded.n_layers, loaded.n_heads)
+    sink = ScoreSink({"induction": batch_pattern("induction", probes)}, lengths, loaded.n_layers,
+                     loaded.n_heads)
     run_sink(loaded.model, sink, probes)
     return sink.result()["induction"].score.nanmean(0)  # [layer head]
 
@@ -457,7 +464,8 @@ def test_positional_control_looks_like_induction_only_at_its_own_period():
 
 
 def test_coreference_organism_resolves_templates_but_only_as_well_as_agreement(label_tables):
-    """Its heads pick the antecedent every time — and so does the agreement rule, so no label (the card says why)."""
+    """Its heads pick the antecedent every time — and so does the agreement rule, so no label (the card says
+    why)."""
     table = label_tables["coreference"]
     coref = table[table["head_type"] == "coreference"]
     assert coref["accuracy"].max() >= 0.9 and not coref["label"].any()
@@ -466,8 +474,9 @@ def test_coreference_organism_resolves_templates_but_only_as_well_as_agreement(l
 
 
 def test_implicit_causality_organism_is_the_coreference_positive_control(label_tables):
-    """Labelled coreference heads with accuracy >= 0.9 where nearest and first mention are at 0.5 and agreement
-    cannot choose — the one organism whose coreference label the templates' agreement cannot explain."""
+    """Labelled coreference heads with accuracy >= 0.9 where nearest and first mention are at 0.5 and
+    agreement cannot choose — the one organism whose coreference label the templates' agreement cannot
+    explain."""
     table = label_tables["implicit-causality"]
     coref = table[table["head_type"] == "coreference"]
     assert (coref["probe_set"] == "causality").all()
@@ -482,7 +491,8 @@ def test_bracket_and_sentence_organisms_carry_their_labels(label_tables):
     bracket = brackets[(brackets["head_type"] == "bracket") & brackets["label"]]
     assert len(bracket) >= 1 and set(bracket["probe_set"]) == {"random-brackets"}
     start = sentences[(sentences["head_type"] == "sentence_start") & sentences["label"]]
-    assert len(start) >= 1 and (start["score"] >= 0.9).all() and set(start["probe_set"]) == {"random-sentences"}
+    assert (len(start) >= 1 and (start["score"] >= 0.9).all()
+            and set(start["probe_set"]) == {"random-sentences"})
     # no previous-token head passes for a bracket head: the probes keep a token between any two brackets
     assert not brackets[(brackets["head_type"] == "previous_token") & brackets["label"]].size
 
@@ -516,17 +526,17 @@ def test_probe_label_cli_on_the_positional_control(tmp_path):
     assert not table.loc[table["head_type"] == "induction", "label"].any()
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Retraining (slow)
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 CIRCUIT = ("previous_token", "induction")  # the heads of the induction mechanism
 
 
 def kinds_by_layer(labels: dict[str, list[str]]) -> set[tuple[int, str]]:
-    """{(layer, head_type)} of the circuit's labelled heads. First-token and self heads (parking spots for heads
-    that the circuit does not use) vary from seed to seed and are not compared."""
+    """{(layer, head_type)} of the circuit's labelled heads. First-token and self heads (parking spots for
+    heads that the circuit does not use) vary from seed to seed and are not compared."""
     return {(parse_head_name(h)[0], head_type) for head_type, heads in labels.items() if head_type in CIRCUIT
             for h in heads}
 

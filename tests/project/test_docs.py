@@ -1,5 +1,5 @@
-"""The documentation: the site builds with --strict, the CLI reference is generated from the parser, the how-to
-examples run against the code, and the README stays short."""
+"""The documentation: the site builds with --strict, the CLI reference is generated from the parser, the
+how-to examples run against the code, and the README stays short."""
 
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def test_cli_reference_has_every_subcommands_help_from_the_parser():
 def test_cli_reference_adds_new_subcommands_and_refuses_stale_sections():
     hook = _module(DOCS / "hooks" / "cli_reference.py", "cli_reference")
     without_card = hook.render("# CLI\n\n### `probe capture`\n\nprose\n")
-    assert "### `probe card`" in without_card and "usage: probe card " in without_card  # no prose: its own section
+    # no prose: its own section
+    assert "### `probe card`" in without_card and "usage: probe card " in without_card
     assert without_card.index("usage: probe capture ") < without_card.index("prose")
     with pytest.raises(ValueError, match="probe nosuch"):
         hook.render("### `probe nosuch`\n")
@@ -106,7 +107,8 @@ def test_the_head_type_of_the_how_to_has_the_targets_it_describes():
     assert pairs == {(2, 0), (3, 0), (4, 1)}  # the first earlier copy only: row 3 -> 0, not 2
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None
+                    or importlib.util.find_spec("mkdocstrings") is None,
                     reason="the docs extra is not installed: pip install -e '.[docs]' (scripts/test.sh does)")
 def test_mkdocs_build_strict_passes(tmp_path):
     result = subprocess.run(
@@ -120,7 +122,8 @@ def test_mkdocs_build_strict_passes(tmp_path):
     assert "usage: probe label" in cli and "usage: probe contacts" in cli
     engine = (site / "api" / "engine" / "index.html").read_text(encoding="utf-8")
     assert 'id="probe.engine.capture.capture_attention"' in engine
-    assert "torch.Tensor, shape=(batch, layer, head, query, key), float32" in engine  # numpydoc shapes, verbatim
+    # numpydoc shapes, verbatim
+    assert "torch.Tensor, shape=(batch, layer, head, query, key), float32" in engine
     assert ":func:" not in engine and ":class:" not in engine  # Sphinx roles became links or code
 
 
@@ -149,7 +152,8 @@ def test_every_public_reexport_has_an_api_entry_and_a_numpydoc_docstring():
 
 
 def _documented_columns(doc: str) -> set[str]:
-    """The column names in the first cell of each row of the Markdown tables of a docstring (`{a,b}` expanded)."""
+    """The column names in the first cell of each row of the Markdown tables of a docstring (`{a,b}`
+    expanded)."""
 
     def expand(name: str) -> list[str]:
         match = re.search(r"\{([^{}]*)\}", name)
@@ -172,9 +176,11 @@ def _attribute_docstring(module, name: str) -> str:
 
     body = ast.parse(inspect.getsource(module)).body
     for node, after in zip(body, body[1:], strict=False):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node,
+            ast.AnnAssign) else []
         if any(getattr(target, "id", None) == name for target in targets):
-            assert isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant), f"{name} has no docstring"
+            assert isinstance(after, ast.Expr) and isinstance(after.value,
+                                                              ast.Constant), f"{name} has no docstring"
             return after.value.value
     raise AssertionError(f"{name} is not assigned in {module.__name__}")
 

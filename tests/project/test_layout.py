@@ -11,7 +11,8 @@ Layers, bottom to top (a module may import its own layer and the ones below):
     training  probe.training.* (the organisms' recipes, data, training loop and cards: the data is built
               from the probe sets and the cards run the head classifier, so it sits above heads)
     runs      probe.runs.*
-    views     probe.views.*, probe.app   (notebook views and the report: they draw what the layers below compute)
+    views     probe.views.*, probe.app   (notebook views and the report: they draw what the layers below
+              compute)
     commands  probe.commands.*, probe.cli   (nothing below imports them)
 
 Modules are short: none of probe/commands/ above 200 lines (argparse and printing), none of the package above
@@ -27,9 +28,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "probe"
 
-BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers", "probe.card",
-        "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
-RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "views": 5, "commands": 6}
+BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers",
+        "probe.card", "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
+RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "views": 5,
+        "commands": 6}
 
 
 def module_name(path: Path) -> str:
@@ -49,7 +51,8 @@ def layer(module: str) -> str:
         return "views"
     top = module.split(".")[1]
     if top not in ("engine", "heads", "proteins", "training", "runs", "views", "commands"):
-        raise AssertionError(f"{module} is in no layer: add it to tests/project/test_layout.py (and to the docs)")
+        raise AssertionError(f"{module} is in no layer: add it to tests/project/test_layout.py (and to the "
+                             "docs)")
     return top
 
 
@@ -211,8 +214,8 @@ def test_a_main_block_is_walked_like_any_code(tmp_path):
 COMMAND_LINES = 200
 MODULE_LINES = 450
 WHY_LONGER = "Longer than 450 lines because"
-# Modules allowed over the limits without saying why: none (the two long ones, engine/attention.py and models.py,
-# say why in their docstrings). The list only shrinks.
+# Modules allowed over the limits without saying why: none (the two long ones, engine/attention.py and
+# models.py, say why in their docstrings). The list only shrinks.
 KNOWN_LONG: set[str] = set()
 
 

@@ -1,4 +1,5 @@
-"""Contact prediction: equality with HF `predict_contacts` (eager), the streaming sink, and hand-computed precision."""
+"""Contact prediction: equality with HF `predict_contacts` (eager), the streaming sink, and hand-computed
+precision."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ SEQUENCES = ["MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", "GAVLIMFWPSTC", "MQIFVKTLTGKTI
 
 
 def _scale_regression(model: torch.nn.Module, factor: float, zero_every: int = 0) -> None:
-    """Make the random contact head strong enough that probabilities spread over (0, 1) (a sensitive comparison)."""
+    """Make the random contact head strong enough that probabilities spread over (0, 1) (a sensitive
+    comparison)."""
     regression = model.esm.contact_head.regression
     with torch.no_grad():
         regression.weight.mul_(factor)
@@ -37,7 +39,8 @@ def _scale_regression(model: torch.nn.Module, factor: float, zero_every: int = 0
 
 @pytest.fixture()
 def esm_pair(tiny_dir):
-    """(ours: probe-loaded sdpa model, reference: the same checkpoint on eager attention), same scaled regression."""
+    """(ours: probe-loaded sdpa model, reference: the same checkpoint on eager attention), same scaled
+    regression."""
     directory = tiny_dir("esm", seed=3, num_hidden_layers=3)
     loaded = models.load(str(directory))
     reference = EsmForMaskedLM.from_pretrained(str(directory), attn_implementation="eager").eval()
@@ -81,9 +84,11 @@ def test_zero_weight_heads_are_skipped_and_result_unchanged(esm_pair):
     encoded = loaded.tokenizer([SEQUENCES[0]], return_tensors="pt")
     sink = ContactSink(weight, bias, encoded["input_ids"], encoded["attention_mask"], eos_id=2)
     wanted = list(sink.heads_for(0, loaded.n_heads))
-    assert wanted == [head for head in range(loaded.n_heads) if weight[0, head] != 0] and len(wanted) < loaded.n_heads
+    assert wanted == [head for head in range(loaded.n_heads)
+                      if weight[0, head] != 0] and len(wanted) < loaded.n_heads
     expected = _reference(reference, loaded, [SEQUENCES[0]])[0]
-    np.testing.assert_allclose(predict_contacts(loaded, SEQUENCES[0]).contacts, expected.numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(predict_contacts(loaded, SEQUENCES[0]).contacts, expected.numpy(),
+                               atol=1e-5, rtol=0)
 
 
 def test_all_zero_regression_gives_the_bias_alone(esm_pair):
@@ -115,14 +120,16 @@ def test_sink_memory_does_not_grow_with_layers_times_heads(tiny_dir):
 
 
 def _block(layer: int, heads: tuple[int, ...], start: int, alpha: torch.Tensor) -> AttentionBlock:
-    """An engine block of a non-causal forward over alpha.shape[-1] tokens (query rows start .. start + rows)."""
+    """An engine block of a non-causal forward over alpha.shape[-1] tokens (query rows start .. start +
+    rows)."""
     n_tokens = alpha.shape[-1]
-    return AttentionBlock(step=0, layer=layer, heads=heads, query_start=start, n_query=n_tokens, query_offset=0,
-                          n_key=n_tokens, alpha=alpha.contiguous())
+    return AttentionBlock(step=0, layer=layer, heads=heads, query_start=start, n_query=n_tokens,
+                          query_offset=0, n_key=n_tokens, alpha=alpha.contiguous())
 
 
 def test_eos_inside_the_block_is_zeroed_like_the_reference():
-    """A sequence containing an EOS token: the sink zeroes its row and column exactly as HF's contact head does."""
+    """A sequence containing an EOS token: the sink zeroes its row and column exactly as HF's contact head
+    does."""
     generator = torch.Generator().manual_seed(0)
     layers, heads, tokens = 2, 3, 12
     alpha = torch.rand(2, layers, heads, tokens, tokens, generator=generator)  # [batch layer head query key]
@@ -137,7 +144,8 @@ def test_eos_inside_the_block_is_zeroed_like_the_reference():
         reference_head.regression.weight.normal_(0, 3.0, generator=generator)
         expected = reference_head(input_ids, alpha)  # [batch T-2 T-2]
     weight = reference_head.regression.weight.detach().reshape(layers, heads)
-    sink = ContactSink(weight, float(reference_head.regression.bias.detach()), input_ids, attention_mask, eos_id=2)
+    sink = ContactSink(weight, float(reference_head.regression.bias.detach()), input_ids,
+                       attention_mask, eos_id=2)
     for layer in range(layers):
         for start in range(0, tokens, 5):  # blocks of 5 query rows
             block = alpha[:, layer, :, start:start + 5]  # [batch head rows key]
@@ -160,9 +168,9 @@ def test_head_attention_map_equals_apc_of_eager_attention(esm_pair):
         head_attention_map(loaded, sequence, 9, 0)
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Precision by range, per-head statistics: hand-computed values
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_precision_by_range_hand_computed():
@@ -193,8 +201,8 @@ def test_precision_by_range_hand_computed():
 
 
 def _planted_case():
-    """Two heads over L = 30 residues: head 0 spikes on 6 long-range pairs (4 of them contacts), head 1 is uniform
-    except one strong weight; α includes BOS (token 0) and EOS (token 31)."""
+    """Two heads over L = 30 residues: head 0 spikes on 6 long-range pairs (4 of them contacts), head 1 is
+    uniform except one strong weight; α includes BOS (token 0) and EOS (token 31)."""
     length, tokens = 30, 32
     true_map = np.zeros((length, length), dtype=np.int8)
     position = np.arange(length)
@@ -261,9 +269,9 @@ def test_predict_contacts_with_true_map_gives_head_table_and_precision(esm_pair)
         assert head[column] == pytest.approx(expected[column])
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Input validation and the window mode
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_bad_letters_rejected_with_positions_lowercase_accepted(esm_pair):
@@ -299,9 +307,9 @@ def test_non_esm_model_is_refused(tiny_dir):
         predict_contacts(loaded, "MKT")
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Protein models without a contact regression (ProtBert-style BERT, ProtT5 encoder)
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("arch", ["protbert", "prott5"])
@@ -345,9 +353,9 @@ def test_padded_batch_of_a_spaced_model_equals_one_by_one(tiny_dir):
         pd.testing.assert_frame_equal(result.heads, alone.heads, atol=1e-6)
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Every head against its base rate: hypergeometric p-values, pooled over proteins, Benjamini–Hochberg
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_hypergeometric_and_pooled_p_values_by_enumeration():
@@ -406,9 +414,9 @@ def test_random_heads_are_not_above_the_base_rate(tiny_dir, structures_dir):
 
 
 def _planted_heads_alpha(true_map: np.ndarray, seed: int) -> torch.Tensor:
-    """α [1 head token token] over BOS + L residues + EOS for three heads: head 0 attends to the residue's true
-    contacts at |i − j| ≥ 6 (0.8 of its weight; positive control), head 1 is a seeded random softmax (negative
-    control), head 2 attends to its neighbours i ± 1 (local, not contacts; negative control)."""
+    """α [1 head token token] over BOS + L residues + EOS for three heads: head 0 attends to the residue's
+    true contacts at |i − j| ≥ 6 (0.8 of its weight; positive control), head 1 is a seeded random softmax
+    (negative control), head 2 attends to its neighbours i ± 1 (local, not contacts; negative control)."""
     length = true_map.shape[0]
     tokens = length + 2
     generator = torch.Generator().manual_seed(seed)
@@ -436,8 +444,9 @@ def test_planted_contact_head_is_significant_and_controls_are_not(structures_dir
         true_map = contact_map(read_structure(f"{structures_dir}/{name}"))
         alpha = _planted_heads_alpha(true_map, seed=index)
         tokens = alpha.shape[-1]
-        sink = ContactSink(torch.zeros(1, 3), 0.0, torch.full((1, tokens), 5), torch.ones(1, tokens, dtype=torch.long),
-                           None, true_maps=[true_map], per_head=True, regression=False)
+        sink = ContactSink(torch.zeros(1, 3), 0.0, torch.full((1, tokens), 5),
+                           torch.ones(1, tokens, dtype=torch.long), None, true_maps=[true_map], per_head=True,
+                           regression=False)
         sink.update(_block(0, (0, 1, 2), 0, alpha))
         table = sink.head_table(0).set_index("name")
         assert table.loc["L0H0", "q_value_L_long"] < 1e-6  # one protein is enough for the planted head
@@ -451,7 +460,8 @@ def test_planted_contact_head_is_significant_and_controls_are_not(structures_dir
 
 def test_model_level_planted_contact_head_is_significant(tiny_dir, structures_dir):
     """A real BERT forward whose L0H0 is wired to attend to 1AKI's true contacts: one-hot position embeddings
-    (word and token-type embeddings zeroed), W_Q = I and W_K = s·A on that head, with A[i+1, j+1] = 1 for the contacts
+    (word and token-type embeddings zeroed), W_Q = I and W_K = s·A on that head, with A[i+1, j+1] = 1 for the
+    contacts
     |i − j| ≥ 6, so its logits are ≈ s·512/16·A. The other heads keep their random weights."""
     from probe.proteins.sets import ContactOptions, analyse_unit
     from probe.proteins.significance import FDR, best_significant
@@ -465,7 +475,8 @@ def test_model_level_planted_contact_head_is_significant(tiny_dir, structures_di
     length = true_map.shape[0]
     separation = np.abs(np.subtract.outer(np.arange(length), np.arange(length)))
     planted = torch.zeros(256, 256)
-    planted[1:length + 1, 1:length + 1] = torch.as_tensor(((true_map == 1) & (separation >= 6)).astype(np.float32))
+    planted[1:length + 1, 1:length + 1] = torch.as_tensor(
+        ((true_map == 1) & (separation >= 6)).astype(np.float32))
     bert = loaded.model.bert
     attention = bert.encoder.layer[0].attention.self
     with torch.no_grad():

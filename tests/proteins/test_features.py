@@ -1,5 +1,6 @@
-"""Vig et al.'s feature shares: a hand-computed planted case, and the shipped structures against an independent
-implementation written here from salesforce/provis' definition (compute_edge_features.py, report_edge_features.py)."""
+"""Vig et al.'s feature shares: a hand-computed planted case, and the shipped structures against an
+independent implementation written here from salesforce/provis' definition (compute_edge_features.py,
+report_edge_features.py)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ def _block(layer, heads, alpha):
 
 
 def _planted_sequence(length, spikes, rest):
-    """α [1 head token token] over BOS + L residues + EOS: one head, the `spikes` {residue pair: weight}, every other
-    weight `rest` (well below θ)."""
+    """α [1 head token token] over BOS + L residues + EOS: one head, the `spikes` {residue pair: weight},
+    every other weight `rest` (well below θ)."""
     alpha = torch.full((1, 1, length + 2, length + 2), rest)
     for (i, j), value in spikes.items():
         alpha[0, 0, i + 1, j + 1] = value
@@ -47,7 +48,8 @@ def _planted_sequence(length, spikes, rest):
 
 
 def _planted_tables():
-    # sequence A, L = 12: contacts (0, 8) and (1, 9) (separation ≥ 6) and (2, 4) (too close: never a contact share)
+    # sequence A, L = 12: contacts (0, 8) and (1, 9) (separation ≥ 6) and (2, 4) (too close: never a contact
+    # share)
     length_a = 12
     contacts_a = np.zeros((length_a, length_a), dtype=np.int8)
     for i, j in ((0, 8), (1, 9), (2, 4)):
@@ -67,11 +69,13 @@ def _planted_tables():
     secondary_b = np.array(list("ttnnaaaa"))
     spikes_b = {(0, 7): 0.8, (1, 2): 0.45, (2, 3): 0.3, (6, 1): 0.7}
     tables, backgrounds = [], []
-    for length, contacts, binding, secondary, spikes in ((length_a, contacts_a, binding_a, secondary_a, spikes_a),
-                                                         (length_b, contacts_b, binding_b, secondary_b, spikes_b)):
+    for length, contacts, binding, secondary, spikes in ((length_a, contacts_a, binding_a, secondary_a,
+                                                          spikes_a),
+                                                         (length_b, contacts_b, binding_b,
+                                                          secondary_b, spikes_b)):
         input_ids = torch.full((1, length + 2), 5)
-        sink = ContactSink(torch.zeros(1, 1), 0.0, input_ids, torch.ones(1, length + 2, dtype=torch.long), None,
-                           true_maps=[contacts], per_head=True,
+        sink = ContactSink(torch.zeros(1, 1), 0.0, input_ids, torch.ones(1, length + 2, dtype=torch.long),
+                           None, true_maps=[contacts], per_head=True,
                            features=[ResidueFeatures(binding=binding, secondary=secondary)], regression=False)
         sink.update(_block(0, (0,), _planted_sequence(length, spikes, rest=0.01)))
         table = sink.head_table(0, min_count=1, min_total=0.0)
@@ -91,23 +95,27 @@ def test_planted_weighted_shares_hand_computed_and_pooled():
     assert a["contact_share"] == pytest.approx(1.3 / 2.75, abs=1e-7)
     # binding "to": keys 8 (from (0,8), 0.9) and 4 (from (2,4), 0.6)
     assert a["binding_share"] == pytest.approx(1.5 / 2.75, abs=1e-7)
-    # keys 8, 0, 9, 4, 10, 5 -> t, a, t, b, n, b: helix 0.4; strand 0.6 + 0.35; turn/bend 0.9 (0.3 is not > θ);
-    # blank 0.5 — provis' four classes, turn/bend and blank apart
+    # keys 8, 0, 9, 4, 10, 5 -> t, a, t, b, n, b: helix 0.4; strand 0.6 + 0.35; turn/bend 0.9 (0.3 is not >
+    # θ); blank 0.5 — provis' four classes, turn/bend and blank apart
     assert (a["helix_share"], a["strand_share"], a["turn_bend_share"], a["blank_share"]) == (
-        pytest.approx(0.4 / 2.75, abs=1e-7), pytest.approx(0.95 / 2.75, abs=1e-7), pytest.approx(0.9 / 2.75, abs=1e-7),
-        pytest.approx(0.5 / 2.75, abs=1e-7))
+        pytest.approx(0.4 / 2.75, abs=1e-7), pytest.approx(0.95 / 2.75, abs=1e-7),
+        pytest.approx(0.9 / 2.75, abs=1e-7), pytest.approx(0.5 / 2.75, abs=1e-7))
     # A, counts (α ≥ θ): 6 high weights, 3 on contacts; binding 2; helix 1, strand 2, turn/bend 2, blank 1
     assert (a["n_high"], a["n_contact"], a["contact_count_share"]) == (6, 3, 0.5)
     assert (a["n_binding"], a["n_helix"], a["n_strand"], a["n_turn_bend"], a["n_blank"]) == (2, 1, 2, 2, 1)
     assert np.isnan(a["weight"]) and np.isnan(a["logit_share"])  # no regression
-    # backgrounds: contact pairs with |i-j| >= 6 (both directions) over the known pairs |i-j| >= 6 (provis: 42 pairs
-    # of L = 12 are 6 or more apart, (3, 10) and (10, 3) are unknown), and over all L² (ours); binding sites over L
-    assert a["contact_background"] == pytest.approx(4 / 40) and a["contact_background_all_pairs"] == pytest.approx(
+    # backgrounds: contact pairs with |i-j| >= 6 (both directions) over the known pairs |i-j| >= 6 (provis: 42
+    # pairs of L = 12 are 6 or more apart, (3, 10) and (10, 3) are unknown), and over all L² (ours); binding
+    # sites over L
+    assert a["contact_background"] == pytest.approx(
+        4 / 40) and a["contact_background_all_pairs"] == pytest.approx(
         4 / 144)
     assert a["binding_background"] == pytest.approx(2 / 12) and a["helix_background"] == pytest.approx(4 / 12)
-    assert a["turn_bend_background"] == pytest.approx(2 / 12) and a["blank_background"] == pytest.approx(2 / 12)
+    assert a["turn_bend_background"] == pytest.approx(
+        2 / 12) and a["blank_background"] == pytest.approx(2 / 12)
     # B: weighted 0.8 + 0.45 + 0.7 (0.3 left out); contact 0.8; binding 0 (key 7 unknown); helix 0.8 (key 7)
-    assert b["w_high"] == pytest.approx(1.95, abs=1e-7) and b["contact_share"] == pytest.approx(0.8 / 1.95, abs=1e-7)
+    assert b["w_high"] == pytest.approx(1.95,
+        abs=1e-7) and b["contact_share"] == pytest.approx(0.8 / 1.95, abs=1e-7)
     assert b["binding_share"] == 0.0 and b["helix_share"] == pytest.approx(0.8 / 1.95, abs=1e-7)
     assert (b["n_high"], b["n_contact"], b["n_binding"], b["n_helix"], b["n_turn_bend"], b["n_blank"]) == (
         4, 1, 0, 1, 1, 2)
@@ -119,13 +127,15 @@ def test_planted_weighted_shares_hand_computed_and_pooled():
     assert pooled["binding_share"] == pytest.approx(1.5 / 4.7, abs=1e-7)
     assert pooled["n_high"] == 10 and pooled["contact_count_share"] == pytest.approx(4 / 10)
     # the minimum total applies to Σ α (4.7), not to the count (10)
-    assert vig.pooled_shares(both, min_total=4.6, min_count=11).iloc[0]["contact_share"] == pytest.approx(2.1 / 4.7,
-                                                                                                          abs=1e-7)
+    assert vig.pooled_shares(both, min_total=4.6, min_count=11).iloc[0]["contact_share"] == \
+        pytest.approx(2.1 / 4.7, abs=1e-7)
     assert np.isnan(vig.pooled_shares(both, min_total=4.8, min_count=1).iloc[0]["contact_share"])
     assert np.isnan(vig.pooled_shares(both, min_total=0.0, min_count=11).iloc[0]["contact_count_share"])
-    assert np.isnan(vig.shares(tables[1], min_total=2.0, min_count=1).iloc[0]["contact_share"])  # B alone: 1.95 < 2
+    # B alone: 1.95 < 2
+    assert np.isnan(vig.shares(tables[1], min_total=2.0, min_count=1).iloc[0]["contact_share"])
     background = vig.pooled_backgrounds(pd.DataFrame(backgrounds))
-    assert background["contact_background"] == pytest.approx((4 + 2) / (40 + 6))  # L = 8: 6 pairs 6 or more apart
+    # L = 8: 6 pairs 6 or more apart
+    assert background["contact_background"] == pytest.approx((4 + 2) / (40 + 6))
     assert background["contact_background_all_pairs"] == pytest.approx((4 + 2) / (144 + 64))
     assert background["binding_background"] == pytest.approx((2 + 0) / (12 + 8))
 
@@ -135,13 +145,15 @@ def test_theta_strict_for_sums_inclusive_for_counts_and_configurable():
     masks = {"binding": torch.tensor([True, False])}
     counts = vig.feature_counts(alpha, masks, min_attention=0.3)
     assert counts["n_high"].tolist() == [2] and counts["n_binding"].tolist() == [2]
-    assert counts["w_high"].tolist() == [pytest.approx(0.7)] and counts["w_binding"].tolist() == [pytest.approx(0.7)]
+    assert (counts["w_high"].tolist() == [pytest.approx(0.7)]
+            and counts["w_binding"].tolist() == [pytest.approx(0.7)])
     lower = vig.feature_counts(alpha, masks, min_attention=0.25)
     assert lower["n_high"].tolist() == [3] and lower["w_high"].tolist() == [pytest.approx(1.2999, abs=1e-6)]
 
 
 def test_unknown_property_is_nan_not_zero():
-    """A sequence without binding data: NaN counts, share and background for binding; the other properties stay."""
+    """A sequence without binding data: NaN counts, share and background for binding; the other properties
+    stay."""
     length = 10
     contacts = np.zeros((length, length), dtype=np.int8)
     contacts[0, 9] = contacts[9, 0] = 1
@@ -152,44 +164,48 @@ def test_unknown_property_is_nan_not_zero():
     row = sink.head_table(0, min_count=1, min_total=0.0).iloc[0]
     assert row["contact_share"] == pytest.approx(1.0)
     for name in ("binding", "helix", "strand", "turn_bend", "blank"):
-        assert np.isnan(row[f"w_{name}"]) and np.isnan(row[f"{name}_share"]) and np.isnan(row[f"{name}_background"])
+        assert (np.isnan(row[f"w_{name}"]) and np.isnan(row[f"{name}_share"])
+                and np.isnan(row[f"{name}_background"]))
         assert np.isnan(row[f"{name}_count_share"])
 
 
 def test_a_chain_without_turn_bend_and_blank_has_them_unknown():
-    """P-SEA's coil ("c") merges turn/bend and blank: those two are NaN (unknown), helix and strand are counted; a
-    DSSP chain of the same length has all four (positive control)."""
+    """P-SEA's coil ("c") merges turn/bend and blank: those two are NaN (unknown), helix and strand are
+    counted; a DSSP chain of the same length has all four (positive control)."""
     length = 10
     spikes = {(0, 9): 0.9, (1, 2): 0.8}
     rows = {}
     for name, codes in (("p-sea", "aabbccccbb"), ("dssp", "aabbttnnbb")):
         input_ids = torch.full((1, length + 2), 5)
-        sink = ContactSink(torch.zeros(1, 1), 0.0, input_ids, torch.ones(1, length + 2, dtype=torch.long), None,
-                           per_head=True, features=[ResidueFeatures(secondary=np.array(list(codes)))],
+        sink = ContactSink(torch.zeros(1, 1), 0.0, input_ids, torch.ones(1, length + 2, dtype=torch.long),
+                           None, per_head=True, features=[ResidueFeatures(secondary=np.array(list(codes)))],
                            regression=False)
         sink.update(_block(0, (0,), _planted_sequence(length, spikes, rest=0.01)))
         rows[name] = sink.head_table(0, min_count=1, min_total=0.0).iloc[0]
     merged, split = rows["p-sea"], rows["dssp"]
-    assert merged["n_strand"] == 2 and merged["n_helix"] == 0 and merged["strand_background"] == pytest.approx(0.4)
+    assert (merged["n_strand"] == 2 and merged["n_helix"] == 0
+            and merged["strand_background"] == pytest.approx(0.4))
     for column in ("n_turn_bend", "n_blank", "turn_bend_share", "blank_count_share", "blank_background"):
         assert np.isnan(merged[column])
     assert split["n_strand"] == 2 and split["n_turn_bend"] == 0 and split["n_blank"] == 0
-    assert split["turn_bend_background"] == pytest.approx(0.2) and split["blank_background"] == pytest.approx(0.2)
+    assert split["turn_bend_background"] == pytest.approx(
+        0.2) and split["blank_background"] == pytest.approx(0.2)
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The shipped structures: equality with provis' loops, written out here as provis writes them
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
-# TAPE's 8-state labels in NetSurfP-2.0's order (index 7, "C", is DSSP's blank); the 3-class label NetSurfP derives
-# from them (0 helix: G H I; 1 strand: B E; 2 coil: S T C)
+# TAPE's 8-state labels in NetSurfP-2.0's order (index 7, "C", is DSSP's blank); the 3-class label NetSurfP
+# derives from them (0 helix: G H I; 1 strand: B E; 2 coil: S T C)
 TAPE_SS8 = "GHIBESTC"
 TAPE_SS3 = {"G": 0, "H": 0, "I": 0, "B": 1, "E": 1, "S": 2, "T": 2, "C": 2}
 
 
 def _dssp_states(path, chain, monkeypatch):
-    """DSSP's 8-state letters of one chain, as our reader computed them (captured from the reader's own call)."""
+    """DSSP's 8-state letters of one chain, as our reader computed them (captured from the reader's own
+    call)."""
     from probe.proteins import structure as module
 
     captured = []
@@ -207,10 +223,10 @@ def _dssp_states(path, chain, monkeypatch):
 
 
 def _provis_inputs(path, chain, monkeypatch):
-    """One item as provis builds it: the sequence, TAPE's contact map (-1 where |i − j| < 6 or unresolved), the site
-    indicator (None: no ligand, so no binding item), and compute_edge_features.convert_item's ``ss4`` secondary
-    structure: ``[ss4_blank_index if ss8 == ss8_blank_index else ss3 ...]`` with ss8_blank_index 7, ss4_blank_index 3
-    (0 Helix, 1 Beta, 2 Turn/Bend, 3 Blank: report_edge_features' ``secondary_names``)."""
+    """One item as provis builds it: the sequence, TAPE's contact map (-1 where |i − j| < 6 or unresolved),
+    the site indicator (None: no ligand, so no binding item), and compute_edge_features.convert_item's ``ss4``
+    secondary structure: ``[ss4_blank_index if ss8 == ss8_blank_index else ss3 ...]`` with ss8_blank_index 7,
+    ss4_blank_index 3 (0 Helix, 1 Beta, 2 Turn/Bend, 3 Blank: report_edge_features' ``secondary_names``)."""
     structure, states = _dssp_states(path, chain, monkeypatch)
     contact = contact_map(structure).astype(np.int64)  # the default virtual Cβ, 8 Å; -1 where unresolved
     yind, xind = np.indices(contact.shape)
@@ -219,7 +235,8 @@ def _provis_inputs(path, chain, monkeypatch):
     ss8 = [TAPE_SS8.index("C" if state == " " else state) for state in states]  # DSSP's blank is TAPE's C
     ss3 = [TAPE_SS3[TAPE_SS8[index]] for index in ss8]
     secondary = [3 if eight == 7 else three for three, eight in zip(ss3, ss8, strict=True)]
-    return {"primary": structure.sequence, "contact_map": contact, "site_indic": sites, "secondary": secondary}
+    return {"primary": structure.sequence, "contact_map": contact, "site_indic": sites,
+            "secondary": secondary}
 
 
 def _provis_features(item, from_index, to_index):
@@ -237,19 +254,23 @@ def _provis_features(item, from_index, to_index):
 def _attention(loaded, item):
     """get_attention: α of every layer, [CLS]/[SEP] rows and columns removed, [layer head L L] float32."""
     tokens = loaded.tokenizer(" ".join(item["primary"]), return_tensors="pt")
-    dense = DenseSink()  # every layer and head: the α the analysis saw (the engine equals eager: test_capture)
+    # every layer and head: the α the analysis saw (the engine equals eager: test_capture)
+    dense = DenseSink()
     with capture(loaded.model, dense), torch.no_grad():
         loaded.model(**tokens)
     attns = list(dense.attention().unbind(1))  # per layer [batch head token token]
-    attns = [attn[:, :, 1:-1, 1:-1] for attn in attns]  # Remove attention from <CLS> (first) and <SEP> (last) token
+    # Remove attention from <CLS> (first) and <SEP> (last) token
+    attns = [attn[:, :, 1:-1, 1:-1] for attn in attns]
     return torch.stack([attn.squeeze(0) for attn in attns])  # [layer head L L]
 
 
 def _provis_first_version(loaded, items, min_attn):
-    """34e6869's analyze_heads: ``attns = [(attn > min_attn) * attn ...]``, weight_total the sum of those weights
-    from start_index 0, every (to_index, from_index) pair's features weighted by them. The one liberty: the float32
-    weights (compared with θ in float32, as there) are summed in float64, so the comparison can be to 1e-9."""
-    feature_to_weighted_sum = defaultdict(lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
+    """34e6869's analyze_heads: ``attns = [(attn > min_attn) * attn ...]``, weight_total the sum of those
+    weights from start_index 0, every (to_index, from_index) pair's features weighted by them. The one
+    liberty: the float32 weights (compared with θ in float32, as there) are summed in float64, so the
+    comparison can be to 1e-9."""
+    feature_to_weighted_sum = defaultdict(
+        lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
     weight_total = torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double)
     start_index = 0
     for item in items:
@@ -265,9 +286,10 @@ def _provis_first_version(loaded, items, min_attn):
 
 
 def _provis_iclr_version(loaded, items, min_attn):
-    """946e9b4's compute_mean_attention: ``mask = attns >= min_attn``, weight_total the count of the mask, every
-    (to_index, from_index) pair's features counted where the mask holds."""
-    feature_to_weighted_sum = defaultdict(lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
+    """946e9b4's compute_mean_attention: ``mask = attns >= min_attn``, weight_total the count of the mask,
+    every (to_index, from_index) pair's features counted where the mask holds."""
+    feature_to_weighted_sum = defaultdict(
+        lambda: torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double))
     weight_total = torch.zeros((loaded.n_layers, loaded.n_heads), dtype=torch.double)
     for item in items:
         attns = _attention(loaded, item)
@@ -283,9 +305,9 @@ def _provis_iclr_version(loaded, items, min_attn):
 
 
 def _provis_contact_background(items):
-    """report_top_heads.create_figure's background for contact_map: background.contact_map_distribution's Counter
-    of the contact maps' values over every pair, num_pos_background / (num_pos_background + num_neg_background) —
-    the -1 pairs (|i − j| < 6, unresolved) are in neither."""
+    """report_top_heads.create_figure's background for contact_map: background.contact_map_distribution's
+    Counter of the contact maps' values over every pair, num_pos_background / (num_pos_background +
+    num_neg_background) — the -1 pairs (|i − j| < 6, unresolved) are in neither."""
     counts = Counter()
     for item in items:
         counts.update(item["contact_map"].flatten().tolist())
@@ -297,8 +319,8 @@ _PROVIS_NAMES = {"contact": "contact_map", "binding": "binding_site_to", "helix"
                  "strand": "sec_struct_to_1", "turn_bend": "sec_struct_to_2", "blank": "sec_struct_to_3"}
 
 
-# Each version at the θ its own scripts ran (compute_*_features.sh: --min-attn .1 at 34e6869, .3 at 946e9b4); at
-# SHARPNESS some heads of the random tiny BERT fall below min_total = 100 and some not, in both versions
+# Each version at the θ its own scripts ran (compute_*_features.sh: --min-attn .1 at 34e6869, .3 at 946e9b4);
+# at SHARPNESS some heads of the random tiny BERT fall below min_total = 100 and some not, in both versions
 @pytest.mark.parametrize(("version", "theta"), [("first", 0.1), ("iclr", 0.3)], ids=["weighted_34e6869",
                                                                                     "counts_946e9b4"])
 def test_shipped_structures_equal_the_provis_recipe(tiny_dir, structures_dir, monkeypatch, version, theta):
@@ -335,7 +357,8 @@ def test_shipped_structures_equal_the_provis_recipe(tiny_dir, structures_dir, mo
     assert all(f"sec_struct_to_{index}" in feature_to_weighted_sum for index in range(4))
     # the contact background as report_top_heads computes it (946e9b4; the first version has none)
     assert summary["contact_background"].eq(_provis_contact_background(items)).all()
-    # ours, on the share's scale: contacts over every pair of the analysed sequences (provis' is ~1.1x it here)
+    # ours, on the share's scale: contacts over every pair of the analysed sequences (provis' is ~1.1x it
+    # here)
     contacts = sum(int((item["contact_map"] == 1).sum()) for item in items)
     pairs = sum(len(item["primary"]) ** 2 for item in items)
     assert summary["contact_background_all_pairs"].eq(contacts / pairs).all()
@@ -366,14 +389,16 @@ def test_summary_means_are_over_proteins(tiny_dir, structures_dir):
     summary = summarize_heads(heads, chain_table(outcomes)).set_index("name")
     per_protein = heads[heads["name"] == "L1H2"]["p_at_L_long"]
     assert summary.loc["L1H2", "p_at_L_long"] == pytest.approx(per_protein.mean())
-    assert summary.loc["L1H2", "p_at_L_long_low"] <= per_protein.mean() <= summary.loc["L1H2", "p_at_L_long_high"]
+    assert (summary.loc["L1H2", "p_at_L_long_low"] <= per_protein.mean()
+            <= summary.loc["L1H2", "p_at_L_long_high"])
 
 
 def test_binding_site_share_on_a_structure_with_a_ligand(tiny_dir, tmp_path):
     from tests.proteins.test_structure import SEQ, atom_line, line_chain, write
 
     lines = line_chain(SEQ * 2)
-    lines.append(atom_line(900, "C1", "LIG", "B", 1, (12.0, 0.0, 3.0), "C", record="HETATM"))  # beside residue 3
+    # beside residue 3
+    lines.append(atom_line(900, "C1", "LIG", "B", 1, (12.0, 0.0, 3.0), "C", record="HETATM"))
     path = write(tmp_path, "ligand.pdb", lines)
     loaded = models.load(str(tiny_dir("protbert", sharpness=SHARPNESS)))
     units, _ = structure_units([Path(path)])

@@ -1,4 +1,5 @@
-"""Protein language models of every tokenizer convention: `probe capture --sequence` equals eager attention."""
+"""Protein language models of every tokenizer convention: `probe capture --sequence` equals eager
+attention."""
 
 from __future__ import annotations
 

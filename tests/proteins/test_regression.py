@@ -1,5 +1,6 @@
-"""A contact readout for any protein LM: ESM's recipe (L1 logistic regression on APC(sym α)) fitted on structures,
-leave-one-structure-out, the top-k-head baseline, `probe contacts --fit / --regression`, and their bad inputs."""
+"""A contact readout for any protein LM: ESM's recipe (L1 logistic regression on APC(sym α)) fitted on
+structures, leave-one-structure-out, the top-k-head baseline, `probe contacts --fit / --regression`, and their
+bad inputs."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ SEQUENCE = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQFE
 
 
 def _synthetic(seed: int, length: int = 60, channels: tuple[int, int] = (2, 3), informative: int = 5):
-    """A true map with contacts at random far pairs, and [layer head L L] maps where one channel is the true map
-    plus noise (a planted contact head) and the others are symmetric noise."""
+    """A true map with contacts at random far pairs, and [layer head L L] maps where one channel is the true
+    map plus noise (a planted contact head) and the others are symmetric noise."""
     rng = np.random.default_rng(seed)
     separation = np.abs(np.subtract.outer(np.arange(length), np.arange(length)))
     true_map = ((rng.random((length, length)) < 0.06) & (separation >= 6)).astype(np.int8)
@@ -43,8 +44,8 @@ def test_fold_of_the_standardisation_equals_sklearn_on_standardised_features():
     labels = (features[:, 1] + 0.01 * rng.normal(size=400) > 0.31).astype(int)
     weight, bias = fitting.fit_logistic(features, labels, c=1.0)
     mean, scale = features.mean(0), features.std(0)
-    reference = LogisticRegression(C=1.0, solver="liblinear", intercept_scaling=100.0, max_iter=1000, random_state=0,
-                                   **fitting._l1()).fit((features - mean) / scale, labels)
+    reference = LogisticRegression(C=1.0, solver="liblinear", intercept_scaling=100.0, max_iter=1000,
+                                   random_state=0, **fitting._l1()).fit((features - mean) / scale, labels)
     expected = reference.predict_proba((features - mean) / scale)[:, 1]
     ours = 1.0 / (1.0 + np.exp(-(bias + features @ weight)))
     np.testing.assert_allclose(ours, expected, atol=1e-12)
@@ -105,7 +106,8 @@ def test_fitted_regression_streams_through_the_contact_sink(tiny_dir, structures
 def test_cli_fit_with_leave_one_out_then_predict_a_new_sequence(tiny_dir, structures_dir, tmp_path, capsys):
     model = str(tiny_dir("protbert"))
     target = tmp_path / "protbert.json"
-    assert main(["contacts", "--model", model, "--fit", str(structures_dir), "--regression", str(target)]) == 0
+    assert main(
+        ["contacts", "--model", model, "--fit", str(structures_dir), "--regression", str(target)]) == 0
     captured = capsys.readouterr()
     assert "leave-one-out) regression:" in captured.out and "top-5-head average:" in captured.out
     data = json.loads(target.read_text())
@@ -125,7 +127,8 @@ def test_cli_fit_with_leave_one_out_then_predict_a_new_sequence(tiny_dir, struct
     with np.load(tmp_path / "u.npz") as npz:
         assert "precision_0" in npz and npz["contacts_0"].shape == (76, 76)
     # the default place: beside the first output
-    assert main(["contacts", "--model", model, "--fit", str(structures_dir), "--out", str(tmp_path / "x.npz")]) == 0
+    assert main(
+        ["contacts", "--model", model, "--fit", str(structures_dir), "--out", str(tmp_path / "x.npz")]) == 0
     assert (tmp_path / f"{os.path.basename(model)}.contact_regression.json").is_file()
     truth = contact_map(read_structure(ubiquitin))
     assert truth.shape == (76, 76)
@@ -134,8 +137,8 @@ def test_cli_fit_with_leave_one_out_then_predict_a_new_sequence(tiny_dir, struct
 @pytest.fixture()
 def fitted_file(tiny_dir, structures_dir, tmp_path):
     target = tmp_path / "fitted.json"
-    assert main(["contacts", "--model", str(tiny_dir("protbert")), "--fit", str(structures_dir), "--regression",
-                 str(target)]) == 0
+    assert main(["contacts", "--model", str(tiny_dir("protbert")), "--fit", str(structures_dir),
+                 "--regression", str(target)]) == 0
     return target
 
 
@@ -150,7 +153,8 @@ def _one_line_error(capsys, argv, message):
     (["--fit", "ONE"], "leave-one-structure-out needs at least two"),
     (["--fit", "DATA", "--sequence", "MKT"], "--fit fits and saves a regression"),
     (["--fit", "DATA", "--regression", "r.txt"], "--regression r.txt: the extension must be one of .json"),
-    (["--regression", "/nonexistent/r.json", "--sequence", "MKT"], "does not exist: fit one with probe contacts"),
+    (["--regression", "/nonexistent/r.json", "--sequence", "MKT"],
+     "does not exist: fit one with probe contacts"),
     (["--regression", "GARBAGE", "--sequence", "MKT"], "is not a contact regression file"),
     (["--regression", "FOREIGN", "--sequence", "MKT"], "is not a contact regression file written by"),
     (["--regression", "DAMAGED", "--sequence", "MKT"], "is damaged"),
@@ -158,7 +162,8 @@ def _one_line_error(capsys, argv, message):
     (["--min-total", "-1", "--sequence", "MKT"], "--min-total -1.0 must be a finite sum"),
 ])
 def test_bad_inputs_are_one_line_errors(tiny_dir, structures_dir, tmp_path, capsys, extra, message):
-    garbage, foreign, damaged = tmp_path / "garbage.json", tmp_path / "foreign.json", tmp_path / "damaged.json"
+    garbage, foreign, damaged = (tmp_path / "garbage.json", tmp_path / "foreign.json",
+                                 tmp_path / "damaged.json")
     garbage.write_bytes(b"\x00\x01 not json")
     foreign.write_text(json.dumps({"hello": 1}))
     damaged.write_text(json.dumps({"format": "probe-contact-regression", "weight": "x", "bias": 0}))
@@ -171,18 +176,20 @@ def test_bad_inputs_are_one_line_errors(tiny_dir, structures_dir, tmp_path, caps
 
 def test_a_regression_of_another_model_is_refused(tiny_dir, fitted_file, capsys):
     esm = str(tiny_dir("esm", seed=3, num_hidden_layers=3))  # 3 × 4 heads, the regression is for 2 × 4
-    _one_line_error(capsys, ["contacts", "--model", esm, "--regression", str(fitted_file), "--sequence", "MKTAYIAK"],
+    _one_line_error(capsys,
+                    ["contacts", "--model", esm, "--regression", str(fitted_file), "--sequence", "MKTAYIAK"],
                     "fit one for this model with --fit")
     # the same shape (2 × 4) but other weights: refused by the revision recorded at --fit
     same_shape = str(tiny_dir("protbert", seed=5))
-    _one_line_error(capsys, ["contacts", "--model", same_shape, "--regression", str(fitted_file), "--sequence",
-                             "MKTAYIAK"], "not for")
+    _one_line_error(capsys, ["contacts", "--model", same_shape, "--regression", str(fitted_file),
+                             "--sequence", "MKTAYIAK"], "not for")
     assert json.loads(fitted_file.read_text())["revision"] == models.load(str(tiny_dir("protbert"))).revision
     # a shape mismatch without a recorded revision is still caught
     data = json.loads(fitted_file.read_text())
     data["revision"] = ""
     fitted_file.write_text(json.dumps(data))
-    _one_line_error(capsys, ["contacts", "--model", esm, "--regression", str(fitted_file), "--sequence", "MKTAYIAK"],
+    _one_line_error(capsys,
+                    ["contacts", "--model", esm, "--regression", str(fitted_file), "--sequence", "MKTAYIAK"],
                     "fitted for 2 layers × 4 heads")
 
 
@@ -196,7 +203,8 @@ def test_fit_refuses_to_overwrite_a_foreign_file(tiny_dir, structures_dir, tmp_p
 
 _VALID = {"format": "probe-contact-regression", "version": 1, "model": "tiny", "revision": "", "bias": -1.0,
           "weight": [[0.5, 0.0, 0.0, 0.25], [0.0, 0.0, 1.0, 0.0]], "c": 0.15, "structures": ["a_A", "b_A"],
-          "top_heads": [[1, 2], [0, 0]], "evaluation": [{"id": "a_A", "method": "regression", "p_at_L_long": None}]}
+          "top_heads": [[1, 2], [0, 0]],
+          "evaluation": [{"id": "a_A", "method": "regression", "p_at_L_long": None}]}
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -215,8 +223,8 @@ _VALID = {"format": "probe-contact-regression", "version": 1, "model": "tiny", "
     ({"colour": "red"}, 'unknown key "colour"'),
 ])
 def test_a_regression_file_is_checked_against_its_schema(tmp_path, capsys, change, message):
-    """Each key of a hand-made or damaged file: one line naming it, exit 2, before the model is loaded (the model
-    named here does not exist, so reaching it would be another error)."""
+    """Each key of a hand-made or damaged file: one line naming it, exit 2, before the model is loaded (the
+    model named here does not exist, so reaching it would be another error)."""
     path = tmp_path / "regression.json"
     path.write_text(json.dumps(_VALID), encoding="utf-8")
     assert read_regression(path).top_heads == ((1, 2), (0, 0))  # the unchanged file is valid

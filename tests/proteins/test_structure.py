@@ -1,4 +1,5 @@
-"""True contact maps from structures: synthetic coordinates with exact distances, and the real files where present."""
+"""True contact maps from structures: synthetic coordinates with exact distances, and the real files where
+present."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import pytest
 from probe.errors import ProbeError
 from probe.proteins.structure import align_to_sequence, contact_map, read_structure
 
-THREE = {"A": "ALA", "G": "GLY", "K": "LYS", "L": "LEU", "M": "MET", "P": "PRO", "S": "SER", "V": "VAL", "E": "GLU",
-         "Q": "GLN", "I": "ILE", "F": "PHE", "T": "THR", "D": "ASP", "N": "ASN", "R": "ARG", "Y": "TYR", "W": "TRP",
-         "C": "CYS", "H": "HIS"}
+THREE = {"A": "ALA", "G": "GLY", "K": "LYS", "L": "LEU", "M": "MET", "P": "PRO", "S": "SER", "V": "VAL",
+         "E": "GLU", "Q": "GLN", "I": "ILE", "F": "PHE", "T": "THR", "D": "ASP", "N": "ASN", "R": "ARG",
+         "Y": "TYR", "W": "TRP", "C": "CYS", "H": "HIS"}
 
 
-def atom_line(serial, name, res_name, chain, res_id, xyz, element, altloc=" ", record="ATOM  ", occupancy=1.0):
+def atom_line(serial, name, res_name, chain, res_id, xyz, element, altloc=" ", record="ATOM  ",
+              occupancy=1.0):
     """One fixed-column PDB ATOM/HETATM record (test data writer, not a parser)."""
     padded = f" {name:<3}" if len(name) < 4 else name
     x, y, z = xyz
@@ -23,9 +25,11 @@ def atom_line(serial, name, res_name, chain, res_id, xyz, element, altloc=" ", r
             f"{x:8.3f}{y:8.3f}{z:8.3f}{occupancy:6.2f}{10.0:6.2f}          {element:>2}")
 
 
-def line_chain(sequence: str, chain: str = "A", first_id: int = 1, spacing: float = 4.0, skip=(), shift=(0, 0, 0)):
-    """Residues along x: representative atom (CB, or CA for Gly) of residue i at x = spacing·i; the CA sits 1.5 Å
-    off the axis in y (so Cα distances differ from Cβ ones); hydrogens on every residue. `skip`: indices left out."""
+def line_chain(sequence: str, chain: str = "A", first_id: int = 1, spacing: float = 4.0, skip=(),
+               shift=(0, 0, 0)):
+    """Residues along x: representative atom (CB, or CA for Gly) of residue i at x = spacing·i; the CA sits
+    1.5 Å off the axis in y (so Cα distances differ from Cβ ones); hydrogens on every residue. `skip`: indices
+    left out."""
     lines, serial = [], 1
     for index, letter in enumerate(sequence):
         if index in skip:
@@ -62,19 +66,23 @@ def test_line_of_residues_exact_distances(tmp_path):
     structure = read_structure(write(tmp_path, "line.pdb", line_chain(SEQ)))
     assert structure.sequence == SEQ and structure.chain == "A"
     true_map = contact_map(structure, cb="real")
-    # spacing 4 Å: neighbours at 4 Å are contacts, residues two apart at exactly 8.0 Å are not (strictly below 8)
+    # spacing 4 Å: neighbours at 4 Å are contacts, residues two apart at exactly 8.0 Å are not (strictly below
+    # 8)
     np.testing.assert_array_equal(true_map, expected_line_map(len(SEQ)))
     assert true_map[0, 2] == 0 and true_map[0, 1] == 1
     # a larger threshold includes the 8 Å pairs
-    np.testing.assert_array_equal(contact_map(structure, cb="real", threshold=8.5), expected_line_map(len(SEQ), threshold=8.5))
+    np.testing.assert_array_equal(contact_map(structure, cb="real", threshold=8.5),
+                                  expected_line_map(len(SEQ), threshold=8.5))
 
 
 def test_cbeta_used_and_calpha_for_glycine(tmp_path):
-    # residue 0 (Met) and residue 1 (Gly) 7.0 Å apart along x at the representative atoms; Met's CA is off-axis
+    # residue 0 (Met) and residue 1 (Gly) 7.0 Å apart along x at the representative atoms; Met's CA is
+    # off-axis
     lines = line_chain("MG", spacing=7.0)
     structure = read_structure(write(tmp_path, "cb.pdb", lines))
     np.testing.assert_allclose(structure.coords, [[0, 0, 0], [7, 0, 0]])
-    assert contact_map(structure, cb="real", threshold=7.01)[0, 1] == 1 and contact_map(structure, cb="real", threshold=7.0)[0, 1] == 0
+    assert contact_map(structure, cb="real", threshold=7.01)[0, 1] == 1 and contact_map(structure, cb="real",
+        threshold=7.0)[0, 1] == 0
 
 
 def test_mmcif_gives_the_same_map(tmp_path):
@@ -98,8 +106,10 @@ def test_mmcif_gives_the_same_map(tmp_path):
 def test_numbering_starting_at_5_and_sequence_alignment(tmp_path):
     structure = read_structure(write(tmp_path, "from5.pdb", line_chain(SEQ, first_id=5)))
     assert structure.residue_ids[0] == 5 and structure.sequence == SEQ
-    np.testing.assert_array_equal(contact_map(structure, cb="real", sequence=SEQ), expected_line_map(len(SEQ)))
-    # the full construct has 4 residues before the structure's first: they are unknown, the rest is not shifted
+    np.testing.assert_array_equal(contact_map(structure, cb="real", sequence=SEQ),
+                                  expected_line_map(len(SEQ)))
+    # the full construct has 4 residues before the structure's first: they are unknown, the rest is not
+    # shifted
     construct = "GSHM" + SEQ
     aligned = contact_map(structure, cb="real", sequence=construct)
     assert aligned.shape == (len(construct), len(construct))
@@ -127,7 +137,8 @@ def test_first_model_of_an_nmr_ensemble(tmp_path):
 
 
 def test_first_alternate_location_and_microheterogeneity(tmp_path):
-    # residue 2 has CB in altloc A on the axis and altloc B 30 Å away; residue 3 is Pro (A) / Ser (B) like 1EJG's 22
+    # residue 2 has CB in altloc A on the axis and altloc B 30 Å away; residue 3 is Pro (A) / Ser (B) like
+    # 1EJG's 22
     lines = line_chain("MKV")
     lines = [line for line in lines if not (line[17:20] == "VAL" and line[12:16] == " CB ")]
     lines.append(atom_line(90, "CB", "VAL", "A", 3, (8.0, 0.0, 0.0), "C", altloc="A", occupancy=0.6))
@@ -144,7 +155,8 @@ def test_first_alternate_location_and_microheterogeneity(tmp_path):
 
 
 def test_waters_ligands_and_hydrogens_ignored_chain_choice(tmp_path):
-    waters = [atom_line(500 + k, "O", "HOH", "W", k + 1, (0.0, 0.0, 3.0 * k), "O", record="HETATM") for k in range(3)]
+    waters = [atom_line(500 + k, "O", "HOH", "W", k + 1, (0.0, 0.0, 3.0 * k), "O", record="HETATM")
+              for k in range(3)]
     ligand = [atom_line(600, "C1", "NAG", "A", 100, (1.0, 1.0, 1.0), "C", record="HETATM")]
     lines = waters + line_chain("MKVL", chain="B") + line_chain(SEQ, chain="A", shift=(0, 0, 50)) + ligand
     path = write(tmp_path, "multi.pdb", lines)
@@ -169,20 +181,21 @@ def test_mismatching_sequence_and_bad_files(tmp_path):
         read_structure(write(tmp_path, "line.txt", line_chain(SEQ)))
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Real files (../shared/data/structures)
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 REAL = {
-    "1aki.pdb": (None, "KVFGRCELAAAMKRHGLDNYRGYSLGNWVCAAKFESNFNTQATNRNTDGSTDYGILQINSRWWCNDGRTPGSRNLCNIPCSALLSS"
-                       "DITASVNCAKKIVSDGNGMNAWVAWRNRCKGTDVQAWIRGCRL"),
+    "1aki.pdb": (None, "KVFGRCELAAAMKRHGLDNYRGYSLGNWVCAAKFESNFNTQATNRNTDGSTDYGILQINSRWWCNDGRTPGSRNLC"
+                       "NIPCSALLSSDITASVNCAKKIVSDGNGMNAWVAWRNRCKGTDVQAWIRGCRL"),
     "pdb1ubi.pdb": ("A", "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"),
     "pdb1ejg.pdb": (None, "TTCCPSIVARSNFNVCRLPGTPEALCATYTGCIIIPGATCPGDYAN"),
 }
 
 
 def _representative_atoms_by_columns(path: str, chain: str) -> np.ndarray:
-    """Independent check: Cβ (Cα for Gly) of the first model, first altloc, read straight from the fixed columns."""
+    """Independent check: Cβ (Cα for Gly) of the first model, first altloc, read straight from the fixed
+    columns."""
     coords: dict[tuple[int, str], np.ndarray] = {}
     order: list[tuple[int, str]] = []
     with open(path) as handle:
@@ -218,9 +231,11 @@ def test_real_structures(structures_dir, name):
 
 def test_1ejg_alternate_locations(structures_dir):
     structure = read_structure(os.path.join(structures_dir, "pdb1ejg.pdb"))
-    assert structure.sequence[21] == "P" and structure.sequence[24] == "L"  # altloc A of the Pro22/Ser22, Leu25/Ile25
+    # altloc A of the Pro22/Ser22, Leu25/Ile25
+    assert structure.sequence[21] == "P" and structure.sequence[24] == "L"
     np.testing.assert_allclose(structure.coords[21], [5.655, 14.896, -2.744])  # Pro22 CB, altloc A
-    np.testing.assert_allclose(structure.coords[0], [18.103, 12.875, 5.202])  # Thr1 CB, altloc A (B at 17.983 ...)
+    # Thr1 CB, altloc A (B at 17.983 ...)
+    np.testing.assert_allclose(structure.coords[0], [18.103, 12.875, 5.202])
 
 
 def test_real_structure_aligned_to_a_longer_construct(structures_dir):
@@ -231,9 +246,9 @@ def test_real_structure_aligned_to_a_longer_construct(structures_dir):
     assert (aligned[:10] == -1).all()
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Alternate locations by occupancy, virtual Cβ, binding sites, secondary structure, thresholds
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_alternate_location_with_the_highest_occupancy_wins(tmp_path):
@@ -254,14 +269,16 @@ def test_highest_occupancy_uses_the_mean_over_the_altlocs_atoms():
     altloc = np.array([" ", "A", "A", "A", "B"])
     keep = highest_occupancy_altloc(["A"] * 5, [1] * 5, [""] * 5, altloc, np.array([1.0, 0.4, 0.4, 0.4, 0.6]))
     assert keep.tolist() == [True, False, False, False, True]
-    tie = highest_occupancy_altloc(["A"] * 3, [1] * 3, [""] * 3, np.array(["B", "A", " "]), np.array([.5, .5, 1.]))
+    tie = highest_occupancy_altloc(["A"] * 3, [1] * 3, [""] * 3, np.array(["B", "A", " "]),
+                                   np.array([.5, .5, 1.]))
     assert tie.tolist() == [True, False, True]  # a tie goes to the altloc met first in the file
 
 
 def _esm_contacts_from_pdb(path: str, chain: str, threshold: float = 8.0) -> np.ndarray:
     """Independent reimplementation of ESM's evaluation convention (the contact-prediction example's
-    `contacts_from_pdb`): a virtual Cβ placed from C, N, Cα by bond length 1.522 Å, angle 1.927 rad and dihedral
-    -2.143 rad (the `extend` construction), backbone atoms read from the fixed PDB columns (first altloc)."""
+    `contacts_from_pdb`): a virtual Cβ placed from C, N, Cα by bond length 1.522 Å, angle 1.927 rad and
+    dihedral -2.143 rad (the `extend` construction), backbone atoms read from the fixed PDB columns (first
+    altloc)."""
     backbone: dict[tuple, dict[str, np.ndarray]] = {}
     with open(path) as handle:
         for line in handle:
@@ -335,19 +352,21 @@ def test_binding_sites_within_the_stated_distance_of_a_ligand(tmp_path):
     # a two-atom ligand 3.5 Å above residue 3's CB (x = 12) and a water 1 Å from residue 8's CB: only 3 binds
     lines.append(atom_line(800, "C1", "LIG", "B", 1, (12.0, 0.0, 3.5), "C", record="HETATM"))
     lines.append(atom_line(801, "O1", "LIG", "B", 1, (12.0, 0.0, 4.9), "O", record="HETATM"))
-    lines.append(atom_line(802, "H1", "LIG", "B", 1, (16.0, 0.0, 0.5), "H", record="HETATM"))  # hydrogens ignored
+    # hydrogens ignored
+    lines.append(atom_line(802, "H1", "LIG", "B", 1, (16.0, 0.0, 0.5), "H", record="HETATM"))
     lines.append(atom_line(803, "O", "HOH", "W", 1, (32.0, 0.0, 1.0), "O", record="HETATM"))
     structure = read_structure(write(tmp_path, "ligand.pdb", lines))
     assert structure.ligands == ("LIG",)
-    # distances from each residue's nearest heavy atom: residue 3's CB is 3.5 Å away; its N and CA are farther;
-    # residues 2 and 4 sit 4 Å along x, so their CB is sqrt(16 + 12.25) = 5.3 Å away, C of residue 2 at x = 9 is
-    # sqrt(9 + 9 + 12.25) = 5.5 Å away
+    # distances from each residue's nearest heavy atom: residue 3's CB is 3.5 Å away; its N and CA are
+    # farther; residues 2 and 4 sit 4 Å along x, so their CB is sqrt(16 + 12.25) = 5.3 Å away, C of residue 2
+    # at x = 9 is sqrt(9 + 9 + 12.25) = 5.5 Å away
     assert structure.ligand_distance[3] == pytest.approx(3.5)
     assert binding_sites(structure).tolist() == [0, 0, 0, 1] + [0] * (len(SEQ) - 4)
     assert binding_sites(structure, distance=5.4).tolist() == [0, 0, 1, 1, 1] + [0] * (len(SEQ) - 5)
     aligned = binding_sites(structure, sequence="GS" + SEQ)
     assert aligned.tolist() == [-1, -1, 0, 0, 0, 1] + [0] * (len(SEQ) - 4)
-    assert binding_sites(read_structure(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "pdb1ubi.pdb"))).sum() == 0
+    assert binding_sites(read_structure(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                                                     "pdb1ubi.pdb"))).sum() == 0
 
 
 def test_secondary_structure_of_real_files(structures_dir):
@@ -355,7 +374,8 @@ def test_secondary_structure_of_real_files(structures_dir):
 
     lysozyme = read_structure(os.path.join(structures_dir, "1aki.pdb"))
     states = "".join(secondary_structure(lysozyme))
-    assert set(states) == {"a", "b", "t", "n"} and len(states) == 129  # provis' 4 classes: turn/bend, blank apart
+    # provis' 4 classes: turn/bend, blank apart
+    assert set(states) == {"a", "b", "t", "n"} and len(states) == 129
     assert states[4:14] == "a" * 10  # helix A of hen lysozyme, residues 5-14 (DSSP and its HELIX record)
     ubiquitin = read_structure(os.path.join(structures_dir, "pdb1ubi.pdb"))
     ss = "".join(secondary_structure(ubiquitin))
@@ -384,10 +404,12 @@ def _records(path, chain):
 
 
 # Agreement of DSSP (mdtraj, 3 classes) with the HELIX/SHEET records, measured on the shipped files: recall of
-# record residues / precision of DSSP's, per class. A record/DSSP disagreement of a few residues at the ends of an
-# element is normal (the records are the depositors' own assignment); P-SEA's 0 strand residues in 1EJG is not.
+# record residues / precision of DSSP's, per class. A record/DSSP disagreement of a few residues at the ends
+# of an element is normal (the records are the depositors' own assignment); P-SEA's 0 strand residues in 1EJG
+# is not.
 AGREEMENT = {  # file: (helix recall, helix precision, strand recall, strand precision), lower bounds
-    "1aki.pdb": (0.90, 0.95, 1.0, 0.40), "pdb1ejg.pdb": (0.80, 1.0, 1.0, 1.0), "pdb1ubi.pdb": (1.0, 0.80, 0.70, 0.90),
+    "1aki.pdb": (0.90, 0.95, 1.0, 0.40), "pdb1ejg.pdb": (0.80, 1.0, 1.0, 1.0),
+    "pdb1ubi.pdb": (1.0, 0.80, 0.70, 0.90),
 }
 
 
@@ -401,7 +423,8 @@ def test_dssp_agrees_with_the_helix_and_sheet_records(structures_dir, name):
     helix, sheet = _records(path, structure.chain)
     assert sheet, "every shipped structure has a β-sheet in its records"
     states = secondary_structure(structure)
-    called = {code: {int(number) for number, state in zip(structure.residue_ids, states, strict=True) if state == code}
+    called = {code: {int(number) for number,
+                     state in zip(structure.residue_ids, states, strict=True) if state == code}
               for code in ("a", "b")}
     assert called["b"], f"{name} has SHEET records, so DSSP must find strand residues"
     bounds = AGREEMENT[name]

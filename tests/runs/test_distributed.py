@@ -1,6 +1,6 @@
-"""probe.runs.runner with its two executors: the same units in-process and on a local Ray instance give the same
-tables; a worker killed with SIGKILL costs only its unit; a bad unit is recorded and the run goes on; `import probe`
-never imports ray.
+"""probe.runs.runner with its two executors: the same units in-process and on a local Ray instance give the
+same tables; a worker killed with SIGKILL costs only its unit; a bad unit is recorded and the run goes on;
+`import probe` never imports ray.
 
 The Ray tests share one small local instance (2 CPUs, 200 MB object store, no dashboard) and shut it down."""
 
@@ -42,7 +42,8 @@ def ray_cluster():
 
 
 def contacts_command(argv: list[str]) -> int:
-    """`probe contacts ARGV` in this process (its own parser only, so other subcommands' flags do not matter)."""
+    """`probe contacts ARGV` in this process (its own parser only, so other subcommands' flags do not
+    matter)."""
     import argparse
 
     from probe.commands import contacts
@@ -56,7 +57,8 @@ def label_units(specs):
 
 
 def run_units(units, task, ray=None, on_result=None):
-    """The results of one runner run (nothing persisted), in unit order; `on_result(result)` per finished unit."""
+    """The results of one runner run (nothing persisted), in unit order; `on_result(result)` per finished
+    unit."""
     show = (lambda unit, result: on_result(result)) if on_result else None
     executor = RayExecutor(ray) if ray is not None else None
     return run(units, task, Out(show=show), executor).results
@@ -85,8 +87,8 @@ def test_ray_flag_without_ray_installed_is_one_line(monkeypatch):
 
 
 def test_in_process_units_equal_label_model():
-    """The in-process runner gives exactly the rows of label_model (what `probe label` calls), plus checkpoint and
-    step columns."""
+    """The in-process runner gives exactly the rows of label_model (what `probe label` calls), plus checkpoint
+    and step columns."""
     from probe import models
     from probe.heads.label import label_model
 
@@ -107,8 +109,8 @@ def test_label_on_ray_equals_in_process(ray_cluster):
 
 @pytest.mark.ray
 def test_killed_worker_costs_only_its_unit(ray_cluster):
-    """One worker, three units; the worker is SIGKILLed when the first result arrives (the second unit is already
-    queued on it). Ray restarts it, retries, and the table equals the uninterrupted in-process one."""
+    """One worker, three units; the worker is SIGKILLed when the first result arrives (the second unit is
+    already queued on it). Ray restarts it, retries, and the table equals the uninterrupted in-process one."""
     units = label_units([*TWO_MODELS, "zoo:coreference"])
     expected = results_table(run_units(units, LabelTask(CONFIG)))
     killed: list[int] = []
@@ -150,15 +152,17 @@ def fasta_batch(tmp_path):
 
 @pytest.mark.ray
 def test_contacts_on_ray_equal_probe_contacts(ray_cluster, tmp_path, ubiquitin_structure):
-    """A FASTA batch aligned to 1UBI on zoo:esm-random: the Ray units give exactly the per-head and per-chain rows
-    `probe contacts` writes in-process, and the same arrays; an unreadable structure fails only its own unit."""
+    """A FASTA batch aligned to 1UBI on zoo:esm-random: the Ray units give exactly the per-head and per-chain
+    rows `probe contacts` writes in-process, and the same arrays; an unreadable structure fails only its own
+    unit."""
     from probe.proteins import sets as contact_sets
     from probe.proteins.units import UnitSpec, record_units
 
     records, fasta = fasta_batch(tmp_path)
     heads, chains = tmp_path / "heads.parquet", tmp_path / "chains.parquet"
-    assert contacts_command(["--model", "zoo:esm-random", "--fasta", str(fasta), "--structure", ubiquitin_structure,
-                             "--heads-out", str(heads), "--chains-out", str(chains)]) == 0
+    assert contacts_command(["--model", "zoo:esm-random", "--fasta", str(fasta), "--structure",
+                             ubiquitin_structure, "--heads-out", str(heads), "--chains-out",
+                             str(chains)]) == 0
 
     broken = tmp_path / "broken.pdb"
     broken.write_text("HEADER    NOT A STRUCTURE\nATOM  garbage\n")
@@ -177,15 +181,18 @@ def test_contacts_on_ray_equal_probe_contacts(ray_cluster, tmp_path, ubiquitin_s
             assert mine.arrays.keys() == theirs.arrays.keys()
             for name in mine.arrays:
                 np.testing.assert_array_equal(mine.arrays[name], theirs.arrays[name])
-    outcomes = [contact_sets.unpack(spec, r.table, r.arrays) for spec, r in zip(specs, [r for r in results if r.ok], strict=True)]
-    pd.testing.assert_frame_equal(contact_sets.heads_table(outcomes), pd.read_parquet(heads), check_exact=True)
-    pd.testing.assert_frame_equal(contact_sets.chain_table(outcomes), pd.read_parquet(chains), check_exact=True)
+    outcomes = [contact_sets.unpack(spec, r.table, r.arrays) for spec,
+                r in zip(specs, [r for r in results if r.ok], strict=True)]
+    pd.testing.assert_frame_equal(contact_sets.heads_table(outcomes), pd.read_parquet(heads),
+                                  check_exact=True)
+    pd.testing.assert_frame_equal(contact_sets.chain_table(outcomes), pd.read_parquet(chains),
+                                  check_exact=True)
 
 
 @pytest.mark.ray
 def test_contacts_on_ray_journal_each_unit_and_list_failures(ray_cluster, tmp_path):
-    """`probe contacts --ray`'s run: finished units journalled as they arrive, a failing one in OUT.errors.csv, the
-    others done and equal to the in-process analysis."""
+    """`probe contacts --ray`'s run: finished units journalled as they arrive, a failing one in
+    OUT.errors.csv, the others done and equal to the in-process analysis."""
     from probe import models
     from probe.proteins import sets as contact_sets
     from probe.proteins.units import record_units
@@ -200,10 +207,12 @@ def test_contacts_on_ray_journal_each_unit_and_list_failures(ray_cluster, tmp_pa
     task = ContactsTask(options, identities=identities)
     written = []
     report = run(contact_units(loaded.name, specs), task,
-                 Out(path=out, write=lambda table, finished: written.append([u.key for u, _ in finished]) or {}),
+                 Out(path=out, write=lambda table,
+                     finished: written.append([u.key for u, _ in finished]) or {}),
                  RayExecutor(RayOptions(workers=2)), progress=False)
     failed = [r for r in report.results if not r.ok]
-    assert [r.key for r in failed] == ["1:too_long"] and "use --window" in failed[0].error and report.code == 2
+    assert [r.key for r in failed] == [
+        "1:too_long"] and "use --window" in failed[0].error and report.code == 2
     assert [u for u, _ in Journal(out).units()] == ["0:a", "2:b"] and written[-1] == ["0:a", "2:b"]
     expected = contact_sets.analyse_unit(loaded, specs[2], options)
     np.testing.assert_array_equal(report.results[2].arrays["contacts"], expected.result.contacts)
@@ -226,5 +235,5 @@ def test_probe_contacts_ray_flag_equals_in_process(tmp_path, ubiquitin_structure
     ray = pytest.importorskip("ray")
     ray.shutdown()  # the command starts its own local instance (and stops it)
     assert contacts_command([*common, "--heads-out", str(tmp_path / "b.parquet"), "--ray", "auto"]) == 0
-    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "a.parquet"), pd.read_parquet(tmp_path / "b.parquet"),
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "a.parquet"),
+                                  pd.read_parquet(tmp_path / "b.parquet"), check_exact=True)

@@ -20,7 +20,8 @@ from probe.runs.journal import Journal, file_hash, identity_hash
 
 def test_identity_hash_is_canonical_and_sensitive():
     first = identity_hash({"types": ["induction"], "seed": 0, "model": "zoo:x"})
-    assert first == identity_hash({"model": "zoo:x", "seed": 0, "types": ["induction"]})  # key order is irrelevant
+    # key order is irrelevant
+    assert first == identity_hash({"model": "zoo:x", "seed": 0, "types": ["induction"]})
     assert first == identity_hash({"model": "zoo:x", "seed": 0, "types": ("induction",)})  # tuple == list
     assert len(first) == 16 and int(first, 16) >= 0
     assert first != identity_hash({"model": "zoo:x", "seed": 1, "types": ["induction"]})
@@ -47,7 +48,8 @@ def test_put_get_round_trip(tmp_path):
     out = tmp_path / "result.parquet"
     journal = Journal(out)
     assert journal.directory == tmp_path / ".result.parquet.parts"
-    table = pd.DataFrame({"layer": [0, 1], "head": [2, 3], "score": [0.25, float("nan")], "label": ["a", "b"]})
+    table = pd.DataFrame(
+        {"layer": [0, 1], "head": [2, 3], "score": [0.25, float("nan")], "label": ["a", "b"]})
     arrays = {"contacts": np.arange(12, dtype=np.float32).reshape(3, 4), "names": np.array(["x", "yy"])}
     journal.put("sp|P1|weird/name with spaces", "id-1", table=table, arrays=arrays)
 
@@ -141,8 +143,8 @@ WRITER = textwrap.dedent("""
 
 
 def test_sigkill_mid_put_leaves_no_corrupt_unit(tmp_path):
-    """Kill a writer at random moments: every unit file is whole and self-consistent, no finished unit is lost,
-    and the dead writer's temporary files are removed by the next Journal."""
+    """Kill a writer at random moments: every unit file is whole and self-consistent, no finished unit is
+    lost, and the dead writer's temporary files are removed by the next Journal."""
     out = tmp_path / "o.parquet"
     script = tmp_path / "writer.py"
     script.write_text(WRITER)

@@ -1,11 +1,12 @@
-"""probe.runs.runner: every batch path is one runner, so they agree (issue 17's measured disagreements, as tests).
+"""probe.runs.runner: every batch path is one runner, so they agree (issue 17's measured disagreements, as
+tests).
 
-* the identity of a model is the same on every path: `probe label --model A`, then `--models-file F(A)` reuses A and
-  says so in one line;
+* the identity of a model is the same on every path: `probe label --model A`, then `--models-file F(A)` reuses
+  A and says so in one line;
 * rows of models a run does not name are kept through every path (plain, several models, --models-file,
   --revisions, and Ray in test_distributed);
-* a failing unit is listed in OUT.errors.csv by every path (label plain, models file, revisions, contacts) while the
-  others are done;
+* a failing unit is listed in OUT.errors.csv by every path (label plain, models file, revisions, contacts)
+  while the others are done;
 * every file written has the mode a plain open() gives (0o666 minus the umask), the journal's too;
 * a same-size weight swap that keeps the timestamp (`cp -p`) recomputes (issue 22).
 """
@@ -24,7 +25,8 @@ from probe.cli import main
 from probe.errors import ProbeError
 from probe.runs.runner import InProcess, Out, Unit, UnitOutput, errors_path, run
 
-FAST = ["--types", "previous_token", "--examples", "4", "--bootstrap", "20", "--ablate", "none", "--seq-len", "16"]
+FAST = ["--types", "previous_token", "--examples", "4", "--bootstrap", "20", "--ablate", "none",
+        "--seq-len", "16"]
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +113,10 @@ def test_revisions_keep_other_checkpoints_and_models(models_dir, tmp_path, capsy
     out = tmp_path / "sweep.csv"
     assert label(["--model", str(base), "--revisions", "step-0,step-5", "--out", str(out)], capsys)[0] == 0
     first = pd.read_csv(out)
-    assert list(first["checkpoint"].unique()) == ["step-0", "step-5"] and list(first["step"].unique()) == [0, 5]
-    code, _, err = label(["--model", str(base), "--revisions", "step-5", "--out", str(out), "--seed", "1"], capsys)
+    assert list(first["checkpoint"].unique()) == ["step-0",
+                                                  "step-5"] and list(first["step"].unique()) == [0, 5]
+    code, _, err = label(
+        ["--model", str(base), "--revisions", "step-5", "--out", str(out), "--seed", "1"], capsys)
     assert code == 0, err
     table = pd.read_csv(out)
     assert len(table) == 16 and set(table.loc[table["checkpoint"] == "step-0", "seed"]) == {0}
@@ -166,7 +170,8 @@ def test_contacts_lists_a_failing_unit_and_goes_on(tiny_dir, tmp_path, capsys, m
 
     monkeypatch.setattr(contact_sets, "analyse_unit", analyse)
     heads = tmp_path / "heads.parquet"
-    code = main(["contacts", "--model", str(tiny_dir("esm")), "--fasta", str(fasta), "--heads-out", str(heads)])
+    code = main(
+        ["contacts", "--model", str(tiny_dir("esm")), "--fasta", str(fasta), "--heads-out", str(heads)])
     err = capsys.readouterr().err
     assert code == 2, err
     assert set(pd.read_parquet(heads)["id"]) == {"a", "c"}
@@ -189,8 +194,8 @@ def test_files_get_the_mode_of_a_plain_open(models_dir, tmp_path, capsys):
 
 
 def test_same_size_weight_swap_keeping_the_timestamp_recomputes(models_dir, tmp_path, capsys, counted):
-    """Issue 22: `cp -p` of another checkpoint of the same size over the weights, timestamp kept: recomputed, in
-    the same process too (the in-process hash cache is keyed by the change time and inode as well)."""
+    """Issue 22: `cp -p` of another checkpoint of the same size over the weights, timestamp kept: recomputed,
+    in the same process too (the in-process hash cache is keyed by the change time and inode as well)."""
     model = tmp_path / "model"
     shutil.copytree(models_dir["A"], model)
     weights = model / "model.safetensors"

@@ -1,5 +1,6 @@
-"""Sweeps over training checkpoints: zoo training writes step-N/ checkpoints, `probe label --revisions` labels them
-into one table (checkpoint, step columns), resumes, records a bad checkpoint, plots; on Ray the table is the same."""
+"""Sweeps over training checkpoints: zoo training writes step-N/ checkpoints, `probe label --revisions` labels
+them into one table (checkpoint, step columns), resumes, records a bad checkpoint, plots; on Ray the table is
+the same."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def checkpoints(tmp_path_factory):
     from probe.training.train import train
 
     out = tmp_path_factory.mktemp("induction-run")
-    train("induction", 0, out, overrides={"steps": 6, "batch": 4, "warmup": 2}, label=False, checkpoint_steps=STEPS)
+    train("induction", 0, out, overrides={"steps": 6, "batch": 4, "warmup": 2}, label=False,
+          checkpoint_steps=STEPS)
     return out
 
 
@@ -51,7 +53,8 @@ def test_training_writes_loadable_checkpoints_without_changing_the_run(checkpoin
 
     from probe.training.train import train
 
-    train("induction", 0, tmp_path, overrides={"steps": 6, "batch": 4, "warmup": 2}, label=False)  # no checkpoints
+    # no checkpoints
+    train("induction", 0, tmp_path, overrides={"steps": 6, "batch": 4, "warmup": 2}, label=False)
     plain = load_file(tmp_path / "model.safetensors")
     assert not list(tmp_path.glob("step-*"))
 
@@ -59,8 +62,10 @@ def test_training_writes_loadable_checkpoints_without_changing_the_run(checkpoin
         directory = checkpoints / f"step-{step}"
         assert json.loads((directory / "card.json").read_text())["step"] == step
         assert models.load(str(directory)).n_layers == 2
-    final, last = load_file(checkpoints / "model.safetensors"), load_file(checkpoints / "step-6" / "model.safetensors")
-    assert all(torch.equal(final[name], last[name]) and torch.equal(final[name], plain[name]) for name in final)
+    final, last = load_file(checkpoints / "model.safetensors"), load_file(
+        checkpoints / "step-6" / "model.safetensors")
+    assert all(torch.equal(final[name], last[name]) and torch.equal(final[name], plain[name])
+               for name in final)
     first = load_file(checkpoints / "step-0" / "model.safetensors")
     assert not all(torch.equal(first[name], last[name]) for name in first)  # the weights did train
 
@@ -86,7 +91,8 @@ def test_sweep_table_resume_errors_and_plot(checkpoints, tmp_path, capsys):
     for step in STEPS:
         expected = label_model(models.load(str(checkpoints / f"step-{step}")), CONFIG)
         mine = table[table["step"] == step].drop(columns=[*SWEEP_COLUMNS, "model"]).reset_index(drop=True)
-        pd.testing.assert_frame_equal(mine, expected.drop(columns=["model"]), check_exact=True, check_dtype=False)
+        pd.testing.assert_frame_equal(mine, expected.drop(columns=["model"]), check_exact=True,
+                                      check_dtype=False)
     if table["label"].any():
         assert plot.exists() and "plotly" in plot.read_text()[:5000]
         if (tmp_path / "sweep.png").exists():  # kaleido or a Chromium was available
@@ -105,13 +111,13 @@ def test_sweep_table_resume_errors_and_plot(checkpoints, tmp_path, capsys):
     assert list(errors["unit"]) == [f"{checkpoints}@step-99"] and list(errors["kind"]) == ["input"]
 
 
-SWEEP = [sys.executable, "-m", "probe.cli", "label", "--types", "previous_token,induction", "--examples", "32",
-         "--batch-size", "8", "--bootstrap", "100", "--ablate", "none"]
+SWEEP = [sys.executable, "-m", "probe.cli", "label", "--types", "previous_token,induction", "--examples",
+         "32", "--batch-size", "8", "--bootstrap", "100", "--ablate", "none"]
 
 
 def test_killed_driver_resumes_after_the_finished_checkpoints(checkpoints, tmp_path):
-    """SIGKILL the driver as soon as its first checkpoint is journalled; the rerun computes only the rest and the
-    table equals an uninterrupted run's."""
+    """SIGKILL the driver as soon as its first checkpoint is journalled; the rerun computes only the rest and
+    the table equals an uninterrupted run's."""
     import os
     import signal
     import subprocess
@@ -132,10 +138,11 @@ def test_killed_driver_resumes_after_the_finished_checkpoints(checkpoints, tmp_p
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     reused = int(rerun.stderr.split(" of 3 model(s) already done")[0].rsplit(" ", 1)[-1])
     assert 1 <= reused < 3
-    whole = subprocess.run([*SWEEP, *flags, "--out", str(tmp_path / "whole.parquet")], capture_output=True, text=True,
-                           timeout=300)
+    whole = subprocess.run([*SWEEP, *flags, "--out", str(tmp_path / "whole.parquet")], capture_output=True,
+                           text=True, timeout=300)
     assert whole.returncode == 0, whole.stderr[-2000:]
-    pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(tmp_path / "whole.parquet"), check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(tmp_path / "whole.parquet"),
+                                  check_exact=True)
 
 
 def test_out_that_is_not_a_label_table_is_refused(checkpoints, tmp_path, capsys):
@@ -181,8 +188,8 @@ def test_sweep_on_ray_auto_equals_in_process(checkpoints, tmp_path):
                           "--out", str(tmp_path / "local.parquet")]) == 0
     assert label_command(["--model", str(checkpoints), "--revisions", revisions, "--ray", "auto",
                           "--ray-workers", "2", "--out", str(tmp_path / "ray.parquet")]) == 0
-    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ray.parquet"), pd.read_parquet(tmp_path / "local.parquet"),
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ray.parquet"),
+                                  pd.read_parquet(tmp_path / "local.parquet"), check_exact=True)
 
 
 def test_probe_label_flags_wired(checkpoints, tmp_path):
@@ -210,4 +217,5 @@ def test_png_without_kaleido_is_a_chromium_screenshot(tmp_path, monkeypatch):
 
     written = save_figure(sweep_figure(table), tmp_path / "f.png")
     assert written == [tmp_path / "f.html", tmp_path / "f.png"]
-    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "f.png").stat().st_size > 10_000
+    assert ((tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+            and (tmp_path / "f.png").stat().st_size > 10_000)

@@ -18,12 +18,15 @@ def test_notebook_runs(path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    errors = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    errors = [output for cell in notebook.cells if cell.cell_type == "code"
+              for output in cell.get("outputs", [])
               if output.get("output_type") == "error"]
     assert not errors
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
-    if path.stem == "views":  # the inline views are in the outputs as text/html (tests/views/test_views_browser.py)
+    # the inline views are in the outputs as text/html (tests/views/test_views_browser.py)
+    if path.stem == "views":
         html = [output["data"]["text/html"] for cell in notebook.cells if cell.cell_type == "code"
                 for output in cell.get("outputs", []) if "text/html" in output.get("data", {})]
         assert sum('data-probe-view="' in text and "window.probeViews" in text for text in html) == 2

@@ -1,5 +1,5 @@
-"""probe.views: α as uint8 maps, the pooled capture against eager α, the inline view's data, the labels table, the
-figures (SVG, PNG), the one-file report, `probe report`, and the app serving the same views.js."""
+"""probe.views: α as uint8 maps, the pooled capture against eager α, the inline view's data, the labels table,
+the figures (SVG, PNG), the one-file report, `probe report`, and the app serving the same views.js."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _max_pool(alpha: np.ndarray, factor: int) -> np.ndarray:
     return padded.reshape(side, factor, side, factor).max(axis=(1, 3))  # [side side]
 
 
-# --- encode -------------------------------------------------------------------------------------------------------
+# --- encode -------------------------------------------------------------------------------------------------
 
 
 def test_quantise_round_trip_is_within_half_a_step_of_each_heads_max():
@@ -72,7 +72,7 @@ def test_the_budget_picks_the_pooling_factor():
     assert encode.pooling_factor(1024, 1, 10**9, max_side=256) == 4
 
 
-# --- the pooled capture -------------------------------------------------------------------------------------------
+# --- the pooled capture -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "bert"])
@@ -95,18 +95,21 @@ def test_pooled_maps_equal_max_pooled_eager_attention(tiny_dir, arch):
     np.testing.assert_allclose(full[(0, 0)], reference[0, 0], atol=1e-6)
 
 
-# --- the inline view ----------------------------------------------------------------------------------------------
+# --- the inline view ----------------------------------------------------------------------------------------
 
 
 def _labels(loaded) -> pd.DataFrame:
     """previous_token scores: L0H0 labelled (0.9), L0H1 at chance (not significant), the rest unknown."""
     return pd.DataFrame([
-        {"model": loaded.name, "layer": 0, "head": 0, "head_type": "previous_token", "score": 0.9, "ci_low": 0.85,
-         "ci_high": 0.95, "chance": 0.1, "q_value": 0.0001, "label": True, "output_share": 0.8, "role": "function"},
-        {"model": loaded.name, "layer": 0, "head": 1, "head_type": "previous_token", "score": 0.12, "ci_low": 0.05,
-         "ci_high": 0.2, "chance": 0.1, "q_value": 0.6, "label": False, "output_share": float("nan"), "role": ""},
-        {"model": loaded.name, "layer": 1, "head": 2, "head_type": "previous_token", "score": 0.5, "ci_low": 0.4,
-         "ci_high": 0.6, "chance": 0.1, "q_value": 0.01, "label": False, "output_share": 0.3, "role": ""},
+        {"model": loaded.name, "layer": 0, "head": 0, "head_type": "previous_token", "score": 0.9,
+         "ci_low": 0.85, "ci_high": 0.95, "chance": 0.1, "q_value": 0.0001, "label": True,
+         "output_share": 0.8, "role": "function"},
+        {"model": loaded.name, "layer": 0, "head": 1, "head_type": "previous_token", "score": 0.12,
+         "ci_low": 0.05, "ci_high": 0.2, "chance": 0.1, "q_value": 0.6, "label": False,
+         "output_share": float("nan"), "role": ""},
+        {"model": loaded.name, "layer": 1, "head": 2, "head_type": "previous_token", "score": 0.5,
+         "ci_low": 0.4, "ci_high": 0.6, "chance": 0.1, "q_value": 0.01, "label": False, "output_share": 0.3,
+         "role": ""},
     ])
 
 
@@ -115,7 +118,8 @@ def test_show_sends_typed_arrays_that_decode_to_the_planted_heads(planted):
     view = show(planted, ids[0].tolist(), labels=_labels(planted))
     data = view.payload()
     assert data["maps"]["factor"] == 1 and data["maps"]["bins"] == 12
-    assert isinstance(data["maps"]["data"], str) and isinstance(data["thumbs"]["data"], str)  # base64, no lists
+    # base64, no lists
+    assert isinstance(data["maps"]["data"], str) and isinstance(data["thumbs"]["data"], str)
     raw = np.frombuffer(base64.b64decode(data["maps"]["data"]), dtype=np.uint8)
     assert raw.size == 12 * 12 * len(data["maps"]["index"])  # one byte per cell: the stated budget
     tops = np.frombuffer(base64.b64decode(data["maps"]["scale"]), dtype="<f4")
@@ -128,7 +132,8 @@ def test_show_sends_typed_arrays_that_decode_to_the_planted_heads(planted):
     assert PLANTED_HEADS[(0, 0)] == "previous_token"
     assert view.selected == (0, 0)  # the best labelled head first
     marks = data["badges"]["previous_token"]
-    assert marks["0:0"] == ["0.90 ✓", "labelled"] and marks["0:1"] == ["0.12", "faint"] and marks["1:2"][1] == ""
+    assert marks["0:0"] == ["0.90 ✓", "labelled"] and marks["0:1"] == ["0.12",
+                                                                       "faint"] and marks["1:2"][1] == ""
     html = view._repr_html_()
     assert "window.probeViews" in html and 'data-probe-view="' in html and "http" not in html.replace(
         "http://www.w3.org/2000/svg", "")
@@ -157,7 +162,7 @@ def test_json_in_the_page_cannot_close_its_script(planted):
     assert json.loads(payload)["tokens"][0] == "</script><b>"
 
 
-# --- figures ------------------------------------------------------------------------------------------------------
+# --- figures ------------------------------------------------------------------------------------------------
 
 
 def test_svg_figures_have_the_token_labels_and_every_head(planted, tmp_path):
@@ -203,7 +208,7 @@ def test_png_from_python_without_kaleido_names_the_fix(planted, tmp_path, monkey
     assert not (tmp_path / "map.png").exists()
 
 
-# --- the labels table ---------------------------------------------------------------------------------------------
+# --- the labels table ---------------------------------------------------------------------------------------
 
 
 def test_label_table_is_sorted_coloured_and_says_unknown(planted):
@@ -223,7 +228,7 @@ def test_label_table_is_sorted_coloured_and_says_unknown(planted):
         label_table(pd.DataFrame({"layer": [0]}))
 
 
-# --- the report ---------------------------------------------------------------------------------------------------
+# --- the report ---------------------------------------------------------------------------------------------
 
 
 def _no_requests(page: str) -> None:
@@ -252,7 +257,8 @@ def test_report_keeps_a_few_full_maps_when_all_do_not_fit(planted, tmp_path):
 
     page = report_html(planted, labels=_labels(planted), seq_len=64, full_maps=2, budget=2 * 64 * 64 + 16)
     data = json.loads(re.search(r'id="probe-report-view-data">(.*?)</script>', page, re.S).group(1))
-    assert [tuple(p) for p in data["maps"]["index"]][:1] and (0, 0) in [tuple(p) for p in data["maps"]["index"]]
+    assert [tuple(p) for p in data["maps"]["index"]][:1] and (0,
+                                                              0) in [tuple(p) for p in data["maps"]["index"]]
     assert len(data["maps"]["index"]) == 2 and data["maps"]["factor"] == 1
 
 
@@ -293,10 +299,11 @@ def test_probe_label_writes_the_report_at_the_end(planted, tmp_path, capsys):
     assert main(["label", "--model", planted.name, "--model", planted.name + "/", "--out", str(out),
                  "--report", str(report)]) == 2
     assert "one model" in capsys.readouterr().err
-    assert main(["label", "--model", planted.name, "--out", str(out), "--report", str(tmp_path / "r.txt")]) == 2
+    assert main(
+        ["label", "--model", planted.name, "--out", str(out), "--report", str(tmp_path / "r.txt")]) == 2
 
 
-# --- one view layer: the app serves the package's views.js ----------------------------------------------------------
+# --- one view layer: the app serves the package's views.js --------------------------------------------------
 
 
 def test_the_app_loads_the_packages_views_js_before_its_explorer(tiny_dir):

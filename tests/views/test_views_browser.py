@@ -1,10 +1,11 @@
 """The view layer in headless Chromium, offline: a written report and the nbconvert HTML of the executed views
-notebook open from file:// with the network disabled — zero network requests, zero console errors; hovering a token
-highlights its row of the map, a key steps the head, the export functions make SVG and PNG; screenshots at 1280×800
-for docs/ (views_report.png, views_notebook.png).
+notebook open from file:// with the network disabled — zero network requests, zero console errors; hovering a
+token highlights its row of the map, a key steps the head, the export functions make SVG and PNG; screenshots
+at 1280×800 for docs/ (views_report.png, views_notebook.png).
 
-The notebook (notebooks/views.ipynb) is executed once for the module: its outputs must hold the view as text/html,
-and its dashboard cell (Dash inline, `probe.app.run`) must return at once — the kernel is never blocked.
+The notebook (notebooks/views.ipynb) is executed once for the module: its outputs must hold the view as
+text/html, and its dashboard cell (Dash inline, `probe.app.run`) must return at once — the kernel is never
+blocked.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ NOTEBOOK = ROOT / "notebooks" / "views.ipynb"
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
          "--window-size=1280,800")
-APP_CELL_SECONDS = 120  # the inline app's cell must return within this (it starts a thread; it never serves here)
+# the inline app's cell must return within this (it starts a thread; it never serves here)
+APP_CELL_SECONDS = 120
 
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """notebooks/views.ipynb executed top to bottom (nbclient), with per-cell timing; its kernel (and the dashboard
-    it started inline) stays up until the module's tests are done."""
+    """notebooks/views.ipynb executed top to bottom (nbclient), with per-cell timing; its kernel (and the
+    dashboard it started inline) stays up until the module's tests are done."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -56,7 +58,8 @@ def _seconds(cell) -> float:
     return (end - start).total_seconds()
 
 
-@pytest.mark.slow  # executes the notebook (~45 s); tests/views/test_notebooks.py runs it and checks its views by default
+# executes the notebook (~45 s); tests/views/test_notebooks.py runs it and checks its views by default
+@pytest.mark.slow
 def test_notebook_outputs_hold_the_view_and_the_app_cell_returns(executed):
     outputs = [output for cell in executed.cells if cell.cell_type == "code" for output in cell.outputs]
     assert not [output for output in outputs if output.output_type == "error"]
@@ -71,7 +74,7 @@ def test_notebook_outputs_hold_the_view_and_the_app_cell_returns(executed):
     assert last["data"]["text/plain"] == "200"  # the kernel answered while the app served
 
 
-# --- the browser ------------------------------------------------------------------------------------------------
+# --- the browser --------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +93,15 @@ def driver():
     browser.set_window_size(1280, 800)
     browser.execute_cdp_cmd("Network.enable", {})
     browser.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
-                                                                 "downloadThroughput": -1, "uploadThroughput": -1})
+                                                                 "downloadThroughput": -1,
+                                                                 "uploadThroughput": -1})
     yield browser
     browser.quit()
 
 
 def _open_offline(driver, path: Path) -> None:
-    """Open `path` from file:// with the network off; then no request left the page and the console is clean."""
+    """Open `path` from file:// with the network off; then no request left the page and the console is
+    clean."""
     requests, errors = _load(driver, path)
     assert requests == [], f"network requests: {requests}"
     assert errors == [], f"console errors: {errors}"
@@ -166,10 +171,11 @@ def _planted_labels(name: str) -> pd.DataFrame:
             for head_type in ("previous_token", "self", "first_token"):
                 strong = planted == head_type
                 score = 0.95 if strong else 0.08
-                rows.append({"model": name, "layer": layer, "head": head, "head_type": head_type, "score": score,
-                             "ci_low": score - 0.03, "ci_high": score + 0.02, "chance": 0.08,
+                rows.append({"model": name, "layer": layer, "head": head, "head_type": head_type,
+                             "score": score, "ci_low": score - 0.03, "ci_high": score + 0.02, "chance": 0.08,
                              "q_value": 1e-4 if strong else 0.7, "label": strong,
-                             "output_share": 0.8 if strong else float("nan"), "role": "function" if strong else ""})
+                             "output_share": 0.8 if strong else float("nan"),
+                             "role": "function" if strong else ""})
     return pd.DataFrame(rows)
 
 
@@ -198,8 +204,9 @@ def test_nbconvert_html_of_the_notebook_offline_in_chromium(driver, executed, tm
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
 
-    # nbconvert's own template loads require.js and MathJax from a CDN (the view needs neither): pointed at empty
-    # data: URIs; the dashboard cell's iframe shows the notebook's live server, gone once the kernel stopped.
+    # nbconvert's own template loads require.js and MathJax from a CDN (the view needs neither): pointed at
+    # empty data: URIs; the dashboard cell's iframe shows the notebook's live server, gone once the kernel
+    # stopped.
     exporter = HTMLExporter(require_js_url="data:,", mathjax_url="data:,")
     exporter.register_preprocessor(TagRemovePreprocessor(remove_all_outputs_tags={"app"}, enabled=True), True)
     body, _ = exporter.from_notebook_node(executed)
@@ -211,10 +218,12 @@ def test_nbconvert_html_of_the_notebook_offline_in_chromium(driver, executed, tm
     _hover_token_and_step_a_head(driver, f"#{roots[1].get_attribute('id')}")
     from selenium.webdriver.common.action_chains import ActionChains
 
-    roots[1].find_element("css selector", '.pv-thumb[data-layer="1"][data-head="2"]').click()  # an induction head
+    # an induction head
+    roots[1].find_element("css selector", '.pv-thumb[data-layer="1"][data-head="2"]').click()
     assert roots[1].get_attribute("data-layer") == "1" and roots[1].get_attribute("data-head") == "2"
     driver.execute_script("arguments[0].scrollIntoView({block: 'start'}); window.scrollBy(0, -40)", roots[1])
-    ActionChains(driver).move_to_element(roots[1].find_elements("css selector", ".pv-tokens .token")[45]).perform()
+    ActionChains(driver).move_to_element(
+        roots[1].find_elements("css selector", ".pv-tokens .token")[45]).perform()
     driver.save_screenshot(str(DOCS / "views_notebook.png"))
     errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []
@@ -222,16 +231,17 @@ def test_nbconvert_html_of_the_notebook_offline_in_chromium(driver, executed, tm
 
 @pytest.mark.browser
 def test_the_dashboard_inline_in_the_notebook_html(driver, executed, tmp_path):
-    """The notebook's `probe.app.run(jupyter_mode="inline")` output is an iframe of the dashboard, served from the
-    kernel's background thread while the kernel stays free: loaded here from loopback (the only network this test
-    allows), drawn, screenshot for docs/app.md."""
+    """The notebook's `probe.app.run(jupyter_mode="inline")` output is an iframe of the dashboard, served from
+    the kernel's background thread while the kernel stays free: loaded here from loopback (the only network
+    this test allows), drawn, screenshot for docs/app.md."""
     from nbconvert import HTMLExporter
 
     body, _ = HTMLExporter(require_js_url="data:,", mathjax_url="data:,").from_notebook_node(executed)
     page = tmp_path / "views-with-app.html"
     page.write_text(body, encoding="utf-8")
     driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": False, "latency": 0,
-                                                                "downloadThroughput": -1, "uploadThroughput": -1})
+                                                                "downloadThroughput": -1,
+                                                                "uploadThroughput": -1})
     try:
         driver.get(page.resolve().as_uri())
         frame = driver.find_element("css selector", "iframe")
@@ -240,7 +250,8 @@ def test_the_dashboard_inline_in_the_notebook_html(driver, executed, tmp_path):
         driver.switch_to.frame(frame)
         deadline = time.time() + 90
         while time.time() < deadline and not driver.execute_script(
-                "return document.querySelectorAll('#atlas-graph .js-plotly-plot, .head-grid-cells').length >= 2"):
+                "return document.querySelectorAll('#atlas-graph .js-plotly-plot, .head-grid-cells').length "
+                ">= 2"):
             time.sleep(0.5)
         assert driver.execute_script("return window.probeViews && window.probeViews.version") == 1
         driver.switch_to.default_content()

@@ -1,5 +1,5 @@
-"""Implicit-causality coreference sentences: two names of one gender, and the verb's class picks the antecedent
-(Garvey & Caramazza 1974)."""
+"""Implicit-causality coreference sentences: two names of one gender, and the verb's class picks the
+antecedent (Garvey & Caramazza 1974)."""
 
 from __future__ import annotations
 
@@ -9,25 +9,25 @@ from dataclasses import dataclass
 from probe.heads.probesets.spans import Span
 from probe.heads.probesets.templates import CorefExample
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Implicit-causality coreference sentences (two names of one gender; the verb picks the antecedent)
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class CausalityVocabulary:
     """Words and templates of the implicit-causality probe sentences (Garvey & Caramazza 1974; REFERENCE.md):
     "A thanked B because she …" → B, "A fascinated B because she …" → A. Both names have the pronoun's gender,
-    so agreement cannot choose, and the verb class (subject- or object-biased) decides the antecedent. The verbs are
-    single words so that both classes put the names at the same positions."""
+    so agreement cannot choose, and the verb class (subject- or object-biased) decides the antecedent. The
+    verbs are single words so that both classes put the names at the same positions."""
 
     male_names: tuple[str, ...] = ("john", "bob", "tom", "sam", "paul", "mark", "luke", "adam")
     female_names: tuple[str, ...] = ("mary", "alice", "anna", "kate", "emma", "lucy", "rose", "jane")
     male_pronoun: str = "he"
     female_pronoun: str = "she"
     # the cause lies with the subject (NP1): "A fascinated B because she was clever" -> A
-    subject_verbs: tuple[str, ...] = ("fascinated", "amused", "disappointed", "annoyed", "frightened", "charmed",
-                                      "impressed", "inspired")
+    subject_verbs: tuple[str, ...] = ("fascinated", "amused", "disappointed", "annoyed", "frightened",
+                                      "charmed", "impressed", "inspired")
     # the cause lies with the object (NP2): "A thanked B because she had helped" -> B
     object_verbs: tuple[str, ...] = ("thanked", "praised", "blamed", "admired", "scolded", "punished",
                                      "congratulated", "envied")
@@ -44,8 +44,8 @@ class CausalityVocabulary:
 
     def words(self) -> list[str]:
         """Every word a sentence can contain (for building a word-level tokenizer), without duplicates."""
-        listed = [*self.male_names, *self.female_names, self.male_pronoun, self.female_pronoun, *self.subject_verbs,
-                  *self.object_verbs, *self.actions, *self.objects]
+        listed = [*self.male_names, *self.female_names, self.male_pronoun, self.female_pronoun,
+                  *self.subject_verbs, *self.object_verbs, *self.actions, *self.objects]
         for template in self.templates:
             listed.extend(word for word in template.split() if not word.startswith("{"))
         return list(dict.fromkeys(listed))
@@ -58,10 +58,10 @@ def causality_examples(
 ) -> list[CorefExample]:
     """Seeded implicit-causality sentences, balanced: example k has the subject-biased cue when k is even (the
     antecedent is the first name) and the object-biased cue when k is odd (the second name), and the male
-    pronoun when k // 2 is even; so over every 4 examples nearest mention, first mention and agreement (both names
-    agree) are each right exactly half of the time. Names (two distinct ones of the pronoun's gender), verb,
-    template, action and object are drawn from `seed`. `group` is the cue class, `template` the bootstrap
-    cluster."""
+    pronoun when k // 2 is even; so over every 4 examples nearest mention, first mention and agreement (both
+    names agree) are each right exactly half of the time. Names (two distinct ones of the pronoun's gender),
+    verb, template, action and object are drawn from `seed`. `group` is the cue class, `template` the
+    bootstrap cluster."""
     rng = random.Random(seed)
     examples = []
     for index in range(n_examples):

@@ -9,9 +9,9 @@ from pathlib import Path
 from probe.errors import ProbeError
 from probe.heads.probesets.spans import Span, SpanExample
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The user's probe file
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def _span(value, what: str, where: str, text: str) -> Span:
@@ -39,8 +39,8 @@ def load_probe_file(path: str | Path) -> list[SpanExample]:
          "distractors": [[9, 13]]}
 
     `query`: the attending word's character span [start, stop); `target`: one span or a list of spans (the
-    antecedent mentions); `distractors` (optional): other candidate mentions, for the nearest-mention baseline.
-    Every problem is a one-line ProbeError naming the file and line.
+    antecedent mentions); `distractors` (optional): other candidate mentions, for the nearest-mention
+    baseline. Every problem is a one-line ProbeError naming the file and line.
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -50,7 +50,8 @@ def load_probe_file(path: str | Path) -> list[SpanExample]:
         lines = path.read_text(encoding="utf-8").split("\n")
     except UnicodeDecodeError as error:
         line = path.read_bytes()[:error.start].count(b"\n") + 1
-        raise ProbeError(f"probe file {path} line {line}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+        raise ProbeError(f"probe file {path} line {line}: not UTF-8 text (byte {error.start}); save it as "
+                         "UTF-8") from None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -63,14 +64,17 @@ def load_probe_file(path: str | Path) -> list[SpanExample]:
             raise ProbeError(f"{where}: expected a JSON object with text, query and target")
         missing = [key for key in ("text", "query", "target") if key not in record]
         if missing:
-            raise ProbeError(f"{where}: missing {', '.join(missing)} (each line needs text, query and target)")
+            raise ProbeError(
+                f"{where}: missing {', '.join(missing)} (each line needs text, query and target)")
         text = record["text"]
         if not isinstance(text, str) or not text.strip():
             raise ProbeError(f"{where}: text must be a non-empty string")
         query = _span(record["query"], "query", where, text)
         targets = _spans(record["target"], "target", where, text)
-        distractors = _spans(record["distractors"], "distractors", where, text) if record.get("distractors") else ()
+        distractors = _spans(record["distractors"], "distractors", where,
+                             text) if record.get("distractors") else ()
         examples.append(SpanExample(text, query, targets, distractors, source=where, group="file"))
     if not examples:
-        raise ProbeError(f"probe file {path} is empty: write one JSON object per line with text, query and target")
+        raise ProbeError(f"probe file {path} is empty: write one JSON object per line with text, query and "
+                         "target")
     return examples

@@ -1,6 +1,6 @@
 """Span examples on tokens: a text with query and target character spans (:class:`SpanExample`), mapped onto a
-tokenizer's tokens with its offsets (:func:`encode_span_example`), with the nearest / first / agreement baselines, and
-padded into batches (:func:`pad_span_batch`)."""
+tokenizer's tokens with its offsets (:func:`encode_span_example`), with the nearest / first / agreement
+baselines, and padded into batches (:func:`pad_span_batch`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from probe.errors import ProbeError
 Span = tuple[int, int]  # [start, stop): word indices in a CorefExample, character offsets in a SpanExample
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Span examples (templates or the user's file) on tokens
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,10 @@ class EncodedSpanExample:
     word_ids: tuple[int, ...]  # word index of each token; -1 for special tokens
     target_words: tuple[int, ...]  # word indices overlapping a target span
     query_words: tuple[int, ...]  # word indices overlapping the query span
-    baselines: tuple[tuple[str, bool], ...] = ()  # (baseline name, it picks a target): nearest, first, agreement
-    candidate_words: tuple[int, ...] = ()  # words of the marked mentions (targets + distractors); () = every word
+    # (baseline name, it picks a target): nearest, first, agreement
+    baselines: tuple[tuple[str, bool], ...] = ()
+    # words of the marked mentions (targets + distractors); () = every word
+    candidate_words: tuple[int, ...] = ()
     source: str = ""
     cluster: str = ""
     group: str = ""
@@ -62,8 +64,8 @@ def _tokens_in(span: Span, offsets: Sequence[tuple[int, int]], special: Sequence
 
 
 def _nearest_is_target(example: SpanExample) -> bool | None:
-    """Nearest-mention baseline: of the marked mentions before the query (all mentions if none precede it), the
-    one ending closest to the query's start; True when it is a target."""
+    """Nearest-mention baseline: of the marked mentions before the query (all mentions if none precede it),
+    the one ending closest to the query's start; True when it is a target."""
     if not example.distractors:
         return None
     mentions = [(span, True) for span in example.targets] + [(span, False) for span in example.distractors]
@@ -97,7 +99,8 @@ def encode_span_example(example: SpanExample, tokenizer) -> EncodedSpanExample:
     offsets = encoding["offset_mapping"]
     special = [bool(flag) for flag in encoding["special_tokens_mask"]]
     words = encoding.word_ids()
-    word_ids = tuple(-1 if is_special or word is None else int(word) for word, is_special in zip(words, special, strict=True))
+    word_ids = tuple(-1 if is_special or word is None else int(word) for word,
+                     is_special in zip(words, special, strict=True))
     where = f"{example.source}: " if example.source else ""
     query_tokens = _tokens_in(example.query, offsets, special)
     if not query_tokens:
@@ -124,8 +127,8 @@ def encode_span_example(example: SpanExample, tokenizer) -> EncodedSpanExample:
         target_words=tuple(sorted({word_ids[i] for i in target_tokens})),
         query_words=tuple(sorted({word_ids[i] for i in query_tokens})),
         baselines=span_baselines(example),
-        candidate_words=tuple(sorted(candidates | {word_ids[i] for i in target_tokens})) if candidates else (),
-        source=example.source,
+        candidate_words=tuple(sorted(candidates | {word_ids[i] for i in target_tokens})) if candidates
+        else (), source=example.source,
         cluster=example.cluster or example.source,
         group=example.group,
     )

@@ -1,5 +1,5 @@
-"""Coreference sentences from our own templates over :class:`CorefVocabulary`: a pronoun whose antecedent is fixed
-by agreement (gender or number) with one earlier noun, beside distractor nouns that disagree with it."""
+"""Coreference sentences from our own templates over :class:`CorefVocabulary`: a pronoun whose antecedent is
+fixed by agreement (gender or number) with one earlier noun, beside distractor nouns that disagree with it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from probe.errors import ProbeError
 from probe.heads.probesets.spans import EncodedSpanExample, Span, SpanExample, encode_span_example
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Coreference sentences from templates
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,8 @@ class CorefVocabulary:
     female_names: tuple[str, ...] = ("mary", "alice", "anna", "kate", "emma")
     male_roles: tuple[str, ...] = ("king", "father", "boy", "man", "waiter")  # written "the king"
     female_roles: tuple[str, ...] = ("queen", "mother", "girl", "woman", "waitress")
-    plural_nouns: tuple[str, ...] = ("doctors", "nurses", "teachers", "pilots", "children")  # written "the doctors"
+    # written "the doctors"
+    plural_nouns: tuple[str, ...] = ("doctors", "nurses", "teachers", "pilots", "children")
     male_pronoun: str = "he"
     female_pronoun: str = "she"
     plural_pronoun: str = "they"
@@ -44,9 +45,9 @@ class CorefVocabulary:
 
     def words(self) -> list[str]:
         """Every word a sentence can contain (for building a word-level tokenizer), without duplicates."""
-        listed = [*self.male_names, *self.female_names, *self.male_roles, *self.female_roles, *self.plural_nouns,
-                  self.male_pronoun, self.female_pronoun, self.plural_pronoun, *self.verbs, *self.actions,
-                  *self.objects, self.determiner, self.conjunction]
+        listed = [*self.male_names, *self.female_names, *self.male_roles, *self.female_roles,
+                  *self.plural_nouns, self.male_pronoun, self.female_pronoun, self.plural_pronoun,
+                  *self.verbs, *self.actions, *self.objects, self.determiner, self.conjunction]
         for template in self.templates:
             listed.extend(word for word in template.split() if not word.startswith("{"))
         return list(dict.fromkeys(listed))
@@ -84,9 +85,11 @@ class CorefExample:
 
     def to_span_example(self) -> SpanExample:
         return SpanExample(self.text, self.char_span((self.pronoun, self.pronoun + 1)),
-                           (self.char_span(self.antecedent),), tuple(self.char_span(s) for s in self.distractors),
+                           (self.char_span(self.antecedent),),
+                           tuple(self.char_span(s) for s in self.distractors),
                            source=f"template {self.template}", cluster=f"template {self.template}",
-                           group=self.cue or ("antecedent first" if self.antecedent_first else "antecedent later"),
+                           group=self.cue
+                           or ("antecedent first" if self.antecedent_first else "antecedent later"),
                            agreement=self.agreement)
 
 
@@ -100,13 +103,15 @@ def coreference_examples(
     vocab: CorefVocabulary = CorefVocabulary(),  # noqa: B008 - frozen, so a shared default is safe
     n_distractors: int = 1,
 ) -> list[CorefExample]:
-    """Seeded template sentences: antecedent class (male / female / plural) uniform, names or role nouns for the
-    singulars, the antecedent's place among the nouns uniform (both orders), distractors of other classes."""
+    """Seeded template sentences: antecedent class (male / female / plural) uniform, names or role nouns for
+    the singulars, the antecedent's place among the nouns uniform (both orders), distractors of other
+    classes."""
     if n_distractors < 1:
         raise ProbeError("coreference examples need at least one distractor noun")
     rng = random.Random(seed)
     classes = {
-        "male": (vocab.male_pronoun, [(w, True) for w in vocab.male_names] + [(w, False) for w in vocab.male_roles]),
+        "male": (vocab.male_pronoun,
+                 [(w, True) for w in vocab.male_names] + [(w, False) for w in vocab.male_roles]),
         "female": (vocab.female_pronoun,
                    [(w, True) for w in vocab.female_names] + [(w, False) for w in vocab.female_roles]),
         "plural": (vocab.plural_pronoun, [(w, False) for w in vocab.plural_nouns]),

@@ -1,5 +1,5 @@
-"""Random-token probes: repeated blocks (random length, random offset), the special-token frame of a tokenizer, its
-content tokens and delimiters."""
+"""Random-token probes: repeated blocks (random length, random offset), the special-token frame of a
+tokenizer, its content tokens and delimiters."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import torch
 from probe.errors import ProbeError
 from probe.heads.vocab import excluded_token_ids
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Repeated random-token blocks
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ def content_token_ids(tokenizer) -> torch.Tensor:
     special = excluded_token_ids(tokenizer)
     ids = [index for index in range(len(tokenizer)) if index not in special]
     if len(ids) < 2:
-        raise ProbeError("the tokenizer has fewer than two non-special tokens; random-token probes need a vocabulary")
+        raise ProbeError("the tokenizer has fewer than two non-special tokens; random-token probes need a "
+                         "vocabulary")
     return torch.tensor(ids, dtype=torch.long)
 
 
@@ -50,13 +51,14 @@ def repeated_blocks(
     seq_len: int,
     seed: int,
     block_len: int | None = None,  # None: random per example; an int gives the fixed-period control
-    weights: torch.Tensor | None = None,  # [vocab] token probabilities (probe.heads.corpus.token_weights); None: uniform
+    # [vocab] token probabilities (probe.heads.corpus.token_weights); None: uniform
+    weights: torch.Tensor | None = None,
 ) -> RepeatedBlocks:
     """Random tokens with one block repeated once: prefix (random length) · block · block · suffix.
 
     Block lengths are drawn uniformly from [max(2, m // 8), m // 2] with m the non-special length, the offset
-    uniformly from what is left; the tokens are drawn by `weights` (the corpus' token frequencies), or uniformly
-    from the vocabulary without special, unused and byte-fallback tokens.
+    uniformly from what is left; the tokens are drawn by `weights` (the corpus' token frequencies), or
+    uniformly from the vocabulary without special, unused and byte-fallback tokens.
     """
     prefix, suffix = special_frame(tokenizer)
     m = seq_len - len(prefix) - len(suffix)
@@ -77,7 +79,8 @@ def repeated_blocks(
         offset = int(torch.randint(0, m - 2 * length + 1, (1,), generator=generator))
         tokens = torch.multinomial(weights, m, replacement=True, generator=generator)  # [content]
         tokens[offset + length:offset + 2 * length] = tokens[offset:offset + length]
-        rows.append(torch.cat([torch.tensor(prefix, dtype=torch.long), tokens, torch.tensor(suffix, dtype=torch.long)]))
+        rows.append(torch.cat([torch.tensor(prefix, dtype=torch.long), tokens,
+                               torch.tensor(suffix, dtype=torch.long)]))
         lengths.append(length)
         offsets.append(offset + len(prefix))
     return RepeatedBlocks(torch.stack(rows), torch.tensor(lengths), torch.tensor(offsets))  # [example seq]
