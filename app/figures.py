@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -206,7 +207,8 @@ def atlas_figure(
     colour_by: str = "score",  # "score" | "label"
     selected: tuple[int, int] | None = None,
     theme: str = "light",
-    no_alpha: dict[int, str] | None = None,  # a hybrid's layers without α -> their kind (linear_attention, mamba)
+    # a hybrid's layers without α -> their kind (linear_attention, mamba)
+    no_alpha: dict[int, str] | None = None,
     name: Callable[[int, int], str] = head_name,  # (layer, head) -> "L3H2"; an encoder–decoder's "enc.L1H2"
     layer_names: Sequence[str] | None = None,  # an encoder–decoder's layer axis: "enc.L0", …, "cross.L2"
     empty_title: str | None = None,  # the title without label rows (default: press 'Label heads')

@@ -464,7 +464,8 @@ class Service:
             self._report(f"probe app: labels shipped with {', '.join(map(display_name, shipped))} (nothing "
                          "to compute)")
         if self._report is not None and missing:
-            self._report(f"probe app: labelling {', '.join(map(display_name, missing))} in the background; the page "
+            self._report(f"probe app: labelling {', '.join(map(display_name, missing))} in the background; "
+                         "the page "
                          "is usable meanwhile")
         for spec in self.registry.usable_specs:
             if self._report is not None and self.label_refusal(spec):

@@ -289,7 +289,8 @@ def report(args: argparse.Namespace, runs: list[tuple[dict, dict]]) -> str:
         "",
         f"body forwards per run: plain {first['forwards']} (one per probe batch), label "
         f"{label[0]['forwards']} (the scoring forwards; the copying types' direct logit attribution is "
-        f"reduced from them); cost per probe of {SEQ_LEN} tokens: plain {plain_s / args.examples:.1f} s, label "
+        f"reduced from them); cost per probe of {SEQ_LEN} tokens: plain {plain_s / args.examples:.1f} s, "
+        "label "
         f"{label_s / args.examples:.1f} s (+{(label_s - plain_s) / args.examples:.1f} s for the labels of "
         f"all {heads} heads)",
         "label stages (s, median): " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in stages.items()),

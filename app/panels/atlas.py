@@ -124,14 +124,15 @@ def atlas_view(service: Service, spec: str, head_type: str, colour_by: str, sele
     no_alpha = {layer: kinds.get(layer, "no softmax attention")
                 for layer in range(loaded.n_layers) if layer not in loaded.attention_layers}
     refused = "no labels: probe label refuses encoder–decoder models; the views work"
-    return figures.atlas_figure(service.labels(spec), loaded.n_layers, loaded.n_heads, head_type, colour_by, chosen,
-                                theme, no_alpha, name=loaded.head_name, layer_names=service.layer_names(spec),
+    return figures.atlas_figure(service.labels(spec), loaded.n_layers, loaded.n_heads, head_type, colour_by,
+                                chosen, theme, no_alpha, name=loaded.head_name, layer_names=service.layer_names(spec),
                                 empty_title=refused if service.label_refusal(spec) else None)
 
 
 def label_status(service: Service, spec: str, start: bool = False):
-    """(progress children, poll disabled, finished-jobs counter, status line) for the labelling job of `spec`; the
-    status line names whatever job runs (this model's or another's) with its estimate, for beside the explorer."""
+    """(progress children, poll disabled, finished-jobs counter, status line) for the labelling job of `spec`;
+    the status line names whatever job runs (this model's or another's) with its estimate, for beside the
+    explorer."""
     refusal = service.label_refusal(spec)  # probe label refuses encoder–decoders: one line, no failed job
     job = None if refusal else service.start_labelling(spec) if start else service.job(spec)
     pending = service.running_job()

@@ -11,6 +11,7 @@ import numpy as np
 from dash import ALL, Input, Output, State, ctx, html, no_update
 
 from probe.errors import ProbeError
+from probe.models import ModelKind
 
 from .. import figures, ids
 from ..errors import error_message, guarded

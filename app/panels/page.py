@@ -36,7 +36,8 @@ def readable(head_type: str) -> str:
 
 
 def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
-    """The head types that apply to the model: protein models have no text-only types (coreference, delimiter)."""
+    """The head types that apply to the model: protein models have no text-only types (coreference,
+    delimiter)."""
     from probe.heads.registry import REGISTRY
     from probe.models import ModelKind
 

@@ -107,8 +107,8 @@ class InductionDLA:
 
     @contextlib.contextmanager
     def watching(self):
-        """Hooks on the model while the block runs (nothing when not applicable). Only this thread's forwards are
-        recorded: the app and threaded callers run other forwards of the same model meanwhile."""
+        """Hooks on the model while the block runs (nothing when not applicable). Only this thread's forwards
+        are recorded: the app and threaded callers run other forwards of the same model meanwhile."""
         if not self.applicable:
             yield self
             return
@@ -131,8 +131,8 @@ class InductionDLA:
             self.caught.clear()
 
     def add(self, input_ids: torch.Tensor, repeat_start: torch.Tensor, repeat_len: torch.Tensor) -> None:
-        """Reduce the forward just watched over `input_ids` `[batch seq]` (blocks at `repeat_start` `[batch]` of
-        `repeat_len` `[batch]`)."""
+        """Reduce the forward just watched over `input_ids` `[batch seq]` (blocks at `repeat_start` `[batch]`
+        of `repeat_len` `[batch]`)."""
         if not self.applicable:
             return
         rows, target = induction_rows(repeat_start, repeat_len, input_ids.shape[1])  # [batch seq] each
@@ -160,8 +160,8 @@ class InductionDLA:
 
 def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
     """Mean direct logit attribution `[layer head]` (float64, logits) of every head to its induction targets'
-    tokens on `probes` (a :class:`probe.heads.label_probes.TokenProbeSet` with repeat_start / repeat_len), from
-    forwards of the model's body run here; NaN where it is not defined (see the module doc)."""
+    tokens on `probes` (a :class:`probe.heads.label_probes.TokenProbeSet` with repeat_start / repeat_len),
+    from forwards of the model's body run here; NaN where it is not defined (see the module doc)."""
     dla = InductionDLA(loaded)
     if probes is None or probes.repeat_start is None or not dla.applicable:
         return dla.result()

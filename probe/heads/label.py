@@ -206,11 +206,12 @@ def label_model(
     return table
 
 
-def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig, note: Note | None = None,
-                    known: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Elhage et al.'s copying score of every head `[layer head]` (:mod:`probe.heads.copying`; NaN with a note where
-    the weights are unknown) and, per copying type scored on repeated blocks, the direct logit attribution to its
-    targets' tokens (:mod:`probe.heads.direct_logit`)."""
+def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig,
+                    note: Note | None = None, known: dict[str, torch.Tensor] | None = None,
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Elhage et al.'s copying score of every head `[layer head]` (:mod:`probe.heads.copying`; NaN with a note
+    where the weights are unknown) and, per copying type scored on repeated blocks, the direct logit
+    attribution to its targets' tokens (:mod:`probe.heads.direct_logit`)."""
     copying = copying_scores(loaded)
     if copying.note is not None and note is not None:
         note(copying.note)

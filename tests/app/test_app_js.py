@@ -229,9 +229,9 @@ def test_keys_step_from_the_last_asked_selection(page):
 
 
 def test_layer_steps_and_atlas_clicks_skip_a_hybrids_layers_without_alpha(page):
-    """A hybrid (attention in layers 1 and 3 of 5): ↑/↓ visit only those, wrapping; from a layer without α the step
-    goes to the nearest layer with α in its direction; the atlas refuses a click on a layer without α. Without
-    `attention_layers` every layer is stepped (the control)."""
+    """A hybrid (attention in layers 1 and 3 of 5): ↑/↓ visit only those, wrapping; from a layer without α the
+    step goes to the nearest layer with α in its direction; the atlas refuses a click on a layer without α.
+    Without `attention_layers` every layer is stepped (the control)."""
     hybrid = {"layers": 5, "heads": 2, "attention_layers": [1, 3]}
     step = "window.probeViews.core.step(args[0], args[1], args[2], args[3])"
     assert call(page, step, {"layer": 1, "head": 0}, "layer", 1, hybrid) == {"layer": 3, "head": 0}
@@ -252,19 +252,21 @@ def test_layer_steps_and_atlas_clicks_skip_a_hybrids_layers_without_alpha(page):
 
 
 def test_head_names_carry_an_encoder_decoders_stack_and_cross_attention_names_its_axes(page):
-    """views.js core.headName / layerName with an encoder–decoder's layer names (flat layer -> "cross.L0"), and
-    the explorer's title, caption and axes from a layer payload that carries its name; a single-stack payload
-    keeps "L3H1" and the plain query/key axes (the control)."""
+    """views.js core.headName / layerName with an encoder–decoder's layer names (flat layer -> "cross.L0"),
+    and the explorer's title, caption and axes from a layer payload that carries its name; a single-stack
+    payload keeps "L3H1" and the plain query/key axes (the control)."""
     names = ["enc.L0", "enc.L1", "dec.L0", "cross.L0"]
     core = "window.probeViews.core"
-    assert call(page, f"[{core}.headName(3, 2, args[0]), {core}.headName(0, 1, args[0]), {core}.headName(3, 2),"
+    assert call(page, f"[{core}.headName(3, 2, args[0]), {core}.headName(0, 1, args[0]), {core}.headName(3, "
+                      "2),"
                       f" {core}.layerName(2, args[0]), {core}.layerName(2), {core}.headName(3, 2, null)]",
                 names) == ["cross.L0H2", "enc.L0H1", "L3H2", "dec.L0", "L2", "L3H2"]
     alpha = np.full((2, 3, 3), 1 / 3, dtype=np.float32)
     decoder, encoder = ["<s>", "a", "b"], ["a", "b", "c"]
     cross = layer_payload("m", [0, 1, 2], encoder, 3, alpha, False, key="cross", name="cross.L0",
                           query_tokens=decoder, axes=("decoder query", "encoder key"))
-    figure, caption = call(page, "P.heatmap(args[0], {layer: 3, head: 1}, [], null, null, 'self', false, null)",
+    figure, caption = call(page, "P.heatmap(args[0], {layer: 3, head: 1}, [], null, null, 'self', false, "
+                                 "null)",
                            cross)[:2]
     assert figure["layout"]["title"]["text"] == "cross.L0H1" and caption == "cross.L0H1 · 3 tokens"
     assert figure["layout"]["yaxis"]["title"]["text"] == "decoder query"
@@ -273,7 +275,8 @@ def test_head_names_carry_an_encoder_decoders_stack_and_cross_attention_names_it
     assert [label.split("·")[-1] for label in figure["data"][0]["x"]] == encoder
     assert figure["data"][0]["hovertemplate"].startswith("decoder query %{y}<br>encoder key %{x}")
     plain = payload_of(alpha, encoder, layer=3, causal=False)
-    figure, caption = call(page, "P.heatmap(args[0], {layer: 3, head: 1}, [], null, null, 'self', false, null)",
+    figure, caption = call(page, "P.heatmap(args[0], {layer: 3, head: 1}, [], null, null, 'self', false, "
+                                 "null)",
                            plain)[:2]
     assert figure["layout"]["title"]["text"] == "L3H1" and caption == "L3H1 · 3 tokens"
     assert (figure["layout"]["yaxis"]["title"]["text"], figure["layout"]["xaxis"]["title"]["text"]) == \

@@ -1,6 +1,6 @@
-"""End-to-end in headless Chromium on an encoder–decoder (a tiny T5): the explorer steps from the decoder into a
-cross-attention layer, whose heatmap is named by its stack and laid out [decoder query × encoder key]; a reload of
-the page's link comes back to the same head; the console stays clean."""
+"""End-to-end in headless Chromium on an encoder–decoder (a tiny T5): the explorer steps from the decoder into
+a cross-attention layer, whose heatmap is named by its stack and laid out [decoder query × encoder key]; a
+reload of the page's link comes back to the same head; the console stays clean."""
 
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ def t5_served(tmp_path_factory):
 def heat_layout(driver) -> dict:
     return driver.execute_script("""
         const gd = document.querySelector('#explorer-heatmap .js-plotly-plot');
-        return {title: gd.layout.title.text, query: gd.layout.yaxis.title.text, key: gd.layout.xaxis.title.text,
+        return {title: gd.layout.title.text, query: gd.layout.yaxis.title.text,
+                key: gd.layout.xaxis.title.text,
                 y: Array.from(gd._fullData[0].y), x: Array.from(gd._fullData[0].x)};
     """)
 

@@ -201,8 +201,8 @@ def test_copying_dla_equals_its_definition_written_out(tiny_dir):
 
 
 def test_the_labelling_run_reduces_the_attribution_from_its_scoring_forwards():
-    """label_model runs no forward of its own for copying_dla: the body runs once per probe batch (counted by a
-    forward pre-hook), and the column equals induction_dla's own forwards over the same probes."""
+    """label_model runs no forward of its own for copying_dla: the body runs once per probe batch (counted by
+    a forward pre-hook), and the column equals induction_dla's own forwards over the same probes."""
     from probe.heads.direct_logit import induction_dla
     from probe.heads.label_probes import ProbeSource
 
