@@ -125,7 +125,8 @@ def atlas_view(service: Service, spec: str, head_type: str, colour_by: str, sele
                 for layer in range(loaded.n_layers) if layer not in loaded.attention_layers}
     refused = "no labels: probe label refuses encoder–decoder models; the views work"
     return figures.atlas_figure(service.labels(spec), loaded.n_layers, loaded.n_heads, head_type, colour_by,
-                                chosen, theme, no_alpha, name=loaded.head_name, layer_names=service.layer_names(spec),
+                                chosen, theme, no_alpha, name=loaded.head_name,
+                                layer_names=service.layer_names(spec),
                                 empty_title=refused if service.label_refusal(spec) else None)
 
 
