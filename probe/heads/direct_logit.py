@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from probe.engine import capture
-from probe.engine.output_norms import OutputProjections, weight_of
+from probe.engine.output_norms import OutputProjections, materialised, weight_of
 from probe.heads.copying import _attention_modules, final_norm
 from probe.models import ModelKind
 
@@ -104,6 +104,7 @@ class InductionDLA:
         self.total = torch.zeros(loaded.n_layers, loaded.n_heads, dtype=torch.float64)  # [layer head]
         self.counted = 0
         self.caught: dict[str, torch.Tensor] = {}
+        self.mean_unembed: torch.Tensor | None = None  # [d_model] float64, read on the first batch
 
     @contextlib.contextmanager
     def watching(self):
@@ -136,10 +137,13 @@ class InductionDLA:
         if not self.applicable:
             return
         rows, target = induction_rows(repeat_start, repeat_len, input_ids.shape[1])  # [batch seq] each
-        unembed = weight_of(self.unembedding).T  # [d_model vocab]
         tokens = input_ids.gather(1, target.clamp(min=0))[rows]  # [row] t_j of the counted rows
-        direction = (unembed.T[tokens.to(unembed.device)].double()
-                     - unembed.mean(-1).double())  # [row d_model]
+        with materialised(self.unembedding):  # only the counted rows' columns of W_U are copied
+            weight = self.unembedding.weight  # [vocab d_model]
+            if self.mean_unembed is None:  # the vocabulary's mean column, once per run
+                self.mean_unembed = weight.detach().mean(0, dtype=torch.float64)  # [d_model]
+            picked = weight.detach()[tokens.to(weight.device)].double()  # [row d_model] W_U[:, t_j]
+        direction = picked - self.mean_unembed  # [row d_model]
         residual = self.caught["residual"]
         residual = residual[rows.to(residual.device)].double()  # [row d_model]
         gain = weight_of(self.norm).double()  # [d_model]
