@@ -10,7 +10,7 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
         echo "could not install chromium and chromium-driver (needs root and Debian's registry)" >&2; exit 1; }
 fi
 . .venv/bin/activate
-python -m pip install -q -e ".[docs]"
+PYTHONWARNINGS=ignore python -m pip install -q -e ".[docs]"  # no editable-finder banner (see setup.sh)
 python -m ruff check .  # line length 110, imports sorted, pyflakes (pyproject.toml [tool.ruff])
 NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict --site-dir site  # not --quiet: it hides warnings from --strict
 python -m pytest -q "$@"
