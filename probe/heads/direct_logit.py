@@ -29,7 +29,7 @@ from torch import nn
 
 from probe.engine import capture
 from probe.engine.output_norms import OutputProjections, materialised, weight_of
-from probe.heads.copying import _attention_modules, final_norm
+from probe.heads.copying import _attention_modules, _linearweight_of, final_norm
 from probe.models import ModelKind
 
 
@@ -46,12 +46,6 @@ def induction_rows(
     rows = (position >= start + size) & (position < start + 2 * size)  # [example seq]
     target = torch.where(rows, position - size + 1, torch.full_like(position, -1))  # [example seq]
     return rows, target
-
-
-def _output_map(projection: nn.Module) -> torch.Tensor:
-    """[head·d_head d_model] W_O of an nn.Linear ([out in] stored) or a Conv1D ([in out] stored)."""
-    weight = weight_of(projection)
-    return weight.T if isinstance(projection, nn.Linear) else weight
 
 
 def _row_dla(
@@ -146,9 +140,9 @@ class InductionDLA:
         direction = picked - self.mean_unembed  # [row d_model]
         residual = self.caught["residual"]
         residual = residual[rows.to(residual.device)].double()  # [row d_model]
-        gain = weight_of(self.norm).double()  # [d_model]
+        gain = weight_of(self.norm)  # [d_model] float64
         for layer, projection in enumerate(self.projections):  # one layer's W_O read at a time (offloading)
-            w_out = _output_map(projection).double()  # [head·d_head d_model]
+            w_out = _linearweight_of(projection)  # [head·d_head d_model] float64
             z = self.caught[f"z{layer}"]
             z = z[rows.to(z.device)].double()  # [row head·d_head]
             dla = _row_dla(z, w_out, residual, direction, gain, self.norm, self.loaded.n_heads)  # [row head]

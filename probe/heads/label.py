@@ -174,7 +174,8 @@ def label_model(
         with stage("forwards"):
             scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick, projections,
                                           observer))
-        dla.update({name: observer.result() for name in copies} if observer is not None else {})
+        if observer is not None:
+            dla.update({name: observer.result() for name in copies})
     for seq_len in lengths:
         for spec in generated_specs:
             with stage("generation"):
