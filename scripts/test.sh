@@ -9,6 +9,10 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
     (export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || {
         echo "could not install chromium and chromium-driver (needs root and Debian's registry)" >&2; exit 1; }
 fi
+if ! command -v c++ >/dev/null; then  # the fused CPU tile kernel (probe/engine/tiles.cpp) is built and tested
+    (export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq g++ >/dev/null) || {
+        echo "could not install g++ (needs root and Debian's registry)" >&2; exit 1; }
+fi
 . .venv/bin/activate
 PYTHONWARNINGS=ignore python -m pip install -q -e ".[docs]"  # no editable-finder banner (see setup.sh)
 python -m ruff check .  # line length 110, imports sorted, pyflakes (pyproject.toml [tool.ruff])

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from probe.engine import tiles
 from probe.engine.kernels import (
     Scores,
     additive_mask,
@@ -345,6 +346,19 @@ def _stream_single_pass(
     mask = None if scores.mask is None else scores.mask.float()
     sinks = scores.sinks
     causal = causal_bias(block_rows, query.device) if scores.is_causal else None
+    # the fused tile kernel at long N on a CPU (probe.engine.tiles): the same α, output and lse per block
+    fused = (query.device.type == "cpu" and n_key >= tiles.MIN_KEYS and scores.softcap is None
+             and sinks is None and tiles.available())
+    if fused:
+        queries = queries.contiguous()
+        keys_t = keys_t.contiguous()  # [batch·kv dim key]
+        values = values.contiguous()
+        if mask is not None:  # batch and query axes as the kernel indexes them (an expand copies nothing)
+            mask = mask.expand(n_batch, mask.shape[1], n_query, mask.shape[-1])
+            mask = mask if mask.stride(-1) == 1 else mask.contiguous()
+        # [batch·kv group block dim_v'], [batch·kv group block]
+        block_values = torch.empty(n_batch * n_kv, group, block_rows, values.shape[-1], device=query.device)
+        block_lses = torch.empty(n_batch * n_kv, group, block_rows, device=query.device)
     # [batch·kv group query dim_v]
     output = torch.empty(n_batch * n_kv, group, n_query, dim_v, device=query.device)
     # lse' only where a consumer needs it: sampled rows, gathered slots, the row entropy or the sinks' weights
@@ -360,15 +374,23 @@ def _stream_single_pass(
         block = buffer[: n_batch * n_heads * rows * key_stop].view(n_batch * n_kv, group * rows, key_stop)
         # [batch·kv g·block dim]
         block_queries = queries[:, :, start:stop].reshape(n_batch * n_kv, group * rows, dim)
-        torch.baddbmm(block, block_queries, keys_t[..., :key_stop], beta=0.0, alpha=scores.scale,
-                      out=block)  # [batch·kv group·block key_stop]: scale·QKᵀ
-        block = scores.cap_(block.view(n_batch, n_heads, rows, key_stop))  # [batch head block key_stop]
-        if mask is not None:
-            block += mask[:, :, start:stop, :key_stop]
-        if causal is not None:
-            block[..., start:stop] += causal[:rows, :rows]
-        # [batch head block key]
-        alpha, block_lse = softmax_in_place(block, block_lse_wanted, mask is not None)
+        if fused:  # α, the block's α·[V | K] and lse' straight from the kernel
+            block_out, block_lse = block_values[:, :, :rows], block_lses[:, :, :rows]
+            tiles.tile_block(queries, keys_t, values, mask, block.view(n_batch * n_kv, group, rows, key_stop),
+                             block_out, block_lse, scores.scale, start, stop, key_stop, scores.is_causal)
+            alpha = block.view(n_batch, n_heads, rows, key_stop)  # [batch head block key]
+            block_lse = block_lse.reshape(n_batch, n_heads, rows)  # [batch head block]
+            block_out = block_out.reshape(n_batch * n_kv, group * rows, -1)  # [batch·kv g·block dv']
+        else:
+            torch.baddbmm(block, block_queries, keys_t[..., :key_stop], beta=0.0, alpha=scores.scale,
+                          out=block)  # [batch·kv group·block key_stop]: scale·QKᵀ
+            block = scores.cap_(block.view(n_batch, n_heads, rows, key_stop))  # [batch head block key_stop]
+            if mask is not None:
+                block += mask[:, :, start:stop, :key_stop]
+            if causal is not None:
+                block[..., start:stop] += causal[:rows, :rows]
+            # [batch head block key]
+            alpha, block_lse = softmax_in_place(block, block_lse_wanted, mask is not None)
         learned = None
         # the sink joins the softmax: α scaled by exp(lse − lse'), lse' = logaddexp(lse, sink)
         if sinks is not None:
@@ -378,7 +400,8 @@ def _stream_single_pass(
             block_lse = normaliser
         if lse is not None:
             lse[:, :, start:stop] = block_lse  # [batch head block]
-        block_out = torch.bmm(alpha.view(n_batch * n_kv, group * rows, key_stop), values[:, :key_stop])
+        if not fused:  # [batch·kv g·block dv']
+            block_out = torch.bmm(alpha.view(n_batch * n_kv, group * rows, key_stop), values[:, :key_stop])
         output[:, :, start:stop] = block_out[..., :dim_v].view(n_batch * n_kv, group, rows, dim_v)
         entropy = None
         if linear_entropy:  # −Σ α log α = lse'·Σα − Σ α·(scale·q·k) − Σ α·bias

@@ -1,0 +1,125 @@
+"""The fused CPU tile kernel of the single pass (``tiles.cpp``): built once per machine, used at long N.
+
+At N ≥ :data:`MIN_KEYS` keys on a CPU, :func:`probe.engine.attention._stream_single_pass` hands each block of
+query rows to :func:`tile_block` instead of a GEMM, a softmax over the whole block and a second GEMM: the
+kernel keeps each head's [rows × keys] scores in cache-sized tiles (an online softmax, flash-attention style)
+and writes the same α, output and log-sum-exp (equal to the torch path within float32 rounding;
+tests/engine/test_tiles.py). Below :data:`MIN_KEYS` both cost the same (docs/benchmarks.md), so short inputs
+never need it.
+
+The kernel is C++ compiled by ``torch.utils.cpp_extension`` on first use (about 10 s with a C++ compiler,
+once: the library is cached under ``~/.cache/probe/tiles``, or ``$PROBE_CACHE/tiles``). Where it cannot be
+built — no compiler, a CPU without AVX2, a PyTorch build whose BLAS does not export ``sgemm_`` —
+:func:`available` says so in one line on stderr, once, and the torch path runs: the same numbers, slower at
+long N. ``PROBE_TILE_KERNEL=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+# Keys from which the tile kernel runs: at 8K it ties with the torch path, at 16K it saves ~13 % of the
+# attention (docs/benchmarks.md, "The fused tile kernel").
+MIN_KEYS = 12288
+# [query rows × keys] of one scores tile: 128 rows keep the GEMMs near full speed, 1024 keys keep the tile
+# (512 KiB) in the core's L2 cache.
+Q_TILE = 128
+K_TILE = 1024
+SOURCE = Path(__file__).with_name("tiles.cpp")
+# the compiler flags of each CPU capability torch reports (ATen's vector types read CPU_CAPABILITY_*)
+_FLAGS = {
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-DCPU_CAPABILITY_AVX512",
+               "-DCPU_CAPABILITY=AVX512"],
+    "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2", "-DCPU_CAPABILITY=AVX2"],
+}
+
+
+def _say(line: str) -> None:
+    print(f"probe: {line}", file=sys.stderr, flush=True)
+
+
+def _cache_dir(tag: str) -> Path:
+    root = Path(os.environ.get("PROBE_CACHE") or Path.home() / ".cache" / "probe")
+    return root / "tiles" / tag
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernel cannot be built here (None: it can be), without building it."""
+    if os.environ.get("PROBE_TILE_KERNEL", "1") == "0":
+        return "PROBE_TILE_KERNEL=0"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in _FLAGS:
+        return f"this CPU's vector capability is {capability}; the kernel needs AVX2 or AVX-512"
+    if not torch.backends.mkl.is_available():
+        return "this PyTorch build has no MKL BLAS (the kernel's GEMMs call its sgemm_)"
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler ({compiler}) on PATH: install one (Debian: apt-get install g++) or set CXX"
+    return None
+
+
+@functools.cache
+def available() -> bool:
+    """Whether :func:`tile_block` can run: builds (or loads the cached build of) the kernel on the first call.
+    On failure, one line on stderr says why and that long captures take the torch path."""
+    reason = unavailable_reason()
+    if reason is None:
+        reason = _build()
+    if reason is not None and reason != "PROBE_TILE_KERNEL=0":
+        _say(f"the fused CPU attention kernel is not available ({reason}); captures of {MIN_KEYS}+ tokens "
+             "take the torch path (the same α, slower)")
+    return reason is None
+
+
+def _build() -> str | None:
+    """Compile and load the kernel library; the reason it failed, or None."""
+    # imported here: the extension builder pulls in setuptools, which `probe --help` never needs
+    from torch.utils.cpp_extension import load
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    source = SOURCE.read_bytes()
+    tag = hashlib.sha256(source + f"{torch.__version__}|{capability}".encode()).hexdigest()[:16]
+    build = _cache_dir(tag)
+    build.mkdir(parents=True, exist_ok=True)
+    library = build / f"probe_tiles_{tag}.so"
+    if not library.exists():
+        _say(f"building the fused CPU attention kernel once (about 10 s; cached in {build})")
+    try:
+        # the build's own output only on failure: torch prints compiler lines when verbose
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+            load(name=f"probe_tiles_{tag}", sources=[str(SOURCE)], build_directory=str(build),
+                 extra_cflags=["-O3", "-fopenmp", *_FLAGS[capability]], extra_ldflags=["-fopenmp"],
+                 is_python_module=False, verbose=False)
+    except (RuntimeError, OSError, ImportError) as error:  # a failed compile or link, a missing symbol
+        return f"the build failed: {str(error).strip().splitlines()[-1] if str(error).strip() else error}"
+    return None
+
+
+def tile_block(
+    queries: torch.Tensor,  # [batch·kv group query dim] float32
+    keys_t: torch.Tensor,  # [batch·kv dim key] float32
+    values: torch.Tensor,  # [batch·kv key dim_v] float32
+    mask: torch.Tensor | None,  # [batch 1|head query key] additive float32, or None
+    alpha: torch.Tensor,  # [batch·kv group rows key_stop] contiguous, written
+    output: torch.Tensor,  # [batch·kv group rows dim_v], written
+    lse: torch.Tensor,  # [batch·kv group rows], written
+    scale: float,
+    start: int,
+    stop: int,
+    key_stop: int,
+    causal: bool,
+) -> None:
+    """One block of query rows [start, stop) of every head through the kernel: α (softmax over keys
+    [0, key_stop), zero past a causal row's query), the block's output Σ_j α_ij v_j and log-sum-exp (0 for a
+    fully masked row). Needs :func:`available`."""
+    empty = mask if mask is not None else torch.empty(0)
+    torch.ops.probe_tiles.tile_block(queries, keys_t, values, empty, alpha, output, lse, scale, start, stop,
+                                     key_stop, causal, Q_TILE, K_TILE)
