@@ -160,7 +160,7 @@ def weight_of(module: nn.Module) -> torch.Tensor:
     """A float64 copy of ``module.weight``, read through accelerate's offload hooks (:func:`materialised`): a
     disk- or CPU-offloaded module holds its weight on the meta device between forwards."""
     with materialised(module):
-        return module.weight.detach().double().clone()
+        return module.weight.detach().to(torch.float64, copy=True)  # one copy (.double().clone() made two)
 
 
 def value_norms(value: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:

@@ -88,11 +88,11 @@ def _build() -> str | None:
     source = SOURCE.read_bytes()
     tag = hashlib.sha256(source + f"{torch.__version__}|{capability}".encode()).hexdigest()[:16]
     build = _cache_dir(tag)
-    build.mkdir(parents=True, exist_ok=True)
     library = build / f"probe_tiles_{tag}.so"
     if not library.exists():
         _say(f"building the fused CPU attention kernel once (about 10 s; cached in {build})")
     try:
+        build.mkdir(parents=True, exist_ok=True)  # an unwritable cache is a reason, not a crash
         # the build's own output only on failure: torch prints compiler lines when verbose
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
             load(name=f"probe_tiles_{tag}", sources=[str(SOURCE)], build_directory=str(build),
