@@ -51,8 +51,16 @@ def _cache_dir(tag: str) -> Path:
     return root / "tiles" / tag
 
 
+def _library() -> Path:
+    """Where this source's build for this torch and CPU capability is (or will be) cached."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    tag = hashlib.sha256(SOURCE.read_bytes() + f"{torch.__version__}|{capability}".encode()).hexdigest()[:16]
+    return _cache_dir(tag) / f"probe_tiles_{tag}.so"
+
+
 def unavailable_reason() -> str | None:
-    """Why the kernel cannot be built here (None: it can be), without building it."""
+    """Why the kernel cannot be built or loaded here (None: it can be), without building it. A cached build
+    needs no compiler."""
     if os.environ.get("PROBE_TILE_KERNEL", "1") == "0":
         return "PROBE_TILE_KERNEL=0"
     capability = torch.backends.cpu.get_cpu_capability()
@@ -61,7 +69,7 @@ def unavailable_reason() -> str | None:
     if not torch.backends.mkl.is_available():
         return "this PyTorch build has no MKL BLAS (the kernel's GEMMs call its sgemm_)"
     compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
+    if shutil.which(compiler) is None and not _library().exists():
         return f"no C++ compiler ({compiler}) on PATH: install one (Debian: apt-get install g++) or set CXX"
     return None
 
@@ -80,24 +88,26 @@ def available() -> bool:
 
 
 def _build() -> str | None:
-    """Compile and load the kernel library; the reason it failed, or None."""
+    """Load the cached kernel library, or compile and load it; the reason it failed, or None."""
+    library = _library()
+    if library.exists():
+        with contextlib.suppress(OSError, RuntimeError):  # a stale or broken build: compiled again below
+            torch.ops.load_library(str(library))
+            return None
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        return "no C++ compiler on PATH and no cached build"
     # imported here: the extension builder pulls in setuptools, which `probe --help` never needs
     from torch.utils.cpp_extension import load
 
-    capability = torch.backends.cpu.get_cpu_capability()
-    source = SOURCE.read_bytes()
-    tag = hashlib.sha256(source + f"{torch.__version__}|{capability}".encode()).hexdigest()[:16]
-    build = _cache_dir(tag)
-    library = build / f"probe_tiles_{tag}.so"
-    if not library.exists():
-        _say(f"building the fused CPU attention kernel once (about 10 s; cached in {build})")
+    build = library.parent
+    _say(f"building the fused CPU attention kernel once (about 10 s; cached in {build})")
     try:
         build.mkdir(parents=True, exist_ok=True)  # an unwritable cache is a reason, not a crash
         # the build's own output only on failure: torch prints compiler lines when verbose
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
-            load(name=f"probe_tiles_{tag}", sources=[str(SOURCE)], build_directory=str(build),
-                 extra_cflags=["-O3", "-fopenmp", *_FLAGS[capability]], extra_ldflags=["-fopenmp"],
-                 is_python_module=False, verbose=False)
+            load(name=library.stem, sources=[str(SOURCE)], build_directory=str(build),
+                 extra_cflags=["-O3", "-fopenmp", *_FLAGS[torch.backends.cpu.get_cpu_capability()]],
+                 extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
     except (RuntimeError, OSError, ImportError) as error:  # a failed compile or link, a missing symbol
         return f"the build failed: {str(error).strip().splitlines()[-1] if str(error).strip() else error}"
     return None

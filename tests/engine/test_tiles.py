@@ -164,3 +164,15 @@ def test_short_inputs_keep_the_torch_path(tiny_dir, monkeypatch):
 def test_turned_off_by_the_environment(monkeypatch):
     monkeypatch.setenv("PROBE_TILE_KERNEL", "0")
     assert tiles.unavailable_reason() == "PROBE_TILE_KERNEL=0"
+
+
+def test_a_cached_build_needs_no_compiler(monkeypatch):
+    """Once built, the kernel loads from its cache on a machine without a compiler; with neither, the reason
+    names the fix."""
+    if not tiles.available():
+        pytest.skip("the tile kernel is not available here")
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    assert tiles._library().exists()
+    assert tiles.unavailable_reason() is None
+    monkeypatch.setenv("PROBE_CACHE", "/nonexistent/probe-cache")
+    assert "apt-get install g++" in tiles.unavailable_reason()
