@@ -28,13 +28,15 @@ def variants(n: int) -> dict:
     query, key, value = (torch.randn(1, HEADS, n, DIM) for _ in range(3))  # [batch head seq dim]
     scale = DIM ** -0.5
 
-    def flash() -> None:
-        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, True, scale=scale)
+    def flash() -> torch.Tensor:  # [head seq dim]
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, True,
+                                                                          scale=scale)[0][0]
 
-    def torch_path() -> None:  # what _stream_single_pass does below MIN_KEYS
+    def torch_path() -> torch.Tensor:  # what _stream_single_pass does below MIN_KEYS; [head seq dim]
         keys_t = key[0].transpose(1, 2)  # [head dim key]
         buffer = torch.empty(HEADS * BLOCK_ROWS * n)
         total = torch.zeros(HEADS)
+        output = torch.empty(HEADS, n, DIM)
         causal = torch.zeros(BLOCK_ROWS, BLOCK_ROWS).masked_fill_(
             torch.ones(BLOCK_ROWS, BLOCK_ROWS, dtype=torch.bool).triu(1), -math.inf)
         for start in range(0, n, BLOCK_ROWS):
@@ -45,23 +47,27 @@ def variants(n: int) -> dict:
                           out=block)
             block[..., start:stop] += causal[:rows, :rows]
             torch.ops.aten._softmax.out(block, -1, False, out=block)
-            torch.bmm(block, value[0, :, :stop])  # [head block dim]
+            output[:, start:stop] = torch.bmm(block, value[0, :, :stop])  # [head block dim]
             total += block.sum((1, 2))
+        return output
 
-    def tile_kernel() -> None:
+    def tile_kernel() -> torch.Tensor:  # [head seq dim]
         queries = query.view(HEADS, 1, n, DIM)  # [kv group query dim]
         keys_t = key.view(HEADS, n, DIM).transpose(1, 2).contiguous()  # [kv dim key]
         values = value.view(HEADS, n, DIM)
         buffer = torch.empty(HEADS * BLOCK_ROWS * n)
-        output, lse = torch.empty(HEADS, 1, BLOCK_ROWS, DIM), torch.empty(HEADS, 1, BLOCK_ROWS)
+        block_output, lse = torch.empty(HEADS, 1, BLOCK_ROWS, DIM), torch.empty(HEADS, 1, BLOCK_ROWS)
+        output = torch.empty(HEADS, n, DIM)
         total = torch.zeros(HEADS)
         for start in range(0, n, BLOCK_ROWS):
             stop = min(start + BLOCK_ROWS, n)
             rows = stop - start
             block = buffer[: HEADS * rows * stop].view(HEADS, 1, rows, stop)  # [kv group block key]
-            tiles.tile_block(queries, keys_t, values, None, block, output[:, :, :rows], lse[:, :, :rows],
-                             scale, start, stop, stop, True)
+            tiles.tile_block(queries, keys_t, values, None, block, block_output[:, :, :rows],
+                             lse[:, :, :rows], scale, start, stop, stop, True)
+            output[:, start:stop] = block_output[:, 0, :rows]
             total += block.sum((1, 2, 3))
+        return output
 
     return {"flash": flash, "torch path + Σα": torch_path, "tile kernel + Σα": tile_kernel}
 
