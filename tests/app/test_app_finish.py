@@ -43,29 +43,12 @@ from tests.app.test_app_browser import (
 
 pytestmark = pytest.mark.browser
 
+# test_app_browser's headless Chromium, its downloads folder and its clean-console check (a fixture found
+# in a module's namespace is that module's own: one browser per module, as before)
+downloads, driver, clean_console = browser.downloads, browser.driver, browser.clean_console
+
 ROOT = Path(__file__).resolve().parents[2]
 LONG_TEXT = " ".join(["mary gave the book to john because he wanted it ."] * 21)  # 232 tokens with <bos>
-
-
-@pytest.fixture(scope="module")
-def downloads(tmp_path_factory):
-    return tmp_path_factory.mktemp("downloads-finish")
-
-
-@pytest.fixture(scope="module")
-def driver(downloads):
-    """Headless Chromium as tests/app/test_app_browser.py drives it."""
-    yield from browser.driver.__wrapped__(downloads)
-
-
-@pytest.fixture(autouse=True)
-def clean_console(request):
-    """Every test ends with the browser's console free of errors."""
-    yield
-    if "driver" in request.fixturenames:
-        errors = [entry for entry in request.getfixturevalue("driver").get_log("browser")
-                  if entry["level"] == "SEVERE" and "favicon" not in entry["message"]]
-        assert not errors, "console errors:\n" + "\n".join(entry["message"][:3000] for entry in errors)
 
 
 def _labels(spec: str, layers: int, heads: int) -> pd.DataFrame:
