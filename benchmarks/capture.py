@@ -4,12 +4,16 @@ GPT-2-small shape (12 layers × 12 heads, width 768) with random weights — the
 head's [N, 50257] logits would add the same cost to every variant and hide the attention's share) — one
 sequence of N random tokens:
 
-  (a) plain   — the sdpa forward, no capture
-  (b) engine  — the capture engine streaming α of all 144 heads into a trivial reducer (a running sum per
-  head) (c) eager   — eager attention with output_attentions=True (what other tools do), run only where its
-  144 [N, N]
-                float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need is
-                reported
+  (a) plain    — the sdpa forward, no capture
+  (b) engine   — the capture engine streaming dense α blocks of all 144 heads into a trivial Python reducer
+                 (a running Σα per head, which reads every α value)
+  (c) reduced  — the capture engine with a row-reduction sink (probe.engine.KeyMassSink: every head's mass
+                 on the first four keys and on every key): the engine sums α·w in the product that gives the
+                 attention output, so at N ≥ 12,288 on a CPU the fused tile kernel never writes α out of its
+                 tiles
+  (d) eager    — eager attention with output_attentions=True (what other tools do), run only where its 144
+                 [N, N] float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need
+                 is reported
 
 With --arch gemma2 the model is a Gemma-2-shaped body of the same size (12 layers × 12 heads, width 768, head
 size 64, sliding-window 4096 / full layers alternating) whose scores are soft-capped (c = 50): no fused kernel
@@ -35,7 +39,7 @@ import subprocess
 import sys
 import time
 
-VARIANTS = ("plain", "engine", "eager")
+VARIANTS = ("plain", "engine", "reduced", "eager")
 LAYERS, HEADS = 12, 12
 
 
@@ -92,7 +96,7 @@ ARCH = "gpt2"  # --arch: gpt2 (sdpa) or gemma2 (soft-capped scores, eager as the
 def _forward(variant: str, model, input_ids) -> None:
     import torch
 
-    from probe.engine import DEFAULT_BLOCK_BYTES, capture
+    from probe.engine import DEFAULT_BLOCK_BYTES, KeyMassSink, capture
 
     with torch.inference_mode():
         if variant == "plain":
@@ -100,6 +104,13 @@ def _forward(variant: str, model, input_ids) -> None:
         elif variant == "engine":
             with capture(model, HeadSum(), block_bytes=BLOCK_BYTES or DEFAULT_BLOCK_BYTES):
                 model(input_ids, use_cache=USE_CACHE)
+        elif variant == "reduced":
+            n = input_ids.shape[1]
+            sink = KeyMassSink({"first four keys": torch.arange(n)[None] < 4, "every key": torch.ones(1, n)})
+            with capture(model, sink, block_bytes=BLOCK_BYTES or DEFAULT_BLOCK_BYTES):
+                model(input_ids, use_cache=USE_CACHE)
+            every = sink.result()["every key"]  # [batch layer head]: each row's α sums to 1
+            assert (every - 1).abs().max() < 1e-4, every
         else:
             previous = model.config._attn_implementation
             model.set_attn_implementation("eager")
@@ -149,21 +160,23 @@ def run_child(mode: str, n_tokens: int, repeats: int, threads: int, eager: bool 
 
 
 def table(timings: dict[int, dict], peaks: dict[int, dict], limit_gib: float) -> str:
-    lines = ["| N | plain s | engine s | eager s | engine/plain time | eager/plain time | plain peak MiB | "
-             "engine peak MiB | eager peak MiB | engine/plain peak | eager/plain peak |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """Medians per N: times, their ratios to plain, peaks and theirs (dense blocks, row reductions, eager)."""
+    lines = ["| N | plain s | engine s | reduced s | eager s | engine/plain time | reduced/plain time | "
+             "eager/plain time | plain peak MiB | engine/plain peak | reduced/plain peak | "
+             "eager/plain peak |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in sorted(timings):
         times, peak = timings[n]["times"], peaks[n]
-        a, b = (statistics.median(times[v]) for v in ("plain", "engine"))
-        pa, pb = (peak[v]["peak_mib"] for v in ("plain", "engine"))
+        a, b, r = (statistics.median(times[v]) for v in ("plain", "engine", "reduced"))
+        pa, pb, pr = (peak[v]["peak_mib"] for v in ("plain", "engine", "reduced"))
         if "eager" in times:
             c, pc = statistics.median(times["eager"]), peak["eager"]["peak_mib"]
-            eager = (f"{c:.2f} | **{b / a:.2f}** | {c / a:.2f} | {pa:.0f} | {pb:.0f} | {pc:.0f} | "
-                     f"**{pb / pa:.2f}** | {pc / pa:.2f}")
+            eager_s, eager_time, eager_peak = f"{c:.2f}", f"{c / a:.2f}", f"{pc / pa:.2f}"
         else:
-            need = f"not run (needs {eager_bytes(n) / 2**30:.0f} GiB > {limit_gib:g})"
-            eager = f"{need} | **{b / a:.2f}** | — | {pa:.0f} | {pb:.0f} | — | **{pb / pa:.2f}** | —"
-        lines.append(f"| {n} | {a:.2f} | {b:.2f} | {eager} |")
+            eager_s, eager_time, eager_peak = (
+                f"not run (needs {eager_bytes(n) / 2**30:.0f} GiB > {limit_gib:g})", "—", "—")
+        lines.append(f"| {n} | {a:.2f} | {b:.2f} | {r:.2f} | {eager_s} | **{b / a:.2f}** | **{r / a:.2f}** | "
+                     f"{eager_time} | {pa:.0f} | **{pb / pa:.2f}** | **{pr / pa:.2f}** | {eager_peak} |")
     return "\n".join(lines)
 
 
@@ -193,7 +206,7 @@ def main() -> None:
     ARCH = args.arch
     if args.child:
         if args.child == "time":
-            variants = ("plain", "engine") if args.no_eager else VARIANTS
+            variants = VARIANTS[:-1] if args.no_eager else VARIANTS
             result = measure_time(lengths[0], args.repeats, args.threads, variants, args.layers)
         else:
             result = measure_peak(args.child, lengths[0], args.threads, args.layers)
@@ -202,17 +215,18 @@ def main() -> None:
     timings, peaks = {}, {}
     for n in lengths:
         eager = eager_bytes(n) * args.layers / LAYERS <= args.eager_limit_gib * 2**30
-        variants = VARIANTS if eager else ("plain", "engine")
+        variants = VARIANTS if eager else VARIANTS[:-1]
         timings[n] = run_child("time", n, args.repeats, args.threads, eager, args.layers)
         peaks[n] = {variant: run_child(variant, n, args.repeats, args.threads, layers=args.layers)
                     for variant in variants}
         print(f"N={n}: {timings[n]} {peaks[n]}", file=sys.stderr, flush=True)
         if "error" in timings[n] or any("error" in p for p in peaks[n].values()):
             sys.exit(f"N={n} failed: {timings[n]} {peaks[n]}")
-        ratios = [b / a for a,
-                  b in zip(timings[n]["times"]["plain"], timings[n]["times"]["engine"], strict=True)]
-        print(f"N={n}: engine/plain time per round: {', '.join(f'{r:.2f}' for r in ratios)}", file=sys.stderr,
-              flush=True)
+        for variant in ("engine", "reduced"):
+            ratios = [b / a for a, b in zip(timings[n]["times"]["plain"], timings[n]["times"][variant],
+                                            strict=True)]
+            print(f"N={n}: {variant}/plain time per round: {', '.join(f'{r:.2f}' for r in ratios)}",
+                  file=sys.stderr, flush=True)
     print(table(timings, peaks, args.eager_limit_gib))
     if args.json:
         with open(args.json, "w") as handle:

@@ -1,6 +1,8 @@
 """Benchmark: one layer's attention at long N — the fused flash kernel (what a plain forward runs), the single
 pass in torch operations, and the fused tile kernel (probe.engine.tiles), each of the last two with every α
-read by a trivial reducer (Σα per head), alternating in one process, 1 thread.
+read by a trivial reducer (Σα per head); then the tile kernel with Σα summed inside it as a row reduction
+(key weights of ones: no α block at all), alone and with the row entropy's K columns beside V. All
+alternate in one process, 1 thread.
 
     python benchmarks/tiles.py --lengths 8192,16384 --repeats 3
 
@@ -23,7 +25,7 @@ HEADS, DIM, BLOCK_ROWS = 12, 64, 128
 
 
 def variants(n: int) -> dict:
-    """The three variants over one set of random q, k, v of n tokens."""
+    """The variants over one set of random q, k, v of n tokens."""
     torch.manual_seed(0)
     query, key, value = (torch.randn(1, HEADS, n, DIM) for _ in range(3))  # [batch head seq dim]
     scale = DIM ** -0.5
@@ -69,7 +71,33 @@ def variants(n: int) -> dict:
             total += block.sum((1, 2, 3))
         return output
 
-    return {"flash": flash, "torch path + Σα": torch_path, "tile kernel + Σα": tile_kernel}
+    def reduced(entropy: bool):
+        def run() -> torch.Tensor:  # [head seq dim]: Σα summed in the kernel (weights of ones), no α block
+            queries = query.view(HEADS, 1, n, DIM)  # [kv group query dim]
+            keys_t = key.view(HEADS, n, DIM).transpose(1, 2).contiguous()  # [kv dim key]
+            # [kv key dim (+dim)]: the row entropy's α·K rides on α·V
+            values = torch.cat([value.view(HEADS, n, DIM), *([key.view(HEADS, n, DIM)] if entropy else [])],
+                               dim=-1)
+            weights_t = torch.ones(1, 1, n)  # [batch feature key]
+            width = values.shape[-1]
+            block_output, lse = torch.empty(HEADS, 1, BLOCK_ROWS, width), torch.empty(HEADS, 1, BLOCK_ROWS)
+            sums = torch.empty(HEADS, 1, BLOCK_ROWS, 1)  # [kv group block feature]
+            output = torch.empty(HEADS, n, DIM)
+            total = torch.zeros(HEADS)
+            for start in range(0, n, BLOCK_ROWS):
+                stop = min(start + BLOCK_ROWS, n)
+                rows = stop - start
+                tiles.tile_block(queries, keys_t, values, None, None, block_output[:, :, :rows],
+                                 lse[:, :, :rows], scale, start, stop, stop, True, weights_t=weights_t,
+                                 reduced=sums[:, :, :rows])
+                output[:, start:stop] = block_output[:, 0, :rows, :DIM]
+                total += sums[:, 0, :rows, 0].sum(-1)
+            assert torch.allclose(total, torch.full_like(total, n), rtol=1e-4)  # every row's α sums to 1
+            return output
+        return run
+
+    return {"flash": flash, "torch path + Σα": torch_path, "tile kernel + Σα": tile_kernel,
+            "reduced Σα in kernel": reduced(False), "reduced Σα + entropy": reduced(True)}
 
 
 def main() -> None:
@@ -95,7 +123,7 @@ def main() -> None:
         print(f"N = {n}:")
         for name, values in seconds.items():
             ratios = ", ".join(f"{value / base:.2f}" for value, base in zip(values, flash, strict=True))
-            print(f"  {name:18s} s: {', '.join(f'{v:.2f}' for v in values)}   / flash: {ratios}")
+            print(f"  {name:26s} s: {', '.join(f'{v:.2f}' for v in values)}   / flash: {ratios}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ _LAZY = {
     "capture": "probe.engine",
     "capture_attention": "probe.engine",
     "DenseSink": "probe.engine",
+    "KeyMassSink": "probe.engine",
     "Sink": "probe.engine",
     "GatherSink": "probe.engine",
     "AttentionBlock": "probe.engine",

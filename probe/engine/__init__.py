@@ -6,15 +6,26 @@ What belongs here: the attention and mask functions registered with transformers
 score rule (:mod:`~probe.engine.kernels`), the per-capture session state (:mod:`~probe.engine.session`), the
 :func:`capture` context manager (:mod:`~probe.engine.capture`), the eager fallback for models outside the
 interface (:mod:`~probe.engine.eager`), the sink protocols and the needs a sink declares
-(:mod:`~probe.engine.sinks`) and the generic sinks, one per module (:mod:`~probe.engine.dense`). Nothing here
-knows about head types, proteins or files: the engine may import only :mod:`probe.errors`, :mod:`probe.naming`
-and :mod:`probe.layers` (which modules compute α); every other part of probe is built on it.
+(:mod:`~probe.engine.sinks`) and the generic sinks, one per module (:mod:`~probe.engine.dense`,
+:mod:`~probe.engine.mass`). Nothing here knows about head types, proteins or files: the engine may import only
+:mod:`probe.errors`, :mod:`probe.naming` and :mod:`probe.layers` (which modules compute α); every other part
+of probe is built on it.
 """
 
 from probe.engine.capture import capture, capture_attention, find_layer_list, register_engine
 from probe.engine.dense import DenseSink
+from probe.engine.mass import KeyMassSink
 from probe.engine.session import DEFAULT_BLOCK_BYTES, ENGINE_NAME, MAX_BLOCK_ROWS
-from probe.engine.sinks import NOTHING, AttentionBlock, GatherSink, Sink, SinkNeeds
+from probe.engine.sinks import (
+    NOTHING,
+    AttentionBlock,
+    GatherSink,
+    KeyReduction,
+    ReducedBlock,
+    ReduceSink,
+    Sink,
+    SinkNeeds,
+)
 
 __all__ = [
     "AttentionBlock",
@@ -22,8 +33,12 @@ __all__ = [
     "DenseSink",
     "ENGINE_NAME",
     "GatherSink",
+    "KeyMassSink",
+    "KeyReduction",
     "MAX_BLOCK_ROWS",
     "NOTHING",
+    "ReduceSink",
+    "ReducedBlock",
     "Sink",
     "SinkNeeds",
     "capture",

@@ -44,7 +44,7 @@ from probe.engine.kernels import (
 from probe.engine.keywords import FALLBACK, read_keywords
 from probe.engine.output_norms import REDUCED_PRECISION, with_output_norms
 from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
-from probe.engine.sinks import AttentionBlock, SinkNeeds
+from probe.engine.sinks import AttentionBlock, ReducedBlock, SinkNeeds
 from probe.errors import ProbeError
 
 # The names tests and older callers use for the kernels (they moved to probe.engine.kernels).
@@ -80,12 +80,14 @@ class _Plan:
     dense: dict = field(default_factory=dict)  # sink -> heads (every row)
     sampled: dict = field(default_factory=dict)  # sink -> (heads, rows [row] long ascending)
     gather: dict = field(default_factory=dict)  # sink -> (heads, slots [batch query slot])
+    reduced: dict = field(default_factory=dict)  # sink -> KeyReduction (every row)
     norm_sinks: list = field(default_factory=list)  # [(sink, OutputProjections)]
-    heads: list = field(default_factory=list)  # union of the dense heads, ascending
+    heads: list = field(default_factory=list)  # union of the dense and the reduced heads, ascending
 
     @property
     def entropy(self) -> bool:
-        return any(self.needs[sink].entropy for sink in self.dense)
+        return (any(self.needs[sink].entropy for sink in self.dense)
+                or any(reduction.entropy for reduction in self.reduced.values()))
 
 
 def _plan(session: _Session, layer: int, n_heads: int, n_query: int, device: torch.device) -> _Plan:
@@ -106,9 +108,16 @@ def _plan(session: _Session, layer: int, n_heads: int, n_query: int, device: tor
             plan.dense[sink] = heads
         if need.gather is not None:
             plan.gather[sink] = need.gather
+        if need.reduce is not None:
+            if rows is not None:
+                raise ProbeError(f"{type(sink).__name__} asked for sampled rows and a KeyReduction at once; "
+                                 "a reduction takes every row (sampled rows come as dense blocks)")
+            _check_heads(need.reduce.heads, layer, n_heads)
+            plan.reduced[sink] = need.reduce
         if need.output_projections is not None:
             plan.norm_sinks.append((sink, need.output_projections))
-    plan.heads = sorted({head for heads in plan.dense.values() for head in heads})
+    plan.heads = sorted({head for heads in plan.dense.values() for head in heads}
+                        | {head for reduction in plan.reduced.values() for head in reduction.heads})
     _check_heads(plan.heads, layer, n_heads)
     return plan
 
@@ -181,6 +190,7 @@ def capture_attention_forward(
 
     layer = session.next_layer(module)
     plan = _plan(session, layer, n_heads, n_query, query.device)
+    weights, columns = _reduction_weights(plan, layer, query.shape[0], key.shape[2], query.device)
     # The output from the same α blocks the sinks receive (no fused kernel) — unless a sink wants output
     # norms: it needs Σ_j α_ij n_j (from the kernel call) before its blocks arrive, so then the kernel runs
     # and α is rebuilt. In float16 / bfloat16 the single pass's output (float32 math, one rounding) would
@@ -192,7 +202,7 @@ def capture_attention_forward(
         want_lse = bool(plan.sampled) or bool(plan.gather)
 
         def kernel(q, k, v):
-            return _stream_single_pass(session, layer, plan, q, k, v, scores, want_lse)
+            return _stream_single_pass(session, layer, plan, q, k, v, scores, want_lse, weights, columns)
     else:
         def kernel(q, k, v):
             return layer_output(q, k, v, scores, dropout)
@@ -200,7 +210,8 @@ def capture_attention_forward(
     # ask for them, from one extra value channel of the same call
     output, normaliser = with_output_norms(plan.norm_sinks, module, layer, query, key, value, kernel)
     if plan.heads and not single_pass:
-        _stream_alpha(session, layer, plan, query, expand_kv(key, n_heads), scores, normaliser)
+        _stream_alpha(session, layer, plan, query, expand_kv(key, n_heads), scores, normaliser, weights,
+                      columns)
     for sink, (chosen, rows) in plan.sampled.items():
         _stream_rows(session, layer, sink, plan.needs[sink], chosen, rows, query, key, scores, normaliser)
     if plan.gather:
@@ -268,10 +279,29 @@ def _hand_out(
     alpha: torch.Tensor,  # [batch head_sel block key_stop]
     entropy: torch.Tensor | None = None,  # [batch head_sel block]
     learned: torch.Tensor | None = None,  # [batch head_sel block]: weight on the learned sink
+    weights: torch.Tensor | None = None,  # [batch|1 key feature]: every reduction's w, side by side
+    columns: dict | None = None,  # sink -> slice of the feature axis
+    weighted: torch.Tensor | None = None,  # [batch head_sel block feature]: α·w, when already summed
+    max_alpha: torch.Tensor | None = None,  # [batch head_sel block]: the rows' largest α, when α is not kept
 ) -> None:
     """Give one α block to every sink that wants some of its heads (padded to all keys unless it accepts a
-    crop)."""
+    crop), and its rows' reductions to every reducing sink (summed here from α unless `weighted` has them;
+    `alpha` is None only when no dense sink listens and `weighted` and `max_alpha` are given)."""
     position = {head: index for index, head in enumerate(heads)}
+    if plan.reduced and weighted is None:
+        width = alpha.shape[-1]
+        weighted = alpha @ weights[:, None, :width]  # [batch head_sel block feature]
+    for sink, reduction in plan.reduced.items():
+        chosen = tuple(reduction.heads)
+        index = [position[h] for h in chosen]
+        rows_max = None
+        if reduction.max_alpha:
+            rows_max = (max_alpha if max_alpha is not None else alpha.amax(-1))[:, index]
+        mine = weighted[:, index][..., columns[sink]]  # [batch head block feature]
+        sink.update_reduced(ReducedBlock(
+            session.step, layer, chosen, start, n_query, query_offset, n_key, mine,
+            entropy=None if entropy is None or not reduction.entropy else entropy[:, index],
+            max_alpha=rows_max, learned_sink_mass=None if learned is None else learned[:, index]))
     for sink, chosen in plan.dense.items():
         need = plan.needs[sink]
         same = tuple(chosen) == tuple(heads)
@@ -284,6 +314,25 @@ def _hand_out(
         rows_sink = None if learned is None else (learned if same else learned[:, index])
         sink.update(AttentionBlock(session.step, layer, chosen, start, n_query, query_offset, n_key, mine,
                                    entropy=rows_entropy, learned_sink_mass=rows_sink))
+
+
+def _reduction_weights(
+    plan: _Plan, layer: int, n_batch: int, n_key: int, device: torch.device,
+) -> tuple[torch.Tensor | None, dict]:
+    """Every reducing sink's w side by side, `[batch|1 key feature]` float32 on `device` (None when no sink
+    reduces), and each sink's slice of the feature axis."""
+    if not plan.reduced:
+        return None, {}
+    parts, columns, first = [], {}, 0
+    batch = 1
+    for sink, reduction in plan.reduced.items():
+        weights = reduction.checked_weights(type(sink).__name__, layer, n_batch, n_key)
+        batch = max(batch, weights.shape[0])
+        parts.append(weights.to(device))
+        columns[sink] = slice(first, first + weights.shape[-1])
+        first += weights.shape[-1]
+    # [batch|1 key feature]
+    return torch.cat([part.expand(batch, n_key, -1) for part in parts], dim=-1), columns
 
 
 def _row_entropy(
@@ -316,12 +365,14 @@ def _stream_single_pass(
     value: torch.Tensor,  # [batch kv_head key dim_v]
     scores: Scores,
     want_lse: bool = True,
+    weights: torch.Tensor | None = None,  # [batch|1 key feature]: the reductions' w
+    columns: dict | None = None,  # reducing sink -> slice of the feature axis
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention of every head computed block by block from the α the sinks receive: per block of query rows
-    one QKᵀ, (the cap,) a softmax and α·V. Returns (output [batch head query dim_v] in the query's dtype, lse'
-    [batch head query] float32, or None when no consumer needs it), equal to the fused kernel's within float32
-    rounding. With attention sinks the softmax's α is scaled by exp(lse − lse') before α·V, which is the
-    model's own output.
+    one QKᵀ, (the cap,) a softmax and α·V — α·[V | K | W], the reductions' sums riding on the same product.
+    Returns (output [batch head query dim_v] in the query's dtype, lse' [batch head query] float32, or None
+    when no consumer needs it), equal to the fused kernel's within float32 rounding. With attention sinks the
+    softmax's α is scaled by exp(lse − lse') before α·V, which is the model's own output.
 
     Grouped-query heads are never repeated: the g query heads of one kv head are stacked on the row axis, so
     one matmul per kv head serves them all (`[batch·kv_head, g·block, key]` is `[batch, head, block, key]` in
@@ -347,8 +398,19 @@ def _stream_single_pass(
     sinks = scores.sinks
     causal = causal_bias(block_rows, query.device) if scores.is_causal else None
     # the fused tile kernel at long N on a CPU (probe.engine.tiles): the same α, output and lse per block
-    fused = (query.device.type == "cpu" and n_key >= tiles.MIN_KEYS and scores.softcap is None
+    min_keys = tiles.MIN_KEYS if plan.dense else tiles.MIN_REDUCE_KEYS  # no dense sink: α stays in the tiles
+    fused = (query.device.type == "cpu" and n_key >= min_keys and scores.softcap is None
              and sinks is None and tiles.available())
+    reduced_from = values.shape[-1]  # the reductions' columns of α·[V | K | W] (torch path)
+    weights_t = None
+    if weights is not None and fused:  # the kernel sums α·w from each tile row in L1: [batch|1 feature key]
+        weights_t = weights.transpose(1, 2).contiguous()
+    elif weights is not None:  # [b·kv key dv'+feature]
+        features = weights.expand(n_batch, n_key, -1)[:, None].expand(-1, n_kv, -1, -1)
+        values = torch.cat([values, features.reshape(n_batch * n_kv, n_key, -1)], dim=-1)
+    # the kernel keeps α in its tiles when only reductions are wanted (a finite bias needs α for the entropy)
+    keep_alpha = not fused or bool(plan.dense) or bias is not None
+    kernel_max = fused and not keep_alpha and any(r.max_alpha for r in plan.reduced.values())
     if fused:
         queries = queries.contiguous()
         keys_t = keys_t.contiguous()  # [batch·kv dim key]
@@ -359,26 +421,45 @@ def _stream_single_pass(
         # [batch·kv group block dim_v'], [batch·kv group block]
         block_values = torch.empty(n_batch * n_kv, group, block_rows, values.shape[-1], device=query.device)
         block_lses = torch.empty(n_batch * n_kv, group, block_rows, device=query.device)
+        # [batch·kv group block]
+        block_maxima = (torch.empty(n_batch * n_kv, group, block_rows, device=query.device) if kernel_max
+                        else None)
+        # [batch·kv group block feature]
+        block_reductions = None if weights_t is None else torch.empty(
+            n_batch * n_kv, group, block_rows, weights_t.shape[1], device=query.device)
     # [batch·kv group query dim_v]
     output = torch.empty(n_batch * n_kv, group, n_query, dim_v, device=query.device)
     # lse' only where a consumer needs it: sampled rows, gathered slots, the row entropy or the sinks' weights
     block_lse_wanted = want_lse or entropy_wanted or sinks is not None
     lse = torch.empty(n_batch, n_heads, n_query, device=query.device) if want_lse or entropy_wanted else None
-    buffer = torch.empty(n_batch * n_heads * block_rows * n_key, device=query.device)
+    buffer = torch.empty(n_batch * n_heads * block_rows * n_key if keep_alpha else 0, device=query.device)
     heads = tuple(range(n_heads))
     for start in range(0, n_query, block_rows):
         stop = min(start + block_rows, n_query)
         rows = stop - start
         # causal: keys after the block's last query are never computed
         key_stop = stop if scores.is_causal else n_key
-        block = buffer[: n_batch * n_heads * rows * key_stop].view(n_batch * n_kv, group * rows, key_stop)
+        block = None  # [batch·kv g·block key_stop], when α is kept
+        if keep_alpha:
+            block = buffer[: n_batch * n_heads * rows * key_stop].view(n_batch * n_kv, group * rows, key_stop)
         # [batch·kv g·block dim]
         block_queries = queries[:, :, start:stop].reshape(n_batch * n_kv, group * rows, dim)
-        if fused:  # α, the block's α·[V | K] and lse' straight from the kernel
+        block_max = weighted = None
+        if fused:  # α (unless only reductions are wanted), the block's α·[V | K], α·W and lse' (the kernel)
             block_out, block_lse = block_values[:, :, :rows], block_lses[:, :, :rows]
-            tiles.tile_block(queries, keys_t, values, mask, block.view(n_batch * n_kv, group, rows, key_stop),
-                             block_out, block_lse, scores.scale, start, stop, key_stop, scores.is_causal)
-            alpha = block.view(n_batch, n_heads, rows, key_stop)  # [batch head block key]
+            if kernel_max:
+                block_max = block_maxima[:, :, :rows]
+            if weights_t is not None:
+                weighted = block_reductions[:, :, :rows]
+            alpha = block.view(n_batch * n_kv, group, rows, key_stop) if keep_alpha else None
+            tiles.tile_block(queries, keys_t, values, mask, alpha, block_out, block_lse, scores.scale, start,
+                             stop, key_stop, scores.is_causal, block_max, weights_t, weighted)
+            if weighted is not None:
+                weighted = weighted.reshape(n_batch, n_heads, rows, -1)  # [batch head block feature]
+            if keep_alpha:
+                alpha = block.view(n_batch, n_heads, rows, key_stop)  # [batch head block key]
+            if block_max is not None:
+                block_max = block_max.reshape(n_batch, n_heads, rows)  # [batch head block]
             block_lse = block_lse.reshape(n_batch, n_heads, rows)  # [batch head block]
             block_out = block_out.reshape(n_batch * n_kv, group * rows, -1)  # [batch·kv g·block dv']
         else:
@@ -405,13 +486,16 @@ def _stream_single_pass(
         output[:, :, start:stop] = block_out[..., :dim_v].view(n_batch * n_kv, group, rows, dim_v)
         entropy = None
         if linear_entropy:  # −Σ α log α = lse'·Σα − Σ α·(scale·q·k) − Σ α·bias
-            products = (scores.scale * (block_out[..., dim_v:] * block_queries).sum(-1)
+            products = (scores.scale * (block_out[..., dim_v:reduced_from] * block_queries).sum(-1)
                         .view(n_batch, n_heads, rows))
             entropy = _row_entropy(block_lse, products, alpha,
                                    None if bias is None else bias[:, :, start:stop], learned)
         elif entropy_wanted:
             entropy = _direct_entropy(alpha)
-        _hand_out(session, layer, plan, heads, start, n_query, query_offset, n_key, alpha, entropy, learned)
+        if weights is not None and weighted is None:  # [batch head block feature]
+            weighted = block_out[..., reduced_from:].reshape(n_batch, n_heads, rows, -1)
+        _hand_out(session, layer, plan, heads, start, n_query, query_offset, n_key, alpha, entropy, learned,
+                  weights, columns, weighted, block_max)
     output = output.view(n_batch, n_heads, n_query, dim_v).to(query.dtype)  # [batch head query dim_v]
     return output, lse
 
@@ -436,9 +520,11 @@ def _stream_alpha(
     key: torch.Tensor,  # [batch head key dim]
     scores: Scores,
     normaliser: torch.Tensor,  # [batch head query] lse'
+    weights: torch.Tensor | None = None,  # [batch|1 key feature]: the reductions' w
+    columns: dict | None = None,  # reducing sink -> slice of the feature axis
 ) -> None:
     """Rebuild α for the plan's heads from the kernel's lse', one query block at a time, and hand each block
-    out."""
+    out (the reducing sinks' sums taken from it)."""
     heads = plan.heads
     n_batch, n_query, n_key = query.shape[0], query.shape[2], key.shape[2]
     query_sel, key_sel, norm_sel, mask_sel, sinks_sel = _select_heads(heads, layer, query, key,
@@ -485,7 +571,8 @@ def _stream_alpha(
                                    None if bias is None else bias[:, :, start:stop], learned)
         elif entropy_wanted:
             entropy = _direct_entropy(alpha)
-        _hand_out(session, layer, plan, heads, start, n_query, query_offset, n_key, alpha, entropy, learned)
+        _hand_out(session, layer, plan, heads, start, n_query, query_offset, n_key, alpha, entropy, learned,
+                  weights, columns)
 
 
 def _stream_rows(

@@ -21,7 +21,7 @@ from probe.engine.attention import capture_attention_forward
 from probe.engine.dense import DenseSink
 from probe.engine.eager import eager_capture
 from probe.engine.session import _ACTIVE, DEFAULT_BLOCK_BYTES, ENGINE_NAME, _Session
-from probe.engine.sinks import GatherSink, OutputNormSink, Sink
+from probe.engine.sinks import GatherSink, OutputNormSink, ReduceSink, Sink
 from probe.errors import ProbeError
 from probe.layers import EngineChoice, attention_plan, choose_engine, chosen_engine
 
@@ -72,7 +72,8 @@ def capture(
     sinks : Sink or GatherSink, or a sequence of them
         Where α goes: a :class:`~probe.engine.sinks.Sink` receives dense blocks
         (:class:`~probe.engine.sinks.AttentionBlock`), a :class:`~probe.engine.sinks.GatherSink` α at a few
-        keys per query row. Empty: nothing is captured (useful with `ablate` alone).
+        keys per query row, a :class:`~probe.engine.sinks.ReduceSink` row reductions Σ_j α_ij w_j
+        (:class:`~probe.engine.sinks.KeyReduction`). Empty: nothing is captured (useful with `ablate` alone).
     block_bytes : int, default 96 MiB
         Memory budget of one α block, all selected heads of a layer together, in bytes (float32); a block has
         at most :data:`~probe.engine.session.MAX_BLOCK_ROWS` query rows.
@@ -115,10 +116,11 @@ def capture(
     register_engine()
     sinks = tuple(sinks) if isinstance(sinks, (list, tuple)) else (sinks,)
     for sink in sinks:
-        if not isinstance(sink, (Sink, GatherSink, OutputNormSink)):  # the protocols: needs() and a receiver
+        # the protocols: needs() and a receiver
+        if not isinstance(sink, (Sink, GatherSink, ReduceSink, OutputNormSink)):
             raise ProbeError(f"{type(sink).__name__} is not a sink: it needs needs(layer, n_heads, n_query) "
-                             "-> SinkNeeds and update(block), update_gathered(...) or "
-                             "update_output_norms(...) (see docs/howto/sink.md)")
+                             "-> SinkNeeds and update(block), update_gathered(...), update_reduced(block) "
+                             "or update_output_norms(...) (see docs/howto/sink.md)")
     session = _Session(plan.layer_of_module, sinks, block_bytes, _ablation_mask(ablate))
     if chosen == "eager":
         ids = {key for key, _ in plan.modules}

@@ -34,7 +34,7 @@ from torch import nn
 
 from probe.engine.output_norms import OutputProjections
 from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
-from probe.engine.sinks import AttentionBlock, SinkNeeds
+from probe.engine.sinks import AttentionBlock, ReducedBlock, SinkNeeds
 from probe.errors import ProbeError
 
 
@@ -88,6 +88,28 @@ def _dense(session: _Session, sink, need: SinkNeeds, layer: int, alpha: torch.Te
                                    learned_sink_mass=sink_mass[:, :, block]))
 
 
+def _reduced(session: _Session, sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
+    """Row reductions Σ_j α_ij w_j of `need.reduce` from the layer's α [batch head query key], in blocks of
+    query rows."""
+    n_batch, n_heads, n_query, n_key = alpha.shape
+    reduction = need.reduce
+    heads = tuple(reduction.heads)
+    _check_heads(heads, layer, n_heads)
+    weights = reduction.checked_weights(type(sink).__name__, layer, n_batch, n_key).to(alpha.device)
+    chosen = alpha[:, list(heads)]  # [batch head_sel query key]
+    weighted = chosen @ weights[:, None]  # [batch head_sel query feature]
+    entropy = _row_entropy(chosen) if reduction.entropy else None  # [batch head_sel query]
+    largest = chosen.amax(-1) if reduction.max_alpha else None  # [batch head_sel query]
+    sink_mass = (1.0 - chosen.sum(-1)).clamp_min(0.0)  # [batch head_sel query]: see _dense
+    for start in range(0, n_query, MAX_BLOCK_ROWS):
+        rows = slice(start, min(start + MAX_BLOCK_ROWS, n_query))
+        sink.update_reduced(ReducedBlock(
+            session.step, layer, heads, start, n_query, n_key - n_query, n_key, weighted[:, :, rows],
+            entropy=None if entropy is None else entropy[:, :, rows],
+            max_alpha=None if largest is None else largest[:, :, rows],
+            learned_sink_mass=sink_mass[:, :, rows]))
+
+
 def _gathered(sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
     """α at `need.gather`'s slots from the layer's α [batch head query key]."""
     n_batch, n_heads, n_query = alpha.shape[:3]
@@ -116,6 +138,8 @@ def stream_layer(session: _Session, layer: int, alpha: torch.Tensor) -> None:
             _dense(session, sink, need, layer, alpha)
         if need.gather is not None:
             _gathered(sink, need, layer, alpha)
+        if need.reduce is not None:
+            _reduced(session, sink, need, layer, alpha)
 
 
 class _EagerHooks:

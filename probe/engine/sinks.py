@@ -5,7 +5,8 @@ Every sink says what it needs of a layer in one place, :meth:`Sink.needs`, which
 :class:`SinkNeeds`; the engine reads it once per layer and forward pass and never looks for optional
 attributes (a misspelt method name is an error, not a capability silently never used). A :class:`Sink`
 receives dense α blocks (the heads it asked for), a :class:`GatherSink` α only at a few key slots per query
-row, an :class:`OutputNormSink` the output norms of a layer; a sink may be several at once. Concrete sinks
+row, a :class:`ReduceSink` only row reductions Σ_j α_ij w_j over the keys (no α block leaves the attention
+pass), an :class:`OutputNormSink` the output norms of a layer; a sink may be several at once. Concrete sinks
 live one per module: :mod:`probe.engine.dense` here, the head-score sink in :mod:`probe.heads.scores`, the
 contact sink in :mod:`probe.proteins.contacts`.
 """
@@ -18,9 +19,80 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
+from probe.errors import ProbeError
+
 # only for the annotation: output_norms imports nothing from here, but keeps the import graph flat
 if TYPE_CHECKING:
     from probe.engine.output_norms import OutputNorms, OutputProjections
+
+
+@dataclass(frozen=True)
+class KeyReduction:
+    """Row reductions of α over the keys that a :class:`ReduceSink` takes instead of dense blocks.
+
+    For every query row i of `heads` the sink receives ``weighted[..., f] = Σ_j α_ij w_jf`` (the attention
+    mass on a key set when column f is its indicator, the mean key position when it is j). The engine sums
+    them in the same product that gives the attention output (α·[V | W]), so on the fused CPU kernel at long N
+    α never leaves the cache; elsewhere they are reduced from the α block it computes anyway. Results equal
+    the sums over a dense block within float32 rounding.
+
+    Attributes
+    ----------
+    heads : tuple of int
+        Query heads to reduce.
+    weights : torch.Tensor, shape=(batch or 1, key, feature), float
+        w_jf for every key of the forward (cached keys included); a batch axis of 1 serves every row.
+    entropy : bool
+        Also each row's −Σ_j α_ij log α_ij.
+    max_alpha : bool
+        Also each row's largest α.
+    """
+
+    heads: tuple[int, ...]
+    weights: torch.Tensor  # [batch|1 key feature]
+    entropy: bool = False
+    max_alpha: bool = False
+
+    def checked_weights(self, owner: str, layer: int, n_batch: int, n_key: int) -> torch.Tensor:
+        """`weights` as float32 `[batch|1 key feature]`, or a :class:`~probe.errors.ProbeError` naming the
+        shape a layer of `n_batch` rows and `n_key` keys needs (`owner`: the sink's name)."""
+        weights = self.weights
+        if weights.dim() != 3 or weights.shape[1] != n_key or weights.shape[0] not in (1, n_batch):
+            raise ProbeError(f"{owner}'s KeyReduction.weights is shaped {tuple(weights.shape)}; layer "
+                             f"{layer} needs [1 or batch={n_batch}, key={n_key}, feature]")
+        return weights.float()
+
+
+@dataclass(frozen=True)
+class ReducedBlock:
+    """Row reductions of α for a block of query rows of one layer (what :meth:`ReduceSink.update_reduced`
+    receives). Fields as :class:`AttentionBlock`; rows arrive in order, layer by layer.
+
+    Attributes
+    ----------
+    step, layer, heads, query_start, n_query, query_offset, n_key
+        As in :class:`AttentionBlock`.
+    weighted : torch.Tensor, shape=(batch, head, block, feature), float32
+        Σ_j α_ij w_jf of each row (0 for a fully masked row).
+    entropy : torch.Tensor or None, shape=(batch, head, block), float32
+        −Σ_j α_ij log α_ij, when the reduction asked for it.
+    max_alpha : torch.Tensor or None, shape=(batch, head, block), float32
+        max_j α_ij, when the reduction asked for it.
+    learned_sink_mass : torch.Tensor or None, shape=(batch, head, block), float32
+        The weight on the layer's learned attention sink (gpt-oss), as in :class:`AttentionBlock`.
+    """
+
+    step: int
+    layer: int
+    heads: tuple[int, ...]
+    query_start: int
+    n_query: int
+    query_offset: int
+    n_key: int
+    weighted: torch.Tensor  # [batch head block feature] float32
+    entropy: torch.Tensor | None = None  # [batch head block] float32
+    max_alpha: torch.Tensor | None = None  # [batch head block] float32
+    learned_sink_mass: torch.Tensor | None = None  # [batch head block] float32
 
 
 @dataclass(frozen=True)
@@ -43,6 +115,9 @@ class SinkNeeds:
     entropy : bool
         Also hand each dense block its rows' entropy −Σ_j α log α (``block.entropy``), computed without a
         logarithm where the scores allow it.
+    reduce : KeyReduction or None
+        Row reductions Σ_j α_ij w_j of some heads, delivered to :meth:`ReduceSink.update_reduced`; no dense
+        block is handed to the sink for them. None: none.
     output_projections : OutputProjections or None
         Output norms (Kobayashi et al.): where the layer's output projection is; the sink then receives
         :meth:`OutputNormSink.update_output_norms` before the layer's α. None: no norms.
@@ -55,6 +130,7 @@ class SinkNeeds:
     rows: torch.Tensor | None = None  # [row] long
     gather: tuple[Sequence[int], torch.Tensor] | None = None  # (heads, slots [batch query slot] long)
     entropy: bool = False
+    reduce: KeyReduction | None = None
     output_projections: OutputProjections | None = None
     causal_crop: bool = False
 
@@ -188,6 +264,28 @@ class GatherSink(Protocol):
             The heads of ``SinkNeeds.gather``, in that order.
         alpha : torch.Tensor, shape=(batch, head, query, slot), float32
             α(i, slots[b, i, s]) on the model's device; exactly 0 where the slot is −1 or the key is masked.
+        """
+        ...
+
+
+@runtime_checkable
+class ReduceSink(Protocol):
+    """A sink that needs only row reductions of α over the keys (masses on key sets, mean key positions,
+    entropy, the largest weight): its :class:`SinkNeeds` has ``reduce``. A sink may implement several
+    protocols."""
+
+    def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
+        """What this sink wants of `layer` (see :meth:`Sink.needs`)."""
+        ...
+
+    def update_reduced(self, block: ReducedBlock) -> None:
+        """Receive the reductions of one block of query rows.
+
+        Parameters
+        ----------
+        block : ReducedBlock
+            ``block.weighted`` has shape (batch, head, block, feature), heads as ``KeyReduction.heads``. Valid
+            only during the call.
         """
         ...
 

@@ -4,8 +4,9 @@ At N ≥ :data:`MIN_KEYS` keys on a CPU, :func:`probe.engine.attention._stream_s
 query rows to :func:`tile_block` instead of a GEMM, a softmax over the whole block and a second GEMM: the
 kernel keeps each head's [rows × keys] scores in cache-sized tiles (an online softmax, flash-attention style)
 and writes the same α, output and log-sum-exp (equal to the torch path within float32 rounding;
-tests/engine/test_tiles.py). Below :data:`MIN_KEYS` both cost the same (docs/benchmarks.md), so short inputs
-never need it.
+tests/engine/test_tiles.py). Where the layer's sinks want only row reductions (``SinkNeeds.reduce``) it runs
+from :data:`MIN_REDUCE_KEYS` and writes no α at all, summing the reductions from each tile row in cache.
+Below those lengths both paths cost the same (docs/benchmarks.md), so short inputs never need it.
 
 The kernel is C++ compiled by ``torch.utils.cpp_extension`` on first use (about 10 s with a C++ compiler,
 once: the library is cached under ``~/.cache/probe/tiles``, or ``$PROBE_CACHE/tiles``). Where it cannot be
@@ -26,9 +27,12 @@ from pathlib import Path
 
 import torch
 
-# Keys from which the tile kernel runs: at 8K it ties with the torch path, at 16K it saves ~13 % of the
-# attention (docs/benchmarks.md, "The fused tile kernel").
-MIN_KEYS = 12288
+# Keys from which the tile kernel runs for dense α blocks: in the whole forward it saves ~10 % of an 8K
+# capture and ~20 % at 16K; at 4K it ties with the torch path (docs/benchmarks.md, "The fused tile kernel").
+MIN_KEYS = 8192
+# ... and when the sinks want only row reductions (no α block leaves the kernel): it saves ~5 % of a 4K
+# capture and ties at 1K (docs/benchmarks.md, "Row reductions inside the kernel").
+MIN_REDUCE_KEYS = 2048
 # [query rows × keys] of one scores tile: 128 rows keep the GEMMs near full speed, 1024 keys keep the tile
 # (512 KiB) in the core's L2 cache.
 Q_TILE = 128
@@ -82,8 +86,8 @@ def available() -> bool:
     if reason is None:
         reason = _build()
     if reason is not None and reason != "PROBE_TILE_KERNEL=0":
-        _say(f"the fused CPU attention kernel is not available ({reason}); captures of {MIN_KEYS}+ tokens "
-             "take the torch path (the same α, slower)")
+        _say(f"the fused CPU attention kernel is not available ({reason}); captures of {MIN_REDUCE_KEYS}+ "
+             "tokens take the torch path (the same α, slower)")
     return reason is None
 
 
@@ -118,7 +122,7 @@ def tile_block(
     keys_t: torch.Tensor,  # [batch·kv dim key] float32
     values: torch.Tensor,  # [batch·kv key dim_v] float32
     mask: torch.Tensor | None,  # [batch 1|head query key] additive float32, or None
-    alpha: torch.Tensor,  # [batch·kv group rows key_stop] contiguous, written
+    alpha: torch.Tensor | None,  # [batch·kv group rows key_stop] contiguous, written; None: not kept
     output: torch.Tensor,  # [batch·kv group rows dim_v], written
     lse: torch.Tensor,  # [batch·kv group rows], written
     scale: float,
@@ -126,10 +130,19 @@ def tile_block(
     stop: int,
     key_stop: int,
     causal: bool,
+    max_alpha: torch.Tensor | None = None,  # [batch·kv group rows], written; None: not wanted
+    weights_t: torch.Tensor | None = None,  # [batch|1 feature key] contiguous: a reduction's w, transposed
+    reduced: torch.Tensor | None = None,  # [batch·kv group rows feature], written with weights_t
 ) -> None:
     """One block of query rows [start, stop) of every head through the kernel: α (softmax over keys
-    [0, key_stop), zero past a causal row's query), the block's output Σ_j α_ij v_j and log-sum-exp (0 for a
-    fully masked row). Needs :func:`available`."""
-    empty = mask if mask is not None else torch.empty(0)
-    torch.ops.probe_tiles.tile_block(queries, keys_t, values, empty, alpha, output, lse, scale, start, stop,
-                                     key_stop, causal, Q_TILE, K_TILE)
+    [0, key_stop), zero past a causal row's query) unless `alpha` is None, the block's output Σ_j α_ij v_j and
+    log-sum-exp (0 for a fully masked row), each row's largest α when `max_alpha` is given, and Σ_j α_ij w_jf
+    into `reduced` when `weights_t` is (summed from each tile row while it is in the L1 cache). Needs
+    :func:`available`."""
+    nothing = torch.empty(0)
+    torch.ops.probe_tiles.tile_block(queries, keys_t, values, nothing if mask is None else mask,
+                                     nothing if alpha is None else alpha, output, lse,
+                                     nothing if max_alpha is None else max_alpha,
+                                     nothing if weights_t is None else weights_t,
+                                     nothing if reduced is None else reduced, scale, start, stop, key_stop,
+                                     causal, Q_TILE, K_TILE)

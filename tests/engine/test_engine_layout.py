@@ -7,8 +7,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from probe.engine import sinks
+
 ENGINE = Path(__file__).resolve().parents[2] / "probe" / "engine"
-PROTOCOL_METHODS = {"needs", "update", "update_gathered", "update_output_norms"}
+# the methods the sink protocols declare (probe.engine.sinks), read from the protocols themselves
+PROTOCOLS = (sinks.Sink, sinks.GatherSink, sinks.ReduceSink, sinks.OutputNormSink)
+PROTOCOL_METHODS = {name for protocol in PROTOCOLS for name, value in vars(protocol).items()
+                    if callable(value) and not name.startswith("_")}
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -66,4 +71,5 @@ def test_the_engine_calls_only_protocol_methods_on_sinks():
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "sink"):
                 called.add(node.func.attr)
     # capture_attention reads back the DenseSink it made itself (`sink.attention(0)`): not a capability probe
+    assert PROTOCOL_METHODS == {"needs", "update", "update_gathered", "update_reduced", "update_output_norms"}
     assert called and called <= PROTOCOL_METHODS | {"attention"}, called - PROTOCOL_METHODS

@@ -45,25 +45,39 @@ def reference(query, key, value, mask, scale, causal):
     return alpha, alpha @ value.double()[:, None], lse.masked_fill(torch.isneginf(lse), 0.0)
 
 
-def run_blocks(query, key, value, mask, scale, causal, block_rows, q_tile, k_tile):
+def run_blocks(query, key, value, mask, scale, causal, block_rows, q_tile, k_tile, keep_alpha=True,
+               weights=None):
     """The kernel over blocks of `block_rows` query rows, as the single pass calls it: (α padded to all keys,
-    output, lse)."""
+    or None when not kept, output, lse, each row's largest α, and Σ_j α_ij w_jf when `weights` [batch|1 key
+    feature] are given)."""
     kv_batch, group, n_query, _ = query.shape
     n_key, dim_v = key.shape[1], value.shape[-1]
-    alphas, outputs, lses = [], [], []
+    alphas, outputs, lses, maxima, sums = [], [], [], [], []
+    weights_t = None if weights is None else weights.transpose(1, 2).contiguous()  # [batch|1 feature key]
     for start in range(0, n_query, block_rows):
         stop = min(start + block_rows, n_query)
         key_stop = stop if causal else n_key
-        alpha = torch.full((kv_batch, group, stop - start, key_stop), float("nan"))  # every entry written
+        # every entry written
+        alpha = torch.full((kv_batch, group, stop - start, key_stop), float("nan")) if keep_alpha else None
         output = torch.empty(kv_batch, group, stop - start, dim_v)
         lse = torch.empty(kv_batch, group, stop - start)
-        torch.ops.probe_tiles.tile_block(query, key.transpose(1, 2).contiguous(), value,
-                                         torch.empty(0) if mask is None else mask, alpha, output, lse, scale,
-                                         start, stop, key_stop, causal, q_tile, k_tile)
-        alphas.append(torch.nn.functional.pad(alpha, (0, n_key - key_stop)))
+        max_alpha = torch.full((kv_batch, group, stop - start), float("nan"))
+        reduced = torch.full((kv_batch, group, stop - start, 0 if weights is None else weights.shape[-1]),
+                             float("nan"))
+        nothing = torch.empty(0)
+        torch.ops.probe_tiles.tile_block(
+            query, key.transpose(1, 2).contiguous(), value, nothing if mask is None else mask,
+            nothing if alpha is None else alpha, output, lse, max_alpha,
+            nothing if weights_t is None else weights_t, reduced, scale, start, stop, key_stop, causal,
+            q_tile, k_tile)
+        sums.append(reduced)
+        if keep_alpha:
+            alphas.append(torch.nn.functional.pad(alpha, (0, n_key - key_stop)))
         outputs.append(output)
         lses.append(lse)
-    return torch.cat(alphas, 2), torch.cat(outputs, 2), torch.cat(lses, 2)
+        maxima.append(max_alpha)
+    return (torch.cat(alphas, 2) if keep_alpha else None), torch.cat(outputs, 2), torch.cat(lses, 2), \
+        torch.cat(maxima, 2), torch.cat(sums, 2)
 
 
 @needs_kernel
@@ -84,7 +98,7 @@ def test_block_equals_the_softmax_written_out(causal, masked, tile):
         mask[1, 4, 100:, :] = -math.inf  # fully masked rows of one head
         mask[1, :, 140:, :] = -math.inf  # fully masked rows of every head
     scale = dim ** -0.5
-    alpha, output, lse = run_blocks(query, key, value, mask, scale, causal, 40, *tile)
+    alpha, output, lse, max_alpha, _ = run_blocks(query, key, value, mask, scale, causal, 40, *tile)
     mask_by_kv = None if mask is None else mask.reshape(batch * kv, group, n, n)
     want_alpha, want_output, want_lse = reference(query, key, value, mask_by_kv, scale, causal)
     assert not alpha.isnan().any()
@@ -97,6 +111,17 @@ def test_block_equals_the_softmax_written_out(causal, masked, tile):
     if causal:  # nothing after the query
         assert alpha.triu(1).abs().max() == 0
     assert want_alpha.max() > 0.1  # not a comparison of near-uniform rows only
+    assert (max_alpha.double() - want_alpha.amax(-1)).abs().max() <= 1e-6  # 0 on a fully masked row
+    # without an α block the same output, lse and maxima, and the row reductions Σ_j α_ij w_jf with weights
+    # per batch row and shared by the batch: α never leaves the kernel
+    weights = torch.randn(batch, n, 3)  # [batch key feature]
+    for given in (weights, weights[:1]):
+        _, kept_output, kept_lse, kept_max, sums = run_blocks(query, key, value, mask, scale, causal, 40,
+                                                              *tile, keep_alpha=False, weights=given)
+        assert torch.equal(kept_output, output) and torch.equal(kept_lse, lse)
+        assert torch.equal(kept_max, max_alpha)
+        by_kv = given.double().expand(batch, -1, -1).repeat_interleave(kv, 0)[:, None]  # [b·kv 1 key feature]
+        assert (sums.double() - want_alpha @ by_kv).abs().max() <= 1e-5
 
 
 @pytest.fixture
@@ -108,10 +133,11 @@ def kernel_everywhere(monkeypatch):
     kernel = tiles.tile_block
 
     def counted(*args, **kwargs):
-        calls.append(args[7:])
+        calls.append(args)
         return kernel(*args, **kwargs)
 
     monkeypatch.setattr(tiles, "MIN_KEYS", 1)
+    monkeypatch.setattr(tiles, "MIN_REDUCE_KEYS", 1)
     monkeypatch.setattr(tiles, "tile_block", counted)
     return calls
 
@@ -151,14 +177,44 @@ def test_engine_row_entropy_with_the_kernel_equals_eager(tiny_dir, arch, kernel_
 
 
 def test_short_inputs_keep_the_torch_path(tiny_dir, monkeypatch):
-    """Below MIN_KEYS the kernel is never called (there the two cost the same)."""
+    """Below MIN_KEYS (and MIN_REDUCE_KEYS) the kernel is never called (there the two cost the same)."""
     calls = []
     monkeypatch.setattr(tiles, "tile_block", lambda *args: calls.append(args))
     loaded = models.load(str(tiny_dir("gpt2")))
     inputs = text_inputs(loaded.tokenizer, [SENTENCE])
-    assert inputs["input_ids"].shape[1] < tiles.MIN_KEYS
+    assert inputs["input_ids"].shape[1] < min(tiles.MIN_KEYS, tiles.MIN_REDUCE_KEYS)
     capture_attention(loaded.model, inputs)
     assert not calls
+
+
+def test_reduce_only_layers_take_the_kernel_from_their_own_length(tiny_dir, monkeypatch):
+    """Between MIN_REDUCE_KEYS and MIN_KEYS the kernel runs for a sink that wants only row reductions (no α
+    block) and not for a dense sink; below MIN_REDUCE_KEYS for neither."""
+    from probe.engine import DenseSink, KeyMassSink
+
+    if not tiles.available():
+        pytest.skip("the tile kernel is not available here")
+    loaded = models.load(str(tiny_dir("gpt2")))
+    inputs = text_inputs(loaded.tokenizer, [SENTENCE])
+    n = inputs["input_ids"].shape[1]
+    calls = []
+    kernel = tiles.tile_block
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(tiles, "tile_block", counted)
+    monkeypatch.setattr(tiles, "MIN_KEYS", n + 1)
+    for min_reduce, sink, expected in ((n, KeyMassSink({"all": torch.ones(1, n)}), True),
+                                       (n, DenseSink(), False),
+                                       (n + 1, KeyMassSink({"all": torch.ones(1, n)}), False)):
+        monkeypatch.setattr(tiles, "MIN_REDUCE_KEYS", min_reduce)
+        calls.clear()
+        with capture(loaded.model, sink), torch.no_grad():
+            loaded.model(**inputs)
+        assert bool(calls) == expected, (min_reduce, type(sink).__name__)
+        assert all(call[4] is None for call in calls)  # reductions only: no α block given
 
 
 def test_turned_off_by_the_environment(monkeypatch):

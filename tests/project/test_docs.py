@@ -97,6 +97,22 @@ def test_the_sinks_of_the_how_to_equal_the_same_statistics_from_dense_alpha():
     assert float(entropy.result().std()) > 0.01 and float(previous.mass.std()) > 0.005
 
 
+def test_the_reduce_sink_of_the_how_to_equals_the_same_masses_from_dense_alpha():
+    from probe.engine import capture_attention
+
+    torch.set_num_threads(1)
+    block = next(b for b in _python_blocks(DOCS / "howto" / "sink.md") if "KeyMassSink(" in b)
+    namespace: dict = {}
+    exec(compile(block, "sink.md", "exec"), namespace)  # noqa: S102 - the page's own example code
+    loaded, inputs, result = namespace["loaded"], namespace["inputs"], namespace["sink"].result()
+    alpha = capture_attention(loaded.model, inputs)[0].double()  # [layer head query key]
+    n = alpha.shape[-1]
+    torch.testing.assert_close(result["first token"][0], alpha[..., 0].mean(-1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(result["second half"][0], alpha[..., n // 2:].sum(-1).mean(-1), atol=1e-5,
+                               rtol=0)
+    assert float(result["first token"].std()) > 0.01  # heads differ: not a constant
+
+
 def test_the_head_type_of_the_how_to_has_the_targets_it_describes():
     namespace: dict = {}
     block = next(b for b in _python_blocks(DOCS / "howto" / "head-type.md") if "def first_copy_targets" in b)
