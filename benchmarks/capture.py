@@ -9,7 +9,7 @@ sequence of N random tokens:
                  (a running Σα per head, which reads every α value)
   (c) reduced  — the capture engine with a row-reduction sink (probe.engine.KeyMassSink: every head's mass
                  on the first four keys and on every key): the engine sums α·w in the product that gives the
-                 attention output, so at N ≥ 12,288 on a CPU the fused tile kernel never writes α out of its
+                 attention output, so at N ≥ 2,048 on a CPU the fused tile kernel never writes α out of its
                  tiles
   (d) eager    — eager attention with output_attentions=True (what other tools do), run only where its 144
                  [N, N] float32 weights fit under --eager-limit-gib; elsewhere the allocation it would need
