@@ -13,9 +13,9 @@ refused in one line. Outside any capture the function behaves like transformers'
 and soft-capping computed, which sdpa lacks).
 
 Longer than 450 lines because it holds the registered function and its four streaming paths (single pass,
-kernel + rebuild, sampled rows, gathered slots) side by side: each path must apply the same score rule, sinks
-and soft-capping to the same plan, and reading them together is how a reviewer checks that they agree. The
-kernels and the score rule itself live in :mod:`probe.engine.kernels`.
+kernel + rebuild, sampled rows, gathered slots; row reductions ride on the first two) side by side: each path
+must apply the same score rule, sinks and soft-capping to the same plan, and reading them together is how a
+reviewer checks that they agree. The kernels and the score rule itself live in :mod:`probe.engine.kernels`.
 """
 
 from __future__ import annotations
