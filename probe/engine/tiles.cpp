@@ -13,9 +13,11 @@
 // long N is the GEMMs' speed on cache-sized tiles and the softmax's passes over a block larger than the cache
 // (docs/benchmarks.md). Soft-capping, attention sinks and reduced precision stay on the torch path.
 //
-// Sinks that want only row reductions Σ_j α_ij w_j (probe.engine.sinks.KeyReduction) get them as extra columns
-// of the values, [V | K | W], summed by the same second GEMM; then no α block is passed in and α never leaves
-// the cache: no store, no rescale, no read by a sink — what flash attention does, plus those columns.
+// Row reductions Σ_j α_ij w_jf (probe.engine.sinks.KeyReduction) are summed from each tile row right after its
+// exp, while it is in L1 (one dot product per weight column, rescaled with the row's running maximum like the
+// output accumulator). When the sinks want nothing else, no α block is passed in and α never leaves the cache:
+// no store, no rescale, no read by a sink — what flash attention does, plus those dot products. (As extra value
+// columns instead, 64 + 1 columns cost the GEMM about as much as 80.)
 //
 // The GEMMs call the BLAS `sgemm_` that PyTorch's CPU build exports (MKL); where it is missing the library does
 // not load and probe.engine.tiles reports the kernel unavailable.
