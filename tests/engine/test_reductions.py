@@ -1,7 +1,7 @@
 """Row reductions (SinkNeeds.reduce → ReduceSink.update_reduced) equal the sums over eager α on every path:
 the single pass (torch), the fused tile kernel without an α block, the kernel beside a dense sink, the kernel
-+ rebuild path (some heads), the eager fallback and a model with learned attention sinks; KeyMassSink's means
-equal them; bad weights are refused in one line."""
++ rebuild path (some heads), the eager fallback, a model with learned attention sinks and a real model
+(MiniLM); KeyMassSink's means equal them; bad weights are refused in one line."""
 
 from __future__ import annotations
 
