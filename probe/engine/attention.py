@@ -442,8 +442,9 @@ def _stream_single_pass(
         block = None  # [batch·kv g·block key_stop], when α is kept
         if keep_alpha:
             block = buffer[: n_batch * n_heads * rows * key_stop].view(n_batch * n_kv, group * rows, key_stop)
-        # [batch·kv g·block dim]
-        block_queries = queries[:, :, start:stop].reshape(n_batch * n_kv, group * rows, dim)
+        # [batch·kv g·block dim]: for the torch path's QKᵀ and the entropy's q·Σαk (the kernel reads queries)
+        block_queries = (queries[:, :, start:stop].reshape(n_batch * n_kv, group * rows, dim)
+                         if linear_entropy or not fused else None)
         block_max = weighted = None
         if fused:  # α (unless only reductions are wanted), the block's α·[V | K], α·W and lse' (the kernel)
             block_out, block_lse = block_values[:, :, :rows], block_lses[:, :, :rows]
