@@ -16,7 +16,11 @@ from probe.layers import attention_plan
 from probe.naming import head_name, parse_stack_head_name
 from tests.tiny_archs import build, masked_diff, padded_inputs, save
 
-TOL = 1e-5
+# float32 throughout. On an AMD EPYC (MKL) BART's third decoder layer differs from eager by up to 1.6e-5 in α
+# and 4.3e-5 in the logits (|logit| < 4), where eager is itself 1.5e-5 / 3.2e-5 from the float64 forward and
+# the engine 1.2e-5 / 1.9e-5: the hidden states drift apart through the layers.
+TOL = 3e-5
+LOGIT_TOL = 1e-4
 
 
 def _seq2seq_inputs(tokenizer):
@@ -65,7 +69,7 @@ def test_three_stacks_equal_eager(model_type):
     # T5's own sdpa and eager paths differ by ~4e-5 on these logits (unscaled scores), so the reference is
     # eager there; a capture without sinks runs the model's own fused kernel and equals its sdpa logits
     # exactly.
-    assert float(((logits - eager_logits).abs() * valid).max()) <= TOL
+    assert float(((logits - eager_logits).abs() * valid).max()) <= LOGIT_TOL
     assert float(((untouched - sdpa_logits).abs() * valid).max()) == 0.0
 
 
