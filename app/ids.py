@@ -87,6 +87,9 @@ CARD_MESSAGE = "card-message"
 # Store written by the clientside callback that re-arms every camera button
 IMAGE_APPLIED = "image-format-applied"
 ZOOM = "explorer-zoom"  # Store: {"q0", "q1", "k0", "k1"} token window of the heatmap (None: the whole input)
+# Store: the axis keys of the heatmap's last relayout event that moved an axis ("xaxis.range[0]", …,
+# "yaxis.autorange"), so that the {"autosize": true} event after it does not replace the zoom
+HEATMAP_VIEW = "explorer-heatmap-view"
 STRUCTURE_SET = "structure-set"  # DataTable: the per-head summary over a set of structures (--heads-summary)
 STRUCTURE_SET_TITLE = "structure-set-title"
 PROTEIN_ZOOM = "protein-zoom"  # Store: the residue maps' shared zoom {"xaxis": [a, b], "yaxis": [c, d]}

@@ -252,6 +252,18 @@
         return null;
     }
 
+    // A relayout event's axis keys ("xaxis.range[0]", "xaxis.range", "xaxis.autorange", …; the server checks the
+    // values), or no update for an event that moved no axis. relayoutData holds only the graph's latest event and
+    // plotly may emit {autosize: true} right after a zoom: a server callback on relayoutData itself can then see
+    // its zoom request superseded by the autosize one, while this store keeps the zoom.
+    var AXIS_KEY = /^[xy]axis\.(range(\[[01]\])?|autorange)$/;
+    function viewOf(relayout) {
+        if (!relayout || typeof relayout !== "object") { return NO(); }
+        var view = {};
+        Object.keys(relayout).forEach(function (key) { if (AXIS_KEY.test(key)) { view[key] = relayout[key]; } });
+        return Object.keys(view).length ? view : NO();
+    }
+
     function layerOf(selected, current) {
         if (!selected || typeof selected.layer !== "number") { return NO(); }
         if (current && current.layer === selected.layer) { return NO(); }
@@ -260,7 +272,7 @@
 
     window.dash_clientside = window.dash_clientside || {};
     window.dash_clientside.probe = Object.assign({}, window.dash_clientside.probe, {
-        heatmap: heatmap, layerOf: layerOf, tokenState: tokenState, fastStep: fastStep,
+        heatmap: heatmap, layerOf: layerOf, viewOf: viewOf, tokenState: tokenState, fastStep: fastStep,
         _view: view,  // read by the browser tests
         _parts: {decode: decode, headMatrix: headMatrix, labels: labels, pooled: pooled, headMax: headMax,
                  dominantOffset: dominantOffset, offsetText: offsetText, share: share, notes: notes,

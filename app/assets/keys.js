@@ -65,6 +65,9 @@
         var clickedAt = Date.now();
         return new Promise(function (resolve) {
             setTimeout(function () {
+                // clickData is cleared once read: a later click on the same cell is then a change again (the
+                // renderer passes on no unchanged value), so a double-click's cell still selects on one click
+                window.dash_clientside.set_props("atlas-graph", {clickData: null});
                 resolve(lastDoubleClick >= clickedAt - 50 ? no : {layer: layer, head: head});
             }, 300);
         });

@@ -73,6 +73,7 @@ def layout(state: dict):
         dcc.Store(id=ids.TOKEN_FOCUS,
                   data={"index": state["token"]} if state.get("token") is not None else None),
         dcc.Store(id=ids.ZOOM, data=state.get("zoom")),
+        dcc.Store(id=ids.HEATMAP_VIEW),
         html.Div([html.Button("Download matrix (CSV)", id=ids.MATRIX_CSV_BUTTON),
                   html.Button("Download matrix (NPY)", id=ids.MATRIX_NPY_BUTTON),
                   html.Span(id=ids.DOWNLOAD_MESSAGE, className="message")], className="controls"),
@@ -401,9 +402,14 @@ def register(app, service: Service) -> None:
     def _lines(store, selected, dark):
         return line_figure(service, store, selected, figures.theme_of(dark)), no_update
 
+    # the zoom's axis keys of each relayout event, kept when plotly's {"autosize": true} follows (explorer.js)
+    app.clientside_callback(
+        "function (r) { return window.dash_clientside.probe.viewOf(r); }",
+        Output(ids.HEATMAP_VIEW, "data"), Input(ids.HEATMAP, "relayoutData"), prevent_initial_call=True)
+
     @app.callback(Output(ids.ZOOM, "data"),
                   Output(ids.EXPLORER_VIEW_MESSAGE, "children", allow_duplicate=True),
-                  Input(ids.HEATMAP, "relayoutData"), State(ids.INPUT, "data"), State(ids.ZOOM, "data"),
+                  Input(ids.HEATMAP_VIEW, "data"), State(ids.INPUT, "data"), State(ids.ZOOM, "data"),
                   prevent_initial_call=True)
     @guarded(outputs=2, message=1)
     def _zoom(relayout, store, window):

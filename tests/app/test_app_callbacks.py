@@ -705,22 +705,23 @@ def test_crafted_callback_payloads_get_a_message_not_a_500(client, specs, input_
                                  "xaxis.range", "yaxis.range"])
 @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), "x", None])
 def test_a_crafted_zoom_is_an_in_page_message_for_every_relayout_key(client, specs, key, bad):
-    """relayoutData with NaN / ±Infinity / a string in any range key: HTTP 200 and a message (issue 22)."""
+    """A view payload (relayoutData's keys, as the browser's viewOf passes them on) with NaN / ±Infinity / a
+    string in any range key: HTTP 200 and a message (issue 22)."""
     value = [0, bad] if key.endswith("range") else bad
     relayout = {key: value}
     if key.endswith("[0]") or key.endswith("[1]"):
         relayout[key[:-3] + ("[1]" if key.endswith("[0]") else "[0]")] = 3
     http, dependencies = client
-    callback = next(c for c in dependencies if any(i["id"] == ids.HEATMAP for i in c["inputs"])
+    callback = next(c for c in dependencies if any(i["id"] == ids.HEATMAP_VIEW for i in c["inputs"])
                     and f"{ids.ZOOM}." in c["output"])
     body = {"output": callback["output"],
             "outputs": [{"id": ids.ZOOM, "property": "data"},
                         {"id": ids.EXPLORER_VIEW_MESSAGE, "property": "children"}],
-            "inputs": [{"id": ids.HEATMAP, "property": "relayoutData", "value": relayout},
+            "inputs": [{"id": ids.HEATMAP_VIEW, "property": "data", "value": relayout},
                        {"id": ids.INPUT, "property": "data",
                         "value": {"model": specs[0], "ids": [5, 6, 7, 8]}}],
             "state": [{"id": ids.ZOOM, "property": "data", "value": None}],
-            "changedPropIds": [f"{ids.HEATMAP}.relayoutData"]}
+            "changedPropIds": [f"{ids.HEATMAP_VIEW}.data"]}
     # the browser's JSON.stringify writes NaN/Infinity as null; crafted
     text = json.dumps(body, allow_nan=True)
     response = http.post("/_dash-update-component", data=text, content_type="application/json")

@@ -308,6 +308,13 @@ def test_a_shared_link_restores_the_zoom_and_the_to_it_direction(driver, wide):
     type_into(driver, ids.TEXT, "mary gave the book to john because he wanted it")
     driver.find_element("id", ids.RUN).click()
     wait_for(lambda: text_of(driver, ids.HEAD_LABEL).endswith("11 tokens"), what="the input")
+    # zoom the drawn map, as a user does: after dcc.Graph has plotted the 11-token figure (a relayout sent
+    # while its render is pending is undone by it)
+    wait_for(lambda: driver.execute_script(
+        "var gd = document.querySelector('#explorer-heatmap .js-plotly-plot');"
+        "return !!gd && !!gd._fullData && gd._fullData.length > 0 && !!gd._fullData[0].z"
+        " && gd._fullData[0].z.length === 11 && !gd.classList.contains('dash-graph--pending');"),
+        what="the 11-token map drawn")
     driver.execute_script("var gd = document.querySelector('#explorer-heatmap .js-plotly-plot');"
                           "Plotly.relayout(gd, {'xaxis.range[0]': 1.5, 'xaxis.range[1]': 5.5,"
                           " 'yaxis.range[0]': 6.5, 'yaxis.range[1]': 2.5});")

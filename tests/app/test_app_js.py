@@ -190,6 +190,20 @@ def test_layer_of_follows_only_a_change_of_layer(page):
     assert call(page, "P.layerOf(null, null)") == {"__no_update": True}
 
 
+def test_view_of_keeps_a_zooms_axis_keys_and_skips_an_autosize(page):
+    """The heatmap's zoom reaches the server through viewOf: a relayout's axis keys pass on (ranges, a
+    double-click's autorange), other keys are dropped; an {autosize: true} event (plotly's, right after a
+    zoom), a dragmode change and no event are no update, so they cannot replace the zoom."""
+    no = {"__no_update": True}
+    ranges = {"xaxis.range[0]": 1.5, "xaxis.range[1]": 5.5, "yaxis.range[0]": 6.5, "yaxis.range[1]": 2.5}
+    assert call(page, "P.viewOf(args[0])", {**ranges, "dragmode": "zoom"}) == ranges
+    assert call(page, "P.viewOf(args[0])", {"xaxis.range": [0, 3]}) == {"xaxis.range": [0, 3]}
+    reset = {"xaxis.autorange": True, "yaxis.autorange": True}
+    assert call(page, "P.viewOf(args[0])", reset) == reset
+    for event in ({"autosize": True}, {"dragmode": "pan"}, {"xaxis.rangeslider": True}, None):
+        assert call(page, "P.viewOf(args[0])", event) == no
+
+
 def test_token_view_colours_from_and_to_the_pinned_token(page):
     alpha = causal_alpha(np.random.default_rng(4), 2, 5)
     payload = payload_of(alpha, ["a", "b", "c", "d", "e"], layer=0)
