@@ -16,10 +16,12 @@ from probe.layers import attention_plan
 from probe.naming import head_name, parse_stack_head_name
 from tests.tiny_archs import build, masked_diff, padded_inputs, save
 
-# float32 throughout. On an AMD EPYC (MKL) BART's third decoder layer differs from eager by up to 1.6e-5 in α
-# and 4.3e-5 in the logits (|logit| < 4), where eager is itself 1.5e-5 / 3.2e-5 from the float64 forward and
-# the engine 1.2e-5 / 1.9e-5: the hidden states drift apart through the layers.
-TOL = 3e-5
+TOL = 1e-5
+# float32 throughout. On an AMD EPYC (MKL) BART's decoder self-attention differs from eager by up to 1.1e-5 in
+# its third layer and the logits by 4.3e-5 (|logit| < 4), where eager is itself 1.5e-5 / 3.2e-5 from the
+# float64 forward and the engine 1.2e-5 / 1.9e-5: the hidden states drift apart through the layers. Every
+# other comparison here stays within TOL (T5: 0; BART encoder 3.2e-6, cross 8.0e-6).
+DECODER_TOL = 3e-5
 LOGIT_TOL = 1e-4
 
 
@@ -61,7 +63,7 @@ def test_three_stacks_equal_eager(model_type):
             untouched = model(**inputs).logits
     queries, keys = inputs["decoder_attention_mask"], inputs["attention_mask"]
     assert masked_diff(sinks[0].attention(0), enc, keys) <= TOL
-    assert masked_diff(sinks[1].attention(0), dec, queries) <= TOL
+    assert masked_diff(sinks[1].attention(0), dec, queries) <= DECODER_TOL
     assert masked_diff(sinks[2].attention(0), cross, queries, keys) <= TOL  # decoder rows over encoder keys
     assert enc[0, 0, 0, 2].max() > 2 / enc.shape[-1]  # peaked
     valid = queries[..., None].bool()
