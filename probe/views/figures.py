@@ -14,6 +14,7 @@ import numpy as np
 from probe.errors import ProbeError
 from probe.naming import head_name
 from probe.runs.atomic import write_atomically
+from probe.runs.export import kaleido_png
 from probe.views.tables import format_q, is_labelled, is_significant, number
 
 BLUES = np.array([[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
@@ -173,7 +174,7 @@ def write_png(figure, path) -> None:
         raise ProbeError(f"{path}: a PNG from Python needs kaleido: pip install kaleido (or save .svg, or "
                          "use the view's PNG button)") from None
     try:
-        write_atomically(path, lambda tmp: figure.write_image(str(tmp), format="png", scale=2))
+        write_atomically(path, lambda tmp: kaleido_png(figure, tmp))
     except ProbeError:
         raise
     except Exception as error:  # noqa: BLE001 - kaleido reports a missing browser in several ways
