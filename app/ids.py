@@ -93,6 +93,9 @@ HEATMAP_VIEW = "explorer-heatmap-view"
 STRUCTURE_SET = "structure-set"  # DataTable: the per-head summary over a set of structures (--heads-summary)
 STRUCTURE_SET_TITLE = "structure-set-title"
 PROTEIN_ZOOM = "protein-zoom"  # Store: the residue maps' shared zoom {"xaxis": [a, b], "yaxis": [c, d]}
+# Stores: each residue map's last relayout event that moved an axis (as HEATMAP_VIEW)
+CONTACTS_VIEW = "protein-contacts-view"
+HEAD_MAP_VIEW = "protein-head-map-view"
 
 # Dashboard v3: reading in the browser (assets/explorer.js)
 LAYER = "selected-layer"  # Store: {"layer": int}, follows SELECTED only when the layer changes (clientside)

@@ -48,6 +48,7 @@ def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.D
         ], className="controls"),
         html.Div(id=ids.PROTEIN_ERROR, className="message"),
         html.Div(id=ids.PROTEIN_MESSAGE, className="status"), dcc.Store(id=ids.PROTEIN_ZOOM),
+        dcc.Store(id=ids.CONTACTS_VIEW), dcc.Store(id=ids.HEAD_MAP_VIEW),
         html.Div(id=ids.PROTEIN_VIEW_MESSAGE, className="message"),
         html.Div(className="row", children=[
             html.Div(graph(ids.CONTACTS, theme=theme), className="panel"),
@@ -256,14 +257,19 @@ def register(app, service: Service) -> None:
             return None, contacts, head_map, ""
         return mark_pair(store, contacts_click if ctx.triggered_id == ids.CONTACTS else map_click)
 
+    # each map's zoom as axis keys, kept when plotly's {"autosize": true} follows it (explorer.js viewOf)
+    for shown, view in ((ids.CONTACTS, ids.CONTACTS_VIEW), (ids.HEAD_MAP, ids.HEAD_MAP_VIEW)):
+        app.clientside_callback("function (r) { return window.dash_clientside.probe.viewOf(r); }",
+                                Output(view, "data"), Input(shown, "relayoutData"), prevent_initial_call=True)
+
     @app.callback(Output(ids.HEAD_MAP, "figure", allow_duplicate=True),
-                  Output(ids.PROTEIN_ZOOM, "data", allow_duplicate=True), Input(ids.CONTACTS, "relayoutData"),
+                  Output(ids.PROTEIN_ZOOM, "data", allow_duplicate=True), Input(ids.CONTACTS_VIEW, "data"),
                   State(ids.PROTEIN, "data"), prevent_initial_call=True)
     def _zoom_head_map(relayout, store):
         return shared_zoom(relayout, store) if isinstance(store, dict) else (no_update, no_update)
 
     @app.callback(Output(ids.CONTACTS, "figure", allow_duplicate=True),
-                  Output(ids.PROTEIN_ZOOM, "data", allow_duplicate=True), Input(ids.HEAD_MAP, "relayoutData"),
+                  Output(ids.PROTEIN_ZOOM, "data", allow_duplicate=True), Input(ids.HEAD_MAP_VIEW, "data"),
                   State(ids.PROTEIN, "data"), prevent_initial_call=True)
     def _zoom_contacts(relayout, store):
         return shared_zoom(relayout, store) if isinstance(store, dict) else (no_update, no_update)
