@@ -204,6 +204,18 @@ def test_view_of_keeps_a_zooms_axis_keys_and_skips_an_autosize(page):
         assert call(page, "P.viewOf(args[0])", event) == no
 
 
+def test_view_of_passes_exactly_the_keys_the_server_checks(page):
+    """viewOf's axis-key pattern (explorer.js) and the server's RELAYOUT_KEYS (app/panels/explorer.py) are two
+    lists across the JS/Python boundary: every key the server reads passes the browser, and near misses do
+    not."""
+    from app.panels.explorer import RELAYOUT_KEYS
+
+    event = {key: 1.0 for key in RELAYOUT_KEYS}
+    near = {"xaxis.range[2]": 1.0, "zaxis.range": [0, 1], "xaxis2.range[0]": 1.0, "xaxis.rangeslider": True,
+            "yaxis.autorange.x": True, "xaxis.range[0] ": 1.0}
+    assert call(page, "P.viewOf(args[0])", {**event, **near}) == event
+
+
 def test_token_view_colours_from_and_to_the_pinned_token(page):
     alpha = causal_alpha(np.random.default_rng(4), 2, 5)
     payload = payload_of(alpha, ["a", "b", "c", "d", "e"], layer=0)
