@@ -20,11 +20,6 @@ from probe.cli import SUBCOMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "pandas", "transformers", "numpy")
-# Command modules still importing a heavy library at their top (empty since the merge of 23:55: proteins
-# thinned probe/commands/contacts.py; test_every_command_module_is_light covers every command).
-KNOWN_HEAVY: set[str] = set()
-
-
 def python(code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
@@ -42,7 +37,7 @@ def heavy_after(code: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("name", [name for name in SUBCOMMANDS if name not in KNOWN_HEAVY])
+@pytest.mark.parametrize("name", SUBCOMMANDS)
 def test_every_command_module_is_light(name):
     """Importing a command module and building its parser imports no heavy library."""
     found = heavy_after(f"import argparse, probe.commands.{name} as m\n"
@@ -95,8 +90,6 @@ def test_a_subcommands_help_and_errors_take_well_under_a_second_more_than_python
     assert fastest([sys.executable, "-m", "probe.cli", *argv]) < baseline + 1.5
 
 
-@pytest.mark.xfail(bool(KNOWN_HEAVY), reason="probe/commands/contacts.py still imports torch at its top "
-                   "(being thinned on branch proteins)", strict=False)
 def test_probe_help_builds_every_parser_without_torch():
     found = heavy_after("from probe.cli import build_parser\nbuild_parser()")
     assert found["heavy"] == []
