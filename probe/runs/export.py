@@ -78,4 +78,4 @@ def _screenshot(browser: str, html: Path, png: Path, width: int, height: int) ->
         raise ProbeError(f"headless Chromium could not render {png}: {done.stderr.strip().splitlines()[-1:]}")
 
 
-__all__ = ["KALEIDO_TRIES", "PLOT_EXTENSIONS", "kaleido_png", "save_figure"]
+__all__ = ["KALEIDO_RACE", "KALEIDO_TRIES", "PLOT_EXTENSIONS", "kaleido_png", "save_figure"]
