@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import numpy as np
 
@@ -30,6 +32,23 @@ class LRUCache:
         """Like get, but uncounted and without refreshing the entry (for a second look under a lock)."""
         with self._lock:
             return self._items.get(key)
+
+    def get_or_compute(self, key, compute: Callable[[], object],
+                       guard: Callable[[], AbstractContextManager]):
+        """The cached value of `key`, or `compute()` run inside `guard()` (the inference gate) and kept.
+
+        The one way the dashboard caches a computation: a look without the guard (a hit costs no wait), then a
+        second look inside it — another thread may have computed the value while this one waited — and only
+        then the computation."""
+        value = self.get(key)
+        if value is not None:
+            return value
+        with guard():
+            value = self.peek(key)
+            if value is None:
+                value = compute()
+                self.put(key, value)
+        return value
 
     def put(self, key, value) -> None:
         with self._lock:

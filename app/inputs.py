@@ -35,11 +35,11 @@ def parse_fasta(text: str) -> str:
 
 def row_head(service, spec: str, cell, rows, head_column: str = "head") -> dict:
     """{"layer", "head"} of the table row a user clicked (`cell` is the table's active cell, `rows` its data;
-    the head index sits in `head_column`), checked against `spec`'s heads by ``service.head_of``."""
+    the head index sits in `head_column`), checked against `spec`'s heads by ``service.facts.head_of``."""
     try:
         row = rows[int(cell["row"])]
         selected = {"layer": row["layer"], "head": row[head_column]}
     except (TypeError, KeyError, IndexError, ValueError):
         raise ProbeError("that row does not name a head; click a row of the table") from None
-    layer, head = service.head_of(spec, selected)
+    layer, head = service.facts.head_of(spec, selected)
     return {"layer": layer, "head": head}

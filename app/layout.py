@@ -18,22 +18,22 @@ def page_layout(service: Service, query=None):
     overlay, scale, zoom, token)."""
     state = page.initial_state(service, query or {})
     config = service.config
-    if state["text"] is None and not service.unusable(state["model"]):
-        state["text"] = explorer.example_text(service.model(state["model"]))
-    protein = service.is_protein(state["model"])
-    usable = not service.unusable(state["model"])
+    if state["text"] is None and not service.facts.unusable(state["model"]):
+        state["text"] = explorer.example_text(service.facts.model(state["model"]))
+    protein = service.facts.is_protein(state["model"])
+    usable = not service.facts.unusable(state["model"])
     stores = [
         dcc.Store(id=ids.SELECTED, data={"layer": state["layer"], "head": state["head"]}),
         dcc.Store(id=ids.LAYER), dcc.Store(id=ids.LAYER_DATA), dcc.Store(id=ids.PATTERN),
         dcc.Store(id=ids.TOKENS_SINK), dcc.Store(id=ids.THEME_SINK),
-        dcc.Store(id=ids.INPUT), dcc.Store(id=ids.LABEL_VERSION, data=service.finished_jobs()),
+        dcc.Store(id=ids.INPUT), dcc.Store(id=ids.LABEL_VERSION, data=service.labels.jobs.finished()),
         dcc.Store(id=ids.PROTEIN), dcc.Store(id=ids.PAIR),
         dcc.Store(id=ids.TEMPLATES, data=figures.template_json()),
     ]
     main = dmc.Stack(gap="md", children=[
         html.Div(state["note"], id=ids.URL_NOTE, className="url-note" if state["note"] else "url-note empty"),
         html.Div(id=ids.PAGE_MESSAGE, className="message"),
-        html.Div(service.unusable(state["model"]) or "", id=ids.CARD_ONLY, className="card-only"),
+        html.Div(service.facts.unusable(state["model"]) or "", id=ids.CARD_ONLY, className="card-only"),
         html.Div(id=ids.EXPLORER_SECTION, style={} if usable else {"display": "none"}, children=[
             html.Div(className="row", children=[
                 html.Div([atlas.layout(state["theme"]), grid.layout()], className="column left-column"),

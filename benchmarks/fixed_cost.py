@@ -31,7 +31,7 @@ def main() -> None:
     import torch
 
     import probe.heads.label as label
-    import probe.heads.label_scoring as label_scoring
+    import probe.heads.label.scoring as label_scoring
     from probe import models
     from probe.zoo.tiny import save_tiny
 

@@ -58,7 +58,8 @@ def run(models: Sequence[str] | str = (), labels: str | None = None, jupyter_mod
     else:  # a script: serve until Ctrl-C, with waitress like `probe app`
         from waitress import serve  # the dashboard's server: only for a script
 
-        print(f"probe.app: serving {', '.join(dash_app.probe_service.specs)} at http://{host}:{port} (Ctrl-C "
+        specs = ', '.join(dash_app.probe_service.facts.specs)
+        print(f"probe.app: serving {specs} at http://{host}:{port} (Ctrl-C "
               "stops)")
         serve(dash_app.server, host=host, port=int(port), threads=16)
     return dash_app

@@ -31,6 +31,7 @@ from typing import Literal
 
 from torch import nn
 
+from probe.anatomy import layer_lists, text_config
 from probe.errors import ProbeError
 from probe.naming import head_name
 
@@ -169,25 +170,6 @@ def eager_attention_modules(model: nn.Module) -> list[nn.Module]:
     return inner
 
 
-def _text_config(model: nn.Module):
-    config = model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
-def _layer_lists(root: nn.Module, attention: list[nn.Module],
-                 length: int | None = None) -> list[nn.ModuleList]:
-    """ModuleLists under `root` (of `length` entries, if given) whose entries, together, hold every one of
-    `attention` (outermost first)."""
-    wanted = {id(module) for module in attention}
-    found = []
-    for module in root.modules():
-        if isinstance(module, nn.ModuleList) and len(module) and length in (None, len(module)):
-            inside = {id(sub) for entry in module for sub in entry.modules()}
-            if wanted <= inside:
-                found.append(module)
-    return found
-
-
 def _block_kinds(config, n_layers: int) -> list[str] | None:
     """The config's per-layer block types (layer_types, layers_block_type, hybrid_override_pattern), if
     any."""
@@ -203,9 +185,9 @@ def _block_kinds(config, n_layers: int) -> list[str] | None:
 
 
 def _single_stack(model: nn.Module, attention: list[nn.Module], engine: Engine) -> AttentionPlan:
-    config = _text_config(model)
+    config = text_config(model.config)
     n_layers = getattr(config, "num_hidden_layers", None)
-    lists = _layer_lists(model, attention, n_layers) if n_layers else []
+    lists = layer_lists(model, attention, n_layers) if n_layers else []
     if lists:
         layers = lists[-1]  # the innermost list of the right length: the transformer layers
         ids = {id(module) for module in attention}
@@ -250,7 +232,7 @@ def _stack_modules(root: nn.Module, attention: list[nn.Module], per_layer: int, 
     """The layer list of one stack and, per layer, its attention modules in order (`per_layer` of them)."""
     inside = {id(sub) for sub in root.modules()}
     mine = [module for module in attention if id(module) in inside]
-    lists = _layer_lists(root, mine)
+    lists = layer_lists(root, mine)
     if not mine or not lists:
         raise ProbeError(f"cannot find the {what} layers of this encoder-decoder model")
     layers = lists[-1]

@@ -24,8 +24,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
+from app.label_store import label_config  # noqa: E402
 from app.registry import minilm_dir  # noqa: E402
-from app.service import label_config  # noqa: E402
 from app.tables import MINILM_TABLE  # noqa: E402
 from probe import models  # noqa: E402
 from probe.heads.label import label_model  # noqa: E402

@@ -3,7 +3,8 @@ opens on a real model with its labelled heads and computes nothing at start-up.
 
     python scripts/minilm_labels.py      # ~5 min on a quiet 2-core machine; writes app/data/minilm_labels.csv
 
-The table is what the app's own "Label heads" computes (`app.service.label_config`: the default LabelConfig
+The table is what the app's own "Label heads" computes (`app.label_store.label_config`: the default
+LabelConfig
 with the app's 64 probe examples and no ablation columns). tests/app/test_app_shipped.py checks that a fresh
 relabel equals it (slow).
 """
@@ -17,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.label_store import label_config  # noqa: E402
 from app.registry import minilm_dir  # noqa: E402
-from app.service import label_config  # noqa: E402
 from app.tables import MINILM_TABLE  # noqa: E402
 from probe import models  # noqa: E402
 from probe.heads.label import label_model  # noqa: E402

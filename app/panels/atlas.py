@@ -7,8 +7,9 @@ from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from probe.errors import ProbeError
 from probe.naming import head_name
+from probe.views import reading
 
-from .. import figures, ids
+from .. import atlas_figure, figures, ids
 from ..errors import guarded
 from ..inputs import row_head
 from ..registry import display_name
@@ -79,7 +80,7 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
         return [], [], "no labels yet: press 'Label heads'"
     rows = table[table["head_type"].astype(str) == head_type]
     if "label" in rows.columns:
-        rows = rows[[figures._is_labelled(value) for value in rows["label"]]]
+        rows = rows[[reading.is_labelled(value) for value in rows["label"]]]
     if rows.empty:
         return [], [], f"no head is labelled {head_type}"
     rows = rows.sort_values("score", ascending=False)
@@ -87,17 +88,17 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
     for row in rows.itertuples(index=False):
         record = {"head_name": name(int(row.layer), int(row.head)), "layer": int(row.layer),
                   "head": int(row.head), "score": round(float(row.score), 3)}
-        low, high = figures._number(row, "ci_low"), figures._number(row, "ci_high")
+        low, high = reading.number(row, "ci_low"), reading.number(row, "ci_high")
         if low is not None and high is not None:
             record["interval"] = f"[{low:.3f}, {high:.3f}]"
         for column in ("chance", "output_share", "ablation_z", "group_z"):
             if column in rows.columns:
-                value = figures._number(row, column)
+                value = reading.number(row, column)
                 record[column] = round(value, 3) if value is not None else "unknown"
         if "q_value" in rows.columns:
-            record["q_value"] = figures.format_q(figures._number(row, "q_value"))
+            record["q_value"] = reading.format_q(reading.number(row, "q_value"))
         if "offset" in rows.columns:
-            value = figures._number(row, "offset")
+            value = reading.number(row, "offset")
             record["offset"] = f"{int(value):+d}" if value is not None else ""
         if "role" in rows.columns:
             record["role"] = row.role if isinstance(row.role, str) else "unknown"
@@ -118,27 +119,29 @@ def labelled_head(service: Service, spec: str, cell, rows) -> dict:
 def atlas_view(service: Service, spec: str, head_type: str, colour_by: str, selected: dict | None,
                theme: str = "light"):
     """The atlas figure of `spec` (the selected head marked)."""
-    loaded = service.model(spec)
-    chosen = service.head_of(spec, selected) if selected else None
+    loaded = service.facts.model(spec)
+    chosen = service.facts.head_of(spec, selected) if selected else None
     kinds = dict(loaded.plan.layer_kinds) if loaded.plan is not None else {}
     no_alpha = {layer: kinds.get(layer, "no softmax attention")
                 for layer in range(loaded.n_layers) if layer not in loaded.attention_layers}
     refused = "no labels: probe label refuses encoder–decoder models; the views work"
-    return figures.atlas_figure(service.labels(spec), loaded.n_layers, loaded.n_heads, head_type, colour_by,
+    return atlas_figure.atlas_figure(service.labels.table(spec), loaded.n_layers, loaded.n_heads, head_type,
+                                     colour_by,
                                 chosen, theme, no_alpha, name=loaded.head_name,
-                                layer_names=service.layer_names(spec),
-                                empty_title=refused if service.label_refusal(spec) else None)
+                                layer_names=service.facts.layer_names(spec),
+                                empty_title=refused if service.facts.label_refusal(spec) else None)
 
 
 def label_status(service: Service, spec: str, start: bool = False):
     """(progress children, poll disabled, finished-jobs counter, status line) for the labelling job of `spec`;
     the status line names whatever job runs (this model's or another's) with its estimate, for beside the
     explorer."""
-    refusal = service.label_refusal(spec)  # probe label refuses encoder–decoders: one line, no failed job
-    job = None if refusal else service.start_labelling(spec) if start else service.job(spec)
-    pending = service.running_job()
+    # probe label refuses encoder–decoders: one line, no failed job
+    refusal = service.facts.label_refusal(spec)
+    job = None if refusal else service.labels.start(spec) if start else service.labels.jobs.job(spec)
+    pending = service.labels.jobs.running()
     poll_off = pending is None and not (job is not None and job.state in ("queued", "running"))
-    finished = service.finished_jobs()
+    finished = service.labels.jobs.finished()
     line = pending[1].describe(display_name(pending[0])) + " · the views stay usable" if pending else ""
     if job is None:
         return refusal or "", poll_off, finished, line
@@ -151,7 +154,7 @@ def label_status(service: Service, spec: str, start: bool = False):
 
 def labels_download(service: Service, spec: str) -> dict:
     """dcc.Download data: the labels table of `spec` as CSV."""
-    table = service.labels(spec)
+    table = service.labels.table(spec)
     if table is None:
         raise ProbeError("no labels to download: press 'Label heads' first (or start the app with --labels "
                          "FILE)")
@@ -166,7 +169,7 @@ def register(app, service: Service) -> None:
     @guarded(outputs=2, message=1)
     def _atlas(spec, head_type, colour_by, selected, _version, dark):
         theme = figures.theme_of(dark)
-        if service.unusable(spec):
+        if service.facts.unusable(spec):
             return figures.empty_figure("card only: this model has no capture views", theme), ""
         return atlas_view(service, spec, head_type, colour_by, selected, theme), ""
 
@@ -181,7 +184,7 @@ def register(app, service: Service) -> None:
                   Input(ids.MODEL, "value"), State(ids.LABEL_VERSION, "data"))
     @guarded(outputs=4, message=0)
     def _label(_clicks, _ticks, spec, version):
-        if service.unusable(spec):
+        if service.facts.unusable(spec):
             return "", True, no_update, ""
         progress, disabled, finished, line = label_status(service, spec,
                                                           start=ctx.triggered_id == ids.LABEL_BUTTON)
@@ -192,11 +195,11 @@ def register(app, service: Service) -> None:
                   Input(ids.MODEL, "value"), Input(ids.HEAD_TYPE, "value"), Input(ids.LABEL_VERSION, "data"))
     @guarded(outputs=3, message=2)
     def _labelled(spec, head_type, _version):
-        if service.unusable(spec):
+        if service.facts.unusable(spec):
             return [], [], ""
-        if service.labels(spec) is None and service.label_refusal(spec):
-            return [], [], service.label_refusal(spec)
-        return labelled_rows(service.labels(spec), head_type, service.model(spec).head_name)
+        if service.labels.table(spec) is None and service.facts.label_refusal(spec):
+            return [], [], service.facts.label_refusal(spec)
+        return labelled_rows(service.labels.table(spec), head_type, service.facts.model(spec).head_name)
 
     @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
                   Output(ids.LABELLED_MESSAGE, "children", allow_duplicate=True),

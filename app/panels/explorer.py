@@ -88,10 +88,10 @@ def layout(state: dict):
 def explorer_input(service: Service, spec: str, text: str, as_ids: bool, model_changed: bool = False):
     """(input store, message, text shown): tokenizes the explorer's input; on a model change, an example that
     fits. A ProbeError propagates (the callback shows it and keeps the previous input and figure)."""
-    loaded = service.model(spec)
+    loaded = service.facts.model(spec)
     if model_changed and not as_ids:
         text = example_for(loaded, text)
-    encoded = service.encode(spec, text, as_ids)
+    encoded = service.captures.encode(spec, text, as_ids)
     return {"model": spec, "ids": list(encoded.ids), "text": text, "as_ids": bool(as_ids)}, "", text
 
 
@@ -151,7 +151,7 @@ def checked_input(service: Service, store) -> tuple[str, tuple[int, ...]]:
     """(model, token ids) of an input store from the browser, checked."""
     if not isinstance(store, dict) or not isinstance(store.get("model"), str):
         raise ProbeError("the input is not a model and token ids; press Run again")
-    return store["model"], service.check_ids(store["model"], store.get("ids"))
+    return store["model"], service.captures.check_ids(store["model"], store.get("ids"))
 
 
 # --- the view -----------------------------------------------------------------------------------------------
@@ -248,19 +248,19 @@ def layer_view(service: Service, store: dict | None, layer_store) -> tuple[dict 
         return None, ""
     spec, token_ids = checked_input(service, store)
     layer = layer_store.get("layer") if isinstance(layer_store, dict) else 0
-    layer, _ = service.head_of(spec, {"layer": layer, "head": 0})
+    layer, _ = service.facts.head_of(spec, {"layer": layer, "head": 0})
     try:
-        alpha = service.layer_attention(spec, token_ids, layer)  # [head query key]
+        alpha = service.captures.layer_attention(spec, token_ids, layer)  # [head query key]
     except Exception as error:  # noqa: BLE001 - shown in the page, the figures cleared
 
         message = error_message(error)
         return {"error": f"{spec}: {message}", "model": spec}, message
-    loaded = service.model(spec)
+    loaded = service.facts.model(spec)
     queries, keys, axes = stack_tokens(service, spec, token_ids, layer)
     key = hashlib.sha1(f"{spec}|{token_ids}".encode()).hexdigest()[:12]
-    causal = loaded.kind == ModelKind.CAUSAL_LM or service.stack_of(spec, layer) == "dec"
+    causal = loaded.kind == ModelKind.CAUSAL_LM or service.facts.stack_of(spec, layer) == "dec"
     return layer_payload(spec, token_ids, keys, layer, alpha, causal, key,
-                         name=service.layer_label(spec, layer),
+                         name=service.facts.layer_label(spec, layer),
                          query_tokens=None if queries == keys else queries, axes=axes), ""
 
 
@@ -273,13 +273,13 @@ def stack_tokens(service: Service, spec: str, token_ids, layer: int):
     decoder reads its own tokens (the input shifted right after the start token: teacher forcing), so its
     queries — and its self-attention's keys — show those; cross-attention's keys are the encoder's (the
     input's) tokens."""
-    tokenizer = service.model(spec).tokenizer
-    tokens = display_tokens(tokenizer, service.tokens(spec, token_ids))
-    stack = service.stack_of(spec, layer)
+    tokenizer = service.facts.model(spec).tokenizer
+    tokens = display_tokens(tokenizer, service.captures.tokens(spec, token_ids))
+    stack = service.facts.stack_of(spec, layer)
     if not stack:
         return tokens, tokens, None
     decoder = tokens if stack == "enc" else display_tokens(
-        tokenizer, service.tokens(spec, service.decoder_ids(spec, token_ids)))
+        tokenizer, service.captures.tokens(spec, service.captures.decoder_ids(spec, token_ids)))
     return decoder, (tokens if stack == "cross" else decoder), STACK_AXES[stack]
 
 
@@ -292,11 +292,12 @@ def pattern_view(service: Service, store: dict | None, layer_store, head_type: s
         return None
     spec, token_ids = checked_input(service, store)
     layer = layer_store.get("layer") if isinstance(layer_store, dict) else 0
-    layer, _ = service.head_of(spec, {"layer": layer, "head": 0})
+    layer, _ = service.facts.head_of(spec, {"layer": layer, "head": 0})
     heads = []
     try:
-        for head in range(service.model(spec).n_heads):
-            pattern = service.target_pattern(spec, head_type, token_ids, layer, head)  # [query key] bool
+        for head in range(service.facts.model(spec).n_heads):
+            # [query key] bool
+            pattern = service.captures.target_pattern(spec, head_type, token_ids, layer, head)
             queries, keys = np.nonzero(pattern)
             heads.append([queries.tolist(), keys.tolist()])
     except ProbeError:
@@ -312,11 +313,11 @@ def line_figure(service: Service, store: dict | None, selected, theme: str = "li
     if not store:
         return figures.empty_figure("type an input and press Run", theme)
     spec, token_ids = checked_input(service, store)
-    layer, head = service.head_of(spec, selected)
-    alpha = service.head_attention(spec, token_ids, layer, head)  # [query key]
+    layer, head = service.facts.head_of(spec, selected)
+    alpha = service.captures.head_attention(spec, token_ids, layer, head)  # [query key]
     queries, keys, _ = stack_tokens(service, spec, token_ids, layer)
-    return figures.line_view(alpha, [t.strip() or t for t in keys],
-                             f"{service.head_label(spec, layer, head)} · {display_name(spec)}", theme=theme,
+    title = f"{service.facts.head_label(spec, layer, head)} · {display_name(spec)}"
+    return figures.line_view(alpha, [t.strip() or t for t in keys], title, theme=theme,
                              query_tokens=[t.strip() or t for t in queries])
 
 
@@ -325,18 +326,20 @@ def matrix_download(service: Service, store: dict | None, selected, fmt: str) ->
     if not store:
         raise ProbeError("nothing to download yet: run an input first")
     spec, token_ids = checked_input(service, store)
-    layer, head = service.head_of(spec, selected)
-    alpha = service.head_attention(spec, token_ids, layer, head)  # [query key]
-    name = f"attention_{service.head_label(spec, layer, head)}"
+    layer, head = service.facts.head_of(spec, selected)
+    alpha = service.captures.head_attention(spec, token_ids, layer, head)  # [query key]
+    name = f"attention_{service.facts.head_label(spec, layer, head)}"
     if fmt == "npy":
         buffer = io.BytesIO()
         np.save(buffer, alpha)
         return dcc.send_bytes(buffer.getvalue(), f"{name}.npy")
-    labels = figures.token_labels(service.tokens(spec, token_ids))  # keys: the input's (encoder's) tokens
+    # keys: the input's (encoder's) tokens
+    labels = figures.token_labels(service.captures.tokens(spec, token_ids))
     rows = labels  # queries: an encoder–decoder's decoder reads its own tokens (dec and cross layers)
-    if service.stack_of(spec, layer) in ("dec", "cross"):
-        rows = figures.token_labels(service.tokens(spec, service.decoder_ids(spec, token_ids)))
-        labels = rows if service.stack_of(spec, layer) == "dec" else labels
+    if service.facts.stack_of(spec, layer) in ("dec", "cross"):
+        decoder = service.captures.decoder_ids(spec, token_ids)
+        rows = figures.token_labels(service.captures.tokens(spec, decoder))
+        labels = rows if service.facts.stack_of(spec, layer) == "dec" else labels
     lines = ["query\\key," + ",".join(_csv_cell(label) for label in labels)]
     lines += [_csv_cell(label) + "," + ",".join(f"{value:.6g}" for value in row)
               for label, row in zip(rows, alpha, strict=True)]

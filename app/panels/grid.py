@@ -12,8 +12,9 @@ from dash import ALL, Input, Output, State, ctx, html, no_update
 
 from probe.errors import ProbeError
 from probe.models import ModelKind
+from probe.views import reading
 
-from .. import figures, ids
+from .. import ids
 from ..errors import error_message, guarded
 from ..service import Service
 from ..thumbnails import thumbnail_uri
@@ -38,8 +39,8 @@ def badges(table, head_type: str) -> dict[tuple[int, int], tuple[str, str]]:
     out = {}
     for row in rows.itertuples(index=False):
         text = f"{float(row.score):.2f}"
-        labelled = figures._is_labelled(getattr(row, "label", None))
-        css = "badge labelled" if labelled else ("badge" if figures.is_significant(row) else "badge faint")
+        labelled = reading.is_labelled(getattr(row, "label", None))
+        css = "badge labelled" if labelled else ("badge" if reading.is_significant(row) else "badge faint")
         out[(int(row.layer), int(row.head))] = (text + (" ✓" if labelled else ""), css)
     return out
 
@@ -50,29 +51,29 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
     if not isinstance(store, dict) or not store.get("ids"):
         return html.Div("run an input to see every head", className="note")
     spec = store.get("model")
-    pooled = service.thumbnails(spec, store["ids"])  # [layer head query_bin key_bin]
+    pooled = service.captures.thumbnails(spec, store["ids"])  # [layer head query_bin key_bin]
 
-    causal = service.model(spec).kind == ModelKind.CAUSAL_LM
+    causal = service.facts.model(spec).kind == ModelKind.CAUSAL_LM
     n_heads = pooled.shape[1]
-    marks = badges(service.labels(spec), head_type)
+    marks = badges(service.labels.table(spec), head_type)
     chosen = (selected or {}).get("layer"), (selected or {}).get("head")
     cells = [html.Div("", className="grid-corner")]
     cells += [html.Div(f"H{head}", className="grid-head") for head in range(n_heads)]
-    layers = service.model(spec).attention_layers  # the model's own numbers (a hybrid's softmax layers)
+    layers = service.facts.model(spec).attention_layers  # the model's own numbers (a hybrid's softmax layers)
     for row, layer in enumerate(layers):
-        cells.append(html.Div(service.layer_label(spec, layer), className="grid-layer"))
+        cells.append(html.Div(service.facts.layer_label(spec, layer), className="grid-layer"))
         for head in range(n_heads):
             tile = pooled[row, head]
             vmax = head_max(tile, causal) if per_head_max else 1.0
             text, css = marks.get((layer, head), ("", "badge"))
-            name = service.head_label(spec, layer, head)
+            name = service.facts.head_label(spec, layer, head)
             cells.append(html.Button(
                 [html.Img(src=thumbnail_uri(tile, vmax), alt=name), html.Span(text, className=css)],
                 id={"type": ids.THUMB, "layer": layer, "head": head},
                 title=f"{name} {head_type} {text}".strip(),
                 className="thumb selected" if (layer, head) == chosen else "thumb", n_clicks=0))
     # columns shrink to fit the panel (every head stays in view at 1280 px), up to 72 px each
-    first = "52px" if service.layer_names(spec) else "24px"  # room for "cross.L2"
+    first = "52px" if service.facts.layer_names(spec) else "24px"  # room for "cross.L2"
     style = {"gridTemplateColumns": f"{first} repeat({n_heads}, minmax(0, 72px))"}
     factor = int(np.ceil(len(store["ids"]) / pooled.shape[-1]))
     note = (f"{len(store['ids'])} tokens" + (f", each thumbnail max-pooled {factor}×{factor}"
@@ -96,7 +97,7 @@ def clicked_thumbnail(service: Service, spec: str, trigger, value) -> dict | Non
         return None
     if not isinstance(trigger, dict):
         raise ProbeError("the click did not name a head; click a thumbnail")
-    layer, head = service.head_of(spec, trigger)
+    layer, head = service.facts.head_of(spec, trigger)
     return {"layer": layer, "head": head}
 
 

@@ -12,10 +12,10 @@ import dash_mantine_components as dmc
 from dash import Input, Output, State, dcc, html
 
 from probe.heads.registry import REGISTRY
+from probe.views.reading import is_labelled
 
 from .. import figures, ids
 from ..errors import guarded
-from ..figures import _is_labelled
 from ..registry import display_name
 from ..service import Service
 from . import radio
@@ -41,10 +41,11 @@ def head_types_for(service: Service, spec: str) -> tuple[str, ...]:
     from probe.heads.registry import REGISTRY
     from probe.models import ModelKind
 
-    if service.unusable(spec):
+    if service.facts.unusable(spec):
         return tuple(REGISTRY)
-    kind = service.model(spec).kind
-    if service.is_seq2seq(spec):  # no type is defined for it (probe label refuses it): the bidirectional
+    kind = service.facts.model(spec).kind
+    # no type is defined for it (probe label refuses it): the bidirectional
+    if service.facts.is_seq2seq(spec):
         kind = ModelKind.MASKED_LM  # text types, to outline targets on the encoder's tokens; atlas says why
     return tuple(name for name, spec_ in REGISTRY.items() if kind in spec_.kinds)
 
@@ -69,7 +70,7 @@ def default_head_type(types, table=None) -> str:
     type."""
     if table is not None and not table.empty and "label" in table.columns:
         labelled = {str(kind) for kind, label in zip(table["head_type"], table["label"], strict=True)
-                    if _is_labelled(label)}
+                    if is_labelled(label)}
         for name in (*SHOWCASE, *types):
             if name in types and name in labelled:
                 return name
@@ -80,13 +81,13 @@ def initial_state(service: Service, query) -> dict:
     """The page's first state from the URL's query (a dict-like): each unknown or malformed value is replaced
     by its default and named in a visible note, never an error page."""
     notes = []
-    usable = service.registry.usable_specs or service.specs
+    usable = service.registry.usable_specs or service.facts.specs
     spec = query.get("model") or usable[0]
-    if spec not in service.specs:
+    if spec not in service.facts.specs:
         notes.append(f"model {spec!r} is not served here: showing {usable[0]}")
         spec = usable[0]
     types = head_types_for(service, spec)
-    default = default_head_type(types, None if service.unusable(spec) else service.labels(spec))
+    default = default_head_type(types, None if service.facts.unusable(spec) else service.labels.table(spec))
     head_type = query.get("type") or default
     if head_type not in types:
         notes.append(f"head type {head_type!r} does not apply to {model_label(spec)}: showing {default}")
@@ -94,17 +95,17 @@ def initial_state(service: Service, query) -> dict:
     layer, head = _default_head(service, spec, head_type)
     if "layer" in query or "head" in query:
         try:
-            layer, head = service.head_of(spec,
+            layer, head = service.facts.head_of(spec,
                                           {"layer": query.get("layer", 0), "head": query.get("head", 0)})
         except Exception:  # noqa: BLE001 - a bad link is a note, not an error page
             fallback = _default_head(service, spec, head_type)
             notes.append(f"head L{query.get('layer', 0)}H{query.get('head', 0)} is not a head of "
-                         f"{model_label(spec)}: showing {service.head_label(spec, *fallback)}")
+                         f"{model_label(spec)}: showing {service.facts.head_label(spec, *fallback)}")
             layer, head = fallback
     text = query.get("text")
     key = query.get("input")
     if key:
-        text = service.saved_text(key)
+        text = service.texts.get(key)
         if text is None:
             notes.append(f"input {key!r} is no longer on this server (it restarted?): showing an example")
     zoom = None
@@ -146,17 +147,17 @@ def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int
     """The head the page opens on: the best-scoring labelled head of the type (else the best score), the
     model's first head with α without labels (L0H0; a hybrid's first softmax layer), L0H0 for a card-only
     model."""
-    if service.unusable(spec):
+    if service.facts.unusable(spec):
         return 0, 0
-    first = service.model(spec).heads[0]
-    table = service.labels(spec)
+    first = service.facts.model(spec).heads[0]
+    table = service.labels.table(spec)
     if table is None or table.empty:
         return first
     rows = table[table["head_type"].astype(str) == head_type]
     if rows.empty:
         return first
     if "label" in rows.columns:
-        labelled = rows[[_is_labelled(value) for value in rows["label"]]]
+        labelled = rows[[is_labelled(value) for value in rows["label"]]]
         rows = labelled if not labelled.empty else rows
     best = rows.sort_values("score", ascending=False).iloc[0]
     return int(best["layer"]), int(best["head"])
@@ -175,7 +176,7 @@ def url_search(service: Service, spec: str, head_type: str, selected: dict | Non
         if len(text) <= URL_TEXT_CHARS:
             params["text"] = text
         else:
-            params["input"] = service.save_text(text)
+            params["input"] = service.texts.save(text)
         if store.get("as_ids"):
             params["ids"] = "1"
     if overlay:
@@ -205,7 +206,7 @@ def header(state: dict) -> dmc.Group:
 
 def sidebar(service: Service, state: dict) -> dmc.Stack:
     spec = state["model"]
-    options = [{"label": model_label(s), "value": s} for s in service.specs]
+    options = [{"label": model_label(s), "value": s} for s in service.facts.specs]
     return dmc.Stack(gap="sm", children=[
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.SHAPE, data=_shape(service, spec)),
@@ -213,7 +214,7 @@ def sidebar(service: Service, state: dict) -> dmc.Stack:
         glossary_button(),
         dmc.Text("Model", fw=600, size="sm"),
         dcc.RadioItems(id=ids.MODEL, options=options, value=spec, className="radio-list"),
-        html.Div(service.describe(spec), id=ids.MODEL_INFO, className="note"),
+        html.Div(service.facts.describe(spec), id=ids.MODEL_INFO, className="note"),
         dmc.Text("Head type", fw=600, size="sm"),
         html.Div(dcc.RadioItems(id=ids.HEAD_TYPE, options=type_options(head_types_for(service, spec)),
                                 value=state["head_type"], className="radio-list"),
@@ -232,14 +233,14 @@ def sidebar(service: Service, state: dict) -> dmc.Stack:
 
 
 def _shape(service: Service, spec: str) -> dict:
-    if service.unusable(spec):
+    if service.facts.unusable(spec):
         return {"layers": 1, "heads": 1}
-    loaded = service.model(spec)
+    loaded = service.facts.model(spec)
     shape = {"layers": loaded.n_layers, "heads": loaded.n_heads}
     if list(loaded.attention_layers) != list(range(loaded.n_layers)):  # a hybrid: keys step its layers with α
         shape["attention_layers"] = [int(layer) for layer in loaded.attention_layers]
-    if service.layer_names(spec):  # an encoder–decoder: "enc.L0", …, "cross.L2" by flat layer number
-        shape["layer_names"] = service.layer_names(spec)
+    if service.facts.layer_names(spec):  # an encoder–decoder: "enc.L0", …, "cross.L2" by flat layer number
+        shape["layer_names"] = service.facts.layer_names(spec)
     return shape
 
 
@@ -250,11 +251,11 @@ def register(app, service: Service) -> None:
                   Input(ids.MODEL, "value"))
     @guarded(outputs=6, message=3)
     def _model(spec):
-        why = service.unusable(spec) or ""
-        limits = "" if why else service.limits(spec)
+        why = service.facts.unusable(spec) or ""
+        limits = "" if why else service.facts.limits(spec)
         hidden = {"display": "none"}
-        return (service.describe(spec), _shape(service, spec), limits, why, hidden if why else {},
-                {} if service.is_protein(spec) else hidden)
+        return (service.facts.describe(spec), _shape(service, spec), limits, why, hidden if why else {},
+                {} if service.facts.is_protein(spec) else hidden)
 
     @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True), Output(ids.HEAD_TYPE, "options"),
                   Output(ids.HEAD_TYPE, "value"), Output(ids.PAGE_MESSAGE, "children", allow_duplicate=True),
@@ -263,7 +264,7 @@ def register(app, service: Service) -> None:
     def _model_changed(spec, head_type):
         types = head_types_for(service, spec)
         head_type = head_type if head_type in types else default_head_type(
-            types, service.labels(spec) if not service.unusable(spec) else None)
+            types, service.labels.table(spec) if not service.facts.unusable(spec) else None)
         layer, head = _default_head(service, spec, head_type)
         return {"layer": layer, "head": head}, type_options(types), head_type, ""
 

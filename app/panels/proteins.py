@@ -13,7 +13,7 @@ from dash import Input, Output, Patch, State, ctx, dash_table, dcc, html, no_upd
 from probe.errors import ProbeError
 from probe.models import ModelKind
 
-from .. import figures, ids
+from .. import figures, ids, protein_figures
 from ..errors import guarded
 from ..inputs import parse_fasta, row_head
 from ..registry import display_name
@@ -81,7 +81,7 @@ SET_COLUMNS = {"name": "head", "n_proteins": "proteins", "p_at_L_long": "P@L lon
 
 def structure_set(service: Service, spec: str) -> tuple[list[dict], list[dict], str]:
     """(rows, columns, title) of the per-head summary over a structure set for `spec` (empty when none)."""
-    summary = service.heads_summary(spec)
+    summary = service.labels.heads_summary(spec)
     if summary is None:
         return [], [], ""
     # NaN: "unknown", not 0
@@ -118,7 +118,7 @@ def protein_run(service: Service, spec: str, sequence: str | None, contents: str
                 chain: str | None):
     """(protein store, message): contacts for the typed sequence, an uploaded FASTA or an uploaded
     structure."""
-    loaded = service.model(spec)
+    loaded = service.facts.model(spec)
     if loaded.kind != ModelKind.PROTEIN_MLM:
         kind = getattr(loaded.kind, "value", loaded.kind)
         return None, f"{spec} is a {kind}: choose a protein model (ESM) above for contact maps"
@@ -138,7 +138,7 @@ def protein_run(service: Service, spec: str, sequence: str | None, contents: str
                              f"{service.config.max_residues} residues")
         sequence = parse_fasta(text)
     try:
-        key, result = service.protein(spec, sequence if structure is None else None, structure, name,
+        key, result = service.proteins.analyse(spec, sequence if structure is None else None, structure, name,
                                       (chain or "").strip() or None)
     except ProbeError as error:
         if structure is None or str(error).startswith(name):
@@ -159,16 +159,16 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
         return empty, empty, [], [], [], ""
     if not isinstance(store, dict) or not isinstance(store.get("key"), str):
         raise ProbeError("the protein result is not valid; press Run again")
-    result = service.protein_result(store["key"])
-    layer, head = service.head_of(result.model, selected)
+    result = service.proteins.result(store["key"])
+    layer, head = service.facts.head_of(result.model, selected)
     chosen = checked_pair(pair, len(result.sequence))
     n = len(result.sequence)
-    contacts = figures.contact_figure(result.predicted, result.true, chosen,
+    contacts = protein_figures.contact_figure(result.predicted, result.true, chosen,
                                       f"{display_name(result.model)} · {n} residues: predicted ↗ · true ↙",
                                       uirevision=store["key"], theme=theme)
-    apc = service.protein_head_map(store["key"], layer, head)  # [residue residue]
-    name = service.head_label(result.model, layer, head)
-    head_map = figures.head_map_figure(apc, chosen, f"{name} APC attention",
+    apc = service.proteins.head_map(store["key"], layer, head)  # [residue residue]
+    name = service.facts.head_label(result.model, layer, head)
+    head_map = protein_figures.head_map_figure(apc, chosen, f"{name} APC attention",
                                        uirevision=store["key"], theme=theme)
     figures.apply_zoom(contacts, zoom)
     figures.apply_zoom(head_map, zoom)
@@ -200,10 +200,10 @@ def mark_pair(store: dict | None, click: dict | None):
     if not isinstance(store, dict) or not isinstance(store.get("length"), int):
         raise ProbeError("no protein is shown (its length is unknown); run a sequence first")
     point = click["points"][0] if isinstance(click, dict) and click.get("points") else None
-    pair = figures.pair_from_point(point, store["length"]) if isinstance(point, dict) else None
+    pair = protein_figures.pair_from_point(point, store["length"]) if isinstance(point, dict) else None
     if pair is None:
         return no_update, no_update, no_update, ""
-    contacts, head_map = figures.pair_patches(pair)
+    contacts, head_map = protein_figures.pair_patches(pair)
     return {"i": pair[0], "j": pair[1]}, contacts, head_map, ""
 
 
@@ -253,7 +253,7 @@ def register(app, service: Service) -> None:
         if not isinstance(store, dict) or not isinstance(store.get("key"), str):
             return no_update, no_update, no_update, ""  # no protein maps drawn: nothing to mark or clear
         if ctx.triggered_id == ids.PAIR_CLEAR:
-            contacts, head_map = figures.pair_patches(None)
+            contacts, head_map = protein_figures.pair_patches(None)
             return None, contacts, head_map, ""
         return mark_pair(store, contacts_click if ctx.triggered_id == ids.CONTACTS else map_click)
 

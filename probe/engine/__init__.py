@@ -8,11 +8,12 @@ score rule (:mod:`~probe.engine.kernels`), the per-capture session state (:mod:`
 interface (:mod:`~probe.engine.eager`), the sink protocols and the needs a sink declares
 (:mod:`~probe.engine.sinks`) and the generic sinks, one per module (:mod:`~probe.engine.dense`,
 :mod:`~probe.engine.mass`). Nothing here knows about head types, proteins or files: the engine may import only
-:mod:`probe.errors`, :mod:`probe.naming` and :mod:`probe.layers` (which modules compute α); every other part
-of probe is built on it.
+:mod:`probe.errors`, :mod:`probe.naming`, :mod:`probe.layers` (which modules compute α) and
+:mod:`probe.anatomy` (where a model's projections and norms sit); every other part of probe is built on it.
 """
 
-from probe.engine.capture import capture, capture_attention, find_layer_list, register_engine
+from probe.anatomy import find_layer_list
+from probe.engine.capture import capture, capture_attention, register_engine
 from probe.engine.dense import DenseSink
 from probe.engine.mass import KeyMassSink
 from probe.engine.session import DEFAULT_BLOCK_BYTES, ENGINE_NAME, MAX_BLOCK_ROWS

@@ -43,7 +43,7 @@ from probe.engine.kernels import (
 )
 from probe.engine.keywords import FALLBACK, read_keywords
 from probe.engine.output_norms import REDUCED_PRECISION, with_output_norms
-from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
+from probe.engine.session import ACTIVE_SESSION, MAX_BLOCK_ROWS, CaptureSession
 from probe.engine.sinks import AttentionBlock, ReducedBlock, SinkNeeds
 from probe.errors import ProbeError
 
@@ -90,7 +90,7 @@ class _Plan:
                 or any(reduction.entropy for reduction in self.reduced.values()))
 
 
-def _plan(session: _Session, layer: int, n_heads: int, n_query: int, device: torch.device) -> _Plan:
+def _plan(session: CaptureSession, layer: int, n_heads: int, n_query: int, device: torch.device) -> _Plan:
     needs = {}
     for sink in session.sinks:
         need = sink.needs(layer, n_heads, n_query)
@@ -157,7 +157,7 @@ def capture_attention_forward(
     if window is not None and attention_mask is None and key.shape[2] > window:
         raise ProbeError(f"a sliding window of {window} arrived without a mask for {key.shape[2]} keys; run "
                          f"the model with {FALLBACK}")
-    session = _ACTIVE.get()
+    session = ACTIVE_SESSION.get()
     if session is None and features.plain:  # left on the engine outside `capture`: exactly sdpa
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, is_causal=is_causal, **kwargs)
@@ -261,14 +261,14 @@ def _select_heads(
         index), mask, sinks
 
 
-def _block_rows(session: _Session, n_batch: int, n_heads: int, n_query: int, n_key: int) -> int:
+def _block_rows(session: CaptureSession, n_batch: int, n_heads: int, n_query: int, n_key: int) -> int:
     """Query rows per α block: the session's byte budget for all selected heads, at most MAX_BLOCK_ROWS."""
     row_bytes = n_batch * n_heads * n_key * 4
     return max(1, min(n_query, MAX_BLOCK_ROWS, session.block_bytes // max(row_bytes, 1)))
 
 
 def _hand_out(
-    session: _Session,
+    session: CaptureSession,
     layer: int,
     plan: _Plan,
     heads: Sequence[int],
@@ -357,7 +357,7 @@ def _direct_entropy(alpha: torch.Tensor) -> torch.Tensor:
 
 
 def _stream_single_pass(
-    session: _Session,
+    session: CaptureSession,
     layer: int,
     plan: _Plan,
     query: torch.Tensor,  # [batch head query dim]
@@ -514,7 +514,7 @@ def _rebuild_operands(query_sel, key_sel, normaliser_sel, scores: Scores):
 
 
 def _stream_alpha(
-    session: _Session,
+    session: CaptureSession,
     layer: int,
     plan: _Plan,
     query: torch.Tensor,  # [batch head query dim]
@@ -577,7 +577,7 @@ def _stream_alpha(
 
 
 def _stream_rows(
-    session: _Session,
+    session: CaptureSession,
     layer: int,
     sink,
     need: SinkNeeds,
@@ -657,7 +657,7 @@ def _stream_rows(
 
 
 def _gather_alpha(
-    session: _Session,
+    session: CaptureSession,
     layer: int,
     requests: dict,  # sink -> (heads, slots [batch query slot])
     query: torch.Tensor,  # [batch head query dim]

@@ -20,7 +20,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from probe.engine.attention import capture_attention_forward
 from probe.engine.dense import DenseSink
 from probe.engine.eager import eager_capture
-from probe.engine.session import _ACTIVE, DEFAULT_BLOCK_BYTES, ENGINE_NAME, _Session
+from probe.engine.session import ACTIVE_SESSION, DEFAULT_BLOCK_BYTES, ENGINE_NAME, CaptureSession
 from probe.engine.sinks import GatherSink, OutputNormSink, ReduceSink, Sink
 from probe.errors import ProbeError
 from probe.layers import EngineChoice, attention_plan, choose_engine, chosen_engine
@@ -30,17 +30,6 @@ def register_engine() -> None:
     """Register the engine's attention and mask functions with transformers (idempotent, cheap)."""
     AttentionInterface.register(ENGINE_NAME, capture_attention_forward)
     AttentionMaskInterface.register(ENGINE_NAME, sdpa_mask)
-
-
-def find_layer_list(model: nn.Module) -> nn.ModuleList:
-    """The ModuleList holding the model's transformer layers (config.num_hidden_layers entries)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    n_layers = getattr(config, "num_hidden_layers", None)
-    for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) == n_layers and n_layers:
-            return module
-    raise ProbeError(f"cannot find the {n_layers} transformer layers of {type(model).__name__}; "
-                     "capture supports models whose layers sit in one ModuleList")
 
 
 @contextlib.contextmanager
@@ -121,28 +110,28 @@ def capture(
             raise ProbeError(f"{type(sink).__name__} is not a sink: it needs needs(layer, n_heads, n_query) "
                              "-> SinkNeeds and update(block), update_gathered(...), update_reduced(block) "
                              "or update_output_norms(...) (see docs/howto/sink.md)")
-    session = _Session(plan.layer_of_module, sinks, block_bytes, _ablation_mask(ablate))
+    session = CaptureSession(plan.layer_of_module, sinks, block_bytes, _ablation_mask(ablate))
     if chosen == "eager":
         ids = {key for key, _ in plan.modules}
         modules = [module for module in model.modules() if id(module) in ids]
         # an interface model forced onto the fallback: its modules run eager attention
         if plan.engine == "fused":
             _switch_to_engine(model, "eager")
-        token = _ACTIVE.set(session)
+        token = ACTIVE_SESSION.set(session)
         try:
             with eager_capture(model, modules, session):
                 yield
         finally:
-            _ACTIVE.reset(token)
+            ACTIVE_SESSION.reset(token)
             if plan.engine == "fused":
                 _switch_back(model)
         return
     _switch_to_engine(model)
-    token = _ACTIVE.set(session)
+    token = ACTIVE_SESSION.set(session)
     try:
         yield
     finally:
-        _ACTIVE.reset(token)
+        ACTIVE_SESSION.reset(token)
         _switch_back(model)
 
 

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from probe.engine.output_norms import OutputProjections
-from probe.engine.session import _ACTIVE, MAX_BLOCK_ROWS, _Session
+from probe.engine.session import ACTIVE_SESSION, MAX_BLOCK_ROWS, CaptureSession
 from probe.engine.sinks import AttentionBlock, ReducedBlock, SinkNeeds
 from probe.errors import ProbeError
 
@@ -59,7 +59,7 @@ def _check_heads(heads: Sequence[int], layer: int, n_heads: int) -> None:
         raise ProbeError(f"head index {bad[0]} is out of range: layer {layer} has heads 0..{n_heads - 1}")
 
 
-def _dense(session: _Session, sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
+def _dense(session: CaptureSession, sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
     """Dense blocks of `need.heads` (every row, or the sampled rows) from the layer's α [batch head query
     key]."""
     n_heads, n_query, n_key = alpha.shape[1:]
@@ -88,7 +88,7 @@ def _dense(session: _Session, sink, need: SinkNeeds, layer: int, alpha: torch.Te
                                    learned_sink_mass=sink_mass[:, :, block]))
 
 
-def _reduced(session: _Session, sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
+def _reduced(session: CaptureSession, sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
     """Row reductions Σ_j α_ij w_j of `need.reduce` from the layer's α [batch head query key], in blocks of
     query rows."""
     n_batch, n_heads, n_query, n_key = alpha.shape
@@ -123,7 +123,7 @@ def _gathered(sink, need: SinkNeeds, layer: int, alpha: torch.Tensor) -> None:
     sink.update_gathered(layer, heads, gathered)
 
 
-def stream_layer(session: _Session, layer: int, alpha: torch.Tensor) -> None:
+def stream_layer(session: CaptureSession, layer: int, alpha: torch.Tensor) -> None:
     """Hand one layer's dense α (``[batch head query key]``) to the session's sinks, as the fused engine
     would: each sink's :class:`~probe.engine.sinks.SinkNeeds` for the layer is read once."""
     n_heads, n_query = alpha.shape[1], alpha.shape[2]
@@ -145,13 +145,13 @@ def stream_layer(session: _Session, layer: int, alpha: torch.Tensor) -> None:
 class _EagerHooks:
     """The hooks of one eager capture; they act only inside that capture's own context (thread)."""
 
-    def __init__(self, session: _Session, projections: OutputProjections | None) -> None:
+    def __init__(self, session: CaptureSession, projections: OutputProjections | None) -> None:
         self.session = session
         self.projections = projections
         self.current: int | None = None  # layer of the attention module that ran last (for the ablation hook)
 
     def mine(self) -> bool:
-        return _ACTIVE.get() is self.session
+        return ACTIVE_SESSION.get() is self.session
 
     def before(self, module: nn.Module, args: tuple, kwargs: dict):
         if not self.mine():
@@ -210,10 +210,11 @@ def _signature(module: nn.Module) -> inspect.Signature | None:
 
 
 @contextlib.contextmanager
-def eager_capture(model: nn.Module, modules: Sequence[nn.Module], session: _Session) -> Iterator[None]:
+def eager_capture(model: nn.Module, modules: Sequence[nn.Module], session: CaptureSession) -> Iterator[None]:
     """Hooks on `modules` (the plan's attention modules) that stream their α into `session`'s sinks.
 
-    The session must be the active one (``_ACTIVE``) while the model runs; the caller opens and closes it."""
+    The session must be the active one (``ACTIVE_SESSION``) while the model runs; the caller opens and closes
+    it."""
     projections = OutputProjections(model) if session.ablate is not None else None
     hooks = _EagerHooks(session, projections)
     handles = []

@@ -19,16 +19,13 @@ For every layer a sink asks for, the engine computes
   one more value channel. The model's own output channels are those of the plain call (tested bitwise on the
   CPU kernel).
 
-:class:`OutputProjections` finds each attention module's output projection generically: an ``o_proj`` /
-``c_proj`` / ``out_proj`` / ``dense`` / ``o`` (Llama-family, GPT-2's Conv1D, OPT/BART, NeoX/Phi, T5) on the
-module itself, else ``output.dense`` on its parent (BERT, RoBERTa, ESM: the attention function gets the
-``SelfAttention`` child); a projection whose input is not `heads × value dim` counts as not found. Where none
-is found the sink receives ``None`` (its shares are NaN); nothing raises.
+:class:`OutputProjections` finds each attention module's output projection where :mod:`probe.anatomy` says
+it sits (on the module, or ``output.dense`` beside it); a projection whose input is not `heads × value dim`
+counts as not found. Where none is found the sink receives ``None`` (its shares are NaN); nothing raises.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -36,19 +33,12 @@ import torch
 from torch import nn
 from transformers.integrations.sdpa_attention import repeat_kv
 
+from probe.anatomy import materialised, output_projection, parents
 from probe.errors import ProbeError
-
-# accelerate is optional: only a model dispatched with a device_map carries its hooks (and then it is there)
-try:
-    from accelerate.utils import align_module_device, has_offloaded_params
-except ImportError:  # pragma: no cover - accelerate is installed wherever a device_map was used
-    align_module_device = has_offloaded_params = None
 
 # Dtypes whose kernel output channels are too coarse for Σ_j α_ij ‖f_h(x_j)‖: the norm channel then runs in
 # float32.
 REDUCED_PRECISION = (torch.float16, torch.bfloat16)
-# Attribute names of an attention module's own output projection, tried in order.
-PROJECTION_NAMES = ("o_proj", "c_proj", "out_proj", "dense", "o", "wo", "out_lin")
 
 
 @dataclass(frozen=True)
@@ -58,10 +48,6 @@ class OutputNorms:
     layer: int
     norms: torch.Tensor  # [batch head key] float32: ‖f_h(x_j)‖
     mixed: torch.Tensor  # [batch head query] float32: Σ_j α_ij ‖f_h(x_j)‖
-
-
-def _is_projection(module: object) -> bool:
-    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
 
 
 class OutputProjections:
@@ -74,23 +60,14 @@ class OutputProjections:
     """
 
     def __init__(self, model: nn.Module) -> None:
-        self._parent: dict[int, nn.Module] = {}
-        for parent in model.modules():
-            for child in parent.children():
-                self._parent[id(child)] = parent
+        self._parent = parents(model)
         self._factors: dict[int, tuple[tuple, torch.Tensor]] = {}  # id(module) -> (weight identity, F)
         self.missing: set[str] = set()  # class names of attention modules without a known projection
 
     def find(self, module: nn.Module) -> nn.Module | None:
-        """The output projection applied to `module`'s attention output (nn.Linear or Conv1D), or None."""
-        for name in PROJECTION_NAMES:
-            candidate = getattr(module, name, None)
-            if _is_projection(candidate):
-                return candidate
-        parent = self._parent.get(id(module))
-        output = getattr(parent, "output", None) if parent is not None else None
-        candidate = getattr(output, "dense", None)
-        return candidate if _is_projection(candidate) else None
+        """The output projection applied to `module`'s attention output (nn.Linear or Conv1D), or None
+        (:func:`probe.anatomy.output_projection`)."""
+        return output_projection(module, self._parent)
 
     def factors(self, module: nn.Module, n_heads: int, dim: int) -> torch.Tensor | None:
         """F `[head dim dim]` float32 with ‖v W_O^h‖ = ‖v F_hᵀ‖ for every v of width `dim`, or None when
@@ -142,31 +119,6 @@ class OutputProjections:
         if identity is not None:
             self._factors[id(module)] = (identity, factor)
         return factor
-
-
-@contextlib.contextmanager
-def materialised(module: nn.Module):
-    """A context in which the parameters of `module` and of every module below it are real tensors.
-
-    accelerate's offload hooks sit on the modules that own parameters (a disk- or CPU-offloaded layer keeps
-    them on the meta device between forwards); each such module below `module` is entered with accelerate's
-    own ``align_module_device``, and left as it was afterwards. Without accelerate, or without offloaded
-    weights, nothing is done. Materialise one layer at a time: the weights of everything below `module` are in
-    memory together inside the context.
-    """
-    with contextlib.ExitStack() as stack:
-        if align_module_device is not None:
-            for sub in module.modules():
-                if has_offloaded_params(sub):
-                    stack.enter_context(align_module_device(sub))
-        yield
-
-
-def weight_of(module: nn.Module) -> torch.Tensor:
-    """A float64 copy of ``module.weight``, read through accelerate's offload hooks (:func:`materialised`): a
-    disk- or CPU-offloaded module holds its weight on the meta device between forwards."""
-    with materialised(module):
-        return module.weight.detach().to(torch.float64, copy=True)  # one copy (.double().clone() made two)
 
 
 def value_norms(value: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:

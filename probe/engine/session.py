@@ -27,7 +27,7 @@ MAX_BLOCK_ROWS = 128
 
 
 @dataclass
-class _Session:
+class CaptureSession:
     """State of one `capture(...)` block: which layer a module is, which sinks listen, how far we are."""
 
     # id(attention module) -> its layer number, or the numbers of each application of a module applied several
@@ -56,5 +56,6 @@ class _Session:
         return layer
 
 
-_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
+# the session open in this context (thread, task): what the attention function reports to
+ACTIVE_SESSION: contextvars.ContextVar[CaptureSession | None] = contextvars.ContextVar(
     "probe_capture_session", default=None)

@@ -3,7 +3,7 @@
 What belongs here: the head-type registry (:mod:`~probe.heads.registry`, one :class:`HeadTypeSpec` per type),
 the seeded probe sets and the vendored corpus (:mod:`~probe.heads.probesets`, :mod:`~probe.heads.corpus`), the
 streamed score sink (:mod:`~probe.heads.scores`), pure statistics (:mod:`~probe.heads.stats`), ablation
-effects (:mod:`~probe.heads.ablation`, :mod:`~probe.heads.label_ablation`), the labelling pipeline
+effects (:mod:`~probe.heads.ablation`, :mod:`~probe.heads.label.ablation`), the labelling pipeline
 (:mod:`~probe.heads.label`) and the label table's schema and I/O (:mod:`~probe.heads.tables`). It is built on
 :mod:`probe.engine` and :mod:`probe.models`; it never imports :mod:`probe.proteins`, :mod:`probe.runs` or
 :mod:`probe.commands`.

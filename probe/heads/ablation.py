@@ -190,7 +190,7 @@ def layer_matched_groups(
     Each layer's share is drawn (seeded) from that layer's heads outside `group`; where a layer has fewer such
     heads than `group` takes from it, or the draws make fewer than two distinct groups, that layer's heads of
     `group` join its pool (never the whole `group` itself), and the second value is True. For a type's
-    labelled heads across layers (:func:`probe.heads.label_ablation.ablation_columns`)."""
+    labelled heads across layers (:func:`probe.heads.label.ablation.ablation_columns`)."""
     rng = random.Random(seed)
     tested = tuple(sorted(set(group)))
     counts: dict[int, int] = {}

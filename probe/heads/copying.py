@@ -17,10 +17,9 @@ Weights, per layer (:func:`ov_weights`):
 * ``W_E``: the input embeddings; ``W_U``: the output embeddings (a causal LM's ``lm_head``; a masked LM's
   decoder — its dense + LayerNorm transform before the decoder is left out, as Elhage et al. leave out
   nonlinearities; a model without an output embedding gets NaN and a note);
-* ``W_V^h``: the value projection (``v_proj``, ``value``, or GPT-2's fused ``c_attn``); grouped-query models:
-  the value head that h shares with its group;
-* ``W_O^h``: the head's slice of the output projection (found as
-  :class:`probe.engine.output_norms.OutputProjections` finds it);
+* ``W_V^h``: the value projection (where :mod:`probe.anatomy` finds it: ``v_proj``, ``value``, ``v``,
+  ``v_lin`` or GPT-2's fused ``c_attn``); grouped-query models: the value head that h shares with its group;
+* ``W_O^h``: the head's slice of the output projection (:func:`probe.anatomy.output_projection`);
 * LayerNorm / RMSNorm gains are folded in where the model is pre-norm and the norms are found (GPT-2's
   ``ln_1`` and ``ln_f``, Llama-family ``input_layernorm`` and ``norm``): ``W_V ← diag(g_layer) W_V``, ``W_U ←
   diag(g_final) W_U``, as TransformerLens does with ``fold_ln``; the normalisation's scale (one positive
@@ -36,15 +35,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from probe.engine.output_norms import OutputProjections, weight_of
+from probe.anatomy import attention_parts, final_norm, norm_gain, weight_of
 from probe.models import ModelKind
-
-VALUE_NAMES = ("v_proj", "value")  # an attention module's own value projection, tried in order
-FUSED_QKV = "c_attn"  # GPT-2: one Conv1D whose output is q | k | v
-LAYER_NORMS = ("ln_1", "input_layernorm")  # a pre-norm block's norm before attention
-FINAL_NORMS = ("ln_f", "norm", "final_layernorm")  # the norm before the unembedding, on the model's body
 
 
 def copying_score(
@@ -81,15 +74,15 @@ class OVWeights:
     embed: torch.Tensor  # [vocab d_model]
     unembed: torch.Tensor  # [d_model vocab]
     unembedding: str  # "lm_head" | "mlm_decoder": where W_U comes from
-    layers: tuple  # per layer (attention module, output projection, gain [d_model] or None)
+    layers: tuple  # per layer (AttentionParts, gain [d_model] or None)
     n_heads: int
 
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(values [head d_model d_head], outputs [head d_head d_model]) of layer `index`: each query head's
         (shared) value map, gain folded, and its slice of the output projection."""
-        module, projection, gain = self.layers[index]
-        value = _value_map(module)  # [d_model kv_width]
-        out = _linearweight_of(projection)  # [n_heads·d_head d_model]
+        parts, gain = self.layers[index]
+        value = parts.value.weight()  # [d_model kv_width]
+        out = parts.output.weight()  # [n_heads·d_head d_model]
         d_head = out.shape[0] // self.n_heads
         n_kv = value.shape[1] // d_head
         per_kv = value.reshape(value.shape[0], n_kv, d_head).permute(1, 0, 2)  # [kv_head d_model d_head]
@@ -108,61 +101,6 @@ class CopyingScores:
     note: str | None = None  # why the scores are NaN
 
 
-def _linearweight_of(module: nn.Module) -> torch.Tensor:
-    """[in out] of an nn.Linear ([out in] stored) or a Conv1D ([in out] stored)."""
-    weight = weight_of(module)
-    return weight.T if isinstance(module, nn.Linear) else weight
-
-
-def _attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The modules with a value projection, in layer order."""
-    found = []
-    for module in model.modules():
-        if any(isinstance(getattr(module, name, None), nn.Linear) for name in VALUE_NAMES):
-            found.append(module)
-        elif type(getattr(module, FUSED_QKV, None)).__name__ == "Conv1D":
-            found.append(module)
-    return found
-
-
-def _value_map(module: nn.Module) -> torch.Tensor | None:
-    """[d_model kv_width] of the module's value projection (kv heads side by side)."""
-    for name in VALUE_NAMES:
-        projection = getattr(module, name, None)
-        if isinstance(projection, nn.Linear):
-            return _linearweight_of(projection)
-    fused = getattr(module, FUSED_QKV, None)
-    if fused is None:
-        return None
-    weight = _linearweight_of(fused)  # [d_model 3·width]
-    width = weight.shape[1] // 3
-    return weight[:, 2 * width :]
-
-
-def _gain(parent: nn.Module | None, names: tuple[str, ...]) -> torch.Tensor | None:
-    """The gain `[d_model]` of the first norm named in `names` on `parent` (LayerNorm or an RMSNorm whose
-    weight is its gain; Gemma's 1 + w norms are not folded)."""
-    for name in names:
-        norm = getattr(parent, name, None) if parent is not None else None
-        if norm is None:
-            continue
-        kind = type(norm).__name__
-        if isinstance(norm, nn.LayerNorm) or (kind.endswith("RMSNorm") and not kind.startswith("Gemma")):
-            return None if getattr(norm, "weight", None) is None else weight_of(norm)
-    return None
-
-
-def final_norm(model: nn.Module) -> nn.Module | None:
-    """The norm before the unembedding on the model's body (``ln_f``, ``norm``, ``final_layernorm``), or
-    None."""
-    body = getattr(model, getattr(model, "base_model_prefix", ""), model)
-    for name in FINAL_NORMS:
-        norm = getattr(body, name, None)
-        if isinstance(norm, nn.Module):
-            return norm
-    return None
-
-
 def ov_weights(loaded) -> OVWeights | str:
     """The OV weights of every head of `loaded` (see the module doc), or one line saying why they are
     unknown."""
@@ -171,46 +109,31 @@ def ov_weights(loaded) -> OVWeights | str:
     if output_embeddings is None or input_embeddings is None:
         return f"{loaded.name} has no output embedding (unembedding): copying is NaN"
     unembedding = "lm_head" if loaded.kind == ModelKind.CAUSAL_LM else "mlm_decoder"
-    parents = {id(child): parent for parent in model.modules() for child in parent.children()}
-    modules = _attention_modules(model)
-    if len(modules) != loaded.n_layers:
+    found = attention_parts(model)
+    if len(found) != loaded.n_layers:
         return (
-            f"{loaded.name}: found {len(modules)} value projections for {loaded.n_layers} layers: copying is "
+            f"{loaded.name}: found {len(found)} value projections for {loaded.n_layers} layers: copying is "
             "NaN"
         )
-    projections = OutputProjections(model)
     n_heads = loaded.n_heads
     layers = []
-    for module in modules:  # shapes only: no layer's weights are read here
-        value, projection = _value_shape(module), projections.find(module)
-        if value is None or projection is None:
-            return f"{loaded.name}: no value or output projection on {type(module).__name__}: copying is NaN"
-        width = projection.in_features if isinstance(projection, nn.Linear) else projection.weight.shape[0]
+    for parts in found:  # shapes only: no layer's weights are read here
+        name = type(parts.module).__name__
+        if parts.value is None or parts.output is None:
+            return f"{loaded.name}: no value or output projection on {name}: copying is NaN"
+        width, value = parts.output.width_in, parts.value.width_out
         d_head = width // n_heads
         n_kv = value // d_head if d_head else 0
         if width != n_heads * d_head or value != n_kv * d_head or n_kv == 0 or n_heads % n_kv:
-            return f"{loaded.name}: value/output widths of {type(module).__name__} do not split into heads"
-        gain = _gain(parents.get(id(module)), LAYER_NORMS)
-        gain = gain if gain is not None else _gain(parents.get(id(parents.get(id(module)))), LAYER_NORMS)
-        layers.append((module, projection, gain))
-    body = getattr(model, getattr(model, "base_model_prefix", ""), model)
-    pre_norm = any(gain is not None for _, _, gain in layers)
-    final = _gain(body, FINAL_NORMS) if pre_norm else None  # pre-norm only
+            return f"{loaded.name}: value/output widths of {name} do not split into heads"
+        layers.append((parts, norm_gain(parts.norm)))
+    pre_norm = any(gain is not None for _, gain in layers)
+    final = norm_gain(final_norm(model)) if pre_norm else None  # pre-norm only
     unembed = weight_of(output_embeddings).T  # [d_model vocab]
     if final is not None:
         unembed = final[:, None] * unembed
     embed = weight_of(input_embeddings)  # [vocab d_model]
     return OVWeights(embed, unembed, unembedding, tuple(layers), n_heads)
-
-
-def _value_shape(module: nn.Module) -> int | None:
-    """The value projection's output width (kv heads side by side), read from its shape, not its weights."""
-    for name in VALUE_NAMES:
-        projection = getattr(module, name, None)
-        if isinstance(projection, nn.Linear):
-            return projection.out_features
-    fused = getattr(module, FUSED_QKV, None)
-    return None if fused is None else fused.weight.shape[1] // 3  # Conv1D stores [in out]: q | k | v
 
 
 def copying_scores(loaded) -> CopyingScores:

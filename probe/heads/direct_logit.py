@@ -27,9 +27,8 @@ import threading
 import torch
 from torch import nn
 
+from probe.anatomy import attention_parts, body, final_norm, linear_weight, materialised, weight_of
 from probe.engine import capture
-from probe.engine.output_norms import OutputProjections, materialised, weight_of
-from probe.heads.copying import _attention_modules, _linearweight_of, final_norm
 from probe.models import ModelKind
 
 
@@ -84,15 +83,14 @@ class InductionDLA:
         self.loaded = loaded
         model = loaded.model
         self.norm = final_norm(model)
-        modules = _attention_modules(model)
+        found = attention_parts(model)
         unembedding = model.get_output_embeddings()
         kind = type(self.norm).__name__ if self.norm is not None else ""
         linearisable = isinstance(self.norm, nn.LayerNorm) or (
             kind.endswith("RMSNorm") and not kind.startswith("Gemma"))
-        finder = OutputProjections(model)
-        self.projections = [finder.find(module) for module in modules]
+        self.projections = [parts.output.module if parts.output is not None else None for parts in found]
         self.applicable = (loaded.kind == ModelKind.CAUSAL_LM and linearisable and unembedding is not None
-                           and len(modules) == loaded.n_layers
+                           and len(found) == loaded.n_layers
                            and all(projection is not None for projection in self.projections))
         self.unembedding = unembedding
         self.total = torch.zeros(loaded.n_layers, loaded.n_heads, dtype=torch.float64)  # [layer head]
@@ -142,7 +140,7 @@ class InductionDLA:
         residual = residual[rows.to(residual.device)].double()  # [row d_model]
         gain = weight_of(self.norm)  # [d_model] float64
         for layer, projection in enumerate(self.projections):  # one layer's W_O read at a time (offloading)
-            w_out = _linearweight_of(projection)  # [head·d_head d_model] float64
+            w_out = linear_weight(projection)  # [head·d_head d_model] float64
             z = self.caught[f"z{layer}"]
             z = z[rows.to(z.device)].double()  # [row head·d_head]
             dla = _row_dla(z, w_out, residual, direction, gain, self.norm, self.loaded.n_heads)  # [row head]
@@ -158,19 +156,19 @@ class InductionDLA:
 
 def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
     """Mean direct logit attribution `[layer head]` (float64, logits) of every head to its induction targets'
-    tokens on `probes` (a :class:`probe.heads.label_probes.TokenProbeSet` with repeat_start / repeat_len),
+    tokens on `probes` (a :class:`probe.heads.label.probes.TokenProbeSet` with repeat_start / repeat_len),
     from forwards of the model's body run here; NaN where it is not defined (see the module doc)."""
     dla = InductionDLA(loaded)
     if probes is None or probes.repeat_start is None or not dla.applicable:
         return dla.result()
     model = loaded.model
-    body = getattr(model, getattr(model, "base_model_prefix", ""), model)  # the logits are never needed
+    base = body(model)  # the logits are never needed
     device = next(model.parameters()).device
     with dla.watching():
         for start in range(0, len(probes.input_ids), batch_size):
             ids = probes.input_ids[start : start + batch_size]  # [batch seq]
             with capture(model, ()), torch.inference_mode():
-                body(input_ids=ids.to(device))
+                base(input_ids=ids.to(device))
             dla.add(ids, probes.repeat_start[start : start + batch_size],
                     probes.repeat_len[start : start + batch_size])
     return dla.result()

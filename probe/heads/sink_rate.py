@@ -15,7 +15,7 @@ import pandas as pd
 
 EPSILON = 0.3  # Gu et al.: a head sinks when its mean attention on the first token exceeds ε
 SINK_TYPE = "first_token"  # the head type whose score is the mean attention on the first token
-NOOP_SHARE = 0.1  # output share below which a sink is a no-op (probe.heads.label_table.SINK_SHARE)
+NOOP_SHARE = 0.1  # output share below which a sink is a no-op (probe.heads.label.table.SINK_SHARE)
 
 
 def sink_rates(table: pd.DataFrame) -> pd.DataFrame:

@@ -61,19 +61,19 @@ def _diagonal(ctx: TargetContext, offset: int, first_row: int = 0) -> torch.Tens
     return pattern.expand(batch, n, n).clone()  # [batch query key]
 
 
-def _previous_token(ctx: TargetContext) -> Targets:
+def previous_token_targets(ctx: TargetContext) -> Targets:
     return {None: _diagonal(ctx, -1)}
 
 
-def _next_token(ctx: TargetContext) -> Targets:
+def next_token_targets(ctx: TargetContext) -> Targets:
     return {None: _diagonal(ctx, 1)}
 
 
-def _self(ctx: TargetContext) -> Targets:
+def self_targets(ctx: TargetContext) -> Targets:
     return {None: _diagonal(ctx, 0, first_row=1)}
 
 
-def _first_token(ctx: TargetContext) -> Targets:
+def first_token_targets(ctx: TargetContext) -> Targets:
     batch, n = ctx.input_ids.shape
     pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
     pattern[:, 1:, 0] = True
@@ -88,7 +88,7 @@ def offsets_for(n: int, causal: bool) -> list[int]:
     return negative if causal else negative + [d for d in range(2, reach + 1)]
 
 
-def _fixed_offset(ctx: TargetContext) -> Targets:
+def fixed_offset_targets(ctx: TargetContext) -> Targets:
     targets = {}
     for d in offsets_for(ctx.input_ids.shape[1], ctx.causal):
         pattern = _diagonal(ctx, d)  # [batch query key]
@@ -97,7 +97,7 @@ def _fixed_offset(ctx: TargetContext) -> Targets:
     return targets
 
 
-def _delimiter(ctx: TargetContext) -> Targets:
+def delimiter_targets(ctx: TargetContext) -> Targets:
     ids = ctx.input_ids
     n = ids.shape[1]
     is_delimiter = torch.isin(ids, torch.tensor(ctx.delimiter_ids, dtype=ids.dtype))  # [batch key]
@@ -168,11 +168,11 @@ def _pairs_pattern(ctx: TargetContext, find) -> torch.Tensor:
     return pattern
 
 
-def _sentence_start(ctx: TargetContext) -> Targets:
+def sentence_start_targets(ctx: TargetContext) -> Targets:
     return {None: _pairs_pattern(ctx, sentence_start_pairs)}
 
 
-def _bracket(ctx: TargetContext) -> Targets:
+def bracket_targets(ctx: TargetContext) -> Targets:
     return {None: _pairs_pattern(ctx, bracket_pairs)}
 
 
@@ -194,7 +194,7 @@ def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
     return pattern
 
 
-def _duplicate_token(ctx: TargetContext) -> Targets:
+def duplicate_token_targets(ctx: TargetContext) -> Targets:
     if ctx.restrict_to_repeat:
         return {None: _repeat_pairs(ctx, 0, mirror=not ctx.causal)}
     ids = ctx.input_ids
@@ -204,7 +204,7 @@ def _duplicate_token(ctx: TargetContext) -> Targets:
     return {None: same & ~torch.eye(ids.shape[1], dtype=torch.bool)}
 
 
-def _induction(ctx: TargetContext) -> Targets:
+def induction_targets(ctx: TargetContext) -> Targets:
     if ctx.restrict_to_repeat:
         return {None: _repeat_pairs(ctx, 1, mirror=False)}
     ids = ctx.input_ids
@@ -214,7 +214,7 @@ def _induction(ctx: TargetContext) -> Targets:
     return {None: pattern.tril(0)}
 
 
-def _coreference(ctx: TargetContext) -> Targets:
+def coreference_targets(ctx: TargetContext) -> Targets:
     batch, n = ctx.input_ids.shape
     if len(ctx.spans) != batch:
         raise ProbeError("coreference targets need spans: pass encoded span examples (probe.heads.probesets)")
@@ -226,6 +226,6 @@ def _coreference(ctx: TargetContext) -> Targets:
 
 
 
-def _no_targets(ctx: TargetContext) -> Targets:
+def no_targets(ctx: TargetContext) -> Targets:
     raise ProbeError("retrieval heads have no target pattern: they are scored while the model generates "
                      "(probe.heads.retrieval.retrieval_scores)")

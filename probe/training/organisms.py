@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 import transformers
 
-from probe.engine import find_layer_list
+from probe.anatomy import find_layer_list
 from probe.heads.probesets import CausalityVocabulary, CorefVocabulary
 from probe.training import data
 from probe.zoo.tiny import word_tokenizer

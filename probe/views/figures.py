@@ -15,7 +15,7 @@ from probe.errors import ProbeError
 from probe.naming import head_name
 from probe.runs.atomic import write_atomically
 from probe.runs.export import kaleido_png
-from probe.views.tables import format_q, is_labelled, is_significant, number
+from probe.views.reading import format_q, is_labelled, is_significant, number
 
 BLUES = np.array([[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
                   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]], dtype=np.float64)

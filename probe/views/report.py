@@ -30,7 +30,8 @@ from probe.runs.atomic import write_atomically
 from probe.views import encode
 from probe.views.figures import atlas_svg, contact_svg
 from probe.views.pooling import pooled_attention
-from probe.views.tables import as_table, badges, is_labelled, one_model, table_html
+from probe.views.reading import is_labelled
+from probe.views.tables import as_table, badges, one_model, table_html
 from probe.views.view import DEMO_PROTEIN, View, display_tokens, fragment, input_ids_of, standalone_page
 
 REPORT_BUDGET = 4 * 2**20  # bytes of full maps in a report

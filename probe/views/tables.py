@@ -6,7 +6,6 @@ table (best score first within a type; ✓ green when labelled, grey when not cl
 from __future__ import annotations
 
 import html
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -15,44 +14,9 @@ from probe.errors import ProbeError
 from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
 from probe.naming import head_name
 from probe.views.bundle import inline_script, inline_style
+from probe.views.reading import format_q, is_labelled, is_significant, number
 
 MAX_ROWS = 500  # rows drawn in a notebook (a note says how many were left out)
-
-
-def number(row, column: str) -> float | None:
-    """A finite number from a table row, None when the column is missing or NaN (unknown)."""
-    value = getattr(row, column, None)
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def is_labelled(value) -> bool:
-    """The `label` column's value as a bool (NaN, "", "false", "0" are not labelled)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return False
-    return str(value).strip().lower() not in ("", "none", "nan", "false", "0", "unlabelled", "-")
-
-
-def is_significant(row) -> bool:
-    """Clearly above chance: q < 0.05 where the table has a q-value, else the interval's low end above chance
-    (as the app's atlas)."""
-    q_value = number(row, "q_value")
-    if q_value is not None:
-        return q_value < 0.05
-    low, chance = number(row, "ci_low"), number(row, "chance")
-    if low is None or chance is None:
-        return True
-    return low > chance
-
-
-def format_q(value: float | None) -> str:
-    """A q-value for reading: 3 significant digits, '< 0.001' below; 'unknown' for NaN."""
-    if value is None:
-        return "unknown"
-    return "< 0.001" if value < 0.001 else f"{value:.3g}"
 
 
 def as_table(labels) -> pd.DataFrame:

@@ -25,7 +25,8 @@ from probe.runs.atomic import write_atomically
 from probe.views import encode, figures
 from probe.views.bundle import inline_script, inline_style
 from probe.views.pooling import pooled_attention
-from probe.views.tables import as_table, badges, is_labelled, one_model
+from probe.views.reading import is_labelled
+from probe.views.tables import as_table, badges, one_model
 
 DEMO_PROTEIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"  # ubiquitin
 

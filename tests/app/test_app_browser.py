@@ -176,7 +176,7 @@ def open_app(driver, url: str) -> None:
 
 def heat_matches(driver, service, spec: str, token_ids, layer: int, head: int):
     z = graph_data(driver, ids.HEATMAP)[0]["z"]
-    expected = service.head_attention(spec, token_ids, layer, head)
+    expected = service.captures.head_attention(spec, token_ids, layer, head)
     return np.allclose(np.array(z, dtype=float), expected, atol=1e-5)  # uint16 in the browser
 
 
@@ -192,7 +192,7 @@ def test_grid_click_keys_after_radio_and_checkbox_and_fixed_colours(driver, serv
 
     ActionChains(driver).key_down(Keys.CONTROL).send_keys(Keys.ENTER).key_up(Keys.CONTROL).perform()  # runs
     wait_for(lambda: text_of(driver, ids.HEAD_LABEL) == "L0H0 · 7 tokens", what="the typed prompt")
-    token_ids = service.model(specs[0]).tokenizer("mary gave the book to john")["input_ids"]
+    token_ids = service.facts.model(specs[0]).tokenizer("mary gave the book to john")["input_ids"]
 
     # the grid: one thumbnail per head; clicking L1H2 shows that head in the explorer
     thumbs = wait_for(lambda: len(driver.find_elements("css selector", f"#{ids.GRID} .thumb")) == 8 and
@@ -234,7 +234,7 @@ def test_grid_click_keys_after_radio_and_checkbox_and_fixed_colours(driver, serv
 
     # token view: click a token (pins it), the text is coloured by that head's attention from it
     driver.find_elements("css selector", f"#{ids.TOKENS} .token")[6].click()
-    alpha = service.head_attention(specs[0], token_ids, 0, 1)
+    alpha = service.captures.head_attention(specs[0], token_ids, 0, 1)
     wait_for(lambda: "focus" in driver.find_elements("css selector", f"#{ids.TOKENS} .token")[6]
              .get_attribute("class"), what="the focused token")
     titles = [span.get_attribute("title")
@@ -394,8 +394,8 @@ def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
     from app.registry import default_models
 
     service = Service(AppConfig(models=default_models(minilm=False)))
-    assert service.specs[0] == "zoo:induction"
-    job = service.start_labelling("zoo:induction")
+    assert service.facts.specs[0] == "zoo:induction"
+    job = service.labels.start("zoo:induction")
     # minutes on a loaded 2-core machine
     wait_for(lambda: job.state == "done", 600, "labelling zoo:induction")
     server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
@@ -403,7 +403,7 @@ def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
     try:
         driver.set_window_size(1500, 1250)
         open_app(driver, f"http://127.0.0.1:{server.server_port}/?type=induction&layer=1&head=0")
-        table = service.labels("zoo:induction")
+        table = service.labels.table("zoo:induction")
         expected = table[table.head_type == "induction"].sort_values(["layer", "head"])["score"].to_numpy()
 
         def atlas_scores():
@@ -475,7 +475,7 @@ LATENCY = {}  # measured in the browser tests, printed at the end (README / docs
 
 def test_hover_and_head_step_are_instant_at_512_tokens(driver, long_served):
     url, service, spec = long_served
-    words = service.model(spec).tokenizer.get_vocab()
+    words = service.facts.model(spec).tokenizer.get_vocab()
     vocab = sorted(w for w in words if w.isalpha())
     text = " ".join(vocab[i % len(vocab)] for i in range(511))
     driver.get(url + "?type=self")
@@ -495,8 +495,8 @@ def test_hover_and_head_step_are_instant_at_512_tokens(driver, long_served):
     from app.figures import downsample
 
     z = np.array(graph_data(driver, ids.HEATMAP)[0]["z"], dtype=float)
-    token_ids = service.model(spec).tokenizer(text)["input_ids"]
-    expected, factor = downsample(service.head_attention(spec, token_ids, 0, 2), 256)
+    token_ids = service.facts.model(spec).tokenizer(text)["input_ids"]
+    expected, factor = downsample(service.captures.head_attention(spec, token_ids, 0, 2), 256)
     assert factor == 2 and np.allclose(z, expected, atol=2e-5)  # the head shown after the steps
     load = os.getloadavg()[0] / (os.cpu_count() or 1)
     assert min(hovers) >= 0
@@ -530,7 +530,8 @@ def test_bug1_an_mla_model_is_explorable_after_another_model(driver, tmp_path_fa
         def settled():
             label = text_of(driver, ids.HEAD_LABEL)
             message = text_of(driver, ids.EXPLORER_VIEW_MESSAGE) + text_of(driver, ids.EXPLORER_MESSAGE)
-            return (label, message) if (message or (label and service.model(mla) and driver.execute_script(
+            ready = label and service.facts.model(mla)
+            return (label, message) if (message or (ready and driver.execute_script(
                 "return window.dash_clientside.probe._view.payload"
                 " && window.dash_clientside.probe._view.payload.model") == mla)) else None
 
@@ -728,8 +729,8 @@ def test_bug8_colour_max_on_a_causal_model_leaves_out_the_first_query(driver, se
     heat = wait_for(lambda: next((t for t in graph_data(driver, ids.HEATMAP)
                                   if "head's max" in (t["scale"] or "")),
                                  None), what="the per-head scale")
-    token_ids = service.model(specs[0]).tokenizer("mary gave the book to john")["input_ids"]
-    alpha = service.head_attention(specs[0], token_ids, 0, 1)
+    token_ids = service.facts.model(specs[0]).tokenizer("mary gave the book to john")["input_ids"]
+    alpha = service.captures.head_attention(specs[0], token_ids, 0, 1)
     assert alpha[0, 0] == pytest.approx(1.0) and heat["zmax"] == pytest.approx(alpha[1:].max(), abs=1e-4)
     assert heat["zmax"] < 0.999 and "queries ≥ 1" in heat["scale"]
 

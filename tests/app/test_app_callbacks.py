@@ -16,7 +16,7 @@ import pytest
 import torch
 from dash import no_update
 
-from app import create_app, figures, ids
+from app import atlas_figure, create_app, figures, ids
 from app.cache import LRUCache
 from app.config import AppConfig
 from app.errors import guarded
@@ -70,7 +70,7 @@ def test_selection_from_atlas_clicks_thumbnails_and_rows_is_checked(service, spe
     with pytest.raises(ProbeError, match="does not name a head"):
         proteins.leaderboard_head(service, specs[1], {"row": 5}, rows)
     with pytest.raises(ProbeError, match="is not a head of"):
-        service.head_of(specs[0], {"layer": 2, "head": 0})
+        service.facts.head_of(specs[0], {"layer": 2, "head": 0})
 
 
 # --- explorer ----------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def test_selection_from_atlas_clicks_thumbnails_and_rows_is_checked(service, spe
 def test_explorer_input_tokenizes_text_and_token_ids(service, specs):
     gpt2 = specs[0]
     store, message, _ = explorer.explorer_input(service, gpt2, "the cat saw the cat", False)
-    loaded = service.model(gpt2)
+    loaded = service.facts.model(gpt2)
     assert message == "" and store["ids"] == loaded.tokenizer("the cat saw the cat")["input_ids"]
     assert store["text"] == "the cat saw the cat" and store["model"] == gpt2
     store, message, _ = explorer.explorer_input(service, gpt2, "5, 17 17 5", True)
@@ -102,11 +102,11 @@ def test_explorer_input_errors_are_one_line_messages_and_keep_the_previous_input
 
 def test_huge_text_is_refused_by_characters_before_tokenizing(service, specs, monkeypatch):
     calls = []
-    loaded = service.model(specs[0])
+    loaded = service.facts.model(specs[0])
     monkeypatch.setattr(type(loaded.tokenizer), "__call__", lambda *a, **k: calls.append(1))
     started = time.perf_counter()
     with pytest.raises(ProbeError, match="10,000,000 characters; the app takes at most 2,048"):
-        service.encode(specs[0], "a" * 10_000_000)
+        service.captures.encode(specs[0], "a" * 10_000_000)
     assert calls == [] and time.perf_counter() - started < 0.5
 
 
@@ -177,9 +177,9 @@ def test_the_browser_gets_one_layer_quantised_not_every_layer(service, specs):
 def test_grid_thumbnails_are_every_heads_pooled_pattern_from_one_pass(specs):
     service = Service(AppConfig(models=specs))
     token_ids = [5 + (i * 7) % 50 for i in range(100)]
-    pooled = service.thumbnails(specs[0], token_ids, bins=40)  # factor 3: 34 bins
+    pooled = service.captures.thumbnails(specs[0], token_ids, bins=40)  # factor 3: 34 bins
     # [layer head q k]
-    dense = np.stack([service.layer_attention(specs[0], token_ids, layer) for layer in (0, 1)])
+    dense = np.stack([service.captures.layer_attention(specs[0], token_ids, layer) for layer in (0, 1)])
     assert pooled.shape == (2, 4, 34, 34)
     for layer in range(2):
         for head in range(4):
@@ -211,14 +211,14 @@ def test_grid_badges_show_scores_labels_and_grey_near_chance():
 def test_captures_are_cached_lru_and_bounded(specs):
     service = Service(AppConfig(models=specs, cache_entries=2))
     ids_ = [5, 6, 7, 8]
-    first = service.head_attention(specs[0], ids_, 0, 1)
-    again = service.head_attention(specs[0], ids_, 0, 2)  # same layer: one capture serves every head
-    assert service.captures.hits == 1 and service.captures.misses == 1
-    np.testing.assert_array_equal(first, service.layer_attention(specs[0], ids_, 0)[1])
+    first = service.captures.head_attention(specs[0], ids_, 0, 1)
+    again = service.captures.head_attention(specs[0], ids_, 0, 2)  # same layer: one capture serves every head
+    assert service.captures.cache.hits == 1 and service.captures.cache.misses == 1
+    np.testing.assert_array_equal(first, service.captures.layer_attention(specs[0], ids_, 0)[1])
     assert again.shape == (4, 4)
-    service.head_attention(specs[0], ids_, 1, 0)
-    service.head_attention(specs[0], [5, 6], 0, 0)
-    assert len(service.captures) == 2  # the oldest entry went
+    service.captures.head_attention(specs[0], ids_, 1, 0)
+    service.captures.head_attention(specs[0], [5, 6], 0, 0)
+    assert len(service.captures.cache) == 2  # the oldest entry went
 
 
 def test_lru_cache_evicts_by_bytes():
@@ -242,7 +242,7 @@ def test_concurrent_requests_get_the_same_answers_as_sequential_ones(specs):
             for step in range(6):
                 token_ids = inputs[(index + step) % len(inputs)]
                 layer = (index + step) % 2
-                got = service.layer_attention(specs[0], token_ids, layer)
+                got = service.captures.layer_attention(specs[0], token_ids, layer)
                 np.testing.assert_allclose(got, expected[(tuple(token_ids), layer)].numpy(), atol=1e-5)
         except Exception as error:  # noqa: BLE001 - collected and asserted below
             failures.append(error)
@@ -271,13 +271,13 @@ def _eager_alpha_cached(spec, ids_):
 def test_matrix_download_npy_and_csv_hold_the_full_resolution_matrix(service, specs):
     store = {"model": specs[0], "ids": [5, 6, 7, 6]}
     selected = {"layer": 1, "head": 2}
-    expected = service.head_attention(specs[0], store["ids"], 1, 2)
+    expected = service.captures.head_attention(specs[0], store["ids"], 1, 2)
     npy = explorer.matrix_download(service, store, selected, "npy")
     assert npy["filename"] == "attention_L1H2.npy" and npy["base64"]
     np.testing.assert_array_equal(np.load(io.BytesIO(base64.b64decode(npy["content"]))), expected)
     csv = explorer.matrix_download(service, store, selected, "csv")
     table = pd.read_csv(io.StringIO(csv["content"]), index_col=0)
-    assert list(table.index) == figures.token_labels(service.tokens(specs[0], store["ids"]))
+    assert list(table.index) == figures.token_labels(service.captures.tokens(specs[0], store["ids"]))
     np.testing.assert_allclose(table.to_numpy(), expected, rtol=1e-5)
     with pytest.raises(ProbeError, match="run an input first"):
         explorer.matrix_download(service, None, selected, "csv")
@@ -296,7 +296,7 @@ def test_labels_table_feeds_the_atlas_and_downloads_as_csv(specs, tmp_path):
     service = Service(AppConfig(models=specs, labels=str(path)))
     figure = atlas.atlas_view(service, specs[0], "previous_token", "score", {"layer": 1, "head": 0})
     np.testing.assert_allclose(np.asarray(figure.data[0].z), [[0, 0.1, 0.2, 0.3], [0.5, 0.6, 0.7, 0.8]])
-    assert service.labels(specs[1]) is None  # the table has no rows of the ESM model
+    assert service.labels.table(specs[1]) is None  # the table has no rows of the ESM model
     download = atlas.labels_download(service, specs[0])
     pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(download["content"])), pd.read_csv(path))
     with pytest.raises(ProbeError, match="Label heads"):
@@ -319,7 +319,7 @@ def test_a_table_of_several_probe_lengths_shows_the_first_length(specs):
     service = Service(AppConfig(models=specs), labels=pd.concat([short, long], ignore_index=True))
     figure = atlas.atlas_view(service, specs[0], "previous_token", "score", None)
     np.testing.assert_allclose(np.asarray(figure.data[0].z), [[0, 0.1, 0.2, 0.3], [0.5, 0.6, 0.7, 0.8]])
-    assert len(service.labels(specs[0])) == 8
+    assert len(service.labels.table(specs[0])) == 8
 
 
 def test_bad_labels_file_is_a_one_line_error(tmp_path):
@@ -334,7 +334,7 @@ def test_bad_labels_file_is_a_one_line_error(tmp_path):
 def _wait_for_job(service, spec, timeout=120.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        job = service.job(spec)
+        job = service.labels.jobs.job(spec)
         if job is not None and job.state != "running":
             return atlas.label_status(service, spec)[0]
         time.sleep(0.2)
@@ -349,7 +349,7 @@ def test_label_on_demand_shows_progress_then_fills_the_atlas(specs):
     assert atlas.label_status(service, specs[0])[1:3] == (True, 1)  # polling stops; the page redraws once
     # another model: no stale "labelled every head of …"
     assert atlas.label_status(service, specs[1])[0] == ""
-    table = service.labels(specs[0])
+    table = service.labels.table(specs[0])
     figure = atlas.atlas_view(service, specs[0], "previous_token", "score", None)
     rows = table[table["head_type"] == "previous_token"].sort_values(["layer", "head"])
     np.testing.assert_allclose(np.asarray(figure.data[0].z).ravel(), rows["score"].to_numpy())
@@ -372,7 +372,7 @@ def test_a_view_during_a_labelling_job_answers_at_once_with_the_jobs_estimate(sp
                 assert views_done.wait(20)  # the view got the gate at this batch's step, while the job runs
         return _label_table(specs[0])
 
-    job = service.start_labelling(specs[0], run=slow)
+    job = service.labels.start(specs[0], run=slow)
     wait_for_state = time.monotonic() + 10
     while job.done < 1 and time.monotonic() < wait_for_state:
         time.sleep(0.02)
@@ -383,14 +383,14 @@ def test_a_view_during_a_labelling_job_answers_at_once_with_the_jobs_estimate(sp
     views_done.set()
     assert time.perf_counter() - started < 5 and message == "" and "error" not in payload
     np.testing.assert_allclose(payload_alpha(payload),
-                               service.layer_attention(specs[0], [5, 6, 7], 0), atol=1e-4)
+                               service.captures.layer_attention(specs[0], [5, 6, 7], 0), atol=1e-4)
     progress, poll_off, _, line = atlas.label_status(service, specs[0])
     assert not poll_off and "probe batches" in progress[1] and "left" in line and "usable" in line
     assert job.state == "running" and job.eta_s() is not None and job.eta_s() >= 0
     assert _wait_for_job(service, specs[0]).startswith("labelled every head")
     # the view did not wait for the whole job
     assert order.index(("view", 0)) < order.index(("batch", batches))
-    assert service.labels(specs[0]) is not None
+    assert service.labels.table(specs[0]) is not None
 
 
 def payload_alpha(payload):
@@ -439,21 +439,21 @@ def test_start_up_reads_shipped_tables_and_queues_only_the_rest(tmp_path, specs,
     shipped = tmp_path / "labels.csv"
     table.to_csv(shipped, index=False)
     monkeypatch.setattr(tables, "shipped_table_path", lambda spec: shipped if spec == specs[0] else None)
-    import app.service as service_module
+    import app.label_store as label_store
 
-    monkeypatch.setattr(service_module, "shipped_labels",
+    monkeypatch.setattr(label_store, "shipped_labels",
                         lambda spec: tables.one_length(pd.read_csv(shipped)) if spec == specs[0] else None)
     other = str(specs[0]) + "-copy"
     import shutil
 
     shutil.copytree(specs[0], other, dirs_exist_ok=True)
     service = Service(AppConfig(models=(specs[0], other, specs[1]), label_examples=2))
-    assert service.shipped(specs[0]) and not service.shipped(other)
-    np.testing.assert_allclose(service.labels(specs[0])["score"].to_numpy(), table["score"].to_numpy())
+    assert service.labels.shipped(specs[0]) and not service.labels.shipped(other)
+    np.testing.assert_allclose(service.labels.table(specs[0])["score"].to_numpy(), table["score"].to_numpy())
     lines = []
-    queued = service.label_missing(report=lines.append)
+    queued = service.labels.label_missing(report=lines.append)
     assert queued == [other]  # the protein model and the shipped one are not labelled
-    assert service.job(specs[0]) is None
+    assert service.labels.jobs.job(specs[0]) is None
     assert _wait_for_job(service, other).startswith("labelled every head")
     assert any("labels shipped with" in line for line in lines)
     assert any("labelling" in line and "in the background" in line for line in lines)
@@ -484,16 +484,16 @@ def test_a_shipped_organism_table_is_found_from_its_card(tmp_path, monkeypatch):
 
 
 def test_the_long_input_store_is_bounded_by_bytes(service):
-    import app.service as service_module
+    import app.text_store as service_module
 
-    limit = service.text_entry_bytes()
+    limit = service.texts.entry_bytes
     with pytest.raises(ProbeError, match="a link keeps inputs up to"):
-        service.save_text("x" * (limit + 1))
-    before = service.text_bytes
-    keys = [service.save_text(f"{index:08d}" + "é" * (limit // 2 - 8)) for index in range(
+        service.texts.save("x" * (limit + 1))
+    before = service.texts.nbytes
+    keys = [service.texts.save(f"{index:08d}" + "é" * (limit // 2 - 8)) for index in range(
         service_module.TEXT_STORE_BYTES // limit * 2 + 4)]  # twice the bound
-    assert service.text_bytes <= service_module.TEXT_STORE_BYTES
-    assert service.saved_text(keys[-1]) is not None and service.saved_text(keys[0]) is None  # oldest evicted
+    assert service.texts.nbytes <= service_module.TEXT_STORE_BYTES
+    assert service.texts.get(keys[-1]) is not None and service.texts.get(keys[0]) is None  # oldest evicted
     assert before <= service_module.TEXT_STORE_BYTES
 
 
@@ -503,7 +503,7 @@ def test_forty_posts_of_8_mib_keep_the_store_under_its_bound(specs):
     import gc
     import tracemalloc
 
-    import app.service as service_module
+    import app.text_store as service_module
 
     service = Service(AppConfig(models=specs))
     client = create_app(service=service).server.test_client()
@@ -520,13 +520,13 @@ def test_forty_posts_of_8_mib_keep_the_store_under_its_bound(specs):
     gc.collect()
     held = tracemalloc.get_traced_memory()[0] - baseline
     tracemalloc.stop()
-    assert service.text_bytes == 0
+    assert service.texts.nbytes == 0
     assert held < service_module.TEXT_STORE_BYTES + 8 * 2**20  # (v3: 40 × 8 MiB = 320 MiB kept)
     # inputs within the per-entry bound are kept, and the total stays under the bound
     for index in range(40):
-        body = _url_request(client, specs[0], f"{index:04d}" + "b" * (service.text_entry_bytes() - 4))
+        body = _url_request(client, specs[0], f"{index:04d}" + "b" * (service.texts.entry_bytes - 4))
         client.post("/_dash-update-component", data=body, content_type="application/json")
-    assert 0 < service.text_bytes <= service_module.TEXT_STORE_BYTES
+    assert 0 < service.texts.nbytes <= service_module.TEXT_STORE_BYTES
 
 
 def _url_request(client, spec: str, text: str) -> str:
@@ -575,8 +575,9 @@ def test_url_state_round_trips_and_bad_links_fall_back(service, specs):
 
 
 def test_limits_beside_run_are_the_models_own(service, specs):
-    assert service.limits(specs[0]) == "at most 128 tokens (the model's positions)"
-    assert service.limits(specs[1]).startswith("at most 1024 tokens (the model's positions) · proteins: at "
+    assert service.facts.limits(specs[0]) == "at most 128 tokens (the model's positions)"
+    assert service.facts.limits(specs[1]).startswith(
+        "at most 1024 tokens (the model's positions) · proteins: at "
                                                "most 1022")
     small = Service(AppConfig(models=specs, max_tokens=50, max_residues=30), registry=service.registry)
     assert small.limits(specs[1]) == "at most 50 tokens (--max-tokens) · proteins: at most 30 residues"
@@ -770,7 +771,7 @@ def test_protein_from_a_typed_sequence(service, specs):
                                                                             {"layer": 1, "head": 2}, None)
     from probe.proteins.contacts import head_attention_map, predict_contacts
 
-    loaded = service.model(specs[1])
+    loaded = service.facts.model(specs[1])
     expected = predict_contacts(loaded, UBIQUITIN[:40]).contacts
     i, j = np.triu_indices(40, 1)
     np.testing.assert_allclose(np.asarray(contacts.data[0].z)[i, j], expected[i, j], atol=1e-5)
@@ -962,7 +963,7 @@ def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
     assert rows[0]["role"] == "sink" and rows[0]["q_value"] == "< 0.001" and rows[0]["output_share"] == 0.05
     assert rows[1]["output_share"] == "unknown" and rows[1]["role"] == "unknown"
     assert "offset" not in [c["id"] for c in columns]  # no head has one
-    figure = figures.atlas_figure(table, 2, 4, "first_token")
+    figure = atlas_figure.atlas_figure(table, 2, 4, "first_token")
     hover = figure.data[0].text[1][2]
     assert "q = < 0.001" in hover and "ablation: loss +0.200 (z = 3.5" in hover
     assert "output share 0.05 · role: sink" in hover and "label: True" not in hover
@@ -973,14 +974,14 @@ def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
 def test_protein_layer_maps_equal_each_heads_map_and_are_cached(service, specs):
     from probe.proteins.contacts import head_attention_map
 
-    loaded = service.model(specs[1])
+    loaded = service.facts.model(specs[1])
     maps = __import__("app.protein_analysis", fromlist=["layer_maps"]).layer_maps(loaded, UBIQUITIN[:30], 1)
     for head in range(loaded.n_heads):
         np.testing.assert_allclose(maps[head], head_attention_map(loaded, UBIQUITIN[:30], 1, head), atol=1e-6)
     store, _ = proteins.protein_run(service, specs[1], UBIQUITIN[:30], None, None, "")
     before = service.protein_maps.misses
     for head in range(loaded.n_heads):
-        service.protein_head_map(store["key"], 1, head)
+        service.proteins.head_map(store["key"], 1, head)
     assert service.protein_maps.misses - before == 1  # one forward for the whole layer
 
 
@@ -1023,10 +1024,11 @@ def test_crafted_residue_map_zoom_is_ignored(bad):
 def test_target_overlay_of_the_bracket_type_marks_the_matching_bracket():
     """The explorer's overlay passes the tokenizer's bracket classes: a closer's target is its own opener."""
     service = Service(AppConfig(models=("zoo:brackets",), label_examples=4))
-    tokenizer = service.model("zoo:brackets").tokenizer
+    tokenizer = service.facts.model("zoo:brackets").tokenizer
     ids_ = tokenizer("( sete [ koza ] rada ) .")["input_ids"]  # [bos] ( w [ w ] w ) .
     tokens = tokenizer.convert_ids_to_tokens(ids_)
-    pattern = service.target_pattern("zoo:brackets", "bracket", ids_, layer=0, head=0)  # [query key] bool
+    # [query key] bool
+    pattern = service.captures.target_pattern("zoo:brackets", "bracket", ids_, layer=0, head=0)
     opener, inner_open, inner_close, closer = (tokens.index(t) for t in ("(", "[", "]", ")"))
     expected = np.zeros_like(pattern)
     expected[inner_close, inner_open] = True

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import figures
+from app import atlas_figure, figures, protein_figures
+from probe.views import reading
 
 
 def _z(trace) -> np.ndarray:
@@ -65,7 +66,7 @@ def _labels():
 
 
 def test_atlas_colours_the_chosen_types_scores_with_ci_in_hover():
-    figure = figures.atlas_figure(_labels(), 2, 3, "induction", "score", selected=(1, 2))
+    figure = atlas_figure.atlas_figure(_labels(), 2, 3, "induction", "score", selected=(1, 2))
     grid = _z(figure.data[0])
     np.testing.assert_allclose(grid, np.arange(6).reshape(2, 3) * 0.1)
     hover = figure.data[0].text[1][2]
@@ -77,7 +78,7 @@ def test_atlas_colours_the_chosen_types_scores_with_ci_in_hover():
 def test_atlas_scores_use_the_fixed_scale_and_grey_what_is_not_above_chance():
     table = _labels()
     table.loc[table.head_type == "induction", "chance"] = 0.3  # ci_low > 0.3 only for scores 0.4 and 0.5
-    figure = figures.atlas_figure(table, 2, 3, "induction", "score")
+    figure = atlas_figure.atlas_figure(table, 2, 3, "induction", "score")
     score = next(trace for trace in figure.data if trace.name == "score")
     grey = next(trace for trace in figure.data if trace.name == "not above chance")
     assert (score.zmin, score.zmax) == (0.0, 1.0) and "fixed 0–1" in score.colorbar.title.text
@@ -87,24 +88,24 @@ def test_atlas_scores_use_the_fixed_scale_and_grey_what_is_not_above_chance():
     # a near-chance score on a tiny range is not stretched over the scale: 0.004 stays at the bottom
     flat = pd.DataFrame([{"layer": 0, "head": h, "head_type": "induction", "score": 0.0039 + h * 1e-6,
                           "ci_low": 0.0039, "ci_high": 0.004, "chance": 0.0039} for h in range(2)])
-    figure = figures.atlas_figure(flat, 1, 2, "induction", "score")
+    figure = atlas_figure.atlas_figure(flat, 1, 2, "induction", "score")
     assert np.isnan(_z(next(t for t in figure.data if t.name == "score"))).all()  # greyed: at chance
 
 
 def test_q_value_decides_significance_where_present():
     row = pd.Series({"score": 0.5, "ci_low": 0.0, "chance": 0.4, "q_value": 0.01})
-    assert figures.is_significant(row) and not figures.is_significant(row.copy().replace({0.01: 0.2}))
+    assert reading.is_significant(row) and not reading.is_significant(row.copy().replace({0.01: 0.2}))
 
 
 def test_atlas_by_label_is_categorical_with_a_legend():
-    figure = figures.atlas_figure(_labels(), 2, 3, "induction", "label")
+    figure = atlas_figure.atlas_figure(_labels(), 2, 3, "induction", "label")
     np.testing.assert_array_equal(_z(figure.data[0]), [[1, 1, 1], [1, 0, 0]])  # 0 labelled, 1 not
     assert figure.data[0].showscale is False
     assert [t.name for t in figure.data if t.showlegend] == ["labelled", "not labelled", "no score"]
 
 
 def test_atlas_without_labels_is_still_a_clickable_grid():
-    figure = figures.atlas_figure(None, 3, 4, "induction")
+    figure = atlas_figure.atlas_figure(None, 3, 4, "induction")
     assert _z(figure.data[0]).shape == (3, 4)
     assert "no induction labels yet" in figure.layout.title.text
     assert "L2H3" in figure.data[0].text[2][3]
@@ -116,7 +117,7 @@ def test_contact_figure_puts_predicted_above_and_true_below_the_diagonal():
     predicted = (predicted + predicted.T) / 2
     true = (rng.random((6, 6)) > 0.5).astype(float)
     true = np.maximum(true, true.T)
-    figure = figures.contact_figure(predicted, true, pair=(1, 4))
+    figure = protein_figures.contact_figure(predicted, true, pair=(1, 4))
     upper, lower = _z(figure.data[0]), _z(figure.data[1])
     i, j = np.triu_indices(6, 1)
     np.testing.assert_allclose(upper[i, j], predicted[i, j])
@@ -127,23 +128,23 @@ def test_contact_figure_puts_predicted_above_and_true_below_the_diagonal():
 
 
 def test_contact_figure_without_structure_says_so():
-    figure = figures.contact_figure(np.zeros((4, 4)), None)
+    figure = protein_figures.contact_figure(np.zeros((4, 4)), None)
     assert np.isnan(_z(figure.data[1])).all()
     assert "upload a structure" in figure.layout.annotations[0].text
 
 
 def test_residue_axes_stay_in_residue_units_when_pooled():
-    figure = figures.head_map_figure(np.zeros((800, 800)), pair=None, max_bins=400)
+    figure = protein_figures.head_map_figure(np.zeros((800, 800)), pair=None, max_bins=400)
     heat = figure.data[0]
     assert _z(heat).shape == (400, 400)
     assert (heat.x0, heat.dx) == (1.5, 2)  # block k covers residues 2k+1, 2k+2
 
 
 def test_pair_from_point_round_trips_the_marks():
-    xs, ys = figures._pair_marks((3, 9))
-    assert figures.pair_from_point({"x": xs[0], "y": ys[0]}, 20) == (3, 9)
-    assert figures.pair_from_point({"x": 25, "y": 1}, 20) is None
-    assert figures.pair_from_point(None, 20) is None
+    xs, ys = protein_figures.pair_marks((3, 9))
+    assert protein_figures.pair_from_point({"x": xs[0], "y": ys[0]}, 20) == (3, 9)
+    assert protein_figures.pair_from_point({"x": 25, "y": 1}, 20) is None
+    assert protein_figures.pair_from_point(None, 20) is None
 
 
 @pytest.mark.parametrize("fmt", ["png", "svg"])
@@ -155,15 +156,15 @@ def test_graph_config_sets_the_toolbar_image_format(fmt):
 
 
 def test_pair_patches_name_the_traces_of_their_own_figures():
-    contacts, head_map = figures.pair_patches((2, 9))
+    contacts, head_map = protein_figures.pair_patches((2, 9))
     operations = contacts.to_plotly_json()["operations"]
-    assert {"operation": "Assign", "location": ["data", figures.CONTACT_PAIR_TRACE, "x"],
+    assert {"operation": "Assign", "location": ["data", protein_figures.CONTACT_PAIR_TRACE, "x"],
             "params": {"value": [10, 3]}} in operations
-    figure = figures.contact_figure(np.zeros((12, 12)), None, pair=(2, 9))
-    assert figure.data[figures.CONTACT_PAIR_TRACE].name == "selected pair"
-    assert figures.head_map_figure(
-        np.zeros((12, 12))).data[figures.HEAD_MAP_PAIR_TRACE].name == "selected pair"
-    assert any(op["location"] == ["data", figures.HEAD_MAP_PAIR_TRACE, "y"]
+    figure = protein_figures.contact_figure(np.zeros((12, 12)), None, pair=(2, 9))
+    assert figure.data[protein_figures.CONTACT_PAIR_TRACE].name == "selected pair"
+    assert protein_figures.head_map_figure(
+        np.zeros((12, 12))).data[protein_figures.HEAD_MAP_PAIR_TRACE].name == "selected pair"
+    assert any(op["location"] == ["data", protein_figures.HEAD_MAP_PAIR_TRACE, "y"]
                for op in head_map.to_plotly_json()["operations"])
     assert (figures.zoom_ranges({"xaxis.autorange": True}) == "reset"
             and figures.zoom_ranges({"dragmode": "pan"}) is None)

@@ -395,7 +395,7 @@ def test_while_labelling_the_explorer_steps_shows_an_estimate_and_the_line_view_
                 break
         raise RuntimeError("stopped by the test")
 
-    service.start_labelling(specs[1], run=slow)  # as probe app's start-up queues a model without a table
+    service.labels.start(specs[1], run=slow)  # as probe app's start-up queues a model without a table
     try:
         open_app(driver, f"{url}?model={specs[0]}&layer=0&head=0")
         type_into(driver, ids.TEXT, "mary gave the book to john")
@@ -413,7 +413,7 @@ def test_while_labelling_the_explorer_steps_shows_an_estimate_and_the_line_view_
         assert "waiting" not in text_of(driver, ids.EXPLORER_VIEW_MESSAGE)
     finally:
         release.set()
-        wait_for(lambda: service.job(specs[1]).state != "running", 30, "the job to stop")
+        wait_for(lambda: service.labels.jobs.job(specs[1]).state != "running", 30, "the job to stop")
 
 
 # --- 8. uploads ---------------------------------------------------------------------------------------------

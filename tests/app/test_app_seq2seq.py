@@ -25,7 +25,7 @@ def served(tmp_path_factory, tiny_dir):
     t5 = save("t5", tmp_path_factory.mktemp("t5"))
     gpt2 = str(tiny_dir("gpt2"))
     service = Service(AppConfig(models=(t5, gpt2)))
-    return service, t5, gpt2, list(service.encode(t5, TEXT).ids)
+    return service, t5, gpt2, list(service.captures.encode(t5, TEXT).ids)
 
 
 def test_layer_attention_of_each_stack_equals_the_engine_on_teacher_forced_inputs(served):
@@ -33,7 +33,7 @@ def test_layer_attention_of_each_stack_equals_the_engine_on_teacher_forced_input
     from probe.models import model_inputs
 
     service, t5, _, ids = served
-    loaded = service.model(t5)
+    loaded = service.facts.model(t5)
     input_ids = torch.tensor([ids])
     inputs = model_inputs(loaded, input_ids, torch.ones_like(input_ids))
     assert "decoder_input_ids" in inputs
@@ -41,7 +41,7 @@ def test_layer_attention_of_each_stack_equals_the_engine_on_teacher_forced_input
     for layer in (ENC, DEC, CROSS):
         reference = capture_attention(loaded.model, inputs, layers=[layer])[0, 0]  # [head query key]
         reference = reference.float().numpy()
-        maps[layer] = service.layer_attention(t5, ids, layer)
+        maps[layer] = service.captures.layer_attention(t5, ids, layer)
         assert maps[layer].shape == (loaded.n_heads, len(ids), len(ids))
         np.testing.assert_array_equal(maps[layer], reference)
     upper = np.triu(np.ones((len(ids), len(ids)), dtype=bool), k=1)
@@ -55,16 +55,16 @@ def test_every_name_the_app_shows_is_the_stacks_and_a_single_stack_model_keeps_p
 
     service, t5, gpt2, ids = served
     names = ["enc.L0", "enc.L1", "dec.L0", "dec.L1", "dec.L2", "cross.L0", "cross.L1", "cross.L2"]
-    assert service.layer_names(t5) == names
-    assert " · 2 enc + 3 dec + 3 cross layers × 4 heads · " in service.describe(t5)
-    assert " · 2 layers × 4 heads · " in service.describe(gpt2)
+    assert service.facts.layer_names(t5) == names
+    assert " · 2 enc + 3 dec + 3 cross layers × 4 heads · " in service.facts.describe(t5)
+    assert " · 2 layers × 4 heads · " in service.facts.describe(gpt2)
     assert page._shape(service, t5) == {"layers": 8, "heads": 4, "layer_names": names}
     store = {"model": t5, "ids": ids}
     payloads = {layer: explorer.layer_view(service, store, {"layer": layer})[0]
                 for layer in (ENC, DEC, CROSS)}
     assert [payloads[layer]["name"] for layer in (ENC, DEC, CROSS)] == ["enc.L1", "dec.L1", "cross.L1"]
-    tokens = service.tokens(t5, ids)
-    decoder = service.tokens(t5, service.decoder_ids(t5, ids))
+    tokens = service.captures.tokens(t5, ids)
+    decoder = service.captures.tokens(t5, service.captures.decoder_ids(t5, ids))
     assert decoder[1:] == tokens[:-1]  # the decoder reads the input shifted right after its start token
     cross = payloads[CROSS]
     assert cross["axes"] == {"query": "decoder query", "key": "encoder key"}
@@ -85,8 +85,8 @@ def test_every_name_the_app_shows_is_the_stacks_and_a_single_stack_model_keeps_p
     assert list(figure.layout.yaxis.ticktext) == names
     assert figure.data[0].text[CROSS][2].startswith("cross.L1H2")
 
-    control = {"model": gpt2, "ids": list(service.encode(gpt2, "the cat saw the dog").ids)}
-    assert service.layer_names(gpt2) is None and "layer_names" not in page._shape(service, gpt2)
+    control = {"model": gpt2, "ids": list(service.captures.encode(gpt2, "the cat saw the dog").ids)}
+    assert service.facts.layer_names(gpt2) is None and "layer_names" not in page._shape(service, gpt2)
     payload = explorer.layer_view(service, control, {"layer": 1})[0]
     assert payload["name"] == "L1" and "axes" not in payload and "query_tokens" not in payload
     assert explorer.matrix_download(service, control, {"layer": 1, "head": 2}, "csv")["filename"] == \
@@ -106,7 +106,7 @@ def test_a_link_to_a_cross_attention_head_round_trips(served):
     restored = page.initial_state(service, dict(parse_qsl(search.lstrip("?"))))
     assert (restored["model"], restored["layer"], restored["head"], restored["text"]) == (t5, CROSS, 3, TEXT)
     assert restored["note"] == ""
-    assert service.head_label(t5, restored["layer"], restored["head"]) == "cross.L1H3"
+    assert service.facts.head_label(t5, restored["layer"], restored["head"]) == "cross.L1H3"
 
 
 def test_labelling_an_encoder_decoder_is_refused_in_one_line_and_the_views_still_work(served):
@@ -117,14 +117,14 @@ def test_labelling_an_encoder_decoder_is_refused_in_one_line_and_the_views_still
     shared, t5, gpt2, ids = served
     service = Service(AppConfig(models=(t5,)))  # alone: label_missing would queue the causal LM's labelling
     said = []
-    assert t5 not in service.label_missing(report=said.append)
-    assert service.job(t5) is None
-    refusal = service.label_refusal(t5)
+    assert t5 not in service.labels.label_missing(report=said.append)
+    assert service.labels.jobs.job(t5) is None
+    refusal = service.facts.label_refusal(t5)
     assert "\n" not in refusal and "probe label" in refusal and any(refusal in line for line in said)
     progress, *_ = atlas.label_status(service, t5, start=True)  # the 'Label heads' button
-    assert progress == refusal and service.job(t5) is None
+    assert progress == refusal and service.labels.jobs.job(t5) is None
     assert shared.label_refusal(gpt2) is None  # the control: a causal LM is labelled
-    assert service.layer_attention(t5, ids, CROSS).shape[0] == 4
+    assert service.captures.layer_attention(t5, ids, CROSS).shape[0] == 4
 
 
 def test_bart_cross_attention_in_the_service_equals_the_engine(tmp_path):
@@ -135,10 +135,11 @@ def test_bart_cross_attention_in_the_service_equals_the_engine(tmp_path):
 
     bart = save("bart", tmp_path / "bart")
     service = Service(AppConfig(models=(bart,)))
-    loaded = service.model(bart)
-    ids = list(service.encode(bart, TEXT).ids)
+    loaded = service.facts.model(bart)
+    ids = list(service.captures.encode(bart, TEXT).ids)
     input_ids = torch.tensor([ids])
     reference = capture_attention(loaded.model, model_inputs(loaded, input_ids, torch.ones_like(input_ids)),
                                   layers=[CROSS])[0, 0]  # [head query key]
-    np.testing.assert_array_equal(service.layer_attention(bart, ids, CROSS), reference.float().numpy())
-    assert service.head_label(bart, CROSS, 0) == "cross.L1H0"
+    np.testing.assert_array_equal(service.captures.layer_attention(bart, ids, CROSS),
+                                  reference.float().numpy())
+    assert service.facts.head_label(bart, CROSS, 0) == "cross.L1H0"

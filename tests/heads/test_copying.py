@@ -12,7 +12,7 @@ import torch
 from probe import models
 from probe.heads.copying import copying_score, copying_scores
 from probe.heads.label import LabelConfig, label_model
-from probe.heads.label_table import COPYING_MARGIN, roles
+from probe.heads.label.table import COPYING_MARGIN, roles
 from probe.zoo.planted import negate_head_output
 
 
@@ -184,7 +184,7 @@ def test_copying_dla_equals_its_definition_written_out(tiny_dir):
     """LayerNorm (GPT-2) and RMSNorm (Llama), gains random so the norm matters: the reduced row computation of
     probe.heads.direct_logit equals the expanded definition within float64 rounding."""
     from probe.heads.direct_logit import induction_dla
-    from probe.heads.label_probes import TokenProbeSet
+    from probe.heads.label.probes import TokenProbeSet
     from probe.heads.probesets import repeated_blocks
 
     for arch in ("gpt2", "llama"):
@@ -204,7 +204,7 @@ def test_the_labelling_run_reduces_the_attribution_from_its_scoring_forwards():
     """label_model runs no forward of its own for copying_dla: the body runs once per probe batch (counted by
     a forward pre-hook), and the column equals induction_dla's own forwards over the same probes."""
     from probe.heads.direct_logit import induction_dla
-    from probe.heads.label_probes import ProbeSource
+    from probe.heads.label.probes import ProbeSource
 
     loaded = models.load("zoo:induction")
     config = LabelConfig(types=("induction",), examples=8, batch_size=4, ablate="none", n_bootstrap=50,

@@ -19,9 +19,9 @@ import torch
 import probe
 from probe.heads.ablation import example_loss, set_effects
 from probe.heads.findings import findings, findings_markdown
-from probe.heads.label_ablation import loss_batch
-from probe.heads.label_config import LabelConfig
-from probe.heads.label_probes import ProbeSource
+from probe.heads.label.ablation import loss_batch
+from probe.heads.label.config import LabelConfig
+from probe.heads.label.probes import ProbeSource
 from probe.heads.probesets import pad_span_batch
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -53,9 +53,10 @@ def test_no_module_branches_on_a_type_name():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "probe"
-    names = ("heads/label.py", "heads/label_config.py", "heads/label_probes.py", "heads/label_scoring.py",
-             "heads/label_stats.py", "heads/label_table.py", "heads/scores.py", "heads/registry.py",
-             "heads/stats.py", "heads/label_ablation.py", "heads/targets.py", "heads/copying.py",
+    names = ("heads/label/pipeline.py", "heads/label/config.py", "heads/label/probes.py",
+             "heads/label/scoring.py",
+             "heads/label/summary.py", "heads/label/table.py", "heads/scores.py", "heads/registry.py",
+             "heads/stats.py", "heads/label/ablation.py", "heads/targets.py", "heads/copying.py",
              "heads/direct_logit.py", "heads/retrieval_ablation.py", "heads/sink_rate.py",
              "commands/label.py")
     files = [root / name for name in names]

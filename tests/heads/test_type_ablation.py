@@ -12,7 +12,7 @@ import torch
 from probe import models
 from probe.heads.ablation import _default_loss, group_effects, layer_matched_groups, set_effects, z_score
 from probe.heads.label import LabelConfig, label_model
-from probe.heads.label_ablation import loss_batch
+from probe.heads.label.ablation import loss_batch
 from probe.heads.probesets import repeated_blocks
 from probe.zoo.planted import build_planted_gpt2
 

@@ -4,8 +4,9 @@ import graph must have no cycles and no import from a lower layer to a higher on
 
 Layers, bottom to top (a module may import its own layer and the ones below):
 
-    base      probe (the package), errors, naming, hashing, models, layers, card, memory, data, zoo (the
-              catalogue: the package, zoo.tiny, zoo.planted)
+    base      probe (the package), errors, naming, hashing, models, layers, anatomy (where a model's
+              projections, norms and layer list sit), card, memory, data, zoo (the catalogue: the package,
+              zoo.tiny, zoo.planted)
     engine    probe.engine.*
     heads     probe.heads.*        proteins   probe.proteins.*   (side by side: neither imports the other)
     training  probe.training.* (the organisms' recipes, data, training loop and cards: the data is built
@@ -17,6 +18,10 @@ Layers, bottom to top (a module may import its own layer and the ones below):
 
 Modules are short: none of probe/commands/ above 200 lines (argparse and printing), none of the package above
 450 lines unless its docstring says why, in a sentence starting "Longer than 450 lines because".
+
+Rooms: the names of a model's parts (``o_proj``, ``c_attn``, ``ln_f``, …) are written in probe.anatomy only;
+the labelling pipeline is the package probe.heads.label; no module of probe/ or app/ imports another module's
+``_private`` name (nor reads one through a module it imported).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "probe"
 
 BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers",
-        "probe.card", "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted"}
+        "probe.anatomy", "probe.card", "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny",
+        "probe.zoo.planted"}
 RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "views": 5,
         "commands": 6}
 
@@ -252,3 +258,94 @@ def test_the_length_rule_catches_a_long_module(tmp_path, monkeypatch):
     monkeypatch.setitem(MODULES, "probe.heads.long_plain", long_plain)
     monkeypatch.setitem(MODULES, "probe.heads.long_said", long_said)
     assert too_long("probe.heads.long_plain") and too_long("probe.heads.long_said") is None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Rooms: model anatomy in one place, the label package, no private names across modules
+# ------------------------------------------------------------------------------------------------------------
+
+APP = PACKAGE.parent / "app"
+# Attribute names of a model's parts: written (as string literals) in probe.anatomy only.
+PART_NAMES = {"o_proj", "c_proj", "out_proj", "out_lin", "q_proj", "k_proj", "v_proj", "v_lin", "c_attn",
+              "ln_1", "ln_f", "input_layernorm", "final_layernorm", "base_model_prefix"}
+
+
+def part_names_in(source: str) -> set[str]:
+    """The model-part names written as string literals in `source`."""
+    return {node.value for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in PART_NAMES}
+
+
+def test_model_part_names_live_in_anatomy_only():
+    elsewhere = sorted(f"{module}: {sorted(found)}" for module, path in MODULES.items()
+                       if module != "probe.anatomy"
+                       and (found := part_names_in(path.read_text(encoding="utf-8"))))
+    assert not elsewhere, "\n".join(elsewhere)
+    assert part_names_in(MODULES["probe.anatomy"].read_text(encoding="utf-8")) == PART_NAMES
+
+
+def test_the_part_name_rule_catches_a_second_list():
+    """Negative control: a module with its own list of projection names is found."""
+    assert part_names_in('VALUE = ("v_proj", "value")\nnorm = getattr(block, "ln_1")\n') == {"v_proj", "ln_1"}
+    assert part_names_in('x = "v_projection"\n') == set()
+
+
+def test_anatomy_is_at_the_base_and_imports_only_the_base():
+    assert layer("probe.anatomy") == "base"
+    assert all(layer(target) == "base" for target in GRAPH["probe.anatomy"])
+
+
+def test_the_labelling_pipeline_is_one_package():
+    stages = {"probe.heads.label", "probe.heads.label.pipeline", "probe.heads.label.config",
+              "probe.heads.label.probes", "probe.heads.label.scoring", "probe.heads.label.summary",
+              "probe.heads.label.table", "probe.heads.label.ablation"}
+    assert stages <= set(MODULES)
+    assert not [m for m in MODULES if m.startswith("probe.heads.label_")]
+
+
+def private_imports(path: Path) -> list[str]:
+    """``from X import _name`` (X another module of probe or the app) and ``module._name`` where ``module``
+    was imported from probe or the app: each as "line: what"."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found, modules = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            ours = node.level > 0 or (node.module or "").split(".")[0] in ("probe", "probe_app")
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if ours and private:
+                    where = "." * node.level + (node.module or "")
+                    found.append(f"{node.lineno}: from {where} import {alias.name}")
+                elif ours:
+                    modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in ("probe", "probe_app"):
+                    modules.add(alias.asname or alias.name.split(".")[0])
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and node.value.id in modules):
+            found.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another():
+    files = sorted(PACKAGE.rglob("*.py")) + sorted(APP.rglob("*.py"))
+    offenders = [f"{path.relative_to(PACKAGE.parent)}:{line}" for path in files
+                 for line in private_imports(path)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_private_import_rule_catches_both_forms(tmp_path):
+    """Negative control: both ways of reaching into another module are found; public names and the
+    module's own privates are not."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("from probe.heads.copying import _linearweight_of, copying_score\n"
+                       "from .figures import _is_labelled\n"
+                       "from probe.engine import session\n"
+                       "import probe.heads.stats as stats\n"
+                       "def _mine():\n    return session._ACTIVE, stats.uniform_chance, _mine\n")
+    found = private_imports(planted)
+    assert [item.split(": ", 1)[1] for item in found] == [
+        "from probe.heads.copying import _linearweight_of", "from .figures import _is_labelled",
+        "session._ACTIVE"]

@@ -38,8 +38,8 @@ from probe.engine.output_norms import PROJECTION_NAMES, OutputProjections
 from probe.errors import ProbeError
 from probe.heads.copying import copying_scores
 from probe.heads.direct_logit import InductionDLA, induction_dla
-from probe.heads.label_ablation import ablation_columns, merge_ablation
-from probe.heads.label_config import (
+from probe.heads.label.ablation import ablation_columns, merge_ablation
+from probe.heads.label.config import (
     ABLATE,
     COREF_SETS,
     DEFAULT_SEQ_LEN,
@@ -53,10 +53,10 @@ from probe.heads.label_config import (
     resolve_lengths,
     resolve_types,
 )
-from probe.heads.label_probes import ProbeSource, TokenProbeSet
-from probe.heads.label_scoring import Scored, _batches, score_generated, score_span_set, score_token_set
-from probe.heads.label_stats import summarise
-from probe.heads.label_table import (
+from probe.heads.label.probes import ProbeSource, TokenProbeSet
+from probe.heads.label.scoring import Scored, batch_slices, score_generated, score_span_set, score_token_set
+from probe.heads.label.summary import summarise
+from probe.heads.label.table import (
     SINK_SHARE,
     assemble,
     decide,
@@ -148,8 +148,8 @@ def label_model(
     if span_specs:
         with stage("GAP pairs"):
             spans = source.span_probes()
-    n_batches = len(_batches(config.examples, config.batch_size))
-    total = n_batches * len(plans) + (len(_batches(len(spans[1]), config.batch_size)) if spans else 0)
+    n_batches = len(batch_slices(config.examples, config.batch_size))
+    total = n_batches * len(plans) + (len(batch_slices(len(spans[1]), config.batch_size)) if spans else 0)
     total += n_batches * len(lengths) * len(generated_specs)
     done = 0
 

@@ -15,8 +15,8 @@ import torch
 from probe.engine.output_norms import OutputProjections
 from probe.heads import stats
 from probe.heads.direct_logit import InductionDLA
-from probe.heads.label_config import LabelConfig, Note
-from probe.heads.label_probes import ProbeSource, TokenProbeSet
+from probe.heads.label.config import LabelConfig, Note
+from probe.heads.label.probes import ProbeSource, TokenProbeSet
 from probe.heads.probesets import EncodedSpanExample, pad_span_batch
 from probe.heads.registry import SMALL_VOCABULARY, HeadTypeSpec, TargetContext
 from probe.heads.scores import ScoreSink, TypeScores, run_sink, span_words
@@ -24,7 +24,8 @@ from probe.heads.stats import uniform_chance
 from probe.models import ModelKind
 
 
-def _batches(total: int, size: int) -> list[slice]:
+def batch_slices(total: int, size: int) -> list[slice]:
+    """Consecutive slices of at most `size` covering ``range(total)`` (the probe batches of a set)."""
     return [slice(start, min(start + size, total)) for start in range(0, total, size)]
 
 
@@ -58,7 +59,7 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
     restrict = source.vocabulary < SMALL_VOCABULARY
     parts = {spec.name: {} for spec in specs}
     chances = {spec.name: {} for spec in specs}
-    for rows in _batches(len(probes.input_ids), config.batch_size):
+    for rows in batch_slices(len(probes.input_ids), config.batch_size):
         input_ids = probes.input_ids[rows]  # [batch seq]
         lengths = torch.full((input_ids.shape[0],), input_ids.shape[1])
         ctx = TargetContext(input_ids, causal=causal, delimiter_ids=source.delimiters, classes=source.classes,
@@ -98,7 +99,7 @@ def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: l
     causal = not _bidirectional(loaded)
     parts = {spec.name: [] for spec in specs}
     chances = {spec.name: [] for spec in specs}
-    for rows in _batches(len(examples), config.batch_size):
+    for rows in batch_slices(len(examples), config.batch_size):
         batch = pad_span_batch(examples[rows], loaded.tokenizer.pad_token_id or 0)
         lengths = batch.attention_mask.sum(-1)  # [batch]
         ctx = TargetContext(batch.input_ids, causal=causal, spans=batch.examples)

@@ -11,9 +11,9 @@ import pandas as pd
 import torch
 
 from probe.heads import stats
-from probe.heads.label_config import LabelConfig
-from probe.heads.label_scoring import Scored
-from probe.heads.label_stats import _per_group, summarise
+from probe.heads.label.config import LabelConfig
+from probe.heads.label.scoring import Scored
+from probe.heads.label.summary import per_group, summarise
 from probe.heads.registry import REGISTRY
 from probe.heads.sink_rate import sink_rate_lines
 from probe.heads.tables import COLUMNS
@@ -112,7 +112,7 @@ def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
         correct = (item.scores[None].correct if item.spec.statistic == "accuracy" and None in item.scores
                    else None)
         if correct is not None and groups:
-            columns["accuracy_by_source"] = _per_group(correct, item.groups, groups)
+            columns["accuracy_by_source"] = per_group(correct, item.groups, groups)
         parts.append(pd.DataFrame(columns, index=range(n_rows)))
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     # a hybrid: only the layers with α have real heads

@@ -32,6 +32,7 @@ import pandas as pd
 import torch
 from safetensors import safe_open
 
+from probe.anatomy import body_prefix
 from probe.heads.ablation import ablation_effects, group_effects
 from probe.heads.probesets import pad_span_batch, special_frame
 from probe.heads.registry import REGISTRY
@@ -55,7 +56,7 @@ def lm_head_trained(loaded) -> bool:
     for file in files:
         with safe_open(str(file), framework="pt") as handle:
             keys.update(handle.keys())
-    prefix = getattr(loaded.model, "base_model_prefix", "") + "."
+    prefix = body_prefix(loaded.model) + "."
     head = [name for name, _ in loaded.model.named_parameters() if not name.startswith(prefix)]
     return all(name in keys for name in head)
 

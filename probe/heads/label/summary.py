@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from probe.heads import stats
-from probe.heads.label_config import LabelConfig
-from probe.heads.label_scoring import Scored
+from probe.heads.label.config import LabelConfig
+from probe.heads.label.scoring import Scored
 
 
 def summarise(scored: Scored, config: LabelConfig) -> dict[str, torch.Tensor | float | str | list]:
@@ -87,7 +87,7 @@ def _accuracy_summary(correct: torch.Tensor, scored: Scored, weights: torch.Tens
     return out
 
 
-def _per_group(correct: torch.Tensor, groups: list[str], order: list[str]) -> list[str]:
+def per_group(correct: torch.Tensor, groups: list[str], order: list[str]) -> list[str]:
     """Per head, "group: accuracy; …" over the example groups in `order` (correct [example layer head]): one
     string per (layer, head), row-major."""
     labels = torch.tensor([order.index(group) for group in groups])  # [example]

@@ -10,7 +10,7 @@ import torch
 
 from probe.errors import ProbeError
 from probe.heads import corpus
-from probe.heads.label_config import COREF_SETS, LabelConfig, Note, is_text_model
+from probe.heads.label.config import COREF_SETS, LabelConfig, Note, is_text_model
 from probe.heads.probesets import (
     CausalityVocabulary,
     CorefVocabulary,

@@ -1,0 +1,66 @@
+"""The protein panel's data: predicted contacts (and true ones from an uploaded structure) per protein, and
+one head's APC-corrected map, each computed once through the inference gate and cached."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from probe import models
+from probe.errors import ProbeError
+
+from . import protein_analysis
+from .cache import LRUCache
+from .config import AppConfig
+from .facts import ModelFacts
+from .gate import InferenceGate
+from .protein_analysis import ProteinResult
+
+
+class ProteinStore:
+    """Protein results by key, and the APC maps of every head of a layer."""
+
+    def __init__(self, facts: ModelFacts, gate: InferenceGate, config: AppConfig) -> None:
+        self.facts, self.gate, self.config = facts, gate, config
+        self.results = LRUCache(8, config.cache_bytes)
+        # One protein's APC maps, a layer (every head) per entry: a head step inside a layer, and every user
+        # who looks at the same structure with the same model, costs no forward pass.
+        self.maps = LRUCache(64, config.cache_bytes)
+
+    def analyse(self, spec: str, sequence: str | None = None, structure: bytes | None = None,
+                filename: str = "", chain: str | None = None) -> tuple[str, ProteinResult]:
+        """Predicted contacts (and true ones from an uploaded structure) for one protein; (cache key,
+        result)."""
+        loaded = self.facts.model(spec)
+        if loaded.kind != models.ModelKind.PROTEIN_MLM:
+            raise ProbeError(f"{spec} is a {getattr(loaded.kind, 'value', loaded.kind)}; choose a protein "
+                             "model (ESM) for contact maps")
+        if structure is not None and len(structure) > self.config.upload_bytes:
+            raise ProbeError(f"the upload is {len(structure) // 1024} KiB; the limit is "
+                             f"{self.config.upload_bytes // 1024} KiB")
+        digest = hashlib.sha256(
+            b"%s|%s|%s|%s|%s" % (spec.encode(), (sequence or "").encode(), structure or b"",
+                                 filename.encode(), (chain or "").encode())).hexdigest()[:20]
+        result = self.results.get_or_compute(
+            digest, lambda: protein_analysis.analyse(loaded, sequence, structure, filename, chain,
+                                                     self.config.max_residues), self.gate.foreground)
+        return digest, result
+
+    def result(self, key: str) -> ProteinResult:
+        result = self.results.get(key)
+        if result is None:
+            raise ProbeError("this protein result has expired from the server's cache; press Run again")
+        return result
+
+    def head_map(self, key: str, layer: int, head: int) -> np.ndarray:
+        """The selected head's APC-corrected, symmetrised attention over residues: [residue residue].
+
+        Cached per (protein, model, layer): one forward pass gives every head of the layer."""
+        result = self.result(key)
+        layer, head = self.facts.head_of(result.model, {"layer": layer, "head": head})
+        maps = self.maps.get_or_compute(
+            ("apc", result.model, key, layer),
+            lambda: protein_analysis.layer_maps(self.facts.model(result.model), result.sequence, layer),
+            self.gate.foreground)  # [head residue residue]
+        return maps[head]
