@@ -217,7 +217,8 @@ def _qkv_widths(module: nn.Module, width: int) -> tuple[int, int, int] | None:
         config = text_config(config)
         heads = getattr(config, "num_attention_heads", None)
         kv = getattr(config, "num_key_value_heads", None) or heads
-        dim = getattr(config, "head_dim", None) or (getattr(config, "hidden_size", 0) // heads if heads else 0)
+        width_model = getattr(config, "hidden_size", 0)
+        dim = getattr(config, "head_dim", None) or (width_model // heads if heads else 0)
         if heads and dim and (heads + 2 * kv) * dim == width:
             return heads * dim, kv * dim, kv * dim
     return (width // 3,) * 3 if width % 3 == 0 else None

@@ -34,7 +34,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from probe.engine.output_norms import PROJECTION_NAMES, OutputProjections
+from probe.anatomy import PROJECTION_NAMES
+from probe.engine.output_norms import OutputProjections
 from probe.errors import ProbeError
 from probe.heads.copying import copying_scores
 from probe.heads.direct_logit import InductionDLA, induction_dla
