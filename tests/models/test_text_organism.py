@@ -5,8 +5,8 @@ labelled on the held-out text, and their histories.
   induction head in layer 1, on text it did not train on (probe label's GAP development probes);
 * the 1-layer twin has no induction head;
 * across the 2-layer organism's checkpoints the ICL score drops by at least ICL_MARGIN nats between the
-  last checkpoint before its induction score rises and the first where it has risen, and the 1-layer twin's ICL
-  score changes by less than half of that over the same steps.
+  last checkpoint before its induction score rises and the first where it has risen, and the 1-layer
+  twin's ICL score changes by less than half of that over the same steps.
 
 NOT YET PASSING (docs/zoo.md, "The natural-text organisms"): at this scale no induction head had formed in the
 runs that fit the shared machine; this test is the bar the recipes must reach before their weights ship.
