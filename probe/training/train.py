@@ -8,7 +8,8 @@ of width 1 whose weights are zeroed and frozen, so every MLP adds exactly 0 to t
 ``checkpoint_steps=(0, 50, 100, ...)`` also saves the model after those optimizer steps to DIR/step-N/ (for
 sweeps: ``probe label --model DIR --revisions step-0,step-50,...`` and ``probe history --model DIR``); the run
 itself is unchanged. A recipe with ``checkpoints=N`` saves N log-spaced steps from 0 when none are asked for
-(:func:`log_spaced_steps`). Every run writes DIR/train_loss.csv, the loss of every optimizer step.
+(:func:`log_spaced_steps`). A run with checkpoints also writes DIR/train_loss.csv, the loss of every optimizer
+step.
 """
 
 from __future__ import annotations
@@ -195,7 +196,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         save_checkpoint(model, tokenizer, out / f"step-{config.steps}", name, seed, config.steps, running)
 
     out.mkdir(parents=True, exist_ok=True)
-    write_loss_log(out / TRAIN_LOSS_FILE, step_losses)
+    if wanted:  # beside the checkpoints (the shipped organisms' folders stay as they are)
+        write_loss_log(out / TRAIN_LOSS_FILE, step_losses)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     card = {
