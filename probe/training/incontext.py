@@ -3,10 +3,11 @@ in-context-learning (ICL) score.
 
 Olsson et al. (2022, "In-context Learning and Induction Heads") define the ICL score as the loss at token 500
 minus the loss at token 50, averaged over dataset examples: negative when later tokens, which have more
-context, are predicted better. Our organisms read GAP passages (median 167 tokens with their 1,024-token
-vocabulary), so the positions are scaled down by the same factor of ten: **the loss at token 120 minus the
-loss at token 12** of a held-out passage (:data:`ICL_EARLY`, :data:`ICL_LATE`), each averaged over every
-held-out passage that has 120 tokens (1,800 or so of GAP's 1,999 development passages), counted from the
+context, are predicted better. Our organisms read GAP passages (median 167 tokens with a 1,024-token BPE,
+more with the recipes' 512), so the positions are scaled down by the same factor of ten: **the loss at token
+120 minus the loss at token 12** of a held-out passage (:data:`ICL_EARLY`, :data:`ICL_LATE`), each averaged
+over every held-out passage that has 120 tokens (1,929 of GAP's 1,999 development passages with the
+recipes' tokenizer), counted from the
 passage's first token (``<bos>`` is context, not a token). Where we differ from Olsson: positions are within
 one passage (GAP passages are independent Wikipedia snippets: a later passage gains nothing from an earlier
 one), and a passage is one example.

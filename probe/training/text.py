@@ -18,6 +18,7 @@ vocabulary size give the same merges; checked in tests/training/test_text_organi
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -54,9 +55,24 @@ def corpus_tokenizer(split: str, vocab_size: int) -> PreTrainedTokenizerFast:
     return learn_tokenizer(passages(split), vocab_size)
 
 
+_ENCODED: dict[tuple[str, str], list[list[int]]] = {}  # (tokenizer's content hash, split) -> passages
+_ENCODED_KEEP = 4
+
+
 def encode_passages(tokenizer, split: str) -> list[list[int]]:
-    """Every passage of a GAP split as token ids, without ``<bos>``, in file order."""
-    return tokenizer(list(passages(split)), add_special_tokens=False)["input_ids"]
+    """Every passage of a GAP split as token ids, without ``<bos>``, in file order. Cached by the tokenizer's
+    content (a fast tokenizer's JSON): the checkpoints of one run share one tokenizer, so a history encodes
+    the split once, not once per checkpoint."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    key = None if backend is None else (hashlib.sha256(backend.to_str().encode("utf-8")).hexdigest(), split)
+    if key is not None and key in _ENCODED:
+        return _ENCODED[key]
+    encoded = tokenizer(list(passages(split)), add_special_tokens=False)["input_ids"]
+    if key is not None:
+        while len(_ENCODED) >= _ENCODED_KEEP:
+            _ENCODED.pop(next(iter(_ENCODED)))
+        _ENCODED[key] = encoded
+    return encoded
 
 
 @lru_cache(maxsize=4)
