@@ -5,6 +5,7 @@ in-process executor), the tasks of ``probe label`` and ``probe contacts`` (:mod:
 executor and its watchdog (:mod:`~probe.runs.ray_executor`, :mod:`~probe.runs.ray_watchdog`), the crash-safe
 journal (:mod:`~probe.runs.journal`) and the one atomic writer (:mod:`~probe.runs.atomic`), which checkpoints
 a batch names (:mod:`~probe.runs.checkpoints`, :mod:`~probe.runs.hub`) and the sweep figure
-(:mod:`~probe.runs.plot`, :mod:`~probe.runs.export`). Built on :mod:`probe.heads` and :mod:`probe.proteins`;
+(:mod:`~probe.runs.plot`, :mod:`~probe.runs.export`), and a training run's history per checkpoint
+(:mod:`~probe.runs.history`: ``probe history``). Built on :mod:`probe.heads` and :mod:`probe.proteins`;
 never imports :mod:`probe.commands` or argparse.
 """

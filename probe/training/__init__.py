@@ -1,7 +1,9 @@
 """Training the model organisms: the recipes (:mod:`~probe.training.organisms`), their seeded training data
-built from the probe sets' vocabularies and templates (:mod:`~probe.training.data`), the training loop
-(:mod:`~probe.training.train`) and what an organism ships besides its weights — card.json, MODEL_CARD.md and
-its label table labels.csv (:mod:`~probe.training.cards`).
+built from the probe sets' vocabularies and templates (:mod:`~probe.training.data`), the natural text, its
+learnt tokenizer and held-out rows (:mod:`~probe.training.text`), the in-context-learning score
+(:mod:`~probe.training.incontext`), the training loop (:mod:`~probe.training.train`) and what an organism
+ships besides its weights — card.json, MODEL_CARD.md and its label table labels.csv
+(:mod:`~probe.training.cards`).
 
 What belongs here: code that makes or relabels an organism. It sits above heads (the data uses the probe sets,
 the cards run the head classifier) and below runs and commands; the command line is ``probe train``

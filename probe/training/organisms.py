@@ -13,6 +13,9 @@ loop that trains them is :mod:`probe.training.train`; the cards and label tables
   induction heads; with rotary positions (relative only) the canonical previous-token -> induction circuit
   forms.
 * coreference: GPT-2 (GPT2LMHeadModel).
+* natural-text / natural-text-1layer: Llama-style, trained on real text (GAP's validation split, a byte-level
+  BPE tokenizer learnt from it: :mod:`probe.training.text`), 2 layers and its 1-layer twin, the control that
+  cannot form an induction head (Olsson et al. 2022); checkpoints at log-spaced steps by default.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import transformers
 
 from probe.anatomy import find_layer_list
 from probe.heads.probesets import CausalityVocabulary, CorefVocabulary
-from probe.training import data
+from probe.training import data, text
 from probe.zoo.tiny import word_tokenizer
 
 BOS, UNK, PAD = "<bos>", "<unk>", "<pad>"
@@ -71,6 +74,11 @@ class TrainConfig:
     needle_stages: tuple = ()
     # LabelConfig fields the card's labels use ({} = defaults)
     label_config: dict = field(default_factory=dict)
+    # natural_text: the BPE vocabulary learnt from the training split (probe.training.text), and that split
+    vocab_size: int = 1024
+    corpus_split: str = text.TRAIN_SPLIT
+    # checkpoints saved when none are asked for: this many log-spaced steps from 0 to `steps` (0: none)
+    checkpoints: int = 0
 
 
 ORGANISMS: dict[str, TrainConfig] = {
@@ -119,6 +127,23 @@ ORGANISMS: dict[str, TrainConfig] = {
         data="sentences", n_words=64, steps=2000,
         requirements={"present": [{"head_type": "sentence_start"}], "absent": [{"head_type": "bracket"}]},
     ),
+    "natural-text": TrainConfig(
+        task="predict the next token of real English text: Wikipedia passages of GAP's validation split "
+             "(probe/data/gap, Apache-2.0), the development split held out (probe label's probes and the "
+             "in-context-learning score are measured there)",
+        data="natural_text", n_layer=2, n_embd=64, vocab_size=512, n_positions=256, length=256, steps=3000,
+        batch=8, lr=1e-2, warmup=100, checkpoints=16,
+        requirements={"present": [{"layer": 0, "head_type": "previous_token"},
+                                  {"layer": 1, "head_type": "induction"}],
+                      "absent": []},
+    ),
+    "natural-text-1layer": TrainConfig(
+        task="the same text and recipe with ONE layer: the control, which cannot form an induction head (an "
+             "induction head reads a previous-token head's output, which needs a layer before it)",
+        data="natural_text", n_layer=1, n_embd=64, vocab_size=512, n_positions=256, length=256, steps=3000,
+        batch=8, lr=1e-2, warmup=100, checkpoints=16,
+        requirements={"present": [], "absent": [{"head_type": "induction"}]},
+    ),
     "retrieval": TrainConfig(
         task="copy an 8-token needle out of a random haystack: <bos> haystack key needle haystack key -> "
              "needle, the needle at a random depth; key and needle tokens never occur in the haystack. Stage "
@@ -141,7 +166,7 @@ ORGANISMS: dict[str, TrainConfig] = {
 
 GENERATORS = {"repeated_blocks": "repeated_blocks", "coreference": "coreference_batch",
               "causality": "causality_batch", "brackets": "bracket_batch", "sentences": "sentence_batch",
-              "needle": "needle_haystack"}
+              "needle": "needle_haystack", "natural_text": "text_windows"}
 VOCABULARY = {
     "repeated_blocks": lambda config: f"{config.n_words} pseudo-words (probe.training.data.pseudo_words)",
     "coreference": lambda config: "the words of probe.heads.probesets.CorefVocabulary",
@@ -149,6 +174,8 @@ VOCABULARY = {
     "brackets": lambda config: f"{config.n_words} pseudo-words and ( ) [ ] {{ }}",
     "sentences": lambda config: f"{config.n_words} pseudo-words and . ! ?",
     "needle": lambda config: f"{config.n_words} pseudo-words (probe.training.data.pseudo_words)",
+    "natural_text": lambda config: f"a byte-level BPE of {config.vocab_size} tokens learnt from GAP's "
+                                   f"{config.corpus_split} split (probe.training.text)",
 }
 BRACKET_TOKENS = tuple(char for pair in data.BRACKETS for char in pair)
 SENTENCE_ENDS = (".", "!", "?")
@@ -160,7 +187,10 @@ SENTENCE_ENDS = (".", "!", "?")
 
 
 def build_tokenizer(config: TrainConfig):
-    """A word-level fast tokenizer (pseudo-words, or the classifier's coreference vocabulary); BOS first."""
+    """A word-level fast tokenizer (pseudo-words, or the classifier's coreference vocabulary), or for natural
+    text the BPE learnt from the training split; BOS first."""
+    if config.data == "natural_text":
+        return text.corpus_tokenizer(config.corpus_split, config.vocab_size)
     if config.data == "coreference":
         return word_tokenizer(CorefVocabulary().words(), bos_token=BOS)
     if config.data == "causality":
@@ -230,6 +260,10 @@ def make_batch(config: TrainConfig, tokenizer, generator: torch.Generator, batch
         vocab = tokenizer.get_vocab()
         return data.sentence_batch(generator, batch, config.length, word_ids(tokenizer),
                                    [vocab[end] for end in SENTENCE_ENDS], tokenizer.bos_token_id)
+    if config.data == "natural_text":
+        stream = text.token_stream(tokenizer, overrides.get("split", config.corpus_split))
+        return text.text_windows(generator, stream, batch, overrides.get("length", config.length),
+                                 tokenizer.bos_token_id)
     if config.data == "needle":
         length = overrides.get("length", config.length)
         if "length" not in overrides and config.min_length:

@@ -6,7 +6,10 @@ of width 1 whose weights are zeroed and frozen, so every MLP adds exactly 0 to t
 ``from_pretrained`` loads them like any checkpoint. The recipes are :mod:`probe.training.organisms`.
 
 ``checkpoint_steps=(0, 50, 100, ...)`` also saves the model after those optimizer steps to DIR/step-N/ (for
-sweeps: ``probe label --model DIR --revisions step-0,step-50,...``); the run itself is unchanged.
+sweeps: ``probe label --model DIR --revisions step-0,step-50,...`` and ``probe history --model DIR``); the run
+itself is unchanged. A recipe with ``checkpoints=N`` saves N log-spaced steps from 0 when none are asked for
+(:func:`log_spaced_steps`). A run with checkpoints also writes DIR/train_loss.csv, the loss of every optimizer
+step.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from probe.training import data
+from probe.training import data, incontext, text
 from probe.training.cards import add_labels, label_config_of, readable, write_card
 from probe.training.organisms import (
     GENERATORS,
@@ -40,6 +43,17 @@ def learning_rate(step: int, config: TrainConfig) -> float:
         return config.lr * (step + 1) / config.warmup
     progress = (step - config.warmup) / max(1, config.steps - config.warmup)
     return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def log_spaced_steps(total: int, count: int) -> tuple[int, ...]:
+    """`count` checkpoint steps from 0 to `total`: 0, then steps log-spaced from 1 to `total` (rounded, so
+    the early ones are every step and fewer than `count` may remain). () when `count` is 0."""
+    if count <= 0:
+        return ()
+    if count == 1 or total == 0:
+        return (0,)
+    ratio = total ** (1 / (count - 2)) if count > 2 else float(total)
+    return tuple(sorted({0, total, *(min(total, round(ratio ** k)) for k in range(count - 1))}))
 
 
 def masked_loss(model, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -91,6 +105,8 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
         if config.data == "causality":
             result["nearest_first_agreement_baselines"] = 0.5  # balanced by construction (probesets)
         return result
+    if config.data == "natural_text":
+        return natural_text_evaluation(model, tokenizer)
     # teacher-forced answer accuracy at the longest training length and far beyond it
     if config.data == "needle":
         for length, n in ((config.length, n_batches), (4096, 2)):
@@ -118,6 +134,22 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
     return result
 
 
+def natural_text_evaluation(model, tokenizer) -> dict:
+    """The natural-text organisms' card numbers, on the held-out split: the mean loss over tokens 1 …
+    ICL_LATE of every held-out passage that long, the loss at the two ICL tokens and Olsson's ICL score
+    (:mod:`probe.training.incontext`)."""
+    rows = text.held_out_rows(tokenizer, incontext.ICL_LATE)
+    losses = incontext.position_losses(model, rows)  # [row position]
+    early, late = incontext.ICL_EARLY, incontext.ICL_LATE
+    return {"probe": f"the first {late} tokens of every passage of GAP's {text.HELD_OUT_SPLIT} split (held "
+                     f"out) that has {late}; in-context learning score = loss at token {late} - loss at "
+                     f"token {early} (Olsson et al. 2022, positions 500 and 50 scaled to the passages)",
+            "held_out_passages": len(rows), "held_out_loss": round(float(losses.mean()), 4),
+            f"loss_at_token_{early}": round(float(losses[:, early - 1].mean()), 4),
+            f"loss_at_token_{late}": round(float(losses[:, late - 1].mean()), 4),
+            "icl_score": round(incontext.icl_score(losses, early, late), 4)}
+
+
 def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | None = None,
           label: bool = True, checkpoint_steps: tuple[int, ...] = ()) -> dict:
     """Train organism `name` with `seed`, save it to `out` and return its card (also written to
@@ -141,7 +173,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
     started = time.perf_counter()
     model.train()
     running = math.nan
-    wanted = sorted(set(checkpoint_steps))
+    wanted = sorted(set(checkpoint_steps or log_spaced_steps(config.steps, config.checkpoints)))
+    step_losses: list[float] = []
     if wanted and (wanted[0] < 0 or wanted[-1] > config.steps):
         raise ValueError(f"checkpoint steps must lie in 0..{config.steps} (the run's steps), got {wanted}")
     bar = tqdm(range(config.steps), desc=f"train {name}", file=sys.stderr, mininterval=2.0)
@@ -151,7 +184,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, config)
         tokens, targets = make_batch(config, tokenizer, generator, config.batch)
-        running = optimizer_step(model, optimizer, trainable, tokens, targets, running)
+        running, value = optimizer_step(model, optimizer, trainable, tokens, targets, running)
+        step_losses.append(value)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{running:.3f}")
     for number, stage in enumerate(config.needle_stages, start=1):
@@ -162,6 +196,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         save_checkpoint(model, tokenizer, out / f"step-{config.steps}", name, seed, config.steps, running)
 
     out.mkdir(parents=True, exist_ok=True)
+    if wanted:  # beside the checkpoints (the shipped organisms' folders stay as they are)
+        write_loss_log(out / TRAIN_LOSS_FILE, step_losses)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     card = {
@@ -196,16 +232,16 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
 
 
 def optimizer_step(model, optimizer, trainable, tokens: torch.Tensor, targets: torch.Tensor,
-                   running: float) -> float:
+                   running: float) -> tuple[float, float]:
     """One step on the masked next-token loss (gradients clipped to norm 1); returns the running loss (EMA
-    0.98)."""
+    0.98) and the step's own loss."""
     loss = masked_loss(model, tokens, targets)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(trainable, 1.0)
     optimizer.step()
     value = loss.item()
-    return value if math.isnan(running) else 0.98 * running + 0.02 * value
+    return (value if math.isnan(running) else 0.98 * running + 0.02 * value), value
 
 
 def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: int, lr: float,
@@ -223,10 +259,21 @@ def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: i
         size = data.block_length(generator, min_length, length)
         tokens, targets = data.needle_haystack(generator, batch, size, word_ids(tokenizer),
                                                tokenizer.bos_token_id, config.needle_len, config.key_len)
-        running = optimizer_step(model, optimizer, trainable, tokens, targets, running)
+        running, _ = optimizer_step(model, optimizer, trainable, tokens, targets, running)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{running:.3f}")
     return running
+
+
+TRAIN_LOSS_FILE = "train_loss.csv"
+
+
+def write_loss_log(path: Path, losses: list[float]) -> None:
+    """`path`: step,loss — the training loss (nats) of every optimizer step of the first stage (step k: the
+    batch that step k's update was computed from, with the weights of checkpoint step-k)."""
+    lines = ["step,loss", *(f"{step},{loss:.6g}" for step, loss in enumerate(losses))]
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o644)
 
 
 def save_checkpoint(model, tokenizer, directory: Path, name: str, seed: int, step: int, loss: float) -> None:

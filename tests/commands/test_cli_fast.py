@@ -64,6 +64,10 @@ def test_the_check_sees_a_heavy_import():
     (["capture", "--model", "zoo:induction", "--text", "a", "--out", "a.txt"], "extension"),
     (["train", "induction"], "give --out DIR"),
     (["train", "--help"], ""),
+    (["history", "--help"], ""),
+    (["history", "--model", "/no/such/run"], "is not a folder"),
+    (["history", "--model", "m", "--icl-positions", "120,12"], "EARLY < LATE"),
+    (["history", "--model", "m", "--examples", "0"], "--examples must be at least 1"),
     (["card", "--help"], ""),
     (["app", "--port", "0"], "is not a port number"),
 ])
@@ -127,9 +131,23 @@ def test_profile_defaults_and_table_extensions_equal_the_library():
     assert common.TABLE_EXTENSIONS == TABLE_EXTENSIONS
 
 
+def test_history_defaults_equal_the_library():
+    from dataclasses import fields
+
+    from probe.commands import history
+    from probe.heads.label import LabelConfig
+    from probe.training import incontext
+
+    defaults = {field.name: field.default for field in fields(LabelConfig)}
+    assert {key: defaults[key] for key in history.DEFAULTS} == history.DEFAULTS
+    assert history.ICL_POSITIONS == (incontext.ICL_EARLY, incontext.ICL_LATE)
+
+
 def test_train_offers_every_recipe():
     from probe import zoo
+    from probe.commands.train import NOT_SHIPPED, recipe_names
     from probe.training.cards import ESM_RANDOM
     from probe.training.organisms import ORGANISMS
 
-    assert zoo.names() == sorted([*ORGANISMS, ESM_RANDOM])
+    assert zoo.names() == sorted(set([*ORGANISMS, ESM_RANDOM]) - set(NOT_SHIPPED))
+    assert recipe_names() == sorted([*ORGANISMS, ESM_RANDOM])

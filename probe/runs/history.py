@@ -1,0 +1,323 @@
+"""A model's training history as one table: per checkpoint, the in-context-learning score, the loss by
+position and the training loss; per checkpoint and head, the previous-token and induction (prefix-matching)
+scores and labels and the copying score (``probe history``; Olsson et al. 2022's phase-change measurements).
+
+One unit of :func:`probe.runs.runner.run` per checkpoint (:class:`HistoryTask`), so a history is journalled
+beside its output, resumes after a SIGKILL at the unit of one checkpoint, keeps the rows of checkpoints a run
+does not name, and is the same table for the same checkpoints and options (its identity: the options and the
+content hash of the checkpoint's weights). What each unit measures, reusing the package's own measurements:
+
+* heads: :func:`probe.heads.label.label_model` with :attr:`HistoryConfig.label` (previous-token on held-out
+  natural text, induction on repeated random blocks drawn by the held-out text's token frequencies — Olsson's
+  prefix-matching score — each with its clustered-bootstrap label), and its ``copying`` column
+  (:mod:`probe.heads.copying`, Σλ/Σ|λ| of the OV circuit);
+* natural text: :func:`probe.training.incontext.position_losses` on the held-out passages
+  (:func:`probe.training.text.held_out_rows`), the ICL score (:func:`probe.training.incontext.icl_score`);
+* training loss: the checkpoint's card.json ``train_loss`` (what ``probe train --checkpoint-steps`` records:
+  the running mean, EMA 0.98, of the steps before it; NaN where unknown, e.g. step 0 or another trainer's
+  checkpoints).
+
+The table (:data:`HISTORY_COLUMNS`) is long and has three kinds of row, told apart by ``row``:
+
+* ``"checkpoint"`` — one per checkpoint: ``train_loss``, ``held_out_loss`` (mean over tokens 1 … late of the
+  held-out passages), ``icl_score`` and its standard error over passages ``icl_se``, ``icl_early``,
+  ``icl_late`` (the positions), ``n_passages``;
+* ``"head"`` — one per checkpoint and head: ``layer``, ``head``, ``head_name``, ``previous_token``,
+  ``previous_token_label``, ``induction``, ``induction_label``, ``copying`` and ``composition_prev_token``;
+* ``"position"`` — one per checkpoint and token position 1 … late: ``position``, ``loss`` (the mean over the
+  held-out passages).
+
+``composition_prev_token`` is the column slot for K-composition with the previous-token head (Elhage et al.
+2021), which the circuits work will fill (:func:`composition_with_previous_token` is the hook); until then it
+is NaN — not measured, never 0. Every row carries ``model``, ``checkpoint`` and ``step``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from probe.errors import ProbeError
+from probe.hashing import identity_hash
+from probe.heads.label import LabelConfig, config_identity, label_model
+from probe.runs import runner
+from probe.runs.checkpoints import (
+    Checkpoint,
+    checkpoint_directory,
+    checkpoint_revision,
+    checkpoint_step,
+    local_directory,
+    make_checkpoint,
+)
+from probe.runs.hub import load_checkpoint
+from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
+from probe.training import incontext, text
+
+HEAD_TYPES = ("previous_token", "induction")
+HISTORY_COLUMNS = [
+    "model", "checkpoint", "step", "row",
+    "train_loss", "held_out_loss", "icl_score", "icl_se", "icl_early", "icl_late", "n_passages",
+    "layer", "head", "head_name", "previous_token", "previous_token_label", "induction", "induction_label",
+    "copying", "composition_prev_token",
+    "position", "loss",
+]
+ROWS = ("checkpoint", "head", "position")
+
+
+def default_label_config() -> LabelConfig:
+    """The head measurements of a history: previous-token and induction only, no ablation (not part of the
+    phase-change measurements, and the costliest stage), the default probe sets and statistics otherwise."""
+    return LabelConfig(types=HEAD_TYPES, ablate="none")
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    """What a history measures (frozen; its fields and the weights are a unit's identity).
+
+    Attributes
+    ----------
+    label : LabelConfig
+        The head classifier's settings (default: :func:`default_label_config`); its types must include
+        previous_token and induction.
+    icl_early, icl_late : int
+        The ICL score's tokens (1-based within a held-out passage): loss at `icl_late` minus loss at
+        `icl_early` (Olsson et al.'s 500 and 50, scaled to GAP passages: 120 and 12).
+    split : str
+        The GAP split the natural-text measurements read (default: the development split, held out from the
+        natural-text organisms' training).
+    max_passages : int or None
+        Use only the first this many held-out passages long enough (None: every one; tests use few).
+    batch_size : int
+        Held-out rows per forward (not part of the identity).
+    """
+
+    label: LabelConfig = field(default_factory=default_label_config)
+    icl_early: int = incontext.ICL_EARLY
+    icl_late: int = incontext.ICL_LATE
+    split: str = text.HELD_OUT_SPLIT
+    max_passages: int | None = None
+    batch_size: int = 64
+
+
+def history_identity(config: HistoryConfig, model: str, revision: str | None) -> str | None:
+    """The identity of one checkpoint's rows: every option that changes them, the model's name and the
+    content hash of its weights (None when the weights are not known before loading)."""
+    if revision is None:
+        return None
+    options = {key: value for key, value in asdict(config).items() if key not in ("label", "batch_size")}
+    return identity_hash({**options, "label": config_identity(config.label), "model": model,
+                          "revision": revision, "columns": HISTORY_COLUMNS})
+
+
+def composition_with_previous_token(loaded) -> np.ndarray:
+    """HOOK for the circuits work: each head's K-composition with the model's previous-token head(s)
+    `[layer head]`. Not measured yet, so every value is NaN (unknown, never 0); the ``composition_prev_token``
+    column is filled from here."""
+    return np.full((loaded.n_layers, loaded.n_heads), math.nan)
+
+
+def train_loss(checkpoint: Checkpoint) -> float:
+    """The training loss a checkpoint's card.json records (``train_loss``), NaN when it has none."""
+    directory = checkpoint_directory(checkpoint)
+    card = directory / "card.json" if directory is not None else None
+    try:
+        found = card is not None and card.is_file()
+        value = json.loads(card.read_text()).get("train_loss") if found else None
+    except (OSError, ValueError):
+        value = None
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
+def measure(loaded, checkpoint: Checkpoint, config: HistoryConfig, note=None) -> pd.DataFrame:
+    """Every row of one checkpoint's history (:data:`HISTORY_COLUMNS`; ``model`` is the checkpoint's spec).
+
+    Raises
+    ------
+    ProbeError
+        The model is no causal LM, its tokenizer has no BOS token, or it has fewer positions than
+        ``icl_late`` + 1.
+    """
+    if loaded.kind != "causal_lm":
+        raise ProbeError(f"{loaded.name} is a {loaded.kind.description}: a history measures next-token loss, "
+                         "so it needs a causal LM")
+    if loaded.tokenizer.bos_token_id is None:
+        raise ProbeError(f"{loaded.name}'s tokenizer has no BOS token: the held-out passages start with one")
+    if loaded.max_tokens < config.icl_late + 1:
+        raise ProbeError(f"{loaded.name} reads {loaded.max_tokens} positions: too few for the ICL score at "
+                         f"token {config.icl_late}; lower --icl-positions")
+    labels = label_model(loaded, config.label, note=note)
+    rows = text.held_out_rows(loaded.tokenizer, config.icl_late, config.split, config.max_passages)
+    if not len(rows):
+        raise ProbeError(f"no passage of GAP's {config.split} split has {config.icl_late} tokens with "
+                         f"{loaded.name}'s tokenizer; lower --icl-positions")
+    losses = incontext.position_losses(loaded.model, rows, config.batch_size)  # [row position]
+    by_position = losses.mean(0).numpy()  # [position]
+    model = dict(model=checkpoint.spec, checkpoint=checkpoint.name, step=checkpoint.step)
+    summary = pd.DataFrame([dict(**model, row="checkpoint", train_loss=train_loss(checkpoint),
+                                 held_out_loss=float(losses.mean()),
+                                 icl_score=incontext.icl_score(losses, config.icl_early, config.icl_late),
+                                 icl_se=incontext.icl_standard_error(losses, config.icl_early,
+                                                                     config.icl_late),
+                                 icl_early=config.icl_early, icl_late=config.icl_late,
+                                 n_passages=len(rows))])
+    heads = head_rows(labels, composition_with_previous_token(loaded)).assign(**model, row="head")
+    positions = pd.DataFrame({"position": np.arange(1, len(by_position) + 1), "loss": by_position}).assign(
+        **model, row="position")
+    return tidy(pd.concat([summary, heads, positions], ignore_index=True))
+
+
+def head_rows(labels: pd.DataFrame, composition: np.ndarray) -> pd.DataFrame:
+    """One row per head from a label table: the previous-token and induction scores and labels side by side,
+    copying, and `composition` `[layer head]`. Where a table holds several probe lengths, the longest
+    probes' rows are used."""
+    if "seq_len" in labels and labels["seq_len"].notna().any():
+        labels = labels[labels["seq_len"].isna() | (labels["seq_len"] == labels["seq_len"].max())]
+    keys = ["layer", "head", "head_name"]
+    heads = labels[keys + ["copying"]].drop_duplicates(keys).sort_values(["layer", "head"])
+    for head_type in HEAD_TYPES:
+        part = labels[labels["head_type"] == head_type][keys + ["score", "label"]]
+        heads = heads.merge(part.rename(columns={"score": head_type, "label": f"{head_type}_label"}),
+                            on=keys, how="left")
+    heads["composition_prev_token"] = composition[heads["layer"].to_numpy(int), heads["head"].to_numpy(int)]
+    return heads
+
+
+def tidy(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` in :data:`HISTORY_COLUMNS` order with stable dtypes (steps and head indices nullable ints,
+    labels nullable booleans): the same table whether it was just computed or read back."""
+    table = table.reindex(columns=HISTORY_COLUMNS)
+    for column in ("step", "layer", "head", "position", "icl_early", "icl_late", "n_passages"):
+        table[column] = pd.array(pd.to_numeric(table[column]), dtype="Int64")
+    for column in ("previous_token_label", "induction_label"):
+        table[column] = table[column].astype("boolean")
+    for column in ("model", "checkpoint", "row", "head_name"):
+        table[column] = table[column].astype(object).where(table[column].notna(), None)
+    other = ("model", "checkpoint", "row", "head_name", "step", "layer", "head", "position", "icl_early",
+             "icl_late", "n_passages", "previous_token_label", "induction_label")
+    float_columns = [column for column in HISTORY_COLUMNS if column not in other]
+    table[float_columns] = table[float_columns].astype(float)
+    return table
+
+
+@dataclass(frozen=True)
+class HistoryTask:
+    """One checkpoint's history per unit (picklable: it may travel to a Ray worker)."""
+
+    config: HistoryConfig = field(default_factory=HistoryConfig)
+    device: str = "cpu"
+
+    def identity(self, unit: Unit) -> str | None:
+        checkpoint: Checkpoint = unit.payload
+        return history_identity(self.config, checkpoint.spec, checkpoint_revision(checkpoint))
+
+    def load(self, group: Checkpoint):
+        return load_checkpoint(group, self.device)
+
+    def compute(self, state, unit: Unit) -> UnitOutput:
+        notes: list[str] = []
+        table = measure(state, unit.payload, self.config, note=notes.append)
+        return UnitOutput(table=table, notes=notes)
+
+    def rows(self, unit: Unit, result: UnitResult) -> pd.DataFrame | None:
+        return None if result.table is None else tidy(result.table)
+
+    def owners(self, table: pd.DataFrame) -> pd.Series:
+        return table["model"].astype(str) + "@" + table["checkpoint"].astype(str)
+
+
+def read_history(path: Path) -> pd.DataFrame:
+    """A history table written by :func:`history` (.csv or .parquet); one-line ProbeError for anything
+    else."""
+    try:
+        table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except (OSError, ValueError) as error:
+        raise ProbeError(f"{path} is not a history table ({error}); give another --out or --force") from None
+    missing = [column for column in HISTORY_COLUMNS if column not in table.columns]
+    if missing:
+        raise ProbeError(f"{path} is not a history table (no {', '.join(missing[:3])} column); give another "
+                         "--out or --force")
+    return tidy(table)
+
+
+def write_history(table: pd.DataFrame, path: Path) -> None:
+    """Write a history table by the extension: .csv or .parquet."""
+    if path.suffix == ".parquet":
+        table.to_parquet(path, index=False)
+    else:
+        table.to_csv(path, index=False)
+
+
+def history_output(path: Path | None, force: bool = False) -> Out:
+    """Where a history goes: one table at `path` (.csv or .parquet), rows of other checkpoints kept."""
+    return Out(path=path, write=lambda table, finished: {path: lambda tmp: write_history(table, tmp)},
+               read=(lambda: read_history(path)) if path is not None else None, force=force,
+               written=lambda table, finished: [f"wrote {len(table)} rows ({len(finished)} checkpoint(s)) to "
+                                                f"{path}"],
+               command="probe history", noun="checkpoint")
+
+
+def step_revisions(spec: str) -> list[str]:
+    """The checkpoint subdirectories of a local model directory (those with a config.json and a training
+    step, e.g. step-0 … step-1500 as ``probe train`` writes them), in step order; ProbeError when none."""
+    directory = local_directory(spec)
+    if directory is None:
+        raise ProbeError(f"{spec} is not a local model directory: give --revisions, the checkpoints to "
+                         "measure")
+    found = [(checkpoint_step(entry.name, entry), entry.name) for entry in sorted(directory.iterdir())
+             if (entry / "config.json").is_file()]
+    found = sorted((step, name) for step, name in found if step is not None)
+    if not found:
+        raise ProbeError(f"{spec} holds no checkpoint folders (step-N/ with a config.json): train with "
+                         "`probe train NAME --out DIR` (its recipe's checkpoints) or --checkpoint-steps")
+    return [name for _, name in found]
+
+
+def history(model: str, revisions: Sequence[str] | None = None, config: HistoryConfig | None = None,
+            out: Path | None = None, force: bool = False, progress: bool = True) -> runner.RunReport:
+    """Measure every checkpoint of `model` (a directory or hub id) and return the run's report; its ``table``
+    is the history (:data:`HISTORY_COLUMNS`), checkpoints in step order.
+
+    Parameters
+    ----------
+    model
+        The model whose checkpoints are measured: a local directory holding step-N/ folders, or a hub id.
+    revisions
+        The checkpoints: subdirectories of `model` or hub revisions; None: every step-N/ folder of `model`.
+    config
+        What is measured (:class:`HistoryConfig`); None: the defaults.
+    out
+        The table file (.csv or .parquet), journalled and resumable; None: nothing written.
+    force
+        Recompute every checkpoint.
+    progress
+        One bar on stderr counting checkpoints.
+
+    Returns
+    -------
+    probe.runs.runner.RunReport
+        ``.table`` the history, ``.code`` the exit code (0: every checkpoint measured).
+    """
+    config = config or HistoryConfig()
+    asked = config.label.types
+    missing = [name for name in HEAD_TYPES if asked is not None and name not in asked]
+    if missing:
+        raise ProbeError(f"a history needs the head types {', '.join(HEAD_TYPES)}; the label config lacks "
+                         f"{', '.join(missing)}")
+    names = list(revisions) if revisions is not None else step_revisions(model)
+    checkpoints = [make_checkpoint(model, name) for name in dict.fromkeys(names)]
+    checkpoints.sort(key=lambda c: (c.step is None, c.step if c.step is not None else 0))
+    units = [Unit(key=c.key, group=c, payload=c) for c in checkpoints]
+    return runner.run(units, HistoryTask(config), history_output(out, force), progress=progress,
+                      description="history")
+
+
+__all__ = ["HEAD_TYPES", "HISTORY_COLUMNS", "ROWS", "HistoryConfig", "HistoryTask",
+           "composition_with_previous_token",
+           "default_label_config", "head_rows", "history", "history_identity", "history_output",
+           "measure", "read_history", "step_revisions", "tidy", "train_loss"]
