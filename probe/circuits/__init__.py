@@ -1,0 +1,60 @@
+"""Circuits: which heads feed which — pairs of heads measured from the weights and by path patching, and the
+circuit of a head type as a graph.
+
+What belongs here (above :mod:`probe.heads`, whose labels, probe sets and losses it reads; below
+:mod:`probe.runs` and :mod:`probe.views`, which run and draw it):
+
+* :mod:`~probe.circuits.factors` — each head's query, key, value and output maps read through
+  :mod:`probe.anatomy`, norm gains folded, grouped-query sharing resolved, MLA refused;
+* :mod:`~probe.circuits.composition` — Elhage et al.'s Q-, K- and V-composition scores from d_head-sized factors,
+  against random matrices of the same shapes;
+* :mod:`~probe.circuits.corruption` — paired clean / corrupted probe sets of the head types where a corruption is
+  defined, with the type's own loss;
+* :mod:`~probe.circuits.patching` — path patching (Wang et al. 2022) of sender → receiver edges on those pairs,
+  exact, through :mod:`probe.engine.paths`, against random sender–receiver pairs;
+* :mod:`~probe.circuits.circuit` — :func:`find_circuit`: from a type's labelled heads, the upstream heads whose
+  composition and patching effects beat their controls, as a graph; the label table's ``fed_by`` columns.
+
+The patching mechanism itself (hooks that record and splice, the model keeps its fused attention kernel) is in
+the engine (:mod:`probe.engine.paths`); nothing here knows about files, commands or views.
+
+Example
+-------
+>>> import probe
+>>> from probe.circuits import composition
+>>> loaded = probe.models.load("zoo:induction")
+>>> scores = composition(loaded, receivers=[(1, 0)], modes=["K"])
+>>> scores.sort_values("score").iloc[-1][["sender", "mode", "beats_random"]].tolist()
+['L0H1', 'K', True]
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "composition": "composition",
+    "composition_cost": "composition",
+    "composition_score": "composition",
+    "model_factors": "factors",
+    "corrupted_pairs": "corruption",
+    "CORRUPTIONS": "corruption",
+    "path_patching": "patching",
+    "patch_edges": "patching",
+    "find_circuit": "circuit",
+    "Circuit": "circuit",
+    "CircuitConfig": "circuit",
+    "fed_by_columns": "circuit",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)
