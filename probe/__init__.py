@@ -5,6 +5,7 @@ The package is layered; imports only go down:
 * :mod:`probe.engine` — the capture engine (attention function, :func:`capture`, sinks);
 * :mod:`probe.heads` — head types, probe sets, scores, statistics, :func:`label_model`;
 * :mod:`probe.proteins` — structures, contacts, Vig et al.'s feature shares, structure sets;
+* :mod:`probe.circuits` — which heads feed which: composition scores, path patching, a head type's circuit;
 * :mod:`probe.runs` — batch work: the one runner, its executors (in-process, Ray), journal, atomic writes,
   sweeps;
 * :mod:`probe.views` — views for a notebook (:func:`show`, :func:`label_table`), the one-file report, and the
@@ -42,9 +43,10 @@ _LAZY = {
     "predict_contacts": "probe.proteins.contacts",
     "load": "probe.models",
     "show": "probe.views.view",  # the inline notebook view (docs/views.md)
+    "show_circuit": "probe.views.circuit",  # a head type's circuit as a graph (docs/circuits.md)
     "label_table": "probe.views.tables",
 }
-_SUBMODULES = ("models", "card", "engine", "heads", "proteins", "runs", "zoo", "views", "app")
+_SUBMODULES = ("models", "card", "engine", "heads", "proteins", "circuits", "runs", "zoo", "views", "app")
 
 __all__ = ["__version__", "ProbeError", "head_name", "parse_head_name", *_LAZY, *_SUBMODULES]
 

@@ -1,4 +1,5 @@
-"""The `probe` command: `probe capture | label | contacts | app | card | profile | train | report | history`.
+"""The `probe` command: `probe capture | label | contacts | app | card | profile | train | report | history |
+circuit`.
 
 Results go to files or stdout, progress and messages to stderr. Exit codes: 0 ok, 2 bad input (one line naming
 the fix), 1 internal error, 130 interrupted.
@@ -20,7 +21,8 @@ import traceback
 from probe.errors import ProbeError
 
 # Each subcommand lives in probe/commands/<name>.py with `add_parser(subparsers)` and `run(args) -> int`.
-SUBCOMMANDS = ("capture", "label", "contacts", "app", "card", "profile", "train", "report", "history")
+SUBCOMMANDS = ("capture", "label", "contacts", "app", "card", "profile", "train", "report", "history",
+               "circuit")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -6,13 +6,17 @@ What belongs here (above :mod:`probe.heads`, whose labels, probe sets and losses
 
 * :mod:`~probe.circuits.factors` — each head's query, key, value and output maps read through
   :mod:`probe.anatomy`, norm gains folded, grouped-query sharing resolved, MLA refused;
-* :mod:`~probe.circuits.composition` — Elhage et al.'s Q-, K- and V-composition scores from d_head-sized factors,
+* :mod:`~probe.circuits.composition` — Elhage et al.'s Q-, K- and V-composition scores from d_head-sized
+  factors,
   against random matrices of the same shapes;
-* :mod:`~probe.circuits.corruption` — paired clean / corrupted probe sets of the head types where a corruption is
+* :mod:`~probe.circuits.corruption` — paired clean / corrupted probe sets of the head types where a corruption
+  is
   defined, with the type's own loss;
-* :mod:`~probe.circuits.patching` — path patching (Wang et al. 2022) of sender → receiver edges on those pairs,
+* :mod:`~probe.circuits.patching` — path patching (Wang et al. 2022) of sender → receiver edges on those
+  pairs,
   exact, through :mod:`probe.engine.paths`, against random sender–receiver pairs;
-* :mod:`~probe.circuits.circuit` — :func:`find_circuit`: from a type's labelled heads, the upstream heads whose
+* :mod:`~probe.circuits.circuit` — :func:`find_circuit`: from a type's labelled heads, the upstream heads
+  whose
   composition and patching effects beat their controls, as a graph; the label table's ``fed_by`` columns.
 
 The patching mechanism itself (hooks that record and splice, the model keeps its fused attention kernel) is in

@@ -1,11 +1,12 @@
-"""The circuit of a head type, found automatically: from the type's labelled heads (the receivers), the upstream
-heads whose composition and path-patching effects beat their controls, as a graph.
+"""The circuit of a head type, found automatically: from the type's labelled heads (the receivers), the
+upstream heads whose composition and path-patching effects beat their controls, as a graph.
 
 :func:`find_circuit` goes:
 
 1. **Receivers**: the type's labelled heads in a label table (a file, a DataFrame, or a fresh
    :func:`probe.heads.label.label_model` run of the type alone).
-2. **Composition** (:mod:`probe.circuits.composition`): Q, K and V scores of every head of an earlier layer into
+2. **Composition** (:mod:`probe.circuits.composition`): Q, K and V scores of every head of an earlier layer
+into
    each receiver (``all_pairs``: into every head), z against random matrices.
 3. **Candidates**: per receiver and mode, the ``top_k`` senders by composition z (0: all of them).
 4. **Path patching** (:mod:`probe.circuits.patching`) on the type's paired probes
@@ -14,13 +15,16 @@ heads whose composition and path-patching effects beat their controls, as a grap
    candidate edge alone (``edge_effect``), against random sender–receiver pairs of the same shape; and the
    type's heads' own corrupted outputs, every path (``type_effect``: what the whole mechanism carries).
 5. **Edges**: a candidate edge is in the circuit when its composition score beats every random matrix pair and
-   its sender's patching effect into the type's heads (same mode) beats every random pair; where no corruption
-   is defined or the model cannot be patched (post-norm, no trained LM head), edges are the candidates whose
-   composition beats every random pair, marked ``patched = False``: weights, not causal evidence.
+   its sender's patching effect into the type's heads (same mode) beats every random pair and is at least
+   ``min_share`` (5 %) of the type's heads' joint effect (a control set of near-zero effects is beaten by
+   any nonzero one: the share keeps negligible senders out); where no corruption
+   is defined or the model cannot be patched (post-norm, no trained LM head), an edge is each receiver's
+   strongest sender in a mode when it beats every random pair, marked ``patched = False``: weights, not causal
+   evidence (a trained model's heads mostly beat random matrices).
 
-The result (:class:`Circuit`) is a graph — nodes: heads with their labels; edges: mode, score, z, effect — with
-one-line findings (:meth:`Circuit.lines`), a JSON payload for the views (:meth:`Circuit.payload`) and, for the
-label table, each receiver's strongest upstream edge (:func:`fed_by`: ``fed_by``, ``fed_by_mode``,
+The result (:class:`Circuit`) is a graph — nodes: heads with their labels; edges: mode, score, z, effect —
+with one-line findings (:meth:`Circuit.lines`), a JSON payload for the views (:meth:`Circuit.payload`) and,
+for the label table, each receiver's strongest upstream edge (:func:`fed_by`: ``fed_by``, ``fed_by_mode``,
 ``fed_by_effect``).
 """
 
@@ -44,7 +48,8 @@ from probe.heads.tables import load_table
 from probe.naming import head_name
 
 Head = tuple[int, int]
-EDGE_COLUMNS = ["sender", "receiver", "mode", "score", "z", "percentile", "beats_random", "effect", "effect_z",
+EDGE_COLUMNS = ["sender", "receiver", "mode", "score", "z", "percentile", "beats_random", "effect",
+                "effect_z",
                 "beats_controls", "edge_effect", "edge_z", "patched", "in_circuit"]
 FED_BY_COLUMNS = ["fed_by", "fed_by_mode", "fed_by_effect"]
 
@@ -61,6 +66,8 @@ class CircuitConfig:
     n_random: int = 200  # random factor pairs of the composition baseline
     seed: int = 0  # seeds the probes, the controls and the baseline
     max_rows: int = 64  # rows per patched forward
+    # an edge's sender must carry at least this share of the type's heads' joint effect (type_effect)
+    min_share: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -103,8 +110,9 @@ class Circuit:
         for (sender, mode), rows in found.groupby(["sender", "mode"], sort=False):
             scores = f"{rows['score'].min():.2f}–{rows['score'].max():.2f}"
             zs = f"z {rows['z'].min():.0f}–{rows['z'].max():.0f}"
-            text = (f"{prefix}: {sender} → {' '.join(rows['receiver'])} by {mode}-composition ({scores}, {zs} "
-                    "against random matrices)")
+            into = " ".join(rows["receiver"])
+            text = (f"{prefix}: {sender} → {into} by {mode}-composition ({scores}, {zs} against random "
+                    "matrices)")
             effect = float(rows["effect"].iloc[0])
             if bool(rows["patched"].iloc[0]) and not math.isnan(effect):
                 share = (f"; {effect / self.type_effect:.0%} of the type's heads' joint effect "
@@ -118,7 +126,8 @@ class Circuit:
         return out
 
     def payload(self) -> dict:
-        """The JSON the views draw (views.js ``mountCircuit``): layers, heads, nodes and the candidate edges."""
+        """The JSON the views draw (views.js ``mountCircuit``): layers, heads, nodes and the candidate
+        edges."""
         def clean(value):
             if isinstance(value, float) and not math.isfinite(value):
                 return None
@@ -144,6 +153,17 @@ def _is_labelled(value) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes")
 
 
+def shipped_labels(name: str) -> str | None:
+    """The label table shipped with a model organism (``probe/zoo/NAME/labels.csv`` for ``zoo:NAME``), or
+    None."""
+    if not name.startswith("zoo:"):
+        return None
+    from probe.models import resolve
+
+    shipped = Path(resolve(name)) / "labels.csv"
+    return str(shipped) if shipped.is_file() else None
+
+
 def type_labels(labels, loaded) -> pd.DataFrame:
     """The label table of `loaded` from a DataFrame or a file (rows of other models dropped)."""
     table = load_table(labels) if isinstance(labels, (str, Path)) else labels
@@ -162,10 +182,11 @@ def _nodes(table: pd.DataFrame, heads: set[Head], receivers: tuple[Head, ...]) -
     labelled = table[table["label"].map(_is_labelled)] if len(table) else table
     records = []
     for layer, head in sorted(heads):
-        types = sorted({str(t) for t in labelled.loc[(labelled["layer"] == layer) & (labelled["head"] == head),
-                                                     "head_type"]}) if len(labelled) else []
+        mine = (labelled["layer"] == layer) & (labelled["head"] == head) if len(labelled) else None
+        types = sorted({str(t) for t in labelled.loc[mine, "head_type"]}) if mine is not None else []
         records.append({"head": head_name(layer, head), "layer": layer, "head_index": head,
-                        "labels": " ".join(types), "role": "receiver" if (layer, head) in receivers else "sender"})
+                        "labels": " ".join(types),
+                        "role": "receiver" if (layer, head) in receivers else "sender"})
     return pd.DataFrame.from_records(records, columns=["head", "layer", "head_index", "labels", "role"])
 
 
@@ -187,8 +208,8 @@ def find_circuit(
     head_type : str
         A registered head type (``induction``, ``coreference``, …).
     labels : pandas.DataFrame or str or Path, optional
-        A label table (``probe label --out``, a zoo model's shipped ``labels.csv``); None: the type is labelled
-        here first (:func:`probe.heads.label.label_model` with `label_config`, ablation off).
+        A label table (``probe label --out``, a zoo model's shipped ``labels.csv``); None: the type is
+        labelled here first (:func:`probe.heads.label.label_model` with `label_config`, ablation off).
     config : CircuitConfig, optional
         Candidates, probes and controls.
     label_config : LabelConfig, optional
@@ -225,12 +246,13 @@ def find_circuit(
     table = type_labels(labels, loaded)
     receivers = labelled_heads(table, head_type)
     empty = pd.DataFrame(columns=EDGE_COLUMNS)
-    base = {"model": loaded.name, "head_type": head_type, "n_layers": loaded.n_layers, "n_heads": loaded.n_heads}
+    base = {"model": loaded.name, "head_type": head_type, "n_layers": loaded.n_layers,
+            "n_heads": loaded.n_heads}
     if not receivers:
         return Circuit(**base, receivers=(), nodes=_nodes(table, set(), ()), edges=empty,
                        composition=pd.DataFrame(), notes=tuple(notes))
-    scores = composition(loaded, None if config.all_pairs else receivers, modes=modes, n_random=config.n_random,
-                         seed=config.seed)
+    scores = composition(loaded, None if config.all_pairs else receivers, modes=modes,
+                         n_random=config.n_random, seed=config.seed)
     for text in scores.attrs.get("notes", []):
         say(text)
     into = scores[scores["receiver"].isin([head_name(*r) for r in receivers])] if len(scores) else scores
@@ -239,9 +261,9 @@ def find_circuit(
     if pairs.note:
         say(pairs.note)
     patched = _patch(loaded, pairs, candidates, receivers, modes, config, say, progress)
-    edges = _edges(candidates, patched)
+    edges = _edges(candidates, patched, config.min_share)
     in_circuit = edges[edges["in_circuit"]] if len(edges) else edges
-    heads = set(receivers) | {_head(name) for name in in_circuit["sender"]} if len(in_circuit) else set(receivers)
+    heads = set(receivers) | {_head(name) for name in in_circuit["sender"]}
     return Circuit(**base, receivers=receivers, nodes=_nodes(table, heads, receivers), edges=edges,
                    composition=scores, corruption=pairs.corruption if patched else None,
                    probe_set=pairs.probe_set, type_effect=patched.get("type_effect", math.nan),
@@ -267,8 +289,8 @@ def _candidates(into: pd.DataFrame, top_k: int) -> pd.DataFrame:
 
 def _patch(loaded, pairs: Pairs, candidates: pd.DataFrame, receivers: tuple[Head, ...], modes, config,
            say, progress) -> dict:
-    """Effects of the candidate (sender, mode) into every later receiver, of each candidate edge alone, of their
-    controls and of the type's heads (module doc); {} when the model cannot be patched."""
+    """Effects of the candidate (sender, mode) into every later receiver, of each candidate edge alone, of
+    their controls and of the type's heads (module doc); {} when the model cannot be patched."""
     if not pairs.batches or candidates.empty:
         return {}
     joint: dict[tuple[str, str], PathPatch] = {}
@@ -286,7 +308,8 @@ def _patch(loaded, pairs: Pairs, candidates: pd.DataFrame, receivers: tuple[Head
     for layer in sorted({layer for layer, _ in receivers}):
         single_controls[layer] = control_patches([(layer, 0)], [], layers, loaded.n_heads, config.controls,
                                                  config.seed + 1 + layer, modes)
-    patches = [*joint.values(), *single.values(), *controls, *(p for c in single_controls.values() for p in c),
+    singles = [p for chosen in single_controls.values() for p in chosen]
+    patches = [*joint.values(), *single.values(), *controls, *singles,
                PathPatch(tuple(receivers), downstream=True)]
     try:
         measured = patch_effects(loaded, pairs, patches, max_rows=config.max_rows, progress=progress)
@@ -305,8 +328,12 @@ def _patch(loaded, pairs: Pairs, candidates: pd.DataFrame, receivers: tuple[Head
             "forwards": measured.forwards}
 
 
-def _edges(candidates: pd.DataFrame, patched: dict) -> pd.DataFrame:
+def _edges(candidates: pd.DataFrame, patched: dict, min_share: float) -> pd.DataFrame:
     records = []
+    strongest: set[tuple[str, str]] = set()  # (receiver, mode) that has its composition-only edge
+    floor = 0.0
+    if patched and math.isfinite(patched["type_effect"]) and patched["type_effect"] > 0:
+        floor = min_share * patched["type_effect"]
     for row in candidates.itertuples():
         record = {"sender": row.sender, "receiver": row.receiver, "mode": row.mode, "score": row.score,
                   "z": row.z, "percentile": row.percentile, "beats_random": bool(row.beats_random),
@@ -319,9 +346,11 @@ def _edges(candidates: pd.DataFrame, patched: dict) -> pd.DataFrame:
             edge = patched["single"][(row.sender, row.receiver, row.mode)]
             record["edge_effect"] = edge
             record["edge_z"], _ = z_and_beats(edge, patched["single_controls"][int(row.receiver_layer)])
-            record["in_circuit"] = bool(row.beats_random) and record["beats_controls"] and effect > 0
-        else:
-            record["in_circuit"] = bool(row.beats_random)
+            record["in_circuit"] = (bool(row.beats_random) and record["beats_controls"] and effect > 0
+                                    and effect >= floor)
+        else:  # weights only: the receiver's strongest sender in the mode, above every random pair
+            record["in_circuit"] = bool(row.beats_random) and (row.receiver, row.mode) not in strongest
+            strongest.add((row.receiver, row.mode))
         records.append(record)
     edges = pd.DataFrame.from_records(records, columns=EDGE_COLUMNS)
     edges["in_circuit"] = edges["in_circuit"].astype(bool)
@@ -363,4 +392,4 @@ def fed_by_columns(loaded, table: pd.DataFrame, config: CircuitConfig = CircuitC
 
 
 __all__ = ["Circuit", "CircuitConfig", "EDGE_COLUMNS", "FED_BY_COLUMNS", "fed_by", "fed_by_columns",
-           "find_circuit", "labelled_heads", "type_labels"]
+           "find_circuit", "labelled_heads", "shipped_labels", "type_labels"]

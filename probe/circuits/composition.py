@@ -21,11 +21,12 @@ sender set and a receiver layer are one matrix product, ``[senders·d_head, d_mo
 receivers·d_head]``, cut into blocks of at most :data:`BLOCK_BYTES`. No d_model × d_model matrix is formed.
 Cost: d_head² · d_model multiply–adds per pair and mode (:func:`composition_cost`).
 
-**Baseline.** Elhage et al. compare with the score of random matrices of the same shapes: here, Gaussian factors
-of the same shapes and ranks (V, O, X, Y with i.i.d. N(0, 1) entries; the score is scale-free), ``n_random`` pairs
-per receiver rank, seeded. Each pair gets ``z`` (against the random scores' mean and standard deviation),
-``percentile`` (the share of random scores below it) and ``beats_random`` (above every random score). For
-Gaussian factors the score concentrates near 1/√d_model whatever the rank (zoo:induction, d_model 64: 0.126).
+**Baseline.** Elhage et al. compare with the score of random matrices of the same shapes: here, Gaussian
+factors of the same shapes and ranks (V, O, X, Y with i.i.d. N(0, 1) entries; the score is scale-free),
+``n_random`` pairs per receiver rank, seeded. Each pair gets ``z`` (against the random scores' mean and
+standard deviation), ``percentile`` (the share of random scores below it) and ``beats_random`` (above every
+random score). For Gaussian factors the score concentrates near 1/√d_model whatever the rank (zoo:induction,
+d_model 64: 0.126).
 """
 
 from __future__ import annotations
@@ -83,9 +84,11 @@ def receiver_factors(factors: LayerFactors, mode: str) -> tuple[torch.Tensor, to
     raise ProbeError(f"mode {mode!r}: choose from {', '.join(MODES)}")
 
 
-def pair_scores(senders: torch.Tensor, receivers: torch.Tensor, block_bytes: int = BLOCK_BYTES) -> torch.Tensor:
-    """Composition scores `[sender receiver]` of reduced senders `[sender d_v d_model]` (:func:`reduce_sender`)
-    and reduced receivers `[receiver d_model d]` (:func:`reduce_receiver`), blocks of at most `block_bytes`."""
+def pair_scores(senders: torch.Tensor, receivers: torch.Tensor,
+                block_bytes: int = BLOCK_BYTES) -> torch.Tensor:
+    """Composition scores `[sender receiver]` of reduced senders `[sender d_v d_model]`
+    (:func:`reduce_sender`) and reduced receivers `[receiver d_model d]` (:func:`reduce_receiver`), blocks of
+    at most `block_bytes`."""
     n_send, d_v, d_model = senders.shape
     n_recv, _, d = receivers.shape
     if n_send == 0 or n_recv == 0:
@@ -256,9 +259,9 @@ def composition(
         notes.append(f"{loaded.name} rotates q and k by position (RoPE) after W_Q and W_K: its Q- and "
                      "K-composition scores read the weights only and ignore position")
     if factors.n_kv < factors.n_heads:
-        notes.append(f"{loaded.name} shares each key/value head among {factors.n_heads // factors.n_kv} query "
-                     "heads (grouped-query): K- and V-composition of a head are those of its shared key/value "
-                     "head")
+        group = factors.n_heads // factors.n_kv
+        notes.append(f"{loaded.name} shares each key/value head among {group} query heads (grouped-query): "
+                     "K- and V-composition of a head are those of its shared key/value head")
     table.attrs.update(baseline=baseline, notes=notes, refused=None)
     return table
 

@@ -1,6 +1,7 @@
 """Paired clean / corrupted probe sets for path patching, and each head type's own loss on the clean one.
 
-A corruption changes what a head type's mechanism reads and keeps the input's length, so that every position of
+A corruption changes what a head type's mechanism reads and keeps the input's length, so that every position
+of
 the clean run has a counterpart (:data:`CORRUPTIONS`):
 
 * ``induction``, ``duplicate_token`` (repeated random blocks, :func:`probe.heads.probesets.repeated_blocks`):
@@ -8,14 +9,15 @@ the clean run has a counterpart (:data:`CORRUPTIONS`):
   replaces); the second copy is kept, so the loss on it loses only what the first copy told the model;
 * ``previous_token`` (its probe set: natural text, or random tokens): every content token moved one position
   right (x′_i = x_{i−1}, the first kept), so a head that reads the previous token reads the one before it;
-* ``coreference`` (GAP pairs, the templates, the implicit-causality sentences or a probe file): the antecedent's
+* ``coreference`` (GAP pairs, the templates, the implicit-causality sentences or a probe file): the
+  antecedent's
   name swapped with the other candidate's (where both have the same number of tokens; other examples are
   dropped, and a note says how many).
 
-The clean batches carry the type's loss labels from :func:`probe.heads.label.ablation.loss_batch` (the positions
-each type's ablation measures); a masked LM's corrupted input is masked at the same positions. Types without a
-corruption (first token, delimiter, …) have no pairs: their circuits are found by composition only. Retrieval is
-scored by generation (needle recall), not by a per-token loss: not patched.
+The clean batches carry the type's loss labels from :func:`probe.heads.label.ablation.loss_batch` (the
+positions each type's ablation measures); a masked LM's corrupted input is masked at the same positions. Types
+without a corruption (first token, delimiter, …) have no pairs: their circuits are found by composition only.
+Retrieval is scored by generation (needle recall), not by a per-token loss: not patched.
 """
 
 from __future__ import annotations
@@ -123,14 +125,14 @@ def corrupted_pairs(
     note: Callable[[str], None] | None = None,
 ) -> Pairs:
     """The paired clean / corrupted batches of `head_type` on `loaded` (module doc), `examples` at most, in
-    batches of ``config.batch_size``; the probe sets are those ``probe label`` uses with `config` (its seed and
-    first probe length).
+    batches of ``config.batch_size``; the probe sets are those ``probe label`` uses with `config` (its seed
+    and first probe length).
 
     Returns
     -------
     Pairs
-        ``batches`` empty with a ``note`` where no corruption is defined for the type, the model has no trained
-        LM head (the loss would measure a fresh one), or no example could be corrupted.
+        ``batches`` empty with a ``note`` where no corruption is defined for the type, the model has no
+        trained LM head (the loss would measure a fresh one), or no example could be corrupted.
     """
     if head_type not in REGISTRY:
         raise ProbeError(f"unknown head type {head_type!r}: choose from {', '.join(REGISTRY)}")
@@ -140,7 +142,8 @@ def corrupted_pairs(
         return Pairs(head_type, (), None, None, f"no corruption is defined for {head_type} (defined for "
                      f"{', '.join(CORRUPTIONS)}): no path patching, composition only")
     if not lm_head_trained(loaded):
-        return Pairs(head_type, (), None, None, f"{loaded.name} has no trained LM head in its checkpoint: the "
+        return Pairs(head_type, (), None, None, f"{loaded.name} has no trained LM head in its checkpoint: "
+                     "the "
                      "type's loss would measure a fresh one; no path patching, composition only")
     source = ProbeSource(loaded, config, note)
     spec = REGISTRY[head_type]
@@ -177,7 +180,8 @@ def _span_pairs(loaded, head_type: str, source: ProbeSource, config: LabelConfig
     dropped = len(encoded) - len(kept)
     kept = kept[:examples]
     if not kept:
-        return Pairs(head_type, (), None, name, f"no {name} example has another candidate with as many tokens "
+        return Pairs(head_type, (), None, name, f"no {name} example has another candidate with as many "
+                     "tokens "
                      "as its antecedent: no name swap, composition only")
     pad = loaded.tokenizer.pad_token_id or 0
     batches = []

@@ -3,21 +3,23 @@
 
 Row-vector convention (a residual vector times a matrix), as :mod:`probe.heads.copying`:
 
-* ``query[h]``, ``key[h]``: ``[d_model d_head]``: the head's query map and the key map of the key/value head it
+* ``query[h]``, ``key[h]``: ``[d_model d_head]``: the head's query map and the key map of the key/value head
+  it
   shares (grouped-query attention: query head h reads key/value head ``h // (heads / kv_heads)``);
-* ``value[h]``: ``[d_model d_v]``, the shared value map; ``output[h]``: ``[d_v d_model]``, the head's rows of the
+* ``value[h]``: ``[d_model d_v]``, the shared value map; ``output[h]``: ``[d_v d_model]``, the head's rows of
+  the
   output projection;
 * the pre-attention norm's gain g (pre-norm models whose norm :func:`probe.anatomy.norm_gain` reads: GPT-2's
   LayerNorm, Llama-family RMSNorm) is folded into every map that reads the residual stream: ``W_Q ← diag(g)
   W_Q``, ``W_K ← diag(g) W_K``, ``W_V ← diag(g) W_V`` — TransformerLens' ``fold_ln`` without its centring.
-  The normalisation's own scale (one positive number per position) and the biases are left out: Elhage et al.'s
-  composition is a property of the weight matrices. Post-norm models (BERT) fold nothing.
+  The normalisation's own scale (one positive number per position) and the biases are left out: Elhage et
+  al.'s composition is a property of the weight matrices. Post-norm models (BERT) fold nothing.
 
-What is refused, with one line (:class:`Refusal`): multi-head latent attention (DeepSeek's MLA: keys and values
-are decompressed from a shared latent after a norm of their own, so no per-head W_K / W_V of the residual
-exists), a model whose projections are not found or whose widths do not split into heads. Rotary position
-embeddings rotate q and k *after* W_Q and W_K: the factors are the weights, and the composition score read from
-them ignores position (docs/circuits.md says what that means).
+What is refused, with one line (:class:`Refusal`): multi-head latent attention (DeepSeek's MLA: keys and
+values are decompressed from a shared latent after a norm of their own, so no per-head W_K / W_V of the
+residual exists), a model whose projections are not found or whose widths do not split into heads. Rotary
+position embeddings rotate q and k *after* W_Q and W_K: the factors are the weights, and the composition score
+read from them ignores position (docs/circuits.md says what that means).
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def model_factors(loaded) -> ModelFactors | Refusal:
     config = text_config(model.config)
     if getattr(config, "kv_lora_rank", None) or getattr(config, "q_lora_rank", None):
         return Refusal(f"{loaded.name} uses multi-head latent attention (MLA): its keys and values are "
-                       "decompressed from a shared latent through a norm of their own, so no per-head W_K / W_V "
+                       "decompressed from a shared latent through a norm of their own, so no per-head W_K / "
+                       "W_V "
                        "of the residual stream exists; composition is not defined here")
     found = attention_parts(model)
     layers = tuple(getattr(loaded, "attention_layers", None) or range(loaded.n_layers))
@@ -103,7 +106,8 @@ def model_factors(loaded) -> ModelFactors | Refusal:
         if missing:
             return Refusal(f"{loaded.name}: no {' / '.join(missing)} projection found on "
                            f"{type(parts.module).__name__}: composition is not computed")
-        q, k, v, o = (parts.query.width_out, parts.key.width_out, parts.value.width_out, parts.output.width_in)
+        q, k = parts.query.width_out, parts.key.width_out
+        v, o = parts.value.width_out, parts.output.width_in
         d, dv = q // heads, o // heads
         n_kv = k // d if d else 0
         if (q != heads * d or o != heads * dv or not d or not dv or k != n_kv * d or v != n_kv * dv

@@ -3,16 +3,16 @@ reaches only chosen receivers (Wang et al. 2022), against random sender–receiv
 
 :func:`patch_effects` runs, per paired batch, one clean forward (the clean loss; the senders' outputs and the
 receivers' residual recorded), one corrupted forward (the senders' outputs on the corrupted input) and the
-patched forwards: the clean batch repeated once per patch, ``max_rows`` rows per forward, each copy with its own
-edge spliced in by :mod:`probe.engine.paths` (the model keeps the engine's fused attention kernel). An effect is
-the mean over examples of loss(patched) − loss(clean), in nats (positive: the edge carries what the type's task
-needs). Cost: 2 + P forwards' worth of rows per batch for P patches — a patch costs one forward of its probes,
-the clean and corrupted forwards are shared (``benchmarks/circuits.py`` measures it).
+patched forwards: the clean batch repeated once per patch, ``max_rows`` rows per forward, each copy with its
+own edge spliced in by :mod:`probe.engine.paths` (the model keeps the engine's fused attention kernel). An
+effect is the mean over examples of loss(patched) − loss(clean), in nats (positive: the edge carries what the
+type's task needs). Cost: 2 + P forwards' worth of rows per batch for P patches — a patch costs one forward of
+its probes, the clean and corrupted forwards are shared (``benchmarks/circuits.py`` measures it).
 
-:func:`control_patches` draws the controls: random sender–receiver pairs of the same shape — a random sender of
-an earlier layer, random receivers with the tested receivers' layer histogram (any heads, so a layer that the
-type's heads fill is drawn whole), a random mode — never the tested edge itself. :func:`z_and_beats` sets an
-effect against them: z = (effect − mean) / sd, and whether it is above every control.
+:func:`control_patches` draws the controls: random sender–receiver pairs of the same shape — a random sender
+of an earlier layer, random receivers with the tested receivers' layer histogram (any heads, so a layer that
+the type's heads fill is drawn whole), a random mode — never the tested edge itself. :func:`z_and_beats` sets
+an effect against them: z = (effect − mean) / sd, and whether it is above every control.
 """
 
 from __future__ import annotations
@@ -179,7 +179,10 @@ def z_and_beats(effect: float, controls: Sequence[float]) -> tuple[float, bool]:
     if len(values) < 2 or math.isnan(effect):
         return math.nan, False
     mean, sd = float(values.mean()), float(values.std())
-    z = (effect - mean) / sd if sd > 0 else (0.0 if effect == mean else math.copysign(math.inf, effect - mean))
+    if sd > 0:
+        z = (effect - mean) / sd
+    else:
+        z = 0.0 if effect == mean else math.copysign(math.inf, effect - mean)
     return z, effect > float(values.max())
 
 

@@ -8,9 +8,10 @@ score rule (:mod:`~probe.engine.kernels`), the per-capture session state (:mod:`
 interface (:mod:`~probe.engine.eager`), the sink protocols and the needs a sink declares
 (:mod:`~probe.engine.sinks`) and the generic sinks, one per module (:mod:`~probe.engine.dense`,
 :mod:`~probe.engine.mass`), and path patching's hooks that record a forward and splice a sender's change into
-chosen receivers' projections (:mod:`~probe.engine.paths`). Nothing here knows about head types, proteins or files: the engine may import only
-:mod:`probe.errors`, :mod:`probe.naming`, :mod:`probe.layers` (which modules compute α) and
-:mod:`probe.anatomy` (where a model's projections and norms sit); every other part of probe is built on it.
+chosen receivers' projections (:mod:`~probe.engine.paths`). Nothing here knows about head types, proteins or
+files: the engine may import only :mod:`probe.errors`, :mod:`probe.naming`, :mod:`probe.layers` (which modules
+compute α) and :mod:`probe.anatomy` (where a model's projections and norms sit); every other part of probe is
+built on it.
 """
 
 from probe.anatomy import find_layer_list

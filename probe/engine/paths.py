@@ -20,8 +20,8 @@ How: forward pre-hooks record z (on the output projections of the sender layers)
 pre-attention norms of the receiver layers, the final norm); in the patched forward, forward hooks on the
 receivers' projection modules (a fused q | k | v projection too) splice the patched columns. The attention
 function is the engine's, untouched: the model keeps its fused kernel. Several patches share one forward: the
-clean batch is repeated along the batch axis, one copy per patch (copy-major), each copy with its own senders and
-receivers. Nothing ``[N, N]`` is held: the recordings are ``[batch seq width]`` per recorded layer.
+clean batch is repeated along the batch axis, one copy per patch (copy-major), each copy with its own senders
+and receivers. Nothing ``[N, N]`` is held: the recordings are ``[batch seq width]`` per recorded layer.
 
 Grouped-query models: a K or V receiver patches the key/value head it reads, which its group shares. Post-norm
 models (BERT) are refused: their projections read a normalised sum, and no norm of the receiver's own sits
@@ -82,7 +82,8 @@ class PathPlan:
     def __init__(self, model: nn.Module, layers: Sequence[int], n_heads: int) -> None:
         found = attention_parts(model)
         if len(found) != len(layers):
-            raise ProbeError(f"found {len(found)} attention modules with a value projection for {len(layers)} "
+            raise ProbeError(f"found {len(found)} attention modules with a value projection for "
+                             f"{len(layers)} "
                              "attention layers: path patching needs one per layer")
         self.parts: dict[int, AttentionParts] = dict(zip(layers, found, strict=True))
         self.n_heads = n_heads
@@ -93,7 +94,8 @@ class PathPlan:
                                  "needs them")
             if parts.norm is None:
                 raise ProbeError(f"{type(model).__name__} has no norm before attention (a post-norm model, "
-                                 "e.g. BERT): a receiver's input is not a norm of the residual stream, so the "
+                                 "e.g. BERT): a receiver's input is not a norm of the residual stream, so "
+                                 "the "
                                  "exact edge is not defined; path patching refused")
         self.final = final_norm(model)
         parts = next(iter(self.parts.values()))
@@ -148,7 +150,8 @@ def record(plan: PathPlan, outputs: Sequence[int] = (), residual: Sequence[int] 
             handles.append(plan.parts[layer].output.module.register_forward_pre_hook(
                 keeper(recording.outputs, layer)))
         for layer in residual:
-            handles.append(plan.parts[layer].norm.register_forward_pre_hook(keeper(recording.residual, layer)))
+            norm = plan.parts[layer].norm
+            handles.append(norm.register_forward_pre_hook(keeper(recording.residual, layer)))
         if final:
             def keep_final(_module, args):
                 recording.final = args[0].detach()
@@ -208,7 +211,8 @@ class _Splicer:
         def hook(module, _args, output):
             patched = module.forward(self.receiver_input(layer))  # [copy·batch seq out]
             rows = output.shape[0] // self.copies
-            chosen = columns.to(output.device).repeat_interleave(rows, dim=0)[:, None, :]  # [copy·batch 1 out]
+            # [copy·batch 1 out]
+            chosen = columns.to(output.device).repeat_interleave(rows, dim=0)[:, None, :]
             return torch.where(chosen, patched.to(output.dtype), output)
         return hook
 
@@ -239,9 +243,9 @@ class _Splicer:
 def patch(plan: PathPlan, patches: Sequence[PathPatch], clean: Recording,
           corrupted: Recording | None = None) -> Iterator[None]:
     """Inside the block, a forward of the clean batch repeated ``len(patches)`` times (copy-major) runs copy c
-    with ``patches[c]`` spliced in (module doc). `clean` must hold the output-projection inputs of every sender
-    layer, the residual of every receiver layer and (for ``logits``) the final one; `corrupted` the sender
-    layers' outputs on the corrupted input (None: ``zero`` patching, the senders' output set to 0)."""
+    with ``patches[c]`` spliced in (module doc). `clean` must hold the output-projection inputs of every
+    sender layer, the residual of every receiver layer and (for ``logits``) the final one; `corrupted` the
+    sender layers' outputs on the corrupted input (None: ``zero`` patching, the senders' output set to 0)."""
     patches = list(patches)
     plan.check(patches)
     senders = {layer for p in patches for layer, _ in p.senders}

@@ -4,6 +4,7 @@
   drawn under a notebook cell by the package's own ``views.js`` (inlined: offline); ``.save("x.svg" | "x.png"
   | "x.html")``.
 * :func:`label_table` — the labels table as a readable, sortable HTML table.
+* :func:`show_circuit` — a head type's circuit (:mod:`probe.circuits`) as a layered graph.
 * :func:`write_report` — one self-contained HTML file: card, atlas, labelled heads, every head's thumbnail, a
   few full maps, and for protein models the contact maps and the head leaderboard.
 
@@ -20,6 +21,8 @@ _LAZY = {
     "View": "probe.views.view",
     "label_table": "probe.views.tables",
     "LabelTable": "probe.views.tables",
+    "show_circuit": "probe.views.circuit",
+    "CircuitView": "probe.views.circuit",
     "write_report": "probe.views.report",
     "report_html": "probe.views.report",
 }

@@ -52,8 +52,9 @@ def _tl_matrices(model, arch: str, n_heads: int):
     elif arch == "llama":
         for block in model.model.layers:
             attn, gain = block.self_attn, block.input_layernorm.weight.double()[:, None]
-            q, k, v, o = (attn.q_proj.weight.double(), attn.k_proj.weight.double(), attn.v_proj.weight.double(),
-                          attn.o_proj.weight.double())  # Linear [out in]
+            # Linear [out in]
+            q, k = attn.q_proj.weight.double(), attn.k_proj.weight.double()
+            v, o = attn.v_proj.weight.double(), attn.o_proj.weight.double()
             dh = q.shape[0] // n_heads
             group = n_heads // (k.shape[0] // dh)
             out.append([(gain * q[h * dh:(h + 1) * dh].T, gain * k[(h // group) * dh:(h // group + 1) * dh].T,
@@ -87,7 +88,8 @@ def _tl_scores(matrices, mode: str) -> dict[tuple, float]:
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "bert"])
 def test_scores_equal_transformerlens_definition_with_full_products(tiny_dir, arch):
-    loaded = models.load(str(tiny_dir(arch, num_hidden_layers=3) if arch != "gpt2" else tiny_dir(arch, n_layer=3)))
+    directory = tiny_dir(arch, num_hidden_layers=3) if arch != "gpt2" else tiny_dir(arch, n_layer=3)
+    loaded = models.load(str(directory))
     if arch != "bert":
         _randomise_gains(loaded.model)
     matrices = _tl_matrices(loaded.model, arch, loaded.n_heads)

@@ -1,9 +1,9 @@
-"""Path patching (probe.engine.paths, probe.circuits.patching): the engine's spliced edges equal a reference twin —
-Wang et al.'s recipe written out as live intervened forwards (every head frozen at its clean output except the
-sender's corrupted one, every MLP frozen, the receivers' q/k/v recorded, then patched into a clean run) — on a
-3-layer GPT-2 (fused projection) and a grouped-query Llama with RoPE; zero patching of every path equals the
-engine's ablation; the direct path of a last-layer head to the logits equals its ablation when nothing
-else follows it; batching does not change an effect; controls are drawn as documented."""
+"""Path patching (probe.engine.paths, probe.circuits.patching): the engine's spliced edges equal a reference
+twin — Wang et al.'s recipe written out as live intervened forwards (every head frozen at its clean output
+except the sender's corrupted one, every MLP frozen, the receivers' q/k/v recorded, then patched into a clean
+run) — on a 3-layer GPT-2 (fused projection) and a grouped-query Llama with RoPE; zero patching of every path
+equals the engine's ablation; the direct path of a last-layer head to the logits equals its ablation when
+nothing else follows it; batching does not change an effect; controls are drawn as documented."""
 
 from __future__ import annotations
 
@@ -37,9 +37,10 @@ def _pairs(loaded, seed: int = 0, batch: int = 3, seq: int = 12) -> Pairs:
     vocab = loaded.model.get_input_embeddings().num_embeddings
     clean = torch.randint(4, vocab, (batch, seq), generator=generator)
     corrupted = torch.randint(4, vocab, (batch, seq), generator=generator)
-    labels = torch.where(torch.rand(batch, seq, generator=generator) < 0.6, clean, torch.full_like(clean, -100))
-    return Pairs("induction", (PairedBatch({"input_ids": clean, "labels": labels}, {"input_ids": corrupted}),),
-                 "test", "test")
+    counted = torch.rand(batch, seq, generator=generator) < 0.6
+    labels = torch.where(counted, clean, torch.full_like(clean, -100))
+    pair = PairedBatch({"input_ids": clean, "labels": labels}, {"input_ids": corrupted})
+    return Pairs("induction", (pair,), "test", "test")
 
 
 class Twin:
@@ -95,11 +96,11 @@ class Twin:
                 return lambda _m, args: store.__setitem__(layer, args[0].clone())
             return lambda _m, _a, out: store.__setitem__(layer, out.clone())
 
-        hooks = [(self.out[l].register_forward_pre_hook, keep(z_clean, l)) for l in range(len(self.blocks))]
-        hooks += [(self.mlp[l].register_forward_hook, keep(mlp_clean, l, pre=False)) for l in range(len(self.blocks))]
+        layers = range(len(self.blocks))
+        hooks = [(self.out[i].register_forward_pre_hook, keep(z_clean, i)) for i in layers]
+        hooks += [(self.mlp[i].register_forward_hook, keep(mlp_clean, i, pre=False)) for i in layers]
         clean = example_loss(self.run(clean_ids, hooks), labels, True)
-        self.run(corrupt_ids, [(self.out[l].register_forward_pre_hook, keep(z_corrupt, l))
-                               for l in range(len(self.blocks))])
+        self.run(corrupt_ids, [(self.out[i].register_forward_pre_hook, keep(z_corrupt, i)) for i in layers])
         # run 2: every head frozen at clean except the senders (corrupted), every MLP frozen at clean
         d = self.d_head
 
@@ -113,9 +114,9 @@ class Twin:
             return hook
 
         recorded, final = {}, {}
-        hooks = [(self.out[l].register_forward_pre_hook, frozen(l)) for l in range(len(self.blocks))]
-        hooks += [(self.mlp[l].register_forward_hook, (lambda layer: lambda _m, _a, _o: mlp_clean[layer])(l))
-                  for l in range(len(self.blocks))]
+        hooks = [(self.out[i].register_forward_pre_hook, frozen(i)) for i in layers]
+        hooks += [(self.mlp[i].register_forward_hook, (lambda layer: lambda _m, _a, _o: mlp_clean[layer])(i))
+                  for i in layers]
         for layer, head, mode in receivers:
             module, _ = self.projection(layer, head, mode)
             hooks.append((module.register_forward_hook, keep(recorded, (layer, head, mode), pre=False)))
@@ -177,7 +178,8 @@ def test_zero_patching_every_path_equals_the_engines_ablation(tiny_dir):
     loaded = _sharpen(models.load(str(tiny_dir("gpt2", n_layer=3))))
     pairs = _pairs(loaded, seed=3)
     groups = [((0, 1),), ((1, 0), (1, 3)), ((0, 2), (2, 1))]
-    measured = patch_effects(loaded, pairs, [PathPatch(group, downstream=True) for group in groups], zero=True)
+    patches = [PathPatch(group, downstream=True) for group in groups]
+    measured = patch_effects(loaded, pairs, patches, zero=True)
     batch = dict(pairs.batches[0].clean)
 
     def loss(logits, rows):

@@ -9,6 +9,8 @@ Layers, bottom to top (a module may import its own layer and the ones below):
               zoo.tiny, zoo.planted)
     engine    probe.engine.*
     heads     probe.heads.*        proteins   probe.proteins.*   (side by side: neither imports the other)
+    circuits  probe.circuits.* (which heads feed which: composition and path patching on the labelled heads,
+              so it sits above heads; runs and views run and draw it)
     training  probe.training.* (the organisms' recipes, data, training loop and cards: the data is built
               from the probe sets and the cards run the head classifier, so it sits above heads)
     runs      probe.runs.*
@@ -36,8 +38,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "probe"
 BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers",
         "probe.anatomy", "probe.card", "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny",
         "probe.zoo.planted"}
-RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "views": 5,
-        "commands": 6}
+RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "circuits": 3, "training": 3, "runs": 4,
+        "views": 5, "commands": 6}
 
 
 def module_name(path: Path) -> str:
@@ -56,7 +58,7 @@ def layer(module: str) -> str:
     if module == "probe.app":
         return "views"
     top = module.split(".")[1]
-    if top not in ("engine", "heads", "proteins", "training", "runs", "views", "commands"):
+    if top not in ("engine", "heads", "proteins", "circuits", "training", "runs", "views", "commands"):
         raise AssertionError(f"{module} is in no layer: add it to tests/project/test_layout.py (and to the "
                              "docs)")
     return top
@@ -111,7 +113,8 @@ def test_no_import_goes_up_a_layer_and_heads_and_proteins_stay_apart():
     for module, imported in GRAPH.items():
         for target in imported:
             mine, theirs = layer(module), layer(target)
-            if RANK[theirs] > RANK[mine] or ({mine, theirs} == {"heads", "proteins"}):
+            apart = {mine, theirs} in ({"heads", "proteins"}, {"circuits", "training"})
+            if RANK[theirs] > RANK[mine] or apart:
                 upward.append(f"{module} ({mine}) imports {target} ({theirs})")
     assert not upward, "\n".join(sorted(upward))
 
@@ -194,7 +197,8 @@ def test_one_module_replaces_files():
     assert renamers == {"probe.runs.atomic"}
 
 
-@pytest.mark.parametrize("package", ["engine", "heads", "proteins", "training", "runs", "commands", "zoo"])
+@pytest.mark.parametrize("package", ["engine", "heads", "proteins", "circuits", "training", "runs",
+                                     "commands", "zoo"])
 def test_every_subpackage_says_what_belongs_there(package):
     doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text(encoding="utf-8")))
     assert doc and len(doc.split()) >= 15, \

@@ -5,6 +5,8 @@
 // the targets' share, the token view's colours, a head step) - the app's assets/explorer.js and keys.js use them.
 // window.probeViews.mount(root, data): the standalone view (grid of every head, one head's α with the token view,
 // keys to step heads and layers, PNG/SVG export) for data written by probe/views/view.py.
+// window.probeViews.mountCircuit(root, data, options): a head type's circuit as a layered graph
+// (probe/views/circuit.py).
 (function () {
     "use strict";
     if (window.probeViews && window.probeViews.version >= 1) { return; }  // one copy per page (several outputs)
@@ -700,6 +702,198 @@
         });
     }
 
+    // --- circuits: a head type's circuit as a layered graph (data from probe/views/circuit.py: the notebook's
+    // probe.show_circuit, the report's circuit section, the app's circuit panel). Layers left to right, a head's
+    // row is its index; nodes coloured by label, edges coloured by mode and as wide as their effect; a click on a
+    // node selects the head (options.onSelect: the app selects it on the page). -------------------------------
+
+    var SVG_NS = "http://www.w3.org/2000/svg";
+    var MODE_COLOURS = {Q: "#1f77b4", K: "#e8590c", V: "#2f9e44"};
+    var TYPE_COLOURS = ["#4c6ef5", "#d6336c", "#7048e8", "#1098ad", "#f08c00", "#5c940d", "#862e9c", "#495057"];
+
+    function svgNode(tag, attrs, text) {
+        var node = document.createElementNS(SVG_NS, tag);
+        Object.keys(attrs || {}).forEach(function (key) { node.setAttribute(key, attrs[key]); });
+        if (text !== undefined) { node.textContent = text; }
+        return node;
+    }
+
+    function fixed(value, digits, sign) {  // a number, or "unknown" (NaN arrives as null)
+        if (value === null || value === undefined || !isFinite(value)) { return "unknown"; }
+        var text = Number(value).toFixed(digits);
+        return sign && value >= 0 ? "+" + text : text;
+    }
+
+    function edgeText(edge) {
+        var text = edge.sender + " → " + edge.receiver + " · " + edge.mode + "-composition " + fixed(edge.score, 3) +
+            " (z " + fixed(edge.z, 1) + " against random matrices)";
+        if (edge.patched) {
+            text += " · path patching " + fixed(edge.effect, 2, true) + " nats into every receiver (z " +
+                fixed(edge.effect_z, 1) + "), " + fixed(edge.edge_effect, 3, true) + " into " + edge.receiver + " alone";
+        } else {
+            text += " · not patched";
+        }
+        return text + (edge.in_circuit ? " · in the circuit" : " · candidate");
+    }
+
+    function circuitLayout(data, width) {
+        var layers = [];
+        data.nodes.forEach(function (node) { if (layers.indexOf(node.layer) < 0) { layers.push(node.layer); } });
+        (data.show_all ? data.edges : []).forEach(function (edge) {
+            [edge.sender, edge.receiver].forEach(function (name) {
+                var layer = +name.slice(1, name.indexOf("H"));
+                if (layers.indexOf(layer) < 0) { layers.push(layer); }
+            });
+        });
+        layers.sort(function (a, b) { return a - b; });
+        var left = 56, right = 120, top = 34, row = Math.max(16, Math.min(40, 480 / Math.max(1, data.heads)));
+        var column = layers.length > 1 ? Math.max(110, (width - left - right) / (layers.length - 1)) : 0;
+        var at = {};
+        layers.forEach(function (layer, index) { at[layer] = left + index * column; });
+        return {layers: layers, x: at, top: top, row: row, width: left + right + column * Math.max(0, layers.length - 1),
+                height: top + data.heads * row + 16};
+    }
+
+    function CircuitView(root, data, options) {
+        this.root = root; this.data = data; this.options = options || {};
+        this.showAll = false; this.selected = null;
+        var types = [];
+        data.nodes.forEach(function (node) {
+            String(node.labels || "").split(" ").forEach(function (t) { if (t && types.indexOf(t) < 0) { types.push(t); } });
+        });
+        this.types = types.sort();
+        root.classList.add("probe-circuit");
+        root.textContent = "";
+        root.appendChild(el("div", "pc-title", "circuit · " + (data.head_type || "") + " · " + (data.model || "")));
+        var controls = el("div", "pc-controls"), self = this;
+        var toggle = el("label", "pc-toggle"), box = document.createElement("input");
+        box.type = "checkbox";
+        box.addEventListener("change", function () { self.showAll = box.checked; self.draw(); });
+        toggle.appendChild(box); toggle.appendChild(document.createTextNode(" candidate edges too"));
+        controls.appendChild(toggle);
+        var legend = el("span", "pc-legend");
+        Object.keys(MODE_COLOURS).forEach(function (mode) {
+            var key = el("span", "pc-key", mode);
+            key.style.borderBottom = "3px solid " + MODE_COLOURS[mode];
+            legend.appendChild(key);
+        });
+        legend.appendChild(document.createTextNode(" edge width: patching effect (nats)"));
+        controls.appendChild(legend);
+        root.appendChild(controls);
+        this.figure = el("div", "pc-figure");
+        root.appendChild(this.figure);
+        this.info = el("div", "pc-info", "click a head for its edges");
+        root.appendChild(this.info);
+        var lines = el("ul", "pc-lines");
+        (data.lines || []).concat(data.notes || []).forEach(function (line) { lines.appendChild(el("li", "", line)); });
+        root.appendChild(lines);
+        this.draw();
+    }
+
+    CircuitView.prototype.colourOf = function (labels) {
+        var first = String(labels || "").split(" ")[0];
+        var index = this.types.indexOf(first);
+        return index < 0 ? "#adb5bd" : TYPE_COLOURS[index % TYPE_COLOURS.length];
+    };
+
+    CircuitView.prototype.draw = function () {
+        var data = this.data, self = this;
+        var edges = data.edges.filter(function (edge) { return self.showAll || edge.in_circuit; });
+        var g = circuitLayout({nodes: data.nodes, edges: edges, heads: data.heads, show_all: this.showAll},
+                              Math.max(360, this.figure.clientWidth || 640));
+        var svg = svgNode("svg", {width: g.width, height: g.height, viewBox: "0 0 " + g.width + " " + g.height,
+                                  "font-family": "system-ui, sans-serif", "font-size": "11", role: "img"});
+        svg.appendChild(svgNode("title", {}, "circuit of " + data.head_type + " in " + data.model));
+        g.layers.forEach(function (layer) {
+            svg.appendChild(svgNode("text", {x: g.x[layer], y: 14, "text-anchor": "middle", fill: "currentColor"},
+                                    "L" + layer));
+        });
+        function point(name) {
+            var h = name.indexOf("H"), layer = +name.slice(1, h), head = +name.slice(h + 1);
+            return {x: g.x[layer], y: g.top + head * g.row + g.row / 2, layer: layer, head: head};
+        }
+        var top = 0;
+        edges.forEach(function (edge) {
+            var size = edge.patched ? edge.effect : edge.score;
+            if (size !== null && isFinite(size)) { top = Math.max(top, Math.abs(size)); }
+        });
+        edges.forEach(function (edge) {
+            var a = point(edge.sender), b = point(edge.receiver), dx = (b.x - a.x) / 2;
+            var size = edge.patched ? edge.effect : edge.score;
+            var width = edge.in_circuit ? 1.5 + 7 * (top > 0 && size !== null && isFinite(size) ? Math.abs(size) / top : 0) : 1;
+            var path = svgNode("path", {d: "M" + a.x + " " + a.y + " C" + (a.x + dx) + " " + a.y + " " + (b.x - dx) +
+                                          " " + b.y + " " + b.x + " " + b.y,
+                                       fill: "none", stroke: MODE_COLOURS[edge.mode] || "#868e96",
+                                       "stroke-width": width.toFixed(2), "stroke-opacity": edge.in_circuit ? 0.85 : 0.45,
+                                       "stroke-dasharray": edge.in_circuit ? "" : "4 3", "class": "pc-edge",
+                                       "data-sender": edge.sender, "data-receiver": edge.receiver, "data-mode": edge.mode});
+            path.appendChild(svgNode("title", {}, edgeText(edge)));
+            svg.appendChild(path);
+        });
+        var shown = {};
+        data.nodes.forEach(function (node) { shown[node.head] = node; });
+        edges.forEach(function (edge) {
+            [edge.sender, edge.receiver].forEach(function (name) {
+                if (!shown[name]) { var p = point(name); shown[name] = {head: name, layer: p.layer, head_index: p.head, labels: "", role: "candidate"}; }
+            });
+        });
+        Object.keys(shown).forEach(function (name) {
+            var node = shown[name], p = point(name);
+            var group = svgNode("g", {"class": "pc-node" + (node.role === "receiver" ? " receiver" : ""),
+                                     "data-layer": node.layer, "data-head": node.head_index, tabindex: "0",
+                                     cursor: "pointer"});
+            group.appendChild(svgNode("circle", {cx: p.x, cy: p.y, r: node.role === "candidate" ? 5 : 8,
+                                                fill: self.colourOf(node.labels),
+                                                stroke: node.role === "receiver" ? "currentColor" : "none",
+                                                "stroke-width": 2}));
+            group.appendChild(svgNode("text", {x: p.x + 12, y: p.y + 4, fill: "currentColor"},
+                                      name + (node.labels ? " · " + node.labels.replace(/_/g, " ") : "")));
+            group.appendChild(svgNode("title", {}, name + (node.labels ? " · labelled " + node.labels : "") +
+                                                   (node.role === "receiver" ? " · a " + data.head_type + " head" : "")));
+            group.addEventListener("click", function () { self.select(node.layer, node.head_index, true); });
+            group.addEventListener("keydown", function (event) {
+                if (event.key === "Enter") { self.select(node.layer, node.head_index, true); }
+            });
+            svg.appendChild(group);
+        });
+        this.figure.textContent = "";
+        this.figure.appendChild(svg);
+        this.svgNode = svg;
+        if (this.selected) { this.select(this.selected.layer, this.selected.head, false); }
+    };
+
+    CircuitView.prototype.select = function (layer, head, fromUser) {
+        var name = "L" + layer + "H" + head;
+        this.selected = {layer: layer, head: head};
+        this.root.setAttribute("data-layer", String(layer));
+        this.root.setAttribute("data-head", String(head));
+        this.figure.querySelectorAll(".pc-node").forEach(function (node) {
+            var mine = +node.getAttribute("data-layer") === layer && +node.getAttribute("data-head") === head;
+            node.classList.toggle("selected", mine);
+        });
+        var mine = this.data.edges.filter(function (edge) {
+            return edge.in_circuit && (edge.sender === name || edge.receiver === name);
+        });
+        this.info.textContent = mine.length ? mine.map(edgeText).join(" | ") : name + ": no edge of the circuit";
+        if (fromUser) {
+            if (this.options.onSelect) { this.options.onSelect(layer, head); }
+            this.root.dispatchEvent(new CustomEvent("probe-circuit-select", {detail: {layer: layer, head: head}}));
+        }
+    };
+
+    CircuitView.prototype.svg = function () {  // the drawn graph as an SVG file's text (colours resolved)
+        var copy = this.svgNode.cloneNode(true);
+        copy.setAttribute("xmlns", SVG_NS);
+        copy.setAttribute("color", getComputedStyle(this.root).color || "#212529");
+        return new XMLSerializer().serializeToString(copy);
+    };
+
+    function mountCircuit(root, data, options) {
+        var view = new CircuitView(root, data, options);
+        root.probeCircuit = view;
+        return view;
+    }
+
     function mount(root, data) {
         var view = new View(root, data);
         root.probeView = view;
@@ -712,10 +906,16 @@
             var source = document.getElementById(root.getAttribute("data-probe-view"));
             if (source) { mount(root, JSON.parse(source.textContent)); }
         });
+        document.querySelectorAll("[data-probe-circuit]").forEach(function (root) {
+            if (root.probeCircuit) { return; }
+            var source = document.getElementById(root.getAttribute("data-probe-circuit"));
+            if (source) { mountCircuit(root, JSON.parse(source.textContent)); }
+        });
         document.querySelectorAll("table.probe-table").forEach(function (table) {
             if (!table.probeSortable) { table.probeSortable = true; sortable(table); }
         });
     }
 
-    window.probeViews = {version: 1, core: core, mount: mount, mountAll: mountAll, sortable: sortable};
+    window.probeViews = {version: 1, core: core, mount: mount, mountAll: mountAll, sortable: sortable,
+                         mountCircuit: mountCircuit};
 })();

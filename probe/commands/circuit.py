@@ -1,0 +1,114 @@
+"""`probe circuit`: the circuit of one head type — the upstream heads whose composition and path-patching
+effects beat their controls — as a table of edges, one line per finding, and (``--html``) the graph in one
+offline file. The work is :func:`probe.circuits.find_circuit`; this module is flags and printing only."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from probe.commands.common import TABLE_EXTENSIONS, add_model_options, load_keywords, output_path
+from probe.commands.label import HEAD_TYPES
+from probe.errors import ProbeError
+
+# probe.circuits.CircuitConfig's defaults, written out so that --help needs no torch
+# (tests/commands/test_circuit_cli.py checks they equal the library's)
+DEFAULTS = {"top_k": 3, "examples": 16, "controls": 8, "seed": 0, "n_random": 200}
+MODES = ("Q", "K", "V")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "circuit", help="find a head type's circuit: which earlier heads feed its labelled heads",
+        description="From the type's labelled heads, the earlier heads whose Q-, K- or V-composition beats "
+                    "random matrices (Elhage et al. 2021) and whose path-patching effect on the type's loss "
+                    "beats random sender-receiver pairs (Wang et al. 2022). Prints one line per finding; "
+                    "writes every candidate edge (--out) and the graph (--html).",
+    )
+    add_model_options(parser)
+    parser.add_argument("--type", required=True, choices=HEAD_TYPES, metavar="TYPE",
+                        help=f"the head type: {', '.join(HEAD_TYPES)}")
+    parser.add_argument("--labels", help="label table (probe label --out; default: the model's shipped table "
+                                         "for zoo:NAME, else the type is labelled first)")
+    parser.add_argument("--modes", default="Q,K,V", help="composition modes, comma-separated (default Q,K,V)")
+    parser.add_argument("--top-k", type=int, default=DEFAULTS["top_k"],
+                        help="senders patched per receiver and mode, by composition z (0: every earlier "
+                             "head; default %(default)s)")
+    parser.add_argument("--all-pairs", action="store_true",
+                        help="composition of every pair of heads (--composition FILE), not only into the "
+                             "type's heads: d_head^2 x d_model multiply-adds per pair and mode")
+    parser.add_argument("--examples", type=int, default=DEFAULTS["examples"],
+                        help="paired clean/corrupted probes (default %(default)s)")
+    parser.add_argument("--controls", type=int, default=DEFAULTS["controls"],
+                        help="random sender-receiver pairs (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="probe, control and baseline seed")
+    parser.add_argument("--out", help="every candidate edge: .csv, .parquet or .json (default: CSV to "
+                                      "stdout)")
+    parser.add_argument("--composition", metavar="FILE", help="every scored pair's composition (.csv, "
+                                                              ".parquet, .json)")
+    parser.add_argument("--html", metavar="FILE.html", help="the circuit graph in one offline HTML file")
+    return parser
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    modes = tuple(dict.fromkeys(part.strip().upper() for part in text.split(",") if part.strip()))
+    bad = [mode for mode in modes if mode not in MODES]
+    if bad or not modes:
+        raise ProbeError(f"--modes {text}: give some of Q,K,V (comma-separated)")
+    return modes
+
+
+def check_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The checks that need no torch; the modes."""
+    if args.top_k < 0:
+        raise ProbeError("--top-k must be 0 (every earlier head) or more")
+    if args.examples < 1:
+        raise ProbeError("--examples must be at least 1")
+    if args.controls < 2:
+        raise ProbeError("--controls must be at least 2 (the controls' spread)")
+    if args.labels is not None and not Path(args.labels).expanduser().is_file():
+        raise ProbeError(f"--labels {args.labels} is not a file: give a table written by probe label --out")
+    return _modes(args.modes)
+
+
+def _say(message: str) -> None:
+    print(f"probe circuit: {message}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    modes = check_args(args)
+    out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
+    pairs_out = output_path(args.composition, TABLE_EXTENSIONS, "--composition") if args.composition else None
+    html_out = output_path(args.html, (".html",), "--html") if args.html else None
+    # torch, transformers and pandas only now (probe circuit --help and argument errors answer at once)
+    from probe import models
+    from probe.circuits import CircuitConfig, find_circuit
+    from probe.circuits.circuit import shipped_labels
+    from probe.heads.tables import save_table
+    from probe.runs.atomic import write_atomically
+
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
+    labels = args.labels or shipped_labels(args.model)
+    if labels is None:
+        _say(f"no --labels: labelling {args.type} on {args.model} first")
+    config = CircuitConfig(modes=modes, top_k=args.top_k, all_pairs=args.all_pairs, examples=args.examples,
+                           controls=args.controls, seed=args.seed)
+    circuit = find_circuit(loaded, args.type, labels, config, note=_say)
+    for line in circuit.lines():
+        print(line, file=sys.stderr)
+    edges = circuit.edges.assign(model=loaded.name, head_type=args.type)
+    if out is not None:
+        write_atomically(out, lambda tmp: save_table(edges, tmp))
+        _say(f"wrote {out} ({len(edges)} candidate edges, {int(edges['in_circuit'].sum())} in the circuit)")
+    else:
+        edges.to_csv(sys.stdout, index=False)
+    if pairs_out is not None:
+        write_atomically(pairs_out, lambda tmp: save_table(circuit.composition, tmp))
+        _say(f"wrote {pairs_out} ({len(circuit.composition)} scored pairs)")
+    if html_out is not None:
+        from probe.views.circuit import write_circuit_page
+
+        write_circuit_page(circuit, html_out)
+        _say(f"wrote {html_out}")
+    return 0

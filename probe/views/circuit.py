@@ -1,0 +1,121 @@
+"""`probe.show_circuit`: a head type's circuit (:func:`probe.circuits.find_circuit`) as a layered graph under
+a notebook cell, in the one-file report and in ``probe circuit --html`` — drawn by the package's own views.js
+(``mountCircuit``, inlined: offline), the same code the app's circuit panel runs.
+
+Layers run left to right and a head's row is its index; nodes are coloured by their labels (the type's heads
+ringed), edges by mode (Q, K, V) and as wide as their path-patching effect (their composition score where not
+patched); hovering an edge gives its numbers, a click on a head lists its edges (in the app it also selects
+the head). "candidate edges too" shows the candidates that did not beat their controls, dashed.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from probe.circuits.circuit import Circuit, CircuitConfig, find_circuit, shipped_labels
+from probe.errors import ProbeError
+from probe.models import load
+from probe.runs.atomic import write_atomically
+from probe.views.bundle import inline_script, inline_style
+from probe.views.view import standalone_page
+
+
+def circuit_fragment(payload: dict, element_id: str | None = None) -> str:
+    """HTML that mounts the circuit graph of `payload` (:meth:`probe.circuits.Circuit.payload`) where it is
+    placed: the style, the data, views.js and the call."""
+    element_id = element_id or "probe-circuit-" + uuid.uuid4().hex[:10]
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    return (f'{inline_style()}<div id="{element_id}" class="probe-circuit" '
+            f'data-probe-circuit="{element_id}-data">the circuit view needs JavaScript: in Jupyter, trust '
+            "the notebook (File › Trust) or run the cell again</div>"
+            f'<script type="application/json" id="{element_id}-data">{text}</script>'
+            f"{inline_script()}<script>window.probeViews.mountAll();</script>")
+
+
+@dataclass(frozen=True, eq=False)
+class CircuitView:
+    """What :func:`show_circuit` returns: draws itself in a notebook (``_repr_html_``), saves as HTML.
+
+    Attributes
+    ----------
+    circuit : probe.circuits.Circuit
+        The circuit drawn (its ``edges``, ``nodes`` and ``lines()`` are there to read).
+    """
+
+    circuit: Circuit
+
+    def html(self, element_id: str | None = None) -> str:
+        """A self-contained HTML fragment of the graph."""
+        return circuit_fragment(self.circuit.payload(), element_id)
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"text/html": self.html(), "text/plain": repr(self)}
+
+    def __repr__(self) -> str:
+        found = self.circuit.found
+        return (f"<probe circuit: {self.circuit.model} · {self.circuit.head_type}, "
+                f"{len(self.circuit.receivers)} receivers, {len(found)} edges in the circuit>")
+
+    def save(self, path: str | Path) -> Path:
+        """Write the graph as one offline HTML page (.html), atomically."""
+        return write_circuit_page(self.circuit, path)
+
+
+def write_circuit_page(circuit: Circuit, path: str | Path) -> Path:
+    """One HTML page of `circuit`'s graph and findings that opens from file:// with no network."""
+    path = Path(path).expanduser()
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise ProbeError(f"{path}: the circuit view is saved as .html")
+    if not path.parent.is_dir():
+        raise ProbeError(f"{path}: the folder {path.parent} does not exist; create it first")
+    body = (f"<h1>circuit · {html.escape(circuit.head_type)} · {html.escape(circuit.model)}</h1>"
+            + circuit_fragment(circuit.payload(), "probe-circuit-view"))
+    page = standalone_page(body, f"probe circuit · {circuit.model} · {circuit.head_type}")
+    write_atomically(path, lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    return path
+
+
+def show_circuit(loaded, head_type: str | None = None, labels=None, config: CircuitConfig | None = None,
+                 circuit: Circuit | None = None) -> CircuitView:
+    """The circuit of a head type as an interactive graph for a notebook cell (offline).
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel or str
+        A loaded model, or what :func:`probe.load` takes; ignored with `circuit`.
+    head_type : str
+        The head type (``induction``, ``coreference``, …).
+    labels : pandas.DataFrame or str, optional
+        A label table (or its file); default: a zoo model's shipped table, else the type is labelled first.
+    config : probe.circuits.CircuitConfig, optional
+        Candidates, probes and controls.
+    circuit : probe.circuits.Circuit, optional
+        A circuit already found: drawn as it is.
+
+    Returns
+    -------
+    CircuitView
+        Draws itself under the cell; ``.circuit`` holds the numbers; ``.save("x.html")``.
+
+    Examples
+    --------
+    >>> probe.show_circuit("zoo:induction", "induction")  # L0H1 → L1H0–L1H3 by K-composition
+    """
+    if circuit is None:
+        if head_type is None:
+            raise ProbeError("show_circuit needs a head_type (e.g. 'induction') or a circuit")
+        if isinstance(loaded, (str, Path)):
+            loaded = load(str(loaded))
+        labels = labels if labels is not None else shipped_labels(loaded.name)
+        circuit = find_circuit(loaded, head_type, labels, config or CircuitConfig())
+    return CircuitView(circuit)
+
+
+__all__ = ["CircuitView", "circuit_fragment", "show_circuit", "write_circuit_page"]
