@@ -84,6 +84,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--out", help="output table: .parquet, .csv or .json (default: CSV to stdout)")
     parser.add_argument("--force", action="store_true", help="recompute every model, and overwrite an --out "
                                                              "that is not a label table")
+    parser.add_argument("--circuits", action="store_true",
+                        help="also find each labelled type's circuit (probe circuit) and fill the fed_by "
+                             "columns: each labelled head's strongest upstream edge (composition and path "
+                             "patching; costs about 2 forwards per patched edge)")
     parser.add_argument("--report", metavar="FILE.html",
                         help="at the end, write the one-file HTML report of the (one) model with its labels "
                              "(as `probe report --labels`)")
@@ -171,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)
     task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process,
-                     placement=load_keywords(args))
+                     placement=load_keywords(args), circuits=args.circuits)
     report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on,
                         description="label")
 

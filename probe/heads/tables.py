@@ -26,6 +26,7 @@ COLUMNS = [
     "type_group_effect", "type_group_z", "type_group_size",
     "retrieval_k", "needle_recall", "needle_recall_top", "needle_recall_random", "needle_recall_random_min",
     "retrieval_ablation",
+    "fed_by", "fed_by_mode", "fed_by_effect",
 ]
 """The label table's columns, in file order; one row per (model, seq_len, layer, head, head_type).
 
@@ -64,6 +65,7 @@ COLUMNS = [
 | `needle_recall`, `needle_recall_top` | float | retrieval rows: needle recall with no head masked, and with the K top-scoring retrieval heads masked (Wu et al. 2024) |
 | `needle_recall_random`, `needle_recall_random_min` | float | retrieval rows: mean and lowest recall over random same-layer sets of K heads masked |
 | `retrieval_ablation` | str | retrieval rows: every K's recalls (`clean 0.65; K=1: top 0.08, random 0.58–0.64`) |
+| `fed_by`, `fed_by_mode`, `fed_by_effect` | str, str, float | `probe label --circuits`, labelled rows: the head's strongest upstream edge in its type's circuit (`probe.circuits`): the earlier head (`L0H1`), the mode (`Q`, `K`, `V`) and the path-patching effect in nats (NaN: composition only); empty without an edge or without --circuits |
 
 Tables written before a column existed read back with it NaN (:func:`load_table`).
 """  # noqa: E501 - markdown table rows cannot wrap
@@ -72,7 +74,8 @@ REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "sco
 
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
 _TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str,
-                 "role": str, "group_heads": str, "retrieval_ablation": str}
+                 "role": str, "group_heads": str, "retrieval_ablation": str, "fed_by": str,
+                 "fed_by_mode": str}
 
 
 def _suffix(path) -> str:

@@ -17,8 +17,9 @@ Everything here is picklable: tasks and payloads travel to Ray workers; models n
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -66,10 +67,21 @@ class LabelTask:
     progress: bool = False  # a per-batch bar on stderr while a unit runs (in-process)
     # models.load's engine / device_map keywords
     placement: Mapping[str, object] = field(default_factory=dict)
+    # also each labelled head's strongest upstream edge (the fed_by columns, probe.circuits)
+    circuits: bool = False
+
+    def _identity(self, identity: str | None) -> str | None:
+        """The rows' identity, with the circuit search's settings when --circuits adds its columns."""
+        if identity is None or not self.circuits:
+            return identity
+        from probe.circuits.circuit import CircuitConfig
+
+        return identity_hash({"label": identity, "circuits": asdict(CircuitConfig(seed=self.config.seed))})
 
     def identity(self, unit: Unit) -> str | None:
         checkpoint: Checkpoint = unit.payload
-        return label_identity(self.config, checkpoint.spec, checkpoint_revision(checkpoint), self.dtype)
+        return self._identity(label_identity(self.config, checkpoint.spec, checkpoint_revision(checkpoint),
+                                             self.dtype))
 
     def load(self, group: Checkpoint):
         return load_checkpoint(group, self.device, self.dtype, **self.placement)
@@ -89,6 +101,14 @@ class LabelTask:
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
         try:
             table = label_model(state, self.config, progress if self.progress else None, note=notes.append)
+            if self.circuits:  # opt-in: the default label run's cost is unchanged
+                from probe.circuits.circuit import CircuitConfig, fed_by_columns
+
+                started = time.perf_counter()
+                table = fed_by_columns(state, table, CircuitConfig(seed=self.config.seed), self.config,
+                                       note=notes.append)
+                seconds = dict(table.attrs.get("stage_seconds") or {})
+                table.attrs["stage_seconds"] = {**seconds, "circuits": time.perf_counter() - started}
             seconds = table.attrs.get("stage_seconds")
             if seconds:  # per-stage seconds in the run's summary (issue 31)
                 notes.append(StageTimes(dict(seconds)).line(unit.key))
@@ -99,8 +119,8 @@ class LabelTask:
         if self.sweep:
             table["weights"] = checkpoint_weights(unit.payload)
         return UnitOutput(table=table,
-                          identity=label_identity(self.config, state.name, state.revision,
-                                                  self.dtype), notes=notes)
+                          identity=self._identity(label_identity(self.config, state.name, state.revision,
+                                                                 self.dtype)), notes=notes)
 
     def rows(self, unit: Unit, result: UnitResult) -> pd.DataFrame | None:
         if result.table is None:

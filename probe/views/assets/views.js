@@ -746,7 +746,7 @@
             });
         });
         layers.sort(function (a, b) { return a - b; });
-        var left = 56, right = 120, top = 34, row = Math.max(16, Math.min(40, 480 / Math.max(1, data.heads)));
+        var left = 80, right = 80, top = 40, row = Math.max(22, Math.min(44, 520 / Math.max(1, data.heads)));
         var column = layers.length > 1 ? Math.max(110, (width - left - right) / (layers.length - 1)) : 0;
         var at = {};
         layers.forEach(function (layer, index) { at[layer] = left + index * column; });
@@ -846,7 +846,8 @@
                                                 fill: self.colourOf(node.labels),
                                                 stroke: node.role === "receiver" ? "currentColor" : "none",
                                                 "stroke-width": 2}));
-            group.appendChild(svgNode("text", {x: p.x + 12, y: p.y + 4, fill: "currentColor"},
+            group.appendChild(svgNode("text", {x: p.x, y: p.y - 11, fill: "currentColor", "text-anchor": "middle",
+                                               "font-size": "10"},
                                       name + (node.labels ? " · " + node.labels.replace(/_/g, " ") : "")));
             group.appendChild(svgNode("title", {}, name + (node.labels ? " · labelled " + node.labels : "") +
                                                    (node.role === "receiver" ? " · a " + data.head_type + " head" : "")));
