@@ -202,8 +202,8 @@ def composition(
     pandas.DataFrame
         One row per (sender, receiver, mode), columns :data:`COLUMNS`: ``score`` in [0, 1], ``z`` and
         ``percentile`` against the random baseline, ``beats_random`` (above every random score). ``attrs``:
-        ``baseline`` (mode -> :class:`Baseline`), ``notes`` (RoPE, grouped-query sharing), ``refused`` (why
-        nothing was scored, or None).
+        ``baseline`` (mode -> the random scores' ``mean``, ``sd``, ``top``, ``n``), ``notes`` (RoPE,
+        grouped-query sharing), ``refused`` (why nothing was scored, or None).
     """
     modes = tuple(dict.fromkeys(str(mode).upper() for mode in modes))
     for mode in modes:
@@ -262,7 +262,8 @@ def composition(
         group = factors.n_heads // factors.n_kv
         notes.append(f"{loaded.name} shares each key/value head among {group} query heads (grouped-query): "
                      "K- and V-composition of a head are those of its shared key/value head")
-    table.attrs.update(baseline=baseline, notes=notes, refused=None)
+    table.attrs.update(baseline={mode: {"mean": b.mean, "sd": b.sd, "top": b.top, "n": b.n}
+                                 for mode, b in baseline.items()}, notes=notes, refused=None)
     return table
 
 

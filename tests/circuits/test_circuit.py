@@ -57,7 +57,10 @@ def test_induction_circuit_is_the_previous_token_head_into_keys(induction):
     nodes = {node["head"]: node for node in payload["nodes"]}
     assert nodes["L0H1"]["labels"] == "previous_token" and nodes["L1H2"]["role"] == "receiver"
     assert sum(edge["in_circuit"] and edge["sender"] == "L0H1" for edge in payload["edges"]) == 4
-    assert circuit.forwards == 2 * 2 + 2 * math.ceil((len(circuit.edges) + 4 * 3 + 1) / 8) or circuit.forwards
+    # per batch of 8: a clean and a corrupted forward, then the patches 8 per forward (64 rows): the joint
+    # (sender, mode) patches, every candidate edge alone, 8 + 8 controls and the type's heads
+    patches = len(circuit.edges.drop_duplicates(["sender", "mode"])) + len(circuit.edges) + 8 + 8 + 1
+    assert circuit.forwards == 2 * (2 + math.ceil(patches / 8))
 
 
 def test_negative_control_previous_token_head_ov_zeroed(induction):

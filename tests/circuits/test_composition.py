@@ -159,7 +159,7 @@ def test_induction_previous_token_head_k_composes_with_every_induction_head():
         assert 0.31 < rows.iloc[0]["score"] < 0.345 and bool(rows.iloc[0]["beats_random"])
         assert rows.iloc[0]["percentile"] == 1.0 and rows.iloc[0]["z"] > 20
         assert rows.iloc[1:]["score"].max() < 0.235
-    assert table.attrs["baseline"]["K"].mean == pytest.approx(0.126, abs=0.004)
+    assert table.attrs["baseline"]["K"]["mean"] == pytest.approx(0.126, abs=0.004)
     assert any("RoPE" in note for note in table.attrs["notes"])
 
 
