@@ -117,3 +117,12 @@ CARD_ONLY = "card-only-note"  # why a model shows only its architecture card
 TEMPLATES = "plotly-templates"  # Store: the light and dark plotly templates (app/figures.py), for explorer.js
 # why an upload or a sequence was refused (error styling); PROTEIN_MESSAGE stays
 PROTEIN_ERROR = "protein-error"
+
+# Circuit panel (app/panels/circuit.py): the head type's circuit beside the atlas
+CIRCUIT_RUN = "circuit-run"  # Button: find the circuit of the selected type
+CIRCUIT_NOTE = "circuit-note"  # what the panel shows (edges, forwards) or what to press
+CIRCUIT_MESSAGE = "circuit-message"  # one-line problems (no labels, a model without views)
+CIRCUIT_GRAPH = "circuit-graph"  # the host views.js draws the graph in (mountCircuit)
+CIRCUIT_DATA = "circuit-data"  # Store: the circuit's payload (probe.circuits.Circuit.payload), or None
+CIRCUIT_SINK = "circuit-sink"  # Store written by the clientside mount
+CIRCUIT_SELECT_SINK = "circuit-select-sink"  # Store written by the clientside mark of the selected head

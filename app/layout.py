@@ -1,7 +1,7 @@
 """The page: an app shell (dash-mantine-components) with the page-wide controls in the sidebar — model, head
 type, head selector, theme — and one card per panel in the main area: the head atlas and labelled heads, the
-grid of every head beside the attention explorer, the proteins (protein models only) and the architecture
-card. Built per request, from the URL's query (shared links)."""
+circuit of the head type, the grid of every head beside the attention explorer, the proteins (protein models
+only) and the architecture card. Built per request, from the URL's query (shared links)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dash_mantine_components as dmc
 from dash import dcc, html
 
 from . import figures, ids
-from .panels import atlas, card, explorer, glossary, grid, page, proteins
+from .panels import atlas, card, circuit, explorer, glossary, grid, page, proteins
 from .service import Service
 
 
@@ -36,7 +36,8 @@ def page_layout(service: Service, query=None):
         html.Div(service.facts.unusable(state["model"]) or "", id=ids.CARD_ONLY, className="card-only"),
         html.Div(id=ids.EXPLORER_SECTION, style={} if usable else {"display": "none"}, children=[
             html.Div(className="row", children=[
-                html.Div([atlas.layout(state["theme"]), grid.layout()], className="column left-column"),
+                html.Div([atlas.layout(state["theme"]), circuit.layout(), grid.layout()],
+                         className="column left-column"),
                 html.Div([explorer.layout(state)], className="column right-column"),
             ]),
         ]),
@@ -58,5 +59,5 @@ def page_layout(service: Service, query=None):
 
 def register(app, service: Service) -> None:
     """Every panel's callbacks."""
-    for panel in (page, atlas, grid, explorer, proteins, card, glossary):
+    for panel in (page, atlas, circuit, grid, explorer, proteins, card, glossary):
         panel.register(app, service)

@@ -10,7 +10,10 @@ A panel's callback reaches the job it needs through the :class:`Service`:
 * ``service.labels`` (:class:`~probe_app.label_store.LabelStore`): each model's label table (computed,
   --labels, shipped) and ``service.labels.jobs`` (:class:`~probe_app.jobs.LabelQueue`), the background
   labelling that steps aside for every view between its probe batches;
-* ``service.proteins`` (:class:`~probe_app.protein_store.ProteinStore`): contacts and head maps of a protein.
+* ``service.proteins`` (:class:`~probe_app.protein_store.ProteinStore`): contacts and head maps of a protein;
+* ``service.circuits`` (:class:`~probe_app.circuits.CircuitStore`): a head type's circuit (composition and
+  path
+  patching) on the model's label table.
 
 Big arrays live here and go to the browser one layer at a time (or as the pooled thumbnails of every head).
 Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`. A new panel's data is a
@@ -25,6 +28,7 @@ import pandas as pd
 
 from .cache import LRUCache
 from .captures import Captures
+from .circuits import CircuitStore
 from .config import AppConfig
 from .facts import ModelFacts
 from .gate import InferenceGate
@@ -51,3 +55,4 @@ class Service:
                                  self.labels.table)
         self.texts = TextStore(self.captures.text_entry_bytes())
         self.proteins = ProteinStore(self.facts, self.gate, config)
+        self.circuits = CircuitStore(self.facts, self.gate, self.labels.table)

@@ -3,6 +3,7 @@
 
 page      model choice, head type, image format, URL state, model facts (everything page-wide)
 atlas     the layer × head grid of scores or labels, labelling on demand
+circuit   the head type's circuit (which earlier heads feed its labelled heads) as a graph
 grid      every head's pattern on the current input as thumbnails
 explorer  one head's attention: heatmap, token view, line view, overlay, downloads
 proteins  predicted and true contacts beside one head's APC map, per-head leaderboard

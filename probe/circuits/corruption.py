@@ -143,8 +143,7 @@ def corrupted_pairs(
                      f"{', '.join(CORRUPTIONS)}): no path patching, composition only")
     if not lm_head_trained(loaded):
         return Pairs(head_type, (), None, None, f"{loaded.name} has no trained LM head in its checkpoint: "
-                     "the "
-                     "type's loss would measure a fresh one; no path patching, composition only")
+                     "the type's loss would measure a fresh one; no path patching, composition only")
     source = ProbeSource(loaded, config, note)
     spec = REGISTRY[head_type]
     if spec.probe == "spans":
@@ -181,8 +180,7 @@ def _span_pairs(loaded, head_type: str, source: ProbeSource, config: LabelConfig
     kept = kept[:examples]
     if not kept:
         return Pairs(head_type, (), None, name, f"no {name} example has another candidate with as many "
-                     "tokens "
-                     "as its antecedent: no name swap, composition only")
+                     "tokens as its antecedent: no name swap, composition only")
     pad = loaded.tokenizer.pad_token_id or 0
     batches = []
     for start in range(0, len(kept), config.batch_size):

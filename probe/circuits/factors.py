@@ -92,8 +92,7 @@ def model_factors(loaded) -> ModelFactors | Refusal:
     if getattr(config, "kv_lora_rank", None) or getattr(config, "q_lora_rank", None):
         return Refusal(f"{loaded.name} uses multi-head latent attention (MLA): its keys and values are "
                        "decompressed from a shared latent through a norm of their own, so no per-head W_K / "
-                       "W_V "
-                       "of the residual stream exists; composition is not defined here")
+                       "W_V of the residual stream exists; composition is not defined here")
     found = attention_parts(model)
     layers = tuple(getattr(loaded, "attention_layers", None) or range(loaded.n_layers))
     if len(found) != len(layers):

@@ -95,8 +95,7 @@ class PathPlan:
             if parts.norm is None:
                 raise ProbeError(f"{type(model).__name__} has no norm before attention (a post-norm model, "
                                  "e.g. BERT): a receiver's input is not a norm of the residual stream, so "
-                                 "the "
-                                 "exact edge is not defined; path patching refused")
+                                 "the exact edge is not defined; path patching refused")
         self.final = final_norm(model)
         parts = next(iter(self.parts.values()))
         self.d_head = parts.query.width_out // n_heads

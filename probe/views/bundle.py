@@ -11,6 +11,7 @@ from probe.errors import ProbeError
 FILES = {"views.js": "text/javascript", "views.css": "text/css"}  # every file the route may serve
 ROUTE = "/_probe/views/"  # where serve() answers (below the app's routes prefix)
 SCRIPT_URL = "_probe/views/views.js"  # relative to the page, so a Jupyter proxy's path prefix is kept
+STYLE_URL = "_probe/views/views.css"  # the views' styles (the app's circuit panel draws with them)
 
 
 @cache
@@ -43,4 +44,5 @@ def serve(server, route: str = ROUTE) -> None:
     server.add_url_rule(route + "<name>", "probe_view_asset", view_asset)
 
 
-__all__ = ["FILES", "ROUTE", "SCRIPT_URL", "asset_text", "inline_script", "inline_style", "serve"]
+__all__ = ["FILES", "ROUTE", "SCRIPT_URL", "STYLE_URL", "asset_text",
+           "inline_script", "inline_style", "serve"]

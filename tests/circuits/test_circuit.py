@@ -84,8 +84,8 @@ def test_untrained_twin_has_no_circuit():
     untrained = dataclasses.replace(loaded, model=twin, name="untrained twin")
     circuit = find_circuit(untrained, "induction", shipped_labels("zoo:induction"), CONFIG)
     assert circuit.found.empty
-    assert circuit.lines() == ["untrained twin · induction: nothing upstream of L1H0 L1H1 L1H2 L1H3 beats its "
-                               "controls (composition and path patching)"]
+    assert circuit.lines() == ["untrained twin · induction: nothing upstream of L1H0 L1H1 L1H2 L1H3 beats "
+                               "its controls (composition and path patching)"]
 
 
 def test_implicit_causality_coreference_runs_and_says_what_it_found():

@@ -1,0 +1,74 @@
+"""The circuit panel, beside the atlas: the selected head type's circuit (probe.circuits) as a layered graph
+drawn by the view layer's views.js (``mountCircuit``: the same code as the notebook and the report). Found on
+demand ("Find circuit": composition and path patching, seconds on an organism); a click on a head in the graph
+selects it on the page, and the page's selection is marked in the graph."""
+
+from __future__ import annotations
+
+from dash import Input, Output, State, ctx, dcc, html
+
+from .. import ids
+from ..errors import guarded
+from ..service import Service
+from . import card_panel
+
+PROMPT = ("press 'Find circuit': the earlier heads whose composition and path-patching effects on this "
+          "type's labelled heads beat their controls")
+
+
+def layout() -> html.Div:
+    return card_panel("Circuit", [
+        html.Div([html.Button("Find circuit", id=ids.CIRCUIT_RUN),
+                  html.Span(PROMPT, id=ids.CIRCUIT_NOTE, className="note")], className="controls"),
+        html.Div(id=ids.CIRCUIT_MESSAGE, className="message"),
+        dcc.Loading(html.Div(id=ids.CIRCUIT_GRAPH, className="circuit-host"), type="dot"),
+        dcc.Store(id=ids.CIRCUIT_DATA), dcc.Store(id=ids.CIRCUIT_SINK), dcc.Store(id=ids.CIRCUIT_SELECT_SINK),
+    ], className="circuit-panel")
+
+
+def circuit_payload(service: Service, spec: str, head_type: str, find: bool) -> tuple[dict | None, str]:
+    """(the graph's data or None, the note beside the button): the circuit found now (`find`) or already."""
+    found = service.circuits.circuit(spec, head_type) if find else service.circuits.cached(spec, head_type)
+    if found is None:
+        return None, PROMPT
+    edges = int(found.edges["in_circuit"].sum()) if len(found.edges) else 0
+    return found.payload(), f"{edges} edges in the circuit · {found.forwards} forwards"
+
+
+# mounts the graph (views.js) and sends a clicked head to the page's selection
+MOUNT = """function (data) {
+    var root = document.getElementById("HOST");
+    if (!root || !window.probeViews) { return window.dash_clientside.no_update; }
+    if (!data) { root.textContent = ""; root.probeCircuit = null; return null; }
+    window.probeViews.mountCircuit(root, data, {onSelect: function (layer, head) {
+        window.dash_clientside.set_props("SELECTED", {data: {layer: layer, head: head}});
+    }});
+    return data.model + ":" + data.head_type;
+}""".replace("HOST", ids.CIRCUIT_GRAPH).replace("SELECTED", ids.SELECTED)
+
+# marks the page's selected head in the graph
+MARK = """function (selected, mounted) {
+    var root = document.getElementById("HOST");
+    if (root && root.probeCircuit && selected) {
+        root.probeCircuit.select(selected.layer, selected.head, false);
+    }
+    return selected ? selected.layer + ":" + selected.head : null;
+}""".replace("HOST", ids.CIRCUIT_GRAPH)
+
+
+def register(app, service: Service) -> None:
+    @app.callback(Output(ids.CIRCUIT_DATA, "data"), Output(ids.CIRCUIT_NOTE, "children"),
+                  Output(ids.CIRCUIT_MESSAGE, "children"),
+                  Input(ids.CIRCUIT_RUN, "n_clicks"), Input(ids.MODEL, "value"),
+                  Input(ids.HEAD_TYPE, "value"), Input(ids.LABEL_VERSION, "data"),
+                  State(ids.CIRCUIT_DATA, "data"))
+    @guarded(outputs=3, message=2)
+    def _circuit(_clicks, spec, head_type, _version, _shown):
+        if service.facts.unusable(spec):
+            return None, "", ""
+        data, note = circuit_payload(service, spec, head_type, find=ctx.triggered_id == ids.CIRCUIT_RUN)
+        return data, note, ""
+
+    app.clientside_callback(MOUNT, Output(ids.CIRCUIT_SINK, "data"), Input(ids.CIRCUIT_DATA, "data"))
+    app.clientside_callback(MARK, Output(ids.CIRCUIT_SELECT_SINK, "data"), Input(ids.SELECTED, "data"),
+                            Input(ids.CIRCUIT_SINK, "data"))

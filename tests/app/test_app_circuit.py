@@ -1,0 +1,55 @@
+"""The circuit panel (app/panels/circuit.py, app/circuits.py): found on demand on a model's label table, cached
+while the table stays, one-line messages for a model without labels or a crafted model; through Dash's HTTP
+endpoint a bad payload is an in-page message, never a 500."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import create_app, ids
+from app.config import AppConfig
+from app.panels import circuit
+from app.service import Service
+from probe.errors import ProbeError
+from tests.app.test_app_callbacks import _messages, _post
+
+
+@pytest.fixture(scope="module")
+def service(tiny_dir):
+    return Service(AppConfig(models=("zoo:induction", str(tiny_dir("gpt2"))), label_examples=4))
+
+
+def test_the_panel_finds_the_induction_circuit_on_demand_and_keeps_it(service):
+    data, note = circuit.circuit_payload(service, "zoo:induction", "induction", find=False)
+    assert data is None and note == circuit.PROMPT  # nothing computed before the button
+    data, note = circuit.circuit_payload(service, "zoo:induction", "induction", find=True)
+    nodes = {node["head"]: node for node in data["nodes"]}
+    assert {"L0H1", "L1H0", "L1H1", "L1H2", "L1H3"} <= set(nodes)
+    assert any(edge["sender"] == "L0H1" and edge["mode"] == "K" and edge["in_circuit"] for edge in data["edges"])
+    assert note.endswith("forwards") and "edges in the circuit" in note
+    again, _ = circuit.circuit_payload(service, "zoo:induction", "induction", find=False)  # cached
+    assert again == data
+    first = service.circuits.cached("zoo:induction", "induction")
+    assert service.circuits.circuit("zoo:induction", "induction") is first
+
+
+def test_a_model_without_labels_is_a_message(service, tiny_dir):
+    with pytest.raises(ProbeError, match="no labels yet"):
+        service.circuits.circuit(str(tiny_dir("gpt2")), "induction")
+
+
+@pytest.fixture(scope="module")
+def client(service):
+    dash_app = create_app(service=service)
+    http = dash_app.server.test_client()
+    http.get("/")
+    return http, http.get("/_dash-dependencies").get_json()
+
+
+def test_crafted_payloads_are_messages_not_500(client, tiny_dir):
+    status, payload = _post(client, ids.CIRCUIT_RUN, "n_clicks", 1, ids.CIRCUIT_DATA,
+                            extra_inputs={ids.MODEL: "/nowhere", ids.HEAD_TYPE: "induction"})
+    assert status == 200 and "unknown model" in _messages(payload)
+    status, payload = _post(client, ids.CIRCUIT_RUN, "n_clicks", 1, ids.CIRCUIT_DATA,
+                            extra_inputs={ids.MODEL: str(tiny_dir("gpt2")), ids.HEAD_TYPE: "induction"})
+    assert status == 200 and "no labels yet" in _messages(payload)
