@@ -25,9 +25,9 @@ the engine (:mod:`probe.engine.paths`); nothing here knows about files, commands
 Example
 -------
 >>> import probe
->>> from probe.circuits import composition
+>>> from probe.circuits import composition_scores
 >>> loaded = probe.models.load("zoo:induction")
->>> scores = composition(loaded, receivers=[(1, 0)], modes=["K"])
+>>> scores = composition_scores(loaded, receivers=[(1, 0)], modes=["K"])
 >>> scores.sort_values("score").iloc[-1][["sender", "mode", "beats_random"]].tolist()
 ['L0H1', 'K', True]
 """
@@ -37,7 +37,7 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "composition": "composition",
+    "composition_scores": "composition",
     "composition_cost": "composition",
     "composition_score": "composition",
     "model_factors": "factors",

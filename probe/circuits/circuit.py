@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from probe.circuits.composition import MODES, composition
+from probe.circuits.composition import MODES, composition_scores
 from probe.circuits.corruption import Pairs, corrupted_pairs
 from probe.circuits.patching import control_patches, patch_effects, z_and_beats
 from probe.engine.paths import PathPatch
@@ -251,7 +251,7 @@ def find_circuit(
     if not receivers:
         return Circuit(**base, receivers=(), nodes=_nodes(table, set(), ()), edges=empty,
                        composition=pd.DataFrame(), notes=tuple(notes))
-    scores = composition(loaded, None if config.all_pairs else receivers, modes=modes,
+    scores = composition_scores(loaded, None if config.all_pairs else receivers, modes=modes,
                          n_random=config.n_random, seed=config.seed)
     for text in scores.attrs.get("notes", []):
         say(text)

@@ -165,7 +165,7 @@ class Baseline:
         return (score - self.mean) / self.sd if self.sd > 0 else math.nan
 
 
-def composition(
+def composition_scores(
     loaded,
     receivers: Sequence[Head] | None = None,
     senders: Sequence[Head] | None = None,
@@ -283,6 +283,6 @@ def _rows(senders: list[Head], receivers: list[Head], mode: str, scores: torch.T
     return rows
 
 
-__all__ = ["BLOCK_BYTES", "Baseline", "COLUMNS", "MODES", "N_RANDOM", "composition", "composition_cost",
-           "composition_score", "pair_scores", "random_scores", "receiver_factors", "reduce_receiver",
+__all__ = ["BLOCK_BYTES", "Baseline", "COLUMNS", "MODES", "N_RANDOM", "composition_cost", "composition_score",
+           "composition_scores", "pair_scores", "random_scores", "receiver_factors", "reduce_receiver",
            "reduce_sender", "uses_rope"]

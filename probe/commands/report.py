@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from probe.commands.common import add_model_options, load_keywords, output_path
+from probe.commands.label import HEAD_TYPES
 from probe.errors import ProbeError
 
 REPORT_EXTENSIONS = (".html",)
@@ -32,6 +33,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--seq-len", type=int, default=128, help="tokens of the probe input (default 128)")
     parser.add_argument("--maps", type=int, default=4,
                         help="heads with a full map when not every head fits the size budget (default 4)")
+    parser.add_argument("--circuit", action="append", metavar="TYPE", choices=HEAD_TYPES,
+                        help="also the circuit of a head type (probe circuit) on --labels (or a zoo model's "
+                             "shipped table); repeat for several")
     parser.add_argument("--out", required=True, help="the report: FILE.html")
     return parser
 
@@ -73,7 +77,14 @@ def run(args: argparse.Namespace) -> int:
     loaded = load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     if args.structure is not None and loaded.kind != ModelKind.PROTEIN_MLM:
         raise ProbeError(f"--structure is for protein models; {args.model} is a {loaded.kind.description}")
+    circuits = []
+    for head_type in dict.fromkeys(args.circuit or []):
+        from probe.circuits import find_circuit
+        from probe.circuits.circuit import shipped_labels
+
+        circuits.append(find_circuit(loaded, head_type, labels if labels is not None else
+                                     shipped_labels(args.model)))
     write_report(loaded, out, labels=labels, text=text, structure=args.structure, chain=args.chain,
-                 seq_len=args.seq_len, full_maps=args.maps)
+                 seq_len=args.seq_len, full_maps=args.maps, circuits=circuits)
     print(f"probe report: wrote {out} ({out.stat().st_size / 2**20:.2f} MiB)", file=sys.stderr)
     return 0

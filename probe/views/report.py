@@ -4,7 +4,8 @@ request.
 Sections: the architecture card; the head atlas of every head type; the labelled heads with the meaning
 columns; the interactive view (every head's thumbnail on a probe input, full maps with the token view, keys,
 PNG/SVG export: the same views.js as the app and the notebook); for protein models the contact maps and every
-head against the contact base rate (probe.proteins). Written atomically (probe.runs.atomic).
+head against the contact base rate (probe.proteins); the circuits asked for (probe.circuits, one graph each).
+Written atomically (probe.runs.atomic).
 
 Size: α is uint8 (probe.views.encode). With REPORT_BUDGET every head's full map is kept when all fit at one
 token per cell (144 heads × 128 tokens: 2.4 MB of maps); else the `full_maps` heads chosen (labelled first) at
@@ -28,6 +29,7 @@ from probe.proteins.contacts import predict_contacts
 from probe.proteins.structure import contact_map, read_structure
 from probe.runs.atomic import write_atomically
 from probe.views import encode
+from probe.views.circuit import circuit_fragment
 from probe.views.figures import atlas_svg, contact_svg
 from probe.views.pooling import pooled_attention
 from probe.views.reading import is_labelled
@@ -149,7 +151,7 @@ def _fmt(value) -> str:
 
 def report_html(loaded, labels=None, text: str | None = None, structure: str | None = None,
                 chain: str | None = None, seq_len: int = PROBE_TOKENS, full_maps: int = FULL_MAPS,
-                budget: int = REPORT_BUDGET) -> str:
+                budget: int = REPORT_BUDGET, circuits=()) -> str:
     """The report of one model as one HTML string (see :func:`write_report`)."""
     if isinstance(loaded, (str, Path)):
         loaded = load(str(loaded))
@@ -201,12 +203,15 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
                  fragment(view.payload(), "probe-report-view")]
     if protein:
         sections += ["<h2>Contacts</h2>", protein_part]
+    for index, found in enumerate(circuits):  # probe.circuits.Circuit: the same graph as show_circuit
+        sections += [f"<h2>Circuit · {html.escape(found.head_type)}</h2>",
+                     circuit_fragment(found.payload(), f"probe-report-circuit-{index}")]
     return standalone_page("\n".join(sections), f"probe report · {loaded.name}")
 
 
 def write_report(loaded, out: str | Path, labels=None, text: str | None = None, structure: str | None = None,
                  chain: str | None = None, seq_len: int = PROBE_TOKENS, full_maps: int = FULL_MAPS,
-                 budget: int = REPORT_BUDGET) -> Path:
+                 budget: int = REPORT_BUDGET, circuits=()) -> Path:
     """Write the one-file HTML report of a model (atomically) and return its path.
 
     Parameters
@@ -230,6 +235,8 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
         Heads with a full map when not every head fits `budget` at one token per cell.
     budget : int, default 4 MiB
         Bytes of full maps (uint8: N² + 4 bytes per head).
+    circuits : sequence of probe.circuits.Circuit, optional
+        Circuits to draw, one section each (:func:`probe.circuits.find_circuit`; ``probe report --circuit``).
 
     Returns
     -------
@@ -241,7 +248,7 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
         raise ProbeError(f"--out {out}: a report is one .html file")
     if not out.parent.is_dir():
         raise ProbeError(f"--out {out}: the folder {out.parent} does not exist; create it first")
-    page = report_html(loaded, labels, text, structure, chain, seq_len, full_maps, budget)
+    page = report_html(loaded, labels, text, structure, chain, seq_len, full_maps, budget, circuits)
     write_atomically(out, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     return out
 

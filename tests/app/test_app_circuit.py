@@ -1,6 +1,6 @@
-"""The circuit panel (app/panels/circuit.py, app/circuits.py): found on demand on a model's label table, cached
-while the table stays, one-line messages for a model without labels or a crafted model; through Dash's HTTP
-endpoint a bad payload is an in-page message, never a 500."""
+"""The circuit panel (app/panels/circuit.py, app/circuits.py): found on demand on a model's label table,
+cached while the table stays, one-line messages for a model without labels or a crafted model; through Dash's
+HTTP endpoint a bad payload is an in-page message, never a 500."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def test_the_panel_finds_the_induction_circuit_on_demand_and_keeps_it(service):
     data, note = circuit.circuit_payload(service, "zoo:induction", "induction", find=True)
     nodes = {node["head"]: node for node in data["nodes"]}
     assert {"L0H1", "L1H0", "L1H1", "L1H2", "L1H3"} <= set(nodes)
-    assert any(edge["sender"] == "L0H1" and edge["mode"] == "K" and edge["in_circuit"] for edge in data["edges"])
+    assert any(edge["sender"] == "L0H1" and edge["mode"] == "K" and edge["in_circuit"]
+               for edge in data["edges"])
     assert note.endswith("forwards") and "edges in the circuit" in note
     again, _ = circuit.circuit_payload(service, "zoo:induction", "induction", find=False)  # cached
     assert again == data

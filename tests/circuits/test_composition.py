@@ -13,9 +13,9 @@ import torch
 
 from probe import models
 from probe.circuits.composition import (
-    composition,
     composition_cost,
     composition_score,
+    composition_scores,
     pair_scores,
     random_scores,
     reduce_receiver,
@@ -93,7 +93,7 @@ def test_scores_equal_transformerlens_definition_with_full_products(tiny_dir, ar
     if arch != "bert":
         _randomise_gains(loaded.model)
     matrices = _tl_matrices(loaded.model, arch, loaded.n_heads)
-    table = composition(loaded, n_random=20)
+    table = composition_scores(loaded, n_random=20)
     assert len(table) == 3 * 3 * 16  # 3 modes × (4·4 + 4·4 + 4·4) causal pairs of 3 layers × 4 heads
     for mode in ("Q", "K", "V"):
         expected = _tl_scores(matrices, mode)
@@ -152,7 +152,7 @@ def test_induction_previous_token_head_k_composes_with_every_induction_head():
     """The positive control (issue 41): L0H1 → L1H0–L1H3 by K-composition 0.32–0.34, above every random pair
     and above every other layer-0 head (0.14–0.23)."""
     loaded = models.load("zoo:induction")
-    table = composition(loaded, receivers=[(1, h) for h in range(4)], modes=["K"])
+    table = composition_scores(loaded, receivers=[(1, h) for h in range(4)], modes=["K"])
     for receiver in range(4):
         rows = table[table["receiver_head"] == receiver].sort_values("score", ascending=False)
         assert rows.iloc[0]["sender"] == "L0H1"
@@ -167,7 +167,7 @@ def test_negative_controls_ov_zeroed_twin_and_untrained_twin():
     loaded = models.load("zoo:induction")
     with torch.no_grad():  # the previous-token head's value map zeroed: its OV circuit is 0
         loaded.model.model.layers[0].self_attn.v_proj.weight[16:32] = 0
-    table = composition(loaded, receivers=[(1, h) for h in range(4)], modes=["K"])
+    table = composition_scores(loaded, receivers=[(1, h) for h in range(4)], modes=["K"])
     zeroed = table[table["sender"] == "L0H1"]
     assert zeroed["score"].isna().all() and not zeroed["beats_random"].any()  # unknown (0/0), never an edge
     # untrained twin: the same architecture with seeded random weights scores like the baseline
@@ -176,7 +176,7 @@ def test_negative_controls_ov_zeroed_twin_and_untrained_twin():
     torch.manual_seed(0)
     twin = transformers.LlamaForCausalLM(loaded.model.config).eval()
     untrained = dataclasses.replace(loaded, model=twin, name="untrained twin")
-    table = composition(untrained, n_random=200)
+    table = composition_scores(untrained, n_random=200)
     assert len(table) == 48
     assert table["beats_random"].sum() <= 3  # 1 in 201 per pair by chance: ~0.24 expected
     assert abs(table["z"].mean()) < 1.0
@@ -187,7 +187,7 @@ def test_mla_is_refused_with_a_note(tmp_path):
 
     loaded = models.load(str(save_tiny_deepseek(tmp_path / "deepseek")))
     assert isinstance(model_factors(loaded), Refusal)
-    table = composition(loaded)
+    table = composition_scores(loaded)
     assert table.empty and "MLA" in table.attrs["refused"]
 
 
@@ -195,4 +195,4 @@ def test_cost_of_every_pair():
     # GPT-2 small: 144 heads, pairs in causal order 66 layer pairs × 144 head pairs = 9504 pairs
     assert composition_cost(9504, 1, 768, 64) == pytest.approx(9504 * 64 * 64 * 768 * 3)
     with pytest.raises(Exception, match="mode"):
-        composition(models.load("zoo:induction"), modes=["X"])
+        composition_scores(models.load("zoo:induction"), modes=["X"])
