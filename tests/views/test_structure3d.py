@@ -30,7 +30,7 @@ from probe.views.structure3d import (
 )
 
 ASSETS = Path(__file__).resolve().parents[2] / "probe" / "views" / "assets"
-LIBRARY = "(function (define, exports, module)"  # 3Dmol.js inlined (probe.views.bundle.inline_structure_script)
+LIBRARY = "(function (define, exports, module)"  # 3Dmol.js inlined (bundle.inline_structure_script)
 
 
 def _planted(length: int) -> np.ndarray:

@@ -114,7 +114,9 @@
         this.build();
         this.selected = data.selected;
         this.index = this.headIndex(data.selected[0], data.selected[1]);
+        this.ready = false;  // draw() waits for the first select (one restyle at mount)
         if (!this.start()) { return; }
+        this.ready = true;
         this.select(data.selected[0], data.selected[1]);
     }
 
@@ -235,8 +237,9 @@
             return false;
         }
         try {
+            // no antialiasing: 3Dmol's doubles the canvas, which software WebGL (no GPU) pays for on every render
             this.viewer = window.$3Dmol.createViewer(this.canvasBox, {backgroundColor: THEMES[this.theme].background,
-                                                                      antialias: true});
+                                                                      antialias: false});
         } catch (error) {
             this.viewer = null;
         }
@@ -255,6 +258,7 @@
             if (residue >= 0) { self.positions[residue] = position; }
         });
         this.viewer.zoomTo();
+        this.viewer.zoom(1.25);
         this.setTheme(this.theme);
         return true;
     };
@@ -362,15 +366,19 @@
     };
 
     Structure.prototype.draw = function () {
-        if (!this.viewer || this.index === undefined || this.index < 0) { return; }
+        if (!this.viewer || !this.ready || this.index === undefined || this.index < 0) { return; }
         var self = this, data = this.data, theme = THEMES[this.theme], viewer = this.viewer;
         var colours = this.colours(), byResidue = {};
-        data.residue_of_position.forEach(function (residue, position) {
-            if (residue >= 0) { byResidue[residue + 1] = residueColour(colours.values[position], self.theme); }
-        });
-        var colourOf = function (atom) { return byResidue[atom.resi] || hex(theme.base); };
-        viewer.setStyle({}, this.style === "trace" ? {cartoon: {style: "trace", thickness: 0.5, colorfunc: colourOf}} :
-            {cartoon: {colorfunc: colourOf}});
+        var key = [this.index, this.focused, this.direction, this.theme, this.style].join("|");
+        if (key !== this.styled) {  // the fold is restyled only when its colours or style change (costly)
+            data.residue_of_position.forEach(function (residue, position) {
+                if (residue >= 0) { byResidue[residue + 1] = residueColour(colours.values[position], self.theme); }
+            });
+            var colourOf = function (atom) { return byResidue[atom.resi] || hex(theme.base); };
+            viewer.setStyle({}, this.style === "trace" ?
+                {cartoon: {style: "trace", thickness: 0.5, colorfunc: colourOf}} : {cartoon: {colorfunc: colourOf}});
+            this.styled = key;
+        }
         viewer.removeAllShapes();
         viewer.removeAllLabels();
         var pairs = data.pairs[this.index], top = pairs.length ? pairs[0][2] : 0, drawn = 0;
