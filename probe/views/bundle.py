@@ -13,8 +13,10 @@ FILES = {"views.js": "text/javascript", "views.css": "text/css", "structure.js":
          "3Dmol-min.js": "text/javascript"}
 ROUTE = "/_probe/views/"  # where serve() answers (below the app's routes prefix)
 SCRIPT_URL = "_probe/views/views.js"  # relative to the page, so a Jupyter proxy's path prefix is kept
-# the 3D structure view's scripts, in load order (the app's external_scripts, after SCRIPT_URL)
+# the 3D structure view's scripts, in load order (the app's external_scripts, after SCRIPT_URL), and the
+# view layer's style sheet (the app's external_stylesheets: the 3D view's theme)
 STRUCTURE_URLS = ("_probe/views/3Dmol-min.js", "_probe/views/structure.js")
+STYLE_URL = "_probe/views/views.css"
 
 
 @cache
@@ -60,5 +62,5 @@ def serve(server, route: str = ROUTE) -> None:
     server.add_url_rule(route + "<name>", "probe_view_asset", view_asset)
 
 
-__all__ = ["FILES", "ROUTE", "SCRIPT_URL", "STRUCTURE_URLS", "asset_text", "inline_script",
+__all__ = ["FILES", "ROUTE", "SCRIPT_URL", "STRUCTURE_URLS", "STYLE_URL", "asset_text", "inline_script",
            "inline_structure_script", "inline_style", "serve"]

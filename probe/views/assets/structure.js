@@ -3,7 +3,8 @@
 // (docs/views.md). Data: probe/views/structure3d.py `structure_payload`.
 //
 // window.probeStructure.mount(root, data) -> a view with
-//   .select(layer, head)       the head whose α is drawn (edges, residue colours)
+//   .select(layer, head)       the head whose α is drawn (edges, residue colours); a head picked in the view (its
+//                              menu, ←/→) also sends a bubbling "probe-head" event, detail {layer, head}
 //   .focus(position | null)    the residue whose α from / to the others colours the fold
 //   .selectPair(i, j, notify)  highlight a pair of sequence positions (a host's 2D map click); null clears
 //   .setTheme("light"|"dark"), .toggle("attention"|"true"|"predicted", on), .setStyle("cartoon"|"trace")
@@ -142,7 +143,7 @@
         });
         this.headSelect.addEventListener("change", function () {
             var key = data.heads[parseInt(self.headSelect.value, 10)];
-            self.select(key[0], key[1]);
+            self.select(key[0], key[1], true);
         });
         controls.appendChild(this.headSelect);
         this.directionSelect = element("select", "ps-direction");
@@ -193,6 +194,8 @@
         controls.appendChild(this.themeButton);
         root.appendChild(controls);
         this.canvasBox = element("div", "ps-viewer");
+        // its size inline too: 3Dmol sizes the canvas from it, on a page without views.css as well
+        this.canvasBox.style.cssText = "position: relative; width: 100%; height: " + (data.height || 460) + "px";
         root.appendChild(this.canvasBox);
         this.caption = element("div", "ps-caption");
         root.appendChild(this.caption);
@@ -221,7 +224,7 @@
                 event.stopPropagation();
                 var count = data.heads.length, next = (self.index + (event.key === "ArrowRight" ? 1 : -1) + count) %
                     count;
-                self.select(data.heads[next][0], data.heads[next][1]);
+                self.select(data.heads[next][0], data.heads[next][1], true);
             } else if (event.key === "Escape") {
                 event.stopPropagation();
                 self.focus(null);
@@ -288,7 +291,7 @@
         return text;
     };
 
-    Structure.prototype.select = function (layer, head) {
+    Structure.prototype.select = function (layer, head, notify) {
         var index = this.headIndex(layer, head);
         if (index < 0) { return false; }
         this.index = index;
@@ -297,6 +300,9 @@
         this.root.setAttribute("data-head", String(head));
         this.headSelect.value = String(index);
         this.draw();
+        if (notify) {
+            this.root.dispatchEvent(new CustomEvent("probe-head", {bubbles: true, detail: {layer: layer, head: head}}));
+        }
         return true;
     };
 
