@@ -40,6 +40,10 @@ REPORT_BUDGET = 4 * 2**20  # bytes of full maps in a report
 FULL_MAPS = 4  # heads with a full map when not every head fits the budget at one token per cell
 PROBE_TOKENS = 128  # the probe input's length (repeated random blocks: induction and copying show)
 LEADERBOARD_ROWS = 24
+# bytes of residue maps in the report's 3D view (uint8, L² + 4 per head): the best 90 heads by long-range P@L
+# on ubiquitin (76 residues), 31 on lysozyme (129), so that a 12 × 12 model's protein report with every head's
+# map on lysozyme stays within 5 MB (docs/views.md); 3Dmol.js adds 0.54 MB
+STRUCTURE_BUDGET = 2**19
 
 
 def probe_input(loaded, seq_len: int = PROBE_TOKENS):
@@ -110,7 +114,7 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
     parts = [f'<p class="note">{html.escape(note)}</p>']
     view3d = ""
     if parsed is not None:
-        shown = structure_view(loaded, parsed, result.sequence, true_map, result)
+        shown = structure_view(loaded, parsed, result.sequence, true_map, result, budget=STRUCTURE_BUDGET)
         view3d = (f'<p class="note">{len(shown.alpha)} heads (every head when their residue maps fit, else '
                   "the best by long-range P@L): pick a head, click a residue to colour the fold by its "
                   "attention, click an edge or a second residue to select a pair</p>"
@@ -260,4 +264,5 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
     return out
 
 
-__all__ = ["FULL_MAPS", "PROBE_TOKENS", "REPORT_BUDGET", "probe_input", "report_html", "write_report"]
+__all__ = ["FULL_MAPS", "PROBE_TOKENS", "REPORT_BUDGET", "STRUCTURE_BUDGET", "probe_input", "report_html",
+           "write_report"]
