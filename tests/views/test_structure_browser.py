@@ -86,7 +86,8 @@ def test_structure_view_draws_picks_and_switches_themes(chromium, tmp_path):
 @pytest.mark.browser
 def test_structure_view_opens_dark_with_contacts(chromium, tmp_path):
     driver = chromium
-    pages.open_page(driver, pages.planted_view(tmp_path, theme="dark"))
+    page = pages.planted_view(tmp_path, theme="dark")
+    pages.open_page(driver, page)
     root = driver.find_element("css selector", pages.ROOT)
     assert root.get_attribute("data-theme") == "dark" and pages.pixels(driver, root)["corner"] == [0, 0, 0]
     driver.execute_script("arguments[0].probeStructure.toggle('attention', false)", root)
@@ -96,6 +97,11 @@ def test_structure_view_opens_dark_with_contacts(chromium, tmp_path):
     driver.execute_script("arguments[0].probeStructure.toggle('predicted', true)", root)
     assert bare < with_true < pages.pixels(driver, root)["count"]
     pages.no_network_and_clean_console(driver)
+    # the negative control: one image from the network in the same page is a request and a console error
+    leaky = tmp_path / "leaky.html"
+    leaky.write_text(page.read_text().replace("<body>", '<body><img src="http://127.0.0.1:9/x.png">', 1))
+    driver.get(leaky.as_uri())
+    assert pages.requests_made(driver) == ["http://127.0.0.1:9/x.png"] and pages.console_errors(driver)
 
 
 @pytest.mark.browser
