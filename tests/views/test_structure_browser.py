@@ -68,6 +68,8 @@ def test_structure_view_draws_picks_and_switches_themes(chromium, tmp_path):
     # a host's 2D click: selectPair highlights without echoing an event back
     events = len(pages.pair_events(driver, root))
     before = pages.pixels(driver, root)
+    driver.execute_script("arguments[0].probeStructure.selectPair(0, 70)", root)  # position 0 is one too
+    assert root.get_attribute("data-pair") == "0,70"
     driver.execute_script("arguments[0].probeStructure.selectPair(30, 65)", root)
     assert root.get_attribute("data-pair") == "30,65" and len(pages.pair_events(driver, root)) == events
     after = pages.pixels(driver, root)

@@ -323,7 +323,7 @@
     };
 
     Structure.prototype.selectPair = function (pair, notify) {
-        if (pair && (arguments.length > 2 || typeof pair === "number")) {  // selectPair(i, j[, notify])
+        if (typeof pair === "number") {  // selectPair(i, j[, notify]); position 0 is a residue too
             notify = arguments[2];
             pair = [arguments[0], arguments[1]];
         }
