@@ -42,6 +42,7 @@ _LAZY = {
     "predict_contacts": "probe.proteins.contacts",
     "load": "probe.models",
     "show": "probe.views.view",  # the inline notebook view (docs/views.md)
+    "show_structure": "probe.views.structure_view",  # a head's attention on the 3D structure (docs/views.md)
     "label_table": "probe.views.tables",
 }
 _SUBMODULES = ("models", "card", "engine", "heads", "proteins", "runs", "zoo", "views", "app")

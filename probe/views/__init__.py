@@ -4,8 +4,11 @@
   drawn under a notebook cell by the package's own ``views.js`` (inlined: offline); ``.save("x.svg" | "x.png"
   | "x.html")``.
 * :func:`label_table` — the labels table as a readable, sortable HTML table.
+* :func:`show_structure` — a protein model's attention on the 3D structure (3Dmol.js, inlined): a head's top
+  pairs as edges through the fold, residues coloured by the attention from / to a residue, the true and the
+  predicted contacts, a pick in 3D selecting a pair.
 * :func:`write_report` — one self-contained HTML file: card, atlas, labelled heads, every head's thumbnail, a
-  few full maps, and for protein models the contact maps and the head leaderboard.
+  few full maps, and for protein models the contact maps, the head leaderboard and the 3D view.
 
 The clientside code (``probe/views/assets/views.js``) is the same file the Dash app's explorer loads
 (:mod:`probe.views.bundle`). Nothing heavy happens at import.
@@ -18,6 +21,8 @@ import importlib
 _LAZY = {
     "show": "probe.views.view",
     "View": "probe.views.view",
+    "show_structure": "probe.views.structure_view",
+    "StructureView": "probe.views.structure_view",
     "label_table": "probe.views.tables",
     "LabelTable": "probe.views.tables",
     "write_report": "probe.views.report",
