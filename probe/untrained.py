@@ -13,8 +13,8 @@ was), on the CPU, then moved to the model's device and dtype. Twin t of a run ha
 :data:`SEED_BASE` + t, so the same model always gets the same twins, on any device. The tokenizer is the
 model's own object; the :class:`~probe.models.LoadedModel` fields are the model's (kind, residue format,
 contact head, engine), its attention plan is the twin's, and its name says what it is:
-``"untrained twin of NAME (seed S)"``. Running a twin is a plain forward of the same architecture: K twins cost
-K extra forwards and K copies of the weights in memory, and no new code path in the engine.
+``"untrained twin of NAME (seed S)"``. Running a twin is a plain forward of the same architecture: K twins
+cost K extra forwards and K copies of the weights in memory, and no new code path in the engine.
 
 :func:`untrained_twins` keeps the twins of a model while the model lives (a weak-key cache), so every unit of
 a run reuses them. :func:`parse_control` reads the ``--control`` flag (``untrained[:K]`` or ``none``); it

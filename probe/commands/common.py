@@ -44,6 +44,16 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False, requi
                              "0=10GiB,cpu=30GiB")
 
 
+def add_control_option(parser: argparse.ArgumentParser, default: str = "untrained") -> None:
+    """--control untrained[:K] | none: K untrained twins of the model (probe.untrained) run on the same inputs
+    as a negative control; read it with probe.untrained.parse_control (import-light) before heavy imports."""
+    parser.add_argument("--control", default=default, metavar="untrained[:K]|none",
+                        help="untrained twins of the model (its own architecture, tokenizer and "
+                             "_init_weights, seeded random weights) run on the same inputs: a head is "
+                             "significant only above their heads' 99th percentile; untrained = untrained:3; "
+                             f"none: off (default {default})")
+
+
 def load_keywords(args: argparse.Namespace) -> dict:
     """probe.models.load's engine and placement keywords from the shared model flags (add_model_options)."""
     return {"engine": args.engine, "device_map": args.device_map, "offload_folder": args.offload_folder,
@@ -79,6 +89,25 @@ def output_path(text: str, allowed: tuple[str, ...], flag: str = "--out") -> Pat
             raise ProbeError(f"{flag} {text} exists and is not a {path.suffix} file (it would be "
                              "overwritten): choose another name or delete it")
     return path
+
+
+def output_paths(args: argparse.Namespace, flags: dict[str, str], suffixes: dict, is_ours, command: str,
+                 ) -> dict[str, Path]:
+    """kind -> path of every output flag given (`flags`: kind -> flag, read from ``args.<kind>``), checked:
+    extension (`suffixes[kind]`), folder, writable, not someone else's file (``is_ours(path, kind)``, unless
+    ``args.force``), each its own file."""
+    paths = {}
+    for kind, flag in flags.items():
+        value = getattr(args, kind)
+        if value:
+            path = output_path(value, suffixes[kind], flag)
+            if path.exists() and not args.force and not is_ours(path, kind):
+                raise ProbeError(f"{flag} {value} exists but is not a {command} output; pass --force to "
+                                 "overwrite it, or another file name")
+            paths[kind] = path
+    if len(set(paths.values())) < len(paths):
+        raise ProbeError("give each output its own file name")
+    return paths
 
 
 def _check_writable(folder: Path, flag: str, text: str) -> None:

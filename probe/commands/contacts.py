@@ -4,8 +4,8 @@
                    [--structure X] [--chain C] [--chains A,B] [--cb virtual|real] [--threshold 8.0]
                    [--min-attention 0.3] [--min-total 100] [--min-count 100] [--binding-distance 4.0]
                    [--window N] [--regression F.json] [--out F.npz] [--heads-out F.parquet]
-                   [--chains-out F.parquet] [--heads-summary F.parquet] [--force] [--ray [auto|HOST:PORT]]
-                   [--ray-workers N]
+                   [--chains-out F.parquet] [--heads-summary F.parquet] [--control untrained[:K]|none]
+                   [--force] [--ray [auto|HOST:PORT]] [--ray-workers N]
     probe contacts --model M --fit DIR_OR_LIST [--regression FILE.json] [--cb ...] [--threshold ...]
 
 Each record or chain is a unit of one :func:`probe.runs.runner.run` (in this process or on Ray), journalled
@@ -19,9 +19,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import add_model_options, add_ray_options, executor, load_keywords, output_path
+from probe.commands.common import (
+    add_control_option,
+    add_model_options,
+    add_ray_options,
+    executor,
+    load_keywords,
+    output_path,
+    output_paths,
+)
 from probe.errors import ProbeError
 from probe.proteins import defaults
+from probe.untrained import parse_control
 
 OUTPUT_FLAGS = {"out": "--out", "heads_out": "--heads-out", "chains_out": "--chains-out",
                 "heads_summary": "--heads-summary"}
@@ -82,6 +91,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="with --fit: where to save the fitted regression; otherwise: a fitted "
                              "regression to predict contacts with (any protein model; replaces an ESM "
                              "checkpoint's own)")
+    add_control_option(parser)
     parser.add_argument("--force", action="store_true",
                         help="recompute every record even if an earlier run finished some of them")
     add_ray_options(parser)
@@ -89,6 +99,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    control = parse_control(args.control)  # import-light: a bad --control is answered before torch loads
     # Imported here, not at the top: they load torch and transformers, which `probe --help` must not pay for.
     from probe import models
     from probe.proteins import inputs, outputs, sets
@@ -97,11 +108,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.fit is not None:
         return _fit(args)
-    paths = _outputs(args, outputs.SUFFIXES, outputs.is_ours)
+    paths = output_paths(args, OUTPUT_FLAGS, outputs.SUFFIXES, outputs.is_ours, "probe contacts")
     options = inputs.contact_options(
         threshold=args.threshold, cb=args.cb, window=args.window, min_attention=args.min_attention,
         min_count=args.min_count, min_total=args.min_total, binding_distance=args.binding_distance,
-        per_head=bool({"heads_out", "chains_out", "heads_summary"} & set(paths)), regression=args.regression)
+        per_head=bool({"heads_out", "chains_out", "heads_summary"} & set(paths)), regression=args.regression,
+        control=control.twins)
     run_on = executor(args)
     specs, skipped = inputs.contact_units(sequence=args.sequence, fasta=args.fasta, structure=args.structure,
                                           chain=args.chain, structures=args.structures, chains=args.chains)
@@ -144,22 +156,6 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return max(report.code, 2) if report.code != 1 else 1
     return report.code
-
-
-def _outputs(args: argparse.Namespace, suffixes, is_ours) -> dict[str, Path]:
-    """kind -> path of every output flag given, checked (extension, folder, writable, not foreign)."""
-    paths = {}
-    for kind, flag in OUTPUT_FLAGS.items():
-        value = getattr(args, kind)
-        if value:
-            path = output_path(value, suffixes[kind], flag)
-            if path.exists() and not args.force and not is_ours(path, kind):
-                raise ProbeError(f"{flag} {value} exists but is not a probe contacts output; pass --force to "
-                                 "overwrite it, or another file name")
-            paths[kind] = path
-    if len(set(paths.values())) < len(paths):
-        raise ProbeError("give each output its own file name")
-    return paths
 
 
 def _fit(args: argparse.Namespace) -> int:

@@ -36,10 +36,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-# separation bins: edges[b] <= |i − j| < edges[b + 1] (the last bin open); the ranges' edges 6, 12, 24 among them
+# separation bins: edges[b] <= |i − j| < edges[b + 1] (the last open); the ranges' edges 6, 12, 24 among them
 SEPARATION_EDGES: tuple[int, ...] = (6, 8, 10, 12, 15, 19, 24, 32, 48, 72, 108)
-RESIDUE_CLASSES: dict[str, str] = {"aliphatic": "AVILM", "aromatic": "FWY", "polar": "STNQ", "positive": "KRH",
-                                   "negative": "DE", "glycine": "G", "proline": "P", "cysteine": "C"}
+RESIDUE_CLASSES: dict[str, str] = {"aliphatic": "AVILM", "aromatic": "FWY", "polar": "STNQ",
+                                   "positive": "KRH", "negative": "DE", "glycine": "G", "proline": "P",
+                                   "cysteine": "C"}
 _CLASS_OF = {letter: index for index, letters in enumerate(RESIDUE_CLASSES.values()) for letter in letters}
 _OTHER = len(RESIDUE_CLASSES)  # X, B, Z, U, O and anything else
 MAX_SHIFTS = 256
@@ -71,8 +72,8 @@ def pair_strata(i: torch.Tensor, j: torch.Tensor, sequence: str | None = None) -
     code = torch.bucketize(j - i, edges, right=True)  # [pair] separation bin
     if sequence is not None:
         classes = torch.as_tensor(residue_classes(sequence), device=i.device)  # [L]
-        letters = torch.as_tensor(np.frombuffer(sequence.upper().encode("ascii"), dtype=np.uint8).astype(np.int64),
-                                  device=i.device)  # [L]
+        codes = np.frombuffer(sequence.upper().encode("ascii", "replace"), dtype=np.uint8)
+        letters = torch.as_tensor(codes.astype(np.int64), device=i.device)  # [L]
         n = _OTHER + 1
         low = torch.minimum(classes[i], classes[j])
         high = torch.maximum(classes[i], classes[j])
@@ -97,8 +98,8 @@ class RangeNull:
     true_map : torch.Tensor
         [L L] int8: 1 contact, 0 not, −1 unknown.
     flat : torch.Tensor
-        [pair] int64 flat indices i·L + j (i < j) of the range's known pairs (:class:`probe.proteins.precision.
-        RangePairs`).
+        [pair] int64 flat indices i·L + j (i < j) of the range's known pairs
+        (:class:`probe.proteins.precision.RangePairs`).
     sequence : str, optional
         The L residues (strata by residue class); None: separation bins alone.
     """

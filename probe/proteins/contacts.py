@@ -205,8 +205,9 @@ def _control_tables(loaded: LoadedModel, inputs: dict, cleaned: list[str], true_
     columns = ["layer", "head", "name"] + [f"{c}_{r}" for r in RANGES for c in ("hits_L", "top_L", "p_at_L")]
     for seed, twin in zip(twin_seeds(count), untrained_twins(loaded, count), strict=True):
         sink = ContactSink(torch.zeros(twin.n_layers, twin.n_heads), 0.0, inputs["input_ids"],
-                           inputs["attention_mask"], _eos_id(loaded), true_maps, True, starts=[offset] * len(cleaned),
-                           lengths=[len(s) for s in cleaned], regression=False, twin=True)
+                           inputs["attention_mask"], _eos_id(loaded), true_maps, True,
+                           starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
+                           regression=False, twin=True)
         with capture(twin.model, sink), torch.inference_mode():
             twin.model(**inputs)
         for b, true_map in enumerate(true_maps):

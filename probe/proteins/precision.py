@@ -64,8 +64,8 @@ class RangePairs:
             self.pairs[name] = ((i[chosen] * length + j[chosen]), (truth[chosen] == 1).float())
 
     def top_hits(self, scores: torch.Tensor) -> dict[str, tuple[int, int, int, int, torch.Tensor]]:
-        """{range: (hits among the top k = min(L, known), k, known pairs, contacts, top)} for scores [L L]: the
-        counts behind P@L and its base rate, and the top k as indices into the range's pairs
+        """{range: (hits among the top k = min(L, known), k, known pairs, contacts, top)} for scores
+        [L L]: the counts behind P@L and its base rate, and the top k as indices into the range's pairs
         (probe.proteins.significance)."""
         flat = scores.reshape(-1).float()
         result = {}

@@ -1,8 +1,8 @@
-"""Which heads know contacts: a test whose null keeps what structure and sequence fix, and the untrained twins.
+"""Which heads know contacts: a test whose null keeps what structure and sequence fix, and untrained twins.
 
-For one protein, one head and one sequence-separation range (short 6–11, medium 12–23, long ≥ 24), let N be
-the known pairs i < j of the range, C the contacts among them (the **base rate** C / N is what a random ranking
-gets), and let the head's k = min(L, N) top-scoring pairs of APC(sym(α)) hold h contacts (P@L = h / k,
+For one protein, one head and one sequence-separation range (short 6–11, medium 12–23, long ≥ 24), let N
+be the known pairs i < j of the range, C the contacts among them (the **base rate** C / N is what a random
+ranking gets), and let the head's k = min(L, N) top-scoring pairs of APC(sym(α)) hold h contacts (P@L = h / k,
 ``enrichment`` = P@L / base rate).
 
 **The test** (:mod:`probe.proteins.contact_null` computes its parts). The head's **excess** is h minus what a
@@ -20,10 +20,11 @@ that knows no contacts gets *any* significant head in a protein's table is at mo
 L residues has at most L shifts: p_fwer ≥ 1 / L (L ≥ 20 can reach 0.05).
 
 **The untrained twins** (:mod:`probe.untrained`): the same inputs through K copies of the architecture with
-random weights; ``untrained_p99`` is the 99th percentile of their heads' P@L in the range (all K × heads heads).
-A head is **significant** where p_fwer ≤ :data:`ALPHA` (0.05) *and* its P@L is above ``untrained_p99``; without
-twins (``control=0``) ``untrained_p99`` is NaN and p_fwer decides alone. NaN p-values (a range without a known
-pair or without a contact, a head whose excess does not move under the shifts) are unknown, not tested.
+random weights; ``untrained_p99`` is the 99th percentile of their heads' P@L in the range (over all K × heads
+heads). A head is **significant** where p_fwer ≤ :data:`ALPHA` (0.05) *and* its P@L is above
+``untrained_p99``; without twins (``control=0``) ``untrained_p99`` is NaN and p_fwer decides alone. NaN
+p-values (a range without a known pair or without a contact, a head whose excess does not move under the
+shifts) are unknown, not tested.
 
 **Over a set of proteins** hits, draws and expectations are summed per head; the null draws one shift per
 protein at random (:data:`POOLED_DRAWS` draws, seeded, the same draw for every range, plus the identity
@@ -242,7 +243,8 @@ def _decide(table: pd.DataFrame, name: str) -> pd.Series:
     """significant_L_{name}: p_fwer ≤ ALPHA and P@L above the twins' p99 (where there are twins); <NA> where
     p_fwer is NaN."""
     p_fwer = table[f"p_fwer_L_{name}"]
-    precision = table["pooled_p_at_L_" + name] if f"pooled_p_at_L_{name}" in table else table[f"p_at_L_{name}"]
+    column = f"pooled_p_at_L_{name}" if f"pooled_p_at_L_{name}" in table else f"p_at_L_{name}"
+    precision = table[column]
     bar = table[f"untrained_p99_L_{name}"]
     decided = (p_fwer <= ALPHA) & (bar.isna() | (precision > bar))
     return decided.astype("boolean").mask(p_fwer.isna())
@@ -257,7 +259,8 @@ def with_tests(table: pd.DataFrame, control: pd.DataFrame | None = None) -> pd.D
     table = table.copy()
     names = [name for name in RANGE_NAMES if f"hits_L_{name}" in table]
     for name in names:
-        counts = [table[f"{c}_{name}"].to_numpy(dtype=np.float64) for c in ("hits_L", "n_known", "n_true", "top_L")]
+        counts = [table[f"{c}_{name}"].to_numpy(dtype=np.float64)
+                  for c in ("hits_L", "n_known", "n_true", "top_L")]
         table[f"p_exchangeable_L_{name}"] = hypergeometric_p_values(*counts)
         table[f"q_exchangeable_L_{name}"] = benjamini_hochberg(table[f"p_exchangeable_L_{name}"].to_numpy())
     null = _stack([list(table.get(f"null_excess_L_{name}", [()] * len(table))) for name in names])
@@ -270,8 +273,8 @@ def with_tests(table: pd.DataFrame, control: pd.DataFrame | None = None) -> pd.D
 
 
 def _stack(groups: Sequence[Sequence]) -> np.ndarray:
-    """[row shift] float64 of the rows of every group, one after the other (group-major); rows of another width
-    than the widest are NaN (not testable)."""
+    """[row shift] float64 of the rows of every group, one after the other (group-major); rows of another
+    width than the widest are NaN (not testable)."""
     rows = [row for group in groups for row in group]
     width = max((len(row) for row in rows), default=0)
     null = np.full((len(rows), width), np.nan)
@@ -313,7 +316,7 @@ def pooled_null(tables: Sequence[np.ndarray], picks: np.ndarray) -> np.ndarray:
 
 def pooled_rows(heads: pd.DataFrame, control: pd.DataFrame | None = None, draws: int = POOLED_DRAWS,
                 seed: int = POOLED_SEED) -> pd.DataFrame:
-    """Per head over a set of proteins: pooled hits, draws and expectations, and the test on the pooled excess.
+    """Per head over a set of proteins: pooled hits, draws and expectations; the test on the pooled excess.
 
     Parameters
     ----------
@@ -338,7 +341,7 @@ def pooled_rows(heads: pd.DataFrame, control: pd.DataFrame | None = None, draws:
     by_head = [heads["layer"], heads["head"]]
     nulls = _protein_nulls(heads, index)
     records = sorted({record for per_range in nulls.values() for record in per_range})
-    widths = [next(null.shape[1] for per_range in nulls.values() for r, null in per_range.items() if r == record)
+    widths = [next(per_range[record].shape[1] for per_range in nulls.values() if record in per_range)
               for record in records]
     picks = dict(zip(records, shift_draws(widths, draws, seed), strict=True))
     pooled = []
@@ -417,7 +420,7 @@ def best_significant(table: pd.DataFrame, name: str = "long") -> pd.Series | Non
     return significant.loc[significant[f"enrichment_L_{name}"].idxmax()]
 
 
-__all__ = ["ALPHA", "POOLED_DRAWS", "UNTRAINED_QUANTILE", "benjamini_hochberg", "best_significant", "head_row",
-           "hypergeometric_p_value", "hypergeometric_p_values", "maxt_adjusted", "pooled_null", "pooled_p_value",
-           "pooled_rows", "range_columns", "shift_draws", "shift_p_values", "standardized", "untrained_quantile",
-           "with_tests"]
+__all__ = ["ALPHA", "POOLED_DRAWS", "UNTRAINED_QUANTILE", "benjamini_hochberg", "best_significant",
+           "head_row", "hypergeometric_p_value", "hypergeometric_p_values", "maxt_adjusted", "pooled_null",
+           "pooled_p_value", "pooled_rows", "range_columns", "shift_draws", "shift_p_values", "standardized",
+           "untrained_quantile", "with_tests"]

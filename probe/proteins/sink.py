@@ -21,8 +21,8 @@ Per-head analysis (``per_head=True``) needs each head's full APC-corrected map, 
 the *current layer's* α of the residue block, [head L L] float32 per sequence (20 heads at L = 1000: 80 MB),
 analyses every head of that layer when its last query block arrives (precision by range, the contact test's
 counts and shift null of :mod:`probe.proteins.contact_null`, the ``far_*`` measure and Vig et al.'s sums),
-and frees it: peak memory grows with heads per layer, never with layers × heads. The per-head columns are those of
-:class:`probe.proteins.contacts.ContactResult`.
+and frees it: peak memory grows with heads per layer, never with layers × heads. The per-head columns are
+those of :class:`probe.proteins.contacts.ContactResult`.
 """
 
 from __future__ import annotations
