@@ -212,8 +212,8 @@ def test_planted_contact_map_head_is_significant_and_the_controls_are_not(struct
         table = _table(true_map, structure.sequence, alpha, index).set_index("name")
         length = len(structure.sequence)
         for r in ("short", "medium", "long"):
-            # the planted head beats (almost) every shift: p_fwer ≥ 1 / L, the smallest L shifts allow; crambin's
-            # short range (46 residues, mostly helix) lets one shift's maximum reach it: 2 / 46
+            # the planted head beats (almost) every shift: p_fwer ≥ 1 / L, the smallest L shifts allow;
+            # crambin's short range (46 residues, mostly helix) lets one shift's maximum reach it: 2 / 46
             assert table.loc["L0H0", f"p_fwer_L_{r}"] <= 2 / length
             if r == "long" or length > 46:
                 assert table.loc["L0H0", f"p_fwer_L_{r}"] == pytest.approx(1 / length)
