@@ -117,10 +117,10 @@ class RangeNull:
         self.rates = self._stratum_rates()  # [stratum shift]
 
     def _shifted(self, index: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
-        """[pair shift] bool: whether each of the pairs `index` is a contact under each shift."""
-        i, d = self.i[index], self.separation[index]
-        moved = (i[:, None] + shifts[None, :]) % (self.length - d)[:, None]  # [pair shift]
-        return self.truth[moved * self.length + moved + d[:, None]]
+        """[... pair shift] bool: whether each pair of `index` [... pair] is a contact under each shift."""
+        i, d = self.i[index].unsqueeze(-1), self.separation[index].unsqueeze(-1)  # [... pair 1]
+        moved = (i + shifts) % (self.length - d)  # [... pair shift]
+        return self.truth[moved * self.length + moved + d]
 
     def _stratum_rates(self) -> torch.Tensor:
         """[stratum shift] float64 contact rate of each stratum under each shift."""
@@ -133,18 +133,27 @@ class RangeNull:
         every = torch.arange(n_pairs, device=self.strata.device)
         for start in range(0, n_shifts, step):
             shifted = self._shifted(every, self.shifts[start:start + step]).double()  # [pair chunk]
-            rates[:, start:start + step].index_add_(0, self.strata, shifted)
+            rates[:, start:start + step].index_add_(0, self.strata, shifted)  # [stratum chunk]
         return rates / counts[:, None]
 
     def excess(self, top: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(hits, expected), each [shift] float64, of the k pairs `top` (indices into the range's pairs): hits
         under every shift and what the strata's rates predict there; excess = hits − expected, shift 0 first.
         """
-        if top.numel() == 0:
-            zero = torch.zeros(self.shifts.numel(), dtype=torch.float64, device=self.strata.device)
+        hits, expected = self.excess_batch(top[None])
+        return hits[0], expected[0]
+
+    def excess_batch(self, tops: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`excess` of several heads at once: `tops` [head k] → (hits, expected), each [head shift]
+        float64."""
+        heads, n_shifts = tops.shape[0], self.shifts.numel()
+        if tops.numel() == 0:
+            zero = torch.zeros(heads, n_shifts, dtype=torch.float64, device=self.strata.device)
             return zero, zero.clone()
-        hits = self._shifted(top, self.shifts).double().sum(0)  # [shift]
-        drawn = torch.bincount(self.strata[top], minlength=self.n_strata).double()  # [stratum]
+        hits = self._shifted(tops, self.shifts).sum(1, dtype=torch.float64)  # [head shift]
+        drawn = torch.zeros(heads, self.n_strata, dtype=torch.float64, device=tops.device)  # [head stratum]
+        ones = torch.ones(tops.shape, dtype=torch.float64, device=tops.device)
+        drawn.scatter_add_(1, self.strata[tops], ones)
         return hits, drawn @ self.rates
 
 

@@ -43,7 +43,6 @@ import torch
 from probe.engine import DenseSink, capture
 from probe.errors import ProbeError
 from probe.models import LoadedModel, clean_protein, encode_proteins, protein_alphabet, require_protein
-from probe.proteins import significance
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.precision import RANGES, apc, precision_by_range, symmetrize
 from probe.proteins.sink import ContactSink, contact_regression
@@ -188,9 +187,7 @@ def predict_contacts_batch(
         contacts = sink.contacts(b).float().cpu().numpy() if predicts else None  # [L L]
         true_map = None if true_maps[b] is None else np.asarray(true_maps[b], dtype=np.int8)
         precision = None if true_map is None or contacts is None else precision_by_range(contacts, true_map)
-        heads = sink.head_table(b, min_count, min_total=min_total) if per_head else None
-        if heads is not None and controls[b] is not None:
-            heads = significance.with_tests(heads, controls[b])
+        heads = sink.head_table(b, min_count, min_total=min_total, control=controls[b]) if per_head else None
         background = sink.background_counts(b) if per_head else None
         results.append(ContactResult(sequence, contacts, true_map, precision, heads, background, controls[b]))
     return results

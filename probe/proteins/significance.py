@@ -216,7 +216,8 @@ def head_row(hits: int, drawn: int, known: int, contacts: int, name: str,
         The range.
     null_hits, null_expected : numpy.ndarray, optional
         [shift] the head's hits and the strata's expectation under every shift, shift 0 first
-        (:meth:`probe.proteins.contact_null.RangeNull.excess`); None: no permutation test (NaN).
+        (:meth:`probe.proteins.contact_null.RangeNull.excess`); None: no permutation test yet (NaN, and
+        :func:`null_columns` can add it).
     """
     base = contacts / known if known else float("nan")
     precision = hits / drawn if drawn else float("nan")
@@ -227,27 +228,34 @@ def head_row(hits: int, drawn: int, known: int, contacts: int, name: str,
            f"n_true_{name}": float(contacts), f"base_rate_{name}": base, f"enrichment_L_{name}": enrichment,
            f"strata_rate_{name}": nan, f"z_L_{name}": nan, f"p_value_L_{name}": nan, f"p_fwer_L_{name}": nan,
            f"untrained_p99_L_{name}": nan, f"significant_L_{name}": pd.NA,
-           f"p_exchangeable_L_{name}": nan, f"q_exchangeable_L_{name}": nan}
-    if null_hits is not None and drawn:
-        excess = np.asarray(null_hits, np.float64) - np.asarray(null_expected, np.float64)  # [shift]
-        row[f"strata_rate_{name}"] = float(null_expected[0]) / drawn
-        row[f"z_L_{name}"] = float(standardized(excess[None])[0, 0])
-        row[f"p_value_L_{name}"] = float(shift_p_values(excess[None])[0])
-        row[f"null_excess_L_{name}"] = excess.astype(np.float32)
-    else:
-        row[f"null_excess_L_{name}"] = np.zeros(0, np.float32)
+           f"p_exchangeable_L_{name}": nan, f"q_exchangeable_L_{name}": nan,
+           f"null_excess_L_{name}": np.zeros(0)}
+    if null_hits is not None:
+        row.update(null_columns(null_hits, null_expected, name, drawn))
     return row
 
 
-def _decide(table: pd.DataFrame, name: str) -> pd.Series:
+def null_columns(null_hits: np.ndarray, null_expected: np.ndarray, name: str, drawn: float) -> dict:
+    """``strata_rate, z_L, p_value_L, null_excess_L`` of one head and range from its hits and the strata's
+    expectation under every shift ([shift] each, shift 0 first); NaN without draws."""
+    if not drawn:
+        return {}
+    excess = np.asarray(null_hits, np.float64) - np.asarray(null_expected, np.float64)  # [shift]
+    return {f"strata_rate_{name}": float(null_expected[0]) / drawn,
+            f"z_L_{name}": float(standardized(excess[None])[0, 0]),
+            f"p_value_L_{name}": float(shift_p_values(excess[None])[0]),
+            f"null_excess_L_{name}": excess}
+
+
+def _decide(table: pd.DataFrame, name: str) -> pd.arrays.BooleanArray:
     """significant_L_{name}: p_fwer ≤ ALPHA and P@L above the twins' p99 (where there are twins); <NA> where
     p_fwer is NaN."""
-    p_fwer = table[f"p_fwer_L_{name}"]
     column = f"pooled_p_at_L_{name}" if f"pooled_p_at_L_{name}" in table else f"p_at_L_{name}"
-    precision = table[column]
-    bar = table[f"untrained_p99_L_{name}"]
-    decided = (p_fwer <= ALPHA) & (bar.isna() | (precision > bar))
-    return decided.astype("boolean").mask(p_fwer.isna())
+    p_fwer, precision, bar = (table[c].to_numpy(dtype=np.float64) for c in
+                              (f"p_fwer_L_{name}", column, f"untrained_p99_L_{name}"))
+    with np.errstate(invalid="ignore"):
+        decided = (p_fwer <= ALPHA) & (np.isnan(bar) | (precision > bar))
+    return pd.arrays.BooleanArray(decided, np.isnan(p_fwer))  # masked (<NA>) where untested
 
 
 def with_tests(table: pd.DataFrame, control: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -421,6 +429,7 @@ def best_significant(table: pd.DataFrame, name: str = "long") -> pd.Series | Non
 
 
 __all__ = ["ALPHA", "POOLED_DRAWS", "UNTRAINED_QUANTILE", "benjamini_hochberg", "best_significant",
-           "head_row", "hypergeometric_p_value", "hypergeometric_p_values", "maxt_adjusted", "pooled_null",
+           "head_row", "hypergeometric_p_value", "hypergeometric_p_values", "maxt_adjusted", "null_columns",
+           "pooled_null",
            "pooled_p_value", "pooled_rows", "range_columns", "shift_draws", "shift_p_values", "standardized",
            "untrained_quantile", "with_tests"]

@@ -276,11 +276,11 @@ class ContactSink:
         """[L L] contact probabilities of sequence b."""
         return torch.sigmoid(self.logits(b))
 
-    def head_table(self, b: int = 0, min_count: int = MIN_COUNT, *,
-                   min_total: float = MIN_TOTAL) -> pd.DataFrame:
+    def head_table(self, b: int = 0, min_count: int = MIN_COUNT, *, min_total: float = MIN_TOTAL,
+                   control: pd.DataFrame | None = None) -> pd.DataFrame:
         """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module
         docstring); Vig et al.'s shares need Σ α > θ of at least `min_total`, the count shares `min_count`
-        weights ≥ θ."""
+        weights ≥ θ; `control`, the untrained twins' heads (``p_at_L_r``), sets ``untrained_p99``."""
         state = self.sequences[b]
         if not self.per_head:
             raise ProbeError("per-head statistics were not collected: build the ContactSink with "
@@ -294,7 +294,7 @@ class ContactSink:
         for name, value in vig.backgrounds(self.background_counts(b)).items():
             table[name] = value
         table = table.sort_values(["layer", "head"], ignore_index=True)
-        return significance.with_tests(table)
+        return significance.with_tests(table, control)
 
     def rows(self, b: int = 0) -> list[dict]:
         """The raw per-head rows of sequence b (per_head mode), in the order the layers arrived: no shares, no
@@ -329,6 +329,8 @@ class ContactSink:
             far_pairs, far_contacts = far_masks(state.true_map.to(device))
             background = float(far_contacts.sum() / far_pairs.sum()) if far_pairs.any() else float("nan")
         counts = vig.feature_counts(state.layer_alpha, state.masks, self.min_attention)  # name -> [head]
+        tops: dict[str, list[torch.Tensor]] = {}  # range -> each head's top-k pairs
+        first = len(state.rows)
         for index, head in enumerate(heads):
             alpha = state.layer_alpha[index]  # [L L]
             corrected = apc(symmetrize(alpha))  # [L L]
@@ -339,9 +341,8 @@ class ContactSink:
             if pairs is not None:
                 row.update(pairs.precision(corrected))
                 for name, (hits, drawn, known, contacts, top) in pairs.top_hits(corrected).items():
-                    null = state.range_nulls[name].excess(top) if state.range_nulls else (None, None)
-                    row.update(significance.head_row(hits, drawn, known, contacts, name,
-                                                     *(None if x is None else x.cpu().numpy() for x in null)))
+                    row.update(significance.head_row(hits, drawn, known, contacts, name))
+                    tops.setdefault(name, []).append(top)
                 strong = alpha >= self.min_attention  # [L L]
                 high, on_contact = (strong & far_pairs).sum(), (strong & far_contacts).sum()
                 row["far_contact_share"] = float(on_contact / high) if int(high) else float("nan")
@@ -360,6 +361,13 @@ class ContactSink:
                     key = f"{prefix}_{name}"
                     row[key] = float(counts[key][index]) if key in counts else float("nan")
             state.rows.append(row)
+        for name, top in tops.items():  # the shift null of every head of the layer at once
+            if state.range_nulls:
+                hits, expected = state.range_nulls[name].excess_batch(torch.stack(top))  # [head shift]
+                for row, head_hits, head_expected in zip(state.rows[first:], hits.cpu().numpy(),
+                                                         expected.cpu().numpy(), strict=True):
+                    row.update(significance.null_columns(head_hits, head_expected, name,
+                                                         row[f"top_L_{name}"]))
 
     def _twin_layer(self, state: _SequenceState, layer: int, heads: tuple[int, ...]) -> None:
         """An untrained twin's rows: per head and range, the top-L hits and P@L of its APC(sym(α))."""
