@@ -91,25 +91,6 @@ def output_path(text: str, allowed: tuple[str, ...], flag: str = "--out") -> Pat
     return path
 
 
-def output_paths(args: argparse.Namespace, flags: dict[str, str], suffixes: dict, is_ours, command: str,
-                 ) -> dict[str, Path]:
-    """kind -> path of every output flag given (`flags`: kind -> flag, read from ``args.<kind>``), checked:
-    extension (`suffixes[kind]`), folder, writable, not someone else's file (``is_ours(path, kind)``, unless
-    ``args.force``), each its own file."""
-    paths = {}
-    for kind, flag in flags.items():
-        value = getattr(args, kind)
-        if value:
-            path = output_path(value, suffixes[kind], flag)
-            if path.exists() and not args.force and not is_ours(path, kind):
-                raise ProbeError(f"{flag} {value} exists but is not a {command} output; pass --force to "
-                                 "overwrite it, or another file name")
-            paths[kind] = path
-    if len(set(paths.values())) < len(paths):
-        raise ProbeError("give each output its own file name")
-    return paths
-
-
 def _check_writable(folder: Path, flag: str, text: str) -> None:
     """Create and remove a temporary file in `folder` (permission bits alone miss read-only mounts and
     root)."""

@@ -19,15 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import (
-    add_control_option,
-    add_model_options,
-    add_ray_options,
-    executor,
-    load_keywords,
-    output_path,
-    output_paths,
-)
+from probe.commands import common
+from probe.commands.common import add_model_options, add_ray_options, executor, load_keywords, output_path
 from probe.errors import ProbeError
 from probe.proteins import defaults
 from probe.untrained import parse_control
@@ -91,7 +84,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="with --fit: where to save the fitted regression; otherwise: a fitted "
                              "regression to predict contacts with (any protein model; replaces an ESM "
                              "checkpoint's own)")
-    add_control_option(parser)
+    common.add_control_option(parser)
     parser.add_argument("--force", action="store_true",
                         help="recompute every record even if an earlier run finished some of them")
     add_ray_options(parser)
@@ -108,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.fit is not None:
         return _fit(args)
-    paths = output_paths(args, OUTPUT_FLAGS, outputs.SUFFIXES, outputs.is_ours, "probe contacts")
+    paths = _outputs(args, outputs.SUFFIXES, outputs.is_ours)
     options = inputs.contact_options(
         threshold=args.threshold, cb=args.cb, window=args.window, min_attention=args.min_attention,
         min_count=args.min_count, min_total=args.min_total, binding_distance=args.binding_distance,
@@ -158,11 +151,26 @@ def run(args: argparse.Namespace) -> int:
     return report.code
 
 
+def _outputs(args: argparse.Namespace, suffixes, is_ours) -> dict[str, Path]:
+    """kind -> path of every output flag given, checked (extension, folder, writable, not foreign)."""
+    paths = {}
+    for kind, flag in OUTPUT_FLAGS.items():
+        value = getattr(args, kind)
+        if value:
+            path = output_path(value, suffixes[kind], flag)
+            if path.exists() and not args.force and not is_ours(path, kind):
+                raise ProbeError(f"{flag} {value} exists but is not a probe contacts output; pass --force to "
+                                 "overwrite it, or another file name")
+            paths[kind] = path
+    if len(set(paths.values())) < len(paths):
+        raise ProbeError("give each output its own file name")
+    return paths
+
+
 def _fit(args: argparse.Namespace) -> int:
     """--fit: a regression fitted on every structure, saved as JSON; leave-one-out precision printed."""
     from probe import models  # torch and transformers: see run()
     from probe.proteins import regression, regression_file, units
-    from probe.proteins.precision import RANGES
     from probe.proteins.structure import check_threshold
 
     if args.sequence or args.fasta or args.structure or args.structures:
@@ -184,13 +192,7 @@ def _fit(args: argparse.Namespace) -> int:
     models.require_protein(loaded, "probe contacts --fit")
     fitted, evaluation = regression.fit_files(loaded, files, args.threshold, args.cb, model=args.model)
     fitted.save(target)
-    count = len(fitted.structures)
-    baseline = f"top-{regression.TOP_K}-head average"
-    for method, label in (("regression", "regression"), ("top_heads", baseline)):
-        rows = evaluation[evaluation["method"] == method]
-        parts = [f"{r}: P@L {rows[f'p_at_L_{r}'].mean():.3f} P@L/5 {rows[f'p_at_L5_{r}'].mean():.3f}"
-                 for r in RANGES]
-        print(f"held out ({count} structures, leave-one-out) {label}:  " + "  |  ".join(parts))
-    print(f"wrote the contact regression fitted on {count} structures to {target}; predict with "
-          f"--regression {target}", file=sys.stderr)
+    print("\n".join(regression.held_out_lines(evaluation, len(fitted.structures))))
+    print(f"wrote the contact regression fitted on {len(fitted.structures)} structures to {target}; predict "
+          f"with --regression {target}", file=sys.stderr)
     return 0
