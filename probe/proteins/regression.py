@@ -289,6 +289,18 @@ def training_structures(files: Sequence[str | Path], loaded, threshold: float | 
     return result
 
 
+def held_out_lines(evaluation: pd.DataFrame, count: int) -> list[str]:
+    """The report of a fit's leave-one-out rows (:func:`fit_files`' evaluation): per method (the regression,
+    the top-k-head average) the mean held-out P@L and P@L/5 of each range, one line each."""
+    lines = []
+    for method, label in (("regression", "regression"), ("top_heads", f"top-{TOP_K}-head average")):
+        rows = evaluation[evaluation["method"] == method]
+        parts = [f"{r}: P@L {rows[f'p_at_L_{r}'].mean():.3f} P@L/5 {rows[f'p_at_L5_{r}'].mean():.3f}"
+                 for r in RANGES]
+        lines.append(f"held out ({count} structures, leave-one-out) {label}:  " + "  |  ".join(parts))
+    return lines
+
+
 def fit_files(loaded, files: Sequence[str | Path], threshold: float | None = None, cb: str | None = None,
               model: str | None = None) -> tuple[ContactRegression, pd.DataFrame]:
     """``probe contacts --fit``: the regression fitted on the first protein chain of every file, with the
@@ -311,5 +323,5 @@ def fit_files(loaded, files: Sequence[str | Path], threshold: float | None = Non
 
 
 __all__ = ["DEFAULT_C", "TOP_K", "TrainingStructure", "fit", "fit_files", "fit_logistic", "head_maps",
-           "leave_one_out", "pair_features", "predict_map", "select_top_heads", "top_heads_map",
-           "training_structures"]
+           "held_out_lines", "leave_one_out", "pair_features", "predict_map", "select_top_heads",
+           "top_heads_map", "training_structures"]

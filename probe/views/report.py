@@ -135,8 +135,12 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
     if heads is not None and not heads.empty:
         key = "p_at_L_long" if true_map is not None else "logit_share"
         heads = heads.sort_values(key, ascending=False, na_position="last")
-        columns = [c for c in ("name", "p_at_L_long", "base_rate_long", "enrichment_L_long", "q_value_L_long",
-                               "logit_share", "contact_share", "binding_share") if c in heads.columns]
+        columns = [c for c in ("name", "p_at_L_long", "base_rate_long", "enrichment_L_long", "p_fwer_L_long",
+                               "untrained_p99_L_long", "significant_L_long", "logit_share", "contact_share",
+                               "binding_share") if c in heads.columns]
+        if "significant_L_long" in heads:
+            shown = heads["significant_L_long"].map({True: "yes", False: "no"})
+            heads = heads.assign(significant_L_long=shown)
         if true_map is None:
             columns = [c for c in columns if c in ("name", "logit_share")]
         head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in columns)
@@ -146,8 +150,11 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
         parts.append(f'<h3>heads against the contact base rate (top {min(LEADERBOARD_ROWS, len(heads))} of '
                      f'{len(heads)}, by {key.replace("_", " ")})</h3><p class="note">enrichment = P@L / base '
                      'rate of '
-                     "the range; q: Benjamini–Hochberg over the heads of the hypergeometric p-value of the "
-                     "top-L hits (probe.proteins.significance); unknown: not measured</p>"
+                     "the range; p FWER: the diagonal-shift permutation test of the head's hits beyond "
+                     "a predictor that knows only separation and residue types, family-wise over every "
+                     "head and range (Westfall–Young maxT); untrained p99: the 99th percentile of P@L "
+                     "over the heads of untrained twins; significant: p FWER ≤ 0.05 and P@L above it "
+                     "(probe.proteins.significance); unknown: not measured</p>"
                      '<div class="scroll"><table '
                      f'class="probe-table"><thead><tr>{head}</tr></thead><tbody>{body}'
                      "</tbody></table></div>")

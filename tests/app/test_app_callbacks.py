@@ -1038,9 +1038,9 @@ def test_target_overlay_of_the_bracket_type_marks_the_matching_bracket():
 
 def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_binding(specs,
                                                                                         ubiquitin_structure):
-    """With a structure the leaderboard has the contact base rate, enrichment and q of every head (equal to
-    the library's per-head table); 1UBI has no ligand, so the binding share is "unknown" in the panel, never
-    0."""
+    """With a structure the leaderboard has the contact base rate, enrichment, family-wise p, untrained twins'
+    p99 and the decision of every head (equal to the library's per-head table); 1UBI has no ligand, so the
+    binding share is "unknown" in the panel, never 0."""
     from app.protein_analysis import analyse
     from probe.proteins.contacts import predict_contacts
     from probe.proteins.structure import contact_map, read_structure
@@ -1048,16 +1048,20 @@ def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_
     loaded = models.load(specs[1])
     result = analyse(loaded, None, open(ubiquitin_structure, "rb").read(), "pdb1ubi.pdb")
     board = result.heads
-    assert {"base rate long", "enrichment long", "q long", "binding share"} <= set(board.columns)
+    assert {"base rate long", "enrichment long", "p FWER long", "untrained p99 long", "significant long",
+            "binding share"} <= set(board.columns)
     structure = read_structure(ubiquitin_structure)
     reference = predict_contacts(loaded, structure.sequence,
                                  true_map=contact_map(structure, sequence=structure.sequence),
                                  per_head=True).heads.set_index("name")
     for _, row in board.iterrows():
         assert row["base rate long"] == pytest.approx(reference.loc[row["head"], "base_rate_long"], abs=1e-3)
-        assert row["q long"] == pytest.approx(reference.loc[row["head"], "q_value_L_long"], abs=1e-3)
+        assert row["p FWER long"] == pytest.approx(reference.loc[row["head"], "p_fwer_L_long"], abs=1e-3)
+        assert row["significant long"] == {True: "yes", False: "no"}[bool(reference.loc[row["head"],
+                                                                                      "significant_L_long"])]
     assert board["binding share"].isna().all()
     shown = proteins.unknown_as_text(board.to_dict("records"))
     assert {record["binding share"] for record in shown} == {"unknown"}
     without = analyse(loaded, structure.sequence, None).heads  # no structure: no base rate, no shares
-    assert not {"base rate long", "q long", "binding share", "P@L long"} & set(without.columns)
+    assert not {"base rate long", "p FWER long", "significant long", "binding share", "P@L long"} & set(
+        without.columns)
