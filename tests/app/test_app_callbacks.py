@@ -141,7 +141,7 @@ def test_a_failed_capture_clears_the_figures_with_the_reason(service, specs, mon
     def broken(*args, **kwargs):
         raise RuntimeError("Q/K/V should have the same head size")
 
-    monkeypatch.setattr(service, "layer_attention", broken)
+    monkeypatch.setattr(service.captures, "layer_attention", broken)
     payload, message = explorer.layer_view(service, {"model": specs[0], "ids": [5, 6]}, {"layer": 0})
     assert "Q/K/V should have the same head size" in message and payload["error"].endswith(message)
 
@@ -580,7 +580,7 @@ def test_limits_beside_run_are_the_models_own(service, specs):
         "at most 1024 tokens (the model's positions) · proteins: at "
                                                "most 1022")
     small = Service(AppConfig(models=specs, max_tokens=50, max_residues=30), registry=service.registry)
-    assert small.limits(specs[1]) == "at most 50 tokens (--max-tokens) · proteins: at most 30 residues"
+    assert small.facts.limits(specs[1]) == "at most 50 tokens (--max-tokens) · proteins: at most 30 residues"
 
 
 def test_card_panel_shows_the_models_card(service, specs):
@@ -617,7 +617,7 @@ def test_internal_errors_are_one_line_not_a_traceback(service, specs, monkeypatc
     def broken(*args, **kwargs):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(service, "head_attention", broken)
+    monkeypatch.setattr(service.captures, "head_attention", broken)
     view = guarded(outputs=2, message=1)(explorer.line_figure)
     result = view(service, {"model": specs[0], "ids": [5, 6]}, {"layer": 0, "head": 0})
     assert result[1] == "internal error: RuntimeError: kaboom (details in the server log)"
@@ -979,10 +979,10 @@ def test_protein_layer_maps_equal_each_heads_map_and_are_cached(service, specs):
     for head in range(loaded.n_heads):
         np.testing.assert_allclose(maps[head], head_attention_map(loaded, UBIQUITIN[:30], 1, head), atol=1e-6)
     store, _ = proteins.protein_run(service, specs[1], UBIQUITIN[:30], None, None, "")
-    before = service.protein_maps.misses
+    before = service.proteins.maps.misses
     for head in range(loaded.n_heads):
         service.proteins.head_map(store["key"], 1, head)
-    assert service.protein_maps.misses - before == 1  # one forward for the whole layer
+    assert service.proteins.maps.misses - before == 1  # one forward for the whole layer
 
 
 def test_shared_zoom_is_clipped_to_the_protein():

@@ -336,7 +336,7 @@ def test_clusters_present_counts_distinct_clusters_with_a_value():
 def test_accuracy_by_source_is_each_groups_accuracy_per_head():
     """Hand-computed: groups a, b, a, b over 4 examples; head (0, 0) is right on examples 0, 1, 2; head (0, 1)
     on 3."""
-    from probe.heads.label.summary import _per_group
+    from probe.heads.label.summary import per_group
 
     correct = torch.tensor([[[1.0, 0.0]], [[1.0, 0.0]], [[1.0, 0.0]], [[0.0, 1.0]]]).reshape(4, 1, 2)
-    assert _per_group(correct, ["a", "b", "a", "b"], ["b", "a"]) == ["b: 0.50; a: 1.00", "b: 0.50; a: 0.00"]
+    assert per_group(correct, ["a", "b", "a", "b"], ["b", "a"]) == ["b: 0.50; a: 1.00", "b: 0.50; a: 0.00"]
