@@ -55,13 +55,18 @@ else
     torch_wheel=()
     if ! torch_ok; then  # the wheel pip would install (its configuration: find-links, index, constraints)
         step "finding torch $TORCH (CPU) where pip's configuration puts it"
-        url=$(python -m pip install -q --disable-pip-version-check --dry-run --no-deps --ignore-installed \
-                --report - "torch==$TORCH" | python -c 'import json, sys
-print(json.load(sys.stdin)["install"][0]["download_info"]["url"])')
-        case "$url" in
-            file://*) torch_wheel=("${url#file://}") ;;  # a local CPU wheel: uv installs that very file
-            *) step "installing torch $TORCH (CPU) with pip"; pip_quiet "torch==$TORCH" ;;
-        esac
+        # a local file's path (the URL's %2B decoded), else the URL
+        where=$(python -m pip install -q --disable-pip-version-check --dry-run --no-deps --ignore-installed \
+                  --report - "torch==$TORCH" 2>/dev/null | python -c 'import json, sys, urllib.parse, urllib.request
+url = json.load(sys.stdin)["install"][0]["download_info"]["url"]
+print(urllib.request.url2pathname(urllib.parse.urlparse(url).path) if url.startswith("file:") else url)' \
+                  2>/dev/null) || where=""  # pip's own message, if any, comes with the install below
+        if [ -f "$where" ]; then
+            torch_wheel=("$where")  # a local CPU wheel: uv installs that very file
+        else
+            step "installing torch $TORCH (CPU) with pip"
+            pip_quiet "torch==$TORCH"
+        fi
     fi
     constraint=()
     if [ ${#torch_wheel[@]} -eq 0 ]; then  # torch is installed: uv is held to that very build
