@@ -24,10 +24,10 @@ Times: the three variants alternate --repeats rounds in one subprocess after a w
 changing load then hits all three alike); medians are reported. Peak memory: each (variant, N) runs in its own
 subprocess, so its ru_maxrss is its own.
 
-With --device cuda (benchmarks/gpu.sh runs it) the model runs on the GPU in --dtype (bfloat16 there: plain sdpa
-then takes the flash kernel, and so does the engine's fused call), times are taken between
-torch.cuda.synchronize() calls, and the peak is the device's own (torch.cuda.max_memory_allocated after a reset,
-per variant, in the timing child: no peak children). Run:
+With --device cuda (benchmarks/gpu.sh runs it) the model runs on the GPU in --dtype (bfloat16 there: plain
+sdpa then takes the flash kernel, and so does the engine's fused call), times are taken between
+torch.cuda.synchronize() calls, and the peak is the device's own (torch.cuda.max_memory_allocated after a
+reset, per variant, in the timing child: no peak children). Run:
 
     python benchmarks/capture.py                 # N = 1024, 4096 and 16384
     python benchmarks/capture.py --lengths 1024 --repeats 5
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import statistics
 import subprocess
@@ -205,9 +206,11 @@ def table(timings: dict[int, dict], peaks: dict[int, dict], limit_gib: float) ->
     for n in sorted(timings):
         times, peak = timings[n]["times"], peaks[n]
         a, b, r = (statistics.median(times[v]) for v in ("plain", "engine", "reduced"))
-        pa, pb, pr = (peak[v]["peak_mib"] for v in ("plain", "engine", "reduced"))
+        # nan where the peaks were not measured (--no-peaks)
+        pa, pb, pr = (peak[v]["peak_mib"] if v in peak else math.nan for v in ("plain", "engine", "reduced"))
         if "eager" in times:
-            c, pc = statistics.median(times["eager"]), peak["eager"]["peak_mib"]
+            c = statistics.median(times["eager"])
+            pc = peak["eager"]["peak_mib"] if "eager" in peak else math.nan
             eager_s, eager_time, eager_peak = f"{c:.2f}", f"{c / a:.2f}", f"{pc / pa:.2f}"
         else:
             eager_s, eager_time, eager_peak = (
@@ -237,6 +240,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                         help="the model's dtype (default float32; bfloat16 or float16 let a GPU's sdpa take "
                              "the flash kernel)")
+    parser.add_argument("--no-peaks", action="store_true",
+                        help="skip the peak-memory children (a CPU run's peaks: benchmarks/gpu.sh --dry-run)")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--no-eager", action="store_true", help=argparse.SUPPRESS)
@@ -264,6 +269,8 @@ def main() -> None:
         timings[n] = run_child("time", n, args.repeats, args.threads, eager, args.layers)
         if DEVICE.startswith("cuda"):  # the device's peaks, measured in the timing child
             peaks[n] = timings[n].pop("peaks", {"error": timings[n].get("error", "no peaks")})
+        elif args.no_peaks:
+            peaks[n] = {}
         else:
             peaks[n] = {variant: run_child(variant, n, args.repeats, args.threads, layers=args.layers)
                         for variant in variants}
