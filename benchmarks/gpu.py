@@ -36,7 +36,7 @@ LENGTHS = (1024, 4096, 16384, 32768)
 DRY_LENGTHS = (32, 64)
 # seconds: the most each stage may take (a length's capture run: its own limit); a dry run's are wide (it
 # checks the plumbing, not the speed, and a shared CPU may be slow)
-LIMITS = {"device": 60, "tests": 200, 1024: 45, 4096: 50, 16384: 70, 32768: 100}
+LIMITS = {"device": 60, "tests": 180, 1024: 40, 4096: 45, 16384: 60, 32768: 90}
 DRY_LIMITS = {"device": 300, "tests": 400, 32: 300, 64: 300}
 RESERVE = 5  # seconds kept for the summary
 
@@ -136,7 +136,7 @@ def capture_stage(budget: Budget, dry: bool, scratch: Path) -> tuple[str, float,
     for n in lengths:
         out = scratch / f"capture-{n}.json"
         if dry:  # the plumbing only: one layer, one round, no peak children
-            flags = ["--device", "cpu", "--layers", "1", "--repeats", "1", "--no-peaks"]
+            flags = ["--device", "cpu", "--dtype", "bfloat16", "--layers", "1", "--repeats", "1", "--no-peaks"]
         else:
             flags = ["--device", "cuda", "--dtype", "bfloat16", "--repeats", "3", "--eager-limit-gib", "16"]
         command = [sys.executable, str(ROOT / "benchmarks" / "capture.py"), "--lengths", str(n),
@@ -201,7 +201,7 @@ def summary(dry: bool, stages: list[tuple[str, str, float]], device: dict, tests
         lines += [f"  - {problem}" for problem in tests["problems"][:12]]
     if capture:
         lines += ["", "capture (GPT-2-small shape, 12 layers × 12 heads; medians of alternating rounds):"
-                  if not dry else "capture (dry run: 1 layer, 1 round, float32 on the CPU, no peaks):"]
+                  if not dry else "capture (dry run: 1 layer, 1 round, bfloat16 on the CPU, no peaks):"]
         lines += capture_rows(capture)
     verdict = all(status == "ok" for _, status, _ in stages) and not tests.get("failed")
     lines += ["", f"verdict: {'every stage ok' if verdict else 'NOT all ok (see above)'}", "=" * 78]
