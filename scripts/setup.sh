@@ -51,9 +51,11 @@ with_pip() {
 if [ ! -x "$UV" ] || [ "${PROBE_SETUP_PIP:-0}" = 1 ]; then
     with_pip
 else
-    # UV_COMPILE_BYTECODE: .pyc files written at install, as pip does (uv leaves them to the first import, which
-    # never writes them where PYTHONDONTWRITEBYTECODE is set: every start of torch would compile it again)
-    export UV_PYTHON="$PWD/.venv/bin/python" UV_NO_PROGRESS=1 UV_COMPILE_BYTECODE=1
+    # UV_COMPILE_BYTECODE: .pyc files of the whole environment written at install, as pip does (uv leaves them
+    # to the first import, which never writes them where PYTHONDONTWRITEBYTECODE is set: every start of torch
+    # would compile it again). scripts/demo.sh sets it to 0 for the first screen's install: the app's imports
+    # compile only what they need, and the extras' install afterwards compiles the rest.
+    export UV_PYTHON="$PWD/.venv/bin/python" UV_NO_PROGRESS=1 UV_COMPILE_BYTECODE="${UV_COMPILE_BYTECODE:-1}"
     torch_wheel=()
     if ! torch_ok; then  # the wheel pip would install (its configuration: find-links, index, constraints)
         step "finding torch $TORCH (CPU) where pip's configuration puts it"
