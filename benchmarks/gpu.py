@@ -136,7 +136,8 @@ def capture_stage(budget: Budget, dry: bool, scratch: Path) -> tuple[str, float,
     for n in lengths:
         out = scratch / f"capture-{n}.json"
         if dry:  # the plumbing only: one layer, one round, no peak children
-            flags = ["--device", "cpu", "--dtype", "bfloat16", "--layers", "1", "--repeats", "1", "--no-peaks"]
+            flags = ["--device", "cpu", "--dtype", "bfloat16", "--layers", "1", "--repeats", "1",
+                     "--no-peaks"]
         else:
             flags = ["--device", "cuda", "--dtype", "bfloat16", "--repeats", "3", "--eager-limit-gib", "16"]
         command = [sys.executable, str(ROOT / "benchmarks" / "capture.py"), "--lengths", str(n),

@@ -29,8 +29,8 @@ def _gpu_module():
 
 def _run(*args: str, **env: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PROBE_GPU_PYTHON": sys.executable, "OMP_NUM_THREADS": "1", **env}
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, timeout=1500,
-                          env=env)
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=1500, env=env)
 
 
 def test_the_dry_run_goes_through_every_stage_and_prints_one_summary():
