@@ -139,7 +139,9 @@ def capture_stage(budget: Budget, dry: bool, scratch: Path) -> tuple[str, float,
             flags = ["--device", "cpu", "--dtype", "bfloat16", "--layers", "1", "--repeats", "1",
                      "--no-peaks"]
         else:
-            flags = ["--device", "cuda", "--dtype", "bfloat16", "--repeats", "3", "--eager-limit-gib", "16"]
+            # α blocks of up to 256 MiB: the engine's longest blocks (128 rows) at 32K with 12 heads
+            flags = ["--device", "cuda", "--dtype", "bfloat16", "--repeats", "3", "--eager-limit-gib", "16",
+                     "--block-mib", "256"]
         command = [sys.executable, str(ROOT / "benchmarks" / "capture.py"), "--lengths", str(n),
                    "--json", str(out), *flags]
         status, seconds, output = run_stage(command, budget.grant(limits[n]))

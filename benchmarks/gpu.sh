@@ -55,7 +55,8 @@ if [ -n "$missing" ]; then
     distributions=$(printf '%s\n' $missing | sed 's/^sklearn$/scikit-learn/')
     say "installing what $python lacks: $missing"
     if [ -d .whl ]; then source_args=(--no-index --find-links .whl); else source_args=(); fi
-    if timeout 120 "$python" -m pip install -q --disable-pip-version-check --no-deps --target .gpu-site \
+    if timeout 120 "$python" -m pip install -q --disable-pip-version-check --retries 0 --timeout 10 --no-deps \
+            --target .gpu-site \
             "${source_args[@]}" $distributions >&2; then
         installed=" (installed into .gpu-site: $missing)"
     fi
