@@ -10,7 +10,8 @@
 # where the CPU build lies (a local wheel, an index): a plain `torch` resolved from PyPI would be a multi-GB CUDA
 # build. uv then installs exactly the wheel file pip chose (when that is a local file) and is held to the
 # installed torch by a constraint on its exact version (2.13.0+cpu), so it never resolves torch itself.
-# Safe to run again: it installs only what is missing. One line per step; an installer's output only on failure.
+# PROBE_SETUP_PIP=1 makes pip do everything. Safe to run again: it installs only what is missing. One line per
+# step; an installer's output only on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-test,ray}"
