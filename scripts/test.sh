@@ -4,7 +4,7 @@
 # then pytest (notebooks included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh test,ray,docs  # one resolution: the test, ray (scale-out tests, kaleido) and docs extras
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
     (export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || {
         echo "could not install chromium and chromium-driver (needs root and Debian's registry)" >&2; exit 1; }
@@ -14,7 +14,6 @@ if ! command -v c++ >/dev/null; then  # the fused CPU tile kernel (probe/engine/
         echo "could not install g++ (needs root and Debian's registry)" >&2; exit 1; }
 fi
 . .venv/bin/activate
-PYTHONWARNINGS=ignore python -m pip install -q -e ".[docs]"  # no editable-finder banner (see setup.sh)
 python -m ruff check .  # line length 110, imports sorted, pyflakes (pyproject.toml [tool.ruff])
 NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict --site-dir site  # not --quiet: it hides warnings from --strict
 python -m pytest -q "$@"

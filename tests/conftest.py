@@ -58,6 +58,24 @@ def eager_attention(model, inputs) -> torch.Tensor:
     return torch.stack(out.attentions, dim=1)  # [batch layer head query key]
 
 
+@pytest.fixture
+def cuda_kernels_only(monkeypatch):
+    """On a CUDA device the engine's output and log-sum-exp must come from a fused kernel (flash or
+    memory-efficient): where a kernel refuses a call the engine falls back to its blockwise softmax, which
+    gives the same α, so an equality test alone would pass without ever running the kernel. With this fixture
+    that fallback fails the test with the kernel's own error (e.g. "attn_bias is not correctly aligned"). Not
+    for soft-capped models, whose scores no kernel computes."""
+    from probe.engine import kernels
+
+    def refused(query, key, value, scores, block_rows=256):
+        if query.device.type == "cuda" and scores.softcap is None:  # the kernel again, its error unsuppressed
+            kernels._cuda_fused_attention(query, key, value, scores.mask, scores.is_causal, scores.scale, 0.0)
+        raise AssertionError(f"the blockwise fallback ran for a {query.dtype} call on {query.device}, where "
+                             "a fused CUDA kernel should have given the output and the log-sum-exp")
+
+    monkeypatch.setattr(kernels, "blockwise_attention", refused)
+
+
 def compact_synthetic_pdb(sequence: str) -> str:
     """A PDB text whose residues walk a serpentine path through a cubic lattice of 3.8 Å: a compact 'fold'
     with short-, medium- and long-range contacts (Cβ 0.5 Å beside Cα; glycines have none)."""
