@@ -1,6 +1,6 @@
-"""The JavaScript check is wired: ESLint and tsc --checkJs are pinned, cover every script the browser runs, and
-scripts/test.sh runs them (js/README.md). The check itself runs in scripts/test.sh (tsc reads the DOM's types:
-~15 s of CPU, too slow for the default suite); the scripts' behaviour is tested in Chromium."""
+"""The JavaScript check is wired: ESLint and tsc --checkJs are pinned, cover every script the browser runs,
+and scripts/test.sh runs them (js/README.md). The check itself runs in scripts/test.sh (tsc reads the DOM's
+types: ~15 s of CPU, too slow for the default suite); the scripts' behaviour is tested in Chromium."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "js"
-SCRIPTS = sorted([*(ROOT / "probe" / "views" / "assets").glob("*.js"), *(ROOT / "app" / "assets").glob("*.js")])
+SCRIPTS = sorted([*(ROOT / "probe" / "views" / "assets").glob("*.js"),
+                  *(ROOT / "app" / "assets").glob("*.js")])
 
 
 def _json_with_comments(path: Path) -> dict:
     """tsconfig.json allows // comments (on their own lines here)."""
-    return json.loads("\n".join(line for line in path.read_text().splitlines() if not line.strip().startswith("//")))
+    lines = path.read_text().splitlines()
+    return json.loads("\n".join(line for line in lines if not line.strip().startswith("//")))
 
 
 def test_the_tools_are_pinned_and_locked():
