@@ -35,6 +35,24 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def planted_dir(tmp_path_factory) -> str:
+    """The planted GPT-2 (probe.zoo.planted.PLANTED_HEADS: L0H0 previous token, L0H1 self, L1H2 first token)
+    saved once per session; what `probe label --model DIR` and `models.load(DIR)` read."""
+    from probe.zoo.planted import save_planted_gpt2
+
+    return str(save_planted_gpt2(tmp_path_factory.mktemp("planted")))
+
+
+@pytest.fixture(scope="module")
+def planted(planted_dir):
+    """The planted GPT-2, loaded once per test module (a test that changes its weights changes only its
+    module's copy)."""
+    from probe import models
+
+    return models.load(planted_dir)
+
+
+@pytest.fixture(scope="session")
 def structures_dir():
     """tests/data: pdb1ubi.pdb, 1aki.pdb and pdb1ejg.pdb (real wwPDB files shipped with the repository)."""
     return STRUCTURES

@@ -104,6 +104,20 @@ class ContactResult:
     control : pandas.DataFrame or None
         The untrained twins' heads (per-head mode with a true map and ``control`` > 0), one row per twin ×
         layer × head: ``seed, layer, head, name``, per range ``hits_L_r, top_L_r, p_at_L_r``.
+
+    Examples
+    --------
+    >>> from probe.proteins.structure import contact_map, read_structure
+    >>> esm = probe.load("zoo:esm-random")  # 2 layers x 4 heads, random weights: the numbers mean nothing
+    >>> structure = read_structure("tests/data/pdb1ejg.pdb", chain="A")  # crambin, 46 residues
+    >>> true_map = contact_map(structure, sequence=structure.sequence)  # [L L] int8
+    >>> result = predict_contacts(esm, structure.sequence, true_map=true_map)
+    >>> result.sequence[:10], result.contacts.shape, round(result.precision["p_at_L_long"], 3)
+    ('TTCCPSIVAR', (46, 46), 0.217)
+    >>> result.heads[["name", "weight", "p_at_L_long", "base_rate_long"]].head(2)
+       name    weight  p_at_L_long  base_rate_long
+    0  L0H0  0.281184     0.130435        0.150198
+    1  L0H1 -0.028171     0.195652        0.150198
     """  # noqa: E501 - markdown table rows cannot wrap
 
     sequence: str
@@ -278,6 +292,7 @@ def predict_contacts(
 
     Examples
     --------
+    >>> from probe.proteins.structure import contact_map, read_structure
     >>> loaded = probe.models.load("zoo:esm-random")  # random weights: the numbers mean nothing
     >>> structure = read_structure("tests/data/pdb1ubi.pdb", chain="A")
     >>> true_map = contact_map(structure, sequence=structure.sequence)  # [L L] int8

@@ -312,8 +312,32 @@ def fit_files(loaded, files: Sequence[str | Path], threshold: float | None = Non
         A protein language model.
     files : Sequence[str or pathlib.Path]
         At least two structure files.
+    threshold : float, optional
+        Cβ–Cβ contact distance in Å (default 8).
+    cb : {"virtual", "real"}, optional
+        Where Cβ sits (default "virtual", ESM's evaluation).
     model : str, optional
         The name the file records (default ``loaded.name``); the revision is ``loaded.revision``.
+
+    Returns
+    -------
+    regression : ContactRegression
+        Fitted on every structure (``.save(path)`` writes what ``--regression FILE`` reads).
+    evaluation : pandas.DataFrame
+        Leave-one-structure-out precisions: one row per structure × method (``regression``, ``top_heads``).
+
+    Examples
+    --------
+    >>> esm = probe.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> regression, table = fit_files(esm, ["tests/data/pdb1ejg.pdb", "tests/data/pdb1ubi.pdb"])
+    >>> regression.structures, regression.weight.shape  # weight: [layer head]
+    (('pdb1ejg_A', 'pdb1ubi_A'), (2, 4))
+    >>> table[["id", "method", "p_at_L_long"]]  # each structure predicted by a fit on the others
+              id      method  p_at_L_long
+    0  pdb1ejg_A  regression     0.130435
+    1  pdb1ejg_A   top_heads     0.195652
+    2  pdb1ubi_A  regression     0.105263
+    3  pdb1ubi_A   top_heads     0.052632
     """
     if len(files) < 2:
         raise ProbeError(f"--fit holds {len(files)} structure: leave-one-structure-out needs at least two")

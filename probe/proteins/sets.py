@@ -209,6 +209,17 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
         | `n_pairs`, `n_residues` | float | L², L |
         | `n_known_pairs` | float | pairs at least 6 apart whose contact state is known (provis' contact background's denominator); NaN without a structure |
         | `n_contact_pairs`, `n_{binding,helix,strand,turn_bend,blank}_residues` | float | the property counts behind the background rates; NaN where unknown |
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from probe.proteins.units import structure_units
+    >>> esm = probe.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> units, skipped = structure_units([Path("tests/data/pdb1ejg.pdb")])  # one unit per protein chain
+    >>> outcomes = [analyse_unit(esm, unit, ContactOptions(per_head=False)) for unit in units]
+    >>> chain_table(outcomes)[["id", "chain", "length", "n_true_long", "p_at_L_long"]]
+              id chain  length  n_true_long  p_at_L_long
+    0  pdb1ejg_A     A      46           38     0.217391
     """  # noqa: E501 - markdown table rows cannot wrap
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
@@ -236,6 +247,16 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
     ------
     ProbeError
         No unit has a per-head table.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from probe.proteins.units import structure_units
+    >>> esm = probe.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> units, _ = structure_units([Path("tests/data/pdb1ejg.pdb")])  # crambin, 46 residues
+    >>> heads = heads_table([analyse_unit(esm, unit, ContactOptions()) for unit in units])
+    >>> heads.shape, heads[["record", "id", "name"]].head(2).values.tolist()  # one row per chain × head
+    ((8, 76), [[0, 'pdb1ejg_A', 'L0H0'], [0, 'pdb1ejg_A', 'L0H1']])
     """
     tables = []
     for outcome in outcomes:
@@ -313,6 +334,12 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 
 The parquet file's schema metadata holds the run's model, revision, options and proteins
 (:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
+
+Examples
+--------
+>>> from probe.proteins.sets import HEAD_SUMMARY_COLUMNS
+>>> len(HEAD_SUMMARY_COLUMNS), HEAD_SUMMARY_COLUMNS[:6]
+(87, ('layer', 'head', 'name', 'n_proteins', 'weight', 'logit_share'))
 """  # noqa: E501 - markdown table rows cannot wrap
 
 
@@ -369,6 +396,19 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
         Columns :data:`HEAD_SUMMARY_COLUMNS` in that order. ``n_proteins`` counts the proteins with a known
         long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the sums
         over all proteins; the contact test pools each head's top-L hits and shift nulls over the proteins.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from probe.proteins.units import structure_units
+    >>> esm = probe.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> units, _ = structure_units([Path("tests/data/pdb1ubi.pdb"), Path("tests/data/pdb1ejg.pdb")])
+    >>> outcomes = [analyse_unit(esm, unit, ContactOptions()) for unit in units]
+    >>> summary = summarize_heads(heads_table(outcomes), chain_table(outcomes), samples=200)
+    >>> summary[["name", "n_proteins", "p_at_L_long", "p_at_L_long_low", "p_at_L_long_high"]].head(2)
+       name  n_proteins  p_at_L_long  p_at_L_long_low  p_at_L_long_high
+    0  L0H0           2     0.091533         0.052632          0.130435
+    1  L0H1           2     0.163616         0.131579          0.195652
     """
     grouped = heads.groupby(["layer", "head"], sort=True)
     summary = grouped[["weight", "logit_share"]].mean().reset_index()
@@ -398,7 +438,41 @@ def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
 def read_heads_summary(path: str | Path) -> pd.DataFrame:
     """A per-head summary written by `probe contacts --heads-summary`, checked; its metadata in ``.attrs``
     (model, revision, proteins, min_attention, min_total, min_count, threshold, cb, ...). One-line ProbeError
-    otherwise."""
+    otherwise.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The parquet file.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`HEAD_SUMMARY_COLUMNS` (and any the file adds); ``.attrs`` holds the run's metadata.
+
+    Raises
+    ------
+    ProbeError
+        The file is missing, not parquet, or lacks a summary column.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from probe.proteins.units import structure_units
+    >>> esm = probe.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> units, _ = structure_units([Path("tests/data/pdb1ejg.pdb")])
+    >>> outcomes = [analyse_unit(esm, unit, ContactOptions()) for unit in units]
+    >>> summary = summarize_heads(heads_table(outcomes), chain_table(outcomes), samples=100)
+    >>> with tempfile.TemporaryDirectory() as folder:  # what probe contacts --heads-summary writes
+    ...     write_heads_summary(Path(folder) / "summary.parquet", summary, {"model": esm.name, "proteins": 1})
+    ...     back = read_heads_summary(Path(folder) / "summary.parquet")
+    >>> back.shape, back.attrs
+    ((8, 87), {'model': 'zoo:esm-random', 'proteins': 1})
+    >>> read_heads_summary("no/such/summary.parquet")
+    Traceback (most recent call last):
+    probe.errors.ProbeError: heads summary no/such/summary.parquet does not exist
+    """
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProbeError(f"heads summary {path} does not exist")

@@ -12,6 +12,17 @@
 
 The clientside code (``probe/views/assets/views.js``) is the same file the Dash app's explorer loads
 (:mod:`probe.views.bundle`). Nothing heavy happens at import.
+
+Examples
+--------
+>>> import tempfile
+>>> view = probe.show(loaded, "rada ruga buse rada ruga buse")  # in a notebook: drawn under the cell
+>>> view
+<probe view: zoo:induction, 7 tokens, 2×4 heads, 8 full maps of 7² cells>
+>>> with tempfile.TemporaryDirectory() as folder:
+...     svg = view.save(f"{folder}/L0H1.svg", head="L0H1").read_text()
+>>> svg.startswith("<svg"), "L0H1" in svg
+(True, True)
 """
 
 from __future__ import annotations

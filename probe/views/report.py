@@ -261,6 +261,18 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
     -------
     Path
         `out`.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from probe.heads.tables import load_table
+    >>> labels = load_table(probe.zoo.labels_path("induction"))
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     out = os.path.join(folder, "report.html")
+    ...     path = write_report("zoo:induction", out, labels=labels, seq_len=32)
+    ...     page = path.read_text(encoding="utf-8")
+    >>> path.name, "<script src=" in page, "https://" in page  # one file: nothing loaded from elsewhere
+    ('report.html', False, False)
     """
     out = Path(out).expanduser()
     if out.suffix.lower() not in (".html", ".htm"):

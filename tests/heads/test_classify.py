@@ -18,7 +18,7 @@ from probe.heads.registry import REGISTRY, TargetContext
 from probe.heads.scores import ScoreSink
 from probe.heads.stats import uniform_chance
 from probe.heads.tables import COLUMNS, load_table, save_table
-from probe.zoo.planted import PLANTED_HEADS, save_planted_gpt2
+from probe.zoo.planted import PLANTED_HEADS
 from probe.zoo.tiny import word_tokenizer
 
 
@@ -33,11 +33,6 @@ def stream(sink: ScoreSink, alpha: torch.Tensor, rows_per_block: int) -> None:
             if "n_key" in names:
                 values["n_key"] = n
             sink.update(AttentionBlock(**values))
-
-
-@pytest.fixture(scope="module")
-def planted_dir(tmp_path_factory):
-    return save_planted_gpt2(tmp_path_factory.mktemp("planted"))
 
 
 # ---- chance ------------------------------------------------------------------------------------------------
