@@ -1,10 +1,9 @@
 """The circuit panel's data: a head type's circuit (:func:`probe.circuits.find_circuit`) on a served model's
-label table, computed once per (model, type, label table) through the inference gate and kept while the table
-stays the same."""
+label table, computed once per (model, type, label table) through the inference gate and kept in an LRU cache
+(:meth:`probe_app.cache.LRUCache.get_or_compute`) while the table stays the same."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import pandas as pd
@@ -13,14 +12,21 @@ from probe.circuits import CircuitConfig, find_circuit
 from probe.circuits.circuit import Circuit
 from probe.errors import ProbeError
 
+from .cache import LRUCache
 from .facts import ModelFacts
 from .gate import InferenceGate
 
 EXAMPLES = 16  # paired probes per circuit in the app (probe circuit --examples)
+CIRCUITS = 16  # circuits kept (a circuit is its tables: kilobytes)
+
+
+def table_key(table: pd.DataFrame) -> int:
+    """A content hash of a label table: a relabelled model's circuit is found again, an unchanged one is not."""
+    return int(pd.util.hash_pandas_object(table.astype(str), index=False).sum())
 
 
 class CircuitStore:
-    """Circuits of the served models, by (spec, head type), for the label table each was found on.
+    """Circuits of the served models, by (spec, head type, label table).
 
     Parameters
     ----------
@@ -30,20 +36,23 @@ class CircuitStore:
         One forward pass at a time in the process (the patching forwards pass it as a view).
     labels_of : callable
         spec -> the model's label table or None.
+    cache : LRUCache, optional
+        Where the circuits are kept (default: :data:`CIRCUITS` entries).
     """
 
     def __init__(self, facts: ModelFacts, gate: InferenceGate,
-                 labels_of: Callable[[str], pd.DataFrame | None]) -> None:
+                 labels_of: Callable[[str], pd.DataFrame | None], cache: LRUCache | None = None) -> None:
         self.facts, self.gate, self.labels_of = facts, gate, labels_of
-        self._found: dict[tuple[str, str], tuple[int, Circuit]] = {}  # key -> (id of its table, circuit)
-        self._lock = threading.Lock()
+        self.cache = cache if cache is not None else LRUCache(CIRCUITS, 64 * 2**20)
+
+    def _key(self, spec: str, head_type: str) -> tuple | None:
+        table = self.labels_of(spec)
+        return None if table is None else ("circuit", spec, head_type, table_key(table))
 
     def cached(self, spec: str, head_type: str) -> Circuit | None:
         """The circuit already found for the model's current label table, or None."""
-        table = self.labels_of(spec)
-        with self._lock:
-            found = self._found.get((spec, head_type))
-        return found[1] if found is not None and table is not None and found[0] == id(table) else None
+        key = self._key(spec, head_type)
+        return None if key is None else self.cache.peek(key)
 
     def circuit(self, spec: str, head_type: str) -> Circuit:
         """The circuit of `head_type` on `spec` (found now if not cached); ProbeError in one line when the
@@ -55,12 +64,7 @@ class CircuitStore:
         if table is None:
             raise ProbeError("no labels yet: press 'Label heads' in the atlas first (the circuit starts from "
                              "the type's labelled heads)")
-        found = self.cached(spec, head_type)
-        if found is not None:
-            return found
-        loaded = self.facts.model(spec)
-        with self.gate.foreground():
-            found = find_circuit(loaded, head_type, table, CircuitConfig(examples=EXAMPLES))
-        with self._lock:
-            self._found[(spec, head_type)] = (id(table), found)
-        return found
+        return self.cache.get_or_compute(
+            ("circuit", spec, head_type, table_key(table)),
+            lambda: find_circuit(self.facts.model(spec), head_type, table, CircuitConfig(examples=EXAMPLES)),
+            self.gate.foreground)

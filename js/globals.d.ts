@@ -65,6 +65,54 @@ interface ViewData {
 }
 
 /** The pure pieces of probe/views/assets/views.js (window.probeViews.core). */
+/** One head of a circuit graph (probe/circuits/circuit.py Circuit.payload: nodes). */
+interface CircuitNode {
+    head: string;
+    layer: number;
+    head_index: number;
+    labels: string | null;
+    role: "receiver" | "sender";
+}
+
+/** One candidate edge of a circuit graph (EDGE_COLUMNS; NaN arrives as null). */
+interface CircuitEdge {
+    sender: string;
+    receiver: string;
+    mode: "Q" | "K" | "V";
+    score: number | null;
+    z: number | null;
+    percentile: number | null;
+    beats_random: boolean | null;
+    effect: number | null;
+    effect_z: number | null;
+    beats_controls: boolean | null;
+    edge_effect: number | null;
+    edge_z: number | null;
+    patched: boolean | null;
+    in_circuit: boolean;
+}
+
+/** What probe/circuits/circuit.py Circuit.payload writes for views.js mountCircuit(). */
+interface CircuitData {
+    version: number;
+    model: string;
+    head_type: string;
+    layers: number;
+    heads: number;
+    nodes: CircuitNode[];
+    edges: CircuitEdge[];
+    lines?: string[];
+    notes?: string[];
+    corruption?: string | null;
+    type_effect?: number | null;
+    total_effect?: number | null;
+}
+
+/** mountCircuit's options: the app selects the clicked head on its page. */
+interface CircuitOptions {
+    onSelect?(layer: number, head: number): void;
+}
+
 interface ProbeViewsCore {
     bytesOf(base64: string): Uint8Array;
     decodeUint16(base64: string, scale: number): Float32Array;
@@ -97,6 +145,13 @@ interface ProbeViews {
     mount(root: HTMLElement, data: ViewData): object;
     mountAll(): void;
     sortable(table: HTMLTableElement): void;
+    mountCircuit(root: HTMLElement, data: CircuitData, options?: CircuitOptions): CircuitViewApi;
+}
+
+/** The circuit graph mounted on a root (views.js CircuitView). */
+interface CircuitViewApi {
+    select(layer: number, head: number, fromUser: boolean): void;
+    svg(): string;
 }
 
 /** Dash's clientside namespace (set up by dash-renderer; an asset may run first): our functions live under
@@ -123,6 +178,7 @@ interface Window {
 
 interface HTMLElement {
     probeView?: object;  // the View mounted on this root (views.js mountAll: once per root)
+    probeCircuit?: CircuitViewApi | null;  // the circuit graph mounted on this root (views.js mountCircuit)
 }
 
 interface HTMLTableElement {

@@ -84,10 +84,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--out", help="output table: .parquet, .csv or .json (default: CSV to stdout)")
     parser.add_argument("--force", action="store_true", help="recompute every model, and overwrite an --out "
                                                              "that is not a label table")
-    parser.add_argument("--circuits", action="store_true",
-                        help="also find each labelled type's circuit (probe circuit) and fill the fed_by "
-                             "columns: each labelled head's strongest upstream edge (composition and path "
-                             "patching; costs about 2 forwards per patched edge)")
+    parser.add_argument("--circuits", action="store_true", help="also each labelled type's circuit (probe "
+                        "circuit): the fed_by columns, each head's strongest upstream edge (~2 forwards per edge)")
     parser.add_argument("--report", metavar="FILE.html",
                         help="at the end, write the one-file HTML report of the (one) model with its labels "
                              "(as `probe report --labels`)")
@@ -96,8 +94,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """The checks that need no library (no torch): numbers in range, --probe-file present. One-line
-    ProbeError."""
+    """The checks that need no torch: numbers in range, --probe-file present. One-line ProbeError."""
     if args.examples < 1:
         raise ProbeError("--examples must be at least 1")
     if args.batch_size < 1:
@@ -151,9 +148,7 @@ def run(args: argparse.Namespace) -> int:
         raise ProbeError("give --model (repeat it for several) or --models-file")
     if args.models_file is not None and not Path(args.models_file).expanduser().is_file():
         raise ProbeError(f"--models-file {args.models_file} is not a file: give one model per line")
-    # The labelling stack (torch, pandas, transformers) is imported only now, after the checks that need none
-    # of it: `probe label --help`, argument errors and missing files answer at once
-    # (tests/commands/test_cli_fast.py).
+    # torch, pandas, transformers only now: --help, bad arguments and missing files answer at once
     import pandas as pd
 
     from probe import models

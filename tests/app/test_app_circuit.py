@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from app import create_app, ids
+from app.circuits import CircuitStore
 from app.config import AppConfig
 from app.panels import circuit
 from app.service import Service
@@ -32,6 +33,14 @@ def test_the_panel_finds_the_induction_circuit_on_demand_and_keeps_it(service):
     assert again == data
     first = service.circuits.cached("zoo:induction", "induction")
     assert service.circuits.circuit("zoo:induction", "induction") is first
+    # kept by the label table's content: an equal copy finds it, a relabelled table does not (found again)
+    table = service.labels.table("zoo:induction")
+    same = CircuitStore(service.facts, service.gate, lambda spec: table.copy(), cache=service.circuits.cache)
+    assert same.cached("zoo:induction", "induction") is first
+    relabelled = table.copy()
+    relabelled["label"] = ~relabelled["label"].fillna(False).astype(bool)
+    other = CircuitStore(service.facts, service.gate, lambda spec: relabelled, cache=service.circuits.cache)
+    assert other.cached("zoo:induction", "induction") is None
 
 
 def test_a_model_without_labels_is_a_message(service, tiny_dir):

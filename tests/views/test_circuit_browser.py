@@ -6,6 +6,7 @@ export is a file. Screenshot: docs/circuit_view.png."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -15,7 +16,9 @@ import pytest
 from probe import models
 from probe.circuits import CircuitConfig, find_circuit
 from probe.circuits.circuit import shipped_labels
-from tests.views.test_views_browser import CHROMEDRIVER, CHROMIUM, DOCS, FLAGS, _load
+from tests.browser import chromium, console_errors, wait_for
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 pytestmark = pytest.mark.browser
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "circuits.ipynb"
@@ -23,22 +26,8 @@ NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "circuits.ipynb"
 
 @pytest.fixture(scope="module")
 def driver():
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip(f"headless browser tests need {CHROMIUM} and {CHROMEDRIVER}")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service as DriverService
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    browser = webdriver.Chrome(service=DriverService(CHROMEDRIVER), options=options)
-    browser.set_window_size(1280, 800)
-    browser.execute_cdp_cmd("Network.enable", {})
-    browser.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
-                                                                 "downloadThroughput": -1,
-                                                                 "uploadThroughput": -1})
+    """Offline (every request fails), its requests logged (tests/browser.py)."""
+    browser = chromium((1280, 800), offline=True, network_log=True)
     yield browser
     browser.quit()
 
@@ -51,13 +40,23 @@ def circuit():
 
 
 def _open(driver, path: Path) -> None:
-    requests, errors = _load(driver, path)
-    deadline = time.time() + 20
-    while time.time() < deadline and not driver.execute_script(
-            "return document.querySelectorAll('.probe-circuit .pc-node').length"):
-        time.sleep(0.2)
+    """Open `path` from file:// with the network off, wait for the graph; then no request left the page and
+    the console is clean."""
+    driver.get_log("performance")
+    driver.get_log("browser")
+    driver.get(path.resolve().as_uri())
+    wait_for(lambda: driver.execute_script("return document.querySelectorAll('.probe-circuit .pc-node').length"),
+             30, "the circuit graph")
+    time.sleep(0.3)
+    requests = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            url = message["params"]["request"]["url"]
+            if not url.startswith(("file:", "data:", "blob:", "about:")):
+                requests.append(url)
     assert requests == [], f"network requests: {requests}"
-    assert errors == [], f"console errors: {errors}"
+    assert console_errors(driver) == [], "console errors"
 
 
 def _check_graph(driver, root_selector: str) -> None:
@@ -76,8 +75,7 @@ def _check_graph(driver, root_selector: str) -> None:
     assert len(root.find_elements("css selector", ".pc-edge")) > len(edges)  # the candidates, dashed
     svg = driver.execute_script("return arguments[0].probeCircuit.svg()", root)
     assert svg.startswith("<svg") and "L0H1" in svg and 'xmlns="http://www.w3.org/2000/svg"' in svg
-    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
-    assert errors == []
+    assert console_errors(driver) == []
 
 
 def test_report_with_a_circuit_offline(driver, circuit, tmp_path):

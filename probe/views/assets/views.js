@@ -824,8 +824,8 @@
         this.draw();
     }
 
-    CircuitView.prototype.colourOf = function (labels) {
-        var first = String(labels || "").split(" ")[0];
+    CircuitView.prototype.colourOf = function (headLabels) {
+        var first = String(headLabels || "").split(" ")[0];
         var index = this.types.indexOf(first);
         return index < 0 ? "#adb5bd" : TYPE_COLOURS[index % TYPE_COLOURS.length];
     };
@@ -886,7 +886,7 @@
             group.appendChild(svgNode("title", {}, name + (node.labels ? " · labelled " + node.labels : "") +
                                                    (node.role === "receiver" ? " · a " + data.head_type + " head" : "")));
             group.addEventListener("click", function () { self.select(node.layer, node.head_index, true); });
-            group.addEventListener("keydown", function (event) {
+            group.addEventListener("keydown", function (/** @type {KeyboardEvent} */ event) {
                 if (event.key === "Enter") { self.select(node.layer, node.head_index, true); }
             });
             svg.appendChild(group);
@@ -917,7 +917,7 @@
     };
 
     CircuitView.prototype.svg = function () {  // the drawn graph as an SVG file's text (colours resolved)
-        var copy = this.svgNode.cloneNode(true);
+        var copy = /** @type {SVGSVGElement} */ (this.svgNode.cloneNode(true));
         copy.setAttribute("xmlns", SVG_NS);
         copy.setAttribute("color", getComputedStyle(this.root).color || "#212529");
         return new XMLSerializer().serializeToString(copy);
@@ -942,7 +942,7 @@
             var source = document.getElementById(root.getAttribute("data-probe-view"));
             if (source) { mount(root, JSON.parse(source.textContent)); }
         });
-        document.querySelectorAll("[data-probe-circuit]").forEach(function (root) {
+        document.querySelectorAll("[data-probe-circuit]").forEach(function (/** @type {HTMLElement} */ root) {
             if (root.probeCircuit) { return; }
             var source = document.getElementById(root.getAttribute("data-probe-circuit"));
             if (source) { mountCircuit(root, JSON.parse(source.textContent)); }
