@@ -21,7 +21,8 @@ CIRCUITS = 16  # circuits kept (a circuit is its tables: kilobytes)
 
 
 def table_key(table: pd.DataFrame) -> int:
-    """A content hash of a label table: a relabelled model's circuit is found again, an unchanged one is not."""
+    """A content hash of a label table: a relabelled model's circuit is found again, an unchanged one is
+    not."""
     return int(pd.util.hash_pandas_object(table.astype(str), index=False).sum())
 
 

@@ -85,7 +85,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="recompute every model, and overwrite an --out "
                                                              "that is not a label table")
     parser.add_argument("--circuits", action="store_true", help="also each labelled type's circuit (probe "
-                        "circuit): the fed_by columns, each head's strongest upstream edge (~2 forwards per edge)")
+                        "circuit): fed_by, each head's strongest upstream edge (~2 forwards per edge)")
     parser.add_argument("--report", metavar="FILE.html",
                         help="at the end, write the one-file HTML report of the (one) model with its labels "
                              "(as `probe report --labels`)")

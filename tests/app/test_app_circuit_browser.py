@@ -72,7 +72,8 @@ def test_the_circuit_panel_draws_the_induction_circuit_and_selects_heads(driver,
     note = driver.find_element("id", ids.CIRCUIT_NOTE).text
     assert "edges in the circuit" in note and note.endswith("forwards")
     # a click on L1H2 in the graph selects it on the page (the explorer shows it) and lists its edges
-    node = driver.find_element("css selector", f'#{ids.CIRCUIT_GRAPH} .pc-node[data-layer="1"][data-head="2"]')
+    node = driver.find_element("css selector",
+                               f'#{ids.CIRCUIT_GRAPH} .pc-node[data-layer="1"][data-head="2"]')
     driver.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", node)
     wait_for(lambda: driver.find_element("id", ids.HEAD_LABEL).text.startswith("L1H2"), 30,
              "the clicked head selected on the page")
@@ -83,7 +84,7 @@ def test_the_circuit_panel_draws_the_induction_circuit_and_selects_heads(driver,
     wait_for(lambda: driver.find_element("id", ids.HEAD_LABEL).text.startswith("L1H3"), 60, "L1H3")
     wait_for(lambda: driver.find_elements("css selector", f"#{ids.CIRCUIT_GRAPH} .pc-node"), 60,
              "the cached circuit drawn again without a click")
-    wait_for(lambda: "selected" in driver.find_element(
-        "css selector", f'#{ids.CIRCUIT_GRAPH} .pc-node[data-layer="1"][data-head="3"]').get_attribute("class"),
-        30, "L1H3 marked in the graph")
+    marked = f'#{ids.CIRCUIT_GRAPH} .pc-node[data-layer="1"][data-head="3"]'
+    wait_for(lambda: "selected" in driver.find_element("css selector", marked).get_attribute("class"), 30,
+             "L1H3 marked in the graph")
     assert _requests_elsewhere(driver, url.rstrip("/")) == []

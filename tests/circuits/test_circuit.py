@@ -6,7 +6,6 @@ a type without a corruption is composition only; corruptions keep the length and
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pandas as pd
@@ -25,6 +24,7 @@ from probe.circuits.circuit import (
 from probe.circuits.corruption import CORRUPTIONS, corrupted_pairs
 from probe.errors import ProbeError
 from probe.heads.label import LabelConfig
+from probe.untrained import twin_seeds, untrained_twin
 
 CONFIG = CircuitConfig(examples=16)
 
@@ -78,13 +78,17 @@ def test_negative_control_previous_token_head_ov_zeroed(induction):
 
 
 def test_untrained_twin_has_no_circuit():
+    """The negative control of the circuit search: zoo:induction's untrained twin (probe.untrained: the
+    class's own initialisation, seeded) given the same labels finds no edge: composition and path
+    patching."""
     loaded = models.load("zoo:induction")
-    torch.manual_seed(0)
-    twin = type(loaded.model)(loaded.model.config).eval()
-    untrained = dataclasses.replace(loaded, model=twin, name="untrained twin")
-    circuit = find_circuit(untrained, "induction", shipped_labels("zoo:induction"), CONFIG)
-    assert circuit.found.empty
-    assert circuit.lines() == ["untrained twin · induction: nothing upstream of L1H0 L1H1 L1H2 L1H3 beats "
+    twin = untrained_twin(loaded, twin_seeds(1)[0])
+    circuit = find_circuit(twin, "induction", shipped_labels("zoo:induction"), CONFIG)
+    assert circuit.found.empty and not circuit.edges["in_circuit"].any()
+    from_prev = circuit.composition[(circuit.composition["sender"] == "L0H1")
+                                    & (circuit.composition["mode"] == "K")]
+    assert len(from_prev) == 4 and (from_prev["z"].abs() < 3).all()  # at the random baseline
+    assert circuit.lines() == [f"{twin.name} · induction: nothing upstream of L1H0 L1H1 L1H2 L1H3 beats "
                                "its controls (composition and path patching)"]
 
 

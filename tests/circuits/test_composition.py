@@ -5,7 +5,6 @@ previous-token head's OV zeroed; an untrained twin), MLA refused."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -22,6 +21,7 @@ from probe.circuits.composition import (
     reduce_sender,
 )
 from probe.circuits.factors import Refusal, model_factors
+from probe.untrained import untrained_twins
 
 TOL = 1e-6
 
@@ -170,16 +170,14 @@ def test_negative_controls_ov_zeroed_twin_and_untrained_twin():
     table = composition_scores(loaded, receivers=[(1, h) for h in range(4)], modes=["K"])
     zeroed = table[table["sender"] == "L0H1"]
     assert zeroed["score"].isna().all() and not zeroed["beats_random"].any()  # unknown (0/0), never an edge
-    # untrained twin: the same architecture with seeded random weights scores like the baseline
-    import transformers
-
-    torch.manual_seed(0)
-    twin = transformers.LlamaForCausalLM(loaded.model.config).eval()
-    untrained = dataclasses.replace(loaded, model=twin, name="untrained twin")
-    table = composition_scores(untrained, n_random=200)
-    assert len(table) == 48
-    assert table["beats_random"].sum() <= 3  # 1 in 201 per pair by chance: ~0.24 expected
-    assert abs(table["z"].mean()) < 1.0
+    # untrained twins (probe.untrained: the class's own initialisation, 3 seeds) score like the baseline
+    for twin in untrained_twins(models.load("zoo:induction"), 3):
+        table = composition_scores(twin, n_random=200)
+        assert len(table) == 48
+        assert table["beats_random"].sum() <= 3, twin.name  # 1 in 201 per pair by chance: ~0.24 expected
+        assert abs(table["z"].mean()) < 1.0, twin.name
+        from_prev = table[(table["sender"] == "L0H1") & (table["mode"] == "K")]
+        assert not from_prev["beats_random"].any() and (from_prev["z"].abs() < 3).all(), twin.name
 
 
 def test_mla_is_refused_with_a_note(tmp_path):

@@ -45,9 +45,16 @@ def _open(driver, path: Path) -> None:
     driver.get_log("performance")
     driver.get_log("browser")
     driver.get(path.resolve().as_uri())
-    wait_for(lambda: driver.execute_script("return document.querySelectorAll('.probe-circuit .pc-node').length"),
-             30, "the circuit graph")
+    wait_for(lambda: driver.execute_script(
+        "return document.querySelectorAll('.probe-circuit .pc-node').length"), 30, "the circuit graph")
     time.sleep(0.3)
+    requests = _requests(driver)
+    assert requests == [], f"network requests: {requests}"
+    assert console_errors(driver) == [], "console errors"
+
+
+def _requests(driver) -> list[str]:
+    """URLs the page asked the network for (the performance log since it was last read)."""
     requests = []
     for entry in driver.get_log("performance"):
         message = json.loads(entry["message"])["message"]
@@ -55,8 +62,7 @@ def _open(driver, path: Path) -> None:
             url = message["params"]["request"]["url"]
             if not url.startswith(("file:", "data:", "blob:", "about:")):
                 requests.append(url)
-    assert requests == [], f"network requests: {requests}"
-    assert console_errors(driver) == [], "console errors"
+    return requests
 
 
 def _check_graph(driver, root_selector: str) -> None:
@@ -120,3 +126,19 @@ def test_nbconvert_html_of_the_circuits_notebook_offline(driver, tmp_path):
     roots = driver.find_elements("css selector", ".probe-circuit[data-probe-circuit]")
     assert len(roots) == 1
     _check_graph(driver, f"#{roots[0].get_attribute('id')}")
+
+
+def test_the_request_check_catches_a_request(driver, circuit, tmp_path):
+    """The negative control of the offline checks above: the same page with one image from the network is
+    caught (the request is logged though the network is off)."""
+    from probe.views.circuit import write_circuit_page
+
+    page = write_circuit_page(circuit[1], tmp_path / "circuit.html")
+    page.write_text(page.read_text(encoding="utf-8").replace(
+        "</body>", '<img src="http://192.0.2.1/pixel.png" alt=""></body>'), encoding="utf-8")
+    driver.get_log("performance")
+    driver.get(page.resolve().as_uri())
+    wait_for(lambda: driver.execute_script("return document.querySelectorAll('.pc-node').length"), 30, "graph")
+    time.sleep(0.5)
+    assert "http://192.0.2.1/pixel.png" in _requests(driver)
+    driver.get_log("browser")  # the failed image is this test's expected error
