@@ -28,8 +28,9 @@ Example
 >>> from probe.circuits import composition_scores
 >>> loaded = probe.models.load("zoo:induction")
 >>> scores = composition_scores(loaded, receivers=[(1, 0)], modes=["K"])
->>> scores.sort_values("score").iloc[-1][["sender", "mode", "beats_random"]].tolist()
-['L0H1', 'K', True]
+>>> top = scores.sort_values("score").iloc[-1]
+>>> top["sender"], top["mode"], bool(top["beats_random"])
+('L0H1', 'K', True)
 """
 
 from __future__ import annotations

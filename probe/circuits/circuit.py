@@ -72,7 +72,16 @@ class CircuitConfig:
 
 @dataclass(frozen=True)
 class Circuit:
-    """A head type's circuit: nodes, edges and what was measured (see the module doc)."""
+    """A head type's circuit: nodes, edges and what was measured (see the module doc).
+
+    Examples
+    --------
+    >>> circuit = probe.show_circuit(loaded, "induction").circuit  # the shipped labels, 16 paired probes
+    >>> print(circuit.lines()[0][:81])
+    zoo:induction · induction: L0H1 → L1H0 L1H1 L1H2 L1H3 by K-composition (0.32–0.34
+    >>> sorted(circuit.payload())[:4]  # what views.js draws
+    ['corruption', 'edges', 'head_type', 'heads']
+    """
 
     model: str
     head_type: str
@@ -89,6 +98,7 @@ class Circuit:
     clean_loss: float = math.nan
     examples: int = 0
     forwards: int = 0  # patched, clean and corrupted forwards run
+    controls: int = 0  # random sender–receiver patches the joint effects were tested against
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -103,6 +113,11 @@ class Circuit:
             return [f"{prefix}: no head is labelled {self.head_type}: no circuit"]
         receivers = " ".join(head_name(*head) for head in self.receivers)
         found = self.found
+        if found.empty and self.corruption and self.controls < 2:
+            return [f"{prefix}: nothing upstream of {receivers} could be tested by path patching: "
+                    f"{self.controls} random sender–receiver pair(s) of the same shape are left to patch "
+                    "against once the candidates are taken (a small model: fewer candidates, --top-k 1, "
+                    "leave more; the composition scores stand on their own)"]
         if found.empty:
             what = "composition and path patching" if self.corruption else "composition"
             return [f"{prefix}: nothing upstream of {receivers} beats its controls ({what})"]
@@ -222,6 +237,15 @@ def find_circuit(
     Returns
     -------
     Circuit
+
+    Examples
+    --------
+    >>> labels = shipped_labels("zoo:induction")
+    >>> circuit = find_circuit(loaded, "induction", labels, CircuitConfig(examples=8))
+    >>> circuit.found.groupby(["sender", "mode"]).size().to_dict()  # edges into L1H0–L1H3
+    {('L0H1', 'K'): 4, ('L0H3', 'K'): 4}
+    >>> round(circuit.type_effect, 1), circuit.forwards, circuit.controls
+    (10.7, 10, 3)
     """
     if head_type not in REGISTRY:
         raise ProbeError(f"unknown head type {head_type!r}: choose from {', '.join(REGISTRY)}")
@@ -252,7 +276,7 @@ def find_circuit(
         return Circuit(**base, receivers=(), nodes=_nodes(table, set(), ()), edges=empty,
                        composition=pd.DataFrame(), notes=tuple(notes))
     scores = composition_scores(loaded, None if config.all_pairs else receivers, modes=modes,
-                         n_random=config.n_random, seed=config.seed)
+                                n_random=config.n_random, seed=config.seed)
     for text in scores.attrs.get("notes", []):
         say(text)
     into = scores[scores["receiver"].isin([head_name(*r) for r in receivers])] if len(scores) else scores
@@ -269,7 +293,8 @@ def find_circuit(
                    probe_set=pairs.probe_set, type_effect=patched.get("type_effect", math.nan),
                    total_effect=patched.get("total_effect", math.nan),
                    clean_loss=patched.get("clean_loss", math.nan), examples=pairs.examples if patched else 0,
-                   forwards=patched.get("forwards", 0), notes=tuple(notes))
+                   forwards=patched.get("forwards", 0), controls=len(patched.get("controls", ())),
+                   notes=tuple(notes))
 
 
 def _head(name: str) -> Head:
@@ -304,6 +329,9 @@ def _patch(loaded, pairs: Pairs, candidates: pd.DataFrame, receivers: tuple[Head
     tested = [((int(r.sender_layer), int(r.sender_head)), r.mode) for r in candidates.itertuples()]
     layers = loaded.attention_layers
     controls = control_patches(receivers, tested, layers, loaded.n_heads, config.controls, config.seed, modes)
+    if len(controls) < config.controls:
+        say(f"{loaded.name}: {len(controls)} of {config.controls} random sender–receiver controls exist of "
+            f"the tested shape (modes {', '.join(modes)}): the joint effects are tested against those")
     single_controls = {}
     for layer in sorted({layer for layer, _ in receivers}):
         single_controls[layer] = control_patches([(layer, 0)], [], layers, loaded.n_heads, config.controls,

@@ -204,6 +204,15 @@ def composition_scores(
         ``percentile`` against the random baseline, ``beats_random`` (above every random score). ``attrs``:
         ``baseline`` (mode -> the random scores' ``mean``, ``sd``, ``top``, ``n``), ``notes`` (RoPE,
         grouped-query sharing), ``refused`` (why nothing was scored, or None).
+
+    Examples
+    --------
+    >>> scores = composition_scores(loaded, receivers=[(1, 2)], modes=["K"])  # into one induction head's keys
+    >>> top = scores.sort_values("score", ascending=False)[["sender", "receiver", "score", "z"]].head(2)
+    >>> print(top.round(2).to_string(index=False))
+    sender receiver  score     z
+      L0H1     L1H2   0.34 31.01
+      L0H0     L1H2   0.23 14.96
     """
     modes = tuple(dict.fromkeys(str(mode).upper() for mode in modes))
     for mode in modes:

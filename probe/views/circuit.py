@@ -106,7 +106,8 @@ def show_circuit(loaded, head_type: str | None = None, labels=None, config: Circ
 
     Examples
     --------
-    >>> probe.show_circuit("zoo:induction", "induction")  # L0H1 → L1H0–L1H3 by K-composition
+    >>> probe.show_circuit("zoo:induction", "induction")  # L0H1 (and L0H3) → L1H0–L1H3 by K-composition
+    <probe circuit: zoo:induction · induction, 4 receivers, 8 edges in the circuit>
     """
     if circuit is None:
         if head_type is None:

@@ -24,7 +24,7 @@ from probe.circuits.circuit import (
 from probe.circuits.corruption import CORRUPTIONS, corrupted_pairs
 from probe.errors import ProbeError
 from probe.heads.label import LabelConfig
-from probe.untrained import twin_seeds, untrained_twin
+from probe.untrained import twin_seeds, untrained_twin, untrained_twins
 
 CONFIG = CircuitConfig(examples=16)
 
@@ -88,8 +88,23 @@ def test_untrained_twin_has_no_circuit():
     from_prev = circuit.composition[(circuit.composition["sender"] == "L0H1")
                                     & (circuit.composition["mode"] == "K")]
     assert len(from_prev) == 4 and (from_prev["z"].abs() < 3).all()  # at the random baseline
-    assert circuit.lines() == [f"{twin.name} · induction: nothing upstream of L1H0 L1H1 L1H2 L1H3 beats "
-                               "its controls (composition and path patching)"]
+    assert not circuit.edges["beats_random"].any()  # composition: nothing above every random pair
+    # every (layer-0 head, mode) is a candidate of some receiver here (top 3 of 4 per receiver and mode), so
+    # no random pair of the same shape is left to patch against: said, never read as a tested "nothing"
+    assert circuit.controls == 0
+    assert circuit.lines()[0].startswith(f"{twin.name} · induction: nothing upstream of L1H0 L1H1 L1H2 L1H3 "
+                                         "could be tested by path patching")
+    # one candidate per receiver and mode leaves controls: then patching is tested, on 3 twins, and finds
+    # nothing (the trained organism, the same way: L0H1 into keys, z > 10 against 8 controls)
+    narrow = CircuitConfig(examples=8, top_k=1)
+    for twin in untrained_twins(loaded, 3):
+        circuit = find_circuit(twin, "induction", shipped_labels("zoo:induction"), narrow)
+        assert circuit.controls >= 2 and circuit.found.empty, twin.name
+        assert not circuit.edges["beats_controls"].any() and abs(circuit.type_effect) < 0.1, twin.name
+        assert "beats its controls (composition and path patching)" in circuit.lines()[0]
+    trained = find_circuit(loaded, "induction", shipped_labels("zoo:induction"), narrow)
+    assert trained.controls == 8 and set(trained.found["sender"]) == {"L0H1"}
+    assert (trained.found["effect_z"] > 10).all() and set(trained.found["mode"]) == {"K"}
 
 
 def test_implicit_causality_coreference_runs_and_says_what_it_found():
@@ -163,3 +178,15 @@ def test_corruptions_keep_the_length_and_change_what_they_say():
     for row in range(len(a)):
         diff = (a[row] != b[row]).nonzero().flatten().tolist()
         assert len(diff) == 2 and a[row, diff[0]] == b[row, diff[1]] and a[row, diff[1]] == b[row, diff[0]]
+
+
+def test_too_few_controls_is_said_not_read_as_nothing_found():
+    """K alone on a 2-layer, 4-head model: every layer-0 head but one is a tested candidate, so one random
+    pair of the same shape is left to patch against — the circuit says it could not test, and why."""
+    loaded = models.load("zoo:induction")
+    circuit = find_circuit(loaded, "induction", shipped_labels("zoo:induction"),
+                           CircuitConfig(modes=("K",), examples=8))
+    assert circuit.controls == 1 and circuit.found.empty
+    assert "could be tested by path patching: 1 random sender–receiver pair(s)" in circuit.lines()[0]
+    assert any("1 of 8 random sender–receiver controls" in note for note in circuit.notes)
+    assert circuit.composition.sort_values("score").iloc[-1]["sender"] == "L0H1"  # the weights still say it

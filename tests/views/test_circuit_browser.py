@@ -138,7 +138,8 @@ def test_the_request_check_catches_a_request(driver, circuit, tmp_path):
         "</body>", '<img src="http://192.0.2.1/pixel.png" alt=""></body>'), encoding="utf-8")
     driver.get_log("performance")
     driver.get(page.resolve().as_uri())
-    wait_for(lambda: driver.execute_script("return document.querySelectorAll('.pc-node').length"), 30, "graph")
+    wait_for(lambda: driver.execute_script("return document.querySelectorAll('.pc-node').length"), 30,
+             "the graph")
     time.sleep(0.5)
     assert "http://192.0.2.1/pixel.png" in _requests(driver)
     driver.get_log("browser")  # the failed image is this test's expected error
