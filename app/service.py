@@ -12,8 +12,7 @@ A panel's callback reaches the job it needs through the :class:`Service`:
   labelling that steps aside for every view between its probe batches;
 * ``service.proteins`` (:class:`~probe_app.protein_store.ProteinStore`): contacts and head maps of a protein;
 * ``service.circuits`` (:class:`~probe_app.circuits.CircuitStore`): a head type's circuit (composition and
-  path
-  patching) on the model's label table.
+  path patching) on the model's label table, kept in its own LRU cache.
 
 Big arrays live here and go to the browser one layer at a time (or as the pooled thumbnails of every head).
 Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`. A new panel's data is a

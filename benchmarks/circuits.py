@@ -119,7 +119,8 @@ def _composition_runs(args: argparse.Namespace):
     table = composition()
     pairs = len(table) // 3
     what = {"pairs": pairs, "rows": len(table), "dtype": args.dtype, "n_random": args.n_random,
-            "multiply_adds": composition_cost(pairs, 3, config.n_embd, config.n_embd // config.n_head)}
+            "multiply_adds": composition_cost(pairs, 1, config.n_embd, config.n_embd // config.n_head,
+                                              modes=3)}
     return composition, forward, what
 
 
@@ -154,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         ours, plain = _alternate(patching, same_rows, args.repeats)
         ratios = [a / b for a, b in zip(ours, plain, strict=True)]
         described = ", ".join(f"{k} {v}" for k, v in what.items())
-        rows.append((f"path patching, zoo:induction (induction, {described})", statistics.median(ours), "same rows, plain forwards", statistics.median(plain),
-                     statistics.median(ratios), "≤ 2"))
+        rows.append((f"path patching, zoo:induction (induction, {described})", statistics.median(ours),
+                     "same rows, plain forwards", statistics.median(plain), statistics.median(ratios), "≤ 2"))
     if "composition" not in args.skip:
         composition, forward, what = _composition_runs(args)
         ours, plain = _alternate(composition, forward, args.repeats)

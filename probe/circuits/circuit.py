@@ -6,8 +6,7 @@ upstream heads whose composition and path-patching effects beat their controls, 
 1. **Receivers**: the type's labelled heads in a label table (a file, a DataFrame, or a fresh
    :func:`probe.heads.label.label_model` run of the type alone).
 2. **Composition** (:mod:`probe.circuits.composition`): Q, K and V scores of every head of an earlier layer
-into
-   each receiver (``all_pairs``: into every head), z against random matrices.
+   into each receiver (``all_pairs``: into every head), z against random matrices.
 3. **Candidates**: per receiver and mode, the ``top_k`` senders by composition z (0: all of them).
 4. **Path patching** (:mod:`probe.circuits.patching`) on the type's paired probes
    (:mod:`probe.circuits.corruption`): each candidate (sender, mode) into *all* the type's receivers of later

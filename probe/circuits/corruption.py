@@ -1,8 +1,7 @@
 """Paired clean / corrupted probe sets for path patching, and each head type's own loss on the clean one.
 
 A corruption changes what a head type's mechanism reads and keeps the input's length, so that every position
-of
-the clean run has a counterpart (:data:`CORRUPTIONS`):
+of the clean run has a counterpart (:data:`CORRUPTIONS`):
 
 * ``induction``, ``duplicate_token`` (repeated random blocks, :func:`probe.heads.probesets.repeated_blocks`):
   the first copy's tokens resampled from the same token distribution (each differs from the token it
@@ -10,9 +9,8 @@ the clean run has a counterpart (:data:`CORRUPTIONS`):
 * ``previous_token`` (its probe set: natural text, or random tokens): every content token moved one position
   right (x′_i = x_{i−1}, the first kept), so a head that reads the previous token reads the one before it;
 * ``coreference`` (GAP pairs, the templates, the implicit-causality sentences or a probe file): the
-  antecedent's
-  name swapped with the other candidate's (where both have the same number of tokens; other examples are
-  dropped, and a note says how many).
+  antecedent's name swapped with the other candidate's (where both have the same number of tokens; other
+  examples are dropped, and a note says how many).
 
 The clean batches carry the type's loss labels from :func:`probe.heads.label.ablation.loss_batch` (the
 positions each type's ablation measures); a masked LM's corrupted input is masked at the same positions. Types

@@ -4,11 +4,9 @@
 Row-vector convention (a residual vector times a matrix), as :mod:`probe.heads.copying`:
 
 * ``query[h]``, ``key[h]``: ``[d_model d_head]``: the head's query map and the key map of the key/value head
-  it
-  shares (grouped-query attention: query head h reads key/value head ``h // (heads / kv_heads)``);
+  it shares (grouped-query attention: query head h reads key/value head ``h // (heads / kv_heads)``);
 * ``value[h]``: ``[d_model d_v]``, the shared value map; ``output[h]``: ``[d_v d_model]``, the head's rows of
-  the
-  output projection;
+  the output projection;
 * the pre-attention norm's gain g (pre-norm models whose norm :func:`probe.anatomy.norm_gain` reads: GPT-2's
   LayerNorm, Llama-family RMSNorm) is folded into every map that reads the residual stream: ``W_Q ← diag(g)
   W_Q``, ``W_K ← diag(g) W_K``, ``W_V ← diag(g) W_V`` — TransformerLens' ``fold_ln`` without its centring.

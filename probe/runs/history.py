@@ -27,9 +27,9 @@ The table (:data:`HISTORY_COLUMNS`) is long and has three kinds of row, told apa
 * ``"position"`` — one per checkpoint and token position 1 … late: ``position``, ``loss`` (the mean over the
   held-out passages).
 
-``composition_prev_token`` is the column slot for K-composition with the previous-token head (Elhage et al.
-2021), which the circuits work will fill (:func:`composition_with_previous_token` is the hook); until then it
-is NaN — not measured, never 0. Every row carries ``model``, ``checkpoint`` and ``step``.
+``composition_prev_token`` is each head's K-composition with the checkpoint's previous-token head(s) (Elhage
+et al. 2021, :func:`composition_with_previous_token`); NaN — unknown, never 0 — where no previous-token head
+is labelled in an earlier layer. Every row carries ``model``, ``checkpoint`` and ``step``.
 """
 
 from __future__ import annotations
@@ -115,11 +115,28 @@ def history_identity(config: HistoryConfig, model: str, revision: str | None) ->
                           "revision": revision, "columns": HISTORY_COLUMNS})
 
 
-def composition_with_previous_token(loaded) -> np.ndarray:
-    """HOOK for the circuits work: each head's K-composition with the model's previous-token head(s)
-    `[layer head]`. Not measured yet, so every value is NaN (unknown, never 0); the ``composition_prev_token``
-    column is filled from here."""
-    return np.full((loaded.n_layers, loaded.n_heads), math.nan)
+def composition_with_previous_token(loaded, labels: pd.DataFrame) -> np.ndarray:
+    """Each head's K-composition with the model's previous-token head(s) `[layer head]`
+    (:func:`probe.circuits.composition.composition_scores`, TransformerLens' definition): the largest score
+    over the heads `labels` labels ``previous_token`` in earlier layers; NaN (unknown, never 0) for a head
+    with no such head before it, and everywhere when none is labelled or the model's factors are refused."""
+    from probe.circuits.circuit import labelled_heads
+    from probe.circuits.composition import composition_scores
+
+    out = np.full((loaded.n_layers, loaded.n_heads), math.nan)  # [layer head]
+    senders = labelled_heads(labels, "previous_token")
+    if not senders:
+        return out
+    first = min(layer for layer, _ in senders)
+    receivers = [(layer, head) for layer in range(first + 1, loaded.n_layers)
+                 for head in range(loaded.n_heads)]
+    scores = composition_scores(loaded, receivers, senders, modes=["K"]) if receivers else pd.DataFrame()
+    if scores.empty:
+        return out
+    best = scores.groupby(["receiver_layer", "receiver_head"])["score"].max()
+    for (layer, head), score in best.items():
+        out[int(layer), int(head)] = score
+    return out
 
 
 def train_loss(checkpoint: Checkpoint) -> float:
@@ -166,7 +183,7 @@ def measure(loaded, checkpoint: Checkpoint, config: HistoryConfig, note=None) ->
                                                                      config.icl_late),
                                  icl_early=config.icl_early, icl_late=config.icl_late,
                                  n_passages=len(rows))])
-    heads = head_rows(labels, composition_with_previous_token(loaded)).assign(**model, row="head")
+    heads = head_rows(labels, composition_with_previous_token(loaded, labels)).assign(**model, row="head")
     positions = pd.DataFrame({"position": np.arange(1, len(by_position) + 1), "loss": by_position}).assign(
         **model, row="position")
     return tidy(pd.concat([summary, heads, positions], ignore_index=True))
@@ -311,7 +328,8 @@ def history(model: str, revisions: Sequence[str] | None = None, config: HistoryC
                          f"{', '.join(missing)}")
     names = list(revisions) if revisions is not None else step_revisions(model)
     if not names:
-        raise ProbeError("no checkpoint to measure: give --revisions a comma-separated list, e.g. step-0,step-500")
+        raise ProbeError("no checkpoint to measure: give --revisions a comma-separated list, e.g. "
+                         "step-0,step-500")
     checkpoints = [make_checkpoint(model, name) for name in dict.fromkeys(names)]
     checkpoints.sort(key=lambda c: (c.step is None, c.step if c.step is not None else 0))
     units = [Unit(key=c.key, group=c, payload=c) for c in checkpoints]

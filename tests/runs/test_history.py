@@ -160,7 +160,11 @@ def test_history_table_rows_and_columns(run_dir):
         heads = rows[rows["row"] == "head"]
         assert heads["previous_token"].between(0, 1).all() and heads["induction"].between(0, 1).all()
         assert heads["copying"].between(-1, 1).all()
-        assert heads["composition_prev_token"].isna().all()  # not measured yet: NaN, never 0
+        # K-composition with a labelled previous-token head of an earlier layer; NaN (never 0) without one
+        prev = heads[heads["previous_token_label"].fillna(False).astype(bool)]
+        first = prev["layer"].min() if len(prev) else math.inf
+        assert heads.loc[heads["layer"] <= first, "composition_prev_token"].isna().all()
+        assert heads.loc[heads["layer"] > first, "composition_prev_token"].between(0, 1).all()
         summary = rows[rows["row"] == "checkpoint"].iloc[0]
         positions = rows[rows["row"] == "position"].set_index("position")["loss"]
         assert summary["icl_score"] == pytest.approx(positions[120] - positions[12])
@@ -169,6 +173,25 @@ def test_history_table_rows_and_columns(run_dir):
     assert math.isnan(summary.loc[0, "train_loss"])  # nothing trained before step 0
     card = json.loads((run_dir / "step-3" / "card.json").read_text())
     assert summary.loc[3, "train_loss"] == pytest.approx(card["train_loss"])
+
+
+def test_composition_with_the_previous_token_head_on_the_induction_organism():
+    """zoo:induction's shipped labels: L0H1 is its previous-token head, so each layer-1 head's value is its
+    K-composition with L0H1 (TL's definition, probe.circuits) and layer 0 has none before it (NaN)."""
+    from probe import models
+    from probe.circuits.circuit import shipped_labels
+    from probe.circuits.composition import composition_scores
+    from probe.runs.history import composition_with_previous_token
+
+    loaded = models.load("zoo:induction")
+    labels = pd.read_csv(shipped_labels("zoo:induction"))
+    values = composition_with_previous_token(loaded, labels)  # [layer head]
+    assert values.shape == (2, 4) and pd.isna(values[0]).all()
+    scores = composition_scores(loaded, [(1, h) for h in range(4)], [(0, 1)], modes=["K"])
+    expected = scores.sort_values("receiver_head")["score"].tolist()
+    assert values[1].tolist() == pytest.approx(expected, abs=1e-12)
+    assert (values[1] > 0.31).all()
+    assert pd.isna(composition_with_previous_token(loaded, labels.assign(label=False))).all()  # none labelled
 
 
 def test_same_checkpoints_and_seed_give_the_same_table(run_dir, tmp_path):
