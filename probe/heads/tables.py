@@ -173,7 +173,7 @@ def load_table(path) -> pd.DataFrame:
     >>> import probe.zoo
     >>> table = load_table(probe.zoo.labels_path("induction"))  # 2 layers x 4 heads x 10 head types
     >>> table.shape, list(table.columns) == COLUMNS
-    ((80, 49), True)
+    ((80, 52), True)
     >>> table.loc[table["label"], ["head_name", "head_type"]].head(3).values.tolist()
     [['L0H1', 'previous_token'], ['L0H0', 'first_token'], ['L0H2', 'first_token']]
     """

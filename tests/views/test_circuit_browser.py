@@ -98,12 +98,16 @@ def test_circuit_page_offline(driver, circuit, tmp_path):
     from probe.views.circuit import write_circuit_page
 
     page = write_circuit_page(circuit[1], tmp_path / "circuit.html")
-    _open(driver, page)
-    driver.set_window_size(1100, 620)
-    driver.execute_script("window.scrollTo(0, 0)")
-    time.sleep(0.3)
-    driver.save_screenshot(str(DOCS / "circuit_view.png"))
-    driver.set_window_size(1280, 800)
+    driver.set_window_size(1100, 700)  # the screenshot's size before the graph is drawn: it fits the width
+    try:
+        _open(driver, page)
+        figure = driver.find_element("css selector", "#probe-circuit-view .pc-figure")
+        assert driver.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth + 1", figure)
+        driver.execute_script("window.scrollTo(0, 0)")
+        time.sleep(0.3)
+        driver.save_screenshot(str(DOCS / "circuit_view.png"))
+    finally:
+        driver.set_window_size(1280, 800)
     _check_graph(driver, "#probe-circuit-view")
 
 
