@@ -34,6 +34,9 @@ repeats swamp the planted one, so duplicate-token and induction targets are rest
 of the repeated-block probes (query i in the second copy: j = i − L for duplicate, j = i − L + 1 for
 induction; and the mirror pairs for bidirectional duplicate). A head that attends to every earlier token of
 the same residue type then scores at chance.
+
+Longer than 450 lines because every spec carries its running example (run by
+tests/project/test_doctests.py) beside its definition; the specs are data and read best in one place.
 """
 
 from __future__ import annotations

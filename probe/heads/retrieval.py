@@ -40,6 +40,9 @@ Where we differ from their code, and why:
 Chance (:func:`uniform_chance`): a uniform head's argmax is a uniformly random key, so at step s it lands on a
 needle position holding g_s with probability (copies of g_s in the needle) / (keys at step s); summed over the
 steps and divided by |needle| like the score.
+
+Longer than 450 lines because the definition, its probe set and its generation loop are one reading of
+Wu et al.'s code, with the running examples tests/project/test_doctests.py runs.
 """
 
 from __future__ import annotations
