@@ -102,7 +102,8 @@ def test_circuit_page_offline(driver, circuit, tmp_path):
     try:
         _open(driver, page)
         figure = driver.find_element("css selector", "#probe-circuit-view .pc-figure")
-        assert driver.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth + 1", figure)
+        assert driver.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth + 1",
+                                     figure)
         driver.execute_script("window.scrollTo(0, 0)")
         time.sleep(0.3)
         driver.save_screenshot(str(DOCS / "circuit_view.png"))
