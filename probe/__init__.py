@@ -55,6 +55,7 @@ _LAZY = {
     "show": "probe.views.view",  # the inline notebook view (docs/views.md)
     "show_circuit": "probe.views.circuit",  # a head type's circuit as a graph (docs/circuits.md)
     "show_structure": "probe.views.structure_view",  # a head's attention on the 3D structure (docs/views.md)
+    "show_history": "probe.views.timeline",  # a training history as a timeline (docs/zoo.md)
     "label_table": "probe.views.tables",
 }
 _SUBMODULES = ("models", "card", "engine", "heads", "proteins", "circuits", "runs", "zoo", "views", "app")

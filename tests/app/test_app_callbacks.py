@@ -1090,3 +1090,29 @@ def test_an_uploaded_structure_gives_the_3d_payload_once_and_a_sequence_none(ser
     typed, _ = proteins.protein_run(service, specs[1], UBIQUITIN[:30], None, None, "")
     assert proteins.structure_view(service, typed)[:2] == (None, {"display": "none"})
     assert proteins.structure_view(service, None)[:2] == (None, {"display": "none"})
+
+
+def test_one_forward_pass_serves_every_layer_of_an_input(specs, monkeypatch):
+    """A layer step costs no forward pass: the first layer request captures every layer that fits the
+    prefetch budget, each equal to the eager reference; a budget too small for all layers prefetches the
+    neighbours of the asked layer (the negative control: one layer at a time)."""
+    from app import captures as captures_module
+
+    service = Service(AppConfig(models=specs, label_examples=4))
+    ids_ = [5, 9, 10, 5, 9, 10, 7]
+    calls = []
+    real = captures_module.capture_attention
+    monkeypatch.setattr(captures_module, "capture_attention",
+                        lambda *args, **kwargs: calls.append(kwargs["layers"]) or real(*args, **kwargs))
+    eager = _eager_alpha(specs[0], ids_).numpy()  # [layer head query key]
+    first = service.captures.layer_attention(specs[0], ids_, 1)
+    second = service.captures.layer_attention(specs[0], ids_, 0)  # a layer step: from the same pass
+    assert calls == [[0, 1]]
+    np.testing.assert_allclose(first, eager[1], atol=1e-5)
+    np.testing.assert_allclose(second, eager[0], atol=1e-5)
+    monkeypatch.setattr(captures_module, "PREFETCH_BYTES", 1)  # room for one layer only
+    small = Service(AppConfig(models=specs, label_examples=4))
+    assert small.captures.prefetched_layers(specs[0], len(ids_), 1) == (1,)
+    small.captures.layer_attention(specs[0], ids_, 1)
+    small.captures.layer_attention(specs[0], ids_, 0)
+    assert calls[1:] == [[1], [0]]
