@@ -66,3 +66,17 @@ def test_label_circuits_fills_fed_by_and_the_default_run_does_not(tmp_path):
     assert set(induction["head_name"]) == {"L1H0", "L1H1", "L1H2", "L1H3"}
     assert set(induction["fed_by"]) == {"L0H1"} and set(induction["fed_by_mode"]) == {"K"}
     assert pd.read_csv(plain)["fed_by"].isna().all()
+
+
+def test_report_circuit_adds_the_graph_section(tmp_path):
+    """`probe report --circuit TYPE` on a zoo model: its shipped label table, one circuit section with the
+    graph's data (the browser test opens such a report offline)."""
+    out = tmp_path / "report.html"
+    assert main(["report", "--model", "zoo:induction", "--circuit", "induction", "--seq-len", "32", "--out",
+                 str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "<h2>Circuit · induction</h2>" in html and html.count('data-probe-circuit="') == 1
+    assert '"sender":"L0H1"' in html and '"head_type":"induction"' in html
+    heavy = heavy_after("from probe.cli import main\ncode = main(['report', '--model', 'zoo:induction', "
+                        "'--circuit', 'nonsense', '--out', 'x.html'])")
+    assert heavy["heavy"] == [] and "invalid choice" in heavy["err"]
