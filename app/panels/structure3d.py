@@ -4,8 +4,8 @@ store and with every panel through the selected-head store.
 
 app/panels/proteins.py places :func:`layout` under the residue maps, calls :func:`register` and fills the
 :data:`PAYLOAD` store from ``ProteinStore.structure_payload`` (docs/views.md, "The 3D view in the
-dashboard"); the clientside bridge is ``app/assets/structure3d.js``. :func:`payload` builds the same payload from
-an upload's bytes, for a host without a protein store.
+dashboard"); the clientside bridge is ``app/assets/structure3d.js``. :func:`payload` builds the same payload
+from an upload's bytes, for a host without a protein store.
 """
 
 from __future__ import annotations
