@@ -1,6 +1,6 @@
-"""The protein report's figures and reasons (issue 43, items 2–4): the contact map (predicted ↗ · true ↙) and the
-leaderboard's first heads as residue maps, titled by what they show (no "predicted" without a predictor, no P@L
-table over nothing), every unknown cell with its reason, p-values as the label tables print them, the chain
+"""The protein report's figures and reasons (issue 43, items 2–4): the contact map (predicted ↗ · true ↙)
+and the leaderboard's first heads as residue maps, titled by what they show (no "predicted" without a
+predictor, no P@L table over nothing), every unknown cell with its reason, p-values as the label tables print them, the chain
 used of a multi-chain file and the domain note. The browser check is in test_structure_browser.py."""
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def test_residue_map_svg_draws_each_triangle_and_says_which_is_which():
 def test_the_protein_report_has_the_contact_map_and_the_head_maps(tiny_dir, ubiquitin_structure):
     loaded = models.load(str(tiny_dir("esm")))
     page = report_html(loaded, structure=ubiquitin_structure)
-    assert page.count('<figure class="contact-map">') == 1 and page.count('<figure class="head-map">') == HEAD_MAPS
+    assert page.count('<figure class="contact-map">') == 1
+    assert page.count('<figure class="head-map">') == HEAD_MAPS
     assert "<figcaption>predicted ↗ · true ↙</figcaption>" in page
     assert re.search(r"<figcaption>L\dH\d APC attention ↗ · true contacts ↙</figcaption>", page)
     pngs = _pngs(page)
