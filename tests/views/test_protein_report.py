@@ -1,7 +1,8 @@
 """The protein report's figures and reasons (issue 43, items 2–4): the contact map (predicted ↗ · true ↙)
 and the leaderboard's first heads as residue maps, titled by what they show (no "predicted" without a
 predictor, no P@L table over nothing), every unknown cell with its reason, p-values as the label tables
-print them, the chain used of a multi-chain file and the domain note. The browser check is in test_structure_browser.py."""
+print them, the chain used of a multi-chain file and the domain note. The browser check is in
+test_structure_browser.py."""
 
 from __future__ import annotations
 
