@@ -30,13 +30,24 @@ V_DOMAIN = re.compile(r"C.{9,17}W[FYVIL][RQKLH][QKR].{40,80}?Y[YFH]C")
 
 def has_antibody_v_domain(sequence: str) -> bool:
     """True when `sequence` holds the conserved Cys–Trp–Cys spacing of an antibody V domain (the heuristic
-    above)."""
+    above).
+
+    >>> has_antibody_v_domain("MTYKLILNGKTLKGETTTEAVDAATAEKVFKQYANDNGVDGEWTYDDATKTFTVTE")  # protein G
+    False
+    """
     return V_DOMAIN.search(str(sequence).upper()) is not None
 
 
 def domain_note(model_type: str, name: str, sequence: str) -> str | None:
     """One line when `sequence` is outside the model's training domain (an antibody model on a chain without
-    an antibody V domain), else None."""
+    an antibody V domain), else None.
+
+    >>> gb1 = "MTYKLILNGKTLKGETTTEAVDAATAEKVFKQYANDNGVDGEWTYDDATKTFTVTE"
+    >>> domain_note("bert", "Exscientia/IgBert", gb1)[:27]
+    "outside the model's domain:"
+    >>> domain_note("esm", "facebook/esm2_t6_8M_UR50D", gb1) is None  # UniRef: no input check
+    True
+    """
     kind, text = training_domain(model_type, name)
     if kind == ANTIBODY and not has_antibody_v_domain(sequence):
         return (f"outside the model's domain: {name} was trained on {text}, and this chain has no antibody V "

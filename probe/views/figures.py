@@ -246,6 +246,13 @@ def residue_map_svg(upper: np.ndarray | None, true: np.ndarray | None, title: st
         ``[residue residue]`` 1 contact, 0 not, -1 unknown (:func:`probe.proteins.structure.contact_map`).
     title, upper_name : str
         The figure's name and what the upper triangle shows ("predicted", "L3H7 APC attention").
+
+    Examples
+    --------
+    >>> true = np.eye(8, k=3, dtype=np.int8) + np.eye(8, k=-3, dtype=np.int8)
+    >>> svg = residue_map_svg(np.random.default_rng(0).random((8, 8)), true, "L0H1", "L0H1 APC attention")
+    >>> svg.split("<title>")[1].split("</title>")[0]
+    'L0H1 · L0H1 APC attention ↗ · true contacts ↙'
     """
     if upper is None and true is None:
         raise ProbeError("a residue map needs values for the upper triangle or true contacts")

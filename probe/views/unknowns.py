@@ -68,6 +68,11 @@ def unknown_reason(column: str, *, ligands: tuple[str, ...] | None = None, has_s
         Whether a structure was given.
     w_high : float, optional
         The head's Σ α over weights above θ (the share rule's numerator's denominator), when known.
+
+    Examples
+    --------
+    >>> unknown_reason("p_at_L_long", has_structure=False)
+    'needs a structure (true contacts): pass --structure or upload a PDB / mmCIF file'
     """
     if not has_structure and (column.startswith(("p_at_", "base_rate_", "enrichment_", "p_fwer_",
                                                   "untrained_", "significant_")) or column in SHARES):

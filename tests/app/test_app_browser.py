@@ -782,8 +782,8 @@ def test_the_protein_page_names_its_limit_chains_and_unknowns(driver, served, ub
     wait_for(lambda: driver.find_element("id", ids.PRECISION_BOX).is_displayed(), what="the P@L table")
     menu = driver.find_element("id", ids.CHAIN)
     menu.click()
-    option = wait_for(lambda: [o for o in driver.find_elements("css selector", "[role=option]") if o.text == "B"],
-                      what="the chain menu's options")[0]
+    option = wait_for(lambda: [o for o in driver.find_elements("css selector", "[role=option]")
+                               if o.text == "B"], what="the chain menu's options")[0]
     option.click()
     wait_for(lambda: "two.pdb chain B" in text_of(driver, ids.PROTEIN_MESSAGE), 90, "chain B run")
     cell = wait_for(lambda: [c for c in driver.find_elements("css selector", f"#{ids.LEADERBOARD} td")
