@@ -254,12 +254,18 @@ def leaderboard_tooltips(service: Service, store: dict | None) -> list[dict]:
     if result.heads is None:
         return []
     ligands = result.structure.ligands if result.structure is not None else None
-    columns = {shown: column for column, shown in LEADERBOARD_COLUMNS.items()}
+    return unknown_tooltips(unknown_as_text(result.heads.to_dict("records")), LEADERBOARD_COLUMNS, ligands,
+                            result.true is not None)
+
+
+def unknown_tooltips(rows: list[dict], names: dict[str, str], ligands: tuple[str, ...] | None = None,
+                     has_structure: bool = True) -> list[dict]:
+    """DataTable tooltip_data for table rows whose NaN cells read "unknown": each with its reason
+    (probe.views.unknowns); `names` maps the table's columns to the headers shown."""
+    columns = {shown: column for column, shown in names.items()}
     return [{shown: {"value": "unknown: " + unknown_reason(columns.get(shown, shown), ligands=ligands,
-                                                          has_structure=result.true is not None),
-                     "type": "text"}
-             for shown, value in record.items() if isinstance(value, float) and math.isnan(value)}
-            for record in result.heads.to_dict("records")]
+                                                          has_structure=has_structure), "type": "text"}
+             for shown, value in row.items() if value == "unknown"} for row in rows]
 
 
 def precision_style(service: Service, store: dict | None) -> dict:
@@ -410,10 +416,12 @@ def register(app, service: Service) -> None:
         return shared_zoom(relayout, store) if isinstance(store, dict) else (no_update, no_update)
 
     @app.callback(Output(ids.STRUCTURE_SET, "data"), Output(ids.STRUCTURE_SET, "columns"),
-                  Output(ids.STRUCTURE_SET_TITLE, "children"), Input(ids.MODEL, "value"))
-    @guarded(outputs=3, message=2)
+                  Output(ids.STRUCTURE_SET_TITLE, "children"), Output(ids.STRUCTURE_SET, "tooltip_data"),
+                  Input(ids.MODEL, "value"))
+    @guarded(outputs=4, message=2)
     def _structure_set(spec):
-        return structure_set(service, spec)
+        rows, columns, title = structure_set(service, spec)
+        return rows, columns, title, unknown_tooltips(rows, SET_COLUMNS)
 
     @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
                   Output(ids.PROTEIN_VIEW_MESSAGE, "children", allow_duplicate=True),

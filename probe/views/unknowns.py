@@ -33,6 +33,7 @@ SHARE_RULE = (f"Vig et al.'s share needs the head's weights above θ = {MIN_ATTE
               f"{MIN_TOTAL:g} (provis' min_total); one chain of L residues holds at most L of attention per "
               "head, so it stays unknown on one short chain: pool chains with probe contacts --structures "
               "DIR --heads-summary")
+SECONDARY = "needs the secondary structure (DSSP through mdtraj, else biotite's P-SEA) from the backbone"
 NEEDS = {
     "logit_share": "needs a contact regression: the checkpoint carries none; fit one with probe contacts "
                    "--fit DIR and pass --regression FILE",
@@ -43,12 +44,12 @@ NEEDS = {
     "p_fwer_": "not tested: the contact test needs a structure with long-range contacts (≥ 24 apart)",
     "untrained_": "not tested: the contact test needs a structure with long-range contacts (≥ 24 apart)",
     "significant_": "not tested: the contact test needs a structure with long-range contacts (≥ 24 apart)",
-    "binding_share": f"needs ligand HETATM records in the structure file (a non-water group within "
+    "binding_": f"needs ligand HETATM records in the structure file (a non-water group within "
                      f"{BINDING_DISTANCE:g} Å of a residue)",
-    "helix_share": "needs the secondary structure (DSSP through mdtraj, else biotite's P-SEA) from the "
-                   "structure's backbone, and the share rule below",
-    "strand_share": "needs the secondary structure (DSSP through mdtraj, else biotite's P-SEA) from the "
-                    "structure's backbone, and the share rule below",
+    "helix_": SECONDARY,
+    "strand_": SECONDARY,
+    "turn_bend_": SECONDARY + " (DSSP only: P-SEA has no turn/bend)",
+    "blank_": SECONDARY + " (DSSP only: P-SEA has no blank)",
 }
 # Vig et al.'s shares (probe.proteins.features): unknown under the share rule
 SHARES = ("contact_share", "binding_share", "helix_share", "strand_share", "turn_bend_share", "blank_share")
@@ -77,12 +78,14 @@ def unknown_reason(column: str, *, ligands: tuple[str, ...] | None = None, has_s
     if not has_structure and (column.startswith(("p_at_", "base_rate_", "enrichment_", "p_fwer_",
                                                   "untrained_", "significant_")) or column in SHARES):
         return NEEDS["p_at_"]
-    if column == "binding_share" and ligands is not None and not ligands:
-        return NEEDS["binding_share"] + "; this file has none"
+    rule = SHARE_RULE + ("" if w_high is None else f" (this head: {w_high:.1f})")
+    if column.startswith("binding_") and ligands is not None:
+        if ligands:  # the annotation is there: only the share rule can leave it unknown
+            return rule if column in SHARES else "not measured for this input"
+        reason = NEEDS["binding_"] + "; this file has none"
+        return f"{reason}; {rule}" if column in SHARES else reason
     reason = next((text for key, text in NEEDS.items() if column == key or column.startswith(key)), None)
     if column in SHARES:
-        held = "" if w_high is None else f" (this head: {w_high:.1f})"
-        rule = SHARE_RULE + held
         return rule if reason is None else f"{reason}; {rule}"
     return reason or "not measured for this input"
 
@@ -95,9 +98,9 @@ def glossary() -> list[tuple[str, str]]:
             ("unknown: P@L, base rate, enrichment", NEEDS["p_at_"] + "."),
             ("unknown: p FWER, untrained p99, significant", NEEDS["p_fwer_"] + "."),
             ("unknown: Vig share (contact share)", SHARE_RULE + "."),
-            ("unknown: binding share", NEEDS["binding_share"] + " (the PDB entry with its ligand, not a "
+            ("unknown: binding share", NEEDS["binding_"] + " (the PDB entry with its ligand, not a "
                                                                 "stripped model), and the share rule."),
-            ("unknown: helix / strand share", NEEDS["helix_share"] + ".")]
+            ("unknown: helix / strand share", SECONDARY + ", and the share rule.")]
 
 
-__all__ = ["NEEDS", "SHARES", "SHARE_RULE", "glossary", "unknown_reason"]
+__all__ = ["NEEDS", "SECONDARY", "SHARES", "SHARE_RULE", "glossary", "unknown_reason"]

@@ -142,3 +142,18 @@ def test_an_antibody_model_on_a_chain_outside_its_domain_says_so(service, specs)
     assert message == ""  # its own domain: nothing to say
     _, message = proteins.protein_run(service, specs[0], PROTEIN_G, None, None, "")
     assert message == ""  # a model of unknown domain is never guessed to be outside it
+
+
+def test_unknown_reasons_follow_the_annotation_and_the_structure_set_table_has_them():
+    from probe.views.unknowns import unknown_reason
+
+    assert "this file has none" in unknown_reason("binding_share", ligands=())
+    with_ligand = unknown_reason("binding_share", ligands=("HEM",))  # annotated: only the share rule is left
+    assert "HETATM" not in with_ligand and "min_total" in with_ligand
+    assert "DSSP" in unknown_reason("helix_share") and "min_total" in unknown_reason("helix_share")
+    assert unknown_reason("p_at_L_long", has_structure=False).startswith("needs a structure")
+    assert "regression" in unknown_reason("logit_share")
+    rows = [{"head": "L0H0", "binding share": "unknown", "P@L long": 0.5, "binding bg": "unknown"}]
+    tips = proteins.unknown_tooltips(rows, proteins.SET_COLUMNS)
+    assert set(tips[0]) == {"binding share", "binding bg"}
+    assert all("HETATM" in tip["value"] for tip in tips[0].values())
