@@ -117,7 +117,8 @@ def leaderboard(heads: pd.DataFrame | None, with_structure: bool) -> pd.DataFram
     if "significant_L_long" in table:  # nullable boolean -> text the table's JSON can carry
         table["significant_L_long"] = table["significant_L_long"].map({True: "yes", False: "no"})
     table = table[keep + ["layer", "head_index"]].rename(columns=LEADERBOARD_COLUMNS)
-    return table.round(3)
+    # p-values keep their digits: the panel prints them as the label tables do ("< 0.001", not a rounded 0)
+    return table.round({column: 3 for column in table.columns if column != "p FWER long"})
 
 
 def precision_table(precision: dict[str, float] | None) -> pd.DataFrame | None:

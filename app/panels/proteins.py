@@ -111,13 +111,14 @@ def structure_set(service: Service, spec: str) -> tuple[list[dict], list[dict], 
                                 ascending=False, na_position="last")
     if "significant_L_long" in table:  # nullable boolean -> text the table's JSON can carry
         table = table.assign(significant_L_long=table["significant_L_long"].map({True: "yes", False: "no"}))
-    table = table[keep + ["layer", "head"]].rename(columns={**SET_COLUMNS, "head": "head_index"}).round(3)
+    table = table[keep + ["layer", "head"]].rename(columns={**SET_COLUMNS, "head": "head_index"})
+    table = table.round({column: 3 for column in table.columns if column not in P_COLUMNS})  # p: format_q
     columns = [{"name": name, "id": name} for name in table.columns if name not in ("layer", "head_index")]
     proteins = summary.attrs.get("proteins")
     count = len(proteins) if isinstance(proteins, (list, tuple)) else int(summary["n_proteins"].max())
     title = (f"Structure set: every head over {count} proteins (probe contacts --heads-summary; "
              "95 % bootstrap interval over proteins; click a row to select the head)")
-    return unknown_as_text(table.to_dict("records")), columns, title
+    return unknown_as_text(as_read(table.to_dict("records"))), columns, title
 
 
 def decode_upload(contents: str | None, filename: str | None, max_bytes: int) -> bytes | None:

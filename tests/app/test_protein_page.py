@@ -157,3 +157,14 @@ def test_unknown_reasons_follow_the_annotation_and_the_structure_set_table_has_t
     tips = proteins.unknown_tooltips(rows, proteins.SET_COLUMNS)
     assert set(tips[0]) == {"binding share", "binding bg"}
     assert all("HETATM" in tip["value"] for tip in tips[0].values())
+
+
+def test_a_small_p_value_is_not_rounded_before_it_is_read():
+    import pandas as pd
+
+    from app.protein_analysis import leaderboard
+
+    heads = pd.DataFrame({"name": ["L0H0", "L0H1"], "layer": [0, 0], "head": [0, 1],
+                          "p_at_L_long": [0.5, 0.2], "p_fwer_L_long": [0.0006, 0.04]})
+    rows = proteins.as_read(leaderboard(heads, with_structure=True).to_dict("records"))
+    assert [row["p FWER long"] for row in rows] == ["< 0.001", "0.04"]  # 0.0006 rounded would read 0.001
