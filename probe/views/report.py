@@ -6,9 +6,10 @@ columns; the interactive view (every head's thumbnail on a probe input, full map
 PNG/SVG export: the same views.js as the app and the notebook); for protein models the contact map
 (predicted ↗ · true ↙, titled by what it shows) and the leaderboard's first HEAD_MAPS heads as residue maps
 (APC attention ↗ · true contacts ↙; ≤ 256 cells a side, probe.views.figures.residue_map_svg), every head
-against the contact base rate (probe.proteins) with each unknown's reason as its cell's title (probe.views.unknowns), the chain
-and domain notes (probe.proteins.domain), and with a structure the 3D view of the heads' attention on it
-(probe.views.structure_view: 3Dmol.js inlined, ≈ 0.55 MB). Written atomically (probe.runs.atomic).
+against the contact base rate (probe.proteins) with each unknown's reason as its cell's title
+(probe.views.unknowns), the chain and domain notes (probe.proteins.domain), and with a structure the 3D view
+of the heads' attention on it (probe.views.structure_view: 3Dmol.js inlined, ≈ 0.55 MB). Written atomically
+(probe.runs.atomic).
 
 Size: α is uint8 (probe.views.encode). With REPORT_BUDGET every head's full map is kept when all fit at one
 token per cell (144 heads × 128 tokens: 2.4 MB of maps); else the `full_maps` heads chosen (labelled first) at
