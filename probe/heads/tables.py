@@ -26,6 +26,9 @@ COLUMNS = [
     "type_group_effect", "type_group_z", "type_group_size",
     "retrieval_k", "needle_recall", "needle_recall_top", "needle_recall_random", "needle_recall_random_min",
     "retrieval_ablation",
+    # issue 39: coreference must find the antecedent, whole-model retrieval controls, untrained twins
+    "p_above_chance", "clark_accuracy", "untrained_p99",
+    "retrieval_mask", "needle_recall_other_min", "needle_recall_other_head", "retrieval_beats_controls",
 ]
 """The label table's columns, in file order; one row per (model, seq_len, layer, head, head_type).
 
@@ -72,7 +75,8 @@ REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "sco
 
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
 _TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str,
-                 "role": str, "group_heads": str, "retrieval_ablation": str}
+                 "role": str, "group_heads": str, "retrieval_ablation": str, "retrieval_mask": str,
+                 "needle_recall_other_head": str}
 
 
 def _suffix(path) -> str:

@@ -18,6 +18,7 @@ from probe.models import ModelKind
 DEFAULT_SEQ_LEN = 128
 COREF_SETS = ("auto", "gap", "templates", "causality")
 ABLATE = ("labelled", "all", "none")
+RETRIEVAL_MASKS = ("output", "query")  # probe.heads.retrieval_ablation.MASKS
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,10 @@ class LabelConfig:
         Random same-layer heads each ablation is compared with.
     block_bytes : int, default 8 MiB
         Memory budget of one streamed α block, all heads of a layer (not part of a run's identity).
+    retrieval_mask : {"output", "query"}, default "output"
+        How the retrieval check masks a head (:mod:`probe.heads.retrieval_ablation`): its output zeroed in the
+        prefill and decoding (ours), or its query zeroed on decoding steps — uniform attention — as Wu et al.
+        (``--retrieval-mask``).
     """
 
     # head types to score; None: every type that applies to the model
@@ -88,6 +93,7 @@ class LabelConfig:
     ablation_controls: int = 8
     output_share: bool = True  # also measure each head's output share (Kobayashi et al. 2020) and its role
     block_bytes: int = 8 * 2**20  # memory budget of one streamed α block (all heads of a layer)
+    retrieval_mask: str = "output"  # retrieval ablation: output zeroed (ours) | query zeroed (Wu et al.)
 
     @property
     def lengths(self) -> tuple[int, ...] | None:

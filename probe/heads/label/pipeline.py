@@ -45,6 +45,7 @@ from probe.heads.label.config import (
     COREF_SETS,
     DEFAULT_SEQ_LEN,
     NOT_IDENTITY,
+    RETRIEVAL_MASKS,
     LabelConfig,
     Note,
     Progress,
@@ -127,6 +128,9 @@ def label_model(
         raise ProbeError("--examples must be at least 1")
     if config.ablate not in ABLATE:
         raise ProbeError(f"unknown --ablate {config.ablate!r}: choose from {', '.join(ABLATE)}")
+    if config.retrieval_mask not in RETRIEVAL_MASKS:
+        raise ProbeError(f"unknown --retrieval-mask {config.retrieval_mask!r}: choose from "
+                         f"{', '.join(RETRIEVAL_MASKS)}")
     timings = timings if timings is not None else StageTimes()
     stage = timings.stage
     specs = resolve_types(loaded, config, note)
