@@ -168,7 +168,7 @@ def _retrieval_note(first) -> str:
     """"; top 1 masked (output zeroed): needle recall 0.65 → 0.08; as many random heads of the whole model:
     0.00 at worst; most damaging other head L0H2: 0.00 — not beyond every control" for a retrieval row."""
     mask = first.get("retrieval_mask")
-    how = {"query": "query zeroed, decoding only (Wu et al.)", "output": "output zeroed"}.get(mask, "masked")
+    how = {"query": "Wu et al.'s: query zeroed, decoding only", "output": "output zeroed"}.get(mask, "masked")
     text = (f"; top {int(first['retrieval_k'])} masked ({how}): needle recall {first['needle_recall']:.2f} → "
             f"{first['needle_recall_top']:.2f}; as many random heads of the whole model: "
             f"{first['needle_recall_random_min']:.2f} at worst")
