@@ -85,8 +85,11 @@ def label_reason(row, fdr: float = FDR_LEVEL, min_effect: float = MIN_EFFECT,
     the accuracy for accuracy types — at or below ``untrained_p99``); span types: attention to the targets
     not above chance (``p_above_chance`` decides the combined test); below the minimum effect (the effect
     estimate at or below `min_effect`, or the accuracy gain at or below `min_accuracy_gain`); q above the FDR
-    level (`fdr`)."""
-    if is_labelled(getattr(row, "label", None)):
+    level (`fdr`). A row without a ``label`` field (a table that labels nothing) gets "" when it is clearly
+    above chance, else "not clearly above chance"."""
+    if not hasattr(row, "label"):
+        return "" if is_significant(row) else "not clearly above chance"
+    if is_labelled(row.label):
         return ""
     score, accuracy = number(row, "score"), number(row, "accuracy")
     if score is None and accuracy is None:

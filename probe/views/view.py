@@ -174,7 +174,7 @@ class View:
 
 
 def _labelled_count(marks: dict) -> int:
-    return sum(css == "labelled" for _, css in marks.values())
+    return sum(mark[1] == "labelled" for mark in marks.values())
 
 
 def fragment(data: dict, element_id: str | None = None) -> str:
