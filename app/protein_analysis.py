@@ -24,14 +24,16 @@ RANGE_NAMES = ("short", "medium", "long")
 RANGE_TEXT = {"short": "short (6–11)", "medium": "medium (12–23)", "long": "long (≥ 24)"}
 # Leaderboard columns and their short headers (the table fits a half-width panel at 1600 px).
 LEADERBOARD_COLUMNS = {"head": "head", "p_at_L_long": "P@L long", "base_rate_long": "base rate long",
-                       "enrichment_L_long": "enrichment long", "q_value_L_long": "q long",
+                       "enrichment_L_long": "enrichment long", "p_fwer_L_long": "p FWER long",
+                       "untrained_p99_L_long": "untrained p99 long", "significant_L_long": "significant long",
                        "p_at_L_medium": "P@L med", "p_at_L_short": "P@L short", "contact_share": "Vig share",
                        "binding_share": "binding share", "weight": "weight", "logit_share": "logit share"}
 # Shown even when unknown for every head (a chain without a ligand: binding share NaN, shown "unknown", never
 # 0).
 ALWAYS_SHOWN = ("contact_share", "binding_share")
 # Need a structure: P@L, its base rate and significance, Vig et al.'s shares.
-NEEDS_STRUCTURE = ("p_at_", "base_rate_", "enrichment_", "q_value_", "contact_share", "binding_share")
+NEEDS_STRUCTURE = ("p_at_", "base_rate_", "enrichment_", "p_fwer_", "untrained_", "significant_",
+                   "contact_share", "binding_share")
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,9 @@ def leaderboard(heads: pd.DataFrame | None, with_structure: bool) -> pd.DataFram
     """Per-head rows for the panel's table: best long-range P@L first (by logit share without a structure).
 
     With a structure every head is set against the contact base rate of the long-range pairs (base rate,
-    enrichment = P@L / base rate, Benjamini–Hochberg q of the top-L hits; :mod:`probe.proteins.significance`),
+    enrichment = P@L / base rate) and tested (:mod:`probe.proteins.significance`: the family-wise p of the
+    diagonal-shift test, the untrained twins' 99th percentile of P@L, and whether it is significant: "yes",
+    "no", NaN untested),
     and Vig et al.'s shares are shown, NaN ("unknown" in the panel) where the chain lacks the property. Other
     columns that are empty for this input are left out. `layer` and `head_index` stay for row clicks.
     """
@@ -98,6 +102,8 @@ def leaderboard(heads: pd.DataFrame | None, with_structure: bool) -> pd.DataFram
             if c in table.columns and (c in ALWAYS_SHOWN or not table[c].isna().all())]
     if not with_structure:
         keep = [c for c in keep if not c.startswith(NEEDS_STRUCTURE)]
+    if "significant_L_long" in table:  # nullable boolean -> text the table's JSON can carry
+        table["significant_L_long"] = table["significant_L_long"].map({True: "yes", False: "no"})
     table = table[keep + ["layer", "head_index"]].rename(columns=LEADERBOARD_COLUMNS)
     return table.round(3)
 

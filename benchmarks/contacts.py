@@ -109,7 +109,9 @@ def _spawn(method: str, mode: str, model_dir: str, length: int, repeats: int, sa
 
 def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: int) -> None:
     """Per chain: a plain forward of a ProtBert-style (spaced) BERT vs the whole per-head unit (capture, APC
-    maps, precision by range, Vig et al.'s counts), median of `repeats`."""
+    maps, precision by range, the contact test's shift null, Vig et al.'s counts) without a control and with
+    the default one (3 untrained twins, built once per model before timing), alternating, median of
+    `repeats`."""
     import torch
 
     from probe import models
@@ -125,28 +127,34 @@ def structure_set(folder: str, layers: int, heads: int, hidden: int, repeats: in
     units, _ = structure_units(structure_files(folder))
     print(f"ProtBert-style BERT ({layers} layers x {heads} heads, hidden {hidden}, random weights), CPU, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}\n")
-    print("| chain | residues | plain forward | per-head unit | ratio |")
-    print("|---|---:|---:|---:|---:|")
+    print("| chain | residues | plain forward | per-head unit, --control none | per-head unit, 3 twins | "
+          "ratio none | ratio 3 twins | twins / none |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for unit in units:
-        outcome = analyse_unit(loaded, unit, ContactOptions())  # warm-up
+        outcome = analyse_unit(loaded, unit, ContactOptions())  # warm-up (builds the twins once)
         inputs = models.tokenize_protein(loaded, outcome.result.sequence)
 
         def forward(inputs=inputs):
             with torch.inference_mode():
                 loaded.model(**inputs)
 
-        def whole(unit=unit):
+        def bare(unit=unit):
+            analyse_unit(loaded, unit, ContactOptions(control=0))
+
+        def twins(unit=unit):
             analyse_unit(loaded, unit, ContactOptions())
 
-        timings = {"forward": [], "unit": []}
+        timings = {"forward": [], "none": [], "twins": []}
         for _ in range(repeats):
-            for name, run in (("forward", forward), ("unit", whole)):
+            for name, run in (("forward", forward), ("none", bare), ("twins", twins)):
                 start = time.perf_counter()
                 run()
                 timings[name].append(time.perf_counter() - start)
-        plain, whole = (sorted(timings[name])[len(timings[name]) // 2] for name in ("forward", "unit"))
-        print(f"| {unit.id} | {len(outcome.result.sequence)} | {plain * 1000:.0f} ms | {whole * 1000:.0f} ms "
-              f"| {whole / plain:.1f}x |")
+        plain, none, full = (sorted(timings[name])[len(timings[name]) // 2] for name in timings)
+        length = len(outcome.result.sequence)
+        print(f"| {unit.id} | {length} | {plain * 1000:.0f} ms | {none * 1000:.0f} ms | "
+              f"{full * 1000:.0f} ms | {none / plain:.1f}x | {full / plain:.1f}x | {full / none:.2f}x |")
+    print(f"\nload average {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:

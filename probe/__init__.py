@@ -14,6 +14,16 @@ The package is layered; imports only go down:
 Below them sit :mod:`probe.models` (loading), :mod:`probe.card`, :mod:`probe.naming` and :mod:`probe.errors`;
 the model organisms live in :mod:`probe.zoo`. The names users reach for are re-exported here. Nothing heavy
 happens at import: each re-export is loaded the first time it is used.
+
+Examples
+--------
+>>> import probe
+>>> loaded = probe.load("zoo:induction")  # a bundled model organism: 2 layers x 4 heads
+>>> alpha = probe.capture_attention(loaded.model, probe.models.tokenize_text(loaded, "rada ruga buse rada"))
+>>> alpha.shape  # [batch layer head query key]: <bos> and 4 pseudo-words
+torch.Size([1, 2, 4, 5, 5])
+>>> probe.head_name(1, 2), probe.parse_head_name("L1H2")
+('L1H2', (1, 2))
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ _LAZY = {
     "predict_contacts": "probe.proteins.contacts",
     "load": "probe.models",
     "show": "probe.views.view",  # the inline notebook view (docs/views.md)
+    "show_structure": "probe.views.structure_view",  # a head's attention on the 3D structure (docs/views.md)
     "label_table": "probe.views.tables",
 }
 _SUBMODULES = ("models", "card", "engine", "heads", "proteins", "runs", "zoo", "views", "app")

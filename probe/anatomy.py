@@ -108,7 +108,15 @@ def find_layer_list(model: nn.Module) -> nn.ModuleList:
     Raises
     ------
     ProbeError
-        No ModuleList of that length (ALBERT's shared groups, an encoder–decoder's two stacks)."""
+        No ModuleList of that length (ALBERT's shared groups, an encoder–decoder's two stacks).
+
+    Examples
+    --------
+    >>> from probe.zoo.tiny import build_tiny
+    >>> model, _ = build_tiny("gpt2")
+    >>> find_layer_list(model) is model.transformer.h
+    True
+    """
     n_layers = getattr(text_config(model.config), "num_hidden_layers", None)
     for module in model.modules():
         if isinstance(module, nn.ModuleList) and len(module) == n_layers and n_layers:
@@ -131,6 +139,21 @@ def materialised(module: nn.Module):
     own ``align_module_device``, and left as it was afterwards. Without accelerate, or without offloaded
     weights, nothing is done. Materialise one layer at a time: the weights of everything below `module` are in
     memory together inside the context.
+
+    Examples
+    --------
+    >>> from accelerate import cpu_offload
+    >>> from probe.zoo.tiny import build_tiny
+    >>> model, _ = build_tiny("gpt2")
+    >>> _ = cpu_offload(model, execution_device="cpu")  # accelerate keeps the weights off the modules
+    >>> attn = model.transformer.h[0].attn
+    >>> attn.c_attn.weight.device
+    device(type='meta')
+    >>> with materialised(attn):
+    ...     print(attn.c_attn.weight.device)
+    cpu
+    >>> attn.c_attn.weight.device  # as it was
+    device(type='meta')
     """
     with contextlib.ExitStack() as stack:
         if align_module_device is not None:
@@ -156,7 +179,24 @@ def linear_weight(module: nn.Module) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Projection:
-    """One linear map of an attention module: a projection, or a slice of a fused one's outputs."""
+    """One linear map of an attention module: a projection, or a slice of a fused one's outputs.
+
+    Attributes
+    ----------
+    module : torch.nn.Module
+        The ``nn.Linear`` or GPT-2's ``Conv1D``.
+    part : slice or None
+        The output columns it owns in a fused projection (GPT-2's ``c_attn``: thirds); None: all of them.
+
+    Examples
+    --------
+    >>> from probe.zoo.tiny import build_tiny
+    >>> value = attention_parts(build_tiny("gpt2")[0])[0].value  # the value third of GPT-2's fused c_attn
+    >>> value.part, value.width_in, value.width_out
+    (slice(64, 96, None), 32, 32)
+    >>> tuple(value.weight().shape), value.weight().dtype  # [in out], read as float64
+    ((32, 32), torch.float64)
+    """
 
     module: nn.Module  # nn.Linear or Conv1D
     part: slice | None = None  # the output columns it owns in a fused projection (GPT-2's c_attn: thirds)
@@ -191,7 +231,28 @@ class Projection:
 
 @dataclass(frozen=True)
 class AttentionParts:
-    """The projections and pre-attention norm of one attention module (None where not found)."""
+    """The projections and pre-attention norm of one attention module (None where not found).
+
+    Attributes
+    ----------
+    module : torch.nn.Module
+        The attention module (the one that calls the attention function).
+    query, key, value : Projection or None
+        Its input projections.
+    output : Projection or None
+        Its output projection (whose input is heads × value dim).
+    norm : torch.nn.Module or None
+        A pre-norm block's norm before attention; None for a post-norm block, or not found.
+
+    Examples
+    --------
+    >>> from probe.zoo.tiny import build_tiny
+    >>> bert, _ = build_tiny("bert")  # post-norm; the output projection sits beside the self-attention
+    >>> parts = attention_parts(bert)[0]
+    >>> beside = bert.bert.encoder.layer[0].attention.output.dense
+    >>> type(parts.module).__name__, parts.norm, parts.output.module is beside
+    ('BertSelfAttention', None, True)
+    """
 
     module: nn.Module  # the attention module (the one that calls the attention function)
     query: Projection | None
@@ -284,10 +345,23 @@ def _pre_norm(module: nn.Module, parent_of: dict[int, nn.Module]) -> nn.Module |
 def attention_parts(model: nn.Module) -> list[AttentionParts]:
     """The parts of every module that holds a value projection, in module order (see the module doc).
 
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A transformers model.
+
     Returns
     -------
     list of AttentionParts
         One per such module (for a single-stack model: one per layer); any part not found is None.
+
+    Examples
+    --------
+    >>> from probe.zoo.tiny import build_tiny
+    >>> llama, _ = build_tiny("llama")  # grouped-query attention: 4 query heads, 2 key/value heads
+    >>> parts = attention_parts(llama)
+    >>> len(parts), parts[0].query.width_out, parts[0].key.width_out, type(parts[0].norm).__name__
+    (2, 32, 16, 'LlamaRMSNorm')
     """
     parent_of = parents(model)
     found = []

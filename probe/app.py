@@ -38,6 +38,28 @@ def run(models: Sequence[str] | str = (), labels: str | None = None, jupyter_mod
     -------
     dash.Dash
         The app (``.probe_service`` holds its models).
+
+    Raises
+    ------
+    ProbeError
+        An unknown `jupyter_mode`, a port outside 1..65535, or the dashboard not installed.
+
+    Examples
+    --------
+    In a notebook, ``probe.app.run("zoo:induction")`` draws the dashboard under the cell. Bad arguments are
+    refused before anything starts:
+
+    >>> run("zoo:induction", jupyter_mode="window")
+    Traceback (most recent call last):
+    probe.errors.ProbeError: jupyter_mode='window': use one of inline, external, tab, jupyterlab
+
+    The app it serves is :func:`probe_app.create_app`'s (models load when first shown):
+
+    >>> from probe_app import create_app
+    >>> from probe_app.config import AppConfig
+    >>> dash_app = create_app(AppConfig(models=("zoo:induction",)))
+    >>> dash_app.title, dash_app.probe_service.facts.specs
+    ('probe', ('zoo:induction',))
     """
     if jupyter_mode not in JUPYTER_MODES:
         raise ProbeError(f"jupyter_mode={jupyter_mode!r}: use one of {', '.join(JUPYTER_MODES[:4])}")

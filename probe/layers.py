@@ -77,6 +77,17 @@ class AttentionPlan:
         One unnamed stack for a single-stack model; ``enc``, ``dec``, ``cross`` for an encoder–decoder.
     modules : tuple of (int, tuple of int)
         ``id(attention module)`` and the engine layer numbers it computes, in the order it is applied.
+
+    Examples
+    --------
+    >>> from transformers import T5Config, T5ForConditionalGeneration
+    >>> t5 = T5ForConditionalGeneration(T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=16, num_layers=2,
+    ...                                          num_heads=2))  # a tiny random T5: three stacks
+    >>> plan = attention_plan(t5)
+    >>> [(stack.name, stack.first, stack.count) for stack in plan.stacks], plan.n_layers
+    ([('enc', 0, 2), ('dec', 2, 2), ('cross', 4, 2)], 6)
+    >>> plan.head_name(5, 1), plan.locate(5)  # engine layer 5 is the cross-attention of decoder layer 1
+    ('cross.L1H1', ('cross', 1))
     """
 
     engine: Engine
@@ -275,6 +286,12 @@ def attention_plan(model: nn.Module) -> AttentionPlan:
     ------
     ProbeError
         No module computes attention weights either way, or the layers cannot be numbered.
+
+    Examples
+    --------
+    >>> plan = attention_plan(probe.load("zoo:induction").model)
+    >>> plan.engine, plan.n_layers, plan.attention_layers, plan.no_alpha_layers
+    ('fused', 2, (0, 1), ())
     """
     cached = _PLANS.get(model)
     if cached is not None and cached[0] == _structure(model):

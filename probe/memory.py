@@ -31,7 +31,35 @@ GATED_MLP = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen
 class MemoryPlan:
     """Bytes one forward of `batch` sequences of `seq_len` tokens needs, by what holds them (see
     :func:`memory_plan`). ``capture`` is a run on the capture engine; ``eager`` the eager alternative, which
-    keeps every layer's α ``[layer batch head query key]`` until the forward returns."""
+    keeps every layer's α ``[layer batch head query key]`` until the forward returns.
+
+    Attributes
+    ----------
+    seq_len, batch : int
+        Tokens per sequence and sequences per forward.
+    dtype : str
+        Of the weights and activations.
+    parameters : int
+        :func:`model_parameters`.
+    weights, kv_cache, activations, logits, alpha_block, sinks, eager_attention : int
+        Bytes of each; ``capture`` and ``eager`` (properties) add up a run on the engine and an eager one.
+
+    Examples
+    --------
+    >>> from transformers import GPT2Config
+    >>> plan = memory_plan(GPT2Config(), seq_len=1024, batch=8)  # GPT-2 small's config: nothing downloaded
+    >>> for field, value in plan.rows():  # what `probe card --seq-len` prints
+    ...     print(f"{field:27} {value}")
+    memory plan                 8 × 1,024 tokens in float32
+      weights                   474 MiB (124,373,760 parameters)
+      KV cache                  576 MiB
+      activations               288 MiB
+      logits                    1.53 GiB
+      capture α block + sinks   8.38 MiB + 0 B
+      capture run, in all       2.85 GiB
+      eager α (all layers, N²)  4.5 GiB
+      eager run, in all         7.34 GiB
+    """
 
     seq_len: int
     batch: int
@@ -74,7 +102,24 @@ def model_parameters(config) -> int:
     """Parameters of a transformer from its config: embeddings (+ learned positions, + an untied output head),
     attention (:func:`architecture_card`), MLPs (gated: 3 · hidden · intermediate; else 2 ·; times the experts
     of a mixture) and two norms per layer. An estimate (biases outside attention and extra heads are not
-    counted)."""
+    counted).
+
+    Parameters
+    ----------
+    config : transformers.PretrainedConfig or dict
+        The model's config.
+
+    Returns
+    -------
+    int
+        The estimated parameter count.
+
+    Examples
+    --------
+    >>> from transformers import GPT2Config
+    >>> model_parameters(GPT2Config())  # GPT-2 small: 124,439,808 with its biases and norms' biases
+    124373760
+    """
     if isinstance(config, dict):
         config = config_from_dict(config)
     if hasattr(config, "get_text_config"):
@@ -120,6 +165,13 @@ def memory_plan(config, seq_len: int, dtype: str | None = None, batch: int = 1, 
         b; activations = B · N · (4 D + 2 F) · b (residual, normed input, attention output, MLP hidden);
         logits = B · N · V · 4 (upcast to float32); α block = `block_bytes` + the fused kernel's LSE, B · H ·
         N · 4; eager α = L · B · H · N² · b.
+
+    Examples
+    --------
+    >>> from transformers import GPT2Config
+    >>> plan = memory_plan(GPT2Config(), seq_len=1024, batch=8)  # GPT-2 small
+    >>> plan.weights, plan.kv_cache, plan.capture, plan.eager  # bytes: eager keeps every layer's N² α
+    (497495040, 603979776, 3059067904, 7882124288)
     """
     if isinstance(config, dict):
         config = config_from_dict(config)
@@ -150,7 +202,26 @@ def memory_plan(config, seq_len: int, dtype: str | None = None, batch: int = 1, 
 def available_memory(device: str = "cpu") -> int | None:
     """Bytes free for a run on `device`: PROBE_AVAILABLE_MEMORY when set (bytes, or with a K/M/G/T suffix:
     "8G"), else a CUDA device's free memory, else the machine's available RAM (psutil, or /proc/meminfo's
-    MemAvailable); None when unknown."""
+    MemAvailable); None when unknown.
+
+    Parameters
+    ----------
+    device : str, default "cpu"
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
+
+    Returns
+    -------
+    int or None
+        Bytes.
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ["PROBE_AVAILABLE_MEMORY"] = "8G"  # what a run may use, when you know better
+    >>> available_memory("cpu")
+    8589934592
+    >>> del os.environ["PROBE_AVAILABLE_MEMORY"]
+    """
     text = os.environ.get("PROBE_AVAILABLE_MEMORY", "").strip()
     if text:
         units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -186,6 +257,17 @@ def check_fits(plan: MemoryPlan, available: int | None, command: str, flags: str
     ------
     ProbeError
         ``plan.capture > available``; `flags` names the command's own way to ask less (e.g. "--seq-len").
+
+    Examples
+    --------
+    >>> from transformers import GPT2Config
+    >>> plan = memory_plan(GPT2Config(), seq_len=1024, batch=8)
+    >>> check_fits(plan, available=2**30, command="probe label", flags="--seq-len or --batch-size")
+    Traceback (most recent call last):
+    probe.errors.ProbeError: probe label needs about 2.85 GiB (474 MiB weights, 2.39 GiB for 8 × 1,024 tokens
+    in float32) and 1 GiB is available: pass --device-map auto --offload-folder DIR or --dtype bfloat16, or
+    --seq-len or --batch-size
+    >>> check_fits(plan, available=None, command="probe label", flags="--seq-len")  # unknown: not refused
     """
     if available is None or plan.capture <= available:
         return

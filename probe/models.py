@@ -106,6 +106,14 @@ class LoadedModel:
         per layer (properties).
     attention_layers : tuple of int
         The layer numbers that have α (property): all of them, or a hybrid's softmax-attention layers.
+
+    Examples
+    --------
+    >>> loaded = load("zoo:induction")
+    >>> loaded.name, loaded.kind.value, loaded.attention_layers, loaded.revision.startswith("sha256:")
+    ('zoo:induction', 'causal_lm', (0, 1), True)
+    >>> type(loaded.model).__name__, loaded.plan.engine
+    ('LlamaForCausalLM', 'fused')
     """
 
     model: nn.Module
@@ -397,6 +405,16 @@ def load(
         unreadable config, no usable tokenizer, corrupt or truncated weights, a device this machine does not
         have, an unknown dtype or engine, a bad device map, a model with no attention module the engine can
         read, ``engine="fused"`` on a model outside ``AttentionInterface``.
+
+    Examples
+    --------
+    >>> loaded = load("zoo:induction")  # a bundled model organism; a hub id or a directory loads the same way
+    >>> loaded.kind, loaded.n_layers, loaded.n_heads, loaded.engine
+    (<ModelKind.CAUSAL_LM: 'causal_lm'>, 2, 4, 'fused')
+    >>> load("zoo:nosuch")
+    Traceback (most recent call last):
+    probe.errors.ProbeError: unknown model organism zoo:nosuch; known: zoo:brackets, zoo:coreference,
+    zoo:esm-random, zoo:implicit-causality, zoo:induction, zoo:positional, zoo:retrieval, zoo:sentences
     """
     source = locate(spec)
     local = Path(source)
@@ -587,6 +605,15 @@ def tokenize_text(loaded: LoadedModel, text: str) -> dict[str, torch.Tensor]:
     ------
     ProbeError
         The text is empty or longer than the model's positions, or the model reads audio (Whisper).
+
+    Examples
+    --------
+    >>> loaded = load("zoo:induction")  # its vocabulary: <unk>, <pad>, <bos> and 128 pseudo-words
+    >>> tokenize_text(loaded, "rada ruga buse")
+    {'input_ids': tensor([[2, 3, 4, 5]]), 'attention_mask': tensor([[1, 1, 1, 1]])}
+    >>> tokenize_text(loaded, "rada " * 100)
+    Traceback (most recent call last):
+    probe.errors.ProbeError: the text is 101 tokens but zoo:induction takes at most 64; shorten it
     """
     if not text:
         raise ProbeError("the text is empty: pass --text with at least one word")
@@ -604,7 +631,28 @@ def model_inputs(loaded: LoadedModel, input_ids: torch.Tensor, attention_mask: t
     """The keyword inputs of one forward pass over `input_ids` (batch, token): for an encoder–decoder
     (:attr:`ModelKind.SEQ2SEQ_LM`) the decoder reads the same tokens as its target, shifted right after the
     decoder start token (teacher forcing: the model reconstructs its input), so all three stacks see N tokens;
-    for other models just ``input_ids`` (and ``attention_mask``)."""
+    for other models just ``input_ids`` (and ``attention_mask``).
+
+    Parameters
+    ----------
+    loaded : LoadedModel
+        What :func:`load` returned.
+    input_ids : torch.Tensor, shape=(batch, token), long
+        The tokens.
+    attention_mask : torch.Tensor, shape=(batch, token), optional
+        1 for real tokens, 0 for padding.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        The model's keyword inputs.
+
+    Examples
+    --------
+    >>> loaded = load("zoo:induction")  # a causal LM: the ids alone
+    >>> model_inputs(loaded, torch.tensor([[2, 3, 4]]))
+    {'input_ids': tensor([[2, 3, 4]])}
+    """
     inputs = {"input_ids": input_ids}
     if attention_mask is not None:
         inputs["attention_mask"] = attention_mask

@@ -35,6 +35,24 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def planted_dir(tmp_path_factory) -> str:
+    """The planted GPT-2 (probe.zoo.planted.PLANTED_HEADS: L0H0 previous token, L0H1 self, L1H2 first token)
+    saved once per session; what `probe label --model DIR` and `models.load(DIR)` read."""
+    from probe.zoo.planted import save_planted_gpt2
+
+    return str(save_planted_gpt2(tmp_path_factory.mktemp("planted")))
+
+
+@pytest.fixture(scope="module")
+def planted(planted_dir):
+    """The planted GPT-2, loaded once per test module (a test that changes its weights changes only its
+    module's copy)."""
+    from probe import models
+
+    return models.load(planted_dir)
+
+
+@pytest.fixture(scope="session")
 def structures_dir():
     """tests/data: pdb1ubi.pdb, 1aki.pdb and pdb1ejg.pdb (real wwPDB files shipped with the repository)."""
     return STRUCTURES
@@ -56,6 +74,24 @@ def eager_attention(model, inputs) -> torch.Tensor:
     finally:
         model.set_attn_implementation(previous)
     return torch.stack(out.attentions, dim=1)  # [batch layer head query key]
+
+
+@pytest.fixture
+def cuda_kernels_only(monkeypatch):
+    """On a CUDA device the engine's output and log-sum-exp must come from a fused kernel (flash or
+    memory-efficient): where a kernel refuses a call the engine falls back to its blockwise softmax, which
+    gives the same α, so an equality test alone would pass without ever running the kernel. With this fixture
+    that fallback fails the test with the kernel's own error (e.g. "attn_bias is not correctly aligned"). Not
+    for soft-capped models, whose scores no kernel computes."""
+    from probe.engine import kernels
+
+    def refused(query, key, value, scores, block_rows=256):
+        if query.device.type == "cuda" and scores.softcap is None:  # the kernel again, its error unsuppressed
+            kernels._cuda_fused_attention(query, key, value, scores.mask, scores.is_causal, scores.scale, 0.0)
+        raise AssertionError(f"the blockwise fallback ran for a {query.dtype} call on {query.device}, where "
+                             "a fused CUDA kernel should have given the output and the log-sum-exp")
+
+    monkeypatch.setattr(kernels, "blockwise_attention", refused)
 
 
 def compact_synthetic_pdb(sequence: str) -> str:

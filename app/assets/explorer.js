@@ -6,7 +6,10 @@
     var BLUES = [[0, "rgb(247,251,255)"], [0.125, "rgb(222,235,247)"], [0.25, "rgb(198,219,239)"],
                  [0.375, "rgb(158,202,225)"], [0.5, "rgb(107,174,214)"], [0.625, "rgb(66,146,198)"],
                  [0.75, "rgb(33,113,181)"], [0.875, "rgb(8,81,156)"], [1, "rgb(8,48,107)"]];  // plotly.py Blues
+    /** @type {{key: string | null, alpha: Float32Array | null}} */
     var decoded = {key: null, alpha: null};
+    /** @type {{payload: LayerPayload | null, head: number, direction: string, pinned: number | null,
+     *          hovered: number | null, dark?: boolean}} */
     var view = {payload: null, head: 0, direction: "from", pinned: null, hovered: null};
     var NO = function () { return window.dash_clientside.no_update; };
 
@@ -17,17 +20,20 @@
     var offsetText = core.offsetText, share = core.share;
     function pooled(alpha, n, q0, q1, k0, k1) { return core.pooled(alpha, n, q0, q1, k0, k1, BINS); }
 
+    /** @param {LayerPayload} payload @returns {Float32Array} α [head query key] */
     function decode(payload) {
         var key = payload.key + ":" + payload.layer;
         if (decoded.key !== key) { decoded = {key: key, alpha: core.decodeUint16(payload.alpha, payload.scale)}; }
         return decoded.alpha;
     }
 
+    /** @param {LayerPayload} payload @param {number} head @returns {Float32Array} */
     function headMatrix(payload, head) {  // a Float32Array view [query key] of one head
         var n = payload.n;
         return decode(payload).subarray(head * n * n, (head + 1) * n * n);
     }
 
+    /** @param {TargetPattern | null} pattern @param {number} head @returns {number[][] | null} */
     function targetsOf(pattern, head) {
         if (!pattern || !pattern.heads) { return null; }
         return pattern.heads.length === 1 ? pattern.heads[0] : pattern.heads[head];
@@ -45,11 +51,15 @@
     // A head step inside the shown layer redraws only the heatmap's z (Plotly.restyle: the axes, labels and layout
     // stay), straight from the key press, before Dash's callback round: the figure callback then only updates the
     // notes. Anything else (another layer, a per-head overlay, a zoom) goes through the full figure.
+    /** @type {{head: number | null}} */
     var fast = {head: null};
+    /** @type {{scale: string[] | null, zoom: Zoom | null, pattern?: TargetPattern | null}} */
     var last = {scale: null, zoom: null};
 
+    /** @param {HeadRef} next @returns {boolean} whether the heatmap was redrawn here */
     function fastStep(next) {
-        var payload = view.payload, gd = document.querySelector("#explorer-heatmap .js-plotly-plot");
+        var payload = view.payload;
+        var gd = /** @type {PlotlyGraphDiv} */ (document.querySelector("#explorer-heatmap .js-plotly-plot"));
         if (!payload || !gd || !gd._fullData || !gd._fullData.length || next.layer !== payload.layer ||
             !(next.head >= 0 && next.head < payload.heads) || (last.pattern && last.pattern.heads &&
                                                               last.pattern.heads.length > 1)) { return false; }
@@ -72,6 +82,8 @@
         return true;
     }
 
+    /** @param {LayerPayload} payload @param {number} head @param {{factor: number}} pool @param {Zoom} w
+     *  @param {Zoom | null} zoom @returns {string} */
     function titleText(payload, head, pool, w, zoom) {
         var suffix = pool.factor === 1 ? "" : " · " + Math.max(w.q1 - w.q0, w.k1 - w.k0) + " tokens in " +
             Math.ceil((w.q1 - w.q0) / pool.factor) + " bins (max-pooled)";
@@ -81,13 +93,16 @@
 
     // "L3H2", or an encoder–decoder's "enc.L1H2" / "dec.L0H1" / "cross.L0H3": the layer payload carries its
     // layer's name (app/payload.py)
+    /** @param {LayerPayload} payload @param {number} head @returns {string} */
     function headLabel(payload, head) { return (payload.name || core.layerName(payload.layer)) + "H" + head; }
 
     // cross-attention is [decoder query × encoder key]: the payload names its axes (and the queries' tokens)
+    /** @param {LayerPayload} payload @returns {{query: string, key: string}} */
     function axisTitles(payload) {
         return payload.axes ? payload.axes : {query: "query", key: "key"};
     }
 
+    /** @param {LayerPayload} payload @param {number} head @param {string[] | null} scale @param {Zoom} w */
     function revision(payload, head, scale, w) {  // what the heatmap's arrays depend on
         return [payload.key, payload.layer, head, scale && scale.length ? "head" : "fixed", w.q0, w.q1, w.k0, w.k1]
             .join(":");
@@ -103,6 +118,9 @@
 
     // heatmap(payload, selected, scale, zoom, pattern, headType, dark, templates)
     //   -> [figure, caption, overlay note, offset note]
+    /** @param {LayerPayload | null} payload @param {HeadRef | null} selected @param {string[] | null} scale
+     *  @param {Zoom | null} zoom @param {TargetPattern | null} pattern @param {string} headType
+     *  @param {boolean} dark @param {{light: object, dark: object} | null} templates @returns {Array} */
     function heatmap(payload, selected, scale, zoom, pattern, headType, dark, templates) {
         last.scale = scale; last.zoom = zoom; last.pattern = pattern;
         fast.head = null;
@@ -131,6 +149,7 @@
         var what = pool.factor === 1 ? "α" : "max α over " + pool.factor + "×" + pool.factor + " tokens";
         var name = headLabel(payload, head), axes = axisTitles(payload);
         view.dark = !!dark;
+        /** @type {object[]} */
         var traces = [{type: "heatmap", z: pool.z, x: xs, y: ys, colorscale: BLUES, zmin: 0, zmax: zmax,
                        name: "attention", colorbar: {title: {text: scaleText, side: "right"}},
                        hovertemplate: axes.query + " %{y}<br>" + axes.key + " %{x}<br>" + what +
@@ -176,6 +195,8 @@
         return [figure, name + " · " + n + " tokens"].concat(notes(payload, head, pattern, headType));
     }
 
+    /** @param {LayerPayload} payload @param {number} head @param {TargetPattern | null} pattern
+     *  @param {string} headType @returns {string[]} */
     function notes(payload, head, pattern, headType) {  // [overlay note, dominant offset note] of one head
         var n = payload.n, alpha = headMatrix(payload, head), note = "", targets = targetsOf(pattern, head);
         if (pattern && pattern.note) { note = pattern.note; }
@@ -259,9 +280,9 @@
     var AXIS_KEY = /^[xy]axis\.(range(\[[01]\])?|autorange)$/;
     function viewOf(relayout) {
         if (!relayout || typeof relayout !== "object") { return NO(); }
-        var view = {};
-        Object.keys(relayout).forEach(function (key) { if (AXIS_KEY.test(key)) { view[key] = relayout[key]; } });
-        return Object.keys(view).length ? view : NO();
+        var axes = {};
+        Object.keys(relayout).forEach(function (key) { if (AXIS_KEY.test(key)) { axes[key] = relayout[key]; } });
+        return Object.keys(axes).length ? axes : NO();
     }
 
     function layerOf(selected, current) {

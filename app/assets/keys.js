@@ -26,7 +26,7 @@
 
     document.addEventListener("keydown", function (event) {
         if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-            var inProtein = event.target && event.target.id === "protein-sequence";
+            var inProtein = event.target && /** @type {HTMLElement} */ (event.target).id === "protein-sequence";
             var run = document.getElementById(inProtein ? "protein-run" : "explorer-run");
             if (run) { event.preventDefault(); run.click(); }
             return;
@@ -39,7 +39,8 @@
     }, true);
 
     document.addEventListener("click", function (event) {
-        var button = event.target && event.target.closest && event.target.closest("button.step");
+        var target = /** @type {HTMLElement} */ (event.target);
+        var button = target && target.closest && target.closest("button.step");
         if (!button) { return; }
         var parts = (button.getAttribute("data-step") || "").split(":");
         step(parts[0], parseInt(parts[1], 10));
@@ -51,7 +52,8 @@
     // (plotly's reset gesture, a habit from zoomable plots) cancels it, so a double-click never selects a head.
     var lastDoubleClick = 0;
     document.addEventListener("dblclick", function (event) {
-        if (event.target && event.target.closest && event.target.closest("#atlas-graph")) { lastDoubleClick = Date.now(); }
+        var target = /** @type {HTMLElement} */ (event.target);
+        if (target && target.closest && target.closest("#atlas-graph")) { lastDoubleClick = Date.now(); }
     }, true);
 
     function atlasClick(click, shape) {
@@ -77,7 +79,7 @@
     window.dash_clientside.probe = Object.assign({}, window.dash_clientside.probe, {
         atlasClick: atlasClick,
         setImageFormat: function (fmt) {
-            document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
+            document.querySelectorAll(".js-plotly-plot").forEach(function (/** @type {PlotlyGraphDiv} */ gd) {
                 if (!gd._context) { return; }
                 var options = Object.assign({}, gd._context.toImageButtonOptions, {format: fmt});
                 if (fmt === "svg") { delete options.scale; } else { options.scale = 2; }

@@ -24,7 +24,7 @@
     }
 
     document.addEventListener("change", function (event) {
-        var target = event.target;
+        var target = /** @type {HTMLInputElement} */ (event.target);
         if (target && target.type === "file" && target.closest && target.closest("#protein-upload-box")) {
             check(target.files);
             // Forget the chosen file once the upload box has read it, so choosing the same file again is a change.
@@ -32,7 +32,8 @@
         }
     }, true);
     document.addEventListener("drop", function (event) {
-        if (event.target && event.target.closest && event.target.closest("#protein-upload-box") &&
+        var target = /** @type {HTMLElement} */ (event.target);
+        if (target && target.closest && target.closest("#protein-upload-box") &&
             event.dataTransfer) {
             check(event.dataTransfer.files);
         }

@@ -72,7 +72,8 @@ def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.D
 # Columns of the structure-set summary shown in the page, and their short headers.
 SET_COLUMNS = {"name": "head", "n_proteins": "proteins", "p_at_L_long": "P@L long", "p_at_L_long_low": "low",
                "p_at_L_long_high": "high", "base_rate_long": "base rate long",
-               "enrichment_L_long": "enrichment long", "q_value_L_long": "q long",
+               "enrichment_L_long": "enrichment long", "p_fwer_L_long": "p FWER long",
+               "untrained_p99_L_long": "untrained p99 long", "significant_L_long": "significant long",
                "contact_share": "contact share", "contact_background": "contact bg",
                "binding_share": "binding share", "binding_background": "binding bg",
                "helix_share": "helix share", "strand_share": "strand share", "n_high": "α ≥ θ",
@@ -90,6 +91,8 @@ def structure_set(service: Service, spec: str) -> tuple[list[dict], list[dict], 
             and (c in unknown_ok or not summary[c].isna().all())]
     table = summary.sort_values("p_at_L_long" if "p_at_L_long" in summary.columns else "layer",
                                 ascending=False, na_position="last")
+    if "significant_L_long" in table:  # nullable boolean -> text the table's JSON can carry
+        table = table.assign(significant_L_long=table["significant_L_long"].map({True: "yes", False: "no"}))
     table = table[keep + ["layer", "head"]].rename(columns={**SET_COLUMNS, "head": "head_index"}).round(3)
     columns = [{"name": name, "id": name} for name in table.columns if name not in ("layer", "head_index")]
     proteins = summary.attrs.get("proteins")

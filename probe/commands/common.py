@@ -44,6 +44,16 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False, requi
                              "0=10GiB,cpu=30GiB")
 
 
+def add_control_option(parser: argparse.ArgumentParser, default: str = "untrained") -> None:
+    """--control untrained[:K] | none: K untrained twins of the model (probe.untrained) run on the same inputs
+    as a negative control; read it with probe.untrained.parse_control (import-light) before heavy imports."""
+    parser.add_argument("--control", default=default, metavar="untrained[:K]|none",
+                        help="untrained twins of the model (its own architecture, tokenizer and "
+                             "_init_weights, seeded random weights) run on the same inputs: a head is "
+                             "significant only above their heads' 99th percentile; untrained = untrained:3; "
+                             f"none: off (default {default})")
+
+
 def load_keywords(args: argparse.Namespace) -> dict:
     """probe.models.load's engine and placement keywords from the shared model flags (add_model_options)."""
     return {"engine": args.engine, "device_map": args.device_map, "offload_folder": args.offload_folder,

@@ -4,8 +4,8 @@
                    [--structure X] [--chain C] [--chains A,B] [--cb virtual|real] [--threshold 8.0]
                    [--min-attention 0.3] [--min-total 100] [--min-count 100] [--binding-distance 4.0]
                    [--window N] [--regression F.json] [--out F.npz] [--heads-out F.parquet]
-                   [--chains-out F.parquet] [--heads-summary F.parquet] [--force] [--ray [auto|HOST:PORT]]
-                   [--ray-workers N]
+                   [--chains-out F.parquet] [--heads-summary F.parquet] [--control untrained[:K]|none]
+                   [--force] [--ray [auto|HOST:PORT]] [--ray-workers N]
     probe contacts --model M --fit DIR_OR_LIST [--regression FILE.json] [--cb ...] [--threshold ...]
 
 Each record or chain is a unit of one :func:`probe.runs.runner.run` (in this process or on Ray), journalled
@@ -19,9 +19,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from probe.commands import common
 from probe.commands.common import add_model_options, add_ray_options, executor, load_keywords, output_path
 from probe.errors import ProbeError
 from probe.proteins import defaults
+from probe.untrained import parse_control
 
 OUTPUT_FLAGS = {"out": "--out", "heads_out": "--heads-out", "chains_out": "--chains-out",
                 "heads_summary": "--heads-summary"}
@@ -82,6 +84,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="with --fit: where to save the fitted regression; otherwise: a fitted "
                              "regression to predict contacts with (any protein model; replaces an ESM "
                              "checkpoint's own)")
+    common.add_control_option(parser)
     parser.add_argument("--force", action="store_true",
                         help="recompute every record even if an earlier run finished some of them")
     add_ray_options(parser)
@@ -89,6 +92,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    control = parse_control(args.control)  # import-light: a bad --control is answered before torch loads
     # Imported here, not at the top: they load torch and transformers, which `probe --help` must not pay for.
     from probe import models
     from probe.proteins import inputs, outputs, sets
@@ -101,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     options = inputs.contact_options(
         threshold=args.threshold, cb=args.cb, window=args.window, min_attention=args.min_attention,
         min_count=args.min_count, min_total=args.min_total, binding_distance=args.binding_distance,
-        per_head=bool({"heads_out", "chains_out", "heads_summary"} & set(paths)), regression=args.regression)
+        per_head=bool({"heads_out", "chains_out", "heads_summary"} & set(paths)), regression=args.regression,
+        control=control.twins)
     run_on = executor(args)
     specs, skipped = inputs.contact_units(sequence=args.sequence, fasta=args.fasta, structure=args.structure,
                                           chain=args.chain, structures=args.structures, chains=args.chains)
@@ -166,7 +171,6 @@ def _fit(args: argparse.Namespace) -> int:
     """--fit: a regression fitted on every structure, saved as JSON; leave-one-out precision printed."""
     from probe import models  # torch and transformers: see run()
     from probe.proteins import regression, regression_file, units
-    from probe.proteins.precision import RANGES
     from probe.proteins.structure import check_threshold
 
     if args.sequence or args.fasta or args.structure or args.structures:
@@ -188,13 +192,7 @@ def _fit(args: argparse.Namespace) -> int:
     models.require_protein(loaded, "probe contacts --fit")
     fitted, evaluation = regression.fit_files(loaded, files, args.threshold, args.cb, model=args.model)
     fitted.save(target)
-    count = len(fitted.structures)
-    baseline = f"top-{regression.TOP_K}-head average"
-    for method, label in (("regression", "regression"), ("top_heads", baseline)):
-        rows = evaluation[evaluation["method"] == method]
-        parts = [f"{r}: P@L {rows[f'p_at_L_{r}'].mean():.3f} P@L/5 {rows[f'p_at_L5_{r}'].mean():.3f}"
-                 for r in RANGES]
-        print(f"held out ({count} structures, leave-one-out) {label}:  " + "  |  ".join(parts))
-    print(f"wrote the contact regression fitted on {count} structures to {target}; predict with "
-          f"--regression {target}", file=sys.stderr)
+    print("\n".join(regression.held_out_lines(evaluation, len(fitted.structures))))
+    print(f"wrote the contact regression fitted on {len(fitted.structures)} structures to {target}; predict "
+          f"with --regression {target}", file=sys.stderr)
     return 0

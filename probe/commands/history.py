@@ -79,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
     config = HistoryConfig(label=label, icl_early=early, icl_late=late, max_passages=args.passages)
     revisions = ([part.strip() for part in args.revisions.split(",") if part.strip()] if args.revisions
                  else None)
+    if revisions == []:
+        raise ProbeError(f"--revisions {args.revisions!r} names no checkpoint: give a comma-separated list, "
+                         "e.g. step-0,step-500")
     report = history(args.model, revisions, config, out, force=args.force)
     table = report.table
     if out is None and len(table):

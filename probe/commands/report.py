@@ -27,7 +27,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--text", metavar="FILE", help="the input to show (a text file; for protein models a "
                                                        "sequence or FASTA); default: a probe input")
     parser.add_argument("--structure", metavar="PDB",
-                        help="protein models: a PDB/mmCIF file for true contacts")
+                        help="protein models: a PDB/mmCIF file for true contacts and the 3D view of the "
+                             "heads' attention on it")
     parser.add_argument("--chain", help="the structure's chain (default: the first)")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens of the probe input (default 128)")
     parser.add_argument("--maps", type=int, default=4,

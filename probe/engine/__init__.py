@@ -10,6 +10,15 @@ interface (:mod:`~probe.engine.eager`), the sink protocols and the needs a sink 
 :mod:`~probe.engine.mass`). Nothing here knows about head types, proteins or files: the engine may import only
 :mod:`probe.errors`, :mod:`probe.naming`, :mod:`probe.layers` (which modules compute α) and
 :mod:`probe.anatomy` (where a model's projections and norms sit); every other part of probe is built on it.
+
+Examples
+--------
+>>> from probe.engine import DenseSink, capture
+>>> sink = DenseSink(layers=[0], heads=[1])  # zoo:induction's previous-token head, L0H1
+>>> with capture(loaded.model, sink), torch.inference_mode():  # the model keeps its sdpa kernel
+...     _ = loaded.model(**inputs)
+>>> sink.attention(0)[0, 0, 0].diagonal(-1).round(decimals=2)  # α(i, i − 1) of the 7-token prompt
+tensor([0.9300, 0.9900, 1.0000, 0.9900, 0.9900, 0.9900])
 """
 
 from probe.anatomy import find_layer_list

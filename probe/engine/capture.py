@@ -91,10 +91,10 @@ def capture(
     Examples
     --------
     >>> loaded = probe.models.load("zoo:induction")  # 2 layers x 4 heads
-    >>> inputs = probe.models.tokenize_text(loaded, "a b c a b c")  # 7 tokens with <bos>
+    >>> inputs = probe.models.tokenize_text(loaded, "rada ruga buse rada ruga buse")  # 7 tokens with <bos>
     >>> sink = DenseSink(layers=[0, 1])
     >>> with capture(loaded.model, sink), torch.inference_mode():
-    ...     loaded.model.generate(**inputs, max_new_tokens=5, do_sample=False)
+    ...     _ = loaded.model.generate(**inputs, max_new_tokens=5, do_sample=False)
     >>> sink.attention(step=3).shape  # [batch layer head query key]: one query row against the KV cache
     torch.Size([1, 2, 4, 1, 10])
     """
@@ -210,6 +210,18 @@ def capture_attention(
     ProbeError
         The model does not route attention through ``AttentionInterface``, or a chosen layer does not exist
         (nothing was captured).
+
+    Examples
+    --------
+    >>> loaded = probe.models.load("zoo:induction")  # 2 layers x 4 heads
+    >>> inputs = probe.models.tokenize_text(loaded, "rada ruga buse rada ruga buse")  # a block, repeated
+    >>> alpha = capture_attention(loaded.model, inputs, layers=[1])
+    >>> alpha.shape  # [batch layer head query key]
+    torch.Size([1, 1, 4, 7, 7])
+    >>> alpha[0, 0, :, 4, 2].round(decimals=2)  # the second "rada" (row 4) on the token after the first
+    tensor([1., 1., 1., 1.])
+    >>> bool(alpha.sum(-1).allclose(torch.ones(1, 1, 4, 7)))  # every row sums to 1
+    True
     """
     sink = DenseSink(layers, heads)
     with capture(model, sink, engine=engine), torch.inference_mode():

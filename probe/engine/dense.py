@@ -30,9 +30,10 @@ class DenseSink:
 
     Examples
     --------
+    >>> from probe.engine import capture
     >>> sink = DenseSink(layers=[0, 1], dtype=torch.float16)  # zoo:induction, a 7-token prompt
-    >>> with capture(loaded.model, sink):
-    ...     loaded.model.generate(**inputs, max_new_tokens=5, do_sample=False)
+    >>> with capture(loaded.model, sink), torch.inference_mode():
+    ...     _ = loaded.model.generate(**inputs, max_new_tokens=5, do_sample=False)
     >>> sink.steps, sink.captured_layers
     (5, [0, 1])
     >>> sink.attention(step=3).shape  # [batch layer head query key]

@@ -156,18 +156,42 @@ def _same_head_size(query, key, value):
 
 def _cuda_fused_attention(query, key, value, mask, is_causal, scale, dropout):
     """CUDA: the flash kernel when there is no mask (fp16/bf16), else the memory-efficient kernel; both give
-    the LSE."""
+    the LSE (a fully masked row's LSE is 0, as the CPU kernel gives it: α = exp(−inf − 0) = 0 there)."""
     n_query = query.shape[2]
     if mask is None and query.dtype in (torch.float16, torch.bfloat16):
         output, lse, *_ = torch.ops.aten._scaled_dot_product_flash_attention(
             query, key, value, dropout, is_causal, False, scale=scale
         )
-        return output, lse[..., :n_query].float()
-    bias = None if mask is None else mask.expand(query.shape[0], query.shape[1], n_query, key.shape[2])
-    output, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
-        query, key, value, bias, True, dropout, is_causal, scale=scale
-    )
-    return output, lse[..., :n_query].float()  # the kernel pads the LSE's query axis
+    else:
+        shape = (query.shape[0], query.shape[1], n_query, key.shape[2])  # [batch head query key]
+        bias = None if mask is None else aligned_bias(mask).expand(shape)
+        output, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, key, value, bias, True, dropout, is_causal, scale=scale
+        )
+    lse = lse[..., :n_query].float()  # the memory-efficient kernel pads the LSE's query axis
+    return output, torch.where(lse.isfinite(), lse, 0.0)
+
+
+BIAS_ALIGNMENT = 16  # elements; the memory-efficient kernel wants 16-byte strides (4 float32, 8 half values)
+
+
+def aligned_bias(
+    mask: torch.Tensor,  # [batch 1|head query key] additive
+) -> torch.Tensor:
+    """The mask over storage whose every stride but the last is a multiple of 16 elements: the CUDA
+    memory-efficient kernel refuses any other bias ("attn_bias is not correctly aligned (strideM)": a key
+    count that is not a multiple of 4 / 8 does it), as torch's own sdpa pads it (`preprocess_mask`). A copy
+    only when the mask is not aligned already; its values are unchanged."""
+    n_key = mask.shape[-1]
+    aligned = mask.stride(-1) == 1 and all(stride % BIAS_ALIGNMENT == 0
+                                           for size, stride in zip(mask.shape[:-1], mask.stride()[:-1],
+                                                                   strict=True) if size > 1)
+    if aligned:
+        return mask
+    width = -(-n_key // BIAS_ALIGNMENT) * BIAS_ALIGNMENT
+    storage = mask.new_zeros(*mask.shape[:-1], width)  # [batch 1|head query key_padded]
+    storage[..., :n_key] = mask
+    return storage[..., :n_key]
 
 
 def blockwise_attention(query, key, value, scores: Scores, block_rows: int = 256):

@@ -65,7 +65,27 @@ KEYWORDS: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class AttentionFeatures:
-    """The implemented keywords of one attention call, read once: everything beyond q, k, v and the mask."""
+    """The implemented keywords of one attention call, read once: everything beyond q, k, v and the mask.
+
+    Attributes
+    ----------
+    position_bias : torch.Tensor or None, shape=(batch or 1, head, query, key), float
+        An additive score bias (T5's relative positions), added to the mask.
+    sinks : torch.Tensor or None, shape=(head,), float32
+        Attention-sink logits (gpt-oss's ``s_aux``): one extra logit per head in every row's softmax.
+    softcap : float or None
+        c of Gemma 2's soft-capping c·tanh(s / c), applied to the scores before mask and softmax.
+    sliding_window : int or None
+        Keys a query may see; carried by the mask the model builds.
+
+    Examples
+    --------
+    >>> features = read_keywords({"softcap": 50.0, "sliding_window": 4096, "dropout": 0.0})
+    >>> features.softcap, features.sliding_window, features.plain  # not plain: the blockwise path
+    (50.0, 4096, False)
+    >>> read_keywords({"scaling": 0.125, "position_ids": None}).plain  # what sdpa itself computes
+    True
+    """
 
     position_bias: torch.Tensor | None = None  # [batch|1 head query key] additive
     sinks: torch.Tensor | None = None  # [head] sink logits (s_aux)
@@ -80,7 +100,32 @@ class AttentionFeatures:
 
 def read_keywords(kwargs: dict) -> AttentionFeatures:
     """The features an attention call asks for, or a one-line :class:`~probe.errors.ProbeError` for a keyword
-    the engine does not implement (not in :data:`KEYWORDS`, or a ``none_only`` one given a value)."""
+    the engine does not implement (not in :data:`KEYWORDS`, or a ``none_only`` one given a value).
+
+    Parameters
+    ----------
+    kwargs : dict of str to object
+        The keyword arguments transformers passes the attention function (beyond q, k, v and the mask).
+
+    Returns
+    -------
+    AttentionFeatures
+        The implemented features the call asks for.
+
+    Raises
+    ------
+    ProbeError
+        A keyword the engine does not implement: the model then runs with the eager fallback.
+
+    Examples
+    --------
+    >>> read_keywords({"softcap": 50.0, "sliding_window": 4096, "dropout": 0.0})
+    AttentionFeatures(position_bias=None, sinks=None, softcap=50.0, sliding_window=4096)
+    >>> read_keywords({"alibi_slopes": torch.ones(4)})  # Bloom's ALiBi: not implemented, never ignored
+    Traceback (most recent call last):
+    probe.errors.ProbeError: the model passes attention keyword 'alibi_slopes', which the capture engine does
+    not implement; run it with --engine eager (or probe.engine's eager fallback)
+    """
     for name, value in kwargs.items():
         kind = KEYWORDS.get(name, (None, ""))[0]
         if kind is None:

@@ -42,11 +42,12 @@ class KeyMassSink:
 
     Examples
     --------
-    >>> n = inputs["input_ids"].shape[1]
+    >>> from probe.engine import capture
+    >>> n = inputs["input_ids"].shape[1]  # zoo:induction, a 7-token prompt
     >>> first = torch.zeros(1, n, dtype=torch.bool); first[0, 0] = True
     >>> sink = KeyMassSink({"first token": first}, entropy=True)
     >>> with capture(loaded.model, sink), torch.inference_mode():
-    ...     loaded.model(**inputs)
+    ...     _ = loaded.model(**inputs)
     >>> sink.result()["first token"].shape  # [batch layer head], layers as captured
     torch.Size([1, 2, 4])
     """

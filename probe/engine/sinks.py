@@ -46,6 +46,17 @@ class KeyReduction:
         Also each row's −Σ_j α_ij log α_ij.
     max_alpha : bool
         Also each row's largest α.
+
+    Examples
+    --------
+    >>> first = torch.zeros(1, 7, 1); first[0, 0, 0] = 1  # [batch key feature]: the first key's indicator
+    >>> reduction = KeyReduction(heads=(0, 2), weights=first, entropy=True)
+    >>> reduction.checked_weights("MySink", layer=0, n_batch=1, n_key=7).shape
+    torch.Size([1, 7, 1])
+    >>> reduction.checked_weights("MySink", layer=0, n_batch=1, n_key=9)
+    Traceback (most recent call last):
+    probe.errors.ProbeError: MySink's KeyReduction.weights is shaped (1, 7, 1);
+    layer 0 needs [1 or batch=1, key=9, feature]
     """
 
     heads: tuple[int, ...]
@@ -80,6 +91,22 @@ class ReducedBlock:
         max_j α_ij, when the reduction asked for it.
     learned_sink_mass : torch.Tensor or None, shape=(batch, head, block), float32
         The weight on the layer's learned attention sink (gpt-oss), as in :class:`AttentionBlock`.
+
+    Examples
+    --------
+    >>> from probe.engine import capture
+    >>> class Shapes:  # what a ReduceSink receives (zoo:induction, 7 tokens)
+    ...     def needs(self, layer, n_heads, n_query):
+    ...         return SinkNeeds(reduce=KeyReduction((0, 1), torch.ones(1, 7, 1), max_alpha=True))
+    ...     def update_reduced(self, block):
+    ...         self.seen = (block.layer, block.heads, block.n_query, tuple(block.weighted.shape),
+    ...                      tuple(block.max_alpha.shape), block.entropy,
+    ...                      round(float(block.weighted.min()), 4))
+    >>> sink = Shapes()
+    >>> with capture(loaded.model, sink), torch.inference_mode():
+    ...     _ = loaded.model(**inputs)
+    >>> sink.seen  # layer 1's block; Σ_j α_ij · 1 = 1 in every row; no entropy was asked for
+    (1, (0, 1), 7, (1, 2, 7, 1), (1, 2, 7), None, 1.0)
     """
 
     step: int
@@ -124,6 +151,23 @@ class SinkNeeds:
     causal_crop : bool
         Under a causal mask, receive blocks without their all-zero key tail (``alpha.shape[-1] ≤ n_key``;
         every α beyond is exactly zero and never computed). False: blocks are zero-padded to all keys.
+
+    Examples
+    --------
+    >>> from probe.engine import capture
+    >>> class Seen:  # a Sink that records what each block carries (zoo:induction, 7 tokens)
+    ...     def __init__(self):
+    ...         self.blocks = []
+    ...     def needs(self, layer, n_heads, n_query):
+    ...         return SinkNeeds(heads=(1, 3), entropy=True)
+    ...     def update(self, block):
+    ...         shapes = tuple(block.alpha.shape), tuple(block.entropy.shape)
+    ...         self.blocks.append((block.layer, block.heads, *shapes))
+    >>> sink = Seen()
+    >>> with capture(loaded.model, sink), torch.inference_mode():
+    ...     _ = loaded.model(**inputs)
+    >>> sink.blocks  # per layer: (layer, heads, α [batch head query key], entropy [batch head query])
+    [(0, (1, 3), (1, 2, 7, 7), (1, 2, 7)), (1, (1, 3), (1, 2, 7, 7), (1, 2, 7))]
     """
 
     heads: tuple[int, ...] = ()
@@ -182,6 +226,24 @@ class AttentionBlock:
     learned_sink_mass : torch.Tensor or None, shape=(batch, head, block), float32
         The weight each row gives the layer's learned attention sink, exp(sink_h − lse'_i); None when the
         layer has none (its rows sum to 1).
+
+    Examples
+    --------
+    >>> from probe.engine import capture
+    >>> class PreviousToken:  # α(i, i − 1) of every head, from its dense blocks
+    ...     def __init__(self):
+    ...         self.alpha = {}
+    ...     def needs(self, layer, n_heads, n_query):
+    ...         return SinkNeeds(heads=tuple(range(n_heads)))
+    ...     def update(self, block):  # this block's rows: query_start, query_start + 1, ...
+    ...         rows = torch.arange(max(block.query_start, 1), block.query_start + block.alpha.shape[2])
+    ...         kept = block.alpha[0, :, rows - block.query_start, rows - 1]  # [head row]
+    ...         self.alpha[block.layer] = kept.mean(-1)  # (7 rows: one block)
+    >>> sink = PreviousToken()
+    >>> with capture(loaded.model, sink), torch.inference_mode():
+    ...     _ = loaded.model(**inputs)
+    >>> sink.alpha[0].round(decimals=2)  # L0H1 is zoo:induction's previous-token head
+    tensor([0.1700, 0.9800, 0.1900, 0.3000])
     """
 
     step: int  # forward pass within the capture (generate(): one per new token)
@@ -205,7 +267,26 @@ class AttentionBlock:
 
 @runtime_checkable
 class Sink(Protocol):
-    """What the engine streams dense α blocks into (a structural protocol: no base class to inherit)."""
+    """What the engine streams dense α blocks into (a structural protocol: no base class to inherit).
+
+    Examples
+    --------
+    >>> from probe.engine import capture
+    >>> class FirstTokenMass:  # the mean α of every head on the first key, per layer
+    ...     def __init__(self):
+    ...         self.mass = {}
+    ...     def needs(self, layer, n_heads, n_query):
+    ...         return SinkNeeds(heads=tuple(range(n_heads)))
+    ...     def update(self, block):  # [batch head query key]; one block of 7 rows here
+    ...         self.mass[block.layer] = block.alpha[0, :, :, 0].mean(-1)  # [head]
+    >>> sink = FirstTokenMass()
+    >>> isinstance(sink, Sink)
+    True
+    >>> with capture(loaded.model, sink), torch.inference_mode():
+    ...     _ = loaded.model(**inputs)
+    >>> sink.mass[0].round(decimals=2)  # zoo:induction's first-token heads: L0H0, L0H2
+    tensor([0.9900, 0.2800, 0.7300, 0.4900])
+    """
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         """What this sink wants of `layer` in this forward pass.
@@ -247,6 +328,25 @@ class GatherSink(Protocol):
     Its :class:`SinkNeeds` has ``gather = (heads, slots)``; the engine then computes
     α(i, j) = exp(s_ij − lse'_i) at those keys alone — O(query · slot) per head instead of O(query · key) —
     and never builds a dense block for it. A sink may implement both protocols.
+
+    Examples
+    --------
+    >>> from probe.engine import capture
+    >>> class PreviousTokenAlpha:  # α(i, i − 1) of every head, gathered: no dense block is built
+    ...     def __init__(self, n):
+    ...         self.slots = (torch.arange(n) - 1)[None, :, None]  # [batch query slot]; −1: no key (row 0)
+    ...         self.alpha = {}
+    ...     def needs(self, layer, n_heads, n_query):
+    ...         return SinkNeeds(gather=(range(n_heads), self.slots))
+    ...     def update_gathered(self, layer, heads, alpha):  # [batch head query slot]
+    ...         self.alpha[layer] = alpha[0, :, 1:, 0].mean(-1)  # [head]: the mean over rows 1..n−1
+    >>> sink = PreviousTokenAlpha(n=inputs["input_ids"].shape[1])
+    >>> isinstance(sink, GatherSink), isinstance(sink, Sink)
+    (True, False)
+    >>> with capture(loaded.model, sink), torch.inference_mode():
+    ...     _ = loaded.model(**inputs)
+    >>> sink.alpha[0].round(decimals=2)  # as AttentionBlock's example computes from dense blocks
+    tensor([0.1700, 0.9800, 0.1900, 0.3000])
     """
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
@@ -272,7 +372,29 @@ class GatherSink(Protocol):
 class ReduceSink(Protocol):
     """A sink that needs only row reductions of α over the keys (masses on key sets, mean key positions,
     entropy, the largest weight): its :class:`SinkNeeds` has ``reduce``. A sink may implement several
-    protocols."""
+    protocols.
+
+    Examples
+    --------
+    >>> from probe.engine import capture
+    >>> class LookBack:  # each head's mean distance back, i − Σ_j α_ij j, with no α block handed out
+    ...     def __init__(self, n):
+    ...         positions = torch.arange(n, dtype=torch.float32)[None, :, None]  # [batch key feature]
+    ...         self.reduction = KeyReduction(heads=(0, 1, 2, 3), weights=positions)
+    ...         self.distance = {}
+    ...     def needs(self, layer, n_heads, n_query):
+    ...         return SinkNeeds(reduce=self.reduction)
+    ...     def update_reduced(self, block):  # weighted: [batch head row feature]; one block of 7 rows here
+    ...         rows = torch.arange(block.query_start, block.query_start + block.weighted.shape[2])
+    ...         self.distance[block.layer] = (rows - block.weighted[0, :, :, 0])[:, 1:].mean(-1)  # [head]
+    >>> sink = LookBack(n=inputs["input_ids"].shape[1])
+    >>> isinstance(sink, ReduceSink)
+    True
+    >>> with capture(loaded.model, sink), torch.inference_mode():
+    ...     _ = loaded.model(**inputs)
+    >>> sink.distance[0].round(decimals=2)  # L0H1 looks one token back
+    tensor([3.4700, 0.9900, 2.4000, 2.0100])
+    """
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         """What this sink wants of `layer` (see :meth:`Sink.needs`)."""
@@ -293,7 +415,27 @@ class ReduceSink(Protocol):
 @runtime_checkable
 class OutputNormSink(Protocol):
     """A sink whose :class:`SinkNeeds` names ``output_projections``: it receives the norms of each layer
-    before that layer's α (dense blocks or gathered slots)."""
+    before that layer's α (dense blocks or gathered slots).
+
+    Examples
+    --------
+    >>> from probe.engine import capture
+    >>> from probe.engine.output_norms import OutputProjections
+    >>> class ValueNorms:  # ‖f_h(x_j)‖ of every key, per head (Kobayashi et al. 2020)
+    ...     def __init__(self, model):
+    ...         self.projections, self.norms = OutputProjections(model), {}
+    ...     def needs(self, layer, n_heads, n_query):
+    ...         return SinkNeeds(output_projections=self.projections)
+    ...     def update_output_norms(self, layer, norms):  # OutputNorms: valid during this forward only
+    ...         self.norms[layer] = norms.norms[0].clone()  # [head key]
+    >>> sink = ValueNorms(loaded.model)
+    >>> isinstance(sink, OutputNormSink)
+    True
+    >>> with capture(loaded.model, sink), torch.inference_mode():
+    ...     _ = loaded.model(**inputs)
+    >>> sink.norms[0].shape  # zoo:induction: 4 heads × 7 keys
+    torch.Size([4, 7])
+    """
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         """What this sink wants of `layer` (see :meth:`Sink.needs`)."""

@@ -7,6 +7,13 @@ effects (:mod:`~probe.heads.ablation`, :mod:`~probe.heads.label.ablation`), the 
 (:mod:`~probe.heads.label`) and the label table's schema and I/O (:mod:`~probe.heads.tables`). It is built on
 :mod:`probe.engine` and :mod:`probe.models`; it never imports :mod:`probe.proteins`, :mod:`probe.runs` or
 :mod:`probe.commands`.
+
+Examples
+--------
+>>> from probe.heads.registry import REGISTRY
+>>> sorted(REGISTRY)  # the built-in head types (probe.heads.register adds yours)
+['bracket', 'coreference', 'delimiter', 'duplicate_token', 'first_token', 'fixed_offset', 'induction',
+ 'next_token', 'previous_token', 'retrieval', 'self', 'sentence_start']
 """
 
 from __future__ import annotations

@@ -190,7 +190,33 @@ def layer_matched_groups(
     Each layer's share is drawn (seeded) from that layer's heads outside `group`; where a layer has fewer such
     heads than `group` takes from it, or the draws make fewer than two distinct groups, that layer's heads of
     `group` join its pool (never the whole `group` itself), and the second value is True. For a type's
-    labelled heads across layers (:func:`probe.heads.label.ablation.ablation_columns`)."""
+    labelled heads across layers (:func:`probe.heads.label.ablation.ablation_columns`).
+
+    Parameters
+    ----------
+    group : sequence of (int, int)
+        The heads (layer, head) whose layer histogram the controls keep.
+    n_heads : int
+        Heads per layer.
+    controls : int
+        Most control groups to draw.
+    seed : int, default 0
+        Seeds the draws.
+
+    Returns
+    -------
+    groups : list of tuple of (int, int)
+        The distinct control groups, each sorted.
+    overlaps : bool
+        Whether they may share heads with `group` (a layer had too few other heads).
+
+    Examples
+    --------
+    >>> layer_matched_groups([(0, 1)], n_heads=4, controls=3, seed=1)  # one head of layer 0, from the others
+    ([((0, 0),), ((0, 3),), ((0, 2),)], False)
+    >>> layer_matched_groups([(1, 0), (1, 2)], n_heads=4, controls=3)  # 2 others only: the group's heads join
+    ([((1, 1), (1, 3)), ((1, 0), (1, 3)), ((1, 0), (1, 1))], True)
+    """
     rng = random.Random(seed)
     tested = tuple(sorted(set(group)))
     counts: dict[int, int] = {}

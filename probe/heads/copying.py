@@ -60,7 +60,32 @@ def copying_score(
 ) -> float:
     """Σλ / Σ|λ| over the eigenvalues λ of the OV circuit ``W_E W_V W_O W_U`` (vocab × vocab), computed from
     the d_head × d_head product ``W_O W_U W_E W_V`` (same nonzero eigenvalues). NaN when every eigenvalue is
-    0. `unembed` is used as given: :func:`copying_scores` centres it first (:func:`centre_unembed`)."""
+    0. `unembed` is used as given: :func:`copying_scores` centres it first (:func:`centre_unembed`).
+
+    Parameters
+    ----------
+    embed : torch.Tensor, shape=(vocab, d_model)
+        W_E.
+    value : torch.Tensor, shape=(d_model, d_head)
+        The head's W_V.
+    output : torch.Tensor, shape=(d_head, d_model)
+        The head's W_O.
+    unembed : torch.Tensor, shape=(d_model, vocab)
+        W_U.
+
+    Returns
+    -------
+    float
+        In [−1, 1]: +1 a head that raises the logit of the token it attends to, −1 one that suppresses it.
+
+    Examples
+    --------
+    >>> embed = torch.randn(50, 8, generator=torch.Generator().manual_seed(0))  # [vocab d_model]
+    >>> copying_score(embed, torch.eye(8), torch.eye(8), embed.T)  # W_V W_O = I, tied: W_E W_Eᵀ, a copier
+    1.0
+    >>> copying_score(embed, torch.eye(8), -torch.eye(8), embed.T)  # the negated circuit suppresses
+    -1.0
+    """
     return copying_score_from(unembed.double() @ embed.double(), value, output)
 
 
@@ -151,7 +176,26 @@ def ov_weights(loaded) -> OVWeights | str:
 
 def copying_scores(loaded) -> CopyingScores:
     """The copying score `[layer head]` of every head of `loaded` (NaN with a note where the weights are
-    unknown)."""
+    unknown).
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        A model with input and output embeddings (a causal LM's ``lm_head`` or a masked LM's decoder).
+
+    Returns
+    -------
+    CopyingScores
+        ``scores`` [layer head] float64 (:func:`copying_score` of each head), the unembedding used, and a
+        note where the scores are NaN.
+
+    Examples
+    --------
+    >>> result = copying_scores(probe.load("zoo:induction"))
+    >>> result.scores.round(decimals=2), result.unembedding  # layer 1: the induction heads copy
+    (tensor([[ 0.7600, -0.3000,  0.9700,  0.2600],
+            [ 1.0000,  1.0000,  1.0000,  1.0000]], dtype=torch.float64), 'lm_head')
+    """
     shape = (loaded.n_layers, loaded.n_heads)
     weights = ov_weights(loaded)
     if isinstance(weights, str):

@@ -72,6 +72,17 @@ def findings(table: pd.DataFrame) -> pd.DataFrame:
         labelled heads with ``role == "sink"``; ``joint_*`` is the type's joint ablation across layers where
         the table has it, else the first per-layer group's; the rest are the minimum, maximum or median of the
         labelled rows' values, NaN where none is known.
+
+    Examples
+    --------
+    >>> from probe.heads.tables import load_table
+    >>> found = findings(load_table(probe.zoo.labels_path("induction")))  # zoo:induction's shipped labels
+    >>> found[["head_type", "heads"]]
+            head_type                heads
+    0  previous_token                 L0H1
+    1     first_token            L0H0 L0H2
+    2    fixed_offset                 L0H3
+    3       induction  L1H0 L1H1 L1H2 L1H3
     """
     labelled = table[table["label"].astype("boolean").fillna(False).astype(bool)]
     records = []
@@ -139,6 +150,29 @@ def findings_markdown(rows: pd.DataFrame, heads_shown: int = 6, with_model: bool
     Columns: model (``with_model``), head type, probe sets, heads, score range (chance), output share median
     (range) and sinks, per-head ablation effect range (nats), joint ablation effect (z), copying range; a
     retrieval row appends its ablation summary to the joint column.
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame
+        What :func:`findings` returns.
+    heads_shown : int, default 6
+        Head names shown per row; more are counted.
+    with_model : bool, default True
+        Begin each row with the model.
+
+    Returns
+    -------
+    str
+        The markdown table, a header and one line per row.
+
+    Examples
+    --------
+    >>> from probe.heads.tables import load_table
+    >>> found = findings(load_table(probe.zoo.labels_path("induction")))
+    >>> markdown = findings_markdown(found, heads_shown=2, with_model=False)
+    >>> print(markdown.splitlines()[-1])  # type, probes, heads, score (chance), share, ablation, joint, copy
+    | induction | repeated | L1H0 L1H1 … (4) | 0.92–0.95 (0.03) | 0.94 (0.92–0.95) | +0.016–+0.034 |
+    +6.39 (z —) | +1.00 |
     """
     header = ["head type", "probes", "labelled heads", "score (chance)", "output share", "ablation, nats",
               "joint ablation, nats", "copying"]

@@ -4,6 +4,8 @@ A spec says everything `probe label` needs to know about a type — its targets,
 which model kinds it applies to, the statistic its label rests on, and the positions whose loss its ablation
 measures — so the scorer, the label rule, the CLI's ``--types`` and the dashboard loop over :data:`REGISTRY`
 and never branch on a type's name. Adding a type is one new spec (docs/howto/head-type.md: "Add a head type").
+Longer than 450 lines because the spec's field-by-field documentation and its examples are the contract a
+registered type follows, and they belong beside the dataclass they describe.
 
 Targets of query i (key j, tokens t, n real tokens; where each comes from: docs/labels.md, "Labelling heads"):
 
@@ -160,6 +162,14 @@ class HeadTypeSpec:
         its ``detect_head`` names (previous, duplicate and induction heads), which ``tl_score`` uses; None:
         the type's targets as a custom detection pattern (``tl_score`` NaN on a probe where they are not
         lower triangular, which ``detect_head`` refuses).
+
+    Examples
+    --------
+    >>> spec = REGISTRY["induction"]
+    >>> spec.probe, spec.statistic, spec.loss_positions, spec.copies
+    ('repeated', 'mass', 'repeat', True)
+    >>> REGISTRY["fixed_offset"].candidate  # one candidate per offset d; each head picks its own
+    'offset'
     """
 
     name: HeadType
@@ -378,6 +388,20 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
     ------
     ProbeError
         One line naming what to fix: a duplicate or malformed name, or a field outside its allowed values.
+
+    Examples
+    --------
+    >>> from probe.heads.label import LabelConfig, label_model
+    >>> def two_back(ctx):  # key j = i − 2: one candidate (None), a bool pattern [batch query key]
+    ...     batch, n = ctx.input_ids.shape
+    ...     return {None: torch.ones(n, n, dtype=torch.bool).tril(-2).triu(-2).expand(batch, n, n)}
+    >>> spec = register(HeadTypeSpec("two_back", "attends two tokens back", two_back, "natural"))
+    >>> fast = LabelConfig(types=("two_back", "previous_token"), examples=8, n_bootstrap=100, ablate="none",
+    ...                    output_share=False)
+    >>> table = label_model(loaded, fast)  # zoo:induction, scored and tested like a built-in type
+    >>> table.loc[table["label"], ["head_name", "head_type"]].values.tolist()
+    [['L0H3', 'two_back'], ['L0H1', 'previous_token']]
+    >>> unregister("two_back")
     """
     if not isinstance(spec, HeadTypeSpec):
         raise ProbeError(f"register takes a probe.heads.HeadTypeSpec, not {type(spec).__name__}")
@@ -411,7 +435,31 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
 
 
 def unregister(name: str) -> None:
-    """Remove a type added with :func:`register` (built-in types stay)."""
+    """Remove a type added with :func:`register` (built-in types stay).
+
+    Parameters
+    ----------
+    name : str
+        The registered type's name.
+
+    Raises
+    ------
+    ProbeError
+        `name` is a built-in type, or not registered.
+
+    Examples
+    --------
+    >>> targets = REGISTRY["previous_token"].targets
+    >>> spec = register(HeadTypeSpec("one_back", "a copy of previous_token", targets, "natural"))
+    >>> "one_back" in REGISTRY
+    True
+    >>> unregister("one_back")
+    >>> "one_back" in REGISTRY
+    False
+    >>> unregister("induction")
+    Traceback (most recent call last):
+    probe.errors.ProbeError: 'induction' is a built-in head type and cannot be removed
+    """
     if name in BUILT_IN:
         raise ProbeError(f"{name!r} is a built-in head type and cannot be removed")
     if name not in REGISTRY:

@@ -40,6 +40,10 @@ Where we differ from their code, and why:
 Chance (:func:`uniform_chance`): a uniform head's argmax is a uniformly random key, so at step s it lands on a
 needle position holding g_s with probability (copies of g_s in the needle) / (keys at step s); summed over the
 steps and divided by |needle| like the score.
+
+Longer than 450 lines because the probes, the decoding sink, the score and its chance are one definition
+(Wu et al.'s) read together against their code; the ablation that masks heads lives apart
+(:mod:`probe.heads.retrieval_ablation`).
 """
 
 from __future__ import annotations
@@ -71,7 +75,31 @@ MIN_RETRIEVED = 0.5
 @dataclass(frozen=True)
 class RetrievalConfig:
     """Needle-in-a-haystack probes and decoding (``retrieval_scores``; `probe label --types retrieval` uses
-    the label config's examples, lengths and seed with these defaults)."""
+    the label config's examples, lengths and seed with these defaults).
+
+    Attributes
+    ----------
+    examples : int, default 16
+        Needle probes per length (their depths spread evenly over the haystack).
+    seq_len : int or tuple of int, default 4096
+        Prompt tokens (specials included), one length or several.
+    seed : int, default 0
+        Seeds the haystacks, needles and keys.
+    needle_len, key_len : int
+        Tokens of the needle and of the key that precedes it (and asks for it again at the end).
+    min_recall : float
+        A probe counts when its answer's ROUGE-1 recall exceeds this (0: every probe counts).
+    min_retrieved : float
+        Fewer counted probes than this share: no score at this length (NaN).
+    batch_size : int, default 8
+        Prompts per ``generate()`` call.
+
+    Examples
+    --------
+    >>> config = RetrievalConfig(examples=4, seq_len=(256, 512))
+    >>> config.lengths
+    (256, 512)
+    """
 
     examples: int = 16  # needle probes per length (their depths spread evenly over the haystack)
     seq_len: int | tuple[int, ...] = 4096  # prompt tokens (specials included), one length or several
@@ -411,6 +439,15 @@ def retrieval_scores(loaded, config: RetrievalConfig = RetrievalConfig()):  # no
     ------
     ProbeError
         The model is not a causal LM.
+
+    Examples
+    --------
+    >>> retriever = probe.load("zoo:retrieval")  # trained to copy a needle out of a haystack
+    >>> table = retrieval_scores(retriever, RetrievalConfig(examples=4, seq_len=256))
+    >>> table.nlargest(2, "score")[["head_name", "score", "n_retrieved"]]  # its labelled retrieval heads
+      head_name    score  n_retrieved
+    4      L1H0  1.00000            4
+    6      L1H2  0.96875            4
     """
     if loaded.kind != ModelKind.CAUSAL_LM:
         raise ProbeError(f"retrieval heads are defined for causal LMs; {loaded.name} is a "

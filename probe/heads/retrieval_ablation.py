@@ -248,6 +248,18 @@ def retrieval_ablation(loaded, probes: NeedleProbes, scores: torch.Tensor, seed:
     Returns
     -------
     RetrievalAblation
+        The clean recall and, per K, the top K heads, their masked recall and the random sets' recalls.
+
+    Examples
+    --------
+    >>> from probe.heads.retrieval import retrieval_scores
+    >>> retriever = probe.load("zoo:retrieval")  # 2 layers x 4 heads
+    >>> table = retrieval_scores(retriever, RetrievalConfig(examples=4, seq_len=256))
+    >>> scores = torch.tensor(table["score"].to_numpy()).reshape(2, 4)  # [layer head]
+    >>> probes = needle_probes(retriever.tokenizer, 4, 256, seed=0)  # the same probes
+    >>> result = retrieval_ablation(retriever, probes, scores, draws=3, fractions=(0.25,))  # K = 2
+    >>> result.clean, result.by_k  # top 2 masked: lost; 3 random pairs from any layer: 2 lose it too
+    (1.0, {2: (((1, 0), (1, 2)), 0.09375, [1.0, 0.0, 0.03125])})
     """
     if mask not in MASKS:
         raise ProbeError(f"unknown retrieval mask {mask!r}: choose from {', '.join(MASKS)}")

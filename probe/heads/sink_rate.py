@@ -21,7 +21,26 @@ NOOP_SHARE = 0.1  # output share below which a sink is a no-op (probe.heads.labe
 def sink_rates(table: pd.DataFrame) -> pd.DataFrame:
     """Per (model, seq_len): ``n_heads``, ``n_sinks`` (heads whose first-token score > EPSILON), ``sink_rate``
     (their share), ``n_noop`` (sinks whose output_share < NOOP_SHARE; NaN when no sink has a known share).
-    Empty when the table has no first_token rows."""
+    Empty when the table has no first_token rows.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A label table with ``first_token`` rows (``score``; ``output_share`` where measured).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (model, seq_len): ``model``, ``seq_len``, ``n_heads``, ``n_sinks``, ``sink_rate``,
+        ``n_noop``.
+
+    Examples
+    --------
+    >>> from probe.heads.tables import load_table
+    >>> sink_rates(load_table(probe.zoo.labels_path("induction")))  # zoo:induction's shipped labels
+               model  seq_len  n_heads  n_sinks  sink_rate  n_noop
+    0  zoo:induction     64.0        8        2       0.25       0
+    """
     rows = table[table["head_type"] == SINK_TYPE]
     records = []
     for (model, seq_len), group in rows.groupby(["model", rows["seq_len"].fillna(-1)], sort=False):

@@ -18,7 +18,23 @@ from dataclasses import dataclass, field
 
 @dataclass
 class StageTimes:
-    """Seconds per stage, in the order the stages first ran."""
+    """Seconds per stage, in the order the stages first ran.
+
+    Attributes
+    ----------
+    seconds : dict of str to float
+        Wall-clock seconds by stage name (a stage run twice adds up).
+
+    Examples
+    --------
+    >>> times = StageTimes()
+    >>> with times.stage("probe sets"):
+    ...     pass
+    >>> with times.stage("forwards"):
+    ...     pass
+    >>> list(times.seconds)  # label_model(..., timings=times) fills it; probe label prints times.line(model)
+    ['probe sets', 'forwards']
+    """
 
     seconds: dict[str, float] = field(default_factory=dict)
 

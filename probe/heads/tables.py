@@ -69,6 +69,14 @@ COLUMNS = [
 | `retrieval_ablation` | str | retrieval rows: every K's recalls (`clean 0.65; K=1: top 0.08, random 0.58–0.64`) |
 
 Tables written before a column existed read back with it NaN (:func:`load_table`).
+
+Examples
+--------
+>>> from probe.heads.tables import COLUMNS, load_table
+>>> COLUMNS[:8]  # the identifying columns come first
+['model', 'revision', 'layer', 'head', 'head_name', 'head_type', 'probe_set', 'seq_len']
+>>> list(load_table(probe.zoo.labels_path("induction")).columns) == COLUMNS  # a shipped table, in this order
+True
 """  # noqa: E501 - markdown table rows cannot wrap
 # Without these a file is not a label table (older tables have them all).
 REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "score", "chance", "label"]
@@ -98,6 +106,17 @@ def save_table(table: pd.DataFrame, path) -> None:
     ------
     ProbeError
         The extension is not .parquet, .csv or .json.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import probe.zoo
+    >>> table = load_table(probe.zoo.labels_path("induction"))  # zoo:induction's shipped labels
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     save_table(table, os.path.join(folder, "labels.parquet"))
+    ...     back = load_table(os.path.join(folder, "labels.parquet"))
+    >>> back.equals(table)
+    True
     """
     suffix = _suffix(path)
     if suffix == "parquet":
@@ -149,6 +168,15 @@ def load_table(path) -> pd.DataFrame:
     ProbeError
         One line: the file cannot be read, has another extension, or is not a label table (it lacks an
         identifying column — also when it has a header but no rows).
+
+    Examples
+    --------
+    >>> import probe.zoo
+    >>> table = load_table(probe.zoo.labels_path("induction"))  # 2 layers x 4 heads x 10 head types
+    >>> table.shape, list(table.columns) == COLUMNS
+    ((80, 56), True)
+    >>> table.loc[table["label"], ["head_name", "head_type"]].head(3).values.tolist()
+    [['L0H1', 'previous_token'], ['L0H0', 'first_token'], ['L0H2', 'first_token']]
     """
     table = read_table_file(path)
     if not is_label_table(table):

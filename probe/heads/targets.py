@@ -37,6 +37,20 @@ class TargetContext:
         Small vocabulary: repeat targets only inside the planted repeat.
     spans : tuple
         Span types: one :class:`probe.heads.probesets.EncodedSpanExample` per row.
+    classes : TokenClasses
+        The tokenizer's sentence ends and brackets (``sentence_start``, ``bracket``).
+
+    Examples
+    --------
+    >>> from probe.heads.registry import REGISTRY
+    >>> ctx = TargetContext(torch.tensor([[2, 7, 9, 7]]))  # one probe of 4 tokens; token 7 repeats
+    >>> REGISTRY["previous_token"].targets(ctx)[None][0].int()  # [query key]: key j = i − 1
+    tensor([[0, 0, 0, 0],
+            [1, 0, 0, 0],
+            [0, 1, 0, 0],
+            [0, 0, 1, 0]], dtype=torch.int32)
+    >>> REGISTRY["duplicate_token"].targets(ctx)[None][0].nonzero().tolist()  # the second 7 -> the first
+    [[3, 1]]
     """
 
     input_ids: torch.Tensor  # [batch seq] long

@@ -11,4 +11,11 @@ units of a run (:mod:`~probe.proteins.units`), their analysis and the tables of 
 (:mod:`~probe.proteins.outputs`); the defaults (:mod:`~probe.proteins.defaults`, import-light) and the one
 FASTA reader (:mod:`~probe.proteins.fasta`). Built on :mod:`probe.engine` and :mod:`probe.models`; it never
 imports :mod:`probe.heads`, :mod:`probe.runs` or :mod:`probe.commands`.
+
+Examples
+--------
+>>> from probe.proteins.structure import contact_map, read_structure
+>>> structure = read_structure("tests/data/pdb1ubi.pdb", chain="A")  # ubiquitin, a real wwPDB entry
+>>> len(structure.sequence), int(contact_map(structure, sequence=structure.sequence).sum())  # Cβ < 8 Å
+(76, 742)
 """

@@ -9,9 +9,9 @@ for the others ``ContactResult.contacts`` is None. The work is done in one forwa
 Public API (what the CLI, notebook and dashboard call)::
 
     predict_contacts(loaded, sequence, true_map=None, per_head=None, features=None,
-                     regression=None) -> ContactResult
+                     regression=None, control=3) -> ContactResult
     predict_contacts_batch(loaded, sequences, true_maps=None, per_head=None,
-                           features=None) -> list[ContactResult]
+                           features=None, control=3) -> list[ContactResult]
     predict_contacts_windowed(loaded, sequence, window, stride=None,
                               true_map=None) -> ContactResult  # ESM only
     head_attention_map(loaded, sequence, layer, head) -> np.ndarray [L L]   # APC(sym(α)) of one head
@@ -20,10 +20,15 @@ Per-head table columns (one row per layer × head, :attr:`ContactResult.heads`):
 ("L3H7"), ``weight`` (the regression weight w_c; NaN without a regression), ``logit_share`` (Σ over
 pairs |i−j| ≥ 6 of |w_c·APC(sym(α_c))|, divided by the same sum over all heads: the share of the non-bias
 logit this head supplies; NaN without a regression), the nine precision columns of its APC(sym(α_c)) map; per
-range the base-rate comparison of :mod:`probe.proteins.significance`; the per-sequence ``far_contact_share``
+range the contact test of :mod:`probe.proteins.significance`; the per-sequence ``far_contact_share``
 (of the weights α_c(i, j) ≥ θ on *known* pairs |i−j| ≥ 6, both directions, the fraction on contacts; local and
 unknown pairs are left out, so it is not Vig et al.'s share), ``far_high_count`` and ``far_background``; then
 Vig et al.'s sums, shares and backgrounds of :mod:`probe.proteins.features` for this one sequence.
+
+With a true map and ``control`` = K > 0 (3 by default) the same padded batch also runs through K untrained
+twins of the model (:func:`probe.untrained.untrained_twins`: K extra forwards on the same engine path), whose
+per-head P@L (:attr:`ContactResult.control`) set each range's ``untrained_p99``: a head is significant only
+above it.
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ from probe.engine import DenseSink, capture
 from probe.errors import ProbeError
 from probe.models import LoadedModel, clean_protein, encode_proteins, protein_alphabet, require_protein
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
-from probe.proteins.precision import apc, precision_by_range, symmetrize
+from probe.proteins.precision import RANGES, apc, precision_by_range, symmetrize
 from probe.proteins.sink import ContactSink, contact_regression
+from probe.untrained import DEFAULT_TWINS, twin_seeds, untrained_twins
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +81,14 @@ class ContactResult:
         | `{hits_L,top_L,n_known,n_true}_{short,medium,long}` | int | the head's top-L pairs that are contacts, the top-L pairs with a known state, the known pairs and the contacts of the range |
         | `base_rate_{short,medium,long}` | float | n_true / n_known: the contact rate of the pairs considered |
         | `enrichment_L_{short,medium,long}` | float | P@L / base rate |
-        | `p_value_L_{short,medium,long}`, `q_value_L_{short,medium,long}` | float | hypergeometric p-value of the top-L hits against the base rate; Benjamini–Hochberg over the heads |
+        | `strata_rate_{short,medium,long}` | float | the P@L a predictor knowing only separation and residue types gets on the head's own strata |
+        | `z_L_{short,medium,long}` | float | the head's excess hits over that predictor, standardised over the diagonal shifts of the contact map |
+        | `p_value_L_{short,medium,long}` | float | the head's shift-permutation p-value (at least 1 / shifts) |
+        | `p_fwer_L_{short,medium,long}` | float | Westfall–Young step-down maxT p-value over the heads (family-wise) |
+        | `untrained_p99_L_{short,medium,long}` | float | 99th percentile of the untrained twins' heads' P@L; NaN without twins |
+        | `significant_L_{short,medium,long}` | boolean | p_fwer ≤ 0.05 and P@L above untrained_p99 (where there are twins); NA: untested |
+        | `p_exchangeable_L_{short,medium,long}`, `q_exchangeable_L_{short,medium,long}` | float | the hypergeometric p-value that assumes exchangeable pairs, and its Benjamini–Hochberg q |
+        | `null_excess_L_{short,medium,long}` | list of float | the head's excess under every shift, shift 0 first (the null the set summary pools) |
         | `w_high` | float | Vig et al.'s Σα over the weights α > θ (provis' first version, 34e6869) |
         | `w_{contact,binding,helix,strand,turn_bend,blank}` | float | Σα·f over those weights (NaN: property unknown) |
         | `{contact,binding,helix,strand,turn_bend,blank}_share` | float | w_f / w_high, attention-weighted; NaN where w_high < min_total or unknown |
@@ -88,6 +101,23 @@ class ContactResult:
     background : dict of str to float, or None
         Per-head mode: the counts behind the background rates (``n_pairs``, ``n_known_pairs``, ``n_residues``,
         ``n_contact_pairs``, ``n_{binding|helix|strand|turn_bend|blank}_residues``; NaN where unknown).
+    control : pandas.DataFrame or None
+        The untrained twins' heads (per-head mode with a true map and ``control`` > 0), one row per twin ×
+        layer × head: ``seed, layer, head, name``, per range ``hits_L_r, top_L_r, p_at_L_r``.
+
+    Examples
+    --------
+    >>> from probe.proteins.structure import contact_map, read_structure
+    >>> esm = probe.load("zoo:esm-random")  # 2 layers x 4 heads, random weights: the numbers mean nothing
+    >>> structure = read_structure("tests/data/pdb1ejg.pdb", chain="A")  # crambin, 46 residues
+    >>> true_map = contact_map(structure, sequence=structure.sequence)  # [L L] int8
+    >>> result = predict_contacts(esm, structure.sequence, true_map=true_map)
+    >>> result.sequence[:10], result.contacts.shape, round(result.precision["p_at_L_long"], 3)
+    ('TTCCPSIVAR', (46, 46), 0.217)
+    >>> result.heads[["name", "weight", "p_at_L_long", "base_rate_long"]].head(2)
+       name    weight  p_at_L_long  base_rate_long
+    0  L0H0  0.281184     0.130435        0.150198
+    1  L0H1 -0.028171     0.195652        0.150198
     """  # noqa: E501 - markdown table rows cannot wrap
 
     sequence: str
@@ -97,6 +127,7 @@ class ContactResult:
     precision: dict[str, float] | None = None  # of `contacts`, keys precision_columns()
     heads: pd.DataFrame | None = None  # per-head table (see the module docstring)
     background: dict[str, float] | None = None  # counts behind Vig et al.'s background rates (per-head mode)
+    control: pd.DataFrame | None = None  # the untrained twins' per-head P@L (see above)
 
 
 def _require_protein(loaded: LoadedModel) -> None:
@@ -129,11 +160,13 @@ def predict_contacts_batch(
     regression: tuple[torch.Tensor, float] | None = None,
     *,
     min_total: float = MIN_TOTAL,
+    control: int = DEFAULT_TWINS,
 ) -> list[ContactResult]:
     """Contacts of several sequences in one padded forward pass, each cropped to its own length; with
     per_head, the per-head table of each. `regression` (weight [layer head], bias), e.g. a fitted
     :class:`probe.proteins.regression.ContactRegression`, replaces the checkpoint's own; models without either
-    get `contacts=None` and per-head statistics."""
+    get `contacts=None` and per-head statistics. `control`: untrained twins run on the same batch where a true
+    map is given (0: none)."""
     _require_protein(loaded)
     if not sequences:
         raise ProbeError("no sequences given")
@@ -157,18 +190,41 @@ def predict_contacts_batch(
     offset = loaded.residue_offset
     sink = ContactSink(weight, bias, inputs["input_ids"], inputs["attention_mask"], _eos_id(loaded),
                        true_maps, per_head, starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
-                       features=features, min_attention=min_attention, regression=predicts)
+                       features=features, min_attention=min_attention, regression=predicts, residues=cleaned)
     with capture(loaded.model, sink), torch.inference_mode():
         loaded.model(**inputs)
+    controls = [None] * len(cleaned)
+    if per_head and control > 0 and any(true_map is not None for true_map in true_maps):
+        controls = _control_tables(loaded, inputs, cleaned, true_maps, control)
     results = []
     for b, sequence in enumerate(cleaned):
         contacts = sink.contacts(b).float().cpu().numpy() if predicts else None  # [L L]
         true_map = None if true_maps[b] is None else np.asarray(true_maps[b], dtype=np.int8)
         precision = None if true_map is None or contacts is None else precision_by_range(contacts, true_map)
-        heads = sink.head_table(b, min_count, min_total=min_total) if per_head else None
+        heads = sink.head_table(b, min_count, min_total=min_total, control=controls[b]) if per_head else None
         background = sink.background_counts(b) if per_head else None
-        results.append(ContactResult(sequence, contacts, true_map, precision, heads, background))
+        results.append(ContactResult(sequence, contacts, true_map, precision, heads, background, controls[b]))
     return results
+
+
+def _control_tables(loaded: LoadedModel, inputs: dict, cleaned: list[str], true_maps: list, count: int,
+                    ) -> list[pd.DataFrame | None]:
+    """Per sequence, the twins' heads (``seed, layer, head, name``, per range ``hits_L_r, top_L_r, p_at_L_r``)
+    on the same padded batch; None where there is no true map."""
+    tables: list[list[pd.DataFrame]] = [[] for _ in cleaned]
+    offset = loaded.residue_offset
+    columns = ["layer", "head", "name"] + [f"{c}_{r}" for r in RANGES for c in ("hits_L", "top_L", "p_at_L")]
+    for seed, twin in zip(twin_seeds(count), untrained_twins(loaded, count), strict=True):
+        sink = ContactSink(torch.zeros(twin.n_layers, twin.n_heads), 0.0, inputs["input_ids"],
+                           inputs["attention_mask"], _eos_id(loaded), true_maps, True,
+                           starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
+                           regression=False, twin=True)
+        with capture(twin.model, sink), torch.inference_mode():
+            twin.model(**inputs)
+        for b, true_map in enumerate(true_maps):
+            if true_map is not None:
+                tables[b].append(pd.DataFrame(sink.rows(b))[columns].assign(seed=seed))
+    return [pd.concat(parts, ignore_index=True)[["seed", *columns]] if parts else None for parts in tables]
 
 
 def predict_contacts(
@@ -183,6 +239,7 @@ def predict_contacts(
     regression: tuple[torch.Tensor, float] | None = None,
     *,
     min_total: float = MIN_TOTAL,
+    control: int = DEFAULT_TWINS,
 ) -> ContactResult:
     """Contacts of one protein sequence from the checkpoint's own contact head, and a per-head analysis.
 
@@ -216,6 +273,10 @@ def predict_contacts(
     min_total : float, default 100
         Heads whose Σα over the weights > θ is below this get NaN attention-weighted shares (provis'
         ``min_total``).
+    control : int, default 3
+        With a true map and the per-head table: K untrained twins of the model (:mod:`probe.untrained`) run
+        on the same input; a head is significant only where its P@L is above their heads' 99th percentile
+        (``untrained_p99_L_{range}``). 0: no twins.
 
     Returns
     -------
@@ -231,6 +292,7 @@ def predict_contacts(
 
     Examples
     --------
+    >>> from probe.proteins.structure import contact_map, read_structure
     >>> loaded = probe.models.load("zoo:esm-random")  # random weights: the numbers mean nothing
     >>> structure = read_structure("tests/data/pdb1ubi.pdb", chain="A")
     >>> true_map = contact_map(structure, sequence=structure.sequence)  # [L L] int8
@@ -239,7 +301,7 @@ def predict_contacts(
     ((76, 76), (8, 74))
     """
     return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention,
-                                  min_count, regression, min_total=min_total)[0]
+                                  min_count, regression, min_total=min_total, control=control)[0]
 
 
 def predict_contacts_windowed(

@@ -22,11 +22,12 @@ from probe.proteins.regression_file import read_regression
 from probe.proteins.sets import ContactOptions
 from probe.proteins.structure import check_threshold, read_structure
 from probe.proteins.units import UnitSpec
+from probe.untrained import DEFAULT_TWINS
 
 
 def contact_options(*, threshold: float, cb: str, window: int | None, min_attention: float, min_count: int,
                     min_total: float, binding_distance: float, per_head: bool,
-                    regression: str | None = None) -> ContactOptions:
+                    regression: str | None = None, control: int = DEFAULT_TWINS) -> ContactOptions:
     """The options of a run, each checked (one line naming the flag); `regression`, a fitted regression file,
     is read now and recorded with its hash, so a changed file recomputes the units."""
     check_threshold(threshold, "--threshold")
@@ -41,7 +42,7 @@ def contact_options(*, threshold: float, cb: str, window: int | None, min_attent
         raise ProbeError(f"--window {window} must be a positive number of residues")
     options = ContactOptions(threshold=float(threshold), cb=cb, window=window,
                              min_attention=float(min_attention), binding_distance=float(binding_distance),
-                             per_head=per_head)
+                             per_head=per_head, control=int(control))
     if not regression:
         return options
     read_regression(regression)  # the schema, before any computing

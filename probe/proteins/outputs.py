@@ -34,7 +34,7 @@ from probe.models import LoadedModel
 from probe.proteins import sets
 from probe.proteins.precision import FRACTIONS, RANGES, fraction_label
 from probe.proteins.sets import ContactOptions, UnitOutcome
-from probe.proteins.significance import FDR, best_significant
+from probe.proteins.significance import ALPHA, best_significant
 
 KINDS = ("out", "heads_out", "chains_out", "heads_summary")  # the outputs, in the order the CLI names them
 SUFFIXES = {"out": (".npz",), "heads_out": (".parquet",), "chains_out": (".parquet",),
@@ -116,7 +116,8 @@ class ContactOutputs:
         if "chains_out" in paths:
             writers[paths["chains_out"]] = lambda tmp: chains.to_parquet(tmp, index=False)
         if "heads_summary" in paths:
-            summary = sets.summarize_heads(heads, chains, self.min_count, min_total=self.min_total)
+            summary = sets.summarize_heads(heads, chains, self.min_count, min_total=self.min_total,
+                                           control=sets.control_table(outcomes))
             meta = {"model": self.loaded.name, "revision": self.loaded.revision,
                     "proteins": [outcome.spec.id for outcome in outcomes], "min_count": self.min_count,
                     "min_total": self.min_total, **dataclasses.asdict(self.options)}
@@ -160,19 +161,22 @@ def report_line(name: str, outcome: UnitOutcome) -> str:
 
 
 def best_head_line(heads: pd.DataFrame, name: str = "long") -> str:
-    """The best head of a per-head table or summary in range `name` — named only when it is above the contact
-    base rate after Benjamini–Hochberg over the heads (q < FDR), else "no head above the base rate"."""
+    """The best head of a per-head table or summary in range `name` — named only when it is significant
+    (:mod:`probe.proteins.significance`: the shift test's p_fwer ≤ ALPHA over every head and range, and P@L
+    above the untrained twins' 99th percentile where they ran), else "no significant contact head"."""
     precision = "pooled_p_at_L" if f"pooled_p_at_L_{name}" in heads else "p_at_L"
+    bar = heads[f"untrained_p99_L_{name}"].max() if f"untrained_p99_L_{name}" in heads else float("nan")
+    twins = f", untrained twins' p99 {bar:.3f}" if np.isfinite(bar) else ", no untrained control"
     best = best_significant(heads, name)
     if best is not None:
-        return (f"best head above the base rate ({name} range): {best['name']} "
+        return (f"best significant contact head ({name} range): {best['name']} "
                 f"P@L {best[f'{precision}_{name}']:.3f}"
-                f" = {best[f'enrichment_L_{name}']:.1f}× the base rate {best[f'base_rate_{name}']:.3f} "
-                f"(q = {best[f'q_value_L_{name}']:.2g})")
+                f" = {best[f'enrichment_L_{name}']:.1f}× the base rate {best[f'base_rate_{name}']:.3f}"
+                f"{twins} (p_fwer = {best[f'p_fwer_L_{name}']:.2g})")
     top = heads[f"{precision}_{name}"].max()
     base = heads[f"base_rate_{name}"].mean()
-    return (f"no head above the base rate ({name} range: best P@L {top:.3f}, base rate {base:.3f}, "
-            f"every q ≥ {FDR} after FDR over {len(heads)} heads)")
+    return (f"no significant contact head ({name} range: best P@L {top:.3f}, base rate {base:.3f}{twins}; "
+            f"family-wise p ≤ {ALPHA} over {len(heads)} heads × 3 ranges needed)")
 
 
 __all__ = ["KINDS", "SIGNATURES", "SUFFIXES", "ContactOutputs", "best_head_line", "is_ours", "report_line",

@@ -63,17 +63,19 @@ class RangePairs:
                 chosen &= separation <= high
             self.pairs[name] = ((i[chosen] * length + j[chosen]), (truth[chosen] == 1).float())
 
-    def top_hits(self, scores: torch.Tensor) -> dict[str, tuple[int, int, int, int]]:  # scores [L L]
-        """{range: (hits among the top k = min(L, known), k, known pairs, contacts)}: the counts behind P@L
-        and its base rate (probe.proteins.significance)."""
+    def top_hits(self, scores: torch.Tensor) -> dict[str, tuple[int, int, int, int, torch.Tensor]]:
+        """{range: (hits among the top k = min(L, known), k, known pairs, contacts, top)} for scores
+        [L L]: the counts behind P@L and its base rate, and the top k as indices into the range's pairs
+        (probe.proteins.significance)."""
         flat = scores.reshape(-1).float()
         result = {}
         for name, (index, is_contact) in self.pairs.items():
             values = flat[index]
             values = torch.where(torch.isfinite(values), values, torch.full_like(values, -torch.inf))
             k = min(max(1, self.length), values.numel())
-            hits = int(is_contact[torch.topk(values, k).indices].sum()) if k else 0
-            result[name] = (hits, k, int(values.numel()), int(is_contact.sum()))
+            top = torch.topk(values, k).indices if k else torch.zeros(0, dtype=torch.long)
+            hits = int(is_contact[top].sum()) if k else 0
+            result[name] = (hits, k, int(values.numel()), int(is_contact.sum()), top)
         return result
 
     def precision(self, scores: torch.Tensor) -> dict[str, float]:  # scores [L L]

@@ -289,6 +289,18 @@ def training_structures(files: Sequence[str | Path], loaded, threshold: float | 
     return result
 
 
+def held_out_lines(evaluation: pd.DataFrame, count: int) -> list[str]:
+    """The report of a fit's leave-one-out rows (:func:`fit_files`' evaluation): per method (the regression,
+    the top-k-head average) the mean held-out P@L and P@L/5 of each range, one line each."""
+    lines = []
+    for method, label in (("regression", "regression"), ("top_heads", f"top-{TOP_K}-head average")):
+        rows = evaluation[evaluation["method"] == method]
+        parts = [f"{r}: P@L {rows[f'p_at_L_{r}'].mean():.3f} P@L/5 {rows[f'p_at_L5_{r}'].mean():.3f}"
+                 for r in RANGES]
+        lines.append(f"held out ({count} structures, leave-one-out) {label}:  " + "  |  ".join(parts))
+    return lines
+
+
 def fit_files(loaded, files: Sequence[str | Path], threshold: float | None = None, cb: str | None = None,
               model: str | None = None) -> tuple[ContactRegression, pd.DataFrame]:
     """``probe contacts --fit``: the regression fitted on the first protein chain of every file, with the
@@ -300,8 +312,32 @@ def fit_files(loaded, files: Sequence[str | Path], threshold: float | None = Non
         A protein language model.
     files : Sequence[str or pathlib.Path]
         At least two structure files.
+    threshold : float, optional
+        Cβ–Cβ contact distance in Å (default 8).
+    cb : {"virtual", "real"}, optional
+        Where Cβ sits (default "virtual", ESM's evaluation).
     model : str, optional
         The name the file records (default ``loaded.name``); the revision is ``loaded.revision``.
+
+    Returns
+    -------
+    regression : ContactRegression
+        Fitted on every structure (``.save(path)`` writes what ``--regression FILE`` reads).
+    evaluation : pandas.DataFrame
+        Leave-one-structure-out precisions: one row per structure × method (``regression``, ``top_heads``).
+
+    Examples
+    --------
+    >>> esm = probe.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> regression, table = fit_files(esm, ["tests/data/pdb1ejg.pdb", "tests/data/pdb1ubi.pdb"])
+    >>> regression.structures, regression.weight.shape  # weight: [layer head]
+    (('pdb1ejg_A', 'pdb1ubi_A'), (2, 4))
+    >>> table[["id", "method", "p_at_L_long"]]  # each structure predicted by a fit on the others
+              id      method  p_at_L_long
+    0  pdb1ejg_A  regression     0.130435
+    1  pdb1ejg_A   top_heads     0.195652
+    2  pdb1ubi_A  regression     0.105263
+    3  pdb1ubi_A   top_heads     0.052632
     """
     if len(files) < 2:
         raise ProbeError(f"--fit holds {len(files)} structure: leave-one-structure-out needs at least two")
@@ -311,5 +347,5 @@ def fit_files(loaded, files: Sequence[str | Path], threshold: float | None = Non
 
 
 __all__ = ["DEFAULT_C", "TOP_K", "TrainingStructure", "fit", "fit_files", "fit_logistic", "head_maps",
-           "leave_one_out", "pair_features", "predict_map", "select_top_heads", "top_heads_map",
-           "training_structures"]
+           "held_out_lines", "leave_one_out", "pair_features", "predict_map", "select_top_heads",
+           "top_heads_map", "training_structures"]

@@ -38,7 +38,38 @@ KEYS = ("format", "version", "model", "revision", "bias", "weight", "c", "struct
 
 @dataclass(frozen=True, eq=False)
 class ContactRegression:
-    """A fitted contact regression (raw APC(sym α) units) and what it was fitted on."""
+    """A fitted contact regression (raw APC(sym α) units) and what it was fitted on.
+
+    Attributes
+    ----------
+    model : str
+        The model's name or path.
+    weight : numpy.ndarray, shape=(layer, head), float64
+        One weight per head's APC(sym α) map.
+    bias : float
+        The logit's intercept.
+    c : float
+        The L1 strength it was fitted with (sklearn's C).
+    structures : tuple of str
+        Ids of the training structures.
+    top_heads : tuple of (int, int)
+        The top-k baseline's heads, chosen on the same set.
+    evaluation : list of dict
+        Leave-one-out rows (:func:`probe.proteins.regression.fit_files`).
+    revision : str
+        The model's revision; "" when not recorded.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> fitted = ContactRegression(model="zoo:esm-random", weight=np.ones((2, 4)), bias=-3.0)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     fitted.save(os.path.join(folder, "regression.json"))
+    ...     back = read_regression(os.path.join(folder, "regression.json"))
+    >>> weight, bias = back.check_model(probe.load("zoo:esm-random")).as_tuple()  # predict_contacts takes it
+    >>> weight.shape, bias
+    (torch.Size([2, 4]), -3.0)
+    """
 
     model: str  # the model's name or path
     weight: np.ndarray  # [layer head] float64
@@ -95,6 +126,23 @@ def read_regression(path: str | Path) -> ContactRegression:
     ProbeError
         One line naming the problem: a missing file, a folder, a file that is not a regression, or the key
         whose value breaks the schema.
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "regression.json")
+    ...     with open(path, "w") as file:
+    ...         json.dump({"format": "probe-contact-regression", "weight": [[1.0, 2.0]], "bias": -1}, file)
+    ...     regression = read_regression(path)
+    ...     with open(path, "w") as file:
+    ...         json.dump({"format": "probe-contact-regression", "weight": [[1.0, "x"]], "bias": -1}, file)
+    ...     read_regression(path)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    probe.errors.ProbeError: --regression .../regression.json is damaged: "weight" must hold finite numbers
+    only (it holds "x"); fit it again with --fit
+    >>> regression.weight, regression.bias, regression.c  # c: the default
+    (array([[1., 2.]]), -1.0, 0.15)
     """
     file = Path(path).expanduser()
     if file.is_dir():

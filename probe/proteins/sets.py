@@ -12,9 +12,13 @@ determines its result, and the outputs are built from the units:
   (``n_pairs, n_residues, n_contact_pairs, n_known_pairs, n_binding_residues, n_helix_residues,
   n_strand_residues, n_turn_bend_residues, n_blank_residues``);
 * the **per-head table** (:func:`heads_table`, ``--heads-out``): one row per unit × head, ``record, id`` and
-  the columns of :mod:`probe.proteins.contacts`' per-head table;
+  the columns of :mod:`probe.proteins.contacts`' per-head table (with the untrained control, the twins' heads
+  are kept beside it, :func:`control_table`, for the summary's ``untrained_p99``);
 * the **per-head summary** over the set (:func:`summarize_heads`, ``--heads-summary``), see
   :data:`HEAD_SUMMARY_COLUMNS` and :func:`read_heads_summary`.
+
+Longer than 450 lines because the unit functions and the set's tables share one identity and one column
+contract (the untrained twins' control table included), and they are read together.
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ from probe.proteins.structure import (
     secondary_structure,
 )
 from probe.proteins.units import UnitSpec
+from probe.untrained import DEFAULT_TWINS
 
-FORMAT_VERSION = 3  # of a unit's stored form: bump to make old journals recompute
+FORMAT_VERSION = 4  # of a unit's stored form: bump to make old journals recompute
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
@@ -71,6 +76,7 @@ class ContactOptions:
     regression: str | None = None  # a fitted contact regression file (probe contacts --regression), or None
     # its probe.runs.journal.file_hash (a changed file recomputes the units)
     regression_hash: str | None = None
+    control: int = DEFAULT_TWINS  # untrained twins run beside the model (--control untrained:K); 0: none
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,7 +133,8 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
         if options.regression is not None:
             fitted = read_regression(options.regression).check_model(loaded).as_tuple()
         result = predict_contacts(loaded, sequence, true_map, per_head=options.per_head, features=features,
-                                  min_attention=options.min_attention, regression=fitted)
+                                  min_attention=options.min_attention, regression=fitted,
+                                  control=options.control)
     return UnitOutcome(spec, result, _chain_row(spec, result, features, structure))
 
 
@@ -152,6 +159,9 @@ def pack(outcome: UnitOutcome) -> tuple[pd.DataFrame | None, dict[str, np.ndarra
         arrays["contacts"] = outcome.result.contacts.astype(np.float32)
     if outcome.result.true_contacts is not None:
         arrays["true_contacts"] = outcome.result.true_contacts
+    if outcome.result.control is not None:
+        arrays.update({f"control_{column}": outcome.result.control[column].to_numpy()
+                       for column in outcome.result.control.columns if column != "name"})
     return outcome.result.heads, arrays
 
 
@@ -161,8 +171,12 @@ def unpack(spec: UnitSpec, table: pd.DataFrame | None, arrays: dict[str, np.ndar
     precision = None
     if "contacts" in arrays and "true_contacts" in arrays:
         precision = {column: float(row[column]) for column in precision_columns()}
+    control = None
+    names = [name for name in arrays if name.startswith("control_")]
+    if names:
+        control = pd.DataFrame({name.removeprefix("control_"): np.asarray(arrays[name]) for name in names})
     result = ContactResult(row["sequence"], arrays.get("contacts"), arrays.get("true_contacts"),
-                           precision, table)
+                           precision, table, control=control)
     return UnitOutcome(spec, result, row)
 
 
@@ -198,6 +212,17 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
         | `n_pairs`, `n_residues` | float | L², L |
         | `n_known_pairs` | float | pairs at least 6 apart whose contact state is known (provis' contact background's denominator); NaN without a structure |
         | `n_contact_pairs`, `n_{binding,helix,strand,turn_bend,blank}_residues` | float | the property counts behind the background rates; NaN where unknown |
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from probe.proteins.units import structure_units
+    >>> esm = probe.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> units, skipped = structure_units([Path("tests/data/pdb1ejg.pdb")])  # one unit per protein chain
+    >>> outcomes = [analyse_unit(esm, unit, ContactOptions(per_head=False)) for unit in units]
+    >>> chain_table(outcomes)[["id", "chain", "length", "n_true_long", "p_at_L_long"]]
+              id chain  length  n_true_long  p_at_L_long
+    0  pdb1ejg_A     A      46           38     0.217391
     """  # noqa: E501 - markdown table rows cannot wrap
     return pd.DataFrame([outcome.row for outcome in outcomes])
 
@@ -225,6 +250,16 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
     ------
     ProbeError
         No unit has a per-head table.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from probe.proteins.units import structure_units
+    >>> esm = probe.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> units, _ = structure_units([Path("tests/data/pdb1ejg.pdb")])  # crambin, 46 residues
+    >>> heads = heads_table([analyse_unit(esm, unit, ContactOptions()) for unit in units])
+    >>> heads.shape, heads[["record", "id", "name"]].head(2).values.tolist()  # one row per chain × head
+    ((8, 76), [[0, 'pdb1ejg_A', 'L0H0'], [0, 'pdb1ejg_A', 'L0H1']])
     """
     tables = []
     for outcome in outcomes:
@@ -239,16 +274,32 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
     return pd.concat(tables, ignore_index=True)
 
 
+def control_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame | None:
+    """The untrained twins' heads of a set: one row per unit × twin × head, ``record, id, seed, layer,
+    head`` and per range ``hits_L_r, top_L_r, p_at_L_r``; None when no unit ran the control."""
+    tables = []
+    for outcome in outcomes:
+        if outcome.result.control is None:
+            continue
+        table = outcome.result.control.copy()
+        table.insert(0, "id", outcome.spec.id)
+        table.insert(0, "record", outcome.spec.record)
+        tables.append(table)
+    return pd.concat(tables, ignore_index=True) if tables else None
+
+
 # Per-head summary columns, in file order. For each precision column c of probe.proteins.contacts
 # (p_at_L_long, ...): c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of
-# that mean, proteins resampled with replacement). Then, per range r, the pooled base-rate comparison of
-# probe.proteins.significance (hits_L_r, top_L_r, pooled_p_at_L_r, base_rate_r, enrichment_L_r, p_value_L_r,
-# q_value_L_r; BH over the heads). Then Vig et al.'s pooled sums, shares (weighted, Σ α < min_total: NaN),
+# that mean, proteins resampled with replacement). Then, per range r, the pooled contact test of
+# probe.proteins.significance (hits_L_r, top_L_r, pooled_p_at_L_r, base_rate_r, enrichment_L_r, strata_rate_r,
+# z_L_r, p_value_L_r, p_fwer_L_r, untrained_p99_L_r, significant_L_r, p_exchangeable_L_r, q_exchangeable_L_r).
+# Then Vig et al.'s pooled sums, shares (weighted, Σ α < min_total: NaN),
 # count shares (count < min_count: NaN) and backgrounds (probe.proteins.features); NaN where no protein of the
 # set has data for the property.
 SIGNIFICANCE_SUMMARY_COLUMNS: tuple[str, ...] = tuple(
-    f"{column}_{name}" for name in RANGES for column in ("hits_L", "top_L", "pooled_p_at_L", "base_rate",
-                                                          "enrichment_L", "p_value_L", "q_value_L"))
+    f"{column}_{name}" for name in RANGES for column in (
+        "hits_L", "top_L", "pooled_p_at_L", "base_rate", "enrichment_L", "strata_rate", "z_L", "p_value_L",
+        "p_fwer_L", "untrained_p99_L", "significant_L", "p_exchangeable_L", "q_exchangeable_L"))
 HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
     "layer", "head", "name", "n_proteins", "weight", "logit_share",
     *(f"{column}{suffix}" for column in precision_columns() for suffix in ("", "_low", "_high")),
@@ -270,7 +321,13 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 | `pooled_p_at_L_{short,medium,long}` | float | hits_L / top_L |
 | `base_rate_{short,medium,long}` | float | contact rate of the known pairs of the range, pooled over the proteins |
 | `enrichment_L_{short,medium,long}` | float | pooled P@L / base rate |
-| `p_value_L_{short,medium,long}`, `q_value_L_{short,medium,long}` | float | hypergeometric p-value of the pooled hits against the base rate; Benjamini–Hochberg over the heads |
+| `strata_rate_{short,medium,long}` | float | the pooled P@L a predictor knowing only separation and residue types gets on the head's own strata |
+| `z_L_{short,medium,long}` | float | the pooled excess over that predictor, standardised over the pooled shift null |
+| `p_value_L_{short,medium,long}` | float | Monte Carlo permutation p-value of the pooled excess (one diagonal shift per protein per draw) |
+| `p_fwer_L_{short,medium,long}` | float | Westfall–Young step-down maxT p-value over every head and range (family-wise) |
+| `untrained_p99_L_{short,medium,long}` | float | 99th percentile of the untrained twins' heads' pooled P@L; NaN without twins |
+| `significant_L_{short,medium,long}` | boolean | p_fwer ≤ 0.05 and pooled P@L above untrained_p99 (where there are twins); NA: untested |
+| `p_exchangeable_L_{short,medium,long}`, `q_exchangeable_L_{short,medium,long}` | float | the hypergeometric p-value of the pooled hits that assumes exchangeable pairs; its Benjamini–Hochberg q |
 | `w_high`, `w_{contact,binding,helix,strand,turn_bend,blank}` | float | Vig et al.'s attention-weighted sums pooled over the set: Σα over weights > θ, and Σα·f |
 | `{contact,binding,helix,strand,turn_bend,blank}_share` | float | w_f / w_high (provis' first version, 34e6869; run there at θ = 0.1); NaN where w_high < `min_total` or the property is unknown |
 | `n_high`, `n_{contact,binding,helix,strand,turn_bend,blank}` | float | the count variant: weights ≥ θ, and those on the property |
@@ -280,6 +337,12 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 
 The parquet file's schema metadata holds the run's model, revision, options and proteins
 (:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
+
+Examples
+--------
+>>> from probe.proteins.sets import HEAD_SUMMARY_COLUMNS
+>>> len(HEAD_SUMMARY_COLUMNS), HEAD_SUMMARY_COLUMNS[:6]
+(87, ('layer', 'head', 'name', 'n_proteins', 'weight', 'logit_share'))
 """  # noqa: E501 - markdown table rows cannot wrap
 
 
@@ -309,7 +372,7 @@ def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: 
 
 def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = MIN_COUNT,
                     samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED, *,
-                    min_total: float = MIN_TOTAL) -> pd.DataFrame:
+                    min_total: float = MIN_TOTAL, control: pd.DataFrame | None = None) -> pd.DataFrame:
     """The per-head summary over a set (``--heads-summary``), one row per layer × head.
 
     Parameters
@@ -327,13 +390,28 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
     min_total : float, default 100
         Vig et al.'s pooled attention-weighted shares are NaN for a head whose Σα over the weights > θ is
         below this over the whole set.
+    control : pandas.DataFrame, optional
+        :func:`control_table`: the untrained twins' heads (None: no ``untrained_p99``, p_fwer decides alone).
 
     Returns
     -------
     pandas.DataFrame
         Columns :data:`HEAD_SUMMARY_COLUMNS` in that order. ``n_proteins`` counts the proteins with a known
         long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the sums
-        over all proteins; the base-rate comparison pools each head's top-L hits over the proteins.
+        over all proteins; the contact test pools each head's top-L hits and shift nulls over the proteins.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from probe.proteins.units import structure_units
+    >>> esm = probe.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> units, _ = structure_units([Path("tests/data/pdb1ubi.pdb"), Path("tests/data/pdb1ejg.pdb")])
+    >>> outcomes = [analyse_unit(esm, unit, ContactOptions()) for unit in units]
+    >>> summary = summarize_heads(heads_table(outcomes), chain_table(outcomes), samples=200)
+    >>> summary[["name", "n_proteins", "p_at_L_long", "p_at_L_long_low", "p_at_L_long_high"]].head(2)
+       name  n_proteins  p_at_L_long  p_at_L_long_low  p_at_L_long_high
+    0  L0H0           2     0.091533         0.052632          0.130435
+    1  L0H1           2     0.163616         0.131579          0.195652
     """
     grouped = heads.groupby(["layer", "head"], sort=True)
     summary = grouped[["weight", "logit_share"]].mean().reset_index()
@@ -344,7 +422,7 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
         matrix = heads.pivot(index="record", columns=["layer", "head"], values=column).reindex(columns=keys)
         mean, low, high = bootstrap_means(matrix.to_numpy(), samples, seed)  # over proteins, per head
         summary[column], summary[f"{column}_low"], summary[f"{column}_high"] = mean, low, high
-    summary = summary.merge(significance.pooled_rows(heads), on=["layer", "head"], how="left")
+    summary = summary.merge(significance.pooled_rows(heads, control), on=["layer", "head"], how="left")
     pooled = vig.pooled_shares(heads, min_total=min_total, min_count=min_count)
     summary = summary.merge(pooled, on=["layer", "head"], how="left")
     for name, value in vig.pooled_backgrounds(chains).items():
@@ -363,7 +441,41 @@ def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
 def read_heads_summary(path: str | Path) -> pd.DataFrame:
     """A per-head summary written by `probe contacts --heads-summary`, checked; its metadata in ``.attrs``
     (model, revision, proteins, min_attention, min_total, min_count, threshold, cb, ...). One-line ProbeError
-    otherwise."""
+    otherwise.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The parquet file.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`HEAD_SUMMARY_COLUMNS` (and any the file adds); ``.attrs`` holds the run's metadata.
+
+    Raises
+    ------
+    ProbeError
+        The file is missing, not parquet, or lacks a summary column.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from probe.proteins.units import structure_units
+    >>> esm = probe.load("zoo:esm-random")  # random weights: the numbers mean nothing
+    >>> units, _ = structure_units([Path("tests/data/pdb1ejg.pdb")])
+    >>> outcomes = [analyse_unit(esm, unit, ContactOptions()) for unit in units]
+    >>> summary = summarize_heads(heads_table(outcomes), chain_table(outcomes), samples=100)
+    >>> with tempfile.TemporaryDirectory() as folder:  # what probe contacts --heads-summary writes
+    ...     write_heads_summary(Path(folder) / "summary.parquet", summary, {"model": esm.name, "proteins": 1})
+    ...     back = read_heads_summary(Path(folder) / "summary.parquet")
+    >>> back.shape, back.attrs
+    ((8, 87), {'model': 'zoo:esm-random', 'proteins': 1})
+    >>> read_heads_summary("no/such/summary.parquet")
+    Traceback (most recent call last):
+    probe.errors.ProbeError: heads summary no/such/summary.parquet does not exist
+    """
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProbeError(f"heads summary {path} does not exist")
@@ -383,5 +495,6 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
 
 
 __all__ = ["HEAD_SUMMARY_COLUMNS", "ContactOptions", "UnitOutcome", "analyse_unit", "bootstrap_means",
-           "chain_table", "heads_table", "pack", "read_heads_summary", "summarize_heads", "unit_identity",
+           "chain_table", "control_table", "heads_table", "pack", "read_heads_summary", "summarize_heads",
+           "unit_identity",
            "unpack", "write_heads_summary"]

@@ -19,10 +19,10 @@ many).
 
 Per-head analysis (``per_head=True``) needs each head's full APC-corrected map, so the sink then also keeps
 the *current layer's* α of the residue block, [head L L] float32 per sequence (20 heads at L = 1000: 80 MB),
-analyses every head of that layer when its last query block arrives (precision by range, the base-rate
-comparison, the ``far_*`` measure and Vig et al.'s sums), and frees it: peak memory grows with heads per
-layer, never with layers × heads. The per-head columns are those of
-:class:`probe.proteins.contacts.ContactResult`.
+analyses every head of that layer when its last query block arrives (precision by range, the contact test's
+counts and shift null of :mod:`probe.proteins.contact_null`, the ``far_*`` measure and Vig et al.'s sums),
+and frees it: peak memory grows with heads per layer, never with layers × heads. The per-head columns are
+those of :class:`probe.proteins.contacts.ContactResult`.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from probe.errors import ProbeError
 from probe.naming import head_name
 from probe.proteins import features as vig
 from probe.proteins import significance
+from probe.proteins.contact_null import RangeNull
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.precision import (
     MIN_SEPARATION,
@@ -76,6 +77,7 @@ class _SequenceState:
     keep: torch.Tensor | None
     true_map: torch.Tensor | None  # [L L] int8
     features: ResidueFeatures | None = None  # binding sites, secondary structure (Vig et al.'s properties)
+    residues: str | None = None  # the L residues (the test's residue strata); None: separation bins alone
     weighted: torch.Tensor | None = None  # [L L] M = Σ_c w_c·A_c
     row_sums: torch.Tensor | None = None  # [layer head L]
     col_sums: torch.Tensor | None = None  # [layer head L]
@@ -83,6 +85,7 @@ class _SequenceState:
     layer_alpha: torch.Tensor | None = None  # [head L L] current layer (per-head analysis only)
     # the true map's pairs by range (built once, per-head analysis only)
     range_pairs: RangePairs | None = None
+    range_nulls: dict | None = None  # range -> RangeNull: strata and shifts of the test (built once)
     masks: dict | None = None  # Vig et al.'s property masks (built once, per-head analysis only)
     rows: list = field(default_factory=list)  # per-head table rows
     abs_logit: dict = field(default_factory=dict)  # (layer, head) -> Σ |w·APC(sym α)| over pairs |i−j| ≥ 6
@@ -123,6 +126,11 @@ class ContactSink:
         θ of Vig et al.'s counts and of the far_* measure.
     regression : bool, default True
         False (models without a contact head): only the per-head analysis runs.
+    residues : sequence of str or None, optional
+        The residues of each sequence (the contact test's residue-class strata); None: separation bins alone.
+    twin : bool, default False
+        An untrained twin's sink: per head and range only the top-L hits and P@L (``hits_L_r, top_L_r,
+        p_at_L_r``; :meth:`rows`), no shift null, shares or ``far_*`` measure.
     """
 
     def __init__(
@@ -140,11 +148,14 @@ class ContactSink:
         features: Sequence[ResidueFeatures | None] | None = None,
         min_attention: float = MIN_ATTENTION,  # θ of Vig et al.'s counts and of the far_* measure
         regression: bool = True,
+        residues: Sequence[str | None] | None = None,
+        twin: bool = False,
     ) -> None:
         self.weight = weight.float()
         self.bias = bias
         self.per_head = per_head
         self.regression = regression
+        self.twin = twin
         self.min_attention = float(min_attention)
         self.engaged = False  # set once the engine asks for heads (a forward pass ran inside `capture`)
         self.n_layers, self.n_heads = weight.shape
@@ -154,6 +165,7 @@ class ContactSink:
         lengths = list(lengths) if lengths is not None else [n - 2 for n in token_counts]
         true_maps = list(true_maps) if true_maps is not None else [None] * batch
         features = list(features) if features is not None else [None] * batch
+        residues = list(residues) if residues is not None else [None] * batch
         self.sequences: list[_SequenceState] = []
         for b, n_tokens in enumerate(token_counts):
             if not bool(attention_mask[b, :n_tokens].all()):
@@ -173,7 +185,10 @@ class ContactSink:
                 if tuple(true_map.shape) != (length, length):
                     raise ProbeError(f"the true map of sequence {b} is {tuple(true_map.shape)} but the "
                                      f"sequence has {length} residues")
-            self.sequences.append(_SequenceState(n_tokens, start, length, keep, true_map, features[b]))
+            if residues[b] is not None and len(residues[b]) != length:
+                raise ProbeError(f"sequence {b}: {len(residues[b])} residues given for {length} positions")
+            self.sequences.append(_SequenceState(n_tokens, start, length, keep, true_map, features[b],
+                                                 residues[b]))
 
     # -- the Sink protocol -----------------------------------------------------------------------------------
 
@@ -261,11 +276,11 @@ class ContactSink:
         """[L L] contact probabilities of sequence b."""
         return torch.sigmoid(self.logits(b))
 
-    def head_table(self, b: int = 0, min_count: int = MIN_COUNT, *,
-                   min_total: float = MIN_TOTAL) -> pd.DataFrame:
+    def head_table(self, b: int = 0, min_count: int = MIN_COUNT, *, min_total: float = MIN_TOTAL,
+                   control: pd.DataFrame | None = None) -> pd.DataFrame:
         """Per-head statistics of sequence b (per_head mode), one row per layer × head (see the module
         docstring); Vig et al.'s shares need Σ α > θ of at least `min_total`, the count shares `min_count`
-        weights ≥ θ."""
+        weights ≥ θ; `control`, the untrained twins' heads (``p_at_L_r``), sets ``untrained_p99``."""
         state = self.sequences[b]
         if not self.per_head:
             raise ProbeError("per-head statistics were not collected: build the ContactSink with "
@@ -278,7 +293,13 @@ class ContactSink:
         table = vig.shares(table, min_total=min_total, min_count=min_count)
         for name, value in vig.backgrounds(self.background_counts(b)).items():
             table[name] = value
-        return significance.with_q_values(table).sort_values(["layer", "head"], ignore_index=True)
+        table = table.sort_values(["layer", "head"], ignore_index=True)
+        return significance.with_tests(table, control)
+
+    def rows(self, b: int = 0) -> list[dict]:
+        """The raw per-head rows of sequence b (per_head mode), in the order the layers arrived: no shares, no
+        table-wide columns (what an untrained twin's P@L needs)."""
+        return list(self.sequences[b].rows)
 
     def background_counts(self, b: int = 0) -> dict[str, float]:
         """Counts behind Vig et al.'s background rates for sequence b (see
@@ -291,6 +312,12 @@ class ContactSink:
         device = state.layer_alpha.device
         if state.true_map is not None and state.range_pairs is None:
             state.range_pairs = RangePairs(state.true_map.to(device))
+            if not self.twin:
+                state.range_nulls = {name: RangeNull(state.true_map.to(device), index, state.residues)
+                                     for name, (index, _) in state.range_pairs.pairs.items()}
+        if self.twin:
+            self._twin_layer(state, layer, heads)
+            return
         if state.masks is None:
             features = with_contacts(state.features, state.true_map)
             state.masks = vig.feature_masks(features, state.length, device) if features is not None else {}
@@ -302,6 +329,8 @@ class ContactSink:
             far_pairs, far_contacts = far_masks(state.true_map.to(device))
             background = float(far_contacts.sum() / far_pairs.sum()) if far_pairs.any() else float("nan")
         counts = vig.feature_counts(state.layer_alpha, state.masks, self.min_attention)  # name -> [head]
+        tops: dict[str, list[torch.Tensor]] = {}  # range -> each head's top-k pairs
+        first = len(state.rows)
         for index, head in enumerate(heads):
             alpha = state.layer_alpha[index]  # [L L]
             corrected = apc(symmetrize(alpha))  # [L L]
@@ -311,8 +340,9 @@ class ContactSink:
             row = {"layer": layer, "head": head, "name": head_name(layer, head), "weight": weight}
             if pairs is not None:
                 row.update(pairs.precision(corrected))
-                for name, top in pairs.top_hits(corrected).items():
-                    row.update(significance.head_row(*top, name=name))
+                for name, (hits, drawn, known, contacts, top) in pairs.top_hits(corrected).items():
+                    row.update(significance.head_row(hits, drawn, known, contacts, name))
+                    tops.setdefault(name, []).append(top)
                 strong = alpha >= self.min_attention  # [L L]
                 high, on_contact = (strong & far_pairs).sum(), (strong & far_contacts).sum()
                 row["far_contact_share"] = float(on_contact / high) if int(high) else float("nan")
@@ -321,13 +351,33 @@ class ContactSink:
             else:
                 row.update(dict.fromkeys(precision_columns(), float("nan")))
                 for name in RANGES:
-                    row.update(dict.fromkeys(significance.range_columns(name), float("nan")))
+                    row.update(significance.head_row(0, 0, 0, 0, name))
+                    row.update({f"hits_L_{name}": float("nan"), f"top_L_{name}": float("nan"),
+                                f"n_known_{name}": float("nan"), f"n_true_{name}": float("nan")})
                 row.update(far_contact_share=float("nan"), far_high_count=0, far_background=float("nan"))
             for prefix in ("w", "n"):
                 row[f"{prefix}_high"] = float(counts[f"{prefix}_high"][index])
                 for name in vig.FEATURES:
                     key = f"{prefix}_{name}"
                     row[key] = float(counts[key][index]) if key in counts else float("nan")
+            state.rows.append(row)
+        for name, top in tops.items():  # the shift null of every head of the layer at once
+            if state.range_nulls:
+                hits, expected = state.range_nulls[name].excess_batch(torch.stack(top))  # [head shift]
+                for row, head_hits, head_expected in zip(state.rows[first:], hits.cpu().numpy(),
+                                                         expected.cpu().numpy(), strict=True):
+                    row.update(significance.null_columns(head_hits, head_expected, name,
+                                                         row[f"top_L_{name}"]))
+
+    def _twin_layer(self, state: _SequenceState, layer: int, heads: tuple[int, ...]) -> None:
+        """An untrained twin's rows: per head and range, the top-L hits and P@L of its APC(sym(α))."""
+        for index, head in enumerate(heads):
+            row = {"layer": layer, "head": head, "name": head_name(layer, head)}
+            if state.range_pairs is not None:
+                corrected = apc(symmetrize(state.layer_alpha[index]))  # [L L]
+                for name, (hits, drawn, _, _, _) in state.range_pairs.top_hits(corrected).items():
+                    row.update({f"hits_L_{name}": float(hits), f"top_L_{name}": float(drawn),
+                                f"p_at_L_{name}": hits / drawn if drawn else float("nan")})
             state.rows.append(row)
 
 

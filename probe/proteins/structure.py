@@ -108,6 +108,8 @@ class Structure:
     secondary: np.ndarray | None = None  # [residue] str: "a", "b", "t", "n" (DSSP) or "c" (P-SEA); "" unknown
     ligands: tuple[str, ...] = ()  # residue names of the ligand groups in the model (water excluded)
     secondary_method: str = ""  # "dssp" (mdtraj), "p-sea" (biotite fallback) or "" (no assignment)
+    insertion_codes: np.ndarray | None = None  # [residue] str: the file's insertion codes ("" none)
+    atoms: object | None = None  # biotite AtomArray of the chain as read (one altloc, no H): what 3D draws
 
     def __len__(self) -> int:
         return len(self.sequence)
@@ -202,11 +204,12 @@ def read_structure(source: str | Path | bytes, chain: str | None = None, fmt: st
         raise ProbeError(f"{name} has no protein chain {chain!r}; its protein chains are {', '.join(chains)}")
     protein = protein[protein.chain_id == chain]
 
-    letters, numbers, coords, backbone, ligand_distance = [], [], [], [], []
+    letters, numbers, codes, coords, backbone, ligand_distance = [], [], [], [], [], []
     for residue in _residues(protein):
         residue_name = _residue_name(residue)
         letters.append(_one_letter(residue_name))
         numbers.append(int(residue.res_id[0]))
+        codes.append(str(residue.ins_code[0]).strip())
         wanted = ["CA"] if residue_name == "GLY" else ["CB", "CA"]
         found = next((atom for atom in wanted if atom in residue.atom_name.tolist()), None)
         coords.append(_atom(residue, found) if found else np.full(3, np.nan))
@@ -223,7 +226,8 @@ def read_structure(source: str | Path | bytes, chain: str | None = None, fmt: st
                      coords=np.array(coords, dtype=np.float64).reshape(-1, 3),
                      backbone=np.array(backbone, dtype=np.float64).reshape(-1, 3, 3),
                      ligand_distance=np.array(ligand_distance, dtype=np.float64),
-                     secondary=secondary, ligands=ligands, secondary_method=method)
+                     secondary=secondary, ligands=ligands, secondary_method=method,
+                     insertion_codes=np.array(codes, dtype=str), atoms=protein)
 
 
 def _residue_name(residue) -> str:
@@ -244,16 +248,8 @@ def dssp_states(protein) -> np.ndarray:
     ImportError without mdtraj, and ValueError when the residues do not map."""
     import mdtraj  # optional at run time: without it the caller falls back to P-SEA (ImportError above)
 
-    residues = _residues(protein)
-    atoms = protein.copy()
-    start = 0
-    for index, residue in enumerate(residues):  # renumber 1..n; one name per residue (micro-heterogeneity)
-        stop = start + residue.array_length()
-        atoms.res_id[start:stop] = index + 1
-        atoms.ins_code[start:stop] = ""
-        atoms.res_name[start:stop] = _residue_name(residue)
-        start = stop
-    atoms.chain_id[:] = "A"
+    atoms = renumbered(protein)
+    n_residues = int(atoms.res_id[-1]) if atoms.array_length() else 0
     handle = pdb.PDBFile()
     handle.set_structure(atoms)
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
@@ -263,9 +259,25 @@ def dssp_states(protein) -> np.ndarray:
         trajectory = mdtraj.load_pdb(path, standard_names=False)
         states = mdtraj.compute_dssp(trajectory, simplified=False)[0]  # [residue] DSSP 8-state letters, "NA"
     numbers = [residue.resSeq for residue in trajectory.topology.residues]
-    if numbers != list(range(1, len(residues) + 1)):
-        raise ValueError(f"mdtraj read {len(numbers)} residues where the chain has {len(residues)}")
+    if numbers != list(range(1, n_residues + 1)):
+        raise ValueError(f"mdtraj read {len(numbers)} residues where the chain has {n_residues}")
     return np.asarray(states).astype(str)
+
+
+def renumbered(protein):
+    """A copy of one chain's atoms with residue i (0-based, as :func:`read_structure` counts them) numbered
+    i + 1, no insertion code, one residue name per residue (micro-heterogeneity) and chain "A": what mdtraj's
+    DSSP and the 3D view (:mod:`probe.views.structure3d`) read."""
+    atoms = protein.copy()
+    start = 0
+    for index, residue in enumerate(_residues(protein)):
+        stop = start + residue.array_length()
+        atoms.res_id[start:stop] = index + 1
+        atoms.ins_code[start:stop] = ""
+        atoms.res_name[start:stop] = _residue_name(residue)
+        start = stop
+    atoms.chain_id[:] = "A"
+    return atoms
 
 
 def assign_secondary(protein, n_residues: int) -> tuple[np.ndarray, str]:

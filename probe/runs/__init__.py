@@ -8,4 +8,27 @@ a batch names (:mod:`~probe.runs.checkpoints`, :mod:`~probe.runs.hub`) and the s
 (:mod:`~probe.runs.plot`, :mod:`~probe.runs.export`), and a training run's history per checkpoint
 (:mod:`~probe.runs.history`: ``probe history``). Built on :mod:`probe.heads` and :mod:`probe.proteins`;
 never imports :mod:`probe.commands` or argparse.
+
+Examples
+--------
+>>> import pandas as pd
+>>> from probe.runs.runner import Unit, UnitOutput, run
+>>> class Squares:  # a Task: a unit's identity, its computation and its rows
+...     def identity(self, unit):
+...         return str(unit.payload)
+...     def load(self, group):
+...         return None  # what the units of one group share (a model)
+...     def compute(self, state, unit):
+...         return UnitOutput(table=pd.DataFrame({"x": [unit.payload], "square": [unit.payload ** 2]}))
+...     def rows(self, unit, result):
+...         return result.table
+...     def owners(self, table):
+...         return table["x"].astype(str)
+>>> report = run([Unit(str(x), group="all", payload=x) for x in (2, 3)], Squares(), progress=False)
+>>> report.table  # no Out: nothing persisted, the table returned
+   x  square
+0  2       4
+1  3       9
+>>> report.code
+0
 """

@@ -9,4 +9,10 @@ What belongs here: code that makes or relabels an organism. It sits above heads 
 the cards run the head classifier) and below runs and commands; the command line is ``probe train``
 (:mod:`probe.commands.train`). The catalogue and the shipped weights are :mod:`probe.zoo`, which imports
 nothing of this package.
+
+Examples
+--------
+>>> from probe.training.organisms import ORGANISMS
+>>> sorted(ORGANISMS)  # the recipes of `probe train NAME`
+['brackets', 'coreference', 'implicit-causality', 'induction', 'positional', 'retrieval', 'sentences']
 """

@@ -8,9 +8,15 @@ from importlib import resources
 
 from probe.errors import ProbeError
 
-FILES = {"views.js": "text/javascript", "views.css": "text/css"}  # every file the route may serve
+# every file the route may serve; 3Dmol-min.js: 3Dmol.js 2.5.5, vendored (3Dmol-NOTICE.md, 3Dmol-LICENSE.txt)
+FILES = {"views.js": "text/javascript", "views.css": "text/css", "structure.js": "text/javascript",
+         "3Dmol-min.js": "text/javascript"}
 ROUTE = "/_probe/views/"  # where serve() answers (below the app's routes prefix)
 SCRIPT_URL = "_probe/views/views.js"  # relative to the page, so a Jupyter proxy's path prefix is kept
+# the 3D structure view's scripts, in load order (the app's external_scripts, after SCRIPT_URL), and the
+# view layer's style sheet (the app's external_stylesheets: the 3D view's theme)
+STRUCTURE_URLS = ("_probe/views/3Dmol-min.js", "_probe/views/structure.js")
+STYLE_URL = "_probe/views/views.css"
 
 
 @cache
@@ -24,6 +30,19 @@ def asset_text(name: str) -> str:
 def inline_script() -> str:
     """views.js as a <script> element (the JavaScript inlined: works offline, from file://)."""
     return "<script>\n" + asset_text("views.js").replace("</script", "<\\/script") + "\n</script>"
+
+
+def inline_structure_script() -> str:
+    """3Dmol.js and structure.js as <script> elements, for the 3D structure view (offline, from file://).
+
+    3Dmol's UMD wrapper registers itself with an AMD loader where one is on the page (classic Jupyter's
+    require.js), and then never defines ``window.$3Dmol``; it runs here with ``define``, ``exports`` and
+    ``module`` hidden, once per page (a second output finds ``window.$3Dmol`` and skips it).
+    """
+    library = asset_text("3Dmol-min.js").replace("</script", "<\\/script")
+    return ("<script>\nif (!window.$3Dmol) { (function (define, exports, module) {\n" + library
+            + "\n}).call(window); }\n</script><script>\n"
+            + asset_text("structure.js").replace("</script", "<\\/script") + "\n</script>")
 
 
 def inline_style() -> str:
@@ -43,4 +62,5 @@ def serve(server, route: str = ROUTE) -> None:
     server.add_url_rule(route + "<name>", "probe_view_asset", view_asset)
 
 
-__all__ = ["FILES", "ROUTE", "SCRIPT_URL", "asset_text", "inline_script", "inline_style", "serve"]
+__all__ = ["FILES", "ROUTE", "SCRIPT_URL", "STRUCTURE_URLS", "STYLE_URL", "asset_text", "inline_script",
+           "inline_structure_script", "inline_style", "serve"]

@@ -28,6 +28,19 @@ class PoolSink:
         Tokens per cell; the maps have side ceil(n_tokens / factor).
     heads : iterable of (layer, head), optional
         The heads to keep; None: every head of every layer.
+
+    Examples
+    --------
+    >>> from probe.engine import capture
+    >>> sink = PoolSink(n_tokens=7, factor=2, heads=[(0, 1), (1, 0)])  # zoo:induction, a 7-token prompt
+    >>> with capture(loaded.model, sink), torch.inference_mode():
+    ...     _ = loaded.model(**inputs)
+    >>> maps = sink.maps()  # (layer, head) -> [side side], side = ceil(7 / 2)
+    >>> maps[(0, 1)].round(2)  # the previous-token head, max-pooled 2 × 2
+    array([[1.  , 0.  , 0.  , 0.  ],
+           [0.99, 1.  , 0.  , 0.  ],
+           [0.  , 0.99, 0.99, 0.  ],
+           [0.  , 0.  , 0.99, 0.  ]], dtype=float32)
     """
 
     def __init__(self, n_tokens: int, factor: int, heads: Iterable[tuple[int, int]] | None = None) -> None:

@@ -4,7 +4,9 @@ request.
 Sections: the architecture card; the head atlas of every head type; the labelled heads with the meaning
 columns; the interactive view (every head's thumbnail on a probe input, full maps with the token view, keys,
 PNG/SVG export: the same views.js as the app and the notebook); for protein models the contact maps and every
-head against the contact base rate (probe.proteins). Written atomically (probe.runs.atomic).
+head against the contact base rate (probe.proteins), and with a structure the 3D view of the heads'
+attention on it (probe.views.structure_view: 3Dmol.js inlined, ≈ 0.55 MB). Written atomically
+(probe.runs.atomic).
 
 Size: α is uint8 (probe.views.encode). With REPORT_BUDGET every head's full map is kept when all fit at one
 token per cell (144 heads × 128 tokens: 2.4 MB of maps); else the `full_maps` heads chosen (labelled first) at
@@ -31,6 +33,7 @@ from probe.views import encode
 from probe.views.figures import atlas_svg, contact_svg
 from probe.views.pooling import pooled_attention
 from probe.views.reading import is_labelled
+from probe.views.structure_view import structure_fragment, structure_view
 from probe.views.tables import as_table, badges, one_model, table_html
 from probe.views.view import DEMO_PROTEIN, View, display_tokens, fragment, input_ids_of, standalone_page
 
@@ -38,6 +41,10 @@ REPORT_BUDGET = 4 * 2**20  # bytes of full maps in a report
 FULL_MAPS = 4  # heads with a full map when not every head fits the budget at one token per cell
 PROBE_TOKENS = 128  # the probe input's length (repeated random blocks: induction and copying show)
 LEADERBOARD_ROWS = 24
+# bytes of residue maps in the report's 3D view (uint8, L² + 4 per head): the best 90 heads by long-range P@L
+# on ubiquitin (76 residues), 31 on lysozyme (129), so that a 12 × 12 model's protein report with every head's
+# map on lysozyme stays within 5 MB (docs/views.md); 3Dmol.js adds 0.54 MB
+STRUCTURE_BUDGET = 2**19
 
 
 def probe_input(loaded, seq_len: int = PROBE_TOKENS):
@@ -92,9 +99,12 @@ def _atlas_html(table, layers: int, heads: int) -> str:
             + "".join(figures) + "</div>")
 
 
-def _protein_html(loaded, sequence: str, structure: str | None, chain: str | None) -> str:
-    """Contact maps (predicted | true) and the head leaderboard against the contact base rate."""
-    true_map, note = None, "no structure: pass --structure PDB for true contacts, P@L and the base rate"
+def _protein_html(loaded, sequence: str, structure: str | None, chain: str | None) -> tuple[str, str, str]:
+    """(contact maps (predicted | true) and the head leaderboard against the contact base rate, the 3D view of
+    the heads' attention on the structure (empty without one), the sequence)."""
+    true_map, parsed = None, None
+    note = ("no structure: pass --structure PDB for true contacts, P@L, the base rate and the 3D view of the "
+            "heads' attention")
     if structure is not None:
         parsed = read_structure(structure, chain=chain)
         sequence = parsed.sequence
@@ -103,6 +113,13 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
                 f"{int((np.triu(true_map, 1) == 1).sum())} true contacts (virtual Cβ–Cβ < 8 Å)")
     result = predict_contacts(loaded, sequence, true_map, per_head=True)
     parts = [f'<p class="note">{html.escape(note)}</p>']
+    view3d = ""
+    if parsed is not None:
+        shown = structure_view(loaded, parsed, result.sequence, true_map, result, budget=STRUCTURE_BUDGET)
+        view3d = (f'<p class="note">{len(shown.alpha)} heads (every head when their residue maps fit, else '
+                  "the best by long-range P@L): pick a head, click a residue to colour the fold by its "
+                  "attention, click an edge or a second residue to select a pair</p>"
+                  + structure_fragment(shown.payload(), "probe-report-structure"))
     if result.contacts is not None:
         parts.append(contact_svg(result.contacts, true_map, f"contacts · {loaded.name}"))
     else:
@@ -118,8 +135,12 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
     if heads is not None and not heads.empty:
         key = "p_at_L_long" if true_map is not None else "logit_share"
         heads = heads.sort_values(key, ascending=False, na_position="last")
-        columns = [c for c in ("name", "p_at_L_long", "base_rate_long", "enrichment_L_long", "q_value_L_long",
-                               "logit_share", "contact_share", "binding_share") if c in heads.columns]
+        columns = [c for c in ("name", "p_at_L_long", "base_rate_long", "enrichment_L_long", "p_fwer_L_long",
+                               "untrained_p99_L_long", "significant_L_long", "logit_share", "contact_share",
+                               "binding_share") if c in heads.columns]
+        if "significant_L_long" in heads:
+            shown = heads["significant_L_long"].map({True: "yes", False: "no"})
+            heads = heads.assign(significant_L_long=shown)
         if true_map is None:
             columns = [c for c in columns if c in ("name", "logit_share")]
         head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in columns)
@@ -129,12 +150,15 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
         parts.append(f'<h3>heads against the contact base rate (top {min(LEADERBOARD_ROWS, len(heads))} of '
                      f'{len(heads)}, by {key.replace("_", " ")})</h3><p class="note">enrichment = P@L / base '
                      'rate of '
-                     "the range; q: Benjamini–Hochberg over the heads of the hypergeometric p-value of the "
-                     "top-L hits (probe.proteins.significance); unknown: not measured</p>"
+                     "the range; p FWER: the diagonal-shift permutation test of the head's hits beyond "
+                     "a predictor that knows only separation and residue types, family-wise over every "
+                     "head and range (Westfall–Young maxT); untrained p99: the 99th percentile of P@L "
+                     "over the heads of untrained twins; significant: p FWER ≤ 0.05 and P@L above it "
+                     "(probe.proteins.significance); unknown: not measured</p>"
                      '<div class="scroll"><table '
                      f'class="probe-table"><thead><tr>{head}</tr></thead><tbody>{body}'
                      "</tbody></table></div>")
-    return "".join(parts), sequence
+    return "".join(parts), view3d, sequence
 
 
 def _fmt(value) -> str:
@@ -167,9 +191,9 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
         sections.append(table_html(table, only_labelled=True))
     else:
         sections.append('<p class="note">no labels table</p>')
-    protein_part, sequence = "", text
+    protein_part, view3d, sequence = "", "", text
     if protein:
-        protein_part, sequence = _protein_html(loaded, text or DEMO_PROTEIN, structure, chain)
+        protein_part, view3d, sequence = _protein_html(loaded, text or DEMO_PROTEIN, structure, chain)
     if sequence:
         ids = input_ids_of(loaded, sequence)
         what = "the protein" if protein else "the given text"
@@ -201,6 +225,8 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
                  fragment(view.payload(), "probe-report-view")]
     if protein:
         sections += ["<h2>Contacts</h2>", protein_part]
+    if view3d:
+        sections += ["<h2>Structure</h2>", view3d]
     return standalone_page("\n".join(sections), f"probe report · {loaded.name}")
 
 
@@ -235,6 +261,18 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
     -------
     Path
         `out`.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from probe.heads.tables import load_table
+    >>> labels = load_table(probe.zoo.labels_path("induction"))
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     out = os.path.join(folder, "report.html")
+    ...     path = write_report("zoo:induction", out, labels=labels, seq_len=32)
+    ...     page = path.read_text(encoding="utf-8")
+    >>> path.name, "<script src=" in page, "https://" in page  # one file: nothing loaded from elsewhere
+    ('report.html', False, False)
     """
     out = Path(out).expanduser()
     if out.suffix.lower() not in (".html", ".htm"):
@@ -246,4 +284,5 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
     return out
 
 
-__all__ = ["FULL_MAPS", "PROBE_TOKENS", "REPORT_BUDGET", "probe_input", "report_html", "write_report"]
+__all__ = ["FULL_MAPS", "PROBE_TOKENS", "REPORT_BUDGET", "STRUCTURE_BUDGET", "probe_input", "report_html",
+           "write_report"]

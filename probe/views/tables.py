@@ -157,8 +157,10 @@ class LabelTable:
     def _repr_html_(self) -> str:
         return self.html()
 
-    def __repr__(self) -> str:
-        return f"<LabelTable: {len(self.table)} rows>"
+    def __repr__(self) -> str:  # the rows it draws (only_labelled: the labelled heads alone)
+        shown = len(table_rows(self.table, self.only_labelled))
+        return f"<LabelTable: {shown} of {len(self.table)} rows>" if self.only_labelled else \
+            f"<LabelTable: {shown} rows>"
 
 
 def label_table(labels, only_labelled: bool = False, max_rows: int = MAX_ROWS) -> LabelTable:
@@ -178,6 +180,17 @@ def label_table(labels, only_labelled: bool = False, max_rows: int = MAX_ROWS) -
     LabelTable
         With ``_repr_html_`` (columns: head, type, score, interval, chance, q, label, output share, role,
         ablation, group effect).
+
+    Examples
+    --------
+    >>> from probe.heads.tables import load_table
+    >>> labels = load_table(probe.zoo.labels_path("induction"))  # zoo:induction's shipped labels
+    >>> table = label_table(labels, only_labelled=True)
+    >>> table  # in a notebook: the sortable HTML table under the cell
+    <LabelTable: 8 of 80 rows>
+    >>> html = table._repr_html_()
+    >>> html.count("<tr"), "L1H3" in html  # a header and the 8 labelled heads
+    (9, True)
     """
     return LabelTable(as_table(labels), only_labelled, max_rows)
 

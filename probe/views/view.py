@@ -55,6 +55,17 @@ class View:
         The head shown first.
     layer_names : tuple of str, optional
         An encoder–decoder's layer names by flat layer number ("enc.L0", …, "cross.L2"); None: plain "L3".
+
+    Examples
+    --------
+    >>> from probe.heads.tables import load_table
+    >>> labels = load_table(probe.zoo.labels_path("induction"))
+    >>> view = show(loaded, "rada ruga buse rada ruga buse", labels=labels)  # zoo:induction
+    >>> view.selected, view.factor, view.tokens  # the best labelled head first; one token per cell
+    ((0, 1), 1, ('<bos>', 'rada', 'ruga', 'buse', 'rada', 'ruga', 'buse'))
+    >>> alpha, per_cell = view.head_map("L1H0")
+    >>> alpha[4].round(2)  # the second "rada" attends to the token after the first: an induction head
+    array([0., 0., 1., 0., 0., 0., 0.], dtype=float32)
     """
 
     model: str
@@ -284,7 +295,8 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     Examples
     --------
     >>> loaded = probe.load("zoo:induction")
-    >>> probe.show(loaded, "one two three four one two three four")  # the view, under the cell
+    >>> probe.show(loaded, "rada ruga buse make rada ruga buse make")  # in a notebook: drawn under the cell
+    <probe view: zoo:induction, 9 tokens, 2×4 heads, 8 full maps of 9² cells>
     """
     if isinstance(loaded, (str, Path)):
         loaded = load(str(loaded))

@@ -5,6 +5,15 @@ config.json, tokenizer files) plus MODEL_CARD.md, card.json (the labels the head
 labels.csv (its label table, so nothing is labelled at start-up). What belongs here: the catalogue, the tiny
 and planted test models and the shipped files; training them is :mod:`probe.training` (``probe train NAME``).
 `probe.models.load("zoo:NAME")` resolves the spec through :func:`path`; nothing touches the network.
+
+Examples
+--------
+>>> import probe
+>>> probe.zoo.names()
+['brackets', 'coreference', 'esm-random', 'implicit-causality', 'induction', 'positional', 'retrieval',
+ 'sentences']
+>>> probe.zoo.card("induction")["requirements"]["present"]  # what its labels must show (tests check it)
+[{'layer': 0, 'head_type': 'previous_token'}, {'layer': 1, 'head_type': 'induction'}]
 """
 
 from __future__ import annotations

@@ -23,14 +23,11 @@ import pytest
 from app import create_app, ids
 from app.config import AppConfig
 from app.service import Service
+from tests.browser import console_errors, wait_for
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-         "--window-size=1500,2300")
 UPLOAD_BYTES = 2**20  # the served app's upload limit (1 MiB), so an oversized file is quick to make
 
 
@@ -61,63 +58,6 @@ def served(tiny_dir):
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}/", service, specs
     server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def downloads(tmp_path_factory):
-    return tmp_path_factory.mktemp("downloads")
-
-
-@pytest.fixture(scope="module")
-def driver(downloads):
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip(f"headless browser tests need {CHROMIUM} and {CHROMEDRIVER} "
-                    "(apt-get install chromium chromium-driver)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service as DriverService
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
-                                              "download.prompt_for_download": False})
-    browser = webdriver.Chrome(service=DriverService(CHROMEDRIVER), options=options)
-    browser.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
-    yield browser
-    browser.quit()
-
-
-@pytest.fixture(autouse=True)
-def clean_console(request):
-    """Every browser test ends with the console log free of errors (uncaught exceptions, failed requests)."""
-    yield
-    if "driver" not in request.fixturenames:
-        return
-    driver = request.getfixturevalue("driver")
-    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"
-              and "favicon" not in entry["message"]]
-    if errors:
-        pytest.fail("console errors:\n" + "\n".join(entry["message"][:3000] for entry in errors))
-
-
-def console_errors(driver) -> list:
-    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
-
-
-def wait_for(condition, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            last = condition()
-            if last:
-                return last
-        except Exception as error:  # noqa: BLE001 - the page is still rendering
-            last = error
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def text_of(driver, component_id: str) -> str:

@@ -141,7 +141,7 @@ def test_a_failed_capture_clears_the_figures_with_the_reason(service, specs, mon
     def broken(*args, **kwargs):
         raise RuntimeError("Q/K/V should have the same head size")
 
-    monkeypatch.setattr(service, "layer_attention", broken)
+    monkeypatch.setattr(service.captures, "layer_attention", broken)
     payload, message = explorer.layer_view(service, {"model": specs[0], "ids": [5, 6]}, {"layer": 0})
     assert "Q/K/V should have the same head size" in message and payload["error"].endswith(message)
 
@@ -587,7 +587,7 @@ def test_limits_beside_run_are_the_models_own(service, specs):
         "at most 1024 tokens (the model's positions) · proteins: at "
                                                "most 1022")
     small = Service(AppConfig(models=specs, max_tokens=50, max_residues=30), registry=service.registry)
-    assert small.limits(specs[1]) == "at most 50 tokens (--max-tokens) · proteins: at most 30 residues"
+    assert small.facts.limits(specs[1]) == "at most 50 tokens (--max-tokens) · proteins: at most 30 residues"
 
 
 def test_card_panel_shows_the_models_card(service, specs):
@@ -624,7 +624,7 @@ def test_internal_errors_are_one_line_not_a_traceback(service, specs, monkeypatc
     def broken(*args, **kwargs):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(service, "head_attention", broken)
+    monkeypatch.setattr(service.captures, "head_attention", broken)
     view = guarded(outputs=2, message=1)(explorer.line_figure)
     result = view(service, {"model": specs[0], "ids": [5, 6]}, {"layer": 0, "head": 0})
     assert result[1] == "internal error: RuntimeError: kaboom (details in the server log)"
@@ -986,10 +986,10 @@ def test_protein_layer_maps_equal_each_heads_map_and_are_cached(service, specs):
     for head in range(loaded.n_heads):
         np.testing.assert_allclose(maps[head], head_attention_map(loaded, UBIQUITIN[:30], 1, head), atol=1e-6)
     store, _ = proteins.protein_run(service, specs[1], UBIQUITIN[:30], None, None, "")
-    before = service.protein_maps.misses
+    before = service.proteins.maps.misses
     for head in range(loaded.n_heads):
         service.proteins.head_map(store["key"], 1, head)
-    assert service.protein_maps.misses - before == 1  # one forward for the whole layer
+    assert service.proteins.maps.misses - before == 1  # one forward for the whole layer
 
 
 def test_shared_zoom_is_clipped_to_the_protein():
@@ -1045,9 +1045,9 @@ def test_target_overlay_of_the_bracket_type_marks_the_matching_bracket():
 
 def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_binding(specs,
                                                                                         ubiquitin_structure):
-    """With a structure the leaderboard has the contact base rate, enrichment and q of every head (equal to
-    the library's per-head table); 1UBI has no ligand, so the binding share is "unknown" in the panel, never
-    0."""
+    """With a structure the leaderboard has the contact base rate, enrichment, family-wise p, untrained twins'
+    p99 and the decision of every head (equal to the library's per-head table); 1UBI has no ligand, so the
+    binding share is "unknown" in the panel, never 0."""
     from app.protein_analysis import analyse
     from probe.proteins.contacts import predict_contacts
     from probe.proteins.structure import contact_map, read_structure
@@ -1055,16 +1055,20 @@ def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_
     loaded = models.load(specs[1])
     result = analyse(loaded, None, open(ubiquitin_structure, "rb").read(), "pdb1ubi.pdb")
     board = result.heads
-    assert {"base rate long", "enrichment long", "q long", "binding share"} <= set(board.columns)
+    assert {"base rate long", "enrichment long", "p FWER long", "untrained p99 long", "significant long",
+            "binding share"} <= set(board.columns)
     structure = read_structure(ubiquitin_structure)
     reference = predict_contacts(loaded, structure.sequence,
                                  true_map=contact_map(structure, sequence=structure.sequence),
                                  per_head=True).heads.set_index("name")
     for _, row in board.iterrows():
         assert row["base rate long"] == pytest.approx(reference.loc[row["head"], "base_rate_long"], abs=1e-3)
-        assert row["q long"] == pytest.approx(reference.loc[row["head"], "q_value_L_long"], abs=1e-3)
+        assert row["p FWER long"] == pytest.approx(reference.loc[row["head"], "p_fwer_L_long"], abs=1e-3)
+        assert row["significant long"] == {True: "yes", False: "no"}[bool(reference.loc[row["head"],
+                                                                                      "significant_L_long"])]
     assert board["binding share"].isna().all()
     shown = proteins.unknown_as_text(board.to_dict("records"))
     assert {record["binding share"] for record in shown} == {"unknown"}
     without = analyse(loaded, structure.sequence, None).heads  # no structure: no base rate, no shares
-    assert not {"base rate long", "q long", "binding share", "P@L long"} & set(without.columns)
+    assert not {"base rate long", "p FWER long", "significant long", "binding share", "P@L long"} & set(
+        without.columns)

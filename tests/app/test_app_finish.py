@@ -27,7 +27,6 @@ import pytest
 from app import create_app, ids
 from app.config import AppConfig
 from app.service import Service
-from tests.app import test_app_browser as browser
 from tests.app.test_app_browser import (
     ARROW_DOWN,
     ARROW_RIGHT,
@@ -38,14 +37,10 @@ from tests.app.test_app_browser import (
     save_screenshot,
     text_of,
     type_into,
-    wait_for,
 )
+from tests.browser import wait_for
 
 pytestmark = pytest.mark.browser
-
-# test_app_browser's headless Chromium, its downloads folder and its clean-console check (a fixture found
-# in a module's namespace is that module's own: one browser per module, as before)
-downloads, driver, clean_console = browser.downloads, browser.driver, browser.clean_console
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG_TEXT = " ".join(["mary gave the book to john because he wanted it ."] * 21)  # 232 tokens with <bos>

@@ -11,7 +11,6 @@ read.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -19,23 +18,18 @@ import pytest
 
 from app.panels.explorer import target_share
 from app.payload import layer_payload
+from tests.browser import chromium
 
 pytestmark = pytest.mark.browser
 
 ASSETS = Path(__file__).resolve().parents[2] / "app" / "assets"
 VIEWS_JS = Path(__file__).resolve().parents[2] / "probe" / "views" / "assets" / "views.js"  # the shared core
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     """A browser on a blank page holding the view layer's core (views.js, which the app serves before its own
     assets), explorer.js and keys.js (with a stub dash_clientside)."""
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip(f"the JavaScript tests need {CHROMIUM} and {CHROMEDRIVER}")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service as DriverService
-
     folder = tmp_path_factory.mktemp("js")
     stub = ("window.dash_clientside = {no_update: {__no_update: true}, callback_context: {triggered: []},"
             " set_props: function (id, props) { (window.setProps = window.setProps || []).push([id, props]); "
@@ -45,12 +39,7 @@ def page(tmp_path_factory):
     (folder / "page.html").write_text('<html><head><meta charset="utf-8"></head><body><div '
                                       'id="explorer-heatmap"></div><div '
                                       f'id="explorer-tokens"></div><script>{stub}</script>{scripts}</body></html>')
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--allow-file-access-from-files", "--window-size=1200,900"):
-        options.add_argument(flag)
-    browser = webdriver.Chrome(service=DriverService(CHROMEDRIVER), options=options)
+    browser = chromium((1200, 900), flags=("--allow-file-access-from-files",))
     browser.get((folder / "page.html").as_uri())
     yield browser
     browser.quit()

@@ -123,7 +123,7 @@ def test_labelling_an_encoder_decoder_is_refused_in_one_line_and_the_views_still
     assert "\n" not in refusal and "probe label" in refusal and any(refusal in line for line in said)
     progress, *_ = atlas.label_status(service, t5, start=True)  # the 'Label heads' button
     assert progress == refusal and service.labels.jobs.job(t5) is None
-    assert shared.label_refusal(gpt2) is None  # the control: a causal LM is labelled
+    assert shared.facts.label_refusal(gpt2) is None  # the control: a causal LM is labelled
     assert service.captures.layer_attention(t5, ids, CROSS).shape[0] == 4
 
 

@@ -12,15 +12,11 @@ import pytest
 from app import create_app, ids
 from app.config import AppConfig
 from app.service import Service
-from tests.app import test_app_browser as browser
-from tests.app.test_app_browser import ARROW_DOWN, open_app, press, text_of, wait_for
+from tests.app.test_app_browser import ARROW_DOWN, open_app, press, text_of
+from tests.browser import wait_for
 from tests.tiny_archs import save
 
 pytestmark = pytest.mark.browser
-
-# test_app_browser's headless Chromium, its downloads folder and its clean-console check (a fixture found
-# in a module's namespace is that module's own: one browser per module, as before)
-downloads, driver, clean_console = browser.downloads, browser.driver, browser.clean_console
 
 TEXT = "the cat saw the dog and the dog saw the cat"
 

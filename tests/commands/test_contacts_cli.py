@@ -90,6 +90,7 @@ def test_fasta_batch_with_structure_aligns_every_record(esm, line_pdb, tmp_path,
         (["--sequence", SEQ, "--out", "x.csv"], "extension"),
         (["--chain", "A", "--sequence", SEQ], "pass --structure"),
         ([], "give the input"),
+        (["--sequence", SEQ, "--control", "untrained:x"], "--control 'untrained:x': K must be a whole"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(esm, line_pdb, tmp_path, capsys, extra, message):
@@ -213,7 +214,7 @@ def test_protbert_structure_writes_per_head_precision_and_shares(protbert, struc
     with np.load(out) as data:
         assert "contacts_0" not in data and "true_contacts_0" in data and "precision_0" not in data
     # random
-    assert "no contact regression; no head above the base rate (long range" in capsys.readouterr().out
+    assert "no contact regression; no significant contact head (long range" in capsys.readouterr().out
 
 
 def test_prott5_sequence_without_structure(tiny_dir, capsys):
@@ -258,6 +259,14 @@ def test_structure_set_writes_chain_table_and_head_summary(protbert, structures_
     other.mkdir()
     assert _run_set(protbert, listing, other)[0] == 0
     pd.testing.assert_frame_equal(read_heads_summary(other / "summary.parquet"), summary)
+    # the untrained control (on by default) sets the bar; --control none leaves it unknown, the test the same
+    assert summary["untrained_p99_L_long"].notna().all() and summary.attrs["control"] == 3
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert _run_set(protbert, structures_dir, bare, "--control", "none")[0] == 0
+    without = read_heads_summary(bare / "summary.parquet")
+    assert without["untrained_p99_L_long"].isna().all() and without.attrs["control"] == 0
+    pd.testing.assert_series_equal(without["p_fwer_L_long"], summary["p_fwer_L_long"])
 
 
 def test_chains_option_and_unreadable_files_in_a_set(protbert, structures_dir, tmp_path, capsys):

@@ -14,14 +14,9 @@ import pytest
 import probe.runs.tasks as label_command  # the label task calls label_model from here
 from probe.cli import main
 from probe.heads.tables import COLUMNS
-from probe.zoo.planted import PLANTED_HEADS, save_planted_gpt2
+from probe.zoo.planted import PLANTED_HEADS
 
 FAST = ["--examples", "8", "--bootstrap", "100", "--ablate", "none"]
-
-
-@pytest.fixture(scope="module")
-def planted_dir(tmp_path_factory):
-    return str(save_planted_gpt2(tmp_path_factory.mktemp("planted")))
 
 
 def run_cli(argv, capsys):

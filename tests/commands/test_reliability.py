@@ -56,6 +56,7 @@ APP = ("app", "--port", "{free_port}")
 PROFILE_OUT = ("profile", "--model", "{gpt2}", "--random", "2", "--seq-len", "16", "--out", "{tmp}/p.csv")
 REPORT = ("report", "--model", "{gpt2}", "--out", "{tmp}/r.html")
 ESM_REPORT = ("report", "--model", "{esm}", "--out", "{tmp}/r.html")
+HISTORY = ("history", "--model", "{checkpoints}")
 
 CASES = [
     # --- argparse: one line, never the usage block ----------------------------------------------------------
@@ -323,6 +324,21 @@ CASES = [
     case("label-report-several-models", *LABEL_OUT, "--model", "{esm}", "--report", "{tmp}/r.html"),
     case("label-report-not-html", *LABEL_OUT, "--report", "{tmp}/r.txt"),
     case("label-report-read-only", *LABEL_OUT, "--report", "{readonly}/r.html"),
+    # --- history (issue 42): checkpoints, positions, tables ----------------------------------------------
+    case("history-no-arguments", "history"),
+    case("history-model-missing", "history", "--model", "{tmp}/no-such-model"),
+    case("history-model-is-a-file", "history", "--model", "{tmp}/plain.txt"),
+    case("history-model-without-checkpoints", "history", "--model", "{gpt2}"),
+    case("history-revisions-empty", *HISTORY, "--revisions", ",,"),
+    case("history-icl-positions-one", *HISTORY, "--icl-positions", "12"),
+    case("history-icl-positions-reversed", *HISTORY, "--icl-positions", "120,12"),
+    case("history-icl-positions-zero", *HISTORY, "--icl-positions", "0,12"),
+    case("history-examples-zero", *HISTORY, "--examples", "0"),
+    case("history-bootstrap-zero", *HISTORY, "--bootstrap", "0"),
+    case("history-passages-zero", *HISTORY, "--passages", "0"),
+    case("history-out-not-a-table", *HISTORY, "--out", "{tmp}/h.txt"),
+    case("history-out-is-folder", *HISTORY, "--out", "{tmp}/folder.csv"),
+    case("history-out-foreign-csv", *HISTORY, "--out", "{tmp}/foreign.csv"),
 ]
 
 
@@ -370,7 +386,9 @@ def assets(tiny_dir, tmp_path_factory):
         "corrupt_esm": damaged_copy(esm, base / "corrupt-esm", None),
         "readonly": readonly_folder(base),
         "bloom": save_tiny_arch("bloom", base / "bloom"),  # attention outside AttentionInterface
+        "checkpoints": str(base / "checkpoints"),  # what `probe train` writes: step-N/ model folders
     }
+    shutil.copytree(gpt2, base / "checkpoints" / "step-0")
     texts = {
         "fasta": (">a\n" + PROTEIN + "\n").encode(),
         "latin1_fasta": ">prot\xe9ine\nMKTAYIAK\n".encode("latin-1"),

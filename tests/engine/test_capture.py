@@ -246,18 +246,27 @@ def test_in_place_softmax_and_its_lse_equal_torch():
 
 
 @pytest.mark.gpu
-def test_cuda_engine_equals_eager(tiny_dir):
+def test_cuda_engine_equals_eager(tiny_dir, cuda_kernels_only):
+    """On a CUDA device, float32: every head (the engine's own single pass) and one head (the fused kernel,
+    memory-efficient in float32, and α rebuilt from its LSE) equal eager attention, on one sequence (no mask)
+    and on a padded batch (a mask of an odd key count: the kernel's bias alignment). The fixture fails the
+    test where the kernel refused and the blockwise fallback ran."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     for arch in ("gpt2", "llama", "esm"):
         loaded = models.load(str(tiny_dir(arch)), device="cuda")
         if arch == "esm":
-            inputs = loaded.tokenizer(["MKTAYIAKQRQISFVK", "MKTAY"], return_tensors="pt", padding=True)
+            batches = [loaded.tokenizer(["MKTAYIAKQRQISFVK", "MKTAY"], return_tensors="pt", padding=True)]
         else:
-            inputs = text_inputs(loaded.tokenizer, [SENTENCE])
-        inputs = {name: value.cuda() for name, value in dict(inputs).items()}
-        ours = capture_attention(loaded.model, inputs)
-        assert max_diff(ours.cuda(), eager_attention(loaded.model, inputs), inputs["attention_mask"]) <= 1e-4
+            batches = [text_inputs(loaded.tokenizer, texts) for texts in ([SENTENCE],
+                                                                          [SENTENCE, "the cat saw the dog"])]
+        for inputs in batches:
+            inputs = {name: value.cuda() for name, value in dict(inputs).items() if name != "token_type_ids"}
+            reference = eager_attention(loaded.model, inputs)  # [batch layer head query key]
+            for heads in (None, [1]):
+                ours = capture_attention(loaded.model, inputs, heads=heads)
+                expected = reference if heads is None else reference[:, :, heads]
+                assert max_diff(ours.cuda(), expected, inputs["attention_mask"]) <= 1e-4, (arch, heads)
 
 
 @pytest.mark.parametrize("layout", ["shared", "scattered"])

@@ -34,7 +34,8 @@ def _recording_attention(module, query, key, value, attention_mask, dropout=0.0,
         scores = scores.masked_fill(~attention_mask, -torch.inf) if attention_mask.dtype == torch.bool else (
             scores + attention_mask.float())
     else:
-        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), -torch.inf)
+        above = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(above, -torch.inf)
     _REFERENCE.append(torch.softmax(scores, -1).nan_to_num(0.0))
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
@@ -58,11 +59,14 @@ def _model(arch: str, dtype: torch.dtype):
     return model.eval().to(dtype)
 
 
-def _inputs():
+def _inputs(padded: bool = True, device: str = "cpu"):
+    """Two sequences of 48 tokens; `padded`: the second one's first 5 are padding (a mask: on CUDA the
+    memory-efficient kernel), else no padding (no mask: on CUDA the flash kernel)."""
     ids = torch.randint(1, 64, (2, 48), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
-    mask[1, :5] = 0
-    return {"input_ids": ids, "attention_mask": mask}
+    if padded:
+        mask[1, :5] = 0
+    return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
 
 
 def _same_qk_reference(model, inputs) -> torch.Tensor:
@@ -92,17 +96,34 @@ class _Norms:
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_reduced_precision_alpha_logits_and_output_norms(arch, dtype):
-    model = _model(arch, dtype)
-    inputs = _inputs()
-    real = inputs["attention_mask"].bool()
+    _check_reduced_precision(arch, dtype, _inputs())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("padded", [True, False], ids=["padded-memory-efficient", "unpadded-flash"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_precision_on_cuda(arch, dtype, padded, cuda_kernels_only):
+    """The same bounds with the CUDA kernels' LSE: flash (no padding: no mask) and memory-efficient (a
+    padding mask), half-precision q, k; the float32 output-norm channel on the memory-efficient kernel. The
+    fixture fails the test where a kernel refused and the blockwise fallback ran."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    _check_reduced_precision(arch, dtype, _inputs(padded, "cuda"), "cuda")
+
+
+def _check_reduced_precision(arch, dtype, inputs, device="cpu"):
+    """The checks of the test above on `device`; every comparison on the CPU (DenseSink keeps α there)."""
+    model = _model(arch, dtype).to(device)
+    real = inputs["attention_mask"].bool().cpu()
     pairs = (real[:, :, None] & real[:, None, :])[:, None, None]  # [batch 1 1 query key]
     with torch.no_grad():
         plain = model(**inputs).logits
-    reference = _same_qk_reference(model, inputs)
-    float_model = _model(arch, torch.float32)
+    reference = _same_qk_reference(model, inputs).cpu()
+    float_model = _model(arch, torch.float32).to(device)
     float_model.set_attn_implementation("eager")
     with torch.no_grad():
-        float_alpha = torch.stack(float_model(**inputs, output_attentions=True).attentions, dim=1)
+        float_alpha = torch.stack(float_model(**inputs, output_attentions=True).attentions, dim=1).cpu()
     for heads in (None, [2, 1]):
         sink = DenseSink(heads=heads)
         with capture(model, sink), torch.no_grad():
@@ -119,8 +140,8 @@ def test_reduced_precision_alpha_logits_and_output_norms(arch, dtype):
         assert torch.equal(model(**inputs).logits, plain)
     for layer in (0, 1):
         delivered = norms.got[layer]
-        mixed = (reference[:, layer] * delivered.norms[:, :, None, :]).sum(-1)  # [batch head query]
-        relative = (delivered.mixed - mixed).abs() / mixed.clamp(min=1e-6)
+        mixed = (reference[:, layer] * delivered.norms.cpu()[:, :, None, :]).sum(-1)  # [batch head query]
+        relative = (delivered.mixed.cpu() - mixed).abs() / mixed.clamp(min=1e-6)
         assert relative[real[:, None].expand_as(relative)].max() <= SAME_QK_TOL
     # negative control: the reduced-precision model really differs from the float32 one
     assert ((reference - float_alpha).abs() * pairs).max() > 1e-3

@@ -18,7 +18,7 @@ from probe.heads.registry import REGISTRY, TargetContext
 from probe.heads.scores import ScoreSink
 from probe.heads.stats import uniform_chance
 from probe.heads.tables import COLUMNS, load_table, save_table
-from probe.zoo.planted import PLANTED_HEADS, save_planted_gpt2
+from probe.zoo.planted import PLANTED_HEADS
 from probe.zoo.tiny import word_tokenizer
 
 
@@ -33,11 +33,6 @@ def stream(sink: ScoreSink, alpha: torch.Tensor, rows_per_block: int) -> None:
             if "n_key" in names:
                 values["n_key"] = n
             sink.update(AttentionBlock(**values))
-
-
-@pytest.fixture(scope="module")
-def planted_dir(tmp_path_factory):
-    return save_planted_gpt2(tmp_path_factory.mktemp("planted"))
 
 
 # ---- chance ------------------------------------------------------------------------------------------------
@@ -345,7 +340,7 @@ def test_clusters_present_counts_distinct_clusters_with_a_value():
 def test_accuracy_by_source_is_each_groups_accuracy_per_head():
     """Hand-computed: groups a, b, a, b over 4 examples; head (0, 0) is right on examples 0, 1, 2; head (0, 1)
     on 3."""
-    from probe.heads.label.summary import per_group as _per_group
+    from probe.heads.label.summary import per_group
 
     correct = torch.tensor([[[1.0, 0.0]], [[1.0, 0.0]], [[1.0, 0.0]], [[0.0, 1.0]]]).reshape(4, 1, 2)
-    assert _per_group(correct, ["a", "b", "a", "b"], ["b", "a"]) == ["b: 0.50; a: 1.00", "b: 0.50; a: 0.00"]
+    assert per_group(correct, ["a", "b", "a", "b"], ["b", "a"]) == ["b: 0.50; a: 1.00", "b: 0.50; a: 0.00"]

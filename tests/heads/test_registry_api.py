@@ -10,12 +10,10 @@ import pytest
 import torch
 
 import probe.heads
-from probe import models
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.heads import HeadTypeSpec, TargetContext
 from probe.heads.label import LabelConfig, label_model
-from probe.zoo.planted import save_planted_gpt2
 
 CONFIG = dict(examples=8, n_bootstrap=100, ablate="none")
 
@@ -31,11 +29,6 @@ def back(offset: int):
         return {None: pattern}
 
     return targets
-
-
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    return models.load(str(save_planted_gpt2(tmp_path_factory.mktemp("planted"))))
 
 
 @pytest.fixture

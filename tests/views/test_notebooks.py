@@ -31,3 +31,4 @@ def test_notebook_runs(path, monkeypatch):
                 for output in cell.get("outputs", []) if "text/html" in output.get("data", {})]
         assert sum('data-probe-view="' in text and "window.probeViews" in text for text in html) == 2
         assert any('class="probe-table"' in text for text in html)
+        assert sum('data-probe-structure="' in text and "window.probeStructure" in text for text in html) == 1

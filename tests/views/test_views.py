@@ -20,13 +20,7 @@ from probe.views import bundle, encode
 from probe.views.pooling import pooled_attention
 from probe.views.tables import label_table, table_html
 from probe.views.view import show
-from probe.zoo.planted import PLANTED_HEADS, save_planted_gpt2
-
-
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    """The planted GPT-2: L0H0 previous token, L0H1 self, L1H2 first token."""
-    return models.load(str(save_planted_gpt2(tmp_path_factory.mktemp("planted"))))
+from probe.zoo.planted import PLANTED_HEADS
 
 
 def _ids(loaded, n: int) -> torch.Tensor:

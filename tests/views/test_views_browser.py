@@ -18,16 +18,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from probe import models
-from probe.zoo.planted import save_planted_gpt2
+from tests.browser import chromium
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 NOTEBOOK = ROOT / "notebooks" / "views.ipynb"
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-         "--window-size=1280,800")
 # the inline app's cell must return within this (it starts a thread; it never serves here)
 APP_CELL_SECONDS = 120
 
@@ -79,22 +74,8 @@ def test_notebook_outputs_hold_the_view_and_the_app_cell_returns(executed):
 
 @pytest.fixture(scope="module")
 def driver():
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip(f"headless browser tests need {CHROMIUM} and {CHROMEDRIVER}")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service as DriverService
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    browser = webdriver.Chrome(service=DriverService(CHROMEDRIVER), options=options)
-    browser.set_window_size(1280, 800)
-    browser.execute_cdp_cmd("Network.enable", {})
-    browser.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
-                                                                 "downloadThroughput": -1,
-                                                                 "uploadThroughput": -1})
+    """Offline (every request fails), its requests logged, at 1280×800 (the screenshots' size)."""
+    browser = chromium((1280, 800), offline=True, network_log=True)
     yield browser
     browser.quit()
 
@@ -180,10 +161,10 @@ def _planted_labels(name: str) -> pd.DataFrame:
 
 
 @pytest.mark.browser
-def test_report_offline_in_chromium(driver, tmp_path):
+def test_report_offline_in_chromium(driver, planted, tmp_path):
     from probe.views.report import write_report
 
-    loaded = models.load(str(save_planted_gpt2(tmp_path / "planted")))
+    loaded = planted
     report = write_report(loaded, tmp_path / "report.html", labels=_planted_labels(loaded.name), seq_len=48)
     _open_offline(driver, report)
     _hover_token_and_step_a_head(driver, "#probe-report-view")

@@ -61,12 +61,26 @@ class LabelConfig:
         Probe examples per type used for the ablation.
     ablation_controls : int, default 8
         Random same-layer heads each ablation is compared with.
+    output_share : bool, default True
+        Also measure each head's output share (Kobayashi et al. 2020) and its role (``output_share``).
     block_bytes : int, default 8 MiB
         Memory budget of one streamed α block, all heads of a layer (not part of a run's identity).
     retrieval_mask : {"output", "query"}, default "output"
         How the retrieval check masks a head (:mod:`probe.heads.retrieval_ablation`): its output zeroed in the
         prefill and decoding (ours), or its query zeroed on decoding steps — uniform attention — as Wu et al.
         (``--retrieval-mask``).
+
+    Examples
+    --------
+    >>> config = LabelConfig(types=("previous_token", "induction"), examples=16, seq_len=(32, 64))
+    >>> config.lengths  # one row per length; `stable` compares them
+    (32, 64)
+    >>> config.fdr = 0.01
+    Traceback (most recent call last):
+    dataclasses.FrozenInstanceError: cannot assign to field 'fdr'
+    >>> import dataclasses
+    >>> dataclasses.replace(config, fdr=0.01).fdr
+    0.01
     """
 
     # head types to score; None: every type that applies to the model

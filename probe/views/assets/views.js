@@ -14,26 +14,33 @@
 
     // --- core: pure functions -------------------------------------------------------------------------------
 
+    /** @param {string} base64 @returns {Uint8Array} */
     function bytesOf(base64) {  // base64 -> Uint8Array
         var text = atob(base64), bytes = new Uint8Array(text.length);
         for (var i = 0; i < text.length; i++) { bytes[i] = text.charCodeAt(i); }
         return bytes;
     }
 
+    /** @param {string} base64 @param {number} scale @returns {Float32Array} */
     function decodeUint16(base64, scale) {  // the app's payload: uint16 round(α · scale) -> Float32Array
         var raw = new Uint16Array(bytesOf(base64).buffer), alpha = new Float32Array(raw.length);
         for (var j = 0; j < raw.length; j++) { alpha[j] = raw[j] / scale; }
         return alpha;
     }
 
+    /** @param {string} base64 @returns {Float32Array} */
     function float32Of(base64) { return new Float32Array(bytesOf(base64).buffer); }
 
+    /** @param {Uint8Array} bytes @param {number} offset @param {number} count @param {number} top
+     *  @returns {Float32Array} */
     function dequantise(bytes, offset, count, top) {  // uint8 q scaled to the head's max: α = q / 255 · top
         var out = new Float32Array(count), factor = top / 255;
         for (var i = 0; i < count; i++) { out[i] = bytes[offset + i] * factor; }
         return out;
     }
 
+    /** @param {string[]} tokens @param {number} factor @param {number} start @param {number} first
+     *  @param {number} count @returns {string[]} */
     function labels(tokens, factor, start, first, count) {  // "3·the", or "8–11·went" per pooled block
         var out = [];
         for (var i = 0; i < count; i += factor) {
@@ -44,6 +51,9 @@
         return out;
     }
 
+    /** @param {ArrayLike<number>} alpha [query key] row-major, n a side @param {number} n @param {number} q0
+     *  @param {number} q1 @param {number} k0 @param {number} k1 @param {number} [bins]
+     *  @returns {{z: number[][], factor: number}} */
     function pooled(alpha, n, q0, q1, k0, k1, bins) {  // max-pool the window [q0, q1) × [k0, k1) to ≤ bins²
         var rows = q1 - q0, cols = k1 - k0;
         var factor = Math.max(1, Math.ceil(Math.max(rows, cols) / (bins || BINS)));
@@ -65,12 +75,14 @@
         return {z: z, factor: factor};
     }
 
+    /** @param {ArrayLike<number>} alpha @param {number} n @param {boolean} causal @returns {number} */
     function headMax(alpha, n, causal) {  // causal: query 0 sees only itself (α = 1), so it is left out
         var best = 1e-6;
         for (var i = causal && n > 1 ? n : 0; i < alpha.length; i++) { if (alpha[i] > best) { best = alpha[i]; } }
         return best;
     }
 
+    /** @param {ArrayLike<number>} alpha @param {number} n @returns {{offset: number, share: number}} */
     function dominantOffset(alpha, n) {  // the most common argmax offset j − i over rows, and its share of rows
         var counts = {};
         for (var q = 0; q < n; q++) {
@@ -83,11 +95,14 @@
         return {offset: offset, share: most / n};
     }
 
+    /** @param {number} offset @returns {string} */
     function offsetText(offset) {
         if (offset === 0) { return "i"; }
         return offset < 0 ? "i − " + (-offset) : "i + " + offset;
     }
 
+    /** @param {ArrayLike<number>} alpha @param {number} n @param {number[][]} targets [queries, keys]
+     *  @param {boolean} causal @returns {{share: number, chance: number, rows: number} | null} */
     function share(alpha, n, targets, causal) {  // as app/panels/explorer.target_share
         var mass = {}, count = {};
         for (var t = 0; t < targets[0].length; t++) {
@@ -98,12 +113,16 @@
         var rows = Object.keys(mass);
         if (!rows.length) { return null; }
         var total = 0, chance = 0;
-        rows.forEach(function (q) { total += mass[q]; chance += count[q] / (causal ? (+q + 1) : n); });
+        rows.forEach(function (row) { total += mass[row]; chance += count[row] / (causal ? (+row + 1) : n); });
         return {share: total / rows.length, chance: chance / rows.length, rows: rows.length};
     }
 
+    /** @param {number} x @returns {string} */
     function percent(x) { return Math.round(100 * x) + " %"; }
 
+    /** @param {HTMLCollection | HTMLElement[]} spans @param {ArrayLike<number>} alpha @param {number} n
+     *  @param {number | null} focus @param {number | null} pinned @param {string} direction
+     *  @param {number} [factor] @param {boolean} [dark] */
     function colourTokens(spans, alpha, n, focus, pinned, direction, factor, dark) {
         // the token view: token i coloured by α(focus → i) ("from") or α(i → focus) ("to"); `factor` tokens per
         // cell of `alpha` (n cells a side) when the view holds a max-pooled map. Contrast (WCAG AA, ≥ 4.5:1):
@@ -116,7 +135,7 @@
                 var a = Math.floor(focus / factor), b = Math.floor(i / factor);
                 weight = direction === "to" ? alpha[b * n + a] : alpha[a * n + b];
             }
-            var span = spans[i];
+            var span = /** @type {HTMLElement} */ (spans[i]);
             var strong = !dark && weight > 0.55;
             span.style.backgroundColor = "rgba(8, 81, 156, " + (strong ? Math.max(weight, 0.8) : weight).toFixed(3) + ")";
             span.style.color = strong ? "white" : "";
@@ -125,6 +144,8 @@
         }
     }
 
+    /** @param {HeadRef} current @param {string} axis "layer" or "head" @param {number} delta
+     *  @param {GridShape} shape @returns {HeadRef} */
     function step(current, axis, delta, shape) {  // the next (layer, head), wrapping around
         // shape.attention_layers (optional, ascending): the layers with α (a hybrid's softmax-attention layers);
         // layer steps visit only those, so ↑/↓ never land on a linear-attention or state-space layer
@@ -143,16 +164,20 @@
         return next;
     }
 
+    /** @type {{[key: string]: [string, number]}} */
     var STEP_KEYS = {ArrowLeft: ["head", -1], ArrowRight: ["head", 1], ArrowUp: ["layer", -1], ArrowDown: ["layer", 1]};
     var TYPING = {TEXTAREA: true, SELECT: true};
     var TEXT_INPUTS = {text: true, search: true, number: true, email: true, url: true, password: true, tel: true};
 
+    /** @param {EventTarget | null} target @returns {boolean} */
     function typing(target) {  // keys typed into a text field never step heads
-        if (!target) { return false; }
-        if (target.isContentEditable || TYPING[target.tagName]) { return true; }
-        return target.tagName === "INPUT" && TEXT_INPUTS[(target.type || "text").toLowerCase()] === true;
+        var node = /** @type {HTMLInputElement} */ (target);
+        if (!node) { return false; }
+        if (node.isContentEditable || TYPING[node.tagName]) { return true; }
+        return node.tagName === "INPUT" && TEXT_INPUTS[(node.type || "text").toLowerCase()] === true;
     }
 
+    /** @param {number} t @returns {number[]} */
     function blues(t) {  // [0, 1] -> [r, g, b] on the Blues scale
         var x = Math.max(0, Math.min(1, t)) * (BLUES.length - 1), low = Math.min(BLUES.length - 2, Math.floor(x));
         var f = x - low, a = BLUES[low], b = BLUES[low + 1];
@@ -162,7 +187,9 @@
 
     // probe.naming.head_name: "L3H2"; an encoder–decoder's layers carry their stacks' names by flat layer
     // number (`names`: ["enc.L0", …, "cross.L2"], the view's `layer_names`), so its heads read "cross.L0H3"
+    /** @param {number} layer @param {string[]} [names] @returns {string} */
     function layerName(layer, names) { return names && names[layer] ? names[layer] : "L" + layer; }
+    /** @param {number} layer @param {number} head @param {string[]} [names] @returns {string} */
     function headName(layer, head, names) { return layerName(layer, names) + "H" + head; }
 
     var core = {bytesOf: bytesOf, decodeUint16: decodeUint16, float32Of: float32Of, dequantise: dequantise,
@@ -173,6 +200,8 @@
 
     // --- the standalone view ------------------------------------------------------------------------------------
 
+    /** @template {keyof HTMLElementTagNameMap} K @param {K} tag @param {string} [className] @param {string} [text]
+     *  @returns {HTMLElementTagNameMap[K]} */
     function el(tag, className, text) {
         var node = document.createElement(tag);
         if (className) { node.className = className; }
@@ -187,6 +216,7 @@
 
     function short(text, size) { text = String(text); return text.length > size ? text.slice(0, size - 1) + "…" : text; }
 
+    /** The standalone view of one input. @constructor @param {HTMLElement} root @param {ViewData} data */
     function View(root, data) {
         this.root = root;
         this.data = data;
@@ -198,7 +228,7 @@
         this.mapIndex = {};
         var self = this;
         (data.maps ? data.maps.index : []).forEach(function (pair, i) { self.mapIndex[pair[0] + ":" + pair[1]] = i; });
-        this.cache = {key: null, alpha: null};
+        this.cache = {key: null, value: null};  // the selected head's map (current())
         var first = data.selected || (data.maps && data.maps.index.length ? data.maps.index[0] : [0, 0]);
         this.selected = {layer: first[0], head: first[1]};
         this.headType = data.types && data.types.length ? data.types[0] : null;
@@ -366,6 +396,8 @@
             (this.data.badges && this.headType ? " · badge: " + this.headType + " score, ✓ labelled, grey not labelled (hover: why)" : "");
     };
 
+    /** @param {HTMLCanvasElement} canvas @param {ArrayLike<number>} values @param {number} side @param {number} top
+     *  @returns {HTMLCanvasElement} */
     function paint(canvas, values, side, top) {  // values [side side] -> pixels on the Blues scale over [0, top]
         canvas.width = side; canvas.height = side;
         var context = canvas.getContext("2d"), image = context.createImageData(side, side);
@@ -507,13 +539,15 @@
     View.prototype.bindEvents = function () {
         var self = this;
         this.tokens.addEventListener("mouseover", function (event) {
-            var token = event.target.closest ? event.target.closest(".token") : null;
+            var target = /** @type {HTMLElement} */ (event.target);
+            var token = target.closest ? target.closest(".token") : null;
             if (!token || self.pinned !== null) { return; }
             self.hovered = parseInt(token.getAttribute("data-index"), 10);
             self.focusChanged();
         });
         this.tokens.addEventListener("click", function (event) {
-            var token = event.target.closest ? event.target.closest(".token") : null;
+            var target = /** @type {HTMLElement} */ (event.target);
+            var token = target.closest ? target.closest(".token") : null;
             if (!token) { return; }
             var index = parseInt(token.getAttribute("data-index"), 10);
             self.pinned = self.pinned === index ? null : index;
@@ -701,19 +735,20 @@
         });
     }
 
+    /** @param {HTMLElement} root @param {ViewData} data */
     function mount(root, data) {
         var view = new View(root, data);
         root.probeView = view;
         return view;
     }
 
-    function mountAll() {  // every <div class="probe-view-mount" data-source="ID"> whose data is in <script id=ID>
-        document.querySelectorAll("[data-probe-view]").forEach(function (root) {
+    function mountAll() {  // every element with data-probe-view="ID" whose data is in <script id="ID">
+        document.querySelectorAll("[data-probe-view]").forEach(function (/** @type {HTMLElement} */ root) {
             if (root.probeView) { return; }
             var source = document.getElementById(root.getAttribute("data-probe-view"));
             if (source) { mount(root, JSON.parse(source.textContent)); }
         });
-        document.querySelectorAll("table.probe-table").forEach(function (table) {
+        document.querySelectorAll("table.probe-table").forEach(function (/** @type {HTMLTableElement} */ table) {
             if (!table.probeSortable) { table.probeSortable = true; sortable(table); }
         });
     }

@@ -1,0 +1,130 @@
+// What probe's browser scripts share through `window`, and the shapes of the data the server writes for them,
+// for `tsc --checkJs` (js/tsconfig.json). The scripts themselves stay plain JavaScript with JSDoc types.
+
+/** The explorer's store for one (input, layer): app/payload.py layer_payload (or {error, model}). */
+interface LayerPayload {
+    model: string;
+    key: string;
+    layer: number;
+    heads: number;
+    n: number;
+    tokens: string[];
+    causal: boolean;
+    alpha: string;  // base64 of uint16 round(α · scale), [head query key]
+    scale: number;
+    ids_count: number;
+    name?: string;  // "L3", "enc.L1", "cross.L0"
+    query_tokens?: string[];
+    axes?: {query: string; key: string};
+    error?: string;
+}
+
+/** A head: its layer (flat layer number) and its head number. */
+interface HeadRef {
+    layer: number;
+    head: number;
+}
+
+/** The grid's shape; attention_layers (ascending) are the layers with α of a hybrid. */
+interface GridShape {
+    layers: number;
+    heads: number;
+    attention_layers?: number[];
+}
+
+/** A zoomed window of the explorer's heatmap: queries [q0, q1), keys [k0, k1). */
+interface Zoom {
+    q0: number;
+    q1: number;
+    k0: number;
+    k1: number;
+}
+
+/** A head type's targets for the overlay: per head (or one for all) [queries, keys]. */
+interface TargetPattern {
+    heads?: number[][][];
+    note?: string;
+}
+
+/** What probe/views/view.py View.payload writes for views.js mount(). */
+interface ViewData {
+    version: number;
+    model: string;
+    title?: string;
+    tokens: string[];
+    n: number;
+    causal: boolean;
+    layers: number;
+    heads: number;
+    selected?: number[];
+    thumbs: {bins: number; data: string; scale: string};
+    types?: string[];
+    badges?: {[headType: string]: {[layerHead: string]: string[]}};
+    layer_names?: string[];
+    maps?: {bins: number; factor: number; index: number[][]; data: string; scale: string};
+}
+
+/** The pure pieces of probe/views/assets/views.js (window.probeViews.core). */
+interface ProbeViewsCore {
+    bytesOf(base64: string): Uint8Array;
+    decodeUint16(base64: string, scale: number): Float32Array;
+    float32Of(base64: string): Float32Array;
+    dequantise(bytes: Uint8Array, offset: number, count: number, top: number): Float32Array;
+    labels(tokens: string[], factor: number, start: number, first: number, count: number): string[];
+    pooled(alpha: ArrayLike<number>, n: number, q0: number, q1: number, k0: number, k1: number,
+           bins?: number): {z: number[][]; factor: number};
+    headMax(alpha: ArrayLike<number>, n: number, causal: boolean): number;
+    dominantOffset(alpha: ArrayLike<number>, n: number): {offset: number; share: number};
+    offsetText(offset: number): string;
+    share(alpha: ArrayLike<number>, n: number, targets: number[][], causal: boolean):
+        {share: number; chance: number; rows: number} | null;
+    percent(x: number): string;
+    colourTokens(spans: HTMLCollection | HTMLElement[], alpha: ArrayLike<number>, n: number,
+                 focus: number | null, pinned: number | null, direction: string, factor?: number,
+                 dark?: boolean): void;
+    step(current: HeadRef, axis: string, delta: number, shape: GridShape): HeadRef;
+    STEP_KEYS: {[key: string]: [string, number]};
+    typing(target: EventTarget | null): boolean;
+    blues(t: number): number[];
+    headName(layer: number, head: number, names?: string[]): string;
+    layerName(layer: number, names?: string[]): string;
+    BINS: number;
+}
+
+interface ProbeViews {
+    version: number;
+    core: ProbeViewsCore;
+    mount(root: HTMLElement, data: ViewData): object;
+    mountAll(): void;
+    sortable(table: HTMLTableElement): void;
+}
+
+/** Dash's clientside namespace (set up by dash-renderer; an asset may run first): our functions live under
+ * `probe`. */
+interface DashClientside {
+    no_update?: object;
+    set_props?(id: string, props: object): void;
+    probe?: {[name: string]: any};
+}
+
+/** A drawn plotly graph div: its full data and its config (read by plotly's toolbar camera). */
+interface PlotlyGraphDiv extends HTMLElement {
+    _fullData?: object[];
+    _context?: {toImageButtonOptions?: {[option: string]: any}};
+}
+
+interface Window {
+    probeViews: ProbeViews;
+    dash_clientside: DashClientside;
+    Plotly: {update(gd: HTMLElement, data: object, layout: object, traces?: number[]): Promise<unknown>};
+    /** The selected head and the grid's shape, written by app/panels/page.py; `pending` by keys.js. */
+    probeState?: {selected?: HeadRef; shape?: GridShape; pending?: HeadRef};
+}
+
+interface HTMLElement {
+    probeView?: object;  // the View mounted on this root (views.js mountAll: once per root)
+}
+
+interface HTMLTableElement {
+    probeSortable?: boolean;
+}
