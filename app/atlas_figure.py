@@ -134,7 +134,7 @@ def _hover_text(row, head_type: str, name: Callable[[int, int], str] = head_name
     labelled = is_labelled(getattr(row, "label", None))
     rule = f"q = {format_q(q_value)}" if q_value is not None else "no q-value"
     parts.append(("✓ labelled" if labelled else "not labelled: " + label_reason(row))
-                 + f" ({rule}; labelled when q ≤ 0.05)")
+                 + f" ({rule})")
     offset = number(row, "offset")
     if offset is not None:
         parts.append(f"offset d = {int(offset):+d} (attends to j = i {'+' if offset >= 0 else '−'} "

@@ -18,7 +18,8 @@ from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, radio
 
 LEGEND = [html.Span([html.Span(className="swatch viridis"), "score on the fixed 0–1 scale"]),
           html.Span([html.Span(className="swatch grey"), "grey: not labelled (hover: why)"]),
-          html.Span([html.Span("0.90 ✓", className="badge labelled"), "labelled (q ≤ 0.05)"]),
+          html.Span([html.Span("0.90 ✓", className="badge labelled"),
+                     "labelled: passed the label rule (glossary)"]),
           html.Span([html.Span(className="swatch empty"), "no score yet"])]
 
 
@@ -62,7 +63,7 @@ HEADER_TIPS = {
             "moved), else function; other types: function when the output share > chance, else inert; "
             "induction: copying / suppressing by the copying score; unknown without an output share",
     "q_value": "q: Benjamini–Hochberg q-value of the test that the effect exceeds the minimum effect, over "
-               "every head and type of the model; labelled when q ≤ 0.05",
+               "every head and type of the model; a label needs q ≤ 0.05 and the rest of the rule (glossary)",
     "output_share": "output share: the share of the head's output norm ‖Σ α·v·W_O‖ that comes from its "
                     "targets (Kobayashi et al. 2020)",
     "interval": "95 % clustered bootstrap interval of the score",

@@ -55,8 +55,10 @@ def entries() -> list[tuple[str, str]]:
                                  "(Clark et al. 2019's argmax); p_above_chance: the test that the antecedent "
                                  "gets more attention than a uniform head gives it."),
         ("tl_score", "TransformerLens' detect_head score (Σ α·D / Σ α with its own detection pattern)."),
-        ("untrained_p99", "the 99th percentile of the type's score over every head of K untrained twins "
-                          "(the model's architecture with random weights, --control untrained:K)."),
+        ("untrained_p99", "the 99th percentile of the type's statistic (accuracy for coreference, else the "
+                          "score) over every head of K untrained twins (the model's architecture with random "
+                          "weights, --control untrained:K); a label must be above it too. Empty without "
+                          "twins."),
         ("dominant offset",
          "the most common argmax j − i over the rows of the shown head, and in how many rows."),
         ("α", "an attention weight: row i (the query) is a distribution over keys j."),

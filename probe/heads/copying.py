@@ -28,7 +28,7 @@ Weights, per layer (:func:`ov_weights`):
 * ``W_U`` is **centred over the vocabulary** (each row of the ``[d_model vocab]`` matrix minus its mean), as
   TransformerLens' ``center_unembed`` does: a logit shift shared by every token changes no prediction, but
   it adds a rank-one term to the OV circuit whose eigenvalue the uncentred score would count (zoo:induction's
-  L0H3: 0.38 uncentred, 0.25 centred; clear copiers move by < 0.002). Centring the columns first keeps the
+  L0H3: 0.38 uncentred, 0.26 centred; clear copiers move by < 0.002). Centring the columns first keeps the
   d_head × d_head shortcut exact: ``(W_U − mean) W_E`` is again d_model × d_model.
 
 :func:`copying_score` is the pure function; :func:`copying_scores` applies it to every head of a loaded model.

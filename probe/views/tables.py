@@ -135,8 +135,8 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
         body.append(f'<tr data-head="{name}"' + (' class="faint"' if faint else "") + why + ">"
                     + "".join(cells) + "</tr>")
     note = (f"{len(rows)} rows" + (f", the first {max_rows} shown" if len(rows) > max_rows else "") +
-            " · by type, labelled first, best score first (click a header to sort) · ✓ labelled (q ≤ the "
-            "FDR) · grey: not labelled (hover a row: why) · unknown: not measured (never 0)")
+            " · by type, labelled first, best score first (click a header to sort) · ✓ labelled (passed the "
+            "label rule) · grey: not labelled (hover a row: why) · unknown: not measured (never 0)")
     return (f'<div class="probe-table-note">{html.escape(note)}</div><table '
             f'class="probe-table"><thead><tr>{head}'
             f"</tr></thead><tbody>{''.join(body)}</tbody></table>")

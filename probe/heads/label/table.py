@@ -25,6 +25,10 @@ SINK_SHARE = 0.1
 
 COPYING_MARGIN = 0.1  # a copying type's label is "copying" at copying ≥ +margin, "suppressing" at ≤ −margin
 
+# untrained_p99: this quantile of the twins' statistic over all their heads (probe.proteins.significance's
+# UNTRAINED_QUANTILE for the contact test; numpy's default, linear interpolation)
+UNTRAINED_QUANTILE = 0.99
+
 
 def roles(table: pd.DataFrame) -> pd.Series:
     """Per row, what a label's weight is worth (docs/labels.md, "Role"); NaN for unlabelled rows and where
@@ -143,11 +147,47 @@ def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
 
 
 
-def decide(table: pd.DataFrame, config: LabelConfig) -> pd.DataFrame:
-    """The table with ``q_value`` (Benjamini–Hochberg over all its tests), ``label`` (q ≤ fdr), ``stable``
-    (the same label at every length) and ``role`` filled in (in place, and returned)."""
+def statistic(table: pd.DataFrame) -> pd.Series:
+    """Per row, the number a label rests on: ``accuracy`` where the row has one (accuracy types:
+    coreference), else ``score`` (NaN where unknown) — what :func:`probe.views.reading.label_reason` reads."""
+    score = pd.to_numeric(table["score"], errors="coerce")
+    if "accuracy" not in table:
+        return score
+    accuracy = pd.to_numeric(table["accuracy"], errors="coerce")
+    return accuracy.where(accuracy.notna(), score)
+
+
+def untrained_bars(twin_tables: list[pd.DataFrame]) -> dict[tuple[str, float], float]:
+    """(head type, seq_len or −1 for span sets) -> ``untrained_p99``: the :data:`UNTRAINED_QUANTILE` quantile
+    of :func:`statistic` over every head of every twin (the twins' rows from :func:`assemble`); NaN where no
+    twin head has a value."""
+    if not twin_tables:
+        return {}
+    rows = pd.concat(twin_tables, ignore_index=True)
+    values = statistic(rows).to_numpy(dtype=np.float64)
+    keys = list(zip(rows["head_type"], rows["seq_len"].fillna(-1.0), strict=True))
+    groups: dict[tuple[str, float], list[float]] = {}
+    for key, value in zip(keys, values, strict=True):
+        groups.setdefault((key[0], float(key[1])), []).append(value)
+    bars = {}
+    for key, found in groups.items():
+        finite = np.asarray(found)[np.isfinite(found)]
+        bars[key] = float(np.quantile(finite, UNTRAINED_QUANTILE)) if len(finite) else math.nan
+    return bars
+
+
+def decide(table: pd.DataFrame, config: LabelConfig,
+           bars: dict[tuple[str, float], float] | None = None) -> pd.DataFrame:
+    """The table with ``q_value`` (Benjamini–Hochberg over all its tests), ``untrained_p99`` (from `bars`,
+    :func:`untrained_bars`; NaN without twins), ``label`` (q ≤ fdr, and the statistic above
+    ``untrained_p99`` where it is known), ``stable`` (the same label at every length) and ``role`` filled in
+    (in place, and returned)."""
     table["q_value"] = stats.benjamini_hochberg(torch.tensor(table["p_value"].to_numpy(dtype=float))).numpy()
-    table["label"] = (table["q_value"] <= config.fdr).fillna(False).astype(bool)
+    keys = zip(table["head_type"], table["seq_len"].fillna(-1.0), strict=True)
+    table["untrained_p99"] = [(bars or {}).get((name, float(length)), math.nan) for name, length in keys]
+    bar = pd.to_numeric(table["untrained_p99"], errors="coerce")
+    below_twins = statistic(table) <= bar  # False where either is NaN: no twins, no bar
+    table["label"] = ((table["q_value"] <= config.fdr).fillna(False) & ~below_twins).astype(bool)
     agree = table.groupby(["layer", "head", "head_type"])["label"].transform("nunique")
     table["stable"] = agree.eq(1)
     table["role"] = roles(table)
@@ -185,8 +225,9 @@ def _retrieval_note(first) -> str:
 def summary_lines(table: pd.DataFrame) -> list[str]:
     """"model · type: N of M heads (L0H1, ...)" for every model, length and type of a table (for stderr);
     fixed-offset heads show their offset, heads whose label flips between lengths are marked "(unstable)",
-    sink labels (:func:`roles`) "(sink)" and inert ones "(inert)"; "N sinks" counts the sinks, and each
-    ablated group adds "together L1H0 L1H1 …: +6.39 nats (z 1.2)"."""
+    sink labels (:func:`roles`) "(sink)" and inert ones "(inert)"; "N sinks" counts the sinks, the untrained
+    twins' bar follows where they ran ("untrained twins' p99 0.027"), and each ablated group adds "together
+    L1H0 L1H1 …: +6.39 nats (z 1.2)"."""
     lines = []
     lengths = table["seq_len"].dropna().unique()
     for model, rows in table.groupby("model", sort=False):
@@ -209,6 +250,10 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
                     + (f" ({', '.join(names[:12])}{more})" if names else "")
                     + (f"; {sinks} sink{'s' if sinks != 1 else ''} (output share < {SINK_SHARE})"
                        if sinks else ""))
+            bar = pd.to_numeric(group["untrained_p99"], errors="coerce").max() if "untrained_p99" in group \
+                else math.nan
+            if bar == bar:
+                line += f"; untrained twins' p99 {bar:.3f}"
             if "group_heads" in labelled:
                 joint = labelled.dropna(subset=["group_heads"]).drop_duplicates("group_heads")
                 for heads, effect, z in zip(joint["group_heads"], joint["group_effect"], joint["group_z"],
