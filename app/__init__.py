@@ -38,7 +38,10 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
     service = service or Service(config or AppConfig())
     service.registry.load_all()
     dash_app = Dash(__name__, assets_folder=str(ASSETS), title="probe", update_title=None,
-                    suppress_callback_exceptions=True, external_scripts=[bundle.SCRIPT_URL])
+                    suppress_callback_exceptions=True,
+                    # views.js, then the 3D view's 3Dmol.js and structure.js, all from the app's own route
+                    external_scripts=[bundle.SCRIPT_URL, *bundle.STRUCTURE_URLS],
+                    external_stylesheets=[bundle.STYLE_URL])
     bundle.serve(dash_app.server)  # probe/views/assets/views.js, loaded before assets/explorer.js
 
     def serve_layout():

@@ -43,6 +43,11 @@ def model_inputs(loaded: models.LoadedModel, ids: Sequence[int]) -> dict:
     return models.model_inputs(loaded, input_ids, torch.ones_like(input_ids))
 
 
+# bytes of α one layer request may capture ahead (the other layers of the same input): a layer step then
+# costs no forward pass (issue 45: layer steps within 300 ms); 8 layers of 12 heads at 232 tokens take 10 MiB
+PREFETCH_BYTES = 48 * 2**20
+
+
 class Captures:
     """Tokenized inputs and cached captures of the served models.
 
@@ -125,12 +130,34 @@ class Captures:
             raise ProbeError(f"layer {layer} of {spec} has no attention weights ({kind}); layers with "
                              f"attention: {', '.join(map(str, loaded.attention_layers))}")
         ids = self.check_ids(spec, ids)
+        fetched = self.prefetched_layers(spec, len(ids), layer)
 
         def compute() -> np.ndarray:
-            alpha = capture_attention(loaded.model, model_inputs(loaded, ids), layers=[layer])[0, 0]
-            return alpha.float().cpu().numpy()  # [head query key]
+            alpha = capture_attention(loaded.model, model_inputs(loaded, ids), layers=list(fetched))[0]
+            alpha = alpha.float().cpu().numpy()  # [layer head query key]
+            for index, other in enumerate(fetched):  # the layers a step will ask for next, from the same pass
+                if other != layer:
+                    self.cache.put(("layer", spec, ids, other), alpha[index])
+            return alpha[fetched.index(layer)]  # [head query key]
 
         return self.cache.get_or_compute(("layer", spec, ids, layer), compute, self.gate.foreground)
+
+    def prefetched_layers(self, spec: str, n_tokens: int, layer: int) -> tuple[int, ...]:
+        """The layers one forward pass captures when `layer` is asked for (ascending, `layer` among them):
+        every layer with α when their maps fit :data:`PREFETCH_BYTES` and a quarter of the cache's entries,
+        so a layer step costs no forward pass; else the layer and its neighbours that fit; an
+        encoder–decoder's layer alone (its stacks' maps differ in shape)."""
+        loaded = self.facts.model(spec)
+        if any(self.facts.stack_of(spec, other) for other in loaded.attention_layers):
+            return (layer,)
+        per_layer = loaded.n_heads * n_tokens * n_tokens * 4  # bytes of [head query key] float32
+        room = max(1, min(PREFETCH_BYTES // max(per_layer, 1), self.cache.max_entries // 4))
+        layers = sorted(loaded.attention_layers)
+        if len(layers) <= room:
+            return tuple(layers)
+        at = layers.index(layer)
+        low = max(0, min(at - (room - 1) // 2, len(layers) - room))
+        return tuple(layers[low:low + room])
 
     def thumbnails(self, spec: str, ids: Sequence[int], bins: int = THUMBNAIL_BINS) -> np.ndarray:
         """Every head's α max-pooled to at most `bins` × `bins`: [layer head query_bin key_bin] float32 over

@@ -18,7 +18,7 @@ from probe.errors import ProbeError
 from probe.models import encode_proteins
 from probe.proteins.contacts import head_attention_map, predict_contacts
 from probe.proteins.precision import apc, symmetrize
-from probe.proteins.structure import contact_map, read_structure
+from probe.proteins.structure import Structure, contact_map, read_structure
 
 RANGE_NAMES = ("short", "medium", "long")
 RANGE_TEXT = {"short": "short (6–11)", "medium": "medium (12–23)", "long": "long (≥ 24)"}
@@ -48,6 +48,7 @@ class ProteinResult:
     heads: pd.DataFrame | None  # per-head leaderboard (head, layer, head_index, precision columns, ...)
     precision: pd.DataFrame | None  # P@L by sequence-separation range
     note: str = ""
+    structure: Structure | None = None  # the uploaded chain (its atoms: the 3D view), None for a sequence
 
     @property
     def nbytes(self) -> int:
@@ -59,7 +60,7 @@ def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes |
             chain: str | None = None, max_residues: int = 1022) -> ProteinResult:
     """A ProteinResult for a typed sequence or an uploaded structure (true contacts: virtual Cβ–Cβ < 8 Å, as
     in ESM's evaluation)."""
-    true_map, note = None, ""
+    true_map, note, parsed = None, "", None
     if structure is not None:
         fmt = "cif" if filename.lower().endswith((".cif", ".mmcif")) else "pdb"
         parsed = read_structure(structure, chain=chain, fmt=fmt)
@@ -80,7 +81,7 @@ def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes |
         note = (note + " · " if note else "") + f"{loaded.name} has no contact regression: per-head maps only"
     return ProteinResult(model=loaded.name, sequence=sequence, predicted=np.asarray(predicted, np.float32),
                          true=truth, heads=leaderboard(result.heads, true_map is not None),
-                         precision=precision_table(result.precision), note=note)
+                         precision=precision_table(result.precision), note=note, structure=parsed)
 
 
 def leaderboard(heads: pd.DataFrame | None, with_structure: bool) -> pd.DataFrame | None:

@@ -27,6 +27,9 @@ class ProteinStore:
         # One protein's APC maps, a layer (every head) per entry: a head step inside a layer, and every user
         # who looks at the same structure with the same model, costs no forward pass.
         self.maps = LRUCache(64, config.cache_bytes)
+        # The 3D view's payload per protein result (its chain, every head's residue map within the view's
+        # budget, the contacts): built once per uploaded structure.
+        self.views = LRUCache(8, config.cache_bytes)
 
     def analyse(self, spec: str, sequence: str | None = None, structure: bytes | None = None,
                 filename: str = "", chain: str | None = None) -> tuple[str, ProteinResult]:
@@ -64,3 +67,26 @@ class ProteinStore:
             lambda: protein_analysis.layer_maps(self.facts.model(result.model), result.sequence, layer),
             self.gate.foreground)  # [head residue residue]
         return maps[head]
+
+    def structure_payload(self, key: str) -> dict | None:
+        """The 3D view's payload of the protein result `key` (:mod:`probe.views.structure3d`): its uploaded
+        chain with the heads' residue attention and the contacts; None when the result has no structure (a
+        typed sequence)."""
+        from probe.views.structure_view import show_structure
+
+        result = self.result(key)
+        if result.structure is None:
+            return None
+        return self.views.get_or_compute(
+            ("3d", key),
+            lambda: _Payload(show_structure(self.facts.model(result.model), result.structure,
+                                            sequence=result.sequence).payload()),
+            self.gate.foreground).data
+
+
+class _Payload:
+    """A JSON payload in the LRU cache, counted by its residue maps' bytes."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+        self.nbytes = len(data["maps"]["data"]) + len(data.get("pdb", ""))

@@ -5,6 +5,7 @@ import js from "@eslint/js";
 import globals from "globals";
 
 export default [
+    {ignores: ["probe/views/assets/3Dmol-min.js"]},  // the vendored 3Dmol.js build (BSD-3, LICENSE beside it)
     js.configs.recommended,
     {
         files: ["probe/views/assets/**/*.js", "app/assets/**/*.js"],

@@ -99,12 +99,29 @@ interface ProbeViews {
     sortable(table: HTMLTableElement): void;
 }
 
+/** The 3D structure view of probe/views/assets/structure.js (window.probeStructure). */
+interface ProbeStructure {
+    version: number;
+    core: object;
+    mount(root: HTMLElement, data: object): any;
+    mountAll(): void;
+}
+
+/** The vendored 3Dmol.js (probe/views/assets/3Dmol-min.js): what structure.js calls. */
+interface ThreeDmol {
+    createViewer(element: HTMLElement, config?: object): any;
+    [member: string]: any;
+}
+
 /** Dash's clientside namespace (set up by dash-renderer; an asset may run first): our functions live under
  * `probe`. */
 interface DashClientside {
     no_update?: object;
     set_props?(id: string, props: object): void;
     probe?: {[name: string]: any};
+    probeStructure?: {[name: string]: any};
+    /** The running callback (dash-renderer): its outputs. */
+    callback_context?: {outputs_list?: any; [member: string]: any};
 }
 
 /** A drawn plotly graph div: its full data and its config (read by plotly's toolbar camera). */
@@ -115,6 +132,8 @@ interface PlotlyGraphDiv extends HTMLElement {
 
 interface Window {
     probeViews: ProbeViews;
+    probeStructure?: ProbeStructure;
+    $3Dmol?: ThreeDmol;
     dash_clientside: DashClientside;
     Plotly: {update(gd: HTMLElement, data: object, layout: object, traces?: number[]): Promise<unknown>};
     /** The selected head and the grid's shape, written by app/panels/page.py; `pending` by keys.js. */
@@ -123,6 +142,11 @@ interface Window {
 
 interface HTMLElement {
     probeView?: object;  // the View mounted on this root (views.js mountAll: once per root)
+    probeStructure?: any;  // the 3D view mounted on this root (structure.js mount)
+}
+
+interface Element {
+    probeStructure?: any;
 }
 
 interface HTMLTableElement {

@@ -53,6 +53,7 @@ _LAZY = {
     "load": "probe.models",
     "show": "probe.views.view",  # the inline notebook view (docs/views.md)
     "show_structure": "probe.views.structure_view",  # a head's attention on the 3D structure (docs/views.md)
+    "show_history": "probe.views.timeline",  # a training history as a timeline (docs/zoo.md)
     "label_table": "probe.views.tables",
 }
 _SUBMODULES = ("models", "card", "engine", "heads", "proteins", "runs", "zoo", "views", "app")

@@ -50,6 +50,11 @@ class Control:
     ----------
     twins : int
         How many untrained twins run beside the model; 0 for ``--control none``.
+
+    Examples
+    --------
+    >>> Control(3).text, Control(0).text
+    ('untrained:3', 'none')
     """
 
     twins: int = DEFAULT_TWINS
@@ -74,6 +79,14 @@ def parse_control(text: str, flag: str = "--control") -> Control:
     Returns
     -------
     Control
+
+    Examples
+    --------
+    >>> parse_control("untrained"), parse_control("untrained:5"), parse_control("none")
+    (Control(twins=3), Control(twins=5), Control(twins=0))
+    >>> parse_control("random")
+    Traceback (most recent call last):
+    probe.errors.ProbeError: --control 'random': use untrained (K = 3 twins), untrained:K or none
     """
     value = str(text).strip().lower()
     if value == "none":
@@ -116,6 +129,18 @@ def untrained_twin(loaded: LoadedModel, seed: int) -> LoadedModel:
     ProbeError
         The model is placed by a device map (its twin would need the same placement: run without a control,
         or on one device).
+
+    Examples
+    --------
+    >>> from probe.untrained import untrained_twin
+    >>> loaded = probe.load("zoo:induction")
+    >>> twin = untrained_twin(loaded, seed=10000)
+    >>> twin.name, twin.revision.startswith("untrained:10000:")
+    ('untrained twin of zoo:induction (seed 10000)', True)
+    >>> same = untrained_twin(loaded, seed=10000)  # deterministic per seed, and not the trained weights
+    >>> first = lambda m: next(m.model.parameters())
+    >>> bool(torch.equal(first(twin), first(same))), bool(torch.equal(first(twin), first(loaded)))
+    (True, False)
     """
     import torch  # imported here: parse_control must stay import-light for the commands
 
@@ -155,6 +180,15 @@ def untrained_twins(loaded: LoadedModel, count: int = DEFAULT_TWINS) -> tuple[Lo
     -------
     tuple of probe.models.LoadedModel
         K twins (:func:`untrained_twin`).
+
+    Examples
+    --------
+    >>> from probe.untrained import untrained_twins
+    >>> loaded = probe.load("zoo:induction")
+    >>> [twin.name for twin in untrained_twins(loaded, 2)]
+    ['untrained twin of zoo:induction (seed 10000)', 'untrained twin of zoo:induction (seed 10001)']
+    >>> untrained_twins(loaded, 2)[0] is untrained_twins(loaded, 3)[0]  # built once while the model lives
+    True
     """
     built = _CACHE.setdefault(loaded.model, {})
     keys = [(loaded.name, loaded.revision, loaded.engine, seed) for seed in twin_seeds(count)]

@@ -18,7 +18,7 @@ from ..errors import guarded
 from ..inputs import parse_fasta, row_head
 from ..registry import display_name
 from ..service import Service
-from . import TABLE_CELL, TABLE_HEADER, card_panel, graph
+from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, structure3d
 from .explorer import DEMO_PROTEIN
 
 STRUCTURE_EXTENSIONS = (".pdb", ".ent", ".cif", ".mmcif")
@@ -54,6 +54,10 @@ def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.D
             html.Div(graph(ids.CONTACTS, theme=theme), className="panel"),
             html.Div(graph(ids.HEAD_MAP, theme=theme), className="panel"),
         ]),
+        html.Div([html.H2("The selected head on the structure (drag to turn; click an edge, or two residues, "
+                          "to mark the pair in both maps)", id=ids.STRUCTURE3D_TITLE),
+                  structure3d.layout()],
+                 id=ids.STRUCTURE3D_BOX, className="panel", style={"display": "none"}),
         html.Div(className="row", children=[
             html.Div([html.H2("Per-head contact precision (click a row to select the head)"),
                       dash_table.DataTable(id=ids.LEADERBOARD, data=[], sort_action="native", page_size=200,
@@ -182,6 +186,16 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
     return contacts, head_map, rows, columns, precision, ""
 
 
+def structure_view(service: Service, store: dict | None) -> tuple[dict | None, dict, str]:
+    """(3D payload, its box's style, message): the uploaded structure with the heads' attention, or nothing
+    (hidden) for a typed sequence."""
+    hidden = {"display": "none"}
+    if not isinstance(store, dict) or not isinstance(store.get("key"), str) or not store.get("has_structure"):
+        return None, hidden, no_update
+    payload = service.proteins.structure_payload(store["key"])
+    return payload, ({} if payload else hidden), no_update
+
+
 def unknown_as_text(records: list[dict]) -> list[dict]:
     """Table records with NaN shown as "unknown" (a feature share with no ligand is not 0)."""
     return [{key: ("unknown" if isinstance(value, float) and math.isnan(value) else value)
@@ -235,6 +249,25 @@ def register(app, service: Service) -> None:
             return None, "", message, None, None, None
         shown = message or f"the maps show the typed sequence ({store['length']} residues)"
         return store, "", shown, None, None, None  # contents reset: the same file can be uploaded again
+
+    structure3d.register(app)
+
+    @app.callback(Output(structure3d.PAYLOAD, "data"), Output(ids.STRUCTURE3D_BOX, "style"),
+                  Output(ids.PROTEIN_VIEW_MESSAGE, "children", allow_duplicate=True),
+                  Input(ids.PROTEIN, "data"), prevent_initial_call=True)
+    @guarded(outputs=3, message=2)
+    def _structure3d(store):
+        return structure_view(service, store)
+
+    @app.callback(Output(ids.CONTACTS, "figure", allow_duplicate=True),
+                  Output(ids.HEAD_MAP, "figure", allow_duplicate=True),
+                  Input(ids.PAIR, "data"), State(ids.PROTEIN, "data"), prevent_initial_call=True)
+    def _follow_pair(pair, store):  # a pair picked in 3D is marked in both 2D maps
+        chosen = checked_pair(pair, store["length"]) if isinstance(store, dict) and isinstance(
+            store.get("length"), int) else None
+        if chosen is None:  # a new protein resets the pair while its maps are redrawn: nothing to patch
+            return no_update, no_update
+        return protein_figures.pair_patches(chosen)
 
     @app.callback(Output(ids.CONTACTS, "figure"), Output(ids.HEAD_MAP, "figure"),
                   Output(ids.LEADERBOARD, "data"), Output(ids.LEADERBOARD, "columns"),

@@ -1,11 +1,11 @@
-"""The 3D structure view in the protein panel (prepared, not yet placed in the page): the shown protein's
-structure with the selected head's attention (probe/views/assets/structure.js, 3Dmol.js), linked both ways
-with the 2D residue maps through the app's pair store and with every panel through the selected-head store.
+"""The 3D structure view in the protein panel: the uploaded structure with the selected head's attention
+(probe/views/assets/structure.js, 3Dmol.js), linked both ways with the 2D residue maps through the app's pair
+store and with every panel through the selected-head store.
 
-Wiring (docs/views.md, "The 3D view in the dashboard"): serve the view's scripts (``bundle.STRUCTURE_URLS`` in
-``external_scripts``), put :func:`layout` in the protein panel, call :func:`register`, and fill the
-:data:`PAYLOAD` store with :func:`payload` when a structure is shown. The clientside bridge is
-``app/assets/structure3d.js``.
+app/panels/proteins.py places :func:`layout` under the residue maps, calls :func:`register` and fills the
+:data:`PAYLOAD` store from ``ProteinStore.structure_payload`` (docs/views.md, "The 3D view in the
+dashboard"); the clientside bridge is ``app/assets/structure3d.js``. :func:`payload` builds the same payload
+from an upload's bytes, for a host without a protein store.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="protein models: a PDB/mmCIF file for true contacts and the 3D view of the "
                              "heads' attention on it")
     parser.add_argument("--chain", help="the structure's chain (default: the first)")
+    parser.add_argument("--history", metavar="TABLE",
+                        help="the table `probe history` wrote for this model's run (.csv, .parquet): a "
+                             "training timeline (ICL score, losses, head scores against step)")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens of the probe input (default 128)")
     parser.add_argument("--maps", type=int, default=4,
                         help="heads with a full map when not every head fits the size budget (default 4)")
@@ -66,6 +69,13 @@ def run(args: argparse.Namespace) -> int:
     if args.structure is not None:
         if not Path(args.structure).expanduser().is_file():
             raise ProbeError(f"--structure {args.structure}: no such file; give a PDB or mmCIF file")
+    if args.history is not None:
+        if Path(args.history).suffix.lower() not in (".csv", ".parquet"):
+            raise ProbeError(f"--history {args.history}: give the .csv or .parquet table `probe history` "
+                             "wrote")
+        if not Path(args.history).expanduser().is_file():
+            raise ProbeError(f"--history {args.history}: no such file; run `probe history --model DIR --out "
+                             f"{args.history}` first")
     labels = None
     if args.labels:
         from probe.views.tables import as_table  # pandas: only with --labels, after the checks
@@ -74,7 +84,12 @@ def run(args: argparse.Namespace) -> int:
     loaded = load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     if args.structure is not None and loaded.kind != ModelKind.PROTEIN_MLM:
         raise ProbeError(f"--structure is for protein models; {args.model} is a {loaded.kind.description}")
+    history = None
+    if args.history is not None:
+        from probe.runs.history import read_history
+
+        history = read_history(Path(args.history).expanduser())
     write_report(loaded, out, labels=labels, text=text, structure=args.structure, chain=args.chain,
-                 seq_len=args.seq_len, full_maps=args.maps)
+                 seq_len=args.seq_len, full_maps=args.maps, history=history)
     print(f"probe report: wrote {out} ({out.stat().st_size / 2**20:.2f} MiB)", file=sys.stderr)
     return 0

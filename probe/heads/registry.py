@@ -4,8 +4,6 @@ A spec says everything `probe label` needs to know about a type — its targets,
 which model kinds it applies to, the statistic its label rests on, and the positions whose loss its ablation
 measures — so the scorer, the label rule, the CLI's ``--types`` and the dashboard loop over :data:`REGISTRY`
 and never branch on a type's name. Adding a type is one new spec (docs/howto/head-type.md: "Add a head type").
-Longer than 450 lines because the spec's field-by-field documentation and its examples are the contract a
-registered type follows, and they belong beside the dataclass they describe.
 
 Targets of query i (key j, tokens t, n real tokens; where each comes from: docs/labels.md, "Labelling heads"):
 
@@ -36,6 +34,9 @@ repeats swamp the planted one, so duplicate-token and induction targets are rest
 of the repeated-block probes (query i in the second copy: j = i − L for duplicate, j = i − L + 1 for
 induction; and the mirror pairs for bidirectional duplicate). A head that attends to every earlier token of
 the same residue type then scores at chance.
+
+Longer than 450 lines because every spec carries its running example (run by
+tests/project/test_doctests.py) beside its definition; the specs are data and read best in one place.
 """
 
 from __future__ import annotations

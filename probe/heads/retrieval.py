@@ -41,9 +41,8 @@ Chance (:func:`uniform_chance`): a uniform head's argmax is a uniformly random k
 needle position holding g_s with probability (copies of g_s in the needle) / (keys at step s); summed over the
 steps and divided by |needle| like the score.
 
-Longer than 450 lines because the probes, the decoding sink, the score and its chance are one definition
-(Wu et al.'s) read together against their code; the ablation that masks heads lives apart
-(:mod:`probe.heads.retrieval_ablation`).
+Longer than 450 lines because the definition, its probe set and its generation loop are one reading of
+Wu et al.'s code, with the running examples tests/project/test_doctests.py runs.
 """
 
 from __future__ import annotations

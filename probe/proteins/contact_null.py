@@ -67,6 +67,15 @@ def pair_strata(i: torch.Tensor, j: torch.Tensor, sequence: str | None = None) -
     -------
     torch.Tensor
         [pair] int64, consecutive from 0.
+
+    Examples
+    --------
+    >>> from probe.proteins.contact_null import pair_strata
+    >>> i, j = torch.tensor([0, 0, 1, 2]), torch.tensor([1, 6, 7, 30])
+    >>> pair_strata(i, j)  # separation bins alone: 1 | 6, 6 | 28
+    tensor([0, 1, 1, 2])
+    >>> pair_strata(i, j, "CCAAAAACAAAAAAAAAAAAAAAAAAAAAAAC")  # residue classes split (0, 6) from (1, 7)
+    tensor([0, 1, 2, 3])
     """
     edges = torch.tensor(SEPARATION_EDGES, device=i.device)
     code = torch.bucketize(j - i, edges, right=True)  # [pair] separation bin
@@ -102,6 +111,19 @@ class RangeNull:
         (:class:`probe.proteins.precision.RangePairs`).
     sequence : str, optional
         The L residues (strata by residue class); None: separation bins alone.
+
+    Examples
+    --------
+    >>> from probe.proteins.contact_null import RangeNull
+    >>> true_map = torch.zeros(6, 6, dtype=torch.int8)
+    >>> true_map[0, 3] = true_map[3, 0] = true_map[1, 5] = true_map[5, 1] = 1
+    >>> i, j = torch.triu_indices(6, 6, offset=3)  # the pairs at separation >= 3
+    >>> null = RangeNull(true_map, i * 6 + j, sequence="CAACAA")
+    >>> null.n_strata, null.shifts.tolist()
+    (3, [0, 1, 2, 3, 4, 5])
+    >>> hits, expected = null.excess(torch.tensor([0, 4]))  # a head whose top pairs are (0, 3) and (1, 5)
+    >>> hits.tolist()  # shift 0 (observed) first: both are contacts
+    [2.0, 0.0, 1.0, 1.0, 1.0, 0.0]
     """
 
     def __init__(self, true_map: torch.Tensor, flat: torch.Tensor, sequence: str | None = None) -> None:

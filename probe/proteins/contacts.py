@@ -297,8 +297,8 @@ def predict_contacts(
     >>> structure = read_structure("tests/data/pdb1ubi.pdb", chain="A")
     >>> true_map = contact_map(structure, sequence=structure.sequence)  # [L L] int8
     >>> result = predict_contacts(loaded, structure.sequence, true_map=true_map)
-    >>> result.contacts.shape, result.heads.shape  # 76 residues; 2 layers x 4 heads, 74 columns
-    ((76, 76), (8, 74))
+    >>> result.contacts.shape, result.heads.shape  # 76 residues; 2 layers x 4 heads, 95 columns
+    ((76, 76), (8, 95))
     """
     return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention,
                                   min_count, regression, min_total=min_total, control=control)[0]

@@ -18,7 +18,7 @@ determines its result, and the outputs are built from the units:
   :data:`HEAD_SUMMARY_COLUMNS` and :func:`read_heads_summary`.
 
 Longer than 450 lines because the unit functions and the set's tables share one identity and one column
-contract (the untrained twins' control table included), and they are read together.
+list, and every public table carries its running example (run by tests/project/test_doctests.py).
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
     >>> units, _ = structure_units([Path("tests/data/pdb1ejg.pdb")])  # crambin, 46 residues
     >>> heads = heads_table([analyse_unit(esm, unit, ContactOptions()) for unit in units])
     >>> heads.shape, heads[["record", "id", "name"]].head(2).values.tolist()  # one row per chain × head
-    ((8, 76), [[0, 'pdb1ejg_A', 'L0H0'], [0, 'pdb1ejg_A', 'L0H1']])
+    ((8, 97), [[0, 'pdb1ejg_A', 'L0H0'], [0, 'pdb1ejg_A', 'L0H1']])
     """
     tables = []
     for outcome in outcomes:
@@ -342,7 +342,7 @@ Examples
 --------
 >>> from probe.proteins.sets import HEAD_SUMMARY_COLUMNS
 >>> len(HEAD_SUMMARY_COLUMNS), HEAD_SUMMARY_COLUMNS[:6]
-(87, ('layer', 'head', 'name', 'n_proteins', 'weight', 'logit_share'))
+(105, ('layer', 'head', 'name', 'n_proteins', 'weight', 'logit_share'))
 """  # noqa: E501 - markdown table rows cannot wrap
 
 
@@ -471,7 +471,7 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
     ...     write_heads_summary(Path(folder) / "summary.parquet", summary, {"model": esm.name, "proteins": 1})
     ...     back = read_heads_summary(Path(folder) / "summary.parquet")
     >>> back.shape, back.attrs
-    ((8, 87), {'model': 'zoo:esm-random', 'proteins': 1})
+    ((8, 105), {'model': 'zoo:esm-random', 'proteins': 1})
     >>> read_heads_summary("no/such/summary.parquet")
     Traceback (most recent call last):
     probe.errors.ProbeError: heads summary no/such/summary.parquet does not exist

@@ -40,6 +40,9 @@ Columns per range r (:func:`range_columns`): ``hits_L_r, top_L_r, n_known_r, n_t
 enrichment_L_r, strata_rate_r, z_L_r, p_value_L_r, p_fwer_L_r, untrained_p99_L_r, significant_L_r,
 p_exchangeable_L_r, q_exchangeable_L_r``, and per protein the null itself, ``null_excess_L_r`` (the excess
 under every shift, shift 0 first; what the set's summary pools).
+
+Longer than 450 lines because the per-protein tests, the pooled tests over a set and their controls share
+the same nulls and column names, with the running examples tests/project/test_doctests.py runs.
 """
 
 from __future__ import annotations
@@ -88,6 +91,13 @@ def shift_p_values(null: np.ndarray) -> np.ndarray:
     -------
     numpy.ndarray
         [head] float64; NaN where the row is not finite or does not move.
+
+    Examples
+    --------
+    >>> from probe.proteins.significance import shift_p_values
+    >>> null = np.array([[5.0, 1.0, 2.0, 0.0], [1.0, 3.0, 0.5, 2.0], [2.0, 2.0, 2.0, 2.0]])  # observed first
+    >>> shift_p_values(null)  # the third head never moves: not testable
+    array([0.25, 0.75,  nan])
     """
     null = np.asarray(null, dtype=np.float64).reshape(len(null), -1)
     p = np.full(len(null), np.nan)
@@ -125,6 +135,13 @@ def maxt_adjusted(null: np.ndarray) -> np.ndarray:
     -------
     numpy.ndarray
         [head] float64 adjusted p-values; NaN for the heads that are not testable (left out of the family).
+
+    Examples
+    --------
+    >>> from probe.proteins.significance import maxt_adjusted
+    >>> null = np.array([[5.0, 1.0, 2.0, 0.0], [1.0, 3.0, 0.5, 2.0], [2.0, 2.0, 2.0, 2.0]])
+    >>> maxt_adjusted(null)
+    array([0.25, 0.75,  nan])
     """
     z = standardized(null)
     adjusted = np.full(len(z), np.nan)
@@ -263,7 +280,24 @@ def with_tests(table: pd.DataFrame, control: pd.DataFrame | None = None) -> pd.D
     BH ``q_exchangeable_L_r``; ``p_fwer_L_r``, maxT over every (head, range) of the table at once from the
     rows' ``null_excess_L_r`` (one shift moves every range: the family is the whole table);
     ``untrained_p99_L_r`` from `control` (the twins' heads, ``p_at_L_r`` columns; None: NaN) and
-    ``significant_L_r``."""
+    ``significant_L_r``.
+
+    Examples
+    --------
+    >>> from probe.proteins.contacts import predict_contacts
+    >>> from probe.proteins.significance import with_tests
+    >>> from probe.proteins.structure import contact_map, read_structure
+    >>> esm = probe.load("zoo:esm-random")  # random weights: nothing should be significant
+    >>> crambin = read_structure("tests/data/pdb1ejg.pdb", chain="A")
+    >>> true_map = contact_map(crambin, sequence=crambin.sequence)  # [L L] int8
+    >>> result = predict_contacts(esm, crambin.sequence, true_map=true_map)
+    >>> table = with_tests(result.heads)  # predict_contacts has called it; calling again recomputes the same
+    >>> table[["name", "p_value_L_long", "p_fwer_L_long", "significant_L_long"]].head(3)
+       name  p_value_L_long  p_fwer_L_long  significant_L_long
+    0  L0H0        0.260870       1.000000               False
+    1  L0H1        0.152174       0.956522               False
+    2  L0H2        0.065217       0.630435               False
+    """
     table = table.copy()
     names = [name for name in RANGE_NAMES if f"hits_L_{name}" in table]
     for name in names:
@@ -342,6 +376,21 @@ def pooled_rows(heads: pd.DataFrame, control: pd.DataFrame | None = None, draws:
         One row per (layer, head): ``layer, head`` and per range ``hits_L_r, top_L_r, pooled_p_at_L_r,
         base_rate_r, enrichment_L_r, strata_rate_r, z_L_r, p_value_L_r, p_fwer_L_r, untrained_p99_L_r,
         significant_L_r, p_exchangeable_L_r, q_exchangeable_L_r`` (p_fwer: maxT over every head and range).
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from probe.proteins.sets import ContactOptions, analyse_unit, heads_table
+    >>> from probe.proteins.significance import pooled_rows
+    >>> from probe.proteins.units import structure_units
+    >>> esm = probe.load("zoo:esm-random")
+    >>> units, _ = structure_units([Path("tests/data/pdb1ubi.pdb"), Path("tests/data/pdb1ejg.pdb")])
+    >>> heads = heads_table([analyse_unit(esm, unit, ContactOptions()) for unit in units])
+    >>> pooled = pooled_rows(heads, draws=200)  # one row per head over both proteins
+    >>> pooled[["layer", "head", "hits_L_long", "top_L_long", "p_value_L_long", "significant_L_long"]].head(2)
+       layer  head  hits_L_long  top_L_long  p_value_L_long  significant_L_long
+    0      0     0         10.0       122.0         0.58209               False
+    1      0     1         19.0       122.0         0.01990               False
     """
     keys = heads[["layer", "head"]].drop_duplicates().sort_values(["layer", "head"])
     index = pd.MultiIndex.from_frame(keys)

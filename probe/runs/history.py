@@ -311,9 +311,8 @@ def history(model: str, revisions: Sequence[str] | None = None, config: HistoryC
                          f"{', '.join(missing)}")
     names = list(revisions) if revisions is not None else step_revisions(model)
     if not names:
-        raise ProbeError(
-            "no checkpoint to measure: give --revisions a comma-separated list, e.g. step-0,step-500"
-        )
+        raise ProbeError("no checkpoint to measure: give --revisions a comma-separated list, e.g. "
+                         "step-0,step-500")
     checkpoints = [make_checkpoint(model, name) for name in dict.fromkeys(names)]
     checkpoints.sort(key=lambda c: (c.step is None, c.step if c.step is not None else 0))
     units = [Unit(key=c.key, group=c, payload=c) for c in checkpoints]

@@ -14,5 +14,6 @@ Examples
 --------
 >>> from probe.training.organisms import ORGANISMS
 >>> sorted(ORGANISMS)  # the recipes of `probe train NAME`
-['brackets', 'coreference', 'implicit-causality', 'induction', 'positional', 'retrieval', 'sentences']
+['brackets', 'coreference', 'implicit-causality', 'induction', 'natural-text', 'natural-text-1layer',
+     'positional', 'retrieval', 'sentences']
 """

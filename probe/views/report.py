@@ -173,7 +173,7 @@ def _fmt(value) -> str:
 
 def report_html(loaded, labels=None, text: str | None = None, structure: str | None = None,
                 chain: str | None = None, seq_len: int = PROBE_TOKENS, full_maps: int = FULL_MAPS,
-                budget: int = REPORT_BUDGET) -> str:
+                budget: int = REPORT_BUDGET, history=None) -> str:
     """The report of one model as one HTML string (see :func:`write_report`)."""
     if isinstance(loaded, (str, Path)):
         loaded = load(str(loaded))
@@ -191,6 +191,15 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
         sections.append(table_html(table, only_labelled=True))
     else:
         sections.append('<p class="note">no labels table</p>')
+    if history is not None:
+        from probe.views.timeline import history_model, show_history
+
+        if isinstance(history, (str, Path)):
+            from probe.runs.history import read_history
+
+            history = read_history(Path(history))
+        timeline = show_history(history, model=history_model(history, loaded.name))
+        sections += ["<h2>Training history</h2>", timeline.html()]
     protein_part, view3d, sequence = "", "", text
     if protein:
         protein_part, view3d, sequence = _protein_html(loaded, text or DEMO_PROTEIN, structure, chain)
@@ -232,7 +241,7 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
 
 def write_report(loaded, out: str | Path, labels=None, text: str | None = None, structure: str | None = None,
                  chain: str | None = None, seq_len: int = PROBE_TOKENS, full_maps: int = FULL_MAPS,
-                 budget: int = REPORT_BUDGET) -> Path:
+                 budget: int = REPORT_BUDGET, history=None) -> Path:
     """Write the one-file HTML report of a model (atomically) and return its path.
 
     Parameters
@@ -256,6 +265,9 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
         Heads with a full map when not every head fits `budget` at one token per cell.
     budget : int, default 4 MiB
         Bytes of full maps (uint8: N² + 4 bytes per head).
+    history : pandas.DataFrame or str, optional
+        The table ``probe history`` wrote for this model's run (or its file): the training timeline
+        (:func:`probe.views.timeline.show_history`); another model's history is refused.
 
     Returns
     -------
@@ -279,7 +291,7 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
         raise ProbeError(f"--out {out}: a report is one .html file")
     if not out.parent.is_dir():
         raise ProbeError(f"--out {out}: the folder {out.parent} does not exist; create it first")
-    page = report_html(loaded, labels, text, structure, chain, seq_len, full_maps, budget)
+    page = report_html(loaded, labels, text, structure, chain, seq_len, full_maps, budget, history)
     write_atomically(out, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     return out
 

@@ -96,6 +96,14 @@ def top_pairs(alpha: np.ndarray, count: int = TOP_PAIRS, min_weight: float = MIN
     tuple of numpy.ndarray
         ``pairs`` [pair 2] int64, each (query, key) in its stronger direction (i before j on a tie), and
         ``weights`` [pair] float64, descending.
+
+    Examples
+    --------
+    >>> from probe.views.structure3d import top_pairs
+    >>> alpha = np.array([[0.0, 0.7, 0.3], [0.2, 0.0, 0.8], [0.5, 0.05, 0.45]])
+    >>> pairs, weights = top_pairs(alpha, count=2)
+    >>> pairs.tolist(), weights.tolist()  # (1, 2) at 0.8 first; 0 -> 1 is the stronger direction of (0, 1)
+    ([[1, 2], [0, 1]], [0.8, 0.7])
     """
     weights = edge_weights(alpha, rule)  # [L L]
     length = weights.shape[0]
@@ -198,6 +206,17 @@ def structure_payload(structure: Structure, sequence: str, alpha: dict[tuple[int
         ``ca`` [L] (x, y, z Å or None), ``heads`` [[layer, head]], ``maps`` (uint8 α [head L L] in base64 with
         float32 scales), ``pairs`` [head] of [query, key, weight], ``contacts`` {"true": [[i, j]] or None,
         "predicted": [[i, j, p]] or None}, ``params``.
+
+    Examples
+    --------
+    >>> from probe.proteins.structure import read_structure
+    >>> from probe.views.structure3d import structure_payload
+    >>> crambin = read_structure("tests/data/pdb1ejg.pdb", chain="A")
+    >>> n = len(crambin.sequence)
+    >>> uniform = {(0, 1): np.full((n, n), 1 / n, dtype=np.float32)}  # one head, uniform attention
+    >>> payload = structure_payload(crambin, crambin.sequence, uniform, token_offset=1, model="demo")
+    >>> payload["heads"], len(payload["labels"]), payload["labels"][:3]
+    ([[0, 1]], 46, ['T1', 'T2', 'C3'])
     """
     if theme not in THEMES:
         raise ProbeError(f"theme {theme!r}: use one of {', '.join(THEMES)}")

@@ -58,6 +58,12 @@ class StructureView:
         The head drawn first.
     head_notes : dict of (int, int) to str
         A note per head for the head picker (its long-range P@L).
+
+    Examples
+    --------
+    >>> view = probe.show_structure(probe.load("zoo:esm-random"), "tests/data/pdb1ejg.pdb", heads=[(1, 2)])
+    >>> view.selected, view.alpha[(1, 2)].shape  # the head drawn first and its α on the 46 residues
+    ((1, 2), (46, 46))
     """
 
     model: str
@@ -92,8 +98,9 @@ class StructureView:
         return {"text/html": self.html(), "text/plain": repr(self)}
 
     def __repr__(self) -> str:
+        heads = f"{len(self.alpha)} head{'s' if len(self.alpha) != 1 else ''}"
         return (f"<probe structure view: {self.model} on {self.structure.name} chain {self.structure.chain}, "
-                f"{len(self.sequence)} residues, {len(self.alpha)} heads>")
+                f"{len(self.sequence)} residues, {heads}>")
 
     def save(self, path: str | Path) -> Path:
         """Write the view as a page of its own (FILE.html, atomically) and return its path."""
@@ -236,6 +243,7 @@ def show_structure(loaded, structure, chain: str | None = None, sequence: str | 
     --------
     >>> loaded = probe.load("zoo:esm-random")  # random weights: the picture means nothing
     >>> probe.show_structure(loaded, "tests/data/pdb1ubi.pdb")  # the 3D view, under the cell
+    <probe structure view: zoo:esm-random on pdb1ubi chain A, 76 residues, 8 heads>
     """
     if isinstance(loaded, (str, Path)):
         loaded = load(str(loaded))

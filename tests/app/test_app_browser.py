@@ -722,3 +722,37 @@ def test_glossary_and_labelled_heads_table_select_a_head(driver, served):
     hover = driver.execute_script("return document.getElementById(arguments[0])"
                                   ".querySelector('.js-plotly-plot')._fullData[0].text[1][2]", ids.ATLAS)
     assert "q = " in hover or "no q-value" in hover
+
+
+def test_an_uploaded_structure_is_drawn_in_3d_and_linked_to_the_2d_maps(driver, served, ubiquitin_structure):
+    """The protein panel's 3D view in the real app: an uploaded structure is drawn (3Dmol.js from the app's
+    own route), follows the selected head, and a pair written to the pair store (what a pick in 3D does: the
+    pick itself is clicked in tests/app/test_structure3d_browser.py) is marked in both 2D maps; a typed
+    sequence hides it."""
+    url, service, specs = served
+    open_app(driver, url)
+    driver.find_element("css selector", f"#{ids.MODEL} input[value='{specs[1]}']").click()
+    wait_for(lambda: "protein_mlm" in text_of(driver, ids.MODEL_INFO), what="the ESM model")
+    box = driver.find_element("id", ids.STRUCTURE3D_BOX)
+    assert not box.is_displayed()  # the typed demo sequence has no structure
+    driver.find_element("css selector", f"#{ids.UPLOAD} input[type=file]").send_keys(ubiquitin_structure)
+    root = wait_for(lambda: driver.find_elements("css selector", "#protein-structure3d[data-ready]"), 120,
+                    "the 3D view of the uploaded structure")[0]
+    assert box.is_displayed() and driver.execute_script("return !!arguments[0].probeStructure.viewer", root)
+    set_props = "window.dash_clientside.set_props(arguments[0], {data: arguments[1]})"
+    driver.execute_script(set_props, ids.SELECTED, {"layer": 1, "head": 2})
+    wait_for(lambda: (root.get_attribute("data-layer"), root.get_attribute("data-head")) == ("1", "2"),
+             what="the selected head in 3D")
+    driver.execute_script(set_props, ids.PAIR, {"i": 10, "j": 50})
+
+    def marked_in_both():
+        head_marks, contact_marks = graph_data(driver, ids.HEAD_MAP)[1], graph_data(driver, ids.CONTACTS)[2]
+        return (head_marks["x"], head_marks["y"]) == (contact_marks["x"], contact_marks["y"]) \
+            and head_marks["x"] and head_marks
+    marks = wait_for(marked_in_both, what="the 3D pair marked in both 2D maps")
+    assert (marks["y"][0], marks["x"][0]) == (11, 51), marks  # 1-based residues: query row, key column
+    wait_for(lambda: root.get_attribute("data-pair") == "10,50", what="the pair in 3D")
+    type_into(driver, ids.SEQUENCE, "MQIFVKTLTGKTITLEVEPS")
+    driver.find_element("id", ids.PROTEIN_RUN).click()
+    wait_for(lambda: not box.is_displayed(), what="the 3D view hidden for a typed sequence")
+    assert console_errors(driver) == []

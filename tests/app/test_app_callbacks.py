@@ -1072,3 +1072,54 @@ def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_
     without = analyse(loaded, structure.sequence, None).heads  # no structure: no base rate, no shares
     assert not {"base rate long", "p FWER long", "significant long", "binding share", "P@L long"} & set(
         without.columns)
+
+
+def test_an_uploaded_structure_gives_the_3d_payload_once_and_a_sequence_none(service, specs,
+                                                                            ubiquitin_structure):
+    """The protein panel's 3D view: an uploaded chain's payload is the notebook view's (same chain, heads and
+    α), built once per result; a typed sequence has no structure, so no payload and the box stays hidden."""
+    import base64 as b64
+    from pathlib import Path
+
+    from probe.views.structure_view import show_structure
+
+    data = Path(ubiquitin_structure).read_bytes()
+    contents = "data:chemical/x-pdb;base64," + b64.b64encode(data).decode()
+    store, _ = proteins.protein_run(service, specs[1], None, contents, "pdb1ubi.pdb", "")
+    before = service.proteins.views.misses
+    payload, style, _ = proteins.structure_view(service, store)
+    assert style == {} and payload["chain"] == "A" and payload["n"] == 76
+    expected = show_structure(service.facts.model(specs[1]), ubiquitin_structure).payload()
+    assert payload["heads"] == expected["heads"] and payload["maps"] == expected["maps"]
+    assert payload["contacts"] == expected["contacts"]
+    again, _, _ = proteins.structure_view(service, store)
+    assert again is payload and service.proteins.views.misses - before == 1  # cached with the result
+    typed, _ = proteins.protein_run(service, specs[1], UBIQUITIN[:30], None, None, "")
+    assert proteins.structure_view(service, typed)[:2] == (None, {"display": "none"})
+    assert proteins.structure_view(service, None)[:2] == (None, {"display": "none"})
+
+
+def test_one_forward_pass_serves_every_layer_of_an_input(specs, monkeypatch):
+    """A layer step costs no forward pass: the first layer request captures every layer that fits the
+    prefetch budget, each equal to the eager reference; a budget too small for all layers prefetches the
+    neighbours of the asked layer (the negative control: one layer at a time)."""
+    from app import captures as captures_module
+
+    service = Service(AppConfig(models=specs, label_examples=4))
+    ids_ = [5, 9, 10, 5, 9, 10, 7]
+    calls = []
+    real = captures_module.capture_attention
+    monkeypatch.setattr(captures_module, "capture_attention",
+                        lambda *args, **kwargs: calls.append(kwargs["layers"]) or real(*args, **kwargs))
+    eager = _eager_alpha(specs[0], ids_).numpy()  # [layer head query key]
+    first = service.captures.layer_attention(specs[0], ids_, 1)
+    second = service.captures.layer_attention(specs[0], ids_, 0)  # a layer step: from the same pass
+    assert calls == [[0, 1]]
+    np.testing.assert_allclose(first, eager[1], atol=1e-5)
+    np.testing.assert_allclose(second, eager[0], atol=1e-5)
+    monkeypatch.setattr(captures_module, "PREFETCH_BYTES", 1)  # room for one layer only
+    small = Service(AppConfig(models=specs, label_examples=4))
+    assert small.captures.prefetched_layers(specs[0], len(ids_), 1) == (1,)
+    small.captures.layer_attention(specs[0], ids_, 1)
+    small.captures.layer_attention(specs[0], ids_, 0)
+    assert calls[1:] == [[1], [0]]

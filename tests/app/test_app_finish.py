@@ -535,6 +535,9 @@ def step_ms(driver, key: str, label: str) -> float:
 README_STEPS = re.compile(r"load average [^:;]+: head steps \d+–(\d+) ms, layer steps [\d.]+–([\d.]+) s")
 
 
+LAYER_STEP_BUDGET_MS = 300  # issue 45, at 232 tokens on a quiet machine
+
+
 def test_head_and_layer_steps_measured_in_the_browser_with_the_load_average(driver, wide, tmp_path):
     """Bug 5: the README claimed head steps of 34–56 ms (and no layer steps) that the browser did not show. It
     states both as measured here, with the load average beside them, and the steps stay within what it states
@@ -566,3 +569,9 @@ def test_head_and_layer_steps_measured_in_the_browser_with_the_load_average(driv
         pytest.xfail(f"steps above the README's {head_bound:.0f} ms / {layer_bound:.0f} ms, load average "
                      f"{load:.1f}× the cores: {STEPS}")
     assert max(heads) <= head_bound and max(layers) <= layer_bound, f"README understates the steps: {STEPS}"
+    # issue 45's budget: a layer step within 300 ms (the input's first request captured every layer: app/
+    # captures.py prefetched_layers; the server's part is benchmarks/layer_step.py)
+    if max(layers) > LAYER_STEP_BUDGET_MS and load > 2:
+        pytest.xfail(f"layer step {max(layers):.0f} ms > {LAYER_STEP_BUDGET_MS} ms at load {load:.1f}× the "
+                     "cores")
+    assert max(layers) <= LAYER_STEP_BUDGET_MS, STEPS

@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from conftest import eager_attention
 
 from probe.engine import DenseSink, SinkNeeds, capture
 from probe.engine.attention import capture_attention_forward
 from probe.engine.keywords import KEYWORDS
 from probe.engine.output_norms import OutputProjections
 from probe.errors import ProbeError
+from tests.conftest import eager_attention
 
 TOL = 1e-5
 N, VOCAB = 11, 64

@@ -10,10 +10,9 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from probe.proteins.structure import contact_map, read_structure
-from tests.views.test_views_browser import CHROMEDRIVER, CHROMIUM, FLAGS
+from tests.browser import chromium
 
 ROOT = ".probe-structure"
 PIXELS = """
@@ -41,24 +40,10 @@ PIXELS = """
 
 
 def start_chromium(offline: bool = True):
-    """Headless Chromium (1280 × 900), the DevTools request log on and, when `offline`, the network off."""
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.skip(f"headless browser tests need {CHROMIUM} and {CHROMEDRIVER}")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service as DriverService
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    browser = webdriver.Chrome(service=DriverService(CHROMEDRIVER), options=options)
-    browser.set_window_size(1280, 900)
+    """Headless Chromium (1280 × 900, tests/browser.py), the DevTools request log on and, when `offline`, the
+    network off."""
+    browser = chromium(window=(1280, 900), offline=offline, network_log=True)
     browser.execute_cdp_cmd("Network.enable", {})
-    if offline:
-        browser.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
-                                                                     "downloadThroughput": -1,
-                                                                     "uploadThroughput": -1})
     return browser
 
 

@@ -111,7 +111,8 @@
             this.maps[data.heads[h].join(":")] = alpha;
         }
         this.truth = {};
-        (data.contacts["true"] || []).forEach(function (p) { this.truth[p[0] + ":" + p[1]] = true; }, this);
+        var truth = this.truth;
+        (data.contacts["true"] || []).forEach(function (p) { truth[p[0] + ":" + p[1]] = true; });
         this.build();
         this.selected = data.selected;
         this.index = this.headIndex(data.selected[0], data.selected[1]);
@@ -244,6 +245,7 @@
             this.viewer = window.$3Dmol.createViewer(this.canvasBox, {backgroundColor: THEMES[this.theme].background,
                                                                       antialias: false});
         } catch (error) {
+            console.warn("3Dmol.js could not start a viewer:", error);
             this.viewer = null;
         }
         if (!this.viewer) {
