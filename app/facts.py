@@ -46,6 +46,20 @@ class ModelFacts:
         """Longest explorer input for this model, in tokens: --max-tokens or the model's positions."""
         return min(self.config.max_tokens, self.model(spec).max_tokens)
 
+    def residue_cap(self, spec: str) -> int:
+        """Longest protein the app runs for this model, in residues: the model's own (its positions less the
+        two special tokens, as `probe contacts`) or --max-residues, whichever is smaller. The explorer and the
+        protein panel both say this number."""
+        return min(self.config.max_residues, self.model(spec).max_tokens - 2)
+
+    def residue_limit(self, spec: str) -> str:
+        """"at most 510 residues (the model's positions)" for a protein model, "" otherwise."""
+        if not self.is_protein(spec):
+            return ""
+        cap = self.residue_cap(spec)
+        why = "the model's positions" if cap == self.model(spec).max_tokens - 2 else "--max-residues"
+        return f"at most {cap} residues ({why})"
+
     def limits(self, spec: str) -> str:
         """The input limits of one model, as shown beside Run."""
         loaded = self.model(spec)
@@ -53,7 +67,7 @@ class ModelFacts:
         why = "the model's positions" if cap == loaded.max_tokens else "--max-tokens"
         text = f"at most {cap} tokens ({why})"
         if loaded.kind == models.ModelKind.PROTEIN_MLM:
-            text += f" · proteins: at most {min(self.config.max_residues, loaded.max_tokens - 2)} residues"
+            text += f" · proteins: {self.residue_limit(spec)}"
         return text
 
     def head_of(self, spec: str, selected) -> tuple[int, int]:

@@ -42,9 +42,11 @@ MATRIX_DOWNLOAD = "matrix-download"
 # Proteins
 SEQUENCE = "protein-sequence"
 UPLOAD = "protein-upload"
-CHAIN = "protein-chain"
+CHAIN = "protein-chain"  # a dcc.Dropdown of the uploaded file's protein chains (the chain used selected)
+PROTEIN_LIMIT = "protein-limit"  # "at most N residues (...)": app.facts.ModelFacts.residue_limit
+PRECISION_BOX = "protein-precision-box"  # hidden when the model predicts no contacts
 PROTEIN_RUN = "protein-run"
-PROTEIN = "protein-result"  # Store: {"key": str, "model": spec, "length": int, "has_structure": bool}
+PROTEIN = "protein-result"  # Store: {"key", "model", "length", "has_structure", "chains", "chain", "upload"}
 PAIR = "protein-pair"  # Store: {"i": int, "j": int} residue pair marked in both maps
 STRUCTURE3D_BOX = "protein-structure3d-box"  # the 3D view's panel (hidden without an uploaded structure)
 STRUCTURE3D_TITLE = "protein-structure3d-title"

@@ -40,7 +40,7 @@ def page_layout(service: Service, query=None):
                 html.Div([explorer.layout(state)], className="column right-column"),
             ]),
         ]),
-        html.Div(proteins.layout(config.upload_bytes, config.max_residues, state["theme"]),
+        html.Div(proteins.layout(config.upload_bytes, state["theme"]),
                  id=ids.PROTEIN_SECTION, style={} if protein else {"display": "none"}),
         card.layout(),
     ])

@@ -17,6 +17,8 @@ from probe.engine.dense import DenseSink
 from probe.errors import ProbeError
 from probe.models import encode_proteins
 from probe.proteins.contacts import head_attention_map, predict_contacts
+from probe.proteins.domain import chain_note, domain_note
+from probe.proteins.features import ResidueFeatures
 from probe.proteins.precision import apc, symmetrize
 from probe.proteins.structure import Structure, contact_map, read_structure
 
@@ -58,9 +60,12 @@ class ProteinResult:
 
 def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes | None, filename: str = "",
             chain: str | None = None, max_residues: int = 1022) -> ProteinResult:
+    # max_residues: the cap of app.facts.ModelFacts.residue_cap (the model's own, or --max-residues)
     """A ProteinResult for a typed sequence or an uploaded structure (true contacts: virtual Cβ–Cβ < 8 Å, as
-    in ESM's evaluation)."""
-    true_map, note, parsed = None, "", None
+    in ESM's evaluation; binding sites and secondary structure for Vig et al.'s shares, as `probe contacts`).
+    The note names the chain used and the others of a multi-chain file, and says when the input is outside
+    the model's training domain (:mod:`probe.proteins.domain`)."""
+    true_map, note, parsed, features = None, "", None, None
     if structure is not None:
         fmt = "cif" if filename.lower().endswith((".cif", ".mmcif")) else "pdb"
         parsed = read_structure(structure, chain=chain, fmt=fmt)
@@ -68,12 +73,18 @@ def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes |
         true_map = contact_map(parsed)  # [L L] int8: 1, 0, -1 unknown
         note = (f"{filename or 'structure'} chain {parsed.chain}: {len(sequence)} residues, "
                 f"{int((np.triu(true_map, 1) == 1).sum())} true contacts (virtual Cβ–Cβ < 8 Å)")
+        others = chain_note(parsed.chain, parsed.chains)
+        note += f" · {others.replace('--chain / the chain menu', 'the chain menu')}" if others else ""
+        features = ResidueFeatures.of_structure(parsed, true_map)  # binding sites, secondary structure
     sequence = models.clean_protein(sequence or "")
-    cap = min(max_residues, loaded.max_tokens - 2)
-    if len(sequence) > cap:
-        raise ProbeError(f"the protein has {len(sequence)} residues; the app runs at most {cap}: upload a "
-                         "shorter chain (or use `probe contacts --window` for long proteins)")
-    result = predict_contacts(loaded, sequence, true_map, per_head=True)
+    if len(sequence) > max_residues:
+        raise ProbeError(f"the protein has {len(sequence)} residues; the app runs at most {max_residues} "
+                         f"with {loaded.name}: upload a shorter chain (or use `probe contacts --window` for "
+                         "long proteins)")
+    outside = domain_note(str(getattr(loaded.config, "model_type", "")),
+                          str(getattr(loaded.config, "_name_or_path", "") or loaded.name), sequence)
+    note = " · ".join(part for part in (note, outside) if part)
+    result = predict_contacts(loaded, sequence, true_map, per_head=True, features=features)
     truth = None if true_map is None else np.where(true_map < 0, np.nan, true_map.astype(float))
     predicted = result.contacts
     if predicted is None:  # a protein model without a contact regression (ProtBert-style): heads only
@@ -106,7 +117,8 @@ def leaderboard(heads: pd.DataFrame | None, with_structure: bool) -> pd.DataFram
     if "significant_L_long" in table:  # nullable boolean -> text the table's JSON can carry
         table["significant_L_long"] = table["significant_L_long"].map({True: "yes", False: "no"})
     table = table[keep + ["layer", "head_index"]].rename(columns=LEADERBOARD_COLUMNS)
-    return table.round(3)
+    # p-values keep their digits: the panel prints them as the label tables do ("< 0.001", not a rounded 0)
+    return table.round({column: 3 for column in table.columns if column != "p FWER long"})
 
 
 def precision_table(precision: dict[str, float] | None) -> pd.DataFrame | None:

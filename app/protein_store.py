@@ -30,6 +30,22 @@ class ProteinStore:
         # The 3D view's payload per protein result (its chain, every head's residue map within the view's
         # budget, the contacts): built once per uploaded structure.
         self.views = LRUCache(8, config.cache_bytes)
+        # Uploaded structure files by digest, so that another chain of the same file runs without an upload.
+        self.uploads = LRUCache(8, config.cache_bytes)
+
+    def keep_upload(self, data: bytes) -> str:
+        """Keep an uploaded structure file (bounded by entries and bytes, LRU) and return its key for
+        :meth:`upload`."""
+        key = hashlib.sha256(data).hexdigest()[:20]
+        self.uploads.put(key, np.frombuffer(data, dtype=np.uint8))  # [byte]
+        return key
+
+    def upload(self, key) -> bytes:
+        """The bytes of a kept upload; ProbeError when it has expired (or the key is not one)."""
+        kept = self.uploads.get(key) if isinstance(key, str) else None
+        if kept is None:
+            raise ProbeError("the uploaded file has expired from the server's cache; upload it again")
+        return kept.tobytes()
 
     def analyse(self, spec: str, sequence: str | None = None, structure: bytes | None = None,
                 filename: str = "", chain: str | None = None) -> tuple[str, ProteinResult]:
@@ -47,7 +63,7 @@ class ProteinStore:
                                  filename.encode(), (chain or "").encode())).hexdigest()[:20]
         result = self.results.get_or_compute(
             digest, lambda: protein_analysis.analyse(loaded, sequence, structure, filename, chain,
-                                                     self.config.max_residues), self.gate.foreground)
+                                                     self.facts.residue_cap(spec)), self.gate.foreground)
         return digest, result
 
     def result(self, key: str) -> ProteinResult:

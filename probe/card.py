@@ -18,6 +18,10 @@ KV-cache bytes count keys and values of every layer: n · G · (d_k + d_v) value
 rope key above); a layer with a sliding window of W tokens keeps at most W tokens. Parameters in attention
 count the Q, K, V and output projections (weights and biases; for MLA also the low-rank projections and their
 RMSNorm weights) — nothing else (no layer norms around the block, no embeddings).
+
+Training domain (:func:`training_domain`): what the checkpoint was trained on, where its family says so,
+matched on the checkpoint's name (``_name_or_path``) and model_type by :data:`DOMAINS`; ``unknown`` otherwise
+(a renamed or fine-tuned checkpoint is not guessed).
 """
 
 from __future__ import annotations
@@ -35,6 +39,40 @@ CONTEXTS = {"4K": 4096, "32K": 32768, "128K": 131072}
 BIASED = ("gpt2", "bert", "roberta", "xlm-roberta", "esm", "distilbert", "camembert", "electra", "gpt_neox",
           "bloom", "opt", "gpt_neo", "gptj")
 ALIBI = ("bloom", "mpt", "falcon_alibi")
+UNKNOWN_DOMAIN = "unknown"
+ANTIBODY = "antibody"  # the domain kind of antibody language models (probe.proteins.domain checks the input)
+# (kind, name fragments (lower case; any matches), model_types (empty: any), what its paper says it saw)
+DOMAINS = (
+    (ANTIBODY, ("antiberty", "antiberta", "ablang", "igbert", "igt5", "sapiens", "balm", "abbert"), (),
+     "antibody heavy/light chains (variable domains, Observed Antibody Space)"),
+    ("protein", ("esm2_", "esm2-", "esm-2"), ("esm",), "proteins: UniRef50 clusters, sampled over UniRef90 "
+                                                      "(ESM-2, Lin et al. 2023)"),
+    ("protein", ("esm1b",), ("esm",), "proteins: UniRef50 (ESM-1b, Rives et al. 2021)"),
+    ("protein", ("esm1v",), ("esm",), "proteins: UniRef90 (ESM-1v, Meier et al. 2021)"),
+    ("protein", ("esmc", "esm_c", "esm-c"), (), "proteins: UniRef, MGnify and JGI metagenomes (ESM C, "
+                                                "EvolutionaryScale 2024)"),
+    ("protein", ("prot_bert_bfd", "protbert_bfd", "protbert-bfd"), (), "proteins: BFD (ProtBert-BFD, "
+                                                                        "Elnaggar et al. 2021)"),
+    ("protein", ("prot_bert", "protbert"), (), "proteins: UniRef100 (ProtBert, Elnaggar et al. 2021)"),
+    ("protein", ("prot_t5_xl_uniref50",), (), "proteins: BFD, then UniRef50 (ProtT5-XL-U50, Elnaggar et al. "
+                                              "2021)"),
+)
+
+
+def training_domain(model_type: str, name: str) -> tuple[str, str]:
+    """(kind, text) of a checkpoint's training domain from its name and model_type (:data:`DOMAINS`), or
+    ("unknown", "unknown") when no pattern matches: never guessed from the architecture alone.
+
+    >>> training_domain("esm", "facebook/esm2_t6_8M_UR50D")[0]
+    'protein'
+    >>> training_domain("bert", "Exscientia/IgBert")[0], training_domain("esm", "./my-finetune")[0]
+    ('antibody', 'unknown')
+    """
+    lowered = str(name or "").lower()
+    for kind, fragments, types, text in DOMAINS:
+        if any(fragment in lowered for fragment in fragments) and (not types or model_type in types):
+            return kind, text
+    return UNKNOWN_DOMAIN, UNKNOWN_DOMAIN
 
 
 @dataclass(frozen=True)
@@ -59,6 +97,7 @@ class ArchitectureCard:
     qk_rope_head_dim: int | None = None
     qk_nope_head_dim: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    domain: str = UNKNOWN_DOMAIN  # what the checkpoint was trained on (training_domain), "unknown" otherwise
 
     @property
     def kv_values_per_token(self) -> int:
@@ -115,6 +154,7 @@ class ArchitectureCard:
         for dtype, sizes in self.kv_cache_table().items():
             rows.append((f"KV cache {dtype}", " · ".join(f"{name}: {format_bytes(value)}"
                                                          for name, value in sizes.items())))
+        rows.append(("training domain", self.domain))
         rows += [("note", note) for note in self.notes]
         return rows
 
@@ -213,13 +253,15 @@ def _mla_parameters(config, hidden: int, heads: int, nope: int, rope: int, value
     return q + kv_a + kv_b + o
 
 
-def architecture_card(config) -> ArchitectureCard:
-    """The card of a transformers config (a PretrainedConfig, or a dict as in config.json)."""
+def architecture_card(config, name: str | None = None) -> ArchitectureCard:
+    """The card of a transformers config (a PretrainedConfig, or a dict as in config.json); `name` (default:
+    the config's ``_name_or_path``) gives the training domain (:func:`training_domain`)."""
     if isinstance(config, dict):
         config = config_from_dict(config)
     if hasattr(config, "get_text_config"):
         config = config.get_text_config()
     model_type = str(getattr(config, "model_type", "") or "unknown")
+    domain = training_domain(model_type, name or str(getattr(config, "_name_or_path", "") or ""))[1]
     layers = whole_number(config, "num_hidden_layers", "n_layer", "num_layers")
     heads = whole_number(config, "num_attention_heads", "n_head")
     hidden = whole_number(config, "hidden_size", "n_embd", "d_model")
@@ -250,7 +292,8 @@ def architecture_card(config) -> ArchitectureCard:
                      "not per-head keys and values")
         return ArchitectureCard(model_type, "MLA", layers, hidden, heads, heads, nope + rope, value_dim,
                                 _positional(config, model_type, max_positions), max_positions, window,
-                                sliding_layers, params, int(kv_rank), q_rank, rope, nope, tuple(notes))
+                                sliding_layers, params, int(kv_rank), q_rank, rope, nope, tuple(notes),
+                                domain)
     kv_heads = whole_number(config, "num_key_value_heads", "num_kv_heads", default=heads)
     if getattr(config, "multi_query", False):
         kv_heads = 1
@@ -266,7 +309,7 @@ def architecture_card(config) -> ArchitectureCard:
     params = layers * _projection_parameters(hidden, heads, kv_heads, head_dim, value_dim, qkv_bias, out_bias)
     return ArchitectureCard(model_type, attention, layers, hidden, heads, kv_heads, head_dim, value_dim,
                             _positional(config, model_type, max_positions), max_positions, window,
-                            sliding_layers, params, notes=tuple(notes))
+                            sliding_layers, params, notes=tuple(notes), domain=domain)
 
 
 def config_from_dict(data: dict):

@@ -1,6 +1,7 @@
 """The glossary popover: what every number in the page means (score, chance, effect, q-value, the label rule
-with its numbers, output share and sinks, ablation, the grid's colours and badges). The numbers of the rule
-are read from probe.heads.label.LabelConfig, so the text follows the library."""
+with its numbers, output share and sinks, ablation, the grid's colours and badges, why a protein cell is
+unknown). The numbers of the rule are read from probe.heads.label.LabelConfig, so the text follows the
+library."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dash_mantine_components as dmc
 from dash import html
 
 from probe.heads.label import LabelConfig
+from probe.views import unknowns
 
 from .. import ids
 
@@ -64,6 +66,7 @@ def entries() -> list[tuple[str, str]]:
         ("α", "an attention weight: row i (the query) is a distribution over keys j."),
         ("protein heads", "enrichment: the head's share on a feature over its base rate; p/q: a binomial "
                           "test and its BH q-value; 'unknown' where the feature is not defined (no ligand)."),
+        *unknowns.glossary(),  # which measure needs which annotation, and how to supply it
     ]
 
 

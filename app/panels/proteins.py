@@ -1,31 +1,42 @@
 """Proteins: predicted contacts (upper triangle) and true contacts from an uploaded structure (lower) beside
 the selected head's APC-corrected attention; a clicked residue pair is marked in both until cleared, and both
 maps zoom together; the per-head leaderboard selects heads. Uploads that are too large or of the wrong type
-are refused in the browser with a message (assets/upload.js) and again on the server."""
+are refused in the browser with a message (assets/upload.js) and again on the server. The residue limit is
+the model's own (app.facts), the chain menu lists the uploaded file's protein chains, unknown cells give their
+reason on hover (probe.views.unknowns).
+
+Longer than 450 lines because its callbacks (run, chain menu, maps, pair marks, shared zoom, unknowns,
+structure set) share the panel's helpers and store checks; the 3D view lives in structure3d.py."""
 
 from __future__ import annotations
 
 import base64
 import math
 
+import numpy as np
 from dash import Input, Output, Patch, State, ctx, dash_table, dcc, html, no_update
 
 from probe.errors import ProbeError
 from probe.models import ModelKind
+from probe.views.reading import format_q
+from probe.views.unknowns import unknown_reason
 
 from .. import figures, ids, protein_figures
 from ..errors import guarded
 from ..inputs import parse_fasta, row_head
+from ..protein_analysis import LEADERBOARD_COLUMNS
 from ..registry import display_name
 from ..service import Service
 from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, structure3d
 from .explorer import DEMO_PROTEIN
 
+P_COLUMNS = ("p FWER long", "p_fwer_L_long", "q_value", "p_value")  # shown as format_q
 STRUCTURE_EXTENSIONS = (".pdb", ".ent", ".cif", ".mmcif")
 SEQUENCE_EXTENSIONS = (".fa", ".fasta", ".faa", ".txt", ".seq")
 
 
-def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.Div:
+def layout(upload_bytes: int, theme: str = "light") -> html.Div:
+    """The panel; its residue limit and chain menu are filled per model and per upload (callbacks below)."""
     table_style = {"style_table": {"maxHeight": "320px", "overflowY": "auto"},
                    "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 12,
                                   "padding": "2px 6px", "minWidth": "48px", "maxWidth": "90px",
@@ -41,10 +52,11 @@ def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.D
                                                    f"{upload_bytes / 2**20:g} MiB")),
                      id=ids.UPLOAD_BOX, **{"data-max-bytes": str(upload_bytes), "data-accept": accept}),
             html.Span("chain:"),
-            dcc.Input(id=ids.CHAIN, value="", placeholder="first", style={"width": "60px"}),
+            dcc.Dropdown(id=ids.CHAIN, options=[], value=None, placeholder="first", clearable=False,
+                         searchable=False, style={"width": "90px"}),
             html.Button("clear pair", id=ids.PAIR_CLEAR),
-            html.Span(f"at most {max_residues} residues · click a residue pair to mark it in both maps",
-                      className="note"),
+            html.Span(id=ids.PROTEIN_LIMIT, className="note"),
+            html.Span("· click a residue pair to mark it in both maps", className="note"),
         ], className="controls"),
         html.Div(id=ids.PROTEIN_ERROR, className="message"),
         html.Div(id=ids.PROTEIN_MESSAGE, className="status"), dcc.Store(id=ids.PROTEIN_ZOOM),
@@ -61,9 +73,11 @@ def layout(upload_bytes: int, max_residues: int, theme: str = "light") -> html.D
         html.Div(className="row", children=[
             html.Div([html.H2("Per-head contact precision (click a row to select the head)"),
                       dash_table.DataTable(id=ids.LEADERBOARD, data=[], sort_action="native", page_size=200,
-                                           **table_style)], className="panel"),
+                                           tooltip_delay=300, tooltip_duration=None, **table_style)],
+                     className="panel"),
             html.Div([html.H2("Precision of the predicted contacts"),
-                      dash_table.DataTable(id=ids.PRECISION, data=[], **table_style)], className="panel"),
+                      dash_table.DataTable(id=ids.PRECISION, data=[], **table_style)], className="panel",
+                     id=ids.PRECISION_BOX, style={"display": "none"}),
         ]),
         html.Div(className="structure-set", children=[
             html.H2(id=ids.STRUCTURE_SET_TITLE),
@@ -97,13 +111,14 @@ def structure_set(service: Service, spec: str) -> tuple[list[dict], list[dict], 
                                 ascending=False, na_position="last")
     if "significant_L_long" in table:  # nullable boolean -> text the table's JSON can carry
         table = table.assign(significant_L_long=table["significant_L_long"].map({True: "yes", False: "no"}))
-    table = table[keep + ["layer", "head"]].rename(columns={**SET_COLUMNS, "head": "head_index"}).round(3)
+    table = table[keep + ["layer", "head"]].rename(columns={**SET_COLUMNS, "head": "head_index"})
+    table = table.round({column: 3 for column in table.columns if column not in P_COLUMNS})  # p: format_q
     columns = [{"name": name, "id": name} for name in table.columns if name not in ("layer", "head_index")]
     proteins = summary.attrs.get("proteins")
     count = len(proteins) if isinstance(proteins, (list, tuple)) else int(summary["n_proteins"].max())
     title = (f"Structure set: every head over {count} proteins (probe contacts --heads-summary; "
              "95 % bootstrap interval over proteins; click a row to select the head)")
-    return unknown_as_text(table.to_dict("records")), columns, title
+    return unknown_as_text(as_read(table.to_dict("records"))), columns, title
 
 
 def decode_upload(contents: str | None, filename: str | None, max_bytes: int) -> bytes | None:
@@ -122,14 +137,18 @@ def decode_upload(contents: str | None, filename: str | None, max_bytes: int) ->
 
 
 def protein_run(service: Service, spec: str, sequence: str | None, contents: str | None, filename: str | None,
-                chain: str | None):
+                chain: str | None, upload: str | None = None):
     """(protein store, message): contacts for the typed sequence, an uploaded FASTA or an uploaded
-    structure."""
+    structure; `upload` (the key of a structure uploaded before, :meth:`ProteinStore.keep_upload`) with
+    `filename` reruns that file on another `chain`. The store names the file's protein chains and the one
+    used (the chain menu)."""
     loaded = service.facts.model(spec)
     if loaded.kind != ModelKind.PROTEIN_MLM:
         kind = getattr(loaded.kind, "value", loaded.kind)
         return None, f"{spec} is a {kind}: choose a protein model (ESM) above for contact maps"
     data = decode_upload(contents, filename, service.config.upload_bytes)
+    if data is None and upload is not None:
+        data = service.proteins.upload(upload)
     structure = None
     name = str(filename or "")  # as uploaded: the note names the file as the user wrote it
     if data is not None and (name.lower().endswith(SEQUENCE_EXTENSIONS) or data.lstrip()[:1] == b">"):
@@ -140,9 +159,10 @@ def protein_run(service: Service, spec: str, sequence: str | None, contents: str
         structure = data
     if structure is None:
         text = sequence or ""
-        if len(text) > 4 * service.config.max_residues + 4096:
-            raise ProbeError(f"the sequence text is {len(text):,} characters; the app runs at most "
-                             f"{service.config.max_residues} residues")
+        cap = service.facts.residue_cap(spec)
+        if len(text) > 4 * cap + 4096:
+            raise ProbeError(f"the sequence text is {len(text):,} characters; the app runs at most {cap} "
+                             "residues")
         sequence = parse_fasta(text)
     try:
         key, result = service.proteins.analyse(spec, sequence if structure is None else None, structure, name,
@@ -153,7 +173,19 @@ def protein_run(service: Service, spec: str, sequence: str | None, contents: str
         raise ProbeError(f"{name}: {error}") from None  # say which upload was refused
     store = {"key": key, "model": spec, "length": len(result.sequence),
              "has_structure": result.true is not None}
+    if result.structure is not None:
+        store.update(chains=list(result.structure.chains), chain=result.structure.chain, filename=name,
+                     upload=service.proteins.keep_upload(structure))
     return store, result.note
+
+
+def chain_menu(store: dict | None) -> tuple[list[dict], str | None, bool]:
+    """(options, value, disabled) of the chain menu: the uploaded file's protein chains, the one used
+    selected; empty and disabled for a typed sequence."""
+    chains = store.get("chains") if isinstance(store, dict) else None
+    if not isinstance(chains, list) or not chains:
+        return [], None, True
+    return [{"label": str(c), "value": str(c)} for c in chains], store.get("chain"), len(chains) < 2
 
 
 def protein_view(service: Service, store: dict | None, selected, pair: dict | None, zoom: dict | None = None,
@@ -169,17 +201,15 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
     result = service.proteins.result(store["key"])
     layer, head = service.facts.head_of(result.model, selected)
     chosen = checked_pair(pair, len(result.sequence))
-    n = len(result.sequence)
-    contacts = protein_figures.contact_figure(result.predicted, result.true, chosen,
-                                      f"{display_name(result.model)} · {n} residues: predicted ↗ · true ↙",
-                                      uirevision=store["key"], theme=theme)
+    contacts = protein_figures.contact_figure(result.predicted, result.true, chosen, contact_title(result),
+                                              uirevision=store["key"], theme=theme)
     apc = service.proteins.head_map(store["key"], layer, head)  # [residue residue]
     name = service.facts.head_label(result.model, layer, head)
     head_map = protein_figures.head_map_figure(apc, chosen, f"{name} APC attention",
                                        uirevision=store["key"], theme=theme)
     figures.apply_zoom(contacts, zoom)
     figures.apply_zoom(head_map, zoom)
-    rows = [] if result.heads is None else unknown_as_text(result.heads.to_dict("records"))
+    rows = [] if result.heads is None else unknown_as_text(as_read(result.heads.to_dict("records")))
     precision = [] if result.precision is None else unknown_as_text(result.precision.to_dict("records"))
     columns = [] if result.heads is None else [{"name": c, "id": c} for c in result.heads.columns
                                                if c not in ("layer", "head_index")]
@@ -194,6 +224,56 @@ def structure_view(service: Service, store: dict | None) -> tuple[dict | None, d
         return None, hidden, no_update
     payload = service.proteins.structure_payload(store["key"])
     return payload, ({} if payload else hidden), no_update
+
+
+def contact_title(result) -> str:
+    """The contact map's title, by what it shows: "predicted ↗ · true ↙", "predicted", "true contacts ↙", or
+    that nothing is predicted (a model without a contact regression, a typed sequence)."""
+    shown = []
+    if not np.isnan(result.predicted).all():
+        shown.append("predicted ↗")
+    if result.true is not None:
+        shown.append("true contacts ↙")
+    what = " · ".join(shown) or (f"no contacts to show: {display_name(result.model)} has no contact "
+                                  "regression; upload a structure for true contacts")
+    return f"{display_name(result.model)} · {len(result.sequence)} residues: {what}"
+
+
+def as_read(records: list[dict]) -> list[dict]:
+    """p- and q-value columns as the label tables print them (probe.views.reading.format_q: '< 0.001', 3
+    significant digits), not rounded to 0; NaN stays NaN (shown "unknown")."""
+    return [{key: (format_q(value) if key in P_COLUMNS and isinstance(value, float) and math.isfinite(value)
+                   else value) for key, value in record.items()} for record in records]
+
+
+def leaderboard_tooltips(service: Service, store: dict | None) -> list[dict]:
+    """The leaderboard's hover text, row by row (DataTable tooltip_data): every unknown cell with its reason
+    (probe.views.unknowns)."""
+    if not isinstance(store, dict) or not isinstance(store.get("key"), str):
+        return []
+    result = service.proteins.result(store["key"])
+    if result.heads is None:
+        return []
+    ligands = result.structure.ligands if result.structure is not None else None
+    return unknown_tooltips(unknown_as_text(result.heads.to_dict("records")), LEADERBOARD_COLUMNS, ligands,
+                            result.true is not None)
+
+
+def unknown_tooltips(rows: list[dict], names: dict[str, str], ligands: tuple[str, ...] | None = None,
+                     has_structure: bool = True) -> list[dict]:
+    """DataTable tooltip_data for table rows whose NaN cells read "unknown": each with its reason
+    (probe.views.unknowns); `names` maps the table's columns to the headers shown."""
+    columns = {shown: column for column, shown in names.items()}
+    return [{shown: {"value": "unknown: " + unknown_reason(columns.get(shown, shown), ligands=ligands,
+                                                          has_structure=has_structure), "type": "text"}
+             for shown, value in row.items() if value == "unknown"} for row in rows]
+
+
+def precision_style(service: Service, store: dict | None) -> dict:
+    """The P@L table's box: shown only when the model predicted contacts against a structure."""
+    if not isinstance(store, dict) or not isinstance(store.get("key"), str):
+        return {"display": "none"}
+    return {} if service.proteins.result(store["key"]).precision is not None else {"display": "none"}
 
 
 def unknown_as_text(records: list[dict]) -> list[dict]:
@@ -235,20 +315,46 @@ def register(app, service: Service) -> None:
                   Output(ids.PROTEIN_MESSAGE, "children"),
                   Output(ids.UPLOAD, "contents"), Output(ids.PAIR, "data"), Output(ids.PROTEIN_ZOOM, "data"),
                   Input(ids.PROTEIN_RUN, "n_clicks"), Input(ids.UPLOAD, "contents"),
-                  Input(ids.MODEL, "value"), State(ids.UPLOAD, "filename"), State(ids.SEQUENCE, "value"),
-                  State(ids.CHAIN, "value"))
+                  Input(ids.MODEL, "value"), Input(ids.CHAIN, "value"), State(ids.UPLOAD, "filename"),
+                  State(ids.SEQUENCE, "value"), State(ids.PROTEIN, "data"))
     # a refusal goes to the error line; the line naming the shown protein stays
     @guarded(outputs=6, message=1)
-    def _protein(_clicks, contents, spec, filename, sequence, chain):
+    def _protein(_clicks, contents, spec, chain, filename, sequence, shown_store):
+        upload = None
         if ctx.triggered_id == ids.UPLOAD and not contents:
             return (no_update,) * 6  # our own reset below
+        if ctx.triggered_id == ids.CHAIN:  # another chain of the uploaded file: rerun the server's copy
+            if not isinstance(shown_store, dict) or not chain or chain == shown_store.get("chain"):
+                return (no_update,) * 6
+            upload, filename = shown_store.get("upload"), shown_store.get("filename")
+        elif ctx.triggered_id == ids.UPLOAD:
+            chain = None  # a new file starts on its first chain; the menu then lists the others
         if ctx.triggered_id != ids.UPLOAD:
-            contents = filename = None  # Run uses the typed sequence; an upload runs itself
-        store, message = protein_run(service, spec, sequence, contents, filename, chain)
+            contents = None  # Run uses the typed sequence; an upload runs itself
+            filename = filename if upload else None
+        store, message = protein_run(service, spec, sequence, contents, filename, chain if upload else None,
+                                     upload)
         if store is None:  # not a protein model: nothing is shown
             return None, "", message, None, None, None
         shown = message or f"the maps show the typed sequence ({store['length']} residues)"
         return store, "", shown, None, None, None  # contents reset: the same file can be uploaded again
+
+    @app.callback(Output(ids.CHAIN, "options"), Output(ids.CHAIN, "value"), Output(ids.CHAIN, "disabled"),
+                  Input(ids.PROTEIN, "data"))
+    def _chains(store):
+        return chain_menu(store)
+
+    @app.callback(Output(ids.PROTEIN_LIMIT, "children"), Input(ids.MODEL, "value"))
+    @guarded(outputs=1, message=0)
+    def _limit(spec):
+        return service.facts.residue_limit(spec)
+
+    @app.callback(Output(ids.LEADERBOARD, "tooltip_data"), Output(ids.PRECISION_BOX, "style"),
+                  Output(ids.PROTEIN_VIEW_MESSAGE, "children", allow_duplicate=True),
+                  Input(ids.PROTEIN, "data"), prevent_initial_call=True)
+    @guarded(outputs=3, message=2)
+    def _unknowns(store):
+        return leaderboard_tooltips(service, store), precision_style(service, store), no_update
 
     structure3d.register(app)
 
@@ -311,10 +417,12 @@ def register(app, service: Service) -> None:
         return shared_zoom(relayout, store) if isinstance(store, dict) else (no_update, no_update)
 
     @app.callback(Output(ids.STRUCTURE_SET, "data"), Output(ids.STRUCTURE_SET, "columns"),
-                  Output(ids.STRUCTURE_SET_TITLE, "children"), Input(ids.MODEL, "value"))
-    @guarded(outputs=3, message=2)
+                  Output(ids.STRUCTURE_SET_TITLE, "children"), Output(ids.STRUCTURE_SET, "tooltip_data"),
+                  Input(ids.MODEL, "value"))
+    @guarded(outputs=4, message=2)
     def _structure_set(spec):
-        return structure_set(service, spec)
+        rows, columns, title = structure_set(service, spec)
+        return rows, columns, title, unknown_tooltips(rows, SET_COLUMNS)
 
     @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
                   Output(ids.PROTEIN_VIEW_MESSAGE, "children", allow_duplicate=True),

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     control = parse_control(args.control)  # import-light: a bad --control is answered before torch loads
     # Imported here, not at the top: they load torch and transformers, which `probe --help` must not pay for.
     from probe import models
-    from probe.proteins import inputs, outputs, sets
+    from probe.proteins import domain, inputs, outputs, sets
     from probe.runs import runner
     from probe.runs.tasks import ContactsTask, contact_units
 
@@ -115,11 +115,12 @@ def run(args: argparse.Namespace) -> int:
     if not specs:
         raise ProbeError("no protein chain to analyse"
                          + (f" ({len(skipped)} file(s) skipped)" if skipped else ""))
-
     loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     models.require_protein(loaded, "probe contacts")
     options = inputs.resolve_per_head(loaded, options, args.model)
     inputs.check_records(loaded, specs, options)
+    for line in domain.unit_notes(loaded, specs):  # outside the model's domain; a multi-chain file's chain
+        print(f"probe contacts: {line}", file=sys.stderr)
 
     identities = {spec.key: sets.unit_identity(loaded, spec, options) for spec in specs}
     task = ContactsTask(options, device=args.device, dtype=args.dtype, identities=identities,

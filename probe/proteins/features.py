@@ -77,7 +77,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from probe.proteins.defaults import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL
+from probe.proteins.defaults import BINDING_DISTANCE, MIN_ATTENTION, MIN_COUNT, MIN_TOTAL
 
 MIN_SEPARATION = 6  # contacts closer in sequence are not counted as contacts (TAPE's ProteinNet maps)
 PAIR_FEATURES = ("contact",)
@@ -97,6 +97,19 @@ class ResidueFeatures:
     binding: np.ndarray | None = None  # [L] int8: 1 binding site, 0 not, -1 unknown
     secondary: np.ndarray | None = None  # [L] str: "a" helix, "b" strand, "t" turn/bend, "n" blank, "c" coil
     # (P-SEA: turn/bend and blank unknown), "" unknown
+
+    @classmethod
+    def of_structure(cls, structure, true_map: np.ndarray, sequence: str | None = None,
+                     binding_distance: float = BINDING_DISTANCE) -> ResidueFeatures:
+        """The properties of a :class:`probe.proteins.structure.Structure` chain, aligned to `sequence`
+        (default: its own): `true_map` [L L] as contacts, binding sites only when the file has a ligand, the
+        secondary structure only when assigned (unknown is not 0: NaN shares otherwise)."""
+        from probe.proteins.structure import binding_sites, secondary_structure  # biotite: only with a file
+
+        binding = binding_sites(structure, binding_distance, sequence) if structure.ligands else None
+        secondary = secondary_structure(structure, sequence)  # [L]
+        known = secondary if (secondary != "").any() else None
+        return cls(contacts=true_map, binding=binding, secondary=known)
 
     def available(self) -> tuple[str, ...]:
         """The properties this sequence has data for (an annotation without a single known position has

@@ -49,10 +49,8 @@ from probe.proteins.structure import (
     BINDING_DISTANCE,
     CONTACT_THRESHOLD,
     DEFAULT_CB,
-    binding_sites,
     contact_map,
     read_structure,
-    secondary_structure,
 )
 from probe.proteins.units import UnitSpec
 from probe.untrained import DEFAULT_TWINS
@@ -115,10 +113,7 @@ def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -
         true_map = contact_map(structure, options.threshold, sequence, cb=options.cb)  # [L L]
         # unknown is not 0: no ligand in the file -> no binding annotation; no assignment -> no secondary
         # structure
-        binding = binding_sites(structure, options.binding_distance, sequence) if structure.ligands else None
-        secondary = secondary_structure(structure, sequence)
-        features = ResidueFeatures(contacts=true_map, binding=binding,
-                                   secondary=secondary if (secondary != "").any() else None)
+        features = ResidueFeatures.of_structure(structure, true_map, sequence, options.binding_distance)
     limit = loaded.max_tokens - 2
     if len(sequence) > limit:
         if options.window is None:

@@ -27,6 +27,7 @@ those of :class:`probe.proteins.contacts.ContactResult`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -388,7 +389,7 @@ def with_contacts(features: ResidueFeatures | None, true_map: torch.Tensor | Non
     contacts = None if true_map is None else true_map.cpu().numpy()
     if features is None:
         return ResidueFeatures(contacts=contacts)
-    return ResidueFeatures(contacts=contacts, binding=features.binding, secondary=features.secondary)
+    return dataclasses.replace(features, contacts=contacts)  # every other property kept as it is
 
 
 __all__ = ["ContactSink", "contact_regression", "with_contacts"]

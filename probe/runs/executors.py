@@ -60,11 +60,15 @@ class UnitWorker:
 
 
 class Executor(Protocol):
-    """Runs units of a task and hands each result to `deliver` (in this process) as its unit finishes. It may
-    also have ``prepare()`` (called before the run's first unit: start what it needs, fail early) and
-    ``close()`` (called after the run, also when it failed or was interrupted)."""
+    """Runs units of a task and hands each result to `deliver` (in this process) as its unit finishes;
+    ``prepare()`` is called before the run's first unit (start what it needs, fail early) and ``close()``
+    after the run, also when it failed or was interrupted (both may do nothing)."""
+
+    def prepare(self) -> None: ...
 
     def map(self, task: Task, units: Sequence[Unit], deliver: Callable[[UnitResult], None]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -74,9 +78,15 @@ class InProcess:
 
     preloaded: Mapping[Hashable, Any] | None = None
 
+    def prepare(self) -> None:
+        """Nothing to start: the units run in this process."""
+
     def map(self, task: Task, units: Sequence[Unit], deliver: Callable[[UnitResult], None]) -> None:
         worker = UnitWorker(task, preloaded=self.preloaded, keep_exceptions=True)
         for unit in units:
             deliver(worker.run(unit))
+
+    def close(self) -> None:
+        """Nothing to stop."""
 
 

@@ -224,9 +224,8 @@ class Run:
         """The units not finished, on the executor (prepared first, closed after, also on failure); Ctrl-C
         writes what finished and says how to go on."""
         todo = [unit for unit in self.units if unit.key not in self.finished]
-        prepare, close = getattr(self.executor, "prepare", None), getattr(self.executor, "close", None)
-        if todo and prepare is not None:
-            prepare()  # start or join Ray now: its failure is one line, before any progress bar
+        if todo:
+            self.executor.prepare()  # start or join Ray now: its failure is one line, before any progress bar
         self.bar = tqdm(total=len(self.units), initial=len(self.reused),
                         desc=self.description or self.out.noun + "s", unit=self.out.noun, file=sys.stderr,
                         dynamic_ncols=True, disable=not self.progress or len(self.units) < 2)
@@ -242,8 +241,7 @@ class Run:
             raise
         finally:
             self.bar.close()
-            if close is not None:
-                close()
+            self.executor.close()
 
     # -- after the last unit ---------------------------------------------------------------------------------
 

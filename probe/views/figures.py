@@ -228,22 +228,65 @@ def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) ->
     return "\n".join(parts + ["</svg>"])
 
 
-def contact_svg(predicted: np.ndarray, true: np.ndarray | None, title: str, size: int = 360) -> str:
-    """Predicted contacts (upper triangle, Blues) beside the true ones (lower triangle, dark grey) as SVG."""
-    n = predicted.shape[0]
-    upper = np.triu(np.ones((n, n), dtype=bool), k=1)
-    rgb = colourize(np.where(upper, predicted, 0.0), 1.0)  # [L L rgb]
+MAP_CELLS = 256  # residue maps in the report: max-pooled to at most this many cells a side (PNG ≤ 256²)
+
+
+def residue_map_svg(upper: np.ndarray | None, true: np.ndarray | None, title: str, upper_name: str,
+                    size: int = 360, vmax: float | None = None) -> str:
+    """A residue map as SVG: `upper` in the upper triangle (Blues over [0, vmax]; default: its largest
+    value), the true contacts (``true == 1``) in the lower triangle (dark grey), each max-pooled to at most
+    :data:`MAP_CELLS` cells a side; its title says which triangle shows what ("↗", "↙").
+
+    Parameters
+    ----------
+    upper : ndarray or None
+        ``[residue residue]`` values (predicted contacts, a head's APC attention); None: the upper triangle is
+        left empty and the title names only the true contacts.
+    true : ndarray or None
+        ``[residue residue]`` 1 contact, 0 not, -1 unknown (:func:`probe.proteins.structure.contact_map`).
+    title, upper_name : str
+        The figure's name and what the upper triangle shows ("predicted", "L3H7 APC attention").
+
+    Examples
+    --------
+    >>> true = np.eye(8, k=3, dtype=np.int8) + np.eye(8, k=-3, dtype=np.int8)
+    >>> svg = residue_map_svg(np.random.default_rng(0).random((8, 8)), true, "L0H1", "L0H1 APC attention")
+    >>> svg.split("<title>")[1].split("</title>")[0]
+    'L0H1 · L0H1 APC attention ↗ · true contacts ↙'
+    """
+    if upper is None and true is None:
+        raise ProbeError("a residue map needs values for the upper triangle or true contacts")
+    n = (upper if upper is not None else true).shape[0]
+    factor = -(-n // MAP_CELLS)
+    cells = -(-n // factor)
+    pad = cells * factor - n
+
+    def pooled(matrix: np.ndarray, fill: float) -> np.ndarray:  # [L L] -> [cells cells], max over blocks
+        padded = np.pad(np.asarray(matrix, dtype=np.float64), ((0, pad), (0, pad)), constant_values=fill)
+        return padded.reshape(cells, factor, cells, factor).max(axis=(1, 3))
+
+    upper_cells = np.triu(np.ones((cells, cells), dtype=bool), k=1)
+    values = np.zeros((cells, cells)) if upper is None else np.nan_to_num(pooled(upper, -np.inf), nan=0.0)
+    top = float(np.nanmax(values[upper_cells])) if upper is not None and cells > 1 else 1.0
+    rgb = colourize(np.where(upper_cells, values, 0.0), vmax if vmax is not None else max(top, 1e-12))
     if true is not None:
-        lower = upper.T & (np.asarray(true) == 1)
-        rgb[lower] = (68, 68, 68)
+        rgb[upper_cells.T & (pooled(true, -1.0) == 1)] = (68, 68, 68)  # [cells cells rgb]
+    shown = [f"{upper_name} ↗"] if upper is not None else []
+    shown += ["true contacts ↙"] if true is not None else []
+    name = f"{title} · {' · '.join(shown)}" + (f" (max-pooled {factor}×{factor})" if factor > 1 else "")
     uri = "data:image/png;base64," + base64.b64encode(png_bytes(rgb)).decode()
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{size + 40}" height="{size + 40}" '
-            f'font-family="sans-serif" font-size="11"><title>{html.escape(title)}</title>'
+            f'font-family="sans-serif" font-size="11" class="residue-map"><title>{html.escape(name)}</title>'
             + _image(uri, 30, 6, size, size)
-            + f'<text x="{30 + size / 2}" y="{size + 30}" text-anchor="middle">residue (upper: predicted, '
-              'lower: '
-              "true)</text></svg>")
+            + f'<text x="{30 + size / 2}" y="{size + 30}" text-anchor="middle">residue · '
+              f"{html.escape(' · '.join(shown))}</text></svg>")
+
+
+def contact_svg(predicted: np.ndarray | None, true: np.ndarray | None, title: str, size: int = 360) -> str:
+    """Predicted contacts (upper triangle, Blues over 0–1) beside the true ones (lower triangle, dark grey)
+    as SVG (:func:`residue_map_svg`); without predicted contacts only the true ones, titled so."""
+    return residue_map_svg(predicted, true, title, "predicted", size, vmax=1.0)
 
 
 __all__ = ["atlas_svg", "axis_labels", "colourize", "contact_svg", "grid_figure", "grid_svg", "map_figure",
-           "map_svg", "png_bytes", "png_uri", "write_png"]
+           "map_svg", "png_bytes", "png_uri", "residue_map_svg", "write_png"]

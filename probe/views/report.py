@@ -3,9 +3,12 @@ request.
 
 Sections: the architecture card; the head atlas of every head type; the labelled heads with the meaning
 columns; the interactive view (every head's thumbnail on a probe input, full maps with the token view, keys,
-PNG/SVG export: the same views.js as the app and the notebook); for protein models the contact maps and every
-head against the contact base rate (probe.proteins), and with a structure the 3D view of the heads'
-attention on it (probe.views.structure_view: 3Dmol.js inlined, ≈ 0.55 MB). Written atomically
+PNG/SVG export: the same views.js as the app and the notebook); for protein models the contact map
+(predicted ↗ · true ↙, titled by what it shows) and the leaderboard's first HEAD_MAPS heads as residue maps
+(APC attention ↗ · true contacts ↙; ≤ 256 cells a side, probe.views.figures.residue_map_svg), every head
+against the contact base rate (probe.proteins) with each unknown's reason as its cell's title
+(probe.views.unknowns), the chain and domain notes (probe.proteins.domain), and with a structure the 3D view
+of the heads' attention on it (probe.views.structure_view: 3Dmol.js inlined, ≈ 0.55 MB). Written atomically
 (probe.runs.atomic).
 
 Size: α is uint8 (probe.views.encode). With REPORT_BUDGET every head's full map is kept when all fit at one
@@ -26,21 +29,26 @@ from probe.errors import ProbeError
 from probe.heads.probesets import repeated_blocks
 from probe.models import ModelKind, load
 from probe.naming import head_name
-from probe.proteins.contacts import predict_contacts
+from probe.proteins.contacts import head_attention_map, predict_contacts
+from probe.proteins.domain import chain_note, domain_note
+from probe.proteins.features import ResidueFeatures
 from probe.proteins.structure import contact_map, read_structure
 from probe.runs.atomic import write_atomically
 from probe.views import encode
-from probe.views.figures import atlas_svg, contact_svg
+from probe.views.figures import atlas_svg, contact_svg, residue_map_svg
 from probe.views.pooling import pooled_attention
-from probe.views.reading import is_labelled
+from probe.views.reading import format_q, is_labelled
 from probe.views.structure_view import structure_fragment, structure_view
 from probe.views.tables import as_table, badges, one_model, table_html
+from probe.views.unknowns import unknown_reason
 from probe.views.view import DEMO_PROTEIN, View, display_tokens, fragment, input_ids_of, standalone_page
 
 REPORT_BUDGET = 4 * 2**20  # bytes of full maps in a report
 FULL_MAPS = 4  # heads with a full map when not every head fits the budget at one token per cell
 PROBE_TOKENS = 128  # the probe input's length (repeated random blocks: induction and copying show)
 LEADERBOARD_ROWS = 24
+HEAD_MAPS = 4  # the leaderboard's first heads drawn as residue maps (APC attention ↗, true contacts ↙)
+P_COLUMNS = ("p_fwer_L_long",)  # read as the label tables print them (format_q: "< 0.001")
 # bytes of residue maps in the report's 3D view (uint8, L² + 4 per head): the best 90 heads by long-range P@L
 # on ubiquitin (76 residues), 31 on lysozyme (129), so that a 12 × 12 model's protein report with every head's
 # map on lysozyme stays within 5 MB (docs/views.md); 3Dmol.js adds 0.54 MB
@@ -102,7 +110,7 @@ def _atlas_html(table, layers: int, heads: int) -> str:
 def _protein_html(loaded, sequence: str, structure: str | None, chain: str | None) -> tuple[str, str, str]:
     """(contact maps (predicted | true) and the head leaderboard against the contact base rate, the 3D view of
     the heads' attention on the structure (empty without one), the sequence)."""
-    true_map, parsed = None, None
+    true_map, parsed, features = None, None, None
     note = ("no structure: pass --structure PDB for true contacts, P@L, the base rate and the 3D view of the "
             "heads' attention")
     if structure is not None:
@@ -111,8 +119,15 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
         true_map = contact_map(parsed)  # [L L] int8: 1, 0, -1 unknown
         note = (f"{Path(structure).name} chain {parsed.chain}: {len(sequence)} residues, "
                 f"{int((np.triu(true_map, 1) == 1).sum())} true contacts (virtual Cβ–Cβ < 8 Å)")
-    result = predict_contacts(loaded, sequence, true_map, per_head=True)
+        others = chain_note(parsed.chain, parsed.chains)
+        note += f" · {others}" if others else ""
+        features = ResidueFeatures.of_structure(parsed, true_map)  # binding sites, secondary structure
+    result = predict_contacts(loaded, sequence, true_map, per_head=True, features=features)
+    outside = domain_note(str(getattr(loaded.config, "model_type", "")),
+                          str(getattr(loaded.config, "_name_or_path", "") or loaded.name), result.sequence)
     parts = [f'<p class="note">{html.escape(note)}</p>']
+    if outside:
+        parts.append(f'<p class="note domain">{html.escape(outside)}</p>')
     view3d = ""
     if parsed is not None:
         shown = structure_view(loaded, parsed, result.sequence, true_map, result, budget=STRUCTURE_BUDGET)
@@ -120,11 +135,15 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
                   "the best by long-range P@L): pick a head, click a residue to colour the fold by its "
                   "attention, click an edge or a second residue to select a pair</p>"
                   + structure_fragment(shown.payload(), "probe-report-structure"))
-    if result.contacts is not None:
-        parts.append(contact_svg(result.contacts, true_map, f"contacts · {loaded.name}"))
-    else:
-        parts.append(f'<p class="note">{html.escape(loaded.name)} has no contact regression: per-head rows '
-                     'only</p>')
+    maps = []
+    if result.contacts is not None or true_map is not None:
+        maps.append(_figure(contact_svg(result.contacts, true_map, f"contacts · {loaded.name}"),
+                            "predicted ↗ · true ↙" if result.contacts is not None and true_map is not None
+                            else ("predicted" if result.contacts is not None else "true contacts ↙"),
+                            "contact-map"))
+    if result.contacts is None:
+        parts.append(f'<p class="note">{html.escape(loaded.name)} has no contact regression: no predicted '
+                     "contacts; per-head rows and maps only</p>")
     if result.precision:
         parts.append(
             '<table class="card"><tr><th>range</th><th>P@L</th><th>P@L/2</th><th>P@L/5</th></tr>' + "".join(
@@ -135,6 +154,14 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
     if heads is not None and not heads.empty:
         key = "p_at_L_long" if true_map is not None else "logit_share"
         heads = heads.sort_values(key, ascending=False, na_position="last")
+        for _, row in heads.head(HEAD_MAPS).iterrows():  # the leaderboard's first heads, as residue maps
+            layer, index = int(row["layer"]), int(row["head"])
+            apc = head_attention_map(loaded, result.sequence, layer, index)  # [L L]
+            name = loaded.head_name(layer, index)
+            maps.append(_figure(residue_map_svg(apc, true_map, name, f"{name} APC attention"),
+                                f"{name} APC attention ↗"
+                                + (" · true contacts ↙" if true_map is not None else ""),
+                                "head-map"))
         columns = [c for c in ("name", "p_at_L_long", "base_rate_long", "enrichment_L_long", "p_fwer_L_long",
                                "untrained_p99_L_long", "significant_L_long", "logit_share", "contact_share",
                                "binding_share") if c in heads.columns]
@@ -144,9 +171,9 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
         if true_map is None:
             columns = [c for c in columns if c in ("name", "logit_share")]
         head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in columns)
-        body = "".join("<tr>" + "".join(f'<td data-sort="{html.escape(str(row[c]))}">{_fmt(row[c])}</td>'
-                                        for c in columns) + "</tr>"
-                       for _, row in heads.head(LEADERBOARD_ROWS).iterrows())
+        ligands = parsed.ligands if parsed is not None else None
+        body = "".join("<tr>" + "".join(_cell(row[c], c, ligands, true_map is not None) for c in columns)
+                       + "</tr>" for _, row in heads.head(LEADERBOARD_ROWS).iterrows())
         parts.append(f'<h3>heads against the contact base rate (top {min(LEADERBOARD_ROWS, len(heads))} of '
                      f'{len(heads)}, by {key.replace("_", " ")})</h3><p class="note">enrichment = P@L / base '
                      'rate of '
@@ -154,11 +181,28 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
                      "a predictor that knows only separation and residue types, family-wise over every "
                      "head and range (Westfall–Young maxT); untrained p99: the 99th percentile of P@L "
                      "over the heads of untrained twins; significant: p FWER ≤ 0.05 and P@L above it "
-                     "(probe.proteins.significance); unknown: not measured</p>"
+                     "(probe.proteins.significance); unknown: hover it for its reason</p>"
                      '<div class="scroll"><table '
                      f'class="probe-table"><thead><tr>{head}</tr></thead><tbody>{body}'
                      "</tbody></table></div>")
+    if maps:
+        parts.insert(1, f'<div class="atlases residue-maps">{"".join(maps)}</div>')
     return "".join(parts), view3d, sequence
+
+
+def _figure(svg: str, caption: str, kind: str) -> str:
+    return f'<figure class="{kind}">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>'
+
+
+def _cell(value, column: str, ligands, has_structure: bool) -> str:
+    """One leaderboard cell: p-values as the label tables print them, an unknown with its reason (title)."""
+    text = _fmt(value)
+    if text == "unknown":
+        reason = unknown_reason(column, ligands=ligands, has_structure=has_structure)
+        return f'<td data-sort="" class="unknown" title="{html.escape(reason)}">unknown</td>'
+    if column in P_COLUMNS:
+        text = format_q(float(value))
+    return f'<td data-sort="{html.escape(str(value))}">{text}</td>'
 
 
 def _fmt(value) -> str:

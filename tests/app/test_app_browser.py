@@ -756,3 +756,42 @@ def test_an_uploaded_structure_is_drawn_in_3d_and_linked_to_the_2d_maps(driver, 
     driver.find_element("id", ids.PROTEIN_RUN).click()
     wait_for(lambda: not box.is_displayed(), what="the 3D view hidden for a typed sequence")
     assert console_errors(driver) == []
+
+
+def test_the_protein_page_names_its_limit_chains_and_unknowns(driver, served, ubiquitin_structure, tmp_path):
+    """Issue 43: the panel says the explorer's residue limit (the model's), the chain menu lists an uploaded
+    file's chains and reruns another, the P@L table shows only over predicted contacts, an unknown cell says
+    why on hover; the console stays clean."""
+    from tests.app.test_protein_page import two_chains
+
+    url, service, specs = served
+    open_app(driver, url)
+    driver.find_element("css selector", f"#{ids.MODEL} input[value='{specs[1]}']").click()
+    wait_for(lambda: "protein_mlm" in text_of(driver, ids.MODEL_INFO), what="the ESM model")
+    limit = service.facts.residue_limit(specs[1])
+    wait_for(lambda: text_of(driver, ids.PROTEIN_LIMIT) == limit, what="the panel's residue limit")
+    assert text_of(driver, ids.LIMITS).endswith(limit)  # the explorer says the same
+    wait_for(lambda: "residues" in driver.find_element("id", ids.CONTACTS).text, 60, "the typed protein")
+    assert not driver.find_element("id", ids.PRECISION_BOX).is_displayed()  # no structure: no P@L
+    title = driver.find_element("css selector", f"#{ids.CONTACTS} .gtitle").text  # titled by what it shows
+    assert title.endswith("residues: predicted ↗") and "true contacts ↙" not in title
+    upload = driver.find_element("css selector", f"#{ids.UPLOAD} input[type=file]")
+    upload.send_keys(str(two_chains(ubiquitin_structure, tmp_path / "two.pdb")))
+    wait_for(lambda: "chain A used of 2 protein chains (A, B)" in text_of(driver, ids.PROTEIN_MESSAGE), 90,
+             "the chains named")
+    wait_for(lambda: driver.find_element("id", ids.PRECISION_BOX).is_displayed(), what="the P@L table")
+    menu = driver.find_element("id", ids.CHAIN)
+    menu.click()
+    option = wait_for(lambda: [o for o in driver.find_elements("css selector", "[role=option]")
+                               if o.text == "B"], what="the chain menu's options")[0]
+    option.click()
+    wait_for(lambda: "two.pdb chain B" in text_of(driver, ids.PROTEIN_MESSAGE), 90, "chain B run")
+    cell = wait_for(lambda: [c for c in driver.find_elements("css selector", f"#{ids.LEADERBOARD} td")
+                             if c.text == "unknown"], what="an unknown cell")[0]
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).move_to_element(cell).perform()
+    tip = wait_for(lambda: [t.text for t in driver.find_elements("css selector", ".dash-tooltip") if t.text],
+                   10, "the unknown cell's reason")[0]
+    assert tip.startswith("unknown: ") and ("HETATM" in tip or "min_total" in tip), tip
+    assert console_errors(driver) == []

@@ -587,7 +587,8 @@ def test_limits_beside_run_are_the_models_own(service, specs):
         "at most 1024 tokens (the model's positions) · proteins: at "
                                                "most 1022")
     small = Service(AppConfig(models=specs, max_tokens=50, max_residues=30), registry=service.registry)
-    assert small.facts.limits(specs[1]) == "at most 50 tokens (--max-tokens) · proteins: at most 30 residues"
+    assert small.facts.limits(specs[1]) == ("at most 50 tokens (--max-tokens) · proteins: at most 30 "
+                                           "residues (--max-residues)")
 
 
 def test_card_panel_shows_the_models_card(service, specs):

@@ -2,7 +2,8 @@
 draws the fold (non-blank pixels that change with the head), the planted attention edges are drawn and a click
 on one in 3D selects its pair (the "probe-pair" event a host listens to), two residue clicks select a pair, a
 host's selectPair highlights one, both themes, the console is clean and no request leaves the page (the
-DevTools request log and the page's own resource entries). The protein report opens with its 3D view.
+DevTools request log and the page's own resource entries). The protein report opens with its 3D view, its
+contact map and its head maps.
 """
 
 from __future__ import annotations
@@ -126,4 +127,27 @@ def test_protein_report_opens_offline_with_the_3d_view(chromium, tiny_dir, ubiqu
     driver.execute_script("arguments[0].probeStructure.focus(10)", root)  # α from residue 11: a random head
     focused = pages.pixels(driver, root)
     assert np.abs(np.array(focused["print"]) - np.array(first["print"])).max() > 10
+    # the contact map and the head maps: drawn (each embedded PNG decodes to the chain's 76 × 76 cells, with
+    # both colours present) and laid out on the page
+    drawn = driver.execute_async_script("""const done = arguments[arguments.length - 1];
+        const figures = [...document.querySelectorAll('figure.contact-map, figure.head-map')];
+        Promise.all(figures.map(async (figure) => {
+            const image = new Image();
+            image.src = figure.querySelector('image').getAttribute('href');
+            await image.decode();
+            const canvas = document.createElement('canvas');
+            canvas.width = image.naturalWidth; canvas.height = image.naturalHeight;
+            const context = canvas.getContext('2d');
+            context.drawImage(image, 0, 0);
+            const data = context.getImageData(0, 0, canvas.width, canvas.height).data;
+            let dark = 0;
+            for (let k = 0; k < data.length; k += 4) { if (data[k] < 100) dark++; }
+            return {kind: figure.className, width: image.naturalWidth, dark: dark,
+                    shown: figure.getBoundingClientRect().width,
+                    caption: figure.querySelector('figcaption').textContent};
+        })).then(done, (error) => done(String(error)));""")
+    assert [d["kind"] for d in drawn] == ["contact-map"] + ["head-map"] * 4, drawn
+    assert all(d["width"] == 76 and d["dark"] > 0 and d["shown"] > 300 for d in drawn)
+    assert drawn[0]["caption"] == "predicted ↗ · true ↙"
+    assert all(d["caption"].endswith("APC attention ↗ · true contacts ↙") for d in drawn[1:])
     pages.no_network_and_clean_console(driver)
