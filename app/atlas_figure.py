@@ -1,7 +1,7 @@
-"""The head atlas: the layer × head grid of one head type, coloured by score (grey where not clearly above
-chance) or by label, with each head's score, interval, q-value, role and ablation on hover. Pure: a label
-table in, a plotly Figure out; the table is read by the rules of :mod:`probe.views.reading`, shared with the
-notebook views and the report."""
+"""The head atlas: the layer × head grid of one head type, coloured by score (grey where the head is not
+labelled, the reason on hover) or by label, with each head's score, interval, q-value, role and ablation on
+hover. Pure: a label table in, a plotly Figure out; the table is read by the rules of
+:mod:`probe.views.reading`, shared with the notebook views and the report."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from probe.naming import head_name
-from probe.views.reading import format_q, is_labelled, is_significant, number
+from probe.views.reading import format_q, is_grey, is_labelled, label_reason, number
 
 from .figures import NO_DATA, NO_DATA_DARK, NOT_SIGNIFICANT, SCORE_SCALE, SELECTION_COLOUR, template, theme_of
 
@@ -37,13 +37,14 @@ def atlas_figure(
     """The layer × head grid coloured by one head type's score (or label); hover gives the score and its CI.
     A hybrid's layers without attention weights (`no_alpha`) stay empty and say so.
 
-    Scores use the fixed scale 0–1 (the colour of 0.3 is the same on every model and type); heads whose score
-    is not clearly above chance are grey. By label: three categories with a legend, never a continuous bar.
+    Scores use the fixed scale 0–1 (the colour of 0.3 is the same on every model and type); heads that are
+    not labelled are grey, and their hover says why (:func:`probe.views.reading.label_reason`). By label:
+    three categories with a legend, never a continuous bar.
     Trace 0 is always the clickable grid ("atlas", z = the score, NaN without one).
     """
     empty = NO_DATA_DARK if theme_of(theme) == "dark" else NO_DATA
     score = np.full((n_layers, n_heads), np.nan)  # [layer head]
-    significant = np.zeros((n_layers, n_heads), dtype=bool)
+    coloured = np.zeros((n_layers, n_heads), dtype=bool)  # labelled: drawn in the score's colour
     labelled = np.zeros((n_layers, n_heads), dtype=bool)
     text = [[f"{name(layer, head)}<br>" + (f"no attention weights ({no_alpha[layer]} layer)"
                                                  if no_alpha and layer in no_alpha else "no labels yet")
@@ -58,7 +59,7 @@ def atlas_figure(
             if not (0 <= layer < n_layers and 0 <= head < n_heads):
                 continue
             score[layer, head] = float(row.score)
-            significant[layer, head] = is_significant(row)
+            coloured[layer, head] = not is_grey(row)
             labelled[layer, head] = is_labelled(getattr(row, "label", None))
             text[layer][head] = _hover_text(row, head_type, name)
     xs, ys = list(range(n_heads)), list(range(n_layers))
@@ -76,8 +77,8 @@ def atlas_figure(
                                      marker={"symbol": "square", "size": 12, "color": colour}))
         title = f"{head_type}: labelled heads (click to select)"
     elif have_rows:
-        shown = np.where(significant, score, np.nan)
-        grey = np.where(~significant & ~np.isnan(score), 0.0, np.nan)
+        shown = np.where(coloured, score, np.nan)
+        grey = np.where(~coloured & ~np.isnan(score), 0.0, np.nan)
         traces.append(go.Heatmap(z=score, zmin=0.0, zmax=1.0, colorscale=[[0, empty], [1, empty]],
                                  showscale=False, name="atlas", **common))
         traces.append(go.Heatmap(z=shown, zmin=0.0, zmax=1.0, colorscale=SCORE_SCALE, name="score",
@@ -86,7 +87,7 @@ def atlas_figure(
                                  **{k: v for k, v in common.items() if k not in ("text", "hovertemplate")}))
         traces.append(go.Heatmap(z=grey, zmin=0.0, zmax=1.0,
                                  colorscale=[[0, NOT_SIGNIFICANT], [1, NOT_SIGNIFICANT]], showscale=False,
-                                 name="not above chance", hoverinfo="skip",
+                                 name="not labelled", hoverinfo="skip",
                                  **{k: v for k, v in common.items() if k not in ("text", "hovertemplate")}))
         # the grey's meaning is in the page's legend above the atlas (once), not repeated in the figure
         title = f"{head_type}: score of every head (click to select)"
@@ -132,7 +133,8 @@ def _hover_text(row, head_type: str, name: Callable[[int, int], str] = head_name
     q_value = number(row, "q_value")
     labelled = is_labelled(getattr(row, "label", None))
     rule = f"q = {format_q(q_value)}" if q_value is not None else "no q-value"
-    parts.append(("✓ labelled" if labelled else "not labelled") + f" ({rule}; labelled when q ≤ 0.05)")
+    parts.append(("✓ labelled" if labelled else "not labelled: " + label_reason(row))
+                 + f" ({rule})")
     offset = number(row, "offset")
     if offset is not None:
         parts.append(f"offset d = {int(offset):+d} (attends to j = i {'+' if offset >= 0 else '−'} "

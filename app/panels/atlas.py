@@ -1,5 +1,5 @@
-"""The head atlas: a layer × head grid coloured by one head type's score (fixed 0–1, grey when not above
-chance) or label, labelling on demand in a background thread, the labels table as CSV."""
+"""The head atlas: a layer × head grid coloured by one head type's score (fixed 0–1, grey when not
+labelled) or label, labelling on demand in a background thread, the labels table as CSV."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from ..service import Service
 from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, radio
 
 LEGEND = [html.Span([html.Span(className="swatch viridis"), "score on the fixed 0–1 scale"]),
-          html.Span([html.Span(className="swatch grey"), "grey: not clearly above chance"]),
-          html.Span([html.Span("0.90 ✓", className="badge labelled"), "labelled (q ≤ 0.05)"]),
+          html.Span([html.Span(className="swatch grey"), "grey: not labelled (hover: why)"]),
+          html.Span([html.Span("0.90 ✓", className="badge labelled"),
+                     "labelled: passed the label rule (glossary)"]),
           html.Span([html.Span(className="swatch empty"), "no score yet"])]
 
 
@@ -58,10 +59,11 @@ LABELLED_COLUMNS = {"head_name": "head", "score": "score", "role": "role", "q_va
 HEADER_TIPS = {
     "head_name": "the head: layer L, head H (click a row to select it)",
     "score": "mean share of the head's attention on its type's targets over the probe examples (0–1)",
-    "role": "sink: a labelled head whose output share < 0.1 (it parks attention without moving much); "
-            "function otherwise; unknown without an output share",
+    "role": "first-token / delimiter labels: sink when the output share < 0.1 (attention parked, little "
+            "moved), else function; other types: function when the output share > chance, else inert; "
+            "induction: copying / suppressing by the copying score; unknown without an output share",
     "q_value": "q: Benjamini–Hochberg q-value of the test that the effect exceeds the minimum effect, over "
-               "every head and type of the model; labelled when q ≤ 0.05",
+               "every head and type of the model; a label needs q ≤ 0.05 and the rest of the rule (glossary)",
     "output_share": "output share: the share of the head's output norm ‖Σ α·v·W_O‖ that comes from its "
                     "targets (Kobayashi et al. 2020)",
     "interval": "95 % clustered bootstrap interval of the score",

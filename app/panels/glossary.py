@@ -31,9 +31,14 @@ def entries() -> list[tuple[str, str]]:
                              "Benjamini–Hochberg q-value over every head and type of the model."),
         ("label rule (✓)", f"a head is labelled when q ≤ {config.fdr:g} for H0: effect ≤ "
                            f"{config.min_effect:g} (mass types) or accuracy gain ≤ "
-                           f"{config.min_accuracy_gain:g} (coreference)."),
-        ("grey cell", "a score that is not clearly above chance (q ≥ 0.05, or the interval's low end at or "
-                      "below chance): its colour would suggest more than the data show."),
+                           f"{config.min_accuracy_gain:g} (coreference, which must also put more attention "
+                           "on the antecedent than chance); with untrained twins as a control, the score "
+                           "must also beat their 99th percentile (untrained_p99)."),
+        ("grey cell", "not labelled. Hover says why: no score, untestable (one bootstrap cluster), below the "
+                      "untrained twins, attention to the antecedent not above chance, below the minimum "
+                      "effect, or q above the FDR level. Grey is not 'at chance': a score far above chance "
+                      "can be grey when its effect is below the minimum."),
+        ("✓", "labelled: the head passed the label rule."),
         ("offset", "fixed_offset heads: the relative position d the head attends to (j = i + d)."),
         ("ablation", "ablation_effect: the rise in loss on the type's probes when the head is zeroed; "
                      "ablation_z: that rise in standard deviations of random same-layer heads."),
@@ -42,8 +47,20 @@ def entries() -> list[tuple[str, str]]:
         ("output share", "output_share: the share of a head's output norm ‖Σ α·v·W_O‖ that comes from its "
                          "targets (Kobayashi et al. 2020): weight a head puts on a token can carry little "
                          "output."),
-        ("role: sink", "a labelled head whose output_share < 0.1: it parks attention on its targets (often "
-                       "the first token) without moving much from them; otherwise 'function'."),
+        ("role", "what a label's weight is worth. First-token and delimiter labels (where heads park "
+                 "attention): 'sink' when output_share < 0.1 — attended, little moved — else 'function'. "
+                 "Every other type (coreference, bracket, sentence start, induction, positional) against its "
+                 "own chance: 'function' when output_share > chance, else 'inert'; induction functions are "
+                 "'copying' / 'suppressing' by the copying score (±0.1)."),
+        ("coreference accuracy", "accuracy: the pronoun's most-attended of the two marked names is the "
+                                 "antecedent (chance 50 %); clark_accuracy: its most-attended word of all "
+                                 "(Clark et al. 2019's argmax); p_above_chance: the test that the antecedent "
+                                 "gets more attention than a uniform head gives it."),
+        ("tl_score", "TransformerLens' detect_head score (Σ α·D / Σ α with its own detection pattern)."),
+        ("untrained_p99", "the 99th percentile of the type's statistic (accuracy for coreference, else the "
+                          "score) over every head of K untrained twins (the model's architecture with random "
+                          "weights, --control untrained:K); a label must be above it too. Empty without "
+                          "twins."),
         ("dominant offset",
          "the most common argmax j − i over the rows of the shown head, and in how many rows."),
         ("α", "an attention weight: row i (the query) is a distribution over keys j."),

@@ -23,16 +23,16 @@ from . import card_panel
 
 def layout() -> html.Div:
     return card_panel("Every head on this input", [
-        html.Div("click a thumbnail to select the head · badge: the atlas score, ✓ labelled, grey near "
-                 "chance", className="note"),
+        html.Div("click a thumbnail to select the head · badge: the atlas score, ✓ labelled, grey not "
+                 "labelled (hover: why)", className="note"),
         html.Div(id=ids.GRID_MESSAGE, className="message"),
         html.Div(id=ids.GRID, className="head-grid"),
     ], className="grid-panel")
 
 
-def badges(table, head_type: str) -> dict[tuple[int, int], tuple[str, str]]:
-    """(layer, head) -> (badge text, css class) from the atlas table: the score, ✓ when labelled, grey when
-    the score is not clearly above chance."""
+def badges(table, head_type: str) -> dict[tuple[int, int], tuple[str, str, str]]:
+    """(layer, head) -> (badge text, css class, why not labelled) from the atlas table: the score, ✓ when
+    labelled, grey when not labelled (:func:`probe.views.reading.label_reason` says why; "" when labelled)."""
     if table is None or table.empty:
         return {}
     rows = table[table["head_type"].astype(str) == head_type]
@@ -40,8 +40,9 @@ def badges(table, head_type: str) -> dict[tuple[int, int], tuple[str, str]]:
     for row in rows.itertuples(index=False):
         text = f"{float(row.score):.2f}"
         labelled = reading.is_labelled(getattr(row, "label", None))
-        css = "badge labelled" if labelled else ("badge" if reading.is_significant(row) else "badge faint")
-        out[(int(row.layer), int(row.head))] = (text + (" ✓" if labelled else ""), css)
+        css = "badge labelled" if labelled else ("badge faint" if reading.is_grey(row) else "badge")
+        out[(int(row.layer), int(row.head))] = (text + (" ✓" if labelled else ""), css,
+                                                reading.label_reason(row))
     return out
 
 
@@ -65,12 +66,12 @@ def grid_children(service: Service, store: dict | None, head_type: str, per_head
         for head in range(n_heads):
             tile = pooled[row, head]
             vmax = head_max(tile, causal) if per_head_max else 1.0
-            text, css = marks.get((layer, head), ("", "badge"))
+            text, css, why = marks.get((layer, head), ("", "badge", ""))
             name = service.facts.head_label(spec, layer, head)
             cells.append(html.Button(
                 [html.Img(src=thumbnail_uri(tile, vmax), alt=name), html.Span(text, className=css)],
                 id={"type": ids.THUMB, "layer": layer, "head": head},
-                title=f"{name} {head_type} {text}".strip(),
+                title=f"{name} {head_type} {text}".strip() + (f" · not labelled: {why}" if why else ""),
                 className="thumb selected" if (layer, head) == chosen else "thumb", n_clicks=0))
     # columns shrink to fit the panel (every head stays in view at 1280 px), up to 72 px each
     first = "52px" if service.facts.layer_names(spec) else "24px"  # room for "cross.L2"

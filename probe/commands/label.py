@@ -1,12 +1,11 @@
 """`probe label`: score and label every head of one or more models; one tidy table (parquet, csv or json).
 
-Every form of the command — one --model, several, a --models-file, --revisions of a model, --ray — is one run
-of :func:`probe.runs.runner.run` with :class:`probe.runs.tasks.LabelTask` units (one per model or checkpoint),
-so they reuse, keep and report the same way: each finished model is recorded in a journal beside --out with
-the identity of what produced it (the content hash of its weights and every option that changes its rows); the
-whole --out file is rewritten atomically after each model; rows of models this run does not name are kept; a
-model that fails is listed in OUT.errors.csv and the others go on; a rerun reuses exactly the models whose
-identity is unchanged and says so in one line; --force redoes all. This module is flags and printing only.
+Every form — one --model, several, a --models-file, --revisions, --ray — is one run of
+:func:`probe.runs.runner.run` with :class:`probe.runs.tasks.LabelTask` units (one per model or checkpoint):
+each finished model is journalled beside --out with the identity of what produced it (its weights' hash and
+every option that changes its rows); --out is rewritten atomically after each model; rows of models this run
+does not name are kept; a failed model goes to OUT.errors.csv and the others go on; a rerun reuses the models
+whose identity is unchanged, saying so; --force redoes all. This module is flags and printing only.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from probe.commands.common import (
     TABLE_EXTENSIONS,
+    add_control_option,
     add_model_options,
     add_sweep_options,
     executor,
@@ -27,14 +27,15 @@ from probe.commands.common import (
     refuse_if_too_big,
 )
 from probe.errors import ProbeError
+from probe.untrained import parse_control
 
-# The defaults and choices of probe.heads.label.LabelConfig, written out so that `probe label --help` and
-# argument errors need no torch (the library's values are the truth: tests/commands/test_cli_fast.py checks
-# these equal them).
+# probe.heads.label.LabelConfig's defaults and choices, written out so that --help and argument errors need
+# no torch (the library's values are the truth: tests/commands/test_cli_fast.py checks these equal them).
 DEFAULTS = {"examples": 64, "seed": 0, "coref_set": "auto", "batch_size": 8, "n_bootstrap": 1000,
             "min_effect": 0.25, "min_accuracy_gain": 0.1, "fdr": 0.05, "ablate": "labelled"}
 COREF_SETS = ("auto", "gap", "templates", "causality")  # probe.heads.label.COREF_SETS
 ABLATE = ("labelled", "all", "none")  # probe.heads.label.ABLATE
+RETRIEVAL_MASKS = ("output", "query")  # probe.heads.label.RETRIEVAL_MASKS
 HEAD_TYPES = ("previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",  # built-in
               "sentence_start", "bracket", "duplicate_token", "induction", "coreference", "retrieval")
 
@@ -81,9 +82,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "%(default)s)")
     parser.add_argument("--ablate", choices=ABLATE, default=DEFAULTS["ablate"],
                         help="ablation columns for labelled heads (default), all heads, or none")
+    parser.add_argument("--retrieval-mask", choices=RETRIEVAL_MASKS, default="output",
+                        help="retrieval check: zero a head's output (default) or, as Wu et al., its query")
+    add_control_option(parser, default="none")  # off by default: 3 twins cost ~2-4x the run (docs/labels.md)
     parser.add_argument("--out", help="output table: .parquet, .csv or .json (default: CSV to stdout)")
-    parser.add_argument("--force", action="store_true", help="recompute every model, and overwrite an --out "
-                                                             "that is not a label table")
+    parser.add_argument("--force", action="store_true",
+                        help="recompute every model, and overwrite an --out that is not a label table")
     parser.add_argument("--circuits", action="store_true", help="also each labelled type's circuit (probe "
                         "circuit): fed_by, each head's strongest upstream edge (~2 forwards per edge)")
     parser.add_argument("--report", metavar="FILE.html",
@@ -95,18 +99,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def check_args(args: argparse.Namespace) -> None:
     """The checks that need no torch: numbers in range, --probe-file present. One-line ProbeError."""
-    if args.examples < 1:
-        raise ProbeError("--examples must be at least 1")
-    if args.batch_size < 1:
-        raise ProbeError("--batch-size must be at least 1")
-    if args.bootstrap < 1:
-        raise ProbeError("--bootstrap must be at least 1")
+    for flag, value in (("--examples", args.examples), ("--batch-size", args.batch_size),
+                        ("--bootstrap", args.bootstrap)):
+        if value < 1:
+            raise ProbeError(f"{flag} must be at least 1")
     if not 0 < args.fdr < 1:
         raise ProbeError(f"--fdr {args.fdr} must be between 0 and 1 (e.g. 0.05)")
     for flag, value in (("--min-effect", args.min_effect), ("--min-accuracy-gain", args.min_accuracy_gain)):
         if not -1 <= value <= 1:  # also refuses nan
             raise ProbeError(f"{flag} {value} must be between -1 and 1")
-    parse_lengths(args.seq_len)
+    parse_lengths(args.seq_len), parse_control(args.control)  # each refuses with one line
     if args.probe_file is not None and not Path(args.probe_file).expanduser().is_file():
         raise ProbeError(f"--probe-file {args.probe_file} is not a file: give a JSONL file of span examples")
 
@@ -128,7 +130,8 @@ def config_from_args(args: argparse.Namespace):
     return LabelConfig(types=types, examples=args.examples, seq_len=lengths, seed=args.seed,
                        probe_file=args.probe_file, coref_set=args.coref_set, batch_size=args.batch_size,
                        n_bootstrap=args.bootstrap, min_effect=args.min_effect,
-                       min_accuracy_gain=args.min_accuracy_gain, fdr=args.fdr, ablate=args.ablate)
+                       min_accuracy_gain=args.min_accuracy_gain, fdr=args.fdr, ablate=args.ablate,
+                       retrieval_mask=args.retrieval_mask, twins=parse_control(args.control).twins)
 
 
 def _say(message: str) -> None:
@@ -140,8 +143,7 @@ def run(args: argparse.Namespace) -> int:
     out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
     plot = plot_paths(args.plot) if args.plot else None
     report_path = output_path(args.report, (".html",), "--report") if args.report else None
-    if report_path is not None and (len(dict.fromkeys(args.model or [])) != 1 or args.models_file
-                                    or args.revisions):
+    if report_path is not None and (len(set(args.model or [])) != 1 or args.models_file or args.revisions):
         raise ProbeError("--report writes the report of one model: give one --model (no --models-file, "
                          "--revisions)")
     if not args.model and not args.models_file:
@@ -164,8 +166,7 @@ def run(args: argparse.Namespace) -> int:
         if args.revisions is None:  # (with --revisions it is the folder or hub id of the checkpoints)
             models.locate(name)
             refuse_if_too_big(args, name, "probe label", longest, batch=config.batch_size,
-                              block_bytes=config.block_bytes, flags="a smaller --batch-size or a shorter "
-                                                                    "--seq-len")
+                              block_bytes=config.block_bytes, flags="a smaller --batch-size or --seq-len")
     checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)

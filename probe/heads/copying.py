@@ -24,7 +24,12 @@ Weights, per layer (:func:`ov_weights`):
   ``ln_1`` and ``ln_f``, Llama-family ``input_layernorm`` and ``norm``): ``W_V ← diag(g_layer) W_V``, ``W_U ←
   diag(g_final) W_U``, as TransformerLens does with ``fold_ln``; the normalisation's scale (one positive
   number per position) and the biases do not change the sign pattern and are left out. Post-norm models (BERT)
-  fold nothing.
+  fold nothing;
+* ``W_U`` is **centred over the vocabulary** (each row of the ``[d_model vocab]`` matrix minus its mean), as
+  TransformerLens' ``center_unembed`` does: a logit shift shared by every token changes no prediction, but
+  it adds a rank-one term to the OV circuit whose eigenvalue the uncentred score would count (zoo:induction's
+  L0H3: 0.38 uncentred, 0.26 centred; clear copiers move by < 0.002). Centring the columns first keeps the
+  d_head × d_head shortcut exact: ``(W_U − mean) W_E`` is again d_model × d_model.
 
 :func:`copying_score` is the pure function; :func:`copying_scores` applies it to every head of a loaded model.
 """
@@ -40,6 +45,13 @@ from probe.anatomy import attention_parts, final_norm, norm_gain, weight_of
 from probe.models import ModelKind
 
 
+def centre_unembed(unembed: torch.Tensor) -> torch.Tensor:
+    """``W_U`` `[d_model vocab]` minus its mean over the vocabulary (TransformerLens' ``center_unembed``):
+    every direction then writes logits that sum to zero over the vocabulary, so a shift shared by every token
+    is gone. A new tensor."""
+    return unembed - unembed.mean(-1, keepdim=True)
+
+
 def copying_score(
     embed: torch.Tensor,  # [vocab d_model] W_E
     value: torch.Tensor,  # [d_model d_head] W_V^h
@@ -48,7 +60,7 @@ def copying_score(
 ) -> float:
     """Σλ / Σ|λ| over the eigenvalues λ of the OV circuit ``W_E W_V W_O W_U`` (vocab × vocab), computed from
     the d_head × d_head product ``W_O W_U W_E W_V`` (same nonzero eigenvalues). NaN when every eigenvalue is
-    0.
+    0. `unembed` is used as given: :func:`copying_scores` centres it first (:func:`centre_unembed`).
 
     Parameters
     ----------
@@ -97,7 +109,7 @@ class OVWeights:
     layer at a time by :meth:`layer` (an offloaded model's weights are never all in memory at once)."""
 
     embed: torch.Tensor  # [vocab d_model]
-    unembed: torch.Tensor  # [d_model vocab]
+    unembed: torch.Tensor  # [d_model vocab], gain folded, centred over the vocabulary
     unembedding: str  # "lm_head" | "mlm_decoder": where W_U comes from
     layers: tuple  # per layer (AttentionParts, gain [d_model] or None)
     n_heads: int
@@ -157,6 +169,7 @@ def ov_weights(loaded) -> OVWeights | str:
     unembed = weight_of(output_embeddings).T  # [d_model vocab]
     if final is not None:
         unembed = final[:, None] * unembed
+    unembed = centre_unembed(unembed)  # a logit shared by every token changes nothing (module doc)
     embed = weight_of(input_embeddings)  # [vocab d_model]
     return OVWeights(embed, unembed, unembedding, tuple(layers), n_heads)
 
@@ -180,7 +193,7 @@ def copying_scores(loaded) -> CopyingScores:
     --------
     >>> result = copying_scores(probe.load("zoo:induction"))
     >>> result.scores.round(decimals=2), result.unembedding  # layer 1: the induction heads copy
-    (tensor([[ 0.7600, -0.2900,  0.9400,  0.3800],
+    (tensor([[ 0.7600, -0.3000,  0.9700,  0.2600],
             [ 1.0000,  1.0000,  1.0000,  1.0000]], dtype=torch.float64), 'lm_head')
     """
     shape = (loaded.n_layers, loaded.n_heads)

@@ -72,6 +72,9 @@ from probe.heads.targets import (  # the patterns, and the names callers import 
     self_targets,
     sentence_start_pairs,
     sentence_start_targets,
+    tl_duplicate_pattern,
+    tl_induction_pattern,
+    tl_previous_pattern,
 )
 from probe.heads.vocab import TokenClasses
 from probe.models import ModelKind
@@ -150,6 +153,16 @@ class HeadTypeSpec:
         Its heads are expected to copy the token they attend to (Olsson et al. 2022's induction head): its
         labels get the role ``copying`` or ``suppressing`` from the sign of the ``copying`` score, and its
         rows the ``copying_dla`` column (direct logit attribution to the induction target's token).
+    sink : bool, default False
+        Its targets are where a head parks attention it does not use (the first token, [SEP] and
+        punctuation: Clark et al. 2019's no-op reading, Kobayashi et al. 2020): a label whose output share
+        is below :data:`probe.heads.label.table.SINK_SHARE` gets the role ``sink``. Other types' roles are
+        measured against their own chance level (docs/labels.md, "Role").
+    tl_targets : callable or None, default None
+        ``tl_targets(ctx) -> [batch query key] bool``: TransformerLens' own detection pattern for the types
+        its ``detect_head`` names (previous, duplicate and induction heads), which ``tl_score`` uses; None:
+        the type's targets as a custom detection pattern (``tl_score`` NaN on a probe where they are not
+        lower triangular, which ``detect_head`` refuses).
 
     Examples
     --------
@@ -178,6 +191,9 @@ class HeadTypeSpec:
     default: bool = True
     verifier: Verifier | None = None  # (loaded, seq_len, LabelConfig, scores [layer head]) -> {column: value}
     copies: bool = False  # labels get a copying / suppressing role and rows a copying_dla (induction)
+    sink: bool = False  # no-op sink targets (first token, delimiters): "sink" role below SINK_SHARE
+    # TransformerLens' own detection pattern of the type (previous / duplicate / induction); None: targets
+    tl_targets: Callable[[TargetContext], torch.Tensor] | None = None
 
     @property
     def text_only(self) -> bool:
@@ -188,17 +204,16 @@ class HeadTypeSpec:
 REGISTRY: dict[HeadType, HeadTypeSpec] = {
     spec.name: spec for spec in (
         HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", previous_token_targets,
-                     "natural"),
+                     "natural", tl_targets=tl_previous_pattern),
         HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)",
                      next_token_targets, "natural", kinds=BIDIRECTIONAL_KINDS),
         HeadTypeSpec("self", "attends to the current token", self_targets, "natural"),
         HeadTypeSpec("first_token", "attends to the first token (attention sink)", first_token_targets,
-                     "natural"),
+                     "natural", sink=True),
         HeadTypeSpec("fixed_offset", "attends at one relative offset d other than −1, 0, +1 (column offset)",
                      fixed_offset_targets, "natural", candidate="offset"),
         HeadTypeSpec("delimiter", "attends to punctuation and [SEP] / EOS-type tokens", delimiter_targets,
-                     "natural",
-                     kinds=TEXT_KINDS),
+                     "natural", kinds=TEXT_KINDS, sink=True),
         HeadTypeSpec("sentence_start", "attends from a sentence's final token to the sentence's first token",
                      sentence_start_targets, "sentences", kinds=TEXT_KINDS),
         HeadTypeSpec("bracket", "attends from a closing bracket to its matching opening bracket",
@@ -206,9 +221,11 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
                      "brackets", kinds=TEXT_KINDS),
         HeadTypeSpec("duplicate_token",
                      "attends to other copies of the current token (earlier ones when causal)",
-                     duplicate_token_targets, "repeated", loss_positions="repeat"),
+                     duplicate_token_targets, "repeated", loss_positions="repeat",
+                     tl_targets=tl_duplicate_pattern),
         HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token",
-                     induction_targets, "repeated", loss_positions="repeat", copies=True),
+                     induction_targets, "repeated", loss_positions="repeat", copies=True,
+                     tl_targets=tl_induction_pattern),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", coreference_targets, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
         HeadTypeSpec("retrieval",
@@ -410,6 +427,8 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
                          f"{', '.join(sorted(str(kind) for kind in ALL_KINDS))}")
     if spec.statistic == "accuracy" and spec.probe != "spans":
         raise ProbeError(f"head type {spec.name!r}: the accuracy statistic needs span probes (probe='spans')")
+    if spec.tl_targets is not None and not callable(spec.tl_targets):
+        raise ProbeError(f"head type {spec.name!r}: tl_targets must be a function of a TargetContext or None")
     if spec.candidate is not None and not isinstance(spec.candidate, str):
         raise ProbeError(f"head type {spec.name!r}: candidate must be a column name or None")
     REGISTRY[spec.name] = spec  # type: ignore[index]

@@ -9,14 +9,20 @@ Scores of one example (n real rows, V = rows that have at least one target, T(i)
 
 * valid-row score  = (1/|V|) Σ_{i∈V} Σ_{j∈T(i)} α(i, j)   — the mean mass on the targets over rows that have
   one;
-* TL "mul" score   = Σ_ij α(i, j)·D(i, j) / Σ_ij α(i, j)  = (1/n) Σ_i Σ_{j∈T(i)} α(i, j) — TransformerLens'
-  `detect_head` default: rows without a target stay in the denominator (not defined for span types: NaN);
+* TL "mul" score   = Σ_ij α(i, j)·D(i, j) / Σ_ij α(i, j)  = (1/n) Σ_i Σ_j D(i, j) α(i, j) — TransformerLens'
+  `detect_head` default: rows without a target stay in the denominator; D is TL's own detection pattern for
+  the types it names (``tl_patterns``: every earlier copy, lower triangle) and the targets otherwise (not
+  defined for span types: NaN);
 * coreference accuracy: word-level attention of the attending word (sum over the pieces of each attended word,
   mean over the pieces of the attending word); the head's prediction is the most-attended candidate word — a
   word of a marked mention (antecedent or distractor) when the example marks distractors, else any word other
   than the attending word and special tokens; correct when it is an antecedent word. The restriction to marked
   mentions is ours (Clark et al. 2019 never released their coreference code; their released dependency
-  evaluation takes the argmax over all words), so on GAP chance is 50 % (docs/labels.md).
+  evaluation takes the argmax over all words), so on GAP chance is 50 % (docs/labels.md);
+* Clark et al.'s accuracy (``clark_correct``): the same word-level attention, the argmax over **every** word
+  of the text but the attending word itself (special tokens left out), as their released evaluation
+  (attention-analysis, Syntax_Analysis.ipynb ``attn_head_predictor``: self-attention zeroed, [CLS] and
+  [SEP] cropped);
 
 * output share (with ``output_projections``): per row Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, n_j = ‖f_h(x_j)‖ the
   norm of what key j passes through the head (Kobayashi et al. 2020; :mod:`probe.engine.output_norms` computes
@@ -100,6 +106,8 @@ class WordTargets:
     query_weight: torch.Tensor  # [batch query] float: 1/|pieces| on the attending word's pieces, else 0
     target_word: torch.Tensor  # [batch word] bool: antecedent words
     candidate_word: torch.Tensor  # [batch word] bool: words that may be predicted (not the attending word)
+    # [batch word] bool: every word but the attending word (Clark et al.'s argmax set); None: candidate_word
+    any_word: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -109,17 +117,22 @@ class TypeScores:
     head_type: str
     score: torch.Tensor  # [example layer head] valid-row score; NaN for an example without a target
     tl_score: torch.Tensor  # [example layer head] TransformerLens "mul" score; NaN for span types
-    correct: torch.Tensor | None = None  # [example layer head] 1.0 / 0.0: the argmax word is an antecedent
+    # [example layer head] 1.0 / 0.0: the argmax word among the marked mentions is an antecedent
+    correct: torch.Tensor | None = None
     # [example layer head] mean over rows with a target of the targets' share of the output norm (module doc);
     # None when not measured, NaN where the head's output projection is unknown
     output_share: torch.Tensor | None = None
+    # [example layer head] 1.0 / 0.0: the argmax over every word of the text is an antecedent (Clark et al.)
+    clark_correct: torch.Tensor | None = None
 
     @staticmethod
     def concat(parts: Sequence[TypeScores]) -> TypeScores:
-        correct = None if parts[0].correct is None else torch.cat([p.correct for p in parts])
-        share = None if parts[0].output_share is None else torch.cat([p.output_share for p in parts])
-        return TypeScores(parts[0].head_type, torch.cat([p.score for p in parts]),
-                          torch.cat([p.tl_score for p in parts]), correct, share)
+        def joined(name: str) -> torch.Tensor | None:
+            first = getattr(parts[0], name)
+            return None if first is None else torch.cat([getattr(p, name) for p in parts])
+
+        return TypeScores(parts[0].head_type, joined("score"), joined("tl_score"), joined("correct"),
+                          joined("output_share"), joined("clark_correct"))
 
 
 GATHER_MAX_SLOTS = 16  # more target slots per row than this (and than n/8): dense blocks instead of gathering
@@ -145,6 +158,9 @@ class ScoreSink:
     device : torch.device or str, default "cpu"
     output_projections : OutputProjections, optional
         Given: also the output share of every type.
+    tl_patterns : dict of str to Tensor, optional
+        Head type -> `[batch query key]` bool: TransformerLens' detection pattern where it differs from the
+        type's targets; ``tl_score`` is then the mass on it over all rows (else on the targets).
     """
 
     def __init__(
@@ -157,6 +173,8 @@ class ScoreSink:
         heads: Sequence[int] | None = None,  # None: every head
         device: torch.device | str = "cpu",
         output_projections: OutputProjections | None = None,  # given: also the output share of every type
+        # head type -> TL's detection pattern [batch query key] where it differs from the targets
+        tl_patterns: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         self.n_layers, self.n_heads = n_layers, n_heads
         self.output_projections = output_projections
@@ -178,16 +196,21 @@ class ScoreSink:
         # costs more than the block's matrix product, so the engine streams dense blocks instead and the slots
         # are gathered from them.
         self.columns: dict[str, slice] = {}
-        first = 0
-        for head_type, slots in self.slots.items():
-            self.columns[head_type] = slice(first, first + slots.shape[-1])
-            first += slots.shape[-1]
-        self.all_slots = torch.cat(list(self.slots.values()), dim=-1)  # [batch query slot]
+        self.tl_columns: dict[str, slice] = {}  # TL's own detection patterns, after the targets' slots
+        parts = []
+        tl_slots = self._tl_slots(tl_patterns, device)
+        for columns, named in ((self.columns, self.slots), (self.tl_columns, tl_slots)):
+            for head_type, slots in named.items():
+                first = sum(part.shape[-1] for part in parts)
+                columns[head_type] = slice(first, first + slots.shape[-1])
+                parts.append(slots)
+        self.all_slots = torch.cat(parts, dim=-1)  # [batch query slot]
         n_keys = self.all_slots.shape[1]
         self.dense = words is not None or self.all_slots.shape[-1] > max(GATHER_MAX_SLOTS, n_keys // 8)
         batch = len(self.lengths)
         # [batch layer head]
         self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
+        self.tl_mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in self.tl_columns}
         # Output share: per type the sum over valid rows of Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, and the
         # layer's norms
         self.share = None
@@ -200,12 +223,23 @@ class ScoreSink:
         self.words = words
         self.query_rows = None
         if words is not None:
+            any_word = words.candidate_word if words.any_word is None else words.any_word
             words = WordTargets(*(tensor.to(device) for tensor in (words.word_ids, words.query_weight,
-                                                                   words.target_word, words.candidate_word)))
+                                                                   words.target_word, words.candidate_word,
+                                                                   any_word)))
             self.words = words
             n_keys = words.word_ids.shape[1]
             # [batch layer head key]
             self.query_rows = torch.zeros(batch, n_layers, n_heads, n_keys, device=device)
+
+    def _tl_slots(self, tl_patterns: Mapping[str, torch.Tensor] | None, device) -> dict[str, torch.Tensor]:
+        """Head type -> the `[batch query slot]` key indices of TL's detection pattern (real tokens only)."""
+        out = {}
+        for head_type, pattern in (tl_patterns or {}).items():
+            n = pattern.shape[-1]
+            real = torch.arange(n)[None, :] < self.lengths[:, None]  # [batch seq]
+            out[head_type] = target_slots(pattern & real[:, :, None] & real[:, None, :]).to(device)
+        return out
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         """Dense heads or gathered slots (see heads_for, gather_for), output norms when projections are given;
@@ -255,8 +289,9 @@ class ScoreSink:
     def update_gathered(self, layer: int, heads: tuple[int, ...], alpha: torch.Tensor) -> None:
         """α at the target slots, `[batch head query slot]`: add each type's target mass per head."""
         heads = list(heads)
-        for head_type, columns in self.columns.items():
-            self.mass[head_type][:, layer, heads] += alpha[..., columns].sum((-2, -1))
+        for mass, named in ((self.mass, self.columns), (self.tl_mass, self.tl_columns)):
+            for head_type, columns in named.items():
+                mass[head_type][:, layer, heads] += alpha[..., columns].sum((-2, -1))
         self._add_share(layer, heads, slice(0, alpha.shape[2]), alpha)
 
     def update(self, block: AttentionBlock) -> None:
@@ -272,8 +307,9 @@ class ScoreSink:
             safe = torch.where(present, index, 0)[:, None].expand(-1, alpha.shape[1], -1, -1)
             gathered = alpha.gather(-1, safe) * present[:, None]  # [batch head block slot]
             per_slot = gathered.sum(-2)  # [batch head slot]
-            for head_type, columns in self.columns.items():
-                self.mass[head_type][:, block.layer, heads] += per_slot[..., columns].sum(-1)
+            for mass, named in ((self.mass, self.columns), (self.tl_mass, self.tl_columns)):
+                for head_type, columns in named.items():
+                    mass[head_type][:, block.layer, heads] += per_slot[..., columns].sum(-1)
             self._add_share(block.layer, heads, rows, gathered)
         if self.query_rows is not None:
             weight = self.words.query_weight[:, rows]  # [batch block]
@@ -283,13 +319,15 @@ class ScoreSink:
     def result(self) -> dict[str, TypeScores]:
         """Per-example scores of each head type: `[example layer head]`."""
         out = {}
-        # span batches: the word-level accuracy
-        correct = self._accuracy() if self.words is not None else None
+        # span batches: the word-level accuracy, among the marked mentions and among every word
+        correct = self._accuracy(self.words.candidate_word) if self.words is not None else None
+        clark = self._accuracy(self.words.any_word) if self.words is not None else None
         for head_type, mass in self.mass.items():
             mass = mass.cpu()
             n_valid = self.n_valid[head_type].to(mass.dtype)[:, None, None]
             score = torch.where(n_valid > 0, mass / n_valid.clamp(min=1), torch.nan)
-            tl = mass / self.lengths.to(mass.dtype)[:, None, None]
+            tl_mass = self.tl_mass[head_type].cpu() if head_type in self.tl_mass else mass
+            tl = tl_mass / self.lengths.to(mass.dtype)[:, None, None]
             if correct is not None:  # span types: TransformerLens' score is not defined for them
                 tl = torch.full_like(tl, torch.nan)
             share = None
@@ -298,11 +336,12 @@ class ScoreSink:
                 rows = self.share_rows[head_type].cpu()  # [batch layer head]
                 share = torch.where((rows > 0) & known,
                                     self.share[head_type].cpu() / rows.clamp(min=1), torch.nan)
-            out[head_type] = TypeScores(head_type, score, tl, correct, share)
+            out[head_type] = TypeScores(head_type, score, tl, correct, share, clark)
         return out
 
-    def _accuracy(self) -> torch.Tensor:
-        """1.0 where the head's most-attended word (word-level, see the module doc) is an antecedent word."""
+    def _accuracy(self, candidates: torch.Tensor) -> torch.Tensor:
+        """1.0 where the head's most-attended word among `candidates` `[batch word]` (word-level, see the
+        module doc) is an antecedent word, `[batch layer head]`."""
         words = self.words
         n_words = words.target_word.shape[1]
         index = (words.word_ids + 1).clamp(min=0)  # [batch key]; slot 0 collects specials and padding
@@ -310,7 +349,7 @@ class ScoreSink:
         per_word = torch.zeros(*self.query_rows.shape[:3], n_words + 1, device=index.device)
         per_word.scatter_add_(-1, index[:, None, None].expand_as(self.query_rows), self.query_rows)
         # [batch layer head word]
-        per_word = per_word[..., 1:].masked_fill(~words.candidate_word[:, None, None], -torch.inf)
+        per_word = per_word[..., 1:].masked_fill(~candidates[:, None, None], -torch.inf)
         predicted = per_word.argmax(-1)  # [batch layer head]
         hit = words.target_word[:, None, None].expand_as(per_word).gather(-1, predicted[..., None])[..., 0]
         return hit.float().cpu()
@@ -324,6 +363,7 @@ def span_words(batch: SpanBatch) -> WordTargets:
     query_weight = torch.zeros(n_batch, n_keys)  # [batch query]
     target_word = torch.zeros(n_batch, n_words, dtype=torch.bool)  # [batch word]
     candidate_word = torch.zeros(n_batch, n_words, dtype=torch.bool)  # [batch word]
+    any_word = torch.zeros(n_batch, n_words, dtype=torch.bool)  # [batch word]
     for row, example in enumerate(batch.examples):
         word_ids[row, :len(example.word_ids)] = torch.tensor(example.word_ids)
         query_weight[row, list(example.query_tokens)] = 1.0 / len(example.query_tokens)
@@ -333,7 +373,9 @@ def span_words(batch: SpanBatch) -> WordTargets:
         else:  # no distractors marked: any word of the text
             candidate_word[row, :max(example.word_ids) + 1] = True
         candidate_word[row, list(example.query_words)] = False
-    return WordTargets(word_ids, query_weight, target_word, candidate_word)
+        any_word[row, :max(example.word_ids) + 1] = True
+        any_word[row, list(example.query_words)] = False
+    return WordTargets(word_ids, query_weight, target_word, candidate_word, any_word)
 
 
 def run_sink(

@@ -26,6 +26,9 @@ COLUMNS = [
     "type_group_effect", "type_group_z", "type_group_size",
     "retrieval_k", "needle_recall", "needle_recall_top", "needle_recall_random", "needle_recall_random_min",
     "retrieval_ablation",
+    # issue 39: coreference must find the antecedent, whole-model retrieval controls, untrained twins
+    "p_above_chance", "clark_accuracy", "untrained_p99",
+    "retrieval_mask", "needle_recall_other_min", "needle_recall_other_head", "retrieval_beats_controls",
     "fed_by", "fed_by_mode", "fed_by_effect",
 ]
 """The label table's columns, in file order; one row per (model, seq_len, layer, head, head_type).
@@ -44,9 +47,9 @@ COLUMNS = [
 | `chance` | float | a uniform head's score on the same probes |
 | `effect` | float | score − chance; accuracy types: accuracy gain over the best baseline |
 | `p_value`, `q_value` | float | one-sided test of effect > min_effect, Benjamini–Hochberg q-value |
-| `tl_score` | float | TransformerLens' "mul" score; NaN for span types |
+| `tl_score` | float | TransformerLens' `detect_head` "mul" score with TL's own detection pattern; NaN for span types |
 | `offset` | float | the head's chosen candidate (fixed_offset: offset d); NaN otherwise |
-| `label` | bool | q_value ≤ fdr |
+| `label` | bool | q_value ≤ fdr, and the statistic (accuracy for coreference, else score) above `untrained_p99` where known |
 | `stable` | bool | the label is the same at every probe length of the run |
 | `n_examples`, `n_clusters` | int | examples with a target, bootstrap clusters |
 | `seed` | int | probe, bootstrap and control seed |
@@ -55,7 +58,7 @@ COLUMNS = [
 | `accuracy_by_source` | str | accuracy per group of examples |
 | `ablation_effect`, `ablation_z` | float | loss change when the head is zeroed, and its z against same-layer controls (whole-model controls when the layer has too few unlabelled heads); NaN for heads not ablated |
 | `output_share`, `output_share_low`, `output_share_high` | float | mean over the rows with a target of Σ_{j∈T(i)} ‖α_ij f_h(x_j)‖ / Σ_j ‖α_ij f_h(x_j)‖, f_h(x) = (x W_V^h + b_V^h) W_O^h (Kobayashi et al. 2020), averaged like `score`, and its bootstrap interval; NaN where the output projection is not found |
-| `role` | str | labelled heads: `sink` when `output_share` < 0.1, else `function`; induction labels `copying` / `suppressing` by the sign of `copying` (±0.1); empty otherwise |
+| `role` | str | labelled heads: sink types `sink` when `output_share` < 0.1, else `function`; other types `function` when `output_share` > `chance`, else `inert`; induction functions `copying` / `suppressing` by `copying` (±0.1); empty otherwise |
 | `group_effect`, `group_z` | float | loss change when the type's labelled heads of the layer are zeroed together, and its z against random groups of the same size (same layers where possible); NaN where fewer than two heads are labelled |
 | `group_size`, `group_heads` | int, str | the group's size and its heads (`L1H0 L1H1 …`) |
 | `copying` | float | Elhage et al.'s eigenvalue copying score Σλ / Σ abs(λ) of the head's OV circuit; NaN without an unembedding |
@@ -63,8 +66,14 @@ COLUMNS = [
 | `type_group_effect`, `type_group_z`, `type_group_size` | float | all the type's labelled heads ablated together across layers, its z against random groups of the same layer histogram, and their number; NaN for other rows |
 | `retrieval_k` | float | retrieval rows: K, the heads masked (the largest of 1 … 5 % of the heads, at least 1); NaN elsewhere |
 | `needle_recall`, `needle_recall_top` | float | retrieval rows: needle recall with no head masked, and with the K top-scoring retrieval heads masked (Wu et al. 2024) |
-| `needle_recall_random`, `needle_recall_random_min` | float | retrieval rows: mean and lowest recall over random same-layer sets of K heads masked |
+| `needle_recall_random`, `needle_recall_random_min` | float | retrieval rows: mean and lowest recall over random sets of K heads of the whole model masked |
 | `retrieval_ablation` | str | retrieval rows: every K's recalls (`clean 0.65; K=1: top 0.08, random 0.58–0.64`) |
+| `p_above_chance` | float | coreference rows: one-sided p of H0 score − chance ≤ 0 (the label needs it too) |
+| `clark_accuracy` | float | coreference rows: the pronoun's most-attended word among all words is the antecedent (Clark et al. 2019) |
+| `untrained_p99` | float | 99th percentile of the untrained twins' statistic over all their heads (`--control untrained:K`); NaN without twins |
+| `retrieval_mask` | str | retrieval rows: `output` (ours) or `query` (Wu et al.'s: query zeroed, decoding only) |
+| `needle_recall_other_min`, `needle_recall_other_head` | float, str | retrieval rows: the lowest recall over every other head masked alone, and that head |
+| `retrieval_beats_controls` | bool | retrieval rows: the top K's recall is below every random draw and below the most damaging other head's |
 | `fed_by`, `fed_by_mode`, `fed_by_effect` | str, str, float | `probe label --circuits`, labelled rows: the head's strongest upstream edge in its type's circuit (`probe.circuits`): the earlier head (`L0H1`), the mode (`Q`, `K`, `V`) and the path-patching effect in nats (NaN: composition only); empty without an edge or without --circuits |
 
 Tables written before a column existed read back with it NaN (:func:`load_table`).
@@ -82,8 +91,8 @@ REQUIRED = ["model", "revision", "layer", "head", "head_name", "head_type", "sco
 
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
 _TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str,
-                 "role": str, "group_heads": str, "retrieval_ablation": str, "fed_by": str,
-                 "fed_by_mode": str}
+                 "role": str, "group_heads": str, "retrieval_ablation": str, "retrieval_mask": str,
+                 "needle_recall_other_head": str, "fed_by": str, "fed_by_mode": str}
 
 
 def _suffix(path) -> str:
@@ -173,7 +182,7 @@ def load_table(path) -> pd.DataFrame:
     >>> import probe.zoo
     >>> table = load_table(probe.zoo.labels_path("induction"))  # 2 layers x 4 heads x 10 head types
     >>> table.shape, list(table.columns) == COLUMNS
-    ((80, 52), True)
+    ((80, 59), True)
     >>> table.loc[table["label"], ["head_name", "head_type"]].head(3).values.tolist()
     [['L0H1', 'previous_token'], ['L0H0', 'first_token'], ['L0H2', 'first_token']]
     """

@@ -240,6 +240,31 @@ def coreference_targets(ctx: TargetContext) -> Targets:
 
 
 
+# TransformerLens' own detection patterns (transformer_lens/head_detector.py, get_*_detection_pattern), for
+# the types it names: built from the token ids alone, every earlier copy counts (never restricted to the
+# planted repeat), and only the lower triangle (TL's detect_head refuses any other detection pattern).
+
+
+def tl_duplicate_pattern(ctx: TargetContext) -> torch.Tensor:
+    """TL's duplicate-token detection pattern: D(i, j) = 1 for j < i with t_j = t_i, `[batch query key]`."""
+    ids = ctx.input_ids
+    return (ids[:, :, None] == ids[:, None, :]).tril(-1)
+
+
+def tl_induction_pattern(ctx: TargetContext) -> torch.Tensor:
+    """TL's induction detection pattern: its duplicate pattern shifted one key to the right, key 0 cleared,
+    lower triangle — D(i, j) = 1 for 1 ≤ j ≤ i with t_{j−1} = t_i, `[batch query key]`."""
+    ids = ctx.input_ids
+    pattern = torch.zeros(ids.shape[0], ids.shape[1], ids.shape[1], dtype=torch.bool)  # [batch query key]
+    pattern[:, :, 1:] = ids[:, :, None] == ids[:, None, :-1]
+    return pattern.tril(0)
+
+
+def tl_previous_pattern(ctx: TargetContext) -> torch.Tensor:
+    """TL's previous-token detection pattern: D(i, i − 1) = 1, `[batch query key]`."""
+    return _diagonal(ctx, -1)
+
+
 def no_targets(ctx: TargetContext) -> Targets:
     raise ProbeError("retrieval heads have no target pattern: they are scored while the model generates "
                      "(probe.heads.retrieval.retrieval_scores)")

@@ -15,7 +15,7 @@ from probe.errors import ProbeError
 from probe.naming import head_name
 from probe.runs.atomic import write_atomically
 from probe.runs.export import kaleido_png
-from probe.views.reading import format_q, is_labelled, is_significant, number
+from probe.views.reading import format_q, is_grey, is_labelled, label_reason, number
 
 BLUES = np.array([[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
                   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]], dtype=np.float64)
@@ -185,7 +185,7 @@ def write_png(figure, path) -> None:
 
 def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) -> str:
     """One head type's atlas: layer × head cells coloured by score on the fixed 0–1 Viridis scale, grey when
-    not clearly above chance, near-white without a score; a <title> per cell (score, interval, q, label)."""
+    not labelled, near-white without a score; a <title> per cell (score, interval, q, label or why not)."""
     left, top = 30, 18
     width, height = left + heads * cell + 4, top + layers * cell + 4
     colours = [[NO_DATA] * heads for _ in range(layers)]
@@ -199,7 +199,7 @@ def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) ->
         score = number(row, "score")
         if score is not None:
             rgb = colourize(np.array([[score]]), 1.0, VIRIDIS)[0, 0]
-            colours[layer][head] = ("#" + "".join(f"{int(v):02x}" for v in rgb)) if is_significant(row) \
+            colours[layer][head] = ("#" + "".join(f"{int(v):02x}" for v in rgb)) if not is_grey(row) \
                 else NOT_SIGNIFICANT
         low, high = number(row, "ci_low"), number(row, "ci_high")
         labelled = is_labelled(getattr(row, "label", None))
@@ -207,7 +207,7 @@ def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) ->
                                + ("unknown" if score is None else f"{score:.3f}")
                                + (f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else "")
                                + f" · q {format_q(number(row, 'q_value'))}"
-                               + (" · ✓ labelled" if labelled else ""))
+                               + (" · ✓ labelled" if labelled else f" · not labelled: {label_reason(row)}"))
         if labelled:
             marks.append((layer, head, "#222" if score is not None and score > 0.6 else "white"))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '

@@ -5,6 +5,10 @@ notebook views and the report.
 * a head is *labelled* when its ``label`` cell says so (:func:`is_labelled`);
 * a head is *clearly above chance* when its q-value is below the FDR level, else (a table without q-values)
   when its interval's low end is above chance (:func:`is_significant`);
+* a cell is **grey** when its head is *not labelled* (:func:`is_grey`; a table without a ``label`` column:
+  not clearly above chance), and :func:`label_reason` says why in one phrase — no score, untestable, below
+  the untrained twins, attention to the targets not above chance (span types), below the minimum effect, or
+  q above the FDR level. ✓ marks a label; chance is the ``chance`` column (a uniform head's score);
 * a q- or p-value reads with 3 significant digits, ``< 0.001`` below that and ``unknown`` for NaN
   (:func:`format_q`).
 
@@ -20,7 +24,10 @@ from __future__ import annotations
 
 import math
 
-FDR_LEVEL = 0.05  # probe.heads.label.LabelConfig's default fdr: a q-value below it is clearly above chance
+# probe.heads.label.LabelConfig's defaults (a table does not carry its rule's numbers; tests check these)
+FDR_LEVEL = 0.05  # fdr: a q-value below it is clearly above chance
+MIN_EFFECT = 0.25  # min_effect: mass types need score − chance significantly above it
+MIN_ACCURACY_GAIN = 0.1  # min_accuracy_gain: accuracy types need the gain over the best baseline above it
 
 
 def number(row, column: str) -> float | None:
@@ -59,3 +66,51 @@ def format_q(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "unknown"
     return "< 0.001" if value < 0.001 else f"{value:.3g}"
+
+
+def is_grey(row) -> bool:
+    """Drawn grey: the head is not labelled (a row without a ``label`` field: not clearly above chance,
+    :func:`is_significant`). A row without a score is "no data", not grey."""
+    if number(row, "score") is None and number(row, "accuracy") is None:
+        return False
+    if hasattr(row, "label"):
+        return not is_labelled(row.label)
+    return not is_significant(row)
+
+
+def label_reason(row, fdr: float = FDR_LEVEL, min_effect: float = MIN_EFFECT,
+                 min_accuracy_gain: float = MIN_ACCURACY_GAIN) -> str:
+    """Why a row is not labelled, in one phrase for a hover ("" for a labelled row), checked in this order:
+    no score; untestable (NaN q: its examples come from one cluster); below the untrained twins (the score —
+    the accuracy for accuracy types — at or below ``untrained_p99``); span types: attention to the targets
+    not above chance (``p_above_chance`` decides the combined test); below the minimum effect (the effect
+    estimate at or below `min_effect`, or the accuracy gain at or below `min_accuracy_gain`); q above the FDR
+    level (`fdr`). A row without a ``label`` field (a table that labels nothing) gets "" when it is clearly
+    above chance, else "not clearly above chance"."""
+    if not hasattr(row, "label"):
+        return "" if is_significant(row) else "not clearly above chance"
+    if is_labelled(row.label):
+        return ""
+    score, accuracy = number(row, "score"), number(row, "accuracy")
+    if score is None and accuracy is None:
+        return "no score (no probe had a target)"
+    statistic, name = (accuracy, "accuracy") if accuracy is not None else (score, "score")
+    twins = number(row, "untrained_p99")
+    if twins is not None and statistic is not None and statistic <= twins:
+        return f"below the untrained twins ({name} {statistic:.3f} ≤ their 99th percentile {twins:.3f})"
+    q_value, p_value = number(row, "q_value"), number(row, "p_value")
+    if q_value is None:
+        return "untestable (its examples come from one bootstrap cluster)"
+    above, chance = number(row, "p_above_chance"), number(row, "chance")
+    if above is not None and p_value is not None and above >= p_value and q_value > fdr:
+        versus = f" ({score:.3f} vs chance {chance:.3f})" if score is not None and chance is not None else ""
+        return f"attention to the targets not above chance{versus}"
+    effect = number(row, "effect")
+    if effect is not None:
+        floor, what = (min_accuracy_gain, "accuracy gain over the best baseline") if accuracy is not None \
+            else (min_effect, "score − chance")
+        if effect <= floor:
+            return f"below the minimum effect ({what} {effect:.3f} ≤ {floor:g})"
+    if q_value > fdr:
+        return f"q {format_q(q_value)} above the FDR {fdr:g} (effect not clearly above the minimum)"
+    return "not labelled"

@@ -103,8 +103,8 @@ def _atlas_html(table, layers: int, heads: int) -> str:
         count = sum(is_labelled(v) for v in rows["label"]) if "label" in rows.columns else 0
         figures.append(f"<figure>{atlas_svg(table, layers, heads, head_type)}<figcaption>"
                        f"<b>{html.escape(head_type)}</b> · {count} labelled</figcaption></figure>")
-    return ('<p class="note">score on the fixed 0–1 scale (Viridis) · grey: not clearly above chance · ✓ '
-            'labelled · hover a cell for its score, interval and q</p><div class="atlases">'
+    return ('<p class="note">score on the fixed 0–1 scale (Viridis) · grey: not labelled · ✓ labelled · '
+            'hover a cell for its score, interval, q and why it is not labelled</p><div class="atlases">'
             + "".join(figures) + "</div>")
 
 

@@ -1,7 +1,7 @@
 """The labels table as a readable HTML table (a notebook cell, the report): score with its interval, chance,
 q, label, output share, role, ablation and group effect — sorted and coloured like the app's labelled-heads
-table (best score first within a type; ✓ green when labelled, grey when not clearly above chance; NaN is
-"unknown")."""
+table (best score first within a type; ✓ green when labelled, grey when not labelled, the reason on hover;
+NaN is "unknown")."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from probe.errors import ProbeError
 from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
 from probe.naming import head_name
 from probe.views.bundle import inline_script, inline_style
-from probe.views.reading import format_q, is_labelled, is_significant, number
+from probe.views.reading import format_q, is_grey, is_labelled, is_significant, label_reason, number
 
 MAX_ROWS = 500  # rows drawn in a notebook (a note says how many were left out)
 
@@ -51,16 +51,18 @@ def one_model(table: pd.DataFrame, model: str | None) -> pd.DataFrame:
 
 
 def badges(table: pd.DataFrame | None) -> dict[str, dict[str, list[str]]]:
-    """head type -> {"layer:head": [badge text, css class]}: the score, ✓ when labelled, faint near chance."""
+    """head type -> {"layer:head": [badge text, css class, why not labelled]}: the score, ✓ when labelled,
+    faint (grey) when not labelled, with :func:`probe.views.reading.label_reason` ("" when labelled)."""
     out: dict[str, dict[str, list[str]]] = {}
     if table is None or table.empty:
         return out
     for row in table.itertuples(index=False):
         labelled = is_labelled(getattr(row, "label", None))
-        css = "labelled" if labelled else ("" if is_significant(row) else "faint")
+        css = "labelled" if labelled else ("faint" if is_grey(row) else "")
         score = number(row, "score")
         text = ("unknown" if score is None else f"{score:.2f}") + (" ✓" if labelled else "")
-        out.setdefault(str(row.head_type), {})[f"{int(row.layer)}:{int(row.head)}"] = [text, css]
+        out.setdefault(str(row.head_type), {})[f"{int(row.layer)}:{int(row.head)}"] = [text, css,
+                                                                                       label_reason(row)]
     return out
 
 
@@ -128,12 +130,13 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
             _cell(share_text.strip(), share), _cell(role_text, role_text),
             _cell(ablation, ablation_value), _cell(group, group_value),
         ]
-        faint = not labelled and not is_significant(row)
-        body.append(
-            f'<tr data-head="{name}"' + (' class="faint"' if faint else "") + ">" + "".join(cells) + "</tr>")
+        faint = not labelled and is_grey(row)
+        why = f' title="not labelled: {html.escape(label_reason(row))}"' if faint else ""
+        body.append(f'<tr data-head="{name}"' + (' class="faint"' if faint else "") + why + ">"
+                    + "".join(cells) + "</tr>")
     note = (f"{len(rows)} rows" + (f", the first {max_rows} shown" if len(rows) > max_rows else "") +
-            " · by type, labelled first, best score first (click a header to sort) · ✓ labelled (q ≤ the "
-            "FDR) · grey: not clearly above chance · unknown: not measured (never 0)")
+            " · by type, labelled first, best score first (click a header to sort) · ✓ labelled (passed the "
+            "label rule) · grey: not labelled (hover a row: why) · unknown: not measured (never 0)")
     return (f'<div class="probe-table-note">{html.escape(note)}</div><table '
             f'class="probe-table"><thead><tr>{head}'
             f"</tr></thead><tbody>{''.join(body)}</tbody></table>")

@@ -185,7 +185,7 @@ class View:
 
 
 def _labelled_count(marks: dict) -> int:
-    return sum(css == "labelled" for _, css in marks.values())
+    return sum(mark[1] == "labelled" for mark in marks.values())
 
 
 def fragment(data: dict, element_id: str | None = None) -> str:
@@ -273,7 +273,7 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     text_or_inputs : str or sequence of int or dict
         A text (a protein sequence for protein models), token ids, or a tokenizer's output (batch 1).
     labels : pandas.DataFrame or str, optional
-        A labels table (or its file): the grid's badges (score, ✓ labelled, grey near chance).
+        A labels table (or its file): the grid's badges (score, ✓ labelled, grey not labelled).
     heads : sequence of str or (int, int), optional
         The heads with a full map (default: every head, within `budget`).
     budget : int, default 4 MiB

@@ -198,13 +198,20 @@ def test_grid_thumbnails_are_every_heads_pooled_pattern_from_one_pass(specs):
     assert "max-pooled 3×3" in children[1].children
 
 
-def test_grid_badges_show_scores_labels_and_grey_near_chance():
+def test_grid_badges_show_scores_labels_and_grey_with_the_reason():
+    """Grey = not labelled, whatever the score: a head far above chance whose effect is below the minimum
+    (the issue's MiniLM L0H5 previous-token 0.257 at chance 0.008) is grey too, and says why."""
     table = pd.DataFrame([{"layer": 0, "head": 0, "head_type": "induction", "score": 0.91, "ci_low": 0.9,
                            "chance": 0.1, "label": True},
                           {"layer": 0, "head": 1, "head_type": "induction", "score": 0.11, "ci_low": 0.05,
-                           "chance": 0.1, "label": False}])
-    assert grid.badges(table, "induction") == {(0, 0): ("0.91 ✓", "badge labelled"),
-                                               (0, 1): ("0.11", "badge faint")}
+                           "chance": 0.1, "label": False},
+                          {"layer": 0, "head": 2, "head_type": "induction", "score": 0.257, "ci_low": 0.253,
+                           "chance": 0.008, "effect": 0.249, "p_value": 0.6, "q_value": 0.7,
+                           "label": False}])
+    marks = grid.badges(table, "induction")
+    assert marks[(0, 0)] == ("0.91 ✓", "badge labelled", "")
+    assert marks[(0, 1)][:2] == ("0.11", "badge faint")
+    assert marks[(0, 2)] == ("0.26", "badge faint", "below the minimum effect (score − chance 0.249 ≤ 0.25)")
     assert grid.badges(None, "induction") == {}
 
 
@@ -309,7 +316,7 @@ def test_labels_with_new_columns_or_without_optional_ones_are_shown(specs):
     service = Service(AppConfig(models=specs), labels=table)
     figure = atlas.atlas_view(service, specs[0], "previous_token", "label", None)
     assert np.asarray(figure.data[0].z).shape == (2, 4)
-    assert grid.badges(table, "previous_token")[(0, 1)] == ("0.10", "badge")
+    assert grid.badges(table, "previous_token")[(0, 1)] == ("0.10", "badge", "")
 
 
 def test_a_table_of_several_probe_lengths_shows_the_first_length(specs):

@@ -75,12 +75,12 @@ def test_atlas_colours_the_chosen_types_scores_with_ci_in_hover():
     assert (list(marker.x), list(marker.y)) == ([2], [1]) and marker.name == "selected"
 
 
-def test_atlas_scores_use_the_fixed_scale_and_grey_what_is_not_above_chance():
+def test_atlas_scores_use_the_fixed_scale_and_grey_what_is_not_labelled():
     table = _labels()
-    table.loc[table.head_type == "induction", "chance"] = 0.3  # ci_low > 0.3 only for scores 0.4 and 0.5
+    table.loc[table.head_type == "induction", "chance"] = 0.3  # labelled: the scores 0.4 and 0.5 only
     figure = atlas_figure.atlas_figure(table, 2, 3, "induction", "score")
     score = next(trace for trace in figure.data if trace.name == "score")
-    grey = next(trace for trace in figure.data if trace.name == "not above chance")
+    grey = next(trace for trace in figure.data if trace.name == "not labelled")
     assert (score.zmin, score.zmax) == (0.0, 1.0) and "fixed 0–1" in score.colorbar.title.text
     coloured = ~np.isnan(_z(score))
     np.testing.assert_array_equal(coloured, [[False, False, False], [False, True, True]])

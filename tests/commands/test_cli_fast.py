@@ -56,6 +56,8 @@ def test_the_check_sees_a_heavy_import():
     (["label", "--model", "zoo:induction", "--examples", "many"], "invalid int value"),
     (["label", "--model", "zoo:induction", "--probe-file", "/no/such.jsonl"], "--probe-file /no/such.jsonl"),
     (["label", "--models-file", "/no/such.txt"], "--models-file /no/such.txt"),
+    (["label", "--model", "zoo:induction", "--control", "untrained:65"], "K must be a whole number"),
+    (["label", "--model", "zoo:induction", "--control", "twins"], "use untrained (K = 3 twins)"),
     (["label", "--model", "zoo:induction", "--out", "/no/such/folder/t.csv"], "does not exist"),
     (["profile", "--model", "zoo:induction", "--random", "2", "--window", "0", "--out", "p.csv"],
      "--window 0"),
@@ -120,6 +122,9 @@ def test_label_defaults_and_choices_equal_the_library():
     defaults = {field.name: field.default for field in fields(heads_label.LabelConfig)}
     assert {key: defaults[key] for key in label.DEFAULTS} == label.DEFAULTS
     assert label.COREF_SETS == heads_label.COREF_SETS and label.ABLATE == heads_label.ABLATE
+    from probe.heads.label.config import RETRIEVAL_MASKS
+
+    assert label.RETRIEVAL_MASKS == RETRIEVAL_MASKS
     assert label.HEAD_TYPES == names()
 
 

@@ -42,6 +42,7 @@ def test_copying_equals_the_full_vocab_by_vocab_eigenvalues_on_gpt2(tiny_dir):
     unembed = (
         model.lm_head.weight.double().T * model.transformer.ln_f.weight.double()[:, None]
     )  # [width vocab]
+    unembed = unembed - unembed.mean(1, keepdim=True)  # TransformerLens' center_unembed
     for layer, block in enumerate(model.transformer.h):
         qkv = block.attn.c_attn.weight.double()  # Conv1D [width 3·width]
         proj = block.attn.c_proj.weight.double()  # Conv1D [width width]
@@ -66,6 +67,7 @@ def test_copying_uses_the_shared_value_head_under_gqa(tiny_dir):
     got = copying_scores(loaded)
     embed = model.model.embed_tokens.weight.double()
     unembed = model.lm_head.weight.double().T * model.model.norm.weight.double()[:, None]
+    unembed = unembed - unembed.mean(1, keepdim=True)  # TransformerLens' center_unembed
     for layer, block in enumerate(model.model.layers):
         v = (
             block.self_attn.v_proj.weight.double().T * block.input_layernorm.weight.double()[:, None]
@@ -94,6 +96,38 @@ def test_copying_score_is_one_for_the_identity_and_minus_one_negated():
     assert math.isnan(copying_score(embed, value, torch.zeros(4, 4, dtype=torch.float64), unembed))
 
 
+def test_a_logit_shift_shared_by_every_token_changes_the_score_only_uncentred(tiny_dir):
+    """Adding one direction's logit to every token (W_U + c·1ᵀ) changes no prediction: the centred score
+    (copying_scores) is unchanged, while the score of the uncentred circuit (copying_score on the raw W_U,
+    the convention before this column named one) moves — the convention matters and is the one we state."""
+    from probe.heads.copying import centre_unembed
+
+    loaded = models.load(str(tiny_dir("gpt2")))
+    model = loaded.model
+    before = copying_scores(loaded).scores
+    width, n_heads = model.config.n_embd, model.config.n_head
+    d_head = width // n_heads
+    shift = torch.randn(width, generator=torch.Generator().manual_seed(4)) * 0.5  # [d_model]
+    # [width vocab]
+    raw = (model.lm_head.weight.double().T * model.transformer.ln_f.weight.double()[:, None]).detach()
+    shifted = raw + shift.double()[:, None]  # every token's logit moves by x·shift: argmax unchanged
+    assert torch.allclose(centre_unembed(shifted), centre_unembed(raw), atol=1e-12)
+    embed = model.transformer.wte.weight.detach().double()
+    block = model.transformer.h[0]
+    qkv = block.attn.c_attn.weight.detach().double()  # Conv1D [width 3·width]
+    value = block.ln_1.weight.detach().double()[:, None] * qkv[:, 2 * width:2 * width + d_head]
+    output = block.attn.c_proj.weight.detach().double()[:d_head]
+    moved = abs(copying_score(embed, value, output, shifted) - copying_score(embed, value, output, raw))
+    assert moved > 1e-3  # uncentred: the shared shift counts
+    with torch.no_grad():
+        # the model's own unembedding shifted the same way (lm_head is tied to wte: untie it first)
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+        gain = model.transformer.ln_f.weight
+        model.lm_head.weight += (shift / gain)[None, :].to(model.lm_head.weight.dtype)
+    after = copying_scores(loaded).scores
+    assert torch.allclose(after, before, atol=1e-9)
+
+
 def test_a_model_without_an_unembedding_is_nan_with_a_note(tiny_dir):
     loaded = models.load(str(tiny_dir("bert")))
     assert copying_scores(loaded).unembedding == "mlm_decoder"  # the masked LM's decoder
@@ -107,13 +141,14 @@ def test_roles_copying_and_suppressing_by_hand():
         {
             "head_type": ["induction"] * 5 + ["previous_token"],
             "label": [True, True, True, True, False, True],
-            "output_share": [0.5, 0.5, 0.5, 0.05, 0.5, 0.5],
+            "output_share": [0.5, 0.5, 0.5, 0.02, 0.5, 0.5],
+            "chance": [0.03] * 6,
             "copying": [0.9, -0.9, COPYING_MARGIN / 2, -0.9, 0.9, -0.9],
         }
     )
-    # copying, suppressing, neither (function), a sink stays a sink; unlabelled: no role;
-    # other types by their output share only
-    assert roles(table).tolist()[:4] == ["copying", "suppressing", "function", "sink"]
+    # copying, suppressing, neither (function), inert (its targets supply no more than chance) stays inert;
+    # unlabelled: no role; other types by their output share against chance only
+    assert roles(table).tolist()[:4] == ["copying", "suppressing", "function", "inert"]
     assert pd.isna(roles(table)[4]) and roles(table)[5] == "function"
 
 

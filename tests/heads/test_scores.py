@@ -238,6 +238,9 @@ def test_streamed_coreference_equals_dense_on_a_padded_batch(arch):
                               atol=1e-6)
         words = word_attention(a, example.word_ids, example.query_tokens)  # [layer head word]
         words[..., list(example.query_words)] = -1.0
+        # Clark et al.: the argmax over every word but the attending word
+        clark = torch.isin(words.argmax(-1), torch.tensor(example.target_words)).float()
+        assert torch.equal(result.clark_correct[row], clark)
         if example.candidate_words:  # marked mentions only
             others = [w for w in range(words.shape[-1]) if w not in example.candidate_words]
             words[..., others] = -1.0

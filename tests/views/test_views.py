@@ -126,8 +126,9 @@ def test_show_sends_typed_arrays_that_decode_to_the_planted_heads(planted):
     assert PLANTED_HEADS[(0, 0)] == "previous_token"
     assert view.selected == (0, 0)  # the best labelled head first
     marks = data["badges"]["previous_token"]
-    assert marks["0:0"] == ["0.90 ✓", "labelled"] and marks["0:1"] == ["0.12",
-                                                                       "faint"] and marks["1:2"][1] == ""
+    assert marks["0:0"] == ["0.90 ✓", "labelled", ""] and marks["0:1"][:2] == ["0.12", "faint"]
+    assert marks["1:2"][1] == "faint"  # above chance but not labelled: grey too, with its reason
+    assert marks["1:2"][2] == "not labelled"  # q 0.01 but no label, and nothing in the row says why
     html = view._repr_html_()
     assert "window.probeViews" in html and 'data-probe-view="' in html and "http" not in html.replace(
         "http://www.w3.org/2000/svg", "")
@@ -210,8 +211,9 @@ def test_label_table_is_sorted_coloured_and_says_unknown(planted):
     html = table_html(table)
     heads = re.findall(r'<tr data-head="(L\d+H\d+)"', html)
     assert heads == ["L0H0", "L1H2", "L0H1"]  # labelled first, then best score first
-    assert re.search(r'<tr data-head="L0H1" class="faint">', html)  # not above chance: grey
-    assert not re.search(r'<tr data-head="L1H2" class="faint">', html)  # above chance, not labelled: not grey
+    assert re.search(r'<tr data-head="L0H1" class="faint" title="not labelled: ', html)  # grey, with why
+    assert re.search(r'<tr data-head="L1H2" class="faint" title="not labelled: ', html)  # not labelled: grey
+    assert not re.search(r'<tr data-head="L0H0" class="faint"', html)
     assert "✓ labelled" in html and ">unknown<" in html and "nan" not in html.lower().replace("nan</", "")
     assert "[0.850, 0.950]" in html and "&lt; 0.001" in html
     only = table_html(table, only_labelled=True)

@@ -168,6 +168,13 @@ def test_report_offline_in_chromium(driver, planted, tmp_path):
     report = write_report(loaded, tmp_path / "report.html", labels=_planted_labels(loaded.name), seq_len=48)
     _open_offline(driver, report)
     _hover_token_and_step_a_head(driver, "#probe-report-view")
+    # the grid's badges read like every view: ✓ labelled, grey = not labelled with the reason on hover
+    titles = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#probe-report-view .pv-thumb'))"
+        ".map(b => [b.title, b.querySelector('.pv-badge').className])")
+    grey = [title for title, css in titles if "faint" in css]
+    assert grey and all(" · not labelled: q 0.7 above the FDR 0.05" in title for title in grey)
+    assert any("✓" in title and "not labelled" not in title for title, css in titles if "labelled" in css)
     driver.execute_script("document.querySelector('#probe-report-view').scrollIntoView({block: 'start'})")
     driver.execute_script("window.scrollBy(0, -60)")
     driver.save_screenshot(str(DOCS / "views_report.png"))

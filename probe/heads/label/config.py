@@ -18,6 +18,7 @@ from probe.models import ModelKind
 DEFAULT_SEQ_LEN = 128
 COREF_SETS = ("auto", "gap", "templates", "causality")
 ABLATE = ("labelled", "all", "none")
+RETRIEVAL_MASKS = ("output", "query")  # probe.heads.retrieval_ablation.MASKS
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,16 @@ class LabelConfig:
         Also measure each head's output share (Kobayashi et al. 2020) and its role (``output_share``).
     block_bytes : int, default 8 MiB
         Memory budget of one streamed α block, all heads of a layer (not part of a run's identity).
+    retrieval_mask : {"output", "query"}, default "output"
+        How the retrieval check masks a head (:mod:`probe.heads.retrieval_ablation`): its output zeroed in the
+        prefill and decoding (ours), or its query zeroed on decoding steps — uniform attention — as Wu et al.
+        (``--retrieval-mask``).
+    twins : int, default 0
+        Untrained twins (:mod:`probe.untrained`: the model's architecture and tokenizer with seeded random
+        weights) scored on the same probes (``--control untrained:K``; 0: ``--control none``). Per type and
+        length the 99th percentile of the twins' statistic over all their heads is ``untrained_p99``, and a
+        label must beat it as well as chance (docs/labels.md, "Untrained twins"). Off by default: three twins
+        cost about three more scoring runs (measured in docs/labels.md).
 
     Examples
     --------
@@ -102,6 +113,8 @@ class LabelConfig:
     ablation_controls: int = 8
     output_share: bool = True  # also measure each head's output share (Kobayashi et al. 2020) and its role
     block_bytes: int = 8 * 2**20  # memory budget of one streamed α block (all heads of a layer)
+    retrieval_mask: str = "output"  # retrieval ablation: output zeroed (ours) | query zeroed (Wu et al.)
+    twins: int = 0  # untrained twins scored on the same probes (their p99 is a label's second bar); 0: none
 
     @property
     def lengths(self) -> tuple[int, ...] | None:
@@ -119,6 +132,8 @@ def config_identity(config: LabelConfig) -> dict[str, object]:
     probe.runs.journal identities: a rerun reuses rows only when this and the model's revision are the
     same)."""
     options = {key: value for key, value in asdict(config).items() if key not in NOT_IDENTITY}
+    if not options["twins"]:  # without twins the rows are those of the runs before the field existed
+        del options["twins"]
     options["probe_file"] = file_hash(config.probe_file) if config.probe_file else None
     return options
 

@@ -17,7 +17,10 @@
    effect over ``min_effect`` (mass types: score − chance; accuracy types: paired accuracy gain over the best
    baseline), Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with
    candidates (fixed_offset) choose each head's candidate on half of the examples and are tested on the other
-   half.
+   half. With ``twins`` (``--control untrained:K``), K untrained twins (:mod:`probe.untrained`) are scored on
+   the same token and span probes in the same loop; per type and length the 99th percentile of their
+   statistic over all their heads is ``untrained_p99``, and a label must also be above it (generated types
+   are not run on the twins: a random model retrieves no needle, so its score is NaN by their own rule).
 4. **Output share** (Kobayashi et al. 2020, streamed with the scores): the share of each head's output norm
    that comes from its targets (``output_share``); a label below :data:`SINK_SHARE` has ``role`` "sink",
    others "function".
@@ -45,6 +48,7 @@ from probe.heads.label.config import (
     COREF_SETS,
     DEFAULT_SEQ_LEN,
     NOT_IDENTITY,
+    RETRIEVAL_MASKS,
     LabelConfig,
     Note,
     Progress,
@@ -65,10 +69,12 @@ from probe.heads.label.table import (
     fill_verification,
     roles,
     summary_lines,
+    untrained_bars,
     verified_scores,
 )
 from probe.heads.stage_times import StageTimes
 from probe.heads.tables import COLUMNS
+from probe.untrained import MAX_TWINS, untrained_twins
 
 
 def label_model(
@@ -127,6 +133,11 @@ def label_model(
         raise ProbeError("--examples must be at least 1")
     if config.ablate not in ABLATE:
         raise ProbeError(f"unknown --ablate {config.ablate!r}: choose from {', '.join(ABLATE)}")
+    if not 0 <= config.twins <= MAX_TWINS:
+        raise ProbeError(f"twins must be 0 to {MAX_TWINS} untrained twins (--control untrained:K or none)")
+    if config.retrieval_mask not in RETRIEVAL_MASKS:
+        raise ProbeError(f"unknown --retrieval-mask {config.retrieval_mask!r}: choose from "
+                         f"{', '.join(RETRIEVAL_MASKS)}")
     timings = timings if timings is not None else StageTimes()
     stage = timings.stage
     specs = resolve_types(loaded, config, note)
@@ -138,6 +149,8 @@ def label_model(
     with stage("probe sets"):
         # generated: own probes
         source = ProbeSource(loaded, config, note) if token_specs or span_specs else None
+    with stage("untrained twins"):  # built once per model (probe.untrained caches them while it lives)
+        twins = untrained_twins(loaded, config.twins) if config.twins else ()
 
     plans = []  # (probe set, seq_len, specs): types that share a probe set share its forwards
     sets = list(dict.fromkeys(source.resolve(spec.probe) for spec in token_specs))  # in registry order
@@ -151,6 +164,7 @@ def label_model(
             spans = source.span_probes()
     n_batches = len(batch_slices(config.examples, config.batch_size))
     total = n_batches * len(plans) + (len(batch_slices(len(spans[1]), config.batch_size)) if spans else 0)
+    total *= 1 + len(twins)  # every twin runs the token and span probe sets again
     total += n_batches * len(lengths) * len(generated_specs)
     done = 0
 
@@ -161,6 +175,7 @@ def label_model(
             progress(done, total)
 
     scored: list[Scored] = []
+    twin_scored: list[list[Scored]] = [[] for _ in twins]  # per twin, as `scored` (generated types left out)
     probes_used: dict[str, object] = {}  # head type -> its probes at the first length (for the ablation)
     projections = OutputProjections(loaded.model) if config.output_share else None
     dla: dict[str, torch.Tensor] = {}  # copying type -> its direct logit attribution [layer head]
@@ -177,6 +192,9 @@ def label_model(
                                           observer))
         if observer is not None:
             dla.update({name: observer.result() for name in copies})
+        for twin, found in zip(twins, twin_scored, strict=True):
+            with stage("untrained twins"):
+                found.extend(score_token_set(twin, chosen, probes, source, seq_len, config, tick))
     for seq_len in lengths:
         for spec in generated_specs:
             with stage("generation"):
@@ -184,11 +202,16 @@ def label_model(
     if spans:
         with stage("forwards"):
             scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections))
+        for twin, found in zip(twins, twin_scored, strict=True):
+            with stage("untrained twins"):
+                found.extend(score_span_set(twin, span_specs, spans[0], spans[1], config, tick))
         for spec in span_specs:
             probes_used[spec.name] = spans[1]
 
     with stage("bootstrap"):
-        table = decide(assemble(loaded, scored, config), config)
+        bars = untrained_bars([assemble(twin, found, config) for twin, found in zip(twins, twin_scored,
+                                                                                    strict=True)])
+        table = decide(assemble(loaded, scored, config), config, bars)
     with stage("copying"):
         table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note, dla))
     if projections is not None and projections.missing and note is not None:

@@ -66,19 +66,25 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
                             repeat_start=None if probes.repeat_start is None else probes.repeat_start[rows],
                             repeat_len=None if probes.repeat_len is None else probes.repeat_len[rows],
                             restrict_to_repeat=restrict and probes.repeat_start is not None)
-        patterns = {}
+        patterns, tl_patterns, tl_defined = {}, {}, {}
         for spec in specs:
             for candidate, pattern in spec.targets(ctx).items():
-                patterns[_key(spec, candidate)] = pattern
+                key = _key(spec, candidate)
+                patterns[key] = pattern
+                tl, tl_defined[key] = tl_detection(spec, ctx, pattern)
+                if not torch.equal(tl, pattern):
+                    tl_patterns[key] = tl
                 chances[spec.name].setdefault(candidate, []).append(uniform_chance(pattern, lengths, causal))
         sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, device=loaded.device,
-                         output_projections=projections)
-        del patterns
+                         output_projections=projections, tl_patterns=tl_patterns)
+        del patterns, tl_patterns
         with dla.watching() if dla is not None else contextlib.nullcontext():
             run_sink(loaded.model, sink, input_ids, block_bytes=config.block_bytes)
             if dla is not None:
                 dla.add(input_ids, probes.repeat_start[rows], probes.repeat_len[rows])
         result = sink.result()
+        for key, defined in tl_defined.items():  # TL refuses a detection pattern that is not lower triangular
+            result[key].tl_score[~defined] = torch.nan
         for spec in specs:
             for candidate in chances[spec.name]:
                 parts[spec.name].setdefault(candidate, []).append(result[_key(spec, candidate)])
@@ -90,6 +96,21 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
                           {c: TypeScores.concat(parts[spec.name][c]) for c in candidates},
                           {c: torch.cat(chances[spec.name][c]) for c in candidates}, probes.cluster))
     return out
+
+
+def tl_detection(spec: HeadTypeSpec, ctx: TargetContext,
+                 pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The detection pattern TransformerLens' ``detect_head`` would score a type with on this batch, and
+    where its score is defined: (`[batch query key]` bool, `[batch]` bool).
+
+    For the types TL names (``spec.tl_targets``: previous, duplicate, induction heads) TL's own pattern from
+    the token ids, defined everywhere; for the others the type's targets `pattern` as a custom detection
+    pattern, defined on the probes where it is lower triangular (``detect_head`` asserts that)."""
+    if spec.tl_targets is not None:
+        tl = spec.tl_targets(ctx)
+        return tl, torch.ones(len(tl), dtype=torch.bool)
+    upper = pattern.triu(1).flatten(1).any(1)  # [batch]
+    return pattern, ~upper
 
 
 def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: list[EncodedSpanExample],

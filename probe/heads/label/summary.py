@@ -43,7 +43,15 @@ def summarise(scored: Scored, config: LabelConfig) -> dict[str, torch.Tensor | f
         out[scored.spec.candidate] = candidates[choice]
     correct = scored.scores[scored.candidates[0]].correct
     if scored.spec.statistic == "accuracy" and correct is not None:
+        # the head must also attend to its targets above chance (H0: score − chance ≤ 0), and both tests must
+        # reject: the intersection–union test's p is the larger of the two (Berger 1982)
+        above = stats.p_greater(out["effect"], _std(effect_means), 0.0)
         out.update(_accuracy_summary(correct, scored, weights, config))
+        out["p_above_chance"] = above
+        out["p_value"] = torch.maximum(out["p_value"], above)  # NaN stays NaN
+        clark = scored.scores[None].clark_correct
+        if clark is not None:
+            out["clark_accuracy"] = clark.mean(0)
     # Untestable where the examples with a value come from a single cluster: the bootstrap has no spread, and
     # p_greater would let the estimate decide alone (p = 0). NaN p -> NaN q -> no label.
     testable = stats.clusters_present(effect, cluster) >= stats.MIN_CLUSTERS  # [layer head]

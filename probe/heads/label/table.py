@@ -18,35 +18,58 @@ from probe.heads.registry import REGISTRY
 from probe.heads.sink_rate import sink_rate_lines
 from probe.heads.tables import COLUMNS
 
-# a label whose output share is below this is a "sink": attended to, but it adds almost nothing
+# a label of a sink type (HeadTypeSpec.sink: first token, delimiters) whose output share is below this is a
+# "sink": attended to, but it adds almost nothing
 SINK_SHARE = 0.1
 
 
 COPYING_MARGIN = 0.1  # a copying type's label is "copying" at copying ≥ +margin, "suppressing" at ≤ −margin
 
+# untrained_p99: this quantile of the twins' statistic over all their heads (probe.proteins.significance's
+# UNTRAINED_QUANTILE for the contact test; numpy's default, linear interpolation)
+UNTRAINED_QUANTILE = 0.99
+
 
 def roles(table: pd.DataFrame) -> pd.Series:
-    """Per row: "sink" for a label whose output_share < SINK_SHARE, "function" for the other labels, NaN for
-    unlabelled rows and where output_share is NaN (not measured, or the output projection is unknown). Labels
-    of a type that copies (:attr:`probe.heads.registry.HeadTypeSpec.copies`, induction) that are not sinks are
-    "copying" where ``copying`` ≥ COPYING_MARGIN and "suppressing" where it is ≤ −COPYING_MARGIN (Elhage et
-    al.'s eigenvalue score; Olsson et al.'s induction head copies); in between, or with copying NaN, as
-    above."""
+    """Per row, what a label's weight is worth (docs/labels.md, "Role"); NaN for unlabelled rows and where
+    ``output_share`` is NaN (not measured, or the output projection is unknown).
+
+    * Sink types (:attr:`probe.heads.registry.HeadTypeSpec.sink`: first token, delimiters — where attention
+      is parked, Clark et al. 2019; Kobayashi et al. 2020): "sink" when ``output_share`` < SINK_SHARE, else
+      "function".
+    * Every other type (span and positional types: coreference, bracket, sentence start, induction, …),
+      against the type's own chance level: "function" when ``output_share`` > ``chance`` — its targets supply
+      more of the head's output than a uniform head's targets would (with equal value norms the share *is*
+      the score) — else "inert" (NaN where ``chance`` is NaN).
+    * Copying types (:attr:`~probe.heads.registry.HeadTypeSpec.copies`, induction): a "function" label is
+      "copying" where ``copying`` ≥ COPYING_MARGIN and "suppressing" where it is ≤ −COPYING_MARGIN (Elhage
+      et al.'s eigenvalue score; Olsson et al.'s induction head copies); in between, or with copying NaN, it
+      stays "function".
+    """
     if "output_share" not in table:
         return pd.Series([math.nan] * len(table), index=table.index)
     share = pd.to_numeric(table["output_share"], errors="coerce")
+    chance = (pd.to_numeric(table["chance"], errors="coerce") if "chance" in table
+              else pd.Series(math.nan, index=table.index))
+    copying = (pd.to_numeric(table["copying"], errors="coerce") if "copying" in table
+               else pd.Series(math.nan, index=table.index))
     labelled = table["label"].astype(bool)
-    values = ["sink" if is_label and value < SINK_SHARE else "function" if is_label and value >= SINK_SHARE
-              else math.nan for is_label, value in zip(labelled, share, strict=True)]
-    if "copying" in table:
-        copying = pd.to_numeric(table["copying"], errors="coerce")
-        copies = [REGISTRY[name].copies if name in REGISTRY else False for name in table["head_type"]]
-        for row, (is_label, kind, score,
-                  role) in enumerate(zip(labelled, copies, copying, values, strict=True)):
-            if is_label and kind and role != "sink" and score == score:
-                values[row] = ("copying" if score >= COPYING_MARGIN else "suppressing"
-                               if score <= -COPYING_MARGIN
-                               else role)
+    values = []
+    for is_label, name, value, level, score in zip(labelled, table["head_type"], share, chance, copying,
+                                                   strict=True):
+        spec = REGISTRY.get(name)
+        if not is_label or value != value:
+            values.append(math.nan)
+        elif spec is not None and spec.sink:
+            values.append("sink" if value < SINK_SHARE else "function")
+        elif level != level:
+            values.append(math.nan)
+        elif value <= level:
+            values.append("inert")
+        elif spec is not None and spec.copies and score == score and abs(score) >= COPYING_MARGIN:
+            values.append("copying" if score > 0 else "suppressing")
+        else:
+            values.append("function")
     return pd.Series(values, index=table.index)  # float NaN when no row has a role, else object
 
 
@@ -67,7 +90,7 @@ def fill_verification(table: pd.DataFrame, head_type: str, seq_len: float,
     for name, value in columns.items():
         if name not in table:
             table[name] = math.nan
-        if isinstance(value, str):
+        if isinstance(value, (str, bool)):
             table[name] = table[name].astype(object)
         table.loc[rows, name] = value
 
@@ -124,11 +147,47 @@ def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
 
 
 
-def decide(table: pd.DataFrame, config: LabelConfig) -> pd.DataFrame:
-    """The table with ``q_value`` (Benjamini–Hochberg over all its tests), ``label`` (q ≤ fdr), ``stable``
-    (the same label at every length) and ``role`` filled in (in place, and returned)."""
+def statistic(table: pd.DataFrame) -> pd.Series:
+    """Per row, the number a label rests on: ``accuracy`` where the row has one (accuracy types:
+    coreference), else ``score`` (NaN where unknown) — what :func:`probe.views.reading.label_reason` reads."""
+    score = pd.to_numeric(table["score"], errors="coerce")
+    if "accuracy" not in table:
+        return score
+    accuracy = pd.to_numeric(table["accuracy"], errors="coerce")
+    return accuracy.where(accuracy.notna(), score)
+
+
+def untrained_bars(twin_tables: list[pd.DataFrame]) -> dict[tuple[str, float], float]:
+    """(head type, seq_len or −1 for span sets) -> ``untrained_p99``: the :data:`UNTRAINED_QUANTILE` quantile
+    of :func:`statistic` over every head of every twin (the twins' rows from :func:`assemble`); NaN where no
+    twin head has a value."""
+    if not twin_tables:
+        return {}
+    rows = pd.concat(twin_tables, ignore_index=True)
+    values = statistic(rows).to_numpy(dtype=np.float64)
+    keys = list(zip(rows["head_type"], rows["seq_len"].fillna(-1.0), strict=True))
+    groups: dict[tuple[str, float], list[float]] = {}
+    for key, value in zip(keys, values, strict=True):
+        groups.setdefault((key[0], float(key[1])), []).append(value)
+    bars = {}
+    for key, found in groups.items():
+        finite = np.asarray(found)[np.isfinite(found)]
+        bars[key] = float(np.quantile(finite, UNTRAINED_QUANTILE)) if len(finite) else math.nan
+    return bars
+
+
+def decide(table: pd.DataFrame, config: LabelConfig,
+           bars: dict[tuple[str, float], float] | None = None) -> pd.DataFrame:
+    """The table with ``q_value`` (Benjamini–Hochberg over all its tests), ``untrained_p99`` (from `bars`,
+    :func:`untrained_bars`; NaN without twins), ``label`` (q ≤ fdr, and the statistic above
+    ``untrained_p99`` where it is known), ``stable`` (the same label at every length) and ``role`` filled in
+    (in place, and returned)."""
     table["q_value"] = stats.benjamini_hochberg(torch.tensor(table["p_value"].to_numpy(dtype=float))).numpy()
-    table["label"] = (table["q_value"] <= config.fdr).fillna(False).astype(bool)
+    keys = zip(table["head_type"], table["seq_len"].fillna(-1.0), strict=True)
+    table["untrained_p99"] = [(bars or {}).get((name, float(length)), math.nan) for name, length in keys]
+    bar = pd.to_numeric(table["untrained_p99"], errors="coerce")
+    below_twins = statistic(table) <= bar  # False where either is NaN: no twins, no bar
+    table["label"] = ((table["q_value"] <= config.fdr).fillna(False) & ~below_twins).astype(bool)
     agree = table.groupby(["layer", "head", "head_type"])["label"].transform("nunique")
     table["stable"] = agree.eq(1)
     table["role"] = roles(table)
@@ -145,11 +204,30 @@ def _copying_note(rows: pd.DataFrame, index, role) -> str:
     return f" ({role} {float(rows.at[index, 'copying']):+.2f}{shown})"
 
 
+def _retrieval_note(first) -> str:
+    """"; top 1 masked (output zeroed): needle recall 0.65 → 0.08; as many random heads of the whole model:
+    0.00 at worst; most damaging other head L0H2: 0.00 — not beyond every control" for a retrieval row."""
+    mask = first.get("retrieval_mask")
+    how = {"query": "Wu et al.'s: query zeroed, decoding only", "output": "output zeroed"}.get(mask, "masked")
+    text = (f"; top {int(first['retrieval_k'])} masked ({how}): needle recall {first['needle_recall']:.2f} → "
+            f"{first['needle_recall_top']:.2f}; as many random heads of the whole model: "
+            f"{first['needle_recall_random_min']:.2f} at worst")
+    other = first.get("needle_recall_other_head")
+    if isinstance(other, str):
+        text += f"; most damaging other head {other}: {float(first['needle_recall_other_min']):.2f}"
+    beats = first.get("retrieval_beats_controls")
+    if beats is not None and beats == beats:
+        text += (" — the top heads beat every control" if bool(beats)
+                 else " — NOT beyond every control: another head's masking hurts as much or more")
+    return text
+
+
 def summary_lines(table: pd.DataFrame) -> list[str]:
     """"model · type: N of M heads (L0H1, ...)" for every model, length and type of a table (for stderr);
     fixed-offset heads show their offset, heads whose label flips between lengths are marked "(unstable)",
-    labels whose output share is below SINK_SHARE "(sink)"; "N sinks" counts them, and each ablated group adds
-    "together L1H0 L1H1 …: +6.39 nats (z 1.2)"."""
+    sink labels (:func:`roles`) "(sink)" and inert ones "(inert)"; "N sinks" counts the sinks, the untrained
+    twins' bar follows where they ran ("untrained twins' p99 0.027"), and each ablated group adds "together
+    L1H0 L1H1 …: +6.39 nats (z 1.2)"."""
     lines = []
     lengths = table["seq_len"].dropna().unique()
     for model, rows in table.groupby("model", sort=False):
@@ -158,7 +236,8 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
             labelled = group[group["label"].astype(bool)]
             roles_of = labelled["role"] if "role" in labelled else pd.Series([math.nan] * len(labelled))
             names = [name + (f"({int(offset):+d})" if offset == offset else "") +
-                     ("" if bool(stable) else " (unstable)") + (" (sink)" if kind == "sink" else "") +
+                     ("" if bool(stable) else " (unstable)")
+                     + (f" ({kind})" if kind in ("sink", "inert") else "") +
                      _copying_note(labelled, index, kind)
                      for index, name, offset, stable, kind in zip(labelled.index, labelled["head_name"],
                                                                   labelled["offset"],
@@ -171,6 +250,10 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
                     + (f" ({', '.join(names[:12])}{more})" if names else "")
                     + (f"; {sinks} sink{'s' if sinks != 1 else ''} (output share < {SINK_SHARE})"
                        if sinks else ""))
+            bar = pd.to_numeric(group["untrained_p99"], errors="coerce").max() if "untrained_p99" in group \
+                else math.nan
+            if bar == bar:
+                line += f"; untrained twins' p99 {bar:.3f}"
             if "group_heads" in labelled:
                 joint = labelled.dropna(subset=["group_heads"]).drop_duplicates("group_heads")
                 for heads, effect, z in zip(joint["group_heads"], joint["group_effect"], joint["group_z"],
@@ -183,9 +266,6 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
                                  float(whole["type_group_z"].iloc[0]))
                     line += f"; all {len(whole)} across layers: {effect:+.2f} nats (z {z:.1f})"
             if "retrieval_k" in group and group["retrieval_k"].notna().any():
-                first = group[group["retrieval_k"].notna()].iloc[0]
-                line += (f"; top {int(first['retrieval_k'])} masked: needle recall "
-                         f"{first['needle_recall']:.2f} → {first['needle_recall_top']:.2f} (as many random "
-                         f"heads: {first['needle_recall_random_min']:.2f} at worst)")
+                line += _retrieval_note(group[group["retrieval_k"].notna()].iloc[0])
             lines.append(line)
     return lines + sink_rate_lines(table)

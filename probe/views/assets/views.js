@@ -388,13 +388,14 @@
             span.textContent = badge ? badge[0] : "";
             span.className = "pv-badge " + (badge ? badge[1] : "");
             button.title = headName(layer, head, names) +
-                (this.headType && badge ? " " + this.headType + " " + badge[0] : "");
+                (this.headType && badge ? " " + this.headType + " " + badge[0] : "") +
+                (this.headType && badge && badge[2] ? " · not labelled: " + badge[2] : "");
             button.classList.toggle("selected", layer === this.selected.layer && head === this.selected.head);
         }
         var factor = Math.ceil(this.data.n / t);
         this.gridNote.textContent = this.data.n + " tokens" + (factor > 1 ? ", each thumbnail max-pooled " + factor +
             "×" + factor : "") + (this.perHead ? " · colour: each head's own max" : " · colour: α on the fixed 0–1 scale") +
-            (this.data.badges && this.headType ? " · badge: " + this.headType + " score, ✓ labelled, grey near chance" : "");
+            (this.data.badges && this.headType ? " · badge: " + this.headType + " score, ✓ labelled, grey not labelled (hover: why)" : "");
     };
 
     /** @param {HTMLCanvasElement} canvas @param {ArrayLike<number>} values @param {number} side @param {number} top

