@@ -25,5 +25,6 @@ KV cache values per token  256
 KV cache fp16              per token: 512 B · 4K: 2 MiB · 32K: 16 MiB · 128K: 64 MiB
 KV cache bf16              per token: 512 B · 4K: 2 MiB · 32K: 16 MiB · 128K: 64 MiB
 KV cache fp8               per token: 256 B · 4K: 1 MiB · 32K: 8 MiB · 128K: 32 MiB
+training domain            unknown
 0
 """
