@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from probe.cache import cache_root
+
 # Keys from which the tile kernel runs for dense α blocks: in the whole forward it saves ~10 % of an 8K
 # capture and ~20 % at 16K; at 4K it ties with the torch path (docs/benchmarks.md, "The fused tile kernel").
 MIN_KEYS = 8192
@@ -51,8 +53,7 @@ def _say(line: str) -> None:
 
 
 def _cache_dir(tag: str) -> Path:
-    root = Path(os.environ.get("PROBE_CACHE") or Path.home() / ".cache" / "probe")
-    return root / "tiles" / tag
+    return cache_root() / "tiles" / tag
 
 
 def _library() -> Path:

@@ -57,6 +57,7 @@ from probe.runs.checkpoints import (
 )
 from probe.runs.hub import load_checkpoint
 from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
+from probe.runs.weight_cache import cached_copying_scores
 from probe.training import incontext, text
 
 HEAD_TYPES = ("previous_token", "induction")
@@ -168,7 +169,7 @@ def measure(loaded, checkpoint: Checkpoint, config: HistoryConfig, note=None) ->
     if loaded.max_tokens < config.icl_late + 1:
         raise ProbeError(f"{loaded.name} reads {loaded.max_tokens} positions: too few for the ICL score at "
                          f"token {config.icl_late}; lower --icl-positions")
-    labels = label_model(loaded, config.label, note=note)
+    labels = label_model(loaded, config.label, note=note, copying_of=cached_copying_scores)
     rows = text.held_out_rows(loaded.tokenizer, config.icl_late, config.split, config.max_passages)
     if not len(rows):
         raise ProbeError(f"no passage of GAP's {config.split} split has {config.icl_late} tokens with "

@@ -35,6 +35,7 @@ from probe.runs.checkpoints import Checkpoint, checkpoint_revision, checkpoint_w
 from probe.runs.hub import load_checkpoint
 from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
 from probe.runs.same_weights import mark_same_weights
+from probe.runs.weight_cache import cached_copying_scores
 
 # added after the label table's own columns in a sweep (weights: the identity of the checkpoint's weight
 # bytes; same_weights_as: the first checkpoint of the sweep with the same weights, probe.runs.same_weights)
@@ -100,7 +101,8 @@ class LabelTask:
 
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
         try:
-            table = label_model(state, self.config, progress if self.progress else None, note=notes.append)
+            table = label_model(state, self.config, progress if self.progress else None, note=notes.append,
+                                copying_of=cached_copying_scores)  # copying: once per weights, on disk
             if self.circuits:  # opt-in: the default label run's cost is unchanged
                 from probe.circuits.circuit import CircuitConfig, fed_by_columns
 

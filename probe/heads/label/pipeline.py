@@ -34,13 +34,15 @@ The table's schema is :data:`probe.heads.tables.COLUMNS` (docs/labels.md, "Label
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import torch
 
 from probe.anatomy import PROJECTION_NAMES
 from probe.engine.output_norms import OutputProjections
 from probe.errors import ProbeError
-from probe.heads.copying import copying_scores
+from probe.heads.copying import CopyingScores, copying_scores
 from probe.heads.direct_logit import InductionDLA, induction_dla
 from probe.heads.label.ablation import ablation_columns, merge_ablation
 from probe.heads.label.config import (
@@ -83,6 +85,7 @@ def label_model(
     progress: Progress | None = None,  # called with (batches done, batches in all)
     note: Note | None = None,  # one-line notes for the user (skipped types, probe fallbacks, ablation)
     timings: StageTimes | None = None,  # seconds per stage are added here (probe label's summary)
+    copying_of: Callable[[object], CopyingScores] | None = None,  # the copying stage (a cache of it)
 ) -> pd.DataFrame:
     """Score every head of a loaded model on the probe sets and label it.
 
@@ -105,6 +108,9 @@ def label_model(
     timings : StageTimes, optional
         Receives the wall-clock seconds of each stage (:mod:`probe.heads.stage_times`); they are also in the
         table's ``attrs["stage_seconds"]``.
+    copying_of : callable, optional
+        Gives the copying scores of a model (default :func:`probe.heads.copying.copying_scores`); ``probe
+        label`` passes :func:`probe.runs.weight_cache.cached_copying_scores`, which keeps them across runs.
 
     Returns
     -------
@@ -213,7 +219,8 @@ def label_model(
                                                                                     strict=True)])
         table = decide(assemble(loaded, scored, config), config, bars)
     with stage("copying"):
-        table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note, dla))
+        table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note, dla,
+                                                     copying_of))
     if projections is not None and projections.missing and note is not None:
         note(f"output_share is NaN for {loaded.name}: no output projection found for "
              f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or "
@@ -233,11 +240,12 @@ def label_model(
 
 def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig,
                     note: Note | None = None, known: dict[str, torch.Tensor] | None = None,
+                    copying_of: Callable[[object], CopyingScores] | None = None,
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Elhage et al.'s copying score of every head `[layer head]` (:mod:`probe.heads.copying`; NaN with a note
     where the weights are unknown) and, per copying type scored on repeated blocks, the direct logit
     attribution to its targets' tokens (:mod:`probe.heads.direct_logit`)."""
-    copying = copying_scores(loaded)
+    copying = (copying_of or copying_scores)(loaded)  # a weight-only stage: probe label caches it
     if copying.note is not None and note is not None:
         note(copying.note)
     known = known or {}  # attributions already reduced from the scoring forwards
