@@ -295,7 +295,7 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     n_maps = len(chosen) if chosen is not None else loaded.n_layers * loaded.n_heads
     factor = encode.pooling_factor(ids.shape[1], n_maps, budget, max_side)
     maps, thumbs = pooled_attention(loaded, ids, factor, chosen, encode.THUMB_BINS)
-    table = one_model(as_table(labels), loaded.name) if labels is not None else None
+    table = one_model(as_table(labels), loaded) if labels is not None else None
     tokens = display_tokens(loaded.tokenizer, loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist()))
     first = _first_head(table, maps, selected, loaded)
     return View(model=loaded.name, tokens=tuple(tokens), causal=loaded.kind == ModelKind.CAUSAL_LM,

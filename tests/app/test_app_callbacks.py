@@ -322,6 +322,26 @@ def test_a_table_of_several_probe_lengths_shows_the_first_length(specs):
     assert len(service.labels.table(specs[0])) == 8
 
 
+def test_a_labels_table_of_no_served_model_is_refused_at_start(specs, tmp_path):
+    """--labels with another model's table (issue 44, escape 1): one line before serving, never drawn."""
+    from app import create_app
+
+    path = tmp_path / "labels.csv"
+    _label_table("zoo:positional").assign(revision="sha256:other").to_csv(path, index=False)
+    with pytest.raises(ProbeError, match="holds no row of any served model") as error:
+        create_app(AppConfig(models=specs, labels=str(path)))
+    assert "\n" not in str(error.value)
+    with pytest.raises(ProbeError, match=r"holds no row of .*its rows are of zoo:positional"):
+        create_app(AppConfig(models=specs[:1], labels=str(path)))
+    # a hand-made table (no model column) naming a head the only model lacks
+    _label_table(specs[0], n_layers=5).drop(columns="model").to_csv(path, index=False)
+    with pytest.raises(ProbeError, match="does not have"):
+        create_app(AppConfig(models=specs[:1], labels=str(path)))
+    _label_table(specs[0]).to_csv(path, index=False)
+    served = create_app(AppConfig(models=specs, labels=str(path))).probe_service
+    assert served.labels.table(specs[0]) is not None and served.labels.table(specs[1]) is None
+
+
 def test_bad_labels_file_is_a_one_line_error(tmp_path):
     path = tmp_path / "labels.csv"
     pd.DataFrame({"layer": [0]}).to_csv(path, index=False)

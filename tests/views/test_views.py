@@ -228,6 +228,35 @@ def test_label_table_is_sorted_coloured_and_says_unknown(planted):
         label_table(pd.DataFrame({"layer": [0]}))
 
 
+def test_another_models_label_table_is_refused_in_one_line(planted, tmp_path, capsys):
+    """A table of another model (issue 44, escape 1) is refused by probe.show, the report and `probe report`,
+    never drawn as this model's labels; the same weights named by another path (its revision) are accepted."""
+    from probe.cli import main
+    from probe.views.report import report_html
+
+    other = _labels(planted).assign(model="zoo:positional", revision="sha256:other")
+    ids = _ids(planted, 8)[0].tolist()
+    with pytest.raises(ProbeError, match=r"holds no row of .*its rows are of zoo:positional") as error:
+        show(planted, ids, labels=other)
+    assert "\n" not in str(error.value)
+    with pytest.raises(ProbeError, match="holds no row of"):
+        report_html(planted, labels=other, seq_len=8)
+    path = tmp_path / "positional.csv"
+    other.to_csv(path, index=False)
+    assert main(["report", "--model", planted.name, "--labels", str(path), "--seq-len", "8",
+                 "--out", str(tmp_path / "r.html")]) == 2
+    assert "holds no row of" in capsys.readouterr().err and not (tmp_path / "r.html").exists()
+    # a head the model lacks (a table built by hand, no model column)
+    with pytest.raises(ProbeError, match="L7H0|layer 7 head 0"):
+        show(planted, ids, labels=_labels(planted).drop(columns="model").assign(layer=7))
+    # the same weights by another name: matched by the revision
+    renamed = _labels(planted).assign(model=planted.name + "/", revision=planted.revision)
+    assert show(planted, ids, labels=renamed).badges["previous_token"]["0:0"][0] == "0.90 ✓"
+    # rows of this model among another's: only this model's are drawn
+    mixed = pd.concat([_labels(planted), other.assign(layer=0, head=3)], ignore_index=True)
+    assert "0:3" not in show(planted, ids, labels=mixed).badges["previous_token"]
+
+
 # --- the report ---------------------------------------------------------------------------------------------
 
 
