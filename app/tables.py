@@ -23,6 +23,9 @@ def read_labels(path: str | Path) -> pd.DataFrame:
     """A labels table from `probe label` (.csv, .parquet or .json); checked for the columns the atlas
     needs."""
     path = Path(path).expanduser()
+    if path.is_dir():
+        raise ProbeError(f"--labels {path} is a folder: give the table file inside it, written by "
+                         "`probe label`")
     if not path.is_file():
         raise ProbeError(f"--labels {path}: no such file; pass a table written by `probe label`")
     if path.suffix.lower() not in TABLE_EXTENSIONS:

@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from probe.commands.common import add_model_options, load_keywords, output_path
+from probe.commands.common import add_model_options, load_keywords
+from probe.commands.paths import output_path
 from probe.errors import ProbeError
 from probe.naming import parse_index_list
 

@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from probe.commands import common
-from probe.commands.common import add_model_options, add_ray_options, executor, load_keywords, output_path
+from probe.commands.common import add_model_options, add_ray_options, executor, load_keywords
+from probe.commands.paths import output_path
 from probe.errors import ProbeError
 from probe.proteins import defaults
 from probe.untrained import parse_control

@@ -21,11 +21,11 @@ from probe.commands.common import (
     add_sweep_options,
     executor,
     load_keywords,
-    output_path,
     parse_lengths,
     plot_paths,
     refuse_if_too_big,
 )
+from probe.commands.paths import output_path, page_path
 from probe.errors import ProbeError
 
 # The defaults and choices of probe.heads.label.LabelConfig, written out so that `probe label --help` and
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
     plot = plot_paths(args.plot) if args.plot else None
-    report_path = output_path(args.report, (".html",), "--report") if args.report else None
+    report_path = page_path(args.report, args.force, "--report") if args.report else None
     if report_path is not None and (len(dict.fromkeys(args.model or [])) != 1 or args.models_file
                                     or args.revisions):
         raise ProbeError("--report writes the report of one model: give one --model (no --models-file, "

@@ -11,9 +11,9 @@ from probe.commands.common import (
     TABLE_EXTENSIONS,
     add_model_options,
     load_keywords,
-    output_path,
     refuse_if_too_big,
 )
+from probe.commands.paths import output_path
 from probe.errors import ProbeError
 
 # The defaults of probe.heads.profile.ProfileConfig, written out so that `probe profile --help` and argument

@@ -25,6 +25,9 @@ def as_table(labels) -> pd.DataFrame:
         table = labels
     elif isinstance(labels, (str, Path)):
         path = Path(labels).expanduser()
+        if path.is_dir():
+            raise ProbeError(f"labels {path} is a folder: give the table file inside it, written by "
+                             "`probe label`")
         if not path.is_file():
             raise ProbeError(f"labels {path}: no such file; pass a table written by `probe label`")
         if path.suffix.lower() not in TABLE_EXTENSIONS:

@@ -24,6 +24,7 @@ from probe.naming import head_name, parse_head_name
 from probe.runs.atomic import write_atomically
 from probe.views import encode, figures
 from probe.views.bundle import inline_script, inline_style
+from probe.views.pages import GENERATOR
 from probe.views.pooling import pooled_attention
 from probe.views.reading import is_labelled
 from probe.views.tables import as_table, badges, one_model
@@ -191,7 +192,7 @@ def fragment(data: dict, element_id: str | None = None) -> str:
 def standalone_page(body: str, title: str) -> str:
     """A whole HTML page around `body` (no external resource)."""
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta '
-            f'charset="utf-8"><title>{html.escape(title)}</title><meta name="viewport" '
+            f'charset="utf-8">{GENERATOR}<title>{html.escape(title)}</title><meta name="viewport" '
             'content="width=device-width, initial-scale=1">'
             "<link rel=\"icon\" href=\"data:,\"></head>\n"
             f'<body><div class="probe-report">{body}</div></body></html>\n')

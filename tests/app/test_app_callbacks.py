@@ -349,6 +349,8 @@ def test_bad_labels_file_is_a_one_line_error(tmp_path):
         read_labels(path)
     with pytest.raises(ProbeError, match="no such file"):
         read_labels(tmp_path / "absent.csv")
+    with pytest.raises(ProbeError, match="is a folder"):
+        read_labels(tmp_path)
 
 
 def _wait_for_job(service, spec, timeout=120.0):

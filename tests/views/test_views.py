@@ -316,6 +316,30 @@ def test_probe_report_command(planted, tmp_path, capsys):
                  "--out", str(out)]) == 2
 
 
+def test_probe_report_never_overwrites_a_users_own_html_without_force(planted, tmp_path, capsys):
+    """Issue 44, escape 6: `probe report` (and `probe label --report`) refuse an --out that is not a page
+    probe wrote, as label, contacts and profile refuse a foreign file; --force overwrites; our own report is
+    replaced without it."""
+    from probe.cli import main
+    from probe.views.pages import is_probe_page
+
+    out = tmp_path / "mine.html"
+    out.write_text("<html><body>my notes</body></html>")
+    argv = ["report", "--model", planted.name, "--seq-len", "8", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "is not a page probe wrote" in err and "--force" in err and len(err.strip().splitlines()) == 1
+    assert out.read_text() == "<html><body>my notes</body></html>"
+    labels = tmp_path / "t.csv"
+    assert main(["label", "--model", planted.name, "--out", str(labels), "--report", str(out)]) == 2
+    assert "is not a page probe wrote" in capsys.readouterr().err and not labels.exists()
+    assert main([*argv, "--force"]) == 0 and is_probe_page(out)
+    assert main(argv) == 0  # our own report: replaced without --force
+    capsys.readouterr()
+    assert main(["report", "--model", planted.name, "--labels", str(tmp_path), "--out", str(out)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
 def test_probe_label_writes_the_report_at_the_end(planted, tmp_path, capsys):
     from probe.cli import main
 
