@@ -36,11 +36,11 @@ import transformers
 from torch import nn
 from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
-from probe import zoo
 from probe.errors import NoTokenizerError, ProbeError, first_line
 from probe.hashing import weights_hash
 from probe.layers import EAGER_NOTE, ENGINE_CHOICES, AttentionPlan, attention_plan, choose_engine, set_engine
 from probe.naming import head_name
+from probe.specs import ZOO_PREFIX, locate, resolve  # noqa: F401 - probe.models.locate / resolve / ZOO_PREFIX
 
 _LOG = logging.getLogger("probe")  # one-line notes (eager fallback, layers without α) to stderr
 
@@ -66,7 +66,6 @@ class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the proj
 
 
 ResidueFormat = Literal["letters", "spaced"]
-ZOO_PREFIX = "zoo:"
 
 # Amino-acid letters the ESM vocabulary holds as residues (20 standard + B, U, Z, O, X ambiguity codes).
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWYBUZOX"
@@ -198,21 +197,6 @@ class LoadedModel:
         return _residue_offset(self.tokenizer, self.residue_format)
 
 
-def resolve(spec: str) -> str:
-    """A zoo:NAME spec -> the shipped directory; anything else is returned unchanged."""
-    if spec.startswith(ZOO_PREFIX):
-        return str(zoo.path(spec[len(ZOO_PREFIX):]))
-    return spec
-
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
-
-
-def _looks_like_path(spec: str) -> bool:
-    """Not shaped like a hub id ("gpt2", "facebook/esm2_t6_8M_UR50D"): treat it as a directory."""
-    return not _HUB_ID.match(spec)
-
-
 def _strip_marker(token: str) -> str:
     """A vocabulary entry without its word markers (SentencePiece "▁", WordPiece "##", byte-level "Ġ")."""
     return token.removeprefix("##").lstrip("▁Ġ")
@@ -312,28 +296,6 @@ def _hub_error(spec: str, error: Exception) -> ProbeError:
         f"cache; download it where the hub is reachable (`hf download {spec}`) and pass that directory with "
         "--model DIR, or set HF_HOME to a cache that holds it"
     )
-
-
-def locate(spec: str) -> str:
-    """Where `spec` points, checked without loading anything: a zoo:NAME or a local directory (with
-    config.json) -> its path; a hub id -> itself. One-line ProbeError for a missing directory or zoo name
-    (commands call this for every --model before computing anything)."""
-    source = resolve(spec)
-    local = Path(source).expanduser()
-    try:
-        local.exists()
-    except OSError as error:  # a name too long for the file system, say
-        raise ProbeError(f"model {spec[:60]}{'...' if len(spec) > 60 else ''}: not a usable path "
-                         f"({error.strerror or error})") from None
-    if local.exists():
-        if not local.is_dir() or not (local / "config.json").exists():
-            raise ProbeError(f"{source} is not a model directory (no config.json); pass what save_pretrained "
-                             "wrote")
-        return str(local)
-    if _looks_like_path(spec):
-        raise ProbeError(f"model directory {spec} does not exist; check the path or pass a hub id such as "
-                         "gpt2")
-    return spec
 
 
 def load(

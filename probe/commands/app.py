@@ -10,6 +10,7 @@ import socket
 import sys
 
 from probe.errors import ProbeError
+from probe.specs import locate
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     if args.upload_mb * 2**20 >= 2**40:
         raise ProbeError(f"--upload-mb {args.upload_mb} is more than 1 TiB: give the largest upload in MiB, "
                          "e.g. 5")
+    for spec in args.model or ():
+        locate(spec)  # a mistyped --model before any heavy import
     check_bindable(args.host, args.port)  # fail before loading any model
     create_app, AppConfig = _dashboard()
     config = AppConfig(models=tuple(args.model or ()), labels=args.labels, device=args.device,

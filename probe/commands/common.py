@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 
 from probe.card import architecture_card, load_config
-from probe.commands.paths import output_path
+from probe.commands.paths import output_path, writable_folder
 from probe.errors import ProbeError
 from probe.memory import available_memory, check_fits, memory_plan
 from probe.runs.export import PLOT_EXTENSIONS
+from probe.specs import locate
 
 # What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/commands/test_cli_fast.py checks they
 # are equal), written out so that checking --out needs no pandas.
@@ -40,6 +41,15 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False, requi
     parser.add_argument("--max-memory", default=None, metavar="DEV=AMOUNT,...",
                         help="with --device-map: memory per device as transformers takes it, e.g. "
                              "0=10GiB,cpu=30GiB")
+
+
+def check_model_options(args: argparse.Namespace, names=None) -> None:
+    """The shared model flags checked before any heavy import (one line naming the fix): every model spec
+    exists (`names`, default --model; probe.specs.locate) and an --offload-folder can be written."""
+    for name in (args.model if isinstance(args.model, list) else [args.model]) if names is None else names:
+        locate(name)
+    if getattr(args, "offload_folder", None):
+        writable_folder(args.offload_folder, "--offload-folder")
 
 
 def add_control_option(parser: argparse.ArgumentParser, default: str = "untrained") -> None:

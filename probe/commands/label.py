@@ -19,6 +19,7 @@ from probe.commands.common import (
     TABLE_EXTENSIONS,
     add_model_options,
     add_sweep_options,
+    check_model_options,
     executor,
     load_keywords,
     parse_lengths,
@@ -147,9 +148,10 @@ def run(args: argparse.Namespace) -> int:
         raise ProbeError("give --model (repeat it for several) or --models-file")
     if args.models_file is not None and not Path(args.models_file).expanduser().is_file():
         raise ProbeError(f"--models-file {args.models_file} is not a file: give one model per line")
-    # The labelling stack (torch, pandas, transformers) is imported only now, after the checks that need none
-    # of it: `probe label --help`, argument errors and missing files answer at once
-    # (tests/commands/test_cli_fast.py).
+    # every --model exists before the stack is imported (with --revisions: the checkpoints' folder or hub id)
+    check_model_options(args, dict.fromkeys(args.model or []) if args.revisions is None else ())
+    # The labelling stack (torch, pandas, transformers) only now: `probe label --help`, argument errors and
+    # missing files or models answer at once (tests/commands/test_cli_fast.py).
     import pandas as pd
 
     from probe import models
@@ -161,12 +163,10 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     run_on = executor(args)
     longest = max(config.seq_len or (128,)) if isinstance(config.seq_len, tuple) else (config.seq_len or 128)
-    for name in dict.fromkeys(args.model or []):  # every --model must exist before the first is labelled
-        if args.revisions is None:  # (with --revisions it is the folder or hub id of the checkpoints)
-            models.locate(name)
-            refuse_if_too_big(args, name, "probe label", longest, batch=config.batch_size,
-                              block_bytes=config.block_bytes, flags="a smaller --batch-size or a shorter "
-                                                                    "--seq-len")
+    for name in dict.fromkeys(args.model or []) if args.revisions is None else ():
+        refuse_if_too_big(args, name, "probe label", longest, batch=config.batch_size,
+                          block_bytes=config.block_bytes, flags="a smaller --batch-size or a shorter "
+                                                                "--seq-len")
     checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)

@@ -76,3 +76,19 @@ def _check_writable(folder: Path, flag: str, text: str) -> None:
                          "choose a writable folder") from None
     os.close(handle)
     os.unlink(tmp)
+
+
+def writable_folder(text: str, flag: str) -> Path:
+    """A folder the command will write into (created when missing, as the writer would): checked before any
+    work — not a file, and a file can be created in it (or in the nearest folder that exists, when it is still
+    to be made)."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ProbeError(f"{flag} {text} is a file, not a folder; give a folder")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ProbeError(f"{flag} {text}: {existing} is a file, not a folder; give a folder")
+    _check_writable(existing, flag, text)
+    return path

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from probe.commands.common import TABLE_EXTENSIONS, add_model_options, load_keywords
+from probe.commands.common import TABLE_EXTENSIONS, add_model_options, check_model_options, load_keywords
 from probe.commands.paths import input_file, page_path
 from probe.errors import ProbeError
 
@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         input_file(args.structure, "--structure", "a PDB or mmCIF file")
     if args.labels:
         input_file(args.labels, "--labels", "a table written by `probe label`", TABLE_EXTENSIONS)
+    check_model_options(args)
     # Heavy imports (torch, transformers, pandas) only now.
     from probe.models import ModelKind, load
     from probe.views.report import write_report
