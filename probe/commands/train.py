@@ -8,6 +8,7 @@ and :func:`probe.training.cards.save_esm_random`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -123,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             wanted = {int: "a whole number", float: "a number"}.get(kind, "text")
             raise ProbeError(f"--set {item}: {key} takes {wanted}") from None
+    try:  # every field in its range (TrainConfig checks itself), before any training
+        dataclasses.replace(ORGANISMS[args.name], **overrides)
+    except ProbeError as error:
+        raise ProbeError(f"--set {' '.join(args.set)}: {error}") from None
     steps = overrides.get("steps", ORGANISMS[args.name].steps)
     if args.checkpoint_steps and max(args.checkpoint_steps) > steps:
         raise ProbeError(f"--checkpoint-steps: {max(args.checkpoint_steps)} is past the run's {steps} steps")
