@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -413,6 +414,7 @@ def load(
             raise _hub_error(spec, error) from None
         raise ProbeError(f"cannot load the weights of {spec}: {first_line(error)} (a corrupt download? "
                          f"delete it from the cache and download it again)") from None
+    _check_placed(model, spec)
     plan = attention_plan(model)
     if plan.engine == "eager" and getattr(model.config, "_attn_implementation", "eager") != "eager":
         # Outside the interface the fallback asks each module for its weights (output_attentions=True), and
@@ -449,6 +451,17 @@ def _check_stack_heads(config, spec: str) -> None:
                          "capture of such encoder-decoder models is not supported")
 
 
+def _check_placed(model, spec: str) -> None:
+    """A device map must leave some module on an execution device (cpu, cuda): with every weight on disk
+    (--max-memory too small for even one layer) nothing can run the forward pass ("Cannot copy out of meta
+    tensor"), so it is refused in one line."""
+    placed = getattr(model, "hf_device_map", None)
+    if placed and all(where == "disk" for where in placed.values()):
+        raise ProbeError(f"the device map leaves no layer of {spec} on an execution device (cpu or cuda): "
+                         "every weight went to disk; give one device more memory (e.g. --max-memory "
+                         "cpu=4GiB) or drop --max-memory")
+
+
 def _placement(device_map, offload_folder, max_memory) -> dict:
     """from_pretrained's big-model keywords (device_map, offload_folder, max_memory), checked; {} without a
     map."""
@@ -466,7 +479,12 @@ def _placement(device_map, offload_folder, max_memory) -> dict:
         folder = Path(offload_folder).expanduser()
         if folder.exists() and not folder.is_dir():
             raise ProbeError(f"--offload-folder {offload_folder} is a file; give a folder")
-        folder.mkdir(parents=True, exist_ok=True)
+        try:  # made now and written to once, so an unwritable folder is one line before any weight loads
+            folder.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as error:
+            raise ProbeError(f"--offload-folder {offload_folder}: cannot write there "
+                             f"({error.strerror or error}); give a writable folder") from None
         placement["offload_folder"] = str(folder)
     elif isinstance(device_map, dict) and "disk" in device_map.values():
         raise ProbeError("the device map puts weights on disk: give --offload-folder DIR")

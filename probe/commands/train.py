@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from probe import zoo
+from probe.commands.paths import writable_folder
 from probe.errors import ProbeError
 
 # Recipes of probe.training.organisms whose weights the package does not ship (yet): they are trained on
@@ -78,6 +79,7 @@ def _check_out_folder(out: Path) -> None:
     existing = next(parent for parent in out.parents if parent.exists())
     if not existing.is_dir():
         raise ProbeError(f"--out {out}: {existing} is a file, not a folder; give a path inside a folder")
+    writable_folder(str(out), "--out")  # a read-only folder is one line, not an error after training
 
 
 def run(args: argparse.Namespace) -> int:

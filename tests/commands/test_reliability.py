@@ -295,9 +295,19 @@ CASES = [
     case("label-offload-folder-is-a-file", *LABEL_OUT, "--device-map", "auto", "--offload-folder",
          "{tmp}/plain.txt"),
     case("capture-offload-folder-without-device-map", *CAPTURE_OUT, "--offload-folder", "{tmp}/off"),
-    # (a device map that offloads to disk without --offload-folder is no error: transformers 5 reads the
-    # offloaded weights from the checkpoint's own safetensors file — `--device-map auto --max-memory cpu=1KiB`
-    # loads with hf_device_map {'': 'disk'} and captures)
+    # (a device map that offloads some layers to disk without --offload-folder is no error: transformers 5
+    # reads the offloaded weights from the checkpoint's own safetensors file. One that leaves no layer on an
+    # execution device is refused: all-MiniLM-L6-v2 then failed with "Cannot copy out of meta tensor", its
+    # newly initialised MLM head having no file to be read from — issue 44, escape 5)
+    case("capture-max-memory-leaves-no-layer", *CAPTURE_OUT, "--device-map", "auto", "--max-memory",
+         "cpu=1KiB"),
+    case("label-max-memory-leaves-no-layer", *LABEL_OUT, "--device-map", "auto", "--max-memory", "cpu=1KiB"),
+    # unwritable folders, before any work (issue 44, escape 5)
+    case("capture-offload-folder-read-only", *CAPTURE_OUT, "--device-map", "auto", "--offload-folder",
+         "{readonly}/off"),
+    case("label-offload-folder-read-only", *LABEL_OUT, "--device-map", "auto", "--offload-folder",
+         "{readonly}/off"),
+    case("train-out-read-only", "train", "induction", "--out", "{readonly}/m"),
     case("capture-max-memory-no-equals", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "lots"),
     case("capture-max-memory-bad-amount", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "cpu=many"),
     case("capture-max-memory-empty-device", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "=1GiB"),
