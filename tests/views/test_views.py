@@ -257,6 +257,17 @@ def test_another_models_label_table_is_refused_in_one_line(planted, tmp_path, ca
     assert "0:3" not in show(planted, ids, labels=mixed).badges["previous_token"]
 
 
+def test_show_refuses_a_head_the_model_lacks_and_an_empty_map_side(planted):
+    """Issue 44, escape 9: selected="L9H9" on a 2-layer model and max_side=0 drew a view."""
+    ids = _ids(planted, 8)[0].tolist()
+    for selected in ("L9H9", (0, 9)):
+        with pytest.raises(ProbeError, match="has layers 0..1 and heads 0..3"):
+            show(planted, ids, selected=selected)
+    with pytest.raises(ProbeError, match="max_side=0"):
+        show(planted, ids, max_side=0)
+    assert show(planted, ids, selected="L1H3").selected == (1, 3)
+
+
 # --- the report ---------------------------------------------------------------------------------------------
 
 
