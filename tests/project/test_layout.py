@@ -34,8 +34,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "probe"
 
 BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.specs",
-        "probe.layers", "probe.anatomy", "probe.card", "probe.memory", "probe.data", "probe.zoo", "probe.zoo.tiny",
-        "probe.zoo.planted", "probe.untrained"}
+        "probe.layers", "probe.anatomy", "probe.card", "probe.memory", "probe.data", "probe.zoo",
+        "probe.zoo.tiny", "probe.zoo.planted", "probe.untrained"}
 RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "training": 3, "runs": 4, "views": 5,
         "commands": 6}
 
