@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     service = dash_app.probe_service
     # shipped tables read; other default models labelled in the background
     if not args.model and not args.labels:
-        service.label_missing(report=lambda line: print(line, file=sys.stderr, flush=True))
+        service.labels.label_missing(report=lambda line: print(line, file=sys.stderr, flush=True))
     check_bindable(args.host, args.port)  # again: the port may have been taken while the models loaded
     if args.host not in LOOPBACK:
         print(f"probe app: warning: binding {args.host} makes the dashboard reachable from other machines; "
