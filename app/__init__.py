@@ -37,6 +37,7 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
     """
     service = service or Service(config or AppConfig())
     service.registry.load_all()
+    service.labels.check_file()  # another model's table is refused, never drawn
     dash_app = Dash(__name__, assets_folder=str(ASSETS), title="probe", update_title=None,
                     suppress_callback_exceptions=True,
                     # views.js, then the 3D view's 3Dmol.js and structure.js, all from the app's own route

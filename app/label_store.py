@@ -8,7 +8,9 @@ from collections.abc import Callable
 import pandas as pd
 
 from probe import models
+from probe.errors import ProbeError
 from probe.heads.label import LabelConfig, label_model
+from probe.heads.tables import rows_of_model
 
 from .config import AppConfig
 from .facts import ModelFacts
@@ -49,24 +51,50 @@ class LabelStore:
         table shipped with it (a bundled organism's labels.csv, all-MiniLM-L6-v2's in app/data)."""
         if spec in self._computed:
             return self._computed[spec]
-        mine = self._file_rows(spec)
+        mine = self._file_rows_or_none(spec)
         return mine if mine is not None else self._shipped.get(spec)
 
     def shipped(self, spec: str) -> bool:
         """Whether `spec` came with a label table (read at start-up; nothing to compute)."""
         return spec in self._shipped
 
+    def check_file(self) -> None:
+        """Refuse (one-line ProbeError) a --labels table that holds no row of any served model, or names a
+        head its model lacks: it would be another model's labels shown as these (called once the models are
+        loaded)."""
+        if self._file is None:
+            return
+        usable = self.facts.registry.usable_specs
+        if "model" not in self._file.columns and len(usable) != 1:
+            raise ProbeError("--labels: the table has no model column, so it cannot be matched to one of "
+                             f"{len(usable)} served models; pass a table written by `probe label`")
+        refusals = []
+        for spec in usable:
+            try:
+                self._file_rows(spec)
+                return
+            except ProbeError as error:
+                refusals.append(str(error))
+        if len(refusals) == 1:
+            raise ProbeError(f"--labels: {refusals[0]}")
+        if refusals:
+            raise ProbeError(f"--labels: the table holds no row of any served model "
+                             f"({', '.join(map(display_name, usable))}); pass the table `probe label` wrote "
+                             "for one of them")
+
     def _file_rows(self, spec: str) -> pd.DataFrame | None:
+        """The --labels rows of `spec` (None without a --labels table); ProbeError when it holds none."""
         table = self._file
         if table is None:
             return None
-        if "model" not in table.columns:
-            return one_length(table) if len(self.facts.specs) == 1 else None
         loaded = self.facts.model(spec)
-        mine = table[table["model"].astype(str) == spec]
-        if mine.empty and "revision" in table.columns:
-            mine = table[table["revision"].astype(str) == loaded.revision]
-        return one_length(mine) if not mine.empty else None
+        return one_length(rows_of_model(table, spec, loaded.revision, (loaded.n_layers, loaded.n_heads)))
+
+    def _file_rows_or_none(self, spec: str) -> pd.DataFrame | None:
+        try:
+            return self._file_rows(spec)
+        except ProbeError:
+            return None  # another served model's rows (check_file refused a table of no served model)
 
     def heads_summary(self, spec: str) -> pd.DataFrame | None:
         """The structure-set summary (`probe contacts --heads-summary`) of `spec`: matched by the model name

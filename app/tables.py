@@ -13,6 +13,7 @@ from probe import zoo
 from probe.errors import ProbeError
 from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
 from probe.proteins.sets import read_heads_summary as read_summary
+from probe.specs import resolve
 
 from .registry import minilm_dir
 
@@ -23,6 +24,9 @@ def read_labels(path: str | Path) -> pd.DataFrame:
     """A labels table from `probe label` (.csv, .parquet or .json); checked for the columns the atlas
     needs."""
     path = Path(path).expanduser()
+    if path.is_dir():
+        raise ProbeError(f"--labels {path} is a folder: give the table file inside it, written by "
+                         "`probe label`")
     if not path.is_file():
         raise ProbeError(f"--labels {path}: no such file; pass a table written by `probe label`")
     if path.suffix.lower() not in TABLE_EXTENSIONS:
@@ -82,6 +86,6 @@ def shipped_table_path(spec: str) -> Path | None:
         path = directory / name if isinstance(name, str) and "/" not in name and "\\" not in name else None
         return path if path is not None and path.is_file() else None
     minilm = minilm_dir()
-    if minilm is not None and spec == str(minilm) and MINILM_TABLE.is_file():
+    if minilm is not None and Path(resolve(spec)).resolve() == minilm and MINILM_TABLE.is_file():
         return MINILM_TABLE
     return None

@@ -336,7 +336,7 @@ def load_config(spec: str):
     # imported here, like probe.layers above (both import torch): `probe card --help` stays light
     import transformers
 
-    from probe.models import resolve
+    from probe.specs import resolve
 
     source = resolve(spec)
     path = Path(source).expanduser()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -36,11 +37,11 @@ import transformers
 from torch import nn
 from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
-from probe import zoo
 from probe.errors import NoTokenizerError, ProbeError, first_line
 from probe.hashing import weights_hash
 from probe.layers import EAGER_NOTE, ENGINE_CHOICES, AttentionPlan, attention_plan, choose_engine, set_engine
 from probe.naming import head_name
+from probe.specs import ZOO_PREFIX, locate, resolve  # noqa: F401 - probe.models.locate / resolve / ZOO_PREFIX
 
 _LOG = logging.getLogger("probe")  # one-line notes (eager fallback, layers without α) to stderr
 
@@ -66,7 +67,6 @@ class ModelKind(str, Enum):  # noqa: UP042 - StrEnum needs Python 3.11; the proj
 
 
 ResidueFormat = Literal["letters", "spaced"]
-ZOO_PREFIX = "zoo:"
 
 # Amino-acid letters the ESM vocabulary holds as residues (20 standard + B, U, Z, O, X ambiguity codes).
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWYBUZOX"
@@ -206,21 +206,6 @@ class LoadedModel:
         return _residue_offset(self.tokenizer, self.residue_format)
 
 
-def resolve(spec: str) -> str:
-    """A zoo:NAME spec -> the shipped directory; anything else is returned unchanged."""
-    if spec.startswith(ZOO_PREFIX):
-        return str(zoo.path(spec[len(ZOO_PREFIX):]))
-    return spec
-
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
-
-
-def _looks_like_path(spec: str) -> bool:
-    """Not shaped like a hub id ("gpt2", "facebook/esm2_t6_8M_UR50D"): treat it as a directory."""
-    return not _HUB_ID.match(spec)
-
-
 def _strip_marker(token: str) -> str:
     """A vocabulary entry without its word markers (SentencePiece "▁", WordPiece "##", byte-level "Ġ")."""
     return token.removeprefix("##").lstrip("▁Ġ")
@@ -320,28 +305,6 @@ def _hub_error(spec: str, error: Exception) -> ProbeError:
         f"cache; download it where the hub is reachable (`hf download {spec}`) and pass that directory with "
         "--model DIR, or set HF_HOME to a cache that holds it"
     )
-
-
-def locate(spec: str) -> str:
-    """Where `spec` points, checked without loading anything: a zoo:NAME or a local directory (with
-    config.json) -> its path; a hub id -> itself. One-line ProbeError for a missing directory or zoo name
-    (commands call this for every --model before computing anything)."""
-    source = resolve(spec)
-    local = Path(source).expanduser()
-    try:
-        local.exists()
-    except OSError as error:  # a name too long for the file system, say
-        raise ProbeError(f"model {spec[:60]}{'...' if len(spec) > 60 else ''}: not a usable path "
-                         f"({error.strerror or error})") from None
-    if local.exists():
-        if not local.is_dir() or not (local / "config.json").exists():
-            raise ProbeError(f"{source} is not a model directory (no config.json); pass what save_pretrained "
-                             "wrote")
-        return str(local)
-    if _looks_like_path(spec):
-        raise ProbeError(f"model directory {spec} does not exist; check the path or pass a hub id such as "
-                         "gpt2")
-    return spec
 
 
 def load(
@@ -469,6 +432,7 @@ def load(
             raise _hub_error(spec, error) from None
         raise ProbeError(f"cannot load the weights of {spec}: {first_line(error)} (a corrupt download? "
                          f"delete it from the cache and download it again)") from None
+    _check_placed(model, spec)
     plan = attention_plan(model)
     if plan.engine == "eager" and getattr(model.config, "_attn_implementation", "eager") != "eager":
         # Outside the interface the fallback asks each module for its weights (output_attentions=True), and
@@ -505,6 +469,17 @@ def _check_stack_heads(config, spec: str) -> None:
                          "capture of such encoder-decoder models is not supported")
 
 
+def _check_placed(model, spec: str) -> None:
+    """A device map must leave some module on an execution device (cpu, cuda): with every weight on disk
+    (--max-memory too small for even one layer) nothing can run the forward pass ("Cannot copy out of meta
+    tensor"), so it is refused in one line."""
+    placed = getattr(model, "hf_device_map", None)
+    if placed and all(where == "disk" for where in placed.values()):
+        raise ProbeError(f"the device map leaves no layer of {spec} on an execution device (cpu or cuda): "
+                         "every weight went to disk; give one device more memory (e.g. --max-memory "
+                         "cpu=4GiB) or drop --max-memory")
+
+
 def _placement(device_map, offload_folder, max_memory) -> dict:
     """from_pretrained's big-model keywords (device_map, offload_folder, max_memory), checked; {} without a
     map."""
@@ -522,7 +497,12 @@ def _placement(device_map, offload_folder, max_memory) -> dict:
         folder = Path(offload_folder).expanduser()
         if folder.exists() and not folder.is_dir():
             raise ProbeError(f"--offload-folder {offload_folder} is a file; give a folder")
-        folder.mkdir(parents=True, exist_ok=True)
+        try:  # made now and written to once, so an unwritable folder is one line before any weight loads
+            folder.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as error:
+            raise ProbeError(f"--offload-folder {offload_folder}: cannot write there "
+                             f"({error.strerror or error}); give a writable folder") from None
         placement["offload_folder"] = str(folder)
     elif isinstance(device_map, dict) and "disk" in device_map.values():
         raise ProbeError("the device map puts weights on disk: give --offload-folder DIR")

@@ -66,13 +66,16 @@ def parse_head_name(name: str) -> tuple[int, int]:
 
 
 def parse_index_list(text: str | None, upper: int, what: str) -> list[int]:
-    """"0,3,5-7" -> [0, 3, 5, 6, 7], each checked against range(upper). None or "" or "all" -> all of
-    range(upper).
+    """"0,3,5-7" -> [0, 3, 5, 6, 7], each checked against range(upper). None (the flag left out) or "all" ->
+    all of range(upper); an empty value ("", " ") is refused like "," is, never read as all.
 
     A range is checked before it is expanded, so "0-999999999999" is an error, never a huge list.
     """
-    if text is None or text.strip() in ("", "all"):
+    if text is None or text.strip() == "all":
         return list(range(upper))
+    if not text.strip():
+        raise ProbeError(f"--{what} is empty: give comma-separated indices such as 0,3,5-7, or all (or leave "
+                         "the flag out)")
     indices: list[int] = []
     for part in text.split(","):
         part = part.strip()

@@ -161,7 +161,7 @@ def labels_download(service: Service, spec: str) -> dict:
         raise ProbeError("no labels to download: press 'Label heads' first (or start the app with --labels "
                          "FILE)")
     return dcc.send_string(table.to_csv(index=False),
-                           f"labels_{spec.replace(':', '_').replace('/', '_')}.csv")
+                           f"labels_{display_name(spec).replace(':', '_').replace('/', '_')}.csv")
 
 
 def register(app, service: Service) -> None:

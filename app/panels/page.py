@@ -84,7 +84,7 @@ def initial_state(service: Service, query) -> dict:
     usable = service.registry.usable_specs or service.facts.specs
     spec = query.get("model") or usable[0]
     if spec not in service.facts.specs:
-        notes.append(f"model {spec!r} is not served here: showing {usable[0]}")
+        notes.append(f"model {spec!r} is not served here: showing {model_label(usable[0])}")
         spec = usable[0]
     types = head_types_for(service, spec)
     default = default_head_type(types, None if service.facts.unusable(spec) else service.labels.table(spec))

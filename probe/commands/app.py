@@ -10,6 +10,7 @@ import socket
 import sys
 
 from probe.errors import ProbeError
+from probe.specs import locate
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     if args.upload_mb * 2**20 >= 2**40:
         raise ProbeError(f"--upload-mb {args.upload_mb} is more than 1 TiB: give the largest upload in MiB, "
                          "e.g. 5")
+    for spec in args.model or ():
+        locate(spec)  # a mistyped --model before any heavy import
     check_bindable(args.host, args.port)  # fail before loading any model
     create_app, AppConfig = _dashboard()
     config = AppConfig(models=tuple(args.model or ()), labels=args.labels, device=args.device,
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     service = dash_app.probe_service
     # shipped tables read; other default models labelled in the background
     if not args.model and not args.labels:
-        service.label_missing(report=lambda line: print(line, file=sys.stderr, flush=True))
+        service.labels.label_missing(report=lambda line: print(line, file=sys.stderr, flush=True))
     check_bindable(args.host, args.port)  # again: the port may have been taken while the models loaded
     if args.host not in LOOPBACK:
         print(f"probe app: warning: binding {args.host} makes the dashboard reachable from other machines; "

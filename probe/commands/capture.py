@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from probe.commands.common import add_model_options, load_keywords, output_path
+from probe.commands.common import add_model_options, check_model_options, load_keywords
+from probe.commands.paths import output_path
 from probe.errors import ProbeError
 from probe.naming import parse_index_list
 
@@ -53,6 +54,7 @@ def _stack_layers(loaded: models.LoadedModel, text: str | None) -> list[tuple[st
 
 def run(args: argparse.Namespace) -> int:
     out = output_path(args.out, (".npz",))
+    check_model_options(args)
     # numpy, torch and transformers are imported only now, after the checks that need none of them, so
     # `--help` and argument errors answer at once (tests/commands/test_cli_fast.py).
     import numpy as np

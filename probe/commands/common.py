@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
-from pathlib import Path
 
 from probe.card import architecture_card, load_config
+from probe.commands.paths import output_path, writable_folder
 from probe.errors import ProbeError
 from probe.memory import available_memory, check_fits, memory_plan
 from probe.runs.export import PLOT_EXTENSIONS
+from probe.specs import locate
 
 # What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/commands/test_cli_fast.py checks they
 # are equal), written out so that checking --out needs no pandas.
@@ -44,6 +43,15 @@ def add_model_options(parser: argparse.ArgumentParser, many: bool = False, requi
                              "0=10GiB,cpu=30GiB")
 
 
+def check_model_options(args: argparse.Namespace, names=None) -> None:
+    """The shared model flags checked before any heavy import (one line naming the fix): every model spec
+    exists (`names`, default --model; probe.specs.locate) and an --offload-folder can be written."""
+    for name in (args.model if isinstance(args.model, list) else [args.model]) if names is None else names:
+        locate(name)
+    if getattr(args, "offload_folder", None):
+        writable_folder(args.offload_folder, "--offload-folder")
+
+
 def add_control_option(parser: argparse.ArgumentParser, default: str = "untrained") -> None:
     """--control untrained[:K] | none: K untrained twins of the model (probe.untrained) run on the same inputs
     as a negative control; read it with probe.untrained.parse_control (import-light) before heavy imports."""
@@ -58,49 +66,6 @@ def load_keywords(args: argparse.Namespace) -> dict:
     """probe.models.load's engine and placement keywords from the shared model flags (add_model_options)."""
     return {"engine": args.engine, "device_map": args.device_map, "offload_folder": args.offload_folder,
             "max_memory": args.max_memory}
-
-
-# The first bytes of an .npz (a zip archive): an existing --out without them is not ours and is never
-# overwritten. (Tables are checked by their readers: probe.heads.tables refuses a file that is not a probe
-# table.)
-_MAGIC = {".npz": (b"PK\x03\x04", b"PK\x05\x06")}
-
-
-def output_path(text: str, allowed: tuple[str, ...], flag: str = "--out") -> Path:
-    """Check an output path before any computing: its extension, that it is not a folder, that its folder
-    exists and can be written, and that an existing binary file there is of the format we write (never
-    overwrite another)."""
-    path = Path(text).expanduser()
-    if path.suffix.lower() not in allowed:
-        raise ProbeError(f"{flag} {text}: the extension must be one of {', '.join(allowed)}")
-    if path.is_dir():
-        raise ProbeError(f"{flag} {text} is a folder: give a file name inside it, e.g. "
-                         f"{path / ('result' + allowed[0])}")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise ProbeError(f"{flag} {text}: {path.parent} is a file, not a folder; give a path inside a folder")
-    if not path.parent.is_dir():
-        raise ProbeError(f"{flag} {text}: the folder {path.parent} does not exist; create it first")
-    _check_writable(path.parent, flag, text)
-    magic = _MAGIC.get(path.suffix.lower())
-    if magic and path.is_file() and path.stat().st_size > 0:
-        with open(path, "rb") as handle:
-            head = handle.read(4)
-        if not head.startswith(magic):
-            raise ProbeError(f"{flag} {text} exists and is not a {path.suffix} file (it would be "
-                             "overwritten): choose another name or delete it")
-    return path
-
-
-def _check_writable(folder: Path, flag: str, text: str) -> None:
-    """Create and remove a temporary file in `folder` (permission bits alone miss read-only mounts and
-    root)."""
-    try:
-        handle, tmp = tempfile.mkstemp(dir=folder, prefix=".probe-write-check.")
-    except OSError as error:
-        raise ProbeError(f"{flag} {text}: cannot write in {folder} ({error.strerror or error}); "
-                         "choose a writable folder") from None
-    os.close(handle)
-    os.unlink(tmp)
 
 
 def add_sweep_options(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from probe.commands import common
-from probe.commands.common import add_model_options, add_ray_options, executor, load_keywords, output_path
+from probe.commands.common import add_model_options, add_ray_options, executor, load_keywords
+from probe.commands.paths import input_file, output_path
 from probe.errors import ProbeError
 from probe.proteins import defaults
 from probe.untrained import parse_control
@@ -93,6 +94,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     control = parse_control(args.control)  # import-light: a bad --control is answered before torch loads
+    common.check_model_options(args)  # so are a mistyped --model, an unwritable --offload-folder,
+    paths = _paths(args) if args.fit is None else {}  # an output's extension or folder, a missing input
     # Imported here, not at the top: they load torch and transformers, which `probe --help` must not pay for.
     from probe import models
     from probe.proteins import domain, inputs, outputs, sets
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.fit is not None:
         return _fit(args)
-    paths = _outputs(args, outputs.SUFFIXES, outputs.is_ours)
+    outputs.refuse_foreign(paths, OUTPUT_FLAGS, args.force)
     options = inputs.contact_options(
         threshold=args.threshold, cb=args.cb, window=args.window, min_attention=args.min_attention,
         min_count=args.min_count, min_total=args.min_total, binding_distance=args.binding_distance,
@@ -152,17 +155,15 @@ def run(args: argparse.Namespace) -> int:
     return report.code
 
 
-def _outputs(args: argparse.Namespace, suffixes, is_ours) -> dict[str, Path]:
-    """kind -> path of every output flag given, checked (extension, folder, writable, not foreign)."""
-    paths = {}
-    for kind, flag in OUTPUT_FLAGS.items():
-        value = getattr(args, kind)
-        if value:
-            path = output_path(value, suffixes[kind], flag)
-            if path.exists() and not args.force and not is_ours(path, kind):
-                raise ProbeError(f"{flag} {value} exists but is not a probe contacts output; pass --force to "
-                                 "overwrite it, or another file name")
-            paths[kind] = path
+def _paths(args: argparse.Namespace) -> dict[str, Path]:
+    """kind -> path of every output flag given, checked without heavy imports (extension, folder, writable;
+    run() checks that an existing one is ours), and the input files (--structure, --fasta) exist."""
+    for flag, value, what in (("--structure", args.structure, "a PDB or mmCIF file"),
+                              ("--fasta", args.fasta, "a FASTA file")):
+        if value is not None:
+            input_file(value, flag, what)
+    paths = {kind: output_path(getattr(args, kind), defaults.SUFFIXES[kind], flag)
+             for kind, flag in OUTPUT_FLAGS.items() if getattr(args, kind)}
     if len(set(paths.values())) < len(paths):
         raise ProbeError("give each output its own file name")
     return paths

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import output_path
+from probe.commands.paths import output_path
 from probe.errors import ProbeError
 
 # probe.training.incontext.ICL_EARLY / ICL_LATE and LabelConfig's defaults, written out so that --help and

@@ -2,10 +2,10 @@
 
 Every form — one --model, several, a --models-file, --revisions, --ray — is one run of
 :func:`probe.runs.runner.run` with :class:`probe.runs.tasks.LabelTask` units (one per model or checkpoint):
-each finished model is journalled beside --out with the identity of what produced it (its weights' hash and
-every option that changes its rows); --out is rewritten atomically after each model; rows of models this run
-does not name are kept; a failed model goes to OUT.errors.csv and the others go on; a rerun reuses the models
-whose identity is unchanged, saying so; --force redoes all. This module is flags and printing only.
+each finished model is journalled beside --out with the identity of what produced it (weights' hash, every
+option that changes its rows); --out is rewritten atomically after each model, rows of models this run does
+not name kept; a failed model goes to OUT.errors.csv, the others go on; a rerun reuses the models whose
+identity is unchanged; --force redoes all. Flags and printing only.
 """
 
 from __future__ import annotations
@@ -19,18 +19,19 @@ from probe.commands.common import (
     add_control_option,
     add_model_options,
     add_sweep_options,
+    check_model_options,
     executor,
     load_keywords,
-    output_path,
     parse_lengths,
     plot_paths,
     refuse_if_too_big,
 )
+from probe.commands.paths import output_path, page_path
 from probe.errors import ProbeError
 from probe.untrained import parse_control
 
-# probe.heads.label.LabelConfig's defaults and choices, written out so that --help and argument errors need
-# no torch (the library's values are the truth: tests/commands/test_cli_fast.py checks these equal them).
+# LabelConfig's defaults and choices, written out so that --help and argument errors need no torch (the
+# library's values are the truth: tests/commands/test_cli_fast.py checks these equal them).
 DEFAULTS = {"examples": 64, "seed": 0, "coref_set": "auto", "batch_size": 8, "n_bootstrap": 1000,
             "min_effect": 0.25, "min_accuracy_gain": 0.1, "fdr": 0.05, "ablate": "labelled"}
 COREF_SETS = ("auto", "gap", "templates", "causality")  # probe.heads.label.COREF_SETS
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
     plot = plot_paths(args.plot) if args.plot else None
-    report_path = output_path(args.report, (".html",), "--report") if args.report else None
+    report_path = page_path(args.report, args.force, "--report") if args.report else None
     if report_path is not None and (len(set(args.model or [])) != 1 or args.models_file or args.revisions):
         raise ProbeError("--report writes the report of one model: give one --model (no --models-file, "
                          "--revisions)")
@@ -150,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
         raise ProbeError("give --model (repeat it for several) or --models-file")
     if args.models_file is not None and not Path(args.models_file).expanduser().is_file():
         raise ProbeError(f"--models-file {args.models_file} is not a file: give one model per line")
-    # torch, pandas, transformers only now: --help, bad arguments and missing files answer at once
+    # every --model exists (with --revisions: the checkpoints' folder or hub id), then the stack (torch,
+    # pandas, transformers): --help, argument errors, missing files and models answer at once (test_cli_fast)
+    check_model_options(args, dict.fromkeys(args.model or []) if args.revisions is None else ())
     import pandas as pd
 
     from probe import models
@@ -162,11 +165,9 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     run_on = executor(args)
     longest = max(config.seq_len or (128,)) if isinstance(config.seq_len, tuple) else (config.seq_len or 128)
-    for name in dict.fromkeys(args.model or []):  # every --model must exist before the first is labelled
-        if args.revisions is None:  # (with --revisions it is the folder or hub id of the checkpoints)
-            models.locate(name)
-            refuse_if_too_big(args, name, "probe label", longest, batch=config.batch_size,
-                              block_bytes=config.block_bytes, flags="a smaller --batch-size or --seq-len")
+    for name in dict.fromkeys(args.model or []) if args.revisions is None else ():
+        refuse_if_too_big(args, name, "probe label", longest, batch=config.batch_size,
+                          block_bytes=config.block_bytes, flags="a smaller --batch-size or --seq-len")
     checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)

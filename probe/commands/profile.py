@@ -10,10 +10,11 @@ from pathlib import Path
 from probe.commands.common import (
     TABLE_EXTENSIONS,
     add_model_options,
+    check_model_options,
     load_keywords,
-    output_path,
     refuse_if_too_big,
 )
+from probe.commands.paths import output_path
 from probe.errors import ProbeError
 
 # The defaults of probe.heads.profile.ProfileConfig, written out so that `probe profile --help` and argument
@@ -80,6 +81,7 @@ def check_args(args: argparse.Namespace) -> Path:
         raise ProbeError(f"--threshold {args.threshold} must lie in [0, 1]")
     if args.text_file is not None and not Path(args.text_file).expanduser().is_file():
         raise ProbeError(f"--text-file {args.text_file} is not a file")
+    check_model_options(args)
     return out
 
 

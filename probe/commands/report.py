@@ -8,11 +8,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import add_model_options, load_keywords, output_path
+from probe.commands.common import TABLE_EXTENSIONS, add_model_options, check_model_options, load_keywords
 from probe.commands.label import HEAD_TYPES
+from probe.commands.paths import input_file, page_path
 from probe.errors import ProbeError
-
-REPORT_EXTENSIONS = (".html",)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -41,13 +40,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="also the circuit of a head type (probe circuit) on --labels (or a zoo model's "
                              "shipped table); repeat for several")
     parser.add_argument("--out", required=True, help="the report: FILE.html")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite an --out that is not a page probe wrote (your own HTML)")
     return parser
 
 
 def _read_text(path: str) -> str:
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ProbeError(f"--text {path}: no such file; give a text file")
+    file = input_file(path, "--text", "a text file")
     try:
         text = file.read_text(encoding="utf-8").strip()
     except UnicodeDecodeError as error:
@@ -60,29 +59,28 @@ def _read_text(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Heavy imports (torch, transformers, pandas) only here, so `probe --help` stays fast.
-    from probe.models import ModelKind, load
-    from probe.views.report import write_report
-
-    out = output_path(args.out, REPORT_EXTENSIONS)
+    # Every check of the arguments and files first: bad input answers before torch is imported.
+    out = page_path(args.out, args.force)
     if args.seq_len < 4:
         raise ProbeError(f"--seq-len {args.seq_len}: give at least 4 tokens")
     if args.maps < 1:
         raise ProbeError("--maps must be at least 1")
     text = _read_text(args.text) if args.text else None
     if args.structure is not None:
-        if not Path(args.structure).expanduser().is_file():
-            raise ProbeError(f"--structure {args.structure}: no such file; give a PDB or mmCIF file")
+        input_file(args.structure, "--structure", "a PDB or mmCIF file")
     if args.history is not None:
-        if Path(args.history).suffix.lower() not in (".csv", ".parquet"):
-            raise ProbeError(f"--history {args.history}: give the .csv or .parquet table `probe history` "
-                             "wrote")
-        if not Path(args.history).expanduser().is_file():
-            raise ProbeError(f"--history {args.history}: no such file; run `probe history --model DIR --out "
-                             f"{args.history}` first")
+        input_file(args.history, "--history", "the table `probe history` wrote for this model's run",
+                   (".csv", ".parquet"))
+    if args.labels:
+        input_file(args.labels, "--labels", "a table written by `probe label`", TABLE_EXTENSIONS)
+    check_model_options(args)
+    # Heavy imports (torch, transformers, pandas) only now.
+    from probe.models import ModelKind, load
+    from probe.views.report import write_report
+
     labels = None
     if args.labels:
-        from probe.views.tables import as_table  # pandas: only with --labels, after the checks
+        from probe.views.tables import as_table
 
         labels = as_table(args.labels)
     loaded = load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))

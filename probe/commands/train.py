@@ -8,10 +8,12 @@ and :func:`probe.training.cards.save_esm_random`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 from probe import zoo
+from probe.commands.paths import writable_folder
 from probe.errors import ProbeError
 
 # Recipes of probe.training.organisms whose weights the package does not ship (yet): they are trained on
@@ -77,6 +79,7 @@ def _check_out_folder(out: Path) -> None:
     existing = next(parent for parent in out.parents if parent.exists())
     if not existing.is_dir():
         raise ProbeError(f"--out {out}: {existing} is a file, not a folder; give a path inside a folder")
+    writable_folder(str(out), "--out")  # a read-only folder is one line, not an error after training
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             wanted = {int: "a whole number", float: "a number"}.get(kind, "text")
             raise ProbeError(f"--set {item}: {key} takes {wanted}") from None
+    try:  # every field in its range (TrainConfig checks itself), before any training
+        dataclasses.replace(ORGANISMS[args.name], **overrides)
+    except ProbeError as error:
+        raise ProbeError(f"--set {' '.join(args.set)}: {error}") from None
     steps = overrides.get("steps", ORGANISMS[args.name].steps)
     if args.checkpoint_steps and max(args.checkpoint_steps) > steps:
         raise ProbeError(f"--checkpoint-steps: {max(args.checkpoint_steps)} is past the run's {steps} steps")

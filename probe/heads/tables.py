@@ -197,3 +197,55 @@ def load_table(path) -> pd.DataFrame:
         if table[column].dtype == object:
             table[column] = table[column].where(table[column].notna(), math.nan)
     return table
+
+
+def rows_of_model(table: pd.DataFrame, name: str, revision: str | None = None,
+                  shape: tuple[int, int] | None = None) -> pd.DataFrame:
+    """The rows of one model in a label table; refused in one line when the table holds no row of it.
+
+    A row is the model's when its ``model`` column is `name` or its ``revision`` column is `revision` (the
+    same weights asked for by another path). A table without a ``model`` column (one built by hand) is the
+    model's as a whole, provided every ``layer``/``head`` it names exists in the model.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A label table (at least ``layer``, ``head``).
+    name : str
+        The model as asked for (``LoadedModel.name``).
+    revision : str, optional
+        Its revision (``LoadedModel.revision``).
+    shape : (int, int), optional
+        (layers, heads) of the model: rows naming a head it does not have are refused.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The model's rows (every probe length).
+
+    Raises
+    ------
+    ProbeError
+        The table names other models only, or a head the model does not have.
+    """
+    if "model" in table.columns and not table.empty:
+        mine = table["model"].astype(str) == name
+        if revision and revision != "unknown" and "revision" in table.columns:
+            mine |= table["revision"].astype(str) == str(revision)
+        if not mine.any():
+            others = sorted(table["model"].dropna().astype(str).unique())
+            listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise ProbeError(f"the labels table holds no row of {name} (its rows are of "
+                             f"{listed or 'no named model'}); pass the table `probe label --model {name}` "
+                             "wrote")
+        table = table[mine]
+    if shape is not None and not table.empty:
+        layers = pd.to_numeric(table["layer"], errors="coerce")
+        heads = pd.to_numeric(table["head"], errors="coerce")
+        outside = ~(layers.between(0, shape[0] - 1) & heads.between(0, shape[1] - 1))
+        if outside.any():
+            row = table[outside].iloc[0]
+            raise ProbeError(f"the labels table names layer {row['layer']} head {row['head']}, which {name} "
+                             f"does not have ({shape[0]} layers × {shape[1]} heads); pass the table "
+                             f"`probe label --model {name}` wrote")
+    return table

@@ -30,15 +30,15 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from probe.errors import ProbeError
 from probe.models import LoadedModel
 from probe.proteins import sets
+from probe.proteins.defaults import SUFFIXES
 from probe.proteins.precision import FRACTIONS, RANGES, fraction_label
 from probe.proteins.sets import ContactOptions, UnitOutcome
 from probe.proteins.significance import ALPHA, best_significant
 
 KINDS = ("out", "heads_out", "chains_out", "heads_summary")  # the outputs, in the order the CLI names them
-SUFFIXES = {"out": (".npz",), "heads_out": (".parquet",), "chains_out": (".parquet",),
-            "heads_summary": (".parquet",)}
 # Columns (or npz keys) every earlier output of each kind has: an existing file without them is someone else's
 SIGNATURES = {"out": {"ids", "sequences", "lengths", "model"},
               "heads_out": {"record", "id", "layer", "head", "name"},
@@ -58,6 +58,15 @@ def is_ours(path: Path, kind: str) -> bool:
     except Exception:  # not a zip / not parquet / unreadable: not ours
         return False
     return SIGNATURES[kind] <= names
+
+
+def refuse_foreign(paths: Mapping[str, Path], flags: Mapping[str, str], force: bool = False) -> None:
+    """One-line ProbeError for an existing output (kind -> path) that :func:`is_ours` does not recognise,
+    unless `force`: it would be overwritten."""
+    for kind, path in paths.items():
+        if path.exists() and not force and not is_ours(path, kind):
+            raise ProbeError(f"{flags[kind]} {path} exists but is not a probe contacts output; pass --force "
+                             "to overwrite it, or another file name")
 
 
 def write_npz(path: Path, outcomes: Sequence[UnitOutcome], options: ContactOptions, model: str) -> None:
@@ -179,5 +188,6 @@ def best_head_line(heads: pd.DataFrame, name: str = "long") -> str:
             f"family-wise p ≤ {ALPHA} over {len(heads)} heads × 3 ranges needed)")
 
 
-__all__ = ["KINDS", "SIGNATURES", "SUFFIXES", "ContactOutputs", "best_head_line", "is_ours", "report_line",
+__all__ = ["KINDS", "SIGNATURES", "SUFFIXES", "ContactOutputs", "best_head_line", "is_ours",
+           "refuse_foreign", "report_line",
            "write_npz"]

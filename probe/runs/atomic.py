@@ -6,15 +6,25 @@ most a temporary file named ``.{name}.{pid}.{random}{suffix}``; the next write b
 those whose process is gone (never one of a writer still at work). Every writer of the package goes through
 :func:`write_atomically`: output tables, contact maps, captures, ``OUT.errors.csv`` and the journal's unit
 files.
+
+Writers of one output serialise through :func:`exclusive` (an advisory ``fcntl.flock`` on a lock file): the
+runner re-reads the output, merges its rows and replaces the file while holding it, so two runs into one
+``--out`` keep each other's rows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no advisory locks; writers are then not serialised
+    fcntl = None
 
 
 def pid_alive(pid: int) -> bool:
@@ -112,5 +122,25 @@ def write_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -
     fsync_directory(path.parent)
 
 
-__all__ = ["fsync_directory", "is_temporary", "pid_alive", "remove_dead_temporaries",
+@contextlib.contextmanager
+def exclusive(lock: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive advisory lock on the file `lock` for the block, waiting while another process (or
+    another open of it in this process) holds it.
+
+    The file is created (with its folder) when missing, with the mode a plain ``open()`` gives, and is left
+    in place: removing a lock file would let a waiter and a newcomer lock two different files. The lock goes
+    with the process, so a SIGKILLed holder never blocks the next writer.
+    """
+    lock = Path(lock)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    handle = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
+
+
+__all__ = ["exclusive", "fsync_directory", "is_temporary", "pid_alive", "remove_dead_temporaries",
            "remove_stale_temporaries", "write_atomically"]

@@ -23,13 +23,14 @@ import numpy as np
 import pandas as pd
 
 from probe.hashing import file_hash, identity_hash
-from probe.runs.atomic import is_temporary, pid_alive, remove_dead_temporaries, write_atomically
+from probe.runs.atomic import exclusive, is_temporary, pid_alive, remove_dead_temporaries, write_atomically
 
 _META = "__meta__"
 _TABLE = "__table__"
 # what reading a damaged or foreign unit file can raise: it is then treated as absent
 _UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 _SUFFIX = ".npz"
+_LOCK = "writer.lock"  # the output's writers serialise through it (Journal.writing)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,12 @@ class Journal:
                 np.savez(stream, **members)
 
         write_atomically(self._path(unit), write)
+
+    def writing(self):
+        """A context manager holding the output's writer lock (``writer.lock`` in the journal's folder): the
+        runner re-reads, merges and replaces the output inside it, so concurrent runs into one output keep
+        each other's rows."""
+        return exclusive(self.directory / _LOCK)
 
     def units(self) -> list[tuple[str, str]]:
         """(unit, identity) of every recorded unit, sorted by unit name."""

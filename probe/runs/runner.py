@@ -26,6 +26,9 @@ The runner alone owns what must be the same on every path:
   writing: a rewrite waits until ten times the last rewrite's duration has passed), and after the last; a
   SIGKILL loses at most the unit in flight, Ctrl-C writes what finished;
 * **other units' rows**: rows of the earlier table that belong to units not in this run are kept, in front;
+  the table is re-read at every rewrite under the output's writer lock
+  (:meth:`probe.runs.journal.Journal.writing`), so two runs into one output started together keep each
+  other's rows (no lost update);
 * **failures**: a unit that fails (a :class:`~probe.errors.ProbeError` is ``kind="input"``, anything else
   ``"internal"``) is printed in one line and listed in ``OUT.errors.csv`` beside the output, and the run goes
   on; a run of a single unit that fails raises its error instead (there is nothing to go on with: one line,
@@ -40,6 +43,7 @@ executor :mod:`probe.runs.executors`; both are importable from here.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -185,11 +189,13 @@ class Run:
         now = time.perf_counter()
         if not final and self.writes and now - self.last_end < self.last_cost / WRITE_SHARE:
             return
-        table, done = self.table_and_finished()
-        if not done and (self.kept is None or not len(self.kept)):
-            return
-        for path, writer in out.write(table, done).items():
-            write_atomically(path, writer)
+        with self.journal.writing() if self.journal is not None else contextlib.nullcontext():
+            self.read_earlier()  # another run may have written since: its rows are kept too (no lost update)
+            table, done = self.table_and_finished()
+            if not done and (self.kept is None or not len(self.kept)):
+                return
+            for path, writer in out.write(table, done).items():
+                write_atomically(path, writer)
         self.last_end = time.perf_counter()
         self.last_cost = self.last_end - now
         self.writes += 1

@@ -26,11 +26,51 @@ import torch
 import transformers
 
 from probe.anatomy import find_layer_list
+from probe.errors import ProbeError
 from probe.heads.probesets import CausalityVocabulary, CorefVocabulary
 from probe.training import data, text
 from probe.zoo.tiny import word_tokenizer
 
 BOS, UNK, PAD = "<bos>", "<unk>", "<pad>"
+
+# field -> (lowest, highest) of every number a recipe or `probe train --set` may give (checked on
+# construction, so also by dataclasses.replace): a negative step count, an infinite or NaN learning rate, an
+# empty or absurd batch is one line, never a model trained on nonsense or an internal error halfway
+BOUNDS: dict[str, tuple[float, float]] = {
+    "n_words": (2, 1_000_000), "n_layer": (1, 256), "n_head": (1, 256), "n_embd": (1, 65_536),
+    "n_positions": (2, 10_000_000), "length": (2, 10_000_000), "min_block": (1, 1_000_000),
+    "max_block": (1, 1_000_000), "max_copies": (2, 1_000), "max_distractors": (1, 1_000),
+    "max_depth": (1, 1_000),
+    "steps": (1, 100_000_000), "batch": (1, 4_096), "lr": (1e-9, 1.0), "warmup": (0, 100_000_000),
+    "weight_decay": (0.0, 1.0), "eval_min_block": (1, 1_000_000), "eval_max_block": (1, 1_000_000),
+    "needle_len": (1, 1_000_000), "key_len": (1, 1_000_000), "min_length": (0, 10_000_000),
+    "rope_theta": (1.0, 1e12), "repeat_rows": (0, 4_096), "vocab_size": (2, 10_000_000),
+    "checkpoints": (0, 10_000),
+}
+# (smaller, larger): the first may not exceed the second
+ORDERED = (("min_block", "max_block"), ("eval_min_block", "eval_max_block"), ("length", "n_positions"),
+           ("min_length", "length"))
+
+
+def check_config(config) -> None:
+    """One-line ProbeError for a TrainConfig field outside :data:`BOUNDS` (NaN and ±inf included), a
+    number field of the wrong type, a pair of :data:`ORDERED` fields the wrong way round, or a width that the
+    heads do not divide."""
+    for name, (low, high) in BOUNDS.items():
+        value = getattr(config, name)
+        kind = type(TrainConfig.__dataclass_fields__[name].default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and
+                                                                              not isinstance(value, int)):
+            raise ProbeError(f"{name}={value!r}: give {'a whole number' if kind is int else 'a number'}")
+        if not low <= value <= high:  # also refuses nan
+            raise ProbeError(f"{name}={value}: must lie between {low:g} and {high:g}")
+    for smaller, larger in ORDERED:
+        if getattr(config, smaller) > getattr(config, larger):
+            raise ProbeError(f"{smaller}={getattr(config, smaller)} is more than {larger}="
+                             f"{getattr(config, larger)}")
+    if config.n_embd % config.n_head:
+        raise ProbeError(f"n_embd={config.n_embd} is not a multiple of n_head={config.n_head}")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -79,6 +119,9 @@ class TrainConfig:
     corpus_split: str = text.TRAIN_SPLIT
     # checkpoints saved when none are asked for: this many log-spaced steps from 0 to `steps` (0: none)
     checkpoints: int = 0
+
+    def __post_init__(self) -> None:
+        check_config(self)
 
 
 ORGANISMS: dict[str, TrainConfig] = {

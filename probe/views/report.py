@@ -222,7 +222,7 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
     """The report of one model as one HTML string (see :func:`write_report`)."""
     if isinstance(loaded, (str, Path)):
         loaded = load(str(loaded))
-    table = one_model(as_table(labels), loaded.name) if labels is not None else None
+    table = one_model(as_table(labels), loaded) if labels is not None else None
     protein = loaded.kind == ModelKind.PROTEIN_MLM
     sections = [f"<h1>probe report · {html.escape(loaded.name)}</h1>",
                 f'<p class="note">{html.escape(loaded.kind.description)}'

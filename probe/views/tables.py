@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from probe.errors import ProbeError
-from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
+from probe.heads.tables import TABLE_EXTENSIONS, read_table_file, rows_of_model
 from probe.naming import head_name
 from probe.views.bundle import inline_script, inline_style
 from probe.views.reading import format_q, is_grey, is_labelled, is_significant, label_reason, number
@@ -25,6 +25,9 @@ def as_table(labels) -> pd.DataFrame:
         table = labels
     elif isinstance(labels, (str, Path)):
         path = Path(labels).expanduser()
+        if path.is_dir():
+            raise ProbeError(f"labels {path} is a folder: give the table file inside it, written by "
+                             "`probe label`")
         if not path.is_file():
             raise ProbeError(f"labels {path}: no such file; pass a table written by `probe label`")
         if path.suffix.lower() not in TABLE_EXTENSIONS:
@@ -40,11 +43,10 @@ def as_table(labels) -> pd.DataFrame:
     return table
 
 
-def one_model(table: pd.DataFrame, model: str | None) -> pd.DataFrame:
-    """The rows of `model` (all rows when the table names no such model) at the first probe length it
-    lists."""
-    if model is not None and "model" in table.columns and (table["model"].astype(str) == model).any():
-        table = table[table["model"].astype(str) == model]
+def one_model(table: pd.DataFrame, loaded) -> pd.DataFrame:
+    """The rows of the model `loaded` (matched by name or revision; a one-line ProbeError when the table holds
+    none of its rows or names a head it lacks) at the first probe length it lists."""
+    table = rows_of_model(table, loaded.name, loaded.revision, (loaded.n_layers, loaded.n_heads))
     if "seq_len" in table.columns and table["seq_len"].nunique() > 1:
         table = table[table["seq_len"] == table["seq_len"].iloc[0]]
     return table

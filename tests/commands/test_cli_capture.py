@@ -95,7 +95,10 @@ def test_a_range_is_bounds_checked_before_it_is_expanded():
     assert peak < 2**20
     assert parse_index_list("0-3,2,7", 12, "heads") == [0, 1, 2, 3, 7]
     assert parse_index_list("5-5", 12, "heads") == [5]
-    assert parse_index_list(None, 3, "heads") == [0, 1, 2]
+    assert parse_index_list(None, 3, "heads") == [0, 1, 2] == parse_index_list("all", 3, "heads")
+    for empty in ("", " ", ","):  # issue 44, escape 9: "" meant all layers while "," was refused
+        with pytest.raises(ProbeError, match="--heads"):
+            parse_index_list(empty, 3, "heads")
     with pytest.raises(ProbeError,
                        match=r"range 1-0 is empty \(it runs backwards\): write it low-high, e.g. 0-1"):
         parse_index_list("1-0", 12, "layers")

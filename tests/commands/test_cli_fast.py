@@ -68,6 +68,27 @@ def test_the_check_sees_a_heavy_import():
      "--control 'untrained:0': K must be a whole number"),
     (["contacts", "--model", "zoo:esm-random", "--sequence", "MKT", "--control", "random"],
      "use untrained (K = 3 twins), untrained:K or none"),
+    (["report", "--model", "zoo:induction", "--labels", "/no/such.csv", "--out", "r.html"], "no such file"),
+    (["report", "--model", "zoo:induction", "--labels", "probe", "--out", "r.html"], "is a folder"),
+    (["report", "--model", "zoo:induction", "--labels", "README.md", "--out", "r.html"], "extension"),
+    (["report", "--model", "zoo:induction", "--text", "/no/such.txt", "--out", "r.html"], "no such file"),
+    (["report", "--model", "zoo:induction", "--structure", "/no/such.pdb", "--out", "r.html"],
+     "no such file"),
+    (["report", "--model", "zoo:induction", "--out", "r.pdf"], "extension"),
+    (["report", "--model", "zoo:induction", "--out", "/no/such/folder/r.html"], "does not exist"),
+    # a mistyped model path, missing input files and wrong output extensions in every command (issue 44, 7)
+    (["label", "--model", "/no/such/dir"], "model directory /no/such/dir does not exist"),
+    (["label", "--model", "zoo:induction", "--model", "zoo:no-such-organism"], "no-such-organism"),
+    (["capture", "--model", "/no/such/dir", "--text", "a", "--out", "a.npz"], "does not exist"),
+    (["profile", "--model", "/no/such/dir", "--random", "2", "--out", "p.csv"], "does not exist"),
+    (["report", "--model", "/no/such/dir", "--out", "r.html"], "does not exist"),
+    (["app", "--model", "/no/such/dir"], "does not exist"),
+    (["contacts", "--model", "/no/such/dir", "--sequence", "MKT"], "does not exist"),
+    (["contacts", "--model", "zoo:esm-random", "--structure", "/no/such.pdb"], "no such file"),
+    (["contacts", "--model", "zoo:esm-random", "--fasta", "/no/such.fasta"], "no such file"),
+    (["contacts", "--model", "zoo:esm-random", "--sequence", "MKT", "--heads-out", "h.csv"], "extension"),
+    (["contacts", "--model", "zoo:esm-random", "--sequence", "MKT", "--out", "/no/such/c.npz"],
+     "does not exist"),
     (["train", "induction"], "give --out DIR"),
     (["train", "--help"], ""),
     (["history", "--help"], ""),
@@ -94,7 +115,8 @@ def fastest(command: list[str], runs: int = 3) -> float:
 
 
 @pytest.mark.parametrize("argv", [["label", "--help"],
-                                  ["profile", "--model", "m", "--random", "0", "--out", "x.csv"]])
+                                  ["profile", "--model", "m", "--random", "0", "--out", "x.csv"],
+                                  ["label", "--model", "/no/such/dir"]])
 def test_a_subcommands_help_and_errors_take_well_under_a_second_more_than_python(argv):
     baseline = fastest([sys.executable, "-c", "pass"])
     assert fastest([sys.executable, "-m", "probe.cli", *argv]) < baseline + 1.5

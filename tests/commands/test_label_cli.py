@@ -247,3 +247,32 @@ def test_sigkill_after_the_first_model_then_rerun_equals_an_uninterrupted_run(pl
     once = subprocess.run([*base, "--out", str(fresh)], env=env, capture_output=True, text=True, timeout=600)
     assert once.returncode == 0, once.stderr
     pd.testing.assert_frame_equal(pd.read_parquet(killed), pd.read_parquet(fresh))
+
+
+def test_two_label_runs_started_together_into_one_out_keep_both_models(planted_dir, tiny_dir, tmp_path):
+    """Issue 44, escape 2: two `probe label` processes on different models into one --out, started at once
+    (the second overwrote the first's rows): both models' rows are in the table. Each process runs the
+    command into three outputs in turn (three races for one interpreter start each)."""
+    import os
+    import subprocess
+    import sys
+
+    other = str(tiny_dir("gpt2", seed=3))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    outs = [str(tmp_path / f"both{attempt}.csv") for attempt in range(3)]
+    # each process, once imported, waits for the other: the runs start together
+    script = ("import os, sys, time\nfrom probe.cli import main\nready = sys.argv[2] + '.ready'\n"
+              "open(ready + str(os.getpid()), 'w').close()\nend = time.time() + 120\n"
+              "while len([p for p in os.listdir(os.path.dirname(ready)) if '.ready' in p]) < 2 "
+              "and time.time() < end:\n    time.sleep(0.01)\n"
+              "for out in sys.argv[2:]:\n"
+              "    code = main(['label', '--model', sys.argv[1], '--out', out, '--types', 'previous_token', "
+              "'--examples', '2', '--bootstrap', '20', '--ablate', 'none', '--seq-len', '8'])\n"
+              "    assert code == 0, code\n")
+    runs = [subprocess.Popen([sys.executable, "-c", script, model, *outs], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for model in (planted_dir, other)]
+    for process in runs:
+        _, err = process.communicate(timeout=180)
+        assert process.returncode == 0, err
+    for out in outs:
+        assert set(pd.read_csv(out)["model"]) == {planted_dir, other}, out

@@ -261,6 +261,14 @@ CASES = [
     case("train-threads-zero", "train", "induction", "--out", "{tmp}/o", "--threads", "0"),
     case("train-set-unknown-field", "train", "induction", "--out", "{tmp}/o", "--set", "bogus=1"),
     case("train-set-bad-value", "train", "induction", "--out", "{tmp}/o", "--set", "steps=many"),
+    # issue 44, escape 4: every --set field checked by type and range (TrainConfig.BOUNDS), before training
+    case("train-set-negative-steps", "train", "induction", "--out", "{tmp}/o", "--set", "steps=-5"),
+    case("train-set-infinite-lr", "train", "induction", "--out", "{tmp}/o", "--set", "lr=inf"),
+    case("train-set-nan-lr", "train", "induction", "--out", "{tmp}/o", "--set", "lr=nan"),
+    case("train-set-zero-batch", "train", "induction", "--out", "{tmp}/o", "--set", "batch=0"),
+    case("train-set-huge-batch", "train", "induction", "--out", "{tmp}/o", "--set", "batch=1000000000"),
+    case("train-set-blocks-reversed", "train", "induction", "--out", "{tmp}/o", "--set", "min_block=30"),
+    case("train-set-width-not-divisible", "train", "induction", "--out", "{tmp}/o", "--set", "n_embd=66"),
     case("train-checkpoint-steps-not-numbers", "train", "induction", "--out", "{tmp}/o", "--checkpoint-steps",
          "a"),
     case("train-checkpoint-steps-past-the-run", "train", "induction", "--out", "{tmp}/o",
@@ -287,9 +295,19 @@ CASES = [
     case("label-offload-folder-is-a-file", *LABEL_OUT, "--device-map", "auto", "--offload-folder",
          "{tmp}/plain.txt"),
     case("capture-offload-folder-without-device-map", *CAPTURE_OUT, "--offload-folder", "{tmp}/off"),
-    # (a device map that offloads to disk without --offload-folder is no error: transformers 5 reads the
-    # offloaded weights from the checkpoint's own safetensors file — `--device-map auto --max-memory cpu=1KiB`
-    # loads with hf_device_map {'': 'disk'} and captures)
+    # (a device map that offloads some layers to disk without --offload-folder is no error: transformers 5
+    # reads the offloaded weights from the checkpoint's own safetensors file. One that leaves no layer on an
+    # execution device is refused: all-MiniLM-L6-v2 then failed with "Cannot copy out of meta tensor", its
+    # newly initialised MLM head having no file to be read from — issue 44, escape 5)
+    case("capture-max-memory-leaves-no-layer", *CAPTURE_OUT, "--device-map", "auto", "--max-memory",
+         "cpu=1KiB"),
+    case("label-max-memory-leaves-no-layer", *LABEL_OUT, "--device-map", "auto", "--max-memory", "cpu=1KiB"),
+    # unwritable folders, before any work (issue 44, escape 5)
+    case("capture-offload-folder-read-only", *CAPTURE_OUT, "--device-map", "auto", "--offload-folder",
+         "{readonly}/off"),
+    case("label-offload-folder-read-only", *LABEL_OUT, "--device-map", "auto", "--offload-folder",
+         "{readonly}/off"),
+    case("train-out-read-only", "train", "induction", "--out", "{readonly}/m"),
     case("capture-max-memory-no-equals", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "lots"),
     case("capture-max-memory-bad-amount", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "cpu=many"),
     case("capture-max-memory-empty-device", *CAPTURE_OUT, "--device-map", "auto", "--max-memory", "=1GiB"),

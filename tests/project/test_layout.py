@@ -4,7 +4,7 @@ import graph must have no cycles and no import from a lower layer to a higher on
 
 Layers, bottom to top (a module may import its own layer and the ones below):
 
-    base      probe (the package), errors, naming, hashing, models, layers, anatomy (where a model's
+    base      probe (the package), errors, naming, hashing, models, specs, layers, anatomy (where a model's
               projections, norms and layer list sit), cache (where computed-once results live), card,
               memory, data, zoo (the catalogue: the package, zoo.tiny, zoo.planted), untrained (the
               untrained twins)
@@ -36,9 +36,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "probe"
 
-BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.layers",
-        "probe.anatomy", "probe.cache", "probe.card", "probe.memory", "probe.data", "probe.zoo",
-        "probe.zoo.tiny", "probe.zoo.planted", "probe.untrained"}
+BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.specs",
+        "probe.layers", "probe.anatomy", "probe.cache", "probe.card", "probe.memory", "probe.data",
+        "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted", "probe.untrained"}
 RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "circuits": 3, "training": 3, "runs": 4,
         "views": 5, "commands": 6}
 

@@ -224,6 +224,46 @@ def test_label_table_is_sorted_coloured_and_says_unknown(planted):
         label_table(pd.DataFrame({"layer": [0]}))
 
 
+def test_another_models_label_table_is_refused_in_one_line(planted, tmp_path, capsys):
+    """A table of another model (issue 44, escape 1) is refused by probe.show, the report and `probe report`,
+    never drawn as this model's labels; the same weights named by another path (its revision) are accepted."""
+    from probe.cli import main
+    from probe.views.report import report_html
+
+    other = _labels(planted).assign(model="zoo:positional", revision="sha256:other")
+    ids = _ids(planted, 8)[0].tolist()
+    with pytest.raises(ProbeError, match=r"holds no row of .*its rows are of zoo:positional") as error:
+        show(planted, ids, labels=other)
+    assert "\n" not in str(error.value)
+    with pytest.raises(ProbeError, match="holds no row of"):
+        report_html(planted, labels=other, seq_len=8)
+    path = tmp_path / "positional.csv"
+    other.to_csv(path, index=False)
+    assert main(["report", "--model", planted.name, "--labels", str(path), "--seq-len", "8",
+                 "--out", str(tmp_path / "r.html")]) == 2
+    assert "holds no row of" in capsys.readouterr().err and not (tmp_path / "r.html").exists()
+    # a head the model lacks (a table built by hand, no model column)
+    with pytest.raises(ProbeError, match="L7H0|layer 7 head 0"):
+        show(planted, ids, labels=_labels(planted).drop(columns="model").assign(layer=7))
+    # the same weights by another name: matched by the revision
+    renamed = _labels(planted).assign(model=planted.name + "/", revision=planted.revision)
+    assert show(planted, ids, labels=renamed).badges["previous_token"]["0:0"][0] == "0.90 ✓"
+    # rows of this model among another's: only this model's are drawn
+    mixed = pd.concat([_labels(planted), other.assign(layer=0, head=3)], ignore_index=True)
+    assert "0:3" not in show(planted, ids, labels=mixed).badges["previous_token"]
+
+
+def test_show_refuses_a_head_the_model_lacks_and_an_empty_map_side(planted):
+    """Issue 44, escape 9: selected="L9H9" on a 2-layer model and max_side=0 drew a view."""
+    ids = _ids(planted, 8)[0].tolist()
+    for selected in ("L9H9", (0, 9)):
+        with pytest.raises(ProbeError, match="has layers 0..1 and heads 0..3"):
+            show(planted, ids, selected=selected)
+    with pytest.raises(ProbeError, match="max_side=0"):
+        show(planted, ids, max_side=0)
+    assert show(planted, ids, selected="L1H3").selected == (1, 3)
+
+
 # --- the report ---------------------------------------------------------------------------------------------
 
 
@@ -281,6 +321,30 @@ def test_probe_report_command(planted, tmp_path, capsys):
     assert "extension" in capsys.readouterr().err
     assert main(["report", "--model", planted.name, "--structure", str(tmp_path / "none.pdb"),
                  "--out", str(out)]) == 2
+
+
+def test_probe_report_never_overwrites_a_users_own_html_without_force(planted, tmp_path, capsys):
+    """Issue 44, escape 6: `probe report` (and `probe label --report`) refuse an --out that is not a page
+    probe wrote, as label, contacts and profile refuse a foreign file; --force overwrites; our own report is
+    replaced without it."""
+    from probe.cli import main
+    from probe.views.pages import is_probe_page
+
+    out = tmp_path / "mine.html"
+    out.write_text("<html><body>my notes</body></html>")
+    argv = ["report", "--model", planted.name, "--seq-len", "8", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "is not a page probe wrote" in err and "--force" in err and len(err.strip().splitlines()) == 1
+    assert out.read_text() == "<html><body>my notes</body></html>"
+    labels = tmp_path / "t.csv"
+    assert main(["label", "--model", planted.name, "--out", str(labels), "--report", str(out)]) == 2
+    assert "is not a page probe wrote" in capsys.readouterr().err and not labels.exists()
+    assert main([*argv, "--force"]) == 0 and is_probe_page(out)
+    assert main(argv) == 0  # our own report: replaced without --force
+    capsys.readouterr()
+    assert main(["report", "--model", planted.name, "--labels", str(tmp_path), "--out", str(out)]) == 2
+    assert "is a folder" in capsys.readouterr().err
 
 
 def test_probe_label_writes_the_report_at_the_end(planted, tmp_path, capsys):

