@@ -194,8 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if report_path is not None and len(report.table):
         from probe.views.report import write_report  # deferred like the labelling stack above
 
-        model = args.model[0]
-        write_report(models.load(model, device=args.device, dtype=args.dtype, **load_keywords(args)),
-                     report_path, labels=report.table[report.table["model"].astype(str) == model])
+        loaded = models.load(args.model[0], device=args.device, dtype=args.dtype, **load_keywords(args))
+        write_report(loaded, report_path, labels=report.table)  # one_model keeps this model's rows
         _say(f"wrote {report_path}")
     return report.code
