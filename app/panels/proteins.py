@@ -311,21 +311,25 @@ def leaderboard_head(service: Service, spec: str, cell, rows) -> dict:
 
 
 def register(app, service: Service) -> None:
+    # The chain menu is an input and an output of the same callback (Dash allows that one loop): a separate
+    # callback filling it from the protein store made a cycle (store -> menu -> store) that stalled the page's
+    # callbacks after the first upload (tests/app/test_app_browser.py, uploads then a typed sequence).
     @app.callback(Output(ids.PROTEIN, "data"), Output(ids.PROTEIN_ERROR, "children"),
                   Output(ids.PROTEIN_MESSAGE, "children"),
                   Output(ids.UPLOAD, "contents"), Output(ids.PAIR, "data"), Output(ids.PROTEIN_ZOOM, "data"),
+                  Output(ids.CHAIN, "options"), Output(ids.CHAIN, "value"), Output(ids.CHAIN, "disabled"),
                   Input(ids.PROTEIN_RUN, "n_clicks"), Input(ids.UPLOAD, "contents"),
                   Input(ids.MODEL, "value"), Input(ids.CHAIN, "value"), State(ids.UPLOAD, "filename"),
                   State(ids.SEQUENCE, "value"), State(ids.PROTEIN, "data"))
     # a refusal goes to the error line; the line naming the shown protein stays
-    @guarded(outputs=6, message=1)
+    @guarded(outputs=9, message=1)
     def _protein(_clicks, contents, spec, chain, filename, sequence, shown_store):
         upload = None
         if ctx.triggered_id == ids.UPLOAD and not contents:
-            return (no_update,) * 6  # our own reset below
+            return (no_update,) * 9  # our own reset below
         if ctx.triggered_id == ids.CHAIN:  # another chain of the uploaded file: rerun the server's copy
             if not isinstance(shown_store, dict) or not chain or chain == shown_store.get("chain"):
-                return (no_update,) * 6
+                return (no_update,) * 9
             upload, filename = shown_store.get("upload"), shown_store.get("filename")
         elif ctx.triggered_id == ids.UPLOAD:
             chain = None  # a new file starts on its first chain; the menu then lists the others
@@ -335,14 +339,10 @@ def register(app, service: Service) -> None:
         store, message = protein_run(service, spec, sequence, contents, filename, chain if upload else None,
                                      upload)
         if store is None:  # not a protein model: nothing is shown
-            return None, "", message, None, None, None
+            return (None, "", message, None, None, None, *chain_menu(None))
         shown = message or f"the maps show the typed sequence ({store['length']} residues)"
-        return store, "", shown, None, None, None  # contents reset: the same file can be uploaded again
-
-    @app.callback(Output(ids.CHAIN, "options"), Output(ids.CHAIN, "value"), Output(ids.CHAIN, "disabled"),
-                  Input(ids.PROTEIN, "data"))
-    def _chains(store):
-        return chain_menu(store)
+        # contents reset: the same file can be uploaded again
+        return (store, "", shown, None, None, None, *chain_menu(store))
 
     @app.callback(Output(ids.PROTEIN_LIMIT, "children"), Input(ids.MODEL, "value"))
     @guarded(outputs=1, message=0)
