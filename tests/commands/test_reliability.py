@@ -57,6 +57,7 @@ PROFILE_OUT = ("profile", "--model", "{gpt2}", "--random", "2", "--seq-len", "16
 REPORT = ("report", "--model", "{gpt2}", "--out", "{tmp}/r.html")
 ESM_REPORT = ("report", "--model", "{esm}", "--out", "{tmp}/r.html")
 HISTORY = ("history", "--model", "{checkpoints}")
+CIRCUIT = ("circuit", "--model", "{gpt2}", "--type", "induction")
 
 CASES = [
     # --- argparse: one line, never the usage block ----------------------------------------------------------
@@ -357,6 +358,19 @@ CASES = [
     case("history-out-not-a-table", *HISTORY, "--out", "{tmp}/h.txt"),
     case("history-out-is-folder", *HISTORY, "--out", "{tmp}/folder.csv"),
     case("history-out-foreign-csv", *HISTORY, "--out", "{tmp}/foreign.csv"),
+    # --- circuit (issue 41) ---------------------------------------------------------------------------------
+    case("circuit-no-arguments", "circuit"),
+    case("circuit-no-type", "circuit", "--model", "{gpt2}"),
+    case("circuit-model-missing", "circuit", "--model", "{tmp}/no-such-model", "--type", "induction"),
+    case("circuit-type-unknown", "circuit", "--model", "{gpt2}", "--type", "bogus"),
+    case("circuit-modes-unknown", *CIRCUIT, "--modes", "X"),
+    case("circuit-top-k-negative", *CIRCUIT, "--top-k", "-1"),
+    case("circuit-examples-zero", *CIRCUIT, "--examples", "0"),
+    case("circuit-controls-one", *CIRCUIT, "--controls", "1"),
+    case("circuit-out-not-a-table", *CIRCUIT, "--out", "{tmp}/c.txt"),
+    case("circuit-html-not-html", *CIRCUIT, "--html", "{tmp}/c.txt"),
+    case("circuit-labels-missing", *CIRCUIT, "--labels", "{tmp}/none.csv"),
+    case("circuit-composition-is-folder", *CIRCUIT, "--composition", "{tmp}/folder.csv"),
 ]
 
 
