@@ -229,16 +229,16 @@ def test_a_regression_file_is_checked_against_its_schema(tmp_path, capsys, chang
     path.write_text(json.dumps(_VALID), encoding="utf-8")
     assert read_regression(path).top_heads == ((1, 2), (0, 0))  # the unchanged file is valid
     path.write_text(json.dumps({**_VALID, **change}), encoding="utf-8")
-    _one_line_error(capsys, ["contacts", "--model", str(tmp_path / "no-model"), "--regression", str(path),
+    _one_line_error(capsys, ["contacts", "--model", "zoo:esm-random", "--regression", str(path),
                              "--sequence", "MKT"], message)
 
 
 def test_deeply_nested_json_and_a_folder_are_one_line_errors(tmp_path, capsys):
     deep = tmp_path / "deep.json"
     deep.write_text('{"format": "probe-contact-regression", "weight": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    _one_line_error(capsys, ["contacts", "--model", str(tmp_path / "no-model"), "--regression", str(deep),
+    _one_line_error(capsys, ["contacts", "--model", "zoo:esm-random", "--regression", str(deep),
                              "--sequence", "MKT"], "its JSON is nested too deeply")
     folder = tmp_path / "a-folder.json"
     folder.mkdir()
-    _one_line_error(capsys, ["contacts", "--model", str(tmp_path / "no-model"), "--regression", str(folder),
+    _one_line_error(capsys, ["contacts", "--model", "zoo:esm-random", "--regression", str(folder),
                              "--sequence", "MKT"], f"--regression {folder} is a folder: give the .json file")
