@@ -29,6 +29,7 @@ import pandas as pd
 
 from probe.errors import ProbeError
 from probe.runs.atomic import write_atomically
+from probe.views.view import standalone_page
 
 HEAD_SCORES = ("previous_token", "induction")  # the head panels, in order
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
@@ -130,8 +131,7 @@ class TimelineView:
         if path.suffix.lower() == ".svg":
             text = self.svg()
         elif path.suffix.lower() in (".html", ".htm"):
-            text = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(self.model)} "
-                    f"timeline</title></head><body>{self.html()}</body></html>")
+            text = standalone_page(self.html(), f"{self.model} timeline")  # marked as probe's page
         else:
             raise ProbeError(f"{path}: save a timeline as .svg or .html")
         write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
