@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.host not in LOOPBACK:
         print(f"probe app: warning: binding {args.host} makes the dashboard reachable from other machines; "
               "it has no authentication", file=sys.stderr)
-    print(f"probe app: serving {', '.join(service.specs)} at http://{args.host}:{args.port} "
+    print(f"probe app: serving {', '.join(service.facts.specs)} at http://{args.host}:{args.port} "
           "(Ctrl-C stops)", file=sys.stderr)
     try:
         serve(dash_app.server, args.host, args.port)
