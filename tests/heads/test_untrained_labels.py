@@ -26,6 +26,7 @@ import transformers
 
 import probe
 from probe.heads.label import LabelConfig, config_identity, label_model, summary_lines
+from probe.heads.label.config import twin_probes
 from probe.heads.label.table import UNTRAINED_QUANTILE, decide
 from probe.untrained import twin_seeds, untrained_twin
 from probe.views.reading import label_reason
@@ -41,7 +42,39 @@ def induction():
 
 @pytest.fixture(scope="module")
 def with_twins(induction):
-    return label_model(induction, LabelConfig(twins=2, **FAST))
+    # twin_share = twins: each twin runs every probe, so the by-hand check below sees the same probes
+    return label_model(induction, LabelConfig(twins=2, twin_share=2.0, **FAST))
+
+
+def test_the_twins_run_their_share_of_the_probes(induction, monkeypatch):
+    """The default share: the K twins together run a quarter of each probe set — each twin the first
+    ceil(0.25 n / K) token probes (at least 4) and as many span pairs, evenly spaced — so K costs nothing
+    more; the model itself runs every probe."""
+    from probe.heads.label import pipeline
+
+    seen = []  # (model name, scored probes) per probe set, token and span
+    token_set, span_set = pipeline.score_token_set, pipeline.score_span_set
+
+    def tokens(loaded, specs, probes, *args, **kwargs):
+        seen.append((loaded.name, "tokens", len(probes.input_ids)))
+        return token_set(loaded, specs, probes, *args, **kwargs)
+
+    def spans(loaded, specs, name, examples, *args, **kwargs):
+        seen.append((loaded.name, "spans", len(examples)))
+        return span_set(loaded, specs, name, examples, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "score_token_set", tokens)
+    monkeypatch.setattr(pipeline, "score_span_set", spans)
+    config = LabelConfig(twins=3, **{**FAST, "examples": 40, "types": ("previous_token", "coreference")})
+    label_model(induction, config)
+    model = {kind: n for name, kind, n in seen if name == induction.name}
+    twins = [(kind, n) for name, kind, n in seen if name != induction.name]
+    assert model["tokens"] == 40 and len(twins) == 3 * len(model)
+    assert {n for kind, n in twins if kind == "tokens"} == {twin_probes(40, config)} == {4}
+    if "spans" in model:  # the pairs that fit this model's tokenizer
+        assert {n for kind, n in twins if kind == "spans"} == {twin_probes(model["spans"], config)}
+    assert twin_probes(64, LabelConfig(twins=3)) == 6 and twin_probes(1799, LabelConfig(twins=3)) == 150
+    assert twin_probes(10, LabelConfig(twins=0)) == 0 and twin_probes(3, LabelConfig(twins=1)) == 3
 
 
 def test_untrained_p99_is_the_p99_of_the_twins_scores_by_hand(induction, with_twins):

@@ -3,6 +3,7 @@ probe lengths apply to a loaded model (step 0 of :func:`probe.heads.label.label_
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -73,8 +74,13 @@ class LabelConfig:
         Untrained twins (:mod:`probe.untrained`: the model's architecture and tokenizer with seeded random
         weights) scored on the same probes (``--control untrained:K``; 0: ``--control none``). Per type and
         length the 99th percentile of the twins' statistic over all their heads is ``untrained_p99``, and a
-        label must beat it as well as chance (docs/labels.md, "Untrained twins"). Off by default: three twins
-        cost about three more scoring runs (measured in docs/labels.md).
+        label must beat it as well as chance (docs/labels.md, "Untrained twins").
+    twin_share : float, default 0.25
+        The share of the model's probes the K twins run together: each twin scores the first
+        ``ceil(share × n / K)`` token probes of every probe set (at least :data:`MIN_TWIN_PROBES`) and as many
+        span pairs, evenly spaced, so the control costs about ``share`` more forwards whatever K is. A twin's
+        head statistic is then a mean over fewer probes, a noisier value, which spreads the twins'
+        distribution and raises its 99th percentile: fewer probes make the bar stricter, never looser.
 
     Examples
     --------
@@ -115,12 +121,31 @@ class LabelConfig:
     block_bytes: int = 8 * 2**20  # memory budget of one streamed α block (all heads of a layer)
     retrieval_mask: str = "output"  # retrieval ablation: output zeroed (ours) | query zeroed (Wu et al.)
     twins: int = 0  # untrained twins scored on the same probes (their p99 is a label's second bar); 0: none
+    twin_share: float = 0.25  # the share of the probes the twins run together (each: share / twins of them)
 
     @property
     def lengths(self) -> tuple[int, ...] | None:
         if self.seq_len is None:
             return None
         return (self.seq_len,) if isinstance(self.seq_len, int) else tuple(self.seq_len)
+
+
+MIN_TWIN_PROBES = 4  # the fewest probes of a set a twin scores (LabelConfig.twin_share)
+
+
+def twin_probes(count: int, config: LabelConfig) -> int:
+    """How many of a probe set's `count` probes each twin scores: ``ceil(twin_share × count / twins)``, at
+    least :data:`MIN_TWIN_PROBES`, at most `count`.
+
+    Examples
+    --------
+    >>> config = LabelConfig(twins=3)
+    >>> twin_probes(64, config), twin_probes(1799, config), twin_probes(8, config)
+    (6, 150, 4)
+    """
+    if config.twins <= 0:
+        return 0
+    return min(count, max(MIN_TWIN_PROBES, math.ceil(config.twin_share * count / config.twins)))
 
 
 # LabelConfig fields that do not change the rows (so they are not part of a run's identity)
@@ -133,7 +158,7 @@ def config_identity(config: LabelConfig) -> dict[str, object]:
     same)."""
     options = {key: value for key, value in asdict(config).items() if key not in NOT_IDENTITY}
     if not options["twins"]:  # without twins the rows are those of the runs before the field existed
-        del options["twins"]
+        del options["twins"], options["twin_share"]
     options["probe_file"] = file_hash(config.probe_file) if config.probe_file else None
     return options
 

@@ -35,6 +35,7 @@ The table's schema is :data:`probe.heads.tables.COLUMNS` (docs/labels.md, "Label
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pandas as pd
 import torch
@@ -59,8 +60,9 @@ from probe.heads.label.config import (
     is_text_model,
     resolve_lengths,
     resolve_types,
+    twin_probes,
 )
-from probe.heads.label.probes import ProbeSource, TokenProbeSet
+from probe.heads.label.probes import ProbeSource, TokenProbeSet, evenly_spaced, first_probes
 from probe.heads.label.scoring import Scored, batch_slices, score_generated, score_span_set, score_token_set
 from probe.heads.label.summary import summarise
 from probe.heads.label.table import (
@@ -77,6 +79,8 @@ from probe.heads.label.table import (
 from probe.heads.stage_times import StageTimes
 from probe.heads.tables import COLUMNS
 from probe.untrained import MAX_TWINS, untrained_twins
+
+TWIN_BOOTSTRAP = 50  # resamples of the twins' summaries: only their point statistics make the bar
 
 
 def label_model(
@@ -141,6 +145,9 @@ def label_model(
         raise ProbeError(f"unknown --ablate {config.ablate!r}: choose from {', '.join(ABLATE)}")
     if not 0 <= config.twins <= MAX_TWINS:
         raise ProbeError(f"twins must be 0 to {MAX_TWINS} untrained twins (--control untrained:K or none)")
+    if not 0 < config.twin_share <= config.twins + (config.twins == 0):
+        raise ProbeError(f"twin_share {config.twin_share} must be above 0 and at most the number of twins "
+                         "(each twin then runs every probe)")
     if config.retrieval_mask not in RETRIEVAL_MASKS:
         raise ProbeError(f"unknown --retrieval-mask {config.retrieval_mask!r}: choose from "
                          f"{', '.join(RETRIEVAL_MASKS)}")
@@ -169,8 +176,12 @@ def label_model(
         with stage("GAP pairs"):
             spans = source.span_probes()
     n_batches = len(batch_slices(config.examples, config.batch_size))
-    total = n_batches * len(plans) + (len(batch_slices(len(spans[1]), config.batch_size)) if spans else 0)
-    total *= 1 + len(twins)  # every twin runs the token and span probe sets again
+    n_spans = len(spans[1]) if spans else 0
+    total = n_batches * len(plans) + (len(batch_slices(n_spans, config.batch_size)) if spans else 0)
+    # every twin runs a share of the token and span probe sets (LabelConfig.twin_share)
+    twin_rows, twin_spans = twin_probes(config.examples, config), twin_probes(n_spans, config)
+    total += len(twins) * (len(batch_slices(twin_rows, config.batch_size)) * len(plans)
+                           + (len(batch_slices(twin_spans, config.batch_size)) if spans else 0))
     total += n_batches * len(lengths) * len(generated_specs)
     done = 0
 
@@ -200,7 +211,8 @@ def label_model(
             dla.update({name: observer.result() for name in copies})
         for twin, found in zip(twins, twin_scored, strict=True):
             with stage("untrained twins"):
-                found.extend(score_token_set(twin, chosen, probes, source, seq_len, config, tick))
+                found.extend(score_token_set(twin, chosen, first_probes(probes, twin_rows), source, seq_len,
+                                             config, tick))
     for seq_len in lengths:
         for spec in generated_specs:
             with stage("generation"):
@@ -210,13 +222,16 @@ def label_model(
             scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections))
         for twin, found in zip(twins, twin_scored, strict=True):
             with stage("untrained twins"):
-                found.extend(score_span_set(twin, span_specs, spans[0], spans[1], config, tick))
+                found.extend(score_span_set(twin, span_specs, spans[0], evenly_spaced(spans[1], twin_spans),
+                                            config, tick))
         for spec in span_specs:
             probes_used[spec.name] = spans[1]
 
     with stage("bootstrap"):
-        bars = untrained_bars([assemble(twin, found, config) for twin, found in zip(twins, twin_scored,
-                                                                                    strict=True)])
+        # the bar is a quantile of the twins' point statistics: their intervals are not read (fewer resamples)
+        twin_config = replace(config, n_bootstrap=min(config.n_bootstrap, TWIN_BOOTSTRAP))
+        bars = untrained_bars([assemble(twin, found, twin_config) for twin, found in zip(twins, twin_scored,
+                                                                                         strict=True)])
         table = decide(assemble(loaded, scored, config), config, bars)
     with stage("copying"):
         table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note, dla,

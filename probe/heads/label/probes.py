@@ -4,7 +4,7 @@ GAP or the templates). The corpus is tokenized once per model (:class:`ProbeSour
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -38,6 +38,25 @@ class TokenProbeSet:
     cluster: torch.Tensor  # [example]
     repeat_start: torch.Tensor | None = None  # [example]
     repeat_len: torch.Tensor | None = None  # [example]
+
+
+def first_probes(probes: TokenProbeSet, count: int) -> TokenProbeSet:
+    """The first `count` examples of `probes` (the probes are drawn independently: any prefix is a sample)."""
+    if count >= len(probes.input_ids):
+        return probes
+    return replace(probes, input_ids=probes.input_ids[:count],  # [count seq]
+                   cluster=probes.cluster[:count],
+                   repeat_start=None if probes.repeat_start is None else probes.repeat_start[:count],
+                   repeat_len=None if probes.repeat_len is None else probes.repeat_len[:count])
+
+
+def evenly_spaced(items: list, count: int) -> list:
+    """`count` of `items` spread evenly over the list (span pairs come grouped by source: a prefix would not
+    be a sample), in order."""
+    if count >= len(items):
+        return items
+    step = len(items) / count
+    return [items[int(k * step)] for k in range(count)]
 
 
 class ProbeSource:
