@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from probe import untrained
 from probe.heads import stats
 from probe.heads.label.config import LabelConfig
 from probe.heads.label.scoring import Scored
@@ -25,9 +26,9 @@ SINK_SHARE = 0.1
 
 COPYING_MARGIN = 0.1  # a copying type's label is "copying" at copying ≥ +margin, "suppressing" at ≤ −margin
 
-# untrained_p99: this quantile of the twins' statistic over all their heads (probe.proteins.significance's
-# UNTRAINED_QUANTILE for the contact test; numpy's default, linear interpolation)
-UNTRAINED_QUANTILE = 0.99
+# untrained_p99: this quantile of the twins' statistic over all their heads (probe.untrained's, shared with
+# the contact test and probe profile; numpy's default, linear interpolation)
+UNTRAINED_QUANTILE = untrained.UNTRAINED_QUANTILE
 
 
 def roles(table: pd.DataFrame) -> pd.Series:
