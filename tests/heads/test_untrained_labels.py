@@ -26,7 +26,7 @@ import transformers
 
 import probe
 from probe.heads.label import LabelConfig, config_identity, label_model, summary_lines
-from probe.heads.label.table import UNTRAINED_QUANTILE, decide
+from probe.heads.label.table import NO_TWINS_LINE, UNTRAINED_QUANTILE, decide
 from probe.untrained import twin_seeds, untrained_twin
 from probe.views.reading import label_reason
 
@@ -75,7 +75,10 @@ def test_zoo_induction_keeps_its_labels_with_the_control_on(induction):
 def test_without_twins_the_bar_is_nan_and_the_labels_are_unchanged(induction, with_twins):
     plain = label_model(induction, LabelConfig(**FAST))
     assert plain["untrained_p99"].isna().all()
-    assert not any("untrained twins" in line for line in summary_lines(plain))
+    # the summary says the control was not run (one last line), and names no bar
+    lines = summary_lines(plain)
+    assert lines[-1] == NO_TWINS_LINE and not any("untrained twins' p99" in line for line in lines)
+    assert NO_TWINS_LINE not in summary_lines(with_twins)
     # the twins only add a bar: every label they keep is a label without them, with the same scores
     assert not (with_twins["label"] & ~plain["label"]).any()
     pd.testing.assert_series_equal(plain["score"], with_twins["score"])
