@@ -69,17 +69,17 @@ def controls_line(table) -> str:
     Examples
     --------
     >>> import pandas as pd
-    >>> controls_line(pd.DataFrame({"untrained_p99": [float("nan")]}))  # doctest: +ELLIPSIS
-    'controls a label beat: chance (...); untrained twins: not run (...)'
-    >>> controls_line(pd.DataFrame({"untrained_p99": [0.03]}))  # doctest: +ELLIPSIS
-    'controls a label beat: chance (...) and the untrained twins (...)'
+    >>> print(controls_line(pd.DataFrame({"untrained_p99": [float("nan")]})))  # doctest: +ELLIPSIS
+    controls a label beat: chance (...); untrained twins: not run (...)
+    >>> print(controls_line(pd.DataFrame({"untrained_p99": [0.03]})))  # doctest: +ELLIPSIS
+    controls a label beat: chance (...) and the untrained twins (...)
     """
     chance = "chance (its score − chance significantly above the minimum effect, at the FDR)"
     if twins_ran(table):
         return (f"controls a label beat: {chance} and the untrained twins (its statistic above their 99th "
                 "percentile, 'twins p99': random-weight copies of the model on the same probes)")
     return (f"controls a label beat: {chance}; untrained twins: not run (probe label --control untrained:K "
-            "adds random-weight copies of the model as a second bar; off by default, ≈ 2× the run)")
+            "adds random-weight copies of the model as a second bar; off by default, ≈ 2–4× the run)")
 
 
 def is_labelled(value) -> bool:

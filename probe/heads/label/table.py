@@ -224,7 +224,7 @@ def _retrieval_note(first) -> str:
 
 
 NO_TWINS_LINE = ("untrained twins: not run, so these labels beat chance only (--control untrained:K adds "
-                 "random-weight copies of the model as a second bar, about 2x the run; docs/labels.md)")
+                 "random-weight copies of the model as a second bar, about 2–4× the run; docs/labels.md)")
 
 
 def summary_lines(table: pd.DataFrame) -> list[str]:
