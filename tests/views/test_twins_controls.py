@@ -81,3 +81,27 @@ def test_the_report_says_which_controls_the_labels_beat(induction):
     assert "untrained twins: not run" not in page and f">{bar}</td>" in page
     assert f"twins p99 {bar}" in page  # the atlas cells' titles
     assert "and the untrained twins (its statistic above their 99th percentile" in page
+
+
+def test_the_sweep_figure_draws_the_twins_bar_beside_chance_or_says_not_run():
+    """probe label --plot: the twins' p99 dotted beside the chance line where the run had twins; the title
+    says when it had none; coreference's bar (on its accuracy) is not drawn on the score axis."""
+    from probe.runs.plot import sweep_figure
+
+    table = pd.DataFrame({
+        "checkpoint": ["step-0", "step-0", "step-9", "step-9"], "step": [0, 0, 9, 9],
+        "head_name": ["L1H0", "L1H1", "L1H0", "L1H1"], "head_type": ["induction"] * 4,
+        "score": [0.1, 0.2, 0.9, 0.3], "ci_low": [0.05, 0.1, 0.8, 0.2], "ci_high": [0.15, 0.3, 0.95, 0.4],
+        "chance": [0.05] * 4, "label": [False, False, True, False], "untrained_p99": [math.nan] * 4,
+    })
+    plain = sweep_figure(table)
+    assert "untrained twins not run" in plain.layout.title.text
+    assert {trace.name for trace in plain.data} == {"L1H0", "chance (uniform)"}
+    twinned = sweep_figure(table.assign(untrained_p99=[0.07, 0.07, 0.12, 0.12]))
+    lines = {trace.name: trace for trace in twinned.data}
+    bar = lines["untrained twins' p99"]
+    assert list(bar.x) == [0, 9] and list(bar.y) == [0.07, 0.12]
+    assert "not run" not in twinned.layout.title.text
+    coreference = table.assign(head_type="coreference", accuracy=[0.5, 0.5, 0.9, 0.6],
+                               untrained_p99=[0.6] * 4)
+    assert "untrained twins' p99" not in {trace.name for trace in sweep_figure(coreference).data}
