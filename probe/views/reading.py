@@ -74,7 +74,8 @@ def controls_line(table) -> str:
     >>> print(controls_line(pd.DataFrame({"untrained_p99": [0.03]})))  # doctest: +ELLIPSIS
     controls a label beat: chance (...) and the untrained twins (...)
     """
-    chance = "chance (its score − chance significantly above the minimum effect, at the FDR)"
+    chance = ("chance (score − chance significantly above the minimum effect at the FDR; coreference: "
+              "accuracy above the best baseline's and attention to the antecedent above chance)")
     if twins_ran(table):
         return (f"controls a label beat: {chance} and the untrained twins (its statistic above their 99th "
                 "percentile, 'twins p99': random-weight copies of the model on the same probes)")
