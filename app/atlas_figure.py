@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from probe.naming import head_name
-from probe.views.reading import format_q, is_grey, is_labelled, label_reason, number
+from probe.views.reading import format_q, is_grey, is_labelled, label_reason, number, twins_ran, twins_text
 
 from .figures import NO_DATA, NO_DATA_DARK, NOT_SIGNIFICANT, SCORE_SCALE, SELECTION_COLOUR, template, theme_of
 
@@ -54,6 +54,7 @@ def atlas_figure(
         rows = table[table["head_type"].astype(str) == head_type]
     have_rows = rows is not None and not rows.empty
     if have_rows:
+        ran = twins_ran(table)  # the untrained twins' bar beside chance, or "not run"
         for row in rows.itertuples(index=False):
             layer, head = int(row.layer), int(row.head)
             if not (0 <= layer < n_layers and 0 <= head < n_heads):
@@ -61,7 +62,7 @@ def atlas_figure(
             score[layer, head] = float(row.score)
             coloured[layer, head] = not is_grey(row)
             labelled[layer, head] = is_labelled(getattr(row, "label", None))
-            text[layer][head] = _hover_text(row, head_type, name)
+            text[layer][head] = _hover_text(row, head_type, name, ran)
     xs, ys = list(range(n_heads)), list(range(n_layers))
     common = {"x": xs, "y": ys, "text": text, "xgap": 2, "ygap": 2, "hovertemplate": "%{text}<extra></extra>"}
     traces = []
@@ -122,14 +123,14 @@ def atlas_figure(
     return figure
 
 
-def _hover_text(row, head_type: str, name: Callable[[int, int], str] = head_name) -> str:
+def _hover_text(row, head_type: str, name: Callable[[int, int], str] = head_name, ran: bool = False) -> str:
     parts = [f"<b>{name(int(row.layer), int(row.head))}</b>", f"{head_type} score {float(row.score):.3f}"]
     low, high = getattr(row, "ci_low", None), getattr(row, "ci_high", None)
     if low is not None and high is not None and not (pd.isna(low) or pd.isna(high)):
         parts[-1] += f" [{float(low):.3f}, {float(high):.3f}] 95% CI"
     chance = getattr(row, "chance", None)
     if chance is not None and not pd.isna(chance):
-        parts.append(f"chance {float(chance):.3f}")
+        parts.append(f"chance {float(chance):.3f} · untrained twins' p99 {twins_text(row, ran)}")
     q_value = number(row, "q_value")
     labelled = is_labelled(getattr(row, "label", None))
     rule = f"q = {format_q(q_value)}" if q_value is not None else "no q-value"

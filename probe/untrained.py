@@ -36,6 +36,10 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
 DEFAULT_TWINS = 3  # K of --control untrained (the default control of probe contacts)
 SEED_BASE = 10_000  # twin t is initialised under torch.manual_seed(SEED_BASE + t)
 MAX_TWINS = 64
+# The twins' bar: this quantile (numpy's default, linear interpolation) of a statistic over every head of
+# every twin: `untrained_p99` of probe label, of the contact test and of probe profile (which also reports
+# the 1 − UNTRAINED_QUANTILE quantile, for claims that a statistic is low)
+UNTRAINED_QUANTILE = 0.99
 CONTROL_CHOICES = ("untrained", "untrained:K", "none")
 
 # model -> {(name, revision, engine, seed): twin}: the twins live as long as the model
@@ -198,5 +202,5 @@ def untrained_twins(loaded: LoadedModel, count: int = DEFAULT_TWINS) -> tuple[Lo
     return tuple(built[key] for key in keys)
 
 
-__all__ = ["CONTROL_CHOICES", "DEFAULT_TWINS", "SEED_BASE", "Control", "parse_control", "twin_seeds",
-           "untrained_twin", "untrained_twins"]
+__all__ = ["CONTROL_CHOICES", "DEFAULT_TWINS", "SEED_BASE", "UNTRAINED_QUANTILE", "Control", "parse_control",
+           "twin_seeds", "untrained_twin", "untrained_twins"]

@@ -54,6 +54,7 @@ def layout(theme: str = "light") -> html.Div:
 # role comes right after the score, so it is in view without scrolling.
 LABELLED_COLUMNS = {"head_name": "head", "score": "score", "role": "role", "q_value": "q",
                     "output_share": "output share", "interval": "95 % interval", "chance": "chance",
+                    "untrained_p99": "twins p99",
                     "offset": "offset", "ablation_z": "ablation z", "group_z": "group z"}
 # What each header means (shown on hover; the glossary says more).
 HEADER_TIPS = {
@@ -68,6 +69,10 @@ HEADER_TIPS = {
                     "targets (Kobayashi et al. 2020)",
     "interval": "95 % clustered bootstrap interval of the score",
     "chance": "the score a uniform head would get on the same examples",
+    "untrained_p99": "the 99th percentile of the type's statistic over every head of K untrained twins "
+                     "(random-weight copies of the model, probe label --control untrained:K); a label must "
+                     "beat it too. 'not run': the labels were made without twins (the default) and beat "
+                     "chance only",
     "offset": "fixed_offset heads: the relative position d attended to (j = i + d)",
     "ablation_z": "rise in loss when the head is zeroed, in standard deviations of random same-layer heads",
     "group_z": "the same for all labelled heads of the type ablated together, against random groups",
@@ -75,9 +80,13 @@ HEADER_TIPS = {
 
 
 
+NOT_RUN = "untrained twins not run: these labels beat chance only (probe label --control untrained:K)"
+
+
 def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], list[dict], str]:
-    """(rows, columns, note) of the labelled heads of `head_type`, best score first; NaN is "unknown".
-    `name` writes a head's name from (layer, head) (an encoder–decoder's: "enc.L1H2")."""
+    """(rows, columns, note) of the labelled heads of `head_type`, best score first; NaN is "unknown". The
+    untrained twins' bar sits beside chance ("not run" without twins, and the note then says so). `name`
+    writes a head's name from (layer, head) (an encoder–decoder's: "enc.L1H2")."""
     if table is None or table.empty:
         return [], [], "no labels yet: press 'Label heads'"
     rows = table[table["head_type"].astype(str) == head_type]
@@ -86,6 +95,7 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
     if rows.empty:
         return [], [], f"no head is labelled {head_type}"
     rows = rows.sort_values("score", ascending=False)
+    ran = reading.twins_ran(table)  # the untrained twins' bar beside chance, or "not run"
     out = []
     for row in rows.itertuples(index=False):
         record = {"head_name": name(int(row.layer), int(row.head)), "layer": int(row.layer),
@@ -97,6 +107,7 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
             if column in rows.columns:
                 value = reading.number(row, column)
                 record[column] = round(value, 3) if value is not None else "unknown"
+        record["untrained_p99"] = reading.twins_text(row, ran)
         if "q_value" in rows.columns:
             record["q_value"] = reading.format_q(reading.number(row, "q_value"))
         if "offset" in rows.columns:
@@ -109,7 +120,7 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
     if "offset" in present and not any(record.get("offset") for record in out):
         present.remove("offset")
     columns = [{"name": LABELLED_COLUMNS[c], "id": c} for c in present]
-    return out, columns, f"{len(out)} labelled"
+    return out, columns, f"{len(out)} labelled" + ("" if ran else f" · {NOT_RUN}")
 
 
 def labelled_head(service: Service, spec: str, cell, rows) -> dict:

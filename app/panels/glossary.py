@@ -59,8 +59,9 @@ def entries() -> list[tuple[str, str]]:
         ("tl_score", "TransformerLens' detect_head score (Σ α·D / Σ α with its own detection pattern)."),
         ("untrained_p99", "the 99th percentile of the type's statistic (accuracy for coreference, else the "
                           "score) over every head of K untrained twins (the model's architecture with random "
-                          "weights, --control untrained:K); a label must be above it too. Empty without "
-                          "twins."),
+                          "weights, --control untrained:K); a label must be above it too. Shown beside "
+                          "chance as 'twins p99'; 'not run' when the labels were made without twins (the "
+                          "default: they beat chance only)."),
         ("dominant offset",
          "the most common argmax j − i over the rows of the shown head, and in how many rows."),
         ("α", "an attention weight: row i (the query) is a distribution over keys j."),

@@ -52,14 +52,15 @@ def check_model_options(args: argparse.Namespace, names=None) -> None:
         writable_folder(args.offload_folder, "--offload-folder")
 
 
-def add_control_option(parser: argparse.ArgumentParser, default: str = "untrained") -> None:
+def add_control_option(parser: argparse.ArgumentParser, default: str = "untrained",
+                       rule: str = "a head is significant only above their heads' 99th percentile") -> None:
     """--control untrained[:K] | none: K untrained twins of the model (probe.untrained) run on the same inputs
-    as a negative control; read it with probe.untrained.parse_control (import-light) before heavy imports."""
+    as a negative control (`rule`: what the command does with them); read it with
+    probe.untrained.parse_control (import-light) before heavy imports."""
     parser.add_argument("--control", default=default, metavar="untrained[:K]|none",
                         help="untrained twins of the model (its own architecture, tokenizer and "
-                             "_init_weights, seeded random weights) run on the same inputs: a head is "
-                             "significant only above their heads' 99th percentile; untrained = untrained:3; "
-                             f"none: off (default {default})")
+                             f"_init_weights, seeded random weights) run on the same inputs: {rule}; "
+                             f"untrained = untrained:3; none: off (default {default})")
 
 
 def load_keywords(args: argparse.Namespace) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from probe.commands.common import (
     TABLE_EXTENSIONS,
+    add_control_option,
     add_model_options,
     check_model_options,
     load_keywords,
@@ -16,6 +17,7 @@ from probe.commands.common import (
 )
 from probe.commands.paths import output_path
 from probe.errors import ProbeError
+from probe.untrained import parse_control
 
 # The defaults of probe.heads.profile.ProfileConfig, written out so that `probe profile --help` and argument
 # errors need no torch (tests/commands/test_cli_fast.py checks they equal the library's).
@@ -60,6 +62,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help=f"bootstrap resamples (default {DEFAULTS['n_bootstrap']})")
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seeds inputs, row sample and "
                                                                            "bootstrap")
+    # off by default: the profile labels nothing, and K twins cost K more forwards per input
+    add_control_option(parser, default="none",
+                       rule="each measure's 1st and 99th percentile over their heads beside every head, "
+                            "and whether a head's span beats them (span_beats_untrained); K more forwards "
+                            "per input")
     parser.add_argument("--out", required=True, help="output table: .parquet, .csv or .json")
     parser.add_argument("--force", action="store_true", help="overwrite an --out that is not a profile table")
     return parser
@@ -81,6 +88,7 @@ def check_args(args: argparse.Namespace) -> Path:
         raise ProbeError(f"--threshold {args.threshold} must lie in [0, 1]")
     if args.text_file is not None and not Path(args.text_file).expanduser().is_file():
         raise ProbeError(f"--text-file {args.text_file} is not a file")
+    parse_control(args.control)  # import-light: a bad --control is answered before torch loads
     check_model_options(args)
     return out
 
@@ -106,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     # torch, pandas and transformers are imported only now, after the checks that need none of them, so
     # `--help`, argument errors and missing files answer at once (tests/commands/test_cli_fast.py).
     from probe import models
-    from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, text_inputs
+    from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, span_summary, text_inputs
     from probe.heads.profile_sink import ROW_STATS
     from probe.heads.tables import save_table
     from probe.runs.atomic import write_atomically
@@ -120,10 +128,12 @@ def run(args: argparse.Namespace) -> int:
             raise ProbeError(f"--text-file {args.text_file} cannot be read as UTF-8 text ({error})") from None
     config = ProfileConfig(seq_len=args.seq_len or DEFAULTS["seq_len"], query_rows=args.query_rows,
                            sink_tokens=args.sink_tokens, window=args.window, max_offset=args.max_offset,
-                           threshold=args.threshold, n_bootstrap=args.bootstrap, seed=args.seed)
+                           threshold=args.threshold, n_bootstrap=args.bootstrap, seed=args.seed,
+                           twins=parse_control(args.control).twins)
     config.check()
     n_inputs = args.random if args.random is not None else 1 + len(text) // 2  # (≤ one input per 2 chars)
     per_head = n_inputs * (len(ROW_STATS) + 2 + 2 * config.max_offset) * 8  # float64 sums per input and head
+    per_head *= 2 if config.twins else 1  # twins fill a sink each, one after the other (weights: not planned)
     refuse_if_too_big(args, args.model, "probe profile", config.seq_len, block_bytes=config.block_bytes,
                       sink_bytes_per_head=per_head, flags="a shorter --seq-len or fewer --random inputs")
     loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
@@ -139,12 +149,11 @@ def run(args: argparse.Namespace) -> int:
         inputs = random_inputs(loaded, args.random, seq_len, config.seed)  # streamed: made one at a time
 
     def progress(done: int, total: int) -> None:
-        print(f"\rprofile: input {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
-              flush=True)
+        print(f"\rprofile: forward {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
+              flush=True)  # inputs × (1 + untrained twins)
 
     table = head_profiles(loaded, inputs, config, progress)
     write_atomically(out, lambda tmp: save_table(table, tmp))
-    local = int((table["span"] == "local").sum())
-    print(f"probe profile: {len(table)} heads ({local} local) over {len(inputs)} inputs of ≤ "
-          f"{table['seq_len'].iloc[0]} tokens; wrote {out}", file=sys.stderr)
+    print(f"probe profile: {span_summary(table)} over {len(inputs)} inputs of ≤ {table['seq_len'].iloc[0]} "
+          f"tokens; wrote {out}", file=sys.stderr)
     return 0

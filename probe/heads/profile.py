@@ -8,6 +8,16 @@ MInference).
 uniformly drawn row in each of `query_rows` equal strata of positions, seeded): the engine then keeps its
 fused kernel and rebuilds α of those rows only. Every statistic is then the exact mean over the sampled rows;
 with `query_rows ≥ seq_len` it is the mean over all rows.
+
+With ``twins`` = K > 0 (``probe profile --control untrained:K``) the same inputs, and the same sampled rows,
+run through K untrained twins (:func:`probe.untrained.untrained_twins`: K more forwards per input through the
+same capture path, no new code in the engine), profiled by the same sink. Per measure the twins' distribution
+over all their heads is reported beside each head (:func:`untrained_columns`: its 1st and 99th percentiles,
+``untrained_p01_<measure>`` and ``untrained_p99_<measure>``), and the table's one claim, `span`, is checked
+against it: a "local" head beats the twins when its streaming mass is above their 99th percentile, a
+"retrieval" head when it is below their 1st (``span_beats_untrained``; ``span_untrained_share`` is the share
+of twin heads that earn the same span). A span the twins also earn comes from the architecture (a sliding
+window, the length against the window), not from learning.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -24,13 +35,41 @@ from probe.errors import ProbeError
 from probe.heads import stats
 from probe.heads.probesets import content_token_ids, special_frame
 from probe.heads.profile_sink import ROW_STATS, ProfileSink, RowWindows
+from probe.untrained import MAX_TWINS, UNTRAINED_QUANTILE, untrained_twins
 
 Progress = Callable[[int, int], None]
+# The measures whose twin distribution is reported: every per-row statistic and the dominant offset's share
+MEASURES = (*ROW_STATS, "dominant_offset_share")
 
 
 @dataclass(frozen=True)
 class ProfileConfig:
-    """How heads are profiled. The `probe profile` flags mirror these fields."""
+    """How heads are profiled (frozen). The `probe profile` flags mirror these fields.
+
+    Attributes
+    ----------
+    seq_len : int
+        Tokens per input (special tokens included); capped by the model's positions.
+    query_rows : int
+        Query rows sampled per input (one per equal stratum of positions); inputs no longer use every row.
+    sink_tokens, window, max_offset : int
+        Keys 0 … k − 1 are the sink; ``|query − key| < window`` is the local window; the dominant offset is
+        searched in ±max_offset.
+    threshold : float
+        ``streaming_mass ≥ threshold``: the head's span is "local", else "retrieval".
+    n_bootstrap, confidence, seed : int, float, int
+        Bootstrap resamples over inputs, the intervals' width, and the seed of inputs, rows and bootstrap.
+    block_bytes : int
+        Memory budget of one streamed α block.
+    twins : int
+        Untrained twins (:mod:`probe.untrained`) profiled on the same inputs and rows
+        (``--control untrained:K``); 0 (the default): none. See :func:`untrained_columns`.
+
+    Examples
+    --------
+    >>> ProfileConfig(seq_len=64, twins=3).twins, ProfileConfig().twins
+    (3, 0)
+    """
 
     seq_len: int = 4096  # tokens per input (special tokens included); capped by the model's positions
     query_rows: int = 1024  # query rows sampled per input (stratified); inputs no longer use every row
@@ -42,6 +81,7 @@ class ProfileConfig:
     confidence: float = 0.95  # width of the intervals
     seed: int = 0  # seeds random inputs, the row sample and the bootstrap
     block_bytes: int = 8 * 2**20  # memory budget of one streamed α block (all heads of a layer)
+    twins: int = 0  # untrained twins profiled on the same inputs (--control untrained:K); 0: none
 
     def check(self) -> None:
         for name in ("seq_len", "query_rows", "n_bootstrap"):
@@ -54,6 +94,9 @@ class ProfileConfig:
             raise ProbeError(f"--threshold {self.threshold} must lie in [0, 1]")
         if not 0.0 < self.confidence < 1.0:
             raise ProbeError(f"confidence {self.confidence} must lie in (0, 1)")
+        if not 0 <= self.twins <= MAX_TWINS:
+            raise ProbeError(f"twins must be 0 to {MAX_TWINS} untrained twins (--control untrained:K or "
+                             "none)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,19 +170,67 @@ def head_profiles(
     config: ProfileConfig = ProfileConfig(),  # noqa: B008 - frozen, so a shared default is safe
     progress: Progress | None = None,  # called with (inputs done, inputs in all)
 ) -> pd.DataFrame:
-    """Profile every head of a loaded model (probe.models.LoadedModel) on `inputs`, one forward per input.
+    """Profile every head of a loaded model on `inputs`, one forward per input (and per untrained twin).
 
-    Returns one row per (layer, head): for each statistic of :data:`~probe.heads.profile_sink.ROW_STATS` its
-    mean over inputs of the per-input mean over rows, with `<stat>_ci_low`/`_ci_high` (percentile bootstrap
-    over inputs); `dominant_offset` (query − key with the most mass, over all inputs) and
-    `dominant_offset_share` (mean α there, with its interval); `span` ("local" when streaming_mass ≥
-    threshold, else "retrieval"); and the settings.
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        The model (what :func:`probe.load` returned).
+    inputs : collection of torch.Tensor
+        Token ids, each ``[1, n]`` or ``[n]``: a list, or :class:`RandomInputs` (made one at a time).
+    config : ProfileConfig
+        The statistics' settings; ``twins`` = K adds K untrained twins run on the same inputs and rows.
+    progress : callable, optional
+        Called with (forwards done, forwards in all): inputs × (1 + K).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (layer, head): for each statistic of :data:`~probe.heads.profile_sink.ROW_STATS` its
+        mean over inputs of the per-input mean over rows, with `<stat>_ci_low`/`_ci_high` (percentile
+        bootstrap over inputs); `dominant_offset` (query − key with the most mass, over all inputs) and
+        `dominant_offset_share` (mean α there, with its interval); `span` ("local" when streaming_mass ≥
+        threshold, else "retrieval"); the settings; and with twins the columns of :func:`untrained_columns`
+        (without: ``untrained_twins`` = 0 and no twin column).
+
+    Examples
+    --------
+    >>> from probe.heads.profile import ProfileConfig, head_profiles, random_inputs
+    >>> loaded = probe.load("zoo:induction")
+    >>> config = ProfileConfig(seq_len=48, window=2, sink_tokens=0, threshold=0.5, n_bootstrap=50, twins=2)
+    >>> table = head_profiles(loaded, random_inputs(loaded, 4, 48), config)
+    >>> row = table.set_index("head_name").loc["L0H1"]  # the previous-token head: local, and not by design
+    >>> row["span"], bool(row["span_beats_untrained"]), int(row["untrained_twins"])
+    ('local', True, 2)
+    >>> bool(row["streaming_mass"] > row["untrained_p99_streaming_mass"])
+    True
     """
     config.check()
     n_inputs = len(inputs)
     if not n_inputs:
         raise ProbeError("no inputs to profile")
+    twins = untrained_twins(loaded, config.twins) if config.twins else ()
+    total = n_inputs * (1 + len(twins))
+    tables = []
+    for index, model in enumerate((loaded, *twins)):
+        def counted(done: int, _: int, start: int = index * n_inputs) -> None:
+            if progress is not None:
+                progress(start + done, total)
+
+        sink, longest = _profiled(model, inputs, config, counted)
+        tables.append(profile_table(model, sink, config, n_inputs, longest))
+    table = tables[0]
+    if twins:
+        return untrained_columns(table, tables[1:], config.threshold)
+    table["untrained_twins"] = 0
+    return table
+
+
+def _profiled(loaded, inputs, config: ProfileConfig, progress: Progress) -> tuple[ProfileSink, int]:
+    """The sink filled by one forward per input (the row sample drawn from `config.seed` afresh, so a twin
+    sees the model's rows) and the longest input's length."""
     windows = RowWindows(config.sink_tokens, config.window, config.max_offset)
+    n_inputs = len(inputs)
     sink = ProfileSink(n_inputs, loaded.n_layers, loaded.n_heads, windows)
     generator = torch.Generator().manual_seed(config.seed)
     device = getattr(loaded, "device", "cpu")
@@ -153,9 +244,80 @@ def head_profiles(
             longest = max(longest, ids.shape[1])
             sink.begin_input(index, sample_rows(ids.shape[1], config.query_rows, generator))
             loaded.model(**models.model_inputs(loaded, ids.to(device)))  # encoder-decoders: decoder ids too
-            if progress is not None:
-                progress(index + 1, n_inputs)
-    return profile_table(loaded, sink, config, n_inputs, longest)
+            progress(index + 1, n_inputs)
+    return sink, longest
+
+
+def untrained_columns(table: pd.DataFrame, twin_tables: list[pd.DataFrame], threshold: float) -> pd.DataFrame:
+    """`table` with its untrained twins' distribution beside each measure, and its `span` checked against it.
+
+    Pure. Per measure m of :data:`MEASURES`, over every head of every twin (numpy's linear quantile):
+    ``untrained_p01_m`` (the 1 − :data:`~probe.untrained.UNTRAINED_QUANTILE` quantile) and ``untrained_p99_m``
+    (the :data:`~probe.untrained.UNTRAINED_QUANTILE` quantile). ``span_untrained_share``: the share of twin
+    heads whose span (streaming_mass ≥ `threshold`: local) is this head's. ``span_beats_untrained``: a local
+    head's streaming mass is above ``untrained_p99_streaming_mass``, a retrieval head's below
+    ``untrained_p01_streaming_mass`` — False where a twin head could make the same claim as easily.
+    ``untrained_twins``: K.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The model's profile (:func:`profile_table`).
+    twin_tables : list of pandas.DataFrame
+        The twins' profiles on the same inputs, one per twin.
+    threshold : float
+        The span threshold of the run.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy of `table` with the columns above.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from probe.heads.profile import untrained_columns
+    >>> mine = pd.DataFrame({"streaming_mass": [0.95, 0.1], "span": ["local", "retrieval"]})
+    >>> twin = pd.DataFrame({"streaming_mass": [0.2, 0.3, 0.4]})
+    >>> out = untrained_columns(mine, [twin], threshold=0.9)
+    >>> out["span_beats_untrained"].tolist(), out["span_untrained_share"].tolist()
+    ([True, True], [0.0, 1.0])
+    >>> [round(float(out[f"untrained_{q}_streaming_mass"][0]), 3) for q in ("p01", "p99")]
+    [0.202, 0.398]
+    """
+    if not twin_tables:
+        raise ProbeError("untrained_columns needs at least one twin's profile")
+    twins = pd.concat(twin_tables, ignore_index=True)
+    out = table.copy()
+    for name in MEASURES:
+        if name not in twins.columns:
+            continue
+        values = pd.to_numeric(twins[name], errors="coerce").to_numpy(dtype=float)
+        values = values[np.isfinite(values)]
+        low, high = (np.quantile(values, [1 - UNTRAINED_QUANTILE, UNTRAINED_QUANTILE]) if len(values)
+                     else (np.nan, np.nan))
+        out[f"untrained_p01_{name}"], out[f"untrained_p99_{name}"] = float(low), float(high)
+    twin_local = float((pd.to_numeric(twins["streaming_mass"]) >= threshold).mean())
+    local = out["span"] == "local"
+    out["span_untrained_share"] = np.where(local, twin_local, 1.0 - twin_local)
+    mass = pd.to_numeric(out["streaming_mass"])
+    out["span_beats_untrained"] = np.where(local, mass > out["untrained_p99_streaming_mass"],
+                                           mass < out["untrained_p01_streaming_mass"])
+    out["untrained_twins"] = len(twin_tables)
+    return out
+
+
+def span_summary(table: pd.DataFrame) -> str:
+    """The profile's one-line count of spans: "8 heads (3 local, 5 retrieval)", and with twins how many of
+    each beat them ("3 local (1 beats the untrained twins)") or, without, that they were not run."""
+    local = table["span"] == "local"
+    k = int(table["untrained_twins"].iloc[0]) if "untrained_twins" in table.columns else 0
+    if not k:
+        return (f"{len(table)} heads ({int(local.sum())} local, {int((~local).sum())} retrieval; untrained "
+                "twins not run: --control untrained:K)")
+    beats = table["span_beats_untrained"].astype(bool)
+    return (f"{len(table)} heads ({int(local.sum())} local, {int((local & beats).sum())} beyond {k} "
+            f"untrained twins; {int((~local).sum())} retrieval, {int((~local & beats).sum())} beyond them)")
 
 
 def profile_table(loaded, sink: ProfileSink, config: ProfileConfig, n_inputs: int,

@@ -53,9 +53,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import hypergeom
 
+from probe import untrained
+
 ALPHA = 0.05  # family-wise error over a table's heads at which a head is called significant (and BH's FDR)
 RANGE_NAMES = ("short", "medium", "long")
-UNTRAINED_QUANTILE = 0.99
+UNTRAINED_QUANTILE = untrained.UNTRAINED_QUANTILE  # the twins' bar (probe.untrained, shared with probe label)
 POOLED_DRAWS = 999
 POOLED_SEED = 0
 

@@ -9,9 +9,12 @@ from probe.errors import ProbeError
 
 def sweep_figure(table: pd.DataFrame, title: str | None = None):
     """plotly Figure: one panel per head type that some checkpoint labels; in it, one line per labelled head
-    (score and its bootstrap interval at every checkpoint), and the uniform-attention chance level dashed. x
-    is the training step when every checkpoint has one, else the checkpoints in order. Where a table holds
-    several rows per head and type (several probe lengths), the row of the longest probes is plotted."""
+    (score and its bootstrap interval at every checkpoint), the uniform-attention chance level dashed and,
+    where the run had untrained twins (``--control untrained:K``), their bar ``untrained_p99`` dotted
+    beside it (types whose bar is on the score; coreference's is on its accuracy); without twins the title
+    says they were not run. x is the training step when every checkpoint has one, else the checkpoints in
+    order. Where a table holds several rows per head and type (several probe lengths), the row of the
+    longest probes is plotted."""
     # plotly is about a second of import and only this figure (probe label --plot) needs it: imported here
     import plotly.graph_objects as go
     from plotly.colors import qualitative
@@ -59,9 +62,21 @@ def sweep_figure(table: pd.DataFrame, title: str | None = None):
         figure.add_trace(go.Scatter(x=chance.index, y=chance.values, mode="lines", name="chance (uniform)",
                                     line={"dash": "dash", "color": "grey"}, legendgroup="chance",
                                     showlegend=row == 1), row=row, col=1)
+        bars = pd.to_numeric(rows["untrained_p99"], errors="coerce") if "untrained_p99" in rows else None
+        on_score = "accuracy" not in rows or rows["accuracy"].isna().all()  # accuracy types: bar not on y
+        if bars is not None and bars.notna().any() and on_score:
+            bar = bars.groupby(rows[x_column], sort=False).max()
+            bar = bar.sort_index() if by_step else bar.reindex(order)
+            figure.add_trace(go.Scatter(x=bar.index, y=bar.values, mode="lines", name="untrained twins' p99",
+                                        line={"dash": "dot", "color": "black"}, legendgroup="twins",
+                                        showlegend="twins" not in shown), row=row, col=1)
+            shown.add("twins")
         figure.update_yaxes(title_text="score", range=[0, 1.05], row=row, col=1)
     figure.update_xaxes(title_text="training step" if by_step else "checkpoint", row=len(types), col=1)
-    figure.update_layout(title=title or "Head scores across checkpoints (heads labelled at some checkpoint)",
+    twins = "untrained_p99" in table and pd.to_numeric(table["untrained_p99"], errors="coerce").notna().any()
+    title = title or ("Head scores across checkpoints (heads labelled at some checkpoint)"
+                      + ("" if twins else "; untrained twins not run"))
+    figure.update_layout(title=title,
                          height=260 * len(types) + 140, width=900, template="plotly_white")
     return figure
 

@@ -15,7 +15,7 @@ from probe.errors import ProbeError
 from probe.naming import head_name
 from probe.runs.atomic import write_atomically
 from probe.runs.export import kaleido_png
-from probe.views.reading import format_q, is_grey, is_labelled, label_reason, number
+from probe.views.reading import format_q, is_grey, is_labelled, label_reason, number, twins_ran, twins_text
 
 BLUES = np.array([[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
                   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]], dtype=np.float64)
@@ -185,13 +185,15 @@ def write_png(figure, path) -> None:
 
 def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) -> str:
     """One head type's atlas: layer × head cells coloured by score on the fixed 0–1 Viridis scale, grey when
-    not labelled, near-white without a score; a <title> per cell (score, interval, q, label or why not)."""
+    not labelled, near-white without a score; a <title> per cell (score, interval, chance, the untrained
+    twins' bar or "not run", q, label or why not)."""
     left, top = 30, 18
     width, height = left + heads * cell + 4, top + layers * cell + 4
     colours = [[NO_DATA] * heads for _ in range(layers)]
     titles = [[f"{head_name(layer, head)}: no score" for head in range(heads)] for layer in range(layers)]
     marks = []
     rows = table[table["head_type"].astype(str) == head_type]
+    ran = twins_ran(table)
     for row in rows.itertuples(index=False):
         layer, head = int(row.layer), int(row.head)
         if not (0 <= layer < layers and 0 <= head < heads):
@@ -203,9 +205,12 @@ def atlas_svg(table, layers: int, heads: int, head_type: str, cell: int = 22) ->
                 else NOT_SIGNIFICANT
         low, high = number(row, "ci_low"), number(row, "ci_high")
         labelled = is_labelled(getattr(row, "label", None))
+        chance = number(row, "chance")
         titles[layer][head] = (f"{head_name(layer, head)} {head_type} score "
                                + ("unknown" if score is None else f"{score:.3f}")
                                + (f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else "")
+                               + (f" · chance {chance:.3f}" if chance is not None else "")
+                               + f" · twins p99 {twins_text(row, ran)}"
                                + f" · q {format_q(number(row, 'q_value'))}"
                                + (" · ✓ labelled" if labelled else f" · not labelled: {label_reason(row)}"))
         if labelled:

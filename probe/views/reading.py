@@ -10,7 +10,11 @@ notebook views and the report.
   the untrained twins, attention to the targets not above chance (span types), below the minimum effect, or
   q above the FDR level. ✓ marks a label; chance is the ``chance`` column (a uniform head's score);
 * a q- or p-value reads with 3 significant digits, ``< 0.001`` below that and ``unknown`` for NaN
-  (:func:`format_q`).
+  (:func:`format_q`);
+* the controls a label beat: chance always (the minimum effect over a uniform head, at the FDR), and the
+  untrained twins' bar ``untrained_p99`` where ``probe label --control untrained:K`` ran them — shown beside
+  chance as "twins p99" (:func:`twins_text`), "not run" where the run had no twins (the default), and one
+  line per table saying which (:func:`controls_line`).
 
 Example
 -------
@@ -39,6 +43,44 @@ def number(row, column: str) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
+
+
+def twins_ran(table) -> bool:
+    """Whether the label table's run had untrained twins: some row has a finite ``untrained_p99`` (a type the
+    twins are not run on, retrieval, has NaN even then)."""
+    if table is None or "untrained_p99" not in getattr(table, "columns", ()):
+        return False
+    values = [number(row, "untrained_p99") for row in table.itertuples(index=False)]
+    return any(value is not None for value in values)
+
+
+def twins_text(row, ran: bool) -> str:
+    """The twins' bar of a row for reading beside chance: "0.031"; "not run" when the table's run had no
+    twins (:func:`twins_ran` False); "not for this type" when it had twins but not on this row's type."""
+    bar = number(row, "untrained_p99")
+    if bar is not None:
+        return f"{bar:.3f}"
+    return "not for this type" if ran else "not run"
+
+
+def controls_line(table) -> str:
+    """One line for a label table: the controls its labels beat, and whether the untrained twins ran.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> print(controls_line(pd.DataFrame({"untrained_p99": [float("nan")]})))  # doctest: +ELLIPSIS
+    controls a label beat: chance (...); untrained twins: not run (...)
+    >>> print(controls_line(pd.DataFrame({"untrained_p99": [0.03]})))  # doctest: +ELLIPSIS
+    controls a label beat: chance (...) and the untrained twins (...)
+    """
+    chance = ("chance (score − chance significantly above the minimum effect at the FDR; coreference: "
+              "accuracy above the best baseline's and attention to the antecedent above chance)")
+    if twins_ran(table):
+        return (f"controls a label beat: {chance} and the untrained twins (its statistic above their 99th "
+                "percentile, 'twins p99': random-weight copies of the model on the same probes)")
+    return (f"controls a label beat: {chance}; untrained twins: not run (probe label --control untrained:K "
+            "adds random-weight copies of the model as a second bar; off by default, ≈ 2–4× the run)")
 
 
 def is_labelled(value) -> bool:

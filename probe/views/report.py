@@ -38,7 +38,7 @@ from probe.views import encode
 from probe.views.circuit import circuit_fragment
 from probe.views.figures import atlas_svg, contact_svg, residue_map_svg
 from probe.views.pooling import pooled_attention
-from probe.views.reading import format_q, is_labelled
+from probe.views.reading import controls_line, format_q, is_labelled
 from probe.views.structure_view import structure_fragment, structure_view
 from probe.views.tables import as_table, badges, one_model, table_html
 from probe.views.unknowns import unknown_reason
@@ -104,8 +104,9 @@ def _atlas_html(table, layers: int, heads: int) -> str:
         figures.append(f"<figure>{atlas_svg(table, layers, heads, head_type)}<figcaption>"
                        f"<b>{html.escape(head_type)}</b> · {count} labelled</figcaption></figure>")
     return ('<p class="note">score on the fixed 0–1 scale (Viridis) · grey: not labelled · ✓ labelled · '
-            'hover a cell for its score, interval, q and why it is not labelled</p><div class="atlases">'
-            + "".join(figures) + "</div>")
+            "hover a cell for its score, interval, chance, the untrained twins' bar, q and why it is not "
+            f'labelled</p><p class="note controls">{html.escape(controls_line(table))}</p>'
+            '<div class="atlases">' + "".join(figures) + "</div>")
 
 
 def _protein_html(loaded, sequence: str, structure: str | None, chain: str | None) -> tuple[str, str, str]:

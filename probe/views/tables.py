@@ -1,7 +1,7 @@
 """The labels table as a readable HTML table (a notebook cell, the report): score with its interval, chance,
-q, label, output share, role, ablation and group effect — sorted and coloured like the app's labelled-heads
-table (best score first within a type; ✓ green when labelled, grey when not labelled, the reason on hover;
-NaN is "unknown")."""
+the untrained twins' bar (or "not run"), q, label, output share, role, ablation and group effect — sorted and
+coloured like the app's labelled-heads table (best score first within a type; ✓ green when labelled, grey when
+not labelled, the reason on hover; NaN is "unknown"); its note says which controls a label beat."""
 
 from __future__ import annotations
 
@@ -14,7 +14,17 @@ from probe.errors import ProbeError
 from probe.heads.tables import TABLE_EXTENSIONS, read_table_file, rows_of_model
 from probe.naming import head_name
 from probe.views.bundle import inline_script, inline_style
-from probe.views.reading import format_q, is_grey, is_labelled, is_significant, label_reason, number
+from probe.views.reading import (
+    controls_line,
+    format_q,
+    is_grey,
+    is_labelled,
+    is_significant,
+    label_reason,
+    number,
+    twins_ran,
+    twins_text,
+)
 
 MAX_ROWS = 500  # rows drawn in a notebook (a note says how many were left out)
 
@@ -68,8 +78,8 @@ def badges(table: pd.DataFrame | None) -> dict[str, dict[str, list[str]]]:
     return out
 
 
-COLUMNS = ("head", "type", "score", "interval", "chance", "q", "label", "output share", "role", "ablation",
-           "group effect")
+COLUMNS = ("head", "type", "score", "interval", "chance", "twins p99", "q", "label", "output share", "role",
+           "ablation", "group effect")
 
 
 def _interval(row, low: str, high: str) -> str:
@@ -105,6 +115,7 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
     """The HTML of the labels table (<table class="probe-table">; views.js sorts it on a header click)."""
     rows = table_rows(table, only_labelled)
     shown = rows.head(max_rows)
+    ran = twins_ran(table)
     head = "".join(f"<th>{html.escape(name)}</th>" for name in COLUMNS)
     body = []
     for row in shown.itertuples(index=False):
@@ -126,6 +137,7 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
             _cell("unknown" if score is None else f"{score:.3f}", score),
             _cell(_interval(row, "ci_low", "ci_high"), number(row, "ci_low")),
             _cell("unknown" if chance is None else f"{chance:.3f}", chance),
+            _cell(twins_text(row, ran), number(row, "untrained_p99"), "" if ran else "unknown"),
             _cell(format_q(q_value), q_value),
             f'<td data-sort="{int(labelled)}">' + ('<span class="yes">✓ labelled</span>' if labelled else "")
             + "</td>",
@@ -138,7 +150,8 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
                     + "".join(cells) + "</tr>")
     note = (f"{len(rows)} rows" + (f", the first {max_rows} shown" if len(rows) > max_rows else "") +
             " · by type, labelled first, best score first (click a header to sort) · ✓ labelled (passed the "
-            "label rule) · grey: not labelled (hover a row: why) · unknown: not measured (never 0)")
+            "label rule) · grey: not labelled (hover a row: why) · unknown: not measured (never 0) · "
+            + controls_line(table))
     return (f'<div class="probe-table-note">{html.escape(note)}</div><table '
             f'class="probe-table"><thead><tr>{head}'
             f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
@@ -180,8 +193,8 @@ def label_table(labels, only_labelled: bool = False, max_rows: int = MAX_ROWS) -
     Returns
     -------
     LabelTable
-        With ``_repr_html_`` (columns: head, type, score, interval, chance, q, label, output share, role,
-        ablation, group effect).
+        With ``_repr_html_`` (columns: head, type, score, interval, chance, twins p99 — the untrained
+        twins' bar, "not run" without them — q, label, output share, role, ablation, group effect).
 
     Examples
     --------

@@ -990,7 +990,10 @@ def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
          "label": False},
     ])
     rows, columns, note = atlas.labelled_rows(table, "first_token")
-    assert [r["head_name"] for r in rows] == ["L1H2", "L0H1"] and note == "2 labelled"
+    assert [r["head_name"] for r in rows] == ["L1H2", "L0H1"] and note == f"2 labelled · {atlas.NOT_RUN}"
+    # the untrained twins' bar beside chance: not run here (no untrained_p99 column)
+    assert [c["id"] for c in columns].index("untrained_p99") == [c["id"] for c in columns].index("chance") + 1
+    assert rows[0]["untrained_p99"] == "not run"
     assert rows[0]["role"] == "sink" and rows[0]["q_value"] == "< 0.001" and rows[0]["output_share"] == 0.05
     assert rows[1]["output_share"] == "unknown" and rows[1]["role"] == "unknown"
     assert "offset" not in [c["id"] for c in columns]  # no head has one
@@ -999,7 +1002,14 @@ def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
     assert "q = < 0.001" in hover and "ablation: loss +0.200 (z = 3.5" in hover
     assert "output share 0.05 · role: sink" in hover and "label: True" not in hover
     assert "output share" not in figure.data[0].text[0][1]  # NaN: not shown as a number
+    assert "chance 0.100 · untrained twins' p99 not run" in hover
     assert atlas.labelled_rows(None, "x")[2].startswith("no labels yet")
+    # with twins: their bar beside chance, in the table and on hover, and the note no longer says "not run"
+    twins = table.assign(untrained_p99=[0.31, 0.32, 0.33])
+    rows, _, note = atlas.labelled_rows(twins, "first_token")
+    assert note == "2 labelled" and rows[0]["untrained_p99"] == "0.310"
+    hover = atlas_figure.atlas_figure(twins, 2, 4, "first_token").data[0].text[1][2]
+    assert "chance 0.100 · untrained twins' p99 0.310" in hover
 
 
 def test_protein_layer_maps_equal_each_heads_map_and_are_cached(service, specs):

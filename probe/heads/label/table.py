@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from probe import untrained
 from probe.heads import stats
 from probe.heads.label.config import LabelConfig
 from probe.heads.label.scoring import Scored
@@ -25,9 +26,9 @@ SINK_SHARE = 0.1
 
 COPYING_MARGIN = 0.1  # a copying type's label is "copying" at copying ≥ +margin, "suppressing" at ≤ −margin
 
-# untrained_p99: this quantile of the twins' statistic over all their heads (probe.proteins.significance's
-# UNTRAINED_QUANTILE for the contact test; numpy's default, linear interpolation)
-UNTRAINED_QUANTILE = 0.99
+# untrained_p99: this quantile of the twins' statistic over all their heads (probe.untrained's, shared with
+# the contact test and probe profile; numpy's default, linear interpolation)
+UNTRAINED_QUANTILE = untrained.UNTRAINED_QUANTILE
 
 
 def roles(table: pd.DataFrame) -> pd.Series:
@@ -222,12 +223,17 @@ def _retrieval_note(first) -> str:
     return text
 
 
+NO_TWINS_LINE = ("untrained twins: not run, so these labels beat chance only (--control untrained:K adds "
+                 "random-weight copies of the model as a second bar, about 2–4× the run; docs/labels.md)")
+
+
 def summary_lines(table: pd.DataFrame) -> list[str]:
     """"model · type: N of M heads (L0H1, ...)" for every model, length and type of a table (for stderr);
     fixed-offset heads show their offset, heads whose label flips between lengths are marked "(unstable)",
     sink labels (:func:`roles`) "(sink)" and inert ones "(inert)"; "N sinks" counts the sinks, the untrained
     twins' bar follows where they ran ("untrained twins' p99 0.027"), and each ablated group adds "together
-    L1H0 L1H1 …: +6.39 nats (z 1.2)"."""
+    L1H0 L1H1 …: +6.39 nats (z 1.2)". A table whose run had no twins ends with a line that says so
+    (:data:`NO_TWINS_LINE`): its labels beat chance only."""
     lines = []
     lengths = table["seq_len"].dropna().unique()
     for model, rows in table.groupby("model", sort=False):
@@ -268,4 +274,6 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
             if "retrieval_k" in group and group["retrieval_k"].notna().any():
                 line += _retrieval_note(group[group["retrieval_k"].notna()].iloc[0])
             lines.append(line)
-    return lines + sink_rate_lines(table)
+    bars = pd.to_numeric(table["untrained_p99"], errors="coerce") if "untrained_p99" in table else None
+    twins = [] if bars is not None and bars.notna().any() else [NO_TWINS_LINE]
+    return lines + sink_rate_lines(table) + twins
