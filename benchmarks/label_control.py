@@ -58,15 +58,21 @@ def measure(name: str, twins: int, repeats: int) -> dict:
     build = time.perf_counter() - started
     label_model(loaded, config)  # warm-up (probe sets, corpus)
     times: dict[str, list[float]] = {"none": [], "twins": []}
-    for _ in range(repeats):
-        for key, chosen in (("none", config), ("twins", control)):
+    shares = []  # the twins' own stage over the run's total, inside each run with twins
+    for round_ in range(repeats):
+        order = (("none", config), ("twins", control))
+        for key, chosen in order if round_ % 2 == 0 else order[::-1]:  # ABBA: a load trend cancels
             started = time.perf_counter()
-            label_model(loaded, chosen)
+            table = label_model(loaded, chosen)
             times[key].append(time.perf_counter() - started)
+            if key == "twins":
+                stages = table.attrs.get("stage_seconds") or {}
+                shares.append(stages.get("untrained twins", 0.0) / max(sum(stages.values()), 1e-9))
     none, with_twins = statistics.median(times["none"]), statistics.median(times["twins"])
     return {"model": name, "none_s": none, "twins_s": with_twins, "ratio": with_twins / none,
             "pairs": [round(b / a, 2) for a, b in zip(times["none"], times["twins"], strict=True)],
-            "build_s": build, "first_run_ratio": (with_twins + build) / none}
+            "build_s": build, "first_run_ratio": (with_twins + build) / none,
+            "stage_ratio": 1.0 / (1.0 - statistics.median(shares)) if shares else float("nan")}
 
 
 def main() -> None:
@@ -80,11 +86,13 @@ def main() -> None:
 
     print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f}, torch threads "
           f"{torch.get_num_threads()}, K = {args.twins}")
-    print("model       none (s)  twins (s)  ratio  per pair          build (s)  first-run ratio")
+    print("model       none (s)  twins (s)  ratio  per pair          build (s)  first-run ratio  "
+          "in-run ratio")
     for name in args.models.split(","):
         row = measure(name.strip(), args.twins, args.repeats)
         print(f"{row['model']:<10} {row['none_s']:>9.2f} {row['twins_s']:>10.2f} {row['ratio']:>6.2f}  "
-              f"{str(row['pairs']):<17} {row['build_s']:>9.2f} {row['first_run_ratio']:>16.2f}")
+              f"{str(row['pairs']):<17} {row['build_s']:>9.2f} {row['first_run_ratio']:>16.2f} "
+              f"{row['stage_ratio']:>13.2f}")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
