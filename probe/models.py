@@ -596,7 +596,7 @@ def tokenize_text(loaded: LoadedModel, text: str) -> dict[str, torch.Tensor]:
     probe.errors.ProbeError: the text is 101 tokens but zoo:induction takes at most 64; shorten it
     """
     if not text:
-        raise ProbeError("the text is empty: pass --text with at least one word")
+        raise ProbeError("the text is empty: give at least one word")  # no CLI flag: callers are Python too
     if is_speech(loaded.config):
         raise ProbeError(f"{loaded.name} reads audio, not text: capture it from Python with its processor's "
                          "input_features (probe.engine.capture(loaded.model, sink); docs/engine.md)")
