@@ -24,7 +24,7 @@ from probe.commands.common import (
     parse_lengths,
     plot_paths,
 )
-from probe.commands.label_plan import check_before_loading, first_line
+from probe.commands.label_checks import check_before_loading
 from probe.commands.paths import output_path, page_path
 from probe.errors import ProbeError
 from probe.untrained import parse_control
@@ -168,7 +168,6 @@ def run(args: argparse.Namespace) -> int:
     task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process,
                      placement=load_keywords(args), circuits=args.circuits,
                      out=str(out) if out is not None else None)
-    _say(first_line(args, out))  # before any model is loaded: what is to come (issue 44)
     report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on,
                         description="label")
 

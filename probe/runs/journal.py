@@ -9,6 +9,7 @@ rerun reuses a unit only if its identity is exactly the same.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -147,7 +148,10 @@ class Journal:
                 np.savez(stream, **members)
 
         write_atomically(self._path(unit), write)
-        shutil.rmtree(self.steps_directory(unit), ignore_errors=True)  # the unit is whole: its steps are done
+        steps = self.steps_directory(unit)
+        shutil.rmtree(steps, ignore_errors=True)  # the unit is whole: its steps are done
+        with contextlib.suppress(OSError):  # and the steps folder with them once no unit is running
+            steps.parent.rmdir()
 
     def writing(self):
         """A context manager holding the output's writer lock (``writer.lock`` in the journal's folder): the

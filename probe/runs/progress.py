@@ -74,7 +74,6 @@ class BatchBar:
         bar.total = total
         step = done - bar.n
         if step <= 0:
-            bar.refresh()
             return
         if self.read_back and not self.computing:  # read back: done, but not timed
             self.resumed += step

@@ -108,12 +108,18 @@ class LabelTask:
         store = self.steps(state, unit)
         if store is not None and store.finished():
             self._say(f"{unit.key}: resuming: {store.finished()} finished step(s) of an interrupted run are "
-                      f"read back from {store.directory.parent}")
+                      f"read back from {parts_directory(self.out)}/")
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
+        kept = (f"; each finished batch is journalled in {parts_directory(self.out)}/, where a rerun resumes"
+                if store is not None else "; without --out nothing is kept: an interrupted run starts again")
+
+        def plan(line: str) -> None:  # the unit's first line: after every check, before the first forward
+            self._say(line + kept)
+
         try:
             table = label_model(state, self.config, bar, note=notes.append,
                                 copying_of=cached_copying_scores,  # copying: once per weights, on disk
-                                memo=bar.memo(store.memo) if store is not None else None, plan=self._say)
+                                memo=bar.memo(store.memo) if store is not None else None, plan=plan)
             if self.circuits:  # opt-in: the default label run's cost is unchanged
                 from probe.circuits.circuit import CircuitConfig, fed_by_columns
 

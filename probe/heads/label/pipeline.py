@@ -219,7 +219,7 @@ def label_model(
         for index, (twin, found) in enumerate(zip(twins, twin_scored, strict=True)):
             with stage("untrained twins"):
                 found.extend(score_token_set(twin, chosen, probes, source, seq_len, config, tick, memo=memo,
-                                             key=f"twin{index}/{probe}@{seq_len}"))
+                                             step=f"twin{index}/{probe}@{seq_len}"))
     for seq_len in lengths:
         for spec in generated_specs:
             with stage("generation"):
@@ -232,7 +232,7 @@ def label_model(
         for index, (twin, found) in enumerate(zip(twins, twin_scored, strict=True)):
             with stage("untrained twins"):
                 found.extend(score_span_set(twin, span_specs, spans[0], spans[1], config, tick, memo=memo,
-                                            key=f"twin{index}/spans:{spans[0]}"))
+                                            step=f"twin{index}/spans:{spans[0]}"))
         for spec in span_specs:
             probes_used[spec.name] = spans[1]
 
@@ -263,7 +263,8 @@ def label_model(
 def plan_line(model: str, config: LabelConfig, total: int, sets, lengths, n_batches: int, spans, n_span: int,
               twins: int, generated: list[str]) -> str:
     """What a labelling run is about to do, in one line: "zoo:x: 249 forward batches of up to 8 probes —
-    24 on 3 token probe sets (natural, brackets, repeated) at 128 tokens, 225 on 1,799 gap span examples"."""
+    24 on 3 token probe set(s) (natural, brackets, repeated) of 64 probes at 128 tokens; 225 on 1,799 gap span
+    examples"."""
     parts = []
     if sets and lengths:
         parts.append(f"{n_batches * len(sets) * len(lengths)} on {len(sets)} token probe set(s) "
@@ -275,8 +276,7 @@ def plan_line(model: str, config: LabelConfig, total: int, sets, lengths, n_batc
         parts.append(f"{n_batches * len(lengths) * len(generated)} generating ({', '.join(generated)})")
     if twins:
         parts.append(f"each but the generating ones again on {twins} untrained twin(s)")
-    return (f"{model}: {total} forward batches of up to {config.batch_size} probes — " + "; ".join(parts)
-            + ("" if config.ablate == "none" else f"; then the ablation of {config.ablate} heads"))
+    return f"{model}: {total} forward batches of up to {config.batch_size} probes — " + "; ".join(parts)
 
 
 def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig,

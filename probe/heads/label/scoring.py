@@ -71,19 +71,20 @@ def unflat_scores(flat: dict[str, torch.Tensor]) -> dict[str, TypeScores]:
     return {key: TypeScores(key, **found) for key, found in fields.items()}
 
 
-def _forward(memo: Memo | None, key: str, compute: Callable[[], dict[str, torch.Tensor]]
+def _forward(memo: Memo | None, step: str, compute: Callable[[], dict[str, torch.Tensor]]
              ) -> dict[str, torch.Tensor]:
     """One probe batch's forward, through `memo` when given (a resumed run reads it back)."""
-    return compute() if memo is None else memo(key, compute)
+    return compute() if memo is None else memo(step, compute)
 
 
 def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet, source: ProbeSource,
                     seq_len: int, config: LabelConfig, tick: Callable[[], None],
                     projections: OutputProjections | None = None,
-                    dla: InductionDLA | None = None, memo: Memo | None = None, key: str = "") -> list[Scored]:
+                    dla: InductionDLA | None = None, memo: Memo | None = None,
+                    step: str = "") -> list[Scored]:
     """Stream every spec's targets on one token probe set, one forward per batch (with `projections`: also the
     output shares; with `dla`: the direct logit attribution reduced from the same forwards). With `memo`, each
-    batch's forward is the step ``f"{key}/rows{start}-{stop}"`` (its scores and attribution)."""
+    batch's forward is the step ``f"{step}/rows{start}-{stop}"`` (its scores and attribution)."""
     causal = not _bidirectional(loaded)
     restrict = source.vocabulary < SMALL_VOCABULARY
     parts = {spec.name: {} for spec in specs}
@@ -117,7 +118,7 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
                     reduced = {_DLA_TOTAL: total, _DLA_COUNTED: torch.tensor(counted)}
             return {**flat_scores(sink.result()), **reduced}
 
-        found = _forward(memo, f"{key}/rows{rows.start}-{rows.stop}", forward)
+        found = _forward(memo, f"{step}/rows{rows.start}-{rows.stop}", forward)
         del patterns, tl_patterns
         if dla is not None:
             dla.accumulate(found[_DLA_TOTAL], int(found[_DLA_COUNTED]))
@@ -155,9 +156,9 @@ def tl_detection(spec: HeadTypeSpec, ctx: TargetContext,
 def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: list[EncodedSpanExample],
                    config: LabelConfig, tick: Callable[[], None],
                    projections: OutputProjections | None = None, memo: Memo | None = None,
-                   key: str = "") -> list[Scored]:
+                   step: str = "") -> list[Scored]:
     """Stream every span spec's targets and the word-level accuracy on the span examples (with `memo`: each
-    batch's forward is the step ``f"{key}/rows{start}-{stop}"``)."""
+    batch's forward is the step ``f"{step}/rows{start}-{stop}"``)."""
     causal = not _bidirectional(loaded)
     parts = {spec.name: [] for spec in specs}
     chances = {spec.name: [] for spec in specs}
@@ -176,7 +177,7 @@ def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: l
                      block_bytes=config.block_bytes)
             return flat_scores(sink.result())
 
-        found = _forward(memo, f"{key}/rows{rows.start}-{rows.stop}", forward)
+        found = _forward(memo, f"{step}/rows{rows.start}-{rows.stop}", forward)
         for spec_name, scores in unflat_scores(found).items():
             parts[spec_name].append(scores)
         tick()
@@ -190,9 +191,9 @@ def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: l
 
 
 def score_generated(loaded, spec: HeadTypeSpec, seq_len: int, config: LabelConfig, tick: Callable[[], None],
-                    note: Note | None = None, memo: Memo | None = None, key: str = "") -> Scored:
+                    note: Note | None = None, memo: Memo | None = None, step: str = "") -> Scored:
     """A generation-scored type (spec.scorer) on its own probes of `seq_len` tokens, as a mass type's
-    Scored (with `memo`: the scorer's whole run is the step `key`; read back, it ticks its batches at
+    Scored (with `memo`: the scorer's whole run is the step `step`; read back, it ticks its batches at
     once)."""
 
     def scorer() -> dict[str, torch.Tensor]:
@@ -202,7 +203,7 @@ def score_generated(loaded, spec: HeadTypeSpec, seq_len: int, config: LabelConfi
         return kept if found.recall is None else {**kept, "recall": found.recall}
 
     computed = []
-    kept = memo(key, lambda: computed.append(True) or scorer()) if memo is not None else scorer()
+    kept = memo(step, lambda: computed.append(True) or scorer()) if memo is not None else scorer()
     if memo is not None and not computed:  # read back: its batches are done
         for _ in batch_slices(config.examples, config.batch_size):
             tick()
