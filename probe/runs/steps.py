@@ -124,7 +124,10 @@ class StepStore:
             self.read += 1
             return kept
         value = compute()
-        self._save(key, value)
+        try:
+            self._save(key, value)
+        except OSError:  # a folder that cannot be written (a Ray node without the output's disk) costs only
+            return value  # the resumption: the run goes on
         self.written += 1
         return value
 

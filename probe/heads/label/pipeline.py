@@ -186,6 +186,8 @@ def label_model(
     total *= 1 + len(twins)  # every twin runs the token and span probe sets again
     total += n_batches * len(lengths) * len(generated_specs)
     done = 0
+    with stage("probe sets"):  # all before the plan line: a length too short for a probe set is one line
+        built = [source.token_probes(probe, seq_len) for probe, seq_len, _ in plans]
     if plan is not None:
         plan(plan_line(loaded.name, config, total, sets, lengths, n_batches, spans, n_span, len(twins),
                        [spec.name for spec in generated_specs]))
@@ -203,9 +205,7 @@ def label_model(
     probes_used: dict[str, object] = {}  # head type -> its probes at the first length (for the ablation)
     projections = OutputProjections(loaded.model) if config.output_share else None
     dla: dict[str, torch.Tensor] = {}  # copying type -> its direct logit attribution [layer head]
-    for probe, seq_len, chosen in plans:
-        with stage("probe sets"):
-            probes = source.token_probes(probe, seq_len)
+    for (probe, seq_len, chosen), probes in zip(plans, built, strict=True):
         for spec in chosen:
             probes_used.setdefault(spec.name, probes)
         # the copying types' attribution rides on these forwards (their probes at the first length)
