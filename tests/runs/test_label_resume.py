@@ -101,15 +101,20 @@ def test_sigkill_inside_a_model_resumes_at_its_batches(tmp_path, monkeypatch, ca
     assert max(_rates(whole_err)) < ceiling
 
 
-def test_steps_read_back_give_the_same_table(tmp_path):
-    """label_model through a StepStore: the second run computes nothing (every step is read back, twins'
-    forwards and ablations included) and its table equals the first, bit for bit."""
+@pytest.mark.parametrize(("config", "kinds"), [
+    (LabelConfig(examples=8, batch_size=4, n_bootstrap=100, twins=1), ("model_", "twin0_", "ablation_")),
+    (LabelConfig(types=("previous_token", "retrieval"), seq_len=56, examples=8, n_bootstrap=100,
+                 ablate="none"), ("model_repeated", "model_retrieval@56")),  # a generated type's run
+])
+def test_steps_read_back_give_the_same_table(tmp_path, config, kinds):
+    """label_model through a StepStore: the second run computes nothing (every step is read back: the
+    model's and the twins' forwards, ablations, a generated type's run) and its table equals the first, bit
+    for bit."""
     loaded = models.load(MODEL)
-    config = LabelConfig(examples=8, batch_size=4, n_bootstrap=100, twins=1)
     first_store = StepStore(tmp_path, identity="same")
     first = label_model(loaded, config, memo=first_store.memo)
     keys = {path.stem.rsplit("-", 1)[0] for path in first_store.directory.iterdir()}
-    assert any(key.startswith("twin0_") for key in keys) and any(key.startswith("ablation_") for key in keys)
+    assert all(any(key.startswith(kind) for key in keys) for kind in kinds), keys
 
     def nothing():
         raise AssertionError("a step was computed again")
