@@ -72,6 +72,7 @@ class MemoryPlan:
     alpha_block: int  # the capture's streamed α block (all heads of a layer, in blocks of at most this)
     sinks: int  # what the sinks keep (scores, profiles), as the command estimates it
     eager_attention: int  # every layer's N² α in the eager alternative
+    max_positions: int | None = None  # the positions the model takes (None: not bounded by its config)
 
     @property
     def capture(self) -> int:
@@ -92,7 +93,20 @@ class MemoryPlan:
                  f"{format_bytes(self.alpha_block)} + {format_bytes(self.sinks)}"),
                 ("  capture run, in all", format_bytes(self.capture)),
                 ("  eager α (all layers, N²)", format_bytes(self.eager_attention)),
-                ("  eager run, in all", format_bytes(self.eager))]
+                ("  eager run, in all", format_bytes(self.eager)), *self.beyond_rows()]
+
+    @property
+    def beyond_positions(self) -> bool:
+        """True when `seq_len` is more than the model's positions: the plan is arithmetic, no run can have
+        it."""
+        return self.max_positions is not None and self.seq_len > self.max_positions
+
+    def beyond_rows(self) -> list[tuple[str, str]]:
+        """The note row when the length is beyond the model's positions (none otherwise)."""
+        if not self.beyond_positions:
+            return []
+        return [("  note", f"the model takes at most {self.max_positions:,} positions: a run of "
+                           f"{self.seq_len:,} tokens cannot happen (the bytes above are arithmetic only)")]
 
     def to_dict(self) -> dict:
         return {**asdict(self), "capture": self.capture, "eager": self.eager}
@@ -196,7 +210,8 @@ def memory_plan(config, seq_len: int, dtype: str | None = None, batch: int = 1, 
                       logits=tokens * vocab * 4,
                       alpha_block=block_bytes + batch * card.query_heads * seq_len * 4,
                       sinks=sink_bytes,
-                      eager_attention=card.layers * batch * card.query_heads * seq_len * seq_len * value)
+                      eager_attention=card.layers * batch * card.query_heads * seq_len * seq_len * value,
+                      max_positions=card.max_positions)
 
 
 def available_memory(device: str = "cpu") -> int | None:

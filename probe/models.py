@@ -76,6 +76,22 @@ STANDARD_AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 MAX_OTHER_TOKENS = 8
 
 
+def config_max_tokens(config) -> int:
+    """Longest input in tokens (special tokens included) the positions of a model with this config allow
+    (:attr:`LoadedModel.max_tokens`; a config alone, so commands check lengths before loading weights)."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for name in ("n_positions", "max_position_embeddings"):
+        if getattr(config, name, None):
+            limit = int(getattr(config, name))
+            if config.model_type == "esm":
+                # ESM-2 was trained on 1024 tokens (1022 residues + BOS/EOS) of its 1026 positions
+                limit -= 2
+            elif config.model_type in ("roberta", "xlm-roberta", "camembert"):
+                limit -= (config.pad_token_id or 0) + 1  # these number positions from pad_token_id + 1
+            return limit
+    return 2**31 - 1
+
+
 @dataclass(frozen=True)
 class LoadedModel:
     """A model ready for capture (frozen): what :func:`load` returns.
@@ -170,17 +186,7 @@ class LoadedModel:
     @property
     def max_tokens(self) -> int:
         """Longest input in tokens (special tokens included) the model's positions allow."""
-        config = self.model.config.get_text_config()
-        for name in ("n_positions", "max_position_embeddings"):
-            if getattr(config, name, None):
-                limit = int(getattr(config, name))
-                if config.model_type == "esm":
-                    # ESM-2 was trained on 1024 tokens (1022 residues + BOS/EOS) of its 1026 positions
-                    limit -= 2
-                elif config.model_type in ("roberta", "xlm-roberta", "camembert"):
-                    limit -= (config.pad_token_id or 0) + 1  # these number positions from pad_token_id + 1
-                return limit
-        return 2**31 - 1
+        return config_max_tokens(self.model.config)
 
     @property
     def device(self) -> torch.device:
@@ -596,7 +602,7 @@ def tokenize_text(loaded: LoadedModel, text: str) -> dict[str, torch.Tensor]:
     probe.errors.ProbeError: the text is 101 tokens but zoo:induction takes at most 64; shorten it
     """
     if not text:
-        raise ProbeError("the text is empty: pass --text with at least one word")
+        raise ProbeError("the text is empty: give at least one word")  # no CLI flag: callers are Python too
     if is_speech(loaded.config):
         raise ProbeError(f"{loaded.name} reads audio, not text: capture it from Python with its processor's "
                          "input_features (probe.engine.capture(loaded.model, sink); docs/engine.md)")

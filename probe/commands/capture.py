@@ -54,6 +54,8 @@ def _stack_layers(loaded: models.LoadedModel, text: str | None) -> list[tuple[st
 
 def run(args: argparse.Namespace) -> int:
     out = output_path(args.out, (".npz",))
+    if args.text is not None and not args.text:  # the library's error names no flag; this one does, at once
+        raise ProbeError("--text is empty: pass --text with at least one word")
     check_model_options(args)
     # numpy, torch and transformers are imported only now, after the checks that need none of them, so
     # `--help` and argument errors answer at once (tests/commands/test_cli_fast.py).

@@ -1,13 +1,12 @@
 """`probe label`: score and label every head of one or more models; one tidy table (parquet, csv or json).
 
 Every form — one --model, several, a --models-file, --revisions, --ray — is one run of
-:func:`probe.runs.runner.run` with :class:`probe.runs.tasks.LabelTask` units (one per model or checkpoint):
-each finished model is journalled beside --out with the identity of what produced it (weights' hash, every
-option that changes its rows); --out is rewritten atomically after each model, rows of models this run does
-not name kept; a failed model goes to OUT.errors.csv, the others go on; a rerun reuses the models whose
-identity is unchanged; --force redoes all. Flags and printing only.
+:func:`probe.runs.runner.run` with :class:`probe.runs.tasks.LabelTask` units (one per model or checkpoint),
+journalled beside --out with their identity (weights' hash, every option that changes the rows); inside a
+model each finished probe batch and ablation is journalled too (:mod:`probe.runs.steps`), so a rerun resumes
+there. --out is rewritten atomically, other models' rows kept; a failed model goes to OUT.errors.csv, the
+others go on; --force redoes all. Flags and printing only.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -24,8 +23,8 @@ from probe.commands.common import (
     load_keywords,
     parse_lengths,
     plot_paths,
-    refuse_if_too_big,
 )
+from probe.commands.label_checks import check_before_loading
 from probe.commands.paths import output_path, page_path
 from probe.errors import ProbeError
 from probe.untrained import parse_control
@@ -136,7 +135,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def _say(message: str) -> None:
-    print(f"probe label: {message}", file=sys.stderr)
+    print(f"probe label: {message}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,14 +144,12 @@ def run(args: argparse.Namespace) -> int:
     plot = plot_paths(args.plot) if args.plot else None
     report_path = page_path(args.report, args.force, "--report") if args.report else None
     if report_path is not None and (len(set(args.model or [])) != 1 or args.models_file or args.revisions):
-        raise ProbeError("--report writes the report of one model: give one --model (no --models-file, "
-                         "--revisions)")
+        raise ProbeError("--report writes one model's report: one --model, no --models-file, --revisions")
     if not args.model and not args.models_file:
         raise ProbeError("give --model (repeat it for several) or --models-file")
     if args.models_file is not None and not Path(args.models_file).expanduser().is_file():
         raise ProbeError(f"--models-file {args.models_file} is not a file: give one model per line")
-    # every --model exists (with --revisions: the checkpoints' folder or hub id), then the stack (torch,
-    # pandas, transformers): --help, argument errors, missing files and models answer at once (test_cli_fast)
+    # every --model exists (or --revisions' folder, hub id), then the stack: errors answer at once (cli_fast)
     check_model_options(args, dict.fromkeys(args.model or []) if args.revisions is None else ())
     import pandas as pd
 
@@ -164,15 +161,13 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     run_on = executor(args)
-    longest = max(config.seq_len or (128,)) if isinstance(config.seq_len, tuple) else (config.seq_len or 128)
-    for name in dict.fromkeys(args.model or []) if args.revisions is None else ():
-        refuse_if_too_big(args, name, "probe label", longest, batch=config.batch_size,
-                          block_bytes=config.block_bytes, flags="a smaller --batch-size or --seq-len")
+    check_before_loading(args, config)  # lengths and memory, from each model's config
     checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)
     task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process,
-                     placement=load_keywords(args), circuits=args.circuits)
+                     placement=load_keywords(args), circuits=args.circuits,
+                     out=str(out) if out is not None else None)
     report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on,
                         description="label")
 

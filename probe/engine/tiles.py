@@ -105,9 +105,15 @@ def _build() -> str | None:
     from torch.utils.cpp_extension import load
 
     build = library.parent
+    try:  # an unwritable cache is a reason (the one line available() says), not a crash nor a second line
+        build.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return f"its cache {build} cannot be created ({error.strerror or error}): set PROBE_CACHE to a " \
+               "writable folder"
+    if not os.access(build, os.W_OK | os.X_OK):
+        return f"its cache {build} is not writable: set PROBE_CACHE to a writable folder"
     _say(f"building the fused CPU attention kernel once (about 10 s; cached in {build})")
     try:
-        build.mkdir(parents=True, exist_ok=True)  # an unwritable cache is a reason, not a crash
         # the build's own output only on failure: torch prints compiler lines when verbose
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
             load(name=library.stem, sources=[str(SOURCE)], build_directory=str(build),

@@ -126,8 +126,21 @@ class InductionDLA:
     def add(self, input_ids: torch.Tensor, repeat_start: torch.Tensor, repeat_len: torch.Tensor) -> None:
         """Reduce the forward just watched over `input_ids` `[batch seq]` (blocks at `repeat_start` `[batch]`
         of `repeat_len` `[batch]`)."""
+        self.accumulate(*self.reduce(input_ids, repeat_start, repeat_len))
+
+    def accumulate(self, total: torch.Tensor, counted: int) -> None:
+        """Add one batch's reduction (:meth:`reduce`: `[layer head]` float64 sum, rows counted); a resumed
+        labelling run adds a journalled batch's reduction here without its forward."""
+        self.total += total
+        self.counted += int(counted)
+
+    def reduce(self, input_ids: torch.Tensor, repeat_start: torch.Tensor,
+               repeat_len: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The forward just watched over `input_ids` `[batch seq]` reduced: the sum of every counted row's
+        attribution `[layer head]` float64 and the rows counted (zeros and 0 when not applicable)."""
+        total = torch.zeros(self.loaded.n_layers, self.loaded.n_heads, dtype=torch.float64)  # [layer head]
         if not self.applicable:
-            return
+            return total, 0
         rows, target = induction_rows(repeat_start, repeat_len, input_ids.shape[1])  # [batch seq] each
         tokens = input_ids.gather(1, target.clamp(min=0))[rows]  # [row] t_j of the counted rows
         with materialised(self.unembedding):  # only the counted rows' columns of W_U are copied
@@ -144,8 +157,8 @@ class InductionDLA:
             z = self.caught[f"z{layer}"]
             z = z[rows.to(z.device)].double()  # [row head·d_head]
             dla = _row_dla(z, w_out, residual, direction, gain, self.norm, self.loaded.n_heads)  # [row head]
-            self.total[layer] += dla.sum(0).cpu()
-        self.counted += int(rows.sum())
+            total[layer] = dla.sum(0).cpu()
+        return total, int(rows.sum())
 
     def result(self) -> torch.Tensor:
         """The mean over every counted row `[layer head]` float64; NaN when nothing was counted."""

@@ -9,6 +9,7 @@ rerun reuses a unit only if its identity is exactly the same.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -53,6 +54,17 @@ def _bytes_array(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8)
 
 
+def parts_directory(out: str | Path) -> Path:
+    """The hidden folder beside `out` that holds its journal: `.{out.name}.parts/`."""
+    out = Path(out)
+    return out.parent / f".{out.name}.parts"
+
+
+def steps_directory(parts: Path, unit: str) -> Path:
+    """The steps folder of `unit` in the parts folder `parts` (``steps/{unit file}/``)."""
+    return Path(parts) / "steps" / _unit_file_name(unit).removesuffix(_SUFFIX)
+
+
 class Journal:
     """Finished units of one output file, persisted in `.{out.name}.parts/` beside it; `force=True` empties
     it.
@@ -62,8 +74,7 @@ class Journal:
     """
 
     def __init__(self, out: str | Path, force: bool = False) -> None:
-        out = Path(out)
-        self.directory = out.parent / f".{out.name}.parts"
+        self.directory = parts_directory(out)
         if force and self.directory.exists():
             shutil.rmtree(self.directory)
         if self.directory.is_dir():
@@ -71,6 +82,11 @@ class Journal:
 
     def _path(self, unit: str) -> Path:
         return self.directory / _unit_file_name(unit)
+
+    def steps_directory(self, unit: str) -> Path:
+        """Where the unit's finished steps wait while it runs (:class:`probe.runs.steps.StepStore`); removed
+        once the unit is recorded."""
+        return steps_directory(self.directory, unit)
 
     @staticmethod
     def _read_meta(archive) -> dict:
@@ -132,6 +148,10 @@ class Journal:
                 np.savez(stream, **members)
 
         write_atomically(self._path(unit), write)
+        steps = self.steps_directory(unit)
+        shutil.rmtree(steps, ignore_errors=True)  # the unit is whole: its steps are done
+        with contextlib.suppress(OSError):  # and the steps folder with them once no unit is running
+            steps.parent.rmdir()
 
     def writing(self):
         """A context manager holding the output's writer lock (``writer.lock`` in the journal's folder): the
@@ -154,4 +174,5 @@ class Journal:
         return sorted(found)
 
 
-__all__ = ["Journal", "JournalEntry", "file_hash", "identity_hash", "pid_alive"]
+__all__ = ["Journal", "JournalEntry", "file_hash", "identity_hash", "parts_directory", "pid_alive",
+           "steps_directory"]

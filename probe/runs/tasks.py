@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 from probe import models
 from probe.errors import ProbeError
@@ -34,8 +33,11 @@ from probe.heads.tables import COLUMNS, REQUIRED, is_label_table, read_table_fil
 from probe.proteins import sets as contact_sets
 from probe.runs.checkpoints import Checkpoint, checkpoint_revision, checkpoint_weights
 from probe.runs.hub import load_checkpoint
+from probe.runs.journal import parts_directory, steps_directory
+from probe.runs.progress import BatchBar
 from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
 from probe.runs.same_weights import mark_same_weights
+from probe.runs.steps import StepStore
 from probe.runs.weight_cache import cached_copying_scores
 
 # added after the label table's own columns in a sweep (weights: the identity of the checkpoint's weight
@@ -71,6 +73,9 @@ class LabelTask:
     placement: Mapping[str, object] = field(default_factory=dict)
     # also each labelled head's strongest upstream edge (the fed_by columns, probe.circuits)
     circuits: bool = False
+    # the output table: each unit's finished steps (probe batches, ablations) are kept in its journal folder
+    # (probe.runs.journal.parts_directory) while it runs, so an interrupted run resumes inside a model
+    out: str | None = None
 
     def _identity(self, identity: str | None) -> str | None:
         """The rows' identity, with the circuit search's settings when --circuits adds its columns."""
@@ -88,22 +93,34 @@ class LabelTask:
     def load(self, group: Checkpoint):
         return load_checkpoint(group, self.device, self.dtype, **self.placement)
 
+    def steps(self, state, unit: Unit) -> StepStore | None:
+        """The unit's journalled steps (None without --out, or when the weights' revision is unknown)."""
+        identity = self._identity(label_identity(self.config, state.name, state.revision, self.dtype))
+        if self.out is None or identity is None:
+            return None
+        return StepStore(steps_directory(parts_directory(self.out), unit.key), identity)
+
+    def _say(self, message: str) -> None:
+        if self.progress:  # in-process: at once (a Ray worker's lines would come without order)
+            print(f"probe label: {message}", file=sys.stderr, flush=True)
+
     def compute(self, state, unit: Unit) -> UnitOutput:
-        bar = None
-
-        def progress(done: int, total: int) -> None:
-            nonlocal bar
-            if bar is None:
-                bar = tqdm(total=total, desc=unit.key, unit="batch", file=sys.stderr, dynamic_ncols=True,
-                           leave=False)
-            bar.total = total
-            bar.n = done
-            bar.refresh()
-
+        bar = BatchBar(unit.key, enabled=self.progress)
+        store = self.steps(state, unit)
+        if store is not None and store.finished():
+            self._say(f"{unit.key}: resuming: {store.finished()} finished step(s) of an interrupted run are "
+                      f"read back from {parts_directory(self.out)}/")
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
+        kept = (f"; each finished batch is journalled in {parts_directory(self.out)}/, where a rerun resumes"
+                if store is not None else "; without --out nothing is kept: an interrupted run starts again")
+
+        def plan(line: str) -> None:  # the unit's first line: after every check, before the first forward
+            self._say(line + kept)
+
         try:
-            table = label_model(state, self.config, progress if self.progress else None, note=notes.append,
-                                copying_of=cached_copying_scores)  # copying: once per weights, on disk
+            table = label_model(state, self.config, bar, note=notes.append,
+                                copying_of=cached_copying_scores,  # copying: once per weights, on disk
+                                memo=bar.memo(store.memo) if store is not None else None, plan=plan)
             if self.circuits:  # opt-in: the default label run's cost is unchanged
                 from probe.circuits.circuit import CircuitConfig, fed_by_columns
 
@@ -116,8 +133,10 @@ class LabelTask:
             if seconds:  # per-stage seconds in the run's summary (issue 31)
                 notes.append(StageTimes(dict(seconds)).line(unit.key))
         finally:
-            if bar is not None:
-                bar.close()
+            bar.close()
+        if store is not None and store.read:
+            notes.append(f"{unit.key}: {store.read} step(s) read back from the interrupted run, "
+                         f"{store.written} computed")
         table = table.reindex(columns=COLUMNS)
         if self.sweep:
             table["weights"] = checkpoint_weights(unit.payload)

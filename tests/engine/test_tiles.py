@@ -232,3 +232,22 @@ def test_a_cached_build_needs_no_compiler(monkeypatch):
     assert tiles.unavailable_reason() is None
     monkeypatch.setenv("PROBE_CACHE", "/nonexistent/probe-cache")
     assert "apt-get install g++" in tiles.unavailable_reason()
+
+
+def test_an_unwritable_cache_is_one_line(monkeypatch, tmp_path, capsys):
+    """Issue 44: a cache that cannot be written gives one line (why, and the fix), not "building ..." and then
+    "not available"."""
+    if tiles.unavailable_reason() is not None:
+        pytest.skip(tiles.unavailable_reason())
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # the cache's folders cannot be made under a file (even as root)
+    monkeypatch.setenv("PROBE_CACHE", str(blocker))
+    monkeypatch.setattr(tiles, "unavailable_reason", lambda: None)  # a compiler is here; the build is not
+    tiles.available.cache_clear()
+    try:
+        assert tiles.available() is False
+    finally:
+        tiles.available.cache_clear()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "not available" in err[0] and "PROBE_CACHE" in err[0] and "building" not in err[0]

@@ -272,3 +272,19 @@ def test_a_run_that_fits_is_not_refused(tmp_path, monkeypatch):
     assert main(["profile", "--model", "zoo:induction", "--random", "2", "--seq-len", "32", "--bootstrap",
                  "10", "--out", str(out)]) == 0
     assert out.is_file()
+
+
+def test_a_length_beyond_the_positions_is_noted(tiny_dir, capsys):
+    """Issue 44: --seq-len 10**12 prints byte counts and says the model takes only its positions; a length it
+    takes has no note."""
+    from probe.memory import memory_plan
+
+    model = str(tiny_dir("llama"))
+    positions = architecture_card(load_config(model)).max_positions
+    assert main(["card", "--model", model, "--seq-len", str(10**12)]) == 0
+    out = capsys.readouterr().out
+    assert f"the model takes at most {positions:,} positions" in out and "1,000,000,000,000 tokens" in out
+    assert main(["card", "--model", model, "--seq-len", str(positions)]) == 0
+    assert "takes at most" not in capsys.readouterr().out
+    plan = memory_plan(load_config(model), 10**12)  # the library says it too (Python callers)
+    assert plan.beyond_positions and plan.max_positions == positions

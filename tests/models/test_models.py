@@ -145,3 +145,11 @@ def test_text_too_long(tiny_dir):
     loaded = models.load(str(tiny_dir("gpt2")))
     with pytest.raises(ProbeError, match="at most 128"):
         models.tokenize_text(loaded, "the " * 200)
+
+
+def test_an_empty_text_names_no_cli_flag(tiny_dir):
+    """Issue 44: a library error speaks to a Python caller (no "--text"); probe capture says the flag."""
+    loaded = models.load(str(tiny_dir("gpt2")))
+    with pytest.raises(ProbeError, match="the text is empty") as raised:
+        models.tokenize_text(loaded, "")
+    assert "--" not in str(raised.value)

@@ -122,6 +122,7 @@ def ablation_columns(
     note: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     timings: StageTimes | None = None,  # per-head and group ablation seconds are added here
+    memo=None,  # probe.heads.label.config.Memo: each type's ablation is the step f"ablation/{type}"
 ) -> pd.DataFrame:
     """`[head_type, layer, head, ablation_effect, ablation_z, group_effect, group_z, group_size, group_heads]`
     for the heads `config.ablate` selects (labelled or all): each type's heads ablated on that type's own
@@ -172,36 +173,58 @@ def ablation_columns(
             batches.append(batch)
         if not batches:
             continue
-        with timings.stage("per-head ablation"):
-            effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls,
-                                       exclude=exclude, seed=config.seed, progress=progress)
-        effects.insert(0, "head_type", head_type)
-        labelled_heads = sorted({(int(row.layer), int(row.head)) for row in labelled.itertuples()
-                                 if row.head_type == head_type})
-        groups = _layer_groups(labelled_heads)
-        with timings.stage("group ablation"):
-            joint = group_effects(loaded, batches, groups, controls=config.ablation_controls,
-                                  seed=config.seed, progress=progress)
-        for row in joint.itertuples():
-            if row.overlapping_controls and note is not None:
-                note(f"{loaded.name} · {head_type}: the group {_names(row.group)} fills its layers, so its "
-                     f"{row.n_controls} control groups may share heads with it (group_z is conservative)")
-        effects = effects.merge(_group_rows(joint), on=["layer", "head"], how="outer")
-        with timings.stage("group ablation"):
-            whole = group_effects(loaded, batches, [labelled_heads] if len(labelled_heads) >= 2 else [],
-                                  controls=config.ablation_controls, seed=config.seed, progress=progress,
-                                  layer_matched=True)
-        for row in whole.itertuples():
-            if row.overlapping_controls and note is not None:
-                note(f"{loaded.name} · {head_type}: its {row.group_size} labelled heads fill their layers, "
-                     f"so the {row.n_controls} layer-matched control groups may share heads with them "
-                     "(type_group_z is conservative)")
-        effects = effects.merge(_type_rows(whole), on=["layer", "head"], how="outer")
-        effects["head_type"] = head_type
-        out.append(effects[columns])
+
+        def measure(head_type=head_type, heads=heads, batches=batches) -> pd.DataFrame:
+            return _type_effects(loaded, head_type, heads, batches, labelled, exclude, config, timings,
+                                 progress)
+
+        effects = memo(f"ablation/{head_type}", measure) if memo is not None else measure()
+        for line in effects.attrs.get("notes", []) if note is not None else ():
+            note(line)
+        out.append(effects[columns].reset_index(drop=True))
     if not out:
         return pd.DataFrame(columns=columns)
     return pd.concat(out, ignore_index=True)
+
+
+def _type_effects(loaded, head_type: str, heads: list[tuple[int, int]], batches: list[dict],
+                  labelled: pd.DataFrame, exclude: list[tuple[int, int]], config, timings: StageTimes,
+                  progress) -> pd.DataFrame:
+    """One type's ablation rows (``ablation_columns``' columns); its notes (groups whose controls may
+    overlap them) in ``attrs["notes"]``, so that a journalled step says them again when read back."""
+    notes: list[str] = []
+    note = notes.append
+    columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS,
+               *TYPE_GROUP_COLUMNS]
+    with timings.stage("per-head ablation"):
+        effects = ablation_effects(loaded, batches, heads, controls=config.ablation_controls,
+                                   exclude=exclude, seed=config.seed, progress=progress)
+    effects.insert(0, "head_type", head_type)
+    labelled_heads = sorted({(int(row.layer), int(row.head)) for row in labelled.itertuples()
+                             if row.head_type == head_type})
+    groups = _layer_groups(labelled_heads)
+    with timings.stage("group ablation"):
+        joint = group_effects(loaded, batches, groups, controls=config.ablation_controls,
+                              seed=config.seed, progress=progress)
+    for row in joint.itertuples():
+        if row.overlapping_controls:
+            note(f"{loaded.name} · {head_type}: the group {_names(row.group)} fills its layers, so its "
+                 f"{row.n_controls} control groups may share heads with it (group_z is conservative)")
+    effects = effects.merge(_group_rows(joint), on=["layer", "head"], how="outer")
+    with timings.stage("group ablation"):
+        whole = group_effects(loaded, batches, [labelled_heads] if len(labelled_heads) >= 2 else [],
+                              controls=config.ablation_controls, seed=config.seed, progress=progress,
+                              layer_matched=True)
+    for row in whole.itertuples():
+        if row.overlapping_controls:
+            note(f"{loaded.name} · {head_type}: its {row.group_size} labelled heads fill their layers, "
+                 f"so the {row.n_controls} layer-matched control groups may share heads with them "
+                 "(type_group_z is conservative)")
+    effects = effects.merge(_type_rows(whole), on=["layer", "head"], how="outer")
+    effects["head_type"] = head_type
+    effects = effects[columns]
+    effects.attrs["notes"] = notes
+    return effects
 
 
 GROUP_COLUMNS = ["group_effect", "group_z", "group_size", "group_heads"]

@@ -165,6 +165,12 @@ def config_identity(config: LabelConfig) -> dict[str, object]:
 
 Note = Callable[[str], None]
 Progress = Callable[[int, int], None]
+# memo(key, compute) -> compute() or what an earlier call with this key returned. label_model names each of
+# its resumable steps by a key (unique within one model's run with one identity: a probe batch's forward by
+# its probe set, length and rows; a type's ablation by the type) and hands the step's result over as a flat
+# dict of tensors (or, for an ablation, a DataFrame whose attrs["notes"] are its notes). The library never
+# persists anything; probe.runs.steps keeps the results on disk, so an interrupted probe label resumes there.
+Memo = Callable[[str, Callable[[], object]], object]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -203,13 +209,19 @@ def default_seq_len(loaded) -> int:
 def resolve_lengths(loaded, config: LabelConfig) -> tuple[int, ...]:
     """The probe lengths (config.seq_len checked against the model's positions, or the default)."""
     lengths = config.lengths or (default_seq_len(loaded),)
+    check_lengths(lengths, loaded.name, loaded.max_tokens)
+    return tuple(dict.fromkeys(lengths))
+
+
+def check_lengths(lengths: tuple[int, ...], model: str, max_tokens: int) -> None:
+    """One-line ProbeError for a probe length below 1 or beyond the model's `max_tokens` positions (also
+    called by ``probe label`` from the config alone, before any weights are loaded)."""
     for length in lengths:
         if length < 1:
             raise ProbeError("--seq-len must be a positive number of tokens")
-        if length > loaded.max_tokens:
-            raise ProbeError(f"--seq-len {length} is beyond {loaded.name}'s {loaded.max_tokens} positions; "
-                             f"use --seq-len {loaded.max_tokens} or less")
-    return tuple(dict.fromkeys(lengths))
+        if length > max_tokens:
+            raise ProbeError(f"--seq-len {length} is beyond {model}'s {max_tokens} positions; "
+                             f"use --seq-len {max_tokens} or less")
 
 
 def is_text_model(loaded) -> bool:

@@ -53,6 +53,7 @@ from probe.heads.label.config import (
     NOT_IDENTITY,
     RETRIEVAL_MASKS,
     LabelConfig,
+    Memo,
     Note,
     Progress,
     config_identity,
@@ -90,6 +91,8 @@ def label_model(
     note: Note | None = None,  # one-line notes for the user (skipped types, probe fallbacks, ablation)
     timings: StageTimes | None = None,  # seconds per stage are added here (probe label's summary)
     copying_of: Callable[[object], CopyingScores] | None = None,  # the copying stage (a cache of it)
+    memo: Memo | None = None,  # the resumable steps (probe batches, ablations) go through it
+    plan: Note | None = None,  # called once, before the first forward, with the line saying what is to come
 ) -> pd.DataFrame:
     """Score every head of a loaded model on the probe sets and label it.
 
@@ -115,6 +118,15 @@ def label_model(
     copying_of : callable, optional
         Gives the copying scores of a model (default :func:`probe.heads.copying.copying_scores`); ``probe
         label`` passes :func:`probe.runs.weight_cache.cached_copying_scores`, which keeps them across runs.
+    memo : callable, optional
+        ``memo(key, compute)`` (:data:`~probe.heads.label.config.Memo`): each probe batch's forward (of the
+        model and of every twin), each generated type's run per length and each type's ablation is a step
+        with a key; ``memo`` returns an earlier result of that key or ``compute()``. ``probe label`` passes
+        :class:`probe.runs.steps.StepStore`'s, which journals each step so an interrupted run resumes there.
+        Read-back steps equal computed ones, so the table is the same.
+    plan : callable, optional
+        Called once, before the first forward, with one line: the forward batches to come and what they
+        are (``progress`` then counts them).
 
     Returns
     -------
@@ -176,14 +188,23 @@ def label_model(
         with stage("GAP pairs"):
             spans = source.span_probes()
     n_batches = len(batch_slices(config.examples, config.batch_size))
-    n_spans = len(spans[1]) if spans else 0
-    total = n_batches * len(plans) + (len(batch_slices(n_spans, config.batch_size)) if spans else 0)
+    n_span = len(batch_slices(len(spans[1]), config.batch_size)) if spans else 0
+    total = n_batches * len(plans) + n_span
     # every twin runs a share of the token and span probe sets (LabelConfig.twin_share)
-    twin_rows, twin_spans = twin_probes(config.examples, config), twin_probes(n_spans, config)
-    total += len(twins) * (len(batch_slices(twin_rows, config.batch_size)) * len(plans)
-                           + (len(batch_slices(twin_spans, config.batch_size)) if spans else 0))
+    twin_rows, twin_spans = twin_probes(config.examples, config), twin_probes(len(spans[1]) if spans else 0,
+                                                                             config)
+    twin_batches = (len(batch_slices(twin_rows, config.batch_size)) * len(plans)
+                    + (len(batch_slices(twin_spans, config.batch_size)) if spans else 0))
+    total += len(twins) * twin_batches
     total += n_batches * len(lengths) * len(generated_specs)
     done = 0
+    with stage("probe sets"):  # all before the plan line: a length too short for a probe set is one line
+        built = [source.token_probes(probe, seq_len) for probe, seq_len, _ in plans]
+    if plan is not None:
+        plan(plan_line(loaded.name, config, total, sets, lengths, n_batches, spans, n_span, len(twins),
+                       [spec.name for spec in generated_specs], twin_batches))
+    if progress:
+        progress(0, total)  # the bar starts before the first forward: its first rate is a real one
 
     def tick() -> None:
         nonlocal done
@@ -196,9 +217,7 @@ def label_model(
     probes_used: dict[str, object] = {}  # head type -> its probes at the first length (for the ablation)
     projections = OutputProjections(loaded.model) if config.output_share else None
     dla: dict[str, torch.Tensor] = {}  # copying type -> its direct logit attribution [layer head]
-    for probe, seq_len, chosen in plans:
-        with stage("probe sets"):
-            probes = source.token_probes(probe, seq_len)
+    for (probe, seq_len, chosen), probes in zip(plans, built, strict=True):
         for spec in chosen:
             probes_used.setdefault(spec.name, probes)
         # the copying types' attribution rides on these forwards (their probes at the first length)
@@ -206,24 +225,26 @@ def label_model(
         observer = InductionDLA(loaded) if copies and probes.repeat_start is not None else None
         with stage("forwards"):
             scored.extend(score_token_set(loaded, chosen, probes, source, seq_len, config, tick, projections,
-                                          observer))
+                                          observer, memo, f"model/{probe}@{seq_len}"))
         if observer is not None:
             dla.update({name: observer.result() for name in copies})
-        for twin, found in zip(twins, twin_scored, strict=True):
+        for index, (twin, found) in enumerate(zip(twins, twin_scored, strict=True)):
             with stage("untrained twins"):
                 found.extend(score_token_set(twin, chosen, first_probes(probes, twin_rows), source, seq_len,
-                                             config, tick))
+                                             config, tick, memo=memo, step=f"twin{index}/{probe}@{seq_len}"))
     for seq_len in lengths:
         for spec in generated_specs:
             with stage("generation"):
-                scored.append(score_generated(loaded, spec, seq_len, config, tick, note))
+                scored.append(score_generated(loaded, spec, seq_len, config, tick, note, memo,
+                                              f"model/{spec.name}@{seq_len}"))
     if spans:
         with stage("forwards"):
-            scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections))
-        for twin, found in zip(twins, twin_scored, strict=True):
+            scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections,
+                                         memo, f"model/spans:{spans[0]}"))
+        for index, (twin, found) in enumerate(zip(twins, twin_scored, strict=True)):
             with stage("untrained twins"):
                 found.extend(score_span_set(twin, span_specs, spans[0], evenly_spaced(spans[1], twin_spans),
-                                            config, tick))
+                                            config, tick, memo=memo, step=f"twin{index}/spans:{spans[0]}"))
         for spec in span_specs:
             probes_used[spec.name] = spans[1]
 
@@ -240,7 +261,7 @@ def label_model(
         note(f"output_share is NaN for {loaded.name}: no output projection found for "
              f"{', '.join(sorted(projections.missing))} (known: {', '.join(PROJECTION_NAMES)}, or "
              "output.dense)")
-    effects = ablation_columns(loaded, table, probes_used, config, note, timings=timings)
+    effects = ablation_columns(loaded, table, probes_used, config, note, timings=timings, memo=memo)
     table = merge_ablation(table, effects)
     for spec in generated_specs if config.ablate != "none" else ():
         for seq_len in lengths if spec.verifier is not None else ():
@@ -251,6 +272,27 @@ def label_model(
     table = table.reindex(columns=COLUMNS)
     table.attrs["stage_seconds"] = dict(timings.seconds)  # what probe label's summary line reads
     return table
+
+
+def plan_line(model: str, config: LabelConfig, total: int, sets, lengths, n_batches: int, spans, n_span: int,
+              twins: int, generated: list[str], twin_batches: int = 0) -> str:
+    """What a labelling run is about to do, in one line: "zoo:x: 249 forward batches of up to 8 probes —
+    24 on 3 token probe set(s) (natural, brackets, repeated) of 64 probes at 128 tokens; 225 on 1,799 gap span
+    examples"."""
+    parts = []
+    if sets and lengths:
+        parts.append(f"{n_batches * len(sets) * len(lengths)} on {len(sets)} token probe set(s) "
+                     f"({', '.join(sets)}) of {config.examples} probes at {', '.join(map(str, lengths))} "
+                     "tokens")
+    if spans:
+        parts.append(f"{n_span} on {len(spans[1]):,} {spans[0]} span examples")
+    if generated:
+        parts.append(f"{n_batches * len(lengths) * len(generated)} generating ({', '.join(generated)})")
+    if twins:
+        share = config.twin_share / twins
+        parts.append(f"{twins * twin_batches} on {twins} untrained twin(s), each on {share:.0%} of the token "
+                     "and span probes (at least 4 a set)")
+    return f"{model}: {total} forward batches of up to {config.batch_size} probes — " + "; ".join(parts)
 
 
 def copying_columns(loaded, specs, probes_used: dict[str, object], config: LabelConfig,

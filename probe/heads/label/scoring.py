@@ -15,7 +15,8 @@ import torch
 from probe.engine.output_norms import OutputProjections
 from probe.heads import stats
 from probe.heads.direct_logit import InductionDLA
-from probe.heads.label.config import LabelConfig, Note
+from probe.heads.generated import GeneratedScores
+from probe.heads.label.config import LabelConfig, Memo, Note
 from probe.heads.label.probes import ProbeSource, TokenProbeSet
 from probe.heads.probesets import EncodedSpanExample, pad_span_batch
 from probe.heads.registry import SMALL_VOCABULARY, HeadTypeSpec, TargetContext
@@ -49,12 +50,41 @@ class Scored:
     groups: list[str] | None = None  # per example (span sets)
 
 
+_FIELDS = ("score", "tl_score", "correct", "output_share", "clark_correct")  # TypeScores' tensors
+_DLA_TOTAL, _DLA_COUNTED = "dla:total", "dla:counted"
+
+
+def flat_scores(result: dict[str, TypeScores]) -> dict[str, torch.Tensor]:
+    """One forward's scores as a flat dict of tensors (``"KEY/FIELD"``; fields that are None left out): what
+    a :data:`~probe.heads.label.config.Memo` keeps of a probe batch."""
+    return {f"{key}/{name}": getattr(scores, name) for key, scores in result.items() for name in _FIELDS
+            if getattr(scores, name) is not None}
+
+
+def unflat_scores(flat: dict[str, torch.Tensor]) -> dict[str, TypeScores]:
+    """The inverse of :func:`flat_scores` (other entries, such as the attribution's, are skipped)."""
+    fields: dict[str, dict[str, torch.Tensor]] = {}
+    for name, tensor in flat.items():
+        key, _, field = name.rpartition("/")
+        if field in _FIELDS:
+            fields.setdefault(key, {})[field] = tensor
+    return {key: TypeScores(key, **found) for key, found in fields.items()}
+
+
+def _forward(memo: Memo | None, step: str, compute: Callable[[], dict[str, torch.Tensor]]
+             ) -> dict[str, torch.Tensor]:
+    """One probe batch's forward, through `memo` when given (a resumed run reads it back)."""
+    return compute() if memo is None else memo(step, compute)
+
+
 def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet, source: ProbeSource,
                     seq_len: int, config: LabelConfig, tick: Callable[[], None],
                     projections: OutputProjections | None = None,
-                    dla: InductionDLA | None = None) -> list[Scored]:
+                    dla: InductionDLA | None = None, memo: Memo | None = None,
+                    step: str = "") -> list[Scored]:
     """Stream every spec's targets on one token probe set, one forward per batch (with `projections`: also the
-    output shares; with `dla`: the direct logit attribution reduced from the same forwards)."""
+    output shares; with `dla`: the direct logit attribution reduced from the same forwards). With `memo`, each
+    batch's forward is the step ``f"{step}/rows{start}-{stop}"`` (its scores and attribution)."""
     causal = not _bidirectional(loaded)
     restrict = source.vocabulary < SMALL_VOCABULARY
     parts = {spec.name: {} for spec in specs}
@@ -75,14 +105,24 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
                 if not torch.equal(tl, pattern):
                     tl_patterns[key] = tl
                 chances[spec.name].setdefault(candidate, []).append(uniform_chance(pattern, lengths, causal))
-        sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, device=loaded.device,
-                         output_projections=projections, tl_patterns=tl_patterns)
+
+        def forward(patterns=patterns, tl_patterns=tl_patterns, input_ids=input_ids, lengths=lengths,
+                    rows=rows) -> dict[str, torch.Tensor]:
+            sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, device=loaded.device,
+                             output_projections=projections, tl_patterns=tl_patterns)
+            with dla.watching() if dla is not None else contextlib.nullcontext():
+                run_sink(loaded.model, sink, input_ids, block_bytes=config.block_bytes)
+                reduced = {}
+                if dla is not None:
+                    total, counted = dla.reduce(input_ids, probes.repeat_start[rows], probes.repeat_len[rows])
+                    reduced = {_DLA_TOTAL: total, _DLA_COUNTED: torch.tensor(counted)}
+            return {**flat_scores(sink.result()), **reduced}
+
+        found = _forward(memo, f"{step}/rows{rows.start}-{rows.stop}", forward)
         del patterns, tl_patterns
-        with dla.watching() if dla is not None else contextlib.nullcontext():
-            run_sink(loaded.model, sink, input_ids, block_bytes=config.block_bytes)
-            if dla is not None:
-                dla.add(input_ids, probes.repeat_start[rows], probes.repeat_len[rows])
-        result = sink.result()
+        if dla is not None:
+            dla.accumulate(found[_DLA_TOTAL], int(found[_DLA_COUNTED]))
+        result = unflat_scores(found)
         for key, defined in tl_defined.items():  # TL refuses a detection pattern that is not lower triangular
             result[key].tl_score[~defined] = torch.nan
         for spec in specs:
@@ -115,8 +155,10 @@ def tl_detection(spec: HeadTypeSpec, ctx: TargetContext,
 
 def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: list[EncodedSpanExample],
                    config: LabelConfig, tick: Callable[[], None],
-                   projections: OutputProjections | None = None) -> list[Scored]:
-    """Stream every span spec's targets and the word-level accuracy on the span examples."""
+                   projections: OutputProjections | None = None, memo: Memo | None = None,
+                   step: str = "") -> list[Scored]:
+    """Stream every span spec's targets and the word-level accuracy on the span examples (with `memo`: each
+    batch's forward is the step ``f"{step}/rows{start}-{stop}"``)."""
     causal = not _bidirectional(loaded)
     parts = {spec.name: [] for spec in specs}
     chances = {spec.name: [] for spec in specs}
@@ -127,10 +169,16 @@ def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: l
         patterns = {spec.name: spec.targets(ctx)[None] for spec in specs}
         for spec in specs:
             chances[spec.name].append(uniform_chance(patterns[spec.name], lengths, causal))
-        sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, words=span_words(batch),
-                         device=loaded.device, output_projections=projections)
-        run_sink(loaded.model, sink, batch.input_ids, batch.attention_mask, block_bytes=config.block_bytes)
-        for spec_name, scores in sink.result().items():
+
+        def forward(patterns=patterns, lengths=lengths, batch=batch) -> dict[str, torch.Tensor]:
+            sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, words=span_words(batch),
+                             device=loaded.device, output_projections=projections)
+            run_sink(loaded.model, sink, batch.input_ids, batch.attention_mask,
+                     block_bytes=config.block_bytes)
+            return flat_scores(sink.result())
+
+        found = _forward(memo, f"{step}/rows{rows.start}-{rows.stop}", forward)
+        for spec_name, scores in unflat_scores(found).items():
             parts[spec_name].append(scores)
         tick()
     names = [baseline for baseline, _ in examples[0].baselines]
@@ -143,10 +191,24 @@ def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: l
 
 
 def score_generated(loaded, spec: HeadTypeSpec, seq_len: int, config: LabelConfig, tick: Callable[[], None],
-                    note: Note | None = None) -> Scored:
+                    note: Note | None = None, memo: Memo | None = None, step: str = "") -> Scored:
     """A generation-scored type (spec.scorer) on its own probes of `seq_len` tokens, as a mass type's
-    Scored."""
-    result = spec.scorer(loaded, seq_len, config, tick)
+    Scored (with `memo`: the scorer's whole run is the step `step`; read back, it ticks its batches at
+    once)."""
+
+    def scorer() -> dict[str, torch.Tensor]:
+        found = spec.scorer(loaded, seq_len, config, tick)
+        kept = {"score": found.score, "chance": found.chance, "cluster": found.cluster,
+                "probe_set": torch.tensor(list(found.probe_set.encode("utf-8")), dtype=torch.uint8)}
+        return kept if found.recall is None else {**kept, "recall": found.recall}
+
+    computed = []
+    kept = memo(step, lambda: computed.append(True) or scorer()) if memo is not None else scorer()
+    if memo is not None and not computed:  # read back: its batches are done
+        for _ in batch_slices(config.examples, config.batch_size):
+            tick()
+    result = GeneratedScores(bytes(kept["probe_set"].tolist()).decode("utf-8"), kept["score"], kept["chance"],
+                             kept["cluster"], kept.get("recall"))
     counted = int((~torch.isnan(result.chance)).sum())
     if note is not None and counted < len(result.chance):
         task = "" if result.recall is None else f", mean task recall {float(result.recall.mean()):.2f}"
