@@ -11,11 +11,11 @@ from probe import models
 from probe.errors import ProbeError
 from probe.heads.label import LabelConfig, label_model
 from probe.heads.tables import rows_of_model
+from probe.naming import display_name
 
 from .config import AppConfig
 from .facts import ModelFacts
 from .jobs import LabelJob, LabelQueue, LabelRun
-from .registry import display_name
 from .tables import one_length, read_heads_summary, read_labels, shipped_labels
 
 

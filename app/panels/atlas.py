@@ -6,13 +6,12 @@ from __future__ import annotations
 from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from probe.errors import ProbeError
-from probe.naming import head_name
+from probe.naming import display_name, head_name
 from probe.views import reading
 
 from .. import atlas_figure, figures, ids
 from ..errors import guarded
 from ..inputs import row_head
-from ..registry import display_name
 from ..service import Service
 from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, radio
 

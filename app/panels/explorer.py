@@ -15,12 +15,12 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 from probe.errors import ProbeError
 from probe.heads.probesets import coreference_examples
 from probe.models import ModelKind
+from probe.naming import display_name
 
 from .. import figures, ids
 from ..errors import error_message, guarded
 from ..inputs import parse_fasta
 from ..payload import display_tokens, layer_payload
-from ..registry import display_name
 from ..service import Service
 from . import card_panel, graph, radio
 

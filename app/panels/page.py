@@ -12,11 +12,11 @@ import dash_mantine_components as dmc
 from dash import Input, Output, State, dcc, html
 
 from probe.heads.registry import REGISTRY
+from probe.naming import display_name
 from probe.views.reading import is_labelled
 
 from .. import figures, ids
 from ..errors import guarded
-from ..registry import display_name
 from ..service import Service
 from . import radio
 from .glossary import glossary_button

@@ -18,6 +18,7 @@ from dash import Input, Output, Patch, State, ctx, dash_table, dcc, html, no_upd
 
 from probe.errors import ProbeError
 from probe.models import ModelKind
+from probe.naming import display_name
 from probe.views.reading import format_q
 from probe.views.unknowns import unknown_reason
 
@@ -25,7 +26,6 @@ from .. import figures, ids, protein_figures
 from ..errors import guarded
 from ..inputs import parse_fasta, row_head
 from ..protein_analysis import LEADERBOARD_COLUMNS
-from ..registry import display_name
 from ..service import Service
 from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, structure3d
 from .explorer import DEMO_PROTEIN

@@ -4,7 +4,8 @@ import graph must have no cycles and no import from a lower layer to a higher on
 
 Layers, bottom to top (a module may import its own layer and the ones below):
 
-    base      probe (the package), errors, naming, hashing, models, specs, layers, anatomy (where a model's
+    base      probe (the package), errors, naming, hashing, models, specs, quiet (transformers' own output),
+              layers, anatomy (where a model's
               projections, norms and layer list sit), cache (where computed-once results live), card,
               memory, data, zoo (the catalogue: the package, zoo.tiny, zoo.planted), untrained (the
               untrained twins)
@@ -38,7 +39,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "probe"
 
 BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.specs",
         "probe.layers", "probe.anatomy", "probe.cache", "probe.card", "probe.memory", "probe.data",
-        "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted", "probe.untrained"}
+        "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted", "probe.untrained", "probe.quiet"}
 RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "circuits": 3, "training": 3, "runs": 4,
         "views": 5, "commands": 6}
 
