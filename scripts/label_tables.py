@@ -5,7 +5,8 @@
     check)
 
 The numbers come from the label tables that ship with the models — probe/zoo/NAME/labels.csv for every
-organism, probe/data/labels/all-MiniLM-L6-v2.csv for all-MiniLM-L6-v2 — through :func:`probe.heads.findings.findings`.
+organism, probe/data/labels/all-MiniLM-L6-v2.csv for all-MiniLM-L6-v2 — through
+:func:`probe.heads.findings.findings`.
 Those tables are themselves checked against a fresh `probe label` run (tests/heads: every organism in the
 default suite, MiniLM in the slow tier), so after relabelling (`probe train NAME --relabel`,
 `python scripts/minilm_labels.py`) run this script and commit the pages.

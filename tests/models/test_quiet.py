@@ -1,5 +1,5 @@
-"""Library calls are quiet where the CLI is (issue 44, item 10): `probe.models.load` in a fresh interpreter (what a
-notebook kernel is) prints no progress bar, no "seem corrupted", no LOAD REPORT — one line naming what
+"""Library calls are quiet where the CLI is (issue 44, item 10): `probe.models.load` in a fresh interpreter
+(what a notebook kernel is) prints no progress bar, no "seem corrupted", no LOAD REPORT — one line naming what
 transformers reported — and `verbose=True` gives transformers' own output back. transformers' settings are as
 they were after the call, also when threads load at once (the dashboard's workers)."""
 
