@@ -143,6 +143,46 @@ def test_mkdocs_build_strict_passes(tmp_path):
     assert ":func:" not in engine and ":class:" not in engine  # Sphinx roles became links or code
 
 
+# a page's own requests to another host: stylesheets, scripts, fonts, images, frames (links to read are fine)
+REQUESTS = re.compile(r'<(?:link|script|img|iframe|source)\b[^>]*\b(?:src|href)="(?:https?:)?//[^"]+"'
+                      r"|url\((?:['\"])?(?:https?:)?//")
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
+                    reason="the docs extra is not installed: pip install -e '.[docs]' (scripts/test.sh does)")
+def test_the_docs_site_asks_the_network_for_nothing(tmp_path):
+    """Issue 44: the site requested Google Fonts (Material's default) — offline it waited on them. Every
+    page and stylesheet is scanned for requests to another host, and pages opened offline in Chromium make
+    none."""
+    import json
+    import time
+
+    from tests.browser import chromium
+
+    site = tmp_path / "site"
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--site-dir", str(site)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-4000:]
+    found = {str(path.relative_to(site)): REQUESTS.findall(path.read_text(encoding="utf-8"))
+             for path in [*site.rglob("*.html"), *site.rglob("*.css")]}
+    assert {page: hits for page, hits in found.items() if hits} == {}
+    assert REQUESTS.search('<link rel="preconnect" href="https://fonts.gstatic.com" crossorigin>')  # it sees one
+    driver = chromium((1280, 800), offline=True, network_log=True)
+    try:
+        for page in ("index.html", "labels/index.html", "api/engine/index.html"):
+            driver.get_log("performance")
+            driver.get((site / page).as_uri())
+            time.sleep(1.0)
+            requests = [json.loads(entry["message"])["message"]["params"]["request"]["url"]
+                        for entry in driver.get_log("performance")
+                        if json.loads(entry["message"])["message"]["method"] == "Network.requestWillBeSent"]
+            assert [url for url in requests if not url.startswith(("file:", "data:", "blob:"))] == [], page
+    finally:
+        driver.quit()
+
+
 def test_every_public_reexport_has_an_api_entry_and_a_numpydoc_docstring():
     import importlib
     import inspect
