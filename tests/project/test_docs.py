@@ -143,6 +143,23 @@ def test_mkdocs_build_strict_passes(tmp_path):
     assert ":func:" not in engine and ":class:" not in engine  # Sphinx roles became links or code
 
 
+def test_the_docs_home_and_the_readme_say_what_the_demo_opens_on():
+    """Issue 44: the docs home never mentioned notebooks or `probe report`, and its demo line disagreed with
+    the README's. Both name the model the dashboard opens on (the app's first default model), the notebook view
+    and the report."""
+    from app.registry import default_models
+    from probe.naming import display_name
+    from probe.specs import packaged_dir
+
+    first = display_name(default_models(minilm=packaged_dir("sentence-transformers/all-MiniLM-L6-v2")
+                                        is not None)[0])
+    for page in (ROOT / "docs" / "index.md", ROOT / "README.md"):
+        text = page.read_text(encoding="utf-8")
+        demo = next(line for line in text.splitlines() if line.startswith("bash scripts/demo.sh"))
+        assert first in demo and "organisms" in demo, (page.name, demo)
+        assert "probe.show(" in text and "probe report" in text, page.name
+
+
 # a page's own requests to another host: stylesheets, scripts, fonts, images, frames (links to read are fine)
 REQUESTS = re.compile(r'<(?:link|script|img|iframe|source)\b[^>]*\b(?:src|href)="(?:https?:)?//[^"]+"'
                       r"|url\((?:['\"])?(?:https?:)?//")
