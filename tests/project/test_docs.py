@@ -145,8 +145,8 @@ def test_mkdocs_build_strict_passes(tmp_path):
 
 def test_the_docs_home_and_the_readme_say_what_the_demo_opens_on():
     """Issue 44: the docs home never mentioned notebooks or `probe report`, and its demo line disagreed with
-    the README's. Both name the model the dashboard opens on (the app's first default model), the notebook view
-    and the report."""
+    the README's. Both name the model the dashboard opens on (the app's first default model), the notebook
+    view and the report."""
     from app.registry import default_models
     from probe.naming import display_name
     from probe.specs import packaged_dir
