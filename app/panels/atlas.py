@@ -23,10 +23,15 @@ LEGEND = [html.Span([html.Span(className="swatch viridis"), "score on the fixed 
 
 
 def layout(theme: str = "light") -> html.Div:
+    # cells and headers wrap (an interval at its space, "output share" over two lines), so the columns fit
+    # the atlas card's width (433 px at 1600 px, issue 44) instead of scrolling sideways; a narrower card
+    # still scrolls
     table_style = {"style_table": {"maxHeight": "260px", "overflowY": "auto", "overflowX": "auto"},
                    "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 12,
-                                  "padding": "2px 6px"},
-                   "style_header": {**TABLE_HEADER, "fontWeight": 600, "textDecoration": "underline dotted"},
+                                  "padding": "2px 4px", "whiteSpace": "normal", "height": "auto",
+                                  "minWidth": 0},
+                   "style_header": {**TABLE_HEADER, "fontWeight": 600, "textDecoration": "underline dotted",
+                                    "whiteSpace": "normal"},
                    "tooltip_header": {column: tip for column, tip in HEADER_TIPS.items()},
                    "tooltip_delay": 0, "tooltip_duration": None}
     return card_panel("Head atlas", [
@@ -97,7 +102,8 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
                 value = reading.number(row, column)
                 record[column] = round(value, 3) if value is not None else "unknown"
         if "q_value" in rows.columns:
-            record["q_value"] = reading.format_q(reading.number(row, "q_value"))
+            q_text = reading.format_q(reading.number(row, "q_value"))
+            record["q_value"] = q_text.replace(" ", "\u00a0")  # "< 0.001" on one line
         if "offset" in rows.columns:
             value = reading.number(row, "offset")
             record["offset"] = f"{int(value):+d}" if value is not None else ""
@@ -107,8 +113,14 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
     present = [c for c in LABELLED_COLUMNS if any(c in record for record in out)]
     if "offset" in present and not any(record.get("offset") for record in out):
         present.remove("offset")
-    columns = [{"name": LABELLED_COLUMNS[c], "id": c} for c in present]
-    return out, columns, f"{len(out)} labelled"
+    # a column unknown for every row (all-MiniLM-L6-v2 has no LM head: no ablation) is said once in the note,
+    # not drawn as a column of "unknown" that pushes the table wider than its card
+    unknown = [c for c in present if all(record.get(c) == "unknown" for record in out)]
+    columns = [{"name": LABELLED_COLUMNS[c], "id": c} for c in present if c not in unknown]
+    note = f"{len(out)} labelled"
+    if unknown:
+        note += f" · {', '.join(LABELLED_COLUMNS[c] for c in unknown)}: unknown for every head (not measured)"
+    return out, columns, note
 
 
 def labelled_head(service: Service, spec: str, cell, rows) -> dict:

@@ -993,7 +993,8 @@ def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
     ])
     rows, columns, note = atlas.labelled_rows(table, "first_token")
     assert [r["head_name"] for r in rows] == ["L1H2", "L0H1"] and note == "2 labelled"
-    assert rows[0]["role"] == "sink" and rows[0]["q_value"] == "< 0.001" and rows[0]["output_share"] == 0.05
+    assert rows[0]["role"] == "sink" and rows[0]["q_value"] == "<\u00a00.001"  # "< 0.001" on one line
+    assert rows[0]["output_share"] == 0.05
     assert rows[1]["output_share"] == "unknown" and rows[1]["role"] == "unknown"
     assert "offset" not in [c["id"] for c in columns]  # no head has one
     figure = atlas_figure.atlas_figure(table, 2, 4, "first_token")
