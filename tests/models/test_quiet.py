@@ -69,7 +69,18 @@ def test_a_checkpoint_that_matches_its_class_loads_in_silence():
 def test_transformers_settings_are_restored_and_records_go_to_the_thread_that_logged_them():
     from transformers.utils import logging as hf_logging
 
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_warning()  # transformers' default (a CLI test before this one sets "error")
     hf_logging.enable_progress_bar()
+    try:
+        _threads_collect_their_own_records(hf_logging)
+    finally:
+        hf_logging.set_verbosity(level)
+        if not bars:
+            hf_logging.disable_progress_bar()
+
+
+def _threads_collect_their_own_records(hf_logging) -> None:
     level, handlers = hf_logging.get_verbosity(), list(hf_logging.get_logger().handlers)
     barrier, seen = threading.Barrier(2), {}
 
@@ -88,7 +99,7 @@ def test_transformers_settings_are_restored_and_records_go_to_the_thread_that_lo
         thread.join()
     assert seen == {"a": ["from a"], "b": ["from b"]}
     assert hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == level
-    assert list(hf_logging.get_logger().handlers) == handlers
+    assert set(hf_logging.get_logger().handlers) == set(handlers)  # transformers' own handler is back
     with transformers_quiet(verbose=True) as records:  # verbose: nothing is touched
         assert hf_logging.is_progress_bar_enabled()
     assert records == []
