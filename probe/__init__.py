@@ -33,6 +33,7 @@ import importlib
 
 from probe.errors import ProbeError
 from probe.naming import head_name, parse_head_name
+from probe.quiet import quiet_import
 
 __version__ = "0.1.0"
 
@@ -65,7 +66,9 @@ __all__ = ["__version__", "ProbeError", "head_name", "parse_head_name", *_LAZY, 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        with quiet_import():  # no TqdmWarning in a notebook without ipywidgets (probe.quiet)
+            return getattr(importlib.import_module(_LAZY[name]), name)
     if name in _SUBMODULES:
-        return importlib.import_module(f"probe.{name}")
+        with quiet_import():
+            return importlib.import_module(f"probe.{name}")
     raise AttributeError(f"module 'probe' has no attribute {name!r}")

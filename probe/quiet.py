@@ -4,6 +4,8 @@ and load report.
 * :func:`quiet_process` — the CLI's setting for the whole process (``probe`` calls it before a command runs):
   transformers' verbosity at "error" and its progress bars off, through its environment variables when it is
   not imported yet (a command imports it inside ``run()``), else through its logging API.
+* :func:`quiet_import` — tqdm's note when transformers is first imported in a notebook without ipywidgets,
+  ignored (probe's lazy attributes import through it).
 * :func:`transformers_quiet` — the same for one library call (:func:`probe.models.load`): inside,
   transformers' progress bars are off and its log records are collected instead of printed (its own switches,
   ``transformers.utils.logging``: ``disable_progress_bar``, ``disable_default_handler``, ``add_handler``); on
@@ -25,6 +27,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -61,6 +64,17 @@ def quiet_process() -> None:
         hf_logging = sys.modules["transformers"].utils.logging
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+
+
+@contextmanager
+def quiet_import() -> Iterator[None]:
+    """Import the heavy stack with tqdm's note at its first import in a Jupyter kernel without ipywidgets
+    ignored ("IProgress not found", a TqdmWarning: transformers imports ``tqdm.auto`` for the progress bars
+    that probe turns off) — ``warnings.catch_warnings``, nothing patched. probe's lazy attributes
+    (``probe.models``, ``probe.show``, …) import through it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        yield
 
 
 def _enter() -> None:
@@ -164,4 +178,4 @@ def load_summary(name: str, class_name: str, info: dict | None, records: Sequenc
     return f"{name} loaded as {class_name}: " + "; ".join(parts) + hint
 
 
-__all__ = ["load_summary", "quiet_process", "transformers_quiet"]
+__all__ = ["load_summary", "quiet_import", "quiet_process", "transformers_quiet"]

