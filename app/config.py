@@ -20,3 +20,4 @@ class AppConfig:
     cache_entries: int = 32  # and its entry limit
     label_examples: int = 64  # probe examples per probe set when labelling on demand (probe label --examples)
     heads_summary: str | None = None  # a per-head structure-set summary from `probe contacts --heads-summary`
+    history: str | None = None  # a training history from `probe history --out`: the history panel

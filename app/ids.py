@@ -130,3 +130,9 @@ CIRCUIT_GRAPH = "circuit-graph"  # the host views.js draws the graph in (mountCi
 CIRCUIT_DATA = "circuit-data"  # Store: the circuit's payload (probe.circuits.Circuit.payload), or None
 CIRCUIT_SINK = "circuit-sink"  # Store written by the clientside mount
 CIRCUIT_SELECT_SINK = "circuit-select-sink"  # Store written by the clientside mark of the selected head
+
+# Training history (probe app --history FILE)
+HISTORY_BOX = "history-box"  # the panel (hidden without a history)
+HISTORY_TIMELINE = "history-timeline"  # Iframe: the timeline SVG, the shown step dashed
+HISTORY_SLIDER = "history-slider"  # Slider over the checkpoints: moves the page's model to that checkpoint
+HISTORY_NOTE = "history-note"  # which checkpoint the page shows, and checkpoints not on this machine

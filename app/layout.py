@@ -9,7 +9,7 @@ import dash_mantine_components as dmc
 from dash import dcc, html
 
 from . import figures, ids
-from .panels import atlas, card, circuit, explorer, glossary, grid, page, proteins
+from .panels import atlas, card, circuit, explorer, glossary, grid, history, page, proteins
 from .service import Service
 
 
@@ -34,6 +34,7 @@ def page_layout(service: Service, query=None):
         html.Div(state["note"], id=ids.URL_NOTE, className="url-note" if state["note"] else "url-note empty"),
         html.Div(id=ids.PAGE_MESSAGE, className="message"),
         html.Div(service.facts.unusable(state["model"]) or "", id=ids.CARD_ONLY, className="card-only"),
+        history.layout(service, state["model"], state["theme"]),
         html.Div(id=ids.EXPLORER_SECTION, style={} if usable else {"display": "none"}, children=[
             html.Div(className="row", children=[
                 html.Div([atlas.layout(state["theme"]), circuit.layout(), grid.layout()],
@@ -59,5 +60,5 @@ def page_layout(service: Service, query=None):
 
 def register(app, service: Service) -> None:
     """Every panel's callbacks."""
-    for panel in (page, atlas, circuit, grid, explorer, proteins, card, glossary):
+    for panel in (page, atlas, circuit, grid, explorer, proteins, card, glossary, history):
         panel.register(app, service)

@@ -12,7 +12,9 @@ A panel's callback reaches the job it needs through the :class:`Service`:
   labelling that steps aside for every view between its probe batches;
 * ``service.proteins`` (:class:`~probe_app.protein_store.ProteinStore`): contacts and head maps of a protein;
 * ``service.circuits`` (:class:`~probe_app.circuits.CircuitStore`): a head type's circuit (composition and
-  path patching) on the model's label table, kept in its own LRU cache.
+  path patching) on the model's label table, kept in its own LRU cache;
+* ``service.history`` (:class:`~probe_app.history_store.HistoryStore`): a training history (``--history``),
+  its timeline and its checkpoints, which are served as models.
 
 Big arrays live here and go to the browser one layer at a time (or as the pooled thumbnails of every head).
 Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`. A new panel's data is a
@@ -31,6 +33,7 @@ from .circuits import CircuitStore
 from .config import AppConfig
 from .facts import ModelFacts
 from .gate import InferenceGate
+from .history_store import HistoryStore
 from .jobs import LabelQueue
 from .label_store import LabelStore
 from .protein_store import ProteinStore
@@ -45,7 +48,10 @@ class Service:
     def __init__(self, config: AppConfig, registry: ModelRegistry | None = None,
                  labels: pd.DataFrame | None = None) -> None:
         self.config = config
-        self.registry = registry or ModelRegistry(config.models or default_models(), config.device)
+        self.history = HistoryStore(config.history)  # its checkpoints are served after the --model ones
+        specs = config.models or (() if self.history.served else default_models())
+        self.registry = registry or ModelRegistry(tuple(dict.fromkeys((*specs, *self.history.served[::-1]))),
+                                                  config.device)
         self.gate = InferenceGate()  # one forward pass at a time in the whole process, views before labelling
         self.facts = ModelFacts(self.registry, config)
         self.labels = LabelStore(self.facts, config, functools.partial(LabelQueue, self.registry, self.gate),

@@ -29,11 +29,9 @@ torch.Size([1, 2, 4, 5, 5])
 
 from __future__ import annotations
 
-import importlib
-
 from probe.errors import ProbeError
+from probe.lazy import lazy_exports
 from probe.naming import head_name, parse_head_name
-from probe.quiet import quiet_import
 
 __version__ = "0.1.0"
 
@@ -64,11 +62,4 @@ _SUBMODULES = ("models", "card", "engine", "heads", "proteins", "circuits", "run
 __all__ = ["__version__", "ProbeError", "head_name", "parse_head_name", *_LAZY, *_SUBMODULES]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        with quiet_import():  # no TqdmWarning in a notebook without ipywidgets (probe.quiet)
-            return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in _SUBMODULES:
-        with quiet_import():
-            return importlib.import_module(f"probe.{name}")
-    raise AttributeError(f"module 'probe' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, _SUBMODULES)

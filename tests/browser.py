@@ -12,6 +12,7 @@ and a module that needs another browser (offline, another window) builds it with
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -104,3 +105,18 @@ def wait_for(condition, timeout: float = 30.0, what: str = "condition"):
             last = error
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+LOCAL = ("file:", "data:", "blob:", "about:")  # what a page may load with the network off
+
+
+def requests_elsewhere(driver, allowed: tuple[str, ...] = LOCAL) -> list[str]:
+    """The URLs the page asked for since the log was last read (the DevTools performance log of a browser
+    built with ``network_log=True`` and the page's own resource entries), but those starting with one of
+    `allowed` (the local schemes; add the app's own origin for a served page)."""
+    urls = [message["params"]["request"]["url"] for message in
+            (json.loads(entry["message"])["message"] for entry in driver.get_log("performance"))
+            if message["method"] == "Network.requestWillBeSent"]
+    urls += driver.execute_script(
+        "return performance.getEntriesByType('resource').map(function (e) { return e.name; })")
+    return sorted({url for url in urls if not url.startswith(allowed)})

@@ -35,31 +35,24 @@ Example
 
 from __future__ import annotations
 
-import importlib
+from probe.lazy import lazy_exports
 
 _LAZY = {
-    "composition_scores": "composition",
-    "composition_cost": "composition",
-    "composition_score": "composition",
-    "model_factors": "factors",
-    "corrupted_pairs": "corruption",
-    "CORRUPTIONS": "corruption",
-    "path_patching": "patching",
-    "patch_edges": "patching",
-    "find_circuit": "circuit",
-    "Circuit": "circuit",
-    "CircuitConfig": "circuit",
-    "fed_by_columns": "circuit",
+    "composition_scores": ".composition",
+    "composition_cost": ".composition",
+    "composition_score": ".composition",
+    "model_factors": ".factors",
+    "corrupted_pairs": ".corruption",
+    "CORRUPTIONS": ".corruption",
+    "path_patching": ".patching",
+    "patch_edges": ".patching",
+    "find_circuit": ".circuit",
+    "Circuit": ".circuit",
+    "CircuitConfig": ".circuit",
+    "fed_by_columns": ".circuit",
 }
 
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)  # PEP 562

@@ -8,6 +8,7 @@ import logging
 import math
 import socket
 import sys
+from pathlib import Path
 
 from probe.errors import ProbeError
 from probe.specs import locate
@@ -36,6 +37,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--heads-summary", help="per-head summary over a structure set, written by "
                                                 "`probe contacts --structures ... --heads-summary F`; shown "
                                                 "on the protein page")
+    parser.add_argument("--history", help="a training history written by `probe history --out` (.csv or "
+                                          ".parquet): a timeline panel whose slider moves the page to a "
+                                          "checkpoint (its checkpoints are served as models)")
     return parser
 
 
@@ -53,15 +57,20 @@ def run(args: argparse.Namespace) -> int:
                          "e.g. 5")
     for spec in args.model or ():
         locate(spec)  # a mistyped --model before any heavy import
+    if args.history is not None and not (Path(args.history).expanduser().is_file()
+                                         and Path(args.history).suffix.lower() in (".csv", ".parquet")):
+        raise ProbeError(f"--history {args.history}: give the .csv or .parquet table `probe history --out` "
+                         "wrote")
     check_bindable(args.host, args.port)  # fail before loading any model
     create_app, AppConfig = _dashboard()
     config = AppConfig(models=tuple(args.model or ()), labels=args.labels, device=args.device,
                        max_tokens=args.max_tokens, max_residues=args.max_residues,
-                       upload_bytes=int(args.upload_mb * 2**20), heads_summary=args.heads_summary)
+                       upload_bytes=int(args.upload_mb * 2**20), heads_summary=args.heads_summary,
+                       history=args.history)
     dash_app = create_app(config)  # silent: a model that fails to load is then the one line on stderr
     service = dash_app.probe_service
     # shipped tables read; other default models labelled in the background
-    if not args.model and not args.labels:
+    if not args.model and not args.labels and not args.history:
         service.labels.label_missing(report=lambda line: print(line, file=sys.stderr, flush=True))
     check_bindable(args.host, args.port)  # again: the port may have been taken while the models loaded
     if args.host not in LOOPBACK:

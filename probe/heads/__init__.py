@@ -18,7 +18,7 @@ Examples
 
 from __future__ import annotations
 
-import importlib
+from probe.lazy import lazy_exports
 
 # name -> module that defines it (loaded on first access, PEP 562): the registry API users extend
 _LAZY = {"register": "probe.heads.registry", "unregister": "probe.heads.registry",
@@ -29,7 +29,4 @@ _LAZY = {"register": "probe.heads.registry", "unregister": "probe.heads.registry
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'probe.heads' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

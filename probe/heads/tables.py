@@ -190,8 +190,8 @@ def load_table(path) -> pd.DataFrame:
     table = read_table_file(path)
     if not is_label_table(table):
         missing = [column for column in REQUIRED if column not in table.columns]
-        raise ProbeError(f"{path} is not a probe label table (no {', '.join(missing[:3])} column); "
-                         "pass another --out or --force to overwrite it")
+        raise ProbeError(f"{path} is not a probe label table (no {', '.join(missing[:3])} column): "
+                         "give a table written by probe label --out")
     table = table.reindex(columns=COLUMNS)
     # a text column without any value reads back as None from parquet: NaN, as written
     for column in _TEXT_COLUMNS:

@@ -249,17 +249,19 @@ class HistoryTask:
         return table["model"].astype(str) + "@" + table["checkpoint"].astype(str)
 
 
-def read_history(path: Path) -> pd.DataFrame:
+def read_history(path: Path, output: bool = False) -> pd.DataFrame:
     """A history table written by :func:`history` (.csv or .parquet); one-line ProbeError for anything
-    else."""
+    else, naming the fix: another table to read, or (`output`: the existing file of an output) another output
+    or ``force``."""
+    fix = ("pass another --out, or --force to overwrite it" if output else
+           "give a table written by `probe history --out`")
     try:
         table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
     except (OSError, ValueError) as error:
-        raise ProbeError(f"{path} is not a history table ({error}); give another --out or --force") from None
+        raise ProbeError(f"{path} is not a history table ({error}): {fix}") from None
     missing = [column for column in HISTORY_COLUMNS if column not in table.columns]
     if missing:
-        raise ProbeError(f"{path} is not a history table (no {', '.join(missing[:3])} column); give another "
-                         "--out or --force")
+        raise ProbeError(f"{path} is not a history table (no {', '.join(missing[:3])} column): {fix}")
     return tidy(table)
 
 
@@ -274,7 +276,7 @@ def write_history(table: pd.DataFrame, path: Path) -> None:
 def history_output(path: Path | None, force: bool = False) -> Out:
     """Where a history goes: one table at `path` (.csv or .parquet), rows of other checkpoints kept."""
     return Out(path=path, write=lambda table, finished: {path: lambda tmp: write_history(table, tmp)},
-               read=(lambda: read_history(path)) if path is not None else None, force=force,
+               read=(lambda: read_history(path, output=True)) if path is not None else None, force=force,
                written=lambda table, finished: [f"wrote {len(table)} rows ({len(finished)} checkpoint(s)) to "
                                                 f"{path}"],
                command="probe history", noun="checkpoint")

@@ -26,10 +26,11 @@ import pandas as pd
 from tqdm import tqdm
 
 from probe import models
+from probe.errors import ProbeError
 from probe.hashing import identity_hash
 from probe.heads.label import LabelConfig, config_identity, label_model
 from probe.heads.stage_times import StageTimes
-from probe.heads.tables import COLUMNS, is_label_table, load_table, read_table_file, save_table
+from probe.heads.tables import COLUMNS, REQUIRED, is_label_table, read_table_file, save_table
 from probe.proteins import sets as contact_sets
 from probe.runs.checkpoints import Checkpoint, checkpoint_revision, checkpoint_weights
 from probe.runs.hub import load_checkpoint
@@ -153,7 +154,9 @@ def read_label_table(path: Path) -> pd.DataFrame:
     --force)."""
     table = read_table_file(path)
     if not is_label_table(table):
-        load_table(path)  # raises the one-line error naming the missing columns
+        missing = [column for column in REQUIRED if column not in table.columns]
+        raise ProbeError(f"{path} exists and is not a probe label table (no {', '.join(missing[:3])} "
+                         "column): pass another --out, or --force to overwrite it")
     extra = [column for column in SWEEP_COLUMNS if column in table.columns]
     table = table.reindex(columns=COLUMNS + extra)
     if "step" in extra:

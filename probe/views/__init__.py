@@ -28,7 +28,7 @@ Examples
 
 from __future__ import annotations
 
-import importlib
+from probe.lazy import lazy_exports
 
 _LAZY = {
     "show": "probe.views.view",
@@ -46,7 +46,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'probe.views' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

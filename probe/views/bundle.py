@@ -3,6 +3,8 @@ notebook output or a report, and served to the Dash app by a Flask route (no CDN
 
 from __future__ import annotations
 
+import json
+import uuid
 from functools import cache
 from importlib import resources
 
@@ -48,6 +50,24 @@ def inline_structure_script() -> str:
 def inline_style() -> str:
     """views.css as a <style> element."""
     return "<style>\n" + asset_text("views.css") + "\n</style>"
+
+
+def mounting_html(kind: str, data: dict, scripts: str, mount: str, element_id: str | None = None) -> str:
+    """HTML that mounts one view where it is placed (a notebook output, a report section, a saved page).
+
+    The one shell of every view: the style, a placeholder ``<div class="probe-{kind}">`` that names its data
+    (``data-probe-{kind}``) and says what to do where JavaScript does not run, the data as JSON in a
+    ``<script type="application/json">`` (``<`` escaped, so no text of the data can end the element), the
+    inlined `scripts` and the `mount` call (``window.probeViews.mountAll()``) that draws every such div.
+    """
+    element_id = element_id or f"probe-{kind}-" + uuid.uuid4().hex[:10]
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    what = {"view": "probe view", "circuit": "circuit view", "structure": "3D view"}.get(kind, f"{kind} view")
+    return (f'{inline_style()}<div id="{element_id}" class="probe-{kind}" '
+            f'data-probe-{kind}="{element_id}-data">the {what} needs JavaScript: in Jupyter, trust the '
+            "notebook (File › Trust) or run the cell again"
+            f'</div><script type="application/json" id="{element_id}-data">{text}</script>{scripts}'
+            f"<script>{mount}</script>")
 
 
 def serve(server, route: str = ROUTE) -> None:

@@ -11,8 +11,6 @@ the head). "candidate edges too" shows the candidates that did not beat their co
 from __future__ import annotations
 
 import html
-import json
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,20 +18,14 @@ from probe.circuits.circuit import Circuit, CircuitConfig, find_circuit, shipped
 from probe.errors import ProbeError
 from probe.models import load
 from probe.runs.atomic import write_atomically
-from probe.views.bundle import inline_script, inline_style
+from probe.views.bundle import inline_script, mounting_html
 from probe.views.view import standalone_page
 
 
 def circuit_fragment(payload: dict, element_id: str | None = None) -> str:
     """HTML that mounts the circuit graph of `payload` (:meth:`probe.circuits.Circuit.payload`) where it is
     placed: the style, the data, views.js and the call."""
-    element_id = element_id or "probe-circuit-" + uuid.uuid4().hex[:10]
-    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
-    return (f'{inline_style()}<div id="{element_id}" class="probe-circuit" '
-            f'data-probe-circuit="{element_id}-data">the circuit view needs JavaScript: in Jupyter, trust '
-            "the notebook (File › Trust) or run the cell again</div>"
-            f'<script type="application/json" id="{element_id}-data">{text}</script>'
-            f"{inline_script()}<script>window.probeViews.mountAll();</script>")
+    return mounting_html("circuit", payload, inline_script(), "window.probeViews.mountAll();", element_id)
 
 
 @dataclass(frozen=True, eq=False)

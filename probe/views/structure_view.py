@@ -10,8 +10,6 @@ fit (at least one).
 
 from __future__ import annotations
 
-import json
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from probe.proteins.contacts import ContactResult, predict_contacts
 from probe.proteins.structure import Structure, contact_map, read_structure
 from probe.runs.atomic import write_atomically
 from probe.views import encode
-from probe.views.bundle import inline_structure_script, inline_style
+from probe.views.bundle import inline_structure_script, mounting_html
 from probe.views.pooling import PoolSink
 from probe.views.structure3d import MIN_WEIGHT, TOP_PAIRS, structure_payload
 from probe.views.view import standalone_page
@@ -116,14 +114,8 @@ class StructureView:
 
 def structure_fragment(data: dict, element_id: str | None = None) -> str:
     """HTML that mounts the 3D view of `data` where it is placed (a notebook output, a report section)."""
-    element_id = element_id or "probe-structure-" + uuid.uuid4().hex[:10]
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
-    return (f'{inline_style()}<div id="{element_id}" class="probe-structure" '
-            f'data-probe-structure="{element_id}-data">the 3D view needs JavaScript: in Jupyter, trust the '
-            "notebook (File › Trust) or run the cell again</div>"
-            f'<script type="application/json" id="{element_id}-data">{text}</script>'
-            f"{inline_structure_script()}"
-            "<script>window.probeStructure.mountAll();</script>")
+    return mounting_html("structure", data, inline_structure_script(), "window.probeStructure.mountAll();",
+                         element_id)
 
 
 def residue_attention(loaded, sequence: str, heads) -> dict[tuple[int, int], np.ndarray]:

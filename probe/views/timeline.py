@@ -64,6 +64,8 @@ class TimelineView:
     icl_positions : (int, int) or None
         The ICL score's tokens (EARLY, LATE).
     theme : {"light", "dark"}
+    marked : int or None
+        A step marked by a dashed line on every panel (the checkpoint the dashboard shows); None: none.
 
     Examples
     --------
@@ -94,6 +96,7 @@ class TimelineView:
     labelled: dict[str, np.ndarray]
     icl_positions: tuple[int, int] | None = None
     theme: str = "light"
+    marked: int | None = None
 
     def first_labelled(self, head_type: str) -> dict[str, int]:
         """Per head labelled `head_type` at some checkpoint, the first step where it is."""
@@ -267,6 +270,14 @@ class _Panel:
     def py(self, y: float) -> float:
         return self.y0 + PANEL_H - (y - self.ylow) / (self.yhigh - self.ylow) * PANEL_H
 
+    def mark(self, step: int | None) -> list[str]:
+        """A dashed vertical line at `step` (the checkpoint shown elsewhere); nothing for None."""
+        if step is None:
+            return []
+        x = self.px(float(step_position(np.array([step]))[0]))
+        return [f'<line class="marked-step" data-step="{int(step)}" x1="{x:.1f}" x2="{x:.1f}" y1="{self.y0}" '
+                f'y2="{self.y0 + PANEL_H}" stroke="{self.colours["text"]}" stroke-dasharray="4 3"/>']
+
     def frame(self, title: str, ylabel: str, steps: np.ndarray) -> list[str]:
         c = self.colours
         parts = [f'<text x="{self.x0}" y="{self.y0 - 10}" font-weight="bold" fill="{c["text"]}">'
@@ -341,7 +352,7 @@ def timeline_svg(view: TimelineView) -> str:
     # ICL score with ±2 SE
     low_band, high_band = view.icl - 2 * view.icl_se, view.icl + 2 * view.icl_se
     panel = _Panel(*origin[0], xmax, *_range(view.icl, low_band, high_band, np.array([0.0])), c)
-    parts += panel.frame("in-context learning score", "nats", view.steps)
+    parts += panel.frame("in-context learning score", "nats", view.steps) + panel.mark(view.marked)
     band = [(x, lo, hi) for x, lo, hi in zip(xs, low_band, high_band, strict=True)
             if math.isfinite(lo) and math.isfinite(hi)]
     if len(band) >= 2:
@@ -356,7 +367,7 @@ def timeline_svg(view: TimelineView) -> str:
         filled=True)
     # losses
     panel = _Panel(*origin[1], xmax, *_range(view.held_out, view.train), c)
-    parts += panel.frame("loss", "nats", view.steps)
+    parts += panel.frame("loss", "nats", view.steps) + panel.mark(view.marked)
     for values, colour, name in ((view.held_out, PALETTE[1], "held-out loss"),
                                  (view.train, PALETTE[2], "training loss")):
         parts += panel.line(xs, values, colour, 2, name)
@@ -367,6 +378,7 @@ def timeline_svg(view: TimelineView) -> str:
         scores, marks = view.scores[head_type], view.labelled[head_type]  # [checkpoint head]
         panel = _Panel(*origin[2 + index], xmax, *_range(scores, np.array([0.0])), c)
         parts += panel.frame(f"{head_type.replace('_', '-')} score per head", "score", view.steps)
+        parts += panel.mark(view.marked)
         ever = [h for h in range(len(view.heads)) if marks[:, h].any()]
         colours = {h: PALETTE[(k + 1) % len(PALETTE)] for k, h in enumerate(ever)}
         for h in [h for h in range(len(view.heads)) if h not in colours] + ever:  # labelled heads on top

@@ -9,8 +9,6 @@ travels as uint8 maps in base64 (:mod:`probe.views.encode`), within a byte budge
 from __future__ import annotations
 
 import html
-import json
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +21,7 @@ from probe.models import ModelKind, load, tokenize_protein, tokenize_text
 from probe.naming import display_name, head_name, parse_head_name
 from probe.runs.atomic import write_atomically
 from probe.views import encode, figures
-from probe.views.bundle import inline_script, inline_style
+from probe.views.bundle import inline_script, mounting_html
 from probe.views.pages import GENERATOR
 from probe.views.pooling import pooled_attention
 from probe.views.reading import is_labelled
@@ -191,13 +189,7 @@ def _labelled_count(marks: dict) -> int:
 
 def fragment(data: dict, element_id: str | None = None) -> str:
     """HTML that mounts the view of `data` where it is placed (a notebook output, a report section)."""
-    element_id = element_id or "probe-view-" + uuid.uuid4().hex[:10]
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
-    return (f'{inline_style()}<div id="{element_id}" class="probe-view" data-probe-view="{element_id}-data">'
-            "the probe view needs JavaScript: in Jupyter, trust the notebook (File › Trust) or run the cell "
-            "again"
-            f'</div><script type="application/json" id="{element_id}-data">{text}</script>{inline_script()}'
-            "<script>window.probeViews.mountAll();</script>")
+    return mounting_html("view", data, inline_script(), "window.probeViews.mountAll();", element_id)
 
 
 def standalone_page(body: str, title: str) -> str:

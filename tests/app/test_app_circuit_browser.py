@@ -5,7 +5,6 @@ clean and the page asks nothing of any host but the app's own."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 
@@ -14,7 +13,7 @@ import pytest
 from app import create_app, ids
 from app.config import AppConfig
 from app.service import Service
-from tests.browser import APP_WINDOW, chromium, wait_for
+from tests.browser import APP_WINDOW, LOCAL, chromium, requests_elsewhere, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -40,17 +39,6 @@ def served():
     yield f"http://127.0.0.1:{server.server_port}/", service
     server.shutdown()
 
-
-def _requests_elsewhere(driver, origin: str) -> list[str]:
-    """URLs the page asked of any host but the app's (the performance log since it was last read)."""
-    urls = []
-    for entry in driver.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            url = message["params"]["request"]["url"]
-            if not url.startswith((origin, "data:", "blob:", "about:")):
-                urls.append(url)
-    return urls
 
 
 def _drawn(driver) -> set[tuple[str, str, str]]:
@@ -87,4 +75,4 @@ def test_the_circuit_panel_draws_the_induction_circuit_and_selects_heads(driver,
     marked = f'#{ids.CIRCUIT_GRAPH} .pc-node[data-layer="1"][data-head="3"]'
     wait_for(lambda: "selected" in driver.find_element("css selector", marked).get_attribute("class"), 30,
              "L1H3 marked in the graph")
-    assert _requests_elsewhere(driver, url.rstrip("/")) == []
+    assert requests_elsewhere(driver, (url.rstrip("/"), *LOCAL)) == []

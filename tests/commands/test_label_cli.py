@@ -200,6 +200,7 @@ def test_an_existing_out_that_is_not_a_label_table(planted_dir, tmp_path, capsys
     header.write_text("name,age\n")  # a foreign CSV with only a header is refused too, never overwritten
     code, _, err = run_cli(["label", "--model", planted_dir, "--out", str(header), *FAST], capsys)
     assert code == 2 and "not a probe label table" in err and header.read_text() == "name,age\n"
+    assert "--force to overwrite" in err  # an output: the fix is another --out or --force
     out = tmp_path / "other.csv"
     out.write_text("x,y\n1,2\n")
     code, _, err = run_cli(["label", "--model", planted_dir, "--out", str(out), *FAST], capsys)

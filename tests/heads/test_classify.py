@@ -307,8 +307,10 @@ def test_table_files_round_trip(tmp_path, planted_dir, suffix):
     back = load_table(tmp_path / f"t{suffix}")
     pd.testing.assert_frame_equal(back, table, check_dtype=False, check_exact=False, rtol=1e-6)
     (tmp_path / "junk.csv").write_text("a,b\n1,2\n")
-    with pytest.raises(ProbeError, match="not a probe label table"):
+    with pytest.raises(ProbeError, match="not a probe label table") as refused:
         load_table(tmp_path / "junk.csv")
+    # an input (report --labels, circuit --labels, show(labels=)): the fix is another table, not --force
+    assert "--force" not in str(refused.value) and "probe label --out" in str(refused.value)
     (tmp_path / "header.csv").write_text("name,age\n")  # a foreign header without rows is not ours either
     with pytest.raises(ProbeError, match="not a probe label table"):
         load_table(tmp_path / "header.csv")

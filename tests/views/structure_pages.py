@@ -4,7 +4,6 @@ real click at a model point, the requests a page made."""
 
 from __future__ import annotations
 
-import json
 import time
 from functools import cache
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from probe.proteins.structure import contact_map, read_structure
-from tests.browser import chromium
+from tests.browser import chromium, console_errors, requests_elsewhere
 
 ROOT = ".probe-structure"
 PIXELS = """
@@ -95,21 +94,8 @@ def open_page(driver, path: Path) -> None:
 
 
 def requests_made(driver) -> list[str]:
-    """The URLs the page asked for since the last call: the DevTools request log and the page's own resource
-    entries (file:, data:, blob: and about: left out)."""
-    local = ("file:", "data:", "blob:", "about:")
-    urls = []
-    for entry in driver.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    urls += driver.execute_script(
-        "return performance.getEntriesByType('resource').map(function (e) { return e.name; })")
-    return sorted({url for url in urls if not url.startswith(local)})
-
-
-def console_errors(driver) -> list:
-    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    """The URLs the page asked for since the last call (file:, data:, blob: and about: left out)."""
+    return requests_elsewhere(driver)
 
 
 def no_network_and_clean_console(driver) -> None:

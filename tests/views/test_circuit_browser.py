@@ -6,7 +6,6 @@ export is a file. Screenshot: docs/circuit_view.png."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from probe import models
 from probe.circuits import CircuitConfig, find_circuit
 from probe.circuits.circuit import shipped_labels
-from tests.browser import chromium, console_errors, wait_for
+from tests.browser import chromium, console_errors, requests_elsewhere, wait_for
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -48,21 +47,10 @@ def _open(driver, path: Path) -> None:
     wait_for(lambda: driver.execute_script(
         "return document.querySelectorAll('.probe-circuit .pc-node').length"), 30, "the circuit graph")
     time.sleep(0.3)
-    requests = _requests(driver)
+    requests = requests_elsewhere(driver)
     assert requests == [], f"network requests: {requests}"
     assert console_errors(driver) == [], "console errors"
 
-
-def _requests(driver) -> list[str]:
-    """URLs the page asked the network for (the performance log since it was last read)."""
-    requests = []
-    for entry in driver.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            url = message["params"]["request"]["url"]
-            if not url.startswith(("file:", "data:", "blob:", "about:")):
-                requests.append(url)
-    return requests
 
 
 def _check_graph(driver, root_selector: str) -> None:
@@ -146,5 +134,5 @@ def test_the_request_check_catches_a_request(driver, circuit, tmp_path):
     wait_for(lambda: driver.execute_script("return document.querySelectorAll('.pc-node').length"), 30,
              "the graph")
     time.sleep(0.5)
-    assert "http://192.0.2.1/pixel.png" in _requests(driver)
+    assert "http://192.0.2.1/pixel.png" in requests_elsewhere(driver)
     driver.get_log("browser")  # the failed image is this test's expected error

@@ -10,7 +10,6 @@ blocked.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.browser import chromium
+from tests.browser import chromium, console_errors, requests_elsewhere
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -98,14 +97,7 @@ def _load(driver, path: Path) -> tuple[list[str], list[dict]]:
             "return document.querySelectorAll('.probe-view[data-head]').length"):
         time.sleep(0.2)
     time.sleep(0.5)
-    requests = []
-    for entry in driver.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            url = message["params"]["request"]["url"]
-            if not url.startswith(("file:", "data:", "blob:", "about:")):
-                requests.append(url)
-    return requests, [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    return requests_elsewhere(driver), console_errors(driver)
 
 
 def _hover_token_and_step_a_head(driver, root_selector: str) -> None:

@@ -30,31 +30,24 @@ Example
 
 from __future__ import annotations
 
-import importlib
+from probe.lazy import lazy_exports
 
 # name -> the module of this package that defines it (loaded on first access, PEP 562: importing
 # probe.heads.label.config needs none of the pipeline)
 _LAZY = {
-    "label_model": "pipeline",
-    "LabelConfig": "config",
-    "ABLATE": "config",
-    "COREF_SETS": "config",
-    "config_identity": "config",
-    "ProbeSource": "probes",
-    "Scored": "scoring",
-    "summarise": "summary",
-    "roles": "table",
-    "summary_lines": "table",
+    "label_model": ".pipeline",
+    "LabelConfig": ".config",
+    "ABLATE": ".config",
+    "COREF_SETS": ".config",
+    "config_identity": ".config",
+    "ProbeSource": ".probes",
+    "Scored": ".scoring",
+    "summarise": ".summary",
+    "roles": ".table",
+    "summary_lines": ".table",
 }
 
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)  # PEP 562

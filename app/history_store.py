@@ -1,0 +1,64 @@
+"""The training history the dashboard shows (`probe app --history FILE`): the table `probe history` wrote,
+read once, its timeline (probe.views.timeline) and the checkpoints it measured that this machine holds — each
+served as a model of its own, so the history panel's slider moves the whole page to a checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from probe.errors import ProbeError
+from probe.runs.history import read_history
+from probe.views.timeline import TimelineView, show_history
+
+from .registry import display_name
+
+
+class HistoryStore:
+    """One model's training history (or none: every method then says so).
+
+    Parameters
+    ----------
+    path : str or None
+        A table written by ``probe history --out`` (.csv or .parquet); one model's history (another table is
+        refused in one line).
+    """
+
+    def __init__(self, path: str | None) -> None:
+        self.view: TimelineView | None = None
+        self.specs: tuple[str | None, ...] = ()  # [checkpoint] the model spec of each checkpoint, or None
+        if path is None:
+            return
+        table = read_history(Path(path).expanduser())
+        view = show_history(table)  # one model's history: several are refused by show_history
+        run = Path(view.model).expanduser()
+        # the page names the run as it names models: never by a path of this machine (issue 44)
+        self.view = replace(view, model=display_name(view.model))
+        self.specs = tuple(str(run / name) if (run / name / "config.json").is_file() else None
+                           for name in self.view.checkpoints)
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """The checkpoints' model specs this machine holds (in step order): the models the app adds."""
+        return tuple(spec for spec in self.specs if spec is not None)
+
+    def index_of(self, spec: str | None) -> int | None:
+        """The checkpoint index of the model `spec` (None: not one of this history's checkpoints)."""
+        return self.specs.index(spec) if spec is not None and spec in self.specs else None
+
+    def spec_at(self, index: int) -> str:
+        """The model spec of checkpoint `index`; ProbeError where this machine does not hold it."""
+        if self.view is None or not 0 <= index < len(self.specs):
+            raise ProbeError(f"no checkpoint {index} in the history")
+        spec = self.specs[index]
+        if spec is None:
+            raise ProbeError(f"{self.view.checkpoints[index]} of {self.view.model} is not on this machine: "
+                             "the timeline shows its scores, the page cannot open it")
+        return spec
+
+    def timeline(self, index: int | None, theme: str = "light") -> str:
+        """The timeline's SVG, the checkpoint `index` marked (None: no mark), in the page's theme."""
+        if self.view is None:
+            return ""
+        marked = int(self.view.steps[index]) if index is not None else None
+        return replace(self.view, marked=marked, theme=theme).svg()
