@@ -205,8 +205,8 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
                                               uirevision=store["key"], theme=theme)
     apc = service.proteins.head_map(store["key"], layer, head)  # [residue residue]
     name = service.facts.head_label(result.model, layer, head)
-    head_map = protein_figures.head_map_figure(apc, chosen, f"{name} APC attention",
-                                       uirevision=store["key"], theme=theme)
+    title = f"{name} APC attention · {display_name(result.model)}"  # a saved figure names the head and model
+    head_map = protein_figures.head_map_figure(apc, chosen, title, uirevision=store["key"], theme=theme)
     figures.apply_zoom(contacts, zoom)
     figures.apply_zoom(head_map, zoom)
     rows = [] if result.heads is None else unknown_as_text(as_read(result.heads.to_dict("records")))
