@@ -58,10 +58,15 @@ STRUCTURE_BUDGET = 2**19
 
 
 def probe_input(loaded, seq_len: int = PROBE_TOKENS):
-    """The report's default input, [1 token], and what it is: natural text for a language model whose
-    tokenizer reads English (GAP's Wikipedia passages, the label runs' own corpus: probe.heads.corpus), else
-    (the organisms' small languages, protein models) random tokens with one block repeated
+    """The report's default input, [1 token]: natural text for a language model whose tokenizer reads
+    English (GAP's Wikipedia passages, the label runs' own corpus: probe.heads.corpus), else (the organisms'
+    small languages, protein models) random tokens with one block repeated
     (probe.heads.probesets.repeated_blocks)."""
+    return _probe_input(loaded, seq_len)[0]
+
+
+def _probe_input(loaded, seq_len: int):
+    """(:func:`probe_input`, what it is: the report's note)."""
     length = min(seq_len, loaded.max_tokens)
     if loaded.kind in (ModelKind.CAUSAL_LM, ModelKind.MASKED_LM):
         corpus = tokenize_corpus(loaded.tokenizer, limit=SAMPLE_PASSAGES)
@@ -262,7 +267,7 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
         ids = input_ids_of(loaded, sequence)
         what = "the protein" if protein else "the given text"
     else:
-        ids, what = probe_input(loaded, seq_len)
+        ids, what = _probe_input(loaded, seq_len)
     n_tokens, all_heads = int(ids.shape[1]), loaded.n_layers * loaded.n_heads
     if encode.bytes_per_head(n_tokens) * all_heads <= budget:
         chosen, factor = None, 1
