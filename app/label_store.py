@@ -48,7 +48,7 @@ class LabelStore:
 
     def table(self, spec: str) -> pd.DataFrame | None:
         """The labels of one model: computed in this process, else its rows of the --labels table, else the
-        table shipped with it (a bundled organism's labels.csv, all-MiniLM-L6-v2's in app/data)."""
+        table shipped with it (a bundled organism's labels.csv, all-MiniLM-L6-v2's in probe/data/labels)."""
         if spec in self._computed:
             return self._computed[spec]
         mine = self._file_rows_or_none(spec)
