@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from probe import models
 from probe.errors import ProbeError
+from probe.naming import display_name
 
 from .config import AppConfig
-from .registry import ModelRegistry, display_name
+from .registry import ModelRegistry
 
 
 class ModelFacts:

@@ -8,10 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from probe.errors import ProbeError
+from probe.naming import display_name
 from probe.runs.history import read_history
 from probe.views.timeline import TimelineView, show_history
-
-from .registry import display_name
 
 
 class HistoryStore:

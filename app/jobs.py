@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from probe.errors import ProbeError
+from probe.naming import display_name
 
 from .gate import InferenceGate
-from .registry import ModelRegistry, display_name
+from .registry import ModelRegistry
 
 REPORT_EVERY_S = 5.0  # a labelling job's progress line in the terminal at most this often
 

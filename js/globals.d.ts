@@ -14,6 +14,7 @@ interface LayerPayload {
     scale: number;
     ids_count: number;
     name?: string;  // "L3", "enc.L1", "cross.L0"
+    model_name?: string;  // the model's display name (probe.naming.display_name), in the heatmap's title
     query_tokens?: string[];
     axes?: {query: string; key: string};
     error?: string;

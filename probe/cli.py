@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 import traceback
 
 from probe.errors import ProbeError
+from probe.quiet import quiet_process
 
 # Each subcommand lives in probe/commands/<name>.py with `add_parser(subparsers)` and `run(args) -> int`.
 SUBCOMMANDS = ("capture", "label", "contacts", "app", "card", "profile", "train", "report", "history",
@@ -49,19 +49,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet_transformers() -> None:
-    """Keep stderr for our own progress and messages: transformers' warnings and progress bars off. Through
-    its environment variables when it is not imported yet (a command imports it inside ``run()``), else its
-    API."""
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
-    if "transformers" in sys.modules:
-        hf_logging = sys.modules["transformers"].utils.logging
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
@@ -71,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             args.subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as done:  # --help, or a bad option already reported in one line
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
-    _quiet_transformers()
+    quiet_process()  # transformers' warnings and progress bars off: stderr is probe's (probe.quiet)
     try:
         return int(args.run(args) or 0)
     except ProbeError as error:

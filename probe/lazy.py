@@ -2,7 +2,9 @@
 
 A package lists the names it re-exports and the module defining each; importing the package imports none of
 them, so ``import probe`` (and ``probe --help``) stays fast and a name's module is imported the first time the
-name is read. Relative targets (``".composition"``) are resolved against the package.
+name is read. Relative targets (``".composition"``) are resolved against the package. The first import of the
+heavy stack happens here, under :func:`probe.quiet.quiet_import` (tqdm's note in a notebook without
+ipywidgets).
 
 Examples
 --------
@@ -22,6 +24,8 @@ import importlib
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from probe.quiet import quiet_import
 
 
 def lazy_exports(package: str, names: Mapping[str, str], submodules: Iterable[str] = ()
@@ -48,9 +52,11 @@ def lazy_exports(package: str, names: Mapping[str, str], submodules: Iterable[st
 
     def __getattr__(name: str) -> Any:
         if name in names:
-            return getattr(importlib.import_module(names[name], package), name)
+            with quiet_import():  # no TqdmWarning in a notebook without ipywidgets (probe.quiet)
+                return getattr(importlib.import_module(names[name], package), name)
         if name in submodules:
-            return importlib.import_module(f"{package}.{name}")
+            with quiet_import():
+                return importlib.import_module(f"{package}.{name}")
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:

@@ -40,7 +40,8 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MA
 from probe.errors import NoTokenizerError, ProbeError, first_line
 from probe.hashing import weights_hash
 from probe.layers import EAGER_NOTE, ENGINE_CHOICES, AttentionPlan, attention_plan, choose_engine, set_engine
-from probe.naming import head_name
+from probe.naming import display_name, head_name
+from probe.quiet import load_summary, transformers_quiet
 from probe.specs import ZOO_PREFIX, locate, resolve  # noqa: F401 - probe.models.locate / resolve / ZOO_PREFIX
 
 _LOG = logging.getLogger("probe")  # one-line notes (eager fallback, layers without α) to stderr
@@ -325,6 +326,7 @@ def load(
     offload_folder: str | Path | None = None,
     # per device, as transformers takes it ({0: "10GiB", "cpu": "30GiB"})
     max_memory: str | dict | None = None,
+    verbose: bool = False,  # True: transformers' warnings, progress bars and load report as it prints them
 ) -> LoadedModel:
     """Load a model and its tokenizer for capture.
 
@@ -336,6 +338,11 @@ def load(
     `device` (or placed by `device_map`) and put in eval mode. Which modules compute α is decided by what they
     do (:func:`probe.layers.attention_plan`); the notes (:attr:`LoadedModel.notes`: the eager fallback's cost,
     a hybrid's layers without α) are logged as one line each to the ``probe`` logger (stderr).
+
+    Quiet like the CLI: transformers' progress bars, warnings and load report are not printed; what it
+    reported is logged as one line (weights newly initialised or unused, e.g. a sentence-embedding checkpoint
+    loaded with its masked-LM head, :func:`probe.quiet.load_summary`), and ``verbose=True`` shows
+    transformers' own output instead.
 
     Parameters
     ----------
@@ -360,6 +367,9 @@ def load(
     max_memory : str or dict, optional
         Memory per device for ``"auto"``/``"balanced"`` maps: a dict (``{0: "10GiB", "cpu": "30GiB"}``) or the
         CLI's text form ``"0=10GiB,cpu=30GiB"``.
+    verbose : bool, default False
+        Let transformers print its warnings, progress bars and load report; by default they are summarised in
+        one line on the ``probe`` logger (nothing when the checkpoint matches the class).
 
     Returns
     -------
@@ -385,6 +395,24 @@ def load(
     probe.errors.ProbeError: unknown model organism zoo:nosuch; known: zoo:brackets, zoo:coreference,
     zoo:esm-random, zoo:implicit-causality, zoo:induction, zoo:positional, zoo:retrieval, zoo:sentences
     """
+    with transformers_quiet(verbose) as records:
+        loaded, info = _load(spec, device, dtype, engine, device_map, offload_folder, max_memory)
+    summary = load_summary(display_name(spec), type(loaded.model).__name__, info, records)
+    if summary and not verbose:
+        _LOG.warning(summary)
+    for note in loaded.notes:
+        _LOG.warning(note)
+    return loaded
+
+
+def _pretrained(model_class, source: str, **keywords):
+    """(model, what transformers reported about its weights: missing, unexpected, mismatched keys)."""
+    model, info = model_class.from_pretrained(source, output_loading_info=True, **keywords)
+    return model, info
+
+
+def _load(spec, device, dtype, engine, device_map, offload_folder, max_memory) -> tuple[LoadedModel, dict]:
+    """:func:`load` without the quieting: (the loaded model, transformers' loading info)."""
     source = locate(spec)
     local = Path(source)
     if engine not in ENGINE_CHOICES:
@@ -415,14 +443,14 @@ def load(
     model_class = _model_class(kind, config)
     try:
         try:
-            model = model_class.from_pretrained(source, attn_implementation="sdpa",
-                                                dtype=torch_dtype, **placement)
+            model, info = _pretrained(model_class, source, attn_implementation="sdpa", dtype=torch_dtype,
+                                      **placement)
         except Exception as error:  # noqa: BLE001 - transformers raises ValueError or its own types for "no sdpa"
             if "scaled_dot_product_attention" not in str(error) and "sdpa" not in str(error).lower():
                 raise
             # a class without sdpa (Bloom, DeBERTa-v2): its own eager attention, read by the eager fallback
-            model = model_class.from_pretrained(source, attn_implementation="eager",
-                                                dtype=torch_dtype, **placement)
+            model, info = _pretrained(model_class, source, attn_implementation="eager", dtype=torch_dtype,
+                                      **placement)
     except ProbeError:
         raise
     except Exception as error:
@@ -445,8 +473,8 @@ def load(
         # the masks a model builds follow its attention implementation: built on sdpa, Falcon's eager branch
         # then reads an sdpa mask and changes the logits by 2.9 (docs/architectures.md). Such a model runs on
         # eager.
-        model = model_class.from_pretrained(source, attn_implementation="eager",
-                                            dtype=torch_dtype, **placement)
+        model, info = _pretrained(model_class, source, attn_implementation="eager", dtype=torch_dtype,
+                                  **placement)
         plan = attention_plan(model)
     chosen = choose_engine(plan, engine, spec)
     if plan.is_multi_stack:
@@ -459,9 +487,7 @@ def load(
     loaded = LoadedModel(model, tokenizer, kind, spec, revision, residue_format=style,
                          has_contact_head=kind == ModelKind.PROTEIN_MLM and has_contact_head(model),
                          plan=plan, engine=chosen)
-    for note in loaded.notes:
-        _LOG.warning(note)
-    return loaded
+    return loaded, info
 
 
 def _check_stack_heads(config, spec: str) -> None:

@@ -1,4 +1,5 @@
-"""One formatter and parser for head names: (layer, head) in code, "L{layer}H{head}" in files, CLI and app.
+"""One formatter and parser for head names: (layer, head) in code, "L{layer}H{head}" in files, CLI and app;
+and the one name a model is shown by (:func:`display_name`: pages, reports, exported files).
 
 Encoder–decoder models have three stacks of attention layers; their heads are written with the stack first:
 ``enc.L3H2`` (encoder self-attention), ``dec.L1H0`` (decoder self-attention), ``cross.L1H0``
@@ -8,8 +9,10 @@ Encoder–decoder models have three stacks of attention layers; their heads are 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from probe.errors import ProbeError
+from probe.specs import PACKAGED_NAMES, model_id
 
 _HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
 _STACK_HEAD_NAME = re.compile(r"^(?:(enc|dec|cross)\.)?L(\d+)H(\d+)$")
@@ -30,6 +33,26 @@ def head_name(layer: int, head: int, stack: str | None = None) -> str:
     str
     """
     return f"L{layer}H{head}" if not stack else f"{stack}.L{layer}H{head}"
+
+
+def display_name(spec: str) -> str:
+    """The one name a page, a report or an exported file shows for a model: a package-shipped model by its
+    name (``all-MiniLM-L6-v2``, also when given by its install path), a local directory by its folder, others
+    as given — never a path of this machine.
+
+    >>> display_name("sentence-transformers/all-MiniLM-L6-v2"), display_name("/tmp/runs/induction")
+    ('all-MiniLM-L6-v2', 'induction')
+    """
+    spec = model_id(spec)
+    if spec in PACKAGED_NAMES:
+        return PACKAGED_NAMES[spec]
+    path = Path(spec)
+    return path.name if path.is_absolute() or spec.startswith(".") else spec
+
+
+def file_stem(text: str) -> str:
+    """`text` as a safe file-name part: "zoo:induction L1H3" -> "zoo_induction_L1H3"."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "probe"
 
 
 def parse_stack_head_name(name: str) -> tuple[str | None, int, int]:

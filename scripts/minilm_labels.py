@@ -1,7 +1,8 @@
-"""Write the label table the dashboard ships for all-MiniLM-L6-v2 (app/data/minilm_labels.csv), so `probe app`
-opens on a real model with its labelled heads and computes nothing at start-up.
+"""Write the label table the package ships for all-MiniLM-L6-v2 (probe/data/labels/all-MiniLM-L6-v2.csv), so
+`probe app` opens on a real model with its labelled heads and computes nothing at start-up (and `probe report`
+draws them).
 
-    python scripts/minilm_labels.py      # ~5 min on a quiet 2-core machine; writes app/data/minilm_labels.csv
+    python scripts/minilm_labels.py      # ~5 min on a quiet 2-core machine; writes the table
 
 The table is what the app's own "Label heads" computes (`app.label_store.label_config`: the default
 LabelConfig

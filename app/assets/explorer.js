@@ -88,7 +88,8 @@
         var suffix = pool.factor === 1 ? "" : " · " + Math.max(w.q1 - w.q0, w.k1 - w.k0) + " tokens in " +
             Math.ceil((w.q1 - w.q0) / pool.factor) + " bins (max-pooled)";
         if (zoom) { suffix += " · zoom: queries " + w.q0 + "–" + (w.q1 - 1) + ", keys " + w.k0 + "–" + (w.k1 - 1); }
-        return headLabel(payload, head) + suffix;
+        // the model's name too: a downloaded figure (the toolbar's camera) says which model and head it shows
+        return headLabel(payload, head) + (payload.model_name ? " · " + payload.model_name : "") + suffix;
     }
 
     // "L3H2", or an encoder–decoder's "enc.L1H2" / "dec.L0H1" / "cross.L0H3": the layer payload carries its

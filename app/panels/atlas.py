@@ -6,13 +6,12 @@ from __future__ import annotations
 from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from probe.errors import ProbeError
-from probe.naming import head_name
+from probe.naming import display_name, head_name
 from probe.views import reading
 
 from .. import atlas_figure, figures, ids
 from ..errors import guarded
 from ..inputs import row_head
-from ..registry import display_name
 from ..service import Service
 from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, radio
 
@@ -24,10 +23,15 @@ LEGEND = [html.Span([html.Span(className="swatch viridis"), "score on the fixed 
 
 
 def layout(theme: str = "light") -> html.Div:
+    # cells and headers wrap (an interval at its space, "output share" over two lines), so the columns fit
+    # the atlas card's width (433 px at 1600 px, issue 44) instead of scrolling sideways; a narrower card
+    # still scrolls
     table_style = {"style_table": {"maxHeight": "260px", "overflowY": "auto", "overflowX": "auto"},
                    "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 12,
-                                  "padding": "2px 6px"},
-                   "style_header": {**TABLE_HEADER, "fontWeight": 600, "textDecoration": "underline dotted"},
+                                  "padding": "2px 4px", "whiteSpace": "normal", "height": "auto",
+                                  "minWidth": 0},
+                   "style_header": {**TABLE_HEADER, "fontWeight": 600, "textDecoration": "underline dotted",
+                                    "whiteSpace": "normal"},
                    "tooltip_header": {column: tip for column, tip in HEADER_TIPS.items()},
                    "tooltip_delay": 0, "tooltip_duration": None}
     return card_panel("Head atlas", [
@@ -109,7 +113,8 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
                 record[column] = round(value, 3) if value is not None else "unknown"
         record["untrained_p99"] = reading.twins_text(row, ran)
         if "q_value" in rows.columns:
-            record["q_value"] = reading.format_q(reading.number(row, "q_value"))
+            q_text = reading.format_q(reading.number(row, "q_value"))
+            record["q_value"] = q_text.replace(" ", "\u00a0")  # "< 0.001" on one line
         if "offset" in rows.columns:
             value = reading.number(row, "offset")
             record["offset"] = f"{int(value):+d}" if value is not None else ""
@@ -119,8 +124,14 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
     present = [c for c in LABELLED_COLUMNS if any(c in record for record in out)]
     if "offset" in present and not any(record.get("offset") for record in out):
         present.remove("offset")
-    columns = [{"name": LABELLED_COLUMNS[c], "id": c} for c in present]
-    return out, columns, f"{len(out)} labelled" + ("" if ran else f" · {NOT_RUN}")
+    # a column unknown for every row (all-MiniLM-L6-v2 has no LM head: no ablation) is said once in the note,
+    # not drawn as a column of "unknown" that pushes the table wider than its card
+    unknown = [c for c in present if all(record.get(c) == "unknown" for record in out)]
+    columns = [{"name": LABELLED_COLUMNS[c], "id": c} for c in present if c not in unknown]
+    note = f"{len(out)} labelled" + ("" if ran else f" · {NOT_RUN}")
+    if unknown:
+        note += f" · {', '.join(LABELLED_COLUMNS[c] for c in unknown)}: unknown for every head (not measured)"
+    return out, columns, note
 
 
 def labelled_head(service: Service, spec: str, cell, rows) -> dict:

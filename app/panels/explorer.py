@@ -15,21 +15,21 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 from probe.errors import ProbeError
 from probe.heads.probesets import coreference_examples
 from probe.models import ModelKind
+from probe.naming import display_name
 
 from .. import figures, ids
 from ..errors import error_message, guarded
 from ..inputs import parse_fasta
 from ..payload import display_tokens, layer_payload
-from ..registry import display_name
 from ..service import Service
 from . import card_panel, graph, radio
 
 DEMO_TEXT = ("the cat saw the dog . the cat saw the dog . mary gave the book to john because he wanted it . "
              "one two three four five one two three four five")
+# short enough for every view of the first screen: 44 tokens on all-MiniLM-L6-v2 with [CLS] and [SEP], within
+# figures.LINE_VIEW_TOKENS (48), so the line view draws it whole (issue 44: it was 66 and the view said so)
 DEMO_PARAGRAPH = ("When Mary met John at the station, she gave him the old book she had promised him (a worn "
-                  "copy of Moby Dick). He thanked her, and they walked to the small café by the river. Mary "
-                  "said the book had belonged to her grandmother; John said he would read it on the train "
-                  "home.")
+                  "copy of Moby Dick). He thanked her, and they walked to the café by the river.")
 DEMO_PROTEIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"  # ubiquitin
 TOKEN_VIEW_MAX = 1024  # the token view shows inputs up to this many tokens
 

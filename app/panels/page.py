@@ -12,11 +12,11 @@ import dash_mantine_components as dmc
 from dash import Input, Output, State, dcc, html
 
 from probe.heads.registry import REGISTRY
+from probe.naming import display_name, file_stem
 from probe.views.reading import is_labelled
 
 from .. import figures, ids
 from ..errors import guarded
-from ..registry import display_name
 from ..service import Service
 from . import radio
 from .glossary import glossary_button
@@ -28,6 +28,20 @@ GRAPHS = (ids.ATLAS, ids.HEATMAP, ids.LINES, ids.CONTACTS, ids.HEAD_MAP)
 def model_label(spec: str) -> str:
     """all-MiniLM-L6-v2 by name, a local directory by its folder's name; hub ids and zoo:NAME as given."""
     return display_name(spec)
+
+
+# what each figure shows, in the name its toolbar's camera saves it under
+IMAGE_KINDS = {ids.ATLAS: "atlas", ids.HEATMAP: "attention", ids.LINES: "lines", ids.CONTACTS: "contacts",
+               ids.HEAD_MAP: "head-map"}
+
+
+def image_name(spec: str | None, graph: str, head_type: str | None = None) -> str:
+    """The file name (no extension) a figure is downloaded as: the model's display name, the head type for the
+    atlas, and what the figure shows ("all-MiniLM-L6-v2_previous_token_atlas"); the head is in the figure's
+    title (the heatmap and the line view name it there)."""
+    parts = [display_name(spec) if spec else "probe", (head_type or "") if graph == ids.ATLAS else "",
+             IMAGE_KINDS.get(graph, graph)]
+    return file_stem("_".join(part for part in parts if part))
 
 
 def readable(head_type: str) -> str:
@@ -278,10 +292,17 @@ def register(app, service: Service) -> None:
         return url_search(service, spec, head_type, selected, store, overlay, scale, zoom, focus,
                           "dark" if dark else "light", direction), ""
 
-    @app.callback([Output(graph, "config") for graph in GRAPHS], Input(ids.IMAGE_FORMAT, "value"))
-    def _configs(image_format):
+    @app.callback([Output(graph, "config") for graph in GRAPHS if graph != ids.ATLAS],
+                  Input(ids.IMAGE_FORMAT, "value"), Input(ids.MODEL, "value"))
+    def _configs(image_format, spec):
         fmt = image_format if image_format in ("png", "svg") else "png"
-        return [figures.graph_config(fmt, f"probe_{graph}", atlas=graph == ids.ATLAS) for graph in GRAPHS]
+        return [figures.graph_config(fmt, image_name(spec, graph)) for graph in GRAPHS if graph != ids.ATLAS]
+
+    @app.callback(Output(ids.ATLAS, "config"), Input(ids.IMAGE_FORMAT, "value"), Input(ids.MODEL, "value"),
+                  Input(ids.HEAD_TYPE, "value"))
+    def _atlas_config(image_format, spec, head_type):
+        fmt = image_format if image_format in ("png", "svg") else "png"
+        return figures.graph_config(fmt, image_name(spec, ids.ATLAS, head_type), atlas=True)
 
     # plotly reads the camera's format at click time from the drawn plot: set it there now
     app.clientside_callback(

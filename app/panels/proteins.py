@@ -18,6 +18,7 @@ from dash import Input, Output, Patch, State, ctx, dash_table, dcc, html, no_upd
 
 from probe.errors import ProbeError
 from probe.models import ModelKind
+from probe.naming import display_name
 from probe.views.reading import format_q
 from probe.views.unknowns import unknown_reason
 
@@ -25,7 +26,6 @@ from .. import figures, ids, protein_figures
 from ..errors import guarded
 from ..inputs import parse_fasta, row_head
 from ..protein_analysis import LEADERBOARD_COLUMNS
-from ..registry import display_name
 from ..service import Service
 from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, structure3d
 from .explorer import DEMO_PROTEIN
@@ -205,8 +205,8 @@ def protein_view(service: Service, store: dict | None, selected, pair: dict | No
                                               uirevision=store["key"], theme=theme)
     apc = service.proteins.head_map(store["key"], layer, head)  # [residue residue]
     name = service.facts.head_label(result.model, layer, head)
-    head_map = protein_figures.head_map_figure(apc, chosen, f"{name} APC attention",
-                                       uirevision=store["key"], theme=theme)
+    title = f"{name} APC attention · {display_name(result.model)}"  # a saved figure names the head and model
+    head_map = protein_figures.head_map_figure(apc, chosen, title, uirevision=store["key"], theme=theme)
     figures.apply_zoom(contacts, zoom)
     figures.apply_zoom(head_map, zoom)
     rows = [] if result.heads is None else unknown_as_text(as_read(result.heads.to_dict("records")))

@@ -168,14 +168,12 @@ def _is_labelled(value) -> bool:
 
 
 def shipped_labels(name: str) -> str | None:
-    """The label table shipped with a model organism (``probe/zoo/NAME/labels.csv`` for ``zoo:NAME``), or
-    None."""
-    if not name.startswith("zoo:"):
-        return None
-    from probe.models import resolve
+    """The label table shipped with a model, or None: a model organism's (``probe/zoo/NAME/labels.csv`` for
+    ``zoo:NAME``) or a package-shipped model's, by its model id (:func:`probe.specs.shipped_labels_path`)."""
+    from probe.specs import shipped_labels_path
 
-    shipped = Path(resolve(name)) / "labels.csv"
-    return str(shipped) if shipped.is_file() else None
+    shipped = shipped_labels_path(name)
+    return str(shipped) if shipped is not None else None
 
 
 def type_labels(labels, loaded) -> pd.DataFrame:

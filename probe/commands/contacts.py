@@ -3,8 +3,8 @@
     probe contacts --model M (--sequence S | --fasta F | --structure X | --structures DIR_OR_LIST)
                    [--structure X] [--chain C] [--chains A,B] [--cb virtual|real] [--threshold 8.0]
                    [--min-attention 0.3] [--min-total 100] [--min-count 100] [--binding-distance 4.0]
-                   [--window N] [--regression F.json] [--out F.npz] [--heads-out F.parquet]
-                   [--chains-out F.parquet] [--heads-summary F.parquet] [--control untrained[:K]|none]
+                   [--window N] [--regression F.json] [--out F.npz] [--heads-out F.parquet|csv]
+                   [--chains-out F.parquet|csv] [--heads-summary F.parquet] [--control untrained[:K]|none]
                    [--force] [--ray [auto|HOST:PORT]] [--ray-workers N]
     probe contacts --model M --fit DIR_OR_LIST [--regression FILE.json] [--cb ...] [--threshold ...]
 
@@ -73,8 +73,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="crop-and-average mode for sequences longer than the model takes (ESM): windows "
                              "of N residues, N/2 apart, probabilities averaged where windows overlap")
     parser.add_argument("--out", help="output .npz with the contact maps")
-    parser.add_argument("--heads-out", help="output .parquet with per-head statistics of every record")
-    parser.add_argument("--chains-out", help="output .parquet with one row per record or chain")
+    parser.add_argument("--heads-out", help="output .parquet or .csv: per-head statistics of every record")
+    parser.add_argument("--chains-out", help="output .parquet or .csv with one row per record or chain")
     parser.add_argument("--heads-summary", help="output .parquet with one row per head over the whole set")
     parser.add_argument("--fit", metavar="DIR_OR_LIST",
                         help="fit ESM's contact regression (L1 logistic regression on APC(sym α) of every "

@@ -23,9 +23,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "and every head against the contact base rate. No server, no network request.",
     )
     add_model_options(parser)  # --model, --device, --dtype
-    parser.add_argument("--labels", help="labels table written by `probe label` (.csv, .parquet, .json)")
+    parser.add_argument("--labels", help="labels table written by `probe label` (.csv, .parquet, .json); "
+                                         "default: the table shipped with the model (the organisms, "
+                                         "all-MiniLM-L6-v2), if any")
     parser.add_argument("--text", metavar="FILE", help="the input to show (a text file; for protein models a "
-                                                       "sequence or FASTA); default: a probe input")
+                                                       "sequence or FASTA); default: natural text (GAP's "
+                                                       "Wikipedia passages) for a model that reads English, "
+                                                       "else a probe input")
     parser.add_argument("--structure", metavar="PDB",
                         help="protein models: a PDB/mmCIF file for true contacts and the 3D view of the "
                              "heads' attention on it")
@@ -75,24 +79,21 @@ def run(args: argparse.Namespace) -> int:
         input_file(args.labels, "--labels", "a table written by `probe label`", TABLE_EXTENSIONS)
     check_model_options(args)
     # Heavy imports (torch, transformers, pandas) only now.
+    from probe.circuits.circuit import shipped_labels
     from probe.models import ModelKind, load
     from probe.views.report import write_report
+    from probe.views.tables import as_table
 
-    labels = None
-    if args.labels:
-        from probe.views.tables import as_table
-
-        labels = as_table(args.labels)
+    labels_file = args.labels or shipped_labels(args.model)  # the model's own shipped table, by model id
+    labels = as_table(labels_file) if labels_file else None
     loaded = load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     if args.structure is not None and loaded.kind != ModelKind.PROTEIN_MLM:
         raise ProbeError(f"--structure is for protein models; {args.model} is a {loaded.kind.description}")
     circuits = []
     for head_type in dict.fromkeys(args.circuit or []):
         from probe.circuits import find_circuit
-        from probe.circuits.circuit import shipped_labels
 
-        circuits.append(find_circuit(loaded, head_type, labels if labels is not None else
-                                     shipped_labels(args.model)))
+        circuits.append(find_circuit(loaded, head_type, labels))
     history = None
     if args.history is not None:
         from probe.runs.history import read_history

@@ -13,6 +13,7 @@ import math
 import pandas as pd
 
 from probe.errors import ProbeError, first_line
+from probe.specs import PACKAGED_NAMES, model_id
 
 COLUMNS = [
     "model", "revision", "layer", "head", "head_name", "head_type", "probe_set", "seq_len",
@@ -203,8 +204,9 @@ def rows_of_model(table: pd.DataFrame, name: str, revision: str | None = None,
                   shape: tuple[int, int] | None = None) -> pd.DataFrame:
     """The rows of one model in a label table; refused in one line when the table holds no row of it.
 
-    A row is the model's when its ``model`` column is `name` or its ``revision`` column is `revision` (the
-    same weights asked for by another path). A table without a ``model`` column (one built by hand) is the
+    A row is the model's when its ``model`` column is `name` (for a package-shipped model also its hub id
+    or its name, :data:`probe.specs.PACKAGED_NAMES`) or its ``revision`` column is `revision` (the same
+    weights asked for by another path). A table without a ``model`` column (one built by hand) is the
     model's as a whole, provided every ``layer``/``head`` it names exists in the model.
 
     Parameters
@@ -229,7 +231,10 @@ def rows_of_model(table: pd.DataFrame, name: str, revision: str | None = None,
         The table names other models only, or a head the model does not have.
     """
     if "model" in table.columns and not table.empty:
-        mine = table["model"].astype(str) == name
+        names = {name}
+        if (hub := model_id(name)) in PACKAGED_NAMES:  # a package-shipped model: its hub id or its name too
+            names |= {hub, PACKAGED_NAMES[hub]}
+        mine = table["model"].astype(str).isin(names)
         if revision and revision != "unknown" and "revision" in table.columns:
             mine |= table["revision"].astype(str) == str(revision)
         if not mine.any():

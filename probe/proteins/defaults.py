@@ -17,7 +17,8 @@ MIN_ATTENTION_FIRST_VERSION = 0.1
 MIN_TOTAL = 100.0  # heads with Σ α over weights > θ below this get no share (report_edge_features' min_total)
 MIN_COUNT = 100  # heads with fewer weights ≥ θ get no count share (the same min_total, applied to counts)
 # the extensions of `probe contacts`' outputs, by kind (probe.proteins.outputs writes them)
-SUFFIXES = {"out": (".npz",), "heads_out": (".parquet",), "chains_out": (".parquet",),
+# (the tables also as .csv, by the extension; the per-head summary carries its run's metadata in parquet only)
+SUFFIXES = {"out": (".npz",), "heads_out": (".parquet", ".csv"), "chains_out": (".parquet", ".csv"),
             "heads_summary": (".parquet",)}
 
 __all__ = ["BINDING_DISTANCE", "CB_MODES", "CONTACT_THRESHOLD", "DEFAULT_CB", "MIN_ATTENTION",

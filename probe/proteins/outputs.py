@@ -12,7 +12,8 @@ Four outputs, each optional (the ``probe contacts`` flag in brackets):
 
 * the per-head table (``--heads-out``, :func:`probe.proteins.sets.heads_table`), the per-chain table
   (``--chains-out``, :func:`probe.proteins.sets.chain_table`) and the per-head summary over the set
-  (``--heads-summary``, :func:`probe.proteins.sets.summarize_heads`), all parquet.
+  (``--heads-summary``, :func:`probe.proteins.sets.summarize_heads`): parquet, the first two also .csv (by
+  the extension).
 
 :class:`ContactOutputs` builds every writer from the finished units (the runner calls them with a temporary
 path and renames: a killed run never leaves half a file) and keeps the pooled best-head line of the summary it
@@ -53,6 +54,8 @@ def is_ours(path: Path, kind: str) -> bool:
         if kind == "out":
             with np.load(path, allow_pickle=False) as data:
                 names = set(data.files)
+        elif path.suffix.lower() == ".csv":
+            names = set(pd.read_csv(path, nrows=0).columns)
         else:
             names = set(pq.read_schema(path).names)
     except Exception:  # not a zip / not parquet / unreadable: not ours
@@ -94,6 +97,14 @@ def write_npz(path: Path, outcomes: Sequence[UnitOutcome], options: ContactOptio
         np.savez_compressed(handle, **arrays)
 
 
+def write_table(table: pd.DataFrame, tmp: Path, path: Path) -> None:
+    """A per-head or per-chain table to `tmp`, in the format of `path`'s extension (.csv or .parquet)."""
+    if path.suffix.lower() == ".csv":
+        table.to_csv(tmp, index=False)
+    else:
+        table.to_parquet(tmp, index=False)
+
+
 class ContactOutputs:
     """The output files of one run (`paths`: kind -> path, kinds of :data:`KINDS`), rebuilt from the finished
     units.
@@ -121,9 +132,9 @@ class ContactOutputs:
                  else None)
         chains = sets.chain_table(outcomes)
         if "heads_out" in paths:
-            writers[paths["heads_out"]] = lambda tmp: heads.to_parquet(tmp, index=False)
+            writers[paths["heads_out"]] = lambda tmp: write_table(heads, tmp, paths["heads_out"])
         if "chains_out" in paths:
-            writers[paths["chains_out"]] = lambda tmp: chains.to_parquet(tmp, index=False)
+            writers[paths["chains_out"]] = lambda tmp: write_table(chains, tmp, paths["chains_out"])
         if "heads_summary" in paths:
             summary = sets.summarize_heads(heads, chains, self.min_count, min_total=self.min_total,
                                            control=sets.control_table(outcomes))

@@ -26,9 +26,10 @@ import numpy as np
 
 from probe.card import architecture_card
 from probe.errors import ProbeError
+from probe.heads.corpus import SAMPLE_PASSAGES, covers, natural_text, tokenize_corpus
 from probe.heads.probesets import repeated_blocks
 from probe.models import ModelKind, load
-from probe.naming import head_name
+from probe.naming import display_name, head_name
 from probe.proteins.contacts import head_attention_map, predict_contacts
 from probe.proteins.domain import chain_note, domain_note
 from probe.proteins.features import ResidueFeatures
@@ -57,10 +58,23 @@ STRUCTURE_BUDGET = 2**19
 
 
 def probe_input(loaded, seq_len: int = PROBE_TOKENS):
-    """A probe input: random tokens with one block repeated (probe.heads.probesets.repeated_blocks), [1
-    token]."""
+    """The report's default input, [1 token]: natural text for a language model whose tokenizer reads
+    English (GAP's Wikipedia passages, the label runs' own corpus: probe.heads.corpus), else (the organisms'
+    small languages, protein models) random tokens with one block repeated
+    (probe.heads.probesets.repeated_blocks)."""
+    return _probe_input(loaded, seq_len)[0]
+
+
+def _probe_input(loaded, seq_len: int):
+    """(:func:`probe_input`, what it is: the report's note)."""
     length = min(seq_len, loaded.max_tokens)
-    return repeated_blocks(loaded.tokenizer, 1, length, seed=0).input_ids[:1]
+    if loaded.kind in (ModelKind.CAUSAL_LM, ModelKind.MASKED_LM):
+        corpus = tokenize_corpus(loaded.tokenizer, limit=SAMPLE_PASSAGES)
+        if covers(corpus) and length >= 8:
+            return (natural_text(loaded.tokenizer, corpus, 1, length, seed=0).input_ids[:1],
+                    "natural text: Wikipedia passages of the GAP corpus (probe.heads.corpus)")
+    return (repeated_blocks(loaded.tokenizer, 1, length, seed=0).input_ids[:1],
+            "a probe input: random tokens with one block repeated (probe.heads.probesets.repeated_blocks)")
 
 
 def _chosen_heads(table, thumbs: np.ndarray, count: int) -> list[tuple[int, int]]:
@@ -139,13 +153,14 @@ def _protein_html(loaded, sequence: str, structure: str | None, chain: str | Non
                   + structure_fragment(shown.payload(), "probe-report-structure"))
     maps = []
     if result.contacts is not None or true_map is not None:
-        maps.append(_figure(contact_svg(result.contacts, true_map, f"contacts · {loaded.name}"),
+        title = f"contacts · {display_name(loaded.name)}"
+        maps.append(_figure(contact_svg(result.contacts, true_map, title),
                             "predicted ↗ · true ↙" if result.contacts is not None and true_map is not None
                             else ("predicted" if result.contacts is not None else "true contacts ↙"),
                             "contact-map"))
     if result.contacts is None:
-        parts.append(f'<p class="note">{html.escape(loaded.name)} has no contact regression: no predicted '
-                     "contacts; per-head rows and maps only</p>")
+        parts.append(f'<p class="note">{html.escape(display_name(loaded.name))} has no contact regression: '
+                     "no predicted contacts; per-head rows and maps only</p>")
     if result.precision:
         parts.append(
             '<table class="card"><tr><th>range</th><th>P@L</th><th>P@L/2</th><th>P@L/5</th></tr>' + "".join(
@@ -225,7 +240,7 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
         loaded = load(str(loaded))
     table = one_model(as_table(labels), loaded) if labels is not None else None
     protein = loaded.kind == ModelKind.PROTEIN_MLM
-    sections = [f"<h1>probe report · {html.escape(loaded.name)}</h1>",
+    sections = [f"<h1>probe report · {html.escape(display_name(loaded.name))}</h1>",
                 f'<p class="note">{html.escape(loaded.kind.description)}'
                 f" · revision {html.escape(str(loaded.revision)[:24])} · written "
                 f"{_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} · one file, no "
@@ -253,8 +268,7 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
         ids = input_ids_of(loaded, sequence)
         what = "the protein" if protein else "the given text"
     else:
-        ids = probe_input(loaded, seq_len)
-        what = "a probe input: random tokens with one block repeated (probe.heads.probesets.repeated_blocks)"
+        ids, what = _probe_input(loaded, seq_len)
     n_tokens, all_heads = int(ids.shape[1]), loaded.n_layers * loaded.n_heads
     if encode.bytes_per_head(n_tokens) * all_heads <= budget:
         chosen, factor = None, 1
@@ -268,9 +282,9 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
     first = (_chosen_heads(table, thumbs, 1) or [min(maps)])[0]
     if first not in maps:
         first = min(maps)
-    view = View(model=loaded.name, tokens=tuple(tokens), causal=loaded.kind == ModelKind.CAUSAL_LM,
-                thumbnails=thumbs, maps=maps, factor=factor, badges=badges(table), selected=first,
-                title=f"{loaded.name} on {n_tokens} tokens")
+    view = View(model=display_name(loaded.name), tokens=tuple(tokens),
+                causal=loaded.kind == ModelKind.CAUSAL_LM, thumbnails=thumbs, maps=maps, factor=factor,
+                badges=badges(table), selected=first, title=display_name(loaded.name))  # + "N tokens"
     held = "every head" if chosen is None else ", ".join(head_name(*key) for key in sorted(maps))
     sections += ["<h2>Every head on one input</h2>",
                  f'<p class="note">input: {html.escape(what)} · full maps: {html.escape(held)}'
@@ -285,7 +299,7 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
     for index, found in enumerate(circuits):  # probe.circuits.Circuit: the same graph as show_circuit
         sections += [f"<h2>Circuit · {html.escape(found.head_type)}</h2>",
                      circuit_fragment(found.payload(), f"probe-report-circuit-{index}")]
-    return standalone_page("\n".join(sections), f"probe report · {loaded.name}")
+    return standalone_page("\n".join(sections), f"probe report · {display_name(loaded.name)}")
 
 
 def write_report(loaded, out: str | Path, labels=None, text: str | None = None, structure: str | None = None,
@@ -302,8 +316,9 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
     labels : pandas.DataFrame or str, optional
         A labels table (or its file) from ``probe label``: atlas, labelled heads, badges.
     text : str, optional
-        The input of the view (a protein sequence for protein models); default: a probe input of `seq_len`
-        tokens (repeated random blocks), or for protein models the structure's sequence or ubiquitin.
+        The input of the view (a protein sequence for protein models); default: `seq_len` tokens of natural
+        text (GAP's Wikipedia passages) for a language model that reads English, else a probe input
+        (repeated random blocks); for protein models the structure's sequence or ubiquitin.
     structure : str, optional
         A PDB/mmCIF file (protein models): true contacts, P@L, the base rate.
     chain : str, optional

@@ -172,10 +172,13 @@ class LabelTable:
     def _repr_html_(self) -> str:
         return self.html()
 
-    def __repr__(self) -> str:  # the rows it draws (only_labelled: the labelled heads alone)
-        shown = len(table_rows(self.table, self.only_labelled))
-        return f"<LabelTable: {shown} of {len(self.table)} rows>" if self.only_labelled else \
-            f"<LabelTable: {shown} rows>"
+    def __repr__(self) -> str:  # what it draws, and why not every row when it does not
+        chosen = len(table_rows(self.table, self.only_labelled))
+        drawn, total = min(chosen, self.max_rows), len(self.table)
+        why = ["the labelled heads (only_labelled=True)"] if self.only_labelled and chosen < total else []
+        why += [f"the first {self.max_rows} (max_rows={self.max_rows})"] if chosen > self.max_rows else []
+        return (f"<LabelTable: draws {drawn} of {total} rows: {', '.join(why)}>" if why
+                else f"<LabelTable: draws {drawn} rows>")
 
 
 def label_table(labels, only_labelled: bool = False, max_rows: int = MAX_ROWS) -> LabelTable:
@@ -202,7 +205,7 @@ def label_table(labels, only_labelled: bool = False, max_rows: int = MAX_ROWS) -
     >>> labels = load_table(probe.zoo.labels_path("induction"))  # zoo:induction's shipped labels
     >>> table = label_table(labels, only_labelled=True)
     >>> table  # in a notebook: the sortable HTML table under the cell
-    <LabelTable: 8 of 80 rows>
+    <LabelTable: draws 8 of 80 rows: the labelled heads (only_labelled=True)>
     >>> html = table._repr_html_()
     >>> html.count("<tr"), "L1H3" in html  # a header and the 8 labelled heads
     (9, True)

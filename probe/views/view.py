@@ -18,7 +18,7 @@ import torch
 
 from probe.errors import ProbeError
 from probe.models import ModelKind, load, tokenize_protein, tokenize_text
-from probe.naming import head_name, parse_head_name
+from probe.naming import display_name, head_name, parse_head_name
 from probe.runs.atomic import write_atomically
 from probe.views import encode, figures
 from probe.views.bundle import inline_script, mounting_html
@@ -307,9 +307,9 @@ def show(loaded, text_or_inputs, labels=None, heads=None, budget: int = encode.D
     table = one_model(as_table(labels), loaded) if labels is not None else None
     tokens = display_tokens(loaded.tokenizer, loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist()))
     first = _first_head(table, maps, selected, loaded)
-    return View(model=loaded.name, tokens=tuple(tokens), causal=loaded.kind == ModelKind.CAUSAL_LM,
-                thumbnails=thumbs, maps=maps, factor=factor, badges=badges(table), selected=first,
-                title=title, layer_names=_layer_names(loaded))
+    return View(model=display_name(loaded.name), tokens=tuple(tokens),
+                causal=loaded.kind == ModelKind.CAUSAL_LM, thumbnails=thumbs, maps=maps, factor=factor,
+                badges=badges(table), selected=first, title=title, layer_names=_layer_names(loaded))
 
 
 def _layer_names(loaded) -> tuple[str, ...] | None:

@@ -467,7 +467,7 @@ def test_start_up_reads_shipped_tables_and_queues_only_the_rest(tmp_path, specs,
     table = _label_table(specs[0])
     shipped = tmp_path / "labels.csv"
     table.to_csv(shipped, index=False)
-    monkeypatch.setattr(tables, "shipped_table_path", lambda spec: shipped if spec == specs[0] else None)
+    monkeypatch.setattr(tables, "shipped_labels_path", lambda spec: shipped if spec == specs[0] else None)
     import app.label_store as label_store
 
     monkeypatch.setattr(label_store, "shipped_labels",
@@ -496,6 +496,7 @@ def test_a_shipped_organism_table_is_found_from_its_card(tmp_path, monkeypatch):
 
     from app import tables
     from probe import zoo
+    from probe.specs import shipped_labels_path
 
     organism = tmp_path / "demo"
     organism.mkdir()
@@ -503,13 +504,13 @@ def test_a_shipped_organism_table_is_found_from_its_card(tmp_path, monkeypatch):
     (organism / "card.json").write_text(json.dumps({"label_table": {"file": "labels.csv",
                                                                     "label_config": {"examples": 64}}}))
     monkeypatch.setattr(zoo, "ZOO_DIR", tmp_path)
-    assert tables.shipped_table_path("zoo:demo") is None  # named, but not there
+    assert shipped_labels_path("zoo:demo") is None  # named, but not there
     _label_table("zoo:demo").to_csv(organism / "labels.csv", index=False)
-    assert tables.shipped_table_path("zoo:demo") == organism / "labels.csv"
+    assert shipped_labels_path("zoo:demo") == organism / "labels.csv"
     assert len(tables.shipped_labels("zoo:demo")) == len(_label_table("zoo:demo"))
     (organism / "card.json").write_text(json.dumps({"label_table": {"file": "../../etc/passwd"}}))
-    assert tables.shipped_table_path("zoo:demo") is None  # only a file beside the card
-    assert tables.shipped_table_path("/some/dir") is None
+    assert shipped_labels_path("zoo:demo") is None  # only a file beside the card
+    assert shipped_labels_path("/some/dir") is None
 
 
 def test_the_long_input_store_is_bounded_by_bytes(service):
@@ -878,7 +879,8 @@ def test_a_clicked_pair_is_marked_in_both_maps_and_stays():
 
 
 def test_defaults_open_on_minilm_then_the_induction_organism_with_inputs_they_can_read():
-    from app.registry import MINILM_ID, MINILM_NAME, default_models, display_name, minilm_dir
+    from app.registry import MINILM_ID, MINILM_NAME, default_models, minilm_dir
+    from probe.naming import display_name
 
     specs = default_models()
     assert specs[0] == MINILM_ID and display_name(specs[0]) == MINILM_NAME  # the real model first, by its id
@@ -994,7 +996,8 @@ def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
     # the untrained twins' bar beside chance: not run here (no untrained_p99 column)
     assert [c["id"] for c in columns].index("untrained_p99") == [c["id"] for c in columns].index("chance") + 1
     assert rows[0]["untrained_p99"] == "not run"
-    assert rows[0]["role"] == "sink" and rows[0]["q_value"] == "< 0.001" and rows[0]["output_share"] == 0.05
+    assert rows[0]["role"] == "sink" and rows[0]["q_value"] == "<\u00a00.001"  # "< 0.001" on one line
+    assert rows[0]["output_share"] == 0.05
     assert rows[1]["output_share"] == "unknown" and rows[1]["role"] == "unknown"
     assert "offset" not in [c["id"] for c in columns]  # no head has one
     figure = atlas_figure.atlas_figure(table, 2, 4, "first_token")

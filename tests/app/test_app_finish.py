@@ -169,7 +169,7 @@ def test_the_heatmap_title_and_its_svg_name_the_head_after_key_steps(driver, wid
     wait_for(lambda: heat_title(driver).startswith("L0H3"), 10, "the title after the steps")
     time.sleep(1.0)  # the figure callback after the steps keeps it
     assert heat_title(driver).startswith("L0H3")
-    for old in downloads.glob("probe_explorer-heatmap*.svg"):
+    for old in downloads.glob("*_attention*.svg"):
         old.unlink()
     # re-renders the graph
     driver.find_element("css selector", f"#{ids.IMAGE_FORMAT} input[value='svg']").click()
@@ -180,9 +180,12 @@ def test_the_heatmap_title_and_its_svg_name_the_head_after_key_steps(driver, wid
     camera = wait_for(lambda: graph.find_element("css selector", ".modebar-btn[data-title^='Download plot']"),
                       what="the camera")
     camera.click()
-    path = wait_for(lambda: next(iter(downloads.glob("probe_explorer-heatmap*.svg")), None), 30, "the SVG")
+    path = wait_for(lambda: next(iter(downloads.glob("*_attention*.svg")), None), 30, "the SVG")
     svg = path.read_text(errors="replace")
     assert ">L0H3" in svg and ">L0H0" not in svg
+    # the file and the figure name the model too (issue 44): "tiny-gpt2…_attention.svg", "L0H3 · tiny-gpt2…"
+    model = Path(specs[0]).name
+    assert path.name.startswith(f"{model}_attention") and f"L0H3 · {model}" in svg
     driver.find_element("css selector", f"#{ids.IMAGE_FORMAT} input[value='png']").click()
 
 

@@ -64,7 +64,7 @@ def test_the_wheel_holds_probe_app_and_no_top_level_app(tmp_path):
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "probe_app/__init__.py" in names and "probe_app/panels/grid.py" in names
-    assert "probe_app/assets/keys.js" in names and "probe_app/data/minilm_labels.csv" in names
+    assert "probe_app/assets/keys.js" in names and "probe/data/labels/all-MiniLM-L6-v2.csv" in names
     # the view layer
     assert "probe/views/assets/views.js" in names and "probe/views/assets/views.css" in names
     assert "probe/zoo/induction/labels.csv" in names and "probe/zoo/esm-random/labels.csv" in names

@@ -1,4 +1,4 @@
-"""The label table the dashboard ships for all-MiniLM-L6-v2 (app/data/minilm_labels.csv, written by
+"""The label table shipped for all-MiniLM-L6-v2 (probe/data/labels/all-MiniLM-L6-v2.csv, written by
 scripts/minilm_labels.py) equals a fresh relabel with the app's own configuration, and is what the app reads
 at start-up for that model (nothing is computed)."""
 

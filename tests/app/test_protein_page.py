@@ -80,6 +80,9 @@ def test_maps_are_titled_by_what_they_show(service, specs, ubiquitin_structure):
     store, _ = proteins.protein_run(service, specs[0], UBIQUITIN, None, None, "")
     assert proteins.protein_view(service, store, {"layer": 0, "head": 0}, None)[0].layout.title.text.endswith(
         "residues: predicted ↗")
+    # the head's map names the head and the model, so a downloaded figure says what it is (issue 44)
+    head_map = proteins.protein_view(service, store, {"layer": 0, "head": 1}, None)[1]
+    assert head_map.layout.title.text == f"L0H1 APC attention · {Path(specs[0]).name}"
 
 
 def test_p_values_read_as_the_label_tables_print_them(service, specs, ubiquitin_structure):

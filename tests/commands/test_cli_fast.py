@@ -86,7 +86,7 @@ def test_the_check_sees_a_heavy_import():
     (["contacts", "--model", "/no/such/dir", "--sequence", "MKT"], "does not exist"),
     (["contacts", "--model", "zoo:esm-random", "--structure", "/no/such.pdb"], "no such file"),
     (["contacts", "--model", "zoo:esm-random", "--fasta", "/no/such.fasta"], "no such file"),
-    (["contacts", "--model", "zoo:esm-random", "--sequence", "MKT", "--heads-out", "h.csv"], "extension"),
+    (["contacts", "--model", "zoo:esm-random", "--sequence", "MKT", "--heads-out", "h.tsv"], "extension"),
     (["contacts", "--model", "zoo:esm-random", "--sequence", "MKT", "--out", "/no/such/c.npz"],
      "does not exist"),
     (["train", "induction"], "give --out DIR"),

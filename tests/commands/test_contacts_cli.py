@@ -141,6 +141,30 @@ def test_a_foreign_existing_output_is_not_overwritten(esm, tmp_path, capsys, fla
     assert main(["contacts", "--model", esm, "--sequence", SEQ, flag, str(path), "--force"]) == 0
 
 
+def test_tables_as_csv_by_the_extension_equal_the_parquet_ones(esm, line_pdb, tmp_path, capsys):
+    """--heads-out / --chains-out F.csv write the same table as .parquet (issue 44: only parquet was taken); a
+    rerun overwrites its own csv, a foreign csv is refused, and a wrong extension is answered in one line."""
+    arguments = ["contacts", "--model", esm, "--structure", line_pdb]
+    assert main([*arguments, "--heads-out", str(tmp_path / "h.parquet"),
+                 "--chains-out", str(tmp_path / "c.parquet")]) == 0
+    assert main([*arguments, "--heads-out", str(tmp_path / "h.csv"),
+                 "--chains-out", str(tmp_path / "c.csv")]) == 0
+    for name in ("h", "c"):
+        parquet, csv = pd.read_parquet(tmp_path / f"{name}.parquet"), pd.read_csv(tmp_path / f"{name}.csv")
+        assert list(csv.columns) == list(parquet.columns) and len(csv) == len(parquet) > 0
+        numeric = parquet.select_dtypes("number").columns
+        np.testing.assert_allclose(csv[numeric].to_numpy(float), parquet[numeric].to_numpy(float), rtol=1e-6)
+    assert main([*arguments, "--heads-out", str(tmp_path / "h.csv")]) == 0  # its own earlier output
+    foreign = tmp_path / "mine.csv"
+    foreign.write_text("name,age\nann,3\n")
+    capsys.readouterr()
+    assert main([*arguments, "--heads-out", str(foreign)]) == 2
+    assert "exists but is not a probe contacts output" in capsys.readouterr().err
+    assert foreign.read_text() == "name,age\nann,3\n"
+    assert main([*arguments, "--heads-out", str(tmp_path / "h.tsv")]) == 2
+    assert "the extension must be one of .parquet, .csv" in capsys.readouterr().err
+
+
 def test_interrupted_fasta_batch_keeps_finished_records_and_resumes(esm, line_pdb, tmp_path, monkeypatch):
     """Ctrl-C after the first record: it is written; the rerun computes only the other two; the result equals
     an uninterrupted run's."""

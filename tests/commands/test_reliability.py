@@ -102,7 +102,7 @@ CASES = [
     case("contacts-out-is-folder", *CONTACTS, "--out", "{tmp}/folder.npz"),
     case("contacts-out-read-only", *CONTACTS, "--out", "{readonly}/c.npz"),
     case("contacts-out-not-a-zip", *CONTACTS, "--out", "{tmp}/notzip.npz"),
-    case("contacts-heads-out-bad-extension", *CONTACTS, "--heads-out", "{tmp}/h.csv"),
+    case("contacts-heads-out-bad-extension", *CONTACTS, "--heads-out", "{tmp}/h.tsv"),
     case("contacts-heads-out-read-only", *CONTACTS, "--heads-out", "{readonly}/h.parquet"),
     case("contacts-heads-out-missing-folder", *CONTACTS, "--heads-out", "{tmp}/missing/h.parquet"),
     case("contacts-two-outputs-one-file", *CONTACTS, "--heads-out", "{tmp}/h.parquet",

@@ -143,6 +143,63 @@ def test_mkdocs_build_strict_passes(tmp_path):
     assert ":func:" not in engine and ":class:" not in engine  # Sphinx roles became links or code
 
 
+def test_the_docs_home_and_the_readme_say_what_the_demo_opens_on():
+    """Issue 44: the docs home never mentioned notebooks or `probe report`, and its demo line disagreed with
+    the README's. Both name the model the dashboard opens on (the app's first default model), the notebook
+    view and the report."""
+    from app.registry import default_models
+    from probe.naming import display_name
+    from probe.specs import packaged_dir
+
+    first = display_name(default_models(minilm=packaged_dir("sentence-transformers/all-MiniLM-L6-v2")
+                                        is not None)[0])
+    for page in (ROOT / "docs" / "index.md", ROOT / "README.md"):
+        text = page.read_text(encoding="utf-8")
+        demo = next(line for line in text.splitlines() if line.startswith("bash scripts/demo.sh"))
+        assert first in demo and "organisms" in demo, (page.name, demo)
+        assert "probe.show(" in text and "probe report" in text, page.name
+
+
+# a page's own requests to another host: stylesheets, scripts, fonts, images, frames (links to read are fine)
+REQUESTS = re.compile(r'<(?:link|script|img|iframe|source)\b[^>]*\b(?:src|href)="(?:https?:)?//[^"]+"'
+                      r"|url\((?:['\"])?(?:https?:)?//")
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
+                    reason="the docs extra is not installed: pip install -e '.[docs]' (scripts/test.sh does)")
+def test_the_docs_site_asks_the_network_for_nothing(tmp_path):
+    """Issue 44: the site requested Google Fonts (Material's default) — offline it waited on them. Every
+    page and stylesheet is scanned for requests to another host, and pages opened offline in Chromium make
+    none."""
+    import json
+    import time
+
+    from tests.browser import chromium
+
+    site = tmp_path / "site"
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--site-dir", str(site)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-4000:]
+    found = {str(path.relative_to(site)): REQUESTS.findall(path.read_text(encoding="utf-8"))
+             for path in [*site.rglob("*.html"), *site.rglob("*.css")]}
+    assert {page: hits for page, hits in found.items() if hits} == {}
+    assert REQUESTS.search('<link rel="preconnect" href="https://fonts.gstatic.com">')  # it sees one
+    driver = chromium((1280, 800), offline=True, network_log=True)
+    try:
+        for page in ("index.html", "labels/index.html", "api/engine/index.html"):
+            driver.get_log("performance")
+            driver.get((site / page).as_uri())
+            time.sleep(1.0)
+            requests = [json.loads(entry["message"])["message"]["params"]["request"]["url"]
+                        for entry in driver.get_log("performance")
+                        if json.loads(entry["message"])["message"]["method"] == "Network.requestWillBeSent"]
+            assert [url for url in requests if not url.startswith(("file:", "data:", "blob:"))] == [], page
+    finally:
+        driver.quit()
+
+
 def test_every_public_reexport_has_an_api_entry_and_a_numpydoc_docstring():
     import importlib
     import inspect

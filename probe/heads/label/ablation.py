@@ -208,8 +208,8 @@ def _type_effects(loaded, head_type: str, heads: list[tuple[int, int]], batches:
                               seed=config.seed, progress=progress)
     for row in joint.itertuples():
         if row.overlapping_controls:
-            note(f"{loaded.name} · {head_type}: the group {_names(row.group)} fills its layers, so its "
-                 f"{row.n_controls} control groups may share heads with it (group_z is conservative)")
+            note(f"{loaded.name} · {head_type}: the group {_names(row.group)} fills its layers, "
+                 + controls_note(row.n_controls, "", "it", "group_z"))
     effects = effects.merge(_group_rows(joint), on=["layer", "head"], how="outer")
     with timings.stage("group ablation"):
         whole = group_effects(loaded, batches, [labelled_heads] if len(labelled_heads) >= 2 else [],
@@ -218,13 +218,21 @@ def _type_effects(loaded, head_type: str, heads: list[tuple[int, int]], batches:
     for row in whole.itertuples():
         if row.overlapping_controls:
             note(f"{loaded.name} · {head_type}: its {row.group_size} labelled heads fill their layers, "
-                 f"so the {row.n_controls} layer-matched control groups may share heads with them "
-                 "(type_group_z is conservative)")
+                 + controls_note(row.n_controls, "layer-matched ", "them", "type_group_z"))
     effects = effects.merge(_type_rows(whole), on=["layer", "head"], how="outer")
     effects["head_type"] = head_type
     effects = effects[columns]
     effects.attrs["notes"] = notes
     return effects
+
+
+def controls_note(count: int, kind: str, whom: str, column: str) -> str:
+    """The end of the note on a group that fills its layers: "so its 3 layer-matched control groups may share
+    heads with them (type_group_z is conservative)"; none -> the z is unknown; one -> singular."""
+    if count == 0:
+        return f"so no {kind}control group could be drawn: {column} is unknown"
+    groups = "group" if count == 1 else "groups"
+    return f"so its {count} {kind}control {groups} may share heads with {whom} ({column} is conservative)"
 
 
 GROUP_COLUMNS = ["group_effect", "group_z", "group_size", "group_heads"]

@@ -227,13 +227,27 @@ NO_TWINS_LINE = ("untrained twins: not run, so these labels beat chance only (--
                  "random-weight copies of the model as a second bar, about 2–4× the run; docs/labels.md)")
 
 
+Z_SIGNIFICANT = 2.0  # |z| against the random control groups read as beyond them (≈ two-sided 5% for a normal)
+
+
+def z_text(z: float) -> str:
+    """A group's z against its random control groups as the summary prints it: "z 3.4"; below
+    :data:`Z_SIGNIFICANT` "z 1.2: not significant, within the random groups' spread"; NaN "z unknown: too few
+    control groups"."""
+    if z != z:
+        return "z unknown: too few control groups"
+    if abs(z) < Z_SIGNIFICANT:
+        return f"z {z:.1f}: not significant, within the random groups' spread"
+    return f"z {z:.1f}"
+
+
 def summary_lines(table: pd.DataFrame) -> list[str]:
     """"model · type: N of M heads (L0H1, ...)" for every model, length and type of a table (for stderr);
     fixed-offset heads show their offset, heads whose label flips between lengths are marked "(unstable)",
     sink labels (:func:`roles`) "(sink)" and inert ones "(inert)"; "N sinks" counts the sinks, the untrained
     twins' bar follows where they ran ("untrained twins' p99 0.027"), and each ablated group adds "together
-    L1H0 L1H1 …: +6.39 nats (z 1.2)". A table whose run had no twins ends with a line that says so
-    (:data:`NO_TWINS_LINE`): its labels beat chance only."""
+    L1H0 L1H1 …: +6.39 nats (z 1.2: not significant, ...)" (:func:`z_text`). A table whose run had no twins
+    ends with a line that says so (:data:`NO_TWINS_LINE`): its labels beat chance only."""
     lines = []
     lengths = table["seq_len"].dropna().unique()
     for model, rows in table.groupby("model", sort=False):
@@ -264,13 +278,13 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
                 joint = labelled.dropna(subset=["group_heads"]).drop_duplicates("group_heads")
                 for heads, effect, z in zip(joint["group_heads"], joint["group_effect"], joint["group_z"],
                                             strict=True):
-                    line += f"; together {heads}: {float(effect):+.2f} nats (z {float(z):.1f})"
+                    line += f"; together {heads}: {float(effect):+.2f} nats ({z_text(float(z))})"
             if "type_group_effect" in labelled:
                 whole = labelled.dropna(subset=["type_group_effect"])
                 if whole["layer"].nunique() >= 2:  # one layer: the same heads as its group above
                     effect, z = (float(whole["type_group_effect"].iloc[0]),
                                  float(whole["type_group_z"].iloc[0]))
-                    line += f"; all {len(whole)} across layers: {effect:+.2f} nats (z {z:.1f})"
+                    line += f"; all {len(whole)} across layers: {effect:+.2f} nats ({z_text(z)})"
             if "retrieval_k" in group and group["retrieval_k"].notna().any():
                 line += _retrieval_note(group[group["retrieval_k"].notna()].iloc[0])
             lines.append(line)
