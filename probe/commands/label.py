@@ -84,7 +84,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="ablation columns for labelled heads (default), all heads, or none")
     parser.add_argument("--retrieval-mask", choices=RETRIEVAL_MASKS, default="output",
                         help="retrieval check: zero a head's output (default) or, as Wu et al., its query")
-    add_control_option(parser, default="none")  # off by default: 3 twins cost ~2-4x the run (docs/labels.md)
+    add_control_option(parser)  # on: 3 twins on a quarter of the probes, ~1.2x the run (docs/labels.md)
     parser.add_argument("--out", help="output table: .parquet, .csv or .json (default: CSV to stdout)")
     parser.add_argument("--force", action="store_true",
                         help="recompute every model, and overwrite an --out that is not a label table")
@@ -165,9 +165,11 @@ def run(args: argparse.Namespace) -> int:
     checkpoints = sweep_checkpoints(args.model, args.revisions, args.models_file)
     sweep = args.revisions is not None or args.models_file is not None or plot is not None
     in_process = isinstance(run_on, runner.InProcess)
+    kept = []  # the model the run loaded, for --report (in-process: no second load)
     task = LabelTask(config, device=args.device, dtype=args.dtype, sweep=sweep, progress=in_process,
                      placement=load_keywords(args), circuits=args.circuits,
-                     out=str(out) if out is not None else None)
+                     out=str(out) if out is not None else None,
+                     on_loaded=kept.append if report_path is not None and in_process else None)
     report = runner.run(label_units(checkpoints), task, label_output(out, args.force), run_on,
                         description="label")
 
@@ -189,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
     if report_path is not None and len(report.table):
         from probe.views.report import write_report  # deferred like the labelling stack above
 
-        loaded = models.load(args.model[0], device=args.device, dtype=args.dtype, **load_keywords(args))
+        loaded = kept[-1] if kept else models.load(args.model[0], device=args.device, dtype=args.dtype,
+                                                   **load_keywords(args))  # rows read back: load it
         write_report(loaded, report_path, labels=report.table)  # one_model keeps this model's rows
         _say(f"wrote {report_path}")
     return report.code

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -73,6 +73,9 @@ class LabelTask:
     placement: Mapping[str, object] = field(default_factory=dict)
     # also each labelled head's strongest upstream edge (the fed_by columns, probe.circuits)
     circuits: bool = False
+    # in-process only: called with each model a unit labelled (probe label --report draws it without a
+    # second load)
+    on_loaded: Callable[[object], None] | None = None
     # the output table: each unit's finished steps (probe batches, ablations) are kept in its journal folder
     # (probe.runs.journal.parts_directory) while it runs, so an interrupted run resumes inside a model
     out: str | None = None
@@ -110,6 +113,8 @@ class LabelTask:
         if store is not None and store.finished():
             self._say(f"{unit.key}: resuming: {store.finished()} finished step(s) of an interrupted run are "
                       f"read back from {parts_directory(self.out)}/")
+        if self.on_loaded is not None:
+            self.on_loaded(state)
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
         kept = (f"; each finished batch is journalled in {parts_directory(self.out)}/, where a rerun resumes"
                 if store is not None else "; without --out nothing is kept: an interrupted run starts again")

@@ -9,7 +9,8 @@ the 99th percentile of their statistic over all their heads as ``untrained_p99``
 * positive control: zoo:induction keeps its induction and previous-token labels with the control on;
 * negative controls: the twins themselves, and random-weight models of a BERT and a GPT-2 shape built here,
   label nothing at the defaults;
-* the CLI flag: one line before torch for a bad value, the twins reach the config, off by default.
+* the CLI flag: one line before torch for a bad value, the twins reach the config, on by default (3 twins; the
+  library's LabelConfig keeps 0 unless given).
 """
 
 from __future__ import annotations
@@ -120,12 +121,12 @@ def test_without_twins_the_bar_is_nan_and_the_labels_are_unchanged(induction, wi
     assert config_identity(LabelConfig(twins=3))["twins"] == 3
 
 
-def test_the_control_flag_reaches_the_config_and_is_off_by_default():
+def test_the_control_flag_reaches_the_config_and_is_on_by_default_in_the_cli():
     from probe.cli import build_parser
     from probe.commands.label import config_from_args
 
     parser = build_parser()
-    assert config_from_args(parser.parse_args(["label", "--model", "zoo:induction"])).twins == 0
+    assert config_from_args(parser.parse_args(["label", "--model", "zoo:induction"])).twins == 3
     assert LabelConfig().twins == 0
     for flag, twins in (("untrained", 3), ("untrained:2", 2), ("none", 0)):
         args = parser.parse_args(["label", "--model", "zoo:induction", "--control", flag])

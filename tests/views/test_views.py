@@ -347,13 +347,19 @@ def test_probe_report_never_overwrites_a_users_own_html_without_force(planted, t
     assert "is a folder" in capsys.readouterr().err
 
 
-def test_probe_label_writes_the_report_at_the_end(planted, tmp_path, capsys):
+def test_probe_label_writes_the_report_at_the_end(planted, tmp_path, capsys, monkeypatch):
+    from probe import models
     from probe.cli import main
 
+    loads = []  # every models.load of the command: the run's one, and no second for the report
+    load = models.load
+    monkeypatch.setattr(models, "load",
+                        lambda *args, **kwargs: loads.append(args[0]) or load(*args, **kwargs))
     out, report = tmp_path / "labels.csv", tmp_path / "report.html"
     assert main(["label", "--model", planted.name, "--types", "previous_token", "--examples", "2",
                  "--bootstrap", "20", "--ablate", "none", "--seq-len", "16", "--out", str(out),
                  "--report", str(report)]) == 0
+    assert len(loads) == 1  # the report drew the model the run loaded (issue 40)
     page = report.read_text()
     assert "previous_token" in page and "<h2>Labelled heads</h2>" in page and 'data-head="L0H0"' in page
     assert main(["label", "--model", planted.name, "--model", planted.name + "/", "--out", str(out),

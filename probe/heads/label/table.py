@@ -223,8 +223,9 @@ def _retrieval_note(first) -> str:
     return text
 
 
-NO_TWINS_LINE = ("untrained twins: not run, so these labels beat chance only (--control untrained:K adds "
-                 "random-weight copies of the model as a second bar, about 2–4× the run; docs/labels.md)")
+NO_TWINS_LINE = ("untrained twins: not run, so these labels beat chance only (probe label's default "
+                 "--control untrained:3 adds random-weight copies of the model as a second bar, about 1.2× "
+                 "the run; docs/labels.md)")
 
 
 Z_SIGNIFICANT = 2.0  # |z| against the random control groups read as beyond them (≈ two-sided 5% for a normal)
