@@ -17,6 +17,8 @@ import transformers
 from tokenizers import ByteLevelBPETokenizer, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import BertTokenizer, EsmTokenizer, PreTrainedTokenizerFast
 
+from probe.quiet import transformers_quiet
+
 TinyArch = Literal["gpt2", "esm", "bert", "llama", "mistral", "protbert", "prott5"]
 
 # ESM-2's vocabulary, in its checkpoint order.
@@ -173,8 +175,9 @@ def save_tiny(arch: TinyArch, directory: str | Path, seed: int = 0, sharpness: f
     path."""
     directory = Path(directory)
     model, tokenizer = build_tiny(arch, seed, sharpness, **overrides)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    with transformers_quiet():  # no "Writing model shards" bars: a library call is quiet (probe.quiet)
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
     return directory
 
 
