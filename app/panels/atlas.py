@@ -75,8 +75,8 @@ HEADER_TIPS = {
     "chance": "the score a uniform head would get on the same examples",
     "untrained_p99": "the 99th percentile of the type's statistic over every head of K untrained twins "
                      "(random-weight copies of the model, probe label --control untrained:K); a label must "
-                     "beat it too. 'not run': the labels were made without twins (the default) and beat "
-                     "chance only",
+                     "beat it too. 'not run': the labels were made without twins (--control none, or a table "
+                     "from before they were on by default) and beat chance only",
     "offset": "fixed_offset heads: the relative position d attended to (j = i + d)",
     "ablation_z": "rise in loss when the head is zeroed, in standard deviations of random same-layer heads",
     "group_z": "the same for all labelled heads of the type ablated together, against random groups",
@@ -127,7 +127,9 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
     # a column unknown for every row (all-MiniLM-L6-v2 has no LM head: no ablation) is said once in the note,
     # not drawn as a column of "unknown" that pushes the table wider than its card
     unknown = [c for c in present if all(record.get(c) == "unknown" for record in out)]
-    columns = [{"name": LABELLED_COLUMNS[c], "id": c} for c in present if c not in unknown]
+    # the twins' bar "not run" on every row: said once, by the note's NOT_RUN, not drawn as a column
+    unrun = [c for c in present if c == "untrained_p99" and all(record.get(c) == "not run" for record in out)]
+    columns = [{"name": LABELLED_COLUMNS[c], "id": c} for c in present if c not in unknown + unrun]
     note = f"{len(out)} labelled" + ("" if ran else f" · {NOT_RUN}")
     if unknown:
         note += f" · {', '.join(LABELLED_COLUMNS[c] for c in unknown)}: unknown for every head (not measured)"

@@ -993,9 +993,8 @@ def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
     ])
     rows, columns, note = atlas.labelled_rows(table, "first_token")
     assert [r["head_name"] for r in rows] == ["L1H2", "L0H1"] and note == f"2 labelled · {atlas.NOT_RUN}"
-    # the untrained twins' bar beside chance: not run here (no untrained_p99 column)
-    assert [c["id"] for c in columns].index("untrained_p99") == [c["id"] for c in columns].index("chance") + 1
-    assert rows[0]["untrained_p99"] == "not run"
+    # the untrained twins' bar: not run here (no untrained_p99 column), said once by the note, not drawn
+    assert rows[0]["untrained_p99"] == "not run" and "untrained_p99" not in [c["id"] for c in columns]
     assert rows[0]["role"] == "sink" and rows[0]["q_value"] == "<\u00a00.001"  # "< 0.001" on one line
     assert rows[0]["output_share"] == 0.05
     assert rows[1]["output_share"] == "unknown" and rows[1]["role"] == "unknown"
@@ -1009,8 +1008,10 @@ def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
     assert atlas.labelled_rows(None, "x")[2].startswith("no labels yet")
     # with twins: their bar beside chance, in the table and on hover, and the note no longer says "not run"
     twins = table.assign(untrained_p99=[0.31, 0.32, 0.33])
-    rows, _, note = atlas.labelled_rows(twins, "first_token")
+    rows, columns, note = atlas.labelled_rows(twins, "first_token")
     assert note == "2 labelled" and rows[0]["untrained_p99"] == "0.310"
+    # beside chance, as a column
+    assert [c["id"] for c in columns].index("untrained_p99") == [c["id"] for c in columns].index("chance") + 1
     hover = atlas_figure.atlas_figure(twins, 2, 4, "first_token").data[0].text[1][2]
     assert "chance 0.100 · untrained twins' p99 0.310" in hover
 
