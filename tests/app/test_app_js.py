@@ -147,7 +147,8 @@ def test_heatmap_figure_pools_labels_outlines_and_names_the_head(page):
     assert figure["data"][0]["x"][1] == "4–7·t4" and (figure["data"][0]["zmin"],
                                                       figure["data"][0]["zmax"]) == (0, 1)
     assert figure["data"][0]["colorbar"]["title"]["text"] == "α (fixed 0–1)"
-    assert figure["layout"]["title"]["text"].startswith("L3H1 · 1024 tokens in 256 bins")
+    # the title names the head and the model (an exported figure says what it shows, issue 44)
+    assert figure["layout"]["title"]["text"].startswith("L3H1 · m · 1024 tokens in 256 bins")
     assert figure["layout"]["template"] == templates["dark"]  # the page's theme
     outline = figure["data"][1]
     assert outline["name"] == "previous_token targets" and set(
@@ -160,7 +161,7 @@ def test_heatmap_figure_pools_labels_outlines_and_names_the_head(page):
                      "'self', false, args[1])[0]", payload, templates)
     assert "this head's max" in own["data"][0]["colorbar"]["title"]["text"]
     np.testing.assert_allclose(np.array(own["data"][0]["z"]), alpha[0, :8, :8], atol=1e-5)
-    assert own["layout"]["title"]["text"] == "L3H0 · zoom: queries 0–7, keys 0–7"
+    assert own["layout"]["title"]["text"] == "L3H0 · m · zoom: queries 0–7, keys 0–7"
     assert own["layout"]["template"] == templates["light"]
     assert own["layout"]["datarevision"] != figure["layout"]["datarevision"]
     # a layer the payload does not hold draws nothing new
@@ -283,7 +284,7 @@ def test_head_names_carry_an_encoder_decoders_stack_and_cross_attention_names_it
     figure, caption = call(page, "P.heatmap(args[0], {layer: 3, head: 1}, [], null, null, 'self', false, "
                                  "null)",
                            cross)[:2]
-    assert figure["layout"]["title"]["text"] == "cross.L0H1" and caption == "cross.L0H1 · 3 tokens"
+    assert figure["layout"]["title"]["text"] == "cross.L0H1 · m" and caption == "cross.L0H1 · 3 tokens"
     assert figure["layout"]["yaxis"]["title"]["text"] == "decoder query"
     assert figure["layout"]["xaxis"]["title"]["text"] == "encoder key"
     assert [label.split("·")[-1] for label in figure["data"][0]["y"]] == decoder  # the decoder's own tokens
@@ -293,7 +294,7 @@ def test_head_names_carry_an_encoder_decoders_stack_and_cross_attention_names_it
     figure, caption = call(page, "P.heatmap(args[0], {layer: 3, head: 1}, [], null, null, 'self', false, "
                                  "null)",
                            plain)[:2]
-    assert figure["layout"]["title"]["text"] == "L3H1" and caption == "L3H1 · 3 tokens"
+    assert figure["layout"]["title"]["text"] == "L3H1 · m" and caption == "L3H1 · 3 tokens"
     assert (figure["layout"]["yaxis"]["title"]["text"], figure["layout"]["xaxis"]["title"]["text"]) == \
         ("query", "key")
     assert [label.split("·")[-1] for label in figure["data"][0]["y"]] == encoder
