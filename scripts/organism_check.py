@@ -1,0 +1,123 @@
+"""Quick check of whether a natural-text organism forms previous-token and induction heads while it trains:
+the numbers of docs/zoo.md's "Findings so far" table (issue 42).
+
+    OMP_NUM_THREADS=1 python scripts/organism_check.py natural-text --set '{"vocab_size": 259}' \
+        --at 0,500,1000,1500,2000,2500,3000
+
+Trains the recipe (with the JSON overrides of ``--set``, as ``probe train --set``) exactly as
+:func:`probe.training.train.train` does (same schedule, same optimizer step, no checkpoints written) and
+prints, at each step of ``--at``, eager-attention measurements that are cheaper than ``probe history``:
+
+* induction: each head's mean attention from every token of the second copy to the token after its first
+  occurrence, on 32 random blocks of 40 tokens drawn by the held-out split's token frequencies and written
+  twice (Olsson et al.'s prefix matching; chance 1/position ≈ 0.02);
+* previous-token: each head's mean attention to the token before, on 32 held-out passages × 100 tokens;
+* rep1 / rep2: the loss on the first and on the second copy of those blocks;
+* the held-out loss and the ICL score (:mod:`probe.training.incontext`) on the first 300 held-out passages.
+
+``--group-pages`` trains on the stream with the passages of one Wikipedia page (GAP's URL column) adjacent;
+``--held-out SPLIT`` measures on another GAP split (for a run trained on the development split).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict
+
+import torch
+
+from probe.heads.corpus import gap_records
+from probe.training import incontext, text
+from probe.training.organisms import ORGANISMS, TrainConfig, build_model, build_tokenizer, make_batch
+from probe.training.train import learning_rate, optimizer_step
+
+BLOCKS, BLOCK = 32, 40
+
+
+def repeated_blocks(tokenizer, split: str) -> torch.Tensor:
+    """`[block 1+2·BLOCK]`: <bos>, a block drawn by the split's token frequencies, the same block again."""
+    counts = torch.zeros(len(tokenizer))
+    for ids in text.encode_passages(tokenizer, split):
+        counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=len(tokenizer)).float()
+    counts[tokenizer.bos_token_id] = 0
+    generator = torch.Generator().manual_seed(123)
+    block = torch.multinomial(counts / counts.sum(), BLOCKS * BLOCK, replacement=True,
+                              generator=generator).reshape(BLOCKS, BLOCK)  # [block position]
+    return torch.cat([torch.full((BLOCKS, 1), tokenizer.bos_token_id), block, block], 1)  # [block 1+2·BLOCK]
+
+
+def page_stream(tokenizer, split: str) -> torch.Tensor:
+    """`[token]`: :func:`probe.training.text.token_stream` with the passages of one Wikipedia page (GAP's URL
+    column) adjacent, in file order within a page."""
+    records, encoded = gap_records(split), text.encode_passages(tokenizer, split)
+    order = sorted(range(len(records)), key=lambda i: (records[i]["URL"], i))
+    return torch.tensor([t for i in order for t in (tokenizer.bos_token_id, *encoded[i])], dtype=torch.long)
+
+
+@torch.no_grad()
+def measure(model, repeats: torch.Tensor, passages: torch.Tensor, rows: torch.Tensor) -> str:
+    model.eval()
+    out = model(input_ids=repeats, output_attentions=True)
+    loss = torch.nn.functional.cross_entropy(out.logits[:, :-1].transpose(1, 2), repeats[:, 1:],
+                                             reduction="none")  # [block position]
+    query = torch.arange(BLOCK + 1, 2 * BLOCK + 1)
+    induction = torch.stack([a[:, :, query, query - BLOCK + 1].mean((0, 2))
+                             for a in out.attentions])  # [layer head]
+    out = model(input_ids=passages, output_attentions=True)
+    query = torch.arange(2, passages.shape[1])
+    previous = torch.stack([a[:, :, query, query - 1].mean((0, 2)) for a in out.attentions])  # [layer head]
+    losses = incontext.position_losses(model, rows)  # [row position]
+    model.train()
+    return (f"held-out {float(losses.mean()):.3f} icl {incontext.icl_score(losses):+.3f} "
+            f"rep1 {float(loss[:, 1:BLOCK].mean()):.2f} rep2 {float(loss[:, BLOCK + 1:].mean()):.2f} "
+            "| induction "
+            + " ".join(f"{x:.2f}" for x in induction.flatten().tolist())
+            + " | previous " + " ".join(f"{x:.2f}" for x in previous.flatten().tolist()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("organism", choices=[n for n, c in ORGANISMS.items() if c.data == "natural_text"])
+    parser.add_argument("--set", default="{}", help="JSON TrainConfig overrides")
+    parser.add_argument("--at", default="0,500,1000,2000", help="steps to measure at")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--group-pages", action="store_true")
+    parser.add_argument("--held-out", default=text.HELD_OUT_SPLIT)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    config = TrainConfig(**{**asdict(ORGANISMS[args.organism]), **json.loads(args.set)})
+    at = {int(step) for step in args.at.split(",")}
+    tokenizer = build_tokenizer(config)
+    model = build_model(config, tokenizer, args.seed)
+    model.config._attn_implementation = "eager"  # output_attentions
+    stream = page_stream(tokenizer, config.corpus_split) if args.group_pages else None
+    repeats = repeated_blocks(tokenizer, args.held_out)
+    passages = text.held_out_rows(tokenizer, 100, split=args.held_out, limit=32)
+    rows = text.held_out_rows(tokenizer, incontext.ICL_LATE, split=args.held_out, limit=300)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay,
+                                  betas=(0.9, 0.98))
+    generator = torch.Generator().manual_seed(args.seed)
+    print(args.organism, args.set, "seed", args.seed, "vocabulary", len(tokenizer), flush=True)
+    started, running = time.perf_counter(), math.nan
+    for step in range(config.steps + 1):
+        if step in at:
+            print(f"step {step:6d} {time.perf_counter() - started:6.0f} s "
+                  + measure(model, repeats, passages, rows), flush=True)
+        if step == config.steps:
+            break
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, config)
+        if stream is None:
+            tokens, targets = make_batch(config, tokenizer, generator, config.batch)
+        else:
+            tokens, targets = text.text_windows(generator, stream, config.batch, config.length,
+                                                tokenizer.bos_token_id)
+        running, _ = optimizer_step(model, optimizer, trainable, tokens, targets, running)
+
+
+if __name__ == "__main__":
+    main()
