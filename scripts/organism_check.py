@@ -15,6 +15,11 @@ prints, at each step of ``--at``, eager-attention measurements that are cheaper 
 * rep1 / rep2: the loss on the first and on the second copy of those blocks;
 * the held-out loss and the ICL score (:mod:`probe.training.incontext`) on the first 300 held-out passages.
 
+``--copy-stats`` only counts, on the training split in windows of the recipe's length, how often copying pays
+off: per window, the tokens whose most recent earlier occurrence is followed by the right next token while the
+split's own most frequent bigram is wrong; and, for a match of the current and the previous token, how often
+copying and the bigram are right (docs/zoo.md's "Why a smaller vocabulary did not help").
+
 ``--group-pages`` trains on the stream with the passages of one Wikipedia page (GAP's URL column) adjacent;
 ``--held-out SPLIT`` measures on another GAP split (for a run trained on the development split).
 """
@@ -25,6 +30,7 @@ import argparse
 import json
 import math
 import time
+from collections import Counter, defaultdict
 from dataclasses import asdict
 
 import torch
@@ -47,6 +53,32 @@ def repeated_blocks(tokenizer, split: str) -> torch.Tensor:
     block = torch.multinomial(counts / counts.sum(), BLOCKS * BLOCK, replacement=True,
                               generator=generator).reshape(BLOCKS, BLOCK)  # [block position]
     return torch.cat([torch.full((BLOCKS, 1), tokenizer.bos_token_id), block, block], 1)  # [block 1+2·BLOCK]
+
+
+def copy_statistics(tokenizer, split: str, window: int) -> str:
+    """The counts of ``--copy-stats`` (the bigram is fit on the same split: an optimistic baseline)."""
+    stream = [t for ids in text.encode_passages(tokenizer, split) for t in (-1, *ids)]
+    following: dict[int, Counter] = defaultdict(Counter)
+    for current, after in zip(stream, stream[1:], strict=False):
+        following[current][after] += 1
+    bigram = {token: counts.most_common(1)[0][0] for token, counts in following.items()}
+    wins = pairs = pair_copy = pair_bigram = 0
+    for start in range(0, len(stream) - window, window):
+        w = stream[start:start + window]
+        last: dict = {}
+        for i in range(1, window - 1):
+            if w[i] in last and w[i] != -1 and w[last[w[i]] + 1] == w[i + 1] != bigram[w[i]]:
+                wins += 1
+            key = (w[i - 1], w[i])
+            if key in last and -1 not in key:
+                pairs += 1
+                pair_copy += w[last[key] + 1] == w[i + 1]
+                pair_bigram += bigram[w[i]] == w[i + 1]
+            last[w[i]], last[key] = i, i
+    windows = len(stream) / window
+    return (f"{len(stream)} tokens; copy right and bigram wrong at {wins / windows / window:.1%} of tokens; "
+            f"two-token matches {pairs / windows:.1f} a window, copying right {pair_copy / pairs:.1%}, "
+            f"the bigram {pair_bigram / pairs:.1%}")
 
 
 def page_stream(tokenizer, split: str) -> torch.Tensor:
@@ -86,11 +118,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--group-pages", action="store_true")
     parser.add_argument("--held-out", default=text.HELD_OUT_SPLIT)
+    parser.add_argument("--copy-stats", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = TrainConfig(**{**asdict(ORGANISMS[args.organism]), **json.loads(args.set)})
     at = {int(step) for step in args.at.split(",")}
     tokenizer = build_tokenizer(config)
+    if args.copy_stats:
+        print(copy_statistics(tokenizer, config.corpus_split, config.length))
+        return
     model = build_model(config, tokenizer, args.seed)
     model.config._attn_implementation = "eager"  # output_attentions
     stream = page_stream(tokenizer, config.corpus_split) if args.group_pages else None
