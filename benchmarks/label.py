@@ -67,6 +67,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     from probe.heads.registry import batch_pattern
     from probe.heads.scores import tl_mul_score, valid_row_score
     from probe.models import LoadedModel
+    from probe.runs.weight_cache import cached_copying_scores
 
     torch.set_num_threads(args.threads)
     model, tokenizer = _model_and_tokenizer(args.seq_len)
@@ -85,8 +86,12 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
             for batch in batches:
                 body(input_ids=batch)
 
+    # the copying stage reads weights only: probe label keeps it across runs (probe.runs.weight_cache), so the
+    # warm-up below computes it once and every timed run reads it back, as a `probe label` rerun does
+    copying_of = None if args.copying_each_run else cached_copying_scores
+
     def label():
-        table = label_model(loaded, config)
+        table = label_model(loaded, config, copying_of=copying_of)
         assert len(table) == len(types) * 144
 
     def eager():
@@ -119,7 +124,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
         with torch.inference_mode():
             body(input_ids=batches[0])  # warm-up
         label_model(loaded, LabelConfig(types=types, examples=1, seq_len=args.seq_len, n_bootstrap=10,
-                                        ablate="none", output_share=not args.no_output_share))  # warm-up
+                                        ablate="none", output_share=not args.no_output_share),
+                    copying_of=copying_of)  # warm-up (and the copying stage, cached)
         pairs = [(timed(plain), timed(label)) for _ in range(args.repeats)]
         return {"plain": [p for p, _ in pairs], "label": [lab for _, lab in pairs]}
     if variant == "ablation-time":
@@ -194,7 +200,9 @@ def _transformer_lens_run(args: argparse.Namespace, batches, tokenizer):
 def _child(variant: str, args: argparse.Namespace) -> dict | None:
     command = [sys.executable, __file__, "--child", variant, "--examples", str(args.examples), "--batch-size",
                str(args.batch_size), "--seq-len", str(args.seq_len), "--threads", str(args.threads),
-               "--repeats", str(args.repeats)] + (["--no-output-share"] if args.no_output_share else [])
+               "--repeats", str(args.repeats), "--types", args.types] + (
+                   ["--no-output-share"] if args.no_output_share else []) + (
+                   ["--copying-each-run"] if args.copying_each_run else [])
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         print(f"{variant} failed:\n{done.stderr[-3000:]}", file=sys.stderr)
@@ -221,6 +229,9 @@ def main() -> None:
                         help="comma-separated head types scored (default: %(default)s); the types of one "
                              "probe set, so that plain forwards over the same probes are the baseline, e.g. "
                              "previous_token,next_token,self,first_token,fixed_offset,delimiter")
+    parser.add_argument("--copying-each-run", action="store_true",
+                        help="compute the weight-only copying stage in every label run (label_model's "
+                             "default) instead of reading it from probe label's cache as a rerun does")
     parser.add_argument("--no-output-share", action="store_true",
                         help="label without the output share (Kobayashi et al. 2020 norms; on by default)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
