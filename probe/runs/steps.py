@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from probe.runs.atomic import remove_dead_temporaries, write_atomically
 
@@ -89,11 +89,11 @@ class StepStore:
         tensors, table = self._path(key, _TENSORS), self._path(key, _TABLE)
         try:
             if tensors.is_file():
-                loaded = load_file(str(tensors))
-                meta = _metadata(tensors)
-                if meta.get("key") == key:
-                    order = meta.get("order", "").split("\n") if meta.get("order") else list(loaded)
-                    return {name: loaded[name] for name in order}
+                with safe_open(str(tensors), framework="pt") as handle:  # one open: metadata, then tensors
+                    meta = dict(handle.metadata() or {})
+                    if meta.get("key") == key:
+                        order = meta["order"].split("\n") if meta.get("order") else list(handle.keys())
+                        return {name: handle.get_tensor(name) for name in order}
             if table.is_file():
                 frame = pd.read_parquet(table)
                 if frame.attrs.get("step") == key:
@@ -131,12 +131,3 @@ class StepStore:
         self.written += 1
         return value
 
-
-def _metadata(path: Path) -> dict[str, str]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as handle:
-        return dict(handle.metadata() or {})
-
-
-__all__ = ["StepStore"]

@@ -96,9 +96,9 @@ class LabelTask:
     def load(self, group: Checkpoint):
         return load_checkpoint(group, self.device, self.dtype, **self.placement)
 
-    def steps(self, state, unit: Unit) -> StepStore | None:
-        """The unit's journalled steps (None without --out, or when the weights' revision is unknown)."""
-        identity = self._identity(label_identity(self.config, state.name, state.revision, self.dtype))
+    def steps(self, identity: str | None, unit: Unit) -> StepStore | None:
+        """The journalled steps of the unit whose rows have `identity` (None without --out, or when the
+        weights' revision is unknown)."""
         if self.out is None or identity is None:
             return None
         return StepStore(steps_directory(parts_directory(self.out), unit.key), identity)
@@ -109,10 +109,12 @@ class LabelTask:
 
     def compute(self, state, unit: Unit) -> UnitOutput:
         bar = BatchBar(unit.key, enabled=self.progress)
-        store = self.steps(state, unit)
-        if store is not None and store.finished():
-            self._say(f"{unit.key}: resuming: {store.finished()} finished step(s) of an interrupted run are "
-                      f"read back from {parts_directory(self.out)}/")
+        identity = self._identity(label_identity(self.config, state.name, state.revision, self.dtype))
+        store = self.steps(identity, unit)
+        finished = store.finished() if store is not None else 0
+        if finished:
+            self._say(f"{unit.key}: resuming: {finished} finished step(s) of an interrupted run are read "
+                      f"back from {parts_directory(self.out)}/")
         if self.on_loaded is not None:
             self.on_loaded(state)
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
@@ -145,9 +147,7 @@ class LabelTask:
         table = table.reindex(columns=COLUMNS)
         if self.sweep:
             table["weights"] = checkpoint_weights(unit.payload)
-        return UnitOutput(table=table,
-                          identity=self._identity(label_identity(self.config, state.name, state.revision,
-                                                                 self.dtype)), notes=notes)
+        return UnitOutput(table=table, identity=identity, notes=notes)
 
     def rows(self, unit: Unit, result: UnitResult) -> pd.DataFrame | None:
         if result.table is None:
