@@ -13,8 +13,8 @@ notebook views and the report.
   (:func:`format_q`);
 * the controls a label beat: chance always (the minimum effect over a uniform head, at the FDR), and the
   untrained twins' bar ``untrained_p99`` where ``probe label --control untrained:K`` ran them — shown beside
-  chance as "twins p99" (:func:`twins_text`), "not run" where the run had no twins (the default), and one
-  line per table saying which (:func:`controls_line`).
+  chance as "twins p99" (:func:`twins_text`), "not run" where the run had no twins (``--control none``, or
+  a table from before they were on by default), and one line per table saying which (:func:`controls_line`).
 
 Example
 -------
@@ -80,7 +80,7 @@ def controls_line(table) -> str:
         return (f"controls a label beat: {chance} and the untrained twins (its statistic above their 99th "
                 "percentile, 'twins p99': random-weight copies of the model on the same probes)")
     return (f"controls a label beat: {chance}; untrained twins: not run (probe label --control untrained:K "
-            "adds random-weight copies of the model as a second bar; off by default, ≈ 2–4× the run)")
+            "adds random-weight copies of the model as a second bar: probe label's default, ≈ 1.2× the run)")
 
 
 def is_labelled(value) -> bool:
