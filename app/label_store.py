@@ -12,6 +12,7 @@ from probe.errors import ProbeError
 from probe.heads.label import LabelConfig, label_model
 from probe.heads.tables import rows_of_model
 from probe.naming import display_name
+from probe.untrained import DEFAULT_TWINS
 
 from .config import AppConfig
 from .facts import ModelFacts
@@ -21,9 +22,10 @@ from .tables import one_length, read_heads_summary, read_labels, shipped_labels
 
 def label_config(examples: int) -> LabelConfig:
     """The LabelConfig the app labels with (and its shipped all-MiniLM-L6-v2 table was computed with): the
-    default configuration, but `examples` probe examples and no ablation column (it costs ~10 forwards per
-    labelled head; `probe label` computes it)."""
-    return LabelConfig(examples=examples, ablate="none")
+    default configuration, but `examples` probe examples, no ablation column (it costs ~10 forwards per
+    labelled head; `probe label` computes it) and, as `probe label`'s default ``--control untrained``,
+    :data:`~probe.untrained.DEFAULT_TWINS` untrained twins: a label must also beat their heads."""
+    return LabelConfig(examples=examples, ablate="none", twins=DEFAULT_TWINS)
 
 
 def label_with_app_config(examples: int) -> LabelRun:
