@@ -20,6 +20,7 @@ from probe.heads.label import LabelConfig, label_model
 from probe.heads.tables import save_table
 from probe.models import load
 from probe.training.organisms import ORGANISMS, TrainConfig
+from probe.untrained import DEFAULT_TWINS
 from probe.zoo import LABELS_FILE, check_requirements
 from probe.zoo.tiny import save_tiny
 
@@ -62,11 +63,12 @@ def label_table(directory: Path, name: str, config: LabelConfig) -> pd.DataFrame
 
 def card_label_config(card: dict, organism: TrainConfig | None) -> LabelConfig:
     """The LabelConfig an organism is labelled with: the card's ``label_table.label_config`` when it has one,
-    else the recipe's overrides of the defaults (:attr:`TrainConfig.label_config`)."""
+    else the recipe's overrides (:attr:`TrainConfig.label_config`) of the defaults with ``probe label``'s
+    default control, :data:`~probe.untrained.DEFAULT_TWINS` untrained twins (a label must beat them too)."""
     recorded = card.get("label_table", {}).get("label_config")
     if recorded is not None:
         return label_config_of(recorded)
-    return label_config_of(organism.label_config if organism is not None else {})
+    return label_config_of({"twins": DEFAULT_TWINS, **(organism.label_config if organism is not None else {})})
 
 
 def classifier_summary(table: pd.DataFrame) -> dict:
@@ -86,8 +88,9 @@ def add_labels(card: dict, out: Path, config: LabelConfig, requirements: dict) -
     requirements it misses into `card`; returns the table."""
     table = label_table(out, card["name"], config)
     save_table(table, out / LABELS_FILE)
-    defaults = config == LabelConfig()
-    card["classifier"] = ("probe.heads.label.label_model with the default LabelConfig()" if defaults
+    defaults = config == LabelConfig(twins=config.twins)
+    twins = f", {config.twins} untrained twins as a control" if config.twins else ""
+    card["classifier"] = (f"probe.heads.label.label_model with the default LabelConfig(){twins}" if defaults
                           else "probe.heads.label.label_model with the LabelConfig of "
                                "label_table.label_config")
     card.pop("label_config", None)  # (older cards) now under label_table
