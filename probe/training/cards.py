@@ -68,7 +68,8 @@ def card_label_config(card: dict, organism: TrainConfig | None) -> LabelConfig:
     recorded = card.get("label_table", {}).get("label_config")
     if recorded is not None:
         return label_config_of(recorded)
-    return label_config_of({"twins": DEFAULT_TWINS, **(organism.label_config if organism is not None else {})})
+    recipe = organism.label_config if organism is not None else {}
+    return label_config_of({"twins": DEFAULT_TWINS, **recipe})
 
 
 def classifier_summary(table: pd.DataFrame) -> dict:

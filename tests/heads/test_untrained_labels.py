@@ -27,7 +27,7 @@ import transformers
 
 import probe
 from probe.heads.label import LabelConfig, config_identity, label_model, summary_lines
-from probe.heads.label.config import twin_probes
+from probe.heads.label.config import MIN_TWIN_ACCURACY_PROBES, twin_probes
 from probe.heads.label.table import NO_TWINS_LINE, UNTRAINED_QUANTILE, decide
 from probe.untrained import twin_seeds, untrained_twin
 from probe.views.reading import label_reason
@@ -72,8 +72,9 @@ def test_the_twins_run_their_share_of_the_probes(induction, monkeypatch):
     twins = [(kind, n) for name, kind, n in seen if name != induction.name]
     assert model["tokens"] == 40 and len(twins) == 3 * len(model)
     assert {n for kind, n in twins if kind == "tokens"} == {twin_probes(40, config)} == {4}
-    if "spans" in model:  # the pairs that fit this model's tokenizer
-        assert {n for kind, n in twins if kind == "spans"} == {twin_probes(model["spans"], config)}
+    if "spans" in model:  # the pairs that fit this model's tokenizer; coreference is scored by accuracy
+        assert {n for kind, n in twins if kind == "spans"} == {
+            twin_probes(model["spans"], config, MIN_TWIN_ACCURACY_PROBES)} == {min(model["spans"], 64)}
     assert twin_probes(64, LabelConfig(twins=3)) == 6 and twin_probes(1799, LabelConfig(twins=3)) == 150
     assert twin_probes(10, LabelConfig(twins=0)) == 0 and twin_probes(3, LabelConfig(twins=1)) == 3
 
@@ -250,3 +251,17 @@ def test_a_random_bert_base_shape_gets_no_label_at_every_default():
         table = label_model(loaded, LabelConfig(batch_size=32))
     assert "coreference" in set(table["head_type"])
     assert not table["label"].any(), table.loc[table["label"], ["head_name", "head_type", "score"]]
+
+
+def test_the_coreference_bar_is_an_untrained_heads_accuracy_not_a_coin_flip_on_six_pairs():
+    """Coreference rests on an accuracy (right / wrong per pair). On the ceil(0.25 · 64 / 3) = 6 pairs of the
+    token share an untrained head's accuracy is k/6 and the p99 over 24 twin heads was 0.96: no trained head
+    could have been labelled. Each twin now scores at least 64 pairs, where a coin-flip head's p99 is
+    0.5 + 2.5 · 0.5 / 8 ≈ 0.66; the positive control's four layer-1 heads (accuracy 1.0) beat it, its layer-0
+    heads (0.42-0.66) do not."""
+    loaded = probe.load("zoo:implicit-causality")
+    table = label_model(loaded, LabelConfig(types=("coreference",), twins=3, ablate="none"))
+    bar = float(table["untrained_p99"].iloc[0])
+    assert 0.5 < bar <= 0.7
+    assert sorted(table.loc[table["label"], "head_name"]) == ["L1H0", "L1H1", "L1H2", "L1H3"]
+    assert (table.loc[table["layer"] == 0, "accuracy"] < 0.7).all()

@@ -80,7 +80,10 @@ class LabelConfig:
         ``ceil(share × n / K)`` token probes of every probe set (at least :data:`MIN_TWIN_PROBES`) and as many
         span pairs, evenly spaced, so the control costs about ``share`` more forwards whatever K is. A twin's
         head statistic is then a mean over fewer probes, a noisier value, which spreads the twins'
-        distribution and raises its 99th percentile: fewer probes make the bar stricter, never looser.
+        distribution and raises its 99th percentile: fewer probes make the bar stricter, never looser. An
+        accuracy (coreference: a mean of right/wrong outcomes) is too coarse on a few pairs — on 6, an
+        untrained head's p99 is ~1.0 and no head could beat it — so span sets scored by accuracy give each
+        twin at least :data:`MIN_TWIN_ACCURACY_PROBES` pairs (all of a smaller set).
 
     Examples
     --------
@@ -131,21 +134,28 @@ class LabelConfig:
 
 
 MIN_TWIN_PROBES = 4  # the fewest probes of a set a twin scores (LabelConfig.twin_share)
+# The fewest span pairs a twin scores where a type's statistic is an accuracy: over n pairs a coin-flip
+# head's accuracy has standard deviation 0.5 / sqrt(n), so the p99 over ~10-100 twin heads sits near
+# 0.5 + 2.5 · 0.5 / sqrt(n): 0.66 at n = 64, where on 6 pairs it is ~1.0 (no trained head could beat it)
+MIN_TWIN_ACCURACY_PROBES = 64
 
 
-def twin_probes(count: int, config: LabelConfig) -> int:
+def twin_probes(count: int, config: LabelConfig, floor: int = MIN_TWIN_PROBES) -> int:
     """How many of a probe set's `count` probes each twin scores: ``ceil(twin_share × count / twins)``, at
-    least :data:`MIN_TWIN_PROBES`, at most `count`.
+    least `floor` (:data:`MIN_TWIN_PROBES`; :data:`MIN_TWIN_ACCURACY_PROBES` for a span set scored by
+    accuracy), at most `count`.
 
     Examples
     --------
     >>> config = LabelConfig(twins=3)
     >>> twin_probes(64, config), twin_probes(1799, config), twin_probes(8, config)
     (6, 150, 4)
+    >>> twin_probes(64, config, MIN_TWIN_ACCURACY_PROBES), twin_probes(1799, config, MIN_TWIN_ACCURACY_PROBES)
+    (64, 150)
     """
     if config.twins <= 0:
         return 0
-    return min(count, max(MIN_TWIN_PROBES, math.ceil(config.twin_share * count / config.twins)))
+    return min(count, max(floor, math.ceil(config.twin_share * count / config.twins)))
 
 
 # LabelConfig fields that do not change the rows (so they are not part of a run's identity)

@@ -50,6 +50,8 @@ from probe.heads.label.config import (
     ABLATE,
     COREF_SETS,
     DEFAULT_SEQ_LEN,
+    MIN_TWIN_ACCURACY_PROBES,
+    MIN_TWIN_PROBES,
     NOT_IDENTITY,
     RETRIEVAL_MASKS,
     LabelConfig,
@@ -191,8 +193,10 @@ def label_model(
     n_span = len(batch_slices(len(spans[1]), config.batch_size)) if spans else 0
     total = n_batches * len(plans) + n_span
     # every twin runs a share of the token and span probe sets (LabelConfig.twin_share)
-    twin_rows, twin_spans = twin_probes(config.examples, config), twin_probes(len(spans[1]) if spans else 0,
-                                                                             config)
+    span_floor = (MIN_TWIN_ACCURACY_PROBES if any(spec.statistic == "accuracy" for spec in span_specs)
+                  else MIN_TWIN_PROBES)  # an accuracy needs more pairs than a mean attention
+    twin_rows = twin_probes(config.examples, config)
+    twin_spans = twin_probes(len(spans[1]) if spans else 0, config, span_floor)
     twin_batches = (len(batch_slices(twin_rows, config.batch_size)) * len(plans)
                     + (len(batch_slices(twin_spans, config.batch_size)) if spans else 0))
     total += len(twins) * twin_batches
