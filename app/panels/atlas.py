@@ -129,11 +129,23 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
     unknown = [c for c in present if all(record.get(c) == "unknown" for record in out)]
     # the twins' bar "not run" on every row: said once, by the note's NOT_RUN, not drawn as a column
     unrun = [c for c in present if c == "untrained_p99" and all(record.get(c) == "not run" for record in out)]
-    columns = [{"name": LABELLED_COLUMNS[c], "id": c} for c in present if c not in unknown + unrun]
+    # the bars one type shares (chance and the twins' p99 at one length): said once in the note, not as two
+    # columns of one value that push the table wider than its card
+    shared = [c for c in ("chance", "untrained_p99") if c in present and c not in unknown + unrun
+              and len({str(record.get(c)) for record in out}) == 1]
+    columns = [{"name": LABELLED_COLUMNS[c], "id": c} for c in present if c not in unknown + unrun + shared]
     note = f"{len(out)} labelled" + ("" if ran else f" · {NOT_RUN}")
+    if shared:
+        bars = ", ".join(f"{LABELLED_COLUMNS[c]} {_shown(out[0][c])}" for c in shared)
+        note += f" · {bars} for every head"
     if unknown:
         note += f" · {', '.join(LABELLED_COLUMNS[c] for c in unknown)}: unknown for every head (not measured)"
     return out, columns, note
+
+
+def _shown(value) -> str:
+    """A bar of the note as the table writes it (3 decimals)."""
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def labelled_head(service: Service, spec: str, cell, rows) -> dict:

@@ -992,7 +992,10 @@ def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
          "label": False},
     ])
     rows, columns, note = atlas.labelled_rows(table, "first_token")
-    assert [r["head_name"] for r in rows] == ["L1H2", "L0H1"] and note == f"2 labelled · {atlas.NOT_RUN}"
+    assert [r["head_name"] for r in rows] == ["L1H2", "L0H1"]
+    # chance, one value for the type, is said once by the note rather than drawn as a column
+    assert note == f"2 labelled · {atlas.NOT_RUN} · chance 0.100 for every head"
+    assert "chance" not in [c["id"] for c in columns]
     # the untrained twins' bar: not run here (no untrained_p99 column), said once by the note, not drawn
     assert rows[0]["untrained_p99"] == "not run" and "untrained_p99" not in [c["id"] for c in columns]
     assert rows[0]["role"] == "sink" and rows[0]["q_value"] == "<\u00a00.001"  # "< 0.001" on one line
@@ -1007,12 +1010,17 @@ def test_labelled_heads_table_and_hover_show_the_new_columns_and_unknown():
     assert "chance 0.100 · untrained twins' p99 not run" in hover
     assert atlas.labelled_rows(None, "x")[2].startswith("no labels yet")
     # with twins: their bar beside chance, in the table and on hover, and the note no longer says "not run"
-    twins = table.assign(untrained_p99=[0.31, 0.32, 0.33])
+    twins = table.assign(untrained_p99=[0.31, 0.32, 0.33], chance=[0.1, 0.2, 0.1])
     rows, columns, note = atlas.labelled_rows(twins, "first_token")
     assert note == "2 labelled" and rows[0]["untrained_p99"] == "0.310"
-    # beside chance, as a column
+    # beside chance, as a column where the rows' bars differ (several lengths)
     assert [c["id"] for c in columns].index("untrained_p99") == [c["id"] for c in columns].index("chance") + 1
-    hover = atlas_figure.atlas_figure(twins, 2, 4, "first_token").data[0].text[1][2]
+    # one bar for every row (one type at one length, the usual case): both said once in the note
+    same = table.assign(untrained_p99=0.31)
+    rows, columns, note = atlas.labelled_rows(same, "first_token")
+    assert note == "2 labelled · chance 0.100, twins p99 0.310 for every head"
+    assert not {"chance", "untrained_p99"} & {c["id"] for c in columns}
+    hover = atlas_figure.atlas_figure(same, 2, 4, "first_token").data[0].text[1][2]
     assert "chance 0.100 · untrained twins' p99 0.310" in hover
 
 
