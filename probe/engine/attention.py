@@ -665,8 +665,10 @@ def _gather_alpha(
     scores: Scores,
     normaliser: torch.Tensor,  # [batch head query] lse'
 ) -> None:
-    """α at the key slots gather-sinks ask for: one dot product per (query, slot) — or, where a block's rows
-    share their keys, one product against the block's distinct keys — never a dense [query key] block."""
+    """α at the key slots gather-sinks ask for: where a block's rows share a few keys, one product against
+    the block's distinct keys; else one dot product per (query, key) pair present (slot ≥ 0, not after the
+    row under a causal mask). Never a dense [query key] block, and no work for the empty slots of rows with
+    fewer keys than the widest row (token matches: most rows have none)."""
     n_batch, n_heads, n_query, dim = query.shape
     for sink, (heads, slots) in requests.items():
         heads, slots = tuple(heads), slots.to(query.device)  # slots: [batch query slot]
@@ -679,45 +681,76 @@ def _gather_alpha(
         n_slots = slots.shape[-1]
         # [batch head query slot]
         out = torch.zeros(n_batch, len(heads), n_query, n_slots, device=query.device)
-        # Two ways to get q_i·k_j at the slots of a block of rows. Where the rows share keys (diagonal bands
-        # such as previous-token or fixed offsets, key 0) one matmul against the block's distinct keys is
-        # cheapest; else each row's slot keys are gathered ([batch head block slot dim], a quarter of the
-        # block budget).
-        row_bytes = n_batch * len(heads) * n_slots * dim * 4
-        gather_rows = max(1, min(n_query, session.block_bytes // 4 // max(1, row_bytes)))
-        start = 0
-        while start < n_query:
+        # Where the rows of a block share a few keys (key 0, a few fixed offsets) one matmul against the
+        # block's distinct keys is cheapest; else (bands, token matches) each pair present is computed alone,
+        # at about 8 products' cost of the shared matmul per pair (measured on the CPU).
+        scattered = torch.zeros(n_batch, n_query, n_slots, dtype=torch.bool, device=query.device)
+        for start in range(0, n_query, MAX_BLOCK_ROWS):
             stop = min(start + MAX_BLOCK_ROWS, n_query)
-            safe = slots[:, start:stop].clamp(min=0)  # [batch block slot]
-            distinct, inverse = torch.unique(safe, return_inverse=True)  # [distinct], [batch block slot]
-            shared = (4 * len(distinct) < (stop - start) * n_slots
-                      and n_batch * len(heads) * (stop - start) * len(distinct) * 4 <= session.block_bytes)
-            if shared:
-                keys = key_sel[:, :, distinct]  # [batch head distinct dim]
-                products = query_sel[:, :, start:stop] @ keys.transpose(-1, -2)  # [batch head block distinct]
-                index = inverse[:, None].expand(-1, len(heads), -1, -1)  # [batch head block slot]
-                block = products.gather(-1, index) * scores.scale  # [batch head block slot]
-            else:
-                stop = min(start + gather_rows, n_query)
-                safe = slots[:, start:stop].clamp(min=0)  # [batch block slot]
-                size = stop - start
-                flat = safe.reshape(n_batch, 1, size * n_slots, 1).expand(-1, len(heads), -1, dim)
-                # [b h block slot dim]
-                keys = key_sel.gather(2, flat).view(n_batch, len(heads), size, n_slots, dim)
-                queries = query_sel[:, :, start:stop, None, :]  # [batch head block 1 dim]
-                # [batch head block slot]
-                block = (queries @ keys.transpose(-1, -2))[..., 0, :] * scores.scale
-            scores.cap_(block)
             rows = slice(start, stop)
-            present = slots[:, rows] >= 0  # [batch block slot]
+            safe = slots[:, rows].clamp(min=0)  # [batch block slot]
+            present = _present(slots[:, rows], start, scores.is_causal)  # [batch block slot]
+            distinct, inverse = torch.unique(safe, return_inverse=True)  # [distinct], [batch block slot]
+            n_products = n_batch * (stop - start) * len(distinct)  # per head
+            shared = (n_products <= 8 * int(present.sum())
+                      and n_products * len(heads) * 4 <= session.block_bytes)
+            if not shared:
+                scattered[:, rows] = present
+                continue
+            keys = key_sel[:, :, distinct]  # [batch head distinct dim]
+            products = query_sel[:, :, rows] @ keys.transpose(-1, -2)  # [batch head block distinct]
+            index = inverse[:, None].expand(-1, len(heads), -1, -1)  # [batch head block slot]
+            block = products.gather(-1, index) * scores.scale  # [batch head block slot]
+            scores.cap_(block)
             if mask_sel is not None:
                 mask_rows = mask_sel[:, :, rows].float()  # [batch 1|head_sel block key]
                 mask_index = safe[:, None].expand(-1, mask_rows.shape[1], -1, -1)  # [batch 1|head block slot]
                 block = block + mask_rows.gather(-1, mask_index)
-            if scores.is_causal:
-                position = torch.arange(start, stop, device=query.device)[:, None]  # [block 1]
-                present = present & (safe <= position)
             alpha = torch.exp(block - norm_sel[:, :, rows, None].float())  # [batch head block slot]
             out[:, :, rows] = alpha * present[:, None]
-            start = stop
+        if bool(scattered.any()):
+            _gather_pairs(session, scattered, slots, query_sel, key_sel, norm_sel, mask_sel, scores, out)
         sink.update_gathered(layer, heads, out)
+
+
+def _present(slots: torch.Tensor, start: int, is_causal: bool) -> torch.Tensor:
+    """`[batch block slot]` bool: the slots of rows start… that name a key (≥ 0; not after the row when
+    causal)."""
+    present = slots >= 0
+    if is_causal:
+        position = torch.arange(start, start + slots.shape[1], device=slots.device)[:, None]  # [block 1]
+        present = present & (slots <= position)
+    return present
+
+
+def _gather_pairs(
+    session: CaptureSession,
+    present: torch.Tensor,  # [batch query slot] bool: the slots computed here
+    slots: torch.Tensor,  # [batch query slot] key index
+    query: torch.Tensor,  # [batch head query dim] float32, the selected heads
+    key: torch.Tensor,  # [batch head key dim] float32
+    normaliser: torch.Tensor,  # [batch head query] lse'
+    mask: torch.Tensor | None,  # [batch 1|head query key] additive
+    scores: Scores,
+    out: torch.Tensor,  # [batch head query slot], written at the present slots
+) -> None:
+    """α at each present (row, slot) pair: q_i·k_j for that pair alone, all heads at once (one row of every
+    head's q and k read per pair), in chunks of pairs within the session's block budget."""
+    n_batch, n_heads, n_query, dim = query.shape
+    n_key = key.shape[2]
+    flat_query = query.transpose(1, 2).reshape(n_batch * n_query, n_heads * dim)  # [batch·query head·dim]
+    flat_key = key.transpose(1, 2).reshape(n_batch * n_key, n_heads * dim)  # [batch·key head·dim]
+    batch_of, row_of, slot_of = present.nonzero(as_tuple=True)  # [pair] each
+    key_of = slots[batch_of, row_of, slot_of]  # [pair]
+    chunk = max(1, session.block_bytes // (2 * n_heads * dim * 4))
+    for first in range(0, len(batch_of), chunk):
+        b, i, j = (index[first:first + chunk] for index in (batch_of, row_of, key_of))  # [pair] each
+        n_pairs = len(b)
+        queries = flat_query.index_select(0, b * n_query + i).view(n_pairs * n_heads, 1, dim)
+        keys = flat_key.index_select(0, b * n_key + j).view(n_pairs * n_heads, dim, 1)
+        block = (queries @ keys).view(n_pairs, n_heads) * scores.scale  # [pair head]
+        scores.cap_(block)
+        if mask is not None:
+            block = block + mask[b, :, i, j].float()  # [pair 1|head]
+        alpha = torch.exp(block - normaliser[b, :, i].float())  # [pair head]
+        out[b, :, i, slot_of[first:first + chunk]] = alpha

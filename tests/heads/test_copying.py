@@ -258,3 +258,19 @@ def test_the_labelling_run_reduces_the_attribution_from_its_scoring_forwards():
     rows = table.set_index(["layer", "head"])["copying_dla"]
     for (layer, head), value in rows.items():
         assert abs(value - float(separate[layer, head])) < 1e-6
+
+
+def test_the_vocabulary_mean_summed_in_chunks_equals_the_float64_mean():
+    """direct_logit.mean_row (chunks of rows summed in float64) equals mean(0, dtype=float64) within
+    float64 rounding, for a vocabulary that is not a multiple of the chunk; shifting one row moves it by
+    shift / vocab."""
+    from probe.heads.direct_logit import mean_row
+
+    weight = torch.randn(1237, 24, generator=torch.Generator().manual_seed(0)) * 3 + 1  # [vocab d_model]
+    expected = weight.mean(0, dtype=torch.float64)
+    got = mean_row(weight, chunk=100)
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, expected, atol=1e-13, rtol=0)
+    shifted = weight.clone()
+    shifted[5] += 1237.0
+    assert torch.allclose(mean_row(shifted, chunk=100) - got, torch.ones(24, dtype=torch.float64), atol=1e-9)
