@@ -158,14 +158,24 @@ def test_alpha_equals_eager_on_every_path(name, path):
             assert all(block.learned_sink_mass is None for block, _ in sink.blocks)
 
 
+@pytest.mark.parametrize("layout", ["bands", "sparse"])
 @pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
-def test_gathered_alpha_and_output_norms_equal_eager(name):
-    """Gathered slots equal eager α there; the output norms' Σ_j α_ij n_j uses the sink-scaled α."""
+def test_gathered_alpha_and_output_norms_equal_eager(name, layout):
+    """Gathered slots equal eager α there (soft-capped scores, learned sinks); the output norms' Σ_j α_ij n_j
+    uses the sink-scaled α. "bands": previous, first and self (rows sharing keys: one product against the
+    block's distinct keys); "sparse": token matches' layout, a few keys in a few rows (each present (row, key)
+    pair computed alone)."""
     model = model_of(name)
     inputs = padded_inputs()
     reference = eager_attention(model, inputs)
-    slots = torch.stack([torch.arange(N) - 1, torch.zeros(N, dtype=torch.long), torch.arange(N)], -1)
-    slots = slots[None].expand(2, -1, -1).contiguous()  # [batch query slot]: previous, first, self
+    if layout == "bands":
+        slots = torch.stack([torch.arange(N) - 1, torch.zeros(N, dtype=torch.long), torch.arange(N)], -1)
+        slots = slots[None].expand(2, -1, -1).contiguous()  # [batch query slot]: previous, first, self
+    else:
+        generator = torch.Generator().manual_seed(0)
+        slots = torch.randint(0, N, (2, N, 3), generator=generator)  # [batch query slot]
+        slots[torch.rand(2, N, 3, generator=generator) < 0.6] = -1
+        slots[:, : N // 2] = -1
     sink = Recorder(heads=(), gather=(range(4), slots), projections=OutputProjections(model))
     with capture(model, sink), torch.no_grad():
         model(**inputs)
