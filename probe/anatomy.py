@@ -163,17 +163,18 @@ def materialised(module: nn.Module):
         yield
 
 
-def weight_of(module: nn.Module) -> torch.Tensor:
-    """A float64 copy of ``module.weight``, read through accelerate's offload hooks (:func:`materialised`): a
-    disk- or CPU-offloaded module holds its weight on the meta device between forwards."""
+def weight_of(module: nn.Module, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """A copy of ``module.weight`` in `dtype` (float64 by default), read through accelerate's offload hooks
+    (:func:`materialised`): a disk- or CPU-offloaded module holds its weight on the meta device between
+    forwards."""
     with materialised(module):
-        return module.weight.detach().to(torch.float64, copy=True)  # one copy (.double().clone() made two)
+        return module.weight.detach().to(dtype, copy=True)  # one copy (.double().clone() made two)
 
 
-def linear_weight(module: nn.Module) -> torch.Tensor:
-    """``[in out]`` float64 of an ``nn.Linear`` (stored ``[out in]``) or a ``Conv1D`` (stored ``[in out]``),
-    so that a row vector times it is the layer's map."""
-    weight = weight_of(module)
+def linear_weight(module: nn.Module, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``[in out]`` copy in `dtype` (float64 by default) of an ``nn.Linear`` (stored ``[out in]``) or a
+    ``Conv1D`` (stored ``[in out]``), so that a row vector times it is the layer's map."""
+    weight = weight_of(module, dtype)
     return weight.T if isinstance(module, nn.Linear) else weight
 
 

@@ -685,11 +685,18 @@ def _gather_alpha(
         # block's distinct keys is cheapest; else (bands, token matches) each pair present is computed alone,
         # at about 8 products' cost of the shared matmul per pair (measured on the CPU).
         scattered = torch.zeros(n_batch, n_query, n_slots, dtype=torch.bool, device=query.device)
+        # A slot that names the key at one fixed offset from every row (j = i − 1: previous-token targets) is
+        # a diagonal: one elementwise product of shifted q and k, no gather (about half its pairs' cost).
+        present_all = _present(slots, 0, scores.is_causal)  # [batch query slot]
+        bands = _bands(slots, present_all)  # slot -> offset c (key j = i + c)
+        for slot, offset in bands.items():
+            _gather_band(slot, offset, present_all, query_sel, key_sel, norm_sel, mask_sel, scores, out)
         for start in range(0, n_query, MAX_BLOCK_ROWS):
             stop = min(start + MAX_BLOCK_ROWS, n_query)
             rows = slice(start, stop)
             safe = slots[:, rows].clamp(min=0)  # [batch block slot]
-            present = _present(slots[:, rows], start, scores.is_causal)  # [batch block slot]
+            present = present_all[:, rows].clone()  # [batch block slot]
+            present[..., list(bands)] = False  # computed as diagonals
             distinct, inverse = torch.unique(safe, return_inverse=True)  # [distinct], [batch block slot]
             n_products = n_batch * (stop - start) * len(distinct)  # per head
             shared = (n_products <= 8 * int(present.sum())
@@ -711,6 +718,47 @@ def _gather_alpha(
         if bool(scattered.any()):
             _gather_pairs(session, scattered, slots, query_sel, key_sel, norm_sel, mask_sel, scores, out)
         sink.update_gathered(layer, heads, out)
+
+
+def _bands(
+    slots: torch.Tensor,  # [batch query slot] key index
+    present: torch.Tensor,  # [batch query slot] bool
+) -> dict[int, int]:
+    """The slots whose present keys all sit at one offset c from their row (j = i + c): slot -> c."""
+    offsets = slots - torch.arange(slots.shape[1], device=slots.device)[None, :, None]  # [batch query slot]
+    found = {}
+    for slot in range(slots.shape[-1]):
+        named = offsets[..., slot][present[..., slot]]  # [present]
+        if len(named) and bool(named.min() == named.max()):
+            found[slot] = int(named[0])
+    return found
+
+
+def _gather_band(
+    slot: int,
+    offset: int,  # key j = i + offset
+    present: torch.Tensor,  # [batch query slot] bool
+    query: torch.Tensor,  # [batch head query dim] float32
+    key: torch.Tensor,  # [batch head key dim] float32
+    normaliser: torch.Tensor,  # [batch head query] lse'
+    mask: torch.Tensor | None,  # [batch 1|head query key] additive
+    scores: Scores,
+    out: torch.Tensor,  # [batch head query slot], written at slot `slot`
+) -> None:
+    """α at one diagonal slot: q_i·k_{i+c} for every row at once from shifted views of q and k."""
+    n_query, n_key = query.shape[2], key.shape[2]
+    first, stop = max(0, -offset), min(n_query, n_key - offset)  # rows whose key i + c exists
+    if stop <= first:
+        return
+    rows = slice(first, stop)
+    # [batch head row]
+    block = (query[:, :, rows] * key[:, :, first + offset:stop + offset]).sum(-1) * scores.scale
+    scores.cap_(block)
+    if mask is not None:
+        # [batch 1|head row]: the diagonal starts at row `first`
+        block = block + mask.diagonal(offset, -2, -1)[..., :stop - first].float()
+    alpha = torch.exp(block - normaliser[:, :, rows].float())  # [batch head row]
+    out[:, :, rows, slot] = alpha * present[:, None, rows, slot]
 
 
 def _present(slots: torch.Tensor, start: int, is_causal: bool) -> torch.Tensor:

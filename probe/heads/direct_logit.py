@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import weakref
 
 import torch
 from torch import nn
@@ -48,20 +49,28 @@ def induction_rows(
 
 
 def _row_dla(
-    z: torch.Tensor,  # [row head·d_head] float64: the heads' attention outputs at the counted rows
-    w_out: torch.Tensor,  # [head·d_head d_model] float64
+    z: torch.Tensor,  # [row head·d_head] float32: the heads' attention outputs at the counted rows
+    w_out: torch.Tensor,  # [head·d_head d_model] float32
     weighted: torch.Tensor,  # [row d_model] float64: g ⊙ u, u = W_U[:, t_j] − the vocabulary's mean column
     scale: torch.Tensor,  # [row] float64: the final norm's scale at each row (_norm_scale)
     centred: bool,  # LayerNorm (subtracts the mean) rather than RMSNorm
     n_heads: int,
 ) -> torch.Tensor:
-    """dla `[row head]`: c'·u with c = z_h W_O^h through the linearised norm, reduced before it is
+    """dla `[row head]` float64: c'·u with c = z_h W_O^h through the linearised norm, reduced before it is
     expanded — Σ_m c_m g_m u_m = z_h · (W_O^h (g ⊙ u)), and LayerNorm's centring subtracts mean(c)·Σ_m g_m u_m
-    with mean(c) = z_h · (W_O^h 1) / d_model — so no `[row head d_model]` tensor is built."""
+    with mean(c) = z_h · (W_O^h 1) / d_model — so no `[row head d_model]` tensor is built.
+
+    The one `d_model × head·d_head` product per row runs in float32, the precision of the forward that made
+    z, with the sums over d_head (its rounding, about 1e-6 of the attribution, is the forward's own); the
+    centring and the division by the norm's scale are float64."""
     n_rows, d_model = weighted.shape
-    along = (z * (weighted @ w_out.T)).view(n_rows, n_heads, -1).sum(-1)  # [row head] Σ_m c_m g_m u_m
+    projected = weighted.float() @ w_out.T  # [row head·d_head] W_O (g ⊙ u) per row
+    # [row head] Σ_m c_m g_m u_m
+    along = (z * projected).view(n_rows, n_heads, -1).sum(-1).double()
     if centred:
-        mean_c = (z * (w_out.sum(-1) / d_model)).view(n_rows, n_heads, -1).sum(-1)  # [row head] mean(c)
+        column_mean = (w_out.sum(-1, dtype=torch.float64) / d_model).float()  # [head·d_head] W_O 1 / d_model
+        # [row head] mean(c)
+        mean_c = (z * column_mean).view(n_rows, n_heads, -1).sum(-1).double()
         return (along - mean_c * weighted.sum(-1, keepdim=True)) / scale[:, None]
     return along / scale[:, None]
 
@@ -83,6 +92,28 @@ def mean_row(weight: torch.Tensor, chunk: int = 512) -> torch.Tensor:
     for part in weight.detach().split(chunk):
         total += part.double().sum(0)
     return total / weight.shape[0]
+
+
+_MEANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # unembedding -> (weight identity, mean row)
+
+
+def kept_mean_row(unembedding: nn.Module) -> torch.Tensor:
+    """:func:`mean_row` of `unembedding`'s weight `[vocab d_model]`, `[d_model]` float64, kept per module
+    while its weight is unchanged (the same storage and version: 0.04 s per run for GPT-2's vocabulary saved
+    on every labelling run of a loaded model after its first). Read through :func:`probe.anatomy.materialised`
+    (offloaded weights)."""
+    with materialised(unembedding):
+        weight = unembedding.weight  # [vocab d_model]
+        try:
+            identity = (weight.data_ptr(), weight._version, tuple(weight.shape), weight.device)
+        except RuntimeError:  # an inference tensor has no version counter: nothing is kept
+            return mean_row(weight)
+        kept = _MEANS.get(unembedding)
+        if kept is not None and kept[0] == identity:
+            return kept[1]
+        mean = mean_row(weight)  # [d_model]
+    _MEANS[unembedding] = (identity, mean)
+    return mean
 
 
 class InductionDLA:
@@ -159,8 +190,8 @@ class InductionDLA:
         tokens = input_ids.gather(1, target.clamp(min=0))[rows]  # [row] t_j of the counted rows
         with materialised(self.unembedding):  # only the counted rows' columns of W_U are copied
             weight = self.unembedding.weight  # [vocab d_model]
-            if self.mean_unembed is None:  # the vocabulary's mean column, once per run
-                self.mean_unembed = mean_row(weight)  # [d_model]
+            if self.mean_unembed is None:  # the vocabulary's mean column, once per run (kept per model)
+                self.mean_unembed = kept_mean_row(self.unembedding)  # [d_model]
             picked = weight.detach()[tokens.to(weight.device)].double()  # [row d_model] W_U[:, t_j]
         residual = self.caught["residual"]
         residual = residual[rows.to(residual.device)].double()  # [row d_model]
@@ -168,9 +199,9 @@ class InductionDLA:
         weighted = (picked - self.mean_unembed) * weight_of(self.norm)  # [row d_model] g ⊙ u
         centred = isinstance(self.norm, nn.LayerNorm)
         for layer, projection in enumerate(self.projections):  # one layer's W_O read at a time (offloading)
-            w_out = linear_weight(projection)  # [head·d_head d_model] float64
+            w_out = linear_weight(projection, torch.float32)  # [head·d_head d_model]
             z = self.caught[f"z{layer}"]
-            z = z[rows.to(z.device)].double()  # [row head·d_head]
+            z = z[rows.to(z.device)].float()  # [row head·d_head]
             dla = _row_dla(z, w_out, weighted, scale, centred, self.loaded.n_heads)  # [row head]
             total[layer] = dla.sum(0).cpu()
         return total, int(rows.sum())

@@ -55,6 +55,7 @@ from probe.heads.retrieval_ablation import label_verification
 from probe.heads.targets import (  # the patterns, and the names callers import from here
     MAX_OFFSET,
     SMALL_VOCABULARY,
+    VOCABULARY_FIELDS,
     TargetContext,
     Targets,
     bracket_pairs,
@@ -94,6 +95,7 @@ CAUSAL, MASKED, PROTEIN = ModelKind.CAUSAL_LM, ModelKind.MASKED_LM, ModelKind.PR
 ALL_KINDS = frozenset({CAUSAL, MASKED, PROTEIN})
 TEXT_KINDS = frozenset({CAUSAL, MASKED})
 BIDIRECTIONAL_KINDS = frozenset({MASKED, PROTEIN})
+NO_VOCABULARY: frozenset[str] = frozenset()  # a type whose targets read no vocabulary field
 
 Scorer = Callable[..., GeneratedScores]
 Verifier = Callable[..., dict]
@@ -163,6 +165,12 @@ class HeadTypeSpec:
         its ``detect_head`` names (previous, duplicate and induction heads), which ``tl_score`` uses; None:
         the type's targets as a custom detection pattern (``tl_score`` NaN on a probe where they are not
         lower triangular, which ``detect_head`` refuses).
+    reads : frozenset of str, default every vocabulary field
+        The :class:`TargetContext` fields built from the tokenizer's vocabulary its targets read
+        (:data:`VOCABULARY_FIELDS`: ``"delimiter_ids"``, ``"classes"``). A labelling run scans the vocabulary
+        for a field only when a type it scores reads it (a scan of GPT-2's 50,257 tokens costs about 0.25 s);
+        a type that reads none declares ``frozenset()``. The default (both) suits a registered type that does
+        not say.
 
     Examples
     --------
@@ -194,6 +202,8 @@ class HeadTypeSpec:
     sink: bool = False  # no-op sink targets (first token, delimiters): "sink" role below SINK_SHARE
     # TransformerLens' own detection pattern of the type (previous / duplicate / induction); None: targets
     tl_targets: Callable[[TargetContext], torch.Tensor] | None = None
+    # TargetContext fields from the tokenizer's vocabulary its targets read (the scans run only when read)
+    reads: frozenset[str] = VOCABULARY_FIELDS
 
     @property
     def text_only(self) -> bool:
@@ -204,34 +214,34 @@ class HeadTypeSpec:
 REGISTRY: dict[HeadType, HeadTypeSpec] = {
     spec.name: spec for spec in (
         HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", previous_token_targets,
-                     "natural", tl_targets=tl_previous_pattern),
+                     "natural", tl_targets=tl_previous_pattern, reads=NO_VOCABULARY),
         HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)",
-                     next_token_targets, "natural", kinds=BIDIRECTIONAL_KINDS),
-        HeadTypeSpec("self", "attends to the current token", self_targets, "natural"),
+                     next_token_targets, "natural", kinds=BIDIRECTIONAL_KINDS, reads=NO_VOCABULARY),
+        HeadTypeSpec("self", "attends to the current token", self_targets, "natural", reads=NO_VOCABULARY),
         HeadTypeSpec("first_token", "attends to the first token (attention sink)", first_token_targets,
-                     "natural", sink=True),
+                     "natural", sink=True, reads=NO_VOCABULARY),
         HeadTypeSpec("fixed_offset", "attends at one relative offset d other than −1, 0, +1 (column offset)",
-                     fixed_offset_targets, "natural", candidate="offset"),
+                     fixed_offset_targets, "natural", candidate="offset", reads=NO_VOCABULARY),
         HeadTypeSpec("delimiter", "attends to punctuation and [SEP] / EOS-type tokens", delimiter_targets,
-                     "natural", kinds=TEXT_KINDS, sink=True),
+                     "natural", kinds=TEXT_KINDS, sink=True, reads=frozenset({"delimiter_ids"})),
         HeadTypeSpec("sentence_start", "attends from a sentence's final token to the sentence's first token",
-                     sentence_start_targets, "sentences", kinds=TEXT_KINDS),
+                     sentence_start_targets, "sentences", kinds=TEXT_KINDS,
+                     reads=frozenset({"classes"})),
         HeadTypeSpec("bracket", "attends from a closing bracket to its matching opening bracket",
-                     bracket_targets,
-                     "brackets", kinds=TEXT_KINDS),
+                     bracket_targets, "brackets", kinds=TEXT_KINDS, reads=frozenset({"classes"})),
         HeadTypeSpec("duplicate_token",
                      "attends to other copies of the current token (earlier ones when causal)",
                      duplicate_token_targets, "repeated", loss_positions="repeat",
-                     tl_targets=tl_duplicate_pattern),
+                     tl_targets=tl_duplicate_pattern, reads=NO_VOCABULARY),
         HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token",
                      induction_targets, "repeated", loss_positions="repeat", copies=True,
-                     tl_targets=tl_induction_pattern),
+                     tl_targets=tl_induction_pattern, reads=NO_VOCABULARY),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", coreference_targets, "spans",
-                     kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query"),
+                     kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query", reads=NO_VOCABULARY),
         HeadTypeSpec("retrieval",
                      "copies the needle token it attends to while generating it (Wu et al. 2024)",
                      no_targets, "generation", kinds=frozenset({CAUSAL}), scorer=_retrieval_scorer,
-                     default=False, verifier=_retrieval_verifier),
+                     default=False, verifier=_retrieval_verifier, reads=NO_VOCABULARY),
     )
 }
 assert tuple(REGISTRY) == HEAD_TYPES  # one list of names
@@ -431,6 +441,9 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
         raise ProbeError(f"head type {spec.name!r}: tl_targets must be a function of a TargetContext or None")
     if spec.candidate is not None and not isinstance(spec.candidate, str):
         raise ProbeError(f"head type {spec.name!r}: candidate must be a column name or None")
+    if not isinstance(spec.reads, frozenset) or not spec.reads <= VOCABULARY_FIELDS:
+        raise ProbeError(f"head type {spec.name!r}: reads must be a frozenset of "
+                         f"{', '.join(sorted(VOCABULARY_FIELDS))}")
     REGISTRY[spec.name] = spec  # type: ignore[index]
     return spec
 

@@ -185,11 +185,13 @@ class ScoreSink:
         self.valid_rows: dict[str, torch.Tensor] = {}
         for head_type, pattern in patterns.items():
             n = pattern.shape[-1]
-            real = torch.arange(n)[None, :] < self.lengths[:, None]  # [batch seq]
-            pattern = pattern & real[:, :, None] & real[:, None, :]  # [batch query key], a new tensor
+            if bool((self.lengths < n).any()):  # right padding: its rows and keys are no targets
+                real = torch.arange(n)[None, :] < self.lengths[:, None]  # [batch seq]
+                pattern = pattern & real[:, :, None] & real[:, None, :]  # [batch query key], a new tensor
             self.slots[head_type] = target_slots(pattern).to(device)  # [batch query slot]
-            self.n_valid[head_type] = pattern.any(-1).sum(-1)  # [batch]
-            self.valid_rows[head_type] = pattern.any(-1).to(device)  # [batch query]
+            rows = pattern.any(-1)  # [batch query]
+            self.n_valid[head_type] = rows.sum(-1)  # [batch]
+            self.valid_rows[head_type] = rows.to(device)  # [batch query]
         # Without word-level accuracy every score needs α only at the target keys: one slot tensor for all
         # types, gathered by the engine (GatherSink) — no dense block is built at all. When the types together
         # have many targets per row (fixed_offset's candidates, delimiters) gathering that many key vectors

@@ -33,8 +33,9 @@ def uniform_chance(
     target."""
     batch, n, _ = pattern.shape
     position = torch.arange(n)
-    real = position[None, :] < lengths[:, None]  # [batch seq]
-    pattern = pattern & real[:, :, None] & real[:, None, :]
+    if bool((lengths < n).any()):  # right padding: its rows and keys are no targets
+        real = position[None, :] < lengths[:, None]  # [batch seq]
+        pattern = pattern & real[:, :, None] & real[:, None, :]
     # [batch query] rows with a target, as the score counts them (before causal masking)
     valid = pattern.any(-1)
     if causal:

@@ -15,6 +15,9 @@ from probe.heads.vocab import TokenClasses
 
 MAX_OFFSET = 32  # fixed_offset candidates: 2 ≤ |d| ≤ MAX_OFFSET
 SMALL_VOCABULARY = 1000  # below this many content tokens, repeat targets are restricted to the planted repeat
+# the TargetContext fields built by scanning the tokenizer's vocabulary (HeadTypeSpec.reads names those a
+# type's targets read)
+VOCABULARY_FIELDS: frozenset[str] = frozenset({"delimiter_ids", "classes"})
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,16 @@ bias is the projection's output, i.e. that the reference decomposes the layer th
 
 from __future__ import annotations
 
+import gc
 import math
+import weakref
 
 import pytest
 import torch
 from torch import nn
 
 from probe.engine import capture
-from probe.engine.output_norms import OutputProjections
+from probe.engine.output_norms import OutputProjections, kept_projections
 from probe.heads.scores import ScoreSink, run_sink
 from probe.zoo.tiny import build_tiny
 
@@ -195,6 +197,28 @@ def test_projection_lookup_per_architecture():
         assert next(name for name, module in model.named_modules() if module is found).endswith(expected)
         # a width that is not heads × dim is refused, not guessed
         assert projections.factors(attention, n_heads=3, dim=8) is None
+
+
+def test_a_models_projection_factors_are_kept_until_a_weight_changes():
+    """kept_projections: one OutputProjections per loaded model, whose factors a second labelling run reads
+    back (the same tensor); an in-place change of W_O is seen (the weight's version) and the factors are
+    computed again, equal to a fresh instance's; another model gets its own."""
+    model, _ = build_tiny("gpt2", seed=0)
+    attention = model.transformer.h[0].attn
+    first = kept_projections(model).factors(attention, n_heads=4, dim=8)
+    assert kept_projections(model).factors(attention, n_heads=4, dim=8) is first  # read back, not recomputed
+    other, _ = build_tiny("gpt2", seed=1)
+    assert kept_projections(other).factors(other.transformer.h[0].attn, n_heads=4, dim=8) is not first
+    with torch.no_grad():
+        attention.c_proj.weight[:8].mul_(3.0)  # head 0's slice of W_O
+    again = kept_projections(model).factors(attention, n_heads=4, dim=8)
+    fresh = OutputProjections(model).factors(attention, n_heads=4, dim=8)
+    assert again is not first and torch.equal(again, fresh)
+    assert not torch.allclose(again[0], first[0]) and torch.allclose(again[1:], first[1:])
+    gone = weakref.ref(model)
+    del model, attention
+    gc.collect()
+    assert gone() is None  # what is kept holds no reference to the model: it goes when the model goes
 
 
 def test_minilm_output_share_equals_the_eager_reference():

@@ -217,7 +217,8 @@ def _dla_written_out(loaded, probes) -> torch.Tensor:
 
 def test_copying_dla_equals_its_definition_written_out(tiny_dir):
     """LayerNorm (GPT-2) and RMSNorm (Llama), gains random so the norm matters: the reduced row computation of
-    probe.heads.direct_logit equals the expanded definition within float64 rounding."""
+    probe.heads.direct_logit equals the expanded definition (float64 throughout) within the rounding of its
+    one float32 product: 1e-5 of the largest attribution (measured: 3e-7)."""
     from probe.heads.direct_logit import induction_dla
     from probe.heads.label.probes import TokenProbeSet
     from probe.heads.probesets import repeated_blocks
@@ -232,7 +233,9 @@ def test_copying_dla_equals_its_definition_written_out(tiny_dir):
         got = induction_dla(loaded, probes, batch_size=2)
         expected = _dla_written_out(loaded, probes)
         assert torch.isfinite(got).all()
-        assert torch.allclose(got, expected, atol=1e-9, rtol=1e-7), (arch, (got - expected).abs().max())
+        error = float((got - expected).abs().max().detach())
+        largest = float(expected.abs().max().detach())
+        assert error <= 1e-5 * largest, (arch, error, largest)
 
 
 def test_the_labelling_run_reduces_the_attribution_from_its_scoring_forwards():
@@ -258,6 +261,20 @@ def test_the_labelling_run_reduces_the_attribution_from_its_scoring_forwards():
     rows = table.set_index(["layer", "head"])["copying_dla"]
     for (layer, head), value in rows.items():
         assert abs(value - float(separate[layer, head])) < 1e-6
+
+
+def test_the_vocabulary_mean_is_kept_per_unembedding_until_its_weight_changes():
+    """kept_mean_row: a second labelling run reads the vocabulary mean back (the same tensor); an in-place
+    change of W_U (its version) is seen and the mean computed again."""
+    from probe.heads.direct_logit import kept_mean_row, mean_row
+
+    unembedding = torch.nn.Linear(16, 300, bias=False)  # weight [vocab=300 d_model=16]
+    first = kept_mean_row(unembedding)
+    assert kept_mean_row(unembedding) is first and torch.equal(first, mean_row(unembedding.weight))
+    with torch.no_grad():
+        unembedding.weight[0] += 30.0
+    again = kept_mean_row(unembedding)
+    assert torch.allclose(again - first, torch.full((16,), 30.0 / 300, dtype=torch.float64))
 
 
 def test_the_vocabulary_mean_summed_in_chunks_equals_the_float64_mean():

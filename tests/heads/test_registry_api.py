@@ -81,6 +81,7 @@ def test_a_registered_type_is_a_choice_of_the_command(planted, registered, capsy
     (HeadTypeSpec("two_back", "x", back(2), "natural", statistic="accuracy"),
      "accuracy statistic needs span"),
     (HeadTypeSpec("two_back", "x", back(2), "natural", loss_positions="all"), "loss_positions 'all'"),
+    (HeadTypeSpec("two_back", "x", back(2), "natural", reads=frozenset({"spans"})), "reads must be"),
     ("two_back", "takes a probe.heads.HeadTypeSpec"),
 ])
 def test_bad_specs_are_one_line_errors(spec, message):
@@ -96,3 +97,40 @@ def test_duplicate_registration_and_built_ins_cannot_be_removed(registered):
         probe.heads.register(spec)
     with pytest.raises(ProbeError, match="built-in"):
         probe.heads.unregister("induction")
+
+
+def test_the_vocabulary_is_scanned_only_for_the_types_that_read_it(planted, registered, monkeypatch):
+    """HeadTypeSpec.reads: the delimiter and sentence/bracket scans of the vocabulary run only when a scored
+    type's targets read them (positional and repeat types read neither); a registered type that declares
+    nothing gets both fields filled, one that declares frozenset() gets the empty defaults."""
+    import probe.heads.label.probes as probes_module
+    from probe.heads.probesets import delimiter_ids, token_classes
+
+    scans = []
+    monkeypatch.setattr(probes_module, "delimiter_ids", lambda tokenizer: scans.append("delimiters")
+                        or delimiter_ids(tokenizer))
+    monkeypatch.setattr(probes_module, "token_classes", lambda tokenizer: scans.append("classes")
+                        or token_classes(tokenizer))
+    seen = {}
+
+    def recording(name):
+        def targets(ctx: TargetContext):
+            seen[name] = (ctx.delimiter_ids, ctx.classes)
+            return back(1)(ctx)
+        return targets
+
+    config = dict(CONFIG, n_bootstrap=20, output_share=False)
+    label_model(planted, LabelConfig(types=("previous_token", "duplicate_token", "induction"), **config))
+    assert scans == []
+    label_model(planted, LabelConfig(types=("delimiter",), **config))
+    assert scans == ["delimiters"]
+    scans.clear()
+    registered(HeadTypeSpec("reads_all", "one back, reading every field", recording("reads_all"), "natural"))
+    registered(HeadTypeSpec("reads_none", "one back, reading none", recording("reads_none"), "natural",
+                            reads=frozenset()))
+    label_model(planted, LabelConfig(types=("reads_none",), **config))
+    assert scans == [] and seen["reads_none"] == ((), TargetContext(torch.zeros(1, 1)).classes)
+    label_model(planted, LabelConfig(types=("reads_all",), **config))
+    assert sorted(scans) == ["classes", "delimiters"]
+    assert seen["reads_all"] == (delimiter_ids(planted.tokenizer), token_classes(planted.tokenizer))
+    assert seen["reads_all"][0]  # the planted GPT-2's vocabulary has delimiters: the field is filled

@@ -41,7 +41,7 @@ import pandas as pd
 import torch
 
 from probe.anatomy import PROJECTION_NAMES
-from probe.engine.output_norms import OutputProjections
+from probe.engine.output_norms import kept_projections
 from probe.errors import ProbeError
 from probe.heads.copying import CopyingScores, copying_scores
 from probe.heads.direct_logit import InductionDLA, induction_dla
@@ -219,7 +219,7 @@ def label_model(
     scored: list[Scored] = []
     twin_scored: list[list[Scored]] = [[] for _ in twins]  # per twin, as `scored` (generated types left out)
     probes_used: dict[str, object] = {}  # head type -> its probes at the first length (for the ablation)
-    projections = OutputProjections(loaded.model) if config.output_share else None
+    projections = kept_projections(loaded.model) if config.output_share else None
     dla: dict[str, torch.Tensor] = {}  # copying type -> its direct logit attribution [layer head]
     for (probe, seq_len, chosen), probes in zip(plans, built, strict=True):
         for spec in chosen:

@@ -4,6 +4,7 @@ GAP or the templates). The corpus is tokenized once per model (:class:`ProbeSour
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
@@ -77,9 +78,17 @@ class ProbeSource:
                      "templates")
         self.weights = corpus.token_weights(loaded.tokenizer, self.sample)
         self.vocabulary = int((self.weights > 0).sum())
-        self.delimiters = delimiter_ids(loaded.tokenizer)
-        self.classes = token_classes(loaded.tokenizer) if is_text_model(loaded) else TokenClasses()
         self.note = note
+
+    @functools.cached_property
+    def delimiters(self) -> tuple[int, ...]:
+        """The tokenizer's delimiter ids (a scan of the vocabulary, run when a scored type reads them)."""
+        return delimiter_ids(self.loaded.tokenizer)
+
+    @functools.cached_property
+    def classes(self) -> TokenClasses:
+        """The tokenizer's sentence ends and brackets (a scan of the vocabulary, run when first read)."""
+        return token_classes(self.loaded.tokenizer) if is_text_model(self.loaded) else TokenClasses()
 
     def resolve(self, probe: str) -> str:
         """The probe set a spec's probe kind gets on this model. Where the tokenizer reads the corpus: natural

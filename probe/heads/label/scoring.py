@@ -89,10 +89,14 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
     restrict = source.vocabulary < SMALL_VOCABULARY
     parts = {spec.name: {} for spec in specs}
     chances = {spec.name: {} for spec in specs}
+    reads = frozenset().union(*(spec.reads for spec in specs))  # the vocabulary scans these targets need
+    vocabulary = {"delimiter_ids": source.delimiters} if "delimiter_ids" in reads else {}
+    if "classes" in reads:
+        vocabulary["classes"] = source.classes
     for rows in batch_slices(len(probes.input_ids), config.batch_size):
         input_ids = probes.input_ids[rows]  # [batch seq]
         lengths = torch.full((input_ids.shape[0],), input_ids.shape[1])
-        ctx = TargetContext(input_ids, causal=causal, delimiter_ids=source.delimiters, classes=source.classes,
+        ctx = TargetContext(input_ids, causal=causal, **vocabulary,
                             repeat_start=None if probes.repeat_start is None else probes.repeat_start[rows],
                             repeat_len=None if probes.repeat_len is None else probes.repeat_len[rows],
                             restrict_to_repeat=restrict and probes.repeat_start is not None)
