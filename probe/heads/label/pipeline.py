@@ -255,8 +255,7 @@ def label_model(
     with stage("bootstrap"):
         # the bar is a quantile of the twins' point statistics: their intervals are not read (fewer resamples)
         twin_config = replace(config, n_bootstrap=min(config.n_bootstrap, TWIN_BOOTSTRAP))
-        bars = untrained_bars([assemble(twin, found, twin_config) for twin, found in zip(twins, twin_scored,
-                                                                                         strict=True)])
+        bars = untrained_bars(list(zip(twins, twin_scored, strict=True)), twin_config)
         table = decide(assemble(loaded, scored, config), config, bars)
     with stage("copying"):
         table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note, dla,
