@@ -30,6 +30,7 @@ from torch import nn
 
 from probe.anatomy import attention_parts, body, final_norm, linear_weight, materialised, weight_of
 from probe.engine import capture
+from probe.errors import ProbeError
 from probe.models import ModelKind
 
 
@@ -48,17 +49,18 @@ def induction_rows(
     return rows, target
 
 
-def _row_dla(
+def _row_terms(
     z: torch.Tensor,  # [row head·d_head] float32: the heads' attention outputs at the counted rows
     w_out: torch.Tensor,  # [head·d_head d_model] float32
     weighted: torch.Tensor,  # [row d_model] float64: g ⊙ u, u = W_U[:, t_j] − the vocabulary's mean column
-    scale: torch.Tensor,  # [row] float64: the final norm's scale at each row (_norm_scale)
     centred: bool,  # LayerNorm (subtracts the mean) rather than RMSNorm
     n_heads: int,
 ) -> torch.Tensor:
-    """dla `[row head]` float64: c'·u with c = z_h W_O^h through the linearised norm, reduced before it is
-    expanded — Σ_m c_m g_m u_m = z_h · (W_O^h (g ⊙ u)), and LayerNorm's centring subtracts mean(c)·Σ_m g_m u_m
-    with mean(c) = z_h · (W_O^h 1) / d_model — so no `[row head d_model]` tensor is built.
+    """`[row head]` float64: the attribution c'·u times the final norm's scale at the row (the scale is known
+    only after the last layer; :meth:`InductionDLA.reduce` divides by it). c = z_h W_O^h through the
+    linearised norm, reduced before it is expanded — Σ_m c_m g_m u_m = z_h · (W_O^h (g ⊙ u)), and LayerNorm's
+    centring subtracts mean(c)·Σ_m g_m u_m with mean(c) = z_h · (W_O^h 1) / d_model — so no
+    `[row head d_model]` tensor is built.
 
     The one `d_model × head·d_head` product per row runs in float32, the precision of the forward that made
     z, with the sums over d_head (its rounding, about 1e-6 of the attribution, is the forward's own); the
@@ -67,12 +69,11 @@ def _row_dla(
     projected = weighted.float() @ w_out.T  # [row head·d_head] W_O (g ⊙ u) per row
     # [row head] Σ_m c_m g_m u_m
     along = (z * projected).view(n_rows, n_heads, -1).sum(-1).double()
-    if centred:
-        column_mean = (w_out.sum(-1, dtype=torch.float64) / d_model).float()  # [head·d_head] W_O 1 / d_model
-        # [row head] mean(c)
-        mean_c = (z * column_mean).view(n_rows, n_heads, -1).sum(-1).double()
-        return (along - mean_c * weighted.sum(-1, keepdim=True)) / scale[:, None]
-    return along / scale[:, None]
+    if not centred:
+        return along
+    column_mean = (w_out.sum(-1, dtype=torch.float64) / d_model).float()  # [head·d_head] W_O 1 / d_model
+    mean_c = (z * column_mean).view(n_rows, n_heads, -1).sum(-1).double()  # [row head] mean(c)
+    return along - mean_c * weighted.sum(-1, keepdim=True)
 
 
 def _norm_scale(residual: torch.Tensor, norm: nn.Module) -> torch.Tensor:
@@ -119,10 +120,12 @@ def kept_mean_row(unembedding: nn.Module) -> torch.Tensor:
 class InductionDLA:
     """Accumulates the mean direct logit attribution `[layer head]` of every head to its induction targets'
     tokens over the forwards it watches: :meth:`watching` hooks the output projections' inputs and the final
-    norm's input; after each forward over a batch of repeated-block probes, :meth:`add` reduces what the hooks
-    caught. The label pipeline watches its own scoring forwards (no forward of its own); :func:`induction_dla`
-    runs the forwards itself. ``applicable`` is False (and :meth:`result` NaN) where the attribution is not
-    defined (see the module doc)."""
+    norm's input; :meth:`expect` names a batch of repeated-block probes before its forward, each layer's
+    share is reduced in its output projection's hook while z is fresh (no layer's z is kept), and after the
+    forward :meth:`add` (or :meth:`reduce`) divides by the final norm's scale and sums. The label pipeline
+    watches its own scoring forwards (no forward of its own); :func:`induction_dla` runs the forwards itself.
+    ``applicable`` is False (and :meth:`result` NaN) where the attribution is not defined (see the module
+    doc)."""
 
     def __init__(self, loaded) -> None:
         self.loaded = loaded
@@ -138,54 +141,60 @@ class InductionDLA:
                            and len(found) == loaded.n_layers
                            and all(projection is not None for projection in self.projections))
         self.unembedding = unembedding
+        self.centred = isinstance(self.norm, nn.LayerNorm)
         self.total = torch.zeros(loaded.n_layers, loaded.n_heads, dtype=torch.float64)  # [layer head]
         self.counted = 0
-        self.caught: dict[str, torch.Tensor] = {}
         self.mean_unembed: torch.Tensor | None = None  # [d_model] float64, read on the first batch
+        # the batch expect() named: (rows [batch seq] bool, g ⊙ u [row d_model] float64)
+        self._batch: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._terms: dict[int, torch.Tensor] = {}  # layer -> [row head] float64, before the norm's scale
+        self._scale: torch.Tensor | None = None  # [row] float64: the final norm's scale
 
     @contextlib.contextmanager
     def watching(self):
         """Hooks on the model while the block runs (nothing when not applicable). Only this thread's forwards
-        are recorded: the app and threaded callers run other forwards of the same model meanwhile."""
+        are recorded, and only those :meth:`expect` announced: the app and threaded callers run other
+        forwards of the same model meanwhile."""
         if not self.applicable:
             yield self
             return
         owner = threading.get_ident()
 
-        def keep(name: str, args: tuple) -> None:
-            if threading.get_ident() == owner:
-                self.caught[name] = args[0].detach()
+        def layer_hook(layer: int, args: tuple) -> None:
+            if threading.get_ident() == owner and self._batch is not None:
+                rows, weighted = self._batch
+                z = args[0].detach()  # [batch seq head·d_head]
+                z = z[rows.to(z.device)].float()  # [row head·d_head]
+                w_out = linear_weight(self.projections[layer], torch.float32)  # [head·d_head d_model]
+                self._terms[layer] = _row_terms(z, w_out.to(z.device), weighted.to(z.device), self.centred,
+                                                self.loaded.n_heads)
+
+        def norm_hook(args: tuple) -> None:
+            if threading.get_ident() == owner and self._batch is not None:
+                residual = args[0].detach()  # [batch seq d_model]
+                residual = residual[self._batch[0].to(residual.device)].double()  # [row d_model]
+                self._scale = _norm_scale(residual, self.norm)  # [row], shared by every layer
 
         handles = [
-            projection.register_forward_pre_hook(lambda _module, args, layer=layer: keep(f"z{layer}", args))
+            projection.register_forward_pre_hook(lambda _module, args, layer=layer: layer_hook(layer, args))
             for layer, projection in enumerate(self.projections)
         ]
-        handles.append(self.norm.register_forward_pre_hook(lambda _m, args: keep("residual", args)))
+        handles.append(self.norm.register_forward_pre_hook(lambda _m, args: norm_hook(args)))
         try:
             yield self
         finally:
             for handle in handles:
                 handle.remove()
-            self.caught.clear()
+            self._batch, self._scale = None, None
+            self._terms.clear()
 
-    def add(self, input_ids: torch.Tensor, repeat_start: torch.Tensor, repeat_len: torch.Tensor) -> None:
-        """Reduce the forward just watched over `input_ids` `[batch seq]` (blocks at `repeat_start` `[batch]`
-        of `repeat_len` `[batch]`)."""
-        self.accumulate(*self.reduce(input_ids, repeat_start, repeat_len))
-
-    def accumulate(self, total: torch.Tensor, counted: int) -> None:
-        """Add one batch's reduction (:meth:`reduce`: `[layer head]` float64 sum, rows counted); a resumed
-        labelling run adds a journalled batch's reduction here without its forward."""
-        self.total += total
-        self.counted += int(counted)
-
-    def reduce(self, input_ids: torch.Tensor, repeat_start: torch.Tensor,
-               repeat_len: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """The forward just watched over `input_ids` `[batch seq]` reduced: the sum of every counted row's
-        attribution `[layer head]` float64 and the rows counted (zeros and 0 when not applicable)."""
-        total = torch.zeros(self.loaded.n_layers, self.loaded.n_heads, dtype=torch.float64)  # [layer head]
+    def expect(self, input_ids: torch.Tensor, repeat_start: torch.Tensor, repeat_len: torch.Tensor) -> None:
+        """Name the next watched forward's batch: probes `input_ids` `[batch seq]` with blocks at
+        `repeat_start` `[batch]` of `repeat_len` `[batch]` (their counted rows and g ⊙ u are read here)."""
+        self._terms.clear()
+        self._scale = None
         if not self.applicable:
-            return total, 0
+            return
         rows, target = induction_rows(repeat_start, repeat_len, input_ids.shape[1])  # [batch seq] each
         tokens = input_ids.gather(1, target.clamp(min=0))[rows]  # [row] t_j of the counted rows
         with materialised(self.unembedding):  # only the counted rows' columns of W_U are copied
@@ -193,18 +202,34 @@ class InductionDLA:
             if self.mean_unembed is None:  # the vocabulary's mean column, once per run (kept per model)
                 self.mean_unembed = kept_mean_row(self.unembedding)  # [d_model]
             picked = weight.detach()[tokens.to(weight.device)].double()  # [row d_model] W_U[:, t_j]
-        residual = self.caught["residual"]
-        residual = residual[rows.to(residual.device)].double()  # [row d_model]
-        scale = _norm_scale(residual, self.norm)  # [row], shared by every layer
-        weighted = (picked - self.mean_unembed) * weight_of(self.norm)  # [row d_model] g ⊙ u
-        centred = isinstance(self.norm, nn.LayerNorm)
-        for layer, projection in enumerate(self.projections):  # one layer's W_O read at a time (offloading)
-            w_out = linear_weight(projection, torch.float32)  # [head·d_head d_model]
-            z = self.caught[f"z{layer}"]
-            z = z[rows.to(z.device)].float()  # [row head·d_head]
-            dla = _row_dla(z, w_out, weighted, scale, centred, self.loaded.n_heads)  # [row head]
-            total[layer] = dla.sum(0).cpu()
-        return total, int(rows.sum())
+        weighted = (picked - self.mean_unembed.to(picked.device)) * weight_of(self.norm).to(picked.device)
+        self._batch = (rows, weighted)  # [batch seq], [row d_model] g ⊙ u
+
+    def add(self) -> None:
+        """Reduce the forward just watched (the batch :meth:`expect` named) into the running mean."""
+        self.accumulate(*self.reduce())
+
+    def accumulate(self, total: torch.Tensor, counted: int) -> None:
+        """Add one batch's reduction (:meth:`reduce`: `[layer head]` float64 sum, rows counted); a resumed
+        labelling run adds a journalled batch's reduction here without its forward."""
+        self.total += total
+        self.counted += int(counted)
+
+    def reduce(self) -> tuple[torch.Tensor, int]:
+        """The forward just watched over the batch :meth:`expect` named, reduced: the sum of every counted
+        row's attribution `[layer head]` float64 and the rows counted (zeros and 0 when not applicable)."""
+        total = torch.zeros(self.loaded.n_layers, self.loaded.n_heads, dtype=torch.float64)  # [layer head]
+        if not self.applicable:
+            return total, 0
+        if self._batch is None or self._scale is None or len(self._terms) != self.loaded.n_layers:
+            raise ProbeError("the direct logit attribution saw no complete forward of the batch it expected "
+                             "(expect() before the forward, inside watching())")
+        for layer, terms in self._terms.items():
+            total[layer] = (terms / self._scale.to(terms.device)[:, None]).sum(0).cpu()
+        counted = int(self._batch[0].sum())
+        self._batch, self._scale = None, None
+        self._terms.clear()
+        return total, counted
 
     def result(self) -> torch.Tensor:
         """The mean over every counted row `[layer head]` float64; NaN when nothing was counted."""
@@ -252,8 +277,9 @@ def induction_dla(loaded, probes, batch_size: int = 8) -> torch.Tensor:
     with dla.watching():
         for start in range(0, len(probes.input_ids), batch_size):
             ids = probes.input_ids[start : start + batch_size]  # [batch seq]
+            dla.expect(ids, probes.repeat_start[start : start + batch_size],
+                       probes.repeat_len[start : start + batch_size])
             with capture(model, ()), torch.inference_mode():
                 base(input_ids=ids.to(device))
-            dla.add(ids, probes.repeat_start[start : start + batch_size],
-                    probes.repeat_len[start : start + batch_size])
+            dla.add()
     return dla.result()

@@ -115,10 +115,12 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
             sink = ScoreSink(patterns, lengths, loaded.n_layers, loaded.n_heads, device=loaded.device,
                              output_projections=projections, tl_patterns=tl_patterns)
             with dla.watching() if dla is not None else contextlib.nullcontext():
+                if dla is not None:  # its terms are reduced in the forward's hooks
+                    dla.expect(input_ids, probes.repeat_start[rows], probes.repeat_len[rows])
                 run_sink(loaded.model, sink, input_ids, block_bytes=config.block_bytes)
                 reduced = {}
                 if dla is not None:
-                    total, counted = dla.reduce(input_ids, probes.repeat_start[rows], probes.repeat_len[rows])
+                    total, counted = dla.reduce()
                     reduced = {_DLA_TOTAL: total, _DLA_COUNTED: torch.tensor(counted)}
             return {**flat_scores(sink.result()), **reduced}
 
