@@ -758,7 +758,8 @@ def _gather_band(
         # [batch 1|head row]: the diagonal starts at row `first`
         block = block + mask.diagonal(offset, -2, -1)[..., :stop - first].float()
     alpha = torch.exp(block - normaliser[:, :, rows].float())  # [batch head row]
-    out[:, :, rows, slot] = alpha * present[:, None, rows, slot]
+    # rows without the slot (padding, a fully masked row: its lse' may be −inf) are 0, never 0·inf
+    out[:, :, rows, slot] = torch.where(present[:, None, rows, slot], alpha, 0.0)
 
 
 def _present(slots: torch.Tensor, start: int, is_causal: bool) -> torch.Tensor:
