@@ -685,24 +685,26 @@ def _gather_alpha(
         # block's distinct keys is cheapest; else (bands, token matches) each pair present is computed alone,
         # at about 8 products' cost of the shared matmul per pair (measured on the CPU).
         scattered = torch.zeros(n_batch, n_query, n_slots, dtype=torch.bool, device=query.device)
-        # A slot that names the key at one fixed offset from every row (j = i − 1: previous-token targets) is
-        # a diagonal: one elementwise product of shifted q and k, no gather (about half its pairs' cost).
+        # In a block that is not shared, a slot that names the key at one fixed offset from every row (j = i −
+        # 1: previous-token targets) is a diagonal: one elementwise product of shifted q and k, no gather
+        # (about half its pairs' cost).
         present_all = _present(slots, 0, scores.is_causal)  # [batch query slot]
         bands = _bands(slots, present_all)  # slot -> offset c (key j = i + c)
-        for slot, offset in bands.items():
-            _gather_band(slot, offset, present_all, query_sel, key_sel, norm_sel, mask_sel, scores, out)
         for start in range(0, n_query, MAX_BLOCK_ROWS):
             stop = min(start + MAX_BLOCK_ROWS, n_query)
             rows = slice(start, stop)
             safe = slots[:, rows].clamp(min=0)  # [batch block slot]
-            present = present_all[:, rows].clone()  # [batch block slot]
-            present[..., list(bands)] = False  # computed as diagonals
+            present = present_all[:, rows]  # [batch block slot]
             distinct, inverse = torch.unique(safe, return_inverse=True)  # [distinct], [batch block slot]
             n_products = n_batch * (stop - start) * len(distinct)  # per head
             shared = (n_products <= 8 * int(present.sum())
                       and n_products * len(heads) * 4 <= session.block_bytes)
             if not shared:
+                for slot, offset in bands.items():
+                    _gather_band(slot, offset, start, stop, present_all, query_sel, key_sel, norm_sel,
+                                 mask_sel, scores, out)
                 scattered[:, rows] = present
+                scattered[:, rows, list(bands)] = False  # computed as diagonals
                 continue
             keys = key_sel[:, :, distinct]  # [batch head distinct dim]
             products = query_sel[:, :, rows] @ keys.transpose(-1, -2)  # [batch head block distinct]
@@ -737,6 +739,8 @@ def _bands(
 def _gather_band(
     slot: int,
     offset: int,  # key j = i + offset
+    start: int,  # the block's rows start … stop − 1
+    stop: int,
     present: torch.Tensor,  # [batch query slot] bool
     query: torch.Tensor,  # [batch head query dim] float32
     key: torch.Tensor,  # [batch head key dim] float32
@@ -745,9 +749,10 @@ def _gather_band(
     scores: Scores,
     out: torch.Tensor,  # [batch head query slot], written at slot `slot`
 ) -> None:
-    """α at one diagonal slot: q_i·k_{i+c} for every row at once from shifted views of q and k."""
-    n_query, n_key = query.shape[2], key.shape[2]
-    first, stop = max(0, -offset), min(n_query, n_key - offset)  # rows whose key i + c exists
+    """α at one diagonal slot for the rows of one block: q_i·k_{i+c} for every row at once from shifted views
+    of q and k."""
+    n_key = key.shape[2]
+    first, stop = max(start, -offset), min(stop, n_key - offset)  # the block's rows whose key i + c exists
     if stop <= first:
         return
     rows = slice(first, stop)
@@ -755,8 +760,9 @@ def _gather_band(
     block = (query[:, :, rows] * key[:, :, first + offset:stop + offset]).sum(-1) * scores.scale
     scores.cap_(block)
     if mask is not None:
-        # [batch 1|head row]: the diagonal starts at row `first`
-        block = block + mask.diagonal(offset, -2, -1)[..., :stop - first].float()
+        # [batch 1|head row]: the diagonal's element t is row max(0, −c) + t
+        begin = first - max(0, -offset)
+        block = block + mask.diagonal(offset, -2, -1)[..., begin:begin + stop - first].float()
     alpha = torch.exp(block - normaliser[:, :, rows].float())  # [batch head row]
     # rows without the slot (padding, a fully masked row: its lse' may be −inf) are 0, never 0·inf
     out[:, :, rows, slot] = torch.where(present[:, None, rows, slot], alpha, 0.0)

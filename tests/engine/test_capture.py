@@ -269,14 +269,16 @@ def test_cuda_engine_equals_eager(tiny_dir, cuda_kernels_only):
                 assert max_diff(ours.cuda(), expected, inputs["attention_mask"]) <= 1e-4, (arch, heads)
 
 
-@pytest.mark.parametrize("layout", ["shared", "scattered", "sparse", "bands"])
+@pytest.mark.parametrize("layout", ["shared", "scattered", "sparse", "bands", "offsets"])
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "mistral"])
 def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
     """A GatherSink gets α at its key slots (causal, padding and sliding-window masks applied), 0 where slot =
     −1. "shared": rows share their keys (the engine multiplies against the block's distinct keys);
     "scattered": one different key per row, "sparse": token matches' layout — up to 3 keys in a few rows, the
     other slots −1 (the engine computes each present (row, key) pair alone); "bands": keys at fixed offsets
-    i − 1 and i + 2 (the engine multiplies shifted q and k; under a causal mask i + 2 is 0)."""
+    i − 1 and i + 2 (the engine multiplies shifted q and k; under a causal mask i + 2 is 0); "offsets": six
+    diagonals j = i − 1 … i − 6, as fixed_offset's candidates (rows share their keys: the shared matmul serves
+    the diagonals too)."""
     loaded = models.load(str(tiny_dir(arch)))
     inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
     n_batch, n = inputs["input_ids"].shape
@@ -291,6 +293,9 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
         position = torch.arange(n)
         slots = torch.stack([position - 1, torch.where(position + 2 < n, position + 2, -1)], -1)
         slots = slots[None].repeat(n_batch, 1, 1)  # [batch query slot]: j = i − 1, j = i + 2
+    elif layout == "offsets":
+        position = torch.arange(n)[:, None] - torch.arange(1, 7)[None, :]  # [query slot]: j = i − d
+        slots = torch.where(position >= 0, position, -1)[None].repeat(n_batch, 1, 1)  # [batch query slot]
     else:
         slots = torch.randint(0, n, (n_batch, n, 3), generator=generator)  # [batch query slot]
         slots[torch.rand(n_batch, n, 3, generator=generator) < 0.5] = -1  # ragged rows: padded slots
