@@ -357,6 +357,9 @@ def target_slots(pattern: torch.Tensor) -> torch.Tensor:
     batch, n_query, _ = pattern.shape
     counts = pattern.sum(-1)  # [batch query]
     n_slots = max(1, int(counts.max()) if counts.numel() else 1)
+    if n_slots == 1:  # at most one target per row (diagonals, the first token): its index, without nonzero()
+        first = pattern.to(torch.uint8).argmax(-1)  # [batch query] the first True key (0 in an empty row)
+        return torch.where(counts > 0, first, -1)[..., None]  # [batch query 1]
     slots = torch.full((batch, n_query, n_slots), -1, dtype=torch.long)  # [batch query slot]
     b, q, k = pattern.nonzero(as_tuple=True)  # row-major: the keys of one row are consecutive
     first = (counts.flatten().cumsum(0) - counts.flatten())  # [batch·query] index of each row's first entry

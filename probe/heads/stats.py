@@ -39,7 +39,7 @@ def uniform_chance(
     # [batch query] rows with a target, as the score counts them (before causal masking)
     valid = pattern.any(-1)
     if causal:
-        pattern = pattern & (position[None, :] <= position[:, None])  # keys a causal row can see
+        pattern = pattern.tril()  # keys a causal row can see (j ≤ i)
         keys = (position + 1).expand(batch, n).float()  # [batch query]
     else:
         keys = lengths[:, None].expand(batch, n).float()  # [batch query]

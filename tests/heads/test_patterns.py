@@ -200,6 +200,22 @@ def test_target_slots_round_trip():
         assert torch.equal(rebuilt, pattern)
 
 
+def test_target_slots_of_one_target_per_row_equal_the_general_path():
+    """Patterns with at most one target per row take target_slots' argmax path: the key of each row's target,
+    −1 in rows without one (row 0 of a diagonal, a key-0 target is not confused with none)."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        n = int(torch.randint(1, 24, (1,), generator=generator))
+        pattern = torch.zeros(2, n, n, dtype=torch.bool)  # [batch query key]
+        has = torch.rand(2, n, generator=generator) < 0.6  # [batch query]
+        key = torch.randint(0, n, (2, n), generator=generator)  # [batch query]; key 0 often
+        b, q = has.nonzero(as_tuple=True)
+        pattern[b, q, key[b, q]] = True
+        expected = torch.full((2, n, 1), -1, dtype=torch.long)
+        expected[b, q, 0] = key[b, q]
+        assert torch.equal(target_slots(pattern), expected)
+
+
 def test_coreference_pattern_comes_from_the_span_example():
     tokenizer = word_tokenizer("mary saw john because she left".split(), bos_token="<bos>")
     example = encode_span_example(
