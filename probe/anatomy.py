@@ -163,6 +163,16 @@ def materialised(module: nn.Module):
         yield
 
 
+def weight_identity(weight: torch.Tensor) -> tuple | None:
+    """What tells a weight's values apart while it lives: its storage, in-place version, shape and device (a
+    cache of something computed from the weight is valid while this is unchanged); None for an inference
+    tensor, which has no version counter (nothing computed from it can be kept)."""
+    try:
+        return weight.data_ptr(), weight._version, tuple(weight.shape), weight.device
+    except RuntimeError:
+        return None
+
+
 def weight_of(module: nn.Module, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """A copy of ``module.weight`` in `dtype` (float64 by default), read through accelerate's offload hooks
     (:func:`materialised`): a disk- or CPU-offloaded module holds its weight on the meta device between

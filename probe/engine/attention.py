@@ -688,8 +688,8 @@ def _gather_alpha(
         # In a block that is not shared, a slot that names the key at one fixed offset from every row (j = i −
         # 1: previous-token targets) is a diagonal: one elementwise product of shifted q and k, no gather
         # (about half its pairs' cost).
-        present_all = _present(slots, 0, scores.is_causal)  # [batch query slot]
-        bands = _bands(slots, present_all)  # slot -> offset c (key j = i + c)
+        present_all = _present(slots, scores.is_causal)  # [batch query slot]
+        bands = None  # slot -> offset c (key j = i + c), found at the first block that is not shared
         for start in range(0, n_query, MAX_BLOCK_ROWS):
             stop = min(start + MAX_BLOCK_ROWS, n_query)
             rows = slice(start, stop)
@@ -700,6 +700,7 @@ def _gather_alpha(
             shared = (n_products <= 8 * int(present.sum())
                       and n_products * len(heads) * 4 <= session.block_bytes)
             if not shared:
+                bands = _bands(slots, present_all) if bands is None else bands
                 for slot, offset in bands.items():
                     _gather_band(slot, offset, start, stop, present_all, query_sel, key_sel, norm_sel,
                                  mask_sel, scores, out)
@@ -768,12 +769,11 @@ def _gather_band(
     out[:, :, rows, slot] = torch.where(present[:, None, rows, slot], alpha, 0.0)
 
 
-def _present(slots: torch.Tensor, start: int, is_causal: bool) -> torch.Tensor:
-    """`[batch block slot]` bool: the slots of rows start… that name a key (≥ 0; not after the row when
-    causal)."""
+def _present(slots: torch.Tensor, is_causal: bool) -> torch.Tensor:
+    """`[batch query slot]` bool: the slots that name a key (≥ 0; not after the row when causal)."""
     present = slots >= 0
     if is_causal:
-        position = torch.arange(start, start + slots.shape[1], device=slots.device)[:, None]  # [block 1]
+        position = torch.arange(slots.shape[1], device=slots.device)[:, None]  # [query 1]
         present = present & (slots <= position)
     return present
 

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from transformers.integrations.sdpa_attention import repeat_kv
 
-from probe.anatomy import materialised, output_projection, parents
+from probe.anatomy import materialised, output_projection, parents, weight_identity
 from probe.errors import ProbeError
 
 # Dtypes whose kernel output channels are too coarse for Σ_j α_ij ‖f_h(x_j)‖: the norm channel then runs in
@@ -97,10 +97,8 @@ class OutputProjections:
         if weight.device.type == "meta":
             raise ProbeError(f"the output projection of {type(module).__name__} has its weights on the meta "
                              "device and no accelerate hook to load them; load the model with a device_map")
-        try:
-            identity = (weight.data_ptr(), weight._version, n_heads, dim, weight.device)
-        except RuntimeError:  # an inference tensor has no version counter: no cache
-            identity = None
+        found = weight_identity(weight)  # None for an inference tensor: no cache
+        identity = None if found is None else (*found, n_heads, dim)
         cached = self._factors.get(id(module))
         if identity is not None and cached is not None and cached[0] == identity:
             return cached[1]

@@ -28,7 +28,15 @@ import weakref
 import torch
 from torch import nn
 
-from probe.anatomy import attention_parts, body, final_norm, linear_weight, materialised, weight_of
+from probe.anatomy import (
+    attention_parts,
+    body,
+    final_norm,
+    linear_weight,
+    materialised,
+    weight_identity,
+    weight_of,
+)
 from probe.engine import capture
 from probe.errors import ProbeError
 from probe.models import ModelKind
@@ -52,8 +60,8 @@ def induction_rows(
 def _row_terms(
     z: torch.Tensor,  # [row head·d_head] float32: the heads' attention outputs at the counted rows
     w_out: torch.Tensor,  # [head·d_head d_model] float32
-    weighted: torch.Tensor,  # [row d_model] float64: g ⊙ u, u = W_U[:, t_j] − the vocabulary's mean column
-    centred: bool,  # LayerNorm (subtracts the mean) rather than RMSNorm
+    weighted: torch.Tensor,  # [row d_model] float32: g ⊙ u, u = W_U[:, t_j] − the vocabulary's mean column
+    weighted_sum: torch.Tensor | None,  # [row 1] float64: Σ_m g_m u_m (LayerNorm's centring); None: RMSNorm
     n_heads: int,
 ) -> torch.Tensor:
     """`[row head]` float64: the attribution c'·u times the final norm's scale at the row (the scale is known
@@ -66,14 +74,14 @@ def _row_terms(
     z, with the sums over d_head (its rounding, about 1e-6 of the attribution, is the forward's own); the
     centring and the division by the norm's scale are float64."""
     n_rows, d_model = weighted.shape
-    projected = weighted.float() @ w_out.T  # [row head·d_head] W_O (g ⊙ u) per row
+    projected = weighted @ w_out.T  # [row head·d_head] W_O (g ⊙ u) per row
     # [row head] Σ_m c_m g_m u_m
     along = (z * projected).view(n_rows, n_heads, -1).sum(-1).double()
-    if not centred:
+    if weighted_sum is None:
         return along
     column_mean = (w_out.sum(-1, dtype=torch.float64) / d_model).float()  # [head·d_head] W_O 1 / d_model
     mean_c = (z * column_mean).view(n_rows, n_heads, -1).sum(-1).double()  # [row head] mean(c)
-    return along - mean_c * weighted.sum(-1, keepdim=True)
+    return along - mean_c * weighted_sum
 
 
 def _norm_scale(residual: torch.Tensor, norm: nn.Module) -> torch.Tensor:
@@ -105,9 +113,8 @@ def kept_mean_row(unembedding: nn.Module) -> torch.Tensor:
     (offloaded weights)."""
     with materialised(unembedding):
         weight = unembedding.weight  # [vocab d_model]
-        try:
-            identity = (weight.data_ptr(), weight._version, tuple(weight.shape), weight.device)
-        except RuntimeError:  # an inference tensor has no version counter: nothing is kept
+        identity = weight_identity(weight)
+        if identity is None:  # an inference tensor: nothing is kept
             return mean_row(weight)
         kept = _MEANS.get(unembedding)
         if kept is not None and kept[0] == identity:
@@ -145,8 +152,9 @@ class InductionDLA:
         self.total = torch.zeros(loaded.n_layers, loaded.n_heads, dtype=torch.float64)  # [layer head]
         self.counted = 0
         self.mean_unembed: torch.Tensor | None = None  # [d_model] float64, read on the first batch
-        # the batch expect() named: (rows [batch seq] bool, g ⊙ u [row d_model] float64)
-        self._batch: tuple[torch.Tensor, torch.Tensor] | None = None
+        # the batch expect() named: (rows [batch seq] bool, g ⊙ u [row d_model] float32, Σ_m g_m u_m [row 1]
+        # float64 where the norm centres, else None)
+        self._batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
         self._terms: dict[int, torch.Tensor] = {}  # layer -> [row head] float64, before the norm's scale
         self._scale: torch.Tensor | None = None  # [row] float64: the final norm's scale
 
@@ -162,12 +170,13 @@ class InductionDLA:
 
         def layer_hook(layer: int, args: tuple) -> None:
             if threading.get_ident() == owner and self._batch is not None:
-                rows, weighted = self._batch
+                rows, weighted, weighted_sum = self._batch
                 z = args[0].detach()  # [batch seq head·d_head]
                 z = z[rows.to(z.device)].float()  # [row head·d_head]
                 w_out = linear_weight(self.projections[layer], torch.float32)  # [head·d_head d_model]
-                self._terms[layer] = _row_terms(z, w_out.to(z.device), weighted.to(z.device), self.centred,
-                                                self.loaded.n_heads)
+                self._terms[layer] = _row_terms(
+                    z, w_out.to(z.device), weighted.to(z.device),
+                    None if weighted_sum is None else weighted_sum.to(z.device), self.loaded.n_heads)
 
         def norm_hook(args: tuple) -> None:
             if threading.get_ident() == owner and self._batch is not None:
@@ -203,7 +212,8 @@ class InductionDLA:
                 self.mean_unembed = kept_mean_row(self.unembedding)  # [d_model]
             picked = weight.detach()[tokens.to(weight.device)].double()  # [row d_model] W_U[:, t_j]
         weighted = (picked - self.mean_unembed.to(picked.device)) * weight_of(self.norm).to(picked.device)
-        self._batch = (rows, weighted)  # [batch seq], [row d_model] g ⊙ u
+        # [batch seq], [row d_model] g ⊙ u, [row 1] its sum: read by every layer's hook
+        self._batch = (rows, weighted.float(), weighted.sum(-1, keepdim=True) if self.centred else None)
 
     def add(self) -> None:
         """Reduce the forward just watched (the batch :meth:`expect` named) into the running mean."""

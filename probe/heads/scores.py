@@ -44,6 +44,7 @@ from probe.engine import DEFAULT_BLOCK_BYTES, AttentionBlock, SinkNeeds, capture
 from probe.engine.output_norms import OutputNorms, OutputProjections
 from probe.heads.probesets import SpanBatch
 from probe.heads.registry import target_slots
+from probe.heads.targets import without_padding
 
 # ------------------------------------------------------------------------------------------------------------
 # Dense reference definitions
@@ -184,10 +185,7 @@ class ScoreSink:
         self.n_valid: dict[str, torch.Tensor] = {}
         self.valid_rows: dict[str, torch.Tensor] = {}
         for head_type, pattern in patterns.items():
-            n = pattern.shape[-1]
-            if bool((self.lengths < n).any()):  # right padding: its rows and keys are no targets
-                real = torch.arange(n)[None, :] < self.lengths[:, None]  # [batch seq]
-                pattern = pattern & real[:, :, None] & real[:, None, :]  # [batch query key], a new tensor
+            pattern = without_padding(pattern, self.lengths)  # [batch query key]: padding is no target
             self.slots[head_type] = target_slots(pattern).to(device)  # [batch query slot]
             rows = pattern.any(-1)  # [batch query]
             self.n_valid[head_type] = rows.sum(-1)  # [batch]
@@ -238,9 +236,7 @@ class ScoreSink:
         """Head type -> the `[batch query slot]` key indices of TL's detection pattern (real tokens only)."""
         out = {}
         for head_type, pattern in (tl_patterns or {}).items():
-            n = pattern.shape[-1]
-            real = torch.arange(n)[None, :] < self.lengths[:, None]  # [batch seq]
-            out[head_type] = target_slots(pattern & real[:, :, None] & real[:, None, :]).to(device)
+            out[head_type] = target_slots(without_padding(pattern, self.lengths)).to(device)
         return out
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:

@@ -22,6 +22,8 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
+from probe.heads.targets import without_padding
+
 
 def uniform_chance(
     pattern: torch.Tensor,  # [batch query key] bool
@@ -33,9 +35,7 @@ def uniform_chance(
     target."""
     batch, n, _ = pattern.shape
     position = torch.arange(n)
-    if bool((lengths < n).any()):  # right padding: its rows and keys are no targets
-        real = position[None, :] < lengths[:, None]  # [batch seq]
-        pattern = pattern & real[:, :, None] & real[:, None, :]
+    pattern = without_padding(pattern, lengths)  # right padding: its rows and keys are no targets
     # [batch query] rows with a target, as the score counts them (before causal masking)
     valid = pattern.any(-1)
     if causal:

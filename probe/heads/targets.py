@@ -70,6 +70,16 @@ class TargetContext:
 Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset's d) -> [batch query key] bool
 
 
+def without_padding(pattern: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """`pattern` `[batch query key]` bool with the right padding's rows and keys (positions ≥ `lengths`
+    `[batch]`) cleared: a new tensor where any probe is padded, `pattern` itself where none is."""
+    n = pattern.shape[-1]
+    if not bool((lengths < n).any()):
+        return pattern
+    real = torch.arange(n)[None, :] < lengths[:, None]  # [batch seq]
+    return pattern & real[:, :, None] & real[:, None, :]
+
+
 def _diagonal(ctx: TargetContext, offset: int, first_row: int = 0) -> torch.Tensor:
     batch, n = ctx.input_ids.shape
     # [query key]: key = query + offset

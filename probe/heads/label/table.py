@@ -161,22 +161,21 @@ def statistic(table: pd.DataFrame) -> pd.Series:
 def untrained_bars(twins: list[tuple[object, list[Scored]]],
                    config: LabelConfig) -> dict[tuple[str, float], float]:
     """(head type, seq_len or −1 for span sets) -> ``untrained_p99``: the :data:`UNTRAINED_QUANTILE` quantile
-    of the statistic a label rests on (:func:`statistic`: accuracy where a head has one, else score) over
-    every head of every twin; NaN where no twin head has a value. `twins`: (twin, its Scored items). The
-    twins' summaries are read directly (no table is built for them: only their point statistics make the
-    bar)."""
+    of :func:`statistic` (accuracy where a head has one, else score) over every head of every twin; NaN where
+    no twin head has a value. `twins`: (twin, its Scored items). The twins' summaries are read directly (no
+    label table is built for them: only their point statistics make the bar)."""
     groups: dict[tuple[str, float], list[float]] = {}
     for twin, scored in twins:
         layers = list(twin.attention_layers)  # a hybrid: only the layers with α have real heads
         for item in scored:
             summary = summarise(item, config)
-            value = summary["score"]  # [layer head]
-            accuracy = summary.get("accuracy")
-            if isinstance(accuracy, torch.Tensor):  # the same rule as statistic(): accuracy where known
-                value = torch.where(torch.isnan(accuracy), value, accuracy)
+            # the twin's heads as rows (layer-major, as the table): the columns statistic() reads
+            columns = pd.DataFrame({name: summary[name][layers].double().flatten().numpy()
+                                    for name in ("score", "accuracy")
+                                    if isinstance(summary.get(name), torch.Tensor)})
             length = math.nan if item.seq_len is None else float(item.seq_len)  # span sets: NaN
             key = (item.spec.name, -1.0 if math.isnan(length) else length)  # as decide() reads the table
-            groups.setdefault(key, []).extend(value[layers].double().flatten().tolist())
+            groups.setdefault(key, []).extend(statistic(columns).tolist())
     bars = {}
     for key, found in groups.items():
         finite = np.asarray(found)[np.isfinite(found)]
