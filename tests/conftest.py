@@ -122,3 +122,29 @@ def compact_synthetic_pdb(sequence: str) -> str:
 def ubiquitin_structure():
     """tests/data/pdb1ubi.pdb: ubiquitin (1UBI), chain A, 76 residues."""
     return os.path.join(STRUCTURES, "pdb1ubi.pdb")
+
+
+@pytest.fixture(params=["single pass", "kernel"])
+def slot_path(request, monkeypatch):
+    """Both ways the engine serves gathered slots and output norms to sinks that want no head densely: the
+    single pass, reading α at the slots from its own blocks and Σ_j α_ij n_j from one more value column (CPU
+    float32 inputs up to ``SLOT_PASS_MAX_KEYS``), and the fused kernel on a padded value channel with α
+    rebuilt at the slots (longer inputs, other devices and dtypes; forced here by a limit of 0 keys). After
+    the test, checks that the path named really ran."""
+    from probe.engine import attention
+
+    passes = []
+    single_pass = attention._stream_single_pass
+
+    def counted(*args, **kwargs):
+        passes.append(1)
+        return single_pass(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "_stream_single_pass", counted)
+    if request.param == "kernel":
+        monkeypatch.setattr(attention, "SLOT_PASS_MAX_KEYS", 0)
+    yield request.param
+    if request.param == "kernel":
+        assert not passes, "the single pass ran where the kernel path was forced"
+    else:
+        assert passes, "the single pass never ran"

@@ -42,10 +42,22 @@ from probe.engine.kernels import (
     softmax_in_place,
 )
 from probe.engine.keywords import FALLBACK, read_keywords
-from probe.engine.output_norms import REDUCED_PRECISION, with_output_norms
+from probe.engine.output_norms import (
+    REDUCED_PRECISION,
+    OutputNorms,
+    deliver_norms,
+    layer_norms,
+    with_output_norms,
+)
 from probe.engine.session import ACTIVE_SESSION, MAX_BLOCK_ROWS, CaptureSession
 from probe.engine.sinks import AttentionBlock, ReducedBlock, SinkNeeds
 from probe.errors import ProbeError
+
+# Keys up to which a layer whose sinks want gathered slots or output norms but no head densely (the label run)
+# takes the single pass — α at the slots read from its own blocks, Σ_j α_ij ‖f_h(x_j)‖ as one more value
+# column — instead of the fused kernel on padded q, k, v plus a rebuild at the slots: on the CPU the single
+# pass's blocks cost no more than the kernel there (docs/benchmarks.md, "Slots from the single pass").
+SLOT_PASS_MAX_KEYS = 2048
 
 # The names tests and older callers use for the kernels (they moved to probe.engine.kernels).
 _fused_attention = fused_attention
@@ -196,25 +208,37 @@ def capture_attention_forward(
     # and α is rebuilt. In float16 / bfloat16 the single pass's output (float32 math, one rounding) would
     # differ from the kernel's by an ulp here and there, and the logits with it (measured up to 0.1 on a tiny
     # bf16 Llama): the kernel runs.
-    single_pass = (plan.heads == list(range(n_heads)) and not (dropout and module.training)
-                   and not plan.norm_sinks and query.dtype not in REDUCED_PRECISION)
-    if single_pass:
-        want_lse = bool(plan.sampled) or bool(plan.gather)
-
-        def kernel(q, k, v):
-            return _stream_single_pass(session, layer, plan, q, k, v, scores, want_lse, weights, columns)
+    trains = bool(dropout and module.training)
+    single_pass = (plan.heads == list(range(n_heads)) and not trains and not plan.norm_sinks
+                   and query.dtype not in REDUCED_PRECISION)
+    # No head wanted densely, only slots and output norms, on a short float32 input: the single pass too (its
+    # α blocks never leave it), with the norm channel as one more value column (SLOT_PASS_MAX_KEYS).
+    slot_pass = (not plan.heads and bool(plan.gather or plan.norm_sinks) and not trains
+                 and query.device.type == "cpu" and query.dtype == torch.float32
+                 and key.shape[2] <= SLOT_PASS_MAX_KEYS)
+    served = single_pass or slot_pass
+    gathered = {}  # sink -> (heads, α at its slots [batch head_sel query slot]) served by the single pass
+    if served:
+        norms = layer_norms(plan.norm_sinks, module, layer, n_heads, value) if plan.norm_sinks else None
+        # [batch head query dim_v], lse' [batch head query] or None, Σ_j α_ij n_j [batch head query] or None
+        output, normaliser, mixed, gathered = _stream_single_pass(
+            session, layer, plan, query, key, value, scores, bool(plan.sampled), weights, columns, norms)
+        if norms is not None:
+            deliver_norms(plan.norm_sinks, OutputNorms(layer, norms, mixed))
     else:
         def kernel(q, k, v):
             return layer_output(q, k, v, scores, dropout)
-    # [batch head query dim_v], [batch head query] (lse'); output norms (Kobayashi et al.) to the sinks that
-    # ask for them, from one extra value channel of the same call
-    output, normaliser = with_output_norms(plan.norm_sinks, module, layer, query, key, value, kernel)
-    if plan.heads and not single_pass:
-        _stream_alpha(session, layer, plan, query, expand_kv(key, n_heads), scores, normaliser, weights,
-                      columns)
+        # [batch head query dim_v], [batch head query] (lse'); output norms (Kobayashi et al.) to the sinks
+        # that ask for them, from one extra value channel of the same call
+        output, normaliser = with_output_norms(plan.norm_sinks, module, layer, query, key, value, kernel)
+        if plan.heads:
+            _stream_alpha(session, layer, plan, query, expand_kv(key, n_heads), scores, normaliser, weights,
+                          columns)
     for sink, (chosen, rows) in plan.sampled.items():
         _stream_rows(session, layer, sink, plan.needs[sink], chosen, rows, query, key, scores, normaliser)
-    if plan.gather:
+    for sink, (heads, alpha) in gathered.items():
+        sink.update_gathered(layer, heads, alpha)
+    if plan.gather and not served:
         _gather_alpha(session, layer, plan.gather, query, expand_kv(key, n_heads), scores, normaliser)
     if session.ablate is not None:
         output = _apply_ablation(output, session.ablate, layer)  # [batch head query dim_v]
@@ -367,12 +391,16 @@ def _stream_single_pass(
     want_lse: bool = True,
     weights: torch.Tensor | None = None,  # [batch|1 key feature]: the reductions' w
     columns: dict | None = None,  # reducing sink -> slice of the feature axis
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    norms: torch.Tensor | None = None,  # [batch head key] ‖f_h(x_j)‖: Σ_j α_ij n_hj wanted
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, dict]:
     """Attention of every head computed block by block from the α the sinks receive: per block of query rows
-    one QKᵀ, (the cap,) a softmax and α·V — α·[V | K | W], the reductions' sums riding on the same product.
-    Returns (output [batch head query dim_v] in the query's dtype, lse' [batch head query] float32, or None
-    when no consumer needs it), equal to the fused kernel's within float32 rounding. With attention sinks the
-    softmax's α is scaled by exp(lse − lse') before α·V, which is the model's own output.
+    one QKᵀ, (the cap,) a softmax and α·V — α·[V | K | W | N], the reductions' sums and the output norms'
+    Σ_j α_ij n_hj riding on the same product; the plan's gathered slots are read from each block.
+    Returns (output [batch head query dim_v] in the query's dtype, lse' [batch head query] float32 or None
+    when no consumer needs it, Σ_j α_ij n_hj [batch head query] float32 or None without `norms`, and
+    {gather sink: (heads, α at its slots [batch head_sel query slot])} for the caller to hand out), equal to
+    the fused kernel's and the rebuild's within float32 rounding. With attention sinks the softmax's α is
+    scaled by exp(lse − lse') before α·V, which is the model's own output.
 
     Grouped-query heads are never repeated: the g query heads of one kv head are stacked on the row axis, so
     one matmul per kv head serves them all (`[batch·kv_head, g·block, key]` is `[batch, head, block, key]` in
@@ -408,8 +436,17 @@ def _stream_single_pass(
     elif weights is not None:  # [b·kv key dv'+feature]
         features = weights.expand(n_batch, n_key, -1)[:, None].expand(-1, n_kv, -1, -1)
         values = torch.cat([values, features.reshape(n_batch * n_kv, n_key, -1)], dim=-1)
+    norms_from = values.shape[-1]  # the output norms' columns: one per query head of the kv head's group
+    mixed = None
+    if norms is not None:
+        # [batch·kv key group]: query head kv·g + i reads column i
+        norm_columns = norms.float().view(n_batch, n_kv, group, n_key).transpose(2, 3)
+        values = torch.cat([values, norm_columns.reshape(n_batch * n_kv, n_key, group)], dim=-1)
+        mixed = torch.empty(n_batch, n_heads, n_query, device=query.device)  # [batch head query]
+    slots = {sink: _SlotReader(heads, slots, layer, n_heads, n_query, scores.is_causal, n_batch, query.device)
+             for sink, (heads, slots) in plan.gather.items()}
     # the kernel keeps α in its tiles when only reductions are wanted (a finite bias needs α for the entropy)
-    keep_alpha = not fused or bool(plan.dense) or bias is not None
+    keep_alpha = not fused or bool(plan.dense) or bias is not None or bool(slots)
     kernel_max = fused and not keep_alpha and any(r.max_alpha for r in plan.reduced.values())
     if fused:
         queries = queries.contiguous()
@@ -494,11 +531,55 @@ def _stream_single_pass(
         elif entropy_wanted:
             entropy = _direct_entropy(alpha)
         if weights is not None and weighted is None:  # [batch head block feature]
-            weighted = block_out[..., reduced_from:].reshape(n_batch, n_heads, rows, -1)
+            weighted = block_out[..., reduced_from:norms_from].reshape(n_batch, n_heads, rows, -1)
+        if mixed is not None:  # query head (kv, i) reads column i of its kv head's norm columns
+            columns_out = block_out[..., norms_from:].view(n_batch * n_kv, group, rows, group)
+            # [batch·kv block group] -> [batch head block]
+            own = columns_out.diagonal(dim1=1, dim2=3).view(n_batch, n_kv, rows, group)
+            mixed[:, :, start:stop] = own.permute(0, 1, 3, 2).reshape(n_batch, n_heads, rows)
+        for reader in slots.values():
+            reader.read(alpha, start, stop)
         _hand_out(session, layer, plan, heads, start, n_query, query_offset, n_key, alpha, entropy, learned,
                   weights, columns, weighted, block_max)
     output = output.view(n_batch, n_heads, n_query, dim_v).to(query.dtype)  # [batch head query dim_v]
-    return output, lse
+    return output, lse, mixed, {sink: (reader.heads, reader.alpha) for sink, reader in slots.items()}
+
+
+class _SlotReader:
+    """α at one gather sink's slots, read from each α block of the single pass as it goes by: (heads, slots
+    `[batch query slot]`) as the sink asked; ``alpha`` `[batch head_sel query slot]` float32 is 0 where a slot
+    names no key (< 0, or after the row under a causal mask), as on the rebuild's path."""
+
+    def __init__(self, heads, slots: torch.Tensor, layer: int, n_heads: int, n_query: int, is_causal: bool,
+                 n_batch: int, device: torch.device) -> None:
+        self.heads = tuple(heads)
+        _check_heads(self.heads, layer, n_heads)
+        slots = _checked_slots(slots, n_batch, n_query, device)  # [batch query slot]
+        self.present = _present(slots, is_causal)  # [batch query slot]
+        self.slots = slots.clamp(min=0)  # [batch query slot]
+        self.index = None if self.heads == tuple(range(n_heads)) else list(self.heads)
+        # [batch head_sel query slot]
+        self.alpha = torch.zeros(n_batch, len(self.heads), n_query, slots.shape[-1], device=device)
+
+    def read(self, alpha: torch.Tensor, start: int, stop: int) -> None:
+        """Take the slots of rows start … stop − 1 from their α block `[batch head block key_stop]` (causal
+        blocks end at their last row's key: a later slot is not present and reads any key in range)."""
+        rows = slice(start, stop)
+        index = self.slots[:, rows].clamp(max=alpha.shape[-1] - 1)  # [batch block slot]
+        # [batch head block slot]
+        picked = alpha.gather(-1, index[:, None].expand(-1, alpha.shape[1], -1, -1))
+        if self.index is not None:
+            picked = picked[:, self.index]  # [batch head_sel block slot]
+        self.alpha[:, :, rows] = torch.where(self.present[:, None, rows], picked, 0.0)
+
+
+def _checked_slots(slots: torch.Tensor, n_batch: int, n_query: int, device: torch.device) -> torch.Tensor:
+    """A gather sink's slots `[batch query slot]` on `device`, refused in one line when misshaped."""
+    slots = slots.to(device)
+    if slots.shape[:2] != (n_batch, n_query):
+        raise ProbeError(f"gather slots are shaped {tuple(slots.shape)}; expected [batch={n_batch}, "
+                         f"query={n_query}, slot]")
+    return slots
 
 
 def _rebuild_operands(query_sel, key_sel, normaliser_sel, scores: Scores):
@@ -671,10 +752,7 @@ def _gather_alpha(
     fewer keys than the widest row (token matches: most rows have none)."""
     n_batch, n_heads, n_query, dim = query.shape
     for sink, (heads, slots) in requests.items():
-        heads, slots = tuple(heads), slots.to(query.device)  # slots: [batch query slot]
-        if slots.shape[:2] != (n_batch, n_query):
-            raise ProbeError(f"gather slots are shaped {tuple(slots.shape)}; expected [batch={n_batch}, "
-                             f"query={n_query}, slot]")
+        heads, slots = tuple(heads), _checked_slots(slots, n_batch, n_query, query.device)  # [b query slot]
         query_sel, key_sel, norm_sel, mask_sel, _ = _select_heads(heads, layer, query, key,
                                                                   normaliser, scores)
         query_sel, key_sel = query_sel.float(), key_sel.float()

@@ -13,11 +13,14 @@ For every layer a sink asks for, the engine computes
   factor F_h of the head's output-projection slice (its Gram matrix W_O^h W_O^hᵀ = F_hᵀ F_h, so ‖v W_O^h‖
   = ‖v F_hᵀ‖ exactly, at `dim²` instead of `dim · width` per key). The projection's bias is added once to the
   sum of all heads, not per head, so it is no part of any f_h and is left out;
-* ``mixed`` = Σ_j α_ij n_hj — the denominator of an output share, which needs every key. It comes from the
-  fused kernel itself: the value tensor gets n as one extra channel (query and key get a zero channel, which
-  adds exactly 0 to every score), so the kernel returns Σ_j α_ij n_j beside the model's output at the cost of
-  one more value channel. The model's own output channels are those of the plain call (tested bitwise on the
-  CPU kernel).
+* ``mixed`` = Σ_j α_ij n_hj — the denominator of an output share, which needs every key. On the kernel path
+  (:func:`with_output_norms`) it comes from the fused kernel itself: the value tensor gets n as one extra
+  channel (query and key get a zero channel, which adds exactly 0 to every score), so the kernel returns
+  Σ_j α_ij n_j beside the model's output at the cost of one more value channel, and the model's own output
+  channels are those of the plain call (tested bitwise on the CPU kernel). Where the engine runs its single
+  pass instead (short CPU inputs whose sinks want slots and norms only, :mod:`probe.engine.attention`), n is
+  one more column of the values its α blocks multiply (:func:`layer_norms` gives it, :func:`deliver_norms`
+  hands the result out).
 
 :class:`OutputProjections` finds each attention module's output projection where :mod:`probe.anatomy` says
 it sits (on the module, or ``output.dense`` beside it); a projection whose input is not `heads × value dim`
@@ -155,28 +158,23 @@ def with_output_norms(
     the same kernel call also yields Σ_j α_ij ‖f_h(x_j)‖ (value augmented with the norms as one channel; with
     attention sinks the kernel's rescaling by exp(lse − lse') applies to it too) and the sinks receive
     :class:`OutputNorms` before the layer's α."""
-    sinks = [sink for sink, _ in norm_sinks]
-    if not sinks:
+    if not norm_sinks:
         return kernel(query, key, value)
-    n_heads, dim = query.shape[1], value.shape[-1]
-    factor = norm_sinks[0][1].factors(module, n_heads, dim)
-    if factor is None:
-        for sink in sinks:
-            sink.update_output_norms(layer, None)
+    n_heads = query.shape[1]
+    norms = layer_norms(norm_sinks, module, layer, n_heads, value)  # [batch head key]
+    if norms is None:
         return kernel(query, key, value)
+    dim = value.shape[-1]
     # grouped kv heads: each query head reads its group's value through its own W_O^h
     if value.shape[1] != n_heads:
         key = repeat_kv(key, n_heads // key.shape[1])  # [batch head key dim]
         value = repeat_kv(value, n_heads // value.shape[1])  # [batch head key dim_v]
-    norms = value_norms(value, factor.to(value.device))  # [batch head key]
     if query.dtype in REDUCED_PRECISION:
         # A bf16 output channel would round Σ_j α_ij n_j to 3 significant digits (measured: 7e-3 relative); so
         # the model's call stays as it is and the norm channel gets its own float32 call on the same q and k.
         output, lse = kernel(query, key, value)  # [batch head query dim_v], the model's own output
         mixed = kernel(query.float(), key.float(), norms[..., None])[0][..., 0]  # [batch head query]
-        delivered = OutputNorms(layer, norms, mixed)
-        for sink in sinks:
-            sink.update_output_norms(layer, delivered)
+        deliver_norms(norm_sinks, OutputNorms(layer, norms, mixed))
         return output, lse
     # CUDA kernels want head dims that are multiples of 8: pad with zero channels; the CPU kernel takes dim +
     # 1.
@@ -186,10 +184,34 @@ def with_output_norms(
     value_aug = _padded(value, norms, pad)  # [batch head key dim+pad]
     output, lse = kernel(query_aug, key_aug, value_aug)  # [batch head query dim+pad]
     mixed = output[..., dim].float()  # [batch head query]
-    delivered = OutputNorms(layer, norms, mixed)
-    for sink in sinks:
-        sink.update_output_norms(layer, delivered)
+    deliver_norms(norm_sinks, OutputNorms(layer, norms, mixed))
     return output[..., :dim], lse
+
+
+def layer_norms(
+    norm_sinks: Sequence[tuple[object, OutputProjections]],  # (sink, where its projections are), not empty
+    module: nn.Module,
+    layer: int,
+    n_heads: int,
+    value: torch.Tensor,  # [batch kv_head key dim_v]
+) -> torch.Tensor | None:
+    """‖f_h(x_j)‖ `[batch head key]` float32 of every query head of `module` (grouped kv heads read through
+    each query head's own W_O^h), or None when its output projection is not found — then the sinks have
+    already been told (they receive ``None`` for the layer)."""
+    factor = norm_sinks[0][1].factors(module, n_heads, value.shape[-1])
+    if factor is None:
+        for sink, _ in norm_sinks:
+            sink.update_output_norms(layer, None)
+        return None
+    if value.shape[1] != n_heads:
+        value = repeat_kv(value, n_heads // value.shape[1])  # [batch head key dim_v]
+    return value_norms(value, factor.to(value.device))  # [batch head key]
+
+
+def deliver_norms(norm_sinks: Sequence[tuple[object, OutputProjections]], delivered: OutputNorms) -> None:
+    """Hand one layer's :class:`OutputNorms` to every sink that asked (before the layer's α reaches them)."""
+    for sink, _ in norm_sinks:
+        sink.update_output_norms(delivered.layer, delivered)
 
 
 def _padded(states: torch.Tensor, channel: torch.Tensor | None, pad: int) -> torch.Tensor:

@@ -271,7 +271,7 @@ def test_cuda_engine_equals_eager(tiny_dir, cuda_kernels_only):
 
 @pytest.mark.parametrize("layout", ["shared", "scattered", "sparse", "bands", "offsets"])
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "mistral"])
-def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout):
+def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout, slot_path):
     """A GatherSink gets α at its key slots (causal, padding and sliding-window masks applied), 0 where slot =
     −1. "shared": rows share their keys (the engine multiplies against the block's distinct keys);
     "scattered": one different key per row, "sparse": token matches' layout — up to 3 keys in a few rows, the

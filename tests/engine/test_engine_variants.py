@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 
-from probe.engine import DenseSink, SinkNeeds, capture
+from probe.engine import DenseSink, SinkNeeds, attention, capture
 from probe.engine.attention import capture_attention_forward
 from probe.engine.keywords import KEYWORDS
 from probe.engine.output_norms import OutputProjections
@@ -160,7 +160,7 @@ def test_alpha_equals_eager_on_every_path(name, path):
 
 @pytest.mark.parametrize("layout", ["bands", "sparse"])
 @pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
-def test_gathered_alpha_and_output_norms_equal_eager(name, layout):
+def test_gathered_alpha_and_output_norms_equal_eager(name, layout, slot_path):
     """Gathered slots equal eager α there (soft-capped scores, learned sinks); the output norms' Σ_j α_ij n_j
     uses the sink-scaled α. "bands": previous, first and self (rows sharing keys: one product against the
     block's distinct keys); "sparse": token matches' layout, a few keys in a few rows (each present (row, key)
@@ -193,7 +193,7 @@ def test_gathered_alpha_and_output_norms_equal_eager(name, layout):
 
 @pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
 @pytest.mark.parametrize("sinks", ["none", "all heads", "some heads", "norms"])
-def test_logits_under_capture_equal_the_default_implementation(name, sinks):
+def test_logits_under_capture_equal_the_default_implementation(name, sinks, monkeypatch):
     """Capture never changes what the model computes: single pass (all heads), kernel (+ rebuild) and the norm
     channel all give the model's own logits."""
     model = model_of(name)
@@ -206,6 +206,11 @@ def test_logits_under_capture_equal_the_default_implementation(name, sinks):
         got = model(**inputs).logits
     real = inputs["attention_mask"].bool()[..., None]
     assert ((got - expected).abs() * real).max() <= TOL
+    if sinks == "norms":  # the norm channel on the kernel path too (the single pass serves short inputs)
+        monkeypatch.setattr(attention, "SLOT_PASS_MAX_KEYS", 0)
+        with capture(model, chosen), torch.no_grad():
+            got = model(**inputs).logits
+        assert ((got - expected).abs() * real).max() <= TOL
 
 
 def test_the_variants_matter_negative_controls():

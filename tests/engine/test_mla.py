@@ -129,7 +129,7 @@ def test_generate_with_kv_cache_rows_equal_eager(deepseek_dir):
         assert (row - reference[..., position, : position + 1]).abs().max() <= TOL
 
 
-def test_gathered_alpha_equals_eager_at_the_slots(deepseek_dir):
+def test_gathered_alpha_equals_eager_at_the_slots(deepseek_dir, slot_path):
     loaded = models.load(str(deepseek_dir))
     inputs = inputs_of(loaded, [SENTENCE])
     n = inputs["input_ids"].shape[1]

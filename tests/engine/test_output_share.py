@@ -116,7 +116,7 @@ def _patterns(batch: int, n: int, causal: bool, seed: int) -> dict[str, torch.Te
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "llama"])
-def test_streamed_output_share_equals_the_eager_reference(arch):
+def test_streamed_output_share_equals_the_eager_reference(arch, slot_path):
     model, _ = build_tiny(arch, seed=4, sharpness=3.0)
     causal = arch != "bert"
     generator = torch.Generator().manual_seed(1)
@@ -144,10 +144,11 @@ def test_streamed_output_share_equals_the_eager_reference(arch):
 
 
 @pytest.mark.parametrize("width", [32, 64])
-def test_output_norms_leave_the_model_output_unchanged(width):
-    """The norms ride in an extra value channel of the same kernel call: with head dim 16 the CPU kernel's
-    output channels are bitwise those of the plain call (also 12–256 by hand); at head dim 8 it differs by ≤ 1
-    float ULP."""
+def test_output_norms_leave_the_model_output_unchanged(width, slot_path):
+    """On the kernel path the norms ride in an extra value channel of the same kernel call: with head dim 16
+    the CPU kernel's output channels are bitwise those of the plain call (also 12–256 by hand); at head dim 8
+    it differs by ≤ 1 float ULP. The single pass computes the output from its own α blocks: equal to the
+    kernel's within float32 rounding (1e-6 in the logits)."""
     model, _ = build_tiny("gpt2", seed=5, n_embd=width)
     ids = torch.randint(3, 60, (2, SEQ), generator=torch.Generator().manual_seed(3))
     patterns = _patterns(2, SEQ, True, seed=0)
@@ -157,7 +158,7 @@ def test_output_norms_leave_the_model_output_unchanged(width):
         plain = model(input_ids=ids).logits
     with capture(model, sink), torch.inference_mode():
         captured = model(input_ids=ids).logits
-    if width == 64:
+    if width == 64 and slot_path == "kernel":
         assert torch.equal(plain, captured)
     assert torch.allclose(plain, captured, rtol=0, atol=1e-6)
     assert sink.share_known.all()

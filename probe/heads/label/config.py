@@ -64,8 +64,10 @@ class LabelConfig:
         Random same-layer heads each ablation is compared with.
     output_share : bool, default True
         Also measure each head's output share (Kobayashi et al. 2020) and its role (``output_share``).
-    block_bytes : int, default 8 MiB
-        Memory budget of one streamed α block, all heads of a layer (not part of a run's identity).
+    block_bytes : int, default 16 MiB
+        Memory budget of one streamed α block, all heads of a layer (not part of a run's identity). 16 MiB
+        gives the engine's 128-row blocks (where the CPU GEMMs run at full speed) for a GPT-2-small layer at
+        2 × 1,024 tokens; the block lives only during attention, below the MLP's own intermediates.
     retrieval_mask : {"output", "query"}, default "output"
         How the retrieval check masks a head (:mod:`probe.heads.retrieval_ablation`): its output zeroed in the
         prefill and decoding (ours), or its query zeroed on decoding steps — uniform attention — as Wu et al.
@@ -121,7 +123,7 @@ class LabelConfig:
     # random control heads (same layer where possible) / control groups per ablation
     ablation_controls: int = 8
     output_share: bool = True  # also measure each head's output share (Kobayashi et al. 2020) and its role
-    block_bytes: int = 8 * 2**20  # memory budget of one streamed α block (all heads of a layer)
+    block_bytes: int = 16 * 2**20  # memory budget of one streamed α block (all heads of a layer)
     retrieval_mask: str = "output"  # retrieval ablation: output zeroed (ours) | query zeroed (Wu et al.)
     twins: int = 0  # untrained twins scored on the same probes (their p99 is a label's second bar); 0: none
     twin_share: float = 0.25  # the share of the probes the twins run together (each: share / twins of them)
