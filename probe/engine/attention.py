@@ -56,8 +56,11 @@ from probe.errors import ProbeError
 # Keys up to which a layer whose sinks want gathered slots or output norms but no head densely (the label run)
 # takes the single pass — α at the slots read from its own blocks, Σ_j α_ij ‖f_h(x_j)‖ as one more value
 # column — instead of the fused kernel on padded q, k, v plus a rebuild at the slots: on the CPU the single
-# pass's blocks cost no more than the kernel there (docs/benchmarks.md, "Slots from the single pass").
+# pass's blocks cost no more than the kernel there (docs/benchmarks.md, "Labelling": the third round).
 SLOT_PASS_MAX_KEYS = 2048
+# More slots per row than this (and than keys / 8): off the single pass, a gather sink's α is rebuilt in dense
+# blocks for its heads and read at its slots there, where one product per (row, key) pair would cost more.
+GATHER_MAX_SLOTS = 16
 
 # The names tests and older callers use for the kernels (they moved to probe.engine.kernels).
 _fused_attention = fused_attention
@@ -236,10 +239,18 @@ def capture_attention_forward(
                           columns)
     for sink, (chosen, rows) in plan.sampled.items():
         _stream_rows(session, layer, sink, plan.needs[sink], chosen, rows, query, key, scores, normaliser)
+    if plan.gather and not served:
+        # many slots per row: α rebuilt in dense blocks of the sink's heads, read at the slots
+        wide = {sink: request for sink, request in plan.gather.items()
+                if request[1].shape[-1] > max(GATHER_MAX_SLOTS, key.shape[2] // 8)}
+        if wide:
+            gathered = _rebuild_slots(session, layer, wide, query, expand_kv(key, n_heads), scores,
+                                      normaliser)
+        narrow = {sink: request for sink, request in plan.gather.items() if sink not in wide}
+        if narrow:
+            _gather_alpha(session, layer, narrow, query, expand_kv(key, n_heads), scores, normaliser)
     for sink, (heads, alpha) in gathered.items():
         sink.update_gathered(layer, heads, alpha)
-    if plan.gather and not served:
-        _gather_alpha(session, layer, plan.gather, query, expand_kv(key, n_heads), scores, normaliser)
     if session.ablate is not None:
         output = _apply_ablation(output, session.ablate, layer)  # [batch head query dim_v]
     return output.transpose(1, 2).contiguous(), None  # [batch query head dim_v]
@@ -443,8 +454,8 @@ def _stream_single_pass(
         norm_columns = norms.float().view(n_batch, n_kv, group, n_key).transpose(2, 3)
         values = torch.cat([values, norm_columns.reshape(n_batch * n_kv, n_key, group)], dim=-1)
         mixed = torch.empty(n_batch, n_heads, n_query, device=query.device)  # [batch head query]
-    slots = {sink: _SlotReader(heads, slots, layer, n_heads, n_query, scores.is_causal, n_batch, query.device)
-             for sink, (heads, slots) in plan.gather.items()}
+    slots = {sink: _SlotReader(heads, slots, layer, tuple(range(n_heads)), n_query, scores.is_causal, n_batch,
+                               query.device) for sink, (heads, slots) in plan.gather.items()}
     # the kernel keeps α in its tiles when only reductions are wanted (a finite bias needs α for the entropy)
     keep_alpha = not fused or bool(plan.dense) or bias is not None or bool(slots)
     kernel_max = fused and not keep_alpha and any(r.max_alpha for r in plan.reduced.values())
@@ -546,24 +557,27 @@ def _stream_single_pass(
 
 
 class _SlotReader:
-    """α at one gather sink's slots, read from each α block of the single pass as it goes by: (heads, slots
-    `[batch query slot]`) as the sink asked; ``alpha`` `[batch head_sel query slot]` float32 is 0 where a slot
-    names no key (< 0, or after the row under a causal mask), as on the rebuild's path."""
+    """α at one gather sink's slots, read from each α block (the single pass's, or a dense rebuild's) as it
+    goes by: (heads, slots `[batch query slot]`) as the sink asked, from blocks that carry `block_heads`;
+    ``alpha`` `[batch head_sel query slot]` float32 is 0 where a slot names no key (< 0, or after the row
+    under a causal mask), as on the pair-by-pair path."""
 
-    def __init__(self, heads, slots: torch.Tensor, layer: int, n_heads: int, n_query: int, is_causal: bool,
-                 n_batch: int, device: torch.device) -> None:
+    def __init__(self, heads, slots: torch.Tensor, layer: int, block_heads: tuple[int, ...], n_query: int,
+                 is_causal: bool, n_batch: int, device: torch.device) -> None:
         self.heads = tuple(heads)
-        _check_heads(self.heads, layer, n_heads)
+        _check_heads(self.heads, layer, max(block_heads) + 1 if block_heads else 0)
         slots = _checked_slots(slots, n_batch, n_query, device)  # [batch query slot]
         self.present = _present(slots, is_causal)  # [batch query slot]
         self.slots = slots.clamp(min=0)  # [batch query slot]
-        self.index = None if self.heads == tuple(range(n_heads)) else list(self.heads)
+        position = {head: index for index, head in enumerate(block_heads)}
+        self.index = None if self.heads == tuple(block_heads) else [position[head] for head in self.heads]
         # [batch head_sel query slot]
         self.alpha = torch.zeros(n_batch, len(self.heads), n_query, slots.shape[-1], device=device)
 
     def read(self, alpha: torch.Tensor, start: int, stop: int) -> None:
-        """Take the slots of rows start … stop − 1 from their α block `[batch head block key_stop]` (causal
-        blocks end at their last row's key: a later slot is not present and reads any key in range)."""
+        """Take the slots of rows start … stop − 1 from their α block `[batch block_head block key_stop]`
+        (causal blocks end at their last row's key: a later slot is not present and reads any key in
+        range)."""
         rows = slice(start, stop)
         index = self.slots[:, rows].clamp(max=alpha.shape[-1] - 1)  # [batch block slot]
         # [batch head block slot]
@@ -604,9 +618,10 @@ def _stream_alpha(
     normaliser: torch.Tensor,  # [batch head query] lse'
     weights: torch.Tensor | None = None,  # [batch|1 key feature]: the reductions' w
     columns: dict | None = None,  # reducing sink -> slice of the feature axis
+    readers: Sequence[_SlotReader] = (),  # gather sinks' slots read from the blocks (of the plan's heads)
 ) -> None:
     """Rebuild α for the plan's heads from the kernel's lse', one query block at a time, and hand each block
-    out (the reducing sinks' sums taken from it)."""
+    out (the reducing sinks' sums taken from it; the readers' slots read from it)."""
     heads = plan.heads
     n_batch, n_query, n_key = query.shape[0], query.shape[2], key.shape[2]
     query_sel, key_sel, norm_sel, mask_sel, sinks_sel = _select_heads(heads, layer, query, key,
@@ -653,8 +668,31 @@ def _stream_alpha(
                                    None if bias is None else bias[:, :, start:stop], learned)
         elif entropy_wanted:
             entropy = _direct_entropy(alpha)
+        for reader in readers:
+            reader.read(alpha, start, stop)
         _hand_out(session, layer, plan, heads, start, n_query, query_offset, n_key, alpha, entropy, learned,
                   weights, columns)
+
+
+def _rebuild_slots(
+    session: CaptureSession,
+    layer: int,
+    requests: dict,  # sink -> (heads, slots [batch query slot]), each with many slots per row
+    query: torch.Tensor,  # [batch head query dim]
+    key: torch.Tensor,  # [batch head key dim]
+    scores: Scores,
+    normaliser: torch.Tensor,  # [batch head query] lse'
+) -> dict:
+    """α at the slots of gather sinks with many slots per row, read from dense blocks of their heads rebuilt
+    from the kernel's lse' (no block is handed to anyone): {sink: (heads, α [batch head_sel query slot])}."""
+    n_batch, n_heads, n_query = query.shape[:3]
+    heads = sorted({head for chosen, _ in requests.values() for head in chosen})
+    _check_heads(heads, layer, n_heads)
+    readers = {sink: _SlotReader(chosen, slots, layer, tuple(heads), n_query, scores.is_causal, n_batch,
+                                 query.device) for sink, (chosen, slots) in requests.items()}
+    _stream_alpha(session, layer, _Plan({}, heads=heads), query, key, scores, normaliser,
+                  readers=tuple(readers.values()))
+    return {sink: (reader.heads, reader.alpha) for sink, reader in readers.items()}
 
 
 def _stream_rows(

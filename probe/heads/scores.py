@@ -136,9 +136,6 @@ class TypeScores:
                           joined("output_share"), joined("clark_correct"))
 
 
-GATHER_MAX_SLOTS = 16  # more target slots per row than this (and than n/8): dense blocks instead of gathering
-
-
 class ScoreSink:
     """Streams the target mass of every head for several head types over one batch (a capture Sink).
 
@@ -191,10 +188,9 @@ class ScoreSink:
             self.n_valid[head_type] = rows.sum(-1)  # [batch]
             self.valid_rows[head_type] = rows.to(device)  # [batch query]
         # Without word-level accuracy every score needs α only at the target keys: one slot tensor for all
-        # types, gathered by the engine (GatherSink) — no dense block is built at all. When the types together
-        # have many targets per row (fixed_offset's candidates, delimiters) gathering that many key vectors
-        # costs more than the block's matrix product, so the engine streams dense blocks instead and the slots
-        # are gathered from them.
+        # types, gathered by the engine (GatherSink) — no block is handed to the sink at all. The engine
+        # picks how: read from its single pass's blocks, rebuilt pair by pair, or (many targets per row:
+        # fixed_offset's candidates, delimiters) read from dense blocks it rebuilds for the purpose.
         self.columns: dict[str, slice] = {}
         self.tl_columns: dict[str, slice] = {}  # TL's own detection patterns, after the targets' slots
         parts = []
@@ -205,8 +201,7 @@ class ScoreSink:
                 columns[head_type] = slice(first, first + slots.shape[-1])
                 parts.append(slots)
         self.all_slots = torch.cat(parts, dim=-1)  # [batch query slot]
-        n_keys = self.all_slots.shape[1]
-        self.dense = words is not None or self.all_slots.shape[-1] > max(GATHER_MAX_SLOTS, n_keys // 8)
+        self.dense = words is not None
         batch = len(self.lengths)
         # [batch layer head]
         self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
@@ -246,8 +241,7 @@ class ScoreSink:
                          output_projections=self.output_projections, causal_crop=True)
 
     def heads_for(self, layer: int, n_heads: int) -> Sequence[int]:
-        """Dense blocks for word-level accuracy (whole rows of the attending word) or many targets per row;
-        else see gather_for."""
+        """Dense blocks for word-level accuracy (whole rows of the attending word); else see gather_for."""
         if not self.dense:
             return ()
         return range(n_heads) if self.heads is None else self.heads

@@ -7,7 +7,15 @@ import pytest
 import torch
 
 from probe import models
-from probe.engine import ENGINE_NAME, AttentionBlock, DenseSink, SinkNeeds, capture, capture_attention
+from probe.engine import (
+    ENGINE_NAME,
+    AttentionBlock,
+    DenseSink,
+    SinkNeeds,
+    attention,
+    capture,
+    capture_attention,
+)
 from probe.errors import ProbeError
 from tests.conftest import eager_attention
 
@@ -269,7 +277,7 @@ def test_cuda_engine_equals_eager(tiny_dir, cuda_kernels_only):
                 assert max_diff(ours.cuda(), expected, inputs["attention_mask"]) <= 1e-4, (arch, heads)
 
 
-@pytest.mark.parametrize("layout", ["shared", "scattered", "sparse", "bands", "offsets"])
+@pytest.mark.parametrize("layout", ["shared", "scattered", "sparse", "bands", "offsets", "wide"])
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "mistral"])
 def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout, slot_path):
     """A GatherSink gets α at its key slots (causal, padding and sliding-window masks applied), 0 where slot =
@@ -278,7 +286,8 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout, slot_p
     other slots −1 (the engine computes each present (row, key) pair alone); "bands": keys at fixed offsets
     i − 1 and i + 2 (the engine multiplies shifted q and k; under a causal mask i + 2 is 0); "offsets": six
     diagonals j = i − 1 … i − 6, as fixed_offset's candidates (rows share their keys: the shared matmul serves
-    the diagonals too)."""
+    the diagonals too); "wide": more slots per row than GATHER_MAX_SLOTS (off the single pass the engine reads
+    them from dense blocks it rebuilds)."""
     loaded = models.load(str(tiny_dir(arch)))
     inputs = text_inputs(loaded.tokenizer, [SENTENCE, "the cat saw the dog"])
     n_batch, n = inputs["input_ids"].shape
@@ -293,6 +302,8 @@ def test_gathered_alpha_equals_eager_at_the_slots(tiny_dir, arch, layout, slot_p
         position = torch.arange(n)
         slots = torch.stack([position - 1, torch.where(position + 2 < n, position + 2, -1)], -1)
         slots = slots[None].repeat(n_batch, 1, 1)  # [batch query slot]: j = i − 1, j = i + 2
+    elif layout == "wide":
+        slots = torch.randint(-1, n, (n_batch, n, attention.GATHER_MAX_SLOTS + 4), generator=generator)
     elif layout == "offsets":
         position = torch.arange(n)[:, None] - torch.arange(1, 7)[None, :]  # [query slot]: j = i − d
         slots = torch.where(position >= 0, position, -1)[None].repeat(n_batch, 1, 1)  # [batch query slot]

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from probe.engine import capture
+from probe.engine import attention, capture
 from probe.engine.output_norms import OutputProjections, kept_projections
 from probe.heads.scores import ScoreSink, run_sink
 from probe.zoo.tiny import build_tiny
@@ -116,7 +116,13 @@ def _patterns(batch: int, n: int, causal: bool, seed: int) -> dict[str, torch.Te
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "bert", "llama"])
-def test_streamed_output_share_equals_the_eager_reference(arch, slot_path):
+def test_streamed_output_share_equals_the_eager_reference(arch, slot_path, monkeypatch):
+    """Output shares of a one-target type and of a many-target one ("many": more slots per row than
+    GATHER_MAX_SLOTS, which off the single pass are read from dense blocks the engine rebuilds) equal the
+    eager reference, with padding (BERT) and grouped kv heads (Llama)."""
+    rebuilt = []
+    rebuild = attention._rebuild_slots
+    monkeypatch.setattr(attention, "_rebuild_slots", lambda *args: rebuilt.append(1) or rebuild(*args))
     model, _ = build_tiny(arch, seed=4, sharpness=3.0)
     causal = arch != "bert"
     generator = torch.Generator().manual_seed(1)
@@ -124,14 +130,17 @@ def test_streamed_output_share_equals_the_eager_reference(arch, slot_path):
     lengths = torch.tensor([SEQ, SEQ - 6]) if not causal else torch.tensor([SEQ, SEQ])
     attention_mask = (torch.arange(SEQ)[None] < lengths[:, None]).long() if not causal else None
     config = model.config
-    for together in (True, False):  # all types in one sink (dense blocks: "many"), or the gathered ones alone
+    for together in (True, False):  # all types in one sink (many slots: "many"), or the few-slot ones alone
         patterns = _patterns(2, SEQ, causal, seed=2)
         if not together:
             patterns.pop("many")
         sink = ScoreSink(patterns, lengths, config.num_hidden_layers, config.num_attention_heads,
                          output_projections=OutputProjections(model))
-        assert sink.dense == together
+        assert not sink.dense and (sink.all_slots.shape[-1] > attention.GATHER_MAX_SLOTS) == together
+        rebuilt.clear()
         run_sink(model, sink, input_ids, attention_mask)
+        # the kernel path rebuilds dense blocks for many slots only; the single pass reads them all
+        assert bool(rebuilt) == (together and slot_path == "kernel")
         ours = sink.result()
         reference = eager_reference(model, arch, input_ids, attention_mask, patterns, lengths)
         for name in patterns:
