@@ -203,16 +203,28 @@ class ScoreSink:
         self.all_slots = torch.cat(parts, dim=-1)  # [batch query slot]
         self.dense = words is not None
         batch = len(self.lengths)
-        # [batch layer head]
-        self.mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
-        self.tl_mass = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in self.tl_columns}
+        # Every sum is kept for all columns at once (fixed_offset alone has up to 31 candidates): a slot's
+        # column is its type's (targets first, then TL's patterns), `slot_column` [slot] long
+        n_types = len(self.columns)
+        owners = [index for index, part in enumerate(parts) for _ in range(part.shape[-1])]
+        self.slot_column = torch.tensor(owners, dtype=torch.long, device=device)  # [slot]
+        self.n_target_slots = sum(part.shape[-1] for part in parts[:n_types])
+        # [column batch layer head]: the target mass per type, then TL's mass per TL pattern; the dicts are
+        # views into it
+        self._mass = torch.zeros(len(parts), batch, n_layers, n_heads, device=device)
+        self.mass = {t: self._mass[index] for index, t in enumerate(self.columns)}
+        self.tl_mass = {t: self._mass[n_types + index] for index, t in enumerate(self.tl_columns)}
+        # [batch query type] bool: each type's valid rows side by side
+        self._valid_rows = torch.stack([self.valid_rows[t] for t in self.columns], dim=-1)
         # Output share: per type the sum over valid rows of Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, and the
         # layer's norms
         self.share = None
         if output_projections is not None:
-            self.share = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
+            self._share = torch.zeros(n_types, batch, n_layers, n_heads, device=device)  # [type b layer head]
             # rows counted per type: valid rows whose output norm is not 0 (a head with f_h ≡ 0 has no share)
-            self.share_rows = {t: torch.zeros(batch, n_layers, n_heads, device=device) for t in patterns}
+            self._share_rows = torch.zeros(n_types, batch, n_layers, n_heads, device=device)
+            self.share = {t: self._share[index] for index, t in enumerate(self.columns)}
+            self.share_rows = {t: self._share_rows[index] for index, t in enumerate(self.columns)}
             self.share_known = torch.zeros(n_layers, dtype=torch.bool)  # layers whose projection was found
         self._norms: OutputNorms | None = None
         self.words = words
@@ -271,20 +283,29 @@ class ScoreSink:
         at_slots = key_norms.gather(-1, index.reshape(batch, 1, -1).expand(-1, len(heads), -1))
         weighted = alpha * at_slots.view(batch, len(heads), n_rows, n_slots)  # [batch head row slot]
         total = norms.mixed[:, heads, rows]  # [batch head row]
-        for head_type, columns in self.columns.items():
-            part = weighted[..., columns].sum(-1)  # [batch head row]
-            counted = self.valid_rows[head_type][:, None, rows] & (total > 0)  # [batch head row]
-            ratio = torch.where(counted, part / total.clamp(min=1e-30), 0.0)  # [batch head row]
-            self.share[head_type][:, layer, heads] += ratio.sum(-1)
-            self.share_rows[head_type][:, layer, heads] += counted.sum(-1)
+        targets = self.n_target_slots
+        n_types = len(self.columns)
+        # [batch head row type]: Σ over each type's slots
+        part = weighted.new_zeros(batch, len(heads), n_rows, n_types).index_add_(
+            -1, self.slot_column[:targets], weighted[..., :targets])
+        counted = self._valid_rows[:, None, rows] & (total > 0)[..., None]  # [batch head row type]
+        ratio = torch.where(counted, part / total.clamp(min=1e-30)[..., None], 0.0)  # [batch head row type]
+        self._share[:, :, layer, heads] += ratio.sum(2).permute(2, 0, 1)  # [type batch head]
+        self._share_rows[:, :, layer, heads] += counted.sum(2).permute(2, 0, 1).to(self._share_rows.dtype)
 
     def update_gathered(self, layer: int, heads: tuple[int, ...], alpha: torch.Tensor) -> None:
         """α at the target slots, `[batch head query slot]`: add each type's target mass per head."""
         heads = list(heads)
-        for mass, named in ((self.mass, self.columns), (self.tl_mass, self.tl_columns)):
-            for head_type, columns in named.items():
-                mass[head_type][:, layer, heads] += alpha[..., columns].sum((-2, -1))
+        self._add_mass(layer, heads, alpha.sum(-2))
         self._add_share(layer, heads, slice(0, alpha.shape[2]), alpha)
+
+    def _add_mass(self, layer: int, heads: list[int], per_slot: torch.Tensor) -> None:
+        """Add α summed over rows at each slot, `[batch head slot]`, to every column's mass."""
+        batch = per_slot.shape[0]
+        # [batch head column]
+        per_column = per_slot.new_zeros(batch, len(heads), len(self._mass)).index_add_(-1, self.slot_column,
+                                                                                       per_slot)
+        self._mass[:, :, layer, heads] += per_column.permute(2, 0, 1)
 
     def update(self, block: AttentionBlock) -> None:
         if block.query_offset != 0:
@@ -298,10 +319,7 @@ class ScoreSink:
         if bool(present.any()):
             safe = torch.where(present, index, 0)[:, None].expand(-1, alpha.shape[1], -1, -1)
             gathered = alpha.gather(-1, safe) * present[:, None]  # [batch head block slot]
-            per_slot = gathered.sum(-2)  # [batch head slot]
-            for mass, named in ((self.mass, self.columns), (self.tl_mass, self.tl_columns)):
-                for head_type, columns in named.items():
-                    mass[head_type][:, block.layer, heads] += per_slot[..., columns].sum(-1)
+            self._add_mass(block.layer, heads, gathered.sum(-2))
             self._add_share(block.layer, heads, rows, gathered)
         if self.query_rows is not None:
             weight = self.words.query_weight[:, rows]  # [batch block]
