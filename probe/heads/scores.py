@@ -144,7 +144,9 @@ class ScoreSink:
     Parameters
     ----------
     patterns : dict of str to Tensor
-        Head type -> `[batch query key]` bool targets (turned into a few key indices per row and dropped).
+        Head type -> `[batch query key]` bool targets (turned into a few key indices per row and dropped), or
+        those key indices already, `[batch query slot]` long (:func:`probe.heads.registry.target_slots` of
+        the targets without padding; −1 = no target).
     lengths : torch.Tensor
         `[batch]` real tokens of each example (right padding).
     n_layers, n_heads : int
@@ -182,9 +184,11 @@ class ScoreSink:
         self.n_valid: dict[str, torch.Tensor] = {}
         self.valid_rows: dict[str, torch.Tensor] = {}
         for head_type, pattern in patterns.items():
-            pattern = without_padding(pattern, self.lengths)  # [batch query key]: padding is no target
-            self.slots[head_type] = target_slots(pattern).to(device)  # [batch query slot]
-            rows = pattern.any(-1)  # [batch query]
+            if pattern.dtype == torch.bool:
+                pattern = without_padding(pattern, self.lengths)  # [batch query key]: padding is no target
+                pattern = target_slots(pattern)  # [batch query slot]
+            self.slots[head_type] = pattern.to(device)  # [batch query slot]
+            rows = (pattern >= 0).any(-1)  # [batch query]
             self.n_valid[head_type] = rows.sum(-1)  # [batch]
             self.valid_rows[head_type] = rows.to(device)  # [batch query]
         # Without word-level accuracy every score needs α only at the target keys: one slot tensor for all

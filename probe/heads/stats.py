@@ -26,24 +26,32 @@ from probe.heads.targets import without_padding
 
 
 def uniform_chance(
-    pattern: torch.Tensor,  # [batch query key] bool
+    pattern: torch.Tensor,  # [batch query key] bool, or [batch query slot] long key slots (−1 = none)
     lengths: torch.Tensor,  # [batch] real tokens (right padding)
     causal: bool,
 ) -> torch.Tensor:
     """A uniform head's valid-row score per example `[batch]`: mean over rows with a target of |T(i)| /
     keys(i), keys(i) = i + 1 (causal) or the sequence's length (bidirectional). NaN where no row has a
-    target."""
-    batch, n, _ = pattern.shape
+    target. The targets come as a dense bool pattern, or as the key slots of
+    :func:`probe.heads.registry.target_slots` of a pattern without padding (the same numbers, read from a few
+    slots per row instead of every key)."""
+    batch, n = pattern.shape[:2]
     position = torch.arange(n)
-    pattern = without_padding(pattern, lengths)  # right padding: its rows and keys are no targets
-    # [batch query] rows with a target, as the score counts them (before causal masking)
-    valid = pattern.any(-1)
+    if pattern.dtype == torch.bool:
+        pattern = without_padding(pattern, lengths)  # right padding: its rows and keys are no targets
+        # [batch query] rows with a target, as the score counts them (before causal masking)
+        valid = pattern.any(-1)
+        # keys a causal row can see (j ≤ i)
+        counts = (pattern.tril() if causal else pattern).sum(-1)  # [batch query]
+    else:
+        named = pattern >= 0  # [batch query slot]
+        valid = named.any(-1)  # [batch query]
+        counts = (named & (pattern <= position[:, None]) if causal else named).sum(-1)  # [batch query]
     if causal:
-        pattern = pattern.tril()  # keys a causal row can see (j ≤ i)
         keys = (position + 1).expand(batch, n).float()  # [batch query]
     else:
         keys = lengths[:, None].expand(batch, n).float()  # [batch query]
-    share = pattern.sum(-1) / keys  # [batch query]
+    share = counts / keys  # [batch query]
     return torch.where(valid.sum(-1) > 0, (share * valid).sum(-1) / valid.sum(-1).clamp(min=1), torch.nan)
 
 

@@ -39,6 +39,29 @@ def test_uniform_chance_hand_computed():
     assert uniform_chance(following, lengths, causal=True).item() == 0.0
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_uniform_chance_from_key_slots_equals_the_pattern(causal):
+    """The label run hands the chance level each type's key slots (a few per row), not its [query key]
+    pattern: the same numbers, padding included; rows whose targets lie after them (causal) count with 0."""
+    from probe.heads.registry import target_slots
+    from probe.heads.targets import without_padding
+
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([12, 9, 5])
+    for density in (0.05, 0.3):
+        pattern = torch.rand(3, 12, 12, generator=generator) < density  # [batch query key], some above i
+        pattern[2] = False  # an example without a target: NaN both ways
+        slots = target_slots(without_padding(pattern, lengths))  # [batch query slot]
+        dense = uniform_chance(pattern, lengths, causal)
+        sparse = uniform_chance(slots, lengths, causal)
+        assert torch.isnan(dense[2]) and torch.isnan(sparse[2])
+        assert torch.equal(dense[:2], sparse[:2])
+    ids = torch.tensor([[1, 2, 3, 4]])
+    previous = target_slots(batch_pattern("previous_token", ids))
+    assert uniform_chance(previous, torch.tensor([4]), causal=True).item() == pytest.approx(
+        (1 / 2 + 1 / 3 + 1 / 4) / 3)
+
+
 def test_cluster_index_and_clustered_resamples_move_whole_clusters():
     clusters = cluster_index(["a", "a", "b", "c", "c", "c"])
     assert clusters.tolist() == [0, 0, 1, 2, 2, 2]

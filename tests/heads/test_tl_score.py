@@ -78,6 +78,21 @@ def test_tl_detection_is_tl_rule_whatever_our_targets(name):
     assert torch.equal(detection[0].float(), tl_rule_pattern("duplicate_token", TOKENS))
 
 
+def test_tl_detection_reads_the_triangle_from_key_slots():
+    """A custom detection pattern is defined where it is lower triangular; read from the pattern's key slots
+    (the label run's way) the answer is the pattern's own, probe by probe."""
+    from probe.heads.registry import target_slots
+
+    ids = torch.tensor([TOKENS, TOKENS])
+    ctx = TargetContext(ids, causal=False)
+    spec = REGISTRY["self"]
+    pattern = spec.targets(ctx)[None].clone()  # [batch query key] lower triangular (j = i)
+    pattern[1, 2, 5] = True  # the second probe gets a key after its row: TL would refuse it
+    _, dense = tl_detection(spec, ctx, pattern)
+    _, sparse = tl_detection(spec, ctx, pattern, target_slots(pattern))
+    assert dense.tolist() == sparse.tolist() == [True, False]
+
+
 def test_restricted_targets_differ_from_tl_marking():
     """Negative control: the planted-repeat targets (what `score` uses on small vocabularies) are not TL's, so
     a test that compared them with TL's rule would fail."""

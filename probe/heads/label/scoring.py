@@ -19,7 +19,7 @@ from probe.heads.generated import GeneratedScores
 from probe.heads.label.config import LabelConfig, Memo, Note
 from probe.heads.label.probes import ProbeSource, TokenProbeSet
 from probe.heads.probesets import EncodedSpanExample, pad_span_batch
-from probe.heads.registry import SMALL_VOCABULARY, HeadTypeSpec, TargetContext
+from probe.heads.registry import SMALL_VOCABULARY, HeadTypeSpec, TargetContext, target_slots
 from probe.heads.scores import ScoreSink, TypeScores, run_sink, span_words
 from probe.heads.stats import uniform_chance
 from probe.models import ModelKind
@@ -100,15 +100,18 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
                             repeat_start=None if probes.repeat_start is None else probes.repeat_start[rows],
                             repeat_len=None if probes.repeat_len is None else probes.repeat_len[rows],
                             restrict_to_repeat=restrict and probes.repeat_start is not None)
+        # each type's targets as key slots [batch query slot] (no padding here): the sink, the chance level
+        # and TL's triangle check read these few slots per row instead of the [batch query key] pattern
         patterns, tl_patterns, tl_defined = {}, {}, {}
         for spec in specs:
             for candidate, pattern in spec.targets(ctx).items():
                 key = _key(spec, candidate)
-                patterns[key] = pattern
-                tl, tl_defined[key] = tl_detection(spec, ctx, pattern)
-                if not torch.equal(tl, pattern):
+                slots = target_slots(pattern)  # [batch query slot]
+                patterns[key] = slots
+                tl, tl_defined[key] = tl_detection(spec, ctx, pattern, slots)
+                if tl is not pattern and not torch.equal(tl, pattern):
                     tl_patterns[key] = tl
-                chances[spec.name].setdefault(candidate, []).append(uniform_chance(pattern, lengths, causal))
+                chances[spec.name].setdefault(candidate, []).append(uniform_chance(slots, lengths, causal))
 
         def forward(patterns=patterns, tl_patterns=tl_patterns, input_ids=input_ids, lengths=lengths,
                     rows=rows) -> dict[str, torch.Tensor]:
@@ -144,18 +147,22 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
     return out
 
 
-def tl_detection(spec: HeadTypeSpec, ctx: TargetContext,
-                 pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def tl_detection(spec: HeadTypeSpec, ctx: TargetContext, pattern: torch.Tensor,
+                 slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The detection pattern TransformerLens' ``detect_head`` would score a type with on this batch, and
     where its score is defined: (`[batch query key]` bool, `[batch]` bool).
 
     For the types TL names (``spec.tl_targets``: previous, duplicate, induction heads) TL's own pattern from
     the token ids, defined everywhere; for the others the type's targets `pattern` as a custom detection
-    pattern, defined on the probes where it is lower triangular (``detect_head`` asserts that)."""
+    pattern, defined on the probes where it is lower triangular (``detect_head`` asserts that; read from
+    the pattern's key `slots` `[batch query slot]` when given)."""
     if spec.tl_targets is not None:
         tl = spec.tl_targets(ctx)
         return tl, torch.ones(len(tl), dtype=torch.bool)
-    upper = pattern.triu(1).flatten(1).any(1)  # [batch]
+    if slots is not None:  # a key after its row
+        upper = (slots > torch.arange(slots.shape[1])[:, None]).flatten(1).any(1)  # [batch]
+    else:
+        upper = pattern.triu(1).flatten(1).any(1)  # [batch]
     return pattern, ~upper
 
 
