@@ -140,8 +140,13 @@ def kept_projections(model: nn.Module) -> OutputProjections:
 def value_norms(value: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     """‖f_h(x_j)‖ `[batch head key]` float32 from value states `[batch head key dim]` (one per query head) and
     the factors F `[head dim dim]` of :meth:`OutputProjections.factors`."""
-    projected = value.float() @ factor.transpose(-1, -2)  # [batch head key dim]
-    return torch.linalg.vector_norm(projected, dim=-1)  # [batch head key]
+    n_batch, n_heads, n_key, dim = value.shape
+    # one GEMM per head over every key of the batch (a broadcast matmul over [batch head] is slower on short
+    # inputs)
+    per_head = value.float().transpose(0, 1).reshape(n_heads, n_batch * n_key, dim)  # [head batch·key dim]
+    projected = torch.bmm(per_head, factor.float().transpose(-1, -2))  # [head batch·key dim]
+    norms = torch.linalg.vector_norm(projected, dim=-1).view(n_heads, n_batch, n_key)  # [head batch key]
+    return norms.transpose(0, 1).contiguous()  # [batch head key]
 
 
 def with_output_norms(

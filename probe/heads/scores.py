@@ -283,19 +283,27 @@ class ScoreSink:
             return
         index = self.all_slots[:, rows].clamp(min=0)  # [batch row slot]; α is 0 at the −1 slots
         batch, n_rows, n_slots = index.shape
+        targets = self.n_target_slots
+        index = index[..., :targets]  # TL's own slots carry no share
         key_norms = norms.norms[:, heads]  # [batch head key]
         at_slots = key_norms.gather(-1, index.reshape(batch, 1, -1).expand(-1, len(heads), -1))
-        weighted = alpha * at_slots.view(batch, len(heads), n_rows, n_slots)  # [batch head row slot]
+        # [batch head row slot]: α_ij n_j at each target slot
+        weighted = alpha[..., :targets] * at_slots.view(batch, len(heads), n_rows, targets)
         total = norms.mixed[:, heads, rows]  # [batch head row]
-        targets = self.n_target_slots
+        # A type's share at row i is Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j on the rows it counts: valid rows with
+        # a nonzero denominator. Elsewhere the numerator is 0 too (no target: α is 0 at the −1 slots; a 0
+        # denominator: every α_ij n_j ≥ 0 is 0), so each slot's ratio is summed over the rows first and the
+        # slots into their types after.
+        per_slot = (weighted / total.clamp(min=1e-30)[..., None]).sum(2)  # [batch head slot]
         n_types = len(self.columns)
-        # [batch head row type]: Σ over each type's slots
-        part = weighted.new_zeros(batch, len(heads), n_rows, n_types).index_add_(
-            -1, self.slot_column[:targets], weighted[..., :targets])
-        counted = self._valid_rows[:, None, rows] & (total > 0)[..., None]  # [batch head row type]
-        ratio = torch.where(counted, part / total.clamp(min=1e-30)[..., None], 0.0)  # [batch head row type]
-        self._share[:, :, layer, heads] += ratio.sum(2).permute(2, 0, 1)  # [type batch head]
-        self._share_rows[:, :, layer, heads] += counted.sum(2).permute(2, 0, 1).to(self._share_rows.dtype)
+        # [batch head type]
+        shares = per_slot.new_zeros(batch, len(heads), n_types).index_add_(-1, self.slot_column[:targets],
+                                                                            per_slot)
+        self._share[:, :, layer, heads] += shares.permute(2, 0, 1)  # [type batch head]
+        # [batch type head]: valid rows whose denominator is not 0
+        counted = torch.bmm(self._valid_rows[:, rows].transpose(1, 2).to(total.dtype),
+                            (total > 0).to(total.dtype).transpose(1, 2))
+        self._share_rows[:, :, layer, heads] += counted.permute(1, 0, 2).to(self._share_rows.dtype)
 
     def update_gathered(self, layer: int, heads: tuple[int, ...], alpha: torch.Tensor) -> None:
         """α at the target slots, `[batch head query slot]`: add each type's target mass per head."""
