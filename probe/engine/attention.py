@@ -7,7 +7,9 @@ row. For the heads some sink asks for, α is rebuilt one query block at a time:
 
 (no cap without soft-capping, lse' = lse without attention sinks), so no `[layer, head, query, key]` tensor is
 ever built for all heads, and the model's outputs are the kernel's own. Where the sinks want every head
-densely, the output is computed from the very α blocks the sinks receive (the single pass). Every keyword the
+densely, the output is computed from the very α blocks the sinks receive (the single pass); so it is where
+they want only gathered slots and output norms on a short CPU float32 input (:data:`SLOT_PASS_MAX_KEYS`), with
+the slots read from its blocks and the norms as one more value column. Every keyword the
 model passes is read against :data:`probe.engine.keywords.KEYWORDS`; one the engine does not implement is
 refused in one line. Outside any capture the function behaves like transformers' sdpa attention (with sinks
 and soft-capping computed, which sdpa lacks).
