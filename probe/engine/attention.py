@@ -236,9 +236,10 @@ def capture_attention_forward(
         # [batch head query dim_v], [batch head query] (lse'); output norms (Kobayashi et al.) to the sinks
         # that ask for them, from one extra value channel of the same call
         output, normaliser = with_output_norms(plan.norm_sinks, module, layer, query, key, value, kernel)
+        # every query head's key, for the rebuilds below
+        keys = expand_kv(key, n_heads) if plan.heads or plan.gather else None  # [batch head key dim]
         if plan.heads:
-            _stream_alpha(session, layer, plan, query, expand_kv(key, n_heads), scores, normaliser, weights,
-                          columns)
+            _stream_alpha(session, layer, plan, query, keys, scores, normaliser, weights, columns)
     for sink, (chosen, rows) in plan.sampled.items():
         _stream_rows(session, layer, sink, plan.needs[sink], chosen, rows, query, key, scores, normaliser)
     if plan.gather and not served:
@@ -246,11 +247,10 @@ def capture_attention_forward(
         wide = {sink: request for sink, request in plan.gather.items()
                 if request[1].shape[-1] > max(GATHER_MAX_SLOTS, key.shape[2] // 8)}
         if wide:
-            gathered = _rebuild_slots(session, layer, wide, query, expand_kv(key, n_heads), scores,
-                                      normaliser)
+            gathered = _rebuild_slots(session, layer, wide, query, keys, scores, normaliser)
         narrow = {sink: request for sink, request in plan.gather.items() if sink not in wide}
         if narrow:
-            _gather_alpha(session, layer, narrow, query, expand_kv(key, n_heads), scores, normaliser)
+            _gather_alpha(session, layer, narrow, query, keys, scores, normaliser)
     for sink, (heads, alpha) in gathered.items():
         sink.update_gathered(layer, heads, alpha)
     if session.ablate is not None:
@@ -456,10 +456,10 @@ def _stream_single_pass(
         norm_columns = norms.float().view(n_batch, n_kv, group, n_key).transpose(2, 3)
         values = torch.cat([values, norm_columns.reshape(n_batch * n_kv, n_key, group)], dim=-1)
         mixed = torch.empty(n_batch, n_heads, n_query, device=query.device)  # [batch head query]
-    slots = {sink: _SlotReader(heads, slots, layer, tuple(range(n_heads)), n_query, scores.is_causal, n_batch,
-                               query.device) for sink, (heads, slots) in plan.gather.items()}
+    readers = {sink: _SlotReader(chosen, slots, layer, tuple(range(n_heads)), n_query, scores.is_causal,
+                                 n_batch, query.device) for sink, (chosen, slots) in plan.gather.items()}
     # the kernel keeps α in its tiles when only reductions are wanted (a finite bias needs α for the entropy)
-    keep_alpha = not fused or bool(plan.dense) or bias is not None or bool(slots)
+    keep_alpha = not fused or bool(plan.dense) or bias is not None or bool(readers)
     kernel_max = fused and not keep_alpha and any(r.max_alpha for r in plan.reduced.values())
     if fused:
         queries = queries.contiguous()
@@ -550,12 +550,12 @@ def _stream_single_pass(
             # [batch·kv block group] -> [batch head block]
             own = columns_out.diagonal(dim1=1, dim2=3).view(n_batch, n_kv, rows, group)
             mixed[:, :, start:stop] = own.permute(0, 1, 3, 2).reshape(n_batch, n_heads, rows)
-        for reader in slots.values():
+        for reader in readers.values():
             reader.read(alpha, start, stop)
         _hand_out(session, layer, plan, heads, start, n_query, query_offset, n_key, alpha, entropy, learned,
                   weights, columns, weighted, block_max)
     output = output.view(n_batch, n_heads, n_query, dim_v).to(query.dtype)  # [batch head query dim_v]
-    return output, lse, mixed, {sink: (reader.heads, reader.alpha) for sink, reader in slots.items()}
+    return output, lse, mixed, {sink: (reader.heads, reader.alpha) for sink, reader in readers.items()}
 
 
 class _SlotReader:

@@ -166,14 +166,18 @@ def with_output_norms(
     if not norm_sinks:
         return kernel(query, key, value)
     n_heads = query.shape[1]
-    norms = layer_norms(norm_sinks, module, layer, n_heads, value)  # [batch head key]
+    # grouped kv heads: each query head reads its group's value through its own W_O^h (repeated once here,
+    # for the norms and the augmented call alike)
+    grouped = value.shape[1] != n_heads
+    # [batch head key dim_v]
+    repeated = repeat_kv(value, n_heads // value.shape[1]) if grouped else value
+    norms = layer_norms(norm_sinks, module, layer, n_heads, repeated)  # [batch head key]
     if norms is None:
         return kernel(query, key, value)
     dim = value.shape[-1]
-    # grouped kv heads: each query head reads its group's value through its own W_O^h
-    if value.shape[1] != n_heads:
+    value = repeated
+    if grouped:
         key = repeat_kv(key, n_heads // key.shape[1])  # [batch head key dim]
-        value = repeat_kv(value, n_heads // value.shape[1])  # [batch head key dim_v]
     if query.dtype in REDUCED_PRECISION:
         # A bf16 output channel would round Σ_j α_ij n_j to 3 significant digits (measured: 7e-3 relative); so
         # the model's call stays as it is and the norm channel gets its own float32 call on the same q and k.

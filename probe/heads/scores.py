@@ -182,7 +182,7 @@ class ScoreSink:
         self.lengths = lengths.cpu()
         self.slots: dict[str, torch.Tensor] = {}
         self.n_valid: dict[str, torch.Tensor] = {}
-        self.valid_rows: dict[str, torch.Tensor] = {}
+        valid_rows = []  # [batch query] per type
         for head_type, pattern in patterns.items():
             if pattern.dtype == torch.bool:
                 pattern = without_padding(pattern, self.lengths)  # [batch query key]: padding is no target
@@ -190,7 +190,7 @@ class ScoreSink:
             self.slots[head_type] = pattern.to(device)  # [batch query slot]
             rows = (pattern >= 0).any(-1)  # [batch query]
             self.n_valid[head_type] = rows.sum(-1)  # [batch]
-            self.valid_rows[head_type] = rows.to(device)  # [batch query]
+            valid_rows.append(rows.to(device))
         # Without word-level accuracy every score needs α only at the target keys: one slot tensor for all
         # types, gathered by the engine (GatherSink) — no block is handed to the sink at all. The engine
         # picks how: read from its single pass's blocks, rebuilt pair by pair, or (many targets per row:
@@ -218,8 +218,8 @@ class ScoreSink:
         self._mass = torch.zeros(len(parts), batch, n_layers, n_heads, device=device)
         self.mass = {t: self._mass[index] for index, t in enumerate(self.columns)}
         self.tl_mass = {t: self._mass[n_types + index] for index, t in enumerate(self.tl_columns)}
-        # [batch query type] bool: each type's valid rows side by side
-        self._valid_rows = torch.stack([self.valid_rows[t] for t in self.columns], dim=-1)
+        # [batch query type] bool: each type's valid rows side by side (types in the columns' order)
+        self._valid_rows = torch.stack(valid_rows, dim=-1)
         # Output share: per type the sum over valid rows of Σ_{j∈T(i)} α_ij n_j / Σ_j α_ij n_j, and the
         # layer's norms
         self.share = None
@@ -282,7 +282,7 @@ class ScoreSink:
         if self.share is None or norms is None or norms.layer != layer:
             return
         index = self.all_slots[:, rows].clamp(min=0)  # [batch row slot]; α is 0 at the −1 slots
-        batch, n_rows, n_slots = index.shape
+        batch, n_rows = index.shape[:2]
         targets = self.n_target_slots
         index = index[..., :targets]  # TL's own slots carry no share
         key_norms = norms.norms[:, heads]  # [batch head key]
