@@ -69,7 +69,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "(agreement), causality (implicit-causality verbs), or auto = gap when the "
                              "tokenizer reads English and a pair fits, else the templates (default)")
     parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"],
-                        help="probe examples per forward (default %(default)s)")
+                        help="probe examples per forward (default %(default)s; short coreference "
+                             "sentences are packed up to batch-size x seq-len tokens)")
     parser.add_argument("--bootstrap", type=int, default=DEFAULTS["n_bootstrap"],
                         help="clustered bootstrap resamples (default %(default)s)")
     parser.add_argument("--min-effect", type=float, default=DEFAULTS["min_effect"],

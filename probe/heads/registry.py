@@ -56,22 +56,31 @@ from probe.heads.targets import (  # the patterns, and the names callers import 
     MAX_OFFSET,
     SMALL_VOCABULARY,
     VOCABULARY_FIELDS,
+    Slots,
     TargetContext,
     Targets,
     bracket_pairs,
+    bracket_slots,
     bracket_targets,
     coreference_targets,
+    delimiter_slots,
     delimiter_targets,
     duplicate_token_targets,
+    first_token_slots,
     first_token_targets,
+    fixed_offset_slots,
     fixed_offset_targets,
     induction_targets,
+    next_token_slots,
     next_token_targets,
     no_targets,
     offsets_for,
+    previous_token_slots,
     previous_token_targets,
+    self_slots,
     self_targets,
     sentence_start_pairs,
+    sentence_start_slots,
     sentence_start_targets,
     tl_duplicate_pattern,
     tl_induction_pattern,
@@ -165,6 +174,13 @@ class HeadTypeSpec:
         its ``detect_head`` names (previous, duplicate and induction heads), which ``tl_score`` uses; None:
         the type's targets as a custom detection pattern (``tl_score`` NaN on a probe where they are not
         lower triangular, which ``detect_head`` refuses).
+    slots : callable or None, default None
+        ``slots(ctx) -> {candidate: key slots}``: the same targets as ``targets``, each candidate's as a
+        torch.Tensor of shape (batch, query, slot), long — the keys of each query's targets, −1 for none — for
+        types with a few targets per row that are known without the ``[batch query key]`` pattern (diagonals,
+        the first token, delimiters, pairs). The label scorer then never builds the pattern (at 1,024 tokens
+        fixed_offset's 31 candidates are 31 patterns of a million entries per probe). None: the slots are read
+        from ``targets`` (:func:`target_slots`). Tested equal to ``targets`` for every built-in type.
     reads : frozenset of str, default every vocabulary field
         The :class:`TargetContext` fields built from the tokenizer's vocabulary its targets read
         (:data:`VOCABULARY_FIELDS`: ``"delimiter_ids"``, ``"classes"``). A labelling run scans the vocabulary
@@ -204,6 +220,8 @@ class HeadTypeSpec:
     tl_targets: Callable[[TargetContext], torch.Tensor] | None = None
     # TargetContext fields from the tokenizer's vocabulary its targets read (the scans run only when read)
     reads: frozenset[str] = VOCABULARY_FIELDS
+    # the targets as key slots [batch query slot] long, without the dense pattern; None: from targets
+    slots: Callable[[TargetContext], Slots] | None = None
 
     @property
     def text_only(self) -> bool:
@@ -214,21 +232,27 @@ class HeadTypeSpec:
 REGISTRY: dict[HeadType, HeadTypeSpec] = {
     spec.name: spec for spec in (
         HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", previous_token_targets,
-                     "natural", tl_targets=tl_previous_pattern, reads=NO_VOCABULARY),
+                     "natural", tl_targets=tl_previous_pattern, reads=NO_VOCABULARY,
+                     slots=previous_token_slots),
         HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)",
-                     next_token_targets, "natural", kinds=BIDIRECTIONAL_KINDS, reads=NO_VOCABULARY),
-        HeadTypeSpec("self", "attends to the current token", self_targets, "natural", reads=NO_VOCABULARY),
+                     next_token_targets, "natural", kinds=BIDIRECTIONAL_KINDS, reads=NO_VOCABULARY,
+                     slots=next_token_slots),
+        HeadTypeSpec("self", "attends to the current token", self_targets, "natural", reads=NO_VOCABULARY,
+                     slots=self_slots),
         HeadTypeSpec("first_token", "attends to the first token (attention sink)", first_token_targets,
-                     "natural", sink=True, reads=NO_VOCABULARY),
+                     "natural", sink=True, reads=NO_VOCABULARY, slots=first_token_slots),
         HeadTypeSpec("fixed_offset", "attends at one relative offset d other than −1, 0, +1 (column offset)",
-                     fixed_offset_targets, "natural", candidate="offset", reads=NO_VOCABULARY),
+                     fixed_offset_targets, "natural", candidate="offset", reads=NO_VOCABULARY,
+                     slots=fixed_offset_slots),
         HeadTypeSpec("delimiter", "attends to punctuation and [SEP] / EOS-type tokens", delimiter_targets,
-                     "natural", kinds=TEXT_KINDS, sink=True, reads=frozenset({"delimiter_ids"})),
+                     "natural", kinds=TEXT_KINDS, sink=True, reads=frozenset({"delimiter_ids"}),
+                     slots=delimiter_slots),
         HeadTypeSpec("sentence_start", "attends from a sentence's final token to the sentence's first token",
                      sentence_start_targets, "sentences", kinds=TEXT_KINDS,
-                     reads=frozenset({"classes"})),
+                     reads=frozenset({"classes"}), slots=sentence_start_slots),
         HeadTypeSpec("bracket", "attends from a closing bracket to its matching opening bracket",
-                     bracket_targets, "brackets", kinds=TEXT_KINDS, reads=frozenset({"classes"})),
+                     bracket_targets, "brackets", kinds=TEXT_KINDS, reads=frozenset({"classes"}),
+                     slots=bracket_slots),
         HeadTypeSpec("duplicate_token",
                      "attends to other copies of the current token (earlier ones when causal)",
                      duplicate_token_targets, "repeated", loss_positions="repeat",
@@ -349,11 +373,13 @@ def target_pattern(head_type: HeadType, token_ids, causal: bool = True, delimite
 
 def target_slots(pattern: torch.Tensor) -> torch.Tensor:
     """A sparse form of a pattern: [batch query key] bool -> [batch query slot] long key indices, -1 = no
-    target.
+    target (long key slots, as :attr:`HeadTypeSpec.slots` gives them, are returned as they are).
 
     Slot count = the most targets any row has (1 for previous/first/self; small for duplicate/induction on a
     large vocabulary), so gathering α at the slots costs O(query · slot) instead of O(query · key).
     """
+    if pattern.dtype != torch.bool:
+        return pattern
     batch, n_query, _ = pattern.shape
     counts = pattern.sum(-1)  # [batch query]
     n_slots = max(1, int(counts.max()) if counts.numel() else 1)
@@ -366,6 +392,23 @@ def target_slots(pattern: torch.Tensor) -> torch.Tensor:
     rank = torch.arange(len(k)) - first[b * n_query + q]
     slots[b, q, rank] = k
     return slots
+
+
+def slots_pattern(slots: torch.Tensor, n_key: int) -> torch.Tensor:
+    """The dense form of key slots: `[batch query slot]` long (−1 = none) -> `[batch query key]` bool, True
+    at every named key (the inverse of :func:`target_slots`).
+
+    Examples
+    --------
+    >>> slots_pattern(torch.tensor([[[-1], [0], [1]]]), 3).int()[0]  # previous-token slots of 3 tokens
+    tensor([[0, 0, 0],
+            [1, 0, 0],
+            [0, 1, 0]], dtype=torch.int32)
+    """
+    batch, n_query, _ = slots.shape
+    pattern = torch.zeros(batch, n_query, n_key + 1, dtype=torch.bool)  # [batch query key+1]: −1 -> the last
+    pattern.scatter_(-1, torch.where(slots >= 0, slots, n_key), True)
+    return pattern[..., :n_key]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -442,6 +485,8 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
         raise ProbeError(f"head type {spec.name!r}: the accuracy statistic needs span probes (probe='spans')")
     if spec.tl_targets is not None and not callable(spec.tl_targets):
         raise ProbeError(f"head type {spec.name!r}: tl_targets must be a function of a TargetContext or None")
+    if spec.slots is not None and not callable(spec.slots):
+        raise ProbeError(f"head type {spec.name!r}: slots must be a function of a TargetContext or None")
     if spec.candidate is not None and not isinstance(spec.candidate, str):
         raise ProbeError(f"head type {spec.name!r}: candidate must be a column name or None")
     if not isinstance(spec.reads, frozenset) or not spec.reads <= VOCABULARY_FIELDS:
@@ -486,6 +531,6 @@ def unregister(name: str) -> None:
 
 __all__ = ["ALL_KINDS", "BIDIRECTIONAL_KINDS", "BUILT_IN", "DEFAULT_TYPES", "HEAD_TYPES", "MAX_OFFSET",
            "REGISTRY", "SMALL_VOCABULARY", "TEXT_KINDS", "TOKEN_TYPES", "HeadType", "HeadTypeSpec",
-           "TargetContext", "Targets", "TokenClasses", "batch_pattern", "bracket_pairs", "names",
-           "offsets_for", "parse_head_types", "register", "sentence_start_pairs", "target_pattern",
-           "target_slots", "types_for_kind", "unregister"]
+           "Slots", "TargetContext", "Targets", "TokenClasses", "batch_pattern", "bracket_pairs", "names",
+           "offsets_for", "parse_head_types", "register", "sentence_start_pairs", "slots_pattern",
+           "target_pattern", "target_slots", "types_for_kind", "unregister"]

@@ -159,8 +159,9 @@ class ScoreSink:
     output_projections : OutputProjections, optional
         Given: also the output share of every type.
     tl_patterns : dict of str to Tensor, optional
-        Head type -> `[batch query key]` bool: TransformerLens' detection pattern where it differs from the
-        type's targets; ``tl_score`` is then the mass on it over all rows (else on the targets).
+        Head type -> `[batch query key]` bool (or its key slots, as `patterns`): TransformerLens' detection
+        pattern where it differs from the type's targets; ``tl_score`` is then the mass on it over all rows
+        (else on the targets).
     """
 
     def __init__(
@@ -247,7 +248,9 @@ class ScoreSink:
         """Head type -> the `[batch query slot]` key indices of TL's detection pattern (real tokens only)."""
         out = {}
         for head_type, pattern in (tl_patterns or {}).items():
-            out[head_type] = target_slots(without_padding(pattern, self.lengths)).to(device)
+            if pattern.dtype == torch.bool:  # key slots already name real tokens only
+                pattern = target_slots(without_padding(pattern, self.lengths))  # [batch query slot]
+            out[head_type] = pattern.to(device)
         return out
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:

@@ -68,6 +68,8 @@ class TargetContext:
 
 
 Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset's d) -> [batch query key] bool
+# the same targets as key slots (HeadTypeSpec.slots): candidate -> [batch query slot] long keys, −1 = none
+Slots = Mapping[int | None, torch.Tensor]
 
 
 def without_padding(pattern: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -88,16 +90,41 @@ def _diagonal(ctx: TargetContext, offset: int, first_row: int = 0) -> torch.Tens
     return pattern.expand(batch, n, n).clone()  # [batch query key]
 
 
+def _diagonal_slots(ctx: TargetContext, offset: int, first_row: int = 0,
+                    first_key: bool = True) -> torch.Tensor:
+    """:func:`_diagonal`'s targets as key slots `[batch query 1]` long: key = query + offset, −1 where that is
+    outside the sequence, before `first_row`, or (``first_key=False``) key 0."""
+    batch, n = ctx.input_ids.shape
+    query = torch.arange(n)  # [query]
+    key = query + offset  # [query]
+    present = (key >= 0) & (key < n) & (query >= first_row)  # [query]
+    if not first_key:
+        present &= key != 0
+    return torch.where(present, key, -1)[None, :, None].expand(batch, n, 1).clone()  # [batch query 1]
+
+
 def previous_token_targets(ctx: TargetContext) -> Targets:
     return {None: _diagonal(ctx, -1)}
+
+
+def previous_token_slots(ctx: TargetContext) -> Slots:
+    return {None: _diagonal_slots(ctx, -1)}
 
 
 def next_token_targets(ctx: TargetContext) -> Targets:
     return {None: _diagonal(ctx, 1)}
 
 
+def next_token_slots(ctx: TargetContext) -> Slots:
+    return {None: _diagonal_slots(ctx, 1)}
+
+
 def self_targets(ctx: TargetContext) -> Targets:
     return {None: _diagonal(ctx, 0, first_row=1)}
+
+
+def self_slots(ctx: TargetContext) -> Slots:
+    return {None: _diagonal_slots(ctx, 0, first_row=1)}
 
 
 def first_token_targets(ctx: TargetContext) -> Targets:
@@ -105,6 +132,13 @@ def first_token_targets(ctx: TargetContext) -> Targets:
     pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
     pattern[:, 1:, 0] = True
     return {None: pattern}
+
+
+def first_token_slots(ctx: TargetContext) -> Slots:
+    batch, n = ctx.input_ids.shape
+    slots = torch.zeros(batch, n, 1, dtype=torch.long)  # [batch query 1]: key 0
+    slots[:, 0] = -1
+    return {None: slots}
 
 
 def offsets_for(n: int, causal: bool) -> list[int]:
@@ -124,6 +158,12 @@ def fixed_offset_targets(ctx: TargetContext) -> Targets:
     return targets
 
 
+def fixed_offset_slots(ctx: TargetContext) -> Slots:
+    n = ctx.input_ids.shape[1]
+    # position 0 is the first-token type's, as in fixed_offset_targets
+    return {d: _diagonal_slots(ctx, d, first_key=False) for d in offsets_for(n, ctx.causal)}
+
+
 def delimiter_targets(ctx: TargetContext) -> Targets:
     ids = ctx.input_ids
     n = ids.shape[1]
@@ -132,6 +172,26 @@ def delimiter_targets(ctx: TargetContext) -> Targets:
     pattern = is_delimiter[:, None, :].expand(-1, n, -1).clone()  # [batch query key]
     pattern &= ~torch.eye(n, dtype=torch.bool)
     return {None: pattern.tril(-1) if ctx.causal else pattern}
+
+
+def delimiter_slots(ctx: TargetContext) -> Slots:
+    ids = ctx.input_ids
+    batch, n = ids.shape
+    is_delimiter = torch.isin(ids, torch.tensor(ctx.delimiter_ids, dtype=ids.dtype))  # [batch key]
+    is_delimiter[:, 0] = False  # position 0 is the first-token type's
+    counts = is_delimiter.sum(-1)  # [batch]
+    width = max(1, int(counts.max()) if batch else 1)
+    # [batch delimiter]: each probe's delimiter positions in order, n after its last
+    positions = torch.full((batch, width), n, dtype=torch.long)
+    row, key = is_delimiter.nonzero(as_tuple=True)
+    positions[row, torch.arange(len(key)) - (counts.cumsum(0) - counts)[row]] = key
+    query = torch.arange(n)[None, :, None]  # [1 query 1]
+    # every delimiter before the query (causal; a bidirectional model's: every other one)
+    if ctx.causal:
+        present = positions[:, None, :] < query  # [batch query delimiter]
+    else:
+        present = (positions[:, None, :] < n) & (positions[:, None, :] != query)  # [batch query delimiter]
+    return {None: torch.where(present, positions[:, None, :], -1)}  # [batch query delimiter]
 
 
 def sentence_start_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
@@ -195,12 +255,32 @@ def _pairs_pattern(ctx: TargetContext, find) -> torch.Tensor:
     return pattern
 
 
+def _pairs_slots(ctx: TargetContext, find) -> torch.Tensor:
+    """:func:`_pairs_pattern`'s targets as key slots `[batch query 1]` (each query has at most one key)."""
+    batch, n = ctx.input_ids.shape
+    slots = torch.full((batch, n, 1), -1, dtype=torch.long)  # [batch query 1]
+    for row in range(batch):
+        pairs = find(ctx.input_ids[row].tolist(), ctx.classes)
+        if pairs:
+            query, key = torch.tensor(pairs).T
+            slots[row, query, 0] = key
+    return slots
+
+
 def sentence_start_targets(ctx: TargetContext) -> Targets:
     return {None: _pairs_pattern(ctx, sentence_start_pairs)}
 
 
+def sentence_start_slots(ctx: TargetContext) -> Slots:
+    return {None: _pairs_slots(ctx, sentence_start_pairs)}
+
+
 def bracket_targets(ctx: TargetContext) -> Targets:
     return {None: _pairs_pattern(ctx, bracket_pairs)}
+
+
+def bracket_slots(ctx: TargetContext) -> Slots:
+    return {None: _pairs_slots(ctx, bracket_pairs)}
 
 
 def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:

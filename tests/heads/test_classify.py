@@ -151,8 +151,9 @@ def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     assert by_source.str.fullmatch(r"[^:;]+: [01]\.\d\d(; [^:;]+: [01]\.\d\d)*").eq(True).all()
     assert table.loc[table["head_type"] != "coreference", "accuracy_by_source"].isna().all()
     # no natural text for it: the token types share the repeated-block forwards (24 / 8), sentence_start and
-    # bracket get their random sets (no brackets in its vocabulary: NaN rows), then the templates
-    assert calls[-1][0] == calls[-1][1] == 3 + 3 + 3 + 3
+    # bracket get their random sets (no brackets in its vocabulary: NaN rows), then the templates: 24 short
+    # sentences in one forward (a span batch holds batch_size × seq_len tokens)
+    assert calls[-1][0] == calls[-1][1] == 3 + 3 + 3 + 1
     assert table.loc[table["head_type"] == "bracket", "score"].isna().all()
     assert table.loc[table["head_type"] == "sentence_start", "score"].notna().all()
     # the planted model's attention output is zeroed: ablating a head changes nothing

@@ -339,3 +339,39 @@ def test_token_classes_of_a_byte_level_bpe_vocabulary():
     assert classes.period == {3} and classes.sentence_end == {11}  # <|endoftext|> is also BOS: not an end
     assert classes.abbreviation == {6, 10} and classes.letter == {5, 6}
     assert classes.digit_end == {7, 8, 9} and classes.digit_start == {8}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# HeadTypeSpec.slots: the sparse form the label scorer reads instead of the dense pattern
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_every_types_slots_name_exactly_its_targets_keys(english, causal):
+    """For each built-in type that gives its key slots directly, the slots name the same keys as its dense
+    targets, candidate by candidate, on text with delimiters, sentences, brackets and none of them."""
+    from probe.heads.registry import slots_pattern
+
+    tokenizer, classes = english
+    texts = ["mary ( saw [ dr ] and { he ( go ) } ) then. she saw dr. smith! did he go? yes, no",
+             "mary left early e g at 3 5 pm she saw",  # no delimiter, sentence end or bracket
+             ". , ! ? ( ) [ ] { } . . ,"]  # delimiters only
+    encoded = [tokenizer(text)["input_ids"] for text in texts]
+    width = max(len(ids) for ids in encoded)
+    # one batch, right-padded with a non-delimiter token (padding is cleared by the scorer, not the targets)
+    ids = torch.tensor([ids + [encoded[1][1]] * (width - len(ids)) for ids in encoded])
+    ctx = TargetContext(ids, causal=causal, delimiter_ids=delimiter_ids(tokenizer), classes=classes)
+    sparse = [name for name, spec in REGISTRY.items() if spec.slots is not None]
+    assert set(sparse) == {"previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
+                           "sentence_start", "bracket"}
+    for name in sparse:
+        dense, slots = REGISTRY[name].targets(ctx), REGISTRY[name].slots(ctx)
+        assert list(dense) == list(slots), name  # the same candidates, in the same order
+        for candidate, pattern in dense.items():
+            assert slots[candidate].dtype == torch.long and slots[candidate].shape[:2] == pattern.shape[:2]
+            assert torch.equal(slots_pattern(slots[candidate], width), pattern), (name, candidate)
+            assert pattern.any(), (name, candidate)  # no vacuous agreement
+    # a planted check, not only agreement: delimiter keys before row 6 of the third text (". , ! ? ( )")
+    third = REGISTRY["delimiter"].slots(ctx)[None][2, 6]
+    assert sorted(int(key) for key in third if key >= 0) == ([1, 2, 3, 4, 5] if causal else
+                                                             [1, 2, 3, 4, 5, *range(7, 14)])

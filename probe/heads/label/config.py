@@ -44,7 +44,10 @@ class LabelConfig:
     coref_set : {"auto", "gap", "templates"}, default "auto"
         Coreference examples: GAP when the tokenizer reads English, else the templates (``--coref-set``).
     batch_size : int, default 8
-        Probe examples per forward pass (``--batch-size``; not part of a run's identity).
+        Probe examples per forward pass (``--batch-size``; not part of a run's identity). Span examples
+        (coreference sentences) are packed more to a forward while their padded batch holds at most
+        ``batch_size × seq_len`` tokens, the token probes' own
+        (:func:`probe.heads.label.scoring.span_slices`).
     n_bootstrap : int, default 1000
         Clustered bootstrap resamples (``--bootstrap``).
     confidence : float, default 0.95

@@ -66,7 +66,14 @@ from probe.heads.label.config import (
     twin_probes,
 )
 from probe.heads.label.probes import ProbeSource, TokenProbeSet, evenly_spaced, first_probes
-from probe.heads.label.scoring import Scored, batch_slices, score_generated, score_span_set, score_token_set
+from probe.heads.label.scoring import (
+    Scored,
+    batch_slices,
+    score_generated,
+    score_span_set,
+    score_token_set,
+    span_slices,
+)
 from probe.heads.label.summary import summarise
 from probe.heads.label.table import (
     SINK_SHARE,
@@ -190,15 +197,18 @@ def label_model(
         with stage("GAP pairs"):
             spans = source.span_probes()
     n_batches = len(batch_slices(config.examples, config.batch_size))
-    n_span = len(batch_slices(len(spans[1]), config.batch_size)) if spans else 0
+    # span sentences are short: a batch holds as many as the token probes' tokens (batch_size × seq_len)
+    span_tokens = config.batch_size * max(lengths, default=0)
+    n_span = len(span_slices(spans[1], config.batch_size, span_tokens)) if spans else 0
     total = n_batches * len(plans) + n_span
     # every twin runs a share of the token and span probe sets (LabelConfig.twin_share)
     span_floor = (MIN_TWIN_ACCURACY_PROBES if any(spec.statistic == "accuracy" for spec in span_specs)
                   else MIN_TWIN_PROBES)  # an accuracy needs more pairs than a mean attention
     twin_rows = twin_probes(config.examples, config)
-    twin_spans = twin_probes(len(spans[1]) if spans else 0, config, span_floor)
+    twin_spans = (evenly_spaced(spans[1], twin_probes(len(spans[1]), config, span_floor)) if spans and twins
+                  else [])
     twin_batches = (len(batch_slices(twin_rows, config.batch_size)) * len(plans)
-                    + (len(batch_slices(twin_spans, config.batch_size)) if spans else 0))
+                    + len(span_slices(twin_spans, config.batch_size, span_tokens)))
     total += len(twins) * twin_batches
     total += n_batches * len(lengths) * len(generated_specs)
     done = 0
@@ -244,11 +254,11 @@ def label_model(
     if spans:
         with stage("forwards"):
             scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections,
-                                         memo, f"model/spans:{spans[0]}"))
+                                         memo, f"model/spans:{spans[0]}", span_tokens))
         for index, (twin, found) in enumerate(zip(twins, twin_scored, strict=True)):
             with stage("untrained twins"):
-                found.extend(score_span_set(twin, span_specs, spans[0], evenly_spaced(spans[1], twin_spans),
-                                            config, tick, memo=memo, step=f"twin{index}/spans:{spans[0]}"))
+                found.extend(score_span_set(twin, span_specs, spans[0], twin_spans, config, tick, memo=memo,
+                                            step=f"twin{index}/spans:{spans[0]}", tokens=span_tokens))
         for spec in span_specs:
             probes_used[spec.name] = spans[1]
 

@@ -30,6 +30,36 @@ def batch_slices(total: int, size: int) -> list[slice]:
     return [slice(start, min(start + size, total)) for start in range(0, total, size)]
 
 
+def span_slices(examples: Sequence[EncodedSpanExample], size: int, tokens: int = 0) -> list[slice]:
+    """Consecutive batches of span examples: `size` examples each (the last may hold fewer), and more while
+    the padded batch (its examples × the longest of them) stays within `tokens` — the token probes' budget,
+    ``batch_size × seq_len``, so that short sentences do not each pay a forward's fixed cost.
+
+    Examples
+    --------
+    >>> from probe.heads.probesets import EncodedSpanExample
+    >>> def sentence(n):  # n tokens
+    ...     return EncodedSpanExample((1,) * n, (0,), (1,), (0,) * n, (0,), (0,))
+    >>> span_slices([sentence(10)] * 20, 4)  # no budget: `size` a batch
+    [slice(0, 4, None), slice(4, 8, None), slice(8, 12, None), slice(12, 16, None), slice(16, 20, None)]
+    >>> span_slices([sentence(10)] * 20, 4, tokens=4 * 32)  # 12 sentences of 10 tokens fit in 4 × 32
+    [slice(0, 12, None), slice(12, 20, None)]
+    >>> span_slices([sentence(10)] * 6 + [sentence(100)] * 6, 4, tokens=4 * 32)  # never fewer than `size`
+    [slice(0, 6, None), slice(6, 10, None), slice(10, 12, None)]
+    """
+    batches, start = [], 0
+    while start < len(examples):
+        stop, longest = start, 0
+        while stop < len(examples):
+            wider = max(longest, len(examples[stop].input_ids))
+            if stop - start >= size and (stop - start + 1) * wider > tokens:
+                break
+            longest, stop = wider, stop + 1
+        batches.append(slice(start, stop))
+        start = stop
+    return batches
+
+
 def _key(spec: HeadTypeSpec, candidate) -> str:
     return spec.name if candidate is None else f"{spec.name}@{candidate}"
 
@@ -104,12 +134,15 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
         # and TL's triangle check read these few slots per row instead of the [batch query key] pattern
         patterns, tl_patterns, tl_defined = {}, {}, {}
         for spec in specs:
-            for candidate, pattern in spec.targets(ctx).items():
+            # a type with spec.slots gives them directly: its [batch query key] pattern is never built
+            made = spec.targets(ctx) if spec.slots is None else spec.slots(ctx)
+            for candidate, targets in made.items():
                 key = _key(spec, candidate)
-                slots = target_slots(pattern)  # [batch query slot]
+                pattern = targets if spec.slots is None else None  # [batch query key] bool
+                slots = target_slots(targets)  # [batch query slot]
                 patterns[key] = slots
                 tl, tl_defined[key] = tl_detection(spec, ctx, pattern, slots)
-                if tl is not pattern and not torch.equal(tl, pattern):
+                if not _same_targets(tl, pattern, slots):
                     tl_patterns[key] = tl
                 chances[spec.name].setdefault(candidate, []).append(uniform_chance(slots, lengths, causal))
 
@@ -147,15 +180,16 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
     return out
 
 
-def tl_detection(spec: HeadTypeSpec, ctx: TargetContext, pattern: torch.Tensor,
+def tl_detection(spec: HeadTypeSpec, ctx: TargetContext, pattern: torch.Tensor | None,
                  slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The detection pattern TransformerLens' ``detect_head`` would score a type with on this batch, and
-    where its score is defined: (`[batch query key]` bool, `[batch]` bool).
+    where its score is defined: (`[batch query key]` bool — or the targets' slots, see below — and `[batch]`
+    bool).
 
     For the types TL names (``spec.tl_targets``: previous, duplicate, induction heads) TL's own pattern from
-    the token ids, defined everywhere; for the others the type's targets `pattern` as a custom detection
-    pattern, defined on the probes where it is lower triangular (``detect_head`` asserts that; read from
-    the pattern's key `slots` `[batch query slot]` when given)."""
+    the token ids, defined everywhere; for the others the type's targets as a custom detection pattern
+    (`pattern`, or its key `slots` `[batch query slot]` when no pattern is given), defined on the probes
+    where it is lower triangular (``detect_head`` asserts that; read from the slots when given)."""
     if spec.tl_targets is not None:
         tl = spec.tl_targets(ctx)
         return tl, torch.ones(len(tl), dtype=torch.bool)
@@ -163,19 +197,30 @@ def tl_detection(spec: HeadTypeSpec, ctx: TargetContext, pattern: torch.Tensor,
         upper = (slots > torch.arange(slots.shape[1])[:, None]).flatten(1).any(1)  # [batch]
     else:
         upper = pattern.triu(1).flatten(1).any(1)  # [batch]
-    return pattern, ~upper
+    return (slots if pattern is None else pattern), ~upper
+
+
+def _same_targets(tl: torch.Tensor, pattern: torch.Tensor | None, slots: torch.Tensor) -> bool:
+    """TL's detection pattern `tl` (bool `[batch query key]` or key slots) names the same keys as a type's
+    targets (`pattern` `[batch query key]` bool, None where only their `slots` were built)."""
+    if tl is pattern or tl is slots:
+        return True
+    if pattern is not None and tl.dtype == torch.bool:
+        return torch.equal(tl, pattern)
+    return torch.equal(target_slots(tl), slots)
 
 
 def score_span_set(loaded, specs: Sequence[HeadTypeSpec], name: str, examples: list[EncodedSpanExample],
                    config: LabelConfig, tick: Callable[[], None],
                    projections: OutputProjections | None = None, memo: Memo | None = None,
-                   step: str = "") -> list[Scored]:
-    """Stream every span spec's targets and the word-level accuracy on the span examples (with `memo`: each
-    batch's forward is the step ``f"{step}/rows{start}-{stop}"``)."""
+                   step: str = "", tokens: int = 0) -> list[Scored]:
+    """Stream every span spec's targets and the word-level accuracy on the span examples, in the batches of
+    :func:`span_slices` (`tokens`: the token probes' ``batch_size × seq_len``; with `memo`: each batch's
+    forward is the step ``f"{step}/rows{start}-{stop}"``)."""
     causal = not _bidirectional(loaded)
     parts = {spec.name: [] for spec in specs}
     chances = {spec.name: [] for spec in specs}
-    for rows in batch_slices(len(examples), config.batch_size):
+    for rows in span_slices(examples, config.batch_size, tokens):
         batch = pad_span_batch(examples[rows], loaded.tokenizer.pad_token_id or 0)
         lengths = batch.attention_mask.sum(-1)  # [batch]
         ctx = TargetContext(batch.input_ids, causal=causal, spans=batch.examples)
