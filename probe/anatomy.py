@@ -173,18 +173,20 @@ def weight_identity(weight: torch.Tensor) -> tuple | None:
         return None
 
 
-def weight_of(module: nn.Module, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def weight_of(module: nn.Module, dtype: torch.dtype = torch.float64, copy: bool = True) -> torch.Tensor:
     """A copy of ``module.weight`` in `dtype` (float64 by default), read through accelerate's offload hooks
     (:func:`materialised`): a disk- or CPU-offloaded module holds its weight on the meta device between
-    forwards."""
+    forwards. ``copy=False``: the parameter itself (detached) where it is already in `dtype`, for a reader
+    that never writes to it."""
     with materialised(module):
-        return module.weight.detach().to(dtype, copy=True)  # one copy (.double().clone() made two)
+        return module.weight.detach().to(dtype, copy=copy)  # one copy (.double().clone() made two)
 
 
-def linear_weight(module: nn.Module, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def linear_weight(module: nn.Module, dtype: torch.dtype = torch.float64, copy: bool = True) -> torch.Tensor:
     """``[in out]`` copy in `dtype` (float64 by default) of an ``nn.Linear`` (stored ``[out in]``) or a
-    ``Conv1D`` (stored ``[in out]``), so that a row vector times it is the layer's map."""
-    weight = weight_of(module, dtype)
+    ``Conv1D`` (stored ``[in out]``), so that a row vector times it is the layer's map (``copy=False``: a view
+    of the parameter where it is already in `dtype`, as :func:`weight_of`)."""
+    weight = weight_of(module, dtype, copy)
     return weight.T if isinstance(module, nn.Linear) else weight
 
 

@@ -427,14 +427,10 @@ def _stream_single_pass(
     # the scale goes into the GEMM (baddbmm's alpha): no scaled copy of the queries
     queries = query.float().reshape(n_batch * n_kv, group, n_query, dim)  # [batch·kv group query dim]
     keys_t = key.float().reshape(n_batch * n_kv, n_key, dim).transpose(1, 2)  # [batch·kv dim key]
-    values = value.float().reshape(n_batch * n_kv, n_key, dim_v)  # [batch·kv key dim_v]
     entropy_wanted = plan.entropy
     linear_entropy = entropy_wanted and scores.softcap is None
-    bias = None
-    if linear_entropy:  # one α·[V | K] product gives the output and αK, from which the row entropy follows
-        # [b·kv key dv+d]
-        values = torch.cat([values, key.float().reshape(n_batch * n_kv, n_key, dim)], dim=-1)
-        bias = mask_bias(scores.mask)
+    # one α·[V | K] product gives the output and αK, from which the row entropy follows
+    bias = mask_bias(scores.mask) if linear_entropy else None
     mask = None if scores.mask is None else scores.mask.float()
     sinks = scores.sinks
     causal = causal_bias(block_rows, query.device) if scores.is_causal else None
@@ -442,20 +438,27 @@ def _stream_single_pass(
     min_keys = tiles.MIN_KEYS if plan.dense else tiles.MIN_REDUCE_KEYS  # no dense sink: α stays in the tiles
     fused = (query.device.type == "cpu" and n_key >= min_keys and scores.softcap is None
              and sinks is None and tiles.available())
-    reduced_from = values.shape[-1]  # the reductions' columns of α·[V | K | W] (torch path)
     weights_t = None
     if weights is not None and fused:  # the kernel sums α·w from each tile row in L1: [batch|1 feature key]
         weights_t = weights.transpose(1, 2).contiguous()
-    elif weights is not None:  # [b·kv key dv'+feature]
-        features = weights.expand(n_batch, n_key, -1)[:, None].expand(-1, n_kv, -1, -1)
-        values = torch.cat([values, features.reshape(n_batch * n_kv, n_key, -1)], dim=-1)
-    norms_from = values.shape[-1]  # the output norms' columns: one per query head of the kv head's group
-    mixed = None
-    if norms is not None:
-        # [batch·kv key group]: query head kv·g + i reads column i
-        norm_columns = norms.float().view(n_batch, n_kv, group, n_key).transpose(2, 3)
-        values = torch.cat([values, norm_columns.reshape(n_batch * n_kv, n_key, group)], dim=-1)
-        mixed = torch.empty(n_batch, n_heads, n_query, device=query.device)  # [batch head query]
+    # the value columns of α·[V | K | W | N]: K for the entropy, the reductions' w (torch path), the output
+    # norms (one column per query head of the kv head's group: query head kv·g + i reads column i)
+    reduced_from = dim_v + (dim if linear_entropy else 0)
+    norms_from = reduced_from + (weights.shape[-1] if weights is not None and not fused else 0)
+    width = norms_from + (group if norms is not None else 0)
+    if width == dim_v:
+        values = value.float().reshape(n_batch * n_kv, n_key, dim_v)  # [batch·kv key dim_v]
+    else:  # every column written once into one tensor (no concatenation copies V again)
+        values = torch.empty(n_batch, n_kv, n_key, width, device=query.device)  # [batch kv key dv']
+        values[..., :dim_v] = value
+        if linear_entropy:
+            values[..., dim_v:reduced_from] = key
+        if norms_from > reduced_from:  # [batch 1 key feature], the same for every kv head
+            values[..., reduced_from:norms_from] = weights.expand(n_batch, n_key, -1)[:, None]
+        if norms is not None:  # [batch kv key group]
+            values[..., norms_from:] = norms.view(n_batch, n_kv, group, n_key).transpose(2, 3)
+        values = values.view(n_batch * n_kv, n_key, width)  # [batch·kv key dv']
+    mixed = None if norms is None else torch.empty(n_batch, n_heads, n_query, device=query.device)
     readers = {sink: _SlotReader(chosen, slots, layer, tuple(range(n_heads)), n_query, scores.is_causal,
                                  n_batch, query.device) for sink, (chosen, slots) in plan.gather.items()}
     # the kernel keeps α in its tiles when only reductions are wanted (a finite bias needs α for the entropy)
@@ -477,8 +480,10 @@ def _stream_single_pass(
         # [batch·kv group block feature]
         block_reductions = None if weights_t is None else torch.empty(
             n_batch * n_kv, group, block_rows, weights_t.shape[1], device=query.device)
-    # [batch·kv group query dim_v]
-    output = torch.empty(n_batch * n_kv, group, n_query, dim_v, device=query.device)
+    # [batch query head dim_v]: the layout the caller hands back, so its transpose costs no copy
+    output = torch.empty(n_batch, n_query, n_heads, dim_v, device=query.device)
+    # [batch kv group query dim_v]
+    output_blocks = output.view(n_batch, n_query, n_kv, group, dim_v).permute(0, 2, 3, 1, 4)
     # lse' only where a consumer needs it: sampled rows, gathered slots, the row entropy or the sinks' weights
     block_lse_wanted = want_lse or entropy_wanted or sinks is not None
     lse = torch.empty(n_batch, n_heads, n_query, device=query.device) if want_lse or entropy_wanted else None
@@ -534,7 +539,7 @@ def _stream_single_pass(
             lse[:, :, start:stop] = block_lse  # [batch head block]
         if not fused:  # [batch·kv g·block dv']
             block_out = torch.bmm(alpha.view(n_batch * n_kv, group * rows, key_stop), values[:, :key_stop])
-        output[:, :, start:stop] = block_out[..., :dim_v].view(n_batch * n_kv, group, rows, dim_v)
+        output_blocks[:, :, :, start:stop] = block_out[..., :dim_v].view(n_batch, n_kv, group, rows, dim_v)
         entropy = None
         if linear_entropy:  # −Σ α log α = lse'·Σα − Σ α·(scale·q·k) − Σ α·bias
             products = (scores.scale * (block_out[..., dim_v:reduced_from] * block_queries).sum(-1)
@@ -554,7 +559,7 @@ def _stream_single_pass(
             reader.read(alpha, start, stop)
         _hand_out(session, layer, plan, heads, start, n_query, query_offset, n_key, alpha, entropy, learned,
                   weights, columns, weighted, block_max)
-    output = output.view(n_batch, n_heads, n_query, dim_v).to(query.dtype)  # [batch head query dim_v]
+    output = output.transpose(1, 2).to(query.dtype)  # [batch head query dim_v]
     return output, lse, mixed, {sink: (reader.heads, reader.alpha) for sink, reader in readers.items()}
 
 

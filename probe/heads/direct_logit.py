@@ -63,6 +63,7 @@ def _row_terms(
     weighted: torch.Tensor,  # [row d_model] float32: g ⊙ u, u = W_U[:, t_j] − the vocabulary's mean column
     weighted_sum: torch.Tensor | None,  # [row 1] float64: Σ_m g_m u_m (LayerNorm's centring); None: RMSNorm
     n_heads: int,
+    column_mean: torch.Tensor | None = None,  # [head·d_head] float32: W_O 1 / d_model (None: from w_out)
 ) -> torch.Tensor:
     """`[row head]` float64: the attribution c'·u times the final norm's scale at the row (the scale is known
     only after the last layer; :meth:`InductionDLA.reduce` divides by it). c = z_h W_O^h through the
@@ -79,9 +80,15 @@ def _row_terms(
     along = (z * projected).view(n_rows, n_heads, -1).sum(-1).double()
     if weighted_sum is None:
         return along
-    column_mean = (w_out.sum(-1, dtype=torch.float64) / d_model).float()  # [head·d_head] W_O 1 / d_model
+    if column_mean is None:
+        column_mean = _column_mean(w_out)  # [head·d_head] W_O 1 / d_model
     mean_c = (z * column_mean).view(n_rows, n_heads, -1).sum(-1).double()  # [row head] mean(c)
     return along - mean_c * weighted_sum
+
+
+def _column_mean(w_out: torch.Tensor) -> torch.Tensor:
+    """W_O 1 / d_model `[head·d_head]` float32 from W_O `[head·d_head d_model]`, summed in float64."""
+    return (w_out.sum(-1, dtype=torch.float64) / w_out.shape[-1]).float()
 
 
 def _norm_scale(residual: torch.Tensor, norm: nn.Module) -> torch.Tensor:
@@ -157,6 +164,9 @@ class InductionDLA:
         self._batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
         self._terms: dict[int, torch.Tensor] = {}  # layer -> [row head] float64, before the norm's scale
         self._scale: torch.Tensor | None = None  # [row] float64: the final norm's scale
+        # layer -> (W_O [head·d_head d_model], W_O 1 / d_model [head·d_head]) float32 while watching, where
+        # W_O is the resident float32 parameter itself (nothing copied, nothing held that the model does not)
+        self._outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @contextlib.contextmanager
     def watching(self):
@@ -173,10 +183,10 @@ class InductionDLA:
                 rows, weighted, weighted_sum = self._batch
                 z = args[0].detach()  # [batch seq head·d_head]
                 z = z[rows.to(z.device)].float()  # [row head·d_head]
-                w_out = linear_weight(self.projections[layer], torch.float32)  # [head·d_head d_model]
-                self._terms[layer] = _row_terms(
-                    z, w_out.to(z.device), weighted.to(z.device),
-                    None if weighted_sum is None else weighted_sum.to(z.device), self.loaded.n_heads)
+                w_out, column_mean = self._output_map(layer, z.device)  # [head·d_head d_model], [head·d_head]
+                total = None if weighted_sum is None else weighted_sum.to(z.device)  # [row 1]
+                self._terms[layer] = _row_terms(z, w_out, weighted.to(z.device), total, self.loaded.n_heads,
+                                                column_mean)
 
         def norm_hook(args: tuple) -> None:
             if threading.get_ident() == owner and self._batch is not None:
@@ -196,6 +206,22 @@ class InductionDLA:
                 handle.remove()
             self._batch, self._scale = None, None
             self._terms.clear()
+            self._outputs.clear()
+
+    def _output_map(self, layer: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """W_O `[head·d_head d_model]` float32 of `layer` on `device` and W_O 1 / d_model `[head·d_head]`:
+        kept for the watched forwards where W_O is the model's resident float32 parameter (a view); an
+        offloaded or low-precision weight is read again for each forward (a kept copy of every layer's would
+        cost a 7B model gigabytes)."""
+        kept = self._outputs.get(layer)
+        if kept is not None:
+            return kept
+        module = self.projections[layer]
+        w_out = linear_weight(module, torch.float32, copy=False).to(device)  # [head·d_head d_model]
+        found = (w_out, _column_mean(w_out))
+        if w_out.data_ptr() == module.weight.data_ptr() and module.weight.device.type != "meta":
+            self._outputs[layer] = found
+        return found
 
     def expect(self, input_ids: torch.Tensor, repeat_start: torch.Tensor, repeat_len: torch.Tensor) -> None:
         """Name the next watched forward's batch: probes `input_ids` `[batch seq]` with blocks at
