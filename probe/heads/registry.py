@@ -65,11 +65,13 @@ from probe.heads.targets import (  # the patterns, and the names callers import 
     coreference_targets,
     delimiter_slots,
     delimiter_targets,
+    duplicate_token_slots,
     duplicate_token_targets,
     first_token_slots,
     first_token_targets,
     fixed_offset_slots,
     fixed_offset_targets,
+    induction_slots,
     induction_targets,
     next_token_slots,
     next_token_targets,
@@ -83,8 +85,11 @@ from probe.heads.targets import (  # the patterns, and the names callers import 
     sentence_start_slots,
     sentence_start_targets,
     tl_duplicate_pattern,
+    tl_duplicate_slots,
     tl_induction_pattern,
+    tl_induction_slots,
     tl_previous_pattern,
+    tl_previous_slots,
 )
 from probe.heads.vocab import TokenClasses
 from probe.models import ModelKind
@@ -181,6 +186,9 @@ class HeadTypeSpec:
         the first token, delimiters, pairs). The label scorer then never builds the pattern (at 1,024 tokens
         fixed_offset's 31 candidates are 31 patterns of a million entries per probe). None: the slots are read
         from ``targets`` (:func:`target_slots`). Tested equal to ``targets`` for every built-in type.
+    tl_slots : callable or None, default None
+        ``tl_slots(ctx) -> [batch query slot] long``: ``tl_targets``' pattern as key slots, read by the label
+        scorer of a type that gives ``slots`` (so neither pattern is built).
     reads : frozenset of str, default every vocabulary field
         The :class:`TargetContext` fields built from the tokenizer's vocabulary its targets read
         (:data:`VOCABULARY_FIELDS`: ``"delimiter_ids"``, ``"classes"``). A labelling run scans the vocabulary
@@ -222,6 +230,8 @@ class HeadTypeSpec:
     reads: frozenset[str] = VOCABULARY_FIELDS
     # the targets as key slots [batch query slot] long, without the dense pattern; None: from targets
     slots: Callable[[TargetContext], Slots] | None = None
+    # TransformerLens' detection pattern as key slots (read with `slots`)
+    tl_slots: Callable[[TargetContext], torch.Tensor] | None = None
 
     @property
     def text_only(self) -> bool:
@@ -233,7 +243,7 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
     spec.name: spec for spec in (
         HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", previous_token_targets,
                      "natural", tl_targets=tl_previous_pattern, reads=NO_VOCABULARY,
-                     slots=previous_token_slots),
+                     slots=previous_token_slots, tl_slots=tl_previous_slots),
         HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)",
                      next_token_targets, "natural", kinds=BIDIRECTIONAL_KINDS, reads=NO_VOCABULARY,
                      slots=next_token_slots),
@@ -256,10 +266,12 @@ REGISTRY: dict[HeadType, HeadTypeSpec] = {
         HeadTypeSpec("duplicate_token",
                      "attends to other copies of the current token (earlier ones when causal)",
                      duplicate_token_targets, "repeated", loss_positions="repeat",
-                     tl_targets=tl_duplicate_pattern, reads=NO_VOCABULARY),
+                     tl_targets=tl_duplicate_pattern, reads=NO_VOCABULARY, slots=duplicate_token_slots,
+                     tl_slots=tl_duplicate_slots),
         HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token",
                      induction_targets, "repeated", loss_positions="repeat", copies=True,
-                     tl_targets=tl_induction_pattern, reads=NO_VOCABULARY),
+                     tl_targets=tl_induction_pattern, reads=NO_VOCABULARY, slots=induction_slots,
+                     tl_slots=tl_induction_slots),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", coreference_targets, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query", reads=NO_VOCABULARY),
         HeadTypeSpec("retrieval",
@@ -485,8 +497,10 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
         raise ProbeError(f"head type {spec.name!r}: the accuracy statistic needs span probes (probe='spans')")
     if spec.tl_targets is not None and not callable(spec.tl_targets):
         raise ProbeError(f"head type {spec.name!r}: tl_targets must be a function of a TargetContext or None")
-    if spec.slots is not None and not callable(spec.slots):
-        raise ProbeError(f"head type {spec.name!r}: slots must be a function of a TargetContext or None")
+    for field_name in ("slots", "tl_slots"):
+        if getattr(spec, field_name) is not None and not callable(getattr(spec, field_name)):
+            raise ProbeError(f"head type {spec.name!r}: {field_name} must be a function of a "
+                             "TargetContext or None")
     if spec.candidate is not None and not isinstance(spec.candidate, str):
         raise ProbeError(f"head type {spec.name!r}: candidate must be a column name or None")
     if not isinstance(spec.reads, frozenset) or not spec.reads <= VOCABULARY_FIELDS:

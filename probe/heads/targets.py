@@ -301,6 +301,58 @@ def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
     return pattern
 
 
+def _repeat_slots(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
+    """:func:`_repeat_pairs`'s targets as key slots `[batch query 1]` (one key per row)."""
+    if ctx.repeat_start is None or ctx.repeat_len is None:
+        raise ProbeError(
+            "restricted repeat targets need the planted block's position (repeated-block probes)")
+    batch, n = ctx.input_ids.shape
+    position = torch.arange(n)[None]  # [1 query]
+    start, length = ctx.repeat_start[:, None], ctx.repeat_len[:, None]  # [batch 1]
+    second = (position >= start + length) & (position < start + 2 * length)  # [batch query]
+    slots = torch.where(second, position - length + shift, -1)  # [batch query]
+    if mirror:
+        first = (position >= start) & (position < start + length)  # [batch query]
+        slots = torch.where(first, position + length, slots)
+    return slots[..., None]  # [batch query 1]
+
+
+def same_token_slots(ids: torch.Tensor, earlier: bool) -> torch.Tensor:
+    """The other positions of each position's token, as key slots `[batch query slot]` long, ascending, −1
+    after the last: only the earlier ones p < i (`earlier`), else every p ≠ i. The slot axis is as wide as
+    the most any row has (at least 1) — what :func:`probe.heads.registry.target_slots` makes of the
+    ``t_p = t_i`` pattern, without building it (one stable sort per probe).
+
+    Examples
+    --------
+    >>> same_token_slots(torch.tensor([[5, 7, 5, 5]]), earlier=True)[0].tolist()
+    [[-1, -1], [-1, -1], [0, -1], [0, 2]]
+    >>> same_token_slots(torch.tensor([[5, 7, 5, 5]]), earlier=False)[0].tolist()
+    [[2, 3], [-1, -1], [0, 3], [0, 2]]
+    """
+    batch, n = ids.shape
+    order = ids.argsort(dim=-1, stable=True)  # [batch seq]: positions grouped by token, ascending in a group
+    grouped = ids.gather(-1, order)  # [batch seq]
+    index = torch.arange(n).expand(batch, n)  # [batch seq]
+    opens = torch.ones(batch, n, dtype=torch.bool)  # [batch seq]: a group starts here (sorted order)
+    opens[:, 1:] = grouped[:, 1:] != grouped[:, :-1]
+    first = torch.where(opens, index, 0).cummax(-1).values  # [batch seq] its group's first sorted index
+    group = opens.cumsum(-1) - 1  # [batch seq] group number
+    size = torch.zeros(batch, n, dtype=torch.long).scatter_add_(-1, group, torch.ones_like(group))
+    size = size.gather(-1, group)  # [batch seq] its group's size
+    # back from sorted order to positions: [batch query]
+    first_at = torch.empty_like(first).scatter_(-1, order, first)
+    rank_at = torch.empty_like(first).scatter_(-1, order, index - first)  # earlier copies of the token
+    size_at = torch.empty_like(first).scatter_(-1, order, size)
+    count = rank_at if earlier else size_at - 1  # [batch query] slots each row fills
+    width = max(1, int(count.max()) if count.numel() else 1)
+    slot = torch.arange(width)  # [slot]
+    # the k-th other copy: sorted index first + k (skipping the row's own rank when every copy counts)
+    source = first_at[..., None] + slot + (0 if earlier else (slot >= rank_at[..., None]).long())
+    keys = order.gather(-1, source.clamp(max=n - 1).view(batch, -1)).view(batch, n, width)
+    return torch.where(slot < count[..., None], keys, -1)  # [batch query slot]
+
+
 def duplicate_token_targets(ctx: TargetContext) -> Targets:
     if ctx.restrict_to_repeat:
         return {None: _repeat_pairs(ctx, 0, mirror=not ctx.causal)}
@@ -311,6 +363,12 @@ def duplicate_token_targets(ctx: TargetContext) -> Targets:
     return {None: same & ~torch.eye(ids.shape[1], dtype=torch.bool)}
 
 
+def duplicate_token_slots(ctx: TargetContext) -> Slots:
+    if ctx.restrict_to_repeat:
+        return {None: _repeat_slots(ctx, 0, mirror=not ctx.causal)}
+    return {None: same_token_slots(ctx.input_ids, earlier=ctx.causal)}
+
+
 def induction_targets(ctx: TargetContext) -> Targets:
     if ctx.restrict_to_repeat:
         return {None: _repeat_pairs(ctx, 1, mirror=False)}
@@ -319,6 +377,18 @@ def induction_targets(ctx: TargetContext) -> Targets:
     pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
     pattern[:, :, 1:] = ids[:, :, None] == ids[:, None, :-1]  # key j holds t_{j-1}
     return {None: pattern.tril(0)}
+
+
+def _induction_slots(ids: torch.Tensor) -> torch.Tensor:
+    """Key j = p + 1 for every earlier copy p < i of t_i (so 1 ≤ j ≤ i): `[batch query slot]`."""
+    earlier = same_token_slots(ids, earlier=True)  # [batch query slot]
+    return torch.where(earlier >= 0, earlier + 1, -1)
+
+
+def induction_slots(ctx: TargetContext) -> Slots:
+    if ctx.restrict_to_repeat:
+        return {None: _repeat_slots(ctx, 1, mirror=False)}
+    return {None: _induction_slots(ctx.input_ids)}
 
 
 def coreference_targets(ctx: TargetContext) -> Targets:
@@ -356,6 +426,21 @@ def tl_induction_pattern(ctx: TargetContext) -> torch.Tensor:
 def tl_previous_pattern(ctx: TargetContext) -> torch.Tensor:
     """TL's previous-token detection pattern: D(i, i − 1) = 1, `[batch query key]`."""
     return _diagonal(ctx, -1)
+
+
+# ... and the same as key slots (HeadTypeSpec.tl_slots), `[batch query slot]`
+
+
+def tl_duplicate_slots(ctx: TargetContext) -> torch.Tensor:
+    return same_token_slots(ctx.input_ids, earlier=True)
+
+
+def tl_induction_slots(ctx: TargetContext) -> torch.Tensor:
+    return _induction_slots(ctx.input_ids)
+
+
+def tl_previous_slots(ctx: TargetContext) -> torch.Tensor:
+    return _diagonal_slots(ctx, -1)
 
 
 def no_targets(ctx: TargetContext) -> Targets:

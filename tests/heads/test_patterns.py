@@ -363,15 +363,27 @@ def test_every_types_slots_name_exactly_its_targets_keys(english, causal):
     ctx = TargetContext(ids, causal=causal, delimiter_ids=delimiter_ids(tokenizer), classes=classes)
     sparse = [name for name, spec in REGISTRY.items() if spec.slots is not None]
     assert set(sparse) == {"previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
-                           "sentence_start", "bracket"}
-    for name in sparse:
-        dense, slots = REGISTRY[name].targets(ctx), REGISTRY[name].slots(ctx)
-        assert list(dense) == list(slots), name  # the same candidates, in the same order
-        for candidate, pattern in dense.items():
-            assert slots[candidate].dtype == torch.long and slots[candidate].shape[:2] == pattern.shape[:2]
-            assert torch.equal(slots_pattern(slots[candidate], width), pattern), (name, candidate)
-            assert pattern.any(), (name, candidate)  # no vacuous agreement
+                           "sentence_start", "bracket", "duplicate_token", "induction"}
+    # repeated-block probes too, their targets on any earlier copy and (small vocabulary) the planted repeat
+    repeated = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 1],
+                             [2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5, 9, 0, 4, 5, 2, 3, 5, 3, 6, 0, 2]])
+    contexts = [ctx] + [TargetContext(repeated, causal=causal, repeat_start=torch.tensor([5, 10]),
+                                      repeat_len=torch.tensor([8, 4]), restrict_to_repeat=restrict)
+                        for restrict in (False, True)]
+    for ctx in contexts:
+        n = ctx.input_ids.shape[1]
+        for name in sparse:
+            spec = REGISTRY[name]
+            dense, slots = spec.targets(ctx), spec.slots(ctx)
+            assert list(dense) == list(slots), name  # the same candidates, in the same order
+            for candidate, pattern in dense.items():
+                assert slots[candidate].dtype == torch.long and slots[candidate].shape[:2] == pattern.shape[:2]
+                assert torch.equal(slots_pattern(slots[candidate], n), pattern), (name, candidate)
+                if ctx.repeat_start is None or name in ("duplicate_token", "induction"):
+                    assert pattern.any(), (name, candidate)  # no vacuous agreement
+            if spec.tl_slots is not None:  # TransformerLens' pattern, as slots, in target_slots' own form
+                assert torch.equal(spec.tl_slots(ctx), target_slots(spec.tl_targets(ctx))), name
     # a planted check, not only agreement: delimiter keys before row 6 of the third text (". , ! ? ( )")
-    third = REGISTRY["delimiter"].slots(ctx)[None][2, 6]
+    third = REGISTRY["delimiter"].slots(contexts[0])[None][2, 6]
     assert sorted(int(key) for key in third if key >= 0) == ([1, 2, 3, 4, 5] if causal else
                                                              [1, 2, 3, 4, 5, *range(7, 14)])

@@ -183,15 +183,15 @@ def score_token_set(loaded, specs: Sequence[HeadTypeSpec], probes: TokenProbeSet
 def tl_detection(spec: HeadTypeSpec, ctx: TargetContext, pattern: torch.Tensor | None,
                  slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The detection pattern TransformerLens' ``detect_head`` would score a type with on this batch, and
-    where its score is defined: (`[batch query key]` bool — or the targets' slots, see below — and `[batch]`
-    bool).
+    where its score is defined: (`[batch query key]` bool — or key slots, see below — and `[batch]` bool).
 
     For the types TL names (``spec.tl_targets``: previous, duplicate, induction heads) TL's own pattern from
-    the token ids, defined everywhere; for the others the type's targets as a custom detection pattern
-    (`pattern`, or its key `slots` `[batch query slot]` when no pattern is given), defined on the probes
-    where it is lower triangular (``detect_head`` asserts that; read from the slots when given)."""
-    if spec.tl_targets is not None:
-        tl = spec.tl_targets(ctx)
+    the token ids (as ``spec.tl_slots`` where no pattern is given and the type has them), defined
+    everywhere; for the others the type's targets as a custom detection pattern (`pattern`, or its key
+    `slots` `[batch query slot]` when no pattern is given), defined on the probes where it is lower
+    triangular (``detect_head`` asserts that; read from the slots when given)."""
+    if spec.tl_targets is not None:  # as key slots where the targets came as slots and the type has them
+        tl = spec.tl_slots(ctx) if pattern is None and spec.tl_slots is not None else spec.tl_targets(ctx)
         return tl, torch.ones(len(tl), dtype=torch.bool)
     if slots is not None:  # a key after its row
         upper = (slots > torch.arange(slots.shape[1])[:, None]).flatten(1).any(1)  # [batch]
