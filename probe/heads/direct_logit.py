@@ -164,9 +164,10 @@ class InductionDLA:
         self._batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
         self._terms: dict[int, torch.Tensor] = {}  # layer -> [row head] float64, before the norm's scale
         self._scale: torch.Tensor | None = None  # [row] float64: the final norm's scale
-        # layer -> (W_O [head·d_head d_model], W_O 1 / d_model [head·d_head]) float32 while watching, where
-        # W_O is the resident float32 parameter itself (nothing copied, nothing held that the model does not)
-        self._outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # layer -> (the parameter's identity, W_O [head·d_head d_model], W_O 1 / d_model [head·d_head]),
+        # float32, where W_O is the resident float32 parameter itself (nothing copied, nothing held that the
+        # model does not); read again when the parameter changes
+        self._outputs: dict[int, tuple[tuple, torch.Tensor, torch.Tensor]] = {}
 
     @contextlib.contextmanager
     def watching(self):
@@ -206,22 +207,23 @@ class InductionDLA:
                 handle.remove()
             self._batch, self._scale = None, None
             self._terms.clear()
-            self._outputs.clear()
 
     def _output_map(self, layer: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """W_O `[head·d_head d_model]` float32 of `layer` on `device` and W_O 1 / d_model `[head·d_head]`:
-        kept for the watched forwards where W_O is the model's resident float32 parameter (a view); an
-        offloaded or low-precision weight is read again for each forward (a kept copy of every layer's would
-        cost a 7B model gigabytes)."""
-        kept = self._outputs.get(layer)
-        if kept is not None:
-            return kept
+        kept across the watched forwards while W_O is the model's resident float32 parameter (a view) and
+        unchanged; an offloaded or low-precision weight is read again for each forward (a kept copy of every
+        layer's would cost a 7B model gigabytes)."""
         module = self.projections[layer]
+        identity = weight_identity(module.weight)
+        kept = self._outputs.get(layer)
+        if kept is not None and identity is not None and kept[0] == identity and kept[1].device == device:
+            return kept[1], kept[2]
         w_out = linear_weight(module, torch.float32, copy=False).to(device)  # [head·d_head d_model]
-        found = (w_out, _column_mean(w_out))
-        if w_out.data_ptr() == module.weight.data_ptr() and module.weight.device.type != "meta":
-            self._outputs[layer] = found
-        return found
+        column_mean = _column_mean(w_out)  # [head·d_head]
+        if (identity is not None and w_out.data_ptr() == module.weight.data_ptr()
+                and module.weight.device.type != "meta"):
+            self._outputs[layer] = (identity, w_out, column_mean)
+        return w_out, column_mean
 
     def expect(self, input_ids: torch.Tensor, repeat_start: torch.Tensor, repeat_len: torch.Tensor) -> None:
         """Name the next watched forward's batch: probes `input_ids` `[batch seq]` with blocks at

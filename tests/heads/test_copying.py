@@ -263,6 +263,36 @@ def test_the_labelling_run_reduces_the_attribution_from_its_scoring_forwards():
         assert abs(value - float(separate[layer, head])) < 1e-6
 
 
+def test_the_attribution_keeps_each_output_projection_until_its_weight_changes(tiny_dir):
+    """InductionDLA keeps W_O (a view of the resident parameter) and its column mean (LayerNorm's centring)
+    across the forwards it watches; an in-place change of W_O between two batches is seen: the second batch's
+    attribution equals a fresh instance's."""
+    from probe.heads.direct_logit import InductionDLA
+    from probe.heads.probesets import repeated_blocks
+
+    loaded = models.load(str(tiny_dir("gpt2")))  # LayerNorm: the column mean is read
+    blocks = repeated_blocks(loaded.tokenizer, 2, 48, seed=0)
+    projection = loaded.model.transformer.h[1].attn.c_proj
+    with torch.no_grad():  # a W_O whose column mean is far from 0, so that a stale one shows
+        projection.weight.add_(0.5)
+
+    def batch_total(dla: InductionDLA) -> torch.Tensor:
+        with dla.watching(), torch.inference_mode():
+            dla.expect(blocks.input_ids, blocks.offset, blocks.block_len)
+            loaded.model.transformer(input_ids=blocks.input_ids)
+            return dla.reduce()[0]  # [layer head]
+
+    kept = InductionDLA(loaded)
+    before = batch_total(kept)
+    assert set(kept._outputs) == {0, 1}  # both layers' W_O kept: views, nothing copied
+    assert kept._outputs[1][1].data_ptr() == projection.weight.data_ptr()
+    with torch.no_grad():
+        projection.weight.mul_(-2.0)
+    after, fresh = batch_total(kept), batch_total(InductionDLA(loaded))
+    assert torch.allclose(after, fresh, atol=1e-9)
+    assert not torch.allclose(after[1], before[1], atol=1e-3)  # a positive control: the change is seen
+
+
 def test_the_vocabulary_mean_is_kept_per_unembedding_until_its_weight_changes():
     """kept_mean_row: a second labelling run reads the vocabulary mean back (the same tensor); an in-place
     change of W_U (its version) is seen and the mean computed again."""

@@ -365,8 +365,8 @@ def test_every_types_slots_name_exactly_its_targets_keys(english, causal):
     assert set(sparse) == {"previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
                            "sentence_start", "bracket", "duplicate_token", "induction"}
     # repeated-block probes too, their targets on any earlier copy and (small vocabulary) the planted repeat
-    repeated = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 1],
-                             [2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5, 9, 0, 4, 5, 2, 3, 5, 3, 6, 0, 2]])
+    repeated = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3],
+                             [2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5, 9, 0, 4, 5, 2, 3, 5, 3, 6, 0]])
     contexts = [ctx] + [TargetContext(repeated, causal=causal, repeat_start=torch.tensor([5, 10]),
                                       repeat_len=torch.tensor([8, 4]), restrict_to_repeat=restrict)
                         for restrict in (False, True)]
@@ -377,7 +377,8 @@ def test_every_types_slots_name_exactly_its_targets_keys(english, causal):
             dense, slots = spec.targets(ctx), spec.slots(ctx)
             assert list(dense) == list(slots), name  # the same candidates, in the same order
             for candidate, pattern in dense.items():
-                assert slots[candidate].dtype == torch.long and slots[candidate].shape[:2] == pattern.shape[:2]
+                found = slots[candidate]
+                assert found.dtype == torch.long and found.shape[:2] == pattern.shape[:2]
                 assert torch.equal(slots_pattern(slots[candidate], n), pattern), (name, candidate)
                 if ctx.repeat_start is None or name in ("duplicate_token", "induction"):
                     assert pattern.any(), (name, candidate)  # no vacuous agreement
