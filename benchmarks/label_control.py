@@ -14,7 +14,7 @@ Models:
               the coreference templates (a short run: the twins' floor of 4 probes a set dominates)
   minilm-defaults — all-MiniLM-L6-v2 at every LabelConfig default (64 probes of 128 tokens, every GAP pair
               that fits, ablation on): the run `probe label --model sentence-transformers/all-MiniLM-L6-v2`
-              makes, ~45 s on a quiet 2-core machine, its forwards 95 % of it
+              makes, ~36 s on a quiet 2-core machine, its forwards most of it
 
 Run (the load average is printed; use one thread on a shared machine):
 

@@ -291,14 +291,16 @@ def plan_line(model: str, config: LabelConfig, total: int, sets, lengths, n_batc
               twins: int, generated: list[str], twin_batches: int = 0) -> str:
     """What a labelling run is about to do, in one line: "zoo:x: 249 forward batches of up to 8 probes —
     24 on 3 token probe set(s) (natural, brackets, repeated) of 64 probes at 128 tokens; 225 on 1,799 gap span
-    examples"."""
+    examples, short ones packed up to 1,024 tokens a batch"."""
     parts = []
     if sets and lengths:
         parts.append(f"{n_batches * len(sets) * len(lengths)} on {len(sets)} token probe set(s) "
                      f"({', '.join(sets)}) of {config.examples} probes at {', '.join(map(str, lengths))} "
                      "tokens")
     if spans:
-        parts.append(f"{n_span} on {len(spans[1]):,} {spans[0]} span examples")
+        tokens = config.batch_size * max(lengths, default=0)
+        packed = f", short ones packed up to {tokens:,} tokens a batch" if tokens else ""
+        parts.append(f"{n_span} on {len(spans[1]):,} {spans[0]} span examples{packed}")
     if generated:
         parts.append(f"{n_batches * len(lengths) * len(generated)} generating ({', '.join(generated)})")
     if twins:
