@@ -63,7 +63,8 @@ def _row_terms(
     weighted: torch.Tensor,  # [row d_model] float32: g ⊙ u, u = W_U[:, t_j] − the vocabulary's mean column
     weighted_sum: torch.Tensor | None,  # [row 1] float64: Σ_m g_m u_m (LayerNorm's centring); None: RMSNorm
     n_heads: int,
-    column_mean: torch.Tensor | None = None,  # [head·d_head] float32: W_O 1 / d_model (None: from w_out)
+    # [head·d_head] float32: W_O 1 / d_model (:func:`_column_mean`), read with weighted_sum; None for RMSNorm
+    column_mean: torch.Tensor | None,
 ) -> torch.Tensor:
     """`[row head]` float64: the attribution c'·u times the final norm's scale at the row (the scale is known
     only after the last layer; :meth:`InductionDLA.reduce` divides by it). c = z_h W_O^h through the
@@ -74,14 +75,12 @@ def _row_terms(
     The one `d_model × head·d_head` product per row runs in float32, the precision of the forward that made
     z, with the sums over d_head (its rounding, about 1e-6 of the attribution, is the forward's own); the
     centring and the division by the norm's scale are float64."""
-    n_rows, d_model = weighted.shape
+    n_rows = weighted.shape[0]
     projected = weighted @ w_out.T  # [row head·d_head] W_O (g ⊙ u) per row
     # [row head] Σ_m c_m g_m u_m
     along = (z * projected).view(n_rows, n_heads, -1).sum(-1).double()
     if weighted_sum is None:
         return along
-    if column_mean is None:
-        column_mean = _column_mean(w_out)  # [head·d_head] W_O 1 / d_model
     mean_c = (z * column_mean).view(n_rows, n_heads, -1).sum(-1).double()  # [row head] mean(c)
     return along - mean_c * weighted_sum
 
@@ -164,10 +163,10 @@ class InductionDLA:
         self._batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
         self._terms: dict[int, torch.Tensor] = {}  # layer -> [row head] float64, before the norm's scale
         self._scale: torch.Tensor | None = None  # [row] float64: the final norm's scale
-        # layer -> (the parameter's identity, W_O [head·d_head d_model], W_O 1 / d_model [head·d_head]),
-        # float32, where W_O is the resident float32 parameter itself (nothing copied, nothing held that the
-        # model does not); read again when the parameter changes
-        self._outputs: dict[int, tuple[tuple, torch.Tensor, torch.Tensor]] = {}
+        # layer -> (the parameter's identity, W_O [head·d_head d_model], W_O 1 / d_model [head·d_head] or
+        # None), float32, where W_O is the resident float32 parameter itself (nothing copied, nothing held
+        # that the model does not); read again when the parameter changes
+        self._outputs: dict[int, tuple[tuple, torch.Tensor, torch.Tensor | None]] = {}
 
     @contextlib.contextmanager
     def watching(self):
@@ -208,8 +207,9 @@ class InductionDLA:
             self._batch, self._scale = None, None
             self._terms.clear()
 
-    def _output_map(self, layer: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """W_O `[head·d_head d_model]` float32 of `layer` on `device` and W_O 1 / d_model `[head·d_head]`:
+    def _output_map(self, layer: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """W_O `[head·d_head d_model]` float32 of `layer` on `device` and W_O 1 / d_model `[head·d_head]`
+        (None where the final norm does not centre):
         kept across the watched forwards while W_O is the model's resident float32 parameter (a view) and
         unchanged; an offloaded or low-precision weight is read again for each forward (a kept copy of every
         layer's would cost a 7B model gigabytes)."""
@@ -219,7 +219,7 @@ class InductionDLA:
         if kept is not None and identity is not None and kept[0] == identity and kept[1].device == device:
             return kept[1], kept[2]
         w_out = linear_weight(module, torch.float32, copy=False).to(device)  # [head·d_head d_model]
-        column_mean = _column_mean(w_out)  # [head·d_head]
+        column_mean = _column_mean(w_out) if self.centred else None  # [head·d_head]: LayerNorm's centring
         if (identity is not None and w_out.data_ptr() == module.weight.data_ptr()
                 and module.weight.device.type != "meta"):
             self._outputs[layer] = (identity, w_out, column_mean)

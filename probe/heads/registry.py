@@ -84,6 +84,7 @@ from probe.heads.targets import (  # the patterns, and the names callers import 
     sentence_start_pairs,
     sentence_start_slots,
     sentence_start_targets,
+    slots_pattern,
     tl_duplicate_pattern,
     tl_duplicate_slots,
     tl_induction_pattern,
@@ -404,23 +405,6 @@ def target_slots(pattern: torch.Tensor) -> torch.Tensor:
     rank = torch.arange(len(k)) - first[b * n_query + q]
     slots[b, q, rank] = k
     return slots
-
-
-def slots_pattern(slots: torch.Tensor, n_key: int) -> torch.Tensor:
-    """The dense form of key slots: `[batch query slot]` long (−1 = none) -> `[batch query key]` bool, True
-    at every named key (the inverse of :func:`target_slots`).
-
-    Examples
-    --------
-    >>> slots_pattern(torch.tensor([[[-1], [0], [1]]]), 3).int()[0]  # previous-token slots of 3 tokens
-    tensor([[0, 0, 0],
-            [1, 0, 0],
-            [0, 1, 0]], dtype=torch.int32)
-    """
-    batch, n_query, _ = slots.shape
-    pattern = torch.zeros(batch, n_query, n_key + 1, dtype=torch.bool)  # [batch query key+1]: −1 -> the last
-    pattern.scatter_(-1, torch.where(slots >= 0, slots, n_key), True)
-    return pattern[..., :n_key]
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -185,10 +185,8 @@ class ScoreSink:
         self.n_valid: dict[str, torch.Tensor] = {}
         valid_rows = []  # [batch query] per type
         for head_type, pattern in patterns.items():
-            if pattern.dtype == torch.bool:
-                pattern = without_padding(pattern, self.lengths)  # [batch query key]: padding is no target
-                pattern = target_slots(pattern)  # [batch query slot]
-            self.slots[head_type] = pattern.to(device)  # [batch query slot]
+            pattern = self._real_slots(pattern)  # [batch query slot]
+            self.slots[head_type] = pattern.to(device)
             rows = (pattern >= 0).any(-1)  # [batch query]
             self.n_valid[head_type] = rows.sum(-1)  # [batch]
             valid_rows.append(rows.to(device))
@@ -248,10 +246,15 @@ class ScoreSink:
         """Head type -> the `[batch query slot]` key indices of TL's detection pattern (real tokens only)."""
         out = {}
         for head_type, pattern in (tl_patterns or {}).items():
-            if pattern.dtype == torch.bool:  # key slots already name real tokens only
-                pattern = target_slots(without_padding(pattern, self.lengths))  # [batch query slot]
-            out[head_type] = pattern.to(device)
+            out[head_type] = self._real_slots(pattern).to(device)
         return out
+
+    def _real_slots(self, pattern: torch.Tensor) -> torch.Tensor:
+        """`[batch query slot]` key slots of a `[batch query key]` bool pattern without the padding's rows and
+        keys (padding is no target); key slots are taken as they are (they name real tokens only)."""
+        if pattern.dtype != torch.bool:
+            return pattern
+        return target_slots(without_padding(pattern, self.lengths))
 
     def needs(self, layer: int, n_heads: int, n_query: int) -> SinkNeeds:
         """Dense heads or gathered slots (see heads_for, gather_for), output norms when projections are given;

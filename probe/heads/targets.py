@@ -72,6 +72,23 @@ Targets = Mapping[int | None, torch.Tensor]  # candidate (None, or fixed_offset'
 Slots = Mapping[int | None, torch.Tensor]
 
 
+def slots_pattern(slots: torch.Tensor, n_key: int) -> torch.Tensor:
+    """The dense form of key slots: `[batch query slot]` long (−1 = none) -> `[batch query key]` bool, True
+    at every named key (the inverse of :func:`probe.heads.registry.target_slots`).
+
+    Examples
+    --------
+    >>> slots_pattern(torch.tensor([[[-1], [0], [1]]]), 3).int()[0]  # previous-token slots of 3 tokens
+    tensor([[0, 0, 0],
+            [1, 0, 0],
+            [0, 1, 0]], dtype=torch.int32)
+    """
+    batch, n_query, _ = slots.shape
+    pattern = torch.zeros(batch, n_query, n_key + 1, dtype=torch.bool)  # [batch query key+1]: −1 -> the last
+    pattern.scatter_(-1, torch.where(slots >= 0, slots, n_key), True)
+    return pattern[..., :n_key]
+
+
 def without_padding(pattern: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """`pattern` `[batch query key]` bool with the right padding's rows and keys (positions ≥ `lengths`
     `[batch]`) cleared: a new tensor where any probe is padded, `pattern` itself where none is."""
@@ -244,19 +261,9 @@ def bracket_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]
     return pairs
 
 
-def _pairs_pattern(ctx: TargetContext, find) -> torch.Tensor:
-    batch, n = ctx.input_ids.shape
-    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
-    for row in range(batch):
-        pairs = find(ctx.input_ids[row].tolist(), ctx.classes)
-        if pairs:
-            query, key = torch.tensor(pairs).T
-            pattern[row, query, key] = True
-    return pattern
-
-
 def _pairs_slots(ctx: TargetContext, find) -> torch.Tensor:
-    """:func:`_pairs_pattern`'s targets as key slots `[batch query 1]` (each query has at most one key)."""
+    """The (query, key) pairs `find` gives each probe as key slots `[batch query 1]` (each query has at most
+    one key)."""
     batch, n = ctx.input_ids.shape
     slots = torch.full((batch, n, 1), -1, dtype=torch.long)  # [batch query 1]
     for row in range(batch):
@@ -265,6 +272,10 @@ def _pairs_slots(ctx: TargetContext, find) -> torch.Tensor:
             query, key = torch.tensor(pairs).T
             slots[row, query, 0] = key
     return slots
+
+
+def _pairs_pattern(ctx: TargetContext, find) -> torch.Tensor:
+    return slots_pattern(_pairs_slots(ctx, find), ctx.input_ids.shape[1])  # [batch query key]
 
 
 def sentence_start_targets(ctx: TargetContext) -> Targets:
@@ -283,26 +294,9 @@ def bracket_slots(ctx: TargetContext) -> Slots:
     return {None: _pairs_slots(ctx, bracket_pairs)}
 
 
-def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
-    """Only the planted repeat: query i in the second copy -> key i − L + shift (and, mirrored, the first
-    copy's query i -> key i + L)."""
-    if ctx.repeat_start is None or ctx.repeat_len is None:
-        raise ProbeError(
-            "restricted repeat targets need the planted block's position (repeated-block probes)")
-    batch, n = ctx.input_ids.shape
-    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
-    for row in range(batch):
-        start, length = int(ctx.repeat_start[row]), int(ctx.repeat_len[row])
-        second = torch.arange(start + length, start + 2 * length)
-        pattern[row, second, second - length + shift] = True
-        if mirror:
-            first = torch.arange(start, start + length)
-            pattern[row, first, first + length] = True
-    return pattern
-
-
 def _repeat_slots(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
-    """:func:`_repeat_pairs`'s targets as key slots `[batch query 1]` (one key per row)."""
+    """Only the planted repeat, as key slots `[batch query 1]`: query i in the second copy -> key
+    i − L + shift (and, mirrored, the first copy's query i -> key i + L)."""
     if ctx.repeat_start is None or ctx.repeat_len is None:
         raise ProbeError(
             "restricted repeat targets need the planted block's position (repeated-block probes)")
@@ -315,6 +309,10 @@ def _repeat_slots(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
         first = (position >= start) & (position < start + length)  # [batch query]
         slots = torch.where(first, position + length, slots)
     return slots[..., None]  # [batch query 1]
+
+
+def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
+    return slots_pattern(_repeat_slots(ctx, shift, mirror), ctx.input_ids.shape[1])  # [batch query key]
 
 
 def same_token_slots(ids: torch.Tensor, earlier: bool) -> torch.Tensor:

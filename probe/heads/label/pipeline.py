@@ -216,7 +216,7 @@ def label_model(
         built = [source.token_probes(probe, seq_len) for probe, seq_len, _ in plans]
     if plan is not None:
         plan(plan_line(loaded.name, config, total, sets, lengths, n_batches, spans, n_span, len(twins),
-                       [spec.name for spec in generated_specs], twin_batches))
+                       [spec.name for spec in generated_specs], twin_batches, span_tokens))
     if progress:
         progress(0, total)  # the bar starts before the first forward: its first rate is a real one
 
@@ -288,7 +288,7 @@ def label_model(
 
 
 def plan_line(model: str, config: LabelConfig, total: int, sets, lengths, n_batches: int, spans, n_span: int,
-              twins: int, generated: list[str], twin_batches: int = 0) -> str:
+              twins: int, generated: list[str], twin_batches: int = 0, span_tokens: int = 0) -> str:
     """What a labelling run is about to do, in one line: "zoo:x: 249 forward batches of up to 8 probes —
     24 on 3 token probe set(s) (natural, brackets, repeated) of 64 probes at 128 tokens; 225 on 1,799 gap span
     examples, short ones packed up to 1,024 tokens a batch"."""
@@ -298,8 +298,7 @@ def plan_line(model: str, config: LabelConfig, total: int, sets, lengths, n_batc
                      f"({', '.join(sets)}) of {config.examples} probes at {', '.join(map(str, lengths))} "
                      "tokens")
     if spans:
-        tokens = config.batch_size * max(lengths, default=0)
-        packed = f", short ones packed up to {tokens:,} tokens a batch" if tokens else ""
+        packed = f", short ones packed up to {span_tokens:,} tokens a batch" if span_tokens else ""
         parts.append(f"{n_span} on {len(spans[1]):,} {spans[0]} span examples{packed}")
     if generated:
         parts.append(f"{n_batches * len(lengths) * len(generated)} generating ({', '.join(generated)})")
