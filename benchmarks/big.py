@@ -51,6 +51,7 @@ from probe import models
 from probe.heads.label import LabelConfig, label_model
 from probe.heads.probesets import repeated_blocks
 from probe.memory import memory_plan
+from probe.untrained import parse_control
 from probe.zoo.tiny import word_tokenizer
 
 STD = 0.02  # the weights' standard deviation (Llama's initializer_range)
@@ -189,7 +190,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
                      if where == "disk" and name.startswith("model.layers."))
     types = tuple(args.types.split(","))
     config = LabelConfig(types=types, examples=args.examples, seq_len=SEQ_LEN, seed=0,
-                         batch_size=args.batch_size, ablate="none")
+                         batch_size=args.batch_size, ablate="none", twins=parse_control(args.control).twins)
     probes = repeated_blocks(loaded.tokenizer, args.examples, SEQ_LEN, seed=0).input_ids  # [example seq]
     batches = [probes[start:start + args.batch_size] for start in range(0, args.examples, args.batch_size)]
     body = loaded.model.base_model
@@ -225,7 +226,7 @@ def child(variant: str, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--child", variant, "--shape", args.shape, "--dir", args.dir,
                "--dtype", args.dtype, "--device-map", args.device_map, "--types", args.types,
                "--examples", str(args.examples), "--batch-size", str(args.batch_size),
-               "--threads", str(args.threads)]
+               "--threads", str(args.threads), "--control", args.control]
     command += ["--max-memory", args.max_memory] if args.max_memory else []
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode < 0:  # SIGKILL: most often the kernel's OOM killer
@@ -276,8 +277,8 @@ def report(args: argparse.Namespace, runs: list[tuple[dict, dict]]) -> str:
     return "\n".join([
         f"{args.shape}: {plan.parameters:,} parameters (planned), {args.dtype}, {where}; {args.examples} "
         f"probes × {SEQ_LEN} tokens, batches of {args.batch_size}; {args.types} × {heads} heads; "
-        f"{args.threads} threads; load {statistics.median(r['load_seconds'] for r in plain + label):.1f} s "
-        f"per child (not timed)",
+        f"{args.threads} threads; control {args.control}; load "
+        f"{statistics.median(r['load_seconds'] for r in plain + label):.1f} s per child (not timed)",
         "",
         "| shape | dtype | placement | probes | plain s | label s | scoring forwards / plain (per pair) | "
         "label / plain (per pair) | plain peak MiB | label peak MiB | label/plain peak | "
@@ -319,6 +320,9 @@ def main() -> None:
                         help="torch threads (default: all cores)")
     parser.add_argument("--dir",
                         help="checkpoint folder, written once and reused (default /tmp/probe-big-SHAPE)")
+    parser.add_argument("--control", default="none",
+                        help="untrained:K: the label run also scores K untrained twins, placed like the "
+                             "model (one at a time; issue 58); none (default) as before")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = SHAPES[args.shape]

@@ -24,6 +24,8 @@ imports nothing heavy, so a command can check the flag before loading torch.
 from __future__ import annotations
 
 import copy
+import logging
+import shutil
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -113,7 +115,9 @@ def twin_seeds(count: int = DEFAULT_TWINS) -> tuple[int, ...]:
 
 def untrained_twin(loaded: LoadedModel, seed: int) -> LoadedModel:
     """One untrained twin of `loaded`: its architecture, tokenizer and fields with the random weights the
-    model class initialises under `seed` (deterministic per seed; see the module docstring).
+    model class initialises under `seed` (deterministic per seed; see the module docstring), placed like the
+    model: on its device, or with its device map (each module where the model's is; modules on "disk" in an
+    offload folder of the twin's own, removed when the twin is freed).
 
     Parameters
     ----------
@@ -125,14 +129,14 @@ def untrained_twin(loaded: LoadedModel, seed: int) -> LoadedModel:
     Returns
     -------
     probe.models.LoadedModel
-        The twin, in eval mode on the model's device and dtype, named ``"untrained twin of NAME (seed S)"``,
-        revision ``"untrained:S:REVISION"``.
+        The twin, in eval mode on the model's device and dtype (or its device map), named
+        ``"untrained twin of NAME (seed S)"``, revision ``"untrained:S:REVISION"``.
 
     Raises
     ------
     ProbeError
-        The model is placed by a device map (its twin would need the same placement: run without a control,
-        or on one device).
+        The class's initialiser leaves a weight unset (it reads another module's weights while building a
+        device-mapped twin, or sets no value for a parameter): the twin would not be the class's own.
 
     Examples
     --------
@@ -146,27 +150,125 @@ def untrained_twin(loaded: LoadedModel, seed: int) -> LoadedModel:
     >>> bool(torch.equal(first(twin), first(same))), bool(torch.equal(first(twin), first(loaded)))
     (True, False)
     """
-    import torch  # imported here: parse_control must stay import-light for the commands
-
     from probe.layers import attention_plan, set_engine
     from probe.models import LoadedModel
 
-    source = loaded.model
-    if getattr(source, "hf_device_map", None):
-        raise ProbeError(f"{loaded.name} is placed with a device map: untrained twins need the model on one "
-                         "device (load it with --device), or pass --control none")
-    dtype = next(source.parameters()).dtype
-    config = copy.deepcopy(source.config)
-    with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
-        torch.manual_seed(int(seed))
-        model = type(source)._from_config(config, dtype=dtype)  # post_init: the class's own _init_weights
-    model = model.to(loaded.device).eval()
+    model = build_twin_model(loaded.model, int(seed), loaded.device)
     engine = loaded.engine
     set_engine(model, engine)
     return LoadedModel(model, loaded.tokenizer, loaded.kind, f"untrained twin of {loaded.name} (seed {seed})",
                        f"untrained:{seed}:{loaded.revision}", residue_format=loaded.residue_format,
                        has_contact_head=loaded.has_contact_head,
                        plan=attention_plan(model) if loaded.plan is not None else None, engine=engine)
+
+
+def each_twin(loaded: LoadedModel, count: int = DEFAULT_TWINS, keep: bool = False,
+              skipped: list[str] | None = None):
+    """The first `count` untrained twins of `loaded`, built **one at a time**: each is yielded, then let go
+    before the next is built (with ``keep=True`` an in-memory model's twins are cached while it lives, as
+    :func:`untrained_twins`; a device-mapped model's never are), so a run's memory holds the model and one
+    twin. A twin that cannot be built (its placement does not fit, the class's initialiser leaves a weight
+    unset) is skipped with its reason appended to `skipped`; without `skipped` the error is raised.
+
+    Parameters
+    ----------
+    loaded : probe.models.LoadedModel
+        The model.
+    count : int, default 3
+        K; 0 yields nothing.
+    keep : bool, default False
+        Cache an in-memory model's twins (for commands that run them once per unit, e.g. per protein).
+    skipped : list of str, optional
+        Receives "seed S: reason" for each twin that could not be built.
+
+    Yields
+    ------
+    probe.models.LoadedModel
+        Twin t of seed :data:`SEED_BASE` + t, t = 0 … count − 1 (those that were built).
+
+    Examples
+    --------
+    >>> from probe.untrained import each_twin
+    >>> loaded = probe.load("zoo:induction")
+    >>> [twin.name for twin in each_twin(loaded, 2)]
+    ['untrained twin of zoo:induction (seed 10000)', 'untrained twin of zoo:induction (seed 10001)']
+    """
+    import torch
+
+    cache = keep and not is_spread(loaded.model)
+    for seed in twin_seeds(count):
+        try:
+            twin = (untrained_twins(loaded, seed - SEED_BASE + 1)[-1] if cache
+                    else untrained_twin(loaded, seed))
+        except (ProbeError, torch.OutOfMemoryError, MemoryError, OSError) as error:
+            if skipped is None:
+                raise
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            skipped.append(f"seed {seed}: {reason}")
+            continue
+        yield twin
+        del twin  # the next twin is built with this one let go (the caller must not keep it either)
+
+
+def is_spread(model) -> bool:
+    """Whether `model` is placed by a device map over more than one place, or with any module on disk."""
+    device_map = getattr(model, "hf_device_map", None) or {}
+    return len(set(map(str, device_map.values()))) > 1 or "disk" in device_map.values()
+
+
+def placement_text(model) -> str:
+    """How a device-mapped model's twins are placed, for the controls line: "offloaded like the model (1 of 7
+    modules on disk)", or "" for a model on one device."""
+    if not is_spread(model):
+        return ""
+    device_map = model.hf_device_map
+    disk = sum(where == "disk" for where in device_map.values())
+    return (f"offloaded like the model ({disk} of {len(device_map)} modules on disk)" if disk else
+            f"placed like the model ({len(device_map)} modules over "
+            f"{len(set(map(str, device_map.values())))} devices)")
+
+
+def build_twin_model(source, seed: int, device):
+    """The twin's module: ``type(source)`` built from its config on the meta device, then the class's own
+    initialiser (``_init_weights`` in the order of transformers' ``initialize_weights``) under
+    ``torch.manual_seed(seed)`` inside a forked RNG, one device-map module at a time (see
+    :func:`probe.untrained_build.initialise`); placed like `source` on `device` (its inputs' device)."""
+    import torch
+
+    from probe.untrained_build import initialise, offload_root
+
+    config = copy.deepcopy(source.config)
+    dtype = next(source.parameters()).dtype
+    spread = is_spread(source)
+    device_map = dict(source.hf_device_map) if spread else {"": "cpu"}
+    with torch.device("meta"):
+        model = type(source)._from_config(config, dtype=dtype)
+    folder = offload_root(source, seed) if "disk" in device_map.values() else None
+    try:
+        with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+            torch.manual_seed(int(seed))
+            index = initialise(model, device_map, folder, source)
+    except BaseException:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if spread:
+        from accelerate import dispatch_model
+
+        accelerate_log = logging.getLogger("accelerate.big_modeling")  # its "some parameters are on the meta
+        level = accelerate_log.level  # device" warning: that is the placement asked for
+        accelerate_log.setLevel(logging.ERROR)
+        try:
+            # main_device as transformers leaves it: accelerate picks the first accelerator, else "cpu"
+            dispatch_model(model, device_map, offload_dir=folder, offload_index=index)
+        finally:
+            accelerate_log.setLevel(level)
+        model.hf_device_map = device_map
+        if folder is not None:
+            weakref.finalize(model, shutil.rmtree, folder, True)  # the twin's weights on disk go with it
+    else:
+        model = model.to(device)
+    return model.eval()
 
 
 def untrained_twins(loaded: LoadedModel, count: int = DEFAULT_TWINS) -> tuple[LoadedModel, ...]:
@@ -202,5 +304,6 @@ def untrained_twins(loaded: LoadedModel, count: int = DEFAULT_TWINS) -> tuple[Lo
     return tuple(built[key] for key in keys)
 
 
-__all__ = ["CONTROL_CHOICES", "DEFAULT_TWINS", "SEED_BASE", "UNTRAINED_QUANTILE", "Control", "parse_control",
-           "twin_seeds", "untrained_twin", "untrained_twins"]
+__all__ = ["CONTROL_CHOICES", "DEFAULT_TWINS", "SEED_BASE", "UNTRAINED_QUANTILE", "Control",
+           "build_twin_model", "each_twin", "is_spread", "parse_control", "placement_text", "twin_seeds",
+           "untrained_twin", "untrained_twins"]

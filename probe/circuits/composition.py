@@ -1,11 +1,14 @@
-"""Composition scores (Elhage et al. 2021; TransformerLens ``all_composition_scores``): how much a later head
-reads what an earlier head writes, from the weights alone.
+"""Composition scores (Elhage et al. 2021; TransformerLens 4.3's ``all_composition_scores``): how much a later
+head reads what an earlier head writes, from the weights alone.
 
 For a head A in an earlier layer than a head B (row-vector convention, :mod:`probe.circuits.factors`),
 
     score(A, B) = ‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F),     W_A = W_V^A W_O^A   (A's OV circuit, d_model × d_model)
 
-with W_B, by mode, as TransformerLens ``HookedTransformer.all_composition_scores(mode)`` has it:
+with W_B, by mode, as TransformerLens 4.3's ``TransformerBridge.all_composition_scores(mode)`` has it (TL 3's
+``HookedTransformer.all_composition_scores`` is gone from 4.x), on the weights of its compatibility mode
+(``enable_compatibility_mode()``: norm gains folded, and behind a LayerNorm both sides centred;
+:mod:`probe.circuits.factors`) — equal to TL 4.3.0 there within 1.3e-7 (docs/circuits.md):
 
 * ``Q``: W_Q^B W_K^Bᵀ (B's QK circuit: what A writes, read by B's queries);
 * ``K``: W_K^B W_Q^Bᵀ (the QK circuit transposed: read by B's keys);

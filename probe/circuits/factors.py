@@ -9,9 +9,15 @@ Row-vector convention (a residual vector times a matrix), as :mod:`probe.heads.c
   the output projection;
 * the pre-attention norm's gain g (pre-norm models whose norm :func:`probe.anatomy.norm_gain` reads: GPT-2's
   LayerNorm, Llama-family RMSNorm) is folded into every map that reads the residual stream: ``W_Q ← diag(g)
-  W_Q``, ``W_K ← diag(g) W_K``, ``W_V ← diag(g) W_V`` — TransformerLens' ``fold_ln`` without its centring.
-  The normalisation's own scale (one positive number per position) and the biases are left out: Elhage et
-  al.'s composition is a property of the weight matrices. Post-norm models (BERT) fold nothing.
+  W_Q``, ``W_K ← diag(g) W_K``, ``W_V ← diag(g) W_V``;
+* a LayerNorm also subtracts the mean over d_model, so behind one the reading maps are centred over d_model
+  (``W ← P W``, P = I − 11ᵀ/d_model) and so are the writing rows (``W_O ← W_O P``: no LayerNorm reader sees
+  a write's mean). With both, the factors are TransformerLens 4.3's in compatibility mode
+  (``TransformerBridge.enable_compatibility_mode()``: ``ProcessWeights.fold_layer_norm`` with
+  ``center_weights`` and ``ProcessWeights.center_writing_weights``); RMSNorm, which does not centre, gets the
+  gain alone, as TL folds it there. The normalisation's own scale (one positive number per position) and the
+  biases are left out: Elhage et al.'s composition is a property of the weight matrices. Post-norm models
+  (BERT) fold nothing.
 
 What is refused, with one line (:class:`Refusal`): multi-head latent attention (DeepSeek's MLA: keys and
 values are decompressed from a shared latent after a norm of their own, so no per-head W_K / W_V of the
@@ -25,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from probe.anatomy import AttentionParts, attention_parts, norm_gain, text_config
 
@@ -40,7 +47,8 @@ class Refusal:
 
 @dataclass(frozen=True)
 class LayerFactors:
-    """One layer's per-head maps, gains folded (float64 unless asked otherwise)."""
+    """One layer's per-head maps, gains folded and, behind a LayerNorm, centred (float64 unless asked
+    otherwise)."""
 
     query: torch.Tensor  # [head d_model d_head]
     key: torch.Tensor  # [head d_model d_head]: each query head's (shared) key map
@@ -63,6 +71,7 @@ class ModelFactors:
     d_v: int
     d_model: int
     pre_norm: bool
+    centred: tuple[bool, ...] = ()  # per layer: its pre-attention norm is a LayerNorm (maps centred); () none
 
     def layer(self, layer: int, dtype: torch.dtype = torch.float64) -> LayerFactors:
         """The maps of attention layer `layer` (a layer number of :attr:`layers`)."""
@@ -80,7 +89,11 @@ class ModelFactors:
         key = key.reshape(-1, kv, d).permute(1, 0, 2)[index_kv]  # [head d_model d]
         value = value.reshape(-1, kv, dv).permute(1, 0, 2)[index_kv]  # [head d_model dv]
         output = parts.output.weight().reshape(heads, dv, -1)  # [head dv d_model]
-        return LayerFactors(query.to(dtype), key.to(dtype), value.to(dtype), output.to(dtype), kv_of)
+        query, key, value, output = (weight.to(dtype) for weight in (query, key, value, output))
+        if self.centred and self.centred[index]:  # LayerNorm's mean subtraction: TL's centring of both sides
+            query, key, value = (weight - weight.mean(1, keepdim=True) for weight in (query, key, value))
+            output = output - output.mean(-1, keepdim=True)
+        return LayerFactors(query, key, value, output, kv_of)
 
 
 def model_factors(loaded) -> ModelFactors | Refusal:
@@ -117,8 +130,9 @@ def model_factors(loaded) -> ModelFactors | Refusal:
                        "computed")
     n_kv, d, dv, d_model = shapes.pop()
     gains = tuple(norm_gain(parts.norm) for parts in found)
+    centred = tuple(isinstance(parts.norm, nn.LayerNorm) for parts in found)
     return ModelFactors(layers, tuple(found), gains, heads, n_kv, d, dv, d_model,
-                        any(gain is not None for gain in gains))
+                        any(gain is not None for gain in gains), centred)
 
 
 __all__ = ["Head", "LayerFactors", "ModelFactors", "Refusal", "model_factors"]

@@ -5,7 +5,7 @@
                    [--min-attention 0.3] [--min-total 100] [--min-count 100] [--binding-distance 4.0]
                    [--window N] [--regression F.json] [--out F.npz] [--heads-out F.parquet|csv]
                    [--chains-out F.parquet|csv] [--heads-summary F.parquet] [--control untrained[:K]|none]
-                   [--force] [--ray [auto|HOST:PORT]] [--ray-workers N]
+                   [--hypergeometric-exchangeable-pairs] [--force] [--ray [auto|HOST:PORT]] [--ray-workers N]
     probe contacts --model M --fit DIR_OR_LIST [--regression FILE.json] [--cb ...] [--threshold ...]
 
 Each record or chain is a unit of one :func:`probe.runs.runner.run` (in this process or on Ray), journalled
@@ -43,13 +43,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     source.add_argument("--sequence", help="one protein sequence (lowercase accepted)")
     source.add_argument("--fasta", help="FASTA file; several records are processed one by one")
     source.add_argument("--structures", metavar="DIR_OR_LIST",
-                        help="a folder of PDB/mmCIF files, or a text file listing one per line: every "
-                             "protein chain")
-    parser.add_argument("--structure",
-                        help="PDB or mmCIF file: true contacts (and the sequence when none is given)")
+                        help="a folder of PDB/mmCIF files or a text file listing them: every protein chain")
+    parser.add_argument("--structure", help="PDB or mmCIF file: true contacts (and the sequence if none is)")
     parser.add_argument("--chain", help="chain id in --structure (default: the first protein chain)")
-    parser.add_argument("--chains",
-                        help="with --structures: only these chain ids, e.g. A or A,B (default: all)")
+    parser.add_argument("--chains", help="with --structures: only these chain ids (A or A,B; default: all)")
     parser.add_argument("--cb", choices=defaults.CB_MODES, default=defaults.DEFAULT_CB,
                         help="Cβ for contacts: virtual (from N, Cα, C, as ESM's evaluation; default) or real "
                              "(the deposited Cβ, Cα for glycine)")
@@ -86,6 +83,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "regression to predict contacts with (any protein model; replaces an ESM "
                              "checkpoint's own)")
     common.add_control_option(parser)
+    parser.add_argument("--hypergeometric-exchangeable-pairs", action="store_true", dest="exchangeable",
+                        help="also write the retired p_exchangeable_L_r, q_exchangeable_L_r: a hypergeometric"
+                             " test that assumes a head's top pairs exchangeable (they are not)")
     parser.add_argument("--force", action="store_true",
                         help="recompute every record even if an earlier run finished some of them")
     add_ray_options(parser)
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(run_on, runner.InProcess):
         run_on = runner.InProcess(preloaded={loaded.name: loaded})  # the model checked above, loaded once
     files = outputs.ContactOutputs(paths, loaded, options, args.model, min_count=args.min_count,
-                                   min_total=args.min_total)
+                                   min_total=args.min_total, exchangeable=args.exchangeable)
 
     def show(unit, result) -> None:
         print(outputs.report_line(unit.payload.id, sets.unpack(unit.payload, result.table, result.arrays)))

@@ -10,18 +10,18 @@ fused kernel and rebuilds α of those rows only. Every statistic is then the exa
 with `query_rows ≥ seq_len` it is the mean over all rows.
 
 With ``twins`` = K > 0 (``probe profile --control untrained:K``) the same inputs, and the same sampled rows,
-run through K untrained twins (:func:`probe.untrained.untrained_twins`: K more forwards per input through the
-same capture path, no new code in the engine), profiled by the same sink. Per measure the twins' distribution
-over all their heads is reported beside each head (:func:`untrained_columns`: its 1st and 99th percentiles,
-``untrained_p01_<measure>`` and ``untrained_p99_<measure>``), and the table's one claim, `span`, is checked
-against it: a "local" head beats the twins when its streaming mass is above their 99th percentile, a
-"retrieval" head when it is below their 1st (``span_beats_untrained``; ``span_untrained_share`` is the share
+run through K untrained twins (:func:`probe.untrained.each_twin`, one at a time: K more forwards per input
+through the same capture path, no new code in the engine), profiled by the same sink. Per measure the twins'
+distribution over all their heads is reported beside each head (:func:`untrained_columns`: its 1st and 99th
+percentiles, ``untrained_p01_<measure>`` and ``untrained_p99_<measure>``), and the table's one claim, `span`,
+is checked against it: a "local" head beats the twins when its streaming mass is above their 99th percentile,
+a "retrieval" head when it is below their 1st (``span_beats_untrained``; ``span_untrained_share`` is the share
 of twin heads that earn the same span). A span the twins also earn comes from the architecture (a sliding
-window, the length against the window), not from learning.
-"""
+window, the length against the window), not from learning. """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
@@ -35,7 +35,7 @@ from probe.errors import ProbeError
 from probe.heads import stats
 from probe.heads.probesets import content_token_ids, special_frame
 from probe.heads.profile_sink import ROW_STATS, ProfileSink, RowWindows
-from probe.untrained import MAX_TWINS, UNTRAINED_QUANTILE, untrained_twins
+from probe.untrained import MAX_TWINS, UNTRAINED_QUANTILE, each_twin
 
 Progress = Callable[[int, int], None]
 # The measures whose twin distribution is reported: every per-row statistic and the dominant offset's share
@@ -209,10 +209,10 @@ def head_profiles(
     n_inputs = len(inputs)
     if not n_inputs:
         raise ProbeError("no inputs to profile")
-    twins = untrained_twins(loaded, config.twins) if config.twins else ()
-    total = n_inputs * (1 + len(twins))
+    twins = each_twin(loaded, config.twins) if config.twins else ()  # built one at a time, each let go
+    total = n_inputs * (1 + config.twins)
     tables = []
-    for index, model in enumerate((loaded, *twins)):
+    for index, model in enumerate(itertools.chain((loaded,), twins)):
         def counted(done: int, _: int, start: int = index * n_inputs) -> None:
             if progress is not None:
                 progress(start + done, total)
@@ -220,7 +220,7 @@ def head_profiles(
         sink, longest = _profiled(model, inputs, config, counted)
         tables.append(profile_table(model, sink, config, n_inputs, longest))
     table = tables[0]
-    if twins:
+    if config.twins:
         return untrained_columns(table, tables[1:], config.threshold)
     table["untrained_twins"] = 0
     return table

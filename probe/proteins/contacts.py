@@ -26,7 +26,7 @@ unknown pairs are left out, so it is not Vig et al.'s share), ``far_high_count``
 Vig et al.'s sums, shares and backgrounds of :mod:`probe.proteins.features` for this one sequence.
 
 With a true map and ``control`` = K > 0 (3 by default) the same padded batch also runs through K untrained
-twins of the model (:func:`probe.untrained.untrained_twins`: K extra forwards on the same engine path), whose
+twins of the model (:func:`probe.untrained.each_twin`: K extra forwards on the same engine path), whose
 per-head P@L (:attr:`ContactResult.control`) set each range's ``untrained_p99``: a head is significant only
 above it.
 """
@@ -46,7 +46,7 @@ from probe.models import LoadedModel, clean_protein, encode_proteins, protein_al
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.precision import RANGES, apc, precision_by_range, symmetrize
 from probe.proteins.sink import ContactSink, contact_regression
-from probe.untrained import DEFAULT_TWINS, twin_seeds, untrained_twins
+from probe.untrained import DEFAULT_TWINS, each_twin
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,7 +87,6 @@ class ContactResult:
         | `p_fwer_L_{short,medium,long}` | float | Westfall–Young step-down maxT p-value over the heads (family-wise) |
         | `untrained_p99_L_{short,medium,long}` | float | 99th percentile of the untrained twins' heads' P@L; NaN without twins |
         | `significant_L_{short,medium,long}` | boolean | p_fwer ≤ 0.05 and P@L above untrained_p99 (where there are twins); NA: untested |
-        | `p_exchangeable_L_{short,medium,long}`, `q_exchangeable_L_{short,medium,long}` | float | the hypergeometric p-value that assumes exchangeable pairs, and its Benjamini–Hochberg q |
         | `null_excess_L_{short,medium,long}` | list of float | the head's excess under every shift, shift 0 first (the null the set summary pools) |
         | `w_high` | float | Vig et al.'s Σα over the weights α > θ (provis' first version, 34e6869) |
         | `w_{contact,binding,helix,strand,turn_bend,blank}` | float | Σα·f over those weights (NaN: property unknown) |
@@ -98,6 +97,8 @@ class ContactResult:
         | `{contact,binding,helix,strand,turn_bend,blank}_background` | float | the property's rate in this sequence (contact: over the known pairs at least 6 apart, as provis' report_top_heads); NaN where unknown |
         | `contact_background_all_pairs` | float | contact pairs over all L² pairs: the contact share of a head attending uniformly |
 
+        The retired hypergeometric test (``p_exchangeable_L_r``, ``q_exchangeable_L_r``; it assumes the pairs
+        exchangeable) is not among them: :func:`probe.proteins.significance.with_exchangeable` adds it.
     background : dict of str to float, or None
         Per-head mode: the counts behind the background rates (``n_pairs``, ``n_known_pairs``, ``n_residues``,
         ``n_contact_pairs``, ``n_{binding|helix|strand|turn_bend|blank}_residues``; NaN where unknown).
@@ -214,7 +215,9 @@ def _control_tables(loaded: LoadedModel, inputs: dict, cleaned: list[str], true_
     tables: list[list[pd.DataFrame]] = [[] for _ in cleaned]
     offset = loaded.residue_offset
     columns = ["layer", "head", "name"] + [f"{c}_{r}" for r in RANGES for c in ("hits_L", "top_L", "p_at_L")]
-    for seed, twin in zip(twin_seeds(count), untrained_twins(loaded, count), strict=True):
+    # one twin at a time; an in-memory model's twins are kept for the next protein (each_twin's keep)
+    for twin in each_twin(loaded, count, keep=True):
+        seed = int(twin.revision.split(":")[1])
         sink = ContactSink(torch.zeros(twin.n_layers, twin.n_heads), 0.0, inputs["input_ids"],
                            inputs["attention_mask"], _eos_id(loaded), true_maps, True,
                            starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],
@@ -297,8 +300,8 @@ def predict_contacts(
     >>> structure = read_structure("tests/data/pdb1ubi.pdb", chain="A")
     >>> true_map = contact_map(structure, sequence=structure.sequence)  # [L L] int8
     >>> result = predict_contacts(loaded, structure.sequence, true_map=true_map)
-    >>> result.contacts.shape, result.heads.shape  # 76 residues; 2 layers x 4 heads, 95 columns
-    ((76, 76), (8, 95))
+    >>> result.contacts.shape, result.heads.shape  # 76 residues; 2 layers x 4 heads, 89 columns
+    ((76, 76), (8, 89))
     """
     return predict_contacts_batch(loaded, [sequence], [true_map], per_head, [features], min_attention,
                                   min_count, regression, min_total=min_total, control=control)[0]

@@ -110,17 +110,19 @@ class ContactOutputs:
     units.
 
     ``pooled`` is the best-head line of the last per-head summary written (None before one is written, or
-    without ``--heads-summary``).
+    without ``--heads-summary``). `exchangeable` (``--hypergeometric-exchangeable-pairs``) adds the retired
+    hypergeometric columns ``p_exchangeable_L_r, q_exchangeable_L_r`` to the per-head table and summary.
     """
 
     def __init__(self, paths: Mapping[str, Path], loaded: LoadedModel, options: ContactOptions, model: str, *,
-                 min_count: int, min_total: float) -> None:
+                 min_count: int, min_total: float, exchangeable: bool = False) -> None:
         self.paths = dict(paths)
         self.loaded = loaded
         self.options = options
         self.model = model
         self.min_count = min_count
         self.min_total = min_total
+        self.exchangeable = exchangeable
         self.pooled: str | None = None
 
     def writers(self, outcomes: list[UnitOutcome]) -> dict[Path, Callable[[Path], None]]:
@@ -128,8 +130,8 @@ class ContactOutputs:
         paths, writers = self.paths, {}
         if "out" in paths:
             writers[paths["out"]] = lambda tmp: write_npz(tmp, outcomes, self.options, self.model)
-        heads = (sets.heads_table(outcomes, self.min_count, min_total=self.min_total) if self.options.per_head
-                 else None)
+        heads = (sets.heads_table(outcomes, self.min_count, min_total=self.min_total,
+                                  exchangeable=self.exchangeable) if self.options.per_head else None)
         chains = sets.chain_table(outcomes)
         if "heads_out" in paths:
             writers[paths["heads_out"]] = lambda tmp: write_table(heads, tmp, paths["heads_out"])
@@ -137,7 +139,8 @@ class ContactOutputs:
             writers[paths["chains_out"]] = lambda tmp: write_table(chains, tmp, paths["chains_out"])
         if "heads_summary" in paths:
             summary = sets.summarize_heads(heads, chains, self.min_count, min_total=self.min_total,
-                                           control=sets.control_table(outcomes))
+                                           control=sets.control_table(outcomes),
+                                           exchangeable=self.exchangeable)
             meta = {"model": self.loaded.name, "revision": self.loaded.revision,
                     "proteins": [outcome.spec.id for outcome in outcomes], "min_count": self.min_count,
                     "min_total": self.min_total, **dataclasses.asdict(self.options)}

@@ -223,7 +223,7 @@ def chain_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame:
 
 
 def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
-                min_total: float = MIN_TOTAL) -> pd.DataFrame:
+                min_total: float = MIN_TOTAL, exchangeable: bool = False) -> pd.DataFrame:
     """The per-head table of a set (``--heads-out``): one row per unit × head.
 
     Parameters
@@ -234,12 +234,17 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
         Vig et al.'s count shares are NaN for a head with fewer weights ≥ θ in that unit.
     min_total : float, default 100
         Vig et al.'s attention-weighted shares are NaN for a head whose Σα over the weights > θ is below this.
+    exchangeable : bool, default False
+        Also the retired hypergeometric test (``p_exchangeable_L_r``, ``q_exchangeable_L_r``: BH over each
+        unit's heads; :func:`probe.proteins.significance.with_exchangeable`), which assumes exchangeable pairs
+        (``probe contacts --hypergeometric-exchangeable-pairs``).
 
     Returns
     -------
     pandas.DataFrame
         ``record`` (int) and ``id`` (str), then the columns of
-        :attr:`probe.proteins.contacts.ContactResult.heads`.
+        :attr:`probe.proteins.contacts.ContactResult.heads` (and with `exchangeable` the two above, per
+        range, at the end).
 
     Raises
     ------
@@ -254,13 +259,16 @@ def heads_table(outcomes: Sequence[UnitOutcome], min_count: int = MIN_COUNT, *,
     >>> units, _ = structure_units([Path("tests/data/pdb1ejg.pdb")])  # crambin, 46 residues
     >>> heads = heads_table([analyse_unit(esm, unit, ContactOptions()) for unit in units])
     >>> heads.shape, heads[["record", "id", "name"]].head(2).values.tolist()  # one row per chain × head
-    ((8, 97), [[0, 'pdb1ejg_A', 'L0H0'], [0, 'pdb1ejg_A', 'L0H1']])
+    ((8, 91), [[0, 'pdb1ejg_A', 'L0H0'], [0, 'pdb1ejg_A', 'L0H1']])
     """
     tables = []
     for outcome in outcomes:
         if outcome.result.heads is None:
             continue
         table = vig.shares(outcome.result.heads, min_total=min_total, min_count=min_count)
+        table = table.drop(columns=significance.exchangeable_columns(table))  # a journal from before 57
+        if exchangeable:
+            table = significance.with_exchangeable(table, by=None)
         table.insert(0, "id", outcome.spec.id)
         table.insert(0, "record", outcome.spec.record)
         tables.append(table)
@@ -287,14 +295,17 @@ def control_table(outcomes: Sequence[UnitOutcome]) -> pd.DataFrame | None:
 # (p_at_L_long, ...): c (mean over the proteins with a value), c_low, c_high (percentile bootstrap interval of
 # that mean, proteins resampled with replacement). Then, per range r, the pooled contact test of
 # probe.proteins.significance (hits_L_r, top_L_r, pooled_p_at_L_r, base_rate_r, enrichment_L_r, strata_rate_r,
-# z_L_r, p_value_L_r, p_fwer_L_r, untrained_p99_L_r, significant_L_r, p_exchangeable_L_r, q_exchangeable_L_r).
+# z_L_r, p_value_L_r, p_fwer_L_r, untrained_p99_L_r, significant_L_r; the retired hypergeometric
+# p_exchangeable_L_r, q_exchangeable_L_r only on request, EXCHANGEABLE_SUMMARY_COLUMNS, after everything).
 # Then Vig et al.'s pooled sums, shares (weighted, Σ α < min_total: NaN),
 # count shares (count < min_count: NaN) and backgrounds (probe.proteins.features); NaN where no protein of the
 # set has data for the property.
 SIGNIFICANCE_SUMMARY_COLUMNS: tuple[str, ...] = tuple(
     f"{column}_{name}" for name in RANGES for column in (
         "hits_L", "top_L", "pooled_p_at_L", "base_rate", "enrichment_L", "strata_rate", "z_L", "p_value_L",
-        "p_fwer_L", "untrained_p99_L", "significant_L", "p_exchangeable_L", "q_exchangeable_L"))
+        "p_fwer_L", "untrained_p99_L", "significant_L"))
+EXCHANGEABLE_SUMMARY_COLUMNS: tuple[str, ...] = tuple(
+    f"{column}_{name}" for name in RANGES for column in significance.EXCHANGEABLE)
 HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
     "layer", "head", "name", "n_proteins", "weight", "logit_share",
     *(f"{column}{suffix}" for column in precision_columns() for suffix in ("", "_low", "_high")),
@@ -322,7 +333,6 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 | `p_fwer_L_{short,medium,long}` | float | Westfall–Young step-down maxT p-value over every head and range (family-wise) |
 | `untrained_p99_L_{short,medium,long}` | float | 99th percentile of the untrained twins' heads' pooled P@L; NaN without twins |
 | `significant_L_{short,medium,long}` | boolean | p_fwer ≤ 0.05 and pooled P@L above untrained_p99 (where there are twins); NA: untested |
-| `p_exchangeable_L_{short,medium,long}`, `q_exchangeable_L_{short,medium,long}` | float | the hypergeometric p-value of the pooled hits that assumes exchangeable pairs; its Benjamini–Hochberg q |
 | `w_high`, `w_{contact,binding,helix,strand,turn_bend,blank}` | float | Vig et al.'s attention-weighted sums pooled over the set: Σα over weights > θ, and Σα·f |
 | `{contact,binding,helix,strand,turn_bend,blank}_share` | float | w_f / w_high (provis' first version, 34e6869; run there at θ = 0.1); NaN where w_high < `min_total` or the property is unknown |
 | `n_high`, `n_{contact,binding,helix,strand,turn_bend,blank}` | float | the count variant: weights ≥ θ, and those on the property |
@@ -330,14 +340,17 @@ HEAD_SUMMARY_COLUMNS: tuple[str, ...] = (
 | `{contact,binding,helix,strand,turn_bend,blank}_background` | float | the properties' rates over the set (contact: over the known pairs at least 6 apart, as provis' report_top_heads); NaN where unknown (no ligand: binding) |
 | `contact_background_all_pairs` | float | contact pairs over all L² pairs of the set: what a head attending uniformly gets as its contact share |
 
-The parquet file's schema metadata holds the run's model, revision, options and proteins
+With ``--hypergeometric-exchangeable-pairs`` (``summarize_heads(..., exchangeable=True)``) the file ends
+with :data:`EXCHANGEABLE_SUMMARY_COLUMNS`, ``p_exchangeable_L_r`` and ``q_exchangeable_L_r`` per range: the
+retired hypergeometric test of the pooled hits, which assumes exchangeable pairs, and its Benjamini–Hochberg
+q. The parquet file's schema metadata holds the run's model, revision, options and proteins
 (:func:`read_heads_summary` puts them in ``DataFrame.attrs``).
 
 Examples
 --------
 >>> from probe.proteins.sets import HEAD_SUMMARY_COLUMNS
 >>> len(HEAD_SUMMARY_COLUMNS), HEAD_SUMMARY_COLUMNS[:6]
-(105, ('layer', 'head', 'name', 'n_proteins', 'weight', 'logit_share'))
+(99, ('layer', 'head', 'name', 'n_proteins', 'weight', 'logit_share'))
 """  # noqa: E501 - markdown table rows cannot wrap
 
 
@@ -367,7 +380,8 @@ def bootstrap_means(values: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: 
 
 def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = MIN_COUNT,
                     samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED, *,
-                    min_total: float = MIN_TOTAL, control: pd.DataFrame | None = None) -> pd.DataFrame:
+                    min_total: float = MIN_TOTAL, control: pd.DataFrame | None = None,
+                    exchangeable: bool = False) -> pd.DataFrame:
     """The per-head summary over a set (``--heads-summary``), one row per layer × head.
 
     Parameters
@@ -387,11 +401,15 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
         below this over the whole set.
     control : pandas.DataFrame, optional
         :func:`control_table`: the untrained twins' heads (None: no ``untrained_p99``, p_fwer decides alone).
+    exchangeable : bool, default False
+        Append :data:`EXCHANGEABLE_SUMMARY_COLUMNS`: the retired hypergeometric test, which assumes
+        exchangeable pairs.
 
     Returns
     -------
     pandas.DataFrame
-        Columns :data:`HEAD_SUMMARY_COLUMNS` in that order. ``n_proteins`` counts the proteins with a known
+        Columns :data:`HEAD_SUMMARY_COLUMNS` in that order (then, with `exchangeable`,
+        :data:`EXCHANGEABLE_SUMMARY_COLUMNS`). ``n_proteins`` counts the proteins with a known
         long-range pair; precision means and intervals are over proteins; Vig et al.'s shares pool the sums
         over all proteins; the contact test pools each head's top-L hits and shift nulls over the proteins.
 
@@ -417,12 +435,13 @@ def summarize_heads(heads: pd.DataFrame, chains: pd.DataFrame, min_count: int = 
         matrix = heads.pivot(index="record", columns=["layer", "head"], values=column).reindex(columns=keys)
         mean, low, high = bootstrap_means(matrix.to_numpy(), samples, seed)  # over proteins, per head
         summary[column], summary[f"{column}_low"], summary[f"{column}_high"] = mean, low, high
-    summary = summary.merge(significance.pooled_rows(heads, control), on=["layer", "head"], how="left")
+    summary = summary.merge(significance.pooled_rows(heads, control, exchangeable=exchangeable),
+                            on=["layer", "head"], how="left")
     pooled = vig.pooled_shares(heads, min_total=min_total, min_count=min_count)
     summary = summary.merge(pooled, on=["layer", "head"], how="left")
     for name, value in vig.pooled_backgrounds(chains).items():
         summary[name] = value
-    return summary[list(HEAD_SUMMARY_COLUMNS)]
+    return summary[list(HEAD_SUMMARY_COLUMNS) + (list(EXCHANGEABLE_SUMMARY_COLUMNS) if exchangeable else [])]
 
 
 def write_heads_summary(path: Path, summary: pd.DataFrame, meta: dict) -> None:
@@ -466,7 +485,7 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
     ...     write_heads_summary(Path(folder) / "summary.parquet", summary, {"model": esm.name, "proteins": 1})
     ...     back = read_heads_summary(Path(folder) / "summary.parquet")
     >>> back.shape, back.attrs
-    ((8, 105), {'model': 'zoo:esm-random', 'proteins': 1})
+    ((8, 99), {'model': 'zoo:esm-random', 'proteins': 1})
     >>> read_heads_summary("no/such/summary.parquet")
     Traceback (most recent call last):
     probe.errors.ProbeError: heads summary no/such/summary.parquet does not exist
@@ -489,7 +508,6 @@ def read_heads_summary(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-__all__ = ["HEAD_SUMMARY_COLUMNS", "ContactOptions", "UnitOutcome", "analyse_unit", "bootstrap_means",
-           "chain_table", "control_table", "heads_table", "pack", "read_heads_summary", "summarize_heads",
-           "unit_identity",
-           "unpack", "write_heads_summary"]
+__all__ = ["EXCHANGEABLE_SUMMARY_COLUMNS", "HEAD_SUMMARY_COLUMNS", "ContactOptions", "UnitOutcome",
+           "analyse_unit", "bootstrap_means", "chain_table", "control_table", "heads_table", "pack",
+           "read_heads_summary", "summarize_heads", "unit_identity", "unpack", "write_heads_summary"]

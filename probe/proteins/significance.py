@@ -31,15 +31,18 @@ protein at random (:data:`POOLED_DRAWS` draws, seeded, the same draw for every r
 first), so ``p_value`` and ``p_fwer`` are Monte Carlo permutation p-values, ``(1 + #{draws ≥ observed}) /
 (1 + draws)``; the twins' P@L are pooled per twin head the same way.
 
-The old test is kept under a name that says what it assumes: ``p_exchangeable`` = P(X ≥ h), X ~
-Hypergeometric(N, C, k) — the top k a random draw from *exchangeable* pairs, which they are not (contacts
-and an untrained head's attention both follow separation and residue types) — and ``q_exchangeable``, its
-Benjamini–Hochberg q over the heads. Pooled, the sum of independent hypergeometrics, exactly.
+The old test is retired from the default tables and kept, on request only (``exchangeable=True``;
+``probe contacts --hypergeometric-exchangeable-pairs``), under names that say what it assumes:
+``p_exchangeable`` = P(X ≥ h), X ~ Hypergeometric(N, C, k) — the top k a random draw from *exchangeable*
+pairs, which they are not (contacts and an untrained head's attention both follow separation and residue
+types; on random-weight models it flags a head in 98.6 % of runs) — and ``q_exchangeable``, its
+Benjamini–Hochberg q over one protein's heads (:func:`with_exchangeable`). Pooled, the sum of independent
+hypergeometrics, exactly.
 
 Columns per range r (:func:`range_columns`): ``hits_L_r, top_L_r, n_known_r, n_true_r, base_rate_r,
-enrichment_L_r, strata_rate_r, z_L_r, p_value_L_r, p_fwer_L_r, untrained_p99_L_r, significant_L_r,
-p_exchangeable_L_r, q_exchangeable_L_r``, and per protein the null itself, ``null_excess_L_r`` (the excess
-under every shift, shift 0 first; what the set's summary pools).
+enrichment_L_r, strata_rate_r, z_L_r, p_value_L_r, p_fwer_L_r, untrained_p99_L_r, significant_L_r`` (and
+on request ``p_exchangeable_L_r, q_exchangeable_L_r``), and per protein the null itself,
+``null_excess_L_r`` (the excess under every shift, shift 0 first; what the set's summary pools).
 
 Longer than 450 lines because the per-protein tests, the pooled tests over a set and their controls share
 the same nulls and column names, with the running examples tests/project/test_doctests.py runs.
@@ -60,14 +63,22 @@ RANGE_NAMES = ("short", "medium", "long")
 UNTRAINED_QUANTILE = untrained.UNTRAINED_QUANTILE  # the twins' bar (probe.untrained, shared with probe label)
 POOLED_DRAWS = 999
 POOLED_SEED = 0
+EXCHANGEABLE = ("p_exchangeable_L", "q_exchangeable_L")  # the retired test's columns (per range), on request
 
 
-def range_columns(name: str) -> list[str]:
-    """The significance columns of one range, in table order (without the per-protein ``null_excess_L_r``)."""
+def range_columns(name: str, exchangeable: bool = False) -> list[str]:
+    """The significance columns of one range, in table order (without the per-protein ``null_excess_L_r``);
+    `exchangeable`: with the hypergeometric ``p_exchangeable_L_r, q_exchangeable_L_r`` at the end."""
     return [f"hits_L_{name}", f"top_L_{name}", f"n_known_{name}", f"n_true_{name}", f"base_rate_{name}",
             f"enrichment_L_{name}", f"strata_rate_{name}", f"z_L_{name}", f"p_value_L_{name}",
             f"p_fwer_L_{name}", f"untrained_p99_L_{name}", f"significant_L_{name}",
-            f"p_exchangeable_L_{name}", f"q_exchangeable_L_{name}"]
+            *([f"{column}_{name}" for column in EXCHANGEABLE] if exchangeable else [])]
+
+
+def exchangeable_columns(table: pd.DataFrame) -> list[str]:
+    """The retired test's columns ``p_exchangeable_L_r, q_exchangeable_L_r`` that `table` has."""
+    return [f"{column}_{name}" for name in RANGE_NAMES for column in EXCHANGEABLE
+            if f"{column}_{name}" in table]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -201,6 +212,38 @@ def pooled_p_value(hits: Sequence[int], known: Sequence[int], contacts: Sequence
     return float(min(1.0, max(0.0, total_pmf[observed:].sum())))
 
 
+def with_exchangeable(table: pd.DataFrame, by: str | None = "record") -> pd.DataFrame:
+    """`table` (per-head rows with ``hits_L_r, n_known_r, n_true_r, top_L_r``) with the retired test's
+    ``p_exchangeable_L_r`` (the hypergeometric tail, which assumes a head's top pairs are drawn from
+    exchangeable pairs) and ``q_exchangeable_L_r`` (Benjamini–Hochberg over the heads of one protein: the rows
+    of one `by` value, or all rows where `table` has no such column).
+
+    Examples
+    --------
+    >>> from probe.proteins.significance import with_exchangeable
+    >>> table = pd.DataFrame({"hits_L_long": [4.0, 1.0], "n_known_long": [100.0, 100.0],
+    ...                       "n_true_long": [5.0, 5.0], "top_L_long": [20.0, 20.0]})
+    >>> with_exchangeable(table).round(4).filter(like="exchangeable")  # P(X ≥ h), X ~ Hypergeom(100, 5, 20)
+       p_exchangeable_L_long  q_exchangeable_L_long
+    0                 0.0054                 0.0107
+    1                 0.6807                 0.6807
+    """
+    table = table.copy()
+    groups = (table.groupby(by, sort=False).indices.values() if by is not None and by in table
+              else [np.arange(len(table))])
+    for name in RANGE_NAMES:
+        if f"hits_L_{name}" not in table:
+            continue
+        counts = [table[f"{c}_{name}"].to_numpy(dtype=np.float64)
+                  for c in ("hits_L", "n_known", "n_true", "top_L")]
+        p = hypergeometric_p_values(*counts)  # [row]
+        q = np.full(len(table), np.nan)
+        for rows in groups:
+            q[rows] = benjamini_hochberg(p[rows])
+        table[f"p_exchangeable_L_{name}"], table[f"q_exchangeable_L_{name}"] = p, q
+    return table
+
+
 def benjamini_hochberg(p_values) -> np.ndarray:
     """Benjamini–Hochberg q-values (step-up, monotone, capped at 1) of [test] p-values; NaN stays NaN and is
     not a test."""
@@ -224,8 +267,8 @@ def benjamini_hochberg(p_values) -> np.ndarray:
 
 def head_row(hits: int, drawn: int, known: int, contacts: int, name: str,
              null_hits: np.ndarray | None = None, null_expected: np.ndarray | None = None) -> dict:
-    """The per-protein columns of one head and range; p_exchangeable and the table-wide ones (p_fwer, q,
-    significant, untrained_p99) NaN until :func:`with_tests`.
+    """The per-protein columns of one head and range; the table-wide ones (p_fwer, significant,
+    untrained_p99) NaN until :func:`with_tests`.
 
     Parameters
     ----------
@@ -247,7 +290,6 @@ def head_row(hits: int, drawn: int, known: int, contacts: int, name: str,
            f"n_true_{name}": float(contacts), f"base_rate_{name}": base, f"enrichment_L_{name}": enrichment,
            f"strata_rate_{name}": nan, f"z_L_{name}": nan, f"p_value_L_{name}": nan, f"p_fwer_L_{name}": nan,
            f"untrained_p99_L_{name}": nan, f"significant_L_{name}": pd.NA,
-           f"p_exchangeable_L_{name}": nan, f"q_exchangeable_L_{name}": nan,
            f"null_excess_L_{name}": np.zeros(0)}
     if null_hits is not None:
         row.update(null_columns(null_hits, null_expected, name, drawn))
@@ -277,12 +319,13 @@ def _decide(table: pd.DataFrame, name: str) -> pd.arrays.BooleanArray:
     return pd.arrays.BooleanArray(decided, np.isnan(p_fwer))  # masked (<NA>) where untested
 
 
-def with_tests(table: pd.DataFrame, control: pd.DataFrame | None = None) -> pd.DataFrame:
-    """`table` (one row per head of one protein) with the table-wide columns: ``p_exchangeable_L_r`` and its
-    BH ``q_exchangeable_L_r``; ``p_fwer_L_r``, maxT over every (head, range) of the table at once from the
-    rows' ``null_excess_L_r`` (one shift moves every range: the family is the whole table);
-    ``untrained_p99_L_r`` from `control` (the twins' heads, ``p_at_L_r`` columns; None: NaN) and
-    ``significant_L_r``.
+def with_tests(table: pd.DataFrame, control: pd.DataFrame | None = None, *,
+               exchangeable: bool = False) -> pd.DataFrame:
+    """`table` (one row per head of one protein) with the table-wide columns: ``p_fwer_L_r``, maxT over every
+    (head, range) of the table at once from the rows' ``null_excess_L_r`` (one shift moves every range: the
+    family is the whole table); ``untrained_p99_L_r`` from `control` (the twins' heads, ``p_at_L_r`` columns;
+    None: NaN) and ``significant_L_r``. `exchangeable`: also the retired hypergeometric
+    ``p_exchangeable_L_r, q_exchangeable_L_r`` (:func:`with_exchangeable`); without it they are dropped.
 
     Examples
     --------
@@ -300,13 +343,9 @@ def with_tests(table: pd.DataFrame, control: pd.DataFrame | None = None) -> pd.D
     1  L0H1        0.152174       0.956522               False
     2  L0H2        0.065217       0.630435               False
     """
-    table = table.copy()
+    table = with_exchangeable(table, by=None) if exchangeable else table.drop(
+        columns=exchangeable_columns(table))
     names = [name for name in RANGE_NAMES if f"hits_L_{name}" in table]
-    for name in names:
-        counts = [table[f"{c}_{name}"].to_numpy(dtype=np.float64)
-                  for c in ("hits_L", "n_known", "n_true", "top_L")]
-        table[f"p_exchangeable_L_{name}"] = hypergeometric_p_values(*counts)
-        table[f"q_exchangeable_L_{name}"] = benjamini_hochberg(table[f"p_exchangeable_L_{name}"].to_numpy())
     null = _stack([list(table.get(f"null_excess_L_{name}", [()] * len(table))) for name in names])
     adjusted = maxt_adjusted(null) if null.shape[1] else np.full(len(null), np.nan)  # [range·head]
     for index, name in enumerate(names):
@@ -359,7 +398,7 @@ def pooled_null(tables: Sequence[np.ndarray], picks: np.ndarray) -> np.ndarray:
 
 
 def pooled_rows(heads: pd.DataFrame, control: pd.DataFrame | None = None, draws: int = POOLED_DRAWS,
-                seed: int = POOLED_SEED) -> pd.DataFrame:
+                seed: int = POOLED_SEED, *, exchangeable: bool = False) -> pd.DataFrame:
     """Per head over a set of proteins: pooled hits, draws and expectations; the test on the pooled excess.
 
     Parameters
@@ -371,13 +410,17 @@ def pooled_rows(heads: pd.DataFrame, control: pd.DataFrame | None = None, draws:
     draws, seed : int
         The Monte Carlo draws of the pooled null (one shift per protein, the same draw for every range) and
         their seed.
+    exchangeable : bool, default False
+        Also the retired hypergeometric test of the pooled hits (``p_exchangeable_L_r, q_exchangeable_L_r``,
+        the sum of independent hypergeometrics; it assumes exchangeable pairs).
 
     Returns
     -------
     pandas.DataFrame
         One row per (layer, head): ``layer, head`` and per range ``hits_L_r, top_L_r, pooled_p_at_L_r,
         base_rate_r, enrichment_L_r, strata_rate_r, z_L_r, p_value_L_r, p_fwer_L_r, untrained_p99_L_r,
-        significant_L_r, p_exchangeable_L_r, q_exchangeable_L_r`` (p_fwer: maxT over every head and range).
+        significant_L_r`` (p_fwer: maxT over every head and range; with `exchangeable`,
+        ``p_exchangeable_L_r, q_exchangeable_L_r`` after them).
 
     Examples
     --------
@@ -426,17 +469,20 @@ def pooled_rows(heads: pd.DataFrame, control: pd.DataFrame | None = None, draws:
         pooled.append(null)
         out[f"z_L_{name}"] = standardized(null)[:, 0]
         out[f"p_value_L_{name}"] = shift_p_values(null)
-        out[f"p_exchangeable_L_{name}"] = [
-            pooled_p_value(*(group[f"{c}_{name}"].fillna(0).astype(int).to_numpy()
-                             for c in ("hits_L", "n_known", "n_true", "top_L")))
-            for _, group in heads.groupby(["layer", "head"], sort=True)]
-        out[f"q_exchangeable_L_{name}"] = benjamini_hochberg(out[f"p_exchangeable_L_{name}"].to_numpy())
+        if exchangeable:
+            out[f"p_exchangeable_L_{name}"] = [
+                pooled_p_value(*(group[f"{c}_{name}"].fillna(0).astype(int).to_numpy()
+                                 for c in ("hits_L", "n_known", "n_true", "top_L")))
+                for _, group in heads.groupby(["layer", "head"], sort=True)]
+            out[f"q_exchangeable_L_{name}"] = benjamini_hochberg(out[f"p_exchangeable_L_{name}"].to_numpy())
     adjusted = maxt_adjusted(np.concatenate(pooled, axis=0))  # [range·head]: one family
     twins = _pooled_control(control)
     for number, name in enumerate(RANGE_NAMES):
         out[f"p_fwer_L_{name}"] = adjusted[number * len(index):(number + 1) * len(index)]
         out[f"untrained_p99_L_{name}"] = untrained_quantile(twins, f"pooled_p_at_L_{name}")
         out[f"significant_L_{name}"] = _decide(out, name)
+    if exchangeable:  # the retired test's columns after the rest, as range_columns(name, True) orders them
+        out = out[[c for c in out if c not in exchangeable_columns(out)] + exchangeable_columns(out)]
     return out
 
 
@@ -479,8 +525,8 @@ def best_significant(table: pd.DataFrame, name: str = "long") -> pd.Series | Non
     return significant.loc[significant[f"enrichment_L_{name}"].idxmax()]
 
 
-__all__ = ["ALPHA", "POOLED_DRAWS", "UNTRAINED_QUANTILE", "benjamini_hochberg", "best_significant",
-           "head_row", "hypergeometric_p_value", "hypergeometric_p_values", "maxt_adjusted", "null_columns",
-           "pooled_null",
-           "pooled_p_value", "pooled_rows", "range_columns", "shift_draws", "shift_p_values", "standardized",
-           "untrained_quantile", "with_tests"]
+__all__ = ["ALPHA", "EXCHANGEABLE", "POOLED_DRAWS", "UNTRAINED_QUANTILE", "benjamini_hochberg",
+           "best_significant", "exchangeable_columns", "head_row", "hypergeometric_p_value",
+           "hypergeometric_p_values", "maxt_adjusted", "null_columns", "pooled_null", "pooled_p_value",
+           "pooled_rows", "range_columns", "shift_draws", "shift_p_values", "standardized",
+           "untrained_quantile", "with_exchangeable", "with_tests"]

@@ -88,7 +88,9 @@ def test_untrained_twin_has_no_circuit():
     from_prev = circuit.composition[(circuit.composition["sender"] == "L0H1")
                                     & (circuit.composition["mode"] == "K")]
     assert len(from_prev) == 4 and (from_prev["z"].abs() < 3).all()  # at the random baseline
-    assert not circuit.edges["beats_random"].any()  # composition: nothing above every random pair
+    # composition: `beats_random` is each edge's own uncorrected flag (above every random pair): over the
+    # 36 edges a random model may raise one by chance; none of them enters the circuit (asserted above)
+    assert circuit.edges["beats_random"].sum() <= 1
     # every (layer-0 head, mode) is a candidate of some receiver here (top 3 of 4 per receiver and mode), so
     # no random pair of the same shape is left to patch against: said, never read as a tested "nothing"
     assert circuit.controls == 0

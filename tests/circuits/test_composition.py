@@ -1,7 +1,9 @@
 """Composition scores (probe.circuits.composition): equal to TransformerLens' definition written out with full
 d_model × d_model products on tiny models (GPT-2's fused projection, a grouped-query Llama, a post-norm BERT),
-hand-computed cases, the random baseline, the zoo:induction positive control and its negative controls (the
-previous-token head's OV zeroed; an untrained twin), MLA refused."""
+equal to TransformerLens 4.3's rule in compatibility mode written out from its definitions (a freshly booted
+bridge's unprocessed weights and the gain-only fold differ), hand-computed cases, the random baseline, the
+zoo:induction positive control and its negative controls (the previous-token head's OV zeroed; an untrained
+twin), MLA refused."""
 
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ def _randomise_gains(model, seed: int = 1) -> None:
 
 def _tl_matrices(model, arch: str, n_heads: int):
     """Per layer and head, TransformerLens' W_Q, W_K, W_V [d_model d_head] and W_O [d_head d_model] read
-    straight from the modules (gains folded as fold_ln does, without centring), float64."""
+    straight from the modules, float64: gains folded as fold_ln does, and for GPT-2's LayerNorm also centred
+    over d_model (reading maps and writing rows) as compatibility mode does; RMSNorm (Llama) gain only."""
     out = []
     if arch == "gpt2":
         for block in model.transformer.h:
@@ -46,9 +49,12 @@ def _tl_matrices(model, arch: str, n_heads: int):
             d = weight.shape[0]
             dh = d // n_heads
             gain = block.ln_1.weight.double()[:, None]
-            out.append([(gain * weight[:, h * dh:(h + 1) * dh], gain * weight[:, d + h * dh:d + (h + 1) * dh],
-                         gain * weight[:, 2 * d + h * dh:2 * d + (h + 1) * dh],
-                         block.attn.c_proj.weight.double()[h * dh:(h + 1) * dh]) for h in range(n_heads)])
+            read = [gain * weight[:, part * d:(part + 1) * d] for part in range(3)]  # q, k, v [d_model d]
+            read = [w - w.mean(0, keepdim=True) for w in read]
+            write = block.attn.c_proj.weight.double()  # [d d_model]
+            write = write - write.mean(1, keepdim=True)
+            heads = [slice(h * dh, (h + 1) * dh) for h in range(n_heads)]
+            out.append([(read[0][:, s], read[1][:, s], read[2][:, s], write[s]) for s in heads])
     elif arch == "llama":
         for block in model.model.layers:
             attn, gain = block.self_attn, block.input_layernorm.weight.double()[:, None]
@@ -111,6 +117,71 @@ def test_scores_equal_transformerlens_definition_with_full_products(tiny_dir, ar
         rows = table[table["mode"] == "K"]
         assert max(abs(row.score - unfolded[(row.sender_layer, row.sender_head, row.receiver_layer,
                                              row.receiver_head)]) for row in rows.itertuples()) > 1e-3
+
+
+def _tl43_compatibility_mode_scores(model, mode: str, n_heads: int, fold: bool = True,
+                                    centre: bool = True) -> torch.Tensor:
+    """TransformerLens 4.3's ``TransformerBridge.all_composition_scores(mode)`` after
+    ``enable_compatibility_mode()``, written out from its definitions for GPT-2 in plain torch (float64):
+
+    * weights in TL's layout: W_Q, W_K, W_V ``[layer head d_model d_head]``, W_O ``[layer head d_head
+      d_model]`` (GPT-2's Conv1D ``c_attn`` ``[d_model 3·d_model]`` split q | k | v, then by head);
+    * ``ProcessWeights.fold_layer_norm`` (LayerNorm: ``fold_biases`` and ``center_weights``):
+      ``fold_layer_norm_weight_single`` multiplies each of W_Q, W_K, W_V by ln1's weight along d_model
+      (``w * ln_w[None, :, None]``), then ``center_weight_single`` subtracts its mean over d_model;
+    * ``ProcessWeights.center_writing_weights``: W_O minus its mean over its last axis (d_model);
+    * ``all_composition_scores``: left = W_V W_O (every sender's OV circuit), right = W_Q W_Kᵀ (``Q``), its
+      transpose (``K``) or left (``V``); ``utils.composition_scores`` broadcasts left's [layer head] against
+      right's and returns ‖left·right‖_F / (‖left‖_F ‖right‖_F); pairs whose sender layer is not earlier are
+      set to 0.
+
+    `fold` / `centre` off give a freshly booted bridge's unprocessed weights (the negative controls).
+    Returns ``[layer head layer head]``."""
+    q, k, v, o = [], [], [], []
+    for block in model.transformer.h:
+        weight = block.attn.c_attn.weight.detach().double()  # [d_model 3·d_model]
+        d_model = weight.shape[0]
+        d_head = d_model // n_heads
+        qkv = weight.reshape(d_model, 3, n_heads, d_head).permute(1, 2, 0, 3)  # [3 head d_model d_head]
+        if fold:
+            qkv = qkv * block.ln_1.weight.detach().double()[None, None, :, None]
+        if centre:
+            qkv = qkv - qkv.mean(2, keepdim=True)
+        w_o = block.attn.c_proj.weight.detach().double().reshape(n_heads, d_head, d_model)
+        if centre:
+            w_o = w_o - w_o.mean(-1, keepdim=True)
+        q.append(qkv[0]), k.append(qkv[1]), v.append(qkv[2]), o.append(w_o)
+    q, k, v, o = (torch.stack(x) for x in (q, k, v, o))  # [layer head ...]
+    left = v @ o  # [layer head d_model d_model]
+    right = {"Q": q @ k.transpose(-1, -2), "K": (q @ k.transpose(-1, -2)).transpose(-1, -2), "V": left}[mode]
+    product = left[:, :, None, None] @ right[None, None]  # [layer head layer head d_model d_model]
+    scores = (torch.linalg.matrix_norm(product) / torch.linalg.matrix_norm(left)[:, :, None, None]
+              / torch.linalg.matrix_norm(right)[None, None])
+    layers = torch.arange(len(q))
+    return torch.where((layers[:, None, None, None] < layers[None, None, :, None]), scores,
+                       torch.zeros_like(scores))
+
+
+def test_scores_equal_transformerlens_43_compatibility_mode_on_gpt2(tiny_dir):
+    """Our scores are TL 4.3's in compatibility mode (fold_ln with centring, centred writing weights) to float
+    rounding, every causal pair and mode; a freshly booted bridge's weights (nothing folded) and the gain fold
+    without centring give other numbers (up to ~0.03 on this model), so the test can tell them apart."""
+    loaded = models.load(str(tiny_dir("gpt2", n_layer=3)))
+    _randomise_gains(loaded.model)
+    table = composition_scores(loaded, n_random=5)
+    for mode in ("Q", "K", "V"):
+        expected = _tl43_compatibility_mode_scores(loaded.model, mode, loaded.n_heads)
+        fresh = _tl43_compatibility_mode_scores(loaded.model, mode, loaded.n_heads, fold=False, centre=False)
+        gain_only = _tl43_compatibility_mode_scores(loaded.model, mode, loaded.n_heads, centre=False)
+        rows = table[table["mode"] == mode]
+        assert len(rows) == 48 and int((expected > 0).sum()) == 48  # 3 layer pairs × 4 × 4 heads
+        index = [tuple(key) for key in rows[["sender_layer", "sender_head", "receiver_layer",
+                                             "receiver_head"]].to_numpy()]
+        ours = torch.tensor(rows["score"].to_numpy(), dtype=torch.float64)
+        theirs = torch.stack([expected[key] for key in index])
+        assert torch.allclose(ours, theirs, rtol=0, atol=1e-12), (mode, float((ours - theirs).abs().max()))
+        for other in (fresh, gain_only):
+            assert float((ours - torch.stack([other[key] for key in index])).abs().max()) > 1e-3, mode
 
 
 def test_hand_computed_cases():

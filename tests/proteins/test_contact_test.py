@@ -264,7 +264,11 @@ def test_untrained_p99_is_the_bar_and_no_control_leaves_it_nan():
     assert not barred.loc[0, "significant_L_long"]  # P@L 0.30 is below the twins' 0.495
     lower = with_tests(table, pd.DataFrame({"p_at_L_long": np.linspace(0.0, 0.2, 101)}))
     assert bool(lower.loc[0, "significant_L_long"])
-    # the exchangeable p is the hypergeometric tail P(X ≥ 6); the short range (no columns) is left alone
+    # the retired exchangeable p only on request: the hypergeometric tail P(X ≥ 6); the short range (no
+    # columns) is left alone
     from scipy.stats import hypergeom
-    assert plain.loc[0, "p_exchangeable_L_long"] == pytest.approx(hypergeom.sf(5, 100, 5, 20))
-    assert plain.filter(like="_short").columns.empty
+    assert plain.filter(like="exchangeable").columns.empty
+    wide = with_tests(table, exchangeable=True)
+    assert wide.loc[0, "p_exchangeable_L_long"] == pytest.approx(hypergeom.sf(5, 100, 5, 20))
+    assert plain.filter(like="_short").columns.empty and wide.filter(like="_short").columns.empty
+    assert with_tests(wide).columns.tolist() == plain.columns.tolist()  # asked for no more: dropped

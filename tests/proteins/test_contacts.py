@@ -403,7 +403,7 @@ def test_random_heads_are_not_above_the_base_rate(tiny_dir, structures_dir):
         assert best_significant(summary, name) is None
         assert summary[f"p_value_L_{name}"].between(0, 1).all()
         assert summary[f"p_fwer_L_{name}"].between(0, 1).all()
-        assert summary[f"p_exchangeable_L_{name}"].between(0, 1).all()
+        assert f"p_exchangeable_L_{name}" not in summary and f"q_exchangeable_L_{name}" not in heads
         assert summary[f"untrained_p99_L_{name}"].notna().all()
         # the pooled base rate is what a random ranking gets: Σ k·C/N over Σ k
         row = heads[heads["name"] == "L0H0"]
@@ -417,6 +417,54 @@ def test_random_heads_are_not_above_the_base_rate(tiny_dir, structures_dir):
         np.testing.assert_allclose(heads[f"hits_L_{name}"] / heads[f"top_L_{name}"], heads[f"p_at_L_{name}"])
     first = heads.iloc[0]
     assert first["enrichment_L_long"] == pytest.approx(first["p_at_L_long"] / first["base_rate_long"])
+    _check_the_retired_hypergeometric_columns_on_request(outcomes, heads, chain_table(outcomes), summary,
+                                                         control)
+
+
+def _check_the_retired_hypergeometric_columns_on_request(outcomes, heads, chains, summary, control):
+    """exchangeable=True (probe contacts --hypergeometric-exchangeable-pairs) adds p_exchangeable /
+    q_exchangeable at the end and changes nothing else: per protein the hypergeometric tail of the head's
+    hits and BH over that protein's heads; pooled, the exact sum of independent hypergeometrics."""
+    from scipy.stats import hypergeom
+
+    from probe.proteins.sets import EXCHANGEABLE_SUMMARY_COLUMNS, heads_table, summarize_heads
+    from probe.proteins.significance import benjamini_hochberg, pooled_p_value
+
+    wide = heads_table(outcomes, exchangeable=True)
+    pd.testing.assert_frame_equal(wide[heads.columns], heads)
+    full = summarize_heads(heads, chains, control=control, exchangeable=True)
+    assert list(full.columns) == list(summary.columns) + list(EXCHANGEABLE_SUMMARY_COLUMNS)
+    pd.testing.assert_frame_equal(full[summary.columns], summary)
+    for name in ("short", "medium", "long"):
+        expected = hypergeom.sf(heads[f"hits_L_{name}"] - 1, heads[f"n_known_{name}"],
+                                heads[f"n_true_{name}"], heads[f"top_L_{name}"])
+        np.testing.assert_allclose(wide[f"p_exchangeable_L_{name}"], expected, rtol=1e-12)
+        for _, rows in wide.groupby("record"):  # BH over one protein's heads, never across proteins
+            np.testing.assert_allclose(rows[f"q_exchangeable_L_{name}"],
+                                       benjamini_hochberg(rows[f"p_exchangeable_L_{name}"].to_numpy()))
+        first = heads[heads["name"] == "L0H0"]
+        pooled = pooled_p_value(*(first[f"{c}_{name}"].astype(int) for c in ("hits_L", "n_known", "n_true",
+                                                                             "top_L")))
+        assert full.loc[0, f"p_exchangeable_L_{name}"] == pytest.approx(pooled, abs=1e-14)
+        assert full[f"q_exchangeable_L_{name}"].between(0, 1).all()
+
+
+def test_the_hypergeometric_columns_only_with_their_flag(tiny_dir, structures_dir, tmp_path):
+    """probe contacts writes no p_exchangeable / q_exchangeable unless --hypergeometric-exchangeable-pairs
+    asks; with it the per-head table carries them and is otherwise the same."""
+    from probe.cli import main
+
+    model, structure = str(tiny_dir("protbert")), str(Path(structures_dir) / "pdb1ejg.pdb")
+    plain, wide = tmp_path / "plain.csv", tmp_path / "wide.csv"
+    for out, extra in ((plain, []), (wide, ["--hypergeometric-exchangeable-pairs"])):
+        assert main(["contacts", "--model", model, "--structure", structure, "--heads-out", str(out),
+                     "--control", "none", *extra]) == 0
+    plain, wide = pd.read_csv(plain), pd.read_csv(wide)
+    assert not plain.filter(like="exchangeable").columns.any()
+    added = [f"{c}_L_{r}" for r in ("short", "medium", "long") for c in ("p_exchangeable", "q_exchangeable")]
+    assert list(wide.columns) == list(plain.columns) + added
+    pd.testing.assert_frame_equal(wide[plain.columns], plain)
+    assert wide[added].notna().all().all()
 
 
 def test_model_level_planted_contact_head_is_significant(tiny_dir, structures_dir):

@@ -18,9 +18,12 @@
    baseline), Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with
    candidates (fixed_offset) choose each head's candidate on half of the examples and are tested on the other
    half. With ``twins`` (``--control untrained:K``), K untrained twins (:mod:`probe.untrained`) are scored on
-   the same token and span probes in the same loop; per type and length the 99th percentile of their
+   the same token and span probes after the model, one twin at a time (each built, run on every probe set
+   and let go before the next: the run holds the model and one twin; a device-mapped model's twins are
+   placed like it, :func:`probe.untrained.each_twin`); per type and length the 99th percentile of their
    statistic over all their heads is ``untrained_p99``, and a label must also be above it (generated types
-   are not run on the twins: a random model retrieves no needle, so its score is NaN by their own rule).
+   are not run on the twins: a random model retrieves no needle, so its score is NaN by their own rule). A
+   twin that cannot be built is skipped and the run's notes say so ("controls: untrained twins 1 of 3 …").
 4. **Output share** (Kobayashi et al. 2020, streamed with the scores): the share of each head's output norm
    that comes from its targets (``output_share``); a label below :data:`SINK_SHARE` has ``role`` "sink",
    others "function".
@@ -88,7 +91,7 @@ from probe.heads.label.table import (
 )
 from probe.heads.stage_times import StageTimes
 from probe.heads.tables import COLUMNS
-from probe.untrained import MAX_TWINS, untrained_twins
+from probe.untrained import MAX_TWINS, SEED_BASE, each_twin, placement_text
 
 TWIN_BOOTSTRAP = 50  # resamples of the twins' summaries: only their point statistics make the bar
 
@@ -183,8 +186,6 @@ def label_model(
     with stage("probe sets"):
         # generated: own probes
         source = ProbeSource(loaded, config, note) if token_specs or span_specs else None
-    with stage("untrained twins"):  # built once per model (probe.untrained caches them while it lives)
-        twins = untrained_twins(loaded, config.twins) if config.twins else ()
 
     plans = []  # (probe set, seq_len, specs): types that share a probe set share its forwards
     sets = list(dict.fromkeys(source.resolve(spec.probe) for spec in token_specs))  # in registry order
@@ -205,17 +206,17 @@ def label_model(
     span_floor = (MIN_TWIN_ACCURACY_PROBES if any(spec.statistic == "accuracy" for spec in span_specs)
                   else MIN_TWIN_PROBES)  # an accuracy needs more pairs than a mean attention
     twin_rows = twin_probes(config.examples, config)
-    twin_spans = (evenly_spaced(spans[1], twin_probes(len(spans[1]), config, span_floor)) if spans and twins
-                  else [])
+    twin_spans = (evenly_spaced(spans[1], twin_probes(len(spans[1]), config, span_floor))
+                  if spans and config.twins else [])
     twin_batches = (len(batch_slices(twin_rows, config.batch_size)) * len(plans)
                     + len(span_slices(twin_spans, config.batch_size, span_tokens)))
-    total += len(twins) * twin_batches
+    total += config.twins * twin_batches
     total += n_batches * len(lengths) * len(generated_specs)
     done = 0
     with stage("probe sets"):  # all before the plan line: a length too short for a probe set is one line
         built = [source.token_probes(probe, seq_len) for probe, seq_len, _ in plans]
     if plan is not None:
-        plan(plan_line(loaded.name, config, total, sets, lengths, n_batches, spans, n_span, len(twins),
+        plan(plan_line(loaded.name, config, total, sets, lengths, n_batches, spans, n_span, config.twins,
                        [spec.name for spec in generated_specs], twin_batches, span_tokens))
     if progress:
         progress(0, total)  # the bar starts before the first forward: its first rate is a real one
@@ -227,7 +228,6 @@ def label_model(
             progress(done, total)
 
     scored: list[Scored] = []
-    twin_scored: list[list[Scored]] = [[] for _ in twins]  # per twin, as `scored` (generated types left out)
     probes_used: dict[str, object] = {}  # head type -> its probes at the first length (for the ablation)
     projections = kept_projections(loaded.model) if config.output_share else None
     dla: dict[str, torch.Tensor] = {}  # copying type -> its direct logit attribution [layer head]
@@ -242,10 +242,6 @@ def label_model(
                                           observer, memo, f"model/{probe}@{seq_len}"))
         if observer is not None:
             dla.update({name: observer.result() for name in copies})
-        for index, (twin, found) in enumerate(zip(twins, twin_scored, strict=True)):
-            with stage("untrained twins"):
-                found.extend(score_token_set(twin, chosen, first_probes(probes, twin_rows), source, seq_len,
-                                             config, tick, memo=memo, step=f"twin{index}/{probe}@{seq_len}"))
     for seq_len in lengths:
         for spec in generated_specs:
             with stage("generation"):
@@ -255,17 +251,15 @@ def label_model(
         with stage("forwards"):
             scored.extend(score_span_set(loaded, span_specs, spans[0], spans[1], config, tick, projections,
                                          memo, f"model/spans:{spans[0]}", span_tokens))
-        for index, (twin, found) in enumerate(zip(twins, twin_scored, strict=True)):
-            with stage("untrained twins"):
-                found.extend(score_span_set(twin, span_specs, spans[0], twin_spans, config, tick, memo=memo,
-                                            step=f"twin{index}/spans:{spans[0]}", tokens=span_tokens))
         for spec in span_specs:
             probes_used[spec.name] = spans[1]
+    twin_scored = score_twins(loaded, config, plans, built, source, spans, twin_rows, twin_spans, span_tokens,
+                              span_specs, tick, twin_batches, stage, note, memo)
 
     with stage("bootstrap"):
         # the bar is a quantile of the twins' point statistics: their intervals are not read (fewer resamples)
         twin_config = replace(config, n_bootstrap=min(config.n_bootstrap, TWIN_BOOTSTRAP))
-        bars = untrained_bars(list(zip(twins, twin_scored, strict=True)), twin_config)
+        bars = untrained_bars([(loaded, found) for found in twin_scored], twin_config)  # same architecture
         table = decide(assemble(loaded, scored, config), config, bars)
     with stage("copying"):
         table = fill_copying(table, *copying_columns(loaded, specs, probes_used, config, note, dla,
@@ -285,6 +279,41 @@ def label_model(
     table = table.reindex(columns=COLUMNS)
     table.attrs["stage_seconds"] = dict(timings.seconds)  # what probe label's summary line reads
     return table
+
+
+def score_twins(loaded, config: LabelConfig, plans, built, source, spans, twin_rows: int, twin_spans,
+                span_tokens: int, span_specs, tick: Callable[[], None], twin_batches: int, stage, note,
+                memo) -> list[list[Scored]]:
+    """Every twin's Scored items (as the model's, generated types left out), one twin at a time
+    (:func:`probe.untrained.each_twin`: built, run on every probe set, let go); a twin that cannot be built is
+    skipped (its batches still tick) and the notes say which controls ran."""
+    found: list[list[Scored]] = []
+    skipped: list[str] = []
+    twins = each_twin(loaded, config.twins, skipped=skipped) if config.twins else iter(())
+    while True:
+        with stage("untrained twins"):  # building the next twin is part of the control's cost
+            twin = next(twins, None)
+        if twin is None:
+            break
+        index = int(twin.revision.split(":")[1]) - SEED_BASE  # its seed names its journalled steps
+        scored: list[Scored] = []
+        with stage("untrained twins"):
+            for (probe, seq_len, chosen), probes in zip(plans, built, strict=True):
+                scored.extend(score_token_set(twin, chosen, first_probes(probes, twin_rows), source, seq_len,
+                                              config, tick, memo=memo, step=f"twin{index}/{probe}@{seq_len}"))
+            if spans:
+                scored.extend(score_span_set(twin, span_specs, spans[0], twin_spans, config, tick, memo=memo,
+                                             step=f"twin{index}/spans:{spans[0]}", tokens=span_tokens))
+        found.append(scored)
+        del twin
+    for _ in range(len(skipped) * twin_batches):
+        tick()
+    if config.twins and note is not None:
+        placed = placement_text(loaded.model)
+        line = (f"controls: untrained twins {len(found)} of {config.twins}" + (f", {placed}" * bool(placed))
+                if found else f"controls: untrained twins not run ({config.twins} asked)")
+        note(line + (f"; not built: {'; '.join(skipped)}" if skipped else ""))
+    return found
 
 
 def plan_line(model: str, config: LabelConfig, total: int, sets, lengths, n_batches: int, spans, n_span: int,
