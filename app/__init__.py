@@ -19,7 +19,7 @@ from flask import has_request_context, request
 
 from probe.views import bundle  # the explorer's clientside core, shared with notebook views and reports
 
-from . import layout
+from . import access, layout
 from .config import AppConfig
 from .service import Service
 
@@ -59,6 +59,8 @@ def create_app(config: AppConfig | None = None, service: Service | None = None):
 
     dash_app.layout = serve_layout
     _not_found_for_unknown_assets(dash_app.server)
+    if service.config.token is not None:  # shared beyond loopback: every request carries the secret
+        access.require_token(dash_app.server, service.config.token)
     layout.register(dash_app, service)
     # base64 + JSON overhead
     dash_app.server.config["MAX_CONTENT_LENGTH"] = service.config.upload_bytes * 2 + 2**20

@@ -17,6 +17,7 @@ from probe.engine import capture, capture_attention
 from probe.errors import ProbeError
 from probe.heads.probesets import delimiter_ids, token_classes
 from probe.heads.registry import target_pattern
+from probe.naming import display_name
 
 from .cache import LRUCache
 from .facts import ModelFacts
@@ -124,11 +125,12 @@ class Captures:
         serialised)."""
         loaded = self.facts.model(spec)
         if not 0 <= layer < loaded.n_layers:
-            raise ProbeError(f"layer {layer} is out of range: {spec} has layers 0..{loaded.n_layers - 1}")
+            raise ProbeError(f"layer {layer} is out of range: {display_name(spec)} has layers "
+                             f"0..{loaded.n_layers - 1}")
         if layer not in loaded.attention_layers:  # a hybrid's linear-attention / state-space layer
             kind = dict(loaded.plan.layer_kinds).get(layer, "no softmax attention") if loaded.plan else "no α"
-            raise ProbeError(f"layer {layer} of {spec} has no attention weights ({kind}); layers with "
-                             f"attention: {', '.join(map(str, loaded.attention_layers))}")
+            raise ProbeError(f"layer {layer} of {display_name(spec)} has no attention weights ({kind}); "
+                             "layers with attention: {', '.join(map(str, loaded.attention_layers))}")
         ids = self.check_ids(spec, ids)
         fetched = self.prefetched_layers(spec, len(ids), layer)
 
@@ -179,7 +181,8 @@ class Captures:
         layer, head = self.facts.head_of(spec, {"layer": layer, "head": head})
         alpha = self.layer_attention(spec, ids, layer)  # [head query key]
         if not 0 <= head < alpha.shape[0]:
-            raise ProbeError(f"head {head} is out of range: {spec} has heads 0..{alpha.shape[0] - 1}")
+            raise ProbeError(f"head {head} is out of range: {display_name(spec)} has heads "
+                             f"0..{alpha.shape[0] - 1}")
         return alpha[head]
 
     def target_pattern(self, spec: str, head_type: str, ids: Sequence[int], layer: int,

@@ -15,6 +15,7 @@ from probe.errors import ProbeError
 from .cache import LRUCache
 from .facts import ModelFacts
 from .gate import InferenceGate
+from .jobs import JobSlots
 
 EXAMPLES = 16  # paired probes per circuit in the app (probe circuit --examples)
 CIRCUITS = 16  # circuits kept (a circuit is its tables: kilobytes)
@@ -39,12 +40,16 @@ class CircuitStore:
         spec -> the model's label table or None.
     cache : LRUCache, optional
         Where the circuits are kept (default: :data:`CIRCUITS` entries).
+    slots : JobSlots, optional
+        The server's bound on queued work, held by a search from its start to its end (default: 4 slots).
     """
 
     def __init__(self, facts: ModelFacts, gate: InferenceGate,
-                 labels_of: Callable[[str], pd.DataFrame | None], cache: LRUCache | None = None) -> None:
+                 labels_of: Callable[[str], pd.DataFrame | None], cache: LRUCache | None = None,
+                 slots: JobSlots | None = None) -> None:
         self.facts, self.gate, self.labels_of = facts, gate, labels_of
         self.cache = cache if cache is not None else LRUCache(CIRCUITS, 64 * 2**20)
+        self.slots = slots if slots is not None else JobSlots(4)
 
     def _key(self, spec: str, head_type: str) -> tuple | None:
         table = self.labels_of(spec)
@@ -65,7 +70,14 @@ class CircuitStore:
         if table is None:
             raise ProbeError("no labels yet: press 'Label heads' in the atlas first (the circuit starts from "
                              "the type's labelled heads)")
-        return self.cache.get_or_compute(
-            ("circuit", spec, head_type, table_key(table)),
-            lambda: find_circuit(self.facts.model(spec), head_type, table, CircuitConfig(examples=EXAMPLES)),
-            self.gate.foreground)
+        key = ("circuit", spec, head_type, table_key(table))
+        found = self.cache.get(key)
+        if found is not None:
+            return found
+        self.slots.take("the circuit search")  # a search waiting for the model counts too: refused past it
+        try:
+            return self.cache.get_or_compute(
+                key, lambda: find_circuit(self.facts.model(spec), head_type, table,
+                                          CircuitConfig(examples=EXAMPLES)), self.gate.foreground)
+        finally:
+            self.slots.give()

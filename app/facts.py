@@ -81,7 +81,8 @@ class ModelFacts:
             raise ProbeError(
                 f"the selected head {selected!r} is not a layer and a head; click a head again") from None
         if not (0 <= layer < loaded.n_layers and 0 <= head < loaded.n_heads):
-            raise ProbeError(f"L{layer}H{head} is not a head of {spec} ({loaded.n_layers} layers × "
+            raise ProbeError(f"L{layer}H{head} is not a head of {display_name(spec)} "
+                             f"({loaded.n_layers} layers × "
                              f"{loaded.n_heads} heads); click a head again")
         return layer, head
 

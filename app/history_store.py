@@ -51,8 +51,8 @@ class HistoryStore:
             raise ProbeError(f"no checkpoint {index} in the history")
         spec = self.specs[index]
         if spec is None:
-            raise ProbeError(f"{self.view.checkpoints[index]} of {self.view.model} is not on this machine: "
-                             "the timeline shows its scores, the page cannot open it")
+            raise ProbeError(f"{self.view.checkpoints[index]} of {display_name(self.view.model)} is not on "
+                             "this machine: the timeline shows its scores, the page cannot open it")
         return spec
 
     def timeline(self, index: int | None, theme: str = "light") -> str:

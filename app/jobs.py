@@ -28,6 +28,41 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
+class JobSlots:
+    """A bound on the heavy work a shared dashboard takes on: labelling jobs (queued or running) and circuit
+    searches (running or waiting for the model) together hold at most `limit` slots; one more is refused in
+    one line, never queued without end (AppConfig.max_jobs, ``probe app --max-jobs``).
+
+    >>> slots = JobSlots(1)
+    >>> slots.take("a circuit search")
+    >>> slots.take("labelling")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    probe.errors.ProbeError: the server is busy: 1 job (labelling or a circuit search) is queued or ...
+    >>> slots.give(); slots.held
+    0
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = int(limit), 0
+        self._lock = threading.Lock()
+
+    def take(self, what: str) -> None:
+        """Hold a slot for `what` (named in the refusal), or raise ProbeError when every slot is held."""
+        with self._lock:
+            if self.held >= self.limit:
+                jobs = "1 job" if self.limit == 1 else f"{self.limit} jobs"
+                verb = "is" if self.limit == 1 else "are"
+                raise ProbeError(f"the server is busy: {jobs} (labelling or a circuit search) {verb} "
+                                 f"queued or running, its limit (probe app --max-jobs {self.limit}); "
+                                 f"try {what} again when it has finished")
+            self.held += 1
+
+    def give(self) -> None:
+        """Free a slot taken with :meth:`take`."""
+        with self._lock:
+            self.held = max(0, self.held - 1)
+
+
 @dataclass
 class LabelJob:
     """Progress of one background labelling run (queued, then running, then done or failed)."""
@@ -72,11 +107,15 @@ class LabelQueue:
         Held in the background between probe batches.
     on_done : callable
         (spec, table) for every job that finished.
+    slots : JobSlots, optional
+        Held by each job from queued to ended (shared with the circuit searches: AppConfig.max_jobs); default
+        one per served model.
     """
 
     def __init__(self, registry: ModelRegistry, gate: InferenceGate,
-                 on_done: Callable[[str, pd.DataFrame], None]) -> None:
+                 on_done: Callable[[str, pd.DataFrame], None], slots: JobSlots | None = None) -> None:
         self.registry, self.gate, self.on_done = registry, gate, on_done
+        self.slots = slots if slots is not None else JobSlots(len(registry.specs) or 1)
         self._jobs: dict[str, LabelJob] = {}
         self._lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
@@ -105,6 +144,7 @@ class LabelQueue:
             job = self._jobs.get(spec)
             if job is not None and job.state in ("queued", "running"):
                 return job
+            self.slots.take("labelling")  # the server's bound on queued work: refused in one line
             job = self._jobs[spec] = LabelJob()
             self._queue.put((spec, job, run))
             if self._worker is None or not self._worker.is_alive():
@@ -146,6 +186,7 @@ class LabelQueue:
             job.state, job.error = ("failed",
                                     f"internal error while labelling: {type(error).__name__}: {error}")
         job.ended = time.monotonic()
+        self.slots.give()
         self._say(spec, job, force=True)
 
     def _say(self, spec: str, job: LabelJob, force: bool = False) -> None:

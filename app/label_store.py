@@ -134,6 +134,13 @@ class LabelStore:
         for spec in usable:
             if say is not None and self.facts.label_refusal(spec):
                 say("probe app: " + self.facts.label_refusal(spec))
+        started = []
         for spec in missing:
-            self.start(spec)
-        return missing
+            try:
+                self.start(spec)
+            except ProbeError as error:  # past --max-jobs: the rest waits for a click on 'Label heads'
+                if say is not None:
+                    say(f"probe app: {display_name(spec)} not labelled at start-up: {error}")
+                continue
+            started.append(spec)
+        return started

@@ -10,6 +10,7 @@ from dash import dcc, html
 
 from . import figures, ids
 from .panels import atlas, card, circuit, explorer, glossary, grid, history, page, proteins
+from .served import ServedNames
 from .service import Service
 
 
@@ -42,7 +43,7 @@ def page_layout(service: Service, query=None):
                 html.Div([explorer.layout(state)], className="column right-column"),
             ]),
         ]),
-        html.Div(proteins.layout(config.upload_bytes, state["theme"]),
+        html.Div(proteins.layout(config.upload_bytes, state["theme"], config.upload_memory_bytes),
                  id=ids.PROTEIN_SECTION, style={} if protein else {"display": "none"}),
         card.layout(),
     ])
@@ -59,6 +60,7 @@ def page_layout(service: Service, query=None):
 
 
 def register(app, service: Service) -> None:
-    """Every panel's callbacks."""
+    """Every panel's callbacks, with model values as served names at the browser's side (app/served.py)."""
+    served = ServedNames(app, service.registry)
     for panel in (page, atlas, circuit, grid, explorer, proteins, card, glossary, history):
-        panel.register(app, service)
+        panel.register(served, service)

@@ -16,6 +16,7 @@ from probe.engine import capture
 from probe.engine.dense import DenseSink
 from probe.errors import ProbeError
 from probe.models import encode_proteins
+from probe.naming import display_name
 from probe.proteins.contacts import head_attention_map, predict_contacts
 from probe.proteins.domain import chain_note, domain_note
 from probe.proteins.features import ResidueFeatures
@@ -54,8 +55,10 @@ class ProteinResult:
 
     @property
     def nbytes(self) -> int:
-        """Memory the result holds (for the cache's byte budget): the predicted and true maps."""
-        return self.predicted.nbytes * 2
+        """Memory the result holds (for the cache's byte budget): the predicted and true maps, and the
+        uploaded chain's atoms (about 100 bytes an atom: coordinates and annotations)."""
+        atoms = getattr(self.structure, "atoms", None) if self.structure is not None else None
+        return self.predicted.nbytes * 2 + 100 * len(atoms if atoms is not None else ())
 
 
 def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes | None, filename: str = "",
@@ -79,17 +82,19 @@ def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes |
     sequence = models.clean_protein(sequence or "")
     if len(sequence) > max_residues:
         raise ProbeError(f"the protein has {len(sequence)} residues; the app runs at most {max_residues} "
-                         f"with {loaded.name}: upload a shorter chain (or use `probe contacts --window` for "
-                         "long proteins)")
-    outside = domain_note(str(getattr(loaded.config, "model_type", "")),
-                          str(getattr(loaded.config, "_name_or_path", "") or loaded.name), sequence)
+                         f"with {display_name(loaded.name)}: upload a shorter chain (or use `probe contacts "
+                         "--window` for long proteins)")
+    name = str(getattr(loaded.config, "_name_or_path", "") or loaded.name)
+    outside = domain_note(str(getattr(loaded.config, "model_type", "")), name, sequence)
+    outside = outside.replace(name, display_name(name)) if outside else outside  # no path of the server
     note = " · ".join(part for part in (note, outside) if part)
     result = predict_contacts(loaded, sequence, true_map, per_head=True, features=features)
     truth = None if true_map is None else np.where(true_map < 0, np.nan, true_map.astype(float))
     predicted = result.contacts
     if predicted is None:  # a protein model without a contact regression (ProtBert-style): heads only
         predicted = np.full((len(sequence), len(sequence)), np.nan, dtype=np.float32)
-        note = (note + " · " if note else "") + f"{loaded.name} has no contact regression: per-head maps only"
+        note = ((note + " · " if note else "")
+                + f"{display_name(loaded.name)} has no contact regression: per-head maps only")
     return ProteinResult(model=loaded.name, sequence=sequence, predicted=np.asarray(predicted, np.float32),
                          true=truth, heads=leaderboard(result.heads, true_map is not None),
                          precision=precision_table(result.precision), note=note, structure=parsed)

@@ -9,6 +9,7 @@ import numpy as np
 
 from probe import models
 from probe.errors import ProbeError
+from probe.naming import display_name
 
 from . import protein_analysis
 from .cache import LRUCache
@@ -30,8 +31,10 @@ class ProteinStore:
         # The 3D view's payload per protein result (its chain, every head's residue map within the view's
         # budget, the contacts): built once per uploaded structure.
         self.views = LRUCache(8, config.cache_bytes)
-        # Uploaded structure files by digest, so that another chain of the same file runs without an upload.
-        self.uploads = LRUCache(8, config.cache_bytes)
+        # Uploaded structure files by digest, so that another chain of the same file runs without an upload:
+        # all together at most config.upload_memory_bytes (probe app --upload-memory-mb), the oldest dropped
+        # first (its chain menu then asks for the file again).
+        self.uploads = LRUCache(64, config.upload_memory_bytes)
 
     def keep_upload(self, data: bytes) -> str:
         """Keep an uploaded structure file (bounded by entries and bytes, LRU) and return its key for
@@ -44,7 +47,9 @@ class ProteinStore:
         """The bytes of a kept upload; ProbeError when it has expired (or the key is not one)."""
         kept = self.uploads.get(key) if isinstance(key, str) else None
         if kept is None:
-            raise ProbeError("the uploaded file has expired from the server's cache; upload it again")
+            raise ProbeError("the uploaded file has expired from the server's memory (it keeps "
+                             f"{self.config.upload_memory_bytes / 2**20:g} MiB of uploads in all, the oldest "
+                             "dropped first); upload it again")
         return kept.tobytes()
 
     def analyse(self, spec: str, sequence: str | None = None, structure: bytes | None = None,
@@ -53,8 +58,9 @@ class ProteinStore:
         result)."""
         loaded = self.facts.model(spec)
         if loaded.kind != models.ModelKind.PROTEIN_MLM:
-            raise ProbeError(f"{spec} is a {getattr(loaded.kind, 'value', loaded.kind)}; choose a protein "
-                             "model (ESM) for contact maps")
+            kind = getattr(loaded.kind, 'value', loaded.kind)
+            raise ProbeError(f"{display_name(spec)} is a {kind}; choose "
+                             "a protein model (ESM) for contact maps")
         if structure is not None and len(structure) > self.config.upload_bytes:
             raise ProbeError(f"the upload is {len(structure) // 1024} KiB; the limit is "
                              f"{self.config.upload_bytes // 1024} KiB")

@@ -31,6 +31,9 @@ class ModelRegistry:
         if not specs:
             raise ProbeError("no models to show: pass --model")
         self.specs = tuple(dict.fromkeys(specs))
+        # what a browser sees and sends: a local folder by its name, never its path (served_names)
+        self.names = served_names(self.specs)
+        self._spec_of_name = {name: spec for spec, name in self.names.items()}
         self.device = device
         self._loader = loader
         self._config_loader = config_loader or _read_config
@@ -86,9 +89,45 @@ class ModelRegistry:
                 with self._lock:
                     self._card_only[spec] = (config, reason)
 
+    def name_of(self, spec: str) -> str:
+        """The served name of `spec` (what pages, links and answers show); anything else as it is."""
+        return self.names.get(spec, spec) if isinstance(spec, str) else spec
+
+    def spec_of(self, value):
+        """The spec a browser's value names: a served name's spec, a spec as it is, anything else unchanged
+        (refused by the look-up it reaches, in one line that lists served names only)."""
+        return self._spec_of_name.get(value, value) if isinstance(value, str) else value
+
     def _check(self, spec: str) -> None:
-        if spec not in self.specs:
-            raise ProbeError(f"unknown model {spec!r}: choose one of {', '.join(self.specs)}")
+        if not isinstance(spec, str) or spec not in self.specs:
+            shown = repr(spec)[:80] if isinstance(spec, str) else f"of type {type(spec).__name__}"
+            raise ProbeError(f"unknown model {shown}: choose one of {', '.join(self.names.values())}")
+
+
+def served_names(specs: Sequence[str]) -> dict[str, str]:
+    """spec -> the name the dashboard serves it by: a local folder by its name (``/data/runs/induction`` ->
+    ``induction``; two folders of one name get ``-2``, ``-3``), hub ids and ``zoo:NAME`` as given — so that no
+    path of the server reaches a page, a link or an answer.
+
+    >>> served_names(["zoo:induction", "/data/a/model", "/data/b/model"])
+    {'zoo:induction': 'zoo:induction', '/data/a/model': 'model', '/data/b/model': 'model-2'}
+    """
+    local = {spec: Path(spec).expanduser().is_absolute() or spec.startswith((".", "~")) or Path(spec).is_dir()
+             for spec in specs}
+    taken = {spec for spec in specs if not local[spec]}
+    names = {}
+    for spec in specs:
+        if not local[spec]:
+            names[spec] = spec
+            continue
+        base = display_name(spec) or "model"
+        name, number = base, 1
+        while name in taken:
+            number += 1
+            name = f"{base}-{number}"
+        taken.add(name)
+        names[spec] = name
+    return names
 
 
 def _read_config(spec: str):

@@ -34,7 +34,7 @@ from .config import AppConfig
 from .facts import ModelFacts
 from .gate import InferenceGate
 from .history_store import HistoryStore
-from .jobs import LabelQueue
+from .jobs import JobSlots, LabelQueue
 from .label_store import LabelStore
 from .protein_store import ProteinStore
 from .registry import ModelRegistry, default_models
@@ -53,11 +53,13 @@ class Service:
         self.registry = registry or ModelRegistry(tuple(dict.fromkeys((*specs, *self.history.served[::-1]))),
                                                   config.device)
         self.gate = InferenceGate()  # one forward pass at a time in the whole process, views before labelling
+        # the bound on queued work: labelling jobs and circuit searches together (AppConfig.max_jobs)
+        self.slots = JobSlots(config.max_jobs)
         self.facts = ModelFacts(self.registry, config)
-        self.labels = LabelStore(self.facts, config, functools.partial(LabelQueue, self.registry, self.gate),
-                                 labels)
+        self.labels = LabelStore(self.facts, config, functools.partial(LabelQueue, self.registry, self.gate,
+                                                                       slots=self.slots), labels)
         self.captures = Captures(self.facts, self.gate, LRUCache(config.cache_entries, config.cache_bytes),
                                  self.labels.table)
         self.texts = TextStore(self.captures.text_entry_bytes())
         self.proteins = ProteinStore(self.facts, self.gate, config)
-        self.circuits = CircuitStore(self.facts, self.gate, self.labels.table)
+        self.circuits = CircuitStore(self.facts, self.gate, self.labels.table, slots=self.slots)

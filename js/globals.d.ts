@@ -137,6 +137,7 @@ interface ProbeViewsCore {
     blues(t: number): number[];
     headName(layer: number, head: number, names?: string[]): string;
     layerName(layer: number, names?: string[]): string;
+    fixed(value: number | null | undefined, digits: number, sign?: boolean): string;
     BINS: number;
 }
 
@@ -155,17 +156,82 @@ interface CircuitViewApi {
     svg(): string;
 }
 
+/** What probe/views/structure3d.py structure_payload writes for structure.js mount(). */
+interface StructureData {
+    version: number;
+    kind: string;  // "structure3d"
+    model: string;
+    title?: string;
+    theme: string;  // "light" or "dark"
+    structure: string;
+    chain: string;
+    chains: string[];
+    pdb: string;
+    sequence: string;
+    n: number;
+    residue_of_position: number[];  // [L], -1 where a position has no residue in the structure
+    token_of_position: number[];  // [L]
+    labels: string[];  // [L] "T1"
+    ca: (number[] | null)[];  // [L] x, y, z (Å) of the Cα, null where none is drawable
+    heads: number[][];  // [[layer, head]]
+    head_names: string[];
+    head_notes: string[];
+    selected: number[];  // [layer, head]
+    maps: {side: number; data: string; scale: string};  // uint8 α [head L L], float32 scales (base64)
+    pairs: number[][][];  // [head] of [query, key, weight]
+    contacts: {true: number[][] | null; predicted: number[][] | null; [kind: string]: number[][] | null};
+    params: {rule: string; min_weight: number; top: number; edge_scale: number; min_separation: number};
+    height?: number;  // the viewer's height in pixels
+}
+
+/** The 3D view mounted on a root (structure.js Structure): what the app's bridge (structure3d.js) uses. */
+interface StructureViewApi {
+    theme: string;
+    selected: number[];  // [layer, head]
+    pair: number[] | null;  // [i, j]
+    viewer?: ThreeDmolViewer | null;  // undefined without 3Dmol.js, null without WebGL
+    select(layer: number, head: number, notify?: boolean): boolean;
+    selectPair(pair: number[] | null, notify?: boolean): void;  // also selectPair(i, j, notify)
+    setTheme(theme: string): void;
+}
+
 /** The 3D structure view of probe/views/assets/structure.js (window.probeStructure). */
 interface ProbeStructure {
     version: number;
     core: object;
-    mount(root: HTMLElement, data: object): any;
+    mount(root: HTMLElement, data: StructureData): StructureViewApi;
     mountAll(): void;
+}
+
+/** An atom that 3Dmol.js hands to a click or hover callback: `resi` its residue number (1-based). */
+interface ThreeDmolAtom {
+    resi: number;
+    [member: string]: any;
+}
+
+/** A 3Dmol.js viewer: what structure.js calls. */
+interface ThreeDmolViewer {
+    addModel(data: string, format: string): object;
+    setClickable(selection: object, clickable: boolean, callback: (atom: ThreeDmolAtom) => void): void;
+    setHoverable(selection: object, hoverable: boolean, hover: (atom: ThreeDmolAtom) => void,
+                 unhover: () => void): void;
+    zoomTo(): void;
+    zoom(factor: number): void;
+    setBackgroundColor(colour: string, alpha: number): void;
+    setStyle(selection: object, style: object): void;
+    removeAllShapes(): void;
+    removeAllLabels(): void;
+    addCylinder(spec: object): object;
+    addSphere(spec: object): object;
+    addLabel(text: string, spec: object): object;
+    render(): void;
+    pngURI(): string;
+    [member: string]: any;
 }
 
 /** The vendored 3Dmol.js (probe/views/assets/3Dmol-min.js): what structure.js calls. */
 interface ThreeDmol {
-    createViewer(element: HTMLElement, config?: object): any;
+    createViewer(element: HTMLElement, config?: object): ThreeDmolViewer | null;
     [member: string]: any;
 }
 
@@ -199,11 +265,8 @@ interface Window {
 interface HTMLElement {
     probeView?: object;  // the View mounted on this root (views.js mountAll: once per root)
     probeCircuit?: CircuitViewApi | null;  // the circuit graph mounted on this root (views.js mountCircuit)
-    probeStructure?: any;  // the 3D view mounted on this root (structure.js mount)
-}
-
-interface Element {
-    probeStructure?: any;
+    probeStructure?: StructureViewApi | null;  // the 3D view mounted on this root (structure.js mount)
+    probeStructureBridge?: boolean;  // the app's bridge listens on this root (structure3d.js listen)
 }
 
 interface HTMLTableElement {

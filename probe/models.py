@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from enum import Enum
@@ -272,6 +273,36 @@ def _kind_of(config, style: ResidueFormat | None) -> ModelKind:
     return ModelKind.MASKED_LM
 
 
+def config_kinds(config, tokenizer=None) -> tuple[ModelKind, ...]:
+    """The kinds a model can be from its config (and tokenizer), no weights read: with the tokenizer the one
+    kind :func:`load` gives; without it one, except a masked LM whose tokenizer may still make it a protein LM
+    (ProtBert-style BERT). Commands refuse what applies to none of them before loading weights."""
+    if tokenizer is not None:
+        style = residue_format(tokenizer)
+        if config.model_type in PROTEIN_MODEL_TYPES and style is None:
+            style = "letters"
+        return (_kind_of(config, style),)
+    kind = _kind_of(config, None)
+    return (kind, ModelKind.PROTEIN_MLM) if kind == ModelKind.MASKED_LM else (kind,)
+
+
+def spec_kinds(spec: str) -> tuple[ModelKind, ...]:
+    """:func:`config_kinds` of a model spec from its config and tokenizer files (quietly; no weights read);
+    () when its config cannot be read here (loading then says why)."""
+    source = locate(spec)
+    try:
+        with transformers_quiet():
+            config = transformers.AutoConfig.from_pretrained(source)
+    except Exception:  # noqa: BLE001 - any reason: loading explains it in one line
+        return ()
+    try:
+        with transformers_quiet():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    except Exception:  # noqa: BLE001 - no tokenizer here: the kinds the config allows
+        tokenizer = None
+    return config_kinds(config, tokenizer)
+
+
 # Encoder-decoder protein models (ProtT5) are analysed through their encoder alone.
 _ENCODER_ONLY = ("t5", "mt5", "umt5")
 
@@ -395,8 +426,23 @@ def load(
     probe.errors.ProbeError: unknown model organism zoo:nosuch; known: zoo:brackets, zoo:coreference,
     zoo:esm-random, zoo:implicit-causality, zoo:induction, zoo:positional, zoo:retrieval, zoo:sentences
     """
-    with transformers_quiet(verbose) as records:
-        loaded, info = _load(spec, device, dtype, engine, device_map, offload_folder, max_memory)
+    # what a failed load wrote into --offload-folder is removed: the folder if it was made for it, else the
+    # entries it added
+    folder = Path(offload_folder).expanduser() if offload_folder is not None else None
+    before = set(folder.iterdir()) if folder is not None and folder.is_dir() else None
+    made = folder  # the outermost folder this load will make (parents included)
+    while made is not None and not made.parent.exists() and made.parent != made:
+        made = made.parent
+    try:
+        with transformers_quiet(verbose) as records:
+            loaded, info = _load(spec, device, dtype, engine, device_map, offload_folder, max_memory)
+    except BaseException:
+        if folder is not None and before is None and made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        elif folder is not None and folder.is_dir():
+            for entry in set(folder.iterdir()) - before:
+                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        raise
     summary = load_summary(display_name(spec), type(loaded.model).__name__, info, records)
     if summary and not verbose:
         _LOG.warning(summary)

@@ -50,6 +50,17 @@ def display_name(spec: str) -> str:
     return path.name if path.is_absolute() or spec.startswith(".") else spec
 
 
+def fixed(value: float, digits: int = 1) -> str:
+    """`value` with `digits` decimals, never a negative zero: what rounds to zero is written ``0.0`` (a z of
+    −0.04 is no evidence of a sign). The one formatter of the z values the CLI, the report and the app print.
+
+    >>> fixed(-0.04), fixed(-0.0), fixed(2.345, 2), fixed(float("nan"))
+    ('0.0', '0.0', '2.35', 'nan')
+    """
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def file_stem(text: str) -> str:
     """`text` as a safe file-name part: "zoo:induction L1H3" -> "zoo_induction_L1H3"."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "probe"

@@ -95,6 +95,11 @@ def _enter() -> None:
                       hub_bars_off=hub_utils.are_progress_bars_disabled())
         hf_logging.disable_propagation()
         hf_logging.disable_progress_bar()
+        # accelerate's own warnings while transformers places a model ("Some parameters are on the meta
+        # device ...") are collected with transformers' records
+        accelerate = logging.getLogger("accelerate")
+        accelerate.addHandler(collector)
+        _STATE["accelerate_propagate"], accelerate.propagate = accelerate.propagate, False
 
 
 def _leave() -> None:
@@ -105,7 +110,11 @@ def _leave() -> None:
         _STATE["depth"] -= 1
         if _STATE["depth"] > 0:
             return
-        hf_logging.remove_handler(_STATE.pop("collector"))
+        collector = _STATE.pop("collector")
+        hf_logging.remove_handler(collector)
+        accelerate = logging.getLogger("accelerate")
+        accelerate.removeHandler(collector)
+        accelerate.propagate = _STATE.pop("accelerate_propagate")
         if _STATE.pop("removed"):
             hf_logging.enable_default_handler()
         if _STATE.pop("propagate"):

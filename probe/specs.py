@@ -81,8 +81,39 @@ def shipped_labels_path(spec: str) -> Path | None:
         path = directory / name if isinstance(name, str) and "/" not in name and "\\" not in name else None
         return path if path is not None and path.is_file() else None
     name = PACKAGED_NAMES.get(model_id(spec))
+    if name is None and not spec.startswith(ZOO_PREFIX):
+        twin = weights_twin(spec)  # a local copy of a shipped model's weights gets its table
+        return shipped_labels_path(twin) if twin is not None else None
     path = LABELS_DIR / f"{name}.csv" if name is not None else None
     return path if path is not None and path.is_file() else None
+
+
+def weights_twin(spec: str) -> str | None:
+    """The shipped model (a package-shipped one of :data:`PACKAGED_NAMES`, or a zoo organism) whose weight
+    files hold the same bytes as the local model folder `spec`'s (:func:`probe.hashing.weights_hash`), or
+    None. The files' sizes are compared first, so a folder of another model is not read."""
+    folder = Path(spec).expanduser()
+    try:
+        if not folder.is_dir():
+            return None
+        from probe.hashing import weight_files, weights_hash  # numpy: only for a local folder
+
+        ours = weight_files(folder)
+        sizes = [path.stat().st_size for path in ours]
+        if not ours:
+            return None
+        candidates = [(hub_id, packaged_dir(hub_id)) for hub_id in PACKAGED_NAMES]
+        candidates += [(ZOO_PREFIX + name, zoo.path(name)) for name in zoo.names()]
+        for candidate, directory in candidates:
+            if directory is None or directory.resolve() == folder.resolve():
+                continue
+            theirs = weight_files(directory)
+            if [path.stat().st_size for path in theirs] == sizes and weights_hash(directory) == weights_hash(
+                    folder):
+                return candidate
+    except OSError:
+        return None
+    return None
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
@@ -116,4 +147,4 @@ def locate(spec: str) -> str:
 
 
 __all__ = ["HUB_ID", "LABELS_DIR", "PACKAGED", "PACKAGED_NAMES", "ZOO_PREFIX", "locate", "looks_like_path",
-           "model_id", "packaged_dir", "packaged_id", "resolve", "shipped_labels_path"]
+           "model_id", "packaged_dir", "packaged_id", "resolve", "shipped_labels_path", "weights_twin"]

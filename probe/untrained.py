@@ -46,6 +46,8 @@ CONTROL_CHOICES = ("untrained", "untrained:K", "none")
 
 # model -> {(name, revision, engine, seed): twin}: the twins live as long as the model
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# device-mapped twin's module -> the finalizer that removes its offload folder
+_CLEANUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -206,8 +208,20 @@ def each_twin(loaded: LoadedModel, count: int = DEFAULT_TWINS, keep: bool = Fals
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             skipped.append(f"seed {seed}: {reason}")
             continue
-        yield twin
+        try:
+            yield twin
+        finally:
+            if not cache:  # its offload folder goes now, not whenever the garbage collector finds it
+                release(twin)
         del twin  # the next twin is built with this one let go (the caller must not keep it either)
+
+
+def release(twin: LoadedModel) -> None:
+    """Remove a device-mapped twin's weights on disk (its offload folder) now; the twin cannot run after.
+    A twin in memory has nothing on disk: nothing happens. (Without a call the folder goes with the twin.)"""
+    cleanup = _CLEANUPS.pop(twin.model, None)
+    if cleanup is not None:
+        cleanup()
 
 
 def is_spread(model) -> bool:
@@ -265,7 +279,8 @@ def build_twin_model(source, seed: int, device):
             accelerate_log.setLevel(level)
         model.hf_device_map = device_map
         if folder is not None:
-            weakref.finalize(model, shutil.rmtree, folder, True)  # the twin's weights on disk go with it
+            # the twin's weights on disk go with it (or at release())
+            _CLEANUPS[model] = weakref.finalize(model, shutil.rmtree, folder, True)
     else:
         model = model.to(device)
     return model.eval()
@@ -305,5 +320,5 @@ def untrained_twins(loaded: LoadedModel, count: int = DEFAULT_TWINS) -> tuple[Lo
 
 
 __all__ = ["CONTROL_CHOICES", "DEFAULT_TWINS", "SEED_BASE", "UNTRAINED_QUANTILE", "Control",
-           "build_twin_model", "each_twin", "is_spread", "parse_control", "placement_text", "twin_seeds",
-           "untrained_twin", "untrained_twins"]
+           "build_twin_model", "each_twin", "is_spread", "parse_control", "placement_text", "release",
+           "twin_seeds", "untrained_twin", "untrained_twins"]

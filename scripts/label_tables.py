@@ -36,13 +36,32 @@ def _block(name: str, source: str, body: str) -> str:
             f"do not edit by hand -->\n{body}<!-- findings:{name} end -->")
 
 
+def replication(table: pd.DataFrame, per_model: bool = False) -> str:
+    """The held-out confirmation's count under a findings table (docs/labels.md, "Held-out confirmation"):
+    how many labels selected on one half of each probe set's documents the other half reproduced — the
+    table above lists those only. "" for tables written before the confirmation (no ``selected``
+    column)."""
+    if "selected" not in table or table["selected"].isna().all():
+        return ""
+    selected = table["selected"].astype("boolean").fillna(False).astype(bool)
+    kept = selected & table["label"].astype("boolean").fillna(False).astype(bool)
+    text = (f"\nHeld-out confirmation: {int(kept.sum())} of {int(selected.sum())} labels selected on half of "
+            "each probe set's documents replicate on the other half (the table lists those)")
+    if per_model:
+        counts = [f"`{model}` {int(kept[rows.index].sum())} of {int(selected[rows.index].sum())}"
+                  for model, rows in table.groupby("model", sort=False) if selected[rows.index].any()]
+        text += ": " + ", ".join(counts)
+    return text + ".\n"
+
+
 def blocks() -> dict[str, str]:
     """Block name -> its generated text (markers included)."""
     zoo = pd.concat([pd.read_csv(path) for path in ZOO_TABLES], ignore_index=True)
     minilm = pd.read_csv(MINILM_TABLE)
     return {
-        "zoo": _block("zoo", SOURCE_ZOO, findings_markdown(findings(zoo))),
-        "minilm": _block("minilm", SOURCE_MINILM, findings_markdown(findings(minilm), with_model=False)),
+        "zoo": _block("zoo", SOURCE_ZOO, findings_markdown(findings(zoo)) + replication(zoo, per_model=True)),
+        "minilm": _block("minilm", SOURCE_MINILM,
+                         findings_markdown(findings(minilm), with_model=False) + replication(minilm)),
     }
 
 

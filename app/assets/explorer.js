@@ -18,13 +18,15 @@
     var core = window.probeViews.core;
     var labels = core.labels, headMax = core.headMax, dominantOffset = core.dominantOffset;
     var offsetText = core.offsetText, share = core.share;
+    /** @param {ArrayLike<number>} alpha [query key] @param {number} n @param {number} q0 @param {number} q1
+     *  @param {number} k0 @param {number} k1 @returns {{z: number[][], factor: number}} */
     function pooled(alpha, n, q0, q1, k0, k1) { return core.pooled(alpha, n, q0, q1, k0, k1, BINS); }
 
     /** @param {LayerPayload} payload @returns {Float32Array} α [head query key] */
     function decode(payload) {
         var key = payload.key + ":" + payload.layer;
         if (decoded.key !== key) { decoded = {key: key, alpha: core.decodeUint16(payload.alpha, payload.scale)}; }
-        return decoded.alpha;
+        return /** @type {Float32Array} */ (decoded.alpha);
     }
 
     /** @param {LayerPayload} payload @param {number} head @returns {Float32Array} */
@@ -39,6 +41,7 @@
         return pattern.heads.length === 1 ? pattern.heads[0] : pattern.heads[head];
     }
 
+    /** @param {string} message @param {object | undefined} template @returns {object} a plotly figure */
     function emptyFigure(message, template) {
         return {data: [], layout: {template: template, xaxis: {visible: false}, yaxis: {visible: false}, height: 320,
             paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
@@ -67,6 +70,7 @@
         var w = last.zoom && last.zoom.q1 <= n && last.zoom.k1 <= n ? last.zoom : {q0: 0, q1: n, k0: 0, k1: n};
         var pool = pooled(alpha, n, w.q0, w.q1, w.k0, w.k1);
         var perHead = last.scale && last.scale.length > 0;
+        /** @type {{z: number[][][], zmax?: number[]}} */
         var update = {z: [pool.z]};
         if (perHead) { update.zmax = [headMax(alpha, n, payload.causal)]; }
         // the title and the data revision change with the z: the figure Dash then stores for this head (same
@@ -109,10 +113,13 @@
             .join(":");
     }
 
+    /** @param {{light: object, dark: object} | null} templates @param {boolean} dark
+     *  @returns {object | undefined} */
     function templateOf(templates, dark) {
         return templates ? templates[dark ? "dark" : "light"] : undefined;
     }
 
+    /** @param {number} pixels @returns {number} */
     function tickCount(pixels) {  // category ticks ~16 px apart, so labels never overlap
         return Math.max(2, Math.min(40, Math.floor(pixels / 16)));
     }
@@ -121,7 +128,7 @@
     //   -> [figure, caption, overlay note, offset note]
     /** @param {LayerPayload | null} payload @param {HeadRef | null} selected @param {string[] | null} scale
      *  @param {Zoom | null} zoom @param {TargetPattern | null} pattern @param {string} headType
-     *  @param {boolean} dark @param {{light: object, dark: object} | null} templates @returns {Array} */
+     *  @param {boolean} dark @param {{light: object, dark: object} | null} templates @returns {unknown[]} */
     function heatmap(payload, selected, scale, zoom, pattern, headType, dark, templates) {
         last.scale = scale; last.zoom = zoom; last.pattern = pattern;
         fast.head = null;
@@ -157,7 +164,9 @@
                                       " %{z:.4f}<extra></extra>"}];
         var targets = targetsOf(pattern, head);
         if (targets) {
-            var cells = {}, px = [], py = [];
+            /** @type {{[cell: string]: boolean}} */
+            var cells = {};
+            var px = [], py = [];
             for (var t = 0; t < targets[0].length; t++) {
                 var q = targets[0][t], k = targets[1][t];
                 if (q < w.q0 || q >= w.q1 || k < w.k0 || k >= w.k1) { continue; }
@@ -227,7 +236,7 @@
                 span.className = "token";
                 span.textContent = token;
                 span.setAttribute("data-index", String(index));
-                box.appendChild(span);
+                /** @type {HTMLElement} */ (box).appendChild(span);
             });
             box.setAttribute("data-key", key);
             if (view.pinned !== null && view.pinned >= payload.n) { view.pinned = null; }
@@ -243,22 +252,23 @@
                           1, view.dark);
     }
 
+    /** @param {Event} event @returns {Element | null} the token span under the event, if any */
     function tokenOf(event) {
-        var target = event.target;
+        var target = /** @type {HTMLElement | null} */ (event.target);
         return target && target.closest ? target.closest("#explorer-tokens .token") : null;
     }
 
     document.addEventListener("mouseover", function (event) {
         var token = tokenOf(event);
         if (!token || view.pinned !== null) { return; }
-        view.hovered = parseInt(token.getAttribute("data-index"), 10);
+        view.hovered = parseInt(/** @type {string} */ (token.getAttribute("data-index")), 10);
         colourTokens();
     });
 
     document.addEventListener("click", function (event) {
         var token = tokenOf(event);
         if (!token) { return; }
-        var index = parseInt(token.getAttribute("data-index"), 10);
+        var index = parseInt(/** @type {string} */ (token.getAttribute("data-index")), 10);
         view.pinned = view.pinned === index ? null : index;
         view.hovered = index;
         colourTokens();
@@ -267,6 +277,7 @@
         }
     });
 
+    /** @param {string} direction @param {{index?: number} | null} focus @returns {null} */
     function tokenState(direction, focus) {  // the direction radio, and a pinned token restored from the URL
         view.direction = direction === "to" ? "to" : "from";
         if (focus && typeof focus.index === "number") { view.pinned = focus.index; }
@@ -279,13 +290,16 @@
     // plotly may emit {autosize: true} right after a zoom: a server callback on relayoutData itself can then see
     // its zoom request superseded by the autosize one, while this store keeps the zoom.
     var AXIS_KEY = /^[xy]axis\.(range(\[[01]\])?|autorange)$/;
+    /** @param {{[key: string]: unknown} | null} relayout @returns {object | undefined} */
     function viewOf(relayout) {
         if (!relayout || typeof relayout !== "object") { return NO(); }
+        /** @type {{[key: string]: unknown}} */
         var axes = {};
         Object.keys(relayout).forEach(function (key) { if (AXIS_KEY.test(key)) { axes[key] = relayout[key]; } });
         return Object.keys(axes).length ? axes : NO();
     }
 
+    /** @param {HeadRef | null} selected @param {{layer: number} | null} current @returns {object | undefined} */
     function layerOf(selected, current) {
         if (!selected || typeof selected.layer !== "number") { return NO(); }
         if (current && current.layer === selected.layer) { return NO(); }

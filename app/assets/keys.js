@@ -6,6 +6,7 @@
     var core = window.probeViews.core;  // probe/views/assets/views.js: the view layer shared with notebooks
     var typing = core.typing;
 
+    /** @param {string} axis "layer" or "head" @param {number} delta */
     function step(axis, delta) {
         var state = window.probeState;
         if (!state || !state.shape || !window.dash_clientside || !window.dash_clientside.set_props) { return; }
@@ -15,7 +16,10 @@
         var probe = window.dash_clientside.probe;
         if (probe && probe.fastStep && probe.fastStep(next)) {  // redrawn now (assets/explorer.js): let the
             requestAnimationFrame(function () {                   // browser paint it before Dash's callbacks run
-                setTimeout(function () { window.dash_clientside.set_props("selected-head", {data: next}); }, 0);
+                setTimeout(function () {
+                    /** @type {NonNullable<DashClientside["set_props"]>} */ (window.dash_clientside.set_props)(
+                        "selected-head", {data: next});
+                }, 0);
             });
             return;
         }
@@ -56,6 +60,8 @@
         if (target && target.closest && target.closest("#atlas-graph")) { lastDoubleClick = Date.now(); }
     }, true);
 
+    /** @param {{points?: {x: number, y: number}[]} | null} click the atlas's clickData @param {GridShape | null} shape
+     *  @returns {object | undefined | Promise<object | undefined>} the head to select, after 300 ms */
     function atlasClick(click, shape) {
         var no = window.dash_clientside.no_update;
         var point = click && click.points && click.points[0];
@@ -69,7 +75,8 @@
             setTimeout(function () {
                 // clickData is cleared once read: a later click on the same cell is then a change again (the
                 // renderer passes on no unchanged value), so a double-click's cell still selects on one click
-                window.dash_clientside.set_props("atlas-graph", {clickData: null});
+                /** @type {NonNullable<DashClientside["set_props"]>} */ (window.dash_clientside.set_props)(
+                    "atlas-graph", {clickData: null});
                 resolve(lastDoubleClick >= clickedAt - 50 ? no : {layer: layer, head: head});
             }, 300);
         });
@@ -78,8 +85,9 @@
     window.dash_clientside = window.dash_clientside || {};
     window.dash_clientside.probe = Object.assign({}, window.dash_clientside.probe, {
         atlasClick: atlasClick,
-        setImageFormat: function (fmt) {
-            document.querySelectorAll(".js-plotly-plot").forEach(function (/** @type {PlotlyGraphDiv} */ gd) {
+        setImageFormat: function (/** @type {string} */ fmt) {
+            var plots = /** @type {NodeListOf<PlotlyGraphDiv>} */ (document.querySelectorAll(".js-plotly-plot"));
+            plots.forEach(function (gd) {
                 if (!gd._context) { return; }
                 var options = Object.assign({}, gd._context.toImageButtonOptions, {format: fmt});
                 if (fmt === "svg") { delete options.scale; } else { options.scale = 2; }

@@ -12,24 +12,30 @@
     "use strict";
     window.dash_clientside = window.dash_clientside || {};
 
+    /** @param {StructureData} payload @returns {string} */
     function keyOf(payload) {  // one mount per protein and heads: a new payload remounts
         return [payload.model, payload.structure, payload.chain, payload.sequence,
                 JSON.stringify(payload.heads)].join("|");
     }
 
+    /** @param {HTMLElement} root */
     function listen(root) {
         if (root.probeStructureBridge) { return; }
         root.probeStructureBridge = true;
         root.addEventListener("probe-pair", function (event) {
             var store = root.getAttribute("data-pair-store"), set = window.dash_clientside.set_props;
-            if (store && set) { set(store, {data: {i: event.detail.i, j: event.detail.j}}); }
+            var detail = /** @type {CustomEvent<{i: number, j: number}>} */ (event).detail;
+            if (store && set) { set(store, {data: {i: detail.i, j: detail.j}}); }
         });
         root.addEventListener("probe-head", function (event) {
             var store = root.getAttribute("data-selected-store"), set = window.dash_clientside.set_props;
-            if (store && set) { set(store, {data: {layer: event.detail.layer, head: event.detail.head}}); }
+            var detail = /** @type {CustomEvent<HeadRef>} */ (event).detail;
+            if (store && set) { set(store, {data: {layer: detail.layer, head: detail.head}}); }
         });
     }
 
+    /** @param {StructureData | null} payload @param {boolean} dark @param {{i?: number, j?: number} | null} pair
+     *  @param {{layer?: number, head?: number} | null} selected @returns {string | object | undefined} */
     function render(payload, dark, pair, selected) {
         var context = window.dash_clientside.callback_context, output = context && context.outputs_list;
         var id = output && output.id ? String(output.id).replace(/-drawn$/, "") : null;

@@ -3,11 +3,12 @@
 // saying which protein the maps show stays).
 // The server resets the box's contents after each upload, so the same file can be uploaded again.
 (function () {
+    /** @param {FileList | null} files */
     function check(files) {
         var box = document.getElementById("protein-upload-box");
         if (!box || !files || !files.length || !window.dash_clientside || !window.dash_clientside.set_props) { return; }
         var file = files[0];
-        var limit = parseInt(box.getAttribute("data-max-bytes"), 10);
+        var limit = parseInt(/** @type {string} */ (box.getAttribute("data-max-bytes")), 10);
         var accept = (box.getAttribute("data-accept") || "").split(",");
         var name = (file.name || "").toLowerCase();
         var message = null;

@@ -24,11 +24,11 @@ LEGEND = [html.Span([html.Span(className="swatch viridis"), "score on the fixed 
 
 def layout(theme: str = "light") -> html.Div:
     # cells and headers wrap (an interval at its space, "output share" over two lines), so the columns fit
-    # the atlas card's width (433 px at 1600 px, issue 44) instead of scrolling sideways; a narrower card
-    # still scrolls
+    # the atlas card's width (433 px at 1600 px, issue 44; 305 px at 1280 px, issue 55: 11 px type and 2 px
+    # padding) instead of scrolling sideways; a narrower card still scrolls
     table_style = {"style_table": {"maxHeight": "260px", "overflowY": "auto", "overflowX": "auto"},
-                   "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 12,
-                                  "padding": "2px 4px", "whiteSpace": "normal", "height": "auto",
+                   "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 11,
+                                  "padding": "2px 2px", "whiteSpace": "normal", "height": "auto",
                                   "minWidth": 0},
                    "style_header": {**TABLE_HEADER, "fontWeight": 600, "textDecoration": "underline dotted",
                                     "whiteSpace": "normal"},
@@ -58,7 +58,7 @@ def layout(theme: str = "light") -> html.Div:
 # role comes right after the score, so it is in view without scrolling.
 LABELLED_COLUMNS = {"head_name": "head", "score": "score", "role": "role", "q_value": "q",
                     "output_share": "output share", "interval": "95 % interval", "chance": "chance",
-                    "untrained_p99": "twins p99",
+                    "untrained_p99": "twins p99", "held_out": "held-out",
                     "offset": "offset", "ablation_z": "ablation z", "group_z": "group z"}
 # What each header means (shown on hover; the glossary says more).
 HEADER_TIPS = {
@@ -77,6 +77,9 @@ HEADER_TIPS = {
                      "(random-weight copies of the model, probe label --control untrained:K); a label must "
                      "beat it too. 'not run': the labels were made without twins (--control none, or a table "
                      "from before they were on by default) and beat chance only",
+    "held_out": "the statistic (accuracy for coreference, else score) and its 95 % interval on the held-out "
+                "half of the documents, which the selection never saw: a label must be reproduced there "
+                "(docs/labels.md, Held-out confirmation)",
     "offset": "fixed_offset heads: the relative position d attended to (j = i + d)",
     "ablation_z": "rise in loss when the head is zeroed, in standard deviations of random same-layer heads",
     "group_z": "the same for all labelled heads of the type ablated together, against random groups",
@@ -112,6 +115,8 @@ def labelled_rows(table, head_type: str, name=head_name) -> tuple[list[dict], li
                 value = reading.number(row, column)
                 record[column] = round(value, 3) if value is not None else "unknown"
         record["untrained_p99"] = reading.twins_text(row, ran)
+        if "selected" in rows.columns:
+            record["held_out"] = reading.held_out_text(row) or "unknown"
         if "q_value" in rows.columns:
             q_text = reading.format_q(reading.number(row, "q_value"))
             record["q_value"] = q_text.replace(" ", "\u00a0")  # "< 0.001" on one line
@@ -196,6 +201,9 @@ def labels_download(service: Service, spec: str) -> dict:
     if table is None:
         raise ProbeError("no labels to download: press 'Label heads' first (or start the app with --labels "
                          "FILE)")
+    if "model" in table.columns:  # the served name, never a path of the server (revision still identifies it)
+        table = table.assign(model=[service.registry.name_of(value) if isinstance(value, str) else value
+                                    for value in table["model"]])
     return dcc.send_string(table.to_csv(index=False),
                            f"labels_{display_name(spec).replace(':', '_').replace('/', '_')}.csv")
 

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from dash import Input, Output, State, ctx, dcc, html
 
+from probe.errors import ProbeError
+from probe.naming import display_name
+
 from .. import ids
 from ..errors import guarded
 from ..service import Service
 from . import card_panel
+from .page import head_types_for
 
 PROMPT = ("press 'Find circuit': the earlier heads whose composition and path-patching effects on this "
           "type's labelled heads beat their controls")
@@ -27,7 +31,13 @@ def layout() -> html.Div:
 
 
 def circuit_payload(service: Service, spec: str, head_type: str, find: bool) -> tuple[dict | None, str]:
-    """(the graph's data or None, the note beside the button): the circuit found now (`find`) or already."""
+    """(the graph's data or None, the note beside the button): the circuit found now (`find`) or already; a
+    head type that does not apply to the model (a crafted value) is refused in one line."""
+    types = head_types_for(service, spec)
+    if not isinstance(head_type, str) or head_type not in types:
+        shown = repr(head_type)[:40] if isinstance(head_type, str) else f"of type {type(head_type).__name__}"
+        raise ProbeError(f"head type {shown} does not apply to {display_name(spec)}: choose one of "
+                         f"{', '.join(types)}")
     found = service.circuits.circuit(spec, head_type) if find else service.circuits.cached(spec, head_type)
     if found is None:
         return None, PROMPT

@@ -254,7 +254,7 @@ def layer_view(service: Service, store: dict | None, layer_store) -> tuple[dict 
     except Exception as error:  # noqa: BLE001 - shown in the page, the figures cleared
 
         message = error_message(error)
-        return {"error": f"{spec}: {message}", "model": spec}, message
+        return {"error": f"{display_name(spec)}: {message}", "model": spec}, message
     loaded = service.facts.model(spec)
     queries, keys, axes = stack_tokens(service, spec, token_ids, layer)
     key = hashlib.sha1(f"{spec}|{token_ids}".encode()).hexdigest()[:12]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dash import Input, Output, ctx, dcc, html, no_update
 
-from probe.views.view import standalone_page
+from probe.errors import ProbeError
+from probe.naming import display_name
+from probe.views.html_view import standalone_page
 
 from .. import ids
 from ..errors import guarded
@@ -45,8 +47,20 @@ def _note(service: Service, index: int | None) -> str:
     missing = "" if held == len(view.steps) else (
         f" · {len(view.steps) - held} checkpoint(s) not on this machine: their scores are drawn, the page "
         "cannot open them")
-    return (f"{view.model}: {len(view.steps)} checkpoints · {where} · move the slider to open a checkpoint"
-            + missing)
+    return (f"{display_name(view.model)}: {len(view.steps)} checkpoints · {where} · move the slider to open "
+            "a checkpoint" + missing)
+
+
+def slider_position(service: Service, value) -> int:
+    """The slider's value as a checkpoint index; a crafted one (a string, a fraction, NaN, out of range) is
+    refused in one line."""
+    count = len(service.history.specs)
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value
+            or not 0 <= value < count or value != int(value)):
+        shown = repr(value)[:40]
+        raise ProbeError(f"the history slider's value {shown} is not a checkpoint (0..{count - 1}): move the "
+                         "slider")
+    return int(value)
 
 
 def register(app, service: Service) -> None:
@@ -62,9 +76,10 @@ def register(app, service: Service) -> None:
     def _move(position, spec, dark):
         theme = "dark" if dark else "light"
         if ctx.triggered_id == ids.HISTORY_SLIDER:  # the slider moves the page to that checkpoint
-            target = service.history.spec_at(int(position))
+            position = slider_position(service, position)
+            target = service.history.spec_at(position)
             return (target if target != spec else no_update, no_update,
-                    _page(service, int(position), theme), _note(service, int(position)))
+                    _page(service, position, theme), _note(service, position))
         index = service.history.index_of(spec)  # the model (or the theme) changed: follow it
         return (no_update, index if index is not None else no_update, _page(service, index, theme),
                 _note(service, index))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import dash_mantine_components as dmc
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, State, dcc, html, no_update
 
 from probe.heads.registry import REGISTRY
 from probe.naming import display_name, file_stem
@@ -96,7 +96,7 @@ def initial_state(service: Service, query) -> dict:
     by its default and named in a visible note, never an error page."""
     notes = []
     usable = service.registry.usable_specs or service.facts.specs
-    spec = query.get("model") or usable[0]
+    spec = service.registry.spec_of(query.get("model") or usable[0])  # a served name (or the spec itself)
     if spec not in service.facts.specs:
         notes.append(f"model {spec!r} is not served here: showing {model_label(usable[0])}")
         spec = usable[0]
@@ -177,12 +177,32 @@ def _default_head(service: Service, spec: str, head_type: str) -> tuple[int, int
     return int(best["layer"]), int(best["head"])
 
 
+def labelled_opening(service: Service, spec: str, head_type: str, selected) -> dict | None:
+    """Where the page moves when labels arrive (a labelling job of `spec` just finished): from the head it
+    opened on without labels (the model's first head, L0H0) to the best labelled head of the type — None
+    (stay) when the user has moved elsewhere, when the model has no finished job or no labelled head of the
+    type."""
+    if service.facts.unusable(spec) or not isinstance(selected, dict) or not isinstance(head_type, str):
+        return None
+    job = service.labels.jobs.job(spec)
+    first = service.facts.model(spec).heads[0]
+    if job is None or job.state != "done" or (selected.get("layer"), selected.get("head")) != tuple(first):
+        return None
+    table = service.labels.table(spec)
+    if table is None or "label" not in table.columns or not any(
+            is_labelled(label) for kind, label in zip(table["head_type"].astype(str), table["label"],
+                                                      strict=True) if kind == head_type):
+        return None
+    best = _default_head(service, spec, head_type)
+    return {"layer": best[0], "head": best[1]} if tuple(best) != tuple(first) else None
+
+
 def url_search(service: Service, spec: str, head_type: str, selected: dict | None, store: dict | None,
                overlay=None, scale=None, zoom: dict | None = None, focus: dict | None = None,
                theme: str | None = None, direction: str | None = None) -> str:
     """The query string of the current state; an input longer than URL_TEXT_CHARS is saved on the server and
     the link carries its key."""
-    params = {"model": spec, "type": head_type}
+    params = {"model": service.registry.name_of(spec), "type": head_type}  # its served name: no path
     if isinstance(selected, dict):
         params.update(layer=selected.get("layer", 0), head=selected.get("head", 0))
     if isinstance(store, dict) and store.get("model") == spec:
@@ -220,14 +240,15 @@ def header(state: dict) -> dmc.Group:
 
 def sidebar(service: Service, state: dict) -> dmc.Stack:
     spec = state["model"]
-    options = [{"label": model_label(s), "value": s} for s in service.facts.specs]
+    options = [{"label": model_label(s), "value": service.registry.name_of(s)} for s in service.facts.specs]
     return dmc.Stack(gap="sm", children=[
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.SHAPE, data=_shape(service, spec)),
         dcc.Store(id=ids.KEYS_SINK), dcc.Store(id=ids.IMAGE_APPLIED),
         glossary_button(),
         dmc.Text("Model", fw=600, size="sm"),
-        dcc.RadioItems(id=ids.MODEL, options=options, value=spec, className="radio-list"),
+        dcc.RadioItems(id=ids.MODEL, options=options, value=service.registry.name_of(spec),
+                       className="radio-list"),
         html.Div(service.facts.describe(spec), id=ids.MODEL_INFO, className="note"),
         dmc.Text("Head type", fw=600, size="sm"),
         html.Div(dcc.RadioItems(id=ids.HEAD_TYPE, options=type_options(head_types_for(service, spec)),
@@ -281,6 +302,16 @@ def register(app, service: Service) -> None:
             types, service.labels.table(spec) if not service.facts.unusable(spec) else None)
         layer, head = _default_head(service, spec, head_type)
         return {"layer": layer, "head": head}, type_options(types), head_type, ""
+
+    @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True), Input(ids.LABEL_VERSION, "data"),
+                  State(ids.MODEL, "value"), State(ids.HEAD_TYPE, "value"), State(ids.SELECTED, "data"),
+                  prevent_initial_call=True)
+    def _labels_arrived(_version, spec, head_type, selected):
+        try:  # a view's convenience: whatever goes wrong, the selection stays
+            moved = labelled_opening(service, spec, head_type, selected)
+        except Exception:  # noqa: BLE001
+            return no_update
+        return moved if moved is not None else no_update
 
     @app.callback(Output(ids.URL, "search"), Output(ids.PAGE_MESSAGE, "children", allow_duplicate=True),
                   Input(ids.MODEL, "value"), Input(ids.HEAD_TYPE, "value"), Input(ids.SELECTED, "data"),

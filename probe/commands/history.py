@@ -55,7 +55,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                                                            "(default 0)")
     parser.add_argument("--bootstrap", type=int, default=DEFAULTS["n_bootstrap"],
                         help="clustered bootstrap resamples of the head labels (default %(default)s)")
-    parser.add_argument("--force", action="store_true", help="recompute every checkpoint")
+    parser.add_argument("--force", action="store_true",
+                        help="recompute every checkpoint; replace an --out holding another model's history")
     return parser
 
 

@@ -45,8 +45,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "label", help="score and label every head (previous/next token, induction, coreference, ...)",
         description="Score every head of each model on natural text, repeated random blocks and coreference "
                     "examples; test its effect over the uniform-attention chance level (clustered bootstrap, "
-                    "Benjamini-Hochberg FDR), label it, and measure labelled heads' ablation effect. One "
-                    "table.",
+                    "Benjamini-Hochberg FDR) on half of each probe set's documents, label it where the other "
+                    "half replicates the test, and measure labelled heads' ablation effect. One table.",
     )
     add_model_options(parser, many=True, required=False)  # or --models-file
     parser.add_argument("--types", help="comma-separated head types, or all (default: every type that "

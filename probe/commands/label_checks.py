@@ -25,5 +25,67 @@ def check_before_loading(args: argparse.Namespace, config) -> None:
         check_lengths(config.lengths, name, limit)
     longest = max(config.lengths or (128,))
     for name in named:
+        check_types_apply(name, config)
+        check_needles_fit(name, config)
+    for name in named:
         refuse_if_too_big(args, name, "probe label", longest, batch=config.batch_size,
                           block_bytes=config.block_bytes, flags="a smaller --batch-size or --seq-len")
+
+
+def check_types_apply(name: str, config) -> None:
+    """Refuse, from the config, a run none of whose asked types applies to the model's kind (what
+    probe.heads.label.config.resolve_types refuses after loading, with the loading note before it)."""
+    from probe.errors import ProbeError
+    from probe.heads.registry import REGISTRY, types_for_kind
+    from probe.models import spec_kinds
+
+    if config.types is None:
+        return
+    kinds = spec_kinds(name)  # () when unreadable here: loading says why
+    if kinds and not any(types_for_kind(kind.value, tuple(config.types)) for kind in kinds):
+        asked = ", ".join(config.types)
+        fits = sorted({t for kind in kinds for t in types_for_kind(kind.value) if t in REGISTRY})
+        raise ProbeError(f"none of the types {asked} applies to {name} ({kinds[0].description}): choose from "
+                         f"{', '.join(fits)}")
+
+
+def check_needles_fit(name: str, config) -> None:
+    """Retrieval's needle probes need a key twice and a needle after the tokenizer's leading specials: a
+    shorter --seq-len is refused before loading (before: after the plan line, with other batches run)."""
+    from probe.card import load_config
+    from probe.errors import ProbeError
+    from probe.heads.label.config import DEFAULT_SEQ_LEN
+    from probe.heads.retrieval import KEY_LEN, NEEDLE_LEN
+    from probe.models import config_max_tokens
+
+    if config.types is None or "retrieval" not in config.types:
+        return
+    try:
+        lengths = config.lengths or (min(DEFAULT_SEQ_LEN, config_max_tokens(load_config(name))),)
+    except ProbeError:
+        return
+    prefix = leading_specials(name)
+    shortest = prefix + 2 * KEY_LEN + NEEDLE_LEN
+    for length in lengths:
+        if length < shortest:
+            raise ProbeError(f"--seq-len {length}: a retrieval (needle) probe needs at least {shortest} "
+                             f"tokens with {name}'s tokenizer ({prefix} leading special token(s), a "
+                             f"{KEY_LEN}-token key twice and a {NEEDLE_LEN}-token needle); use --seq-len "
+                             f"{shortest} or more")
+
+
+def leading_specials(name: str) -> int:
+    """How many special tokens the model's tokenizer puts before a text (<bos>, [CLS]); 0 when it cannot be
+    read here (loading then says why)."""
+    import transformers
+
+    from probe.heads.probesets.tokens import special_frame
+    from probe.quiet import transformers_quiet
+    from probe.specs import resolve
+
+    try:
+        with transformers_quiet():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(resolve(name))
+    except Exception:  # noqa: BLE001 - any reason: the loading explains it in one line
+        return 0
+    return len(special_frame(tokenizer)[0])

@@ -66,6 +66,25 @@ def page_path(text: str, force: bool, flag: str = "--out") -> Path:
     return path
 
 
+def owned_table(path: Path, force: bool, columns: tuple[str, ...], what: str, flag: str = "--out") -> Path:
+    """An existing table at an output `path` that a command may replace only when it is its own kind of table
+    (it has `columns`): anyone's file, or another command's table, is refused in one line unless `force`
+    (`what` names the command's table, e.g. "probe profile table"). pandas is imported only when the file
+    exists."""
+    if force or not path.is_file() or path.stat().st_size == 0:
+        return path
+    from probe.heads.tables import read_table_file  # pandas: only when there is a file to read
+
+    try:
+        found = set(read_table_file(path).columns)
+    except ProbeError:
+        found = set()
+    if not set(columns) <= found:
+        raise ProbeError(f"{flag} {path} exists and is not a {what} (it would be overwritten): choose "
+                         "another name, or pass --force to overwrite it")
+    return path
+
+
 def _check_writable(folder: Path, flag: str, text: str) -> None:
     """Create and remove a temporary file in `folder` (permission bits alone miss read-only mounts and
     root)."""

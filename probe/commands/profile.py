@@ -15,7 +15,7 @@ from probe.commands.common import (
     load_keywords,
     refuse_if_too_big,
 )
-from probe.commands.paths import output_path
+from probe.commands.paths import output_path, owned_table
 from probe.errors import ProbeError
 from probe.untrained import parse_control
 
@@ -94,19 +94,10 @@ def check_args(args: argparse.Namespace) -> Path:
 
 
 def check_foreign(out: Path, force: bool) -> None:
-    """Refuse to overwrite an existing --out that is not a profile table (another command's table, or anyone's
-    file), unless --force: as `probe label` does with its tables."""
-    from probe.heads.tables import read_table_file  # pandas: only when --out exists
-
-    if force or not out.is_file() or out.stat().st_size == 0:
-        return
-    try:
-        columns = set(read_table_file(out).columns)
-    except ProbeError:
-        columns = set()
-    if not {"layer", "head", "head_name", "streaming_mass", "span"} <= columns:
-        raise ProbeError(f"--out {out} exists and is not a probe profile table: pass another --out or "
-                         "--force to overwrite it")
+    """Refuse to overwrite an existing --out that is not a profile table (another command's table, or
+    anyone's file), unless --force: as `probe label` does with its tables
+    (:func:`probe.commands.paths.owned_table`)."""
+    owned_table(out, force, ("layer", "head", "head_name", "streaming_mass", "span"), "probe profile table")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -32,7 +32,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                                        "else a probe input")
     parser.add_argument("--structure", metavar="PDB",
                         help="protein models: a PDB/mmCIF file for true contacts and the 3D view of the "
-                             "heads' attention on it")
+                             "heads' attention on it (with --text: that sequence aligned to the chain; "
+                             "another protein's is refused)")
     parser.add_argument("--chain", help="the structure's chain (default: the first)")
     parser.add_argument("--history", metavar="TABLE",
                         help="the table `probe history` wrote for this model's run (.csv, .parquet): a "
@@ -86,6 +87,17 @@ def run(args: argparse.Namespace) -> int:
 
     labels_file = args.labels or shipped_labels(args.model)  # the model's own shipped table, by model id
     labels = as_table(labels_file) if labels_file else None
+    if args.structure is not None:  # from the config, before the weights load (and their loading note)
+        from probe.models import spec_kinds
+
+        kinds = spec_kinds(args.model)
+        if kinds and ModelKind.PROTEIN_MLM not in kinds:
+            raise ProbeError(f"--structure is for protein models; {args.model} is a {kinds[0].description}")
+    if args.structure is not None and text is not None:  # --text is aligned to the chain, or refused, now
+        from probe.proteins.structure import read_structure
+        from probe.views.structure_view import aligned_structure
+
+        aligned_structure(read_structure(args.structure, chain=args.chain), text)
     loaded = load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     if args.structure is not None and loaded.kind != ModelKind.PROTEIN_MLM:
         raise ProbeError(f"--structure is for protein models; {args.model} is a {loaded.kind.description}")

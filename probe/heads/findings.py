@@ -17,7 +17,7 @@ import math
 
 import pandas as pd
 
-from probe.naming import head_name
+from probe.naming import fixed, head_name
 
 COLUMNS = ("model", "head_type", "probe_sets", "n_heads", "heads", "score_min", "score_max", "chance",
            "share_median", "share_min", "share_max", "n_sinks", "ablation_min", "ablation_max",
@@ -133,7 +133,7 @@ def _heads_text(row, limit: int) -> str:
 def _joint_text(row) -> str:
     if math.isnan(row["joint_effect"]):
         return "—"
-    z = "z —" if math.isnan(row["joint_z"]) else f"z {row['joint_z']:.1f}"
+    z = "z —" if math.isnan(row["joint_z"]) else f"z {fixed(row['joint_z'])}"
     return f"{row['joint_effect']:+.2f} ({z})"
 
 
@@ -171,7 +171,7 @@ def findings_markdown(rows: pd.DataFrame, heads_shown: int = 6, with_model: bool
     >>> found = findings(load_table(probe.zoo.labels_path("induction")))
     >>> markdown = findings_markdown(found, heads_shown=2, with_model=False)
     >>> print(markdown.splitlines()[-1])  # type, probes, heads, score (chance), share, ablation, joint, copy
-    | induction | repeated | L1H0 L1H1 … (4) | 0.92–0.95 (0.03) | 0.94 (0.92–0.95) | +0.016–+0.034 |
+    | induction | repeated | L1H0 L1H1 … (4) | 0.93–0.96 (0.03) | 0.95 (0.93–0.96) | +0.016–+0.034 |
     +6.39 (z —) | +1.00 |
     """
     header = ["head type", "probes", "labelled heads", "score (chance)", "output share", "ablation, nats",

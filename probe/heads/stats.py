@@ -12,7 +12,10 @@ FDR.
   normal approximation rather than the bootstrap's own tail count, because a count cannot go below 1 /
   (resamples + 1), too coarse for a false discovery rate over hundreds of tests.
 * **FDR**: Benjamini–Hochberg q-values over all head × type tests of a model (each test has its own null: the
-  head's own effect distribution, shifted to the null); a head is labelled when q ≤ the FDR level.
+  head's own effect distribution, shifted to the null); a head is selected when q ≤ the FDR level.
+* **Held-out confirmation**: every probe set's clusters (a GAP page, a natural-text probe, a synthetic probe)
+  are dealt into a selection half and a confirmation half (:func:`confirmation_split`); a head selected on
+  the first is labelled only where the same test, on the second, rejects again.
 """
 
 from __future__ import annotations
@@ -188,3 +191,28 @@ def selection_split(n_examples: int) -> tuple[torch.Tensor, torch.Tensor]:
     if n_examples < 2:
         return torch.ones(n_examples, dtype=torch.bool), torch.ones(n_examples, dtype=torch.bool)
     return index % 2 == 0, index % 2 == 1
+
+
+def confirmation_split(cluster: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(select, confirm) example masks `[example]` bool: the distinct bootstrap clusters (a GAP Wikipedia
+    page, a natural-text probe, a seeded synthetic probe, a template) in a seeded random order, the first
+    ceil(k / 2) of the k clusters the selection half and the rest the confirmation half. A cluster is never
+    cut: all its examples fall in one half. One cluster: selection only (an empty confirmation half: nothing
+    can replicate).
+
+    Examples
+    --------
+    >>> cluster = torch.tensor([0, 0, 1, 2, 2, 2, 3, 4])  # 5 documents, some with several examples
+    >>> select, confirm = confirmation_split(cluster, seed=0)
+    >>> halves = (cluster[select].unique().tolist(), cluster[confirm].unique().tolist())
+    >>> (select ^ confirm).all().item(), len(halves[0]), len(halves[1])  # 3 and 2 of the 5 documents
+    (True, 3, 2)
+    >>> set(cluster[select].tolist()) & set(cluster[confirm].tolist())  # no document on both sides
+    set()
+    """
+    unique, dense = torch.unique(cluster, return_inverse=True)
+    order = torch.randperm(len(unique), generator=torch.Generator().manual_seed(seed))  # [cluster]
+    chosen = torch.zeros(len(unique), dtype=torch.bool)
+    chosen[order[:(len(unique) + 1) // 2]] = True  # the selection half's clusters
+    select = chosen[dense]  # [example]
+    return select, ~select

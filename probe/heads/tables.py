@@ -31,6 +31,9 @@ COLUMNS = [
     "p_above_chance", "clark_accuracy", "untrained_p99",
     "retrieval_mask", "needle_recall_other_min", "needle_recall_other_head", "retrieval_beats_controls",
     "fed_by", "fed_by_mode", "fed_by_effect",
+    # issue 57: every label confirmed on held-out documents
+    "selected", "confirm_score", "confirm_ci_low", "confirm_ci_high", "confirm_effect", "confirm_p",
+    "confirm_q", "confirm_clusters", "replicated",
 ]
 """The label table's columns, in file order; one row per (model, seq_len, layer, head, head_type).
 
@@ -43,16 +46,16 @@ COLUMNS = [
 | `head_type` | str | a registered head type |
 | `probe_set` | str | `natural`, `repeated`, `brackets`, `random-brackets`, `random-sentences`, `gap`, `templates`, `causality` or `file` |
 | `seq_len` | float | probe length in tokens; NaN for span types |
-| `score` | float | mean attention mass on the targets over the rows that have one |
+| `score` | float | mean attention mass on the targets over the rows that have one, on the selection half (every column but `confirm_*` is the selection half's: docs/labels.md, "Held-out confirmation") |
 | `ci_low`, `ci_high` | float | clustered bootstrap interval of `score` |
 | `chance` | float | a uniform head's score on the same probes |
 | `effect` | float | score − chance; accuracy types: accuracy gain over the best baseline |
 | `p_value`, `q_value` | float | one-sided test of effect > min_effect, Benjamini–Hochberg q-value |
 | `tl_score` | float | TransformerLens' `detect_head` "mul" score with TL's own detection pattern; NaN for span types |
 | `offset` | float | the head's chosen candidate (fixed_offset: offset d); NaN otherwise |
-| `label` | bool | q_value ≤ fdr, and the statistic (accuracy for coreference, else score) above `untrained_p99` where known |
+| `label` | bool | `selected` and `replicated`: found on the selection half and reproduced on the confirmation half |
 | `stable` | bool | the label is the same at every probe length of the run |
-| `n_examples`, `n_clusters` | int | examples with a target, bootstrap clusters |
+| `n_examples`, `n_clusters` | int | examples with a target, bootstrap clusters (the selection half's) |
 | `seed` | int | probe, bootstrap and control seed |
 | `accuracy`, `accuracy_ci_low`, `accuracy_ci_high` | float | accuracy types: accuracy and its interval; else NaN |
 | `baseline`, `baseline_accuracy` | str, float | the best baseline (nearest / first / agreement) and its accuracy |
@@ -76,6 +79,12 @@ COLUMNS = [
 | `needle_recall_other_min`, `needle_recall_other_head` | float, str | retrieval rows: the lowest recall over every other head masked alone, and that head |
 | `retrieval_beats_controls` | bool | retrieval rows: the top K's recall is below every random draw and below the most damaging other head's |
 | `fed_by`, `fed_by_mode`, `fed_by_effect` | str, str, float | `probe label --circuits`, labelled rows: the head's strongest upstream edge in its type's circuit (`probe.circuits`): the earlier head (`L0H1`), the mode (`Q`, `K`, `V`) and the path-patching effect in nats (NaN: composition only); empty without an edge or without --circuits |
+| `selected` | bool | the selection half's decision: q_value ≤ fdr, and the statistic (accuracy for accuracy types, else score) above `untrained_p99` where known |
+| `confirm_score`, `confirm_ci_low`, `confirm_ci_high` | float | the statistic (accuracy for accuracy types, else score) on the confirmation half — the documents the selection never saw — with its clustered bootstrap interval; fixed_offset keeps the selection's offset |
+| `confirm_effect`, `confirm_p` | float | the confirmation half's effect and the same one-sided test as `p_value` |
+| `confirm_q` | float | Benjamini–Hochberg of `confirm_p` over the selected rows; NaN for rows not selected |
+| `confirm_clusters` | int | bootstrap clusters (documents) in the confirmation half |
+| `replicated` | bool | selected rows: `confirm_q` ≤ fdr and `confirm_score` above `untrained_p99` where known; NaN for rows not selected (nothing to replicate) |
 
 Tables written before a column existed read back with it NaN (:func:`load_table`).
 
@@ -94,6 +103,8 @@ TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
 _TEXT_COLUMNS = {"model": str, "revision": str, "probe_set": str, "baseline": str, "accuracy_by_source": str,
                  "role": str, "group_heads": str, "retrieval_ablation": str, "retrieval_mask": str,
                  "needle_recall_other_head": str, "fed_by": str, "fed_by_mode": str}
+
+_FLAG_COLUMNS = ("replicated", "retrieval_beats_controls")  # bool where known, NaN elsewhere
 
 
 def _suffix(path) -> str:
@@ -183,7 +194,7 @@ def load_table(path) -> pd.DataFrame:
     >>> import probe.zoo
     >>> table = load_table(probe.zoo.labels_path("induction"))  # 2 layers x 4 heads x 10 head types
     >>> table.shape, list(table.columns) == COLUMNS
-    ((80, 59), True)
+    ((80, 68), True)
     >>> table.loc[table["label"], ["head_name", "head_type"]].head(3).values.tolist()
     [['L0H1', 'previous_token'], ['L0H0', 'first_token'], ['L0H2', 'first_token']]
     """
@@ -193,8 +204,9 @@ def load_table(path) -> pd.DataFrame:
         raise ProbeError(f"{path} is not a probe label table (no {', '.join(missing[:3])} column): "
                          "give a table written by probe label --out")
     table = table.reindex(columns=COLUMNS)
-    # a text column without any value reads back as None from parquet: NaN, as written
-    for column in _TEXT_COLUMNS:
+    # a text column without any value, and a flag's unknown cells (replicated: True / False / NaN), read back
+    # as None from parquet: NaN, as written
+    for column in (*_TEXT_COLUMNS, *_FLAG_COLUMNS):
         if table[column].dtype == object:
             table[column] = table[column].where(table[column].notna(), math.nan)
     return table

@@ -183,6 +183,8 @@ def read_structure(source: str | Path | bytes, chain: str | None = None, fmt: st
         name, text = "structure", source.decode("latin-1")
     else:
         path = Path(source).expanduser()
+        if path.is_dir():
+            raise ProbeError(f"structure {source} is a folder: give a PDB or mmCIF file inside it")
         if not path.is_file():
             raise ProbeError(f"structure file {source} does not exist")
         name, text = path.stem, path.read_text(encoding="latin-1")

@@ -55,6 +55,7 @@ from probe.runs.checkpoints import (
     local_directory,
     make_checkpoint,
 )
+from probe.runs.history_inputs import check_one_model, check_revisions_inside, check_text_fits
 from probe.runs.hub import load_checkpoint
 from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
 from probe.runs.weight_cache import cached_copying_scores
@@ -273,10 +274,34 @@ def write_history(table: pd.DataFrame, path: Path) -> None:
         table.to_csv(path, index=False)
 
 
-def history_output(path: Path | None, force: bool = False) -> Out:
-    """Where a history goes: one table at `path` (.csv or .parquet), rows of other checkpoints kept."""
+def same_model(a: str, b: str) -> bool:
+    """Whether two model specs name the same model: equal, or the same local folder however written."""
+    if a == b:
+        return True
+    first, second = local_directory(a), local_directory(b)
+    return first is not None and second is not None and first.resolve() == second.resolve()
+
+
+def read_own_history(path: Path, model: str | None, force: bool = False) -> pd.DataFrame:
+    """The history table at an output `path`, which must be `model`'s: a history is one model's timeline, so
+    rows of another model are refused in one line (a foreign file too), or with `force` dropped (the file is
+    then replaced by this model's rows)."""
+    table = read_history(path, output=True)
+    if model is None or not len(table):
+        return table
+    mine = table["model"].astype(str).map(lambda other: same_model(other, model)).to_numpy(bool)
+    if not mine.all() and not force:
+        other = str(table.loc[~mine, "model"].iloc[0])
+        raise ProbeError(f"{path} holds the history of another model ({other}): a history is one model's; "
+                         "pass another --out, or --force to replace it")
+    return table[mine]
+
+
+def history_output(path: Path | None, force: bool = False, model: str | None = None) -> Out:
+    """Where a history goes: one table at `path` (.csv or .parquet), rows of other checkpoints of `model`
+    kept; a table holding another model's history is refused (replaced with `force`)."""
     return Out(path=path, write=lambda table, finished: {path: lambda tmp: write_history(table, tmp)},
-               read=(lambda: read_history(path, output=True)) if path is not None else None, force=force,
+               read=(lambda: read_own_history(path, model, force)) if path is not None else None, force=force,
                written=lambda table, finished: [f"wrote {len(table)} rows ({len(finished)} checkpoint(s)) to "
                                                 f"{path}"],
                command="probe history", noun="checkpoint")
@@ -333,14 +358,20 @@ def history(model: str, revisions: Sequence[str] | None = None, config: HistoryC
     if not names:
         raise ProbeError("no checkpoint to measure: give --revisions a comma-separated list, e.g. "
                          "step-0,step-500")
+    check_revisions_inside(model, names)
     checkpoints = [make_checkpoint(model, name) for name in dict.fromkeys(names)]
     checkpoints.sort(key=lambda c: (c.step is None, c.step if c.step is not None else 0))
+    # before any unit: one model (config, tokenizer), positions and text that fit (probe.runs.history_inputs)
+    reference = check_one_model(model, checkpoints)
+    if reference is not None:
+        check_text_fits(reference, config.icl_early, config.icl_late, config.split, config.max_passages)
     units = [Unit(key=c.key, group=c, payload=c) for c in checkpoints]
-    return runner.run(units, HistoryTask(config), history_output(out, force), progress=progress,
+    return runner.run(units, HistoryTask(config), history_output(out, force, model), progress=progress,
                       description="history")
 
 
 __all__ = ["HEAD_TYPES", "HISTORY_COLUMNS", "ROWS", "HistoryConfig", "HistoryTask",
            "composition_with_previous_token",
            "default_label_config", "head_rows", "history", "history_identity", "history_output",
-           "measure", "read_history", "step_revisions", "tidy", "train_loss"]
+           "measure", "read_history", "read_own_history", "same_model", "step_revisions", "tidy",
+           "train_loss"]

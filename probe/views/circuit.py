@@ -17,9 +17,8 @@ from pathlib import Path
 from probe.circuits.circuit import Circuit, CircuitConfig, find_circuit, shipped_labels
 from probe.errors import ProbeError
 from probe.models import load
-from probe.runs.atomic import write_atomically
 from probe.views.bundle import inline_script, mounting_html
-from probe.views.view import standalone_page
+from probe.views.html_view import HtmlView
 
 
 def circuit_fragment(payload: dict, element_id: str | None = None) -> str:
@@ -29,7 +28,7 @@ def circuit_fragment(payload: dict, element_id: str | None = None) -> str:
 
 
 @dataclass(frozen=True, eq=False)
-class CircuitView:
+class CircuitView(HtmlView):
     """What :func:`show_circuit` returns: draws itself in a notebook (``_repr_html_``), saves as HTML.
 
     Attributes
@@ -39,39 +38,29 @@ class CircuitView:
     """
 
     circuit: Circuit
+    kind = "circuit view"
 
     def html(self, element_id: str | None = None) -> str:
         """A self-contained HTML fragment of the graph."""
         return circuit_fragment(self.circuit.payload(), element_id)
 
-    def _repr_html_(self) -> str:
-        return self.html()
+    def page_title(self) -> str:
+        return f"probe circuit · {self.circuit.model} · {self.circuit.head_type}"
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/html": self.html(), "text/plain": repr(self)}
+    def page_body(self) -> str:
+        title = f"circuit · {html.escape(self.circuit.head_type)} · {html.escape(self.circuit.model)}"
+        return (f"<h1>{title}</h1>" + circuit_fragment(self.circuit.payload(), "probe-circuit-view"))
 
     def __repr__(self) -> str:
         found = self.circuit.found
         return (f"<probe circuit: {self.circuit.model} · {self.circuit.head_type}, "
                 f"{len(self.circuit.receivers)} receivers, {len(found)} edges in the circuit>")
 
-    def save(self, path: str | Path) -> Path:
-        """Write the graph as one offline HTML page (.html), atomically."""
-        return write_circuit_page(self.circuit, path)
 
 
 def write_circuit_page(circuit: Circuit, path: str | Path) -> Path:
     """One HTML page of `circuit`'s graph and findings that opens from file:// with no network."""
-    path = Path(path).expanduser()
-    if path.suffix.lower() not in (".html", ".htm"):
-        raise ProbeError(f"{path}: the circuit view is saved as .html")
-    if not path.parent.is_dir():
-        raise ProbeError(f"{path}: the folder {path.parent} does not exist; create it first")
-    body = (f"<h1>circuit · {html.escape(circuit.head_type)} · {html.escape(circuit.model)}</h1>"
-            + circuit_fragment(circuit.payload(), "probe-circuit-view"))
-    page = standalone_page(body, f"probe circuit · {circuit.model} · {circuit.head_type}")
-    write_atomically(path, lambda tmp: tmp.write_text(page, encoding="utf-8"))
-    return path
+    return CircuitView(circuit).save_page(path)
 
 
 def show_circuit(loaded, head_type: str | None = None, labels=None, config: CircuitConfig | None = None,

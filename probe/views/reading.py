@@ -7,8 +7,9 @@ notebook views and the report.
   when its interval's low end is above chance (:func:`is_significant`);
 * a cell is **grey** when its head is *not labelled* (:func:`is_grey`; a table without a ``label`` column:
   not clearly above chance), and :func:`label_reason` says why in one phrase — no score, untestable, below
-  the untrained twins, attention to the targets not above chance (span types), below the minimum effect, or
-  q above the FDR level. ✓ marks a label; chance is the ``chance`` column (a uniform head's score);
+  the untrained twins, attention to the targets not above chance (span types), below the minimum effect,
+  q above the FDR level, or not replicated on the held-out half (``selected`` but not ``replicated``).
+  ✓ marks a label; chance is the ``chance`` column (a uniform head's score);
 * a q- or p-value reads with 3 significant digits, ``< 0.001`` below that and ``unknown`` for NaN
   (:func:`format_q`);
 * the controls a label beat: chance always (the minimum effect over a uniform head, at the FDR), and the
@@ -127,8 +128,10 @@ def label_reason(row, fdr: float = FDR_LEVEL, min_effect: float = MIN_EFFECT,
     the accuracy for accuracy types — at or below ``untrained_p99``); span types: attention to the targets
     not above chance (``p_above_chance`` decides the combined test); below the minimum effect (the effect
     estimate at or below `min_effect`, or the accuracy gain at or below `min_accuracy_gain`); q above the FDR
-    level (`fdr`). A row without a ``label`` field (a table that labels nothing) gets "" when it is clearly
-    above chance, else "not clearly above chance"."""
+    level (`fdr`); selected on the selection half but not replicated on the confirmation half (its
+    ``confirm_score`` at or below the twins' bar, or ``confirm_q`` above `fdr`). A row without a ``label``
+    field (a table that labels nothing) gets "" when it is clearly above chance, else "not clearly above
+    chance"."""
     if not hasattr(row, "label"):
         return "" if is_significant(row) else "not clearly above chance"
     if is_labelled(row.label):
@@ -155,4 +158,44 @@ def label_reason(row, fdr: float = FDR_LEVEL, min_effect: float = MIN_EFFECT,
             return f"below the minimum effect ({what} {effect:.3f} ≤ {floor:g})"
     if q_value > fdr:
         return f"q {format_q(q_value)} above the FDR {fdr:g} (effect not clearly above the minimum)"
+    if is_labelled(getattr(row, "selected", None)) and not is_labelled(getattr(row, "replicated", None)):
+        return _not_replicated(row, name, twins, fdr)
     return "not labelled"
+
+
+def held_out_text(row) -> str:
+    """The held-out confirmation of a row as the views show it: the confirmation half's statistic and
+    interval ("0.918 [0.894, 0.943]", the accuracy for accuracy types), "… not replicated" for a head
+    selected but not reproduced there, "" for a head not selected (nothing to confirm) or a table from
+    before the confirmation (docs/labels.md, "Held-out confirmation").
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> rows = pd.DataFrame({"selected": [True, True, False], "replicated": [True, False, math.nan],
+    ...                      "confirm_score": [0.9184, 0.12, 0.3], "confirm_ci_low": [0.894, 0.05, 0.2],
+    ...                      "confirm_ci_high": [0.943, 0.19, 0.4]})
+    >>> [held_out_text(row) for row in rows.itertuples()]
+    ['0.918 [0.894, 0.943]', '0.120 [0.050, 0.190] not replicated', '']
+    """
+    if not is_labelled(getattr(row, "selected", None)):
+        return ""
+    score, low, high = (number(row, name) for name in ("confirm_score", "confirm_ci_low", "confirm_ci_high"))
+    text = ("unknown" if score is None else f"{score:.3f}") + (
+        "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]")
+    return text + ("" if is_labelled(getattr(row, "replicated", None)) else " not replicated")
+
+
+def _not_replicated(row, name: str, twins: float | None, fdr: float) -> str:
+    """"not replicated on the held-out half (score 0.120, q 0.31 above the FDR 0.05)" for a row selected on
+    the selection half whose confirmation half did not reproduce it (docs/labels.md, "Held-out
+    confirmation")."""
+    score, q_value = number(row, "confirm_score"), number(row, "confirm_q")
+    shown = f"{name} {score:.3f}, " if score is not None else ""
+    if score is not None and twins is not None and score <= twins:
+        why = f"at or below the untrained twins' {twins:.3f}"
+    elif q_value is None:
+        why = "untestable: too few documents"
+    else:
+        why = f"q {format_q(q_value)} above the FDR {fdr:g}"
+    return f"not replicated on the held-out half ({shown}{why})"

@@ -28,22 +28,23 @@ from probe.card import architecture_card
 from probe.errors import ProbeError
 from probe.heads.corpus import SAMPLE_PASSAGES, covers, natural_text, tokenize_corpus
 from probe.heads.probesets import repeated_blocks
-from probe.models import ModelKind, load
+from probe.models import ModelKind, load, protein_alphabet
 from probe.naming import display_name, head_name
 from probe.proteins.contacts import head_attention_map, predict_contacts
 from probe.proteins.domain import chain_note, domain_note
 from probe.proteins.features import ResidueFeatures
-from probe.proteins.structure import contact_map, read_structure
+from probe.proteins.structure import read_structure
 from probe.runs.atomic import write_atomically
 from probe.views import encode
 from probe.views.circuit import circuit_fragment
 from probe.views.figures import atlas_svg, contact_svg, residue_map_svg
+from probe.views.html_view import standalone_page
 from probe.views.pooling import pooled_attention
 from probe.views.reading import controls_line, format_q, is_labelled
-from probe.views.structure_view import structure_fragment, structure_view
+from probe.views.structure_view import aligned_structure, structure_fragment, structure_view
 from probe.views.tables import as_table, badges, one_model, table_html
 from probe.views.unknowns import unknown_reason
-from probe.views.view import DEMO_PROTEIN, View, display_tokens, fragment, input_ids_of, standalone_page
+from probe.views.view import DEMO_PROTEIN, View, display_tokens, fragment, input_ids_of
 
 REPORT_BUDGET = 4 * 2**20  # bytes of full maps in a report
 FULL_MAPS = 4  # heads with a full map when not every head fits the budget at one token per cell
@@ -123,21 +124,29 @@ def _atlas_html(table, layers: int, heads: int) -> str:
             '<div class="atlases">' + "".join(figures) + "</div>")
 
 
-def _protein_html(loaded, sequence: str, structure: str | None, chain: str | None) -> tuple[str, str, str]:
+def _protein_html(loaded, sequence: str | None, structure: str | None,
+                  chain: str | None) -> tuple[str, str, str]:
     """(contact maps (predicted | true) and the head leaderboard against the contact base rate, the 3D view of
-    the heads' attention on the structure (empty without one), the sequence)."""
+    the heads' attention on the structure (empty without one), the sequence). A `sequence` given with a
+    `structure` is aligned to its chain, or refused when it is another protein (as show_structure does)."""
     true_map, parsed, features = None, None, None
     note = ("no structure: pass --structure PDB for true contacts, P@L, the base rate and the 3D view of the "
             "heads' attention")
     if structure is not None:
         parsed = read_structure(structure, chain=chain)
-        sequence = parsed.sequence
-        true_map = contact_map(parsed)  # [L L] int8: 1, 0, -1 unknown
-        note = (f"{Path(structure).name} chain {parsed.chain}: {len(sequence)} residues, "
+        given = sequence is not None
+        sequence, true_map = aligned_structure(parsed, sequence, protein_alphabet(loaded))  # [L L] int8
+        note = (f"{Path(structure).name} chain {parsed.chain}: {len(parsed.sequence)} residues, "
                 f"{int((np.triu(true_map, 1) == 1).sum())} true contacts (virtual Cβ–Cβ < 8 Å)")
+        if given and sequence != parsed.sequence:
+            placed = int((true_map >= 0).any(axis=1).sum())
+            note += (f" · the given sequence ({len(sequence)} residues) aligned to the chain: {placed} of "
+                     "them placed on the structure")
         others = chain_note(parsed.chain, parsed.chains)
         note += f" · {others}" if others else ""
-        features = ResidueFeatures.of_structure(parsed, true_map)  # binding sites, secondary structure
+        # binding sites, secondary structure
+        features = ResidueFeatures.of_structure(parsed, true_map, sequence if given else None)
+    sequence = sequence if sequence is not None else DEMO_PROTEIN
     result = predict_contacts(loaded, sequence, true_map, per_head=True, features=features)
     outside = domain_note(str(getattr(loaded.config, "model_type", "")),
                           str(getattr(loaded.config, "_name_or_path", "") or loaded.name), result.sequence)
@@ -263,7 +272,7 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
         sections += ["<h2>Training history</h2>", timeline.html()]
     protein_part, view3d, sequence = "", "", text
     if protein:
-        protein_part, view3d, sequence = _protein_html(loaded, text or DEMO_PROTEIN, structure, chain)
+        protein_part, view3d, sequence = _protein_html(loaded, text, structure, chain)
     if sequence:
         ids = input_ids_of(loaded, sequence)
         what = "the protein" if protein else "the given text"

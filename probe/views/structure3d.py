@@ -15,7 +15,10 @@ its ``unidirectional_avg_filtered``). We add a cap, the ``top`` strongest pairs 
 so a diffuse head does not fill the fold with cylinders, and report each pair as (query, key) in its stronger
 direction (the cell a host's attention map marks). Residue colouring (``structure.js``): with a residue
 focused, α from it (its row) or to it (its column); with none, the attention each residue receives, Σ over
-queries of α[:, j] / L (hexviz' "attention into a residue" that labels its top residues).
+queries of α[:, j] / L (hexviz' "attention into a residue" that labels its top residues). The colour scale is
+the same for every head: the value as a multiple of uniform attention (1/L) on a log scale, grey at or below
+uniform ("nothing here"), the ramp's end where one residue takes all of it (L×); the caption says so and gives
+the largest multiple. (It once scaled each head to its own maximum: a flat head painted the whole fold.)
 
 Contacts: the true ones are pairs i < j at least ``min_separation`` (6) apart whose Cβ–Cβ distance is below
 the threshold (:func:`probe.proteins.structure.contact_map`: 1); the predicted ones are the L most probable

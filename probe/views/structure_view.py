@@ -18,22 +18,21 @@ import torch
 
 from probe.engine import capture
 from probe.errors import ProbeError
-from probe.models import clean_protein, encode_proteins, load, protein_alphabet, require_protein
-from probe.naming import head_name, parse_head_name
+from probe.models import AMINO_ACIDS, clean_protein, encode_proteins, load, protein_alphabet, require_protein
+from probe.naming import display_name, head_name, parse_head_name
 from probe.proteins.contacts import ContactResult, predict_contacts
 from probe.proteins.structure import Structure, contact_map, read_structure
-from probe.runs.atomic import write_atomically
 from probe.views import encode
 from probe.views.bundle import inline_structure_script, mounting_html
+from probe.views.html_view import HtmlView
 from probe.views.pooling import PoolSink
-from probe.views.structure3d import MIN_WEIGHT, TOP_PAIRS, structure_payload
-from probe.views.view import standalone_page
+from probe.views.structure3d import EDGE_RULES, MIN_WEIGHT, THEMES, TOP_PAIRS, structure_payload
 
 MAP_BUDGET = 2 * 2**20  # bytes of residue maps (uint8, L² + 4 per head) in one 3D view; base64 adds a third
 
 
 @dataclass(frozen=True, eq=False)
-class StructureView:
+class StructureView(HtmlView):
     """What :func:`show_structure` returns: the 3D view, drawn under a notebook cell (``_repr_html_``).
 
     Attributes
@@ -89,27 +88,16 @@ class StructureView:
         """A self-contained HTML fragment: the style, the data, 3Dmol.js, structure.js and the mount call."""
         return structure_fragment(self.payload(), element_id)
 
-    def _repr_html_(self) -> str:
-        return self.html()
+    kind = "3D view"
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/html": self.html(), "text/plain": repr(self)}
+    def page_title(self) -> str:
+        return f"probe structure · {self.model}"
 
     def __repr__(self) -> str:
         heads = f"{len(self.alpha)} head{'s' if len(self.alpha) != 1 else ''}"
         return (f"<probe structure view: {self.model} on {self.structure.name} chain {self.structure.chain}, "
                 f"{len(self.sequence)} residues, {heads}>")
 
-    def save(self, path: str | Path) -> Path:
-        """Write the view as a page of its own (FILE.html, atomically) and return its path."""
-        path = Path(path).expanduser()
-        if path.suffix.lower() not in (".html", ".htm"):
-            raise ProbeError(f"{path}: save the 3D view as .html")
-        if not path.parent.is_dir():
-            raise ProbeError(f"{path}: the folder {path.parent} does not exist; create it first")
-        page = standalone_page(self.html(), f"probe structure · {self.model}")
-        write_atomically(path, lambda tmp: tmp.write_text(page, encoding="utf-8"))
-        return path
 
 
 def structure_fragment(data: dict, element_id: str | None = None) -> str:
@@ -152,6 +140,44 @@ def ranked_heads(result: ContactResult, all_heads) -> tuple[list[tuple[int, int]
     return order, notes
 
 
+def check_view_options(top: int, min_weight: float, budget: int, rule: str, theme: str) -> None:
+    """The 3D view's options, checked before anything is loaded or computed: one line naming the fix for a
+    count below 1, a weight outside [0, 1] (NaN included), a budget below one byte, an unknown rule or
+    theme."""
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
+        raise ProbeError(f"top={top!r}: give the most edges drawn per head, a whole number of at least 1 "
+                         f"(default {TOP_PAIRS})")
+    if isinstance(min_weight, bool) or not isinstance(min_weight, (int, float, np.floating, np.integer)) \
+            or not 0 <= float(min_weight) <= 1:  # NaN fails both comparisons
+        raise ProbeError(f"min_weight={min_weight!r}: give an edge weight between 0 and 1 (default "
+                         f"{MIN_WEIGHT})")
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+        raise ProbeError(f"budget={budget!r}: give the bytes of residue maps the view may hold, a whole "
+                         f"number of at least 1 (default {MAP_BUDGET}; at least one head is always shown)")
+    if rule not in EDGE_RULES:
+        raise ProbeError(f"rule={rule!r}: use one of {', '.join(EDGE_RULES)}")
+    if theme not in THEMES:
+        raise ProbeError(f"theme={theme!r}: use one of {', '.join(THEMES)}")
+
+
+def aligned_structure(structure: Structure, sequence: str | None = None,
+                      alphabet: str = AMINO_ACIDS) -> tuple[str, np.ndarray]:
+    """The residues a model reads on a structure and the true contacts aligned to them: `sequence` (default:
+    the chain's own) cleaned to `alphabet` and aligned to the chain. A sequence of another protein (too few
+    identical residues aligned) is refused in one line; a part of the chain is drawn where it aligns. The one
+    check of :func:`show_structure` and ``probe report --structure S --text T``.
+
+    Returns
+    -------
+    sequence : str
+        The residues (L).
+    true_map : numpy.ndarray, shape=(L, L), int8
+        1 contact, 0 none, −1 unknown (a residue the chain lacks).
+    """
+    sequence = clean_protein(structure.sequence if sequence is None else sequence, alphabet)
+    return sequence, contact_map(structure, sequence=sequence)  # [L L] int8
+
+
 def _heads_arg(heads, loaded) -> list[tuple[int, int]]:
     out = []
     for item in heads:
@@ -170,6 +196,7 @@ def structure_view(loaded, structure: Structure, sequence: str, true_map: np.nda
                    title: str = "", theme: str = "light", top: int = TOP_PAIRS,
                    min_weight: float = MIN_WEIGHT, rule: str = "max") -> StructureView:
     """The 3D view from a contact analysis already made (the report's; :func:`show_structure` makes one)."""
+    check_view_options(top, min_weight, budget, rule, theme)
     order, notes = ranked_heads(result, loaded.heads)
     if heads is not None:
         chosen = _heads_arg(heads, loaded)
@@ -186,9 +213,10 @@ def structure_view(loaded, structure: Structure, sequence: str, true_map: np.nda
     if first is None:
         first = next(key for key in order if key in chosen) if any(k in chosen for k in order) else chosen[0]
     alpha = residue_attention(loaded, sequence, chosen)
-    return StructureView(model=loaded.name, structure=structure, sequence=sequence, alpha=alpha,
+    shown = display_name(loaded.name)  # a local folder by its name: no path of this machine in the view
+    return StructureView(model=shown, structure=structure, sequence=sequence, alpha=alpha,
                          token_offset=loaded.residue_offset, true_map=true_map, contacts=result.contacts,
-                         selected=first, title=title or f"{loaded.name} · attention on {structure.name}",
+                         selected=first, title=title or f"{shown} · attention on {structure.name}",
                          theme=theme, top=top, min_weight=min_weight, rule=rule, head_notes=notes)
 
 
@@ -237,6 +265,7 @@ def show_structure(loaded, structure, chain: str | None = None, sequence: str | 
     >>> probe.show_structure(loaded, "tests/data/pdb1ubi.pdb")  # the 3D view, under the cell
     <probe structure view: zoo:esm-random on pdb1ubi chain A, 76 residues, 8 heads>
     """
+    check_view_options(top, min_weight, budget, rule, theme)  # before the model loads
     if isinstance(loaded, (str, Path)):
         loaded = load(str(loaded))
     require_protein(loaded, "the 3D structure view")
@@ -249,12 +278,11 @@ def show_structure(loaded, structure, chain: str | None = None, sequence: str | 
         parsed = read_structure(structure, chain=chain)
     if parsed.atoms is None:
         raise ProbeError("the structure has no atoms to draw: pass the file, or read it with read_structure")
-    sequence = clean_protein(parsed.sequence if sequence is None else sequence, protein_alphabet(loaded))
-    true_map = contact_map(parsed, sequence=sequence)  # [L L] int8
+    sequence, true_map = aligned_structure(parsed, sequence, protein_alphabet(loaded))  # [L L] int8
     result = predict_contacts(loaded, sequence, true_map, per_head=True)
     return structure_view(loaded, parsed, result.sequence, true_map, result, heads, selected, budget,
                           title, theme, top, min_weight, rule)
 
 
-__all__ = ["MAP_BUDGET", "StructureView", "ranked_heads", "residue_attention", "show_structure",
-           "structure_fragment", "structure_view"]
+__all__ = ["MAP_BUDGET", "StructureView", "aligned_structure", "check_view_options", "ranked_heads",
+           "residue_attention", "show_structure", "structure_fragment", "structure_view"]

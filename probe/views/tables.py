@@ -1,5 +1,6 @@
 """The labels table as a readable HTML table (a notebook cell, the report): score with its interval, chance,
-the untrained twins' bar (or "not run"), q, label, output share, role, ablation and group effect — sorted and
+the untrained twins' bar (or "not run"), q, label, the held-out confirmation's score and interval, output
+share, role, ablation and group effect — sorted and
 coloured like the app's labelled-heads table (best score first within a type; ✓ green when labelled, grey when
 not labelled, the reason on hover; NaN is "unknown"); its note says which controls a label beat."""
 
@@ -12,11 +13,13 @@ import pandas as pd
 
 from probe.errors import ProbeError
 from probe.heads.tables import TABLE_EXTENSIONS, read_table_file, rows_of_model
-from probe.naming import head_name
+from probe.naming import fixed, head_name
 from probe.views.bundle import inline_script, inline_style
+from probe.views.html_view import HtmlView
 from probe.views.reading import (
     controls_line,
     format_q,
+    held_out_text,
     is_grey,
     is_labelled,
     is_significant,
@@ -78,8 +81,9 @@ def badges(table: pd.DataFrame | None) -> dict[str, dict[str, list[str]]]:
     return out
 
 
-COLUMNS = ("head", "type", "score", "interval", "chance", "twins p99", "q", "label", "output share", "role",
-           "ablation", "group effect")
+COLUMNS = ("head", "type", "score", "interval", "chance", "twins p99", "q", "label", "held-out",
+           "output share", "role", "ablation", "group effect")
+
 
 
 def _interval(row, low: str, high: str) -> str:
@@ -91,7 +95,7 @@ def _effect(row, effect: str, z: str) -> tuple[str, float | None]:
     value, score = number(row, effect), number(row, z)
     if value is None:
         return "unknown", None
-    return f"{value:+.3f}" + (f" (z {score:.1f})" if score is not None else ""), value
+    return f"{value:+.3f}" + (f" (z {fixed(score)})" if score is not None else ""), value
 
 
 def _cell(text: str, sort, css: str = "") -> str:
@@ -141,6 +145,7 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
             _cell(format_q(q_value), q_value),
             f'<td data-sort="{int(labelled)}">' + ('<span class="yes">✓ labelled</span>' if labelled else "")
             + "</td>",
+            _cell(held_out_text(row), number(row, "confirm_score")),
             _cell(share_text.strip(), share), _cell(role_text, role_text),
             _cell(ablation, ablation_value), _cell(group, group_value),
         ]
@@ -157,20 +162,23 @@ def table_html(table: pd.DataFrame, only_labelled: bool = False, max_rows: int =
             f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
-class LabelTable:
-    """A labels table that draws itself as HTML in a notebook (:func:`label_table`)."""
+class LabelTable(HtmlView):
+    """A labels table that draws itself as HTML in a notebook (:func:`label_table`) and saves as a page."""
+
+    kind = "labels table"
 
     def __init__(self, table: pd.DataFrame, only_labelled: bool = False, max_rows: int = MAX_ROWS) -> None:
         self.table = table
         self.only_labelled = only_labelled
         self.max_rows = max_rows
 
-    def html(self) -> str:
+    def html(self, element_id: str | None = None) -> str:
         return (inline_style() + table_html(self.table, self.only_labelled, self.max_rows) + inline_script() +
                 "<script>window.probeViews.mountAll();</script>")
 
-    def _repr_html_(self) -> str:
-        return self.html()
+    def page_title(self) -> str:
+        models = list(dict.fromkeys(self.table["model"].astype(str))) if "model" in self.table else []
+        return "probe labels" + (f" · {', '.join(models[:3])}" if models else "")
 
     def __repr__(self) -> str:  # what it draws, and why not every row when it does not
         chosen = len(table_rows(self.table, self.only_labelled))

@@ -29,7 +29,7 @@ import pandas as pd
 
 from probe.errors import ProbeError
 from probe.runs.atomic import write_atomically
-from probe.views.view import standalone_page
+from probe.views.html_view import HtmlView, checked_path
 
 HEAD_SCORES = ("previous_token", "induction")  # the head panels, in order
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
@@ -42,7 +42,7 @@ LEFT, TOP, GAP_X, GAP_Y, BOTTOM = 48, 40, 150, 58, 40
 
 
 @dataclass(frozen=True, eq=False)
-class TimelineView:
+class TimelineView(HtmlView):
     """What :func:`show_history` returns: the timeline, drawn under a notebook cell (``_repr_html_``).
 
     Attributes
@@ -125,18 +125,17 @@ class TimelineView:
                 f'log step axis.{html.escape(icl)} Filled dots: labelled at that checkpoint.</figcaption>'
                 "</figure>")
 
-    def _repr_html_(self) -> str:
-        return self.html()
+    kind = "timeline"
+
+    def page_title(self) -> str:
+        return f"{self.model} timeline"
 
     def save(self, path: str | Path) -> Path:
         """Write the timeline: ``.svg`` (the SVG alone) or ``.html`` (a page with it), atomically."""
-        path = Path(path)
-        if path.suffix.lower() == ".svg":
-            text = self.svg()
-        elif path.suffix.lower() in (".html", ".htm"):
-            text = standalone_page(self.html(), f"{self.model} timeline")  # marked as probe's page
-        else:
-            raise ProbeError(f"{path}: save a timeline as .svg or .html")
+        path = checked_path(path, self.kind, (".svg", ".html", ".htm"))
+        if path.suffix.lower() != ".svg":
+            return self.save_page(path)
+        text = self.svg()
         write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
         return path
 

@@ -8,7 +8,6 @@ travels as uint8 maps in base64 (:mod:`probe.views.encode`), within a byte budge
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from probe.naming import display_name, head_name, parse_head_name
 from probe.runs.atomic import write_atomically
 from probe.views import encode, figures
 from probe.views.bundle import inline_script, mounting_html
-from probe.views.pages import GENERATOR
+from probe.views.html_view import HtmlView
 from probe.views.pooling import pooled_attention
 from probe.views.reading import is_labelled
 from probe.views.tables import as_table, badges, one_model
@@ -31,7 +30,7 @@ DEMO_PROTEIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKE
 
 
 @dataclass(frozen=True, eq=False)
-class View:
+class View(HtmlView):
     """What :func:`show` returns: a view that draws itself in a notebook (``_repr_html_``) and saves figures.
 
     Attributes
@@ -115,11 +114,8 @@ class View:
         """A self-contained HTML fragment: the style, the data, views.js and the call that mounts the view."""
         return fragment(self.payload(), element_id)
 
-    def _repr_html_(self) -> str:
-        return self.html()
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/html": self.html(), "text/plain": repr(self)}
+    def page_title(self) -> str:
+        return f"probe view · {self.model}"
 
     def __repr__(self) -> str:
         layers, heads = self.shape
@@ -173,8 +169,7 @@ class View:
             text = figures.grid_svg(self) if which == "grid" else figures.map_svg(self, head)
             write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
         elif suffix == ".html":
-            page = standalone_page(self.html(), f"probe view · {self.model}")
-            write_atomically(path, lambda tmp: tmp.write_text(page, encoding="utf-8"))
+            self.save_page(path)
         elif suffix == ".png":
             figure = figures.grid_figure(self) if which == "grid" else figures.map_figure(self, head)
             figures.write_png(figure, path)
@@ -190,15 +185,6 @@ def _labelled_count(marks: dict) -> int:
 def fragment(data: dict, element_id: str | None = None) -> str:
     """HTML that mounts the view of `data` where it is placed (a notebook output, a report section)."""
     return mounting_html("view", data, inline_script(), "window.probeViews.mountAll();", element_id)
-
-
-def standalone_page(body: str, title: str) -> str:
-    """A whole HTML page around `body` (no external resource)."""
-    return ('<!DOCTYPE html>\n<html lang="en"><head><meta '
-            f'charset="utf-8">{GENERATOR}<title>{html.escape(title)}</title><meta name="viewport" '
-            'content="width=device-width, initial-scale=1">'
-            "<link rel=\"icon\" href=\"data:,\"></head>\n"
-            f'<body><div class="probe-report">{body}</div></body></html>\n')
 
 
 def display_tokens(tokenizer, tokens: Sequence[str]) -> list[str]:
@@ -336,4 +322,4 @@ def _first_head(table, maps, selected, loaded) -> tuple[int, int]:
     return min(maps) if maps else (0, 0)
 
 
-__all__ = ["View", "display_tokens", "fragment", "input_ids_of", "show", "standalone_page"]
+__all__ = ["View", "display_tokens", "fragment", "input_ids_of", "show"]

@@ -21,6 +21,7 @@ import pytest
 
 from app import create_app, ids
 from app.config import AppConfig
+from app.registry import served_names
 from app.service import Service
 from tests.browser import console_errors, wait_for, within_budget
 
@@ -108,6 +109,11 @@ def press(driver, *keys: str) -> None:
     chain.perform()
 
 
+def served_as(spec: str) -> str:
+    """The name the page serves `spec` by (a local folder by its name: the model selector's value)."""
+    return served_names([spec])[spec]
+
+
 def open_app(driver, url: str) -> None:
     driver.get(url)
     wait_for(lambda: "tokens" in text_of(driver, ids.HEAD_LABEL), 60, "the first heatmap")
@@ -163,7 +169,8 @@ def test_grid_click_keys_after_radio_and_checkbox_and_fixed_colours(driver, serv
     press(driver, ARROW_RIGHT, ARROW_RIGHT, ARROW_RIGHT)
     wait_for(lambda: text_of(driver, ids.HEAD_LABEL).startswith("L1H1"), what="three head steps")  # 2+3 mod 4
     assert driver.find_element("css selector", f"#{ids.HEAD_TYPE} input[value='self']").is_selected()
-    assert driver.find_element("css selector", f"#{ids.MODEL} input[value='{specs[0]}']").is_selected()
+    chosen = driver.find_element("css selector", f"#{ids.MODEL} input[value='{served_as(specs[0])}']")
+    assert chosen.is_selected()
     # and after clicking a checkbox
     driver.find_element("css selector", f"#{ids.OVERLAY} input").click()
     press(driver, ARROW_DOWN)
@@ -233,7 +240,7 @@ def test_svg_download_after_switching_and_no_cloud_buttons(driver, served, downl
 def test_oversized_and_wrong_type_uploads_say_why(driver, served, tmp_path, ubiquitin_structure):
     url, service, specs = served
     open_app(driver, url)
-    driver.find_element("css selector", f"#{ids.MODEL} input[value='{specs[1]}']").click()
+    driver.find_element("css selector", f"#{ids.MODEL} input[value='{served_as(specs[1])}']").click()
     wait_for(lambda: "protein_mlm" in text_of(driver, ids.MODEL_INFO), what="the ESM model")
     wait_for(lambda: "residues" in driver.find_element("id", ids.CONTACTS).text,
              what="the typed protein's map")
@@ -457,7 +464,7 @@ def test_bug1_an_mla_model_is_explorable_after_another_model(driver, tmp_path_fa
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         open_app(driver, f"http://127.0.0.1:{server.server_port}/")
-        driver.find_element("css selector", f"#{ids.MODEL} input[value='{mla}']").click()
+        driver.find_element("css selector", f"#{ids.MODEL} input[value='{served_as(mla)}']").click()
         wait_for(lambda: "MLA" in text_of(driver, ids.CARD), 60, "the MLA card")
 
         def settled():
@@ -466,7 +473,7 @@ def test_bug1_an_mla_model_is_explorable_after_another_model(driver, tmp_path_fa
             ready = label and service.facts.model(mla)
             return (label, message) if (message or (ready and driver.execute_script(
                 "return window.dash_clientside.probe._view.payload"
-                " && window.dash_clientside.probe._view.payload.model") == mla)) else None
+                " && window.dash_clientside.probe._view.payload.model") == served_as(mla))) else None
 
         label, message = wait_for(settled, 60, "the MLA model's view or its error")
         assert not message, message  # the engine captures MLA (probe/engine): explorable, no error
@@ -724,7 +731,7 @@ def test_an_uploaded_structure_is_drawn_in_3d_and_linked_to_the_2d_maps(driver, 
     sequence hides it."""
     url, service, specs = served
     open_app(driver, url)
-    driver.find_element("css selector", f"#{ids.MODEL} input[value='{specs[1]}']").click()
+    driver.find_element("css selector", f"#{ids.MODEL} input[value='{served_as(specs[1])}']").click()
     wait_for(lambda: "protein_mlm" in text_of(driver, ids.MODEL_INFO), what="the ESM model")
     box = driver.find_element("id", ids.STRUCTURE3D_BOX)
     assert not box.is_displayed()  # the typed demo sequence has no structure
@@ -759,7 +766,7 @@ def test_the_protein_page_names_its_limit_chains_and_unknowns(driver, served, ub
 
     url, service, specs = served
     open_app(driver, url)
-    driver.find_element("css selector", f"#{ids.MODEL} input[value='{specs[1]}']").click()
+    driver.find_element("css selector", f"#{ids.MODEL} input[value='{served_as(specs[1])}']").click()
     wait_for(lambda: "protein_mlm" in text_of(driver, ids.MODEL_INFO), what="the ESM model")
     limit = service.facts.residue_limit(specs[1])
     wait_for(lambda: text_of(driver, ids.PROTEIN_LIMIT) == limit, what="the panel's residue limit")

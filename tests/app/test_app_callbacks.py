@@ -9,6 +9,7 @@ import io
 import json
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -33,7 +34,8 @@ UBIQUITIN = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTL
 
 @pytest.fixture(scope="module")
 def specs(tiny_dir):
-    return str(tiny_dir("gpt2")), str(tiny_dir("esm"))
+    # seed 1: the default seed's weights are zoo:esm-random's, which gets that organism's shipped labels
+    return str(tiny_dir("gpt2")), str(tiny_dir("esm", seed=1))
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +307,8 @@ def test_labels_table_feeds_the_atlas_and_downloads_as_csv(specs, tmp_path):
     np.testing.assert_allclose(np.asarray(figure.data[0].z), [[0, 0.1, 0.2, 0.3], [0.5, 0.6, 0.7, 0.8]])
     assert service.labels.table(specs[1]) is None  # the table has no rows of the ESM model
     download = atlas.labels_download(service, specs[0])
-    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(download["content"])), pd.read_csv(path))
+    served = pd.read_csv(path).assign(model=Path(specs[0]).name)  # the served name, no path of the server
+    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(download["content"])), served)
     with pytest.raises(ProbeError, match="Label heads"):
         atlas.labels_download(service, specs[1])
 

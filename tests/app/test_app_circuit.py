@@ -63,3 +63,22 @@ def test_crafted_payloads_are_messages_not_500(client, tiny_dir):
     status, payload = _post(client, ids.CIRCUIT_RUN, "n_clicks", 1, ids.CIRCUIT_DATA,
                             extra_inputs={ids.MODEL: str(tiny_dir("gpt2")), ids.HEAD_TYPE: "induction"})
     assert status == 200 and "no labels yet" in _messages(payload)
+
+
+def test_the_circuit_views_z_is_never_negative_zero():
+    """Issue 55 item 12: a z that rounds to zero is written 0.0 in the circuit view's edge text (views.js
+    ``fixed``, as probe.naming.fixed in Python), never "z -0.0"; other values keep their sign."""
+    import json
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    views = Path(__file__).resolve().parents[2] / "probe" / "views" / "assets" / "views.js"
+    script = ("global.window = {}; require(process.argv[1]); var fixed = window.probeViews.core.fixed;"
+              "console.log(JSON.stringify([fixed(-0.04, 1), fixed(-0, 1), fixed(-0.06, 1), fixed(0.04, 1),"
+              " fixed(-0.0004, 3), fixed(null, 1), fixed(2.345, 2), fixed(-0.04, 1, true)]));")
+    out = subprocess.run(["node", "-e", script, str(views)], capture_output=True, text=True, check=True,
+                         timeout=60)
+    assert json.loads(out.stdout) == ["0.0", "0.0", "-0.1", "0.0", "0.000", "unknown", "2.35", "+0.0"]

@@ -202,11 +202,19 @@ function over(top, bottom) {
     var a = top[3];
     return [0, 1, 2].map(i => top[i] * a + bottom[i] * (1 - a)).concat([1]);
 }
+function opacity(el) {
+    var product = 1;
+    for (var node = el; node && node.nodeType === 1; node = node.parentElement) {
+        product *= Number(getComputedStyle(node).opacity || 1);
+    }
+    return product;
+}
 function background(el) {
     var layers = [];
     for (var node = el; node && node.nodeType === 1; node = node.parentElement) {
         if (node instanceof SVGElement && node.tagName !== 'svg') { continue; }
         var colour = rgba(getComputedStyle(node).backgroundColor);
+        colour[3] *= opacity(node);  // a faded control (a disabled menu) fades its own background too
         if (colour[3] > 0) { layers.push(colour); }
         if (colour[3] >= 1) { break; }
     }
@@ -241,11 +249,12 @@ document.querySelectorAll('body *').forEach(function (el) {
     var style = getComputedStyle(el);
     var colour = rgba(svgText ? style.fill : style.color);
     if (svgText) { colour[3] *= Number(style.fillOpacity || 1) * Number(style.opacity || 1); }
+    else { colour[3] *= opacity(el); }  // text inside a faded control (opacity 0.6: a disabled menu) is fainter
     var bg = background(svgText ? el.closest('.js-plotly-plot') : el);
     var fg = over(colour, bg);
     var a = luminance(fg), b = luminance(bg);
     var ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
-    out.push({text: own.trim().slice(0, 40), ratio: ratio, where: (el.id || el.className.baseVal || el.className || el.tagName) + ''});
+    out.push({text: own.trim().slice(0, 40), ratio: ratio, colours: [style.color, fg.join(','), bg.join(',')], where: (el.id || el.className.baseVal || el.className || el.tagName) + ''});
 });
 return out;
 """  # noqa: E501 - embedded JavaScript
@@ -263,8 +272,44 @@ def font_colour_luminance(driver, graph: str) -> float:
     return sum(w * v for w, v in zip((0.2126, 0.7152, 0.0722), values, strict=True))
 
 
+OPTIONS = ".dash-dropdown-content [role=option]"  # an open menu's options (radio items are options too)
+
+
+def menus_low_contrast(driver, structure: str, folder: Path) -> list:
+    """The protein page's menus below AA: the chain menu with a value after a two-chain upload, and every
+    menu of the page opened (its options listed), each measured as it is shown."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    from tests.app.test_protein_page import two_chains
+
+    upload = driver.find_element("css selector", f"#{ids.UPLOAD} input[type=file]")
+    upload.send_keys(str(two_chains(structure, folder / "two.pdb")))
+    wait_for(lambda: "of 2 protein chains" in text_of(driver, ids.PROTEIN_MESSAGE), 90, "the chains named")
+    wait_for(lambda: text_of(driver, ids.CHAIN) == "A", what="the chain menu's value")
+    time.sleep(0.5)
+    found = low_contrast(driver)
+    menus = [menu for menu in driver.find_elements("css selector", ".dash-dropdown") if menu.is_displayed()]
+    assert menus, "no menu on the page"
+    for menu in menus:
+        menu.click()
+        options = wait_for(lambda: [o for o in driver.find_elements("css selector", OPTIONS)
+                                    if o.is_displayed()], what="the menu's options")
+        time.sleep(0.3)
+        shown = [item["text"] for item in driver.execute_script(CONTRAST_JS)]
+        assert all(option.text in shown for option in options), (shown, [o.text for o in options])
+        found += [{**item, "where": "menu open: " + item["where"]} for item in low_contrast(driver)]
+        ActionChains(driver).send_keys(Keys.ESCAPE).perform()
+        if any(o.is_displayed() for o in driver.find_elements("css selector", OPTIONS)):
+            menu.click()  # the menu toggles shut
+        wait_for(lambda: not any(o.is_displayed() for o in driver.find_elements("css selector", OPTIONS)),
+                 what="the menu closed")
+    return found
+
+
 def test_every_visible_label_keeps_aa_contrast_in_both_themes_and_every_figure_follows(driver, wide,
-                                                                                      ubiquitin_structure):
+                                                                                      ubiquitin_structure,
+                                                                                      tmp_path):
     url, _, specs = wide
     for model, graphs in ((specs[0], (ids.ATLAS, ids.HEATMAP, ids.LINES)),
                           (specs[1], (ids.ATLAS, ids.HEATMAP, ids.CONTACTS, ids.HEAD_MAP))):
@@ -292,6 +337,10 @@ def test_every_visible_label_keeps_aa_contrast_in_both_themes_and_every_figure_f
         time.sleep(1.0)
         dark = low_contrast(driver)
         assert not dark, f"dark theme, {model}: {dark[:8]}"
+        if model == specs[1]:  # issue 58: the protein page's menus too — disabled, with a value, opened
+            assert "first" in text_of(driver, ids.CHAIN)  # the chain menu's placeholder was measured above
+            dark = menus_low_contrast(driver, ubiquitin_structure, tmp_path)
+            assert not dark, f"dark theme, {model}'s menus: {dark[:8]}"
         driver.find_element("css selector", f"#{ids.THEME}").click()
         wait_for(lambda g=graphs: all(font_colour_luminance(driver, graph) < 0.2 for graph in g), 30,
                  "light again")
@@ -475,6 +524,11 @@ def test_labelled_heads_table_explains_its_headers_and_shows_the_role(driver, wi
                                        "return a.right <= b.right + 0.5 && a.left >= b.left - 0.5;",
                                        role, table)
         assert inside  # in view without scrolling the table sideways
+        # and nothing to scroll sideways at all at 1280 px (issue 55 item 12): every column fits
+        widths = driver.execute_script("return [arguments[0].scrollWidth, arguments[0].clientWidth]", table)
+        cells = driver.execute_script("return Array.from(arguments[0].querySelectorAll('th'),"
+                                      " c => c.textContent + ':' + c.getBoundingClientRect().width)", table)
+        assert widths[0] <= widths[1] + 1, f"the labelled heads scroll sideways at 1280 px: {widths}, {cells}"
         assert "function" in driver.find_element("id", ids.LABELLED).text
         for name, words in (("q", "Benjamini"), ("output share", "output norm"), ("role", "sink")):
             header = headers[names.index(name)]
@@ -485,6 +539,29 @@ def test_labelled_heads_table_explains_its_headers_and_shows_the_role(driver, wi
             "return document.body.innerText + "
             "Array.from(document.querySelectorAll('svg text'), t => t.textContent).join(' ')")
         assert page_text.count("grey: not labelled") == 1  # the legend says it once (not the figure too)
+    finally:
+        driver.set_window_size(1500, 2300)
+
+
+def test_the_protein_tables_fit_their_panel_at_1600_px(driver, wide, ubiquitin_structure):
+    """Issue 55 item 12: after a structure upload the per-head precision table (every column a structure
+    allows) and the P@L table fit their panels at 1600×1000: nothing to scroll sideways."""
+    url, _, specs = wide
+    driver.set_window_size(1600, 1000)
+    try:
+        open_app(driver, f"{url}?model={specs[1]}")
+        upload = driver.find_element("css selector", f"#{ids.UPLOAD} input[type=file]")
+        upload.send_keys(ubiquitin_structure)
+        wait_for(lambda: "pdb1ubi.pdb chain A" in text_of(driver, ids.PROTEIN_MESSAGE), 90, "the structure")
+        wait_for(lambda: driver.find_element("id", ids.PRECISION_BOX).is_displayed(), what="the P@L table")
+        wait_for(lambda: len(driver.find_elements("css selector", f"#{ids.LEADERBOARD} th")) >= 10, 60,
+                 "the structure's columns")
+        time.sleep(1.0)
+        for table in (ids.LEADERBOARD, ids.PRECISION):
+            box = driver.find_element("css selector", f"#{table} .dash-spreadsheet-container")
+            widths = driver.execute_script("return [arguments[0].scrollWidth, arguments[0].clientWidth,"
+                                           " arguments[0].querySelectorAll('th').length]", box)
+            assert widths[2] > 3 and widths[0] <= widths[1] + 1, f"{table} scrolls sideways: {widths}"
     finally:
         driver.set_window_size(1500, 2300)
 

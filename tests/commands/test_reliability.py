@@ -371,6 +371,30 @@ CASES = [
     case("circuit-html-not-html", *CIRCUIT, "--html", "{tmp}/c.txt"),
     case("circuit-labels-missing", *CIRCUIT, "--labels", "{tmp}/none.csv"),
     case("circuit-composition-is-folder", *CIRCUIT, "--composition", "{tmp}/folder.csv"),
+    # --- issue 55: outputs a command did not write, checkpoints of one model, inputs that fit -------------
+    case("circuit-out-foreign-csv", *CIRCUIT, "--out", "{tmp}/foreign.csv"),
+    case("circuit-composition-foreign-parquet", *CIRCUIT, "--composition", "{tmp}/foreign.parquet"),
+    case("circuit-html-users-own-page", *CIRCUIT, "--html", "{tmp}/mine.html"),
+    case("circuit-out-label-table", *CIRCUIT, "--out", "{tmp}/labels.csv"),
+    case("circuit-seq2seq-model", "circuit", "--model", "{t5}", "--type", "induction"),
+    case("history-checkpoint-of-another-model", "history", "--model", "{alien_checkpoints}", "--out",
+         "{tmp}/h.csv"),
+    case("history-revisions-outside-the-run", *HISTORY, "--revisions", "step-0,../alien-checkpoints/step-5",
+         "--out", "{tmp}/h.csv"),
+    case("history-icl-positions-past-the-model", "history", "--model", "{alien_checkpoints}", "--revisions",
+         "step-0,step-1", "--icl-positions", "12,500", "--out", "{tmp}/h.csv"),
+    case("history-tokenizer-reads-unknown-tokens", *HISTORY, "--examples", "4", "--bootstrap", "20",
+         "--passages", "2", "--out", "{tmp}/h.csv"),
+    case("report-structure-with-another-proteins-text", *ESM_REPORT, "--structure", "{pdb}", "--text",
+         "{other_protein}"),
+    case("label-retrieval-needles-longer-than-seq-len", *LABEL_OUT, "--types", "previous_token,retrieval",
+         "--seq-len", "12"),
+    case("label-retrieval-on-a-masked-lm", "label", "--model", "sentence-transformers/all-MiniLM-L6-v2",
+         "--types", "retrieval", "--out", "{tmp}/r.csv"),
+    case("report-structure-on-minilm", "report", "--model", "sentence-transformers/all-MiniLM-L6-v2",
+         "--structure", "{pdb}", "--out", "{tmp}/r.html"),
+    case("capture-device-map-everything-on-disk", *CAPTURE_OUT, "--device-map", "auto", "--max-memory",
+         "cpu=1KiB", "--offload-folder", "{tmp}/offload"),
 ]
 
 
@@ -421,6 +445,12 @@ def assets(tiny_dir, tmp_path_factory):
         "checkpoints": str(base / "checkpoints"),  # what `probe train` writes: step-N/ model folders
     }
     shutil.copytree(gpt2, base / "checkpoints" / "step-0")
+    # a run whose step-5 is of another model (a tiny Llama beside a tiny GPT-2)
+    shutil.copytree(gpt2, base / "alien-checkpoints" / "step-0")
+    shutil.copytree(gpt2, base / "alien-checkpoints" / "step-1")
+    shutil.copytree(tiny_dir("llama"), base / "alien-checkpoints" / "step-5")
+    files["alien_checkpoints"] = str(base / "alien-checkpoints")
+    files["t5"] = save_tiny_arch("t5", base / "t5")  # a sequence-to-sequence model
     texts = {
         "fasta": (">a\n" + PROTEIN + "\n").encode(),
         "latin1_fasta": ">prot\xe9ine\nMKTAYIAK\n".encode("latin-1"),
@@ -428,6 +458,7 @@ def assets(tiny_dir, tmp_path_factory):
         "binary_fasta": b"\x00\x01\x02PK\x03\x04",
         "garbage_pdb": b"this is not a structure file\n",
         "pdb": compact_synthetic_pdb(PROTEIN).encode(),
+        "other_protein": b">another protein\nGSWWPDNHCYEFGGRWWPPTDHCYKGGSWNNPEDCHWYQ\n",
         "latin1_jsonl": '{"text": "caf\xe9 a b", "query": [2, 3], "target": [0, 1]}\n'.encode("latin-1"),
         "bad_jsonl": b'{"text": "a b", "query": [2, 3\n',
         "good_jsonl": b'{"text": "a b", "query": [2, 3], "target": [0, 1]}\n',
@@ -489,6 +520,9 @@ def prepare_output_folder(tmp: Path) -> None:
     (tmp / "foreign.parquet").write_bytes(b"definitely not parquet\n")
     (tmp / "foreign.json").write_text('{"name": "ada"}\n')
     (tmp / "plotdir.png").mkdir()  # --plot plotdir.html would also write plotdir.png
+    (tmp / "mine.html").write_text("<!doctype html><title>my notes</title><p>mine</p>\n")
+    (tmp / "labels.csv").write_text("model,layer,head,head_name,head_type,score,label\n"
+                                    "m,0,0,L0H0,induction,0.9,True\n")  # another command's table
 
 
 def snapshot(folder: Path) -> dict[str, bytes | None]:
@@ -552,7 +586,9 @@ def test_app_empty_host_never_falls_back_to_the_host_variable(monkeypatch, never
 
 # A real process costs ~5-15 s of imports on a busy machine: two cases, argparse's exit path and the app's
 # bind.
-SUBPROCESS_CASES = ["label-bad-ablate", "app-port-in-use", "label-ray-unreachable"]
+SUBPROCESS_CASES = ["label-bad-ablate", "app-port-in-use", "label-ray-unreachable",
+                    # refused before MiniLM's loading note (the logger's: seen in a real process only)
+                    "label-retrieval-on-a-masked-lm", "report-structure-on-minilm"]
 
 
 @pytest.mark.parametrize("name", SUBPROCESS_CASES)

@@ -178,7 +178,8 @@ def test_probe_label_with_the_defaults_reads_gap_on_a_128_position_gpt2(gpt2_128
     assert "cropped to whole sentences" in err and "of 1799 development pairs fit" in err
     table = pd.read_csv(out)
     coref = table[table["head_type"] == "coreference"]
-    assert set(coref["probe_set"]) == {"gap"} and (coref["n_examples"] > 1000).all()
+    # more than 1,000 pairs: n_examples counts the selection half's (the other half confirms, issue 57)
+    assert set(coref["probe_set"]) == {"gap"} and (coref["n_examples"] > 500).all()
     assert {"sentence_start", "bracket"} <= set(table["head_type"])
     assert set(table.loc[table["head_type"] == "bracket", "probe_set"]) == {"brackets"}
     assert table.loc[table["head_type"] == "sentence_start", "score"].notna().all()

@@ -232,8 +232,9 @@ def test_retrieval_organism_is_labelled_retrieval_at_4k_tokens(organism_table):
     assert set(labelled["layer"]) == {1}  # the copying layer (layer 0 holds the previous-token heads)
     assert labelled["score"].max() > 0.9 and (labelled["ci_low"] > 0.25).all()
     assert (labelled["chance"] < 1e-3).all()  # 8 needle tokens among 4,096 keys
-    # the model retrieved (recall > 50 %) at least half of the 16 probes
-    assert (table["n_examples"] >= 8).all()
+    # the model retrieved (recall > 50 %) at least half of the selection half's 8 probes (issue 57: n_examples
+    # and n_clusters are the selection half's; the other 8 are the held-out confirmation's)
+    assert (table["n_clusters"] == 8).all() and (table["n_examples"] >= 4).all()
     assert not math.isnan(float(labelled["q_value"].max())) and (labelled["q_value"] <= 0.05).all()
     assert (table.loc[table["layer"] == 0, "score"] == 0).all()
 

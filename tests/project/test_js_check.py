@@ -38,6 +38,7 @@ def test_every_browser_script_is_linted_and_type_checked():
     config = _json_with_comments(JS / "tsconfig.json")
     options = config["compilerOptions"]
     assert options["checkJs"] and options["noEmit"]
+    assert options["strict"] is True  # noImplicitAny, strictNullChecks, …: JSDoc types (js/README.md)
     checked = {(JS / name).resolve() for name in config["files"]}
     missing = [str(path.relative_to(ROOT)) for path in SCRIPTS if path.resolve() not in checked]
     assert not missing, f"add {missing} to js/tsconfig.json's files"

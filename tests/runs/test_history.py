@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from probe.heads.label import LabelConfig
+from probe.runs.checkpoints import make_checkpoint
 from probe.runs.history import HEAD_TYPES, HISTORY_COLUMNS, HistoryConfig, history, step_revisions
 from probe.training import incontext, text
 from probe.training.train import TRAIN_LOSS_FILE, log_spaced_steps
@@ -245,3 +246,143 @@ def test_history_command_bad_input_is_one_line(tmp_path, capsys):
     assert "holds no checkpoint folders" in capsys.readouterr().err
     assert main(["history", "--model", str(tmp_path), "--icl-positions", "120,12"]) == 2
     assert "EARLY < LATE" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Refused before any measuring (issue 55 items 2-4): one model, positions and text that fit, one model's table
+# ------------------------------------------------------------------------------------------------------------
+
+
+def copied_run(run_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the run to plant things in (the module's run stays as trained)."""
+    import shutil
+
+    return Path(shutil.copytree(run_dir, tmp_path / "run"))
+
+
+def refused(argv: list[str], capsys) -> str:
+    """`probe argv` answers exit 2 with one stderr line and nothing on stdout; the line."""
+    from probe.cli import main
+
+    capsys.readouterr()
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured.err
+    return captured.err
+
+
+def outputs(folder: Path) -> list[str]:
+    """Files a run would leave beside its --out: the table, its journal, its errors file."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(("h.", ".h.")))
+
+
+def test_history_refuses_a_checkpoint_of_another_model(run_dir, tiny_dir, tmp_path, capsys):
+    """A tiny GPT-2 planted among the Llama-style run's step-N folders is refused in one line naming it,
+    before anything is measured; the same run without it passes the check (the control)."""
+    import shutil
+
+    from probe.runs.history_inputs import check_one_model
+
+    run = copied_run(run_dir, tmp_path)
+    assert check_one_model(str(run), []) == run  # the control: the run's own checkpoints are one model
+    shutil.copytree(tiny_dir("gpt2"), run / "step-9")
+    err = refused(["history", "--model", str(run), "--out", str(tmp_path / "h.csv"), *FLAGS], capsys)
+    assert "checkpoint step-9 is of another model than run: its config's model_type is 'gpt2', not 'llama'" \
+        in err
+    assert outputs(tmp_path) == []
+    # named in --revisions: the same refusal
+    err = refused(["history", "--model", str(run), "--revisions", "step-0,step-9", *FLAGS], capsys)
+    assert "checkpoint step-9 is of another model" in err
+
+
+def test_history_refuses_a_checkpoint_with_another_tokenizer(run_dir, tmp_path):
+    """Same config, another vocabulary (two tokens' ids swapped in tokenizer.json): refused; a re-save with
+    other padding settings (same vocabulary) is the same tokenizer."""
+    import json as json_module
+    import shutil
+
+    from probe.errors import ProbeError
+    from probe.runs.history_inputs import check_one_model
+
+    run = copied_run(run_dir, tmp_path)
+    shutil.copytree(run / "step-3", run / "step-9")
+    path = run / "step-9" / "tokenizer.json"
+    data = json_module.loads(path.read_text())
+    data["padding"] = {"strategy": "BatchLongest"}  # not the vocabulary: still the same tokenizer
+    path.write_text(json_module.dumps(data))
+    checkpoints = [make_checkpoint(str(run), name) for name in ("step-0", "step-9")]
+    assert check_one_model(str(run), checkpoints) == run
+    vocab = data["model"]["vocab"]
+    first, second = list(vocab)[10:12]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    path.write_text(json_module.dumps(data))
+    with pytest.raises(ProbeError, match="checkpoint step-9 has another tokenizer than run"):
+        check_one_model(str(run), checkpoints)
+
+
+def test_history_revisions_outside_the_run_are_refused(run_dir, tmp_path, capsys):
+    run = copied_run(run_dir, tmp_path)
+    other = tmp_path / "other"
+    import shutil
+
+    shutil.copytree(run / "step-0", other / "step-0")
+    err = refused(["history", "--model", str(run), "--revisions", "../other/step-0", "--out",
+                   str(tmp_path / "h.csv")], capsys)
+    assert "--revisions ../other/step-0 is outside" in err
+    err = refused(["history", "--model", str(run), "--revisions", "step-0,step-77"], capsys)
+    assert "has no checkpoint folder step-77" in err
+    assert outputs(tmp_path) == []
+
+
+def test_history_icl_positions_past_the_model_are_one_line_before_any_work(run_dir, tmp_path, capsys):
+    """The run's model has 256 positions: LATE 255 fits, 256 does not — one line, no journal, no errors
+    file (before: 43 s of failing checkpoints, 4 lines, both files left)."""
+    from probe.runs.history_inputs import check_text_fits
+
+    check_text_fits(run_dir, 12, 255, text.HELD_OUT_SPLIT, 4)  # the control: the last position that fits
+    err = refused(["history", "--model", str(run_dir), "--icl-positions", "12,256", "--out",
+                   str(tmp_path / "h.csv"), *FLAGS], capsys)
+    assert "the model reads 256 positions, too few for the ICL score at token 256" in err
+    assert "give LATE of at most 255" in err
+    assert outputs(tmp_path) == []
+
+
+def test_history_refuses_a_tokenizer_that_reads_the_text_as_unknown(tiny_dir, tmp_path, capsys):
+    """The tiny GPT-2's word tokenizer reads GAP's held-out passages mostly as <unk>: the loss and the ICL
+    score would measure predicting <unk>. Refused, with the share the tokenizer gives (computed here by
+    hand); the natural-text run's byte-level tokenizer has no unknown token at all (control above)."""
+    import shutil
+
+    import transformers
+
+    from probe.runs.history_inputs import MAX_UNKNOWN_SHARE
+
+    run = tmp_path / "words"
+    shutil.copytree(tiny_dir("gpt2"), run / "step-0")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(run / "step-0"))
+    rows = text.held_out_rows(tokenizer, 120, text.HELD_OUT_SPLIT, 16)
+    share = float((rows[:, 1:] == tokenizer.unk_token_id).float().mean())
+    assert share > MAX_UNKNOWN_SHARE
+    err = refused(["history", "--model", str(run), "--out", str(tmp_path / "h.csv"), *FLAGS], capsys)
+    assert f"the tokenizer reads {share:.1%} of the held-out text as its unknown token '<unk>'" in err
+    assert outputs(tmp_path) == []
+
+
+def test_history_out_of_another_model_is_refused_unless_force(run_dir, tmp_path, capsys):
+    """--out holding another model's history is not appended to (before: 294 rows of two models); --force
+    replaces it with this model's rows only. Rows of this model (however its folder is written) are kept."""
+    from probe.runs.history import read_own_history, same_model, tidy
+
+    out = tmp_path / "h.csv"
+    other = tidy(pd.DataFrame([{"model": "zoo:induction", "checkpoint": "step-0", "step": 0,
+                                "row": "checkpoint", "icl_score": -1.0}]))
+    mine = other.assign(model=str(run_dir), checkpoint="step-3", step=3)
+    other.to_csv(out, index=False)
+    before = out.read_bytes()
+    err = refused(["history", "--model", str(run_dir), "--out", str(out), *FLAGS], capsys)
+    assert f"{out} holds the history of another model (zoo:induction)" in err and "--force" in err
+    assert out.read_bytes() == before and outputs(tmp_path) == ["h.csv"]
+    pd.concat([other, mine]).to_csv(out, index=False)
+    kept = read_own_history(out, str(run_dir) + "/", force=True)  # the same folder, written otherwise
+    assert same_model(str(run_dir) + "/", str(run_dir)) and not same_model("zoo:induction", str(run_dir))
+    assert kept["model"].tolist() == [str(run_dir)] and kept["checkpoint"].tolist() == ["step-3"]

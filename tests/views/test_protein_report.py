@@ -66,3 +66,26 @@ def test_the_report_names_the_chains_and_the_domain(tmp_path, ubiquitin_structur
     assert "chain B used of 2 protein chains (A, B)" in page
     assert '<p class="note domain">outside the model&#x27;s domain' in page
     assert "antibody heavy/light chains" in page  # the card's training domain
+
+
+def test_report_text_on_a_structure_is_aligned_or_refused(tiny_dir, ubiquitin_structure):
+    """Issue 55 item 5: `--structure S --text T` ignored T (another protein and a sub-sequence gave
+    byte-identical pages). T is now aligned to the chain as probe.show_structure aligns it: a part of the
+    chain is drawn on it (the page says so), another protein is refused in the same words."""
+    from probe.errors import ProbeError
+    from probe.proteins.structure import read_structure
+    from probe.views.structure_view import show_structure
+
+    loaded = models.load(str(tiny_dir("esm")))
+    chain = read_structure(ubiquitin_structure).sequence
+    part = chain[10:60]
+    page = report_html(loaded, text=part, structure=ubiquitin_structure, seq_len=16)
+    assert "the given sequence (50 residues) aligned to the chain: 50 of them placed on the structure" in page
+    whole = report_html(loaded, structure=ubiquitin_structure, seq_len=16)
+    assert "the given sequence" not in whole
+    other = "GSWWPDNHCYEFGGRWWPPTDHCYKGGSWNNPEDCHWYQ"
+    with pytest.raises(ProbeError, match="matches only") as refused:
+        report_html(loaded, text=other, structure=ubiquitin_structure, seq_len=16)
+    with pytest.raises(ProbeError) as same:
+        show_structure(loaded, ubiquitin_structure, sequence=other)
+    assert str(refused.value) == str(same.value)  # one check, one message

@@ -240,3 +240,84 @@ def test_the_app_route_serves_the_3d_scripts():
     assert [url.rsplit("/", 1)[1] for url in bundle.STRUCTURE_URLS] == ["3Dmol-min.js", "structure.js"]
     script = bundle.inline_structure_script()
     assert script.count("<script>") == 2 and "(function (define, exports, module)" in script
+
+
+def _colour_scale(alpha: np.ndarray, focus: int | None = None) -> dict:
+    """structure.js's fold colouring of the [L L] map `alpha` (its pure core, run by node): {values, top}."""
+    import shutil
+    import subprocess
+
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    n = alpha.shape[0]
+    script = ("global.window = {}; require(process.argv[1]); var core = window.probeStructure.core;"
+              "var alpha = Float32Array.from(JSON.parse(process.argv[2])), n = Number(process.argv[3]);"
+              "var focus = process.argv[4] === 'null' ? null : Number(process.argv[4]);"
+              "var result = core.uniformScaled(core.residueValues(alpha, n, focus, 'from'), n);"
+              "console.log(JSON.stringify({values: Array.from(result.values), top: result.top, colours:"
+              " Array.from(result.values).map(function (v) { return core.residueColour(v, 'light'); })}));")
+    where = "null" if focus is None else str(focus)
+    out = subprocess.run(["node", "-e", script, str(ASSETS / "structure.js"),
+                          json.dumps(alpha.ravel().tolist()), str(n), where],
+                         capture_output=True, text=True, check=True, timeout=60)
+    return json.loads(out.stdout)
+
+
+def test_a_flat_head_leaves_the_fold_grey_and_a_peaked_one_reaches_the_ramps_end():
+    """Issue 55 item 11: the fold's colours are a multiple of uniform attention (1/L), the same scale for
+    every head: a uniform head is the base grey everywhere (it was the ramp's end: scaled to its own maximum),
+    a head sending everything to one residue colours that residue at the ramp's end and nothing else."""
+    n = 40
+    flat = _colour_scale(np.full((n, n), 1 / n, dtype=np.float32))
+    assert max(flat["values"]) == pytest.approx(0.0, abs=1e-6) and flat["top"] == pytest.approx(1.0, abs=1e-5)
+    assert set(flat["colours"]) == {"#d0d0d0"}  # the theme's base grey: "nothing here"
+    peaked = np.zeros((n, n), dtype=np.float32)
+    peaked[:, 7] = 1.0  # every residue attends to residue 7
+    shown = _colour_scale(peaked)
+    assert shown["values"][7] == pytest.approx(1.0) and shown["top"] == pytest.approx(n)
+    assert shown["colours"][7] == "#d94801"
+    assert set(shown["colours"][:7] + shown["colours"][8:]) == {"#d0d0d0"}
+    # a focused residue's row: 4 × uniform on residue 3 is log(4) / log(40) of the way, the rest below uniform
+    half = np.full((n, n), 0.9 / (n - 1), dtype=np.float32)
+    half[5, :] = (1 - 4 / n) / (n - 1)
+    half[5, 3] = 4 / n
+    row = _colour_scale(half, focus=5)
+    assert row["values"][3] == pytest.approx(np.log(4) / np.log(n), abs=1e-4)
+    assert max(row["values"][:3] + row["values"][4:]) == 0.0
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"top": -5}, "top=-5: give the most edges drawn per head"),
+    ({"top": 0}, "top=0:"),
+    ({"top": 2.5}, "top=2.5:"),
+    ({"min_weight": float("nan")}, "min_weight=nan: give an edge weight between 0 and 1"),
+    ({"min_weight": 1.5}, "min_weight=1.5:"),
+    ({"min_weight": -0.1}, "min_weight=-0.1:"),
+    ({"budget": 0}, "budget=0: give the bytes of residue maps"),
+    ({"rule": "median"}, "rule='median': use one of max, mean"),
+    ({"theme": "blue"}, "theme='blue': use one of light, dark"),
+])
+def test_show_structure_refuses_bad_options_before_loading(options, message, ubiquitin_structure,
+                                                           monkeypatch):
+    """Issue 55 item 9: top=-5, min_weight=nan and budget=0 were accepted (a budget of 0 still drew a head);
+    each is now one line naming the fix, before the model is loaded."""
+    from probe.views import structure_view
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(structure_view, "load", never)
+    with pytest.raises(ProbeError, match=re.escape(message)):
+        structure_view.show_structure("zoo:esm-random", ubiquitin_structure, **options)
+
+
+def test_show_structure_calls_a_folder_a_folder(esm, tmp_path):
+    from probe.views.structure_view import check_view_options, show_structure
+
+    with pytest.raises(ProbeError, match=f"structure {re.escape(str(tmp_path))} is a folder: give a PDB or "
+                                         "mmCIF file inside it"):
+        show_structure(esm, tmp_path)
+    with pytest.raises(ProbeError, match="does not exist"):
+        show_structure(esm, tmp_path / "none.pdb")
+    check_view_options(1, 0.0, 1, "mean", "dark")  # the control: the smallest valid values pass
+    check_view_options(50, 1.0, 2**21, "max", "light")

@@ -356,7 +356,8 @@ def test_probe_label_writes_the_report_at_the_end(planted, tmp_path, capsys, mon
     monkeypatch.setattr(models, "load",
                         lambda *args, **kwargs: loads.append(args[0]) or load(*args, **kwargs))
     out, report = tmp_path / "labels.csv", tmp_path / "report.html"
-    assert main(["label", "--model", planted.name, "--types", "previous_token", "--examples", "2",
+    # 4 probes: 2 documents a half, the fewest a held-out confirmation can test (issue 57)
+    assert main(["label", "--model", planted.name, "--types", "previous_token", "--examples", "4",
                  "--bootstrap", "20", "--ablate", "none", "--seq-len", "16", "--out", str(out),
                  "--report", str(report)]) == 0
     assert len(loads) == 1  # the report drew the model the run loaded (issue 40)
@@ -392,3 +393,52 @@ def test_app_run_refuses_an_unknown_mode():
 
     with pytest.raises(ProbeError, match="jupyter_mode"):
         probe.app.run(jupyter_mode="sideways")
+
+
+def test_a_local_copy_of_shipped_weights_gets_the_shipped_labels(tmp_path):
+    """Issue 55 item 12: shipped label tables are found by the weights' content hash too, so a copy of an
+    organism's or of MiniLM's folder gets them (the table's revision column then matches its rows); a copy
+    whose weights differ by one byte (same size: the size filter passes) gets none."""
+    import shutil
+    from pathlib import Path
+
+    from probe import zoo
+    from probe.hashing import weights_hash
+    from probe.heads.tables import rows_of_model
+    from probe.specs import LABELS_DIR, packaged_dir, shipped_labels_path
+
+    copy = Path(shutil.copytree(zoo.path("induction"), tmp_path / "induction-copy"))
+    assert shipped_labels_path(str(copy)) == zoo.path("induction") / "labels.csv"
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    assert shipped_labels_path(str(copy)) is None  # other weights: no shipped table
+    minilm = packaged_dir("sentence-transformers/all-MiniLM-L6-v2")
+    if minilm is None:
+        pytest.skip("the MiniLM package is not installed")
+    local = tmp_path / "my-minilm"
+    local.mkdir()
+    for item in minilm.iterdir():  # a local copy: the weights linked (90 MB), the rest copied
+        if item.name == "model.safetensors":
+            (local / item.name).symlink_to(item)
+        elif item.is_file():
+            shutil.copy(item, local / item.name)
+    found = shipped_labels_path(str(local))
+    assert found == LABELS_DIR / "all-MiniLM-L6-v2.csv"
+    rows = rows_of_model(pd.read_csv(found), str(local), weights_hash(local))
+    assert len(rows) and (rows["revision"] == weights_hash(local)).all()
+
+
+def test_z_values_never_print_a_negative_zero():
+    """Issue 55 item 12: "z -0.0" — a z that rounds to zero is written 0.0 in the labelled-heads table (report
+    and app), the label summary and the findings."""
+    from probe.heads.label.table import z_text
+    from probe.views.tables import table_html
+
+    row = {"model": "m", "layer": 0, "head": 0, "head_name": "L0H0", "head_type": "induction", "score": 0.5,
+           "label": True, "ablation_effect": 0.01, "ablation_z": -0.04, "group_effect": -0.2,
+           "group_z": -3.46}
+    page = table_html(pd.DataFrame([row]))
+    assert "(z 0.0)" in page and "z -0.0" not in page and "(z -3.5)" in page
+    assert z_text(-0.04).startswith("z 0.0:") and z_text(-3.0) == "z -3.0"

@@ -9,7 +9,8 @@ What belongs here, in the order a run goes through it:
 * :mod:`~probe.heads.label.scoring` — scores streamed from the capture engine, one forward per probe batch
   for every type of a probe set;
 * :mod:`~probe.heads.label.summary` — per head × type: the score, its interval, chance and the one-sided test;
-* :mod:`~probe.heads.label.table` — the label rule (FDR), roles and copying, the rows, the summary lines;
+* :mod:`~probe.heads.label.table` — the label rule (FDR on the selection half of each probe set's documents,
+  replicated on the held-out confirmation half), roles and copying, the rows, the summary lines;
 * :mod:`~probe.heads.label.ablation` — ablation columns of labelled heads (single and joint, against random
   heads);
 * :mod:`~probe.heads.label.pipeline` — :func:`label_model`, which runs the stages in order.

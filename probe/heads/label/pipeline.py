@@ -15,15 +15,18 @@
    (:class:`probe.heads.registry.GeneratedScores`).
 3. **Statistics** (:mod:`probe.heads.stats`): chance, clustered bootstrap interval, a one-sided test of the
    effect over ``min_effect`` (mass types: score − chance; accuracy types: paired accuracy gain over the best
-   baseline), Benjamini–Hochberg over all the model's head × type tests; label = q ≤ ``fdr``. Types with
-   candidates (fixed_offset) choose each head's candidate on half of the examples and are tested on the other
-   half. With ``twins`` (``--control untrained:K``), K untrained twins (:mod:`probe.untrained`) are scored on
-   the same token and span probes after the model, one twin at a time (each built, run on every probe set
-   and let go before the next: the run holds the model and one twin; a device-mapped model's twins are
-   placed like it, :func:`probe.untrained.each_twin`); per type and length the 99th percentile of their
-   statistic over all their heads is ``untrained_p99``, and a label must also be above it (generated types
-   are not run on the twins: a random model retrieves no needle, so its score is NaN by their own rule). A
-   twin that cannot be built is skipped and the run's notes say so ("controls: untrained twins 1 of 3 …").
+   baseline), Benjamini–Hochberg over all the model's head × type tests, on the selection half of each probe
+   set's documents; ``selected`` = q ≤ ``fdr``, and ``label`` = selected and ``replicated`` (the same test on
+   the held-out confirmation half: :func:`probe.heads.stats.confirmation_split`, docs/labels.md "Held-out
+   confirmation"). Types with candidates (fixed_offset) choose each head's candidate on half of the examples
+   and are tested on the other half. With ``twins`` (``--control untrained:K``), K untrained twins
+   (:mod:`probe.untrained`) are scored on the same token and span probes after the model, one twin at a time
+   (each built, run on every probe set and let go before the next: the run holds the model and one twin; a
+   device-mapped model's twins are placed like it, :func:`probe.untrained.each_twin`); per type and length the
+   99th percentile of their statistic over all their heads is ``untrained_p99``, and a label must also be
+   above it (generated types are not run on the twins: a random model retrieves no needle, so its score is NaN
+   by their own rule). A twin that cannot be built is skipped and the run's notes say so ("controls: untrained
+   twins 1 of 3 …").
 4. **Output share** (Kobayashi et al. 2020, streamed with the scores): the share of each head's output norm
    that comes from its targets (``output_share``); a label below :data:`SINK_SHARE` has ``role`` "sink",
    others "function".

@@ -4,23 +4,31 @@ one-sided test, output share and accuracy against the best baseline."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from probe.heads import stats
 from probe.heads.label.config import LabelConfig
 from probe.heads.label.scoring import Scored
+from probe.heads.scores import TypeScores
 
 
-def summarise(scored: Scored, config: LabelConfig) -> dict[str, torch.Tensor | float | str | list]:
-    """Score, interval, chance, effect and p-value per head `[layer head]` for one type on one probe set."""
+def summarise(scored: Scored, config: LabelConfig,
+              choice: torch.Tensor | None = None) -> dict[str, torch.Tensor | float | str | list]:
+    """Score, interval, chance, effect and p-value per head `[layer head]` for one type on one probe set.
+    A type with candidates (fixed_offset) chooses each head's candidate on half of the examples and is
+    tested on the other half; with `choice` (`[layer head]` candidate index, the ``"_choice"`` entry of an
+    earlier summary: the confirmation half keeps the selection half's candidate) every example tests it."""
     n_examples = len(scored.cluster)
-    select, test = (stats.selection_split(n_examples) if len(scored.candidates) > 1
+    select, test = (stats.selection_split(n_examples) if len(scored.candidates) > 1 and choice is None
                     else (torch.ones(n_examples, dtype=torch.bool),) * 2)
     # [candidate example layer head]
     score_all = torch.stack([scored.scores[c].score for c in scored.candidates])
     chance_all = torch.stack([scored.chance[c] for c in scored.candidates])  # [candidate example]
     effects = score_all - chance_all[:, :, None, None]  # [candidate example layer head]
-    choice = stats.choose_candidate(effects[:, select])  # [layer head]
+    if choice is None:
+        choice = stats.choose_candidate(effects[:, select])  # [layer head]
     pick = choice[None, None].expand(1, n_examples, *choice.shape)  # [1 example layer head]
     score = score_all.gather(0, pick)[0][test]  # [example layer head]
     # [example layer head]
@@ -34,7 +42,7 @@ def summarise(scored: Scored, config: LabelConfig) -> dict[str, torch.Tensor | f
     out = dict(score=torch.nanmean(score, 0), ci_low=low, ci_high=high, chance=torch.nanmean(chance, 0),
                effect=torch.nanmean(effect, 0), tl_score=torch.nanmean(tl, 0),
                n_examples=int((~torch.isnan(score[:, 0, 0])).sum()),
-               n_clusters=int(len(torch.unique(cluster))))
+               n_clusters=int(len(torch.unique(cluster))), _choice=choice)
     out["p_value"] = stats.p_greater(out["effect"], _std(effect_means), config.min_effect)
     if scored.scores[scored.candidates[0]].output_share is not None:
         out.update(_share_summary(scored, pick, test, weights, config))
@@ -105,3 +113,23 @@ def per_group(correct: torch.Tensor, groups: list[str], order: list[str]) -> lis
                       values in zip(order, means, strict=True))
             for row in range(correct[0].numel())]
 
+
+
+def subset(scored: Scored, rows: torch.Tensor) -> Scored:
+    """`scored` restricted to the examples `rows` (`[example]` bool): one half of
+    :func:`probe.heads.stats.confirmation_split`."""
+    index = torch.nonzero(rows).flatten()  # [kept]
+
+    def pick(scores: TypeScores) -> TypeScores:
+        return TypeScores(scores.head_type, *(None if getattr(scores, name) is None
+                                              else getattr(scores, name)[index] for name in _SCORE_FIELDS))
+
+    return replace(scored, scores={key: pick(value) for key, value in scored.scores.items()},
+                   chance={key: value[index] for key, value in scored.chance.items()},
+                   cluster=scored.cluster[index],
+                   baselines=None if scored.baselines is None else {
+                       name: values[index] for name, values in scored.baselines.items()},
+                   groups=None if scored.groups is None else [scored.groups[i] for i in index.tolist()])
+
+
+_SCORE_FIELDS = ("score", "tl_score", "correct", "output_share", "clark_correct")  # TypeScores' tensors

@@ -14,10 +14,11 @@ from probe import untrained
 from probe.heads import stats
 from probe.heads.label.config import LabelConfig
 from probe.heads.label.scoring import Scored
-from probe.heads.label.summary import per_group, summarise
+from probe.heads.label.summary import per_group, subset, summarise
 from probe.heads.registry import REGISTRY
 from probe.heads.sink_rate import sink_rate_lines
 from probe.heads.tables import COLUMNS
+from probe.naming import fixed
 
 # a label of a sink type (HeadTypeSpec.sink: first token, delimiters) whose output share is below this is a
 # "sink": attended to, but it adds almost nothing
@@ -120,9 +121,14 @@ def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
     names = [loaded.head_name(layer, head) for layer,
              head in zip(layers.tolist(), heads.tolist(), strict=True)]
     parts = []
-    for item in scored:
+    for whole in scored:
+        # the selection half makes every column below but the confirm_* ones (docs/labels.md, "Held-out
+        # confirmation"); the confirmation half tests the same candidate again
+        select, confirm = stats.confirmation_split(whole.cluster, config.seed)
+        item = subset(whole, select)
         summary = summarise(item, config)
         groups = summary.pop("_groups", [])
+        choice = summary.pop("_choice")
         columns: dict[str, object] = {"model": loaded.name, "revision": loaded.revision, "layer": layers,
                                       "head": heads, "head_name": names, "head_type": item.spec.name,
                                       "probe_set": item.probe_set,
@@ -137,15 +143,44 @@ def assemble(loaded, scored: list[Scored], config: LabelConfig) -> pd.DataFrame:
                    else None)
         if correct is not None and groups:
             columns["accuracy_by_source"] = per_group(correct, item.groups, groups)
+        for key, value in confirmation(subset(whole, confirm), config, choice).items():
+            columns[key] = (value.reshape(n_rows).double().numpy() if isinstance(value, torch.Tensor)
+                            else value)
         parts.append(pd.DataFrame(columns, index=range(n_rows)))
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     # a hybrid: only the layers with α have real heads
     if len(table) and len(loaded.attention_layers) < n_layers:
         table = table[table["layer"].isin(loaded.attention_layers)].reset_index(drop=True)
-    later = ("q_value", "label", "stable", "role")
+    later = ("q_value", "selected", "confirm_q", "replicated", "label", "stable", "role")
     return table.reindex(columns=[c for c in COLUMNS if c not in later] + list(later))
 
 
+
+
+# the confirmation half's columns (besides confirm_q and replicated, which decide() adds)
+CONFIRM_COLUMNS = ("confirm_score", "confirm_ci_low", "confirm_ci_high", "confirm_effect", "confirm_p",
+                   "confirm_clusters")
+
+
+def confirmation(half: Scored, config: LabelConfig, choice: torch.Tensor) -> dict[str, torch.Tensor | float]:
+    """The confirmation half's :data:`CONFIRM_COLUMNS` (each `[layer head]`, or one number for every head):
+    the statistic a label rests on — the accuracy where a head has one (accuracy types), else the score —
+    with its clustered bootstrap interval, the effect and the same one-sided test as the selection's, on
+    the half's examples only, each head keeping the candidate the selection half chose (`choice`). NaN where
+    the half has no example (a probe set of one cluster)."""
+    if len(half.cluster) == 0:
+        return {**dict.fromkeys(CONFIRM_COLUMNS, math.nan), "confirm_clusters": 0}
+    found = summarise(half, config, choice)
+    score, low, high = found["score"], found["ci_low"], found["ci_high"]
+    if isinstance(found.get("accuracy"), torch.Tensor):  # the statistic is the accuracy where it is known
+        accuracy = found["accuracy"].to(score.dtype)
+        known = ~torch.isnan(accuracy)
+        score = torch.where(known, accuracy, score)
+        low = torch.where(known, found["accuracy_ci_low"].to(low.dtype), low)
+        high = torch.where(known, found["accuracy_ci_high"].to(high.dtype), high)
+    return {"confirm_score": score, "confirm_ci_low": low, "confirm_ci_high": high,
+            "confirm_effect": found["effect"], "confirm_p": found["p_value"],
+            "confirm_clusters": found["n_clusters"]}
 
 
 def statistic(table: pd.DataFrame) -> pd.Series:
@@ -185,16 +220,32 @@ def untrained_bars(twins: list[tuple[object, list[Scored]]],
 
 def decide(table: pd.DataFrame, config: LabelConfig,
            bars: dict[tuple[str, float], float] | None = None) -> pd.DataFrame:
-    """The table with ``q_value`` (Benjamini–Hochberg over all its tests), ``untrained_p99`` (from `bars`,
-    :func:`untrained_bars`; NaN without twins), ``label`` (q ≤ fdr, and the statistic above
-    ``untrained_p99`` where it is known), ``stable`` (the same label at every length) and ``role`` filled in
-    (in place, and returned)."""
+    """The table with ``q_value`` (Benjamini–Hochberg over all its selection-half tests), ``untrained_p99``
+    (from `bars`, :func:`untrained_bars`; NaN without twins), ``selected`` (q ≤ fdr, and the statistic above
+    ``untrained_p99`` where it is known), ``confirm_q`` (Benjamini–Hochberg of ``confirm_p`` over the
+    selected rows; NaN elsewhere), ``replicated`` (selected rows: confirm_q ≤ fdr and ``confirm_score`` above
+    ``untrained_p99`` where it is known; NaN for rows not selected: nothing to replicate), ``label``
+    (selected and replicated), ``stable`` (the same label at every length) and ``role`` filled in (in place,
+    and returned). A table without ``confirm_p`` (no confirmation half) replicates nothing."""
     table["q_value"] = stats.benjamini_hochberg(torch.tensor(table["p_value"].to_numpy(dtype=float))).numpy()
     keys = zip(table["head_type"], table["seq_len"].fillna(-1.0), strict=True)
     table["untrained_p99"] = [(bars or {}).get((name, float(length)), math.nan) for name, length in keys]
     bar = pd.to_numeric(table["untrained_p99"], errors="coerce")
     below_twins = statistic(table) <= bar  # False where either is NaN: no twins, no bar
-    table["label"] = ((table["q_value"] <= config.fdr).fillna(False) & ~below_twins).astype(bool)
+    selected = ((table["q_value"] <= config.fdr).fillna(False) & ~below_twins).astype(bool)
+    table["selected"] = selected
+    unknown = pd.Series(math.nan, index=table.index)
+    confirm_p = pd.to_numeric(table["confirm_p"], errors="coerce") if "confirm_p" in table else unknown
+    confirm_score = (pd.to_numeric(table["confirm_score"], errors="coerce") if "confirm_score" in table
+                     else unknown)
+    # the family is the selected rows: fixed by the selection half, so independent of the confirmation data
+    confirm_q = unknown.copy()
+    confirm_q[selected] = stats.benjamini_hochberg(torch.tensor(confirm_p[selected].to_numpy(dtype=float))
+                                                   ).numpy()
+    table["confirm_q"] = confirm_q
+    confirmed = (confirm_q <= config.fdr).fillna(False) & ~(confirm_score <= bar)
+    table["replicated"] = confirmed.astype(object).where(selected, math.nan)
+    table["label"] = (selected & confirmed).astype(bool)
     agree = table.groupby(["layer", "head", "head_type"])["label"].transform("nunique")
     table["stable"] = agree.eq(1)
     table["role"] = roles(table)
@@ -244,8 +295,8 @@ def z_text(z: float) -> str:
     if z != z:
         return "z unknown: too few control groups"
     if abs(z) < Z_SIGNIFICANT:
-        return f"z {z:.1f}: not significant, within the random groups' spread"
-    return f"z {z:.1f}"
+        return f"z {fixed(z)}: not significant, within the random groups' spread"
+    return f"z {fixed(z)}"
 
 
 def summary_lines(table: pd.DataFrame) -> list[str]:
@@ -281,6 +332,11 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
                 else math.nan
             if bar == bar:
                 line += f"; untrained twins' p99 {bar:.3f}"
+            if "selected" in group:  # selected on one half of the documents, not reproduced on the other
+                lost = group[group["selected"].astype("boolean").fillna(False).astype(bool)
+                             & ~group["label"].astype(bool)]
+                if len(lost):
+                    line += f"; not replicated on held-out documents: {' '.join(lost['head_name'])}"
             if "group_heads" in labelled:
                 joint = labelled.dropna(subset=["group_heads"]).drop_duplicates("group_heads")
                 for heads, effect, z in zip(joint["group_heads"], joint["group_effect"], joint["group_z"],
@@ -297,4 +353,29 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
             lines.append(line)
     bars = pd.to_numeric(table["untrained_p99"], errors="coerce") if "untrained_p99" in table else None
     twins = [] if bars is not None and bars.notna().any() else [NO_TWINS_LINE]
-    return lines + sink_rate_lines(table) + twins
+    return lines + replication_lines(table) + sink_rate_lines(table) + twins
+
+
+def replication_lines(table: pd.DataFrame) -> list[str]:
+    """Per model, how many of the labels selected on one half of the documents the other half reproduced
+    (docs/labels.md, "Held-out confirmation"): "zoo:x · held-out confirmation: 5 of 6 selected labels
+    replicate (the label column counts those 5)"; nothing for a table without a ``selected`` column (one
+    written before the confirmation existed).
+
+    Examples
+    --------
+    >>> table = pd.DataFrame({"model": "m", "selected": [True, True, False], "label": [True, False, False]})
+    >>> replication_lines(table)
+    ['m · held-out confirmation: 1 of 2 selected labels replicate on the documents the selection never saw \
+(the label column keeps those 1)']
+    """
+    if "selected" not in table:
+        return []
+    lines = []
+    for model, rows in table.groupby("model", sort=False):
+        selected = rows["selected"].astype("boolean").fillna(False).astype(bool)
+        kept = int((selected & rows["label"].astype(bool)).sum())
+        lines.append(f"{model} · held-out confirmation: {kept} of {int(selected.sum())} selected labels "
+                     f"replicate on the documents the selection never saw (the label column keeps those "
+                     f"{kept})")
+    return lines

@@ -15,6 +15,11 @@
     "use strict";
     if (window.probeStructure && window.probeStructure.version >= 1) { return; }
 
+    /** A theme's colours: the background, the fold's grey `base` and orange `ramp` ([r, g, b]), the contacts'
+     *  (`truth`, predicted `hit` / `miss`), the selected pair's and the labels'.
+     *  @typedef {{background: string, base: number[], ramp: number[][], truth: string, hit: string, miss: string,
+     *             pair: string, label: string, labelBack: string}} Theme */
+    /** @type {{[name: string]: Theme}} */
     var THEMES = {
         light: {background: "#ffffff", base: [208, 208, 208], ramp: [[253, 208, 162], [253, 174, 107], [217, 72, 1]],
                 truth: "#2b6cb0", hit: "#2ca02c", miss: "#9467bd", pair: "#d6246e", label: "#111111",
@@ -27,34 +32,42 @@
 
     // --- core: pure functions (tests call them) ----------------------------------------------------------------
 
+    /** @param {string} base64 @returns {Uint8Array} */
     function bytesOf(base64) {
         var text = atob(base64), bytes = new Uint8Array(text.length);
         for (var i = 0; i < text.length; i++) { bytes[i] = text.charCodeAt(i); }
         return bytes;
     }
 
+    /** @param {number[]} a [r, g, b] @param {number[]} b [r, g, b] @param {number} t in [0, 1]
+     *  @returns {number[]} [r, g, b] */
     function mix(a, b, t) {
         return [Math.round(a[0] + (b[0] - a[0]) * t), Math.round(a[1] + (b[1] - a[1]) * t),
                 Math.round(a[2] + (b[2] - a[2]) * t)];
     }
 
+    /** @param {number[]} rgb @returns {string} "#rrggbb" */
     function hex(rgb) {
         return "#" + rgb.map(function (v) { return ("0" + Math.max(0, Math.min(255, v)).toString(16)).slice(-2); })
             .join("");
     }
 
-    function residueColour(value, theme) {  // value in [0, 1] (scaled to the largest shown): grey -> ramp
+    /** @param {number} value @param {string} theme "light" or "dark" @returns {string} */
+    function residueColour(value, theme) {  // value in [0, 1] (uniformScaled: 0 uniform or less): grey -> ramp
         var t = THEMES[theme] || THEMES.light;
         if (!(value > 0)) { return hex(t.base); }
         var v = Math.min(1, value);
         return hex(v < 0.5 ? mix(t.base, t.ramp[1], v * 2) : mix(t.ramp[1], t.ramp[2], (v - 0.5) * 2));
     }
 
+    /** @param {number} weight @param {number} top @returns {string} */
     function edgeColour(weight, top) {  // provis' orange, from light (weak) to dark (the head's strongest pair)
         var t = top > 0 ? Math.min(1, weight / top) : 1;
         return hex(t < 0.5 ? mix([253, 208, 162], EDGE, t * 2) : mix(EDGE, [166, 54, 3], (t - 0.5) * 2));
     }
 
+    /** @param {ArrayLike<number>} alpha [query key] row-major, n a side @param {number} n
+     *  @param {number | null | undefined} focus @param {string} direction "from" or "to" @returns {Float32Array} */
     function residueValues(alpha, n, focus, direction) {
         // [n] the fold's colours before scaling: α from `focus` (its row), α to it (its column), or with no focus
         // the attention each position receives, Σ_i α[i, j] / n (hexviz)
@@ -70,6 +83,7 @@
         return out;
     }
 
+    /** @param {ArrayLike<number>} values @returns {{values: Float32Array, top: number}} */
     function scaled(values) {  // values / their max (all zero stays zero), and the max
         var top = 0, i;
         for (i = 0; i < values.length; i++) { if (values[i] > top) { top = values[i]; } }
@@ -78,11 +92,27 @@
         return {values: out, top: top};
     }
 
+    /** @param {ArrayLike<number>} values @param {number} n @returns {{values: Float32Array, top: number}} */
+    function uniformScaled(values, n) {
+        // the fold's colour scale, the same for every head: α as a multiple of uniform attention (1/n) on a log
+        // scale, 0 (the base grey: "nothing here") at or below uniform, 1 where one residue takes all of it (n ×
+        // uniform); with the largest multiple. A flat head stays grey; only a peaked one reaches the ramp's end.
+        var out = new Float32Array(values.length), top = 0, span = n > 1 ? Math.log(n) : 1, i, ratio;
+        for (i = 0; i < values.length; i++) {
+            ratio = values[i] * n;
+            if (ratio > top) { top = ratio; }
+            out[i] = n > 1 && ratio > 1 ? Math.min(1, Math.log(ratio) / span) : 0;
+        }
+        return {values: out, top: top};
+    }
+
     var core = {bytesOf: bytesOf, residueColour: residueColour, edgeColour: edgeColour,
-                residueValues: residueValues, scaled: scaled, themes: THEMES};
+                residueValues: residueValues, scaled: scaled, uniformScaled: uniformScaled, themes: THEMES};
 
     // --- the view ------------------------------------------------------------------------------------------------
 
+    /** @template {keyof HTMLElementTagNameMap} K @param {K} tag @param {string | null} [className]
+     *  @param {string} [text] @returns {HTMLElementTagNameMap[K]} */
     function element(tag, className, text) {
         var node = document.createElement(tag);
         if (className) { node.className = className; }
@@ -90,19 +120,40 @@
         return node;
     }
 
+    /** @param {number[]} xyz @returns {{x: number, y: number, z: number}} */
     function point(xyz) { return {x: xyz[0], y: xyz[1], z: xyz[2]}; }
 
+    /** A protein's 3D view. @constructor @param {HTMLElement} root @param {StructureData} data */
     function Structure(root, data) {
         this.root = root;
         this.data = data;
         this.n = data.n;
         this.theme = data.theme === "dark" ? "dark" : "light";
+        /** @type {{[layer: string]: boolean}} */
         this.show = {attention: true, "true": false, predicted: false};
         this.style = "cartoon";
         this.direction = "from";
+        /** @type {number | null} */
         this.focused = null;
+        /** @type {number[] | null} */
         this.pair = null;
+        // set by build() (its elements), start() (the viewer) and draw(): declared here for the type check, no-ops
+        /** @type {HTMLSelectElement} */ this.headSelect;
+        /** @type {HTMLSelectElement} */ this.directionSelect;
+        /** @type {HTMLSelectElement} */ this.styleSelect;
+        /** @type {{[layer: string]: HTMLInputElement}} */ this.boxes;
+        /** @type {HTMLButtonElement} */ this.themeButton;
+        /** @type {HTMLDivElement} */ this.canvasBox;
+        /** @type {HTMLDivElement} */ this.caption;
+        /** @type {HTMLDivElement} */ this.hoverNote;
+        /** @type {HTMLDivElement} */ this.strip;
+        /** @type {HTMLSpanElement[]} */ this.spans;
+        /** @type {ThreeDmolViewer | null | undefined} */ this.viewer;
+        /** @type {object} */ this.model;
+        /** @type {{[residue: number]: number}} */ this.positions;  // structure residue index -> sequence position
+        /** @type {string | undefined} */ this.styled;  // the key of the fold's last style (draw)
         var bytes = bytesOf(data.maps.data), tops = new Float32Array(bytesOf(data.maps.scale).buffer);
+        /** @type {{[layerHead: string]: Float32Array}} */
         this.maps = {};
         var size = this.n * this.n;
         for (var h = 0; h < data.heads.length; h++) {
@@ -110,10 +161,12 @@
             for (var k = 0; k < size; k++) { alpha[k] = bytes[h * size + k] * factor; }
             this.maps[data.heads[h].join(":")] = alpha;
         }
+        /** @type {{[pair: string]: boolean}} */
         this.truth = {};
         var truth = this.truth;
         (data.contacts["true"] || []).forEach(function (p) { truth[p[0] + ":" + p[1]] = true; });
         this.build();
+        /** @type {number[]} */
         this.selected = data.selected;
         this.index = this.headIndex(data.selected[0], data.selected[1]);
         this.ready = false;  // draw() waits for the first select (one restyle at mount)
@@ -213,12 +266,13 @@
             return span;
         });
         this.strip.addEventListener("click", function (event) {
-            var span = event.target.closest ? event.target.closest(".ps-residue") : null;
-            if (span) { self.residueClicked(parseInt(span.getAttribute("data-position"), 10)); }
+            var target = /** @type {HTMLElement} */ (event.target);
+            var span = target.closest ? target.closest(".ps-residue") : null;
+            if (span) { self.residueClicked(parseInt(/** @type {string} */ (span.getAttribute("data-position")), 10)); }
         });
         root.appendChild(this.strip);
         root.addEventListener("keydown", function (event) {
-            var tag = event.target && event.target.tagName;
+            var target = /** @type {HTMLElement | null} */ (event.target), tag = target && target.tagName;
             if (tag === "SELECT" || tag === "INPUT" || event.altKey || event.ctrlKey || event.metaKey) { return; }
             if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
                 event.preventDefault();
@@ -234,6 +288,7 @@
         });
     };
 
+    /** @returns {boolean} */
     Structure.prototype.start = function () {  // the 3Dmol viewer and the chain; false (with a message) without
         var self = this;
         if (!window.$3Dmol) {
@@ -268,12 +323,14 @@
         return true;
     };
 
+    /** @param {ThreeDmolAtom | null} atom @returns {number | null} its sequence position */
     Structure.prototype.positionOf = function (atom) {
         if (!atom || atom.resi === undefined) { return null; }
         var position = this.positions[atom.resi - 1];
         return position === undefined ? null : position;
     };
 
+    /** @param {number} layer @param {number} head @returns {number} its index in data.heads, or -1 */
     Structure.prototype.headIndex = function (layer, head) {
         for (var h = 0; h < this.data.heads.length; h++) {
             if (this.data.heads[h][0] === layer && this.data.heads[h][1] === head) { return h; }
@@ -281,8 +338,10 @@
         return -1;
     };
 
+    /** @returns {Float32Array} the selected head's α [query key] */
     Structure.prototype.alpha = function () { return this.maps[this.data.heads[this.index].join(":")]; };
 
+    /** @param {number} position @returns {string} */
     Structure.prototype.describe = function (position) {
         var alpha = this.alpha(), text = this.data.labels[position];
         if (this.focused !== null && this.focused !== position) {
@@ -293,6 +352,7 @@
         return text;
     };
 
+    /** @param {number} layer @param {number} head @param {boolean} [notify] @returns {boolean} */
     Structure.prototype.select = function (layer, head, notify) {
         var index = this.headIndex(layer, head);
         if (index < 0) { return false; }
@@ -308,6 +368,7 @@
         return true;
     };
 
+    /** @param {number | null | undefined} position */
     Structure.prototype.focus = function (position) {
         this.focused = position === null || position === undefined ? null : position;
         if (this.focused === null) { this.root.removeAttribute("data-focus"); }
@@ -315,6 +376,7 @@
         this.draw();
     };
 
+    /** @param {number | null | undefined} position */
     Structure.prototype.residueClicked = function (position) {
         if (position === null || position === undefined) { return; }
         if (this.focused === null || this.focused === position) {
@@ -324,6 +386,8 @@
         this.selectPair([this.focused, position], true);  // the focus is the query: the pair (focus → clicked)
     };
 
+    /** @param {number[] | number | null} pair [i, j], or i with j the next argument (and notify the third)
+     *  @param {boolean | number} [notify] */
     Structure.prototype.selectPair = function (pair, notify) {
         if (typeof pair === "number") {  // selectPair(i, j[, notify]); position 0 is a residue too
             notify = arguments[2];
@@ -342,6 +406,7 @@
         }
     };
 
+    /** @param {string} name "attention", "true" or "predicted" @param {boolean} on */
     Structure.prototype.toggle = function (name, on) {
         if (!(name in this.show)) { return; }
         this.show[name] = !!on && (name === "attention" || !!this.data.contacts[name]);
@@ -349,12 +414,14 @@
         this.draw();
     };
 
+    /** @param {string} style "cartoon" or "trace" */
     Structure.prototype.setStyle = function (style) {
         this.style = style === "trace" ? "trace" : "cartoon";
         this.styleSelect.value = this.style;
         this.draw();
     };
 
+    /** @param {string} theme "light" or "dark" */
     Structure.prototype.setTheme = function (theme) {
         this.theme = theme === "dark" ? "dark" : "light";
         this.root.classList.toggle("ps-dark", this.theme === "dark");
@@ -365,9 +432,10 @@
         this.draw();
     };
 
-    Structure.prototype.colours = function () {  // {values [n] scaled 0..1, top, what}: the fold's colouring
+    /** @returns {{values: Float32Array, top: number, what: string}} */
+    Structure.prototype.colours = function () {  // {values [n] 0..1, top (× uniform), what}: the fold's colouring
         var raw = residueValues(this.alpha(), this.n, this.focused, this.direction);
-        var result = scaled(raw);
+        var result = /** @type {{values: Float32Array, top: number, what: string}} */ (uniformScaled(raw, this.n));
         result.what = this.focused === null ? "attention received (Σ over queries / L, hexviz)" :
             "α " + (this.direction === "to" ? "to " : "from ") + this.data.labels[this.focused];
         return result;
@@ -376,12 +444,15 @@
     Structure.prototype.draw = function () {
         if (!this.viewer || !this.ready || this.index === undefined || this.index < 0) { return; }
         var self = this, data = this.data, theme = THEMES[this.theme], viewer = this.viewer;
-        var colours = this.colours(), byResidue = {};
+        var colours = this.colours();
+        /** @type {{[residue: number]: string}} */
+        var byResidue = {};
         var key = [this.index, this.focused, this.direction, this.theme, this.style].join("|");
         if (key !== this.styled) {  // the fold is restyled only when its colours or style change (costly)
             data.residue_of_position.forEach(function (residue, position) {
                 if (residue >= 0) { byResidue[residue + 1] = residueColour(colours.values[position], self.theme); }
             });
+            /** @param {ThreeDmolAtom} atom @returns {string} */
             var colourOf = function (atom) { return byResidue[atom.resi] || hex(theme.base); };
             viewer.setStyle({}, this.style === "trace" ?
                 {cartoon: {style: "trace", thickness: 0.5, colorfunc: colourOf}} : {cartoon: {colorfunc: colourOf}});
@@ -390,16 +461,18 @@
         viewer.removeAllShapes();
         viewer.removeAllLabels();
         var pairs = data.pairs[this.index], top = pairs.length ? pairs[0][2] : 0, drawn = 0;
-        var scale = data.params.edge_scale, ca = data.ca;
+        // pairs and contacts name only residues with a Cα (structure_payload): ca[i] is not null for them
+        var scale = data.params.edge_scale, ca = /** @type {number[][]} */ (data.ca);
+        /** @param {number} i @param {number} j */
         function pick(i, j) { return function () { self.selectPair([i, j], true); }; }
         if (this.show["true"]) {
-            data.contacts["true"].forEach(function (p) {
+            /** @type {number[][]} */ (data.contacts["true"]).forEach(function (p) {
                 viewer.addCylinder({start: point(ca[p[0]]), end: point(ca[p[1]]), radius: 0.08, color: theme.truth,
                                     fromCap: 1, toCap: 1, clickable: true, callback: pick(p[0], p[1])});
             });
         }
         if (this.show.predicted) {
-            data.contacts.predicted.forEach(function (p) {
+            /** @type {number[][]} */ (data.contacts.predicted).forEach(function (p) {
                 var known = data.contacts["true"] !== null, hit = self.truth[p[0] + ":" + p[1]];
                 viewer.addCylinder({start: point(ca[p[0]]), end: point(ca[p[1]]), radius: 0.12, dashed: true,
                                     dashLength: 0.6, gapLength: 0.4,
@@ -417,7 +490,7 @@
         }
         if (this.pair) {
             var a = ca[this.pair[0]], b = ca[this.pair[1]];
-            [[this.pair[0], a], [this.pair[1], b]].forEach(function (item) {
+            /** @type {[number, number[]][]} */ ([[this.pair[0], a], [this.pair[1], b]]).forEach(function (item) {
                 if (!item[1]) { return; }
                 viewer.addSphere({center: point(item[1]), radius: 1.1, color: theme.pair});
                 viewer.addLabel(data.labels[item[0]], {position: point(item[1]), fontColor: theme.label,
@@ -441,7 +514,8 @@
         var alpha = this.alpha(), text = data.head_names[this.index] + " · " + drawn + " attention edges (" +
             (data.params.rule === "mean" ? "mean" : "max") + " of the two directions ≥ " + data.params.min_weight +
             ", at most " + data.params.top + "; radius " + scale + " Å × α)" + " · colour: " + colours.what +
-            (colours.top > 0 ? ", scaled to its largest, " + colours.top.toPrecision(3) : "");
+            " as a multiple of uniform attention (1/L), log scale: grey at or below 1×, darkest at L× (all on one" +
+            " residue); largest here " + colours.top.toPrecision(3) + "×";
         if (this.pair) {
             var i = this.pair[0], j = this.pair[1];
             text += " · pair " + data.labels[i] + " → " + data.labels[j] + ": α " + alpha[i * this.n + j].toFixed(3) +
@@ -453,8 +527,10 @@
         this.root.setAttribute("data-ready", "1");
     };
 
+    /** @returns {string | null} a PNG data: URI of the 3D view */
     Structure.prototype.png = function () { return this.viewer ? this.viewer.pngURI() : null; };
 
+    /** @param {HTMLElement} root @param {StructureData} data */
     function mount(root, data) {
         var view = new Structure(root, data);
         root.probeStructure = view;
@@ -462,10 +538,11 @@
     }
 
     function mountAll() {  // every <div data-probe-structure="ID"> whose data is in <script id=ID>
-        document.querySelectorAll("[data-probe-structure]").forEach(function (root) {
+        var roots = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("[data-probe-structure]"));
+        roots.forEach(function (root) {
             if (root.probeStructure) { return; }
-            var source = document.getElementById(root.getAttribute("data-probe-structure"));
-            if (source) { mount(root, JSON.parse(source.textContent)); }
+            var source = document.getElementById(/** @type {string} */ (root.getAttribute("data-probe-structure")));
+            if (source) { mount(root, JSON.parse(/** @type {string} */ (source.textContent))); }
         });
     }
 

@@ -86,6 +86,7 @@
 
     /** @param {ArrayLike<number>} alpha @param {number} n @returns {{offset: number, share: number}} */
     function dominantOffset(alpha, n) {  // the most common argmax offset j − i over rows, and its share of rows
+        /** @type {{[offset: string]: number}} */
         var counts = {};
         for (var q = 0; q < n; q++) {
             var best = 0, arg = 0;
@@ -106,7 +107,10 @@
     /** @param {ArrayLike<number>} alpha @param {number} n @param {number[][]} targets [queries, keys]
      *  @param {boolean} causal @returns {{share: number, chance: number, rows: number} | null} */
     function share(alpha, n, targets, causal) {  // as app/panels/explorer.target_share
-        var mass = {}, count = {};
+        /** @type {{[query: string]: number}} */
+        var mass = {};
+        /** @type {{[query: string]: number}} */
+        var count = {};
         for (var t = 0; t < targets[0].length; t++) {
             var q = targets[0][t], k = targets[1][t];
             mass[q] = (mass[q] || 0) + alpha[q * n + k];
@@ -168,7 +172,9 @@
 
     /** @type {{[key: string]: [string, number]}} */
     var STEP_KEYS = {ArrowLeft: ["head", -1], ArrowRight: ["head", 1], ArrowUp: ["layer", -1], ArrowDown: ["layer", 1]};
+    /** @type {{[tag: string]: boolean}} */
     var TYPING = {TEXTAREA: true, SELECT: true};
+    /** @type {{[type: string]: boolean}} */
     var TEXT_INPUTS = {text: true, search: true, number: true, email: true, url: true, password: true, tel: true};
 
     /** @param {EventTarget | null} target @returns {boolean} */
@@ -198,7 +204,7 @@
                 labels: labels, pooled: pooled, headMax: headMax, dominantOffset: dominantOffset,
                 offsetText: offsetText, share: share, percent: percent, colourTokens: colourTokens, step: step,
                 STEP_KEYS: STEP_KEYS, typing: typing, blues: blues, headName: headName, layerName: layerName,
-                BINS: BINS};
+                fixed: fixed, BINS: BINS};
 
     // --- the standalone view ------------------------------------------------------------------------------------
 
@@ -211,33 +217,63 @@
         return node;
     }
 
+    /** @param {string} text @returns {string} */
     function escapeXml(text) {
         return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
             .replace(/"/g, "&quot;");
     }
 
+    /** @param {string} text @param {number} size @returns {string} */
     function short(text, size) { text = String(text); return text.length > size ? text.slice(0, size - 1) + "…" : text; }
+
+    /** One head's map as the view draws it: α [side side], `factor` tokens a cell; `exact` when it is the full
+     *  map (data.maps), not the thumbnail.
+     *  @typedef {{alpha: Float32Array, side: number, factor: number, exact: boolean}} HeadMap */
+    /** The map's geometry in CSS pixels (View.layout).
+     *  @typedef {{margin: {l: number, b: number, t: number, r: number}, plot: number, cell: number, width: number,
+     *             height: number, side: number}} Geometry */
 
     /** The standalone view of one input. @constructor @param {HTMLElement} root @param {ViewData} data */
     function View(root, data) {
         this.root = root;
         this.data = data;
+        /** @type {GridShape} */
         this.shape = {layers: data.layers, heads: data.heads};
         this.thumbBytes = bytesOf(data.thumbs.data);
         this.thumbScale = float32Of(data.thumbs.scale);
         this.mapBytes = data.maps ? bytesOf(data.maps.data) : new Uint8Array(0);
         this.mapScale = data.maps ? float32Of(data.maps.scale) : new Float32Array(0);
+        /** @type {{[layerHead: string]: number}} */
         this.mapIndex = {};
         var self = this;
         (data.maps ? data.maps.index : []).forEach(function (pair, i) { self.mapIndex[pair[0] + ":" + pair[1]] = i; });
+        /** @type {{key: string | null, value: HeadMap | null}} */
         this.cache = {key: null, value: null};  // the selected head's map (current())
         var first = data.selected || (data.maps && data.maps.index.length ? data.maps.index[0] : [0, 0]);
+        /** @type {HeadRef} */
         this.selected = {layer: first[0], head: first[1]};
+        /** @type {string | null} */
         this.headType = data.types && data.types.length ? data.types[0] : null;
         this.perHead = false;
         this.direction = "from";
+        /** @type {number | null} */
         this.pinned = null;
+        /** @type {number | null} */
         this.hovered = null;
+        // set by build() (its elements) and drawMap() (geometry): declared here for the type check, no-ops
+        /** @type {HTMLDivElement} */ this.grid;
+        /** @type {HTMLDivElement} */ this.gridNote;
+        /** @type {HTMLElement} */ this.caption;
+        /** @type {HTMLSpanElement} */ this.offsetNote;
+        /** @type {HTMLDivElement} */ this.wrap;
+        /** @type {HTMLCanvasElement} */ this.canvas;
+        /** @type {HTMLDivElement} */ this.rowMark;
+        /** @type {HTMLDivElement} */ this.colMark;
+        /** @type {HTMLDivElement} */ this.hoverNote;
+        /** @type {HTMLDivElement} */ this.tokens;
+        /** @type {HTMLDivElement} */ this.tokenNote;
+        /** @type {HTMLButtonElement[]} */ this.thumbCanvases;
+        /** @type {Geometry | undefined} */ this.geometry;
         this.build();
         this.select(this.selected.layer, this.selected.head);
     }
@@ -361,16 +397,19 @@
         this.drawGrid();
     };
 
+    /** @param {number} layer @param {number} head @returns {Float32Array} */
     View.prototype.thumbValues = function (layer, head) {  // [t t] Float32Array of one head's thumbnail
         var t = this.data.thumbs.bins, index = layer * this.data.heads + head;
         return dequantise(this.thumbBytes, index * t * t, t * t, this.thumbScale[index]);
     };
 
+    /** @param {ArrayLike<number>} values @param {number} t @returns {number} */
     View.prototype.thumbTop = function (values, t) {  // colour max of a thumbnail
         if (!this.perHead) { return 1.0; }
         return headMax(values, t, this.data.causal);
     };
 
+    /** @param {number} layer @param {number} head @returns {string[] | null} */
     View.prototype.badgeOf = function (layer, head) {
         var marks = this.data.badges && this.headType ? this.data.badges[this.headType] : null;
         return marks ? marks[layer + ":" + head] : null;
@@ -381,10 +420,10 @@
         var names = this.data.layer_names;  // an encoder–decoder's layer names (headName)
         for (var i = 0; i < this.thumbCanvases.length; i++) {
             var button = this.thumbCanvases[i];
-            var layer = +button.getAttribute("data-layer"), head = +button.getAttribute("data-head");
+            var layer = Number(button.getAttribute("data-layer")), head = Number(button.getAttribute("data-head"));
             var values = this.thumbValues(layer, head);
-            paint(button.firstChild, values, t, this.thumbTop(values, t));
-            var badge = this.badgeOf(layer, head), span = button.lastChild;
+            paint(/** @type {HTMLCanvasElement} */ (button.firstChild), values, t, this.thumbTop(values, t));
+            var badge = this.badgeOf(layer, head), span = /** @type {HTMLSpanElement} */ (button.lastChild);
             span.textContent = badge ? badge[0] : "";
             span.className = "pv-badge " + (badge ? badge[1] : "");
             button.title = headName(layer, head, names) +
@@ -402,7 +441,8 @@
      *  @returns {HTMLCanvasElement} */
     function paint(canvas, values, side, top) {  // values [side side] -> pixels on the Blues scale over [0, top]
         canvas.width = side; canvas.height = side;
-        var context = canvas.getContext("2d"), image = context.createImageData(side, side);
+        var context = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
+        var image = context.createImageData(side, side);
         for (var i = 0; i < side * side; i++) {
             var rgb = blues(values[i] / top);
             image.data[4 * i] = rgb[0]; image.data[4 * i + 1] = rgb[1]; image.data[4 * i + 2] = rgb[2];
@@ -412,14 +452,15 @@
         return canvas;
     }
 
+    /** @returns {HeadMap} */
     View.prototype.current = function () {  // {alpha, side, factor, exact} of the selected head
         var key = this.selected.layer + ":" + this.selected.head;
-        if (this.cache.key === key) { return this.cache.value; }
+        if (this.cache.key === key) { return /** @type {HeadMap} */ (this.cache.value); }
         var index = this.mapIndex[key], value;
         if (index !== undefined) {
-            var b = this.data.maps.bins;
+            var maps = /** @type {NonNullable<ViewData["maps"]>} */ (this.data.maps), b = maps.bins;
             value = {alpha: dequantise(this.mapBytes, index * b * b, b * b, this.mapScale[index]), side: b,
-                     factor: this.data.maps.factor, exact: true};
+                     factor: maps.factor, exact: true};
         } else {
             var t = this.data.thumbs.bins;
             value = {alpha: this.thumbValues(this.selected.layer, this.selected.head), side: t,
@@ -429,18 +470,20 @@
         return value;
     };
 
+    /** @param {number} layer @param {number} head */
     View.prototype.select = function (layer, head) {
         this.selected = {layer: layer, head: head};
         this.root.setAttribute("data-layer", String(layer));
         this.root.setAttribute("data-head", String(head));
         for (var i = 0; i < this.thumbCanvases.length; i++) {
             var button = this.thumbCanvases[i];
-            button.classList.toggle("selected", +button.getAttribute("data-layer") === layer &&
-                                    +button.getAttribute("data-head") === head);
+            button.classList.toggle("selected", Number(button.getAttribute("data-layer")) === layer &&
+                                    Number(button.getAttribute("data-head")) === head);
         }
         this.drawMap();
     };
 
+    /** @param {number} width @param {number} [cap] @returns {Geometry} */
     View.prototype.layout = function (width, cap) {  // the map's geometry in CSS pixels
         var side = this.current().side, margin = {l: 112, b: 96, t: 8, r: 12};
         var plot = Math.max(120, Math.min(width, cap || 560) - margin.l - margin.r);  // fits 1280×800 beside the grid
@@ -448,6 +491,7 @@
                 height: plot + margin.t + margin.b, side: side};
     };
 
+    /** @returns {string[]} */
     View.prototype.axisLabels = function () {
         var view = this.current(), n = this.data.n;
         return labels(this.data.tokens, view.factor, 0, 0, n).slice(0, view.side);
@@ -474,9 +518,11 @@
         this.focusChanged();
     };
 
+    /** @param {HTMLCanvasElement} canvas @param {ArrayLike<number>} alpha @param {Geometry} g
+     *  @param {string[]} axis @param {number} top @param {number} ratio */
     function drawHeatmap(canvas, alpha, g, axis, top, ratio) {
         canvas.width = Math.round(g.width * ratio); canvas.height = Math.round(g.height * ratio);
-        var context = canvas.getContext("2d");
+        var context = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
         context.setTransform(ratio, 0, 0, ratio, 0, 0);
         context.clearRect(0, 0, g.width, g.height);
         var cells = paint(document.createElement("canvas"), alpha, g.side, top);
@@ -507,6 +553,7 @@
         context.restore();
     }
 
+    /** @param {HTMLElement} mark @param {number | null | undefined} index @param {boolean} row */
     View.prototype.mark = function (mark, index, row) {  // a highlighted row (query) or column (key) of the map
         var g = this.geometry;
         if (index === null || index === undefined || !g) { mark.style.display = "none"; return; }
@@ -530,6 +577,7 @@
         this.mark(this.colMark, this.direction === "to" ? focus : null, false);
     };
 
+    /** @param {MouseEvent} event @returns {{row: number, col: number} | null} */
     View.prototype.cellAt = function (event) {
         var g = this.geometry, box = this.canvas.getBoundingClientRect();
         if (!g) { return null; }
@@ -544,14 +592,14 @@
             var target = /** @type {HTMLElement} */ (event.target);
             var token = target.closest ? target.closest(".token") : null;
             if (!token || self.pinned !== null) { return; }
-            self.hovered = parseInt(token.getAttribute("data-index"), 10);
+            self.hovered = parseInt(/** @type {string} */ (token.getAttribute("data-index")), 10);
             self.focusChanged();
         });
         this.tokens.addEventListener("click", function (event) {
             var target = /** @type {HTMLElement} */ (event.target);
             var token = target.closest ? target.closest(".token") : null;
             if (!token) { return; }
-            var index = parseInt(token.getAttribute("data-index"), 10);
+            var index = parseInt(/** @type {string} */ (token.getAttribute("data-index")), 10);
             self.pinned = self.pinned === index ? null : index;
             self.hovered = index;
             self.focusChanged();
@@ -587,6 +635,7 @@
 
     // --- figures for papers: the same pictures as PNG (canvas) and SVG (vector labels) ------------------------
 
+    /** @param {string} which "grid" or "map" @param {string} format "png" or "svg" @returns {string} */
     View.prototype.fileName = function (which, format) {
         var base = (this.data.model || "probe").replace(/[^A-Za-z0-9._-]+/g, "_");
         var head = headName(this.selected.layer, this.selected.head, this.data.layer_names);
@@ -594,12 +643,13 @@
             format;
     };
 
+    /** @param {number} scale @returns {HTMLCanvasElement} */
     View.prototype.gridCanvas = function (scale) {  // the grid of every head as one canvas (labels drawn)
         var data = this.data, t = data.thumbs.bins, cell = 40, gap = 4, left = 34, topMargin = 20;
         var width = left + data.heads * (cell + gap), height = topMargin + data.layers * (cell + gap);
         var canvas = document.createElement("canvas");
         canvas.width = width * scale; canvas.height = height * scale;
-        var context = canvas.getContext("2d");
+        var context = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
         context.scale(scale, scale);
         context.fillStyle = "white"; context.fillRect(0, 0, width, height);
         context.imageSmoothingEnabled = false;
@@ -619,6 +669,7 @@
         return canvas;
     };
 
+    /** @param {number} scale @returns {HTMLCanvasElement} */
     View.prototype.mapCanvas = function (scale) {  // one head's map with its token labels, 640 px wide
         var view = this.current(), g = this.layout(640, 640);
         var canvas = document.createElement("canvas");
@@ -629,18 +680,22 @@
         document.body.removeChild(canvas);
         var out = document.createElement("canvas");  // on white (the view's own canvas is transparent)
         out.width = canvas.width; out.height = canvas.height;
-        var context = out.getContext("2d");
+        var context = /** @type {CanvasRenderingContext2D} */ (out.getContext("2d"));
         context.fillStyle = "white"; context.fillRect(0, 0, out.width, out.height);
         context.drawImage(canvas, 0, 0);
         return out;
     };
 
+    /** @param {string} which @returns {string} */
     View.prototype.png = function (which) {  // a PNG data: URI at twice the screen size
         return (which === "grid" ? this.gridCanvas(2) : this.mapCanvas(2)).toDataURL("image/png");
     };
 
+    /** @param {string} which @returns {string} */
     View.prototype.svg = function (which) {
         var data = this.data, parts = [], t = data.thumbs.bins;
+        /** @param {HTMLCanvasElement} canvas @param {number} x @param {number} y @param {number} w
+         *  @param {number} h @returns {string} */
         function image(canvas, x, y, w, h) {
             return '<image x="' + x + '" y="' + y + '" width="' + w + '" height="' + h + '" ' +
                 'preserveAspectRatio="none" style="image-rendering:pixelated" href="' + canvas.toDataURL("image/png") +
@@ -698,8 +753,11 @@
         return parts.join("\n");
     };
 
+    /** @param {string} which @param {string} format @returns {string} the file's name */
     View.prototype.download = function (which, format) {
-        var name = this.fileName(which, format), href;
+        var name = this.fileName(which, format);
+        /** @type {string} */
+        var href;
         if (format === "svg") {
             href = URL.createObjectURL(new Blob([this.svg(which)], {type: "image/svg+xml"}));
         } else {
@@ -716,6 +774,7 @@
 
     // --- tables: click a header to sort (the labelled-heads table of a notebook or a report) --------------------
 
+    /** @param {HTMLTableElement} table */
     function sortable(table) {
         var headers = table.querySelectorAll("thead th");
         headers.forEach(function (th, column) {
@@ -743,22 +802,29 @@
     // node selects the head (options.onSelect: the app selects it on the page). -------------------------------
 
     var SVG_NS = "http://www.w3.org/2000/svg";
+    /** @type {{[mode: string]: string}} */
     var MODE_COLOURS = {Q: "#1f77b4", K: "#e8590c", V: "#2f9e44"};
     var TYPE_COLOURS = ["#4c6ef5", "#d6336c", "#7048e8", "#1098ad", "#f08c00", "#5c940d", "#862e9c", "#495057"];
 
+    /** @param {string} tag @param {{[name: string]: string | number}} attrs @param {string} [text]
+     *  @returns {SVGElement} */
     function svgNode(tag, attrs, text) {
-        var node = document.createElementNS(SVG_NS, tag);
-        Object.keys(attrs || {}).forEach(function (key) { node.setAttribute(key, attrs[key]); });
+        var node = /** @type {SVGElement} */ (document.createElementNS(SVG_NS, tag));
+        Object.keys(attrs || {}).forEach(function (key) { node.setAttribute(key, String(attrs[key])); });
         if (text !== undefined) { node.textContent = text; }
         return node;
     }
 
+    /** @param {number | null | undefined} value @param {number} digits @param {boolean} [sign] "+" before ≥ 0
+     *  @returns {string} */
     function fixed(value, digits, sign) {  // a number, or "unknown" (NaN arrives as null)
         if (value === null || value === undefined || !isFinite(value)) { return "unknown"; }
         var text = Number(value).toFixed(digits);
-        return sign && value >= 0 ? "+" + text : text;
+        if (text.charAt(0) === "-" && Number(text) === 0) { text = text.slice(1); }  // never "-0.0": naming.fixed
+        return sign && Number(text) >= 0 ? "+" + text : text;
     }
 
+    /** @param {CircuitEdge} edge @returns {string} */
     function edgeText(edge) {
         var text = edge.sender + " → " + edge.receiver + " · " + edge.mode + "-composition " + fixed(edge.score, 3) +
             " (z " + fixed(edge.z, 1) + " against random matrices)";
@@ -771,7 +837,10 @@
         return text + (edge.in_circuit ? " · in the circuit" : " · candidate");
     }
 
+    /** @param {{nodes: CircuitNode[], edges: CircuitEdge[], heads: number, show_all: boolean}} data
+     *  @param {number} width */
     function circuitLayout(data, width) {
+        /** @type {number[]} */
         var layers = [];
         data.nodes.forEach(function (node) { if (layers.indexOf(node.layer) < 0) { layers.push(node.layer); } });
         (data.show_all ? data.edges : []).forEach(function (edge) {
@@ -783,15 +852,22 @@
         layers.sort(function (a, b) { return a - b; });
         var left = 80, right = 80, top = 40, row = Math.max(22, Math.min(44, 520 / Math.max(1, data.heads)));
         var column = layers.length > 1 ? Math.max(110, (width - left - right) / (layers.length - 1)) : 0;
+        /** @type {{[layer: number]: number}} */
         var at = {};
         layers.forEach(function (layer, index) { at[layer] = left + index * column; });
         return {layers: layers, x: at, top: top, row: row, width: left + right + column * Math.max(0, layers.length - 1),
                 height: top + data.heads * row + 16};
     }
 
+    /** A head type's circuit as a layered graph. @constructor @param {HTMLElement} root @param {CircuitData} data
+     *  @param {CircuitOptions} [options] */
     function CircuitView(root, data, options) {
         this.root = root; this.data = data; this.options = options || {};
-        this.showAll = false; this.selected = null;
+        this.showAll = false;
+        /** @type {HeadRef | null} */
+        this.selected = null;
+        /** @type {SVGElement} */ this.svgNode;  // set by draw(): declared here for the type check, a no-op
+        /** @type {string[]} */
         var types = [];
         data.nodes.forEach(function (node) {
             String(node.labels || "").split(" ").forEach(function (t) { if (t && types.indexOf(t) < 0) { types.push(t); } });
@@ -825,6 +901,7 @@
         this.draw();
     }
 
+    /** @param {string | null} headLabels @returns {string} */
     CircuitView.prototype.colourOf = function (headLabels) {
         var first = String(headLabels || "").split(" ")[0];
         var index = this.types.indexOf(first);
@@ -843,6 +920,7 @@
             svg.appendChild(svgNode("text", {x: g.x[layer], y: 14, "text-anchor": "middle", fill: "currentColor"},
                                     "L" + layer));
         });
+        /** @param {string} name */
         function point(name) {
             var h = name.indexOf("H"), layer = +name.slice(1, h), head = +name.slice(h + 1);
             return {x: g.x[layer], y: g.top + head * g.row + g.row / 2, layer: layer, head: head};
@@ -865,6 +943,8 @@
             path.appendChild(svgNode("title", {}, edgeText(edge)));
             svg.appendChild(path);
         });
+        /** @type {{[head: string]: {head: string, layer: number, head_index: number, labels: string | null,
+         *                             role: string}}} */
         var shown = {};
         data.nodes.forEach(function (node) { shown[node.head] = node; });
         edges.forEach(function (edge) {
@@ -898,13 +978,15 @@
         if (this.selected) { this.select(this.selected.layer, this.selected.head, false); }
     };
 
+    /** @param {number} layer @param {number} head @param {boolean} fromUser */
     CircuitView.prototype.select = function (layer, head, fromUser) {
         var name = "L" + layer + "H" + head;
         this.selected = {layer: layer, head: head};
         this.root.setAttribute("data-layer", String(layer));
         this.root.setAttribute("data-head", String(head));
         this.figure.querySelectorAll(".pc-node").forEach(function (node) {
-            var mine = +node.getAttribute("data-layer") === layer && +node.getAttribute("data-head") === head;
+            var mine = Number(node.getAttribute("data-layer")) === layer &&
+                Number(node.getAttribute("data-head")) === head;
             node.classList.toggle("selected", mine);
         });
         var mine = this.data.edges.filter(function (edge) {
@@ -917,6 +999,7 @@
         }
     };
 
+    /** @returns {string} */
     CircuitView.prototype.svg = function () {  // the drawn graph as an SVG file's text (colours resolved)
         var copy = /** @type {SVGSVGElement} */ (this.svgNode.cloneNode(true));
         copy.setAttribute("xmlns", SVG_NS);
@@ -924,6 +1007,7 @@
         return new XMLSerializer().serializeToString(copy);
     };
 
+    /** @param {HTMLElement} root @param {CircuitData} data @param {CircuitOptions} [options] */
     function mountCircuit(root, data, options) {
         var view = new CircuitView(root, data, options);
         root.probeCircuit = view;
@@ -938,17 +1022,20 @@
     }
 
     function mountAll() {  // every element with data-probe-view="ID" whose data is in <script id="ID">
-        document.querySelectorAll("[data-probe-view]").forEach(function (/** @type {HTMLElement} */ root) {
+        var views = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("[data-probe-view]"));
+        views.forEach(function (root) {
             if (root.probeView) { return; }
-            var source = document.getElementById(root.getAttribute("data-probe-view"));
-            if (source) { mount(root, JSON.parse(source.textContent)); }
+            var source = document.getElementById(/** @type {string} */ (root.getAttribute("data-probe-view")));
+            if (source) { mount(root, JSON.parse(/** @type {string} */ (source.textContent))); }
         });
-        document.querySelectorAll("[data-probe-circuit]").forEach(function (/** @type {HTMLElement} */ root) {
+        var circuits = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("[data-probe-circuit]"));
+        circuits.forEach(function (root) {
             if (root.probeCircuit) { return; }
-            var source = document.getElementById(root.getAttribute("data-probe-circuit"));
-            if (source) { mountCircuit(root, JSON.parse(source.textContent)); }
+            var source = document.getElementById(/** @type {string} */ (root.getAttribute("data-probe-circuit")));
+            if (source) { mountCircuit(root, JSON.parse(/** @type {string} */ (source.textContent))); }
         });
-        document.querySelectorAll("table.probe-table").forEach(function (/** @type {HTMLTableElement} */ table) {
+        var tables = /** @type {NodeListOf<HTMLTableElement>} */ (document.querySelectorAll("table.probe-table"));
+        tables.forEach(function (table) {
             if (!table.probeSortable) { table.probeSortable = true; sortable(table); }
         });
     }
