@@ -399,3 +399,50 @@ def final_norm(model: nn.Module) -> nn.Module | None:
         if isinstance(norm, nn.Module):
             return norm
     return None
+
+
+# A block's MLP (GPT-2, Llama-family, Mixtral/Jamba, OPT-style) or BERT's split ``intermediate`` / ``output``;
+# its pre-MLP norm (Gemma's ``pre_feedforward_layernorm``; ``post_attention_layernorm`` only beside an
+# ``input_layernorm``, where it is the Llama-family pre-MLP norm: OLMo-2 normalises attention's output with
+# it).
+MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe")
+MLP_NORMS = ("pre_feedforward_layernorm", "ln_2")
+
+
+@dataclass(frozen=True)
+class BlockParts:
+    """One transformer layer's parts for the intervention sites (:mod:`probe.engine.interventions`).
+
+    ``attention``: its :class:`AttentionParts` (None: no attention module in it); ``mlp_in`` / ``mlp_out``:
+    the modules whose input / output is the MLP's (one ``mlp`` module, or BERT's ``intermediate`` and
+    ``output.dense``); ``mlp_norm``: a pre-norm block's norm before the MLP; ``post_norm``: a BERT-style block
+    (no norm before attention, the output projection beside the self-attention)."""
+
+    block: nn.Module
+    attention: AttentionParts | None
+    mlp_in: nn.Module | None
+    mlp_out: nn.Module | None
+    mlp_norm: nn.Module | None
+    post_norm: bool
+
+
+def block_parts(model: nn.Module) -> list[BlockParts]:
+    """:class:`BlockParts` of every layer of :func:`find_layer_list`, in order (a part not found is None)."""
+    found = attention_parts(model)
+    blocks = []
+    for block in find_layer_list(model):
+        inside = {id(module) for module in block.modules()}
+        attention = next((parts for parts in found if id(parts.module) in inside), None)
+        mlp = next((getattr(block, name) for name in MLP_NAMES if isinstance(getattr(block, name, None),
+                                                                               nn.Module)), None)
+        split_out = getattr(getattr(block, "output", None), "dense", None)
+        bert = mlp is None and isinstance(getattr(block, "intermediate", None), nn.Module) and \
+            is_projection(split_out)
+        norms = MLP_NORMS + (("post_attention_layernorm",) if hasattr(block, "input_layernorm") else ())
+        norm = next((getattr(block, name) for name in norms if isinstance(getattr(block, name, None),
+                                                                          nn.Module)), None)
+        post = (attention is not None and attention.norm is None and attention.output is not None
+                and attention.output.module not in list(attention.module.modules()))
+        blocks.append(BlockParts(block, attention, block.intermediate if bert else mlp,
+                                 split_out if bert else mlp, norm, post))
+    return blocks

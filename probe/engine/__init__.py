@@ -7,11 +7,14 @@ score rule (:mod:`~probe.engine.kernels`), the per-capture session state (:mod:`
 :func:`capture` context manager (:mod:`~probe.engine.capture`), the eager fallback for models outside the
 interface (:mod:`~probe.engine.eager`), the sink protocols and the needs a sink declares
 (:mod:`~probe.engine.sinks`) and the generic sinks, one per module (:mod:`~probe.engine.dense`,
-:mod:`~probe.engine.mass`), and path patching's hooks that record a forward and splice a sender's change into
-chosen receivers' projections (:mod:`~probe.engine.paths`). Nothing here knows about head types, proteins or
-files: the engine may import only :mod:`probe.errors`, :mod:`probe.naming`, :mod:`probe.layers` (which modules
-compute α) and :mod:`probe.anatomy` (where a model's projections and norms sit); every other part of probe is
-built on it.
+:mod:`~probe.engine.mass`), the intervention layer — named sites from the model's anatomy
+(:mod:`~probe.engine.sites`), edits (:mod:`~probe.engine.edits`) and
+:func:`~probe.engine.interventions.intervene` to watch or edit them, the one place a module hook is registered
+(:mod:`~probe.engine.interventions`) — and path patching on it, which records a forward and splices a sender's
+change into chosen receivers' projections (:mod:`~probe.engine.paths`). Nothing here knows about head types,
+proteins or files: the engine may import only :mod:`probe.errors`, :mod:`probe.naming`, :mod:`probe.layers`
+(which modules compute α) and :mod:`probe.anatomy` (where a model's projections and norms sit); every other
+part of probe is built on it.
 
 Examples
 --------

@@ -2,9 +2,9 @@
 hooks.
 
 Such a model computes α itself, as a dense ``[batch head query key]`` tensor per layer, and returns it through
-``output_attentions``. The fallback registers, on every attention module of the
-:class:`~probe.layers.AttentionPlan` (``register_forward_pre_hook`` / ``register_forward_hook``, no change to
-the model's code):
+``output_attentions``. The fallback hooks, through the intervention layer's one hook primitive
+(:func:`probe.engine.interventions.hooked`), every attention module of the
+:class:`~probe.layers.AttentionPlan` (no change to the model's code):
 
 * a pre-hook that asks the module for its weights (``output_attentions=True`` in its own call, whatever the
   model was called with) and numbers the layer;
@@ -12,7 +12,9 @@ the model's code):
   sampled rows, gathered slots, row entropy) and then drops it from the module's output, so the model never
   accumulates the weights of all layers: one layer's α is alive at a time;
 * with ``ablate``, a pre-hook on the layer's output projection that zeroes the ablated heads' slice of its
-  input.
+  input (:meth:`probe.engine.edits.Edit.zero` on it viewed ``[batch query head dim]``; the layer is the
+  session's, as such models' projections are found by :class:`~probe.engine.output_norms.OutputProjections`,
+  not among the named sites).
 
 A learned attention sink (gpt-oss's ``s_aux``) is inside the module's softmax, out of the hooks' sight: its
 weight in each row is read as ``1 − Σ_j α_ij`` (``AttentionBlock.learned_sink_mass``; 0 up to rounding without
@@ -32,6 +34,8 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
+from probe.engine.edits import Edit
+from probe.engine.interventions import hooked
 from probe.engine.output_norms import OutputProjections
 from probe.engine.session import ACTIVE_SESSION, MAX_BLOCK_ROWS, CaptureSession
 from probe.engine.sinks import AttentionBlock, ReducedBlock, SinkNeeds
@@ -188,12 +192,12 @@ class _EagerHooks:
         if self.current >= ablate.shape[1]:
             raise ProbeError(f"ablate is shaped {tuple(ablate.shape)}; there is a layer {self.current}")
         n_heads = ablate.shape[2]
-        keep = (~ablate[:, self.current]).to(hidden.device, hidden.dtype)  # [batch|1 head]
         if ablate.shape[0] not in (1, hidden.shape[0]):
             raise ProbeError(f"ablate has {ablate.shape[0]} batch rows; the input has {hidden.shape[0]}")
         # [batch query head dim]
         shaped = hidden.view(*hidden.shape[:-1], n_heads, hidden.shape[-1] // n_heads)
-        return ((shaped * keep[:, None, :, None]).view(hidden.shape), *rest)
+        zero = Edit.zero(where=ablate[:, self.current][:, None, :])  # [batch|1 1 head]
+        return (zero.edited(shaped, per_head=True).view(hidden.shape), *rest)
 
 
 _SIGNATURES: dict[type, inspect.Signature | None] = {}
@@ -217,21 +221,17 @@ def eager_capture(model: nn.Module, modules: Sequence[nn.Module], session: Captu
     it."""
     projections = OutputProjections(model) if session.ablate is not None else None
     hooks = _EagerHooks(session, projections)
-    handles = []
-    try:
-        for module in modules:
-            handles.append(module.register_forward_pre_hook(hooks.before, with_kwargs=True))
-            handles.append(module.register_forward_hook(hooks.after, with_kwargs=True))
-            if projections is not None:
-                projection = projections.find(module)
-                if projection is None:
-                    raise ProbeError(f"cannot ablate heads of {type(module).__name__}: its output projection "
-                                     "is not found")
-                handles.append(projection.register_forward_pre_hook(hooks.ablate))
+    registered = []
+    for module in modules:
+        registered += [(module, "before_kwargs", hooks.before), (module, "after_kwargs", hooks.after)]
+        if projections is not None:
+            projection = projections.find(module)
+            if projection is None:
+                raise ProbeError(f"cannot ablate heads of {type(module).__name__}: its output projection "
+                                 "is not found")
+            registered.append((projection, "before", hooks.ablate))
+    with hooked(registered):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 __all__ = ["eager_capture", "stream_layer"]

@@ -13,12 +13,16 @@ and the patched forward runs x with every path frozen at its clean value except 
 is replaced; ``logits`` gets the final norm of ``resid_final(x) + Σ_s Δ_s``. ``resid`` are the clean run's
 values (recorded), so a receiver's input never includes another receiver's change (as in Wang et al.'s step
 5). Everything downstream of a receiver is recomputed. The receiver's norm is applied to the patched residual
-— the exact edge, not TransformerLens' linearised ``get_act_patch_direct_path`` (which divides Δ by the clean
-run's norm scale).
+— the exact edge, as TransformerLens 4.3's ``transformer_lens.patching.get_act_patch_direct_path`` computes it
+(its earlier releases divided Δ by the clean run's norm scale); the two agree to 4.8e-7 (docs/circuits.md).
 
-How: forward pre-hooks record z (on the output projections of the sender layers) and the residual (the
-pre-attention norms of the receiver layers, the final norm); in the patched forward, forward hooks on the
-receivers' projection modules (a fused q | k | v projection too) splice the patched columns. The attention
+How: through the intervention layer (:mod:`probe.engine.interventions`). :func:`record` watches
+``L{l}.head_out`` (z, the sender layers), ``L{l}.attn_in`` (the pre-attention norm's input, the receiver
+layers) and ``resid_final``; :func:`patch` edits, per receiver, the ``L{l}.q_in`` / ``k_in`` / ``v_in`` site
+of its head with ``resid_l(x) + Σ_s Δ_s`` (one input shared by the heads of a copy, selected per copy by a
+``where`` mask: the projection runs once per module on it and only the receivers' columns are spliced),
+``final_norm`` with
+the final norm of ``resid_final(x) + Σ_s Δ_s``, and (downstream patches) ``L{l}.head_out``. The attention
 function is the engine's, untouched: the model keeps its fused kernel. Several patches share one forward: the
 clean batch is repeated along the batch axis, one copy per patch (copy-major), each copy with its own senders
 and receivers. Nothing ``[N, N]`` is held: the recordings are ``[batch seq width]`` per recorded layer.
@@ -37,7 +41,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from probe.anatomy import AttentionParts, Projection, attention_parts, final_norm
+from probe.anatomy import AttentionParts, attention_parts, final_norm
+from probe.engine.edits import Edit
+from probe.engine.interventions import intervene
+from probe.engine.sites import site_map
 from probe.errors import ProbeError
 from probe.naming import head_name
 
@@ -87,6 +94,8 @@ class PathPlan:
                              "attention layers: path patching needs one per layer")
         self.parts: dict[int, AttentionParts] = dict(zip(layers, found, strict=True))
         self.n_heads = n_heads
+        self.sites = site_map(model)
+        self.model = model
         for layer, parts in self.parts.items():
             missing = [name for name in ("query", "key", "value", "output") if getattr(parts, name) is None]
             if missing:
@@ -134,31 +143,26 @@ class PathPlan:
 @contextlib.contextmanager
 def record(plan: PathPlan, outputs: Sequence[int] = (), residual: Sequence[int] = (),
            final: bool = False) -> Iterator[Recording]:
-    """Inside the block, each forward records the output-projection input of the `outputs` layers, the
-    pre-attention norm's input of the `residual` layers and (`final`) the final norm's input."""
+    """Inside the block, each forward records the output-projection input of the `outputs` layers
+    (``head_out``), the pre-attention norm's input of the `residual` layers (``attn_in``) and (`final`) the
+    final norm's input (``resid_final``), detached."""
     recording = Recording()
-    handles = []
 
-    def keeper(store: dict, key):
-        def hook(_module, args):
-            store[key] = args[0].detach()
-        return hook
+    def keeper(store: dict, key, flat: bool = False):
+        def keep(_site: str, tensor: torch.Tensor) -> None:  # head_out: [batch seq head d_v] -> [… head·d_v]
+            store[key] = tensor.detach().flatten(-2) if flat else tensor.detach()
+        return keep
 
-    try:
-        for layer in outputs:
-            handles.append(plan.parts[layer].output.module.register_forward_pre_hook(
-                keeper(recording.outputs, layer)))
-        for layer in residual:
-            norm = plan.parts[layer].norm
-            handles.append(norm.register_forward_pre_hook(keeper(recording.residual, layer)))
-        if final:
-            def keep_final(_module, args):
-                recording.final = args[0].detach()
-            handles.append(plan.final.register_forward_pre_hook(keep_final))
+    def keep_final(_site: str, tensor: torch.Tensor) -> None:
+        recording.final = tensor.detach()
+
+    watch = {f"L{layer}.head_out": keeper(recording.outputs, layer, flat=True) for layer in outputs}
+    for layer in residual:
+        watch[f"L{layer}.attn_in"] = keeper(recording.residual, layer)
+    if final:
+        watch["resid_final"] = keep_final
+    with intervene(plan.model, watch=watch, sites=plan.sites, any_thread=True):
         yield recording
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 class _Splicer:
@@ -169,7 +173,6 @@ class _Splicer:
         self.plan, self.patches, self.clean, self.corrupted = plan, list(patches), clean, corrupted
         self.copies = len(self.patches)
         self.delta_of: dict[int | str, torch.Tensor] = {}
-        self.inputs: dict[int, torch.Tensor] = {}
         self.changes: dict[int, torch.Tensor] = {}  # sender layer -> [copy batch seq d_model]
         sender_layers = sorted({layer for patch in self.patches if not patch.downstream
                                 for layer, _ in patch.senders})
@@ -199,43 +202,28 @@ class _Splicer:
         return self.delta_of[key]
 
     def receiver_input(self, layer: int) -> torch.Tensor:
-        """The receiver layer's norm of resid_clean + Δ, `[copy·batch seq d_model]` (once per layer)."""
-        if layer not in self.inputs:
-            residual = self.clean.residual[layer]  # [batch seq d_model]
-            patched = residual.repeat(self.copies, 1, 1) + self.delta(layer).to(residual.dtype)
-            self.inputs[layer] = self.plan.parts[layer].norm.forward(patched)  # the norm's own forward
-        return self.inputs[layer]
+        """The receiver layer's patched residual resid_clean + Δ, `[copy·batch seq d_model]` (its norm is
+        applied at the projection, by the intervention layer)."""
+        residual = self.clean.residual[layer]  # [batch seq d_model]
+        return residual.repeat(self.copies, 1, 1) + self.delta(layer).to(residual.dtype)
 
-    def projection_hook(self, layer: int, columns: torch.Tensor):  # columns [copy out] bool
-        def hook(module, _args, output):
-            patched = module.forward(self.receiver_input(layer))  # [copy·batch seq out]
-            rows = output.shape[0] // self.copies
-            # [copy·batch 1 out]
-            chosen = columns.to(output.device).repeat_interleave(rows, dim=0)[:, None, :]
-            return torch.where(chosen, patched.to(output.dtype), output)
-        return hook
+    def downstream_source(self, layer: int) -> torch.Tensor:
+        """What the replaced senders' outputs become, `[copy·batch seq head d_v]`: the corrupted run's (or
+        0)."""
+        source = self.corrupted.outputs[layer] if self.corrupted is not None else torch.zeros_like(
+            self.clean.outputs[layer])  # [batch seq heads·d_v]
+        return source.repeat(self.copies, 1, 1).unflatten(-1, (self.plan.n_heads, self.plan.d_v))
 
-    def output_hook(self, layer: int, heads: torch.Tensor):  # heads [copy heads] bool: replaced there
-        def hook(_module, args):
-            z = args[0]  # [copy·batch seq heads·d_v]
-            rows = z.shape[0] // self.copies
-            source = self.corrupted.outputs[layer] if self.corrupted is not None else torch.zeros_like(
-                self.clean.outputs[layer])  # [batch seq heads·d_v]
-            chosen = heads.to(z.device).repeat_interleave(self.plan.d_v, dim=1)  # [copy heads·d_v]
-            chosen = chosen.repeat_interleave(rows, dim=0)[:, None, :]  # [copy·batch 1 heads·d_v]
-            patched = torch.where(chosen, source.repeat(self.copies, 1, 1).to(z.dtype), z)
-            return (patched, *args[1:])
-        return hook
+    def final_output(self) -> torch.Tensor:
+        """The final norm of resid_final(x) + Σ Δ, `[copy·batch seq d_model]` (the norm's own forward)."""
+        residual = self.clean.final  # [batch seq d_model]
+        patched = residual.repeat(self.copies, 1, 1) + self.delta(None).to(residual.dtype)
+        return self.plan.final.forward(patched)  # [copy·batch seq d_model]
 
-    def final_hook(self, wanted: torch.Tensor):  # wanted [copy] bool
-        def hook(module, _args, output):
-            residual = self.clean.final  # [batch seq d_model]
-            patched = module.forward(residual.repeat(self.copies, 1, 1)
-                                     + self.delta(None).to(residual.dtype))  # [copy·batch seq d_model]
-            rows = output.shape[0] // self.copies
-            chosen = wanted.to(output.device).repeat_interleave(rows)[:, None, None]  # [copy·batch 1 1]
-            return torch.where(chosen, patched.to(output.dtype), output)
-        return hook
+
+def _rows(mask: torch.Tensor, rows: int) -> torch.Tensor:
+    """A per-copy mask `[copy …]` repeated for the `rows` batch rows of each copy: `[copy·batch 1 …]`."""
+    return mask.repeat_interleave(rows, dim=0)[:, None]
 
 
 @contextlib.contextmanager
@@ -256,33 +244,31 @@ def patch(plan: PathPlan, patches: Sequence[PathPatch], clean: Recording,
         raise ProbeError("the recordings lack a sender's output or a receiver's residual: record them with "
                          "probe.engine.paths.record first")
     splicer = _Splicer(plan, patches, clean, corrupted)
-    masks: dict[int, tuple[int, nn.Module, torch.Tensor]] = {}  # id(module) -> (layer, module, [copy out])
+    copies, rows = len(patches), next(iter(clean.outputs.values())).shape[0]  # every patch has a sender
+    # receivers: (layer, mode) -> [copy head] bool, the heads of that projection whose input is patched
+    chosen: dict[tuple[int, str], torch.Tensor] = {}
     for copy, p in enumerate(patches):
         for layer, head, mode in p.receivers:
-            module, columns = plan.columns(layer, head, mode)
-            if id(module) not in masks:
-                width = Projection(module).width_out
-                masks[id(module)] = (layer, module, torch.zeros(len(patches), width, dtype=torch.bool))
-            masks[id(module)][2][copy, columns] = True
-    handles = []
-    try:
-        for layer, module, columns in masks.values():
-            handles.append(module.register_forward_hook(splicer.projection_hook(layer, columns)))
-        replaced: dict[int, torch.Tensor] = {}  # sender layer -> [copy heads] bool (downstream patches)
-        for copy, p in enumerate(patches):
-            for layer, head in p.senders if p.downstream else ():
-                replaced.setdefault(layer, torch.zeros(len(patches), plan.n_heads, dtype=torch.bool))
-                replaced[layer][copy, head] = True
-        for layer, heads in replaced.items():
-            handles.append(plan.parts[layer].output.module.register_forward_pre_hook(
-                splicer.output_hook(layer, heads)))
-        wanted = torch.tensor([p.logits for p in patches])
-        if bool(wanted.any()):
-            handles.append(plan.final.register_forward_hook(splicer.final_hook(wanted)))
+            heads = plan.n_heads if mode == "Q" else plan.n_kv
+            chosen.setdefault((layer, mode), torch.zeros(copies, heads, dtype=torch.bool))
+            chosen[(layer, mode)][copy, head if mode == "Q" else head // (plan.n_heads // plan.n_kv)] = True
+    edits: dict[str, list[Edit]] = {}
+    inputs = {layer: splicer.receiver_input(layer)[:, :, None] for layer in receivers}  # [copy·batch seq 1 d]
+    for (layer, mode), heads in chosen.items():  # one input per layer: its norm computed once for q, k, v
+        edits[f"L{layer}.{mode.lower()}_in"] = [Edit.replace(inputs[layer], where=_rows(heads, rows))]
+    replaced: dict[int, torch.Tensor] = {}  # sender layer -> [copy heads] bool (downstream patches)
+    for copy, p in enumerate(patches):
+        for layer, head in p.senders if p.downstream else ():
+            replaced.setdefault(layer, torch.zeros(copies, plan.n_heads, dtype=torch.bool))
+            replaced[layer][copy, head] = True
+    for layer, heads in replaced.items():
+        source = splicer.downstream_source(layer)  # [copy·batch seq head d_v]
+        edits[f"L{layer}.head_out"] = [Edit.replace(source, where=_rows(heads, rows))]
+    wanted = torch.tensor([p.logits for p in patches])  # [copy]
+    if bool(wanted.any()):
+        edits["final_norm"] = [Edit.replace(splicer.final_output(), where=_rows(wanted, rows))]
+    with intervene(plan.model, edit=edits, sites=plan.sites, any_thread=True):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 __all__ = ["PathPatch", "PathPlan", "RECEIVER_MODES", "Recording", "patch", "record"]

@@ -6,11 +6,12 @@ copy has one induction target j (the token after the earlier occurrence of t_i; 
 token to predict next. A copying induction head attends to j and raises t_j's logit; a copy-suppressing one
 lowers it.
 
-For head h, with z_h(i) its attention output at row i (the input of the output projection, caught by a forward
-pre-hook) and W_O^h its slice of the output projection, the head's direct contribution to the residual stream
-is c = z_h(i) W_O^h. Through the final norm, linearised at the clean forward's own scale (LayerNorm: c −
-mean(c), divided by the residual's standard deviation; RMSNorm: divided by its root mean square; then the
-gain), and the unembedding W_U:
+For head h, with z_h(i) its attention output at row i (the input of the output projection: the intervention
+site ``L{l}.head_out``, watched through :func:`probe.engine.interventions.intervene`) and W_O^h its slice of
+the output projection, the head's direct contribution to the residual stream is c = z_h(i) W_O^h. Through
+the final norm, linearised at the clean forward's own scale (LayerNorm: c − mean(c), divided by the
+residual's standard deviation; RMSNorm: divided by its root mean square; then the gain), and the unembedding
+W_U:
 
     dla(h, i) = c' · W_U[:, t_j] − mean over the vocabulary of c' · W_U[:, v]
 
@@ -38,6 +39,8 @@ from probe.anatomy import (
     weight_of,
 )
 from probe.engine import capture
+from probe.engine.interventions import intervene
+from probe.engine.sites import site_map
 from probe.errors import ProbeError
 from probe.models import ModelKind
 
@@ -132,9 +135,10 @@ def kept_mean_row(unembedding: nn.Module) -> torch.Tensor:
 
 class InductionDLA:
     """Accumulates the mean direct logit attribution `[layer head]` of every head to its induction targets'
-    tokens over the forwards it watches: :meth:`watching` hooks the output projections' inputs and the final
-    norm's input; :meth:`expect` names a batch of repeated-block probes before its forward, each layer's
-    share is reduced in its output projection's hook while z is fresh (no layer's z is kept), and after the
+    tokens over the forwards it watches: :meth:`watching` watches the intervention sites ``L{l}.head_out``
+    (the output projections' inputs) and ``resid_final`` (the final norm's input); :meth:`expect` names a
+    batch of repeated-block probes before its forward, each layer's share is reduced in its site's callback
+    while z is fresh (no layer's z is kept), and after the
     forward :meth:`add` (or :meth:`reduce`) divides by the final norm's scale and sums. The label pipeline
     watches its own scoring forwards (no forward of its own); :func:`induction_dla` runs the forwards itself.
     ``applicable`` is False (and :meth:`result` NaN) where the attribution is not defined (see the module
@@ -150,9 +154,12 @@ class InductionDLA:
         linearisable = isinstance(self.norm, nn.LayerNorm) or (
             kind.endswith("RMSNorm") and not kind.startswith("Gemma"))
         self.projections = [parts.output.module if parts.output is not None else None for parts in found]
+        self.sites = site_map(model)
         self.applicable = (loaded.kind == ModelKind.CAUSAL_LM and linearisable and unembedding is not None
                            and len(found) == loaded.n_layers
-                           and all(projection is not None for projection in self.projections))
+                           and all(projection is not None for projection in self.projections)
+                           and all(f"L{layer}.head_out" in self.sites.sites for layer in range(len(found)))
+                           and "resid_final" in self.sites.sites)
         self.unembedding = unembedding
         self.centred = isinstance(self.norm, nn.LayerNorm)
         self.total = torch.zeros(loaded.n_layers, loaded.n_heads, dtype=torch.float64)  # [layer head]
@@ -178,32 +185,29 @@ class InductionDLA:
             return
         owner = threading.get_ident()
 
-        def layer_hook(layer: int, args: tuple) -> None:
+        def layer_hook(layer: int, tensor: torch.Tensor) -> None:
             if threading.get_ident() == owner and self._batch is not None:
                 rows, weighted, weighted_sum = self._batch
-                z = args[0].detach()  # [batch seq head·d_head]
+                z = tensor.detach().flatten(-2)  # [batch seq head d_head] -> [batch seq head·d_head]
                 z = z[rows.to(z.device)].float()  # [row head·d_head]
                 w_out, column_mean = self._output_map(layer, z.device)  # [head·d_head d_model], [head·d_head]
                 total = None if weighted_sum is None else weighted_sum.to(z.device)  # [row 1]
                 self._terms[layer] = _row_terms(z, w_out, weighted.to(z.device), total, self.loaded.n_heads,
                                                 column_mean)
 
-        def norm_hook(args: tuple) -> None:
+        def norm_hook(tensor: torch.Tensor) -> None:
             if threading.get_ident() == owner and self._batch is not None:
-                residual = args[0].detach()  # [batch seq d_model]
+                residual = tensor.detach()  # [batch seq d_model]
                 residual = residual[self._batch[0].to(residual.device)].double()  # [row d_model]
                 self._scale = _norm_scale(residual, self.norm)  # [row], shared by every layer
 
-        handles = [
-            projection.register_forward_pre_hook(lambda _module, args, layer=layer: layer_hook(layer, args))
-            for layer, projection in enumerate(self.projections)
-        ]
-        handles.append(self.norm.register_forward_pre_hook(lambda _m, args: norm_hook(args)))
+        watch = {f"L{layer}.head_out": lambda _site, tensor, layer=layer: layer_hook(layer, tensor)
+                 for layer in range(len(self.projections))}
+        watch["resid_final"] = lambda _site, tensor: norm_hook(tensor)
         try:
-            yield self
+            with intervene(self.loaded.model, watch=watch, sites=self.sites):
+                yield self
         finally:
-            for handle in handles:
-                handle.remove()
             self._batch, self._scale = None, None
             self._terms.clear()
 

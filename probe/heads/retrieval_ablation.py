@@ -12,9 +12,9 @@ the top heads never fires: a tuple compared with lists). Two ways to mask (``mas
 * ``"output"`` (ours, the default): the head's attention output zeroed inside the capture engine
   (:func:`probe.engine.capture` with ``ablate``), in the prefill and every decoding step — the same zeroing as
   every other ablation column of the label table;
-* ``"query"`` (Wu et al.'s): the head's slice of the query projection's output zeroed by a forward hook on the
-  projection, only on decoding steps (calls with one query position): its scores are all 0, so its
-  attention is uniform.
+* ``"query"`` (Wu et al.'s): the head's slice of the query projection's output zeroed (an edit of the
+  intervention site ``L{l}.q``, :mod:`probe.engine.interventions`), only on decoding steps (calls with one
+  query position): its scores are all 0, so its attention is uniform.
 
 Here, on the same needle probes the scores came from (:func:`probe.heads.retrieval.needle_probes`, same seed
 and length):
@@ -47,8 +47,10 @@ from dataclasses import dataclass
 
 import torch
 
-from probe.anatomy import attention_parts
 from probe.engine import capture
+from probe.engine.edits import Edit
+from probe.engine.interventions import intervene
+from probe.engine.sites import site_map
 from probe.errors import ProbeError
 from probe.heads.retrieval import NeedleProbes, RetrievalConfig, needle_probes, needle_recall
 from probe.naming import head_name
@@ -108,38 +110,26 @@ def whole_model_draws(n_layers: int, n_heads: int, k: int, excluded: tuple[Head,
 @contextlib.contextmanager
 def query_masked(loaded, heads: tuple[Head, ...]) -> Iterator[None]:
     """Wu et al.'s masking while the block runs: `heads`' slices of their layer's query projection output
-    zeroed on decoding steps (one query position), by forward hooks on the projections (removed after)."""
-    parts = attention_parts(loaded.model)
+    zeroed on decoding steps (one query position), by an edit of the intervention site ``L{l}.q``
+    (:func:`probe.engine.interventions.intervene`; removed after)."""
+    found = site_map(loaded.model)
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
-    handles = []
-    try:
-        for layer, chosen in by_layer.items():
-            query = parts[layer].query if layer < len(parts) else None
-            if query is None:
-                raise ProbeError(f"{loaded.name}: no query projection found on layer {layer}: use the output "
-                                 "masking (retrieval_mask 'output')")
-            d_head = query.width_out // loaded.n_heads
-            start = query.part.start if query.part is not None else 0
-            columns = torch.cat([torch.arange(start + head * d_head, start + (head + 1) * d_head)
-                                 for head in chosen])
-            handles.append(query.module.register_forward_hook(_zero_decoding_columns(columns)))
+    edits = {}
+    for layer, chosen in by_layer.items():
+        if f"L{layer}.q" not in found.sites:
+            raise ProbeError(f"{loaded.name}: no query projection found on layer {layer}: use the output "
+                             "masking (retrieval_mask 'output')")
+        edits[f"L{layer}.q"] = Edit.apply(_zero_on_decoding, heads=chosen)
+    with intervene(loaded.model, edit=edits, sites=found, any_thread=True):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
-def _zero_decoding_columns(columns: torch.Tensor):
-    def hook(module, args, output):
-        if output.shape[-2] != 1:  # the prefill: Wu et al. mask decoding steps only
-            return None
-        output = output.clone()
-        output[..., columns.to(output.device)] = 0  # [batch 1 width]
-        return output
-
-    return hook
+def _zero_on_decoding(query: torch.Tensor) -> torch.Tensor | None:
+    """Zeros for a decoding step's queries `[batch 1 head d_head]`; the prefill (more than one position) is
+    left alone: Wu et al. mask decoding steps only."""
+    return torch.zeros_like(query) if query.shape[1] == 1 else None
 
 
 def masked_recall(loaded, probes: NeedleProbes, heads: tuple[Head, ...], batch_size: int = 8,
