@@ -8,14 +8,27 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import TABLE_EXTENSIONS, add_model_options, load_keywords, output_path
+from probe.commands.common import (
+    TABLE_EXTENSIONS,
+    add_model_options,
+    check_model_options,
+    load_keywords,
+    output_path,
+)
 from probe.commands.label import HEAD_TYPES
+from probe.commands.paths import owned_table, page_path
 from probe.errors import ProbeError
+from probe.naming import fixed
 
 # probe.circuits.CircuitConfig's defaults, written out so that --help needs no torch
 # (tests/commands/test_circuit_cli.py checks they equal the library's)
 DEFAULTS = {"top_k": 3, "examples": 16, "controls": 8, "seed": 0, "n_random": 200}
 MODES = ("Q", "K", "V")
+# columns that make an existing file this command's edge table or composition table (probe.circuits'
+# EDGE_COLUMNS and probe.circuits.composition.COLUMNS hold them; written out so that checking needs no torch)
+EDGE_KEYS = ("sender", "receiver", "mode", "in_circuit")
+TASK_KEYS = ("sender", "receiver", "input", "abs_rank")  # probe.circuits.edges.edge_scores' table
+PAIR_KEYS = ("sender", "receiver", "sender_layer", "receiver_layer", "mode")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -27,8 +40,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "writes every candidate edge (--out) and the graph (--html).",
     )
     add_model_options(parser)
-    parser.add_argument("--type", required=True, choices=HEAD_TYPES, metavar="TYPE",
-                        help=f"the head type: {', '.join(HEAD_TYPES)}")
+    parser.add_argument("--type", choices=HEAD_TYPES, metavar="TYPE",
+                        help=f"the head type: {', '.join(HEAD_TYPES)}; or --task")
+    parser.add_argument("--task", metavar="FILE", help="your own task, every edge scored: CSV or JSONL with "
+                        "clean, corrupted, correct, incorrect (docs/circuits.md)")
+    parser.add_argument("--metric", default="logit_diff", choices=("logit_diff", "prob", "kl", "loss"))
+    parser.add_argument("--method", default="eap-ig", choices=("eap-ig", "eap", "exact"))
+    parser.add_argument("--steps", type=int, default=5, help="EAP-IG steps (default %(default)s)")
     parser.add_argument("--labels", help="label table (probe label --out; default: the model's shipped table "
                                          "for zoo:NAME, else the type is labelled first)")
     parser.add_argument("--modes", default="Q,K,V", help="composition modes, comma-separated (default Q,K,V)")
@@ -43,11 +61,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--controls", type=int, default=DEFAULTS["controls"],
                         help="random sender-receiver pairs (default %(default)s)")
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="probe, control and baseline seed")
-    parser.add_argument("--out", help="every candidate edge: .csv, .parquet or .json (default: CSV to "
-                                      "stdout)")
+    parser.add_argument("--out", help="every candidate edge, every column at full precision: .csv, .parquet "
+                                      "or .json (default: a rounded table to read on stdout)")
     parser.add_argument("--composition", metavar="FILE", help="every scored pair's composition (.csv, "
                                                               ".parquet, .json)")
     parser.add_argument("--html", metavar="FILE.html", help="the circuit graph in one offline HTML file")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite an --out, --composition or --html that probe did not write")
     return parser
 
 
@@ -61,6 +81,10 @@ def _modes(text: str) -> tuple[str, ...]:
 
 def check_args(args: argparse.Namespace) -> tuple[str, ...]:
     """The checks that need no torch; the modes."""
+    if (args.type is None) == (args.task is None):
+        raise ProbeError("give one of --type TYPE (a head type's circuit) and --task FILE (your own task)")
+    if args.task and (args.steps < 1 or args.html or args.composition or not Path(args.task).is_file()):
+        raise ProbeError(f"--task {args.task}: give a CSV/JSONL file, --steps ≥ 1, no --html/--composition")
     if args.top_k < 0:
         raise ProbeError("--top-k must be 0 (every earlier head) or more")
     if args.examples < 1:
@@ -72,15 +96,77 @@ def check_args(args: argparse.Namespace) -> tuple[str, ...]:
     return _modes(args.modes)
 
 
+def check_outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None, Path | None]:
+    """--out, --composition and --html checked before any work: a file there that is not this command's
+    table (or a page probe wrote) is refused unless --force (probe.commands.paths, as every command)."""
+    out = pairs = html = None
+    if args.out:
+        out = owned_table(output_path(args.out, TABLE_EXTENSIONS), args.force,
+                          EDGE_KEYS if args.task is None else TASK_KEYS, "probe circuit table")
+    if args.composition:
+        pairs = owned_table(output_path(args.composition, TABLE_EXTENSIONS, "--composition"), args.force,
+                            PAIR_KEYS, "probe circuit composition table", "--composition")
+    if args.html:
+        html = page_path(args.html, args.force, "--html")
+    return out, pairs, html
+
+
+def refuse_seq2seq(model: str) -> None:
+    """An encoder–decoder model is refused from its config, before its weights load (its three stacks have no
+    one residual stream for composition and path patching)."""
+    from probe.card import load_config  # transformers' config only
+
+    try:
+        config = load_config(model)
+    except ProbeError:
+        return  # unreadable here: loading says why
+    if getattr(config, "is_encoder_decoder", False):
+        raise ProbeError(f"{model} is a sequence-to-sequence model (encoder and decoder stacks): a circuit "
+                         "is found in one stack of heads; give a decoder-only or encoder-only model")
+
+
+def readable_edges(edges) -> str:
+    """The candidate edges as a table to read (the circuit's first, by composition score): composition score
+    and its z against random matrices, the patched effect in nats ("-": not patched), rounded."""
+    import math
+
+    table = edges.assign(circuit=edges["in_circuit"].astype(bool)).sort_values(
+        ["circuit", "score"], ascending=False)
+
+    def number(digits: int):
+        return lambda value: "-" if value is None or math.isnan(value) else fixed(value, digits)
+
+    shown = table[["sender", "receiver", "mode", "score", "z", "effect", "circuit"]].rename(
+        columns={"score": "composition", "effect": "effect_nats"})
+    return shown.to_string(index=False, formatters={"composition": number(3), "z": number(1),
+                                                    "effect_nats": number(3)})
+
+
 def _say(message: str) -> None:
     print(f"probe circuit: {message}", file=sys.stderr)
 
 
+def _run_task(args: argparse.Namespace, out: Path | None) -> int:
+    from probe import models
+    from probe.circuits.faithfulness import summary, task_circuit
+    from probe.heads.tables import save_table
+    from probe.runs.atomic import write_atomically
+    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
+    table, curve = task_circuit(loaded, args.task, args.metric, args.method, args.steps)
+    print(summary(table, curve), flush=True)
+    if out is not None:
+        write_atomically(out, lambda tmp: save_table(table, tmp))
+        _say(f"wrote {out} ({len(table)} edges, {int(table['in_circuit'].sum())} in the circuit)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     modes = check_args(args)
-    out = output_path(args.out, TABLE_EXTENSIONS) if args.out else None
-    pairs_out = output_path(args.composition, TABLE_EXTENSIONS, "--composition") if args.composition else None
-    html_out = output_path(args.html, (".html",), "--html") if args.html else None
+    out, pairs_out, html_out = check_outputs(args)
+    check_model_options(args)
+    refuse_seq2seq(args.model)
+    if args.task is not None:
+        return _run_task(args, out)
     # torch, transformers and pandas only now (probe circuit --help and argument errors answer at once)
     from probe import models
     from probe.circuits import CircuitConfig, find_circuit
@@ -101,8 +187,8 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         write_atomically(out, lambda tmp: save_table(edges, tmp))
         _say(f"wrote {out} ({len(edges)} candidate edges, {int(edges['in_circuit'].sum())} in the circuit)")
-    else:
-        edges.to_csv(sys.stdout, index=False)
+    elif len(edges):
+        print(readable_edges(circuit.edges), flush=True)  # the exact values: --out
     if pairs_out is not None:
         write_atomically(pairs_out, lambda tmp: save_table(circuit.composition, tmp))
         _say(f"wrote {pairs_out} ({len(circuit.composition)} scored pairs)")

@@ -80,3 +80,87 @@ def test_report_circuit_adds_the_graph_section(tmp_path):
     heavy = heavy_after("from probe.cli import main\ncode = main(['report', '--model', 'zoo:induction', "
                         "'--circuit', 'nonsense', '--out', 'x.html'])")
     assert heavy["heavy"] == [] and "invalid choice" in heavy["err"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Issue 55: outputs it did not write, encoder-decoder models, what is printed
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_circuit_refuses_a_users_file_unless_force_and_replaces_its_own(tmp_path, capsys):
+    """--out, --composition and --html that probe did not write are refused in one line (exit 2, bytes
+    unchanged) unless --force; the files a circuit run wrote are its own (the same check passes them)."""
+    import argparse
+
+    from probe.commands.circuit import check_outputs
+    from probe.views.pages import GENERATOR
+
+    mine = {"--out": tmp_path / "c.csv", "--composition": tmp_path / "p.parquet",
+            "--html": tmp_path / "c.html"}
+    mine["--out"].write_text("name,age\nada,36\n")
+    mine["--composition"].write_bytes(b"not parquet at all\n")
+    mine["--html"].write_text("<!doctype html><title>my page</title>\n")
+    for flag, path in mine.items():
+        before = path.read_bytes()
+        capsys.readouterr()
+        assert main(["circuit", "--model", "zoo:induction", "--type", "induction", flag, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{flag} {path} exists and is not a" in err and "--force" in err, err
+        assert path.read_bytes() == before
+    args = argparse.Namespace(out=str(mine["--out"]), composition=str(mine["--composition"]),
+                              html=str(mine["--html"]), force=True, task=None)
+    assert check_outputs(args) == (mine["--out"], mine["--composition"], mine["--html"])  # --force: allowed
+    # what probe circuit writes is its own: the same check lets a rerun replace it
+    pd.DataFrame({"sender": ["L0H1"], "receiver": ["L1H0"], "mode": ["K"], "in_circuit": [True]}).to_csv(
+        mine["--out"], index=False)
+    pd.DataFrame({"sender": ["L0H1"], "receiver": ["L1H0"], "sender_layer": [0], "receiver_layer": [1],
+                  "mode": ["K"]}).to_parquet(mine["--composition"])
+    mine["--html"].write_text(f"<!doctype html><head>{GENERATOR}</head>\n")
+    assert check_outputs(argparse.Namespace(**{**vars(args), "force": False})) == tuple(mine.values())
+
+
+def test_circuit_refuses_a_sequence_to_sequence_model_before_loading_it(tmp_path, monkeypatch, capsys):
+    """From config.json's is_encoder_decoder: one line, and the weights are never loaded (before: 3 lines
+    after the model loaded and its heads were labelled). A decoder-only model passes the same check."""
+    from probe import models
+    from probe.commands.circuit import refuse_seq2seq
+    from tests.tiny_archs import save
+
+    def never(*args, **kwargs):
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr(models, "load", never)
+    t5 = save("t5", tmp_path / "t5")
+    assert main(["circuit", "--model", str(t5), "--type", "induction"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"probe circuit: error: {t5} is a sequence-to-sequence model (encoder and decoder "
+                   "stacks): a circuit is found in one stack of heads; give a decoder-only or encoder-only "
+                   "model\n")
+    refuse_seq2seq("zoo:induction")  # the control: a decoder-only model is not refused
+
+
+def test_circuit_prints_a_readable_table_and_an_empirical_p_from_few_controls(capsys):
+    """Without --out: the findings (stderr), then a table to read on stdout — rounded, the circuit's edges
+    first — never the raw CSV with 17-digit floats. With 3 random pairs the patching effect is said as an
+    empirical p (above all 3: p ≤ 1/4), not as a z (before: "z 1852.9")."""
+    import re
+
+    assert main(["circuit", "--model", "zoo:induction", "--type", "induction", "--examples", "4",
+                 "--controls", "3"]) == 0
+    captured = capsys.readouterr()
+    finding = next(line for line in captured.err.splitlines() if "L0H1 → L1H0 L1H1 L1H2 L1H3" in line)
+    assert "above every random pair of 3, p ≤ 1/4" in finding and "nats (z" not in finding
+    lines = captured.out.splitlines()
+    assert lines[0].split() == ["sender", "receiver", "mode", "composition", "z", "effect_nats", "circuit"]
+    assert lines[1].split()[0] == "L0H1" and lines[1].split()[-1] == "True"
+    assert not re.search(r"\d\.\d{4,}", captured.out) and "," not in captured.out  # rounded, not CSV
+    assert "-0.0 " not in captured.out and " -0 " not in captured.out
+
+
+def test_against_controls_says_z_only_from_enough_controls():
+    from probe.circuits.circuit import MIN_Z_CONTROLS, against_controls
+
+    assert against_controls(1852.9, 3) == "above every random pair of 3, p ≤ 1/4"
+    assert against_controls(4.25, MIN_Z_CONTROLS) == (f"z 4.2, above every random pair of {MIN_Z_CONTROLS}, "
+                                                      f"p ≤ 1/{MIN_Z_CONTROLS + 1}")
+    assert against_controls(-0.04, 40).startswith("z 0.0,")  # never "z -0.0"

@@ -105,7 +105,8 @@ def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         weights = getattr(hook, "weights_map", None) if getattr(hook, "offload", False) else None
         for name, tensor in named_module_tensors(module, recurse=False):
             key = f"{prefix}.{name}" if prefix else name
-            found[key] = (weights[name] if weights is not None and tensor.is_meta else tensor).detach().clone()
+            value = weights[name] if weights is not None and tensor.is_meta else tensor
+            found[key] = value.detach().clone()
     return found
 
 
@@ -152,7 +153,8 @@ def test_cli_label_on_an_auto_device_map_runs_the_default_control(gpt2_dir, tmp_
              "--bootstrap", "50", "--ablate", "none"]
     assert main([*flags, "--out", str(tmp_path / "memory.csv")]) == 0
     capsys.readouterr()
-    code = main([*flags, *AUTO, "--offload-folder", str(tmp_path / "offload"), "--out", str(tmp_path / "a.csv")])
+    placed = [*AUTO, "--offload-folder", str(tmp_path / "offload")]
+    code = main([*flags, *placed, "--out", str(tmp_path / "a.csv")])
     err = capsys.readouterr().err
     assert code == 0, err
     assert "controls: untrained twins 3 of 3, offloaded like the model" in err

@@ -7,8 +7,8 @@ Layers, bottom to top (a module may import its own layer and the ones below):
     base      probe (the package), errors, naming, hashing, models, specs, quiet (transformers' own output),
               layers, anatomy (where a model's projections, norms and layer list sit), lazy (the packages'
               re-exports loaded on first use), cache (where computed-once results live), card, memory, data,
-              zoo (the catalogue: the package, zoo.tiny, zoo.planted), untrained, untrained_build (the untrained
-              twins, and building one a device-map module at a time)
+              zoo (the catalogue: the package, zoo.tiny, zoo.planted), untrained, untrained_build (the
+              untrained twins, and building one a device-map module at a time)
     engine    probe.engine.*
     heads     probe.heads.*        proteins   probe.proteins.*   (side by side: neither imports the other)
     circuits  probe.circuits.* (which heads feed which: composition and path patching on the labelled heads,
@@ -39,8 +39,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "probe"
 
 BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.specs",
         "probe.layers", "probe.anatomy", "probe.lazy", "probe.cache", "probe.card", "probe.memory",
-        "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted", "probe.untrained", "probe.untrained_build",
-        "probe.quiet"}
+        "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted", "probe.untrained",
+        "probe.untrained_build", "probe.quiet"}
 RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "circuits": 3, "training": 3, "runs": 4,
         "views": 5, "commands": 6}
 

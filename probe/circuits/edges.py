@@ -1,0 +1,376 @@
+"""Edge attribution over the whole graph of a decoder for a :class:`~probe.circuits.task.Task`: EAP, EAP-IG
+and exact edge patching, every read and edit through :func:`probe.engine.interventions.intervene`.
+
+The graph (as Hanna et al.'s EAP-IG and ACDC's): senders are the embeddings (``embed``: the residual stream
+after them), every head (``L{l}H{h}``: its output through its rows of the output projection, z_h W_O^h) and
+every MLP (``L{l}.mlp``: its output); receivers are every head's query, key and value inputs separately
+(``L{l}H{h}`` with input ``q`` / ``k`` / ``v``: the sites ``L{l}.q_in`` … as that head reads them; with
+grouped-query attention the key / value receivers are the kv heads, ``L{l}KV{g}``), every MLP's input
+(``mlp``) and the logits (``logits``: the final norm's input). An edge u → v exists where u writes the
+residual stream before v reads it: the embeddings feed everything, a head feeds its own layer's MLP and every
+later layer, every sender feeds the logits. In a pre-norm sequential block every receiver's input is the sum
+of its senders' contributions (plus constant biases), so patching one edge is adding one difference there.
+
+Scores (``score`` ≈ metric(edge patched) − metric(clean), the mean over pairs; a negative score with
+``logit_diff`` means the edge carries the clean behaviour):
+
+* ``exact``: the clean run with the receiver's input changed by Δ_u = a_u(corrupted) − a_u(clean) (the
+  sender's corrupted contribution instead of its clean one, everything else clean); one forward per edge,
+  batched as copies of the pairs;
+* ``eap`` (Syed et al. 2023): Σ_positions Δ_u · ∂metric/∂(input of v) on the clean run, mean over pairs;
+* ``eap-ig`` (Hanna et al. 2024): the same with the gradient averaged over the `steps` runs whose embeddings
+  are corrupted + k/steps · (clean − corrupted), k = 0 … steps − 1 (``hannamw/EAP-IG``'s
+  ``get_scores_eap_ig``: the input node interpolated, the activation differences from the plain clean and
+  corrupted runs).
+
+Cost: eap = 2 forwards + 1 forward-backward; eap-ig = 2 + `steps` forward-backwards; exact = one forward of
+the pairs per edge.
+
+Examples
+--------
+>>> from probe.zoo.tiny import build_tiny
+>>> from probe.circuits.task import repeat_task
+>>> model, tokenizer = build_tiny("llama")
+>>> table = edge_scores(model, repeat_task(tokenizer, pairs=2, block=4), method="eap")
+>>> list(table.columns[:5]), len(table)
+(['sender', 'receiver', 'input', 'score', 'abs_rank'], 82)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch import nn
+
+from probe.anatomy import linear_weight
+from probe.circuits.task import Task, metric_values
+from probe.engine.edits import Edit
+from probe.engine.interventions import intervene
+from probe.engine.sites import SiteMap, site_map
+from probe.errors import ProbeError
+from probe.models import LoadedModel
+
+METHODS = ("eap", "eap-ig", "exact")
+INPUTS = ("q", "k", "v")
+
+
+@dataclass(frozen=True)
+class Node:
+    """A sender or a receiver: its name, the site it is read at, its head (per-head sites), its input
+    kind (receivers: q / k / v / mlp / logits; senders: out) and its order (u → v exists when u.order <
+    v.order)."""
+
+    name: str
+    site: str
+    head: int | None
+    input: str
+    order: int
+    layer: int
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The senders and receivers of one model (:func:`model_graph`)."""
+
+    senders: tuple[Node, ...]
+    receivers: tuple[Node, ...]
+
+    def valid(self) -> torch.Tensor:
+        """`[sender receiver]` bool: where an edge exists."""
+        sender = torch.tensor([node.order for node in self.senders])
+        receiver = torch.tensor([node.order for node in self.receivers])
+        return sender[:, None] < receiver[None, :]
+
+    def edges(self) -> list[tuple[int, int]]:
+        """(sender index, receiver index) of every edge, senders first."""
+        return [tuple(pair) for pair in self.valid().nonzero().tolist()]
+
+
+def model_graph(found: SiteMap) -> Graph:
+    """The edge-attribution graph of a model from its sites (module doc).
+
+    Parameters
+    ----------
+    found : SiteMap
+        :func:`probe.engine.sites.site_map` of the model.
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    ProbeError
+        A post-norm (BERT-style) block, or a layer without per-head inputs, head outputs or the final norm's
+        input: the residual stream is not a sum of the senders' contributions there.
+
+    Examples
+    --------
+    >>> from probe.zoo.tiny import build_tiny
+    >>> graph = model_graph(site_map(build_tiny("llama")[0]))  # 2 layers, 4 heads, 2 kv heads, MLPs
+    >>> len(graph.senders), len(graph.receivers), len(graph.edges())
+    (11, 19, 82)
+    """
+    names = set(found.names())
+    senders = [Node("embed", "embed", None, "out", 0, -1)]
+    receivers = []
+    for layer, parts in enumerate(found.layers):
+        if parts.post_norm:
+            raise ProbeError("edge attribution needs pre-norm blocks: in a post-norm (BERT-style) block the "
+                             "residual stream is not the sum of its senders' outputs")
+        need = [f"L{layer}.{kind}" for kind in ("q_in", "k_in", "v_in", "head_out")]
+        missing = [name for name in need if name not in names]
+        if missing:
+            raise ProbeError(f"site {missing[0]} is not available: {found.why.get(missing[0], 'not found')}")
+        heads, kv = found.site(f"L{layer}.q_in").heads, found.site(f"L{layer}.k_in").heads
+        for kind in INPUTS:
+            count = heads if kind == "q" else kv
+            label = "H" if count == heads else "KV"
+            receivers += [Node(f"L{layer}{label}{head}", f"L{layer}.{kind}_in", head, kind, 2 * layer + 1,
+                               layer) for head in range(count)]
+        senders += [Node(f"L{layer}H{head}", f"L{layer}.head_out", head, "out", 2 * layer + 1, layer)
+                    for head in range(found.site(f"L{layer}.head_out").heads)]
+        if f"L{layer}.mlp_in" in names and f"L{layer}.mlp_out" in names:
+            receivers.append(Node(f"L{layer}.mlp", f"L{layer}.mlp_in", None, "mlp", 2 * layer + 2, layer))
+            senders.append(Node(f"L{layer}.mlp", f"L{layer}.mlp_out", None, "out", 2 * layer + 2, layer))
+    if "resid_final" not in names:
+        raise ProbeError(f"site resid_final is not available: {found.why.get('resid_final', 'not found')}")
+    layers = len(found.layers)
+    receivers.append(Node("logits", "resid_final", None, "logits", 2 * layers + 1, layers))
+    return Graph(tuple(senders), tuple(receivers))
+
+
+@contextlib.contextmanager
+def frozen(model: nn.Module) -> Iterator[None]:
+    """The model's parameters without gradients while the block runs (restored after): backward passes
+    fill no parameter's ``.grad``."""
+    flags = [(parameter, parameter.requires_grad) for parameter in model.parameters()]
+    try:
+        for parameter, _ in flags:
+            parameter.requires_grad_(False)
+        yield
+    finally:
+        for parameter, flag in flags:
+            parameter.requires_grad_(flag)
+
+
+def output_weights(found: SiteMap, dtype: torch.dtype) -> list[torch.Tensor]:
+    """Per layer, each head's rows of the output projection: `[head d_v d_model]` in `dtype`."""
+    weights = []
+    for layer, parts in enumerate(found.layers):
+        site = found.site(f"L{layer}.head_out")
+        weight = linear_weight(parts.attention.output.module, dtype)  # [head*d_v d_model]
+        weights.append(weight.unflatten(0, (site.heads, site.width)))  # [head d_v d_model]
+    return weights
+
+
+def contributions(model: nn.Module, found: SiteMap, graph: Graph, ids: torch.Tensor,
+                  weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every sender's contribution to the residual stream, and the last position's logits, on `ids`.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        `[batch seq sender d_model]` at least float32 (the senders of `graph`, in order) and `[batch vocab]`.
+    """
+    watch = sorted({node.site for node in graph.senders})
+    with torch.no_grad(), intervene(model, watch=watch, sites=found) as run:
+        logits = model(input_ids=ids, use_cache=False).logits[:, -1]
+    parts, work, done = [], torch.promote_types(logits.dtype, torch.float32), set()
+    for node in graph.senders:  # senders in order: a layer's heads together, then its MLP
+        if node.site in done:
+            continue
+        done.add(node.site)
+        tensor = run.saved[node.site].to(work)
+        if node.head is not None:  # every head of the layer at once: z_h W_O^h
+            tensor = torch.einsum("bqhv,hvd->bqhd", tensor, weights[node.layer].to(tensor))  # [b q head d]
+        parts.append(tensor if node.head is not None else tensor[:, :, None])
+    return torch.cat(parts, 2), logits.to(work)  # [batch seq sender d_model], [batch vocab]
+
+
+def _gradient_scores(model, found, graph, task, ids, correct, incorrect, clean_logits, delta,
+                     embeds: tuple[torch.Tensor, torch.Tensor] | None, steps: int) -> torch.Tensor:
+    """Σ over pairs and positions of Δ_u · ∂metric/∂(input of v), summed over the gradient runs and divided
+    by their number: `[sender receiver]` float64 (not yet divided by the pairs)."""
+    sites = sorted({node.site for node in graph.receivers})
+    total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
+    flat = delta.permute(2, 0, 1, 3).reshape(delta.shape[2], -1)  # [sender batch*seq*d_model]: a GEMM/site
+    alphas = [None] if embeds is None else [step / steps for step in range(steps)]
+    for alpha in alphas:
+        edit = {}
+        if alpha is not None:
+            corrupted, clean = embeds
+            edit["embed"] = Edit.replace(corrupted + alpha * (clean - corrupted))
+        with frozen(model), torch.enable_grad(), intervene(model, edit=edit, grad=sites, sites=found) as run:
+            logits = model(input_ids=ids, use_cache=False).logits[:, -1]
+            metric_values(task.metric, logits, correct, incorrect, clean_logits).sum().backward()
+        for site in sites:  # one contraction per site: every head of it at once
+            grad = run.grads[site].to(delta.dtype)  # [batch seq head d_model] or [batch seq d_model]
+            grad = grad if grad.dim() == 4 else grad[:, :, None]  # [batch seq head|1 d_model]
+            grad = grad.permute(0, 1, 3, 2).reshape(-1, grad.shape[2])  # [batch*seq*d_model head|1]
+            products = (flat @ grad).double().cpu()  # [sender head|1]
+            for index, node in enumerate(graph.receivers):
+                if node.site == site:
+                    total[:, index] += products[:, node.head if node.head is not None else 0]
+    return total / len(alphas)
+
+
+def _exact_scores(model, found, graph, task, ids, correct, incorrect, clean_logits, delta, clean_metric,
+                  max_rows: int, scale: float) -> torch.Tensor:
+    """metric(clean with one edge's Δ added at its receiver) − metric(clean), summed over pairs, per edge:
+    `[sender receiver]` float64 (NaN where no edge)."""
+    total = torch.full((len(graph.senders), len(graph.receivers)), float("nan"), dtype=torch.float64)
+    edges = graph.edges()
+    batch, dtype = len(ids), next(model.parameters()).dtype
+    per = max(1, max_rows // batch)
+    for start in range(0, len(edges), per):
+        chunk = edges[start:start + per]
+        copies = len(chunk)
+        values: dict[str, torch.Tensor] = {}
+        masks: dict[str, torch.Tensor] = {}
+        for copy, (sender, receiver) in enumerate(chunk):
+            node = graph.receivers[receiver]
+            site = found.site(node.site)
+            if node.site not in values:
+                values[node.site] = delta.new_zeros(copies * batch, *delta.shape[1:2], delta.shape[-1])
+                if site.heads:
+                    masks[node.site] = torch.zeros(copies * batch, 1, site.heads, dtype=torch.bool,
+                                                   device=delta.device)
+            rows = slice(copy * batch, (copy + 1) * batch)
+            values[node.site][rows] = scale * delta[:, :, sender]
+            if site.heads:
+                masks[node.site][rows, :, node.head] = True
+        edit = {}
+        for name, value in values.items():
+            value = value.to(dtype)
+            if name in masks:
+                edit[name] = Edit.add(value[:, :, None], where=masks[name])  # [rows seq 1 d_model]
+            else:
+                edit[name] = Edit.add(value)  # [rows seq d_model]
+        with torch.no_grad(), intervene(model, edit=edit, sites=found):
+            logits = model(input_ids=ids.repeat(copies, 1), use_cache=False).logits[:, -1].to(delta.dtype)
+        patched = metric_values(task.metric, logits, correct.repeat(copies), incorrect.repeat(copies),
+                                clean_logits.repeat(copies, 1))  # [copies*batch]
+        change = (patched.view(copies, batch) - clean_metric[None]).sum(1).double().cpu()  # [copies]
+        for copy, (sender, receiver) in enumerate(chunk):
+            total[sender, receiver] = change[copy]
+    return total
+
+
+def edge_scores(model, task: Task, method: str = "eap-ig", steps: int = 5, max_rows: int = 256,
+                scale: float = 1.0) -> pd.DataFrame:
+    """Every edge of the model's graph scored for `task` (module doc).
+
+    Parameters
+    ----------
+    model : torch.nn.Module or probe.models.LoadedModel
+        A pre-norm decoder (causal LM).
+    task : Task
+        Pairs, answers and the metric.
+    method : {"eap-ig", "eap", "exact"}, default "eap-ig"
+    steps : int, default 5
+        EAP-IG's interpolation steps (Hanna et al.'s default in their experiments).
+    max_rows : int, default 256
+        Exact patching: rows per patched forward (copies of the pairs, one edge per copy).
+    scale : float, default 1.0
+        Exact patching adds scale · Δ_u at the receiver (1: patching; a small scale divided out checks EAP to
+        first order).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per edge: ``sender``, ``receiver``, ``input`` (q / k / v / mlp / logits), ``score`` (mean over
+        pairs; exact: divided by `scale`), ``abs_rank`` (1 = largest |score|), ``sender_layer``,
+        ``receiver_layer`` (−1: embeddings; the layer count: logits), ``method``, ``metric``,
+        ``corruption``. ``attrs``: ``clean_metric``, ``corrupted_metric`` (the task's metric on the clean and
+        the corrupted prompts), ``pairs``.
+
+    Raises
+    ------
+    ProbeError
+        Unknown method, steps < 1, or a model whose graph cannot be built (:func:`model_graph`).
+
+    Examples
+    --------
+    >>> from probe.zoo.tiny import build_tiny
+    >>> from probe.circuits.task import make_task
+    >>> model, _ = build_tiny("llama")
+    >>> task = make_task(None, [[3, 5, 6, 7]], [[3, 8, 6, 7]], [5], [8])
+    >>> table = edge_scores(model, task, method="exact")
+    >>> int(table["abs_rank"].min()), table["input"].unique().tolist()
+    (1, ['q', 'k', 'v', 'mlp', 'logits'])
+    """
+    if method not in METHODS:
+        raise ProbeError(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
+    if steps < 1:
+        raise ProbeError("steps must be ≥ 1")
+    model = model.model if isinstance(model, LoadedModel) else model
+    vocab = model.get_input_embeddings().num_embeddings
+    every = [token for ids in (*task.clean, *task.corrupted, task.correct, task.incorrect) for token in ids]
+    largest = max(every)
+    if largest >= vocab or min(every) < 0:
+        raise ProbeError(f"the task has token id {largest} (or a negative one): the model's vocabulary has "
+                         f"ids 0..{vocab - 1}; was the task tokenized for another model?")
+    found = site_map(model)
+    graph = model_graph(found)
+    device = next(model.parameters()).device
+    weights = output_weights(found, torch.promote_types(next(model.parameters()).dtype, torch.float32))
+    total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
+    clean_sum = corrupted_sum = 0.0
+    for ids, bad_ids, correct, incorrect in task.batches(device):
+        clean_parts, clean_logits = contributions(model, found, graph, ids, weights)
+        bad_parts, bad_logits = contributions(model, found, graph, bad_ids, weights)
+        delta = bad_parts - clean_parts  # [batch seq sender d_model]
+        clean_metric = metric_values(task.metric, clean_logits, correct, incorrect, clean_logits)
+        clean_sum += float(clean_metric.sum())
+        corrupted_sum += float(metric_values(task.metric, bad_logits, correct, incorrect, clean_logits).sum())
+        if method == "exact":
+            total += _exact_scores(model, found, graph, task, ids, correct, incorrect, clean_logits, delta,
+                                   clean_metric, max_rows, scale) / scale
+        else:
+            embeds = None
+            if method == "eap-ig":
+                embed = [node.name for node in graph.senders].index("embed")
+                dtype = model.get_input_embeddings().weight.dtype
+                embeds = (bad_parts[:, :, embed].to(dtype), clean_parts[:, :, embed].to(dtype))
+            total += _gradient_scores(model, found, graph, task, ids, correct, incorrect, clean_logits, delta,
+                                      embeds, steps)
+    scores = total / len(task)
+    return _table(graph, scores, method, task, clean_sum / len(task), corrupted_sum / len(task))
+
+
+def _table(graph: Graph, scores: torch.Tensor, method: str, task: Task, clean: float,
+           corrupted: float) -> pd.DataFrame:
+    rows = []
+    for sender, receiver in graph.edges():
+        s, r = graph.senders[sender], graph.receivers[receiver]
+        rows.append({"sender": s.name, "receiver": r.name, "input": r.input,
+                     "score": float(scores[sender, receiver]), "sender_layer": s.layer,
+                     "receiver_layer": r.layer})
+    table = pd.DataFrame(rows)
+    table.insert(4, "abs_rank", table["score"].abs().rank(ascending=False, method="first").astype(int))
+    table["method"], table["metric"], table["corruption"] = method, task.metric, task.corruption
+    table.attrs.update(clean_metric=clean, corrupted_metric=corrupted, pairs=len(task))
+    return table
+
+
+def edges_into(table: pd.DataFrame, receiver: str, input: str) -> pd.DataFrame:
+    """The rows of `table` into one receiver input, by |score| (largest first).
+
+    Examples
+    --------
+    >>> table = pd.DataFrame({"sender": ["a", "b"], "receiver": ["r", "r"], "input": ["k", "k"],
+    ...                       "score": [0.1, -0.5]})
+    >>> edges_into(table, "r", "k")["sender"].tolist()
+    ['b', 'a']
+    """
+    rows = table[(table["receiver"] == receiver) & (table["input"] == input)]
+    return rows.iloc[rows["score"].abs().argsort()[::-1]]
+
+
+__all__ = ["Graph", "METHODS", "Node", "contributions", "edge_scores", "edges_into", "frozen", "model_graph",
+           "output_weights"]

@@ -1,0 +1,251 @@
+"""How much of a task's behaviour a set of edges carries: every edge outside the circuit patched to the
+corrupted run (Hanna et al. 2024's ``evaluate_graph``, patching intervention), against random circuits of the
+same size.
+
+A receiver's input in the patched run is its senders' outputs in this run for the circuit's edges and their
+outputs in the corrupted run for every other edge: input_v = Σ_{u ∈ C} a_u(run) + Σ_{u ∉ C} a_u(corrupted)
+(+ the constant biases). With no edge kept the run is the corrupted run; with every edge kept, the clean run.
+The share recovered is (m(C) − m(corrupted)) / (m(clean) − m(corrupted)).
+
+Examples
+--------
+>>> from probe.zoo.tiny import build_tiny
+>>> from probe.circuits.task import repeat_task
+>>> from probe.circuits.edges import edge_scores
+>>> model, tokenizer = build_tiny("llama")
+>>> task = repeat_task(tokenizer, pairs=2, block=4)
+>>> curve = faithfulness_curve(model, task, edge_scores(model, task, method="eap"), sizes=[0, 82], random=0)
+>>> [round(share, 6) for share in curve["share"]]
+[0.0, 1.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import torch
+
+from probe.circuits.edges import contributions, edge_scores, model_graph, output_weights
+from probe.circuits.task import Task, load_task, metric_values
+from probe.engine.edits import Edit
+from probe.engine.interventions import intervene
+from probe.engine.sites import site_map
+from probe.errors import ProbeError
+from probe.models import LoadedModel
+
+
+def _kept_matrix(graph, table: pd.DataFrame, chosen) -> torch.Tensor:
+    """`[sender receiver]` bool: the edges of `table` rows `chosen` (row indices)."""
+    senders = {node.name: index for index, node in enumerate(graph.senders)}
+    receivers = {(node.name, node.input): index for index, node in enumerate(graph.receivers)}
+    kept = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.bool)
+    for row in table.loc[list(chosen)].itertuples():
+        kept[senders[row.sender], receivers[(row.receiver, row.input)]] = True
+    return kept
+
+
+def _patched_run(model, found, graph, weights, missing: torch.Tensor, ids: torch.Tensor,
+                 corrupted: torch.Tensor) -> torch.Tensor:
+    """The last position's logits `[batch vocab]` of the clean `ids` with every receiver's input changed by
+    Σ over its `missing` senders of a_u(corrupted) − a_u(this run) (`corrupted`: `[batch seq sender
+    d_model]`)."""
+    index = {node.name: number for number, node in enumerate(graph.senders)}
+    current = torch.zeros_like(corrupted)  # [batch seq sender d_model], filled as the run goes
+
+    def record(name: str, tensor: torch.Tensor) -> None:
+        if name == "embed" or name.endswith("mlp_out"):
+            node = "embed" if name == "embed" else f"{name.split('.')[0]}.mlp"
+            current[:, :, index[node]] = tensor.to(current.dtype)
+            return
+        layer = int(name[1:].split(".")[0])
+        for head in range(tensor.shape[2]):  # tensor: [batch seq head d_v]
+            out = weights[layer][head].to(current)  # [d_v d_model]
+            current[:, :, index[f"L{layer}H{head}"]] = tensor[:, :, head].to(current.dtype) @ out
+
+    def patcher(columns: list[int], per_head: bool):
+        def fn(tensor: torch.Tensor) -> torch.Tensor:
+            change = torch.einsum("bqsd,sr->bqrd", corrupted - current,
+                                  missing[:, columns].to(current))  # [batch seq receivers d_model]
+            return tensor + (change if per_head else change[:, :, 0]).to(tensor.dtype)
+        return fn
+    edit = {}
+    for site in sorted({node.site for node in graph.receivers}):
+        columns = [number for number, node in enumerate(graph.receivers) if node.site == site]
+        edit[site] = Edit.apply(patcher(columns, graph.receivers[columns[0]].head is not None))
+    watch = {node.site: record for node in graph.senders}
+    with torch.no_grad(), intervene(model, watch=watch, edit=edit, sites=found):
+        return model(input_ids=ids, use_cache=False).logits[:, -1].to(current.dtype)
+
+
+class _Prepared:
+    """What every circuit of one model and task shares: sites, graph, W_O, and per batch the clean ids,
+    answers, the corrupted run's contributions and the clean logits."""
+
+    def __init__(self, model, task: Task) -> None:
+        self.model = model.model if isinstance(model, LoadedModel) else model
+        self.task = task
+        self.found = site_map(self.model)
+        self.graph = model_graph(self.found)
+        parameter = next(self.model.parameters())
+        self.weights = output_weights(self.found, torch.promote_types(parameter.dtype, torch.float32))
+        self.batches = []
+        for ids, bad_ids, correct, incorrect in task.batches(parameter.device):
+            corrupted, _ = contributions(self.model, self.found, self.graph, bad_ids, self.weights)
+            _, clean_logits = contributions(self.model, self.found, self.graph, ids, self.weights)
+            self.batches.append((ids, correct, incorrect, corrupted, clean_logits))
+
+    def metric(self, table: pd.DataFrame, chosen) -> float:
+        missing = self.graph.valid() & ~_kept_matrix(self.graph, table, chosen)  # [sender receiver]
+        total = 0.0
+        for ids, correct, incorrect, corrupted, clean_logits in self.batches:
+            logits = _patched_run(self.model, self.found, self.graph, self.weights, missing, ids, corrupted)
+            total += float(metric_values(self.task.metric, logits, correct, incorrect, clean_logits).sum())
+        return total / len(self.task)
+
+
+def circuit_metric(model, task: Task, table: pd.DataFrame, chosen) -> float:
+    """The task's metric (mean over pairs) with only the edges of `table` rows `chosen` kept clean.
+
+    Parameters
+    ----------
+    model : torch.nn.Module or probe.models.LoadedModel
+    task : Task
+    table : pandas.DataFrame
+        :func:`~probe.circuits.edges.edge_scores`' table of this model.
+    chosen : iterable of index labels
+        The rows (edges) in the circuit.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from probe.zoo.tiny import build_tiny
+    >>> from probe.circuits.task import make_task
+    >>> from probe.circuits.edges import edge_scores
+    >>> model, _ = build_tiny("llama")
+    >>> task = make_task(None, [[3, 5, 6, 7]], [[3, 8, 6, 7]], [5], [8])
+    >>> table = edge_scores(model, task, method="eap")
+    >>> round(circuit_metric(model, task, table, table.index) - table.attrs["clean_metric"], 6)
+    0.0
+    """
+    return _Prepared(model, task).metric(table, chosen)
+
+
+def faithfulness_curve(model, task: Task, table: pd.DataFrame, sizes: Sequence[int] | None = None,
+                       random: int = 5, seed: int = 0) -> pd.DataFrame:
+    """The share of the clean − corrupted metric gap recovered by the top-n edges by |score|, per n, beside
+    random circuits of n edges.
+
+    Parameters
+    ----------
+    model : torch.nn.Module or probe.models.LoadedModel
+    task : Task
+    table : pandas.DataFrame
+        :func:`~probe.circuits.edges.edge_scores` of this model and task (its ``abs_rank`` orders the edges).
+    sizes : sequence of int, optional
+        Circuit sizes (default: 0, 1, 2, 5, 10, 20, 50, 100, 200, … up to every edge).
+    random : int, default 5
+        Random circuits per size (uniform over the table's edges).
+    seed : int, default 0
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``edges``, ``metric``, ``share``, ``random_share`` (mean over the random circuits; NaN without),
+        ``random_max``. ``attrs``: ``clean_metric``, ``corrupted_metric``.
+    """
+    total = len(table)
+    if sizes is None:
+        steps = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+        sizes = sorted({0, total, *(n for n in steps if n < total)})
+    if any(not 0 <= n <= total for n in sizes):
+        raise ProbeError(f"circuit sizes must be between 0 and the {total} edges")
+    order = table.sort_values("abs_rank").index
+    prepared = _Prepared(model, task)
+    clean, corrupted = prepared.metric(table, table.index), prepared.metric(table, [])
+    gap = clean - corrupted
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for n in sizes:
+        value = prepared.metric(table, order[:n])
+        drawn = [prepared.metric(table, table.index[torch.randperm(total, generator=generator)[:n].numpy()])
+                 for _ in range(random)]
+        shares = [(other - corrupted) / gap for other in drawn]
+        rows.append({"edges": n, "metric": value, "share": (value - corrupted) / gap,
+                     "random_share": sum(shares) / len(shares) if shares else float("nan"),
+                     "random_max": max(shares) if shares else float("nan")})
+    curve = pd.DataFrame(rows)
+    curve.attrs.update(clean_metric=clean, corrupted_metric=corrupted)
+    return curve
+
+
+def smallest_circuit(curve: pd.DataFrame, share: float = 0.8) -> int | None:
+    """The fewest edges on `curve` whose share reaches `share` (None: none does).
+
+    Examples
+    --------
+    >>> smallest_circuit(pd.DataFrame({"edges": [0, 5, 10], "share": [0.0, 0.85, 0.99]}))
+    5
+    """
+    reached = curve[curve["share"] >= share]
+    return None if reached.empty else int(reached["edges"].min())
+
+
+def task_circuit(loaded: LoadedModel, path, metric: str = "logit_diff", method: str = "eap-ig",
+                 steps: int = 5, share: float = 0.8, random: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``probe circuit --task FILE``: the task read with the model's tokenizer, every edge scored, the
+    faithfulness curve drawn, and the circuit marked: the smallest top-|score| edge set on the curve whose
+    share reaches `share`.
+
+    Returns
+    -------
+    tuple of pandas.DataFrame
+        The edge table (:func:`~probe.circuits.edges.edge_scores`, plus ``in_circuit`` and ``model``) and
+        the curve (:func:`faithfulness_curve`; ``attrs["circuit_edges"]``: the circuit's size or None).
+    """
+    task = load_task(path, loaded.tokenizer, metric)
+    table = edge_scores(loaded, task, method=method, steps=steps)
+    curve = faithfulness_curve(loaded, task, table, random=random)
+    size = smallest_circuit(curve, share)
+    curve.attrs.update(circuit_edges=size, circuit_share=share)
+    kept = table["abs_rank"] <= (size if size is not None else -1)
+    return table.assign(in_circuit=kept, model=loaded.name), curve
+
+
+def summary(table: pd.DataFrame, curve: pd.DataFrame | None = None, top: int = 15) -> str:
+    """The top edges by |score| to read, and the faithfulness curve's points (what ``probe circuit --task``
+    prints).
+
+    Examples
+    --------
+    >>> table = pd.DataFrame({"sender": ["L0H1"], "receiver": ["L1H0"], "input": ["k"], "score": [-1.5],
+    ...                       "abs_rank": [1], "method": ["eap-ig"], "metric": ["logit_diff"],
+    ...                       "corruption": ["resampled"]})
+    >>> print(summary(table))  # doctest: +NORMALIZE_WHITESPACE
+    1 edges by eap-ig on logit_diff; corruption: resampled
+     rank sender receiver input  score
+        1   L0H1     L1H0     k -1.500
+    """
+    first = table.iloc[0]
+    shown = table.sort_values("abs_rank").head(top)[["abs_rank", "sender", "receiver", "input", "score"]]
+    shown = shown.rename(columns={"abs_rank": "rank"})
+    lines = [f"{len(table)} edges by {first['method']} on {first['metric']}; corruption: "
+             f"{first['corruption']}",
+             shown.to_string(index=False, float_format=lambda value: f"{value:.3f}")]
+    if curve is not None:
+        lines.append("faithfulness (share of the clean − corrupted gap kept by the top-n edges; random "
+                     "circuits):")
+        lines += [f"  {int(row.edges):>5} edges: {row.share:6.3f}   random {row.random_share:6.3f}"
+                  for row in curve.itertuples()]
+        if "circuit_edges" in curve.attrs:
+            size = curve.attrs["circuit_edges"]
+            wanted = f"{curve.attrs['circuit_share']:.0%} of the gap"
+            lines.append(f"circuit: the top {size} edges, the fewest on the curve keeping ≥ {wanted}"
+                         if size is not None else f"circuit: no top-n set on the curve keeps {wanted}")
+    return "\n".join(lines)
+
+
+__all__ = ["circuit_metric", "faithfulness_curve", "smallest_circuit", "summary", "task_circuit"]
