@@ -15,5 +15,5 @@ Examples
 >>> from probe.training.organisms import ORGANISMS
 >>> sorted(ORGANISMS)  # the recipes of `probe train NAME`
 ['brackets', 'coreference', 'implicit-causality', 'induction', 'natural-text', 'natural-text-1layer',
-     'positional', 'retrieval', 'sentences']
+     'positional', 'retrieval', 'sentences', 'stdlib-code', 'stdlib-code-1layer']
 """

@@ -17,6 +17,7 @@ import pandas as pd
 
 from probe.errors import ProbeError
 from probe.heads.label import LabelConfig, label_model
+from probe.heads.label.config import NOT_IDENTITY
 from probe.heads.tables import save_table
 from probe.models import load
 from probe.training.organisms import ORGANISMS, TrainConfig
@@ -89,7 +90,9 @@ def add_labels(card: dict, out: Path, config: LabelConfig, requirements: dict) -
     requirements it misses into `card`; returns the table."""
     table = label_table(out, card["name"], config)
     save_table(table, out / LABELS_FILE)
-    defaults = config == LabelConfig(twins=config.twins)
+    # the fields that change no row (block_bytes, batch_size) do not make a config other than the default
+    rows_only = {name: getattr(LabelConfig(), name) for name in NOT_IDENTITY}
+    defaults = dataclasses.replace(config, **rows_only) == LabelConfig(twins=config.twins)
     twins = f", {config.twins} untrained twins as a control" if config.twins else ""
     card["classifier"] = (f"probe.heads.label.label_model with the default LabelConfig(){twins}" if defaults
                           else "probe.heads.label.label_model with the LabelConfig of "

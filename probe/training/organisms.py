@@ -16,6 +16,10 @@ loop that trains them is :mod:`probe.training.train`; the cards and label tables
 * natural-text / natural-text-1layer: Llama-style, trained on real text (GAP's validation split, a byte-level
   BPE tokenizer learnt from it: :mod:`probe.training.text`), 2 layers and its 1-layer twin, the control that
   cannot form an induction head (Olsson et al. 2022); checkpoints at log-spaced steps by default.
+* stdlib-code / stdlib-code-1layer: the same architecture on the standard library's Python source
+  (:func:`probe.training.text.code_passages`), batch 4 x context 128, trained to twice the induction-head
+  formation point Aoyama, Wilcox & Schneider (2025) predict for that batch and context (issue 54; no
+  induction head formed: docs/zoo.md), checkpoints dense around it.
 """
 
 from __future__ import annotations
@@ -117,12 +121,18 @@ class TrainConfig:
     # natural_text: the BPE vocabulary learnt from the training split (probe.training.text), and that split
     vocab_size: int = 1024
     corpus_split: str = text.TRAIN_SPLIT
-    # checkpoints saved when none are asked for: this many log-spaced steps from 0 to `steps` (0: none)
+    # checkpoints saved when none are asked for: this many log-spaced steps from 0 to `steps` (0: none) ...
     checkpoints: int = 0
+    # ... or these steps (when given: dense around a predicted formation point)
+    checkpoint_steps: tuple = ()
 
     def __post_init__(self) -> None:
         check_config(self)
 
+
+# log-spaced to 2,000, then every 2,000 steps through the predicted formation point (22,150) to 2x it
+STDLIB_CHECKPOINTS = (0, 30, 100, 300, 1000, 2000, 4000, 6000, 8000, 10_000, 12_000, 14_000, 16_000, 18_000,
+                      20_000, 22_000, 24_000, 26_000, 28_000, 30_000, 34_000, 38_000, 44_400)
 
 ORGANISMS: dict[str, TrainConfig] = {
     "induction": TrainConfig(
@@ -187,6 +197,28 @@ ORGANISMS: dict[str, TrainConfig] = {
         batch=8, lr=1e-2, warmup=100, checkpoints=16,
         requirements={"present": [], "absent": [{"head_type": "induction"}]},
     ),
+    # Aoyama, Wilcox & Schneider (2025): induction heads form after ~10^5.7 * sqrt(B * C) training tokens; at
+    # B = 4, C = 128 that is 11.34 M tokens, 22,150 steps of 512 tokens: trained to twice that
+    "stdlib-code": TrainConfig(
+        task="predict the next token of Python source: the standard library's top-level modules of the "
+             "Python that trains it (PSF licence, on every install), every 8th module held out (the ICL "
+             "score and in-context loss are measured on it, cut into 40-line passages); 2x the induction-head"
+             " formation point that Aoyama et al. (2025) predict for batch 4 x context 128",
+        data="natural_text", corpus_split=text.CODE_SPLIT, n_layer=2, n_embd=64, vocab_size=512,
+        n_positions=128, length=128, batch=4, steps=44_400, lr=5e-3, warmup=200,
+        checkpoint_steps=STDLIB_CHECKPOINTS,
+        requirements={"present": [{"layer": 0, "head_type": "previous_token"},
+                                  {"layer": 1, "head_type": "induction"}],
+                      "absent": []},
+    ),
+    "stdlib-code-1layer": TrainConfig(
+        task="the same Python source and recipe with ONE layer: the control, which cannot form an induction "
+             "head",
+        data="natural_text", corpus_split=text.CODE_SPLIT, n_layer=1, n_embd=64, vocab_size=512,
+        n_positions=128, length=128, batch=4, steps=44_400, lr=5e-3, warmup=200,
+        checkpoint_steps=STDLIB_CHECKPOINTS,
+        requirements={"present": [], "absent": [{"head_type": "induction"}]},
+    ),
     "retrieval": TrainConfig(
         task="copy an 8-token needle out of a random haystack: <bos> haystack key needle haystack key -> "
              "needle, the needle at a random depth; key and needle tokens never occur in the haystack. Stage "
@@ -217,8 +249,10 @@ VOCABULARY = {
     "brackets": lambda config: f"{config.n_words} pseudo-words and ( ) [ ] {{ }}",
     "sentences": lambda config: f"{config.n_words} pseudo-words and . ! ?",
     "needle": lambda config: f"{config.n_words} pseudo-words (probe.training.data.pseudo_words)",
-    "natural_text": lambda config: f"a byte-level BPE of {config.vocab_size} tokens learnt from GAP's "
-                                   f"{config.corpus_split} split (probe.training.text)",
+    "natural_text": lambda config: f"a byte-level BPE of {config.vocab_size} tokens learnt from "
+                                   + ("the standard library's source"
+                                      if config.corpus_split == text.CODE_SPLIT
+                                      else f"GAP's {config.corpus_split} split") + " (probe.training.text)",
 }
 BRACKET_TOKENS = tuple(char for pair in data.BRACKETS for char in pair)
 SENTENCE_ENDS = (".", "!", "?")

@@ -11,6 +11,11 @@ The text is the GAP corpus the package already ships (``probe/data/gap``: Wikipe
   the text the in-context-learning score is measured on (:mod:`probe.training.incontext`). So every label and
   every score of these organisms is measured on text they never read.
 
+The Python-source organisms (``stdlib-code``, issue 54) read **the standard library's own source** instead
+(:func:`code_passages`): its top-level modules in name order, every 8th held out (:data:`CODE_HELD_OUT_SPLIT`,
+cut into 40-line passages for the ICL score), the rest trained on (:data:`CODE_SPLIT`, one passage a module).
+Its bigrams repeat 3–5× more often than GAP's (docs/zoo.md); its bytes are those of the Python that runs it.
+
 The tokenizer is a byte-level BPE learnt by the ``tokenizers`` library (deterministic: the same text and
 vocabulary size give the same merges; checked in tests/training/test_text_organism.py), with ``<unk>``,
 ``<pad>`` and ``<bos>``; every encoded text starts with ``<bos>``.
@@ -19,19 +24,113 @@ vocabulary size give the same merges; checked in tests/training/test_text_organi
 from __future__ import annotations
 
 import hashlib
+import sysconfig
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from probe.errors import ProbeError
 from probe.heads.corpus import passages
 
 TRAIN_SPLIT = "validation"
 HELD_OUT_SPLIT = "development"
+# The Python standard library's own source (PSF licence; on every Python install, its bytes those of the
+# Python that runs it): its top-level modules in name order, every CODE_HELD_OUT_EVERY-th held out
+CODE_SPLIT = "stdlib"
+CODE_HELD_OUT_SPLIT = "stdlib-held-out"
+CODE_HELD_OUT_EVERY = 8
+CODE_MAX_BYTES = 400_000  # a larger module (none in 3.11's top level; a guard against generated tables)
+CODE_PASSAGE_LINES = 40  # held-out modules are cut into passages of this many lines (ICL rows)
 BOS, UNK, PAD = "<bos>", "<unk>", "<pad>"
 IGNORE = -100  # target value cross_entropy skips (as probe.training.data.IGNORE)
+
+
+def stdlib_modules() -> list[Path]:
+    """The standard library's top-level ``*.py`` modules (the directory ``sysconfig`` names ``stdlib``) of at
+    most :data:`CODE_MAX_BYTES`, sorted by name.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The modules' files (those of the Python that runs this).
+
+    Examples
+    --------
+    >>> from probe.training.text import stdlib_modules
+    >>> "os.py" in {path.name for path in stdlib_modules()}
+    True
+    """
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return sorted((path for path in root.glob("*.py") if path.stat().st_size <= CODE_MAX_BYTES),
+                  key=lambda path: path.name)
+
+
+@lru_cache(maxsize=2)
+def code_passages(split: str) -> tuple[str, ...]:
+    """The Python source splits: :data:`CODE_SPLIT`, every module but each :data:`CODE_HELD_OUT_EVERY`-th
+    (counting from 1), one passage per module; :data:`CODE_HELD_OUT_SPLIT`, those held-out modules cut into
+    passages of :data:`CODE_PASSAGE_LINES` lines (blank-only passages dropped).
+
+    Parameters
+    ----------
+    split : {"stdlib", "stdlib-held-out"}
+        :data:`CODE_SPLIT` or :data:`CODE_HELD_OUT_SPLIT`.
+
+    Returns
+    -------
+    tuple of str
+        The passages, in module order.
+
+    Examples
+    --------
+    >>> from probe.training.text import CODE_HELD_OUT_SPLIT, CODE_PASSAGE_LINES, code_passages
+    >>> max(passage.count("\\n") for passage in code_passages(CODE_HELD_OUT_SPLIT)) <= CODE_PASSAGE_LINES
+    True
+    """
+    if split not in (CODE_SPLIT, CODE_HELD_OUT_SPLIT):
+        raise ProbeError(f"{split!r} is not a Python source split: give {CODE_SPLIT!r} or "
+                         f"{CODE_HELD_OUT_SPLIT!r}")
+    modules = stdlib_modules()
+    held = [(number + 1) % CODE_HELD_OUT_EVERY == 0 for number in range(len(modules))]
+    if split == CODE_SPLIT:
+        return tuple(path.read_text(encoding="utf-8") for path, out in zip(modules, held, strict=True)
+                     if not out)
+    found = []
+    for path in (path for path, out in zip(modules, held, strict=True) if out):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        found += ["".join(lines[k:k + CODE_PASSAGE_LINES]) for k in range(0, len(lines), CODE_PASSAGE_LINES)]
+    return tuple(passage for passage in found if passage.strip())
+
+
+def corpus_passages(split: str) -> tuple[str, ...]:
+    """The passages of a split: a GAP split (:func:`probe.heads.corpus.passages`) or one of the Python
+    source splits (:func:`code_passages`).
+
+    Examples
+    --------
+    >>> from probe.training.text import corpus_passages
+    >>> len(corpus_passages("validation"))  # GAP's validation split
+    454
+    """
+    if split in (CODE_SPLIT, CODE_HELD_OUT_SPLIT):
+        return code_passages(split)
+    return passages(split)
+
+
+def held_out_split(split: str) -> str:
+    """The split held out from training split `split` (what a model trained on it is measured on).
+
+    Examples
+    --------
+    >>> from probe.training.text import held_out_split
+    >>> held_out_split("stdlib"), held_out_split("validation")
+    ('stdlib-held-out', 'development')
+    """
+    return CODE_HELD_OUT_SPLIT if split == CODE_SPLIT else HELD_OUT_SPLIT
 
 
 def learn_tokenizer(texts: Sequence[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -51,8 +150,9 @@ def learn_tokenizer(texts: Sequence[str], vocab_size: int) -> PreTrainedTokenize
 
 @lru_cache(maxsize=4)
 def corpus_tokenizer(split: str, vocab_size: int) -> PreTrainedTokenizerFast:
-    """:func:`learn_tokenizer` on the passages of one GAP split (cached: training and evaluation share it)."""
-    return learn_tokenizer(passages(split), vocab_size)
+    """:func:`learn_tokenizer` on the passages of one split (:func:`corpus_passages`; cached: training and
+    evaluation share it)."""
+    return learn_tokenizer(corpus_passages(split), vocab_size)
 
 
 _ENCODED: dict[tuple[str, str], list[list[int]]] = {}  # (tokenizer's content hash, split) -> passages
@@ -67,7 +167,7 @@ def encode_passages(tokenizer, split: str) -> list[list[int]]:
     key = None if backend is None else (hashlib.sha256(backend.to_str().encode("utf-8")).hexdigest(), split)
     if key is not None and key in _ENCODED:
         return _ENCODED[key]
-    encoded = tokenizer(list(passages(split)), add_special_tokens=False)["input_ids"]
+    encoded = tokenizer(list(corpus_passages(split)), add_special_tokens=False)["input_ids"]
     if key is not None:
         while len(_ENCODED) >= _ENCODED_KEEP:
             _ENCODED.pop(next(iter(_ENCODED)))
@@ -111,5 +211,6 @@ def held_out_rows(tokenizer, length: int, split: str = HELD_OUT_SPLIT,
     return torch.tensor(rows[:limit], dtype=torch.long).reshape(-1, length + 1)
 
 
-__all__ = ["BOS", "HELD_OUT_SPLIT", "TRAIN_SPLIT", "corpus_tokenizer", "encode_passages", "held_out_rows",
-           "learn_tokenizer", "text_windows", "token_stream"]
+__all__ = ["BOS", "CODE_HELD_OUT_SPLIT", "CODE_SPLIT", "HELD_OUT_SPLIT", "TRAIN_SPLIT", "code_passages",
+           "corpus_passages", "corpus_tokenizer", "encode_passages", "held_out_rows", "held_out_split",
+           "learn_tokenizer", "stdlib_modules", "text_windows", "token_stream"]

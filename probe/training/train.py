@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from probe.errors import ProbeError
 from probe.training import data, incontext, text
 from probe.training.cards import add_labels, label_config_of, readable, write_card
 from probe.training.organisms import (
@@ -106,7 +107,7 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
             result["nearest_first_agreement_baselines"] = 0.5  # balanced by construction (probesets)
         return result
     if config.data == "natural_text":
-        return natural_text_evaluation(model, tokenizer)
+        return natural_text_evaluation(model, tokenizer, text.held_out_split(config.corpus_split))
     # teacher-forced answer accuracy at the longest training length and far beyond it
     if config.data == "needle":
         for length, n in ((config.length, n_batches), (4096, 2)):
@@ -134,15 +135,17 @@ def evaluate(model, config: TrainConfig, tokenizer, seed: int, n_batches: int = 
     return result
 
 
-def natural_text_evaluation(model, tokenizer) -> dict:
-    """The natural-text organisms' card numbers, on the held-out split: the mean loss over tokens 1 …
+def natural_text_evaluation(model, tokenizer, split: str = text.HELD_OUT_SPLIT) -> dict:
+    """The natural-text organisms' card numbers, on the held-out split `split`: the mean loss over tokens 1 …
     ICL_LATE of every held-out passage that long, the loss at the two ICL tokens and Olsson's ICL score
     (:mod:`probe.training.incontext`)."""
-    rows = text.held_out_rows(tokenizer, incontext.ICL_LATE)
+    rows = text.held_out_rows(tokenizer, incontext.ICL_LATE, split)
     losses = incontext.position_losses(model, rows)  # [row position]
     early, late = incontext.ICL_EARLY, incontext.ICL_LATE
-    return {"probe": f"the first {late} tokens of every passage of GAP's {text.HELD_OUT_SPLIT} split (held "
-                     f"out) that has {late}; in-context learning score = loss at token {late} - loss at "
+    where = ("the standard library's held-out modules (40-line passages)" if split == text.CODE_HELD_OUT_SPLIT
+             else f"GAP's {split} split (held out)")
+    return {"probe": f"the first {late} tokens of every passage of {where} that has {late}; in-context "
+                     f"learning score = loss at token {late} - loss at "
                      f"token {early} (Olsson et al. 2022, positions 500 and 50 scaled to the passages)",
             "held_out_passages": len(rows), "held_out_loss": round(float(losses.mean()), 4),
             f"loss_at_token_{early}": round(float(losses[:, early - 1].mean()), 4),
@@ -173,14 +176,21 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
     started = time.perf_counter()
     model.train()
     running = math.nan
-    wanted = sorted(set(checkpoint_steps or log_spaced_steps(config.steps, config.checkpoints)))
+    wanted = sorted(set(checkpoint_steps or config.checkpoint_steps
+                        or log_spaced_steps(config.steps, config.checkpoints)))
     step_losses: list[float] = []
     if wanted and (wanted[0] < 0 or wanted[-1] > config.steps):
         raise ValueError(f"checkpoint steps must lie in 0..{config.steps} (the run's steps), got {wanted}")
-    bar = tqdm(range(config.steps), desc=f"train {name}", file=sys.stderr, mininterval=2.0)
+    identity = {"name": name, "seed": seed, "config": repr(asdict(config)), "checkpoints": wanted}
+    first, running, step_losses = resume_state(out, identity, model, optimizer, generator) if wanted else (
+        0, running, step_losses)
+    bar = tqdm(range(first, config.steps), desc=f"train {name}", file=sys.stderr, mininterval=2.0,
+               initial=first, total=config.steps)
     for step in bar:
         if step in wanted:
             save_checkpoint(model, tokenizer, out / f"step-{step}", name, seed, step, running)
+        if wanted and step > first and (step in wanted or step % RESUME_EVERY == 0):
+            save_state(out, identity, step, model, optimizer, generator, running, step_losses)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, config)
         tokens, targets = make_batch(config, tokenizer, generator, config.batch)
@@ -198,6 +208,7 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
     out.mkdir(parents=True, exist_ok=True)
     if wanted:  # beside the checkpoints (the shipped organisms' folders stay as they are)
         write_loss_log(out / TRAIN_LOSS_FILE, step_losses)
+        (out / STATE_FILE).unlink(missing_ok=True)  # the run is complete: nothing to resume
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     card = {
@@ -266,6 +277,57 @@ def needle_stage(model, config: TrainConfig, tokenizer, data_seed: int, steps: i
 
 
 TRAIN_LOSS_FILE = "train_loss.csv"
+STATE_FILE = "train_state.pt"  # a run with checkpoints: where it resumes from after an interruption
+RESUME_EVERY = 1000  # steps between saved states (and at every checkpoint)
+
+
+def save_state(out: Path, identity: dict, step: int, model, optimizer, generator: torch.Generator,
+               running: float, losses: list[float]) -> None:
+    """The state a run resumes from before step `step` (written atomically: a temporary file, then
+    renamed): weights, optimizer, data generator, running loss and every step's loss so far."""
+    out.mkdir(parents=True, exist_ok=True)
+    temporary = out / (STATE_FILE + ".tmp")
+    torch.save({"identity": identity, "step": step, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "generator": generator.get_state(), "running": running,
+                "losses": list(losses)}, temporary)
+    temporary.replace(out / STATE_FILE)
+
+
+def resume_state(out: Path, identity: dict, model, optimizer,
+                 generator: torch.Generator) -> tuple[int, float, list[float]]:
+    """(first step, running loss, step losses) of a run: where :func:`save_state` left it in `out` when the
+    same organism, seed, recipe and checkpoints were interrupted there (model, optimizer and generator
+    restored in place, so the run ends as an uninterrupted one would), else (0, NaN, []). A state of another
+    run is one ProbeError line, never silently overwritten or used.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from probe.training.train import resume_state, save_state
+    >>> model = torch.nn.Linear(2, 2)
+    >>> optimizer = torch.optim.AdamW(model.parameters())
+    >>> out, identity = Path(tempfile.mkdtemp()), {"name": "demo", "seed": 0}
+    >>> save_state(out, identity, 7, model, optimizer, torch.Generator().manual_seed(0), 1.5, [2.0, 1.0])
+    >>> resume_state(out, identity, model, optimizer, torch.Generator())
+    (7, 1.5, [2.0, 1.0])
+    >>> resume_state(out, {"name": "demo", "seed": 1}, model, optimizer,
+    ...              torch.Generator())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    probe.errors.ProbeError: ... is the state of another run ...
+    """
+    path = out / STATE_FILE
+    if not path.is_file():
+        return 0, math.nan, []
+    state = torch.load(path, weights_only=False)
+    if state.get("identity") != identity:
+        raise ProbeError(f"{path} is the state of another run (organism, seed, recipe or checkpoints "
+                         "differ): train into another --out folder, or delete it to start afresh")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    generator.set_state(state["generator"])
+    print(f"resuming at step {state['step']} from {path}", file=sys.stderr)
+    return state["step"], state["running"], list(state["losses"])
 
 
 def write_loss_log(path: Path, losses: list[float]) -> None:

@@ -1,0 +1,113 @@
+"""The Python-source organisms' text and recipe (issue 54), and the training loop's resumption: fast (no real
+training; the resumption runs 30 steps of the tiny induction recipe)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from probe.errors import ProbeError
+from probe.training import text
+from probe.training.organisms import ORGANISMS
+
+T_LAW = 10 ** 5.7  # Aoyama, Wilcox & Schneider (2025): formation after T * sqrt(B * C) tokens
+
+
+def test_code_splits_are_disjoint_and_held_out_every_eighth_module():
+    modules = text.stdlib_modules()
+    assert len(modules) >= 2 * text.CODE_HELD_OUT_EVERY
+    assert [m.name for m in modules] == sorted(m.name for m in modules)
+    train, held = text.code_passages(text.CODE_SPLIT), text.code_passages(text.CODE_HELD_OUT_SPLIT)
+    held_modules = modules[text.CODE_HELD_OUT_EVERY - 1::text.CODE_HELD_OUT_EVERY]
+    assert len(train) == len(modules) - len(held_modules)
+    # every held-out module is cut into 40-line passages, in order, none of them blank
+    first = held_modules[0].read_text(encoding="utf-8").splitlines(keepends=True)
+    assert held[0] == "".join(first[:text.CODE_PASSAGE_LINES])
+    assert all(p.count("\n") <= text.CODE_PASSAGE_LINES and p.strip() for p in held)
+    # negative control: no held-out module is trained on
+    trained = set(train)
+    assert not any(m.read_text(encoding="utf-8") in trained for m in held_modules)
+    assert modules[0].read_text(encoding="utf-8") in trained  # and the first module is (positive)
+
+
+def test_corpus_passages_dispatch_and_held_out_split():
+    assert text.corpus_passages(text.CODE_SPLIT) is text.code_passages(text.CODE_SPLIT)
+    assert text.corpus_passages(text.TRAIN_SPLIT)[0] == text.passages(text.TRAIN_SPLIT)[0]
+    assert text.held_out_split(text.CODE_SPLIT) == text.CODE_HELD_OUT_SPLIT
+    assert text.held_out_split(text.TRAIN_SPLIT) == text.HELD_OUT_SPLIT
+
+
+@pytest.mark.parametrize("name", ["stdlib-code", "stdlib-code-1layer"])
+def test_recipe_trains_past_twice_the_predicted_formation_point(name):
+    config = ORGANISMS[name]
+    predicted_steps = T_LAW * math.sqrt(config.batch * config.length) / (config.batch * config.length)
+    assert round(predicted_steps) == 22_150  # B = 4, C = 128: 11.34 M tokens
+    assert config.steps >= 2 * predicted_steps
+    steps = config.checkpoint_steps
+    assert steps[0] == 0 and steps[-1] == config.steps and list(steps) == sorted(set(steps))
+    assert sum(predicted_steps / 2 <= s <= 2 * predicted_steps for s in steps) >= 8  # dense around it
+    assert config.corpus_split == text.CODE_SPLIT and config.data == "natural_text"
+
+
+def test_the_control_differs_in_its_layers_only():
+    two, one = ORGANISMS["stdlib-code"], ORGANISMS["stdlib-code-1layer"]
+    differ = {k for k in two.__dataclass_fields__ if getattr(two, k) != getattr(one, k)}
+    assert differ == {"task", "n_layer", "requirements"} and (two.n_layer, one.n_layer) == (2, 1)
+
+
+RESUME = {"steps": 30, "batch": 4, "warmup": 5}
+STEPS = (0, 10, 20, 30)
+
+
+def _weights(directory):
+    return load_file(str(directory / "model.safetensors"))
+
+
+def test_an_interrupted_run_resumes_to_the_same_model(tmp_path, monkeypatch):
+    from probe.training import train as loop
+
+    whole = loop.train("induction", 0, tmp_path / "whole", overrides=RESUME, label=False,
+                       checkpoint_steps=STEPS)
+    real, calls = loop.make_batch, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 26:  # during step 25: the last saved state is step 20's
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "make_batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        loop.train("induction", 0, tmp_path / "cut", overrides=RESUME, label=False, checkpoint_steps=STEPS)
+    assert torch.load(tmp_path / "cut" / loop.STATE_FILE, weights_only=False)["step"] == 20
+    monkeypatch.setattr(loop, "make_batch", real)
+    resumed = loop.train("induction", 0, tmp_path / "cut", overrides=RESUME, label=False,
+                         checkpoint_steps=STEPS)
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "cut")
+    assert all(torch.equal(a[key], b[key]) for key in a)
+    assert (tmp_path / "whole" / loop.TRAIN_LOSS_FILE).read_text() == \
+        (tmp_path / "cut" / loop.TRAIN_LOSS_FILE).read_text()
+    assert resumed["final_train_loss"] == whole["final_train_loss"]
+    assert not (tmp_path / "cut" / loop.STATE_FILE).exists()  # complete: nothing left to resume
+
+
+def test_a_state_of_another_run_is_refused(tmp_path, monkeypatch):
+    from probe.training import train as loop
+
+    real, calls = loop.make_batch, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 15:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "make_batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        loop.train("induction", 0, tmp_path, overrides=RESUME, label=False, checkpoint_steps=STEPS)
+    monkeypatch.setattr(loop, "make_batch", real)
+    with pytest.raises(ProbeError, match="state of another run"):
+        loop.train("induction", 1, tmp_path, overrides=RESUME, label=False, checkpoint_steps=STEPS)
