@@ -18,6 +18,8 @@ What belongs here (above :mod:`probe.heads`, whose labels, probe sets and losses
 * :mod:`~probe.circuits.task`, :mod:`~probe.circuits.edges`, :mod:`~probe.circuits.faithfulness` — a
   researcher's own task (clean / corrupted pairs, answers, a metric), every edge of the model scored by EAP,
   EAP-IG or exact patching, and the faithfulness curve against random circuits;
+* :mod:`~probe.circuits.attribution` — why this prediction, for any prompt: per-head direct logit attribution
+  and the logit lens per layer (TransformerLens 4.3's ``logit_attrs`` / ``logit_lens`` rules);
 * :mod:`~probe.circuits.circuit` — :func:`find_circuit`: from a type's labelled heads, the upstream heads
   whose
   composition and patching effects beat their controls, as a graph; the label table's ``fed_by`` columns.
@@ -59,6 +61,8 @@ _LAZY = {
     "repeat_task": ".task",
     "edge_scores": ".edges",
     "faithfulness_curve": ".faithfulness",
+    "direct_logit_attribution": ".attribution",
+    "logit_lens": ".attribution",
 }
 
 __all__ = list(_LAZY)
