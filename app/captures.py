@@ -130,7 +130,7 @@ class Captures:
         if layer not in loaded.attention_layers:  # a hybrid's linear-attention / state-space layer
             kind = dict(loaded.plan.layer_kinds).get(layer, "no softmax attention") if loaded.plan else "no α"
             raise ProbeError(f"layer {layer} of {display_name(spec)} has no attention weights ({kind}); "
-                             "layers with attention: {', '.join(map(str, loaded.attention_layers))}")
+                             f"layers with attention: {', '.join(map(str, loaded.attention_layers))}")
         ids = self.check_ids(spec, ids)
         fetched = self.prefetched_layers(spec, len(ids), layer)
 

@@ -102,7 +102,9 @@ def test_untrained_twin_has_no_circuit():
     for twin in untrained_twins(loaded, 3):
         circuit = find_circuit(twin, "induction", shipped_labels("zoo:induction"), narrow)
         assert circuit.controls >= 2 and circuit.found.empty, twin.name
-        assert not circuit.edges["beats_controls"].any() and abs(circuit.type_effect) < 0.1, twin.name
+        # beats_controls is each edge's own flag against a handful of controls (p ≥ 1/(controls + 1) by
+        # chance, uncorrected over the edges): what must stay empty is the circuit, and the effect small
+        assert not circuit.edges["in_circuit"].any() and abs(circuit.type_effect) < 0.1, twin.name
         assert "beats its controls (composition and path patching)" in circuit.lines()[0]
     trained = find_circuit(loaded, "induction", shipped_labels("zoo:induction"), narrow)
     assert trained.controls == 8 and set(trained.found["sender"]) == {"L0H1"}

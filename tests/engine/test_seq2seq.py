@@ -65,7 +65,9 @@ def test_three_stacks_equal_eager(model_type):
     decoder_tol, logit_tol = WIDER[model_type]
     assert masked_diff(sinks[0].attention(0), enc, keys) <= TOL
     assert masked_diff(sinks[1].attention(0), dec, queries) <= decoder_tol
-    assert masked_diff(sinks[2].attention(0), cross, queries, keys) <= TOL  # decoder rows over encoder keys
+    # decoder rows over encoder keys: the queries come from the decoder's hidden states, which drift as the
+    # decoder stack's do (BART: 1.5e-5 on this machine), so the decoder's tolerance holds for them too
+    assert masked_diff(sinks[2].attention(0), cross, queries, keys) <= decoder_tol
     assert enc[0, 0, 0, 2].max() > 2 / enc.shape[-1]  # peaked
     valid = queries[..., None].bool()
     # Capturing every head computes the output from the α it hands out (the eager formula): equal to eager.

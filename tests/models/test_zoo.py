@@ -483,7 +483,10 @@ def test_implicit_causality_organism_is_the_coreference_positive_control(label_t
     table = label_tables["implicit-causality"]
     coref = table[table["head_type"] == "coreference"]
     assert (coref["probe_set"] == "causality").all()
-    assert set(coref["baseline"]) <= {"nearest", "first"} and (coref["baseline_accuracy"] == 0.5).all()
+    # balanced over the whole probe set (0.5 exactly); the selection half's documents hold about half of each
+    # case (docs/labels.md, held-out confirmation)
+    assert set(coref["baseline"]) <= {"nearest", "first"}
+    assert ((coref["baseline_accuracy"] - 0.5).abs() <= 0.05).all()
     labelled = coref[coref["label"]]
     assert len(labelled) >= 1 and (labelled["accuracy"] >= 0.9).all()
     assert (labelled["layer"] == 1).all()  # layer 0 reads the verb; layer 1 attends to the antecedent
