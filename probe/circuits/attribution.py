@@ -52,6 +52,7 @@ import torch
 from torch import nn
 
 from probe.anatomy import final_norm, linear_weight, norm_gain
+from probe.circuits.task import answer_token
 from probe.engine.interventions import intervene
 from probe.engine.sites import site_map
 from probe.errors import ProbeError
@@ -74,19 +75,6 @@ def _model_and_ids(model, prompt, tokenizer) -> tuple[nn.Module, object, torch.T
         raise ProbeError("the prompt is empty: give a text or a non-empty list of token ids")
     device = next(model.parameters()).device
     return model, tokenizer, torch.tensor([[int(item) for item in prompt]], device=device)  # [1 seq]
-
-
-def _token(tokenizer, value, what: str) -> int:
-    """One token id from an answer string (exactly one token) or an id."""
-    if isinstance(value, (int, torch.Tensor)):
-        return int(value)
-    if tokenizer is None:
-        raise ProbeError(f"{what} {value!r} is text: give a tokenizer, or its token id")
-    ids = tokenizer(str(value), add_special_tokens=False)["input_ids"]
-    if len(ids) != 1:
-        raise ProbeError(f"{what} {value!r} is {len(ids)} tokens, not one: give a single token (often with "
-                         "its leading space) or its token id")
-    return int(ids[0])
 
 
 def _unembedding(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -142,8 +130,8 @@ def direct_logit_attribution(model, prompt, answer, other=None, *, tokenizer=Non
     True
     """
     model, tokenizer, ids = _model_and_ids(model, prompt, tokenizer)
-    answer_id = _token(tokenizer, answer, "answer")
-    other_id = None if other is None else _token(tokenizer, other, "other")
+    answer_id = answer_token(tokenizer, answer, "answer")
+    other_id = None if other is None else answer_token(tokenizer, other, "other")
     if other_id == answer_id:
         raise ProbeError(f"answer and other are the same token ({answer_id}): give two different tokens, or "
                          "no other to attribute the answer's logit alone")
@@ -257,7 +245,7 @@ def logit_lens(model, prompt, answer=None, *, tokenizer=None, position: int = -1
     ['label', 'layer', 'top_ids', 'top_logits', 'answer_logit', 'answer_rank']
     """
     model, tokenizer, ids = _model_and_ids(model, prompt, tokenizer)
-    answer_id = None if answer is None else _token(tokenizer, answer, "answer")
+    answer_id = None if answer is None else answer_token(tokenizer, answer, "answer")
     at = _position(position, ids.shape[1])
     found = site_map(model)
     found.site("resid_final")  # refuses in one line where there is no final norm

@@ -139,12 +139,15 @@ def metric_values(metric: str, logits: torch.Tensor, correct: torch.Tensor, inco
     return (clean.exp() * (clean - logp)).sum(-1)
 
 
-def _answer(tokenizer, value, what: str) -> int:
-    """One token id from an answer string (exactly one token) or an id."""
-    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit() and tokenizer is None):
+def answer_token(tokenizer, value, what: str) -> int:
+    """One token id from an answer: an id (an int, a one-element tensor, or digits when there is no
+    tokenizer, as a CSV cell gives it) or a string the tokenizer reads as exactly one token; anything else is
+    one line naming `what` (the task's and the attribution's answers: one rule)."""
+    if isinstance(value, (int, torch.Tensor)) or (isinstance(value, str) and value.strip().isdigit()
+                                                   and tokenizer is None):
         return int(value)
     if tokenizer is None:
-        raise ProbeError(f"{what} {value!r} is text: give a tokenizer, or token ids")
+        raise ProbeError(f"{what} {value!r} is text: give a tokenizer, or its token id")
     ids = tokenizer(str(value), add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
         raise ProbeError(f"{what} {value!r} is {len(ids)} tokens, not one: give an answer that is a single "
@@ -194,7 +197,8 @@ def make_task(tokenizer, clean: Sequence, corrupted: Sequence, correct: Sequence
     for index, values in enumerate(zip(clean, corrupted, correct, incorrect, strict=True)):
         try:
             a, b = _prompt(tokenizer, values[0]), _prompt(tokenizer, values[1])
-            good, bad = _answer(tokenizer, values[2], "correct"), _answer(tokenizer, values[3], "incorrect")
+            good = answer_token(tokenizer, values[2], "correct")
+            bad = answer_token(tokenizer, values[3], "incorrect")
         except ProbeError as error:
             raise ProbeError(f"row {first_row + index}: {error}") from None
         if len(a) != len(b):
@@ -332,5 +336,5 @@ def repeat_task(tokenizer, pairs: int = 16, block: int = 12, seed: int = 0, metr
                 corruption="the first copy of the repeated block resampled")
 
 
-__all__ = ["COLUMNS", "METRICS", "Task", "check_metric", "load_task", "make_task", "metric_values",
-           "repeat_task"]
+__all__ = ["COLUMNS", "METRICS", "Task", "answer_token", "check_metric", "load_task", "make_task",
+           "metric_values", "repeat_task"]
