@@ -24,7 +24,6 @@ imports nothing heavy, so a command can check the flag before loading torch.
 from __future__ import annotations
 
 import copy
-import logging
 import shutil
 import weakref
 from dataclasses import dataclass
@@ -216,6 +215,19 @@ def each_twin(loaded: LoadedModel, count: int = DEFAULT_TWINS, keep: bool = Fals
         del twin  # the next twin is built with this one let go (the caller must not keep it either)
 
 
+def twin_seed(twin: LoadedModel) -> int:
+    """The seed a twin was built under, read from its revision ``"untrained:S:REVISION"`` (what
+    :func:`untrained_twin` writes).
+
+    Examples
+    --------
+    >>> from probe.untrained import twin_seed, untrained_twin
+    >>> twin_seed(untrained_twin(probe.load("zoo:induction"), 10001))
+    10001
+    """
+    return int(twin.revision.split(":")[1])
+
+
 def release(twin: LoadedModel) -> None:
     """Remove a device-mapped twin's weights on disk (its offload folder) now; the twin cannot run after.
     A twin in memory has nothing on disk: nothing happens. (Without a call the folder goes with the twin.)"""
@@ -269,14 +281,13 @@ def build_twin_model(source, seed: int, device):
     if spread:
         from accelerate import dispatch_model
 
-        accelerate_log = logging.getLogger("accelerate.big_modeling")  # its "some parameters are on the meta
-        level = accelerate_log.level  # device" warning: that is the placement asked for
-        accelerate_log.setLevel(logging.ERROR)
-        try:
-            # main_device as transformers leaves it: accelerate picks the first accelerator, else "cpu"
+        from probe.quiet import transformers_quiet
+
+        # accelerate's "some parameters are on the meta device" is the placement asked for: collected by the
+        # one home of the libraries' output, not printed; main_device as transformers leaves it (accelerate
+        # picks the first accelerator, else "cpu")
+        with transformers_quiet():
             dispatch_model(model, device_map, offload_dir=folder, offload_index=index)
-        finally:
-            accelerate_log.setLevel(level)
         model.hf_device_map = device_map
         if folder is not None:
             # the twin's weights on disk go with it (or at release())
@@ -321,4 +332,4 @@ def untrained_twins(loaded: LoadedModel, count: int = DEFAULT_TWINS) -> tuple[Lo
 
 __all__ = ["CONTROL_CHOICES", "DEFAULT_TWINS", "SEED_BASE", "UNTRAINED_QUANTILE", "Control",
            "build_twin_model", "each_twin", "is_spread", "parse_control", "placement_text", "release",
-           "twin_seeds", "untrained_twin", "untrained_twins"]
+           "twin_seed", "twin_seeds", "untrained_twin", "untrained_twins"]

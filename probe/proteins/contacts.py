@@ -46,7 +46,7 @@ from probe.models import LoadedModel, clean_protein, encode_proteins, protein_al
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.precision import RANGES, apc, precision_by_range, symmetrize
 from probe.proteins.sink import ContactSink, contact_regression
-from probe.untrained import DEFAULT_TWINS, each_twin
+from probe.untrained import DEFAULT_TWINS, each_twin, twin_seed
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,7 +217,7 @@ def _control_tables(loaded: LoadedModel, inputs: dict, cleaned: list[str], true_
     columns = ["layer", "head", "name"] + [f"{c}_{r}" for r in RANGES for c in ("hits_L", "top_L", "p_at_L")]
     # one twin at a time; an in-memory model's twins are kept for the next protein (each_twin's keep)
     for twin in each_twin(loaded, count, keep=True):
-        seed = int(twin.revision.split(":")[1])
+        seed = twin_seed(twin)
         sink = ContactSink(torch.zeros(twin.n_layers, twin.n_heads), 0.0, inputs["input_ids"],
                            inputs["attention_mask"], _eos_id(loaded), true_maps, True,
                            starts=[offset] * len(cleaned), lengths=[len(s) for s in cleaned],

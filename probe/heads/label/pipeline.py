@@ -94,7 +94,7 @@ from probe.heads.label.table import (
 )
 from probe.heads.stage_times import StageTimes
 from probe.heads.tables import COLUMNS
-from probe.untrained import MAX_TWINS, SEED_BASE, each_twin, placement_text
+from probe.untrained import MAX_TWINS, SEED_BASE, each_twin, placement_text, twin_seed
 
 TWIN_BOOTSTRAP = 50  # resamples of the twins' summaries: only their point statistics make the bar
 
@@ -298,7 +298,7 @@ def score_twins(loaded, config: LabelConfig, plans, built, source, spans, twin_r
             twin = next(twins, None)
         if twin is None:
             break
-        index = int(twin.revision.split(":")[1]) - SEED_BASE  # its seed names its journalled steps
+        index = twin_seed(twin) - SEED_BASE  # its seed names its journalled steps
         scored: list[Scored] = []
         with stage("untrained twins"):
             for (probe, seq_len, chosen), probes in zip(plans, built, strict=True):
