@@ -15,9 +15,10 @@ What belongs here (above :mod:`probe.heads`, whose labels, probe sets and losses
 * :mod:`~probe.circuits.patching` — path patching (Wang et al. 2022) of sender → receiver edges on those
   pairs,
   exact, through :mod:`probe.engine.paths`, against random sender–receiver pairs;
-* :mod:`~probe.circuits.task`, :mod:`~probe.circuits.edges`, :mod:`~probe.circuits.faithfulness` — a
-  researcher's own task (clean / corrupted pairs, answers, a metric), every edge of the model scored by EAP,
-  EAP-IG or exact patching, and the faithfulness curve against random circuits;
+* :mod:`~probe.circuits.task`, :mod:`~probe.circuits.edges`, :mod:`~probe.circuits.faithfulness`,
+  :mod:`~probe.circuits.task_circuit` — a researcher's own task (clean / corrupted pairs, answers, a
+  metric), every edge of the model scored by EAP, EAP-IG or exact patching, the faithfulness curve against
+  random circuits, and the circuit (:func:`task_circuit`);
 * :mod:`~probe.circuits.attribution` — why this prediction, for any prompt: per-head direct logit attribution
   and the logit lens per layer (TransformerLens 4.3's ``logit_attrs`` / ``logit_lens`` rules);
 * :mod:`~probe.circuits.circuit` — :func:`find_circuit`: from a type's labelled heads, the upstream heads
@@ -61,6 +62,8 @@ _LAZY = {
     "repeat_task": ".task",
     "edge_scores": ".edges",
     "faithfulness_curve": ".faithfulness",
+    "task_circuit": ".task_circuit",
+    "TaskCircuit": ".task_circuit",
     "direct_logit_attribution": ".attribution",
     "logit_lens": ".attribution",
 }

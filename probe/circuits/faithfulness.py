@@ -26,8 +26,8 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from probe.circuits.edges import contributions, edge_scores, model_graph, output_weights
-from probe.circuits.task import Task, load_task, metric_values
+from probe.circuits.edges import contributions, model_graph, output_weights
+from probe.circuits.task import Task, metric_values
 from probe.engine.edits import Edit
 from probe.engine.interventions import intervene
 from probe.engine.sites import site_map
@@ -194,58 +194,4 @@ def smallest_circuit(curve: pd.DataFrame, share: float = 0.8) -> int | None:
     return None if reached.empty else int(reached["edges"].min())
 
 
-def task_circuit(loaded: LoadedModel, path, metric: str = "logit_diff", method: str = "eap-ig",
-                 steps: int = 5, share: float = 0.8, random: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``probe circuit --task FILE``: the task read with the model's tokenizer, every edge scored, the
-    faithfulness curve drawn, and the circuit marked: the smallest top-|score| edge set on the curve whose
-    share reaches `share`.
-
-    Returns
-    -------
-    tuple of pandas.DataFrame
-        The edge table (:func:`~probe.circuits.edges.edge_scores`, plus ``in_circuit`` and ``model``) and
-        the curve (:func:`faithfulness_curve`; ``attrs["circuit_edges"]``: the circuit's size or None).
-    """
-    task = load_task(path, loaded.tokenizer, metric)
-    table = edge_scores(loaded, task, method=method, steps=steps)
-    curve = faithfulness_curve(loaded, task, table, random=random)
-    size = smallest_circuit(curve, share)
-    curve.attrs.update(circuit_edges=size, circuit_share=share)
-    kept = table["abs_rank"] <= (size if size is not None else -1)
-    return table.assign(in_circuit=kept, model=loaded.name), curve
-
-
-def summary(table: pd.DataFrame, curve: pd.DataFrame | None = None, top: int = 15) -> str:
-    """The top edges by |score| to read, and the faithfulness curve's points (what ``probe circuit --task``
-    prints).
-
-    Examples
-    --------
-    >>> table = pd.DataFrame({"sender": ["L0H1"], "receiver": ["L1H0"], "input": ["k"], "score": [-1.5],
-    ...                       "abs_rank": [1], "method": ["eap-ig"], "metric": ["logit_diff"],
-    ...                       "corruption": ["resampled"]})
-    >>> print(summary(table))  # doctest: +NORMALIZE_WHITESPACE
-    1 edges by eap-ig on logit_diff; corruption: resampled
-     rank sender receiver input  score
-        1   L0H1     L1H0     k -1.500
-    """
-    first = table.iloc[0]
-    shown = table.sort_values("abs_rank").head(top)[["abs_rank", "sender", "receiver", "input", "score"]]
-    shown = shown.rename(columns={"abs_rank": "rank"})
-    lines = [f"{len(table)} edges by {first['method']} on {first['metric']}; corruption: "
-             f"{first['corruption']}",
-             shown.to_string(index=False, float_format=lambda value: f"{value:.3f}")]
-    if curve is not None:
-        lines.append("faithfulness (share of the clean − corrupted gap kept by the top-n edges; random "
-                     "circuits):")
-        lines += [f"  {int(row.edges):>5} edges: {row.share:6.3f}   random {row.random_share:6.3f}"
-                  for row in curve.itertuples()]
-        if "circuit_edges" in curve.attrs:
-            size = curve.attrs["circuit_edges"]
-            wanted = f"{curve.attrs['circuit_share']:.0%} of the gap"
-            lines.append(f"circuit: the top {size} edges, the fewest on the curve keeping ≥ {wanted}"
-                         if size is not None else f"circuit: no top-n set on the curve keeps {wanted}")
-    return "\n".join(lines)
-
-
-__all__ = ["circuit_metric", "faithfulness_curve", "smallest_circuit", "summary", "task_circuit"]
+__all__ = ["circuit_metric", "faithfulness_curve", "smallest_circuit"]

@@ -146,27 +146,15 @@ def _say(message: str) -> None:
     print(f"probe circuit: {message}", file=sys.stderr)
 
 
-def _run_task(args: argparse.Namespace, out: Path | None) -> int:
-    from probe import models
-    from probe.circuits.faithfulness import summary, task_circuit
-    from probe.heads.tables import save_table
-    from probe.runs.atomic import write_atomically
-    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
-    table, curve = task_circuit(loaded, args.task, args.metric, args.method, args.steps)
-    print(summary(table, curve), flush=True)
-    if out is not None:
-        write_atomically(out, lambda tmp: save_table(table, tmp))
-        _say(f"wrote {out} ({len(table)} edges, {int(table['in_circuit'].sum())} in the circuit)")
-    return 0
-
-
 def run(args: argparse.Namespace) -> int:
     modes = check_args(args)
     out, pairs_out, html_out = check_outputs(args)
     check_model_options(args)
     refuse_seq2seq(args.model)
     if args.task is not None:
-        return _run_task(args, out)
+        from probe.commands.circuit_task import run_task
+
+        return run_task(args, out)
     # torch, transformers and pandas only now (probe circuit --help and argument errors answer at once)
     from probe import models
     from probe.circuits import CircuitConfig, find_circuit
