@@ -5,7 +5,8 @@ which model kinds it applies to, the statistic its label rests on, and the posit
 measures — so the scorer, the label rule, the CLI's ``--types`` and the dashboard loop over :data:`REGISTRY`
 and never branch on a type's name. Adding a type is one new spec (docs/howto/head-type.md: "Add a head type").
 
-Targets of query i (key j, tokens t, n real tokens; where each comes from: docs/labels.md, "Labelling heads"):
+Targets of query i (key j, tokens t, n real tokens; where each comes from: docs/labels.md, "Labelling heads"),
+each type's defined once — as key slots where it has a few keys per row (:mod:`probe.heads.targets`):
 
 =================  ======================================================================================
 previous_token     j = i − 1
@@ -13,19 +14,19 @@ next_token         j = i + 1  (bidirectional models only: a causal row cannot se
 self               j = i, for i ≥ 1  (row 0 left out: a causal row 0 can only attend to itself)
 first_token        j = 0, for i ≥ 1  (the attention sink: <bos> / [CLS] / the first token)
 fixed_offset       j = i + d ≥ 1 for one relative offset d ∉ {−1, 0, +1}, |d| ≤ min(:data:`MAX_OFFSET`, n/2)
-(d < 0 in
-                   a causal model); every d is a candidate and each head's own d is chosen on held-out
-                   examples (column ``offset``)
+                   (d < 0 in a causal model); every d is a candidate and each head's own d is chosen on
+                   held-out examples (column ``offset``)
 delimiter          keys j ≥ 1, j ≠ i, holding a delimiter: punctuation, [SEP] / EOS-type tokens (j < i when
-causal) sentence_start     from a sentence's final token (".", "!", "?", [SEP] / EOS) to the first token of
-the same sentence
-                   (see :func:`sentence_start_pairs` for abbreviations and decimals)
+                   causal)
+sentence_start     from a sentence's final token (".", "!", "?", [SEP] / EOS) to the first token of the same
+                   sentence (see :func:`sentence_start_pairs` for abbreviations and decimals)
 bracket            from a closing bracket ")", "]", "}" to its matching opening bracket (see
-:func:`bracket_pairs`) duplicate_token    t_j = t_i, j < i (causal) or j ≠ i (bidirectional: the earlier copy
-attends to the later one too) induction          t_{j−1} = t_i, j ≤ i  (the token after an earlier occurrence
-of the current token) coreference        the attending word's pieces × the antecedent's pieces (a span type:
-from span examples) retrieval          no target pattern: scored while the model generates (Wu et al. 2024's
-retrieval score,
+                   :func:`bracket_pairs`)
+duplicate_token    t_j = t_i, j < i (causal) or j ≠ i (bidirectional: the earlier copy attends to the later
+                   one too)
+induction          t_{j−1} = t_i, j ≤ i  (the token after an earlier occurrence of the current token)
+coreference        the attending word's pieces × the antecedent's pieces (a span type: from span examples)
+retrieval          no target pattern: scored while the model generates (Wu et al. 2024's retrieval score,
                    probe.heads.retrieval) — a generation-scored type, opt-in (not in the default types)
 =================  ======================================================================================
 
@@ -50,46 +51,33 @@ import torch
 
 from probe.errors import ProbeError
 from probe.heads.generated import GeneratedScores
+from probe.heads.pairs import bracket_pairs, sentence_start_pairs
 from probe.heads.retrieval import label_scores
 from probe.heads.retrieval_ablation import label_verification
-from probe.heads.targets import (  # the patterns, and the names callers import from here
+from probe.heads.targets import (  # the slots, and the names callers import from here
     MAX_OFFSET,
     SMALL_VOCABULARY,
     VOCABULARY_FIELDS,
+    FromSlots,
     Slots,
     TargetContext,
     Targets,
-    bracket_pairs,
     bracket_slots,
-    bracket_targets,
     coreference_targets,
     delimiter_slots,
-    delimiter_targets,
     duplicate_token_slots,
-    duplicate_token_targets,
     first_token_slots,
-    first_token_targets,
     fixed_offset_slots,
-    fixed_offset_targets,
     induction_slots,
-    induction_targets,
     next_token_slots,
-    next_token_targets,
     no_targets,
     offsets_for,
     previous_token_slots,
-    previous_token_targets,
     self_slots,
-    self_targets,
-    sentence_start_pairs,
     sentence_start_slots,
-    sentence_start_targets,
     slots_pattern,
-    tl_duplicate_pattern,
     tl_duplicate_slots,
-    tl_induction_pattern,
     tl_induction_slots,
-    tl_previous_pattern,
     tl_previous_slots,
 )
 from probe.heads.vocab import TokenClasses
@@ -137,10 +125,12 @@ class HeadTypeSpec:
         The type's name, as in ``--types`` and the table's ``head_type`` column.
     description : str
         One line for ``--help`` and the dashboard.
-    targets : callable
+    targets : callable or None
         ``targets(ctx: TargetContext) -> {candidate: pattern}``: each pattern a torch.Tensor, shape
         (batch, query, key), bool — True where key j is a target of query i. One candidate (key None) for most
         types; several (fixed_offset: one per offset d) when each head picks its own on held-out examples.
+        None where ``slots`` is given: derived from them (:class:`probe.heads.targets.FromSlots`), as for
+        every built-in type that has slots.
     probe : {"natural", "repeated", "spans", "sentences", "brackets", "generation"}
         The probe set it is scored on: natural text (random tokens without a usable corpus), repeated random
         blocks, span examples, natural text with seeded sentence ends or nested brackets where the tokenizer
@@ -177,19 +167,22 @@ class HeadTypeSpec:
         measured against their own chance level (docs/labels.md, "Role").
     tl_targets : callable or None, default None
         ``tl_targets(ctx) -> [batch query key] bool``: TransformerLens' own detection pattern for the types
-        its ``detect_head`` names (previous, duplicate and induction heads), which ``tl_score`` uses; None:
-        the type's targets as a custom detection pattern (``tl_score`` NaN on a probe where they are not
-        lower triangular, which ``detect_head`` refuses).
+        its ``detect_head`` names (previous, duplicate and induction heads), which ``tl_score`` uses; derived
+        from ``tl_slots`` where only those are given; None (and no ``tl_slots``): the type's targets as a
+        custom detection pattern (``tl_score`` NaN on a probe where they are not lower triangular, which
+        ``detect_head`` refuses).
     slots : callable or None, default None
         ``slots(ctx) -> {candidate: key slots}``: the same targets as ``targets``, each candidate's as a
         torch.Tensor of shape (batch, query, slot), long — the keys of each query's targets, −1 for none — for
         types with a few targets per row that are known without the ``[batch query key]`` pattern (diagonals,
         the first token, delimiters, pairs). The label scorer then never builds the pattern (at 1,024 tokens
         fixed_offset's 31 candidates are 31 patterns of a million entries per probe). None: the slots are read
-        from ``targets`` (:func:`target_slots`). Tested equal to ``targets`` for every built-in type.
+        from ``targets`` (:func:`target_slots`). A type gives either, or both naming the same keys (the
+        scorer reads the slots, a view the pattern); the built-in types give only slots.
     tl_slots : callable or None, default None
-        ``tl_slots(ctx) -> [batch query slot] long``: ``tl_targets``' pattern as key slots, read by the label
-        scorer of a type that gives ``slots`` (so neither pattern is built).
+        ``tl_slots(ctx) -> [batch query slot] long``: TransformerLens' pattern as key slots, read by the label
+        scorer of a type that gives ``slots`` (so neither pattern is built); ``tl_targets`` is derived from
+        them where not given.
     reads : frozenset of str, default every vocabulary field
         The :class:`TargetContext` fields built from the tokenizer's vocabulary its targets read
         (:data:`VOCABULARY_FIELDS`: ``"delimiter_ids"``, ``"classes"``). A labelling run scans the vocabulary
@@ -208,7 +201,8 @@ class HeadTypeSpec:
 
     name: HeadType
     description: str
-    targets: Callable[[TargetContext], Targets]  # candidate -> [batch query key] bool
+    # candidate -> [batch query key] bool; None: derived from slots
+    targets: Callable[[TargetContext], Targets] | None
     # the probe set it is scored on; without a usable corpus "natural" falls back to repeated
     probe: ProbeKind
     # blocks, "sentences" and "brackets" to random tokens with seeded sentence ends / brackets
@@ -234,45 +228,45 @@ class HeadTypeSpec:
     # TransformerLens' detection pattern as key slots (read with `slots`)
     tl_slots: Callable[[TargetContext], torch.Tensor] | None = None
 
+    def __post_init__(self) -> None:
+        # a type given as slots only: its dense patterns (views, target_pattern) derived from them
+        for dense, sparse in (("targets", self.slots), ("tl_targets", self.tl_slots)):
+            if getattr(self, dense) is None and callable(sparse):
+                object.__setattr__(self, dense, FromSlots(sparse))
+
     @property
     def text_only(self) -> bool:
         """Meaningless on protein sequences (skipped there with a note)."""
         return PROTEIN not in self.kinds
 
 
+# Each type with key slots is defined by them alone (targets None: its dense pattern derived from the slots).
 REGISTRY: dict[HeadType, HeadTypeSpec] = {
     spec.name: spec for spec in (
-        HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", previous_token_targets,
-                     "natural", tl_targets=tl_previous_pattern, reads=NO_VOCABULARY,
-                     slots=previous_token_slots, tl_slots=tl_previous_slots),
-        HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)",
-                     next_token_targets, "natural", kinds=BIDIRECTIONAL_KINDS, reads=NO_VOCABULARY,
-                     slots=next_token_slots),
-        HeadTypeSpec("self", "attends to the current token", self_targets, "natural", reads=NO_VOCABULARY,
+        HeadTypeSpec("previous_token", "attends to the token just before (j = i − 1)", None, "natural",
+                     reads=NO_VOCABULARY, slots=previous_token_slots, tl_slots=tl_previous_slots),
+        HeadTypeSpec("next_token", "attends to the token just after (j = i + 1; bidirectional models)", None,
+                     "natural", kinds=BIDIRECTIONAL_KINDS, reads=NO_VOCABULARY, slots=next_token_slots),
+        HeadTypeSpec("self", "attends to the current token", None, "natural", reads=NO_VOCABULARY,
                      slots=self_slots),
-        HeadTypeSpec("first_token", "attends to the first token (attention sink)", first_token_targets,
-                     "natural", sink=True, reads=NO_VOCABULARY, slots=first_token_slots),
+        HeadTypeSpec("first_token", "attends to the first token (attention sink)", None, "natural", sink=True,
+                     reads=NO_VOCABULARY, slots=first_token_slots),
         HeadTypeSpec("fixed_offset", "attends at one relative offset d other than −1, 0, +1 (column offset)",
-                     fixed_offset_targets, "natural", candidate="offset", reads=NO_VOCABULARY,
-                     slots=fixed_offset_slots),
-        HeadTypeSpec("delimiter", "attends to punctuation and [SEP] / EOS-type tokens", delimiter_targets,
-                     "natural", kinds=TEXT_KINDS, sink=True, reads=frozenset({"delimiter_ids"}),
-                     slots=delimiter_slots),
+                     None, "natural", candidate="offset", reads=NO_VOCABULARY, slots=fixed_offset_slots),
+        HeadTypeSpec("delimiter", "attends to punctuation and [SEP] / EOS-type tokens", None, "natural",
+                     kinds=TEXT_KINDS, sink=True, reads=frozenset({"delimiter_ids"}), slots=delimiter_slots),
         HeadTypeSpec("sentence_start", "attends from a sentence's final token to the sentence's first token",
-                     sentence_start_targets, "sentences", kinds=TEXT_KINDS,
-                     reads=frozenset({"classes"}), slots=sentence_start_slots),
-        HeadTypeSpec("bracket", "attends from a closing bracket to its matching opening bracket",
-                     bracket_targets, "brackets", kinds=TEXT_KINDS, reads=frozenset({"classes"}),
-                     slots=bracket_slots),
+                     None, "sentences", kinds=TEXT_KINDS, reads=frozenset({"classes"}),
+                     slots=sentence_start_slots),
+        HeadTypeSpec("bracket", "attends from a closing bracket to its matching opening bracket", None,
+                     "brackets", kinds=TEXT_KINDS, reads=frozenset({"classes"}), slots=bracket_slots),
         HeadTypeSpec("duplicate_token",
-                     "attends to other copies of the current token (earlier ones when causal)",
-                     duplicate_token_targets, "repeated", loss_positions="repeat",
-                     tl_targets=tl_duplicate_pattern, reads=NO_VOCABULARY, slots=duplicate_token_slots,
+                     "attends to other copies of the current token (earlier ones when causal)", None,
+                     "repeated", loss_positions="repeat", reads=NO_VOCABULARY, slots=duplicate_token_slots,
                      tl_slots=tl_duplicate_slots),
-        HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token",
-                     induction_targets, "repeated", loss_positions="repeat", copies=True,
-                     tl_targets=tl_induction_pattern, reads=NO_VOCABULARY, slots=induction_slots,
-                     tl_slots=tl_induction_slots),
+        HeadTypeSpec("induction", "attends to the token after an earlier copy of the current token", None,
+                     "repeated", loss_positions="repeat", copies=True, reads=NO_VOCABULARY,
+                     slots=induction_slots, tl_slots=tl_induction_slots),
         HeadTypeSpec("coreference", "attends from a pronoun to its antecedent", coreference_targets, "spans",
                      kinds=TEXT_KINDS, statistic="accuracy", loss_positions="query", reads=NO_VOCABULARY),
         HeadTypeSpec("retrieval",
@@ -427,7 +421,8 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
     spec
         The type: a snake_case ``name`` not yet registered, a ``description``, ``targets`` (a function of a
         :class:`TargetContext` returning ``{candidate: bool tensor [batch query key]}``, candidate None for a
-        type with one target pattern), the ``probe`` set it is scored on ("natural", "repeated", "spans",
+        type with one target pattern; or None with ``slots=``, the keys as ``[batch query slot]`` long), the
+        ``probe`` set it is scored on ("natural", "repeated", "spans",
         "sentences", "brackets", or "generation" with a ``scorer``), the model
         ``kinds`` it applies to, its ``statistic`` ("mass"; "accuracy" needs span probes) and the
         ``loss_positions`` its ablation measures.
@@ -465,6 +460,8 @@ def register(spec: HeadTypeSpec) -> HeadTypeSpec:
         raise ProbeError(f"head type {spec.name!r} is already registered; choose another name")
     if not isinstance(spec.description, str) or not spec.description.strip():
         raise ProbeError(f"head type {spec.name!r} needs a description (one line saying what it attends to)")
+    if spec.targets is None:
+        raise ProbeError(f"head type {spec.name!r} needs targets or slots (a function of a TargetContext)")
     if not callable(spec.targets):
         raise ProbeError(f"head type {spec.name!r}: targets must be a function of a TargetContext")
     for field_name, allowed in (("probe", ProbeKind), ("statistic", Statistic),

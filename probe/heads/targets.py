@@ -1,16 +1,23 @@
-"""Target patterns of the built-in head types: for each query i, the keys j a head of the type attends to (the
-table in :mod:`probe.heads.registry`'s doc), as ``[batch query key]`` bool tensors from a
-:class:`TargetContext`; plus the sentence and bracket pair finders. Pure functions of token ids; the registry
-names them."""
+"""Targets of the built-in head types: for each query i, the keys j a head of the type attends to (the table
+in :mod:`probe.heads.registry`'s doc), from a :class:`TargetContext` (the sentence and bracket pairs from
+:mod:`probe.heads.pairs`). Pure functions of token ids; the registry names them.
+
+Each type with a few targets per row is defined once, as key slots (``{candidate: [batch query slot] long}``,
+−1 = none, :attr:`probe.heads.registry.HeadTypeSpec.slots`); its dense ``[batch query key]`` pattern, which a
+view or a caller of :func:`probe.heads.registry.target_pattern` reads, is derived from the slots by the one
+function :func:`slots_pattern` (through :class:`FromSlots`). The span type (coreference) gives the dense
+pattern.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 
 from probe.errors import ProbeError
+from probe.heads.pairs import bracket_pairs, sentence_start_pairs
 from probe.heads.vocab import TokenClasses
 
 MAX_OFFSET = 32  # fixed_offset candidates: 2 ≤ |d| ≤ MAX_OFFSET
@@ -73,8 +80,20 @@ Slots = Mapping[int | None, torch.Tensor]
 
 
 def slots_pattern(slots: torch.Tensor, n_key: int) -> torch.Tensor:
-    """The dense form of key slots: `[batch query slot]` long (−1 = none) -> `[batch query key]` bool, True
-    at every named key (the inverse of :func:`probe.heads.registry.target_slots`).
+    """The dense form of key slots — the one place a ``[batch query key]`` target is derived from them.
+
+    Parameters
+    ----------
+    slots : torch.Tensor, shape=(batch, query, slot), long
+        The keys of each query's targets, −1 for none (a key may repeat).
+    n_key : int
+        Keys per row (the sequence length).
+
+    Returns
+    -------
+    torch.Tensor, shape=(batch, query, key), bool
+        True at every named key, a new contiguous tensor (the inverse of
+        :func:`probe.heads.registry.target_slots`).
 
     Examples
     --------
@@ -83,10 +102,44 @@ def slots_pattern(slots: torch.Tensor, n_key: int) -> torch.Tensor:
             [1, 0, 0],
             [0, 1, 0]], dtype=torch.int32)
     """
+    if slots.dim() != 3 or slots.dtype == torch.bool or slots.is_floating_point():
+        raise ProbeError(f"key slots must be a [batch query slot] long tensor (−1 = none), not "
+                         f"{slots.dtype} of shape {tuple(slots.shape)}: give a dense pattern as targets=")
     batch, n_query, _ = slots.shape
-    pattern = torch.zeros(batch, n_query, n_key + 1, dtype=torch.bool)  # [batch query key+1]: −1 -> the last
-    pattern.scatter_(-1, torch.where(slots >= 0, slots, n_key), True)
-    return pattern[..., :n_key]
+    pattern = torch.zeros(batch, n_query, n_key, dtype=torch.bool, device=slots.device)  # [batch query key]
+    row, query, slot = (slots >= 0).nonzero(as_tuple=True)  # [named] where a slot names a key
+    pattern[row, query, slots[row, query, slot]] = True
+    return pattern
+
+
+@dataclass(frozen=True)
+class FromSlots:
+    """A type's dense targets derived from its key slots (what :class:`probe.heads.registry.HeadTypeSpec`
+    makes its ``targets`` / ``tl_targets`` when only ``slots`` / ``tl_slots`` are given).
+
+    Attributes
+    ----------
+    slots : callable
+        ``slots(ctx)``: ``{candidate: [batch query slot] long}`` (a type's slots), or one ``[batch query
+        slot]`` tensor (TransformerLens' pattern); called with the same context, each turned into
+        ``[batch query key]`` bool by :func:`slots_pattern`.
+
+    Examples
+    --------
+    >>> ctx = TargetContext(torch.tensor([[2, 7, 9, 7]]))
+    >>> FromSlots(previous_token_slots)(ctx)[None][0].nonzero().tolist()  # [query key] pairs: j = i − 1
+    [[1, 0], [2, 1], [3, 2]]
+    >>> FromSlots(tl_duplicate_slots)(ctx)[0].nonzero().tolist()  # one pattern: the second 7 -> the first
+    [[3, 1]]
+    """
+
+    slots: Callable[[TargetContext], Slots | torch.Tensor]
+
+    def __call__(self, ctx: TargetContext) -> Targets | torch.Tensor:
+        made, n = self.slots(ctx), ctx.input_ids.shape[1]
+        if isinstance(made, torch.Tensor):  # one [batch query slot] (tl_slots)
+            return slots_pattern(made, n)  # [batch query key]
+        return {candidate: slots_pattern(slots, n) for candidate, slots in made.items()}
 
 
 def without_padding(pattern: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -99,17 +152,9 @@ def without_padding(pattern: torch.Tensor, lengths: torch.Tensor) -> torch.Tenso
     return pattern & real[:, :, None] & real[:, None, :]
 
 
-def _diagonal(ctx: TargetContext, offset: int, first_row: int = 0) -> torch.Tensor:
-    batch, n = ctx.input_ids.shape
-    # [query key]: key = query + offset
-    pattern = torch.ones(n, n, dtype=torch.bool).triu(offset).tril(offset)
-    pattern[:first_row] = False
-    return pattern.expand(batch, n, n).clone()  # [batch query key]
-
-
 def _diagonal_slots(ctx: TargetContext, offset: int, first_row: int = 0,
                     first_key: bool = True) -> torch.Tensor:
-    """:func:`_diagonal`'s targets as key slots `[batch query 1]` long: key = query + offset, −1 where that is
+    """A diagonal's targets as key slots `[batch query 1]` long: key = query + offset, −1 where that is
     outside the sequence, before `first_row`, or (``first_key=False``) key 0."""
     batch, n = ctx.input_ids.shape
     query = torch.arange(n)  # [query]
@@ -120,35 +165,16 @@ def _diagonal_slots(ctx: TargetContext, offset: int, first_row: int = 0,
     return torch.where(present, key, -1)[None, :, None].expand(batch, n, 1).clone()  # [batch query 1]
 
 
-def previous_token_targets(ctx: TargetContext) -> Targets:
-    return {None: _diagonal(ctx, -1)}
-
-
 def previous_token_slots(ctx: TargetContext) -> Slots:
     return {None: _diagonal_slots(ctx, -1)}
-
-
-def next_token_targets(ctx: TargetContext) -> Targets:
-    return {None: _diagonal(ctx, 1)}
 
 
 def next_token_slots(ctx: TargetContext) -> Slots:
     return {None: _diagonal_slots(ctx, 1)}
 
 
-def self_targets(ctx: TargetContext) -> Targets:
-    return {None: _diagonal(ctx, 0, first_row=1)}
-
-
 def self_slots(ctx: TargetContext) -> Slots:
     return {None: _diagonal_slots(ctx, 0, first_row=1)}
-
-
-def first_token_targets(ctx: TargetContext) -> Targets:
-    batch, n = ctx.input_ids.shape
-    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
-    pattern[:, 1:, 0] = True
-    return {None: pattern}
 
 
 def first_token_slots(ctx: TargetContext) -> Slots:
@@ -166,29 +192,10 @@ def offsets_for(n: int, causal: bool) -> list[int]:
     return negative if causal else negative + [d for d in range(2, reach + 1)]
 
 
-def fixed_offset_targets(ctx: TargetContext) -> Targets:
-    targets = {}
-    for d in offsets_for(ctx.input_ids.shape[1], ctx.causal):
-        pattern = _diagonal(ctx, d)  # [batch query key]
-        pattern[:, :, 0] = False  # position 0 is the first-token type's: a sink is not an offset head
-        targets[d] = pattern
-    return targets
-
-
 def fixed_offset_slots(ctx: TargetContext) -> Slots:
     n = ctx.input_ids.shape[1]
-    # position 0 is the first-token type's, as in fixed_offset_targets
+    # position 0 is the first-token type's: a sink is not an offset head
     return {d: _diagonal_slots(ctx, d, first_key=False) for d in offsets_for(n, ctx.causal)}
-
-
-def delimiter_targets(ctx: TargetContext) -> Targets:
-    ids = ctx.input_ids
-    n = ids.shape[1]
-    is_delimiter = torch.isin(ids, torch.tensor(ctx.delimiter_ids, dtype=ids.dtype))  # [batch key]
-    is_delimiter[:, 0] = False  # position 0 is the first-token type's
-    pattern = is_delimiter[:, None, :].expand(-1, n, -1).clone()  # [batch query key]
-    pattern &= ~torch.eye(n, dtype=torch.bool)
-    return {None: pattern.tril(-1) if ctx.causal else pattern}
 
 
 def delimiter_slots(ctx: TargetContext) -> Slots:
@@ -211,56 +218,6 @@ def delimiter_slots(ctx: TargetContext) -> Slots:
     return {None: torch.where(present, positions[:, None, :], -1)}  # [batch query delimiter]
 
 
-def sentence_start_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
-    """(final token, first token) of every sentence of one sequence of token ids.
-
-    A sentence ends at a "!", "?" or separator / EOS token, and at a "." except when (abbreviations) the token
-    before it is a one-letter word or a listed abbreviation ("J. Smith", "Mr.", "etc."), or a letter that
-    follows another "." or starts the sentence ("e.g.", "i.e.", "U.S." — a letter piece after a word, as in
-    "cat" "s" ".", is not an abbreviation), or (decimals) it stands between a token ending in a digit and one
-    starting with a digit without a space ("3.5"; WordPiece drops spaces, so there "3. 5" reads as a decimal
-    too). The sentence's first token is the first non-special token after the previous sentence end (after the
-    framing at the start); a sentence of one token (the end itself, e.g. "..." or "[SEP]" right after ".") has
-    no pair. Known misses, by design of a token-only rule: a sentence ending in "U.S." or "etc." runs on into
-    the next one.
-    """
-    pairs, start, n = [], None, len(ids)
-    for i, token in enumerate(ids):
-        end = token in classes.sentence_end
-        if token in classes.period:
-            abbreviation = i > 0 and (ids[i - 1] in classes.abbreviation or ids[i - 1] in classes.letter and (
-                start == i - 1 or (i > 1 and ids[i - 2] in classes.period)))
-            decimal = 0 < i < n - 1 and ids[i - 1] in classes.digit_end and ids[i + 1] in classes.digit_start
-            end = not (abbreviation or decimal)
-        if end:
-            if start is not None and start < i:
-                pairs.append((i, start))
-            start = None
-        elif start is None and token not in classes.special:
-            start = i
-    return pairs
-
-
-def bracket_pairs(ids: list[int], classes: TokenClasses) -> list[tuple[int, int]]:
-    """(closing bracket, its matching opening bracket) of one sequence of token ids: one stack over all kinds,
-    so nesting is respected across kinds; a closing bracket matches the innermost open bracket when that is of
-    its kind, and otherwise (or with none open) it is unmatched — no pair, and the stack is left as it was.
-    Opening brackets never closed have no pair either."""
-    pairs: list[tuple[int, int]] = []
-    stack: list[tuple[int, int]] = []  # (kind, position)
-    for i, token in enumerate(ids):
-        for kind, (openers, closers) in enumerate(zip(classes.openers, classes.closers, strict=True)):
-            if token in openers:
-                stack.append((kind, i))
-            elif token in closers:
-                if stack and stack[-1][0] == kind:
-                    pairs.append((i, stack.pop()[1]))
-            else:
-                continue
-            break
-    return pairs
-
-
 def _pairs_slots(ctx: TargetContext, find) -> torch.Tensor:
     """The (query, key) pairs `find` gives each probe as key slots `[batch query 1]` (each query has at most
     one key)."""
@@ -274,20 +231,8 @@ def _pairs_slots(ctx: TargetContext, find) -> torch.Tensor:
     return slots
 
 
-def _pairs_pattern(ctx: TargetContext, find) -> torch.Tensor:
-    return slots_pattern(_pairs_slots(ctx, find), ctx.input_ids.shape[1])  # [batch query key]
-
-
-def sentence_start_targets(ctx: TargetContext) -> Targets:
-    return {None: _pairs_pattern(ctx, sentence_start_pairs)}
-
-
 def sentence_start_slots(ctx: TargetContext) -> Slots:
     return {None: _pairs_slots(ctx, sentence_start_pairs)}
-
-
-def bracket_targets(ctx: TargetContext) -> Targets:
-    return {None: _pairs_pattern(ctx, bracket_pairs)}
 
 
 def bracket_slots(ctx: TargetContext) -> Slots:
@@ -309,10 +254,6 @@ def _repeat_slots(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
         first = (position >= start) & (position < start + length)  # [batch query]
         slots = torch.where(first, position + length, slots)
     return slots[..., None]  # [batch query 1]
-
-
-def _repeat_pairs(ctx: TargetContext, shift: int, mirror: bool) -> torch.Tensor:
-    return slots_pattern(_repeat_slots(ctx, shift, mirror), ctx.input_ids.shape[1])  # [batch query key]
 
 
 def same_token_slots(ids: torch.Tensor, earlier: bool) -> torch.Tensor:
@@ -351,30 +292,10 @@ def same_token_slots(ids: torch.Tensor, earlier: bool) -> torch.Tensor:
     return torch.where(slot < count[..., None], keys, -1)  # [batch query slot]
 
 
-def duplicate_token_targets(ctx: TargetContext) -> Targets:
-    if ctx.restrict_to_repeat:
-        return {None: _repeat_pairs(ctx, 0, mirror=not ctx.causal)}
-    ids = ctx.input_ids
-    same = ids[:, :, None] == ids[:, None, :]  # [batch query key]
-    if ctx.causal:
-        return {None: same.tril(-1)}
-    return {None: same & ~torch.eye(ids.shape[1], dtype=torch.bool)}
-
-
 def duplicate_token_slots(ctx: TargetContext) -> Slots:
     if ctx.restrict_to_repeat:
         return {None: _repeat_slots(ctx, 0, mirror=not ctx.causal)}
     return {None: same_token_slots(ctx.input_ids, earlier=ctx.causal)}
-
-
-def induction_targets(ctx: TargetContext) -> Targets:
-    if ctx.restrict_to_repeat:
-        return {None: _repeat_pairs(ctx, 1, mirror=False)}
-    ids = ctx.input_ids
-    batch, n = ids.shape
-    pattern = torch.zeros(batch, n, n, dtype=torch.bool)  # [batch query key]
-    pattern[:, :, 1:] = ids[:, :, None] == ids[:, None, :-1]  # key j holds t_{j-1}
-    return {None: pattern.tril(0)}
 
 
 def _induction_slots(ids: torch.Tensor) -> torch.Tensor:
@@ -402,42 +323,24 @@ def coreference_targets(ctx: TargetContext) -> Targets:
 
 
 # TransformerLens' own detection patterns (transformer_lens/head_detector.py, get_*_detection_pattern), for
-# the types it names: built from the token ids alone, every earlier copy counts (never restricted to the
-# planted repeat), and only the lower triangle (TL's detect_head refuses any other detection pattern).
-
-
-def tl_duplicate_pattern(ctx: TargetContext) -> torch.Tensor:
-    """TL's duplicate-token detection pattern: D(i, j) = 1 for j < i with t_j = t_i, `[batch query key]`."""
-    ids = ctx.input_ids
-    return (ids[:, :, None] == ids[:, None, :]).tril(-1)
-
-
-def tl_induction_pattern(ctx: TargetContext) -> torch.Tensor:
-    """TL's induction detection pattern: its duplicate pattern shifted one key to the right, key 0 cleared,
-    lower triangle — D(i, j) = 1 for 1 ≤ j ≤ i with t_{j−1} = t_i, `[batch query key]`."""
-    ids = ctx.input_ids
-    pattern = torch.zeros(ids.shape[0], ids.shape[1], ids.shape[1], dtype=torch.bool)  # [batch query key]
-    pattern[:, :, 1:] = ids[:, :, None] == ids[:, None, :-1]
-    return pattern.tril(0)
-
-
-def tl_previous_pattern(ctx: TargetContext) -> torch.Tensor:
-    """TL's previous-token detection pattern: D(i, i − 1) = 1, `[batch query key]`."""
-    return _diagonal(ctx, -1)
-
-
-# ... and the same as key slots (HeadTypeSpec.tl_slots), `[batch query slot]`
+# the types it names, as key slots `[batch query slot]` (HeadTypeSpec.tl_slots; the dense pattern derived by
+# slots_pattern): built from the token ids alone, every earlier copy counts (never restricted to the planted
+# repeat), and only the lower triangle (TL's detect_head refuses any other detection pattern).
 
 
 def tl_duplicate_slots(ctx: TargetContext) -> torch.Tensor:
+    """TL's duplicate-token detection pattern: D(i, j) = 1 for j < i with t_j = t_i."""
     return same_token_slots(ctx.input_ids, earlier=True)
 
 
 def tl_induction_slots(ctx: TargetContext) -> torch.Tensor:
+    """TL's induction detection pattern: its duplicate pattern shifted one key to the right, key 0 cleared,
+    lower triangle — D(i, j) = 1 for 1 ≤ j ≤ i with t_{j−1} = t_i."""
     return _induction_slots(ctx.input_ids)
 
 
 def tl_previous_slots(ctx: TargetContext) -> torch.Tensor:
+    """TL's previous-token detection pattern: D(i, i − 1) = 1."""
     return _diagonal_slots(ctx, -1)
 
 

@@ -19,8 +19,10 @@ from probe.heads.registry import (
     HeadType,
     TargetContext,
     batch_pattern,
+    bracket_pairs,
     offsets_for,
     parse_head_types,
+    sentence_start_pairs,
     target_pattern,
     target_slots,
 )
@@ -54,7 +56,7 @@ def test_no_module_branches_on_a_type_name():
 
     root = Path(__file__).resolve().parents[2] / "probe"
     names = ("heads/label/pipeline.py", "heads/label/config.py", "heads/label/probes.py",
-             "heads/label/scoring.py",
+             "heads/label/scoring.py", "heads/pairs.py",
              "heads/label/summary.py", "heads/label/table.py", "heads/scores.py", "heads/registry.py",
              "heads/stats.py", "heads/label/ablation.py", "heads/targets.py", "heads/copying.py",
              "heads/direct_logit.py", "heads/retrieval_ablation.py", "heads/sink_rate.py",
@@ -346,11 +348,107 @@ def test_token_classes_of_a_byte_level_bpe_vocabulary():
 # ------------------------------------------------------------------------------------------------------------
 
 
+# The dense `[batch query key]` targets each built-in type was written as before its slots became its one
+# definition, copied here as the reference its derived pattern (slots_pattern of the slots) must equal.
+
+
+def old_diagonal(ctx, offset, first_row=0):
+    batch, n = ctx.input_ids.shape
+    pattern = torch.ones(n, n, dtype=torch.bool).triu(offset).tril(offset)  # [query key]: j = i + offset
+    pattern[:first_row] = False
+    return pattern.expand(batch, n, n).clone()  # [batch query key]
+
+
+def old_first_token(ctx):
+    batch, n = ctx.input_ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)
+    pattern[:, 1:, 0] = True
+    return {None: pattern}
+
+
+def old_fixed_offset(ctx):
+    targets = {}
+    for d in offsets_for(ctx.input_ids.shape[1], ctx.causal):
+        pattern = old_diagonal(ctx, d)
+        pattern[:, :, 0] = False
+        targets[d] = pattern
+    return targets
+
+
+def old_delimiter(ctx):
+    ids, n = ctx.input_ids, ctx.input_ids.shape[1]
+    is_delimiter = torch.isin(ids, torch.tensor(ctx.delimiter_ids, dtype=ids.dtype))  # [batch key]
+    is_delimiter[:, 0] = False
+    pattern = is_delimiter[:, None, :].expand(-1, n, -1).clone() & ~torch.eye(n, dtype=torch.bool)
+    return {None: pattern.tril(-1) if ctx.causal else pattern}
+
+
+def old_pairs(find):
+    """A pair type's pattern, one (query, key) pair at a time (the old one went through the slots itself)."""
+    def targets(ctx):
+        batch, n = ctx.input_ids.shape
+        pattern = torch.zeros(batch, n, n, dtype=torch.bool)
+        for row in range(batch):
+            for query, key in find(ctx.input_ids[row].tolist(), ctx.classes):
+                pattern[row, query, key] = True
+        return {None: pattern}
+    return targets
+
+
+def old_repeat(ctx, shift, mirror):
+    """Only the planted repeat, one pair at a time: query i of the second copy -> key i − L + shift."""
+    batch, n = ctx.input_ids.shape
+    pattern = torch.zeros(batch, n, n, dtype=torch.bool)
+    starts, lengths = ctx.repeat_start.tolist(), ctx.repeat_len.tolist()
+    for row, (start, length) in enumerate(zip(starts, lengths, strict=True)):
+        for i in range(start + length, min(start + 2 * length, n)):
+            pattern[row, i, i - length + shift] = True
+        for i in range(start, start + length) if mirror else ():
+            pattern[row, i, i + length] = True
+    return pattern
+
+
+def old_duplicate(ctx):
+    if ctx.restrict_to_repeat:
+        return {None: old_repeat(ctx, 0, mirror=not ctx.causal)}
+    ids = ctx.input_ids
+    same = ids[:, :, None] == ids[:, None, :]
+    return {None: same.tril(-1) if ctx.causal else same & ~torch.eye(ids.shape[1], dtype=torch.bool)}
+
+
+def old_tl_induction(ctx):
+    ids = ctx.input_ids
+    pattern = torch.zeros(ids.shape[0], ids.shape[1], ids.shape[1], dtype=torch.bool)
+    pattern[:, :, 1:] = ids[:, :, None] == ids[:, None, :-1]  # key j holds t_{j-1}
+    return pattern.tril(0)
+
+
+def old_induction(ctx):
+    return {None: old_repeat(ctx, 1, mirror=False) if ctx.restrict_to_repeat else old_tl_induction(ctx)}
+
+
+OLD_TARGETS = {
+    "previous_token": lambda ctx: {None: old_diagonal(ctx, -1)},
+    "next_token": lambda ctx: {None: old_diagonal(ctx, 1)},
+    "self": lambda ctx: {None: old_diagonal(ctx, 0, first_row=1)},
+    "first_token": old_first_token, "fixed_offset": old_fixed_offset, "delimiter": old_delimiter,
+    "sentence_start": old_pairs(sentence_start_pairs), "bracket": old_pairs(bracket_pairs),
+    "duplicate_token": old_duplicate, "induction": old_induction,
+}
+OLD_TL = {  # TransformerLens' three patterns (never restricted to the planted repeat)
+    "previous_token": lambda ctx: old_diagonal(ctx, -1),
+    "duplicate_token": lambda ctx: (ctx.input_ids[:, :, None] == ctx.input_ids[:, None, :]).tril(-1),
+    "induction": old_tl_induction,
+}
+
+
 @pytest.mark.parametrize("causal", [True, False])
-def test_every_types_slots_name_exactly_its_targets_keys(english, causal):
-    """For each built-in type that gives its key slots directly, the slots name the same keys as its dense
-    targets, candidate by candidate, on text with delimiters, sentences, brackets and none of them."""
-    from probe.heads.registry import slots_pattern
+def test_each_types_pattern_derived_from_its_slots_equals_its_old_dense_definition(english, causal):
+    """Slots are a built-in type's one definition: the dense targets (and TransformerLens' pattern) a view
+    reads are derived from them by slots_pattern, and equal the old hand-written dense definitions above,
+    candidate by candidate, on text with delimiters, sentences, brackets and none of them, and on repeated
+    blocks (targets on every earlier copy, and restricted to the planted repeat)."""
+    from probe.heads.targets import FromSlots
 
     tokenizer, classes = english
     texts = ["mary ( saw [ dr ] and { he ( go ) } ) then. she saw dr. smith! did he go? yes, no",
@@ -362,29 +460,49 @@ def test_every_types_slots_name_exactly_its_targets_keys(english, causal):
     ids = torch.tensor([ids + [encoded[1][1]] * (width - len(ids)) for ids in encoded])
     ctx = TargetContext(ids, causal=causal, delimiter_ids=delimiter_ids(tokenizer), classes=classes)
     sparse = [name for name, spec in REGISTRY.items() if spec.slots is not None]
-    assert set(sparse) == {"previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",
-                           "sentence_start", "bracket", "duplicate_token", "induction"}
-    # repeated-block probes too, their targets on any earlier copy and (small vocabulary) the planted repeat
+    assert sparse == list(OLD_TARGETS)
+    for name in sparse:  # no hand-written dense target left: the pattern is the slots', derived
+        spec = REGISTRY[name]
+        assert spec.targets == FromSlots(spec.slots), name
+        assert (spec.tl_targets == FromSlots(spec.tl_slots)) if name in OLD_TL else spec.tl_slots is None
     repeated = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3],
                              [2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5, 9, 0, 4, 5, 2, 3, 5, 3, 6, 0]])
     contexts = [ctx] + [TargetContext(repeated, causal=causal, repeat_start=torch.tensor([5, 10]),
                                       repeat_len=torch.tensor([8, 4]), restrict_to_repeat=restrict)
                         for restrict in (False, True)]
     for ctx in contexts:
-        n = ctx.input_ids.shape[1]
         for name in sparse:
             spec = REGISTRY[name]
-            dense, slots = spec.targets(ctx), spec.slots(ctx)
-            assert list(dense) == list(slots), name  # the same candidates, in the same order
-            for candidate, pattern in dense.items():
-                found = slots[candidate]
-                assert found.dtype == torch.long and found.shape[:2] == pattern.shape[:2]
-                assert torch.equal(slots_pattern(slots[candidate], n), pattern), (name, candidate)
+            derived, old = spec.targets(ctx), OLD_TARGETS[name](ctx)
+            assert list(derived) == list(old) == list(spec.slots(ctx)), name  # the same candidates, in order
+            for candidate, pattern in old.items():
+                assert derived[candidate].dtype == torch.bool and derived[candidate].is_contiguous()
+                assert torch.equal(derived[candidate], pattern), (name, candidate)
                 if ctx.repeat_start is None or name in ("duplicate_token", "induction"):
                     assert pattern.any(), (name, candidate)  # no vacuous agreement
-            if spec.tl_slots is not None:  # TransformerLens' pattern, as slots, in target_slots' own form
-                assert torch.equal(spec.tl_slots(ctx), target_slots(spec.tl_targets(ctx))), name
+            if name in OLD_TL:  # TransformerLens' pattern; its slots in target_slots' own form
+                assert torch.equal(spec.tl_targets(ctx), OLD_TL[name](ctx)), name
+                assert torch.equal(spec.tl_slots(ctx), target_slots(OLD_TL[name](ctx))), name
     # a planted check, not only agreement: delimiter keys before row 6 of the third text (". , ! ? ( )")
     third = REGISTRY["delimiter"].slots(contexts[0])[None][2, 6]
     assert sorted(int(key) for key in third if key >= 0) == ([1, 2, 3, 4, 5] if causal else
                                                              [1, 2, 3, 4, 5, *range(7, 14)])
+    # negative control: the references tell the types apart (a wrong derivation would fail above)
+    assert not torch.equal(OLD_TARGETS["induction"](contexts[1])[None], OLD_TARGETS["duplicate_token"](
+        contexts[1])[None])
+
+
+def test_slots_pattern_marks_each_named_key_once_and_ignores_none():
+    """The one derivation, on planted slots: −1 anywhere in a row names nothing, a repeated key is one True,
+    the result is a new `[batch query key]` bool tensor."""
+    from probe.heads.registry import slots_pattern
+
+    slots = torch.tensor([[[-1, -1], [0, -1], [-1, 1], [2, 2]],
+                          [[3, 0], [-1, -1], [1, 0], [-1, 3]]])  # [batch=2 query=4 slot=2]
+    pattern = slots_pattern(slots, 4)
+    assert pattern.shape == (2, 4, 4) and pattern.dtype == torch.bool
+    assert as_pairs(pattern[0]) == {(1, 0), (2, 1), (3, 2)}
+    assert as_pairs(pattern[1]) == {(0, 0), (0, 3), (2, 0), (2, 1), (3, 3)}
+    assert not slots_pattern(torch.full((1, 3, 2), -1), 3).any()  # no slot: no target
+    with pytest.raises(ProbeError, match=r"key slots must be a \[batch query slot\] long tensor"):
+        slots_pattern(pattern, 4)  # a dense pattern given as slots

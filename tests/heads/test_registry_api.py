@@ -71,6 +71,48 @@ def test_a_registered_type_is_a_choice_of_the_command(planted, registered, capsy
             and table.loc[table["label"], "head_name"].tolist() == ["L0H0"])
 
 
+def back_slots(offset: int):
+    """The same targets as key slots `[batch query 1]`: key i − offset, −1 before row `offset`."""
+
+    def slots(ctx: TargetContext):
+        batch, n = ctx.input_ids.shape
+        key = torch.arange(n) - offset  # [query]
+        return {None: torch.where(key >= 0, key, -1)[None, :, None].expand(batch, n, 1)}
+
+    return slots
+
+
+def test_a_type_given_as_slots_or_as_a_dense_target_labels_the_same(planted, registered):
+    """A user's type may give its targets as a dense pattern or as key slots (or both): each labels exactly
+    like the other, and a slots-only type's dense pattern (views, target_pattern) is derived from the
+    slots."""
+    from probe.heads.registry import target_pattern
+
+    registered(HeadTypeSpec("dense_back", "one back, as a pattern", back(1), "natural"))
+    registered(HeadTypeSpec("slots_back", "one back, as key slots", None, "natural", slots=back_slots(1)))
+    registered(HeadTypeSpec("both_back", "one back, both", back(1), "natural", slots=back_slots(1)))
+    registered(HeadTypeSpec("slots_two", "two back, as key slots", None, "natural", slots=back_slots(2)))
+    tokens = torch.tensor([4, 9, 4, 7, 2])
+    assert torch.equal(target_pattern("slots_back", tokens), target_pattern("previous_token", tokens))
+    assert target_pattern("slots_two", tokens).nonzero().tolist() == [[2, 0], [3, 1], [4, 2]]
+    table = label_model(planted, LabelConfig(types=("dense_back", "slots_back", "both_back", "slots_two"),
+                                             **CONFIG, output_share=False))
+    dense, *others = (table[table["head_type"] == name].reset_index(drop=True)
+                      for name in ("dense_back", "slots_back", "both_back"))
+    columns = ["head_name", "score", "ci_low", "ci_high", "chance", "effect", "p_value", "label"]
+    for other in others:
+        pd.testing.assert_frame_equal(other[columns], dense[columns])
+    assert dense.loc[dense["label"], "head_name"].tolist() == ["L0H0"]  # positive control: the planted head
+    # negative control: nothing attends two back
+    assert not table.loc[(table["head_type"] == "slots_two") & table["label"], "head_name"].tolist()
+
+
+def test_a_type_needs_targets_or_slots():
+    with pytest.raises(ProbeError, match="'no_keys' needs targets or slots") as raised:
+        probe.heads.register(HeadTypeSpec("no_keys", "attends nowhere", None, "natural"))
+    assert "\n" not in str(raised.value) and "no_keys" not in probe.heads.REGISTRY
+
+
 @pytest.mark.parametrize("spec, message", [
     (HeadTypeSpec("previous_token", "again", back(1), "natural"), "'previous_token' is already registered"),
     (HeadTypeSpec("Two Back", "x", back(2), "natural"), "must be snake_case"),
