@@ -1,5 +1,7 @@
 """Component ids of the dashboard, in one place (layout, callbacks, keyboard script and browser tests use
-these)."""
+these): the page-wide ones every panel may read (MODEL, SELECTED, HEAD_TYPE, INPUT, LABEL_VERSION, …) and
+those of the built-in panels. A new panel keeps its own ids in its module and names them in its ``PANEL``
+(``Panel.ids``); an id claimed there that is also here is refused when the app is built (app/panel.py)."""
 
 # Page-wide
 MODEL = "model"  # RadioItems: which loaded model every panel shows

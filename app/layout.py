@@ -1,15 +1,21 @@
 """The page: an app shell (dash-mantine-components) with the page-wide controls in the sidebar — model, head
 type, head selector, theme — and one card per panel in the main area: the head atlas and labelled heads, the
 circuit of the head type, the grid of every head beside the attention explorer, the proteins (protein models
-only) and the architecture card. Built per request, from the URL's query (shared links)."""
+only) and the architecture card. Built per request, from the URL's query (shared links).
+
+The panels are the list ``PANELS`` of ``app/panels/__init__.py``, read here at every call: each sits in its
+place (``Panel.where``, ``app/panel.py``), in the list's order, and registers its callbacks. Nothing here
+names a panel but the page frame (``page``: header, sidebar, the URL's state) and the explorer's example
+input."""
 
 from __future__ import annotations
 
 import dash_mantine_components as dmc
 from dash import dcc, html
 
-from . import figures, ids
-from .panels import atlas, card, circuit, explorer, glossary, grid, history, page, proteins
+from . import figures, ids, panels
+from .panel import PLACES, check_panels
+from .panels import explorer, page
 from .served import ServedNames
 from .service import Service
 
@@ -18,11 +24,12 @@ def page_layout(service: Service, query=None):
     """The whole page for one visit; `query` is the URL's query (model, type, layer, head, text or input key,
     overlay, scale, zoom, token)."""
     state = page.initial_state(service, query or {})
-    config = service.config
     if state["text"] is None and not service.facts.unusable(state["model"]):
         state["text"] = explorer.example_text(service.facts.model(state["model"]))
     protein = service.facts.is_protein(state["model"])
     usable = not service.facts.unusable(state["model"])
+    placed = {where: [panel.layout(service, state) for panel in panels.PANELS if panel.where == where]
+              for where in PLACES}
     stores = [
         dcc.Store(id=ids.SELECTED, data={"layer": state["layer"], "head": state["head"]}),
         dcc.Store(id=ids.LAYER), dcc.Store(id=ids.LAYER_DATA), dcc.Store(id=ids.PATTERN),
@@ -35,17 +42,15 @@ def page_layout(service: Service, query=None):
         html.Div(state["note"], id=ids.URL_NOTE, className="url-note" if state["note"] else "url-note empty"),
         html.Div(id=ids.PAGE_MESSAGE, className="message"),
         html.Div(service.facts.unusable(state["model"]) or "", id=ids.CARD_ONLY, className="card-only"),
-        history.layout(service, state["model"], state["theme"]),
+        *placed["top"],
         html.Div(id=ids.EXPLORER_SECTION, style={} if usable else {"display": "none"}, children=[
             html.Div(className="row", children=[
-                html.Div([atlas.layout(state["theme"]), circuit.layout(), grid.layout()],
-                         className="column left-column"),
-                html.Div([explorer.layout(state)], className="column right-column"),
+                html.Div(placed["left"], className="column left-column"),
+                html.Div(placed["right"], className="column right-column"),
             ]),
         ]),
-        html.Div(proteins.layout(config.upload_bytes, state["theme"], config.upload_memory_bytes),
-                 id=ids.PROTEIN_SECTION, style={} if protein else {"display": "none"}),
-        card.layout(),
+        html.Div(placed["proteins"], id=ids.PROTEIN_SECTION, style={} if protein else {"display": "none"}),
+        *placed["bottom"],
     ])
     shell = dmc.AppShell(
         header={"height": 52}, navbar={"width": 300, "breakpoint": "sm"}, padding="md",
@@ -60,7 +65,10 @@ def page_layout(service: Service, query=None):
 
 
 def register(app, service: Service) -> None:
-    """Every panel's callbacks, with model values as served names at the browser's side (app/served.py)."""
+    """Every panel's callbacks, with model values as served names at the browser's side (app/served.py); a
+    list with a name twice, or an id two panels claim, is refused here, before the app serves anything."""
+    check_panels(panels.PANELS, shared_ids={value for name, value in vars(ids).items()
+                                            if name.isupper() and isinstance(value, str)})
     served = ServedNames(app, service.registry)
-    for panel in (page, atlas, circuit, grid, explorer, proteins, card, glossary, history):
+    for panel in panels.PANELS:
         panel.register(served, service)

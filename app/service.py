@@ -18,12 +18,14 @@ A panel's callback reaches the job it needs through the :class:`Service`:
 
 Big arrays live here and go to the browser one layer at a time (or as the pooled thumbnails of every head).
 Everything a user can get wrong raises a one-line :class:`~probe.errors.ProbeError`. A new panel's data is a
-method of the job it belongs to (or a new job beside these), never of this class.
+method of the job it belongs to, or — data no job gives — :meth:`Service.cached` from the panel's own module
+(docs/howto/panel.md): never a new method of this class.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Hashable
 
 import pandas as pd
 
@@ -63,3 +65,45 @@ class Service:
         self.texts = TextStore(self.captures.text_entry_bytes())
         self.proteins = ProteinStore(self.facts, self.gate, config)
         self.circuits = CircuitStore(self.facts, self.gate, self.labels.table, slots=self.slots)
+        # what panels compute for themselves (Service.cached), bounded like the captures
+        self.panel_data = LRUCache(config.cache_entries, config.cache_bytes)
+
+    def cached(self, panel: str, key: Hashable, compute: Callable[[], object]) -> object:
+        """A panel's own data: ``compute()`` run once per ``(panel, key)`` and kept in an LRU cache.
+
+        The generic way a panel gets data no job gives (a new panel needs no method here). The computation
+        runs inside the inference gate's foreground (views before background labelling, one forward pass at a
+        time), after a look without it, as every cached computation of the dashboard
+        (:meth:`~probe_app.cache.LRUCache.get_or_compute`).
+
+        Parameters
+        ----------
+        panel : str
+            The panel's name (``Panel.name``): panels never read each other's entries.
+        key : hashable
+            Everything the value depends on — the model spec first, then the inputs (a head, a text's token
+            ids, the label table's version, …); two calls with equal keys get the same object.
+        compute : callable
+            Called with no argument on a miss; must not return None (None is "not cached"). A
+            :class:`~probe.errors.ProbeError` it raises reaches the callback (and its message slot) uncached.
+
+        Returns
+        -------
+        object
+            The cached or computed value. Arrays count by their bytes against the bound, other values by their
+            ``nbytes`` or 1 KiB.
+
+        Examples
+        --------
+        >>> service = Service(AppConfig(models=("zoo:induction",)))  # loads nothing yet
+        >>> calls = []
+        >>> def compute():
+        ...     calls.append("computed")
+        ...     return len(calls)
+        >>> first = service.cached("toy", ("zoo:induction", 3), compute)
+        >>> first, service.cached("toy", ("zoo:induction", 3), compute)  # the second call: from the cache
+        (1, 1)
+        >>> service.cached("toy", ("zoo:induction", 4), compute)  # another key: computed
+        2
+        """
+        return self.panel_data.get_or_compute((panel, key), compute, self.gate.foreground)

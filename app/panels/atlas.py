@@ -12,8 +12,8 @@ from probe.views import reading
 from .. import atlas_figure, figures, ids
 from ..errors import guarded
 from ..inputs import row_head
+from ..panel import TABLE_CELL, TABLE_HEADER, Panel, card_panel, graph, radio
 from ..service import Service
-from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, radio
 
 LEGEND = [html.Span([html.Span(className="swatch viridis"), "score on the fixed 0–1 scale"]),
           html.Span([html.Span(className="swatch grey"), "grey: not labelled (hover: why)"]),
@@ -264,3 +264,6 @@ def register(app, service: Service) -> None:
     @guarded(outputs=2, message=1)
     def _download_labels(_clicks, spec):
         return labels_download(service, spec), ""
+
+
+PANEL = Panel("atlas", register=register, where="left", layout=lambda service, state: layout(state["theme"]))

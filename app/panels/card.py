@@ -9,8 +9,8 @@ from probe.card import BYTES_PER_VALUE, CONTEXTS, architecture_card, format_byte
 
 from .. import ids
 from ..errors import guarded
+from ..panel import Panel, card_panel
 from ..service import Service
-from . import card_panel
 
 EXPLAIN = {
     "model type": "the config's model_type (the transformers architecture)",
@@ -72,3 +72,6 @@ def register(app, service: Service) -> None:
     @guarded(outputs=2, message=1)
     def _card(spec):
         return card_table(service, spec), ""
+
+
+PANEL = Panel("card", register=register, where="bottom", layout=lambda service, state: layout())

@@ -12,6 +12,7 @@ from probe.heads.label import LabelConfig
 from probe.views import unknowns
 
 from .. import ids
+from ..panel import Panel
 
 
 def entries() -> list[tuple[str, str]]:
@@ -82,3 +83,7 @@ def glossary_button() -> dmc.Popover:
 
 def register(app, service) -> None:
     """The glossary has no callbacks (the popover opens in the browser)."""
+
+
+# its button sits in the sidebar (glossary_button, placed by the page panel)
+PANEL = Panel("glossary", register=register)

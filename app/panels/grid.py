@@ -16,9 +16,9 @@ from probe.views import reading
 
 from .. import ids
 from ..errors import error_message, guarded
+from ..panel import Panel, card_panel
 from ..service import Service
 from ..thumbnails import thumbnail_uri
-from . import card_panel
 
 
 def layout() -> html.Div:
@@ -135,3 +135,6 @@ def register(app, service: Service) -> None:
         }""",  # noqa: E501 - embedded JavaScript
         Output({"type": ids.THUMB, "layer": ALL, "head": ALL}, "className"),
         Input(ids.SELECTED, "data"), State({"type": ids.THUMB, "layer": ALL, "head": ALL}, "id"))
+
+
+PANEL = Panel("grid", register=register, where="left", layout=lambda service, state: layout())

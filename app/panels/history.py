@@ -14,8 +14,8 @@ from probe.views.html_view import standalone_page
 
 from .. import ids
 from ..errors import guarded
+from ..panel import Panel, card_panel
 from ..service import Service
-from . import card_panel
 
 
 def layout(service: Service, spec: str, theme: str) -> html.Div:
@@ -83,3 +83,7 @@ def register(app, service: Service) -> None:
         index = service.history.index_of(spec)  # the model (or the theme) changed: follow it
         return (no_update, index if index is not None else no_update, _page(service, index, theme),
                 _note(service, index))
+
+
+PANEL = Panel("history", register=register, where="top",
+              layout=lambda service, state: layout(service, state["model"], state["theme"]))

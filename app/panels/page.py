@@ -17,8 +17,8 @@ from probe.views.reading import is_labelled
 
 from .. import figures, ids
 from ..errors import guarded
+from ..panel import Panel, radio
 from ..service import Service
-from . import radio
 from .glossary import glossary_button
 
 URL_TEXT_CHARS = 300  # inputs up to this long go into the URL as text; longer ones through a server-side key
@@ -348,3 +348,7 @@ def register(app, service: Service) -> None:
         "function (dark) { return dark ? 'dark' : 'light'; }",
         Output("mantine-provider", "forceColorScheme"), Input(ids.THEME, "checked"),
         prevent_initial_call=True)
+
+
+# the page frame (header, sidebar) is placed by app/layout.py itself; here only its callbacks
+PANEL = Panel("page", register=register)

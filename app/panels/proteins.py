@@ -25,9 +25,10 @@ from probe.views.unknowns import unknown_reason
 from .. import figures, ids, protein_figures
 from ..errors import guarded
 from ..inputs import parse_fasta, row_head
+from ..panel import TABLE_CELL, TABLE_HEADER, Panel, card_panel, graph
 from ..protein_analysis import LEADERBOARD_COLUMNS
 from ..service import Service
-from . import TABLE_CELL, TABLE_HEADER, card_panel, graph, structure3d
+from . import structure3d
 from .explorer import DEMO_PROTEIN
 
 P_COLUMNS = ("p FWER long", "p_fwer_L_long", "q_value", "p_value")  # shown as format_q
@@ -483,3 +484,8 @@ def shared_zoom(relayout, store):
     for axis, values in ranges.items():
         patch["layout"][axis]["range"] = values
     return patch, stored
+
+
+PANEL = Panel("proteins", register=register, where="proteins",
+              layout=lambda service, state: layout(service.config.upload_bytes, state["theme"],
+                                                   service.config.upload_memory_bytes))

@@ -27,7 +27,8 @@ from probe.errors import ProbeError
 # The fallback named in every refusal: eager attention with output_attentions, one layer at a time.
 FALLBACK = "--engine eager (or probe.engine's eager fallback)"
 
-# keyword -> (kind, what the engine does with it). The table in docs/engine.md is this one.
+# keyword -> (kind, what the engine does with it). The keyword table of docs/engine.md is written from this
+# one (keyword_table(), inserted by the docs build's hook docs/hooks/engine_keywords.py): one home per text.
 KEYWORDS: dict[str, tuple[str, str]] = {
     "dropout": ("implemented",
                 "applied by the fused kernel to the output; α handed to sinks is before dropout; "
@@ -143,3 +144,31 @@ def read_keywords(kwargs: dict) -> AttentionFeatures:
         softcap=None if softcap is None else float(softcap),
         sliding_window=None if window is None else int(window),
     )
+
+
+ESCAPED_BAR = "\\|"  # a | inside a Markdown table cell
+
+
+def keyword_table() -> str:
+    """The keyword table of the engine page (docs/engine.md), as Markdown: one row per :data:`KEYWORDS` entry,
+    in its order, with its kind and what the engine does with it. The docs build inserts it (the hook
+    ``docs/hooks/engine_keywords.py``), so a keyword's text is written once, here.
+
+    Returns
+    -------
+    str
+        The header, the rule and one ``| `name` | kind | text |`` row per keyword, joined by newlines.
+
+    Examples
+    --------
+    >>> lines = keyword_table().splitlines()
+    >>> lines[:2]
+    ['| keyword | kind | what the engine does with it |', '|---|---|---|']
+    >>> lines[3]
+    '| `scaling` | implemented | the score scale (default head_dim^-1/2) |'
+    >>> len(lines) == 2 + len(KEYWORDS)
+    True
+    """
+    rows = [f"| `{name}` | {kind} | {text.replace('|', ESCAPED_BAR)} |"
+            for name, (kind, text) in KEYWORDS.items()]
+    return "\n".join(["| keyword | kind | what the engine does with it |", "|---|---|---|", *rows])
