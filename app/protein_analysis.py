@@ -1,6 +1,7 @@
-"""Protein analysis for the dashboard as pure functions of a loaded model and an input:
-probe.proteins.structure (true contacts) and probe.proteins.contacts (predicted contacts, the per-head table,
-one head's APC map). No locks, no service: the Service calls these under its inference lock.
+"""Protein analysis for the dashboard as pure functions of a loaded model and an input: the library's one
+protein analysis (probe.proteins.analysis: true contacts, predicted contacts, the per-head table; the same as
+``probe report``'s) shown the panel's way, and one head's or one layer's APC maps. No locks, no service: the
+Service calls these under its inference lock.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from probe.engine.dense import DenseSink
 from probe.errors import ProbeError
 from probe.models import encode_proteins
 from probe.naming import display_name
-from probe.proteins.contacts import head_attention_map, predict_contacts
-from probe.proteins.domain import chain_note, domain_note
-from probe.proteins.features import ResidueFeatures
+from probe.proteins.analysis import analyse_protein, protein_input
+from probe.proteins.contacts import head_attention_map
 from probe.proteins.precision import apc, symmetrize
-from probe.proteins.structure import Structure, contact_map, read_structure
+from probe.proteins.structure import Structure
 
 RANGE_NAMES = ("short", "medium", "long")
 RANGE_TEXT = {"short": "short (6–11)", "medium": "medium (12–23)", "long": "long (≥ 24)"}
@@ -64,40 +64,39 @@ class ProteinResult:
 def analyse(loaded: models.LoadedModel, sequence: str | None, structure: bytes | None, filename: str = "",
             chain: str | None = None, max_residues: int = 1022) -> ProteinResult:
     # max_residues: the cap of app.facts.ModelFacts.residue_cap (the model's own, or --max-residues)
-    """A ProteinResult for a typed sequence or an uploaded structure (true contacts: virtual Cβ–Cβ < 8 Å, as
-    in ESM's evaluation; binding sites and secondary structure for Vig et al.'s shares, as `probe contacts`).
-    The note names the chain used and the others of a multi-chain file, and says when the input is outside
-    the model's training domain (:mod:`probe.proteins.domain`)."""
-    true_map, note, parsed, features = None, "", None, None
-    if structure is not None:
-        fmt = "cif" if filename.lower().endswith((".cif", ".mmcif")) else "pdb"
-        parsed = read_structure(structure, chain=chain, fmt=fmt)
-        sequence = parsed.sequence
-        true_map = contact_map(parsed)  # [L L] int8: 1, 0, -1 unknown
-        note = (f"{filename or 'structure'} chain {parsed.chain}: {len(sequence)} residues, "
-                f"{int((np.triu(true_map, 1) == 1).sum())} true contacts (virtual Cβ–Cβ < 8 Å)")
-        others = chain_note(parsed.chain, parsed.chains)
+    """A ProteinResult for a typed sequence or an uploaded structure: the library's one protein analysis
+    (:func:`probe.proteins.analysis.analyse_protein`, as ``probe report`` and ``probe contacts``; true
+    contacts: virtual Cβ–Cβ < 8 Å, as in ESM's evaluation; binding sites and secondary structure for Vig et
+    al.'s shares), shown the panel's way. The note names the chain used and the others of a multi-chain file,
+    and says when the input is outside the model's training domain (:mod:`probe.proteins.domain`)."""
+    fmt = "cif" if filename.lower().endswith((".cif", ".mmcif")) else "pdb"
+    typed = None if structure is not None else (sequence or "")  # a structure: its chain's own residues
+    protein = protein_input(loaded, typed, structure, chain=chain, fmt=fmt)
+    note = ""
+    if protein.structure is not None:
+        note = (f"{filename or 'structure'} chain {protein.structure.chain}: {len(protein.sequence)} "
+                f"residues, {protein.true_contacts} true contacts (virtual Cβ–Cβ < 8 Å)")
+        others = protein.other_chains
         note += f" · {others.replace('--chain / the chain menu', 'the chain menu')}" if others else ""
-        features = ResidueFeatures.of_structure(parsed, true_map)  # binding sites, secondary structure
-    sequence = models.clean_protein(sequence or "")
-    if len(sequence) > max_residues:
-        raise ProbeError(f"the protein has {len(sequence)} residues; the app runs at most {max_residues} "
-                         f"with {display_name(loaded.name)}: upload a shorter chain (or use `probe contacts "
-                         "--window` for long proteins)")
+    if len(protein.sequence) > max_residues:
+        raise ProbeError(f"the protein has {len(protein.sequence)} residues; the app runs at most "
+                         f"{max_residues} with {display_name(loaded.name)}: upload a shorter chain (or use "
+                         "`probe contacts --window` for long proteins)")
+    analysis = analyse_protein(loaded, protein)
+    result, true_map = analysis.result, protein.true_map
     name = str(getattr(loaded.config, "_name_or_path", "") or loaded.name)
-    outside = domain_note(str(getattr(loaded.config, "model_type", "")), name, sequence)
-    outside = outside.replace(name, display_name(name)) if outside else outside  # no path of the server
+    outside = analysis.outside.replace(name, display_name(name)) if analysis.outside else ""  # no server path
     note = " · ".join(part for part in (note, outside) if part)
-    result = predict_contacts(loaded, sequence, true_map, per_head=True, features=features)
     truth = None if true_map is None else np.where(true_map < 0, np.nan, true_map.astype(float))
     predicted = result.contacts
     if predicted is None:  # a protein model without a contact regression (ProtBert-style): heads only
-        predicted = np.full((len(sequence), len(sequence)), np.nan, dtype=np.float32)
+        predicted = np.full((len(protein.sequence), len(protein.sequence)), np.nan, dtype=np.float32)
         note = ((note + " · " if note else "")
                 + f"{display_name(loaded.name)} has no contact regression: per-head maps only")
-    return ProteinResult(model=loaded.name, sequence=sequence, predicted=np.asarray(predicted, np.float32),
-                         true=truth, heads=leaderboard(result.heads, true_map is not None),
-                         precision=precision_table(result.precision), note=note, structure=parsed)
+    return ProteinResult(model=loaded.name, sequence=protein.sequence,
+                         predicted=np.asarray(predicted, np.float32), true=truth,
+                         heads=leaderboard(result.heads, true_map is not None),
+                         precision=precision_table(result.precision), note=note, structure=protein.structure)
 
 
 def leaderboard(heads: pd.DataFrame | None, with_structure: bool) -> pd.DataFrame | None:

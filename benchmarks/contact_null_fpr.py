@@ -26,7 +26,12 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the script imports numpy with the library, after parsing its flags
+    import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 STRUCTURES = ("1aki.pdb", "pdb1ejg.pdb", "pdb1ubi.pdb")
@@ -86,6 +91,38 @@ def one_run(loaded, structure, true_map, control: int) -> dict:
     return record
 
 
+def run_seeds(arch: str, seeds: range, control: int, out: Path,
+              measure: Callable[[object, int, object, np.ndarray], tuple[dict, str]]) -> None:
+    """The resumable loop of this benchmark and benchmarks/contact_power.py: for each seed its random model
+    (:func:`random_model`) on each structure of STRUCTURES whose run `out` does not hold yet;
+    ``measure(loaded, seed, structure, true_map)`` gives (the run's record, what the progress line says), and
+    the record, with the run's arch, seed, structure, control, seconds and load, is appended to `out` as one
+    JSON line as soon as it is made."""
+    import os
+
+    from probe.proteins.structure import contact_map, read_structure
+
+    done = set()
+    if out.exists():
+        done = {(r["arch"], r["seed"], r["structure"]) for r in map(json.loads, out.read_text().splitlines())}
+    structures = {name: read_structure(ROOT / "tests" / "data" / name) for name in STRUCTURES}
+    maps = {name: contact_map(structure) for name, structure in structures.items()}  # [L L] int8 each
+    for seed in seeds:
+        if all((arch, seed, name) in done for name in STRUCTURES):
+            continue
+        loaded = random_model(arch, seed)
+        for name in STRUCTURES:
+            if (arch, seed, name) in done:
+                continue
+            started = time.perf_counter()
+            record, said = measure(loaded, seed, structures[name], maps[name])
+            record.update(arch=arch, seed=seed, structure=name, control=control,
+                          seconds=round(time.perf_counter() - started, 2), load=os.getloadavg()[0])
+            with open(out, "a") as handle:
+                handle.write(json.dumps(record) + "\n")
+            print(f"seed {seed} {name}{said} ({record['seconds']} s)", file=sys.stderr, flush=True)
+
+
 def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
     """The exact binomial interval of successes / trials."""
     from scipy.stats import beta
@@ -131,43 +168,31 @@ def report(paths: list[str]) -> None:
               + ", ".join(f"{n} {by_range[n]}/{runs}" for n in RANGES))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_parser(description: str, seeds: int, out: str) -> argparse.ArgumentParser:
+    """The flags of :func:`run_seeds`' benchmarks (this one's and contact_power's): --arch, --seeds (default
+    `seeds`), --start, --control, --out (default `out`), --report."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--arch", choices=("esm", "bert"), default="esm")
-    parser.add_argument("--seeds", type=int, default=70)
+    parser.add_argument("--seeds", type=int, default=seeds)
     parser.add_argument("--start", type=int, default=0, help="first model seed")
     parser.add_argument("--control", type=int, default=3, help="untrained twins (K)")
-    parser.add_argument("--out", default="contact_null_fpr.jsonl")
+    parser.add_argument("--out", default=out)
     parser.add_argument("--report", nargs="+", metavar="JSONL", help="only print the tables of earlier runs")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = run_parser(__doc__.splitlines()[0], 70, "contact_null_fpr.jsonl").parse_args(argv)
     if args.report:
         report(args.report)
         return 0
-    import os
 
-    from probe.proteins.structure import contact_map, read_structure
+    def measure(loaded, seed: int, structure, true_map) -> tuple[dict, str]:
+        record = one_run(loaded, structure, true_map, args.control)
+        return record, f": significant {record['significant']} fwer {record['fwer']}"
 
     out = Path(args.out)
-    done = set()
-    if out.exists():
-        done = {(r["arch"], r["seed"], r["structure"]) for r in map(json.loads, out.read_text().splitlines())}
-    structures = {name: read_structure(ROOT / "tests" / "data" / name) for name in STRUCTURES}
-    maps = {name: contact_map(structure) for name, structure in structures.items()}
-    for seed in range(args.start, args.start + args.seeds):
-        if all((args.arch, seed, name) in done for name in STRUCTURES):
-            continue
-        loaded = random_model(args.arch, seed)
-        for name in STRUCTURES:
-            if (args.arch, seed, name) in done:
-                continue
-            started = time.perf_counter()
-            record = one_run(loaded, structures[name], maps[name], args.control)
-            record.update(arch=args.arch, seed=seed, structure=name, control=args.control,
-                          seconds=round(time.perf_counter() - started, 2), load=os.getloadavg()[0])
-            with open(out, "a") as handle:
-                handle.write(json.dumps(record) + "\n")
-            print(f"seed {seed} {name}: significant {record['significant']} fwer {record['fwer']} "
-                  f"({record['seconds']} s)", file=sys.stderr, flush=True)
+    run_seeds(args.arch, range(args.start, args.start + args.seeds), args.control, out, measure)
     report([str(out)])
     return 0
 

@@ -26,18 +26,18 @@ least 80 % of runs.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import functools
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # contact_null_fpr, beside this file
+
+from contact_null_fpr import clopper_pearson, run_parser, run_seeds  # noqa: E402 - one definition
 
 ROOT = Path(__file__).resolve().parents[1]
 STRUCTURES = ("1aki.pdb", "pdb1ejg.pdb", "pdb1ubi.pdb")
@@ -167,16 +167,6 @@ def detected(entry: dict, where: str = "any") -> bool:
     return any(bool(flags[r]) for r in RANGES) if where == "any" else bool(flags[where])
 
 
-def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The exact binomial interval of successes / trials."""
-    from scipy.stats import beta
-
-    tail = (1 - confidence) / 2
-    low = 0.0 if successes == 0 else float(beta.ppf(tail, successes, trials - successes + 1))
-    high = 1.0 if successes == trials else float(beta.ppf(1 - tail, successes + 1, trials - successes))
-    return low, high
-
-
 def rate(successes: int, trials: int) -> str:
     low, high = clopper_pearson(successes, trials)
     return f"{successes}/{trials} = {successes / trials:.2f} ({low:.2f}–{high:.2f})"
@@ -268,48 +258,22 @@ def report(paths: list[str], svg: str | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", choices=("esm", "bert"), default="esm")
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--start", type=int, default=0, help="first model seed")
-    parser.add_argument("--control", type=int, default=3, help="untrained twins (K)")
+    parser = run_parser(__doc__.splitlines()[0], 20, "contact_power.jsonl")
     parser.add_argument("--shares", type=float, nargs="+", default=list(SHARES))
-    parser.add_argument("--out", default="contact_power.jsonl")
-    parser.add_argument("--report", nargs="+", metavar="JSONL", help="only print the table of earlier runs")
     parser.add_argument("--svg", help="also draw the detection rate against s to this SVG file")
     args = parser.parse_args(argv)
     if args.report:
         report(args.report, args.svg)
         return 0
-    import os
 
-    from contact_null_fpr import random_model
-
-    from probe.proteins.structure import contact_map, read_structure
+    def measure(loaded, seed: int, structure, true_map) -> tuple[dict, str]:
+        rng = np.random.default_rng(seed)  # the planted head: one per seed, the same on every structure
+        layer, head = int(rng.integers(loaded.n_layers)), int(rng.integers(loaded.n_heads))
+        record = one_structure(loaded, structure, true_map, layer, head, args.shares, args.control)
+        return record, f" L{layer}H{head}:"
 
     out = Path(args.out)
-    done = set()
-    if out.exists():
-        done = {(r["arch"], r["seed"], r["structure"]) for r in map(json.loads, out.read_text().splitlines())}
-    structures = {name: read_structure(ROOT / "tests" / "data" / name) for name in STRUCTURES}
-    maps = {name: contact_map(structure) for name, structure in structures.items()}
-    for seed in range(args.start, args.start + args.seeds):
-        if all((args.arch, seed, name) in done for name in STRUCTURES):
-            continue
-        loaded = random_model(args.arch, seed)
-        rng = np.random.default_rng(seed)
-        layer, head = int(rng.integers(loaded.n_layers)), int(rng.integers(loaded.n_heads))
-        for name in STRUCTURES:
-            if (args.arch, seed, name) in done:
-                continue
-            started = time.perf_counter()
-            record = one_structure(loaded, structures[name], maps[name], layer, head, args.shares,
-                                   args.control)
-            record.update(arch=args.arch, seed=seed, structure=name, control=args.control,
-                          seconds=round(time.perf_counter() - started, 2), load=os.getloadavg()[0])
-            with open(out, "a") as handle:
-                handle.write(json.dumps(record) + "\n")
-            print(f"seed {seed} {name} L{layer}H{head}: ({record['seconds']} s)", file=sys.stderr, flush=True)
+    run_seeds(args.arch, range(args.start, args.start + args.seeds), args.control, out, measure)
     report([str(out)], args.svg)
     return 0
 

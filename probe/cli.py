@@ -1,5 +1,5 @@
-"""The `probe` command: `probe capture | label | contacts | app | card | profile | train | report | history |
-circuit`.
+"""The `probe` command: `probe COMMAND`, one subcommand per name of :data:`probe.commands.SUBCOMMANDS` (the
+one list; `probe --help` shows them).
 
 Results go to files or stdout, progress and messages to stderr. Exit codes: 0 ok, 2 bad input (one line naming
 the fix), 1 internal error, 130 interrupted.
@@ -17,12 +17,9 @@ import os
 import sys
 import traceback
 
+from probe.commands import SUBCOMMANDS  # the one list of subcommands (re-exported here for the tests)
 from probe.errors import ProbeError
 from probe.quiet import quiet_process
-
-# Each subcommand lives in probe/commands/<name>.py with `add_parser(subparsers)` and `run(args) -> int`.
-SUBCOMMANDS = ("capture", "label", "contacts", "app", "card", "profile", "train", "report", "history",
-               "circuit")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -109,6 +109,38 @@ def parse_control(text: str, flag: str = "--control") -> Control:
     return Control(int(count))
 
 
+def untrained_bar(values, quantile: float = UNTRAINED_QUANTILE) -> float:
+    """The twins' bar: the `quantile` quantile (numpy's linear interpolation) of the finite `values`, NaN when
+    none is finite (unknown, never 0). The one definition that probe label (``untrained_p99``), the contact
+    test (``untrained_p99_L_r``) and probe profile (``untrained_p99_m``; ``untrained_p01_m`` with
+    ``1 - UNTRAINED_QUANTILE``) call.
+
+    Parameters
+    ----------
+    values : array-like of float, shape=(n,)
+        The statistic of every head of every twin (NaN: a head without a value, left out).
+    quantile : float, default UNTRAINED_QUANTILE
+        Which quantile.
+
+    Returns
+    -------
+    float
+        The bar; NaN without a finite value.
+
+    Examples
+    --------
+    >>> untrained_bar([0.1, 0.2, float("nan"), 0.3]), untrained_bar([0.1, 0.2, 0.3], 0.5)
+    (0.298, 0.2)
+    >>> untrained_bar([float("nan")])
+    nan
+    """
+    import numpy as np  # the flag parser above stays free of heavy imports
+
+    found = np.asarray(values, dtype=np.float64).reshape(-1)
+    finite = found[np.isfinite(found)]
+    return float(np.quantile(finite, quantile)) if len(finite) else float("nan")
+
+
 def twin_seeds(count: int = DEFAULT_TWINS) -> tuple[int, ...]:
     """The seeds of the first `count` twins: :data:`SEED_BASE` + 0 … count − 1."""
     return tuple(SEED_BASE + index for index in range(count))
@@ -332,4 +364,4 @@ def untrained_twins(loaded: LoadedModel, count: int = DEFAULT_TWINS) -> tuple[Lo
 
 __all__ = ["CONTROL_CHOICES", "DEFAULT_TWINS", "SEED_BASE", "UNTRAINED_QUANTILE", "Control",
            "build_twin_model", "each_twin", "is_spread", "parse_control", "placement_text", "release",
-           "twin_seed", "twin_seeds", "untrained_twin", "untrained_twins"]
+           "twin_seed", "twin_seeds", "untrained_bar", "untrained_twin", "untrained_twins"]

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from probe.heads.findings import findings, findings_markdown  # noqa: E402 - after the path above
+from probe.heads.tables import labelled_mask  # noqa: E402
 
 ZOO_TABLES = sorted((ROOT / "probe" / "zoo").glob("*/labels.csv"))
 MINILM_TABLE = ROOT / "probe" / "data" / "labels" / "all-MiniLM-L6-v2.csv"
@@ -43,8 +44,8 @@ def replication(table: pd.DataFrame, per_model: bool = False) -> str:
     column)."""
     if "selected" not in table or table["selected"].isna().all():
         return ""
-    selected = table["selected"].astype("boolean").fillna(False).astype(bool)
-    kept = selected & table["label"].astype("boolean").fillna(False).astype(bool)
+    selected = labelled_mask(table["selected"])
+    kept = selected & labelled_mask(table["label"])
     text = (f"\nHeld-out confirmation: {int(kept.sum())} of {int(selected.sum())} labels selected on half of "
             "each probe set's documents replicate on the other half (the table lists those)")
     if per_model:

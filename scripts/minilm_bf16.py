@@ -30,14 +30,14 @@ from app.registry import minilm_dir  # noqa: E402
 from app.tables import MINILM_TABLE  # noqa: E402
 from probe import models  # noqa: E402
 from probe.heads.label import label_model  # noqa: E402
-from probe.heads.tables import load_table  # noqa: E402
+from probe.heads.tables import labelled_mask, load_table  # noqa: E402
 
 EXAMPLES = 64  # the shipped table's probe examples (scripts/minilm_labels.py)
 
 
 def decisions(table: pd.DataFrame, fdr: float) -> pd.DataFrame:
     """label, the test's pass/fail (q ≤ fdr) and the role of every row."""
-    return pd.DataFrame({"label": table["label"].astype(bool),
+    return pd.DataFrame({"label": labelled_mask(table["label"]),
                          "passes": table["q_value"].astype(float).le(fdr),
                          "role": table["role"].astype(object).where(table["role"].notna(), "")})
 

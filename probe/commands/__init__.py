@@ -1,5 +1,6 @@
-"""The command line: one module per `probe` subcommand (capture, label, contacts, app, card, profile, train,
-report), each with `add_parser(subparsers)` and `run(args) -> int`, plus the shared flags and checks
+"""The command line: one module per `probe` subcommand, each named in :data:`SUBCOMMANDS` (the one list: the
+parser of :mod:`probe.cli` registers them from it, the CLI reference and the tests walk it) with
+`add_parser(subparsers)` and `run(args) -> int`, plus the shared flags and checks
 (:mod:`~probe.commands.common`). Each imports only the standard library and light probe modules at its top and
 its library inside `run()`, so `--help` and bad arguments answer before torch is imported.
 
@@ -28,3 +29,9 @@ KV cache fp8               per token: 256 B · 4K: 1 MiB · 32K: 8 MiB · 128K: 
 training domain            unknown
 0
 """
+
+# Each subcommand lives in probe/commands/<name>.py with `add_parser(subparsers)` and `run(args) -> int`, in
+# the order `probe --help` lists them; a new subcommand is a module and its name here
+# (tests/commands/test_cli_fast.py checks that every module with add_parser is named here).
+SUBCOMMANDS = ("capture", "label", "contacts", "app", "card", "profile", "train", "report", "history",
+               "circuit")

@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
                          "(with its step-N/ checkpoints), or --revisions for a hub model")
     # torch, pandas and the head classifier only now: --help and argument errors answer without them
     from probe.heads.label import LabelConfig
+    from probe.heads.tables import labelled_mask
     from probe.runs.history import HEAD_TYPES, HistoryConfig, history
 
     early, late = args.icl_positions
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     summary = table[table["row"] == "checkpoint"] if len(table) else table
     for row in summary.itertuples(index=False):
         heads = table[(table["row"] == "head") & (table["checkpoint"] == row.checkpoint)]
-        found = {name: ",".join(heads.loc[heads[f"{name}_label"].fillna(False).astype(bool), "head_name"])
+        found = {name: ",".join(heads.loc[labelled_mask(heads[f"{name}_label"]), "head_name"])
                  for name in HEAD_TYPES}
         print(f"probe history: {row.checkpoint} (step {row.step}): ICL score {row.icl_score:+.3f} nats, "
               f"held-out loss {row.held_out_loss:.3f}; previous-token {found['previous_token'] or '-'}; "

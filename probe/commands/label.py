@@ -181,10 +181,11 @@ def run(args: argparse.Namespace) -> int:
     if out is None and len(report.table):
         report.table.to_csv(sys.stdout, index=False)
     if plot is not None and len(report.table):
+        from probe.heads.tables import labelled_mask
         from probe.runs.export import save_figure  # deferred like the labelling stack above
         from probe.runs.plot import sweep_figure
 
-        if not report.table["label"].fillna(False).astype(bool).any():
+        if not labelled_mask(report.table["label"]).any():
             _say("no head is labelled at any checkpoint: no figure written")
         else:
             for written in save_figure(sweep_figure(report.table), plot):

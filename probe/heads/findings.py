@@ -17,6 +17,7 @@ import math
 
 import pandas as pd
 
+from probe.heads.tables import labelled_mask
 from probe.naming import fixed, head_name
 
 COLUMNS = ("model", "head_type", "probe_sets", "n_heads", "heads", "score_min", "score_max", "chance",
@@ -84,7 +85,7 @@ def findings(table: pd.DataFrame) -> pd.DataFrame:
     2    fixed_offset                 L0H3
     3       induction  L1H0 L1H1 L1H2 L1H3
     """
-    labelled = table[table["label"].astype("boolean").fillna(False).astype(bool)]
+    labelled = table[labelled_mask(table["label"])]
     records = []
     for (model, head_type), group in labelled.groupby(["model", "head_type"], sort=False):
         names = _names(group)

@@ -35,11 +35,12 @@ from probe.errors import ProbeError
 from probe.heads import stats
 from probe.heads.probesets import content_token_ids, special_frame
 from probe.heads.profile_sink import ROW_STATS, ProfileSink, RowWindows
-from probe.untrained import MAX_TWINS, UNTRAINED_QUANTILE, each_twin
+from probe.untrained import MAX_TWINS, UNTRAINED_QUANTILE, each_twin, untrained_bar
 
 Progress = Callable[[int, int], None]
 # The measures whose twin distribution is reported: every per-row statistic and the dominant offset's share
 MEASURES = (*ROW_STATS, "dominant_offset_share")
+STEP_TOKENS = 8192  # tokens of the inputs of one resumable step of head_profiles (inputs_per_step)
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ def head_profiles(
     inputs: Collection[torch.Tensor],  # each [1, n] or [n] token ids; a list, or RandomInputs (streamed)
     config: ProfileConfig = ProfileConfig(),  # noqa: B008 - frozen, so a shared default is safe
     progress: Progress | None = None,  # called with (inputs done, inputs in all)
+    memo: Callable[[str, Callable[[], dict]], dict] | None = None,  # the resumable steps go through it
 ) -> pd.DataFrame:
     """Profile every head of a loaded model on `inputs`, one forward per input (and per untrained twin).
 
@@ -182,6 +184,11 @@ def head_profiles(
         The statistics' settings; ``twins`` = K adds K untrained twins run on the same inputs and rows.
     progress : callable, optional
         Called with (forwards done, forwards in all): inputs × (1 + K).
+    memo : callable, optional
+        ``memo(key, compute)`` (:data:`probe.heads.label.config.Memo`): each run of consecutive inputs
+        (:func:`inputs_per_step` of them; ``model/inputs{first}-{last}``, ``twin{k}/…``) is a resumable
+        step holding those inputs' sums; ``probe profile`` journals them (:mod:`probe.runs.profiles`), so a
+        killed run's rerun reads them back, runs only the other inputs, and gives the same table.
 
     Returns
     -------
@@ -217,7 +224,8 @@ def head_profiles(
             if progress is not None:
                 progress(start + done, total)
 
-        sink, longest = _profiled(model, inputs, config, counted)
+        step = "model/" if index == 0 else f"twin{index - 1}/"
+        sink, longest = _profiled(model, inputs, config, counted, memo, step)
         tables.append(profile_table(model, sink, config, n_inputs, longest))
     table = tables[0]
     if config.twins:
@@ -226,15 +234,52 @@ def head_profiles(
     return table
 
 
-def _profiled(loaded, inputs, config: ProfileConfig, progress: Progress) -> tuple[ProfileSink, int]:
+def inputs_per_step(seq_len: int) -> int:
+    """Inputs per resumable step of :func:`head_profiles` (about :data:`STEP_TOKENS` tokens, at least one).
+
+    Examples
+    --------
+    >>> inputs_per_step(4096), inputs_per_step(64), inputs_per_step(100_000)
+    (2, 128, 1)
+    """
+    return max(1, STEP_TOKENS // max(1, seq_len))
+
+
+def _profiled(loaded, inputs, config: ProfileConfig, progress: Progress, memo=None,
+              step: str = "model/") -> tuple[ProfileSink, int]:
     """The sink filled by one forward per input (the row sample drawn from `config.seed` afresh, so a twin
-    sees the model's rows) and the longest input's length."""
+    sees the model's rows) and the longest input's length; through `memo`, runs of consecutive inputs are
+    steps (a step read back fills its inputs' slices of the sink, bit for bit, without a forward)."""
     windows = RowWindows(config.sink_tokens, config.window, config.max_offset)
     n_inputs = len(inputs)
     sink = ProfileSink(n_inputs, loaded.n_layers, loaded.n_heads, windows)
     generator = torch.Generator().manual_seed(config.seed)
     device = getattr(loaded, "device", "cpu")
+    per_step = inputs_per_step(config.seq_len)
     longest = 0
+
+    def forwards(pending: list) -> dict[str, torch.Tensor]:
+        for index, ids, rows in pending:
+            sink.begin_input(index, rows)
+            loaded.model(**models.model_inputs(loaded, ids.to(device)))  # encoder-decoders: decoder ids too
+            progress(index + 1, n_inputs)
+        part = slice(pending[0][0], pending[-1][0] + 1)
+        return {**{name: sink.sums[name][part] for name in ROW_STATS}, "offsets": sink.offsets[part],
+                "rows": sink.rows[part]}
+
+    def run(pending: list) -> None:
+        if memo is None:
+            forwards(pending)
+            return
+        first, last = pending[0][0], pending[-1][0]
+        kept = memo(f"{step}inputs{first}-{last}", lambda: forwards(pending))
+        part = slice(first, last + 1)
+        for name in ROW_STATS:
+            sink.sums[name][part] = kept[name]
+        sink.offsets[part], sink.rows[part] = kept["offsets"], kept["rows"]
+        progress(last + 1, n_inputs)
+
+    pending: list = []
     with capture(loaded.model, sink, block_bytes=config.block_bytes), torch.inference_mode():
         for index, ids in enumerate(inputs):  # one at a time: streamed inputs are made here
             ids = ids if ids.dim() == 2 else ids[None]  # [1 n]
@@ -242,16 +287,19 @@ def _profiled(loaded, inputs, config: ProfileConfig, progress: Progress) -> tupl
                 raise ProbeError("head_profiles takes one input per tensor ([1, n] or [n] token ids)")
             loaded.check_length(ids.shape[1], "an input")
             longest = max(longest, ids.shape[1])
-            sink.begin_input(index, sample_rows(ids.shape[1], config.query_rows, generator))
-            loaded.model(**models.model_inputs(loaded, ids.to(device)))  # encoder-decoders: decoder ids too
-            progress(index + 1, n_inputs)
+            # drawn for every input, also for those read back: the later inputs' rows stay the same
+            pending.append((index, ids, sample_rows(ids.shape[1], config.query_rows, generator)))
+            if len(pending) == per_step or index == n_inputs - 1:
+                run(pending)
+                pending = []
     return sink, longest
 
 
 def untrained_columns(table: pd.DataFrame, twin_tables: list[pd.DataFrame], threshold: float) -> pd.DataFrame:
     """`table` with its untrained twins' distribution beside each measure, and its `span` checked against it.
 
-    Pure. Per measure m of :data:`MEASURES`, over every head of every twin (numpy's linear quantile):
+    Pure. Per measure m of :data:`MEASURES`, the twins' bars over every head of every twin
+    (:func:`probe.untrained.untrained_bar`):
     ``untrained_p01_m`` (the 1 − :data:`~probe.untrained.UNTRAINED_QUANTILE` quantile) and ``untrained_p99_m``
     (the :data:`~probe.untrained.UNTRAINED_QUANTILE` quantile). ``span_untrained_share``: the share of twin
     heads whose span (streaming_mass ≥ `threshold`: local) is this head's. ``span_beats_untrained``: a local
@@ -293,10 +341,8 @@ def untrained_columns(table: pd.DataFrame, twin_tables: list[pd.DataFrame], thre
         if name not in twins.columns:
             continue
         values = pd.to_numeric(twins[name], errors="coerce").to_numpy(dtype=float)
-        values = values[np.isfinite(values)]
-        low, high = (np.quantile(values, [1 - UNTRAINED_QUANTILE, UNTRAINED_QUANTILE]) if len(values)
-                     else (np.nan, np.nan))
-        out[f"untrained_p01_{name}"], out[f"untrained_p99_{name}"] = float(low), float(high)
+        out[f"untrained_p01_{name}"] = untrained_bar(values, 1 - UNTRAINED_QUANTILE)
+        out[f"untrained_p99_{name}"] = untrained_bar(values)
     twin_local = float((pd.to_numeric(twins["streaming_mass"]) >= threshold).mean())
     local = out["span"] == "local"
     out["span_untrained_share"] = np.where(local, twin_local, 1.0 - twin_local)

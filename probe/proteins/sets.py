@@ -34,13 +34,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probe import models
 from probe.errors import ProbeError, first_line
 from probe.hashing import identity_hash
 from probe.models import LoadedModel
 from probe.naming import head_name
 from probe.proteins import features as vig
 from probe.proteins import significance
+from probe.proteins.analysis import protein_input
 from probe.proteins.contacts import ContactResult, predict_contacts, predict_contacts_windowed
 from probe.proteins.features import MIN_ATTENTION, MIN_COUNT, MIN_TOTAL, ResidueFeatures
 from probe.proteins.precision import RANGES, known_pair_counts, precision_columns
@@ -49,8 +49,6 @@ from probe.proteins.structure import (
     BINDING_DISTANCE,
     CONTACT_THRESHOLD,
     DEFAULT_CB,
-    contact_map,
-    read_structure,
 )
 from probe.proteins.units import UnitSpec
 from probe.untrained import DEFAULT_TWINS
@@ -101,19 +99,15 @@ def unit_identity(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) 
 
 def analyse_unit(loaded: LoadedModel, spec: UnitSpec, options: ContactOptions) -> UnitOutcome:
     """Read the unit's structure (if any), build its true contacts and properties, and analyse it."""
-    structure = read_structure(spec.structure, chain=spec.chain) if spec.structure else None
-    if spec.sequence is not None:
-        sequence = models.clean_protein(spec.sequence, models.protein_alphabet(loaded))
-    elif structure is not None:
-        sequence = structure.sequence
-    else:
+    if spec.sequence is None and not spec.structure:
         raise ProbeError(f"{spec.id}: give a sequence or a structure")
-    features, true_map = None, None
-    if structure is not None:
-        true_map = contact_map(structure, options.threshold, sequence, cb=options.cb)  # [L L]
-        # unknown is not 0: no ligand in the file -> no binding annotation; no assignment -> no secondary
-        # structure
-        features = ResidueFeatures.of_structure(structure, true_map, sequence, options.binding_distance)
+    # the one protein input of the CLI, the app and the report (probe.proteins.analysis): the residues, the
+    # true contacts [L L] and the residue properties (unknown is not 0)
+    protein = protein_input(loaded, spec.sequence, spec.structure or None, chain=spec.chain,
+                            threshold=options.threshold, cb=options.cb,
+                            binding_distance=options.binding_distance)
+    sequence, structure, true_map = protein.sequence, protein.structure, protein.true_map
+    features = protein.features
     limit = loaded.max_tokens - 2
     if len(sequence) > limit:
         if options.window is None:

@@ -368,13 +368,11 @@ def _stack(groups: Sequence[Sequence]) -> np.ndarray:
 
 
 def untrained_quantile(control: pd.DataFrame | None, column: str) -> float:
-    """The :data:`UNTRAINED_QUANTILE` quantile of `column` over every twin head of `control` (NaN without
-    one, or without a value)."""
+    """The twins' bar (:func:`probe.untrained.untrained_bar`) of `column` over every twin head of `control`
+    (NaN without one, or without a value)."""
     if control is None or column not in control:
         return float("nan")
-    values = control[column].to_numpy(dtype=np.float64)
-    values = values[np.isfinite(values)]
-    return float(np.quantile(values, UNTRAINED_QUANTILE)) if len(values) else float("nan")
+    return untrained.untrained_bar(control[column].to_numpy(dtype=np.float64))
 
 
 def shift_draws(widths: Sequence[int], draws: int = POOLED_DRAWS, seed: int = POOLED_SEED) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from probe.errors import ProbeError
+from probe.heads.tables import labelled_mask
 
 
 def sweep_figure(table: pd.DataFrame, title: str | None = None):
@@ -29,7 +30,7 @@ def sweep_figure(table: pd.DataFrame, title: str | None = None):
         table = table.drop_duplicates(keys, keep="last")
     by_step = table["step"].notna().all()
     x_column = "step" if by_step else "checkpoint"
-    labelled = table[table["label"].fillna(False).astype(bool)]
+    labelled = table[labelled_mask(table["label"])]
     types = [t for t in dict.fromkeys(table["head_type"]) if t in set(labelled["head_type"])]
     if not types:
         raise ProbeError("no head is labelled at any checkpoint: nothing to plot")

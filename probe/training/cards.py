@@ -18,7 +18,7 @@ import pandas as pd
 from probe.errors import ProbeError
 from probe.heads.label import LabelConfig, label_model
 from probe.heads.label.config import NOT_IDENTITY
-from probe.heads.tables import save_table
+from probe.heads.tables import labelled_mask, save_table
 from probe.models import load
 from probe.training.organisms import ORGANISMS, TrainConfig
 from probe.untrained import DEFAULT_TWINS
@@ -76,8 +76,8 @@ def card_label_config(card: dict, organism: TrainConfig | None) -> LabelConfig:
 def classifier_summary(table: pd.DataFrame) -> dict:
     """The card's view of a label table: ``labels`` ({head_type: [head names]}) and ``labelled_scores``
     (numbers rounded to 4 places, NaN as null: card.json is strict JSON)."""
-    labelled = table[table["label"].astype(bool)]
-    labels = {t: sorted(g.loc[g["label"].astype(bool), "head_name"])
+    labelled = table[labelled_mask(table["label"])]
+    labels = {t: sorted(g.loc[labelled_mask(g["label"]), "head_name"])
               for t, g in table.groupby("head_type", sort=False)}
     scores = [{k: (None if v != v else round(v, 4)) if isinstance(v, float) else v for k, v in row.items()}
               for row in labelled[["head_name", "head_type", "score", "ci_low", "chance", "accuracy",

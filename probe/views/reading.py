@@ -2,7 +2,7 @@
 notebook views and the report.
 
 * a cell is a number only when it is finite (:func:`number`: NaN, a missing column, text are unknown);
-* a head is *labelled* when its ``label`` cell says so (:func:`is_labelled`);
+* a head is *labelled* when its ``label`` cell says so (:func:`is_labelled`, probe.heads.tables' one rule);
 * a head is *clearly above chance* when its q-value is below the FDR level, else (a table without q-values)
   when its interval's low end is above chance (:func:`is_significant`);
 * a cell is **grey** when its head is *not labelled* (:func:`is_grey`; a table without a ``label`` column:
@@ -28,6 +28,8 @@ Example
 from __future__ import annotations
 
 import math
+
+from probe.heads.tables import is_labelled  # the one rule of "labelled" (the views and the app read it here)
 
 # probe.heads.label.LabelConfig's defaults (a table does not carry its rule's numbers; tests check these)
 FDR_LEVEL = 0.05  # fdr: a q-value below it is clearly above chance
@@ -82,14 +84,6 @@ def controls_line(table) -> str:
                 "percentile, 'twins p99': random-weight copies of the model on the same probes)")
     return (f"controls a label beat: {chance}; untrained twins: not run (probe label --control untrained:K "
             "adds random-weight copies of the model as a second bar: probe label's default, ≈ 1.2× the run)")
-
-
-def is_labelled(value) -> bool:
-    """The ``label`` column's value as a bool (NaN, "", "none", "false", "0", "unlabelled", "-" are not
-    labelled)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return False
-    return str(value).strip().lower() not in ("", "none", "nan", "false", "0", "unlabelled", "-")
 
 
 def is_significant(row) -> bool:

@@ -58,7 +58,7 @@ def test_bad_rows_are_refused_with_their_number(tmp_path, tokenizer):
         load_task(path, tokenizer)
     path = tmp_path / "bad.jsonl"
     path.write_text('{"clean": [1, 2], "corrupted": [1, 3], "correct": 2, "incorrect": 3}\n{oops\n')
-    with pytest.raises(ProbeError, match="row 2: not JSON"):
+    with pytest.raises(ProbeError, match="row 2: not valid JSON"):
         load_task(path)
     with pytest.raises(ProbeError, match="unknown metric 'acc'"):
         load_task(path, metric="acc")

@@ -37,6 +37,26 @@ def heavy_after(code: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def test_subcommands_is_the_one_list_of_command_modules():
+    """probe.commands.SUBCOMMANDS names exactly the modules with add_parser and run, probe.cli registers
+    exactly those, and the docstrings do not keep a second list."""
+    import probe.cli
+    import probe.commands
+    from probe.cli import build_parser
+
+    modules = {path.stem for path in (ROOT / "probe" / "commands").glob("*.py")
+               if "\ndef add_parser(" in path.read_text(encoding="utf-8")
+               and "\ndef run(" in path.read_text(encoding="utf-8")}
+    assert set(SUBCOMMANDS) == modules and len(SUBCOMMANDS) == len(modules) == 10
+    assert probe.cli.SUBCOMMANDS is probe.commands.SUBCOMMANDS
+    registered = build_parser()._subparsers._group_actions[0].choices
+    assert list(registered) == list(SUBCOMMANDS)
+    # negative control: a helper module (no add_parser) is not a subcommand
+    assert "common" not in SUBCOMMANDS and "common" not in registered
+    for doc in (probe.commands.__doc__, probe.cli.__doc__):
+        assert "SUBCOMMANDS" in doc and "capture, label" not in doc and "capture | label" not in doc
+
+
 @pytest.mark.parametrize("name", SUBCOMMANDS)
 def test_every_command_module_is_light(name):
     """Importing a command module and building its parser imports no heavy library."""

@@ -37,6 +37,7 @@ from probe.heads.ablation import ablation_effects, group_effects
 from probe.heads.probesets import pad_span_batch, special_frame
 from probe.heads.registry import REGISTRY
 from probe.heads.stage_times import StageTimes
+from probe.heads.tables import labelled_mask
 from probe.models import ModelKind, resolve
 from probe.naming import head_name
 
@@ -132,7 +133,7 @@ def ablation_columns(
     timings = timings if timings is not None else StageTimes()
     columns = ["head_type", "layer", "head", "ablation_effect", "ablation_z", *GROUP_COLUMNS,
                *TYPE_GROUP_COLUMNS]
-    labelled = table[table["label"].astype(bool)]
+    labelled = table[labelled_mask(table["label"])]
     if config.ablate == "none" or (config.ablate == "labelled" and labelled.empty):
         return pd.DataFrame(columns=columns)
     if not lm_head_trained(loaded):

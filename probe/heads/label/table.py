@@ -17,7 +17,7 @@ from probe.heads.label.scoring import Scored
 from probe.heads.label.summary import per_group, subset, summarise
 from probe.heads.registry import REGISTRY
 from probe.heads.sink_rate import sink_rate_lines
-from probe.heads.tables import COLUMNS
+from probe.heads.tables import COLUMNS, labelled_mask
 from probe.naming import fixed
 
 # a label of a sink type (HeadTypeSpec.sink: first token, delimiters) whose output share is below this is a
@@ -55,7 +55,7 @@ def roles(table: pd.DataFrame) -> pd.Series:
               else pd.Series(math.nan, index=table.index))
     copying = (pd.to_numeric(table["copying"], errors="coerce") if "copying" in table
                else pd.Series(math.nan, index=table.index))
-    labelled = table["label"].astype(bool)
+    labelled = labelled_mask(table["label"])
     values = []
     for is_label, name, value, level, score in zip(labelled, table["head_type"], share, chance, copying,
                                                    strict=True):
@@ -195,9 +195,10 @@ def statistic(table: pd.DataFrame) -> pd.Series:
 
 def untrained_bars(twins: list[tuple[object, list[Scored]]],
                    config: LabelConfig) -> dict[tuple[str, float], float]:
-    """(head type, seq_len or −1 for span sets) -> ``untrained_p99``: the :data:`UNTRAINED_QUANTILE` quantile
-    of :func:`statistic` (accuracy where a head has one, else score) over every head of every twin; NaN where
-    no twin head has a value. `twins`: (twin, its Scored items). The twins' summaries are read directly (no
+    """(head type, seq_len or −1 for span sets) -> ``untrained_p99``: the twins' bar
+    (:func:`probe.untrained.untrained_bar`, the :data:`UNTRAINED_QUANTILE` quantile) of :func:`statistic`
+    (accuracy where a head has one, else score) over every head of every twin; NaN where no twin head has a
+    value. `twins`: (twin, its Scored items). The twins' summaries are read directly (no
     label table is built for them: only their point statistics make the bar)."""
     groups: dict[tuple[str, float], list[float]] = {}
     for twin, scored in twins:
@@ -211,11 +212,7 @@ def untrained_bars(twins: list[tuple[object, list[Scored]]],
             length = math.nan if item.seq_len is None else float(item.seq_len)  # span sets: NaN
             key = (item.spec.name, -1.0 if math.isnan(length) else length)  # as decide() reads the table
             groups.setdefault(key, []).extend(statistic(columns).tolist())
-    bars = {}
-    for key, found in groups.items():
-        finite = np.asarray(found)[np.isfinite(found)]
-        bars[key] = float(np.quantile(finite, UNTRAINED_QUANTILE)) if len(finite) else math.nan
-    return bars
+    return {key: untrained.untrained_bar(found) for key, found in groups.items()}
 
 
 def decide(table: pd.DataFrame, config: LabelConfig,
@@ -311,7 +308,7 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
     for model, rows in table.groupby("model", sort=False):
         for (seq_len,
              head_type), group in rows.groupby([rows["seq_len"].fillna(-1), "head_type"], sort=False):
-            labelled = group[group["label"].astype(bool)]
+            labelled = group[labelled_mask(group["label"])]
             roles_of = labelled["role"] if "role" in labelled else pd.Series([math.nan] * len(labelled))
             names = [name + (f"({int(offset):+d})" if offset == offset else "") +
                      ("" if bool(stable) else " (unstable)")
@@ -333,8 +330,7 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
             if bar == bar:
                 line += f"; untrained twins' p99 {bar:.3f}"
             if "selected" in group:  # selected on one half of the documents, not reproduced on the other
-                lost = group[group["selected"].astype("boolean").fillna(False).astype(bool)
-                             & ~group["label"].astype(bool)]
+                lost = group[labelled_mask(group["selected"]) & ~labelled_mask(group["label"])]
                 if len(lost):
                     line += f"; not replicated on held-out documents: {' '.join(lost['head_name'])}"
             if "group_heads" in labelled:
@@ -373,8 +369,8 @@ def replication_lines(table: pd.DataFrame) -> list[str]:
         return []
     lines = []
     for model, rows in table.groupby("model", sort=False):
-        selected = rows["selected"].astype("boolean").fillna(False).astype(bool)
-        kept = int((selected & rows["label"].astype(bool)).sum())
+        selected = labelled_mask(rows["selected"])
+        kept = int((selected & labelled_mask(rows["label"])).sum())
         lines.append(f"{model} · held-out confirmation: {kept} of {int(selected.sum())} selected labels "
                      f"replicate on the documents the selection never saw (the label column keeps those "
                      f"{kept})")
