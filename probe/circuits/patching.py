@@ -17,6 +17,7 @@ an effect against them: z = (effect − mean) / sd, and whether it is above ever
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -59,6 +60,8 @@ def patch_effects(
     zero: bool = False,
     max_rows: int = 64,
     progress: Callable[[int, int], None] | None = None,
+    memo: Callable[[str, Callable[[], dict]], dict] | None = None,
+    step: str = "patch/",
 ) -> Measured:
     """The effect of each patch on the type's loss over every paired batch of `pairs` (module doc).
 
@@ -77,6 +80,14 @@ def patch_effects(
         Rows per patched forward (copies × batch).
     progress : callable, optional
         Called as ``progress(forwards done, forwards)``.
+    memo : callable, optional
+        ``memo(key, compute)`` (:data:`probe.heads.label.config.Memo`): each paired batch's clean and
+        corrupted losses (``{step}b{i}``) and each patched forward's losses
+        (``{step}b{i}/{first}-{last}:{digest}``) are resumable steps; ``probe circuit --out`` journals them
+        (:class:`probe.runs.steps.StepStore`), so a killed run's rerun reads them back and runs only the
+        rest. ``forwards`` counts the steps read back too.
+    step : str, default "patch/"
+        The steps' key prefix.
 
     Returns
     -------
@@ -115,23 +126,42 @@ def patch_effects(
     def loss_of(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return example_loss(logits, labels.to(logits.device), causal).float().cpu()  # [rows]
 
-    for batch in pairs.batches:
+    for index, batch in enumerate(pairs.batches):
         labels = batch.clean["labels"]
         n = len(labels)
-        with record(plan, senders, receivers, final) as clean, capture(model, ()), torch.inference_mode():
-            clean_loss = loss_of(model(**_inputs(batch.clean, device)).logits, labels)  # [batch]
-        with record(plan, senders) as corrupted, capture(model, ()), torch.inference_mode():
-            corrupted_losses.append(loss_of(model(**_inputs(batch.corrupted, device)).logits, labels))
+        recorded: dict = {}
+
+        def recorded_runs(batch=batch, labels=labels, recorded=recorded) -> dict:
+            """The clean and corrupted forwards of the batch (run once, when a step needs them)."""
+            if not recorded:
+                with record(plan, senders, receivers, final) as clean, capture(model, ()), \
+                        torch.inference_mode():
+                    clean_loss = loss_of(model(**_inputs(batch.clean, device)).logits, labels)  # [batch]
+                with record(plan, senders) as corrupted, capture(model, ()), torch.inference_mode():
+                    corrupted_loss = loss_of(model(**_inputs(batch.corrupted, device)).logits, labels)
+                recorded.update(clean=clean, corrupted=corrupted,
+                                losses={"clean": clean_loss, "corrupted": corrupted_loss})
+            return recorded
+
+        base = _step(memo, f"{step}b{index}", lambda: recorded_runs()["losses"])
+        clean_loss = base["clean"]  # [batch]
+        corrupted_losses.append(base["corrupted"])
         clean_losses.append(clean_loss)
         forwards, rows = forwards + 2, rows + 2 * n
         if progress:
             progress(forwards, total)
         for start in range(0, len(patches), per_forward):
             chunk = patches[start:start + per_forward]
-            with patch(plan, chunk, clean, None if zero else corrupted), capture(model, ()), \
-                    torch.inference_mode():
-                losses = loss_of(model(**_inputs(batch.clean, device, len(chunk))).logits,
-                                 labels.repeat(len(chunk), 1))  # [copy·batch]
+
+            def patched(chunk=chunk, batch=batch, labels=labels) -> dict:
+                runs = recorded_runs()
+                with patch(plan, chunk, runs["clean"], None if zero else runs["corrupted"]), \
+                        capture(model, ()), torch.inference_mode():
+                    return {"losses": loss_of(model(**_inputs(batch.clean, device, len(chunk))).logits,
+                                              labels.repeat(len(chunk), 1))}  # [copy·batch]
+
+            key = f"{step}b{index}/{start}-{start + len(chunk) - 1}:{_digest(chunk, zero)}"
+            losses = _step(memo, key, patched)["losses"]
             for copy in range(len(chunk)):
                 deltas[start + copy].append(losses[copy * n:(copy + 1) * n] - clean_loss)
             forwards, rows = forwards + 1, rows + len(chunk) * n
@@ -140,6 +170,16 @@ def patch_effects(
     effects = tuple(float(torch.nanmean(torch.cat(values))) if values else math.nan for values in deltas)
     return Measured(effects, float(torch.nanmean(torch.cat(clean_losses))),
                     float(torch.nanmean(torch.cat(corrupted_losses))), forwards, rows, pairs.examples)
+
+
+def _step(memo, key: str, compute: Callable[[], dict]) -> dict:
+    """compute(), through `memo` when given (a resumed run reads the step back)."""
+    return compute() if memo is None else memo(key, compute)
+
+
+def _digest(chunk: Sequence[PathPatch], zero: bool) -> str:
+    """A short digest of a patched forward's patches (a step is never read back for other patches)."""
+    return hashlib.sha256(repr((zero, list(chunk))).encode("utf-8")).hexdigest()[:12]
 
 
 def control_patches(

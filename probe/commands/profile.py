@@ -4,15 +4,18 @@ offset)."""
 from __future__ import annotations
 
 import argparse
-import sys
+from dataclasses import replace
 from pathlib import Path
 
 from probe.commands.common import (
     TABLE_EXTENSIONS,
     add_control_option,
     add_model_options,
+    add_ray_options,
     check_model_options,
+    executor,
     load_keywords,
+    parse_lengths,
     refuse_if_too_big,
 )
 from probe.commands.paths import output_path, owned_table
@@ -42,9 +45,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     source.add_argument("--text-file", help="a UTF-8 text file, cut into consecutive --seq-len token windows")
     source.add_argument("--random", type=int, metavar="N",
                         help=f"N inputs of uniformly random tokens, made one at a time (1..{MAX_RANDOM:,})")
-    parser.add_argument("--seq-len", type=int, default=None,
+    parser.add_argument("--seq-len", default=None,
                         help=f"tokens per input (default {DEFAULTS['seq_len']}, capped by the model's "
-                             "positions)")
+                             "positions); several, comma-separated (512,4096): one profile per length")
     parser.add_argument("--query-rows", type=int, default=DEFAULTS["query_rows"],
                         help="query rows sampled per input, stratified by position; inputs no longer use "
                              f"every row (default {DEFAULTS['query_rows']})")
@@ -68,7 +71,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                             "and whether a head's span beats them (span_beats_untrained); K more forwards "
                             "per input")
     parser.add_argument("--out", required=True, help="output table: .parquet, .csv or .json")
-    parser.add_argument("--force", action="store_true", help="overwrite an --out that is not a profile table")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite an --out that is not a profile table; recompute its journal")
+    add_ray_options(parser)  # one unit per length, on Ray (docs/scale.md)
     return parser
 
 
@@ -79,7 +84,11 @@ def check_args(args: argparse.Namespace) -> Path:
     if args.random is not None and not 1 <= args.random <= MAX_RANDOM:
         raise ProbeError(f"--random {args.random}: give 1 to {MAX_RANDOM:,} inputs (the profile keeps "
                          "statistics of every input for its bootstrap)")
-    for flag, value, least in (("--seq-len", args.seq_len, 1), ("--query-rows", args.query_rows, 1),
+    for part in (args.seq_len or "").split(","):
+        if part.strip().lstrip("-").isdigit() and int(part) < 1:
+            raise ProbeError(f"--seq-len {part.strip()} must be at least 1")
+    parse_lengths(args.seq_len)  # one line: "bad --seq-len '32,x': give a number of tokens, or several ..."
+    for flag, value, least in (("--query-rows", args.query_rows, 1),
                                ("--bootstrap", args.bootstrap, 1), ("--window", args.window, 1),
                                ("--sink-tokens", args.sink_tokens, 0), ("--max-offset", args.max_offset, 0)):
         if value is not None and value < least:
@@ -102,13 +111,14 @@ def check_foreign(out: Path, force: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = check_args(args)
+    lengths = parse_lengths(args.seq_len)
+    run_on = executor(args)  # --ray / --ray-workers: one line before torch loads
     # torch, pandas and transformers are imported only now, after the checks that need none of them, so
     # `--help`, argument errors and missing files answer at once (tests/commands/test_cli_fast.py).
-    from probe import models
-    from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, span_summary, text_inputs
+    from probe.heads.profile import ProfileConfig
     from probe.heads.profile_sink import ROW_STATS
-    from probe.heads.tables import save_table
-    from probe.runs.atomic import write_atomically
+    from probe.runs import runner
+    from probe.runs.profiles import ProfileTask, profile_output, profile_units
 
     check_foreign(out, args.force)
     text = None
@@ -117,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
             text = Path(args.text_file).expanduser().read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise ProbeError(f"--text-file {args.text_file} cannot be read as UTF-8 text ({error})") from None
-    config = ProfileConfig(seq_len=args.seq_len or DEFAULTS["seq_len"], query_rows=args.query_rows,
+    config = ProfileConfig(seq_len=max(lengths or (DEFAULTS["seq_len"],)), query_rows=args.query_rows,
                            sink_tokens=args.sink_tokens, window=args.window, max_offset=args.max_offset,
                            threshold=args.threshold, n_bootstrap=args.bootstrap, seed=args.seed,
                            twins=parse_control(args.control).twins)
@@ -127,24 +137,8 @@ def run(args: argparse.Namespace) -> int:
     per_head *= 2 if config.twins else 1  # twins fill a sink each, one after the other (weights: not planned)
     refuse_if_too_big(args, args.model, "probe profile", config.seq_len, block_bytes=config.block_bytes,
                       sink_bytes_per_head=per_head, flags="a shorter --seq-len or fewer --random inputs")
-    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
-    if loaded.kind == models.ModelKind.PROTEIN_MLM and text is not None:
-        raise ProbeError(f"{args.model} is a protein model: use --random N instead of --text-file")
-    seq_len = config.seq_len
-    if args.seq_len is None:
-        seq_len = min(seq_len, loaded.max_tokens)
-    loaded.check_length(seq_len, f"--seq-len {seq_len}")
-    if text is not None:
-        inputs = text_inputs(loaded, text, seq_len)
-    else:
-        inputs = random_inputs(loaded, args.random, seq_len, config.seed)  # streamed: made one at a time
-
-    def progress(done: int, total: int) -> None:
-        print(f"\rprofile: forward {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
-              flush=True)  # inputs × (1 + untrained twins)
-
-    table = head_profiles(loaded, inputs, config, progress)
-    write_atomically(out, lambda tmp: save_table(table, tmp))
-    print(f"probe profile: {span_summary(table)} over {len(inputs)} inputs of ≤ {table['seq_len'].iloc[0]} "
-          f"tokens; wrote {out}", file=sys.stderr)
-    return 0
+    config = replace(config, seq_len=DEFAULTS["seq_len"])  # each unit's own length (None: the default)
+    task = ProfileTask(config, text, args.random, args.device, args.dtype, load_keywords(args), str(out),
+                       progress=isinstance(run_on, runner.InProcess))
+    return runner.run(profile_units(args.model, lengths), task, profile_output(out, args.force), run_on,
+                      description="profile").code

@@ -1,8 +1,9 @@
 """The one runner of batch work: ``run(units, task, out, executor)``.
 
 Every batch command goes through :func:`run` — ``probe label`` (one model, several, ``--models-file``,
-``--revisions``, ``--ray``), ``probe contacts`` (records, structure chains, ``--structures``, ``--ray``) and
-the benchmarks — so they cannot disagree. The parts:
+``--revisions``, ``--ray``), ``probe contacts`` (records, structure chains, ``--structures``, ``--ray``),
+``probe circuit --type`` and ``probe profile`` (per model and length; both ``--ray``) and the benchmarks — so
+they cannot disagree. The parts:
 
 * a **unit** (:class:`Unit`): one piece of work with a stable key (a checkpoint, a FASTA record, a structure
   chain); ``group`` names what its worker must hold loaded (units of one group share a model);

@@ -13,6 +13,7 @@ from probe import models
 from probe.cli import main
 from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, sample_rows
 from probe.heads.profile_sink import ROW_STATS, RowWindows, row_statistics
+from probe.runs.atomic import is_temporary
 
 TOL = 1e-5
 
@@ -173,7 +174,9 @@ def test_profile_cli_writes_a_table(tiny_dir, tmp_path):
     table = pd.read_parquet(out)
     assert len(table) == 8 and table["n_inputs"].iloc[0] == 3  # 440 tokens: three full windows of 127 + <bos>
     assert set(table["span"]) <= {"local", "retrieval"}
-    assert not list(tmp_path.glob(".profile.parquet.*"))  # written atomically: no temporary left
+    # written atomically: no temporary left (the journal folder .profile.parquet.parts/ is the runner's)
+    assert not [path for path in tmp_path.glob(".profile.parquet.*") if path.name != ".profile.parquet.parts"]
+    assert not [path for path in tmp_path.rglob("*") if is_temporary(path)]
 
 
 @pytest.mark.parametrize("extra, message", [
