@@ -1,10 +1,15 @@
 """The circuit panel's data: a head type's circuit (:func:`probe.circuits.find_circuit`) on a served model's
 label table, computed once per (model, type, label table) through the inference gate and kept in an LRU cache
-(:meth:`probe_app.cache.LRUCache.get_or_compute`) while the table stays the same."""
+(:meth:`probe_app.cache.LRUCache.get_or_compute`) while the table stays the same; and an uploaded task's
+circuit over every edge (:func:`probe.circuits.task_search.task_circuit`), once per (model, file content),
+kept as the graph's bounded payload (:meth:`~probe.circuits.task_search.TaskCircuit.payload`)."""
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import pandas as pd
 
@@ -19,6 +24,7 @@ from .jobs import JobSlots
 
 EXAMPLES = 16  # paired probes per circuit in the app (probe circuit --examples)
 CIRCUITS = 16  # circuits kept (a circuit is its tables: kilobytes)
+TASK_SUFFIXES = (".csv", ".jsonl")  # an uploaded task (probe.circuits.task.load_task)
 
 
 def table_key(table: pd.DataFrame) -> int:
@@ -79,5 +85,38 @@ class CircuitStore:
             return self.cache.get_or_compute(
                 key, lambda: find_circuit(self.facts.model(spec), head_type, table,
                                           CircuitConfig(examples=EXAMPLES)), self.gate.foreground)
+        finally:
+            self.slots.give()
+
+    def task_payload(self, spec: str, filename: str, data: bytes) -> dict:
+        """The graph of an uploaded task's circuit on `spec` (every edge scored by EAP-IG on the logit
+        difference; scored now unless the same file was scored on this model before): the payload views.js
+        draws. A file that is not .csv/.jsonl, or a bad row, is refused in one line."""
+        reason = self.facts.unusable(spec)
+        if reason:
+            raise ProbeError(reason)
+        suffix, shown = Path(str(filename or "")).suffix.lower(), str(filename or "the upload")[:60]
+        if suffix not in TASK_SUFFIXES:
+            raise ProbeError(f"{shown}: upload a task as .csv or .jsonl (clean, corrupted, correct, "
+                             "incorrect; docs/circuits.md)")
+        key = ("task", spec, hashlib.sha256(data).hexdigest())
+        found = self.cache.get(key)
+        if found is not None:
+            return found
+        self.slots.take("the task's circuit")
+
+        def compute() -> dict:
+            from probe.circuits.task_search import task_circuit
+
+            with tempfile.TemporaryDirectory() as folder:  # load_task reads a file: the upload's bytes, once
+                path = Path(folder) / f"task{suffix}"
+                path.write_bytes(data)
+                try:
+                    return task_circuit(self.facts.model(spec), path).payload()
+                except ProbeError as error:  # named as uploaded, not by the server's scratch path
+                    raise ProbeError(str(error).replace(str(path), shown)) from None
+
+        try:
+            return self.cache.get_or_compute(key, compute, self.gate.foreground)
         finally:
             self.slots.give()

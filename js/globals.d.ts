@@ -96,6 +96,7 @@ interface CircuitEdge {
 /** What probe/circuits/circuit.py Circuit.payload writes for views.js mountCircuit(). */
 interface CircuitData {
     version: number;
+    kind?: "head_type";  // absent: a task's circuit says "task" (TaskCircuitData)
     model: string;
     head_type: string;
     layers: number;
@@ -107,6 +108,58 @@ interface CircuitData {
     corruption?: string | null;
     type_effect?: number | null;
     total_effect?: number | null;
+}
+
+/** A node of a task's circuit graph (probe/circuits/task_circuit.py TaskCircuit.payload: nodes). */
+interface TaskNode {
+    name: string;  // "embed", "L0H1", "L0KV0", "L0.mlp", "logits"
+    kind: "embed" | "head" | "kv" | "mlp" | "logits";
+    layer: number;  // embed -1, logits: the number of layers
+    index: number;
+    column: number;  // embed 0, layer l's heads 2l + 1, its MLP 2l + 2, logits 2L + 1
+    row: number;
+}
+
+/** One scored edge of a task's circuit graph (NaN arrives as null). */
+interface TaskEdge {
+    sender: string;
+    receiver: string;
+    input: "q" | "k" | "v" | "mlp" | "logits";
+    score: number | null;
+    abs_rank: number;
+    in_circuit: boolean;
+}
+
+/** One point of the faithfulness curve. */
+interface TaskCurvePoint {
+    edges: number;
+    share: number | null;
+    random_share: number | null;
+}
+
+/** What TaskCircuit.payload writes for views.js mountCircuit() (kind "task"). */
+interface TaskCircuitData {
+    version: number;
+    kind: "task";
+    model: string;
+    method: string | null;
+    metric: string | null;
+    corruption: string | null;
+    clean_metric: number | null;
+    corrupted_metric: number | null;
+    pairs: number | null;
+    share: number | null;
+    size: number | null;
+    layers: number;
+    rows: number;
+    nodes: TaskNode[];
+    edges: TaskEdge[];
+    total_edges: number;
+    top: number;
+    left_out: number;
+    curve: TaskCurvePoint[];
+    lines?: string[];
+    notes?: string[];  // the untrained twins' own searches (TaskCircuit.twins), one line each
 }
 
 /** mountCircuit's options: the app selects the clicked head on its page. */
@@ -147,7 +200,7 @@ interface ProbeViews {
     mount(root: HTMLElement, data: ViewData): object;
     mountAll(): void;
     sortable(table: HTMLTableElement): void;
-    mountCircuit(root: HTMLElement, data: CircuitData, options?: CircuitOptions): CircuitViewApi;
+    mountCircuit(root: HTMLElement, data: CircuitData | TaskCircuitData, options?: CircuitOptions): CircuitViewApi;
 }
 
 /** The circuit graph mounted on a root (views.js CircuitView). */

@@ -20,9 +20,9 @@ from probe.naming import display_name
 from .. import figures, ids
 from ..errors import error_message, guarded
 from ..inputs import parse_fasta
+from ..panel import Panel, card_panel, graph, radio
 from ..payload import display_tokens, layer_payload
 from ..service import Service
-from . import card_panel, graph, radio
 
 DEMO_TEXT = ("the cat saw the dog . the cat saw the dog . mary gave the book to john because he wanted it . "
              "one two three four five one two three four five")
@@ -428,3 +428,6 @@ def register(app, service: Service) -> None:
     def _download_matrix(_csv, _npy, store, selected):
         fmt = "npy" if ctx.triggered_id == ids.MATRIX_NPY_BUTTON else "csv"
         return matrix_download(service, store, selected, fmt), ""
+
+
+PANEL = Panel("explorer", register=register, where="right", layout=lambda service, state: layout(state))

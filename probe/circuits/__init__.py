@@ -16,7 +16,7 @@ What belongs here (above :mod:`probe.heads`, whose labels, probe sets and losses
   pairs,
   exact, through :mod:`probe.engine.paths`, against random sender–receiver pairs;
 * :mod:`~probe.circuits.task`, :mod:`~probe.circuits.edges`, :mod:`~probe.circuits.faithfulness`,
-  :mod:`~probe.circuits.task_circuit` — a researcher's own task (clean / corrupted pairs, answers, a
+  :mod:`~probe.circuits.task_search` — a researcher's own task (clean / corrupted pairs, answers, a
   metric), every edge of the model scored by EAP, EAP-IG or exact patching, the faithfulness curve against
   random circuits, and the circuit (:func:`task_circuit`);
 * :mod:`~probe.circuits.attribution` — why this prediction, for any prompt: per-head direct logit attribution
@@ -62,10 +62,13 @@ _LAZY = {
     "repeat_task": ".task",
     "edge_scores": ".edges",
     "faithfulness_curve": ".faithfulness",
-    "task_circuit": ".task_circuit",
-    "TaskCircuit": ".task_circuit",
+    "task_circuit": ".task_search",
+    "TaskCircuit": ".task_search",
     "direct_logit_attribution": ".attribution",
     "logit_lens": ".attribution",
+    "next_token_heads": ".attribution",
+    "task_attribution": ".attribution",
+    "type_task": ".type_tasks",
 }
 
 __all__ = list(_LAZY)

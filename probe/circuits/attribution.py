@@ -94,6 +94,60 @@ def _position(position: int, length: int) -> int:
     return position % length
 
 
+def _components(model: nn.Module, ids: torch.Tensor, at: int):
+    """One forward through the intervention layer: (labels ``(component, kind, layer, head)`` per writer of
+    the residual stream, their vectors `[component d_model]` float64 at position `at`, the saved sites at
+    `at`, W_U `[d_model vocab]`, b_U); refused where the writers do not sum to the final norm's input."""
+    found = site_map(model)
+    names = set(found.names())
+    if "final_norm.scale" not in names:
+        found.site("final_norm.scale")  # refuses in one line: no final norm, or one we cannot linearise
+    w_u, b_u = _unembedding(model)
+    watch = ["embed", "resid_final", "final_norm.scale", "logits"]
+    for layer in range(len(found.layers)):
+        watch += [f"L{layer}.head_out", f"L{layer}.mlp_out"]
+    missing = [name for name in watch if name not in names]
+    if missing:
+        found.site(missing[0])  # refuses naming the site and why
+    with torch.no_grad(), intervene(model, watch=watch, sites=found) as run:
+        model(input_ids=ids)
+    saved = {name: tensor[0, at].double() for name, tensor in run.saved.items()}  # [...] at the position
+    labels, pieces = [("embed", "embed", None, None)], [saved["embed"][None].to(w_u.device)]
+    for layer, parts in enumerate(found.layers):
+        output = parts.attention.output.module
+        w_o = linear_weight(output).to(w_u.device)  # [head·d_v d_model]
+        z = saved[f"L{layer}.head_out"].to(w_u.device)  # [head d_v]
+        heads = z.shape[0]
+        pieces.append((z[:, :, None] * w_o.reshape(heads, z.shape[1], -1)).sum(1))  # [head d_model]
+        labels += [(f"L{layer}H{h}", "head", layer, h) for h in range(heads)]
+        bias = getattr(output, "bias", None)
+        if bias is not None:
+            pieces.append(bias.detach().double()[None].to(w_u.device))
+            labels.append((f"L{layer}.attn_bias", "attn_bias", layer, None))
+        pieces.append(saved[f"L{layer}.mlp_out"][None].to(w_u.device))
+        labels.append((f"L{layer}.mlp", "mlp", layer, None))
+    vectors = torch.cat(pieces)  # [component d_model]
+    resid = saved["resid_final"].to(w_u.device)
+    remainder = (resid - vectors.sum(0)).abs().max().item()
+    if remainder > 1e-4 * max(resid.abs().max().item(), 1.0):
+        raise ProbeError(f"direct logit attribution needs a residual stream that is the sum of the "
+                         f"embeddings, the heads, their biases and the MLPs; {type(model).__name__}'s final "
+                         f"norm input differs from that sum by {remainder:.3g} (parallel or "
+                         "post-normed blocks)")
+    return labels, vectors, saved, w_u, b_u
+
+
+def _through_norm(model: nn.Module, vectors: torch.Tensor, scale: float) -> torch.Tensor:
+    """`[n d_model]` components through the final norm with its divisor fixed: centred (a LayerNorm), / s,
+    ⊙ g — so that · W_U[:, t] is each one's direct effect on token t's logit."""
+    norm = final_norm(model)
+    gain = norm_gain(norm)
+    if isinstance(norm, nn.LayerNorm):
+        vectors = vectors - vectors.mean(-1, keepdim=True)
+    vectors = vectors / scale
+    return vectors if gain is None else vectors * gain.to(vectors.device, torch.float64)
+
+
 def direct_logit_attribution(model, prompt, answer, other=None, *, tokenizer=None,
                              position: int = -1) -> pd.DataFrame:
     """Each component's direct contribution to the answer's logit (or to logit(answer) − logit(other)).
@@ -136,63 +190,12 @@ def direct_logit_attribution(model, prompt, answer, other=None, *, tokenizer=Non
         raise ProbeError(f"answer and other are the same token ({answer_id}): give two different tokens, or "
                          "no other to attribute the answer's logit alone")
     at = _position(position, ids.shape[1])
-    found = site_map(model)
-    names = set(found.names())
-    if "final_norm.scale" not in names:
-        found.site("final_norm.scale")  # refuses in one line: no final norm, or one we cannot linearise
-    w_u, b_u = _unembedding(model)
-    n_layers = len(found.layers)
-    watch = ["embed", "resid_final", "final_norm.scale", "logits"]
-    for layer in range(n_layers):
-        watch += [f"L{layer}.head_out", f"L{layer}.mlp_out"]
-    missing = [name for name in watch if name not in names]
-    if missing:
-        found.site(missing[0])  # refuses naming the site and why
-    with torch.no_grad(), intervene(model, watch=watch, sites=found) as run:
-        model(input_ids=ids)
-    saved = {name: tensor[0, at].double() for name, tensor in run.saved.items()}  # [...] at the position
-
-    norm = final_norm(model)
-    gain = norm_gain(norm)
-    gain = torch.ones(w_u.shape[0], dtype=torch.float64) if gain is None else gain.cpu()
-    beta = getattr(norm, "bias", None)
+    labels, vectors, saved, w_u, b_u = _components(model, ids, at)
     direction = w_u[:, answer_id] - (0 if other_id is None else w_u[:, other_id])  # [d_model]
-    weighted = (gain * direction.cpu()).to(w_u.device)  # [d_model] g ⊙ u
     scale = float(saved["final_norm.scale"].reshape(()))
-    centre = isinstance(norm, nn.LayerNorm)
-
-    def attribute(component: torch.Tensor) -> torch.Tensor:  # [n d_model] -> [n]
-        component = component.to(w_u.device)
-        if centre:
-            component = component - component.mean(-1, keepdim=True)
-        return component @ weighted / scale
-
-    rows, pieces = [], []
-
-    def add(vectors: torch.Tensor, kind: str, layer, heads, labels) -> None:  # vectors [n d_model]
-        pieces.append(vectors.to(w_u.device))
-        for label, head, value in zip(labels, heads, attribute(vectors).tolist(), strict=True):
-            rows.append((label, kind, layer, head, value))
-
-    add(saved["embed"][None], "embed", None, [None], ["embed"])
-    for layer, parts in enumerate(found.layers):
-        output = parts.attention.output.module
-        w_o = linear_weight(output).to(w_u.device)  # [head·d_v d_model]
-        z = saved[f"L{layer}.head_out"]  # [head d_v]
-        heads = z.shape[0]
-        results = (z[:, :, None] * w_o.reshape(heads, z.shape[1], -1)).sum(1)  # [head d_model]
-        add(results, "head", layer, list(range(heads)), [f"L{layer}H{h}" for h in range(heads)])
-        bias = getattr(output, "bias", None)
-        if bias is not None:
-            add(bias.detach().double()[None], "attn_bias", layer, [None], [f"L{layer}.attn_bias"])
-        add(saved[f"L{layer}.mlp_out"][None], "mlp", layer, [None], [f"L{layer}.mlp"])
-    resid = saved["resid_final"].to(w_u.device)
-    remainder = (resid - torch.cat(pieces).sum(0)).abs().max().item()
-    if remainder > 1e-4 * max(resid.abs().max().item(), 1.0):
-        raise ProbeError(f"direct logit attribution needs a residual stream that is the sum of the "
-                         f"embeddings, the heads, their biases and the MLPs; {type(model).__name__}'s final "
-                         f"norm input differs from that sum by {remainder:.3g} (parallel or "
-                         "post-normed blocks)")
+    values = _through_norm(model, vectors, scale) @ direction  # [component]
+    rows = [(*label, value) for label, value in zip(labels, values.tolist(), strict=True)]
+    beta = getattr(final_norm(model), "bias", None)
     bias_term = 0.0
     if beta is not None:
         bias_term += float(beta.detach().double().to(w_u.device) @ direction)
@@ -206,6 +209,61 @@ def direct_logit_attribution(model, prompt, answer, other=None, *, tokenizer=Non
     table["head"] = table["head"].astype("Int64")
     table.attrs.update(logit_diff=float(logits[answer_id] - (0 if other_id is None else logits[other_id])),
                        answer=answer_id, other=other_id, position=at, scale=scale)
+    return table
+
+
+def next_token_heads(model, prompt, *, tokenizer=None, position: int = -1, top: int = 5) -> pd.DataFrame:
+    """Each head's direct contribution to the model's own top next-token prediction at one position, and the
+    tokens whose logits it pushes up most (one forward; what the app's explorer shows for a clicked head).
+
+    Parameters
+    ----------
+    model : torch.nn.Module or probe.models.LoadedModel
+        As :func:`direct_logit_attribution`.
+    prompt : str or sequence of int
+    tokenizer : transformers tokenizer, optional
+    position : int
+        The position whose next token is explained (default the last).
+    top : int
+        Tokens listed per head.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per head: ``component`` ("L{l}H{h}"), ``layer``, ``head``, ``dla`` (its direct logit
+        attribution to the predicted token: :func:`direct_logit_attribution`'s value with that answer and no
+        other), ``pushes`` / ``pushes_logits`` (the `top` tokens by its direct effect on their logits, and
+        that effect) and, with a tokenizer, ``pushes_text``. ``attrs``: ``predicted`` (the argmax of the
+        model's logits there), ``predicted_logit``, ``position``.
+
+    Examples
+    --------
+    >>> from probe.zoo.tiny import build_tiny
+    >>> model, _ = build_tiny("llama")
+    >>> heads = next_token_heads(model, [5, 9, 12, 7], top=3)
+    >>> len(heads), len(heads.pushes[0])
+    (8, 3)
+    >>> dla = direct_logit_attribution(model, [5, 9, 12, 7], answer=heads.attrs["predicted"])
+    >>> bool(abs(dla[dla.kind == "head"].dla.to_numpy() - heads.dla.to_numpy()).max() < 1e-9)
+    True
+    """
+    model, tokenizer, ids = _model_and_ids(model, prompt, tokenizer)
+    at = _position(position, ids.shape[1])
+    labels, vectors, saved, w_u, _ = _components(model, ids, at)
+    rows = [index for index, label in enumerate(labels) if label[1] == "head"]
+    scale = float(saved["final_norm.scale"].reshape(()))
+    heads = _through_norm(model, vectors[rows], scale)  # [head d_model]
+    logits = saved["logits"]  # [vocab]
+    predicted = int(logits.argmax())
+    values, top_ids = (heads @ w_u).topk(min(top, w_u.shape[1]), dim=-1)  # [head top]
+    table = pd.DataFrame({"component": [labels[index][0] for index in rows],
+                          "layer": [labels[index][2] for index in rows],
+                          "head": [labels[index][3] for index in rows],
+                          "dla": (heads @ w_u[:, predicted]).tolist(),
+                          "pushes": top_ids.tolist(), "pushes_logits": values.tolist()})
+    if tokenizer is not None:
+        table["pushes_text"] = [[tokenizer.decode([token]) for token in row] for row in top_ids.tolist()]
+    table.attrs.update(predicted=predicted, predicted_logit=float(logits[predicted]), position=at)
     return table
 
 
@@ -278,3 +336,87 @@ def logit_lens(model, prompt, answer=None, *, tokenizer=None, position: int = -1
         table["answer_rank"] = (lens > chosen[:, None]).sum(-1).tolist()
     table.attrs.update(answer=answer_id, position=at)
     return table
+
+
+def task_attribution(model, task, *, tokenizer=None) -> pd.DataFrame:
+    """Direct logit attribution of logit(correct) − logit(incorrect) on a task's clean prompts, averaged over
+    its pairs, and the logit lens' read of where the answer first leads.
+
+    Parameters
+    ----------
+    model : torch.nn.Module or probe.models.LoadedModel
+        As :func:`direct_logit_attribution`.
+    task : probe.circuits.task.Task
+        Its clean prompts, answers at the last position (pairs whose correct and incorrect answers are one
+        token are skipped: they have no logit difference).
+    tokenizer : transformers tokenizer, optional
+
+    Returns
+    -------
+    pandas.DataFrame
+        :func:`direct_logit_attribution`'s rows (``component, kind, layer, head``) with ``dla`` the mean over
+        pairs and ``dla_std`` its standard deviation (NaN for one pair); the rows sum to the mean logit
+        difference. ``attrs``: ``pairs`` (used), ``skipped``, ``logit_diff`` (the model's own mean),
+        ``lens_top1`` (per stack entry of :func:`logit_lens`, the share of pairs whose correct answer is the
+        lens' top token), ``lens_labels`` (the entries' labels) and ``leads`` (the first entry's label where
+        that share exceeds one half and stays so to the last; None where it never does).
+
+    Examples
+    --------
+    >>> from probe.zoo.tiny import build_tiny
+    >>> from probe.circuits.task import make_task
+    >>> model, _ = build_tiny("gpt2")
+    >>> task = make_task(None, [[5, 9, 12, 7], [6, 9, 13, 7]], [[5, 9, 11, 7], [6, 9, 11, 7]], [3, 3], [4, 8])
+    >>> table = task_attribution(model, task)
+    >>> table.attrs["pairs"], bool(abs(table.dla.sum() - table.attrs["logit_diff"]) < 1e-4)
+    (2, True)
+    """
+    tables, tops, skipped = [], [], 0
+    for clean, correct, incorrect in zip(task.clean, task.correct, task.incorrect, strict=True):
+        if correct == incorrect:
+            skipped += 1
+            continue
+        tables.append(direct_logit_attribution(model, list(clean), correct, incorrect, tokenizer=tokenizer))
+        lens = logit_lens(model, list(clean), correct, tokenizer=tokenizer)
+        tops.append([float(rank == 0) for rank in lens["answer_rank"]])
+        labels = list(lens["label"])
+    if not tables:
+        raise ProbeError("every pair's correct and incorrect answers are the same token: no logit difference "
+                         "to attribute")
+    values = torch.tensor([table["dla"].tolist() for table in tables], dtype=torch.float64)  # [pair row]
+    table = tables[0][list(COLUMNS[:-1])].copy()
+    table.attrs = {}  # not the first pair's answer and position
+    table["dla"] = values.mean(0).tolist()
+    table["dla_std"] = values.std(0).tolist() if len(tables) > 1 else float("nan")
+    share = torch.tensor(tops, dtype=torch.float64).mean(0).tolist()  # [entry]
+    leads = next((labels[entry] for entry in range(len(share)) if all(s > 0.5 for s in share[entry:])), None)
+    table.attrs.update(pairs=len(tables), skipped=skipped, lens_labels=labels, lens_top1=share, leads=leads,
+                       logit_diff=sum(t.attrs["logit_diff"] for t in tables) / len(tables))
+    return table
+
+
+def attribution_lines(table: pd.DataFrame, top: int = 8) -> list[str]:
+    """What ``probe circuit --task`` prints after its edges: the `top` heads by |mean DLA| (+ pushes the
+    correct answer over the incorrect one) and where the logit lens first has the answer on top.
+
+    Examples
+    --------
+    >>> table = pd.DataFrame({"component": ["L1H0", "L0H1"], "kind": ["head", "head"], "layer": [1, 0],
+    ...                       "head": [0, 1], "dla": [2.5, -0.25], "dla_std": [0.5, 0.1]})
+    >>> table.attrs.update(pairs=4, logit_diff=3.0, leads="final_post")
+    >>> print("\\n".join(attribution_lines(table)))  # doctest: +NORMALIZE_WHITESPACE
+    direct logit attribution on the clean prompts (4 pairs; logit(correct) − logit(incorrect) = 3.000 on
+    average; + pushes the correct answer):
+      L1H0   +2.500 ± 0.500
+      L0H1   -0.250 ± 0.100
+    logit lens: the correct answer is the top token for most pairs from final_post on
+    """
+    heads = table[table["kind"] == "head"]
+    heads = heads.reindex(heads["dla"].abs().sort_values(ascending=False).index).head(top)
+    lines = [f"direct logit attribution on the clean prompts ({table.attrs['pairs']} pairs; logit(correct) − "
+             f"logit(incorrect) = {table.attrs['logit_diff']:.3f} on average; + pushes the correct answer):"]
+    lines += [f"  {row.component:<6} {row.dla:+.3f} ± {row.dla_std:.3f}" for row in heads.itertuples()]
+    leads = table.attrs.get("leads")
+    lines.append(f"logit lens: the correct answer is the top token for most pairs from {leads} on" if leads
+                 else "logit lens: the correct answer is not the top token for most pairs at the last entry")
+    return lines

@@ -41,9 +41,9 @@ from probe.circuits.corruption import Pairs, corrupted_pairs
 from probe.circuits.patching import control_patches, patch_effects, z_and_beats
 from probe.engine.paths import PathPatch
 from probe.errors import ProbeError
-from probe.heads.label.config import LabelConfig
+from probe.heads.label.config import LabelConfig, Memo
 from probe.heads.registry import REGISTRY
-from probe.heads.tables import load_table
+from probe.heads.tables import labelled_mask, load_table
 from probe.naming import fixed, head_name
 
 Head = tuple[int, int]
@@ -171,14 +171,6 @@ def _mode_word(mode: str) -> str:
     return {"Q": "queries", "K": "keys", "V": "values"}.get(mode, mode)
 
 
-def _is_labelled(value) -> bool:
-    if isinstance(value, bool):
-        return value
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return False
-    return str(value).strip().lower() in ("true", "1", "yes")
-
-
 def shipped_labels(name: str) -> str | None:
     """The label table shipped with a model, or None: a model organism's (``probe/zoo/NAME/labels.csv`` for
     ``zoo:NAME``) or a package-shipped model's, by its model id (:func:`probe.specs.shipped_labels_path`)."""
@@ -198,12 +190,12 @@ def type_labels(labels, loaded) -> pd.DataFrame:
 
 def labelled_heads(table: pd.DataFrame, head_type: str) -> tuple[Head, ...]:
     """The heads labelled `head_type` in `table` (every probe length together)."""
-    rows = table[(table["head_type"].astype(str) == head_type) & table["label"].map(_is_labelled)]
+    rows = table[(table["head_type"].astype(str) == head_type) & labelled_mask(table["label"])]
     return tuple(sorted({(int(row.layer), int(row.head)) for row in rows.itertuples()}))
 
 
 def _nodes(table: pd.DataFrame, heads: set[Head], receivers: tuple[Head, ...]) -> pd.DataFrame:
-    labelled = table[table["label"].map(_is_labelled)] if len(table) else table
+    labelled = table[labelled_mask(table["label"])] if len(table) else table
     records = []
     for layer, head in sorted(heads):
         mine = (labelled["layer"] == layer) & (labelled["head"] == head) if len(labelled) else None
@@ -222,6 +214,7 @@ def find_circuit(
     label_config: LabelConfig | None = None,
     note: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    memo: Memo | None = None,
 ) -> Circuit:
     """The circuit of `head_type` on `loaded` (module doc).
 
@@ -242,6 +235,13 @@ def find_circuit(
         Called with one-line notes (refusals, dropped examples, RoPE).
     progress : callable, optional
         Called as ``progress(forwards done, forwards)`` while patching.
+    memo : callable, optional
+        ``memo(key, compute)`` (:data:`probe.heads.label.config.Memo`): the resumable steps go through it —
+        a fresh labelling's batches, the composition scores (``composition``), each paired batch's clean and
+        corrupted forwards and each patched forward (``patch/…``,
+        :func:`probe.circuits.patching.patch_effects`); ``probe circuit --out`` journals them
+        (:mod:`probe.runs.circuits`). The random controls are drawn from ``config.seed`` alone, so a
+        resumed run patches the same controls.
 
     Returns
     -------
@@ -275,7 +275,7 @@ def find_circuit(
         labels = label_model(loaded, LabelConfig(types=(head_type,), examples=label_config.examples,
                                                  seq_len=label_config.seq_len, seed=label_config.seed,
                                                  coref_set=label_config.coref_set, ablate="none",
-                                                 output_share=False), note=say)
+                                                 output_share=False), note=say, memo=memo)
     table = type_labels(labels, loaded)
     receivers = labelled_heads(table, head_type)
     empty = pd.DataFrame(columns=EDGE_COLUMNS)
@@ -284,8 +284,11 @@ def find_circuit(
     if not receivers:
         return Circuit(**base, receivers=(), nodes=_nodes(table, set(), ()), edges=empty,
                        composition=pd.DataFrame(), notes=tuple(notes))
-    scores = composition_scores(loaded, None if config.all_pairs else receivers, modes=modes,
-                                n_random=config.n_random, seed=config.seed)
+    def scored():
+        return composition_scores(loaded, None if config.all_pairs else receivers, modes=modes,
+                                  n_random=config.n_random, seed=config.seed)
+
+    scores = scored() if memo is None else memo("composition", scored)
     for text in scores.attrs.get("notes", []):
         say(text)
     into = scores[scores["receiver"].isin([head_name(*r) for r in receivers])] if len(scores) else scores
@@ -293,7 +296,7 @@ def find_circuit(
     pairs = corrupted_pairs(loaded, head_type, label_config, config.examples, note=say)
     if pairs.note:
         say(pairs.note)
-    patched = _patch(loaded, pairs, candidates, receivers, modes, config, say, progress)
+    patched = _patch(loaded, pairs, candidates, receivers, modes, config, say, progress, memo)
     edges = _edges(candidates, patched, config.min_share)
     in_circuit = edges[edges["in_circuit"]] if len(edges) else edges
     heads = set(receivers) | {_head(name) for name in in_circuit["sender"]}
@@ -322,7 +325,7 @@ def _candidates(into: pd.DataFrame, top_k: int) -> pd.DataFrame:
 
 
 def _patch(loaded, pairs: Pairs, candidates: pd.DataFrame, receivers: tuple[Head, ...], modes, config,
-           say, progress) -> dict:
+           say, progress, memo=None) -> dict:
     """Effects of the candidate (sender, mode) into every later receiver, of each candidate edge alone, of
     their controls and of the type's heads (module doc); {} when the model cannot be patched."""
     if not pairs.batches or candidates.empty:
@@ -349,7 +352,8 @@ def _patch(loaded, pairs: Pairs, candidates: pd.DataFrame, receivers: tuple[Head
     patches = [*joint.values(), *single.values(), *controls, *singles,
                PathPatch(tuple(receivers), downstream=True)]
     try:
-        measured = patch_effects(loaded, pairs, patches, max_rows=config.max_rows, progress=progress)
+        measured = patch_effects(loaded, pairs, patches, max_rows=config.max_rows, progress=progress,
+                                 memo=memo)
     except ProbeError as error:
         say(f"{loaded.name}: {error}")
         return {}
@@ -416,12 +420,12 @@ def fed_by_columns(loaded, table: pd.DataFrame, config: CircuitConfig = CircuitC
     out = table.copy()
     for column in FED_BY_COLUMNS:
         out[column] = math.nan if column == "fed_by_effect" else None
-    labelled = out[out["label"].map(_is_labelled)]
+    labelled = out[labelled_mask(out["label"])]
     for head_type in dict.fromkeys(labelled["head_type"].astype(str)):
         circuit = find_circuit(loaded, head_type, out, config, label_config, note)
         for row in fed_by(circuit).itertuples():
             where = (out["head_type"].astype(str) == head_type) & (out["layer"] == row.layer) & (
-                out["head"] == row.head) & out["label"].map(_is_labelled)
+                out["head"] == row.head) & labelled_mask(out["label"])
             out.loc[where, "fed_by"] = row.fed_by
             out.loc[where, "fed_by_mode"] = row.fed_by_mode
             out.loc[where, "fed_by_effect"] = row.fed_by_effect

@@ -20,11 +20,23 @@ Scores (``score`` ≈ metric(edge patched) − metric(clean), the mean over pair
 * ``eap`` (Syed et al. 2023): Σ_positions Δ_u · ∂metric/∂(input of v) on the clean run, mean over pairs;
 * ``eap-ig`` (Hanna et al. 2024): the same with the gradient averaged over the `steps` runs whose embeddings
   are corrupted + k/steps · (clean − corrupted), k = 0 … steps − 1 (``hannamw/EAP-IG``'s
-  ``get_scores_eap_ig``: the input node interpolated, the activation differences from the plain clean and
-  corrupted runs).
+  ``get_scores_eap_ig``, its ``EAP-IG-inputs``: the input node interpolated, the activation differences from
+  the plain clean and corrupted runs);
+* ``eap-ig-activations`` (their ``get_scores_ig_activations``): the gradient averaged over one run per node
+  and step — the embeddings, each layer's heads together, each MLP in turn replaced by corrupted + k/steps ·
+  (clean − corrupted), k = 1 … steps, the rest of the run computed from it (no gradient flows through the
+  replaced node); (2 · layers + 1) · steps forward-backwards;
+* ``clean-corrupted`` (their ``get_scores_clean_corrupted``): the gradient averaged over the plain clean
+  and the plain corrupted run.
+
+``exact`` is their ``get_scores_exact`` with the ``patching`` intervention (``evaluate_graph`` with every
+edge but one: the receiver reads its clean input plus a_u(corrupted) − a_u(this run), and a_u(this run) is
+the clean one since u precedes the only patched edge). The gradient methods take only the receivers'
+gradients (``backward(inputs=…)``): the model's parameters, their ``requires_grad`` and ``.grad`` are left
+alone. How each agrees with ``exact`` on zoo:induction: docs/circuits.md.
 
 Cost: eap = 2 forwards + 1 forward-backward; eap-ig = 2 + `steps` forward-backwards; exact = one forward of
-the pairs per edge.
+the pairs per edge (docs/benchmarks.md, ``benchmarks/edges.py``).
 
 Examples
 --------
@@ -38,8 +50,8 @@ Examples
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+import inspect
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -54,7 +66,7 @@ from probe.engine.sites import SiteMap, site_map
 from probe.errors import ProbeError
 from probe.models import LoadedModel
 
-METHODS = ("eap", "eap-ig", "exact")
+METHODS = ("eap", "eap-ig", "exact", "eap-ig-activations", "clean-corrupted")
 INPUTS = ("q", "k", "v")
 
 
@@ -144,18 +156,21 @@ def model_graph(found: SiteMap) -> Graph:
     return Graph(tuple(senders), tuple(receivers))
 
 
-@contextlib.contextmanager
-def frozen(model: nn.Module) -> Iterator[None]:
-    """The model's parameters without gradients while the block runs (restored after): backward passes
-    fill no parameter's ``.grad``."""
-    flags = [(parameter, parameter.requires_grad) for parameter in model.parameters()]
-    try:
-        for parameter, _ in flags:
-            parameter.requires_grad_(False)
-        yield
-    finally:
-        for parameter, flag in flags:
-            parameter.requires_grad_(flag)
+def last_logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The logits at the last position `[batch vocab]`, only those computed where the model's forward takes
+    ``logits_to_keep`` (transformers' causal LMs: the unembedding of one position, not of every one).
+
+    Examples
+    --------
+    >>> from probe.zoo.tiny import build_tiny
+    >>> model, _ = build_tiny("gpt2")
+    >>> ids = torch.tensor([[1, 5, 9, 5]])
+    >>> with torch.no_grad():
+    ...     bool(torch.allclose(last_logits(model, ids), model(input_ids=ids).logits[:, -1]))
+    True
+    """
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    return model(input_ids=ids, use_cache=False, **keep).logits[:, -1]
 
 
 def output_weights(found: SiteMap, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -169,8 +184,15 @@ def output_weights(found: SiteMap, dtype: torch.dtype) -> list[torch.Tensor]:
 
 
 def contributions(model: nn.Module, found: SiteMap, graph: Graph, ids: torch.Tensor,
-                  weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+                  weights: list[torch.Tensor],
+                  sites: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Every sender's contribution to the residual stream, and the last position's logits, on `ids`.
+
+    Parameters
+    ----------
+    sites : dict, optional
+        Filled with the senders' sites as the model has them: {site: tensor} (``embed``, ``L{l}.mlp_out``
+        `[batch seq d_model]`, ``L{l}.head_out`` `[batch seq head d_v]`; the model's dtype).
 
     Returns
     -------
@@ -179,7 +201,7 @@ def contributions(model: nn.Module, found: SiteMap, graph: Graph, ids: torch.Ten
     """
     watch = sorted({node.site for node in graph.senders})
     with torch.no_grad(), intervene(model, watch=watch, sites=found) as run:
-        logits = model(input_ids=ids, use_cache=False).logits[:, -1]
+        logits = last_logits(model, ids)
     parts, work, done = [], torch.promote_types(logits.dtype, torch.float32), set()
     for node in graph.senders:  # senders in order: a layer's heads together, then its MLP
         if node.site in done:
@@ -189,42 +211,66 @@ def contributions(model: nn.Module, found: SiteMap, graph: Graph, ids: torch.Ten
         if node.head is not None:  # every head of the layer at once: z_h W_O^h
             tensor = torch.einsum("bqhv,hvd->bqhd", tensor, weights[node.layer].to(tensor))  # [b q head d]
         parts.append(tensor if node.head is not None else tensor[:, :, None])
+    if sites is not None:
+        sites.update(run.saved)
     return torch.cat(parts, 2), logits.to(work)  # [batch seq sender d_model], [batch vocab]
 
 
-def _gradient_scores(model, found, graph, task, ids, correct, incorrect, clean_logits, delta,
-                     embeds: tuple[torch.Tensor, torch.Tensor] | None, steps: int) -> torch.Tensor:
-    """Σ over pairs and positions of Δ_u · ∂metric/∂(input of v), summed over the gradient runs and divided
-    by their number: `[sender receiver]` float64 (not yet divided by the pairs)."""
+def _gradient_scores(model, found, graph, task, runs: list[tuple[torch.Tensor, dict]], correct, incorrect,
+                     clean_logits, delta) -> torch.Tensor:
+    """Σ over pairs and positions of Δ_u · ∂metric/∂(input of v), summed over the gradient `runs` ((input ids,
+    edits) each: one forward-backward) and divided by their number: `[sender receiver]` float64 (not yet
+    divided by the pairs). Only the receivers' gradients are taken (``backward(inputs=…)``): the model's
+    parameters and their ``.grad`` are left alone; a receiver no gradient reaches (its layer's output
+    replaced by an edit) adds 0."""
     sites = sorted({node.site for node in graph.receivers})
     total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
     flat = delta.permute(2, 0, 1, 3).reshape(delta.shape[2], -1)  # [sender batch*seq*d_model]: a GEMM/site
-    alphas = [None] if embeds is None else [step / steps for step in range(steps)]
-    for alpha in alphas:
-        edit = {}
-        if alpha is not None:
-            corrupted, clean = embeds
-            edit["embed"] = Edit.replace(corrupted + alpha * (clean - corrupted))
-        with frozen(model), torch.enable_grad(), intervene(model, edit=edit, grad=sites, sites=found) as run:
-            logits = model(input_ids=ids, use_cache=False).logits[:, -1]
-            metric_values(task.metric, logits, correct, incorrect, clean_logits).sum().backward()
+    order = {node.site: node.order for node in graph.receivers}
+    before = {site: sum(node.order < order[site] for node in graph.senders) for site in sites}  # in order
+    for ids, edit in runs:
+        with torch.enable_grad(), intervene(model, edit=edit, grad=sites, sites=found) as run:
+            logits = last_logits(model, ids)
+            metric = metric_values(task.metric, logits, correct, incorrect, clean_logits).sum()
+            metric.backward(inputs=list({id(kept): kept for kept in run.kept.values()}.values()))
         for site in sites:  # one contraction per site: every head of it at once
+            if run.kept[site].grad is None:
+                continue
             grad = run.grads[site].to(delta.dtype)  # [batch seq head d_model] or [batch seq d_model]
             grad = grad if grad.dim() == 4 else grad[:, :, None]  # [batch seq head|1 d_model]
             grad = grad.permute(0, 1, 3, 2).reshape(-1, grad.shape[2])  # [batch*seq*d_model head|1]
-            products = (flat @ grad).double().cpu()  # [sender head|1]
+            count = before[site]  # only the senders before the site: the rest are no edges
+            products = (flat[:count] @ grad).double().cpu()  # [sender head|1]
             for index, node in enumerate(graph.receivers):
                 if node.site == site:
-                    total[:, index] += products[:, node.head if node.head is not None else 0]
-    return total / len(alphas)
+                    total[:count, index] += products[:, node.head if node.head is not None else 0]
+        run.kept.clear()  # this step's tensors and gradients go now (a Run is freed only by the cyclic GC)
+        run.inputs.clear()
+    return total / len(runs)
+
+
+def _gradient_runs(method: str, graph: Graph, ids: torch.Tensor, bad_ids: torch.Tensor, clean: dict,
+                   corrupted: dict, steps: int) -> list[tuple[torch.Tensor, dict]]:
+    """The forward-backwards whose gradients a gradient method averages: (input ids, edits) each (module
+    doc); `clean` / `corrupted`: the senders' sites of the plain runs (:func:`contributions`)."""
+    if method == "eap":
+        return [(ids, {})]
+    if method == "clean-corrupted":
+        return [(ids, {}), (bad_ids, {})]
+
+    def between(site: str, alpha: float) -> dict:
+        return {site: Edit.replace(corrupted[site] + alpha * (clean[site] - corrupted[site]))}
+    if method == "eap-ig":
+        return [(ids, between("embed", step / steps)) for step in range(steps)]
+    nodes = list(dict.fromkeys(node.site for node in graph.senders))  # embed, then per layer heads and MLP
+    return [(ids, between(site, step / steps)) for site in nodes for step in range(1, steps + 1)]
 
 
 def _exact_scores(model, found, graph, task, ids, correct, incorrect, clean_logits, delta, clean_metric,
-                  max_rows: int, scale: float) -> torch.Tensor:
-    """metric(clean with one edge's Δ added at its receiver) − metric(clean), summed over pairs, per edge:
-    `[sender receiver]` float64 (NaN where no edge)."""
+                  max_rows: int, scale: float, edges: list[tuple[int, int]]) -> torch.Tensor:
+    """metric(clean with one edge's Δ added at its receiver) − metric(clean), summed over pairs, per edge of
+    `edges`: `[sender receiver]` float64 (NaN elsewhere)."""
     total = torch.full((len(graph.senders), len(graph.receivers)), float("nan"), dtype=torch.float64)
-    edges = graph.edges()
     batch, dtype = len(ids), next(model.parameters()).dtype
     per = max(1, max_rows // batch)
     for start in range(0, len(edges), per):
@@ -252,7 +298,7 @@ def _exact_scores(model, found, graph, task, ids, correct, incorrect, clean_logi
             else:
                 edit[name] = Edit.add(value)  # [rows seq d_model]
         with torch.no_grad(), intervene(model, edit=edit, sites=found):
-            logits = model(input_ids=ids.repeat(copies, 1), use_cache=False).logits[:, -1].to(delta.dtype)
+            logits = last_logits(model, ids.repeat(copies, 1)).to(delta.dtype)
         patched = metric_values(task.metric, logits, correct.repeat(copies), incorrect.repeat(copies),
                                 clean_logits.repeat(copies, 1))  # [copies*batch]
         change = (patched.view(copies, batch) - clean_metric[None]).sum(1).double().cpu()  # [copies]
@@ -262,7 +308,7 @@ def _exact_scores(model, found, graph, task, ids, correct, incorrect, clean_logi
 
 
 def edge_scores(model, task: Task, method: str = "eap-ig", steps: int = 5, max_rows: int = 256,
-                scale: float = 1.0) -> pd.DataFrame:
+                scale: float = 1.0, edges: Iterable[tuple[str, str, str]] | None = None) -> pd.DataFrame:
     """Every edge of the model's graph scored for `task` (module doc).
 
     Parameters
@@ -271,7 +317,7 @@ def edge_scores(model, task: Task, method: str = "eap-ig", steps: int = 5, max_r
         A pre-norm decoder (causal LM).
     task : Task
         Pairs, answers and the metric.
-    method : {"eap-ig", "eap", "exact"}, default "eap-ig"
+    method : {"eap-ig", "eap", "exact", "eap-ig-activations", "clean-corrupted"}, default "eap-ig"
     steps : int, default 5
         EAP-IG's interpolation steps (Hanna et al.'s default in their experiments).
     max_rows : int, default 256
@@ -279,6 +325,10 @@ def edge_scores(model, task: Task, method: str = "eap-ig", steps: int = 5, max_r
     scale : float, default 1.0
         Exact patching adds scale · Δ_u at the receiver (1: patching; a small scale divided out checks EAP to
         first order).
+    edges : iterable of (str, str, str), optional
+        Only these edges, as (``sender``, ``receiver``, ``input``) of the table: exact patching runs only
+        them (e.g. to check a circuit on a model too big to patch every edge), the table has only their rows.
+        Default: every edge.
 
     Returns
     -------
@@ -292,7 +342,8 @@ def edge_scores(model, task: Task, method: str = "eap-ig", steps: int = 5, max_r
     Raises
     ------
     ProbeError
-        Unknown method, steps < 1, or a model whose graph cannot be built (:func:`model_graph`).
+        Unknown method, steps < 1, an edge not in the model's graph, or a model whose graph cannot be built
+        (:func:`model_graph`).
 
     Examples
     --------
@@ -317,36 +368,53 @@ def edge_scores(model, task: Task, method: str = "eap-ig", steps: int = 5, max_r
                          f"ids 0..{vocab - 1}; was the task tokenized for another model?")
     found = site_map(model)
     graph = model_graph(found)
+    chosen = _chosen(graph, edges)
     device = next(model.parameters()).device
     weights = output_weights(found, torch.promote_types(next(model.parameters()).dtype, torch.float32))
     total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
     clean_sum = corrupted_sum = 0.0
     for ids, bad_ids, correct, incorrect in task.batches(device):
-        clean_parts, clean_logits = contributions(model, found, graph, ids, weights)
-        bad_parts, bad_logits = contributions(model, found, graph, bad_ids, weights)
+        clean_sites: dict[str, torch.Tensor] = {}
+        bad_sites: dict[str, torch.Tensor] = {}
+        clean_parts, clean_logits = contributions(model, found, graph, ids, weights, clean_sites)
+        bad_parts, bad_logits = contributions(model, found, graph, bad_ids, weights, bad_sites)
         delta = bad_parts - clean_parts  # [batch seq sender d_model]
         clean_metric = metric_values(task.metric, clean_logits, correct, incorrect, clean_logits)
         clean_sum += float(clean_metric.sum())
         corrupted_sum += float(metric_values(task.metric, bad_logits, correct, incorrect, clean_logits).sum())
         if method == "exact":
             total += _exact_scores(model, found, graph, task, ids, correct, incorrect, clean_logits, delta,
-                                   clean_metric, max_rows, scale) / scale
+                                   clean_metric, max_rows, scale, chosen) / scale
         else:
-            embeds = None
-            if method == "eap-ig":
-                embed = [node.name for node in graph.senders].index("embed")
-                dtype = model.get_input_embeddings().weight.dtype
-                embeds = (bad_parts[:, :, embed].to(dtype), clean_parts[:, :, embed].to(dtype))
-            total += _gradient_scores(model, found, graph, task, ids, correct, incorrect, clean_logits, delta,
-                                      embeds, steps)
+            runs = _gradient_runs(method, graph, ids, bad_ids, clean_sites, bad_sites, steps)
+            total += _gradient_scores(model, found, graph, task, runs, correct, incorrect, clean_logits,
+                                      delta)
     scores = total / len(task)
-    return _table(graph, scores, method, task, clean_sum / len(task), corrupted_sum / len(task))
+    return _table(graph, chosen, scores, method, task, clean_sum / len(task), corrupted_sum / len(task))
 
 
-def _table(graph: Graph, scores: torch.Tensor, method: str, task: Task, clean: float,
-           corrupted: float) -> pd.DataFrame:
+def _chosen(graph: Graph, edges: Iterable[tuple[str, str, str]] | None) -> list[tuple[int, int]]:
+    """(sender index, receiver index) of `edges` ((sender, receiver, input) names), or every edge."""
+    every = graph.edges()
+    if edges is None:
+        return every
+    index = {(graph.senders[s].name, graph.receivers[r].name, graph.receivers[r].input): (s, r)
+             for s, r in every}
+    chosen = []
+    for edge in edges:
+        if tuple(edge) not in index:
+            raise ProbeError(f"edge {tuple(edge)} is not in the model's graph: give (sender, receiver,"
+                             " input) as in a row of edge_scores' table, e.g. ('L0H1', 'L1H0', 'k')")
+        chosen.append(index[tuple(edge)])
+    if not chosen:
+        raise ProbeError("edges= is empty: give at least one (sender, receiver, input), or None for all")
+    return chosen
+
+
+def _table(graph: Graph, edges: list[tuple[int, int]], scores: torch.Tensor, method: str, task: Task,
+           clean: float, corrupted: float) -> pd.DataFrame:
     rows = []
-    for sender, receiver in graph.edges():
+    for sender, receiver in edges:
         s, r = graph.senders[sender], graph.receivers[receiver]
         rows.append({"sender": s.name, "receiver": r.name, "input": r.input,
                      "score": float(scores[sender, receiver]), "sender_layer": s.layer,
@@ -372,5 +440,5 @@ def edges_into(table: pd.DataFrame, receiver: str, input: str) -> pd.DataFrame:
     return rows.iloc[rows["score"].abs().argsort()[::-1]]
 
 
-__all__ = ["Graph", "METHODS", "Node", "contributions", "edge_scores", "edges_into", "frozen", "model_graph",
-           "output_weights"]
+__all__ = ["Graph", "METHODS", "Node", "contributions", "edge_scores", "edges_into", "last_logits",
+           "model_graph", "output_weights"]

@@ -1,11 +1,17 @@
 """How much of a task's behaviour a set of edges carries: every edge outside the circuit patched to the
 corrupted run (Hanna et al. 2024's ``evaluate_graph``, patching intervention), against random circuits of the
-same size.
+same size, and the curve's areas as MIB's circuit-localisation track scores them (:func:`mib_areas`).
 
 A receiver's input in the patched run is its senders' outputs in this run for the circuit's edges and their
 outputs in the corrupted run for every other edge: input_v = Σ_{u ∈ C} a_u(run) + Σ_{u ∉ C} a_u(corrupted)
 (+ the constant biases). With no edge kept the run is the corrupted run; with every edge kept, the clean run.
 The share recovered is (m(C) − m(corrupted)) / (m(clean) − m(corrupted)).
+
+**CPR and CMD** (Mueller et al. 2025, MIB; ``evaluate_area_under_curve`` in hannamw/MIB-circuit-track's
+``MIB_circuit_track/evaluation.py``, read at commit b759df3): the curve is evaluated at the top-n edges for
+n = int(p · E), p in :data:`MIB_PERCENTAGES` (E = every edge), and with x = p itself (linear, not n / E, and
+from p = 0.001, not 0) the trapezoid rule gives CPR = ∫ f dp (higher is better) and CMD = ∫ |1 − f| dp
+(lower is better), f the share recovered. :func:`faithfulness_curve` evaluates those points with its own.
 
 Examples
 --------
@@ -21,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pandas as pd
@@ -33,6 +40,72 @@ from probe.engine.interventions import intervene
 from probe.engine.sites import site_map
 from probe.errors import ProbeError
 from probe.models import LoadedModel
+
+# MIB's x-axis: the share of edges kept (MIB_circuit_track/evaluation.py, `percentages`)
+MIB_PERCENTAGES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def mib_sizes(total: int) -> list[int]:
+    """The circuit sizes MIB evaluates for a graph of `total` edges: int(p · total) for each p of
+    :data:`MIB_PERCENTAGES` (truncated, as MIB's ``int(pct * n_scored_items)``; repeats kept, one per p).
+
+    Examples
+    --------
+    >>> mib_sizes(110)
+    [0, 0, 0, 1, 2, 5, 11, 22, 55, 110]
+    """
+    return [int(p * total) for p in MIB_PERCENTAGES]
+
+
+def mib_areas(shares: Sequence[float], percentages: Sequence[float] = MIB_PERCENTAGES) -> tuple[float, float]:
+    """MIB's CPR and CMD of a faithfulness curve: the trapezoid areas under f and under |1 − f| over x = the
+    share of edges kept (`percentages`, MIB's by default), f = `shares` at those points.
+
+    Parameters
+    ----------
+    shares : sequence of float
+        The share of the clean − corrupted gap kept at each percentage (one per point, in order).
+    percentages : sequence of float
+        The x-axis (increasing).
+
+    Returns
+    -------
+    (float, float)
+        (CPR, CMD); NaN where a share is NaN (unknown).
+
+    Examples
+    --------
+    >>> cpr, cmd = mib_areas([0.0, 0.5, 1.0], [0.0, 0.5, 1.0])  # f = x: area 1/2, |1 − f| area 1/2
+    >>> round(cpr, 12), round(cmd, 12)
+    (0.5, 0.5)
+    >>> round(mib_areas([1.0] * 10)[0], 12)  # a perfect curve over MIB's x from 0.001 to 1
+    0.999
+    """
+    if len(shares) != len(percentages) or len(shares) < 2:
+        raise ProbeError(f"{len(shares)} shares for {len(percentages)} percentages: give one per point (≥ 2)")
+    if any(math.isnan(float(value)) for value in shares):
+        return float("nan"), float("nan")
+    cpr = cmd = 0.0
+    for index in range(len(shares) - 1):
+        width, f1, f2 = percentages[index + 1] - percentages[index], shares[index], shares[index + 1]
+        cpr += width * (f1 + f2) / 2
+        cmd += width * (abs(1.0 - f1) + abs(1.0 - f2)) / 2
+    return cpr, cmd
+
+
+def curve_areas(curve: pd.DataFrame, total: int, column: str = "share") -> tuple[float, float]:
+    """(CPR, CMD) of `curve`'s `column` (``share``, or ``random_share`` for the random circuits) read at MIB's
+    sizes for `total` edges (:func:`mib_sizes`); NaN where the curve lacks one of those sizes.
+
+    Examples
+    --------
+    >>> curve = pd.DataFrame({"edges": [0, 1, 2, 5, 10], "share": [0.0, 0.2, 0.4, 1.0, 1.0]})
+    >>> [round(value, 6) for value in curve_areas(curve, 10)]  # sizes 0,0,0,0,0,0,1,2,5,10
+    [0.745, 0.254]
+    """
+    values = dict(zip(curve["edges"].astype(int), curve[column].astype(float), strict=True))
+    shares = [values.get(n, float("nan")) for n in mib_sizes(total)]
+    return mib_areas(shares)
 
 
 def _kept_matrix(graph, table: pd.DataFrame, chosen) -> torch.Tensor:
@@ -128,8 +201,8 @@ def circuit_metric(model, task: Task, table: pd.DataFrame, chosen) -> float:
     >>> model, _ = build_tiny("llama")
     >>> task = make_task(None, [[3, 5, 6, 7]], [[3, 8, 6, 7]], [5], [8])
     >>> table = edge_scores(model, task, method="eap")
-    >>> round(circuit_metric(model, task, table, table.index) - table.attrs["clean_metric"], 6)
-    0.0
+    >>> abs(circuit_metric(model, task, table, table.index) - table.attrs["clean_metric"]) < 1e-6  # all kept
+    True
     """
     return _Prepared(model, task).metric(table, chosen)
 
@@ -146,7 +219,8 @@ def faithfulness_curve(model, task: Task, table: pd.DataFrame, sizes: Sequence[i
     table : pandas.DataFrame
         :func:`~probe.circuits.edges.edge_scores` of this model and task (its ``abs_rank`` orders the edges).
     sizes : sequence of int, optional
-        Circuit sizes (default: 0, 1, 2, 5, 10, 20, 50, 100, 200, … up to every edge).
+        Circuit sizes (default: 0, 1, 2, 5, 10, 20, 50, 100, 200, … up to every edge, and MIB's sizes,
+        :func:`mib_sizes`).
     random : int, default 5
         Random circuits per size (uniform over the table's edges).
     seed : int, default 0
@@ -155,12 +229,13 @@ def faithfulness_curve(model, task: Task, table: pd.DataFrame, sizes: Sequence[i
     -------
     pandas.DataFrame
         ``edges``, ``metric``, ``share``, ``random_share`` (mean over the random circuits; NaN without),
-        ``random_max``. ``attrs``: ``clean_metric``, ``corrupted_metric``.
+        ``random_max``. ``attrs``: ``clean_metric``, ``corrupted_metric``, ``total_edges``, ``cpr``,
+        ``cmd``, ``random_cpr``, ``random_cmd`` (:func:`curve_areas`; NaN where `sizes` lacks MIB's).
     """
     total = len(table)
     if sizes is None:
         steps = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
-        sizes = sorted({0, total, *(n for n in steps if n < total)})
+        sizes = sorted({0, total, *(n for n in steps if n < total), *mib_sizes(total)})
     if any(not 0 <= n <= total for n in sizes):
         raise ProbeError(f"circuit sizes must be between 0 and the {total} edges")
     order = table.sort_values("abs_rank").index
@@ -178,7 +253,10 @@ def faithfulness_curve(model, task: Task, table: pd.DataFrame, sizes: Sequence[i
                      "random_share": sum(shares) / len(shares) if shares else float("nan"),
                      "random_max": max(shares) if shares else float("nan")})
     curve = pd.DataFrame(rows)
-    curve.attrs.update(clean_metric=clean, corrupted_metric=corrupted)
+    curve.attrs.update(clean_metric=clean, corrupted_metric=corrupted, total_edges=total)
+    cpr, cmd = curve_areas(curve, total)
+    random_cpr, random_cmd = curve_areas(curve, total, "random_share")
+    curve.attrs.update(cpr=cpr, cmd=cmd, random_cpr=random_cpr, random_cmd=random_cmd)
     return curve
 
 
@@ -194,4 +272,5 @@ def smallest_circuit(curve: pd.DataFrame, share: float = 0.8) -> int | None:
     return None if reached.empty else int(reached["edges"].min())
 
 
-__all__ = ["circuit_metric", "faithfulness_curve", "smallest_circuit"]
+__all__ = ["MIB_PERCENTAGES", "circuit_metric", "curve_areas", "faithfulness_curve", "mib_areas", "mib_sizes",
+           "smallest_circuit"]

@@ -25,7 +25,6 @@ Examples
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 import torch
 
 from probe.errors import ProbeError
+from probe.heads.probesets.probe_file import json_objects, read_text
 
 METRICS = ("logit_diff", "prob", "kl", "loss")
 COLUMNS = ("clean", "corrupted", "correct", "incorrect")
@@ -250,25 +250,13 @@ def load_task(path: str | Path, tokenizer=None, metric: str = "logit_diff",
     path = Path(path)
     if path.suffix not in (".csv", ".jsonl"):
         raise ProbeError(f"task file {path} is not .csv or .jsonl")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ProbeError(f"cannot read task file {path}: {error.strerror or error}") from None
+    text = read_text(path, "task file")
     if path.suffix == ".csv":
         records = list(csv.DictReader(text.splitlines()))
         first = 2
     else:
-        records, first = [], 1
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ProbeError(f"{path} row {number}: not JSON ({error.msg})") from None
-            if not isinstance(record, dict):
-                raise ProbeError(f"{path} row {number}: not a JSON object")
-            records.append(record)
+        records = [record for _, record in json_objects(text, path, COLUMNS, unit="row")]
+        first = 1
     for number, record in enumerate(records, first):
         missing = [column for column in COLUMNS if record.get(column) in (None, "")]
         if missing:

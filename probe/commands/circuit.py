@@ -8,10 +8,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from probe.commands.circuit_task import add_control, add_task_options, check_task
 from probe.commands.common import (
     TABLE_EXTENSIONS,
     add_model_options,
+    add_ray_options,
     check_model_options,
+    executor,
     load_keywords,
     output_path,
 )
@@ -42,11 +45,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_model_options(parser)
     parser.add_argument("--type", choices=HEAD_TYPES, metavar="TYPE",
                         help=f"the head type: {', '.join(HEAD_TYPES)}; or --task")
-    parser.add_argument("--task", metavar="FILE", help="your own task, every edge scored: CSV or JSONL with "
-                        "clean, corrupted, correct, incorrect (docs/circuits.md)")
-    parser.add_argument("--metric", default="logit_diff", choices=("logit_diff", "prob", "kl", "loss"))
-    parser.add_argument("--method", default="eap-ig", choices=("eap-ig", "eap", "exact"))
-    parser.add_argument("--steps", type=int, default=5, help="EAP-IG steps (default %(default)s)")
+    add_task_options(parser)  # --task FILE|TYPE, --metric, --method, --steps
+    add_control(parser)
     parser.add_argument("--labels", help="label table (probe label --out; default: the model's shipped table "
                                          "for zoo:NAME, else the type is labelled first)")
     parser.add_argument("--modes", default="Q,K,V", help="composition modes, comma-separated (default Q,K,V)")
@@ -67,7 +67,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                                               ".parquet, .json)")
     parser.add_argument("--html", metavar="FILE.html", help="the circuit graph in one offline HTML file")
     parser.add_argument("--force", action="store_true",
-                        help="overwrite an --out, --composition or --html that probe did not write")
+                        help="overwrite an --out, --composition or --html that probe did not write; with "
+                             "--out also recompute what its journal holds")
+    add_ray_options(parser)  # --type: the unit runs on Ray (docs/scale.md)
     return parser
 
 
@@ -83,8 +85,8 @@ def check_args(args: argparse.Namespace) -> tuple[str, ...]:
     """The checks that need no torch; the modes."""
     if (args.type is None) == (args.task is None):
         raise ProbeError("give one of --type TYPE (a head type's circuit) and --task FILE (your own task)")
-    if args.task and (args.steps < 1 or args.html or args.composition or not Path(args.task).is_file()):
-        raise ProbeError(f"--task {args.task}: give a CSV/JSONL file, --steps ≥ 1, no --html/--composition")
+    if args.task:
+        check_task(args)
     if args.top_k < 0:
         raise ProbeError("--top-k must be 0 (every earlier head) or more")
     if args.examples < 1:
@@ -152,30 +154,33 @@ def run(args: argparse.Namespace) -> int:
     check_model_options(args)
     refuse_seq2seq(args.model)
     if args.task is not None:
+        if args.ray is not None:
+            raise ProbeError("--ray runs --type's circuit on Ray; --task runs in this process: drop --ray")
         from probe.commands.circuit_task import run_task
 
-        return run_task(args, out)
+        return run_task(args, out, html_out)
+    run_on = executor(args)  # --ray / --ray-workers: one line before torch loads
     # torch, transformers and pandas only now (probe circuit --help and argument errors answer at once)
-    from probe import models
-    from probe.circuits import CircuitConfig, find_circuit
+    from probe.circuits import CircuitConfig
     from probe.circuits.circuit import shipped_labels
     from probe.heads.tables import save_table
+    from probe.runs import runner
     from probe.runs.atomic import write_atomically
+    from probe.runs.circuits import CircuitTask, circuit_of, circuit_output, circuit_units
 
-    loaded = models.load(args.model, device=args.device, dtype=args.dtype, **load_keywords(args))
     labels = args.labels or shipped_labels(args.model)
     if labels is None:
         _say(f"no --labels: labelling {args.type} on {args.model} first")
     config = CircuitConfig(modes=modes, top_k=args.top_k, all_pairs=args.all_pairs, examples=args.examples,
                            controls=args.controls, seed=args.seed)
-    circuit = find_circuit(loaded, args.type, labels, config, note=_say)
+    task = CircuitTask(args.type, config, labels, args.device, args.dtype, load_keywords(args),
+                       str(out) if out is not None else None, isinstance(run_on, runner.InProcess))
+    report = runner.run(circuit_units(args.model, args.type), task, circuit_output(out, args.force), run_on)
+    result = report.results[0]  # one unit: its failure was raised (one line)
+    circuit = circuit_of(result.table, result.arrays)  # computed, read back from the journal, or from Ray
     for line in circuit.lines():
         print(line, file=sys.stderr)
-    edges = circuit.edges.assign(model=loaded.name, head_type=args.type)
-    if out is not None:
-        write_atomically(out, lambda tmp: save_table(edges, tmp))
-        _say(f"wrote {out} ({len(edges)} candidate edges, {int(edges['in_circuit'].sum())} in the circuit)")
-    elif len(edges):
+    if out is None and len(circuit.edges):
         print(readable_edges(circuit.edges), flush=True)  # the exact values: --out
     if pairs_out is not None:
         write_atomically(pairs_out, lambda tmp: save_table(circuit.composition, tmp))
@@ -185,4 +190,4 @@ def run(args: argparse.Namespace) -> int:
 
         write_circuit_page(circuit, html_out)
         _say(f"wrote {html_out}")
-    return 0
+    return report.code

@@ -44,6 +44,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--circuit", action="append", metavar="TYPE", choices=HEAD_TYPES,
                         help="also the circuit of a head type (probe circuit) on --labels (or a zoo model's "
                              "shipped table); repeat for several")
+    parser.add_argument("--circuit-task", metavar="FILE",
+                        help="also the circuit of your own task over every edge (probe circuit --task: "
+                             "CSV or JSONL pairs; EAP-IG, 5 steps, logit difference)")
     parser.add_argument("--out", required=True, help="the report: FILE.html")
     parser.add_argument("--force", action="store_true",
                         help="overwrite an --out that is not a page probe wrote (your own HTML)")
@@ -78,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
                    (".csv", ".parquet"))
     if args.labels:
         input_file(args.labels, "--labels", "a table written by `probe label`", TABLE_EXTENSIONS)
+    if args.circuit_task:
+        input_file(args.circuit_task, "--circuit-task", "a CSV/JSONL task (docs/circuits.md)",
+                   (".csv", ".jsonl"))
     check_model_options(args)
     # Heavy imports (torch, transformers, pandas) only now.
     from probe.circuits.circuit import shipped_labels
@@ -106,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
         from probe.circuits import find_circuit
 
         circuits.append(find_circuit(loaded, head_type, labels))
+    if args.circuit_task:  # every edge scored on the task: drawn as show_circuit(found) draws it
+        from probe.circuits.task_search import task_circuit
+
+        circuits.append(task_circuit(loaded, args.circuit_task))
     history = None
     if args.history is not None:
         from probe.runs.history import read_history

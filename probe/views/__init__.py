@@ -4,7 +4,8 @@
   drawn under a notebook cell by the package's own ``views.js`` (inlined: offline); ``.save("x.svg" | "x.png"
   | "x.html")``.
 * :func:`label_table` — the labels table as a readable, sortable HTML table.
-* :func:`show_circuit` — a head type's circuit (:mod:`probe.circuits`) as a layered graph.
+* :func:`show_circuit` — a head type's circuit (:mod:`probe.circuits`), or a task's circuit over every edge
+  (``probe circuit --task``), as a layered graph.
 * :func:`show_structure` — a protein model's attention on the 3D structure (3Dmol.js, inlined): a head's top
   pairs as edges through the fold, residues coloured by the attention from / to a residue, the true and the
   predicted contacts, a pick in 3D selecting a pair.

@@ -28,12 +28,10 @@ from probe.card import architecture_card
 from probe.errors import ProbeError
 from probe.heads.corpus import SAMPLE_PASSAGES, covers, natural_text, tokenize_corpus
 from probe.heads.probesets import repeated_blocks
-from probe.models import ModelKind, load, protein_alphabet
+from probe.models import ModelKind, load
 from probe.naming import display_name, head_name
-from probe.proteins.contacts import head_attention_map, predict_contacts
-from probe.proteins.domain import chain_note, domain_note
-from probe.proteins.features import ResidueFeatures
-from probe.proteins.structure import read_structure
+from probe.proteins.analysis import analyse_protein, protein_input
+from probe.proteins.contacts import head_attention_map
 from probe.runs.atomic import write_atomically
 from probe.views import encode
 from probe.views.circuit import circuit_fragment
@@ -41,7 +39,7 @@ from probe.views.figures import atlas_svg, contact_svg, residue_map_svg
 from probe.views.html_view import standalone_page
 from probe.views.pooling import pooled_attention
 from probe.views.reading import controls_line, format_q, is_labelled
-from probe.views.structure_view import aligned_structure, structure_fragment, structure_view
+from probe.views.structure_view import structure_fragment, structure_view
 from probe.views.tables import as_table, badges, one_model, table_html
 from probe.views.unknowns import unknown_reason
 from probe.views.view import DEMO_PROTEIN, View, display_tokens, fragment, input_ids_of
@@ -129,27 +127,23 @@ def _protein_html(loaded, sequence: str | None, structure: str | None,
     """(contact maps (predicted | true) and the head leaderboard against the contact base rate, the 3D view of
     the heads' attention on the structure (empty without one), the sequence). A `sequence` given with a
     `structure` is aligned to its chain, or refused when it is another protein (as show_structure does)."""
-    true_map, parsed, features = None, None, None
-    note = ("no structure: pass --structure PDB for true contacts, P@L, the base rate and the 3D view of the "
-            "heads' attention")
-    if structure is not None:
-        parsed = read_structure(structure, chain=chain)
-        given = sequence is not None
-        sequence, true_map = aligned_structure(parsed, sequence, protein_alphabet(loaded))  # [L L] int8
-        note = (f"{Path(structure).name} chain {parsed.chain}: {len(parsed.sequence)} residues, "
-                f"{int((np.triu(true_map, 1) == 1).sum())} true contacts (virtual Cβ–Cβ < 8 Å)")
-        if given and sequence != parsed.sequence:
-            placed = int((true_map >= 0).any(axis=1).sum())
-            note += (f" · the given sequence ({len(sequence)} residues) aligned to the chain: {placed} of "
-                     "them placed on the structure")
-        others = chain_note(parsed.chain, parsed.chains)
-        note += f" · {others}" if others else ""
-        # binding sites, secondary structure
-        features = ResidueFeatures.of_structure(parsed, true_map, sequence if given else None)
-    sequence = sequence if sequence is not None else DEMO_PROTEIN
-    result = predict_contacts(loaded, sequence, true_map, per_head=True, features=features)
-    outside = domain_note(str(getattr(loaded.config, "model_type", "")),
-                          str(getattr(loaded.config, "_name_or_path", "") or loaded.name), result.sequence)
+    # the library's one protein analysis (the app's and probe contacts'); below, only how the report shows it
+    if structure is None:
+        protein = protein_input(loaded, sequence if sequence is not None else DEMO_PROTEIN)
+        note = ("no structure: pass --structure PDB for true contacts, P@L, the base rate and the 3D view of "
+                "the heads' attention")
+    else:
+        protein = protein_input(loaded, sequence, structure, chain=chain)
+        chain_read = protein.structure
+        note = (f"{Path(structure).name} chain {chain_read.chain}: {len(chain_read.sequence)} residues, "
+                f"{protein.true_contacts} true contacts (virtual Cβ–Cβ < 8 Å)")
+        if sequence is not None and protein.sequence != chain_read.sequence:
+            note += (f" · the given sequence ({len(protein.sequence)} residues) aligned to the chain: "
+                     f"{protein.placed} of them placed on the structure")
+        note += f" · {protein.other_chains}" if protein.other_chains else ""
+    analysis = analyse_protein(loaded, protein)
+    result, outside = analysis.result, analysis.outside
+    sequence, true_map, parsed = protein.sequence, protein.true_map, protein.structure  # [L L] int8 or None
     parts = [f'<p class="note">{html.escape(note)}</p>']
     if outside:
         parts.append(f'<p class="note domain">{html.escape(outside)}</p>')
@@ -305,8 +299,9 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
         sections += ["<h2>Contacts</h2>", protein_part]
     if view3d:
         sections += ["<h2>Structure</h2>", view3d]
-    for index, found in enumerate(circuits):  # probe.circuits.Circuit: the same graph as show_circuit
-        sections += [f"<h2>Circuit · {html.escape(found.head_type)}</h2>",
+    for index, found in enumerate(circuits):  # a Circuit or a TaskCircuit: the same graph as show_circuit
+        what = getattr(found, "head_type", None) or "your task, every edge"
+        sections += [f"<h2>Circuit · {html.escape(what)}</h2>",
                      circuit_fragment(found.payload(), f"probe-report-circuit-{index}")]
     return standalone_page("\n".join(sections), f"probe report · {display_name(loaded.name)}")
 
@@ -342,7 +337,8 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
         The table ``probe history`` wrote for this model's run (or its file): the training timeline
         (:func:`probe.views.timeline.show_history`); another model's history is refused.
     circuits : sequence of probe.circuits.Circuit, optional
-        Circuits to draw, one section each (:func:`probe.circuits.find_circuit`; ``probe report --circuit``).
+        Circuits to draw, one section each (:func:`probe.circuits.find_circuit`; ``probe report --circuit``),
+        or a task's (:func:`probe.circuits.task_search.task_circuit`; ``probe report --circuit-task``).
 
     Returns
     -------

@@ -6,6 +6,11 @@ labels.csv (its label table, so nothing is labelled at start-up). What belongs h
 and planted test models and the shipped files; training them is :mod:`probe.training` (``probe train NAME``).
 `probe.models.load("zoo:NAME")` resolves the spec through :func:`path`; nothing touches the network.
 
+**Planted organisms** (:func:`planted_names`; card.json ``"planted": true``) ship the same files but their
+weights are set by hand (:mod:`probe.zoo.planted` builds them, and a test checks the shipped weights equal its
+output): ``zoo:name-mover``, the ground truth of circuit search. They resolve like the others and are listed
+apart (:func:`names` is the trained catalogue, which label tables, the app and ``probe train`` iterate).
+
 Examples
 --------
 >>> import probe
@@ -26,17 +31,41 @@ from probe.errors import ProbeError
 ZOO_DIR = Path(__file__).resolve().parent
 
 
+def _is_planted(directory: Path) -> bool:
+    """Whether the organism in `directory` is planted (its card.json says ``"planted": true``)."""
+    try:
+        card_data = json.loads((directory / "card.json").read_text())
+    except (OSError, ValueError):
+        return False  # no card, or one that cannot be read: a trained organism (its own checks say why)
+    return isinstance(card_data, dict) and card_data.get("planted") is True
+
+
 def names() -> list[str]:
-    """The shipped organisms, sorted: every subdirectory with a config.json."""
-    return sorted(entry.name for entry in ZOO_DIR.iterdir() if (entry / "config.json").is_file())
+    """The shipped trained organisms, sorted: every subdirectory with a config.json that is not planted."""
+    return sorted(entry.name for entry in ZOO_DIR.iterdir()
+                  if (entry / "config.json").is_file() and not _is_planted(entry))
+
+
+def planted_names() -> list[str]:
+    """The shipped planted organisms (hand-set weights, card.json ``"planted": true``), sorted.
+
+    Examples
+    --------
+    >>> planted_names()
+    ['name-mover']
+    """
+    return sorted(entry.name for entry in ZOO_DIR.iterdir()
+                  if (entry / "config.json").is_file() and _is_planted(entry))
 
 
 def path(name: str) -> Path:
-    """The directory of organism `name` (what `from_pretrained` reads); ProbeError listing the known names."""
-    known = names()
-    if name not in known:
+    """The directory of organism `name`, trained or planted (what `from_pretrained` reads); ProbeError listing
+    the known names."""
+    known, planted = names(), planted_names()
+    if name not in known and name not in planted:
         raise ProbeError(f"unknown model organism zoo:{name}; known: "
-                         f"{', '.join('zoo:' + n for n in known) or 'none'}")
+                         f"{', '.join('zoo:' + n for n in known) or 'none'}"
+                         + (f"; planted: {', '.join('zoo:' + n for n in planted)}" if planted else ""))
     return ZOO_DIR / name
 
 

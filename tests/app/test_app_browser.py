@@ -147,6 +147,15 @@ def test_grid_click_keys_after_radio_and_checkbox_and_fixed_colours(driver, serv
     wait_for(lambda: heat_matches(driver, service, specs[0], token_ids, 1, 2), what="L1H2's matrix")
     wait_for(lambda: "selected" in driver.find_elements("css selector", f"#{ids.GRID} .thumb")[6]
              .get_attribute("class"), what="the thumbnail marked")
+    # under the explorer: the clicked head's direct contribution to the predicted next token
+    from app.panels.contribution import CONTRIBUTION
+    from probe.circuits.attribution import next_token_heads
+
+    heads = next_token_heads(service.facts.model(specs[0]), token_ids).set_index("component")
+    wait_for(lambda: text_of(driver, CONTRIBUTION).startswith("L1H2 at the last position") and
+             f"{heads.loc['L1H2', 'dla']:+.3f} (rank" in text_of(driver, CONTRIBUTION),
+             what="L1H2's contribution to the next token")
+    assert not console_errors(driver)
 
     # fixed colour scales, read from the drawn figures: the atlas and the explorer run over 0–1
     driver.find_element("css selector", f"#{ids.HEAD_TYPE} input[value='induction']").click()

@@ -49,3 +49,39 @@ def test_circuit_task_on_the_induction_organism(tmp_path, capsys):
     top = keys.loc[keys.groupby("receiver")["score"].apply(lambda s: s.abs().idxmax())]
     assert set(top["sender"]) == {"L0H1"}
     assert table["in_circuit"].sum() >= 1
+
+
+def test_task_types_are_the_librarys():
+    """--task TYPE's list, written out so that checking needs no torch, is the library's CORRUPTIONS."""
+    from probe.circuits.corruption import CORRUPTIONS
+    from probe.commands.circuit_task import TASK_TYPES
+
+    assert TASK_TYPES == tuple(CORRUPTIONS)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["circuit", "--model", "zoo:induction", "--task", "first_token"],
+     "--task first_token: first_token has no corruption to pair its probes with; --task TYPE takes "
+     "induction, duplicate_token, previous_token, coreference"),
+    (["circuit", "--model", "zoo:induction", "--task", "inducton"],
+     "--task inducton: give a CSV/JSONL file, or a head type with paired probes (induction,"),
+])
+def test_task_type_refusals_answer_without_torch(argv, message):
+    found = heavy_after(f"from probe.cli import main\ncode = main({argv!r})\nassert code == 2, code")
+    assert found["heavy"] == [], f"probe {' '.join(argv)} imported {found['heavy']}"
+    assert message in found["err"]
+
+
+@pytest.mark.slow
+def test_circuit_task_type_on_the_induction_organism(capsys):
+    """--task induction: the type's own probes and loss; exit 0, the edges, the curve, the direct logit
+    attribution with the induction heads first."""
+    assert main(["circuit", "--model", "zoo:induction", "--task", "induction", "--examples", "4",
+                 "--method", "eap", "--control", "none"]) == 0
+    printed = capsys.readouterr()
+    assert "edges by eap on loss; corruption: induction: the first copy's tokens resampled" in printed.out
+    assert "induction's paired probes:" in printed.err
+    lines = printed.out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("direct logit attribution"))
+    assert {line.split()[0] for line in lines[start + 1:start + 5]} == {"L1H0", "L1H1", "L1H2", "L1H3"}
+    assert lines[start + 9].startswith("logit lens:")

@@ -5,8 +5,8 @@
 // the targets' share, the token view's colours, a head step) - the app's assets/explorer.js and keys.js use them.
 // window.probeViews.mount(root, data): the standalone view (grid of every head, one head's α with the token view,
 // keys to step heads and layers, PNG/SVG export) for data written by probe/views/view.py.
-// window.probeViews.mountCircuit(root, data, options): a head type's circuit as a layered graph
-// (probe/views/circuit.py).
+// window.probeViews.mountCircuit(root, data, options): a head type's circuit as a layered graph, or (data.kind
+// "task") a task's circuit over every edge of the model (probe/views/circuit.py).
 (function () {
     "use strict";
     if (window.probeViews && window.probeViews.version >= 1) { return; }  // one copy per page (several outputs)
@@ -1007,9 +1007,286 @@
         return new XMLSerializer().serializeToString(copy);
     };
 
-    /** @param {HTMLElement} root @param {CircuitData} data @param {CircuitOptions} [options] */
+
+    // --- a task's circuit (probe circuit --task, TaskCircuit.payload: data.kind "task"): every edge of the model
+    // scored, drawn left to right (embed, each layer's heads then its MLP, logits); an edge is coloured by its
+    // score's sign, as wide as |score|, dashed by the receiver's input (q solid, k dashed, v dotted) and ends at
+    // that input's port; the circuit by default, the strongest other edges on request; hover an edge for its
+    // numbers; the faithfulness curve beside the graph, the circuit's size marked. ---------------------------
+
+    /** @type {{[sign: string]: string}} */
+    var SIGN_COLOURS = {negative: "#1c7ed6", positive: "#e8590c"};
+    /** @type {{[input: string]: string}} */
+    var INPUT_DASHES = {q: "", k: "6 3", v: "1.5 3", mlp: "", logits: ""};
+    /** @type {{[input: string]: number}} */
+    var INPUT_PORTS = {q: -4, k: 0, v: 4, mlp: 0, logits: 0};
+
+    /** @param {TaskEdge} edge @param {number} total @returns {string} */
+    function taskEdgeText(edge, total) {
+        return edge.sender + " → " + edge.receiver + " (" + edge.input + ") · score " + fixed(edge.score, 4, true) +
+            " · rank " + edge.abs_rank + " of " + total + " by |score|" +
+            (edge.in_circuit ? " · in the circuit" : " · not in the circuit");
+    }
+
+    /** @param {number} x @param {number} digits @returns {string} */
+    function rounded(x, digits) { return String(Number(x.toFixed(digits))); }
+
+    /** A task's circuit over every edge of the model. @constructor @param {HTMLElement} root
+     *  @param {TaskCircuitData} data @param {CircuitOptions} [options] */
+    function TaskCircuitView(root, data, options) {
+        this.root = root; this.data = data; this.options = options || {};
+        var circuit = data.edges.filter(function (edge) { return edge.in_circuit; }).length;
+        this.showAll = circuit === 0;  // no circuit reached the share: the strongest edges, not an empty graph
+        /** @type {string | null} */
+        this.selectedName = null;
+        /** @type {SVGElement} */ this.svgNode;  // set by draw()
+        /** @type {{[name: string]: TaskNode}} */
+        this.nodeOf = {};
+        var self = this;
+        data.nodes.forEach(function (node) { self.nodeOf[node.name] = node; });
+        root.classList.add("probe-circuit", "task");
+        root.textContent = "";
+        root.appendChild(el("div", "pc-title", "circuit · " + data.model + " · " + (data.method || "") + " on " +
+                            (data.metric || "") + " · " + data.total_edges + " edges scored"));
+        var controls = el("div", "pc-controls");
+        var toggle = el("label", "pc-toggle"), box = document.createElement("input");
+        box.type = "checkbox";
+        box.checked = this.showAll;
+        box.addEventListener("change", function () { self.showAll = box.checked; self.draw(); });
+        var others = data.edges.length - circuit;
+        toggle.appendChild(box);
+        toggle.appendChild(document.createTextNode(" the " + others + " strongest other edges too" +
+                                                   (data.left_out ? " (" + data.left_out + " weaker not shipped)" : "")));
+        controls.appendChild(toggle);
+        var legend = el("span", "pc-legend");
+        [["negative", "score < 0"], ["positive", "score > 0"]].forEach(function (pair) {
+            var key = el("span", "pc-key", pair[1]);
+            key.style.borderBottom = "3px solid " + SIGN_COLOURS[pair[0]];
+            legend.appendChild(key);
+        });
+        legend.appendChild(document.createTextNode(" width: |score| · input: q solid, k dashed, v dotted"));
+        controls.appendChild(legend);
+        root.appendChild(controls);
+        var body = el("div", "pt-body");
+        this.figure = el("div", "pc-figure");
+        this.curve = el("div", "pt-curve");
+        body.appendChild(this.figure);
+        body.appendChild(this.curve);
+        root.appendChild(body);
+        this.info = el("div", "pc-info", circuit ? "hover an edge for its score; click a node for its edges" :
+                       "no top-n set on the curve keeps the share asked for: the strongest edges are shown");
+        root.appendChild(this.info);
+        var lines = el("ul", "pc-lines");
+        (data.lines || []).slice(0, 1).forEach(function (line) { lines.appendChild(el("li", "", line)); });
+        if (data.clean_metric !== null) {
+            lines.appendChild(el("li", "", (data.metric || "metric") + ": clean " + fixed(data.clean_metric, 3) +
+                                 ", corrupted " + fixed(data.corrupted_metric, 3) + " (" + (data.corruption || "") +
+                                 ")" + (data.pairs ? ", " + data.pairs + " pairs" : "")));
+        }
+        (data.notes || []).forEach(function (line) { lines.appendChild(el("li", "", line)); });  // the twins' search
+        root.appendChild(lines);
+        this.drawCurve();
+        this.draw();
+    }
+
+    TaskCircuitView.prototype.draw = function () {
+        var data = this.data, self = this;
+        var edges = data.edges.filter(function (edge) { return self.showAll || edge.in_circuit; });
+        edges.sort(function (a, b) { return Math.abs(a.score || 0) - Math.abs(b.score || 0); });  // strongest on top
+        var columns = 0;
+        data.nodes.forEach(function (node) { columns = Math.max(columns, node.column); });
+        var left = 34, right = 40, top = 30, available = Math.max(360, (this.figure.clientWidth || 720) - 4);
+        var spacing = Math.max(46, (available - left - right) / Math.max(1, columns));
+        var row = Math.max(14, Math.min(48, 440 / Math.max(1, data.rows)));
+        var width = left + right + spacing * columns, height = top + data.rows * row + 10;
+        /** @param {TaskNode} node @returns {{x: number, y: number}} */
+        function at(node) { return {x: left + node.column * spacing, y: top + node.row * row + row / 2}; }
+        var svg = svgNode("svg", {width: rounded(width, 1), height: rounded(height, 1),
+                                  viewBox: "0 0 " + rounded(width, 1) + " " + rounded(height, 1),
+                                  "font-family": "system-ui, sans-serif", "font-size": "10", role: "img"});
+        svg.appendChild(svgNode("title", {}, "circuit of the task in " + data.model));
+        /** @type {{[column: number]: string}} */
+        var headers = {};
+        data.nodes.forEach(function (node) {
+            headers[node.column] = node.kind === "embed" ? "embed" : node.kind === "logits" ? "logits" :
+                node.kind === "mlp" ? "mlp" : "L" + node.layer;
+        });
+        Object.keys(headers).forEach(function (column) {
+            svg.appendChild(svgNode("text", {x: rounded(left + Number(column) * spacing, 1), y: 12, fill: "currentColor",
+                                             "text-anchor": "middle"}, headers[+column]));
+        });
+        var strongest = 0;
+        edges.forEach(function (edge) { strongest = Math.max(strongest, Math.abs(edge.score || 0)); });
+        /** @type {{[name: string]: boolean}} */
+        var touched = {};
+        /** @type {{[port: string]: boolean}} */
+        var ports = {};
+        edges.forEach(function (edge) {
+            var sender = self.nodeOf[edge.sender], receiver = self.nodeOf[edge.receiver];
+            if (!sender || !receiver) { return; }
+            touched[edge.sender] = touched[edge.receiver] = true;
+            ports[edge.receiver + ":" + edge.input] = true;
+            var a = at(sender), b = at(receiver), x0 = a.x + 6, x1 = b.x - 7, y1 = b.y + (INPUT_PORTS[edge.input] || 0);
+            var dx = Math.max(12, (x1 - x0) / 2);
+            var d = "M" + rounded(x0, 1) + " " + rounded(a.y, 1) + " C" + rounded(x0 + dx, 1) + " " + rounded(a.y, 1) +
+                " " + rounded(x1 - dx, 1) + " " + rounded(y1, 1) + " " + rounded(x1, 1) + " " + rounded(y1, 1);
+            var size = strongest > 0 && edge.score !== null ? Math.abs(edge.score) / strongest : 0;
+            var group = svgNode("g", {"class": "pt-edge" + (edge.in_circuit ? " in-circuit" : " candidate"),
+                                      "data-sender": edge.sender, "data-receiver": edge.receiver,
+                                      "data-input": edge.input, "data-rank": edge.abs_rank});
+            group.appendChild(svgNode("path", {d: d, fill: "none", "class": "pc-edge",
+                                               stroke: SIGN_COLOURS[(edge.score || 0) < 0 ? "negative" : "positive"],
+                                               "stroke-width": rounded(0.6 + 5.4 * size, 2),
+                                               "stroke-opacity": edge.in_circuit ? 0.8 : 0.3,
+                                               "stroke-dasharray": INPUT_DASHES[edge.input] || ""}));
+            group.appendChild(svgNode("path", {d: d, fill: "none", stroke: "transparent", "stroke-width": 7,
+                                               "class": "pt-hit", "pointer-events": "stroke"}));
+            group.appendChild(svgNode("title", {}, taskEdgeText(edge, data.total_edges)));
+            group.addEventListener("mouseenter", function () {
+                group.classList.add("hover");
+                self.info.textContent = taskEdgeText(edge, data.total_edges);
+            });
+            group.addEventListener("mouseleave", function () { group.classList.remove("hover"); });
+            svg.appendChild(group);
+        });
+        data.nodes.forEach(function (node) {
+            var p = at(node), on = touched[node.name] === true, square = node.kind !== "head" && node.kind !== "kv";
+            var group = svgNode("g", {"class": "pc-node pt-node" + (on ? " on" : ""), "data-name": node.name,
+                                      "data-layer": node.layer, "data-head": node.index, tabindex: "0",
+                                      cursor: "pointer", opacity: on ? 1 : 0.35});
+            var fill = node.kind === "kv" ? "#868e96" : square ? "#495057" : "#4c6ef5";
+            group.appendChild(square ? svgNode("rect", {x: p.x - 6, y: rounded(p.y - 6, 1), width: 12, height: 12, rx: 2,
+                                                        fill: fill}) :
+                              svgNode("circle", {cx: p.x, cy: rounded(p.y, 1), r: on ? 5 : 4, fill: fill}));
+            ["q", "k", "v"].forEach(function (input) {
+                if (ports[node.name + ":" + input]) {  // the input's port: where its edges end
+                    group.appendChild(svgNode("circle", {cx: p.x - 7, cy: rounded(p.y + INPUT_PORTS[input], 1), r: 1.6,
+                                                         fill: "currentColor", "class": "pt-port"}));
+                }
+            });
+            if (!square && row >= 18) {
+                group.appendChild(svgNode("text", {x: p.x + 7, y: rounded(p.y - 5, 1), fill: "currentColor",
+                                                   "font-size": "9"}, (node.kind === "kv" ? "KV" : "H") + node.index));
+            }
+            group.appendChild(svgNode("title", {}, node.name + (on ? "" : " · no edge shown")));
+            group.addEventListener("click", function () { self.selectNode(node.name, true); });
+            group.addEventListener("keydown", function (/** @type {KeyboardEvent} */ event) {
+                if (event.key === "Enter") { self.selectNode(node.name, true); }
+            });
+            svg.appendChild(group);
+        });
+        this.figure.textContent = "";
+        this.figure.appendChild(svg);
+        this.svgNode = svg;
+        if (this.selectedName) { this.selectNode(this.selectedName, false); }
+    };
+
+    TaskCircuitView.prototype.drawCurve = function () {  // share kept vs the top-n edges, random circuits dashed
+        var data = this.data, points = data.curve.filter(function (p) { return p.share !== null; });
+        if (!points.length) { return; }
+        var w = 280, h = 190, l = 38, r = 10, t = 18, b = 30;
+        var most = 0, low = 0, high = 1;
+        points.forEach(function (p) {
+            most = Math.max(most, p.edges);
+            [p.share, p.random_share].forEach(function (v) {
+                if (v !== null && isFinite(v)) { low = Math.min(low, v); high = Math.max(high, v); }
+            });
+        });
+        /** @param {number} edges @returns {number} */
+        function x(edges) { return l + (w - l - r) * Math.log1p(edges) / Math.log1p(Math.max(1, most)); }
+        /** @param {number} value @returns {number} */
+        function y(value) { return t + (h - t - b) * (high - value) / (high - low); }
+        var svg = svgNode("svg", {width: w, height: h, viewBox: "0 0 " + w + " " + h, role: "img",
+                                  "font-family": "system-ui, sans-serif", "font-size": "10"});
+        svg.appendChild(svgNode("title", {}, "faithfulness: the share of the clean − corrupted gap kept by the " +
+                                             "top-n edges, and by random circuits of n edges"));
+        svg.appendChild(svgNode("text", {x: l, y: 11, fill: "currentColor"}, "share of the gap kept"));
+        svg.appendChild(svgNode("path", {d: "M" + l + " " + t + " V" + (h - b) + " H" + (w - r), fill: "none",
+                                         stroke: "currentColor", "stroke-opacity": 0.5}));
+        /** @type {number[]} */
+        var labelled = [];  // the ticks' y, so that no two labels overlap
+        [0, 1].concat(data.share !== null ? [data.share] : [], low < -0.1 ? [Number(low.toFixed(1))] : []).forEach(function (v) {
+            var free = labelled.every(function (other) { return Math.abs(other - y(v)) >= 10; });
+            if (free) {
+                labelled.push(y(v));
+                svg.appendChild(svgNode("text", {x: l - 4, y: rounded(y(v) + 3, 1), "text-anchor": "end",
+                                                 fill: "currentColor"}, String(v)));
+            }
+            svg.appendChild(svgNode("path", {d: "M" + l + " " + rounded(y(v), 1) + " H" + (w - r), stroke: "currentColor",
+                                             "stroke-opacity": 0.2, "stroke-dasharray": v === data.share ? "3 3" : ""}));
+        });
+        points.forEach(function (p, i) {
+            if (i === 0 || i === points.length - 1 || p.edges === data.size) {
+                svg.appendChild(svgNode("text", {x: rounded(x(p.edges), 1), y: h - b + 12, "text-anchor": "middle",
+                                                 fill: "currentColor"}, String(p.edges)));
+            }
+        });
+        svg.appendChild(svgNode("text", {x: (l + w - r) / 2, y: h - 4, "text-anchor": "middle", fill: "currentColor"},
+                                "top-n edges (log scale)"));
+        if (data.size !== null) {
+            var size = data.size;
+            svg.appendChild(svgNode("path", {d: "M" + rounded(x(size), 1) + " " + t + " V" + (h - b), stroke: "#d62728",
+                                             "stroke-width": 1.5, "class": "pt-size"}));
+            var after = x(size) < (l + w - r) / 2;  // the label on the side with room
+            svg.appendChild(svgNode("text", {x: rounded(x(size) + (after ? 4 : -4), 1), y: h - b - 6, fill: "#d62728",
+                                             "text-anchor": after ? "start" : "end"}, "circuit: " + size + " edges"));
+        }
+        [["random_share", "#868e96", "4 3"], ["share", "#1c7ed6", ""]].forEach(function (line) {
+            var key = /** @type {"share" | "random_share"} */ (line[0]), d = "";
+            points.forEach(function (p) {
+                var v = p[key];
+                if (v !== null && isFinite(v)) { d += (d ? " L" : "M") + rounded(x(p.edges), 1) + " " + rounded(y(v), 1); }
+            });
+            svg.appendChild(svgNode("path", {d: d, fill: "none", stroke: line[1], "stroke-width": 1.8,
+                                             "stroke-dasharray": line[2], "class": "pt-" + key}));
+        });
+        points.forEach(function (p) {
+            var dot = svgNode("circle", {cx: rounded(x(p.edges), 1), cy: rounded(y(/** @type {number} */ (p.share)), 1),
+                                         r: 3, fill: "#1c7ed6", "class": "pt-point"});
+            dot.appendChild(svgNode("title", {}, "top " + p.edges + " edges: share " + fixed(p.share, 3) +
+                                                 " · random circuits " + fixed(p.random_share, 3)));
+            svg.appendChild(dot);
+        });
+        this.curve.appendChild(svg);
+        this.curve.appendChild(el("div", "pt-caption", "blue: the top-n edges by |score| · grey dashed: random " +
+                                  "circuits of n edges"));
+    };
+
+    /** @param {string} name @param {boolean} fromUser */
+    TaskCircuitView.prototype.selectNode = function (name, fromUser) {
+        var data = this.data, self = this, node = this.nodeOf[name];
+        if (!node) { return; }
+        this.selectedName = name;
+        this.figure.querySelectorAll(".pt-node").forEach(function (group) {
+            group.classList.toggle("selected", group.getAttribute("data-name") === name);
+        });
+        var mine = data.edges.filter(function (edge) {
+            return (self.showAll || edge.in_circuit) && (edge.sender === name || edge.receiver === name);
+        });
+        this.info.textContent = mine.length ? mine.slice(0, 8).map(function (edge) {
+            return taskEdgeText(edge, data.total_edges);
+        }).join(" | ") + (mine.length > 8 ? " | … " + (mine.length - 8) + " more" : "") : name + ": no edge shown";
+        if (node.kind === "head") {
+            this.root.setAttribute("data-layer", String(node.layer));
+            this.root.setAttribute("data-head", String(node.index));
+            if (fromUser) {
+                if (this.options.onSelect) { this.options.onSelect(node.layer, node.index); }
+                this.root.dispatchEvent(new CustomEvent("probe-circuit-select",
+                                                        {detail: {layer: node.layer, head: node.index}}));
+            }
+        }
+    };
+
+    /** @param {number} layer @param {number} head @param {boolean} fromUser */
+    TaskCircuitView.prototype.select = function (layer, head, fromUser) {
+        this.selectNode("L" + layer + "H" + head, fromUser);
+    };
+
+    TaskCircuitView.prototype.svg = CircuitView.prototype.svg;
+
+    /** @param {HTMLElement} root @param {CircuitData | TaskCircuitData} data @param {CircuitOptions} [options] */
     function mountCircuit(root, data, options) {
-        var view = new CircuitView(root, data, options);
+        var view = data.kind === "task" ? new TaskCircuitView(root, data, options) : new CircuitView(root, data, options);
         root.probeCircuit = view;
         return view;
     }
