@@ -27,6 +27,7 @@ import json
 from pathlib import Path
 
 from probe.errors import ProbeError
+from probe.labelled import labelled_mask
 
 ZOO_DIR = Path(__file__).resolve().parent
 
@@ -96,7 +97,7 @@ def check_requirements(table, requirements: dict) -> list[str]:
     given); `absent`: no labelled head of that type; `measured`: some head of that type reaches `min_accuracy`
     (labelled or not)."""
     failed = []
-    labelled = table[table["label"].astype(bool)]
+    labelled = table[labelled_mask(table["label"])]
     for need in requirements.get("present", []):
         rows = labelled[labelled["head_type"] == need["head_type"]]
         if need.get("layer") is not None:

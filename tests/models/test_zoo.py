@@ -566,3 +566,22 @@ def test_cards_are_strict_json(name):
         raise ValueError(f"{constant} in card.json of {name}")
 
     json.loads((zoo.path(name) / "card.json").read_text(), parse_constant=refuse)
+
+
+def test_requirements_read_the_one_labelled_rule():
+    """An unknown label (NaN, as a table read back from csv holds it) is not a labelled head — under
+    ``astype(bool)`` it was, and a card's `present` requirement passed on it; "True" from a csv is
+    labelled."""
+    import math
+
+    import pandas as pd
+
+    from probe.zoo import check_requirements
+
+    need = {"present": [{"head_type": "induction", "layer": 1}], "absent": [{"head_type": "induction"}]}
+    unknown = pd.DataFrame({"head_type": ["induction"], "layer": [1], "head_name": ["L1H0"],
+                            "label": [math.nan]})
+    assert check_requirements(unknown, need) == [
+        "no labelled head for {'head_type': 'induction', 'layer': 1}"]
+    read_back = unknown.assign(label=["True"])
+    assert check_requirements(read_back, need) == ["induction heads present: ['L1H0']"]

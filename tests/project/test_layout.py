@@ -8,7 +8,8 @@ Layers, bottom to top (a module may import its own layer and the ones below):
               layers, anatomy (where a model's projections, norms and layer list sit), lazy (the packages'
               re-exports loaded on first use), cache (where computed-once results live), card, memory, data,
               zoo (the catalogue: the package, zoo.tiny, zoo.planted), untrained, untrained_build (the
-              untrained twins, and building one a device-map module at a time)
+              untrained twins, and building one a device-map module at a time), labelled (the one rule of
+              "this head is labelled")
     engine    probe.engine.*
     heads     probe.heads.*        proteins   probe.proteins.*   (side by side: neither imports the other)
     circuits  probe.circuits.* (which heads feed which: composition and path patching on the labelled heads,
@@ -40,7 +41,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "probe"
 BASE = {"probe", "probe.errors", "probe.naming", "probe.hashing", "probe.models", "probe.specs",
         "probe.layers", "probe.anatomy", "probe.lazy", "probe.cache", "probe.card", "probe.memory",
         "probe.data", "probe.zoo", "probe.zoo.tiny", "probe.zoo.planted", "probe.untrained",
-        "probe.untrained_build", "probe.quiet"}
+        "probe.untrained_build", "probe.quiet", "probe.labelled"}
 RANK = {"base": 0, "engine": 1, "heads": 2, "proteins": 2, "circuits": 3, "training": 3, "runs": 4,
         "views": 5, "commands": 6}
 
