@@ -40,8 +40,8 @@ from probe.hashing import file_hash, identity_hash
 from probe.heads.tables import save_table
 from probe.runs.checkpoints import Checkpoint, checkpoint_revision
 from probe.runs.hub import load_checkpoint
-from probe.runs.journal import parts_directory, steps_directory
-from probe.runs.steps import StepStore
+from probe.runs.journal import parts_directory
+from probe.runs.steps import unit_steps
 from probe.runs.units import Out, Unit, UnitOutput, UnitResult
 
 # the Circuit's scalar fields kept in a unit's arrays (the tables travel as parquet bytes)
@@ -147,12 +147,7 @@ class CircuitTask:
 
     def compute(self, state, unit: Unit) -> UnitOutput:
         identity = self._identity(unit.payload.spec, state.revision)
-        store = None
-        if self.out is not None and identity is not None:
-            store = StepStore(steps_directory(parts_directory(self.out), unit.key), identity)
-        if store is not None and store.finished():
-            self._say(f"{unit.key}: resuming: {store.finished()} finished step(s) of an interrupted run are "
-                      f"read back from {parts_directory(self.out)}/")
+        store = unit_steps(self.out, unit.key, identity, self._say)
         kept = (f"each finished step is journalled in {parts_directory(self.out)}/, where a rerun resumes"
                 if store is not None else "without --out nothing is kept: an interrupted run starts again")
         self._say(f"{unit.key}: composition scores, then path patching of the candidates against "

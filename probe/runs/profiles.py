@@ -33,8 +33,8 @@ from probe.heads.profile import ProfileConfig, head_profiles, random_inputs, spa
 from probe.heads.tables import save_table
 from probe.runs.checkpoints import Checkpoint, checkpoint_revision
 from probe.runs.hub import load_checkpoint
-from probe.runs.journal import parts_directory, steps_directory
-from probe.runs.steps import StepStore
+from probe.runs.journal import parts_directory
+from probe.runs.steps import unit_steps
 from probe.runs.units import Out, Unit, UnitOutput, UnitResult
 
 
@@ -114,12 +114,7 @@ class ProfileTask:
             inputs = random_inputs(state, self.random, seq_len, config.seed)  # streamed: made one at a time
         identity = profile_identity(self.config, unit.payload, self.inputs, unit.group.spec, state.revision,
                                     self.dtype)
-        store = None
-        if self.out is not None and identity is not None:
-            store = StepStore(steps_directory(parts_directory(self.out), unit.key), identity)
-        if store is not None and store.finished():
-            self._say(f"{unit.key}: resuming: {store.finished()} finished step(s) of an interrupted run are "
-                      f"read back from {parts_directory(self.out)}/")
+        store = unit_steps(self.out, unit.key, identity, self._say)
         kept = (f"each finished run of inputs is journalled in {parts_directory(self.out)}/, where a rerun "
                 "resumes" if store is not None else "nothing is kept: an interrupted run starts again")
         self._say(f"{unit.key}: {len(inputs)} input(s) of ≤ {seq_len} tokens, {1 + config.twins} forward(s) "

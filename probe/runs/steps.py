@@ -30,6 +30,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from probe.runs.atomic import remove_dead_temporaries, write_atomically
+from probe.runs.journal import parts_directory, steps_directory
 
 _TENSORS, _TABLE = ".safetensors", ".parquet"
 # what reading a damaged step file can raise: the step is then computed again (and the file replaced)
@@ -131,3 +132,27 @@ class StepStore:
         self.written += 1
         return value
 
+
+def unit_steps(out, key: str, identity: str | None, say: Callable[[str], None]) -> StepStore | None:
+    """The journalled steps of unit `key` whose results have `identity`, beside the output `out` — None
+    without an output or where the weights' revision is unknown (nothing can be kept) — and, where an
+    interrupted run left finished steps, the one line that says they are read back.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "table.csv"
+    >>> unit_steps(None, "zoo:induction", "abc", print) is None
+    True
+    >>> unit_steps(out, "zoo:induction", "abc", print).memo("one", lambda: {"x": torch.ones(1)})
+    {'x': tensor([1.])}
+    >>> store = unit_steps(out, "zoo:induction", "abc", lambda line: print(line.split(" are ")[0]))
+    zoo:induction: resuming: 1 finished step(s) of an interrupted run
+    """
+    if out is None or identity is None:
+        return None
+    store = StepStore(steps_directory(parts_directory(out), key), identity)
+    if store.finished():
+        say(f"{key}: resuming: {store.finished()} finished step(s) of an interrupted run are read back from "
+            f"{parts_directory(out)}/")
+    return store

@@ -33,11 +33,11 @@ from probe.heads.tables import COLUMNS, REQUIRED, is_label_table, read_table_fil
 from probe.proteins import sets as contact_sets
 from probe.runs.checkpoints import Checkpoint, checkpoint_revision, checkpoint_weights
 from probe.runs.hub import load_checkpoint
-from probe.runs.journal import parts_directory, steps_directory
+from probe.runs.journal import parts_directory
 from probe.runs.progress import BatchBar
 from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
 from probe.runs.same_weights import mark_same_weights
-from probe.runs.steps import StepStore
+from probe.runs.steps import unit_steps
 from probe.runs.weight_cache import cached_copying_scores
 
 # added after the label table's own columns in a sweep (weights: the identity of the checkpoint's weight
@@ -96,13 +96,6 @@ class LabelTask:
     def load(self, group: Checkpoint):
         return load_checkpoint(group, self.device, self.dtype, **self.placement)
 
-    def steps(self, identity: str | None, unit: Unit) -> StepStore | None:
-        """The journalled steps of the unit whose rows have `identity` (None without --out, or when the
-        weights' revision is unknown)."""
-        if self.out is None or identity is None:
-            return None
-        return StepStore(steps_directory(parts_directory(self.out), unit.key), identity)
-
     def _say(self, message: str) -> None:
         if self.progress:  # in-process: at once (a Ray worker's lines would come without order)
             print(f"probe label: {message}", file=sys.stderr, flush=True)
@@ -110,11 +103,7 @@ class LabelTask:
     def compute(self, state, unit: Unit) -> UnitOutput:
         bar = BatchBar(unit.key, enabled=self.progress)
         identity = self._identity(label_identity(self.config, state.name, state.revision, self.dtype))
-        store = self.steps(identity, unit)
-        finished = store.finished() if store is not None else 0
-        if finished:
-            self._say(f"{unit.key}: resuming: {finished} finished step(s) of an interrupted run are read "
-                      f"back from {parts_directory(self.out)}/")
+        store = unit_steps(self.out, unit.key, identity, self._say)
         if self.on_loaded is not None:
             self.on_loaded(state)
         notes: list[str] = []  # said by the runner once the unit succeeded (from Ray workers too)
