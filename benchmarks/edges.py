@@ -5,8 +5,8 @@ The model: transformers.GPT2Config defaults (12 layers × 12 heads, width 768, M
 random weights, float32, no hub; the task: --pairs pairs of --tokens random tokens (the corrupted prompt: the
 first half resampled), ``logit_diff``. Every edge of the graph is scored (32,491 edges).
 
-  eap        — ``edge_scores(method="eap")``: 2 forwards (clean, corrupted) + 1 forward-backward; the issue's
-               budget is 2 forwards + 1 backward.
+  eap        — ``edge_scores(method="eap")``: 1 forward (corrupted, recorded) + 1 forward-backward (clean,
+               recorded, its logits and gradient); the issue's budget is 2 forwards + 1 backward.
   eap-ig     — ``edge_scores(method="eap-ig", steps=k)``: 2 forwards + k forward-backwards; budget
                1.5 × (k + 1) plain forward-backwards.
   plain      — the unit: one forward-backward of the same batch and metric with nothing attached (the model's
@@ -28,6 +28,7 @@ Run:
     python benchmarks/edges.py --memory            # 3 rounds, one thread, peak memory per method
     python benchmarks/edges.py --repeats 5 --threads 0
     python benchmarks/edges.py --profile eap-ig    # where the time goes (torch.profiler, one call)
+    python benchmarks/edges.py --skip eap-ig --skip exact   # EAP only (beside the plain references)
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact-edges", type=int, default=16, help="extra edges exact patching runs")
     parser.add_argument("--max-rows", type=int, default=64, help="rows per exact-patching forward")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
-    parser.add_argument("--skip", choices=(*EDGE_METHODS, "exact"), action="append", default=[])
+    parser.add_argument("--skip", choices=(*EDGE_METHODS, "exact"), action="append", default=[],
+                        help="leave a method out (repeatable): --skip eap-ig --skip exact measures EAP only")
     parser.add_argument("--memory", action="store_true", help="peak memory per method, fresh processes")
     parser.add_argument("--peak", choices=("plain", *EDGE_METHODS), help=argparse.SUPPRESS)
     parser.add_argument("--profile", choices=("plain", *EDGE_METHODS))

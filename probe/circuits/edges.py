@@ -35,8 +35,14 @@ the clean one since u precedes the only patched edge). The gradient methods take
 gradients (``backward(inputs=…)``): the model's parameters, their ``requires_grad`` and ``.grad`` are left
 alone. How each agrees with ``exact`` on zoo:induction: docs/circuits.md.
 
-Cost: eap = 2 forwards + 1 forward-backward; eap-ig = 2 + `steps` forward-backwards; exact = one forward of
-the pairs per edge (docs/benchmarks.md, ``benchmarks/edges.py``).
+Cost: eap = 1 forward + 1 forward-backward (the corrupted run records the senders; the clean
+forward-backward records them too and gives the clean logits); eap-ig = 2 forwards + `steps`
+forward-backwards; exact = 2 forwards + one forward of the pairs per edge. The activation differences are
+built once, `[sender batch*seq*d_model]`, and contracted per receiver site with the senders before it
+(docs/benchmarks.md, ``benchmarks/edges.py``).
+
+Longer than 450 lines because the graph, the gradient and the exact scores and the table share
+one batch loop and the graph's indexing; split up, the helpers would have to be exported.
 
 Examples
 --------
@@ -53,6 +59,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import accumulate
 
 import pandas as pd
 import torch
@@ -199,62 +206,95 @@ def contributions(model: nn.Module, found: SiteMap, graph: Graph, ids: torch.Ten
     tuple of torch.Tensor
         `[batch seq sender d_model]` at least float32 (the senders of `graph`, in order) and `[batch vocab]`.
     """
-    watch = sorted({node.site for node in graph.senders})
-    with torch.no_grad(), intervene(model, watch=watch, sites=found) as run:
-        logits = last_logits(model, ids)
-    parts, work, done = [], torch.promote_types(logits.dtype, torch.float32), set()
-    for node in graph.senders:  # senders in order: a layer's heads together, then its MLP
-        if node.site in done:
-            continue
-        done.add(node.site)
-        tensor = run.saved[node.site].to(work)
-        if node.head is not None:  # every head of the layer at once: z_h W_O^h
-            tensor = torch.einsum("bqhv,hvd->bqhd", tensor, weights[node.layer].to(tensor))  # [b q head d]
-        parts.append(tensor if node.head is not None else tensor[:, :, None])
+    saved: dict[str, torch.Tensor] = {}
+    logits = _recorded_logits(model, found, graph, ids, saved)
+    work = torch.promote_types(logits.dtype, torch.float32)
+    parts = [_site_parts(saved, node, weights, work) for node in _site_senders(graph)]
     if sites is not None:
-        sites.update(run.saved)
+        sites.update(saved)
     return torch.cat(parts, 2), logits.to(work)  # [batch seq sender d_model], [batch vocab]
 
 
-def _gradient_scores(model, found, graph, task, runs: list[tuple[torch.Tensor, dict]], correct, incorrect,
-                     clean_logits, delta) -> torch.Tensor:
-    """Σ over pairs and positions of Δ_u · ∂metric/∂(input of v), summed over the gradient `runs` ((input ids,
-    edits) each: one forward-backward) and divided by their number: `[sender receiver]` float64 (not yet
-    divided by the pairs). Only the receivers' gradients are taken (``backward(inputs=…)``): the model's
-    parameters and their ``.grad`` are left alone; a receiver no gradient reaches (its layer's output
-    replaced by an edit) adds 0."""
+def _site_senders(graph: Graph) -> list[Node]:
+    """The first sender of each sender site, in order: embed, then per layer its heads (one site), its MLP."""
+    return list({node.site: node for node in reversed(graph.senders)}.values())[::-1]
+
+
+def _site_parts(saved: dict, node: Node, weights: list[torch.Tensor], work: torch.dtype) -> torch.Tensor:
+    """The contributions of the senders at `node`'s site: `[batch seq n d_model]` in `work`."""
+    tensor = saved[node.site].to(work)
+    if node.head is None:
+        return tensor[:, :, None]
+    return torch.einsum("bqhv,hvd->bqhd", tensor, weights[node.layer].to(tensor))  # every head: z_h W_O^h
+
+
+def _recorded_logits(model: nn.Module, found: SiteMap, graph: Graph, ids: torch.Tensor,
+                     sites: dict) -> torch.Tensor:
+    """One forward without gradients: the last position's logits `[batch vocab]` (the model's dtype);
+    `sites` filled with the senders' sites ({site: tensor}, as :func:`contributions` documents)."""
+    watch = sorted({node.site for node in graph.senders})
+    with torch.no_grad(), intervene(model, watch=watch, sites=found) as run:
+        logits = last_logits(model, ids)
+    sites.update(run.saved)
+    return logits
+
+
+def _differences(graph: Graph, clean: dict, corrupted: dict, weights: list[torch.Tensor],
+                 work: torch.dtype) -> torch.Tensor:
+    """Δ_u = a_u(corrupted) − a_u(clean) of every sender from the two runs' sender sites, written straight
+    into the layout the contractions read, `[sender batch*seq*d_model]` in `work`: the only full copy."""
+    batch, seq, width = corrupted["embed"].shape
+    flat = torch.empty(len(graph.senders), batch * seq * width, dtype=work, device=corrupted["embed"].device)
+    start = 0
+    for node in _site_senders(graph):
+        part = _site_parts(corrupted, node, weights, work) - _site_parts(clean, node, weights, work)
+        flat[start:start + part.shape[2]].view(-1, batch, seq, width).copy_(part.permute(2, 0, 1, 3))
+        start += part.shape[2]  # [n batch seq d_model] written
+    return flat
+
+
+def _backward(model, found, graph, task, ids, edit, correct, incorrect, clean_logits, watch=()):
+    """One forward-backward keeping the receivers' gradients (``backward(inputs=…)``: the parameters and
+    their ``.grad`` are left alone) and saving the `watch` sites: (the run, the clean logits: `clean_logits`,
+    or this run's own, detached, when None)."""
     sites = sorted({node.site for node in graph.receivers})
+    with torch.enable_grad(), intervene(model, watch=watch, edit=edit, grad=sites, sites=found) as run:
+        logits = last_logits(model, ids)
+        if clean_logits is None:  # the clean run itself: the reference of ``kl``, no gradient through it
+            clean_logits = logits.detach().to(torch.promote_types(logits.dtype, torch.float32))
+        metric = metric_values(task.metric, logits, correct, incorrect, clean_logits).sum()
+        metric.backward(inputs=list({id(kept): kept for kept in run.kept.values()}.values()))
+    return run, clean_logits
+
+
+def _contract(graph: Graph, run, flat: torch.Tensor) -> torch.Tensor:
+    """Σ over pairs and positions of Δ_u · ∂metric/∂(input of v) after one backward: `[sender receiver]`
+    float64. One product per receiver order (a layer's q / k / v sites and every head of them at once), only
+    with the senders before it; a receiver no gradient reaches (its layer's output replaced by an edit) adds
+    0. Frees the run's tensors (a Run is freed only by the cyclic GC)."""
     total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
-    flat = delta.permute(2, 0, 1, 3).reshape(delta.shape[2], -1)  # [sender batch*seq*d_model]: a GEMM/site
     order = {node.site: node.order for node in graph.receivers}
-    before = {site: sum(node.order < order[site] for node in graph.senders) for site in sites}  # in order
-    for ids, edit in runs:
-        with torch.enable_grad(), intervene(model, edit=edit, grad=sites, sites=found) as run:
-            logits = last_logits(model, ids)
-            metric = metric_values(task.metric, logits, correct, incorrect, clean_logits).sum()
-            metric.backward(inputs=list({id(kept): kept for kept in run.kept.values()}.values()))
-        for site in sites:  # one contraction per site: every head of it at once
-            if run.kept[site].grad is None:
-                continue
-            grad = run.grads[site].to(delta.dtype)  # [batch seq head d_model] or [batch seq d_model]
-            grad = grad if grad.dim() == 4 else grad[:, :, None]  # [batch seq head|1 d_model]
-            grad = grad.permute(0, 1, 3, 2).reshape(-1, grad.shape[2])  # [batch*seq*d_model head|1]
-            count = before[site]  # only the senders before the site: the rest are no edges
-            products = (flat[:count] @ grad).double().cpu()  # [sender head|1]
-            for index, node in enumerate(graph.receivers):
-                if node.site == site:
-                    total[:count, index] += products[:, node.head if node.head is not None else 0]
-        run.kept.clear()  # this step's tensors and gradients go now (a Run is freed only by the cyclic GC)
-        run.inputs.clear()
-    return total / len(runs)
+    reached = [site for site in sorted(order) if run.kept[site].grad is not None]
+    for rank in sorted({order[site] for site in reached}):  # a layer's q / k / v sites: one read of Δ
+        sites = [site for site in reached if order[site] == rank]
+        grads = [run.grads[site].to(flat.dtype) for site in sites]  # [batch seq head d_model] or [b seq d]
+        grads = [grad if grad.dim() == 4 else grad[:, :, None] for grad in grads]  # [batch seq head|1 d]
+        grad = torch.cat(grads, 2).permute(0, 1, 3, 2).reshape(-1, sum(g.shape[2] for g in grads))
+        count = sum(node.order < rank for node in graph.senders)  # senders are in order: those before
+        products = (flat[:count] @ grad).double().cpu()  # [sender Σ heads]: columns site by site
+        start = dict(zip(sites, [0, *accumulate(g.shape[2] for g in grads)][:-1], strict=True))
+        for index, node in enumerate(graph.receivers):
+            if node.site in start:
+                total[:count, index] += products[:, start[node.site] + (node.head or 0)]
+    run.kept.clear()
+    run.inputs.clear()
+    return total
 
 
 def _gradient_runs(method: str, graph: Graph, ids: torch.Tensor, bad_ids: torch.Tensor, clean: dict,
                    corrupted: dict, steps: int) -> list[tuple[torch.Tensor, dict]]:
     """The forward-backwards whose gradients a gradient method averages: (input ids, edits) each (module
     doc); `clean` / `corrupted`: the senders' sites of the plain runs (:func:`contributions`)."""
-    if method == "eap":
-        return [(ids, {})]
     if method == "clean-corrupted":
         return [(ids, {}), (bad_ids, {})]
 
@@ -373,22 +413,30 @@ def edge_scores(model, task: Task, method: str = "eap-ig", steps: int = 5, max_r
     weights = output_weights(found, torch.promote_types(next(model.parameters()).dtype, torch.float32))
     total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
     clean_sum = corrupted_sum = 0.0
+    work = torch.promote_types(next(model.parameters()).dtype, torch.float32)
     for ids, bad_ids, correct, incorrect in task.batches(device):
         clean_sites: dict[str, torch.Tensor] = {}
         bad_sites: dict[str, torch.Tensor] = {}
-        clean_parts, clean_logits = contributions(model, found, graph, ids, weights, clean_sites)
-        bad_parts, bad_logits = contributions(model, found, graph, bad_ids, weights, bad_sites)
-        delta = bad_parts - clean_parts  # [batch seq sender d_model]
+        bad_logits = _recorded_logits(model, found, graph, bad_ids, bad_sites).to(work)
+        if method == "eap":  # 1 forward + 1 forward-backward: the clean one records the senders too
+            run, clean_logits = _backward(model, found, graph, task, ids, {}, correct, incorrect, None,
+                                          sorted(bad_sites))
+            total += _contract(graph, run, _differences(graph, run.saved, bad_sites, weights, work))
+        else:
+            clean_logits = _recorded_logits(model, found, graph, ids, clean_sites).to(work)
+            flat = _differences(graph, clean_sites, bad_sites, weights, work)  # [sender batch*seq*d_model]
         clean_metric = metric_values(task.metric, clean_logits, correct, incorrect, clean_logits)
         clean_sum += float(clean_metric.sum())
         corrupted_sum += float(metric_values(task.metric, bad_logits, correct, incorrect, clean_logits).sum())
         if method == "exact":
+            delta = flat.view(len(graph.senders), *ids.shape, -1).permute(1, 2, 0, 3)  # [b seq sender d]
             total += _exact_scores(model, found, graph, task, ids, correct, incorrect, clean_logits, delta,
                                    clean_metric, max_rows, scale, chosen) / scale
-        else:
+        elif method != "eap":
             runs = _gradient_runs(method, graph, ids, bad_ids, clean_sites, bad_sites, steps)
-            total += _gradient_scores(model, found, graph, task, runs, correct, incorrect, clean_logits,
-                                      delta)
+            total += sum(_contract(graph, _backward(model, found, graph, task, run_ids, edit, correct,
+                                                    incorrect, clean_logits)[0], flat)
+                         for run_ids, edit in runs) / len(runs)  # Σ Δ · each run's gradient, averaged
     scores = total / len(task)
     return _table(graph, chosen, scores, method, task, clean_sum / len(task), corrupted_sum / len(task))
 

@@ -85,8 +85,7 @@ def check_args(args: argparse.Namespace) -> tuple[str, ...]:
     """The checks that need no torch; the modes."""
     if (args.type is None) == (args.task is None):
         raise ProbeError("give one of --type TYPE (a head type's circuit) and --task FILE (your own task)")
-    if args.task:
-        check_task(args)
+    check_task(args)  # --task's flags; --control refused with --type
     if args.top_k < 0:
         raise ProbeError("--top-k must be 0 (every earlier head) or more")
     if args.examples < 1:

@@ -32,9 +32,14 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
 
 def check_task(args: argparse.Namespace) -> None:
     """``--task`` checked without torch: a file, or a head type that has a corruption; --steps ≥ 1;
-    --control."""
+    --control (with --type: refused, it would be ignored)."""
     from probe.untrained import parse_control  # import-light
 
+    if args.task is None:
+        if args.control is not None:
+            raise ProbeError(f"--control applies to --task; --type {args.type}'s circuit has its own "
+                             "controls (--controls N random sender-receiver pairs): drop --control")
+        return
     parse_control(args.control or "untrained:1")
     if args.steps < 1 or args.composition:
         raise ProbeError(f"--task {args.task}: give --steps ≥ 1, no --composition")

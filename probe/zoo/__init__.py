@@ -27,7 +27,6 @@ import json
 from pathlib import Path
 
 from probe.errors import ProbeError
-from probe.labelled import labelled_mask
 
 ZOO_DIR = Path(__file__).resolve().parent
 
@@ -96,6 +95,8 @@ def check_requirements(table, requirements: dict) -> list[str]:
     `present`: a labelled head of that type (in `layer`, at `offset`, with accuracy ≥ `min_accuracy` when
     given); `absent`: no labelled head of that type; `measured`: some head of that type reaches `min_accuracy`
     (labelled or not)."""
+    from probe.labelled import labelled_mask  # pandas: not at import (the CLI answers bad input without it)
+
     failed = []
     labelled = table[labelled_mask(table["label"])]
     for need in requirements.get("present", []):

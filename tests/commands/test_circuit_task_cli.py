@@ -65,6 +65,9 @@ def test_task_types_are_the_librarys():
      "induction, duplicate_token, previous_token, coreference"),
     (["circuit", "--model", "zoo:induction", "--task", "inducton"],
      "--task inducton: give a CSV/JSONL file, or a head type with paired probes (induction,"),
+    (["circuit", "--model", "zoo:induction", "--type", "induction", "--control", "untrained:2"],
+     "--control applies to --task; --type induction's circuit has its own controls (--controls N random "
+     "sender-receiver pairs): drop --control"),
 ])
 def test_task_type_refusals_answer_without_torch(argv, message):
     found = heavy_after(f"from probe.cli import main\ncode = main({argv!r})\nassert code == 2, code")
