@@ -97,6 +97,10 @@ class TrainConfig:
     max_distractors: int = 3  # coreference: 1..max_distractors nouns that disagree with the pronoun
     max_depth: int = 4  # brackets: deepest nesting
     mlp: bool = False  # keep the MLPs (width 4 · n_embd); False: attention-only (MLPs zeroed and frozen)
+    # the unembedding is the embedding's transpose (True: every shipped organism) or its own matrix (False:
+    # the direct path embedding -> logits can hold bigram statistics, as in Olsson et al.'s attention-only
+    # models)
+    tie_embeddings: bool = True
     steps: int = 2000
     batch: int = 32
     lr: float = 1e-2  # AdamW peak learning rate (1e-3 stays on the loss plateau for thousands of steps)
@@ -291,7 +295,7 @@ def build_model(config: TrainConfig, tokenizer, seed: int):
         model_config = transformers.LlamaConfig(
             vocab_size=len(tokenizer), hidden_size=config.n_embd, num_hidden_layers=config.n_layer,
             num_attention_heads=config.n_head, num_key_value_heads=config.n_head, intermediate_size=1,
-            max_position_embeddings=config.n_positions, tie_word_embeddings=True,
+            max_position_embeddings=config.n_positions, tie_word_embeddings=config.tie_embeddings,
             rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
             bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
         )
@@ -303,7 +307,7 @@ def build_model(config: TrainConfig, tokenizer, seed: int):
             vocab_size=len(tokenizer), n_positions=config.n_positions, n_embd=config.n_embd,
             n_layer=config.n_layer, n_head=config.n_head, n_inner=4 * config.n_embd if config.mlp else 1,
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=None, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=config.tie_embeddings,
         )
         model_class = transformers.GPT2LMHeadModel
     torch.manual_seed(seed)

@@ -111,3 +111,21 @@ def test_a_state_of_another_run_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "make_batch", real)
     with pytest.raises(ProbeError, match="state of another run"):
         loop.train("induction", 1, tmp_path, overrides=RESUME, label=False, checkpoint_steps=STEPS)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_tie_embeddings_is_a_recipe_field(arch):
+    """Every shipped recipe ties the unembedding to the embedding (the default, unchanged); ``tie_embeddings=
+    False`` gives the unembedding its own matrix (the round-2 exploration in docs/zoo.md)."""
+    from dataclasses import replace
+
+    from probe.training.organisms import ORGANISMS, build_model, build_tokenizer
+
+    config = replace(ORGANISMS["induction"], arch=arch)
+    tokenizer = build_tokenizer(config)
+    tied = build_model(config, tokenizer, seed=0)
+    untied = build_model(replace(config, tie_embeddings=False), tokenizer, seed=0)
+    embedding = tied.get_input_embeddings().weight
+    assert tied.get_output_embeddings().weight.data_ptr() == embedding.data_ptr()
+    assert untied.get_output_embeddings().weight.data_ptr() != untied.get_input_embeddings().weight.data_ptr()
+    assert all(spec.tie_embeddings for spec in ORGANISMS.values())
