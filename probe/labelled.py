@@ -5,7 +5,6 @@ above read the same rule; :mod:`probe.heads.tables` re-exports it beside the tab
 
 from __future__ import annotations
 
-import math  # noqa: F401 - the examples' NaN
 import numbers
 
 import numpy as np
@@ -64,7 +63,7 @@ def labelled_mask(column: pd.Series) -> pd.Series:
 
     Examples
     --------
-    >>> labelled_mask(pd.Series([True, False, math.nan, "True"])).tolist()
+    >>> labelled_mask(pd.Series([True, False, float("nan"), "True"])).tolist()
     [True, False, False, True]
     """
     return pd.Series([is_labelled(value) for value in column], index=column.index, dtype=bool)

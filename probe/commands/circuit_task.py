@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import load_keywords
+from probe.commands.common import add_control_option, load_keywords
 from probe.commands.label import HEAD_TYPES
 from probe.errors import ProbeError
 
@@ -54,13 +54,12 @@ def check_task(args: argparse.Namespace) -> None:
 
 
 def add_control(parser: argparse.ArgumentParser) -> None:
-    """--control untrained[:K] | none of --task (as probe.commands.common.add_control_option spells it): K
-    untrained twins searched on the same task; one by default, each a whole search of its own."""
-    parser.add_argument("--control", default=None, metavar="untrained[:K]|none",
-                        help="with --task: untrained twins of the model (its architecture and tokenizer, "
-                             "seeded random weights) searched on the same task, each twin's edge scores, "
-                             "faithfulness curve and clean − corrupted gap printed beside the model's; "
-                             "untrained = untrained:3; none: off (default untrained:1)")
+    """--control of --task (the shared flag, :func:`probe.commands.common.add_control_option`): K untrained
+    twins searched on the same task; one by default, each a whole search of its own. Absent by default, so
+    that check_task can refuse it with --type."""
+    add_control_option(parser, default=None, shown="untrained:1",
+                       rule="with --task, each twin's edge scores, faithfulness curve and clean − corrupted "
+                            "gap printed beside the model's")
 
 
 def _say(message: str) -> None:

@@ -52,15 +52,17 @@ def check_model_options(args: argparse.Namespace, names=None) -> None:
         writable_folder(args.offload_folder, "--offload-folder")
 
 
-def add_control_option(parser: argparse.ArgumentParser, default: str = "untrained",
-                       rule: str = "a head is significant only above their heads' 99th percentile") -> None:
+def add_control_option(parser: argparse.ArgumentParser, default: str | None = "untrained",
+                       rule: str = "a head is significant only above their heads' 99th percentile",
+                       shown: str | None = None) -> None:
     """--control untrained[:K] | none: K untrained twins of the model (probe.untrained) run on the same inputs
     as a negative control (`rule`: what the command does with them); read it with
-    probe.untrained.parse_control (import-light) before heavy imports."""
+    probe.untrained.parse_control (import-light) before heavy imports. `default` None (to tell an absent
+    flag from a given one) with `shown`: the value the command then uses, for the help."""
     parser.add_argument("--control", default=default, metavar="untrained[:K]|none",
                         help="untrained twins of the model (its own architecture, tokenizer and "
                              f"_init_weights, seeded random weights) run on the same inputs: {rule}; "
-                             f"untrained = untrained:3; none: off (default {default})")
+                             f"untrained = untrained:3; none: off (default {shown or default})")
 
 
 def load_keywords(args: argparse.Namespace) -> dict:
