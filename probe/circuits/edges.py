@@ -38,7 +38,8 @@ alone. How each agrees with ``exact`` on zoo:induction: docs/circuits.md.
 Cost: eap = 1 forward + 1 forward-backward (the corrupted run records the senders; the clean
 forward-backward records them too and gives the clean logits); eap-ig = 2 forwards + `steps`
 forward-backwards; exact = 2 forwards + one forward of the pairs per edge. The activation differences are
-built once, `[sender batch*seq*d_model]`, and contracted per receiver site with the senders before it
+built once, `[sender batch*seq*d_model]`, and contracted per receiver order with the senders before it;
+a layer's q / k / v gradients come head-major from one norm VJP (:mod:`probe.engine.head_inputs`)
 (docs/benchmarks.md, ``benchmarks/edges.py``).
 
 Longer than 450 lines because the graph, the gradient and the exact scores and the table share
@@ -269,20 +270,24 @@ def _backward(model, found, graph, task, ids, edit, correct, incorrect, clean_lo
 
 def _contract(graph: Graph, run, flat: torch.Tensor) -> torch.Tensor:
     """Σ over pairs and positions of Δ_u · ∂metric/∂(input of v) after one backward: `[sender receiver]`
-    float64. One product per receiver order (a layer's q / k / v sites and every head of them at once), only
-    with the senders before it; a receiver no gradient reaches (its layer's output replaced by an edit) adds
-    0. Frees the run's tensors (a Run is freed only by the cyclic GC)."""
+    float64. One product per receiver order (a layer's q / k / v sites and every head of them at once, their
+    gradients head-major from one norm VJP: ``Run.input_gradients``), only with the senders before it; a
+    receiver no gradient reaches (its layer's output replaced by an edit) adds 0. Clears the run's kept
+    tensors (the caller may hold the run a while)."""
     total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
     order = {node.site: node.order for node in graph.receivers}
+    heads = {node.site: node.input in INPUTS for node in graph.receivers}
     reached = [site for site in sorted(order) if run.kept[site].grad is not None]
     for rank in sorted({order[site] for site in reached}):  # a layer's q / k / v sites: one read of Δ
         sites = [site for site in reached if order[site] == rank]
-        grads = [run.grads[site].to(flat.dtype) for site in sites]  # [batch seq head d_model] or [b seq d]
-        grads = [grad if grad.dim() == 4 else grad[:, :, None] for grad in grads]  # [batch seq head|1 d]
-        grad = torch.cat(grads, 2).permute(0, 1, 3, 2).reshape(-1, sum(g.shape[2] for g in grads))
+        if all(heads[site] for site in sites):
+            grad = run.input_gradients(sites)  # [Σ head batch seq d_model]
+        else:  # the MLP's input or the logits' (one site)
+            grad = torch.stack([run.grads[site] for site in sites])  # [site batch seq d_model]
         count = sum(node.order < rank for node in graph.senders)  # senders are in order: those before
-        products = (flat[:count] @ grad).double().cpu()  # [sender Σ heads]: columns site by site
-        start = dict(zip(sites, [0, *accumulate(g.shape[2] for g in grads)][:-1], strict=True))
+        products = (flat[:count] @ grad.to(flat.dtype).flatten(1).T).double().cpu()  # [sender Σ heads]
+        widths = [sum(node.site == site for node in graph.receivers) for site in sites]  # heads, or 1
+        start = dict(zip(sites, [0, *accumulate(widths)][:-1], strict=True))
         for index, node in enumerate(graph.receivers):
             if node.site in start:
                 total[:count, index] += products[:, start[node.site] + (node.head or 0)]

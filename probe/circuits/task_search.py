@@ -23,14 +23,17 @@ Example
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from probe.circuits.edges import edge_scores
+from probe.circuits.edges import Graph, edge_scores, model_graph
 from probe.circuits.faithfulness import faithfulness_curve, smallest_circuit
 from probe.circuits.task import Task, load_task
+from probe.engine.sites import site_map
+from probe.errors import ProbeError
 from probe.models import LoadedModel
 from probe.untrained import each_twin, twin_seed
 
@@ -83,6 +86,10 @@ class TaskCircuit:
         The circuit's number of edges (the fewest on the curve reaching `share`); None where none does.
     twins : tuple of TwinSearch
         The untrained twins' own searches (empty with ``control=0``, ``--control none``).
+    graph : probe.circuits.edges.Graph or None
+        The graph the edges were scored on (:func:`~probe.circuits.edges.model_graph`): where
+        :meth:`payload` reads each node's kind, layer, head and column; None (a table alone): read from
+        the node names instead.
     """
 
     model: str
@@ -91,6 +98,7 @@ class TaskCircuit:
     share: float
     size: int | None
     twins: tuple[TwinSearch, ...] = ()
+    graph: Graph | None = None
 
     @property
     def gap(self) -> float:
@@ -142,7 +150,6 @@ class TaskCircuit:
           'in_circuit': True}]
         """
         import math
-        import re
 
         def clean(value):  # numpy scalars as Python's; NaN and ±inf as None (JSON's null)
             value = value.item() if hasattr(value, "item") else value
@@ -151,19 +158,12 @@ class TaskCircuit:
         table = self.table.sort_values("abs_rank")
         layers = int(table["receiver_layer"].max()) if len(table) else 0  # the logits' "layer"
         names = dict.fromkeys([*table["sender"], *table["receiver"]])
-        nodes = []
-        for name in names:  # column = the graph's order (embed 0, layer l's heads 2l+1, its MLP 2l+2, logits)
-            head = re.fullmatch(r"L(\d+)(H|KV)(\d+)", name)
-            mlp = re.fullmatch(r"L(\d+)\.mlp", name)
-            if head:
-                layer, kind, index = int(head[1]), "head" if head[2] == "H" else "kv", int(head[3])
-                column = 2 * layer + 1
-            elif mlp:
-                layer, kind, index, column = int(mlp[1]), "mlp", 0, 2 * int(mlp[1]) + 2
-            else:
-                layer = -1 if name == "embed" else layers
-                kind, index, column = name, 0, 0 if name == "embed" else 2 * layers + 1
-            nodes.append({"name": name, "kind": kind, "layer": layer, "index": index, "column": column})
+        known = graph_nodes(self.graph) if self.graph is not None else {}
+        missing = [name for name in names if self.graph is not None and name not in known]
+        if missing:
+            raise ProbeError(f"node {missing[0]} of the table is not in the circuit's graph: was the table "
+                             "scored on another model?")
+        nodes = [dict(known[name]) if name in known else _named_node(name, layers) for name in names]
         nodes.sort(key=lambda node: (node["column"], node["kind"] == "kv", node["index"]))
         heads = {}  # layer -> its number of query heads (the kv heads' rows follow them)
         for node in nodes:
@@ -190,7 +190,50 @@ class TaskCircuit:
                 "layers": layers, "rows": rows,
                 "nodes": nodes, "edges": edges, "total_edges": len(table), "top": top,
                 "left_out": len(table) - len(edges), "curve": points, "lines": self.lines(top=10),
-                "notes": [line for twin in getattr(self, "twins", ()) for line in twin_lines(twin, self)]}
+                "notes": [line for twin in self.twins for line in twin_lines(twin, self)]}
+
+
+def graph_nodes(graph: Graph) -> dict[str, dict]:
+    """Each node of `graph` as the views place it: name -> ``name``, ``kind`` (``embed``, ``head``, ``kv``
+    (a key / value head of grouped-query attention: a receiver only), ``mlp``, ``logits``), ``layer``
+    (embed −1, logits the layer count), ``index`` (its head; 0 elsewhere) and ``column`` (its order:
+    embed 0, layer l's heads 2l + 1, its MLP 2l + 2, the logits last).
+
+    Examples
+    --------
+    >>> from probe.circuits.edges import model_graph
+    >>> from probe.engine.sites import site_map
+    >>> from probe.zoo.tiny import build_tiny
+    >>> nodes = graph_nodes(model_graph(site_map(build_tiny("llama")[0])))  # 4 query heads, 2 kv heads
+    >>> [(nodes[name]["kind"], nodes[name]["layer"], nodes[name]["index"], nodes[name]["column"])
+    ...  for name in ("embed", "L1H3", "L1KV1", "L1.mlp", "logits")]
+    [('embed', -1, 0, 0), ('head', 1, 3, 3), ('kv', 1, 1, 3), ('mlp', 1, 0, 4), ('logits', 2, 0, 5)]
+    """
+    senders = {node.name for node in graph.senders}
+    nodes: dict[str, dict] = {}
+    for node in (*graph.receivers, *graph.senders):  # a receiver's input names an MLP's and the logits' kind
+        if node.head is not None:
+            kind = "head" if node.name in senders else "kv"
+        else:
+            kind = node.input if node.input in ("mlp", "logits") else "embed"
+        nodes.setdefault(node.name, {"name": node.name, "kind": kind, "layer": node.layer,
+                                     "index": node.head or 0, "column": node.order})
+    return nodes
+
+
+def _named_node(name: str, layers: int) -> dict:
+    """A node placed from its name alone (a TaskCircuit without its graph: edge_scores' naming)."""
+    head = re.fullmatch(r"L(\d+)(H|KV)(\d+)", name)
+    mlp = re.fullmatch(r"L(\d+)\.mlp", name)
+    if head:
+        layer, kind, index = int(head[1]), "head" if head[2] == "H" else "kv", int(head[3])
+        column = 2 * layer + 1
+    elif mlp:
+        layer, kind, index, column = int(mlp[1]), "mlp", 0, 2 * int(mlp[1]) + 2
+    else:
+        layer = -1 if name == "embed" else layers
+        kind, index, column = name, 0, 0 if name == "embed" else 2 * layers + 1
+    return {"name": name, "kind": kind, "layer": layer, "index": index, "column": column}
 
 
 def gap(curve: pd.DataFrame) -> float:
@@ -241,7 +284,8 @@ def task_circuit(loaded: LoadedModel, task: Task | str | Path, metric: str = "lo
     for twin in each_twin(loaded, control):
         twin_table, twin_curve, twin_size = _search(twin, task, method, steps, share, random)
         twins.append(TwinSearch(twin.name, twin_seed(twin), twin_table, twin_curve, twin_size))
-    return TaskCircuit(loaded.name, table, curve, share, size, tuple(twins))
+    graph = model_graph(site_map(loaded.model))  # the graph edge_scores scored (its nodes: for payload)
+    return TaskCircuit(loaded.name, table, curve, share, size, tuple(twins), graph)
 
 
 def twin_lines(twin: TwinSearch, model: TaskCircuit) -> list[str]:
@@ -318,4 +362,4 @@ def summary(table: pd.DataFrame, curve: pd.DataFrame | None = None, top: int = 1
     return "\n".join(lines)
 
 
-__all__ = ["TaskCircuit", "TwinSearch", "gap", "summary", "task_circuit", "twin_lines"]
+__all__ = ["TaskCircuit", "TwinSearch", "gap", "graph_nodes", "summary", "task_circuit", "twin_lines"]

@@ -20,7 +20,8 @@ projection's output: they become ``proj(norm(x′))``'s columns of that head, wh
 ``norm`` the block's pre-attention norm (none in a post-norm block); the other heads, and the tensor the other
 projections read, are untouched. A gradient there is ∂/∂ (head h's own copy of the input), computed after
 ``backward()`` from the projection output's gradient through that head's weights and the norm (exact: q_h
-depends on the input only through them).
+depends on the input only through them; :mod:`~probe.engine.head_inputs`: one norm VJP per shared input,
+``run.input_gradients`` stacks a layer's q, k and v heads).
 
 Examples
 --------
@@ -50,8 +51,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from probe.anatomy import linear_weight
 from probe.engine.edits import OPS, Edit
+from probe.engine.head_inputs import input_gradients, out_width
 from probe.engine.sites import MODEL_SITES, Site, SiteMap, site_map
 from probe.errors import ProbeError
 
@@ -75,54 +76,54 @@ class Grads(Mapping):
 
 
 class Run:
-    """What :func:`intervene` keeps: ``saved`` (site -> the last forward's tensor, detached) and ``grads``."""
+    """What :func:`intervene` keeps: ``saved`` (site -> the last forward's tensor, detached) and ``grads``.
+    It refers to nothing that refers back to it: freed as soon as the caller drops it."""
 
     def __init__(self, found: SiteMap, grad_sites: Sequence[str]) -> None:
         self.sites = found
         self.saved: dict[str, torch.Tensor] = {}
         self.grad_sites = tuple(grad_sites)
-        self.grads = Grads(self)
         self.kept: dict[str, torch.Tensor] = {}  # site -> the tensor whose .grad is read (retain_grad)
         self.inputs: dict[str, torch.Tensor] = {}  # *_in site -> the per-head input used [batch query head d]
         self.normed: dict[tuple, tuple] = {}  # a replacement input's norm, kept for the run (no autograd)
 
+    @property
+    def grads(self) -> Grads:
+        """site -> its gradient (made on each read: a Grads kept on the Run would be a reference cycle)."""
+        return Grads(self)
+
     def gradient(self, name: str) -> torch.Tensor:
         """The gradient at `name` (a site watched with ``grad``) of the last ``backward()``."""
+        grad, site = self.column_gradient(name), self.sites.site(name)
+        if site.kind in INPUTS:
+            return self.input_gradients([name]).permute(1, 2, 0, 3)  # [batch query head d_model]
+        if site.heads and site.kind not in ("q", "k", "v"):
+            grad = grad.unflatten(-1, (site.heads, site.width))
+        return grad
+
+    def input_gradients(self, names: Sequence[str]) -> torch.Tensor:
+        """The gradients at per-head input sites `names` (``L{l}.q_in`` …, watched with ``grad``), every
+        site's heads stacked: `[Σ head batch query d_model]` (:func:`~.head_inputs.input_gradients`: the
+        norm's VJP taken once per input the sites share, e.g. a layer's q, k and v)."""
+        sites = [self.sites.site(name) for name in names]
+        if any(site.kind not in INPUTS for site in sites):
+            raise ProbeError(f"input_gradients is for {' / '.join(INPUTS)} sites: use run.grads[name]")
+        grads = [self.column_gradient(name) for name in names]  # [batch query head width] each
+        return input_gradients(sites, [self.inputs[name] for name in names], grads)
+
+    def column_gradient(self, name: str) -> torch.Tensor:
+        """The kept tensor's gradient at `name` (q / k / v and their inputs: their heads' columns of the
+        projection's, `[batch query head width]`), refused in one line where none was kept or reached it."""
         if name not in self.grad_sites:
             raise ProbeError(f"site {name} was not watched with grad=True: no gradient kept")
-        site = self.sites.site(name)
-        kept = self.kept.get(name)
+        kept, site = self.kept.get(name), self.sites.site(name)
         grad = None if kept is None else kept.grad
         if grad is None:
             raise ProbeError(f"no gradient reached {name}: run backward() on an output of the forward made "
                              "inside intervene(...)")
         if site.kind in ("q", "k", "v", *INPUTS):
-            # [batch query head width]
-            grad = grad[..., site.columns].unflatten(-1, (site.heads, _out_width(site)))
-        elif site.heads:
-            grad = grad.unflatten(-1, (site.heads, site.width))
-        if site.kind in INPUTS:
-            grad = _input_gradient(site, self.inputs[name], grad)
+            grad = grad[..., site.columns].unflatten(-1, (site.heads, out_width(site)))
         return grad
-
-
-def _input_gradient(site: Site, inputs: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-    """∂/∂ each head's own input `[batch query head d_model]` from ∂/∂ its projection columns `[batch query
-    head width]`: through the head's weights W_h `[d_model width]` and the norm's Jacobian at its input."""
-    weight = linear_weight(site.module, grad.dtype, copy=False)[:, site.columns].to(grad.device)  # [in out]
-    weight = weight.unflatten(-1, (site.heads, _out_width(site)))  # [d_model head width]
-    through = torch.einsum("bqhw,dhw->bqhd", grad, weight)  # [batch query head d_model]
-    if site.norm is None:
-        return through
-    with torch.enable_grad():
-        leaf = inputs.detach().to(grad.dtype).requires_grad_(True)  # [batch query head d_model]
-        (result,) = torch.autograd.grad(site.norm.forward(leaf), leaf, through)
-    return result
-
-
-def _out_width(site: Site) -> int:
-    """The projection columns per head of a q / k / v site or of its input site."""
-    return (site.columns.stop - site.columns.start) // site.heads
 
 
 def _fresh(tensor: torch.Tensor) -> torch.Tensor:
@@ -243,7 +244,7 @@ class _Hooks:
             new = new.expand(*shape[:2], new.shape[2], shape[3])  # head 1: one input for every head
             normed = self.run.normed if edit.op == "replace" and not torch.is_grad_enabled() else None
             columns = self.columns_of(module, site, new, cache, normed)  # [batch query head|1 width]
-            block = output[..., site.columns].unflatten(-1, (site.heads, _out_width(site)))
+            block = output[..., site.columns].unflatten(-1, (site.heads, out_width(site)))
             merged = columns if chosen is None else torch.where(chosen[..., None], columns, block)
             output = _splice(output, site.columns, merged.expand(block.shape))
             if used is not None or chosen is None:
@@ -261,7 +262,7 @@ class _Hooks:
         projection when `new` is one input for every head; kept per input tensor across the module's
         sites; `normed`: the run's kept norms of replacement inputs, shared by the q / k / v modules of a
         layer while the input and the norm's weights are unchanged, outside autograd)."""
-        heads, width = site.heads, _out_width(site)
+        heads, width = site.heads, out_width(site)
 
         def norm(inputs: torch.Tensor) -> torch.Tensor:
             if site.norm is None:

@@ -343,3 +343,28 @@ def test_gpt2_fused_attention_and_biases_and_mixed_lengths():
     together = edge_scores(model, mixed, method="eap")["score"]
     assert (together - (parts[0] + parts[1]) / 2).abs().max() < 1e-12
     assert (parts[0] - parts[1]).abs().max() > 0
+
+
+def test_task_circuit_payload_reads_its_nodes_from_the_graph(tiny):
+    """TaskCircuit.payload places each node from the graph the edges were scored on (kind, layer, head,
+    column): the same places as edge_scores' names give; a table node the graph lacks is refused."""
+    import pandas as pd
+
+    from probe.circuits.task_search import TaskCircuit, graph_nodes
+
+    model, tokenizer = tiny
+    graph = model_graph(site_map(model))
+    table = edge_scores(model, repeat_task(tokenizer, pairs=2, block=4), method="eap")
+    table = table.assign(in_circuit=table["abs_rank"] <= 5)
+    curve = pd.DataFrame({"edges": [0, 5], "share": [0.0, 1.0], "random_share": [0.0, 0.5]})
+    placed = TaskCircuit("m", table, curve, 0.8, 5, graph=graph).payload()["nodes"]
+    named = TaskCircuit("m", table, curve, 0.8, 5).payload()["nodes"]  # placed from the names alone
+    assert placed == named and len(placed) == len(graph_nodes(graph)) == 1 + 2 * (4 + 2 + 1) + 1
+    kinds = {node["name"]: (node["kind"], node["layer"], node["index"], node["column"], node["row"])
+             for node in placed}
+    assert kinds["L1KV1"] == ("kv", 1, 1, 3, 5) and kinds["L1H3"] == ("head", 1, 3, 3, 3)
+    assert kinds["L0.mlp"][:4] == ("mlp", 0, 0, 2) and kinds["logits"][:4] == ("logits", 2, 0, 5)
+    other = table.replace({"sender": {"L1H2": "L3H2"}})  # a node of another model's graph
+    with pytest.raises(ProbeError, match="node L3H2 of the table is not in the circuit's graph"):
+        TaskCircuit("m", other, curve, 0.8, 5, graph=graph).payload()
+    assert any(node["name"] == "L3H2" for node in TaskCircuit("m", other, curve, 0.8, 5).payload()["nodes"])

@@ -226,6 +226,75 @@ def test_gradients_equal_autograds(tiny):
     assert query_grad.abs().max() > 0
 
 
+def test_input_gradients_share_one_norm_vjp_and_equal_autograds_per_head(tiny, monkeypatch):
+    """A layer's q / k / v inputs in one call (one norm VJP, heads stacked) equal each site's own gradient and
+    autograd's; an input that an edit made different per head (a VJP per head) equals autograd's too, and
+    differs from the VJP at the shared input (the control: the test sees which input the norm's Jacobian is
+    taken at)."""
+    from probe.engine import head_inputs
+    from probe.engine.head_inputs import input_gradients
+
+    arch, model = tiny
+    saved, _ = watched_all(model)
+
+    def metric(logits):
+        return logits[0, -1, 3] - logits[1, 2, 5]
+
+    names = ["L1.q_in", "L1.k_in", "L1.v_in"]
+    noise = torch.randn(2, 6, 1, 32, generator=torch.Generator().manual_seed(2))  # [batch query 1 d_model]
+    reference = {}
+    for edit in ({}, {"L1.q_in": Edit.add(noise, heads=[1])}):  # then head 1's query reads its own input
+        with intervene(model, watch=names, edit=edit, grad=True) as run:
+            metric(model(input_ids=IDS).logits).backward()
+        stacked = run.input_gradients(names)  # [Σ head batch query d_model]
+        alone = torch.cat([run.grads[name].permute(2, 0, 1, 3) for name in names])
+        assert stacked.shape == (sum(saved[name].shape[2] for name in names), 2, 6, 32)
+        assert torch.allclose(stacked, alone, atol=1e-7, rtol=1e-6)
+        with monkeypatch.context() as patch:  # one batch row per norm VJP call: the same numbers
+            patch.setattr(head_inputs, "CHUNK", 1)
+            assert torch.allclose(run.input_gradients(names), stacked, atol=1e-7, rtol=1e-6)
+        for name in names:
+            delta = torch.zeros(saved[name].shape, requires_grad=True)
+            with intervene(model, edit={**edit, name: [*([edit[name]] if name in edit else []),
+                                                       Edit.add(delta)]}):
+                (expected,) = torch.autograd.grad(metric(model(input_ids=IDS).logits), delta)
+            assert torch.allclose(run.grads[name], expected, atol=1e-5, rtol=1e-4), (name, bool(edit))
+            assert expected.abs().max() > 0
+            reference[name] = expected  # [batch query head d_model]
+    expected, site = reference["L1.q_in"], site_map(model).site("L1.q_in")
+    shared = input_gradients([site], [saved["L1.q_in"]], [run.column_gradient("L1.q_in")])  # the unedited x
+    assert torch.allclose(shared[0], expected[:, :, 0], atol=1e-5, rtol=1e-4)  # head 0 reads it
+    assert torch.allclose(shared[1], expected[:, :, 1], atol=1e-5) == (arch == "bert")  # post-norm: no J
+    with pytest.raises(ProbeError, match="input_gradients is for q_in / k_in / v_in sites"):
+        run.input_gradients(["L1.q"])
+
+
+def test_a_run_is_freed_without_the_cyclic_collector(tiny):
+    """A Run refers to nothing that refers back to it: dropping it frees it and its kept tensors at once
+    (before, ``run.grads`` referred to the run, and EAP-IG's peak memory grew by a run per step)."""
+    import gc
+    import weakref
+
+    arch, model = tiny
+    gc.collect()
+    gc.disable()
+    try:
+        with intervene(model, watch=["L1.q_in", "L0.head_out", "logits"], grad=True) as run:
+            model(input_ids=IDS).logits[0, -1, 3].backward()
+        assert run.grads["L1.q_in"].abs().max() > 0
+        alive, kept = weakref.ref(run), weakref.ref(run.kept["L0.head_out"])
+        del run
+        assert alive() is None and kept() is None
+        with intervene(model, watch=["L0.head_out"], grad=True) as run:  # control: a cycle is seen
+            model(input_ids=IDS).logits[0, -1, 3].backward()
+        run.itself, alive = run, weakref.ref(run)
+        del run
+        assert alive() is not None
+    finally:
+        gc.enable()
+        gc.collect()
+
+
 def test_hooks_are_removed_also_after_an_exception(tiny):
     arch, model = tiny
     before = hooks_left(model)
