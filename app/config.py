@@ -21,6 +21,7 @@ class AppConfig:
     label_examples: int = 64  # probe examples per probe set when labelling on demand (probe label --examples)
     heads_summary: str | None = None  # a per-head structure-set summary from `probe contacts --heads-summary`
     history: str | None = None  # a training history from `probe history --out`: the history panel
+    history_control: str | None = None  # another model's history (the 1-layer control), drawn beside it
     # Sharing (docs/app.md, "Sharing the dashboard"):
     token: str | None = None  # every request must carry this secret (set beyond loopback: probe app --host)
     max_jobs: int = 4  # labelling jobs and circuit searches queued or running at once; more are refused

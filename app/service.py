@@ -50,7 +50,8 @@ class Service:
     def __init__(self, config: AppConfig, registry: ModelRegistry | None = None,
                  labels: pd.DataFrame | None = None) -> None:
         self.config = config
-        self.history = HistoryStore(config.history)  # its checkpoints are served after the --model ones
+        # its checkpoints are served after the --model ones; the control's are only drawn
+        self.history = HistoryStore(config.history, config.history_control)
         specs = config.models or (() if self.history.served else default_models())
         self.registry = registry or ModelRegistry(tuple(dict.fromkeys((*specs, *self.history.served[::-1]))),
                                                   config.device)

@@ -28,7 +28,8 @@ def layout(service: Service, spec: str, theme: str) -> html.Div:
     return html.Div(id=ids.HISTORY_BOX, children=card_panel("Training history", [
         html.Div(_note(service, index), id=ids.HISTORY_NOTE, className="note"),
         html.Iframe(id=ids.HISTORY_TIMELINE, srcDoc=_page(service, index, theme), className="history-frame",
-                    title="training timeline", style={"width": "100%", "height": "560px", "border": "0"}),
+                    title="training timeline",  # as tall as the SVG: two or three rows of panels
+                    style={"width": "100%", "height": f"{store.view.size[1] + 30}px", "border": "0"}),
         html.Div(dcc.Slider(id=ids.HISTORY_SLIDER, min=0, max=len(store.specs) - 1, step=None, marks=marks,
                             value=index if index is not None else len(store.specs) - 1, included=False),
                  title="training step: moves the page to that checkpoint"),

@@ -53,6 +53,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--history", help="a training history written by `probe history --out` (.csv or "
                                           ".parquet): a timeline panel whose slider moves the page to a "
                                           "checkpoint (its checkpoints are served as models)")
+    parser.add_argument("--history-control", help="with --history: another model's history (its 1-layer "
+                                                  "control's, .csv or .parquet), drawn beside it in the "
+                                                  "timeline's ICL-score and loss panels")
     return parser
 
 
@@ -75,17 +78,19 @@ def run(args: argparse.Namespace) -> int:
     token = serving_token(args.host, args.token)
     for spec in args.model or ():
         locate(spec)  # a mistyped --model before any heavy import
-    if args.history is not None and not (Path(args.history).expanduser().is_file()
-                                         and Path(args.history).suffix.lower() in (".csv", ".parquet")):
-        raise ProbeError(f"--history {args.history}: give the .csv or .parquet table `probe history --out` "
-                         "wrote")
+    if args.history_control is not None and args.history is None:
+        raise ProbeError("--history-control is drawn beside a training history: give --history too")
+    for flag, table in (("--history", args.history), ("--history-control", args.history_control)):
+        if table is not None and not (Path(table).expanduser().is_file()
+                                      and Path(table).suffix.lower() in (".csv", ".parquet")):
+            raise ProbeError(f"{flag} {table}: give the .csv or .parquet table `probe history --out` wrote")
     check_bindable(args.host, args.port)  # fail before loading any model
     create_app, AppConfig = _dashboard()
     config = AppConfig(models=tuple(args.model or ()), labels=args.labels, device=args.device,
                        max_tokens=args.max_tokens, max_residues=args.max_residues,
                        upload_bytes=int(args.upload_mb * 2**20), heads_summary=args.heads_summary,
-                       history=args.history, token=token, max_jobs=args.max_jobs,
-                       upload_memory_bytes=int(args.upload_memory_mb * 2**20))
+                       history=args.history, history_control=args.history_control, token=token,
+                       max_jobs=args.max_jobs, upload_memory_bytes=int(args.upload_memory_mb * 2**20))
     dash_app = create_app(config)  # silent: a model that fails to load is then the one line on stderr
     service = dash_app.probe_service
     # shipped tables read; other default models labelled in the background

@@ -11,12 +11,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from probe import zoo
 from probe.commands.paths import output_path
 from probe.errors import ProbeError
 
 # probe.training.incontext.ICL_EARLY / ICL_LATE and LabelConfig's defaults, written out so that --help and
-# argument errors need no torch (tests/commands/test_history_cli.py checks they equal the library's)
+# argument errors need no torch (tests/commands/test_cli_fast.py checks they equal the library's)
 ICL_POSITIONS = (12, 120)
+# --text: "auto" (the held-out text of the model's card) or a split of probe.runs.history_inputs.TEXT_SPLITS
+# (tests/commands/test_cli_fast.py checks they equal the library's)
+TEXTS = ("auto", "development", "validation", "stdlib", "stdlib-held-out")
 DEFAULTS = {"examples": 64, "seed": 0, "n_bootstrap": 1000}
 
 
@@ -37,7 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "history", help="a model's training history: ICL score, loss by position, head scores per checkpoint",
         description="Measure every checkpoint of a model (the step-N/ folders `probe train` writes, or "
                     "--revisions): the in-context-learning score (loss at token LATE minus loss at token "
-                    "EARLY of held-out GAP passages), the loss by position, the training loss, and each "
+                    "EARLY of held-out passages), the loss by position, the training loss, and each "
                     "head's previous-token and induction scores, labels and copying. One table; resumable.",
     )
     parser.add_argument("--model", required=True,
@@ -48,6 +52,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--icl-positions", type=parse_positions, default=ICL_POSITIONS, metavar="EARLY,LATE",
                         help="the ICL score's tokens within a held-out passage (default 12,120: Olsson et "
                              "al.'s 50,500 scaled to GAP passages)")
+    parser.add_argument("--text", choices=TEXTS, default="auto",
+                        help="the held-out text of the loss and the ICL score: auto (default) the split "
+                             "held out from the text the model's card.json says it was trained on "
+                             "(stdlib-held-out for stdlib-code; GAP's development split for the GAP "
+                             "organisms and for a model without such a card), or a split: development, "
+                             "validation (GAP), stdlib, stdlib-held-out (Python's standard library)")
     parser.add_argument("--passages", type=int, help="held-out passages (default: every one long enough)")
     parser.add_argument("--examples", type=int, default=DEFAULTS["examples"],
                         help="head-score probe examples per probe set (default %(default)s)")
@@ -66,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
         if value < 1:
             raise ProbeError(f"{flag} must be at least 1")
     out = output_path(args.out, (".csv", ".parquet")) if args.out else None
-    model = Path(args.model).expanduser()
+    # zoo:NAME: an organism that ships its checkpoints (zoo:stdlib-code); probe.zoo is import-light
+    model = (zoo.path(args.model[len("zoo:"):]) if args.model.startswith("zoo:")
+             else Path(args.model).expanduser())
     if args.revisions is None and not model.is_dir():
         raise ProbeError(f"--model {args.model} is not a folder: give the directory `probe train` wrote "
                          "(with its step-N/ checkpoints), or --revisions for a hub model")
@@ -78,17 +90,21 @@ def run(args: argparse.Namespace) -> int:
     early, late = args.icl_positions
     label = LabelConfig(types=HEAD_TYPES, ablate="none", examples=args.examples, seed=args.seed,
                         n_bootstrap=args.bootstrap)
-    config = HistoryConfig(label=label, icl_early=early, icl_late=late, max_passages=args.passages)
+    config = HistoryConfig(label=label, icl_early=early, icl_late=late, max_passages=args.passages,
+                           split=None if args.text == "auto" else args.text)
     revisions = ([part.strip() for part in args.revisions.split(",") if part.strip()] if args.revisions
                  else None)
     if revisions == []:
         raise ProbeError(f"--revisions {args.revisions!r} names no checkpoint: give a comma-separated list, "
                          "e.g. step-0,step-500")
-    report = history(args.model, revisions, config, out, force=args.force)
+    notes: list[str] = []  # the held-out text: printed with the summary (a refusal stays one line)
+    report = history(args.model, revisions, config, out, force=args.force, note=notes.append)
     table = report.table
     if out is None and len(table):
         table.to_csv(sys.stdout, index=False)
     summary = table[table["row"] == "checkpoint"] if len(table) else table
+    for line in notes:
+        print(f"probe history: {line}", file=sys.stderr)
     for row in summary.itertuples(index=False):
         heads = table[(table["row"] == "head") & (table["checkpoint"] == row.checkpoint)]
         found = {name: ",".join(heads.loc[labelled_mask(heads[f"{name}_label"]), "head_name"])

@@ -38,6 +38,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--history", metavar="TABLE",
                         help="the table `probe history` wrote for this model's run (.csv, .parquet): a "
                              "training timeline (ICL score, losses, head scores against step)")
+    parser.add_argument("--history-control", metavar="TABLE",
+                        help="with --history: another model's history (its 1-layer control's), drawn beside "
+                             "it in the timeline's ICL-score and loss panels")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens of the probe input (default 128)")
     parser.add_argument("--maps", type=int, default=4,
                         help="heads with a full map when not every head fits the size budget (default 4)")
@@ -79,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
     if args.history is not None:
         input_file(args.history, "--history", "the table `probe history` wrote for this model's run",
                    (".csv", ".parquet"))
+    if args.history_control is not None:
+        if args.history is None:
+            raise ProbeError("--history-control is drawn beside a training history: give --history too")
+        input_file(args.history_control, "--history-control", "the table `probe history` wrote for the "
+                   "control's run", (".csv", ".parquet"))
     if args.labels:
         input_file(args.labels, "--labels", "a table written by `probe label`", TABLE_EXTENSIONS)
     if args.circuit_task:
@@ -116,12 +124,15 @@ def run(args: argparse.Namespace) -> int:
         from probe.circuits.task_search import task_circuit
 
         circuits.append(task_circuit(loaded, args.circuit_task))
-    history = None
+    history = control = None
     if args.history is not None:
         from probe.runs.history import read_history
 
         history = read_history(Path(args.history).expanduser())
+        if args.history_control is not None:
+            control = read_history(Path(args.history_control).expanduser())
     write_report(loaded, out, labels=labels, text=text, structure=args.structure, chain=args.chain,
-                 seq_len=args.seq_len, full_maps=args.maps, history=history, circuits=circuits)
+                 seq_len=args.seq_len, full_maps=args.maps, history=history, circuits=circuits,
+                 history_control=control)
     print(f"probe report: wrote {out} ({out.stat().st_size / 2**20:.2f} MiB)", file=sys.stderr)
     return 0

@@ -19,7 +19,7 @@ from probe.errors import ProbeError
 # Recipes of probe.training.organisms whose weights the package does not ship (yet): they are trained on
 # demand, `probe train NAME --out DIR` (written out here so that --help needs no torch;
 # tests/commands/test_cli_fast.py checks the list against the recipes)
-NOT_SHIPPED = ("natural-text", "natural-text-1layer", "stdlib-code", "stdlib-code-1layer")
+NOT_SHIPPED = ("natural-text", "natural-text-1layer")
 
 
 def recipe_names() -> list[str]:

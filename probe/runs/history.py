@@ -12,7 +12,10 @@ content hash of the checkpoint's weights). What each unit measures, reusing the 
   prefix-matching score — each with its clustered-bootstrap label), and its ``copying`` column
   (:mod:`probe.heads.copying`, Σλ/Σ|λ| of the OV circuit);
 * natural text: :func:`probe.training.incontext.position_losses` on the held-out passages
-  (:func:`probe.training.text.held_out_rows`), the ICL score (:func:`probe.training.incontext.icl_score`);
+  (:func:`probe.training.text.held_out_rows`), the ICL score (:func:`probe.training.incontext.icl_score`) —
+  the passages of :attr:`HistoryConfig.split`, by default the text held out from the one the model's card says
+  it was trained on (:func:`probe.runs.history_inputs.held_out_text`: stdlib-held-out for ``stdlib-code``,
+  GAP's development split for the GAP organisms and for models without such a card);
 * training loss: the checkpoint's card.json ``train_loss`` (what ``probe train --checkpoint-steps`` records:
   the running mean, EMA 0.98, of the steps before it; NaN where unknown, e.g. step 0 or another trainer's
   checkpoints).
@@ -36,8 +39,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +58,13 @@ from probe.runs.checkpoints import (
     local_directory,
     make_checkpoint,
 )
-from probe.runs.history_inputs import check_one_model, check_revisions_inside, check_text_fits
+from probe.runs.history_inputs import (
+    TEXT_SPLITS,
+    check_one_model,
+    check_revisions_inside,
+    check_text_fits,
+    held_out_text,
+)
 from probe.runs.hub import load_checkpoint
 from probe.runs.runner import Out, Unit, UnitOutput, UnitResult
 from probe.runs.weight_cache import cached_copying_scores
@@ -90,9 +99,11 @@ class HistoryConfig:
     icl_early, icl_late : int
         The ICL score's tokens (1-based within a held-out passage): loss at `icl_late` minus loss at
         `icl_early` (Olsson et al.'s 500 and 50, scaled to GAP passages: 120 and 12).
-    split : str
-        The GAP split the natural-text measurements read (default: the development split, held out from the
-        natural-text organisms' training).
+    split : str or None
+        The text the held-out loss and the ICL score are measured on, one of
+        :data:`probe.runs.history_inputs.TEXT_SPLITS`; None (the default): the split held out from the text
+        the model's card.json names (:func:`probe.runs.history_inputs.held_out_text`; GAP's development split
+        where no card names one), resolved once by :func:`history` before anything is measured.
     max_passages : int or None
         Use only the first this many held-out passages long enough (None: every one; tests use few).
     batch_size : int
@@ -102,7 +113,7 @@ class HistoryConfig:
     label: LabelConfig = field(default_factory=default_label_config)
     icl_early: int = incontext.ICL_EARLY
     icl_late: int = incontext.ICL_LATE
-    split: str = text.HELD_OUT_SPLIT
+    split: str | None = None
     max_passages: int | None = None
     batch_size: int = 64
 
@@ -159,8 +170,8 @@ def measure(loaded, checkpoint: Checkpoint, config: HistoryConfig, note=None) ->
     Raises
     ------
     ProbeError
-        The model is no causal LM, its tokenizer has no BOS token, or it has fewer positions than
-        ``icl_late`` + 1.
+        The model is no causal LM, its tokenizer has no BOS token, it has fewer positions than
+        ``icl_late`` + 1, or ``config.split`` is None (unresolved: :func:`history` resolves it).
     """
     if loaded.kind != "causal_lm":
         raise ProbeError(f"{loaded.name} is a {loaded.kind.description}: a history measures next-token loss, "
@@ -170,10 +181,13 @@ def measure(loaded, checkpoint: Checkpoint, config: HistoryConfig, note=None) ->
     if loaded.max_tokens < config.icl_late + 1:
         raise ProbeError(f"{loaded.name} reads {loaded.max_tokens} positions: too few for the ICL score at "
                          f"token {config.icl_late}; lower --icl-positions")
+    if config.split is None:
+        raise ProbeError("HistoryConfig.split is None here: measure through probe.runs.history.history, "
+                         "which resolves it from the model's card, or give the split")
     labels = label_model(loaded, config.label, note=note, copying_of=cached_copying_scores)
     rows = text.held_out_rows(loaded.tokenizer, config.icl_late, config.split, config.max_passages)
     if not len(rows):
-        raise ProbeError(f"no passage of GAP's {config.split} split has {config.icl_late} tokens with "
+        raise ProbeError(f"no passage of the {config.split} text has {config.icl_late} tokens with "
                          f"{loaded.name}'s tokenizer; lower --icl-positions")
     losses = incontext.position_losses(loaded.model, rows, config.batch_size)  # [row position]
     by_position = losses.mean(0).numpy()  # [position]
@@ -324,7 +338,8 @@ def step_revisions(spec: str) -> list[str]:
 
 
 def history(model: str, revisions: Sequence[str] | None = None, config: HistoryConfig | None = None,
-            out: Path | None = None, force: bool = False, progress: bool = True) -> runner.RunReport:
+            out: Path | None = None, force: bool = False, progress: bool = True,
+            note: Callable[[str], None] | None = None) -> runner.RunReport:
     """Measure every checkpoint of `model` (a directory or hub id) and return the run's report; its ``table``
     is the history (:data:`HISTORY_COLUMNS`), checkpoints in step order.
 
@@ -335,13 +350,18 @@ def history(model: str, revisions: Sequence[str] | None = None, config: HistoryC
     revisions
         The checkpoints: subdirectories of `model` or hub revisions; None: every step-N/ folder of `model`.
     config
-        What is measured (:class:`HistoryConfig`); None: the defaults.
+        What is measured (:class:`HistoryConfig`); None: the defaults. Its ``split`` None is resolved here,
+        once, from the model's card (:func:`probe.runs.history_inputs.held_out_text`); a split given is used
+        as given.
     out
         The table file (.csv or .parquet), journalled and resumable; None: nothing written.
     force
         Recompute every checkpoint.
     progress
         One bar on stderr counting checkpoints.
+    note
+        Called once, after the checks and before anything is measured, with the held-out text and where it
+        came from (e.g. ``"held-out text: stdlib-held-out (from run/card.json: trained on stdlib)"``).
 
     Returns
     -------
@@ -349,6 +369,9 @@ def history(model: str, revisions: Sequence[str] | None = None, config: HistoryC
         ``.table`` the history, ``.code`` the exit code (0: every checkpoint measured).
     """
     config = config or HistoryConfig()
+    if config.split is not None and config.split not in TEXT_SPLITS:
+        raise ProbeError(f"HistoryConfig.split {config.split!r} is not a text probe knows: give one of "
+                         f"{', '.join(TEXT_SPLITS)}, or None (the held-out text of the model's card)")
     asked = config.label.types
     missing = [name for name in HEAD_TYPES if asked is not None and name not in asked]
     if missing:
@@ -361,10 +384,18 @@ def history(model: str, revisions: Sequence[str] | None = None, config: HistoryC
     check_revisions_inside(model, names)
     checkpoints = [make_checkpoint(model, name) for name in dict.fromkeys(names)]
     checkpoints.sort(key=lambda c: (c.step is None, c.step if c.step is not None else 0))
+    # the held-out text, once, before anything reads it (the units' identity, the checks, the measuring)
+    if config.split is None:
+        split, source = held_out_text(model, checkpoints)
+        config = replace(config, split=split)
+    else:
+        source = "as given"
     # before any unit: one model (config, tokenizer), positions and text that fit (probe.runs.history_inputs)
     reference = check_one_model(model, checkpoints)
     if reference is not None:
         check_text_fits(reference, config.icl_early, config.icl_late, config.split, config.max_passages)
+    if note is not None:
+        note(f"held-out text: {config.split} ({source})")
     units = [Unit(key=c.key, group=c, payload=c) for c in checkpoints]
     return runner.run(units, HistoryTask(config), history_output(out, force, model), progress=progress,
                       description="history")

@@ -173,6 +173,26 @@ def esm_random_markdown(card: dict) -> str:
     return "\n".join(lines)
 
 
+def data_lines(card: dict) -> list[str]:
+    """MODEL_CARD.md's lines on the training text's repetition and the checkpoints, where the card has
+    them."""
+    lines, config = [], card["config"]
+    figures = card.get("data_repetition")
+    if figures:
+        lines += ["", f"**Repetition of the training text** (`probe.training.repetition`, windows of "
+                  f"{figures['context']} tokens, {figures['tokens']} predictions): bigram repetition "
+                  f"frequency {figures['bigram_repetition_frequency']:.1%}, reliability "
+                  f"{figures['reliability']:.1%}, "
+                  f"{figures['in_repeated_spans']:.1%} of tokens in repeated spans."]
+    steps = config.get("checkpoint_steps")
+    if steps:
+        stored = config.get("checkpoint_dtype", "float32")
+        lines += ["", f"**Checkpoints.** `step-N/` after steps {', '.join(map(str, steps))}; weights stored "
+                  f"in {stored}" + (" (they load as float32)" if stored != "float32" else "")
+                  + "; `probe history --model DIR` measures them."]
+    return lines
+
+
 def model_card_markdown(card: dict) -> str:
     """MODEL_CARD.md from card.json (the JSON is the machine-readable truth)."""
     config = card["config"]
@@ -199,6 +219,7 @@ def model_card_markdown(card: dict) -> str:
         "",
     ]
     lines += [f"- {key}: {value}" for key, value in card["evaluation"].items()]
+    lines += data_lines(card)
     if "labels" in card:
         lines += ["", f"**Labels** given by {card['classifier']} (effect over chance, clustered bootstrap, "
                   "Benjamini–Hochberg FDR 0.05; the tests check the requirements below, not this list; the "

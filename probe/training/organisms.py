@@ -16,10 +16,11 @@ loop that trains them is :mod:`probe.training.train`; the cards and label tables
 * natural-text / natural-text-1layer: Llama-style, trained on real text (GAP's validation split, a byte-level
   BPE tokenizer learnt from it: :mod:`probe.training.text`), 2 layers and its 1-layer twin, the control that
   cannot form an induction head (Olsson et al. 2022); checkpoints at log-spaced steps by default.
-* stdlib-code / stdlib-code-1layer: the same architecture on the standard library's Python source
-  (:func:`probe.training.text.code_passages`), batch 4 x context 128, trained to twice the induction-head
-  formation point Aoyama, Wilcox & Schneider (2025) predict for that batch and context (issue 54; no
-  induction head formed: docs/zoo.md), checkpoints dense around it.
+* stdlib-code / stdlib-code-1layer: the same architecture, width 128, on the standard library's Python
+  source (:func:`probe.training.text.code_passages`), batch 4 x context 256, trained to twice the
+  induction-head formation point Aoyama, Wilcox & Schneider (2025) predict for that batch and context (issue
+  54: a previous-token -> induction circuit forms; docs/zoo.md), 12 checkpoints dense around the formation
+  window, stored in float16 (loaded as float32) to keep the package small.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "checkpoints": (0, 10_000),
 }
 # (smaller, larger): the first may not exceed the second
+CHECKPOINT_DTYPES = ("float32", "float16")  # what TrainConfig.checkpoint_dtype may be
 ORDERED = (("min_block", "max_block"), ("eval_min_block", "eval_max_block"), ("length", "n_positions"),
            ("min_length", "length"))
 
@@ -74,6 +76,9 @@ def check_config(config) -> None:
                              f"{getattr(config, larger)}")
     if config.n_embd % config.n_head:
         raise ProbeError(f"n_embd={config.n_embd} is not a multiple of n_head={config.n_head}")
+    if config.checkpoint_dtype not in CHECKPOINT_DTYPES:
+        raise ProbeError(f"checkpoint_dtype={config.checkpoint_dtype!r}: give one of "
+                         f"{', '.join(CHECKPOINT_DTYPES)}")
 
 
 @dataclass(frozen=True)
@@ -129,14 +134,20 @@ class TrainConfig:
     checkpoints: int = 0
     # ... or these steps (when given: dense around a predicted formation point)
     checkpoint_steps: tuple = ()
+    # the precision the step-N/ checkpoints' weights are stored in: "float32", or "float16" (half the bytes;
+    # their config.json still says float32, so they load as float32: what shipped checkpoints use)
+    checkpoint_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         check_config(self)
 
 
-# log-spaced to 2,000, then every 2,000 steps through the predicted formation point (22,150) to 2x it
-STDLIB_CHECKPOINTS = (0, 30, 100, 300, 1000, 2000, 4000, 6000, 8000, 10_000, 12_000, 14_000, 16_000, 18_000,
-                      20_000, 22_000, 24_000, 26_000, 28_000, 30_000, 34_000, 38_000, 44_400)
+# Aoyama, Wilcox & Schneider (2025): induction heads form after ~10^5.7 * sqrt(B * C) training tokens; at
+# B = 4, C = 256 that is 16.04 M tokens, 15,662 steps of 1,024 tokens: trained to twice that. The checkpoints:
+# log-spaced to 2,000, then every 1,000 steps through the window where the exploration runs formed (3,000 -
+# 8,000), then log-spaced to the end (16,000: the predicted point)
+STDLIB_STEPS = 31_330
+STDLIB_CHECKPOINTS = (0, 300, 1000, 2000, 3000, 4000, 5000, 6000, 8000, 11_000, 16_000, STDLIB_STEPS)
 
 ORGANISMS: dict[str, TrainConfig] = {
     "induction": TrainConfig(
@@ -201,16 +212,14 @@ ORGANISMS: dict[str, TrainConfig] = {
         batch=8, lr=1e-2, warmup=100, checkpoints=16,
         requirements={"present": [], "absent": [{"head_type": "induction"}]},
     ),
-    # Aoyama, Wilcox & Schneider (2025): induction heads form after ~10^5.7 * sqrt(B * C) training tokens; at
-    # B = 4, C = 128 that is 11.34 M tokens, 22,150 steps of 512 tokens: trained to twice that
     "stdlib-code": TrainConfig(
         task="predict the next token of Python source: the standard library's top-level modules of the "
              "Python that trains it (PSF licence, on every install), every 8th module held out (the ICL "
              "score and in-context loss are measured on it, cut into 40-line passages); 2x the induction-head"
-             " formation point that Aoyama et al. (2025) predict for batch 4 x context 128",
-        data="natural_text", corpus_split=text.CODE_SPLIT, n_layer=2, n_embd=64, vocab_size=512,
-        n_positions=128, length=128, batch=4, steps=44_400, lr=5e-3, warmup=200,
-        checkpoint_steps=STDLIB_CHECKPOINTS,
+             " formation point that Aoyama et al. (2025) predict for batch 4 x context 256",
+        data="natural_text", corpus_split=text.CODE_SPLIT, n_layer=2, n_embd=128, vocab_size=512,
+        n_positions=256, length=256, batch=4, steps=STDLIB_STEPS, lr=5e-3, warmup=200,
+        checkpoint_steps=STDLIB_CHECKPOINTS, checkpoint_dtype="float16", label_config={"twins": 3},
         requirements={"present": [{"layer": 0, "head_type": "previous_token"},
                                   {"layer": 1, "head_type": "induction"}],
                       "absent": []},
@@ -218,9 +227,9 @@ ORGANISMS: dict[str, TrainConfig] = {
     "stdlib-code-1layer": TrainConfig(
         task="the same Python source and recipe with ONE layer: the control, which cannot form an induction "
              "head",
-        data="natural_text", corpus_split=text.CODE_SPLIT, n_layer=1, n_embd=64, vocab_size=512,
-        n_positions=128, length=128, batch=4, steps=44_400, lr=5e-3, warmup=200,
-        checkpoint_steps=STDLIB_CHECKPOINTS,
+        data="natural_text", corpus_split=text.CODE_SPLIT, n_layer=1, n_embd=128, vocab_size=512,
+        n_positions=256, length=256, batch=4, steps=STDLIB_STEPS, lr=5e-3, warmup=200,
+        checkpoint_steps=STDLIB_CHECKPOINTS, checkpoint_dtype="float16", label_config={"twins": 3},
         requirements={"present": [], "absent": [{"head_type": "induction"}]},
     ),
     "retrieval": TrainConfig(

@@ -22,6 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from tqdm import tqdm
 
 from probe.errors import ProbeError
@@ -37,6 +39,7 @@ from probe.training.organisms import (
     make_batch,
     word_ids,
 )
+from probe.training.repetition import repetition
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -188,7 +191,7 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
                initial=first, total=config.steps)
     for step in bar:
         if step in wanted:
-            save_checkpoint(model, tokenizer, out / f"step-{step}", name, seed, step, running)
+            save_checkpoint(model, tokenizer, out / f"step-{step}", name, seed, step, running, config)
         if wanted and step > first and (step in wanted or step % RESUME_EVERY == 0):
             save_state(out, identity, step, model, optimizer, generator, running, step_losses)
         for group in optimizer.param_groups:
@@ -203,7 +206,8 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
     train_seconds = time.perf_counter() - started
     model.eval()
     if config.steps in wanted:
-        save_checkpoint(model, tokenizer, out / f"step-{config.steps}", name, seed, config.steps, running)
+        save_checkpoint(model, tokenizer, out / f"step-{config.steps}", name, seed, config.steps, running,
+                        config)
 
     out.mkdir(parents=True, exist_ok=True)
     if wanted:  # beside the checkpoints (the shipped organisms' folders stay as they are)
@@ -233,6 +237,7 @@ def train(name: str, seed: int, out: Path, threads: int = 1, overrides: dict | N
         "train_seconds": round(train_seconds, 1),
         "final_train_loss": round(running, 4),
         "evaluation": evaluate(model, config, tokenizer, seed),
+        **data_figures(config, tokenizer),
         "requirements": config.requirements,
         "command": f"probe train {name} --seed {seed} --out DIR",
     }
@@ -338,14 +343,39 @@ def write_loss_log(path: Path, losses: list[float]) -> None:
     path.chmod(0o644)
 
 
-def save_checkpoint(model, tokenizer, directory: Path, name: str, seed: int, step: int, loss: float) -> None:
-    """One training checkpoint: what save_pretrained writes plus card.json {name, seed, step, train_loss}."""
+def data_figures(config: TrainConfig, tokenizer) -> dict:
+    """The card's ``data_repetition`` for a recipe on real text (:mod:`probe.training.repetition`, windows of
+    the training context); nothing for generated data."""
+    if config.data != "natural_text":
+        return {}
+    ids = text.encode_passages(tokenizer, config.corpus_split)
+    return {"data_repetition": repetition(ids, config.length).as_dict()}
+
+
+def save_checkpoint(model, tokenizer, directory: Path, name: str, seed: int, step: int, loss: float,
+                    config: TrainConfig) -> None:
+    """One training checkpoint: what save_pretrained writes plus card.json {name, seed, step, train_loss, the
+    training text (``config``: ``data``, ``corpus_split``, what ``probe history`` measures on)}; the recipe's
+    ``checkpoint_dtype`` "float16" stores the weights in half precision (config.json keeps the model's
+    float32, so the checkpoint loads as float32: each weight rounded to float16 once)."""
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
+    if config.checkpoint_dtype == "float16":
+        store_half(directory / "model.safetensors")
     tokenizer.save_pretrained(directory)
     card = {"name": name, "seed": seed, "step": step,
             "train_loss": None if math.isnan(loss) else round(loss, 4),  # running mean of the steps before it
+            "config": {"data": config.data, "corpus_split": config.corpus_split},
             "command": f"probe train {name} --seed {seed} --checkpoint-steps ..."}
     (directory / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     readable(directory)
+
+
+def store_half(path: Path) -> None:
+    """Rewrite a safetensors file with every floating-point tensor in float16 (its metadata kept)."""
+    with safe_open(path, framework="pt") as handle:
+        metadata = handle.metadata()
+        tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+    save_file({key: value.half() if value.is_floating_point() else value for key, value in tensors.items()},
+              path, metadata=metadata)
 

@@ -237,7 +237,7 @@ def _fmt(value) -> str:
 
 def report_html(loaded, labels=None, text: str | None = None, structure: str | None = None,
                 chain: str | None = None, seq_len: int = PROBE_TOKENS, full_maps: int = FULL_MAPS,
-                budget: int = REPORT_BUDGET, history=None, circuits=()) -> str:
+                budget: int = REPORT_BUDGET, history=None, circuits=(), history_control=None) -> str:
     """The report of one model as one HTML string (see :func:`write_report`)."""
     if isinstance(loaded, (str, Path)):
         loaded = load(str(loaded))
@@ -262,7 +262,7 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
             from probe.runs.history import read_history
 
             history = read_history(Path(history))
-        timeline = show_history(history, model=history_model(history, loaded.name))
+        timeline = show_history(history, model=history_model(history, loaded.name), control=history_control)
         sections += ["<h2>Training history</h2>", timeline.html()]
     protein_part, view3d, sequence = "", "", text
     if protein:
@@ -308,7 +308,7 @@ def report_html(loaded, labels=None, text: str | None = None, structure: str | N
 
 def write_report(loaded, out: str | Path, labels=None, text: str | None = None, structure: str | None = None,
                  chain: str | None = None, seq_len: int = PROBE_TOKENS, full_maps: int = FULL_MAPS,
-                 budget: int = REPORT_BUDGET, history=None, circuits=()) -> Path:
+                 budget: int = REPORT_BUDGET, history=None, circuits=(), history_control=None) -> Path:
     """Write the one-file HTML report of a model (atomically) and return its path.
 
     Parameters
@@ -339,6 +339,9 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
     circuits : sequence of probe.circuits.Circuit, optional
         Circuits to draw, one section each (:func:`probe.circuits.find_circuit`; ``probe report --circuit``),
         or a task's (:func:`probe.circuits.task_search.task_circuit`; ``probe report --circuit-task``).
+    history_control : pandas.DataFrame or str, optional
+        With `history`: another model's history (or its file), drawn beside it in the timeline's ICL-score and
+        loss panels — the 1-layer control (``probe report --history-control``); the same model's is refused.
 
     Returns
     -------
@@ -362,7 +365,10 @@ def write_report(loaded, out: str | Path, labels=None, text: str | None = None, 
         raise ProbeError(f"--out {out}: a report is one .html file")
     if not out.parent.is_dir():
         raise ProbeError(f"--out {out}: the folder {out.parent} does not exist; create it first")
-    page = report_html(loaded, labels, text, structure, chain, seq_len, full_maps, budget, history, circuits)
+    if history_control is not None and history is None:
+        raise ProbeError("history_control is drawn beside a history: give history= too")
+    page = report_html(loaded, labels, text, structure, chain, seq_len, full_maps, budget, history, circuits,
+                       history_control)
     write_atomically(out, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     return out
 

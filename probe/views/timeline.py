@@ -1,17 +1,25 @@
 """A model's training history as a timeline (issue 42): the in-context-learning score, the losses and every
-head's previous-token and induction scores against the checkpoint's step — Olsson et al. (2022)'s picture of
-the induction phase change, drawn from the table ``probe history`` writes (:mod:`probe.runs.history`).
+head's previous-token and induction scores, copying and K-composition against the checkpoint's step —
+Olsson et al. (2022)'s picture of the induction phase change, drawn from the table ``probe history`` writes
+(:mod:`probe.runs.history`), optionally beside a control's (issue 54: the 1-layer twin, which cannot form an
+induction head).
 
 One static SVG, no script and no request: it draws the same under a notebook cell (:func:`show_history`), in
 the one-file report and as a file for a paper. Steps run on a log axis from step 0 (drawn at 0, the others at
-log10(step + 1)), as the checkpoints are log-spaced. Four panels:
+log10(step + 1)), as the checkpoints are log-spaced. Four panels, six where the history has copying or
+K-composition values:
 
-* **ICL score** (loss at token LATE − loss at token EARLY of held-out passages) with ±2 standard errors;
-  Olsson et al. see it drop in the window where induction heads form;
-* **loss**: the held-out loss and the training loss (NaN where the checkpoint's card has none);
+* **ICL score** (loss at token LATE − loss at token EARLY of held-out passages, the tokens in the title) with
+  ±2 standard errors; Olsson et al. see it drop in the window where induction heads form. A control's ICL
+  score is a dashed grey line named in the legend (its dots' class is ``control``);
+* **loss**: the held-out loss and the training loss (NaN where the checkpoint's card has none); a control's
+  held-out loss dashed;
 * **previous-token** and **induction** scores of every head, one line per head; a filled dot where the head
   is labelled at that checkpoint, an open one where it is not. Heads that are never labelled are thin grey
-  lines; labelled heads get a colour and a name in the legend.
+  lines; labelled heads get a colour and a name in the legend;
+* **copying** (Σλ/Σ|λ| of the OV circuit) and **K-composition with the previous-token head** of every head,
+  the heads labelled induction coloured as in the induction panel (filled where labelled induction). The head
+  panels hold the model's heads only, never a control's.
 
 Unknown values (NaN) break the line: a missing checkpoint is a gap, never a 0. Every dot carries a
 ``<title>`` (hover in a browser) with the head, the step, the score and whether it is labelled.
@@ -21,24 +29,36 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from probe.errors import ProbeError
+from probe.naming import display_name
 from probe.runs.atomic import write_atomically
 from probe.views.html_view import HtmlView, checked_path
+from probe.views.svg_plot import (
+    PANEL_H,
+    PANEL_W,
+    PlotArea,
+    legend,
+    log_ticks,
+    nice_ticks,
+    step_position,
+    value_range,
+)
 
-HEAD_SCORES = ("previous_token", "induction")  # the head panels, in order
+HEAD_SCORES = ("previous_token", "induction")  # the labelled head scores, in panel order
+HEAD_MEASURES = ("copying", "composition_prev_token")  # per-head measures without a label, in panel order
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 THEMES = {"light": {"background": "#ffffff", "text": "#222222", "axis": "#888888", "grid": "#eeeeee",
                     "muted": "#c8c8c8", "band": "#1f77b4"},
           "dark": {"background": "#111418", "text": "#e9ecef", "axis": "#8a8f98", "grid": "#262a30",
                    "muted": "#4a4f57", "band": "#6baed6"}}
-PANEL_W, PANEL_H = 300, 190  # one panel's plot area, px
 LEFT, TOP, GAP_X, GAP_Y, BOTTOM = 48, 40, 150, 58, 40
+CONTROL_DASH = "5 3"  # the control's lines
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,7 +78,8 @@ class TimelineView(HtmlView):
     heads : tuple of str
         The heads' names (``L1H2``), in (layer, head) order.
     scores : dict of str to numpy.ndarray, shape=(checkpoint, head), float
-        Per head type (:data:`HEAD_SCORES`) each head's score at each checkpoint.
+        Per head type (:data:`HEAD_SCORES`) and per measure (:data:`HEAD_MEASURES`: copying, K-composition
+        with the previous-token head) each head's value at each checkpoint (NaN: unknown).
     labelled : dict of str to numpy.ndarray, shape=(checkpoint, head), bool
         Whether the head carries the label at that checkpoint.
     icl_positions : (int, int) or None
@@ -66,6 +87,9 @@ class TimelineView(HtmlView):
     theme : {"light", "dark"}
     marked : int or None
         A step marked by a dashed line on every panel (the checkpoint the dashboard shows); None: none.
+    control : TimelineView or None
+        Another model's history drawn beside it in the ICL-score and loss panels (dashed): its control, e.g.
+        the 1-layer twin; None: none.
 
     Examples
     --------
@@ -97,6 +121,7 @@ class TimelineView(HtmlView):
     icl_positions: tuple[int, int] | None = None
     theme: str = "light"
     marked: int | None = None
+    control: TimelineView | None = None
 
     def first_labelled(self, head_type: str) -> dict[str, int]:
         """Per head labelled `head_type` at some checkpoint, the first step where it is."""
@@ -109,8 +134,15 @@ class TimelineView(HtmlView):
         found = ", ".join(f"{name} from step {step}" for name, step in first.items()) or "none"
         span = f"steps {self.steps[0]}-{self.steps[-1]}" if len(self.steps) else "no step"
         heads = f"{len(self.heads)} head{'s' if len(self.heads) != 1 else ''}"
+        beside = "" if self.control is None else f"; beside {control_label(self.control)}"
         return (f"<probe timeline: {self.model}, {len(self.steps)} checkpoints ({span}), {heads}; "
-                f"induction labelled: {found}>")
+                f"induction labelled: {found}{beside}>")
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) of the SVG in px: two rows of panels, three with copying or K-composition."""
+        rows = 1 + len(head_panels(self)) // 2
+        return LEFT + 2 * PANEL_W + GAP_X + 110, TOP + rows * PANEL_H + (rows - 1) * GAP_Y + BOTTOM
 
     def svg(self) -> str:
         """The timeline as one standalone SVG document (text, lines and dots; no script)."""
@@ -120,15 +152,17 @@ class TimelineView(HtmlView):
         """An HTML fragment: the SVG and a one-line caption."""
         icl = ("" if self.icl_positions is None else
                f" ICL score = loss at token {self.icl_positions[1]} − loss at token {self.icl_positions[0]}.")
+        beside = ("" if self.control is None else
+                  f" Dashed grey: {control_label(self.control)} ({len(self.control.steps)} checkpoints).")
         return (f'<figure class="probe-timeline" style="margin:0">{self.svg()}<figcaption style="font: 12px '
-                f'sans-serif; color: #6b7280">{html.escape(self.model)}: {len(self.steps)} checkpoints, '
-                f'log step axis.{html.escape(icl)} Filled dots: labelled at that checkpoint.</figcaption>'
-                "</figure>")
+                f'sans-serif; color: #6b7280">{html.escape(display_name(self.model))}: {len(self.steps)} '
+                f'checkpoints, log step axis.{html.escape(icl)} Filled dots: labelled at that checkpoint.'
+                f"{html.escape(beside)}</figcaption></figure>")
 
     kind = "timeline"
 
     def page_title(self) -> str:
-        return f"{self.model} timeline"
+        return f"{display_name(self.model)} timeline"
 
     def save(self, path: str | Path) -> Path:
         """Write the timeline: ``.svg`` (the SVG alone) or ``.html`` (a page with it), atomically."""
@@ -140,7 +174,7 @@ class TimelineView(HtmlView):
         return path
 
 
-def show_history(history, model: str | None = None, theme: str = "light") -> TimelineView:
+def show_history(history, model: str | None = None, theme: str = "light", control=None) -> TimelineView:
     """A model's training history as a timeline, for a notebook cell or a file.
 
     Parameters
@@ -150,6 +184,10 @@ def show_history(history, model: str | None = None, theme: str = "light") -> Tim
     model : str, optional
         The model to draw when the table holds several (it must name it); default: the table's one model.
     theme : {"light", "dark"}, default "light"
+    control : pandas.DataFrame, str or Path, optional
+        Another model's history (one model's, read as `history` is), drawn beside it in the ICL-score and loss
+        panels as a dashed grey line named in the legend — the 1-layer control, which cannot form an induction
+        head (Olsson et al. 2022). Never drawn in the head panels.
 
     Returns
     -------
@@ -160,7 +198,8 @@ def show_history(history, model: str | None = None, theme: str = "light") -> Tim
     ------
     ProbeError
         Not a history table, no checkpoint row, several models without `model`, or a `model` it does not
-        hold (another model's history is refused, never drawn).
+        hold (another model's history is refused, never drawn); a control of the same model, or one whose ICL
+        score is at other tokens.
 
     Examples
     --------
@@ -171,20 +210,44 @@ def show_history(history, model: str | None = None, theme: str = "light") -> Tim
     >>> probe.show_history(table, model="other")
     Traceback (most recent call last):
     probe.errors.ProbeError: the history holds no checkpoint of other (it has: m); give that model's history
+    >>> twin = table.assign(model="m-1layer", icl_score=0.01)
+    >>> probe.show_history(table, control=twin).control.icl.tolist()
+    [0.01]
+    >>> probe.show_history(table, control=table)
+    Traceback (most recent call last):
+    probe.errors.ProbeError: the control's history is of m, the model itself: give another model's history
     """
     if theme not in THEMES:
         raise ProbeError(f"theme {theme!r}: use one of {', '.join(THEMES)}")
+    view = _read(history, model, theme)
+    if control is None:
+        return view
+    from probe.runs.history import same_model
+
+    twin = _read(control, None, theme, "the control's history")
+    if same_model(view.model, twin.model):
+        raise ProbeError(f"the control's history is of {display_name(twin.model)}, the model itself: give "
+                         "another model's history")
+    if None not in (view.icl_positions, twin.icl_positions) and view.icl_positions != twin.icl_positions:
+        raise ProbeError(f"the control's ICL score is at tokens {twin.icl_positions}, the model's at "
+                         f"{view.icl_positions}: measure both with the same `probe history --icl-positions`")
+    return replace(view, control=twin)
+
+
+def _read(history, model: str | None, theme: str, what: str = "the history") -> TimelineView:
+    """One model's timeline from a history table or its file (see :func:`show_history`)."""
     if isinstance(history, (str, Path)):
         from probe.runs.history import read_history
 
         history = read_history(Path(history))
     if not isinstance(history, pd.DataFrame) or not {"model", "step", "row"} <= set(history.columns):
-        raise ProbeError("not a history table: give what `probe history` writes (model, step, row columns)")
+        raise ProbeError(f"{what} is not a history table: give what `probe history` writes (model, step, row "
+                         "columns)")
     models = sorted(str(m) for m in history["model"].dropna().unique())
     if model is None:
         if len(models) != 1:
-            raise ProbeError(f"the history holds {len(models)} models ({', '.join(models[:3]) or 'none'}): "
-                             "pass model=")
+            raise ProbeError(f"{what} holds {len(models)} models ({', '.join(models[:3]) or 'none'}): "
+                             + ("pass model=" if what == "the history" else "give one model's history"))
         model = models[0]
     elif model not in models:
         raise ProbeError(f"the history holds no checkpoint of {model} (it has: {', '.join(models[:3])}); "
@@ -203,15 +266,16 @@ def show_history(history, model: str | None = None, theme: str = "light") -> Tim
     names = tuple(f"L{layer}H{head}" for layer, head in keys)
     where = {key: index for index, key in enumerate(keys)}
     at = {int(step): index for index, step in enumerate(steps)}
-    scores = {name: np.full((len(steps), len(keys)), np.nan) for name in HEAD_SCORES}
+    scores = {name: np.full((len(steps), len(keys)), np.nan) for name in HEAD_SCORES + HEAD_MEASURES}
     labelled = {name: np.zeros((len(steps), len(keys)), dtype=bool) for name in HEAD_SCORES}
     for row in heads_rows.itertuples(index=False):
         c, h = at.get(int(row.step)), where[(int(row.layer), int(row.head))]
         if c is None:
             continue
-        for name in HEAD_SCORES:
+        for name in HEAD_SCORES + HEAD_MEASURES:
             value = getattr(row, name, np.nan)
             scores[name][c, h] = np.nan if value is None else float(value)
+        for name in HEAD_SCORES:
             mark = getattr(row, f"{name}_label", False)
             labelled[name][c, h] = bool(mark) if isinstance(mark, (bool, np.bool_)) else str(mark) == "True"
     positions = None
@@ -225,133 +289,52 @@ def show_history(history, model: str | None = None, theme: str = "light") -> Tim
 
 def history_model(history: pd.DataFrame, name: str) -> str:
     """The model of `history` that the model `name` belongs to: the same name, or the run folder holding it
-    (``DIR`` for ``DIR/step-3000``); ProbeError otherwise (another model's history is refused)."""
+    (``DIR`` for ``DIR/step-3000``; a zoo:NAME spec stands for its folder); ProbeError otherwise (another
+    model's history is refused)."""
+    from probe.runs.checkpoints import local_directory  # zoo:NAME -> its folder
+
     models = sorted(str(m) for m in history["model"].dropna().unique()) if "model" in history else []
-    here = Path(name).expanduser().resolve()
+    here = (local_directory(name) or Path(name).expanduser()).resolve()
     for model in models:
-        folder = Path(model).expanduser()
-        if model == name or (folder.is_dir() and here.is_relative_to(folder.resolve())):
+        folder = local_directory(model)
+        if model == name or (folder is not None and here.is_relative_to(folder.resolve())):
             return model
     raise ProbeError(f"the history is of {', '.join(models[:3]) or 'no model'}, not of {name}: give the "
                      "history `probe history` wrote for this model's run")
 
 
-def step_position(steps: np.ndarray) -> np.ndarray:
-    """[checkpoint] float: where each step sits on the log axis (log10(step + 1): step 0 at 0)."""
-    return np.log10(np.asarray(steps, dtype=np.float64) + 1.0)
-
-
-def nice_ticks(low: float, high: float, count: int = 4) -> list[float]:
-    """About `count` round tick values covering [low, high]."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return []
-    if high <= low:
-        high = low + 1.0
-    raw = (high - low) / count
-    base = 10 ** math.floor(math.log10(raw))
-    step = next(m * base for m in (1, 2, 2.5, 5, 10) if m * base >= raw)
-    first = math.floor(low / step) * step
-    return [round(first + i * step, 10) for i in range(count + 3) if first + i * step <= high + step * 0.999]
-
-
-class _Panel:
-    """One plot area: maps (x, y) data to pixels and writes SVG pieces."""
-
-    def __init__(self, x0: float, y0: float, xmax: float, ylow: float, yhigh: float, colours: dict) -> None:
-        self.x0, self.y0, self.xmax, self.colours = x0, y0, max(xmax, 1e-9), colours
-        ticks = nice_ticks(ylow, yhigh)
-        self.ylow, self.yhigh = (ticks[0], ticks[-1]) if len(ticks) >= 2 else (ylow, yhigh + 1.0)
-        self.yticks = ticks
-
-    def px(self, x: float) -> float:
-        return self.x0 + x / self.xmax * PANEL_W
-
-    def py(self, y: float) -> float:
-        return self.y0 + PANEL_H - (y - self.ylow) / (self.yhigh - self.ylow) * PANEL_H
-
-    def mark(self, step: int | None) -> list[str]:
-        """A dashed vertical line at `step` (the checkpoint shown elsewhere); nothing for None."""
-        if step is None:
-            return []
-        x = self.px(float(step_position(np.array([step]))[0]))
-        return [f'<line class="marked-step" data-step="{int(step)}" x1="{x:.1f}" x2="{x:.1f}" y1="{self.y0}" '
-                f'y2="{self.y0 + PANEL_H}" stroke="{self.colours["text"]}" stroke-dasharray="4 3"/>']
-
-    def frame(self, title: str, ylabel: str, steps: np.ndarray) -> list[str]:
-        c = self.colours
-        parts = [f'<text x="{self.x0}" y="{self.y0 - 10}" font-weight="bold" fill="{c["text"]}">'
-                 f'{html.escape(title)}</text>']
-        for tick in self.yticks:
-            y = self.py(tick)
-            parts.append(f'<line x1="{self.x0}" x2="{self.x0 + PANEL_W}" y1="{y:.1f}" y2="{y:.1f}" '
-                         f'stroke="{c["grid"]}"/>')
-            parts.append(f'<text x="{self.x0 - 5}" y="{y + 3:.1f}" text-anchor="end" fill="{c["text"]}">'
-                         f'{tick:g}</text>')
-        for step in log_ticks(int(steps.max()) if len(steps) else 0):
-            x = self.px(float(step_position(np.array([step]))[0]))
-            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.y0}" y2="{self.y0 + PANEL_H}" '
-                         f'stroke="{c["grid"]}"/>')
-            parts.append(f'<text x="{x:.1f}" y="{self.y0 + PANEL_H + 14}" text-anchor="middle" '
-                         f'fill="{c["text"]}">{step:,}</text>')
-        parts.append(f'<rect x="{self.x0}" y="{self.y0}" width="{PANEL_W}" height="{PANEL_H}" fill="none" '
-                     f'stroke="{c["axis"]}"/>')
-        parts.append(f'<text x="{self.x0 + PANEL_W / 2}" y="{self.y0 + PANEL_H + 30}" text-anchor="middle" '
-                     f'fill="{c["text"]}">training step (log)</text>')
-        parts.append(f'<text transform="translate({self.x0 - 36},{self.y0 + PANEL_H / 2}) rotate(-90)" '
-                     f'text-anchor="middle" fill="{c["text"]}">{html.escape(ylabel)}</text>')
-        return parts
-
-    def line(self, xs: np.ndarray, ys: np.ndarray, colour: str, width: float, name: str = "") -> list[str]:
-        """A polyline per run of finite values (NaN breaks the line)."""
-        parts, run = [], []
-        for x, y in zip(xs, ys, strict=True):
-            if math.isfinite(y):
-                run.append(f"{self.px(x):.1f},{self.py(y):.1f}")
-                continue
-            if run:
-                parts.append(run)
-            run = []
-        if run:
-            parts.append(run)
-        attribute = f' data-name="{html.escape(name)}"' if name else ""
-        return [f'<polyline points="{" ".join(points)}" fill="none" stroke="{colour}" '
-                f'stroke-width="{width}"{attribute}/>' for points in parts]
-
-
-def log_ticks(largest: int) -> list[int]:
-    """0, 1, 10, 100 … up to the largest step."""
-    ticks, value = [0], 1
-    while value <= max(largest, 1):
-        ticks.append(value)
-        value *= 10
-    return ticks
-
-
-def _range(*arrays: np.ndarray) -> tuple[float, float]:
-    values = np.concatenate([np.ravel(a) for a in arrays]) if arrays else np.array([])
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return 0.0, 1.0
-    return float(values.min()), float(values.max())
-
-
 def timeline_svg(view: TimelineView) -> str:
-    """The SVG of :class:`TimelineView` (see the module docstring for what each panel shows)."""
-    c = THEMES[view.theme]
+    """The SVG of :class:`TimelineView` (see the module docstring for what each panel shows).
+
+    Examples
+    --------
+    >>> table = pd.DataFrame([{"model": "m", "checkpoint": "step-0", "step": 0, "row": "checkpoint",
+    ...                        "icl_score": 0.0, "icl_se": 0.1, "icl_early": 12, "icl_late": 120}])
+    >>> svg = timeline_svg(probe.show_history(table))
+    >>> "ICL score: loss at token 120 − loss at token 12" in svg, "<script" in svg
+    (True, False)
+    """
+    c, control = THEMES[view.theme], view.control
     xs = step_position(view.steps)  # [checkpoint]
-    xmax = float(xs.max()) if len(xs) else 1.0
-    width = LEFT + 2 * PANEL_W + GAP_X + 110
-    height = TOP + 2 * PANEL_H + GAP_Y + BOTTOM
+    every_step = view.steps if control is None else np.concatenate([view.steps, control.steps])
+    xmax = float(step_position(every_step).max()) if len(every_step) else 1.0
+    panels = head_panels(view)
+    rows = 1 + len(panels) // 2
+    width, height = view.size
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10" '
-             f'data-model="{html.escape(view.model)}">',
+             f'data-model="{html.escape(display_name(view.model))}">',
              f'<rect width="{width}" height="{height}" fill="{c["background"]}"/>']
-    origin = [(LEFT, TOP), (LEFT + PANEL_W + GAP_X, TOP), (LEFT, TOP + PANEL_H + GAP_Y),
-              (LEFT + PANEL_W + GAP_X, TOP + PANEL_H + GAP_Y)]
-    # ICL score with ±2 SE
+    origin = [(LEFT + k * (PANEL_W + GAP_X), TOP + r * (PANEL_H + GAP_Y))
+              for r in range(rows) for k in (0, 1)]
+    # ICL score with ±2 SE (and the control's, dashed)
     low_band, high_band = view.icl - 2 * view.icl_se, view.icl + 2 * view.icl_se
-    panel = _Panel(*origin[0], xmax, *_range(view.icl, low_band, high_band, np.array([0.0])), c)
-    parts += panel.frame("in-context learning score", "nats", view.steps) + panel.mark(view.marked)
+    theirs = (control.icl,) if control is not None else ()
+    panel = PlotArea(*origin[0], xmax, *value_range(view.icl, low_band, high_band, np.array([0.0]), *theirs),
+                     c)
+    title = ("in-context learning score" if view.icl_positions is None else
+             f"ICL score: loss at token {view.icl_positions[1]} − loss at token {view.icl_positions[0]}")
+    parts += panel.frame(title, "nats", every_step) + panel.mark(view.marked)
     band = [(x, lo, hi) for x, lo, hi in zip(xs, low_band, high_band, strict=True)
             if math.isfinite(lo) and math.isfinite(hi)]
     if len(band) >= 2:
@@ -359,62 +342,93 @@ def timeline_svg(view: TimelineView) -> str:
         ring += [f"{panel.px(x):.1f},{panel.py(lo):.1f}" for x, lo, _ in reversed(band)]
         parts.append(f'<polygon points="{" ".join(ring)}" fill="{c["band"]}" fill-opacity="0.15" '
                      'data-name="icl ± 2 SE"/>')
+    if control is not None:
+        cx, label = step_position(control.steps), control_label(control)
+        parts += panel.line(cx, control.icl, c["axis"], 1.5, "control icl_score", CONTROL_DASH)
+        parts += panel.dots(cx, control.icl, c["axis"], [
+            f"{label} · {name} (step {step:,}): ICL score {value:+.3f} ± {2 * se:.3f} nats"
+            if math.isfinite(value) else ""
+            for name, step, value, se in zip(control.checkpoints, control.steps, control.icl, control.icl_se,
+                                             strict=True)], filled=False, kind="control")
+        parts += legend(panel.x0 + PANEL_W + 12, panel.y0 + 6, [
+            (short(display_name(view.model)), PALETTE[0]),
+            (label.replace(": ", ":\n", 1) if len(label) > 24 else label, c["axis"], CONTROL_DASH)], c)
     parts += panel.line(xs, view.icl, PALETTE[0], 2, "icl_score")
-    parts += _dots(panel, xs, view.icl, PALETTE[0], [
+    parts += panel.dots(xs, view.icl, PALETTE[0], [
         f"{name} (step {step:,}): ICL score {value:+.3f} ± {2 * se:.3f} nats" if math.isfinite(value) else ""
         for name, step, value, se in zip(view.checkpoints, view.steps, view.icl, view.icl_se, strict=True)],
         filled=True)
-    # losses
-    panel = _Panel(*origin[1], xmax, *_range(view.held_out, view.train), c)
-    parts += panel.frame("loss", "nats", view.steps) + panel.mark(view.marked)
+    # losses (and the control's held-out loss, dashed)
+    theirs = (control.held_out,) if control is not None else ()
+    panel = PlotArea(*origin[1], xmax, *value_range(view.held_out, view.train, *theirs), c)
+    parts += panel.frame("loss", "nats", every_step) + panel.mark(view.marked)
+    entries = [("held-out", PALETTE[1]), ("training", PALETTE[2])]
+    if control is not None:
+        parts += panel.line(step_position(control.steps), control.held_out, c["axis"], 1.5,
+                            "control held-out loss", CONTROL_DASH)
+        entries.append(("held-out,\ncontrol", c["axis"], CONTROL_DASH))
     for values, colour, name in ((view.held_out, PALETTE[1], "held-out loss"),
                                  (view.train, PALETTE[2], "training loss")):
         parts += panel.line(xs, values, colour, 2, name)
-    parts += _legend(panel.x0 + PANEL_W + 12, panel.y0 + 6, [("held-out", PALETTE[1]), ("training",
-                                                                                         PALETTE[2])], c)
-    # head scores
-    for index, head_type in enumerate(HEAD_SCORES):
-        scores, marks = view.scores[head_type], view.labelled[head_type]  # [checkpoint head]
-        panel = _Panel(*origin[2 + index], xmax, *_range(scores, np.array([0.0])), c)
-        parts += panel.frame(f"{head_type.replace('_', '-')} score per head", "score", view.steps)
-        parts += panel.mark(view.marked)
-        ever = [h for h in range(len(view.heads)) if marks[:, h].any()]
-        colours = {h: PALETTE[(k + 1) % len(PALETTE)] for k, h in enumerate(ever)}
-        for h in [h for h in range(len(view.heads)) if h not in colours] + ever:  # labelled heads on top
-            colour = colours.get(h, c["muted"])
-            parts += panel.line(xs, scores[:, h], colour, 2 if h in colours else 1, view.heads[h])
-            cells = enumerate(zip(view.checkpoints, view.steps, scores[:, h], strict=True))
-            titles = [f"{view.heads[h]} at {name} (step {step:,}): {head_type} {value:.3f}"
-                      + (" · labelled" if marks[c_, h] else " · not labelled") if math.isfinite(value) else ""
-                      for c_, (name, step, value) in cells]
-            parts += _dots(panel, xs, scores[:, h], colour, titles, filled=marks[:, h])
-        entries = [(view.heads[h], colours[h]) for h in ever] or [("no head labelled", c["muted"])]
-        parts += _legend(panel.x0 + PANEL_W + 12, panel.y0 + 6, entries[:8], c)
+    parts += legend(panel.x0 + PANEL_W + 12, panel.y0 + 6, entries, c)
+    # head panels: the model's heads only (a control's never)
+    for index, (measure, head_type, title) in enumerate(panels):
+        parts += _head_panel(view, PlotArea(*origin[2 + index], xmax, *value_range(
+            view.scores[measure], np.array([0.0])), c), measure, head_type, title, xs, every_step)
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _dots(panel: _Panel, xs, ys, colour: str, titles: list[str], filled) -> list[str]:
-    filled = np.broadcast_to(np.asarray(filled, dtype=bool), (len(xs),))
-    parts = []
-    for x, y, title, full in zip(xs, ys, titles, filled, strict=True):
-        if not math.isfinite(y):
-            continue
-        fill = colour if full else panel.colours["background"]
-        parts.append(f'<circle cx="{panel.px(x):.1f}" cy="{panel.py(y):.1f}" r="{3 if full else 2.5}" '
-                     f'fill="{fill}" stroke="{colour}" class="{"labelled" if full else "dot"}">'
-                     f'<title>{html.escape(title)}</title></circle>')
-    return parts
+def head_panels(view: TimelineView) -> list[tuple[str, str, str]]:
+    """The head panels of `view`, in order: (the measure drawn, the head type whose labelled heads are
+    coloured, the title); copying and K-composition only where the history has a value of either."""
+    panels = [("previous_token", "previous_token", "previous-token score per head"),
+              ("induction", "induction", "induction score per head")]
+    if any(np.isfinite(view.scores[name]).any() for name in HEAD_MEASURES):
+        panels += [("copying", "induction", "copying score per head"),
+                   ("composition_prev_token", "induction", "K-composition with the previous-token head")]
+    return panels
 
 
-def _legend(x: float, y: float, entries: list[tuple[str, str]], c: dict) -> list[str]:
-    parts = []
-    for k, (name, colour) in enumerate(entries):
-        parts.append(f'<line x1="{x}" x2="{x + 16}" y1="{y + 14 * k}" y2="{y + 14 * k}" stroke="{colour}" '
-                     'stroke-width="2"/>')
-        parts.append(f'<text x="{x + 20}" y="{y + 14 * k + 3}" fill="{c["text"]}">{html.escape(name)}</text>')
-    return parts
+def _head_panel(view: TimelineView, panel: PlotArea, measure: str, head_type: str, title: str, xs: np.ndarray,
+                every_step: np.ndarray) -> list[str]:
+    """One panel of a per-head measure; the heads labelled `head_type` at some checkpoint coloured, their
+    dots filled where labelled."""
+    c = panel.colours
+    scores, marks = view.scores[measure], view.labelled[head_type]  # [checkpoint head]
+    parts = panel.frame(title, "score", every_step) + panel.mark(view.marked)
+    if not np.isfinite(scores).any():
+        parts += panel.note("unknown at every checkpoint" + (
+            ": no previous-token head labelled in an earlier layer" if measure == "composition_prev_token"
+            else ""))
+    ever = [h for h in range(len(view.heads)) if marks[:, h].any()]
+    colours = {h: PALETTE[(k + 1) % len(PALETTE)] for k, h in enumerate(ever)}
+    said = (lambda on: " · labelled" if on else " · not labelled") if measure == head_type else (
+        lambda on: f" · labelled {head_type}" if on else f" · not labelled {head_type}")
+    for h in [h for h in range(len(view.heads)) if h not in colours] + ever:  # labelled heads on top
+        colour = colours.get(h, c["muted"])
+        parts += panel.line(xs, scores[:, h], colour, 2 if h in colours else 1, view.heads[h])
+        cells = enumerate(zip(view.checkpoints, view.steps, scores[:, h], strict=True))
+        titles = [f"{view.heads[h]} at {name} (step {step:,}): {measure} {value:.3f}" + said(marks[c_, h])
+                  if math.isfinite(value) else "" for c_, (name, step, value) in cells]
+        parts += panel.dots(xs, scores[:, h], colour, titles, filled=marks[:, h])
+    none = f"no {head_type.replace('_', '-')} head\nlabelled" if measure != head_type else "no head labelled"
+    entries = [(view.heads[h], colours[h]) for h in ever] or [(none, c["muted"])]
+    return parts + legend(panel.x0 + PANEL_W + 12, panel.y0 + 6, entries[:8], c)
 
 
-__all__ = ["HEAD_SCORES", "THEMES", "TimelineView", "history_model", "log_ticks", "nice_ticks",
-           "show_history", "step_position", "timeline_svg"]
+def control_label(control: TimelineView) -> str:
+    """How the timeline names a control: ``"1-layer control: NAME"`` (its layer count read from its heads;
+    ``"control: NAME"`` where it has none), never by a path of this machine."""
+    layers = {int(name[1:name.index("H")]) for name in control.heads}
+    kind = f"{max(layers) + 1}-layer control" if layers else "control"
+    return f"{kind}: {short(display_name(control.model))}"
+
+
+def short(name: str, most: int = 22) -> str:
+    """`name` cut to `most` characters (an ellipsis marks the cut): legends sit in the gap between panels."""
+    return name if len(name) <= most else name[:most - 1] + "…"
+
+
+__all__ = ["HEAD_MEASURES", "HEAD_SCORES", "THEMES", "TimelineView", "control_label", "history_model",
+           "log_ticks", "nice_ticks", "show_history", "step_position", "timeline_svg"]

@@ -2,8 +2,11 @@
 
 Each organism is a subdirectory of this package holding what `save_pretrained` writes (safetensors weights,
 config.json, tokenizer files) plus MODEL_CARD.md, card.json (the labels the head classifier must give) and
-labels.csv (its label table, so nothing is labelled at start-up). What belongs here: the catalogue, the tiny
-and planted test models and the shipped files; training them is :mod:`probe.training` (``probe train NAME``).
+labels.csv (its label table, so nothing is labelled at start-up). Organisms that ship their training
+(``stdlib-code`` and its 1-layer control) also hold ``step-N/`` checkpoints (weights in float16, loaded as
+float32) and ``history.csv``, the table ``probe history --model zoo:NAME`` writes. What belongs here: the
+catalogue, the tiny and planted test models and the shipped files; training them is :mod:`probe.training`
+(``probe train NAME``).
 `probe.models.load("zoo:NAME")` resolves the spec through :func:`path`; nothing touches the network.
 
 **Planted organisms** (:func:`planted_names`; card.json ``"planted": true``) ship the same files but their
@@ -16,7 +19,7 @@ Examples
 >>> import probe
 >>> probe.zoo.names()
 ['brackets', 'coreference', 'esm-random', 'implicit-causality', 'induction', 'positional', 'retrieval',
- 'sentences']
+ 'sentences', 'stdlib-code', 'stdlib-code-1layer']
 >>> probe.zoo.card("induction")["requirements"]["present"]  # what its labels must show (tests check it)
 [{'layer': 0, 'head_type': 'previous_token'}, {'layer': 1, 'head_type': 'induction'}]
 """

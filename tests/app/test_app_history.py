@@ -69,6 +69,46 @@ def test_the_history_serves_its_checkpoints_and_marks_the_one_shown(run):
     assert HistoryStore(None).view is None and HistoryStore(None).served == ()
 
 
+def test_a_control_history_is_drawn_beside_it_by_its_folder_name(run, tmp_path):
+    path, folder = run
+    twin = pd.read_csv(path).query("row == 'checkpoint'").assign(model=str(tmp_path / "run-1layer"),
+                                                                 icl_score=-0.01)
+    twin.to_csv(tmp_path / "control.csv", index=False)
+    store = HistoryStore(str(path), str(tmp_path / "control.csv"))
+    assert store.view.control.model == "run-1layer" and store.served == (str(folder / "step-0"),
+                                                                         str(folder / "step-10"))
+    svg = store.timeline(1)
+    assert 'data-name="control icl_score"' in svg and str(tmp_path) not in svg  # named, never by its path
+    assert "control" not in HistoryStore(str(path)).timeline(1)
+    with pytest.raises(ProbeError, match="the model itself"):
+        HistoryStore(str(path), str(path))
+    with pytest.raises(ProbeError, match="give --history too"):
+        HistoryStore(None, str(path))
+
+
+def test_a_zoo_organisms_history_serves_its_shipped_checkpoints(run, tmp_path, monkeypatch):
+    """A history measured as `probe history --model zoo:NAME` (its model column zoo:NAME): the organism's
+    step-N/ folders are its checkpoints, in the app and for the report's model check."""
+    import shutil
+
+    import probe.zoo
+    from probe.views.timeline import history_model
+
+    path, folder = run
+    organism = tmp_path / "zoo" / "org"
+    shutil.copytree(folder / "step-0", organism / "step-0")
+    shutil.copy(folder / "step-0" / "config.json", organism / "config.json")
+    monkeypatch.setattr(probe.zoo, "ZOO_DIR", tmp_path / "zoo")
+    table = pd.read_csv(path).assign(model="zoo:org")
+    table.to_csv(tmp_path / "history.csv", index=False)
+    store = HistoryStore(str(tmp_path / "history.csv"))
+    assert store.view.model == "zoo:org" and store.specs == (str(organism / "step-0"), None, None)
+    assert history_model(table, "zoo:org") == "zoo:org"
+    assert history_model(table, str(organism / "step-0")) == "zoo:org"  # a checkpoint of the organism
+    with pytest.raises(ProbeError, match="not of zoo:induction"):
+        history_model(table, "zoo:induction")
+
+
 def test_a_table_that_is_not_a_history_is_refused(tmp_path):
     (tmp_path / "notes.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ProbeError, match="not a history table .*probe history --out") as refused:

@@ -115,6 +115,7 @@ def test_the_check_sees_a_heavy_import():
     (["history", "--model", "/no/such/run"], "is not a folder"),
     (["history", "--model", "m", "--icl-positions", "120,12"], "EARLY < LATE"),
     (["history", "--model", "m", "--examples", "0"], "--examples must be at least 1"),
+    (["history", "--model", "m", "--text", "english"], "argument --text: invalid choice: 'english'"),
     (["card", "--help"], ""),
     (["app", "--port", "0"], "is not a port number"),
 ])
@@ -192,6 +193,9 @@ def test_history_defaults_equal_the_library():
     defaults = {field.name: field.default for field in fields(LabelConfig)}
     assert {key: defaults[key] for key in history.DEFAULTS} == history.DEFAULTS
     assert history.ICL_POSITIONS == (incontext.ICL_EARLY, incontext.ICL_LATE)
+    from probe.runs.history_inputs import TEXT_SPLITS
+
+    assert history.TEXTS == ("auto", *TEXT_SPLITS)
 
 
 def test_train_offers_every_recipe():

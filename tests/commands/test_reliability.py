@@ -355,6 +355,7 @@ CASES = [
     case("history-examples-zero", *HISTORY, "--examples", "0"),
     case("history-bootstrap-zero", *HISTORY, "--bootstrap", "0"),
     case("history-passages-zero", *HISTORY, "--passages", "0"),
+    case("history-text-unknown", *HISTORY, "--text", "english"),
     case("history-out-not-a-table", *HISTORY, "--out", "{tmp}/h.txt"),
     case("history-out-is-folder", *HISTORY, "--out", "{tmp}/folder.csv"),
     case("history-out-foreign-csv", *HISTORY, "--out", "{tmp}/foreign.csv"),
