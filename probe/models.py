@@ -424,8 +424,8 @@ def load(
     >>> load("zoo:nosuch")
     Traceback (most recent call last):
     probe.errors.ProbeError: unknown model organism zoo:nosuch; known: zoo:brackets, zoo:coreference,
-    zoo:esm-random, zoo:implicit-causality, zoo:induction, zoo:positional, zoo:retrieval, zoo:sentences;
-    planted: zoo:name-mover
+    zoo:esm-random, zoo:implicit-causality, zoo:induction, zoo:positional, zoo:retrieval, zoo:sentences,
+    zoo:stdlib-code, zoo:stdlib-code-1layer; planted: zoo:name-mover
     """
     # what a failed load wrote into --offload-folder is removed: the folder if it was made for it, else the
     # entries it added

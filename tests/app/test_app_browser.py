@@ -241,8 +241,9 @@ def test_svg_download_after_switching_and_no_cloud_buttons(driver, served, downl
                       what="the camera button")
     time.sleep(0.5)  # the config update reaches plotly
     camera.click()
-    path = wait_for(lambda: next(iter(downloads.glob("*_attention*.svg")), None), 30,
-                    "the SVG download")
+    path = wait_for(lambda: next((found for found in downloads.glob("*_attention*.svg")  # written whole
+                                  if "</svg>" in found.read_text(errors="replace")), None),
+                    30, "the SVG download")
     assert path.read_text(errors="replace").lstrip().startswith("<svg")
 
 

@@ -180,7 +180,11 @@ def test_the_heatmap_title_and_its_svg_name_the_head_after_key_steps(driver, wid
     camera = wait_for(lambda: graph.find_element("css selector", ".modebar-btn[data-title^='Download plot']"),
                       what="the camera")
     camera.click()
-    path = wait_for(lambda: next(iter(downloads.glob("*_attention*.svg")), None), 30, "the SVG")
+    def written():  # Chromium creates the file before it writes it: wait for the whole SVG
+        found = next(iter(downloads.glob("*_attention*.svg")), None)
+        return found if found is not None and "</svg>" in found.read_text(errors="replace") else None
+
+    path = wait_for(written, 30, "the whole SVG")
     svg = path.read_text(errors="replace")
     assert ">L0H3" in svg and ">L0H0" not in svg
     # the file and the figure name the model too (issue 44): "tiny-gpt2…_attention.svg", "L0H3 · tiny-gpt2…"
