@@ -3,7 +3,9 @@
 Every read or change of a running model's tensors in probe — record a head's output, patch a path, zero a
 query, take a gradient — goes through :func:`intervene`: one forward hook per module and direction where the
 asked sites sit, removed when the block ends, also on an exception (:func:`hooked`, the package's one hook
-primitive). The capture path (the attention function registered with transformers) is apart.
+primitive). The capture path (the attention function registered with transformers) is apart. Longer than 450
+lines because that primitive, with its guard against torch's two-step hook registration seen from other
+threads (:func:`unregistered_skipped`), must sit in the one file that registers hooks (a test pins it).
 
 Two ways in:
 
@@ -409,6 +411,18 @@ def intervene(model: nn.Module, watch: Iterable[str] | Mapping[str, Callable | N
 HOOK_KINDS = ("before", "before_kwargs", "after", "after_kwargs")
 
 
+def unregistered_skipped(fn: Callable, kind: str) -> Callable:
+    """`fn` (a ``*_kwargs`` hook) made safe against torch's two-step registration: torch stores the hook, then
+    marks it as taking kwargs, and a forward in another thread between the two calls it without them. That
+    call comes before the hook is registered: it is skipped (None), as a forward a moment earlier would be."""
+    wanted = 3 if kind == "after_kwargs" else 2  # (args, kwargs, output) / (args, kwargs)
+
+    def hook(module, *rest):
+        return fn(module, *rest) if len(rest) == wanted else None
+
+    return hook
+
+
 @contextlib.contextmanager
 def hooked(hooks: Iterable[tuple[nn.Module, str, Callable]]) -> Iterator[None]:
     """Raw forward hooks on modules while the block runs, all removed after it (also on an exception): the one
@@ -437,14 +451,16 @@ def hooked(hooks: Iterable[tuple[nn.Module, str, Callable]]) -> Iterator[None]:
         for module, kind, fn in hooks:
             if kind not in HOOK_KINDS:
                 raise ProbeError(f"unknown hook kind {kind!r}: {', '.join(HOOK_KINDS)}")
+            hook = unregistered_skipped(fn, kind) if kind.endswith("kwargs") else fn
             if kind.startswith("before"):
-                handles.append(module.register_forward_pre_hook(fn, with_kwargs=kind.endswith("kwargs")))
+                handles.append(module.register_forward_pre_hook(hook, with_kwargs=kind.endswith("kwargs")))
             else:
-                handles.append(module.register_forward_hook(fn, with_kwargs=kind.endswith("kwargs")))
+                handles.append(module.register_forward_hook(hook, with_kwargs=kind.endswith("kwargs")))
         yield
     finally:
         for handle in handles:
             handle.remove()
 
 
-__all__ = ["Edit", "Grads", "HOOK_KINDS", "MODEL_SITES", "OPS", "Run", "hooked", "intervene"]
+__all__ = ["Edit", "Grads", "HOOK_KINDS", "MODEL_SITES", "OPS", "Run", "hooked", "intervene",
+           "unregistered_skipped"]

@@ -369,3 +369,27 @@ def test_hooks_are_registered_only_by_the_intervention_layer():
     found = sorted(str(path.relative_to(root)) for path in paths
                    if any(call + "(" in path.read_text(encoding="utf-8") for call in calls))
     assert found == ["probe/engine/interventions.py"]
+
+
+def test_a_kwargs_hook_called_in_torchs_registration_window_is_skipped():
+    """torch stores a with-kwargs hook, then marks it; a forward in another thread between the two calls it
+    without kwargs. hooked() registers such hooks so that that call is skipped (None) instead of raising
+    TypeError (seen once in CI: threaded label_model + capture_attention); called properly, they run."""
+    from probe.engine.interventions import hooked, unregistered_skipped
+
+    layer = torch.nn.Linear(2, 2)
+    seen = []
+    with hooked([(layer, "before_kwargs", lambda module, args, kwargs: seen.append("pre")),
+                 (layer, "after_kwargs", lambda module, args, kwargs, output: seen.append("post"))]):
+        (pre,) = layer._forward_pre_hooks.values()
+        (post,) = layer._forward_hooks.values()
+        assert pre(layer, (torch.ones(1, 2),)) is None  # the window: no kwargs, skipped
+        assert post(layer, (torch.ones(1, 2),), torch.ones(1, 2)) is None
+        assert seen == []
+        layer(torch.ones(1, 2))  # registered: both run
+        assert seen == ["pre", "post"]
+    # negative control: the bare hook raises in the same window
+    bare = lambda module, args, kwargs: None  # noqa: E731
+    with pytest.raises(TypeError):
+        bare(layer, (torch.ones(1, 2),))
+    assert unregistered_skipped(bare, "before_kwargs")(layer, (torch.ones(1, 2),), {}) is None
