@@ -11,14 +11,14 @@ run's (B, C) and marks the law's point.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from probe.runs.formation import formation, predicted_tokens
-
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+from probe.views.svg_plot import PANEL_H, PANEL_W, PlotArea, legend, step_position, value_range
+from probe.views.timeline import BOTTOM, GAP_X, LEFT, PALETTE, THEMES, TOP
 
 
 def parse_run(text: str) -> tuple[int, int, int, Path]:
@@ -52,66 +52,36 @@ def table_rows(runs) -> list[str]:
 
 
 def plot(runs, path: Path) -> None:
-    """Two panels (best induction score; ICL score) against log training tokens, one line per seed."""
-    width, height, left, top, panel_w, panel_h, gap = 720, 300, 60, 30, 290, 200, 70
+    """Two panels (best induction score; ICL score) against the training step on the timeline's log axis
+    (:mod:`probe.views.svg_plot`), one line per seed of the first run's (B, C), the law's step dashed."""
     batch, context = runs[0][0], runs[0][1]
-    same = [run for run in runs if run[:2] == (batch, context)]
     series = []
-    for _, _, seed, csv in same:
+    for _, _, seed, csv in [run for run in runs if run[:2] == (batch, context)]:
         table = pd.read_csv(csv)
         checkpoints = table[table["row"] == "checkpoint"].sort_values("step")
-        best = table[table["row"] == "head"].groupby("step")["induction"].max()
-        steps = [int(s) for s in checkpoints["step"] if s > 0]
-        series.append((seed, steps, [float(best[s]) for s in steps],
-                       [float(v) for s, v in zip(checkpoints["step"], checkpoints["icl_score"], strict=True)
-                        if s > 0]))
-    tokens_per_step = batch * context
-    low = math.log10(min(s for _, steps, _, _ in series for s in steps) * tokens_per_step)
-    high = math.log10(max(s for _, steps, _, _ in series for s in steps) * tokens_per_step)
-    law = math.log10(predicted_tokens(batch, context))
-
-    def x_of(panel: int, tokens: float) -> float:
-        return left + panel * (panel_w + gap) + (math.log10(tokens) - low) / (high - low) * panel_w
-
+        steps = checkpoints["step"].to_numpy(int)  # [checkpoint]
+        best = table[table["row"] == "head"].groupby("step")["induction"].max().reindex(steps).to_numpy(float)
+        series.append((seed, steps, best, checkpoints["icl_score"].to_numpy(float)))
+    law_step = round(predicted_tokens(batch, context) / (batch * context))
+    all_steps = np.concatenate([steps for _, steps, _, _ in series])
+    xmax = float(step_position(np.array([all_steps.max()]))[0])
+    colours = THEMES["light"]
+    width, height = LEFT + 2 * PANEL_W + GAP_X + 20, TOP + PANEL_H + BOTTOM + 40
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             'font-family="sans-serif" font-size="11">',
-             f'<rect width="{width}" height="{height}" fill="white"/>']
-    panels = (("best induction score (any head)", 2, 0.0, 0.5), ("ICL score, nats (token 120 − token 12)", 3,
-                                                                   -0.8, 0.1))
-    for number, (title, column, y_low, y_high) in enumerate(panels):
-        x0 = left + number * (panel_w + gap)
-
-        def y_of(value: float, y_low=y_low, y_high=y_high) -> float:
-            return top + panel_h - (value - y_low) / (y_high - y_low) * panel_h
-
-        parts.append(f'<text x="{x0 + panel_w / 2}" y="{top - 10}" text-anchor="middle">{title}</text>')
-        parts.append(f'<rect x="{x0}" y="{top}" width="{panel_w}" height="{panel_h}" fill="none" '
-                     'stroke="#888"/>')
-        for tick in (1e5, 1e6, 1e7):
-            if low <= math.log10(tick) <= high:
-                x = x_of(number, tick)
-                parts.append(f'<line x1="{x:.1f}" y1="{top + panel_h}" x2="{x:.1f}" y2="{top + panel_h + 4}" '
-                             'stroke="#888"/>')
-                parts.append(f'<text x="{x:.1f}" y="{top + panel_h + 16}" text-anchor="middle">'
-                             f'{tick / 1e6:g}M</text>')
-        for value in (y_low, (y_low + y_high) / 2, y_high):
-            parts.append(f'<text x="{x0 - 6}" y="{y_of(value) + 4:.1f}" text-anchor="end">{value:.2f}</text>')
-        x = x_of(number, 10 ** law)
-        parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + panel_h}" stroke="#444" '
-                     'stroke-dasharray="4 3"><title>the law: 10^5.7 · √(B·C) tokens</title></line>')
-        parts.append(f'<text x="{x + 3:.1f}" y="{top + 12}">law</text>')
-        parts.append(f'<text x="{x0 + panel_w / 2}" y="{top + panel_h + 32}" text-anchor="middle">'
-                     f'training tokens (B = {batch}, C = {context})</text>')
-        for index, (seed, steps, *values) in enumerate(series):
-            points = " ".join(f"{x_of(number, s * tokens_per_step):.1f},{y_of(v):.1f}"
-                              for s, v in zip(steps, values[column - 2], strict=True) if not math.isnan(v))
-            colour = COLOURS[index % len(COLOURS)]
-            parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.5">'
-                         f'<title>seed {seed}</title></polyline>')
-            if number == 0:
-                parts.append(f'<text x="{x0 + 6}" y="{top + 14 + 13 * index}" fill="{colour}">seed {seed}'
-                             '</text>')
-    parts.append("</svg>")
+             'font-family="sans-serif" font-size="11">', '<rect width="100%" height="100%" fill="white"/>']
+    panels = ((f"best induction score, any head (B = {batch}, C = {context})", "score", 2),
+              ("ICL score: loss at token 120 − loss at token 12", "nats", 3))
+    for number, (title, label, column) in enumerate(panels):
+        values = [entry[column] for entry in series]
+        area = PlotArea(LEFT + number * (PANEL_W + GAP_X), TOP, xmax, *value_range(*values), colours)
+        parts += area.frame(title, label, all_steps) + area.mark(law_step)
+        for index, (seed, steps, *_) in enumerate(series):
+            parts += area.line(step_position(steps), values[index], PALETTE[index % len(PALETTE)], 1.5,
+                               name=f"seed {seed}")
+    entries = [(f"seed {seed}", PALETTE[index % len(PALETTE)]) for index, (seed, *_) in enumerate(series)]
+    parts += legend(LEFT + PANEL_W + 55, TOP + 10, entries, colours)  # in the gap between the panels
+    parts += [f'<text x="{LEFT}" y="{height - 10}" fill="{colours["text"]}">dashed: the law\'s point, '
+              f"10^5.7 · √(B·C) tokens = step {law_step:,}</text>", "</svg>"]
     path.write_text("\n".join(parts) + "\n")
 
 

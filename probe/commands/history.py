@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe import zoo
 from probe.commands.paths import output_path
 from probe.errors import ProbeError
+from probe.specs import resolve
 
 # probe.training.incontext.ICL_EARLY / ICL_LATE and LabelConfig's defaults, written out so that --help and
 # argument errors need no torch (tests/commands/test_cli_fast.py checks they equal the library's)
@@ -76,9 +76,8 @@ def run(args: argparse.Namespace) -> int:
         if value < 1:
             raise ProbeError(f"{flag} must be at least 1")
     out = output_path(args.out, (".csv", ".parquet")) if args.out else None
-    # zoo:NAME: an organism that ships its checkpoints (zoo:stdlib-code); probe.zoo is import-light
-    model = (zoo.path(args.model[len("zoo:"):]) if args.model.startswith("zoo:")
-             else Path(args.model).expanduser())
+    # zoo:NAME: an organism that ships its checkpoints (zoo:stdlib-code); probe.specs is import-light
+    model = Path(resolve(args.model)).expanduser()
     if args.revisions is None and not model.is_dir():
         raise ProbeError(f"--model {args.model} is not a folder: give the directory `probe train` wrote "
                          "(with its step-N/ checkpoints), or --revisions for a hub model")

@@ -147,7 +147,7 @@ def test_the_slider_moves_the_page_and_the_model_list_moves_the_slider(run, driv
     try:
         driver.get(url)
         frame = wait_for(lambda: driver.find_element("id", ids.HISTORY_TIMELINE), 60, "the history panel")
-        assert marked_steps(ET.tostring(ET.fromstring(_svg(frame))).decode()) == {10}  # the page opens on
+        assert marked_steps(ET.tostring(ET.fromstring(svg_of(frame))).decode()) == {10}  # the page opens on
         assert "step-10 (step 10, dashed line)" in driver.find_element("id", ids.HISTORY_NOTE).text
         assert "1 checkpoint(s) not on this machine" in driver.find_element("id", ids.HISTORY_NOTE).text
         # the slider to its first checkpoint (keyboard, as a user may): the page moves to step-0 (the model
@@ -157,7 +157,7 @@ def test_the_slider_moves_the_page_and_the_model_list_moves_the_slider(run, driv
         checked = f"#{ids.MODEL} input:checked"
         wait_for(lambda: driver.find_element("css selector", checked).get_attribute("value")
                  == "step-0", 30, "the page on step-0")  # served by its folder's name, no path
-        wait_for(lambda: marked_steps(_svg(driver.find_element("id", ids.HISTORY_TIMELINE))) == {0}, 30,
+        wait_for(lambda: marked_steps(svg_of(driver.find_element("id", ids.HISTORY_TIMELINE))) == {0}, 30,
                  "step 0 marked")
         wait_for(lambda: "step-0 (step 0" in driver.find_element("id", ids.MODEL_INFO).text
                  or "step-0" in driver.find_element("id", ids.HISTORY_NOTE).text, 30, "the note")
@@ -179,7 +179,7 @@ def test_the_slider_moves_the_page_and_the_model_list_moves_the_slider(run, driv
         server.shutdown()
 
 
-def _svg(frame) -> str:
+def svg_of(frame) -> str:
     """The timeline SVG inside the panel's iframe (its srcdoc page)."""
     page = frame.get_attribute("srcdoc")
     return page[page.index("<svg"):page.index("</svg>") + len("</svg>")]

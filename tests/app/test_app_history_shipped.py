@@ -18,7 +18,7 @@ from app import create_app, ids
 from app.config import AppConfig
 from app.service import Service
 from probe.runs.history import read_history
-from tests.app.test_app_history import _svg, marked_steps
+from tests.app.test_app_history import marked_steps, svg_of
 from tests.browser import APP_WINDOW, LOCAL, chromium, requests_elsewhere, wait_for
 from tests.views.test_phase_change_browser import shipped_histories
 
@@ -59,11 +59,11 @@ def test_the_history_panel_moves_across_the_shipped_checkpoints(driver):
     try:
         driver.get(url)
         frame = wait_for(lambda: driver.find_element("id", ids.HISTORY_TIMELINE), 60, "the history panel")
-        svg = ET.fromstring(_svg(frame))
+        svg = ET.fromstring(svg_of(frame))
         named = [p.get("data-name") for p in svg.iter(f"{SVG}polyline")]
         assert "icl_score" in named and "control icl_score" in named  # the model's and the control's
         assert sum(c.get("class") == "control" for c in svg.iter(f"{SVG}circle")) == theirs
-        assert marked_steps(_svg(frame)) == {steps[-1]}  # the page opens on the last checkpoint
+        assert marked_steps(svg_of(frame)) == {steps[-1]}  # the page opens on the last checkpoint
         thumb = f"#{ids.HISTORY_SLIDER} [role=slider]"
         checked = f"#{ids.MODEL} input:checked"
         driver.find_element("css selector", thumb).send_keys(Keys.HOME)  # to the first checkpoint
@@ -72,7 +72,7 @@ def test_the_history_panel_moves_across_the_shipped_checkpoints(driver):
                 click_mark(driver, index)
             wait_for(lambda: driver.find_element("css selector", checked).get_attribute("value")
                      == names[index], 60, f"the page on {names[index]}")  # noqa: B023 - waited for at once
-            wait_for(lambda: marked_steps(_svg(driver.find_element("id", ids.HISTORY_TIMELINE)))
+            wait_for(lambda: marked_steps(svg_of(driver.find_element("id", ids.HISTORY_TIMELINE)))
                      == {steps[index]}, 30, f"step {steps[index]} marked")  # noqa: B023
             assert f"{names[index]} (step {steps[index]:,}, dashed line)" in driver.find_element(
                 "id", ids.HISTORY_NOTE).text

@@ -55,8 +55,14 @@ def label_tables():
 
 
 # the Python-source organisms take ~1-2 CPU-minutes each to relabel (width 128, every type, 3 twins): slow
-RELABELLED = [pytest.param(name, marks=pytest.mark.slow) if name.startswith("stdlib-code") else name
-              for name in ALL]
+SLOW_RELABEL = ("stdlib-code", "stdlib-code-1layer")
+
+
+def relabelled(*more_marks: tuple[str, pytest.MarkDecorator]) -> list:
+    """Every organism as a parameter, the slow relabels marked slow; `more_marks`: (name, mark) added."""
+    extra = dict(more_marks)
+    return [pytest.param(name, marks=[pytest.mark.slow, *([extra[name]] if name in extra else [])])
+            if name in SLOW_RELABEL else name for name in ALL]
 
 
 def labelled(table) -> dict[str, list[str]]:
@@ -319,7 +325,7 @@ def test_positional_control_fails_on_random_lengths_but_not_on_its_period():
     assert evaluation["in_context_loss"] > 1.0
 
 
-@pytest.mark.parametrize("name", RELABELLED)
+@pytest.mark.parametrize("name", relabelled())
 def test_shipped_label_table_equals_a_fresh_relabel(label_tables, name):
     """probe/zoo/NAME/labels.csv (what the app reads at start-up) is what labelling the shipped weights with
     the card's LabelConfig gives now: exact on names and labels, allclose on numbers. When it fails, the
@@ -426,11 +432,7 @@ MISSED = pytest.mark.xfail(strict=True, reason="issue 54: zoo:stdlib-code's indu
                            "at its last checkpoint by 0.01 of the rule's margin (docs/zoo.md)")
 
 
-REQUIRED = [pytest.param(name, marks=[pytest.mark.slow, MISSED]) if name == "stdlib-code" else param
-            for name, param in zip(ALL, RELABELLED, strict=True)]
-
-
-@pytest.mark.parametrize("name", REQUIRED)
+@pytest.mark.parametrize("name", relabelled(("stdlib-code", MISSED)))
 def test_labels_meet_the_cards_requirements(label_tables, name):
     card = zoo.card(name)
     assert "requirements" in card
