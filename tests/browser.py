@@ -7,14 +7,19 @@ module-scoped fixture gives each test module its own browser)::
     from tests.browser import clean_console, downloads, driver  # noqa: F401 - pytest fixtures
 
 and a module that needs another browser (offline, another window) builds it with :func:`chromium`
-(tests/views/test_views_browser.py, tests/app/test_app_js.py).
+(tests/views/test_views_browser.py, tests/app/test_app_js.py). A module serves its Dash/Flask app to the
+browser with :func:`serving` (a werkzeug server on a loopback port for as long as a ``with`` block runs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -72,6 +77,46 @@ def driver(downloads):
     browser = chromium(APP_WINDOW, downloads=downloads)
     yield browser
     browser.quit()
+
+
+@contextlib.contextmanager
+def serving(wsgi_app: Callable) -> Iterator[str]:
+    """Serve `wsgi_app` on 127.0.0.1 at a free port while the ``with`` block runs.
+
+    werkzeug's threaded server answers in a daemon thread (its request log at WARNING, so a test's output is
+    not one line per request); the server is shut down when the block ends, also on an exception.
+
+    Parameters
+    ----------
+    wsgi_app : Callable
+        A WSGI application: a Dash app's ``app.server`` (Flask), or any WSGI callable.
+
+    Yields
+    ------
+    str
+        The server's URL, ``"http://127.0.0.1:<port>/"`` (with the trailing slash).
+
+    Examples
+    --------
+    >>> import urllib.request
+    >>> def hello(environ, start_response):
+    ...     start_response("200 OK", [("Content-Type", "text/plain")])
+    ...     return [b"hello"]
+    >>> with serving(hello) as url:
+    ...     with urllib.request.urlopen(url, timeout=10) as response:
+    ...         print(url.startswith("http://127.0.0.1:"), url.endswith("/"), response.read())
+    True True b'hello'
+    """
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = make_server("127.0.0.1", 0, wsgi_app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def console_errors(driver) -> list:

@@ -30,7 +30,8 @@ def layout(service: Service, spec: str, theme: str) -> html.Div:
         html.Iframe(id=ids.HISTORY_TIMELINE, srcDoc=_page(service, index, theme), className="history-frame",
                     title="training timeline",  # as tall as the SVG: two or three rows of panels
                     style={"width": "100%", "height": f"{store.view.size[1] + 30}px", "border": "0"}),
-        html.Div(dcc.Slider(id=ids.HISTORY_SLIDER, min=0, max=len(store.specs) - 1, step=None, marks=marks,
+        # step 1: a mark at every index, and the arrow keys move the handle (step=None gives them no step)
+        html.Div(dcc.Slider(id=ids.HISTORY_SLIDER, min=0, max=len(store.specs) - 1, step=1, marks=marks,
                             value=index if index is not None else len(store.specs) - 1, included=False),
                  title="training step: moves the page to that checkpoint"),
     ], className="history-panel"))

@@ -9,9 +9,7 @@ and docs/app_proteins.png (an uploaded structure next to its predicted contacts)
 
 from __future__ import annotations
 
-import logging
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from app import create_app, ids
 from app.config import AppConfig
 from app.registry import served_names
 from app.service import Service
-from tests.browser import console_errors, wait_for, within_budget
+from tests.browser import console_errors, serving, wait_for, within_budget
 
 pytestmark = pytest.mark.browser
 
@@ -47,17 +45,11 @@ def _planted_labels(spec: str) -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def served(tiny_dir):
     """(url, service, specs): the app on 127.0.0.1:<free port>, stopped after the module."""
-    from werkzeug.serving import make_server
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     specs = (str(tiny_dir("gpt2")), str(tiny_dir("esm")), str(tiny_dir("llama")))
     service = Service(AppConfig(models=specs, label_examples=4, upload_bytes=UPLOAD_BYTES),
                       labels=_planted_labels(specs[0]))
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/", service, specs
-    server.shutdown()
+    with serving(create_app(service=service).server) as url:
+        yield url, service, specs
 
 
 def text_of(driver, component_id: str) -> str:
@@ -345,8 +337,6 @@ def save_screenshot(driver, name: str) -> None:
 def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
     """The page `probe app` opens with no arguments: zoo:induction first, its heads labelled; the atlas
     coloured by induction score and the grid of every head show the organism's layer-1 induction heads."""
-    from werkzeug.serving import make_server
-
     from app.registry import default_models
 
     service = Service(AppConfig(models=default_models(minilm=False)))
@@ -354,31 +344,31 @@ def test_bundled_organisms_open_labelled_with_an_induction_head(driver):
     job = service.labels.start("zoo:induction")
     # minutes on a loaded 2-core machine
     wait_for(lambda: job.state == "done", 600, "labelling zoo:induction")
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        driver.set_window_size(1500, 1250)
-        open_app(driver, f"http://127.0.0.1:{server.server_port}/?type=induction&layer=1&head=0")
-        table = service.labels.table("zoo:induction")
-        expected = table[table.head_type == "induction"].sort_values(["layer", "head"])["score"].to_numpy()
+    with serving(create_app(service=service).server) as url:
+        try:
+            driver.set_window_size(1500, 1250)
+            open_app(driver, f"{url}?type=induction&layer=1&head=0")
+            table = service.labels.table("zoo:induction")
+            induction = table[table.head_type == "induction"]
+            expected = induction.sort_values(["layer", "head"])["score"].to_numpy()
 
-        def atlas_scores():
-            z = np.array(graph_data(driver, ids.ATLAS)[0]["z"], dtype=float)
-            return z.tolist() if z.shape == (2, 4) and np.allclose(z.ravel(), expected, atol=1e-6) else None
+            def atlas_scores():
+                z = np.array(graph_data(driver, ids.ATLAS)[0]["z"], dtype=float)
+                matches = z.shape == (2, 4) and np.allclose(z.ravel(), expected, atol=1e-6)
+                return z.tolist() if matches else None
 
-        scores = np.array(wait_for(atlas_scores, 60, "the atlas coloured by induction score"))
-        assert scores[1].min() > 0.8 > scores[0].max()  # layer 1 holds the induction heads, layer 0 none
-        wait_for(lambda: len(driver.find_elements("css selector", f"#{ids.GRID} .thumb")) == 8,
-                 what="the grid")
-        driver.find_element("css selector", f"#{ids.OVERLAY} input").click()
-        wait_for(lambda: "induction targets" in text_of(driver, ids.OVERLAY_NOTE),
-                 what="the outlined targets")
-        time.sleep(1.0)
-        save_screenshot(driver, "app_organisms.png")
-    finally:
-        driver.get("about:blank")  # leave the page first: no callback in flight when its server stops
-        server.shutdown()
-        driver.set_window_size(1500, 2300)
+            scores = np.array(wait_for(atlas_scores, 60, "the atlas coloured by induction score"))
+            assert scores[1].min() > 0.8 > scores[0].max()  # layer 1 holds the induction heads, layer 0 none
+            wait_for(lambda: len(driver.find_elements("css selector", f"#{ids.GRID} .thumb")) == 8,
+                     what="the grid")
+            driver.find_element("css selector", f"#{ids.OVERLAY} input").click()
+            wait_for(lambda: "induction targets" in text_of(driver, ids.OVERLAY_NOTE),
+                     what="the outlined targets")
+            time.sleep(1.0)
+            save_screenshot(driver, "app_organisms.png")
+        finally:
+            driver.get("about:blank")  # leave the page first: no callback in flight when its server stops
+            driver.set_window_size(1500, 2300)
 
 
 # --- dashboard v3: the eight bugs of issue 20, latency, state, explanations ---------------------------------
@@ -416,14 +406,10 @@ def hover_latency_ms(driver, index: int) -> float:
 @pytest.fixture(scope="module")
 def long_served(tiny_dir):
     """An app on a tiny GPT-2 with 1024 positions, for latency at 512 tokens."""
-    from werkzeug.serving import make_server
-
     spec = str(tiny_dir("gpt2", n_positions=1024))
     service = Service(AppConfig(models=(spec,)))
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/", service, spec
-    server.shutdown()
+    with serving(create_app(service=service).server) as url:
+        yield url, service, spec
 
 
 LATENCY = {}  # measured in the browser tests, printed at the end (README / docs/app.md quote them)
@@ -463,36 +449,32 @@ def test_bug1_an_mla_model_is_explorable_after_another_model(driver, tmp_path_fa
     """An MLA (DeepSeek-V3) model chosen after a GPT-2: its own view replaces the previous model's (the
     payload in the page is the MLA model's), with its head caption and no error — the capture failed before
     the engine supported different q/k and v head sizes."""
-    from werkzeug.serving import make_server
-
     mla = _tiny_deepseek(tmp_path_factory.mktemp("mla"))
     from probe.zoo.tiny import save_tiny
 
     gpt2 = str(save_tiny("gpt2", tmp_path_factory.mktemp("gpt2-b"), seed=1))
     service = Service(AppConfig(models=(gpt2, mla)))
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        open_app(driver, f"http://127.0.0.1:{server.server_port}/")
-        driver.find_element("css selector", f"#{ids.MODEL} input[value='{served_as(mla)}']").click()
-        wait_for(lambda: "MLA" in text_of(driver, ids.CARD), 60, "the MLA card")
+    with serving(create_app(service=service).server) as url:
+        try:
+            open_app(driver, url)
+            driver.find_element("css selector", f"#{ids.MODEL} input[value='{served_as(mla)}']").click()
+            wait_for(lambda: "MLA" in text_of(driver, ids.CARD), 60, "the MLA card")
 
-        def settled():
-            label = text_of(driver, ids.HEAD_LABEL)
-            message = text_of(driver, ids.EXPLORER_VIEW_MESSAGE) + text_of(driver, ids.EXPLORER_MESSAGE)
-            ready = label and service.facts.model(mla)
-            return (label, message) if (message or (ready and driver.execute_script(
-                "return window.dash_clientside.probe._view.payload"
-                " && window.dash_clientside.probe._view.payload.model") == served_as(mla))) else None
+            def settled():
+                label = text_of(driver, ids.HEAD_LABEL)
+                message = text_of(driver, ids.EXPLORER_VIEW_MESSAGE) + text_of(driver, ids.EXPLORER_MESSAGE)
+                ready = label and service.facts.model(mla)
+                return (label, message) if (message or (ready and driver.execute_script(
+                    "return window.dash_clientside.probe._view.payload"
+                    " && window.dash_clientside.probe._view.payload.model") == served_as(mla))) else None
 
-        label, message = wait_for(settled, 60, "the MLA model's view or its error")
-        assert not message, message  # the engine captures MLA (probe/engine): explorable, no error
-        for entry in console_errors(driver):
-            raise AssertionError(entry)
-        assert label.startswith("L0H0")
-    finally:
-        driver.get("about:blank")  # leave the page first: no callback in flight when its server stops
-        server.shutdown()
+            label, message = wait_for(settled, 60, "the MLA model's view or its error")
+            assert not message, message  # the engine captures MLA (probe/engine): explorable, no error
+            for entry in console_errors(driver):
+                raise AssertionError(entry)
+            assert label.startswith("L0H0")
+        finally:
+            driver.get("about:blank")  # leave the page first: no callback in flight when its server stops
 
 
 def _tiny_deepseek(directory) -> str:
@@ -515,8 +497,6 @@ def _tiny_deepseek(directory) -> str:
 
 
 def test_bug2_a_model_without_a_tokenizer_shows_its_card(driver, tmp_path_factory):
-    from werkzeug.serving import make_server
-
     from probe.zoo.tiny import save_tiny
 
     directory = tmp_path_factory.mktemp("no-tokenizer")
@@ -525,19 +505,17 @@ def test_bug2_a_model_without_a_tokenizer_shows_its_card(driver, tmp_path_factor
         if "token" in name.name or name.name.endswith((".txt", ".model")):
             name.unlink()
     service = Service(AppConfig(models=(str(directory),)))  # the registry keeps it as card-only
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        driver.get(f"http://127.0.0.1:{server.server_port}/")
-        card = wait_for(lambda: "GQA" in text_of(driver, ids.CARD) and text_of(driver, ids.CARD),
-                        60, "the card")
-        assert "rotary" in card
-        why = text_of(driver, ids.CARD_ONLY)
-        assert "no usable tokenizer" in why and "card is shown" in why and not why.rstrip().endswith(":")
-        assert not driver.find_element("id", ids.EXPLORER_SECTION).is_displayed()
-    finally:
-        driver.get("about:blank")  # leave the page first: no callback in flight when its server stops
-        server.shutdown()
+    with serving(create_app(service=service).server) as url:
+        try:
+            driver.get(url)
+            card = wait_for(lambda: "GQA" in text_of(driver, ids.CARD) and text_of(driver, ids.CARD),
+                            60, "the card")
+            assert "rotary" in card
+            why = text_of(driver, ids.CARD_ONLY)
+            assert "no usable tokenizer" in why and "card is shown" in why and not why.rstrip().endswith(":")
+            assert not driver.find_element("id", ids.EXPLORER_SECTION).is_displayed()
+        finally:
+            driver.get("about:blank")  # leave the page first: no callback in flight when its server stops
 
 
 def test_bug3_a_bad_link_says_what_it_replaced(driver, served):

@@ -5,15 +5,12 @@ clean and the page asks nothing of any host but the app's own."""
 
 from __future__ import annotations
 
-import logging
-import threading
-
 import pytest
 
 from app import create_app, ids
 from app.config import AppConfig
 from app.service import Service
-from tests.browser import APP_WINDOW, LOCAL, chromium, requests_elsewhere, wait_for
+from tests.browser import APP_WINDOW, LOCAL, chromium, requests_elsewhere, serving, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -28,16 +25,10 @@ def driver():
 
 @pytest.fixture(scope="module")
 def served():
-    from werkzeug.serving import make_server
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     service = Service(AppConfig(models=("zoo:induction",)))
     assert service.labels.table("zoo:induction") is not None  # the organism's shipped labels
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/", service
-    server.shutdown()
+    with serving(create_app(service=service).server) as url:
+        yield url, service
 
 
 

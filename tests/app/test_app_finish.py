@@ -38,7 +38,7 @@ from tests.app.test_app_browser import (
     text_of,
     type_into,
 )
-from tests.browser import wait_for, within_budget
+from tests.browser import serving, wait_for, within_budget
 
 pytestmark = pytest.mark.browser
 
@@ -63,22 +63,13 @@ def _labels(spec: str, layers: int, heads: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _serve(service: Service):
-    from werkzeug.serving import make_server
-
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 @pytest.fixture(scope="module")
 def wide(tiny_dir):
     """(url, service, specs): a 3 × 12-head GPT-2 (512 positions, labelled) and a tiny ESM."""
     specs = (str(tiny_dir("gpt2", n_head=12, n_embd=48, n_layer=3, n_positions=512)), str(tiny_dir("esm")))
     service = Service(AppConfig(models=specs, upload_bytes=UPLOAD_BYTES), labels=_labels(specs[0], 3, 12))
-    server = _serve(service)
-    yield f"http://127.0.0.1:{server.server_port}/", service, specs
-    server.shutdown()
+    with serving(create_app(service=service).server) as url:
+        yield url, service, specs
 
 
 def heat_title(driver) -> str:
@@ -578,18 +569,18 @@ def test_the_card_only_note_is_one_readable_sentence(driver, tmp_path_factory):
     for name in directory.iterdir():
         if "token" in name.name or name.name.endswith((".txt", ".model")):
             name.unlink()
-    server = _serve(Service(AppConfig(models=(str(directory),))))
-    try:
-        driver.get(f"http://127.0.0.1:{server.server_port}/")
-        note = wait_for(lambda: text_of(driver, ids.CARD_ONLY), 60, "the note")
-        assert note.startswith(directory.name + " has no usable tokenizer") and note.endswith(".")
-        assert "\n" not in note and str(directory.parent) not in note  # no path, no traceback line
-        box = driver.find_element("id", ids.CARD_ONLY)
-        assert driver.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth + 1", box)
-        assert not low_contrast(driver)
-    finally:
-        driver.get("about:blank")
-        server.shutdown()
+    with serving(create_app(service=Service(AppConfig(models=(str(directory),)))).server) as url:
+        try:
+            driver.get(url)
+            note = wait_for(lambda: text_of(driver, ids.CARD_ONLY), 60, "the note")
+            assert note.startswith(directory.name + " has no usable tokenizer") and note.endswith(".")
+            assert "\n" not in note and str(directory.parent) not in note  # no path, no traceback line
+            box = driver.find_element("id", ids.CARD_ONLY)
+            assert driver.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth + 1",
+                                         box)
+            assert not low_contrast(driver)
+        finally:
+            driver.get("about:blank")
 
 
 # --- issue 29 item 5: head and layer steps measured in the browser ------------------------------------------

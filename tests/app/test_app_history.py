@@ -6,10 +6,8 @@ line, a bad --history answered before any heavy import."""
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
-import threading
 import xml.etree.ElementTree as ET
 
 import pandas as pd
@@ -23,7 +21,7 @@ from app.service import Service
 from probe.errors import ProbeError
 from probe.runs.history import HISTORY_COLUMNS
 from probe.zoo.tiny import save_tiny
-from tests.browser import APP_WINDOW, LOCAL, chromium, requests_elsewhere, wait_for
+from tests.browser import APP_WINDOW, LOCAL, chromium, requests_elsewhere, serving, wait_for
 
 STEPS = (0, 10, 100)  # step-100 is measured in the table but not on disk
 
@@ -136,15 +134,9 @@ def driver():
 
 @pytest.mark.browser
 def test_the_slider_moves_the_page_and_the_model_list_moves_the_slider(run, driver):
-    from werkzeug.serving import make_server
-
     path, folder = run
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     service = Service(AppConfig(history=str(path)))
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/"
-    try:
+    with serving(create_app(service=service).server) as url:
         driver.get(url)
         frame = wait_for(lambda: driver.find_element("id", ids.HISTORY_TIMELINE), 60, "the history panel")
         assert marked_steps(ET.tostring(ET.fromstring(svg_of(frame))).decode()) == {10}  # the page opens on
@@ -166,6 +158,18 @@ def test_the_slider_moves_the_page_and_the_model_list_moves_the_slider(run, driv
         driver.execute_script("arguments[0].click()", radio)
         wait_for(lambda: driver.find_element("css selector", thumb).get_attribute("aria-valuenow") == "1", 30,
                  "the slider on step-10")
+        # the arrow keys on the slider's handle move the slider (and the page), not the selected head
+        selected = "return JSON.stringify((window.probeState || {}).selected || null)"
+        head = driver.execute_script(selected)
+        driver.find_element("css selector", thumb).send_keys(Keys.ARROW_LEFT)
+        wait_for(lambda: driver.find_element("css selector", thumb).get_attribute("aria-valuenow") == "0", 30,
+                 "the arrow key moving the slider to step-0")
+        wait_for(lambda: driver.find_element("css selector", checked).get_attribute("value") == "step-0", 30,
+                 "the page on step-0 again")
+        driver.find_element("css selector", thumb).send_keys(Keys.ARROW_RIGHT)
+        wait_for(lambda: driver.find_element("css selector", checked).get_attribute("value") == "step-10", 30,
+                 "the page back on step-10")
+        assert driver.execute_script(selected) == head
         # the missing checkpoint: its scores drawn, the page refuses to open it in one line
         driver.find_element("css selector", thumb).send_keys(Keys.END)
         wait_for(lambda: "not on this machine" in driver.find_element("id", ids.HISTORY_NOTE).text
@@ -175,8 +179,6 @@ def test_the_slider_moves_the_page_and_the_model_list_moves_the_slider(run, driv
         assert requests_elsewhere(driver, (url.rstrip("/"), *LOCAL)) == []
         # the page names the run by its folder, never by a path of this machine (issue 44)
         assert str(folder.parent) not in driver.find_element("id", ids.HISTORY_BOX).get_attribute("innerHTML")
-    finally:
-        server.shutdown()
 
 
 def svg_of(frame) -> str:

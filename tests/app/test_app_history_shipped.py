@@ -6,8 +6,6 @@ no request to another host."""
 
 from __future__ import annotations
 
-import logging
-import threading
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -19,7 +17,7 @@ from app.config import AppConfig
 from app.service import Service
 from probe.runs.history import read_history
 from tests.app.test_app_history import marked_steps, svg_of
-from tests.browser import APP_WINDOW, LOCAL, chromium, requests_elsewhere, wait_for
+from tests.browser import APP_WINDOW, LOCAL, chromium, requests_elsewhere, serving, wait_for
 from tests.views.test_phase_change_browser import shipped_histories
 
 pytestmark = pytest.mark.browser
@@ -48,15 +46,9 @@ def test_the_history_panel_moves_across_the_shipped_checkpoints(driver):
     points = read_history(history).query("row == 'checkpoint'").sort_values("step")
     steps, names = points["step"].astype(int).tolist(), points["checkpoint"].astype(str).tolist()
     theirs = read_history(control).query("row == 'checkpoint'")["icl_score"].notna().sum()
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     service = Service(AppConfig(history=str(history), history_control=str(control)))
     assert len(service.history.served) == len(steps)  # every checkpoint the table measured ships
-    from werkzeug.serving import make_server
-
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/"
-    try:
+    with serving(create_app(service=service).server) as url:
         driver.get(url)
         frame = wait_for(lambda: driver.find_element("id", ids.HISTORY_TIMELINE), 60, "the history panel")
         svg = ET.fromstring(svg_of(frame))
@@ -81,5 +73,3 @@ def test_the_history_panel_moves_across_the_shipped_checkpoints(driver):
         wait_for(lambda: driver.find_element("css selector", checked).get_attribute("value") == names[-1], 60,
                  "the page on the last checkpoint")
         assert requests_elsewhere(driver, (url.rstrip("/"), *LOCAL)) == []
-    finally:
-        server.shutdown()

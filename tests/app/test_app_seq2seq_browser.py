@@ -4,16 +4,13 @@ reload of the page's link comes back to the same head; the console stays clean."
 
 from __future__ import annotations
 
-import logging
-import threading
-
 import pytest
 
 from app import create_app, ids
 from app.config import AppConfig
 from app.service import Service
 from tests.app.test_app_browser import ARROW_DOWN, open_app, press, text_of
-from tests.browser import wait_for
+from tests.browser import serving, wait_for
 from tests.tiny_archs import save
 
 pytestmark = pytest.mark.browser
@@ -24,15 +21,10 @@ TEXT = "the cat saw the dog and the dog saw the cat"
 @pytest.fixture(scope="module")
 def t5_served(tmp_path_factory):
     """(url, service, spec): the app on a tiny T5 alone (enc 0–1, dec 2–4, cross 5–7), on a loopback port."""
-    from werkzeug.serving import make_server
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     spec = save("t5", tmp_path_factory.mktemp("t5"))
     service = Service(AppConfig(models=(spec,)))
-    server = make_server("127.0.0.1", 0, create_app(service=service).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/", service, spec
-    server.shutdown()
+    with serving(create_app(service=service).server) as url:
+        yield url, service, spec
 
 
 def heat_layout(driver) -> dict:

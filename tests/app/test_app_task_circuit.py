@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
-import threading
 
 import pytest
 
@@ -19,7 +17,7 @@ from app.config import AppConfig
 from app.panels import circuit
 from app.service import Service
 from probe.errors import ProbeError
-from tests.browser import APP_WINDOW, LOCAL, chromium, console_errors, requests_elsewhere, wait_for
+from tests.browser import APP_WINDOW, LOCAL, chromium, console_errors, requests_elsewhere, serving, wait_for
 
 
 def task_lines() -> str:
@@ -72,35 +70,33 @@ def test_bad_uploads_are_one_line_messages(service, contents, filename, message)
 
 @pytest.mark.browser
 def test_the_panel_draws_an_uploaded_task_circuit(tmp_path):
-    from werkzeug.serving import make_server
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     served = Service(AppConfig(models=("zoo:induction",)))
-    server = make_server("127.0.0.1", 0, create_app(service=served).server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/"
-    driver = chromium(APP_WINDOW, network_log=True)
-    try:
-        path = tmp_path / "task.jsonl"
-        path.write_text(task_lines(), encoding="utf-8")
-        driver.get_log("performance")
-        driver.get(f"{url}?model=zoo:induction&type=induction&layer=0&head=0")
-        wait_for(lambda: "tokens" in driver.find_element("id", ids.HEAD_LABEL).text, 60, "the first heatmap")
-        driver.find_element("css selector", f"#{circuit.TASK_UPLOAD} input[type=file]").send_keys(str(path))
-        graph = f"#{ids.CIRCUIT_GRAPH}"
-        wait_for(lambda: driver.find_elements("css selector", f"{graph} .pt-edge"), 240, "the task's graph")
-        assert "your task · 110 edges scored" in driver.find_element("id", ids.CIRCUIT_NOTE).text
-        edge = driver.find_element("css selector", f'{graph} .pt-edge[data-sender="L0H1"]'
-                                                   '[data-receiver="L1H0"][data-input="k"]')
-        driver.execute_script("arguments[0].dispatchEvent(new MouseEvent('mouseenter'))", edge)
-        info = driver.find_element("css selector", f"{graph} .pc-info").text
-        assert info.startswith("L0H1 → L1H0 (k) · score -") and "of 110 by |score| · in the circuit" in info
-        shown = len(driver.find_elements("css selector", f"{graph} .pt-edge"))
-        driver.find_element("css selector", f"{graph} .pc-toggle input").click()
-        assert len(driver.find_elements("css selector", f"{graph} .pt-edge")) == 110 > shown
-        assert requests_elsewhere(driver, (url.rstrip("/"), *LOCAL)) == []
-        errors = [entry for entry in console_errors(driver) if "favicon" not in entry["message"]]
-        assert errors == []
-    finally:
-        driver.quit()
-        server.shutdown()
+    with serving(create_app(service=served).server) as url:
+        driver = chromium(APP_WINDOW, network_log=True)
+        try:
+            path = tmp_path / "task.jsonl"
+            path.write_text(task_lines(), encoding="utf-8")
+            driver.get_log("performance")
+            driver.get(f"{url}?model=zoo:induction&type=induction&layer=0&head=0")
+            wait_for(lambda: "tokens" in driver.find_element("id", ids.HEAD_LABEL).text, 60,
+                     "the first heatmap")
+            upload = driver.find_element("css selector", f"#{circuit.TASK_UPLOAD} input[type=file]")
+            upload.send_keys(str(path))
+            graph = f"#{ids.CIRCUIT_GRAPH}"
+            wait_for(lambda: driver.find_elements("css selector", f"{graph} .pt-edge"), 240,
+                     "the task's graph")
+            assert "your task · 110 edges scored" in driver.find_element("id", ids.CIRCUIT_NOTE).text
+            edge = driver.find_element("css selector", f'{graph} .pt-edge[data-sender="L0H1"]'
+                                                       '[data-receiver="L1H0"][data-input="k"]')
+            driver.execute_script("arguments[0].dispatchEvent(new MouseEvent('mouseenter'))", edge)
+            info = driver.find_element("css selector", f"{graph} .pc-info").text
+            assert info.startswith("L0H1 → L1H0 (k) · score -")
+            assert "of 110 by |score| · in the circuit" in info
+            shown = len(driver.find_elements("css selector", f"{graph} .pt-edge"))
+            driver.find_element("css selector", f"{graph} .pc-toggle input").click()
+            assert len(driver.find_elements("css selector", f"{graph} .pt-edge")) == 110 > shown
+            assert requests_elsewhere(driver, (url.rstrip("/"), *LOCAL)) == []
+            errors = [entry for entry in console_errors(driver) if "favicon" not in entry["message"]]
+            assert errors == []
+        finally:
+            driver.quit()

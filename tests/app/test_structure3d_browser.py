@@ -7,8 +7,6 @@ the app's own server and the console stays clean."""
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from dash import Dash, Input, Output, dcc, html
 from app import ids
 from app.panels import structure3d
 from probe.views import bundle
+from tests.browser import serving
 from tests.views import structure_pages as pages
 
 pytestmark = pytest.mark.browser
@@ -29,9 +28,6 @@ ASSETS = Path(__file__).resolve().parents[2] / "app" / "assets"
 @pytest.fixture(scope="module")
 def served():
     """A Dash app with the bridge and the planted view of ubiquitin, on a loopback port."""
-    from werkzeug.serving import make_server
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     app = Dash(__name__, assets_folder=str(ASSETS), assets_ignore=r"^(?!structure3d\.js$).*",
                external_scripts=[bundle.SCRIPT_URL, *bundle.STRUCTURE_URLS],
                external_stylesheets=[bundle.STYLE_URL])
@@ -56,11 +52,8 @@ def served():
     def _head(selected):
         return f"{selected['layer']},{selected['head']}"
 
-    server = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/"
-    server.shutdown()
+    with serving(app.server) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

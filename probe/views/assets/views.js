@@ -178,10 +178,11 @@
     var TEXT_INPUTS = {text: true, search: true, number: true, email: true, url: true, password: true, tel: true};
 
     /** @param {EventTarget | null} target @returns {boolean} */
-    function typing(target) {  // keys typed into a text field never step heads
+    function typing(target) {  // keys typed into a text field, or pressed on a slider's handle, never step heads
         var node = /** @type {HTMLInputElement} */ (target);
         if (!node) { return false; }
         if (node.isContentEditable || TYPING[node.tagName]) { return true; }
+        if (node.getAttribute && node.getAttribute("role") === "slider") { return true; }  // its arrows move it
         return node.tagName === "INPUT" && TEXT_INPUTS[(node.type || "text").toLowerCase()] === true;
     }
 
