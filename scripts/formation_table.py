@@ -4,8 +4,9 @@ per history table, and one SVG plot of the best induction score and the ICL scor
     python scripts/formation_table.py --run 4,256,0,runs/c256-s0/history.csv --run 4,256,1,... \
         --plot docs/stdlib_code_formation.svg
 
-Each --run is B,C,SEED,HISTORY_CSV (a table `probe history` writes); the plot draws the runs of the first
-run's (B, C) and marks the law's point.
+Each --run is B,C,SEED,HISTORY_CSV[,LABEL] (a table `probe history` writes; LABEL names the recipe in the
+table's first column, e.g. "width 128, constant lr"); the plot draws the runs of the first run's (B, C) and
+label, and marks the law's point.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from probe.views.svg_plot import PANEL_H, PANEL_W, PlotArea, legend, step_positi
 from probe.views.timeline import BOTTOM, GAP_X, LEFT, PALETTE, THEMES, TOP
 
 
-def parse_run(text: str) -> tuple[int, int, int, Path]:
-    batch, context, seed, path = text.split(",", 3)
-    return int(batch), int(context), int(seed), Path(path)
+def parse_run(text: str) -> tuple[int, int, int, Path, str]:
+    batch, context, seed, rest = text.split(",", 3)
+    path, _, label = rest.partition(",")
+    return int(batch), int(context), int(seed), Path(path), label
 
 
 def millions(tokens: float | None) -> str:
@@ -31,11 +33,11 @@ def millions(tokens: float | None) -> str:
 
 
 def table_rows(runs) -> list[str]:
-    lines = ["| B | C | seed | predicted point | formation checkpoint (best induction reaches half its last "
-             "value) | steepest ICL drop (later checkpoint) | checkpoints apart | best induction, last | "
-             "ICL drop (first → lowest) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for batch, context, seed, path in runs:
+    lines = ["| run | B | C | seed | checkpoints | predicted point | formation checkpoint (best induction "
+             "reaches half its last value) | steepest ICL drop (later checkpoint) | checkpoints apart | "
+             "best induction, last | ICL drop (first → lowest) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for batch, context, seed, path, label in runs:
         table = pd.read_csv(path)
         point = formation(table, batch * context)
         law = predicted_tokens(batch, context)
@@ -43,7 +45,8 @@ def table_rows(runs) -> list[str]:
                   f"step {point.formation_step:,} = {millions(point.formation_tokens)} "
                   f"({point.formation_tokens / law:.2f}×)")
         lines.append(
-            f"| {batch} | {context} | {seed} | {millions(law)} | {formed} | "
+            f"| {label} | {batch} | {context} | {seed} | {(table['row'] == 'checkpoint').sum()} | "
+            f"{millions(law)} | {formed} | "
             f"step {point.steepest_drop_step:,} = {millions(point.steepest_drop_tokens)} "
             f"(−{point.steepest_drop:.2f} nats) | "
             f"{'–' if point.checkpoints_apart is None else point.checkpoints_apart} | "
@@ -54,9 +57,9 @@ def table_rows(runs) -> list[str]:
 def plot(runs, path: Path) -> None:
     """Two panels (best induction score; ICL score) against the training step on the timeline's log axis
     (:mod:`probe.views.svg_plot`), one line per seed of the first run's (B, C), the law's step dashed."""
-    batch, context = runs[0][0], runs[0][1]
+    batch, context, label = runs[0][0], runs[0][1], runs[0][4]
     series = []
-    for _, _, seed, csv in [run for run in runs if run[:2] == (batch, context)]:
+    for _, _, seed, csv, _ in [run for run in runs if (run[0], run[1], run[4]) == (batch, context, label)]:
         table = pd.read_csv(csv)
         checkpoints = table[table["row"] == "checkpoint"].sort_values("step")
         steps = checkpoints["step"].to_numpy(int)  # [checkpoint]
@@ -69,7 +72,8 @@ def plot(runs, path: Path) -> None:
     width, height = LEFT + 2 * PANEL_W + GAP_X + 20, TOP + PANEL_H + BOTTOM + 40
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              'font-family="sans-serif" font-size="11">', '<rect width="100%" height="100%" fill="white"/>']
-    panels = ((f"best induction score, any head (B = {batch}, C = {context})", "score", 2),
+    named = f", {label}" if label else ""
+    panels = ((f"best induction score, any head (B = {batch}, C = {context}{named})", "score", 2),
               ("ICL score: loss at token 120 − loss at token 12", "nats", 3))
     for number, (title, label, column) in enumerate(panels):
         values = [entry[column] for entry in series]
@@ -87,7 +91,8 @@ def plot(runs, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", action="append", type=parse_run, required=True, metavar="B,C,SEED,CSV")
+    parser.add_argument("--run", action="append", type=parse_run, required=True,
+                        metavar="B,C,SEED,CSV[,LABEL]")
     parser.add_argument("--plot", type=Path, help="write the SVG plot here")
     args = parser.parse_args()
     print("\n".join(table_rows(args.run)))

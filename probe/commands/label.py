@@ -21,21 +21,22 @@ from probe.commands.common import (
     check_model_options,
     executor,
     load_keywords,
-    parse_lengths,
     plot_paths,
 )
-from probe.commands.label_checks import check_before_loading
+from probe.commands.label_checks import check_args, check_before_loading, config_from_args
 from probe.commands.paths import output_path, page_path
 from probe.errors import ProbeError
-from probe.untrained import parse_control
 
 # LabelConfig's defaults and choices, written out so that --help and argument errors need no torch (the
 # library's values are the truth: tests/commands/test_cli_fast.py checks these equal them).
-DEFAULTS = {"examples": 64, "seed": 0, "coref_set": "auto", "batch_size": 8, "n_bootstrap": 1000,
-            "min_effect": 0.25, "min_accuracy_gain": 0.1, "fdr": 0.05, "ablate": "labelled"}
+DEFAULTS = {"examples": 64, "seed": 0, "text": "development", "coref_set": "auto", "batch_size": 8,
+            "n_bootstrap": 1000, "min_effect": 0.25, "min_accuracy_gain": 0.1, "fdr": 0.05,
+            "ablate": "labelled"}
 COREF_SETS = ("auto", "gap", "templates", "causality")  # probe.heads.label.COREF_SETS
 ABLATE = ("labelled", "all", "none")  # probe.heads.label.ABLATE
 RETRIEVAL_MASKS = ("output", "query")  # probe.heads.label.RETRIEVAL_MASKS
+# probe.heads.corpus.TEXTS (written out as probe.runs.history_inputs.TEXT_SPLITS is, for the same reason)
+TEXTS = ("development", "validation", "stdlib", "stdlib-held-out")
 HEAD_TYPES = ("previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",  # built-in
               "sentence_start", "bracket", "duplicate_token", "induction", "coreference", "retrieval")
 
@@ -61,6 +62,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "positions))")
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="probe and bootstrap seed "
                                                                            "(default 0)")
+    parser.add_argument("--text", choices=TEXTS, default=DEFAULTS["text"],
+                        help="the natural text of the token probes (natural-text probes, and the token "
+                             "frequencies random-token probes are drawn by): GAP's development split "
+                             "(default), or stdlib-held-out, the Python standard library's held-out modules, "
+                             "for a model trained on Python source (as zoo:stdlib-code's card is labelled)")
     parser.add_argument("--probe-file", help="JSONL of your own span examples (text, query, target[, "
                                              "distractors]), scored as coreference in place of GAP / the "
                                              "templates")
@@ -96,43 +102,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "(as `probe report --labels`)")
     add_sweep_options(parser)
     return parser
-
-
-def check_args(args: argparse.Namespace) -> None:
-    """The checks that need no torch: numbers in range, --probe-file present. One-line ProbeError."""
-    for flag, value in (("--examples", args.examples), ("--batch-size", args.batch_size),
-                        ("--bootstrap", args.bootstrap)):
-        if value < 1:
-            raise ProbeError(f"{flag} must be at least 1")
-    if not 0 < args.fdr < 1:
-        raise ProbeError(f"--fdr {args.fdr} must be between 0 and 1 (e.g. 0.05)")
-    for flag, value in (("--min-effect", args.min_effect), ("--min-accuracy-gain", args.min_accuracy_gain)):
-        if not -1 <= value <= 1:  # also refuses nan
-            raise ProbeError(f"{flag} {value} must be between -1 and 1")
-    parse_lengths(args.seq_len), parse_control(args.control)  # each refuses with one line
-    if args.probe_file is not None and not Path(args.probe_file).expanduser().is_file():
-        raise ProbeError(f"--probe-file {args.probe_file} is not a file: give a JSONL file of span examples")
-
-
-def config_from_args(args: argparse.Namespace):
-    """The probe.heads.label.LabelConfig the flags describe (validated: one-line ProbeError on bad values)."""
-    from probe.heads.label import LabelConfig  # torch: only after --help and argument parsing
-    from probe.heads.probesets import load_probe_file
-    from probe.heads.registry import parse_head_types
-
-    check_args(args)
-    types = parse_head_types(args.types) if args.types else None
-    lengths = parse_lengths(args.seq_len)
-    if args.probe_file is not None:
-        load_probe_file(args.probe_file)  # check it before any model is loaded
-        if types is not None and "coreference" not in types:
-            raise ProbeError("--probe-file examples are scored as the coreference type: add coreference to "
-                             "--types")
-    return LabelConfig(types=types, examples=args.examples, seq_len=lengths, seed=args.seed,
-                       probe_file=args.probe_file, coref_set=args.coref_set, batch_size=args.batch_size,
-                       n_bootstrap=args.bootstrap, min_effect=args.min_effect,
-                       min_accuracy_gain=args.min_accuracy_gain, fdr=args.fdr, ablate=args.ablate,
-                       retrieval_mask=args.retrieval_mask, twins=parse_control(args.control).twins)
 
 
 def _say(message: str) -> None:

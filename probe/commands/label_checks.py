@@ -1,9 +1,53 @@
-"""What `probe label` checks from each model's config before any weights are loaded: the probe lengths
-against the model's positions and the run's memory plan against the memory free (one line each, exit 2)."""
+"""What `probe label` checks before any weights are loaded: its flags (:func:`check_args`), the LabelConfig
+they describe (:func:`config_from_args`), and from each model's config the probe lengths against the model's
+positions and the run's memory plan against the memory free (one line each, exit 2)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from probe.commands.common import parse_lengths
+from probe.errors import ProbeError
+from probe.untrained import parse_control
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The checks that need no torch: numbers in range, --probe-file present. One-line ProbeError."""
+    for flag, value in (("--examples", args.examples), ("--batch-size", args.batch_size),
+                        ("--bootstrap", args.bootstrap)):
+        if value < 1:
+            raise ProbeError(f"{flag} must be at least 1")
+    if not 0 < args.fdr < 1:
+        raise ProbeError(f"--fdr {args.fdr} must be between 0 and 1 (e.g. 0.05)")
+    for flag, value in (("--min-effect", args.min_effect), ("--min-accuracy-gain", args.min_accuracy_gain)):
+        if not -1 <= value <= 1:  # also refuses nan
+            raise ProbeError(f"{flag} {value} must be between -1 and 1")
+    parse_lengths(args.seq_len), parse_control(args.control)  # each refuses with one line
+    if args.probe_file is not None and not Path(args.probe_file).expanduser().is_file():
+        raise ProbeError(f"--probe-file {args.probe_file} is not a file: give a JSONL file of span examples")
+
+
+def config_from_args(args: argparse.Namespace):
+    """The probe.heads.label.LabelConfig the flags describe (validated: one-line ProbeError on bad values)."""
+    from probe.heads.label import LabelConfig  # torch: only after --help and argument parsing
+    from probe.heads.probesets import load_probe_file
+    from probe.heads.registry import parse_head_types
+
+    check_args(args)
+    types = parse_head_types(args.types) if args.types else None
+    lengths = parse_lengths(args.seq_len)
+    if args.probe_file is not None:
+        load_probe_file(args.probe_file)  # check it before any model is loaded
+        if types is not None and "coreference" not in types:
+            raise ProbeError("--probe-file examples are scored as the coreference type: add coreference to "
+                             "--types")
+    return LabelConfig(types=types, examples=args.examples, seq_len=lengths, seed=args.seed,
+                       text=args.text, probe_file=args.probe_file, coref_set=args.coref_set,
+                       batch_size=args.batch_size,
+                       n_bootstrap=args.bootstrap, min_effect=args.min_effect,
+                       min_accuracy_gain=args.min_accuracy_gain, fdr=args.fdr, ablate=args.ablate,
+                       retrieval_mask=args.retrieval_mask, twins=parse_control(args.control).twins)
 
 
 def check_before_loading(args: argparse.Namespace, config) -> None:

@@ -1,6 +1,9 @@
-"""The natural-text corpus shipped with the package: GAP (Wikipedia passages, Apache-2.0; see probe/data/gap).
+"""The natural texts every install has, by name (:data:`TEXTS`, :func:`passages`): GAP (Wikipedia passages,
+Apache-2.0, shipped in probe/data/gap; its development and validation splits) and the Python standard
+library's own source (PSF licence; :func:`code_passages`: the modules trained on and those held out).
 
-* :func:`natural_text` — probes that look like a text model's inputs: GAP passages (development split) in a
+* :func:`natural_text` — probes that look like a text model's inputs: passages of a text (GAP's development
+  split by default; a code model's held-out modules with ``LabelConfig(text="stdlib-held-out")``) in a
   seeded order, concatenated up to the probe length, with the tokenizer's own framing ([CLS] … [SEP], <bos>
   …). Each probe starts at a passage boundary and no passage is used twice, so probes are independent
   clusters.
@@ -21,10 +24,12 @@ import csv
 import gzip
 import random
 import re
+import sysconfig
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 import torch
 
@@ -32,7 +37,16 @@ from probe.errors import ProbeError
 from probe.heads.probesets import ABBREVIATIONS, SpanExample, special_frame
 from probe.heads.vocab import excluded_token_ids  # noqa: F401 - re-exported (it lived here)
 
-SPLITS = ("development", "validation")
+SPLITS = ("development", "validation")  # GAP's shipped splits
+# The Python standard library's own source (PSF licence; on every Python install, its bytes those of the
+# Python that runs it): its top-level modules in name order, every CODE_HELD_OUT_EVERY-th held out
+CODE_SPLIT = "stdlib"
+CODE_HELD_OUT_SPLIT = "stdlib-held-out"
+CODE_HELD_OUT_EVERY = 8
+CODE_MAX_BYTES = 400_000  # a larger module (none in 3.11's top level; a guard against generated tables)
+CODE_PASSAGE_LINES = 40  # held-out modules are cut into passages of this many lines (ICL rows)
+# every named text :func:`passages` reads: GAP's splits and the Python source's
+TEXTS = (*SPLITS, CODE_SPLIT, CODE_HELD_OUT_SPLIT)
 PROBE_SPLIT = "development"  # probes are drawn from here; "validation" is for independent checks
 SAMPLE_PASSAGES = 500  # passages tokenized to decide coverage and token frequencies (about 50,000 tokens)
 MAX_UNKNOWN_SHARE = 0.05  # a tokenizer covers the corpus when at most this share of its tokens is unknown
@@ -49,8 +63,78 @@ def gap_records(split: str = PROBE_SPLIT) -> tuple[dict[str, str], ...]:
         return tuple(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
+def stdlib_modules() -> list[Path]:
+    """The standard library's top-level ``*.py`` modules (the directory ``sysconfig`` names ``stdlib``) of at
+    most :data:`CODE_MAX_BYTES`, sorted by name.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The modules' files (those of the Python that runs this).
+
+    Examples
+    --------
+    >>> from probe.heads.corpus import stdlib_modules
+    >>> "os.py" in {path.name for path in stdlib_modules()}
+    True
+    """
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return sorted((path for path in root.glob("*.py") if path.stat().st_size <= CODE_MAX_BYTES),
+                  key=lambda path: path.name)
+
+
+@lru_cache(maxsize=2)
+def code_passages(split: str) -> tuple[str, ...]:
+    """The Python source splits: :data:`CODE_SPLIT`, every module but each :data:`CODE_HELD_OUT_EVERY`-th
+    (counting from 1), one passage per module; :data:`CODE_HELD_OUT_SPLIT`, those held-out modules cut into
+    passages of :data:`CODE_PASSAGE_LINES` lines (blank-only passages dropped).
+
+    Parameters
+    ----------
+    split : {"stdlib", "stdlib-held-out"}
+        :data:`CODE_SPLIT` or :data:`CODE_HELD_OUT_SPLIT`.
+
+    Returns
+    -------
+    tuple of str
+        The passages, in module order.
+
+    Examples
+    --------
+    >>> from probe.heads.corpus import CODE_HELD_OUT_SPLIT, CODE_PASSAGE_LINES, code_passages
+    >>> max(passage.count("\\n") for passage in code_passages(CODE_HELD_OUT_SPLIT)) <= CODE_PASSAGE_LINES
+    True
+    """
+    if split not in (CODE_SPLIT, CODE_HELD_OUT_SPLIT):
+        raise ProbeError(f"{split!r} is not a Python source split: give {CODE_SPLIT!r} or "
+                         f"{CODE_HELD_OUT_SPLIT!r}")
+    modules = stdlib_modules()
+    held = [(number + 1) % CODE_HELD_OUT_EVERY == 0 for number in range(len(modules))]
+    if split == CODE_SPLIT:
+        return tuple(path.read_text(encoding="utf-8") for path, out in zip(modules, held, strict=True)
+                     if not out)
+    found = []
+    for path in (path for path, out in zip(modules, held, strict=True) if out):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        found += ["".join(lines[k:k + CODE_PASSAGE_LINES]) for k in range(0, len(lines), CODE_PASSAGE_LINES)]
+    return tuple(passage for passage in found if passage.strip())
+
+
 def passages(split: str = PROBE_SPLIT) -> tuple[str, ...]:
-    """The distinct passages of a split, in file order."""
+    """The distinct passages of a named text (:data:`TEXTS`), in file order: a GAP split, or a Python source
+    split (:func:`code_passages`).
+
+    Examples
+    --------
+    >>> from probe.heads.corpus import passages
+    >>> len(passages("validation")), passages("stdlib-held-out") == code_passages("stdlib-held-out")
+    (454, True)
+    """
+    if split not in TEXTS:
+        raise ProbeError(f"unknown text {split!r}: choose from {', '.join(TEXTS)} (GAP's two shipped splits, "
+                         "the Python standard library's source and its held-out modules)")
+    if split in (CODE_SPLIT, CODE_HELD_OUT_SPLIT):
+        return code_passages(split)
     return tuple(dict.fromkeys(record["Text"] for record in gap_records(split)))
 
 

@@ -9,8 +9,9 @@ content hash of the checkpoint's weights). What each unit measures, reusing the 
 
 * heads: :func:`probe.heads.label.label_model` with :attr:`HistoryConfig.label` (previous-token on held-out
   natural text, induction on repeated random blocks drawn by the held-out text's token frequencies — Olsson's
-  prefix-matching score — each with its clustered-bootstrap label), and its ``copying`` column
-  (:mod:`probe.heads.copying`, Σλ/Σ|λ| of the OV circuit);
+  prefix-matching score — each with its clustered-bootstrap label; the held-out text is the ICL score's,
+  :attr:`HistoryConfig.split`, unless the label config names another than GAP's development split), and its
+  ``copying`` column (:mod:`probe.heads.copying`, Σλ/Σ|λ| of the OV circuit);
 * natural text: :func:`probe.training.incontext.position_losses` on the held-out passages
   (:func:`probe.training.text.held_out_rows`), the ICL score (:func:`probe.training.incontext.icl_score`) —
   the passages of :attr:`HistoryConfig.split`, by default the text held out from the one the model's card says
@@ -48,6 +49,7 @@ import pandas as pd
 
 from probe.errors import ProbeError
 from probe.hashing import identity_hash
+from probe.heads.corpus import PROBE_SPLIT
 from probe.heads.label import LabelConfig, config_identity, label_model
 from probe.runs import runner
 from probe.runs.checkpoints import (
@@ -390,6 +392,9 @@ def history(model: str, revisions: Sequence[str] | None = None, config: HistoryC
         config = replace(config, split=split)
     else:
         source = "as given"
+    if config.label.text == PROBE_SPLIT and config.split != PROBE_SPLIT:
+        # the heads are probed on the text the ICL score reads (GAP's development split is the label default)
+        config = replace(config, label=replace(config.label, text=config.split))
     # before any unit: one model (config, tokenizer), positions and text that fit (probe.runs.history_inputs)
     reference = check_one_model(model, checkpoints)
     if reference is not None:

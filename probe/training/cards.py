@@ -92,8 +92,10 @@ def add_labels(card: dict, out: Path, config: LabelConfig, requirements: dict) -
     save_table(table, out / LABELS_FILE)
     # the fields that change no row (block_bytes, batch_size) do not make a config other than the default
     rows_only = {name: getattr(LabelConfig(), name) for name in NOT_IDENTITY}
-    defaults = dataclasses.replace(config, **rows_only) == LabelConfig(twins=config.twins)
+    defaults = dataclasses.replace(config, **rows_only) == LabelConfig(twins=config.twins, text=config.text)
     twins = f", {config.twins} untrained twins as a control" if config.twins else ""
+    if config.text != LabelConfig().text:
+        twins += f", token probes on the {config.text} text"
     card["classifier"] = (f"probe.heads.label.label_model with the default LabelConfig(){twins}" if defaults
                           else "probe.heads.label.label_model with the LabelConfig of "
                                "label_table.label_config")
@@ -128,6 +130,22 @@ def relabel(name: str, out: Path) -> dict:
     card["requirements"] = requirements
     add_labels(card, out, config, requirements)
     return write_card(card, out)
+
+
+def schedule_text(lr_floor: float) -> str:
+    """The learning-rate schedule after the warm-up, in words (the model card's Training line).
+
+    Examples
+    --------
+    >>> from probe.training.cards import schedule_text
+    >>> schedule_text(0.1), schedule_text(1.0), schedule_text(0.5)
+    ('cosine to lr/10', 'then constant', 'cosine to lr x 0.5')
+    """
+    if lr_floor == 1.0:
+        return "then constant"
+    if lr_floor == 0.1:
+        return "cosine to lr/10"
+    return f"cosine to lr x {lr_floor:g}"
 
 
 def readable(directory: Path) -> None:
@@ -211,7 +229,8 @@ def model_card_markdown(card: dict) -> str:
         "context.",
         "",
         f"**Training.** `{card['command']}`: seed {card['seed']}, {card['steps']} steps of batch "
-        f"{config['batch']}, AdamW lr {config['lr']} ({config['warmup']} warm-up steps, cosine to lr/10), "
+        f"{config['batch']}, AdamW lr {config['lr']} ({config['warmup']} warm-up steps, "
+        f"{schedule_text(config.get('lr_floor', 0.1))}), "
         f"{card['threads']} CPU thread(s): {card['train_seconds']} s measured. Final training loss "
         f"{card['final_train_loss']} nats.",
         "",

@@ -17,10 +17,11 @@ loop that trains them is :mod:`probe.training.train`; the cards and label tables
   BPE tokenizer learnt from it: :mod:`probe.training.text`), 2 layers and its 1-layer twin, the control that
   cannot form an induction head (Olsson et al. 2022); checkpoints at log-spaced steps by default.
 * stdlib-code / stdlib-code-1layer: the same architecture, width 128, on the standard library's Python
-  source (:func:`probe.training.text.code_passages`), batch 4 x context 256, trained to twice the
-  induction-head formation point Aoyama, Wilcox & Schneider (2025) predict for that batch and context (issue
-  54: a previous-token -> induction circuit forms; docs/zoo.md), 12 checkpoints dense around the formation
-  window, stored in float16 (loaded as float32) to keep the package small.
+  source (:func:`probe.heads.corpus.code_passages`), batch 4 x context 256, a constant learning rate after
+  the warm-up, trained to twice the induction-head formation point Aoyama, Wilcox & Schneider (2025) predict
+  for that batch and context (issue 54: a previous-token -> induction circuit forms; docs/zoo.md), 12
+  checkpoints dense around the formation window, stored in float16 (loaded as float32) to keep the package
+  small.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "max_block": (1, 1_000_000), "max_copies": (2, 1_000), "max_distractors": (1, 1_000),
     "max_depth": (1, 1_000),
     "steps": (1, 100_000_000), "batch": (1, 4_096), "lr": (1e-9, 1.0), "warmup": (0, 100_000_000),
+    "lr_floor": (0.0, 1.0),
     "weight_decay": (0.0, 1.0), "eval_min_block": (1, 1_000_000), "eval_max_block": (1, 1_000_000),
     "needle_len": (1, 1_000_000), "key_len": (1, 1_000_000), "min_length": (0, 10_000_000),
     "rope_theta": (1.0, 1e12), "repeat_rows": (0, 4_096), "vocab_size": (2, 10_000_000),
@@ -109,7 +111,8 @@ class TrainConfig:
     steps: int = 2000
     batch: int = 32
     lr: float = 1e-2  # AdamW peak learning rate (1e-3 stays on the loss plateau for thousands of steps)
-    warmup: int = 200  # linear warm-up steps, then cosine decay to lr/10
+    warmup: int = 200  # linear warm-up steps, then cosine decay to lr · lr_floor
+    lr_floor: float = 0.1  # the cosine's end as a share of lr (1.0: constant after the warm-up)
     weight_decay: float = 0.01
     eval_min_block: int = 6  # in-context loss probes: one random block (random length) repeated once
     eval_max_block: int = 24
@@ -145,7 +148,9 @@ class TrainConfig:
 # Aoyama, Wilcox & Schneider (2025): induction heads form after ~10^5.7 * sqrt(B * C) training tokens; at
 # B = 4, C = 256 that is 16.04 M tokens, 15,662 steps of 1,024 tokens: trained to twice that. The checkpoints:
 # log-spaced to 2,000, then every 1,000 steps through the window where the exploration runs formed (3,000 -
-# 8,000), then log-spaced to the end (16,000: the predicted point)
+# 8,000), then log-spaced to the end (16,000: the predicted point). The learning rate stays at its peak after
+# the warm-up (lr_floor 1.0): under the cosine to lr/10, seed 0's induction head peaked at the predicted point
+# and slipped below the label rule's margin while the rate decayed (docs/zoo.md)
 STDLIB_STEPS = 31_330
 STDLIB_CHECKPOINTS = (0, 300, 1000, 2000, 3000, 4000, 5000, 6000, 8000, 11_000, 16_000, STDLIB_STEPS)
 
@@ -216,10 +221,12 @@ ORGANISMS: dict[str, TrainConfig] = {
         task="predict the next token of Python source: the standard library's top-level modules of the "
              "Python that trains it (PSF licence, on every install), every 8th module held out (the ICL "
              "score and in-context loss are measured on it, cut into 40-line passages); 2x the induction-head"
-             " formation point that Aoyama et al. (2025) predict for batch 4 x context 256",
+             " formation point that Aoyama et al. (2025) predict for batch 4 x context 256, at a constant "
+             "learning rate after the warm-up",
         data="natural_text", corpus_split=text.CODE_SPLIT, n_layer=2, n_embd=128, vocab_size=512,
-        n_positions=256, length=256, batch=4, steps=STDLIB_STEPS, lr=5e-3, warmup=200,
-        checkpoint_steps=STDLIB_CHECKPOINTS, checkpoint_dtype="float16", label_config={"twins": 3},
+        n_positions=256, length=256, batch=4, steps=STDLIB_STEPS, lr=5e-3, warmup=200, lr_floor=1.0,
+        checkpoint_steps=STDLIB_CHECKPOINTS, checkpoint_dtype="float16",
+        label_config={"twins": 3, "text": text.CODE_HELD_OUT_SPLIT},
         requirements={"present": [{"layer": 0, "head_type": "previous_token"},
                                   {"layer": 1, "head_type": "induction"}],
                       "absent": []},
@@ -228,8 +235,9 @@ ORGANISMS: dict[str, TrainConfig] = {
         task="the same Python source and recipe with ONE layer: the control, which cannot form an induction "
              "head",
         data="natural_text", corpus_split=text.CODE_SPLIT, n_layer=1, n_embd=128, vocab_size=512,
-        n_positions=256, length=256, batch=4, steps=STDLIB_STEPS, lr=5e-3, warmup=200,
-        checkpoint_steps=STDLIB_CHECKPOINTS, checkpoint_dtype="float16", label_config={"twins": 3},
+        n_positions=256, length=256, batch=4, steps=STDLIB_STEPS, lr=5e-3, warmup=200, lr_floor=1.0,
+        checkpoint_steps=STDLIB_CHECKPOINTS, checkpoint_dtype="float16",
+        label_config={"twins": 3, "text": text.CODE_HELD_OUT_SPLIT},
         requirements={"present": [], "absent": [{"head_type": "induction"}]},
     ),
     "retrieval": TrainConfig(

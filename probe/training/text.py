@@ -24,91 +24,33 @@ vocabulary size give the same merges; checked in tests/training/test_text_organi
 from __future__ import annotations
 
 import hashlib
-import sysconfig
 from collections.abc import Sequence
 from functools import lru_cache
-from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from probe.errors import ProbeError
-from probe.heads.corpus import passages
+from probe.heads.corpus import (  # noqa: F401 - the Python source splits are re-exported (they lived here)
+    CODE_HELD_OUT_EVERY,
+    CODE_HELD_OUT_SPLIT,
+    CODE_MAX_BYTES,
+    CODE_PASSAGE_LINES,
+    CODE_SPLIT,
+    code_passages,
+    passages,
+    stdlib_modules,
+)
 
 TRAIN_SPLIT = "validation"
 HELD_OUT_SPLIT = "development"
-# The Python standard library's own source (PSF licence; on every Python install, its bytes those of the
-# Python that runs it): its top-level modules in name order, every CODE_HELD_OUT_EVERY-th held out
-CODE_SPLIT = "stdlib"
-CODE_HELD_OUT_SPLIT = "stdlib-held-out"
-CODE_HELD_OUT_EVERY = 8
-CODE_MAX_BYTES = 400_000  # a larger module (none in 3.11's top level; a guard against generated tables)
-CODE_PASSAGE_LINES = 40  # held-out modules are cut into passages of this many lines (ICL rows)
 BOS, UNK, PAD = "<bos>", "<unk>", "<pad>"
 IGNORE = -100  # target value cross_entropy skips (as probe.training.data.IGNORE)
 
 
-def stdlib_modules() -> list[Path]:
-    """The standard library's top-level ``*.py`` modules (the directory ``sysconfig`` names ``stdlib``) of at
-    most :data:`CODE_MAX_BYTES`, sorted by name.
-
-    Returns
-    -------
-    list of pathlib.Path
-        The modules' files (those of the Python that runs this).
-
-    Examples
-    --------
-    >>> from probe.training.text import stdlib_modules
-    >>> "os.py" in {path.name for path in stdlib_modules()}
-    True
-    """
-    root = Path(sysconfig.get_paths()["stdlib"])
-    return sorted((path for path in root.glob("*.py") if path.stat().st_size <= CODE_MAX_BYTES),
-                  key=lambda path: path.name)
-
-
-@lru_cache(maxsize=2)
-def code_passages(split: str) -> tuple[str, ...]:
-    """The Python source splits: :data:`CODE_SPLIT`, every module but each :data:`CODE_HELD_OUT_EVERY`-th
-    (counting from 1), one passage per module; :data:`CODE_HELD_OUT_SPLIT`, those held-out modules cut into
-    passages of :data:`CODE_PASSAGE_LINES` lines (blank-only passages dropped).
-
-    Parameters
-    ----------
-    split : {"stdlib", "stdlib-held-out"}
-        :data:`CODE_SPLIT` or :data:`CODE_HELD_OUT_SPLIT`.
-
-    Returns
-    -------
-    tuple of str
-        The passages, in module order.
-
-    Examples
-    --------
-    >>> from probe.training.text import CODE_HELD_OUT_SPLIT, CODE_PASSAGE_LINES, code_passages
-    >>> max(passage.count("\\n") for passage in code_passages(CODE_HELD_OUT_SPLIT)) <= CODE_PASSAGE_LINES
-    True
-    """
-    if split not in (CODE_SPLIT, CODE_HELD_OUT_SPLIT):
-        raise ProbeError(f"{split!r} is not a Python source split: give {CODE_SPLIT!r} or "
-                         f"{CODE_HELD_OUT_SPLIT!r}")
-    modules = stdlib_modules()
-    held = [(number + 1) % CODE_HELD_OUT_EVERY == 0 for number in range(len(modules))]
-    if split == CODE_SPLIT:
-        return tuple(path.read_text(encoding="utf-8") for path, out in zip(modules, held, strict=True)
-                     if not out)
-    found = []
-    for path in (path for path, out in zip(modules, held, strict=True) if out):
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        found += ["".join(lines[k:k + CODE_PASSAGE_LINES]) for k in range(0, len(lines), CODE_PASSAGE_LINES)]
-    return tuple(passage for passage in found if passage.strip())
-
-
 def corpus_passages(split: str) -> tuple[str, ...]:
-    """The passages of a split: a GAP split (:func:`probe.heads.corpus.passages`) or one of the Python
-    source splits (:func:`code_passages`).
+    """The passages of a split: a GAP split or one of the Python source splits
+    (:func:`probe.heads.corpus.passages`, the one home of the named texts).
 
     Examples
     --------
@@ -116,8 +58,6 @@ def corpus_passages(split: str) -> tuple[str, ...]:
     >>> len(corpus_passages("validation"))  # GAP's validation split
     454
     """
-    if split in (CODE_SPLIT, CODE_HELD_OUT_SPLIT):
-        return code_passages(split)
     return passages(split)
 
 

@@ -46,7 +46,8 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     if step < config.warmup:
         return config.lr * (step + 1) / config.warmup
     progress = (step - config.warmup) / max(1, config.steps - config.warmup)
-    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+    floor = config.lr_floor  # 0.1: 0.1 + 0.9 · cosine, bit for bit the schedule before lr_floor existed
+    return config.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def log_spaced_steps(total: int, count: int) -> tuple[int, ...]:

@@ -165,7 +165,10 @@ def test_label_defaults_and_choices_equal_the_library():
     defaults = {field.name: field.default for field in fields(heads_label.LabelConfig)}
     assert {key: defaults[key] for key in label.DEFAULTS} == label.DEFAULTS
     assert label.COREF_SETS == heads_label.COREF_SETS and label.ABLATE == heads_label.ABLATE
+    from probe.heads.corpus import TEXTS
     from probe.heads.label.config import RETRIEVAL_MASKS
+
+    assert label.TEXTS == TEXTS
 
     assert label.RETRIEVAL_MASKS == RETRIEVAL_MASKS
     assert label.HEAD_TYPES == names()

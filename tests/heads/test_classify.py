@@ -142,7 +142,7 @@ def test_label_model_finds_exactly_the_planted_heads(planted_dir):
     assert table["revision"].iloc[0].startswith("sha256:")
     # its word tokenizer cannot read English: random-token probes and the templates, said once
     assert set(table["probe_set"]) == {"repeated", "random-sentences", "random-brackets", "templates"}
-    assert any("natural-text corpus as unknown" in line for line in notes)
+    assert any("of the natural text (development) as unknown" in line for line in notes)
     coref = table[table["head_type"] == "coreference"]
     assert coref["accuracy"].notna().all() and set(coref["baseline"]) == {"agreement"}
     assert table.loc[table["head_type"] != "coreference", "accuracy"].isna().all()

@@ -55,6 +55,31 @@ def test_recipe_trains_past_twice_the_predicted_formation_point(name):
     assert config.corpus_split == text.CODE_SPLIT and config.data == "natural_text"
 
 
+def test_the_learning_rate_warms_up_then_decays_to_its_floor_and_the_stdlib_recipes_keep_it_constant():
+    """lr_floor 0.1 (the default) is the cosine to lr/10, bit for bit the formula before the field existed;
+    1.0 keeps the peak after the warm-up (the stdlib-code recipes); 0.5 ends at half."""
+    from dataclasses import replace
+
+    from probe.training.train import learning_rate
+
+    config = replace(ORGANISMS["natural-text"], steps=1000, warmup=100, lr=0.01)
+    assert config.lr_floor == 0.1
+    assert learning_rate(0, config) == 0.01 / 100 and learning_rate(99, config) == 0.01
+
+    def before(step: int) -> float:  # the schedule as written before lr_floor
+        progress = (step - 100) / 900
+        return 0.01 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    assert all(learning_rate(step, config) == before(step) for step in range(100, 1000))
+    assert learning_rate(999, config) == pytest.approx(0.001, rel=1e-4)
+    constant = replace(config, lr_floor=1.0)
+    assert {learning_rate(step, constant) for step in range(100, 1000)} == {0.01}
+    assert learning_rate(999, replace(config, lr_floor=0.5)) == pytest.approx(0.005, rel=1e-4)
+    assert ORGANISMS["stdlib-code"].lr_floor == ORGANISMS["stdlib-code-1layer"].lr_floor == 1.0
+    with pytest.raises(ProbeError, match="lr_floor"):
+        replace(config, lr_floor=1.5)
+
+
 def test_the_control_differs_in_its_layers_only():
     two, one = ORGANISMS["stdlib-code"], ORGANISMS["stdlib-code-1layer"]
     differ = {k for k in two.__dataclass_fields__ if getattr(two, k) != getattr(one, k)}

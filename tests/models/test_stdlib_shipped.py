@@ -63,7 +63,8 @@ def last_checkpoint_labels(name: str) -> pd.DataFrame:
 
 def test_the_last_checkpoints_heads_beat_their_untrained_twins():
     """labels.csv (the last checkpoint, 3 untrained twins): the best layer-0 previous-token head and the best
-    layer-1 induction head score above the twins' 99th percentile; the previous-token head is labelled."""
+    layer-1 induction head score above the twins' 99th percentile; the previous-token head is labelled (the
+    twins' own rows are the negative control: none labelled)."""
     table = last_checkpoint_labels(TWO)
     for head_type, layer in (("previous_token", 0), ("induction", 1)):
         rows = table[(table["head_type"] == head_type) & (table["layer"] == layer)]
@@ -73,13 +74,16 @@ def test_the_last_checkpoints_heads_beat_their_untrained_twins():
     assert labelled_mask(prev["label"]).any()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 54's first acceptance line, not met: at the last checkpoint "
-                   "L1H0's induction score (0.266, interval 0.249-0.281) is 0.253 over chance, the rule "
-                   "asks > 0.25 with its interval (docs/zoo.md); it is labelled at step 16,000")
-def test_the_last_checkpoint_labels_an_induction_head():
+def test_the_last_checkpoint_labels_an_induction_head_on_held_out_code():
+    """Issue 54's first line: labels.csv (the final weights) and the history's last checkpoint (its float16
+    copy) both label a layer-1 induction head, probed on the held-out modules (the card's label config)."""
+    assert zoo.card(TWO)["label_table"]["label_config"]["text"] == text.CODE_HELD_OUT_SPLIT
     table = last_checkpoint_labels(TWO)
     rows = table[(table["head_type"] == "induction") & (table["layer"] == 1)]
     assert labelled_mask(rows["label"]).any()
+    heads = history_of(TWO)
+    heads = heads[(heads["row"] == "head") & (heads["step"] == heads["step"].max()) & (heads["layer"] == 1)]
+    assert labelled_mask(heads["induction_label"]).any()
 
 
 def test_the_control_never_has_an_induction_head_and_learns_less_in_context():

@@ -387,9 +387,11 @@ def test_the_card_records_the_full_label_config():
     fields = {field.name for field in dataclasses.fields(LabelConfig)}
     for name in ALL:
         recorded = zoo.card(name)["label_table"]["label_config"]
-        # twin_share came later; it changes nothing without twins, as these tables were made
-        assert set(recorded) == fields or (set(recorded) == fields - {"twin_share"}
-                                           and not recorded["twins"]), name
+        # text came later (a card without it was labelled on GAP's development split, its default); twin_share
+        # too, and it changes nothing without twins, as these tables were made
+        later = {"text"} if "text" not in recorded else set()
+        assert set(recorded) == fields - later or (set(recorded) == fields - later - {"twin_share"}
+                                                   and not recorded["twins"]), name
     retrieval = zoo.card("retrieval")["label_table"]["label_config"]
     assert retrieval["types"] == [
         "retrieval"] and retrieval["seq_len"] == 4096 and retrieval["examples"] == 16
@@ -428,11 +430,7 @@ def test_train_refuses_bad_arguments_in_one_line(tmp_path, capsys):
     assert "steps takes a whole number" in capsys.readouterr().err
 
 
-MISSED = pytest.mark.xfail(strict=True, reason="issue 54: zoo:stdlib-code's induction head misses the label "
-                           "at its last checkpoint by 0.01 of the rule's margin (docs/zoo.md)")
-
-
-@pytest.mark.parametrize("name", relabelled(("stdlib-code", MISSED)))
+@pytest.mark.parametrize("name", relabelled())
 def test_labels_meet_the_cards_requirements(label_tables, name):
     card = zoo.card(name)
     assert "requirements" in card

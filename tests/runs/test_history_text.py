@@ -64,9 +64,9 @@ def held_out_loss(run: Path, split: str) -> float:
 
 
 def test_the_texts_written_out_are_the_librarys():
-    from probe.heads.corpus import SPLITS
+    from probe.heads.corpus import SPLITS, TEXTS
 
-    assert TEXT_SPLITS == (*SPLITS, text.CODE_SPLIT, text.CODE_HELD_OUT_SPLIT)
+    assert TEXT_SPLITS == (*SPLITS, text.CODE_SPLIT, text.CODE_HELD_OUT_SPLIT) == TEXTS
     assert TRAINED_SPLITS == (text.TRAIN_SPLIT, text.CODE_SPLIT)
     assert [text.held_out_split(split) for split in TRAINED_SPLITS] == [text.HELD_OUT_SPLIT,
                                                                          text.CODE_HELD_OUT_SPLIT]
@@ -173,6 +173,21 @@ def test_history_measures_the_cards_held_out_text_and_an_explicit_split_wins(cod
     assert given.computed and not given.reused
     row = given.table[given.table["row"] == "checkpoint"].iloc[0]
     assert row["held_out_loss"] == pytest.approx(gap, rel=1e-6)
+
+    # the heads are probed on the same text: the label table of LabelConfig(text=...) for each split
+    from probe import models
+    from probe.heads.label import label_model
+
+    loaded = models.load(str(code_run / "step-6"))
+    for table, split in ((auto.table, "stdlib-held-out"), (given.table, "development")):
+        heads = table[table["row"] == "head"].set_index("head_name")
+        labels = label_model(loaded, replace(CONFIG.label, text=split))
+        for head_type in HEAD_TYPES:
+            scores = labels[labels["head_type"] == head_type].set_index("head_name")["score"]
+            assert heads[head_type].to_numpy() == pytest.approx(scores[heads.index].to_numpy(), abs=1e-9)
+    auto_heads = auto.table[auto.table["row"] == "head"]["previous_token"].to_numpy()
+    gap_heads = given.table[given.table["row"] == "head"]["previous_token"].to_numpy()
+    assert abs(auto_heads - gap_heads).max() > 1e-4  # the negative control: other probes, other scores
 
 
 def test_history_refuses_an_unknown_split_and_measure_an_unresolved_one(code_run):

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 
 from probe.errors import ProbeError
 from probe.hashing import file_hash
+from probe.heads.corpus import PROBE_SPLIT
 from probe.heads.registry import REGISTRY, HeadType, HeadTypeSpec, types_for_kind
 from probe.models import ModelKind
 
@@ -41,6 +42,11 @@ class LabelConfig:
         Seeds the probe sets, the bootstrap and the ablation controls (``--seed``).
     probe_file : str or None
         JSONL file of span examples scored as coreference instead of GAP / the templates (``--probe-file``).
+    text : str, default "development"
+        The natural text the natural-text probes are cut from and the repeated-block probes' tokens are drawn
+        by (its token frequencies): a name in :data:`probe.heads.corpus.TEXTS` — GAP's development split, or
+        "stdlib-held-out" (the Python standard library's held-out modules) for a model trained on Python
+        source (``--text``). The coreference pairs stay GAP's or the templates.
     coref_set : {"auto", "gap", "templates"}, default "auto"
         Coreference examples: GAP when the tokenizer reads English, else the templates (``--coref-set``).
     batch_size : int, default 8
@@ -110,6 +116,7 @@ class LabelConfig:
     seq_len: int | tuple[int, ...] | None = None
     seed: int = 0  # seeds the probe sets, the bootstrap and the ablation controls
     probe_file: str | None = None  # JSONL of span examples scored as coreference instead of GAP / templates
+    text: str = PROBE_SPLIT  # the natural text of the token probes (probe.heads.corpus.TEXTS)
     # auto (GAP when the tokenizer reads it and a pair fits, else templates) | gap | templates
     coref_set: str = "auto"
     # | causality (implicit-causality templates; auto picks them for a tokenizer that reads them but not the
@@ -174,6 +181,8 @@ def config_identity(config: LabelConfig) -> dict[str, object]:
     options = {key: value for key, value in asdict(config).items() if key not in NOT_IDENTITY}
     if not options["twins"]:  # without twins the rows are those of the runs before the field existed
         del options["twins"], options["twin_share"]
+    if options["text"] == PROBE_SPLIT:  # GAP's: the rows of the runs before the field existed
+        del options["text"]
     options["probe_file"] = file_hash(config.probe_file) if config.probe_file else None
     return options
 

@@ -69,11 +69,12 @@ class ProbeSource:
         self._passages = None  # every passage, tokenized when natural-text probes are first needed
         self.natural = False
         if is_text_model(loaded):
-            tokens = corpus.tokenize_corpus(loaded.tokenizer, limit=corpus.SAMPLE_PASSAGES)
+            tokens = corpus.tokenize_corpus(loaded.tokenizer, config.text, limit=corpus.SAMPLE_PASSAGES)
             if corpus.covers(tokens):
                 self.sample, self.natural = tokens, True
             elif note is not None:
-                note(f"{loaded.name}'s tokenizer reads {tokens.unknown_share:.0%} of the natural-text corpus "
+                note(f"{loaded.name}'s tokenizer reads {tokens.unknown_share:.0%} of the natural text "
+                     f"({config.text}) "
                      "as unknown: natural-text types are scored on random-token probes, coreference on the "
                      "templates")
         self.weights = corpus.token_weights(loaded.tokenizer, self.sample)
@@ -102,7 +103,7 @@ class ProbeSource:
 
     def _natural(self, seq_len: int):
         if self._passages is None:
-            self._passages = corpus.tokenize_corpus(self.loaded.tokenizer)
+            self._passages = corpus.tokenize_corpus(self.loaded.tokenizer, self.config.text)
         return corpus.natural_text(self.loaded.tokenizer, self._passages, self.config.examples, seq_len,
                                    self.config.seed)
 
