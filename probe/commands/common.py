@@ -14,6 +14,9 @@ from probe.specs import locate
 # What probe.heads.tables reads and writes (its TABLE_EXTENSIONS; tests/commands/test_cli_fast.py checks they
 # are equal), written out so that checking --out needs no pandas.
 TABLE_EXTENSIONS = (".parquet", ".csv", ".json")
+# the named texts of --text (probe.heads.corpus.TEXTS), written out so that --help and argument errors need no
+# torch (tests/commands/test_cli_fast.py checks they equal the library's)
+TEXTS = ("development", "validation", "stdlib", "stdlib-held-out")
 
 
 def add_model_options(parser: argparse.ArgumentParser, many: bool = False, required: bool = True) -> None:

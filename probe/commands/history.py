@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from probe.commands.common import TEXTS as NAMED_TEXTS
 from probe.commands.paths import output_path
 from probe.errors import ProbeError
 from probe.specs import resolve
@@ -18,9 +19,8 @@ from probe.specs import resolve
 # probe.training.incontext.ICL_EARLY / ICL_LATE and LabelConfig's defaults, written out so that --help and
 # argument errors need no torch (tests/commands/test_cli_fast.py checks they equal the library's)
 ICL_POSITIONS = (12, 120)
-# --text: "auto" (the held-out text of the model's card) or a split of probe.runs.history_inputs.TEXT_SPLITS
-# (tests/commands/test_cli_fast.py checks they equal the library's)
-TEXTS = ("auto", "development", "validation", "stdlib", "stdlib-held-out")
+# --text: "auto" (the held-out text of the model's card) or one of the named texts
+TEXTS = ("auto", *NAMED_TEXTS)
 DEFAULTS = {"examples": 64, "seed": 0, "n_bootstrap": 1000}
 
 

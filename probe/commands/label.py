@@ -15,6 +15,7 @@ from pathlib import Path
 
 from probe.commands.common import (
     TABLE_EXTENSIONS,
+    TEXTS,
     add_control_option,
     add_model_options,
     add_sweep_options,
@@ -35,8 +36,6 @@ DEFAULTS = {"examples": 64, "seed": 0, "text": "development", "coref_set": "auto
 COREF_SETS = ("auto", "gap", "templates", "causality")  # probe.heads.label.COREF_SETS
 ABLATE = ("labelled", "all", "none")  # probe.heads.label.ABLATE
 RETRIEVAL_MASKS = ("output", "query")  # probe.heads.label.RETRIEVAL_MASKS
-# probe.heads.corpus.TEXTS (written out as probe.runs.history_inputs.TEXT_SPLITS is, for the same reason)
-TEXTS = ("development", "validation", "stdlib", "stdlib-held-out")
 HEAD_TYPES = ("previous_token", "next_token", "self", "first_token", "fixed_offset", "delimiter",  # built-in
               "sentence_start", "bracket", "duplicate_token", "induction", "coreference", "retrieval")
 

@@ -392,7 +392,7 @@ def history(model: str, revisions: Sequence[str] | None = None, config: HistoryC
         config = replace(config, split=split)
     else:
         source = "as given"
-    if config.label.text == PROBE_SPLIT and config.split != PROBE_SPLIT:
+    if config.label.text == PROBE_SPLIT:
         # the heads are probed on the text the ICL score reads (GAP's development split is the label default)
         config = replace(config, label=replace(config.label, text=config.split))
     # before any unit: one model (config, tokenizer), positions and text that fit (probe.runs.history_inputs)

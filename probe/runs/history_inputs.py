@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from probe.errors import ProbeError
+from probe.heads.corpus import TEXTS
 from probe.runs.checkpoints import Checkpoint, checkpoint_directory, local_directory
 
 # config.json keys that make two checkpoints the same model when equal (those present in either are compared;
@@ -44,11 +45,9 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "vocab.txt", "t
 # held-out loss and the ICL score measure predicting <unk>, not the text (zoo:induction reads GAP as 99.9 %
 # <unk>; a tokenizer learnt on English reads it with none)
 MAX_UNKNOWN_SHARE = 0.5
-# the texts a history can measure on (probe.training.text.corpus_passages): GAP's two shipped splits
-# (probe.heads.corpus.SPLITS) and the Python standard library's two (probe.training.text.CODE_SPLIT and
-# CODE_HELD_OUT_SPLIT); written out so that this module needs no torch (tests/runs/test_history_text.py
-# checks they equal the library's)
-TEXT_SPLITS = ("development", "validation", "stdlib", "stdlib-held-out")
+# the texts a history can measure on: GAP's two shipped splits and the Python standard library's two (their
+# one home, probe.heads.corpus.TEXTS)
+TEXT_SPLITS = TEXTS
 # the training splits whose held-out split is known (probe.training.text.TRAIN_SPLIT and CODE_SPLIT); a card
 # naming another (e.g. a run trained on the held-out split itself) is refused, never measured on a guess
 TRAINED_SPLITS = ("validation", "stdlib")

@@ -48,19 +48,6 @@ BOS, UNK, PAD = "<bos>", "<unk>", "<pad>"
 IGNORE = -100  # target value cross_entropy skips (as probe.training.data.IGNORE)
 
 
-def corpus_passages(split: str) -> tuple[str, ...]:
-    """The passages of a split: a GAP split or one of the Python source splits
-    (:func:`probe.heads.corpus.passages`, the one home of the named texts).
-
-    Examples
-    --------
-    >>> from probe.training.text import corpus_passages
-    >>> len(corpus_passages("validation"))  # GAP's validation split
-    454
-    """
-    return passages(split)
-
-
 def held_out_split(split: str) -> str:
     """The split held out from training split `split` (what a model trained on it is measured on).
 
@@ -90,9 +77,9 @@ def learn_tokenizer(texts: Sequence[str], vocab_size: int) -> PreTrainedTokenize
 
 @lru_cache(maxsize=4)
 def corpus_tokenizer(split: str, vocab_size: int) -> PreTrainedTokenizerFast:
-    """:func:`learn_tokenizer` on the passages of one split (:func:`corpus_passages`; cached: training and
-    evaluation share it)."""
-    return learn_tokenizer(corpus_passages(split), vocab_size)
+    """:func:`learn_tokenizer` on the passages of one split (:func:`probe.heads.corpus.passages`; cached:
+    training and evaluation share it)."""
+    return learn_tokenizer(passages(split), vocab_size)
 
 
 _ENCODED: dict[tuple[str, str], list[list[int]]] = {}  # (tokenizer's content hash, split) -> passages
@@ -107,7 +94,7 @@ def encode_passages(tokenizer, split: str) -> list[list[int]]:
     key = None if backend is None else (hashlib.sha256(backend.to_str().encode("utf-8")).hexdigest(), split)
     if key is not None and key in _ENCODED:
         return _ENCODED[key]
-    encoded = tokenizer(list(corpus_passages(split)), add_special_tokens=False)["input_ids"]
+    encoded = tokenizer(list(passages(split)), add_special_tokens=False)["input_ids"]
     if key is not None:
         while len(_ENCODED) >= _ENCODED_KEEP:
             _ENCODED.pop(next(iter(_ENCODED)))
@@ -152,5 +139,5 @@ def held_out_rows(tokenizer, length: int, split: str = HELD_OUT_SPLIT,
 
 
 __all__ = ["BOS", "CODE_HELD_OUT_SPLIT", "CODE_SPLIT", "HELD_OUT_SPLIT", "TRAIN_SPLIT", "code_passages",
-           "corpus_passages", "corpus_tokenizer", "encode_passages", "held_out_rows", "held_out_split",
+           "corpus_tokenizer", "encode_passages", "held_out_rows", "held_out_split",
            "learn_tokenizer", "stdlib_modules", "text_windows", "token_stream"]

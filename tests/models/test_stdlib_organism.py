@@ -33,9 +33,11 @@ def test_code_splits_are_disjoint_and_held_out_every_eighth_module():
     assert modules[0].read_text(encoding="utf-8") in trained  # and the first module is (positive)
 
 
-def test_corpus_passages_dispatch_and_held_out_split():
-    assert text.corpus_passages(text.CODE_SPLIT) is text.code_passages(text.CODE_SPLIT)
-    assert text.corpus_passages(text.TRAIN_SPLIT)[0] == text.passages(text.TRAIN_SPLIT)[0]
+def test_passages_dispatch_and_held_out_split():
+    from probe.heads.corpus import gap_records
+
+    assert text.passages(text.CODE_SPLIT) is text.code_passages(text.CODE_SPLIT)
+    assert text.passages(text.TRAIN_SPLIT)[0] == gap_records(text.TRAIN_SPLIT)[0]["Text"]
     assert text.held_out_split(text.CODE_SPLIT) == text.CODE_HELD_OUT_SPLIT
     assert text.held_out_split(text.TRAIN_SPLIT) == text.HELD_OUT_SPLIT
 
